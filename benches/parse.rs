@@ -1,0 +1,44 @@
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::hint::black_box;
+
+mod corpus;
+mod peers;
+
+use corpus::Style;
+
+fn bench_parse(c: &mut Criterion) {
+    let mut cases: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
+    for (name, style) in [("viem", Style::Viem), ("ethers", Style::Ethers), ("web3py", Style::Web3Py)] {
+        cases.push((format!("eth_single/{name}"), corpus::eth_singles(7, style, 256)));
+    }
+    cases.push(("eth_batch_100".into(), vec![corpus::eth_batch(11, Style::Ethers, 100)]));
+    cases.push(("eth_batch_1000".into(), vec![corpus::eth_batch(13, Style::Viem, 1000)]));
+    cases.push(("mcp_tool_call".into(), corpus::mcp_tool_calls(17, 64)));
+    cases.push(("eth_raw_tx_128k".into(), vec![corpus::eth_big_raw_tx(19, 128 * 1024)]));
+
+    for (name, msgs) in &cases {
+        let bytes: usize = msgs.iter().map(Vec::len).sum();
+        let mut g = c.benchmark_group(name.as_str());
+        g.throughput(Throughput::Bytes(bytes as u64));
+        g.bench_function("serde_json_raw", |b| {
+            b.iter(|| msgs.iter().map(|m| peers::serde_json_raw(black_box(m))).sum::<usize>())
+        });
+        g.bench_function("serde_json_one_pass", |b| {
+            b.iter(|| msgs.iter().map(|m| peers::serde_json_one_pass(black_box(m))).sum::<usize>())
+        });
+        g.bench_function("sonic_rs_lazy", |b| {
+            b.iter(|| msgs.iter().map(|m| peers::sonic_rs_lazy(black_box(m))).sum::<usize>())
+        });
+        g.bench_function("sonic_rs_one_pass", |b| {
+            b.iter(|| msgs.iter().map(|m| peers::sonic_rs_one_pass(black_box(m))).sum::<usize>())
+        });
+        let mut simd = peers::SimdJson::default();
+        g.bench_function("simd_json_borrowed", |b| {
+            b.iter(|| msgs.iter().map(|m| simd.parse(black_box(m))).sum::<usize>())
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench_parse);
+criterion_main!(benches);

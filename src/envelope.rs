@@ -1,0 +1,707 @@
+//! Layer 2: the request envelope, read in one forward pass.
+//!
+//! A single message is validated and its envelope read in the same pass. A
+//! batch must be valid JSON as a whole before any entry may run (one bad byte
+//! anywhere turns the whole reply into one -32700), so [`Parser::parse`]
+//! validates the batch first, counting its entries, and returns a [`Batch`]
+//! that reads each entry's envelope lazily as it is iterated, with the
+//! scanner's trusted fast path and without storing anything.
+
+use bumpalo::Bump;
+
+use crate::error::{Error, ErrorKind, Member};
+use crate::scan::{self, eof, err, skip_ws};
+use crate::value::{Id, JsonStr, Params};
+
+/// Limits that protect a server from hostile messages, and the entry point of
+/// parsing.
+///
+/// ```
+/// let parser = rpcwire::Parser::new().max_depth(32).max_batch_len(100);
+/// let arena = bumpalo::Bump::new();
+/// let msg = parser.parse(br#"{"jsonrpc":"2.0","method":"ping","id":7}"#, &arena)?;
+/// assert!(!msg.is_batch());
+/// # Ok::<(), rpcwire::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Parser {
+    max_depth: u32,
+    max_message_len: usize,
+    max_batch_len: u32,
+}
+
+impl Default for Parser {
+    fn default() -> Self {
+        Parser::new()
+    }
+}
+
+impl Parser {
+    /// Default nesting limit, as serde_json.
+    pub const DEFAULT_MAX_DEPTH: u32 = 128;
+    /// Default message size limit: 5 MiB, as geth's HTTP server (room for
+    /// blob transactions, hex-encoded).
+    pub const DEFAULT_MAX_MESSAGE_LEN: usize = 5 * 1024 * 1024;
+    /// Default batch length limit, as geth and most providers.
+    pub const DEFAULT_MAX_BATCH_LEN: u32 = 1000;
+
+    /// A parser with the default limits.
+    pub const fn new() -> Self {
+        Parser {
+            max_depth: Self::DEFAULT_MAX_DEPTH,
+            max_message_len: Self::DEFAULT_MAX_MESSAGE_LEN,
+            max_batch_len: Self::DEFAULT_MAX_BATCH_LEN,
+        }
+    }
+
+    /// The deepest nesting of arrays and objects accepted, the message itself
+    /// included (default 128; clamped to `1..=1024`). Deeper input is a
+    /// -32700 error whose `data` names the limit.
+    ///
+    /// Why: nesting costs a validator nothing, but every deserializer that
+    /// later reads the params recurses on it; this stops stack-exhaustion
+    /// attacks before any handler sees the message.
+    pub const fn max_depth(mut self, depth: u32) -> Self {
+        self.max_depth = if depth == 0 {
+            1
+        } else if depth > scan::MAX_DEPTH_LIMIT {
+            scan::MAX_DEPTH_LIMIT
+        } else {
+            depth
+        };
+        self
+    }
+
+    /// The largest message accepted, in bytes (default 5 MiB). A larger one
+    /// is rejected before any byte is read, with -32600.
+    ///
+    /// Why: the parser's work is linear in the input; this bounds it.
+    pub const fn max_message_len(mut self, bytes: usize) -> Self {
+        self.max_message_len = bytes;
+        self
+    }
+
+    /// The most entries a batch may hold (default 1000). A longer batch is
+    /// answered with one -32600 error whose `data` gives the limit and the
+    /// batch's length; none of its entries runs.
+    ///
+    /// Why: one small message must not fan out into unbounded work upstream.
+    pub const fn max_batch_len(mut self, entries: u32) -> Self {
+        self.max_batch_len = entries;
+        self
+    }
+
+    /// The configured depth limit.
+    pub const fn depth_limit(&self) -> u32 {
+        self.max_depth
+    }
+
+    /// The configured message size limit.
+    pub const fn message_len_limit(&self) -> usize {
+        self.max_message_len
+    }
+
+    /// The configured batch length limit.
+    pub const fn batch_len_limit(&self) -> u32 {
+        self.max_batch_len
+    }
+
+    /// Parses one JSON-RPC request message: a single request or a batch.
+    ///
+    /// The whole input is validated as JSON (exactly what RFC 8259 accepts,
+    /// UTF-8 included, trailing bytes included) before anything is returned.
+    /// Nothing is allocated, except that a method name written with `\u`
+    /// escapes is decoded into `arena`.
+    ///
+    /// An `Err` is a problem with the message as a whole, answered with one
+    /// error reply with `id: null` ([`Error::code`] gives the code). Problems
+    /// with one request are reported as [`Entry::Invalid`] in its place.
+    pub fn parse<'a>(&self, input: &'a [u8], arena: &'a Bump) -> Result<Message<'a>, Error> {
+        if input.len() > self.max_message_len {
+            return err(ErrorKind::MessageTooLarge { limit: self.max_message_len }, 0);
+        }
+        let pos = skip_ws(input, 0);
+        match input.get(pos) {
+            Some(b'{') => {
+                let (fields, end) = read_envelope::<false>(input, pos, 0, self.max_depth)?;
+                expect_end(input, end)?;
+                Ok(Message::Single(fields.into_entry(input, arena)))
+            }
+            Some(b'[') => {
+                let (len, end) = validate_array(input, pos, self.max_depth)?;
+                expect_end(input, end)?;
+                if len == 0 {
+                    return err(ErrorKind::EmptyBatch, pos);
+                }
+                if len > self.max_batch_len as usize {
+                    let len = u32::try_from(len).unwrap_or(u32::MAX);
+                    return err(ErrorKind::BatchTooLarge { limit: self.max_batch_len, len }, pos);
+                }
+                let first = skip_ws(input, pos + 1);
+                Ok(Message::Batch(Batch { input, pos: first, remaining: len, len, arena }))
+            }
+            Some(_) => {
+                let end = scan::skip_value(input, pos, 0, self.max_depth)?;
+                expect_end(input, end)?;
+                err(ErrorKind::NotObjectOrArray, pos)
+            }
+            None => eof(input),
+        }
+    }
+}
+
+/// Parses one request message with the default limits; see [`Parser::parse`].
+///
+/// ```
+/// let arena = bumpalo::Bump::new();
+/// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#, &arena)?;
+/// let request = msg.into_single().unwrap().request().unwrap();
+/// assert_eq!(request.method(), "eth_blockNumber");
+/// assert_eq!(request.id().unwrap().as_bytes(), b"1");
+/// assert!(request.params().is_none());
+/// # Ok::<(), rpcwire::Error>(())
+/// ```
+pub fn parse<'a>(input: &'a [u8], arena: &'a Bump) -> Result<Message<'a>, Error> {
+    Parser::new().parse(input, arena)
+}
+
+/// Only whitespace may follow the message.
+#[inline]
+pub(crate) fn expect_end(input: &[u8], end: usize) -> Result<(), Error> {
+    let rest = skip_ws(input, end);
+    if rest == input.len() { Ok(()) } else { err(ErrorKind::TrailingCharacters, rest) }
+}
+
+/// Validates the array whose `[` is at `pos` and counts its elements.
+pub(crate) fn validate_array(
+    input: &[u8],
+    pos: usize,
+    max_depth: u32,
+) -> Result<(usize, usize), Error> {
+    if max_depth == 0 {
+        return err(ErrorKind::TooDeep { limit: max_depth }, pos);
+    }
+    let mut p = skip_ws(input, pos + 1);
+    if input.get(p) == Some(&b']') {
+        return Ok((0, p + 1));
+    }
+    let mut len = 0usize;
+    loop {
+        p = scan::skip_value(input, p, 1, max_depth)?;
+        len += 1;
+        p = skip_ws(input, p);
+        match input.get(p) {
+            Some(b',') => p = skip_ws(input, p + 1),
+            Some(b']') => return Ok((len, p + 1)),
+            Some(_) => return err(ErrorKind::ExpectedArrayCommaOrEnd, p),
+            None => return eof(input),
+        }
+    }
+}
+
+/// One parsed message: a single entry or a batch.
+#[derive(Clone, Debug)]
+pub enum Message<'a> {
+    /// A single request, notification or invalid request.
+    Single(Entry<'a>),
+    /// A non-empty batch, validated, whose entries are read as it is walked.
+    Batch(Batch<'a>),
+}
+
+impl<'a> Message<'a> {
+    /// Whether the message is a batch.
+    pub fn is_batch(&self) -> bool {
+        matches!(self, Message::Batch(_))
+    }
+
+    /// The entry, if the message is a single one.
+    pub fn into_single(self) -> Option<Entry<'a>> {
+        match self {
+            Message::Single(e) => Some(e),
+            Message::Batch(_) => None,
+        }
+    }
+
+    /// The batch, if the message is one.
+    pub fn into_batch(self) -> Option<Batch<'a>> {
+        match self {
+            Message::Batch(b) => Some(b),
+            Message::Single(_) => None,
+        }
+    }
+}
+
+/// One entry of a message: a request (which may be a notification), or an
+/// invalid request that must be answered with -32600.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry<'a> {
+    /// A valid request or notification.
+    Request(Request<'a>),
+    /// A value that is not a valid request.
+    Invalid(InvalidRequest<'a>),
+}
+
+impl<'a> Entry<'a> {
+    /// The request, if the entry is valid.
+    pub fn request(self) -> Option<Request<'a>> {
+        match self {
+            Entry::Request(r) => Some(r),
+            Entry::Invalid(_) => None,
+        }
+    }
+
+    /// The invalid request, if the entry is one.
+    pub fn invalid(self) -> Option<InvalidRequest<'a>> {
+        match self {
+            Entry::Invalid(i) => Some(i),
+            Entry::Request(_) => None,
+        }
+    }
+
+    /// Whether the entry expects no reply: a valid request without `id`.
+    /// Invalid requests are always answered.
+    pub fn is_notification(&self) -> bool {
+        matches!(self, Entry::Request(r) if r.is_notification())
+    }
+}
+
+/// A valid JSON-RPC 2.0 request or notification, borrowed from the message.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Request<'a> {
+    method: &'a str,
+    id: Option<Id<'a>>,
+    params: Option<Params<'a>>,
+}
+
+impl<'a> Request<'a> {
+    /// The method name, decoded if it was written with escapes.
+    #[inline]
+    pub fn method(&self) -> &'a str {
+        self.method
+    }
+
+    /// The id, or `None` for a notification. `Some(Id::NULL)` is a request
+    /// with `"id": null`, which is answered.
+    #[inline]
+    pub fn id(&self) -> Option<Id<'a>> {
+        self.id
+    }
+
+    /// The params, or `None` if absent or `null`.
+    #[inline]
+    pub fn params(&self) -> Option<Params<'a>> {
+        self.params
+    }
+
+    /// Whether the request is a notification (has no `id`).
+    #[inline]
+    pub fn is_notification(&self) -> bool {
+        self.id.is_none()
+    }
+}
+
+impl core::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("id", &self.id)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+/// A batch entry or message that is valid JSON but not a valid request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InvalidRequest<'a> {
+    id: Id<'a>,
+    error: Error,
+}
+
+impl<'a> InvalidRequest<'a> {
+    /// The id to answer with: the request's id if it could be read, else
+    /// `null`.
+    pub fn id(&self) -> Id<'a> {
+        self.id
+    }
+
+    /// What is wrong with the request (code -32600).
+    pub fn error(&self) -> Error {
+        self.error
+    }
+}
+
+/// The entries of a batch, in order, read lazily.
+///
+/// The batch was validated as a whole when it was parsed; each step reads one
+/// entry's envelope without re-validating and without allocating.
+/// `Batch` is `Clone`: a clone walks the entries again from where it was made.
+#[derive(Clone)]
+pub struct Batch<'a> {
+    input: &'a [u8],
+    pos: usize,
+    remaining: usize,
+    len: usize,
+    arena: &'a Bump,
+}
+
+impl<'a> Batch<'a> {
+    /// The number of entries in the whole batch (not only those left).
+    pub fn batch_len(&self) -> usize {
+        self.len
+    }
+}
+
+impl core::fmt::Debug for Batch<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Batch").field("len", &self.len).field("remaining", &self.remaining).finish()
+    }
+}
+
+impl<'a> Iterator for Batch<'a> {
+    type Item = Entry<'a>;
+
+    fn next(&mut self) -> Option<Entry<'a>> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let input = self.input;
+        let start = self.pos;
+        let (entry, end) = if input.get(start) == Some(&b'{') {
+            match read_envelope::<true>(input, start, 1, u32::MAX) {
+                Ok((fields, end)) => (fields.into_entry(input, self.arena), end),
+                // Unreachable for validated input; answered, not panicked on.
+                Err(e) => (Entry::Invalid(InvalidRequest { id: Id::NULL, error: e }), input.len()),
+            }
+        } else {
+            let end = scan::skip_value_trusted(input, start);
+            let error = Error::new(ErrorKind::NotObject, start);
+            (Entry::Invalid(InvalidRequest { id: Id::NULL, error }), end)
+        };
+        // Step over the `,` (or the final `]`) and the whitespace around it.
+        self.pos = skip_ws(input, skip_ws(input, end) + 1);
+        Some(entry)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl ExactSizeIterator for Batch<'_> {}
+
+/// A byte range of the input.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Span {
+    pub start: usize,
+    pub end: usize,
+}
+
+impl Span {
+    #[inline(always)]
+    pub(crate) fn of<'a>(&self, input: &'a [u8]) -> &'a [u8] {
+        &input[self.start..self.end]
+    }
+}
+
+/// What one pass over a request object found.
+#[derive(Debug, Default)]
+struct Fields {
+    /// Where the object starts, for errors about what it lacks.
+    start: usize,
+    /// Bit per member seen, by `Member as u8`.
+    seen: u16,
+    version_ok: bool,
+    id: Option<Span>,
+    /// The method's content between the quotes.
+    method: Option<Span>,
+    method_escaped: bool,
+    params: Option<Span>,
+    /// The first problem found, with whether it makes the id unreadable.
+    problem: Option<(Error, bool)>,
+}
+
+impl Fields {
+    #[inline(always)]
+    fn mark_seen(&mut self, member: Member, at: usize) {
+        let bit = 1u16 << member as u8;
+        if self.seen & bit != 0 {
+            // A gateway and its upstream must never read different methods
+            // from one message: any repeated envelope member voids the id too.
+            self.problem(ErrorKind::Duplicate(member), at, true);
+        }
+        self.seen |= bit;
+    }
+
+    #[inline(always)]
+    fn problem(&mut self, kind: ErrorKind, at: usize, voids_id: bool) {
+        if self.problem.is_none() || (voids_id && !self.problem.unwrap().1) {
+            self.problem = Some((Error::new(kind, at), voids_id));
+        }
+    }
+
+    fn into_entry<'a>(self, input: &'a [u8], arena: &'a Bump) -> Entry<'a> {
+        let id = self.id.map(|s| Id::from_validated(s.of(input)));
+        let invalid = |error: Error, voids_id: bool| {
+            let id = if voids_id { Id::NULL } else { id.unwrap_or(Id::NULL) };
+            Entry::Invalid(InvalidRequest { id, error })
+        };
+        if let Some((error, voids_id)) = self.problem {
+            return invalid(error, voids_id);
+        }
+        if self.seen & (1 << Member::Jsonrpc as u8) == 0 {
+            return invalid(Error::new(ErrorKind::Missing(Member::Jsonrpc), self.start), false);
+        }
+        let Some(method) = self.method else {
+            return invalid(Error::new(ErrorKind::Missing(Member::Method), self.start), false);
+        };
+        let raw = method.of(input);
+        let method = if self.method_escaped {
+            match JsonStr::from_content(raw, true).decode_in(arena) {
+                Some(m) => m,
+                None => {
+                    let e = Error::new(ErrorKind::LoneSurrogate(Member::Method), method.start);
+                    return invalid(e, false);
+                }
+            }
+        } else {
+            scan::validated_str(raw)
+        };
+        let params = self.params.map(|s| Params::from_validated(s.of(input)));
+        Entry::Request(Request { method, id, params })
+    }
+}
+
+/// The envelope members of a request, matched on the bytes after the opening
+/// quote (name plus closing quote, so a match is exact and escape-free).
+const REQUEST_MEMBERS: [(&[u8], Member); 4] = [
+    (b"jsonrpc\"", Member::Jsonrpc),
+    (b"id\"", Member::Id),
+    (b"method\"", Member::Method),
+    (b"params\"", Member::Params),
+];
+
+/// Reads the member name whose opening quote is at `pos`; returns which
+/// envelope member it names (compared after unescaping) and the index after
+/// its closing quote.
+#[inline(always)]
+pub(crate) fn read_member_name<const TRUSTED: bool>(
+    input: &[u8],
+    pos: usize,
+    members: &[(&[u8], Member)],
+) -> Result<(Option<Member>, usize), Error> {
+    let rest = &input[pos + 1..];
+    for &(pattern, member) in members {
+        if rest.starts_with(pattern) {
+            return Ok((Some(member), pos + 1 + pattern.len()));
+        }
+    }
+    let (end, escaped) = if TRUSTED {
+        let end = scan::skip_string_trusted(input, pos + 1);
+        (end, memchr::memchr(b'\\', &input[pos + 1..end]).is_some())
+    } else {
+        let s = scan::scan_string(input, pos + 1)?;
+        (s.end, s.escaped)
+    };
+    if !escaped {
+        // Without escapes the fast path above would have matched.
+        return Ok((None, end));
+    }
+    let content = &input[pos + 1..end - 1];
+    let member = members
+        .iter()
+        .find(|(pattern, _)| scan::unescaped_eq(content, true, &pattern[..pattern.len() - 1]))
+        .map(|&(_, m)| m);
+    Ok((member, end))
+}
+
+/// Skips any value, validating unless `TRUSTED`.
+#[inline(always)]
+pub(crate) fn skip_any<const TRUSTED: bool>(
+    input: &[u8],
+    pos: usize,
+    depth: u32,
+    max_depth: u32,
+) -> Result<usize, Error> {
+    if TRUSTED {
+        Ok(scan::skip_value_trusted(input, pos))
+    } else {
+        scan::skip_value(input, pos, depth, max_depth)
+    }
+}
+
+/// Reads a string value whose opening quote is at `pos`; returns the index
+/// after it and whether it has escapes.
+#[inline(always)]
+pub(crate) fn read_string<const TRUSTED: bool>(
+    input: &[u8],
+    pos: usize,
+) -> Result<(usize, bool), Error> {
+    if TRUSTED {
+        let end = scan::skip_string_trusted(input, pos + 1);
+        Ok((end, memchr::memchr(b'\\', &input[pos + 1..end]).is_some()))
+    } else {
+        let s = scan::scan_string(input, pos + 1)?;
+        Ok((s.end, s.escaped))
+    }
+}
+
+/// Reads a number or literal id/value at `pos`.
+#[inline(always)]
+fn read_number<const TRUSTED: bool>(input: &[u8], pos: usize) -> Result<usize, Error> {
+    if TRUSTED { Ok(scan::skip_value_trusted(input, pos)) } else { scan::scan_number(input, pos) }
+}
+
+/// After a member's value: `,` and the next member name's quote, or `}`.
+/// Returns `Some(index of the next name's quote)` or `None` at the end of the
+/// object (then `pos` is past the `}`).
+#[inline(always)]
+pub(crate) fn next_member(input: &[u8], pos: &mut usize) -> Result<bool, Error> {
+    let p = skip_ws(input, *pos);
+    match input.get(p) {
+        Some(b',') => {
+            let q = skip_ws(input, p + 1);
+            match input.get(q) {
+                Some(b'"') => {
+                    *pos = q;
+                    Ok(true)
+                }
+                Some(_) => err(ErrorKind::ExpectedKey, q),
+                None => eof(input),
+            }
+        }
+        Some(b'}') => {
+            *pos = p + 1;
+            Ok(false)
+        }
+        Some(_) => err(ErrorKind::ExpectedObjectCommaOrEnd, p),
+        None => eof(input),
+    }
+}
+
+/// `:` and the whitespace around it, after a member name.
+#[inline(always)]
+pub(crate) fn colon(input: &[u8], pos: usize) -> Result<usize, Error> {
+    let p = skip_ws(input, pos);
+    match input.get(p) {
+        Some(b':') => {
+            let value = skip_ws(input, p + 1);
+            // Callers index the value's first byte: it must exist.
+            if value < input.len() { Ok(value) } else { eof(input) }
+        }
+        Some(_) => err(ErrorKind::ExpectedColon, p),
+        None => eof(input),
+    }
+}
+
+/// The first member name of the object whose `{` is at `pos`: `Some(index of
+/// its quote)`, or `None` for `{}` (then `pos` is past it).
+#[inline(always)]
+pub(crate) fn first_member(
+    input: &[u8],
+    pos: &mut usize,
+    depth: u32,
+    max_depth: u32,
+) -> Result<bool, Error> {
+    if depth >= max_depth {
+        return err(ErrorKind::TooDeep { limit: max_depth }, *pos);
+    }
+    let p = skip_ws(input, *pos + 1);
+    match input.get(p) {
+        Some(b'"') => {
+            *pos = p;
+            Ok(true)
+        }
+        Some(b'}') => {
+            *pos = p + 1;
+            Ok(false)
+        }
+        Some(_) => err(ErrorKind::ExpectedKey, p),
+        None => eof(input),
+    }
+}
+
+/// Reads the request object whose `{` is at `pos`, `depth` containers deep, in
+/// one pass; returns what it found and the index after the `}`.
+#[inline(always)]
+fn read_envelope<const TRUSTED: bool>(
+    input: &[u8],
+    mut pos: usize,
+    depth: u32,
+    max_depth: u32,
+) -> Result<(Fields, usize), Error> {
+    let mut f = Fields { start: pos, ..Fields::default() };
+    // Member values sit inside this object.
+    let inner = depth + 1;
+    let mut more = first_member(input, &mut pos, depth, max_depth)?;
+    while more {
+        let name_at = pos;
+        let (member, after_name) = read_member_name::<TRUSTED>(input, pos, &REQUEST_MEMBERS)?;
+        pos = colon(input, after_name)?;
+        let at = pos;
+        match member {
+            Some(Member::Jsonrpc) => {
+                f.mark_seen(Member::Jsonrpc, name_at);
+                if input[pos..].starts_with(b"\"2.0\"") {
+                    f.version_ok = true;
+                    pos += 5;
+                } else {
+                    if input[pos] == b'"' {
+                        let (end, escaped) = read_string::<TRUSTED>(input, pos)?;
+                        f.version_ok = escaped && scan::unescaped_eq(&input[pos + 1..end - 1], true, b"2.0");
+                        pos = end;
+                    } else {
+                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                    }
+                    if !f.version_ok {
+                        f.problem(ErrorKind::WrongVersion, at, false);
+                    }
+                }
+            }
+            Some(Member::Id) => {
+                f.mark_seen(Member::Id, name_at);
+                match input[pos] {
+                    b'"' => pos = read_string::<TRUSTED>(input, pos)?.0,
+                    b'-' | b'0'..=b'9' => pos = read_number::<TRUSTED>(input, pos)?,
+                    b'n' if TRUSTED => pos += 4,
+                    b'n' => pos = scan::scan_literal(input, pos, b"null")?,
+                    _ => {
+                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                        f.problem(ErrorKind::WrongType(Member::Id), at, true);
+                    }
+                }
+                f.id = Some(Span { start: at, end: pos });
+            }
+            Some(Member::Method) => {
+                f.mark_seen(Member::Method, name_at);
+                if input[pos] == b'"' {
+                    let (end, escaped) = read_string::<TRUSTED>(input, pos)?;
+                    f.method = Some(Span { start: pos + 1, end: end - 1 });
+                    f.method_escaped = escaped;
+                    pos = end;
+                } else {
+                    pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                    f.problem(ErrorKind::WrongType(Member::Method), at, false);
+                }
+            }
+            Some(Member::Params) => {
+                f.mark_seen(Member::Params, name_at);
+                match input[pos] {
+                    b'[' | b'{' => {
+                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                        f.params = Some(Span { start: at, end: pos });
+                    }
+                    b'n' if TRUSTED => pos += 4,
+                    b'n' => pos = scan::scan_literal(input, pos, b"null")?,
+                    _ => {
+                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                        f.problem(ErrorKind::WrongType(Member::Params), at, false);
+                    }
+                }
+            }
+            _ => pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?,
+        }
+        more = next_member(input, &mut pos)?;
+    }
+    Ok((f, pos))
+}

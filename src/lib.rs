@@ -1,0 +1,61 @@
+//! rpcwire: a zero-copy, high-throughput JSON-RPC 2.0 parser.
+//!
+//! JSON-RPC 2.0 defines only an envelope (`jsonrpc`, `id`, `method`,
+//! `params`), and everything inside `params` belongs to the protocol above
+//! (Ethereum's execution API, MCP, LSP). rpcwire reads that envelope straight
+//! from a borrowed byte slice in one pass, validating the whole message as
+//! JSON, without allocating; keeps `params` as a validated raw byte range
+//! until a handler asks for it; and gives back ids byte for byte.
+//!
+//! ```
+//! use rpcwire::{Entry, Message};
+//!
+//! let arena = bumpalo::Bump::new();
+//! let input = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xab","latest"]},
+//!                  {"jsonrpc":"2.0","method":"log"},
+//!                  {"jsonrpc":"1.0","id":"x","method":"m"}]"#;
+//! let Message::Batch(batch) = rpcwire::parse(input, &arena)? else { unreachable!() };
+//! let entries: Vec<Entry> = batch.collect();
+//! let call = entries[0].request().unwrap();
+//! assert_eq!(call.method(), "eth_getBalance");
+//! assert_eq!(call.params().unwrap().nth(1).unwrap().as_str(), Some("latest"));
+//! assert!(entries[1].is_notification());
+//! let bad = entries[2].invalid().unwrap();
+//! assert_eq!((bad.id().as_bytes(), bad.error().code()), (&b"\"x\""[..], -32600));
+//! # Ok::<(), rpcwire::Error>(())
+//! ```
+//!
+//! # Layers
+//!
+//! * `scan`: byte-level JSON grammar; the one SIMD kernel (string scanning)
+//!   is chosen at run time: SSE2 or AVX2 on x86_64, NEON on aarch64, a
+//!   portable fallback elsewhere.
+//! * envelope: [`parse`], [`Parser`], [`Message`], [`Entry`], [`Batch`], and
+//!   responses with [`parse_response`].
+//! * views: [`Id`], [`Params`], [`RawValue`], [`JsonStr`].
+//!
+//! # What is accepted
+//!
+//! Exactly what `serde_json::from_slice::<&serde_json::value::RawValue>`
+//! accepts (RFC 8259, UTF-8), apart from the nesting limit (default 128,
+//! configurable with [`Parser::max_depth`]). Every edge case of the JSON-RPC
+//! 2.0 specification is answered as the crate's design notes list: see
+//! [`Parser::parse`] and [`Entry`].
+//!
+//! # Feature flags
+//!
+//! None yet.
+#![deny(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+
+mod envelope;
+mod error;
+mod response;
+mod scan;
+mod value;
+
+pub use envelope::{Batch, Entry, InvalidRequest, Message, Parser, Request, parse};
+pub use error::{
+    Category, Error, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
+pub use response::{ErrorObject, Response, ResponseBatch, ResponseMessage, parse_response};
+pub use value::{Id, JsonStr, Kind, Named, Params, Positional, RawValue};

@@ -1,0 +1,81 @@
+//! NEON, part of the aarch64 baseline: 16 bytes per step.
+//!
+//! NEON has no `movemask`; the usual replacement narrows each 16-bit pair of
+//! comparison bytes by a 4-bit shift (`shrn`), leaving a 64-bit mask with four
+//! bits per input byte. The first stop is then `trailing_zeros / 4`.
+//!
+//! ```text
+//! stops = (v == '"') | (v == '\\') | (v < 0x20)
+//! mask  = shrn(stops as u16x8, 4) as u64        // 4 bits per byte
+//! high  = shrn((v >= 0x80) as u16x8, 4) as u64
+//! ```
+
+use core::arch::aarch64::*;
+
+use super::{Stop, naive};
+
+#[inline(always)]
+fn nibble_mask(v: uint8x16_t) -> u64 {
+    vget_lane_u64::<0>(vreinterpret_u64_u8(vshrn_n_u16::<4>(vreinterpretq_u16_u8(v))))
+}
+
+#[inline(always)]
+fn stops(v: uint8x16_t) -> uint8x16_t {
+    let quote = vdupq_n_u8(b'"');
+    let backslash = vdupq_n_u8(b'\\');
+    let space = vdupq_n_u8(0x20);
+    vorrq_u8(vorrq_u8(vceqq_u8(v, quote), vceqq_u8(v, backslash)), vcltq_u8(v, space))
+}
+
+#[inline(always)]
+fn high_bytes(v: uint8x16_t) -> uint8x16_t {
+    vcgeq_u8(v, vdupq_n_u8(0x80))
+}
+
+/// Nibble-mask bits below byte lane `lane`.
+#[inline(always)]
+fn below(mask: u64, lane: u32) -> u64 {
+    if lane >= 16 { mask } else { mask & ((1u64 << (lane * 4)) - 1) }
+}
+
+#[inline(always)]
+pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
+    let len = buf.len();
+    let ptr = buf.as_ptr();
+    let mut pos = start;
+    let mut high = 0u64;
+    while pos + 16 <= len {
+        // SAFETY: `pos + 16 <= len`, so the 16 bytes read are inside `buf`;
+        // `vld1q_u8` has no alignment requirement.
+        let v = unsafe { vld1q_u8(ptr.add(pos)) };
+        let mask = nibble_mask(stops(v));
+        let h = nibble_mask(high_bytes(v));
+        if mask != 0 {
+            let lane = mask.trailing_zeros() / 4;
+            high |= below(h, lane);
+            return Stop { at: pos + lane as usize, non_ascii: high != 0 };
+        }
+        high |= h;
+        pos += 16;
+    }
+    if pos == len {
+        return Stop { at: len, non_ascii: high != 0 };
+    }
+    if len < 16 {
+        let tail = naive::find_string_stop(buf, pos);
+        return Stop { at: tail.at, non_ascii: tail.non_ascii || high != 0 };
+    }
+    // The last 16 bytes of the input, with the lanes before `pos` shifted out.
+    let base = len - 16;
+    let seen = (pos - base) as u32 * 4;
+    // SAFETY: `len >= 16`, so `base..len` is inside `buf`.
+    let v = unsafe { vld1q_u8(ptr.add(base)) };
+    let mask = nibble_mask(stops(v)) >> seen;
+    let h = nibble_mask(high_bytes(v)) >> seen;
+    if mask != 0 {
+        let lane = mask.trailing_zeros() / 4;
+        high |= below(h, lane);
+        return Stop { at: pos + lane as usize, non_ascii: high != 0 };
+    }
+    Stop { at: len, non_ascii: high != 0 || h != 0 }
+}

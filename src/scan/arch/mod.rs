@@ -1,0 +1,162 @@
+//! The one SIMD kernel of the crate: find where a run of plain string content
+//! ends.
+//!
+//! Inside a JSON string, only three kinds of byte need attention: the closing
+//! quote, a backslash that starts an escape, and a raw control byte (< 0x20),
+//! which RFC 8259 forbids. Everything else is content, so the scanner jumps
+//! over it a vector at a time. Bytes >= 0x80 are content too, but the caller
+//! must validate them as UTF-8, so the kernel also reports whether it passed
+//! any.
+//!
+//! Each backend implements the same contract and is tested against
+//! [`naive::find_string_stop`], over many lengths and alignments:
+//!
+//! * `x86_64`: SSE2 (part of the x86_64 baseline, so always present), with an
+//!   AVX2 loop for long strings when the CPU has it, detected at run time.
+//! * `aarch64`: NEON (part of the aarch64 baseline).
+//! * anything else: eight bytes at a time in a `u64` (SWAR).
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+pub(crate) mod naive;
+#[allow(dead_code)] // The portable backend is used off x86_64/aarch64, and in tests.
+pub(crate) mod swar;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+/// Where a run of plain string content ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stop {
+    /// Index of the first `"`, `\` or control byte at or after the start, or
+    /// the input length if there is none.
+    pub at: usize,
+    /// Whether any byte >= 0x80 lies between the start and `at`.
+    pub non_ascii: bool,
+}
+
+/// Finds the first `"`, `\` or byte < 0x20 in `buf[start..]`.
+///
+/// # Panics
+///
+/// Never for `start <= buf.len()`; `start > buf.len()` is a caller bug and
+/// panics in debug builds.
+#[inline(always)]
+pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
+    debug_assert!(start <= buf.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86_64::find_string_stop(buf, start)
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        aarch64::find_string_stop(buf, start)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        swar::find_string_stop(buf, start)
+    }
+}
+
+/// The backends this CPU can run, by name, for tests and benchmarks.
+#[cfg(test)]
+pub(crate) fn backends() -> Vec<(&'static str, fn(&[u8], usize) -> Stop)> {
+    #[allow(unused_mut)]
+    let mut v: Vec<(&'static str, fn(&[u8], usize) -> Stop)> = vec![
+        ("swar", swar::find_string_stop),
+        ("dispatch", find_string_stop),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    {
+        v.push(("sse2", x86_64::find_string_stop_sse2_only));
+        if x86_64::avx2_available() {
+            v.push(("avx2", x86_64::find_string_stop_avx2_only));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_all(buf: &[u8], start: usize) {
+        let want = naive::find_string_stop(buf, start);
+        for (name, f) in backends() {
+            assert_eq!(f(buf, start), want, "backend {name}, start {start}, buf {buf:?}");
+        }
+    }
+
+    #[test]
+    fn every_length_alignment_and_stop_position() {
+        // A stop byte of each kind at every position, in buffers of every
+        // length up to 3 AVX2 unrolls, from every start offset; with and
+        // without a non-ASCII byte before or after the stop.
+        let stops = [b'"', b'\\', 0x00, 0x1f, b'\n'];
+        let mut buf = Vec::new();
+        for len in 0..140usize {
+            for &stop in &stops {
+                for at in (0..len).chain([len]) {
+                    buf.clear();
+                    buf.resize(len, b'a');
+                    if at < len {
+                        buf[at] = stop;
+                    }
+                    for start in (0..=len.min(18)).chain([at.saturating_sub(1), at].into_iter().filter(|&s| s <= len)) {
+                        check_all(&buf, start);
+                    }
+                    if len > 3 {
+                        buf[len / 3] = 0xc3;
+                        for start in [0, 1, len / 3, len / 3 + 1, len / 2] {
+                            check_all(&buf, start.min(len));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn content_bytes_are_never_stops() {
+        // Every byte from 0x20 to 0xff except the quote and backslash is
+        // content; put each in every lane.
+        for b in 0x20u8..=0xff {
+            if b == b'"' || b == b'\\' {
+                continue;
+            }
+            for len in [1, 15, 16, 17, 31, 32, 33, 64, 65, 130] {
+                let buf = vec![b; len];
+                check_all(&buf, 0);
+                let mut with_end = buf.clone();
+                with_end.push(b'"');
+                check_all(&with_end, 0);
+                check_all(&with_end, len / 2);
+            }
+        }
+    }
+
+    #[test]
+    fn pseudo_random_buffers() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..3000 {
+            let len = (next() % 300) as usize;
+            // Mostly plain content, with rare stops and non-ASCII bytes.
+            let buf: Vec<u8> = (0..len)
+                .map(|_| match next() % 97 {
+                    0 => b'"',
+                    1 => b'\\',
+                    2 => (next() % 0x20) as u8,
+                    3 | 4 => 0x80 | (next() as u8),
+                    _ => b'0' + (next() % 40) as u8,
+                })
+                .collect();
+            let start = if len == 0 { 0 } else { (next() as usize) % (len + 1) };
+            check_all(&buf, start);
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! One byte at a time: the reference every backend is tested against, and the
+//! tail loop of the vector backends.
+
+use super::Stop;
+
+#[inline]
+pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
+    let mut non_ascii = false;
+    for (i, &b) in buf.iter().enumerate().skip(start) {
+        if b == b'"' || b == b'\\' || b < 0x20 {
+            return Stop { at: i, non_ascii };
+        }
+        non_ascii |= b >= 0x80;
+    }
+    Stop { at: buf.len(), non_ascii }
+}

@@ -1,0 +1,207 @@
+//! SSE2 for every string, AVX2 for the long ones.
+//!
+//! Most JSON-RPC strings are short (member names, method names, 42-byte
+//! addresses, 66-byte hashes), so the scan starts with inlined SSE2, which
+//! every x86_64 CPU has. Once a string has run past [`AVX2_AFTER`] bytes
+//! without a stop (calldata, raw transactions, blobs) the scan moves to an
+//! out-of-line AVX2 loop that checks 64 bytes per iteration, if the CPU has
+//! AVX2 (detected at run time and cached by `std`).
+//!
+//! Per 16-byte vector `v`, pseudo-code:
+//!
+//! ```text
+//! stops = (v == '"') | (v == '\\') | (min_u8(v, 0x1f) == v)   // last: v <= 0x1f
+//! mask  = movemask(stops)            // one bit per byte
+//! high  = movemask(v)                // bytes >= 0x80
+//! if mask != 0: at = trailing_zeros(mask); non_ascii |= high below `at`
+//! ```
+//!
+//! The last partial vector is loaded overlapping the previous one (ending at
+//! the last byte of the input) and the lanes already seen are shifted out, so
+//! no load ever reads outside the slice.
+
+use core::arch::x86_64::*;
+
+use super::{Stop, naive};
+
+/// Bytes of one string scanned with SSE2 before switching to AVX2.
+const AVX2_AFTER: usize = 64;
+
+#[inline]
+pub(crate) fn avx2_available() -> bool {
+    std::is_x86_feature_detected!("avx2")
+}
+
+#[inline(always)]
+pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
+    // SAFETY: SSE2 is part of the x86_64 baseline; AVX2 is only entered after
+    // `avx2_available()` said yes.
+    unsafe { sse2::<true>(buf, start) }
+}
+
+/// SSE2 alone, for tests and benchmarks of the backend.
+#[cfg(test)]
+pub(crate) fn find_string_stop_sse2_only(buf: &[u8], start: usize) -> Stop {
+    // SAFETY: SSE2 is part of the x86_64 baseline.
+    unsafe { sse2::<false>(buf, start) }
+}
+
+/// AVX2 from the first byte, for tests of the backend.
+#[cfg(test)]
+pub(crate) fn find_string_stop_avx2_only(buf: &[u8], start: usize) -> Stop {
+    assert!(avx2_available());
+    // SAFETY: the CPU has AVX2 (asserted above).
+    unsafe { avx2(buf, start, false) }
+}
+
+#[inline]
+#[target_feature(enable = "sse2")]
+fn stops_sse2(v: __m128i) -> __m128i {
+    let quote = _mm_set1_epi8(b'"' as i8);
+    let backslash = _mm_set1_epi8(b'\\' as i8);
+    let ctrl_max = _mm_set1_epi8(0x1f);
+    let is_ctrl = _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl_max), v);
+    _mm_or_si128(
+        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+        is_ctrl,
+    )
+}
+
+/// Bits of `mask` below bit `at`.
+#[inline(always)]
+fn below(mask: u64, at: u32) -> u64 {
+    mask & ((1u64 << at) - 1)
+}
+
+/// # Safety
+///
+/// The CPU must support SSE2 (always true on x86_64), and AVX2 if `AVX2_TAIL`
+/// is true and the string is long: `avx2_available()` is checked here first.
+#[inline]
+#[target_feature(enable = "sse2")]
+unsafe fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
+    let len = buf.len();
+    let ptr = buf.as_ptr();
+    let mut pos = start;
+    let mut high = 0u64;
+    while pos + 16 <= len {
+        if AVX2_TAIL && pos - start >= AVX2_AFTER && avx2_available() {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { avx2(buf, pos, high != 0) };
+        }
+        // SAFETY: `pos + 16 <= len`, so the 16 bytes read are inside `buf`;
+        // `loadu` has no alignment requirement.
+        let v = unsafe { _mm_loadu_si128(ptr.add(pos).cast()) };
+        let mask = _mm_movemask_epi8(stops_sse2(v)) as u64;
+        let h = _mm_movemask_epi8(v) as u64;
+        if mask != 0 {
+            let at = mask.trailing_zeros();
+            high |= below(h, at);
+            return Stop { at: pos + at as usize, non_ascii: high != 0 };
+        }
+        high |= h;
+        pos += 16;
+    }
+    if pos == len {
+        return Stop { at: len, non_ascii: high != 0 };
+    }
+    if len < 16 {
+        let tail = naive::find_string_stop(buf, pos);
+        return Stop { at: tail.at, non_ascii: tail.non_ascii || high != 0 };
+    }
+    // Fewer than 16 bytes left: load the last 16 bytes of the input and drop
+    // the lanes before `pos`, which were already scanned (or precede `start`).
+    let base = len - 16;
+    let seen = (pos - base) as u32;
+    // SAFETY: `len >= 16`, so `base..len` is inside `buf`.
+    let v = unsafe { _mm_loadu_si128(ptr.add(base).cast()) };
+    let mask = (_mm_movemask_epi8(stops_sse2(v)) as u64) >> seen;
+    let h = (_mm_movemask_epi8(v) as u64) >> seen;
+    if mask != 0 {
+        let at = mask.trailing_zeros();
+        high |= below(h, at);
+        return Stop { at: pos + at as usize, non_ascii: high != 0 };
+    }
+    Stop { at: len, non_ascii: high != 0 || h != 0 }
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn stops_avx2(v: __m256i) -> __m256i {
+    let quote = _mm256_set1_epi8(b'"' as i8);
+    let backslash = _mm256_set1_epi8(b'\\' as i8);
+    let ctrl_max = _mm256_set1_epi8(0x1f);
+    let is_ctrl = _mm256_cmpeq_epi8(_mm256_min_epu8(v, ctrl_max), v);
+    _mm256_or_si256(
+        _mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, backslash)),
+        is_ctrl,
+    )
+}
+
+/// # Safety
+///
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
+    let len = buf.len();
+    let ptr = buf.as_ptr();
+    let mut pos = start;
+    // Non-ASCII bytes are rare and only matter once, so they are OR-ed into a
+    // vector and reduced once at the end instead of per iteration.
+    let mut high = _mm256_setzero_si256();
+    while pos + 64 <= len {
+        // SAFETY: `pos + 64 <= len`: both 32-byte loads are inside `buf`.
+        let (a, b) = unsafe {
+            (
+                _mm256_loadu_si256(ptr.add(pos).cast()),
+                _mm256_loadu_si256(ptr.add(pos + 32).cast()),
+            )
+        };
+        let (sa, sb) = (stops_avx2(a), stops_avx2(b));
+        let any = _mm256_or_si256(sa, sb);
+        if _mm256_testz_si256(any, any) == 0 {
+            let mask = (_mm256_movemask_epi8(sa) as u32 as u64)
+                | ((_mm256_movemask_epi8(sb) as u32 as u64) << 32);
+            let h = (_mm256_movemask_epi8(a) as u32 as u64)
+                | ((_mm256_movemask_epi8(b) as u32 as u64) << 32);
+            let at = mask.trailing_zeros();
+            non_ascii |= below(h, at) != 0 || _mm256_movemask_epi8(high) != 0;
+            return Stop { at: pos + at as usize, non_ascii };
+        }
+        high = _mm256_or_si256(high, _mm256_or_si256(a, b));
+        pos += 64;
+    }
+    non_ascii |= _mm256_movemask_epi8(high) != 0;
+    while pos + 32 <= len {
+        // SAFETY: `pos + 32 <= len`.
+        let v = unsafe { _mm256_loadu_si256(ptr.add(pos).cast()) };
+        let mask = _mm256_movemask_epi8(stops_avx2(v)) as u32 as u64;
+        let h = _mm256_movemask_epi8(v) as u32 as u64;
+        if mask != 0 {
+            let at = mask.trailing_zeros();
+            non_ascii |= below(h, at) != 0;
+            return Stop { at: pos + at as usize, non_ascii };
+        }
+        non_ascii |= h != 0;
+        pos += 32;
+    }
+    if pos == len {
+        return Stop { at: len, non_ascii };
+    }
+    if len < 32 {
+        let tail = naive::find_string_stop(buf, pos);
+        return Stop { at: tail.at, non_ascii: tail.non_ascii || non_ascii };
+    }
+    let base = len - 32;
+    let seen = (pos - base) as u32;
+    // SAFETY: `len >= 32`, so `base..len` is inside `buf`.
+    let v = unsafe { _mm256_loadu_si256(ptr.add(base).cast()) };
+    let mask = (_mm256_movemask_epi8(stops_avx2(v)) as u32 as u64) >> seen;
+    let h = (_mm256_movemask_epi8(v) as u32 as u64) >> seen;
+    if mask != 0 {
+        let at = mask.trailing_zeros();
+        non_ascii |= below(h, at) != 0;
+        return Stop { at: pos + at as usize, non_ascii };
+    }
+    Stop { at: len, non_ascii: non_ascii || h != 0 }
+}

@@ -1,0 +1,621 @@
+//! Layer 1: byte-level JSON grammar over `&[u8]`.
+//!
+//! Two families of functions live here:
+//!
+//! * *validating* (`scan_*`, [`skip_value`]): accept exactly what RFC 8259
+//!   accepts (what `serde_json::from_slice::<&RawValue>` accepts), UTF-8
+//!   included, and report the first error with its byte offset;
+//! * *trusted* (`*_trusted`): walk input that a validating function already
+//!   accepted, as fast as possible. They never panic or read out of bounds on
+//!   any input, but on invalid input their answer is meaningless.
+//!
+//! Positions are indices into the whole message, so every error offset is an
+//! offset in the message.
+
+pub(crate) mod arch;
+
+use crate::error::{Error, ErrorKind};
+
+/// The maximum nesting depth the scanner can track.
+pub(crate) const MAX_DEPTH_LIMIT: u32 = 1024;
+
+#[inline(always)]
+pub(crate) fn is_ws(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\r' | b'\t')
+}
+
+/// Index of the first non-whitespace byte at or after `pos`.
+#[inline(always)]
+pub(crate) fn skip_ws(buf: &[u8], mut pos: usize) -> usize {
+    // Compact JSON has no whitespace at all: make that the one-compare path.
+    match buf.get(pos) {
+        Some(&b) if b > b' ' => pos,
+        _ => {
+            while let Some(&b) = buf.get(pos) {
+                if !is_ws(b) {
+                    break;
+                }
+                pos += 1;
+            }
+            pos
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn err<T>(kind: ErrorKind, at: usize) -> Result<T, Error> {
+    Err(Error::new(kind, at))
+}
+
+#[cold]
+pub(crate) fn eof<T>(buf: &[u8]) -> Result<T, Error> {
+    err(ErrorKind::Eof, buf.len())
+}
+
+/// A string whose opening quote has been read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ScannedStr {
+    /// Index just past the closing quote.
+    pub end: usize,
+    /// Whether the string contains a backslash escape.
+    pub escaped: bool,
+}
+
+/// Validates the string whose content starts at `pos` (just after the opening
+/// quote): escapes, no raw control bytes, UTF-8.
+#[inline(always)]
+pub(crate) fn scan_string(buf: &[u8], mut pos: usize) -> Result<ScannedStr, Error> {
+    let mut escaped = false;
+    loop {
+        let stop = arch::find_string_stop(buf, pos);
+        if stop.non_ascii {
+            validate_utf8(buf, pos, stop.at)?;
+        }
+        match buf.get(stop.at) {
+            Some(b'"') => return Ok(ScannedStr { end: stop.at + 1, escaped }),
+            Some(b'\\') => {
+                escaped = true;
+                pos = scan_escape(buf, stop.at)?;
+            }
+            Some(_) => return err(ErrorKind::ControlCharacter, stop.at),
+            None => return eof(buf),
+        }
+    }
+}
+
+/// A run of string content between escapes may hold multi-byte UTF-8; a
+/// sequence cannot straddle an escape (the backslash is ASCII), so checking
+/// each run on its own checks the whole string.
+#[cold]
+fn validate_utf8(buf: &[u8], from: usize, to: usize) -> Result<(), Error> {
+    match core::str::from_utf8(&buf[from..to]) {
+        Ok(_) => Ok(()),
+        Err(e) => err(ErrorKind::InvalidUtf8, from + e.valid_up_to()),
+    }
+}
+
+/// Validates the escape whose backslash is at `pos`; returns the index after it.
+#[inline]
+fn scan_escape(buf: &[u8], pos: usize) -> Result<usize, Error> {
+    match buf.get(pos + 1) {
+        Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(pos + 2),
+        Some(b'u') => {
+            let Some(hex) = buf.get(pos + 2..pos + 6) else {
+                // Distinguish a truncated escape from a bad one, as serde_json.
+                return match buf[pos + 2..].iter().position(|b| !b.is_ascii_hexdigit()) {
+                    Some(i) => err(ErrorKind::InvalidEscape, pos + 2 + i),
+                    None => eof(buf),
+                };
+            };
+            match hex.iter().position(|b| !b.is_ascii_hexdigit()) {
+                None => Ok(pos + 6),
+                Some(i) => err(ErrorKind::InvalidEscape, pos + 2 + i),
+            }
+        }
+        Some(_) => err(ErrorKind::InvalidEscape, pos + 1),
+        None => eof(buf),
+    }
+}
+
+#[inline(always)]
+fn is_digit(b: Option<&u8>) -> bool {
+    matches!(b, Some(b'0'..=b'9'))
+}
+
+#[inline(always)]
+fn skip_digits(buf: &[u8], mut pos: usize) -> usize {
+    while is_digit(buf.get(pos)) {
+        pos += 1;
+    }
+    pos
+}
+
+/// Validates the number starting at `pos` (a `-` or a digit); returns the index
+/// after it. What follows the number is the caller's to check.
+#[inline]
+pub(crate) fn scan_number(buf: &[u8], mut pos: usize) -> Result<usize, Error> {
+    if buf.get(pos) == Some(&b'-') {
+        pos += 1;
+    }
+    match buf.get(pos) {
+        Some(b'0') => pos += 1,
+        Some(b'1'..=b'9') => pos = skip_digits(buf, pos + 1),
+        Some(_) => return err(ErrorKind::InvalidNumber, pos),
+        None => return eof(buf),
+    }
+    if buf.get(pos) == Some(&b'.') {
+        pos += 1;
+        if !is_digit(buf.get(pos)) {
+            return number_error(buf, pos);
+        }
+        pos = skip_digits(buf, pos + 1);
+    }
+    if matches!(buf.get(pos), Some(b'e' | b'E')) {
+        pos += 1;
+        if matches!(buf.get(pos), Some(b'+' | b'-')) {
+            pos += 1;
+        }
+        if !is_digit(buf.get(pos)) {
+            return number_error(buf, pos);
+        }
+        pos = skip_digits(buf, pos + 1);
+    }
+    Ok(pos)
+}
+
+#[cold]
+fn number_error<T>(buf: &[u8], pos: usize) -> Result<T, Error> {
+    if pos >= buf.len() { eof(buf) } else { err(ErrorKind::InvalidNumber, pos) }
+}
+
+/// Validates the literal `lit` (`true`, `false`, `null`) at `pos`.
+#[inline(always)]
+pub(crate) fn scan_literal(buf: &[u8], pos: usize, lit: &'static [u8]) -> Result<usize, Error> {
+    if buf.get(pos..pos + lit.len()) == Some(lit) {
+        return Ok(pos + lit.len());
+    }
+    literal_error(buf, pos, lit)
+}
+
+#[cold]
+fn literal_error<T>(buf: &[u8], pos: usize, lit: &[u8]) -> Result<T, Error> {
+    let have = &buf[pos..];
+    let same = have.iter().zip(lit).take_while(|(a, b)| a == b).count();
+    if same == have.len() { eof(buf) } else { err(ErrorKind::InvalidLiteral, pos + same) }
+}
+
+/// One bit per open container: set for an array, clear for an object.
+struct ContainerStack {
+    bits: [u64; (MAX_DEPTH_LIMIT / 64) as usize],
+}
+
+impl ContainerStack {
+    #[inline(always)]
+    fn new() -> Self {
+        ContainerStack { bits: [0; (MAX_DEPTH_LIMIT / 64) as usize] }
+    }
+    #[inline(always)]
+    fn set(&mut self, level: u32, is_array: bool) {
+        let (word, bit) = ((level / 64) as usize % self.bits.len(), level % 64);
+        self.bits[word] = (self.bits[word] & !(1 << bit)) | ((is_array as u64) << bit);
+    }
+    #[inline(always)]
+    fn is_array(&self, level: u32) -> bool {
+        let (word, bit) = ((level / 64) as usize % self.bits.len(), level % 64);
+        self.bits[word] >> bit & 1 == 1
+    }
+}
+
+/// Reads `"key" :` with the key's opening quote at `pos`; returns the index of
+/// the member's value (whitespace skipped).
+#[inline(always)]
+fn scan_key_and_colon(buf: &[u8], pos: usize) -> Result<usize, Error> {
+    let pos = skip_ws(buf, scan_string(buf, pos + 1)?.end);
+    match buf.get(pos) {
+        Some(b':') => Ok(skip_ws(buf, pos + 1)),
+        Some(_) => err(ErrorKind::ExpectedColon, pos),
+        None => eof(buf),
+    }
+}
+
+/// Validates the JSON value starting at `pos` (whitespace already skipped);
+/// returns the index just after it.
+///
+/// `depth` is the number of containers already open around the value; a
+/// container that would make it exceed `max_depth` is an error.
+pub(crate) fn skip_value(
+    buf: &[u8],
+    mut pos: usize,
+    depth: u32,
+    max_depth: u32,
+) -> Result<usize, Error> {
+    let mut stack = ContainerStack::new();
+    // Containers opened by this call; `depth + level` is the absolute depth.
+    let mut level: u32 = 0;
+    'value: loop {
+        let Some(&b) = buf.get(pos) else { return eof(buf) };
+        match b {
+            b'"' => pos = scan_string(buf, pos + 1)?.end,
+            b'-' | b'0'..=b'9' => pos = scan_number(buf, pos)?,
+            b'{' | b'[' => {
+                if depth + level >= max_depth {
+                    return err(ErrorKind::TooDeep { limit: max_depth }, pos);
+                }
+                let is_array = b == b'[';
+                stack.set(level, is_array);
+                level += 1;
+                pos = skip_ws(buf, pos + 1);
+                match buf.get(pos) {
+                    Some(b']') if is_array => {
+                        level -= 1;
+                        pos += 1;
+                    }
+                    Some(b'}') if !is_array => {
+                        level -= 1;
+                        pos += 1;
+                    }
+                    Some(_) if is_array => continue 'value,
+                    Some(b'"') => {
+                        pos = scan_key_and_colon(buf, pos)?;
+                        continue 'value;
+                    }
+                    Some(_) => return err(ErrorKind::ExpectedKey, pos),
+                    None => return eof(buf),
+                }
+            }
+            b't' => pos = scan_literal(buf, pos, b"true")?,
+            b'f' => pos = scan_literal(buf, pos, b"false")?,
+            b'n' => pos = scan_literal(buf, pos, b"null")?,
+            _ => return err(ErrorKind::ExpectedValue, pos),
+        }
+        // A value just ended: close containers until one continues.
+        loop {
+            if level == 0 {
+                return Ok(pos);
+            }
+            pos = skip_ws(buf, pos);
+            let is_array = stack.is_array(level - 1);
+            match buf.get(pos) {
+                Some(b',') => {
+                    pos = skip_ws(buf, pos + 1);
+                    if !is_array {
+                        match buf.get(pos) {
+                            Some(b'"') => pos = scan_key_and_colon(buf, pos)?,
+                            Some(_) => return err(ErrorKind::ExpectedKey, pos),
+                            None => return eof(buf),
+                        }
+                    }
+                    continue 'value;
+                }
+                Some(b']') if is_array => {
+                    level -= 1;
+                    pos += 1;
+                }
+                Some(b'}') if !is_array => {
+                    level -= 1;
+                    pos += 1;
+                }
+                Some(_) if is_array => return err(ErrorKind::ExpectedArrayCommaOrEnd, pos),
+                Some(_) => return err(ErrorKind::ExpectedObjectCommaOrEnd, pos),
+                None => return eof(buf),
+            }
+        }
+    }
+}
+
+/// Index just past the closing quote of the validated string whose content
+/// starts at `pos`.
+#[inline(always)]
+pub(crate) fn skip_string_trusted(buf: &[u8], mut pos: usize) -> usize {
+    loop {
+        let stop = arch::find_string_stop(buf, pos);
+        match buf.get(stop.at) {
+            Some(b'"') => return stop.at + 1,
+            // Skip the escaped byte; for `\u` the four hex digits are plain
+            // content for the next scan.
+            Some(b'\\') => pos = stop.at + 2,
+            // A control byte cannot be in validated input; step over it so
+            // the walk still ends on any input.
+            Some(_) => pos = stop.at + 1,
+            None => return buf.len(),
+        }
+        if pos >= buf.len() {
+            return buf.len();
+        }
+    }
+}
+
+/// Index just past the validated value starting at `pos`.
+pub(crate) fn skip_value_trusted(buf: &[u8], mut pos: usize) -> usize {
+    match buf.get(pos) {
+        Some(b'"') => skip_string_trusted(buf, pos + 1),
+        Some(b'{' | b'[') => {
+            let mut depth = 0usize;
+            while let Some(&b) = buf.get(pos) {
+                match b {
+                    b'"' => {
+                        pos = skip_string_trusted(buf, pos + 1);
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return pos + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                pos += 1;
+            }
+            buf.len()
+        }
+        Some(_) => {
+            // A number or literal: it ends at a delimiter.
+            while let Some(&b) = buf.get(pos) {
+                if matches!(b, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t') {
+                    break;
+                }
+                pos += 1;
+            }
+            pos
+        }
+        None => pos,
+    }
+}
+
+/// Views bytes that a validating scan accepted as UTF-8 as a `&str`.
+#[inline(always)]
+pub(crate) fn validated_str(bytes: &[u8]) -> &str {
+    debug_assert!(core::str::from_utf8(bytes).is_ok());
+    // SAFETY: every caller passes a sub-slice of input accepted by the
+    // validating scanner, which checks every string for UTF-8 and accepts
+    // only ASCII outside strings; sub-slices are cut at ASCII bytes (quotes,
+    // structural characters, whitespace), never inside a multi-byte sequence.
+    // The fuzz targets check this against `core::str::from_utf8`.
+    unsafe { core::str::from_utf8_unchecked(bytes) }
+}
+
+/// Decodes the escapes of validated string content (between the quotes).
+///
+/// Fails on an unpaired surrogate escape (`"\ud800"`), which JSON's grammar
+/// allows but which no `&str` can hold.
+pub(crate) fn unescape(content: &[u8], out: &mut impl Extend<u8>) -> Result<(), usize> {
+    let mut decoder = Unescaped::new(content);
+    let mut chunk = [0u8; 4];
+    while let Some(piece) = decoder.next_piece(&mut chunk) {
+        out.extend(piece?.iter().copied());
+    }
+    Ok(())
+}
+
+/// Compares validated string content to `want` as decoded text, without
+/// allocating.
+pub(crate) fn unescaped_eq(content: &[u8], escaped: bool, want: &[u8]) -> bool {
+    if !escaped {
+        return content == want;
+    }
+    let mut decoder = Unescaped::new(content);
+    let mut chunk = [0u8; 4];
+    let mut rest = want;
+    while let Some(piece) = decoder.next_piece(&mut chunk) {
+        let Ok(piece) = piece else { return false };
+        match rest.strip_prefix(piece) {
+            Some(r) => rest = r,
+            None => return false,
+        }
+    }
+    rest.is_empty()
+}
+
+/// Walks validated string content as runs of decoded bytes.
+struct Unescaped<'a> {
+    content: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Unescaped<'a> {
+    fn new(content: &'a [u8]) -> Self {
+        Unescaped { content, pos: 0 }
+    }
+
+    /// The next run of plain bytes, or one decoded escape (in `chunk`); an
+    /// unpaired surrogate is `Err(offset in content)`.
+    fn next_piece<'c>(&mut self, chunk: &'c mut [u8; 4]) -> Option<Result<&'c [u8], usize>>
+    where
+        'a: 'c,
+    {
+        let s = self.content;
+        let start = self.pos;
+        if start >= s.len() {
+            return None;
+        }
+        if s[start] != b'\\' {
+            let end = memchr::memchr(b'\\', &s[start..]).map_or(s.len(), |i| start + i);
+            self.pos = end;
+            return Some(Ok(&s[start..end]));
+        }
+        let byte = match s.get(start + 1) {
+            Some(b'b') => 0x08,
+            Some(b'f') => 0x0c,
+            Some(b'n') => b'\n',
+            Some(b'r') => b'\r',
+            Some(b't') => b'\t',
+            Some(b'u') => {
+                let first = hex4(s, start + 2);
+                let mut end = start + 6;
+                let code = match first {
+                    0xD800..=0xDBFF => {
+                        // A high surrogate must be followed by `\u` + a low one.
+                        let low = if s.get(end) == Some(&b'\\') && s.get(end + 1) == Some(&b'u') {
+                            hex4(s, end + 2)
+                        } else {
+                            0
+                        };
+                        if !(0xDC00..=0xDFFF).contains(&low) {
+                            self.pos = s.len();
+                            return Some(Err(start));
+                        }
+                        end += 6;
+                        0x10000 + ((first - 0xD800) << 10) + (low - 0xDC00)
+                    }
+                    0xDC00..=0xDFFF => {
+                        self.pos = s.len();
+                        return Some(Err(start));
+                    }
+                    c => c,
+                };
+                self.pos = end;
+                let c = char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER);
+                return Some(Ok(c.encode_utf8(chunk).as_bytes()));
+            }
+            Some(&other) => other, // `"`, `\` and `/` stand for themselves.
+            None => {
+                self.pos = s.len();
+                return Some(Err(start));
+            }
+        };
+        self.pos = start + 2;
+        chunk[0] = byte;
+        Some(Ok(&chunk[..1]))
+    }
+}
+
+/// The value of the four hex digits at `pos` (validated input), or 0 if they
+/// are missing.
+fn hex4(s: &[u8], pos: usize) -> u32 {
+    let Some(digits) = s.get(pos..pos + 4) else { return 0 };
+    digits.iter().fold(0, |acc, &d| acc << 4 | (d as char).to_digit(16).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(input: &str) -> Result<usize, Error> {
+        let buf = input.as_bytes();
+        let pos = skip_ws(buf, 0);
+        let end = skip_value(buf, pos, 0, 128)?;
+        let rest = skip_ws(buf, end);
+        if rest != buf.len() {
+            return err(ErrorKind::TrailingCharacters, rest);
+        }
+        Ok(end)
+    }
+
+    #[test]
+    fn accepts_what_rfc_8259_accepts() {
+        for ok in [
+            "0", "-0", "1", "-1", "10", "1.5", "-1.5e10", "1E+2", "1e-2", "0.0", "123456789012345678901234567890",
+            "true", "false", "null", "\"\"", "\"a\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\u00e9\\uD83D\\ude00\"",
+            "\"\\ud800\"", "\"é東😀\"", "[]", "{}", "[1,2,3]", "{\"a\":1,\"b\":[{},[]]}", " \t\r\n[ 1 , { \"a\" : null } ] \n",
+        ] {
+            assert!(value(ok).is_ok(), "{ok:?} should be accepted: {:?}", value(ok));
+        }
+    }
+
+    #[test]
+    fn rejects_with_offsets() {
+        let table: &[(&str, &str)] = &[
+            ("", "unexpected end of input at byte 0"),
+            ("01", "trailing characters after the JSON value at byte 1"),
+            ("-", "unexpected end of input at byte 1"),
+            ("-a", "invalid number at byte 1"),
+            ("1.", "unexpected end of input at byte 2"),
+            ("1.e3", "invalid number at byte 2"),
+            ("1e", "unexpected end of input at byte 2"),
+            ("1e+", "unexpected end of input at byte 3"),
+            (".5", "expected a JSON value at byte 0"),
+            ("+1", "expected a JSON value at byte 0"),
+            ("tru", "unexpected end of input at byte 3"),
+            ("trux", "invalid literal at byte 3"),
+            ("nul", "unexpected end of input at byte 3"),
+            ("\"abc", "unexpected end of input at byte 4"),
+            ("\"a\u{1}b\"", "control character in string at byte 2"),
+            ("\"\\x\"", "invalid escape in string at byte 2"),
+            ("\"\\u12G4\"", "invalid escape in string at byte 5"),
+            ("\"\\u12", "unexpected end of input at byte 5"),
+            ("[1,]", "expected a JSON value at byte 3"),
+            ("[1 2]", "expected ',' or ']' at byte 3"),
+            ("{\"a\" 1}", "expected ':' at byte 5"),
+            ("{\"a\":1,}", "expected a member name at byte 7"),
+            ("{1:2}", "expected a member name at byte 1"),
+            ("{\"a\":1]", "expected ',' or '}' at byte 6"),
+            ("[", "unexpected end of input at byte 1"),
+            ("[1,2", "unexpected end of input at byte 4"),
+            ("1 2", "trailing characters after the JSON value at byte 2"),
+            ("\u{c}1", "expected a JSON value at byte 0"),
+        ];
+        for (input, want) in table {
+            let got = value(input).expect_err(input).to_string();
+            assert_eq!(&got, want, "input {input:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_invalid_utf8_in_strings() {
+        for (bytes, at) in [
+            (&b"\"\xff\""[..], 1),
+            (b"\"ab\xc3\"", 3),
+            (b"\"\xed\xa0\x80\"", 1), // an encoded surrogate
+            (b"\"ok \\n \xe6\x9d\"", 7),
+        ] {
+            let e = skip_value(bytes, 0, 0, 128).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::InvalidUtf8, "{bytes:?}");
+            assert_eq!(e.offset(), at, "{bytes:?}");
+        }
+        let long = [b"\"".as_ref(), &[b'a'; 100], b"\xe2\x82\xac", &[b'b'; 100], b"\""].concat();
+        assert!(skip_value(&long, 0, 0, 128).is_ok());
+        let mut bad = long.clone();
+        bad[101] = b'x';
+        assert_eq!(skip_value(&bad, 0, 0, 128).unwrap_err().offset(), 102);
+    }
+
+    #[test]
+    fn depth_limit_counts_containers() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(skip_value(nested(128).as_bytes(), 0, 0, 128).is_ok());
+        let e = skip_value(nested(129).as_bytes(), 0, 0, 128).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::TooDeep { limit: 128 });
+        assert_eq!(e.offset(), 128);
+        // Depth already open around the value counts.
+        assert!(skip_value(nested(126).as_bytes(), 0, 2, 128).is_ok());
+        assert!(skip_value(nested(127).as_bytes(), 0, 2, 128).is_err());
+        // Objects and arrays alike, and the limit holds past 64 levels.
+        let deep = format!("{}1{}", "{\"a\":[".repeat(100), "]}".repeat(100));
+        assert!(skip_value(deep.as_bytes(), 0, 0, 200).is_ok());
+        assert!(skip_value(deep.as_bytes(), 0, 0, 199).is_err());
+        let mismatched = format!("{}1{}]", "{\"a\":[".repeat(70), "]}".repeat(69));
+        assert!(skip_value(mismatched.as_bytes(), 0, 0, 1024).is_err());
+    }
+
+    #[test]
+    fn trusted_skip_agrees_with_validating_skip() {
+        for input in [
+            "\"a\\\"b\"", "\"\\\\\"", "123", "-1.5e3", "true", "null", "[1,[2,{\"a\":\"]\"}],3]", "{\"k\\\"\":\"}\"}",
+            "{}", "[]", "[ 1 , 2 ]",
+        ] {
+            let buf = format!("{input} ,");
+            let want = skip_value(buf.as_bytes(), 0, 0, 128).unwrap();
+            assert_eq!(skip_value_trusted(buf.as_bytes(), 0), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn unescapes() {
+        let decode = |s: &str| {
+            let mut out = Vec::new();
+            unescape(s.as_bytes(), &mut out).map(|()| String::from_utf8(out).unwrap())
+        };
+        assert_eq!(decode(r#"a\"b\\c\/d\be\ff\ng\rh\ti"#).unwrap(), "a\"b\\c/d\u{8}e\u{c}f\ng\rh\ti");
+        assert_eq!(decode(r"\u006dethod").unwrap(), "method");
+        assert_eq!(decode(r"\u00e9\u6771\ud83d\ude00").unwrap(), "é東😀");
+        assert_eq!(decode(r"x\ud800"), Err(1));
+        assert_eq!(decode(r"\udc00"), Err(0));
+        assert_eq!(decode(r"\ud800\u0041"), Err(0));
+        assert!(unescaped_eq(br"\u006dethod", true, b"method"));
+        assert!(!unescaped_eq(br"\u006dethod", true, b"methods"));
+        assert!(!unescaped_eq(br"\u006dethodx", true, b"method"));
+        assert!(unescaped_eq(b"plain", false, b"plain"));
+    }
+}
