@@ -6,6 +6,21 @@ mod peers;
 
 use corpus::Style;
 
+/// The same digest as the peers compute: method length, id bytes, params
+/// bytes, for every request in the message.
+fn rpcwire_digest(input: &[u8], arena: &bumpalo::Bump) -> usize {
+    let digest = |e: rpcwire::Entry| {
+        let r = e.request().expect("corpus requests are valid");
+        r.method().len()
+            + r.id().map_or(0, |i| i.as_bytes().len())
+            + r.params().map_or(0, |p| p.as_bytes().len())
+    };
+    match rpcwire::parse(input, arena).expect("corpus messages are valid") {
+        rpcwire::Message::Single(e) => digest(e),
+        rpcwire::Message::Batch(b) => b.map(digest).sum(),
+    }
+}
+
 fn bench_parse(c: &mut Criterion) {
     let mut cases: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
     for (name, style) in [("viem", Style::Viem), ("ethers", Style::Ethers), ("web3py", Style::Web3Py)] {
@@ -20,6 +35,13 @@ fn bench_parse(c: &mut Criterion) {
         let bytes: usize = msgs.iter().map(Vec::len).sum();
         let mut g = c.benchmark_group(name.as_str());
         g.throughput(Throughput::Bytes(bytes as u64));
+        let mut arena = bumpalo::Bump::new();
+        g.bench_function("rpcwire", |b| {
+            b.iter(|| {
+                arena.reset();
+                msgs.iter().map(|m| rpcwire_digest(black_box(m), &arena)).sum::<usize>()
+            })
+        });
         g.bench_function("serde_json_raw", |b| {
             b.iter(|| msgs.iter().map(|m| peers::serde_json_raw(black_box(m))).sum::<usize>())
         });

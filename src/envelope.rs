@@ -1,11 +1,13 @@
 //! Layer 2: the request envelope, read in one forward pass.
 //!
-//! A single message is validated and its envelope read in the same pass. A
-//! batch must be valid JSON as a whole before any entry may run (one bad byte
-//! anywhere turns the whole reply into one -32700), so [`Parser::parse`]
-//! validates the batch first, counting its entries, and returns a [`Batch`]
-//! that reads each entry's envelope lazily as it is iterated, with the
-//! scanner's trusted fast path and without storing anything.
+//! A message is validated and its envelope read in the same pass. A batch
+//! must be valid JSON as a whole before any entry may run (one bad byte
+//! anywhere turns the whole reply into one -32700), so each entry's envelope
+//! is read as the batch is validated and kept, a few words per entry, in the
+//! caller's per-message arena; the [`Batch`] then hands the entries out one by
+//! one. Walking the batch a second time to find the entries again would cost
+//! as much as validating it: this is the "parses batches twice" that the
+//! serde_json/jsonrpsee shape pays.
 
 use bumpalo::Bump;
 
@@ -123,23 +125,11 @@ impl Parser {
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {
-                let (fields, end) = read_envelope::<false>(input, pos, 0, self.max_depth)?;
+                let (fields, end) = read_envelope(input, pos, 0, self.max_depth)?;
                 expect_end(input, end)?;
                 Ok(Message::Single(fields.into_entry(input, arena)))
             }
-            Some(b'[') => {
-                let (len, end) = validate_array(input, pos, self.max_depth)?;
-                expect_end(input, end)?;
-                if len == 0 {
-                    return err(ErrorKind::EmptyBatch, pos);
-                }
-                if len > self.max_batch_len as usize {
-                    let len = u32::try_from(len).unwrap_or(u32::MAX);
-                    return err(ErrorKind::BatchTooLarge { limit: self.max_batch_len, len }, pos);
-                }
-                let first = skip_ws(input, pos + 1);
-                Ok(Message::Batch(Batch { input, pos: first, remaining: len, len, arena }))
-            }
+            Some(b'[') => self.parse_batch(input, pos, arena),
             Some(_) => {
                 let end = scan::skip_value(input, pos, 0, self.max_depth)?;
                 expect_end(input, end)?;
@@ -147,6 +137,47 @@ impl Parser {
             }
             None => eof(input),
         }
+    }
+}
+
+impl Parser {
+    /// Reads the batch whose `[` is at `pos`, validating it and storing its
+    /// entries in `arena`.
+    fn parse_batch<'a>(
+        &self,
+        input: &'a [u8],
+        pos: usize,
+        arena: &'a Bump,
+    ) -> Result<Message<'a>, Error> {
+        let limit = self.max_batch_len as usize;
+        let mut entries = bumpalo::collections::Vec::new_in(arena);
+        let mut len = 0usize;
+        let end = for_each_element(input, pos, self.max_depth, |p| {
+            let (entry, end) = if input[p] == b'{' {
+                let (fields, end) = read_envelope(input, p, 1, self.max_depth)?;
+                (fields.into_entry(input, arena), end)
+            } else {
+                let end = scan::skip_value(input, p, 1, self.max_depth)?;
+                let error = Error::new(ErrorKind::NotObject, p);
+                (Entry::Invalid(InvalidRequest { id: Id::NULL, error }), end)
+            };
+            // Past the limit, keep validating and counting (invalid JSON
+            // still wins), but store nothing more.
+            if len < limit {
+                entries.push(entry);
+            }
+            len += 1;
+            Ok(end)
+        })?;
+        expect_end(input, end)?;
+        if len == 0 {
+            return err(ErrorKind::EmptyBatch, pos);
+        }
+        if len > limit {
+            let len = u32::try_from(len).unwrap_or(u32::MAX);
+            return err(ErrorKind::BatchTooLarge { limit: self.max_batch_len, len }, pos);
+        }
+        Ok(Message::Batch(Batch { entries: entries.into_bump_slice().iter() }))
     }
 }
 
@@ -172,27 +203,35 @@ pub(crate) fn expect_end(input: &[u8], end: usize) -> Result<(), Error> {
     if rest == input.len() { Ok(()) } else { err(ErrorKind::TrailingCharacters, rest) }
 }
 
-/// Validates the array whose `[` is at `pos` and counts its elements.
-pub(crate) fn validate_array(
+/// Walks the array whose `[` is at `pos`, calling `element` with the index of
+/// each element's first byte; `element` returns the index after the element.
+/// Returns the index after the `]`.
+#[inline(always)]
+pub(crate) fn for_each_element(
     input: &[u8],
     pos: usize,
     max_depth: u32,
-) -> Result<(usize, usize), Error> {
+    mut element: impl FnMut(usize) -> Result<usize, Error>,
+) -> Result<usize, Error> {
     if max_depth == 0 {
         return err(ErrorKind::TooDeep { limit: max_depth }, pos);
     }
     let mut p = skip_ws(input, pos + 1);
-    if input.get(p) == Some(&b']') {
-        return Ok((0, p + 1));
+    match input.get(p) {
+        Some(b']') => return Ok(p + 1),
+        Some(_) => {}
+        None => return eof(input),
     }
-    let mut len = 0usize;
     loop {
-        p = scan::skip_value(input, p, 1, max_depth)?;
-        len += 1;
-        p = skip_ws(input, p);
+        p = skip_ws(input, element(p)?);
         match input.get(p) {
-            Some(b',') => p = skip_ws(input, p + 1),
-            Some(b']') => return Ok((len, p + 1)),
+            Some(b',') => {
+                p = skip_ws(input, p + 1);
+                if p == input.len() {
+                    return eof(input);
+                }
+            }
+            Some(b']') => return Ok(p + 1),
             Some(_) => return err(ErrorKind::ExpectedArrayCommaOrEnd, p),
             None => return eof(input),
         }
@@ -330,61 +369,32 @@ impl<'a> InvalidRequest<'a> {
     }
 }
 
-/// The entries of a batch, in order, read lazily.
+/// The entries of a batch, in request order.
 ///
-/// The batch was validated as a whole when it was parsed; each step reads one
-/// entry's envelope without re-validating and without allocating.
-/// `Batch` is `Clone`: a clone walks the entries again from where it was made.
-#[derive(Clone)]
+/// The batch was validated as a whole, and each entry's envelope read, in the
+/// one pass of [`Parser::parse`]; the entries live in the arena passed to it.
+#[derive(Clone, Debug)]
 pub struct Batch<'a> {
-    input: &'a [u8],
-    pos: usize,
-    remaining: usize,
-    len: usize,
-    arena: &'a Bump,
+    entries: core::slice::Iter<'a, Entry<'a>>,
 }
 
 impl<'a> Batch<'a> {
-    /// The number of entries in the whole batch (not only those left).
-    pub fn batch_len(&self) -> usize {
-        self.len
-    }
-}
-
-impl core::fmt::Debug for Batch<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Batch").field("len", &self.len).field("remaining", &self.remaining).finish()
+    /// The entries not yet iterated, in order.
+    pub fn as_slice(&self) -> &'a [Entry<'a>] {
+        self.entries.as_slice()
     }
 }
 
 impl<'a> Iterator for Batch<'a> {
     type Item = Entry<'a>;
 
+    #[inline]
     fn next(&mut self) -> Option<Entry<'a>> {
-        if self.remaining == 0 {
-            return None;
-        }
-        self.remaining -= 1;
-        let input = self.input;
-        let start = self.pos;
-        let (entry, end) = if input.get(start) == Some(&b'{') {
-            match read_envelope::<true>(input, start, 1, u32::MAX) {
-                Ok((fields, end)) => (fields.into_entry(input, self.arena), end),
-                // Unreachable for validated input; answered, not panicked on.
-                Err(e) => (Entry::Invalid(InvalidRequest { id: Id::NULL, error: e }), input.len()),
-            }
-        } else {
-            let end = scan::skip_value_trusted(input, start);
-            let error = Error::new(ErrorKind::NotObject, start);
-            (Entry::Invalid(InvalidRequest { id: Id::NULL, error }), end)
-        };
-        // Step over the `,` (or the final `]`) and the whitespace around it.
-        self.pos = skip_ws(input, skip_ws(input, end) + 1);
-        Some(entry)
+        self.entries.next().copied()
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.remaining, Some(self.remaining))
+        self.entries.size_hint()
     }
 }
 
@@ -485,7 +495,7 @@ const REQUEST_MEMBERS: [(&[u8], Member); 4] = [
 /// envelope member it names (compared after unescaping) and the index after
 /// its closing quote.
 #[inline(always)]
-pub(crate) fn read_member_name<const TRUSTED: bool>(
+pub(crate) fn read_member_name(
     input: &[u8],
     pos: usize,
     members: &[(&[u8], Member)],
@@ -496,13 +506,7 @@ pub(crate) fn read_member_name<const TRUSTED: bool>(
             return Ok((Some(member), pos + 1 + pattern.len()));
         }
     }
-    let (end, escaped) = if TRUSTED {
-        let end = scan::skip_string_trusted(input, pos + 1);
-        (end, memchr::memchr(b'\\', &input[pos + 1..end]).is_some())
-    } else {
-        let s = scan::scan_string(input, pos + 1)?;
-        (s.end, s.escaped)
-    };
+    let scan::ScannedStr { end, escaped } = scan::scan_string(input, pos + 1)?;
     if !escaped {
         // Without escapes the fast path above would have matched.
         return Ok((None, end));
@@ -515,41 +519,12 @@ pub(crate) fn read_member_name<const TRUSTED: bool>(
     Ok((member, end))
 }
 
-/// Skips any value, validating unless `TRUSTED`.
-#[inline(always)]
-pub(crate) fn skip_any<const TRUSTED: bool>(
-    input: &[u8],
-    pos: usize,
-    depth: u32,
-    max_depth: u32,
-) -> Result<usize, Error> {
-    if TRUSTED {
-        Ok(scan::skip_value_trusted(input, pos))
-    } else {
-        scan::skip_value(input, pos, depth, max_depth)
-    }
-}
-
 /// Reads a string value whose opening quote is at `pos`; returns the index
 /// after it and whether it has escapes.
 #[inline(always)]
-pub(crate) fn read_string<const TRUSTED: bool>(
-    input: &[u8],
-    pos: usize,
-) -> Result<(usize, bool), Error> {
-    if TRUSTED {
-        let end = scan::skip_string_trusted(input, pos + 1);
-        Ok((end, memchr::memchr(b'\\', &input[pos + 1..end]).is_some()))
-    } else {
-        let s = scan::scan_string(input, pos + 1)?;
-        Ok((s.end, s.escaped))
-    }
-}
-
-/// Reads a number or literal id/value at `pos`.
-#[inline(always)]
-fn read_number<const TRUSTED: bool>(input: &[u8], pos: usize) -> Result<usize, Error> {
-    if TRUSTED { Ok(scan::skip_value_trusted(input, pos)) } else { scan::scan_number(input, pos) }
+pub(crate) fn read_string(input: &[u8], pos: usize) -> Result<(usize, bool), Error> {
+    let s = scan::scan_string(input, pos + 1)?;
+    Ok((s.end, s.escaped))
 }
 
 /// After a member's value: `,` and the next member name's quote, or `}`.
@@ -624,7 +599,7 @@ pub(crate) fn first_member(
 /// Reads the request object whose `{` is at `pos`, `depth` containers deep, in
 /// one pass; returns what it found and the index after the `}`.
 #[inline(always)]
-fn read_envelope<const TRUSTED: bool>(
+fn read_envelope(
     input: &[u8],
     mut pos: usize,
     depth: u32,
@@ -636,7 +611,7 @@ fn read_envelope<const TRUSTED: bool>(
     let mut more = first_member(input, &mut pos, depth, max_depth)?;
     while more {
         let name_at = pos;
-        let (member, after_name) = read_member_name::<TRUSTED>(input, pos, &REQUEST_MEMBERS)?;
+        let (member, after_name) = read_member_name(input, pos, &REQUEST_MEMBERS)?;
         pos = colon(input, after_name)?;
         let at = pos;
         match member {
@@ -647,11 +622,11 @@ fn read_envelope<const TRUSTED: bool>(
                     pos += 5;
                 } else {
                     if input[pos] == b'"' {
-                        let (end, escaped) = read_string::<TRUSTED>(input, pos)?;
+                        let (end, escaped) = read_string(input, pos)?;
                         f.version_ok = escaped && scan::unescaped_eq(&input[pos + 1..end - 1], true, b"2.0");
                         pos = end;
                     } else {
-                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                        pos = scan::skip_value(input, pos, inner, max_depth)?;
                     }
                     if !f.version_ok {
                         f.problem(ErrorKind::WrongVersion, at, false);
@@ -661,12 +636,11 @@ fn read_envelope<const TRUSTED: bool>(
             Some(Member::Id) => {
                 f.mark_seen(Member::Id, name_at);
                 match input[pos] {
-                    b'"' => pos = read_string::<TRUSTED>(input, pos)?.0,
-                    b'-' | b'0'..=b'9' => pos = read_number::<TRUSTED>(input, pos)?,
-                    b'n' if TRUSTED => pos += 4,
+                    b'"' => pos = read_string(input, pos)?.0,
+                    b'-' | b'0'..=b'9' => pos = scan::scan_number(input, pos)?,
                     b'n' => pos = scan::scan_literal(input, pos, b"null")?,
                     _ => {
-                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                        pos = scan::skip_value(input, pos, inner, max_depth)?;
                         f.problem(ErrorKind::WrongType(Member::Id), at, true);
                     }
                 }
@@ -675,12 +649,12 @@ fn read_envelope<const TRUSTED: bool>(
             Some(Member::Method) => {
                 f.mark_seen(Member::Method, name_at);
                 if input[pos] == b'"' {
-                    let (end, escaped) = read_string::<TRUSTED>(input, pos)?;
+                    let (end, escaped) = read_string(input, pos)?;
                     f.method = Some(Span { start: pos + 1, end: end - 1 });
                     f.method_escaped = escaped;
                     pos = end;
                 } else {
-                    pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                    pos = scan::skip_value(input, pos, inner, max_depth)?;
                     f.problem(ErrorKind::WrongType(Member::Method), at, false);
                 }
             }
@@ -688,18 +662,17 @@ fn read_envelope<const TRUSTED: bool>(
                 f.mark_seen(Member::Params, name_at);
                 match input[pos] {
                     b'[' | b'{' => {
-                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                        pos = scan::skip_value(input, pos, inner, max_depth)?;
                         f.params = Some(Span { start: at, end: pos });
                     }
-                    b'n' if TRUSTED => pos += 4,
                     b'n' => pos = scan::scan_literal(input, pos, b"null")?,
                     _ => {
-                        pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+                        pos = scan::skip_value(input, pos, inner, max_depth)?;
                         f.problem(ErrorKind::WrongType(Member::Params), at, false);
                     }
                 }
             }
-            _ => pos = skip_any::<TRUSTED>(input, pos, inner, max_depth)?,
+            _ => pos = scan::skip_value(input, pos, inner, max_depth)?,
         }
         more = next_member(input, &mut pos)?;
     }

@@ -1,9 +1,11 @@
 //! Responses, as a gateway reads its upstream's answers: the id, and either the
 //! raw `result` or the error's code, message and raw `data`.
 
+use bumpalo::Bump;
+
 use crate::envelope::{
-    Parser, Span, colon, expect_end, first_member, next_member, read_member_name, read_string,
-    skip_any, validate_array,
+    Parser, Span, colon, expect_end, first_member, for_each_element, next_member,
+    read_member_name, read_string,
 };
 use crate::error::{Error, ErrorKind, Member};
 use crate::scan::{self, eof, err, skip_ws};
@@ -14,14 +16,15 @@ use crate::value::{Id, JsonStr, RawValue, parse_i64};
 pub enum ResponseMessage<'a> {
     /// A single response.
     Single(Response<'a>),
-    /// A non-empty batch of responses, validated, read as it is walked.
+    /// A non-empty batch of responses, validated, in order.
     Batch(ResponseBatch<'a>),
 }
 
 /// A JSON-RPC 2.0 response, borrowed from the message.
 ///
 /// ```
-/// let msg = rpcwire::parse_response(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"execution reverted","data":"0x08c379a0"}}"#)?;
+/// let arena = bumpalo::Bump::new();
+/// let msg = rpcwire::parse_response(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"execution reverted","data":"0x08c379a0"}}"#, &arena)?;
 /// let rpcwire::ResponseMessage::Single(response) = msg else { unreachable!() };
 /// let error = response.result().unwrap_err();
 /// assert_eq!(error.code(), -32000);
@@ -78,46 +81,31 @@ impl<'a> ErrorObject<'a> {
     }
 }
 
-/// The responses of a batch, in order, read lazily; each is `Err` if that
-/// element is not a valid response.
-#[derive(Clone)]
+/// The responses of a batch, in order; each is `Err` if that element is not a
+/// valid response. Read in the one validating pass of
+/// [`Parser::parse_response`] and kept in its arena.
+#[derive(Clone, Debug)]
 pub struct ResponseBatch<'a> {
-    input: &'a [u8],
-    pos: usize,
-    remaining: usize,
+    items: core::slice::Iter<'a, Result<Response<'a>, Error>>,
 }
 
-impl core::fmt::Debug for ResponseBatch<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("ResponseBatch").field("remaining", &self.remaining).finish()
+impl<'a> ResponseBatch<'a> {
+    /// The responses not yet iterated, in order.
+    pub fn as_slice(&self) -> &'a [Result<Response<'a>, Error>] {
+        self.items.as_slice()
     }
 }
 
 impl<'a> Iterator for ResponseBatch<'a> {
     type Item = Result<Response<'a>, Error>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        if self.remaining == 0 {
-            return None;
-        }
-        self.remaining -= 1;
-        let input = self.input;
-        let start = self.pos;
-        let (item, end) = if input.get(start) == Some(&b'{') {
-            match read_response::<true>(input, start, 1, u32::MAX) {
-                Ok((fields, end)) => (fields.into_response(input), end),
-                Err(e) => (Err(e), input.len()),
-            }
-        } else {
-            let end = scan::skip_value_trusted(input, start);
-            (Err(Error::new(ErrorKind::NotObject, start)), end)
-        };
-        self.pos = skip_ws(input, skip_ws(input, end) + 1);
-        Some(item)
+        self.items.next().copied()
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.remaining, Some(self.remaining))
+        self.items.size_hint()
     }
 }
 
@@ -125,18 +113,23 @@ impl ExactSizeIterator for ResponseBatch<'_> {}
 
 /// Parses one response message with the default limits; see
 /// [`Parser::parse_response`].
-pub fn parse_response(input: &[u8]) -> Result<ResponseMessage<'_>, Error> {
-    Parser::new().parse_response(input)
+pub fn parse_response<'a>(input: &'a [u8], arena: &'a Bump) -> Result<ResponseMessage<'a>, Error> {
+    Parser::new().parse_response(input, arena)
 }
 
 impl Parser {
     /// Parses one JSON-RPC response message: a single response or a batch.
     ///
-    /// The whole input is validated as JSON first, under the same limits as
+    /// The whole input is validated as JSON, under the same limits as
     /// requests (the batch length limit does not apply: answers are bounded
     /// by the requests sent). A single invalid response is an `Err`; in a
-    /// batch, each invalid element is an `Err` in its place.
-    pub fn parse_response<'a>(&self, input: &'a [u8]) -> Result<ResponseMessage<'a>, Error> {
+    /// batch, each invalid element is an `Err` in its place. A batch's
+    /// responses are kept in `arena`, a few words each.
+    pub fn parse_response<'a>(
+        &self,
+        input: &'a [u8],
+        arena: &'a Bump,
+    ) -> Result<ResponseMessage<'a>, Error> {
         if input.len() > self.message_len_limit() {
             return err(ErrorKind::MessageTooLarge { limit: self.message_len_limit() }, 0);
         }
@@ -144,18 +137,29 @@ impl Parser {
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {
-                let (fields, end) = read_response::<false>(input, pos, 0, max_depth)?;
+                let (fields, end) = read_response(input, pos, 0, max_depth)?;
                 expect_end(input, end)?;
                 fields.into_response(input).map(ResponseMessage::Single)
             }
             Some(b'[') => {
-                let (len, end) = validate_array(input, pos, max_depth)?;
+                let mut items = bumpalo::collections::Vec::new_in(arena);
+                let end = for_each_element(input, pos, max_depth, |p| {
+                    let (item, end) = if input[p] == b'{' {
+                        let (fields, end) = read_response(input, p, 1, max_depth)?;
+                        (fields.into_response(input), end)
+                    } else {
+                        let end = scan::skip_value(input, p, 1, max_depth)?;
+                        (Err(Error::new(ErrorKind::NotObject, p)), end)
+                    };
+                    items.push(item);
+                    Ok(end)
+                })?;
                 expect_end(input, end)?;
-                if len == 0 {
+                if items.is_empty() {
                     return err(ErrorKind::EmptyBatch, pos);
                 }
-                let first = skip_ws(input, pos + 1);
-                Ok(ResponseMessage::Batch(ResponseBatch { input, pos: first, remaining: len }))
+                let items = items.into_bump_slice().iter();
+                Ok(ResponseMessage::Batch(ResponseBatch { items }))
             }
             Some(_) => {
                 let end = scan::skip_value(input, pos, 0, max_depth)?;
@@ -242,7 +246,7 @@ impl ResponseFields {
     }
 }
 
-fn read_response<const TRUSTED: bool>(
+fn read_response(
     input: &[u8],
     mut pos: usize,
     depth: u32,
@@ -253,10 +257,10 @@ fn read_response<const TRUSTED: bool>(
     let mut more = first_member(input, &mut pos, depth, max_depth)?;
     while more {
         let name_at = pos;
-        let (member, after_name) = read_member_name::<TRUSTED>(input, pos, &RESPONSE_MEMBERS)?;
+        let (member, after_name) = read_member_name(input, pos, &RESPONSE_MEMBERS)?;
         pos = colon(input, after_name)?;
         let at = pos;
-        let end = skip_any::<TRUSTED>(input, pos, inner, max_depth)?;
+        let end = scan::skip_value(input, pos, inner, max_depth)?;
         let value = &input[pos..end];
         match member {
             Some(Member::Jsonrpc) => {
@@ -306,7 +310,7 @@ fn read_error_object(
     let mut more = first_member(input, &mut pos, 0, u32::MAX)?;
     while more {
         let name_at = pos;
-        let (member, after_name) = read_member_name::<true>(input, pos, &ERROR_MEMBERS)?;
+        let (member, after_name) = read_member_name(input, pos, &ERROR_MEMBERS)?;
         pos = colon(input, after_name)?;
         let at = pos;
         let end = scan::skip_value_trusted(input, pos);
@@ -322,7 +326,7 @@ fn read_error_object(
             Some(Member::Message) => {
                 f.mark_seen(Member::Message, name_at);
                 if value[0] == b'"' {
-                    let (_, escaped) = read_string::<true>(input, pos)?;
+                    let (_, escaped) = read_string(input, pos)?;
                     f.message = Some((Span { start: pos + 1, end: end - 1 }, escaped));
                 } else {
                     f.problem(ErrorKind::WrongType(Member::Message), at);

@@ -34,16 +34,13 @@ pub(crate) fn avx2_available() -> bool {
 
 #[inline(always)]
 pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
-    // SAFETY: SSE2 is part of the x86_64 baseline; AVX2 is only entered after
-    // `avx2_available()` said yes.
-    unsafe { sse2::<true>(buf, start) }
+    sse2::<true>(buf, start)
 }
 
 /// SSE2 alone, for tests and benchmarks of the backend.
 #[cfg(test)]
 pub(crate) fn find_string_stop_sse2_only(buf: &[u8], start: usize) -> Stop {
-    // SAFETY: SSE2 is part of the x86_64 baseline.
-    unsafe { sse2::<false>(buf, start) }
+    sse2::<false>(buf, start)
 }
 
 /// AVX2 from the first byte, for tests of the backend.
@@ -54,17 +51,27 @@ pub(crate) fn find_string_stop_avx2_only(buf: &[u8], start: usize) -> Stop {
     unsafe { avx2(buf, start, false) }
 }
 
-#[inline]
-#[target_feature(enable = "sse2")]
-fn stops_sse2(v: __m128i) -> __m128i {
-    let quote = _mm_set1_epi8(b'"' as i8);
-    let backslash = _mm_set1_epi8(b'\\' as i8);
-    let ctrl_max = _mm_set1_epi8(0x1f);
-    let is_ctrl = _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl_max), v);
-    _mm_or_si128(
-        _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-        is_ctrl,
-    )
+/// Stop-byte mask and high-bit mask of one 16-byte vector.
+///
+/// SSE2 is part of the x86_64 baseline, so these instructions exist on every
+/// x86_64 CPU; the function is not marked `#[target_feature]` so that it (and
+/// the scan around it) can be inlined into the parser's hot loops.
+#[inline(always)]
+fn masks_sse2(v: __m128i) -> (u64, u64) {
+    // SAFETY: SSE2 is enabled for every x86_64 target (`cfg(target_feature =
+    // "sse2")` is always true there), so these register-only intrinsics are
+    // available.
+    unsafe {
+        let quote = _mm_set1_epi8(b'"' as i8);
+        let backslash = _mm_set1_epi8(b'\\' as i8);
+        let ctrl_max = _mm_set1_epi8(0x1f);
+        let is_ctrl = _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl_max), v);
+        let stops = _mm_or_si128(
+            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+            is_ctrl,
+        );
+        (_mm_movemask_epi8(stops) as u32 as u64, _mm_movemask_epi8(v) as u32 as u64)
+    }
 }
 
 /// Bits of `mask` below bit `at`.
@@ -73,13 +80,10 @@ fn below(mask: u64, at: u32) -> u64 {
     mask & ((1u64 << at) - 1)
 }
 
-/// # Safety
-///
-/// The CPU must support SSE2 (always true on x86_64), and AVX2 if `AVX2_TAIL`
-/// is true and the string is long: `avx2_available()` is checked here first.
-#[inline]
-#[target_feature(enable = "sse2")]
-unsafe fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
+/// SSE2 from `start`; with `AVX2_TAIL`, long strings continue in AVX2 when the
+/// CPU has it.
+#[inline(always)]
+fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
     let len = buf.len();
     let ptr = buf.as_ptr();
     let mut pos = start;
@@ -92,8 +96,7 @@ unsafe fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
         // SAFETY: `pos + 16 <= len`, so the 16 bytes read are inside `buf`;
         // `loadu` has no alignment requirement.
         let v = unsafe { _mm_loadu_si128(ptr.add(pos).cast()) };
-        let mask = _mm_movemask_epi8(stops_sse2(v)) as u64;
-        let h = _mm_movemask_epi8(v) as u64;
+        let (mask, h) = masks_sse2(v);
         if mask != 0 {
             let at = mask.trailing_zeros();
             high |= below(h, at);
@@ -115,8 +118,8 @@ unsafe fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
     let seen = (pos - base) as u32;
     // SAFETY: `len >= 16`, so `base..len` is inside `buf`.
     let v = unsafe { _mm_loadu_si128(ptr.add(base).cast()) };
-    let mask = (_mm_movemask_epi8(stops_sse2(v)) as u64) >> seen;
-    let h = (_mm_movemask_epi8(v) as u64) >> seen;
+    let (mask, h) = masks_sse2(v);
+    let (mask, h) = (mask >> seen, h >> seen);
     if mask != 0 {
         let at = mask.trailing_zeros();
         high |= below(h, at);

@@ -1,0 +1,550 @@
+//! The parser against the JSON-RPC 2.0 specification's examples, every row of
+//! DESIGN.md's spec decisions table, and serde_json on real and mutated
+//! traffic.
+
+#[path = "../benches/corpus.rs"]
+mod corpus;
+#[path = "support/oracle.rs"]
+mod oracle;
+#[path = "support/spec.rs"]
+mod spec;
+
+use bumpalo::Bump;
+use oracle::{Classified, EntryView};
+use rpcwire::{Category, Entry, Error, INVALID_REQUEST, Kind, Message, PARSE_ERROR, Parser};
+
+fn parse(input: &str) -> Result<Message<'static>, Error> {
+    // Leaked so that tables can hold borrowed results; tests only.
+    let arena: &'static Bump = Box::leak(Box::new(Bump::new()));
+    let input: &'static [u8] = Box::leak(input.as_bytes().to_vec().into_boxed_slice());
+    rpcwire::parse(input, arena)
+}
+
+fn single(input: &str) -> Entry<'static> {
+    parse(input).unwrap_or_else(|e| panic!("{input}: {e}")).into_single().expect("a single message")
+}
+
+fn entries(input: &str) -> Vec<Entry<'static>> {
+    parse(input).unwrap_or_else(|e| panic!("{input}: {e}")).into_batch().expect("a batch").collect()
+}
+
+#[test]
+fn every_example_of_the_specification() {
+    for ex in spec::examples() {
+        let input = ex.request.as_bytes();
+        let reply: Option<serde_json::Value> =
+            ex.reply.as_deref().map(|r| serde_json::from_str(r).unwrap());
+        let arena = Bump::new();
+        let parsed = rpcwire::parse(input, &arena);
+        match (&reply, parsed) {
+            // A single error object answers the whole message.
+            (Some(r @ serde_json::Value::Object(_)), Err(e)) => {
+                assert_eq!(r["error"]["code"], e.code(), "{}", ex.title);
+                assert_eq!(r["id"], serde_json::Value::Null, "{}", ex.title);
+            }
+            (reply, Ok(Message::Single(entry))) => match entry {
+                Entry::Request(req) if req.is_notification() => {
+                    assert!(reply.is_none(), "{}: a notification gets no reply", ex.title)
+                }
+                Entry::Request(req) => {
+                    let r = reply.as_ref().unwrap();
+                    assert_eq!(r["id"].to_string().as_bytes(), req.id().unwrap().as_bytes(), "{}", ex.title);
+                }
+                Entry::Invalid(inv) => {
+                    let r = reply.as_ref().unwrap();
+                    assert_eq!(r["error"]["code"], INVALID_REQUEST, "{}", ex.title);
+                    assert_eq!(r["id"].to_string().as_bytes(), inv.id().as_bytes(), "{}", ex.title);
+                }
+            },
+            (reply, Ok(Message::Batch(batch))) => {
+                // Replies are the non-notification entries, in order.
+                let answered: Vec<Entry> = batch.filter(|e| !e.is_notification()).collect();
+                let replies = reply.as_ref().map_or(vec![], |r| r.as_array().unwrap().clone());
+                assert_eq!(answered.len(), replies.len(), "{}", ex.title);
+                for (entry, r) in answered.iter().zip(&replies) {
+                    match entry {
+                        Entry::Invalid(inv) => {
+                            assert_eq!(r["error"]["code"], INVALID_REQUEST, "{}", ex.title);
+                            assert_eq!(inv.id().as_bytes(), b"null", "{}", ex.title);
+                        }
+                        Entry::Request(req) => {
+                            assert_eq!(r["id"].to_string().as_bytes(), req.id().unwrap().as_bytes(), "{}", ex.title)
+                        }
+                    }
+                }
+            }
+            (reply, Err(e)) => panic!("{}: unexpected error {e}, reply {reply:?}", ex.title),
+        }
+    }
+}
+
+#[test]
+fn spec_examples_read_method_id_and_params() {
+    let e = spec::examples();
+    let r = single(&e[2].request).request().unwrap();
+    assert_eq!(r.method(), "subtract");
+    assert_eq!(r.id().unwrap().as_u64(), Some(3));
+    let p = r.params().unwrap();
+    assert!(p.is_object());
+    assert_eq!(p.get("minuend").unwrap().as_u64(), Some(42));
+    assert_eq!(p.get("subtrahend").unwrap().as_u64(), Some(23));
+    assert_eq!(p.get("absent"), None);
+    let r = single(&e[0].request).request().unwrap();
+    let p = r.params().unwrap();
+    assert_eq!(p.iter().map(|v| v.as_i64().unwrap()).collect::<Vec<_>>(), [42, 23]);
+    assert_eq!(p.len(), 2);
+    let mixed = entries(&e[13].request);
+    assert_eq!(mixed.len(), 6);
+    let methods: Vec<&str> = mixed.iter().filter_map(|e| e.request()).map(|r| r.method()).collect();
+    assert_eq!(methods, ["sum", "notify_hello", "subtract", "foo.get", "get_data"]);
+    assert!(mixed[1].is_notification());
+    assert!(mixed[3].invalid().is_some());
+}
+
+/// What one row of the table expects.
+#[derive(Debug)]
+enum Want {
+    /// The whole message is an error with this code.
+    Whole(i32),
+    /// A single request: method, id bytes (None = notification), params.
+    Request(&'static str, Option<&'static str>, Option<&'static str>),
+    /// A single invalid request answered with this id.
+    Invalid(&'static str),
+}
+
+fn check(input: &str, want: &Want) {
+    let got = parse(input);
+    match (want, got) {
+        (Want::Whole(code), Err(e)) => assert_eq!(e.code(), *code, "{input}: {e}"),
+        (Want::Request(m, id, params), Ok(Message::Single(Entry::Request(r)))) => {
+            assert_eq!(r.method(), *m, "{input}");
+            assert_eq!(r.id().map(|i| i.as_bytes()), id.map(str::as_bytes), "{input}");
+            assert_eq!(r.params().map(|p| p.as_bytes()), params.map(str::as_bytes), "{input}");
+        }
+        (Want::Invalid(id), Ok(Message::Single(Entry::Invalid(inv)))) => {
+            assert_eq!(inv.id().as_bytes(), id.as_bytes(), "{input}");
+            assert_eq!(inv.error().code(), INVALID_REQUEST, "{input}");
+        }
+        (want, got) => panic!("{input}: wanted {want:?}, got {got:?}"),
+    }
+}
+
+#[test]
+fn spec_decisions_table() {
+    use Want::*;
+    let table: &[(&str, Want)] = &[
+        // Bytes that are not one valid JSON value, anywhere.
+        (r#"{"jsonrpc":"2.0","method":"m","params":[1,],"id":1}"#, Whole(PARSE_ERROR)),
+        (r#"{"jsonrpc":"2.0","method":"m","params":{"a":01},"id":1}"#, Whole(PARSE_ERROR)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1} x"#, Whole(PARSE_ERROR)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1}{"jsonrpc":"2.0","method":"m","id":2}"#, Whole(PARSE_ERROR)),
+        (r#"[{"jsonrpc":"2.0","method":"m","id":1}],"#, Whole(PARSE_ERROR)),
+        (r#"{"jsonrpc":"2.0","method":"m","params":["\x"],"id":1}"#, Whole(PARSE_ERROR)),
+        (r#"[{"jsonrpc":"2.0","method":"m","id":1},{"bad":tru}]"#, Whole(PARSE_ERROR)),
+        ("", Whole(PARSE_ERROR)),
+        ("   ", Whole(PARSE_ERROR)),
+        // Valid JSON that is neither object nor array.
+        ("1", Whole(INVALID_REQUEST)),
+        (r#""a string""#, Whole(INVALID_REQUEST)),
+        ("null", Whole(INVALID_REQUEST)),
+        (" true ", Whole(INVALID_REQUEST)),
+        // `[]`: one error object, not an array.
+        ("[]", Whole(INVALID_REQUEST)),
+        (" [ \n ] ", Whole(INVALID_REQUEST)),
+        // jsonrpc missing or not exactly "2.0": id echoed.
+        (r#"{"method":"m","id":7}"#, Invalid("7")),
+        (r#"{"jsonrpc":"1.0","method":"m","id":7}"#, Invalid("7")),
+        (r#"{"jsonrpc":2.0,"method":"m","id":7}"#, Invalid("7")),
+        (r#"{"jsonrpc":"2.0 ","method":"m","id":"x"}"#, Invalid(r#""x""#)),
+        (r#"{"jsonrpc":null,"method":"m","id":7}"#, Invalid("7")),
+        (r#"{"jsonrpc":["2.0"],"method":"m","id":7}"#, Invalid("7")),
+        // Escapes in the version string are read as any JSON parser would.
+        (r#"{"jsonrpc":"2\u002e0","method":"m","id":7}"#, Request("m", Some("7"), None)),
+        // method missing or not a string: id echoed.
+        (r#"{"jsonrpc":"2.0","id":7}"#, Invalid("7")),
+        (r#"{"jsonrpc":"2.0","method":1,"id":7}"#, Invalid("7")),
+        (r#"{"jsonrpc":"2.0","method":null,"id":7}"#, Invalid("7")),
+        (r#"{"jsonrpc":"2.0","method":{"a":"b"},"id":"q"}"#, Invalid(r#""q""#)),
+        (r#"{"jsonrpc":"2.0","method":1}"#, Invalid("null")),
+        // A method that no &str can hold (unpaired surrogate escape).
+        (r#"{"jsonrpc":"2.0","method":"a\ud800","id":7}"#, Invalid("7")),
+        // id an object, array or boolean: id null.
+        (r#"{"jsonrpc":"2.0","method":"m","id":{"a":1}}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","method":"m","id":[1]}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","method":"m","id":true}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","method":"m","id":false}"#, Invalid("null")),
+        (r#"{"jsonrpc":"1.0","method":"m","id":false}"#, Invalid("null")),
+        // id a number of any form or a string: accepted, echoed byte for byte.
+        (r#"{"jsonrpc":"2.0","method":"m","id":-1}"#, Request("m", Some("-1"), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1.5}"#, Request("m", Some("1.5"), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1e3}"#, Request("m", Some("1e3"), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":-0}"#, Request("m", Some("-0"), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1.0E-7}"#, Request("m", Some("1.0E-7"), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551616}"#, Request("m", Some("18446744073709551616"), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":"\u0041"}"#, Request("m", Some(r#""\u0041""#), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":""}"#, Request("m", Some(r#""""#), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":"6f1c-é"}"#, Request("m", Some(r#""6f1c-é""#), None)),
+        // id null: a request, answered with null.
+        (r#"{"jsonrpc":"2.0","method":"m","id":null}"#, Request("m", Some("null"), None)),
+        // params absent or null: no params.
+        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":null}"#, Request("m", Some("1"), None)),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":[]}"#, Request("m", Some("1"), Some("[]"))),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":{}}"#, Request("m", Some("1"), Some("{}"))),
+        // params a string, number or boolean: invalid, id echoed.
+        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":"x"}"#, Invalid("1")),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":3}"#, Invalid("1")),
+        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":true}"#, Invalid("1")),
+        // The same envelope member twice: id null.
+        (r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"a","id":1}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","method":"a","id":1,"id":2}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","method":"a","id":1,"params":[],"params":[]}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","method":"a","\u006dethod":"b","id":1}"#, Invalid("null")),
+        (r#"{"jsonrpc":"2.0","method":"a","i\u0064":1,"id":2}"#, Invalid("null")),
+        // Member names compare after unescaping.
+        (r#"{"\u006asonrpc":"2.0","\u006dethod":"m","\u0069d":5,"par\u0061ms":[1]}"#, Request("m", Some("5"), Some("[1]"))),
+        (r#"{"jsonrpc":"2.0","method":"eth_\u0063all","id":5}"#, Request("eth_call", Some("5"), None)),
+        // Unknown members are ignored, whatever they hold.
+        (r#"{"jsonrpc":"2.0","method":"m","id":1,"x":{"method":"evil","id":[]},"methods":1}"#, Request("m", Some("1"), None)),
+        // Member order does not matter.
+        (r#"{"id":1,"params":[1],"method":"m","jsonrpc":"2.0"}"#, Request("m", Some("1"), Some("[1]"))),
+        // A method starting with rpc. parses; the router refuses it.
+        (r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#, Request("rpc.discover", Some("1"), None)),
+        // A notification has no id.
+        (r#"{"jsonrpc":"2.0","method":"m","params":[1]}"#, Request("m", None, Some("[1]"))),
+        // An empty object, or one without any envelope member.
+        ("{}", Invalid("null")),
+        (r#"{"foo":"boo"}"#, Invalid("null")),
+    ];
+    for (input, want) in table {
+        check(input, want);
+    }
+}
+
+#[test]
+fn batch_entries_are_classified_in_place_and_in_order() {
+    let batch = entries(concat!(
+        r#"[{"jsonrpc":"2.0","method":"a","id":1},"#,
+        r#"{"jsonrpc":"2.0","method":1,"id":2},"#,
+        r#"7,"#,
+        r#"{"jsonrpc":"2.0","method":"n"},"#,
+        r#"{"jsonrpc":"2.0","method":"d","id":3,"id":4},"#,
+        r#"[],"#,
+        r#"{"jsonrpc":"2.0","method":"z","id":"last"}]"#
+    ));
+    assert_eq!(batch.len(), 7);
+    assert_eq!(batch[0].request().unwrap().method(), "a");
+    assert_eq!(batch[1].invalid().unwrap().id().as_bytes(), b"2");
+    assert_eq!(batch[2].invalid().unwrap().id().as_bytes(), b"null");
+    assert!(batch[3].is_notification());
+    assert_eq!(batch[4].invalid().unwrap().id().as_bytes(), b"null");
+    assert_eq!(batch[5].invalid().unwrap().id().as_bytes(), b"null");
+    assert_eq!(batch[6].request().unwrap().id().unwrap().as_bytes(), br#""last""#);
+    // A batch of only notifications is a batch whose entries all need no reply.
+    let quiet = entries(r#"[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]"#);
+    assert!(quiet.iter().all(Entry::is_notification));
+}
+
+#[test]
+fn limits_are_enforced_with_the_limit_in_data() {
+    let arena = Bump::new();
+    // Depth: 128 levels in all is accepted by default, 129 is not.
+    let nest = |n: usize| format!(r#"{{"jsonrpc":"2.0","method":"m","id":1,"params":{}1{}}}"#, "[".repeat(n), "]".repeat(n));
+    assert!(rpcwire::parse(nest(127).as_bytes(), &arena).is_ok());
+    let e = rpcwire::parse(nest(128).as_bytes(), &arena).unwrap_err();
+    assert_eq!((e.code(), e.category(), e.limit()), (PARSE_ERROR, Category::Limit, Some(128)));
+    let mut data = Vec::new();
+    e.write_data(&mut data);
+    let data: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!(data["limit"], 128);
+    let shallow = Parser::new().max_depth(4);
+    assert!(shallow.parse(nest(3).as_bytes(), &arena).is_ok());
+    assert_eq!(shallow.parse(nest(4).as_bytes(), &arena).unwrap_err().limit(), Some(4));
+    // Invalid JSON wins over depth only where it comes first; either way -32700.
+    assert_eq!(rpcwire::parse(format!("{}x", "[".repeat(200)).as_bytes(), &arena).unwrap_err().code(), PARSE_ERROR);
+
+    // Batch length: the limit and the batch's length are in the error.
+    let batch = |n: usize| {
+        let one = r#"{"jsonrpc":"2.0","method":"m","id":1}"#;
+        format!("[{}]", vec![one; n].join(","))
+    };
+    let full = batch(1000);
+    let m = rpcwire::parse(full.as_bytes(), &arena).unwrap();
+    assert_eq!(m.into_batch().unwrap().len(), 1000);
+    let e = rpcwire::parse(batch(1001).as_bytes(), &arena).unwrap_err();
+    assert_eq!((e.code(), e.limit()), (INVALID_REQUEST, Some(1000)));
+    let mut data = Vec::new();
+    e.write_data(&mut data);
+    let data: serde_json::Value = serde_json::from_slice(&data).unwrap();
+    assert_eq!((data["limit"].as_u64(), data["len"].as_u64()), (Some(1000), Some(1001)));
+    let small = Parser::new().max_batch_len(2);
+    assert!(small.parse(batch(2).as_bytes(), &arena).is_ok());
+    assert!(small.parse(batch(3).as_bytes(), &arena).is_err());
+    // A too-long batch with a syntax error is a parse error.
+    let broken = format!("{},]", &batch(1001)[..batch(1001).len() - 1]);
+    assert_eq!(rpcwire::parse(broken.as_bytes(), &arena).unwrap_err().code(), PARSE_ERROR);
+
+    // Message size.
+    let tiny = Parser::new().max_message_len(40);
+    let msg = br#"{"jsonrpc":"2.0","method":"m","id":1}"#;
+    assert!(tiny.parse(msg, &arena).is_ok());
+    let e = tiny.parse(&[msg.as_slice(), b"     "].concat(), &arena).unwrap_err();
+    assert_eq!((e.code(), e.limit()), (INVALID_REQUEST, Some(40)));
+}
+
+#[test]
+fn errors_name_what_and_where() {
+    let table: &[(&str, &str)] = &[
+        (r#"{"jsonrpc":"2.0","method":"m","id":1"#, "unexpected end of input at byte 36"),
+        (r#"{"jsonrpc":"2.0" "method":"m"}"#, "expected ',' or '}' at byte 17"),
+        (r#"{"jsonrpc":"2.0","method":"m","params":[1 2]}"#, "expected ',' or ']' at byte 42"),
+        (r#"{"jsonrpc":"2.0","method":"m","id":01}"#, "expected ',' or '}' at byte 36"),
+        ("[1,2,]", "expected a JSON value at byte 5"),
+        (r#"{"jsonrpc":"2.0","method":"m"} {}"#, "trailing characters after the JSON value at byte 31"),
+        ("42", "message is neither an object nor an array at byte 0"),
+        ("[]", "empty batch at byte 0"),
+    ];
+    for (input, want) in table {
+        assert_eq!(parse(input).unwrap_err().to_string(), *want, "{input}");
+    }
+    let inv = single(r#"{"jsonrpc":"2.0","method":"m","params":"x","id":1}"#).invalid().unwrap();
+    assert_eq!(inv.error().to_string(), "member 'params' has the wrong type (expected an array, object or null) at byte 39");
+    let inv = single(r#"{"jsonrpc":"1.0","method":"m","id":1}"#).invalid().unwrap();
+    assert_eq!(inv.error().to_string(), "'jsonrpc' must be exactly \"2.0\" at byte 11");
+    assert_eq!(inv.error().category(), Category::Envelope);
+}
+
+#[test]
+fn ids_echo_byte_for_byte() {
+    for id in ["1e3", "-0", "18446744073709551616", r#""\u0041""#, "0", "-1.25E+10", r#""a\"b""#, "null", "9007199254740993"] {
+        let input = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
+        let r = single(&input).request().unwrap();
+        assert_eq!(r.id().unwrap().as_bytes(), id.as_bytes());
+        assert_eq!(r.id().unwrap().get(), id);
+    }
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551615}"#).request().unwrap().id().unwrap();
+    assert_eq!((id.kind(), id.as_u64()), (Kind::Number, Some(u64::MAX)));
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551616}"#).request().unwrap().id().unwrap();
+    assert_eq!(id.as_u64(), None);
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":-9223372036854775808}"#).request().unwrap().id().unwrap();
+    assert_eq!(id.as_i64(), Some(i64::MIN));
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":"\u0041"}"#).request().unwrap().id().unwrap();
+    assert_eq!(id.kind(), Kind::String);
+    assert!(id.as_json_str().unwrap().eq_str("A"));
+}
+
+/// Splits compact JSON into tokens (strings kept whole).
+fn tokens(compact: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut chars = compact.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                let mut s = String::from('"');
+                let mut escaped = false;
+                for c in chars.by_ref() {
+                    s.push(c);
+                    if escaped {
+                        escaped = false;
+                    } else if c == '\\' {
+                        escaped = true;
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+                out.push(s);
+            }
+            '{' | '}' | '[' | ']' | ':' | ',' => out.push(c.to_string()),
+            _ => {
+                let mut s = c.to_string();
+                while let Some(&n) = chars.peek() {
+                    if "{}[]:,\"".contains(n) {
+                        break;
+                    }
+                    s.push(n);
+                    chars.next();
+                }
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn the_four_whitespace_bytes_between_every_token() {
+    let compact = concat!(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0xab","data":"0x12"},"latest",true,null,-1.5e3,{}]},"#,
+        r#"{"method":"n","jsonrpc":"2.0"},{"id":"x","jsonrpc":"2.0","method":"m","params":{"a":[]}}]"#
+    );
+    let toks = tokens(compact);
+    assert_eq!(toks.concat(), compact);
+    let arena = Bump::new();
+    let reference = rpcwire::parse(compact.as_bytes(), &arena).unwrap().into_batch().unwrap();
+    for ws in [" ", "\t", "\n", "\r", " \t\n\r", "\r\n"] {
+        let spaced = format!("{ws}{}{ws}", toks.join(ws));
+        let arena = Bump::new();
+        let got = rpcwire::parse(spaced.as_bytes(), &arena).unwrap_or_else(|e| panic!("{ws:?}: {e}"));
+        let got: Vec<Entry> = got.into_batch().unwrap().collect();
+        assert_eq!(got.len(), reference.len());
+        for (g, r) in got.iter().zip(reference.clone()) {
+            let (g, r) = (g.request().unwrap(), r.request().unwrap());
+            assert_eq!(g.method(), r.method());
+            assert_eq!(g.id().map(|i| i.as_bytes()), r.id().map(|i| i.as_bytes()));
+            // Params keep their inner whitespace; compared as JSON.
+            let value = |p: Option<rpcwire::Params>| p.map(|p| serde_json::from_slice::<serde_json::Value>(p.as_bytes()).unwrap());
+            assert_eq!(value(g.params()), value(r.params()));
+        }
+        // Positional and named access see through the whitespace.
+        let params = got[0].request().unwrap().params().unwrap();
+        let values: Vec<&[u8]> = params.iter().map(|v| v.as_bytes()).collect();
+        assert_eq!(values[1..5], [&b"\"latest\""[..], b"true", b"null", b"-1.5e3"]);
+        assert_eq!(params.nth(0).unwrap().as_params().unwrap().get("data").unwrap().as_str(), Some("0x12"));
+        assert!(params.nth(5).unwrap().as_params().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn agrees_with_serde_json_on_real_traffic() {
+    let parser = Parser::new();
+    let mut inputs: Vec<Vec<u8>> = Vec::new();
+    for style in [corpus::Style::Viem, corpus::Style::Ethers, corpus::Style::Web3Py] {
+        inputs.extend(corpus::eth_singles(1, style, 300));
+        inputs.push(corpus::eth_batch(2, style, 100));
+    }
+    inputs.extend(corpus::mcp_tool_calls(3, 100));
+    for input in &inputs {
+        // Real traffic is valid, and every request in it reads the same.
+        assert!(matches!(oracle::classify(input), Classified::Single(EntryView::Request { .. }) | Classified::Batch(_)));
+        oracle::check_agreement(&parser, input);
+    }
+    for ex in spec::examples() {
+        oracle::check_agreement(&parser, ex.request.as_bytes());
+    }
+}
+
+/// Mutations of valid messages: every prefix, single-byte edits at every
+/// position, and pseudo-random multi-byte edits, each checked against
+/// serde_json.
+#[test]
+fn agrees_with_serde_json_on_mutated_traffic() {
+    let parser = Parser::new();
+    let seeds: Vec<Vec<u8>> = [
+        br#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0xab","data":"0x12"},"latest"]}"#.to_vec(),
+        br#"[{"jsonrpc":"2.0","method":"a","id":1},{"jsonrpc":"2.0","method":"n"},7]"#.to_vec(),
+        br#"{"id":"\u0041","\u006dethod":"m\u00e9","jsonrpc":"2.0","params":{"k":[1.5e3,-0,true,null]}}"#.to_vec(),
+        "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{\"name\":\"東京\"}}".as_bytes().to_vec(),
+    ]
+    .into();
+    let replacements: &[u8] = b"{}[]\",:\\ 0-1.eE+tfnu\x00\x1f\x7f\xc3\xa9\xff";
+    let mut rng = corpus::Rng::new(0xfeed);
+    for seed in &seeds {
+        oracle::check_agreement(&parser, seed);
+        for cut in 0..seed.len() {
+            oracle::check_agreement(&parser, &seed[..cut]);
+        }
+        for at in 0..seed.len() {
+            for &r in replacements {
+                let mut m = seed.clone();
+                m[at] = r;
+                oracle::check_agreement(&parser, &m);
+                let mut ins = seed.clone();
+                ins.insert(at, r);
+                oracle::check_agreement(&parser, &ins);
+            }
+            let mut del = seed.clone();
+            del.remove(at);
+            oracle::check_agreement(&parser, &del);
+        }
+        for _ in 0..3000 {
+            let mut m = seed.clone();
+            for _ in 0..1 + rng.below(4) {
+                let at = rng.below(m.len() as u64 + 1) as usize;
+                let r = replacements[rng.below(replacements.len() as u64) as usize];
+                match rng.below(3) {
+                    0 if at < m.len() => m[at] = r,
+                    1 => m.insert(at, r),
+                    _ if at < m.len() => {
+                        m.remove(at);
+                    }
+                    _ => {}
+                }
+            }
+            oracle::check_agreement(&parser, &m);
+        }
+    }
+}
+
+#[test]
+fn deep_nesting_agrees_with_serde_json_up_to_the_limit() {
+    let parser = Parser::new();
+    for depth in [1usize, 63, 64, 65, 127, 128, 129, 500, 2000] {
+        for open in ["[", "{\"k\":"] {
+            let close = if open == "[" { "]" } else { "}" };
+            let value = format!("{}0{}", open.repeat(depth), close.repeat(depth));
+            let msg = format!(r#"{{"jsonrpc":"2.0","method":"m","id":1,"params":[{value}]}}"#);
+            oracle::check_agreement(&parser, msg.as_bytes());
+        }
+    }
+}
+
+#[test]
+fn responses() {
+    let arena = Bump::new();
+    let parse = |s: &'static str| rpcwire::parse_response(s.as_bytes(), &arena);
+    let rpcwire::ResponseMessage::Single(r) = parse(r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#).unwrap() else { panic!() };
+    assert_eq!(r.id().as_bytes(), b"1");
+    assert_eq!(r.result().unwrap().as_bytes(), br#""0x1b4""#);
+    let rpcwire::ResponseMessage::Single(r) =
+        parse(r#"{"result":{"logs":[{"a":1}]},"id":"q","jsonrpc":"2.0","extra":[1]}"#).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(r.result().unwrap().as_bytes(), br#"{"logs":[{"a":1}]}"#);
+    let rpcwire::ResponseMessage::Single(r) =
+        parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse \"error\""}}"#).unwrap()
+    else {
+        panic!()
+    };
+    let e = r.result().unwrap_err();
+    assert_eq!((r.id().is_null(), e.code(), e.data()), (true, -32700, None));
+    assert!(e.message().eq_str("Parse \"error\""));
+    // Spec examples' replies are all valid responses.
+    for ex in spec::examples() {
+        if let Some(reply) = ex.reply {
+            let arena = Bump::new();
+            match rpcwire::parse_response(reply.as_bytes(), &arena).unwrap() {
+                rpcwire::ResponseMessage::Single(_) => {}
+                rpcwire::ResponseMessage::Batch(b) => assert!(b.clone().all(|r| r.is_ok()), "{}", ex.title),
+            }
+        }
+    }
+    // A batch keeps order and reports bad elements in place.
+    let rpcwire::ResponseMessage::Batch(b) = parse(concat!(
+        r#"[{"jsonrpc":"2.0","id":2,"result":null},"#,
+        r#"{"jsonrpc":"2.0","id":3,"result":1,"error":{"code":1,"message":"x"}},"#,
+        r#"{"jsonrpc":"2.0","id":4},"#,
+        r#"{"jsonrpc":"2.0","id":5,"error":{"code":1.5,"message":"x"}},"#,
+        r#"{"jsonrpc":"2.0","id":6,"error":{"message":"x"}},"#,
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-1,"message":"x","data":{"d":[]}}},"#,
+        r#"1,{"id":8,"result":1}]"#
+    ))
+    .unwrap() else {
+        panic!()
+    };
+    let items: Vec<_> = b.collect();
+    assert_eq!(items.len(), 8);
+    assert_eq!(items[0].unwrap().result().unwrap().as_bytes(), b"null");
+    assert!(items[1].unwrap_err().to_string().contains("both"));
+    assert!(items[2].unwrap_err().to_string().contains("missing member 'result'"));
+    assert!(items[3].unwrap_err().to_string().contains("'code'"));
+    assert!(items[4].unwrap_err().to_string().contains("missing member 'code'"));
+    assert_eq!(items[5].unwrap().result().unwrap_err().data().unwrap().as_bytes(), br#"{"d":[]}"#);
+    assert!(items[6].is_err());
+    assert!(items[7].unwrap_err().to_string().contains("'jsonrpc'"));
+    // Whole-message problems.
+    assert_eq!(parse(r#"{"jsonrpc":"2.0","id":1,"result":}"#).unwrap_err().code(), PARSE_ERROR);
+    assert!(parse("[]").is_err());
+    assert!(parse(r#"{"jsonrpc":"2.0","id":1,"result":1,"result":2}"#).is_err());
+    assert!(parse(r#"{"jsonrpc":"2.0","id":[1],"result":1}"#).is_err());
+}
