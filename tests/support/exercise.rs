@@ -1,0 +1,128 @@
+//! Drives every public reading path of the parser over one input; used by the
+//! `parse` fuzz target and by the corpus replay in `cargo test`. Panics on any
+//! broken invariant.
+#![allow(dead_code)]
+
+use rpcwire::{Entry, Message, Params, RawValue, ResponseMessage};
+
+fn valid_json(bytes: &[u8]) {
+    assert!(
+        serde_json::from_slice::<&serde_json::value::RawValue>(bytes).is_ok(),
+        "a view is not valid JSON: {:?}",
+        String::from_utf8_lossy(bytes)
+    );
+}
+
+fn value(v: RawValue<'_>, arena: &bumpalo::Bump, depth: usize) {
+    valid_json(v.as_bytes());
+    assert_eq!(v.get().as_bytes(), v.as_bytes());
+    let _ = (v.kind(), v.as_u64(), v.as_i64(), v.as_bool(), v.is_null());
+    if let Some(s) = v.as_json_str() {
+        let decoded = s.decode_in(arena);
+        let serde: Option<String> = serde_json::from_slice(v.as_bytes()).ok();
+        assert_eq!(decoded.map(str::to_owned), serde, "string decoding differs from serde_json");
+        if let Some(d) = decoded {
+            assert!(s.eq_str(d));
+        }
+    }
+    if let Some(p) = v.as_params() {
+        if depth < 8 {
+            params(p, arena, depth + 1);
+        }
+    }
+}
+
+fn params(p: Params<'_>, arena: &bumpalo::Bump, depth: usize) {
+    valid_json(p.as_bytes());
+    let serde: serde_json::Value = serde_json::from_slice(p.as_bytes()).unwrap();
+    if p.is_array() {
+        let items: Vec<RawValue> = p.iter().collect();
+        assert_eq!(items.len(), serde.as_array().unwrap().len());
+        assert_eq!(p.len(), items.len());
+        for (i, v) in items.iter().enumerate() {
+            assert_eq!(p.nth(i), Some(*v));
+            value(*v, arena, depth);
+        }
+    } else {
+        let entries: Vec<_> = p.entries().collect();
+        let obj = serde.as_object().unwrap();
+        for (k, v) in &entries {
+            value(*v, arena, depth);
+            if let Some(name) = k.decode_in(arena) {
+                // serde_json keeps the last of repeated names, rpcwire's `get`
+                // the first: both are some member with that name.
+                assert!(obj.contains_key(name));
+                assert!(p.get(name).is_some());
+            }
+        }
+        assert!(entries.len() >= obj.len());
+    }
+    assert_eq!(p.is_empty(), p.len() == 0);
+}
+
+fn entry(e: Entry<'_>, input: &[u8], arena: &bumpalo::Bump) {
+    let inside = |b: &[u8]| {
+        let (start, end) = (input.as_ptr() as usize, input.as_ptr() as usize + input.len());
+        let p = b.as_ptr() as usize;
+        assert!(p >= start && p + b.len() <= end, "a view points outside the input");
+    };
+    match e {
+        Entry::Request(r) => {
+            let _ = r.method();
+            if let Some(id) = r.id() {
+                inside(id.as_bytes());
+                valid_json(id.as_bytes());
+            }
+            if let Some(p) = r.params() {
+                inside(p.as_bytes());
+                params(p, arena, 0);
+            }
+        }
+        Entry::Invalid(i) => {
+            valid_json(i.id().as_bytes());
+            assert_eq!(i.error().code(), rpcwire::INVALID_REQUEST);
+            let _ = i.error().to_string();
+        }
+    }
+}
+
+pub fn exercise(input: &[u8]) {
+    let arena = bumpalo::Bump::new();
+    for parser in [rpcwire::Parser::new(), rpcwire::Parser::new().max_depth(3).max_batch_len(2)] {
+        match parser.parse(input, &arena) {
+            Ok(Message::Single(e)) => entry(e, input, &arena),
+            Ok(Message::Batch(b)) => {
+                assert!(b.len() <= parser.batch_len_limit() as usize);
+                for e in b {
+                    entry(e, input, &arena);
+                }
+            }
+            Err(e) => {
+                assert!(e.offset() <= input.len());
+                let mut data = Vec::new();
+                e.write_data(&mut data);
+                valid_json(&data);
+                let _ = (e.to_string(), e.code(), e.message(), e.category());
+            }
+        }
+        match parser.parse_response(input, &arena) {
+            Ok(ResponseMessage::Single(r)) => response(Ok(r)),
+            Ok(ResponseMessage::Batch(b)) => b.for_each(response),
+            Err(e) => assert!(e.offset() <= input.len()),
+        }
+    }
+}
+
+fn response(r: Result<rpcwire::Response<'_>, rpcwire::Error>) {
+    let Ok(r) = r else { return };
+    valid_json(r.id().as_bytes());
+    match r.result() {
+        Ok(v) => valid_json(v.as_bytes()),
+        Err(e) => {
+            let _ = (e.code(), e.message().decode());
+            if let Some(d) = e.data() {
+                valid_json(d.as_bytes());
+            }
+        }
+    }
+}
