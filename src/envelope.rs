@@ -85,7 +85,7 @@ impl Parser {
 
     /// The most entries a batch may hold (default 1000). A longer batch is
     /// answered with one -32600 error whose `data` gives the limit and the
-    /// batch's length; none of its entries runs.
+    /// offset of the first entry beyond it; none of its entries runs.
     ///
     /// Why: one small message must not fan out into unbounded work upstream.
     pub const fn max_batch_len(mut self, entries: u32) -> Self {
@@ -120,7 +120,7 @@ impl Parser {
     /// with one request are reported as [`Entry::Invalid`] in its place.
     pub fn parse<'a>(&self, input: &'a [u8], arena: &'a Bump) -> Result<Message<'a>, Error> {
         if input.len() > self.max_message_len {
-            return err(ErrorKind::MessageTooLarge { limit: self.max_message_len }, 0);
+            return err(ErrorKind::MessageTooLarge, self.max_message_len);
         }
         let pos = skip_ws(input, 0);
         match input.get(pos) {
@@ -152,14 +152,24 @@ impl Parser {
         let limit = self.max_batch_len as usize;
         let mut entries = bumpalo::collections::Vec::new_in(arena);
         let mut len = 0usize;
+        let mut first_beyond = 0;
         let end = for_each_element(input, pos, self.max_depth, |p| {
+            if len == limit {
+                first_beyond = p;
+            }
             let (entry, end) = if input[p] == b'{' {
                 let (fields, end) = read_envelope(input, p, 1, self.max_depth)?;
                 (fields.into_entry(input, arena), end)
             } else {
                 let end = scan::skip_value(input, p, 1, self.max_depth)?;
                 let error = Error::new(ErrorKind::NotObject, p);
-                (Entry::Invalid(InvalidRequest { id: Id::NULL, error }), end)
+                (
+                    Entry::Invalid(InvalidRequest {
+                        id: Id::NULL,
+                        error,
+                    }),
+                    end,
+                )
             };
             // Past the limit, keep validating and counting (invalid JSON
             // still wins), but store nothing more.
@@ -174,10 +184,16 @@ impl Parser {
             return err(ErrorKind::EmptyBatch, pos);
         }
         if len > limit {
-            let len = u32::try_from(len).unwrap_or(u32::MAX);
-            return err(ErrorKind::BatchTooLarge { limit: self.max_batch_len, len }, pos);
+            return err(
+                ErrorKind::BatchTooLarge {
+                    limit: self.max_batch_len,
+                },
+                first_beyond,
+            );
         }
-        Ok(Message::Batch(Batch { entries: entries.into_bump_slice().iter() }))
+        Ok(Message::Batch(Batch {
+            entries: entries.into_bump_slice().iter(),
+        }))
     }
 }
 
@@ -200,7 +216,11 @@ pub fn parse<'a>(input: &'a [u8], arena: &'a Bump) -> Result<Message<'a>, Error>
 #[inline]
 pub(crate) fn expect_end(input: &[u8], end: usize) -> Result<(), Error> {
     let rest = skip_ws(input, end);
-    if rest == input.len() { Ok(()) } else { err(ErrorKind::TrailingCharacters, rest) }
+    if rest == input.len() {
+        Ok(())
+    } else {
+        err(ErrorKind::TrailingCharacters, rest)
+    }
 }
 
 /// Walks the array whose `[` is at `pos`, calling `element` with the index of
@@ -450,20 +470,31 @@ impl Fields {
         }
     }
 
+    #[inline(always)]
     fn into_entry<'a>(self, input: &'a [u8], arena: &'a Bump) -> Entry<'a> {
         let id = self.id.map(|s| Id::from_validated(s.of(input)));
         let invalid = |error: Error, voids_id: bool| {
-            let id = if voids_id { Id::NULL } else { id.unwrap_or(Id::NULL) };
+            let id = if voids_id {
+                Id::NULL
+            } else {
+                id.unwrap_or(Id::NULL)
+            };
             Entry::Invalid(InvalidRequest { id, error })
         };
         if let Some((error, voids_id)) = self.problem {
             return invalid(error, voids_id);
         }
         if self.seen & (1 << Member::Jsonrpc as u8) == 0 {
-            return invalid(Error::new(ErrorKind::Missing(Member::Jsonrpc), self.start), false);
+            return invalid(
+                Error::new(ErrorKind::Missing(Member::Jsonrpc), self.start),
+                false,
+            );
         }
         let Some(method) = self.method else {
-            return invalid(Error::new(ErrorKind::Missing(Member::Method), self.start), false);
+            return invalid(
+                Error::new(ErrorKind::Missing(Member::Method), self.start),
+                false,
+            );
         };
         let raw = method.of(input);
         let method = if self.method_escaped {
@@ -482,13 +513,52 @@ impl Fields {
     }
 }
 
-/// The envelope members of a request, matched on the bytes after the opening
-/// quote (name plus closing quote, so a match is exact and escape-free).
-const REQUEST_MEMBERS: [(&[u8], Member); 4] = [
-    (b"jsonrpc\"", Member::Jsonrpc),
-    (b"id\"", Member::Id),
-    (b"method\"", Member::Method),
-    (b"params\"", Member::Params),
+/// A member name as its first bytes after the opening quote (the name and its
+/// closing quote, so a match is exact and escape-free), packed into a
+/// little-endian word with a mask of the bytes that count.
+#[derive(Clone, Copy)]
+pub(crate) struct MemberName {
+    word: u64,
+    mask: u64,
+    len: usize,
+    member: Member,
+}
+
+impl MemberName {
+    pub(crate) const fn new(name_and_quote: &[u8], member: Member) -> Self {
+        assert!(name_and_quote.len() <= 8);
+        let mut word = 0u64;
+        let mut i = 0;
+        while i < name_and_quote.len() {
+            word |= (name_and_quote[i] as u64) << (8 * i);
+            i += 1;
+        }
+        let len = name_and_quote.len();
+        let mask = if len == 8 {
+            u64::MAX
+        } else {
+            (1u64 << (8 * len)) - 1
+        };
+        MemberName {
+            word,
+            mask,
+            len,
+            member,
+        }
+    }
+
+    /// The name without its closing quote.
+    fn name(&self) -> &'static str {
+        self.member.name()
+    }
+}
+
+/// Request envelope members, most frequent first.
+pub(crate) const REQUEST_MEMBERS: [MemberName; 4] = [
+    MemberName::new(b"jsonrpc\"", Member::Jsonrpc),
+    MemberName::new(b"id\"", Member::Id),
+    MemberName::new(b"method\"", Member::Method),
+    MemberName::new(b"params\"", Member::Params),
 ];
 
 /// Reads the member name whose opening quote is at `pos`; returns which
@@ -498,12 +568,25 @@ const REQUEST_MEMBERS: [(&[u8], Member); 4] = [
 pub(crate) fn read_member_name(
     input: &[u8],
     pos: usize,
-    members: &[(&[u8], Member)],
+    members: &[MemberName],
 ) -> Result<(Option<Member>, usize), Error> {
-    let rest = &input[pos + 1..];
-    for &(pattern, member) in members {
-        if rest.starts_with(pattern) {
-            return Ok((Some(member), pos + 1 + pattern.len()));
+    // Fast path: one 8-byte load, compared against each name's word.
+    if let Some(chunk) = input.get(pos + 1..pos + 9) {
+        let word = u64::from_le_bytes(chunk.try_into().unwrap());
+        for m in members {
+            if word & m.mask == m.word {
+                return Ok((Some(m.member), pos + 1 + m.len));
+            }
+        }
+    } else {
+        let rest = &input[pos + 1..];
+        for m in members {
+            if rest.len() >= m.len
+                && rest[..m.len - 1] == *m.name().as_bytes()
+                && rest[m.len - 1] == b'"'
+            {
+                return Ok((Some(m.member), pos + 1 + m.len));
+            }
         }
     }
     let scan::ScannedStr { end, escaped } = scan::scan_string(input, pos + 1)?;
@@ -514,8 +597,8 @@ pub(crate) fn read_member_name(
     let content = &input[pos + 1..end - 1];
     let member = members
         .iter()
-        .find(|(pattern, _)| scan::unescaped_eq(content, true, &pattern[..pattern.len() - 1]))
-        .map(|&(_, m)| m);
+        .find(|m| scan::unescaped_eq(content, true, m.name().as_bytes()))
+        .map(|m| m.member);
     Ok((member, end))
 }
 
@@ -562,7 +645,11 @@ pub(crate) fn colon(input: &[u8], pos: usize) -> Result<usize, Error> {
         Some(b':') => {
             let value = skip_ws(input, p + 1);
             // Callers index the value's first byte: it must exist.
-            if value < input.len() { Ok(value) } else { eof(input) }
+            if value < input.len() {
+                Ok(value)
+            } else {
+                eof(input)
+            }
         }
         Some(_) => err(ErrorKind::ExpectedColon, p),
         None => eof(input),
@@ -605,7 +692,10 @@ fn read_envelope(
     depth: u32,
     max_depth: u32,
 ) -> Result<(Fields, usize), Error> {
-    let mut f = Fields { start: pos, ..Fields::default() };
+    let mut f = Fields {
+        start: pos,
+        ..Fields::default()
+    };
     // Member values sit inside this object.
     let inner = depth + 1;
     let mut more = first_member(input, &mut pos, depth, max_depth)?;
@@ -623,7 +713,8 @@ fn read_envelope(
                 } else {
                     if input[pos] == b'"' {
                         let (end, escaped) = read_string(input, pos)?;
-                        f.version_ok = escaped && scan::unescaped_eq(&input[pos + 1..end - 1], true, b"2.0");
+                        f.version_ok =
+                            escaped && scan::unescaped_eq(&input[pos + 1..end - 1], true, b"2.0");
                         pos = end;
                     } else {
                         pos = scan::skip_value(input, pos, inner, max_depth)?;
@@ -644,13 +735,19 @@ fn read_envelope(
                         f.problem(ErrorKind::WrongType(Member::Id), at, true);
                     }
                 }
-                f.id = Some(Span { start: at, end: pos });
+                f.id = Some(Span {
+                    start: at,
+                    end: pos,
+                });
             }
             Some(Member::Method) => {
                 f.mark_seen(Member::Method, name_at);
                 if input[pos] == b'"' {
                     let (end, escaped) = read_string(input, pos)?;
-                    f.method = Some(Span { start: pos + 1, end: end - 1 });
+                    f.method = Some(Span {
+                        start: pos + 1,
+                        end: end - 1,
+                    });
                     f.method_escaped = escaped;
                     pos = end;
                 } else {
@@ -663,7 +760,10 @@ fn read_envelope(
                 match input[pos] {
                     b'[' | b'{' => {
                         pos = scan::skip_value(input, pos, inner, max_depth)?;
-                        f.params = Some(Span { start: at, end: pos });
+                        f.params = Some(Span {
+                            start: at,
+                            end: pos,
+                        });
                     }
                     b'n' => pos = scan::scan_literal(input, pos, b"null")?,
                     _ => {

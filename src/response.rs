@@ -4,7 +4,7 @@
 use bumpalo::Bump;
 
 use crate::envelope::{
-    Parser, Span, colon, expect_end, first_member, for_each_element, next_member,
+    MemberName, Parser, Span, colon, expect_end, first_member, for_each_element, next_member,
     read_member_name, read_string,
 };
 use crate::error::{Error, ErrorKind, Member};
@@ -131,7 +131,7 @@ impl Parser {
         arena: &'a Bump,
     ) -> Result<ResponseMessage<'a>, Error> {
         if input.len() > self.message_len_limit() {
-            return err(ErrorKind::MessageTooLarge { limit: self.message_len_limit() }, 0);
+            return err(ErrorKind::MessageTooLarge, self.message_len_limit());
         }
         let max_depth = self.depth_limit();
         let pos = skip_ws(input, 0);
@@ -171,17 +171,17 @@ impl Parser {
     }
 }
 
-const RESPONSE_MEMBERS: [(&[u8], Member); 4] = [
-    (b"jsonrpc\"", Member::Jsonrpc),
-    (b"id\"", Member::Id),
-    (b"result\"", Member::Result),
-    (b"error\"", Member::Error),
+const RESPONSE_MEMBERS: [MemberName; 4] = [
+    MemberName::new(b"jsonrpc\"", Member::Jsonrpc),
+    MemberName::new(b"id\"", Member::Id),
+    MemberName::new(b"result\"", Member::Result),
+    MemberName::new(b"error\"", Member::Error),
 ];
 
-const ERROR_MEMBERS: [(&[u8], Member); 3] = [
-    (b"code\"", Member::Code),
-    (b"message\"", Member::Message),
-    (b"data\"", Member::Data),
+const ERROR_MEMBERS: [MemberName; 3] = [
+    MemberName::new(b"code\"", Member::Code),
+    MemberName::new(b"message\"", Member::Message),
+    MemberName::new(b"data\"", Member::Data),
 ];
 
 #[derive(Debug, Default)]
@@ -224,13 +224,17 @@ impl ResponseFields {
         if !self.has(Member::Jsonrpc) {
             return fail(ErrorKind::Missing(Member::Jsonrpc));
         }
-        let Some(id) = self.id else { return fail(ErrorKind::Missing(Member::Id)) };
+        let Some(id) = self.id else {
+            return fail(ErrorKind::Missing(Member::Id));
+        };
         let id = Id::from_validated(id.of(input));
         let outcome = match (self.result, self.has(Member::Error)) {
             (Some(_), true) => return fail(ErrorKind::BothResultAndError),
             (Some(result), false) => Ok(RawValue::from_validated(result.of(input))),
             (None, true) => {
-                let Some(code) = self.code else { return fail(ErrorKind::Missing(Member::Code)) };
+                let Some(code) = self.code else {
+                    return fail(ErrorKind::Missing(Member::Code));
+                };
                 let Some((message, escaped)) = self.message else {
                     return fail(ErrorKind::Missing(Member::Message));
                 };
@@ -252,7 +256,10 @@ fn read_response(
     depth: u32,
     max_depth: u32,
 ) -> Result<(ResponseFields, usize), Error> {
-    let mut f = ResponseFields { start: pos, ..ResponseFields::default() };
+    let mut f = ResponseFields {
+        start: pos,
+        ..ResponseFields::default()
+    };
     let inner = depth + 1;
     let mut more = first_member(input, &mut pos, depth, max_depth)?;
     while more {
@@ -302,11 +309,7 @@ fn read_response(
 
 /// Reads the members of the error object at `pos`, already validated by the
 /// caller's skip of the whole value.
-fn read_error_object(
-    input: &[u8],
-    mut pos: usize,
-    f: &mut ResponseFields,
-) -> Result<(), Error> {
+fn read_error_object(input: &[u8], mut pos: usize, f: &mut ResponseFields) -> Result<(), Error> {
     let mut more = first_member(input, &mut pos, 0, u32::MAX)?;
     while more {
         let name_at = pos;
@@ -327,7 +330,13 @@ fn read_error_object(
                 f.mark_seen(Member::Message, name_at);
                 if value[0] == b'"' {
                     let (_, escaped) = read_string(input, pos)?;
-                    f.message = Some((Span { start: pos + 1, end: end - 1 }, escaped));
+                    f.message = Some((
+                        Span {
+                            start: pos + 1,
+                            end: end - 1,
+                        },
+                        escaped,
+                    ));
                 } else {
                     f.problem(ErrorKind::WrongType(Member::Message), at);
                 }

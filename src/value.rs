@@ -144,7 +144,11 @@ pub(crate) fn parse_i64(raw: &[u8]) -> Option<i64> {
     match raw.strip_prefix(b"-") {
         Some(digits) => {
             let magnitude = parse_u64(digits)?;
-            if magnitude <= i64::MAX as u64 + 1 { Some((magnitude as i64).wrapping_neg()) } else { None }
+            if magnitude <= i64::MAX as u64 + 1 {
+                Some((magnitude as i64).wrapping_neg())
+            } else {
+                None
+            }
         }
         None => i64::try_from(parse_u64(raw)?).ok(),
     }
@@ -181,7 +185,10 @@ impl<'a> JsonStr<'a> {
             return None;
         }
         let content = &quoted[1..quoted.len() - 1];
-        Some(JsonStr { content, escaped: memchr::memchr(b'\\', content).is_some() })
+        Some(JsonStr {
+            content,
+            escaped: memchr::memchr(b'\\', content).is_some(),
+        })
     }
 
     pub(crate) fn from_content(content: &'a [u8], escaped: bool) -> Self {
@@ -200,7 +207,11 @@ impl<'a> JsonStr<'a> {
 
     /// The text, if the string has no escapes (then it is the raw content).
     pub fn as_str(&self) -> Option<&'a str> {
-        if self.escaped { None } else { Some(scan::validated_str(self.content)) }
+        if self.escaped {
+            None
+        } else {
+            Some(scan::validated_str(self.content))
+        }
     }
 
     /// Whether the decoded text equals `want`, without allocating.
@@ -228,7 +239,9 @@ impl<'a> JsonStr<'a> {
     /// the string holds an unpaired surrogate escape.
     pub fn decode(&self) -> Option<std::borrow::Cow<'a, str>> {
         if !self.escaped {
-            return Some(std::borrow::Cow::Borrowed(scan::validated_str(self.content)));
+            return Some(std::borrow::Cow::Borrowed(scan::validated_str(
+                self.content,
+            )));
         }
         let mut out = Vec::with_capacity(self.content.len());
         scan::unescape(self.content, &mut out).ok()?;
@@ -373,7 +386,10 @@ impl<'a> Params<'a> {
 
     /// The positional values, in order; empty if the params are named.
     pub fn iter(&self) -> Positional<'a> {
-        Positional { raw: if self.is_array() { self.raw } else { b"[]" }, pos: 1 }
+        Positional {
+            raw: if self.is_array() { self.raw } else { b"[]" },
+            pos: 1,
+        }
     }
 
     /// The `n`th positional value (from 0).
@@ -383,7 +399,11 @@ impl<'a> Params<'a> {
 
     /// The number of positional values or named members.
     pub fn len(&self) -> usize {
-        if self.is_array() { self.iter().count() } else { self.entries().count() }
+        if self.is_array() {
+            self.iter().count()
+        } else {
+            self.entries().count()
+        }
     }
 
     /// Whether there are no values at all (`[]` or `{}`).
@@ -393,13 +413,18 @@ impl<'a> Params<'a> {
 
     /// The named members, in order; empty if the params are positional.
     pub fn entries(&self) -> Named<'a> {
-        Named { raw: if self.is_object() { self.raw } else { b"{}" }, pos: 1 }
+        Named {
+            raw: if self.is_object() { self.raw } else { b"{}" },
+            pos: 1,
+        }
     }
 
     /// The value of the named member `name` (the first, if it repeats),
     /// comparing names after unescaping.
     pub fn get(&self, name: &str) -> Option<RawValue<'a>> {
-        self.entries().find(|(key, _)| key.eq_str(name)).map(|(_, v)| v)
+        self.entries()
+            .find(|(key, _)| key.eq_str(name))
+            .map(|(_, v)| v)
     }
 }
 

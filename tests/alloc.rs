@@ -1,7 +1,7 @@
 //! Zero allocation, measured: parsing real traffic with a reused arena
 //! allocates nothing.
 
-#[path = "../benches/corpus.rs"]
+#[path = "../benches/support/corpus.rs"]
 mod corpus;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
@@ -17,7 +17,8 @@ fn touch(input: &[u8], arena: &bumpalo::Bump) -> usize {
         let r = e.request().expect("valid traffic");
         r.method().len()
             + r.id().map_or(0, |i| i.as_bytes().len())
-            + r.params().map_or(0, |p| p.iter().map(|v| v.as_bytes().len()).sum())
+            + r.params()
+                .map_or(0, |p| p.iter().map(|v| v.as_bytes().len()).sum())
     };
     match rpcwire::parse(input, arena).expect("valid traffic") {
         rpcwire::Message::Single(e) => visit(e),
@@ -28,13 +29,19 @@ fn touch(input: &[u8], arena: &bumpalo::Bump) -> usize {
 #[test]
 fn parsing_real_traffic_allocates_nothing() {
     let mut singles = Vec::new();
-    for style in [corpus::Style::Viem, corpus::Style::Ethers, corpus::Style::Web3Py] {
+    for style in [
+        corpus::Style::Viem,
+        corpus::Style::Ethers,
+        corpus::Style::Web3Py,
+    ] {
         singles.extend(corpus::eth_singles(5, style, 3334));
     }
     singles.truncate(10_000);
     // A method name written with escapes is decoded into the arena.
     singles.push(br#"{"jsonrpc":"2.0","id":1,"method":"eth_\u0063all","params":[]}"#.to_vec());
-    let batches: Vec<Vec<u8>> = (0..100).map(|i| corpus::eth_batch(i, corpus::Style::Ethers, 100)).collect();
+    let batches: Vec<Vec<u8>> = (0..100)
+        .map(|i| corpus::eth_batch(i, corpus::Style::Ethers, 100))
+        .collect();
     let mcp = corpus::mcp_tool_calls(9, 100);
 
     // The per-message arena is sized once, up front, and reset between
@@ -48,13 +55,28 @@ fn parsing_real_traffic_allocates_nothing() {
         }
         total
     });
-    assert!(total > 1_000_000, "the messages were really read ({total} bytes)");
-    assert_eq!(allocations, 0, "parsing {} singles and {} batches of 100", singles.len(), batches.len());
+    assert!(
+        total > 1_000_000,
+        "the messages were really read ({total} bytes)"
+    );
+    assert_eq!(
+        allocations,
+        0,
+        "parsing {} singles and {} batches of 100",
+        singles.len(),
+        batches.len()
+    );
 
     // The counter does count: the same work with a fresh arena per message
     // allocates.
     let (fresh, _) = allocations_during(|| {
-        batches.iter().map(|b| touch(b, &bumpalo::Bump::new())).sum::<usize>()
+        batches
+            .iter()
+            .map(|b| touch(b, &bumpalo::Bump::new()))
+            .sum::<usize>()
     });
-    assert!(fresh >= batches.len(), "a fresh arena per batch allocates ({fresh})");
+    assert!(
+        fresh >= batches.len(),
+        "a fresh arena per batch allocates ({fresh})"
+    );
 }

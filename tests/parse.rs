@@ -2,7 +2,7 @@
 //! DESIGN.md's spec decisions table, and serde_json on real and mutated
 //! traffic.
 
-#[path = "../benches/corpus.rs"]
+#[path = "../benches/support/corpus.rs"]
 mod corpus;
 #[path = "support/oracle.rs"]
 mod oracle;
@@ -21,19 +21,28 @@ fn parse(input: &str) -> Result<Message<'static>, Error> {
 }
 
 fn single(input: &str) -> Entry<'static> {
-    parse(input).unwrap_or_else(|e| panic!("{input}: {e}")).into_single().expect("a single message")
+    parse(input)
+        .unwrap_or_else(|e| panic!("{input}: {e}"))
+        .into_single()
+        .expect("a single message")
 }
 
 fn entries(input: &str) -> Vec<Entry<'static>> {
-    parse(input).unwrap_or_else(|e| panic!("{input}: {e}")).into_batch().expect("a batch").collect()
+    parse(input)
+        .unwrap_or_else(|e| panic!("{input}: {e}"))
+        .into_batch()
+        .expect("a batch")
+        .collect()
 }
 
 #[test]
 fn every_example_of_the_specification() {
     for ex in spec::examples() {
         let input = ex.request.as_bytes();
-        let reply: Option<serde_json::Value> =
-            ex.reply.as_deref().map(|r| serde_json::from_str(r).unwrap());
+        let reply: Option<serde_json::Value> = ex
+            .reply
+            .as_deref()
+            .map(|r| serde_json::from_str(r).unwrap());
         let arena = Bump::new();
         let parsed = rpcwire::parse(input, &arena);
         match (&reply, parsed) {
@@ -44,22 +53,38 @@ fn every_example_of_the_specification() {
             }
             (reply, Ok(Message::Single(entry))) => match entry {
                 Entry::Request(req) if req.is_notification() => {
-                    assert!(reply.is_none(), "{}: a notification gets no reply", ex.title)
+                    assert!(
+                        reply.is_none(),
+                        "{}: a notification gets no reply",
+                        ex.title
+                    )
                 }
                 Entry::Request(req) => {
                     let r = reply.as_ref().unwrap();
-                    assert_eq!(r["id"].to_string().as_bytes(), req.id().unwrap().as_bytes(), "{}", ex.title);
+                    assert_eq!(
+                        r["id"].to_string().as_bytes(),
+                        req.id().unwrap().as_bytes(),
+                        "{}",
+                        ex.title
+                    );
                 }
                 Entry::Invalid(inv) => {
                     let r = reply.as_ref().unwrap();
                     assert_eq!(r["error"]["code"], INVALID_REQUEST, "{}", ex.title);
-                    assert_eq!(r["id"].to_string().as_bytes(), inv.id().as_bytes(), "{}", ex.title);
+                    assert_eq!(
+                        r["id"].to_string().as_bytes(),
+                        inv.id().as_bytes(),
+                        "{}",
+                        ex.title
+                    );
                 }
             },
             (reply, Ok(Message::Batch(batch))) => {
                 // Replies are the non-notification entries, in order.
                 let answered: Vec<Entry> = batch.filter(|e| !e.is_notification()).collect();
-                let replies = reply.as_ref().map_or(vec![], |r| r.as_array().unwrap().clone());
+                let replies = reply
+                    .as_ref()
+                    .map_or(vec![], |r| r.as_array().unwrap().clone());
                 assert_eq!(answered.len(), replies.len(), "{}", ex.title);
                 for (entry, r) in answered.iter().zip(&replies) {
                     match entry {
@@ -68,7 +93,12 @@ fn every_example_of_the_specification() {
                             assert_eq!(inv.id().as_bytes(), b"null", "{}", ex.title);
                         }
                         Entry::Request(req) => {
-                            assert_eq!(r["id"].to_string().as_bytes(), req.id().unwrap().as_bytes(), "{}", ex.title)
+                            assert_eq!(
+                                r["id"].to_string().as_bytes(),
+                                req.id().unwrap().as_bytes(),
+                                "{}",
+                                ex.title
+                            )
                         }
                     }
                 }
@@ -91,12 +121,22 @@ fn spec_examples_read_method_id_and_params() {
     assert_eq!(p.get("absent"), None);
     let r = single(&e[0].request).request().unwrap();
     let p = r.params().unwrap();
-    assert_eq!(p.iter().map(|v| v.as_i64().unwrap()).collect::<Vec<_>>(), [42, 23]);
+    assert_eq!(
+        p.iter().map(|v| v.as_i64().unwrap()).collect::<Vec<_>>(),
+        [42, 23]
+    );
     assert_eq!(p.len(), 2);
     let mixed = entries(&e[13].request);
     assert_eq!(mixed.len(), 6);
-    let methods: Vec<&str> = mixed.iter().filter_map(|e| e.request()).map(|r| r.method()).collect();
-    assert_eq!(methods, ["sum", "notify_hello", "subtract", "foo.get", "get_data"]);
+    let methods: Vec<&str> = mixed
+        .iter()
+        .filter_map(|e| e.request())
+        .map(|r| r.method())
+        .collect();
+    assert_eq!(
+        methods,
+        ["sum", "notify_hello", "subtract", "foo.get", "get_data"]
+    );
     assert!(mixed[1].is_notification());
     assert!(mixed[3].invalid().is_some());
 }
@@ -118,8 +158,16 @@ fn check(input: &str, want: &Want) {
         (Want::Whole(code), Err(e)) => assert_eq!(e.code(), *code, "{input}: {e}"),
         (Want::Request(m, id, params), Ok(Message::Single(Entry::Request(r)))) => {
             assert_eq!(r.method(), *m, "{input}");
-            assert_eq!(r.id().map(|i| i.as_bytes()), id.map(str::as_bytes), "{input}");
-            assert_eq!(r.params().map(|p| p.as_bytes()), params.map(str::as_bytes), "{input}");
+            assert_eq!(
+                r.id().map(|i| i.as_bytes()),
+                id.map(str::as_bytes),
+                "{input}"
+            );
+            assert_eq!(
+                r.params().map(|p| p.as_bytes()),
+                params.map(str::as_bytes),
+                "{input}"
+            );
         }
         (Want::Invalid(id), Ok(Message::Single(Entry::Invalid(inv)))) => {
             assert_eq!(inv.id().as_bytes(), id.as_bytes(), "{input}");
@@ -134,13 +182,34 @@ fn spec_decisions_table() {
     use Want::*;
     let table: &[(&str, Want)] = &[
         // Bytes that are not one valid JSON value, anywhere.
-        (r#"{"jsonrpc":"2.0","method":"m","params":[1,],"id":1}"#, Whole(PARSE_ERROR)),
-        (r#"{"jsonrpc":"2.0","method":"m","params":{"a":01},"id":1}"#, Whole(PARSE_ERROR)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1} x"#, Whole(PARSE_ERROR)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1}{"jsonrpc":"2.0","method":"m","id":2}"#, Whole(PARSE_ERROR)),
-        (r#"[{"jsonrpc":"2.0","method":"m","id":1}],"#, Whole(PARSE_ERROR)),
-        (r#"{"jsonrpc":"2.0","method":"m","params":["\x"],"id":1}"#, Whole(PARSE_ERROR)),
-        (r#"[{"jsonrpc":"2.0","method":"m","id":1},{"bad":tru}]"#, Whole(PARSE_ERROR)),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","params":[1,],"id":1}"#,
+            Whole(PARSE_ERROR),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","params":{"a":01},"id":1}"#,
+            Whole(PARSE_ERROR),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1} x"#,
+            Whole(PARSE_ERROR),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1}{"jsonrpc":"2.0","method":"m","id":2}"#,
+            Whole(PARSE_ERROR),
+        ),
+        (
+            r#"[{"jsonrpc":"2.0","method":"m","id":1}],"#,
+            Whole(PARSE_ERROR),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","params":["\x"],"id":1}"#,
+            Whole(PARSE_ERROR),
+        ),
+        (
+            r#"[{"jsonrpc":"2.0","method":"m","id":1},{"bad":tru}]"#,
+            Whole(PARSE_ERROR),
+        ),
         ("", Whole(PARSE_ERROR)),
         ("   ", Whole(PARSE_ERROR)),
         // Valid JSON that is neither object nor array.
@@ -155,63 +224,174 @@ fn spec_decisions_table() {
         (r#"{"method":"m","id":7}"#, Invalid("7")),
         (r#"{"jsonrpc":"1.0","method":"m","id":7}"#, Invalid("7")),
         (r#"{"jsonrpc":2.0,"method":"m","id":7}"#, Invalid("7")),
-        (r#"{"jsonrpc":"2.0 ","method":"m","id":"x"}"#, Invalid(r#""x""#)),
+        (
+            r#"{"jsonrpc":"2.0 ","method":"m","id":"x"}"#,
+            Invalid(r#""x""#),
+        ),
         (r#"{"jsonrpc":null,"method":"m","id":7}"#, Invalid("7")),
         (r#"{"jsonrpc":["2.0"],"method":"m","id":7}"#, Invalid("7")),
         // Escapes in the version string are read as any JSON parser would.
-        (r#"{"jsonrpc":"2\u002e0","method":"m","id":7}"#, Request("m", Some("7"), None)),
+        (
+            r#"{"jsonrpc":"2\u002e0","method":"m","id":7}"#,
+            Request("m", Some("7"), None),
+        ),
         // method missing or not a string: id echoed.
         (r#"{"jsonrpc":"2.0","id":7}"#, Invalid("7")),
         (r#"{"jsonrpc":"2.0","method":1,"id":7}"#, Invalid("7")),
         (r#"{"jsonrpc":"2.0","method":null,"id":7}"#, Invalid("7")),
-        (r#"{"jsonrpc":"2.0","method":{"a":"b"},"id":"q"}"#, Invalid(r#""q""#)),
+        (
+            r#"{"jsonrpc":"2.0","method":{"a":"b"},"id":"q"}"#,
+            Invalid(r#""q""#),
+        ),
         (r#"{"jsonrpc":"2.0","method":1}"#, Invalid("null")),
         // A method that no &str can hold (unpaired surrogate escape).
-        (r#"{"jsonrpc":"2.0","method":"a\ud800","id":7}"#, Invalid("7")),
+        (
+            r#"{"jsonrpc":"2.0","method":"a\ud800","id":7}"#,
+            Invalid("7"),
+        ),
         // id an object, array or boolean: id null.
-        (r#"{"jsonrpc":"2.0","method":"m","id":{"a":1}}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","method":"m","id":[1]}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","method":"m","id":true}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","method":"m","id":false}"#, Invalid("null")),
-        (r#"{"jsonrpc":"1.0","method":"m","id":false}"#, Invalid("null")),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":{"a":1}}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":[1]}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":true}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":false}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"1.0","method":"m","id":false}"#,
+            Invalid("null"),
+        ),
         // id a number of any form or a string: accepted, echoed byte for byte.
-        (r#"{"jsonrpc":"2.0","method":"m","id":-1}"#, Request("m", Some("-1"), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1.5}"#, Request("m", Some("1.5"), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1e3}"#, Request("m", Some("1e3"), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":-0}"#, Request("m", Some("-0"), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1.0E-7}"#, Request("m", Some("1.0E-7"), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551616}"#, Request("m", Some("18446744073709551616"), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":"\u0041"}"#, Request("m", Some(r#""\u0041""#), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":""}"#, Request("m", Some(r#""""#), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":"6f1c-é"}"#, Request("m", Some(r#""6f1c-é""#), None)),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":-1}"#,
+            Request("m", Some("-1"), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1.5}"#,
+            Request("m", Some("1.5"), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1e3}"#,
+            Request("m", Some("1e3"), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":-0}"#,
+            Request("m", Some("-0"), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1.0E-7}"#,
+            Request("m", Some("1.0E-7"), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551616}"#,
+            Request("m", Some("18446744073709551616"), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":"\u0041"}"#,
+            Request("m", Some(r#""\u0041""#), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":""}"#,
+            Request("m", Some(r#""""#), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":"6f1c-é"}"#,
+            Request("m", Some(r#""6f1c-é""#), None),
+        ),
         // id null: a request, answered with null.
-        (r#"{"jsonrpc":"2.0","method":"m","id":null}"#, Request("m", Some("null"), None)),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":null}"#,
+            Request("m", Some("null"), None),
+        ),
         // params absent or null: no params.
-        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":null}"#, Request("m", Some("1"), None)),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":[]}"#, Request("m", Some("1"), Some("[]"))),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":{}}"#, Request("m", Some("1"), Some("{}"))),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"params":null}"#,
+            Request("m", Some("1"), None),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"params":[]}"#,
+            Request("m", Some("1"), Some("[]")),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"params":{}}"#,
+            Request("m", Some("1"), Some("{}")),
+        ),
         // params a string, number or boolean: invalid, id echoed.
-        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":"x"}"#, Invalid("1")),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":3}"#, Invalid("1")),
-        (r#"{"jsonrpc":"2.0","method":"m","id":1,"params":true}"#, Invalid("1")),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"params":"x"}"#,
+            Invalid("1"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"params":3}"#,
+            Invalid("1"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"params":true}"#,
+            Invalid("1"),
+        ),
         // The same envelope member twice: id null.
-        (r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"a","id":1}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","method":"a","id":1,"id":2}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","method":"a","id":1,"params":[],"params":[]}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","method":"a","\u006dethod":"b","id":1}"#, Invalid("null")),
-        (r#"{"jsonrpc":"2.0","method":"a","i\u0064":1,"id":2}"#, Invalid("null")),
+        (
+            r#"{"jsonrpc":"2.0","method":"a","method":"b","id":1}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","jsonrpc":"2.0","method":"a","id":1}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"a","id":1,"id":2}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"a","id":1,"params":[],"params":[]}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"a","\u006dethod":"b","id":1}"#,
+            Invalid("null"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"a","i\u0064":1,"id":2}"#,
+            Invalid("null"),
+        ),
         // Member names compare after unescaping.
-        (r#"{"\u006asonrpc":"2.0","\u006dethod":"m","\u0069d":5,"par\u0061ms":[1]}"#, Request("m", Some("5"), Some("[1]"))),
-        (r#"{"jsonrpc":"2.0","method":"eth_\u0063all","id":5}"#, Request("eth_call", Some("5"), None)),
+        (
+            r#"{"\u006asonrpc":"2.0","\u006dethod":"m","\u0069d":5,"par\u0061ms":[1]}"#,
+            Request("m", Some("5"), Some("[1]")),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"eth_\u0063all","id":5}"#,
+            Request("eth_call", Some("5"), None),
+        ),
         // Unknown members are ignored, whatever they hold.
-        (r#"{"jsonrpc":"2.0","method":"m","id":1,"x":{"method":"evil","id":[]},"methods":1}"#, Request("m", Some("1"), None)),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1,"x":{"method":"evil","id":[]},"methods":1}"#,
+            Request("m", Some("1"), None),
+        ),
         // Member order does not matter.
-        (r#"{"id":1,"params":[1],"method":"m","jsonrpc":"2.0"}"#, Request("m", Some("1"), Some("[1]"))),
+        (
+            r#"{"id":1,"params":[1],"method":"m","jsonrpc":"2.0"}"#,
+            Request("m", Some("1"), Some("[1]")),
+        ),
         // A method starting with rpc. parses; the router refuses it.
-        (r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#, Request("rpc.discover", Some("1"), None)),
+        (
+            r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#,
+            Request("rpc.discover", Some("1"), None),
+        ),
         // A notification has no id.
-        (r#"{"jsonrpc":"2.0","method":"m","params":[1]}"#, Request("m", None, Some("[1]"))),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","params":[1]}"#,
+            Request("m", None, Some("[1]")),
+        ),
         // An empty object, or one without any envelope member.
         ("{}", Invalid("null")),
         (r#"{"foo":"boo"}"#, Invalid("null")),
@@ -239,7 +419,10 @@ fn batch_entries_are_classified_in_place_and_in_order() {
     assert!(batch[3].is_notification());
     assert_eq!(batch[4].invalid().unwrap().id().as_bytes(), b"null");
     assert_eq!(batch[5].invalid().unwrap().id().as_bytes(), b"null");
-    assert_eq!(batch[6].request().unwrap().id().unwrap().as_bytes(), br#""last""#);
+    assert_eq!(
+        batch[6].request().unwrap().id().unwrap().as_bytes(),
+        br#""last""#
+    );
     // A batch of only notifications is a batch whose entries all need no reply.
     let quiet = entries(r#"[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","method":"b"}]"#);
     assert!(quiet.iter().all(Entry::is_notification));
@@ -249,19 +432,39 @@ fn batch_entries_are_classified_in_place_and_in_order() {
 fn limits_are_enforced_with_the_limit_in_data() {
     let arena = Bump::new();
     // Depth: 128 levels in all is accepted by default, 129 is not.
-    let nest = |n: usize| format!(r#"{{"jsonrpc":"2.0","method":"m","id":1,"params":{}1{}}}"#, "[".repeat(n), "]".repeat(n));
+    let nest = |n: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"m","id":1,"params":{}1{}}}"#,
+            "[".repeat(n),
+            "]".repeat(n)
+        )
+    };
     assert!(rpcwire::parse(nest(127).as_bytes(), &arena).is_ok());
     let e = rpcwire::parse(nest(128).as_bytes(), &arena).unwrap_err();
-    assert_eq!((e.code(), e.category(), e.limit()), (PARSE_ERROR, Category::Limit, Some(128)));
+    assert_eq!(
+        (e.code(), e.category(), e.limit()),
+        (PARSE_ERROR, Category::Limit, Some(128))
+    );
     let mut data = Vec::new();
     e.write_data(&mut data);
     let data: serde_json::Value = serde_json::from_slice(&data).unwrap();
     assert_eq!(data["limit"], 128);
     let shallow = Parser::new().max_depth(4);
     assert!(shallow.parse(nest(3).as_bytes(), &arena).is_ok());
-    assert_eq!(shallow.parse(nest(4).as_bytes(), &arena).unwrap_err().limit(), Some(4));
+    assert_eq!(
+        shallow
+            .parse(nest(4).as_bytes(), &arena)
+            .unwrap_err()
+            .limit(),
+        Some(4)
+    );
     // Invalid JSON wins over depth only where it comes first; either way -32700.
-    assert_eq!(rpcwire::parse(format!("{}x", "[".repeat(200)).as_bytes(), &arena).unwrap_err().code(), PARSE_ERROR);
+    assert_eq!(
+        rpcwire::parse(format!("{}x", "[".repeat(200)).as_bytes(), &arena)
+            .unwrap_err()
+            .code(),
+        PARSE_ERROR
+    );
 
     // Batch length: the limit and the batch's length are in the error.
     let batch = |n: usize| {
@@ -276,59 +479,123 @@ fn limits_are_enforced_with_the_limit_in_data() {
     let mut data = Vec::new();
     e.write_data(&mut data);
     let data: serde_json::Value = serde_json::from_slice(&data).unwrap();
-    assert_eq!((data["limit"].as_u64(), data["len"].as_u64()), (Some(1000), Some(1001)));
+    assert_eq!(data["limit"].as_u64(), Some(1000));
+    assert_eq!(&full.as_bytes()[..8], br#"[{"jsonr"#);
+    let beyond = data["offset"].as_u64().unwrap() as usize;
+    assert_eq!(
+        beyond,
+        1 + 1000 * (r#"{"jsonrpc":"2.0","method":"m","id":1}"#.len() + 1)
+    );
     let small = Parser::new().max_batch_len(2);
     assert!(small.parse(batch(2).as_bytes(), &arena).is_ok());
     assert!(small.parse(batch(3).as_bytes(), &arena).is_err());
     // A too-long batch with a syntax error is a parse error.
     let broken = format!("{},]", &batch(1001)[..batch(1001).len() - 1]);
-    assert_eq!(rpcwire::parse(broken.as_bytes(), &arena).unwrap_err().code(), PARSE_ERROR);
+    assert_eq!(
+        rpcwire::parse(broken.as_bytes(), &arena)
+            .unwrap_err()
+            .code(),
+        PARSE_ERROR
+    );
 
     // Message size.
     let tiny = Parser::new().max_message_len(40);
     let msg = br#"{"jsonrpc":"2.0","method":"m","id":1}"#;
     assert!(tiny.parse(msg, &arena).is_ok());
-    let e = tiny.parse(&[msg.as_slice(), b"     "].concat(), &arena).unwrap_err();
+    let e = tiny
+        .parse(&[msg.as_slice(), b"     "].concat(), &arena)
+        .unwrap_err();
     assert_eq!((e.code(), e.limit()), (INVALID_REQUEST, Some(40)));
 }
 
 #[test]
 fn errors_name_what_and_where() {
     let table: &[(&str, &str)] = &[
-        (r#"{"jsonrpc":"2.0","method":"m","id":1"#, "unexpected end of input at byte 36"),
-        (r#"{"jsonrpc":"2.0" "method":"m"}"#, "expected ',' or '}' at byte 17"),
-        (r#"{"jsonrpc":"2.0","method":"m","params":[1 2]}"#, "expected ',' or ']' at byte 42"),
-        (r#"{"jsonrpc":"2.0","method":"m","id":01}"#, "expected ',' or '}' at byte 36"),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":1"#,
+            "unexpected end of input at byte 36",
+        ),
+        (
+            r#"{"jsonrpc":"2.0" "method":"m"}"#,
+            "expected ',' or '}' at byte 17",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","params":[1 2]}"#,
+            "expected ',' or ']' at byte 42",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"m","id":01}"#,
+            "expected ',' or '}' at byte 36",
+        ),
         ("[1,2,]", "expected a JSON value at byte 5"),
-        (r#"{"jsonrpc":"2.0","method":"m"} {}"#, "trailing characters after the JSON value at byte 31"),
+        (
+            r#"{"jsonrpc":"2.0","method":"m"} {}"#,
+            "trailing characters after the JSON value at byte 31",
+        ),
         ("42", "message is neither an object nor an array at byte 0"),
         ("[]", "empty batch at byte 0"),
     ];
     for (input, want) in table {
         assert_eq!(parse(input).unwrap_err().to_string(), *want, "{input}");
     }
-    let inv = single(r#"{"jsonrpc":"2.0","method":"m","params":"x","id":1}"#).invalid().unwrap();
-    assert_eq!(inv.error().to_string(), "member 'params' has the wrong type (expected an array, object or null) at byte 39");
-    let inv = single(r#"{"jsonrpc":"1.0","method":"m","id":1}"#).invalid().unwrap();
-    assert_eq!(inv.error().to_string(), "'jsonrpc' must be exactly \"2.0\" at byte 11");
+    let inv = single(r#"{"jsonrpc":"2.0","method":"m","params":"x","id":1}"#)
+        .invalid()
+        .unwrap();
+    assert_eq!(
+        inv.error().to_string(),
+        "member 'params' has the wrong type (expected an array, object or null) at byte 39"
+    );
+    let inv = single(r#"{"jsonrpc":"1.0","method":"m","id":1}"#)
+        .invalid()
+        .unwrap();
+    assert_eq!(
+        inv.error().to_string(),
+        "'jsonrpc' must be exactly \"2.0\" at byte 11"
+    );
     assert_eq!(inv.error().category(), Category::Envelope);
 }
 
 #[test]
 fn ids_echo_byte_for_byte() {
-    for id in ["1e3", "-0", "18446744073709551616", r#""\u0041""#, "0", "-1.25E+10", r#""a\"b""#, "null", "9007199254740993"] {
+    for id in [
+        "1e3",
+        "-0",
+        "18446744073709551616",
+        r#""\u0041""#,
+        "0",
+        "-1.25E+10",
+        r#""a\"b""#,
+        "null",
+        "9007199254740993",
+    ] {
         let input = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
         let r = single(&input).request().unwrap();
         assert_eq!(r.id().unwrap().as_bytes(), id.as_bytes());
         assert_eq!(r.id().unwrap().get(), id);
     }
-    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551615}"#).request().unwrap().id().unwrap();
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551615}"#)
+        .request()
+        .unwrap()
+        .id()
+        .unwrap();
     assert_eq!((id.kind(), id.as_u64()), (Kind::Number, Some(u64::MAX)));
-    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551616}"#).request().unwrap().id().unwrap();
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551616}"#)
+        .request()
+        .unwrap()
+        .id()
+        .unwrap();
     assert_eq!(id.as_u64(), None);
-    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":-9223372036854775808}"#).request().unwrap().id().unwrap();
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":-9223372036854775808}"#)
+        .request()
+        .unwrap()
+        .id()
+        .unwrap();
     assert_eq!(id.as_i64(), Some(i64::MIN));
-    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":"\u0041"}"#).request().unwrap().id().unwrap();
+    let id = single(r#"{"jsonrpc":"2.0","method":"m","id":"\u0041"}"#)
+        .request()
+        .unwrap()
+        .id()
+        .unwrap();
     assert_eq!(id.kind(), Kind::String);
     assert!(id.as_json_str().unwrap().eq_str("A"));
 }
@@ -380,11 +647,15 @@ fn the_four_whitespace_bytes_between_every_token() {
     let toks = tokens(compact);
     assert_eq!(toks.concat(), compact);
     let arena = Bump::new();
-    let reference = rpcwire::parse(compact.as_bytes(), &arena).unwrap().into_batch().unwrap();
+    let reference = rpcwire::parse(compact.as_bytes(), &arena)
+        .unwrap()
+        .into_batch()
+        .unwrap();
     for ws in [" ", "\t", "\n", "\r", " \t\n\r", "\r\n"] {
         let spaced = format!("{ws}{}{ws}", toks.join(ws));
         let arena = Bump::new();
-        let got = rpcwire::parse(spaced.as_bytes(), &arena).unwrap_or_else(|e| panic!("{ws:?}: {e}"));
+        let got =
+            rpcwire::parse(spaced.as_bytes(), &arena).unwrap_or_else(|e| panic!("{ws:?}: {e}"));
         let got: Vec<Entry> = got.into_batch().unwrap().collect();
         assert_eq!(got.len(), reference.len());
         for (g, r) in got.iter().zip(reference.clone()) {
@@ -392,14 +663,29 @@ fn the_four_whitespace_bytes_between_every_token() {
             assert_eq!(g.method(), r.method());
             assert_eq!(g.id().map(|i| i.as_bytes()), r.id().map(|i| i.as_bytes()));
             // Params keep their inner whitespace; compared as JSON.
-            let value = |p: Option<rpcwire::Params>| p.map(|p| serde_json::from_slice::<serde_json::Value>(p.as_bytes()).unwrap());
+            let value = |p: Option<rpcwire::Params>| {
+                p.map(|p| serde_json::from_slice::<serde_json::Value>(p.as_bytes()).unwrap())
+            };
             assert_eq!(value(g.params()), value(r.params()));
         }
         // Positional and named access see through the whitespace.
         let params = got[0].request().unwrap().params().unwrap();
         let values: Vec<&[u8]> = params.iter().map(|v| v.as_bytes()).collect();
-        assert_eq!(values[1..5], [&b"\"latest\""[..], b"true", b"null", b"-1.5e3"]);
-        assert_eq!(params.nth(0).unwrap().as_params().unwrap().get("data").unwrap().as_str(), Some("0x12"));
+        assert_eq!(
+            values[1..5],
+            [&b"\"latest\""[..], b"true", b"null", b"-1.5e3"]
+        );
+        assert_eq!(
+            params
+                .nth(0)
+                .unwrap()
+                .as_params()
+                .unwrap()
+                .get("data")
+                .unwrap()
+                .as_str(),
+            Some("0x12")
+        );
         assert!(params.nth(5).unwrap().as_params().unwrap().is_empty());
     }
 }
@@ -408,14 +694,21 @@ fn the_four_whitespace_bytes_between_every_token() {
 fn agrees_with_serde_json_on_real_traffic() {
     let parser = Parser::new();
     let mut inputs: Vec<Vec<u8>> = Vec::new();
-    for style in [corpus::Style::Viem, corpus::Style::Ethers, corpus::Style::Web3Py] {
+    for style in [
+        corpus::Style::Viem,
+        corpus::Style::Ethers,
+        corpus::Style::Web3Py,
+    ] {
         inputs.extend(corpus::eth_singles(1, style, 300));
         inputs.push(corpus::eth_batch(2, style, 100));
     }
     inputs.extend(corpus::mcp_tool_calls(3, 100));
     for input in &inputs {
         // Real traffic is valid, and every request in it reads the same.
-        assert!(matches!(oracle::classify(input), Classified::Single(EntryView::Request { .. }) | Classified::Batch(_)));
+        assert!(matches!(
+            oracle::classify(input),
+            Classified::Single(EntryView::Request { .. }) | Classified::Batch(_)
+        ));
         oracle::check_agreement(&parser, input);
     }
     for ex in spec::examples() {
@@ -492,7 +785,11 @@ fn deep_nesting_agrees_with_serde_json_up_to_the_limit() {
 fn responses() {
     let arena = Bump::new();
     let parse = |s: &'static str| rpcwire::parse_response(s.as_bytes(), &arena);
-    let rpcwire::ResponseMessage::Single(r) = parse(r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#).unwrap() else { panic!() };
+    let rpcwire::ResponseMessage::Single(r) =
+        parse(r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#).unwrap()
+    else {
+        panic!()
+    };
     assert_eq!(r.id().as_bytes(), b"1");
     assert_eq!(r.result().unwrap().as_bytes(), br#""0x1b4""#);
     let rpcwire::ResponseMessage::Single(r) =
@@ -502,7 +799,8 @@ fn responses() {
     };
     assert_eq!(r.result().unwrap().as_bytes(), br#"{"logs":[{"a":1}]}"#);
     let rpcwire::ResponseMessage::Single(r) =
-        parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse \"error\""}}"#).unwrap()
+        parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse \"error\""}}"#)
+            .unwrap()
     else {
         panic!()
     };
@@ -515,7 +813,9 @@ fn responses() {
             let arena = Bump::new();
             match rpcwire::parse_response(reply.as_bytes(), &arena).unwrap() {
                 rpcwire::ResponseMessage::Single(_) => {}
-                rpcwire::ResponseMessage::Batch(b) => assert!(b.clone().all(|r| r.is_ok()), "{}", ex.title),
+                rpcwire::ResponseMessage::Batch(b) => {
+                    assert!(b.clone().all(|r| r.is_ok()), "{}", ex.title)
+                }
             }
         }
     }
@@ -536,14 +836,38 @@ fn responses() {
     assert_eq!(items.len(), 8);
     assert_eq!(items[0].unwrap().result().unwrap().as_bytes(), b"null");
     assert!(items[1].unwrap_err().to_string().contains("both"));
-    assert!(items[2].unwrap_err().to_string().contains("missing member 'result'"));
+    assert!(
+        items[2]
+            .unwrap_err()
+            .to_string()
+            .contains("missing member 'result'")
+    );
     assert!(items[3].unwrap_err().to_string().contains("'code'"));
-    assert!(items[4].unwrap_err().to_string().contains("missing member 'code'"));
-    assert_eq!(items[5].unwrap().result().unwrap_err().data().unwrap().as_bytes(), br#"{"d":[]}"#);
+    assert!(
+        items[4]
+            .unwrap_err()
+            .to_string()
+            .contains("missing member 'code'")
+    );
+    assert_eq!(
+        items[5]
+            .unwrap()
+            .result()
+            .unwrap_err()
+            .data()
+            .unwrap()
+            .as_bytes(),
+        br#"{"d":[]}"#
+    );
     assert!(items[6].is_err());
     assert!(items[7].unwrap_err().to_string().contains("'jsonrpc'"));
     // Whole-message problems.
-    assert_eq!(parse(r#"{"jsonrpc":"2.0","id":1,"result":}"#).unwrap_err().code(), PARSE_ERROR);
+    assert_eq!(
+        parse(r#"{"jsonrpc":"2.0","id":1,"result":}"#)
+            .unwrap_err()
+            .code(),
+        PARSE_ERROR
+    );
     assert!(parse("[]").is_err());
     assert!(parse(r#"{"jsonrpc":"2.0","id":1,"result":1,"result":2}"#).is_err());
     assert!(parse(r#"{"jsonrpc":"2.0","id":[1],"result":1}"#).is_err());

@@ -72,7 +72,12 @@ pub(crate) fn scan_string(buf: &[u8], mut pos: usize) -> Result<ScannedStr, Erro
             validate_utf8(buf, pos, stop.at)?;
         }
         match buf.get(stop.at) {
-            Some(b'"') => return Ok(ScannedStr { end: stop.at + 1, escaped }),
+            Some(b'"') => {
+                return Ok(ScannedStr {
+                    end: stop.at + 1,
+                    escaped,
+                });
+            }
             Some(b'\\') => {
                 escaped = true;
                 pos = scan_escape(buf, stop.at)?;
@@ -165,7 +170,11 @@ pub(crate) fn scan_number(buf: &[u8], mut pos: usize) -> Result<usize, Error> {
 
 #[cold]
 fn number_error<T>(buf: &[u8], pos: usize) -> Result<T, Error> {
-    if pos >= buf.len() { eof(buf) } else { err(ErrorKind::InvalidNumber, pos) }
+    if pos >= buf.len() {
+        eof(buf)
+    } else {
+        err(ErrorKind::InvalidNumber, pos)
+    }
 }
 
 /// Validates the literal `lit` (`true`, `false`, `null`) at `pos`.
@@ -181,28 +190,10 @@ pub(crate) fn scan_literal(buf: &[u8], pos: usize, lit: &'static [u8]) -> Result
 fn literal_error<T>(buf: &[u8], pos: usize, lit: &[u8]) -> Result<T, Error> {
     let have = &buf[pos..];
     let same = have.iter().zip(lit).take_while(|(a, b)| a == b).count();
-    if same == have.len() { eof(buf) } else { err(ErrorKind::InvalidLiteral, pos + same) }
-}
-
-/// One bit per open container: set for an array, clear for an object.
-struct ContainerStack {
-    bits: [u64; (MAX_DEPTH_LIMIT / 64) as usize],
-}
-
-impl ContainerStack {
-    #[inline(always)]
-    fn new() -> Self {
-        ContainerStack { bits: [0; (MAX_DEPTH_LIMIT / 64) as usize] }
-    }
-    #[inline(always)]
-    fn set(&mut self, level: u32, is_array: bool) {
-        let (word, bit) = ((level / 64) as usize % self.bits.len(), level % 64);
-        self.bits[word] = (self.bits[word] & !(1 << bit)) | ((is_array as u64) << bit);
-    }
-    #[inline(always)]
-    fn is_array(&self, level: u32) -> bool {
-        let (word, bit) = ((level / 64) as usize % self.bits.len(), level % 64);
-        self.bits[word] >> bit & 1 == 1
+    if same == have.len() {
+        eof(buf)
+    } else {
+        err(ErrorKind::InvalidLiteral, pos + same)
     }
 }
 
@@ -223,26 +214,35 @@ fn scan_key_and_colon(buf: &[u8], pos: usize) -> Result<usize, Error> {
 ///
 /// `depth` is the number of containers already open around the value; a
 /// container that would make it exceed `max_depth` is an error.
+///
+/// The kind of each open container (array or object) is one bit of a `u64`
+/// kept in a register; a value nested 64 levels below the start is validated
+/// by a recursive call, so the stack of kinds never needs memory and the
+/// recursion is at most `MAX_DEPTH_LIMIT / 64` calls deep.
 pub(crate) fn skip_value(
     buf: &[u8],
     mut pos: usize,
     depth: u32,
     max_depth: u32,
 ) -> Result<usize, Error> {
-    let mut stack = ContainerStack::new();
+    // Bit `i` is set if the container open at level `i` is an array.
+    let mut kinds: u64 = 0;
     // Containers opened by this call; `depth + level` is the absolute depth.
     let mut level: u32 = 0;
     'value: loop {
-        let Some(&b) = buf.get(pos) else { return eof(buf) };
+        let Some(&b) = buf.get(pos) else {
+            return eof(buf);
+        };
         match b {
             b'"' => pos = scan_string(buf, pos + 1)?.end,
             b'-' | b'0'..=b'9' => pos = scan_number(buf, pos)?,
+            b'{' | b'[' if level == 64 => pos = skip_value(buf, pos, depth + level, max_depth)?,
             b'{' | b'[' => {
                 if depth + level >= max_depth {
                     return err(ErrorKind::TooDeep { limit: max_depth }, pos);
                 }
                 let is_array = b == b'[';
-                stack.set(level, is_array);
+                kinds = (kinds & !(1 << level)) | ((is_array as u64) << level);
                 level += 1;
                 pos = skip_ws(buf, pos + 1);
                 match buf.get(pos) {
@@ -274,7 +274,7 @@ pub(crate) fn skip_value(
                 return Ok(pos);
             }
             pos = skip_ws(buf, pos);
-            let is_array = stack.is_array(level - 1);
+            let is_array = kinds >> (level - 1) & 1 == 1;
             match buf.get(pos) {
                 Some(b',') => {
                     pos = skip_ws(buf, pos + 1);
@@ -484,8 +484,12 @@ impl<'a> Unescaped<'a> {
 /// The value of the four hex digits at `pos` (validated input), or 0 if they
 /// are missing.
 fn hex4(s: &[u8], pos: usize) -> u32 {
-    let Some(digits) = s.get(pos..pos + 4) else { return 0 };
-    digits.iter().fold(0, |acc, &d| acc << 4 | (d as char).to_digit(16).unwrap_or(0))
+    let Some(digits) = s.get(pos..pos + 4) else {
+        return 0;
+    };
+    digits.iter().fold(0, |acc, &d| {
+        acc << 4 | (d as char).to_digit(16).unwrap_or(0)
+    })
 }
 
 #[cfg(test)]
@@ -506,11 +510,37 @@ mod tests {
     #[test]
     fn accepts_what_rfc_8259_accepts() {
         for ok in [
-            "0", "-0", "1", "-1", "10", "1.5", "-1.5e10", "1E+2", "1e-2", "0.0", "123456789012345678901234567890",
-            "true", "false", "null", "\"\"", "\"a\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\u00e9\\uD83D\\ude00\"",
-            "\"\\ud800\"", "\"é東😀\"", "[]", "{}", "[1,2,3]", "{\"a\":1,\"b\":[{},[]]}", " \t\r\n[ 1 , { \"a\" : null } ] \n",
+            "0",
+            "-0",
+            "1",
+            "-1",
+            "10",
+            "1.5",
+            "-1.5e10",
+            "1E+2",
+            "1e-2",
+            "0.0",
+            "123456789012345678901234567890",
+            "true",
+            "false",
+            "null",
+            "\"\"",
+            "\"a\"",
+            "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"",
+            "\"\\u00e9\\uD83D\\ude00\"",
+            "\"\\ud800\"",
+            "\"é東😀\"",
+            "[]",
+            "{}",
+            "[1,2,3]",
+            "{\"a\":1,\"b\":[{},[]]}",
+            " \t\r\n[ 1 , { \"a\" : null } ] \n",
         ] {
-            assert!(value(ok).is_ok(), "{ok:?} should be accepted: {:?}", value(ok));
+            assert!(
+                value(ok).is_ok(),
+                "{ok:?} should be accepted: {:?}",
+                value(ok)
+            );
         }
     }
 
@@ -564,7 +594,14 @@ mod tests {
             assert_eq!(e.kind(), ErrorKind::InvalidUtf8, "{bytes:?}");
             assert_eq!(e.offset(), at, "{bytes:?}");
         }
-        let long = [b"\"".as_ref(), &[b'a'; 100], b"\xe2\x82\xac", &[b'b'; 100], b"\""].concat();
+        let long = [
+            b"\"".as_ref(),
+            &[b'a'; 100],
+            b"\xe2\x82\xac",
+            &[b'b'; 100],
+            b"\"",
+        ]
+        .concat();
         assert!(skip_value(&long, 0, 0, 128).is_ok());
         let mut bad = long.clone();
         bad[101] = b'x';
@@ -592,8 +629,17 @@ mod tests {
     #[test]
     fn trusted_skip_agrees_with_validating_skip() {
         for input in [
-            "\"a\\\"b\"", "\"\\\\\"", "123", "-1.5e3", "true", "null", "[1,[2,{\"a\":\"]\"}],3]", "{\"k\\\"\":\"}\"}",
-            "{}", "[]", "[ 1 , 2 ]",
+            "\"a\\\"b\"",
+            "\"\\\\\"",
+            "123",
+            "-1.5e3",
+            "true",
+            "null",
+            "[1,[2,{\"a\":\"]\"}],3]",
+            "{\"k\\\"\":\"}\"}",
+            "{}",
+            "[]",
+            "[ 1 , 2 ]",
         ] {
             let buf = format!("{input} ,");
             let want = skip_value(buf.as_bytes(), 0, 0, 128).unwrap();
@@ -607,7 +653,10 @@ mod tests {
             let mut out = Vec::new();
             unescape(s.as_bytes(), &mut out).map(|()| String::from_utf8(out).unwrap())
         };
-        assert_eq!(decode(r#"a\"b\\c\/d\be\ff\ng\rh\ti"#).unwrap(), "a\"b\\c/d\u{8}e\u{c}f\ng\rh\ti");
+        assert_eq!(
+            decode(r#"a\"b\\c\/d\be\ff\ng\rh\ti"#).unwrap(),
+            "a\"b\\c/d\u{8}e\u{c}f\ng\rh\ti"
+        );
         assert_eq!(decode(r"\u006dethod").unwrap(), "method");
         assert_eq!(decode(r"\u00e9\u6771\ud83d\ude00").unwrap(), "é東😀");
         assert_eq!(decode(r"x\ud800"), Err(1));

@@ -20,15 +20,19 @@ fn value(v: RawValue<'_>, arena: &bumpalo::Bump, depth: usize) {
     if let Some(s) = v.as_json_str() {
         let decoded = s.decode_in(arena);
         let serde: Option<String> = serde_json::from_slice(v.as_bytes()).ok();
-        assert_eq!(decoded.map(str::to_owned), serde, "string decoding differs from serde_json");
+        assert_eq!(
+            decoded.map(str::to_owned),
+            serde,
+            "string decoding differs from serde_json"
+        );
         if let Some(d) = decoded {
             assert!(s.eq_str(d));
         }
     }
-    if let Some(p) = v.as_params() {
-        if depth < 8 {
-            params(p, arena, depth + 1);
-        }
+    if let Some(p) = v.as_params()
+        && depth < 8
+    {
+        params(p, arena, depth + 1);
     }
 }
 
@@ -57,14 +61,25 @@ fn params(p: Params<'_>, arena: &bumpalo::Bump, depth: usize) {
         }
         assert!(entries.len() >= obj.len());
     }
-    assert_eq!(p.is_empty(), p.len() == 0);
+    let counted = if p.is_array() {
+        p.iter().count()
+    } else {
+        p.entries().count()
+    };
+    assert_eq!(p.is_empty(), counted == 0);
 }
 
 fn entry(e: Entry<'_>, input: &[u8], arena: &bumpalo::Bump) {
     let inside = |b: &[u8]| {
-        let (start, end) = (input.as_ptr() as usize, input.as_ptr() as usize + input.len());
+        let (start, end) = (
+            input.as_ptr() as usize,
+            input.as_ptr() as usize + input.len(),
+        );
         let p = b.as_ptr() as usize;
-        assert!(p >= start && p + b.len() <= end, "a view points outside the input");
+        assert!(
+            p >= start && p + b.len() <= end,
+            "a view points outside the input"
+        );
     };
     match e {
         Entry::Request(r) => {
@@ -88,7 +103,10 @@ fn entry(e: Entry<'_>, input: &[u8], arena: &bumpalo::Bump) {
 
 pub fn exercise(input: &[u8]) {
     let arena = bumpalo::Bump::new();
-    for parser in [rpcwire::Parser::new(), rpcwire::Parser::new().max_depth(3).max_batch_len(2)] {
+    for parser in [
+        rpcwire::Parser::new(),
+        rpcwire::Parser::new().max_depth(3).max_batch_len(2),
+    ] {
         match parser.parse(input, &arena) {
             Ok(Message::Single(e)) => entry(e, input, &arena),
             Ok(Message::Batch(b)) => {

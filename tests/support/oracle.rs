@@ -9,8 +9,14 @@ use serde_json::value::RawValue;
 /// One classified entry, as owned bytes so that both sides compare equal.
 #[derive(Debug, PartialEq, Eq, Clone)]
 pub enum EntryView {
-    Request { method: String, id: Option<Vec<u8>>, params: Option<Vec<u8>> },
-    Invalid { id: Vec<u8> },
+    Request {
+        method: String,
+        id: Option<Vec<u8>>,
+        params: Option<Vec<u8>>,
+    },
+    Invalid {
+        id: Vec<u8>,
+    },
 }
 
 /// How a whole message is classified.
@@ -53,12 +59,14 @@ pub fn classify_entry(raw: &str) -> EntryView {
         return EntryView::Invalid { id: NULL.to_vec() };
     };
     let id = env.id.map(|r| r.get().as_bytes().to_vec());
-    if let Some(id) = &id {
-        if matches!(id[0], b'{' | b'[' | b't' | b'f') {
-            return EntryView::Invalid { id: NULL.to_vec() };
-        }
+    if let Some(id) = &id
+        && matches!(id[0], b'{' | b'[' | b't' | b'f')
+    {
+        return EntryView::Invalid { id: NULL.to_vec() };
     }
-    let invalid = || EntryView::Invalid { id: id.clone().unwrap_or_else(|| NULL.to_vec()) };
+    let invalid = || EntryView::Invalid {
+        id: id.clone().unwrap_or_else(|| NULL.to_vec()),
+    };
     let version_ok = env
         .jsonrpc
         .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
@@ -66,7 +74,10 @@ pub fn classify_entry(raw: &str) -> EntryView {
     if !version_ok {
         return invalid();
     }
-    let Some(method) = env.method.and_then(|r| serde_json::from_str::<String>(r.get()).ok()) else {
+    let Some(method) = env
+        .method
+        .and_then(|r| serde_json::from_str::<String>(r.get()).ok())
+    else {
         return invalid();
     };
     let params = match env.params.map(|r| r.get()) {
@@ -106,7 +117,9 @@ pub fn rpcwire_view(parser: &rpcwire::Parser, input: &[u8]) -> Result<Classified
             id: r.id().map(|i| i.as_bytes().to_vec()),
             params: r.params().map(|p| p.as_bytes().to_vec()),
         },
-        rpcwire::Entry::Invalid(i) => EntryView::Invalid { id: i.id().as_bytes().to_vec() },
+        rpcwire::Entry::Invalid(i) => EntryView::Invalid {
+            id: i.id().as_bytes().to_vec(),
+        },
     };
     match parser.parse(input, &arena) {
         Ok(rpcwire::Message::Single(e)) => Ok(Classified::Single(view(e))),
@@ -131,10 +144,18 @@ pub fn check_agreement(parser: &rpcwire::Parser, input: &[u8]) {
         ),
         Err(limit) => {
             // Only valid JSON can hit a limit (invalid JSON wins over it).
-            assert_ne!(want, Classified::ParseError, "limit error {limit} on invalid JSON");
+            assert_ne!(
+                want,
+                Classified::ParseError,
+                "limit error {limit} on invalid JSON"
+            );
             let too_deep = nesting_depth(input) > parser.depth_limit() as usize;
             let too_long = matches!(&want, Classified::Batch(b) if b.len() > parser.batch_len_limit() as usize);
-            assert!(too_deep || too_long, "limit error {limit} within limits: {:?}", String::from_utf8_lossy(input));
+            assert!(
+                too_deep || too_long,
+                "limit error {limit} within limits: {:?}",
+                String::from_utf8_lossy(input)
+            );
         }
     }
 }

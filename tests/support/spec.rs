@@ -14,7 +14,11 @@ pub fn examples() -> Vec<Example> {
     let mut target: Option<bool> = None; // Some(true) = request, Some(false) = reply
     for line in text.lines() {
         if let Some(title) = line.strip_prefix("### ") {
-            out.push(Example { title: title.to_string(), request: String::new(), reply: None });
+            out.push(Example {
+                title: title.to_string(),
+                request: String::new(),
+                reply: None,
+            });
             target = None;
         } else if line.starts_with('#') && target.is_none() {
             continue;
@@ -42,6 +46,10 @@ pub fn examples() -> Vec<Example> {
             }
         }
     }
-    assert_eq!(out.len(), 15, "every example of the specification is transcribed");
+    assert_eq!(
+        out.len(),
+        15,
+        "every example of the specification is transcribed"
+    );
     out
 }

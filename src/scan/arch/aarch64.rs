@@ -16,7 +16,9 @@ use super::{Stop, naive};
 
 #[inline(always)]
 fn nibble_mask(v: uint8x16_t) -> u64 {
-    vget_lane_u64::<0>(vreinterpret_u64_u8(vshrn_n_u16::<4>(vreinterpretq_u16_u8(v))))
+    vget_lane_u64::<0>(vreinterpret_u64_u8(vshrn_n_u16::<4>(vreinterpretq_u16_u8(
+        v,
+    ))))
 }
 
 #[inline(always)]
@@ -24,7 +26,10 @@ fn stops(v: uint8x16_t) -> uint8x16_t {
     let quote = vdupq_n_u8(b'"');
     let backslash = vdupq_n_u8(b'\\');
     let space = vdupq_n_u8(0x20);
-    vorrq_u8(vorrq_u8(vceqq_u8(v, quote), vceqq_u8(v, backslash)), vcltq_u8(v, space))
+    vorrq_u8(
+        vorrq_u8(vceqq_u8(v, quote), vceqq_u8(v, backslash)),
+        vcltq_u8(v, space),
+    )
 }
 
 #[inline(always)]
@@ -35,7 +40,11 @@ fn high_bytes(v: uint8x16_t) -> uint8x16_t {
 /// Nibble-mask bits below byte lane `lane`.
 #[inline(always)]
 fn below(mask: u64, lane: u32) -> u64 {
-    if lane >= 16 { mask } else { mask & ((1u64 << (lane * 4)) - 1) }
+    if lane >= 16 {
+        mask
+    } else {
+        mask & ((1u64 << (lane * 4)) - 1)
+    }
 }
 
 #[inline(always)]
@@ -53,17 +62,26 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
         if mask != 0 {
             let lane = mask.trailing_zeros() / 4;
             high |= below(h, lane);
-            return Stop { at: pos + lane as usize, non_ascii: high != 0 };
+            return Stop {
+                at: pos + lane as usize,
+                non_ascii: high != 0,
+            };
         }
         high |= h;
         pos += 16;
     }
     if pos == len {
-        return Stop { at: len, non_ascii: high != 0 };
+        return Stop {
+            at: len,
+            non_ascii: high != 0,
+        };
     }
     if len < 16 {
         let tail = naive::find_string_stop(buf, pos);
-        return Stop { at: tail.at, non_ascii: tail.non_ascii || high != 0 };
+        return Stop {
+            at: tail.at,
+            non_ascii: tail.non_ascii || high != 0,
+        };
     }
     // The last 16 bytes of the input, with the lanes before `pos` shifted out.
     let base = len - 16;
@@ -75,7 +93,13 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
     if mask != 0 {
         let lane = mask.trailing_zeros() / 4;
         high |= below(h, lane);
-        return Stop { at: pos + lane as usize, non_ascii: high != 0 };
+        return Stop {
+            at: pos + lane as usize,
+            non_ascii: high != 0,
+        };
     }
-    Stop { at: len, non_ascii: high != 0 || h != 0 }
+    Stop {
+        at: len,
+        non_ascii: high != 0 || h != 0,
+    }
 }

@@ -57,11 +57,15 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
     }
 }
 
+/// A backend's entry point.
+#[cfg(test)]
+type Backend = fn(&[u8], usize) -> Stop;
+
 /// The backends this CPU can run, by name, for tests and benchmarks.
 #[cfg(test)]
-pub(crate) fn backends() -> Vec<(&'static str, fn(&[u8], usize) -> Stop)> {
+pub(crate) fn backends() -> Vec<(&'static str, Backend)> {
     #[allow(unused_mut)]
-    let mut v: Vec<(&'static str, fn(&[u8], usize) -> Stop)> = vec![
+    let mut v: Vec<(&'static str, Backend)> = vec![
         ("swar", swar::find_string_stop),
         ("dispatch", find_string_stop),
     ];
@@ -82,7 +86,11 @@ mod tests {
     fn check_all(buf: &[u8], start: usize) {
         let want = naive::find_string_stop(buf, start);
         for (name, f) in backends() {
-            assert_eq!(f(buf, start), want, "backend {name}, start {start}, buf {buf:?}");
+            assert_eq!(
+                f(buf, start),
+                want,
+                "backend {name}, start {start}, buf {buf:?}"
+            );
         }
     }
 
@@ -101,7 +109,9 @@ mod tests {
                     if at < len {
                         buf[at] = stop;
                     }
-                    for start in (0..=len.min(18)).chain([at.saturating_sub(1), at].into_iter().filter(|&s| s <= len)) {
+                    for start in (0..=len.min(18))
+                        .chain([at.saturating_sub(1), at].into_iter().filter(|&s| s <= len))
+                    {
                         check_all(&buf, start);
                     }
                     if len > 3 {
@@ -155,7 +165,11 @@ mod tests {
                     _ => b'0' + (next() % 40) as u8,
                 })
                 .collect();
-            let start = if len == 0 { 0 } else { (next() as usize) % (len + 1) };
+            let start = if len == 0 {
+                0
+            } else {
+                (next() as usize) % (len + 1)
+            };
             check_all(&buf, start);
         }
     }

@@ -12,5 +12,8 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
         }
         non_ascii |= b >= 0x80;
     }
-    Stop { at: buf.len(), non_ascii }
+    Stop {
+        at: buf.len(),
+        non_ascii,
+    }
 }

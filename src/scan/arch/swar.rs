@@ -25,18 +25,25 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
     let mut high = 0u64;
     while let Some(chunk) = buf.get(pos..pos + 8) {
         let x = u64::from_le_bytes(chunk.try_into().unwrap());
-        let stops =
-            zero_bytes(x ^ (LO * b'"' as u64)) | zero_bytes(x ^ (LO * b'\\' as u64)) | bytes_below(x, 0x20);
+        let stops = zero_bytes(x ^ (LO * b'"' as u64))
+            | zero_bytes(x ^ (LO * b'\\' as u64))
+            | bytes_below(x, 0x20);
         if stops != 0 {
             let lane = stops.trailing_zeros() / 8;
             // Keep the high bits of the lanes before the stop only.
             let before = (1u64 << (lane * 8)) - 1;
             high |= x & HI & before;
-            return Stop { at: pos + lane as usize, non_ascii: high != 0 };
+            return Stop {
+                at: pos + lane as usize,
+                non_ascii: high != 0,
+            };
         }
         high |= x & HI;
         pos += 8;
     }
     let tail = naive::find_string_stop(buf, pos);
-    Stop { at: tail.at, non_ascii: tail.non_ascii || high != 0 }
+    Stop {
+        at: tail.at,
+        non_ascii: tail.non_ascii || high != 0,
+    }
 }

@@ -70,7 +70,10 @@ fn masks_sse2(v: __m128i) -> (u64, u64) {
             _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
             is_ctrl,
         );
-        (_mm_movemask_epi8(stops) as u32 as u64, _mm_movemask_epi8(v) as u32 as u64)
+        (
+            _mm_movemask_epi8(stops) as u32 as u64,
+            _mm_movemask_epi8(v) as u32 as u64,
+        )
     }
 }
 
@@ -100,17 +103,26 @@ fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
         if mask != 0 {
             let at = mask.trailing_zeros();
             high |= below(h, at);
-            return Stop { at: pos + at as usize, non_ascii: high != 0 };
+            return Stop {
+                at: pos + at as usize,
+                non_ascii: high != 0,
+            };
         }
         high |= h;
         pos += 16;
     }
     if pos == len {
-        return Stop { at: len, non_ascii: high != 0 };
+        return Stop {
+            at: len,
+            non_ascii: high != 0,
+        };
     }
     if len < 16 {
         let tail = naive::find_string_stop(buf, pos);
-        return Stop { at: tail.at, non_ascii: tail.non_ascii || high != 0 };
+        return Stop {
+            at: tail.at,
+            non_ascii: tail.non_ascii || high != 0,
+        };
     }
     // Fewer than 16 bytes left: load the last 16 bytes of the input and drop
     // the lanes before `pos`, which were already scanned (or precede `start`).
@@ -123,9 +135,15 @@ fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
     if mask != 0 {
         let at = mask.trailing_zeros();
         high |= below(h, at);
-        return Stop { at: pos + at as usize, non_ascii: high != 0 };
+        return Stop {
+            at: pos + at as usize,
+            non_ascii: high != 0,
+        };
     }
-    Stop { at: len, non_ascii: high != 0 || h != 0 }
+    Stop {
+        at: len,
+        non_ascii: high != 0 || h != 0,
+    }
 }
 
 #[inline]
@@ -169,7 +187,10 @@ unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
                 | ((_mm256_movemask_epi8(b) as u32 as u64) << 32);
             let at = mask.trailing_zeros();
             non_ascii |= below(h, at) != 0 || _mm256_movemask_epi8(high) != 0;
-            return Stop { at: pos + at as usize, non_ascii };
+            return Stop {
+                at: pos + at as usize,
+                non_ascii,
+            };
         }
         high = _mm256_or_si256(high, _mm256_or_si256(a, b));
         pos += 64;
@@ -183,7 +204,10 @@ unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
         if mask != 0 {
             let at = mask.trailing_zeros();
             non_ascii |= below(h, at) != 0;
-            return Stop { at: pos + at as usize, non_ascii };
+            return Stop {
+                at: pos + at as usize,
+                non_ascii,
+            };
         }
         non_ascii |= h != 0;
         pos += 32;
@@ -193,7 +217,10 @@ unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
     }
     if len < 32 {
         let tail = naive::find_string_stop(buf, pos);
-        return Stop { at: tail.at, non_ascii: tail.non_ascii || non_ascii };
+        return Stop {
+            at: tail.at,
+            non_ascii: tail.non_ascii || non_ascii,
+        };
     }
     let base = len - 32;
     let seen = (pos - base) as u32;
@@ -204,7 +231,13 @@ unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
     if mask != 0 {
         let at = mask.trailing_zeros();
         non_ascii |= below(h, at) != 0;
-        return Stop { at: pos + at as usize, non_ascii };
+        return Stop {
+            at: pos + at as usize,
+            non_ascii,
+        };
     }
-    Stop { at: len, non_ascii: non_ascii || h != 0 }
+    Stop {
+        at: len,
+        non_ascii: non_ascii || h != 0,
+    }
 }

@@ -107,7 +107,10 @@ fn eth_params(rng: &mut Rng, method: &str) -> Option<String> {
                     block_tag(rng)
                 )
             } else {
-                format!("[{{\"to\":\"{to}\",\"data\":\"{data}\"}},{}]", block_tag(rng))
+                format!(
+                    "[{{\"to\":\"{to}\",\"data\":\"{data}\"}},{}]",
+                    block_tag(rng)
+                )
             }
         }
         "eth_getTransactionReceipt" | "eth_getTransactionByHash" => format!("[{}]", s(rng.hash())),
@@ -188,7 +191,9 @@ pub fn eth_request(rng: &mut Rng, style: Style, id: &str) -> String {
     let params = eth_params(rng, method);
     match style {
         Style::Viem => match params {
-            Some(p) => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{p}}}"),
+            Some(p) => format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{p}}}"
+            ),
             None => format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"}}"),
         },
         Style::Ethers => {

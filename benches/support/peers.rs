@@ -105,15 +105,10 @@ pub fn sonic_rs_one_pass(input: &[u8]) -> usize {
 
 /// simd-json's borrowed DOM. It parses in place, so the input is copied into a
 /// reused buffer first, and its internal buffers are reused across calls.
+#[derive(Default)]
 pub struct SimdJson {
     copy: Vec<u8>,
     buffers: simd_json::Buffers,
-}
-
-impl Default for SimdJson {
-    fn default() -> Self {
-        SimdJson { copy: Vec::new(), buffers: simd_json::Buffers::default() }
-    }
 }
 
 impl SimdJson {
@@ -121,8 +116,8 @@ impl SimdJson {
         use simd_json::prelude::*;
         self.copy.clear();
         self.copy.extend_from_slice(input);
-        let value = simd_json::to_borrowed_value_with_buffers(&mut self.copy, &mut self.buffers)
-            .unwrap();
+        let value =
+            simd_json::to_borrowed_value_with_buffers(&mut self.copy, &mut self.buffers).unwrap();
         let digest = |v: &simd_json::BorrowedValue| -> usize {
             assert_eq!(v.get_str("jsonrpc"), Some("2.0"));
             let method = v.get_str("method").unwrap().len();
