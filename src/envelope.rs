@@ -561,21 +561,33 @@ pub(crate) const REQUEST_MEMBERS: [MemberName; 4] = [
     MemberName::new(b"params\"", Member::Params),
 ];
 
-/// Reads the member name whose opening quote is at `pos`; returns which
-/// envelope member it names (compared after unescaping) and the index after
-/// its closing quote.
+/// What a member name is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Name {
+    /// One of the envelope members being looked for.
+    Member(Member),
+    /// Any other name.
+    Other,
+    /// A name no `&str` can hold (an unpaired surrogate escape): serde-based
+    /// readers reject the whole object, so the object is invalid and its id
+    /// unreadable.
+    Undecodable,
+}
+
+/// Reads the member name whose opening quote is at `pos`; returns what it
+/// names (compared after unescaping) and the index after its closing quote.
 #[inline(always)]
 pub(crate) fn read_member_name(
     input: &[u8],
     pos: usize,
     members: &[MemberName],
-) -> Result<(Option<Member>, usize), Error> {
+) -> Result<(Name, usize), Error> {
     // Fast path: one 8-byte load, compared against each name's word.
     if let Some(chunk) = input.get(pos + 1..pos + 9) {
         let word = u64::from_le_bytes(chunk.try_into().unwrap());
         for m in members {
             if word & m.mask == m.word {
-                return Ok((Some(m.member), pos + 1 + m.len));
+                return Ok((Name::Member(m.member), pos + 1 + m.len));
             }
         }
     } else {
@@ -585,21 +597,39 @@ pub(crate) fn read_member_name(
                 && rest[..m.len - 1] == *m.name().as_bytes()
                 && rest[m.len - 1] == b'"'
             {
-                return Ok((Some(m.member), pos + 1 + m.len));
+                return Ok((Name::Member(m.member), pos + 1 + m.len));
             }
         }
     }
     let scan::ScannedStr { end, escaped } = scan::scan_string(input, pos + 1)?;
     if !escaped {
         // Without escapes the fast path above would have matched.
-        return Ok((None, end));
+        return Ok((Name::Other, end));
     }
-    let content = &input[pos + 1..end - 1];
-    let member = members
+    Ok((
+        classify_escaped_name(&input[pos + 1..end - 1], members),
+        end,
+    ))
+}
+
+#[cold]
+fn classify_escaped_name(content: &[u8], members: &[MemberName]) -> Name {
+    if scan::unescape(content, &mut Discard).is_err() {
+        return Name::Undecodable;
+    }
+    members
         .iter()
         .find(|m| scan::unescaped_eq(content, true, m.name().as_bytes()))
-        .map(|m| m.member);
-    Ok((member, end))
+        .map_or(Name::Other, |m| Name::Member(m.member))
+}
+
+/// An `Extend` that keeps nothing, to check that a string decodes.
+struct Discard;
+
+impl Extend<u8> for Discard {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
+        iter.into_iter().for_each(drop);
+    }
 }
 
 /// Reads a string value whose opening quote is at `pos`; returns the index
@@ -705,7 +735,7 @@ fn read_envelope(
         pos = colon(input, after_name)?;
         let at = pos;
         match member {
-            Some(Member::Jsonrpc) => {
+            Name::Member(Member::Jsonrpc) => {
                 f.mark_seen(Member::Jsonrpc, name_at);
                 if input[pos..].starts_with(b"\"2.0\"") {
                     f.version_ok = true;
@@ -724,7 +754,7 @@ fn read_envelope(
                     }
                 }
             }
-            Some(Member::Id) => {
+            Name::Member(Member::Id) => {
                 f.mark_seen(Member::Id, name_at);
                 match input[pos] {
                     b'"' => pos = read_string(input, pos)?.0,
@@ -740,7 +770,7 @@ fn read_envelope(
                     end: pos,
                 });
             }
-            Some(Member::Method) => {
+            Name::Member(Member::Method) => {
                 f.mark_seen(Member::Method, name_at);
                 if input[pos] == b'"' {
                     let (end, escaped) = read_string(input, pos)?;
@@ -755,7 +785,7 @@ fn read_envelope(
                     f.problem(ErrorKind::WrongType(Member::Method), at, false);
                 }
             }
-            Some(Member::Params) => {
+            Name::Member(Member::Params) => {
                 f.mark_seen(Member::Params, name_at);
                 match input[pos] {
                     b'[' | b'{' => {
@@ -771,6 +801,10 @@ fn read_envelope(
                         f.problem(ErrorKind::WrongType(Member::Params), at, false);
                     }
                 }
+            }
+            Name::Undecodable => {
+                f.problem(ErrorKind::UndecodableName, name_at, true);
+                pos = scan::skip_value(input, pos, inner, max_depth)?;
             }
             _ => pos = scan::skip_value(input, pos, inner, max_depth)?,
         }

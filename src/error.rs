@@ -112,6 +112,7 @@ pub(crate) enum ErrorKind {
     WrongType(Member),
     BothResultAndError,
     LoneSurrogate(Member),
+    UndecodableName,
 }
 
 impl Error {
@@ -149,9 +150,8 @@ impl Error {
             | TrailingCharacters => Category::Syntax,
             TooDeep { .. } | MessageTooLarge | BatchTooLarge { .. } => Category::Limit,
             NotObjectOrArray | EmptyBatch | NotObject | Missing(_) | Duplicate(_)
-            | WrongVersion | WrongType(_) | BothResultAndError | LoneSurrogate(_) => {
-                Category::Envelope
-            }
+            | WrongVersion | WrongType(_) | BothResultAndError | LoneSurrogate(_)
+            | UndecodableName => Category::Envelope,
         }
     }
 
@@ -287,6 +287,7 @@ impl fmt::Display for Reason {
             ),
             BothResultAndError => f.write_str("response has both 'result' and 'error'"),
             LoneSurrogate(m) => write!(f, "member '{}' has an unpaired surrogate escape", m.name()),
+            UndecodableName => f.write_str("a member name has an unpaired surrogate escape"),
         }
     }
 }

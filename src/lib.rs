@@ -54,6 +54,7 @@
 mod envelope;
 mod error;
 mod response;
+mod router;
 mod scan;
 mod value;
 
@@ -62,4 +63,5 @@ pub use error::{
     Category, Error, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 pub use response::{ErrorObject, Response, ResponseBatch, ResponseMessage, parse_response};
+pub use router::{Router, RouterError};
 pub use value::{Id, JsonStr, Kind, Named, Params, Positional, RawValue};

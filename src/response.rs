@@ -4,7 +4,7 @@
 use bumpalo::Bump;
 
 use crate::envelope::{
-    MemberName, Parser, Span, colon, expect_end, first_member, for_each_element, next_member,
+    MemberName, Name, Parser, Span, colon, expect_end, first_member, for_each_element, next_member,
     read_member_name, read_string,
 };
 use crate::error::{Error, ErrorKind, Member};
@@ -270,7 +270,7 @@ fn read_response(
         let end = scan::skip_value(input, pos, inner, max_depth)?;
         let value = &input[pos..end];
         match member {
-            Some(Member::Jsonrpc) => {
+            Name::Member(Member::Jsonrpc) => {
                 f.mark_seen(Member::Jsonrpc, name_at);
                 let ok = value == b"\"2.0\""
                     || (value.first() == Some(&b'"')
@@ -279,7 +279,7 @@ fn read_response(
                     f.problem(ErrorKind::WrongVersion, at);
                 }
             }
-            Some(Member::Id) => {
+            Name::Member(Member::Id) => {
                 f.mark_seen(Member::Id, name_at);
                 if matches!(value[0], b'"' | b'-' | b'0'..=b'9' | b'n') {
                     f.id = Some(Span { start: at, end });
@@ -287,11 +287,11 @@ fn read_response(
                     f.problem(ErrorKind::WrongType(Member::Id), at);
                 }
             }
-            Some(Member::Result) => {
+            Name::Member(Member::Result) => {
                 f.mark_seen(Member::Result, name_at);
                 f.result = Some(Span { start: at, end });
             }
-            Some(Member::Error) => {
+            Name::Member(Member::Error) => {
                 f.mark_seen(Member::Error, name_at);
                 if value[0] == b'{' {
                     read_error_object(input, at, &mut f)?;
@@ -299,6 +299,7 @@ fn read_response(
                     f.problem(ErrorKind::WrongType(Member::Error), at);
                 }
             }
+            Name::Undecodable => f.problem(ErrorKind::UndecodableName, name_at),
             _ => {}
         }
         pos = end;
@@ -319,14 +320,14 @@ fn read_error_object(input: &[u8], mut pos: usize, f: &mut ResponseFields) -> Re
         let end = scan::skip_value_trusted(input, pos);
         let value = &input[pos..end];
         match member {
-            Some(Member::Code) => {
+            Name::Member(Member::Code) => {
                 f.mark_seen(Member::Code, name_at);
                 match parse_i64(value) {
                     Some(code) => f.code = Some(code),
                     None => f.problem(ErrorKind::WrongType(Member::Code), at),
                 }
             }
-            Some(Member::Message) => {
+            Name::Member(Member::Message) => {
                 f.mark_seen(Member::Message, name_at);
                 if value[0] == b'"' {
                     let (_, escaped) = read_string(input, pos)?;
@@ -341,7 +342,7 @@ fn read_error_object(input: &[u8], mut pos: usize, f: &mut ResponseFields) -> Re
                     f.problem(ErrorKind::WrongType(Member::Message), at);
                 }
             }
-            Some(Member::Data) => {
+            Name::Member(Member::Data) => {
                 f.mark_seen(Member::Data, name_at);
                 f.data = Some(Span { start: at, end });
             }

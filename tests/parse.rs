@@ -372,6 +372,12 @@ fn spec_decisions_table() {
             r#"{"jsonrpc":"2.0","method":"eth_\u0063all","id":5}"#,
             Request("eth_call", Some("5"), None),
         ),
+        // A member name no string type can hold (serde-based readers reject
+        // the whole object): invalid, id unreadable.
+        (
+            r#"{"jsonrpc":"2.0","method":"m","m\udc00":1,"id":1}"#,
+            Invalid("null"),
+        ),
         // Unknown members are ignored, whatever they hold.
         (
             r#"{"jsonrpc":"2.0","method":"m","id":1,"x":{"method":"evil","id":[]},"methods":1}"#,

@@ -38,10 +38,14 @@ fn value(v: RawValue<'_>, arena: &bumpalo::Bump, depth: usize) {
 
 fn params(p: Params<'_>, arena: &bumpalo::Bump, depth: usize) {
     valid_json(p.as_bytes());
-    let serde: serde_json::Value = serde_json::from_slice(p.as_bytes()).unwrap();
+    // serde_json's `Value` cannot hold a string with an unpaired surrogate
+    // escape; then only rpcwire's own views are exercised.
+    let serde: Option<serde_json::Value> = serde_json::from_slice(p.as_bytes()).ok();
     if p.is_array() {
         let items: Vec<RawValue> = p.iter().collect();
-        assert_eq!(items.len(), serde.as_array().unwrap().len());
+        if let Some(serde) = &serde {
+            assert_eq!(items.len(), serde.as_array().unwrap().len());
+        }
         assert_eq!(p.len(), items.len());
         for (i, v) in items.iter().enumerate() {
             assert_eq!(p.nth(i), Some(*v));
@@ -49,17 +53,20 @@ fn params(p: Params<'_>, arena: &bumpalo::Bump, depth: usize) {
         }
     } else {
         let entries: Vec<_> = p.entries().collect();
-        let obj = serde.as_object().unwrap();
         for (k, v) in &entries {
             value(*v, arena, depth);
             if let Some(name) = k.decode_in(arena) {
                 // serde_json keeps the last of repeated names, rpcwire's `get`
                 // the first: both are some member with that name.
-                assert!(obj.contains_key(name));
+                if let Some(serde) = &serde {
+                    assert!(serde.as_object().unwrap().contains_key(name));
+                }
                 assert!(p.get(name).is_some());
             }
         }
-        assert!(entries.len() >= obj.len());
+        if let Some(serde) = &serde {
+            assert!(entries.len() >= serde.as_object().unwrap().len());
+        }
     }
     let counted = if p.is_array() {
         p.iter().count()

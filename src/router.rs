@@ -1,0 +1,652 @@
+//! Layer 4: method name → value through a perfect-hash table.
+//!
+//! The table is built once, when the set of names is known, and never
+//! changes: a lookup hashes the name once, reads one bucket pilot, probes one
+//! slot and compares the bytes once. There is no probing sequence, no
+//! tombstone, no lock.
+//!
+//! Sets of up to 128 names (every real method set) are placed directly: the
+//! builder searches a seed under which `((fold(name) ^ seed) * K) >> shift` is
+//! injective in a table of about n²/16 slots (at least 4n; 256 slots, 8 KiB,
+//! for forty names), so a lookup is one multiply and one load.
+//!
+//! Larger sets use PTHash-style "hash and displace": the top bits of every
+//! name's 64-bit hash pick a bucket; buckets are placed largest first, each
+//! trying pilot values until all of its names land in free slots of a
+//! power-of-two table with at least 25% headroom. A lookup is then one
+//! multiply-shift away from its slot: `slot = ((hash ^ pilot[bucket]) * K) >>
+//! shift`.
+//!
+//! The hash itself adapts to the names: when the names differ in their length
+//! or in their first and last eight bytes (true of every real method set: the
+//! Ethereum and MCP names, and `eth_getTransactionByBlockHashAndIndex` vs
+//! `eth_getTransactionByBlockNumberAndIndex`, which differ in length), only
+//! those 16 bytes and the length are hashed, in two loads and two independent
+//! multiplies, whatever the name's length. Otherwise every byte is hashed.
+//! Each slot keeps the name's length and both ends inline, so the comparison
+//! that makes the lookup exact reads the name storage only for the middle of
+//! names longer than 16 bytes.
+
+use std::fmt;
+use std::sync::Arc;
+
+/// Why a router could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RouterError {
+    /// The same method name was registered twice.
+    Duplicate(String),
+    /// Names starting with `rpc.` are reserved by the JSON-RPC 2.0
+    /// specification for rpc-internal methods.
+    Reserved(String),
+    /// The empty string is not a method name.
+    Empty,
+    /// More names than the table supports (2^31).
+    TooMany,
+}
+
+impl fmt::Display for RouterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RouterError::Duplicate(name) => write!(f, "method {name:?} is registered twice"),
+            RouterError::Reserved(name) => write!(
+                f,
+                "method {name:?} starts with \"rpc.\", which JSON-RPC 2.0 reserves"
+            ),
+            RouterError::Empty => f.write_str("the empty string is not a method name"),
+            RouterError::TooMany => f.write_str("too many methods"),
+        }
+    }
+}
+
+impl std::error::Error for RouterError {}
+
+/// An immutable map from method names to values (typically handlers), built
+/// once into a perfect-hash table.
+///
+/// `Router` is `Send + Sync` when its values are, and cloning it clones an
+/// `Arc`: share one across threads without locks.
+///
+/// ```
+/// let router = rpcwire::Router::new([("eth_call", 1), ("eth_chainId", 2)])?;
+/// assert_eq!(router.get("eth_chainId"), Some(&2));
+/// assert_eq!(router.get("eth_chainid"), None);
+/// assert!(rpcwire::Router::new([("rpc.discover", 0)]).is_err());
+/// # Ok::<(), rpcwire::RouterError>(())
+/// ```
+pub struct Router<T> {
+    table: Arc<Table<T>>,
+}
+
+impl<T> Clone for Router<T> {
+    fn clone(&self) -> Self {
+        Router {
+            table: Arc::clone(&self.table),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Router<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+/// One slot of the table. The name's length and up to 32 of its bytes (the
+/// first and last eight, and for names over 16 bytes the eight after the
+/// first and before the last) are kept inline, so a lookup compares them
+/// without touching the name storage; only names longer than 32 bytes compare
+/// the rest there.
+#[derive(Clone, Copy)]
+struct Slot {
+    first: u64,
+    last: u64,
+    mid: (u64, u64),
+    /// Length of the name; `u32::MAX` marks an empty slot, which no name
+    /// matches.
+    len: u32,
+    /// Offset of the name in `Table::names`.
+    start: u32,
+}
+
+const EMPTY: Slot = Slot {
+    first: 0,
+    last: 0,
+    mid: (0, 0),
+    len: u32::MAX,
+    start: 0,
+};
+
+/// The two middle words a slot keeps for names over 16 bytes, else zeros.
+#[inline(always)]
+fn mids(name: &[u8]) -> (u64, u64) {
+    let n = name.len();
+    if n > 16 {
+        (load8(name, 8), load8(name, n - 16))
+    } else {
+        (0, 0)
+    }
+}
+
+struct Table<T> {
+    seed: u64,
+    /// Small sets: the hash alone picks the slot, no pilot (see `fold`).
+    direct: bool,
+    /// Hash only the length and the first and last eight bytes.
+    sampled: bool,
+    /// Per bucket, the pilot's mixing word (a power-of-two count of buckets).
+    pilots: Box<[u64]>,
+    bucket_shift: u32,
+    /// A power-of-two count of slots.
+    slots: Box<[Slot]>,
+    slot_shift: u32,
+    /// Every name, back to back.
+    names: Box<[u8]>,
+    /// The values by slot, so that a lookup reads its value at the index it
+    /// already has, in parallel with comparing the name.
+    values: Box<[Option<T>]>,
+    len: usize,
+}
+
+const K0: u64 = 0x9E37_79B9_7F4A_7C15;
+const K1: u64 = 0xC2B2_AE3D_27D4_EB4F;
+const K2: u64 = 0x1656_67B1_9E37_79F9;
+
+/// The first and the last eight bytes of `name`, overlapping for names of 8
+/// to 15 bytes. Shorter names are covered by smaller overlapping loads: with
+/// the length, the pair always determines the name.
+#[inline(always)]
+fn ends(name: &[u8]) -> (u64, u64) {
+    let n = name.len();
+    if n >= 8 {
+        (load8(name, 0), load8(name, n - 8))
+    } else if n >= 4 {
+        let lo = u32::from_le_bytes(name[..4].try_into().unwrap()) as u64;
+        let hi = u32::from_le_bytes(name[n - 4..].try_into().unwrap()) as u64;
+        (lo | hi << 32, 0)
+    } else if n > 0 {
+        (
+            name[0] as u64 | (name[n / 2] as u64) << 8 | (name[n - 1] as u64) << 16,
+            0,
+        )
+    } else {
+        (0, 0)
+    }
+}
+
+#[inline(always)]
+fn load8(s: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(s[at..at + 8].try_into().unwrap())
+}
+
+/// Two independent multiplies: the high bits of the result depend on every
+/// bit of the length and of both ends.
+#[inline(always)]
+fn hash_sampled(first: u64, last: u64, len: usize, seed: u64) -> u64 {
+    (first ^ seed).wrapping_mul(K0) ^ (last ^ (len as u64) ^ seed.rotate_left(32)).wrapping_mul(K1)
+}
+
+#[inline(always)]
+fn hash_full(name: &[u8], seed: u64) -> u64 {
+    let mut h = seed ^ (name.len() as u64).wrapping_mul(K2);
+    let mut chunks = name.chunks_exact(8);
+    for c in &mut chunks {
+        h = (h ^ u64::from_le_bytes(c.try_into().unwrap()))
+            .wrapping_mul(K1)
+            .rotate_left(31);
+    }
+    let rest = chunks.remainder();
+    let mut buf = [0u8; 8];
+    buf[..rest.len()].copy_from_slice(rest);
+    (h ^ u64::from_le_bytes(buf)).wrapping_mul(K0)
+}
+
+/// The length and both ends folded into one word; small sets whose folds
+/// differ are placed with one multiply of it (`direct` mode).
+#[inline(always)]
+fn fold(first: u64, last: u64, len: usize) -> u64 {
+    first ^ last.rotate_left(29) ^ (len as u64).wrapping_mul(K2)
+}
+
+#[inline(always)]
+fn direct_slot(fold: u64, seed: u64, slot_shift: u32) -> usize {
+    ((fold ^ seed).wrapping_mul(K0) >> slot_shift) as usize
+}
+
+/// Sets up to this many names try `direct` mode first.
+const DIRECT_MAX: usize = 128;
+
+/// For a small set, a seed under which `direct_slot` is injective in a table
+/// of `slots_len` slots (about n²/16, at least 4n), if one is found quickly.
+fn place_direct(folds: &[u64], slots_len: usize, slot_shift: u32) -> Option<u64> {
+    let mut sorted = folds.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return None;
+    }
+    let mut taken = vec![0u32; slots_len];
+    let mut seed = 0x1319_8A2E_0370_7344u64;
+    for round in 1..=1u32 << 16 {
+        let ok = folds.iter().all(|&f| {
+            let s = direct_slot(f, seed, slot_shift);
+            let free = taken[s] != round;
+            taken[s] = round;
+            free
+        });
+        if ok {
+            return Some(seed);
+        }
+        seed = seed.wrapping_mul(K1).wrapping_add(round as u64);
+    }
+    None
+}
+
+#[inline(always)]
+fn pilot_word(pilot: u32) -> u64 {
+    (pilot as u64 + 1).wrapping_mul(K2)
+}
+
+#[inline(always)]
+fn slot_of(hash: u64, pilot_word: u64, slot_shift: u32) -> usize {
+    ((hash ^ pilot_word).wrapping_mul(K0) >> slot_shift) as usize
+}
+
+#[inline(always)]
+fn bucket_of(hash: u64, bucket_shift: u32) -> usize {
+    (hash >> bucket_shift) as usize
+}
+
+impl<T> Router<T> {
+    /// Builds a router from `(name, value)` pairs.
+    ///
+    /// Fails on a duplicate name, on a name starting with `rpc.` (reserved by
+    /// the specification) and on the empty name.
+    pub fn new<N: AsRef<str>>(
+        entries: impl IntoIterator<Item = (N, T)>,
+    ) -> Result<Self, RouterError> {
+        let mut names_buf = Vec::new();
+        let mut spans: Vec<(u32, u32)> = Vec::new();
+        let mut values = Vec::new();
+        for (name, value) in entries {
+            let name = name.as_ref();
+            if name.is_empty() {
+                return Err(RouterError::Empty);
+            }
+            if name.starts_with("rpc.") {
+                return Err(RouterError::Reserved(name.to_string()));
+            }
+            if spans.len() >= i32::MAX as usize
+                || names_buf.len() + name.len() > u32::MAX as usize - 1
+            {
+                return Err(RouterError::TooMany);
+            }
+            spans.push((names_buf.len() as u32, name.len() as u32));
+            names_buf.extend_from_slice(name.as_bytes());
+            values.push(value);
+        }
+        let name_of = |i: usize| {
+            let (s, l) = spans[i];
+            &names_buf[s as usize..(s + l) as usize]
+        };
+        // Duplicates, found by sorting indices by name.
+        let mut order: Vec<usize> = (0..spans.len()).collect();
+        order.sort_unstable_by(|&a, &b| name_of(a).cmp(name_of(b)));
+        for w in order.windows(2) {
+            if name_of(w[0]) == name_of(w[1]) {
+                let name = String::from_utf8_lossy(name_of(w[0])).into_owned();
+                return Err(RouterError::Duplicate(name));
+            }
+        }
+        // Sampling suffices if (length, first 8, last 8) tells every name
+        // apart.
+        let mut keys: Vec<(usize, (u64, u64))> = (0..spans.len())
+            .map(|i| (name_of(i).len(), ends(name_of(i))))
+            .collect();
+        keys.sort_unstable();
+        let sampled = keys.windows(2).all(|w| w[0] != w[1]);
+
+        let n = spans.len();
+        let build = |seed: u64,
+                     direct: bool,
+                     pilots: Vec<u64>,
+                     bucket_shift: u32,
+                     slots: Vec<Option<usize>>,
+                     slot_shift: u32| {
+            let slots: Box<[Slot]> = slots
+                .into_iter()
+                .map(|s| match s {
+                    Some(i) => {
+                        let (first, last) = ends(name_of(i));
+                        let mid = mids(name_of(i));
+                        Slot {
+                            first,
+                            last,
+                            mid,
+                            len: spans[i].1,
+                            start: spans[i].0,
+                        }
+                    }
+                    None => EMPTY,
+                })
+                .collect();
+            Table {
+                seed,
+                direct,
+                sampled,
+                pilots: pilots.into(),
+                bucket_shift,
+                slots,
+                slot_shift,
+                names: names_buf.clone().into(),
+                values: Vec::new().into(),
+                len: n,
+            }
+        };
+        if sampled && (1..=DIRECT_MAX).contains(&n) {
+            let slots_len = (n * n / 16).max(4 * n).next_power_of_two();
+            let slot_shift = 64 - slots_len.trailing_zeros();
+            let folds: Vec<u64> = (0..n)
+                .map(|i| {
+                    let (first, last) = ends(name_of(i));
+                    fold(first, last, name_of(i).len())
+                })
+                .collect();
+            if let Some(seed) = place_direct(&folds, slots_len, slot_shift) {
+                let mut slots = vec![None; slots_len];
+                for (i, &f) in folds.iter().enumerate() {
+                    slots[direct_slot(f, seed, slot_shift)] = Some(i);
+                }
+                let mut table = build(seed, true, Vec::new(), 0, slots.clone(), slot_shift);
+                table.values = by_slot(values, &slots);
+                return Ok(Router {
+                    table: Arc::new(table),
+                });
+            }
+        }
+        // Powers of two, so that bucket and slot are a shift of the hash.
+        let buckets = n.div_ceil(4).next_power_of_two().max(2);
+        let slots_len = (n + n / 4).next_power_of_two().max(2);
+        let bucket_shift = 64 - buckets.trailing_zeros();
+        let slot_shift = 64 - slots_len.trailing_zeros();
+        let hash = |name: &[u8], seed: u64| {
+            if sampled {
+                let (first, last) = ends(name);
+                hash_sampled(first, last, name.len(), seed)
+            } else {
+                hash_full(name, seed)
+            }
+        };
+        let mut seed = 0x243F_6A88_85A3_08D3u64;
+        loop {
+            let hashes: Vec<u64> = (0..n).map(|i| hash(name_of(i), seed)).collect();
+            if let Some((pilots, slots)) =
+                place(&hashes, buckets, bucket_shift, slots_len, slot_shift)
+            {
+                let pilots = pilots.into_iter().map(pilot_word).collect();
+                let mut table = build(seed, false, pilots, bucket_shift, slots.clone(), slot_shift);
+                table.values = by_slot(values, &slots);
+                return Ok(Router {
+                    table: Arc::new(table),
+                });
+            }
+            seed = seed.wrapping_mul(K2).wrapping_add(1);
+        }
+    }
+
+    /// The value registered for `name`, if any.
+    #[inline]
+    pub fn get(&self, name: &str) -> Option<&T> {
+        let t = &*self.table;
+        let name = name.as_bytes();
+        let (first, last) = ends(name);
+        let index = if t.direct {
+            direct_slot(fold(first, last, name.len()), t.seed, t.slot_shift)
+        } else {
+            let h = if t.sampled {
+                hash_sampled(first, last, name.len(), t.seed)
+            } else {
+                hash_full(name, t.seed)
+            };
+            slot_of(
+                h,
+                *t.pilots.get(bucket_of(h, t.bucket_shift))?,
+                t.slot_shift,
+            )
+        };
+        let slot = t.slots.get(index)?;
+        let mid = mids(name);
+        // One branch for the whole inline comparison.
+        let differs = (slot.len as u64 ^ name.len() as u64)
+            | (slot.first ^ first)
+            | (slot.last ^ last)
+            | (slot.mid.0 ^ mid.0)
+            | (slot.mid.1 ^ mid.1);
+        if differs != 0 {
+            return None;
+        }
+        if name.len() > 32 {
+            let start = slot.start as usize;
+            let stored = t.names.get(start..start + name.len())?;
+            if stored[16..name.len() - 16] != name[16..name.len() - 16] {
+                return None;
+            }
+        }
+        t.values.get(index)?.as_ref()
+    }
+
+    /// The number of names.
+    pub fn len(&self) -> usize {
+        self.table.len
+    }
+
+    /// Whether the router has no names.
+    pub fn is_empty(&self) -> bool {
+        self.table.len == 0
+    }
+
+    /// Every `(name, value)`, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &T)> + '_ {
+        let t = &*self.table;
+        t.slots
+            .iter()
+            .zip(t.values.iter())
+            .filter_map(move |(s, v)| {
+                let v = v.as_ref()?;
+                let name = &t.names[s.start as usize..(s.start + s.len) as usize];
+                // Names were `&str` when registered and are cut at their bounds.
+                Some((core::str::from_utf8(name).ok()?, v))
+            })
+    }
+}
+
+/// Moves each value to the slot its name was placed in.
+fn by_slot<T>(values: Vec<T>, slots: &[Option<usize>]) -> Box<[Option<T>]> {
+    let mut values: Vec<Option<T>> = values.into_iter().map(Some).collect();
+    slots
+        .iter()
+        .map(|s| s.and_then(|i| values[i].take()))
+        .collect()
+}
+
+/// Places the keys with `hashes` into `slots_len` slots through `buckets`
+/// pilots; `None` if some bucket finds no pilot (then the caller retries with
+/// another seed).
+#[allow(clippy::type_complexity)]
+fn place(
+    hashes: &[u64],
+    buckets: usize,
+    bucket_shift: u32,
+    slots_len: usize,
+    slot_shift: u32,
+) -> Option<(Vec<u32>, Vec<Option<usize>>)> {
+    // Two equal hashes can never be separated: new seed.
+    let mut sorted = hashes.to_vec();
+    sorted.sort_unstable();
+    if sorted.windows(2).any(|w| w[0] == w[1]) {
+        return None;
+    }
+    let mut members: Vec<Vec<usize>> = vec![Vec::new(); buckets];
+    for (i, &h) in hashes.iter().enumerate() {
+        members[bucket_of(h, bucket_shift)].push(i);
+    }
+    let mut order: Vec<usize> = (0..buckets).collect();
+    order.sort_unstable_by_key(|&b| std::cmp::Reverse(members[b].len()));
+    let mut pilots = vec![0u32; buckets];
+    let mut slots: Vec<Option<usize>> = vec![None; slots_len];
+    let mut tried: Vec<usize> = Vec::new();
+    for b in order {
+        if members[b].is_empty() {
+            break;
+        }
+        let found = (0..1u32 << 20).find(|&pilot| {
+            tried.clear();
+            let word = pilot_word(pilot);
+            for &i in &members[b] {
+                let s = slot_of(hashes[i], word, slot_shift);
+                if slots[s].is_some() || tried.contains(&s) {
+                    return false;
+                }
+                tried.push(s);
+            }
+            true
+        })?;
+        pilots[b] = found;
+        let word = pilot_word(found);
+        for &i in &members[b] {
+            slots[slot_of(hashes[i], word, slot_shift)] = Some(i);
+        }
+    }
+    Some((pilots, slots))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ETH: &[&str] = &[
+        "eth_call",
+        "eth_getTransactionReceipt",
+        "eth_getBalance",
+        "eth_blockNumber",
+        "eth_getBlockByNumber",
+        "eth_getTransactionCount",
+        "eth_chainId",
+        "eth_getTransactionByHash",
+        "eth_getLogs",
+        "eth_getCode",
+        "eth_estimateGas",
+        "eth_sendRawTransaction",
+        "eth_getTransactionByBlockHashAndIndex",
+        "eth_getTransactionByBlockNumberAndIndex",
+        "eth_getBlockTransactionCountByHash",
+        "eth_getBlockTransactionCountByNumber",
+    ];
+
+    #[test]
+    fn one_name() {
+        let r = Router::new([("ping", 7)]).unwrap();
+        assert_eq!(r.get("ping"), Some(&7));
+        for miss in ["", "pin", "pingg", "Ping", "gnip", "ping\0"] {
+            assert_eq!(r.get(miss), None, "{miss:?}");
+        }
+        assert_eq!(r.len(), 1);
+    }
+
+    #[test]
+    fn ethereum_names_sharing_long_prefixes() {
+        let r = Router::new(ETH.iter().enumerate().map(|(i, n)| (*n, i))).unwrap();
+        assert!(r.table.sampled);
+        for (i, n) in ETH.iter().enumerate() {
+            assert_eq!(r.get(n), Some(&i), "{n}");
+            // Every one-byte change of a registered name misses.
+            let mut b = n.as_bytes().to_vec();
+            for at in 0..b.len() {
+                let orig = b[at];
+                b[at] = orig ^ 0x20;
+                let changed = String::from_utf8_lossy(&b).into_owned();
+                assert_eq!(r.get(&changed), None, "{changed}");
+                b[at] = orig;
+            }
+            assert_eq!(r.get(&n[..n.len() - 1]), None);
+            assert_eq!(r.get(&format!("{n}x")), None);
+        }
+    }
+
+    #[test]
+    fn names_equal_at_both_ends_fall_back_to_full_hashing() {
+        let names = [
+            "prefix_AAAA_middle_one_suffix__",
+            "prefix_AAAA_middle_two_suffix__",
+            "prefix__x_suffix__",
+        ];
+        let r = Router::new(names.iter().enumerate().map(|(i, n)| (*n, i))).unwrap();
+        assert!(!r.table.sampled);
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(r.get(n), Some(&i));
+        }
+        assert_eq!(r.get("prefix_AAAA_middle_six_suffix__"), None);
+    }
+
+    #[test]
+    fn ten_thousand_names() {
+        let names: Vec<String> = (0..10_000)
+            .map(|i| format!("ns{}_method_{i:05}", i % 17))
+            .collect();
+        let r = Router::new(names.iter().enumerate().map(|(i, n)| (n.as_str(), i))).unwrap();
+        assert_eq!(r.len(), 10_000);
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(r.get(n), Some(&i));
+        }
+        for i in 10_000..20_000 {
+            assert_eq!(r.get(&format!("ns{}_method_{i:05}", i % 17)), None);
+        }
+        assert_eq!(r.iter().count(), 10_000);
+        // Same-length names differing only in the middle: full hashing.
+        let mid: Vec<String> = (0..10_000)
+            .map(|i| format!("eth_{i:05}_zzzzzzzz"))
+            .collect();
+        let r = Router::new(mid.iter().enumerate().map(|(i, n)| (n.as_str(), i))).unwrap();
+        assert!(!r.table.sampled);
+        for (i, n) in mid.iter().enumerate() {
+            assert_eq!(r.get(n), Some(&i));
+        }
+    }
+
+    #[test]
+    fn rejects_duplicates_reserved_and_empty_names() {
+        assert_eq!(
+            Router::new([("a", 1), ("b", 2), ("a", 3)]).unwrap_err(),
+            RouterError::Duplicate("a".into())
+        );
+        assert_eq!(
+            Router::new([("rpc.discover", 1)]).unwrap_err(),
+            RouterError::Reserved("rpc.discover".into())
+        );
+        assert_eq!(Router::new([("", 1)]).unwrap_err(), RouterError::Empty);
+        // `rpc` alone, or `rpc.` elsewhere, is an ordinary name.
+        assert!(Router::new([("rpc", 1), ("x.rpc.y", 2), ("rpc_modules", 3)]).is_ok());
+        let e = Router::new([("rpc.x", 1)]).unwrap_err();
+        assert!(e.to_string().contains("reserves"));
+    }
+
+    #[test]
+    fn empty_router_finds_nothing() {
+        let r: Router<u8> = Router::new(Vec::<(&str, u8)>::new()).unwrap();
+        assert!(r.is_empty());
+        assert_eq!(r.get("x"), None);
+        assert_eq!(r.get(""), None);
+    }
+
+    #[test]
+    fn shared_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<Router<fn()>>();
+        let r = Router::new(ETH.iter().map(|n| (*n, n.len()))).unwrap();
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let r = r.clone();
+                std::thread::spawn(move || ETH.iter().all(|n| r.get(n) == Some(&n.len())))
+            })
+            .collect();
+        assert!(handles.into_iter().all(|h| h.join().unwrap()));
+    }
+}
