@@ -51,13 +51,22 @@
     clippy::undocumented_unsafe_blocks
 )]
 
+mod dispatch;
+#[cfg(feature = "async")]
+mod dispatch_async;
 mod envelope;
 mod error;
 mod response;
 mod router;
 mod scan;
 mod value;
+mod write;
 
+pub use dispatch::{
+    Call, Dispatcher, DispatcherBuilder, Done, RESPONSE_TOO_LARGE, Reply, RpcError,
+};
+#[cfg(feature = "async")]
+pub use dispatch_async::{AsyncCall, OwnedParams, RawJson};
 pub use envelope::{Batch, Entry, InvalidRequest, Message, Parser, Request, parse};
 pub use error::{
     Category, Error, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,

@@ -1,0 +1,121 @@
+//! Writing JSON straight into the caller's buffer: escaped strings, integers,
+//! Ethereum hex quantities and data.
+
+use crate::scan::arch;
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `s` as a JSON string, quotes included, escaping `"`, `\` and
+/// control characters. Runs without escapes are copied whole.
+pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut from = 0;
+    loop {
+        let stop = arch::find_string_stop(bytes, from).at;
+        out.extend_from_slice(&bytes[from..stop]);
+        let Some(&b) = bytes.get(stop) else { break };
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => out.extend_from_slice(&[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(b >> 4) as usize],
+                HEX[(b & 15) as usize],
+            ]),
+        }
+        from = stop + 1;
+    }
+    out.push(b'"');
+}
+
+pub(crate) fn u64(out: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 20];
+    out.extend_from_slice(crate::error::fmt_u64(v, &mut buf));
+}
+
+pub(crate) fn i64(out: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        out.push(b'-');
+    }
+    u64(out, v.unsigned_abs());
+}
+
+/// `"0x…"`: lowercase hex without leading zeros, zero as `"0x0"` (an
+/// Ethereum QUANTITY).
+pub(crate) fn quantity(out: &mut Vec<u8>, v: u128) {
+    let digits = if v == 0 {
+        1
+    } else {
+        (128 - v.leading_zeros() as usize).div_ceil(4)
+    };
+    out.reserve(digits + 4);
+    out.extend_from_slice(b"\"0x");
+    for i in (0..digits).rev() {
+        out.push(HEX[((v >> (4 * i)) & 15) as usize]);
+    }
+    out.push(b'"');
+}
+
+/// `"0x…"`: two lowercase hex digits per byte (an Ethereum DATA).
+pub(crate) fn hex_data(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.reserve(bytes.len() * 2 + 4);
+    out.extend_from_slice(b"\"0x");
+    for &b in bytes {
+        out.push(HEX[(b >> 4) as usize]);
+        out.push(HEX[(b & 15) as usize]);
+    }
+    out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(f: impl FnOnce(&mut Vec<u8>)) -> String {
+        let mut out = Vec::new();
+        f(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn strings_round_trip_through_serde_json() {
+        for s in [
+            "",
+            "plain",
+            "q\"b\\s/",
+            "\n\r\t\u{0}\u{1f}\u{7f}",
+            "é東😀",
+            &"x".repeat(100),
+            "a\"".repeat(40).as_str(),
+        ] {
+            let json = w(|o| string(o, s));
+            assert_eq!(serde_json::from_str::<String>(&json).unwrap(), s, "{json}");
+        }
+        assert_eq!(w(|o| string(o, "\u{1}")), r#""\u0001""#);
+    }
+
+    #[test]
+    fn numbers_and_hex() {
+        assert_eq!(w(|o| u64(o, 0)), "0");
+        assert_eq!(w(|o| u64(o, u64::MAX)), "18446744073709551615");
+        assert_eq!(w(|o| i64(o, i64::MIN)), "-9223372036854775808");
+        assert_eq!(w(|o| i64(o, -5)), "-5");
+        assert_eq!(w(|o| quantity(o, 0)), r#""0x0""#);
+        assert_eq!(w(|o| quantity(o, 0x400)), r#""0x400""#);
+        assert_eq!(w(|o| quantity(o, 0x1b4)), r#""0x1b4""#);
+        assert_eq!(
+            w(|o| quantity(o, u128::MAX)),
+            format!("\"0x{}\"", "f".repeat(32))
+        );
+        assert_eq!(w(|o| hex_data(o, &[])), r#""0x""#);
+        assert_eq!(w(|o| hex_data(o, &[0, 0x0f, 0xab])), r#""0x000fab""#);
+    }
+}

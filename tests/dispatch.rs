@@ -1,0 +1,436 @@
+//! The dispatcher end to end: every example of the JSON-RPC 2.0
+//! specification with its exact reply, and each spec decision, size limit,
+//! handler failure and panic.
+
+#[path = "support/spec.rs"]
+mod spec;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bumpalo::Bump;
+use rpcwire::{Call, Dispatcher, Parser, RpcError};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+#[derive(Default)]
+struct State {
+    notified: AtomicUsize,
+}
+
+#[derive(Deserialize)]
+struct Subtract {
+    minuend: i64,
+    subtrahend: i64,
+}
+
+/// The methods the specification's examples assume.
+fn spec_dispatcher() -> Dispatcher<State> {
+    Dispatcher::<State>::builder()
+        .method("subtract", |call: Call<'_, State>| {
+            let params = call
+                .params
+                .ok_or_else(|| RpcError::invalid_params("missing params"))?;
+            let (a, b) = if params.is_array() {
+                call.decode::<(i64, i64)>()?
+            } else {
+                let s: Subtract = call.decode()?;
+                (s.minuend, s.subtrahend)
+            };
+            Ok(call.reply.i64(a - b))
+        })
+        .method("sum", |call: Call<'_, State>| {
+            let xs: Vec<i64> = call.decode()?;
+            Ok(call.reply.i64(xs.iter().sum()))
+        })
+        .method("get_data", |call: Call<'_, State>| {
+            Ok(call.reply.raw(br#"["hello",5]"#))
+        })
+        .method("update", |call: Call<'_, State>| {
+            call.state.notified.fetch_add(1, Ordering::Relaxed);
+            Ok(call.reply.null())
+        })
+        .method("notify_hello", |call: Call<'_, State>| {
+            call.state.notified.fetch_add(1, Ordering::Relaxed);
+            Ok(call.reply.null())
+        })
+        .method("notify_sum", |call: Call<'_, State>| {
+            call.state.notified.fetch_add(1, Ordering::Relaxed);
+            Ok(call.reply.null())
+        })
+        .build()
+        .unwrap()
+}
+
+fn run(d: &Dispatcher<State>, state: &State, input: &[u8]) -> Option<Value> {
+    let mut arena = Bump::new();
+    let mut out = Vec::new();
+    let wrote = d.handle(input, state, &mut arena, &mut out);
+    assert_eq!(wrote, !out.is_empty());
+    if out.is_empty() {
+        return None;
+    }
+    Some(
+        serde_json::from_slice(&out).unwrap_or_else(|e| {
+            panic!("reply is not JSON ({e}): {}", String::from_utf8_lossy(&out))
+        }),
+    )
+}
+
+/// The reply with every error's `data` member removed (the specification's
+/// examples show none; rpcwire's explain the error) and checked to be there.
+fn without_data(mut v: Value) -> Value {
+    fn strip(o: &mut Value) {
+        if let Some(err) = o.get_mut("error").and_then(Value::as_object_mut) {
+            let data = err.remove("data");
+            let code = err["code"].as_i64().unwrap();
+            if code == -32700 || code == -32600 || code == -32601 {
+                assert!(data.is_some(), "a {code} error explains itself in data");
+            }
+        }
+    }
+    match &mut v {
+        Value::Array(items) => items.iter_mut().for_each(strip),
+        other => strip(other),
+    }
+    v
+}
+
+#[test]
+fn every_example_of_the_specification_end_to_end() {
+    let d = spec_dispatcher();
+    for ex in spec::examples() {
+        let state = State::default();
+        let got = run(&d, &state, ex.request.as_bytes()).map(without_data);
+        let want: Option<Value> = ex
+            .reply
+            .as_deref()
+            .map(|r| serde_json::from_str(r).unwrap());
+        // serde_json's Value compares objects without regard to member order.
+        assert_eq!(got, want, "{}", ex.title);
+    }
+    // The notifications ran although nothing was answered.
+    let state = State::default();
+    let quiet = &spec::examples()[14];
+    assert_eq!(run(&d, &state, quiet.request.as_bytes()), None);
+    assert_eq!(state.notified.load(Ordering::Relaxed), 2);
+}
+
+fn reply(input: &str) -> Option<Value> {
+    run(&spec_dispatcher(), &State::default(), input.as_bytes())
+}
+
+#[test]
+fn errors_carry_data_that_helps() {
+    let r = reply(r#"{"jsonrpc":"2.0","method":"nope","id":1}"#).unwrap();
+    assert_eq!(
+        r["error"],
+        json!({"code": -32601, "message": "Method not found", "data": {"method": "nope"}})
+    );
+    let r = reply(r#"{"jsonrpc":"2.0","method":"a\"b","id":1}"#).unwrap();
+    assert_eq!(r["error"]["data"]["method"], "a\"b");
+    let r = reply(r#"{"jsonrpc":"2.0","method":"sum","params":[1,"x"],"id":1}"#).unwrap();
+    assert_eq!(r["error"]["code"], -32602);
+    assert!(
+        r["error"]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("invalid type"),
+        "{r}"
+    );
+    let r =
+        reply(r#"{"jsonrpc":"2.0","method":"subtract","params":{"minuend":1},"id":1}"#).unwrap();
+    assert!(
+        r["error"]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("subtrahend"),
+        "{r}"
+    );
+    let r = reply(r#"{"jsonrpc":"2.0","method":"sum","params":[1,2],"id":1,}"#).unwrap();
+    assert_eq!(r["id"], Value::Null);
+    assert_eq!(r["error"]["data"]["reason"], "expected a member name");
+    assert_eq!(r["error"]["data"]["offset"], 54);
+    let r = reply(r#"{"jsonrpc":"1.0","method":"sum","id":"q"}"#).unwrap();
+    assert_eq!(
+        (r["id"].as_str(), r["error"]["code"].as_i64()),
+        (Some("q"), Some(-32600))
+    );
+    assert!(
+        r["error"]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("2.0")
+    );
+}
+
+#[test]
+fn spec_decisions_end_to_end() {
+    // Reserved methods are never found, even if a name like them exists.
+    assert_eq!(
+        reply(r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#).unwrap()["error"]["code"],
+        -32601
+    );
+    // Ids echo byte for byte, in the raw reply.
+    let d = spec_dispatcher();
+    for id in [
+        "1e3",
+        "-0",
+        "18446744073709551616",
+        r#""\u0041""#,
+        "null",
+        "1.50",
+    ] {
+        let mut out = Vec::new();
+        let msg = format!(r#"{{"jsonrpc":"2.0","method":"get_data","id":{id}}}"#);
+        d.handle(
+            msg.as_bytes(),
+            &State::default(),
+            &mut Bump::new(),
+            &mut out,
+        );
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":["hello",5]}}"#)
+        );
+    }
+    // A notification to an unknown method: nothing. A notification that
+    // fails: nothing.
+    assert_eq!(reply(r#"{"jsonrpc":"2.0","method":"nope"}"#), None);
+    assert_eq!(
+        reply(r#"{"jsonrpc":"2.0","method":"sum","params":["x"]}"#),
+        None
+    );
+    // Invalid entries in place, ids where readable; order kept.
+    let r = reply(concat!(
+        r#"[{"jsonrpc":"2.0","method":"sum","params":[1],"id":3},"#,
+        r#"{"jsonrpc":"2.0","method":"sum","params":"x","id":2},"#,
+        r#"{"jsonrpc":"2.0","method":"sum","params":[2],"id":{}},"#,
+        r#"{"jsonrpc":"2.0","method":"sum","params":[3],"id":1}]"#
+    ))
+    .unwrap();
+    let ids: Vec<&Value> = r.as_array().unwrap().iter().map(|e| &e["id"]).collect();
+    assert_eq!(ids, [&json!(3), &json!(2), &Value::Null, &json!(1)]);
+    assert_eq!(r[0]["result"], 1);
+    assert_eq!(r[1]["error"]["code"], -32600);
+    assert_eq!(r[2]["error"]["code"], -32600);
+    assert_eq!(r[3]["result"], 3);
+    // Whole-message errors are single objects with id null.
+    for (input, code) in [
+        ("[]", -32600),
+        ("42", -32600),
+        ("{", -32700),
+        (r#"[{"jsonrpc":"2.0","method":"sum"},]"#, -32700),
+    ] {
+        let r = reply(input).unwrap();
+        assert!(r.is_object(), "{input}");
+        assert_eq!(
+            (r["id"].clone(), r["error"]["code"].as_i64()),
+            (Value::Null, Some(code)),
+            "{input}"
+        );
+    }
+}
+
+#[test]
+fn batch_limit_is_one_clear_error() {
+    let d = Dispatcher::<State>::builder()
+        .parser(Parser::new().max_batch_len(3))
+        .method("sum", |call: Call<'_, State>| Ok(call.reply.u64(0)))
+        .build()
+        .unwrap();
+    let one = r#"{"jsonrpc":"2.0","method":"sum","id":1}"#;
+    let r = run(
+        &d,
+        &State::default(),
+        format!("[{one},{one},{one}]").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.as_array().unwrap().len(), 3);
+    let r = run(
+        &d,
+        &State::default(),
+        format!("[{one},{one},{one},{one}]").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r["error"]["code"], -32600);
+    assert_eq!(r["error"]["data"]["limit"], 3);
+    assert_eq!(r["id"], Value::Null);
+}
+
+#[test]
+fn response_size_limit() {
+    let d = Dispatcher::<State>::builder()
+        .max_response_len(200)
+        .method("big", |call: Call<'_, State>| {
+            let n: (usize,) = call.decode()?;
+            Ok(call.reply.str(&"x".repeat(n.0)))
+        })
+        .build()
+        .unwrap();
+    let s = State::default();
+    // A single reply over the limit becomes the error.
+    let r = run(
+        &d,
+        &s,
+        br#"{"jsonrpc":"2.0","method":"big","params":[500],"id":7}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        (r["id"].as_i64(), r["error"]["code"].as_i64()),
+        (Some(7), Some(-32003))
+    );
+    assert_eq!(r["error"]["data"]["limit"], 200);
+    assert_eq!(
+        run(
+            &d,
+            &s,
+            br#"{"jsonrpc":"2.0","method":"big","params":[100],"id":7}"#
+        )
+        .unwrap()["result"]
+            .as_str()
+            .unwrap()
+            .len(),
+        100
+    );
+    // In a batch, the entry that crosses the limit and all after it.
+    let r = run(
+        &d,
+        &s,
+        concat!(
+            r#"[{"jsonrpc":"2.0","method":"big","params":[50],"id":1},"#,
+            r#"{"jsonrpc":"2.0","method":"big","params":[150],"id":2},"#,
+            r#"{"jsonrpc":"2.0","method":"big","params":[1],"id":3},"#,
+            r#"{"jsonrpc":"2.0","method":"big","params":[1]}]"#
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let r = r.as_array().unwrap();
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[0]["result"].as_str().unwrap().len(), 50);
+    assert_eq!(
+        (r[1]["id"].as_i64(), r[1]["error"]["code"].as_i64()),
+        (Some(2), Some(-32003))
+    );
+    assert_eq!(
+        (r[2]["id"].as_i64(), r[2]["error"]["code"].as_i64()),
+        (Some(3), Some(-32003))
+    );
+}
+
+#[test]
+fn a_panicking_handler_fails_only_its_own_request() {
+    let d = Dispatcher::<State>::builder()
+        .method("boom", |_call: Call<'_, State>| panic!("disk on fire"))
+        .method("ok", |call: Call<'_, State>| Ok(call.reply.bool(true)))
+        .method("half", |call: Call<'_, State>| {
+            // Writes part of a result, then fails: the part is cut off.
+            let _ = call.reply;
+            Err(RpcError::new(-32000, "execution reverted").with_raw_data(r#""0x08c379a0""#))
+        })
+        .build()
+        .unwrap();
+    let s = State::default();
+    let r = run(
+        &d,
+        &s,
+        concat!(
+            r#"[{"jsonrpc":"2.0","method":"ok","id":1},{"jsonrpc":"2.0","method":"boom","id":2},"#,
+            r#"{"jsonrpc":"2.0","method":"boom"},{"jsonrpc":"2.0","method":"half","id":3},{"jsonrpc":"2.0","method":"ok","id":4}]"#
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(
+        r,
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "result": true},
+            {"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "Internal error", "data": {"panic": "disk on fire"}}},
+            {"jsonrpc": "2.0", "id": 3, "error": {"code": -32000, "message": "execution reverted", "data": "0x08c379a0"}},
+            {"jsonrpc": "2.0", "id": 4, "result": true}
+        ])
+    );
+    // The dispatcher is still fine afterwards.
+    assert_eq!(
+        run(&d, &s, br#"{"jsonrpc":"2.0","method":"ok","id":5}"#).unwrap()["result"],
+        true
+    );
+}
+
+#[test]
+fn handlers_write_every_kind_of_result() {
+    #[derive(serde::Serialize)]
+    struct Block<'a> {
+        number: &'a str,
+        hashes: [&'a str; 1],
+    }
+    let d = Dispatcher::<()>::builder()
+        .method("q", |c: Call<'_, ()>| Ok(c.reply.quantity(0)))
+        .method("q2", |c: Call<'_, ()>| Ok(c.reply.quantity(u128::MAX)))
+        .method("d", |c: Call<'_, ()>| Ok(c.reply.hex_data(&[0xde, 0xad])))
+        .method("s", |c: Call<'_, ()>| {
+            Ok(c.reply.str("tab\there \"quoted\" é"))
+        })
+        .method("i", |c: Call<'_, ()>| Ok(c.reply.i64(-7)))
+        .method("u", |c: Call<'_, ()>| Ok(c.reply.u64(u64::MAX)))
+        .method("j", |c: Call<'_, ()>| {
+            c.reply.json(&Block {
+                number: "0x1",
+                hashes: ["0xab"],
+            })
+        })
+        .method("echo", |c: Call<'_, ()>| {
+            let first = c
+                .params
+                .and_then(|p| p.nth(0))
+                .ok_or_else(|| RpcError::invalid_params("need one value"))?;
+            Ok(c.reply.raw_value(first))
+        })
+        .method("borrow", |c: Call<'_, ()>| {
+            // Borrowed decoding: &str straight from the message.
+            let (to, tag): (&str, &str) = c.decode()?;
+            let s = bumpalo::format!(in c.arena, "{}@{}", to, tag);
+            Ok(c.reply.str(&s))
+        })
+        .build()
+        .unwrap();
+    let ask = |m: &str, params: &str| {
+        let mut out = Vec::new();
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}","params":{params}}}"#);
+        d.handle(msg.as_bytes(), &(), &mut Bump::new(), &mut out);
+        serde_json::from_slice::<Value>(&out).unwrap()["result"].clone()
+    };
+    assert_eq!(ask("q", "[]"), "0x0");
+    assert_eq!(ask("q2", "[]"), format!("0x{}", "f".repeat(32)));
+    assert_eq!(ask("d", "[]"), "0xdead");
+    assert_eq!(ask("s", "[]"), "tab\there \"quoted\" é");
+    assert_eq!(ask("i", "[]"), -7);
+    assert_eq!(ask("u", "[]"), u64::MAX);
+    assert_eq!(ask("j", "[]"), json!({"number": "0x1", "hashes": ["0xab"]}));
+    assert_eq!(
+        ask("echo", r#"[{"a":[1,2.5e3]}]"#),
+        json!({"a": [1, 2.5e3]})
+    );
+    assert_eq!(ask("borrow", r#"["0xab","latest"]"#), "0xab@latest");
+}
+
+#[test]
+fn building_rejects_bad_method_sets() {
+    let ok = |c: Call<'_, ()>| Ok(c.reply.null());
+    assert!(
+        Dispatcher::<()>::builder()
+            .method("rpc.x", ok)
+            .build()
+            .is_err()
+    );
+    assert!(
+        Dispatcher::<()>::builder()
+            .method("a", ok)
+            .method("a", ok)
+            .build()
+            .is_err()
+    );
+    assert!(Dispatcher::<()>::builder().method("", ok).build().is_err());
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Dispatcher<State>>();
+}
