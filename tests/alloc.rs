@@ -80,3 +80,52 @@ fn parsing_real_traffic_allocates_nothing() {
         "a fresh arena per batch allocates ({fresh})"
     );
 }
+
+/// The methods of the Ethereum corpus, each answering a hex quantity.
+fn eth_dispatcher() -> rpcwire::Dispatcher<u64> {
+    let mut b = rpcwire::Dispatcher::<u64>::builder();
+    for (name, _) in corpus::ETH_MIX {
+        b = b.method(*name, |call: rpcwire::Call<'_, u64>| {
+            // Read what a handler reads: the first positional param, if any.
+            let first = call.params.and_then(|p| p.nth(0)).map_or(0, |v| v.as_bytes().len());
+            Ok(call.reply.quantity((*call.state + first as u64) as u128))
+        });
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn dispatching_real_traffic_allocates_nothing_after_warm_up() {
+    let d = eth_dispatcher();
+    let mut singles = Vec::new();
+    for style in [corpus::Style::Viem, corpus::Style::Ethers, corpus::Style::Web3Py] {
+        singles.extend(corpus::eth_singles(21, style, 3334));
+    }
+    singles.truncate(10_000);
+    let batches: Vec<Vec<u8>> = (0..100).map(|i| corpus::eth_batch(100 + i, corpus::Style::Viem, 100)).collect();
+
+    let mut arena = bumpalo::Bump::new();
+    let mut out = Vec::new();
+    let state = 0x1b4u64;
+    // Warm-up: the arena and the output buffer grow to their working size.
+    for msg in singles.iter().take(10).chain(&batches[..2]) {
+        out.clear();
+        assert!(d.handle(msg, &state, &mut arena, &mut out));
+    }
+    let (allocations, replied) = allocations_during(|| {
+        let mut replied = 0usize;
+        for msg in singles.iter().chain(&batches) {
+            out.clear();
+            d.handle(msg, &state, &mut arena, &mut out);
+            replied += out.len();
+        }
+        replied
+    });
+    assert!(replied > 800_000, "replies were written ({replied} bytes)");
+    assert_eq!(allocations, 0, "dispatching {} singles and {} batches of 100", singles.len(), batches.len());
+
+    // The last reply is a well-formed batch reply.
+    let last: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(last.as_array().unwrap().len(), 100);
+    assert!(last[0]["result"].as_str().unwrap().starts_with("0x"));
+}

@@ -1,6 +1,8 @@
 //! Replays the fuzz corpus (`fuzz/corpus/<target>/`) through the same checks
 //! the fuzz targets run, so every input that ever found a bug stays fixed.
 
+#[path = "support/dispatch_check.rs"]
+mod dispatch_check;
 #[path = "support/exercise.rs"]
 mod exercise;
 #[path = "support/oracle.rs"]
@@ -37,6 +39,15 @@ fn differential_target_corpus() {
     let parser = rpcwire::Parser::new();
     for (name, input) in corpus("differential") {
         let r = std::panic::catch_unwind(|| oracle::check_agreement(&parser, &input));
+        assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+#[test]
+fn dispatch_target_corpus() {
+    let d = dispatch_check::dispatcher();
+    for (name, input) in corpus("dispatch") {
+        let r = std::panic::catch_unwind(|| dispatch_check::check(&d, &input));
         assert!(r.is_ok(), "{name} fails");
     }
 }
