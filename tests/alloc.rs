@@ -87,7 +87,10 @@ fn eth_dispatcher() -> rpcwire::Dispatcher<u64> {
     for (name, _) in corpus::ETH_MIX {
         b = b.method(*name, |call: rpcwire::Call<'_, u64>| {
             // Read what a handler reads: the first positional param, if any.
-            let first = call.params.and_then(|p| p.nth(0)).map_or(0, |v| v.as_bytes().len());
+            let first = call
+                .params
+                .and_then(|p| p.nth(0))
+                .map_or(0, |v| v.as_bytes().len());
             Ok(call.reply.quantity((*call.state + first as u64) as u128))
         });
     }
@@ -98,11 +101,17 @@ fn eth_dispatcher() -> rpcwire::Dispatcher<u64> {
 fn dispatching_real_traffic_allocates_nothing_after_warm_up() {
     let d = eth_dispatcher();
     let mut singles = Vec::new();
-    for style in [corpus::Style::Viem, corpus::Style::Ethers, corpus::Style::Web3Py] {
+    for style in [
+        corpus::Style::Viem,
+        corpus::Style::Ethers,
+        corpus::Style::Web3Py,
+    ] {
         singles.extend(corpus::eth_singles(21, style, 3334));
     }
     singles.truncate(10_000);
-    let batches: Vec<Vec<u8>> = (0..100).map(|i| corpus::eth_batch(100 + i, corpus::Style::Viem, 100)).collect();
+    let batches: Vec<Vec<u8>> = (0..100)
+        .map(|i| corpus::eth_batch(100 + i, corpus::Style::Viem, 100))
+        .collect();
 
     let mut arena = bumpalo::Bump::new();
     let mut out = Vec::new();
@@ -122,7 +131,13 @@ fn dispatching_real_traffic_allocates_nothing_after_warm_up() {
         replied
     });
     assert!(replied > 800_000, "replies were written ({replied} bytes)");
-    assert_eq!(allocations, 0, "dispatching {} singles and {} batches of 100", singles.len(), batches.len());
+    assert_eq!(
+        allocations,
+        0,
+        "dispatching {} singles and {} batches of 100",
+        singles.len(),
+        batches.len()
+    );
 
     // The last reply is a well-formed batch reply.
     let last: serde_json::Value = serde_json::from_slice(&out).unwrap();

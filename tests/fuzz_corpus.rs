@@ -47,7 +47,9 @@ fn differential_target_corpus() {
 fn dispatch_target_corpus() {
     let d = dispatch_check::dispatcher();
     for (name, input) in corpus("dispatch") {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch_check::check(&d, &input)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            dispatch_check::check(&d, &input)
+        }));
         assert!(r.is_ok(), "{name} fails");
     }
 }

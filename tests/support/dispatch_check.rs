@@ -9,34 +9,52 @@ use serde_json::Value;
 pub fn dispatcher() -> rpcwire::Dispatcher<()> {
     use rpcwire::{Call, RpcError};
     rpcwire::Dispatcher::<()>::builder()
-        .method("echo", |c: Call<'_, ()>| match c.params.and_then(|p| p.nth(0)) {
-            Some(v) => Ok(c.reply.raw_value(v)),
-            None => Ok(c.reply.null()),
+        .method("echo", |c: Call<'_, ()>| {
+            match c.params.and_then(|p| p.nth(0)) {
+                Some(v) => Ok(c.reply.raw_value(v)),
+                None => Ok(c.reply.null()),
+            }
         })
         .method("sum", |c: Call<'_, ()>| {
             let xs: Vec<f64> = c.decode()?;
             c.reply.json(&xs.iter().sum::<f64>())
         })
-        .method("eth_blockNumber", |c: Call<'_, ()>| Ok(c.reply.quantity(0x1b4)))
+        .method("eth_blockNumber", |c: Call<'_, ()>| {
+            Ok(c.reply.quantity(0x1b4))
+        })
         .method("name", |c: Call<'_, ()>| {
             let (s,): (String,) = c.decode()?;
             Ok(c.reply.str(&s))
         })
         .method("get", |c: Call<'_, ()>| {
-            let v = c.params.and_then(|p| p.get("key")).ok_or_else(|| RpcError::invalid_params("need key"))?;
+            let v = c
+                .params
+                .and_then(|p| p.get("key"))
+                .ok_or_else(|| RpcError::invalid_params("need key"))?;
             Ok(c.reply.raw_value(v))
         })
-        .method("fail", |_c: Call<'_, ()>| Err(RpcError::new(-32000, "no").with_data(&[1, 2])))
+        .method("fail", |_c: Call<'_, ()>| {
+            Err(RpcError::new(-32000, "no").with_data(&[1, 2]))
+        })
         .build()
         .unwrap()
 }
 
 fn check_one(v: &Value) {
-    let o = v.as_object().unwrap_or_else(|| panic!("reply entry is not an object: {v}"));
+    let o = v
+        .as_object()
+        .unwrap_or_else(|| panic!("reply entry is not an object: {v}"));
     assert_eq!(o.get("jsonrpc"), Some(&Value::from("2.0")), "{v}");
     assert!(o.contains_key("id"), "{v}");
-    assert!(matches!(o["id"], Value::Null | Value::Number(_) | Value::String(_)), "{v}");
-    assert_eq!(o.contains_key("result") as u8 + o.contains_key("error") as u8, 1, "{v}");
+    assert!(
+        matches!(o["id"], Value::Null | Value::Number(_) | Value::String(_)),
+        "{v}"
+    );
+    assert_eq!(
+        o.contains_key("result") as u8 + o.contains_key("error") as u8,
+        1,
+        "{v}"
+    );
     if let Some(e) = o.get("error") {
         assert!(e["code"].is_i64(), "{v}");
         assert!(e["message"].is_string(), "{v}");
@@ -55,9 +73,15 @@ pub fn check(d: &rpcwire::Dispatcher<()>, input: &[u8]) {
     }
     // Ids are echoed byte for byte, so a reply can carry what `Value` cannot
     // hold (an unpaired surrogate escape in a string id): read it raw first.
-    serde_json::from_slice::<&serde_json::value::RawValue>(reply)
-        .unwrap_or_else(|e| panic!("reply is not JSON ({e}): {}", String::from_utf8_lossy(reply)));
-    let Ok(v) = serde_json::from_slice::<Value>(reply) else { return };
+    serde_json::from_slice::<&serde_json::value::RawValue>(reply).unwrap_or_else(|e| {
+        panic!(
+            "reply is not JSON ({e}): {}",
+            String::from_utf8_lossy(reply)
+        )
+    });
+    let Ok(v) = serde_json::from_slice::<Value>(reply) else {
+        return;
+    };
     match &v {
         Value::Array(items) => {
             assert!(!items.is_empty(), "an empty batch reply");
