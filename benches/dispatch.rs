@@ -92,6 +92,7 @@ mod serde_fx {
         out: &mut Vec<u8>,
     ) {
         let Some(id) = req.id else { return };
+        assert_eq!(req.jsonrpc, "2.0", "the corpus is valid");
         match methods.get(req.method.as_ref()) {
             Some(handler) => {
                 scratch.clear();
