@@ -14,27 +14,39 @@ use core::arch::aarch64::*;
 
 use super::{Stop, naive};
 
+// NEON is part of the aarch64 baseline (`cfg(target_feature = "neon")` is
+// always true there), so these intrinsics exist on every aarch64 CPU. The
+// helpers are not `#[target_feature]` functions so that they inline into the
+// parser's loops.
+
 #[inline(always)]
 fn nibble_mask(v: uint8x16_t) -> u64 {
-    vget_lane_u64::<0>(vreinterpret_u64_u8(vshrn_n_u16::<4>(vreinterpretq_u16_u8(
-        v,
-    ))))
+    // SAFETY: NEON is baseline on aarch64 (see above); registers only.
+    unsafe {
+        vget_lane_u64::<0>(vreinterpret_u64_u8(vshrn_n_u16::<4>(vreinterpretq_u16_u8(
+            v,
+        ))))
+    }
 }
 
 #[inline(always)]
 fn stops(v: uint8x16_t) -> uint8x16_t {
-    let quote = vdupq_n_u8(b'"');
-    let backslash = vdupq_n_u8(b'\\');
-    let space = vdupq_n_u8(0x20);
-    vorrq_u8(
-        vorrq_u8(vceqq_u8(v, quote), vceqq_u8(v, backslash)),
-        vcltq_u8(v, space),
-    )
+    // SAFETY: NEON is baseline on aarch64 (see above); registers only.
+    unsafe {
+        let quote = vdupq_n_u8(b'"');
+        let backslash = vdupq_n_u8(b'\\');
+        let space = vdupq_n_u8(0x20);
+        vorrq_u8(
+            vorrq_u8(vceqq_u8(v, quote), vceqq_u8(v, backslash)),
+            vcltq_u8(v, space),
+        )
+    }
 }
 
 #[inline(always)]
 fn high_bytes(v: uint8x16_t) -> uint8x16_t {
-    vcgeq_u8(v, vdupq_n_u8(0x80))
+    // SAFETY: NEON is baseline on aarch64 (see above); registers only.
+    unsafe { vcgeq_u8(v, vdupq_n_u8(0x80)) }
 }
 
 /// Nibble-mask bits below byte lane `lane`.
