@@ -108,6 +108,10 @@ struct Slot {
     start: u32,
 }
 
+/// A slot and its value, aligned to a cache line: a lookup reads one line.
+#[repr(C, align(64))]
+struct Line<T>(Slot, Option<T>);
+
 const EMPTY: Slot = Slot {
     first: 0,
     last: 0,
@@ -116,7 +120,9 @@ const EMPTY: Slot = Slot {
     start: 0,
 };
 
-/// The two middle words a slot keeps for names over 16 bytes, else zeros.
+/// The two middle words a slot keeps for names over 16 bytes (the eight
+/// bytes after the first eight and the eight before the last eight), else
+/// zeros: shorter names are fully held by `ends`.
 #[inline(always)]
 fn mids(name: &[u8]) -> (u64, u64) {
     let n = name.len();
@@ -136,14 +142,12 @@ struct Table<T> {
     /// Per bucket, the pilot's mixing word (a power-of-two count of buckets).
     pilots: Box<[u64]>,
     bucket_shift: u32,
-    /// A power-of-two count of slots.
-    slots: Box<[Slot]>,
+    /// A power-of-two count of slots, each with its value next to its key,
+    /// so that a lookup touches one cache line of the table.
+    slots: Box<[Line<T>]>,
     slot_shift: u32,
     /// Every name, back to back.
     names: Box<[u8]>,
-    /// The values by slot, so that a lookup reads its value at the index it
-    /// already has, in parallel with comparing the name.
-    values: Box<[Option<T>]>,
     len: usize,
 }
 
@@ -310,8 +314,10 @@ impl<T> Router<T> {
                      pilots: Vec<u64>,
                      bucket_shift: u32,
                      slots: Vec<Option<usize>>,
-                     slot_shift: u32| {
-            let slots: Box<[Slot]> = slots
+                     slot_shift: u32,
+                     values: Vec<T>| {
+            let by_slot = by_slot(values, &slots);
+            let slots: Box<[Line<T>]> = slots
                 .into_iter()
                 .map(|s| match s {
                     Some(i) => {
@@ -327,6 +333,8 @@ impl<T> Router<T> {
                     }
                     None => EMPTY,
                 })
+                .zip(by_slot)
+                .map(|(slot, value)| Line(slot, value))
                 .collect();
             Table {
                 seed,
@@ -337,7 +345,6 @@ impl<T> Router<T> {
                 slots,
                 slot_shift,
                 names: names_buf.clone().into(),
-                values: Vec::new().into(),
                 len: n,
             }
         };
@@ -355,8 +362,7 @@ impl<T> Router<T> {
                 for (i, &f) in folds.iter().enumerate() {
                     slots[direct_slot(f, seed, slot_shift)] = Some(i);
                 }
-                let mut table = build(seed, true, Vec::new(), 0, slots.clone(), slot_shift);
-                table.values = by_slot(values, &slots);
+                let table = build(seed, true, Vec::new(), 0, slots, slot_shift, values);
                 return Ok(Router {
                     table: Arc::new(table),
                 });
@@ -382,8 +388,7 @@ impl<T> Router<T> {
                 place(&hashes, buckets, bucket_shift, slots_len, slot_shift)
             {
                 let pilots = pilots.into_iter().map(pilot_word).collect();
-                let mut table = build(seed, false, pilots, bucket_shift, slots.clone(), slot_shift);
-                table.values = by_slot(values, &slots);
+                let table = build(seed, false, pilots, bucket_shift, slots, slot_shift, values);
                 return Ok(Router {
                     table: Arc::new(table),
                 });
@@ -397,40 +402,16 @@ impl<T> Router<T> {
     pub fn get(&self, name: &str) -> Option<&T> {
         let t = &*self.table;
         let name = name.as_bytes();
+        if !t.direct {
+            return t.get_through_pilots(name);
+        }
         let (first, last) = ends(name);
-        let index = if t.direct {
-            direct_slot(fold(first, last, name.len()), t.seed, t.slot_shift)
-        } else {
-            let h = if t.sampled {
-                hash_sampled(first, last, name.len(), t.seed)
-            } else {
-                hash_full(name, t.seed)
-            };
-            slot_of(
-                h,
-                *t.pilots.get(bucket_of(h, t.bucket_shift))?,
-                t.slot_shift,
-            )
-        };
-        let slot = t.slots.get(index)?;
-        let mid = mids(name);
-        // One branch for the whole inline comparison.
-        let differs = (slot.len as u64 ^ name.len() as u64)
-            | (slot.first ^ first)
-            | (slot.last ^ last)
-            | (slot.mid.0 ^ mid.0)
-            | (slot.mid.1 ^ mid.1);
-        if differs != 0 {
-            return None;
-        }
-        if name.len() > 32 {
-            let start = slot.start as usize;
-            let stored = t.names.get(start..start + name.len())?;
-            if stored[16..name.len() - 16] != name[16..name.len() - 16] {
-                return None;
-            }
-        }
-        t.values.get(index)?.as_ref()
+        t.finish(
+            name,
+            first,
+            last,
+            direct_slot(fold(first, last, name.len()), t.seed, t.slot_shift),
+        )
     }
 
     /// The number of names.
@@ -446,20 +427,61 @@ impl<T> Router<T> {
     /// Every `(name, value)`, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &T)> + '_ {
         let t = &*self.table;
-        t.slots
-            .iter()
-            .zip(t.values.iter())
-            .filter_map(move |(s, v)| {
-                let v = v.as_ref()?;
-                let name = &t.names[s.start as usize..(s.start + s.len) as usize];
-                // Names were `&str` when registered and are cut at their bounds.
-                Some((core::str::from_utf8(name).ok()?, v))
-            })
+        t.slots.iter().filter_map(move |Line(s, v)| {
+            let v = v.as_ref()?;
+            let name = &t.names[s.start as usize..(s.start + s.len) as usize];
+            // Names were `&str` when registered and are cut at their bounds.
+            Some((core::str::from_utf8(name).ok()?, v))
+        })
+    }
+}
+
+impl<T> Table<T> {
+    /// The lookup of large sets, kept out of line so that the direct path of
+    /// [`Router::get`] compiles to straight-line code.
+    #[inline(never)]
+    fn get_through_pilots(&self, name: &[u8]) -> Option<&T> {
+        let (first, last) = ends(name);
+        let h = if self.sampled {
+            hash_sampled(first, last, name.len(), self.seed)
+        } else {
+            hash_full(name, self.seed)
+        };
+        let index = slot_of(
+            h,
+            *self.pilots.get(bucket_of(h, self.bucket_shift))?,
+            self.slot_shift,
+        );
+        self.finish(name, first, last, index)
+    }
+
+    /// Compares `name` with the one in slot `index` and returns its value.
+    #[inline(always)]
+    fn finish(&self, name: &[u8], first: u64, last: u64, index: usize) -> Option<&T> {
+        let Line(slot, value) = self.slots.get(index)?;
+        let mid = mids(name);
+        // One branch for the whole inline comparison.
+        let differs = (slot.len as u64 ^ name.len() as u64)
+            | (slot.first ^ first)
+            | (slot.last ^ last)
+            | (slot.mid.0 ^ mid.0)
+            | (slot.mid.1 ^ mid.1);
+        if differs != 0 {
+            return None;
+        }
+        if name.len() > 32 {
+            let start = slot.start as usize;
+            let stored = self.names.get(start..start + name.len())?;
+            if stored[16..name.len() - 16] != name[16..name.len() - 16] {
+                return None;
+            }
+        }
+        value.as_ref()
     }
 }
 
 /// Moves each value to the slot its name was placed in.
-fn by_slot<T>(values: Vec<T>, slots: &[Option<usize>]) -> Box<[Option<T>]> {
+fn by_slot<T>(values: Vec<T>, slots: &[Option<usize>]) -> Vec<Option<T>> {
     let mut values: Vec<Option<T>> = values.into_iter().map(Some).collect();
     slots
         .iter()

@@ -63,9 +63,43 @@ pub(crate) struct ScannedStr {
 
 /// Validates the string whose content starts at `pos` (just after the opening
 /// quote): escapes, no raw control bytes, UTF-8.
+///
+/// ASCII content goes through the ASCII kernel, which stops at the first
+/// byte >= 0x80; the rest of such a string is finished by
+/// [`scan_string_non_ascii`].
 #[inline(always)]
 pub(crate) fn scan_string(buf: &[u8], mut pos: usize) -> Result<ScannedStr, Error> {
     let mut escaped = false;
+    loop {
+        let at = arch::find_ascii_stop(buf, pos);
+        match buf.get(at) {
+            Some(b'"') => {
+                return Ok(ScannedStr {
+                    end: at + 1,
+                    escaped,
+                });
+            }
+            Some(b'\\') => {
+                escaped = true;
+                pos = scan_escape(buf, at)?;
+            }
+            Some(&b) if b >= 0x80 => return scan_string_non_ascii(buf, pos, escaped),
+            Some(_) => return err(ErrorKind::ControlCharacter, at),
+            None => return eof(buf),
+        }
+    }
+}
+
+/// The rest of a string with non-ASCII content, from `pos` (the start of a
+/// run between escapes): runs are scanned with the kernel that passes
+/// non-ASCII bytes, and validated as UTF-8 where it saw any.
+#[cold]
+#[inline(never)]
+fn scan_string_non_ascii(
+    buf: &[u8],
+    mut pos: usize,
+    mut escaped: bool,
+) -> Result<ScannedStr, Error> {
     loop {
         let stop = arch::find_string_stop(buf, pos);
         if stop.non_ascii {
@@ -137,7 +171,11 @@ fn skip_digits(buf: &[u8], mut pos: usize) -> usize {
 
 /// Validates the number starting at `pos` (a `-` or a digit); returns the index
 /// after it. What follows the number is the caller's to check.
-#[inline]
+///
+/// Not inlined: numbers are rare inside Ethereum params (hex strings), and
+/// keeping the number grammar out of [`skip_value`]'s loop leaves its
+/// registers to the loop state.
+#[inline(never)]
 pub(crate) fn scan_number(buf: &[u8], mut pos: usize) -> Result<usize, Error> {
     if buf.get(pos) == Some(&b'-') {
         pos += 1;

@@ -43,6 +43,50 @@ fn stops(v: uint8x16_t) -> uint8x16_t {
     }
 }
 
+/// Stops of the ASCII kernel: also every byte >= 0x80 (negative as `i8`).
+#[inline(always)]
+fn ascii_stops(v: uint8x16_t) -> uint8x16_t {
+    // SAFETY: NEON is baseline on aarch64 (see above); registers only.
+    unsafe {
+        let quote = vdupq_n_u8(b'"');
+        let backslash = vdupq_n_u8(b'\\');
+        let below = vcltq_s8(vreinterpretq_s8_u8(v), vdupq_n_s8(0x20));
+        vorrq_u8(vorrq_u8(vceqq_u8(v, quote), vceqq_u8(v, backslash)), below)
+    }
+}
+
+#[inline(always)]
+pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
+    let len = buf.len();
+    let ptr = buf.as_ptr();
+    let mut pos = start;
+    while pos + 16 <= len {
+        // SAFETY: `pos + 16 <= len`, so the 16 bytes read are inside `buf`.
+        let v = unsafe { vld1q_u8(ptr.add(pos)) };
+        let mask = nibble_mask(ascii_stops(v));
+        if mask != 0 {
+            return pos + (mask.trailing_zeros() / 4) as usize;
+        }
+        pos += 16;
+    }
+    if pos == len {
+        return len;
+    }
+    if len < 16 {
+        return naive::find_ascii_stop(buf, pos);
+    }
+    let base = len - 16;
+    let seen = (pos - base) as u32 * 4;
+    // SAFETY: `len >= 16`, so `base..len` is inside `buf`.
+    let v = unsafe { vld1q_u8(ptr.add(base)) };
+    let mask = nibble_mask(ascii_stops(v)) >> seen;
+    if mask != 0 {
+        pos + (mask.trailing_zeros() / 4) as usize
+    } else {
+        len
+    }
+}
+
 #[inline(always)]
 fn high_bytes(v: uint8x16_t) -> uint8x16_t {
     // SAFETY: NEON is baseline on aarch64 (see above); registers only.

@@ -17,3 +17,12 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
         non_ascii,
     }
 }
+
+/// The first `"`, `\`, control byte or byte >= 0x80 at or after `start`.
+#[inline]
+pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
+    buf.iter()
+        .skip(start)
+        .position(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b))
+        .map_or(buf.len(), |i| start + i)
+}

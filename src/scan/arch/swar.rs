@@ -47,3 +47,19 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
         non_ascii: tail.non_ascii || high != 0,
     }
 }
+
+pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
+    let mut pos = start;
+    while let Some(chunk) = buf.get(pos..pos + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().unwrap());
+        let stops = zero_bytes(x ^ (LO * b'"' as u64))
+            | zero_bytes(x ^ (LO * b'\\' as u64))
+            | bytes_below(x, 0x20)
+            | (x & HI);
+        if stops != 0 {
+            return pos + (stops.trailing_zeros() / 8) as usize;
+        }
+        pos += 8;
+    }
+    naive::find_ascii_stop(buf, pos)
+}

@@ -7,12 +7,17 @@
 //! out-of-line AVX2 loop that checks 64 bytes per iteration, if the CPU has
 //! AVX2 (detected at run time and cached by `std`).
 //!
-//! Per 16-byte vector `v`, pseudo-code:
+//! Two kernels share the code, chosen by the `ASCII` parameter. Per 16-byte
+//! vector `v`, pseudo-code:
 //!
 //! ```text
+//! // find_string_stop: stop at '"', '\' and control bytes; report bytes >= 0x80
 //! stops = (v == '"') | (v == '\\') | (min_u8(v, 0x1f) == v)   // last: v <= 0x1f
-//! mask  = movemask(stops)            // one bit per byte
-//! high  = movemask(v)                // bytes >= 0x80
+//! high  = movemask(v)                                          // bytes >= 0x80
+//! // find_ascii_stop: also stop at bytes >= 0x80, with one signed compare
+//! stops = (v == '"') | (v == '\\') | (v <_signed 0x20)         // 0x80..=0xff are negative
+//!
+//! mask = movemask(stops)           // one bit per byte
 //! if mask != 0: at = trailing_zeros(mask); non_ascii |= high below `at`
 //! ```
 //!
@@ -34,13 +39,23 @@ pub(crate) fn avx2_available() -> bool {
 
 #[inline(always)]
 pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
-    sse2::<true>(buf, start)
+    sse2::<false, true>(buf, start)
 }
 
-/// SSE2 alone, for tests and benchmarks of the backend.
+#[inline(always)]
+pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
+    sse2::<true, true>(buf, start).at
+}
+
+/// SSE2 alone, for tests of the backend.
 #[cfg(test)]
 pub(crate) fn find_string_stop_sse2_only(buf: &[u8], start: usize) -> Stop {
-    sse2::<false>(buf, start)
+    sse2::<false, false>(buf, start)
+}
+
+#[cfg(test)]
+pub(crate) fn find_ascii_stop_sse2_only(buf: &[u8], start: usize) -> usize {
+    sse2::<true, false>(buf, start).at
 }
 
 /// AVX2 from the first byte, for tests of the backend.
@@ -48,32 +63,44 @@ pub(crate) fn find_string_stop_sse2_only(buf: &[u8], start: usize) -> Stop {
 pub(crate) fn find_string_stop_avx2_only(buf: &[u8], start: usize) -> Stop {
     assert!(avx2_available());
     // SAFETY: the CPU has AVX2 (asserted above).
-    unsafe { avx2(buf, start, false) }
+    unsafe { avx2::<false>(buf, start, false) }
 }
 
-/// Stop-byte mask and high-bit mask of one 16-byte vector.
+#[cfg(test)]
+pub(crate) fn find_ascii_stop_avx2_only(buf: &[u8], start: usize) -> usize {
+    assert!(avx2_available());
+    // SAFETY: the CPU has AVX2 (asserted above).
+    unsafe { avx2::<true>(buf, start, false).at }
+}
+
+/// Stop-byte mask and high-bit mask of one 16-byte vector (the high mask is
+/// 0 for the ASCII kernel, whose stops include those bytes).
 ///
 /// SSE2 is part of the x86_64 baseline, so these instructions exist on every
 /// x86_64 CPU; the function is not marked `#[target_feature]` so that it (and
 /// the scan around it) can be inlined into the parser's hot loops.
 #[inline(always)]
-fn masks_sse2(v: __m128i) -> (u64, u64) {
+fn masks_sse2<const ASCII: bool>(v: __m128i) -> (u64, u64) {
     // SAFETY: SSE2 is enabled for every x86_64 target (`cfg(target_feature =
     // "sse2")` is always true there), so these register-only intrinsics are
     // available.
     unsafe {
         let quote = _mm_set1_epi8(b'"' as i8);
         let backslash = _mm_set1_epi8(b'\\' as i8);
-        let ctrl_max = _mm_set1_epi8(0x1f);
-        let is_ctrl = _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl_max), v);
-        let stops = _mm_or_si128(
-            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
-            is_ctrl,
-        );
-        (
-            _mm_movemask_epi8(stops) as u32 as u64,
-            _mm_movemask_epi8(v) as u32 as u64,
-        )
+        let special = _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash));
+        if ASCII {
+            let below_space = _mm_cmplt_epi8(v, _mm_set1_epi8(0x20));
+            let stops = _mm_or_si128(special, below_space);
+            (_mm_movemask_epi8(stops) as u32 as u64, 0)
+        } else {
+            let ctrl_max = _mm_set1_epi8(0x1f);
+            let is_ctrl = _mm_cmpeq_epi8(_mm_min_epu8(v, ctrl_max), v);
+            let stops = _mm_or_si128(special, is_ctrl);
+            (
+                _mm_movemask_epi8(stops) as u32 as u64,
+                _mm_movemask_epi8(v) as u32 as u64,
+            )
+        }
     }
 }
 
@@ -83,10 +110,26 @@ fn below(mask: u64, at: u32) -> u64 {
     mask & ((1u64 << at) - 1)
 }
 
+#[inline(always)]
+fn naive_tail<const ASCII: bool>(buf: &[u8], pos: usize, high: bool) -> Stop {
+    if ASCII {
+        Stop {
+            at: naive::find_ascii_stop(buf, pos),
+            non_ascii: false,
+        }
+    } else {
+        let tail = naive::find_string_stop(buf, pos);
+        Stop {
+            at: tail.at,
+            non_ascii: tail.non_ascii || high,
+        }
+    }
+}
+
 /// SSE2 from `start`; with `AVX2_TAIL`, long strings continue in AVX2 when the
 /// CPU has it.
 #[inline(always)]
-fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
+fn sse2<const ASCII: bool, const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
     let len = buf.len();
     let ptr = buf.as_ptr();
     let mut pos = start;
@@ -94,12 +137,12 @@ fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
     while pos + 16 <= len {
         if AVX2_TAIL && pos - start >= AVX2_AFTER && avx2_available() {
             // SAFETY: the CPU has AVX2 (checked just above).
-            return unsafe { avx2(buf, pos, high != 0) };
+            return unsafe { avx2::<ASCII>(buf, pos, high != 0) };
         }
         // SAFETY: `pos + 16 <= len`, so the 16 bytes read are inside `buf`;
         // `loadu` has no alignment requirement.
         let v = unsafe { _mm_loadu_si128(ptr.add(pos).cast()) };
-        let (mask, h) = masks_sse2(v);
+        let (mask, h) = masks_sse2::<ASCII>(v);
         if mask != 0 {
             let at = mask.trailing_zeros();
             high |= below(h, at);
@@ -118,11 +161,7 @@ fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
         };
     }
     if len < 16 {
-        let tail = naive::find_string_stop(buf, pos);
-        return Stop {
-            at: tail.at,
-            non_ascii: tail.non_ascii || high != 0,
-        };
+        return naive_tail::<ASCII>(buf, pos, high != 0);
     }
     // Fewer than 16 bytes left: load the last 16 bytes of the input and drop
     // the lanes before `pos`, which were already scanned (or precede `start`).
@@ -130,7 +169,7 @@ fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
     let seen = (pos - base) as u32;
     // SAFETY: `len >= 16`, so `base..len` is inside `buf`.
     let v = unsafe { _mm_loadu_si128(ptr.add(base).cast()) };
-    let (mask, h) = masks_sse2(v);
+    let (mask, h) = masks_sse2::<ASCII>(v);
     let (mask, h) = (mask >> seen, h >> seen);
     if mask != 0 {
         let at = mask.trailing_zeros();
@@ -148,22 +187,24 @@ fn sse2<const AVX2_TAIL: bool>(buf: &[u8], start: usize) -> Stop {
 
 #[inline]
 #[target_feature(enable = "avx2")]
-fn stops_avx2(v: __m256i) -> __m256i {
+fn stops_avx2<const ASCII: bool>(v: __m256i) -> __m256i {
     let quote = _mm256_set1_epi8(b'"' as i8);
     let backslash = _mm256_set1_epi8(b'\\' as i8);
-    let ctrl_max = _mm256_set1_epi8(0x1f);
-    let is_ctrl = _mm256_cmpeq_epi8(_mm256_min_epu8(v, ctrl_max), v);
-    _mm256_or_si256(
-        _mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, backslash)),
-        is_ctrl,
-    )
+    let special = _mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, backslash));
+    if ASCII {
+        // Signed: bytes >= 0x80 are negative, so below 0x20 too.
+        _mm256_or_si256(special, _mm256_cmpgt_epi8(_mm256_set1_epi8(0x20), v))
+    } else {
+        let ctrl_max = _mm256_set1_epi8(0x1f);
+        _mm256_or_si256(special, _mm256_cmpeq_epi8(_mm256_min_epu8(v, ctrl_max), v))
+    }
 }
 
 /// # Safety
 ///
 /// The CPU must support AVX2.
 #[target_feature(enable = "avx2")]
-unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
+unsafe fn avx2<const ASCII: bool>(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
     let len = buf.len();
     let ptr = buf.as_ptr();
     let mut pos = start;
@@ -178,29 +219,39 @@ unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
                 _mm256_loadu_si256(ptr.add(pos + 32).cast()),
             )
         };
-        let (sa, sb) = (stops_avx2(a), stops_avx2(b));
+        let (sa, sb) = (stops_avx2::<ASCII>(a), stops_avx2::<ASCII>(b));
         let any = _mm256_or_si256(sa, sb);
         if _mm256_testz_si256(any, any) == 0 {
             let mask = (_mm256_movemask_epi8(sa) as u32 as u64)
                 | ((_mm256_movemask_epi8(sb) as u32 as u64) << 32);
-            let h = (_mm256_movemask_epi8(a) as u32 as u64)
-                | ((_mm256_movemask_epi8(b) as u32 as u64) << 32);
             let at = mask.trailing_zeros();
-            non_ascii |= below(h, at) != 0 || _mm256_movemask_epi8(high) != 0;
+            if !ASCII {
+                let h = (_mm256_movemask_epi8(a) as u32 as u64)
+                    | ((_mm256_movemask_epi8(b) as u32 as u64) << 32);
+                non_ascii |= below(h, at) != 0 || _mm256_movemask_epi8(high) != 0;
+            }
             return Stop {
                 at: pos + at as usize,
                 non_ascii,
             };
         }
-        high = _mm256_or_si256(high, _mm256_or_si256(a, b));
+        if !ASCII {
+            high = _mm256_or_si256(high, _mm256_or_si256(a, b));
+        }
         pos += 64;
     }
-    non_ascii |= _mm256_movemask_epi8(high) != 0;
+    if !ASCII {
+        non_ascii |= _mm256_movemask_epi8(high) != 0;
+    }
     while pos + 32 <= len {
         // SAFETY: `pos + 32 <= len`.
         let v = unsafe { _mm256_loadu_si256(ptr.add(pos).cast()) };
-        let mask = _mm256_movemask_epi8(stops_avx2(v)) as u32 as u64;
-        let h = _mm256_movemask_epi8(v) as u32 as u64;
+        let mask = _mm256_movemask_epi8(stops_avx2::<ASCII>(v)) as u32 as u64;
+        let h = if ASCII {
+            0
+        } else {
+            _mm256_movemask_epi8(v) as u32 as u64
+        };
         if mask != 0 {
             let at = mask.trailing_zeros();
             non_ascii |= below(h, at) != 0;
@@ -216,18 +267,18 @@ unsafe fn avx2(buf: &[u8], start: usize, mut non_ascii: bool) -> Stop {
         return Stop { at: len, non_ascii };
     }
     if len < 32 {
-        let tail = naive::find_string_stop(buf, pos);
-        return Stop {
-            at: tail.at,
-            non_ascii: tail.non_ascii || non_ascii,
-        };
+        return naive_tail::<ASCII>(buf, pos, non_ascii);
     }
     let base = len - 32;
     let seen = (pos - base) as u32;
     // SAFETY: `len >= 32`, so `base..len` is inside `buf`.
     let v = unsafe { _mm256_loadu_si256(ptr.add(base).cast()) };
-    let mask = (_mm256_movemask_epi8(stops_avx2(v)) as u32 as u64) >> seen;
-    let h = (_mm256_movemask_epi8(v) as u32 as u64) >> seen;
+    let mask = (_mm256_movemask_epi8(stops_avx2::<ASCII>(v)) as u32 as u64) >> seen;
+    let h = if ASCII {
+        0
+    } else {
+        (_mm256_movemask_epi8(v) as u32 as u64) >> seen
+    };
     if mask != 0 {
         let at = mask.trailing_zeros();
         non_ascii |= below(h, at) != 0;
