@@ -1,11 +1,28 @@
-//! rpcwire: a zero-copy, high-throughput JSON-RPC 2.0 parser.
+//! rpcwire: a zero-copy, high-throughput JSON-RPC 2.0 parser and
+//! dispatcher.
 //!
 //! JSON-RPC 2.0 defines only an envelope (`jsonrpc`, `id`, `method`,
 //! `params`), and everything inside `params` belongs to the protocol above
 //! (Ethereum's execution API, MCP, LSP). rpcwire reads that envelope straight
 //! from a borrowed byte slice in one pass, validating the whole message as
 //! JSON, without allocating; keeps `params` as a validated raw byte range
-//! until a handler asks for it; and gives back ids byte for byte.
+//! until a handler asks for it; routes `method` through a perfect-hash table;
+//! and writes replies straight into the caller's buffer, ids echoed byte for
+//! byte.
+//!
+//! ```
+//! use rpcwire::{Call, Dispatcher};
+//!
+//! let d = Dispatcher::<u64>::builder()
+//!     .method("eth_blockNumber", |call: Call<'_, u64>| Ok(call.reply.quantity((*call.state).into())))
+//!     .build()?;
+//! let (mut arena, mut out) = (bumpalo::Bump::new(), Vec::new());
+//! d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#, &0x1b4, &mut arena, &mut out);
+//! assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#);
+//! # Ok::<(), rpcwire::RouterError>(())
+//! ```
+//!
+//! The parser on its own:
 //!
 //! ```
 //! use rpcwire::{Entry, Message};
@@ -27,24 +44,30 @@
 //!
 //! # Layers
 //!
-//! * `scan`: byte-level JSON grammar; the one SIMD kernel (string scanning)
-//!   is chosen at run time: SSE2 or AVX2 on x86_64, NEON on aarch64, a
-//!   portable fallback elsewhere.
-//! * envelope: [`parse`], [`Parser`], [`Message`], [`Entry`], [`Batch`], and
-//!   responses with [`parse_response`].
+//! * scan (private): byte-level JSON grammar. Its one SIMD kernel (finding
+//!   the end of a run of string content) is chosen at run time: SSE2, then
+//!   AVX2 for long strings when the CPU has it, on x86_64; NEON on aarch64;
+//!   eight bytes at a time in a `u64` elsewhere.
+//! * envelope: [`parse`], [`Parser`] (limits), [`Message`], [`Entry`],
+//!   [`Batch`]; responses with [`parse_response`].
 //! * views: [`Id`], [`Params`], [`RawValue`], [`JsonStr`].
+//! * router: [`Router`], a perfect-hash table built once.
+//! * dispatch: [`Dispatcher`], [`Call`], [`Reply`], [`RpcError`].
 //!
 //! # What is accepted
 //!
 //! Exactly what `serde_json::from_slice::<&serde_json::value::RawValue>`
 //! accepts (RFC 8259, UTF-8), apart from the nesting limit (default 128,
-//! configurable with [`Parser::max_depth`]). Every edge case of the JSON-RPC
-//! 2.0 specification is answered as the crate's design notes list: see
-//! [`Parser::parse`] and [`Entry`].
+//! configurable with [`Parser::max_depth`]); the `differential` fuzz target
+//! checks the agreement. Every edge case of the JSON-RPC 2.0 specification
+//! is answered as [`Parser::parse`] and [`Dispatcher::handle`] describe.
 //!
 //! # Feature flags
 //!
-//! None yet.
+//! * `async`: async handlers ([`DispatcherBuilder::async_method`],
+//!   `Dispatcher::handle_async`), runtime-agnostic; adds `bytes` and
+//!   `futures-util`.
+//! * `tokio`: the same, under the name users of tokio look for.
 #![deny(
     missing_docs,
     unsafe_op_in_unsafe_fn,
