@@ -272,7 +272,31 @@ pub(crate) fn skip_value(
             return eof(buf);
         };
         match b {
-            b'"' => pos = scan_string(buf, pos + 1)?.end,
+            b'"' => {
+                pos = scan_string(buf, pos + 1)?.end;
+                // Runs of strings are most of Ethereum's params (addresses,
+                // hashes, calldata, block tags): in compact JSON, go from one
+                // to the next without the general loop's turnaround.
+                if level > 0 {
+                    let is_array = kinds >> (level - 1) & 1 == 1;
+                    while buf.get(pos) == Some(&b',') && buf.get(pos + 1) == Some(&b'"') {
+                        pos = scan_string(buf, pos + 2)?.end;
+                        if !is_array {
+                            // That was a member name: its value follows.
+                            pos = skip_ws(buf, pos);
+                            match buf.get(pos) {
+                                Some(b':') => pos = skip_ws(buf, pos + 1),
+                                Some(_) => return err(ErrorKind::ExpectedColon, pos),
+                                None => return eof(buf),
+                            }
+                            if buf.get(pos) != Some(&b'"') {
+                                continue 'value;
+                            }
+                            pos = scan_string(buf, pos + 1)?.end;
+                        }
+                    }
+                }
+            }
             b'-' | b'0'..=b'9' => pos = scan_number(buf, pos)?,
             b'{' | b'[' if level == 64 => pos = skip_value(buf, pos, depth + level, max_depth)?,
             b'{' | b'[' => {
