@@ -150,7 +150,11 @@ impl Parser {
         arena: &'a Bump,
     ) -> Result<Message<'a>, Error> {
         let limit = self.max_batch_len as usize;
-        let mut entries = bumpalo::collections::Vec::new_in(arena);
+        // The smallest request (`{"jsonrpc":"2.0","method":"m"}`) is 30 bytes:
+        // reserving for that many entries (up to the limit) means the list is
+        // never copied while it grows.
+        let room = (input.len() / 30 + 1).min(limit);
+        let mut entries = bumpalo::collections::Vec::with_capacity_in(room, arena);
         let mut len = 0usize;
         let mut first_beyond = 0;
         let end = for_each_element(input, pos, self.max_depth, |p| {
