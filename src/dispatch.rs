@@ -138,11 +138,6 @@ pub struct Reply<'a> {
 }
 
 impl<'a> Reply<'a> {
-    #[cfg_attr(not(feature = "async"), allow(dead_code))]
-    pub(crate) fn new(out: &'a mut Vec<u8>) -> Self {
-        Reply { out }
-    }
-
     /// Pre-serialized JSON, copied as is (not validated: the caller vouches
     /// for it, e.g. bytes an upstream node answered with).
     pub fn raw(self, json: &[u8]) -> Done {
@@ -228,18 +223,6 @@ pub struct Call<'a, S> {
 }
 
 impl<'a, S> Call<'a, S> {
-    #[cfg_attr(not(feature = "async"), allow(dead_code))]
-    pub(crate) fn new(req: Request<'a>, arena: &'a Bump, state: &'a S, reply: Reply<'a>) -> Self {
-        Call {
-            params: req.params(),
-            arena,
-            state,
-            reply,
-            method: req.method(),
-            id: req.id(),
-        }
-    }
-
     /// The method name.
     pub fn method(&self) -> &'a str {
         self.method
@@ -472,7 +455,14 @@ impl<S> Dispatcher<S> {
 
     /// Writes the reply to one entry at the end of `out` (nothing for a
     /// notification); `start` is where the entry's reply begins.
-    fn entry(&self, entry: Entry<'_>, state: &S, arena: &Bump, out: &mut Vec<u8>, start: usize) {
+    pub(crate) fn entry(
+        &self,
+        entry: Entry<'_>,
+        state: &S,
+        arena: &Bump,
+        out: &mut Vec<u8>,
+        start: usize,
+    ) {
         match entry {
             Entry::Invalid(inv) => write_request_error(out, inv.id(), inv.error()),
             Entry::Request(req) => self.request(req, state, arena, out, start),
@@ -532,19 +522,32 @@ impl<S> Dispatcher<S> {
             }
             Err(panic) => {
                 out.truncate(head_end - RESULT_KEY.len());
-                let reason = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("handler panicked");
-                let mut data = Vec::with_capacity(reason.len() + 24);
-                data.extend_from_slice(b"{\"panic\":");
-                write::string(&mut data, reason);
-                data.push(b'}');
+                let mut data = Vec::new();
+                let _ = serde_json::to_writer(
+                    &mut data,
+                    &PanicData {
+                        panic: panic_reason(&*panic),
+                    },
+                );
                 write_error_tail(out, INTERNAL_ERROR, "Internal error", Some(&data));
             }
         }
     }
+}
+
+/// The `data` of the -32603 that answers a panicking handler.
+#[derive(Serialize)]
+pub(crate) struct PanicData<'a> {
+    pub(crate) panic: &'a str,
+}
+
+/// The message a panic carried, when it is a string.
+pub(crate) fn panic_reason(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("handler panicked")
 }
 
 /// The id a reply to `entry` carries, or `None` if it gets no reply.

@@ -20,8 +20,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::dispatch::{
-    Call, Dispatcher, DispatcherBuilder, Handler, Reply, RpcError, write_error, write_error_tail,
-    write_head, write_method_not_found, write_parse_error, write_request_error, write_too_large,
+    Dispatcher, DispatcherBuilder, Handler, PanicData, RpcError, panic_reason, write_error,
+    write_head, write_parse_error, write_too_large,
 };
 use crate::envelope::{Entry, Message};
 use crate::error::INTERNAL_ERROR;
@@ -261,73 +261,45 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
         let slots = entries
             .into_iter()
             .map(|entry| match entry {
-                Entry::Invalid(inv) => {
-                    let mut reply = Vec::new();
-                    write_request_error(&mut reply, inv.id(), inv.error());
-                    Slot::Done(reply)
-                }
                 Entry::Request(req) => match self.router.get(req.method()) {
-                    None => {
-                        let mut reply = Vec::new();
-                        if let Some(id) = req.id() {
-                            write_method_not_found(&mut reply, id, req.method());
-                        }
-                        Slot::Done(reply)
-                    }
                     Some(Handler::Async(handler)) => {
                         let method = match input.as_ptr_range().contains(&req.method().as_ptr()) {
                             true => slice(req.method().as_bytes()),
                             // Decoded from escapes into the arena: copied.
                             false => Bytes::copy_from_slice(req.method().as_bytes()),
                         };
+                        let id = req.id().map(|i| slice(i.as_bytes()));
                         let call = AsyncCall {
                             params: req.params().map(|p| OwnedParams(slice(p.as_bytes()))),
                             state: Arc::clone(state),
                             method,
-                            id: req.id().map(|i| slice(i.as_bytes())),
+                            id: id.clone(),
                         };
-                        let id = req.id().map(|i| slice(i.as_bytes()));
                         // The handler itself may panic before returning a future.
                         match std::panic::catch_unwind(AssertUnwindSafe(|| handler(call))) {
                             Ok(fut) => Slot::Pending(id, fut),
-                            Err(_) => Slot::Pending(
-                                id,
-                                Box::pin(async { Err(RpcError::internal("handler panicked")) }),
-                            ),
+                            Err(panic) => {
+                                let e =
+                                    RpcError::internal("Internal error").with_data(&PanicData {
+                                        panic: panic_reason(&*panic),
+                                    });
+                                Slot::Pending(id, Box::pin(async move { Err(e) }))
+                            }
                         }
                     }
-                    Some(Handler::Sync(handler)) => {
+                    // Unknown methods and sync handlers: answered now, exactly
+                    // as `handle` answers them.
+                    _ => {
                         let mut reply = Vec::new();
-                        let id = req.id();
-                        write_head(&mut reply, id.unwrap_or(Id::NULL));
-                        let head_end = reply.len();
-                        let call = Call::new(req, &arena, &**state, Reply::new(&mut reply));
-                        let result = std::panic::catch_unwind(AssertUnwindSafe(|| handler(call)));
-                        match (id, result) {
-                            (None, _) => reply.clear(),
-                            (Some(_), Ok(Ok(_))) => reply.push(b'}'),
-                            (Some(_), Ok(Err(e))) => {
-                                reply.truncate(head_end - b",\"result\":".len());
-                                write_error_tail(
-                                    &mut reply,
-                                    e.code(),
-                                    e.message(),
-                                    e.data().map(str::as_bytes),
-                                );
-                            }
-                            (Some(_), Err(_)) => {
-                                reply.truncate(head_end - b",\"result\":".len());
-                                write_error_tail(
-                                    &mut reply,
-                                    INTERNAL_ERROR,
-                                    "Internal error",
-                                    Some(b"{\"panic\":\"handler panicked\"}"),
-                                );
-                            }
-                        }
+                        self.entry(entry, state, &arena, &mut reply, 0);
                         Slot::Done(reply)
                     }
                 },
+                Entry::Invalid(_) => {
+                    let mut reply = Vec::new();
+                    self.entry(entry, state, &arena, &mut reply, 0);
+                    Slot::Done(reply)
+                }
             })
             .collect();
         Some((is_batch, slots))
