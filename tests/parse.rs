@@ -878,3 +878,66 @@ fn responses() {
     assert!(parse(r#"{"jsonrpc":"2.0","id":1,"result":1,"result":2}"#).is_err());
     assert!(parse(r#"{"jsonrpc":"2.0","id":[1],"result":1}"#).is_err());
 }
+
+/// Compact requests take a fast path, anything else the general one; both
+/// must read every variant the same way (checked against serde_json).
+#[test]
+fn fast_and_general_paths_agree() {
+    let parser = Parser::new();
+    let cases = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
+        r#"{"jsonrpc": "2.0", "id": 1, "method": "m", "params": [1]}"#,
+        r#"{"jsonrpc":  "2.0","id":1,"method":"m"}"#,
+        r#"{ "jsonrpc":"2.0","id":1,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m" }"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m"} "#,
+        "{\"jsonrpc\":\"2.0\",\t\"id\":1,\"method\":\"m\"}",
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"\u006dethod":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"\u006d"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","x":1}"#,
+        r#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1.5e3,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":01,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":-,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":"a\"b","method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":null,"method":"m","params":null}"#,
+        r#"{"jsonrpc":"2.0","id":true,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":"x"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1,]}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"a":[1,{"b":"c"}]}}"#,
+        r#"{"jsonrpc":"2.0","method":"m"}"#,
+        r#"{"id":1,"method":"m"}"#,
+        r#"{"jsonrpc":"2.0","id":1}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":1}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m"}x"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"m","#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"m"},{"jsonrpc": "2.0", "method": "n"},{"jsonrpc":"2.0","id":2,"method":"m","method":"o"}]"#,
+    ];
+    for case in cases {
+        oracle::check_agreement(&parser, case.as_bytes());
+        // Every prefix, too: the fast path must never accept a truncation.
+        for cut in 0..case.len() {
+            oracle::check_agreement(&parser, &case.as_bytes()[..cut]);
+        }
+    }
+    // Depth limits hold on the fast path.
+    let shallow = Parser::new().max_depth(2);
+    oracle::check_agreement(
+        &shallow,
+        br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#,
+    );
+    let e = shallow
+        .parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[[1]]}"#,
+            &Bump::new(),
+        )
+        .unwrap_err();
+    assert_eq!(e.limit(), Some(2));
+    let e = Parser::new()
+        .max_depth(1)
+        .parse(br#"[{"jsonrpc":"2.0","id":1,"method":"m"}]"#, &Bump::new())
+        .unwrap_err();
+    assert_eq!(e.limit(), Some(1));
+}
