@@ -808,7 +808,19 @@ fn compact_request<'a>(
                         let s = scan::scan_string(input, at + 1).ok()?;
                         s.end
                     }
-                    b'-' | b'0'..=b'9' => scan::scan_number(input, at).ok()?,
+                    b'1'..=b'9' => {
+                        // Most ids are small integers: digits, then `,` or
+                        // `}`; anything else takes the full number grammar.
+                        let mut end = at + 1;
+                        while matches!(input.get(end), Some(b'0'..=b'9')) {
+                            end += 1;
+                        }
+                        match input.get(end) {
+                            Some(b'.' | b'e' | b'E') => scan::scan_number(input, at).ok()?,
+                            _ => end,
+                        }
+                    }
+                    b'-' | b'0' => scan::scan_number(input, at).ok()?,
                     b'n' => scan::scan_literal(input, at, b"null").ok()?,
                     _ => return None,
                 };
