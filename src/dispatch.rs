@@ -31,7 +31,12 @@ pub const RESPONSE_TOO_LARGE: i32 = -32003;
 /// assert_eq!(e.code(), -32602);
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RpcError {
+pub struct RpcError(Box<ErrorParts>);
+
+/// Boxed so that a handler's `Result<Done, RpcError>` is one word, returned
+/// in a register on the success path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ErrorParts {
     code: i32,
     message: Cow<'static, str>,
     /// Serialized JSON.
@@ -42,11 +47,11 @@ impl RpcError {
     /// An error with any code; -32000 to -32099 are for server-defined
     /// errors.
     pub fn new(code: i32, message: impl Into<Cow<'static, str>>) -> Self {
-        RpcError {
+        RpcError(Box::new(ErrorParts {
             code,
             message: message.into(),
             data: None,
-        }
+        }))
     }
 
     /// -32602 Invalid params, with a message saying what is wrong.
@@ -65,35 +70,35 @@ impl RpcError {
         let json = serde_json::to_string(data).unwrap_or_else(|e| {
             serde_json::to_string(&format!("unserializable data: {e}")).unwrap_or_default()
         });
-        self.data = Some(json.into_boxed_str());
+        self.0.data = Some(json.into_boxed_str());
         self
     }
 
     /// Attaches `data` that is already JSON, unchecked.
     pub fn with_raw_data(mut self, json: impl Into<Box<str>>) -> Self {
-        self.data = Some(json.into());
+        self.0.data = Some(json.into());
         self
     }
 
     /// The code.
     pub fn code(&self) -> i32 {
-        self.code
+        self.0.code
     }
 
     /// The message.
     pub fn message(&self) -> &str {
-        &self.message
+        &self.0.message
     }
 
     /// The serialized `data`, if any.
     pub fn data(&self) -> Option<&str> {
-        self.data.as_deref()
+        self.0.data.as_deref()
     }
 }
 
 impl std::fmt::Display for RpcError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.message, self.code)
+        write!(f, "{} ({})", self.message(), self.code())
     }
 }
 
@@ -513,12 +518,7 @@ impl<S> Dispatcher<S> {
             Ok(Ok(Done(()))) => out.push(b'}'),
             Ok(Err(e)) => {
                 out.truncate(head_end - RESULT_KEY.len());
-                write_error_tail(
-                    out,
-                    e.code,
-                    &e.message,
-                    e.data.as_deref().map(str::as_bytes),
-                );
+                write_error_tail(out, e.code(), e.message(), e.data().map(str::as_bytes));
             }
             Err(panic) => {
                 out.truncate(head_end - RESULT_KEY.len());
@@ -564,7 +564,7 @@ const RESULT_KEY: &[u8] = b",\"result\":";
 #[inline]
 pub(crate) fn write_head(out: &mut Vec<u8>, id: Id<'_>) {
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    out.extend_from_slice(id.as_bytes());
+    write::small(out, id.as_bytes());
     out.extend_from_slice(RESULT_KEY);
 }
 

@@ -38,7 +38,10 @@ pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
 
 pub(crate) fn u64(out: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 20];
-    out.extend_from_slice(crate::error::fmt_u64(v, &mut buf));
+    let digits = crate::error::fmt_u64(v, &mut buf).len();
+    // The digits sit at the end of `buf`: move them to the front.
+    buf.copy_within(20 - digits.., 0);
+    fixed_then_cut(out, &buf, digits);
 }
 
 pub(crate) fn i64(out: &mut Vec<u8>, v: i64) {
@@ -49,19 +52,62 @@ pub(crate) fn i64(out: &mut Vec<u8>, v: i64) {
 }
 
 /// `"0x…"`: lowercase hex without leading zeros, zero as `"0x0"` (an
-/// Ethereum QUANTITY).
+/// Ethereum QUANTITY). Built on the stack and appended in one copy.
 pub(crate) fn quantity(out: &mut Vec<u8>, v: u128) {
+    let mut buf = [0u8; 36];
     let digits = if v == 0 {
         1
     } else {
         (128 - v.leading_zeros() as usize).div_ceil(4)
     };
-    out.reserve(digits + 4);
-    out.extend_from_slice(b"\"0x");
-    for i in (0..digits).rev() {
-        out.push(HEX[((v >> (4 * i)) & 15) as usize]);
+    buf[..3].copy_from_slice(b"\"0x");
+    if let Ok(small) = u64::try_from(v) {
+        // The common case (block numbers, balances in wei below 2^64, gas):
+        // 64-bit shifts.
+        for i in 0..digits {
+            buf[3 + i] = HEX[(small >> (4 * (digits - 1 - i)) & 15) as usize];
+        }
+    } else {
+        for i in 0..digits {
+            buf[3 + i] = HEX[(v >> (4 * (digits - 1 - i)) & 15) as usize];
+        }
     }
-    out.push(b'"');
+    buf[3 + digits] = b'"';
+    fixed_then_cut(out, &buf, digits + 4);
+}
+
+/// Appends `buf[..len]`: copies the whole fixed-size buffer (inline moves,
+/// no `memcpy` call, which costs more than a short reply itself) and cuts
+/// the excess off again.
+#[inline(always)]
+fn fixed_then_cut<const N: usize>(out: &mut Vec<u8>, buf: &[u8; N], len: usize) {
+    let at = out.len();
+    out.extend_from_slice(buf);
+    out.truncate(at + len);
+}
+
+/// Appends `bytes`; short ones (ids) without a `memcpy` call: they are
+/// moved into a fixed buffer with overlapping word loads, as the router's
+/// keys are.
+#[inline(always)]
+pub(crate) fn small(out: &mut Vec<u8>, bytes: &[u8]) {
+    let n = bytes.len();
+    let mut buf = [0u8; 16];
+    if n > 16 {
+        out.extend_from_slice(bytes);
+        return;
+    } else if n >= 8 {
+        buf[..8].copy_from_slice(&bytes[..8]);
+        buf[n - 8..n].copy_from_slice(&bytes[n - 8..]);
+    } else if n >= 4 {
+        buf[..4].copy_from_slice(&bytes[..4]);
+        buf[n - 4..n].copy_from_slice(&bytes[n - 4..]);
+    } else if n > 0 {
+        buf[0] = bytes[0];
+        buf[n / 2] = bytes[n / 2];
+        buf[n - 1] = bytes[n - 1];
+    }
+    fixed_then_cut(out, &buf, n);
 }
 
 /// `"0x…"`: two lowercase hex digits per byte (an Ethereum DATA).
@@ -100,6 +146,16 @@ mod tests {
             assert_eq!(serde_json::from_str::<String>(&json).unwrap(), s, "{json}");
         }
         assert_eq!(w(|o| string(o, "\u{1}")), r#""\u0001""#);
+    }
+
+    #[test]
+    fn small_copies_every_length() {
+        for n in 0..40 {
+            let src: Vec<u8> = (0..n as u8).map(|i| b'a' + i % 26).collect();
+            let mut out = b"pre".to_vec();
+            small(&mut out, &src);
+            assert_eq!(&out[3..], &src[..], "{n}");
+        }
     }
 
     #[test]
