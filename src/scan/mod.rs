@@ -275,12 +275,25 @@ pub(crate) fn skip_value(
             b'"' => {
                 pos = scan_string(buf, pos + 1)?.end;
                 // Runs of strings are most of Ethereum's params (addresses,
-                // hashes, calldata, block tags): in compact JSON, go from one
-                // to the next without the general loop's turnaround.
+                // hashes, calldata, block tags): in compact JSON (or with
+                // one space after separators), go from one to the next
+                // without the general loop's turnaround.
                 if level > 0 {
                     let is_array = kinds >> (level - 1) & 1 == 1;
-                    while buf.get(pos) == Some(&b',') && buf.get(pos + 1) == Some(&b'"') {
-                        pos = scan_string(buf, pos + 2)?.end;
+                    loop {
+                        // `,"` (compact) or `, "` (web3.py's separators).
+                        if buf.get(pos) != Some(&b',') {
+                            break;
+                        }
+                        let next = if buf.get(pos + 1) == Some(&b' ') {
+                            pos + 2
+                        } else {
+                            pos + 1
+                        };
+                        if buf.get(next) != Some(&b'"') {
+                            break;
+                        }
+                        pos = scan_string(buf, next + 1)?.end;
                         if !is_array {
                             // That was a member name: its value follows.
                             pos = skip_ws(buf, pos);
