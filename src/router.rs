@@ -208,7 +208,7 @@ fn hash_full(name: &[u8], seed: u64) -> u64 {
 /// differ are placed with one multiply of it (`direct` mode).
 #[inline(always)]
 fn fold(first: u64, last: u64, len: usize) -> u64 {
-    first ^ last.rotate_left(29) ^ (len as u64).wrapping_mul(K2)
+    first ^ last.rotate_left(29) ^ (len as u64) << 57
 }
 
 #[inline(always)]
