@@ -85,6 +85,11 @@ mod scan;
 mod value;
 mod write;
 
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExamples;
+
 pub use dispatch::{
     Call, Dispatcher, DispatcherBuilder, Done, RESPONSE_TOO_LARGE, Reply, RpcError,
 };

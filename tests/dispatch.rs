@@ -434,3 +434,28 @@ fn building_rejects_bad_method_sets() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Dispatcher<State>>();
 }
+
+#[test]
+fn handlers_see_method_id_and_absent_params() {
+    let d = Dispatcher::<()>::builder()
+        .method("who", |c: Call<'_, ()>| {
+            // Absent params decode as `[]`: an empty Vec, or an error for a
+            // type that needs values.
+            let none: Vec<u8> = c.decode()?;
+            assert!(none.is_empty());
+            assert!(c.decode::<(u8,)>().is_err());
+            let id = c.id().map(|i| i.get().to_string()).unwrap_or_default();
+            Ok(c.reply.str(&format!("{} {}", c.method(), id)))
+        })
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":"q","method":"w\u0068o"}"#,
+        &(),
+        &mut Bump::new(),
+        &mut out,
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["result"], "who \"q\"");
+}
