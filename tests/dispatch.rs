@@ -445,7 +445,8 @@ fn handlers_see_method_id_and_absent_params() {
             assert!(none.is_empty());
             assert!(c.decode::<(u8,)>().is_err());
             let id = c.id().map(|i| i.get().to_string()).unwrap_or_default();
-            Ok(c.reply.str(&format!("{} {}", c.method(), id)))
+            let text = format!("{} {}", c.method(), id);
+            Ok(c.reply.str(&text))
         })
         .build()
         .unwrap();
