@@ -112,8 +112,9 @@ impl Parser {
     ///
     /// The whole input is validated as JSON (exactly what RFC 8259 accepts,
     /// UTF-8 included, trailing bytes included) before anything is returned.
-    /// Nothing is allocated, except that a method name written with `\u`
-    /// escapes is decoded into `arena`.
+    /// Nothing is allocated on the heap: a batch's entries (a few words
+    /// each) and method names written with `\u` escapes go into `arena`,
+    /// which the caller resets between messages.
     ///
     /// An `Err` is a problem with the message as a whole, answered with one
     /// error reply with `id: null` ([`Error::code`] gives the code). Problems
