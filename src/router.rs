@@ -459,14 +459,15 @@ impl<T> Table<T> {
     #[inline(always)]
     fn finish(&self, name: &[u8], first: u64, last: u64, index: usize) -> Option<&T> {
         let Line(slot, value) = self.slots.get(index)?;
-        let mid = mids(name);
-        // One branch for the whole inline comparison.
-        let differs = (slot.len as u64 ^ name.len() as u64)
-            | (slot.first ^ first)
-            | (slot.last ^ last)
-            | (slot.mid.0 ^ mid.0)
-            | (slot.mid.1 ^ mid.1);
+        // Length and ends first: a miss almost always stops here, before the
+        // middle of the name is read at all.
+        let differs =
+            (slot.len as u64 ^ name.len() as u64) | (slot.first ^ first) | (slot.last ^ last);
         if differs != 0 {
+            return None;
+        }
+        let n = name.len();
+        if n > 16 && (slot.mid.0 ^ load8(name, 8)) | (slot.mid.1 ^ load8(name, n - 16)) != 0 {
             return None;
         }
         if name.len() > 32 {
