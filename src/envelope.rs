@@ -126,8 +126,9 @@ impl Parser {
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {
+                // Trailing whitespace (a final newline) is fine on this path.
                 if let Some((request, end)) = compact_request(input, pos, 0, self.max_depth)
-                    && end == input.len()
+                    && skip_ws(input, end) == input.len()
                 {
                     return Ok(Message::Single(Entry::Request(request)));
                 }
