@@ -24,11 +24,11 @@ use serde_json::value::RawValue;
 const STATE: u64 = 0x1234_5678;
 
 fn rpcwire_dispatcher() -> rpcwire::Dispatcher<u64> {
-    let mut b = rpcwire::Dispatcher::<u64>::builder();
+    let mut b = rpcwire::Dispatcher::builder(STATE);
     for (name, _) in corpus::ETH_MIX {
         b = b.method(*name, |call: rpcwire::Call<'_, u64>| {
             let len = call.params.map_or(0, |p| p.as_bytes().len()) as u64;
-            Ok(call.reply.quantity((*call.state + len) as u128))
+            call.reply.quantity((*call.state + len) as u128)
         });
     }
     b.build().unwrap()
@@ -210,11 +210,11 @@ fn bench_round_trip(c: &mut Criterion) {
 
     for (name, msgs) in &cases {
         // Every implementation must produce the same replies, as JSON.
-        let mut arena = bumpalo::Bump::new();
+        let mut arena = rpcwire::Connection::new();
         let mut expected_len = 0;
         for m in msgs {
             let mut ours = Vec::new();
-            d.handle(m, &STATE, &mut arena, &mut ours);
+            d.handle(m, &mut arena, &mut ours);
             let mut theirs = Vec::new();
             serde_fx::handle(m, &fx, &mut String::new(), &mut theirs);
             let mut rpsee = Vec::new();
@@ -240,7 +240,7 @@ fn bench_round_trip(c: &mut Criterion) {
                 let mut total = 0;
                 for m in msgs {
                     out.clear();
-                    d.handle(black_box(m), &STATE, &mut arena, &mut out);
+                    d.handle(black_box(m), &mut arena, &mut out);
                     total += out.len();
                 }
                 assert_eq!(total, expected_len);

@@ -11,15 +11,15 @@ use corpus::Style;
 /// The same digest as the peers compute: method length, id bytes, params
 /// bytes, for every request in the message.
 fn rpcwire_digest(input: &[u8], arena: &bumpalo::Bump) -> usize {
-    let digest = |e: rpcwire::Entry| {
+    let digest = |e: rpcwire::request::Entry| {
         let r = e.request().expect("corpus requests are valid");
         r.method().len()
             + r.id().map_or(0, |i| i.as_bytes().len())
             + r.params().map_or(0, |p| p.as_bytes().len())
     };
     match rpcwire::parse(input, arena).expect("corpus messages are valid") {
-        rpcwire::Message::Single(e) => digest(e),
-        rpcwire::Message::Batch(b) => b.map(digest).sum(),
+        rpcwire::message::Message::Single(e) => digest(e),
+        rpcwire::message::Message::Batch(b) => b.map(digest).sum(),
     }
 }
 

@@ -88,7 +88,8 @@ fn misses() -> Vec<String> {
 }
 
 fn bench_router(c: &mut Criterion) {
-    let router = rpcwire::Router::new(METHODS.iter().enumerate().map(|(i, m)| (*m, i))).unwrap();
+    let router =
+        rpcwire::router::Router::new(METHODS.iter().enumerate().map(|(i, m)| (*m, i))).unwrap();
     let fx: rustc_hash::FxHashMap<&str, usize> =
         METHODS.iter().enumerate().map(|(i, m)| (*m, i)).collect();
     let std_map: HashMap<&str, usize> = METHODS.iter().enumerate().map(|(i, m)| (*m, i)).collect();

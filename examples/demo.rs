@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rpcwire::{Call, Dispatcher, RpcError};
+use rpcwire::{Call, Connection, Dispatcher, RpcError};
 use serde::Deserialize;
 
 /// The node's state: a chain height that `evm_mine` advances.
@@ -25,22 +25,22 @@ struct CallObject<'a> {
     data: Option<&'a str>,
 }
 
-fn dispatcher() -> Dispatcher<Node> {
-    Dispatcher::<Node>::builder()
+fn dispatcher(node: Node) -> Dispatcher<Node> {
+    Dispatcher::builder(node)
         .method("eth_chainId", |call: Call<'_, Node>| {
-            Ok(call.reply.quantity(call.state.chain_id.into()))
+            call.reply.quantity(call.state.chain_id.into())
         })
         .method("eth_blockNumber", |call: Call<'_, Node>| {
-            Ok(call
-                .reply
-                .quantity(call.state.height.load(Ordering::Relaxed).into()))
+            call.reply
+                .quantity(call.state.height.load(Ordering::Relaxed).into())
         })
         .method("evm_mine", |call: Call<'_, Node>| {
             call.state.height.fetch_add(1, Ordering::Relaxed);
-            Ok(call.reply.str("0x0"))
+            Ok::<_, RpcError>("0x0")
         })
         .method("eth_call", |call: Call<'_, Node>| {
-            // Borrowed decoding: `to` and `data` point into the message.
+            // Borrowed decoding: `to` and `data` point into the message (or,
+            // written with escapes, into the per-message arena).
             let (tx, _block): (CallObject, &str) = call.decode()?;
             if !tx.to.starts_with("0x") || tx.to.len() != 42 {
                 return Err(RpcError::invalid_params("'to' must be a 20-byte address")
@@ -49,9 +49,9 @@ fn dispatcher() -> Dispatcher<Node> {
             // Pretend every contract answers balanceOf with 1000.
             let selector = tx.data.unwrap_or("0x").get(..10).unwrap_or("0x");
             match selector {
-                "0x70a08231" => Ok(call.reply.raw(
+                "0x70a08231" => call.reply.raw(
                     br#""0x00000000000000000000000000000000000000000000000000000000000003e8""#,
-                )),
+                ),
                 _ => Err(RpcError::new(-32000, "execution reverted")),
             }
         })
@@ -60,11 +60,10 @@ fn dispatcher() -> Dispatcher<Node> {
 }
 
 fn main() {
-    let node = Node {
+    let d = dispatcher(Node {
         height: AtomicU64::new(0x1b4),
         chain_id: 1,
-    };
-    let d = dispatcher();
+    });
     let messages: &[(&str, &str)] = &[
         (
             "viem, no params",
@@ -99,12 +98,13 @@ fn main() {
             r#"[{"jsonrpc":"2.0","method":"evm_mine"}]"#,
         ),
     ];
-    // One arena and one output buffer, reused: steady state allocates nothing.
-    let mut arena = bumpalo::Bump::new();
+    // One connection (its per-message arena) and one output buffer, reused:
+    // steady state allocates nothing.
+    let mut conn = Connection::new();
     let mut out = Vec::new();
     for (what, input) in messages {
         out.clear();
-        let replied = d.handle(input.as_bytes(), &node, &mut arena, &mut out);
+        let replied = d.handle(input.as_bytes(), &mut conn, &mut out);
         println!("# {what}\n--> {input}");
         if replied {
             println!("<-- {}\n", String::from_utf8_lossy(&out));

@@ -1,4 +1,4 @@
-//! Layer 2: the request envelope, read in one forward pass.
+//! Layer 2: the envelope, read in one forward pass.
 //!
 //! A message is validated and its envelope read in the same pass. A batch
 //! must be valid JSON as a whole before any entry may run (one bad byte
@@ -8,12 +8,24 @@
 //! one. Walking the batch a second time to find the entries again would cost
 //! as much as validating it: this is the "parses batches twice" that the
 //! serde_json/jsonrpsee shape pays.
+//!
+//! One reader, [`read_object`], reads every envelope: requests, responses
+//! and the mixed traffic of a two-way connection. The rules for each member
+//! (the `"2.0"` check, the id grammar and length limit, the params rule)
+//! live in one function per member; the common case (compact JSON, or one
+//! space after separators) is decided by a compare or two inside them, and
+//! anything else takes the general grammar from where the fast check
+//! stopped, so no byte is read twice.
 
 use bumpalo::Bump;
+use bumpalo::collections::Vec as BumpVec;
 
 use crate::error::{Error, ErrorKind, Member};
+use crate::json::{JsonStr, RawJson, parse_i64};
+use crate::message::{Batch, Incoming, Message, Status};
+use crate::request::{Entry, Id, InvalidRequest, Params, Request};
+use crate::response::{ErrorObject, InvalidResponse, Response, ResponseMessage};
 use crate::scan::{self, eof, err, skip_ws};
-use crate::value::{Id, JsonStr, Params};
 
 /// Limits that protect a server from hostile messages, and the entry point of
 /// parsing.
@@ -30,6 +42,7 @@ pub struct Parser {
     max_depth: u32,
     max_message_len: usize,
     max_batch_len: u32,
+    max_id_len: u32,
 }
 
 impl Default for Parser {
@@ -39,13 +52,15 @@ impl Default for Parser {
 }
 
 impl Parser {
-    /// Default nesting limit, as serde_json.
+    /// Default nesting limit: 128 levels, the message itself counted.
     pub const DEFAULT_MAX_DEPTH: u32 = 128;
     /// Default message size limit: 5 MiB, as geth's HTTP server (room for
     /// blob transactions, hex-encoded).
     pub const DEFAULT_MAX_MESSAGE_LEN: usize = 5 * 1024 * 1024;
     /// Default batch length limit, as geth and most providers.
     pub const DEFAULT_MAX_BATCH_LEN: u32 = 1000;
+    /// Default id length limit: 1 KiB of JSON text.
+    pub const DEFAULT_MAX_ID_LEN: u32 = 1024;
 
     /// A parser with the default limits.
     pub const fn new() -> Self {
@@ -53,12 +68,19 @@ impl Parser {
             max_depth: Self::DEFAULT_MAX_DEPTH,
             max_message_len: Self::DEFAULT_MAX_MESSAGE_LEN,
             max_batch_len: Self::DEFAULT_MAX_BATCH_LEN,
+            max_id_len: Self::DEFAULT_MAX_ID_LEN,
         }
     }
 
-    /// The deepest nesting of arrays and objects accepted, the message itself
-    /// included (default 128; clamped to `1..=1024`). Deeper input is a
-    /// -32700 error whose `data` names the limit.
+    /// The deepest nesting of arrays and objects accepted, **the message
+    /// itself counted as the first level** (default 128; clamped to
+    /// `1..=1024`). So `{"params":[[…]]}` with 126 brackets is 128 levels
+    /// deep. Deeper input is a -32700 error whose `data` names the limit.
+    ///
+    /// `serde_json::Value` accepts one level less (127 with its default
+    /// recursion limit of 128), because it counts the top-level container
+    /// against its limit from the start; params 127 levels deep inside a
+    /// request are accepted here and decode with serde_json.
     ///
     /// Why: nesting costs a validator nothing, but every deserializer that
     /// later reads the params recurses on it; this stops stack-exhaustion
@@ -83,13 +105,29 @@ impl Parser {
         self
     }
 
-    /// The most entries a batch may hold (default 1000). A longer batch is
-    /// answered with one -32600 error whose `data` gives the limit and the
-    /// offset of the first entry beyond it; none of its entries runs.
+    /// The most entries a batch may hold (default 1000), for requests and
+    /// responses alike. A longer batch is answered with one -32600 error
+    /// whose `data` gives the limit and the offset of the first entry beyond
+    /// it; none of its entries runs.
     ///
-    /// Why: one small message must not fan out into unbounded work upstream.
+    /// Why: one small message must not fan out into unbounded work, and the
+    /// entry list kept for a batch (a few words per entry, sized once up
+    /// front) must stay small whatever the message holds.
     pub const fn max_batch_len(mut self, entries: u32) -> Self {
         self.max_batch_len = entries;
+        self
+    }
+
+    /// The longest id accepted, in bytes of JSON text (default 1 KiB). A
+    /// request with a longer id is invalid and answered with -32600 and
+    /// `id: null`.
+    ///
+    /// Why: every reply echoes its request's id, so without this bound an
+    /// error reply (a -32600 for a bad entry, the reply to an entry past the
+    /// response size limit) has no size known in advance, and the response
+    /// size limit cannot hold.
+    pub const fn max_id_len(mut self, bytes: u32) -> Self {
+        self.max_id_len = bytes;
         self
     }
 
@@ -108,13 +146,20 @@ impl Parser {
         self.max_batch_len
     }
 
+    /// The configured id length limit.
+    pub const fn id_len_limit(&self) -> u32 {
+        self.max_id_len
+    }
+
     /// Parses one JSON-RPC request message: a single request or a batch.
     ///
     /// The whole input is validated as JSON (exactly what RFC 8259 accepts,
     /// UTF-8 included, trailing bytes included) before anything is returned.
     /// Nothing is allocated on the heap: a batch's entries (a few words
     /// each) and method names written with `\u` escapes go into `arena`,
-    /// which the caller resets between messages.
+    /// which the caller resets between messages. Escaped method names are
+    /// decoded only once the whole message is known to be valid and within
+    /// the limits, and only for entries that will run.
     ///
     /// An `Err` is a problem with the message as a whole, answered with one
     /// error reply with `id: null` ([`Error::code`] gives the code). Problems
@@ -123,20 +168,131 @@ impl Parser {
         if input.len() > self.max_message_len {
             return err(ErrorKind::MessageTooLarge, self.max_message_len);
         }
+        let (msg, end) = self.read_message::<Entry<'a>>(input, arena, false)?;
+        expect_end(input, end)?;
+        Ok(msg)
+    }
+
+    /// Parses one message of a two-way connection, where requests and
+    /// responses travel both ways: each entry is a [`Incoming::Request`], a
+    /// [`Incoming::Response`] (an object with `result` or `error` and no
+    /// `method`), or invalid. A batch may mix requests and responses; it is
+    /// read in the same single pass as [`parse`](Parser::parse).
+    ///
+    /// ```
+    /// use rpcwire::message::{Incoming, Message};
+    /// let arena = bumpalo::Bump::new();
+    /// let input = br#"[{"jsonrpc":"2.0","id":7,"result":"0x1"},{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
+    /// let Message::Batch(batch) = rpcwire::Parser::new().parse_incoming(input, &arena)? else { unreachable!() };
+    /// let items: Vec<_> = batch.collect();
+    /// assert!(matches!(items[0], Incoming::Response(r) if r.id().as_bytes() == b"7"));
+    /// assert!(matches!(items[1], Incoming::Request(r) if r.method() == "ping"));
+    /// # Ok::<(), rpcwire::Error>(())
+    /// ```
+    pub fn parse_incoming<'a>(
+        &self,
+        input: &'a [u8],
+        arena: &'a Bump,
+    ) -> Result<Message<'a, Incoming<'a>>, Error> {
+        if input.len() > self.max_message_len {
+            return err(ErrorKind::MessageTooLarge, self.max_message_len);
+        }
+        let (msg, end) = self.read_message::<Incoming<'a>>(input, arena, false)?;
+        expect_end(input, end)?;
+        Ok(msg)
+    }
+
+    /// Parses the message at the front of `input`, which may hold only part
+    /// of it, or more than it: the incremental form of
+    /// [`parse_incoming`](Parser::parse_incoming), for framers.
+    ///
+    /// * `Ok(Status::Complete((message, len)))`: the first `len` bytes
+    ///   (leading whitespace included) are one complete, valid message;
+    ///   whatever follows is not looked at.
+    /// * `Ok(Status::Partial)`: every byte so far is a valid start of a
+    ///   message; more are needed. Every prefix of a valid message is
+    ///   `Partial`, never an error.
+    /// * `Err(e)`: the bytes so far cannot start a valid message (or the
+    ///   message would exceed the size limit, or is not an object or array).
+    ///
+    /// ```
+    /// use rpcwire::Status;
+    /// let (parser, arena) = (rpcwire::Parser::new(), bumpalo::Bump::new());
+    /// let stream = br#"{"jsonrpc":"2.0","method":"a"} {"jsonrpc":"2.0","#;
+    /// let Status::Complete((_, len)) = parser.parse_prefix(stream, &arena)? else { panic!() };
+    /// assert_eq!(len, 30);
+    /// assert!(matches!(parser.parse_prefix(&stream[len..], &arena)?, Status::Partial));
+    /// assert!(parser.parse_prefix(b"{]", &arena).is_err());
+    /// # Ok::<(), rpcwire::Error>(())
+    /// ```
+    pub fn parse_prefix<'a>(
+        &self,
+        input: &'a [u8],
+        arena: &'a Bump,
+    ) -> Result<Status<(Message<'a, Incoming<'a>>, usize)>, Error> {
+        let window = &input[..input.len().min(self.max_message_len)];
+        match self.read_message::<Incoming<'a>>(window, arena, true) {
+            Ok(done) => Ok(Status::Complete(done)),
+            Err(e) if e.is_eof() && e.offset() == window.len() => {
+                if window.len() < input.len() {
+                    err(ErrorKind::MessageTooLarge, self.max_message_len)
+                } else {
+                    Ok(Status::Partial)
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Parses one JSON-RPC response message: a single response or a batch,
+    /// as a gateway reads its upstream's answers.
+    ///
+    /// The whole input is validated as JSON, under the same limits as
+    /// requests (the batch length limit included: responses come from
+    /// upstreams and, on two-way connections, from clients). A single
+    /// invalid response is an `Err`; in a batch, each invalid element is an
+    /// `Err` in its place. A batch's responses are kept in `arena`, a few
+    /// words each, in a list sized once up front.
+    pub fn parse_response<'a>(
+        &self,
+        input: &'a [u8],
+        arena: &'a Bump,
+    ) -> Result<ResponseMessage<'a>, Error> {
+        if input.len() > self.max_message_len {
+            return err(ErrorKind::MessageTooLarge, self.max_message_len);
+        }
+        let (msg, end) = self.read_message::<Result<Response<'a>, Error>>(input, arena, false)?;
+        expect_end(input, end)?;
+        match msg {
+            Message::Single(single) => single.map(ResponseMessage::Single),
+            Message::Batch(batch) => Ok(ResponseMessage::Batch(batch)),
+        }
+    }
+
+    /// Reads the message at the front of `input` (after leading whitespace);
+    /// returns it and the index after it. With `prefix`, a top-level value
+    /// that is not an object or array is refused at once (its end cannot be
+    /// known), and trailing bytes are the caller's.
+    fn read_message<'a, T: EntryKind<'a>>(
+        &self,
+        input: &'a [u8],
+        arena: &'a Bump,
+        prefix: bool,
+    ) -> Result<(Message<'a, T>, usize), Error> {
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {
-                // Trailing whitespace (a final newline) is fine on this path.
-                if let Some((request, end)) = compact_request(input, pos, 0, self.max_depth)
-                    && skip_ws(input, end) == input.len()
-                {
-                    return Ok(Message::Single(Entry::Request(request)));
+                let (env, end) = read_object(input, pos, 0, self, T::MODE)?;
+                let mut entry = T::from_envelope(env, input);
+                if !prefix {
+                    // Decode only what will run: after the end is checked.
+                    expect_end(input, end)?;
                 }
-                let (fields, end) = read_envelope(input, pos, 0, self.max_depth)?;
-                expect_end(input, end)?;
-                Ok(Message::Single(fields.into_entry(input, arena)))
+                entry.decode_method(input, arena);
+                Ok((Message::Single(entry), end))
             }
-            Some(b'[') => self.parse_batch(input, pos, arena),
+            Some(b'[') => self.read_batch(input, pos, arena, prefix),
+            Some(_) if prefix => err(ErrorKind::NotObjectOrArray, pos),
             Some(_) => {
                 let end = scan::skip_value(input, pos, 0, self.max_depth)?;
                 expect_end(input, end)?;
@@ -145,57 +301,51 @@ impl Parser {
             None => eof(input),
         }
     }
-}
 
-impl Parser {
     /// Reads the batch whose `[` is at `pos`, validating it and storing its
     /// entries in `arena`.
-    fn parse_batch<'a>(
+    fn read_batch<'a, T: EntryKind<'a>>(
         &self,
         input: &'a [u8],
         pos: usize,
         arena: &'a Bump,
-    ) -> Result<Message<'a>, Error> {
+        prefix: bool,
+    ) -> Result<(Message<'a, T>, usize), Error> {
         let limit = self.max_batch_len as usize;
-        // The smallest request (`{"jsonrpc":"2.0","method":"m"}`) is 30 bytes:
-        // reserving for that many entries (up to the limit) means the list is
-        // never copied while it grows.
-        let room = (input.len() / 30 + 1).min(limit);
-        let mut entries = bumpalo::collections::Vec::with_capacity_in(room, arena);
+        // The shortest element (`0,`) takes two bytes: reserving for that
+        // many entries, up to the limit, means the list is never copied
+        // while it grows, and never holds more than the limit.
+        let room = (input.len() / 2 + 1).min(limit);
+        let mut entries = BumpVec::with_capacity_in(room, arena);
         let mut len = 0usize;
         let mut first_beyond = 0;
+        let mut escaped_methods = false;
         let end = for_each_element(input, pos, self.max_depth, |p| {
-            if len == limit {
-                first_beyond = p;
+            if len >= limit {
+                // Past the limit: validate (invalid JSON still wins) and
+                // count, but read and keep nothing.
+                if len == limit {
+                    first_beyond = p;
+                }
+                len += 1;
+                return scan::skip_value(input, p, 1, self.max_depth);
             }
             let (entry, end) = if input[p] == b'{' {
-                match compact_request(input, p, 1, self.max_depth) {
-                    Some((request, end)) => (Entry::Request(request), end),
-                    None => {
-                        let (fields, end) = read_envelope(input, p, 1, self.max_depth)?;
-                        (fields.into_entry(input, arena), end)
-                    }
-                }
+                let (env, end) = read_object(input, p, 1, self, T::MODE)?;
+                escaped_methods |= env.method_escaped;
+                (T::from_envelope(env, input), end)
             } else {
                 let end = scan::skip_value(input, p, 1, self.max_depth)?;
-                let error = Error::new(ErrorKind::NotObject, p);
-                (
-                    Entry::Invalid(InvalidRequest {
-                        id: Id::NULL,
-                        error,
-                    }),
-                    end,
-                )
+                (T::not_object(Error::new(ErrorKind::NotObject, p)), end)
             };
-            // Past the limit, keep validating and counting (invalid JSON
-            // still wins), but store nothing more.
-            if len < limit {
-                entries.push(entry);
-            }
+            entries.push(entry);
             len += 1;
             Ok(end)
         })?;
-        expect_end(input, end)?;
+        if !prefix {
+            // Invalid JSON anywhere wins over what the batch holds.
+            expect_end(input, end)?;
+        }
         if len == 0 {
             return err(ErrorKind::EmptyBatch, pos);
         }
@@ -207,9 +357,15 @@ impl Parser {
                 first_beyond,
             );
         }
-        Ok(Message::Batch(Batch {
-            entries: entries.into_bump_slice().iter(),
-        }))
+        if escaped_methods {
+            for entry in entries.iter_mut() {
+                entry.decode_method(input, arena);
+            }
+        }
+        Ok((
+            Message::Batch(Batch::new(entries.into_bump_slice().iter())),
+            end,
+        ))
     }
 }
 
@@ -226,6 +382,135 @@ impl Parser {
 /// ```
 pub fn parse<'a>(input: &'a [u8], arena: &'a Bump) -> Result<Message<'a>, Error> {
     Parser::new().parse(input, arena)
+}
+
+/// Parses one response message with the default limits; see
+/// [`Parser::parse_response`].
+///
+/// ```
+/// use rpcwire::response::ResponseMessage;
+/// let arena = bumpalo::Bump::new();
+/// let msg = rpcwire::parse_response(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"execution reverted","data":"0x08c379a0"}}"#, &arena)?;
+/// let ResponseMessage::Single(response) = msg else { unreachable!() };
+/// let error = response.result().unwrap_err();
+/// assert_eq!(error.code(), -32000);
+/// assert_eq!(error.message().as_str(), Some("execution reverted"));
+/// assert_eq!(error.data().unwrap().as_bytes(), br#""0x08c379a0""#);
+/// # Ok::<(), rpcwire::Error>(())
+/// ```
+pub fn parse_response<'a>(input: &'a [u8], arena: &'a Bump) -> Result<ResponseMessage<'a>, Error> {
+    Parser::new().parse_response(input, arena)
+}
+
+/// What an entry of a message is made into: a request entry, an incoming
+/// (two-way) entry, or a response.
+pub(crate) trait EntryKind<'a>: Copy + Sized {
+    /// The members the reader recognises; others are unknown and ignored.
+    const MODE: Mode;
+    /// The entry an object's envelope makes. Escaped method names are not
+    /// decoded yet (see [`decode_method`](EntryKind::decode_method)).
+    fn from_envelope(env: Envelope, input: &'a [u8]) -> Self;
+    /// An element of a batch that is not an object.
+    fn not_object(error: Error) -> Self;
+    /// Decodes an escaped method name into the arena, once the entry is
+    /// known to run; an undecodable one makes the entry invalid.
+    fn decode_method(&mut self, input: &'a [u8], arena: &'a Bump);
+}
+
+impl<'a> EntryKind<'a> for Entry<'a> {
+    const MODE: Mode = Mode::Requests;
+
+    #[inline(always)]
+    fn from_envelope(env: Envelope, input: &'a [u8]) -> Self {
+        env.into_request(input)
+    }
+
+    fn not_object(error: Error) -> Self {
+        Entry::Invalid(InvalidRequest {
+            id: Id::NULL,
+            error,
+        })
+    }
+
+    #[inline(always)]
+    fn decode_method(&mut self, input: &'a [u8], arena: &'a Bump) {
+        if let Entry::Request(r) = self
+            && r.escaped
+        {
+            *self = decode_escaped_method(*r, input, arena);
+        }
+    }
+}
+
+impl<'a> EntryKind<'a> for Incoming<'a> {
+    const MODE: Mode = Mode::Incoming;
+
+    #[inline(always)]
+    fn from_envelope(env: Envelope, input: &'a [u8]) -> Self {
+        if env.is_response_like() {
+            let id = env.readable_id(input);
+            match env.into_response(input) {
+                Ok(r) => Incoming::Response(r),
+                Err(error) => Incoming::InvalidResponse(InvalidResponse { id, error }),
+            }
+        } else {
+            match env.into_request(input) {
+                Entry::Request(r) => Incoming::Request(r),
+                Entry::Invalid(i) => Incoming::Invalid(i),
+            }
+        }
+    }
+
+    fn not_object(error: Error) -> Self {
+        Incoming::Invalid(InvalidRequest {
+            id: Id::NULL,
+            error,
+        })
+    }
+
+    #[inline(always)]
+    fn decode_method(&mut self, input: &'a [u8], arena: &'a Bump) {
+        if let Incoming::Request(r) = self
+            && r.escaped
+        {
+            *self = match decode_escaped_method(*r, input, arena) {
+                Entry::Request(r) => Incoming::Request(r),
+                Entry::Invalid(i) => Incoming::Invalid(i),
+            };
+        }
+    }
+}
+
+impl<'a> EntryKind<'a> for Result<Response<'a>, Error> {
+    const MODE: Mode = Mode::Responses;
+
+    fn from_envelope(env: Envelope, input: &'a [u8]) -> Self {
+        env.into_response(input)
+    }
+
+    fn not_object(error: Error) -> Self {
+        Err(error)
+    }
+
+    fn decode_method(&mut self, _: &'a [u8], _: &'a Bump) {}
+}
+
+#[cold]
+fn decode_escaped_method<'a>(mut r: Request<'a>, input: &'a [u8], arena: &'a Bump) -> Entry<'a> {
+    match JsonStr::from_content(r.method.as_bytes(), true).decode_in(arena) {
+        Some(method) => {
+            r.method = method;
+            r.escaped = false;
+            Entry::Request(r)
+        }
+        None => {
+            let at = r.method.as_ptr() as usize - input.as_ptr() as usize;
+            Entry::Invalid(InvalidRequest {
+                id: r.id.unwrap_or(Id::NULL),
+                error: Error::new(ErrorKind::LoneSurrogate(Member::Method), at),
+            })
+        }
+    }
 }
 
 /// Only whitespace may follow the message.
@@ -274,168 +559,6 @@ pub(crate) fn for_each_element(
     }
 }
 
-/// One parsed message: a single entry or a batch.
-#[derive(Clone, Debug)]
-pub enum Message<'a> {
-    /// A single request, notification or invalid request.
-    Single(Entry<'a>),
-    /// A non-empty batch, validated, whose entries are read as it is walked.
-    Batch(Batch<'a>),
-}
-
-impl<'a> Message<'a> {
-    /// Whether the message is a batch.
-    pub fn is_batch(&self) -> bool {
-        matches!(self, Message::Batch(_))
-    }
-
-    /// The entry, if the message is a single one.
-    pub fn into_single(self) -> Option<Entry<'a>> {
-        match self {
-            Message::Single(e) => Some(e),
-            Message::Batch(_) => None,
-        }
-    }
-
-    /// The batch, if the message is one.
-    pub fn into_batch(self) -> Option<Batch<'a>> {
-        match self {
-            Message::Batch(b) => Some(b),
-            Message::Single(_) => None,
-        }
-    }
-}
-
-/// One entry of a message: a request (which may be a notification), or an
-/// invalid request that must be answered with -32600.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Entry<'a> {
-    /// A valid request or notification.
-    Request(Request<'a>),
-    /// A value that is not a valid request.
-    Invalid(InvalidRequest<'a>),
-}
-
-impl<'a> Entry<'a> {
-    /// The request, if the entry is valid.
-    pub fn request(self) -> Option<Request<'a>> {
-        match self {
-            Entry::Request(r) => Some(r),
-            Entry::Invalid(_) => None,
-        }
-    }
-
-    /// The invalid request, if the entry is one.
-    pub fn invalid(self) -> Option<InvalidRequest<'a>> {
-        match self {
-            Entry::Invalid(i) => Some(i),
-            Entry::Request(_) => None,
-        }
-    }
-
-    /// Whether the entry expects no reply: a valid request without `id`.
-    /// Invalid requests are always answered.
-    pub fn is_notification(&self) -> bool {
-        matches!(self, Entry::Request(r) if r.is_notification())
-    }
-}
-
-/// A valid JSON-RPC 2.0 request or notification, borrowed from the message.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Request<'a> {
-    method: &'a str,
-    id: Option<Id<'a>>,
-    params: Option<Params<'a>>,
-}
-
-impl<'a> Request<'a> {
-    /// The method name, decoded if it was written with escapes.
-    #[inline]
-    pub fn method(&self) -> &'a str {
-        self.method
-    }
-
-    /// The id, or `None` for a notification. `Some(Id::NULL)` is a request
-    /// with `"id": null`, which is answered.
-    #[inline]
-    pub fn id(&self) -> Option<Id<'a>> {
-        self.id
-    }
-
-    /// The params, or `None` if absent or `null`.
-    #[inline]
-    pub fn params(&self) -> Option<Params<'a>> {
-        self.params
-    }
-
-    /// Whether the request is a notification (has no `id`).
-    #[inline]
-    pub fn is_notification(&self) -> bool {
-        self.id.is_none()
-    }
-}
-
-impl core::fmt::Debug for Request<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Request")
-            .field("method", &self.method)
-            .field("id", &self.id)
-            .field("params", &self.params)
-            .finish()
-    }
-}
-
-/// A batch entry or message that is valid JSON but not a valid request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InvalidRequest<'a> {
-    id: Id<'a>,
-    error: Error,
-}
-
-impl<'a> InvalidRequest<'a> {
-    /// The id to answer with: the request's id if it could be read, else
-    /// `null`.
-    pub fn id(&self) -> Id<'a> {
-        self.id
-    }
-
-    /// What is wrong with the request (code -32600).
-    pub fn error(&self) -> Error {
-        self.error
-    }
-}
-
-/// The entries of a batch, in request order.
-///
-/// The batch was validated as a whole, and each entry's envelope read, in the
-/// one pass of [`Parser::parse`]; the entries live in the arena passed to it.
-#[derive(Clone, Debug)]
-pub struct Batch<'a> {
-    entries: core::slice::Iter<'a, Entry<'a>>,
-}
-
-impl<'a> Batch<'a> {
-    /// The entries not yet iterated, in order.
-    pub fn as_slice(&self) -> &'a [Entry<'a>] {
-        self.entries.as_slice()
-    }
-}
-
-impl<'a> Iterator for Batch<'a> {
-    type Item = Entry<'a>;
-
-    #[inline]
-    fn next(&mut self) -> Option<Entry<'a>> {
-        self.entries.next().copied()
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        self.entries.size_hint()
-    }
-}
-
-impl ExactSizeIterator for Batch<'_> {}
-
 /// A byte range of the input.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct Span {
@@ -450,82 +573,190 @@ impl Span {
     }
 }
 
-/// What one pass over a request object found.
+/// Which envelope members a reading recognises.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `jsonrpc`, `id`, `method`, `params`.
+    Requests,
+    /// `jsonrpc`, `id`, `result`, `error`.
+    Responses,
+    /// All six: a two-way connection.
+    Incoming,
+}
+
+impl Mode {
+    #[inline(always)]
+    const fn knows(self, member: Member) -> bool {
+        match member {
+            Member::Jsonrpc | Member::Id => true,
+            Member::Method | Member::Params => !matches!(self, Mode::Responses),
+            Member::Result | Member::Error => !matches!(self, Mode::Requests),
+            _ => false,
+        }
+    }
+}
+
+/// Which reading of an object a problem concerns: a problem with `params`
+/// does not make a response invalid, nor one with `result` a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    Both,
+    Request,
+    Response,
+}
+
+/// A problem found while reading an object, and whether it makes the id
+/// unreadable (then the reply carries `id: null`).
+#[derive(Clone, Copy, Debug)]
+struct Problem {
+    error: Error,
+    voids_id: bool,
+}
+
+/// What one pass over an envelope object found.
 #[derive(Debug, Default)]
-struct Fields {
+pub(crate) struct Envelope {
     /// Where the object starts, for errors about what it lacks.
     start: usize,
     /// Bit per member seen, by `Member as u8`.
     seen: u16,
-    version_ok: bool,
     id: Option<Span>,
     /// The method's content between the quotes.
     method: Option<Span>,
     method_escaped: bool,
     params: Option<Span>,
-    /// The first problem found, with whether it makes the id unreadable.
-    problem: Option<(Error, bool)>,
+    result: Option<Span>,
+    code: Option<i64>,
+    /// The error message's content between the quotes, and whether it has
+    /// escapes.
+    message: Option<(Span, bool)>,
+    data: Option<Span>,
+    /// The first problem of each side (see [`Side`]).
+    common: Option<Problem>,
+    request: Option<Problem>,
+    response: Option<Problem>,
 }
 
-impl Fields {
+impl Envelope {
+    #[inline(always)]
+    fn has(&self, member: Member) -> bool {
+        self.seen & (1 << member as u8) != 0
+    }
+
     #[inline(always)]
     fn mark_seen(&mut self, member: Member, at: usize) {
         let bit = 1u16 << member as u8;
         if self.seen & bit != 0 {
             // A gateway and its upstream must never read different methods
             // from one message: any repeated envelope member voids the id too.
-            self.problem(ErrorKind::Duplicate(member), at, true);
+            self.problem(Side::Both, ErrorKind::Duplicate(member), at, true);
         }
         self.seen |= bit;
     }
 
+    /// Records a problem; the first one of its side stays, unless a later
+    /// one voids the id and it did not.
     #[inline(always)]
-    fn problem(&mut self, kind: ErrorKind, at: usize, voids_id: bool) {
-        if self.problem.is_none() || (voids_id && !self.problem.unwrap().1) {
-            self.problem = Some((Error::new(kind, at), voids_id));
+    fn problem(&mut self, side: Side, kind: ErrorKind, at: usize, voids_id: bool) {
+        let slot = match side {
+            Side::Both => &mut self.common,
+            Side::Request => &mut self.request,
+            Side::Response => &mut self.response,
+        };
+        if slot.is_none_or(|p| voids_id && !p.voids_id) {
+            *slot = Some(Problem {
+                error: Error::new(kind, at),
+                voids_id,
+            });
         }
     }
 
+    /// The problem that decides the reading as `side`: a common one first,
+    /// unless the side's own one voids the id and the common one does not.
+    fn problem_for(&self, side: Option<Problem>) -> Option<Problem> {
+        match (self.common, side) {
+            (Some(c), Some(s)) if s.voids_id && !c.voids_id => Some(s),
+            (Some(c), _) => Some(c),
+            (None, s) => s,
+        }
+    }
+
+    /// An object with `result` or `error` and no `method` is a response.
+    fn is_response_like(&self) -> bool {
+        !self.has(Member::Method) && (self.has(Member::Result) || self.has(Member::Error))
+    }
+
+    /// The id, unless a problem made it unreadable.
+    fn readable_id<'a>(&self, input: &'a [u8]) -> Option<Id<'a>> {
+        if self.problem_for(self.response).is_some_and(|p| p.voids_id) {
+            return None;
+        }
+        self.id.map(|s| Id::from_validated(s.of(input)))
+    }
+
     #[inline(always)]
-    fn into_entry<'a>(self, input: &'a [u8], arena: &'a Bump) -> Entry<'a> {
+    fn into_request(self, input: &[u8]) -> Entry<'_> {
         let id = self.id.map(|s| Id::from_validated(s.of(input)));
-        let invalid = |error: Error, voids_id: bool| {
-            let id = if voids_id {
+        let invalid = |p: Problem| {
+            let id = if p.voids_id {
                 Id::NULL
             } else {
                 id.unwrap_or(Id::NULL)
             };
-            Entry::Invalid(InvalidRequest { id, error })
+            Entry::Invalid(InvalidRequest { id, error: p.error })
         };
-        if let Some((error, voids_id)) = self.problem {
-            return invalid(error, voids_id);
+        if let Some(p) = self.problem_for(self.request) {
+            return invalid(p);
         }
-        if self.seen & (1 << Member::Jsonrpc as u8) == 0 {
-            return invalid(
-                Error::new(ErrorKind::Missing(Member::Jsonrpc), self.start),
-                false,
-            );
+        let missing = |member| Problem {
+            error: Error::new(ErrorKind::Missing(member), self.start),
+            voids_id: false,
+        };
+        if !self.has(Member::Jsonrpc) {
+            return invalid(missing(Member::Jsonrpc));
         }
         let Some(method) = self.method else {
-            return invalid(
-                Error::new(ErrorKind::Missing(Member::Method), self.start),
-                false,
-            );
+            return invalid(missing(Member::Method));
         };
-        let raw = method.of(input);
-        let method = if self.method_escaped {
-            match JsonStr::from_content(raw, true).decode_in(arena) {
-                Some(m) => m,
-                None => {
-                    let e = Error::new(ErrorKind::LoneSurrogate(Member::Method), method.start);
-                    return invalid(e, false);
-                }
+        Entry::Request(Request {
+            method: scan::validated_str(method.of(input)),
+            escaped: self.method_escaped,
+            id,
+            params: self.params.map(|s| Params::from_validated(s.of(input))),
+        })
+    }
+
+    fn into_response(self, input: &[u8]) -> Result<Response<'_>, Error> {
+        if let Some(p) = self.problem_for(self.response) {
+            return Err(p.error);
+        }
+        let fail = |kind| Err(Error::new(kind, self.start));
+        if !self.has(Member::Jsonrpc) {
+            return fail(ErrorKind::Missing(Member::Jsonrpc));
+        }
+        let Some(id) = self.id else {
+            return fail(ErrorKind::Missing(Member::Id));
+        };
+        let id = Id::from_validated(id.of(input));
+        let outcome = match (self.result, self.has(Member::Error)) {
+            (Some(_), true) => return fail(ErrorKind::BothResultAndError),
+            (Some(result), false) => Ok(RawJson::from_validated(result.of(input))),
+            (None, true) => {
+                let Some(code) = self.code else {
+                    return fail(ErrorKind::Missing(Member::Code));
+                };
+                let Some((message, escaped)) = self.message else {
+                    return fail(ErrorKind::Missing(Member::Message));
+                };
+                Err(ErrorObject {
+                    code,
+                    message: JsonStr::from_content(message.of(input), escaped),
+                    data: self.data.map(|d| RawJson::from_validated(d.of(input))),
+                })
             }
-        } else {
-            scan::validated_str(raw)
+            (None, false) => return fail(ErrorKind::Missing(Member::Result)),
         };
-        let params = self.params.map(|s| Params::from_validated(s.of(input)));
-        Entry::Request(Request { method, id, params })
+        Ok(Response { id, outcome })
     }
 }
 
@@ -563,24 +794,33 @@ impl MemberName {
         }
     }
 
-    /// The name without its closing quote.
-    fn name(&self) -> &'static str {
-        self.member.name()
+    #[inline(always)]
+    fn matches(&self, word: u64) -> bool {
+        word & self.mask == self.word
     }
 }
 
-/// Request envelope members, most frequent first.
-pub(crate) const REQUEST_MEMBERS: [MemberName; 4] = [
-    MemberName::new(b"jsonrpc\"", Member::Jsonrpc),
-    MemberName::new(b"id\"", Member::Id),
-    MemberName::new(b"method\"", Member::Method),
-    MemberName::new(b"params\"", Member::Params),
+const JSONRPC: MemberName = MemberName::new(b"jsonrpc\"", Member::Jsonrpc);
+const ID: MemberName = MemberName::new(b"id\"", Member::Id);
+const METHOD: MemberName = MemberName::new(b"method\"", Member::Method);
+const PARAMS: MemberName = MemberName::new(b"params\"", Member::Params);
+const RESULT: MemberName = MemberName::new(b"result\"", Member::Result);
+const ERROR: MemberName = MemberName::new(b"error\"", Member::Error);
+
+/// Every envelope member; a mode picks those it knows.
+const ENVELOPE_MEMBERS: [MemberName; 6] = [JSONRPC, ID, METHOD, PARAMS, RESULT, ERROR];
+
+/// The members of a response's error object.
+const ERROR_MEMBERS: [MemberName; 3] = [
+    MemberName::new(b"code\"", Member::Code),
+    MemberName::new(b"message\"", Member::Message),
+    MemberName::new(b"data\"", Member::Data),
 ];
 
 /// What a member name is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Name {
-    /// One of the envelope members being looked for.
+    /// One of the members being looked for.
     Member(Member),
     /// Any other name.
     Other,
@@ -590,75 +830,59 @@ pub(crate) enum Name {
     Undecodable,
 }
 
-/// Reads the member name whose opening quote is at `pos`; returns what it
-/// names (compared after unescaping) and the index after its closing quote.
+/// The envelope member named at `pos` (an opening quote), matched with one
+/// 8-byte load and one compare chosen by the name's first byte. `None`
+/// sends the name down the general path ([`read_member_name`]), which also
+/// decides names near the end of the input and names with escapes.
 #[inline(always)]
+fn member_fast(input: &[u8], pos: usize) -> Option<(Name, usize)> {
+    let w = u64::from_le_bytes(input.get(pos + 1..pos + 9)?.try_into().unwrap());
+    let m = match w as u8 {
+        b'j' => JSONRPC,
+        b'i' => ID,
+        b'm' => METHOD,
+        b'p' => PARAMS,
+        b'r' => RESULT,
+        b'e' => ERROR,
+        _ => return None,
+    };
+    m.matches(w)
+        .then_some((Name::Member(m.member), pos + 1 + m.len))
+}
+
+/// Reads the member name whose opening quote is at `pos`; returns what it
+/// names among `members` (compared after unescaping) and the index after
+/// its closing quote.
+#[inline]
 pub(crate) fn read_member_name(
     input: &[u8],
     pos: usize,
     members: &[MemberName],
 ) -> Result<(Name, usize), Error> {
-    // Fast path: one 8-byte load, compared against each name's word.
-    if let Some(chunk) = input.get(pos + 1..pos + 9) {
-        let word = u64::from_le_bytes(chunk.try_into().unwrap());
-        for m in members {
-            if word & m.mask == m.word {
-                return Ok((Name::Member(m.member), pos + 1 + m.len));
-            }
-        }
-    } else {
-        let rest = &input[pos + 1..];
-        for m in members {
-            if rest.len() >= m.len
-                && rest[..m.len - 1] == *m.name().as_bytes()
-                && rest[m.len - 1] == b'"'
-            {
-                return Ok((Name::Member(m.member), pos + 1 + m.len));
-            }
-        }
-    }
     let scan::ScannedStr { end, escaped } = scan::scan_string(input, pos + 1)?;
+    let content = &input[pos + 1..end - 1];
     if !escaped {
-        // Without escapes the fast path above would have matched.
-        return Ok((Name::Other, end));
+        let found = members
+            .iter()
+            .find(|m| content == m.member.name().as_bytes());
+        return Ok((found.map_or(Name::Other, |m| Name::Member(m.member)), end));
     }
-    Ok((
-        classify_escaped_name(&input[pos + 1..end - 1], members),
-        end,
-    ))
+    Ok((classify_escaped_name(content, members), end))
 }
 
 #[cold]
 fn classify_escaped_name(content: &[u8], members: &[MemberName]) -> Name {
-    if scan::unescape(content, &mut Discard).is_err() {
+    if scan::unescaped_len(content).is_none() {
         return Name::Undecodable;
     }
     members
         .iter()
-        .find(|m| scan::unescaped_eq(content, true, m.name().as_bytes()))
+        .find(|m| scan::unescaped_eq(content, true, m.member.name().as_bytes()))
         .map_or(Name::Other, |m| Name::Member(m.member))
 }
 
-/// An `Extend` that keeps nothing, to check that a string decodes.
-struct Discard;
-
-impl Extend<u8> for Discard {
-    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
-        iter.into_iter().for_each(drop);
-    }
-}
-
-/// Reads a string value whose opening quote is at `pos`; returns the index
-/// after it and whether it has escapes.
-#[inline(always)]
-pub(crate) fn read_string(input: &[u8], pos: usize) -> Result<(usize, bool), Error> {
-    let s = scan::scan_string(input, pos + 1)?;
-    Ok((s.end, s.escaped))
-}
-
-/// After a member's value: `,` and the next member name's quote, or `}`.
-/// Returns `Some(index of the next name's quote)` or `None` at the end of the
-/// object (then `pos` is past the `}`).
+/// After a member's value: `,` and the next member name's quote (returns
+/// `true`, `pos` at the quote), or `}` (returns `false`, `pos` past it).
 #[inline(always)]
 pub(crate) fn next_member(input: &[u8], pos: &mut usize) -> Result<bool, Error> {
     let p = skip_ws(input, *pos);
@@ -683,7 +907,8 @@ pub(crate) fn next_member(input: &[u8], pos: &mut usize) -> Result<bool, Error> 
     }
 }
 
-/// `:` and the whitespace around it, after a member name.
+/// `:` and the whitespace around it, after a member name; returns the index
+/// of the value's first byte, which exists.
 #[inline(always)]
 pub(crate) fn colon(input: &[u8], pos: usize) -> Result<usize, Error> {
     let p = skip_ws(input, pos);
@@ -702,8 +927,8 @@ pub(crate) fn colon(input: &[u8], pos: usize) -> Result<usize, Error> {
     }
 }
 
-/// The first member name of the object whose `{` is at `pos`: `Some(index of
-/// its quote)`, or `None` for `{}` (then `pos` is past it).
+/// The first member name of the object whose `{` is at `pos`: `true` with
+/// `pos` at its quote, or `false` for `{}` (then `pos` is past it).
 #[inline(always)]
 pub(crate) fn first_member(
     input: &[u8],
@@ -729,252 +954,248 @@ pub(crate) fn first_member(
     }
 }
 
-/// The request envelope member named at `pos` (an opening quote), matched
-/// with one load and one compare chosen by the name's first byte; `None`
-/// sends the name down the general path.
+/// Reads the envelope object whose `{` is at `pos`, `depth` containers deep,
+/// in one pass: validates it and records each member `mode` knows. Returns
+/// what it found and the index after the `}`.
 #[inline(always)]
-fn request_member_fast(input: &[u8], pos: usize) -> Option<(Member, usize)> {
-    let w = u64::from_le_bytes(input.get(pos + 1..pos + 9)?.try_into().unwrap());
-    let [jsonrpc, id, method, params] = REQUEST_MEMBERS;
-    let hit = |m: MemberName| (w & m.mask == m.word).then_some((m.member, pos + 1 + m.len));
-    match w as u8 {
-        b'j' => hit(jsonrpc),
-        b'i' => hit(id),
-        b'm' => hit(method),
-        b'p' => hit(params),
-        _ => None,
-    }
-}
-
-/// The byte at `pos` if it is `want`, allowing one space after it (web3.py
-/// writes `": "` and `", "`); returns the index after them.
-#[inline(always)]
-fn punct(input: &[u8], pos: usize, want: u8) -> Option<usize> {
-    if *input.get(pos)? != want {
-        return None;
-    }
-    Some(if input.get(pos + 1) == Some(&b' ') {
-        pos + 2
-    } else {
-        pos + 1
-    })
-}
-
-/// The fast path for what clients actually send: a valid request, written
-/// compactly (or with web3.py's single spaces), whose members are the four
-/// envelope members, each once, without escapes in names or method.
-/// Returns `None` at the first deviation, and the caller reads the object
-/// again with [`read_envelope`], which handles everything (and reports what
-/// is wrong): so this path never decides anything `read_envelope` would
-/// decide differently, it only decides the common case sooner.
-#[inline(always)]
-fn compact_request<'a>(
-    input: &'a [u8],
-    mut pos: usize,
-    depth: u32,
-    max_depth: u32,
-) -> Option<(Request<'a>, usize)> {
-    if depth >= max_depth {
-        return None;
-    }
-    pos = if input.get(pos + 1) == Some(&b' ') {
-        pos + 2
-    } else {
-        pos + 1
-    };
-    let mut seen = 0u8;
-    let mut method: Option<&'a str> = None;
-    let mut id: Option<Id<'a>> = None;
-    let mut params: Option<Params<'a>> = None;
-    loop {
-        if input.get(pos) != Some(&b'"') {
-            return None;
-        }
-        let (member, after_name) = request_member_fast(input, pos)?;
-        let bit = 1u8 << member as u8;
-        if seen & bit != 0 {
-            return None;
-        }
-        seen |= bit;
-        let at = punct(input, after_name, b':')?;
-        pos = match member {
-            Member::Jsonrpc => {
-                if input.get(at..at + 5)? != b"\"2.0\"" {
-                    return None;
-                }
-                at + 5
-            }
-            Member::Id => {
-                let end = match *input.get(at)? {
-                    b'"' => {
-                        let s = scan::scan_string(input, at + 1).ok()?;
-                        s.end
-                    }
-                    b'1'..=b'9' => {
-                        // Most ids are small integers: digits, then `,` or
-                        // `}`; anything else takes the full number grammar.
-                        let mut end = at + 1;
-                        while matches!(input.get(end), Some(b'0'..=b'9')) {
-                            end += 1;
-                        }
-                        match input.get(end) {
-                            Some(b'.' | b'e' | b'E') => scan::scan_number(input, at).ok()?,
-                            _ => end,
-                        }
-                    }
-                    b'-' | b'0' => scan::scan_number(input, at).ok()?,
-                    b'n' => scan::scan_literal(input, at, b"null").ok()?,
-                    _ => return None,
-                };
-                id = Some(Id::from_validated(&input[at..end]));
-                end
-            }
-            Member::Method => {
-                if *input.get(at)? != b'"' {
-                    return None;
-                }
-                let s = scan::scan_string(input, at + 1).ok()?;
-                if s.escaped {
-                    return None;
-                }
-                method = Some(scan::validated_str(&input[at + 1..s.end - 1]));
-                s.end
-            }
-            Member::Params => match *input.get(at)? {
-                b'[' | b'{' => {
-                    let end = scan::skip_value(input, at, depth + 1, max_depth).ok()?;
-                    params = Some(Params::from_validated(&input[at..end]));
-                    end
-                }
-                b'n' => scan::scan_literal(input, at, b"null").ok()?,
-                _ => return None,
-            },
-            _ => return None,
-        };
-        match *input.get(pos)? {
-            b',' => {
-                pos = if input.get(pos + 1) == Some(&b' ') {
-                    pos + 2
-                } else {
-                    pos + 1
-                }
-            }
-            b'}' => break,
-            _ => return None,
-        }
-    }
-    if seen & (1 << Member::Jsonrpc as u8) == 0 {
-        return None;
-    }
-    Some((
-        Request {
-            method: method?,
-            id,
-            params,
-        },
-        pos + 1,
-    ))
-}
-
-/// Reads the request object whose `{` is at `pos`, `depth` containers deep, in
-/// one pass; returns what it found and the index after the `}`.
-#[inline(always)]
-fn read_envelope(
+pub(crate) fn read_object(
     input: &[u8],
     mut pos: usize,
     depth: u32,
-    max_depth: u32,
-) -> Result<(Fields, usize), Error> {
-    let mut f = Fields {
+    parser: &Parser,
+    mode: Mode,
+) -> Result<(Envelope, usize), Error> {
+    let mut env = Envelope {
         start: pos,
-        ..Fields::default()
+        ..Envelope::default()
     };
+    let max_depth = parser.max_depth;
     // Member values sit inside this object.
     let inner = depth + 1;
     let mut more = first_member(input, &mut pos, depth, max_depth)?;
     while more {
         let name_at = pos;
-        let (member, after_name) = match request_member_fast(input, pos) {
-            Some((m, after)) => (Name::Member(m), after),
-            None => read_member_name(input, pos, &REQUEST_MEMBERS)?,
+        let (name, after_name) = match member_fast(input, pos) {
+            Some(hit) => hit,
+            None => read_member_name(input, pos, &ENVELOPE_MEMBERS)?,
         };
-        pos = colon(input, after_name)?;
-        let at = pos;
-        match member {
-            Name::Member(Member::Jsonrpc) => {
-                f.mark_seen(Member::Jsonrpc, name_at);
-                if input[pos..].starts_with(b"\"2.0\"") {
-                    f.version_ok = true;
-                    pos += 5;
-                } else {
-                    if input[pos] == b'"' {
-                        let (end, escaped) = read_string(input, pos)?;
-                        f.version_ok =
-                            escaped && scan::unescaped_eq(&input[pos + 1..end - 1], true, b"2.0");
-                        pos = end;
-                    } else {
-                        pos = scan::skip_value(input, pos, inner, max_depth)?;
+        let at = colon(input, after_name)?;
+        pos = match name {
+            Name::Member(m) if mode.knows(m) => {
+                env.mark_seen(m, name_at);
+                match m {
+                    Member::Jsonrpc => read_version(input, at, inner, max_depth, &mut env)?,
+                    Member::Id => read_id(input, at, inner, parser, &mut env)?,
+                    Member::Method => read_method(input, at, inner, max_depth, &mut env)?,
+                    Member::Params => read_params(input, at, inner, max_depth, &mut env)?,
+                    Member::Result => {
+                        let end = scan::skip_value(input, at, inner, max_depth)?;
+                        env.result = Some(Span { start: at, end });
+                        end
                     }
-                    if !f.version_ok {
-                        f.problem(ErrorKind::WrongVersion, at, false);
-                    }
-                }
-            }
-            Name::Member(Member::Id) => {
-                f.mark_seen(Member::Id, name_at);
-                match input[pos] {
-                    b'"' => pos = read_string(input, pos)?.0,
-                    b'-' | b'0'..=b'9' => pos = scan::scan_number(input, pos)?,
-                    b'n' => pos = scan::scan_literal(input, pos, b"null")?,
-                    _ => {
-                        pos = scan::skip_value(input, pos, inner, max_depth)?;
-                        f.problem(ErrorKind::WrongType(Member::Id), at, true);
-                    }
-                }
-                f.id = Some(Span {
-                    start: at,
-                    end: pos,
-                });
-            }
-            Name::Member(Member::Method) => {
-                f.mark_seen(Member::Method, name_at);
-                if input[pos] == b'"' {
-                    let (end, escaped) = read_string(input, pos)?;
-                    f.method = Some(Span {
-                        start: pos + 1,
-                        end: end - 1,
-                    });
-                    f.method_escaped = escaped;
-                    pos = end;
-                } else {
-                    pos = scan::skip_value(input, pos, inner, max_depth)?;
-                    f.problem(ErrorKind::WrongType(Member::Method), at, false);
-                }
-            }
-            Name::Member(Member::Params) => {
-                f.mark_seen(Member::Params, name_at);
-                match input[pos] {
-                    b'[' | b'{' => {
-                        pos = scan::skip_value(input, pos, inner, max_depth)?;
-                        f.params = Some(Span {
-                            start: at,
-                            end: pos,
-                        });
-                    }
-                    b'n' => pos = scan::scan_literal(input, pos, b"null")?,
-                    _ => {
-                        pos = scan::skip_value(input, pos, inner, max_depth)?;
-                        f.problem(ErrorKind::WrongType(Member::Params), at, false);
-                    }
+                    _ => read_error(input, at, inner, max_depth, &mut env)?,
                 }
             }
             Name::Undecodable => {
-                f.problem(ErrorKind::UndecodableName, name_at, true);
-                pos = scan::skip_value(input, pos, inner, max_depth)?;
+                env.problem(Side::Both, ErrorKind::UndecodableName, name_at, true);
+                scan::skip_value(input, at, inner, max_depth)?
             }
-            _ => pos = scan::skip_value(input, pos, inner, max_depth)?,
-        }
+            _ => scan::skip_value(input, at, inner, max_depth)?,
+        };
         more = next_member(input, &mut pos)?;
     }
-    Ok((f, pos))
+    Ok((env, pos))
+}
+
+/// `jsonrpc`: exactly the string `"2.0"` (escapes allowed).
+#[inline(always)]
+fn read_version(
+    input: &[u8],
+    at: usize,
+    inner: u32,
+    max_depth: u32,
+    env: &mut Envelope,
+) -> Result<usize, Error> {
+    if input[at..].starts_with(b"\"2.0\"") {
+        return Ok(at + 5);
+    }
+    let (end, ok) = if input[at] == b'"' {
+        let s = scan::scan_string(input, at + 1)?;
+        let ok = s.escaped && scan::unescaped_eq(&input[at + 1..s.end - 1], true, b"2.0");
+        (s.end, ok)
+    } else {
+        (scan::skip_value(input, at, inner, max_depth)?, false)
+    };
+    if !ok {
+        env.problem(Side::Both, ErrorKind::WrongVersion, at, false);
+    }
+    Ok(end)
+}
+
+/// `id`: a string, a number of any form, or `null`, at most the parser's id
+/// length; anything else makes the id unreadable.
+#[inline(always)]
+fn read_id(
+    input: &[u8],
+    at: usize,
+    inner: u32,
+    parser: &Parser,
+    env: &mut Envelope,
+) -> Result<usize, Error> {
+    let end = match input[at] {
+        b'"' => scan::scan_string(input, at + 1)?.end,
+        b'1'..=b'9' => {
+            // Most ids are small integers: digits, then `,` or `}`; anything
+            // else takes the full number grammar.
+            let mut end = at + 1;
+            while matches!(input.get(end), Some(b'0'..=b'9')) {
+                end += 1;
+            }
+            match input.get(end) {
+                Some(b'.' | b'e' | b'E') => scan::scan_number(input, at)?,
+                _ => end,
+            }
+        }
+        b'-' | b'0' => scan::scan_number(input, at)?,
+        b'n' => scan::scan_literal(input, at, b"null")?,
+        _ => {
+            let end = scan::skip_value(input, at, inner, parser.max_depth)?;
+            env.problem(Side::Both, ErrorKind::WrongType(Member::Id), at, true);
+            return Ok(end);
+        }
+    };
+    if end - at > parser.max_id_len as usize {
+        env.problem(
+            Side::Both,
+            ErrorKind::IdTooLong {
+                limit: parser.max_id_len,
+            },
+            at,
+            true,
+        );
+        return Ok(end);
+    }
+    env.id = Some(Span { start: at, end });
+    Ok(end)
+}
+
+/// `method`: a string.
+#[inline(always)]
+fn read_method(
+    input: &[u8],
+    at: usize,
+    inner: u32,
+    max_depth: u32,
+    env: &mut Envelope,
+) -> Result<usize, Error> {
+    if input[at] != b'"' {
+        env.problem(
+            Side::Request,
+            ErrorKind::WrongType(Member::Method),
+            at,
+            false,
+        );
+        return scan::skip_value(input, at, inner, max_depth);
+    }
+    let s = scan::scan_string(input, at + 1)?;
+    env.method = Some(Span {
+        start: at + 1,
+        end: s.end - 1,
+    });
+    env.method_escaped = s.escaped;
+    Ok(s.end)
+}
+
+/// `params`: an array, an object, or `null` (no params).
+#[inline(always)]
+fn read_params(
+    input: &[u8],
+    at: usize,
+    inner: u32,
+    max_depth: u32,
+    env: &mut Envelope,
+) -> Result<usize, Error> {
+    match input[at] {
+        b'[' | b'{' => {
+            let end = scan::skip_value(input, at, inner, max_depth)?;
+            env.params = Some(Span { start: at, end });
+            Ok(end)
+        }
+        b'n' => scan::scan_literal(input, at, b"null"),
+        _ => {
+            env.problem(
+                Side::Request,
+                ErrorKind::WrongType(Member::Params),
+                at,
+                false,
+            );
+            scan::skip_value(input, at, inner, max_depth)
+        }
+    }
+}
+
+/// `error`: an object with an integer `code`, a string `message` and any
+/// `data`. The object is validated whole first, then its members are read
+/// with the trusted walk (error objects are small).
+#[cold]
+fn read_error(
+    input: &[u8],
+    at: usize,
+    inner: u32,
+    max_depth: u32,
+    env: &mut Envelope,
+) -> Result<usize, Error> {
+    let end = scan::skip_value(input, at, inner, max_depth)?;
+    if input[at] != b'{' {
+        env.problem(
+            Side::Response,
+            ErrorKind::WrongType(Member::Error),
+            at,
+            false,
+        );
+        return Ok(end);
+    }
+    let mut pos = at;
+    let mut seen = 0u16;
+    let mut more = first_member(input, &mut pos, 0, u32::MAX)?;
+    while more {
+        let name_at = pos;
+        let (name, after_name) = read_member_name(input, pos, &ERROR_MEMBERS)?;
+        let value = colon(input, after_name)?;
+        let value_end = scan::skip_value_trusted(input, value);
+        let raw = &input[value..value_end];
+        if let Name::Member(m) = name {
+            let bit = 1u16 << m as u8;
+            if seen & bit != 0 {
+                env.problem(Side::Response, ErrorKind::Duplicate(m), name_at, false);
+            }
+            seen |= bit;
+            match m {
+                Member::Code => match parse_i64(raw) {
+                    Some(code) => env.code = Some(code),
+                    None => env.problem(Side::Response, ErrorKind::WrongType(m), value, false),
+                },
+                Member::Message if raw[0] == b'"' => {
+                    let escaped = memchr::memchr(b'\\', raw).is_some();
+                    let content = Span {
+                        start: value + 1,
+                        end: value_end - 1,
+                    };
+                    env.message = Some((content, escaped));
+                }
+                Member::Message => {
+                    env.problem(Side::Response, ErrorKind::WrongType(m), value, false)
+                }
+                _ => {
+                    env.data = Some(Span {
+                        start: value,
+                        end: value_end,
+                    })
+                }
+            }
+        }
+        pos = value_end;
+        more = next_member(input, &mut pos)?;
+    }
+    Ok(end)
 }

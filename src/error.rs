@@ -2,16 +2,7 @@
 
 use core::fmt;
 
-/// JSON-RPC 2.0 "Parse error": the bytes are not one valid JSON value.
-pub const PARSE_ERROR: i32 = -32700;
-/// JSON-RPC 2.0 "Invalid Request": valid JSON, but not a valid request.
-pub const INVALID_REQUEST: i32 = -32600;
-/// JSON-RPC 2.0 "Method not found".
-pub const METHOD_NOT_FOUND: i32 = -32601;
-/// JSON-RPC 2.0 "Invalid params".
-pub const INVALID_PARAMS: i32 = -32602;
-/// JSON-RPC 2.0 "Internal error".
-pub const INTERNAL_ERROR: i32 = -32603;
+pub(crate) use crate::codes::{INVALID_REQUEST, PARSE_ERROR};
 
 /// Why a message, or one entry of a batch, was rejected.
 ///
@@ -23,7 +14,7 @@ pub const INTERNAL_ERROR: i32 = -32603;
 /// ```
 /// let arena = bumpalo::Bump::new();
 /// let err = rpcwire::parse(br#"{"jsonrpc":"2.0","method":"x",}"#, &arena).unwrap_err();
-/// assert_eq!(err.code(), rpcwire::PARSE_ERROR);
+/// assert_eq!(err.code(), rpcwire::codes::PARSE_ERROR);
 /// assert_eq!(err.offset(), 30);
 /// assert_eq!(err.to_string(), "expected a member name at byte 30");
 /// ```
@@ -102,6 +93,10 @@ pub(crate) enum ErrorKind {
     BatchTooLarge {
         limit: u32,
     },
+    /// The offset is where the id starts.
+    IdTooLong {
+        limit: u32,
+    },
     // Envelope.
     NotObjectOrArray,
     EmptyBatch,
@@ -126,6 +121,11 @@ impl Error {
         self.kind
     }
 
+    /// Whether the input ended before the message did: a truncated message.
+    pub fn is_eof(&self) -> bool {
+        self.kind == ErrorKind::Eof
+    }
+
     /// Byte offset in the input at which the problem was found.
     #[inline]
     pub fn offset(&self) -> usize {
@@ -148,7 +148,9 @@ impl Error {
             | ControlCharacter
             | InvalidUtf8
             | TrailingCharacters => Category::Syntax,
-            TooDeep { .. } | MessageTooLarge | BatchTooLarge { .. } => Category::Limit,
+            TooDeep { .. } | MessageTooLarge | BatchTooLarge { .. } | IdTooLong { .. } => {
+                Category::Limit
+            }
             NotObjectOrArray | EmptyBatch | NotObject | Missing(_) | Duplicate(_)
             | WrongVersion | WrongType(_) | BothResultAndError | LoneSurrogate(_)
             | UndecodableName => Category::Envelope,
@@ -183,6 +185,7 @@ impl Error {
             ErrorKind::TooDeep { limit } => Some(limit as usize),
             ErrorKind::MessageTooLarge => Some(self.offset),
             ErrorKind::BatchTooLarge { limit } => Some(limit as usize),
+            ErrorKind::IdTooLong { limit } => Some(limit as usize),
             _ => None,
         }
     }
@@ -197,17 +200,20 @@ impl Error {
     /// err.write_data(&mut data);
     /// assert_eq!(data, br#"{"reason":"unexpected end of input","offset":4}"#);
     /// ```
-    pub fn write_data(&self, out: &mut Vec<u8>) {
+    pub fn write_data<B: crate::dispatch::ReplyBuf + ?Sized>(&self, out: &mut B) {
         out.extend_from_slice(b"{\"reason\":\"");
-        // Every reason is plain ASCII without quotes or backslashes.
+        // Every reason is plain ASCII without quotes or backslashes, at most
+        // a few dozen bytes: formatted on the stack.
+        let mut reason = StackText::<96>::new();
         use fmt::Write;
-        let mut w = AsciiSink(out);
-        let _ = write!(w, "{}", Reason(self.kind));
+        let _ = write!(reason, "{}", Reason(self.kind));
+        out.extend_from_slice(reason.as_bytes());
         out.extend_from_slice(b"\"");
         match self.kind {
-            ErrorKind::TooDeep { limit } => push_field(out, "limit", limit as u64),
+            ErrorKind::TooDeep { limit }
+            | ErrorKind::BatchTooLarge { limit }
+            | ErrorKind::IdTooLong { limit } => push_field(out, "limit", limit as u64),
             ErrorKind::MessageTooLarge => push_field(out, "limit", self.offset as u64),
-            ErrorKind::BatchTooLarge { limit } => push_field(out, "limit", limit as u64),
             _ => {}
         }
         if self.kind != ErrorKind::MessageTooLarge {
@@ -217,7 +223,7 @@ impl Error {
     }
 }
 
-fn push_field(out: &mut Vec<u8>, name: &str, value: u64) {
+fn push_field<B: crate::dispatch::ReplyBuf + ?Sized>(out: &mut B, name: &str, value: u64) {
     out.extend_from_slice(b",\"");
     out.extend_from_slice(name.as_bytes());
     out.extend_from_slice(b"\":");
@@ -243,11 +249,30 @@ pub(crate) fn fmt_u64(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[i..]
 }
 
-struct AsciiSink<'a>(&'a mut Vec<u8>);
+/// Text formatted on the stack; what does not fit is cut off.
+struct StackText<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
 
-impl fmt::Write for AsciiSink<'_> {
+impl<const N: usize> StackText<N> {
+    fn new() -> Self {
+        StackText {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl<const N: usize> fmt::Write for StackText<N> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
+        let take = s.len().min(N - self.len);
+        self.buf[self.len..self.len + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.len += take;
         Ok(())
     }
 }
@@ -273,6 +298,7 @@ impl fmt::Display for Reason {
             TooDeep { limit } => write!(f, "nesting deeper than the limit of {limit}"),
             MessageTooLarge => f.write_str("message larger than the size limit"),
             BatchTooLarge { limit } => write!(f, "batch longer than the limit of {limit} entries"),
+            IdTooLong { limit } => write!(f, "id longer than the limit of {limit} bytes"),
             NotObjectOrArray => f.write_str("message is neither an object nor an array"),
             EmptyBatch => f.write_str("empty batch"),
             NotObject => f.write_str("batch entry is not an object"),

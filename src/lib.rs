@@ -11,21 +11,22 @@
 //! byte.
 //!
 //! ```
-//! use rpcwire::{Call, Dispatcher};
+//! use rpcwire::{Call, Connection, Dispatcher};
 //!
-//! let d = Dispatcher::<u64>::builder()
-//!     .method("eth_blockNumber", |call: Call<'_, u64>| Ok(call.reply.quantity((*call.state).into())))
+//! let d = Dispatcher::builder(0x1b4u64)
+//!     .method("eth_blockNumber", |call: Call<'_, u64>| call.reply.quantity((*call.state).into()))
 //!     .build()?;
-//! let (mut arena, mut out) = (bumpalo::Bump::new(), Vec::new());
-//! d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#, &0x1b4, &mut arena, &mut out);
+//! let (mut conn, mut out) = (Connection::new(), Vec::new());
+//! d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#, &mut conn, &mut out);
 //! assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#);
-//! # Ok::<(), rpcwire::RouterError>(())
+//! # Ok::<(), rpcwire::router::BuildError>(())
 //! ```
 //!
 //! The parser on its own:
 //!
 //! ```
-//! use rpcwire::{Entry, Message};
+//! use rpcwire::message::Message;
+//! use rpcwire::request::Entry;
 //!
 //! let arena = bumpalo::Bump::new();
 //! let input = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xab","latest"]},
@@ -48,41 +49,58 @@
 //!   the end of a run of string content) is chosen at run time: SSE2, then
 //!   AVX2 for long strings when the CPU has it, on x86_64; NEON on aarch64;
 //!   eight bytes at a time in a `u64` elsewhere.
-//! * envelope: [`parse`], [`Parser`] (limits), [`Message`], [`Entry`],
-//!   [`Batch`]; responses with [`parse_response`].
-//! * views: [`Id`], [`Params`], [`RawValue`], [`JsonStr`].
-//! * router: [`Router`], a perfect-hash table built once.
-//! * dispatch: [`Dispatcher`], [`Call`], [`Reply`], [`RpcError`].
+//! * envelope: [`Parser`] (limits) and its entry points [`parse`],
+//!   [`parse_response`], [`Parser::parse_incoming`] (two-way traffic) and
+//!   [`Parser::parse_prefix`] (incremental input); the results are in
+//!   [`message`], [`request`] and [`response`].
+//! * views: [`Id`], [`request::Params`], [`json::RawJson`],
+//!   [`json::JsonStr`].
+//! * [`router`]: a perfect-hash table built once.
+//! * [`dispatch`]: [`Dispatcher`], [`Call`], [`RpcError`]; one reply writer
+//!   for sync and async handlers.
+//! * [`Connection`] and [`Context`] (per-connection state and what handlers
+//!   see of it), [`peer`] (outbound requests and notifications, the
+//!   pending-request table).
+//! * `frame`: incremental framers (newline, `Content-Length`,
+//!   concatenated JSON).
 //!
 //! # What is accepted
 //!
 //! Exactly what `serde_json::from_slice::<&serde_json::value::RawValue>`
-//! accepts (RFC 8259, UTF-8), apart from the nesting limit (default 128,
-//! configurable with [`Parser::max_depth`]); the `differential` fuzz target
-//! checks the agreement. Every edge case of the JSON-RPC 2.0 specification
-//! is answered as [`Parser::parse`] and [`Dispatcher::handle`] describe.
+//! accepts (RFC 8259, UTF-8), apart from the nesting limit (default 128
+//! levels, the message itself counted; see [`Parser::max_depth`]); the
+//! `differential` fuzz target checks the agreement. Every edge case of the
+//! JSON-RPC 2.0 specification is answered as [`Parser::parse`] and
+//! [`Dispatcher::handle`] describe.
 //!
 //! # Feature flags
 //!
-//! * `async`: async handlers ([`DispatcherBuilder::async_method`],
-//!   `Dispatcher::handle_async`), runtime-agnostic; adds `bytes` and
+//! * `async`: async handlers (`DispatcherBuilder::async_method`,
+//!   `Dispatcher::handle_async`, `Connection::start` for pipelining), with a
+//!   concurrency cap, per-request
+//!   timeouts and cancellation; adds `tokio` (time, sync) and
 //!   `futures-util`.
 //! * `tokio`: the same, under the name users of tokio look for.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,
     unsafe_op_in_unsafe_fn,
     clippy::undocumented_unsafe_blocks
 )]
 
-mod dispatch;
-#[cfg(feature = "async")]
-mod dispatch_async;
+pub mod codes;
+mod conn;
+mod de;
+pub mod dispatch;
 mod envelope;
 mod error;
-mod response;
-mod router;
+pub mod json;
+pub mod message;
+pub mod peer;
+pub mod request;
+pub mod response;
+pub mod router;
 mod scan;
-mod value;
 mod write;
 
 /// The README's examples, compiled and run as doctests.
@@ -90,15 +108,14 @@ mod write;
 #[doc = include_str!("../README.md")]
 struct ReadmeExamples;
 
-pub use dispatch::{
-    Call, Dispatcher, DispatcherBuilder, Done, RESPONSE_TOO_LARGE, Reply, RpcError,
-};
-#[cfg(feature = "async")]
-pub use dispatch_async::{AsyncCall, OwnedParams, RawJson};
-pub use envelope::{Batch, Entry, InvalidRequest, Message, Parser, Request, parse};
-pub use error::{
-    Category, Error, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-};
-pub use response::{ErrorObject, Response, ResponseBatch, ResponseMessage, parse_response};
-pub use router::{Router, RouterError};
-pub use value::{Id, JsonStr, Kind, Named, Params, Positional, RawValue};
+pub use conn::{Connection, Context, ContextBuilder};
+pub use dispatch::{Call, Dispatcher, RpcError};
+pub use envelope::{Parser, parse, parse_response};
+pub use error::{Category, Error};
+pub use message::Status;
+pub use request::Id;
+
+/// Re-exported: the per-message arena type handlers see ([`Call::arena`]).
+pub use bumpalo;
+/// Re-exported: the shared byte buffers async handlers and transports use.
+pub use bytes;

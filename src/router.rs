@@ -32,7 +32,7 @@ use std::sync::Arc;
 
 /// Why a router could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RouterError {
+pub enum BuildError {
     /// The same method name was registered twice.
     Duplicate(String),
     /// Names starting with `rpc.` are reserved by the JSON-RPC 2.0
@@ -44,21 +44,21 @@ pub enum RouterError {
     TooMany,
 }
 
-impl fmt::Display for RouterError {
+impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RouterError::Duplicate(name) => write!(f, "method {name:?} is registered twice"),
-            RouterError::Reserved(name) => write!(
+            BuildError::Duplicate(name) => write!(f, "method {name:?} is registered twice"),
+            BuildError::Reserved(name) => write!(
                 f,
                 "method {name:?} starts with \"rpc.\", which JSON-RPC 2.0 reserves"
             ),
-            RouterError::Empty => f.write_str("the empty string is not a method name"),
-            RouterError::TooMany => f.write_str("too many methods"),
+            BuildError::Empty => f.write_str("the empty string is not a method name"),
+            BuildError::TooMany => f.write_str("too many methods"),
         }
     }
 }
 
-impl std::error::Error for RouterError {}
+impl std::error::Error for BuildError {}
 
 /// An immutable map from method names to values (typically handlers), built
 /// once into a perfect-hash table.
@@ -67,11 +67,12 @@ impl std::error::Error for RouterError {}
 /// `Arc`: share one across threads without locks.
 ///
 /// ```
-/// let router = rpcwire::Router::new([("eth_call", 1), ("eth_chainId", 2)])?;
+/// use rpcwire::router::Router;
+/// let router = Router::new([("eth_call", 1), ("eth_chainId", 2)])?;
 /// assert_eq!(router.get("eth_chainId"), Some(&2));
 /// assert_eq!(router.get("eth_chainid"), None);
-/// assert!(rpcwire::Router::new([("rpc.discover", 0)]).is_err());
-/// # Ok::<(), rpcwire::RouterError>(())
+/// assert!(Router::new([("rpc.discover", 0)]).is_err());
+/// # Ok::<(), rpcwire::router::BuildError>(())
 /// ```
 pub struct Router<T> {
     table: Arc<Table<T>>,
@@ -266,22 +267,22 @@ impl<T> Router<T> {
     /// the specification) and on the empty name.
     pub fn new<N: AsRef<str>>(
         entries: impl IntoIterator<Item = (N, T)>,
-    ) -> Result<Self, RouterError> {
+    ) -> Result<Self, BuildError> {
         let mut names_buf = Vec::new();
         let mut spans: Vec<(u32, u32)> = Vec::new();
         let mut values = Vec::new();
         for (name, value) in entries {
             let name = name.as_ref();
             if name.is_empty() {
-                return Err(RouterError::Empty);
+                return Err(BuildError::Empty);
             }
             if name.starts_with("rpc.") {
-                return Err(RouterError::Reserved(name.to_string()));
+                return Err(BuildError::Reserved(name.to_string()));
             }
             if spans.len() >= i32::MAX as usize
                 || names_buf.len() + name.len() > u32::MAX as usize - 1
             {
-                return Err(RouterError::TooMany);
+                return Err(BuildError::TooMany);
             }
             spans.push((names_buf.len() as u32, name.len() as u32));
             names_buf.extend_from_slice(name.as_bytes());
@@ -297,7 +298,7 @@ impl<T> Router<T> {
         for w in order.windows(2) {
             if name_of(w[0]) == name_of(w[1]) {
                 let name = String::from_utf8_lossy(name_of(w[0])).into_owned();
-                return Err(RouterError::Duplicate(name));
+                return Err(BuildError::Duplicate(name));
             }
         }
         // Sampling suffices if (length, first 8, last 8) tells every name
@@ -638,13 +639,13 @@ mod tests {
     fn rejects_duplicates_reserved_and_empty_names() {
         assert_eq!(
             Router::new([("a", 1), ("b", 2), ("a", 3)]).unwrap_err(),
-            RouterError::Duplicate("a".into())
+            BuildError::Duplicate("a".into())
         );
         assert_eq!(
             Router::new([("rpc.discover", 1)]).unwrap_err(),
-            RouterError::Reserved("rpc.discover".into())
+            BuildError::Reserved("rpc.discover".into())
         );
-        assert_eq!(Router::new([("", 1)]).unwrap_err(), RouterError::Empty);
+        assert_eq!(Router::new([("", 1)]).unwrap_err(), BuildError::Empty);
         // `rpc` alone, or `rpc.` elsewhere, is an ordinary name.
         assert!(Router::new([("rpc", 1), ("x.rpc.y", 2), ("rpc_modules", 3)]).is_ok());
         let e = Router::new([("rpc.x", 1)]).unwrap_err();

@@ -1,13 +1,14 @@
 //! Writing JSON straight into the caller's buffer: escaped strings, integers,
 //! Ethereum hex quantities and data.
 
+use crate::dispatch::ReplyBuf;
 use crate::scan::arch;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Appends `s` as a JSON string, quotes included, escaping `"`, `\` and
 /// control characters. Runs without escapes are copied whole.
-pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
+pub(crate) fn string<B: ReplyBuf + ?Sized>(out: &mut B, s: &str) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
@@ -36,7 +37,7 @@ pub(crate) fn string(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-pub(crate) fn u64(out: &mut Vec<u8>, v: u64) {
+pub(crate) fn u64<B: ReplyBuf + ?Sized>(out: &mut B, v: u64) {
     let mut buf = [0u8; 20];
     let digits = crate::error::fmt_u64(v, &mut buf).len();
     // The digits sit at the end of `buf`: move them to the front.
@@ -44,7 +45,7 @@ pub(crate) fn u64(out: &mut Vec<u8>, v: u64) {
     fixed_then_cut(out, &buf, digits);
 }
 
-pub(crate) fn i64(out: &mut Vec<u8>, v: i64) {
+pub(crate) fn i64<B: ReplyBuf + ?Sized>(out: &mut B, v: i64) {
     if v < 0 {
         out.push(b'-');
     }
@@ -53,7 +54,7 @@ pub(crate) fn i64(out: &mut Vec<u8>, v: i64) {
 
 /// `"0x…"`: lowercase hex without leading zeros, zero as `"0x0"` (an
 /// Ethereum QUANTITY). Built on the stack and appended in one copy.
-pub(crate) fn quantity(out: &mut Vec<u8>, v: u128) {
+pub(crate) fn quantity<B: ReplyBuf + ?Sized>(out: &mut B, v: u128) {
     let mut buf = [0u8; 36];
     let digits = if v == 0 {
         1
@@ -80,7 +81,7 @@ pub(crate) fn quantity(out: &mut Vec<u8>, v: u128) {
 /// no `memcpy` call, which costs more than a short reply itself) and cuts
 /// the excess off again.
 #[inline(always)]
-fn fixed_then_cut<const N: usize>(out: &mut Vec<u8>, buf: &[u8; N], len: usize) {
+fn fixed_then_cut<B: ReplyBuf + ?Sized, const N: usize>(out: &mut B, buf: &[u8; N], len: usize) {
     let at = out.len();
     out.extend_from_slice(buf);
     out.truncate(at + len);
@@ -90,7 +91,7 @@ fn fixed_then_cut<const N: usize>(out: &mut Vec<u8>, buf: &[u8; N], len: usize) 
 /// moved into a fixed buffer with overlapping word loads, as the router's
 /// keys are.
 #[inline(always)]
-pub(crate) fn small(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn small<B: ReplyBuf + ?Sized>(out: &mut B, bytes: &[u8]) {
     let n = bytes.len();
     let mut buf = [0u8; 16];
     if n > 16 {
@@ -111,12 +112,16 @@ pub(crate) fn small(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// `"0x…"`: two lowercase hex digits per byte (an Ethereum DATA).
-pub(crate) fn hex_data(out: &mut Vec<u8>, bytes: &[u8]) {
+pub(crate) fn hex_data<B: ReplyBuf + ?Sized>(out: &mut B, bytes: &[u8]) {
     out.reserve(bytes.len() * 2 + 4);
     out.extend_from_slice(b"\"0x");
-    for &b in bytes {
-        out.push(HEX[(b >> 4) as usize]);
-        out.push(HEX[(b & 15) as usize]);
+    let mut pair = [0u8; 128];
+    for chunk in bytes.chunks(64) {
+        for (i, &b) in chunk.iter().enumerate() {
+            pair[2 * i] = HEX[(b >> 4) as usize];
+            pair[2 * i + 1] = HEX[(b & 15) as usize];
+        }
+        out.extend_from_slice(&pair[..2 * chunk.len()]);
     }
     out.push(b'"');
 }

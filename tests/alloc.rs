@@ -13,7 +13,7 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 /// Reads everything a dispatcher would: method, id, each positional param.
 fn touch(input: &[u8], arena: &bumpalo::Bump) -> usize {
-    let visit = |e: rpcwire::Entry| {
+    let visit = |e: rpcwire::request::Entry| {
         let r = e.request().expect("valid traffic");
         r.method().len()
             + r.id().map_or(0, |i| i.as_bytes().len())
@@ -21,8 +21,8 @@ fn touch(input: &[u8], arena: &bumpalo::Bump) -> usize {
                 .map_or(0, |p| p.iter().map(|v| v.as_bytes().len()).sum())
     };
     match rpcwire::parse(input, arena).expect("valid traffic") {
-        rpcwire::Message::Single(e) => visit(e),
-        rpcwire::Message::Batch(b) => b.map(visit).sum(),
+        rpcwire::message::Message::Single(e) => visit(e),
+        rpcwire::message::Message::Batch(b) => b.map(visit).sum(),
     }
 }
 
@@ -83,23 +83,18 @@ fn parsing_real_traffic_allocates_nothing() {
 
 /// The methods of the Ethereum corpus, each answering a hex quantity.
 fn eth_dispatcher() -> rpcwire::Dispatcher<u64> {
-    let mut b = rpcwire::Dispatcher::<u64>::builder();
+    let mut b = rpcwire::Dispatcher::builder(0x1b4u64);
     for (name, _) in corpus::ETH_MIX {
         b = b.method(*name, |call: rpcwire::Call<'_, u64>| {
             // Read what a handler reads: the first positional param, if any.
-            let first = call
-                .params
-                .and_then(|p| p.nth(0))
-                .map_or(0, |v| v.as_bytes().len());
-            Ok(call.reply.quantity((*call.state + first as u64) as u128))
+            let first = call.param(0).map_or(0, |v| v.as_bytes().len());
+            call.reply.quantity((*call.state + first as u64) as u128)
         });
     }
     b.build().unwrap()
 }
 
-#[test]
-fn dispatching_real_traffic_allocates_nothing_after_warm_up() {
-    let d = eth_dispatcher();
+fn eth_traffic() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let mut singles = Vec::new();
     for style in [
         corpus::Style::Viem,
@@ -112,20 +107,25 @@ fn dispatching_real_traffic_allocates_nothing_after_warm_up() {
     let batches: Vec<Vec<u8>> = (0..100)
         .map(|i| corpus::eth_batch(100 + i, corpus::Style::Viem, 100))
         .collect();
+    (singles, batches)
+}
 
-    let mut arena = bumpalo::Bump::new();
+#[test]
+fn dispatching_real_traffic_allocates_nothing_after_warm_up() {
+    let d = eth_dispatcher();
+    let (singles, batches) = eth_traffic();
+    let mut conn = rpcwire::Connection::new();
     let mut out = Vec::new();
-    let state = 0x1b4u64;
     // Warm-up: the arena and the output buffer grow to their working size.
     for msg in singles.iter().take(10).chain(&batches[..2]) {
         out.clear();
-        assert!(d.handle(msg, &state, &mut arena, &mut out));
+        assert!(d.handle(msg, &mut conn, &mut out));
     }
     let (allocations, replied) = allocations_during(|| {
         let mut replied = 0usize;
         for msg in singles.iter().chain(&batches) {
             out.clear();
-            d.handle(msg, &state, &mut arena, &mut out);
+            d.handle(msg, &mut conn, &mut out);
             replied += out.len();
         }
         replied
@@ -143,4 +143,104 @@ fn dispatching_real_traffic_allocates_nothing_after_warm_up() {
     let last: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(last.as_array().unwrap().len(), 100);
     assert!(last[0]["result"].as_str().unwrap().starts_with("0x"));
+}
+
+/// Polls a future once: dispatch that needs no awaiting completes at once.
+#[cfg(feature = "async")]
+fn poll_once<F: std::future::Future>(f: F) -> F::Output {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("sync handlers need no awaiting"),
+    }
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn async_dispatch_of_sync_handlers_allocates_nothing() {
+    let d = eth_dispatcher();
+    let (singles, batches) = eth_traffic();
+    let inputs: Vec<bytes::Bytes> = singles
+        .into_iter()
+        .chain(batches)
+        .map(bytes::Bytes::from)
+        .collect();
+    let mut conn = rpcwire::Connection::new();
+    let mut out = Vec::new();
+    for msg in inputs.iter().take(10).chain(inputs.iter().rev().take(2)) {
+        out.clear();
+        assert!(poll_once(d.handle_async(msg, &mut conn, &mut out)));
+    }
+    let (allocations, replied) = allocations_during(|| {
+        let mut replied = 0usize;
+        for msg in &inputs {
+            out.clear();
+            poll_once(d.handle_async(msg, &mut conn, &mut out));
+            replied += out.len();
+        }
+        replied
+    });
+    assert!(replied > 800_000, "replies were written ({replied} bytes)");
+    assert_eq!(
+        allocations,
+        0,
+        "async dispatch of {} messages",
+        inputs.len()
+    );
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn an_async_handler_costs_one_allocation_its_future() {
+    use rpcwire::dispatch::AsyncCall;
+    let d = rpcwire::Dispatcher::builder(7u64)
+        .async_method("eth_chainId", |call: AsyncCall<u64>| async move {
+            // Reads its params and state, answers at once.
+            let n = call.params.as_ref().map_or(0, |p| p.as_bytes().len()) as u64;
+            Ok::<_, rpcwire::RpcError>(*call.state + n)
+        })
+        .build()
+        .unwrap();
+    // Inputs as a transport holds them: slices of a shared read buffer
+    // (clones and slices of it allocate nothing).
+    let mut buffer = bytes::BytesMut::new();
+    for i in 0..1000 {
+        buffer.extend_from_slice(
+            format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_chainId","params":[{i}]}}"#)
+                .as_bytes(),
+        );
+    }
+    let mut inputs = Vec::new();
+    for i in 0..1000 {
+        let len =
+            format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_chainId","params":[{i}]}}"#).len();
+        inputs.push(buffer.split_to(len).freeze());
+    }
+    let mut conn = rpcwire::Connection::new();
+    let mut out = Vec::new();
+    let run = |msg: &bytes::Bytes, conn: &mut rpcwire::Connection, out: &mut Vec<u8>| {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut f = std::pin::pin!(d.handle_async(msg, conn, out));
+        while f.as_mut().poll(&mut cx).is_pending() {}
+    };
+    for msg in inputs.iter().take(10) {
+        out.clear();
+        run(msg, &mut conn, &mut out);
+    }
+    let (allocations, ()) = allocations_during(|| {
+        for msg in &inputs[10..] {
+            out.clear();
+            run(msg, &mut conn, &mut out);
+        }
+    });
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&out).unwrap()["result"],
+        7 + 5
+    );
+    assert!(
+        allocations <= 990,
+        "{allocations} allocations for 990 async calls: at most one each"
+    );
+    assert!(allocations >= 990, "each future is boxed ({allocations})");
 }

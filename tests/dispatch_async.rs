@@ -1,5 +1,8 @@
-//! Async handlers: batch entries run concurrently up to the cap, replies in
-//! request order, params handed over without copying, panics contained.
+//! Async handlers: the same dispatch path as sync ones. Batch entries run
+//! concurrently under the cap (work before the first `.await` included),
+//! finished calls free their slot at once, replies come in request order,
+//! params are handed over without copying, panics and timeouts stay with
+//! their entry, cancellation by id, pipelined messages on one connection.
 #![cfg(feature = "async")]
 
 use std::sync::Arc;
@@ -7,67 +10,110 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rpcwire::{AsyncCall, Call, Dispatcher, RawJson, RpcError};
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::{Call, Connection, Dispatcher, RpcError};
 use serde_json::{Value, json};
 
 #[derive(Default)]
 struct Gauge {
     now: AtomicUsize,
     peak: AtomicUsize,
+    /// Calls whose handler was called (before any await).
+    created: AtomicUsize,
+    /// Short sleeps finished.
+    short_done: AtomicUsize,
+    /// `short_done` when the long sleep finished.
+    short_done_when_long_finished: AtomicUsize,
     /// Where the last call's params pointed, to check they were not copied.
     params_at: AtomicUsize,
 }
 
-fn dispatcher(cap: usize) -> Dispatcher<Gauge> {
-    Dispatcher::<Gauge>::builder()
+fn dispatcher(cap: usize) -> Dispatcher<Gauge, WithAsync> {
+    Dispatcher::builder(Gauge::default())
         .max_in_flight(cap)
-        .async_method("sleep", |call: AsyncCall<Gauge>| async move {
-            let (ms,): (u64,) = call.decode()?;
-            if let Some(p) = &call.params {
-                call.state
-                    .params_at
-                    .store(p.bytes().as_ptr() as usize, Ordering::Relaxed);
-            }
+        .async_method("sleep", |call: AsyncCall<Gauge>| {
+            // Work before the first await: counted against the cap too.
             let now = call.state.now.fetch_add(1, Ordering::SeqCst) + 1;
             call.state.peak.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            call.state.now.fetch_sub(1, Ordering::SeqCst);
-            RawJson::serialize(&ms)
+            call.state.created.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let (ms,): (u64,) = call.decode()?;
+                if let Some(p) = &call.params {
+                    call.state
+                        .params_at
+                        .store(p.as_bytes().as_ptr() as usize, Ordering::Relaxed);
+                }
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                call.state.now.fetch_sub(1, Ordering::SeqCst);
+                if ms >= 500 {
+                    let done = call.state.short_done.load(Ordering::SeqCst);
+                    call.state
+                        .short_done_when_long_finished
+                        .store(done, Ordering::SeqCst);
+                } else {
+                    call.state.short_done.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok::<_, RpcError>(ms)
+            }
         })
         .async_method("boom", |_call: AsyncCall<Gauge>| async move {
             tokio::task::yield_now().await;
             if true {
                 panic!("upstream vanished");
             }
-            RawJson::serialize(&0)
+            Ok::<u64, RpcError>(0)
         })
         .async_method("fail", |_call: AsyncCall<Gauge>| async move {
-            Err(RpcError::new(-32000, "header not found").with_data(&json!({"block": "0xffff"})))
+            Err::<(), _>(
+                RpcError::new(-32000, "header not found").with_data(&json!({"block": "0xffff"})),
+            )
         })
         .async_method("echo_method", |call: AsyncCall<Gauge>| async move {
-            RawJson::serialize(call.method())
+            Ok::<_, RpcError>(call.method().to_string())
+        })
+        .async_method("forever", |_call: AsyncCall<Gauge>| {
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .async_method("huge", |_call: AsyncCall<Gauge>| async move {
+            Ok::<_, RpcError>("x".repeat(2 << 20))
+        })
+        .async_method("greet", |call: AsyncCall<Gauge>| async move {
+            #[derive(serde::Deserialize)]
+            struct Args<'a> {
+                #[serde(borrow)]
+                name: &'a str,
+            }
+            // Borrowed decoding inside an async handler: an arena the
+            // future owns, strings with escapes lent from it.
+            let arena = bumpalo::Bump::new();
+            let params = call
+                .params
+                .ok_or_else(|| RpcError::invalid_params("missing"))?;
+            let args: Args<'_> = params.decode_in(&arena)?;
+            Ok::<_, RpcError>(format!("hello, {}", args.name))
         })
         .method("sync_add", |call: Call<'_, Gauge>| {
             let (a, b): (u64, u64) = call.decode()?;
-            Ok(call.reply.u64(a + b))
+            call.reply.u64(a + b)
         })
+        .max_response_len(1 << 20)
         .build()
         .unwrap()
 }
 
-async fn run(d: &Dispatcher<Gauge>, state: &Arc<Gauge>, input: &'static str) -> Option<Value> {
+async fn run(d: &Dispatcher<Gauge, WithAsync>, input: &'static str) -> Option<Value> {
     let mut out = Vec::new();
+    let mut conn = Connection::new();
     let wrote = d
-        .handle_async(Bytes::from_static(input.as_bytes()), state, &mut out)
+        .handle_async(&Bytes::from_static(input.as_bytes()), &mut conn, &mut out)
         .await;
     assert_eq!(wrote, !out.is_empty());
     (!out.is_empty()).then(|| serde_json::from_slice(&out).unwrap())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn batch_entries_run_concurrently_under_the_cap_and_reply_in_order() {
     let d = dispatcher(3);
-    let state = Arc::new(Gauge::default());
     // Later entries finish first; the reply keeps request order.
     let input = r#"[{"jsonrpc":"2.0","id":1,"method":"sleep","params":[120]},
                     {"jsonrpc":"2.0","id":2,"method":"sleep","params":[90]},
@@ -77,7 +123,7 @@ async fn batch_entries_run_concurrently_under_the_cap_and_reply_in_order() {
                     {"jsonrpc":"2.0","id":6,"method":"sleep","params":[10]},
                     {"jsonrpc":"2.0","method":"sleep","params":[5]},
                     {"jsonrpc":"2.0","id":7,"method":"sleep","params":[1]}]"#;
-    let r = run(&d, &state, input).await.unwrap();
+    let r = run(&d, input).await.unwrap();
     let ids: Vec<i64> = r
         .as_array()
         .unwrap()
@@ -87,18 +133,46 @@ async fn batch_entries_run_concurrently_under_the_cap_and_reply_in_order() {
     assert_eq!(ids, [1, 2, 3, 4, 5, 6, 7]);
     assert_eq!(r[0]["result"], 120);
     assert_eq!(r[2]["result"], 3);
-    let peak = state.peak.load(Ordering::SeqCst);
+    let peak = d.state().peak.load(Ordering::SeqCst);
     assert!(peak > 1, "entries overlapped (peak {peak})");
+    // The handler closure itself (before its first await) ran under the cap.
     assert!(peak <= 3, "never more than the cap in flight (peak {peak})");
+    assert_eq!(d.state().created.load(Ordering::SeqCst), 7);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_entry_holds_one_slot_not_the_batch() {
+    // Cap 4: entry 0 sleeps 500 ms, 99 entries 10 ms each. Finished calls
+    // free their slot at once, so the 99 short ones all finish (through the
+    // three other slots) before the long one does.
+    let d = dispatcher(4);
+    let mut input = String::from(r#"[{"jsonrpc":"2.0","id":0,"method":"sleep","params":[500]}"#);
+    for i in 1..100 {
+        input.push_str(&format!(
+            r#",{{"jsonrpc":"2.0","id":{i},"method":"sleep","params":[10]}}"#
+        ));
+    }
+    input.push(']');
+    let mut out = Vec::new();
+    d.handle_async(&Bytes::from(input), &mut Connection::new(), &mut out)
+        .await;
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(r.as_array().unwrap().len(), 100);
+    assert_eq!(
+        d.state()
+            .short_done_when_long_finished
+            .load(Ordering::SeqCst),
+        99
+    );
+    assert!(d.state().peak.load(Ordering::SeqCst) <= 4);
 }
 
 #[tokio::test]
 async fn params_are_slices_of_the_input_not_copies() {
     let d = dispatcher(4);
-    let state = Arc::new(Gauge::default());
     let input: &'static str = r#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":[1]}"#;
-    run(&d, &state, input).await.unwrap();
-    let at = state.params_at.load(Ordering::Relaxed);
+    run(&d, input).await.unwrap();
+    let at = d.state().params_at.load(Ordering::Relaxed);
     let range = input.as_ptr() as usize..input.as_ptr() as usize + input.len();
     assert!(range.contains(&at), "params point into the message");
 }
@@ -106,10 +180,8 @@ async fn params_are_slices_of_the_input_not_copies() {
 #[tokio::test]
 async fn panics_and_errors_stay_with_their_entry() {
     let d = dispatcher(4);
-    let state = Arc::new(Gauge::default());
     let r = run(
         &d,
-        &state,
         r#"[{"jsonrpc":"2.0","id":"a","method":"boom"},{"jsonrpc":"2.0","id":"b","method":"fail"},
             {"jsonrpc":"2.0","id":"c","method":"e\u0063ho_method"},{"jsonrpc":"2.0","id":"d","method":"missing"},
             {"jsonrpc":"2.0","id":"e","method":"sleep","params":["x"]}]"#,
@@ -128,34 +200,92 @@ async fn panics_and_errors_stay_with_their_entry() {
     assert_eq!(r[3]["error"]["code"], -32601);
     assert_eq!(r[4]["error"]["code"], -32602);
     // Whole-message errors and all-notification batches, as in sync dispatch.
+    assert_eq!(run(&d, "[]").await.unwrap()["error"]["code"], -32600);
+    assert_eq!(run(&d, "{").await.unwrap()["error"]["code"], -32700);
     assert_eq!(
-        run(&d, &state, "[]").await.unwrap()["error"]["code"],
-        -32600
-    );
-    assert_eq!(run(&d, &state, "{").await.unwrap()["error"]["code"], -32700);
-    assert_eq!(
-        run(
-            &d,
-            &state,
-            r#"[{"jsonrpc":"2.0","method":"sleep","params":[1]}]"#
-        )
-        .await,
+        run(&d, r#"[{"jsonrpc":"2.0","method":"sleep","params":[1]}]"#).await,
         None
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_call_that_never_finishes_times_out_alone() {
+    let d = Dispatcher::builder(Gauge::default())
+        .timeout(Some(Duration::from_secs(30)))
+        .async_method("forever", |_c: AsyncCall<Gauge>| {
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .method("ok", |c: Call<'_, Gauge>| c.reply.bool(true))
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    let mut conn = Connection::new();
+    // A never-finishing entry and a never-finishing notification: the batch
+    // is answered at the deadline; the notification holds nothing back.
+    let input = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"forever"},{"jsonrpc":"2.0","method":"forever"},{"jsonrpc":"2.0","id":2,"method":"ok"}]"#,
+    );
+    let started = tokio::time::Instant::now();
+    d.handle_async(&input, &mut conn, &mut out).await;
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(30)..Duration::from_secs(31)).contains(&waited),
+        "{waited:?}"
+    );
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        r,
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "error": {"code": -32002, "message": "Request timed out", "data": {"timeout_ms": 30000}}},
+            {"jsonrpc": "2.0", "id": 2, "result": true}
+        ])
+    );
+    // A single request times out the same way, with its id.
+    out.clear();
+    let single = Bytes::from_static(br#"{"jsonrpc":"2.0","id":"z","method":"forever"}"#);
+    d.handle_async(&single, &mut conn, &mut out).await;
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (r["id"].as_str(), r["error"]["code"].as_i64()),
+        (Some("z"), Some(-32002))
+    );
+}
+
+#[tokio::test]
+async fn an_oversized_async_reply_keeps_its_id() {
+    let d = dispatcher(4);
+    let r = run(&d, r#"{"jsonrpc":"2.0","id":"big-one","method":"huge"}"#)
+        .await
+        .unwrap();
+    assert_eq!(r["id"], "big-one");
+    assert_eq!(r["error"]["code"], -32003);
+    assert_eq!(r["error"]["data"]["limit"], 1 << 20);
+}
+
+#[tokio::test]
+async fn borrowed_decoding_inside_async_handlers() {
+    let d = dispatcher(4);
+    let r = run(
+        &d,
+        r#"{"jsonrpc":"2.0","id":1,"method":"greet","params":{"name":"Ad\u00e8le"}}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r["result"], "hello, Adèle");
+}
+
 #[tokio::test]
 async fn handle_async_is_send_and_runs_on_spawned_tasks() {
-    let d = Arc::new(dispatcher(2));
-    let state = Arc::new(Gauge::default());
+    let d = dispatcher(2);
     let tasks: Vec<_> = (0..8)
         .map(|i| {
-            let (d, state) = (Arc::clone(&d), Arc::clone(&state));
+            let d = d.clone();
             tokio::spawn(async move {
                 let mut out = Vec::new();
                 let msg =
                     format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"sync_add","params":[{i},1]}}"#);
-                d.handle_async(Bytes::from(msg), &state, &mut out).await;
+                d.handle_async(&Bytes::from(msg), &mut Connection::new(), &mut out)
+                    .await;
                 serde_json::from_slice::<Value>(&out).unwrap()["result"]
                     .as_u64()
                     .unwrap()
@@ -165,4 +295,136 @@ async fn handle_async_is_send_and_runs_on_spawned_tasks() {
     for (i, t) in tasks.into_iter().enumerate() {
         assert_eq!(t.await.unwrap(), i as u64 + 1);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn pipelined_messages_are_answered_as_they_complete() {
+    let d = dispatcher(8);
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    for (id, ms) in [(1, 50), (2, 10), (3, 30)] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"sleep","params":[{ms}]}}"#);
+        conn.start(&d, &Bytes::from(msg), &mut out);
+    }
+    // A synchronous one is answered at once, while the others run.
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":4,"method":"sync_add","params":[2,2]}"#),
+        &mut out,
+    );
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":4,"result":4}"#);
+    out.clear();
+    let mut order = Vec::new();
+    while conn.messages_in_flight() > 0 {
+        let before = out.len();
+        std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
+        // Each reply is complete JSON on its own.
+        let reply: Value = serde_json::from_slice(&out[before..]).unwrap();
+        order.push(reply["id"].as_i64().unwrap());
+    }
+    assert_eq!(order, [2, 3, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_by_id() {
+    let d = dispatcher(8);
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":"slow","method":"forever"}"#),
+        &mut out,
+    );
+    conn.start(
+        &d,
+        &Bytes::from_static(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"forever"},{"jsonrpc":"2.0","id":2,"method":"sync_add","params":[1,1]}]"#,
+        ),
+        &mut out,
+    );
+    assert_eq!(conn.in_flight(), 2);
+    // A single request cancelled: no reply at all.
+    assert!(conn.cancel(br#""slow""#));
+    assert!(!conn.cancel(br#""slow""#), "cancelled once");
+    assert!(!conn.cancel(b"99"), "unknown ids are ignored");
+    // A batch entry cancelled: it must be answered, with -32800.
+    assert!(conn.cancel(b"1"));
+    std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
+    assert_eq!(conn.messages_in_flight(), 0);
+    assert_eq!(conn.in_flight(), 0);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        r,
+        json!([
+            {"jsonrpc": "2.0", "id": 1, "error": {"code": -32800, "message": "Request cancelled"}},
+            {"jsonrpc": "2.0", "id": 2, "result": 2}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn cancellation_reaches_work_the_handler_spawned() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let d = Dispatcher::builder(())
+        .async_method("spawns", move |call: AsyncCall<()>| {
+            let cancel = call.cancellation().clone();
+            let tx = tx.lock().unwrap().take();
+            tokio::spawn(async move {
+                cancel.cancelled().await;
+                if let Some(tx) = tx {
+                    let _ = tx.send(());
+                }
+            });
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":5,"method":"spawns"}"#),
+        &mut out,
+    );
+    // Let the call start (it is polled, and spawns its worker).
+    let _ = futures_poll_once(&mut conn, &d, &mut out).await;
+    assert!(conn.cancel(b"5"));
+    tokio::time::timeout(Duration::from_secs(5), rx)
+        .await
+        .expect("the spawned work saw the cancellation")
+        .unwrap();
+}
+
+async fn futures_poll_once(
+    conn: &mut Connection,
+    d: &Dispatcher<(), WithAsync>,
+    out: &mut Vec<u8>,
+) -> std::task::Poll<usize> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(conn.poll_replies(d, cx, out))).await
+}
+
+#[tokio::test]
+async fn sync_dispatchers_run_through_handle_async_too() {
+    let d = Dispatcher::builder(())
+        .method("id", |c: Call<'_, ()>| {
+            let id = c.id().unwrap();
+            c.reply.raw(id.as_bytes())
+        })
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    let msg = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":7,"method":"id"},{"jsonrpc":"2.0","id":"x","method":"id"}]"#,
+    );
+    d.handle_async(&msg, &mut Connection::new(), &mut out).await;
+    assert_eq!(
+        out,
+        br#"[{"jsonrpc":"2.0","id":7,"result":7},{"jsonrpc":"2.0","id":"x","result":"x"}]"#
+    );
+    // And the sync entry point gives the same bytes.
+    let mut sync_out = Vec::new();
+    d.handle(&msg, &mut Connection::new(), &mut sync_out);
+    assert_eq!(out, sync_out);
+    let _ = Arc::new(());
 }

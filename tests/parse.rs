@@ -11,7 +11,11 @@ mod spec;
 
 use bumpalo::Bump;
 use oracle::{Classified, EntryView};
-use rpcwire::{Category, Entry, Error, INVALID_REQUEST, Kind, Message, PARSE_ERROR, Parser};
+use rpcwire::codes::{INVALID_REQUEST, PARSE_ERROR};
+use rpcwire::json::Kind;
+use rpcwire::message::Message;
+use rpcwire::request::Entry;
+use rpcwire::{Category, Error, Parser};
 
 fn parse(input: &str) -> Result<Message<'static>, Error> {
     // Leaked so that tables can hold borrowed results; tests only.
@@ -577,7 +581,7 @@ fn ids_echo_byte_for_byte() {
         let input = format!(r#"{{"jsonrpc":"2.0","method":"m","id":{id}}}"#);
         let r = single(&input).request().unwrap();
         assert_eq!(r.id().unwrap().as_bytes(), id.as_bytes());
-        assert_eq!(r.id().unwrap().get(), id);
+        assert_eq!(r.id().unwrap().as_json(), id);
     }
     let id = single(r#"{"jsonrpc":"2.0","method":"m","id":18446744073709551615}"#)
         .request()
@@ -669,7 +673,7 @@ fn the_four_whitespace_bytes_between_every_token() {
             assert_eq!(g.method(), r.method());
             assert_eq!(g.id().map(|i| i.as_bytes()), r.id().map(|i| i.as_bytes()));
             // Params keep their inner whitespace; compared as JSON.
-            let value = |p: Option<rpcwire::Params>| {
+            let value = |p: Option<rpcwire::request::Params>| {
                 p.map(|p| serde_json::from_slice::<serde_json::Value>(p.as_bytes()).unwrap())
             };
             assert_eq!(value(g.params()), value(r.params()));
@@ -791,20 +795,20 @@ fn deep_nesting_agrees_with_serde_json_up_to_the_limit() {
 fn responses() {
     let arena = Bump::new();
     let parse = |s: &'static str| rpcwire::parse_response(s.as_bytes(), &arena);
-    let rpcwire::ResponseMessage::Single(r) =
+    let rpcwire::response::ResponseMessage::Single(r) =
         parse(r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#).unwrap()
     else {
         panic!()
     };
     assert_eq!(r.id().as_bytes(), b"1");
     assert_eq!(r.result().unwrap().as_bytes(), br#""0x1b4""#);
-    let rpcwire::ResponseMessage::Single(r) =
+    let rpcwire::response::ResponseMessage::Single(r) =
         parse(r#"{"result":{"logs":[{"a":1}]},"id":"q","jsonrpc":"2.0","extra":[1]}"#).unwrap()
     else {
         panic!()
     };
     assert_eq!(r.result().unwrap().as_bytes(), br#"{"logs":[{"a":1}]}"#);
-    let rpcwire::ResponseMessage::Single(r) =
+    let rpcwire::response::ResponseMessage::Single(r) =
         parse(r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse \"error\""}}"#)
             .unwrap()
     else {
@@ -818,15 +822,15 @@ fn responses() {
         if let Some(reply) = ex.reply {
             let arena = Bump::new();
             match rpcwire::parse_response(reply.as_bytes(), &arena).unwrap() {
-                rpcwire::ResponseMessage::Single(_) => {}
-                rpcwire::ResponseMessage::Batch(b) => {
+                rpcwire::response::ResponseMessage::Single(_) => {}
+                rpcwire::response::ResponseMessage::Batch(b) => {
                     assert!(b.clone().all(|r| r.is_ok()), "{}", ex.title)
                 }
             }
         }
     }
     // A batch keeps order and reports bad elements in place.
-    let rpcwire::ResponseMessage::Batch(b) = parse(concat!(
+    let rpcwire::response::ResponseMessage::Batch(b) = parse(concat!(
         r#"[{"jsonrpc":"2.0","id":2,"result":null},"#,
         r#"{"jsonrpc":"2.0","id":3,"result":1,"error":{"code":1,"message":"x"}},"#,
         r#"{"jsonrpc":"2.0","id":4},"#,

@@ -129,6 +129,9 @@ fn scan_string_non_ascii(
 fn validate_utf8(buf: &[u8], from: usize, to: usize) -> Result<(), Error> {
     match core::str::from_utf8(&buf[from..to]) {
         Ok(_) => Ok(()),
+        // A sequence cut off by the end of the input is a truncated message,
+        // not an invalid one: prefix parsing must say "need more".
+        Err(e) if to == buf.len() && e.error_len().is_none() => eof(buf),
         Err(e) => err(ErrorKind::InvalidUtf8, from + e.valid_up_to()),
     }
 }
@@ -462,6 +465,18 @@ pub(crate) fn unescape(content: &[u8], out: &mut impl Extend<u8>) -> Result<(), 
         out.extend(piece?.iter().copied());
     }
     Ok(())
+}
+
+/// The length of validated string content once its escapes are decoded, or
+/// `None` if it holds an unpaired surrogate escape.
+pub(crate) fn unescaped_len(content: &[u8]) -> Option<usize> {
+    let mut decoder = Unescaped::new(content);
+    let mut chunk = [0u8; 4];
+    let mut len = 0;
+    while let Some(piece) = decoder.next_piece(&mut chunk) {
+        len += piece.ok()?.len();
+    }
+    Some(len)
 }
 
 /// Compares validated string content to `want` as decoded text, without

@@ -1,9 +1,12 @@
 //! A global allocator that counts the allocations made by the current thread
-//! while counting is switched on, so that "zero allocation" is measured.
+//! while counting is switched on, so that "zero allocation" is measured, and
+//! tracks the bytes live on the heap (all threads) and their peak, so that
+//! memory bounds are measured too.
 #![allow(dead_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub struct CountingAlloc;
 
@@ -11,6 +14,9 @@ thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
     static COUNT: Cell<usize> = const { Cell::new(0) };
 }
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
 
 fn note() {
     // `try_with`: the thread-local may already be gone while a thread exits.
@@ -21,25 +27,40 @@ fn note() {
     });
 }
 
+fn grew(bytes: usize) {
+    let now = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
+    PEAK.fetch_max(now, Ordering::Relaxed);
+}
+
+fn shrank(bytes: usize) {
+    LIVE.fetch_sub(bytes, Ordering::Relaxed);
+}
+
 // SAFETY: every call is forwarded unchanged to the system allocator; the
-// counters are const-initialised thread-locals, which never allocate.
+// counters are const-initialised thread-locals and atomics, which never
+// allocate.
 unsafe impl GlobalAlloc for CountingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note();
+        grew(layout.size());
         // SAFETY: forwarded with the caller's layout.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        shrank(layout.size());
         // SAFETY: forwarded with the caller's pointer and layout.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note();
+        grew(layout.size());
         // SAFETY: forwarded with the caller's layout.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note();
+        grew(new_size);
+        shrank(layout.size());
         // SAFETY: forwarded with the caller's arguments.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -52,4 +73,14 @@ pub fn allocations_during<R>(f: impl FnOnce() -> R) -> (usize, R) {
     let r = f();
     COUNTING.with(|on| on.set(false));
     (COUNT.with(|c| c.get()), r)
+}
+
+/// Runs `f` and returns the most heap memory live at any point meanwhile,
+/// above what was live when it started (all threads: run such tests in a
+/// binary of their own, or serially).
+pub fn peak_during<R>(f: impl FnOnce() -> R) -> (usize, R) {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let r = f();
+    (PEAK.load(Ordering::Relaxed).saturating_sub(base), r)
 }

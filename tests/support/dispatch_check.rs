@@ -8,34 +8,35 @@ use serde_json::Value;
 
 pub fn dispatcher() -> rpcwire::Dispatcher<()> {
     use rpcwire::{Call, RpcError};
-    rpcwire::Dispatcher::<()>::builder()
-        .method("echo", |c: Call<'_, ()>| {
-            match c.params.and_then(|p| p.nth(0)) {
-                Some(v) => Ok(c.reply.raw_value(v)),
-                None => Ok(c.reply.null()),
-            }
+    rpcwire::Dispatcher::builder(())
+        .method("echo", |c: Call<'_, ()>| match c.param(0) {
+            Some(v) => c.reply.raw_json(v),
+            None => c.reply.null(),
         })
         .method("sum", |c: Call<'_, ()>| {
             let xs: Vec<f64> = c.decode()?;
             c.reply.json(&xs.iter().sum::<f64>())
         })
-        .method("eth_blockNumber", |c: Call<'_, ()>| {
-            Ok(c.reply.quantity(0x1b4))
-        })
+        .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.quantity(0x1b4))
         .method("name", |c: Call<'_, ()>| {
-            let (s,): (String,) = c.decode()?;
-            Ok(c.reply.str(&s))
+            let (s,): (&str,) = c.decode()?;
+            c.reply.str(s)
         })
         .method("get", |c: Call<'_, ()>| {
             let v = c
                 .params
                 .and_then(|p| p.get("key"))
                 .ok_or_else(|| RpcError::invalid_params("need key"))?;
-            Ok(c.reply.raw_value(v))
+            c.reply.raw_json(v)
         })
         .method("fail", |_c: Call<'_, ()>| {
-            Err(RpcError::new(-32000, "no").with_data(&[1, 2]))
+            Err::<(), _>(RpcError::new(-32000, "no").with_data(&[1, 2]))
         })
+        .method("big", |c: Call<'_, ()>| {
+            let (n,): (usize,) = c.decode()?;
+            Ok::<_, RpcError>("x".repeat(n.min(1 << 20)))
+        })
+        .max_response_len(4096)
         .build()
         .unwrap()
 }
@@ -62,9 +63,9 @@ fn check_one(v: &Value) {
 }
 
 pub fn check(d: &rpcwire::Dispatcher<()>, input: &[u8]) {
-    let mut arena = bumpalo::Bump::new();
+    let mut conn = rpcwire::Connection::new();
     let mut out = b"prefix".to_vec();
-    let wrote = d.handle(input, &(), &mut arena, &mut out);
+    let wrote = d.handle(input, &mut conn, &mut out);
     assert_eq!(&out[..6], b"prefix", "what was in the buffer is kept");
     let reply = &out[6..];
     assert_eq!(wrote, !reply.is_empty());

@@ -3,7 +3,10 @@
 //! broken invariant.
 #![allow(dead_code)]
 
-use rpcwire::{Entry, Message, Params, RawValue, ResponseMessage};
+use rpcwire::json::RawJson as RawValue;
+use rpcwire::message::Message;
+use rpcwire::request::{Entry, Params};
+use rpcwire::response::ResponseMessage;
 
 fn valid_json(bytes: &[u8]) {
     assert!(
@@ -15,7 +18,7 @@ fn valid_json(bytes: &[u8]) {
 
 fn value(v: RawValue<'_>, arena: &bumpalo::Bump, depth: usize) {
     valid_json(v.as_bytes());
-    assert_eq!(v.get().as_bytes(), v.as_bytes());
+    assert_eq!(v.as_json().as_bytes(), v.as_bytes());
     let _ = (v.kind(), v.as_u64(), v.as_i64(), v.as_bool(), v.is_null());
     if let Some(s) = v.as_json_str() {
         let decoded = s.decode_in(arena);
@@ -102,7 +105,7 @@ fn entry(e: Entry<'_>, input: &[u8], arena: &bumpalo::Bump) {
         }
         Entry::Invalid(i) => {
             valid_json(i.id().as_bytes());
-            assert_eq!(i.error().code(), rpcwire::INVALID_REQUEST);
+            assert_eq!(i.error().code(), rpcwire::codes::INVALID_REQUEST);
             let _ = i.error().to_string();
         }
     }
@@ -138,7 +141,7 @@ pub fn exercise(input: &[u8]) {
     }
 }
 
-fn response(r: Result<rpcwire::Response<'_>, rpcwire::Error>) {
+fn response(r: Result<rpcwire::response::Response<'_>, rpcwire::Error>) {
     let Ok(r) = r else { return };
     valid_json(r.id().as_bytes());
     match r.result() {

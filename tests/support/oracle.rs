@@ -50,7 +50,7 @@ struct Envelope<'a> {
 
 const NULL: &[u8] = b"null";
 
-pub fn classify_entry(raw: &str) -> EntryView {
+pub fn classify_entry(raw: &str, max_id_len: usize) -> EntryView {
     if !raw.starts_with('{') {
         return EntryView::Invalid { id: NULL.to_vec() };
     }
@@ -60,7 +60,7 @@ pub fn classify_entry(raw: &str) -> EntryView {
     };
     let id = env.id.map(|r| r.get().as_bytes().to_vec());
     if let Some(id) = &id
-        && matches!(id[0], b'{' | b'[' | b't' | b'f')
+        && (matches!(id[0], b'{' | b'[' | b't' | b'f') || id.len() > max_id_len)
     {
         return EntryView::Invalid { id: NULL.to_vec() };
     }
@@ -88,19 +88,29 @@ pub fn classify_entry(raw: &str) -> EntryView {
     EntryView::Request { method, id, params }
 }
 
+/// The classification with the default id length limit.
 pub fn classify(input: &[u8]) -> Classified {
+    classify_with(input, rpcwire::Parser::DEFAULT_MAX_ID_LEN as usize)
+}
+
+pub fn classify_with(input: &[u8], max_id_len: usize) -> Classified {
     let Ok(raw) = serde_json::from_slice::<&RawValue>(input) else {
         return Classified::ParseError;
     };
     let text = raw.get();
     if text.starts_with('{') {
-        Classified::Single(classify_entry(text))
+        Classified::Single(classify_entry(text, max_id_len))
     } else if text.starts_with('[') {
         let elements: Vec<&RawValue> = serde_json::from_str(text).expect("an array of values");
         if elements.is_empty() {
             return Classified::WholeInvalid;
         }
-        Classified::Batch(elements.iter().map(|e| classify_entry(e.get())).collect())
+        Classified::Batch(
+            elements
+                .iter()
+                .map(|e| classify_entry(e.get(), max_id_len))
+                .collect(),
+        )
     } else {
         Classified::WholeInvalid
     }
@@ -111,21 +121,21 @@ pub fn classify(input: &[u8]) -> Classified {
 /// oracle knows nothing about.
 pub fn rpcwire_view(parser: &rpcwire::Parser, input: &[u8]) -> Result<Classified, rpcwire::Error> {
     let arena = bumpalo::Bump::new();
-    let view = |e: rpcwire::Entry| match e {
-        rpcwire::Entry::Request(r) => EntryView::Request {
+    let view = |e: rpcwire::request::Entry| match e {
+        rpcwire::request::Entry::Request(r) => EntryView::Request {
             method: r.method().to_string(),
             id: r.id().map(|i| i.as_bytes().to_vec()),
             params: r.params().map(|p| p.as_bytes().to_vec()),
         },
-        rpcwire::Entry::Invalid(i) => EntryView::Invalid {
+        rpcwire::request::Entry::Invalid(i) => EntryView::Invalid {
             id: i.id().as_bytes().to_vec(),
         },
     };
     match parser.parse(input, &arena) {
-        Ok(rpcwire::Message::Single(e)) => Ok(Classified::Single(view(e))),
-        Ok(rpcwire::Message::Batch(b)) => Ok(Classified::Batch(b.map(view).collect())),
+        Ok(rpcwire::message::Message::Single(e)) => Ok(Classified::Single(view(e))),
+        Ok(rpcwire::message::Message::Batch(b)) => Ok(Classified::Batch(b.map(view).collect())),
         Err(e) if e.category() == rpcwire::Category::Limit => Err(e),
-        Err(e) if e.code() == rpcwire::PARSE_ERROR => Ok(Classified::ParseError),
+        Err(e) if e.code() == rpcwire::codes::PARSE_ERROR => Ok(Classified::ParseError),
         Err(_) => Ok(Classified::WholeInvalid),
     }
 }
@@ -134,7 +144,7 @@ pub fn rpcwire_view(parser: &rpcwire::Parser, input: &[u8]) -> Result<Classified
 /// on disagreement. Limit errors are accepted when the input really is
 /// beyond the limit.
 pub fn check_agreement(parser: &rpcwire::Parser, input: &[u8]) {
-    let want = classify(input);
+    let want = classify_with(input, parser.id_len_limit() as usize);
     match rpcwire_view(parser, input) {
         Ok(got) => assert_eq!(
             got,
@@ -147,7 +157,7 @@ pub fn check_agreement(parser: &rpcwire::Parser, input: &[u8]) {
             // limit. Invalid JSON further on is then not reached; both are
             // -32700.
             let prefix = &input[..(limit.offset() + 1).min(input.len())];
-            let too_deep = limit.code() == rpcwire::PARSE_ERROR
+            let too_deep = limit.code() == rpcwire::codes::PARSE_ERROR
                 && nesting_depth(prefix) > parser.depth_limit() as usize;
             // Too long: only valid JSON is counted (invalid JSON wins).
             let too_long = matches!(&want, Classified::Batch(b) if b.len() > parser.batch_len_limit() as usize);

@@ -1,0 +1,26 @@
+//! JSON-RPC 2.0 error codes: the five the specification defines, and the
+//! server-defined ones (-32000 to -32099) rpcwire answers with.
+
+/// "Parse error": the bytes are not one valid JSON value (also: nesting
+/// deeper than the parser's depth limit).
+pub const PARSE_ERROR: i32 = -32700;
+/// "Invalid Request": valid JSON, but not a valid request.
+pub const INVALID_REQUEST: i32 = -32600;
+/// "Method not found".
+pub const METHOD_NOT_FOUND: i32 = -32601;
+/// "Invalid params".
+pub const INVALID_PARAMS: i32 = -32602;
+/// "Internal error": a handler failed unexpectedly (an I/O error, a panic).
+pub const INTERNAL_ERROR: i32 = -32603;
+/// The first code of the range the specification leaves to servers; a
+/// generic server error.
+pub const SERVER_ERROR: i32 = -32000;
+/// A request that did not finish within the dispatcher's per-request
+/// timeout (the code geth and the gateways in front of it use).
+pub const REQUEST_TIMEOUT: i32 = -32002;
+/// A reply that would exceed the response size limit (the code geth uses);
+/// see [`DispatcherBuilder::too_large_code`](crate::dispatch::DispatcherBuilder::too_large_code).
+pub const RESPONSE_TOO_LARGE: i32 = -32003;
+/// A request cancelled before it finished (the LSP code), for batch entries,
+/// which must be answered.
+pub const REQUEST_CANCELLED: i32 = -32800;

@@ -1,0 +1,291 @@
+//! Per-connection state: the [`Connection`] a transport keeps for each
+//! client (scratch memory, running calls), and the [`Context`] handlers see
+//! (transport metadata, typed extensions such as HTTP headers, a handle to
+//! send notifications and requests to that client).
+
+use std::any::{Any, TypeId};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use bumpalo::Bump;
+use bytes::Bytes;
+
+use crate::peer::{Outbound, Peer};
+
+/// What handlers know of the connection a request came from: transport
+/// metadata, typed extensions (the HTTP transport puts the request's
+/// `http::HeaderMap` here), and, on two-way transports, the [`Peer`] that
+/// sends notifications and requests back to the client.
+///
+/// A `Context` is cheap to clone (one reference count) and `Send + Sync`, so
+/// async handlers and spawned tasks can keep it.
+///
+/// ```
+/// use rpcwire::Context;
+/// #[derive(Debug, PartialEq)]
+/// struct Tenant(&'static str);
+/// let ctx = Context::builder()
+///     .transport("http")
+///     .peer_addr("127.0.0.1:9000".parse().unwrap())
+///     .extension(Tenant("acme"))
+///     .build();
+/// assert_eq!(ctx.extension::<Tenant>(), Some(&Tenant("acme")));
+/// assert_eq!(ctx.transport(), "http");
+/// ```
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<ContextInner>,
+}
+
+struct ContextInner {
+    transport: &'static str,
+    peer_addr: Option<SocketAddr>,
+    session: Option<Box<str>>,
+    extensions: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
+    peer: Option<Peer>,
+}
+
+impl Context {
+    /// A builder for a context.
+    pub fn builder() -> ContextBuilder {
+        ContextBuilder {
+            inner: ContextInner {
+                transport: "memory",
+                peer_addr: None,
+                session: None,
+                extensions: Vec::new(),
+                peer: None,
+            },
+        }
+    }
+
+    /// The context of a connection nothing is known about (shared, so
+    /// making one allocates nothing).
+    pub fn empty() -> Context {
+        static EMPTY: OnceLock<Context> = OnceLock::new();
+        EMPTY.get_or_init(|| Context::builder().build()).clone()
+    }
+
+    /// The transport's name: `"http"`, `"ws"`, `"stdio"`, `"tcp"`,
+    /// `"ipc"`, or `"memory"` when none was set.
+    pub fn transport(&self) -> &'static str {
+        self.inner.transport
+    }
+
+    /// The client's address, when the transport has one.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.peer_addr
+    }
+
+    /// The session id (for example an MCP `Mcp-Session-Id`), if any.
+    pub fn session(&self) -> Option<&str> {
+        self.inner.session.as_deref()
+    }
+
+    /// The extension of type `T`, if one was set.
+    pub fn extension<T: Any + Send + Sync>(&self) -> Option<&T> {
+        let want = TypeId::of::<T>();
+        self.inner
+            .extensions
+            .iter()
+            .find(|(id, _)| *id == want)
+            .and_then(|(_, v)| v.downcast_ref())
+    }
+
+    /// The two-way peer: sends notifications and requests to this
+    /// connection's client. `None` on one-way transports (plain HTTP).
+    pub fn peer(&self) -> Option<&Peer> {
+        self.inner.peer.as_ref()
+    }
+
+    /// Sends a notification to this connection's client; see
+    /// [`Peer::notify`]. Returns whether it was queued (`false` on one-way
+    /// transports, or when the client's queue is full or closed).
+    pub fn notify<P: serde::Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
+        self.peer()
+            .is_some_and(|p| p.notify(method, params).is_ok())
+    }
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("transport", &self.inner.transport)
+            .field("peer_addr", &self.inner.peer_addr)
+            .field("session", &self.inner.session)
+            .field("extensions", &self.inner.extensions.len())
+            .field("two_way", &self.inner.peer.is_some())
+            .finish()
+    }
+}
+
+/// Builds a [`Context`].
+pub struct ContextBuilder {
+    inner: ContextInner,
+}
+
+impl ContextBuilder {
+    /// The transport's name.
+    pub fn transport(mut self, name: &'static str) -> Self {
+        self.inner.transport = name;
+        self
+    }
+
+    /// The client's address.
+    pub fn peer_addr(mut self, addr: SocketAddr) -> Self {
+        self.inner.peer_addr = Some(addr);
+        self
+    }
+
+    /// The session id.
+    pub fn session(mut self, id: impl Into<Box<str>>) -> Self {
+        self.inner.session = Some(id.into());
+        self
+    }
+
+    /// Adds a typed extension (replacing one of the same type).
+    pub fn extension<T: Any + Send + Sync>(mut self, value: T) -> Self {
+        let id = TypeId::of::<T>();
+        self.inner.extensions.retain(|(t, _)| *t != id);
+        self.inner.extensions.push((id, Box::new(value)));
+        self
+    }
+
+    /// Makes the connection two-way: notifications and requests to the
+    /// client go to `outbound` (the transport's writer queue).
+    pub fn outbound(mut self, outbound: Arc<dyn Outbound>) -> Self {
+        self.inner.peer = Some(Peer::new(outbound));
+        self
+    }
+
+    /// Uses an existing [`Peer`] (to share its pending-request table).
+    pub fn peer(mut self, peer: Peer) -> Self {
+        self.inner.peer = Some(peer);
+        self
+    }
+
+    /// Builds the context.
+    pub fn build(self) -> Context {
+        Context {
+            inner: Arc::new(self.inner),
+        }
+    }
+}
+
+/// What a transport keeps per connection: the per-message arena, the
+/// [`Context`] handlers see, and (with async handlers) the calls still
+/// running. Reuse one `Connection` for every message of a connection, and
+/// steady-state dispatch allocates nothing.
+///
+/// ```
+/// use rpcwire::{Call, Connection, Dispatcher};
+/// let d = Dispatcher::builder(())
+///     .method("whoami", |call: Call<'_, ()>| call.reply.str(call.ctx.transport()))
+///     .build()?;
+/// let mut conn = Connection::with_context(rpcwire::Context::builder().transport("tcp").build());
+/// let mut out = Vec::new();
+/// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"whoami"}"#, &mut conn, &mut out);
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"tcp"}"#);
+/// # Ok::<(), rpcwire::router::BuildError>(())
+/// ```
+pub struct Connection {
+    pub(crate) context: Context,
+    pub(crate) arena: Bump,
+    /// The most memory the arena keeps between messages.
+    max_retained: usize,
+    /// Responses that matched no pending request.
+    unmatched: std::cell::Cell<u64>,
+    #[cfg(feature = "async")]
+    pub(crate) engine: crate::dispatch::engine::Engine,
+}
+
+impl Default for Connection {
+    fn default() -> Self {
+        Connection::new()
+    }
+}
+
+impl Connection {
+    /// Default for [`max_retained`](Connection::max_retained): 1 MiB.
+    pub const DEFAULT_MAX_RETAINED: usize = 1 << 20;
+
+    /// A connection with an [empty](Context::empty) context.
+    pub fn new() -> Self {
+        Connection::with_context(Context::empty())
+    }
+
+    /// A connection whose handlers see `context`.
+    pub fn with_context(context: Context) -> Self {
+        Connection {
+            context,
+            arena: Bump::new(),
+            max_retained: Self::DEFAULT_MAX_RETAINED,
+            unmatched: std::cell::Cell::new(0),
+            #[cfg(feature = "async")]
+            engine: Default::default(),
+        }
+    }
+
+    /// The most scratch memory the connection keeps between messages
+    /// (default 1 MiB). One large message (a 5 MiB batch, a method name of
+    /// `\u` escapes) may need more while it is handled; afterwards the arena
+    /// is given back and a fresh one is started, so a single message cannot
+    /// pin memory for the life of the connection.
+    pub fn max_retained(mut self, bytes: usize) -> Self {
+        self.max_retained = bytes;
+        self
+    }
+
+    /// The context handlers see.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// Bytes the per-message arena holds now.
+    pub fn arena_bytes(&self) -> usize {
+        self.arena.allocated_bytes()
+    }
+
+    /// How many incoming responses matched no pending request (or arrived
+    /// on a connection that sent none, or were invalid). They are never
+    /// answered.
+    pub fn unmatched_responses(&self) -> u64 {
+        self.unmatched.get()
+    }
+
+    /// Readies the arena for a message.
+    #[inline]
+    pub(crate) fn begin_message(&mut self) {
+        self.arena.reset();
+    }
+
+    /// Gives the arena's memory back if the message made it grow past the
+    /// cap.
+    #[inline]
+    pub(crate) fn end_message(&mut self) {
+        if self.arena.allocated_bytes() > self.max_retained {
+            self.arena = Bump::new();
+        }
+    }
+
+    /// Hands an incoming response to the peer's pending table.
+    pub(crate) fn deliver(&self, input: Option<&Bytes>, response: crate::message::Incoming<'_>) {
+        let matched = match (self.context.peer(), response) {
+            (Some(peer), crate::message::Incoming::Response(r)) => peer.complete(input, r),
+            _ => false,
+        };
+        if !matched {
+            self.unmatched.set(self.unmatched.get() + 1);
+        }
+    }
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("context", &self.context)
+            .field("arena_bytes", &self.arena.allocated_bytes())
+            .finish()
+    }
+}

@@ -1,0 +1,416 @@
+//! Typed decoding of params where borrowed strings always work.
+//!
+//! serde_json lends `&'a str` straight from the input only for strings
+//! without escapes; a string with one (`"Ad\u00e8le"`, which web3.py and
+//! `json.dumps` write for any non-ASCII text) is decoded into a scratch
+//! buffer that lives for one call, and a `&'a str` field then fails with
+//! "expected a borrowed string". This wrapper sits between serde_json's
+//! deserializer and the target type: every string (and byte string) that
+//! serde_json can only lend for a moment is copied into the per-message
+//! arena, which lives as long as the message, and handed on as borrowed.
+//! Strings without escapes still come straight from the input.
+//!
+//! The wrapper forwards everything else unchanged, at every depth (maps,
+//! sequences, enums, options, newtypes), so what decodes with serde_json
+//! decodes the same way here.
+
+use core::fmt;
+
+use bumpalo::Bump;
+use serde::de::{self, DeserializeSeed, Deserializer, Visitor};
+
+/// Decodes `T` from `json` (validated JSON text), lending escaped strings
+/// from `arena`.
+pub(crate) fn from_slice_in<'a, T: de::Deserialize<'a>>(
+    json: &'a [u8],
+    arena: &'a Bump,
+) -> Result<T, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let value = T::deserialize(Lending {
+        inner: &mut de,
+        arena,
+    })?;
+    de.end()?;
+    Ok(value)
+}
+
+/// A deserializer that lends transient strings from the arena.
+struct Lending<'a, D> {
+    inner: D,
+    arena: &'a Bump,
+}
+
+/// A visitor that turns transient strings into borrowed ones.
+struct Lend<'a, V> {
+    inner: V,
+    arena: &'a Bump,
+}
+
+macro_rules! forward_deserialize {
+    ($($method:ident),* $(,)?) => {$(
+        fn $method<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.inner.$method(Lend { inner: visitor, arena: self.arena })
+        }
+    )*};
+}
+
+impl<'a, D: Deserializer<'a>> Deserializer<'a> for Lending<'a, D> {
+    type Error = D::Error;
+
+    forward_deserialize!(
+        deserialize_any,
+        deserialize_bool,
+        deserialize_i8,
+        deserialize_i16,
+        deserialize_i32,
+        deserialize_i64,
+        deserialize_i128,
+        deserialize_u8,
+        deserialize_u16,
+        deserialize_u32,
+        deserialize_u64,
+        deserialize_u128,
+        deserialize_f32,
+        deserialize_f64,
+        deserialize_char,
+        deserialize_str,
+        deserialize_string,
+        deserialize_bytes,
+        deserialize_byte_buf,
+        deserialize_option,
+        deserialize_unit,
+        deserialize_seq,
+        deserialize_map,
+        deserialize_identifier,
+        deserialize_ignored_any,
+    );
+
+    fn deserialize_unit_struct<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        let arena = self.arena;
+        self.inner.deserialize_unit_struct(
+            name,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        let arena = self.arena;
+        self.inner.deserialize_newtype_struct(
+            name,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+
+    fn deserialize_tuple<V: Visitor<'a>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        let arena = self.arena;
+        self.inner.deserialize_tuple(
+            len,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        let arena = self.arena;
+        self.inner.deserialize_tuple_struct(
+            name,
+            len,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+
+    fn deserialize_struct<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        let arena = self.arena;
+        self.inner.deserialize_struct(
+            name,
+            fields,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+
+    fn deserialize_enum<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        let arena = self.arena;
+        self.inner.deserialize_enum(
+            name,
+            variants,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.inner.is_human_readable()
+    }
+}
+
+macro_rules! forward_visit {
+    ($($method:ident($t:ty)),* $(,)?) => {$(
+        fn $method<E: de::Error>(self, v: $t) -> Result<Self::Value, E> {
+            self.inner.$method(v)
+        }
+    )*};
+}
+
+impl<'a, V: Visitor<'a>> Visitor<'a> for Lend<'a, V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    forward_visit!(
+        visit_bool(bool),
+        visit_i8(i8),
+        visit_i16(i16),
+        visit_i32(i32),
+        visit_i64(i64),
+        visit_i128(i128),
+        visit_u8(u8),
+        visit_u16(u16),
+        visit_u32(u32),
+        visit_u64(u64),
+        visit_u128(u128),
+        visit_f32(f32),
+        visit_f64(f64),
+        visit_char(char),
+        visit_borrowed_str(&'a str),
+        visit_borrowed_bytes(&'a [u8]),
+    );
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        self.inner.visit_borrowed_str(self.arena.alloc_str(v))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+        self.inner.visit_borrowed_str(self.arena.alloc_str(&v))
+    }
+
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
+        self.inner
+            .visit_borrowed_bytes(self.arena.alloc_slice_copy(v))
+    }
+
+    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Self::Value, E> {
+        self.inner
+            .visit_borrowed_bytes(self.arena.alloc_slice_copy(&v))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.inner.visit_none()
+    }
+
+    fn visit_some<D: Deserializer<'a>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.inner.visit_some(Lending {
+            inner: d,
+            arena: self.arena,
+        })
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        self.inner.visit_unit()
+    }
+
+    fn visit_newtype_struct<D: Deserializer<'a>>(self, d: D) -> Result<Self::Value, D::Error> {
+        self.inner.visit_newtype_struct(Lending {
+            inner: d,
+            arena: self.arena,
+        })
+    }
+
+    fn visit_seq<A: de::SeqAccess<'a>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        self.inner.visit_seq(Lending {
+            inner: seq,
+            arena: self.arena,
+        })
+    }
+
+    fn visit_map<A: de::MapAccess<'a>>(self, map: A) -> Result<Self::Value, A::Error> {
+        self.inner.visit_map(Lending {
+            inner: map,
+            arena: self.arena,
+        })
+    }
+
+    fn visit_enum<A: de::EnumAccess<'a>>(self, data: A) -> Result<Self::Value, A::Error> {
+        self.inner.visit_enum(Lending {
+            inner: data,
+            arena: self.arena,
+        })
+    }
+}
+
+/// A seed whose deserializer lends from the arena.
+struct LendSeed<'a, S> {
+    inner: S,
+    arena: &'a Bump,
+}
+
+impl<'a, S: DeserializeSeed<'a>> DeserializeSeed<'a> for LendSeed<'a, S> {
+    type Value = S::Value;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<S::Value, D::Error> {
+        self.inner.deserialize(Lending {
+            inner: d,
+            arena: self.arena,
+        })
+    }
+}
+
+impl<'a, A: de::SeqAccess<'a>> de::SeqAccess<'a> for Lending<'a, A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'a>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
+        self.inner.next_element_seed(LendSeed {
+            inner: seed,
+            arena: self.arena,
+        })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+impl<'a, A: de::MapAccess<'a>> de::MapAccess<'a> for Lending<'a, A> {
+    type Error = A::Error;
+
+    fn next_key_seed<K: DeserializeSeed<'a>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, A::Error> {
+        self.inner.next_key_seed(LendSeed {
+            inner: seed,
+            arena: self.arena,
+        })
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'a>>(&mut self, seed: V) -> Result<V::Value, A::Error> {
+        self.inner.next_value_seed(LendSeed {
+            inner: seed,
+            arena: self.arena,
+        })
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        self.inner.size_hint()
+    }
+}
+
+impl<'a, A: de::EnumAccess<'a>> de::EnumAccess<'a> for Lending<'a, A> {
+    type Error = A::Error;
+    type Variant = Lending<'a, A::Variant>;
+
+    fn variant_seed<V: DeserializeSeed<'a>>(
+        self,
+        seed: V,
+    ) -> Result<(V::Value, Self::Variant), A::Error> {
+        let arena = self.arena;
+        let (value, variant) = self.inner.variant_seed(LendSeed { inner: seed, arena })?;
+        Ok((
+            value,
+            Lending {
+                inner: variant,
+                arena,
+            },
+        ))
+    }
+}
+
+impl<'a, A: de::VariantAccess<'a>> de::VariantAccess<'a> for Lending<'a, A> {
+    type Error = A::Error;
+
+    fn unit_variant(self) -> Result<(), A::Error> {
+        self.inner.unit_variant()
+    }
+
+    fn newtype_variant_seed<T: DeserializeSeed<'a>>(self, seed: T) -> Result<T::Value, A::Error> {
+        let arena = self.arena;
+        self.inner
+            .newtype_variant_seed(LendSeed { inner: seed, arena })
+    }
+
+    fn tuple_variant<V: Visitor<'a>>(self, len: usize, visitor: V) -> Result<V::Value, A::Error> {
+        let arena = self.arena;
+        self.inner.tuple_variant(
+            len,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+
+    fn struct_variant<V: Visitor<'a>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, A::Error> {
+        let arena = self.arena;
+        self.inner.struct_variant(
+            fields,
+            Lend {
+                inner: visitor,
+                arena,
+            },
+        )
+    }
+}
+
+/// The byte offset in `json` of serde_json's `line` and `column` (both
+/// counted from 1; column 0 means "before the first byte of the line").
+pub(crate) fn offset_of(json: &[u8], line: usize, column: usize) -> usize {
+    let mut start = 0;
+    for _ in 1..line {
+        match memchr::memchr(b'\n', &json[start..]) {
+            Some(i) => start += i + 1,
+            None => return json.len(),
+        }
+    }
+    (start + column.saturating_sub(1)).min(json.len())
+}

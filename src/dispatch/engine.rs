@@ -1,0 +1,1161 @@
+//! Async dispatch (feature `async`): the same path as synchronous dispatch,
+//! with handlers that may await.
+//!
+//! A connection's [`Engine`] holds every call still running, from any number
+//! of messages (transports pipeline: a client may send the next message
+//! before the last is answered). When a message is read, each entry is
+//! decided at once if it can be (an invalid request, an unknown method, a
+//! synchronous handler: run inline) and started otherwise: an async
+//! handler's future is created only when a slot under the cap is free
+//! (`max_in_flight`), else it waits in a queue; work before its first
+//! `.await` runs under the cap too.
+//!
+//! Replies are written as results arrive, through the one reply writer and
+//! under the message's [`Budget`]: a single message's reply goes straight
+//! into the caller's buffer; a batch's replies are written in request order
+//! into the message's own buffer, those that finish early into a staging
+//! buffer until their turn. A finished call frees its slot at once, so a
+//! slow entry holds one slot, not the batch. Ids come from the requests,
+//! never from re-reading a reply.
+//!
+//! Each running call costs one allocation: its future, boxed together with
+//! what writes its result. Slots, their wakers and the staging buffers are
+//! reused; deadlines (the per-request timeout) share one timer.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::ops::Range;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use tokio::time::Instant;
+
+use bytes::Bytes;
+use futures_util::task::AtomicWaker;
+use serde::de::DeserializeOwned;
+
+use super::{
+    Budget, Dispatcher, DispatcherBuilder, Done, Handler, IntoResponse, Reply, ReplyBuf, RpcError,
+    Scope, Shared, TooLarge, WithAsync, guard_panics, panic_error,
+};
+use crate::codes::{REQUEST_CANCELLED, REQUEST_TIMEOUT};
+use crate::conn::{Connection, Context};
+use crate::message::{Incoming, Message};
+use crate::request::{Entry, Id, Params};
+
+use super::reply::{poll_reply, write_error_reply, write_error_tail, write_message_error};
+
+/// An async handler, erased: it makes the call's future, boxed with what
+/// writes its result.
+pub(crate) type AsyncFn<S> = dyn Fn(AsyncCall<S>) -> Pin<Box<dyn PendingCall>> + Send + Sync;
+
+/// A running async call: polls the handler's future and, when it finishes,
+/// writes its result through a [`Reply`] over the sink it is given.
+pub(crate) trait PendingCall: Send {
+    fn poll_reply(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        sink: &mut dyn ReplyBuf,
+        limit: usize,
+    ) -> Poll<Result<Done, RpcError>>;
+}
+
+pin_project_lite::pin_project! {
+    struct Pending<F> {
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F, R> PendingCall for Pending<F>
+where
+    F: Future<Output = R> + Send,
+    R: IntoResponse,
+{
+    fn poll_reply(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        sink: &mut dyn ReplyBuf,
+        limit: usize,
+    ) -> Poll<Result<Done, RpcError>> {
+        match self.project().fut.poll(cx) {
+            Poll::Ready(returned) => Poll::Ready(returned.into_response(Reply::new(sink, limit))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
+    /// Registers an async handler for `name`; the dispatcher is then driven
+    /// by [`Dispatcher::handle_async`] (or a transport).
+    ///
+    /// The future must be `'static` (it may run after the message's arena is
+    /// reused), so it receives what it needs owned, in an [`AsyncCall`]: the
+    /// params as a reference-counted slice of the input (never copied), the
+    /// state, the connection's context and a cancellation signal. Its output
+    /// is a `Result<T, E>` as for synchronous handlers, written straight
+    /// into the reply when it is ready.
+    ///
+    /// ```
+    /// use rpcwire::{Connection, Dispatcher, dispatch::AsyncCall};
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// let d = Dispatcher::builder(())
+    ///     .async_method("eth_chainId", |_call: AsyncCall<()>| async { Ok::<_, rpcwire::RpcError>("0x1") })
+    ///     .build()?;
+    /// let (mut conn, mut out) = (Connection::new(), Vec::new());
+    /// let input = bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#);
+    /// d.handle_async(&input, &mut conn, &mut out).await;
+    /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#);
+    /// # Ok::<(), rpcwire::router::BuildError>(()) }).unwrap();
+    /// ```
+    pub fn async_method<F, Fut, R>(
+        self,
+        name: impl Into<String>,
+        handler: F,
+    ) -> DispatcherBuilder<S, WithAsync>
+    where
+        F: Fn(AsyncCall<S>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoResponse + 'static,
+    {
+        let erased: Arc<AsyncFn<S>> = Arc::new(move |call| -> Pin<Box<dyn PendingCall>> {
+            Box::pin(Pending { fut: handler(call) })
+        });
+        let mut b = self.into_kind::<WithAsync>();
+        b.methods.push((name.into(), Handler::Async(erased)));
+        b
+    }
+
+    /// The most async calls of one connection running at once (default
+    /// 64). Further entries wait, their futures not yet created, until a
+    /// call finishes.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
+        self
+    }
+
+    /// The per-request timeout of async handlers (default 30 s; `None` for
+    /// none). A call still running at its deadline is dropped and answered
+    /// with [`REQUEST_TIMEOUT`], `data`
+    /// giving the timeout; it affects that entry only. Deadlines need a
+    /// tokio runtime with its time driver; outside one they are not
+    /// enforced.
+    pub fn timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    fn into_kind<K2>(self) -> DispatcherBuilder<S, K2> {
+        DispatcherBuilder {
+            methods: self.methods,
+            discover: self.discover,
+            state: self.state,
+            parser: self.parser,
+            max_response_len: self.max_response_len,
+            too_large_code: self.too_large_code,
+            max_in_flight: self.max_in_flight,
+            timeout: self.timeout,
+            quiet_panics: self.quiet_panics,
+            kind: std::marker::PhantomData,
+        }
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
+    /// Handles one message whose entries may have async handlers, and
+    /// appends the complete reply to `out`, or nothing (notifications,
+    /// responses). Returns whether a reply was written.
+    ///
+    /// The same path as [`handle`](Dispatcher::handle), with the same
+    /// arguments, except that the input is `Bytes` so that async handlers
+    /// get their params as slices of it without a copy. Synchronous
+    /// handlers run inline as the message is read (a batch's synchronous
+    /// entries back to back, at most the batch length limit of them); async
+    /// ones run concurrently, at most
+    /// [`max_in_flight`](DispatcherBuilder::max_in_flight) at a time, each
+    /// under the per-request [`timeout`](DispatcherBuilder::timeout); the
+    /// replies are written in request order under the response size limit.
+    /// A panic in a handler becomes -32603 for that entry only.
+    ///
+    /// Async notifications keep running after the reply is written, as
+    /// long as the connection is driven (the next `handle_async`, or
+    /// [`Connection::poll_replies`]); they never hold a reply back.
+    pub async fn handle_async<B: ReplyBuf>(
+        &self,
+        input: &Bytes,
+        conn: &mut Connection,
+        out: &mut B,
+    ) -> bool {
+        let start = out.len();
+        conn.start(self, input, out);
+        while conn.engine.messages_in_flight() > 0 {
+            std::future::poll_fn(|cx| conn.poll_replies(self, cx, out)).await;
+        }
+        out.len() > start
+    }
+}
+
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+impl Connection {
+    /// Reads one message and answers what can be answered at once (writing
+    /// complete replies to `out`); async entries start running. Their
+    /// replies come out of [`poll_replies`](Connection::poll_replies), each
+    /// as it completes: the pipelined form of
+    /// [`Dispatcher::handle_async`], for transports that read the next
+    /// message while earlier ones run.
+    pub fn start<S: Send + Sync + 'static, K, B: ReplyBuf>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        input: &Bytes,
+        out: &mut B,
+    ) {
+        self.begin_message();
+        dispatcher.inner.start(input, self, out);
+        self.end_message();
+    }
+
+    /// Drives the running calls and appends every reply that completes to
+    /// `out`, each one complete. `Ready(n)` once `n > 0` replies were
+    /// written; `Pending` otherwise (the waker is called when a call makes
+    /// progress or a deadline passes).
+    pub fn poll_replies<S: Send + Sync + 'static, K, B: ReplyBuf>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        cx: &mut TaskContext<'_>,
+        out: &mut B,
+    ) -> Poll<usize> {
+        dispatcher.inner.poll(cx, self, out)
+    }
+
+    /// How many async calls run or wait to start (notifications included).
+    pub fn in_flight(&self) -> usize {
+        self.engine.running + self.engine.waiting.len()
+    }
+
+    /// How many messages still wait for (part of) their reply.
+    pub fn messages_in_flight(&self) -> usize {
+        self.engine.messages_in_flight()
+    }
+
+    /// Cancels the running or waiting call whose request id is `id` (its
+    /// JSON text, byte for byte): its future is dropped, and its
+    /// [`Cancellation`] fires. A single request gets no reply (MCP's
+    /// `notifications/cancelled`); an entry of a batch, which must be
+    /// answered, gets [`REQUEST_CANCELLED`].
+    /// Returns whether such a call was found.
+    pub fn cancel(&mut self, id: &[u8]) -> bool {
+        self.engine.cancel(id)
+    }
+}
+
+/// What an async handler receives; all of it owned, so the future can be
+/// `'static`.
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub struct AsyncCall<S> {
+    /// The params; `None` when absent or `null`.
+    pub params: Option<OwnedParams>,
+    /// The dispatcher's state.
+    pub state: Arc<S>,
+    /// The connection the request came from.
+    pub ctx: Context,
+    method: Bytes,
+    id: Option<Bytes>,
+    cancel: Cancellation,
+}
+
+impl<S> AsyncCall<S> {
+    /// The method name.
+    pub fn method(&self) -> &str {
+        // Method names are validated UTF-8 (a slice of the input, or a
+        // decoded copy).
+        core::str::from_utf8(&self.method).unwrap_or_default()
+    }
+
+    /// The request id as JSON text, byte for byte; `None` for a
+    /// notification.
+    pub fn id(&self) -> Option<&[u8]> {
+        self.id.as_deref()
+    }
+
+    /// Fires when the call is cancelled (by [`Connection::cancel`] or its
+    /// timeout). Its future is dropped then anyway; clone this into work
+    /// the handler spawned, so that work can stop too.
+    pub fn cancellation(&self) -> &Cancellation {
+        &self.cancel
+    }
+
+    /// Decodes the params into an owned `T` (absent params as `[]`); a
+    /// failure is -32602 with the reason in `data`.
+    ///
+    /// For types that borrow (`&'a str` fields), decode inside the future
+    /// from [`OwnedParams::decode_in`] with an arena the future owns:
+    ///
+    /// ```
+    /// # use rpcwire::dispatch::AsyncCall;
+    /// #[derive(serde::Deserialize)]
+    /// struct Args<'a> { #[serde(borrow)] name: &'a str }
+    /// async fn hello(call: AsyncCall<()>) -> Result<String, rpcwire::RpcError> {
+    ///     let arena = bumpalo::Bump::new();
+    ///     let params = call.params.ok_or_else(|| rpcwire::RpcError::invalid_params("missing"))?;
+    ///     let args: Args<'_> = params.decode_in(&arena)?;
+    ///     Ok(format!("hello, {}", args.name))
+    /// }
+    /// ```
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
+        match &self.params {
+            Some(p) => p.decode(),
+            None => serde_json::from_slice(b"[]").map_err(|e| super::call::params_error(&e, None)),
+        }
+    }
+}
+
+/// The params of an async call: a validated array or object, as a
+/// reference-counted slice of the input message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub struct OwnedParams(Bytes);
+
+impl OwnedParams {
+    /// A borrowed view, for positional and named access.
+    pub fn view(&self) -> Params<'_> {
+        Params::from_validated(&self.0)
+    }
+
+    /// The raw JSON (a slice of the input, not a copy).
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.0
+    }
+
+    /// Decodes into an owned `T`; a failure is -32602.
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
+        serde_json::from_slice(&self.0).map_err(|e| super::call::params_error(&e, None))
+    }
+
+    /// Decodes into a `T` that borrows from these params, strings with
+    /// escapes lent from `arena`.
+    pub fn decode_in<'a, T: serde::Deserialize<'a>>(
+        &'a self,
+        arena: &'a bumpalo::Bump,
+    ) -> Result<T, RpcError> {
+        self.view().decode_in(arena)
+    }
+}
+
+/// The cancellation signal of one async call.
+#[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+pub struct Cancellation {
+    slot: Arc<SlotShared>,
+    generation: u64,
+}
+
+impl Cancellation {
+    /// Whether the call was cancelled (or timed out).
+    pub fn is_cancelled(&self) -> bool {
+        self.slot.cancelled.load(Ordering::Acquire) == self.generation
+    }
+
+    /// Completes when the call is cancelled.
+    pub async fn cancelled(&self) {
+        std::future::poll_fn(|cx| {
+            if self.is_cancelled() {
+                return Poll::Ready(());
+            }
+            self.slot.cancel_waker.register(cx.waker());
+            if self.is_cancelled() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
+    }
+}
+
+impl std::fmt::Debug for Cancellation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cancellation")
+            .field("cancelled", &self.is_cancelled())
+            .finish()
+    }
+}
+
+/// What a slot's waker and cancellation signal share. Made once per slot,
+/// reused by every call that runs in it (told apart by generation).
+struct SlotShared {
+    index: usize,
+    ready: Arc<ReadyList>,
+    /// The generation of the call cancelled last.
+    cancelled: AtomicU64,
+    cancel_waker: AtomicWaker,
+}
+
+impl Wake for SlotShared {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.ready.push(self.index);
+    }
+}
+
+/// The slots woken since the engine last looked, and the engine's own waker.
+#[derive(Default)]
+struct ReadyList {
+    slots: Mutex<Vec<usize>>,
+    waker: AtomicWaker,
+}
+
+impl ReadyList {
+    fn push(&self, index: usize) {
+        self.slots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(index);
+        self.waker.wake();
+    }
+
+    /// Swaps the woken list with `into` (empty): no allocation once both
+    /// have grown.
+    fn take_into(&self, into: &mut Vec<usize>) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        std::mem::swap(&mut *slots, into);
+    }
+}
+
+struct Slot {
+    task: Option<Task>,
+    waker: Waker,
+    shared: Arc<SlotShared>,
+}
+
+/// Which reply of which message a call answers; `None` for a notification.
+type Target = Option<(usize, usize)>;
+
+/// A running call.
+struct Task {
+    call: Pin<Box<dyn PendingCall>>,
+    target: Target,
+    /// The request id, for cancellation by id.
+    id: Option<Bytes>,
+    deadline: Option<Instant>,
+    generation: u64,
+}
+
+/// An async entry waiting for a free slot.
+pub(crate) struct Waiting {
+    target: Target,
+    method: Bytes,
+    id: Option<Bytes>,
+    params: Option<Bytes>,
+}
+
+/// One reply of a message in flight.
+enum ReplyState {
+    /// Not decided yet; the id's range in the message.
+    Pending(Range<usize>),
+    /// Decided out of order: its bytes in the message's staging buffer.
+    Staged(Range<usize>),
+    /// Written in order (or, for a cancelled single request, never).
+    Written,
+}
+
+/// A message whose reply is not complete.
+struct Msg {
+    input: Bytes,
+    batch: bool,
+    budget: Budget,
+    too_large: TooLarge,
+    replies: Vec<ReplyState>,
+    /// The first reply not yet written in order.
+    next: usize,
+    /// A batch's reply so far, in request order, from its `[`. A single
+    /// reply goes straight to the caller's buffer instead.
+    buf: Vec<u8>,
+    /// Replies decided before their turn.
+    stage: Vec<u8>,
+    /// Every entry of the message has been read (replies may still run).
+    sealed: bool,
+}
+
+impl Msg {
+    fn id(&self, k: usize) -> Id<'_> {
+        match &self.replies[k] {
+            ReplyState::Pending(r) => Id::from_validated(&self.input[r.clone()]),
+            _ => Id::NULL,
+        }
+    }
+
+    /// Decides reply `k` now with `write` (which must be ready); see
+    /// [`poll_batch_entry`](Msg::poll_batch_entry).
+    fn decide_batch_entry(
+        &mut self,
+        k: usize,
+        write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> (usize, bool),
+    ) {
+        let _ = self.poll_batch_entry(k, |into, id, allowance, too_large| {
+            Poll::Ready(write(into, id, allowance, too_large))
+        });
+    }
+
+    /// Writes reply `k` with `write`, in at most its allowance: into the
+    /// batch's reply if it is its turn, else into the staging buffer; then
+    /// moves every staged reply whose turn has come. If the batch is already
+    /// past the size limit, the too-large reply is written instead and
+    /// `write` is not called. Returns whether the reply was decided (`false`
+    /// when `write` is pending; then nothing was written).
+    fn poll_batch_entry(
+        &mut self,
+        k: usize,
+        write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> Poll<(usize, bool)>,
+    ) -> bool {
+        let ReplyState::Pending(id_range) = &self.replies[k] else {
+            return true;
+        };
+        let input = self.input.clone();
+        let id = Id::from_validated(&input[id_range.clone()]);
+        let too_large_len = self.too_large.len_for(id);
+        let allowance = self.budget.allowance(too_large_len);
+        let in_order = k == self.next;
+        let mut target = std::mem::take(if in_order {
+            &mut self.buf
+        } else {
+            &mut self.stage
+        });
+        let mark = target.len();
+        if in_order {
+            target.push(if mark == 0 { b'[' } else { b',' });
+        }
+        let at = target.len();
+        let outcome = if self.budget.is_over() {
+            self.too_large.write(&mut target, id);
+            Poll::Ready((too_large_len, true))
+        } else {
+            write(&mut target, id, allowance, &self.too_large)
+        };
+        let decided = match outcome {
+            Poll::Pending => {
+                target.truncate(mark);
+                None
+            }
+            Poll::Ready(written) => Some(written),
+        };
+        if in_order {
+            self.buf = target;
+        } else {
+            self.stage = target;
+        }
+        let Some((len, refused)) = decided else {
+            return false;
+        };
+        if in_order {
+            self.replies[k] = ReplyState::Written;
+            self.next += 1;
+        } else {
+            self.replies[k] = ReplyState::Staged(at..at + len);
+        }
+        self.budget.commit(too_large_len, len, refused);
+        self.advance();
+        true
+    }
+
+    /// Writes the staged replies whose turn has come.
+    fn advance(&mut self) {
+        while let Some(ReplyState::Staged(r)) = self.replies.get(self.next) {
+            let r = r.clone();
+            self.buf.push(if self.buf.is_empty() { b'[' } else { b',' });
+            self.buf.extend_from_slice(&self.stage[r]);
+            self.replies[self.next] = ReplyState::Written;
+            self.next += 1;
+        }
+    }
+
+    fn is_complete(&self) -> bool {
+        self.sealed && self.next == self.replies.len()
+    }
+}
+
+/// A connection's running calls; see the module docs.
+pub(crate) struct Engine {
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    pub(crate) running: usize,
+    pub(crate) waiting: VecDeque<Waiting>,
+    msgs: Vec<Option<Msg>>,
+    free_msgs: Vec<usize>,
+    ready: Arc<ReadyList>,
+    woken: Vec<usize>,
+    buffers: Vec<Vec<u8>>,
+    reply_lists: Vec<Vec<ReplyState>>,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    generation: u64,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine {
+            slots: Vec::new(),
+            free: Vec::new(),
+            running: 0,
+            waiting: VecDeque::new(),
+            msgs: Vec::new(),
+            free_msgs: Vec::new(),
+            ready: Arc::new(ReadyList::default()),
+            woken: Vec::new(),
+            buffers: Vec::new(),
+            reply_lists: Vec::new(),
+            timer: None,
+            generation: 0,
+        }
+    }
+}
+
+impl Engine {
+    pub(crate) fn messages_in_flight(&self) -> usize {
+        self.msgs.len() - self.free_msgs.len()
+    }
+
+    fn open_message(
+        &mut self,
+        input: &Bytes,
+        batch: bool,
+        budget: Budget,
+        too_large: &TooLarge,
+    ) -> usize {
+        let msg = Msg {
+            input: input.clone(),
+            batch,
+            budget,
+            too_large: too_large.clone(),
+            replies: self.reply_lists.pop().unwrap_or_default(),
+            next: 0,
+            buf: self.buffers.pop().unwrap_or_default(),
+            stage: self.buffers.pop().unwrap_or_default(),
+            sealed: false,
+        };
+        match self.free_msgs.pop() {
+            Some(m) => {
+                self.msgs[m] = Some(msg);
+                m
+            }
+            None => {
+                self.msgs.push(Some(msg));
+                self.msgs.len() - 1
+            }
+        }
+    }
+
+    /// Writes every complete message's reply to `out` and frees it; returns
+    /// how many replies were written.
+    fn flush_complete<B: ReplyBuf>(&mut self, out: &mut B) -> usize {
+        let mut written = 0;
+        for m in 0..self.msgs.len() {
+            if !self.msgs[m].as_ref().is_some_and(Msg::is_complete) {
+                continue;
+            }
+            let mut msg = self.msgs[m].take().expect("checked above");
+            if msg.batch && !msg.buf.is_empty() {
+                msg.buf.push(b']');
+                out.extend_from_slice(&msg.buf);
+                written += 1;
+            }
+            self.free_msgs.push(m);
+            for mut buf in [msg.buf, msg.stage] {
+                buf.clear();
+                self.buffers.push(buf);
+            }
+            msg.replies.clear();
+            self.reply_lists.push(msg.replies);
+        }
+        written
+    }
+
+    fn cancel(&mut self, id: &[u8]) -> bool {
+        let found = self
+            .slots
+            .iter()
+            .position(|s| s.task.as_ref().is_some_and(|t| t.id.as_deref() == Some(id)));
+        let target = if let Some(index) = found {
+            let task = self.free_slot(index);
+            task.target
+        } else if let Some(at) = self
+            .waiting
+            .iter()
+            .position(|w| w.id.as_deref() == Some(id))
+        {
+            self.waiting.remove(at).expect("found above").target
+        } else {
+            return false;
+        };
+        if let Some((m, k)) = target {
+            self.cancelled_reply(m, k);
+        }
+        true
+    }
+
+    /// A cancelled request: a single one gets no reply; a batch entry gets
+    /// the cancellation error.
+    fn cancelled_reply(&mut self, m: usize, k: usize) {
+        let Some(msg) = self.msgs[m].as_mut() else {
+            return;
+        };
+        if !msg.batch {
+            msg.replies[k] = ReplyState::Written;
+            msg.next = msg.replies.len();
+            return;
+        }
+        msg.decide_batch_entry(k, |into, id, allowance, too_large| {
+            write_error_reply(into, id, allowance, too_large, |o| {
+                write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", None)
+            })
+        });
+    }
+
+    /// Takes the call out of slot `index`, frees the slot and fires the
+    /// call's cancellation signal (a finished call's signal is never
+    /// observed: its handler is gone).
+    fn free_slot(&mut self, index: usize) -> Task {
+        let task = self.slots[index].task.take().expect("a running slot");
+        let shared = &self.slots[index].shared;
+        shared.cancelled.store(task.generation, Ordering::Release);
+        shared.cancel_waker.wake();
+        self.free.push(index);
+        self.running -= 1;
+        task
+    }
+
+    /// A free slot's index (a new one if none is free).
+    fn slot(&mut self) -> usize {
+        if let Some(i) = self.free.pop() {
+            return i;
+        }
+        let index = self.slots.len();
+        let shared = Arc::new(SlotShared {
+            index,
+            ready: Arc::clone(&self.ready),
+            cancelled: AtomicU64::new(u64::MAX),
+            cancel_waker: AtomicWaker::new(),
+        });
+        self.slots.push(Slot {
+            task: None,
+            waker: Waker::from(Arc::clone(&shared)),
+            shared,
+        });
+        index
+    }
+}
+
+/// The range of `part` (a sub-slice of `whole`) in `whole`.
+fn range_in(whole: &[u8], part: &[u8]) -> Range<usize> {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    start..start + part.len()
+}
+
+/// `part` of `input` as a reference-counted slice when it lies in it, else
+/// copied (a method name decoded from escapes, in the arena).
+fn share(input: &Bytes, part: &[u8]) -> Bytes {
+    if input.as_ptr_range().contains(&part.as_ptr()) {
+        input.slice_ref(part)
+    } else {
+        Bytes::copy_from_slice(part)
+    }
+}
+
+impl<S: Send + Sync + 'static> Shared<S> {
+    /// Reads a message: decides what can be decided now, starts or queues
+    /// the async entries.
+    fn start<B: ReplyBuf>(&self, input: &Bytes, conn: &mut Connection, out: &mut B) {
+        let parsed = match self.parser.parse_incoming(input, &conn.arena) {
+            Ok(m) => m,
+            Err(e) => return write_message_error(out, e),
+        };
+        let scope = Scope {
+            arena: &conn.arena,
+            ctx: &conn.context,
+            message: input,
+        };
+        let engine = &mut conn.engine;
+        let is_async = |item: &Incoming<'_>| match item {
+            Incoming::Request(r) => matches!(self.lookup(r.method()), Some(Handler::Async(_))),
+            _ => false,
+        };
+        let batch = match parsed {
+            Message::Single(item) => {
+                let Some(entry) = item.as_entry() else {
+                    return conn.deliver(Some(input), item);
+                };
+                let Some(id) = entry.reply_id() else {
+                    return match (entry, is_async(&item)) {
+                        (Entry::Request(r), true) => {
+                            let w = waiting(input, r, None);
+                            self.launch(engine, w, scope.ctx)
+                        }
+                        _ => self.notify(entry, scope),
+                    };
+                };
+                let mut budget = Budget::new(self.max_response_len, false);
+                let too_large_len = self.too_large.len_for(id);
+                budget.hold(too_large_len);
+                let Entry::Request(r) = entry else {
+                    self.answer(entry, id, scope, out, budget.allowance(too_large_len));
+                    return;
+                };
+                if !is_async(&item) {
+                    self.answer(entry, id, scope, out, budget.allowance(too_large_len));
+                    return;
+                }
+                let m = engine.open_message(input, false, budget, &self.too_large);
+                let msg = engine.msgs[m].as_mut().expect("just opened");
+                msg.replies
+                    .push(ReplyState::Pending(range_in(input, id.as_bytes())));
+                msg.sealed = true;
+                let w = waiting(input, r, Some((m, 0)));
+                return self.launch(engine, w, scope.ctx);
+            }
+            Message::Batch(batch) => batch,
+        };
+        let items = batch.as_slice();
+        let Some(budget) = self.batch_budget(items) else {
+            return self.too_large.write(out, Id::NULL);
+        };
+        if !items.iter().any(is_async) {
+            // Nothing to await: exactly the synchronous path.
+            return self.answer_batch(items, budget, Some(input), conn, out);
+        }
+        let m = engine.open_message(input, true, budget, &self.too_large);
+        let mut k = 0;
+        for item in items {
+            let Some(entry) = item.as_entry() else {
+                conn.deliver(Some(input), *item);
+                continue;
+            };
+            let engine = &mut conn.engine;
+            let over = engine.msgs[m].as_ref().expect("live").budget.is_over();
+            let Some(id) = entry.reply_id() else {
+                match (entry, is_async(item)) {
+                    _ if over => {}
+                    (Entry::Request(r), true) => {
+                        let w = waiting(input, r, None);
+                        self.launch(engine, w, scope.ctx);
+                    }
+                    _ => self.notify(entry, scope),
+                }
+                continue;
+            };
+            let msg = engine.msgs[m].as_mut().expect("live");
+            msg.replies
+                .push(ReplyState::Pending(range_in(input, id.as_bytes())));
+            match entry {
+                Entry::Request(r) if is_async(item) && !over => {
+                    let w = waiting(input, r, Some((m, k)));
+                    self.launch(engine, w, scope.ctx);
+                }
+                _ => msg.decide_batch_entry(k, |into, id, allowance, _| {
+                    self.answer(entry, id, scope, into, allowance)
+                }),
+            }
+            k += 1;
+        }
+        conn.engine.msgs[m].as_mut().expect("live").sealed = true;
+        conn.engine.flush_complete(out);
+    }
+
+    /// Starts an async call if a slot under the cap is free, else queues
+    /// it. An entry of a batch already past the size limit is answered with
+    /// the too-large error instead, not run.
+    fn launch(&self, engine: &mut Engine, w: Waiting, ctx: &Context) {
+        if engine.running >= self.max_in_flight {
+            engine.waiting.push_back(w);
+            return;
+        }
+        if let Some((m, k)) = w.target
+            && let Some(msg) = engine.msgs[m].as_mut()
+            && msg.batch
+            && msg.budget.is_over()
+        {
+            msg.decide_batch_entry(k, |into, id, _, too_large| {
+                too_large.write(into, id);
+                (too_large.len_for(id), true)
+            });
+            return;
+        }
+        let Some(Handler::Async(handler)) = core::str::from_utf8(&w.method)
+            .ok()
+            .and_then(|m| self.lookup(m))
+        else {
+            return;
+        };
+        let index = engine.slot();
+        engine.generation += 1;
+        let generation = engine.generation;
+        let call = AsyncCall {
+            params: w.params.map(OwnedParams),
+            state: Arc::clone(&self.state),
+            ctx: ctx.clone(),
+            method: w.method,
+            id: w.id.clone(),
+            cancel: Cancellation {
+                slot: Arc::clone(&engine.slots[index].shared),
+                generation,
+            },
+        };
+        engine.running += 1;
+        // The handler itself may panic before returning a future.
+        let call = match catch_unwind(AssertUnwindSafe(|| handler(call))) {
+            Ok(call) => call,
+            Err(panic) => {
+                let e = panic_error(&*panic);
+                Box::pin(Pending {
+                    fut: std::future::ready(Err::<Done, RpcError>(e)),
+                })
+            }
+        };
+        engine.slots[index].task = Some(Task {
+            call,
+            target: w.target,
+            id: w.id,
+            deadline: self.timeout.map(|t| Instant::now() + t),
+            generation,
+        });
+        // Polled first by the next poll of the engine.
+        engine.ready.push(index);
+    }
+
+    /// Drives the engine: polls the woken calls, enforces deadlines, starts
+    /// queued calls as slots free up, and writes complete replies to `out`.
+    fn poll<B: ReplyBuf>(
+        &self,
+        cx: &mut TaskContext<'_>,
+        conn: &mut Connection,
+        out: &mut B,
+    ) -> Poll<usize> {
+        let engine = &mut conn.engine;
+        engine.ready.waker.register(cx.waker());
+        let mut woken = std::mem::take(&mut engine.woken);
+        engine.ready.take_into(&mut woken);
+        let mut written = 0;
+        for &index in &woken {
+            written += self.poll_slot(engine, index, out);
+        }
+        woken.clear();
+        engine.woken = woken;
+        written += self.expire(cx, engine, out);
+        while engine.running < self.max_in_flight
+            && let Some(w) = engine.waiting.pop_front()
+        {
+            self.launch(engine, w, &conn.context);
+        }
+        let engine = &mut conn.engine;
+        written += engine.flush_complete(out);
+        if written > 0 {
+            Poll::Ready(written)
+        } else {
+            Poll::Pending
+        }
+    }
+
+    /// Polls the call in slot `index`; returns 1 if it wrote a complete
+    /// single reply to `out`.
+    fn poll_slot<B: ReplyBuf>(&self, engine: &mut Engine, index: usize, out: &mut B) -> usize {
+        let Some(slot) = engine.slots.get_mut(index) else {
+            return 0;
+        };
+        let waker = slot.waker.clone();
+        let Some(task) = slot.task.as_mut() else {
+            return 0;
+        };
+        let mut cx = TaskContext::from_waker(&waker);
+        let call = task.call.as_mut();
+        let quiet = self.quiet;
+        let poll = |sink: &mut dyn ReplyBuf, limit: usize| {
+            let mut ready = None;
+            let r = guard_panics(quiet, || match call.poll_reply(&mut cx, sink, limit) {
+                Poll::Ready(r) => {
+                    ready = Some(());
+                    r
+                }
+                Poll::Pending => Ok(done_marker()),
+            });
+            match ready {
+                Some(()) => Poll::Ready(r),
+                // A panic is an outcome too.
+                None if r.is_err() => Poll::Ready(r),
+                None => Poll::Pending,
+            }
+        };
+        let finished = match task.target {
+            None => matches!(poll(&mut super::reply::Discard, 0), Poll::Ready(_)),
+            Some((m, k)) => {
+                let Some(msg) = engine.msgs[m].as_mut() else {
+                    return 0;
+                };
+                if !msg.batch {
+                    let id = msg.id(k);
+                    let too_large_len = msg.too_large.len_for(id);
+                    let allowance = msg.budget.allowance(too_large_len);
+                    match poll_reply(out, id, allowance, &msg.too_large, poll) {
+                        Poll::Pending => false,
+                        Poll::Ready((len, refused)) => {
+                            msg.budget.commit(too_large_len, len, refused);
+                            msg.replies[k] = ReplyState::Written;
+                            msg.next = 1;
+                            true
+                        }
+                    }
+                } else {
+                    msg.poll_batch_entry(k, |into, id, allowance, too_large| {
+                        poll_reply(into, id, allowance, too_large, poll)
+                    })
+                }
+            }
+        };
+        if !finished {
+            return 0;
+        }
+        let task = engine.free_slot(index);
+        let single = task
+            .target
+            .is_some_and(|(m, _)| engine.msgs[m].as_ref().is_some_and(|msg| !msg.batch));
+        drop(task);
+        if single {
+            // Its reply is in `out` already; the message is done.
+            return 1;
+        }
+        0
+    }
+
+    /// Answers every call past its deadline with the timeout error (nothing
+    /// for a notification), and arms the timer for the next deadline.
+    fn expire<B: ReplyBuf>(
+        &self,
+        cx: &mut TaskContext<'_>,
+        engine: &mut Engine,
+        out: &mut B,
+    ) -> usize {
+        let Some(timeout) = self.timeout else {
+            return 0;
+        };
+        if engine.running == 0 || tokio::runtime::Handle::try_current().is_err() {
+            return 0;
+        }
+        let now = Instant::now();
+        let mut written = 0;
+        let mut next: Option<Instant> = None;
+        for index in 0..engine.slots.len() {
+            let Some(deadline) = engine.slots[index].task.as_ref().and_then(|t| t.deadline) else {
+                continue;
+            };
+            if deadline > now {
+                next = Some(next.map_or(deadline, |n| n.min(deadline)));
+                continue;
+            }
+            let task = engine.free_slot(index);
+            let Some((m, k)) = task.target else {
+                continue;
+            };
+            let Some(msg) = engine.msgs[m].as_mut() else {
+                continue;
+            };
+            let data = format!("{{\"timeout_ms\":{}}}", timeout.as_millis());
+            let tail = |o: &mut dyn ReplyBuf| {
+                write_error_tail(
+                    o,
+                    REQUEST_TIMEOUT,
+                    "Request timed out",
+                    Some(data.as_bytes()),
+                );
+            };
+            if msg.batch {
+                msg.decide_batch_entry(k, |into, id, allowance, too_large| {
+                    write_error_reply(into, id, allowance, too_large, |o| tail(o))
+                });
+            } else {
+                let id = msg.id(k);
+                let too_large_len = msg.too_large.len_for(id);
+                let allowance = msg.budget.allowance(too_large_len);
+                let (len, refused) =
+                    write_error_reply(out, id, allowance, &msg.too_large, |o| tail(o));
+                msg.budget.commit(too_large_len, len, refused);
+                msg.replies[k] = ReplyState::Written;
+                msg.next = 1;
+                written += 1;
+            }
+        }
+        if let Some(next) = next {
+            let deadline = next;
+            match engine.timer.as_mut() {
+                Some(timer) => timer.as_mut().reset(deadline),
+                None => engine.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            if let Some(timer) = engine.timer.as_mut()
+                && timer.as_mut().poll(cx).is_ready()
+            {
+                cx.waker().wake_by_ref();
+            }
+        }
+        written
+    }
+
+    /// Answers a batch with nothing to await, in order, straight into `out`.
+    pub(crate) fn answer_batch<B: ReplyBuf>(
+        &self,
+        items: &[Incoming<'_>],
+        mut budget: Budget,
+        input: Option<&Bytes>,
+        conn: &Connection,
+        out: &mut B,
+    ) {
+        let scope = Scope {
+            arena: &conn.arena,
+            ctx: &conn.context,
+            message: input.map_or(&[][..], |b| &b[..]),
+        };
+        let mut any = false;
+        for item in items {
+            let Some(entry) = item.as_entry() else {
+                conn.deliver(input, *item);
+                continue;
+            };
+            let Some(id) = entry.reply_id() else {
+                if !budget.is_over() {
+                    self.notify(entry, scope);
+                }
+                continue;
+            };
+            let too_large_len = self.too_large.len_for(id);
+            let allowance = budget.allowance(too_large_len);
+            out.push(if any { b',' } else { b'[' });
+            any = true;
+            let (len, refused) = if budget.is_over() {
+                self.too_large.write(out, id);
+                (too_large_len, true)
+            } else {
+                self.answer(entry, id, scope, out, allowance)
+            };
+            budget.commit(too_large_len, len, refused);
+        }
+        if any {
+            out.push(b']');
+        }
+    }
+}
+
+/// A stand-in `Done` for a pending poll (never written).
+fn done_marker() -> Done {
+    super::reply::done()
+}
+
+/// The waiting form of an async request: owned slices of the input.
+fn waiting(input: &Bytes, r: crate::request::Request<'_>, target: Target) -> Waiting {
+    Waiting {
+        target,
+        method: share(input, r.method().as_bytes()),
+        id: r.id().map(|id| share(input, id.as_bytes())),
+        params: r.params().map(|p| share(input, p.as_bytes())),
+    }
+}

@@ -1,0 +1,202 @@
+//! [`RpcError`]: the error a handler answers with.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Serialize;
+
+use crate::codes::{INTERNAL_ERROR, INVALID_PARAMS};
+
+/// An error a handler answers with: code, message and optional `data`.
+///
+/// Handlers return `Result<_, E>` for any `E: Into<RpcError>`, so `?` works
+/// on the common error types, each with a documented code:
+///
+/// | from | code | `data` |
+/// | --- | --- | --- |
+/// | `serde_json::Error` (decoding params) | -32602 Invalid params | `{"reason": …}` |
+/// | `std::num::ParseIntError`, `ParseFloatError`, `TryFromIntError`, `std::str::Utf8Error`, `std::string::FromUtf8Error` | -32602 Invalid params | `{"reason": …}` |
+/// | `std::io::Error` | -32603 Internal error | `{"reason": …, "kind": …}` |
+/// | `std::fmt::Error`, `Box<dyn std::error::Error + Send + Sync>` | -32603 Internal error | `{"reason": …}` |
+///
+/// ```
+/// let e = rpcwire::RpcError::invalid_params("expected a block tag")
+///     .with_data(&serde_json::json!({"field": "block", "expected": ["latest", "safe"]}));
+/// assert_eq!(e.code(), -32602);
+/// let io: rpcwire::RpcError = std::io::Error::other("disk on fire").into();
+/// assert_eq!(io.code(), rpcwire::codes::INTERNAL_ERROR);
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct RpcError(Box<ErrorParts>);
+
+/// Boxed so that a handler's `Result<Done, RpcError>` is one word, returned
+/// in a register on the success path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ErrorParts {
+    code: i32,
+    message: Cow<'static, str>,
+    /// Serialized JSON.
+    data: Option<Box<str>>,
+    /// The marker a [`Reply`](super::Reply) returns for a result past the
+    /// size limit: the dispatcher answers with its configured too-large
+    /// error.
+    too_large: bool,
+}
+
+impl RpcError {
+    /// An error with any code; -32000 to -32099 are for server-defined
+    /// errors.
+    pub fn new(code: i32, message: impl Into<Cow<'static, str>>) -> Self {
+        RpcError(Box::new(ErrorParts {
+            code,
+            message: message.into(),
+            data: None,
+            too_large: false,
+        }))
+    }
+
+    /// -32602 Invalid params, with a message saying what is wrong.
+    pub fn invalid_params(message: impl Into<Cow<'static, str>>) -> Self {
+        RpcError::new(INVALID_PARAMS, message)
+    }
+
+    /// -32603 Internal error.
+    pub fn internal(message: impl Into<Cow<'static, str>>) -> Self {
+        RpcError::new(INTERNAL_ERROR, message)
+    }
+
+    /// The result would make the reply exceed the response size limit: the
+    /// dispatcher answers with its too-large error instead.
+    pub fn too_large() -> Self {
+        let mut e = RpcError::new(crate::codes::RESPONSE_TOO_LARGE, "Response too large");
+        e.0.too_large = true;
+        e
+    }
+
+    /// Whether this is the [`too_large`](RpcError::too_large) marker.
+    pub fn is_too_large(&self) -> bool {
+        self.0.too_large
+    }
+
+    /// Attaches `data`, serialized now. A value that fails to serialize is
+    /// replaced by a string saying so.
+    pub fn with_data<T: Serialize + ?Sized>(mut self, data: &T) -> Self {
+        let json = serde_json::to_string(data).unwrap_or_else(|e| {
+            serde_json::to_string(&format!("unserializable data: {e}")).unwrap_or_default()
+        });
+        self.0.data = Some(json.into_boxed_str());
+        self
+    }
+
+    /// Attaches `data` that is already JSON, unchecked.
+    pub fn with_raw_data(mut self, json: impl Into<Box<str>>) -> Self {
+        self.0.data = Some(json.into());
+        self
+    }
+
+    /// The code.
+    pub fn code(&self) -> i32 {
+        self.0.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0.message
+    }
+
+    /// The serialized `data`, if any.
+    pub fn data(&self) -> Option<&str> {
+        self.0.data.as_deref()
+    }
+
+    /// -32602 for a value that could not be decoded, with the reason (and,
+    /// when known, the byte offset in the message) in `data`.
+    pub(crate) fn params(reason: &str, offset: Option<usize>) -> Self {
+        #[derive(Serialize)]
+        struct Data<'a> {
+            reason: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            offset: Option<usize>,
+        }
+        RpcError::invalid_params("Invalid params").with_data(&Data { reason, offset })
+    }
+
+    fn internal_because(reason: &str) -> Self {
+        RpcError::internal("Internal error").with_data(&super::reply::Reason { reason })
+    }
+}
+
+impl fmt::Debug for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RpcError")
+            .field("code", &self.0.code)
+            .field("message", &self.0.message)
+            .field("data", &self.0.data)
+            .finish()
+    }
+}
+
+impl fmt::Display for RpcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message(), self.code())
+    }
+}
+
+impl std::error::Error for RpcError {}
+
+impl From<serde_json::Error> for RpcError {
+    /// A params decoding failure: -32602, with serde's explanation in `data`.
+    fn from(e: serde_json::Error) -> Self {
+        RpcError::params(&e.to_string(), None)
+    }
+}
+
+impl From<std::io::Error> for RpcError {
+    /// -32603, with the error and its kind in `data`.
+    fn from(e: std::io::Error) -> Self {
+        #[derive(Serialize)]
+        struct Data<'a> {
+            reason: &'a str,
+            kind: &'a str,
+        }
+        let kind = format!("{:?}", e.kind());
+        RpcError::internal("Internal error").with_data(&Data {
+            reason: &e.to_string(),
+            kind: &kind,
+        })
+    }
+}
+
+macro_rules! invalid_params_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for RpcError {
+            /// -32602, with the reason in `data`: these errors come from
+            /// reading a value the client sent.
+            fn from(e: $t) -> Self {
+                RpcError::params(&e.to_string(), None)
+            }
+        }
+    )*};
+}
+
+invalid_params_from!(
+    std::num::ParseIntError,
+    std::num::ParseFloatError,
+    std::num::TryFromIntError,
+    std::str::Utf8Error,
+    std::string::FromUtf8Error
+);
+
+impl From<std::fmt::Error> for RpcError {
+    /// -32603.
+    fn from(e: std::fmt::Error) -> Self {
+        RpcError::internal_because(&e.to_string())
+    }
+}
+
+impl From<Box<dyn std::error::Error + Send + Sync>> for RpcError {
+    /// -32603, with the error's text in `data`.
+    fn from(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
+        RpcError::internal_because(&e.to_string())
+    }
+}

@@ -1,0 +1,551 @@
+//! Layer 5: run handlers and write replies straight into the caller's buffer.
+//!
+//! There is one dispatch path. Synchronous handlers run inline, in
+//! [`Dispatcher::handle`] and in `Dispatcher::handle_async` alike; async
+//! handlers (feature `async`) run concurrently under a cap. Every reply, of
+//! either kind, goes through the one reply writer (module `reply`): batch
+//! brackets and commas, ids echoed from the requests, and the response size
+//! limit enforced as a budget before anything is written.
+//!
+//! Whether a dispatcher has async methods is part of its type: a
+//! [`DispatcherBuilder`] starts as [`SyncOnly`] and becomes [`WithAsync`]
+//! when an async method is registered. `handle` (synchronous, no executor
+//! needed) exists only on `Dispatcher<S, SyncOnly>`, so calling it on a
+//! dispatcher whose methods need awaiting does not compile.
+
+mod call;
+#[cfg(feature = "async")]
+pub(crate) mod engine;
+mod error;
+mod reply;
+
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use bumpalo::Bump;
+use bytes::Bytes;
+
+pub use call::Call;
+pub(crate) use call::Invocation;
+#[cfg(feature = "async")]
+pub use engine::{AsyncCall, Cancellation, OwnedParams};
+pub use error::RpcError;
+pub(crate) use reply::{Budget, TooLarge};
+pub use reply::{Done, IntoResponse, IntoResult, Reply, ReplyBuf};
+
+use crate::codes::RESPONSE_TOO_LARGE;
+use crate::conn::{Connection, Context};
+use crate::envelope::Parser;
+use crate::message::{Incoming, Message};
+use crate::request::{Entry, Id, Request};
+use crate::router::{BuildError, Router};
+use reply::{
+    Discard, write_error_reply, write_message_error, write_method_not_found_tail, write_reply,
+    write_request_error_tail,
+};
+
+/// Marks a dispatcher whose methods are all synchronous: it has
+/// [`Dispatcher::handle`], which needs no executor.
+#[derive(Clone, Copy, Debug)]
+pub enum SyncOnly {}
+
+/// Marks a dispatcher with async methods: it is driven by
+/// `Dispatcher::handle_async` (feature `async`).
+#[derive(Clone, Copy, Debug)]
+pub enum WithAsync {}
+
+/// A synchronous handler, its return type erased: it makes the [`Call`]
+/// (with a [`Reply`] over `sink`, bounded by `limit`), and writes the
+/// returned value through a second one.
+pub(crate) type SyncFn<S> =
+    dyn Fn(Invocation<'_, S>, &mut dyn ReplyBuf, usize) -> Result<Done, RpcError> + Send + Sync;
+
+pub(crate) enum Handler<S> {
+    Sync(Box<SyncFn<S>>),
+    #[cfg(feature = "async")]
+    Async(Arc<engine::AsyncFn<S>>),
+}
+
+/// Builds a [`Dispatcher`]: register methods, set limits, `build`.
+pub struct DispatcherBuilder<S, K = SyncOnly> {
+    methods: Vec<(String, Handler<S>)>,
+    discover: Option<Handler<S>>,
+    state: S,
+    parser: Parser,
+    max_response_len: usize,
+    too_large_code: i32,
+    max_in_flight: usize,
+    timeout: Option<Duration>,
+    quiet_panics: bool,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
+    /// Registers a synchronous handler for `name`.
+    ///
+    /// The handler returns `Result<T, E>`: `T` is any `Serialize` value
+    /// (serialized straight into the reply), or the [`Done`] of a [`Reply`]
+    /// method for handlers that write their result themselves; `E` is
+    /// anything that converts into [`RpcError`].
+    ///
+    /// ```
+    /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
+    /// let d = Dispatcher::builder(40u64)
+    ///     .method("add", |call: Call<'_, u64>| {
+    ///         let (n,): (u64,) = call.decode()?;
+    ///         Ok::<_, RpcError>(call.state + n)
+    ///     })
+    ///     .method("eth_chainId", |call: Call<'_, u64>| call.reply.quantity(1))
+    ///     .build()?;
+    /// let (mut conn, mut out) = (Connection::new(), Vec::new());
+    /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[2]}"#, &mut conn, &mut out);
+    /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":42}"#);
+    /// # Ok::<(), rpcwire::router::BuildError>(())
+    /// ```
+    pub fn method<F, R>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Call<'_, S>) -> R + Send + Sync + 'static,
+        R: IntoResponse,
+    {
+        self.methods
+            .push((name.into(), Handler::Sync(erase_sync(handler))));
+        self
+    }
+
+    /// Registers `rpc.discover` (OpenRPC's service discovery), the one name
+    /// under the `rpc.` prefix that may be registered, and only through this
+    /// explicit opt-in. Every other `rpc.` name stays reserved.
+    pub fn rpc_discover<F, R>(mut self, handler: F) -> Self
+    where
+        F: Fn(Call<'_, S>) -> R + Send + Sync + 'static,
+        R: IntoResponse,
+    {
+        self.discover = Some(Handler::Sync(erase_sync(handler)));
+        self
+    }
+
+    /// The parser and its limits (depth, message size, batch length, id
+    /// length).
+    pub fn parser(mut self, parser: Parser) -> Self {
+        self.parser = parser;
+        self
+    }
+
+    /// The largest reply written, in bytes (default 25 MB, as geth), an
+    /// upper bound on what is buffered as well as on what is sent.
+    ///
+    /// A result that would make the reply larger is refused as it is
+    /// written (a [`Reply`] stops writing, `Reply::json` stops streaming),
+    /// and the request is answered with the too-large error
+    /// ([`too_large_code`](DispatcherBuilder::too_large_code), `data` giving
+    /// the limit). In a batch, the entry that crosses the limit and every
+    /// entry after it are answered with that error, in order, and are not
+    /// run. Room for those errors is held back before any handler runs
+    /// (their size is known: ids are bounded by
+    /// [`Parser::max_id_len`]); a batch whose error replies alone would pass
+    /// the limit is answered with one too-large error, `id: null`, and
+    /// nothing runs.
+    pub fn max_response_len(mut self, bytes: usize) -> Self {
+        self.max_response_len = bytes;
+        self
+    }
+
+    /// The code of the too-large error (default -32003, geth's).
+    pub fn too_large_code(mut self, code: i32) -> Self {
+        self.too_large_code = code;
+        self
+    }
+
+    /// Keeps caught handler panics quiet: the process's panic hook (which
+    /// prints the message and, with `RUST_BACKTRACE`, a backtrace) is skipped
+    /// for panics inside this dispatcher's handlers, which are answered with
+    /// -32603 anyway. Panics anywhere else still reach the hook.
+    ///
+    /// This wraps the hook installed when the first quiet dispatcher is
+    /// built (once per process); set your own hook before that.
+    pub fn quiet_panics(mut self, quiet: bool) -> Self {
+        self.quiet_panics = quiet;
+        self
+    }
+
+    /// Builds the dispatcher. Fails on a duplicate method name, an empty one,
+    /// or one starting with `rpc.`.
+    pub fn build(self) -> Result<Dispatcher<S, K>, BuildError> {
+        if self.quiet_panics {
+            install_quiet_hook();
+        }
+        Ok(Dispatcher {
+            inner: Arc::new(Shared {
+                router: Router::new(self.methods)?,
+                discover: self.discover,
+                parser: self.parser,
+                max_response_len: self.max_response_len,
+                too_large: TooLarge::new(self.too_large_code, self.max_response_len),
+                state: Arc::new(self.state),
+                max_in_flight: self.max_in_flight,
+                timeout: self.timeout,
+                quiet: self.quiet_panics,
+            }),
+            kind: PhantomData,
+        })
+    }
+}
+
+fn erase_sync<S, F, R>(handler: F) -> Box<SyncFn<S>>
+where
+    S: 'static,
+    F: Fn(Call<'_, S>) -> R + Send + Sync + 'static,
+    R: IntoResponse,
+{
+    Box::new(
+        move |inv: Invocation<'_, S>, sink: &mut dyn ReplyBuf, limit: usize| {
+            let returned = handler(inv.into_call(Reply::new(&mut *sink, limit)));
+            returned.into_response(Reply::new(sink, limit))
+        },
+    )
+}
+
+/// Routes JSON-RPC messages to handlers and writes the replies.
+///
+/// A `Dispatcher` is immutable once built, `Send + Sync` when its state is,
+/// and cheap to clone (it is shared behind one `Arc`): build it once and
+/// hand a clone to every connection.
+///
+/// ```
+/// use rpcwire::{Call, Connection, Dispatcher};
+///
+/// struct Node { height: u64 }
+///
+/// let d = Dispatcher::builder(Node { height: 0x1b4 })
+///     .method("eth_blockNumber", |call: Call<'_, Node>| call.reply.quantity(call.state.height.into()))
+///     .method("subtract", |call: Call<'_, Node>| {
+///         let (a, b): (i64, i64) = call.decode()?;
+///         Ok::<_, rpcwire::RpcError>(a - b)
+///     })
+///     .build()?;
+/// let (mut conn, mut out) = (Connection::new(), Vec::new());
+/// d.handle(br#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},
+///              {"jsonrpc":"2.0","id":2,"method":"subtract","params":[42,23]},
+///              {"jsonrpc":"2.0","method":"subtract","params":[1,1]}]"#, &mut conn, &mut out);
+/// assert_eq!(out, br#"[{"jsonrpc":"2.0","id":1,"result":"0x1b4"},{"jsonrpc":"2.0","id":2,"result":19}]"#);
+/// # Ok::<(), rpcwire::router::BuildError>(())
+/// ```
+pub struct Dispatcher<S = (), K = SyncOnly> {
+    pub(crate) inner: Arc<Shared<S>>,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<S, K> Clone for Dispatcher<S, K> {
+    fn clone(&self) -> Self {
+        Dispatcher {
+            inner: Arc::clone(&self.inner),
+            kind: PhantomData,
+        }
+    }
+}
+
+/// What every clone of a dispatcher shares.
+pub(crate) struct Shared<S> {
+    pub(crate) router: Router<Handler<S>>,
+    discover: Option<Handler<S>>,
+    pub(crate) parser: Parser,
+    pub(crate) max_response_len: usize,
+    pub(crate) too_large: TooLarge,
+    pub(crate) state: Arc<S>,
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) max_in_flight: usize,
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) quiet: bool,
+}
+
+impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
+    /// A builder with `state` (what every handler sees as `call.state`),
+    /// the default limits and no methods.
+    pub fn builder(state: S) -> DispatcherBuilder<S, SyncOnly> {
+        DispatcherBuilder {
+            methods: Vec::new(),
+            discover: None,
+            state,
+            parser: Parser::new(),
+            max_response_len: DEFAULT_MAX_RESPONSE_LEN,
+            too_large_code: RESPONSE_TOO_LARGE,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            timeout: Some(DEFAULT_TIMEOUT),
+            quiet_panics: false,
+            kind: PhantomData,
+        }
+    }
+
+    /// Handles one message and appends the complete reply to `out`, or
+    /// nothing at all (a notification, a batch of only notifications, or
+    /// incoming responses, which are never answered). Returns whether a
+    /// reply was written.
+    ///
+    /// `conn` holds the per-message arena (decoded method names, batch
+    /// bookkeeping), reset here first, and the context handlers see; reuse
+    /// one `Connection` and one `out` across messages and steady-state
+    /// dispatch allocates nothing.
+    ///
+    /// Every case of the JSON-RPC 2.0 specification is answered as the
+    /// crate's design notes list: one -32700 for invalid JSON, one -32600
+    /// for `[]` and for non-object messages, -32600 in place for invalid
+    /// batch entries (with the id when it could be read), -32601 for unknown
+    /// methods (and every `rpc.` method but an opted-in `rpc.discover`),
+    /// replies in request order, within the response size limit.
+    pub fn handle<B: ReplyBuf>(&self, input: &[u8], conn: &mut Connection, out: &mut B) -> bool {
+        conn.begin_message();
+        let start = out.len();
+        self.inner.handle_sync(input, None, conn, out);
+        conn.end_message();
+        out.len() > start
+    }
+}
+
+impl<S, K> Dispatcher<S, K> {
+    /// The dispatcher's state.
+    pub fn state(&self) -> &Arc<S> {
+        &self.inner.state
+    }
+
+    /// The parser and its limits.
+    pub fn parser(&self) -> &Parser {
+        &self.inner.parser
+    }
+
+    /// The method names registered.
+    pub fn methods(&self) -> impl Iterator<Item = &str> + '_ {
+        self.inner.router.iter().map(|(name, _)| name)
+    }
+}
+
+/// Default response size limit: 25 MB, as geth.
+pub const DEFAULT_MAX_RESPONSE_LEN: usize = 25 * 1000 * 1000;
+/// Default cap on the async handlers of one connection running at once.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// Default per-request timeout of async handlers.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The pieces of a connection a handler runs with.
+#[derive(Clone, Copy)]
+pub(crate) struct Scope<'a> {
+    pub(crate) arena: &'a Bump,
+    pub(crate) ctx: &'a Context,
+    pub(crate) message: &'a [u8],
+}
+
+impl<S: Send + Sync + 'static> Shared<S> {
+    /// Parses `input` and answers everything in it synchronously (no async
+    /// handler may be reached: only `SyncOnly` dispatchers call this).
+    fn handle_sync<B: ReplyBuf>(
+        &self,
+        input: &[u8],
+        bytes: Option<&Bytes>,
+        conn: &Connection,
+        out: &mut B,
+    ) {
+        let scope = Scope {
+            arena: &conn.arena,
+            ctx: &conn.context,
+            message: input,
+        };
+        match self.parser.parse_incoming(input, scope.arena) {
+            Err(e) => write_message_error(out, e),
+            Ok(Message::Single(item)) => {
+                let Some(entry) = item.as_entry() else {
+                    return conn.deliver(bytes, item);
+                };
+                let Some(id) = entry.reply_id() else {
+                    return self.notify(entry, scope);
+                };
+                let mut budget = Budget::new(self.max_response_len, false);
+                let too_large_len = self.too_large.len_for(id);
+                budget.hold(too_large_len);
+                self.answer(entry, id, scope, out, budget.allowance(too_large_len));
+            }
+            Ok(Message::Batch(batch)) => {
+                let items = batch.as_slice();
+                let Some(mut budget) = self.batch_budget(items) else {
+                    return self.too_large.write(out, Id::NULL);
+                };
+                let mut any = false;
+                for item in items {
+                    let Some(entry) = item.as_entry() else {
+                        conn.deliver(bytes, *item);
+                        continue;
+                    };
+                    let Some(id) = entry.reply_id() else {
+                        if !budget.is_over() {
+                            self.notify(entry, scope);
+                        }
+                        continue;
+                    };
+                    let too_large_len = self.too_large.len_for(id);
+                    let allowance = budget.allowance(too_large_len);
+                    out.push(if any { b',' } else { b'[' });
+                    any = true;
+                    let (len, refused) = if budget.is_over() {
+                        // Past the limit: answered, not run.
+                        self.too_large.write(out, id);
+                        (too_large_len, true)
+                    } else {
+                        self.answer(entry, id, scope, out, allowance)
+                    };
+                    budget.commit(too_large_len, len, refused);
+                }
+                if any {
+                    out.push(b']');
+                }
+            }
+        }
+    }
+
+    /// The budget of a batch: room held for every reply's too-large form.
+    /// `None` if even those would pass the limit.
+    pub(crate) fn batch_budget(&self, items: &[Incoming<'_>]) -> Option<Budget> {
+        let mut budget = Budget::new(self.max_response_len, true);
+        for item in items {
+            if let Some(id) = item.as_entry().and_then(|e| e.reply_id()) {
+                budget.hold(self.too_large.len_for(id));
+            }
+        }
+        budget.feasible().then_some(budget)
+    }
+
+    #[inline]
+    pub(crate) fn lookup(&self, method: &str) -> Option<&Handler<S>> {
+        match self.router.get(method) {
+            Some(h) => Some(h),
+            None if method == "rpc.discover" => self.discover.as_ref(),
+            None => None,
+        }
+    }
+
+    /// Writes the reply to an entry that is answered without awaiting: an
+    /// invalid request, an unknown method, or a synchronous handler's
+    /// result, in at most `allowance` bytes.
+    #[inline]
+    pub(crate) fn answer<B: ReplyBuf>(
+        &self,
+        entry: Entry<'_>,
+        id: Id<'_>,
+        scope: Scope<'_>,
+        out: &mut B,
+        allowance: usize,
+    ) -> (usize, bool) {
+        let req = match entry {
+            Entry::Request(req) => req,
+            Entry::Invalid(inv) => {
+                return write_error_reply(out, id, allowance, &self.too_large, |o| {
+                    write_request_error_tail(o, inv.error())
+                });
+            }
+        };
+        match self.lookup(req.method()) {
+            Some(Handler::Sync(h)) => {
+                write_reply(out, id, allowance, &self.too_large, |sink, limit| {
+                    self.invoke(h, req, scope, sink, limit)
+                })
+            }
+            #[cfg(feature = "async")]
+            Some(Handler::Async(_)) => {
+                // Only the async path reaches async handlers; it starts them
+                // itself and never calls this for them.
+                write_error_reply(out, id, allowance, &self.too_large, |o| {
+                    reply::write_error_tail(
+                        o,
+                        crate::codes::INTERNAL_ERROR,
+                        "async method reached the sync path",
+                        None,
+                    )
+                })
+            }
+            None => write_error_reply(out, id, allowance, &self.too_large, |o| {
+                write_method_not_found_tail(o, req.method())
+            }),
+        }
+    }
+
+    /// Runs a notification's synchronous handler; it writes into nothing.
+    pub(crate) fn notify(&self, entry: Entry<'_>, scope: Scope<'_>) {
+        if let Entry::Request(req) = entry
+            && let Some(Handler::Sync(h)) = self.lookup(req.method())
+        {
+            let _ = self.invoke(h, req, scope, &mut Discard, 0);
+        }
+    }
+
+    /// Calls a synchronous handler, a panic caught and turned into -32603.
+    #[inline(always)]
+    fn invoke(
+        &self,
+        h: &SyncFn<S>,
+        req: Request<'_>,
+        scope: Scope<'_>,
+        sink: &mut dyn ReplyBuf,
+        limit: usize,
+    ) -> Result<Done, RpcError> {
+        let inv = Invocation {
+            params: req.params(),
+            arena: scope.arena,
+            state: &*self.state,
+            ctx: scope.ctx,
+            method: req.method(),
+            id: req.id(),
+            message: scope.message,
+        };
+        guard_panics(self.quiet, || h(inv, sink, limit))
+    }
+}
+
+thread_local! {
+    /// Set while a quiet dispatcher runs a handler on this thread.
+    static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs (once per process) a panic hook that skips the previous hook
+/// while a quiet dispatcher runs a handler on the panicking thread.
+fn install_quiet_hook() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !QUIET.with(Cell::get) {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs `f`, turning a panic into -32603 with the panic's message in `data`.
+#[inline(always)]
+pub(crate) fn guard_panics(
+    quiet: bool,
+    f: impl FnOnce() -> Result<Done, RpcError>,
+) -> Result<Done, RpcError> {
+    if quiet {
+        QUIET.with(|q| q.set(true));
+    }
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    if quiet {
+        QUIET.with(|q| q.set(false));
+    }
+    outcome.unwrap_or_else(|panic| Err(panic_error(&*panic)))
+}
+
+/// The -32603 that answers a panicking handler.
+pub(crate) fn panic_error(payload: &(dyn std::any::Any + Send)) -> RpcError {
+    #[derive(serde::Serialize)]
+    struct PanicData<'a> {
+        panic: &'a str,
+    }
+    let reason = payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("handler panicked");
+    RpcError::internal("Internal error").with_data(&PanicData { panic: reason })
+}

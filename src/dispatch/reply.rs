@@ -1,0 +1,681 @@
+//! The one reply writer, used by sync and async dispatch alike: the buffer
+//! trait replies go into, the [`Reply`] a handler writes its result through,
+//! how a handler's return value becomes a reply ([`IntoResponse`]), and the
+//! per-message [`Budget`] that makes the response size limit an upper bound
+//! on memory and on the bytes sent.
+//!
+//! A reply is written where it will be sent: the envelope head
+//! (`{"jsonrpc":"2.0","id":…,"result":`) goes into the output buffer, the
+//! handler writes its result after it, and the writer closes the object. If
+//! the handler fails (or panics, or writes past its allowance), what it wrote
+//! is cut off and an error object takes its place. There is no intermediate
+//! `Value`, and results that are already JSON are copied, not re-validated.
+
+use std::io;
+
+use serde::Serialize;
+
+use super::error::RpcError;
+use crate::codes::METHOD_NOT_FOUND;
+use crate::error::Error;
+use crate::json::RawJson;
+use crate::request::Id;
+use crate::write;
+
+/// A buffer replies are written into: `Vec<u8>`, `bytes::BytesMut`, or a
+/// transport's own frame buffer.
+///
+/// Replies are appended; a writer may cut back what it appended (to replace
+/// a failed result by an error), never what was there before.
+///
+/// ```
+/// use rpcwire::dispatch::ReplyBuf;
+/// let mut out = bytes::BytesMut::new();
+/// out.extend_from_slice(b"Content-Length: ");
+/// assert_eq!(ReplyBuf::len(&out), 16);
+/// ```
+pub trait ReplyBuf {
+    /// The number of bytes in the buffer.
+    fn len(&self) -> usize;
+    /// Whether the buffer is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Appends `bytes`.
+    fn extend_from_slice(&mut self, bytes: &[u8]);
+    /// Appends one byte.
+    fn push(&mut self, byte: u8) {
+        self.extend_from_slice(&[byte]);
+    }
+    /// Cuts the buffer back to `len` bytes (`len` is at most [`len`](ReplyBuf::len)).
+    fn truncate(&mut self, len: usize);
+    /// Makes room for `additional` more bytes (a hint).
+    fn reserve(&mut self, additional: usize) {
+        let _ = additional;
+    }
+    /// The buffer as a `Vec<u8>`, when it is one: writers then take a
+    /// statically dispatched path. Other buffers keep the default `None`.
+    fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        None
+    }
+}
+
+impl ReplyBuf for Vec<u8> {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    #[inline(always)]
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        Vec::extend_from_slice(self, bytes)
+    }
+    #[inline(always)]
+    fn push(&mut self, byte: u8) {
+        Vec::push(self, byte)
+    }
+    #[inline(always)]
+    fn truncate(&mut self, len: usize) {
+        Vec::truncate(self, len)
+    }
+    #[inline(always)]
+    fn reserve(&mut self, additional: usize) {
+        Vec::reserve(self, additional)
+    }
+    #[inline(always)]
+    fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        Some(self)
+    }
+}
+
+impl<T: ReplyBuf + ?Sized> ReplyBuf for &mut T {
+    #[inline(always)]
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    #[inline(always)]
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        (**self).extend_from_slice(bytes)
+    }
+    #[inline(always)]
+    fn push(&mut self, byte: u8) {
+        (**self).push(byte)
+    }
+    #[inline(always)]
+    fn truncate(&mut self, len: usize) {
+        (**self).truncate(len)
+    }
+    #[inline(always)]
+    fn reserve(&mut self, additional: usize) {
+        (**self).reserve(additional)
+    }
+    #[inline(always)]
+    fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        (**self).as_vec_mut()
+    }
+}
+
+impl ReplyBuf for bytes::BytesMut {
+    #[inline]
+    fn len(&self) -> usize {
+        bytes::BytesMut::len(self)
+    }
+    #[inline]
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        bytes::BytesMut::extend_from_slice(self, bytes)
+    }
+    #[inline]
+    fn truncate(&mut self, len: usize) {
+        bytes::BytesMut::truncate(self, len)
+    }
+    #[inline]
+    fn reserve(&mut self, additional: usize) {
+        bytes::BytesMut::reserve(self, additional)
+    }
+}
+
+/// A buffer that keeps nothing: where a notification's handler writes.
+pub(crate) struct Discard;
+
+impl ReplyBuf for Discard {
+    fn len(&self) -> usize {
+        0
+    }
+    fn extend_from_slice(&mut self, _: &[u8]) {}
+    fn truncate(&mut self, _: usize) {}
+}
+
+/// Proof that a handler wrote a result: only [`Reply`]'s methods make one.
+#[must_use = "return the Done from the handler"]
+#[derive(Debug)]
+pub struct Done(());
+
+/// A `Done` for the engine's bookkeeping (never handed to a handler).
+#[cfg(feature = "async")]
+pub(crate) fn done() -> Done {
+    Done(())
+}
+
+/// Where a handler writes its result: straight into the reply buffer, after
+/// the envelope head. Each method consumes the `Reply` and returns
+/// `Result<Done, RpcError>`, which a handler returns as it is.
+///
+/// Writes are bounded by the response size limit: a result that would make
+/// the reply larger is refused before it is buffered (`json` stops
+/// streaming), and the handler's reply becomes the "response too large"
+/// error. A notification's handler writes into nothing.
+///
+/// ```
+/// # use rpcwire::{Call, Dispatcher, Connection};
+/// let d = Dispatcher::builder(())
+///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.str("0x1"))
+///     .method("eth_getBlockByNumber", |call: Call<'_, ()>| call.reply.raw(br#"{"number":"0x1"}"#))
+///     .build()?;
+/// let (mut conn, mut out) = (Connection::new(), Vec::new());
+/// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#, &mut conn, &mut out);
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#);
+/// # Ok::<(), rpcwire::router::BuildError>(())
+/// ```
+pub struct Reply<'a> {
+    sink: Sink<'a>,
+    /// The length the sink may reach with this result written.
+    limit: usize,
+}
+
+enum Sink<'a> {
+    Vec(&'a mut Vec<u8>),
+    Dyn(&'a mut dyn ReplyBuf),
+}
+
+impl<'a> Reply<'a> {
+    pub(crate) fn new(out: &'a mut dyn ReplyBuf, limit: usize) -> Self {
+        // Asked twice: returning the first answer's borrow from one arm of
+        // the match and `out` from the other is beyond the borrow checker.
+        let sink = if out.as_vec_mut().is_some() {
+            Sink::Vec(out.as_vec_mut().expect("asked just above"))
+        } else {
+            Sink::Dyn(out)
+        };
+        Reply { sink, limit }
+    }
+
+    /// Writes with `f` (a bounded, small write) and checks the limit after.
+    #[inline(always)]
+    fn put(self, f: impl FnOnce(&mut dyn ReplyBufExt)) -> Result<Done, RpcError> {
+        let limit = self.limit;
+        match self.sink {
+            Sink::Vec(v) => put_in(v, limit, |b| f(b)),
+            Sink::Dyn(mut d) => put_in(&mut d, limit, |b| f(b)),
+        }
+    }
+
+    /// Pre-serialized JSON, copied as is (not validated: the caller vouches
+    /// for it, e.g. bytes an upstream node answered with).
+    pub fn raw(self, json: &[u8]) -> Result<Done, RpcError> {
+        let (len, limit) = (self.len(), self.limit);
+        if len + json.len() > limit {
+            return Err(RpcError::too_large());
+        }
+        match self.sink {
+            Sink::Vec(v) => v.extend_from_slice(json),
+            Sink::Dyn(d) => d.extend_from_slice(json),
+        }
+        Ok(Done(()))
+    }
+
+    /// A value from a parsed message (for instance an upstream response's
+    /// `result`), copied byte for byte.
+    pub fn raw_json(self, value: RawJson<'_>) -> Result<Done, RpcError> {
+        self.raw(value.as_bytes())
+    }
+
+    /// Any `Serialize` value, serialized in place with serde_json. Streaming
+    /// stops as soon as the result would pass the size limit.
+    pub fn json<T: Serialize + ?Sized>(self, value: &T) -> Result<Done, RpcError> {
+        let limit = self.limit;
+        let outcome = match self.sink {
+            Sink::Vec(v) => serialize_into(v, limit, value),
+            Sink::Dyn(d) => serialize_into(d, limit, value),
+        };
+        outcome.map(|()| Done(()))
+    }
+
+    /// A JSON string, escaped as needed.
+    pub fn str(self, s: &str) -> Result<Done, RpcError> {
+        if self.len() + s.len() + 2 > self.limit {
+            return Err(RpcError::too_large());
+        }
+        self.put(|b| b.string(s))
+    }
+
+    /// An unsigned integer.
+    pub fn u64(self, v: u64) -> Result<Done, RpcError> {
+        self.put(|b| b.u64(v))
+    }
+
+    /// A signed integer.
+    pub fn i64(self, v: i64) -> Result<Done, RpcError> {
+        self.put(|b| b.i64(v))
+    }
+
+    /// `true` or `false`.
+    pub fn bool(self, v: bool) -> Result<Done, RpcError> {
+        self.put(|b| b.raw(if v { b"true" } else { b"false" }))
+    }
+
+    /// `null`.
+    pub fn null(self) -> Result<Done, RpcError> {
+        self.put(|b| b.raw(b"null"))
+    }
+
+    /// An Ethereum QUANTITY: `"0x"` and lowercase hex without leading zeros
+    /// (`"0x0"` for zero).
+    pub fn quantity(self, v: u128) -> Result<Done, RpcError> {
+        self.put(|b| b.quantity(v))
+    }
+
+    /// Ethereum DATA: `"0x"` and two hex digits per byte.
+    pub fn hex_data(self, bytes: &[u8]) -> Result<Done, RpcError> {
+        if self.len() + 2 * bytes.len() + 4 > self.limit {
+            return Err(RpcError::too_large());
+        }
+        self.put(|b| b.hex_data(bytes))
+    }
+
+    fn len(&self) -> usize {
+        match &self.sink {
+            Sink::Vec(v) => v.len(),
+            Sink::Dyn(d) => d.len(),
+        }
+    }
+}
+
+/// The small writers, object-safe, so [`Reply::put`] is written once for
+/// both sinks.
+trait ReplyBufExt {
+    fn string(&mut self, s: &str);
+    fn u64(&mut self, v: u64);
+    fn i64(&mut self, v: i64);
+    fn quantity(&mut self, v: u128);
+    fn hex_data(&mut self, bytes: &[u8]);
+    fn raw(&mut self, bytes: &[u8]);
+}
+
+impl<B: ReplyBuf + ?Sized> ReplyBufExt for B {
+    #[inline(always)]
+    fn string(&mut self, s: &str) {
+        write::string(self, s)
+    }
+    #[inline(always)]
+    fn u64(&mut self, v: u64) {
+        write::u64(self, v)
+    }
+    #[inline(always)]
+    fn i64(&mut self, v: i64) {
+        write::i64(self, v)
+    }
+    #[inline(always)]
+    fn quantity(&mut self, v: u128) {
+        write::quantity(self, v)
+    }
+    #[inline(always)]
+    fn hex_data(&mut self, bytes: &[u8]) {
+        write::hex_data(self, bytes)
+    }
+    #[inline(always)]
+    fn raw(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes)
+    }
+}
+
+#[inline(always)]
+fn put_in<B: ReplyBuf + ?Sized>(
+    out: &mut B,
+    limit: usize,
+    f: impl FnOnce(&mut B),
+) -> Result<Done, RpcError> {
+    let at = out.len();
+    f(out);
+    if out.len() > limit {
+        out.truncate(at);
+        return Err(RpcError::too_large());
+    }
+    Ok(Done(()))
+}
+
+/// An `io::Write` over a reply buffer that refuses to grow it past `limit`.
+struct Bounded<'o, B: ?Sized> {
+    out: &'o mut B,
+    limit: usize,
+    over: bool,
+}
+
+impl<B: ReplyBuf + ?Sized> io::Write for Bounded<'_, B> {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        if self.out.len() + buf.len() > self.limit {
+            self.over = true;
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        self.out.extend_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn serialize_into<B: ReplyBuf + ?Sized, T: Serialize + ?Sized>(
+    out: &mut B,
+    limit: usize,
+    value: &T,
+) -> Result<(), RpcError> {
+    let at = out.len();
+    let mut w = Bounded {
+        out,
+        limit,
+        over: false,
+    };
+    match serde_json::to_writer(&mut w, value) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let over = w.over;
+            w.out.truncate(at);
+            Err(if over {
+                RpcError::too_large()
+            } else {
+                RpcError::internal("result could not be serialized").with_data(&Reason {
+                    reason: &e.to_string(),
+                })
+            })
+        }
+    }
+}
+
+#[derive(Serialize)]
+pub(crate) struct Reason<'a> {
+    pub(crate) reason: &'a str,
+}
+
+/// How a handler's return value becomes its reply: `Result<T, E>` where `T`
+/// is any `Serialize` value (or the [`Done`] of a [`Reply`] method) and `E`
+/// converts into an [`RpcError`] (so `?` works on `std::io::Error`,
+/// `serde_json::Error` and the other types `RpcError` converts from).
+pub trait IntoResponse {
+    /// Writes the result through `reply`, or returns the error to answer
+    /// with.
+    fn into_response(self, reply: Reply<'_>) -> Result<Done, RpcError>;
+}
+
+/// A successful result: any `Serialize` value, or [`Done`].
+pub trait IntoResult {
+    /// Writes `self` as the `result` member.
+    fn write_result(self, reply: Reply<'_>) -> Result<Done, RpcError>;
+}
+
+impl<T: Serialize> IntoResult for T {
+    #[inline]
+    fn write_result(self, reply: Reply<'_>) -> Result<Done, RpcError> {
+        reply.json(&self)
+    }
+}
+
+impl IntoResult for Done {
+    #[inline(always)]
+    fn write_result(self, _: Reply<'_>) -> Result<Done, RpcError> {
+        Ok(self)
+    }
+}
+
+impl<T: IntoResult, E: Into<RpcError>> IntoResponse for Result<T, E> {
+    #[inline(always)]
+    fn into_response(self, reply: Reply<'_>) -> Result<Done, RpcError> {
+        match self {
+            Ok(value) => value.write_result(reply),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// The fixed texts of the "response too large" reply, made once per
+/// dispatcher so that its length for any id is known in advance.
+#[derive(Clone, Debug)]
+pub(crate) struct TooLarge {
+    /// `,"error":{"code":…,"message":"Response too large","data":{"limit":…}}}`
+    tail: std::sync::Arc<[u8]>,
+}
+
+impl TooLarge {
+    pub(crate) fn new(code: i32, limit: usize) -> Self {
+        let mut tail = Vec::with_capacity(96);
+        tail.extend_from_slice(b",\"error\":{\"code\":");
+        write::i64(&mut tail, code as i64);
+        tail.extend_from_slice(b",\"message\":\"Response too large\",\"data\":{\"limit\":");
+        write::u64(&mut tail, limit as u64);
+        tail.extend_from_slice(b"}}}");
+        TooLarge { tail: tail.into() }
+    }
+
+    /// The length of the reply for `id`.
+    #[inline]
+    pub(crate) fn len_for(&self, id: Id<'_>) -> usize {
+        HEAD_PREFIX.len() + id.as_bytes().len() + self.tail.len()
+    }
+
+    pub(crate) fn write<B: ReplyBuf + ?Sized>(&self, out: &mut B, id: Id<'_>) {
+        out.extend_from_slice(HEAD_PREFIX);
+        out.extend_from_slice(id.as_bytes());
+        out.extend_from_slice(&self.tail);
+    }
+}
+
+/// How much of the response size limit a message's reply has used, and how
+/// much it holds back.
+///
+/// Before anything runs, the budget reserves for every entry that will be
+/// answered the length of its "response too large" reply (known exactly:
+/// ids are bounded by the parser's id limit), plus a separator each and the
+/// closing bracket of a batch. Each entry may then use what is neither used
+/// nor reserved for the others; a reply that does not fit its allowance is
+/// replaced by its too-large reply, which always fits. So the whole reply
+/// never exceeds the limit, and no handler can make the buffer grow past it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    limit: usize,
+    used: usize,
+    reserved: usize,
+    /// 1 in a batch (a `[` or `,` before each reply), else 0.
+    separator: usize,
+    /// An entry has already been refused: every later one is too.
+    over: bool,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: usize, batch: bool) -> Self {
+        Budget {
+            limit,
+            used: 0,
+            // A batch's closing `]`.
+            reserved: batch as usize,
+            separator: batch as usize,
+            over: false,
+        }
+    }
+
+    /// Holds back room for one entry that will be answered.
+    #[inline]
+    pub(crate) fn hold(&mut self, too_large_len: usize) {
+        self.reserved += too_large_len + self.separator;
+    }
+
+    /// Whether every entry can at least get its too-large reply.
+    pub(crate) fn feasible(&self) -> bool {
+        self.reserved <= self.limit
+    }
+
+    /// Whether an earlier entry was refused (then this one is not run).
+    pub(crate) fn is_over(&self) -> bool {
+        self.over
+    }
+
+    /// How many bytes the reply (without separator) to an entry holding
+    /// `too_large_len` may take: what is neither used nor held for the other
+    /// entries. Never less than `too_large_len`.
+    #[inline]
+    pub(crate) fn allowance(&self, too_large_len: usize) -> usize {
+        let others = self.reserved - (too_large_len + self.separator);
+        self.limit
+            .saturating_sub(self.used + others + self.separator)
+            .max(too_large_len)
+    }
+
+    /// Records the reply of `len` bytes to an entry that held
+    /// `too_large_len`; `refused` if it was replaced by its too-large reply.
+    #[inline]
+    pub(crate) fn commit(&mut self, too_large_len: usize, len: usize, refused: bool) {
+        self.reserved -= too_large_len + self.separator;
+        self.used += len + self.separator;
+        self.over |= refused;
+    }
+}
+
+const HEAD_PREFIX: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":";
+const RESULT_KEY: &[u8] = b",\"result\":";
+
+/// Writes the complete reply to one request at the end of `out`, in at most
+/// `allowance` bytes: the head, then what `run` writes through the
+/// [`Reply`] it makes over the sink and limit it is given, then `}`; or, if
+/// `run` fails, an error object in place of the result; or, if that does not
+/// fit, the too-large reply. Returns the reply's length and whether it was
+/// refused as too large.
+#[inline(always)]
+pub(crate) fn write_reply<B: ReplyBuf>(
+    out: &mut B,
+    id: Id<'_>,
+    allowance: usize,
+    too_large: &TooLarge,
+    run: impl FnOnce(&mut dyn ReplyBuf, usize) -> Result<Done, RpcError>,
+) -> (usize, bool) {
+    match poll_reply(out, id, allowance, too_large, |sink, limit| {
+        std::task::Poll::Ready(run(sink, limit))
+    }) {
+        std::task::Poll::Ready(written) => written,
+        std::task::Poll::Pending => unreachable!("run is always ready"),
+    }
+}
+
+/// [`write_reply`] for a result that may not be ready: when `run` is
+/// pending, nothing is left in `out`.
+#[inline(always)]
+pub(crate) fn poll_reply<B: ReplyBuf>(
+    out: &mut B,
+    id: Id<'_>,
+    allowance: usize,
+    too_large: &TooLarge,
+    run: impl FnOnce(&mut dyn ReplyBuf, usize) -> std::task::Poll<Result<Done, RpcError>>,
+) -> std::task::Poll<(usize, bool)> {
+    let start = out.len();
+    out.extend_from_slice(HEAD_PREFIX);
+    write::small(out, id.as_bytes());
+    let after_id = out.len();
+    out.extend_from_slice(RESULT_KEY);
+    // Room for the closing brace.
+    let limit = (start + allowance).saturating_sub(1);
+    match run(out, limit) {
+        std::task::Poll::Pending => {
+            out.truncate(start);
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(Ok(Done(()))) => {
+            out.push(b'}');
+            return std::task::Poll::Ready((out.len() - start, false));
+        }
+        std::task::Poll::Ready(Err(e)) => {
+            out.truncate(after_id);
+            if !e.is_too_large() {
+                write_error_tail(out, e.code(), e.message(), e.data().map(str::as_bytes));
+                if out.len() - start <= allowance {
+                    return std::task::Poll::Ready((out.len() - start, false));
+                }
+            }
+        }
+    }
+    out.truncate(start);
+    too_large.write(out, id);
+    std::task::Poll::Ready((out.len() - start, true))
+}
+
+/// Writes an error reply (not a handler's) in at most `allowance` bytes,
+/// falling back to the too-large reply. Returns its length and whether it
+/// was refused.
+pub(crate) fn write_error_reply<B: ReplyBuf + ?Sized>(
+    out: &mut B,
+    id: Id<'_>,
+    allowance: usize,
+    too_large: &TooLarge,
+    tail: impl FnOnce(&mut B),
+) -> (usize, bool) {
+    let start = out.len();
+    out.extend_from_slice(HEAD_PREFIX);
+    out.extend_from_slice(id.as_bytes());
+    tail(out);
+    if out.len() - start <= allowance {
+        return (out.len() - start, false);
+    }
+    out.truncate(start);
+    too_large.write(out, id);
+    (out.len() - start, true)
+}
+
+/// `,"error":{…}}` after `{"jsonrpc":"2.0","id":<id>`.
+pub(crate) fn write_error_tail<B: ReplyBuf + ?Sized>(
+    out: &mut B,
+    code: i32,
+    message: &str,
+    data: Option<&[u8]>,
+) {
+    out.extend_from_slice(b",\"error\":{\"code\":");
+    write::i64(out, code as i64);
+    out.extend_from_slice(b",\"message\":");
+    write::string(out, message);
+    if let Some(data) = data {
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(data);
+    }
+    out.extend_from_slice(b"}}");
+}
+
+/// The error tail for a parse or envelope error, its `data` written in
+/// place.
+pub(crate) fn write_request_error_tail<B: ReplyBuf + ?Sized>(out: &mut B, e: Error) {
+    out.extend_from_slice(b",\"error\":{\"code\":");
+    write::i64(out, e.code() as i64);
+    out.extend_from_slice(b",\"message\":\"");
+    out.extend_from_slice(e.message().as_bytes());
+    out.extend_from_slice(b"\",\"data\":");
+    e.write_data(out);
+    out.extend_from_slice(b"}}");
+}
+
+/// The whole reply to a message that could not be read: one error, `id:
+/// null`.
+pub(crate) fn write_message_error<B: ReplyBuf + ?Sized>(out: &mut B, e: Error) {
+    out.extend_from_slice(HEAD_PREFIX);
+    out.extend_from_slice(b"null");
+    write_request_error_tail(out, e);
+}
+
+/// The error tail for an unknown method, naming it in `data`.
+pub(crate) fn write_method_not_found_tail<B: ReplyBuf + ?Sized>(out: &mut B, method: &str) {
+    out.extend_from_slice(b",\"error\":{\"code\":");
+    write::i64(out, METHOD_NOT_FOUND as i64);
+    out.extend_from_slice(b",\"message\":\"Method not found\",\"data\":{\"method\":");
+    write::string(out, method);
+    out.extend_from_slice(b"}}}");
+}

@@ -1,0 +1,540 @@
+//! The two-way side of JSON-RPC: this side sending requests and
+//! notifications, and matching the responses that come back.
+//!
+//! MCP servers send progress and log notifications and ask clients for
+//! things; Ethereum nodes push `eth_subscription` notifications; LSP servers
+//! do both. Three pieces, from the bottom:
+//!
+//! * writers for outbound messages ([`write_request`],
+//!   [`write_notification`], and `_raw` forms for params that are already
+//!   JSON), into any [`ReplyBuf`];
+//! * [`PendingTable`]: ids allocated by this side, and what waits for each
+//!   answer, with deadlines: sans-I/O, usable by any transport;
+//! * [`Peer`]: both, over a transport's [`Outbound`] queue, shared by a
+//!   connection's handlers through its [`Context`](crate::Context).
+//!
+//! Incoming responses are found by the same single pass that reads
+//! requests ([`Parser::parse_incoming`](crate::Parser::parse_incoming));
+//! the dispatcher hands each one to the connection's peer and never answers
+//! it. A response whose id matches no pending request is counted
+//! ([`Connection::unmatched_responses`](crate::Connection::unmatched_responses)),
+//! not answered.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+#[cfg(feature = "async")]
+use std::time::Duration;
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::dispatch::ReplyBuf;
+use crate::request::Id;
+use crate::response::Response;
+use crate::write;
+
+/// Writes a request `{"jsonrpc":"2.0","id":…,"method":…,"params":…}` with
+/// params serialized from `params` (omitted when `None`).
+///
+/// ```
+/// let mut out = Vec::new();
+/// rpcwire::peer::write_request(&mut out, 7, "sampling/createMessage", Some(&serde_json::json!({"maxTokens": 5})))?;
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","id":7,"method":"sampling/createMessage","params":{"maxTokens":5}}"#);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+pub fn write_request<B: ReplyBuf, P: Serialize + ?Sized>(
+    out: &mut B,
+    id: u64,
+    method: &str,
+    params: Option<&P>,
+) -> Result<(), serde_json::Error> {
+    let start = out.len();
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    write::u64(out, id);
+    write_method_and_params(out, start, method, params)
+}
+
+/// Writes a request whose params are already JSON text (an array or an
+/// object, not checked: the caller vouches for it).
+pub fn write_request_raw<B: ReplyBuf>(
+    out: &mut B,
+    id: Id<'_>,
+    method: &str,
+    params: Option<&[u8]>,
+) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.as_bytes());
+    out.extend_from_slice(b",\"method\":");
+    write::string(out, method);
+    if let Some(p) = params {
+        out.extend_from_slice(b",\"params\":");
+        out.extend_from_slice(p);
+    }
+    out.push(b'}');
+}
+
+/// Writes a notification `{"jsonrpc":"2.0","method":…,"params":…}`.
+///
+/// ```
+/// let mut out = Vec::new();
+/// rpcwire::peer::write_notification(&mut out, "eth_subscription", Some(&serde_json::json!({"subscription": "0x1", "result": 5})))?;
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"result":5,"subscription":"0x1"}}"#);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+pub fn write_notification<B: ReplyBuf, P: Serialize + ?Sized>(
+    out: &mut B,
+    method: &str,
+    params: Option<&P>,
+) -> Result<(), serde_json::Error> {
+    let start = out.len();
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\"");
+    write_method_and_params(out, start, method, params)
+}
+
+/// Writes a notification whose params are already JSON text.
+pub fn write_notification_raw<B: ReplyBuf>(out: &mut B, method: &str, params: Option<&[u8]>) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+    write::string(out, method);
+    if let Some(p) = params {
+        out.extend_from_slice(b",\"params\":");
+        out.extend_from_slice(p);
+    }
+    out.push(b'}');
+}
+
+fn write_method_and_params<B: ReplyBuf, P: Serialize + ?Sized>(
+    out: &mut B,
+    start: usize,
+    method: &str,
+    params: Option<&P>,
+) -> Result<(), serde_json::Error> {
+    out.extend_from_slice(b",\"method\":");
+    write::string(out, method);
+    if let Some(p) = params {
+        out.extend_from_slice(b",\"params\":");
+        let mut w = Appender(out);
+        if let Err(e) = serde_json::to_writer(&mut w, p) {
+            out.truncate(start);
+            return Err(e);
+        }
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+struct Appender<'o, B: ?Sized>(&'o mut B);
+
+impl<B: ReplyBuf + ?Sized> std::io::Write for Appender<'_, B> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Requests this side sent and has not had answered: each under an id this
+/// side allocated (a counter, written as a JSON integer), with what waits for
+/// its answer and an optional deadline. No I/O: a transport asks it for ids,
+/// hands it the responses it reads, and calls
+/// [`expire`](PendingTable::expire) when the next deadline passes.
+///
+/// ```
+/// use rpcwire::peer::PendingTable;
+/// use rpcwire::response::ResponseMessage;
+/// let mut table = PendingTable::new();
+/// let id = table.insert("ask the client", None);
+/// let arena = bumpalo::Bump::new();
+/// let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":true}}"#);
+/// let ResponseMessage::Single(r) = rpcwire::parse_response(reply.as_bytes(), &arena)? else { panic!() };
+/// assert_eq!(table.take(r.id()), Some("ask the client"));
+/// assert_eq!(table.take(r.id()), None); // answered once only
+/// # Ok::<(), rpcwire::Error>(())
+/// ```
+pub struct PendingTable<T> {
+    next: u64,
+    entries: HashMap<u64, (T, Option<Instant>)>,
+}
+
+impl<T> Default for PendingTable<T> {
+    fn default() -> Self {
+        PendingTable::new()
+    }
+}
+
+impl<T> PendingTable<T> {
+    /// An empty table; ids start at 1.
+    pub fn new() -> Self {
+        PendingTable {
+            next: 1,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// Registers `waiter` under a new id, which it returns; the request is
+    /// to be written with that id.
+    pub fn insert(&mut self, waiter: T, deadline: Option<Instant>) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.entries.insert(id, (waiter, deadline));
+        id
+    }
+
+    /// The waiter for the response with `id`, removed; `None` for an id this
+    /// side never sent, or already answered (ids are matched byte for byte
+    /// as the integers this table wrote).
+    pub fn take(&mut self, id: Id<'_>) -> Option<T> {
+        let id = id.as_u64()?;
+        self.entries.remove(&id).map(|(w, _)| w)
+    }
+
+    /// Forgets the request `id` (cancelled by this side); returns its waiter.
+    pub fn cancel(&mut self, id: u64) -> Option<T> {
+        self.entries.remove(&id).map(|(w, _)| w)
+    }
+
+    /// Removes every request whose deadline is at or before `now`, calling
+    /// `expired` with each id and waiter; returns how many expired.
+    pub fn expire(&mut self, now: Instant, mut expired: impl FnMut(u64, T)) -> usize {
+        let ids: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, (_, d))| d.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &ids {
+            if let Some((w, _)) = self.entries.remove(id) {
+                expired(*id, w);
+            }
+        }
+        ids.len()
+    }
+
+    /// The earliest deadline of a pending request.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.entries.values().filter_map(|(_, d)| *d).min()
+    }
+
+    /// How many requests wait for an answer.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no request waits.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Removes every pending request (the connection closed), calling
+    /// `closed` with each.
+    pub fn clear(&mut self, mut closed: impl FnMut(u64, T)) {
+        for (id, (w, _)) in self.entries.drain() {
+            closed(id, w);
+        }
+    }
+}
+
+impl<T> fmt::Debug for PendingTable<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingTable")
+            .field("pending", &self.entries.len())
+            .field("next_id", &self.next)
+            .finish()
+    }
+}
+
+/// Where a connection's outbound messages go: the transport's writer queue.
+/// `send` must not block; a bounded queue that is full answers
+/// [`SendError::Full`] (the message is dropped, the caller decides what
+/// that means: a slow subscriber, a failed request).
+pub trait Outbound: Send + Sync {
+    /// Queues one complete message (a notification, request or response).
+    fn send(&self, message: Bytes) -> Result<(), SendError>;
+}
+
+/// Why an outbound message was not queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendError {
+    /// The connection's queue is full: the client reads too slowly.
+    Full,
+    /// The connection is closed.
+    Closed,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SendError::Full => "the connection's send queue is full",
+            SendError::Closed => "the connection is closed",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// Why an outbound request got no response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PeerError {
+    /// No response before the deadline.
+    Timeout,
+    /// This side cancelled the request.
+    Cancelled,
+    /// The connection closed first.
+    Closed,
+    /// The request could not be queued.
+    Send(SendError),
+    /// The params could not be serialized.
+    Params,
+}
+
+impl fmt::Display for PeerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerError::Timeout => f.write_str("no response before the deadline"),
+            PeerError::Cancelled => f.write_str("the request was cancelled"),
+            PeerError::Closed => f.write_str("the connection closed"),
+            PeerError::Send(e) => e.fmt(f),
+            PeerError::Params => f.write_str("the params could not be serialized"),
+        }
+    }
+}
+
+impl std::error::Error for PeerError {}
+
+/// A response to a request this side sent, owned (its JSON slices share the
+/// message's buffer when the transport read it into `bytes::Bytes`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedResponse {
+    outcome: Result<Bytes, OwnedError>,
+}
+
+impl OwnedResponse {
+    /// The raw `result` JSON, or the error.
+    pub fn result(&self) -> Result<&[u8], &OwnedError> {
+        self.outcome.as_ref().map(|b| &b[..])
+    }
+
+    /// Decodes the result into `T`; an error response is returned as is.
+    pub fn decode<T: serde::de::DeserializeOwned>(&self) -> Result<T, DecodeError> {
+        match &self.outcome {
+            Ok(json) => serde_json::from_slice(json).map_err(DecodeError::Json),
+            Err(e) => Err(DecodeError::Rpc(e.clone())),
+        }
+    }
+
+    fn from_response(input: Option<&Bytes>, r: Response<'_>) -> Self {
+        let own = |s: &[u8]| match input {
+            Some(b) if b.as_ptr_range().contains(&s.as_ptr()) => b.slice_ref(s),
+            _ => Bytes::copy_from_slice(s),
+        };
+        OwnedResponse {
+            outcome: match r.result() {
+                Ok(v) => Ok(own(v.as_bytes())),
+                Err(e) => Err(OwnedError {
+                    code: e.code(),
+                    message: e
+                        .message()
+                        .decode()
+                        .map_or_else(|| "(undecodable message)".into(), |m| m.into_owned()),
+                    data: e.data().map(|d| own(d.as_bytes())),
+                }),
+            },
+        }
+    }
+}
+
+/// An error response's `error` member, owned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedError {
+    /// The code.
+    pub code: i64,
+    /// The message, decoded.
+    pub message: String,
+    /// The raw `data` JSON.
+    pub data: Option<Bytes>,
+}
+
+/// Why [`OwnedResponse::decode`] failed.
+#[derive(Debug)]
+pub enum DecodeError {
+    /// The peer answered with an error.
+    Rpc(OwnedError),
+    /// The result did not decode into the type asked for.
+    Json(serde_json::Error),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Rpc(e) => write!(f, "{} ({})", e.message, e.code),
+            DecodeError::Json(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// What waits for an outbound request's answer.
+type Waiter = Box<dyn FnOnce(Result<OwnedResponse, PeerError>) + Send>;
+
+/// This side of a two-way connection: sends notifications and requests to
+/// the client through the transport's [`Outbound`] queue, and matches the
+/// responses that come back. Cheap to clone; every clone shares the
+/// pending-request table.
+#[derive(Clone)]
+pub struct Peer {
+    inner: Arc<PeerInner>,
+}
+
+struct PeerInner {
+    outbound: Arc<dyn Outbound>,
+    pending: Mutex<PendingTable<Waiter>>,
+}
+
+impl Peer {
+    /// A peer writing to `outbound`.
+    pub fn new(outbound: Arc<dyn Outbound>) -> Peer {
+        Peer {
+            inner: Arc::new(PeerInner {
+                outbound,
+                pending: Mutex::new(PendingTable::new()),
+            }),
+        }
+    }
+
+    /// Sends a notification with params serialized from `params`.
+    pub fn notify<P: Serialize + ?Sized>(&self, method: &str, params: &P) -> Result<(), PeerError> {
+        let mut out = Vec::with_capacity(64);
+        write_notification(&mut out, method, Some(params)).map_err(|_| PeerError::Params)?;
+        self.send(out)
+    }
+
+    /// Sends a notification whose params are already JSON text.
+    pub fn notify_raw(&self, method: &str, params: &[u8]) -> Result<(), PeerError> {
+        let mut out = Vec::with_capacity(32 + method.len() + params.len());
+        write_notification_raw(&mut out, method, Some(params));
+        self.send(out)
+    }
+
+    fn send(&self, message: Vec<u8>) -> Result<(), PeerError> {
+        self.inner
+            .outbound
+            .send(Bytes::from(message))
+            .map_err(PeerError::Send)
+    }
+
+    /// Sends a request; `on_answer` runs once with its response, or with
+    /// why none came (call [`expire`](Peer::expire) for deadlines when not
+    /// using `request`, feature `async`). Returns the id it was sent with.
+    pub fn request_with<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: Option<&P>,
+        deadline: Option<Instant>,
+        on_answer: impl FnOnce(Result<OwnedResponse, PeerError>) + Send + 'static,
+    ) -> Result<u64, PeerError> {
+        let id = self.lock().insert(Box::new(on_answer), deadline);
+        let mut out = Vec::with_capacity(64);
+        let sent = write_request(&mut out, id, method, params)
+            .map_err(|_| PeerError::Params)
+            .and_then(|()| self.send(out));
+        if let Err(e) = sent {
+            self.lock().cancel(id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Sends a request and waits for its response, at most `timeout`.
+    /// Dropping the future cancels the request (its answer, if it comes, is
+    /// then counted as unmatched).
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub async fn request<P: Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: Option<&P>,
+        timeout: Duration,
+    ) -> Result<OwnedResponse, PeerError> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let id = self.request_with(method, params, None, move |answer| {
+            let _ = tx.send(answer);
+        })?;
+        // Removes the entry however the wait ends (answer, timeout, drop).
+        struct Forget<'p>(&'p Peer, u64);
+        impl Drop for Forget<'_> {
+            fn drop(&mut self) {
+                self.0.lock().cancel(self.1);
+            }
+        }
+        let _forget = Forget(self, id);
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(PeerError::Closed),
+            Err(_) => Err(PeerError::Timeout),
+        }
+    }
+
+    /// Cancels the pending request `id`: its waiter gets
+    /// [`PeerError::Cancelled`]. Returns whether it was pending.
+    pub fn cancel(&self, id: u64) -> bool {
+        let waiter = self.lock().cancel(id);
+        waiter.map(|w| w(Err(PeerError::Cancelled))).is_some()
+    }
+
+    /// Fails every request whose deadline passed with
+    /// [`PeerError::Timeout`]; returns how many.
+    pub fn expire(&self, now: Instant) -> usize {
+        let mut expired = Vec::new();
+        let n = self.lock().expire(now, |_, w| expired.push(w));
+        for w in expired {
+            w(Err(PeerError::Timeout));
+        }
+        n
+    }
+
+    /// Fails every pending request with [`PeerError::Closed`] (the
+    /// transport calls this when the connection ends).
+    pub fn close(&self) {
+        let mut closed = Vec::new();
+        self.lock().clear(|_, w| closed.push(w));
+        for w in closed {
+            w(Err(PeerError::Closed));
+        }
+    }
+
+    /// How many requests wait for an answer.
+    pub fn pending(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Matches an incoming response to its request; `false` if none waits
+    /// for it.
+    pub(crate) fn complete(&self, input: Option<&Bytes>, response: Response<'_>) -> bool {
+        let Some(waiter) = self.lock().take(response.id()) else {
+            return false;
+        };
+        waiter(Ok(OwnedResponse::from_response(input, response)));
+        true
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, PendingTable<Waiter>> {
+        // A waiter never runs under the lock, so a poisoned lock only means a
+        // panic elsewhere while the table was consistent.
+        self.inner
+            .pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Peer")
+            .field("pending", &self.pending())
+            .finish()
+    }
+}
