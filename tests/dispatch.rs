@@ -440,3 +440,192 @@ fn handlers_see_method_id_and_absent_params() {
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["result"], "who \"q\"");
 }
+
+#[test]
+fn borrowed_strings_decode_with_or_without_escapes() {
+    #[derive(Deserialize)]
+    struct Person<'a> {
+        #[serde(borrow)]
+        name: &'a str,
+        #[serde(borrow)]
+        tags: Vec<&'a str>,
+    }
+    let d = Dispatcher::builder(())
+        .method("greet", |c: Call<'_, ()>| {
+            let (p,): (Person,) = c.decode()?;
+            Ok::<_, RpcError>(format!("{} {}", p.name, p.tags.join("+")))
+        })
+        .build()
+        .unwrap();
+    // What web3.py and json.dumps write for non-ASCII text: escapes.
+    for (params, want) in [
+        (r#"[{"name":"Adele","tags":["a","b"]}]"#, "Adele a+b"),
+        (r#"[{"name":"Ad\u00e8le","tags":["\"q\"","\ud83d\ude00"]}]"#, "Adèle \"q\"+😀"),
+    ] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"greet","params":{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        let r: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(r["result"], want, "{params}");
+    }
+}
+
+#[test]
+fn params_errors_point_into_the_message() {
+    let d = Dispatcher::builder(())
+        .method("pair", |c: Call<'_, ()>| {
+            let (a, b): (u64, String) = c.decode()?;
+            Ok::<_, RpcError>(format!("{a}{b}"))
+        })
+        .build()
+        .unwrap();
+    let msg = r#"{"jsonrpc":"2.0","id":1,"method":"pair","params":[1, 2]}"#;
+    let mut out = Vec::new();
+    d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    let data = &r["error"]["data"];
+    assert_eq!(r["error"]["code"], -32602);
+    assert!(data["reason"].as_str().unwrap().starts_with("invalid type: integer `2`"), "{data}");
+    // The offset is in the message, where the bad value starts.
+    let at = data["offset"].as_u64().unwrap() as usize;
+    assert_eq!(&msg[at..at + 1], "2", "{data}");
+}
+
+#[test]
+fn common_errors_convert_with_documented_codes() {
+    let d = Dispatcher::builder(())
+        .method("io", |_c: Call<'_, ()>| -> Result<(), RpcError> {
+            Err(std::io::Error::new(std::io::ErrorKind::NotFound, "no such block"))?
+        })
+        .method("int", |c: Call<'_, ()>| {
+            let (s,): (&str,) = c.decode()?;
+            let n: u32 = s.parse()?;
+            Ok::<_, RpcError>(n)
+        })
+        .method("plain_io", |_c: Call<'_, ()>| {
+            // A handler may return the error type itself.
+            std::fs::read("/definitely/not/here").map(|b| b.len())
+        })
+        .build()
+        .unwrap();
+    let ask = |m: &str, params: &str| {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}","params":{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    let r = ask("io", "[]");
+    assert_eq!(r["error"]["code"], -32603);
+    assert_eq!(r["error"]["data"], json!({"reason": "no such block", "kind": "NotFound"}));
+    assert_eq!(ask("int", r#"["12"]"#)["result"], 12);
+    assert_eq!(ask("int", r#"["x"]"#)["error"]["code"], -32602);
+    assert_eq!(ask("plain_io", "[]")["error"]["code"], -32603);
+}
+
+#[test]
+fn rpc_discover_is_an_explicit_opt_in() {
+    let open = |c: Call<'_, ()>| Ok::<_, RpcError>(json!({"openrpc": "1.2.6", "methods": [c.method()]}));
+    let d = Dispatcher::builder(())
+        .rpc_discover(open)
+        .method("m", |c: Call<'_, ()>| c.reply.null())
+        .build()
+        .unwrap();
+    let ask = |m: &str| {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    assert_eq!(ask("rpc.discover")["result"]["openrpc"], "1.2.6");
+    assert_eq!(ask("rpc.other")["error"]["code"], -32601);
+    // Without the opt-in it is reserved like every `rpc.` name.
+    assert_eq!(reply(r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#).unwrap()["error"]["code"], -32601);
+    assert!(Dispatcher::builder(()).method("rpc.discover", open).build().is_err());
+}
+
+#[test]
+fn replies_go_into_any_reply_buffer() {
+    let d = Dispatcher::builder(())
+        .method("q", |c: Call<'_, ()>| c.reply.quantity(0xff))
+        .method("v", |_c: Call<'_, ()>| Ok::<_, RpcError>(vec!["a", "b"]))
+        .build()
+        .unwrap();
+    // A transport's frame buffer: a header already in it stays.
+    let mut frame = bytes::BytesMut::from(&b"Content-Length: ??\r\n\r\n"[..]);
+    let mut conn = Connection::new();
+    d.handle(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"q"},{"jsonrpc":"2.0","id":2,"method":"v"}]"#,
+        &mut conn,
+        &mut frame,
+    );
+    let want = [
+        &b"Content-Length: ??\r\n\r\n"[..],
+        br#"[{"jsonrpc":"2.0","id":1,"result":"0xff"},{"jsonrpc":"2.0","id":2,"result":["a","b"]}]"#,
+    ]
+    .concat();
+    assert_eq!(&frame[..], &want[..]);
+}
+
+#[test]
+fn handlers_see_their_connection() {
+    #[derive(Debug)]
+    struct Headers(Vec<(&'static str, &'static str)>);
+    let d = Dispatcher::builder(())
+        .method("who", |c: Call<'_, ()>| {
+            let agent = c
+                .ctx
+                .extension::<Headers>()
+                .and_then(|h| h.0.iter().find(|(k, _)| *k == "user-agent"))
+                .map(|(_, v)| *v);
+            Ok::<_, RpcError>(json!({
+                "transport": c.ctx.transport(),
+                "peer": c.ctx.peer_addr().map(|a| a.to_string()),
+                "agent": agent,
+                "session": c.ctx.session(),
+            }))
+        })
+        .build()
+        .unwrap();
+    let ctx = rpcwire::Context::builder()
+        .transport("http")
+        .peer_addr("127.0.0.1:4444".parse().unwrap())
+        .session("s-1")
+        .extension(Headers(vec![("user-agent", "viem/2")]))
+        .build();
+    let mut conn = Connection::with_context(ctx);
+    let mut out = Vec::new();
+    d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"who"}"#, &mut conn, &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        r["result"],
+        json!({"transport": "http", "peer": "127.0.0.1:4444", "agent": "viem/2", "session": "s-1"})
+    );
+}
+
+#[test]
+fn positional_params_are_indexed_once() {
+    let d = Dispatcher::builder(())
+        .method("sum", |c: Call<'_, ()>| {
+            let mut sum = 0u64;
+            let mut i = 0;
+            let mut arena_after_first = 0;
+            while let Some(v) = c.param(i) {
+                sum += v.as_u64().unwrap_or(0);
+                if i == 0 {
+                    arena_after_first = c.arena.allocated_bytes();
+                }
+                i += 1;
+            }
+            // The index was built by the first call; the others only read it.
+            assert_eq!(c.arena.allocated_bytes(), arena_after_first);
+            Ok::<_, RpcError>((i, sum))
+        })
+        .build()
+        .unwrap();
+    let values: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
+    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"sum","params":[{}]}}"#, values.join(","));
+    let mut out = Vec::new();
+    d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(r["result"], json!([20_000, 199_990_000u64]));
+}

@@ -528,6 +528,8 @@ impl Msg {
             &mut self.stage
         });
         let mark = target.len();
+        // The buffers never need more than the limit: grow them within it.
+        super::reply::grow_within(&mut target, too_large_len + 1, self.budget.limit());
         if in_order {
             target.push(if mark == 0 { b'[' } else { b',' });
         }
@@ -568,6 +570,7 @@ impl Msg {
     fn advance(&mut self) {
         while let Some(ReplyState::Staged(r)) = self.replies.get(self.next) {
             let r = r.clone();
+            super::reply::grow_within(&mut self.buf, r.len() + 2, self.budget.limit());
             self.buf.push(if self.buf.is_empty() { b'[' } else { b',' });
             self.buf.extend_from_slice(&self.stage[r]);
             self.replies[self.next] = ReplyState::Written;
@@ -660,8 +663,13 @@ impl Engine {
             }
             let mut msg = self.msgs[m].take().expect("checked above");
             if msg.batch && !msg.buf.is_empty() {
+                super::reply::grow_within(&mut msg.buf, 1, msg.budget.limit());
                 msg.buf.push(b']');
-                out.extend_from_slice(&msg.buf);
+                match out.as_vec_mut() {
+                    // The batch reply becomes the output as it is: no copy.
+                    Some(v) if v.is_empty() => std::mem::swap(v, &mut msg.buf),
+                    _ => out.extend_from_slice(&msg.buf),
+                }
                 written += 1;
             }
             self.free_msgs.push(m);

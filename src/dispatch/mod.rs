@@ -53,7 +53,18 @@ use reply::{
 pub enum SyncOnly {}
 
 /// Marks a dispatcher with async methods: it is driven by
-/// `Dispatcher::handle_async` (feature `async`).
+/// `Dispatcher::handle_async` (feature `async`), and has no synchronous
+/// `handle`, so this does not compile:
+///
+/// ```compile_fail
+/// # // Compiled with the `async` feature (`cargo test --all-features`).
+/// use rpcwire::{Connection, Dispatcher, dispatch::AsyncCall};
+/// let d = Dispatcher::builder(())
+///     .async_method("m", |_c: AsyncCall<()>| async { Ok::<_, rpcwire::RpcError>(1) })
+///     .build()
+///     .unwrap();
+/// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#, &mut Connection::new(), &mut Vec::new());
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub enum WithAsync {}
 

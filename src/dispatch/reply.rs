@@ -216,7 +216,10 @@ impl<'a> Reply<'a> {
             return Err(RpcError::too_large());
         }
         match self.sink {
-            Sink::Vec(v) => v.extend_from_slice(json),
+            Sink::Vec(v) => {
+                grow_within(v, json.len(), limit);
+                v.extend_from_slice(json)
+            }
             Sink::Dyn(d) => d.extend_from_slice(json),
         }
         Ok(Done(()))
@@ -342,6 +345,20 @@ fn put_in<B: ReplyBuf + ?Sized>(
     Ok(Done(()))
 }
 
+/// Makes room for `additional` bytes in a `Vec` without letting its capacity
+/// pass `limit` (doubling from 16 MiB would reserve 32 MiB for a 25 MB
+/// limit): the buffer never holds more than the limit allows.
+#[inline(always)]
+pub(crate) fn grow_within<B: ReplyBuf + ?Sized>(out: &mut B, additional: usize, limit: usize) {
+    if let Some(v) = out.as_vec_mut()
+        && v.capacity() - v.len() < additional
+    {
+        let len = v.len();
+        let want = (len * 2).max(len + additional).max(64).min(limit.max(len + additional));
+        v.reserve_exact(want - len);
+    }
+}
+
 /// An `io::Write` over a reply buffer that refuses to grow it past `limit`.
 struct Bounded<'o, B: ?Sized> {
     out: &'o mut B,
@@ -362,6 +379,7 @@ impl<B: ReplyBuf + ?Sized> io::Write for Bounded<'_, B> {
             self.over = true;
             return Err(io::ErrorKind::WriteZero.into());
         }
+        grow_within(self.out, buf.len(), self.limit);
         self.out.extend_from_slice(buf);
         Ok(())
     }
@@ -506,6 +524,11 @@ impl Budget {
             separator: batch as usize,
             over: false,
         }
+    }
+
+    /// The response size limit.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
     }
 
     /// Holds back room for one entry that will be answered.

@@ -84,3 +84,16 @@ pub fn peak_during<R>(f: impl FnOnce() -> R) -> (usize, R) {
     let r = f();
     (PEAK.load(Ordering::Relaxed).saturating_sub(base), r)
 }
+
+/// Starts measuring peak heap memory (for code that awaits); read it with
+/// [`peak_since`].
+pub fn start_peak() -> usize {
+    let base = LIVE.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    base
+}
+
+/// The most heap memory live since [`start_peak`] returned `base`, above it.
+pub fn peak_since(base: usize) -> usize {
+    PEAK.load(Ordering::Relaxed).saturating_sub(base)
+}

@@ -62,10 +62,35 @@ fn check_one(v: &Value) {
     }
 }
 
+/// The reply through the async path, which must be the same bytes.
+#[cfg(feature = "async")]
+fn through_async(d: &rpcwire::Dispatcher<()>, input: &[u8]) -> Vec<u8> {
+    let input = bytes::Bytes::copy_from_slice(input);
+    let mut out = b"prefix".to_vec();
+    let mut conn = rpcwire::Connection::new();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    {
+        let mut f = std::pin::pin!(d.handle_async(&input, &mut conn, &mut out));
+        assert!(
+            f.as_mut().poll(&mut cx).is_ready(),
+            "sync handlers need no awaiting"
+        );
+    }
+    out
+}
+
 pub fn check(d: &rpcwire::Dispatcher<()>, input: &[u8]) {
     let mut conn = rpcwire::Connection::new();
     let mut out = b"prefix".to_vec();
     let wrote = d.handle(input, &mut conn, &mut out);
+    #[cfg(feature = "async")]
+    assert_eq!(
+        through_async(d, input),
+        out,
+        "sync and async dispatch differ on {:?}",
+        String::from_utf8_lossy(input)
+    );
+    assert!(out.len() <= 6 + 4096, "the reply is within the size limit");
     assert_eq!(&out[..6], b"prefix", "what was in the buffer is kept");
     let reply = &out[6..];
     assert_eq!(wrote, !reply.is_empty());

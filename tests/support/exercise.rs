@@ -115,8 +115,12 @@ pub fn exercise(input: &[u8]) {
     let arena = bumpalo::Bump::new();
     for parser in [
         rpcwire::Parser::new(),
-        rpcwire::Parser::new().max_depth(3).max_batch_len(2),
+        rpcwire::Parser::new()
+            .max_depth(3)
+            .max_batch_len(2)
+            .max_id_len(4),
     ] {
+        incoming(&parser, input, &arena);
         match parser.parse(input, &arena) {
             Ok(Message::Single(e)) => entry(e, input, &arena),
             Ok(Message::Batch(b)) => {
@@ -150,6 +154,76 @@ fn response(r: Result<rpcwire::response::Response<'_>, rpcwire::Error>) {
             let _ = (e.code(), e.message().decode());
             if let Some(d) = e.data() {
                 valid_json(d.as_bytes());
+            }
+        }
+    }
+}
+
+/// The two-way reading and the prefix reading agree with the request
+/// reading: the same message, the same entries; a complete message is
+/// complete at its end, and every prefix of it is partial.
+fn incoming(parser: &rpcwire::Parser, input: &[u8], arena: &bumpalo::Bump) {
+    use rpcwire::Status;
+    use rpcwire::message::Incoming;
+    let two_way = parser.parse_incoming(input, arena);
+    let one_way = parser.parse(input, arena);
+    assert_eq!(two_way.is_ok(), one_way.is_ok());
+    let Ok(message) = two_way else {
+        // Invalid as a whole: no prefix of it reads as complete with the
+        // same length either.
+        if let Ok(Status::Complete((_, len))) = parser.parse_prefix(input, arena) {
+            assert!(len < input.len(), "complete yet invalid");
+        }
+        return;
+    };
+    let items: Vec<Incoming> = match message {
+        Message::Single(i) => vec![i],
+        Message::Batch(b) => b.collect(),
+    };
+    for item in &items {
+        match item {
+            Incoming::Request(r) => valid_json(r.id().map_or(&b"null"[..], |i| i.as_bytes())),
+            Incoming::Response(r) => response(Ok(*r)),
+            Incoming::Invalid(i) => valid_json(i.id().as_bytes()),
+            Incoming::InvalidResponse(r) => {
+                if let Some(id) = r.id() {
+                    valid_json(id.as_bytes())
+                }
+            }
+        }
+        if let Some(Entry::Request(r)) = item.as_entry()
+            && let Some(id) = r.id()
+        {
+            assert!(id.as_bytes().len() <= parser.id_len_limit() as usize);
+        }
+    }
+    let trimmed = input.len()
+        - input
+            .iter()
+            .rev()
+            .take_while(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+            .count();
+    match parser.parse_prefix(input, arena) {
+        Ok(Status::Complete((_, len))) => assert_eq!(len, trimmed),
+        // A valid message that is not an object or array has no end a
+        // framer could find: refused.
+        other => assert!(
+            !matches!(input.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')),
+            "{other:?}"
+        ),
+    }
+    if input.len() <= 300 {
+        for cut in 0..trimmed {
+            let head = &input[..cut];
+            if head.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match parser.parse_prefix(head, arena) {
+                Ok(Status::Partial) => {}
+                Err(e) if !matches!(head.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) => {
+                    let _ = e;
+                }
+                other => panic!("prefix {cut}: {other:?}"),
             }
         }
     }

@@ -1,0 +1,288 @@
+//! Memory that stays bounded and limits that bound, each with the reproducer
+//! that found it: peak heap measured by a counting allocator, reply sizes
+//! checked against the limit.
+//!
+//! Peak memory is process-wide, so these tests take a lock and run one at a
+//! time.
+
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+use std::sync::Mutex;
+
+use counting_alloc::{CountingAlloc, peak_during};
+use rpcwire::response::ResponseMessage;
+use rpcwire::{Call, Connection, Dispatcher, Parser, RpcError};
+use serde_json::Value;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const MIB: usize = 1 << 20;
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[test]
+fn response_parsing_memory_stays_within_a_small_multiple_of_the_input() {
+    let _serial = serial();
+    let parser = Parser::new();
+    let five_mib = 5 * MIB - 16;
+    let zeros = {
+        let mut s = String::with_capacity(five_mib);
+        s.push('[');
+        while s.len() < five_mib - 2 {
+            s.push_str("0,");
+        }
+        s.push_str("0]");
+        s
+    };
+    let one = r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#;
+    let responses = format!("[{}]", vec![one; 900].join(","));
+    let objects = {
+        let mut s = String::from("[");
+        while s.len() < five_mib - 8 {
+            s.push_str("{},");
+        }
+        s.push_str("{}]");
+        s
+    };
+    for (what, input, ok) in [
+        ("2.6M zeros", zeros.as_bytes(), false),
+        ("1.7M empty objects", objects.as_bytes(), false),
+        ("900 responses", responses.as_bytes(), true),
+    ] {
+        let arena = bumpalo::Bump::new();
+        let (peak, outcome) = peak_during(|| {
+            parser
+                .parse_response(input, &arena)
+                .map(|m| matches!(m, ResponseMessage::Batch(_)))
+        });
+        assert_eq!(outcome.is_ok(), ok, "{what}: {outcome:?}");
+        if !ok {
+            assert_eq!(outcome.unwrap_err().code(), -32600, "{what}: over the batch limit");
+        }
+        // The entry list is sized once, bounded by the batch limit: a few
+        // dozen bytes per entry, never per input byte.
+        assert!(
+            peak <= 128 * 1024 && arena.allocated_bytes() <= 128 * 1024,
+            "{what}: {peak} bytes peak, arena {} for {} input bytes",
+            arena.allocated_bytes(),
+            input.len()
+        );
+    }
+}
+
+#[test]
+fn a_handler_cannot_write_past_the_response_limit() {
+    let _serial = serial();
+    let limit = 25_000_000;
+    let d = Dispatcher::builder(())
+        .max_response_len(limit)
+        .method("stream", |c: Call<'_, ()>| {
+            // 190 MiB of JSON through serde: streaming stops at the limit.
+            struct Huge;
+            impl serde::Serialize for Huge {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    use serde::ser::SerializeSeq;
+                    let mut seq = s.serialize_seq(None)?;
+                    let chunk = "x".repeat(1000);
+                    for _ in 0..190 * 1024 {
+                        seq.serialize_element(&chunk)?;
+                    }
+                    seq.end()
+                }
+            }
+            c.reply.json(&Huge)
+        })
+        .method("raw", |c: Call<'_, ()>| {
+            let big = vec![b'1'; 100 * MIB];
+            c.reply.raw(&big)
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    for (input, what) in [
+        (&br#"{"jsonrpc":"2.0","id":1,"method":"stream"}"#[..], "a request"),
+        (br#"{"jsonrpc":"2.0","method":"stream"}"#, "a notification"),
+    ] {
+        let mut out = Vec::new();
+        let (peak, _) = peak_during(|| d.handle(input, &mut conn, &mut out));
+        // A growing `Vec` holds its old and new buffers while it moves: the
+        // bound is twice the limit at worst, however much the handler writes.
+        assert!(
+            peak < 2 * limit,
+            "{what}: {} MiB peak under a {} MB limit",
+            peak / MIB,
+            limit / 1_000_000
+        );
+        if what == "a request" {
+            let r: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(r["error"]["code"], -32003);
+            assert_eq!(r["id"], 1);
+        } else {
+            assert!(out.is_empty());
+            // A notification writes into nothing: the first write is refused.
+            assert!(peak < 8 * MIB, "a notification: {} MiB peak", peak / MIB);
+        }
+        assert!(out.capacity() <= limit + MIB, "the buffer keeps at most the limit");
+    }
+    // A raw result larger than the limit is refused before it is copied.
+    let mut out = Vec::new();
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":2,"method":"raw"}"#,
+        &mut conn,
+        &mut out,
+    );
+    assert!(out.capacity() < MIB);
+}
+
+#[test]
+fn every_reply_fits_the_limit_whatever_the_ids() {
+    let _serial = serial();
+    // 1000 entries with 5 KB string ids under a 100 KB limit: the ids are
+    // past the id limit, so each entry is invalid and answered with id null,
+    // and the whole reply fits.
+    let d = Dispatcher::builder(())
+        .max_response_len(100_000)
+        .method("m", |c: Call<'_, ()>| c.reply.u64(1))
+        .build()
+        .unwrap();
+    let id = format!("\"{}\"", "i".repeat(5000));
+    let entry = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
+    let batch = format!("[{}]", vec![entry.as_str(); 1000].join(","));
+    let mut out = Vec::new();
+    d.handle(batch.as_bytes(), &mut Connection::new(), &mut out);
+    assert!(out.len() <= 100_000, "{} bytes", out.len());
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    // The error replies alone (1000 x ~100 bytes) would pass the limit: one
+    // too-large error answers the batch.
+    assert_eq!(r["error"]["code"], -32003);
+    // Ids at the limit are fine; one byte past it is not.
+    let d = Dispatcher::builder(())
+        .parser(Parser::new().max_id_len(16))
+        .method("m", |c: Call<'_, ()>| c.reply.u64(1))
+        .build()
+        .unwrap();
+    for (id, ok) in [("\"0123456789abcd\"", true), ("\"0123456789abcde\"", false)] {
+        let mut out = Vec::new();
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"m"}}"#);
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        let r: Value = serde_json::from_slice(&out).unwrap();
+        if ok {
+            assert_eq!(r["result"], 1, "{id}");
+        } else {
+            assert_eq!(r["id"], Value::Null, "{id}");
+            assert_eq!(r["error"]["code"], -32600);
+            assert_eq!(r["error"]["data"]["limit"], 16);
+        }
+    }
+    // Any mix of sizes under any limit: the reply never exceeds it.
+    let d = Dispatcher::builder(())
+        .max_response_len(3000)
+        .method("n", |c: Call<'_, ()>| {
+            let (n,): (usize,) = c.decode()?;
+            Ok::<_, RpcError>("y".repeat(n))
+        })
+        .build()
+        .unwrap();
+    for seed in 0..200u64 {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut entries = Vec::new();
+        for i in 0..(seed % 20 + 1) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = x % 1200;
+            let id = if x % 3 == 0 {
+                format!("\"{}\"", "k".repeat((x % 300) as usize))
+            } else {
+                i.to_string()
+            };
+            entries.push(format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"n","params":[{n}]}}"#
+            ));
+        }
+        let msg = format!("[{}]", entries.join(","));
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        assert!(out.len() <= 3000, "seed {seed}: {} bytes", out.len());
+        serde_json::from_slice::<Value>(&out).unwrap();
+    }
+}
+
+#[test]
+fn one_large_message_does_not_pin_the_arena() {
+    let _serial = serial();
+    let d = Dispatcher::builder(())
+        .method("m", |c: Call<'_, ()>| c.reply.u64(1))
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    // A method name of 5 MiB of `\u` escapes: decoded, it is 873 KiB.
+    let escapes = "\\u0061".repeat(5 * MIB / 6 - 20);
+    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{escapes}"}}"#);
+    let mut out = Vec::new();
+    d.handle(msg.as_bytes(), &mut conn, &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(r["error"]["code"], -32601);
+    assert!(
+        conn.arena_bytes() <= Connection::DEFAULT_MAX_RETAINED,
+        "the arena keeps {} bytes",
+        conn.arena_bytes()
+    );
+    // Past the cap, the arena is given back after the message.
+    let mut small = Connection::new().max_retained(64 * 1024);
+    d.handle(msg.as_bytes(), &mut small, &mut out);
+    assert!(small.arena_bytes() <= 64 * 1024, "{}", small.arena_bytes());
+    // A batch past its length limit decodes none of its escaped methods.
+    let entry = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#, "\\u0061".repeat(1000));
+    let batch = format!("[{}]", vec![entry.as_str(); 800].join(","));
+    let parser = Parser::new().max_batch_len(700);
+    let arena = bumpalo::Bump::new();
+    assert!(parser.parse(batch.as_bytes(), &arena).is_err());
+    assert!(
+        arena.allocated_bytes() < 200 * 1024,
+        "{} bytes decoded for a batch that does not run",
+        arena.allocated_bytes()
+    );
+}
+
+#[cfg(feature = "async")]
+#[tokio::test(flavor = "current_thread")]
+async fn async_replies_are_bounded_as_they_arrive() {
+    let _serial = serial();
+    use rpcwire::dispatch::AsyncCall;
+    // 200 entries each answering 2 MB, under a 25 MB limit: replies are
+    // written as they arrive and refused past the limit, never held.
+    let d = Dispatcher::builder(())
+        .max_in_flight(16)
+        .async_method("two_mb", |_c: AsyncCall<()>| async move {
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>("z".repeat(2_000_000))
+        })
+        .build()
+        .unwrap();
+    let entries: Vec<String> = (0..200)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"two_mb"}}"#))
+        .collect();
+    let input = bytes::Bytes::from(format!("[{}]", entries.join(",")));
+    let mut out = Vec::new();
+    let mut conn = Connection::new();
+    let base = counting_alloc::start_peak();
+    d.handle_async(&input, &mut conn, &mut out).await;
+    let peak = counting_alloc::peak_since(base);
+    // The reply (at most 25 MB) plus the calls in flight (16 x 2 MB), not
+    // 200 x 2 MB.
+    assert!(peak < 64 * MIB, "{} MiB peak", peak / MIB);
+    assert!(out.len() <= 25_000_000, "{} bytes", out.len());
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    let r = r.as_array().unwrap();
+    assert_eq!(r.len(), 200);
+    let ok = r.iter().filter(|e| e.get("result").is_some()).count();
+    assert!((10..=12).contains(&ok), "{ok} results fit in 25 MB");
+    assert!(r[199]["error"]["code"] == -32003);
+}

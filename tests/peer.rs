@@ -1,0 +1,268 @@
+//! Two-way traffic: requests and responses in one message, classified in
+//! the same pass; outbound requests and notifications; responses matched to
+//! pending requests, never answered; unknown ones counted.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rpcwire::message::{Incoming, Message, Status};
+use rpcwire::peer::{Outbound, PeerError, PendingTable, SendError};
+use rpcwire::{Call, Connection, Context, Dispatcher, Parser, RpcError};
+use serde_json::{Value, json};
+
+/// An outbound queue that keeps what was sent.
+#[derive(Default)]
+struct Sent(Mutex<Vec<Bytes>>);
+
+impl Outbound for Sent {
+    fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.0.lock().unwrap().push(message);
+        Ok(())
+    }
+}
+
+impl Sent {
+    fn take(&self) -> Vec<Value> {
+        self.0
+            .lock()
+            .unwrap()
+            .drain(..)
+            .map(|b| serde_json::from_slice(&b).unwrap())
+            .collect()
+    }
+}
+
+#[test]
+fn a_mixed_batch_is_classified_in_one_pass() {
+    let arena = bumpalo::Bump::new();
+    let input = br#"[{"jsonrpc":"2.0","id":1,"result":{"ok":true}},
+        {"jsonrpc":"2.0","id":2,"method":"ping"},
+        {"jsonrpc":"2.0","id":3,"error":{"code":-32000,"message":"no"}},
+        {"jsonrpc":"2.0","method":"note"},
+        {"jsonrpc":"2.0","id":4,"result":1,"error":{"code":1,"message":"both"}},
+        {"jsonrpc":"1.0","id":5,"result":1},
+        {"jsonrpc":"2.0","id":6},
+        7]"#;
+    let Message::Batch(batch) = Parser::new().parse_incoming(input, &arena).unwrap() else {
+        panic!("a batch")
+    };
+    let items: Vec<Incoming> = batch.collect();
+    assert!(matches!(items[0], Incoming::Response(r) if r.result().unwrap().as_bytes() == br#"{"ok":true}"#));
+    assert!(matches!(items[1], Incoming::Request(r) if r.method() == "ping"));
+    assert!(matches!(items[2], Incoming::Response(r) if r.result().unwrap_err().code() == -32000));
+    assert!(matches!(items[3], Incoming::Request(r) if r.is_notification()));
+    // Malformed responses are still responses: reported, never answered.
+    assert!(matches!(items[4], Incoming::InvalidResponse(r) if r.id().unwrap().as_bytes() == b"4"));
+    assert!(matches!(items[5], Incoming::InvalidResponse(_)));
+    // Neither a request nor a response: an invalid request.
+    assert!(matches!(items[6], Incoming::Invalid(i) if i.id().as_bytes() == b"6"));
+    assert!(matches!(items[7], Incoming::Invalid(_)));
+    assert!(items.iter().filter(|i| i.is_response()).count() == 4);
+}
+
+#[test]
+fn responses_are_matched_and_never_answered() {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder()
+        .transport("ws")
+        .outbound(sent.clone())
+        .build();
+    let peer = ctx.peer().unwrap().clone();
+    let d = Dispatcher::builder(())
+        .method("ask_client", |c: Call<'_, ()>| {
+            // A handler sends a request and a notification to its client.
+            let answered = Arc::new(Mutex::new(None));
+            let slot = answered.clone();
+            c.ctx
+                .peer()
+                .unwrap()
+                .request_with("roots/list", Some(&json!({})), None, move |r| {
+                    *slot.lock().unwrap() = Some(r);
+                })
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            c.ctx.notify("notifications/progress", &json!({"progress": 1}));
+            Ok::<_, RpcError>("asked")
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::with_context(ctx);
+    let mut out = Vec::new();
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":"a","method":"ask_client"}"#,
+        &mut conn,
+        &mut out,
+    );
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":"a","result":"asked"}"#);
+    let sent_now = sent.take();
+    assert_eq!(sent_now[0]["method"], "roots/list");
+    assert_eq!(sent_now[1]["method"], "notifications/progress");
+    let id = sent_now[0]["id"].as_u64().unwrap();
+    assert_eq!(peer.pending(), 1);
+
+    // The client's answer, in a batch with a request of its own: the
+    // response is matched, the request answered, nothing else written.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let id2 = peer
+        .request_with("sampling/createMessage", None::<&()>, None, move |r| {
+            tx.send(r).unwrap();
+        })
+        .unwrap();
+    sent.take();
+    let input = format!(
+        r#"[{{"jsonrpc":"2.0","id":{id2},"result":{{"text":"hi"}}}},{{"jsonrpc":"2.0","id":9,"method":"ask_client"}},{{"jsonrpc":"2.0","id":999,"result":null}}]"#
+    );
+    out.clear();
+    d.handle(input.as_bytes(), &mut conn, &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(r, json!([{"jsonrpc": "2.0", "id": 9, "result": "asked"}]));
+    let answer = rx.try_recv().unwrap().unwrap();
+    assert_eq!(answer.result().unwrap(), br#"{"text":"hi"}"#);
+    #[derive(serde::Deserialize)]
+    struct Text {
+        text: String,
+    }
+    assert_eq!(answer.decode::<Text>().unwrap().text, "hi");
+    // The response to an id never sent is counted, not answered.
+    assert_eq!(conn.unmatched_responses(), 1);
+    // A lone response: no reply at all.
+    out.clear();
+    assert!(!d.handle(
+        format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-1,"message":"denied"}}}}"#).as_bytes(),
+        &mut conn,
+        &mut out
+    ));
+    assert!(out.is_empty());
+    assert_eq!(peer.pending(), 1, "the roots/list request was answered");
+    assert_eq!(conn.unmatched_responses(), 1);
+}
+
+#[test]
+fn pending_requests_time_out_and_cancel() {
+    let sent = Arc::new(Sent::default());
+    let peer = rpcwire::peer::Peer::new(sent.clone());
+    let outcome = Arc::new(Mutex::new(Vec::new()));
+    let now = Instant::now();
+    for (deadline, tag) in [(now, "due"), (now + Duration::from_secs(3600), "later")] {
+        let o = outcome.clone();
+        peer.request_with("m", None::<&()>, Some(deadline), move |r| {
+            o.lock().unwrap().push((tag, r.err()));
+        })
+        .unwrap();
+    }
+    assert_eq!(peer.expire(now), 1);
+    assert_eq!(outcome.lock().unwrap()[0], ("due", Some(PeerError::Timeout)));
+    assert!(peer.cancel(2));
+    assert!(!peer.cancel(2));
+    assert_eq!(outcome.lock().unwrap()[1], ("later", Some(PeerError::Cancelled)));
+    assert_eq!(peer.pending(), 0);
+
+    // The sans-I/O table alone: ids allocated in order, deadlines.
+    let mut table = PendingTable::new();
+    let a = table.insert('a', Some(now));
+    let b = table.insert('b', None);
+    assert_eq!((a, b), (1, 2));
+    assert_eq!(table.next_deadline(), Some(now));
+    let mut expired = Vec::new();
+    table.expire(now, |id, w| expired.push((id, w)));
+    assert_eq!(expired, [(1, 'a')]);
+    assert_eq!(table.len(), 1);
+}
+
+#[cfg(feature = "async")]
+#[tokio::test]
+async fn awaiting_an_outbound_request() {
+    /// A client on the other end that answers every request it is sent.
+    struct Echo(Mutex<Option<Connection>>, Dispatcher<()>);
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let conn = Connection::with_context(ctx);
+    let server = Dispatcher::builder(()).build().unwrap();
+    let echo = Echo(Mutex::new(Some(conn)), server);
+    let ask = tokio::spawn({
+        let peer = peer.clone();
+        async move {
+            peer.request("elicitation/create", Some(&json!({"q": 1})), Duration::from_secs(5))
+                .await
+        }
+    });
+    // Wait for the request to be sent, then feed back its answer.
+    let request = loop {
+        if let Some(r) = sent.take().pop() {
+            break r;
+        }
+        tokio::task::yield_now().await;
+    };
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":{},"result":[1,2]}}"#, request["id"]);
+    let mut conn = echo.0.lock().unwrap().take().unwrap();
+    let mut out = Vec::new();
+    echo.1.handle(answer.as_bytes(), &mut conn, &mut out);
+    assert!(out.is_empty());
+    let got = ask.await.unwrap().unwrap();
+    assert_eq!(got.result().unwrap(), b"[1,2]");
+    // No answer: the request times out and leaves the table.
+    let err = peer
+        .request("never", None::<&()>, Duration::from_millis(20))
+        .await
+        .unwrap_err();
+    assert_eq!(err, PeerError::Timeout);
+    assert_eq!(peer.pending(), 0);
+}
+
+#[test]
+fn outbound_writers_make_valid_messages() {
+    let mut out = bytes::BytesMut::new();
+    rpcwire::peer::write_request(&mut out, 3, "a\"b", Some(&json!([1]))).unwrap();
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v, json!({"jsonrpc": "2.0", "id": 3, "method": "a\"b", "params": [1]}));
+    let mut out = Vec::new();
+    rpcwire::peer::write_notification_raw(&mut out, "eth_subscription", Some(br#"{"subscription":"0x1","result":{}}"#));
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["params"]["subscription"], "0x1");
+    let mut out = Vec::new();
+    rpcwire::peer::write_request_raw(&mut out, rpcwire::Id::NULL, "m", None);
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":null,"method":"m"}"#);
+}
+
+#[test]
+fn every_prefix_of_a_valid_message_is_partial() {
+    let parser = Parser::new();
+    let arena = bumpalo::Bump::new();
+    let messages = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0xab","data":"0x"},"latest"]}"#,
+        r#"[{"jsonrpc": "2.0", "id": "é\u00e9\"", "method": "m", "params": {"a": [1.5e-3, true, null]}}, {"jsonrpc":"2.0","id":2,"result":"x"}]"#,
+        "{\"jsonrpc\":\"2.0\",\r\n \"method\":\"notify\"}",
+        r#"{"jsonrpc":"2.0","id":-12.5E+3,"result":{"k":"日本語😀"}}"#,
+    ];
+    for m in messages {
+        let bytes = m.as_bytes();
+        for cut in 0..bytes.len() {
+            match parser.parse_prefix(&bytes[..cut], &arena) {
+                Ok(Status::Partial) => {}
+                other => panic!("prefix {cut} of {m}: {other:?}"),
+            }
+        }
+        // Complete, with whatever follows left alone.
+        let stream = format!("  {m}\n{m}");
+        let Ok(Status::Complete((_, len))) = parser.parse_prefix(stream.as_bytes(), &arena) else {
+            panic!("{m}")
+        };
+        assert_eq!(len, 2 + m.len());
+    }
+    // Invalid starts are errors at once; so is a message past the size
+    // limit, without waiting for its end.
+    for bad in ["{]", "[1,,", "{\"a\" 1", "nul", "\"str\"", "{\"a\":\"\\x\""] {
+        assert!(parser.parse_prefix(bad.as_bytes(), &arena).is_err(), "{bad}");
+    }
+    let small = Parser::new().max_message_len(10);
+    let e = small
+        .parse_prefix(br#"{"jsonrpc":"2.0","method""#, &arena)
+        .unwrap_err();
+    assert_eq!(e.limit(), Some(10));
+    // A truncated multi-byte character at the end is partial, not invalid.
+    assert!(matches!(
+        parser.parse_prefix("{\"a\":\"日".as_bytes().split_last().unwrap().1, &arena),
+        Ok(Status::Partial)
+    ));
+}
