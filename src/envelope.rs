@@ -168,8 +168,7 @@ impl Parser {
         if input.len() > self.max_message_len {
             return err(ErrorKind::MessageTooLarge, self.max_message_len);
         }
-        let (msg, end) = self.read_message::<Entry<'a>>(input, arena, false)?;
-        expect_end(input, end)?;
+        let (msg, _) = self.read_message::<Entry<'a>>(input, arena, false)?;
         Ok(msg)
     }
 
@@ -197,8 +196,7 @@ impl Parser {
         if input.len() > self.max_message_len {
             return err(ErrorKind::MessageTooLarge, self.max_message_len);
         }
-        let (msg, end) = self.read_message::<Incoming<'a>>(input, arena, false)?;
-        expect_end(input, end)?;
+        let (msg, _) = self.read_message::<Incoming<'a>>(input, arena, false)?;
         Ok(msg)
     }
 
@@ -261,8 +259,7 @@ impl Parser {
         if input.len() > self.max_message_len {
             return err(ErrorKind::MessageTooLarge, self.max_message_len);
         }
-        let (msg, end) = self.read_message::<Result<Response<'a>, Error>>(input, arena, false)?;
-        expect_end(input, end)?;
+        let (msg, _) = self.read_message::<Result<Response<'a>, Error>>(input, arena, false)?;
         match msg {
             Message::Single(single) => single.map(ResponseMessage::Single),
             Message::Batch(batch) => Ok(ResponseMessage::Batch(batch)),
@@ -282,8 +279,10 @@ impl Parser {
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {
-                let (env, end) = read_object(input, pos, 0, self, T::MODE)?;
-                let mut entry = T::from_envelope(env, input);
+                let (mut entry, end) = match read_object(input, pos, 0, self, T::MODE)? {
+                    Ok((request, end)) => (T::from_request(request), end),
+                    Err((env, end)) => (T::from_envelope(env, input), end),
+                };
                 if !prefix {
                     // Decode only what will run: after the end is checked.
                     expect_end(input, end)?;
@@ -331,9 +330,16 @@ impl Parser {
                 return scan::skip_value(input, p, 1, self.max_depth);
             }
             let (entry, end) = if input[p] == b'{' {
-                let (env, end) = read_object(input, p, 1, self, T::MODE)?;
-                escaped_methods |= env.method_escaped;
-                (T::from_envelope(env, input), end)
+                match read_object(input, p, 1, self, T::MODE)? {
+                    Ok((request, end)) => {
+                        escaped_methods |= request.escaped;
+                        (T::from_request(request), end)
+                    }
+                    Err((env, end)) => {
+                        escaped_methods |= env.method_escaped;
+                        (T::from_envelope(env, input), end)
+                    }
+                }
             } else {
                 let end = scan::skip_value(input, p, 1, self.max_depth)?;
                 (T::not_object(Error::new(ErrorKind::NotObject, p)), end)
@@ -410,6 +416,8 @@ pub(crate) trait EntryKind<'a>: Copy + Sized {
     /// The entry an object's envelope makes. Escaped method names are not
     /// decoded yet (see [`decode_method`](EntryKind::decode_method)).
     fn from_envelope(env: Envelope, input: &'a [u8]) -> Self;
+    /// The entry a request the compact reader read makes.
+    fn from_request(request: Request<'a>) -> Self;
     /// An element of a batch that is not an object.
     fn not_object(error: Error) -> Self;
     /// Decodes an escaped method name into the arena, once the entry is
@@ -423,6 +431,11 @@ impl<'a> EntryKind<'a> for Entry<'a> {
     #[inline(always)]
     fn from_envelope(env: Envelope, input: &'a [u8]) -> Self {
         env.into_request(input)
+    }
+
+    #[inline(always)]
+    fn from_request(request: Request<'a>) -> Self {
+        Entry::Request(request)
     }
 
     fn not_object(error: Error) -> Self {
@@ -461,6 +474,11 @@ impl<'a> EntryKind<'a> for Incoming<'a> {
         }
     }
 
+    #[inline(always)]
+    fn from_request(request: Request<'a>) -> Self {
+        Incoming::Request(request)
+    }
+
     fn not_object(error: Error) -> Self {
         Incoming::Invalid(InvalidRequest {
             id: Id::NULL,
@@ -486,6 +504,10 @@ impl<'a> EntryKind<'a> for Result<Response<'a>, Error> {
 
     fn from_envelope(env: Envelope, input: &'a [u8]) -> Self {
         env.into_response(input)
+    }
+
+    fn from_request(_: Request<'a>) -> Self {
+        unreachable!("responses are read by the general reader only")
     }
 
     fn not_object(error: Error) -> Self {
@@ -567,9 +589,17 @@ pub(crate) struct Span {
 }
 
 impl Span {
+    /// No value: no value ends at byte 0.
+    const NONE: Span = Span { start: 0, end: 0 };
+
     #[inline(always)]
     pub(crate) fn of<'a>(&self, input: &'a [u8]) -> &'a [u8] {
         &input[self.start..self.end]
+    }
+
+    #[inline(always)]
+    fn get(self) -> Option<Span> {
+        (self.end != 0).then_some(self)
     }
 }
 
@@ -614,18 +644,19 @@ struct Problem {
 }
 
 /// What one pass over an envelope object found.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Envelope {
     /// Where the object starts, for errors about what it lacks.
     start: usize,
     /// Bit per member seen, by `Member as u8`.
     seen: u16,
-    id: Option<Span>,
-    /// The method's content between the quotes.
-    method: Option<Span>,
     method_escaped: bool,
-    params: Option<Span>,
-    result: Option<Span>,
+    /// The spans are [`Span::NONE`] for a member not seen.
+    id: Span,
+    /// The method's content between the quotes.
+    method: Span,
+    params: Span,
+    result: Span,
     code: Option<i64>,
     /// The error message's content between the quotes, and whether it has
     /// escapes.
@@ -656,7 +687,8 @@ impl Envelope {
 
     /// Records a problem; the first one of its side stays, unless a later
     /// one voids the id and it did not.
-    #[inline(always)]
+    #[cold]
+    #[inline(never)]
     fn problem(&mut self, side: Side, kind: ErrorKind, at: usize, voids_id: bool) {
         let slot = match side {
             Side::Both => &mut self.common,
@@ -691,12 +723,12 @@ impl Envelope {
         if self.problem_for(self.response).is_some_and(|p| p.voids_id) {
             return None;
         }
-        self.id.map(|s| Id::from_validated(s.of(input)))
+        self.id.get().map(|s| Id::from_validated(s.of(input)))
     }
 
     #[inline(always)]
     fn into_request(self, input: &[u8]) -> Entry<'_> {
-        let id = self.id.map(|s| Id::from_validated(s.of(input)));
+        let id = self.id.get().map(|s| Id::from_validated(s.of(input)));
         let invalid = |p: Problem| {
             let id = if p.voids_id {
                 Id::NULL
@@ -715,14 +747,17 @@ impl Envelope {
         if !self.has(Member::Jsonrpc) {
             return invalid(missing(Member::Jsonrpc));
         }
-        let Some(method) = self.method else {
+        let Some(method) = self.method.get() else {
             return invalid(missing(Member::Method));
         };
         Entry::Request(Request {
             method: scan::validated_str(method.of(input)),
             escaped: self.method_escaped,
             id,
-            params: self.params.map(|s| Params::from_validated(s.of(input))),
+            params: self
+                .params
+                .get()
+                .map(|s| Params::from_validated(s.of(input))),
         })
     }
 
@@ -734,11 +769,11 @@ impl Envelope {
         if !self.has(Member::Jsonrpc) {
             return fail(ErrorKind::Missing(Member::Jsonrpc));
         }
-        let Some(id) = self.id else {
+        let Some(id) = self.id.get() else {
             return fail(ErrorKind::Missing(Member::Id));
         };
         let id = Id::from_validated(id.of(input));
-        let outcome = match (self.result, self.has(Member::Error)) {
+        let outcome = match (self.result.get(), self.has(Member::Error)) {
             (Some(_), true) => return fail(ErrorKind::BothResultAndError),
             (Some(result), false) => Ok(RawJson::from_validated(result.of(input))),
             (None, true) => {
@@ -835,19 +870,20 @@ pub(crate) enum Name {
 /// sends the name down the general path ([`read_member_name`]), which also
 /// decides names near the end of the input and names with escapes.
 #[inline(always)]
-fn member_fast(input: &[u8], pos: usize) -> Option<(Name, usize)> {
+fn member_fast(input: &[u8], pos: usize, mode: Mode) -> Option<(Member, usize)> {
     let w = u64::from_le_bytes(input.get(pos + 1..pos + 9)?.try_into().unwrap());
+    // `mode` is a constant where this is inlined: the arms of members the
+    // mode does not know fold away.
     let m = match w as u8 {
         b'j' => JSONRPC,
         b'i' => ID,
-        b'm' => METHOD,
-        b'p' => PARAMS,
-        b'r' => RESULT,
-        b'e' => ERROR,
+        b'm' if mode.knows(Member::Method) => METHOD,
+        b'p' if mode.knows(Member::Params) => PARAMS,
+        b'r' if mode.knows(Member::Result) => RESULT,
+        b'e' if mode.knows(Member::Error) => ERROR,
         _ => return None,
     };
-    m.matches(w)
-        .then_some((Name::Member(m.member), pos + 1 + m.len))
+    m.matches(w).then_some((m.member, pos + 1 + m.len))
 }
 
 /// Reads the member name whose opening quote is at `pos`; returns what it
@@ -908,18 +944,16 @@ pub(crate) fn next_member(input: &[u8], pos: &mut usize) -> Result<bool, Error> 
 }
 
 /// `:` and the whitespace around it, after a member name; returns the index
-/// of the value's first byte, which exists.
+/// of the value's first byte, and that byte.
 #[inline(always)]
-pub(crate) fn colon(input: &[u8], pos: usize) -> Result<usize, Error> {
+pub(crate) fn colon(input: &[u8], pos: usize) -> Result<(usize, u8), Error> {
     let p = skip_ws(input, pos);
     match input.get(p) {
         Some(b':') => {
             let value = skip_ws(input, p + 1);
-            // Callers index the value's first byte: it must exist.
-            if value < input.len() {
-                Ok(value)
-            } else {
-                eof(input)
+            match input.get(value) {
+                Some(&first) => Ok((value, first)),
+                None => eof(input),
             }
         }
         Some(_) => err(ErrorKind::ExpectedColon, p),
@@ -954,57 +988,349 @@ pub(crate) fn first_member(
     }
 }
 
+/// Where the general reader picks up an object the compact reader did not
+/// finish.
+#[derive(Clone, Copy, Debug)]
+enum Resume {
+    /// At the object's `{`.
+    AtObject,
+    /// At the opening quote of a member name.
+    AtName,
+    /// At or before (whitespace) the value of `member`, whose name starts
+    /// at `name_at`; the member is not marked seen yet.
+    AtValue { member: Member, name_at: usize },
+    /// Just after a member's value.
+    AfterValue,
+}
+
+/// What the compact reader hands on: the request so far and where it
+/// stopped.
+#[derive(Clone, Copy, Debug)]
+struct Handover {
+    seen: u16,
+    id: Span,
+    method: Span,
+    method_escaped: bool,
+    params: Span,
+    pos: usize,
+    resume: Resume,
+}
+
+/// What the compact reader made of an object.
+enum Compact<'a> {
+    /// A valid request, and the index after its `}`.
+    Request(Request<'a>, usize),
+    /// Something it does not decide: the general reader goes on from there.
+    Handover(Handover),
+}
+
+/// The compact reader: what clients actually send, a request written
+/// compactly (or with web3.py's single spaces) whose members are the four
+/// envelope members, each once, without escapes in names or method. It
+/// keeps its state in registers and decides nothing the general reader
+/// would decide differently: at the first deviation it hands its state over
+/// ([`Handover`]), and [`read_object_from`] continues from that byte, so no
+/// byte is read twice. The member rules are the same functions for both
+/// readers; their fast forms are the first thing the general forms try.
+#[inline(always)]
+fn read_compact<'a>(input: &'a [u8], start: usize, depth: u32, parser: &Parser) -> Compact<'a> {
+    let mut seen = 0u16;
+    let (mut id, mut method, mut params) = (Span::NONE, Span::NONE, Span::NONE);
+    let mut escaped = false;
+    let handover = |seen, id, method, method_escaped, params, pos, resume| {
+        Compact::Handover(Handover {
+            seen,
+            id,
+            method,
+            method_escaped,
+            params,
+            pos,
+            resume,
+        })
+    };
+    if depth >= parser.max_depth {
+        // The general reader reports it.
+        return handover(seen, id, method, escaped, params, start, Resume::AtObject);
+    }
+    let mut pos = one_space(input, start + 1);
+    if input.get(pos) != Some(&b'"') {
+        // `{}`, or whitespace the general reader handles.
+        return handover(seen, id, method, escaped, params, start, Resume::AtObject);
+    }
+    loop {
+        let name_at = pos;
+        let Some((member, after_name)) = member_fast(input, pos, Mode::Requests) else {
+            return handover(seen, id, method, escaped, params, pos, Resume::AtName);
+        };
+        let bail = Resume::AtValue { member, name_at };
+        if input.get(after_name) != Some(&b':') {
+            return handover(seen, id, method, escaped, params, pos, Resume::AtName);
+        }
+        let at = one_space(input, after_name + 1);
+        let Some(&first) = input.get(at) else {
+            return handover(seen, id, method, escaped, params, pos, Resume::AtName);
+        };
+        let bit = 1u16 << member as u8;
+        if seen & bit != 0 {
+            return handover(seen, id, method, escaped, params, at, bail);
+        }
+        seen |= bit;
+        // Each rule's fast form; `None` hands the value to its general form.
+        let end = match member {
+            Member::Jsonrpc => version_fast(input, at),
+            Member::Id => match id_fast(input, at, first, parser) {
+                Some(end) => {
+                    id = Span { start: at, end };
+                    Some(end)
+                }
+                None => None,
+            },
+            Member::Method => match method_fast(input, at, first) {
+                Some((end, has_escapes)) => {
+                    method = Span {
+                        start: at + 1,
+                        end: end - 1,
+                    };
+                    escaped = has_escapes;
+                    Some(end)
+                }
+                None => None,
+            },
+            _ => match params_fast(input, at, first, depth + 1, parser.max_depth) {
+                Some(end) => {
+                    if first != b'n' {
+                        params = Span { start: at, end };
+                    }
+                    Some(end)
+                }
+                None => None,
+            },
+        };
+        let Some(end) = end else {
+            // Not seen yet as far as the general reader is concerned: it
+            // marks the member when it reads the value.
+            return handover(seen & !bit, id, method, escaped, params, at, bail);
+        };
+        pos = end;
+        match input.get(pos) {
+            Some(b',') => {
+                pos = one_space(input, pos + 1);
+                if input.get(pos) != Some(&b'"') {
+                    return handover(seen, id, method, escaped, params, end, Resume::AfterValue);
+                }
+            }
+            Some(b'}') => break,
+            _ => return handover(seen, id, method, escaped, params, end, Resume::AfterValue),
+        }
+    }
+    let jsonrpc = 1u16 << Member::Jsonrpc as u8;
+    match method.get() {
+        Some(m) if seen & jsonrpc != 0 => Compact::Request(
+            Request {
+                method: scan::validated_str(m.of(input)),
+                escaped,
+                id: id.get().map(|s| Id::from_validated(s.of(input))),
+                params: params.get().map(|s| Params::from_validated(s.of(input))),
+            },
+            pos + 1,
+        ),
+        // Missing members are the general reader's to report.
+        _ => handover(seen, id, method, escaped, params, pos, Resume::AfterValue),
+    }
+}
+
+/// `pos`, or past one space there (web3.py writes `": "` and `", "`).
+#[inline(always)]
+fn one_space(input: &[u8], pos: usize) -> usize {
+    if input.get(pos) == Some(&b' ') {
+        pos + 1
+    } else {
+        pos
+    }
+}
+
+/// An object read: a request the compact reader decided, or the envelope the
+/// general reader found; each with the index after the object.
+pub(crate) type Object<'a> = Result<(Request<'a>, usize), (Envelope, usize)>;
+
 /// Reads the envelope object whose `{` is at `pos`, `depth` containers deep,
 /// in one pass: validates it and records each member `mode` knows. Returns
-/// what it found and the index after the `}`.
+/// what it found and the index after the `}`. Requests written the way
+/// clients write them take the compact reader; anything else, from where it
+/// stopped, the general one.
 #[inline(always)]
-pub(crate) fn read_object(
-    input: &[u8],
-    mut pos: usize,
+pub(crate) fn read_object<'a>(
+    input: &'a [u8],
+    pos: usize,
     depth: u32,
     parser: &Parser,
     mode: Mode,
+) -> Result<Object<'a>, Error> {
+    if mode != Mode::Responses {
+        match read_compact(input, pos, depth, parser) {
+            Compact::Request(r, end) => return Ok(Ok((r, end))),
+            Compact::Handover(h) => {
+                return read_object_from(input, pos, depth, parser, mode, h).map(Err);
+            }
+        }
+    }
+    let fresh = Handover {
+        seen: 0,
+        id: Span::NONE,
+        method: Span::NONE,
+        method_escaped: false,
+        params: Span::NONE,
+        pos,
+        resume: Resume::AtObject,
+    };
+    read_object_from(input, pos, depth, parser, mode, fresh).map(Err)
+}
+
+/// The general reader, from where `h` says (the object's `{` for a fresh
+/// start).
+#[inline(never)]
+fn read_object_from(
+    input: &[u8],
+    start: usize,
+    depth: u32,
+    parser: &Parser,
+    mode: Mode,
+    h: Handover,
 ) -> Result<(Envelope, usize), Error> {
     let mut env = Envelope {
-        start: pos,
-        ..Envelope::default()
+        start,
+        seen: h.seen,
+        method_escaped: h.method_escaped,
+        id: h.id,
+        method: h.method,
+        params: h.params,
+        result: Span::NONE,
+        code: None,
+        message: None,
+        data: None,
+        common: None,
+        request: None,
+        response: None,
     };
     let max_depth = parser.max_depth;
     // Member values sit inside this object.
     let inner = depth + 1;
-    let mut more = first_member(input, &mut pos, depth, max_depth)?;
+    let mut pos = h.pos;
+    let mut more = match h.resume {
+        Resume::AtObject => first_member(input, &mut pos, depth, max_depth)?,
+        Resume::AtName => true,
+        Resume::AfterValue => next_member(input, &mut pos)?,
+        Resume::AtValue { member, name_at } => {
+            let at = skip_ws(input, pos);
+            let Some(&first) = input.get(at) else {
+                return eof(input);
+            };
+            env.mark_seen(member, name_at);
+            pos = read_value(input, at, first, member, inner, parser, &mut env)?;
+            next_member(input, &mut pos)?
+        }
+    };
     while more {
         let name_at = pos;
-        let (name, after_name) = match member_fast(input, pos) {
+        let (member, after_name) = match member_fast(input, pos, mode) {
             Some(hit) => hit,
-            None => read_member_name(input, pos, &ENVELOPE_MEMBERS)?,
-        };
-        let at = colon(input, after_name)?;
-        pos = match name {
-            Name::Member(m) if mode.knows(m) => {
-                env.mark_seen(m, name_at);
-                match m {
-                    Member::Jsonrpc => read_version(input, at, inner, max_depth, &mut env)?,
-                    Member::Id => read_id(input, at, inner, parser, &mut env)?,
-                    Member::Method => read_method(input, at, inner, max_depth, &mut env)?,
-                    Member::Params => read_params(input, at, inner, max_depth, &mut env)?,
-                    Member::Result => {
-                        let end = scan::skip_value(input, at, inner, max_depth)?;
-                        env.result = Some(Span { start: at, end });
-                        end
+            None => match read_member_name(input, pos, &ENVELOPE_MEMBERS)? {
+                (Name::Member(m), after) if mode.knows(m) => (m, after),
+                (name, after) => {
+                    // An unknown member (or one this mode does not read).
+                    if name == Name::Undecodable {
+                        env.problem(Side::Both, ErrorKind::UndecodableName, name_at, true);
                     }
-                    _ => read_error(input, at, inner, max_depth, &mut env)?,
+                    let (at, _) = colon(input, after)?;
+                    pos = scan::skip_value(input, at, inner, max_depth)?;
+                    more = next_member(input, &mut pos)?;
+                    continue;
                 }
-            }
-            Name::Undecodable => {
-                env.problem(Side::Both, ErrorKind::UndecodableName, name_at, true);
-                scan::skip_value(input, at, inner, max_depth)?
-            }
-            _ => scan::skip_value(input, at, inner, max_depth)?,
+            },
         };
+        let (at, first) = colon(input, after_name)?;
+        env.mark_seen(member, name_at);
+        pos = read_value(input, at, first, member, inner, parser, &mut env)?;
         more = next_member(input, &mut pos)?;
     }
     Ok((env, pos))
+}
+
+/// Reads the value of an envelope member, by that member's rule.
+#[inline(always)]
+fn read_value(
+    input: &[u8],
+    at: usize,
+    first: u8,
+    member: Member,
+    inner: u32,
+    parser: &Parser,
+    env: &mut Envelope,
+) -> Result<usize, Error> {
+    let max_depth = parser.max_depth;
+    match member {
+        Member::Jsonrpc => read_version(input, at, first, inner, max_depth, env),
+        Member::Id => read_id(input, at, first, inner, parser, env),
+        Member::Method => read_method(input, at, first, inner, max_depth, env),
+        Member::Params => read_params(input, at, first, inner, max_depth, env),
+        Member::Result => {
+            let end = scan::skip_value(input, at, inner, max_depth)?;
+            env.result = Span { start: at, end };
+            Ok(end)
+        }
+        _ => read_error(input, at, first, inner, max_depth, env),
+    }
+}
+
+/// `jsonrpc`, the fast form: exactly `"2.0"`.
+#[inline(always)]
+fn version_fast(input: &[u8], at: usize) -> Option<usize> {
+    (input.get(at..at + 5) == Some(b"\"2.0\"")).then_some(at + 5)
+}
+
+/// `id`, the fast form: a string or a small integer written plainly,
+/// within the id length limit. `Ok(None)` sends it to the general rule.
+#[inline(always)]
+fn id_fast(input: &[u8], at: usize, first: u8, parser: &Parser) -> Option<usize> {
+    let end = match first {
+        b'"' => scan::scan_string(input, at + 1).ok()?.end,
+        b'1'..=b'9' => {
+            // Digits, then `,` or `}`; anything else takes the full number
+            // grammar.
+            let mut end = at + 1;
+            while matches!(input.get(end), Some(b'0'..=b'9')) {
+                end += 1;
+            }
+            if matches!(input.get(end), Some(b'.' | b'e' | b'E')) {
+                return None;
+            }
+            end
+        }
+        _ => return None,
+    };
+    (end - at <= parser.max_id_len as usize).then_some(end)
+}
+
+/// `method`, the fast form: a string; returns its end and whether it has
+/// escapes (`None` if it is not a string, or not a valid one).
+#[inline(always)]
+fn method_fast(input: &[u8], at: usize, first: u8) -> Option<(usize, bool)> {
+    if first != b'"' {
+        return None;
+    }
+    let s = scan::scan_string(input, at + 1).ok()?;
+    Some((s.end, s.escaped))
+}
+
+/// `params`, the fast form: an array or object (validated whole), or
+/// `null`.
+#[inline(always)]
+fn params_fast(input: &[u8], at: usize, first: u8, inner: u32, max_depth: u32) -> Option<usize> {
+    match first {
+        b'[' | b'{' => scan::skip_value(input, at, inner, max_depth).ok(),
+        b'n' if input.get(at..at + 4) == Some(b"null") => Some(at + 4),
+        _ => None,
+    }
 }
 
 /// `jsonrpc`: exactly the string `"2.0"` (escapes allowed).
@@ -1012,14 +1338,15 @@ pub(crate) fn read_object(
 fn read_version(
     input: &[u8],
     at: usize,
+    first: u8,
     inner: u32,
     max_depth: u32,
     env: &mut Envelope,
 ) -> Result<usize, Error> {
-    if input[at..].starts_with(b"\"2.0\"") {
-        return Ok(at + 5);
+    if let Some(end) = version_fast(input, at) {
+        return Ok(end);
     }
-    let (end, ok) = if input[at] == b'"' {
+    let (end, ok) = if first == b'"' {
         let s = scan::scan_string(input, at + 1)?;
         let ok = s.escaped && scan::unescaped_eq(&input[at + 1..s.end - 1], true, b"2.0");
         (s.end, ok)
@@ -1038,25 +1365,14 @@ fn read_version(
 fn read_id(
     input: &[u8],
     at: usize,
+    first: u8,
     inner: u32,
     parser: &Parser,
     env: &mut Envelope,
 ) -> Result<usize, Error> {
-    let end = match input[at] {
+    let end = match first {
         b'"' => scan::scan_string(input, at + 1)?.end,
-        b'1'..=b'9' => {
-            // Most ids are small integers: digits, then `,` or `}`; anything
-            // else takes the full number grammar.
-            let mut end = at + 1;
-            while matches!(input.get(end), Some(b'0'..=b'9')) {
-                end += 1;
-            }
-            match input.get(end) {
-                Some(b'.' | b'e' | b'E') => scan::scan_number(input, at)?,
-                _ => end,
-            }
-        }
-        b'-' | b'0' => scan::scan_number(input, at)?,
+        b'-' | b'0'..=b'9' => scan::scan_number(input, at)?,
         b'n' => scan::scan_literal(input, at, b"null")?,
         _ => {
             let end = scan::skip_value(input, at, inner, parser.max_depth)?;
@@ -1075,7 +1391,7 @@ fn read_id(
         );
         return Ok(end);
     }
-    env.id = Some(Span { start: at, end });
+    env.id = Span { start: at, end };
     Ok(end)
 }
 
@@ -1084,11 +1400,12 @@ fn read_id(
 fn read_method(
     input: &[u8],
     at: usize,
+    first: u8,
     inner: u32,
     max_depth: u32,
     env: &mut Envelope,
 ) -> Result<usize, Error> {
-    if input[at] != b'"' {
+    if first != b'"' {
         env.problem(
             Side::Request,
             ErrorKind::WrongType(Member::Method),
@@ -1098,10 +1415,10 @@ fn read_method(
         return scan::skip_value(input, at, inner, max_depth);
     }
     let s = scan::scan_string(input, at + 1)?;
-    env.method = Some(Span {
+    env.method = Span {
         start: at + 1,
         end: s.end - 1,
-    });
+    };
     env.method_escaped = s.escaped;
     Ok(s.end)
 }
@@ -1111,16 +1428,18 @@ fn read_method(
 fn read_params(
     input: &[u8],
     at: usize,
+    first: u8,
     inner: u32,
     max_depth: u32,
     env: &mut Envelope,
 ) -> Result<usize, Error> {
-    match input[at] {
+    match first {
         b'[' | b'{' => {
             let end = scan::skip_value(input, at, inner, max_depth)?;
-            env.params = Some(Span { start: at, end });
+            env.params = Span { start: at, end };
             Ok(end)
         }
+        // A truncated `nul` is for the literal's grammar to report.
         b'n' => scan::scan_literal(input, at, b"null"),
         _ => {
             env.problem(
@@ -1141,12 +1460,13 @@ fn read_params(
 fn read_error(
     input: &[u8],
     at: usize,
+    first: u8,
     inner: u32,
     max_depth: u32,
     env: &mut Envelope,
 ) -> Result<usize, Error> {
     let end = scan::skip_value(input, at, inner, max_depth)?;
-    if input[at] != b'{' {
+    if first != b'{' {
         env.problem(
             Side::Response,
             ErrorKind::WrongType(Member::Error),
@@ -1161,7 +1481,7 @@ fn read_error(
     while more {
         let name_at = pos;
         let (name, after_name) = read_member_name(input, pos, &ERROR_MEMBERS)?;
-        let value = colon(input, after_name)?;
+        let (value, _) = colon(input, after_name)?;
         let value_end = scan::skip_value_trusted(input, value);
         let raw = &input[value..value_end];
         if let Name::Member(m) = name {

@@ -460,7 +460,10 @@ fn borrowed_strings_decode_with_or_without_escapes() {
     // What web3.py and json.dumps write for non-ASCII text: escapes.
     for (params, want) in [
         (r#"[{"name":"Adele","tags":["a","b"]}]"#, "Adele a+b"),
-        (r#"[{"name":"Ad\u00e8le","tags":["\"q\"","\ud83d\ude00"]}]"#, "Adèle \"q\"+😀"),
+        (
+            r#"[{"name":"Ad\u00e8le","tags":["\"q\"","\ud83d\ude00"]}]"#,
+            "Adèle \"q\"+😀",
+        ),
     ] {
         let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"greet","params":{params}}}"#);
         let mut out = Vec::new();
@@ -485,7 +488,13 @@ fn params_errors_point_into_the_message() {
     let r: Value = serde_json::from_slice(&out).unwrap();
     let data = &r["error"]["data"];
     assert_eq!(r["error"]["code"], -32602);
-    assert!(data["reason"].as_str().unwrap().starts_with("invalid type: integer `2`"), "{data}");
+    assert!(
+        data["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid type: integer `2`"),
+        "{data}"
+    );
     // The offset is in the message, where the bad value starts.
     let at = data["offset"].as_u64().unwrap() as usize;
     assert_eq!(&msg[at..at + 1], "2", "{data}");
@@ -495,7 +504,10 @@ fn params_errors_point_into_the_message() {
 fn common_errors_convert_with_documented_codes() {
     let d = Dispatcher::builder(())
         .method("io", |_c: Call<'_, ()>| -> Result<(), RpcError> {
-            Err(std::io::Error::new(std::io::ErrorKind::NotFound, "no such block"))?
+            Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "no such block",
+            ))?
         })
         .method("int", |c: Call<'_, ()>| {
             let (s,): (&str,) = c.decode()?;
@@ -516,7 +528,10 @@ fn common_errors_convert_with_documented_codes() {
     };
     let r = ask("io", "[]");
     assert_eq!(r["error"]["code"], -32603);
-    assert_eq!(r["error"]["data"], json!({"reason": "no such block", "kind": "NotFound"}));
+    assert_eq!(
+        r["error"]["data"],
+        json!({"reason": "no such block", "kind": "NotFound"})
+    );
     assert_eq!(ask("int", r#"["12"]"#)["result"], 12);
     assert_eq!(ask("int", r#"["x"]"#)["error"]["code"], -32602);
     assert_eq!(ask("plain_io", "[]")["error"]["code"], -32603);
@@ -524,7 +539,8 @@ fn common_errors_convert_with_documented_codes() {
 
 #[test]
 fn rpc_discover_is_an_explicit_opt_in() {
-    let open = |c: Call<'_, ()>| Ok::<_, RpcError>(json!({"openrpc": "1.2.6", "methods": [c.method()]}));
+    let open =
+        |c: Call<'_, ()>| Ok::<_, RpcError>(json!({"openrpc": "1.2.6", "methods": [c.method()]}));
     let d = Dispatcher::builder(())
         .rpc_discover(open)
         .method("m", |c: Call<'_, ()>| c.reply.null())
@@ -539,8 +555,16 @@ fn rpc_discover_is_an_explicit_opt_in() {
     assert_eq!(ask("rpc.discover")["result"]["openrpc"], "1.2.6");
     assert_eq!(ask("rpc.other")["error"]["code"], -32601);
     // Without the opt-in it is reserved like every `rpc.` name.
-    assert_eq!(reply(r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#).unwrap()["error"]["code"], -32601);
-    assert!(Dispatcher::builder(()).method("rpc.discover", open).build().is_err());
+    assert_eq!(
+        reply(r#"{"jsonrpc":"2.0","method":"rpc.discover","id":1}"#).unwrap()["error"]["code"],
+        -32601
+    );
+    assert!(
+        Dispatcher::builder(())
+            .method("rpc.discover", open)
+            .build()
+            .is_err()
+    );
 }
 
 #[test]
@@ -594,7 +618,11 @@ fn handlers_see_their_connection() {
         .build();
     let mut conn = Connection::with_context(ctx);
     let mut out = Vec::new();
-    d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"who"}"#, &mut conn, &mut out);
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"who"}"#,
+        &mut conn,
+        &mut out,
+    );
     let r: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(
         r["result"],
@@ -623,7 +651,10 @@ fn positional_params_are_indexed_once() {
         .build()
         .unwrap();
     let values: Vec<String> = (0..20_000).map(|i| i.to_string()).collect();
-    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"sum","params":[{}]}}"#, values.join(","));
+    let msg = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"sum","params":[{}]}}"#,
+        values.join(",")
+    );
     let mut out = Vec::new();
     d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
     let r: Value = serde_json::from_slice(&out).unwrap();

@@ -63,7 +63,11 @@ fn response_parsing_memory_stays_within_a_small_multiple_of_the_input() {
         });
         assert_eq!(outcome.is_ok(), ok, "{what}: {outcome:?}");
         if !ok {
-            assert_eq!(outcome.unwrap_err().code(), -32600, "{what}: over the batch limit");
+            assert_eq!(
+                outcome.unwrap_err().code(),
+                -32600,
+                "{what}: over the batch limit"
+            );
         }
         // The entry list is sized once, bounded by the batch limit: a few
         // dozen bytes per entry, never per input byte.
@@ -106,7 +110,10 @@ fn a_handler_cannot_write_past_the_response_limit() {
         .unwrap();
     let mut conn = Connection::new();
     for (input, what) in [
-        (&br#"{"jsonrpc":"2.0","id":1,"method":"stream"}"#[..], "a request"),
+        (
+            &br#"{"jsonrpc":"2.0","id":1,"method":"stream"}"#[..],
+            "a request",
+        ),
         (br#"{"jsonrpc":"2.0","method":"stream"}"#, "a notification"),
     ] {
         let mut out = Vec::new();
@@ -128,7 +135,10 @@ fn a_handler_cannot_write_past_the_response_limit() {
             // A notification writes into nothing: the first write is refused.
             assert!(peak < 8 * MIB, "a notification: {} MiB peak", peak / MIB);
         }
-        assert!(out.capacity() <= limit + MIB, "the buffer keeps at most the limit");
+        assert!(
+            out.capacity() <= limit + MIB,
+            "the buffer keeps at most the limit"
+        );
     }
     // A raw result larger than the limit is refused before it is copied.
     let mut out = Vec::new();
@@ -239,7 +249,10 @@ fn one_large_message_does_not_pin_the_arena() {
     d.handle(msg.as_bytes(), &mut small, &mut out);
     assert!(small.arena_bytes() <= 64 * 1024, "{}", small.arena_bytes());
     // A batch past its length limit decodes none of its escaped methods.
-    let entry = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#, "\\u0061".repeat(1000));
+    let entry = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#,
+        "\\u0061".repeat(1000)
+    );
     let batch = format!("[{}]", vec![entry.as_str(); 800].join(","));
     let parser = Parser::new().max_batch_len(700);
     let arena = bumpalo::Bump::new();

@@ -33,8 +33,11 @@ fn quiet_panics_skip_the_hook_only_inside_handlers() {
     quiet.handle(batch.as_bytes(), &mut Connection::new(), &mut out);
     let r: serde_json::Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(r.as_array().unwrap().len(), 1000);
-    assert!(r.as_array().unwrap().iter().all(|e| e["error"]["code"] == -32603
-        && e["error"]["data"]["panic"] == "handler failed"));
+    assert!(
+        r.as_array().unwrap().iter().all(
+            |e| e["error"]["code"] == -32603 && e["error"]["data"]["panic"] == "handler failed"
+        )
+    );
     assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 0);
 
     // A dispatcher that did not ask for quiet still reaches the hook.

@@ -48,7 +48,9 @@ fn a_mixed_batch_is_classified_in_one_pass() {
         panic!("a batch")
     };
     let items: Vec<Incoming> = batch.collect();
-    assert!(matches!(items[0], Incoming::Response(r) if r.result().unwrap().as_bytes() == br#"{"ok":true}"#));
+    assert!(
+        matches!(items[0], Incoming::Response(r) if r.result().unwrap().as_bytes() == br#"{"ok":true}"#)
+    );
     assert!(matches!(items[1], Incoming::Request(r) if r.method() == "ping"));
     assert!(matches!(items[2], Incoming::Response(r) if r.result().unwrap_err().code() == -32000));
     assert!(matches!(items[3], Incoming::Request(r) if r.is_notification()));
@@ -81,7 +83,8 @@ fn responses_are_matched_and_never_answered() {
                     *slot.lock().unwrap() = Some(r);
                 })
                 .map_err(|e| RpcError::internal(e.to_string()))?;
-            c.ctx.notify("notifications/progress", &json!({"progress": 1}));
+            c.ctx
+                .notify("notifications/progress", &json!({"progress": 1}));
             Ok::<_, RpcError>("asked")
         })
         .build()
@@ -127,11 +130,14 @@ fn responses_are_matched_and_never_answered() {
     assert_eq!(conn.unmatched_responses(), 1);
     // A lone response: no reply at all.
     out.clear();
-    assert!(!d.handle(
-        format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-1,"message":"denied"}}}}"#).as_bytes(),
-        &mut conn,
-        &mut out
-    ));
+    assert!(
+        !d.handle(
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-1,"message":"denied"}}}}"#)
+                .as_bytes(),
+            &mut conn,
+            &mut out
+        )
+    );
     assert!(out.is_empty());
     assert_eq!(peer.pending(), 1, "the roots/list request was answered");
     assert_eq!(conn.unmatched_responses(), 1);
@@ -151,10 +157,16 @@ fn pending_requests_time_out_and_cancel() {
         .unwrap();
     }
     assert_eq!(peer.expire(now), 1);
-    assert_eq!(outcome.lock().unwrap()[0], ("due", Some(PeerError::Timeout)));
+    assert_eq!(
+        outcome.lock().unwrap()[0],
+        ("due", Some(PeerError::Timeout))
+    );
     assert!(peer.cancel(2));
     assert!(!peer.cancel(2));
-    assert_eq!(outcome.lock().unwrap()[1], ("later", Some(PeerError::Cancelled)));
+    assert_eq!(
+        outcome.lock().unwrap()[1],
+        ("later", Some(PeerError::Cancelled))
+    );
     assert_eq!(peer.pending(), 0);
 
     // The sans-I/O table alone: ids allocated in order, deadlines.
@@ -183,8 +195,12 @@ async fn awaiting_an_outbound_request() {
     let ask = tokio::spawn({
         let peer = peer.clone();
         async move {
-            peer.request("elicitation/create", Some(&json!({"q": 1})), Duration::from_secs(5))
-                .await
+            peer.request(
+                "elicitation/create",
+                Some(&json!({"q": 1})),
+                Duration::from_secs(5),
+            )
+            .await
         }
     });
     // Wait for the request to be sent, then feed back its answer.
@@ -194,7 +210,10 @@ async fn awaiting_an_outbound_request() {
         }
         tokio::task::yield_now().await;
     };
-    let answer = format!(r#"{{"jsonrpc":"2.0","id":{},"result":[1,2]}}"#, request["id"]);
+    let answer = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":[1,2]}}"#,
+        request["id"]
+    );
     let mut conn = echo.0.lock().unwrap().take().unwrap();
     let mut out = Vec::new();
     echo.1.handle(answer.as_bytes(), &mut conn, &mut out);
@@ -215,9 +234,16 @@ fn outbound_writers_make_valid_messages() {
     let mut out = bytes::BytesMut::new();
     rpcwire::peer::write_request(&mut out, 3, "a\"b", Some(&json!([1]))).unwrap();
     let v: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(v, json!({"jsonrpc": "2.0", "id": 3, "method": "a\"b", "params": [1]}));
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 3, "method": "a\"b", "params": [1]})
+    );
     let mut out = Vec::new();
-    rpcwire::peer::write_notification_raw(&mut out, "eth_subscription", Some(br#"{"subscription":"0x1","result":{}}"#));
+    rpcwire::peer::write_notification_raw(
+        &mut out,
+        "eth_subscription",
+        Some(br#"{"subscription":"0x1","result":{}}"#),
+    );
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["params"]["subscription"], "0x1");
     let mut out = Vec::new();
@@ -253,7 +279,10 @@ fn every_prefix_of_a_valid_message_is_partial() {
     // Invalid starts are errors at once; so is a message past the size
     // limit, without waiting for its end.
     for bad in ["{]", "[1,,", "{\"a\" 1", "nul", "\"str\"", "{\"a\":\"\\x\""] {
-        assert!(parser.parse_prefix(bad.as_bytes(), &arena).is_err(), "{bad}");
+        assert!(
+            parser.parse_prefix(bad.as_bytes(), &arena).is_err(),
+            "{bad}"
+        );
     }
     let small = Parser::new().max_message_len(10);
     let e = small

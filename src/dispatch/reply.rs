@@ -354,7 +354,10 @@ pub(crate) fn grow_within<B: ReplyBuf + ?Sized>(out: &mut B, additional: usize, 
         && v.capacity() - v.len() < additional
     {
         let len = v.len();
-        let want = (len * 2).max(len + additional).max(64).min(limit.max(len + additional));
+        let want = (len * 2)
+            .max(len + additional)
+            .max(64)
+            .min(limit.max(len + additional));
         v.reserve_exact(want - len);
     }
 }
@@ -527,6 +530,7 @@ impl Budget {
     }
 
     /// The response size limit.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) fn limit(&self) -> usize {
         self.limit
     }

@@ -208,7 +208,10 @@ fn incoming(parser: &rpcwire::Parser, input: &[u8], arena: &bumpalo::Bump) {
         // A valid message that is not an object or array has no end a
         // framer could find: refused.
         other => assert!(
-            !matches!(input.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')),
+            !matches!(
+                input.iter().find(|b| !b.is_ascii_whitespace()),
+                Some(b'{' | b'[')
+            ),
             "{other:?}"
         ),
     }
@@ -220,7 +223,12 @@ fn incoming(parser: &rpcwire::Parser, input: &[u8], arena: &bumpalo::Bump) {
             }
             match parser.parse_prefix(head, arena) {
                 Ok(Status::Partial) => {}
-                Err(e) if !matches!(head.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) => {
+                Err(e)
+                    if !matches!(
+                        head.iter().find(|b| !b.is_ascii_whitespace()),
+                        Some(b'{' | b'[')
+                    ) =>
+                {
                     let _ = e;
                 }
                 other => panic!("prefix {cut}: {other:?}"),
