@@ -265,9 +265,18 @@ fn one_large_message_does_not_pin_the_arena() {
 }
 
 #[cfg(feature = "async")]
-#[tokio::test(flavor = "current_thread")]
-async fn async_replies_are_bounded_as_they_arrive() {
+#[test]
+fn async_replies_are_bounded_as_they_arrive() {
     let _serial = serial();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(async_replies_bounded());
+}
+
+#[cfg(feature = "async")]
+async fn async_replies_bounded() {
     use rpcwire::dispatch::AsyncCall;
     // 200 entries each answering 2 MB, under a 25 MB limit: replies are
     // written as they arrive and refused past the limit, never held.
