@@ -660,3 +660,48 @@ fn positional_params_are_indexed_once() {
     let r: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(r["result"], json!([20_000, 199_990_000u64]));
 }
+
+#[test]
+fn an_observer_sees_every_call() {
+    use rpcwire::dispatch::{CallRecord, Observer};
+    use std::sync::{Arc, Mutex};
+    #[derive(Default)]
+    struct Log(Mutex<Vec<(Option<String>, Option<String>, Option<i32>)>>);
+    impl Observer for Log {
+        fn on_call(&self, c: &CallRecord<'_>) {
+            self.0.lock().unwrap().push((
+                c.method.map(str::to_owned),
+                c.id.map(|i| i.as_json().to_owned()),
+                c.code,
+            ));
+        }
+    }
+    let log = Arc::new(Log::default());
+    let d = Dispatcher::builder(())
+        .observer(log.clone())
+        .method("ok", |c: Call<'_, ()>| c.reply.u64(1))
+        .method("bad", |_c: Call<'_, ()>| Err::<(), _>(RpcError::new(-32000, "no")))
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    let mut conn = Connection::new();
+    d.handle(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"ok"},{"jsonrpc":"2.0","id":"x","method":"bad"},{"jsonrpc":"2.0","method":"ok"},{"jsonrpc":"2.0","id":3,"method":"nope"},{"id":4}]"#,
+        &mut conn,
+        &mut out,
+    );
+    d.handle(b"{", &mut conn, &mut out);
+    let got = log.0.lock().unwrap().clone();
+    let s = |v: &str| Some(v.to_owned());
+    assert_eq!(
+        got,
+        [
+            (s("ok"), s("1"), None),
+            (s("bad"), s("\"x\""), Some(-32000)),
+            (s("ok"), None, None),
+            (s("nope"), s("3"), Some(-32601)),
+            (None, s("4"), Some(-32600)),
+            (None, None, Some(-32700)),
+        ]
+    );
+}

@@ -37,15 +37,15 @@ use futures_util::task::AtomicWaker;
 use serde::de::DeserializeOwned;
 
 use super::{
-    Budget, Dispatcher, DispatcherBuilder, Done, Handler, IntoResponse, Reply, ReplyBuf, RpcError,
-    Scope, Shared, TooLarge, WithAsync, guard_panics, panic_error,
+    Budget, Dispatcher, DispatcherBuilder, Done, Handler, IntoResponse, Outcome, Reply, ReplyBuf,
+    RpcError, Scope, Shared, TooLarge, WithAsync, guard_panics, panic_error,
 };
 use crate::codes::{REQUEST_CANCELLED, REQUEST_TIMEOUT};
 use crate::conn::{Connection, Context};
 use crate::message::{Incoming, Message};
 use crate::request::{Entry, Id, Params};
 
-use super::reply::{poll_reply, write_error_reply, write_error_tail, write_message_error};
+use super::reply::{poll_reply, write_error_reply, write_error_tail};
 
 /// An async handler, erased: it makes the call's future, boxed with what
 /// writes its result.
@@ -66,6 +66,25 @@ pin_project_lite::pin_project! {
     struct Pending<F> {
         #[pin]
         fut: F,
+        // The call's span (feature `tracing`), entered while it is polled.
+        span: Span,
+    }
+}
+
+#[cfg(feature = "tracing")]
+type Span = tracing::Span;
+/// No span without the `tracing` feature.
+#[cfg(not(feature = "tracing"))]
+type Span = ();
+
+fn span_of(method: &str, id: Option<&[u8]>) -> Span {
+    #[cfg(feature = "tracing")]
+    {
+        super::call_span(method, id)
+    }
+    #[cfg(not(feature = "tracing"))]
+    {
+        let _ = (method, id);
     }
 }
 
@@ -80,8 +99,20 @@ where
         sink: &mut dyn ReplyBuf,
         limit: usize,
     ) -> Poll<Result<Done, RpcError>> {
-        match self.project().fut.poll(cx) {
-            Poll::Ready(returned) => Poll::Ready(returned.into_response(Reply::new(sink, limit))),
+        let this = self.project();
+        #[cfg(feature = "tracing")]
+        let _entered = this.span.enter();
+        #[cfg(not(feature = "tracing"))]
+        let _ = this.span;
+        match this.fut.poll(cx) {
+            Poll::Ready(returned) => {
+                let done = returned.into_response(Reply::new(sink, limit));
+                #[cfg(feature = "tracing")]
+                if let Err(e) = &done {
+                    this.span.record("code", e.code());
+                }
+                Poll::Ready(done)
+            }
             Poll::Pending => Poll::Pending,
         }
     }
@@ -122,7 +153,12 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         R: IntoResponse + 'static,
     {
         let erased: Arc<AsyncFn<S>> = Arc::new(move |call| -> Pin<Box<dyn PendingCall>> {
-            Box::pin(Pending { fut: handler(call) })
+            let span = span_of(call.method(), call.id());
+            #[cfg(feature = "tracing")]
+            let fut = span.in_scope(|| handler(call));
+            #[cfg(not(feature = "tracing"))]
+            let fut = handler(call);
+            Box::pin(Pending { fut, span })
         });
         let mut b = self.into_kind::<WithAsync>();
         b.methods.push((name.into(), Handler::Async(erased)));
@@ -159,6 +195,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             max_in_flight: self.max_in_flight,
             timeout: self.timeout,
             quiet_panics: self.quiet_panics,
+            observer: self.observer,
             kind: std::marker::PhantomData,
         }
     }
@@ -443,7 +480,9 @@ struct Task {
     target: Target,
     /// The request id, for cancellation by id.
     id: Option<Bytes>,
+    method: Bytes,
     deadline: Option<Instant>,
+    started: std::time::Instant,
     generation: u64,
 }
 
@@ -496,7 +535,7 @@ impl Msg {
     fn decide_batch_entry(
         &mut self,
         k: usize,
-        write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> (usize, bool),
+        write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> (usize, Outcome),
     ) {
         let _ = self.poll_batch_entry(k, |into, id, allowance, too_large| {
             Poll::Ready(write(into, id, allowance, too_large))
@@ -512,7 +551,7 @@ impl Msg {
     fn poll_batch_entry(
         &mut self,
         k: usize,
-        write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> Poll<(usize, bool)>,
+        write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> Poll<(usize, Outcome)>,
     ) -> bool {
         let ReplyState::Pending(id_range) = &self.replies[k] else {
             return true;
@@ -536,7 +575,7 @@ impl Msg {
         let at = target.len();
         let outcome = if self.budget.is_over() {
             self.too_large.write(&mut target, id);
-            Poll::Ready((too_large_len, true))
+            Poll::Ready((too_large_len, Outcome::TooLarge))
         } else {
             write(&mut target, id, allowance, &self.too_large)
         };
@@ -552,7 +591,7 @@ impl Msg {
         } else {
             self.stage = target;
         }
-        let Some((len, refused)) = decided else {
+        let Some((len, outcome)) = decided else {
             return false;
         };
         if in_order {
@@ -561,7 +600,7 @@ impl Msg {
         } else {
             self.replies[k] = ReplyState::Staged(at..at + len);
         }
-        self.budget.commit(too_large_len, len, refused);
+        self.budget.commit(too_large_len, len, outcome);
         self.advance();
         true
     }
@@ -718,7 +757,7 @@ impl Engine {
             return;
         }
         msg.decide_batch_entry(k, |into, id, allowance, too_large| {
-            write_error_reply(into, id, allowance, too_large, |o| {
+            write_error_reply(into, id, allowance, too_large, REQUEST_CANCELLED, |o| {
                 write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", None)
             })
         });
@@ -780,7 +819,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
     fn start<B: ReplyBuf>(&self, input: &Bytes, conn: &mut Connection, out: &mut B) {
         let parsed = match self.parser.parse_incoming(input, &conn.arena) {
             Ok(m) => m,
-            Err(e) => return write_message_error(out, e),
+            Err(e) => return self.message_error(out, e),
         };
         let scope = Scope {
             arena: &conn.arena,
@@ -888,7 +927,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         {
             msg.decide_batch_entry(k, |into, id, _, too_large| {
                 too_large.write(into, id);
-                (too_large.len_for(id), true)
+                (too_large.len_for(id), Outcome::TooLarge)
             });
             return;
         }
@@ -905,7 +944,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             params: w.params.map(OwnedParams),
             state: Arc::clone(&self.state),
             ctx: ctx.clone(),
-            method: w.method,
+            method: w.method.clone(),
             id: w.id.clone(),
             cancel: Cancellation {
                 slot: Arc::clone(&engine.slots[index].shared),
@@ -920,6 +959,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 let e = panic_error(&*panic);
                 Box::pin(Pending {
                     fut: std::future::ready(Err::<Done, RpcError>(e)),
+                    span: span_of("", None),
                 })
             }
         };
@@ -927,7 +967,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
             call,
             target: w.target,
             id: w.id,
+            method: w.method,
             deadline: self.timeout.map(|t| Instant::now() + t),
+            started: std::time::Instant::now(),
             generation,
         });
         // Polled first by the next poll of the engine.
@@ -996,8 +1038,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 None => Poll::Pending,
             }
         };
+        let mut outcome = None;
         let finished = match task.target {
-            None => matches!(poll(&mut super::reply::Discard, 0), Poll::Ready(_)),
+            None => match poll(&mut super::reply::Discard, 0) {
+                Poll::Ready(r) => {
+                    outcome =
+                        Some(r.map_or_else(|e| Outcome::Error(e.code()), |_| Outcome::Result));
+                    true
+                }
+                Poll::Pending => false,
+            },
             Some((m, k)) => {
                 let Some(msg) = engine.msgs[m].as_mut() else {
                     return 0;
@@ -1008,16 +1058,21 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     let allowance = msg.budget.allowance(too_large_len);
                     match poll_reply(out, id, allowance, &msg.too_large, poll) {
                         Poll::Pending => false,
-                        Poll::Ready((len, refused)) => {
-                            msg.budget.commit(too_large_len, len, refused);
+                        Poll::Ready((len, written)) => {
+                            msg.budget.commit(too_large_len, len, written);
                             msg.replies[k] = ReplyState::Written;
                             msg.next = 1;
+                            outcome = Some(written);
                             true
                         }
                     }
                 } else {
                     msg.poll_batch_entry(k, |into, id, allowance, too_large| {
-                        poll_reply(into, id, allowance, too_large, poll)
+                        let r = poll_reply(into, id, allowance, too_large, poll);
+                        if let Poll::Ready((_, written)) = r {
+                            outcome = Some(written);
+                        }
+                        r
                     })
                 }
             }
@@ -1029,6 +1084,12 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let single = task
             .target
             .is_some_and(|(m, _)| engine.msgs[m].as_ref().is_some_and(|msg| !msg.batch));
+        if let Some(observer) = &self.observer {
+            let method = core::str::from_utf8(&task.method).ok();
+            let id = task.id.as_deref().map(Id::from_validated);
+            let outcome = outcome.unwrap_or(Outcome::TooLarge);
+            self.report(observer, method, id, outcome, task.started);
+        }
         drop(task);
         if single {
             // Its reply is in `out` already; the message is done.
@@ -1080,14 +1141,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
             };
             if msg.batch {
                 msg.decide_batch_entry(k, |into, id, allowance, too_large| {
-                    write_error_reply(into, id, allowance, too_large, |o| tail(o))
+                    write_error_reply(into, id, allowance, too_large, REQUEST_TIMEOUT, |o| tail(o))
                 });
             } else {
                 let id = msg.id(k);
                 let too_large_len = msg.too_large.len_for(id);
                 let allowance = msg.budget.allowance(too_large_len);
                 let (len, refused) =
-                    write_error_reply(out, id, allowance, &msg.too_large, |o| tail(o));
+                    write_error_reply(out, id, allowance, &msg.too_large, REQUEST_TIMEOUT, |o| {
+                        tail(o)
+                    });
                 msg.budget.commit(too_large_len, len, refused);
                 msg.replies[k] = ReplyState::Written;
                 msg.next = 1;
@@ -1139,13 +1202,13 @@ impl<S: Send + Sync + 'static> Shared<S> {
             let allowance = budget.allowance(too_large_len);
             out.push(if any { b',' } else { b'[' });
             any = true;
-            let (len, refused) = if budget.is_over() {
+            let (len, outcome) = if budget.is_over() {
                 self.too_large.write(out, id);
-                (too_large_len, true)
+                (too_large_len, Outcome::TooLarge)
             } else {
                 self.answer(entry, id, scope, out, allowance)
             };
-            budget.commit(too_large_len, len, refused);
+            budget.commit(too_large_len, len, outcome);
         }
         if any {
             out.push(b']');

@@ -23,7 +23,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Once};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bumpalo::Bump;
 use bytes::Bytes;
@@ -33,7 +33,7 @@ pub(crate) use call::Invocation;
 #[cfg(feature = "async")]
 pub use engine::{AsyncCall, Cancellation, OwnedParams};
 pub use error::RpcError;
-pub(crate) use reply::{Budget, TooLarge};
+pub(crate) use reply::{Budget, Outcome, TooLarge};
 pub use reply::{Done, IntoResponse, IntoResult, Reply, ReplyBuf};
 
 use crate::codes::RESPONSE_TOO_LARGE;
@@ -91,6 +91,7 @@ pub struct DispatcherBuilder<S, K = SyncOnly> {
     max_in_flight: usize,
     timeout: Option<Duration>,
     quiet_panics: bool,
+    observer: Option<Arc<dyn Observer>>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -182,6 +183,12 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         self
     }
 
+    /// Reports every call to `observer` (method, id, error code, time).
+    pub fn observer(mut self, observer: Arc<dyn Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
     /// Builds the dispatcher. Fails on a duplicate method name, an empty one,
     /// or one starting with `rpc.`.
     pub fn build(self) -> Result<Dispatcher<S, K>, BuildError> {
@@ -199,6 +206,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
                 max_in_flight: self.max_in_flight,
                 timeout: self.timeout,
                 quiet: self.quiet_panics,
+                observer: self.observer,
             }),
             kind: PhantomData,
         })
@@ -271,6 +279,7 @@ pub(crate) struct Shared<S> {
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) timeout: Option<Duration>,
     pub(crate) quiet: bool,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
 impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
@@ -287,6 +296,7 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             timeout: Some(DEFAULT_TIMEOUT),
             quiet_panics: false,
+            observer: None,
             kind: PhantomData,
         }
     }
@@ -333,6 +343,48 @@ impl<S, K> Dispatcher<S, K> {
     }
 }
 
+/// What a dispatcher reports of each call it answers (or notification it
+/// runs), to an [`Observer`].
+#[derive(Clone, Copy, Debug)]
+pub struct CallRecord<'a> {
+    /// The method, when the entry named one (`None` for an invalid entry
+    /// or a message that could not be read).
+    pub method: Option<&'a str>,
+    /// The request id, byte for byte; `None` for a notification or an
+    /// unreadable id.
+    pub id: Option<Id<'a>>,
+    /// The code of the error the call was answered with; `None` for a
+    /// result (and for notifications, whose outcome is not sent).
+    pub code: Option<i32>,
+    /// From the start of the call to its reply.
+    pub elapsed: Duration,
+}
+
+/// Sees every call a dispatcher answers: for counters per method and per
+/// error code, latency histograms, logs. Called on the dispatching thread
+/// after the reply is written, so it should be quick (atomics, a channel).
+///
+/// ```
+/// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
+/// use rpcwire::dispatch::{CallRecord, Observer};
+/// #[derive(Default)]
+/// struct Errors(AtomicUsize);
+/// impl Observer for Errors {
+///     fn on_call(&self, call: &CallRecord<'_>) {
+///         if call.code.is_some() { self.0.fetch_add(1, Ordering::Relaxed); }
+///     }
+/// }
+/// let errors = Arc::new(Errors::default());
+/// let d = rpcwire::Dispatcher::builder(()).observer(errors.clone()).build()?;
+/// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"nope"}"#, &mut rpcwire::Connection::new(), &mut Vec::new());
+/// assert_eq!(errors.0.load(Ordering::Relaxed), 1);
+/// # Ok::<(), rpcwire::router::BuildError>(())
+/// ```
+pub trait Observer: Send + Sync + 'static {
+    /// One call answered.
+    fn on_call(&self, call: &CallRecord<'_>);
+}
+
 /// Default response size limit: 25 MB, as geth.
 pub const DEFAULT_MAX_RESPONSE_LEN: usize = 25 * 1000 * 1000;
 /// Default cap on the async handlers of one connection running at once.
@@ -364,7 +416,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             message: input,
         };
         match self.parser.parse_incoming(input, scope.arena) {
-            Err(e) => write_message_error(out, e),
+            Err(e) => self.message_error(out, e),
             Ok(Message::Single(item)) => {
                 let Some(entry) = item.as_entry() else {
                     return conn.deliver(bytes, item);
@@ -398,14 +450,14 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     let allowance = budget.allowance(too_large_len);
                     out.push(if any { b',' } else { b'[' });
                     any = true;
-                    let (len, refused) = if budget.is_over() {
+                    let (len, outcome) = if budget.is_over() {
                         // Past the limit: answered, not run.
                         self.too_large.write(out, id);
-                        (too_large_len, true)
+                        (too_large_len, Outcome::TooLarge)
                     } else {
                         self.answer(entry, id, scope, out, allowance)
                     };
-                    budget.commit(too_large_len, len, refused);
+                    budget.commit(too_large_len, len, outcome);
                 }
                 if any {
                     out.push(b']');
@@ -446,37 +498,87 @@ impl<S: Send + Sync + 'static> Shared<S> {
         scope: Scope<'_>,
         out: &mut B,
         allowance: usize,
-    ) -> (usize, bool) {
+    ) -> (usize, Outcome) {
+        let Some(observer) = &self.observer else {
+            return self.answer_unobserved(entry, id, scope, out, allowance);
+        };
+        let started = Instant::now();
+        let written = self.answer_unobserved(entry, id, scope, out, allowance);
+        let method = entry.request().map(|r| r.method());
+        self.report(observer, method, Some(id), written.1, started);
+        written
+    }
+
+    /// Reports a call to the observer.
+    #[cold]
+    pub(crate) fn report(
+        &self,
+        observer: &Arc<dyn Observer>,
+        method: Option<&str>,
+        id: Option<Id<'_>>,
+        outcome: Outcome,
+        started: Instant,
+    ) {
+        observer.on_call(&CallRecord {
+            method,
+            id: id.filter(|i| !i.is_null() || method.is_some()),
+            code: match outcome {
+                Outcome::Result => None,
+                Outcome::Error(code) => Some(code),
+                Outcome::TooLarge => Some(self.too_large.code()),
+            },
+            elapsed: started.elapsed(),
+        });
+    }
+
+    #[inline(always)]
+    fn answer_unobserved<B: ReplyBuf>(
+        &self,
+        entry: Entry<'_>,
+        id: Id<'_>,
+        scope: Scope<'_>,
+        out: &mut B,
+        allowance: usize,
+    ) -> (usize, Outcome) {
         let req = match entry {
             Entry::Request(req) => req,
             Entry::Invalid(inv) => {
-                return write_error_reply(out, id, allowance, &self.too_large, |o| {
+                let code = inv.error().code();
+                return write_error_reply(out, id, allowance, &self.too_large, code, |o| {
                     write_request_error_tail(o, inv.error())
                 });
             }
         };
         match self.lookup(req.method()) {
             Some(Handler::Sync(h)) => {
-                write_reply(out, id, allowance, &self.too_large, |sink, limit| {
+                #[cfg(feature = "tracing")]
+                let span = call_span(req.method(), Some(id.as_bytes()));
+                #[cfg(feature = "tracing")]
+                let _entered = span.enter();
+                let written = write_reply(out, id, allowance, &self.too_large, |sink, limit| {
                     self.invoke(h, req, scope, sink, limit)
-                })
+                });
+                #[cfg(feature = "tracing")]
+                record_outcome(&span, written.1);
+                written
             }
             #[cfg(feature = "async")]
             Some(Handler::Async(_)) => {
                 // Only the async path reaches async handlers; it starts them
                 // itself and never calls this for them.
-                write_error_reply(out, id, allowance, &self.too_large, |o| {
-                    reply::write_error_tail(
-                        o,
-                        crate::codes::INTERNAL_ERROR,
-                        "async method reached the sync path",
-                        None,
-                    )
+                let code = crate::codes::INTERNAL_ERROR;
+                write_error_reply(out, id, allowance, &self.too_large, code, |o| {
+                    reply::write_error_tail(o, code, "async method reached the sync path", None)
                 })
             }
-            None => write_error_reply(out, id, allowance, &self.too_large, |o| {
-                write_method_not_found_tail(o, req.method())
-            }),
+            None => write_error_reply(
+                out,
+                id,
+                allowance,
+                &self.too_large,
+                crate::codes::METHOD_NOT_FOUND,
+                |o| write_method_not_found_tail(o, req.method()),
+            ),
         }
     }
 
@@ -485,7 +587,30 @@ impl<S: Send + Sync + 'static> Shared<S> {
         if let Entry::Request(req) = entry
             && let Some(Handler::Sync(h)) = self.lookup(req.method())
         {
-            let _ = self.invoke(h, req, scope, &mut Discard, 0);
+            let started = self.observer.as_ref().map(|_| Instant::now());
+            let outcome = self.invoke(h, req, scope, &mut Discard, 0);
+            if let (Some(observer), Some(started)) = (&self.observer, started) {
+                let outcome = match outcome {
+                    Ok(_) => Outcome::Result,
+                    Err(e) => Outcome::Error(e.code()),
+                };
+                self.report(observer, Some(req.method()), None, outcome, started);
+            }
+        }
+    }
+
+    /// Writes the reply to a message that could not be read, and reports
+    /// it.
+    pub(crate) fn message_error<B: ReplyBuf>(&self, out: &mut B, e: crate::Error) {
+        write_message_error(out, e);
+        if let Some(observer) = &self.observer {
+            self.report(
+                observer,
+                None,
+                None,
+                Outcome::Error(e.code()),
+                Instant::now(),
+            );
         }
     }
 
@@ -509,6 +634,31 @@ impl<S: Send + Sync + 'static> Shared<S> {
             message: scope.message,
         };
         guard_panics(self.quiet, || h(inv, sink, limit))
+    }
+}
+
+/// The span of one call (feature `tracing`).
+#[cfg(feature = "tracing")]
+pub(crate) fn call_span(method: &str, id: Option<&[u8]>) -> tracing::Span {
+    tracing::info_span!(
+        "rpc.call",
+        method,
+        id = id.map(|i| String::from_utf8_lossy(i).into_owned()),
+        code = tracing::field::Empty,
+    )
+}
+
+/// Records how a call was answered on its span.
+#[cfg(feature = "tracing")]
+pub(crate) fn record_outcome(span: &tracing::Span, outcome: Outcome) {
+    match outcome {
+        Outcome::Result => {}
+        Outcome::Error(code) => {
+            span.record("code", code);
+        }
+        Outcome::TooLarge => {
+            span.record("code", "too_large");
+        }
     }
 }
 

@@ -468,6 +468,7 @@ impl<T: IntoResult, E: Into<RpcError>> IntoResponse for Result<T, E> {
 /// dispatcher so that its length for any id is known in advance.
 #[derive(Clone, Debug)]
 pub(crate) struct TooLarge {
+    code: i32,
     /// `,"error":{"code":…,"message":"Response too large","data":{"limit":…}}}`
     tail: std::sync::Arc<[u8]>,
 }
@@ -480,7 +481,15 @@ impl TooLarge {
         tail.extend_from_slice(b",\"message\":\"Response too large\",\"data\":{\"limit\":");
         write::u64(&mut tail, limit as u64);
         tail.extend_from_slice(b"}}}");
-        TooLarge { tail: tail.into() }
+        TooLarge {
+            code,
+            tail: tail.into(),
+        }
+    }
+
+    /// The error code.
+    pub(crate) fn code(&self) -> i32 {
+        self.code
     }
 
     /// The length of the reply for `id`.
@@ -565,10 +574,29 @@ impl Budget {
     /// Records the reply of `len` bytes to an entry that held
     /// `too_large_len`; `refused` if it was replaced by its too-large reply.
     #[inline]
-    pub(crate) fn commit(&mut self, too_large_len: usize, len: usize, refused: bool) {
+    pub(crate) fn commit(&mut self, too_large_len: usize, len: usize, outcome: Outcome) {
         self.reserved -= too_large_len + self.separator;
         self.used += len + self.separator;
-        self.over |= refused;
+        self.over |= outcome.refused();
+    }
+}
+
+/// What an entry was answered with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// A result.
+    Result,
+    /// An error with this code.
+    Error(i32),
+    /// The too-large error, in place of a reply past its allowance.
+    TooLarge,
+}
+
+impl Outcome {
+    /// Whether the reply was refused as too large.
+    #[inline]
+    pub(crate) fn refused(self) -> bool {
+        self == Outcome::TooLarge
     }
 }
 
@@ -588,7 +616,7 @@ pub(crate) fn write_reply<B: ReplyBuf>(
     allowance: usize,
     too_large: &TooLarge,
     run: impl FnOnce(&mut dyn ReplyBuf, usize) -> Result<Done, RpcError>,
-) -> (usize, bool) {
+) -> (usize, Outcome) {
     match poll_reply(out, id, allowance, too_large, |sink, limit| {
         std::task::Poll::Ready(run(sink, limit))
     }) {
@@ -606,7 +634,7 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
     allowance: usize,
     too_large: &TooLarge,
     run: impl FnOnce(&mut dyn ReplyBuf, usize) -> std::task::Poll<Result<Done, RpcError>>,
-) -> std::task::Poll<(usize, bool)> {
+) -> std::task::Poll<(usize, Outcome)> {
     let start = out.len();
     out.extend_from_slice(HEAD_PREFIX);
     write::small(out, id.as_bytes());
@@ -621,21 +649,21 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
         }
         std::task::Poll::Ready(Ok(Done(()))) => {
             out.push(b'}');
-            return std::task::Poll::Ready((out.len() - start, false));
+            return std::task::Poll::Ready((out.len() - start, Outcome::Result));
         }
         std::task::Poll::Ready(Err(e)) => {
             out.truncate(after_id);
             if !e.is_too_large() {
                 write_error_tail(out, e.code(), e.message(), e.data().map(str::as_bytes));
                 if out.len() - start <= allowance {
-                    return std::task::Poll::Ready((out.len() - start, false));
+                    return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
                 }
             }
         }
     }
     out.truncate(start);
     too_large.write(out, id);
-    std::task::Poll::Ready((out.len() - start, true))
+    std::task::Poll::Ready((out.len() - start, Outcome::TooLarge))
 }
 
 /// Writes an error reply (not a handler's) in at most `allowance` bytes,
@@ -646,18 +674,19 @@ pub(crate) fn write_error_reply<B: ReplyBuf + ?Sized>(
     id: Id<'_>,
     allowance: usize,
     too_large: &TooLarge,
+    code: i32,
     tail: impl FnOnce(&mut B),
-) -> (usize, bool) {
+) -> (usize, Outcome) {
     let start = out.len();
     out.extend_from_slice(HEAD_PREFIX);
     out.extend_from_slice(id.as_bytes());
     tail(out);
     if out.len() - start <= allowance {
-        return (out.len() - start, false);
+        return (out.len() - start, Outcome::Error(code));
     }
     out.truncate(start);
     too_large.write(out, id);
-    (out.len() - start, true)
+    (out.len() - start, Outcome::TooLarge)
 }
 
 /// `,"error":{…}}` after `{"jsonrpc":"2.0","id":<id>`.
