@@ -665,8 +665,9 @@ fn positional_params_are_indexed_once() {
 fn an_observer_sees_every_call() {
     use rpcwire::dispatch::{CallRecord, Observer};
     use std::sync::{Arc, Mutex};
+    type Row = (Option<String>, Option<String>, Option<i32>);
     #[derive(Default)]
-    struct Log(Mutex<Vec<(Option<String>, Option<String>, Option<i32>)>>);
+    struct Log(Mutex<Vec<Row>>);
     impl Observer for Log {
         fn on_call(&self, c: &CallRecord<'_>) {
             self.0.lock().unwrap().push((
