@@ -81,6 +81,9 @@
 //!   timeouts and cancellation; adds `tokio` (time, sync) and
 //!   `futures-util`.
 //! * `tokio`: the same, under the name users of tokio look for.
+//! * `tracing`: a `tracing` span per call (method, id, error code).
+//! * `server`: servers on tokio ([`server`]): limits, metrics, graceful
+//!   shutdown, and the stdio, TCP and Unix-socket transports.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,
@@ -101,6 +104,9 @@ pub mod request;
 pub mod response;
 pub mod router;
 mod scan;
+#[cfg(feature = "server")]
+#[cfg_attr(docsrs, doc(cfg(feature = "server")))]
+pub mod server;
 mod write;
 
 /// The README's examples, compiled and run as doctests.

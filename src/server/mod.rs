@@ -1,0 +1,319 @@
+//! Servers (feature `server`, and `http` / `ws` for those transports): put a
+//! [`Dispatcher`](crate::Dispatcher) on the wire.
+//!
+//! Every transport shares what is here: [`Limits`] (each breach answered
+//! with a clear error and counted), [`Metrics`] (counters per method, per
+//! error code and per limit, rendered for a Prometheus-style metrics
+//! endpoint), the bounded per-connection [`Outbox`] through which handlers
+//! send notifications and requests to their client (so a client that reads
+//! slowly costs bounded memory), and [`Shutdown`] (stop accepting, let calls
+//! in flight finish within a deadline, never write half a reply).
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::dispatch::{CallRecord, Observer};
+use crate::peer::{Outbound, SendError};
+
+/// Limits a server enforces. Each is a defence against one kind of abuse;
+/// every breach gets a clear error and is counted in [`Metrics`].
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Connections open at once (default 10,000); further connections are
+    /// refused (HTTP: closed at once; counted as `connections`).
+    pub max_connections: usize,
+    /// The largest message (HTTP body, WebSocket message, frame) accepted,
+    /// in bytes (default 5 MiB, as the parser): larger ones are answered
+    /// with -32600 (HTTP: 413) before they are buffered.
+    pub max_message_len: usize,
+    /// Messages of one connection being handled at once (pipelining;
+    /// default 256). Past it the server stops reading from that client
+    /// until replies drain: backpressure, not errors.
+    pub max_in_flight: usize,
+    /// Replies and notifications queued for one client that does not read
+    /// (default 1024 messages). A full queue drops notifications for that
+    /// client (counted) and stops reading its requests.
+    pub max_queued: usize,
+    /// A connection with no traffic for this long is closed (default 120 s;
+    /// WebSocket pings count as traffic).
+    pub idle_timeout: Duration,
+    /// How long a graceful shutdown waits for calls in flight (default
+    /// 10 s).
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 10_000,
+            max_message_len: crate::Parser::DEFAULT_MAX_MESSAGE_LEN,
+            max_in_flight: 256,
+            max_queued: 1024,
+            idle_timeout: Duration::from_secs(120),
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Which limit was hit, for [`Metrics::limit_hit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// [`Limits::max_connections`].
+    Connections,
+    /// [`Limits::max_message_len`].
+    MessageLen,
+    /// [`Limits::max_queued`]: a notification dropped for a slow client.
+    Queue,
+    /// [`Limits::idle_timeout`]: a connection closed.
+    Idle,
+    /// A subscription closed or trimmed by its slow-subscriber policy.
+    Subscription,
+    /// The header section (LSP, HTTP) too large.
+    Header,
+}
+
+impl LimitKind {
+    fn name(self) -> &'static str {
+        match self {
+            LimitKind::Connections => "connections",
+            LimitKind::MessageLen => "message_len",
+            LimitKind::Queue => "queue",
+            LimitKind::Idle => "idle",
+            LimitKind::Subscription => "subscription",
+            LimitKind::Header => "header",
+        }
+    }
+}
+
+/// Counters for a metrics endpoint: calls per method, errors per code,
+/// limits hit, connections. Install it as the dispatcher's
+/// [`Observer`](crate::dispatch::Observer) (it counts calls) and hand it to
+/// the servers (they count connections and limits).
+///
+/// ```
+/// use std::sync::Arc;
+/// use rpcwire::server::Metrics;
+/// let metrics = Arc::new(Metrics::default());
+/// let d = rpcwire::Dispatcher::builder(())
+///     .method("eth_chainId", |c: rpcwire::Call<'_, ()>| c.reply.quantity(1))
+///     .observer(metrics.clone())
+///     .build()?;
+/// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#, &mut rpcwire::Connection::new(), &mut Vec::new());
+/// assert!(metrics.render().contains(r#"rpcwire_calls_total{method="eth_chainId"} 1"#));
+/// # Ok::<(), rpcwire::router::BuildError>(())
+/// ```
+#[derive(Default)]
+pub struct Metrics {
+    calls: Mutex<HashMap<Box<str>, u64>>,
+    errors: Mutex<HashMap<i32, u64>>,
+    limits: Mutex<HashMap<LimitKind, u64>>,
+    connections_open: AtomicUsize,
+    connections_total: AtomicU64,
+    call_nanos: AtomicU64,
+}
+
+impl Metrics {
+    /// Counts a limit hit.
+    pub fn limit_hit(&self, kind: LimitKind) {
+        *lock(&self.limits).entry(kind).or_default() += 1;
+    }
+
+    /// How often `kind` was hit.
+    pub fn limit_count(&self, kind: LimitKind) -> u64 {
+        lock(&self.limits).get(&kind).copied().unwrap_or(0)
+    }
+
+    /// How many calls of `method` were answered.
+    pub fn call_count(&self, method: &str) -> u64 {
+        lock(&self.calls).get(method).copied().unwrap_or(0)
+    }
+
+    /// How many replies carried error `code`.
+    pub fn error_count(&self, code: i32) -> u64 {
+        lock(&self.errors).get(&code).copied().unwrap_or(0)
+    }
+
+    /// A connection opened; the guard closes it when dropped.
+    pub fn connection(self: &Arc<Self>) -> ConnectionGuard {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        self.connections_total.fetch_add(1, Ordering::Relaxed);
+        ConnectionGuard(Arc::clone(self))
+    }
+
+    /// Connections open now.
+    pub fn connections_open(&self) -> usize {
+        self.connections_open.load(Ordering::Relaxed)
+    }
+
+    /// The counters in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# TYPE rpcwire_calls_total counter\n");
+        let mut calls: Vec<_> = lock(&self.calls)
+            .iter()
+            .map(|(m, n)| (m.clone(), *n))
+            .collect();
+        calls.sort();
+        for (method, n) in calls {
+            let _ = writeln!(out, "rpcwire_calls_total{{method={method:?}}} {n}");
+        }
+        out.push_str("# TYPE rpcwire_errors_total counter\n");
+        let mut errors: Vec<_> = lock(&self.errors).iter().map(|(c, n)| (*c, *n)).collect();
+        errors.sort();
+        for (code, n) in errors {
+            let _ = writeln!(out, "rpcwire_errors_total{{code=\"{code}\"}} {n}");
+        }
+        out.push_str("# TYPE rpcwire_limit_hits_total counter\n");
+        let mut limits: Vec<_> = lock(&self.limits)
+            .iter()
+            .map(|(k, n)| (k.name(), *n))
+            .collect();
+        limits.sort();
+        for (limit, n) in limits {
+            let _ = writeln!(out, "rpcwire_limit_hits_total{{limit=\"{limit}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# TYPE rpcwire_connections_open gauge\nrpcwire_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE rpcwire_connections_total counter\nrpcwire_connections_total {}",
+            self.connections_total.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE rpcwire_call_seconds_total counter\nrpcwire_call_seconds_total {:.6}",
+            self.call_nanos.load(Ordering::Relaxed) as f64 / 1e9
+        );
+        out
+    }
+}
+
+impl Observer for Metrics {
+    fn on_call(&self, call: &CallRecord<'_>) {
+        if let Some(method) = call.method {
+            let mut calls = lock(&self.calls);
+            if let Some(n) = calls.get_mut(method) {
+                *n += 1;
+            } else if calls.len() < 10_000 {
+                calls.insert(method.into(), 1);
+            } else {
+                // Method names are the router's, or a client's unknown one:
+                // a client could grow the map without bound, so unknown
+                // names past a cap are counted under one key.
+                *calls.entry("(other)".into()).or_default() += 1;
+            }
+        }
+        if let Some(code) = call.code {
+            *lock(&self.errors).entry(code).or_default() += 1;
+        }
+        self.call_nanos
+            .fetch_add(call.elapsed.as_nanos() as u64, Ordering::Relaxed);
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("connections_open", &self.connections_open())
+            .finish()
+    }
+}
+
+/// Marks one open connection in [`Metrics`]; dropping it closes it.
+#[derive(Debug)]
+pub struct ConnectionGuard(Arc<Metrics>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A connection's bounded outbound queue: what handlers send to the client
+/// (notifications, requests) waits here for the connection's writer. When
+/// it is full, [`send`](Outbound::send) answers [`SendError::Full`] at once
+/// (the message is dropped and counted): a client that does not read costs
+/// at most `capacity` messages, and never stalls the handlers.
+#[derive(Debug, Clone)]
+pub struct Outbox {
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl Outbox {
+    /// An outbox of `capacity` messages, and the receiving end the
+    /// connection's writer drains.
+    pub fn new(
+        capacity: usize,
+        metrics: Option<Arc<Metrics>>,
+    ) -> (Outbox, tokio::sync::mpsc::Receiver<Bytes>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
+        (Outbox { tx, metrics }, rx)
+    }
+}
+
+impl Outbound for Outbox {
+    fn send(&self, message: Bytes) -> Result<(), SendError> {
+        match self.tx.try_send(message) {
+            Ok(()) => Ok(()),
+            Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                if let Some(m) = &self.metrics {
+                    m.limit_hit(LimitKind::Queue);
+                }
+                Err(SendError::Full)
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => Err(SendError::Closed),
+        }
+    }
+}
+
+/// Graceful shutdown: [`trigger`](Shutdown::trigger) it, and servers stop
+/// accepting, let calls in flight finish (within
+/// [`Limits::shutdown_grace`]), write their replies whole, and close.
+#[derive(Clone, Debug)]
+pub struct Shutdown {
+    tx: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown::new()
+    }
+}
+
+impl Shutdown {
+    /// A shutdown signal not yet triggered.
+    pub fn new() -> Self {
+        let (tx, _) = tokio::sync::watch::channel(false);
+        Shutdown { tx: Arc::new(tx) }
+    }
+
+    /// Starts the shutdown.
+    pub fn trigger(&self) {
+        let _ = self.tx.send(true);
+    }
+
+    /// Whether it was triggered.
+    pub fn is_triggered(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Completes when the shutdown is triggered.
+    pub async fn triggered(&self) {
+        let mut rx = self.tx.subscribe();
+        let _ = rx.wait_for(|t| *t).await;
+    }
+}
