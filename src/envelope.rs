@@ -9,8 +9,10 @@
 //! as much as validating it: this is the "parses batches twice" that the
 //! serde_json/jsonrpsee shape pays.
 //!
-//! One reader, [`read_object`], reads every envelope: requests, responses
-//! and the mixed traffic of a two-way connection. The rules for each member
+//! One reader, [`read_object_from`], reads every envelope: requests,
+//! responses and the mixed traffic of a two-way connection; the compact
+//! reader ([`read_compact`]) takes what clients actually send first, and
+//! hands over to it where it stops. The rules for each member
 //! (the `"2.0"` check, the id grammar and length limit, the params rule)
 //! live in one function per member; the common case (compact JSON, or one
 //! space after separators) is decided by a compare or two inside them, and
@@ -279,15 +281,30 @@ impl Parser {
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {
-                let (mut entry, end) = match read_object(input, pos, 0, self, T::MODE)? {
-                    Ok((request, end)) => (T::from_request(request), end),
-                    Err((env, end)) => (T::from_envelope(env, input), end),
+                // Only the general reader takes methods with escapes.
+                let (mut entry, end, general) = match T::MODE {
+                    Mode::Responses => {
+                        let (e, end) = self.read_general(input, pos, 0, Handover::fresh(pos))?;
+                        (e, end, true)
+                    }
+                    _ => {
+                        let mut h = Handover::fresh(pos);
+                        match read_compact(input, pos, 0, self, &mut h) {
+                            Some((r, end)) => (T::from_request(r), end, false),
+                            None => {
+                                let (e, end) = self.read_general(input, pos, 0, h)?;
+                                (e, end, true)
+                            }
+                        }
+                    }
                 };
                 if !prefix {
                     // Decode only what will run: after the end is checked.
                     expect_end(input, end)?;
                 }
-                entry.decode_method(input, arena);
+                if general {
+                    entry.decode_method(input, arena);
+                }
                 Ok((Message::Single(entry), end))
             }
             Some(b'[') => self.read_batch(input, pos, arena, prefix),
@@ -299,6 +316,20 @@ impl Parser {
             }
             None => eof(input),
         }
+    }
+
+    /// The general reader's part of reading an entry, from where the
+    /// compact reader handed over (or from the `{` for responses).
+    #[inline(never)]
+    fn read_general<'a, T: EntryKind<'a>>(
+        &self,
+        input: &'a [u8],
+        pos: usize,
+        depth: u32,
+        handover: Handover,
+    ) -> Result<(T, usize), Error> {
+        let (env, end) = read_object_from(input, pos, depth, self, T::MODE, handover)?;
+        Ok((T::from_envelope(env, input), end))
     }
 
     /// Reads the batch whose `[` is at `pos`, validating it and storing its
@@ -330,14 +361,20 @@ impl Parser {
                 return scan::skip_value(input, p, 1, self.max_depth);
             }
             let (entry, end) = if input[p] == b'{' {
-                match read_object(input, p, 1, self, T::MODE)? {
-                    Ok((request, end)) => {
-                        escaped_methods |= request.escaped;
-                        (T::from_request(request), end)
-                    }
-                    Err((env, end)) => {
-                        escaped_methods |= env.method_escaped;
-                        (T::from_envelope(env, input), end)
+                match T::MODE {
+                    Mode::Responses => self.read_general(input, p, 1, Handover::fresh(p))?,
+                    _ => {
+                        let mut h = Handover::fresh(p);
+                        match read_compact(input, p, 1, self, &mut h) {
+                            Some((r, end)) => (T::from_request(r), end),
+                            None => {
+                                let (entry, end): (T, usize) = self.read_general(input, p, 1, h)?;
+                                // Only the general reader takes methods with
+                                // escapes.
+                                escaped_methods |= entry.needs_decode();
+                                (entry, end)
+                            }
+                        }
                     }
                 }
             } else {
@@ -423,10 +460,18 @@ pub(crate) trait EntryKind<'a>: Copy + Sized {
     /// Decodes an escaped method name into the arena, once the entry is
     /// known to run; an undecodable one makes the entry invalid.
     fn decode_method(&mut self, input: &'a [u8], arena: &'a Bump);
+    /// Whether the entry's method still has escapes to decode.
+    fn needs_decode(&self) -> bool {
+        false
+    }
 }
 
 impl<'a> EntryKind<'a> for Entry<'a> {
     const MODE: Mode = Mode::Requests;
+
+    fn needs_decode(&self) -> bool {
+        matches!(self, Entry::Request(r) if has_escapes(r))
+    }
 
     #[inline(always)]
     fn from_envelope(env: Envelope, input: &'a [u8]) -> Self {
@@ -448,7 +493,7 @@ impl<'a> EntryKind<'a> for Entry<'a> {
     #[inline(always)]
     fn decode_method(&mut self, input: &'a [u8], arena: &'a Bump) {
         if let Entry::Request(r) = self
-            && r.escaped
+            && has_escapes(r)
         {
             *self = decode_escaped_method(*r, input, arena);
         }
@@ -457,6 +502,10 @@ impl<'a> EntryKind<'a> for Entry<'a> {
 
 impl<'a> EntryKind<'a> for Incoming<'a> {
     const MODE: Mode = Mode::Incoming;
+
+    fn needs_decode(&self) -> bool {
+        matches!(self, Incoming::Request(r) if has_escapes(r))
+    }
 
     #[inline(always)]
     fn from_envelope(env: Envelope, input: &'a [u8]) -> Self {
@@ -489,7 +538,7 @@ impl<'a> EntryKind<'a> for Incoming<'a> {
     #[inline(always)]
     fn decode_method(&mut self, input: &'a [u8], arena: &'a Bump) {
         if let Incoming::Request(r) = self
-            && r.escaped
+            && has_escapes(r)
         {
             *self = match decode_escaped_method(*r, input, arena) {
                 Entry::Request(r) => Incoming::Request(r),
@@ -517,12 +566,17 @@ impl<'a> EntryKind<'a> for Result<Response<'a>, Error> {
     fn decode_method(&mut self, _: &'a [u8], _: &'a Bump) {}
 }
 
+/// Whether a request's method is still escaped text (before decoding, a
+/// backslash in the raw content means an escape).
+fn has_escapes(r: &Request<'_>) -> bool {
+    memchr::memchr(b'\\', r.method.as_bytes()).is_some()
+}
+
 #[cold]
 fn decode_escaped_method<'a>(mut r: Request<'a>, input: &'a [u8], arena: &'a Bump) -> Entry<'a> {
     match JsonStr::from_content(r.method.as_bytes(), true).decode_in(arena) {
         Some(method) => {
             r.method = method;
-            r.escaped = false;
             Entry::Request(r)
         }
         None => {
@@ -752,7 +806,6 @@ impl Envelope {
         };
         Entry::Request(Request {
             method: scan::validated_str(method.of(input)),
-            escaped: self.method_escaped,
             id,
             params: self
                 .params
@@ -886,6 +939,22 @@ fn member_fast(input: &[u8], pos: usize, mode: Mode) -> Option<(Member, usize)> 
     m.matches(w).then_some((m.member, pos + 1 + m.len))
 }
 
+/// The request member named at `pos` (an opening quote), for the compact
+/// reader: a jump on the name's first byte to one load-and-compare with
+/// constants, which predicts better than computing the member from tables.
+#[inline(always)]
+fn request_member_fast(input: &[u8], pos: usize) -> Option<(Member, usize)> {
+    let w = u64::from_le_bytes(input.get(pos + 1..pos + 9)?.try_into().unwrap());
+    let hit = |m: MemberName| m.matches(w).then_some((m.member, pos + 1 + m.len));
+    match w as u8 {
+        b'j' => hit(JSONRPC),
+        b'i' => hit(ID),
+        b'm' => hit(METHOD),
+        b'p' => hit(PARAMS),
+        _ => None,
+    }
+}
+
 /// Reads the member name whose opening quote is at `pos`; returns what it
 /// names among `members` (compared after unescaping) and the index after
 /// its closing quote.
@@ -1006,7 +1075,7 @@ enum Resume {
 /// What the compact reader hands on: the request so far and where it
 /// stopped.
 #[derive(Clone, Copy, Debug)]
-struct Handover {
+pub(crate) struct Handover {
     seen: u16,
     id: Span,
     method: Span,
@@ -1016,126 +1085,170 @@ struct Handover {
     resume: Resume,
 }
 
-/// What the compact reader made of an object.
-enum Compact<'a> {
-    /// A valid request, and the index after its `}`.
-    Request(Request<'a>, usize),
-    /// Something it does not decide: the general reader goes on from there.
-    Handover(Handover),
+impl Handover {
+    /// A start from the object's `{` at `pos`.
+    fn fresh(pos: usize) -> Self {
+        Handover {
+            seen: 0,
+            id: Span::NONE,
+            method: Span::NONE,
+            method_escaped: false,
+            params: Span::NONE,
+            pos,
+            resume: Resume::AtObject,
+        }
+    }
 }
 
 /// The compact reader: what clients actually send, a request written
 /// compactly (or with web3.py's single spaces) whose members are the four
-/// envelope members, each once, without escapes in names or method. It
-/// keeps its state in registers and decides nothing the general reader
-/// would decide differently: at the first deviation it hands its state over
-/// ([`Handover`]), and [`read_object_from`] continues from that byte, so no
+/// request members, each once, with a plain name. It keeps its state in
+/// registers and decides nothing the general reader would decide
+/// differently: at the first deviation it hands its state over
+/// ([`Handover`], written to `out`; then it returns `None`), and
+/// [`read_object_from`] continues from that byte, so no
 /// byte is read twice. The member rules are the same functions for both
 /// readers; their fast forms are the first thing the general forms try.
 #[inline(always)]
-fn read_compact<'a>(input: &'a [u8], start: usize, depth: u32, parser: &Parser) -> Compact<'a> {
+pub(crate) fn read_compact<'a>(
+    input: &'a [u8],
+    start: usize,
+    depth: u32,
+    parser: &Parser,
+    out: &mut Handover,
+) -> Option<(Request<'a>, usize)> {
     let mut seen = 0u16;
-    let (mut id, mut method, mut params) = (Span::NONE, Span::NONE, Span::NONE);
-    let mut escaped = false;
-    let handover = |seen, id, method, method_escaped, params, pos, resume| {
-        Compact::Handover(Handover {
+    let mut id: Option<&'a [u8]> = None;
+    let mut method: Option<&'a [u8]> = None;
+    let mut params: Option<&'a [u8]> = None;
+    // Out of line: the hand-over converts the slices to spans, and writes
+    // them to `out` (not into the return value: the hot path's result then
+    // stays in registers).
+    #[cold]
+    #[inline(never)]
+    fn handover(
+        out: &mut Handover,
+        input: &[u8],
+        seen: u16,
+        [id, method, params]: [Option<&[u8]>; 3],
+        pos: usize,
+        resume: Resume,
+    ) {
+        // A value the fast form did not take: its member's name (written
+        // plainly, as the fast form requires) ends just before `pos`.
+        let resume = match resume {
+            Resume::AtValue { member, .. } => {
+                let before = pos - (input[pos - 1] == b' ') as usize - 1;
+                Resume::AtValue {
+                    member,
+                    name_at: before - member.name().len() - 2,
+                }
+            }
+            other => other,
+        };
+        let span = |s: Option<&[u8]>| {
+            s.map_or(Span::NONE, |s| {
+                let start = s.as_ptr() as usize - input.as_ptr() as usize;
+                Span {
+                    start,
+                    end: start + s.len(),
+                }
+            })
+        };
+        *out = Handover {
             seen,
-            id,
-            method,
-            method_escaped,
-            params,
+            id: span(id),
+            method: span(method),
+            method_escaped: false,
+            params: span(params),
             pos,
             resume,
-        })
-    };
+        };
+    }
+    // Hands over and returns `None` (a call that returns nothing: its
+    // result does not share the hot path's return slot).
+    macro_rules! hand_over {
+        ($($arg:expr),* $(,)?) => {{
+            handover(out, input, $($arg),*);
+            return None;
+        }};
+    }
     if depth >= parser.max_depth {
         // The general reader reports it.
-        return handover(seen, id, method, escaped, params, start, Resume::AtObject);
+        hand_over!(0, [None; 3], start, Resume::AtObject);
     }
     let mut pos = one_space(input, start + 1);
     if input.get(pos) != Some(&b'"') {
         // `{}`, or whitespace the general reader handles.
-        return handover(seen, id, method, escaped, params, start, Resume::AtObject);
+        hand_over!(0, [None; 3], start, Resume::AtObject);
     }
     loop {
-        let name_at = pos;
-        let Some((member, after_name)) = member_fast(input, pos, Mode::Requests) else {
-            return handover(seen, id, method, escaped, params, pos, Resume::AtName);
+        let Some((member, after_name)) = request_member_fast(input, pos) else {
+            hand_over!(seen, [id, method, params], pos, Resume::AtName)
         };
-        let bail = Resume::AtValue { member, name_at };
         if input.get(after_name) != Some(&b':') {
-            return handover(seen, id, method, escaped, params, pos, Resume::AtName);
+            hand_over!(seen, [id, method, params], pos, Resume::AtName)
         }
         let at = one_space(input, after_name + 1);
-        let Some(&first) = input.get(at) else {
-            return handover(seen, id, method, escaped, params, pos, Resume::AtName);
-        };
         let bit = 1u16 << member as u8;
+        // The name's position is worked out when the value is handed over.
+        let bail = Resume::AtValue { member, name_at: 0 };
+        let Some(&first) = input.get(at) else {
+            hand_over!(seen, [id, method, params], at, bail)
+        };
         if seen & bit != 0 {
-            return handover(seen, id, method, escaped, params, at, bail);
+            hand_over!(seen, [id, method, params], at, bail)
         }
-        seen |= bit;
         // Each rule's fast form; `None` hands the value to its general form.
         let end = match member {
             Member::Jsonrpc => version_fast(input, at),
-            Member::Id => match id_fast(input, at, first, parser) {
-                Some(end) => {
-                    id = Span { start: at, end };
-                    Some(end)
+            Member::Id => {
+                id_fast(input, at, first, parser).inspect(|&end| id = Some(&input[at..end]))
+            }
+            Member::Method => {
+                // A method with escapes goes to the general form, which marks
+                // it for decoding.
+                method_fast(input, at, first).and_then(|(end, has_escapes)| {
+                    method = Some(&input[at + 1..end - 1]);
+                    (!has_escapes).then_some(end)
+                })
+            }
+            _ => params_fast(input, at, first, depth + 1, parser.max_depth).inspect(|&end| {
+                if first != b'n' {
+                    params = Some(&input[at..end]);
                 }
-                None => None,
-            },
-            Member::Method => match method_fast(input, at, first) {
-                Some((end, has_escapes)) => {
-                    method = Span {
-                        start: at + 1,
-                        end: end - 1,
-                    };
-                    escaped = has_escapes;
-                    Some(end)
-                }
-                None => None,
-            },
-            _ => match params_fast(input, at, first, depth + 1, parser.max_depth) {
-                Some(end) => {
-                    if first != b'n' {
-                        params = Span { start: at, end };
-                    }
-                    Some(end)
-                }
-                None => None,
-            },
+            }),
         };
         let Some(end) = end else {
-            // Not seen yet as far as the general reader is concerned: it
-            // marks the member when it reads the value.
-            return handover(seen & !bit, id, method, escaped, params, at, bail);
+            hand_over!(seen, [id, method, params], at, bail)
         };
+        seen |= bit;
         pos = end;
         match input.get(pos) {
             Some(b',') => {
                 pos = one_space(input, pos + 1);
                 if input.get(pos) != Some(&b'"') {
-                    return handover(seen, id, method, escaped, params, end, Resume::AfterValue);
+                    let after = Resume::AfterValue;
+                    hand_over!(seen, [id, method, params], end, after)
                 }
             }
             Some(b'}') => break,
-            _ => return handover(seen, id, method, escaped, params, end, Resume::AfterValue),
+            _ => {
+                hand_over!(seen, [id, method, params], end, Resume::AfterValue)
+            }
         }
     }
-    let jsonrpc = 1u16 << Member::Jsonrpc as u8;
-    match method.get() {
-        Some(m) if seen & jsonrpc != 0 => Compact::Request(
+    match method {
+        Some(m) if seen & (1 << Member::Jsonrpc as u8) != 0 => Some((
             Request {
-                method: scan::validated_str(m.of(input)),
-                escaped,
-                id: id.get().map(|s| Id::from_validated(s.of(input))),
-                params: params.get().map(|s| Params::from_validated(s.of(input))),
+                method: scan::validated_str(m),
+                id: id.map(Id::from_validated),
+                params: params.map(Params::from_validated),
             },
             pos + 1,
-        ),
+        )),
         // Missing members are the general reader's to report.
-        _ => handover(seen, id, method, escaped, params, pos, Resume::AfterValue),
+        _ => hand_over!(seen, [id, method, params], pos, Resume::AfterValue),
     }
 }
 
@@ -1149,47 +1262,12 @@ fn one_space(input: &[u8], pos: usize) -> usize {
     }
 }
 
-/// An object read: a request the compact reader decided, or the envelope the
-/// general reader found; each with the index after the object.
-pub(crate) type Object<'a> = Result<(Request<'a>, usize), (Envelope, usize)>;
-
-/// Reads the envelope object whose `{` is at `pos`, `depth` containers deep,
-/// in one pass: validates it and records each member `mode` knows. Returns
-/// what it found and the index after the `}`. Requests written the way
-/// clients write them take the compact reader; anything else, from where it
-/// stopped, the general one.
-#[inline(always)]
-pub(crate) fn read_object<'a>(
-    input: &'a [u8],
-    pos: usize,
-    depth: u32,
-    parser: &Parser,
-    mode: Mode,
-) -> Result<Object<'a>, Error> {
-    if mode != Mode::Responses {
-        match read_compact(input, pos, depth, parser) {
-            Compact::Request(r, end) => return Ok(Ok((r, end))),
-            Compact::Handover(h) => {
-                return read_object_from(input, pos, depth, parser, mode, h).map(Err);
-            }
-        }
-    }
-    let fresh = Handover {
-        seen: 0,
-        id: Span::NONE,
-        method: Span::NONE,
-        method_escaped: false,
-        params: Span::NONE,
-        pos,
-        resume: Resume::AtObject,
-    };
-    read_object_from(input, pos, depth, parser, mode, fresh).map(Err)
-}
-
-/// The general reader, from where `h` says (the object's `{` for a fresh
-/// start).
+/// The general reader: reads the envelope object whose `{` is at `start`,
+/// `depth` containers deep, from where `h` says, validating it and
+/// recording each member `mode` knows. Returns what it found and the index
+/// after the `}`.
 #[inline(never)]
-fn read_object_from(
+pub(crate) fn read_object_from(
     input: &[u8],
     start: usize,
     depth: u32,

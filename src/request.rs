@@ -58,10 +58,10 @@ impl<'a> Entry<'a> {
 /// A valid JSON-RPC 2.0 request or notification, borrowed from the message.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Request<'a> {
+    /// Decoded text, except while the parser reads the message: a method
+    /// written with escapes is kept as its raw content (with a backslash)
+    /// until the message is known to run, then decoded into the arena.
     pub(crate) method: &'a str,
-    /// The method is still escaped text, to be decoded into the arena once
-    /// the message is known to run; never `true` once the parser returns.
-    pub(crate) escaped: bool,
     pub(crate) id: Option<Id<'a>>,
     pub(crate) params: Option<Params<'a>>,
 }
