@@ -53,6 +53,8 @@
 //! * views: [`Id`], [`Params`], [`RawValue`], [`JsonStr`].
 //! * router: [`Router`], a perfect-hash table built once.
 //! * dispatch: [`Dispatcher`], [`Call`], [`Reply`], [`RpcError`].
+//! * [`frame`]: incremental framers for stream transports (newline, LSP
+//!   `Content-Length`, concatenated JSON), no I/O.
 //!
 //! # What is accepted
 //!
@@ -79,6 +81,7 @@ mod dispatch;
 mod dispatch_async;
 mod envelope;
 mod error;
+pub mod frame;
 mod response;
 mod router;
 mod scan;
