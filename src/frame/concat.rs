@@ -1,25 +1,28 @@
 //! Concatenated JSON values: geth / reth IPC.
 
 use super::error::{FrameError, Kind};
+use super::structural::{self, Ends, MAX_ENDS, State};
 use super::{DEFAULT_MAX_FRAME, Framer, Step};
 
 /// JSON values back to back, with or without whitespace (newlines included)
 /// between them: `{…}{…}\n[…]`, as geth and reth speak over IPC.
 ///
 /// The framer finds where each top-level object or array ends with a
-/// resumable structural scan: it counts brackets outside strings, and inside
-/// a string looks only for the closing quote and backslashes (an escaped
-/// byte is skipped, so `"\"}"` and `"\\"` are read right). It does not
+/// resumable structural scan: brackets are counted outside strings, and
+/// escapes are followed, so `"\"}"` and `"\\"` are read right. It does not
 /// validate (the parser does, on the frame), but it never splits valid JSON
-/// in the wrong place. Its state (depth, inside a string, after a backslash,
-/// and the position) survives between calls, so nothing is rescanned.
+/// in the wrong place. The scan runs 64 bytes at a time (SSE2, or AVX2 when
+/// the CPU has it) over everything received, records where the next values
+/// end, and keeps its state (depth, inside a string, after a backslash) and
+/// position between calls: every byte is classified once, however the
+/// stream is chunked.
 ///
 /// A message must start with `{` or `[`. Any other byte between messages is
 /// garbage after which the stream cannot be resynchronised (there is no
-/// delimiter to look for): [`Step::Close`]. A value that grows past the size
-/// limit is reported at once as [`Step::Garbage`] (-32600); the structural
-/// scan then keeps running over its bytes, dropping them unbuffered, and
-/// framing resumes after its end.
+/// delimiter to look for): [`Step::Close`] (-32700). A value that grows past
+/// the size limit is reported at once as [`Step::Garbage`] (-32600); the
+/// structural scan then keeps running over its bytes, dropping them
+/// unbuffered, and framing resumes after its end.
 ///
 /// ```
 /// use rpcwire::frame::{Concatenated, Framer, Step};
@@ -34,22 +37,22 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 /// assert_eq!(json.next_frame(b"{\"a\":[1,2]}"), Step::Frame { range: 0..11, consumed: 11 });
 ///
 /// let Step::Close(error) = json.next_frame(b" x") else { panic!() };
-/// assert_eq!((error.code(), error.offset()), (rpcwire::PARSE_ERROR, 38));
+/// assert_eq!((error.code(), error.offset()), (-32700, 38));
 /// ```
 #[derive(Clone, Debug)]
 pub struct Concatenated {
-    /// Where the scan resumes, as an index into `buf`.
-    pos: usize,
-    /// Where the value being read starts in `buf` (meaningful while
-    /// `depth > 0`).
-    start: usize,
-    /// Brackets open in the value being read; zero between values.
-    depth: u64,
-    /// The scan stopped inside a string.
-    in_string: bool,
-    /// The scan stopped right after a backslash inside a string: the next
-    /// byte is escaped.
-    escape: bool,
+    /// The structural scan's state (levels open, inside a string, after a
+    /// backslash) as of stream offset `scanned`.
+    scan: State,
+    /// Stream offset up to which the structural scan has run.
+    scanned: u64,
+    /// Where the values found by the last scan end: `ends[next..found]` are
+    /// not framed yet. Indices into the `buf` of that scan, which started at
+    /// stream offset `ends_base`.
+    ends: Ends,
+    next: usize,
+    found: usize,
+    ends_base: u64,
     /// The value being read is over the limit: it is scanned to its end and
     /// dropped, not framed.
     discarding: bool,
@@ -57,8 +60,7 @@ pub struct Concatenated {
     closed: Option<FrameError>,
     /// The largest value accepted.
     max_frame: usize,
-    /// Bytes consumed since creation or reset: turns positions in `buf`
-    /// into stream offsets for errors.
+    /// Bytes consumed since creation or reset: the stream offset of `buf[0]`.
     stream: u64,
     /// Bytes examined, for the test that the scan is linear.
     #[cfg(test)]
@@ -71,62 +73,20 @@ impl Default for Concatenated {
     }
 }
 
-/// Byte classes of the structural scan outside strings.
-const PLAIN: u8 = 0;
-const QUOTE: u8 = 1;
-const OPEN: u8 = 2;
-const CLOSE: u8 = 3;
-
-static CLASS: [u8; 256] = {
-    let mut t = [PLAIN; 256];
-    t[b'"' as usize] = QUOTE;
-    t[b'{' as usize] = OPEN;
-    t[b'[' as usize] = OPEN;
-    t[b'}' as usize] = CLOSE;
-    t[b']' as usize] = CLOSE;
-    t
-};
-
-/// Where a string ends.
-enum StringEnd {
-    /// Index just past its closing quote.
-    At(usize),
-    /// Not in `buf`; `true` if `buf` ends with the backslash of an escape.
-    Pending(bool),
-}
-
-/// Finds the closing quote of the string whose content continues at `pos`.
-///
-/// The crate's string kernel finds the next quote, backslash or control
-/// byte (SSE2/AVX2/NEON, chosen at run time); a control byte is invalid JSON
-/// the parser will report, so here it is just skipped.
-#[inline(always)]
-fn string_end(buf: &[u8], mut pos: usize) -> StringEnd {
-    loop {
-        let at = crate::scan::arch::find_string_stop(buf, pos).at;
-        match buf.get(at) {
-            Some(b'"') => return StringEnd::At(at + 1),
-            Some(b'\\') => {
-                if at + 1 >= buf.len() {
-                    return StringEnd::Pending(true);
-                }
-                pos = at + 2;
-            }
-            Some(_) => pos = at + 1,
-            None => return StringEnd::Pending(false),
-        }
-    }
-}
-
 impl Concatenated {
     /// A framer with the default limit ([`DEFAULT_MAX_FRAME`]).
     pub const fn new() -> Self {
         Concatenated {
-            pos: 0,
-            start: 0,
-            depth: 0,
-            in_string: false,
-            escape: false,
+            scan: State {
+                depth: 0,
+                in_string: false,
+                escape: false,
+            },
+            scanned: 0,
+            ends: [0; MAX_ENDS + 32],
+            next: 0,
+            found: 0,
+            ends_base: 0,
             discarding: false,
             closed: None,
             max_frame: DEFAULT_MAX_FRAME,
@@ -156,70 +116,32 @@ impl Concatenated {
         step
     }
 
-    /// Scans the value being read from `self.pos`: the index just past its
-    /// end, or `None` with the state saved at `buf.len()`.
+    fn too_large(&self, start: usize) -> FrameError {
+        FrameError::new(
+            Kind::TooLarge {
+                limit: self.max_frame,
+            },
+            self.stream + start as u64,
+        )
+    }
+
+    #[cold]
+    fn close(&mut self, byte: u8, at: usize) -> Step {
+        let error = FrameError::new(Kind::UnexpectedByte(byte), self.stream + at as u64);
+        self.closed = Some(error);
+        Step::Close(error)
+    }
+
+    /// The first byte at or after `from` that is not whitespace: where the
+    /// next value starts.
     #[inline(always)]
-    fn scan(&mut self, buf: &[u8]) -> Option<usize> {
-        let mut pos = self.pos;
-        #[cfg(test)]
-        let first = pos;
-        if self.in_string {
-            if self.escape {
-                if pos >= buf.len() {
-                    return None;
-                }
-                pos += 1;
-                self.escape = false;
-            }
-            match string_end(buf, pos) {
-                StringEnd::At(end) => pos = end,
-                StringEnd::Pending(escape) => {
-                    #[cfg(test)]
-                    {
-                        self.examined += buf.len() - first;
-                    }
-                    self.escape = escape;
-                    self.pos = buf.len();
-                    return None;
-                }
-            }
-            self.in_string = false;
-        }
-        let mut depth = self.depth;
-        while let Some(&b) = buf.get(pos) {
-            pos += 1;
-            match CLASS[b as usize] {
-                PLAIN => {}
-                QUOTE => match string_end(buf, pos) {
-                    StringEnd::At(end) => pos = end,
-                    StringEnd::Pending(escape) => {
-                        self.in_string = true;
-                        self.escape = escape;
-                        pos = buf.len();
-                        break;
-                    }
-                },
-                OPEN => depth += 1,
-                _ => {
-                    depth -= 1;
-                    if depth == 0 {
-                        #[cfg(test)]
-                        {
-                            self.examined += pos - first;
-                        }
-                        self.depth = 0;
-                        return Some(pos);
-                    }
-                }
-            }
-        }
+    fn value_start(&mut self, buf: &[u8], from: usize) -> usize {
+        let start = crate::scan::skip_ws(buf, from);
         #[cfg(test)]
         {
-            self.examined += pos - first;
+            self.examined += start - from;
         }
-        self.depth = depth;
-        self.pos = pos;
-        None
+        start
     }
 }
 
@@ -228,78 +150,93 @@ impl Framer for Concatenated {
         if let Some(error) = self.closed {
             return Step::Close(error);
         }
-        // Only a caller that breaks the contract gives a shorter `buf`; its
-        // answers are meaningless, but nothing may index out of bounds.
-        self.pos = self.pos.min(buf.len());
-        self.start = self.start.min(self.pos);
+        if self.scanned > self.stream + buf.len() as u64 {
+            // Only a caller that breaks the contract gives a shorter `buf`:
+            // start over on it (the answers are meaningless, but nothing may
+            // index out of bounds).
+            *self = Concatenated {
+                stream: self.stream,
+                scanned: self.stream,
+                ..Concatenated::new().max_frame(self.max_frame)
+            };
+        }
+        // Bytes of `buf` this call drops before the frame it returns: the
+        // rest of a refused value.
+        let mut base = 0;
         loop {
-            if self.depth == 0 {
-                // Between values: skip whitespace, then a value must start.
-                let p = crate::scan::skip_ws(buf, self.pos);
+            if self.next < self.found {
+                let end = (self.ends_base + self.ends[self.next] as u64 - self.stream) as usize;
+                self.next += 1;
+                if self.discarding {
+                    // The end of a refused value: carry on after it.
+                    self.discarding = false;
+                    base = end;
+                    continue;
+                }
+                let start = self.value_start(buf, base).min(end);
+                match buf.get(start) {
+                    Some(b'{' | b'[') => {}
+                    other => return self.close(other.copied().unwrap_or(b' '), start),
+                }
+                if end - start > self.max_frame {
+                    let error = self.too_large(start);
+                    return self.step(Step::Garbage {
+                        consumed: end,
+                        error,
+                    });
+                }
+                return self.step(Step::Frame {
+                    range: start..end,
+                    consumed: end,
+                });
+            }
+            // Scan what has arrived since the last scan: every value end in
+            // it, up to `MAX_ENDS`.
+            let from = (self.scanned - self.stream) as usize;
+            if from < buf.len() {
+                let found = structural::scan(&mut self.scan, buf, from, &mut self.ends);
                 #[cfg(test)]
                 {
-                    self.examined += p - self.pos;
+                    self.examined += found.stop - from;
                 }
-                match buf.get(p) {
-                    None => {
-                        self.pos = 0;
-                        return self.step(Step::NeedMore {
-                            consumed: buf.len(),
-                        });
-                    }
-                    Some(b'{' | b'[') => {
-                        self.start = p;
-                        self.depth = 1;
-                        self.pos = p + 1;
-                    }
-                    Some(&b) => {
-                        let error =
-                            FrameError::new(Kind::UnexpectedByte(b), self.stream + p as u64);
-                        self.closed = Some(error);
-                        return Step::Close(error);
-                    }
+                self.scanned = self.stream + found.stop as u64;
+                self.ends_base = self.stream;
+                self.next = 0;
+                self.found = found.ends;
+                if found.ends > 0 {
+                    continue;
                 }
+                // Otherwise the scan reached the end of `buf`, or stopped at
+                // a closing bracket with nothing open, which is garbage the
+                // check below finds at or before it.
             }
-            let Some(end) = self.scan(buf) else {
-                if self.discarding {
-                    self.pos = 0;
+            // No value ends in `buf[base..]`.
+            if self.discarding {
+                return self.step(Step::NeedMore {
+                    consumed: buf.len(),
+                });
+            }
+            let start = self.value_start(buf, base);
+            match buf.get(start) {
+                // Only whitespace: nothing to keep.
+                None => {
                     return self.step(Step::NeedMore {
                         consumed: buf.len(),
                     });
                 }
-                if buf.len() - self.start > self.max_frame {
-                    // Refused before its end; the rest is scanned and dropped.
-                    let error = self.too_large();
-                    self.discarding = true;
-                    self.pos = 0;
-                    return self.step(Step::Garbage {
-                        consumed: buf.len(),
-                        error,
-                    });
-                }
-                let consumed = self.start;
-                self.pos -= consumed;
-                self.start = 0;
-                return self.step(Step::NeedMore { consumed });
-            };
-            self.pos = end;
-            if self.discarding {
-                // The end of a refused value: carry on with the next one.
-                self.discarding = false;
-                continue;
+                Some(b'{' | b'[') => {}
+                Some(&b) => return self.close(b, start),
             }
-            self.pos = 0;
-            if end - self.start > self.max_frame {
-                let error = self.too_large();
+            if buf.len() - start > self.max_frame {
+                // Refused before its end; the rest is scanned and dropped.
+                self.discarding = true;
+                let error = self.too_large(start);
                 return self.step(Step::Garbage {
-                    consumed: end,
+                    consumed: buf.len(),
                     error,
                 });
             }
-            return self.step(Step::Frame {
-                range: self.start..end,
-                consumed: end,
-            });
+            return self.step(Step::NeedMore { consumed: start });
         }
     }
 
@@ -313,17 +250,6 @@ impl Framer for Concatenated {
 
     fn reset(&mut self) {
         *self = Concatenated::new().max_frame(self.max_frame);
-    }
-}
-
-impl Concatenated {
-    fn too_large(&self) -> FrameError {
-        FrameError::new(
-            Kind::TooLarge {
-                limit: self.max_frame,
-            },
-            self.stream + self.start as u64,
-        )
     }
 }
 

@@ -86,6 +86,7 @@ mod concat;
 mod error;
 mod lines;
 mod lsp;
+mod structural;
 
 use core::ops::Range;
 

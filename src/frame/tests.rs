@@ -403,11 +403,13 @@ fn scan_is_linear_in_the_input() {
             lines.len()
         );
 
+        // The block scan reads whole 64-byte blocks: at most one block's
+        // worth past the end of each frame is read again by the next scan.
         let mut f = Concatenated::new();
         let out = run(&mut f, &concat, 1024);
         assert_eq!(out.events.len(), 2);
         assert!(
-            f.examined <= concat.len(),
+            f.examined <= concat.len() + 2 * 64,
             "concatenated: {} of {}",
             f.examined,
             concat.len()
@@ -427,7 +429,7 @@ fn scan_is_linear_in_the_input() {
         let out = run(&mut f, &concat, 1);
         assert_eq!(out.events.len(), 2);
         assert!(
-            f.examined <= concat.len(),
+            f.examined <= concat.len() + 2 * 64,
             "concatenated bytewise: {}",
             f.examined
         );
