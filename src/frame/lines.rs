@@ -1,16 +1,19 @@
 //! Newline-delimited messages: MCP stdio, many TCP servers.
 
-use memchr::{memchr, memchr2};
+use memchr::memchr2;
 
 use super::error::{FrameError, Kind};
+use super::structural::{self, NEWLINE_BATCH, Newlines};
 use super::{DEFAULT_MAX_FRAME, Framer, Step};
 
 /// One message per line: a frame ends at `\n`, one `\r` before it is
 /// stripped, and empty or whitespace-only lines are skipped.
 ///
 /// This is MCP's stdio transport and what most JSON-RPC-over-TCP servers
-/// speak. The search for `\n` is `memchr`, resumed where it stopped, so a
-/// long line arriving in pieces is searched once.
+/// speak. The search for `\n` runs over everything received, 64 bytes at a
+/// time (SSE2 or AVX2; `memchr` elsewhere), records up to a few dozen line
+/// ends at once, and resumes where it stopped: a long line arriving in
+/// pieces is searched once.
 ///
 /// A line longer than the limit is reported as soon as the bytes received
 /// prove it, without waiting for its end, as [`Step::Garbage`] (a transport
@@ -36,15 +39,20 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 /// ```
 #[derive(Clone, Debug)]
 pub struct Lines {
-    /// How many bytes at the front of `buf` are known to hold no `\n`: where
-    /// the next search starts.
-    scan: usize,
+    /// Stream offset up to which `buf` has been searched for `\n`.
+    searched: u64,
+    /// Where the `\n`s found by the last search are: `newlines[next..found]`
+    /// are not used yet. Indices into the `buf` of that search, which started
+    /// at stream offset `newlines_base`.
+    newlines: Newlines,
+    next: usize,
+    found: usize,
+    newlines_base: u64,
     /// The rest of an over-long line is being dropped, up to its `\n`.
     discarding: bool,
     /// The longest line accepted, `\r\n` not counted.
     max_frame: usize,
-    /// Bytes consumed since creation or reset: turns positions in `buf`
-    /// into stream offsets for errors.
+    /// Bytes consumed since creation or reset: the stream offset of `buf[0]`.
     stream: u64,
     /// Bytes examined, for the test that the scan is linear.
     #[cfg(test)]
@@ -61,7 +69,11 @@ impl Lines {
     /// A framer with the default limit ([`DEFAULT_MAX_FRAME`]).
     pub const fn new() -> Self {
         Lines {
-            scan: 0,
+            searched: 0,
+            newlines: [0; NEWLINE_BATCH + 64],
+            next: 0,
+            found: 0,
+            newlines_base: 0,
             discarding: false,
             max_frame: DEFAULT_MAX_FRAME,
             stream: 0,
@@ -99,6 +111,20 @@ impl Lines {
             self.stream + at as u64,
         )
     }
+
+    /// Searches `buf[from..]` for the next batch of `\n`s.
+    #[inline]
+    fn search(&mut self, buf: &[u8], from: usize) {
+        let found = structural::newlines(buf, from, &mut self.newlines);
+        #[cfg(test)]
+        {
+            self.examined += found.stop - from;
+        }
+        self.searched = self.stream + found.stop as u64;
+        self.newlines_base = self.stream;
+        self.next = 0;
+        self.found = found.ends;
+    }
 }
 
 /// Whether `line` holds only spaces, tabs and carriage returns.
@@ -109,68 +135,76 @@ fn is_blank(line: &[u8]) -> bool {
 
 impl Framer for Lines {
     fn next_frame(&mut self, buf: &[u8]) -> Step {
+        if self.searched > self.stream + buf.len() as u64 {
+            // Only a caller that breaks the contract gives a shorter `buf`:
+            // start over on it (the answers are meaningless, but nothing may
+            // index out of bounds).
+            *self = Lines {
+                stream: self.stream,
+                searched: self.stream,
+                discarding: self.discarding,
+                ..Lines::new().max_frame(self.max_frame)
+            };
+        }
         // The first byte of the line being read; everything before it is
         // consumed by whatever step this call returns.
         let mut start = 0;
-        let mut from = self.scan.min(buf.len());
         loop {
-            let Some(i) = memchr(b'\n', &buf[from..]) else {
-                #[cfg(test)]
-                {
-                    self.examined += buf.len() - from;
-                }
+            if self.next < self.found {
+                let newline =
+                    (self.newlines_base + self.newlines[self.next] as u64 - self.stream) as usize;
+                self.next += 1;
+                let line = start;
+                start = newline + 1;
                 if self.discarding {
-                    self.scan = 0;
-                    return self.step(Step::NeedMore {
-                        consumed: buf.len(),
-                    });
+                    // The end of an over-long line.
+                    self.discarding = false;
+                    continue;
                 }
-                // A final `\r` may be the start of the line ending.
-                let pending = buf.len() - start - (buf.last() == Some(&b'\r')) as usize;
-                if pending > self.max_frame {
-                    self.discarding = true;
-                    self.scan = 0;
-                    let error = self.too_large(start);
+                let mut end = newline;
+                if end > line && buf[end - 1] == b'\r' {
+                    end -= 1;
+                }
+                // A message line starts with `{` or `[`: one compare.
+                if buf[line..end].first().is_none_or(|&b| b <= b' ') && is_blank(&buf[line..end]) {
+                    continue;
+                }
+                if end - line > self.max_frame {
+                    let error = self.too_large(line);
                     return self.step(Step::Garbage {
-                        consumed: buf.len(),
+                        consumed: start,
                         error,
                     });
                 }
-                self.scan = buf.len() - start;
-                return self.step(Step::NeedMore { consumed: start });
-            };
-            #[cfg(test)]
-            {
-                self.examined += i + 1;
+                return self.step(Step::Frame {
+                    range: line..end,
+                    consumed: start,
+                });
             }
-            let newline = from + i;
-            from = newline + 1;
+            let from = (self.searched - self.stream) as usize;
+            if from < buf.len() {
+                self.search(buf, from);
+                if self.found > 0 {
+                    continue;
+                }
+            }
+            // No `\n` in `buf[start..]`.
             if self.discarding {
-                self.discarding = false;
-                start = from;
-                continue;
+                return self.step(Step::NeedMore {
+                    consumed: buf.len(),
+                });
             }
-            let mut end = newline;
-            if end > start && buf[end - 1] == b'\r' {
-                end -= 1;
-            }
-            // A message line starts with `{` or `[`: one compare.
-            if buf[start..end].first().is_none_or(|&b| b <= b' ') && is_blank(&buf[start..end]) {
-                start = from;
-                continue;
-            }
-            self.scan = 0;
-            if end - start > self.max_frame {
+            // A final `\r` may be the start of the line ending.
+            let pending = buf.len() - start - (buf.last() == Some(&b'\r')) as usize;
+            if pending > self.max_frame {
+                self.discarding = true;
                 let error = self.too_large(start);
                 return self.step(Step::Garbage {
-                    consumed: from,
+                    consumed: buf.len(),
                     error,
                 });
             }
-            return self.step(Step::Frame {
-                range: start..end,
-                consumed: from,
-            });
+            return self.step(Step::NeedMore { consumed: start });
         }
     }
 

@@ -1,4 +1,7 @@
-//! The concatenated framer's structural scan: where do the values end?
+//! The framers' searches over raw bytes: where values end (concatenated
+//! JSON), and where lines end.
+//!
+//! # Value ends
 //!
 //! The rule, applied from a saved [`State`] so that a scan can stop at the
 //! end of the bytes received and resume when more arrive:
@@ -14,8 +17,8 @@
 //! * a closing bracket with no level open stops the scan (garbage, which the
 //!   framer reports when it gets there).
 //!
-//! One scan runs over everything received and records up to [`MAX_ENDS`]
-//! value ends, so the cost of starting a scan is paid once per batch of
+//! One scan runs over everything received and records a batch of value ends
+//! ([`MAX_ENDS`]), so the cost of starting a scan is paid once per batch of
 //! messages, and every byte is classified once. Validating is the parser's
 //! job, on the frame; the framer checks only that each value starts with `{`
 //! or `[` after whitespace.
@@ -24,21 +27,33 @@
 //!
 //! * [`scalar`], the reference: byte by byte outside strings, and the crate's
 //!   string kernel to jump over string content. Used off x86_64.
-//! * `x86`: 64 bytes per step, as bitmasks (SSE2, or AVX2 when the CPU has
-//!   it). Per block, pseudo-code:
+//! * `x86`: 64 bytes per step, as bitmasks: SSE2, or AVX2 (with POPCNT, BMI1
+//!   and PCLMULQDQ) when the CPU has it, detected at run time. Per block,
+//!   pseudo-code:
 //!
 //! ```text
 //! quote, backslash, open, close = masks of '"', '\', '{' or '[', '}' or ']'
 //! escaped = bits after each backslash that is not itself escaped
 //!           (the carry says whether bit 0 is escaped by the previous block)
 //! inside  = prefix_xor(quote & !escaped) ^ (in_string ? all : 0)
+//!           (one carry-less multiplication by all ones with PCLMULQDQ)
 //! open   &= !inside & !escaped;  close &= !inside & !escaped
-//! if popcount(close) < depth: depth += popcount(open) - popcount(close)
+//! if close == 0 or popcount(close) < depth:
+//!     depth += popcount(open) - popcount(close)      // no value ends here
 //! else: walk the bracket bits in order, recording each return to depth 0
 //! in_string = top bit of inside
 //! ```
 //!
+//! Measured on the benchmark's Ethereum requests (5.7 MB, 24,000 values):
+//! AVX2 0.97 ms, SSE2 1.4 ms, the scalar backend 1.8 ms. The bracket walk,
+//! about once per value, costs more than classifying the bytes.
+//!
 //! Both are tested against each other on random input, split anywhere.
+//!
+//! # Line ends
+//!
+//! [`newlines`]: the `\n`s of everything received, 64 bytes at a time (SSE2
+//! or AVX2), in batches; `memchr` off x86_64, and as the test oracle.
 
 /// How many value ends one scan records before it stops: at least this
 /// many (the block scanner finishes the block it is in), at most
@@ -81,6 +96,91 @@ pub(super) fn scan(state: &mut State, buf: &[u8], pos: usize, ends: &mut Ends) -
     #[cfg(not(target_arch = "x86_64"))]
     {
         scalar(state, buf, pos, ends)
+    }
+}
+
+/// How many `\n`s one [`newlines`] search records before it stops: at least
+/// this many, at most `NEWLINE_BATCH + 63`.
+pub(super) const NEWLINE_BATCH: usize = 32;
+
+/// Room for the `\n`s of one search.
+pub(super) type Newlines = [usize; NEWLINE_BATCH + 64];
+
+/// Finds the `\n`s in `buf[pos..]`, writing their indices into `out` in
+/// order, until it has found at least [`NEWLINE_BATCH`]: the newline framer's
+/// search. Returns where it stopped (`buf.len()`, or the end of the block in
+/// which the batch filled up) and how many it wrote.
+///
+/// One pass over many lines: a `memchr` call per line costs more in start-up
+/// than in searching, on lines of a few hundred bytes. Measured on the
+/// benchmark's Ethereum requests (5.7 MB, 24,000 lines): one `memchr` call
+/// per line 0.46 ms, `memchr_iter` in batches 0.48 ms, these blocks 0.30 ms
+/// (AVX2) and 0.41 ms (SSE2).
+#[inline]
+pub(super) fn newlines(buf: &[u8], pos: usize, out: &mut Newlines) -> Found {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::newlines(buf, pos, out)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        newlines_memchr(buf, pos, out)
+    }
+}
+
+/// The portable backend (and the reference) of [`newlines`]: `memchr`.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+pub(super) fn newlines_memchr(buf: &[u8], pos: usize, out: &mut Newlines) -> Found {
+    let mut found = 0;
+    for i in memchr::memchr_iter(b'\n', &buf[pos..]) {
+        out[found] = pos + i;
+        found += 1;
+        if found == NEWLINE_BATCH {
+            return Found {
+                stop: pos + i + 1,
+                ends: found,
+            };
+        }
+    }
+    Found {
+        stop: buf.len(),
+        ends: found,
+    }
+}
+
+/// The block loop of [`newlines`], generic over the mask of `\n`s in a block.
+#[inline(always)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+fn newline_blocks(
+    buf: &[u8],
+    mut pos: usize,
+    out: &mut Newlines,
+    newline_mask: impl Fn(&[u8; 64]) -> u64,
+) -> Found {
+    let mut found = 0;
+    while pos < buf.len() {
+        let (mut mask, n) = match buf.get(pos..pos + 64) {
+            Some(block) => (newline_mask(block.try_into().unwrap()), 64),
+            None => {
+                let n = buf.len() - pos;
+                let mut tail = [b' '; 64];
+                tail[..n].copy_from_slice(&buf[pos..]);
+                (newline_mask(&tail), n)
+            }
+        };
+        while mask != 0 {
+            out[found] = pos + mask.trailing_zeros() as usize;
+            found += 1;
+            mask &= mask - 1;
+        }
+        pos += n;
+        if found >= NEWLINE_BATCH {
+            break;
+        }
+    }
+    Found {
+        stop: pos,
+        ends: found,
     }
 }
 
@@ -386,7 +486,7 @@ fn stray(
 mod x86 {
     use core::arch::x86_64::*;
 
-    use super::{Ends, Found, Masks, State, blocks};
+    use super::{Ends, Found, Masks, Newlines, State, blocks, newline_blocks};
 
     #[inline]
     pub(super) fn scan(state: &mut State, buf: &[u8], pos: usize, ends: &mut Ends) -> Found {
@@ -432,6 +532,52 @@ mod x86 {
             |block| classify_avx2(block),
             |quotes| prefix_xor_clmul(quotes),
         )
+    }
+
+    #[inline]
+    pub(super) fn newlines(buf: &[u8], pos: usize, out: &mut Newlines) -> Found {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            unsafe { newlines_avx2(buf, pos, out) }
+        } else {
+            newlines_sse2(buf, pos, out)
+        }
+    }
+
+    pub(super) fn newlines_sse2(buf: &[u8], pos: usize, out: &mut Newlines) -> Found {
+        newline_blocks(buf, pos, out, |block| {
+            let mut mask = 0;
+            for k in 0..4 {
+                // SAFETY: SSE2 is enabled for every x86_64 target; the load
+                // reads bytes `16 * k..16 * k + 16` of the 64-byte array.
+                unsafe {
+                    let v = _mm_loadu_si128(block.as_ptr().add(16 * k).cast());
+                    let eq = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\n' as i8));
+                    mask |= (_mm_movemask_epi8(eq) as u32 as u64) << (16 * k);
+                }
+            }
+            mask
+        })
+    }
+
+    /// # Safety
+    ///
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn newlines_avx2(buf: &[u8], pos: usize, out: &mut Newlines) -> Found {
+        // The closure inherits this function's target features.
+        newline_blocks(buf, pos, out, |block| {
+            // SAFETY: both 32-byte loads are inside the 64-byte array.
+            let (a, b) = unsafe {
+                (
+                    _mm256_loadu_si256(block.as_ptr().cast()),
+                    _mm256_loadu_si256(block.as_ptr().add(32).cast()),
+                )
+            };
+            let nl = _mm256_set1_epi8(b'\n' as i8);
+            (_mm256_movemask_epi8(_mm256_cmpeq_epi8(a, nl)) as u32 as u64)
+                | ((_mm256_movemask_epi8(_mm256_cmpeq_epi8(b, nl)) as u32 as u64) << 32)
+        })
     }
 
     /// SSE2 is part of the x86_64 baseline, so these instructions exist on
@@ -656,6 +802,57 @@ mod tests {
             let mut cuts: Vec<usize> = (0..pieces).map(|_| (next() as usize) % (len + 1)).collect();
             cuts.sort_unstable();
             check(&input, &cuts);
+        }
+    }
+
+    #[test]
+    fn newlines_agree_with_memchr() {
+        type Search = fn(&[u8], usize, &mut Newlines) -> Found;
+        #[allow(unused_mut)]
+        let mut searches: Vec<(&str, Search)> = vec![("dispatch", newlines)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            searches.push(("sse2", x86::newlines_sse2));
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                searches.push(("avx2", |b, p, o| unsafe { x86::newlines_avx2(b, p, o) }));
+            }
+        }
+        let all = |f: Search, buf: &[u8], mut pos: usize| {
+            let mut v = Vec::new();
+            while pos < buf.len() {
+                let mut out = [0; NEWLINE_BATCH + 64];
+                let found = f(buf, pos, &mut out);
+                assert!(found.stop > pos && found.ends <= NEWLINE_BATCH + 63);
+                assert!(found.ends >= NEWLINE_BATCH || found.stop == buf.len());
+                v.extend_from_slice(&out[..found.ends]);
+                pos = found.stop;
+            }
+            v
+        };
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for len in (0..300).chain([1000, 5000]) {
+            for density in [2, 7, 64, 1000] {
+                let buf: Vec<u8> = (0..len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        if x.is_multiple_of(density) {
+                            b'\n'
+                        } else {
+                            b'a' + (x % 26) as u8
+                        }
+                    })
+                    .collect();
+                for pos in [0, 1, 63, 64, 65, len / 2] {
+                    let pos = pos.min(len);
+                    let want = all(newlines_memchr, &buf, pos);
+                    for (name, f) in &searches {
+                        assert_eq!(all(*f, &buf, pos), want, "{name}, len {len}, pos {pos}");
+                    }
+                }
+            }
         }
     }
 
