@@ -313,7 +313,7 @@ mod tests {
             };
             assert_eq!(error.kind(), Kind::UnexpectedByte(byte), "{input:?}");
             assert_eq!(error.offset(), at, "{input:?}");
-            assert_eq!(error.code(), crate::PARSE_ERROR);
+            assert_eq!(error.code(), -32700);
         }
         let mut json = Concatenated::new();
         let Step::Close(e) = json.next_frame(b"x") else {

@@ -2,7 +2,10 @@
 
 use core::fmt;
 
-use crate::error::{INVALID_REQUEST, PARSE_ERROR};
+/// JSON-RPC 2.0 "Invalid Request".
+const INVALID_REQUEST: i32 = -32600;
+/// JSON-RPC 2.0 "Parse error".
+const PARSE_ERROR: i32 = -32700;
 
 /// Why a framer refused a message ([`Step::Garbage`](super::Step::Garbage))
 /// or gave up on a stream ([`Step::Close`](super::Step::Close)).
@@ -20,7 +23,7 @@ use crate::error::{INVALID_REQUEST, PARSE_ERROR};
 ///
 /// let mut lsp = Lsp::new();
 /// let Step::Close(err) = lsp.next_frame(b"Content-Length: 99999999999\r\n\r\n") else { panic!() };
-/// assert_eq!(err.code(), rpcwire::INVALID_REQUEST);
+/// assert_eq!(err.code(), -32600);
 /// assert_eq!(err.limit(), Some(5 * 1024 * 1024));
 /// assert_eq!(err.to_string(), "message larger than the limit of 5242880 bytes at stream offset 0");
 /// let mut reply = Vec::new();
@@ -129,11 +132,11 @@ impl FrameError {
         match self.limit() {
             Some(limit) => {
                 out.extend_from_slice(b",\"limit\":");
-                crate::write::u64(out, limit as u64);
+                push_decimal(out, limit as u64);
             }
             None => {
                 out.extend_from_slice(b",\"offset\":");
-                crate::write::u64(out, self.offset);
+                push_decimal(out, self.offset);
             }
         }
         out.push(b'}');
@@ -143,8 +146,9 @@ impl FrameError {
     /// `id: null` (no request could be read):
     /// `{"jsonrpc":"2.0","id":null,"error":{"code":…,"message":…,"data":…}}`.
     pub fn write_reply(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":");
-        crate::write::i64(out, self.code() as i64);
+        // Both codes are negative.
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-");
+        push_decimal(out, self.code().unsigned_abs() as u64);
         out.extend_from_slice(b",\"message\":\"");
         out.extend_from_slice(self.message().as_bytes());
         out.extend_from_slice(b"\",\"data\":");
@@ -164,6 +168,21 @@ impl FrameError {
             Kind::UnexpectedByte(_) => "unexpected byte between messages",
         }
     }
+}
+
+/// Appends `v` in decimal.
+pub(super) fn push_decimal(out: &mut Vec<u8>, mut v: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 fn hex_byte(b: u8) -> [u8; 2] {

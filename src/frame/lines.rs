@@ -30,7 +30,7 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 ///
 /// // Over the limit before its end: refused at once, the rest skipped later.
 /// let Step::Garbage { consumed: 20, error } = lines.next_frame(&[b'x'; 20]) else { panic!() };
-/// assert_eq!(error.code(), rpcwire::INVALID_REQUEST);
+/// assert_eq!(error.code(), -32600);
 /// assert_eq!(lines.next_frame(b"xxx\n[1]\n"), Step::Frame { range: 4..7, consumed: 8 });
 ///
 /// let mut out = Vec::new();

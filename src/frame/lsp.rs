@@ -343,7 +343,7 @@ impl Framer for Lsp {
     fn encode(&self, message: &[u8], out: &mut Vec<u8>) {
         out.reserve(message.len() + 24);
         out.extend_from_slice(b"Content-Length: ");
-        crate::write::u64(out, message.len() as u64);
+        super::error::push_decimal(out, message.len() as u64);
         out.extend_from_slice(b"\r\n\r\n");
         out.extend_from_slice(message);
     }
@@ -454,7 +454,7 @@ mod tests {
                 "{:?}",
                 String::from_utf8_lossy(input)
             );
-            assert_eq!(e.code(), crate::PARSE_ERROR);
+            assert_eq!(e.code(), -32700);
         }
     }
 
