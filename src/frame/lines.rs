@@ -19,7 +19,8 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 /// prove it, without waiting for its end, as [`Step::Garbage`] (a transport
 /// answers -32600 with `id: null`); the rest of the line is then dropped,
 /// never buffered, up to and including its `\n`, and framing resumes with the
-/// next line (as tokio-util's `LinesCodec` does).
+/// next line (as tokio-util's `LinesCodec` does). Every line ending is a
+/// point to resynchronise at, so this framer never returns [`Step::Close`].
 ///
 /// ```
 /// use rpcwire::frame::{Framer, Lines, Step};

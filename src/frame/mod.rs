@@ -171,5 +171,29 @@ pub trait Framer {
     fn reset(&mut self);
 }
 
+impl<F: Framer + ?Sized> Framer for &mut F {
+    fn next_frame(&mut self, buf: &[u8]) -> Step {
+        (**self).next_frame(buf)
+    }
+    fn encode(&self, message: &[u8], out: &mut Vec<u8>) {
+        (**self).encode(message, out)
+    }
+    fn reset(&mut self) {
+        (**self).reset()
+    }
+}
+
+impl<F: Framer + ?Sized> Framer for Box<F> {
+    fn next_frame(&mut self, buf: &[u8]) -> Step {
+        (**self).next_frame(buf)
+    }
+    fn encode(&self, message: &[u8], out: &mut Vec<u8>) {
+        (**self).encode(message, out)
+    }
+    fn reset(&mut self) {
+        (**self).reset()
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -79,14 +79,16 @@ pub(super) struct State {
     pub escape: bool,
 }
 
-/// Where a scan stopped, and how many value ends it recorded.
+/// Where a search stopped, and how many positions it recorded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Found {
-    /// Index in `buf` where the scan stopped, with `state` saved as of it:
-    /// `buf.len()`, just past the [`MAX_ENDS`]th end, or a closing bracket
+    /// Index in `buf` where the search stopped, with the scan's `state`
+    /// saved as of it: `buf.len()`; where the batch filled up (just past
+    /// that position for the byte-at-a-time backends, the end of its 64-byte
+    /// block for the block backends); or, for [`scan`], a closing bracket
     /// with no level open.
     pub stop: usize,
-    /// How many of `ends` were written.
+    /// How many positions were written.
     pub ends: usize,
 }
 

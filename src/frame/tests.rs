@@ -189,18 +189,6 @@ fn streams() -> Vec<Case> {
     out
 }
 
-impl<F: Framer + ?Sized> Framer for Box<F> {
-    fn next_frame(&mut self, buf: &[u8]) -> Step {
-        (**self).next_frame(buf)
-    }
-    fn encode(&self, message: &[u8], out: &mut Vec<u8>) {
-        (**self).encode(message, out)
-    }
-    fn reset(&mut self) {
-        (**self).reset()
-    }
-}
-
 fn frames(msgs: &[Vec<u8>]) -> Vec<Outcome> {
     msgs.iter().map(|m| Outcome::Frame(m.clone())).collect()
 }
