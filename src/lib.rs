@@ -61,8 +61,8 @@
 //! * [`Connection`] and [`Context`] (per-connection state and what handlers
 //!   see of it), [`peer`] (outbound requests and notifications, the
 //!   pending-request table).
-//! * `frame`: incremental framers (newline, `Content-Length`,
-//!   concatenated JSON).
+//! * [`frame`]: incremental framers for stream transports (newline, LSP
+//!   `Content-Length`, concatenated JSON), no I/O.
 //!
 //! # What is accepted
 //!
@@ -97,6 +97,7 @@ mod de;
 pub mod dispatch;
 mod envelope;
 mod error;
+pub mod frame;
 pub mod json;
 pub mod message;
 pub mod peer;

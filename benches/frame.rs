@@ -1,0 +1,273 @@
+//! Stream framing: rpcwire's framers + `rpcwire::parse` against what Rust
+//! transports do with serde_json today, on the same bytes in the same run.
+//!
+//! The stream is 24,000 distinct Ethereum requests (DESIGN.md's method mix,
+//! viem / ethers / web3.py styles interleaved, numeric, big and string ids),
+//! delivered in 64 KiB chunks as a socket would hand them over:
+//!
+//! * concatenated (geth IPC, each value followed by `\n` as geth writes):
+//!   `Concatenated` + `parse` per frame, against serde_json's
+//!   `StreamDeserializer` of `&RawValue` over the buffered bytes, keeping an
+//!   incomplete last value for the next chunk (what ethers-rs' IPC transport
+//!   does);
+//! * newline-delimited (MCP stdio, TCP): `Lines` + `parse` per frame, against
+//!   `BufRead::read_until(b'\n')` over a `BufReader` and
+//!   `serde_json::from_slice::<&RawValue>` per line (and, as a second peer,
+//!   the jsonrpsee-shaped borrowed request struct).
+//!
+//! Every variant counts its frames and checks the count inside the measured
+//! loop, so nothing is optimised away. The framers alone (no parse) are
+//! measured too, to show what framing costs.
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::io::{BufRead, BufReader, Read};
+
+use rpcwire::frame::{Concatenated, Framer, Lines, Step};
+use serde_json::value::RawValue;
+
+#[path = "support/corpus.rs"]
+mod corpus;
+#[path = "support/peers.rs"]
+mod peers;
+
+use corpus::{Rng, Style};
+
+const MESSAGES: usize = 24_000;
+const CHUNK: usize = 64 * 1024;
+
+/// `n` distinct requests, client styles interleaved as a gateway sees them.
+fn requests(n: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(0x5eed_f4a3);
+    (0..n)
+        .map(|i| {
+            let style = [Style::Viem, Style::Ethers, Style::Web3Py][i % 3];
+            let id = match i % 7 {
+                6 => format!("{}", (1u64 << 53) + rng.below(1 << 40)),
+                5 => format!("\"{}\"", &rng.hex(32)[2..]),
+                _ => i.to_string(),
+            };
+            corpus::eth_request(&mut rng, style, &id).into_bytes()
+        })
+        .collect()
+}
+
+/// The digest `benches/parse.rs` uses: method, id and params lengths.
+fn rpcwire_digest(frame: &[u8], arena: &bumpalo::Bump) -> usize {
+    let digest = |e: rpcwire::request::Entry| {
+        let r = e.request().expect("corpus requests are valid");
+        r.method().len()
+            + r.id().map_or(0, |i| i.as_bytes().len())
+            + r.params().map_or(0, |p| p.as_bytes().len())
+    };
+    match rpcwire::parse(frame, arena).expect("corpus messages are valid") {
+        rpcwire::message::Message::Single(e) => digest(e),
+        rpcwire::message::Message::Batch(b) => b.map(digest).sum(),
+    }
+}
+
+/// A transport's read loop over `stream` in `CHUNK`-byte reads: the framer
+/// cuts frames out of a reused buffer, and `each` sees every frame. Returns
+/// the number of frames.
+fn drive<F: Framer>(
+    framer: &mut F,
+    stream: &[u8],
+    buf: &mut Vec<u8>,
+    mut each: impl FnMut(&[u8]),
+) -> usize {
+    framer.reset();
+    buf.clear();
+    let mut frames = 0;
+    for chunk in stream.chunks(CHUNK) {
+        buf.extend_from_slice(chunk);
+        let mut at = 0;
+        loop {
+            let step = framer.next_frame(&buf[at..]);
+            match &step {
+                Step::Frame { range, .. } => {
+                    each(&buf[at..][range.clone()]);
+                    frames += 1;
+                }
+                Step::NeedMore { .. } => {}
+                other => panic!("{other:?}"),
+            }
+            at += step.consumed();
+            if let Step::NeedMore { .. } = step {
+                break;
+            }
+        }
+        buf.drain(..at);
+    }
+    frames
+}
+
+/// serde_json's stream deserializer over buffered bytes, keeping an
+/// incomplete last value for the next chunk.
+fn serde_stream(stream: &[u8], buf: &mut Vec<u8>) -> (usize, usize) {
+    buf.clear();
+    let (mut frames, mut digest) = (0, 0);
+    for chunk in stream.chunks(CHUNK) {
+        buf.extend_from_slice(chunk);
+        let mut values = serde_json::Deserializer::from_slice(buf).into_iter::<&RawValue>();
+        let mut at = 0;
+        loop {
+            match values.next() {
+                Some(Ok(raw)) => {
+                    frames += 1;
+                    digest += raw.get().len();
+                    at = values.byte_offset();
+                }
+                Some(Err(e)) if e.is_eof() => break,
+                Some(Err(e)) => panic!("{e}"),
+                None => {
+                    at = values.byte_offset();
+                    break;
+                }
+            }
+        }
+        buf.drain(..at);
+    }
+    (frames, digest)
+}
+
+/// A `Read` that hands out at most `CHUNK` bytes per call, as a socket does.
+struct Chunked<'a>(&'a [u8]);
+
+impl Read for Chunked<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = out.len().min(CHUNK).min(self.0.len());
+        out[..n].copy_from_slice(&self.0[..n]);
+        self.0 = &self.0[n..];
+        Ok(n)
+    }
+}
+
+/// `BufReader::read_until(b'\n')`, then `parse` on each line.
+fn read_lines(
+    stream: &[u8],
+    line: &mut Vec<u8>,
+    mut parse: impl FnMut(&[u8]) -> usize,
+) -> (usize, usize) {
+    let mut reader = BufReader::with_capacity(CHUNK, Chunked(stream));
+    let (mut frames, mut digest) = (0, 0);
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', line).unwrap() == 0 {
+            break;
+        }
+        frames += 1;
+        digest += parse(line);
+    }
+    (frames, digest)
+}
+
+fn bench_frame(c: &mut Criterion) {
+    let msgs = requests(MESSAGES);
+    let mut concat = Vec::new();
+    let mut lines = Vec::new();
+    for m in &msgs {
+        Concatenated::new().encode(m, &mut concat);
+        Lines::new().encode(m, &mut lines);
+    }
+    // Everything reused across iterations, as a connection reuses them.
+    let mut arena = bumpalo::Bump::new();
+    let mut buf = Vec::with_capacity(2 * CHUNK);
+    let mut line = Vec::with_capacity(4096);
+
+    let mut g = c.benchmark_group("frame_concatenated");
+    g.throughput(Throughput::Bytes(concat.len() as u64));
+    let mut framer = Concatenated::new();
+    g.bench_function("rpcwire_frame_parse", |b| {
+        b.iter(|| {
+            let mut digest = 0;
+            let n = drive(&mut framer, black_box(&concat), &mut buf, |f| {
+                arena.reset();
+                digest += rpcwire_digest(f, &arena);
+            });
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    g.bench_function("serde_json_stream_raw", |b| {
+        b.iter(|| {
+            let (n, digest) = serde_stream(black_box(&concat), &mut buf);
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    g.bench_function("rpcwire_frame_only", |b| {
+        b.iter(|| {
+            let mut digest = 0;
+            let n = drive(&mut framer, black_box(&concat), &mut buf, |f| {
+                digest += f.len()
+            });
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    // The floor: parsing the messages where they lie in the stream, already
+    // split (no framing, no copy).
+    let mut ranges = Vec::with_capacity(MESSAGES);
+    let mut at = 0;
+    for m in &msgs {
+        ranges.push(at..at + m.len());
+        at += m.len() + 1;
+    }
+    g.bench_function("rpcwire_parse_only", |b| {
+        b.iter(|| {
+            let mut digest = 0;
+            let stream = black_box(&concat);
+            for r in &ranges {
+                arena.reset();
+                digest += rpcwire_digest(&stream[r.clone()], &arena);
+            }
+            digest
+        })
+    });
+    g.finish();
+
+    let mut g = c.benchmark_group("frame_lines");
+    g.throughput(Throughput::Bytes(lines.len() as u64));
+    let mut framer = Lines::new();
+    g.bench_function("rpcwire_frame_parse", |b| {
+        b.iter(|| {
+            let mut digest = 0;
+            let n = drive(&mut framer, black_box(&lines), &mut buf, |f| {
+                arena.reset();
+                digest += rpcwire_digest(f, &arena);
+            });
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    g.bench_function("bufread_serde_json_raw", |b| {
+        b.iter(|| {
+            let (n, digest) = read_lines(black_box(&lines), &mut line, |l| {
+                serde_json::from_slice::<&RawValue>(l).unwrap().get().len()
+            });
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    g.bench_function("bufread_serde_json_request", |b| {
+        b.iter(|| {
+            let (n, digest) = read_lines(black_box(&lines), &mut line, peers::serde_json_raw);
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    g.bench_function("rpcwire_frame_only", |b| {
+        b.iter(|| {
+            let mut digest = 0;
+            let n = drive(&mut framer, black_box(&lines), &mut buf, |f| {
+                digest += f.len()
+            });
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench_frame);
+criterion_main!(benches);
