@@ -8,16 +8,19 @@
 //! * concatenated (geth IPC, each value followed by `\n` as geth writes):
 //!   `Concatenated` + `parse` per frame, against serde_json's
 //!   `StreamDeserializer` of `&RawValue` over the buffered bytes, keeping an
-//!   incomplete last value for the next chunk (what ethers-rs' IPC transport
-//!   does);
+//!   incomplete last value for the next chunk (the usual shape of a Rust IPC
+//!   reader);
 //! * newline-delimited (MCP stdio, TCP): `Lines` + `parse` per frame, against
 //!   `BufRead::read_until(b'\n')` over a `BufReader` and
 //!   `serde_json::from_slice::<&RawValue>` per line (and, as a second peer,
 //!   the jsonrpsee-shaped borrowed request struct).
 //!
-//! Every variant counts its frames and checks the count inside the measured
-//! loop, so nothing is optimised away. The framers alone (no parse) are
-//! measured too, to show what framing costs.
+//! Each chunk is copied into a reused buffer, as a read from a socket would,
+//! on both sides. Every variant counts its frames and checks the count inside
+//! the measured loop, so nothing is optimised away. The framers alone (no
+//! parse) are measured too, to show what framing costs, and `parse` alone on
+//! the messages already split where they lie in the stream: the ceiling of
+//! any framer + `parse`.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
