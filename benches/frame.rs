@@ -104,6 +104,74 @@ fn drive<F: Framer>(
     frames
 }
 
+/// The fused read loop for concatenated JSON: `Parser::parse_prefix` frames
+/// and parses a complete value in one pass; a value cut by the end of the
+/// buffer is left to the structural framer, which finds its end without
+/// rescanning as more bytes arrive, and is then parsed.
+fn drive_prefix(
+    framer: &mut Concatenated,
+    stream: &[u8],
+    buf: &mut Vec<u8>,
+    arena: &mut bumpalo::Bump,
+) -> (usize, usize) {
+    let parser = rpcwire::Parser::new();
+    framer.reset();
+    buf.clear();
+    let (mut frames, mut digest) = (0, 0);
+    // Set while a partial value is being followed by the framer.
+    let mut framing = false;
+    for chunk in stream.chunks(CHUNK) {
+        buf.extend_from_slice(chunk);
+        let mut at = 0;
+        loop {
+            if framing {
+                let step = framer.next_frame(&buf[at..]);
+                match &step {
+                    Step::Frame { range, .. } => {
+                        arena.reset();
+                        digest += rpcwire_digest(&buf[at..][range.clone()], arena);
+                        frames += 1;
+                        framing = false;
+                    }
+                    Step::NeedMore { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+                at += step.consumed();
+                if framing {
+                    break;
+                }
+                continue;
+            }
+            arena.reset();
+            match parser.parse_prefix(&buf[at..], arena) {
+                Ok(rpcwire::Status::Complete((msg, len))) => {
+                    digest += match msg {
+                        rpcwire::message::Message::Single(e) => {
+                            e.as_entry().and_then(|e| e.request()).map_or(0, |r| {
+                                r.method().len() + r.params().map_or(0, |p| p.as_bytes().len())
+                            })
+                        }
+                        rpcwire::message::Message::Batch(b) => b.len(),
+                    };
+                    frames += 1;
+                    at += len;
+                }
+                Ok(rpcwire::Status::Partial) => {
+                    if buf[at..].iter().all(u8::is_ascii_whitespace) {
+                        at = buf.len();
+                        break;
+                    }
+                    framer.reset();
+                    framing = true;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        buf.drain(..at);
+    }
+    (frames, digest)
+}
+
 /// serde_json's stream deserializer over buffered bytes, keeping an
 /// incomplete last value for the next chunk.
 fn serde_stream(stream: &[u8], buf: &mut Vec<u8>) -> (usize, usize) {
@@ -187,6 +255,13 @@ fn bench_frame(c: &mut Criterion) {
                 arena.reset();
                 digest += rpcwire_digest(f, &arena);
             });
+            assert_eq!(n, MESSAGES);
+            digest
+        })
+    });
+    g.bench_function("rpcwire_prefix_parse", |b| {
+        b.iter(|| {
+            let (n, digest) = drive_prefix(&mut framer, black_box(&concat), &mut buf, &mut arena);
             assert_eq!(n, MESSAGES);
             digest
         })
