@@ -708,3 +708,35 @@ fn an_observer_sees_every_call() {
         ]
     );
 }
+
+#[test]
+fn a_fallback_serves_unknown_methods_and_raw_errors_pass_through() {
+    let d = Dispatcher::builder(())
+        .method("known", |c: Call<'_, ()>| c.reply.u64(1))
+        .fallback(|c: Call<'_, ()>| match c.method() {
+            "reverts" => Err(RpcError::raw(
+                3,
+                &br#"{"code":3,"message":"execution reverted","data":"0x08c379a0"}"#[..],
+            )),
+            other => Ok(format!("forwarded {other}")),
+        })
+        .build()
+        .unwrap();
+    let ask = |m: &str| {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(ask("known"), r#"{"jsonrpc":"2.0","id":1,"result":1}"#);
+    assert_eq!(
+        ask("eth_foo"),
+        r#"{"jsonrpc":"2.0","id":1,"result":"forwarded eth_foo"}"#
+    );
+    assert_eq!(
+        ask("reverts"),
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"execution reverted","data":"0x08c379a0"}}"#
+    );
+    // `rpc.` names never reach the fallback.
+    assert!(ask("rpc.x").contains("-32601"));
+}

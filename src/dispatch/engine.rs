@@ -152,16 +152,22 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         Fut: Future<Output = R> + Send + 'static,
         R: IntoResponse + 'static,
     {
-        let erased: Arc<AsyncFn<S>> = Arc::new(move |call| -> Pin<Box<dyn PendingCall>> {
-            let span = span_of(call.method(), call.id());
-            #[cfg(feature = "tracing")]
-            let fut = span.in_scope(|| handler(call));
-            #[cfg(not(feature = "tracing"))]
-            let fut = handler(call);
-            Box::pin(Pending { fut, span })
-        });
         let mut b = self.into_kind::<WithAsync>();
-        b.methods.push((name.into(), Handler::Async(erased)));
+        b.methods
+            .push((name.into(), Handler::Async(erase_async(handler))));
+        b
+    }
+
+    /// Runs the async `handler` for every method no other handler is
+    /// registered for; see [`fallback`](DispatcherBuilder::fallback).
+    pub fn async_fallback<F, Fut, R>(self, handler: F) -> DispatcherBuilder<S, WithAsync>
+    where
+        F: Fn(AsyncCall<S>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = R> + Send + 'static,
+        R: IntoResponse + 'static,
+    {
+        let mut b = self.into_kind::<WithAsync>();
+        b.fallback = Some(Handler::Async(erase_async(handler)));
         b
     }
 
@@ -188,6 +194,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         DispatcherBuilder {
             methods: self.methods,
             discover: self.discover,
+            fallback: self.fallback,
             state: self.state,
             parser: self.parser,
             max_response_len: self.max_response_len,
@@ -199,6 +206,25 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             kind: std::marker::PhantomData,
         }
     }
+}
+
+/// An async handler, its future's type erased (boxed with what writes its
+/// result: the one allocation an async call costs).
+fn erase_async<S, F, Fut, R>(handler: F) -> Arc<AsyncFn<S>>
+where
+    S: Send + Sync + 'static,
+    F: Fn(AsyncCall<S>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = R> + Send + 'static,
+    R: IntoResponse + 'static,
+{
+    Arc::new(move |call| -> Pin<Box<dyn PendingCall>> {
+        let span = span_of(call.method(), call.id());
+        #[cfg(feature = "tracing")]
+        let fut = span.in_scope(|| handler(call));
+        #[cfg(not(feature = "tracing"))]
+        let fut = handler(call);
+        Box::pin(Pending { fut, span })
+    })
 }
 
 #[cfg_attr(docsrs, doc(cfg(feature = "async")))]

@@ -41,6 +41,9 @@ struct ErrorParts {
     /// size limit: the dispatcher answers with its configured too-large
     /// error.
     too_large: bool,
+    /// A whole error object to send byte for byte (a gateway passing on
+    /// its upstream's error unchanged).
+    raw: Option<Box<[u8]>>,
 }
 
 impl RpcError {
@@ -52,7 +55,30 @@ impl RpcError {
             message: message.into(),
             data: None,
             too_large: false,
+            raw: None,
         }))
+    }
+
+    /// An error whose whole `error` object is already JSON (an upstream
+    /// node's error, passed on byte for byte, `data` included); `code` is
+    /// its code, for observers. Not checked: the caller vouches that
+    /// `object` is a valid JSON-RPC error object.
+    ///
+    /// ```
+    /// let upstream = br#"{"code":3,"message":"execution reverted","data":"0x08c379a0"}"#;
+    /// let e = rpcwire::RpcError::raw(3, &upstream[..]);
+    /// assert_eq!(e.raw_object(), Some(&upstream[..]));
+    /// ```
+    pub fn raw(code: i32, object: impl Into<Box<[u8]>>) -> Self {
+        let mut e = RpcError::new(code, "");
+        e.0.raw = Some(object.into());
+        e
+    }
+
+    /// The whole error object, for an error made with
+    /// [`raw`](RpcError::raw).
+    pub fn raw_object(&self) -> Option<&[u8]> {
+        self.0.raw.as_deref()
     }
 
     /// -32602 Invalid params, with a message saying what is wrong.

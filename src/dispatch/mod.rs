@@ -84,6 +84,7 @@ pub(crate) enum Handler<S> {
 pub struct DispatcherBuilder<S, K = SyncOnly> {
     methods: Vec<(String, Handler<S>)>,
     discover: Option<Handler<S>>,
+    fallback: Option<Handler<S>>,
     state: S,
     parser: Parser,
     max_response_len: usize,
@@ -136,6 +137,19 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         R: IntoResponse,
     {
         self.discover = Some(Handler::Sync(erase_sync(handler)));
+        self
+    }
+
+    /// Runs `handler` for every method no other handler is registered for
+    /// (instead of answering -32601): a proxy forwarding what it does not
+    /// serve itself, for instance. `rpc.` names stay reserved: they never
+    /// reach it. The handler sees the method name with `call.method()`.
+    pub fn fallback<F, R>(mut self, handler: F) -> Self
+    where
+        F: Fn(Call<'_, S>) -> R + Send + Sync + 'static,
+        R: IntoResponse,
+    {
+        self.fallback = Some(Handler::Sync(erase_sync(handler)));
         self
     }
 
@@ -199,6 +213,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             inner: Arc::new(Shared {
                 router: Router::new(self.methods)?,
                 discover: self.discover,
+                fallback: self.fallback,
                 parser: self.parser,
                 max_response_len: self.max_response_len,
                 too_large: TooLarge::new(self.too_large_code, self.max_response_len),
@@ -270,6 +285,7 @@ impl<S, K> Clone for Dispatcher<S, K> {
 pub(crate) struct Shared<S> {
     pub(crate) router: Router<Handler<S>>,
     discover: Option<Handler<S>>,
+    fallback: Option<Handler<S>>,
     pub(crate) parser: Parser,
     pub(crate) max_response_len: usize,
     pub(crate) too_large: TooLarge,
@@ -289,6 +305,7 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
         DispatcherBuilder {
             methods: Vec::new(),
             discover: None,
+            fallback: None,
             state,
             parser: Parser::new(),
             max_response_len: DEFAULT_MAX_RESPONSE_LEN,
@@ -482,9 +499,20 @@ impl<S: Send + Sync + 'static> Shared<S> {
     pub(crate) fn lookup(&self, method: &str) -> Option<&Handler<S>> {
         match self.router.get(method) {
             Some(h) => Some(h),
-            None if method == "rpc.discover" => self.discover.as_ref(),
-            None => None,
+            None => self.unrouted(method),
         }
+    }
+
+    /// The handler for a method the router does not know.
+    #[cold]
+    fn unrouted(&self, method: &str) -> Option<&Handler<S>> {
+        if method == "rpc.discover" && self.discover.is_some() {
+            return self.discover.as_ref();
+        }
+        if method.starts_with("rpc.") {
+            return None;
+        }
+        self.fallback.as_ref()
     }
 
     /// Writes the reply to an entry that is answered without awaiting: an

@@ -653,7 +653,14 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
         }
         std::task::Poll::Ready(Err(e)) => {
             out.truncate(after_id);
-            if !e.is_too_large() {
+            if let Some(object) = e.raw_object() {
+                out.extend_from_slice(b",\"error\":");
+                out.extend_from_slice(object);
+                out.push(b'}');
+                if out.len() - start <= allowance {
+                    return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
+                }
+            } else if !e.is_too_large() {
                 write_error_tail(out, e.code(), e.message(), e.data().map(str::as_bytes));
                 if out.len() - start <= allowance {
                     return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
