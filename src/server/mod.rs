@@ -20,6 +20,10 @@ use bytes::Bytes;
 use crate::dispatch::{CallRecord, Observer};
 use crate::peer::{Outbound, SendError};
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
+
 /// Limits a server enforces. Each is a defence against one kind of abuse;
 /// every breach gets a clear error and is counted in [`Metrics`].
 #[derive(Clone, Debug)]
