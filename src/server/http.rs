@@ -51,10 +51,11 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, ready};
+use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_util::task::AtomicWaker;
 use http::header::{ALLOW, CONTENT_TYPE};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
@@ -857,6 +858,24 @@ impl Activity {
     }
 }
 
+/// Wakes a connection's task for its timers and shutdown signals, and
+/// notes that one of them fired.
+struct Signal {
+    fired: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
 /// How a connection ended, when it ended on our side.
 enum End {
     Hyper(Result<(), BoxError>),
@@ -911,13 +930,26 @@ async fn serve_connection<Svc, B>(
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut graceful, mut quiet, mut idle_closing) = (false, 0u32, false);
+    // Timers and shutdown signals are polled with a waker of their own,
+    // only when one of them fired: a wake-up for I/O costs no lock of the
+    // shared shutdown channel and no timer registration.
+    let signal = Arc::new(Signal {
+        fired: AtomicBool::new(true),
+        task: AtomicWaker::new(),
+    });
+    let signal_waker = Waker::from(Arc::clone(&signal));
     let end = std::future::poll_fn(|cx| {
-        if hard.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(End::Dropped);
-        }
-        if !graceful && stop.as_mut().poll(cx).is_ready() {
-            conn.as_mut().graceful_shutdown();
-            graceful = true;
+        signal.task.register(cx.waker());
+        let due = signal.fired.swap(false, Ordering::AcqRel);
+        let mut scx = TaskContext::from_waker(&signal_waker);
+        if due {
+            if hard.as_mut().poll(&mut scx).is_ready() {
+                return Poll::Ready(End::Dropped);
+            }
+            if !graceful && stop.as_mut().poll(&mut scx).is_ready() {
+                conn.as_mut().graceful_shutdown();
+                graceful = true;
+            }
         }
         if let Poll::Ready(done) = conn.as_mut().poll(cx) {
             return Poll::Ready(End::Hyper(done));
@@ -926,15 +958,16 @@ async fn serve_connection<Svc, B>(
         let served = activity.served.load(Ordering::Relaxed);
         let waiting_head = !served
             || (!activity.h2.load(Ordering::Relaxed) && activity.head.load(Ordering::Relaxed));
-        if waiting_head && !header_armed {
+        let rearmed = waiting_head && !header_armed;
+        if rearmed {
             let deadline = tokio::time::Instant::now() + config.header_timeout;
             header.as_mut().reset(deadline);
         }
         header_armed = waiting_head;
-        if header_armed && header.as_mut().poll(cx).is_ready() {
+        if header_armed && (due || rearmed) && header.as_mut().poll(&mut scx).is_ready() {
             return Poll::Ready(End::HeaderTimeout);
         }
-        while ticks.poll_tick(cx).is_ready() {
+        while due && ticks.poll_tick(&mut scx).is_ready() {
             let busy = activity.touched.swap(false, Ordering::Relaxed)
                 || activity.active.load(Ordering::Relaxed) > 0;
             quiet = if busy { 0 } else { quiet + 1 };
