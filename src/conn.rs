@@ -99,6 +99,34 @@ impl Context {
         self.inner.peer.as_ref()
     }
 
+    /// Refills this context for another request of a transport without
+    /// allocating: sets the peer address and replaces the extension of type
+    /// `T` in place. Works only when no clone of the context is alive and
+    /// it has such an extension already; gives `value` back otherwise (then
+    /// build a new one).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn refill<T: Any + Send + Sync>(
+        &mut self,
+        peer_addr: Option<SocketAddr>,
+        value: T,
+    ) -> Result<(), T> {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return Err(value);
+        };
+        let want = TypeId::of::<T>();
+        let slot = inner
+            .extensions
+            .iter_mut()
+            .find(|(id, _)| *id == want)
+            .and_then(|(_, v)| v.downcast_mut::<T>());
+        let Some(slot) = slot else {
+            return Err(value);
+        };
+        *slot = value;
+        inner.peer_addr = peer_addr;
+        Ok(())
+    }
+
     /// Sends a notification to this connection's client; see
     /// [`Peer::notify`]. Returns whether it was queued (`false` on one-way
     /// transports, or when the client's queue is full or closed).

@@ -20,6 +20,10 @@ use bytes::Bytes;
 use crate::dispatch::{CallRecord, Observer};
 use crate::peer::{Outbound, SendError};
 
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod http;
+
 /// Limits a server enforces. Each is a defence against one kind of abuse;
 /// every breach gets a clear error and is counted in [`Metrics`].
 #[derive(Clone, Debug)]
@@ -93,7 +97,7 @@ impl LimitKind {
 
 /// Counters for a metrics endpoint: calls per method, errors per code,
 /// limits hit, connections. Install it as the dispatcher's
-/// [`Observer`](crate::dispatch::Observer) (it counts calls) and hand it to
+/// [`Observer`] (it counts calls) and hand it to
 /// the servers (they count connections and limits).
 ///
 /// ```

@@ -97,3 +97,8 @@ pub fn start_peak() -> usize {
 pub fn peak_since(base: usize) -> usize {
     PEAK.load(Ordering::Relaxed).saturating_sub(base)
 }
+
+/// Bytes live on the heap now (all threads).
+pub fn live() -> usize {
+    LIVE.load(Ordering::Relaxed)
+}

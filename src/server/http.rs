@@ -1,0 +1,1221 @@
+//! The HTTP transport (feature `http`): JSON-RPC 2.0 over HTTP `POST`, on
+//! hyper 1.x, HTTP/1.1 (keep-alive) and HTTP/2 (prior knowledge, `h2c`).
+//!
+//! Two pieces, usable apart:
+//!
+//! * [`HttpService`]: a [`tower_service::Service`] answering one HTTP request
+//!   with one JSON-RPC reply. It is generic over the request body, so it can
+//!   be mounted in axum or wrapped in tower layers (timeouts, concurrency
+//!   limits, CORS): limits and policies are layers around it, not flags in
+//!   it.
+//! * [`serve`] (and [`Server`] for its HTTP knobs): the accept loop, with
+//!   [`Limits::max_connections`], an idle timeout, a header read timeout
+//!   (slowloris), and graceful shutdown on [`Shutdown`].
+//!
+//! # What is answered how
+//!
+//! | request | response |
+//! | --- | --- |
+//! | `POST`, `Content-Type` `application/json` (or `application/json-rpc`, `application/jsonrequest`; any case, any `; charset=…`) | `200`, the JSON-RPC reply (`application/json`) |
+//! | the same, but the message needs no reply (notifications only, or responses) | `204 No Content`, empty |
+//! | the body is not valid JSON | `200`, the -32700 reply |
+//! | any other method (`GET`, `OPTIONS`…) | `405`, `Allow: POST`, a -32600 body |
+//! | any other `Content-Type`, or none | `415`, a -32600 body |
+//! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
+//!
+//! A message that gets no reply is answered `204` with an empty body, not
+//! `200` with `null` (as jsonrpsee does): `null` is not a JSON-RPC response,
+//! and a client parsing the body as one would fail. Async handlers of
+//! notifications keep running after the `204` (bounded by the dispatcher's
+//! timeout).
+//!
+//! Handlers see the request's headers and the client's address in their
+//! [`Context`]: `ctx.extension::<http::HeaderMap>()` and
+//! [`ctx.peer_addr()`](Context::peer_addr); `ctx.transport()` is `"http"`.
+//!
+//! # Metrics
+//!
+//! Give the same [`Metrics`] to the dispatcher (as its observer), to the
+//! service and to the server: every limit hit is counted there (`413` as
+//! [`LimitKind::MessageLen`], refused connections as
+//! [`LimitKind::Connections`], header timeouts and oversized headers as
+//! [`LimitKind::Header`], idle connections closed as [`LimitKind::Idle`]),
+//! and [`Metrics::render`] is the text a `/metrics` endpoint returns (mount
+//! it next to the service, in axum or in a `tower` router of your own).
+
+use std::convert::Infallible;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker, ready};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures_util::task::AtomicWaker;
+use http::header::{ALLOW, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tower_service::Service;
+
+use super::{LimitKind, Limits, Metrics, Shutdown};
+use crate::conn::{Connection, Context};
+use crate::dispatch::{Dispatcher, SyncOnly};
+
+/// The body of every response [`HttpService`] gives: the whole reply, in
+/// one buffer.
+pub type ResponseBody = Full<Bytes>;
+
+/// Errors a body or a service may fail with.
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// The most idle [`Connection`]s (per-request scratch) a service keeps for
+/// reuse.
+const POOL_CAP: usize = 64;
+/// The most arena memory a pooled [`Connection`] keeps between requests.
+const POOL_RETAINED: usize = 256 * 1024;
+
+/// Answers JSON-RPC over HTTP: a [`tower_service::Service`] from
+/// `http::Request<B>` (any body `B`) to `http::Response<`[`ResponseBody`]`>`
+/// that never fails (every problem is an HTTP status with a JSON-RPC error
+/// body); see the [module docs](self) for what is answered how.
+///
+/// Every request goes through
+/// [`Dispatcher::handle_async`](crate::Dispatcher::handle_async)'s path, so
+/// one service works for sync-only and async dispatchers alike. The body is
+/// collected into one [`Bytes`] (a single-chunk body as it is, with no copy)
+/// and async handlers get their params as slices of it. Per-request scratch
+/// (the [`Connection`]: arena, running calls) comes from a small pool shared
+/// by the clones of a service, so steady-state dispatch allocates only the
+/// reply buffer and the request's [`Context`].
+///
+/// Cloning is cheap (one reference count); clones share the dispatcher,
+/// limits, metrics and pool.
+///
+/// ```
+/// use rpcwire::server::{Limits, http::HttpService};
+/// use rpcwire::{Call, Dispatcher};
+/// use tower::ServiceExt;
+/// use http_body_util::{BodyExt, Full};
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let d = Dispatcher::builder(())
+///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.quantity(1))
+///     .build()?;
+/// let service = HttpService::new(d, &Limits::default(), None);
+/// let request = http::Request::post("/")
+///     .header("content-type", "application/json")
+///     .body(Full::new(bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#)))?;
+/// let response = service.oneshot(request).await?;
+/// assert_eq!(response.status(), 200);
+/// let body = response.into_body().collect().await?.to_bytes();
+/// assert_eq!(body, br#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#[..]);
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
+pub struct HttpService<S = (), K = SyncOnly> {
+    shared: Arc<Shared<S, K>>,
+    peer: Option<SocketAddr>,
+}
+
+struct Shared<S, K> {
+    dispatcher: Dispatcher<S, K>,
+    max_body: usize,
+    metrics: Option<Arc<Metrics>>,
+    /// The 413 body (it names the limit).
+    too_large: Bytes,
+    /// Idle per-request scratch.
+    pool: Mutex<Vec<Connection>>,
+}
+
+impl<S, K> Clone for HttpService<S, K> {
+    fn clone(&self) -> Self {
+        HttpService {
+            shared: Arc::clone(&self.shared),
+            peer: self.peer,
+        }
+    }
+}
+
+impl<S, K> std::fmt::Debug for HttpService<S, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpService")
+            .field("max_body", &self.shared.max_body)
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+impl<S: Send + Sync + 'static, K> HttpService<S, K> {
+    /// A service answering with `dispatcher`, bodies limited to
+    /// [`limits.max_message_len`](Limits::max_message_len), limit hits
+    /// counted in `metrics` when given.
+    pub fn new(
+        dispatcher: Dispatcher<S, K>,
+        limits: &Limits,
+        metrics: Option<Arc<Metrics>>,
+    ) -> Self {
+        let max_body = limits.max_message_len;
+        let too_large = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32600,\"message\":\"Invalid Request\",\
+             \"data\":{{\"reason\":\"message larger than the size limit\",\"limit\":{max_body}}}}}}}"
+        );
+        HttpService {
+            shared: Arc::new(Shared {
+                dispatcher,
+                max_body,
+                metrics,
+                too_large: Bytes::from(too_large),
+                pool: Mutex::new(Vec::new()),
+            }),
+            peer: None,
+        }
+    }
+
+    /// The same service, telling handlers that requests come from `peer`
+    /// ([`Context::peer_addr`]). [`serve`] makes one per connection; mounted
+    /// elsewhere, a `SocketAddr` in the request's extensions is used
+    /// instead.
+    pub fn with_peer_addr(mut self, peer: SocketAddr) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
+    /// The dispatcher.
+    pub fn dispatcher(&self) -> &Dispatcher<S, K> {
+        &self.shared.dispatcher
+    }
+
+    /// Answers one request (what [`Service::call`] does).
+    fn respond<B: Body>(&self, req: Request<B>) -> ResponseFuture<S, K, B> {
+        let (parts, body) = req.into_parts();
+        let shared = Arc::clone(&self.shared);
+        let early = |body, response| ResponseFuture {
+            body,
+            state: State::Ready(Some(response)),
+            shared: Arc::clone(&self.shared),
+        };
+        if parts.method != Method::POST {
+            return early(body, not_allowed());
+        }
+        if !parts
+            .headers
+            .get(CONTENT_TYPE)
+            .is_some_and(|v| is_json_content_type(v.as_bytes()))
+        {
+            return early(body, unsupported_media_type());
+        }
+        // hyper's bodies know their `Content-Length`: refuse before reading.
+        let hint = body.size_hint().lower();
+        if hint > shared.max_body as u64 {
+            return early(body, shared.refuse_too_large());
+        }
+        let peer = self
+            .peer
+            .or_else(|| parts.extensions.get::<SocketAddr>().copied());
+        ResponseFuture {
+            body,
+            state: State::Reading {
+                first: Bytes::new(),
+                rest: BytesMut::new(),
+                len: 0,
+                hint: hint as usize,
+                request: Some((parts.headers, peer)),
+            },
+            shared,
+        }
+    }
+}
+
+impl<S, K> Shared<S, K> {
+    /// Per-request scratch: a pooled connection, or a new one.
+    /// Per-request scratch (a pooled connection, or a new one) whose
+    /// context shows this request's headers and peer.
+    fn checkout(&self, headers: HeaderMap, peer: Option<SocketAddr>) -> Connection {
+        let pooled = super::lock(&self.pool).pop();
+        let mut conn = pooled.unwrap_or_else(|| Connection::new().max_retained(POOL_RETAINED));
+        // The pooled context is refilled in place when no handler kept it.
+        if let Err(headers) = conn.context.refill(peer, headers) {
+            let mut ctx = Context::builder().transport("http");
+            if let Some(peer) = peer {
+                ctx = ctx.peer_addr(peer);
+            }
+            conn.context = ctx.extension(headers).build();
+        }
+        conn
+    }
+
+    /// Gives scratch back once the reply is out. Calls still running (async
+    /// notifications) are driven to their end on a task of their own first.
+    fn release(self: &Arc<Self>, mut conn: Connection)
+    where
+        S: Send + Sync + 'static,
+        K: 'static,
+    {
+        if conn.in_flight() > 0 {
+            let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                return; // No executor: dropping it cancels them.
+            };
+            let shared = Arc::clone(self);
+            rt.spawn(async move {
+                std::future::poll_fn(|cx| {
+                    let mut sink = Vec::new();
+                    loop {
+                        let progress = conn.poll_replies(&shared.dispatcher, cx, &mut sink);
+                        if conn.in_flight() == 0 {
+                            return Poll::Ready(());
+                        }
+                        if progress.is_pending() {
+                            return Poll::Pending;
+                        }
+                    }
+                })
+                .await;
+                shared.park(conn);
+            });
+            return;
+        }
+        self.park(conn);
+    }
+
+    fn park(&self, mut conn: Connection) {
+        // The request's headers go now, not when the scratch is reused
+        // (`HeaderMap::new` allocates nothing).
+        if conn.context.refill(None, HeaderMap::new()).is_err() {
+            conn.context = Context::empty();
+        }
+        let mut pool = super::lock(&self.pool);
+        if pool.len() < POOL_CAP {
+            pool.push(conn);
+        }
+    }
+
+    fn refuse_too_large(&self) -> Response<ResponseBody> {
+        if let Some(m) = &self.metrics {
+            m.limit_hit(LimitKind::MessageLen);
+        }
+        json_response(StatusCode::PAYLOAD_TOO_LARGE, self.too_large.clone())
+    }
+}
+
+impl<S, K, B> Service<Request<B>> for HttpService<S, K>
+where
+    S: Send + Sync + 'static,
+    K: 'static,
+    B: Body,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future = ResponseFuture<S, K, B>;
+
+    fn poll_ready(&mut self, _: &mut TaskContext<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        self.respond(req)
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response to one request: reads the body, dispatches it, and
+    /// resolves to the reply. Dropping it (the client went away) cancels the
+    /// calls it started.
+    pub struct ResponseFuture<S, K, B> {
+        #[pin]
+        body: B,
+        state: State,
+        shared: Arc<Shared<S, K>>,
+    }
+}
+
+enum State {
+    /// Collecting the body.
+    Reading {
+        /// The first chunk: the whole body when it comes in one.
+        first: Bytes,
+        /// Later chunks, after a copy of the first.
+        rest: BytesMut,
+        len: usize,
+        /// The body's announced length (a capacity hint).
+        hint: usize,
+        /// The request's headers and peer, for its context.
+        request: Option<(HeaderMap, Option<SocketAddr>)>,
+    },
+    /// Past the limit: reading the rest of the body (at most `left` more
+    /// bytes), dropping it, before the 413.
+    Draining { left: usize },
+    /// Waiting for async calls.
+    Dispatching {
+        conn: Option<Connection>,
+        out: Vec<u8>,
+        /// The message, kept alive while its calls run.
+        _input: Bytes,
+    },
+    /// Answered without dispatching, or done.
+    Ready(Option<Response<ResponseBody>>),
+}
+
+impl<S, K, B> std::fmt::Debug for ResponseFuture<S, K, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match self.state {
+            State::Reading { .. } => "reading",
+            State::Draining { .. } => "draining",
+            State::Dispatching { .. } => "dispatching",
+            State::Ready(_) => "ready",
+        };
+        f.debug_struct("ResponseFuture")
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<S, K, B> Future for ResponseFuture<S, K, B>
+where
+    S: Send + Sync + 'static,
+    K: 'static,
+    B: Body,
+{
+    type Output = Result<Response<ResponseBody>, Infallible>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let shared = &**this.shared;
+        loop {
+            match this.state {
+                State::Ready(response) => {
+                    return Poll::Ready(Ok(response.take().expect("polled after completion")));
+                }
+                State::Reading {
+                    first,
+                    rest,
+                    len,
+                    hint,
+                    request,
+                } => {
+                    match ready!(this.body.as_mut().poll_frame(cx)) {
+                        Some(Ok(frame)) => {
+                            let Ok(mut data) = frame.into_data() else {
+                                continue; // Trailers: ignored.
+                            };
+                            let n = data.remaining();
+                            if n == 0 {
+                                continue;
+                            }
+                            *len += n;
+                            if *len > shared.max_body {
+                                // Read on (discarding) up to the limit again,
+                                // so a client that finishes writing its body
+                                // reads the 413 instead of a reset.
+                                *this.state = State::Draining {
+                                    left: shared.max_body,
+                                };
+                                continue;
+                            }
+                            if first.is_empty() {
+                                // `Bytes` hands itself over without a copy.
+                                *first = data.copy_to_bytes(n);
+                            } else {
+                                if rest.is_empty() {
+                                    rest.reserve((*hint).max(*len).min(shared.max_body));
+                                    rest.put_slice(first);
+                                }
+                                rest.put(data);
+                            }
+                        }
+                        Some(Err(_)) => {
+                            *this.state = State::Ready(Some(unreadable_body()));
+                        }
+                        None => {
+                            let input = if rest.is_empty() {
+                                std::mem::take(first)
+                            } else {
+                                std::mem::take(rest).freeze()
+                            };
+                            let (headers, peer) = request.take().unwrap_or_default();
+                            let mut conn = shared.checkout(headers, peer);
+                            let mut out = Vec::with_capacity(input.len().clamp(128, 64 * 1024));
+                            conn.start(&shared.dispatcher, &input, &mut out);
+                            *this.state = State::Dispatching {
+                                conn: Some(conn),
+                                out,
+                                _input: input,
+                            };
+                        }
+                    }
+                }
+                State::Draining { left } => {
+                    let done = match ready!(this.body.as_mut().poll_frame(cx)) {
+                        Some(Ok(frame)) => match frame.into_data() {
+                            Ok(data) => {
+                                let n = data.remaining();
+                                *left = left.saturating_sub(n);
+                                *left == 0
+                            }
+                            Err(_) => false,
+                        },
+                        Some(Err(_)) | None => true,
+                    };
+                    if done {
+                        *this.state = State::Ready(Some(shared.refuse_too_large()));
+                    }
+                }
+                State::Dispatching { conn, out, .. } => {
+                    let c = conn.as_mut().expect("connection present while dispatching");
+                    while c.messages_in_flight() > 0 {
+                        if c.poll_replies(&shared.dispatcher, cx, out).is_pending() {
+                            return Poll::Pending;
+                        }
+                    }
+                    let conn = conn.take().expect("connection present while dispatching");
+                    let out = std::mem::take(out);
+                    this.shared.release(conn);
+                    let response = if out.is_empty() {
+                        no_content()
+                    } else {
+                        json_response(StatusCode::OK, Bytes::from(out))
+                    };
+                    *this.state = State::Ready(Some(response));
+                }
+            }
+        }
+    }
+}
+
+/// Whether a `Content-Type` names JSON: `application/json`,
+/// `application/json-rpc` or `application/jsonrequest`, in any case, with
+/// or without parameters (`; charset=utf-8`).
+fn is_json_content_type(value: &[u8]) -> bool {
+    let essence = match memchr::memchr(b';', value) {
+        Some(i) => &value[..i],
+        None => value,
+    };
+    let essence = essence.trim_ascii();
+    [
+        &b"application/json"[..],
+        b"application/json-rpc",
+        b"application/jsonrequest",
+    ]
+    .iter()
+    .any(|t| essence.eq_ignore_ascii_case(t))
+}
+
+const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
+
+fn json_response(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, APPLICATION_JSON);
+    response
+}
+
+fn no_content() -> Response<ResponseBody> {
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+fn not_allowed() -> Response<ResponseBody> {
+    let mut response = json_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"HTTP method not allowed: use POST"}}}"#,
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+fn unsupported_media_type() -> Response<ResponseBody> {
+    json_response(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"unsupported Content-Type: use application/json"}}}"#,
+        ),
+    )
+}
+
+fn unreadable_body() -> Response<ResponseBody> {
+    json_response(
+        StatusCode::BAD_REQUEST,
+        Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"the request body could not be read"}}}"#,
+        ),
+    )
+}
+
+/// Makes the service for one accepted connection, given the client's
+/// address: what [`serve`] takes.
+///
+/// [`HttpService`] implements it (each connection's clone tells handlers
+/// the peer's address), and so does any `Fn(SocketAddr) -> service`, the
+/// way to wrap the service in tower layers:
+///
+/// ```no_run
+/// # async fn run(service: rpcwire::server::http::HttpService, listener: tokio::net::TcpListener) {
+/// use std::time::Duration;
+/// use rpcwire::server::{Limits, Shutdown, http::serve};
+/// use tower::ServiceBuilder;
+/// let make = move |peer| {
+///     ServiceBuilder::new()
+///         .timeout(Duration::from_secs(10))
+///         .service(service.clone().with_peer_addr(peer))
+/// };
+/// serve(listener, make, Limits::default(), None, Shutdown::new()).await;
+/// # }
+/// ```
+pub trait PerConnection: Send + 'static {
+    /// The service one connection is served with.
+    type Service;
+    /// The service for a connection from `peer`.
+    fn for_peer(&self, peer: SocketAddr) -> Self::Service;
+}
+
+impl<S: Send + Sync + 'static, K: 'static> PerConnection for HttpService<S, K> {
+    type Service = HttpService<S, K>;
+    fn for_peer(&self, peer: SocketAddr) -> Self::Service {
+        self.clone().with_peer_addr(peer)
+    }
+}
+
+impl<F, T> PerConnection for F
+where
+    F: Fn(SocketAddr) -> T + Send + 'static,
+{
+    type Service = T;
+    fn for_peer(&self, peer: SocketAddr) -> T {
+        self(peer)
+    }
+}
+
+/// Serves HTTP on `listener` until `shutdown` is triggered, with the
+/// default HTTP settings of [`Server`]; see [`Server::serve`].
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use rpcwire::server::{Limits, Metrics, Shutdown, http::{HttpService, serve}};
+/// use rpcwire::{Call, Dispatcher};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let metrics = Arc::new(Metrics::default());
+/// let d = Dispatcher::builder(())
+///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.quantity(1))
+///     .observer(metrics.clone())
+///     .build()?;
+/// let limits = Limits::default();
+/// let service = HttpService::new(d, &limits, Some(metrics.clone()));
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8545").await?;
+/// let shutdown = Shutdown::new();
+/// let stop = shutdown.clone();
+/// tokio::spawn(async move {
+///     let _ = tokio::signal::ctrl_c().await;
+///     stop.trigger();
+/// });
+/// serve(listener, service, limits, Some(metrics), shutdown).await;
+/// # Ok(()) }
+/// ```
+pub fn serve<M, B>(
+    listener: TcpListener,
+    service: M,
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: Shutdown,
+) -> impl Future<Output = ()> + Send
+where
+    M: PerConnection,
+    M::Service: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    <M::Service as Service<Request<Incoming>>>::Future: Send + 'static,
+    <M::Service as Service<Request<Incoming>>>::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let mut server = Server::new(limits);
+    if let Some(metrics) = metrics {
+        server = server.metrics(metrics);
+    }
+    server.serve(listener, service, shutdown)
+}
+
+/// The HTTP server: [`Limits`] and [`Metrics`], plus the settings that are
+/// HTTP's own. [`serve`] is `Server::new(limits).metrics(m).serve(..)`.
+#[derive(Clone, Debug)]
+pub struct Server {
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+    header_read_timeout: Duration,
+    max_header_bytes: usize,
+}
+
+impl Server {
+    /// Default for [`header_read_timeout`](Server::header_read_timeout):
+    /// 10 s.
+    pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+    /// Default for [`max_header_bytes`](Server::max_header_bytes): 64 KiB.
+    pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+
+    /// A server enforcing `limits`.
+    pub fn new(limits: Limits) -> Self {
+        Server {
+            limits,
+            metrics: None,
+            header_read_timeout: Self::DEFAULT_HEADER_READ_TIMEOUT,
+            max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
+        }
+    }
+
+    /// Counts connections and limit hits in `metrics`.
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// How long a client may take to send a request head (default 10 s):
+    /// a client trickling its headers (slowloris) is dropped then, and
+    /// counted as [`LimitKind::Header`]. The clock runs from a connection's
+    /// start to its first request (whatever the protocol: a silent client,
+    /// a trickled HTTP/2 preface), and on HTTP/1 from the first byte of
+    /// each later request head until the head is complete; a kept-alive
+    /// connection waiting for its next request is under
+    /// [`Limits::idle_timeout`] instead.
+    pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
+    /// The largest request head (request line and headers) read, in bytes
+    /// (default 64 KiB, at least 8 KiB): past it an HTTP/1 client gets `431`
+    /// and is disconnected (counted as [`LimitKind::Header`]); an HTTP/2
+    /// client gets the same limit as `SETTINGS_MAX_HEADER_LIST_SIZE`.
+    pub fn max_header_bytes(mut self, bytes: usize) -> Self {
+        self.max_header_bytes = bytes.max(8192);
+        self
+    }
+
+    /// Serves HTTP/1.1 and HTTP/2 (prior knowledge) on `listener`, one
+    /// service per connection from `make`, until `shutdown` is triggered.
+    ///
+    /// * Connections past [`Limits::max_connections`] are accepted and
+    ///   closed at once (counted as [`LimitKind::Connections`]).
+    /// * A connection with no traffic and no request being answered for
+    ///   [`Limits::idle_timeout`] is shut down gracefully, and dropped if it
+    ///   still cannot finish (a client that does not read its reply) after
+    ///   another such period (counted as [`LimitKind::Idle`]).
+    /// * HTTP/2 streams per connection are capped at
+    ///   [`Limits::max_in_flight`].
+    /// * On shutdown the listener is closed at once (new connections are
+    ///   refused), idle connections close, requests in flight are answered
+    ///   and their replies written whole; connections still busy after
+    ///   [`Limits::shutdown_grace`] are dropped. The future completes when
+    ///   every connection is closed.
+    pub async fn serve<M, B>(self, listener: TcpListener, make: M, shutdown: Shutdown)
+    where
+        M: PerConnection,
+        M::Service: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+        <M::Service as Service<Request<Incoming>>>::Future: Send + 'static,
+        <M::Service as Service<Request<Incoming>>>::Error: Into<BoxError>,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<BoxError>,
+    {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .keep_alive(true)
+            // Ours runs instead: hyper's also runs while a kept-alive
+            // connection waits for its next request.
+            .header_read_timeout(None)
+            .max_buf_size(self.max_header_bytes);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(self.limits.max_in_flight.min(u32::MAX as usize) as u32)
+            .max_header_list_size(self.max_header_bytes.min(u32::MAX as usize) as u32);
+        let builder = Arc::new(builder);
+        let max_connections = self.limits.max_connections.min(u32::MAX as usize);
+        let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
+        let hard_stop = Shutdown::new();
+        let config = Arc::new(ConnConfig {
+            idle: self.limits.idle_timeout.max(Duration::from_millis(10)),
+            header_timeout: self.header_read_timeout,
+            metrics: self.metrics.clone(),
+        });
+        {
+            let listener = listener; // Closed when accepting stops.
+            let stop = shutdown.triggered();
+            tokio::pin!(stop);
+            loop {
+                let accepted = tokio::select! {
+                    biased;
+                    _ = &mut stop => break,
+                    accepted = listener.accept() => accepted,
+                };
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(e) => {
+                        accept_backoff(&e).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                    // Counted before the close the client sees.
+                    if let Some(m) = &self.metrics {
+                        m.limit_hit(LimitKind::Connections);
+                    }
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let guard = self.metrics.as_ref().map(|m| m.connection());
+                let service = make.for_peer(peer);
+                let task = serve_connection(
+                    Arc::clone(&builder),
+                    stream,
+                    service,
+                    Arc::clone(&config),
+                    shutdown.clone(),
+                    hard_stop.clone(),
+                );
+                tokio::spawn(async move {
+                    task.await;
+                    drop((guard, permit));
+                });
+            }
+        }
+        let all = max_connections as u32;
+        let drained = tokio::time::timeout(self.limits.shutdown_grace, permits.acquire_many(all));
+        if drained.await.is_err() {
+            hard_stop.trigger();
+            let _ = permits.acquire_many(all).await;
+        }
+    }
+}
+
+/// After an accept error: a connection reset before it was accepted is
+/// nothing; running out of descriptors or memory waits a little, so the
+/// loop does not spin.
+async fn accept_backoff(e: &io::Error) {
+    match e.kind() {
+        io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::Interrupted
+        | io::ErrorKind::WouldBlock => {}
+        _ => tokio::time::sleep(Duration::from_millis(20)).await,
+    }
+}
+
+/// What every connection task shares.
+struct ConnConfig {
+    idle: Duration,
+    /// How long a request head may take.
+    header_timeout: Duration,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl ConnConfig {
+    fn hit(&self, kind: LimitKind) {
+        if let Some(m) = &self.metrics {
+            m.limit_hit(kind);
+        }
+    }
+}
+
+/// One connection's traffic, as its timers see it.
+#[derive(Default)]
+struct Activity {
+    /// Bytes moved since the idle timer last looked.
+    touched: AtomicBool,
+    /// Requests being answered.
+    active: AtomicUsize,
+    /// Bytes arrived while no request was being answered, and no request
+    /// was dispatched since: a request head on its way.
+    head: AtomicBool,
+    /// Whether any request was dispatched.
+    served: AtomicBool,
+    /// The connection speaks HTTP/2 (it opened with the preface).
+    h2: AtomicBool,
+}
+
+impl Activity {
+    #[inline]
+    fn touch(&self) {
+        if !self.touched.load(Ordering::Relaxed) {
+            self.touched.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Wakes a connection's task for its timers and shutdown signals, and
+/// notes that one of them fired.
+struct Signal {
+    fired: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Wake for Signal {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
+/// How a connection ended, when it ended on our side.
+enum End {
+    Hyper(Result<(), BoxError>),
+    HeaderTimeout,
+    Dropped,
+}
+
+/// Serves one connection: hyper's, under the header and idle timers and
+/// both shutdown signals.
+///
+/// The header timer runs from a connection's start to its first request,
+/// and on HTTP/1 from the first byte of each later request head to its
+/// dispatch: a kept-alive connection waiting for its next request is under
+/// the idle timer only (hyper's own header timer, which also runs while a
+/// connection waits, is off).
+async fn serve_connection<Svc, B>(
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    stream: TcpStream,
+    service: Svc,
+    config: Arc<ConnConfig>,
+    shutdown: Shutdown,
+    hard_stop: Shutdown,
+) where
+    Svc: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    let activity = Arc::new(Activity::default());
+    let io = TokioIo::new(Tracked {
+        inner: stream,
+        activity: Arc::clone(&activity),
+        preface: 0,
+    });
+    let service = Counted {
+        inner: service,
+        activity: Arc::clone(&activity),
+    };
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let stop = shutdown.triggered();
+    tokio::pin!(stop);
+    let hard = hard_stop.triggered();
+    tokio::pin!(hard);
+    // Armed from the start: the first request must come in time.
+    let header = tokio::time::sleep(config.header_timeout);
+    tokio::pin!(header);
+    let mut header_armed = true;
+    let period = config.idle / 2;
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (mut graceful, mut quiet, mut idle_closing) = (false, 0u32, false);
+    // Timers and shutdown signals are polled with a waker of their own,
+    // only when one of them fired: a wake-up for I/O costs no lock of the
+    // shared shutdown channel and no timer registration.
+    let signal = Arc::new(Signal {
+        fired: AtomicBool::new(true),
+        task: AtomicWaker::new(),
+    });
+    let signal_waker = Waker::from(Arc::clone(&signal));
+    let end = std::future::poll_fn(|cx| {
+        signal.task.register(cx.waker());
+        let due = signal.fired.swap(false, Ordering::AcqRel);
+        let mut scx = TaskContext::from_waker(&signal_waker);
+        if due {
+            if hard.as_mut().poll(&mut scx).is_ready() {
+                return Poll::Ready(End::Dropped);
+            }
+            if !graceful && stop.as_mut().poll(&mut scx).is_ready() {
+                conn.as_mut().graceful_shutdown();
+                graceful = true;
+            }
+        }
+        if let Poll::Ready(done) = conn.as_mut().poll(cx) {
+            return Poll::Ready(End::Hyper(done));
+        }
+        // What hyper read just now decides the header timer.
+        let served = activity.served.load(Ordering::Relaxed);
+        let waiting_head = !served
+            || (!activity.h2.load(Ordering::Relaxed) && activity.head.load(Ordering::Relaxed));
+        let rearmed = waiting_head && !header_armed;
+        if rearmed {
+            let deadline = tokio::time::Instant::now() + config.header_timeout;
+            header.as_mut().reset(deadline);
+        }
+        header_armed = waiting_head;
+        if header_armed && (due || rearmed) && header.as_mut().poll(&mut scx).is_ready() {
+            return Poll::Ready(End::HeaderTimeout);
+        }
+        while due && ticks.poll_tick(&mut scx).is_ready() {
+            let busy = activity.touched.swap(false, Ordering::Relaxed)
+                || activity.active.load(Ordering::Relaxed) > 0;
+            quiet = if busy { 0 } else { quiet + 1 };
+            if quiet < 2 {
+                continue;
+            }
+            quiet = 0;
+            if idle_closing {
+                // Still stuck (writing a reply nobody reads): dropped.
+                return Poll::Ready(End::Dropped);
+            }
+            idle_closing = true;
+            config.hit(LimitKind::Idle);
+            if !graceful {
+                conn.as_mut().graceful_shutdown();
+                graceful = true;
+                cx.waker().wake_by_ref();
+            }
+        }
+        Poll::Pending
+    })
+    .await;
+    match end {
+        End::Hyper(Err(e)) => classify(&config, &*e),
+        End::HeaderTimeout => config.hit(LimitKind::Header),
+        End::Hyper(Ok(())) | End::Dropped => {}
+    }
+}
+
+/// Counts what hyper reports of a connection that ended in error.
+fn classify(config: &ConnConfig, e: &(dyn StdError + 'static)) {
+    let mut source = Some(e);
+    while let Some(e) = source {
+        if let Some(h) = e.downcast_ref::<hyper::Error>()
+            && (h.is_timeout() || h.is_parse_too_large())
+        {
+            config.hit(LimitKind::Header);
+            return;
+        }
+        source = e.source();
+    }
+}
+
+/// The socket, noting each transfer for the timers.
+struct Tracked {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+    /// How many bytes of the HTTP/2 preface's start (`PRI`) were seen; 3
+    /// when it is HTTP/2, `u8::MAX` when it is not.
+    preface: u8,
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let new = &buf.filled()[before..];
+        if !new.is_empty() {
+            let activity = &self.activity;
+            activity.touch();
+            if activity.active.load(Ordering::Relaxed) == 0
+                && !activity.head.load(Ordering::Relaxed)
+            {
+                activity.head.store(true, Ordering::Relaxed);
+            }
+            if self.preface < 3 {
+                for &b in new {
+                    if b != b"PRI"[self.preface as usize] {
+                        self.preface = u8::MAX;
+                        break;
+                    }
+                    self.preface += 1;
+                    if self.preface == 3 {
+                        self.activity.h2.store(true, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// A tower service as hyper wants it (`call(&self)`), counting the requests
+/// being answered for the idle timer.
+struct Counted<Svc> {
+    inner: Svc,
+    activity: Arc<Activity>,
+}
+
+impl<Svc> hyper::service::Service<Request<Incoming>> for Counted<Svc>
+where
+    Svc: Service<Request<Incoming>> + Clone,
+{
+    type Response = Svc::Response;
+    type Error = Svc::Error;
+    type Future = CountedFuture<Svc, Svc::Future>;
+
+    fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let activity = &self.activity;
+        activity.active.fetch_add(1, Ordering::Relaxed);
+        activity.head.store(false, Ordering::Relaxed);
+        if !activity.served.load(Ordering::Relaxed) {
+            activity.served.store(true, Ordering::Relaxed);
+        }
+        CountedFuture {
+            state: Oneshot::Waiting {
+                service: self.inner.clone(),
+                req: Some(req),
+            },
+            active: Some(ActiveGuard(Arc::clone(&self.activity))),
+        }
+    }
+}
+
+/// One request counted as being answered until it is, or is dropped.
+struct ActiveGuard(Arc<Activity>);
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// Waits for the service to be ready, calls it, and waits for its
+    /// response.
+    struct CountedFuture<Svc, F> {
+        #[pin]
+        state: Oneshot<Svc, F>,
+        active: Option<ActiveGuard>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = OneshotProj]
+    enum Oneshot<Svc, F> {
+        Waiting { service: Svc, req: Option<Request<Incoming>> },
+        Called { #[pin] future: F },
+    }
+}
+
+impl<Svc> Future for CountedFuture<Svc, Svc::Future>
+where
+    Svc: Service<Request<Incoming>>,
+{
+    type Output = Result<Svc::Response, Svc::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                OneshotProj::Waiting { service, req } => {
+                    if let Err(e) = ready!(service.poll_ready(cx)) {
+                        this.active.take();
+                        return Poll::Ready(Err(e));
+                    }
+                    let req = req.take().expect("request present until called");
+                    let future = service.call(req);
+                    this.state.set(Oneshot::Called { future });
+                }
+                OneshotProj::Called { future } => {
+                    let out = ready!(future.poll(cx));
+                    this.active.take();
+                    return Poll::Ready(out);
+                }
+            }
+        }
+    }
+}
+
+/// The request's headers, as handlers find them in their [`Context`].
+///
+/// ```
+/// # fn f(call: rpcwire::Call<'_, ()>) {
+/// let agent = rpcwire::server::http::header(&call.ctx, "user-agent");
+/// # }
+/// ```
+pub fn header<'c>(ctx: &'c Context, name: &str) -> Option<&'c HeaderValue> {
+    ctx.extension::<HeaderMap>()?.get(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_json_content_type;
+
+    #[test]
+    fn json_content_types() {
+        for (value, ok) in [
+            ("application/json", true),
+            ("Application/JSON", true),
+            ("application/json; charset=utf-8", true),
+            ("application/json;charset=UTF-8", true),
+            (" application/json ; charset=utf-8", true),
+            ("application/json-rpc", true),
+            ("application/jsonrequest", true),
+            ("APPLICATION/JSONREQUEST; charset=utf-8", true),
+            ("application/jsonx", false),
+            ("text/json", false),
+            ("application/x-www-form-urlencoded", false),
+            ("text/plain", false),
+            ("", false),
+            ("application/json,text/plain", false),
+        ] {
+            assert_eq!(is_json_content_type(value.as_bytes()), ok, "{value:?}");
+        }
+    }
+}

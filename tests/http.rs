@@ -1,0 +1,1017 @@
+//! The HTTP transport over loopback: real clients (hyper's, curl), the
+//! errors HTTP adds (405, 415, 413, 431), hostile clients (slowloris, a
+//! client that never reads, 10,000 connections dropped), graceful shutdown,
+//! and bounds on what the server keeps (heap, connections, allocations per
+//! request).
+//!
+//! Heap figures are process-wide, so every test takes one lock and they run
+//! one at a time.
+
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use counting_alloc::CountingAlloc;
+use http::{HeaderMap, Request, StatusCode, Version};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Far above anything these tests wait for; only a hang reaches it.
+const HANG: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct State {
+    /// Notifications run by `count`.
+    counted: AtomicUsize,
+    /// Signalled when `slow` starts.
+    slow_started: Notify,
+}
+
+fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<State, WithAsync> {
+    Dispatcher::builder(State::default())
+        .method("eth_blockNumber", |call: Call<'_, State>| {
+            call.reply.quantity(0x1b4)
+        })
+        .method("header", |call: Call<'_, State>| {
+            let (name,): (String,) = call.decode()?;
+            let headers = call.ctx.extension::<HeaderMap>();
+            let value = headers.and_then(|h| h.get(name.as_str()));
+            Ok::<_, RpcError>(value.map(|v| v.to_str().unwrap_or("").to_owned()))
+        })
+        .method("whoami", |call: Call<'_, State>| {
+            Ok::<_, RpcError>(json!({
+                "transport": call.ctx.transport(),
+                "peer": call.ctx.peer_addr().map(|a| a.to_string()),
+            }))
+        })
+        .method("big", |call: Call<'_, State>| {
+            let (n,): (usize,) = call.decode()?;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
+        .async_method("count", |call: AsyncCall<State>| async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            call.state.counted.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(true)
+        })
+        .async_method("slow", |call: AsyncCall<State>| async move {
+            let (ms, n): (u64, usize) = call.decode()?;
+            call.state.slow_started.notify_one();
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>("y".repeat(n))
+        })
+        .observer(metrics)
+        .build()
+        .unwrap()
+}
+
+struct TestServer {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+    service: HttpService<State, WithAsync>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    async fn start(limits: Limits) -> TestServer {
+        TestServer::start_with(limits, |s| s).await
+    }
+
+    async fn start_with(limits: Limits, configure: impl FnOnce(Server) -> Server) -> TestServer {
+        let metrics = Arc::new(Metrics::default());
+        let service = HttpService::new(dispatcher(metrics.clone()), &limits, Some(metrics.clone()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let server = configure(Server::new(limits).metrics(metrics.clone()));
+        let task = tokio::spawn(server.serve(listener, service.clone(), shutdown.clone()));
+        TestServer {
+            addr,
+            shutdown,
+            metrics,
+            service,
+            task,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/", self.addr)
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(HANG, self.task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+        assert_eq!(self.metrics.connections_open(), 0);
+    }
+
+    /// Waits until no connection is open (bounded by [`HANG`]).
+    async fn wait_no_connections(&self) {
+        wait_until(|| self.metrics.connections_open() == 0).await;
+    }
+}
+
+async fn wait_until(mut done: impl FnMut() -> bool) {
+    tokio::time::timeout(HANG, async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("condition reached");
+}
+
+fn counter(metrics: &Metrics, name: &str) -> u64 {
+    let text = metrics.render();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .unwrap_or_else(|| panic!("{name} in {text}"));
+    line[name.len() + 1..].parse().unwrap()
+}
+
+fn post(body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+    post_as(body, Some("application/json"))
+}
+
+fn post_as(body: impl Into<Bytes>, content_type: Option<&str>) -> Request<Full<Bytes>> {
+    let mut req = Request::post("/");
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    req.body(Full::new(body.into())).unwrap()
+}
+
+/// One HTTP/1.1 connection (hyper's client, connection level).
+async fn h1<B>(addr: SocketAddr) -> (hyper::client::conn::http1::SendRequest<B>, SocketAddr)
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let local = stream.local_addr().unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    (sender, local)
+}
+
+async fn send<B>(
+    sender: &mut hyper::client::conn::http1::SendRequest<B>,
+    req: Request<B>,
+) -> (StatusCode, HeaderMap, Bytes)
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    sender.ready().await.unwrap();
+    let response = tokio::time::timeout(HANG, sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    (parts.status, parts.headers, body)
+}
+
+fn json_of(body: &[u8]) -> Value {
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
+}
+
+/// A body fed through a channel, sent chunked.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+/// Writes `request` on a fresh socket and reads until the server closes.
+async fn raw_exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(HANG, stream.read_to_end(&mut response))
+        .await
+        .expect("the server answers and closes");
+    String::from_utf8_lossy(&response).into_owned()
+}
+
+const BLOCK_NUMBER: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_calls_batches_and_notifications() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    let call = |body: &'static str| {
+        let client = client.clone();
+        let url = server.url();
+        async move {
+            let mut req = post(body);
+            *req.uri_mut() = url.parse().unwrap();
+            let response = client.request(req).await.unwrap();
+            let status = response.status();
+            let ct = response.headers().get("content-type").cloned();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, ct, body)
+        }
+    };
+
+    let (status, ct, body) = call(BLOCK_NUMBER).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(ct.unwrap(), "application/json");
+    assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#);
+
+    let (status, _, body) = call(
+        r#"[{"jsonrpc":"2.0","id":"a","method":"eth_blockNumber"},
+            {"jsonrpc":"2.0","method":"eth_blockNumber"},
+            {"jsonrpc":"2.0","id":2,"method":"nope"},
+            {"jsonrpc":"2.0","id":3,"method":"slow","params":[10,2]},
+            {"jsonrpc":"1.0","id":4,"method":"eth_blockNumber"}]"#,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let replies = json_of(&body);
+    let replies = replies.as_array().unwrap();
+    assert_eq!(replies.len(), 4, "{replies:?}");
+    assert_eq!(
+        replies[0],
+        json!({"jsonrpc":"2.0","id":"a","result":"0x1b4"})
+    );
+    assert_eq!(replies[1]["error"]["code"], -32601);
+    assert_eq!(replies[2], json!({"jsonrpc":"2.0","id":3,"result":"yy"}));
+    assert_eq!(replies[3]["error"]["code"], -32600);
+
+    // Nothing to answer: 204, empty, not `null`.
+    for only_notifications in [
+        r#"{"jsonrpc":"2.0","method":"eth_blockNumber"}"#,
+        r#"[{"jsonrpc":"2.0","method":"eth_blockNumber"},{"jsonrpc":"2.0","method":"nope"}]"#,
+    ] {
+        let (status, _, body) = call(only_notifications).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        assert!(body.is_empty());
+    }
+
+    // An async notification runs after its 204.
+    let (status, _, _) = call(r#"{"jsonrpc":"2.0","method":"count"}"#).await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+    let state = server.service.dispatcher().state().clone();
+    wait_until(|| state.counted.load(Ordering::SeqCst) == 1).await;
+
+    // Not JSON: one -32700, id null.
+    for bad in [r#"{"jsonrpc":"2.0","id":1,"#, "", "[1,2"] {
+        let (status, _, body) = call(bad).await;
+        assert_eq!(status, StatusCode::OK);
+        let reply = json_of(&body);
+        assert_eq!(reply["error"]["code"], -32700, "{bad:?}");
+        assert_eq!(reply["id"], Value::Null);
+    }
+    // Valid JSON that is not a request.
+    let (_, _, body) = call("[]").await;
+    assert_eq!(json_of(&body)["error"]["code"], -32600);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_and_content_types() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let (mut sender, _) = h1(server.addr).await;
+    for method in ["GET", "PUT", "DELETE", "OPTIONS"] {
+        let req = Request::builder()
+            .method(method)
+            .uri("/")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(BLOCK_NUMBER.as_bytes())))
+            .unwrap();
+        let (status, headers, body) = send(&mut sender, req).await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method}");
+        assert_eq!(headers["allow"], "POST");
+        assert_eq!(headers["content-type"], "application/json");
+        let reply = json_of(&body);
+        assert_eq!(reply["error"]["code"], -32600);
+        assert_eq!(reply["id"], Value::Null);
+    }
+    for ct in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("application/jsonx"),
+    ] {
+        let (status, _, body) = send(&mut sender, post_as(BLOCK_NUMBER, ct)).await;
+        assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{ct:?}");
+        assert_eq!(json_of(&body)["error"]["code"], -32600);
+    }
+    for ct in [
+        "application/json",
+        "application/json; charset=utf-8",
+        "Application/JSON;charset=UTF-8",
+        "application/json-rpc",
+        "application/jsonrequest",
+    ] {
+        let (status, _, body) = send(&mut sender, post_as(BLOCK_NUMBER, Some(ct))).await;
+        assert_eq!(status, StatusCode::OK, "{ct}");
+        assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#);
+    }
+    server.stop().await;
+}
+
+fn small_limits() -> Limits {
+    Limits {
+        max_message_len: 1024,
+        ..Limits::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_past_the_limit_get_413_from_content_length() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(small_limits()).await;
+
+    // At the limit: answered.
+    let at_limit = {
+        let mut s = String::from(r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","pad":""#);
+        while s.len() < 1022 {
+            s.push('a');
+        }
+        s + "\"}"
+    };
+    assert_eq!(at_limit.len(), 1024);
+    let (mut sender, _) = h1(server.addr).await;
+    let (status, _, _) = send(&mut sender, post(at_limit)).await;
+    assert_eq!(status, StatusCode::OK);
+
+    // One byte past it, from hyper's client: 413 with the limit.
+    let (mut sender, _) = h1(server.addr).await;
+    let (status, headers, body) = send(&mut sender, post(vec![b' '; 1025])).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(headers["content-type"], "application/json");
+    let reply = json_of(&body);
+    assert_eq!(reply["error"]["code"], -32600);
+    assert_eq!(reply["error"]["data"]["limit"], 1024);
+    assert_eq!(reply["id"], Value::Null);
+
+    // Refused from the header alone: the 413 comes although not one byte
+    // of the announced 10 GB was sent.
+    let response = raw_exchange(
+        server.addr,
+        b"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 10000000000\r\n\r\n",
+    )
+    .await;
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    assert!(response.contains(r#""limit":1024"#), "{response}");
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_bodies_are_limited_while_streaming() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(small_limits()).await;
+    let request = |rx| {
+        Request::post("/")
+            .header("content-type", "application/json")
+            .body(ChannelBody(rx))
+            .unwrap()
+    };
+
+    // Within the limit, in many chunks: collected and answered.
+    let (mut sender, _) = h1::<ChannelBody>(server.addr).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    for chunk in BLOCK_NUMBER.as_bytes().chunks(7) {
+        tx.send(Bytes::copy_from_slice(chunk)).await.unwrap();
+    }
+    drop(tx);
+    let (status, _, body) = send(&mut sender, request(rx)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#);
+
+    // Past the limit, 3 KiB in 256-byte chunks: 413, read to its end (not
+    // kept), so the client reads the 413 rather than a reset.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move {
+        for _ in 0..12 {
+            tx.send(Bytes::from(vec![b' '; 256])).await.unwrap();
+        }
+    });
+    let (status, _, body) = send(&mut sender, request(rx)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(json_of(&body)["error"]["data"]["limit"], 1024);
+
+    // An endless body: the server stops reading it after the limit twice
+    // over, and the connection is closed (the client sees the 413 or, still
+    // writing, a reset).
+    let (mut sender, _) = h1::<ChannelBody>(server.addr).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let feeder = tokio::spawn(async move {
+        let mut sent = 0usize;
+        while tx.send(Bytes::from(vec![b' '; 256])).await.is_ok() {
+            sent += 256;
+            if sent > 100 << 20 {
+                panic!("the server read 100 MiB past its limit");
+            }
+        }
+        sent
+    });
+    sender.ready().await.unwrap();
+    if let Ok(response) = sender.send_request(request(rx)).await {
+        assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    }
+    drop(sender);
+    let sent = tokio::time::timeout(HANG, feeder).await.unwrap().unwrap();
+    assert!(sent < 1 << 20, "{sent} bytes sent");
+    wait_until(|| server.metrics.limit_count(LimitKind::MessageLen) == 2).await;
+    server.wait_no_connections().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_see_headers_peer_and_transport() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let (mut sender, local) = h1(server.addr).await;
+    let mut req = post(
+        r#"[{"jsonrpc":"2.0","id":1,"method":"header","params":["x-api-key"]},
+                           {"jsonrpc":"2.0","id":2,"method":"header","params":["x-missing"]},
+                           {"jsonrpc":"2.0","id":3,"method":"whoami"}]"#,
+    );
+    req.headers_mut()
+        .insert("x-api-key", "secret-42".parse().unwrap());
+    let (status, _, body) = send(&mut sender, req).await;
+    assert_eq!(status, StatusCode::OK);
+    let replies = json_of(&body);
+    assert_eq!(replies[0]["result"], "secret-42");
+    assert_eq!(replies[1]["result"], Value::Null);
+    assert_eq!(replies[2]["result"]["transport"], "http");
+    assert_eq!(replies[2]["result"]["peer"], local.to_string());
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_with_prior_knowledge() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // Concurrent streams on one connection, a slow one among them.
+    let mut calls = Vec::new();
+    for i in 0..20u64 {
+        let mut sender = sender.clone();
+        calls.push(tokio::spawn(async move {
+            let body = if i % 5 == 0 {
+                format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"slow","params":[30,3]}}"#)
+            } else {
+                format!(r#"[{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}]"#)
+            };
+            let response = sender.send_request(post(body)).await.unwrap();
+            assert_eq!(response.version(), Version::HTTP_2);
+            assert_eq!(response.status(), StatusCode::OK);
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (i, json_of(&body))
+        }));
+    }
+    for call in calls {
+        let (i, reply) = call.await.unwrap();
+        if i % 5 == 0 {
+            assert_eq!(reply, json!({"jsonrpc":"2.0","id":i,"result":"yyy"}));
+        } else {
+            assert_eq!(reply, json!([{"jsonrpc":"2.0","id":i,"result":"0x1b4"}]));
+        }
+    }
+    // A notification over HTTP/2: 204.
+    let mut sender = sender.clone();
+    let response = sender
+        .send_request(post(r#"{"jsonrpc":"2.0","method":"eth_blockNumber"}"#))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    assert_eq!(counter(&server.metrics, "rpcwire_connections_total"), 1);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_reuses_one_connection() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let (mut sender, _) = h1(server.addr).await;
+    for i in 0..50 {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}"#);
+        let (status, _, body) = send(&mut sender, post(body)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(json_of(&body)["id"], i);
+    }
+    assert_eq!(counter(&server.metrics, "rpcwire_connections_total"), 1);
+    // The pooled client of hyper-util keeps its connection too.
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .build_http::<Full<Bytes>>();
+    for _ in 0..20 {
+        let mut req = post(BLOCK_NUMBER);
+        *req.uri_mut() = server.url().parse().unwrap();
+        let response = client.request(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.unwrap();
+    }
+    // (Its pool may open another while the first is being handed back: 1 to
+    // 3 connections for the 20 requests here.)
+    let total = counter(&server.metrics, "rpcwire_connections_total") - 1;
+    assert!(total <= 5, "{total} connections for 20 requests");
+    assert_eq!(server.metrics.call_count("eth_blockNumber"), 70);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn curl_posts_a_request_and_a_batch() {
+    let _serial = SERIAL.lock().await;
+    let found = std::process::Command::new("sh")
+        .args(["-c", "command -v curl"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    assert!(
+        found,
+        "curl is not installed: the HTTP tests need it (apt-get install -y curl)"
+    );
+    let server = TestServer::start(Limits::default()).await;
+    let curl = |extra: &'static [&'static str], body: &'static str| {
+        let url = server.url();
+        async move {
+            let out = tokio::process::Command::new("curl")
+                .args(["-sS", "--max-time", "30", "-X", "POST"])
+                .args(["-H", "Content-Type: application/json"])
+                .args(extra)
+                .args(["--data-binary", body, &url])
+                .output()
+                .await
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            json_of(&out.stdout)
+        }
+    };
+    assert_eq!(
+        curl(&[], BLOCK_NUMBER).await,
+        json!({"jsonrpc":"2.0","id":1,"result":"0x1b4"})
+    );
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"whoami"}]"#;
+    let replies = curl(&[], batch).await;
+    assert_eq!(replies[0]["result"], "0x1b4");
+    assert_eq!(replies[1]["result"]["transport"], "http");
+    let replies = curl(&["--http2-prior-knowledge"], batch).await;
+    assert_eq!(replies[0]["result"], "0x1b4");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_headers_get_431_and_the_server_goes_on() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let mut request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n".to_vec();
+    for i in 0..2000 {
+        request.extend_from_slice(format!("x-filler-{i}: {}\r\n", "z".repeat(40)).as_bytes());
+    }
+    request.extend_from_slice(b"content-length: 2\r\n\r\n[]");
+    assert!(request.len() > Server::DEFAULT_MAX_HEADER_BYTES);
+    let response = raw_exchange(server.addr, &request).await;
+    assert!(response.starts_with("HTTP/1.1 431"), "{response}");
+    wait_until(|| server.metrics.limit_count(LimitKind::Header) == 1).await;
+    let (mut sender, _) = h1(server.addr).await;
+    let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    server.stop().await;
+}
+
+/// Sends `bytes` one at a time, `pause` apart, until the server closes the
+/// connection; returns how many were sent.
+async fn trickle(addr: SocketAddr, bytes: &[u8], pause: Duration) -> usize {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut sent = 0;
+    for b in bytes {
+        if stream.write_all(&[*b]).await.is_err() {
+            return sent;
+        }
+        sent += 1;
+        // The server's close shows as EOF on our side.
+        let mut probe = [0u8; 64];
+        if let Ok(r) = tokio::time::timeout(pause, stream.read(&mut probe)).await {
+            match r {
+                Ok(0) | Err(_) => return sent,
+                Ok(_) => panic!("the server answered a request it never got whole"),
+            }
+        }
+    }
+    sent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_clients_are_dropped_and_others_served() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start_with(Limits::default(), |s| {
+        s.header_read_timeout(Duration::from_millis(500))
+    })
+    .await;
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-pad: {}\r\ncontent-length: 2\r\n\r\n[]",
+        "p".repeat(400)
+    );
+    let pause = Duration::from_millis(100);
+    // Trickling an HTTP/1.1 head, and stuck in the protocol preface (one
+    // byte, then silence).
+    let slow = tokio::spawn(trickle(server.addr, head.as_bytes().to_vec().leak(), pause));
+    let stuck = tokio::spawn(trickle(server.addr, b"P", HANG));
+    // Meanwhile others are served.
+    let (mut sender, _) = h1(server.addr).await;
+    for _ in 0..10 {
+        let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let sent = tokio::time::timeout(HANG, slow).await.unwrap().unwrap();
+    assert!(
+        sent < head.len(),
+        "the trickling client sent its whole head"
+    );
+    let sent = tokio::time::timeout(HANG, stuck).await.unwrap().unwrap();
+    assert_eq!(sent, 1);
+    wait_until(|| server.metrics.limit_count(LimitKind::Header) == 2).await;
+    drop(sender);
+    server.wait_no_connections().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(600),
+        ..Limits::default()
+    };
+    let server = TestServer::start(limits).await;
+    // Pipelined requests for 64 KiB replies, never reading one: the server
+    // stops reading once the socket buffers are full.
+    let request = {
+        let pad = "p".repeat(4000);
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[65536],"pad":"{pad}"}}"#);
+        format!(
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let base = counting_alloc::live();
+    let peak_base = counting_alloc::start_peak();
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let mut written = 0usize;
+    // Up to 20,000 requests (80 MB, asking for 1.3 GB of replies); writing
+    // stops long before.
+    for _ in 0..20_000 {
+        match tokio::time::timeout(
+            Duration::from_millis(500),
+            stream.write_all(request.as_bytes()),
+        )
+        .await
+        {
+            Ok(Ok(())) => written += 1,
+            _ => break,
+        }
+    }
+    assert!(written < 20_000, "the server never pushed back");
+    // Others are served meanwhile.
+    let (mut sender, _) = h1(server.addr).await;
+    let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(sender);
+    let peak = counting_alloc::peak_since(peak_base);
+    assert!(
+        peak < 16 << 20,
+        "{written} requests written, the heap grew by {peak} bytes at its peak"
+    );
+    // The idle timer shuts it down, then drops it when it still cannot
+    // finish (nobody reads the reply it is writing).
+    server.wait_no_connections().await;
+    assert!(server.metrics.limit_count(LimitKind::Idle) >= 1);
+    drop(stream);
+    let grown = counting_alloc::live().saturating_sub(base);
+    assert!(grown < 1 << 20, "{grown} bytes still live");
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_connections_opened_and_dropped() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    // Warm up what the runtime keeps (worker queues, timer wheel).
+    let (mut sender, _) = h1(server.addr).await;
+    send(&mut sender, post(BLOCK_NUMBER)).await;
+    drop(sender);
+    server.wait_no_connections().await;
+    let base = counting_alloc::live();
+    let peak_base = counting_alloc::start_peak();
+    let addr = server.addr;
+    for wave in 0..40 {
+        let mut opened = Vec::new();
+        for i in 0..250 {
+            opened.push(tokio::spawn(async move {
+                let mut s = TcpStream::connect(addr).await.unwrap();
+                match i % 4 {
+                    // Silent, then gone.
+                    0 => {}
+                    // Half a request head.
+                    1 => {
+                        let _ = s.write_all(b"POST / HTTP/1.1\r\ncontent-").await;
+                    }
+                    // A whole head, half the body.
+                    2 => {
+                        let _ = s
+                            .write_all(b"POST / HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"js")
+                            .await;
+                    }
+                    // Reset instead of a close.
+                    _ => {
+                        let _ = s.set_zero_linger();
+                    }
+                }
+                s
+            }));
+        }
+        let mut sockets = Vec::new();
+        for o in opened {
+            sockets.push(o.await.unwrap());
+        }
+        if wave % 10 == 0 {
+            // Served while they are open.
+            let (mut sender, _) = h1(addr).await;
+            let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+            assert_eq!(status, StatusCode::OK);
+        }
+        drop(sockets);
+    }
+    server.wait_no_connections().await;
+    // Every connection is counted once accepted; a reset one may be gone
+    // from the backlog before it is.
+    let total = counter(&server.metrics, "rpcwire_connections_total");
+    assert!(
+        (7_505..=10_005).contains(&total),
+        "{total} connections accepted"
+    );
+    let peak = counting_alloc::peak_since(peak_base);
+    let grown = counting_alloc::live().saturating_sub(base);
+    eprintln!("10,000 connections: heap peak +{peak} bytes, +{grown} bytes after");
+    assert!(peak < 64 << 20, "heap peak grew by {peak} bytes");
+    assert!(
+        grown < 1 << 20,
+        "{grown} bytes still live after every connection closed"
+    );
+    let (mut sender, _) = h1(addr).await;
+    let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(sender);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_are_refused_and_counted() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        max_connections: 3,
+        ..Limits::default()
+    };
+    let server = TestServer::start(limits).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let (mut sender, _) = h1(server.addr).await;
+        let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+        assert_eq!(status, StatusCode::OK);
+        held.push(sender);
+    }
+    // The fourth is accepted and closed at once.
+    let response = raw_exchange(
+        server.addr,
+        b"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n[]",
+    )
+    .await;
+    assert_eq!(response, "");
+    assert_eq!(server.metrics.limit_count(LimitKind::Connections), 1);
+    // One closes: room for another.
+    held.pop();
+    wait_until(|| server.metrics.connections_open() == 2).await;
+    let (mut sender, _) = h1(server.addr).await;
+    let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    drop((held, sender));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_finishes_the_call_in_flight_and_refuses_new_connections() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let state = server.service.dispatcher().state().clone();
+    // An idle kept-alive connection, closed by the shutdown.
+    let (mut idle, _) = h1(server.addr).await;
+    send(&mut idle, post(BLOCK_NUMBER)).await;
+
+    let (mut sender, _) = h1(server.addr).await;
+    let size = 1 << 20;
+    let body = format!(r#"{{"jsonrpc":"2.0","id":7,"method":"slow","params":[300,{size}]}}"#);
+    let started = state.slow_started.notified();
+    let in_flight = tokio::spawn(async move { send(&mut sender, post(body)).await });
+    started.await;
+    server.shutdown.trigger();
+
+    // The slow call's reply arrives whole.
+    let (status, _, body) = tokio::time::timeout(HANG, in_flight)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let reply = json_of(&body);
+    assert_eq!(reply["id"], 7);
+    assert_eq!(reply["result"].as_str().unwrap().len(), size);
+
+    // No new connection is served: refused, or closed unanswered if it
+    // reached the backlog before the listener closed.
+    match TcpStream::connect(server.addr).await {
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused),
+        Ok(mut s) => {
+            let _ = s
+                .write_all(b"POST / HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n[]")
+                .await;
+            let mut buf = Vec::new();
+            let _ = tokio::time::timeout(HANG, s.read_to_end(&mut buf))
+                .await
+                .unwrap();
+            assert!(buf.is_empty(), "{}", String::from_utf8_lossy(&buf));
+        }
+    }
+    tokio::time::timeout(HANG, server.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(server.metrics.connections_open(), 0);
+    assert!(
+        idle.ready().await.is_err(),
+        "the idle connection was closed"
+    );
+    assert!(TcpStream::connect(server.addr).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_grace_bounds_a_call_that_outlives_it() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        shutdown_grace: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let server = TestServer::start(limits).await;
+    let state = server.service.dispatcher().state().clone();
+    let (mut sender, _) = h1(server.addr).await;
+    let started = state.slow_started.notified();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"slow","params":[600000,1]}"#;
+    let in_flight = tokio::spawn(async move {
+        sender.ready().await.unwrap();
+        sender.send_request(post(body)).await
+    });
+    started.await;
+    server.shutdown.trigger();
+    tokio::time::timeout(HANG, server.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(server.metrics.connections_open(), 0);
+    // Dropped, not answered.
+    assert!(in_flight.await.unwrap().is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_layers_wrap_the_service() {
+    let _serial = SERIAL.lock().await;
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits::default();
+    let service = HttpService::new(dispatcher(metrics.clone()), &limits, Some(metrics.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    let make = move |peer: SocketAddr| {
+        seen2.lock().unwrap().push(peer);
+        tower::ServiceBuilder::new()
+            .timeout(Duration::from_millis(100))
+            .concurrency_limit(8)
+            .service(service.clone().with_peer_addr(peer))
+    };
+    let task = tokio::spawn(rpcwire::server::http::serve(
+        listener,
+        make,
+        limits,
+        Some(metrics.clone()),
+        shutdown.clone(),
+    ));
+    let (mut sender, local) = h1(addr).await;
+    let (status, _, body) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#);
+    // The timeout layer cuts a slow call: the connection is closed with no
+    // response.
+    let slow = r#"{"jsonrpc":"2.0","id":2,"method":"slow","params":[5000,1]}"#;
+    sender.ready().await.unwrap();
+    assert!(sender.send_request(post(slow)).await.is_err());
+    assert_eq!(seen.lock().unwrap().as_slice(), &[local]);
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
+/// Steady state: one request through the service (no sockets) costs four
+/// allocations, however many came before it: the reply buffer and its
+/// `Bytes` handle, and the response's header map (two). The request's
+/// context and scratch are reused.
+#[test]
+fn allocations_per_request_are_few() {
+    use tower::Service;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _serial = rt.block_on(SERIAL.lock());
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits::default();
+    let mut service = HttpService::new(dispatcher(metrics), &limits, None)
+        .with_peer_addr("127.0.0.1:1".parse().unwrap());
+    let batch: String = {
+        let entries: Vec<String> = (0..100)
+            .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}"#))
+            .collect();
+        format!("[{}]", entries.join(","))
+    };
+    for (what, body) in [("single", BLOCK_NUMBER.to_owned()), ("batch of 100", batch)] {
+        let body = Bytes::from(body);
+        let mut requests: Vec<_> = (0..1100)
+            .map(|_| {
+                let mut req = post(body.clone());
+                req.headers_mut()
+                    .insert("user-agent", "test".parse().unwrap());
+                Some(req)
+            })
+            .collect();
+        let mut run = |requests: &mut [Option<Request<Full<Bytes>>>]| {
+            rt.block_on(async {
+                for req in requests {
+                    let req = req.take().unwrap();
+                    let response = service.call(req).await.unwrap();
+                    assert_eq!(response.status(), StatusCode::OK);
+                    drop(response);
+                }
+            })
+        };
+        let (warm_up, measured) = requests.split_at_mut(100);
+        run(warm_up);
+        let (count, ()) = counting_alloc::allocations_during(|| run(measured));
+        let per_request = count as f64 / 1000.0;
+        eprintln!("{what}: {per_request} allocations per request");
+        assert!(
+            per_request <= 4.0,
+            "{what}: {per_request} allocations per request"
+        );
+    }
+}
