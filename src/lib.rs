@@ -83,7 +83,11 @@
 //! * `tokio`: the same, under the name users of tokio look for.
 //! * `tracing`: a `tracing` span per call (method, id, error code).
 //! * `server`: servers on tokio ([`server`]): limits, metrics, graceful
-//!   shutdown, and the stdio, TCP and Unix-socket transports.
+//!   shutdown, subscriptions, and the stdio, TCP and Unix-socket transports.
+//! * `ws`: the WebSocket transport (`server::ws`, on tokio-tungstenite):
+//!   pipelining, server-pushed notifications and `eth_subscribe`-style
+//!   subscriptions, pings and idle close, graceful shutdown; serves a
+//!   `TcpListener` or a stream an HTTP server upgraded.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,
