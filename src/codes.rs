@@ -24,3 +24,7 @@ pub const RESPONSE_TOO_LARGE: i32 = -32003;
 /// A request cancelled before it finished (the LSP code), for batch entries,
 /// which must be answered.
 pub const REQUEST_CANCELLED: i32 = -32800;
+/// A limit of the server was exceeded (EIP-1474's "Limit exceeded"): too
+/// many subscriptions on one connection, or a subscription closed because
+/// its client read too slowly; `data` gives the limit.
+pub const LIMIT_EXCEEDED: i32 = -32005;

@@ -83,11 +83,15 @@
 //! * `tokio`: the same, under the name users of tokio look for.
 //! * `tracing`: a `tracing` span per call (method, id, error code).
 //! * `server`: servers on tokio ([`server`]): limits, metrics, graceful
-//!   shutdown, and the stdio, TCP and Unix-socket transports.
+//!   shutdown, subscriptions, and the stdio, TCP and Unix-socket transports.
 //! * `http`: the HTTP transport (`server::http`): a `tower::Service` for
 //!   JSON-RPC over `POST` on hyper 1.x (HTTP/1.1 keep-alive, HTTP/2), and a
 //!   server with connection limits, timeouts and graceful shutdown; adds
 //!   `hyper`, `hyper-util`, `http`, `http-body(-util)` and `tower-service`.
+//! * `ws`: the WebSocket transport (`server::ws`, on tokio-tungstenite):
+//!   pipelining, server-pushed notifications and `eth_subscribe`-style
+//!   subscriptions, pings and idle close, graceful shutdown; serves a
+//!   `TcpListener` or a stream an HTTP server upgraded.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,

@@ -428,3 +428,80 @@ async fn sync_dispatchers_run_through_handle_async_too() {
     assert_eq!(out, sync_out);
     let _ = Arc::new(());
 }
+
+/// A reply buffer that records where each reply ends, as a WebSocket
+/// transport does to send each as a frame of its own.
+#[derive(Default)]
+struct Framed {
+    buf: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl rpcwire::dispatch::ReplyBuf for Framed {
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes)
+    }
+    fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len)
+    }
+    fn end_reply(&mut self) {
+        self.ends.push(self.buf.len());
+    }
+}
+
+impl Framed {
+    /// The replies, each parsed on its own.
+    fn replies(&self) -> Vec<Value> {
+        let mut start = 0;
+        let mut replies = Vec::new();
+        for &end in &self.ends {
+            replies.push(serde_json::from_slice(&self.buf[start..end]).unwrap());
+            start = end;
+        }
+        assert_eq!(start, self.buf.len(), "bytes after the last reply end");
+        replies
+    }
+}
+
+#[tokio::test]
+async fn pipelined_replies_are_each_marked_where_they_end() {
+    let d = Dispatcher::builder(Gauge::default())
+        .async_method("sleep", |call: AsyncCall<Gauge>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(ms)
+        })
+        .method("now", |c: Call<'_, Gauge>| c.reply.u64(0))
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Framed::default();
+    let messages: [&[u8]; 6] = [
+        br#"{"jsonrpc":"2.0","id":1,"method":"sleep","params":[30]}"#,
+        br#"{"jsonrpc":"2.0","id":2,"method":"now"}"#,
+        br#"[{"jsonrpc":"2.0","id":3,"method":"sleep","params":[1]},{"jsonrpc":"2.0","id":4,"method":"now"}]"#,
+        br#"{"jsonrpc":"2.0","id":5,"method":"sleep","params":[1]}"#,
+        br#"{"jsonrpc":"2.0","method":"sleep","params":[1]}"#,
+        b"{not json",
+    ];
+    for m in messages {
+        conn.start(&d, &Bytes::from_static(m), &mut out);
+    }
+    // Answered at once: the sync call and the parse error.
+    assert_eq!(out.ends.len(), 2);
+    while conn.messages_in_flight() > 0 {
+        std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
+    }
+    let replies = out.replies();
+    assert_eq!(replies.len(), 5, "{replies:?}");
+    assert_eq!(replies[0]["id"], 2);
+    assert_eq!(replies[1]["error"]["code"], -32700);
+    // The sleepers of 1 ms before the one of 30 ms, the batch whole.
+    assert_eq!(replies[4]["id"], 1);
+    let batch = replies.iter().find(|r| r.is_array()).unwrap();
+    assert_eq!(batch[0]["id"], 3);
+    assert_eq!(batch[1]["id"], 4);
+}

@@ -270,6 +270,10 @@ impl Connection {
     /// as it completes: the pipelined form of
     /// [`Dispatcher::handle_async`], for transports that read the next
     /// message while earlier ones run.
+    ///
+    /// Both may append several replies to `out` in one call; each is
+    /// followed by a call to [`ReplyBuf::end_reply`], so that a transport
+    /// sending every reply as a frame of its own knows where one ends.
     pub fn start<S: Send + Sync + 'static, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
@@ -277,7 +281,14 @@ impl Connection {
         out: &mut B,
     ) {
         self.begin_message();
+        let mark = out.len();
         dispatcher.inner.start(input, self, out);
+        if out.len() > mark {
+            out.end_reply();
+        }
+        // A batch whose async entries were all decided at once (past the
+        // size limit) is complete already.
+        self.engine.flush_complete(out);
         self.end_message();
     }
 
@@ -735,6 +746,7 @@ impl Engine {
                     Some(v) if v.is_empty() => std::mem::swap(v, &mut msg.buf),
                     _ => out.extend_from_slice(&msg.buf),
                 }
+                out.end_reply();
                 written += 1;
             }
             self.free_msgs.push(m);
@@ -934,8 +946,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
             k += 1;
         }
+        // Written by `Connection::start` if already complete.
         conn.engine.msgs[m].as_mut().expect("live").sealed = true;
-        conn.engine.flush_complete(out);
     }
 
     /// Starts an async call if a slot under the cap is free, else queues
@@ -1119,6 +1131,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         drop(task);
         if single {
             // Its reply is in `out` already; the message is done.
+            out.end_reply();
             return 1;
         }
         0
@@ -1181,6 +1194,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 msg.replies[k] = ReplyState::Written;
                 msg.next = 1;
                 written += 1;
+                out.end_reply();
             }
         }
         if let Some(next) = next {

@@ -58,6 +58,13 @@ pub trait ReplyBuf {
     fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
         None
     }
+    /// Called after each complete reply appended by the pipelined API
+    /// (`Connection::start` and `Connection::poll_replies`, feature
+    /// `async`), which may append several replies in one call: transports
+    /// that send each reply as a frame of its own (WebSocket) record here
+    /// where one ends. The default does nothing.
+    #[inline(always)]
+    fn end_reply(&mut self) {}
 }
 
 impl ReplyBuf for Vec<u8> {
@@ -111,6 +118,10 @@ impl<T: ReplyBuf + ?Sized> ReplyBuf for &mut T {
     #[inline(always)]
     fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
         (**self).as_vec_mut()
+    }
+    #[inline(always)]
+    fn end_reply(&mut self) {
+        (**self).end_reply()
     }
 }
 

@@ -23,6 +23,10 @@ use crate::peer::{Outbound, SendError};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod subscriptions;
+#[cfg(feature = "ws")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ws")))]
+pub mod ws;
 
 /// Limits a server enforces. Each is a defence against one kind of abuse;
 /// every breach gets a clear error and is counted in [`Metrics`].
@@ -76,7 +80,9 @@ pub enum LimitKind {
     Queue,
     /// [`Limits::idle_timeout`]: a connection closed.
     Idle,
-    /// A subscription closed or trimmed by its slow-subscriber policy.
+    /// A subscription refused (the per-connection limit) or closed by its
+    /// slow-subscriber policy (notifications dropped by it count as
+    /// `Queue`).
     Subscription,
     /// The header section (LSP, HTTP) too large.
     Header,

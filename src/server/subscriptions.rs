@@ -1,0 +1,935 @@
+//! Subscriptions: notifications a server pushes to one connection, in the
+//! shape of Ethereum's `eth_subscribe` / `eth_subscription` /
+//! `eth_unsubscribe`.
+//!
+//! A two-way transport (the WebSocket server) gives every connection a
+//! [`Subscriptions`] registry, reachable from handlers through the
+//! connection's [`Context`] ([`Subscriptions::of`]). A handler for
+//! `eth_subscribe` calls [`subscribe`](Subscriptions::subscribe), answers
+//! with the [`SubscriptionId`] (a QUANTITY string, `"0x…"`, 128 random
+//! bits), and hands the [`Sink`] to whatever produces the events: a task
+//! it spawns, a fan-out list in the dispatcher's state, a gateway's map of
+//! upstream subscriptions. The producer calls [`Sink::send`] (or
+//! [`Sink::send_raw`] with JSON it already has) and the client receives
+//!
+//! ```text
+//! {"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x…","result":…}}
+//! ```
+//!
+//! `send` never waits: each subscription has a bounded buffer
+//! ([`SubscriptionConfig::buffer`]) that the connection's writer drains,
+//! round-robin between subscriptions, when the socket can take more. When a
+//! client reads more slowly than its notifications arrive, the buffer fills
+//! and the [`SlowPolicy`] decides: drop the oldest notification
+//! ([`SlowPolicy::DropOldest`], counted as [`LimitKind::Queue`]) or close
+//! the subscription with a final error notification
+//! ([`SlowPolicy::Close`], counted as [`LimitKind::Subscription`]). Either
+//! way the connection is never stalled and its memory is bounded: at most
+//! `max_per_connection × (buffer + 1)` notifications wait.
+//!
+//! A connection may hold at most
+//! [`max_per_connection`](SubscriptionConfig::max_per_connection)
+//! subscriptions; past it `subscribe` fails with a clear error
+//! ([`LIMIT_EXCEEDED`], `data.limit`), also
+//! counted as [`LimitKind::Subscription`].
+//!
+//! ```
+//! use rpcwire::server::subscriptions::Subscriptions;
+//! use rpcwire::{Call, Dispatcher, RpcError};
+//!
+//! let d = Dispatcher::builder(())
+//!     .method("eth_subscribe", |call: Call<'_, ()>| {
+//!         let (kind,): (&str,) = call.decode()?;
+//!         if kind != "newHeads" {
+//!             return Err(RpcError::invalid_params("unsupported subscription"));
+//!         }
+//!         let (id, sink) = Subscriptions::of(call.ctx)?.subscribe()?;
+//!         tokio::spawn(async move {
+//!             let mut ticks = tokio::time::interval(std::time::Duration::from_secs(12));
+//!             for number in 1u64.. {
+//!                 tokio::select! {
+//!                     _ = ticks.tick() => {}
+//!                     _ = sink.closed() => break, // unsubscribed, or the client left
+//!                 }
+//!                 if sink.send(&serde_json::json!({ "number": format!("{number:#x}") })).is_err() {
+//!                     break;
+//!                 }
+//!             }
+//!         });
+//!         Ok(id)
+//!     })
+//!     .method("eth_unsubscribe", |call: Call<'_, ()>| {
+//!         let (id,): (&str,) = call.decode()?;
+//!         Ok::<_, RpcError>(Subscriptions::of(call.ctx)?.unsubscribe(id))
+//!     })
+//!     .build()?;
+//! # Ok::<(), rpcwire::router::BuildError>(())
+//! ```
+//!
+//! A gateway relays an upstream node's subscriptions the same way: its
+//! `eth_subscribe` handler subscribes upstream, keeps a map from the
+//! upstream id to the downstream [`Sink`], and for each upstream
+//! `eth_subscription` notification passes the raw `params.result` bytes to
+//! [`Sink::send_raw`], which writes them without decoding them.
+//!
+//! The registry is transport-agnostic: a transport creates one per
+//! connection ([`Subscriptions::new`]), puts it in the connection's context
+//! ([`ContextBuilder::extension`](crate::ContextBuilder::extension)), writes
+//! what [`poll_next`](Subscriptions::poll_next) yields, and calls
+//! [`close_all`](Subscriptions::close_all) when the connection ends.
+
+use std::borrow::Cow;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+
+use bytes::Bytes;
+use futures_util::task::AtomicWaker;
+use serde::Serialize;
+
+use super::{LimitKind, Metrics};
+use crate::codes::{LIMIT_EXCEEDED, METHOD_NOT_FOUND};
+use crate::{Context, RpcError};
+
+/// What to do when a subscription's buffer is full because its client
+/// reads more slowly than notifications arrive.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlowPolicy {
+    /// Drop the oldest buffered notification to make room for the new one
+    /// (counted as [`LimitKind::Queue`]): the client misses some, and still
+    /// sees the latest. Right for state that supersedes itself (new heads,
+    /// prices).
+    #[default]
+    DropOldest,
+    /// Close the subscription (counted as [`LimitKind::Subscription`]): the
+    /// notifications already buffered are still written, then a final one
+    /// carrying an error instead of a result,
+    /// `{"jsonrpc":"2.0","method":…,"params":{"subscription":"0x…","error":{"code":-32005,…}}}`,
+    /// and the producer's [`Sink`] reports the subscription closed. Right
+    /// for streams where a gap is worse than an end (logs, transactions):
+    /// the client knows to resubscribe and catch up.
+    Close,
+}
+
+/// How the subscriptions of one connection behave.
+#[derive(Clone, Debug)]
+pub struct SubscriptionConfig {
+    /// The notification's method (default `"eth_subscription"`).
+    pub method: Cow<'static, str>,
+    /// Notifications buffered per subscription while the client is slow
+    /// (default 1024; at least 1).
+    pub buffer: usize,
+    /// What happens when that buffer is full.
+    pub policy: SlowPolicy,
+    /// Subscriptions one connection may hold at once (default 1024).
+    pub max_per_connection: usize,
+}
+
+impl Default for SubscriptionConfig {
+    fn default() -> Self {
+        SubscriptionConfig {
+            method: Cow::Borrowed("eth_subscription"),
+            buffer: 1024,
+            policy: SlowPolicy::DropOldest,
+            max_per_connection: 1024,
+        }
+    }
+}
+
+/// A subscription's id: 128 bits, written as a QUANTITY string (`"0x"` and
+/// lowercase hex digits without leading zeros), as Ethereum nodes do.
+///
+/// ```
+/// use rpcwire::server::subscriptions::SubscriptionId;
+/// let id = SubscriptionId::from_u128(0x1b4);
+/// assert_eq!(id.to_string(), "0x1b4");
+/// assert_eq!(serde_json::to_string(&id)?, r#""0x1b4""#);
+/// assert_eq!(SubscriptionId::parse("0x1B4"), Some(id));
+/// assert_eq!(SubscriptionId::parse("1b4"), None);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SubscriptionId(u128);
+
+impl SubscriptionId {
+    /// A fresh id no client can guess: 128 bits from SipHash keyed per
+    /// thread from the operating system's random source (std's
+    /// `RandomState`), over a process-wide counter.
+    pub fn random() -> SubscriptionId {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        thread_local! {
+            static KEYS: RandomState = RandomState::new();
+        }
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let (hi, lo) = KEYS.with(|k| (k.hash_one((n, 0u8)), k.hash_one((n, 1u8))));
+        SubscriptionId((u128::from(hi) << 64) | u128::from(lo))
+    }
+
+    /// The id with this value.
+    pub const fn from_u128(value: u128) -> SubscriptionId {
+        SubscriptionId(value)
+    }
+
+    /// The id's value.
+    pub const fn as_u128(self) -> u128 {
+        self.0
+    }
+
+    /// Reads an id as clients send it back: `0x` (or `0X`) and 1 to 32 hex
+    /// digits, either case (leading zeros tolerated).
+    pub fn parse(s: &str) -> Option<SubscriptionId> {
+        let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))?;
+        if digits.is_empty() || digits.len() > 32 || !digits.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return None;
+        }
+        u128::from_str_radix(digits, 16).ok().map(SubscriptionId)
+    }
+
+    /// Appends the id as a JSON string.
+    fn write_json(self, out: &mut Vec<u8>) {
+        use std::io::Write as _;
+        let _ = write!(out, "\"{self}\"");
+    }
+}
+
+impl fmt::Display for SubscriptionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+impl fmt::Debug for SubscriptionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SubscriptionId({self})")
+    }
+}
+
+impl Serialize for SubscriptionId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SubscriptionId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = <Cow<'de, str>>::deserialize(d)?;
+        SubscriptionId::parse(&s).ok_or_else(|| {
+            serde::de::Error::custom("expected a subscription id (0x and hex digits)")
+        })
+    }
+}
+
+/// Why [`Sink::send`] did not queue a notification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SinkError {
+    /// The subscription has ended: the client unsubscribed, the
+    /// slow-subscriber policy closed it, the producer closed it, or the
+    /// connection closed. Stop producing.
+    Closed,
+    /// The result could not be serialized (nothing was sent).
+    Serialize,
+}
+
+impl fmt::Display for SinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SinkError::Closed => "the subscription has ended",
+            SinkError::Serialize => "the notification could not be serialized",
+        })
+    }
+}
+
+impl std::error::Error for SinkError {}
+
+/// One connection's subscriptions; see the [module docs](self). Cheap to
+/// clone (one reference count): the transport keeps one clone, the
+/// connection's context another.
+#[derive(Clone)]
+pub struct Subscriptions {
+    inner: Arc<Registry>,
+}
+
+struct Registry {
+    config: SubscriptionConfig,
+    metrics: Option<Arc<Metrics>>,
+    /// `{"jsonrpc":"2.0","method":"<method>","params":{"subscription":`,
+    /// the start of every notification.
+    head: Box<[u8]>,
+    state: Mutex<State>,
+    /// The connection's writer, woken when a notification is queued.
+    writer: AtomicWaker,
+    /// `State::queued`, readable without the lock (stored under it).
+    queued: AtomicUsize,
+}
+
+#[derive(Default)]
+struct State {
+    /// Open subscriptions, and closed ones whose last notifications are
+    /// still to be written.
+    subs: HashMap<u128, Entry>,
+    /// Subscriptions with queued notifications, in the order the writer
+    /// takes them (round-robin: one notification each, then to the back).
+    ready: VecDeque<u128>,
+    /// Open subscriptions (what the per-connection limit counts).
+    open: usize,
+    /// Notifications queued over all subscriptions.
+    queued: usize,
+    /// The connection has closed: nothing is accepted any more.
+    closed: bool,
+}
+
+struct Entry {
+    queue: VecDeque<Bytes>,
+    /// Listed in `State::ready`.
+    in_ready: bool,
+    /// Accepting notifications; `false` once closed (then removed when its
+    /// queue is written out).
+    open: bool,
+    signal: Arc<Signal>,
+}
+
+/// Tells producers that a subscription ended.
+#[derive(Default)]
+struct Signal {
+    closed: AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Signal {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
+}
+
+impl Subscriptions {
+    /// A registry for one connection; limits hit are counted in `metrics`.
+    pub fn new(config: SubscriptionConfig, metrics: Option<Arc<Metrics>>) -> Subscriptions {
+        let mut head = b"{\"jsonrpc\":\"2.0\",\"method\":".to_vec();
+        crate::write::string(&mut head, &config.method);
+        head.extend_from_slice(b",\"params\":{\"subscription\":");
+        Subscriptions {
+            inner: Arc::new(Registry {
+                config,
+                metrics,
+                head: head.into_boxed_slice(),
+                state: Mutex::new(State::default()),
+                writer: AtomicWaker::new(),
+                queued: AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The registry of the connection `ctx` belongs to. On a transport
+    /// without server-pushed messages (plain HTTP) this is an error to
+    /// answer with: -32601, "Notifications not supported", as geth.
+    pub fn of(ctx: &Context) -> Result<&Subscriptions, RpcError> {
+        ctx.extension::<Subscriptions>().ok_or_else(|| {
+            RpcError::new(METHOD_NOT_FOUND, "Notifications not supported").with_data(
+                &NotSupported {
+                    transport: ctx.transport(),
+                },
+            )
+        })
+    }
+
+    /// Opens a subscription: its id (to answer the client with) and the
+    /// [`Sink`] its notifications go through. Fails when the connection
+    /// already holds [`max_per_connection`](SubscriptionConfig::max_per_connection)
+    /// subscriptions ([`LIMIT_EXCEEDED`], `data.limit`; counted as
+    /// [`LimitKind::Subscription`]), or has closed.
+    ///
+    /// Answer the request right after subscribing (a synchronous handler,
+    /// or an async one that does not await after this call): the transport
+    /// writes a handler's reply before the notifications queued after it,
+    /// so the client learns the id before its first notification.
+    pub fn subscribe(&self) -> Result<(SubscriptionId, Sink), RpcError> {
+        let registry = &self.inner;
+        let mut state = lock(&registry.state);
+        if state.closed {
+            return Err(RpcError::new(
+                crate::codes::SERVER_ERROR,
+                "Connection closed",
+            ));
+        }
+        let limit = registry.config.max_per_connection;
+        if state.open >= limit {
+            drop(state);
+            registry.count(LimitKind::Subscription);
+            return Err(
+                RpcError::new(LIMIT_EXCEEDED, "Too many subscriptions").with_data(&Limit { limit })
+            );
+        }
+        let mut id = SubscriptionId::random();
+        while state.subs.contains_key(&id.0) {
+            id = SubscriptionId::random();
+        }
+        let signal = Arc::new(Signal::default());
+        state.subs.insert(
+            id.0,
+            Entry {
+                queue: VecDeque::new(),
+                in_ready: false,
+                open: true,
+                signal: Arc::clone(&signal),
+            },
+        );
+        state.open += 1;
+        drop(state);
+        let sink = Sink {
+            inner: Arc::new(SinkInner {
+                registry: Arc::clone(registry),
+                id,
+                signal,
+            }),
+        };
+        Ok((id, sink))
+    }
+
+    /// Ends the subscription `id` (as the client sent it, `"0x…"`) at the
+    /// client's request: its queued notifications are dropped, none follow,
+    /// and its producer's [`Sink`] reports it closed. Returns whether it
+    /// was open (the answer to `eth_unsubscribe`).
+    pub fn unsubscribe(&self, id: &str) -> bool {
+        SubscriptionId::parse(id).is_some_and(|id| self.unsubscribe_id(id))
+    }
+
+    /// [`unsubscribe`](Subscriptions::unsubscribe) by parsed id.
+    pub fn unsubscribe_id(&self, id: SubscriptionId) -> bool {
+        let mut state = lock(&self.inner.state);
+        let Some(entry) = state.subs.remove(&id.0) else {
+            return false;
+        };
+        state.queued -= entry.queue.len();
+        if entry.open {
+            state.open -= 1;
+        }
+        self.inner.publish(&state);
+        drop(state);
+        entry.signal.close();
+        entry.open
+    }
+
+    /// Subscriptions open now.
+    pub fn len(&self) -> usize {
+        lock(&self.inner.state).open
+    }
+
+    /// Whether no subscription is open.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Notifications waiting to be written, over all subscriptions.
+    pub fn queued(&self) -> usize {
+        lock(&self.inner.state).queued
+    }
+
+    /// The next notification to write (for the connection's writer): one
+    /// from each subscription with queued notifications in turn.
+    /// `Pending` when none is queued; the task is woken when one is.
+    pub fn poll_next(&self, cx: &mut TaskContext<'_>) -> Poll<Bytes> {
+        if let Some(m) = self.try_next() {
+            return Poll::Ready(m);
+        }
+        self.inner.writer.register(cx.waker());
+        match self.try_next() {
+            Some(m) => Poll::Ready(m),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Whether notifications wait to be written (without taking the
+    /// lock: for a writer's fast path; [`poll_next`](Subscriptions::poll_next)
+    /// is what registers for a wake-up).
+    pub fn has_queued(&self) -> bool {
+        self.inner.queued.load(Ordering::SeqCst) > 0
+    }
+
+    /// The next notification to write, if one is queued.
+    pub fn try_next(&self) -> Option<Bytes> {
+        if !self.has_queued() {
+            return None;
+        }
+        let mut guard = lock(&self.inner.state);
+        let state = &mut *guard;
+        while let Some(id) = state.ready.pop_front() {
+            let Some(entry) = state.subs.get_mut(&id) else {
+                // Unsubscribed while listed.
+                continue;
+            };
+            let Some(message) = entry.queue.pop_front() else {
+                entry.in_ready = false;
+                continue;
+            };
+            state.queued -= 1;
+            if !entry.queue.is_empty() {
+                state.ready.push_back(id);
+            } else {
+                entry.in_ready = false;
+                if !entry.open {
+                    state.subs.remove(&id);
+                }
+            }
+            self.inner.publish(state);
+            return Some(message);
+        }
+        None
+    }
+
+    /// Ends every subscription: the connection closed. Queued notifications
+    /// are dropped, producers' sinks report closed, and nothing more is
+    /// accepted.
+    pub fn close_all(&self) {
+        let mut state = lock(&self.inner.state);
+        state.closed = true;
+        state.open = 0;
+        state.queued = 0;
+        state.ready.clear();
+        self.inner.publish(&state);
+        let subs = std::mem::take(&mut state.subs);
+        drop(state);
+        for entry in subs.into_values() {
+            entry.signal.close();
+        }
+    }
+}
+
+impl fmt::Debug for Subscriptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.inner.state);
+        f.debug_struct("Subscriptions")
+            .field("open", &state.open)
+            .field("queued", &state.queued)
+            .field("closed", &state.closed)
+            .finish()
+    }
+}
+
+impl Registry {
+    /// Makes `state.queued` readable without the lock (called under it).
+    fn publish(&self, state: &State) {
+        self.queued.store(state.queued, Ordering::SeqCst);
+    }
+
+    fn count(&self, kind: LimitKind) {
+        if let Some(m) = &self.metrics {
+            m.limit_hit(kind);
+        }
+    }
+
+    /// Queues `message` for subscription `id`, applying the slow-subscriber
+    /// policy when its buffer is full.
+    fn push(&self, id: SubscriptionId, message: Bytes) -> Result<(), SinkError> {
+        let capacity = self.config.buffer.max(1);
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let entry = match state.subs.get_mut(&id.0) {
+            Some(e) if e.open && !state.closed => e,
+            _ => return Err(SinkError::Closed),
+        };
+        let mut hit = None;
+        if entry.queue.len() >= capacity {
+            match self.config.policy {
+                SlowPolicy::DropOldest => {
+                    entry.queue.pop_front();
+                    state.queued -= 1;
+                    hit = Some(LimitKind::Queue);
+                }
+                SlowPolicy::Close => {
+                    entry.open = false;
+                    state.open -= 1;
+                    entry.signal.close();
+                    let notice = self.error_notification(
+                        id,
+                        LIMIT_EXCEEDED,
+                        "Subscription closed: the client reads too slowly",
+                        Some(&format!("{{\"buffer\":{capacity}}}")),
+                    );
+                    entry.queue.push_back(notice);
+                    state.queued += 1;
+                    if !entry.in_ready {
+                        entry.in_ready = true;
+                        state.ready.push_back(id.0);
+                    }
+                    self.publish(state);
+                    drop(guard);
+                    self.writer.wake();
+                    self.count(LimitKind::Subscription);
+                    return Err(SinkError::Closed);
+                }
+            }
+        }
+        entry.queue.push_back(message);
+        state.queued += 1;
+        if !entry.in_ready {
+            entry.in_ready = true;
+            state.ready.push_back(id.0);
+        }
+        self.publish(state);
+        drop(guard);
+        self.writer.wake();
+        if let Some(kind) = hit {
+            self.count(kind);
+        }
+        Ok(())
+    }
+
+    /// Stops accepting notifications for `id`; `notice` (if any) is queued
+    /// after those already buffered, which are still written.
+    fn finish(&self, id: SubscriptionId, notice: Option<Bytes>) {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let Some(entry) = state.subs.get_mut(&id.0) else {
+            return;
+        };
+        if !entry.open {
+            return;
+        }
+        entry.open = false;
+        state.open -= 1;
+        entry.signal.close();
+        if let Some(notice) = notice {
+            entry.queue.push_back(notice);
+            state.queued += 1;
+            if !entry.in_ready {
+                entry.in_ready = true;
+                state.ready.push_back(id.0);
+            }
+            self.publish(state);
+            drop(guard);
+            self.writer.wake();
+        } else if entry.queue.is_empty() {
+            state.subs.remove(&id.0);
+        }
+    }
+
+    /// `{"jsonrpc":"2.0","method":…,"params":{"subscription":"0x…","result":<result>}}`.
+    fn notification(&self, id: SubscriptionId, result: &[u8]) -> Bytes {
+        let mut out = Vec::with_capacity(self.head.len() + 48 + result.len());
+        self.start(id, &mut out);
+        out.extend_from_slice(b",\"result\":");
+        out.extend_from_slice(result);
+        out.extend_from_slice(b"}}");
+        Bytes::from(out)
+    }
+
+    fn start(&self, id: SubscriptionId, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.head);
+        id.write_json(out);
+    }
+
+    /// A final notification carrying an error instead of a result.
+    fn error_notification(
+        &self,
+        id: SubscriptionId,
+        code: i32,
+        message: &str,
+        data: Option<&str>,
+    ) -> Bytes {
+        let mut out = Vec::with_capacity(self.head.len() + 128 + message.len());
+        self.start(id, &mut out);
+        out.extend_from_slice(b",\"error\":{\"code\":");
+        crate::write::i64(&mut out, i64::from(code));
+        out.extend_from_slice(b",\"message\":");
+        crate::write::string(&mut out, message);
+        if let Some(data) = data {
+            out.extend_from_slice(b",\"data\":");
+            out.extend_from_slice(data.as_bytes());
+        }
+        out.extend_from_slice(b"}}}");
+        Bytes::from(out)
+    }
+}
+
+/// Where a producer sends one subscription's notifications; see the
+/// [module docs](self).
+///
+/// Cheap to clone, `Send + Sync`. Dropping the last clone ends the
+/// subscription (the notifications already queued are still written); so
+/// does [`close`](Sink::close). Sending never waits: see [`SlowPolicy`].
+#[derive(Clone)]
+pub struct Sink {
+    inner: Arc<SinkInner>,
+}
+
+struct SinkInner {
+    registry: Arc<Registry>,
+    id: SubscriptionId,
+    signal: Arc<Signal>,
+}
+
+impl Drop for SinkInner {
+    fn drop(&mut self) {
+        self.registry.finish(self.id, None);
+    }
+}
+
+impl Sink {
+    /// The subscription's id.
+    pub fn id(&self) -> SubscriptionId {
+        self.inner.id
+    }
+
+    /// Sends a notification whose `result` is `result`, serialized.
+    /// Returns [`SinkError::Closed`] once the subscription has ended
+    /// (including when this very notification made the
+    /// [`SlowPolicy::Close`] policy close it).
+    pub fn send<T: Serialize + ?Sized>(&self, result: &T) -> Result<(), SinkError> {
+        if self.is_closed() {
+            return Err(SinkError::Closed);
+        }
+        let registry = &self.inner.registry;
+        let mut out = Vec::with_capacity(registry.head.len() + 128);
+        registry.start(self.inner.id, &mut out);
+        out.extend_from_slice(b",\"result\":");
+        serde_json::to_writer(&mut out, result).map_err(|_| SinkError::Serialize)?;
+        out.extend_from_slice(b"}}");
+        registry.push(self.inner.id, Bytes::from(out))
+    }
+
+    /// Sends a notification whose `result` is already JSON text (not
+    /// checked: the caller vouches for it), copied once into the message:
+    /// for relaying an upstream node's notification without decoding it.
+    pub fn send_raw(&self, result: &[u8]) -> Result<(), SinkError> {
+        if self.is_closed() {
+            return Err(SinkError::Closed);
+        }
+        let registry = &self.inner.registry;
+        registry.push(self.inner.id, registry.notification(self.inner.id, result))
+    }
+
+    /// Whether the subscription has ended.
+    pub fn is_closed(&self) -> bool {
+        self.inner.signal.closed.load(Ordering::Acquire)
+    }
+
+    /// Completes when the subscription ends (unsubscribed, closed by the
+    /// slow-subscriber policy or by [`close`](Sink::close), or the
+    /// connection closed): select on it in a producer loop.
+    pub async fn closed(&self) {
+        let signal = &self.inner.signal;
+        loop {
+            let notified = signal.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Notifications of this subscription waiting to be written.
+    pub fn queued(&self) -> usize {
+        let state = lock(&self.inner.registry.state);
+        state
+            .subs
+            .get(&self.inner.id.0)
+            .map_or(0, |e| e.queue.len())
+    }
+
+    /// Ends the subscription from the producer's side (the source ended):
+    /// the notifications already queued are written, then nothing more.
+    pub fn close(&self) {
+        self.inner.registry.finish(self.inner.id, None);
+    }
+
+    /// Ends the subscription with a final notification carrying `error`
+    /// (for example an upstream node's subscription failed): the
+    /// notifications already queued are written first.
+    pub fn close_with_error(&self, error: &RpcError) {
+        let registry = &self.inner.registry;
+        let notice =
+            registry.error_notification(self.inner.id, error.code(), error.message(), error.data());
+        registry.finish(self.inner.id, Some(notice));
+    }
+}
+
+impl fmt::Debug for Sink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sink")
+            .field("id", &self.inner.id)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+#[derive(Serialize)]
+struct Limit {
+    limit: usize,
+}
+
+#[derive(Serialize)]
+struct NotSupported {
+    transport: &'static str,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(subs: &Subscriptions) -> Vec<serde_json::Value> {
+        std::iter::from_fn(|| subs.try_next())
+            .map(|b| serde_json::from_slice(&b).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn ids_are_quantities_and_distinct() {
+        let ids: std::collections::HashSet<_> =
+            (0..1000).map(|_| SubscriptionId::random()).collect();
+        assert_eq!(ids.len(), 1000);
+        for id in ids {
+            let s = id.to_string();
+            assert!(
+                s.starts_with("0x") && !s.starts_with("0x0") || s == "0x0",
+                "{s}"
+            );
+            assert_eq!(SubscriptionId::parse(&s), Some(id));
+        }
+        assert_eq!(SubscriptionId::parse("0x"), None);
+        assert_eq!(
+            SubscriptionId::parse(&format!("0x1{}", "0".repeat(32))),
+            None
+        );
+        assert_eq!(SubscriptionId::parse("0xg"), None);
+        assert_eq!(SubscriptionId::from_u128(0).to_string(), "0x0");
+    }
+
+    #[test]
+    fn notifications_in_the_eth_subscription_shape_round_robin() {
+        let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+        let (a, sa) = subs.subscribe().unwrap();
+        let (b, sb) = subs.subscribe().unwrap();
+        sa.send(&1).unwrap();
+        sa.send(&2).unwrap();
+        sb.send_raw(br#"{"x":true}"#).unwrap();
+        assert_eq!(subs.queued(), 3);
+        let got = drain(&subs);
+        assert_eq!(
+            got[0],
+            serde_json::json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":a.to_string(),"result":1}})
+        );
+        assert_eq!(got[1]["params"]["subscription"], b.to_string());
+        assert_eq!(got[1]["params"]["result"]["x"], true);
+        assert_eq!(got[2]["params"]["result"], 2);
+        assert_eq!(subs.queued(), 0);
+    }
+
+    #[test]
+    fn drop_oldest_keeps_the_newest() {
+        let metrics = Arc::new(Metrics::default());
+        let config = SubscriptionConfig {
+            buffer: 3,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, Some(metrics.clone()));
+        let (_, sink) = subs.subscribe().unwrap();
+        for i in 0..10 {
+            sink.send(&i).unwrap();
+            assert!(sink.queued() <= 3);
+        }
+        let got: Vec<_> = drain(&subs)
+            .iter()
+            .map(|v| v["params"]["result"].clone())
+            .collect();
+        assert_eq!(got, [7, 8, 9]);
+        assert_eq!(metrics.limit_count(LimitKind::Queue), 7);
+    }
+
+    #[test]
+    fn close_policy_ends_with_an_error_notification() {
+        let metrics = Arc::new(Metrics::default());
+        let config = SubscriptionConfig {
+            buffer: 2,
+            policy: SlowPolicy::Close,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, Some(metrics.clone()));
+        let (id, sink) = subs.subscribe().unwrap();
+        sink.send(&0).unwrap();
+        sink.send(&1).unwrap();
+        assert_eq!(sink.send(&2), Err(SinkError::Closed));
+        assert!(sink.is_closed());
+        assert_eq!(sink.send(&3), Err(SinkError::Closed));
+        assert_eq!(subs.len(), 0);
+        let got = drain(&subs);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[2]["params"]["subscription"], id.to_string());
+        assert_eq!(got[2]["params"]["error"]["code"], LIMIT_EXCEEDED);
+        assert_eq!(got[2]["params"]["error"]["data"]["buffer"], 2);
+        assert!(!subs.unsubscribe(&id.to_string()));
+        assert_eq!(metrics.limit_count(LimitKind::Subscription), 1);
+    }
+
+    #[test]
+    fn the_limit_is_a_clear_error_and_unsubscribing_frees_a_place() {
+        let metrics = Arc::new(Metrics::default());
+        let config = SubscriptionConfig {
+            max_per_connection: 2,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, Some(metrics.clone()));
+        let (a, _sa) = subs.subscribe().unwrap();
+        let (_b, _sb) = subs.subscribe().unwrap();
+        let e = subs.subscribe().unwrap_err();
+        assert_eq!(e.code(), LIMIT_EXCEEDED);
+        assert_eq!(e.data(), Some(r#"{"limit":2}"#));
+        assert_eq!(metrics.limit_count(LimitKind::Subscription), 1);
+        assert!(subs.unsubscribe(&a.to_string()));
+        assert!(!subs.unsubscribe(&a.to_string()));
+        assert!(!subs.unsubscribe("not an id"));
+        assert!(subs.subscribe().is_ok());
+    }
+
+    #[test]
+    fn unsubscribe_drops_what_is_queued_and_closes_the_sink() {
+        let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+        let (id, sink) = subs.subscribe().unwrap();
+        sink.send(&1).unwrap();
+        assert!(subs.unsubscribe(&id.to_string()));
+        assert_eq!(subs.queued(), 0);
+        assert!(subs.try_next().is_none());
+        assert_eq!(sink.send(&2), Err(SinkError::Closed));
+    }
+
+    #[test]
+    fn dropping_the_sink_ends_after_what_is_queued() {
+        let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+        let (_, sink) = subs.subscribe().unwrap();
+        sink.send(&1).unwrap();
+        drop(sink);
+        assert_eq!(subs.len(), 0);
+        assert_eq!(drain(&subs).len(), 1);
+        let (_, sink) = subs.subscribe().unwrap();
+        sink.send(&1).unwrap();
+        sink.close_with_error(&RpcError::new(-32000, "upstream gone"));
+        let got = drain(&subs);
+        assert_eq!(got[1]["params"]["error"]["message"], "upstream gone");
+    }
+
+    #[tokio::test]
+    async fn closed_completes_when_the_connection_closes() {
+        let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+        let (_, sink) = subs.subscribe().unwrap();
+        let waiter = tokio::spawn({
+            let sink = sink.clone();
+            async move { sink.closed().await }
+        });
+        tokio::task::yield_now().await;
+        subs.close_all();
+        waiter.await.unwrap();
+        assert_eq!(sink.send(&1), Err(SinkError::Closed));
+        assert!(subs.subscribe().is_err());
+    }
+}

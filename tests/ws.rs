@@ -1,0 +1,1143 @@
+//! The WebSocket transport over loopback, with a real client
+//! (tokio-tungstenite) and raw sockets for what no client library sends:
+//! single calls, batches, binary frames, pipelining, invalid and oversized
+//! messages, pings and idle close, server notifications, subscriptions
+//! (order, slow subscribers, the per-connection limit, unsubscribe),
+//! hostile clients, graceful shutdown, and a stream upgraded by someone
+//! else. Every server listens on 127.0.0.1 port 0 and is stopped by its
+//! test.
+//!
+//! Memory bounds are measured with a counting allocator (heap live, all
+//! threads): the tests that measure take a lock exclusively, all others
+//! share it, so that nothing else runs meanwhile.
+#![cfg(feature = "ws")]
+
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::server::subscriptions::{SlowPolicy, SubscriptionConfig, Subscriptions};
+use rpcwire::server::ws::{self, CloseReason, WsServer};
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::{Call, Context, Dispatcher, RpcError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
+use tokio_tungstenite::tungstenite::{Message, http};
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+#[global_allocator]
+static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
+
+/// Shared by every test; taken exclusively by those that measure the heap.
+static HEAP: LazyLock<tokio::sync::RwLock<()>> = LazyLock::new(|| tokio::sync::RwLock::new(()));
+
+/// Generous: only for not hanging forever, never a measurement.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+/// What the test handlers share.
+#[derive(Default)]
+struct Lab {
+    /// Released by the test: `gate` calls wait for it.
+    gate: tokio::sync::Notify,
+    /// The `flood` producer: notifications sent, the most its sink held,
+    /// and whether its subscription was closed under it.
+    flood_sent: AtomicUsize,
+    flood_max_queued: AtomicUsize,
+    flood_closed: AtomicBool,
+    /// The `ticks` producer saw its subscription end.
+    ticks_stopped: AtomicBool,
+}
+
+fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, WithAsync> {
+    Dispatcher::builder(lab)
+        .observer(metrics)
+        .method("eth_blockNumber", |c: Call<'_, Arc<Lab>>| {
+            c.reply.quantity(0x1b4)
+        })
+        .method("echo", |c: Call<'_, Arc<Lab>>| match c.params {
+            Some(p) => c.reply.raw(p.as_bytes()),
+            None => c.reply.null(),
+        })
+        .method("notify_twice", |c: Call<'_, Arc<Lab>>| {
+            assert!(c.ctx.notify("progress", &json!({"step": 1})));
+            assert!(c.ctx.notify("progress", &json!({"step": 2})));
+            Ok::<_, RpcError>("done")
+        })
+        .async_method("sleep", |c: AsyncCall<Arc<Lab>>| async move {
+            let (ms,): (u64,) = c.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(ms)
+        })
+        .async_method("gate", |c: AsyncCall<Arc<Lab>>| async move {
+            c.state.gate.notified().await;
+            Ok::<_, RpcError>("opened")
+        })
+        .method("eth_subscribe", |c: Call<'_, Arc<Lab>>| {
+            let (kind, arg): (&str, u64) = c.decode()?;
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            let lab = Arc::clone(c.state);
+            match kind {
+                // `arg` notifications 0, 1, …, as fast as they can be queued;
+                // then the subscription stays open until unsubscribed.
+                "count" => {
+                    tokio::spawn(async move {
+                        for i in 0..arg {
+                            sink.send(&i).unwrap();
+                        }
+                        sink.closed().await;
+                    });
+                }
+                // Notifications of `arg` bytes until the subscription ends or
+                // 20,000 were sent.
+                "flood" => {
+                    tokio::spawn(async move {
+                        let payload = "x".repeat(arg as usize);
+                        for i in 0..20_000u64 {
+                            if sink.send(&json!([i, payload])).is_err() {
+                                lab.flood_closed.store(true, Ordering::SeqCst);
+                                break;
+                            }
+                            lab.flood_max_queued
+                                .fetch_max(sink.queued(), Ordering::SeqCst);
+                            lab.flood_sent.store(i as usize + 1, Ordering::SeqCst);
+                            if i % 64 == 0 {
+                                tokio::task::yield_now().await;
+                            }
+                        }
+                    });
+                }
+                // One notification per millisecond until unsubscribed.
+                "ticks" => {
+                    tokio::spawn(async move {
+                        for i in 0u64.. {
+                            tokio::select! {
+                                _ = sink.closed() => break,
+                                _ = tokio::time::sleep(Duration::from_millis(1)) => {}
+                            }
+                            let _ = sink.send(&i);
+                        }
+                        lab.ticks_stopped.store(true, Ordering::SeqCst);
+                    });
+                }
+                _ => return Err(RpcError::invalid_params("unknown subscription")),
+            }
+            Ok(id)
+        })
+        .method("eth_unsubscribe", |c: Call<'_, Arc<Lab>>| {
+            let (id,): (&str,) = c.decode()?;
+            Ok::<_, RpcError>(Subscriptions::of(c.ctx)?.unsubscribe(id))
+        })
+        .build()
+        .unwrap()
+}
+
+struct Running {
+    addr: SocketAddr,
+    lab: Arc<Lab>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Running {
+    /// Shuts the server down and waits for it.
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(PATIENCE, self.task)
+            .await
+            .expect("the server stopped")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// A server on 127.0.0.1 port 0 with the test handlers.
+async fn start(limits: Limits, subscriptions: SubscriptionConfig) -> Running {
+    let lab = Arc::new(Lab::default());
+    let metrics = Arc::new(Metrics::default());
+    let server = WsServer::new(dispatcher(lab.clone(), metrics.clone()))
+        .limits(limits)
+        .metrics(metrics.clone())
+        .subscriptions(subscriptions);
+    let shutdown = server.shutdown_signal().clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { server.serve(listener).await });
+    Running {
+        addr,
+        lab,
+        metrics,
+        shutdown,
+        task,
+    }
+}
+
+async fn start_default() -> Running {
+    start(Limits::default(), SubscriptionConfig::default()).await
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    ws
+}
+
+async fn send(ws: &mut Client, text: impl Into<String>) {
+    ws.send(Message::text(text.into())).await.unwrap();
+}
+
+/// The next JSON message (pings and pongs skipped).
+async fn next_json(ws: &mut Client) -> Value {
+    loop {
+        let message = tokio::time::timeout(PATIENCE, ws.next())
+            .await
+            .expect("a message in time")
+            .expect("the connection open")
+            .unwrap();
+        match message {
+            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+async fn call(ws: &mut Client, request: Value) -> Value {
+    send(ws, request.to_string()).await;
+    next_json(ws).await
+}
+
+/// The close frame the server ends with (skipping anything before it).
+async fn close_frame(ws: &mut Client) -> (CloseCode, String) {
+    loop {
+        let message = tokio::time::timeout(PATIENCE, ws.next())
+            .await
+            .expect("a close in time");
+        match message {
+            Some(Ok(Message::Close(Some(frame)))) => {
+                return (frame.code, frame.reason.as_str().to_owned());
+            }
+            Some(Ok(_)) => {}
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    }
+}
+
+fn req(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+#[tokio::test]
+async fn single_calls_batches_notifications_and_binary_frames() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+
+    let reply = call(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}),
+    )
+    .await;
+    assert_eq!(reply, json!({"jsonrpc":"2.0","id":1,"result":"0x1b4"}));
+
+    // A batch: replies in request order, notifications unanswered, the
+    // async entry waited for.
+    let batch = json!([
+        req(1, "sleep", json!([20])),
+        {"jsonrpc":"2.0","method":"echo","params":[0]},
+        req(2, "echo", json!(["b"])),
+        {"jsonrpc":"2.0","id":3,"method":"nope"},
+    ]);
+    let reply = call(&mut ws, batch).await;
+    assert_eq!(reply[0], json!({"jsonrpc":"2.0","id":1,"result":20}));
+    assert_eq!(reply[1], json!({"jsonrpc":"2.0","id":2,"result":["b"]}));
+    assert_eq!(reply[2]["error"]["code"], -32601);
+    assert_eq!(reply.as_array().unwrap().len(), 3);
+
+    // A notification gets nothing: the next reply is the next call's.
+    send(&mut ws, r#"{"jsonrpc":"2.0","method":"echo","params":[1]}"#).await;
+    let reply = call(&mut ws, req(4, "echo", json!([4]))).await;
+    assert_eq!(reply["id"], 4);
+
+    // A binary frame carries a message too; the reply is text.
+    ws.send(Message::binary(
+        br#"{"jsonrpc":"2.0","id":"bin","method":"eth_blockNumber"}"#.to_vec(),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(next_json(&mut ws).await["id"], "bin");
+
+    // Ids come back byte for byte.
+    send(
+        &mut ws,
+        r#"{"jsonrpc":"2.0","id":1e3,"method":"eth_blockNumber"}"#,
+    )
+    .await;
+    match ws.next().await.unwrap().unwrap() {
+        Message::Text(t) => {
+            assert_eq!(t.as_str(), r#"{"jsonrpc":"2.0","id":1e3,"result":"0x1b4"}"#)
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(server.metrics.call_count("eth_blockNumber"), 3);
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_as_they_complete() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+    // The first call waits for the gate; the others are answered while it
+    // does, in whatever order they complete.
+    send(&mut ws, req(1, "gate", json!([])).to_string()).await;
+    for id in 2..=101 {
+        let method = if id % 2 == 0 { "sleep" } else { "echo" };
+        send(&mut ws, req(id, method, json!([id % 7])).to_string()).await;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for _ in 2..=101 {
+        let reply = next_json(&mut ws).await;
+        let id = reply["id"].as_u64().unwrap();
+        assert_ne!(id, 1, "the gated call cannot be answered yet");
+        assert!(seen.insert(id));
+    }
+    server.lab.gate.notify_one();
+    let reply = next_json(&mut ws).await;
+    assert_eq!(reply, json!({"jsonrpc":"2.0","id":1,"result":"opened"}));
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn invalid_json_is_a_parse_error_and_the_connection_stays_open() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+    for bad in [
+        "{",
+        r#"{"jsonrpc":"2.0","id":1,"method":"echo"} x"#,
+        "[1,]",
+        "",
+    ] {
+        let reply = call_raw(&mut ws, bad).await;
+        assert_eq!(reply["error"]["code"], -32700, "{bad:?}");
+        assert_eq!(reply["id"], Value::Null);
+    }
+    // Not UTF-8 inside a binary message: invalid JSON, nothing worse.
+    ws.send(Message::binary(b"{\"a\":\"\xff\"}".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(next_json(&mut ws).await["error"]["code"], -32700);
+    // Valid JSON that is no request: -32600.
+    assert_eq!(call_raw(&mut ws, "[]").await["error"]["code"], -32600);
+    // Still open.
+    let reply = call(&mut ws, req(9, "eth_blockNumber", json!([]))).await;
+    assert_eq!(reply["result"], "0x1b4");
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+async fn call_raw(ws: &mut Client, text: &str) -> Value {
+    send(ws, text).await;
+    next_json(ws).await
+}
+
+#[tokio::test]
+async fn text_that_is_not_utf8_closes_with_1007() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+    let frame = Frame::message(&b"\"\xff\""[..], OpCode::Data(Data::Text), true);
+    ws.send(Message::Frame(frame)).await.unwrap();
+    assert_eq!(close_frame(&mut ws).await.0, CloseCode::Invalid);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn oversized_messages_are_refused_before_they_are_read() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        max_message_len: 1024,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut ws = connect(server.addr).await;
+    // At the limit: served.
+    let head = r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[""#;
+    let fill = 1024 - head.len() - 3;
+    let at_limit = format!("{head}{}\"]}}", "a".repeat(fill));
+    assert_eq!(at_limit.len(), 1024);
+    assert_eq!(call_raw(&mut ws, &at_limit).await["id"], 1);
+    // One byte more: -32600 with the limit, then a close with 1009.
+    let over = format!("{head}{}\"]}}", "a".repeat(fill + 1));
+    send(&mut ws, over).await;
+    let reply = next_json(&mut ws).await;
+    assert_eq!(reply["error"]["code"], -32600);
+    assert_eq!(reply["error"]["data"]["limit"], 1024);
+    assert_eq!(reply["id"], Value::Null);
+    assert_eq!(close_frame(&mut ws).await.0, CloseCode::Size);
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 1);
+
+    // A frame header claiming 2^40 bytes: refused from the header, no
+    // memory reserved for it.
+    let mut raw = raw_client(server.addr).await;
+    let mut frame = vec![0x81, 0xFF];
+    frame.extend_from_slice(&(1u64 << 40).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    raw.write_all(&frame).await.unwrap();
+    let frames = read_frames_until_eof(&mut raw).await;
+    let (opcode, payload) = frames.last().unwrap();
+    assert_eq!(*opcode, 0x8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1009);
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 2);
+    server.stop().await;
+}
+
+/// A TCP connection with the opening handshake done by hand.
+async fn raw_client(addr: SocketAddr) -> TcpStream {
+    raw_client_on(TcpStream::connect(addr).await.unwrap()).await
+}
+
+const HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+async fn raw_client_on(mut tcp: TcpStream) -> TcpStream {
+    tcp.write_all(HANDSHAKE.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8];
+        assert_eq!(
+            tcp.read(&mut byte).await.unwrap(),
+            1,
+            "the handshake answered"
+        );
+        got.push(byte[0]);
+    }
+    let response = String::from_utf8(got).unwrap();
+    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
+    assert!(
+        response.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "{response}"
+    );
+    tcp
+}
+
+/// A masked client frame (the zero mask) with a final bit and `opcode`.
+fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0x80 | opcode];
+    match payload.len() {
+        n @ 0..=125 => frame.push(0x80 | n as u8),
+        n @ 126..=65535 => {
+            frame.push(0x80 | 126);
+            frame.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            frame.push(0x80 | 127);
+            frame.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// Reads server frames (unmasked) until the connection ends: (opcode,
+/// payload) each.
+async fn read_frames_until_eof(tcp: &mut TcpStream) -> Vec<(u8, Vec<u8>)> {
+    let mut data = Vec::new();
+    tokio::time::timeout(PATIENCE, tcp.read_to_end(&mut data))
+        .await
+        .expect("the server closed in time")
+        .ok();
+    let mut frames = Vec::new();
+    let mut at = 0;
+    while at + 2 <= data.len() {
+        let opcode = data[at] & 0x0f;
+        let (len, head) = match data[at + 1] & 0x7f {
+            126 => (u16::from_be_bytes([data[at + 2], data[at + 3]]) as usize, 4),
+            127 => (
+                u64::from_be_bytes(data[at + 2..at + 10].try_into().unwrap()) as usize,
+                10,
+            ),
+            n => (n as usize, 2),
+        };
+        let start = at + head;
+        frames.push((opcode, data[start..start + len].to_vec()));
+        at = start + len;
+    }
+    frames
+}
+
+#[tokio::test]
+async fn the_server_pings_and_closes_a_silent_client() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    // A live client answers pings (tungstenite does, as it reads) and is
+    // kept, however long the rest of the test takes.
+    let dead_checked = Arc::new(AtomicBool::new(false));
+    let live = tokio::spawn({
+        let addr = server.addr;
+        let dead_checked = dead_checked.clone();
+        async move {
+            let mut live = connect(addr).await;
+            let mut pings = 0;
+            while pings < 3 || !dead_checked.load(Ordering::SeqCst) {
+                match tokio::time::timeout(PATIENCE, live.next()).await.unwrap() {
+                    Some(Ok(Message::Ping(_))) => pings += 1,
+                    other => panic!("expected pings, got {other:?}"),
+                }
+            }
+            assert_eq!(
+                call(&mut live, req(1, "eth_blockNumber", json!([]))).await["id"],
+                1
+            );
+            live.close(None).await.unwrap();
+            pings
+        }
+    });
+    // A dead one (it never reads nor answers) gets a ping, then a close
+    // with 1001, then the connection ends.
+    let mut dead = raw_client(server.addr).await;
+    let frames = read_frames_until_eof(&mut dead).await;
+    assert_eq!(frames[0].0, 0x9, "a ping first");
+    let (opcode, payload) = frames.last().unwrap();
+    assert_eq!(*opcode, 0x8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1001);
+    assert_eq!(&payload[2..], b"idle timeout");
+    assert_eq!(server.metrics.limit_count(LimitKind::Idle), 1);
+    dead_checked.store(true, Ordering::SeqCst);
+    // The live one was never closed.
+    assert!(live.await.unwrap() >= 3);
+    assert_eq!(server.metrics.limit_count(LimitKind::Idle), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn handler_notifications_come_before_the_reply() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+    send(&mut ws, req(1, "notify_twice", json!([])).to_string()).await;
+    let first = next_json(&mut ws).await;
+    let second = next_json(&mut ws).await;
+    let reply = next_json(&mut ws).await;
+    assert_eq!(
+        first,
+        json!({"jsonrpc":"2.0","method":"progress","params":{"step":1}})
+    );
+    assert_eq!(second["params"]["step"], 2);
+    assert_eq!(reply, json!({"jsonrpc":"2.0","id":1,"result":"done"}));
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_subscription_delivers_10000_notifications_in_order() {
+    let _shared = HEAP.read().await;
+    let config = SubscriptionConfig {
+        buffer: 10_000,
+        ..SubscriptionConfig::default()
+    };
+    let server = start(Limits::default(), config).await;
+    let mut ws = connect(server.addr).await;
+    let reply = call(&mut ws, req(1, "eth_subscribe", json!(["count", 10_000]))).await;
+    let id = reply["result"].as_str().unwrap().to_owned();
+    assert!(
+        id.starts_with("0x") && id.len() > 3 && !id.starts_with("0x0"),
+        "{id}"
+    );
+    for i in 0..10_000u64 {
+        let n = next_json(&mut ws).await;
+        assert_eq!(n["method"], "eth_subscription");
+        assert_eq!(n["params"]["subscription"], id.as_str());
+        assert_eq!(n["params"]["result"], i);
+    }
+    let reply = call(&mut ws, req(2, "eth_unsubscribe", json!([id]))).await;
+    assert_eq!(reply["result"], true);
+    let reply = call(&mut ws, req(3, "eth_unsubscribe", json!([id]))).await;
+    assert_eq!(reply["result"], false);
+    assert_eq!(server.metrics.limit_count(LimitKind::Queue), 0);
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn unsubscribe_stops_notifications_and_the_producer() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+    let id = call(&mut ws, req(1, "eth_subscribe", json!(["ticks", 0]))).await["result"].clone();
+    // Some ticks arrive.
+    for _ in 0..5 {
+        assert_eq!(next_json(&mut ws).await["params"]["subscription"], id);
+    }
+    send(&mut ws, req(2, "eth_unsubscribe", json!([id])).to_string()).await;
+    // Ticks may come until the reply; none after it.
+    loop {
+        let m = next_json(&mut ws).await;
+        if m["id"] == 2 {
+            assert_eq!(m["result"], true);
+            break;
+        }
+        assert_eq!(m["method"], "eth_subscription");
+    }
+    for k in 0..20 {
+        let reply = call(&mut ws, req(10 + k, "sleep", json!([2]))).await;
+        assert_eq!(
+            reply["id"],
+            10 + k,
+            "nothing but replies after unsubscribing"
+        );
+    }
+    assert!(server.lab.ticks_stopped.load(Ordering::SeqCst));
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_subscription_limit_is_a_clear_error_per_connection() {
+    let _shared = HEAP.read().await;
+    let config = SubscriptionConfig {
+        max_per_connection: 3,
+        ..SubscriptionConfig::default()
+    };
+    let server = start(Limits::default(), config).await;
+    let mut ws = connect(server.addr).await;
+    let mut ids = Vec::new();
+    for k in 0..3 {
+        ids.push(
+            call(&mut ws, req(k, "eth_subscribe", json!(["ticks", 0]))).await["result"].clone(),
+        );
+    }
+    send(
+        &mut ws,
+        req(3, "eth_subscribe", json!(["ticks", 0])).to_string(),
+    )
+    .await;
+    // Skipping the ticks of the three.
+    let refused = loop {
+        let m = next_json(&mut ws).await;
+        if m["id"] == 3 {
+            break m;
+        }
+    };
+    assert_eq!(refused["error"]["code"], rpcwire::codes::LIMIT_EXCEEDED);
+    assert_eq!(refused["error"]["message"], "Too many subscriptions");
+    assert_eq!(refused["error"]["data"]["limit"], 3);
+    assert_eq!(server.metrics.limit_count(LimitKind::Subscription), 1);
+    // Another connection has its own places.
+    let mut other = connect(server.addr).await;
+    let ok = call(&mut other, req(1, "eth_subscribe", json!(["count", 1]))).await;
+    assert!(ok["result"].is_string(), "{ok}");
+    // Unsubscribing frees a place.
+    send(
+        &mut ws,
+        req(4, "eth_unsubscribe", json!([ids[0]])).to_string(),
+    )
+    .await;
+    send(
+        &mut ws,
+        req(5, "eth_subscribe", json!(["count", 0])).to_string(),
+    )
+    .await;
+    let mut answered = 0;
+    while answered < 2 {
+        let m = next_json(&mut ws).await;
+        if m["id"] == 4 {
+            assert_eq!(m["result"], true);
+            answered += 1;
+        } else if m["id"] == 5 {
+            assert!(m["result"].is_string(), "{m}");
+            answered += 1;
+        }
+    }
+    ws.close(None).await.unwrap();
+    other.close(None).await.unwrap();
+    server.stop().await;
+}
+
+/// A client whose socket takes little before the server's writes block.
+async fn slow_client(addr: SocketAddr) -> Client {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let (ws, _) =
+        tokio_tungstenite::client_async(format!("ws://{addr}/"), MaybeTlsStream::Plain(tcp))
+            .await
+            .unwrap();
+    ws
+}
+
+/// Waits until `counter` stops moving (or `done` says so).
+async fn until_settled(counter: impl Fn() -> usize, done: impl Fn() -> bool) {
+    let mut last = usize::MAX;
+    let mut still = 0;
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    while still < 5 && !done() && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = counter();
+        if now == last {
+            still += 1;
+        } else {
+            still = 0;
+        }
+        last = now;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_is_closed_and_the_server_stays_responsive() {
+    let _alone = HEAP.write().await;
+    let config = SubscriptionConfig {
+        buffer: 256,
+        policy: SlowPolicy::Close,
+        ..SubscriptionConfig::default()
+    };
+    let server = start(Limits::default(), config).await;
+    let mut slow = slow_client(server.addr).await;
+    let base = counting_alloc::start_peak();
+    // 20,000 notifications of 1 KiB (20 MiB) for a client that stops
+    // reading after the subscription's id.
+    let id =
+        call(&mut slow, req(1, "eth_subscribe", json!(["flood", 1024]))).await["result"].clone();
+    let lab = server.lab.clone();
+    until_settled(
+        || lab.flood_sent.load(Ordering::SeqCst),
+        || lab.flood_closed.load(Ordering::SeqCst),
+    )
+    .await;
+    let peak = counting_alloc::peak_since(base);
+    eprintln!("peak heap growth: {peak} bytes");
+    assert!(
+        lab.flood_closed.load(Ordering::SeqCst),
+        "the policy closed it"
+    );
+    let sent = lab.flood_sent.load(Ordering::SeqCst);
+    assert!(sent < 20_000, "the producer was stopped ({sent} sent)");
+    assert!(lab.flood_max_queued.load(Ordering::SeqCst) <= 256);
+    assert_eq!(server.metrics.limit_count(LimitKind::Subscription), 1);
+    // Bounded: the subscription's buffer (256 KiB), the write buffer, and
+    // what is in flight; nothing near the 20 MiB offered.
+    assert!(peak < 2 << 20, "peak heap {peak} bytes");
+    // Meanwhile another client is served.
+    let mut other = connect(server.addr).await;
+    assert_eq!(
+        call(&mut other, req(7, "eth_blockNumber", json!([]))).await["id"],
+        7
+    );
+    // The slow client, reading again, gets what was buffered, then the
+    // error that ended its subscription, and no more.
+    let mut last = None;
+    loop {
+        let m = next_json(&mut slow).await;
+        assert_eq!(m["params"]["subscription"], id);
+        if let Some(error) = m["params"].get("error") {
+            assert_eq!(error["code"], rpcwire::codes::LIMIT_EXCEEDED);
+            assert_eq!(error["data"]["buffer"], 256);
+            break;
+        }
+        let i = m["params"]["result"][0].as_u64().unwrap();
+        assert!(last.is_none_or(|l| i == l + 1), "in order, no gap");
+        last = Some(i);
+    }
+    let reply = call(&mut slow, req(2, "eth_unsubscribe", json!([id]))).await;
+    assert_eq!(reply["result"], false, "already closed");
+    slow.close(None).await.unwrap();
+    other.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_subscriber_loses_the_oldest_and_sees_the_newest() {
+    let _alone = HEAP.write().await;
+    let config = SubscriptionConfig {
+        buffer: 256,
+        policy: SlowPolicy::DropOldest,
+        ..SubscriptionConfig::default()
+    };
+    let server = start(Limits::default(), config).await;
+    let mut slow = slow_client(server.addr).await;
+    let base = counting_alloc::start_peak();
+    let id =
+        call(&mut slow, req(1, "eth_subscribe", json!(["flood", 1024]))).await["result"].clone();
+    let lab = server.lab.clone();
+    until_settled(|| lab.flood_sent.load(Ordering::SeqCst), || false).await;
+    let peak = counting_alloc::peak_since(base);
+    eprintln!("peak heap growth: {peak} bytes");
+    assert_eq!(lab.flood_sent.load(Ordering::SeqCst), 20_000);
+    assert!(!lab.flood_closed.load(Ordering::SeqCst));
+    assert!(lab.flood_max_queued.load(Ordering::SeqCst) <= 256);
+    let dropped = server.metrics.limit_count(LimitKind::Queue);
+    assert!(dropped > 0, "some were dropped");
+    assert!(peak < 2 << 20, "peak heap {peak} bytes");
+    // Reading again: in order, with a gap, ending with the newest.
+    let mut received = 0u64;
+    let mut last = None;
+    while last != Some(19_999) {
+        let m = next_json(&mut slow).await;
+        assert_eq!(m["params"]["subscription"], id);
+        let i = m["params"]["result"][0].as_u64().unwrap();
+        assert!(last.is_none_or(|l| i > l), "in order");
+        last = Some(i);
+        received += 1;
+    }
+    assert_eq!(received + dropped, 20_000);
+    slow.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_costs_bounded_memory() {
+    let _alone = HEAP.write().await;
+    let server = start_default().await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = raw_client_on(socket.connect(server.addr).await.unwrap()).await;
+    let (_unread, mut writer) = tcp.into_split();
+    let base = counting_alloc::start_peak();
+    // Requests, pipelined, never a reply read: 200 MiB offered.
+    let chunk: Vec<u8> = (0..1000)
+        .flat_map(|i| {
+            client_frame(
+                0x1,
+                format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}"#).as_bytes(),
+            )
+        })
+        .collect();
+    let written = Arc::new(AtomicUsize::new(0));
+    let flood = tokio::spawn({
+        let written = written.clone();
+        async move {
+            while written.load(Ordering::SeqCst) < 200 << 20 {
+                if writer.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                written.fetch_add(chunk.len(), Ordering::SeqCst);
+            }
+            writer
+        }
+    });
+    until_settled(|| written.load(Ordering::SeqCst), || false).await;
+    let peak = counting_alloc::peak_since(base);
+    eprintln!("peak heap growth: {peak} bytes");
+    let offered = written.load(Ordering::SeqCst);
+    assert!(
+        offered < 200 << 20,
+        "the server stopped reading ({offered} bytes taken)"
+    );
+    assert!(peak < 2 << 20, "peak heap {peak} bytes");
+    // Another client is served meanwhile.
+    let mut other = connect(server.addr).await;
+    assert_eq!(
+        call(&mut other, req(1, "eth_blockNumber", json!([]))).await["id"],
+        1
+    );
+    flood.abort();
+    other.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_connections_opened_and_dropped() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let addr = server.addr;
+    let mut tasks = tokio::task::JoinSet::new();
+    for k in 0..10_000usize {
+        if tasks.len() >= 64 {
+            tasks.join_next().await.unwrap().unwrap();
+        }
+        tasks.spawn(async move {
+            let mut tcp = TcpStream::connect(addr).await.unwrap();
+            match k % 4 {
+                // Dropped at once.
+                0 => {}
+                // Half a handshake.
+                1 => {
+                    let _ = tcp.write_all(&HANDSHAKE.as_bytes()[..40]).await;
+                }
+                // Not HTTP at all.
+                2 => {
+                    let _ = tcp
+                        .write_all(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n")
+                        .await;
+                }
+                // A whole handshake and a frame, then gone without a close.
+                _ => {
+                    let mut tcp = raw_client_on(tcp).await;
+                    let _ = tcp
+                        .write_all(&client_frame(
+                            0x1,
+                            br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+                        ))
+                        .await;
+                }
+            }
+        });
+    }
+    while let Some(t) = tasks.join_next().await {
+        t.unwrap();
+    }
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    while server.metrics.connections_open() > 0 && tokio::time::Instant::now() < give_up {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(server.metrics.connections_open(), 0);
+    assert_eq!(server.metrics.limit_count(LimitKind::Connections), 0);
+    // Still serving.
+    let mut ws = connect(addr).await;
+    assert_eq!(
+        call(&mut ws, req(1, "eth_blockNumber", json!([]))).await["id"],
+        1
+    );
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_and_silent_handshakes_are_refused() {
+    let _shared = HEAP.read().await;
+    let lab = Arc::new(Lab::default());
+    let metrics = Arc::new(Metrics::default());
+    let server = WsServer::new(dispatcher(lab, metrics.clone()))
+        .limits(Limits {
+            max_connections: 2,
+            ..Limits::default()
+        })
+        .metrics(metrics.clone())
+        .handshake_timeout(Duration::from_millis(300));
+    let shutdown = server.shutdown_signal().clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { server.serve(listener).await });
+    let mut a = connect(addr).await;
+    let mut b = connect(addr).await;
+    // A third: closed at once, counted.
+    let mut c = TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 1];
+    let n = tokio::time::timeout(PATIENCE, c.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(matches!(n, Ok(0) | Err(_)));
+    assert_eq!(metrics.limit_count(LimitKind::Connections), 1);
+    b.close(None).await.unwrap();
+    while metrics.connections_open() > 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A place is free again, but a connection that never says anything
+    // is dropped after the handshake timeout.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let n = tokio::time::timeout(PATIENCE, silent.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(matches!(n, Ok(0) | Err(_)));
+    // (The silent connection's place is given back as its task ends, just
+    // after it is closed: try again meanwhile.)
+    let mut d = loop {
+        match tokio_tungstenite::connect_async(format!("ws://{addr}/")).await {
+            Ok((ws, _)) => break ws,
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    };
+    assert_eq!(
+        call(&mut d, req(1, "eth_blockNumber", json!([]))).await["id"],
+        1
+    );
+    assert_eq!(
+        call(&mut a, req(2, "eth_blockNumber", json!([]))).await["id"],
+        2
+    );
+    shutdown.trigger();
+    assert_eq!(close_frame(&mut a).await.0, CloseCode::Away);
+    assert_eq!(close_frame(&mut d).await.0, CloseCode::Away);
+    task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn shutdown_lets_calls_in_flight_finish_then_closes() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+    let id = call(&mut ws, req(1, "eth_subscribe", json!(["ticks", 0]))).await["result"].clone();
+    send(&mut ws, req(2, "gate", json!([])).to_string()).await;
+    // Let the gated call start.
+    assert_eq!(next_json(&mut ws).await["params"]["subscription"], id);
+    server.shutdown.trigger();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.lab.gate.notify_one();
+    // The call in flight is answered, then the close frame comes.
+    loop {
+        let m = next_json(&mut ws).await;
+        if m["id"] == 2 {
+            assert_eq!(m["result"], "opened");
+            break;
+        }
+    }
+    assert_eq!(
+        close_frame(&mut ws).await,
+        (CloseCode::Away, "server shutting down".to_owned())
+    );
+    tokio::time::timeout(PATIENCE, server.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        server.lab.ticks_stopped.load(Ordering::SeqCst) || {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            server.lab.ticks_stopped.load(Ordering::SeqCst)
+        }
+    );
+    // No longer accepting.
+    assert!(TcpStream::connect(server.addr).await.is_err());
+}
+
+#[tokio::test]
+async fn shutdown_gives_up_on_calls_past_the_grace_period() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        shutdown_grace: Duration::from_millis(200),
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut ws = connect(server.addr).await;
+    send(&mut ws, req(1, "gate", json!([])).to_string()).await;
+    assert_eq!(
+        call(&mut ws, req(2, "eth_blockNumber", json!([]))).await["id"],
+        2
+    );
+    server.shutdown.trigger();
+    // Never released: no reply, a close frame after the grace period.
+    assert_eq!(close_frame(&mut ws).await.0, CloseCode::Away);
+    tokio::time::timeout(PATIENCE, server.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_stream_upgraded_elsewhere_is_served() {
+    let _shared = HEAP.read().await;
+    let lab = Arc::new(Lab::default());
+    let metrics = Arc::new(Metrics::default());
+    let server = WsServer::new(dispatcher(lab, metrics.clone())).metrics(metrics.clone());
+    // An in-memory stream: the "HTTP server" reads the upgrade request,
+    // answers it with `upgrade_response`, and hands the stream over.
+    let (client_io, mut server_io) = tokio::io::duplex(64 << 10);
+    let serving = tokio::spawn(async move {
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8];
+            server_io.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        let text = String::from_utf8(head).unwrap();
+        let mut request = http::Request::get("/");
+        for line in text.lines().skip(1).filter(|l| !l.is_empty()) {
+            let (name, value) = line.split_once(':').unwrap();
+            request = request.header(name.trim(), value.trim());
+        }
+        let request = request.body(()).unwrap();
+        assert!(ws::is_upgrade_request(&request));
+        let response = ws::upgrade_response(&request).unwrap();
+        let mut out = format!("HTTP/1.1 {}\r\n", response.status());
+        for (name, value) in response.headers() {
+            out.push_str(&format!("{name}: {}\r\n", value.to_str().unwrap()));
+        }
+        out.push_str("\r\n");
+        server_io.write_all(out.as_bytes()).await.unwrap();
+        let ctx = Context::builder().session("upgraded");
+        ws::serve_websocket(server_io, &server, ctx).await
+    });
+    let (mut client, _) = tokio_tungstenite::client_async("ws://localhost/rpc", client_io)
+        .await
+        .unwrap();
+    client
+        .send(Message::text(
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+        ))
+        .await
+        .unwrap();
+    match client.next().await.unwrap().unwrap() {
+        Message::Text(t) => assert_eq!(t.as_str(), r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#),
+        other => panic!("{other:?}"),
+    }
+    client.close(None).await.unwrap();
+    while client.next().await.is_some() {}
+    assert_eq!(serving.await.unwrap(), CloseReason::Client);
+    assert_eq!(metrics.connections_open(), 0);
+}
+
+#[test]
+fn upgrade_requests_are_checked() {
+    let good = || {
+        http::Request::get("/")
+            .header("Host", "x")
+            .header("Connection", "keep-alive, Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+    };
+    let request = good().body(()).unwrap();
+    assert!(ws::is_upgrade_request(&request));
+    let response = ws::upgrade_response(&request).unwrap();
+    assert_eq!(response.status(), 101);
+    assert_eq!(
+        response.headers()["Sec-WebSocket-Accept"],
+        "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+    );
+    let plain = http::Request::get("/").body(()).unwrap();
+    assert!(!ws::is_upgrade_request(&plain));
+    assert!(ws::upgrade_response(&plain).is_err());
+    let mut old = good().body(()).unwrap();
+    old.headers_mut()
+        .insert("Sec-WebSocket-Version", "8".parse().unwrap());
+    assert!(ws::upgrade_response(&old).is_err());
+    let post = http::Request::post("/")
+        .header("Connection", "Upgrade")
+        .header("Upgrade", "websocket")
+        .body(())
+        .unwrap();
+    assert!(!ws::is_upgrade_request(&post));
+}
+
+#[tokio::test]
+async fn subscriptions_need_a_two_way_transport() {
+    // Outside a WebSocket connection (plain HTTP, `handle`), the handler's
+    // `Subscriptions::of` is an error to answer with.
+    let d = Dispatcher::builder(())
+        .method("eth_subscribe", |c: Call<'_, ()>| {
+            let (id, _sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            Ok::<_, RpcError>(id)
+        })
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
+        &mut rpcwire::Connection::with_context(Context::builder().transport("http").build()),
+        &mut out,
+    );
+    let reply: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(reply["error"]["code"], -32601);
+    assert_eq!(reply["error"]["message"], "Notifications not supported");
+    assert_eq!(reply["error"]["data"]["transport"], "http");
+}
