@@ -681,7 +681,9 @@ fn an_observer_sees_every_call() {
     let d = Dispatcher::builder(())
         .observer(log.clone())
         .method("ok", |c: Call<'_, ()>| c.reply.u64(1))
-        .method("bad", |_c: Call<'_, ()>| Err::<(), _>(RpcError::new(-32000, "no")))
+        .method("bad", |_c: Call<'_, ()>| {
+            Err::<(), _>(RpcError::new(-32000, "no"))
+        })
         .build()
         .unwrap();
     let mut out = Vec::new();
