@@ -11,6 +11,17 @@
 //! styles mixed, `support/eth_params.rs`), one message per iteration, and
 //! checks each result against the value alloy decoded before the run.
 //!
+//! Three groups:
+//!
+//! * `eth_params`: params decoding, each message's bytes touched (untimed)
+//!   just before it is decoded, as a server's handler finds them right
+//!   after the envelope parser read them; timed in chunks of 8 messages.
+//! * `eth_params_cold`: the same, the bytes first touched by the decoder
+//!   (a cache miss per line that neither decoder can avoid, which both pay).
+//! * `eth_request`: whole requests, cold: rpcwire's envelope parse and
+//!   `eth` decoders against jsonrpsee's `Request` (serde_json, `&RawValue`
+//!   params) and `ParamsSequence` decoding.
+//!
 //! The `hex` group decides between const-hex and a hand-written table for
 //! the short strings: QUANTITY (1-16 digits) and addresses (40 digits).
 
@@ -327,8 +338,68 @@ fn ours_decode(method: &str, params: Params<'_>, arena: &bumpalo::Bump) -> Sum {
     r.unwrap_or_else(|e| panic!("{e}: {:?}", e.received()))
 }
 
+/// Messages handled per timed chunk in the warm cases (two clock reads
+/// per chunk).
+const CHUNK: usize = 8;
+
+/// Brings `bytes` into the cache, as the envelope parser does when it
+/// reads a message just before its handler runs.
+#[inline(always)]
+fn touch(bytes: &[u8]) {
+    let mut x = 0u8;
+    for line in bytes.chunks(64) {
+        x ^= line[0];
+    }
+    black_box(x);
+}
+
+/// Times `decode(k)` over the corpus, `CHUNK` messages per clock reading,
+/// each message's bytes touched (untimed) just before its chunk.
+fn warm(
+    b: &mut criterion::Bencher<'_>,
+    texts: &[&str],
+    next: &mut usize,
+    mut decode: impl FnMut(usize),
+) {
+    b.iter_custom(|iters| {
+        let mut total = std::time::Duration::ZERO;
+        let mut done = 0;
+        while done < iters {
+            let n = CHUNK.min((iters - done) as usize);
+            let first = *next;
+            for j in 0..n {
+                touch(texts[(first + j) % N].as_bytes());
+            }
+            let start = std::time::Instant::now();
+            for j in 0..n {
+                decode((first + j) % N);
+            }
+            total += start.elapsed();
+            *next = (first + n) % N;
+            done += n as u64;
+        }
+        total
+    })
+}
+
+/// A request as jsonrpsee reads it: the envelope with `&RawValue` params,
+/// then the params through `ParamsSequence`.
+fn jsonrpsee_request(method: &str, msg: &[u8]) -> Sum {
+    let req: jsonrpsee::types::Request<'_> = serde_json::from_slice(msg).unwrap();
+    assert_eq!(req.method, method);
+    jsonrpsee_decode(method, req.params.as_ref().map_or("[]", |p| p.get()))
+}
+
+/// A request as rpcwire reads it: the envelope, then the params through
+/// the `eth` layer.
+fn rpcwire_request(method: &str, msg: &[u8], arena: &bumpalo::Bump) -> Sum {
+    let entry = rpcwire::parse(msg, arena).unwrap().into_single().unwrap();
+    let req = entry.request().unwrap();
+    assert_eq!(req.method(), method);
+    ours_decode(method, req.params().unwrap(), arena)
+}
+
 fn bench_methods(c: &mut Criterion) {
-    let mut g = c.benchmark_group("eth_decode");
     for (k, method) in eth_params::METHODS.iter().enumerate() {
         let messages = eth_params::messages(method, 0xe7 + k as u64, N);
         let parse_arena = bumpalo::Bump::new();
@@ -352,10 +423,39 @@ fn bench_methods(c: &mut Criterion) {
             arena.reset();
             assert_eq!(ours_decode(method, *p, &arena), want[i], "{}", texts[i]);
             assert_eq!(serde_tuple_decode(method, texts[i]), want[i]);
+            assert_eq!(rpcwire_request(method, &messages[i], &arena), want[i]);
+            assert_eq!(jsonrpsee_request(method, &messages[i]), want[i]);
         }
-        let bytes: usize = texts.iter().map(|t| t.len()).sum();
-        g.throughput(Throughput::Bytes((bytes / N) as u64));
+        let param_bytes: usize = texts.iter().map(|t| t.len()).sum();
+        let message_bytes: usize = messages.iter().map(Vec::len).sum();
 
+        // Params decoding, the params' bytes in cache (as right after the
+        // envelope parse).
+        let mut g = c.benchmark_group("eth_params");
+        g.throughput(Throughput::Bytes((param_bytes / N) as u64));
+        let mut next = 0;
+        g.bench_function(format!("rpcwire/{method}"), |b| {
+            warm(b, &texts, &mut next, |k| {
+                arena.reset();
+                let s = ours_decode(method, black_box(params[k]), &arena);
+                assert_eq!(s, want[k]);
+            })
+        });
+        g.bench_function(format!("jsonrpsee/{method}"), |b| {
+            warm(b, &texts, &mut next, |k| {
+                assert_eq!(jsonrpsee_decode(method, black_box(texts[k])), want[k]);
+            })
+        });
+        g.bench_function(format!("serde_tuple/{method}"), |b| {
+            warm(b, &texts, &mut next, |k| {
+                assert_eq!(serde_tuple_decode(method, black_box(texts[k])), want[k]);
+            })
+        });
+        g.finish();
+
+        // The same, the params' bytes cold (first touched by the decoder).
+        let mut g = c.benchmark_group("eth_params_cold");
+        g.throughput(Throughput::Bytes((param_bytes / N) as u64));
         let mut i = 0;
         g.bench_function(format!("rpcwire/{method}"), |b| {
             b.iter(|| {
@@ -374,16 +474,31 @@ fn bench_methods(c: &mut Criterion) {
                 assert_eq!(jsonrpsee_decode(method, black_box(texts[k])), want[k]);
             })
         });
+        g.finish();
+
+        // Whole requests, cold: envelope and params.
+        let mut g = c.benchmark_group("eth_request");
+        g.throughput(Throughput::Bytes((message_bytes / N) as u64));
         let mut i = 0;
-        g.bench_function(format!("serde_tuple/{method}"), |b| {
+        g.bench_function(format!("rpcwire/{method}"), |b| {
             b.iter(|| {
                 let k = i % N;
                 i += 1;
-                assert_eq!(serde_tuple_decode(method, black_box(texts[k])), want[k]);
+                arena.reset();
+                let s = rpcwire_request(method, black_box(&messages[k]), &arena);
+                assert_eq!(s, want[k]);
             })
         });
+        let mut i = 0;
+        g.bench_function(format!("jsonrpsee/{method}"), |b| {
+            b.iter(|| {
+                let k = i % N;
+                i += 1;
+                assert_eq!(jsonrpsee_request(method, black_box(&messages[k])), want[k]);
+            })
+        });
+        g.finish();
     }
-    g.finish();
 }
 
 /// A hand-written table decoder, the alternative to const-hex.
