@@ -105,6 +105,9 @@ mod de;
 pub mod dispatch;
 mod envelope;
 mod error;
+#[cfg(feature = "eth")]
+#[cfg_attr(docsrs, doc(cfg(feature = "eth")))]
+pub mod eth;
 pub mod frame;
 pub mod json;
 pub mod message;

@@ -1,0 +1,264 @@
+//! Block identifiers: [`BlockTag`], [`BlockNumberOrTag`], [`BlockId`].
+
+use core::fmt;
+
+use alloy_primitives::B256;
+
+use super::decode::{Invalid, Reason, text};
+use super::hex;
+use crate::json::{JsonStr, Kind, RawJson};
+
+/// A block tag.
+///
+/// Tags are matched exactly, lowercase, as geth and the execution API
+/// specification have them (alloy also accepts other cases).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockTag {
+    /// `"earliest"`: the genesis block.
+    Earliest,
+    /// `"finalized"`: the most recent finalized block.
+    Finalized,
+    /// `"safe"`: the most recent safe head.
+    Safe,
+    /// `"latest"`: the head of the canonical chain.
+    Latest,
+    /// `"pending"`: the block being built.
+    Pending,
+}
+
+impl BlockTag {
+    /// Every tag.
+    pub const ALL: [BlockTag; 5] = [
+        BlockTag::Earliest,
+        BlockTag::Finalized,
+        BlockTag::Safe,
+        BlockTag::Latest,
+        BlockTag::Pending,
+    ];
+
+    /// The tag's text, as written on the wire.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BlockTag::Earliest => "earliest",
+            BlockTag::Finalized => "finalized",
+            BlockTag::Safe => "safe",
+            BlockTag::Latest => "latest",
+            BlockTag::Pending => "pending",
+        }
+    }
+
+    /// The tag written `s`, if any.
+    #[inline]
+    pub fn from_bytes(s: &[u8]) -> Option<BlockTag> {
+        Some(match s {
+            b"latest" => BlockTag::Latest,
+            b"pending" => BlockTag::Pending,
+            b"safe" => BlockTag::Safe,
+            b"finalized" => BlockTag::Finalized,
+            b"earliest" => BlockTag::Earliest,
+            _ => return None,
+        })
+    }
+
+    /// Whether the block the tag names moves with the chain: every tag but
+    /// `earliest` (a gateway caches by number or hash, not by these).
+    pub const fn moves(self) -> bool {
+        !matches!(self, BlockTag::Earliest)
+    }
+}
+
+impl fmt::Display for BlockTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A block number or a tag: the block parameter of
+/// `eth_getBlockByNumber`, `eth_feeHistory` and the filter's
+/// `fromBlock` / `toBlock`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockNumberOrTag {
+    /// A block number.
+    Number(u64),
+    /// A tag.
+    Tag(BlockTag),
+}
+
+impl BlockNumberOrTag {
+    pub(crate) fn parse(v: RawJson<'_>) -> Result<Self, Invalid<'_>> {
+        text(v, number_or_tag(Reason::NotBlockNumber))
+    }
+
+    /// The number, if it is one.
+    pub fn number(self) -> Option<u64> {
+        match self {
+            BlockNumberOrTag::Number(n) => Some(n),
+            BlockNumberOrTag::Tag(BlockTag::Earliest) => Some(0),
+            BlockNumberOrTag::Tag(_) => None,
+        }
+    }
+}
+
+impl fmt::Display for BlockNumberOrTag {
+    /// As written on the wire (without quotes): `0x1b4`, `latest`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlockNumberOrTag::Number(n) => write!(f, "{n:#x}"),
+            BlockNumberOrTag::Tag(t) => f.write_str(t.as_str()),
+        }
+    }
+}
+
+/// A tag, else a QUANTITY; text that is neither (no `0x`) is refused with
+/// `not_hex`, which says what was expected.
+#[inline(always)]
+fn number_or_tag(not_hex: Reason) -> impl Fn(&[u8]) -> Result<BlockNumberOrTag, Reason> {
+    move |s| {
+        if let Some(tag) = BlockTag::from_bytes(s) {
+            return Ok(BlockNumberOrTag::Tag(tag));
+        }
+        match hex::quantity_u64(s) {
+            Ok(n) => Ok(BlockNumberOrTag::Number(n)),
+            Err(Reason::MissingPrefix) => Err(not_hex),
+            Err(r) => Err(r),
+        }
+    }
+}
+
+/// A block id (EIP-1898): a tag, a number, a hash, or an object
+/// `{"blockHash":…,"requireCanonical":…}` / `{"blockNumber":…}`.
+///
+/// A string of 66 characters is a hash, as geth and alloy read it; any
+/// other string is a tag or a QUANTITY. The object form refuses unknown
+/// members, both `blockHash` and `blockNumber`, and `requireCanonical`
+/// with `blockNumber`, as alloy does.
+///
+/// ```
+/// use rpcwire::eth::{BlockId, BlockTag, EthValue};
+///
+/// let arena = bumpalo::Bump::new();
+/// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":["safe","0x10",{"blockNumber":"0x10"}]}"#, &arena).unwrap();
+/// let p = msg.into_single().unwrap().request().unwrap().params().unwrap();
+/// assert_eq!(p.nth(0).unwrap().block_id()?, BlockId::Tag(BlockTag::Safe));
+/// assert_eq!(p.nth(1).unwrap().block_id()?, BlockId::Number(16));
+/// assert_eq!(p.nth(2).unwrap().block_id()?, BlockId::Number(16));
+/// # Ok::<(), rpcwire::RpcError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BlockId {
+    /// A block number.
+    Number(u64),
+    /// A tag.
+    Tag(BlockTag),
+    /// A block hash.
+    Hash {
+        /// The hash.
+        hash: B256,
+        /// EIP-1898's `requireCanonical`, if given.
+        require_canonical: Option<bool>,
+    },
+}
+
+impl From<BlockNumberOrTag> for BlockId {
+    fn from(b: BlockNumberOrTag) -> Self {
+        match b {
+            BlockNumberOrTag::Number(n) => BlockId::Number(n),
+            BlockNumberOrTag::Tag(t) => BlockId::Tag(t),
+        }
+    }
+}
+
+impl BlockId {
+    pub(crate) fn parse(v: RawJson<'_>) -> Result<Self, Invalid<'_>> {
+        match v.kind() {
+            Kind::String => text(v, |s| {
+                if s.len() == 66 {
+                    return hex::data_array::<32>(s).map(|h| BlockId::Hash {
+                        hash: B256::from(h),
+                        require_canonical: None,
+                    });
+                }
+                number_or_tag(Reason::NotBlockId)(s).map(BlockId::from)
+            }),
+            Kind::Object => BlockId::parse_object(v),
+            _ => Err(Invalid::new(Reason::NotBlockId, v)),
+        }
+    }
+
+    fn parse_object(v: RawJson<'_>) -> Result<Self, Invalid<'_>> {
+        let mut number = None;
+        let mut hash = None;
+        let mut canonical = None;
+        for (key, value) in v.as_params().expect("an object").entries() {
+            match_key(key, |k| {
+                let (slot, name): (&mut Option<RawJson<'_>>, &'static str) = match k {
+                    b"blockNumber" => (&mut number, "blockNumber"),
+                    b"blockHash" => (&mut hash, "blockHash"),
+                    b"requireCanonical" => (&mut canonical, "requireCanonical"),
+                    _ => return Err(Invalid::new(Reason::UnknownMember, v)),
+                };
+                if slot.replace(value).is_some() {
+                    return Err(Invalid::new(Reason::DuplicateMember, value).in_field(name));
+                }
+                Ok(())
+            })?;
+        }
+        match (number, hash, canonical) {
+            (Some(_), Some(_), _) => Err(Invalid::new(Reason::HashAndNumber, v)),
+            (Some(_), None, Some(_)) => Err(Invalid::new(Reason::CanonicalWithNumber, v)),
+            (Some(n), None, None) => BlockNumberOrTag::parse(n)
+                .map(BlockId::from)
+                .map_err(|e| e.in_field("blockNumber")),
+            (None, Some(h), c) => Ok(BlockId::Hash {
+                hash: text(h, hex::data_array::<32>)
+                    .map(B256::from)
+                    .map_err(|e| e.in_field("blockHash"))?,
+                require_canonical: match c {
+                    Some(c) => Some(c.as_bool().ok_or_else(|| {
+                        Invalid::new(Reason::NotBool, c).in_field("requireCanonical")
+                    })?),
+                    None => None,
+                },
+            }),
+            (None, None, _) => Err(Invalid::new(Reason::NoBlock, v)),
+        }
+    }
+
+    /// The block number, if the id is one (`earliest` is 0).
+    pub fn number(self) -> Option<u64> {
+        match self {
+            BlockId::Number(n) => Some(n),
+            BlockId::Tag(BlockTag::Earliest) => Some(0),
+            _ => None,
+        }
+    }
+
+    /// The block hash, if the id is one.
+    pub fn hash(self) -> Option<B256> {
+        match self {
+            BlockId::Hash { hash, .. } => Some(hash),
+            _ => None,
+        }
+    }
+
+    /// Whether the id names one block for good (a number, a hash, or
+    /// `earliest`), as opposed to a tag that moves with the chain: the
+    /// first condition for caching a result by block.
+    pub fn is_pinned(self) -> bool {
+        !matches!(self, BlockId::Tag(t) if t.moves())
+    }
+}
+
+/// Runs `f` on an object member's name, decoded if it was written with
+/// escapes (the rare path, which allocates).
+#[inline(always)]
+pub(crate) fn match_key<T>(key: JsonStr<'_>, f: impl FnOnce(&[u8]) -> T) -> T {
+    if !key.has_escapes() {
+        return f(key.as_bytes());
+    }
+    match key.decode() {
+        Some(k) => f(k.as_bytes()),
+        // An unpaired surrogate: no known name.
+        None => f(b"\xff"),
+    }
+}

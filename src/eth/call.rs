@@ -1,0 +1,291 @@
+//! The call object of `eth_call`, `eth_estimateGas`,
+//! `eth_createAccessList`, `eth_sendTransaction`, `debug_traceCall`…:
+//! [`CallRequest`].
+
+use alloy_primitives::{Address, B256, U256};
+use bumpalo::Bump;
+
+use super::block::match_key;
+use super::decode::{EthValue, Hex, Invalid, Reason, Site};
+use crate::json::{Kind, RawJson};
+
+/// Declares the members: the enum indexing them, their wire names, and the
+/// key match (a `match` on byte strings: the length first, then the bytes).
+macro_rules! members {
+    ($($variant:ident = $wire:literal,)*) => {
+        #[derive(Clone, Copy)]
+        #[repr(u8)]
+        enum Member { $($variant,)* }
+
+        const COUNT: usize = [$(stringify!($variant)),*].len();
+
+        const NAMES: [&str; COUNT] = [$(
+            match core::str::from_utf8($wire) {
+                Ok(s) => s,
+                Err(_) => panic!("member names are ASCII"),
+            }
+        ),*];
+
+        #[inline]
+        fn member_of(key: &[u8]) -> Option<Member> {
+            Some(match key {
+                $($wire => Member::$variant,)*
+                _ => return None,
+            })
+        }
+    };
+}
+
+members! {
+    From = b"from",
+    To = b"to",
+    Gas = b"gas",
+    GasPrice = b"gasPrice",
+    MaxFeePerGas = b"maxFeePerGas",
+    MaxPriorityFeePerGas = b"maxPriorityFeePerGas",
+    MaxFeePerBlobGas = b"maxFeePerBlobGas",
+    Value = b"value",
+    Data = b"data",
+    Input = b"input",
+    Nonce = b"nonce",
+    ChainId = b"chainId",
+    Type = b"type",
+    AccessList = b"accessList",
+    BlobVersionedHashes = b"blobVersionedHashes",
+    AuthorizationList = b"authorizationList",
+    Blobs = b"blobs",
+    Commitments = b"commitments",
+    Proofs = b"proofs",
+}
+
+/// A call object (geth's `TransactionArgs`, alloy's `TransactionRequest`),
+/// borrowed from the message: the members are found in one pass over the
+/// object and kept raw; each accessor decodes its member on request and
+/// returns `Ok(None)` when it is absent or `null`.
+///
+/// Unknown members are ignored (as geth and alloy do); a member given twice
+/// is refused. The errors name the member (`"field"`) and, for a call
+/// object read through [`Param`](super::Param), the parameter.
+///
+/// ```
+/// use rpcwire::eth::EthParams;
+///
+/// let arena = bumpalo::Bump::new();
+/// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48","data":"0x70a08231","gas":"0x5208"},"latest"]}"#, &arena).unwrap();
+/// let mut p = EthParams::new(msg.into_single().unwrap().request().unwrap().params());
+/// let tx = p.required("transaction")?.call_request()?;
+/// assert_eq!(tx.gas()?, Some(21_000));
+/// assert_eq!(tx.from()?, None);
+/// assert_eq!(tx.input()?.unwrap().decode_in(&arena), &[0x70, 0xa0, 0x82, 0x31]);
+/// assert_eq!(tx.to()?.unwrap()[0], 0xa0);
+/// # Ok::<(), rpcwire::RpcError>(())
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct CallRequest<'a> {
+    members: [Option<RawJson<'a>>; COUNT],
+    object: RawJson<'a>,
+    site: Site,
+}
+
+impl<'a> CallRequest<'a> {
+    pub(crate) fn parse(v: RawJson<'a>, site: Site) -> Result<Self, Invalid<'a>> {
+        if v.kind() != Kind::Object {
+            return Err(Invalid::new(Reason::NotObject, v));
+        }
+        let mut members = [None; COUNT];
+        for (key, value) in v.as_params().expect("an object").entries() {
+            if let Some(m) = match_key(key, member_of)
+                && members[m as usize].replace(value).is_some()
+            {
+                return Err(
+                    Invalid::new(Reason::DuplicateMember, value).in_field(NAMES[m as usize])
+                );
+            }
+        }
+        Ok(CallRequest {
+            members,
+            object: v,
+            site,
+        })
+    }
+
+    /// The whole object, raw.
+    pub fn as_json(&self) -> RawJson<'a> {
+        self.object
+    }
+
+    /// The raw value of the member `name` (one of the members this view
+    /// knows: `from`, `to`, `gas`, `gasPrice`, `maxFeePerGas`,
+    /// `maxPriorityFeePerGas`, `maxFeePerBlobGas`, `value`, `data`, `input`,
+    /// `nonce`, `chainId`, `type`, `accessList`, `blobVersionedHashes`,
+    /// `authorizationList`, `blobs`, `commitments`, `proofs`), `None` if
+    /// absent, `null` or unknown.
+    pub fn raw(&self, name: &str) -> Option<RawJson<'a>> {
+        self.get(member_of(name.as_bytes())?)
+    }
+
+    #[inline(always)]
+    fn get(&self, m: Member) -> Option<RawJson<'a>> {
+        self.members[m as usize].filter(|v| !v.is_null())
+    }
+
+    #[inline(always)]
+    fn decode<T>(
+        &self,
+        m: Member,
+        f: impl FnOnce(RawJson<'a>) -> Result<T, Invalid<'a>>,
+    ) -> Result<Option<T>, Invalid<'a>> {
+        match self.get(m) {
+            None => Ok(None),
+            Some(v) => f(v)
+                .map(Some)
+                .map_err(|e| e.in_field(NAMES[m as usize]).at_site(self.site)),
+        }
+    }
+
+    /// `from`: the sender.
+    pub fn from(&self) -> Result<Option<Address>, Invalid<'a>> {
+        self.decode(Member::From, EthValue::address)
+    }
+
+    /// `to`: the recipient; `None` (absent or `null`) creates a contract.
+    pub fn to(&self) -> Result<Option<Address>, Invalid<'a>> {
+        self.decode(Member::To, EthValue::address)
+    }
+
+    /// `gas`: the gas limit.
+    pub fn gas(&self) -> Result<Option<u64>, Invalid<'a>> {
+        self.decode(Member::Gas, EthValue::quantity_u64)
+    }
+
+    /// `gasPrice` (legacy and EIP-2930 transactions), in wei.
+    pub fn gas_price(&self) -> Result<Option<u128>, Invalid<'a>> {
+        self.decode(Member::GasPrice, EthValue::quantity_u128)
+    }
+
+    /// `maxFeePerGas` (EIP-1559), in wei.
+    pub fn max_fee_per_gas(&self) -> Result<Option<u128>, Invalid<'a>> {
+        self.decode(Member::MaxFeePerGas, EthValue::quantity_u128)
+    }
+
+    /// `maxPriorityFeePerGas` (EIP-1559), in wei.
+    pub fn max_priority_fee_per_gas(&self) -> Result<Option<u128>, Invalid<'a>> {
+        self.decode(Member::MaxPriorityFeePerGas, EthValue::quantity_u128)
+    }
+
+    /// `maxFeePerBlobGas` (EIP-4844), in wei.
+    pub fn max_fee_per_blob_gas(&self) -> Result<Option<u128>, Invalid<'a>> {
+        self.decode(Member::MaxFeePerBlobGas, EthValue::quantity_u128)
+    }
+
+    /// `value`, in wei.
+    pub fn value(&self) -> Result<Option<U256>, Invalid<'a>> {
+        self.decode(Member::Value, EthValue::quantity_u256)
+    }
+
+    /// `nonce`.
+    pub fn nonce(&self) -> Result<Option<u64>, Invalid<'a>> {
+        self.decode(Member::Nonce, EthValue::quantity_u64)
+    }
+
+    /// `chainId`.
+    pub fn chain_id(&self) -> Result<Option<u64>, Invalid<'a>> {
+        self.decode(Member::ChainId, EthValue::quantity_u64)
+    }
+
+    /// `type`: the EIP-2718 transaction type.
+    pub fn tx_type(&self) -> Result<Option<u8>, Invalid<'a>> {
+        self.decode(Member::Type, |v| {
+            let t = v.quantity_u64()?;
+            u8::try_from(t).map_err(|_| Invalid::new(Reason::Overflow8, v))
+        })
+    }
+
+    /// The call data: `input`, or `data` (older clients' name). Both may be
+    /// given if they are equal, as geth and alloy allow.
+    pub fn input(&self) -> Result<Option<Hex<'a>>, Invalid<'a>> {
+        let input = self.decode(Member::Input, EthValue::data)?;
+        let data = self.decode(Member::Data, EthValue::data)?;
+        match (input, data) {
+            (Some(i), Some(d)) if !same_hex(&i, &d) => Err(Invalid::new(
+                Reason::DataInputDiffer,
+                self.get(Member::Data).expect("present"),
+            )
+            .at_site(self.site)),
+            (Some(i), _) => Ok(Some(i)),
+            (None, d) => Ok(d),
+        }
+    }
+
+    /// The call data decoded into `arena`, checked and decoded in one pass
+    /// (`input`, else `data`; when both are given they must be equal).
+    pub fn input_in<'b>(&self, arena: &'b Bump) -> Result<Option<&'b [u8]>, Invalid<'a>>
+    where
+        'a: 'b,
+    {
+        if self.get(Member::Input).is_some() && self.get(Member::Data).is_some() {
+            return Ok(self.input()?.map(|h| h.decode_in(arena)));
+        }
+        let m = if self.get(Member::Input).is_some() {
+            Member::Input
+        } else {
+            Member::Data
+        };
+        match self.get(m) {
+            None => Ok(None),
+            Some(v) => v
+                .bytes_in(arena)
+                .map(Some)
+                .map_err(|e| e.in_field(NAMES[m as usize]).at_site(self.site)),
+        }
+    }
+
+    /// `accessList` (EIP-2930), raw.
+    pub fn access_list(&self) -> Option<RawJson<'a>> {
+        self.get(Member::AccessList)
+    }
+
+    /// `authorizationList` (EIP-7702), raw.
+    pub fn authorization_list(&self) -> Option<RawJson<'a>> {
+        self.get(Member::AuthorizationList)
+    }
+
+    /// `blobVersionedHashes` (EIP-4844): each element decoded as a hash, in
+    /// order; empty when absent.
+    pub fn blob_versioned_hashes(
+        &self,
+    ) -> Result<impl Iterator<Item = Result<B256, Invalid<'a>>> + 'a, Invalid<'a>> {
+        let site = self.site;
+        let values = match self.get(Member::BlobVersionedHashes) {
+            None => None,
+            Some(v) => Some(v.as_params().filter(|p| p.is_array()).ok_or_else(|| {
+                Invalid::new(Reason::NotArray, v)
+                    .in_field("blobVersionedHashes")
+                    .at_site(site)
+            })?),
+        };
+        Ok(values.into_iter().flat_map(|p| p.iter()).map(move |h| {
+            h.hash()
+                .map_err(|e| e.in_field("blobVersionedHashes").at_site(site))
+        }))
+    }
+}
+
+fn same_hex(a: &Hex<'_>, b: &Hex<'_>) -> bool {
+    match (a.digits(), b.digits()) {
+        (Some(x), Some(y)) => x.eq_ignore_ascii_case(y),
+        _ => a.to_vec() == b.to_vec(),
+    }
+}
+
+impl core::fmt::Debug for CallRequest<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut d = f.debug_struct("CallRequest");
+        for (name, v) in NAMES.iter().zip(&self.members) {
+            if let Some(v) = v {
+                d.field(name, v);
+            }
+        }
+        d.finish()
+    }
+}

@@ -1,0 +1,943 @@
+//! The `eth` layer: every QUANTITY / DATA rule, block ids in every form,
+//! call objects and filters as real clients write them (checked against
+//! alloy's serde decoding), writers round-tripping through the decoders and
+//! agreeing with alloy's serde output, geth's codes, and the catalogue.
+
+#[path = "../benches/support/corpus.rs"]
+mod corpus;
+#[path = "../benches/support/eth_params.rs"]
+mod eth_params;
+
+use alloy_primitives::{Address, B256, Bytes, TxKind, U256};
+use rpcwire::eth::{
+    self, BlockId, BlockNumberOrTag, BlockTag, EthParams, EthReply, EthValue, TopicFilter,
+};
+use rpcwire::json::RawJson;
+use rpcwire::request::Params;
+use rpcwire::{Call, Connection, Dispatcher, RpcError};
+use serde_json::{Value, json};
+
+/// The params of a request whose params are `params` (JSON text).
+fn with_params<T>(params: &str, f: impl FnOnce(Params<'_>) -> T) -> T {
+    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{params}}}"#);
+    let arena = bumpalo::Bump::new();
+    let p = rpcwire::parse(msg.as_bytes(), &arena)
+        .unwrap_or_else(|e| panic!("{msg}: {e}"))
+        .into_single()
+        .unwrap()
+        .request()
+        .unwrap()
+        .params()
+        .unwrap();
+    f(p)
+}
+
+/// One value, given as JSON text.
+fn with_value<T>(json: &str, f: impl FnOnce(RawJson<'_>) -> T) -> T {
+    with_params(&format!("[{json}]"), |p| f(p.nth(0).unwrap()))
+}
+
+/// The reason a decoder gave, or the value it decoded.
+fn outcome<T>(r: Result<T, eth::Invalid<'_>>) -> Result<T, &'static str> {
+    r.map_err(|e| e.reason())
+}
+
+fn data_of(e: &RpcError) -> Value {
+    serde_json::from_str(e.data().expect("data")).expect("data is JSON")
+}
+
+// ---- QUANTITY -------------------------------------------------------------
+
+#[test]
+fn quantity_rules() {
+    let cases: &[(&str, Result<u64, &str>)] = &[
+        (r#""0x0""#, Ok(0)),
+        (r#""0x1""#, Ok(1)),
+        (r#""0x400""#, Ok(0x400)),
+        (r#""0xABCDEF""#, Ok(0xabcdef)),
+        (r#""0xAbCdEf""#, Ok(0xabcdef)),
+        (r#""0xffffffffffffffff""#, Ok(u64::MAX)),
+        (r#""0x""#, Err("empty quantity (zero is 0x0)")),
+        (r#""0x00""#, Err("leading zeros")),
+        (r#""0x01""#, Err("leading zeros")),
+        (r#""0x0400""#, Err("leading zeros")),
+        (r#""400""#, Err("missing 0x prefix")),
+        (r#""0X400""#, Err("missing 0x prefix")),
+        (r#""""#, Err("missing 0x prefix")),
+        (r#""x1""#, Err("missing 0x prefix")),
+        (r#""0xg""#, Err("invalid hex digit")),
+        (r#""0x1 ""#, Err("invalid hex digit")),
+        (r#""0x-1""#, Err("invalid hex digit")),
+        (r#""0x1.5""#, Err("invalid hex digit")),
+        (r#""0x10000000000000000""#, Err("more than 64 bits")),
+        (r#""0x1000000000000000g""#, Err("invalid hex digit")),
+        ("1024", Err("not a string")),
+        ("null", Err("not a string")),
+        ("true", Err("not a string")),
+        (r#"["0x1"]"#, Err("not a string")),
+        (r#"{"n":"0x1"}"#, Err("not a string")),
+        // Escapes are JSON's business: the decoded text is checked.
+        (r#""\u0030x1""#, Ok(1)),
+        (r#""0x\u0030""#, Ok(0)),
+        (r#""\u0030x01""#, Err("leading zeros")),
+        (r#""0x\n""#, Err("invalid hex digit")),
+    ];
+    for (json, want) in cases {
+        let got = with_value(json, |v| outcome(v.quantity_u64()));
+        assert_eq!(got, *want, "{json}");
+        // The wider decoders agree where the value fits.
+        let wide = with_value(json, |v| outcome(v.quantity_u128()));
+        match want {
+            Ok(n) => assert_eq!(wide, Ok(*n as u128), "{json}"),
+            Err("more than 64 bits") => assert!(wide.is_ok(), "{json}"),
+            Err(r) => assert_eq!(wide, Err(*r), "{json}"),
+        }
+    }
+}
+
+#[test]
+fn quantity_widths_and_u256_bounds() {
+    let max128 = format!("\"0x{}\"", "f".repeat(32));
+    assert_eq!(with_value(&max128, |v| v.quantity_u128().unwrap()), u128::MAX);
+    let over128 = format!("\"0x1{}\"", "0".repeat(32));
+    assert_eq!(
+        with_value(&over128, |v| outcome(v.quantity_u128())),
+        Err("more than 128 bits")
+    );
+    assert_eq!(
+        with_value(&over128, |v| v.quantity_u256().unwrap()),
+        U256::from(1u8) << 128
+    );
+
+    let max256 = format!("\"0x{}\"", "f".repeat(64));
+    assert_eq!(with_value(&max256, |v| v.quantity_u256().unwrap()), U256::MAX);
+    let max256_upper = format!("\"0x{}\"", "F".repeat(64));
+    assert_eq!(
+        with_value(&max256_upper, |v| v.quantity_u256().unwrap()),
+        U256::MAX
+    );
+    // 65 hex digits: one more than 256 bits hold.
+    let digits65 = format!("\"0x1{}\"", "0".repeat(64));
+    assert_eq!(
+        with_value(&digits65, |v| outcome(v.quantity_u256())),
+        Err("more than 256 bits")
+    );
+    let bad65 = format!("\"0x1{}g\"", "0".repeat(63));
+    assert_eq!(
+        with_value(&bad65, |v| outcome(v.quantity_u256())),
+        Err("invalid hex digit")
+    );
+    // Every bit length round-trips through U256's own formatting.
+    for bits in 0..256usize {
+        let v = if bits == 0 {
+            U256::ZERO
+        } else {
+            U256::MAX >> (256 - bits)
+        };
+        let json = format!("\"{v:#x}\"");
+        assert_eq!(with_value(&json, |x| x.quantity_u256().unwrap()), v, "{json}");
+    }
+    assert_eq!(
+        with_value(r#""0x00""#, |v| outcome(v.quantity_u256())),
+        Err("leading zeros")
+    );
+    assert_eq!(
+        with_value(r#""0x""#, |v| outcome(v.quantity_u256())),
+        Err("empty quantity (zero is 0x0)")
+    );
+}
+
+// ---- DATA -----------------------------------------------------------------
+
+#[test]
+fn data_rules() {
+    let cases: &[(&str, Result<&[u8], &str>)] = &[
+        (r#""0x""#, Ok(&[])),
+        (r#""0x00""#, Ok(&[0])),
+        (r#""0x00ff""#, Ok(&[0, 0xff])),
+        (r#""0xABcd""#, Ok(&[0xab, 0xcd])),
+        (r#""0xabc""#, Err("odd number of hex digits")),
+        (r#""0x0""#, Err("odd number of hex digits")),
+        (r#""00ff""#, Err("missing 0x prefix")),
+        (r#""""#, Err("missing 0x prefix")),
+        (r#""0X00ff""#, Err("missing 0x prefix")),
+        (r#""0x0x00""#, Err("invalid hex digit")),
+        (r#""0xzz""#, Err("invalid hex digit")),
+        (r#""0x00 f""#, Err("invalid hex digit")),
+        (r#""0x00 ff""#, Err("odd number of hex digits")),
+        ("12", Err("not a string")),
+        ("null", Err("not a string")),
+        ("[]", Err("not a string")),
+        (r#""\u0030x00ff""#, Ok(&[0, 0xff])),
+    ];
+    let arena = bumpalo::Bump::new();
+    for (json, want) in cases {
+        let checked = with_value(json, |v| outcome(v.data().map(|h| h.to_vec())));
+        assert_eq!(checked, want.map(<[u8]>::to_vec), "{json}");
+        let decoded = with_value(json, |v| outcome(v.bytes_in(&arena).map(<[u8]>::to_vec)));
+        assert_eq!(decoded, want.map(<[u8]>::to_vec), "{json}");
+    }
+    // The borrowed view keeps the text.
+    with_value(r#""0x00Ff""#, |v| {
+        let h = v.data().unwrap();
+        assert_eq!((h.len(), h.as_str(), h.digits()), (2, Some("0x00Ff"), Some(&b"00Ff"[..])));
+        assert_eq!(h.to_bytes(), Bytes::from_static(&[0, 0xff]));
+        assert_eq!(h.to_array::<2>(), Some([0, 0xff]));
+        assert_eq!(h.to_array::<3>(), None);
+    });
+    with_value(r#""\u0030x00ff""#, |v| {
+        let h = v.data().unwrap();
+        assert_eq!((h.len(), h.as_str()), (2, None));
+        assert_eq!(h.decode_in(&arena), &[0, 0xff]);
+    });
+}
+
+#[test]
+fn fixed_size_data() {
+    let a = "0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97";
+    let checksummed = "0x4838B106FCe9647Bdf1E7877BF73cE8B0BAD5f97";
+    for s in [a, checksummed] {
+        assert_eq!(
+            with_value(&format!("\"{s}\""), |v| v.address().unwrap()),
+            a.parse::<Address>().unwrap()
+        );
+    }
+    let short = format!("\"{}\"", &a[..40]);
+    let e = with_value(&short, |v| {
+        let e = v.address().unwrap_err();
+        (e.reason(), e.expected_len(), data_of(&e.into()))
+    });
+    assert_eq!((e.0, e.1), ("wrong length", Some(20)));
+    assert_eq!(e.2["expectedBytes"], 20);
+    let long = format!("\"{a}00\"");
+    assert_eq!(
+        with_value(&long, |v| outcome(v.address())),
+        Err("wrong length")
+    );
+    assert_eq!(
+        with_value(&format!("\"{}\"", &a[..41]), |v| outcome(v.address())),
+        Err("odd number of hex digits")
+    );
+    let h = "0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b";
+    assert_eq!(
+        with_value(&format!("\"{h}\""), |v| v.hash().unwrap()),
+        h.parse::<B256>().unwrap()
+    );
+    assert_eq!(
+        with_value(&format!("\"{a}\""), |v| outcome(v.hash())),
+        Err("wrong length")
+    );
+    assert_eq!(
+        with_value(r#""0x01020304""#, |v| v.data_array::<4>().unwrap()),
+        [1, 2, 3, 4]
+    );
+    assert_eq!(
+        with_value(r#""0x""#, |v| v.data_array::<0>().unwrap()),
+        [0u8; 0]
+    );
+}
+
+// ---- errors as the client sees them --------------------------------------
+
+#[test]
+fn refusals_name_the_param() {
+    let cases: &[(&str, Value)] = &[
+        (
+            r#"["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97","0x01"]"#,
+            json!({"param":"blockNumber","position":1,"reason":"leading zeros","received":"0x01"}),
+        ),
+        (
+            r#"["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97", "Latest"]"#,
+            json!({"param":"blockNumber","position":1,"reason":"not a block tag, number, hash or EIP-1898 object","received":"Latest"}),
+        ),
+        (
+            r#"["4838b106fce9647bdf1e7877bf73ce8b0bad5f97","latest"]"#,
+            json!({"param":"address","position":0,"reason":"missing 0x prefix","received":"4838b106fce9647bdf1e7877bf73ce8b0bad5f97"}),
+        ),
+        (
+            r#"[12,"latest"]"#,
+            json!({"param":"address","position":0,"reason":"not a string","received":12}),
+        ),
+        (
+            r#"[]"#,
+            json!({"param":"address","position":0,"reason":"missing value"}),
+        ),
+        (
+            r#"[null]"#,
+            json!({"param":"address","position":0,"reason":"missing value"}),
+        ),
+        (
+            r#"{"address":"0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97"}"#,
+            json!({"param":"address","position":0,"reason":"params must be an array"}),
+        ),
+        (
+            r#"["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97","latest",true]"#,
+            json!({"param":"extra","position":2,"reason":"too many params","received":true}),
+        ),
+        (
+            r#"["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97",{"blockHash":"0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b","blockNumber":"0x1"}]"#,
+            // Long values are cut: the first 64 characters of their text.
+            json!({"param":"blockNumber","position":1,"reason":"both blockHash and blockNumber","received":"{\"blockHash\":\"0x88df016429689c079f3b2f6ad39fa052532c56795b733da7…","receivedLength":102}),
+        ),
+        (
+            r#"["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97",{"blockNumber":"0x01"}]"#,
+            json!({"param":"blockNumber","position":1,"field":"blockNumber","reason":"leading zeros","received":"0x01"}),
+        ),
+    ];
+    for (params, want) in cases {
+        let e = with_params(params, |p| {
+            let mut p = EthParams::new(Some(p));
+            let r = (|| {
+                p.required("address")?.address()?;
+                if let Some(b) = p.optional("blockNumber") {
+                    b.block_id()?;
+                }
+                p.clone().finish()
+            })();
+            RpcError::from(r.unwrap_err())
+        });
+        assert_eq!(e.code(), -32602, "{params}");
+        assert_eq!(e.message(), "Invalid params");
+        assert_eq!(data_of(&e), *want, "{params}");
+    }
+    // Absent params are no params.
+    let mut p = EthParams::new(None);
+    assert!(p.optional("block").is_none());
+    assert_eq!(p.required("x").unwrap_err().reason(), "missing value");
+    assert!(EthParams::new(None).finish().is_ok());
+}
+
+#[test]
+fn long_received_values_are_cut() {
+    let long = format!("\"0x{}\"", "z".repeat(500));
+    let e = with_value(&long, |v| RpcError::from(v.data().unwrap_err().at("input", 0)));
+    let data = data_of(&e);
+    assert_eq!(data["reason"], "invalid hex digit");
+    assert_eq!(data["receivedLength"], 504);
+    let shown = data["received"].as_str().unwrap();
+    assert!(shown.starts_with("0xzzz") && shown.ends_with('…') && shown.len() < 80, "{shown}");
+    // Display, for logs.
+    let msg = with_params(r#"[{"gas":"0x01"}]"#, |p| {
+        let tx = EthParams::new(Some(p)).required("transaction").unwrap().call_request().unwrap();
+        tx.gas().unwrap_err().to_string()
+    });
+    assert_eq!(msg, "invalid transaction.gas (param 0): leading zeros");
+}
+
+// ---- block ids ------------------------------------------------------------
+
+#[test]
+fn block_ids_in_every_form() {
+    let h = "0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b";
+    let hash: B256 = h.parse().unwrap();
+    let ok: Vec<(String, BlockId)> = vec![
+        ("\"earliest\"".into(), BlockId::Tag(BlockTag::Earliest)),
+        ("\"finalized\"".into(), BlockId::Tag(BlockTag::Finalized)),
+        ("\"safe\"".into(), BlockId::Tag(BlockTag::Safe)),
+        ("\"latest\"".into(), BlockId::Tag(BlockTag::Latest)),
+        ("\"pending\"".into(), BlockId::Tag(BlockTag::Pending)),
+        ("\"0x0\"".into(), BlockId::Number(0)),
+        ("\"0x12a05f2\"".into(), BlockId::Number(0x12a05f2)),
+        (
+            format!("\"{h}\""),
+            BlockId::Hash { hash, require_canonical: None },
+        ),
+        (
+            format!(r#"{{"blockHash":"{h}"}}"#),
+            BlockId::Hash { hash, require_canonical: None },
+        ),
+        (
+            format!(r#"{{"blockHash":"{h}","requireCanonical":true}}"#),
+            BlockId::Hash { hash, require_canonical: Some(true) },
+        ),
+        (
+            format!(r#"{{ "requireCanonical": false, "blockHash": "{h}" }}"#),
+            BlockId::Hash { hash, require_canonical: Some(false) },
+        ),
+        (r#"{"blockNumber":"0x10"}"#.into(), BlockId::Number(16)),
+        (r#"{"blockNumber":"latest"}"#.into(), BlockId::Tag(BlockTag::Latest)),
+        (r#"{"block\u004eumber":"0x10"}"#.into(), BlockId::Number(16)),
+    ];
+    for (json, want) in &ok {
+        assert_eq!(with_value(json, |v| v.block_id().unwrap()), *want, "{json}");
+        // alloy reads the same.
+        let theirs: alloy_rpc_types_eth::BlockId = serde_json::from_str(json).unwrap();
+        assert_eq!(to_alloy(*want), theirs, "{json}");
+    }
+    let bad: &[(&str, &str)] = &[
+        (r#""Latest""#, "not a block tag, number, hash or EIP-1898 object"),
+        (r#""LATEST""#, "not a block tag, number, hash or EIP-1898 object"),
+        (r#""0x01""#, "leading zeros"),
+        (r#""0x""#, "empty quantity (zero is 0x0)"),
+        (r#""0x10000000000000000""#, "more than 64 bits"),
+        (r#""123""#, "not a block tag, number, hash or EIP-1898 object"),
+        ("123", "not a block tag, number, hash or EIP-1898 object"),
+        ("true", "not a block tag, number, hash or EIP-1898 object"),
+        ("[]", "not a block tag, number, hash or EIP-1898 object"),
+        ("{}", "neither blockHash nor blockNumber"),
+        (r#"{"blockNumber":"0x1","requireCanonical":true}"#, "requireCanonical without blockHash"),
+        (r#"{"blockNumber":"0x1","blockNumber":"0x2"}"#, "duplicate member"),
+        (r#"{"blockNumber":"0x1","extra":1}"#, "unknown member"),
+        (r#"{"requireCanonical":true}"#, "neither blockHash nor blockNumber"),
+        (r#"{"blockHash":"0x1234"}"#, "wrong length"),
+        (r#"{"blockNumber":12}"#, "not a string"),
+    ];
+    for (json, reason) in bad {
+        assert_eq!(with_value(json, |v| outcome(v.block_id())), Err(*reason), "{json}");
+    }
+    let e = with_value(&format!(r#"{{"blockHash":"{h}","requireCanonical":1}}"#), |v| {
+        v.block_id().unwrap_err().reason()
+    });
+    assert_eq!(e, "not a boolean");
+
+    // Block numbers: tags and numbers only.
+    assert_eq!(
+        with_value("\"pending\"", |v| v.block_number().unwrap()),
+        BlockNumberOrTag::Tag(BlockTag::Pending)
+    );
+    assert_eq!(
+        with_value("\"0x1b4\"", |v| v.block_number().unwrap()),
+        BlockNumberOrTag::Number(0x1b4)
+    );
+    assert_eq!(
+        with_value(&format!("\"{h}\""), |v| outcome(v.block_number())),
+        Err("more than 64 bits")
+    );
+    assert_eq!(
+        with_value("\"Safe\"", |v| outcome(v.block_number())),
+        Err("not a block tag or number")
+    );
+    assert!(BlockId::Number(5).is_pinned() && BlockId::Tag(BlockTag::Earliest).is_pinned());
+    assert!(!BlockId::Tag(BlockTag::Safe).is_pinned());
+    for t in BlockTag::ALL {
+        assert_eq!(BlockTag::from_bytes(t.as_str().as_bytes()), Some(t));
+    }
+    assert_eq!(BlockNumberOrTag::Number(0x1b4).to_string(), "0x1b4");
+}
+
+fn to_alloy(b: BlockId) -> alloy_rpc_types_eth::BlockId {
+    use alloy_rpc_types_eth::BlockNumberOrTag as N;
+    match b {
+        BlockId::Number(n) => alloy_rpc_types_eth::BlockId::Number(N::Number(n)),
+        BlockId::Tag(t) => alloy_rpc_types_eth::BlockId::Number(match t {
+            BlockTag::Earliest => N::Earliest,
+            BlockTag::Finalized => N::Finalized,
+            BlockTag::Safe => N::Safe,
+            BlockTag::Latest => N::Latest,
+            BlockTag::Pending => N::Pending,
+        }),
+        BlockId::Hash {
+            hash,
+            require_canonical,
+        } => alloy_rpc_types_eth::BlockId::Hash(alloy_eips_hash(hash, require_canonical)),
+    }
+}
+
+fn alloy_eips_hash(hash: B256, require_canonical: Option<bool>) -> alloy_rpc_types_eth::RpcBlockHash {
+    alloy_rpc_types_eth::RpcBlockHash {
+        block_hash: hash,
+        require_canonical,
+    }
+}
+
+// ---- call objects ---------------------------------------------------------
+
+/// Our reading of a call object and alloy's must agree on every member.
+fn assert_call_agrees(json: &str) {
+    let theirs: alloy_rpc_types_eth::TransactionRequest = serde_json::from_str(json).unwrap();
+    let arena = bumpalo::Bump::new();
+    with_value(json, |v| {
+        let tx = v.call_request().unwrap();
+        assert_eq!(tx.from().unwrap(), theirs.from, "{json}");
+        let to = match theirs.to {
+            Some(TxKind::Call(a)) => Some(a),
+            _ => None,
+        };
+        assert_eq!(tx.to().unwrap(), to, "{json}");
+        assert_eq!(tx.gas().unwrap(), theirs.gas, "{json}");
+        assert_eq!(tx.gas_price().unwrap(), theirs.gas_price, "{json}");
+        assert_eq!(tx.max_fee_per_gas().unwrap(), theirs.max_fee_per_gas, "{json}");
+        assert_eq!(
+            tx.max_priority_fee_per_gas().unwrap(),
+            theirs.max_priority_fee_per_gas,
+            "{json}"
+        );
+        assert_eq!(tx.max_fee_per_blob_gas().unwrap(), theirs.max_fee_per_blob_gas);
+        assert_eq!(tx.value().unwrap(), theirs.value, "{json}");
+        assert_eq!(tx.nonce().unwrap(), theirs.nonce, "{json}");
+        assert_eq!(tx.chain_id().unwrap(), theirs.chain_id, "{json}");
+        assert_eq!(tx.tx_type().unwrap(), theirs.transaction_type, "{json}");
+        let input = tx.input().unwrap().map(|h| h.to_bytes());
+        assert_eq!(input.as_ref(), theirs.input.input(), "{json}");
+        let in_arena = tx.input_in(&arena).unwrap().map(<[u8]>::to_vec);
+        assert_eq!(in_arena, theirs.input.input().map(|b| b.to_vec()), "{json}");
+        let hashes: Vec<B256> = tx
+            .blob_versioned_hashes()
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            hashes,
+            theirs.blob_versioned_hashes.clone().unwrap_or_default()
+        );
+        assert_eq!(tx.access_list().is_some(), theirs.access_list.is_some());
+    });
+}
+
+#[test]
+fn call_objects_from_real_clients() {
+    // viem `readContract` (balanceOf), `call` with an account, and a
+    // Multicall3 aggregate.
+    assert_call_agrees(
+        r#"{"data":"0x70a08231000000000000000000000000d8da6bf26964af9d7eed9e03e53415d37aa96045","to":"0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"}"#,
+    );
+    assert_call_agrees(
+        r#"{"data":"0x06fdde03","from":"0xd8da6bf26964af9d7eed9e03e53415d37aa96045","to":"0x6b175474e89094c44da98b954eedeac495271d0f"}"#,
+    );
+    assert_call_agrees(
+        r#"{"data":"0x82ad56cb00000000000000000000000000000000000000000000000000000000000000200000000000000000000000000000000000000000000000000000000000000000","to":"0xca11bde05977b3631167028862be2a173976ca11"}"#,
+    );
+    // viem `estimateGas` / `prepareTransactionRequest`: EIP-1559 fields.
+    assert_call_agrees(
+        r#"{"from":"0xd8da6bf26964af9d7eed9e03e53415d37aa96045","gas":"0x5208","maxFeePerGas":"0x6fc23ac00","maxPriorityFeePerGas":"0x3b9aca00","nonce":"0x2a","to":"0x70997970c51812dc3a010c7d01b50e0d17dc79c8","value":"0xde0b6b3a7640000"}"#,
+    );
+    // ethers v6 `getRpcTransaction`: lowercase hex, `to` before `data`.
+    assert_call_agrees(
+        r#"{"to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2","data":"0x18160ddd"}"#,
+    );
+    assert_call_agrees(
+        r#"{"type":"0x2","gas":"0x186a0","to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2","from":"0xd8da6bf26964af9d7eed9e03e53415d37aa96045","data":"0xd0e30db0","value":"0x2386f26fc10000","maxFeePerGas":"0x77359400","maxPriorityFeePerGas":"0x59682f00","chainId":"0x1","accessList":[]}"#,
+    );
+    // web3.py: spaces and EIP-55 checksummed addresses, legacy gas price.
+    assert_call_agrees(
+        r#"{"to": "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48", "data": "0x313ce567"}"#,
+    );
+    assert_call_agrees(
+        r#"{"from": "0xd8dA6BF26964aF9D7eEd9e03E53415D37aA96045", "to": "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", "value": "0x1", "gas": "0x5208", "gasPrice": "0x4a817c800", "nonce": "0x0", "chainId": "0x1"}"#,
+    );
+    // foundry / alloy: `input`, both names equal, contract creation, blobs.
+    assert_call_agrees(r#"{"input":"0x6080604052","to":null}"#);
+    assert_call_agrees(r#"{"input":"0xabcd","data":"0xABCD","to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2"}"#);
+    assert_call_agrees(
+        r#"{"to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2","maxFeePerBlobGas":"0x3b9aca00","blobVersionedHashes":["0x01b0a4cdd5f55589f5c5b4d46c76704bb6ce95c0a8c09f77f197a57808dded28"],"type":"0x3"}"#,
+    );
+    // Unknown members are ignored, as alloy and geth do.
+    assert_call_agrees(r#"{"to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2","ccipReadEnabled":true}"#);
+    assert_call_agrees("{}");
+}
+
+#[test]
+fn call_object_refusals() {
+    let cases: &[(&str, &str, &str)] = &[
+        (r#"{"gas":"0x01"}"#, "gas", "leading zeros"),
+        (r#"{"gas":21000}"#, "gas", "not a string"),
+        (r#"{"value":"0x"}"#, "value", "empty quantity (zero is 0x0)"),
+        (r#"{"to":"0x1234"}"#, "to", "wrong length"),
+        (r#"{"from":"0xd8da6bf26964af9d7eed9e03e53415d37aa9604"}"#, "from", "odd number of hex digits"),
+        (r#"{"data":"0x123"}"#, "data", "odd number of hex digits"),
+        (r#"{"input":"abcd"}"#, "input", "missing 0x prefix"),
+        (r#"{"type":"0x100"}"#, "type", "more than 8 bits"),
+        (r#"{"maxFeePerGas":"0x100000000000000000000000000000000"}"#, "maxFeePerGas", "more than 128 bits"),
+    ];
+    for (json, field, reason) in cases {
+        let e = with_params(&format!("[{json},\"latest\"]"), |p| {
+            let tx = EthParams::new(Some(p))
+                .required("transaction")
+                .unwrap()
+                .call_request()
+                .unwrap();
+            let r = (|| {
+                tx.from()?;
+                tx.to()?;
+                tx.gas()?;
+                tx.value()?;
+                tx.max_fee_per_gas()?;
+                tx.tx_type()?;
+                tx.input()?;
+                Ok::<_, eth::Invalid<'_>>(())
+            })();
+            RpcError::from(r.unwrap_err())
+        });
+        let data = data_of(&e);
+        assert_eq!(data["param"], "transaction", "{json}");
+        assert_eq!(data["position"], 0, "{json}");
+        assert_eq!(data["field"], *field, "{json}");
+        assert_eq!(data["reason"], *reason, "{json}");
+    }
+    let whole = |json: &str| with_value(json, |v| outcome(v.call_request().map(|_| ())));
+    assert_eq!(whole(r#"{"to":"0x00","to":"0x01"}"#), Err("duplicate member"));
+    assert_eq!(whole(r#""0x00""#), Err("not an object"));
+    assert_eq!(
+        with_value(r#"{"data":"0x01","input":"0x02"}"#, |v| outcome(
+            v.call_request().unwrap().input().map(|_| ())
+        )),
+        Err("data and input both set and different")
+    );
+    with_value(r#"{"to":null,"gas":null,"data":null}"#, |v| {
+        let tx = v.call_request().unwrap();
+        assert_eq!((tx.to().unwrap(), tx.gas().unwrap()), (None, None));
+        assert!(tx.input().unwrap().is_none() && tx.raw("to").is_none());
+    });
+    with_value(r#"{"gas":"0x1","nonce":"0x2"}"#, |v| {
+        let tx = v.call_request().unwrap();
+        assert_eq!(tx.raw("nonce").unwrap().as_bytes(), b"\"0x2\"");
+        assert!(tx.raw("unknown").is_none());
+        assert_eq!(tx.as_json().as_bytes(), br#"{"gas":"0x1","nonce":"0x2"}"#);
+    });
+}
+
+// ---- filters --------------------------------------------------------------
+
+fn assert_filter_agrees(json: &str) {
+    let theirs: alloy_rpc_types_eth::Filter = serde_json::from_str(json).unwrap();
+    with_value(json, |v| {
+        let f = v.log_filter().unwrap();
+        use alloy_rpc_types_eth::FilterBlockOption as O;
+        let to_alloy = |b: Option<BlockNumberOrTag>| {
+            b.map(|b| match b {
+                BlockNumberOrTag::Number(n) => alloy_rpc_types_eth::BlockNumberOrTag::Number(n),
+                BlockNumberOrTag::Tag(t) => match to_alloy(BlockId::Tag(t)) {
+                    alloy_rpc_types_eth::BlockId::Number(n) => n,
+                    _ => unreachable!(),
+                },
+            })
+        };
+        match &theirs.block_option {
+            O::Range { from_block, to_block } => {
+                assert_eq!(to_alloy(f.from_block().unwrap()), *from_block, "{json}");
+                assert_eq!(to_alloy(f.to_block().unwrap()), *to_block, "{json}");
+                assert_eq!(f.block_hash().unwrap(), None);
+            }
+            O::AtBlockHash(h) => assert_eq!(f.block_hash().unwrap(), Some(*h), "{json}"),
+        }
+        let mut ours: Vec<Address> = f.addresses().unwrap().map(Result::unwrap).collect();
+        let mut want: Vec<Address> = theirs.address.iter().copied().collect();
+        ours.sort();
+        ours.dedup();
+        want.sort();
+        assert_eq!(ours, want, "{json}");
+        let mut positions = 0;
+        for (i, t) in f.topics().unwrap().enumerate() {
+            positions += 1;
+            let mut got: Vec<B256> = match t.unwrap() {
+                TopicFilter::Any => vec![],
+                TopicFilter::One(h) => vec![h],
+                TopicFilter::AnyOf(set) => set.map(Result::unwrap).collect(),
+            };
+            let mut want: Vec<B256> = theirs.topics[i].iter().copied().collect();
+            got.sort();
+            got.dedup();
+            want.sort();
+            assert_eq!(got, want, "{json} topic {i}");
+        }
+        for i in positions..4 {
+            assert!(theirs.topics[i].is_empty());
+        }
+    });
+}
+
+#[test]
+fn filters_from_real_clients() {
+    let transfer = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef";
+    let approval = "0x8c5be1e5ebec7d5bd14f71427d1e84f3dd0314c0f7b2291e5b200ac8c7c3b925";
+    let me = "0x000000000000000000000000d8da6bf26964af9d7eed9e03e53415d37aa96045";
+    // viem `getLogs` / `getContractEvents`: address, topics, range.
+    assert_filter_agrees(&format!(
+        r#"{{"address":"0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48","topics":["{transfer}",null,"{me}"],"fromBlock":"0x1312d00","toBlock":"0x1313500"}}"#
+    ));
+    assert_filter_agrees(&format!(
+        r#"{{"address":["0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48","0xdac17f958d2ee523a2206206994597c13d831ec7"],"topics":[["{transfer}","{approval}"]],"blockHash":"0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b"}}"#
+    ));
+    // ethers v6: the range first, `latest`.
+    assert_filter_agrees(&format!(
+        r#"{{"fromBlock":"0x1312d00","toBlock":"latest","address":"0xdac17f958d2ee523a2206206994597c13d831ec7","topics":["{transfer}"]}}"#
+    ));
+    // web3.py: spaces, checksummed address, `earliest`.
+    assert_filter_agrees(&format!(
+        r#"{{"fromBlock": "earliest", "toBlock": "0x1312d00", "address": "0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48", "topics": ["{transfer}", null, null, "{me}"]}}"#
+    ));
+    assert_filter_agrees("{}");
+    assert_filter_agrees(r#"{"address":null,"topics":null,"fromBlock":null}"#);
+    assert_filter_agrees(&format!(r#"{{"topics":[null,["{me}"]]}}"#));
+
+    // A null among alternatives matches anything (geth).
+    with_value(&format!(r#"{{"topics":[["{transfer}",null]]}}"#), |v| {
+        let t = v.log_filter().unwrap().topics().unwrap().next().unwrap().unwrap();
+        assert_eq!(t, TopicFilter::Any);
+    });
+    with_value(r#"{"address":[]}"#, |v| {
+        let a = v.log_filter().unwrap().addresses().unwrap();
+        assert!(!a.is_any());
+        assert_eq!(a.count(), 0);
+    });
+}
+
+#[test]
+fn filter_refusals() {
+    let h = "0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b";
+    let whole = |json: &str| with_value(json, |v| outcome(v.log_filter().map(|_| ())));
+    assert_eq!(
+        whole(&format!(r#"{{"blockHash":"{h}","fromBlock":"0x1"}}"#)),
+        Err("blockHash together with fromBlock or toBlock")
+    );
+    assert_eq!(whole(&format!(r#"{{"blockHash":"{h}","fromBlock":null}}"#)), Ok(()));
+    assert_eq!(whole(r#"{"address":"0x00","address":"0x01"}"#), Err("duplicate member"));
+    assert_eq!(whole("[]"), Err("not an object"));
+
+    let topics = |json: &str| {
+        with_value(json, |v| {
+            let f = v.log_filter().unwrap();
+            outcome(f.topics().and_then(|t| t.collect::<Result<Vec<_>, _>>()).map(|t| t.len()))
+        })
+    };
+    assert_eq!(topics(r#"{"topics":[null,null,null,null,null]}"#), Err("more than 4 topic positions"));
+    assert_eq!(topics(r#"{"topics":[null,null,null,null]}"#), Ok(4));
+    assert_eq!(topics(r#"{"topics":"0x00"}"#), Err("not an array of topics"));
+    assert_eq!(topics(r#"{"topics":[1]}"#), Err("not an array of topics"));
+    assert_eq!(topics(r#"{"topics":["0x1234"]}"#), Err("wrong length"));
+    let e = with_params(r#"[{"fromBlock":"0x01"}]"#, |p| {
+        let f = EthParams::new(Some(p)).required("filter").unwrap().log_filter().unwrap();
+        data_of(&RpcError::from(f.from_block().unwrap_err()))
+    });
+    assert_eq!(
+        e,
+        json!({"param":"filter","position":0,"field":"fromBlock","reason":"leading zeros","received":"0x01"})
+    );
+    let addresses = |json: &str| {
+        with_value(json, |v| {
+            let f = v.log_filter().unwrap();
+            outcome(f.addresses().and_then(|a| a.collect::<Result<Vec<_>, _>>()).map(|a| a.len()))
+        })
+    };
+    assert_eq!(addresses(r#"{"address":5}"#), Err("not an address or an array of addresses"));
+    assert_eq!(addresses(r#"{"address":["0x12"]}"#), Err("wrong length"));
+}
+
+// ---- the corpus the benchmark runs, against alloy -------------------------
+
+#[test]
+fn generated_traffic_agrees_with_alloy() {
+    for (k, method) in eth_params::METHODS.iter().enumerate() {
+        for msg in eth_params::messages(method, 0x5eed + k as u64, 1500) {
+            let text = String::from_utf8(msg).unwrap();
+            let v: Value = serde_json::from_str(&text).unwrap();
+            let params = serde_json::to_string(&v["params"]).unwrap();
+            let first = serde_json::to_string(&v["params"][0]).unwrap();
+            match *method {
+                "eth_call" => assert_call_agrees(&first),
+                "eth_getLogs" => assert_filter_agrees(&first),
+                "eth_getBalance" => {
+                    let (a, b): (Address, alloy_rpc_types_eth::BlockId) =
+                        serde_json::from_str(&params).unwrap();
+                    with_params(&params, |p| {
+                        let mut p = EthParams::new(Some(p));
+                        assert_eq!(p.required("address").unwrap().address().unwrap(), a);
+                        let ours = p.required("block").unwrap().block_id().unwrap();
+                        assert_eq!(to_alloy(ours), b, "{params}");
+                    });
+                }
+                _ => {
+                    let (b,): (Bytes,) = serde_json::from_str(&params).unwrap();
+                    let arena = bumpalo::Bump::new();
+                    with_params(&params, |p| {
+                        let mut p = EthParams::new(Some(p));
+                        assert_eq!(p.required("tx").unwrap().bytes_in(&arena).unwrap(), &b[..]);
+                    });
+                }
+            }
+        }
+    }
+}
+
+// ---- writers --------------------------------------------------------------
+
+fn written(f: impl FnOnce(&mut Vec<u8>)) -> String {
+    let mut out = Vec::new();
+    f(&mut out);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn writers_round_trip_and_agree_with_alloy() {
+    let mut rng = corpus::Rng::new(3);
+    let mut quantities: Vec<u128> = vec![0, 1, 15, 16, 255, 256, u64::MAX as u128, 1 << 64, u128::MAX];
+    for bits in 1..=128u32 {
+        quantities.push(((rng.next_u64() as u128) << 64 | rng.next_u64() as u128) >> (128 - bits));
+    }
+    for q in quantities {
+        let text = written(|o| eth::write::quantity(o, q));
+        assert_eq!(text, serde_json::to_string(&U256::from(q)).unwrap());
+        assert_eq!(with_value(&text, |v| v.quantity_u128().unwrap()), q);
+        if let Ok(small) = u64::try_from(q) {
+            assert_eq!(with_value(&text, |v| v.quantity_u64().unwrap()), small);
+            assert_eq!(text, format!("\"{small:#x}\""));
+        }
+    }
+    let mut wide = vec![U256::ZERO, U256::MAX, U256::from(1u8) << 255, U256::from(u128::MAX) + U256::from(1u8)];
+    for bits in 1..=256usize {
+        let limbs = [rng.next_u64(), rng.next_u64(), rng.next_u64(), rng.next_u64()];
+        wide.push(U256::from_limbs(limbs) >> (256 - bits));
+    }
+    for v in wide {
+        let text = written(|o| eth::write::quantity_u256(o, &v));
+        assert_eq!(text, serde_json::to_string(&v).unwrap());
+        assert_eq!(with_value(&text, |x| x.quantity_u256().unwrap()), v);
+    }
+    for len in [0usize, 1, 2, 20, 31, 32, 33, 511, 512, 513, 1500, 4096] {
+        let bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+        let text = written(|o| eth::write::data(o, &bytes));
+        assert_eq!(text, serde_json::to_string(&Bytes::from(bytes.clone())).unwrap());
+        let arena = bumpalo::Bump::new();
+        assert_eq!(with_value(&text, |v| v.bytes_in(&arena).unwrap().to_vec()), bytes);
+    }
+    let a = Address::from([0xab; 20]);
+    let text = written(|o| eth::write::address(o, &a));
+    assert_eq!(text.to_lowercase(), serde_json::to_string(&a).unwrap().to_lowercase());
+    assert_eq!(text, format!("\"{a:#x}\""));
+    assert_eq!(with_value(&text, |v| v.address().unwrap()), a);
+    let h = B256::from([0x5c; 32]);
+    let text = written(|o| eth::write::hash(o, &h));
+    assert_eq!(text, serde_json::to_string(&h).unwrap());
+    assert_eq!(with_value(&text, |v| v.hash().unwrap()), h);
+}
+
+#[test]
+fn eth_reply_through_the_dispatcher() {
+    let big: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+    let big2 = big.clone();
+    let d = Dispatcher::builder(())
+        .method("q", |c: Call<'_, ()>| EthReply::quantity(c.reply, 0x1b4))
+        .method("q256", |c: Call<'_, ()>| c.reply.quantity_u256(U256::MAX))
+        .method("data", |c: Call<'_, ()>| EthReply::data(c.reply, &[1, 2, 0xff]))
+        .method("big", move |c: Call<'_, ()>| c.reply.data(&big2))
+        .method("addr", |c: Call<'_, ()>| c.reply.address(&Address::from([0x11; 20])))
+        .method("hash", |c: Call<'_, ()>| c.reply.hash(&B256::ZERO))
+        .method("echo", |c: Call<'_, ()>| {
+            let mut p = EthParams::new(c.params);
+            let n = p.required("n")?.quantity_u64()?;
+            p.finish()?;
+            EthReply::quantity(c.reply, n as u128 + 1)
+        })
+        .build()
+        .unwrap();
+    let call = |method: &str, params: &str| {
+        let mut conn = Connection::new();
+        let mut out = Vec::new();
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
+        d.handle(msg.as_bytes(), &mut conn, &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        v
+    };
+    assert_eq!(call("q", "[]")["result"], "0x1b4");
+    assert_eq!(call("q256", "[]")["result"], format!("0x{}", "f".repeat(64)));
+    assert_eq!(call("data", "[]")["result"], "0x0102ff");
+    assert_eq!(call("big", "[]")["result"], const_hex::encode_prefixed(&big));
+    assert_eq!(call("addr", "[]")["result"], format!("0x{}", "11".repeat(20)));
+    assert_eq!(call("hash", "[]")["result"], format!("0x{}", "00".repeat(32)));
+    assert_eq!(call("echo", r#"["0x1b3"]"#)["result"], "0x1b4");
+    let e = call("echo", r#"["0x01b3"]"#);
+    assert_eq!(e["error"]["code"], -32602);
+    assert_eq!(
+        e["error"]["data"],
+        json!({"param":"n","position":0,"reason":"leading zeros","received":"0x01b3"})
+    );
+
+    // Bounded by the response size limit, streamed or not.
+    let small = Dispatcher::builder(())
+        .max_response_len(200)
+        .too_large_code(eth::codes::RESPONSE_TOO_LARGE)
+        .method("big", move |c: Call<'_, ()>| c.reply.data(&big))
+        .method("mid", |c: Call<'_, ()>| c.reply.data(&[7u8; 120]))
+        .build()
+        .unwrap();
+    for m in ["big", "mid"] {
+        let mut out = Vec::new();
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+        small.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["error"]["code"], -32003, "{m}");
+    }
+}
+
+// ---- codes ----------------------------------------------------------------
+
+#[test]
+fn geth_codes() {
+    use eth::codes;
+    assert_eq!(
+        (codes::SERVER_ERROR, codes::REQUEST_TIMEOUT, codes::RESPONSE_TOO_LARGE, codes::EXECUTION_REVERTED),
+        (-32000, -32002, -32003, 3)
+    );
+    assert_eq!(codes::request_timeout().code(), -32002);
+    assert_eq!(codes::server_error("nonce too low").message(), "nonce too low");
+    // Error(string) "Ownable: caller is not the owner".
+    let reason = "Ownable: caller is not the owner";
+    let mut out = vec![0x08, 0xc3, 0x79, 0xa0];
+    out.extend_from_slice(&U256::from(32u8).to_be_bytes::<32>());
+    out.extend_from_slice(&U256::from(reason.len()).to_be_bytes::<32>());
+    let mut padded = reason.as_bytes().to_vec();
+    padded.resize(64, 0);
+    out.extend_from_slice(&padded);
+    let e = codes::execution_reverted(&out);
+    assert_eq!(e.code(), 3);
+    assert_eq!(e.message(), format!("execution reverted: {reason}"));
+    assert_eq!(e.data().unwrap(), format!("\"{}\"", const_hex::encode_prefixed(&out)));
+    // A custom error, an empty revert, truncated output: no reason.
+    for output in [&[0x12, 0x34, 0x56, 0x78][..], &[], &out[..40], &out[..out.len() - 40]] {
+        let e = codes::execution_reverted(output);
+        assert_eq!(e.message(), "execution reverted");
+        assert_eq!(codes::revert_reason(output), None);
+    }
+    assert_eq!(codes::execution_reverted(&[]).data(), Some("\"0x\""));
+}
+
+// ---- catalogue ------------------------------------------------------------
+
+#[test]
+fn catalogue_round_trips_every_entry() {
+    use eth::catalogue::{self, Access, BlockParam, Cache, METHODS, Namespace};
+    assert!(METHODS.len() >= 100, "{}", METHODS.len());
+    let mut names = std::collections::HashSet::new();
+    for m in METHODS {
+        assert!(names.insert(m.name), "{} twice", m.name);
+        assert_eq!(catalogue::lookup(m.name), Some(m));
+        assert_eq!(Namespace::of(m.name), Some(m.namespace));
+        if let Some(p) = m.block.position() {
+            assert!(p <= 2, "{}", m.name);
+        }
+    }
+    assert_eq!(catalogue::lookup("eth_foo"), None);
+    let expect: &[(&str, BlockParam, Cache, Access)] = &[
+        ("eth_call", BlockParam::Id(1), Cache::ByBlock, Access::Read),
+        ("eth_getBalance", BlockParam::Id(1), Cache::ByBlock, Access::Read),
+        ("eth_getStorageAt", BlockParam::Id(2), Cache::ByBlock, Access::Read),
+        ("eth_getProof", BlockParam::Id(2), Cache::ByBlock, Access::Read),
+        ("eth_getBlockByNumber", BlockParam::Number(0), Cache::ByBlock, Access::Read),
+        ("eth_getBlockByHash", BlockParam::Hash(0), Cache::ByBlock, Access::Read),
+        ("eth_getLogs", BlockParam::Filter(0), Cache::ByBlock, Access::Read),
+        ("eth_feeHistory", BlockParam::Number(1), Cache::ByBlock, Access::Read),
+        ("eth_getTransactionReceipt", BlockParam::None, Cache::ByTransaction, Access::Read),
+        ("eth_blockNumber", BlockParam::None, Cache::Never, Access::Read),
+        ("eth_chainId", BlockParam::None, Cache::Static, Access::Read),
+        ("eth_sendRawTransaction", BlockParam::None, Cache::Never, Access::Write),
+        ("eth_subscribe", BlockParam::None, Cache::Never, Access::Subscription),
+        ("eth_newFilter", BlockParam::Filter(0), Cache::Never, Access::Filter),
+        ("eth_getFilterChanges", BlockParam::None, Cache::Never, Access::Filter),
+        ("eth_sign", BlockParam::None, Cache::Never, Access::Account),
+        ("debug_traceTransaction", BlockParam::None, Cache::ByTransaction, Access::Read),
+        ("debug_traceCall", BlockParam::Id(1), Cache::ByBlock, Access::Read),
+        ("trace_call", BlockParam::Id(2), Cache::ByBlock, Access::Read),
+        ("trace_filter", BlockParam::Filter(0), Cache::ByBlock, Access::Read),
+        ("txpool_content", BlockParam::None, Cache::Never, Access::Read),
+        ("net_version", BlockParam::None, Cache::Static, Access::Read),
+        ("web3_sha3", BlockParam::None, Cache::Static, Access::Read),
+    ];
+    for (name, block, cache, access) in expect {
+        let m = catalogue::lookup(name).unwrap();
+        assert_eq!((m.block, m.cache, m.access), (*block, *cache, *access), "{name}");
+    }
+    // Every method of the benchmark's traffic mix is in the catalogue.
+    for (name, _) in corpus::ETH_MIX {
+        assert!(catalogue::lookup(name).is_some(), "{name}");
+    }
+}
