@@ -153,6 +153,8 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         R: IntoResponse + 'static,
     {
         let erased: Arc<AsyncFn<S>> = Arc::new(move |call| -> Pin<Box<dyn PendingCall>> {
+            // `()` without the `tracing` feature.
+            #[cfg_attr(not(feature = "tracing"), allow(clippy::let_unit_value))]
             let span = span_of(call.method(), call.id());
             #[cfg(feature = "tracing")]
             let fut = span.in_scope(|| handler(call));
