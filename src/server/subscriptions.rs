@@ -918,6 +918,31 @@ mod tests {
         assert_eq!(got[1]["params"]["error"]["message"], "upstream gone");
     }
 
+    #[test]
+    fn a_gateway_relays_an_upstream_notification_without_decoding_it() {
+        let upstream = br#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x9ce59a13059e417087c02d3236a0b1cc","result":{"number":"0x1b4","hash":"0xab"}}}"#;
+        let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+        let (down, sink) = subs.subscribe().unwrap();
+        // The gateway's map from upstream ids to its clients' sinks.
+        let relays: HashMap<&str, Sink> = [("0x9ce59a13059e417087c02d3236a0b1cc", sink)].into();
+        let arena = bumpalo::Bump::new();
+        let crate::message::Message::Single(entry) = crate::parse(upstream, &arena).unwrap() else {
+            panic!("a single message")
+        };
+        let params = entry.request().unwrap().params().unwrap();
+        let up = params.get("subscription").unwrap().as_str().unwrap();
+        let result = params.get("result").unwrap();
+        relays[up].send_raw(result.as_bytes()).unwrap();
+        let relayed = subs.try_next().unwrap();
+        assert_eq!(
+            relayed,
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{down}","result":{{"number":"0x1b4","hash":"0xab"}}}}}}"#
+            )
+            .as_bytes()
+        );
+    }
+
     #[tokio::test]
     async fn closed_completes_when_the_connection_closes() {
         let subs = Subscriptions::new(SubscriptionConfig::default(), None);
