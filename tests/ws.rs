@@ -484,8 +484,9 @@ async fn read_frames_until_eof(tcp: &mut TcpStream) -> Vec<(u8, Vec<u8>)> {
 #[tokio::test]
 async fn the_server_pings_and_closes_a_silent_client() {
     let _shared = HEAP.read().await;
+    // Pings after 1 s of silence; a pong has a second to come back.
     let limits = Limits {
-        idle_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(2),
         ..Limits::default()
     };
     let server = start(limits, SubscriptionConfig::default()).await;

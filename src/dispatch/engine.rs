@@ -218,6 +218,8 @@ where
     R: IntoResponse + 'static,
 {
     Arc::new(move |call| -> Pin<Box<dyn PendingCall>> {
+        // `()` without the `tracing` feature.
+        #[cfg_attr(not(feature = "tracing"), allow(clippy::let_unit_value))]
         let span = span_of(call.method(), call.id());
         #[cfg(feature = "tracing")]
         let fut = span.in_scope(|| handler(call));

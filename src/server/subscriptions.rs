@@ -25,7 +25,8 @@
 //! the subscription with a final error notification
 //! ([`SlowPolicy::Close`], counted as [`LimitKind::Subscription`]). Either
 //! way the connection is never stalled and its memory is bounded: at most
-//! `max_per_connection × (buffer + 1)` notifications wait.
+//! [`max_queued`](SubscriptionConfig::max_queued) notifications wait (plus
+//! one final error notification per subscription the policy closed).
 //!
 //! A connection may hold at most
 //! [`max_per_connection`](SubscriptionConfig::max_per_connection)
@@ -120,12 +121,18 @@ pub struct SubscriptionConfig {
     /// The notification's method (default `"eth_subscription"`).
     pub method: Cow<'static, str>,
     /// Notifications buffered per subscription while the client is slow
-    /// (default 1024; at least 1).
+    /// (default 1024; at least 1). A subscription is also full when the
+    /// connection's [`max_queued`](SubscriptionConfig::max_queued) is
+    /// reached.
     pub buffer: usize,
     /// What happens when that buffer is full.
     pub policy: SlowPolicy,
     /// Subscriptions one connection may hold at once (default 1024).
     pub max_per_connection: usize,
+    /// Notifications queued over all the subscriptions of one connection
+    /// (default 16,384, geth's order of magnitude): past it, the
+    /// subscription sending is treated as full.
+    pub max_queued: usize,
 }
 
 impl Default for SubscriptionConfig {
@@ -135,6 +142,7 @@ impl Default for SubscriptionConfig {
             buffer: 1024,
             policy: SlowPolicy::DropOldest,
             max_per_connection: 1024,
+            max_queued: 16_384,
         }
     }
 }
@@ -534,11 +542,19 @@ impl Registry {
             _ => return Err(SinkError::Closed),
         };
         let mut hit = None;
-        if entry.queue.len() >= capacity {
+        if entry.queue.len() >= capacity || state.queued >= self.config.max_queued.max(1) {
             match self.config.policy {
                 SlowPolicy::DropOldest => {
-                    entry.queue.pop_front();
-                    state.queued -= 1;
+                    if entry.queue.pop_front().is_some() {
+                        state.queued -= 1;
+                    } else {
+                        // The connection's queue is full of other
+                        // subscriptions' notifications: this one is the
+                        // oldest of its own.
+                        drop(guard);
+                        self.count(LimitKind::Queue);
+                        return Ok(());
+                    }
                     hit = Some(LimitKind::Queue);
                 }
                 SlowPolicy::Close => {
@@ -848,6 +864,55 @@ mod tests {
     }
 
     #[test]
+    fn the_connection_wide_cap_bounds_many_subscriptions() {
+        let metrics = Arc::new(Metrics::default());
+        let config = SubscriptionConfig {
+            buffer: 10,
+            max_queued: 12,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, Some(metrics.clone()));
+        let (_, a) = subs.subscribe().unwrap();
+        let (_, b) = subs.subscribe().unwrap();
+        let (_, c) = subs.subscribe().unwrap();
+        for i in 0..10 {
+            a.send(&i).unwrap();
+        }
+        for i in 0..5 {
+            b.send(&i).unwrap();
+        }
+        // b holds 2 of the 12: each send replaced its oldest.
+        assert_eq!((a.queued(), b.queued(), subs.queued()), (10, 2, 12));
+        // c has none to give up: its notification is the one dropped.
+        c.send(&0).unwrap();
+        assert_eq!((c.queued(), subs.queued()), (0, 12));
+        assert_eq!(metrics.limit_count(LimitKind::Queue), 4);
+        let b_results: Vec<_> = drain(&subs)
+            .into_iter()
+            .filter(|n| n["params"]["subscription"] == b.id().to_string())
+            .map(|n| n["params"]["result"].clone())
+            .collect();
+        assert_eq!(b_results, [3, 4]);
+        // With the close policy, the subscription that finds the connection
+        // full is closed.
+        let config = SubscriptionConfig {
+            buffer: 10,
+            max_queued: 3,
+            policy: SlowPolicy::Close,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, None);
+        let (_, a) = subs.subscribe().unwrap();
+        let (_, b) = subs.subscribe().unwrap();
+        for i in 0..3 {
+            a.send(&i).unwrap();
+        }
+        assert_eq!(b.send(&0), Err(SinkError::Closed));
+        assert!(!a.is_closed());
+        assert_eq!(subs.queued(), 4, "a's three and b's final notice");
+    }
+
+    #[test]
     fn close_policy_ends_with_an_error_notification() {
         let metrics = Arc::new(Metrics::default());
         let config = SubscriptionConfig {
@@ -916,6 +981,31 @@ mod tests {
         sink.close_with_error(&RpcError::new(-32000, "upstream gone"));
         let got = drain(&subs);
         assert_eq!(got[1]["params"]["error"]["message"], "upstream gone");
+    }
+
+    #[test]
+    fn a_gateway_relays_an_upstream_notification_without_decoding_it() {
+        let upstream = br#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"0x9ce59a13059e417087c02d3236a0b1cc","result":{"number":"0x1b4","hash":"0xab"}}}"#;
+        let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+        let (down, sink) = subs.subscribe().unwrap();
+        // The gateway's map from upstream ids to its clients' sinks.
+        let relays: HashMap<&str, Sink> = [("0x9ce59a13059e417087c02d3236a0b1cc", sink)].into();
+        let arena = bumpalo::Bump::new();
+        let crate::message::Message::Single(entry) = crate::parse(upstream, &arena).unwrap() else {
+            panic!("a single message")
+        };
+        let params = entry.request().unwrap().params().unwrap();
+        let up = params.get("subscription").unwrap().as_str().unwrap();
+        let result = params.get("result").unwrap();
+        relays[up].send_raw(result.as_bytes()).unwrap();
+        let relayed = subs.try_next().unwrap();
+        assert_eq!(
+            relayed,
+            format!(
+                r#"{{"jsonrpc":"2.0","method":"eth_subscription","params":{{"subscription":"{down}","result":{{"number":"0x1b4","hash":"0xab"}}}}}}"#
+            )
+            .as_bytes()
+        );
     }
 
     #[tokio::test]
