@@ -251,7 +251,14 @@ impl Connection {
         out: &mut B,
     ) {
         self.begin_message();
+        let (at, flushed) = (out.len(), self.engine.replies_flushed);
         dispatcher.inner.start(input, self, out);
+        // A reply written at once (an error, a synchronous answer: at most
+        // one, and never together with replies the engine flushes, which it
+        // marks itself) is marked here.
+        if out.len() > at && self.engine.replies_flushed == flushed {
+            out.end_reply();
+        }
         self.end_message();
     }
 
@@ -259,6 +266,10 @@ impl Connection {
     /// `out`, each one complete. `Ready(n)` once `n > 0` replies were
     /// written; `Pending` otherwise (the waker is called when a call makes
     /// progress or a deadline passes).
+    ///
+    /// Here and in [`start`](Connection::start), `out`'s
+    /// [`end_reply`](ReplyBuf::end_reply) is called after each reply, so a
+    /// stream transport can frame each one.
     pub fn poll_replies<S: Send + Sync + 'static, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
@@ -636,6 +647,9 @@ pub(crate) struct Engine {
     reply_lists: Vec<Vec<ReplyState>>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     generation: u64,
+    /// Replies written by [`flush_complete`](Engine::flush_complete), ever:
+    /// tells `Connection::start` whether the reply it sees was marked.
+    replies_flushed: u64,
 }
 
 impl Default for Engine {
@@ -653,6 +667,7 @@ impl Default for Engine {
             reply_lists: Vec::new(),
             timer: None,
             generation: 0,
+            replies_flushed: 0,
         }
     }
 }
@@ -709,6 +724,8 @@ impl Engine {
                     Some(v) if v.is_empty() => std::mem::swap(v, &mut msg.buf),
                     _ => out.extend_from_slice(&msg.buf),
                 }
+                out.end_reply();
+                self.replies_flushed += 1;
                 written += 1;
             }
             self.free_msgs.push(m);
@@ -1059,6 +1076,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     match poll_reply(out, id, allowance, &msg.too_large, poll) {
                         Poll::Pending => false,
                         Poll::Ready((len, written)) => {
+                            out.end_reply();
                             msg.budget.commit(too_large_len, len, written);
                             msg.replies[k] = ReplyState::Written;
                             msg.next = 1;
@@ -1151,6 +1169,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     write_error_reply(out, id, allowance, &msg.too_large, REQUEST_TIMEOUT, |o| {
                         tail(o)
                     });
+                out.end_reply();
                 msg.budget.commit(too_large_len, len, refused);
                 msg.replies[k] = ReplyState::Written;
                 msg.next = 1;

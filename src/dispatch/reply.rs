@@ -58,6 +58,13 @@ pub trait ReplyBuf {
     fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
         None
     }
+    /// Marks the end of one complete reply. The pipelined API
+    /// (`Connection::start`, `Connection::poll_replies`, feature `async`)
+    /// calls it right after each reply it appends, so that a stream
+    /// transport's buffer can frame every reply on its own; the default
+    /// does nothing.
+    #[inline(always)]
+    fn end_reply(&mut self) {}
 }
 
 impl ReplyBuf for Vec<u8> {
@@ -111,6 +118,10 @@ impl<T: ReplyBuf + ?Sized> ReplyBuf for &mut T {
     #[inline(always)]
     fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
         (**self).as_vec_mut()
+    }
+    #[inline(always)]
+    fn end_reply(&mut self) {
+        (**self).end_reply()
     }
 }
 
