@@ -20,6 +20,8 @@ use bytes::Bytes;
 use crate::dispatch::{CallRecord, Observer};
 use crate::peer::{Outbound, SendError};
 
+pub mod stream;
+
 /// Limits a server enforces. Each is a defence against one kind of abuse;
 /// every breach gets a clear error and is counted in [`Metrics`].
 #[derive(Clone, Debug)]
