@@ -326,6 +326,7 @@ impl<F: Framer> Driver<F> {
             out: Output::default(),
             outbox: outbox_rx,
             input: Input::Open,
+            wants_bytes: true,
             reason: CloseReason::Eof,
             calls_dropped: false,
             closing: false,
@@ -481,6 +482,9 @@ struct Io<'d, S, K, F, R, W> {
     out: Output,
     outbox: mpsc::Receiver<Bytes>,
     input: Input,
+    /// The framer found no complete message in `rbuf`: only then is more
+    /// read (so the buffer holds at most one message and one read).
+    wants_bytes: bool,
     /// Why the connection ends, once `input` is not `Open`.
     reason: CloseReason,
     /// The shutdown grace passed: calls in flight were dropped.
@@ -589,6 +593,7 @@ where
                 }
                 Step::NeedMore { consumed } => {
                     self.rbuf.advance(consumed);
+                    self.wants_bytes = true;
                     if self.input == Input::Eof {
                         // What is left is a message cut short: dropped.
                         self.input = Input::Stopped;
@@ -751,9 +756,7 @@ where
     }
 
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> io::Result<bool> {
-        // `take_messages` ran until the framer needed more bytes, unless
-        // reading is not wanted now.
-        if self.input != Input::Open || self.backpressured() {
+        if self.input != Input::Open || !self.wants_bytes || self.backpressured() {
             return Ok(false);
         }
         if self.rbuf.capacity() - self.rbuf.len() < MIN_READ_ROOM {
@@ -769,6 +772,7 @@ where
                 Ok(true)
             }
             Poll::Ready(Ok(n)) => {
+                self.wants_bytes = false;
                 self.peaks.bytes_read += n as u64;
                 self.peaks.read_buffer = self.peaks.read_buffer.max(self.rbuf.len());
                 Ok(true)
