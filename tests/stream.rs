@@ -17,12 +17,16 @@ use std::time::Duration;
 
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::{Concatenated, Framer, Lines, Lsp};
-use rpcwire::server::stream::{CloseReason, Driver, serve_tcp, serve_unix};
+#[cfg(unix)]
+use rpcwire::server::stream::serve_unix;
+use rpcwire::server::stream::{CloseReason, Driver, serve_tcp};
 use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::net::{TcpListener, TcpStream};
+#[cfg(unix)]
+use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -258,7 +262,12 @@ impl Server {
         F: Framer + Send + 'static,
         M: FnMut() -> F + Send + 'static,
     {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // A backlog for bursts of connections (`TcpListener::bind` gives
+        // 128: a burst past it waits for SYN retransmits, a second or more).
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_reuseaddr(true).unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(1024).unwrap();
         let addr = listener.local_addr().unwrap();
         let (metrics, shutdown) = (Arc::new(Metrics::default()), Shutdown::new());
         let task = tokio::spawn(serve_tcp(
@@ -305,6 +314,7 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     assert!(waited.is_ok(), "timed out waiting for {what}");
 }
 
+#[cfg(unix)]
 fn temp_socket(name: &str) -> (PathBuf, PathBuf) {
     let dir = std::env::temp_dir().join(format!("rpcwire-stream-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -376,6 +386,7 @@ async fn pipelined_100k_requests_concatenated_framing() {
     pipelined(Framing::Concatenated, || Box::new(Concatenated::new())).await;
 }
 
+#[cfg(unix)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lsp_framing_over_a_unix_socket() {
     const N: u64 = 10_000;

@@ -950,7 +950,10 @@ where
 /// Handlers see the transport `"tcp"` and the client's address
 /// ([`Context::peer_addr`]). Small replies are not delayed (`TCP_NODELAY`).
 /// Errors of one connection end that connection only; accept errors (out
-/// of file descriptors, say) pause accepting briefly.
+/// of file descriptors, say) pause accepting briefly. For bursts of
+/// connections, make the listener with a longer backlog than
+/// `TcpListener::bind`'s 128 (`tokio::net::TcpSocket::listen`): past it,
+/// new connections wait for the client to retry, a second or more.
 ///
 /// ```
 /// use rpcwire::frame::Lines;
