@@ -36,6 +36,8 @@
 //! * **Closes cleanly.** At the end of the input it answers every message
 //!   read, writes everything, and returns ([`CloseReason::Eof`]): an MCP
 //!   server on stdio exits when its client closes stdin, replies delivered.
+//!   A message cut short by the end of the input is dropped (with newline
+//!   framing, a last line needs its `\n`).
 //!   On [`Shutdown`] it stops reading, lets the calls in flight finish
 //!   within [`Limits::shutdown_grace`], writes their replies whole, and
 //!   closes. A connection idle for [`Limits::idle_timeout`] is closed and
@@ -111,7 +113,7 @@ pub struct ConnectionStats {
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
     messages_read: AtomicU64,
-    messages_written: AtomicU64,
+    messages_queued: AtomicU64,
     pending_output_bytes: AtomicUsize,
     pending_output_messages: AtomicUsize,
     peak_output_bytes: AtomicUsize,
@@ -136,8 +138,8 @@ impl ConnectionStats {
         self.messages_read.load(Ordering::Relaxed)
     }
     /// Messages (replies, notifications, requests) queued for the client.
-    pub fn messages_written(&self) -> u64 {
-        self.messages_written.load(Ordering::Relaxed)
+    pub fn messages_queued(&self) -> u64 {
+        self.messages_queued.load(Ordering::Relaxed)
     }
     /// Output framed but not yet written, in bytes.
     pub fn pending_output_bytes(&self) -> usize {
@@ -448,7 +450,7 @@ struct Peaks {
     bytes_read: u64,
     bytes_written: u64,
     messages_read: u64,
-    messages_written: u64,
+    messages_queued: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -655,7 +657,7 @@ where
             from = end;
         }
         debug_assert_eq!(from, self.replies.buf.len(), "every reply is marked");
-        self.peaks.messages_written += self.replies.ends.len() as u64;
+        self.peaks.messages_queued += self.replies.ends.len() as u64;
         self.replies.buf.clear();
         self.replies.ends.clear();
         if self.replies.buf.capacity() > KEEP_BUFFER {
@@ -672,7 +674,7 @@ where
             match self.outbox.try_recv() {
                 Ok(message) => {
                     self.out.push(&self.framer, &message);
-                    self.peaks.messages_written += 1;
+                    self.peaks.messages_queued += 1;
                     any = true;
                 }
                 Err(_) => break,
@@ -711,7 +713,7 @@ where
             match self.outbox.poll_recv(cx) {
                 Poll::Ready(Some(message)) => {
                     self.out.push(&self.framer, &message);
-                    self.peaks.messages_written += 1;
+                    self.peaks.messages_queued += 1;
                     any = true;
                 }
                 // Closed (cannot happen while the context lives) or empty.
@@ -863,8 +865,8 @@ where
             .fetch_add(std::mem::take(&mut p.bytes_written), r);
         s.messages_read
             .fetch_add(std::mem::take(&mut p.messages_read), r);
-        s.messages_written
-            .fetch_add(std::mem::take(&mut p.messages_written), r);
+        s.messages_queued
+            .fetch_add(std::mem::take(&mut p.messages_queued), r);
         s.pending_output_bytes.store(self.out.pending_bytes(), r);
         s.pending_output_messages.store(self.out.ends.len(), r);
         s.peak_output_bytes.fetch_max(p.output_bytes, r);
