@@ -41,7 +41,11 @@ fn main() {
         // `--load PORT single|batch TOTAL`: load a server started by hand
         // (for profiling it).
         let port: u16 = args[i + 1].parse().unwrap();
-        let case = if args[i + 2] == "batch" { Case::Batch100 } else { Case::Single };
+        let case = if args[i + 2] == "batch" {
+            Case::Batch100
+        } else {
+            Case::Single
+        };
         let total: usize = args[i + 3].parse().unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         let (n, _) = rt.block_on(drive(
@@ -55,11 +59,7 @@ fn main() {
         return;
     }
     // `cargo bench` passes `--bench`; a filter argument picks cases.
-    let filter = args
-        .iter()
-        .skip(1)
-        .find(|a| !a.starts_with("--"))
-        .cloned();
+    let filter = args.iter().skip(1).find(|a| !a.starts_with("--")).cloned();
     bench(filter.as_deref());
 }
 
@@ -205,7 +205,9 @@ impl Case {
             Case::Batch100 => {
                 let entries: Vec<String> = (0..100)
                     .map(|i| {
-                        format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber","params":[]}}"#)
+                        format!(
+                            r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber","params":[]}}"#
+                        )
                     })
                     .collect();
                 Bytes::from(format!("[{}]", entries.join(",")))
@@ -389,7 +391,9 @@ fn bench(filter: Option<&str>) {
         }
         ratios.push((case.name(), case_ratios));
     }
-    println!("\nrpcwire's advantage (jsonrpsee / rpcwire; throughput rpcwire / jsonrpsee), min / median / max over rounds:");
+    println!(
+        "\nrpcwire's advantage (jsonrpsee / rpcwire; throughput rpcwire / jsonrpsee), min / median / max over rounds:"
+    );
     println!(
         "{:<16} {:>20} {:>20} {:>20} {:>20}",
         "case", "requests/s", "p50 latency", "p99 latency", "server CPU/req"

@@ -505,3 +505,142 @@ async fn pipelined_replies_are_each_marked_where_they_end() {
     assert_eq!(batch[0]["id"], 3);
     assert_eq!(batch[1]["id"], 4);
 }
+
+/// A reply buffer that records where each reply ends, as a stream
+/// transport's does to frame replies one by one.
+#[derive(Default)]
+struct Marked {
+    buf: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl rpcwire::dispatch::ReplyBuf for Marked {
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes)
+    }
+    fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len)
+    }
+    fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        Some(&mut self.buf)
+    }
+    fn end_reply(&mut self) {
+        self.ends.push(self.buf.len());
+    }
+}
+
+impl Marked {
+    /// Each reply, parsed on its own; the marks must cover the buffer.
+    fn replies(&mut self) -> Vec<Value> {
+        let mut from = 0;
+        let mut replies = Vec::new();
+        for &end in &self.ends {
+            replies.push(serde_json::from_slice(&self.buf[from..end]).unwrap());
+            from = end;
+        }
+        assert_eq!(from, self.buf.len(), "every byte belongs to a marked reply");
+        self.buf.clear();
+        self.ends.clear();
+        replies
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_pipelined_reply_is_marked_where_it_ends() {
+    let d = Dispatcher::builder(Gauge::default())
+        .timeout(Some(Duration::from_millis(100)))
+        .async_method("sleep", |call: AsyncCall<Gauge>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(ms)
+        })
+        .async_method("forever", |_call: AsyncCall<Gauge>| {
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .method("sync_add", |call: Call<'_, Gauge>| {
+            let (a, b): (u64, u64) = call.decode()?;
+            call.reply.u64(a + b)
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Marked::default();
+    let start = |conn: &mut Connection, out: &mut Marked, msg: &'static str| {
+        conn.start(&d, &Bytes::from_static(msg.as_bytes()), out)
+    };
+    // Answered at once: a parse error, a synchronous call, a synchronous
+    // batch; nothing for a notification.
+    start(&mut conn, &mut out, "{");
+    start(
+        &mut conn,
+        &mut out,
+        r#"{"jsonrpc":"2.0","id":1,"method":"sync_add","params":[1,2]}"#,
+    );
+    start(
+        &mut conn,
+        &mut out,
+        r#"[{"jsonrpc":"2.0","id":2,"method":"sync_add","params":[1,1]}]"#,
+    );
+    start(
+        &mut conn,
+        &mut out,
+        r#"{"jsonrpc":"2.0","method":"sync_add","params":[1,1]}"#,
+    );
+    let r = out.replies();
+    assert_eq!(r.len(), 3);
+    assert_eq!(r[1]["result"], 3);
+    assert_eq!(r[2][0]["result"], 2);
+    // Replies that complete later: single calls, a batch, a timeout.
+    start(
+        &mut conn,
+        &mut out,
+        r#"{"jsonrpc":"2.0","id":3,"method":"sleep","params":[10]}"#,
+    );
+    start(
+        &mut conn,
+        &mut out,
+        r#"{"jsonrpc":"2.0","id":4,"method":"sleep","params":[10]}"#,
+    );
+    start(
+        &mut conn,
+        &mut out,
+        r#"[{"jsonrpc":"2.0","id":5,"method":"sleep","params":[10]},{"jsonrpc":"2.0","id":6,"method":"sync_add","params":[0,0]}]"#,
+    );
+    start(
+        &mut conn,
+        &mut out,
+        r#"{"jsonrpc":"2.0","id":7,"method":"forever"}"#,
+    );
+    start(
+        &mut conn,
+        &mut out,
+        r#"[{"jsonrpc":"2.0","id":8,"method":"forever"}]"#,
+    );
+    assert!(out.buf.is_empty());
+    let mut replies = Vec::new();
+    while conn.messages_in_flight() > 0 {
+        let n = std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
+        assert_eq!(out.ends.len(), n, "one mark per reply counted");
+        replies.extend(out.replies());
+    }
+    assert_eq!(replies.len(), 5);
+    // A batch completed by a cancellation is flushed, and marked, by the
+    // next message's start, together with that message's own reply.
+    start(
+        &mut conn,
+        &mut out,
+        r#"[{"jsonrpc":"2.0","id":9,"method":"forever"}]"#,
+    );
+    assert!(conn.cancel(b"9"));
+    start(
+        &mut conn,
+        &mut out,
+        r#"[{"jsonrpc":"2.0","id":10,"method":"forever"},{"jsonrpc":"2.0","id":11,"method":"sync_add","params":[0,0]}]"#,
+    );
+    let r = out.replies();
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0][0]["error"]["code"], -32800);
+}

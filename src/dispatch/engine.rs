@@ -298,6 +298,10 @@ impl Connection {
     /// `out`, each one complete. `Ready(n)` once `n > 0` replies were
     /// written; `Pending` otherwise (the waker is called when a call makes
     /// progress or a deadline passes).
+    ///
+    /// Here and in [`start`](Connection::start), `out`'s
+    /// [`end_reply`](ReplyBuf::end_reply) is called after each reply, so a
+    /// stream transport can frame each one.
     pub fn poll_replies<S: Send + Sync + 'static, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
@@ -1099,6 +1103,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     match poll_reply(out, id, allowance, &msg.too_large, poll) {
                         Poll::Pending => false,
                         Poll::Ready((len, written)) => {
+                            out.end_reply();
                             msg.budget.commit(too_large_len, len, written);
                             msg.replies[k] = ReplyState::Written;
                             msg.next = 1;
@@ -1132,8 +1137,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
         }
         drop(task);
         if single {
-            // Its reply is in `out` already; the message is done.
-            out.end_reply();
+            // Its reply is in `out` already (and marked); the message is
+            // done.
             return 1;
         }
         0

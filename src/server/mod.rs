@@ -23,6 +23,7 @@ use crate::peer::{Outbound, SendError};
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
+pub mod stream;
 pub mod subscriptions;
 #[cfg(feature = "ws")]
 #[cfg_attr(docsrs, doc(cfg(feature = "ws")))]

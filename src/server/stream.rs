@@ -1,0 +1,1166 @@
+//! Stream transports: stdio, TCP and Unix sockets, over the
+//! [framers](crate::frame).
+//!
+//! One connection driver, [`Driver`], serves any pair of
+//! `AsyncRead` / `AsyncWrite` halves with any [`Framer`]; the entry points
+//! put it on stdin/stdout ([`serve_stdio`]) and behind accept loops
+//! ([`serve_tcp`], [`serve_unix`]).
+//!
+//! What the driver does for each connection:
+//!
+//! * **Reads without copying.** Bytes are read into one `BytesMut`; each
+//!   frame the framer finds is split off it and handed to the dispatcher as
+//!   a `Bytes` slice of it, so async handlers get their params as slices of
+//!   the bytes read from the socket.
+//! * **Pipelines.** A client may send any number of messages without
+//!   waiting: each is started at once ([`Connection::start`]), many run
+//!   together, and each reply is written as soon as it is complete, in the
+//!   order replies complete (JSON-RPC clients match replies by id).
+//!   Handlers can also send notifications and requests to their client
+//!   ([`Context::notify`], [`Context::peer`]): they go through the
+//!   connection's bounded [`Outbox`] and are framed like replies.
+//! * **Batches writes.** Replies that complete together go out in one write
+//!   call, each framed with [`Framer::encode`].
+//! * **Bounds memory.** It stops reading while [`Limits::max_in_flight`]
+//!   messages (or calls) are being handled, or while the output not yet
+//!   written holds [`Limits::max_queued`] messages or
+//!   [`Driver::max_pending_output`] bytes, and resumes when they drain: a
+//!   client that sends without reading fills its own socket buffers, not
+//!   the server's memory. The read buffer never holds more than about one
+//!   message (the framer's limit; match it to [`Limits::max_message_len`]).
+//! * **Answers bad input and carries on.** A message the framer refuses
+//!   (over its size limit) gets its error reply with `id: null` and is
+//!   counted ([`LimitKind::MessageLen`]); bytes the framer cannot
+//!   resynchronise after are answered, then the connection closes once the
+//!   calls in flight are answered.
+//! * **Closes cleanly.** At the end of the input it answers every message
+//!   read, writes everything, and returns ([`CloseReason::Eof`]): an MCP
+//!   server on stdio exits when its client closes stdin, replies delivered.
+//!   A message cut short by the end of the input is dropped (with newline
+//!   framing, a last line needs its `\n`).
+//!   On [`Shutdown`] it stops reading, lets the calls in flight finish
+//!   within [`Limits::shutdown_grace`], writes their replies whole, and
+//!   closes. A connection idle for [`Limits::idle_timeout`] is closed and
+//!   counted ([`LimitKind::Idle`]).
+//!
+//! ```
+//! use rpcwire::frame::Lines;
+//! use rpcwire::server::stream::{CloseReason, Driver};
+//! use rpcwire::{Call, Dispatcher};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let d = Dispatcher::builder(())
+//!     .method("ping", |c: Call<'_, ()>| c.reply.str("pong"))
+//!     .build()?;
+//! // Any pair of byte streams will do; here, an in-memory pipe.
+//! let (client, server) = tokio::io::duplex(4096);
+//! let (server_read, server_write) = tokio::io::split(server);
+//! let served = tokio::spawn(async move { Driver::new(Lines::new()).run(&d, server_read, server_write).await });
+//! let (mut client_read, mut client_write) = tokio::io::split(client);
+//! client_write.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n").await?;
+//! client_write.shutdown().await?; // end of input: the driver answers, then returns
+//! let mut replies = String::new();
+//! client_read.read_to_string(&mut replies).await?;
+//! assert_eq!(replies, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"pong\"}\n");
+//! assert_eq!(served.await.unwrap()?, CloseReason::Eof);
+//! # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+//! ```
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio::time::{Instant, Sleep};
+
+use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
+use crate::dispatch::ReplyBuf;
+use crate::frame::{FrameError, Framer, Step};
+use crate::{Connection, Context, ContextBuilder, Dispatcher};
+
+/// Why a connection ended (when it ended without an I/O error).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// The client closed its side: every message it sent was answered and
+    /// every reply written.
+    Eof,
+    /// The framer found bytes it cannot resynchronise after (this error);
+    /// it was answered, and so were the calls in flight.
+    Framing(FrameError),
+    /// Nothing happened for [`Limits::idle_timeout`]: no message arrived
+    /// whole, no call ran, no byte could be written.
+    Idle,
+    /// [`Shutdown`] was triggered.
+    Shutdown,
+}
+
+/// Counters of one connection driven by a [`Driver`], readable while it
+/// runs ([`Driver::stats`]): what was read and written, and how close the
+/// connection came to its memory bounds.
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    messages_read: AtomicU64,
+    messages_queued: AtomicU64,
+    pending_output_bytes: AtomicUsize,
+    pending_output_messages: AtomicUsize,
+    peak_output_bytes: AtomicUsize,
+    peak_output_messages: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+    peak_read_buffer: AtomicUsize,
+    read_pauses: AtomicU64,
+    paused: AtomicBool,
+}
+
+impl ConnectionStats {
+    /// Bytes read from the client.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+    /// Bytes written to the client.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written.load(Ordering::Relaxed)
+    }
+    /// Messages (frames) received, refused ones included.
+    pub fn messages_read(&self) -> u64 {
+        self.messages_read.load(Ordering::Relaxed)
+    }
+    /// Messages (replies, notifications, requests) queued for the client.
+    pub fn messages_queued(&self) -> u64 {
+        self.messages_queued.load(Ordering::Relaxed)
+    }
+    /// Output framed but not yet written, in bytes.
+    pub fn pending_output_bytes(&self) -> usize {
+        self.pending_output_bytes.load(Ordering::Relaxed)
+    }
+    /// Messages framed but not yet written whole.
+    pub fn pending_output_messages(&self) -> usize {
+        self.pending_output_messages.load(Ordering::Relaxed)
+    }
+    /// The most output ever pending at once, in bytes.
+    pub fn peak_output_bytes(&self) -> usize {
+        self.peak_output_bytes.load(Ordering::Relaxed)
+    }
+    /// The most messages ever pending output at once.
+    pub fn peak_output_messages(&self) -> usize {
+        self.peak_output_messages.load(Ordering::Relaxed)
+    }
+    /// The most messages or calls (whichever more) ever in flight at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.peak_in_flight.load(Ordering::Relaxed)
+    }
+    /// The most bytes the read buffer ever held, not yet framed.
+    pub fn peak_read_buffer(&self) -> usize {
+        self.peak_read_buffer.load(Ordering::Relaxed)
+    }
+    /// How often reading stopped for backpressure.
+    pub fn read_pauses(&self) -> u64 {
+        self.read_pauses.load(Ordering::Relaxed)
+    }
+    /// Whether reading is stopped for backpressure now.
+    pub fn reading_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+}
+
+/// Serves one connection: reads messages with a [`Framer`], dispatches
+/// them pipelined, writes the replies and the handlers' outbound messages;
+/// see the [module docs](self).
+///
+/// The entry points ([`serve_stdio`], [`serve_tcp`], [`serve_unix`]) use
+/// one per connection; use it directly for other byte streams (a child
+/// process's pipes, a serial line, an in-memory pipe in tests).
+pub struct Driver<F> {
+    framer: F,
+    limits: Limits,
+    idle_timeout: Option<Option<Duration>>,
+    max_pending_output: usize,
+    context: ContextBuilder,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: Option<Shutdown>,
+    stats: Arc<ConnectionStats>,
+}
+
+impl<F> fmt::Debug for Driver<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Driver")
+            .field("limits", &self.limits)
+            .field("max_pending_output", &self.max_pending_output)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Bytes read at a time (at least).
+const READ_CHUNK: usize = 64 * 1024;
+/// Read only when at least this much room is free, else make more.
+const MIN_READ_ROOM: usize = 4 * 1024;
+/// A frame this large gets a read buffer to itself: small messages read
+/// after it do not keep its memory alive while they are handled.
+const LARGE_FRAME: usize = 64 * 1024;
+/// Output and reply buffers larger than this are given back when empty.
+const KEEP_BUFFER: usize = 1 << 20;
+/// Rounds of work in one poll before yielding to other tasks.
+const ROUNDS_PER_POLL: usize = 32;
+
+impl<F: Framer> Driver<F> {
+    /// Default for [`max_pending_output`](Driver::max_pending_output): 1 MiB.
+    pub const DEFAULT_MAX_PENDING_OUTPUT: usize = 1 << 20;
+
+    /// A driver framing with `framer`, default limits, no metrics, no
+    /// shutdown signal, and a context that says nothing about the transport.
+    pub fn new(framer: F) -> Self {
+        Driver {
+            framer,
+            limits: Limits::default(),
+            idle_timeout: None,
+            max_pending_output: Self::DEFAULT_MAX_PENDING_OUTPUT,
+            context: Context::builder(),
+            metrics: None,
+            shutdown: None,
+            stats: Arc::default(),
+        }
+    }
+
+    /// The limits enforced ([`Limits::max_connections`] is the accept
+    /// loop's and is not used here).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Overrides [`Limits::idle_timeout`]; `None` never closes an idle
+    /// connection ([`serve_stdio`] does that: its client owns the process).
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = Some(timeout);
+        self
+    }
+
+    /// Output not yet written, in bytes, past which the driver stops
+    /// reading requests until the client reads (default 1 MiB; replies of
+    /// calls already running are still queued, so the output can pass it
+    /// by at most their size).
+    ///
+    /// Why: a client that sends requests and never reads would otherwise
+    /// make the server buffer every reply.
+    pub fn max_pending_output(mut self, bytes: usize) -> Self {
+        self.max_pending_output = bytes.max(1);
+        self
+    }
+
+    /// What handlers see of the connection (transport name, peer address,
+    /// extensions). The driver makes it two-way: [`Context::peer`] sends to
+    /// this connection's client through an [`Outbox`] of
+    /// [`Limits::max_queued`] messages.
+    pub fn context(mut self, context: ContextBuilder) -> Self {
+        self.context = context;
+        self
+    }
+
+    /// Where limit hits are counted.
+    pub fn metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The signal for a graceful shutdown.
+    pub fn shutdown(mut self, shutdown: Shutdown) -> Self {
+        self.shutdown = Some(shutdown);
+        self
+    }
+
+    /// The connection's counters, readable while it runs.
+    pub fn stats(&self) -> Arc<ConnectionStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Serves the connection until it ends: the client closes its side
+    /// (every message answered first), the framer gives up, it is idle, or
+    /// the shutdown is triggered. An I/O error (the client vanished) ends
+    /// it at once, calls in flight dropped. Pending outbound requests of
+    /// the connection's peer fail with `PeerError::Closed` when it ends.
+    pub async fn run<S, K, R, W>(
+        self,
+        dispatcher: &Dispatcher<S, K>,
+        reader: R,
+        writer: W,
+    ) -> io::Result<CloseReason>
+    where
+        S: Send + Sync + 'static,
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        let (outbox, outbox_rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
+        let context = self.context.outbound(Arc::new(outbox)).build();
+        let idle_timeout = self.idle_timeout.unwrap_or(Some(self.limits.idle_timeout));
+        let shutdown = self
+            .shutdown
+            .map(|s| -> Pin<Box<dyn Future<Output = ()> + Send>> {
+                Box::pin(async move { s.triggered().await })
+            });
+        let mut io = Io {
+            dispatcher,
+            framer: self.framer,
+            reader,
+            writer,
+            conn: Connection::with_context(context.clone()),
+            max_in_flight: self.limits.max_in_flight.max(1),
+            max_queued: self.limits.max_queued.max(1),
+            max_message_len: self.limits.max_message_len,
+            shutdown_grace: self.limits.shutdown_grace,
+            max_pending_output: self.max_pending_output,
+            metrics: self.metrics,
+            stats: self.stats,
+            rbuf: BytesMut::new(),
+            replies: Replies::default(),
+            out: Output::default(),
+            outbox: outbox_rx,
+            input: Input::Open,
+            wants_bytes: true,
+            reason: CloseReason::Eof,
+            calls_dropped: false,
+            closing: false,
+            paused: false,
+            idle_timeout,
+            idle: idle_timeout.map(|t| Box::pin(tokio::time::sleep(t))),
+            last_activity: Instant::now(),
+            shutdown,
+            grace: None,
+            peaks: Peaks::default(),
+        };
+        let result = std::future::poll_fn(|cx| io.poll(cx)).await;
+        if let Some(peer) = context.peer() {
+            peer.close();
+        }
+        result
+    }
+}
+
+/// The dispatcher's reply buffer: replies as it writes them, marked where
+/// each ends ([`ReplyBuf::end_reply`]) so each can be framed on its own.
+#[derive(Default)]
+struct Replies {
+    buf: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl ReplyBuf for Replies {
+    #[inline]
+    fn len(&self) -> usize {
+        self.buf.len()
+    }
+    #[inline]
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes)
+    }
+    #[inline]
+    fn push(&mut self, byte: u8) {
+        self.buf.push(byte)
+    }
+    #[inline]
+    fn truncate(&mut self, len: usize) {
+        self.buf.truncate(len)
+    }
+    #[inline]
+    fn reserve(&mut self, additional: usize) {
+        self.buf.reserve(additional)
+    }
+    #[inline]
+    fn as_vec_mut(&mut self) -> Option<&mut Vec<u8>> {
+        Some(&mut self.buf)
+    }
+    #[inline]
+    fn end_reply(&mut self) {
+        self.ends.push(self.buf.len());
+    }
+}
+
+/// Framed output waiting to be written: `buf[at..]`.
+#[derive(Default)]
+struct Output {
+    buf: Vec<u8>,
+    /// Bytes of `buf` already written.
+    at: usize,
+    /// Output stream offset of `buf[0]`.
+    base: u64,
+    /// Output stream offsets where the messages not yet written whole end.
+    ends: VecDeque<u64>,
+    /// Something was written and not flushed yet.
+    unflushed: bool,
+}
+
+impl Output {
+    fn pending_bytes(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    fn is_empty(&self) -> bool {
+        self.at == self.buf.len()
+    }
+
+    /// Frames `message` at the end of the output.
+    fn push<F: Framer>(&mut self, framer: &F, message: &[u8]) {
+        framer.encode(message, &mut self.buf);
+        self.ends.push_back(self.base + self.buf.len() as u64);
+    }
+
+    /// `n` more bytes were written.
+    fn advance(&mut self, n: usize) {
+        self.at += n;
+        let written = self.base + self.at as u64;
+        while self.ends.front().is_some_and(|&end| end <= written) {
+            self.ends.pop_front();
+        }
+        if self.at == self.buf.len() {
+            self.base = written;
+            self.buf.clear();
+            self.at = 0;
+            if self.buf.capacity() > KEEP_BUFFER {
+                self.buf = Vec::new();
+            }
+        } else if self.at >= LARGE_FRAME && self.at >= self.buf.len() / 2 {
+            // Keep the unwritten tail at the front, so the buffer does not
+            // grow while a slow reader takes its bytes.
+            self.buf.drain(..self.at);
+            self.base = written;
+            self.at = 0;
+        }
+    }
+}
+
+/// The highest values seen, published to the stats at the end of a poll.
+#[derive(Default)]
+struct Peaks {
+    output_bytes: usize,
+    output_messages: usize,
+    in_flight: usize,
+    read_buffer: usize,
+    bytes_read: u64,
+    bytes_written: u64,
+    messages_read: u64,
+    messages_queued: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Input {
+    /// Reading.
+    Open,
+    /// The client finished sending: frame what is buffered, read no more.
+    Eof,
+    /// No more messages are taken (all framed, or the framer gave up, or
+    /// shutdown).
+    Stopped,
+}
+
+/// One connection's state, polled by [`Driver::run`].
+struct Io<'d, S, K, F, R, W> {
+    dispatcher: &'d Dispatcher<S, K>,
+    framer: F,
+    reader: R,
+    writer: W,
+    conn: Connection,
+    max_in_flight: usize,
+    max_queued: usize,
+    max_message_len: usize,
+    shutdown_grace: Duration,
+    max_pending_output: usize,
+    metrics: Option<Arc<Metrics>>,
+    stats: Arc<ConnectionStats>,
+    /// Bytes read and not yet consumed by the framer.
+    rbuf: BytesMut,
+    replies: Replies,
+    out: Output,
+    outbox: mpsc::Receiver<Bytes>,
+    input: Input,
+    /// The framer found no complete message in `rbuf`: only then is more
+    /// read (so the buffer holds at most one message and one read).
+    wants_bytes: bool,
+    /// Why the connection ends, once `input` is not `Open`.
+    reason: CloseReason,
+    /// The shutdown grace passed: calls in flight were dropped.
+    calls_dropped: bool,
+    /// Everything is done: shutting the writer down.
+    closing: bool,
+    /// Reading is stopped for backpressure.
+    paused: bool,
+    idle_timeout: Option<Duration>,
+    idle: Option<Pin<Box<Sleep>>>,
+    /// When a message last arrived whole, a reply was made, or bytes were
+    /// written.
+    last_activity: Instant,
+    shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The shutdown's deadline: for the calls in flight, then for writing
+    /// their replies.
+    grace: Option<Pin<Box<Sleep>>>,
+    peaks: Peaks,
+}
+
+impl<S, K, F, R, W> Io<'_, S, K, F, R, W>
+where
+    S: Send + Sync + 'static,
+    F: Framer,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<CloseReason>> {
+        let r = self.poll_inner(cx);
+        self.publish();
+        r
+    }
+
+    fn poll_inner(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<CloseReason>> {
+        if self.closing {
+            return self.poll_close(cx);
+        }
+        if let Some(reason) = self.poll_signals(cx) {
+            return Poll::Ready(Ok(reason));
+        }
+        for _ in 0..ROUNDS_PER_POLL {
+            let mut progress = self.take_messages();
+            progress |= self.poll_engine(cx);
+            progress |= self.poll_outbox(cx);
+            progress |= self.poll_write(cx)?;
+            progress |= self.poll_read(cx)?;
+            if self.is_done() {
+                self.closing = true;
+                return self.poll_close(cx);
+            }
+            if !progress {
+                return match self.poll_idle(cx) {
+                    Some(reason) => Poll::Ready(Ok(reason)),
+                    None => Poll::Pending,
+                };
+            }
+        }
+        // Plenty done: let other connections run.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// Calls (async, notifications included) or messages in flight,
+    /// whichever more.
+    fn in_flight(&self) -> usize {
+        self.conn.messages_in_flight().max(self.conn.in_flight())
+    }
+
+    fn output_full(&self) -> bool {
+        self.out.ends.len() >= self.max_queued
+            || self.out.pending_bytes() >= self.max_pending_output
+    }
+
+    /// Whether taking more messages must wait for calls or output to drain.
+    fn backpressured(&mut self) -> bool {
+        let full = self.in_flight() >= self.max_in_flight || self.output_full();
+        if full && !self.paused {
+            self.stats.read_pauses.fetch_add(1, Ordering::Relaxed);
+        }
+        self.paused = full;
+        full
+    }
+
+    /// Frames the bytes buffered and starts each message, while allowed.
+    fn take_messages(&mut self) -> bool {
+        let mut progress = false;
+        while self.input != Input::Stopped && !self.backpressured() {
+            match self.framer.next_frame(&self.rbuf) {
+                Step::Frame { range, consumed } => {
+                    let head = self.rbuf.split_to(consumed).freeze();
+                    if consumed >= LARGE_FRAME {
+                        // What follows a large message gets a buffer of its
+                        // own, so the large one's memory goes with it.
+                        self.rbuf = BytesMut::from(&self.rbuf[..]);
+                    }
+                    let frame = head.slice(range);
+                    self.peaks.messages_read += 1;
+                    if frame.len() > self.max_message_len {
+                        self.limit_hit(LimitKind::MessageLen);
+                        too_large_reply(self.max_message_len, &mut self.replies);
+                    } else {
+                        self.conn.start(self.dispatcher, &frame, &mut self.replies);
+                    }
+                    self.queue_replies();
+                    progress = true;
+                }
+                Step::NeedMore { consumed } => {
+                    self.rbuf.advance(consumed);
+                    self.wants_bytes = true;
+                    if self.input == Input::Eof {
+                        // What is left is a message cut short: dropped.
+                        self.input = Input::Stopped;
+                    }
+                    break;
+                }
+                Step::Garbage { consumed, error } => {
+                    self.rbuf.advance(consumed);
+                    self.peaks.messages_read += 1;
+                    self.refused(error);
+                    progress = true;
+                }
+                Step::Close(error) => {
+                    self.refused(error);
+                    self.stop(CloseReason::Framing(error));
+                    progress = true;
+                }
+            }
+        }
+        progress
+    }
+
+    /// Answers a message the framer refused.
+    fn refused(&mut self, error: FrameError) {
+        if error.is_too_large() {
+            self.limit_hit(LimitKind::MessageLen);
+        }
+        error.write_reply(&mut self.replies.buf);
+        self.replies.end_reply();
+        self.queue_replies();
+    }
+
+    fn limit_hit(&self, kind: LimitKind) {
+        if let Some(m) = &self.metrics {
+            m.limit_hit(kind);
+        }
+    }
+
+    /// Takes no more messages; the connection ends for `reason` once the
+    /// calls in flight are answered.
+    fn stop(&mut self, reason: CloseReason) {
+        if self.input != Input::Stopped {
+            self.input = Input::Stopped;
+            self.reason = reason;
+        }
+    }
+
+    /// Moves the replies the dispatcher wrote into the output, framed, after
+    /// what handlers queued in the outbox meanwhile (a notification sent
+    /// before a reply goes out before it).
+    fn queue_replies(&mut self) {
+        if self.replies.ends.is_empty() {
+            return;
+        }
+        self.take_outbox();
+        let mut from = 0;
+        for &end in &self.replies.ends {
+            self.out.push(&self.framer, &self.replies.buf[from..end]);
+            from = end;
+        }
+        debug_assert_eq!(from, self.replies.buf.len(), "every reply is marked");
+        self.peaks.messages_queued += self.replies.ends.len() as u64;
+        self.replies.buf.clear();
+        self.replies.ends.clear();
+        if self.replies.buf.capacity() > KEEP_BUFFER {
+            self.replies.buf = Vec::new();
+        }
+        self.note_output();
+        self.last_activity = Instant::now();
+    }
+
+    /// Moves what is in the outbox now into the output, while it has room.
+    fn take_outbox(&mut self) -> bool {
+        let mut any = false;
+        while !self.output_full() {
+            match self.outbox.try_recv() {
+                Ok(message) => {
+                    self.out.push(&self.framer, &message);
+                    self.peaks.messages_queued += 1;
+                    any = true;
+                }
+                Err(_) => break,
+            }
+        }
+        any
+    }
+
+    fn note_output(&mut self) {
+        let p = &mut self.peaks;
+        p.output_bytes = p.output_bytes.max(self.out.pending_bytes());
+        p.output_messages = p.output_messages.max(self.out.ends.len());
+    }
+
+    fn poll_engine(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        let in_flight = self.in_flight();
+        self.peaks.in_flight = self.peaks.in_flight.max(in_flight);
+        if in_flight == 0 {
+            return false;
+        }
+        match self
+            .conn
+            .poll_replies(self.dispatcher, cx, &mut self.replies)
+        {
+            Poll::Ready(_) => {
+                self.queue_replies();
+                true
+            }
+            Poll::Pending => false,
+        }
+    }
+
+    fn poll_outbox(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        let mut any = false;
+        while !self.output_full() {
+            match self.outbox.poll_recv(cx) {
+                Poll::Ready(Some(message)) => {
+                    self.out.push(&self.framer, &message);
+                    self.peaks.messages_queued += 1;
+                    any = true;
+                }
+                // Closed (cannot happen while the context lives) or empty.
+                Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+        if any {
+            self.note_output();
+        }
+        any
+    }
+
+    fn poll_write(&mut self, cx: &mut TaskContext<'_>) -> io::Result<bool> {
+        if !self.out.is_empty() {
+            let pending = &self.out.buf[self.out.at..];
+            return match Pin::new(&mut self.writer).poll_write(cx, pending) {
+                Poll::Ready(Ok(0)) => Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => {
+                    self.out.advance(n);
+                    self.out.unflushed = true;
+                    self.peaks.bytes_written += n as u64;
+                    self.last_activity = Instant::now();
+                    Ok(true)
+                }
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+                Poll::Ready(Err(e)) => Err(e),
+                Poll::Pending => Ok(false),
+            };
+        }
+        if self.out.unflushed {
+            return match Pin::new(&mut self.writer).poll_flush(cx) {
+                Poll::Ready(Ok(())) => {
+                    self.out.unflushed = false;
+                    Ok(true)
+                }
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+                Poll::Ready(Err(e)) => Err(e),
+                Poll::Pending => Ok(false),
+            };
+        }
+        Ok(false)
+    }
+
+    fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> io::Result<bool> {
+        if self.input != Input::Open || !self.wants_bytes || self.backpressured() {
+            return Ok(false);
+        }
+        if self.rbuf.capacity() - self.rbuf.len() < MIN_READ_ROOM {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        // `read_buf` is a thin future over `poll_read`: polling a new one
+        // each time loses nothing.
+        let read = std::pin::pin!(self.reader.read_buf(&mut self.rbuf));
+        match read.poll(cx) {
+            Poll::Ready(Ok(0)) => {
+                self.input = Input::Eof;
+                self.reason = CloseReason::Eof;
+                Ok(true)
+            }
+            Poll::Ready(Ok(n)) => {
+                self.wants_bytes = false;
+                self.peaks.bytes_read += n as u64;
+                self.peaks.read_buffer = self.peaks.read_buffer.max(self.rbuf.len());
+                Ok(true)
+            }
+            Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Ok(false),
+        }
+    }
+
+    /// Every message taken is answered, every call finished (or dropped at
+    /// the end of the shutdown grace), everything written and flushed.
+    fn is_done(&self) -> bool {
+        self.input == Input::Stopped
+            && (self.calls_dropped || self.in_flight() == 0)
+            && self.out.is_empty()
+            && !self.out.unflushed
+    }
+
+    fn poll_close(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<CloseReason>> {
+        // A client that is gone cannot be told more: errors do not matter.
+        match Pin::new(&mut self.writer).poll_shutdown(cx) {
+            Poll::Ready(_) => Poll::Ready(Ok(self.reason)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Watches the shutdown signal and its deadlines; returns a reason to
+    /// end at once.
+    fn poll_signals(&mut self, cx: &mut TaskContext<'_>) -> Option<CloseReason> {
+        if let Some(signal) = self.shutdown.as_mut()
+            && signal.as_mut().poll(cx).is_ready()
+        {
+            self.shutdown = None;
+            self.stop(CloseReason::Shutdown);
+            self.grace = Some(Box::pin(tokio::time::sleep(self.shutdown_grace)));
+        }
+        let calls_done = self.calls_dropped || self.in_flight() == 0;
+        let grace = self.grace.as_mut()?;
+        if grace.as_mut().poll(cx).is_pending() {
+            return None;
+        }
+        if calls_done {
+            // The replies had their time to be written too.
+            return Some(CloseReason::Shutdown);
+        }
+        // Calls still running at the deadline are dropped (a new
+        // connection state, same context); the replies already made get
+        // one more grace period to be written.
+        self.conn = Connection::with_context(self.conn.context().clone());
+        self.calls_dropped = true;
+        grace.as_mut().reset(Instant::now() + self.shutdown_grace);
+        if grace.as_mut().poll(cx).is_ready() {
+            return Some(CloseReason::Shutdown);
+        }
+        None
+    }
+
+    /// Arms the idle timer; returns `Idle` when it fired for good.
+    fn poll_idle(&mut self, cx: &mut TaskContext<'_>) -> Option<CloseReason> {
+        let timeout = self.idle_timeout?;
+        let timer = self.idle.as_mut()?;
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return None;
+            }
+            // A call running is not idleness (its own timeout bounds it).
+            let now = Instant::now();
+            if self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0 {
+                self.last_activity = now;
+            }
+            let deadline = self.last_activity + timeout;
+            if deadline <= now {
+                self.limit_hit(LimitKind::Idle);
+                return Some(CloseReason::Idle);
+            }
+            timer.as_mut().reset(deadline);
+        }
+    }
+
+    /// Publishes the counters.
+    fn publish(&mut self) {
+        let s = &self.stats;
+        let p = &mut self.peaks;
+        let r = Ordering::Relaxed;
+        s.bytes_read.fetch_add(std::mem::take(&mut p.bytes_read), r);
+        s.bytes_written
+            .fetch_add(std::mem::take(&mut p.bytes_written), r);
+        s.messages_read
+            .fetch_add(std::mem::take(&mut p.messages_read), r);
+        s.messages_queued
+            .fetch_add(std::mem::take(&mut p.messages_queued), r);
+        s.pending_output_bytes.store(self.out.pending_bytes(), r);
+        s.pending_output_messages.store(self.out.ends.len(), r);
+        s.peak_output_bytes.fetch_max(p.output_bytes, r);
+        s.peak_output_messages.fetch_max(p.output_messages, r);
+        s.peak_in_flight.fetch_max(p.in_flight, r);
+        s.peak_read_buffer.fetch_max(p.read_buffer, r);
+        s.paused.store(self.paused, r);
+    }
+}
+
+/// The reply to a frame over [`Limits::max_message_len`]: -32600 with the
+/// limit, as the framers and the parser answer one.
+fn too_large_reply(limit: usize, out: &mut Replies) {
+    out.buf.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,\"message\":\"Invalid Request\",\"data\":{\"reason\":\"message larger than the size limit\",\"limit\":",
+    );
+    out.buf.extend_from_slice(limit.to_string().as_bytes());
+    out.buf.extend_from_slice(b"}}}");
+    out.end_reply();
+}
+
+/// Serves one JSON-RPC connection on this process's stdin and stdout, as
+/// an MCP server or an LSP server does, until stdin ends (every message
+/// answered first, then it returns [`CloseReason::Eof`]) or `shutdown` is
+/// triggered.
+///
+/// Only JSON-RPC goes to stdout; log to stderr. Handlers see the transport
+/// `"stdio"`. [`Limits::idle_timeout`] does not apply: the client owns the
+/// process and may stay quiet as long as it likes.
+///
+/// tokio reads stdin on a blocking thread that cannot be interrupted: after
+/// a shutdown that leaves stdin open, exit the process rather than wait for
+/// the runtime to stop.
+///
+/// ```no_run
+/// use rpcwire::frame::Lines;
+/// use rpcwire::server::{Limits, Shutdown, stream::serve_stdio};
+/// use rpcwire::{Call, Dispatcher};
+///
+/// #[tokio::main]
+/// async fn main() -> std::io::Result<()> {
+///     let d = Dispatcher::builder(())
+///         .method("ping", |c: Call<'_, ()>| c.reply.str("pong"))
+///         .build()
+///         .expect("method names are unique");
+///     eprintln!("ready"); // logs on stderr: stdout is the protocol's
+///     let limits = Limits::default();
+///     let framer = Lines::new().max_frame(limits.max_message_len);
+///     serve_stdio(d, framer, limits, Default::default(), Shutdown::new()).await?;
+///     Ok(())
+/// }
+/// ```
+pub async fn serve_stdio<S, K, F>(
+    dispatcher: Dispatcher<S, K>,
+    framer: F,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+) -> io::Result<CloseReason>
+where
+    S: Send + Sync + 'static,
+    F: Framer,
+{
+    let _open = metrics.connection();
+    Driver::new(framer)
+        .limits(limits)
+        .idle_timeout(None)
+        .context(Context::builder().transport("stdio"))
+        .metrics(metrics)
+        .shutdown(shutdown)
+        .run(&dispatcher, tokio::io::stdin(), tokio::io::stdout())
+        .await
+}
+
+/// Serves JSON-RPC on every connection `listener` accepts, each with a
+/// framer from `framer` (called once per connection), until `shutdown` is
+/// triggered; then stops accepting, lets each connection finish its calls
+/// within [`Limits::shutdown_grace`] and write their replies, and returns
+/// once all are closed.
+///
+/// At most [`Limits::max_connections`] connections are served at once;
+/// one more is closed at once and counted ([`LimitKind::Connections`]).
+/// Handlers see the transport `"tcp"` and the client's address
+/// ([`Context::peer_addr`]). Small replies are not delayed (`TCP_NODELAY`).
+/// Errors of one connection end that connection only; accept errors (out
+/// of file descriptors, say) pause accepting briefly. For bursts of
+/// connections, make the listener with a longer backlog than
+/// `TcpListener::bind`'s 128 (`tokio::net::TcpSocket::listen`): past it,
+/// new connections wait for the client to retry, a second or more.
+///
+/// ```
+/// use rpcwire::frame::Lines;
+/// use rpcwire::server::{Limits, Metrics, Shutdown, stream::serve_tcp};
+/// use rpcwire::{Call, Dispatcher};
+/// use std::sync::Arc;
+/// use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+///
+/// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// let d = Dispatcher::builder(())
+///     .method("whoami", |c: Call<'_, ()>| c.reply.str(c.ctx.transport()))
+///     .build()?;
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let addr = listener.local_addr()?;
+/// let (metrics, shutdown) = (Arc::new(Metrics::default()), Shutdown::new());
+/// let server = tokio::spawn(serve_tcp(listener, d, Lines::new, Limits::default(), metrics.clone(), shutdown.clone()));
+///
+/// let mut client = BufReader::new(tokio::net::TcpStream::connect(addr).await?);
+/// client.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"whoami\"}\n").await?;
+/// let mut reply = String::new();
+/// client.read_line(&mut reply).await?;
+/// assert_eq!(reply, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"tcp\"}\n");
+///
+/// shutdown.trigger();
+/// server.await?;
+/// assert_eq!(metrics.connections_open(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
+pub async fn serve_tcp<S, K, F, M>(
+    listener: tokio::net::TcpListener,
+    dispatcher: Dispatcher<S, K>,
+    framer: M,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+) where
+    S: Send + Sync + 'static,
+    K: 'static,
+    F: Framer + Send + 'static,
+    M: FnMut() -> F,
+{
+    // The loop owns the listener: dropping it refuses new connections.
+    let accept = move |cx: &mut TaskContext<'_>| {
+        listener.poll_accept(cx).map_ok(|(stream, addr)| {
+            let _ = stream.set_nodelay(true);
+            let context = Context::builder().transport("tcp").peer_addr(addr);
+            (stream, context)
+        })
+    };
+    let serve = |mut stream: tokio::net::TcpStream, driver: Driver<F>, d: Dispatcher<S, K>| async move {
+        let (r, w) = stream.split();
+        driver.run(&d, r, w).await
+    };
+    accept_loop(accept, serve, dispatcher, framer, limits, metrics, shutdown).await;
+}
+
+/// Serves JSON-RPC on every connection a Unix-domain socket `listener`
+/// accepts (the way geth and reth serve IPC); otherwise as [`serve_tcp`].
+///
+/// Handlers see the transport `"ipc"`, and as extensions the client's
+/// socket address (`tokio::net::unix::SocketAddr`) and, where the system
+/// tells, its credentials (`tokio::net::unix::UCred`: user, group,
+/// process).
+///
+/// ```
+/// use rpcwire::frame::Concatenated;
+/// use rpcwire::server::{Limits, Shutdown, stream::serve_unix};
+/// use rpcwire::{Call, Dispatcher};
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+///
+/// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// let d = Dispatcher::builder(())
+///     .method("uid", |c: Call<'_, ()>| {
+///         let cred = c.ctx.extension::<tokio::net::unix::UCred>().expect("Linux tells");
+///         c.reply.u64(cred.uid().into())
+///     })
+///     .build()?;
+/// let dir = std::env::temp_dir().join(format!("rpcwire-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let path = dir.join("rpc.ipc");
+/// let _ = std::fs::remove_file(&path);
+/// let listener = tokio::net::UnixListener::bind(&path)?;
+/// let shutdown = Shutdown::new();
+/// let server = tokio::spawn(serve_unix(listener, d, Concatenated::new, Limits::default(), Default::default(), shutdown.clone()));
+///
+/// let mut client = tokio::net::UnixStream::connect(&path).await?;
+/// client.write_all(br#"{"jsonrpc":"2.0","id":1,"method":"uid"}"#).await?;
+/// client.shutdown().await?;
+/// let mut reply = String::new();
+/// client.read_to_string(&mut reply).await?;
+/// assert!(reply.starts_with(r#"{"jsonrpc":"2.0","id":1,"result":"#));
+///
+/// shutdown.trigger();
+/// server.await?;
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
+#[cfg(unix)]
+#[cfg_attr(docsrs, doc(cfg(unix)))]
+pub async fn serve_unix<S, K, F, M>(
+    listener: tokio::net::UnixListener,
+    dispatcher: Dispatcher<S, K>,
+    framer: M,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+) where
+    S: Send + Sync + 'static,
+    K: 'static,
+    F: Framer + Send + 'static,
+    M: FnMut() -> F,
+{
+    // The loop owns the listener: dropping it refuses new connections.
+    let accept = move |cx: &mut TaskContext<'_>| {
+        listener.poll_accept(cx).map_ok(|(stream, addr)| {
+            let mut context = Context::builder().transport("ipc").extension(addr);
+            if let Ok(cred) = stream.peer_cred() {
+                context = context.extension(cred);
+            }
+            (stream, context)
+        })
+    };
+    let serve = |mut stream: tokio::net::UnixStream, driver: Driver<F>, d: Dispatcher<S, K>| async move {
+        let (r, w) = stream.split();
+        driver.run(&d, r, w).await
+    };
+    accept_loop(accept, serve, dispatcher, framer, limits, metrics, shutdown).await;
+}
+
+/// How long accepting pauses after an accept error (out of file
+/// descriptors, say), so the loop does not spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// The accept loop shared by [`serve_tcp`] and [`serve_unix`]: accepts
+/// with `accept`, refuses connections past the limit, serves each on a task
+/// of its own with `serve`, and on shutdown stops accepting and waits for
+/// the connections to close.
+async fn accept_loop<T, A, V, Fut, S, K, F, M>(
+    mut accept: A,
+    serve: V,
+    dispatcher: Dispatcher<S, K>,
+    mut framer: M,
+    limits: Limits,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+) where
+    A: FnMut(&mut TaskContext<'_>) -> Poll<io::Result<(T, ContextBuilder)>>,
+    V: Fn(T, Driver<F>, Dispatcher<S, K>) -> Fut,
+    Fut: Future<Output = io::Result<CloseReason>> + Send + 'static,
+    S: Send + Sync + 'static,
+    K: 'static,
+    F: Framer,
+    M: FnMut() -> F,
+{
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let mut connections = JoinSet::new();
+    let mut stop = std::pin::pin!(shutdown.triggered());
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut stop => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            accepted = std::future::poll_fn(&mut accept) => accepted,
+        };
+        let (stream, context) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) if is_connection_error(&e) => continue,
+            Err(_) => {
+                tokio::select! {
+                    () = &mut stop => break,
+                    () = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                }
+            }
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            metrics.limit_hit(LimitKind::Connections);
+            drop(stream);
+            continue;
+        };
+        let open = metrics.connection();
+        let driver = Driver::new(framer())
+            .limits(limits.clone())
+            .context(context)
+            .metrics(Arc::clone(&metrics))
+            .shutdown(shutdown.clone());
+        let served = serve(stream, driver, dispatcher.clone());
+        connections.spawn(async move {
+            // An error ends this connection only: the client is gone.
+            let _ = served.await;
+            drop((permit, open));
+        });
+    }
+    // New connections are refused from now on; those open finish.
+    drop(accept);
+    while connections.join_next().await.is_some() {}
+}
+
+/// Errors of the connection being accepted, not of the listener.
+fn is_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
+            | io::ErrorKind::WouldBlock
+    )
+}

@@ -1,0 +1,101 @@
+//! A client that sends requests as fast as it can and never reads its
+//! replies costs the server bounded heap memory, measured with a counting
+//! allocator (in a test binary of its own: the allocator counts every
+//! thread).
+#![cfg(feature = "server")]
+
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use counting_alloc::{CountingAlloc, peak_since, start_peak};
+use rpcwire::frame::Lines;
+use rpcwire::server::Limits;
+use rpcwire::server::stream::Driver;
+use rpcwire::{Call, Dispatcher};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_costs_bounded_heap() {
+    const REPLY: usize = 16 * 1024;
+    const REQUESTS: usize = 400_000;
+    let d = Dispatcher::builder(())
+        .method("big", |c: Call<'_, ()>| {
+            let (n,): (usize,) = c.decode()?;
+            c.reply.str(&"x".repeat(n))
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut stream, _) = listener.accept().await.unwrap();
+    let one = format!("{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"big\",\"params\":[{REPLY}]}}\n");
+    let chunk = one.repeat(1000).into_bytes();
+
+    let base = start_peak();
+    let driver = Driver::new(Lines::new())
+        .limits(Limits {
+            max_in_flight: 32,
+            max_queued: 256,
+            ..Limits::default()
+        })
+        .max_pending_output(256 * 1024);
+    let stats = driver.stats();
+    let server = tokio::spawn(async move {
+        let (r, w) = stream.split();
+        driver.run(&d, r, w).await
+    });
+    let (client_r, mut client_w) = client.into_split();
+    let sent = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn({
+        let sent = sent.clone();
+        async move {
+            for _ in 0..REQUESTS / 1000 {
+                if client_w.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                sent.fetch_add(1000, Ordering::Relaxed);
+            }
+            client_w
+        }
+    });
+    // Until the server has stopped reading and its output stopped moving.
+    let mut last = u64::MAX;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = stats.bytes_written();
+        if stats.reading_paused() && now == last {
+            break;
+        }
+        last = now;
+    }
+    let peak = peak_since(base);
+    assert!(!writer.is_finished(), "the client is blocked");
+    // The client got this many requests out (into the socket buffers): a
+    // server that read them all would owe it `sent * REPLY` bytes (more
+    // than a GiB here); it read a small part, and holds less than 2 MiB.
+    let sent = sent.load(Ordering::Relaxed);
+    assert!(
+        sent as u64 > 10 * stats.messages_read(),
+        "{sent} requests sent"
+    );
+    assert!(
+        peak < 2 << 20,
+        "{peak} bytes of heap at the peak ({} requests read, {sent} sent)",
+        stats.messages_read()
+    );
+    writer.abort();
+    drop(client_r);
+    let _ = tokio::time::timeout(Duration::from_secs(60), server)
+        .await
+        .expect("the driver ends");
+}
