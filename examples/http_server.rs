@@ -95,7 +95,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics: service.metrics.clone(),
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    eprintln!("JSON-RPC on http://{}/, metrics on /metrics", listener.local_addr()?);
+    eprintln!(
+        "JSON-RPC on http://{}/, metrics on /metrics",
+        listener.local_addr()?
+    );
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {

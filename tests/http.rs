@@ -549,11 +549,12 @@ async fn keep_alive_reuses_one_connection() {
         let response = client.request(req).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         response.into_body().collect().await.unwrap();
+        // Its pool gets the connection back on the connection's own task; a
+        // request sent before that races a new connection against it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // (Its pool may open another while the first is being handed back: 1 to
-    // 3 connections for the 20 requests here.)
     let total = counter(&server.metrics, "rpcwire_connections_total") - 1;
-    assert!(total <= 5, "{total} connections for 20 requests");
+    assert!(total <= 3, "{total} connections for 20 requests");
     assert_eq!(server.metrics.call_count("eth_blockNumber"), 70);
     server.stop().await;
 }
