@@ -529,6 +529,50 @@ async fn http2_with_prior_knowledge() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_bodies_past_the_limit_get_413() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(small_limits()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // Announced length.
+    let mut full = sender.clone();
+    let response = full.send_request(post(vec![b' '; 2000])).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(json_of(&body)["error"]["data"]["limit"], 1024);
+    // Streamed, no length: the stream is answered and reset, the connection
+    // goes on.
+    let mut streamed = hyper::client::conn::http2::handshake::<_, _, ChannelBody>(
+        TokioExecutor::new(),
+        TokioIo::new(TcpStream::connect(server.addr).await.unwrap()),
+    )
+    .await
+    .map(|(sender, conn)| {
+        tokio::spawn(conn);
+        sender
+    })
+    .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move { while tx.send(Bytes::from(vec![b' '; 256])).await.is_ok() {} });
+    let req = Request::post("/")
+        .header("content-type", "application/json")
+        .body(ChannelBody(rx))
+        .unwrap();
+    let response = streamed.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The first connection still serves.
+    let response = full.send_request(post(BLOCK_NUMBER)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 2);
+    drop((full, streamed, sender));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_reuses_one_connection() {
     let _serial = SERIAL.lock().await;
     let server = TestServer::start(Limits::default()).await;
