@@ -529,6 +529,50 @@ async fn http2_with_prior_knowledge() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_bodies_past_the_limit_get_413() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(small_limits()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // Announced length.
+    let mut full = sender.clone();
+    let response = full.send_request(post(vec![b' '; 2000])).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(json_of(&body)["error"]["data"]["limit"], 1024);
+    // Streamed, no length: the stream is answered and reset, the connection
+    // goes on.
+    let mut streamed = hyper::client::conn::http2::handshake::<_, _, ChannelBody>(
+        TokioExecutor::new(),
+        TokioIo::new(TcpStream::connect(server.addr).await.unwrap()),
+    )
+    .await
+    .map(|(sender, conn)| {
+        tokio::spawn(conn);
+        sender
+    })
+    .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move { while tx.send(Bytes::from(vec![b' '; 256])).await.is_ok() {} });
+    let req = Request::post("/")
+        .header("content-type", "application/json")
+        .body(ChannelBody(rx))
+        .unwrap();
+    let response = streamed.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The first connection still serves.
+    let response = full.send_request(post(BLOCK_NUMBER)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 2);
+    drop((full, streamed, sender));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_reuses_one_connection() {
     let _serial = SERIAL.lock().await;
     let server = TestServer::start(Limits::default()).await;
@@ -549,11 +593,12 @@ async fn keep_alive_reuses_one_connection() {
         let response = client.request(req).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         response.into_body().collect().await.unwrap();
+        // Its pool gets the connection back on the connection's own task; a
+        // request sent before that races a new connection against it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // (Its pool may open another while the first is being handed back: 1 to
-    // 3 connections for the 20 requests here.)
     let total = counter(&server.metrics, "rpcwire_connections_total") - 1;
-    assert!(total <= 5, "{total} connections for 20 requests");
+    assert!(total <= 3, "{total} connections for 20 requests");
     assert_eq!(server.metrics.call_count("eth_blockNumber"), 70);
     server.stop().await;
 }
@@ -722,6 +767,7 @@ async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
     assert_eq!(status, StatusCode::OK);
     drop(sender);
     let peak = counting_alloc::peak_since(peak_base);
+    eprintln!("a client that never reads: {written} requests written, heap peak +{peak} bytes");
     assert!(
         peak < 16 << 20,
         "{written} requests written, the heap grew by {peak} bytes at its peak"
