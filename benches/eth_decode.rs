@@ -399,7 +399,133 @@ fn rpcwire_request(method: &str, msg: &[u8], arena: &bumpalo::Bump) -> Sum {
     ours_decode(method, req.params().unwrap(), arena)
 }
 
+/// Paired ratios, robust to a shared machine's load: chunk by chunk (8
+/// messages, each touched first as in `eth_params`), rpcwire, jsonrpsee
+/// and the serde tuple decode the same messages back to back (then the
+/// whole requests, envelope and params, rpcwire against jsonrpsee). A chunk in
+/// which any of them was descheduled (slower than 5 times its median
+/// chunk) is dropped for all three; the ratio of a pass over the corpus is
+/// the ratio of the summed times. Printed: per-message times (median pass)
+/// and the ratios, min / median / max over the passes. Run with
+/// `ETH_RATIOS=<passes>` (the criterion groups are then skipped).
+fn paired_ratios(passes: usize) {
+    let only = std::env::var("ETH_METHOD").ok();
+    for (k, method) in eth_params::METHODS.iter().enumerate() {
+        if only.as_deref().is_some_and(|m| m != *method) {
+            continue;
+        }
+        let messages = eth_params::messages(method, 0xe7 + k as u64, N);
+        let parse_arena = bumpalo::Bump::new();
+        let params: Vec<Params<'_>> = messages
+            .iter()
+            .map(|m| {
+                rpcwire::parse(m, &parse_arena)
+                    .unwrap()
+                    .into_single()
+                    .unwrap()
+                    .request()
+                    .unwrap()
+                    .params()
+                    .unwrap()
+            })
+            .collect();
+        let texts: Vec<&str> = params.iter().map(|p| p.as_json()).collect();
+        let want: Vec<Sum> = texts.iter().map(|t| jsonrpsee_decode(method, t)).collect();
+        let mut arena = bumpalo::Bump::with_capacity(64 * 1024);
+        let chunk = |from: usize, f: &mut dyn FnMut(usize)| {
+            for j in from..from + CHUNK {
+                touch(&messages[j]);
+            }
+            let start = std::time::Instant::now();
+            for j in from..from + CHUNK {
+                f(j);
+            }
+            start.elapsed().as_nanos() as f64
+        };
+        let mut per_pass: Vec<[f64; 8]> = Vec::new();
+        for _ in 0..passes {
+            let mut times: Vec<[f64; 5]> = Vec::with_capacity(N / CHUNK);
+            for from in (0..N - CHUNK + 1).step_by(CHUNK) {
+                let ours = chunk(from, &mut |k| {
+                    arena.reset();
+                    assert_eq!(ours_decode(method, black_box(params[k]), &arena), want[k]);
+                });
+                let js = chunk(from, &mut |k| {
+                    assert_eq!(jsonrpsee_decode(method, black_box(texts[k])), want[k])
+                });
+                let tuple = chunk(from, &mut |k| {
+                    assert_eq!(serde_tuple_decode(method, black_box(texts[k])), want[k])
+                });
+                let ours_req = chunk(from, &mut |k| {
+                    arena.reset();
+                    let s = rpcwire_request(method, black_box(&messages[k]), &arena);
+                    assert_eq!(s, want[k]);
+                });
+                let js_req = chunk(from, &mut |k| {
+                    assert_eq!(jsonrpsee_request(method, black_box(&messages[k])), want[k])
+                });
+                times.push([ours, js, tuple, ours_req, js_req]);
+            }
+            let median = |i: usize| {
+                let mut v: Vec<f64> = times.iter().map(|t| t[i]).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let limits: Vec<f64> = (0..5).map(|i| 5.0 * median(i)).collect();
+            let kept: Vec<&[f64; 5]> = times
+                .iter()
+                .filter(|t| (0..5).all(|i| t[i] <= limits[i]))
+                .collect();
+            let sum = |i: usize| kept.iter().map(|t| t[i]).sum::<f64>();
+            let msgs = (kept.len() * CHUNK) as f64;
+            per_pass.push([
+                sum(0) / msgs,
+                sum(1) / msgs,
+                sum(2) / msgs,
+                sum(1) / sum(0),
+                sum(2) / sum(0),
+                sum(3) / msgs,
+                sum(4) / msgs,
+                sum(4) / sum(3),
+            ]);
+        }
+        let stats = |i: usize| {
+            let mut v: Vec<f64> = per_pass.iter().map(|r| r[i]).collect();
+            v.sort_by(f64::total_cmp);
+            (v[0], v[v.len() / 2], v[v.len() - 1])
+        };
+        let (rj, rt) = (stats(3), stats(4));
+        println!(
+            "{method:<24} rpcwire {:6.0} ns  jsonrpsee {:6.0} ns  serde_tuple {:6.0} ns  \
+             ratio vs jsonrpsee {:.2}/{:.2}/{:.2}  vs serde_tuple {:.2}/{:.2}/{:.2}  (min/median/max, {passes} passes)",
+            stats(0).1,
+            stats(1).1,
+            stats(2).1,
+            rj.0,
+            rj.1,
+            rj.2,
+            rt.0,
+            rt.1,
+            rt.2
+        );
+        let rr = stats(7);
+        println!(
+            "{:<24} whole request: rpcwire {:6.0} ns  jsonrpsee {:6.0} ns  ratio {:.2}/{:.2}/{:.2}",
+            "",
+            stats(5).1,
+            stats(6).1,
+            rr.0,
+            rr.1,
+            rr.2
+        );
+    }
+}
+
 fn bench_methods(c: &mut Criterion) {
+    if let Ok(rounds) = std::env::var("ETH_RATIOS") {
+        paired_ratios(rounds.parse().expect("ETH_RATIOS=<rounds>"));
+        return;
+    }
     for (k, method) in eth_params::METHODS.iter().enumerate() {
         let messages = eth_params::messages(method, 0xe7 + k as u64, N);
         let parse_arena = bumpalo::Bump::new();
@@ -547,6 +673,9 @@ fn const_hex_quantity(raw: &[u8]) -> Option<u64> {
 }
 
 fn bench_hex(c: &mut Criterion) {
+    if std::env::var("ETH_RATIOS").is_ok() {
+        return;
+    }
     let mut g = c.benchmark_group("hex");
     let mut rng = corpus::Rng::new(11);
     let quantities: Vec<String> = (0..N)

@@ -84,6 +84,10 @@
 //! * `tracing`: a `tracing` span per call (method, id, error code).
 //! * `server`: servers on tokio ([`server`]): limits, metrics, graceful
 //!   shutdown, and the stdio, TCP and Unix-socket transports.
+//! * `eth`: the Ethereum toolkit (`eth`): QUANTITY / DATA / address / hash /
+//!   block-id decoders over raw params, call-object and log-filter views,
+//!   reply writers, geth's error codes, the method catalogue; adds
+//!   alloy-primitives and const-hex.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,

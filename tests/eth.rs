@@ -98,7 +98,10 @@ fn quantity_rules() {
 #[test]
 fn quantity_widths_and_u256_bounds() {
     let max128 = format!("\"0x{}\"", "f".repeat(32));
-    assert_eq!(with_value(&max128, |v| v.quantity_u128().unwrap()), u128::MAX);
+    assert_eq!(
+        with_value(&max128, |v| v.quantity_u128().unwrap()),
+        u128::MAX
+    );
     let over128 = format!("\"0x1{}\"", "0".repeat(32));
     assert_eq!(
         with_value(&over128, |v| outcome(v.quantity_u128())),
@@ -110,7 +113,10 @@ fn quantity_widths_and_u256_bounds() {
     );
 
     let max256 = format!("\"0x{}\"", "f".repeat(64));
-    assert_eq!(with_value(&max256, |v| v.quantity_u256().unwrap()), U256::MAX);
+    assert_eq!(
+        with_value(&max256, |v| v.quantity_u256().unwrap()),
+        U256::MAX
+    );
     let max256_upper = format!("\"0x{}\"", "F".repeat(64));
     assert_eq!(
         with_value(&max256_upper, |v| v.quantity_u256().unwrap()),
@@ -135,7 +141,11 @@ fn quantity_widths_and_u256_bounds() {
             U256::MAX >> (256 - bits)
         };
         let json = format!("\"{v:#x}\"");
-        assert_eq!(with_value(&json, |x| x.quantity_u256().unwrap()), v, "{json}");
+        assert_eq!(
+            with_value(&json, |x| x.quantity_u256().unwrap()),
+            v,
+            "{json}"
+        );
     }
     assert_eq!(
         with_value(r#""0x00""#, |v| outcome(v.quantity_u256())),
@@ -180,7 +190,10 @@ fn data_rules() {
     // The borrowed view keeps the text.
     with_value(r#""0x00Ff""#, |v| {
         let h = v.data().unwrap();
-        assert_eq!((h.len(), h.as_str(), h.digits()), (2, Some("0x00Ff"), Some(&b"00Ff"[..])));
+        assert_eq!(
+            (h.len(), h.as_str(), h.digits()),
+            (2, Some("0x00Ff"), Some(&b"00Ff"[..]))
+        );
         assert_eq!(h.to_bytes(), Bytes::from_static(&[0, 0xff]));
         assert_eq!(h.to_array::<2>(), Some([0, 0xff]));
         assert_eq!(h.to_array::<3>(), None);
@@ -310,15 +323,24 @@ fn refusals_name_the_param() {
 #[test]
 fn long_received_values_are_cut() {
     let long = format!("\"0x{}\"", "z".repeat(500));
-    let e = with_value(&long, |v| RpcError::from(v.data().unwrap_err().at("input", 0)));
+    let e = with_value(&long, |v| {
+        RpcError::from(v.data().unwrap_err().at("input", 0))
+    });
     let data = data_of(&e);
     assert_eq!(data["reason"], "invalid hex digit");
     assert_eq!(data["receivedLength"], 504);
     let shown = data["received"].as_str().unwrap();
-    assert!(shown.starts_with("0xzzz") && shown.ends_with('…') && shown.len() < 80, "{shown}");
+    assert!(
+        shown.starts_with("0xzzz") && shown.ends_with('…') && shown.len() < 80,
+        "{shown}"
+    );
     // Display, for logs.
     let msg = with_params(r#"[{"gas":"0x01"}]"#, |p| {
-        let tx = EthParams::new(Some(p)).required("transaction").unwrap().call_request().unwrap();
+        let tx = EthParams::new(Some(p))
+            .required("transaction")
+            .unwrap()
+            .call_request()
+            .unwrap();
         tx.gas().unwrap_err().to_string()
     });
     assert_eq!(msg, "invalid transaction.gas (param 0): leading zeros");
@@ -340,22 +362,37 @@ fn block_ids_in_every_form() {
         ("\"0x12a05f2\"".into(), BlockId::Number(0x12a05f2)),
         (
             format!("\"{h}\""),
-            BlockId::Hash { hash, require_canonical: None },
+            BlockId::Hash {
+                hash,
+                require_canonical: None,
+            },
         ),
         (
             format!(r#"{{"blockHash":"{h}"}}"#),
-            BlockId::Hash { hash, require_canonical: None },
+            BlockId::Hash {
+                hash,
+                require_canonical: None,
+            },
         ),
         (
             format!(r#"{{"blockHash":"{h}","requireCanonical":true}}"#),
-            BlockId::Hash { hash, require_canonical: Some(true) },
+            BlockId::Hash {
+                hash,
+                require_canonical: Some(true),
+            },
         ),
         (
             format!(r#"{{ "requireCanonical": false, "blockHash": "{h}" }}"#),
-            BlockId::Hash { hash, require_canonical: Some(false) },
+            BlockId::Hash {
+                hash,
+                require_canonical: Some(false),
+            },
         ),
         (r#"{"blockNumber":"0x10"}"#.into(), BlockId::Number(16)),
-        (r#"{"blockNumber":"latest"}"#.into(), BlockId::Tag(BlockTag::Latest)),
+        (
+            r#"{"blockNumber":"latest"}"#.into(),
+            BlockId::Tag(BlockTag::Latest),
+        ),
         (r#"{"block\u004eumber":"0x10"}"#.into(), BlockId::Number(16)),
     ];
     for (json, want) in &ok {
@@ -365,29 +402,52 @@ fn block_ids_in_every_form() {
         assert_eq!(to_alloy(*want), theirs, "{json}");
     }
     let bad: &[(&str, &str)] = &[
-        (r#""Latest""#, "not a block tag, number, hash or EIP-1898 object"),
-        (r#""LATEST""#, "not a block tag, number, hash or EIP-1898 object"),
+        (
+            r#""Latest""#,
+            "not a block tag, number, hash or EIP-1898 object",
+        ),
+        (
+            r#""LATEST""#,
+            "not a block tag, number, hash or EIP-1898 object",
+        ),
         (r#""0x01""#, "leading zeros"),
         (r#""0x""#, "empty quantity (zero is 0x0)"),
         (r#""0x10000000000000000""#, "more than 64 bits"),
-        (r#""123""#, "not a block tag, number, hash or EIP-1898 object"),
+        (
+            r#""123""#,
+            "not a block tag, number, hash or EIP-1898 object",
+        ),
         ("123", "not a block tag, number, hash or EIP-1898 object"),
         ("true", "not a block tag, number, hash or EIP-1898 object"),
         ("[]", "not a block tag, number, hash or EIP-1898 object"),
         ("{}", "neither blockHash nor blockNumber"),
-        (r#"{"blockNumber":"0x1","requireCanonical":true}"#, "requireCanonical without blockHash"),
-        (r#"{"blockNumber":"0x1","blockNumber":"0x2"}"#, "duplicate member"),
+        (
+            r#"{"blockNumber":"0x1","requireCanonical":true}"#,
+            "requireCanonical without blockHash",
+        ),
+        (
+            r#"{"blockNumber":"0x1","blockNumber":"0x2"}"#,
+            "duplicate member",
+        ),
         (r#"{"blockNumber":"0x1","extra":1}"#, "unknown member"),
-        (r#"{"requireCanonical":true}"#, "neither blockHash nor blockNumber"),
+        (
+            r#"{"requireCanonical":true}"#,
+            "neither blockHash nor blockNumber",
+        ),
         (r#"{"blockHash":"0x1234"}"#, "wrong length"),
         (r#"{"blockNumber":12}"#, "not a string"),
     ];
     for (json, reason) in bad {
-        assert_eq!(with_value(json, |v| outcome(v.block_id())), Err(*reason), "{json}");
+        assert_eq!(
+            with_value(json, |v| outcome(v.block_id())),
+            Err(*reason),
+            "{json}"
+        );
     }
-    let e = with_value(&format!(r#"{{"blockHash":"{h}","requireCanonical":1}}"#), |v| {
-        v.block_id().unwrap_err().reason()
-    });
+    let e = with_value(
+        &format!(r#"{{"blockHash":"{h}","requireCanonical":1}}"#),
+        |v| v.block_id().unwrap_err().reason(),
+    );
     assert_eq!(e, "not a boolean");
 
     // Block numbers: tags and numbers only.
@@ -433,7 +493,10 @@ fn to_alloy(b: BlockId) -> alloy_rpc_types_eth::BlockId {
     }
 }
 
-fn alloy_eips_hash(hash: B256, require_canonical: Option<bool>) -> alloy_rpc_types_eth::RpcBlockHash {
+fn alloy_eips_hash(
+    hash: B256,
+    require_canonical: Option<bool>,
+) -> alloy_rpc_types_eth::RpcBlockHash {
     alloy_rpc_types_eth::RpcBlockHash {
         block_hash: hash,
         require_canonical,
@@ -456,13 +519,20 @@ fn assert_call_agrees(json: &str) {
         assert_eq!(tx.to().unwrap(), to, "{json}");
         assert_eq!(tx.gas().unwrap(), theirs.gas, "{json}");
         assert_eq!(tx.gas_price().unwrap(), theirs.gas_price, "{json}");
-        assert_eq!(tx.max_fee_per_gas().unwrap(), theirs.max_fee_per_gas, "{json}");
+        assert_eq!(
+            tx.max_fee_per_gas().unwrap(),
+            theirs.max_fee_per_gas,
+            "{json}"
+        );
         assert_eq!(
             tx.max_priority_fee_per_gas().unwrap(),
             theirs.max_priority_fee_per_gas,
             "{json}"
         );
-        assert_eq!(tx.max_fee_per_blob_gas().unwrap(), theirs.max_fee_per_blob_gas);
+        assert_eq!(
+            tx.max_fee_per_blob_gas().unwrap(),
+            theirs.max_fee_per_blob_gas
+        );
         assert_eq!(tx.value().unwrap(), theirs.value, "{json}");
         assert_eq!(tx.nonce().unwrap(), theirs.nonce, "{json}");
         assert_eq!(tx.chain_id().unwrap(), theirs.chain_id, "{json}");
@@ -517,12 +587,16 @@ fn call_objects_from_real_clients() {
     );
     // foundry / alloy: `input`, both names equal, contract creation, blobs.
     assert_call_agrees(r#"{"input":"0x6080604052","to":null}"#);
-    assert_call_agrees(r#"{"input":"0xabcd","data":"0xABCD","to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2"}"#);
+    assert_call_agrees(
+        r#"{"input":"0xabcd","data":"0xABCD","to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2"}"#,
+    );
     assert_call_agrees(
         r#"{"to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2","maxFeePerBlobGas":"0x3b9aca00","blobVersionedHashes":["0x01b0a4cdd5f55589f5c5b4d46c76704bb6ce95c0a8c09f77f197a57808dded28"],"type":"0x3"}"#,
     );
     // Unknown members are ignored, as alloy and geth do.
-    assert_call_agrees(r#"{"to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2","ccipReadEnabled":true}"#);
+    assert_call_agrees(
+        r#"{"to":"0xc02aaa39b223fe8d0a0e5c4f27ead9083c756cc2","ccipReadEnabled":true}"#,
+    );
     assert_call_agrees("{}");
 }
 
@@ -533,11 +607,19 @@ fn call_object_refusals() {
         (r#"{"gas":21000}"#, "gas", "not a string"),
         (r#"{"value":"0x"}"#, "value", "empty quantity (zero is 0x0)"),
         (r#"{"to":"0x1234"}"#, "to", "wrong length"),
-        (r#"{"from":"0xd8da6bf26964af9d7eed9e03e53415d37aa9604"}"#, "from", "odd number of hex digits"),
+        (
+            r#"{"from":"0xd8da6bf26964af9d7eed9e03e53415d37aa9604"}"#,
+            "from",
+            "odd number of hex digits",
+        ),
         (r#"{"data":"0x123"}"#, "data", "odd number of hex digits"),
         (r#"{"input":"abcd"}"#, "input", "missing 0x prefix"),
         (r#"{"type":"0x100"}"#, "type", "more than 8 bits"),
-        (r#"{"maxFeePerGas":"0x100000000000000000000000000000000"}"#, "maxFeePerGas", "more than 128 bits"),
+        (
+            r#"{"maxFeePerGas":"0x100000000000000000000000000000000"}"#,
+            "maxFeePerGas",
+            "more than 128 bits",
+        ),
     ];
     for (json, field, reason) in cases {
         let e = with_params(&format!("[{json},\"latest\"]"), |p| {
@@ -565,7 +647,10 @@ fn call_object_refusals() {
         assert_eq!(data["reason"], *reason, "{json}");
     }
     let whole = |json: &str| with_value(json, |v| outcome(v.call_request().map(|_| ())));
-    assert_eq!(whole(r#"{"to":"0x00","to":"0x01"}"#), Err("duplicate member"));
+    assert_eq!(
+        whole(r#"{"to":"0x00","to":"0x01"}"#),
+        Err("duplicate member")
+    );
     assert_eq!(whole(r#""0x00""#), Err("not an object"));
     assert_eq!(
         with_value(r#"{"data":"0x01","input":"0x02"}"#, |v| outcome(
@@ -603,7 +688,10 @@ fn assert_filter_agrees(json: &str) {
             })
         };
         match &theirs.block_option {
-            O::Range { from_block, to_block } => {
+            O::Range {
+                from_block,
+                to_block,
+            } => {
                 assert_eq!(to_alloy(f.from_block().unwrap()), *from_block, "{json}");
                 assert_eq!(to_alloy(f.to_block().unwrap()), *to_block, "{json}");
                 assert_eq!(f.block_hash().unwrap(), None);
@@ -662,7 +750,14 @@ fn filters_from_real_clients() {
 
     // A null among alternatives matches anything (geth).
     with_value(&format!(r#"{{"topics":[["{transfer}",null]]}}"#), |v| {
-        let t = v.log_filter().unwrap().topics().unwrap().next().unwrap().unwrap();
+        let t = v
+            .log_filter()
+            .unwrap()
+            .topics()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
         assert_eq!(t, TopicFilter::Any);
     });
     with_value(r#"{"address":[]}"#, |v| {
@@ -680,23 +775,43 @@ fn filter_refusals() {
         whole(&format!(r#"{{"blockHash":"{h}","fromBlock":"0x1"}}"#)),
         Err("blockHash together with fromBlock or toBlock")
     );
-    assert_eq!(whole(&format!(r#"{{"blockHash":"{h}","fromBlock":null}}"#)), Ok(()));
-    assert_eq!(whole(r#"{"address":"0x00","address":"0x01"}"#), Err("duplicate member"));
+    assert_eq!(
+        whole(&format!(r#"{{"blockHash":"{h}","fromBlock":null}}"#)),
+        Ok(())
+    );
+    assert_eq!(
+        whole(r#"{"address":"0x00","address":"0x01"}"#),
+        Err("duplicate member")
+    );
     assert_eq!(whole("[]"), Err("not an object"));
 
     let topics = |json: &str| {
         with_value(json, |v| {
             let f = v.log_filter().unwrap();
-            outcome(f.topics().and_then(|t| t.collect::<Result<Vec<_>, _>>()).map(|t| t.len()))
+            outcome(
+                f.topics()
+                    .and_then(|t| t.collect::<Result<Vec<_>, _>>())
+                    .map(|t| t.len()),
+            )
         })
     };
-    assert_eq!(topics(r#"{"topics":[null,null,null,null,null]}"#), Err("more than 4 topic positions"));
+    assert_eq!(
+        topics(r#"{"topics":[null,null,null,null,null]}"#),
+        Err("more than 4 topic positions")
+    );
     assert_eq!(topics(r#"{"topics":[null,null,null,null]}"#), Ok(4));
-    assert_eq!(topics(r#"{"topics":"0x00"}"#), Err("not an array of topics"));
+    assert_eq!(
+        topics(r#"{"topics":"0x00"}"#),
+        Err("not an array of topics")
+    );
     assert_eq!(topics(r#"{"topics":[1]}"#), Err("not an array of topics"));
     assert_eq!(topics(r#"{"topics":["0x1234"]}"#), Err("wrong length"));
     let e = with_params(r#"[{"fromBlock":"0x01"}]"#, |p| {
-        let f = EthParams::new(Some(p)).required("filter").unwrap().log_filter().unwrap();
+        let f = EthParams::new(Some(p))
+            .required("filter")
+            .unwrap()
+            .log_filter()
+            .unwrap();
         data_of(&RpcError::from(f.from_block().unwrap_err()))
     });
     assert_eq!(
@@ -706,10 +821,17 @@ fn filter_refusals() {
     let addresses = |json: &str| {
         with_value(json, |v| {
             let f = v.log_filter().unwrap();
-            outcome(f.addresses().and_then(|a| a.collect::<Result<Vec<_>, _>>()).map(|a| a.len()))
+            outcome(
+                f.addresses()
+                    .and_then(|a| a.collect::<Result<Vec<_>, _>>())
+                    .map(|a| a.len()),
+            )
         })
     };
-    assert_eq!(addresses(r#"{"address":5}"#), Err("not an address or an array of addresses"));
+    assert_eq!(
+        addresses(r#"{"address":5}"#),
+        Err("not an address or an array of addresses")
+    );
     assert_eq!(addresses(r#"{"address":["0x12"]}"#), Err("wrong length"));
 }
 
@@ -760,7 +882,8 @@ fn written(f: impl FnOnce(&mut Vec<u8>)) -> String {
 #[test]
 fn writers_round_trip_and_agree_with_alloy() {
     let mut rng = corpus::Rng::new(3);
-    let mut quantities: Vec<u128> = vec![0, 1, 15, 16, 255, 256, u64::MAX as u128, 1 << 64, u128::MAX];
+    let mut quantities: Vec<u128> =
+        vec![0, 1, 15, 16, 255, 256, u64::MAX as u128, 1 << 64, u128::MAX];
     for bits in 1..=128u32 {
         quantities.push(((rng.next_u64() as u128) << 64 | rng.next_u64() as u128) >> (128 - bits));
     }
@@ -773,9 +896,19 @@ fn writers_round_trip_and_agree_with_alloy() {
             assert_eq!(text, format!("\"{small:#x}\""));
         }
     }
-    let mut wide = vec![U256::ZERO, U256::MAX, U256::from(1u8) << 255, U256::from(u128::MAX) + U256::from(1u8)];
+    let mut wide = vec![
+        U256::ZERO,
+        U256::MAX,
+        U256::from(1u8) << 255,
+        U256::from(u128::MAX) + U256::from(1u8),
+    ];
     for bits in 1..=256usize {
-        let limbs = [rng.next_u64(), rng.next_u64(), rng.next_u64(), rng.next_u64()];
+        let limbs = [
+            rng.next_u64(),
+            rng.next_u64(),
+            rng.next_u64(),
+            rng.next_u64(),
+        ];
         wide.push(U256::from_limbs(limbs) >> (256 - bits));
     }
     for v in wide {
@@ -786,13 +919,22 @@ fn writers_round_trip_and_agree_with_alloy() {
     for len in [0usize, 1, 2, 20, 31, 32, 33, 511, 512, 513, 1500, 4096] {
         let bytes: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
         let text = written(|o| eth::write::data(o, &bytes));
-        assert_eq!(text, serde_json::to_string(&Bytes::from(bytes.clone())).unwrap());
+        assert_eq!(
+            text,
+            serde_json::to_string(&Bytes::from(bytes.clone())).unwrap()
+        );
         let arena = bumpalo::Bump::new();
-        assert_eq!(with_value(&text, |v| v.bytes_in(&arena).unwrap().to_vec()), bytes);
+        assert_eq!(
+            with_value(&text, |v| v.bytes_in(&arena).unwrap().to_vec()),
+            bytes
+        );
     }
     let a = Address::from([0xab; 20]);
     let text = written(|o| eth::write::address(o, &a));
-    assert_eq!(text.to_lowercase(), serde_json::to_string(&a).unwrap().to_lowercase());
+    assert_eq!(
+        text.to_lowercase(),
+        serde_json::to_string(&a).unwrap().to_lowercase()
+    );
     assert_eq!(text, format!("\"{a:#x}\""));
     assert_eq!(with_value(&text, |v| v.address().unwrap()), a);
     let h = B256::from([0x5c; 32]);
@@ -808,9 +950,13 @@ fn eth_reply_through_the_dispatcher() {
     let d = Dispatcher::builder(())
         .method("q", |c: Call<'_, ()>| EthReply::quantity(c.reply, 0x1b4))
         .method("q256", |c: Call<'_, ()>| c.reply.quantity_u256(U256::MAX))
-        .method("data", |c: Call<'_, ()>| EthReply::data(c.reply, &[1, 2, 0xff]))
+        .method("data", |c: Call<'_, ()>| {
+            EthReply::data(c.reply, &[1, 2, 0xff])
+        })
         .method("big", move |c: Call<'_, ()>| c.reply.data(&big2))
-        .method("addr", |c: Call<'_, ()>| c.reply.address(&Address::from([0x11; 20])))
+        .method("addr", |c: Call<'_, ()>| {
+            c.reply.address(&Address::from([0x11; 20]))
+        })
         .method("hash", |c: Call<'_, ()>| c.reply.hash(&B256::ZERO))
         .method("echo", |c: Call<'_, ()>| {
             let mut p = EthParams::new(c.params);
@@ -829,11 +975,23 @@ fn eth_reply_through_the_dispatcher() {
         v
     };
     assert_eq!(call("q", "[]")["result"], "0x1b4");
-    assert_eq!(call("q256", "[]")["result"], format!("0x{}", "f".repeat(64)));
+    assert_eq!(
+        call("q256", "[]")["result"],
+        format!("0x{}", "f".repeat(64))
+    );
     assert_eq!(call("data", "[]")["result"], "0x0102ff");
-    assert_eq!(call("big", "[]")["result"], const_hex::encode_prefixed(&big));
-    assert_eq!(call("addr", "[]")["result"], format!("0x{}", "11".repeat(20)));
-    assert_eq!(call("hash", "[]")["result"], format!("0x{}", "00".repeat(32)));
+    assert_eq!(
+        call("big", "[]")["result"],
+        const_hex::encode_prefixed(&big)
+    );
+    assert_eq!(
+        call("addr", "[]")["result"],
+        format!("0x{}", "11".repeat(20))
+    );
+    assert_eq!(
+        call("hash", "[]")["result"],
+        format!("0x{}", "00".repeat(32))
+    );
     assert_eq!(call("echo", r#"["0x1b3"]"#)["result"], "0x1b4");
     let e = call("echo", r#"["0x01b3"]"#);
     assert_eq!(e["error"]["code"], -32602);
@@ -865,11 +1023,19 @@ fn eth_reply_through_the_dispatcher() {
 fn geth_codes() {
     use eth::codes;
     assert_eq!(
-        (codes::SERVER_ERROR, codes::REQUEST_TIMEOUT, codes::RESPONSE_TOO_LARGE, codes::EXECUTION_REVERTED),
+        (
+            codes::SERVER_ERROR,
+            codes::REQUEST_TIMEOUT,
+            codes::RESPONSE_TOO_LARGE,
+            codes::EXECUTION_REVERTED
+        ),
         (-32000, -32002, -32003, 3)
     );
     assert_eq!(codes::request_timeout().code(), -32002);
-    assert_eq!(codes::server_error("nonce too low").message(), "nonce too low");
+    assert_eq!(
+        codes::server_error("nonce too low").message(),
+        "nonce too low"
+    );
     // Error(string) "Ownable: caller is not the owner".
     let reason = "Ownable: caller is not the owner";
     let mut out = vec![0x08, 0xc3, 0x79, 0xa0];
@@ -881,9 +1047,17 @@ fn geth_codes() {
     let e = codes::execution_reverted(&out);
     assert_eq!(e.code(), 3);
     assert_eq!(e.message(), format!("execution reverted: {reason}"));
-    assert_eq!(e.data().unwrap(), format!("\"{}\"", const_hex::encode_prefixed(&out)));
+    assert_eq!(
+        e.data().unwrap(),
+        format!("\"{}\"", const_hex::encode_prefixed(&out))
+    );
     // A custom error, an empty revert, truncated output: no reason.
-    for output in [&[0x12, 0x34, 0x56, 0x78][..], &[], &out[..40], &out[..out.len() - 40]] {
+    for output in [
+        &[0x12, 0x34, 0x56, 0x78][..],
+        &[],
+        &out[..40],
+        &out[..out.len() - 40],
+    ] {
         let e = codes::execution_reverted(output);
         assert_eq!(e.message(), "execution reverted");
         assert_eq!(codes::revert_reason(output), None);
@@ -909,32 +1083,126 @@ fn catalogue_round_trips_every_entry() {
     assert_eq!(catalogue::lookup("eth_foo"), None);
     let expect: &[(&str, BlockParam, Cache, Access)] = &[
         ("eth_call", BlockParam::Id(1), Cache::ByBlock, Access::Read),
-        ("eth_getBalance", BlockParam::Id(1), Cache::ByBlock, Access::Read),
-        ("eth_getStorageAt", BlockParam::Id(2), Cache::ByBlock, Access::Read),
-        ("eth_getProof", BlockParam::Id(2), Cache::ByBlock, Access::Read),
-        ("eth_getBlockByNumber", BlockParam::Number(0), Cache::ByBlock, Access::Read),
-        ("eth_getBlockByHash", BlockParam::Hash(0), Cache::ByBlock, Access::Read),
-        ("eth_getLogs", BlockParam::Filter(0), Cache::ByBlock, Access::Read),
-        ("eth_feeHistory", BlockParam::Number(1), Cache::ByBlock, Access::Read),
-        ("eth_getTransactionReceipt", BlockParam::None, Cache::ByTransaction, Access::Read),
-        ("eth_blockNumber", BlockParam::None, Cache::Never, Access::Read),
+        (
+            "eth_getBalance",
+            BlockParam::Id(1),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "eth_getStorageAt",
+            BlockParam::Id(2),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "eth_getProof",
+            BlockParam::Id(2),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "eth_getBlockByNumber",
+            BlockParam::Number(0),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "eth_getBlockByHash",
+            BlockParam::Hash(0),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "eth_getLogs",
+            BlockParam::Filter(0),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "eth_feeHistory",
+            BlockParam::Number(1),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "eth_getTransactionReceipt",
+            BlockParam::None,
+            Cache::ByTransaction,
+            Access::Read,
+        ),
+        (
+            "eth_blockNumber",
+            BlockParam::None,
+            Cache::Never,
+            Access::Read,
+        ),
         ("eth_chainId", BlockParam::None, Cache::Static, Access::Read),
-        ("eth_sendRawTransaction", BlockParam::None, Cache::Never, Access::Write),
-        ("eth_subscribe", BlockParam::None, Cache::Never, Access::Subscription),
-        ("eth_newFilter", BlockParam::Filter(0), Cache::Never, Access::Filter),
-        ("eth_getFilterChanges", BlockParam::None, Cache::Never, Access::Filter),
+        (
+            "eth_sendRawTransaction",
+            BlockParam::None,
+            Cache::Never,
+            Access::Write,
+        ),
+        (
+            "eth_subscribe",
+            BlockParam::None,
+            Cache::Never,
+            Access::Subscription,
+        ),
+        (
+            "eth_newFilter",
+            BlockParam::Filter(0),
+            Cache::Never,
+            Access::Filter,
+        ),
+        (
+            "eth_getFilterChanges",
+            BlockParam::None,
+            Cache::Never,
+            Access::Filter,
+        ),
         ("eth_sign", BlockParam::None, Cache::Never, Access::Account),
-        ("debug_traceTransaction", BlockParam::None, Cache::ByTransaction, Access::Read),
-        ("debug_traceCall", BlockParam::Id(1), Cache::ByBlock, Access::Read),
-        ("trace_call", BlockParam::Id(2), Cache::ByBlock, Access::Read),
-        ("trace_filter", BlockParam::Filter(0), Cache::ByBlock, Access::Read),
-        ("txpool_content", BlockParam::None, Cache::Never, Access::Read),
+        (
+            "debug_traceTransaction",
+            BlockParam::None,
+            Cache::ByTransaction,
+            Access::Read,
+        ),
+        (
+            "debug_traceCall",
+            BlockParam::Id(1),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "trace_call",
+            BlockParam::Id(2),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "trace_filter",
+            BlockParam::Filter(0),
+            Cache::ByBlock,
+            Access::Read,
+        ),
+        (
+            "txpool_content",
+            BlockParam::None,
+            Cache::Never,
+            Access::Read,
+        ),
         ("net_version", BlockParam::None, Cache::Static, Access::Read),
         ("web3_sha3", BlockParam::None, Cache::Static, Access::Read),
     ];
     for (name, block, cache, access) in expect {
         let m = catalogue::lookup(name).unwrap();
-        assert_eq!((m.block, m.cache, m.access), (*block, *cache, *access), "{name}");
+        assert_eq!(
+            (m.block, m.cache, m.access),
+            (*block, *cache, *access),
+            "{name}"
+        );
     }
     // Every method of the benchmark's traffic mix is in the catalogue.
     for (name, _) in corpus::ETH_MIX {

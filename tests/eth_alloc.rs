@@ -115,7 +115,13 @@ fn decoding_real_params_allocates_nothing() {
     // allocates.
     let (refusal, _) = allocations_during(|| {
         let msg = br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x01"]}"#;
-        let p = rpcwire::parse(msg, &arena).unwrap().into_single().unwrap().request().unwrap().params();
+        let p = rpcwire::parse(msg, &arena)
+            .unwrap()
+            .into_single()
+            .unwrap()
+            .request()
+            .unwrap()
+            .params();
         rpcwire::RpcError::from(decode("eth_getBalance", p, &arena).unwrap_err())
     });
     assert!(refusal > 0);

@@ -189,7 +189,7 @@ impl BlockId {
         let mut number = None;
         let mut hash = None;
         let mut canonical = None;
-        for (key, value) in v.as_params().expect("an object").entries() {
+        for (key, value) in super::walk::Members::new(v) {
             match_key(key, |k| {
                 let (slot, name): (&mut Option<RawJson<'_>>, &'static str) = match k {
                     b"blockNumber" => (&mut number, "blockNumber"),

@@ -7,6 +7,7 @@ use bumpalo::Bump;
 
 use super::block::match_key;
 use super::decode::{EthValue, Hex, Invalid, Reason, Site};
+use super::walk::{Elements, Members};
 use crate::json::{Kind, RawJson};
 
 /// Declares the members: the enum indexing them, their wire names, and the
@@ -93,7 +94,7 @@ impl<'a> CallRequest<'a> {
             return Err(Invalid::new(Reason::NotObject, v));
         }
         let mut members = [None; COUNT];
-        for (key, value) in v.as_params().expect("an object").entries() {
+        for (key, value) in Members::new(v) {
             if let Some(m) = match_key(key, member_of)
                 && members[m as usize].replace(value).is_some()
             {
@@ -258,13 +259,14 @@ impl<'a> CallRequest<'a> {
         let site = self.site;
         let values = match self.get(Member::BlobVersionedHashes) {
             None => None,
-            Some(v) => Some(v.as_params().filter(|p| p.is_array()).ok_or_else(|| {
-                Invalid::new(Reason::NotArray, v)
+            Some(v) if v.kind() == Kind::Array => Some(Elements::new(v)),
+            Some(v) => {
+                return Err(Invalid::new(Reason::NotArray, v)
                     .in_field("blobVersionedHashes")
-                    .at_site(site)
-            })?),
+                    .at_site(site));
+            }
         };
-        Ok(values.into_iter().flat_map(|p| p.iter()).map(move |h| {
+        Ok(values.into_iter().flatten().map(move |h| {
             h.hash()
                 .map_err(|e| e.in_field("blobVersionedHashes").at_site(site))
         }))

@@ -11,9 +11,10 @@ use super::block::{BlockId, BlockNumberOrTag};
 use super::call::CallRequest;
 use super::filter::LogFilter;
 use super::hex;
+use super::walk::Elements;
 use crate::dispatch::RpcError;
 use crate::json::{Kind, RawJson};
-use crate::request::{Params, Positional};
+use crate::request::Params;
 
 /// Why a value was refused. Private: the public face is
 /// [`Invalid::reason`]'s text, which may gain cases without breaking
@@ -703,7 +704,7 @@ impl<'a> Param<'a> {
 /// ```
 #[derive(Clone, Debug)]
 pub struct EthParams<'a> {
-    values: Option<Positional<'a>>,
+    values: Option<Elements<'a>>,
     position: u32,
     named: bool,
 }
@@ -713,7 +714,9 @@ impl<'a> EthParams<'a> {
     /// [`Call::params`](crate::Call::params) holds them).
     pub fn new(params: Option<Params<'a>>) -> Self {
         EthParams {
-            values: params.map(|p| p.iter()),
+            values: params
+                .filter(|p| p.is_array())
+                .map(|p| Elements::new(p.as_value())),
             position: 0,
             named: params.is_some_and(|p| p.is_object()),
         }
