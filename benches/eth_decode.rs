@@ -433,8 +433,8 @@ fn paired_ratios(passes: usize) {
         let want: Vec<Sum> = texts.iter().map(|t| jsonrpsee_decode(method, t)).collect();
         let mut arena = bumpalo::Bump::with_capacity(64 * 1024);
         let chunk = |from: usize, f: &mut dyn FnMut(usize)| {
-            for j in from..from + CHUNK {
-                touch(&messages[j]);
+            for m in &messages[from..from + CHUNK] {
+                touch(m);
             }
             let start = std::time::Instant::now();
             for j in from..from + CHUNK {

@@ -151,7 +151,7 @@ pub(crate) fn data_array<const N: usize>(s: &[u8]) -> Result<[u8; N], Reason> {
         return Err(Reason::Length);
     }
     let mut out = [0u8; N];
-    if N % 4 == 0 {
+    if N.is_multiple_of(4) {
         if swar_decode(digits, &mut out) {
             return Ok(out);
         }
@@ -199,12 +199,12 @@ const fn at_least(x: u64, c: u8) -> u64 {
 #[inline(always)]
 fn swar_word(v: u64) -> Option<u32> {
     let digit = at_least(v, b'0') & !at_least(v, b'9' + 1);
-    let lower = v | 0x20 * ONES;
+    let lower = v | (0x20 * ONES);
     let letter = at_least(lower, b'a') & !at_least(lower, b'f' + 1) & at_least(v, b'A');
     if v & HIGH != 0 || (digit | letter) != HIGH {
         return None;
     }
-    let nibbles = (v & 0x0f * ONES) + ((v >> 6) & ONES) * 9;
+    let nibbles = (v & (0x0f * ONES)) + ((v >> 6) & ONES) * 9;
     let pairs = ((nibbles << 4) | (nibbles >> 8)) & 0x00ff_00ff_00ff_00ff;
     let x = (pairs | (pairs >> 8)) & 0x0000_ffff_0000_ffff;
     Some((x | (x >> 16)) as u32)
