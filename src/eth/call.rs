@@ -93,8 +93,19 @@ impl<'a> CallRequest<'a> {
         if v.kind() != Kind::Object {
             return Err(Invalid::new(Reason::NotObject, v));
         }
+        Ok(CallRequest::parse_at(v.as_bytes(), 0, site)?.0)
+    }
+
+    /// Reads the object whose `{` is at `buf[start]` in one walk, and
+    /// returns the index after it too.
+    pub(crate) fn parse_at(
+        buf: &'a [u8],
+        start: usize,
+        site: Site,
+    ) -> Result<(Self, usize), Invalid<'a>> {
         let mut members = [None; COUNT];
-        for (key, value) in Members::new(v) {
+        let mut walk = Members::at(buf, start);
+        for (key, value) in walk.by_ref() {
             if let Some(m) = match_key(key, member_of)
                 && members[m as usize].replace(value).is_some()
             {
@@ -103,11 +114,15 @@ impl<'a> CallRequest<'a> {
                 );
             }
         }
-        Ok(CallRequest {
-            members,
-            object: v,
-            site,
-        })
+        let end = walk.end().unwrap_or(buf.len());
+        Ok((
+            CallRequest {
+                members,
+                object: RawJson::from_validated(&buf[start..end]),
+                site,
+            },
+            end,
+        ))
     }
 
     /// The whole object, raw.

@@ -755,6 +755,108 @@ impl<'a> EthParams<'a> {
         })
     }
 
+    /// Where the next value starts (after whitespace), if there is one.
+    #[inline(always)]
+    fn peek(&mut self) -> Option<(&'a [u8], usize)> {
+        self.values.as_mut()?.peek()
+    }
+
+    /// Steps over a value that a fused reader found to end at `end`.
+    #[inline(always)]
+    fn advance(&mut self, end: usize) {
+        if let Some(v) = self.values.as_mut() {
+            v.resume(end);
+        }
+        self.position += 1;
+    }
+
+    /// The next parameter as an address: `required(name)?.address()`, in
+    /// one pass (the decoding finds where the value ends).
+    #[inline]
+    pub fn next_address(&mut self, name: &'static str) -> Result<Address, Invalid<'a>> {
+        if let Some((buf, start)) = self.peek()
+            && let Some((a, end)) = hex::fixed_at::<20>(buf, start)
+        {
+            self.advance(end);
+            return Ok(Address::from(a));
+        }
+        self.required(name)?.address()
+    }
+
+    /// The next parameter as a hash: `required(name)?.hash()`, in one pass.
+    #[inline]
+    pub fn next_hash(&mut self, name: &'static str) -> Result<B256, Invalid<'a>> {
+        if let Some((buf, start)) = self.peek()
+            && let Some((h, end)) = hex::fixed_at::<32>(buf, start)
+        {
+            self.advance(end);
+            return Ok(B256::from(h));
+        }
+        self.required(name)?.hash()
+    }
+
+    /// The next parameter as an optional block id (`None` when absent or
+    /// `null`, which the execution API reads as `latest`):
+    /// `optional(name).map(|p| p.block_id()).transpose()`, with tags and
+    /// numbers read in one pass.
+    #[inline]
+    pub fn next_block_id(&mut self, name: &'static str) -> Result<Option<BlockId>, Invalid<'a>> {
+        let position = self.position;
+        if let Some((buf, start)) = self.peek() {
+            if let Some((b, end)) = super::block::block_at(buf, start) {
+                self.advance(end);
+                return Ok(Some(BlockId::from(b)));
+            }
+            if buf[start] == b'{' {
+                let (id, end) = BlockId::parse_object_at(buf, start)
+                    .map_err(|e| e.at(name, position as usize))?;
+                self.advance(end);
+                return Ok(Some(id));
+            }
+        }
+        self.optional(name).map(|p| p.block_id()).transpose()
+    }
+
+    /// The next parameter as a call object: `required(name)?.call_request()`,
+    /// the object walked once (its end is found by the same walk).
+    #[inline]
+    pub fn next_call_request(&mut self, name: &'static str) -> Result<CallRequest<'a>, Invalid<'a>> {
+        let position = self.position;
+        if let Some((buf, start)) = self.peek()
+            && buf[start] == b'{'
+        {
+            let site = Site {
+                param: Some(name),
+                position,
+            };
+            let (call, end) = CallRequest::parse_at(buf, start, site)
+                .map_err(|e| e.at(name, position as usize))?;
+            self.advance(end);
+            return Ok(call);
+        }
+        self.required(name)?.call_request()
+    }
+
+    /// The next parameter as a log filter: `required(name)?.log_filter()`,
+    /// the object walked once.
+    #[inline]
+    pub fn next_log_filter(&mut self, name: &'static str) -> Result<LogFilter<'a>, Invalid<'a>> {
+        let position = self.position;
+        if let Some((buf, start)) = self.peek()
+            && buf[start] == b'{'
+        {
+            let site = Site {
+                param: Some(name),
+                position,
+            };
+            let (filter, end) = LogFilter::parse_at(buf, start, site)
+                .map_err(|e| e.at(name, position as usize))?;
+            self.advance(end);
+            return Ok(filter);
+        }
+        self.required(name)?.log_filter()
+    }
+
     /// Checks that no params are left (geth refuses extra params).
     pub fn finish(mut self) -> Result<(), Invalid<'a>> {
         match self.values.as_mut().and_then(Iterator::next) {

@@ -49,16 +49,27 @@ impl<'a> LogFilter<'a> {
         if v.kind() != Kind::Object {
             return Err(Invalid::new(Reason::NotObject, v).at_site(site));
         }
+        Ok(LogFilter::parse_at(v.as_bytes(), 0, site)?.0)
+    }
+
+    /// Reads the object whose `{` is at `buf[start]` in one walk, and
+    /// returns the index after it too.
+    pub(crate) fn parse_at(
+        buf: &'a [u8],
+        start: usize,
+        site: Site,
+    ) -> Result<(Self, usize), Invalid<'a>> {
         let mut f = LogFilter {
             from_block: None,
             to_block: None,
             block_hash: None,
             address: None,
             topics: None,
-            object: v,
+            object: RawJson::from_validated(&buf[start..start + 1]),
             site,
         };
-        for (key, value) in Members::new(v) {
+        let mut walk = Members::at(buf, start);
+        for (key, value) in walk.by_ref() {
             let slot = match_key(key, |k| {
                 Some(match k {
                     b"fromBlock" => (&mut f.from_block, "fromBlock"),
@@ -77,11 +88,13 @@ impl<'a> LogFilter<'a> {
                     .at_site(site));
             }
         }
+        let end = walk.end().unwrap_or(buf.len());
+        f.object = RawJson::from_validated(&buf[start..end]);
         let set = |m: Option<RawJson<'_>>| m.is_some_and(|v| !v.is_null());
         if set(f.block_hash) && (set(f.from_block) || set(f.to_block)) {
-            return Err(Invalid::new(Reason::HashWithRange, v).at_site(site));
+            return Err(Invalid::new(Reason::HashWithRange, f.object).at_site(site));
         }
-        Ok(f)
+        Ok((f, end))
     }
 
     /// The whole object, raw.

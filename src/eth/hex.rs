@@ -151,17 +151,11 @@ pub(crate) fn data_array<const N: usize>(s: &[u8]) -> Result<[u8; N], Reason> {
         return Err(Reason::Length);
     }
     let mut out = [0u8; N];
-    if N.is_multiple_of(4) {
-        if swar_decode(digits, &mut out) {
-            return Ok(out);
-        }
-        return Err(Reason::InvalidDigit);
-    }
     decode_digits(digits, &mut out)?;
     Ok(out)
 }
 
-/// A DATA string of exactly `N` bytes (`N` a multiple of 4) starting at
+/// A DATA string of exactly `N` bytes starting at
 /// `buf[start]` (its opening quote), decoded with its end found by the
 /// decoding itself: when the `2N` bytes after `"0x` are all hex digits and
 /// a quote follows, that quote closes the string (no quote or backslash
@@ -175,57 +169,8 @@ pub(crate) fn fixed_at<const N: usize>(buf: &[u8], start: usize) -> Option<([u8;
         return None;
     }
     let mut out = [0u8; N];
-    swar_decode(&s[3..3 + 2 * N], &mut out).then_some((out, end))
-}
-
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGH: u64 = 0x8080_8080_8080_8080;
-
-/// The high bit of each byte set where the byte is at least `c` (bytes
-/// below 0x80).
-#[inline(always)]
-const fn at_least(x: u64, c: u8) -> u64 {
-    x.wrapping_add((0x80 - c as u64) * ONES) & HIGH
-}
-
-/// Decodes 8 hex digits (a little-endian word of ASCII) into 4 bytes, in
-/// one pass over the word (SWAR):
-///
-/// ```text
-/// valid  = ascii & (('0' <= b <= '9') | ('a' <= (b | 0x20) <= 'f' & b >= 'A'))
-/// nibble = (b & 0xf) + 9 * bit6(b)        // '0'..'9' -> 0..9, 'a'/'A'.. -> 10..
-/// pair   = nibble[2i] << 4 | nibble[2i + 1], even bytes gathered
-/// ```
-#[inline(always)]
-fn swar_word(v: u64) -> Option<u32> {
-    let digit = at_least(v, b'0') & !at_least(v, b'9' + 1);
-    let lower = v | (0x20 * ONES);
-    let letter = at_least(lower, b'a') & !at_least(lower, b'f' + 1) & at_least(v, b'A');
-    if v & HIGH != 0 || (digit | letter) != HIGH {
-        return None;
-    }
-    let nibbles = (v & (0x0f * ONES)) + ((v >> 6) & ONES) * 9;
-    let pairs = ((nibbles << 4) | (nibbles >> 8)) & 0x00ff_00ff_00ff_00ff;
-    let x = (pairs | (pairs >> 8)) & 0x0000_ffff_0000_ffff;
-    Some((x | (x >> 16)) as u32)
-}
-
-/// Decodes `digits` (8 per 4 output bytes) into `out`; `false` if any is
-/// not a hex digit. For the short fixed sizes (addresses, hashes) this
-/// inlined word loop beats a call into const-hex (`hex` bench group).
-#[inline(always)]
-pub(crate) fn swar_decode(digits: &[u8], out: &mut [u8]) -> bool {
-    debug_assert_eq!(digits.len(), 2 * out.len());
-    debug_assert_eq!(out.len() % 4, 0);
-    let mut ok = true;
-    for (word, bytes) in digits.chunks_exact(8).zip(out.chunks_exact_mut(4)) {
-        let v = u64::from_le_bytes(word.try_into().expect("8 digits"));
-        match swar_word(v) {
-            Some(x) => bytes.copy_from_slice(&x.to_le_bytes()),
-            None => ok = false,
-        }
-    }
-    ok
+    decode_digits(&s[3..3 + 2 * N], &mut out).ok()?;
+    Some((out, end))
 }
 
 /// `"0x…"` for `bytes` (lowercase, two digits per byte), quotes included,
@@ -313,26 +258,14 @@ mod tests {
     }
 
     #[test]
-    fn swar_agrees_with_const_hex_on_every_byte() {
-        // Every byte value in every position of a word, against const-hex.
-        for pos in 0..8 {
-            for b in 0..=255u8 {
-                let mut digits = *b"0123abCD";
-                digits[pos] = b;
-                let mut ours = [0u8; 4];
-                let ok = swar_decode(&digits, &mut ours);
-                let theirs = const_hex::decode_to_array::<_, 4>(digits);
-                assert_eq!(ok, theirs.is_ok(), "{digits:?}");
-                if let Ok(t) = theirs {
-                    assert_eq!(ours, t);
-                }
-            }
-        }
+    fn fixed_at_finds_the_end() {
         let h = b"\"0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b\",";
         let (v, end) = fixed_at::<32>(h, 0).unwrap();
         assert_eq!((v[0], v[31], end), (0x88, 0x4b, 68));
         assert!(fixed_at::<32>(&h[..60], 0).is_none());
         assert!(fixed_at::<20>(h, 0).is_none());
+        assert!(fixed_at::<2>(b"\"0x0xab\"", 0).is_none());
+        assert!(fixed_at::<2>(b"\"0xa\\\"\"", 0).is_none());
     }
 
     #[test]

@@ -31,13 +31,29 @@ const fn bytes_equal(v: u64, c: u8) -> u64 {
 
 /// The index after the closing quote of the string whose content starts
 /// at `pos`. Short strings (addresses, hashes, tags) are read eight bytes
-/// at a time, inline; past 64 bytes, `memchr2` takes over.
+/// at a time, inline, and their last bytes one by one; past 64 bytes,
+/// `memchr2` takes over.
 #[inline(always)]
 pub(crate) fn skip_string(buf: &[u8], mut pos: usize) -> usize {
-    let short_end = (pos + 64).min(buf.len());
-    while pos + 8 <= short_end {
-        let v = u64::from_le_bytes(buf[pos..pos + 8].try_into().expect("8 bytes"));
-        let hits = bytes_equal(v, b'"') | bytes_equal(v, b'\\');
+    let short_end = pos + 64;
+    while pos < short_end {
+        let hits = match buf.get(pos..pos + 8) {
+            Some(word) => {
+                let v = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+                bytes_equal(v, b'"') | bytes_equal(v, b'\\')
+            }
+            None => {
+                // The last few bytes of the buffer.
+                while let Some(&b) = buf.get(pos) {
+                    match b {
+                        b'"' => return pos + 1,
+                        b'\\' => pos += 2,
+                        _ => pos += 1,
+                    }
+                }
+                return buf.len();
+            }
+        };
         if hits != 0 {
             let at = pos + (hits.trailing_zeros() / 8) as usize;
             if buf[at] == b'"' {
@@ -146,19 +162,34 @@ impl<'a> Iterator for Elements<'a> {
     }
 }
 
-/// The members of a validated object (`buf` is the whole object).
+/// The members of a validated object.
 #[derive(Clone, Debug)]
 pub(crate) struct Members<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// The index after the closing brace, once the walk reached it.
+    end: usize,
 }
 
 impl<'a> Members<'a> {
+    #[cfg(test)]
     pub(crate) fn new(object: RawJson<'a>) -> Self {
+        Members::at(object.as_bytes(), 0)
+    }
+
+    /// The members of the object whose `{` is at `buf[start]` (the object
+    /// may be followed by more text).
+    pub(crate) fn at(buf: &'a [u8], start: usize) -> Self {
         Members {
-            buf: object.as_bytes(),
-            pos: 1,
+            buf,
+            pos: start + 1,
+            end: 0,
         }
+    }
+
+    /// The index after the closing brace: known once the walk is over.
+    pub(crate) fn end(&self) -> Option<usize> {
+        (self.end != 0).then_some(self.end)
     }
 }
 
@@ -170,6 +201,10 @@ impl<'a> Iterator for Members<'a> {
         let buf = self.buf;
         let key_start = skip_ws(buf, self.pos);
         if buf.get(key_start) != Some(&b'"') {
+            if self.pos < buf.len() && self.end == 0 {
+                // The closing brace of an empty object.
+                self.end = key_start + 1;
+            }
             self.pos = buf.len();
             return None;
         }
@@ -179,7 +214,13 @@ impl<'a> Iterator for Members<'a> {
         let key = JsonStr::from_content(content, content.contains(&b'\\'));
         let value_start = skip_ws(buf, skip_ws(buf, key_end) + 1);
         let value_end = skip_value(buf, value_start);
-        self.pos = skip_ws(buf, value_end) + 1;
+        let separator = skip_ws(buf, value_end);
+        if buf.get(separator) == Some(&b'}') {
+            self.end = separator + 1;
+            self.pos = buf.len();
+        } else {
+            self.pos = separator + 1;
+        }
         Some((key, RawJson::from_validated(&buf[value_start..value_end])))
     }
 }
@@ -208,5 +249,11 @@ mod tests {
         let core: Vec<_> = obj.as_params().unwrap().entries().collect();
         assert_eq!(ours, core);
         assert_eq!(Elements::new(ours[0].1).count(), 2);
+        let mut m = Members::at(b"[ {\"a\":{\"}\":1} } ,2]", 2);
+        assert_eq!(m.end(), None);
+        assert_eq!(m.by_ref().count(), 1);
+        assert_eq!(m.end(), Some(16));
+        let mut empty = Members::at(b"{ }", 0);
+        assert_eq!((empty.next(), empty.end()), (None, Some(3)));
     }
 }
