@@ -135,10 +135,33 @@ pub(crate) fn block_at(buf: &[u8], start: usize) -> Option<(BlockNumberOrTag, us
         [b'"', b'l', b'a', b't', b'e', b's', b't', b'"', ..] => (BlockTag::Latest, 8),
         [b'"', b'p', b'e', b'n', b'd', b'i', b'n', b'g', b'"', ..] => (BlockTag::Pending, 9),
         [b'"', b's', b'a', b'f', b'e', b'"', ..] => (BlockTag::Safe, 6),
-        [b'"', b'f', b'i', b'n', b'a', b'l', b'i', b'z', b'e', b'd', b'"', ..] => {
-            (BlockTag::Finalized, 11)
-        }
-        [b'"', b'e', b'a', b'r', b'l', b'i', b'e', b's', b't', b'"', ..] => (BlockTag::Earliest, 10),
+        [
+            b'"',
+            b'f',
+            b'i',
+            b'n',
+            b'a',
+            b'l',
+            b'i',
+            b'z',
+            b'e',
+            b'd',
+            b'"',
+            ..,
+        ] => (BlockTag::Finalized, 11),
+        [
+            b'"',
+            b'e',
+            b'a',
+            b'r',
+            b'l',
+            b'i',
+            b'e',
+            b's',
+            b't',
+            b'"',
+            ..,
+        ] => (BlockTag::Earliest, 10),
         [b'"', b'0', b'x', ..] => {
             // Up to 16 digits, then the closing quote.
             let close = rest.iter().take(20).skip(3).position(|&b| b == b'"')? + 3;

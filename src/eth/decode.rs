@@ -689,6 +689,13 @@ impl<'a> Param<'a> {
 /// and extra params are -32602, and a trailing optional parameter may be
 /// absent or `null`.
 ///
+/// The `next_*` readers ([`next_address`](EthParams::next_address),
+/// [`next_block_id`](EthParams::next_block_id),
+/// [`next_call_request`](EthParams::next_call_request)…) decode the next
+/// parameter where it stands, finding its end as they decode (one pass
+/// instead of a skip and a decode): the fastest way to read params.
+/// After an error, where the reader stands is unspecified.
+///
 /// ```
 /// use rpcwire::eth::{BlockId, BlockTag, EthParams};
 ///
@@ -820,7 +827,10 @@ impl<'a> EthParams<'a> {
     /// The next parameter as a call object: `required(name)?.call_request()`,
     /// the object walked once (its end is found by the same walk).
     #[inline]
-    pub fn next_call_request(&mut self, name: &'static str) -> Result<CallRequest<'a>, Invalid<'a>> {
+    pub fn next_call_request(
+        &mut self,
+        name: &'static str,
+    ) -> Result<CallRequest<'a>, Invalid<'a>> {
         let position = self.position;
         if let Some((buf, start)) = self.peek()
             && buf[start] == b'{'
@@ -849,8 +859,8 @@ impl<'a> EthParams<'a> {
                 param: Some(name),
                 position,
             };
-            let (filter, end) = LogFilter::parse_at(buf, start, site)
-                .map_err(|e| e.at(name, position as usize))?;
+            let (filter, end) =
+                LogFilter::parse_at(buf, start, site).map_err(|e| e.at(name, position as usize))?;
             self.advance(end);
             return Ok(filter);
         }
