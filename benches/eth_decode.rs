@@ -330,7 +330,7 @@ fn ours_decode(method: &str, params: Params<'_>, arena: &bumpalo::Bump) -> Sum {
                 s.opt(block, ours_block);
             }
             "eth_sendRawTransaction" => {
-                let b = p.required("transaction")?.bytes_in(arena)?;
+                let b = p.next_bytes_in("transaction", arena)?;
                 s.bytes(b);
             }
             _ => unreachable!(),

@@ -1234,7 +1234,8 @@ fn assert_fused_agrees(params: &str) {
     with_params(params, |p| {
         let arena = bumpalo::Bump::new();
         type Step = for<'x> fn(&mut EthParams<'x>, &bumpalo::Bump) -> String;
-        let fused: [Step; 5] = [
+        let fused: [Step; 6] = [
+            |p, a| seen(p.next_bytes_in("d", a).map(<[u8]>::to_vec)),
             |p, _| seen(p.next_address("a")),
             |p, _| seen(p.next_hash("h")),
             |p, _| seen(p.next_block_id("b")),
@@ -1254,7 +1255,14 @@ fn assert_fused_agrees(params: &str) {
                 }))
             },
         ];
-        let general: [Step; 5] = [
+        let general: [Step; 6] = [
+            |p, a| {
+                seen(
+                    p.required("d")
+                        .and_then(|v| v.bytes_in(a))
+                        .map(<[u8]>::to_vec),
+                )
+            },
             |p, _| seen(p.required("a").and_then(|v| v.address())),
             |p, _| seen(p.required("h").and_then(|v| v.hash())),
             |p, _| seen(p.optional("b").map(|v| v.block_id()).transpose()),
@@ -1334,6 +1342,9 @@ fn fused_readers_agree_with_the_general_path() {
         format!(r#"[{{"blockHash":"{h}","fromBlock":"0x1"}}]"#),
         format!(r#"[{{"fromBlock":"0x01"}}, 5]"#),
         r#"[]"#.to_string(),
+        r#"["0x", "0x00ff", "0xABCD"]"#.to_string(),
+        r#"["0xabc", "0x0x12", "0xzz", "00", "0x\u0030\u0030"]"#.to_string(),
+        r#"["0x12\"34", "0x1\"34", "0x12"]"#.to_string(),
         r#"[null, null]"#.to_string(),
         r#"[5, true, "x", [1], {"a":{"b":"}"}}]"#.to_string(),
     ] {

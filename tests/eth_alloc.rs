@@ -93,7 +93,12 @@ fn decode<'a>(
             add(block.and_then(|b| b.number()).unwrap_or(1));
         }
         "eth_sendRawTransaction" => {
-            add(p.required("transaction")?.bytes_in(arena)?.len() as u64);
+            let tx = if fused {
+                p.next_bytes_in("transaction", arena)?
+            } else {
+                p.required("transaction")?.bytes_in(arena)?
+            };
+            add(tx.len() as u64);
         }
         _ => unreachable!(),
     }

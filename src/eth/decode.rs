@@ -802,6 +802,30 @@ impl<'a> EthParams<'a> {
         self.required(name)?.hash()
     }
 
+    /// The next parameter as DATA decoded into `arena`:
+    /// `required(name)?.bytes_in(arena)`, the string's end found with one
+    /// `memchr` for its closing quote (the decoding checks every digit).
+    #[inline]
+    pub fn next_bytes_in<'b>(
+        &mut self,
+        name: &'static str,
+        arena: &'b Bump,
+    ) -> Result<&'b [u8], Invalid<'a>> {
+        if let Some((buf, start)) = self.peek()
+            && buf.get(start..start + 3) == Some(b"\"0x")
+            && let Some(len) = memchr::memchr(b'"', &buf[start + 3..])
+            && len % 2 == 0
+        {
+            let digits = &buf[start + 3..start + 3 + len];
+            let out = arena.alloc_slice_fill_copy(len / 2, 0u8);
+            if hex::decode_digits(digits, out).is_ok() {
+                self.advance(start + len + 4);
+                return Ok(out);
+            }
+        }
+        self.required(name)?.bytes_in(arena)
+    }
+
     /// The next parameter as an optional block id (`None` when absent or
     /// `null`, which the execution API reads as `latest`):
     /// `optional(name).map(|p| p.block_id()).transpose()`, with tags and
