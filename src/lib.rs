@@ -92,6 +92,10 @@
 //!   pipelining, server-pushed notifications and `eth_subscribe`-style
 //!   subscriptions, pings and idle close, graceful shutdown; serves a
 //!   `TcpListener` or a stream an HTTP server upgraded.
+//! * `eth`: the Ethereum toolkit (`eth`): QUANTITY / DATA / address / hash /
+//!   block-id decoders over raw params, call-object and log-filter views,
+//!   reply writers, geth's error codes, the method catalogue; adds
+//!   alloy-primitives and const-hex.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,
