@@ -277,8 +277,8 @@ fn bench_round_trip(c: &mut Criterion) {
 
         let mut g = c.benchmark_group(format!("round_trip/{name}"));
         g.throughput(Throughput::Bytes((corpus::bytes(msgs) / msgs.len()) as u64));
-        g.warm_up_time(Duration::from_secs(1));
-        g.measurement_time(Duration::from_secs(3));
+        g.warm_up_time(Duration::from_millis(500));
+        g.measurement_time(Duration::from_secs(2));
         g.sample_size(if name.contains("batch") { 30 } else { 50 });
         g.bench_function("rpcwire", |b| {
             b.iter(round_robin(msgs, &ours, |m, out| {

@@ -109,8 +109,8 @@ fn bench_parse(c: &mut Criterion) {
             .collect();
         let mut g = c.benchmark_group(format!("parse/{}", case.name));
         g.throughput(Throughput::Bytes((corpus::bytes(msgs) / msgs.len()) as u64));
-        g.warm_up_time(Duration::from_secs(1));
-        g.measurement_time(Duration::from_secs(3));
+        g.warm_up_time(Duration::from_millis(500));
+        g.measurement_time(Duration::from_secs(2));
         g.sample_size(if case.batches { 30 } else { 50 });
 
         let mut arena = bumpalo::Bump::new();
