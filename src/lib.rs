@@ -84,6 +84,11 @@
 //! * `tracing`: a `tracing` span per call (method, id, error code).
 //! * `server`: servers on tokio ([`server`]): limits, metrics, graceful
 //!   shutdown, and the stdio, TCP and Unix-socket transports.
+//! * `mcp`: an MCP server layer ([`mcp`]): the `initialize` lifecycle
+//!   (revisions 2025-06-18, 2025-11-25) and the stateless 2026-07-28
+//!   revision, tools whose arguments are checked against their JSON Schema
+//!   (`jsonschema`), progress, cancellation, logging, over stdio and
+//!   Streamable HTTP (hyper 1.x). Implies `server`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,
@@ -99,6 +104,9 @@ mod envelope;
 mod error;
 pub mod frame;
 pub mod json;
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp;
 pub mod message;
 pub mod peer;
 pub mod request;
