@@ -778,7 +778,7 @@ impl Endpoint {
             let mut cancel = cancel;
             while conn.messages_in_flight() > 0 {
                 tokio::select! {
-                    _ = std::future::poll_fn(|cx| conn.poll_replies(&server.dispatcher, cx, &mut out)) => {}
+                    _ = std::future::poll_fn(|cx| super::poll_drain(&mut conn, &server.dispatcher, cx, &mut out)) => {}
                     _ = async { cancel.as_mut().expect("guarded").await }, if cancel.is_some() => {
                         cancel = None;
                         if let Some(i) = &id_bytes { conn.cancel(i); }

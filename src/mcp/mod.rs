@@ -409,7 +409,7 @@ impl McpServer {
         conn.start(&self.dispatcher, input, out);
         apply_cancels(conn);
         while conn.messages_in_flight() > 0 {
-            std::future::poll_fn(|cx| conn.poll_replies(&self.dispatcher, cx, out)).await;
+            std::future::poll_fn(|cx| poll_drain(conn, &self.dispatcher, cx, out)).await;
         }
         out.len() > start
     }
@@ -482,6 +482,20 @@ pub(crate) fn write_batch_refusal<B: ReplyBuf + ?Sized>(out: &mut B) {
     out.extend_from_slice(
         br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"JSON-RPC batches are not supported by MCP since revision 2025-06-18"}}}"#,
     );
+}
+
+/// Drives `conn`'s calls: ready when replies were written, or when no call
+/// is left (a cancelled call writes none).
+pub(crate) fn poll_drain<B: ReplyBuf>(
+    conn: &mut Connection,
+    dispatcher: &Dispatcher<ServerInner, WithAsync>,
+    cx: &mut std::task::Context<'_>,
+    out: &mut B,
+) -> std::task::Poll<usize> {
+    match conn.poll_replies(dispatcher, cx, out) {
+        std::task::Poll::Pending if conn.messages_in_flight() == 0 => std::task::Poll::Ready(0),
+        other => other,
+    }
 }
 
 /// Carries out the cancellations the last message asked for.

@@ -102,6 +102,7 @@ impl McpServer {
                 }
             }
             let dispatcher = &self.dispatcher;
+            let busy = conn.messages_in_flight() > 0;
             tokio::select! {
                 read = reader.read_buf(&mut input), if !eof => {
                     if read? == 0 {
@@ -109,7 +110,7 @@ impl McpServer {
                         deadline = Some(tokio::time::Instant::now() + DRAIN_GRACE);
                     }
                 }
-                n = std::future::poll_fn(|cx| conn.poll_replies(dispatcher, cx, &mut replies)) => {
+                n = std::future::poll_fn(|cx| super::poll_drain(&mut conn, dispatcher, cx, &mut replies)), if busy => {
                     // What the calls sent before they finished goes first.
                     while let Ok(note) = notes.try_recv() {
                         push_line(&mut wire, &note);
