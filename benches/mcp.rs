@@ -186,7 +186,7 @@ impl Driver {
     fn call(&mut self, i: u64) -> String {
         let id = self.next_id;
         self.next_id += 1;
-        let (arch, configuration) = if i % 2 == 0 {
+        let (arch, configuration) = if i.is_multiple_of(2) {
             ("arm64", "Release")
         } else {
             ("x86_64", "Debug")
@@ -279,8 +279,14 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter naming another bench skips.
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
-    if args.iter().any(|a| !"mcp".contains(a.as_str()) && !"tools_call".contains(a.as_str())) {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    if args
+        .iter()
+        .any(|a| !"mcp".contains(a.as_str()) && !"tools_call".contains(a.as_str()))
+    {
         return;
     }
     let calls: u64 = std::env::var("MCP_BENCH_CALLS")
@@ -293,7 +299,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let mut drivers = vec![
+        let mut drivers = [
             ("rpcwire (jsonschema)", rpcwire_driver().await),
             ("rmcp (serde-typed args)", rmcp_driver(false).await),
             ("rmcp + jsonschema", rmcp_driver(true).await),

@@ -103,11 +103,15 @@ fn lint(dir: &Path, root: &Path, acc: &mut Lint) -> std::io::Result<()> {
             }
             lint(&path, root, acc)?;
         } else if kind.is_file() && entry.metadata()?.len() <= MAX_FILE_LEN {
-            let Ok(bytes) = std::fs::read(&path) else { continue };
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
             if bytes.contains(&0) {
                 continue; // binary
             }
-            let Ok(text) = std::str::from_utf8(&bytes) else { continue };
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                continue;
+            };
             acc.files += 1;
             for (n, line) in text.lines().enumerate() {
                 acc.lines += 1;
@@ -152,7 +156,9 @@ fn lint_check() -> Tool {
         },
     )
     .title("Lint check")
-    .description("Counts lines and trailing whitespace in the text files under the current directory.")
+    .description(
+        "Counts lines and trailing whitespace in the text files under the current directory.",
+    )
     .annotations(ToolAnnotations {
         read_only_hint: Some(true),
         ..Default::default()

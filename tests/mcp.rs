@@ -94,7 +94,8 @@ async fn send(server: &McpServer, conn: &mut rpcwire::Connection, msg: &str) -> 
     {
         return Value::Null;
     }
-    serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+    serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
 }
 
 async fn initialized(server: &McpServer, version: &str) -> rpcwire::Connection {
@@ -107,14 +108,21 @@ async fn initialized(server: &McpServer, version: &str) -> rpcwire::Connection {
     .await;
     assert_eq!(r["result"]["protocolVersion"], version, "{r}");
     assert_eq!(
-        send(server, &mut conn, r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await,
+        send(
+            server,
+            &mut conn,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#
+        )
+        .await,
         Value::Null
     );
     conn
 }
 
 fn call_msg(id: u64, tool: &str, args: &str) -> String {
-    format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#)
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+    )
 }
 
 // ------------------------------------------------------------ lifecycle
@@ -131,7 +139,10 @@ async fn initialize_negotiates_a_version() {
         let mut conn = s.connection("memory");
         let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"{asked}","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#)).await;
         assert_eq!(r["result"]["protocolVersion"], answered);
-        assert_eq!(r["result"]["serverInfo"], json!({"name": "test-server", "version": "9.9.9"}));
+        assert_eq!(
+            r["result"]["serverInfo"],
+            json!({"name": "test-server", "version": "9.9.9"})
+        );
         assert_eq!(r["result"]["capabilities"]["tools"]["listChanged"], true);
         assert_eq!(r["result"]["instructions"], "be nice");
         assert!(r["result"].get("resultType").is_none());
@@ -143,7 +154,12 @@ async fn initialize_negotiates_a_version() {
         r["error"]["data"],
         json!({"supported": ["2025-11-25", "2025-06-18"], "requested": "2024-11-05"})
     );
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602);
     assert_eq!(r["error"]["data"]["field"], "protocolVersion");
 }
@@ -155,17 +171,32 @@ async fn requests_before_initialize() {
     // What clients really send early is answered.
     let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
     assert_eq!(r["result"], json!({}));
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"error"}}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"error"}}"#,
+    )
+    .await;
     assert_eq!(r["result"], json!({}));
     // The rest needs the handshake (or 2026-07-28 _meta).
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32600, "{r}");
     let r = send(&s, &mut conn, &call_msg(4, "lint-check", "{}")).await;
     assert_eq!(r["error"]["code"], -32600, "{r}");
     // After initialize (before notifications/initialized) it is served.
     let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{}}}"#).await;
     assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#,
+    )
+    .await;
     assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 6);
     // Re-initialize: a new revision for the connection.
     let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#).await;
@@ -178,22 +209,43 @@ async fn requests_before_initialize() {
 async fn discover_then_call_2026() {
     let s = server();
     let mut conn = s.connection("memory");
-    let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{{{MODERN_META}}}}}"#)).await;
+    let r = send(
+        &s,
+        &mut conn,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{{{MODERN_META}}}}}"#
+        ),
+    )
+    .await;
     let res = &r["result"];
     assert_eq!(res["resultType"], "complete");
-    assert_eq!(res["supportedVersions"], json!(["2026-07-28", "2025-11-25", "2025-06-18"]));
+    assert_eq!(
+        res["supportedVersions"],
+        json!(["2026-07-28", "2025-11-25", "2025-06-18"])
+    );
     assert_eq!(res["ttlMs"], 0);
     assert_eq!(res["cacheScope"], "public");
-    assert_eq!(res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "test-server");
+    assert_eq!(
+        res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "test-server"
+    );
     assert!(res["capabilities"]["tools"].is_object());
-    let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{MODERN_META}}}}}"#)).await;
+    let r = send(
+        &s,
+        &mut conn,
+        &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{MODERN_META}}}}}"#),
+    )
+    .await;
     assert_eq!(r["result"]["resultType"], "complete");
     assert_eq!(r["result"]["cacheScope"], "public");
     assert!(r["result"]["ttlMs"].is_u64());
     let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"build-app","arguments":{{"project_dir":"/p","arch":"arm64"}},{MODERN_META}}}}}"#)).await;
     assert_eq!(r["result"]["resultType"], "complete");
     assert_eq!(r["result"]["structuredContent"]["artifact"], "/p/app");
-    assert_eq!(r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["version"], "9.9.9");
+    assert_eq!(
+        r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["version"],
+        "9.9.9"
+    );
     // ping and logging/setLevel are gone in 2026-07-28.
     for m in ["ping", "logging/setLevel"] {
         let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":3,"method":"{m}","params":{{"level":"info",{MODERN_META}}}}}"#)).await;
@@ -215,7 +267,10 @@ async fn modern_errors() {
     }
     let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#).await;
     assert_eq!(r["error"]["code"], -32602);
-    assert_eq!(r["error"]["data"]["field"], "_meta.io.modelcontextprotocol/clientCapabilities");
+    assert_eq!(
+        r["error"]["data"]["field"],
+        "_meta.io.modelcontextprotocol/clientCapabilities"
+    );
     let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"loud"}}}"#).await;
     assert_eq!(r["error"]["code"], -32602);
     assert_eq!(r["error"]["data"]["received"], "loud");
@@ -225,9 +280,19 @@ async fn modern_errors() {
 async fn unknown_methods_and_batches() {
     let s = server();
     let mut conn = initialized(&s, "2025-11-25").await;
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32601);
-    let r = send(&s, &mut conn, r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32600);
     assert_eq!(r["id"], Value::Null);
     let r = send(&s, &mut conn, " \n[]").await;
@@ -245,9 +310,11 @@ async fn unknown_methods_and_batches() {
 async fn tools_list_pages() {
     let mut b = McpServer::builder("p", "1").page_size(4);
     for i in 0..10 {
-        b = b.tool(Tool::new(format!("t{i:02}"), json!({"type": "object"}), |_, _| async {
-            Ok(ToolOutput::text("x"))
-        }));
+        b = b.tool(Tool::new(
+            format!("t{i:02}"),
+            json!({"type": "object"}),
+            |_, _| async { Ok(ToolOutput::text("x")) },
+        ));
     }
     let s = b.build().unwrap();
     let mut conn = initialized(&s, "2025-11-25").await;
@@ -258,7 +325,12 @@ async fn tools_list_pages() {
             Some(c) => format!(r#","params":{{"cursor":"{c}"}}"#),
             None => String::new(),
         };
-        let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list"{params}}}"#)).await;
+        let r = send(
+            &s,
+            &mut conn,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list"{params}}}"#),
+        )
+        .await;
         for t in r["result"]["tools"].as_array().unwrap() {
             names.push(t["name"].as_str().unwrap().to_owned());
         }
@@ -267,9 +339,19 @@ async fn tools_list_pages() {
             break;
         }
     }
-    assert_eq!(names, (0..10).map(|i| format!("t{i:02}")).collect::<Vec<_>>());
+    assert_eq!(
+        names,
+        (0..10).map(|i| format!("t{i:02}")).collect::<Vec<_>>()
+    );
     for bad in ["nope", "p99", "p-1", ""] {
-        let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"cursor":"{bad}"}}}}"#)).await;
+        let r = send(
+            &s,
+            &mut conn,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"cursor":"{bad}"}}}}"#
+            ),
+        )
+        .await;
         assert_eq!(r["error"]["code"], -32602, "{bad}");
         assert_eq!(r["error"]["message"], "Invalid cursor");
     }
@@ -279,13 +361,24 @@ async fn tools_list_pages() {
 async fn tools_list_shows_the_definitions() {
     let s = server();
     let mut conn = initialized(&s, "2025-06-18").await;
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    )
+    .await;
     let build = &r["result"]["tools"][0];
     assert_eq!(build["name"], "build-app");
     assert_eq!(build["title"], "Build");
     assert_eq!(build["description"], "builds");
-    assert_eq!(build["inputSchema"]["required"], json!(["project_dir", "arch"]));
-    assert_eq!(build["outputSchema"]["required"], json!(["status", "artifact"]));
+    assert_eq!(
+        build["inputSchema"]["required"],
+        json!(["project_dir", "arch"])
+    );
+    assert_eq!(
+        build["outputSchema"]["required"],
+        json!(["status", "artifact"])
+    );
     assert!(r["result"].get("nextCursor").is_none());
 }
 
@@ -295,7 +388,8 @@ async fn tools_call_checks_arguments_first() {
     let mut conn = initialized(&s, "2025-11-25").await;
     let mut out = Vec::new();
     let msg = call_msg(1, "build-app", r#"{"project_dir":"/p","arch":"ARM"}"#);
-    s.handle(&Bytes::from(msg.into_bytes()), &mut conn, &mut out).await;
+    s.handle(&Bytes::from(msg.into_bytes()), &mut conn, &mut out)
+        .await;
     let raw = String::from_utf8(out).unwrap();
     assert!(raw.contains(r#""code":-32602"#), "{raw}");
     // Exactly this data, members in this order.
@@ -303,10 +397,23 @@ async fn tools_call_checks_arguments_first() {
         raw.contains(r#""data":{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}"#),
         "{raw}"
     );
-    let r = send(&s, &mut conn, &call_msg(2, "build-app", r#"{"arch":"arm64"}"#)).await;
+    let r = send(
+        &s,
+        &mut conn,
+        &call_msg(2, "build-app", r#"{"arch":"arm64"}"#),
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602);
-    assert_eq!(r["error"]["data"], json!({"field": "project_dir", "reason": "required property is missing"}));
-    let r = send(&s, &mut conn, &call_msg(3, "build-app", r#"{"project_dir":7,"arch":"arm64"}"#)).await;
+    assert_eq!(
+        r["error"]["data"],
+        json!({"field": "project_dir", "reason": "required property is missing"})
+    );
+    let r = send(
+        &s,
+        &mut conn,
+        &call_msg(3, "build-app", r#"{"project_dir":7,"arch":"arm64"}"#),
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602);
     assert_eq!(r["error"]["data"]["field"], "project_dir");
     assert_eq!(r["error"]["data"]["received"], 7);
@@ -315,10 +422,20 @@ async fn tools_call_checks_arguments_first() {
     let r = send(&s, &mut conn, &call_msg(5, "nope", "{}")).await;
     assert_eq!(r["error"]["code"], -32602);
     assert_eq!(r["error"]["message"], "Unknown tool: nope");
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602);
     assert_eq!(r["error"]["data"]["field"], "name");
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602);
 }
 
@@ -326,9 +443,19 @@ async fn tools_call_checks_arguments_first() {
 async fn tools_call_results() {
     let s = server();
     let mut conn = initialized(&s, "2025-11-25").await;
-    let r = send(&s, &mut conn, &call_msg(1, "build-app", r#"{"project_dir":"/p","arch":"x86_64","configuration":"Release"}"#)).await;
+    let r = send(
+        &s,
+        &mut conn,
+        &call_msg(
+            1,
+            "build-app",
+            r#"{"project_dir":"/p","arch":"x86_64","configuration":"Release"}"#,
+        ),
+    )
+    .await;
     let res = &r["result"];
-    let structured = json!({"status":"ok","artifact":"/p/app","configuration":"Release","arch":"x86_64"});
+    let structured =
+        json!({"status":"ok","artifact":"/p/app","configuration":"Release","arch":"x86_64"});
     assert_eq!(res["structuredContent"], structured);
     // Mirrored as text for older clients.
     assert_eq!(res["content"][0]["type"], "text");
@@ -361,22 +488,36 @@ async fn tools_call_results() {
 async fn set_level_validates() {
     let s = server();
     let mut conn = initialized(&s, "2025-11-25").await;
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"loud"}}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602);
     assert_eq!(r["error"]["data"]["expected"][0], "debug");
-    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{}}"#).await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{}}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32602);
 }
 
 #[test]
 fn bad_schemas_are_refused() {
     let e = McpServer::builder("x", "1")
-        .tool(Tool::new("t", json!({"type": 12}), |_, _| async { Ok(ToolOutput::text("")) }))
+        .tool(Tool::new("t", json!({"type": 12}), |_, _| async {
+            Ok(ToolOutput::text(""))
+        }))
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("inputSchema"), "{e}");
     let e = McpServer::builder("x", "1")
-        .tool(Tool::new("t", json!(true), |_, _| async { Ok(ToolOutput::text("")) }))
+        .tool(Tool::new("t", json!(true), |_, _| async {
+            Ok(ToolOutput::text(""))
+        }))
         .build()
         .unwrap_err();
     assert!(e.to_string().contains("object"), "{e}");
@@ -420,7 +561,8 @@ impl Pipe {
     async fn init(&mut self, version: &str) {
         self.send(&format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{{}}}}}}"#)).await;
         assert_eq!(self.recv().await["result"]["protocolVersion"], version);
-        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
     }
 }
 
@@ -429,7 +571,8 @@ async fn stdio_progress_and_logs_come_before_the_reply() {
     let s = server();
     let mut p = Pipe::new(&s);
     p.init("2025-11-25").await;
-    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"warning"}}"#).await;
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"warning"}}"#)
+        .await;
     assert_eq!(p.recv().await["result"], json!({}));
     p.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"build-app","arguments":{"project_dir":"/p","arch":"arm64"},"_meta":{"progressToken":"tok"}}}"#).await;
     let mut progress = Vec::new();
@@ -441,7 +584,9 @@ async fn stdio_progress_and_logs_come_before_the_reply() {
                 assert_eq!(m["params"]["progressToken"], "tok");
                 progress.push(m["params"]["progress"].as_f64().unwrap());
             }
-            Some("notifications/message") => levels.push(m["params"]["level"].as_str().unwrap().to_owned()),
+            Some("notifications/message") => {
+                levels.push(m["params"]["level"].as_str().unwrap().to_owned())
+            }
             _ => {
                 assert_eq!(m["id"], 2);
                 break;
@@ -450,7 +595,10 @@ async fn stdio_progress_and_logs_come_before_the_reply() {
     }
     // Strictly increasing: 1, 2, 3 of 1, 1, 2, 0.5, 3.
     assert_eq!(progress, vec![1.0, 2.0, 3.0]);
-    assert_eq!(levels, ["warning", "error", "critical", "alert", "emergency"]);
+    assert_eq!(
+        levels,
+        ["warning", "error", "critical", "alert", "emergency"]
+    );
     drop(p.tx);
     p.task.await.unwrap().unwrap();
 }
@@ -483,8 +631,10 @@ async fn stdio_cancellation() {
     p.send(&call_msg(7, "wait", r#"{"ms":30000}"#)).await;
     tokio::time::sleep(Duration::from_millis(50)).await;
     // Unknown ids (and initialize's) are ignored.
-    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"nope"}}"#).await;
-    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}}"#).await;
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"nope"}}"#)
+        .await;
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}}"#)
+        .await;
     p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#).await;
     p.send(&call_msg(8, "wait", r#"{"ms":1}"#)).await;
     // No reply for 7: the next message is 8's.
@@ -508,9 +658,11 @@ async fn stdio_list_changed() {
     p.init("2025-11-25").await;
     p.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
     assert_eq!(p.recv().await["id"], 1);
-    s.add_tool(Tool::new("new-tool", json!({"type": "object"}), |_, _| async {
-        Ok(ToolOutput::text("new"))
-    }))
+    s.add_tool(Tool::new(
+        "new-tool",
+        json!({"type": "object"}),
+        |_, _| async { Ok(ToolOutput::text("new")) },
+    ))
     .unwrap();
     let m = p.recv().await;
     assert_eq!(m["method"], "notifications/tools/list_changed");
@@ -527,7 +679,8 @@ async fn stdio_list_changed() {
 async fn stdio_batches_and_garbage_keep_the_loop_alive() {
     let s = server();
     let mut p = Pipe::new(&s);
-    p.send(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#).await;
+    p.send(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#)
+        .await;
     assert_eq!(p.recv().await["error"]["code"], -32600);
     p.send("{oops").await;
     assert_eq!(p.recv().await["error"]["code"], -32700);
@@ -611,7 +764,9 @@ async fn request(
         req = req.header(*k, *v);
     }
     let req = req
-        .body(http_body_util::Full::new(Bytes::copy_from_slice(body.as_bytes())))
+        .body(http_body_util::Full::new(Bytes::copy_from_slice(
+            body.as_bytes(),
+        )))
         .unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
         .await
@@ -647,7 +802,15 @@ async fn http_session(addr: std::net::SocketAddr) -> String {
     assert_eq!(a.json()["result"]["protocolVersion"], "2025-11-25");
     let sid = a.headers["mcp-session-id"].to_str().unwrap().to_owned();
     assert_eq!(sid.len(), 32);
-    let n = post(addr, &[("mcp-session-id", &sid), ("mcp-protocol-version", "2025-11-25")], r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+    let n = post(
+        addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
     assert_eq!(n.status, 202);
     assert!(n.body.is_empty());
     sid
@@ -663,7 +826,11 @@ async fn http_endpoint_rules() {
     assert_eq!(r.status, 403);
     assert_eq!(r.json()["error"]["code"], -32600);
     assert!(r.json().get("id").is_none_or(Value::is_null));
-    for origin in ["http://localhost:6274", "http://127.0.0.1", "http://[::1]:3000"] {
+    for origin in [
+        "http://localhost:6274",
+        "http://127.0.0.1",
+        "http://[::1]:3000",
+    ] {
         let r = post(a, &[("origin", origin)], ping).await;
         assert_eq!(r.status, 200, "{origin}");
     }
@@ -685,7 +852,12 @@ async fn http_endpoint_rules() {
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["code"], -32700);
     // GET / DELETE without a session; other methods.
-    assert_eq!(request(a, "GET", &[("accept", "text/event-stream")], "").await.status, 405);
+    assert_eq!(
+        request(a, "GET", &[("accept", "text/event-stream")], "")
+            .await
+            .status,
+        405
+    );
     assert_eq!(request(a, "DELETE", &[], "").await.status, 405);
     assert_eq!(request(a, "PUT", &[], "").await.status, 405);
 }
@@ -698,17 +870,43 @@ async fn http_sessions() {
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     // No session: 400; unknown: 404.
     assert_eq!(post(a, &[], list).await.status, 400);
-    assert_eq!(post(a, &[("mcp-session-id", "deadbeef")], list).await.status, 404);
+    assert_eq!(
+        post(a, &[("mcp-session-id", "deadbeef")], list)
+            .await
+            .status,
+        404
+    );
     // Unsupported MCP-Protocol-Version: 400.
-    let r = post(a, &[("mcp-session-id", &sid), ("mcp-protocol-version", "1999-01-01")], list).await;
+    let r = post(
+        a,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "1999-01-01"),
+        ],
+        list,
+    )
+    .await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["data"]["requested"], "1999-01-01");
     // Good.
-    let r = post(a, &[("mcp-session-id", &sid), ("mcp-protocol-version", "2025-11-25")], list).await;
+    let r = post(
+        a,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        list,
+    )
+    .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["result"]["tools"].as_array().unwrap().len(), 6);
     // A tool call without notifications: JSON.
-    let r = post(a, &[("mcp-session-id", &sid)], &call_msg(3, "lint-check", "{}")).await;
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        &call_msg(3, "lint-check", "{}"),
+    )
+    .await;
     assert_eq!(r.content_type(), "application/json");
     assert_eq!(r.json()["result"]["content"][0]["text"], "clean");
     // With progress: SSE, notifications then the response, then the end.
@@ -727,15 +925,42 @@ async fn http_sessions() {
         .collect();
     assert_eq!(progress, [1.0, 2.0, 3.0]);
     // Schema errors over HTTP are JSON-RPC errors with status 200.
-    let r = post(a, &[("mcp-session-id", &sid)], &call_msg(5, "build-app", r#"{"project_dir":"/p","arch":"ARM"}"#)).await;
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        &call_msg(5, "build-app", r#"{"project_dir":"/p","arch":"ARM"}"#),
+    )
+    .await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json()["error"]["data"], json!({"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}));
+    assert_eq!(
+        r.json()["error"]["data"],
+        json!({"field":"arch","expected":["arm64","x86_64"],"received":"ARM"})
+    );
     // A response from the client: 202.
-    assert_eq!(post(a, &[("mcp-session-id", &sid)], r#"{"jsonrpc":"2.0","id":99,"result":{}}"#).await.status, 202);
+    assert_eq!(
+        post(
+            a,
+            &[("mcp-session-id", &sid)],
+            r#"{"jsonrpc":"2.0","id":99,"result":{}}"#
+        )
+        .await
+        .status,
+        202
+    );
     // DELETE ends the session.
-    assert_eq!(request(a, "DELETE", &[("mcp-session-id", &sid)], "").await.status, 200);
+    assert_eq!(
+        request(a, "DELETE", &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        200
+    );
     assert_eq!(post(a, &[("mcp-session-id", &sid)], list).await.status, 404);
-    assert_eq!(request(a, "DELETE", &[("mcp-session-id", &sid)], "").await.status, 404);
+    assert_eq!(
+        request(a, "DELETE", &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        404
+    );
 }
 
 #[tokio::test]
@@ -745,12 +970,25 @@ async fn http_cancellation_in_a_session() {
     let sid = http_session(a).await;
     let sid2 = sid.clone();
     let slow = tokio::spawn(async move {
-        post(a, &[("mcp-session-id", &sid2)], &call_msg(7, "wait", r#"{"ms":30000}"#)).await
+        post(
+            a,
+            &[("mcp-session-id", &sid2)],
+            &call_msg(7, "wait", r#"{"ms":30000}"#),
+        )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let r = post(a, &[("mcp-session-id", &sid)], r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#).await;
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+    )
+    .await;
     assert_eq!(r.status, 202);
-    let r = tokio::time::timeout(Duration::from_secs(3), slow).await.unwrap().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(3), slow)
+        .await
+        .unwrap()
+        .unwrap();
     // No reply for a cancelled request: an empty event stream.
     assert_eq!(r.status, 200);
     assert!(r.events().is_empty(), "{}", r.body);
@@ -780,9 +1018,11 @@ async fn http_list_changed_on_the_get_stream() {
     let mut body = resp.into_body();
     let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
     assert!(first.starts_with(b":"));
-    s.add_tool(Tool::new("later", json!({"type": "object"}), |_, _| async {
-        Ok(ToolOutput::text(""))
-    }))
+    s.add_tool(Tool::new(
+        "later",
+        json!({"type": "object"}),
+        |_, _| async { Ok(ToolOutput::text("")) },
+    ))
     .unwrap();
     let next = tokio::time::timeout(Duration::from_secs(3), body.frame())
         .await
@@ -793,8 +1033,15 @@ async fn http_list_changed_on_the_get_stream() {
         .unwrap();
     assert!(String::from_utf8_lossy(&next).contains("notifications/tools/list_changed"));
     // DELETE closes it.
-    assert_eq!(request(a, "DELETE", &[("mcp-session-id", &sid)], "").await.status, 200);
-    let end = tokio::time::timeout(Duration::from_secs(3), body.frame()).await.unwrap();
+    assert_eq!(
+        request(a, "DELETE", &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        200
+    );
+    let end = tokio::time::timeout(Duration::from_secs(3), body.frame())
+        .await
+        .unwrap();
     assert!(end.is_none());
 }
 
@@ -803,7 +1050,9 @@ async fn http_2026_rules() {
     let h = http_server(server()).await;
     let a = h.addr;
     let v = ("mcp-protocol-version", "2026-07-28");
-    let discover = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{{{MODERN_META}}}}}"#);
+    let discover = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{{{MODERN_META}}}}}"#
+    );
     let r = post(a, &[v, ("mcp-method", "server/discover")], &discover).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["result"]["resultType"], "complete");
@@ -811,7 +1060,10 @@ async fn http_2026_rules() {
     // Header mismatches: 400 with -32020.
     for hs in [
         vec![("mcp-method", "server/discover")],
-        vec![("mcp-protocol-version", "2025-11-25"), ("mcp-method", "server/discover")],
+        vec![
+            ("mcp-protocol-version", "2025-11-25"),
+            ("mcp-method", "server/discover"),
+        ],
         vec![v],
         vec![v, ("mcp-method", "tools/list")],
     ] {
@@ -822,23 +1074,63 @@ async fn http_2026_rules() {
     }
     // Unsupported version: 400 with -32022.
     let old = discover.replace("2026-07-28", "1900-01-01");
-    let r = post(a, &[("mcp-protocol-version", "1900-01-01"), ("mcp-method", "server/discover")], &old).await;
+    let r = post(
+        a,
+        &[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "server/discover"),
+        ],
+        &old,
+    )
+    .await;
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["code"], -32022);
     assert_eq!(r.json()["error"]["data"]["supported"][0], "2026-07-28");
     // Unknown method: 404 with -32601.
-    let r = post(a, &[v, ("mcp-method", "resources/list")], &format!(r#"{{"jsonrpc":"2.0","id":2,"method":"resources/list","params":{{{MODERN_META}}}}}"#)).await;
+    let r = post(
+        a,
+        &[v, ("mcp-method", "resources/list")],
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"resources/list","params":{{{MODERN_META}}}}}"#
+        ),
+    )
+    .await;
     assert_eq!(r.status, 404);
     assert_eq!(r.json()["error"]["code"], -32601);
     // tools/call: Mcp-Name must match, plain or base64.
-    let call = format!(r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"lint-check","arguments":{{}},{MODERN_META}}}}}"#);
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"lint-check","arguments":{{}},{MODERN_META}}}}}"#
+    );
     let m = ("mcp-method", "tools/call");
-    assert_eq!(post(a, &[v, m], &call).await.json()["error"]["code"], -32020);
-    assert_eq!(post(a, &[v, m, ("mcp-name", "build-app")], &call).await.json()["error"]["code"], -32020);
-    let r = post(a, &[v, m, ("mcp-name", "lint-check"), ("mcp-session-id", "ignored")], &call).await;
+    assert_eq!(
+        post(a, &[v, m], &call).await.json()["error"]["code"],
+        -32020
+    );
+    assert_eq!(
+        post(a, &[v, m, ("mcp-name", "build-app")], &call)
+            .await
+            .json()["error"]["code"],
+        -32020
+    );
+    let r = post(
+        a,
+        &[
+            v,
+            m,
+            ("mcp-name", "lint-check"),
+            ("mcp-session-id", "ignored"),
+        ],
+        &call,
+    )
+    .await;
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["result"]["resultType"], "complete");
-    let r = post(a, &[v, m, ("mcp-name", "=?base64?bGludC1jaGVjaw==?=")], &call).await;
+    let r = post(
+        a,
+        &[v, m, ("mcp-name", "=?base64?bGludC1jaGVjaw==?=")],
+        &call,
+    )
+    .await;
     assert_eq!(r.json()["result"]["content"][0]["text"], "clean");
     // Log messages need logLevel; with it the answer is SSE.
     let build = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"build-app","arguments":{"project_dir":"/p","arch":"arm64"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"error"}}}"#;
@@ -876,9 +1168,20 @@ async fn http_2026_disconnect_cancels() {
         .unwrap();
     let h = http_server(s).await;
     let a = h.addr;
-    let call = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"hang","arguments":{{}},{MODERN_META}}}}}"#);
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"hang","arguments":{{}},{MODERN_META}}}}}"#
+    );
     let req = tokio::spawn(async move {
-        post(a, &[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", "hang")], &call).await
+        post(
+            a,
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "hang"),
+            ],
+            &call,
+        )
+        .await
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(drops.load(Ordering::SeqCst), 0);

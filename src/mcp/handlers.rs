@@ -277,10 +277,12 @@ pub(crate) fn negotiate(requested: &str) -> Result<&'static str, RpcError> {
         // A later revision than ours: answer ours, the client decides.
         return Ok(LEGACY_VERSIONS[0]);
     }
-    Err(RpcError::invalid_params("Unsupported protocol version").with_data(&Unsupported {
-        supported: LEGACY_VERSIONS,
-        requested,
-    }))
+    Err(
+        RpcError::invalid_params("Unsupported protocol version").with_data(&Unsupported {
+            supported: LEGACY_VERSIONS,
+            requested,
+        }),
+    )
 }
 
 fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
@@ -496,7 +498,11 @@ struct CallParams<'a> {
 /// Turns a schema violation into -32602 whose `data` names what failed.
 fn violation(tool: &str, e: &jsonschema::ValidationError<'_>) -> RpcError {
     use jsonschema::error::ValidationErrorKind as K;
-    let path = e.instance_path().as_str().trim_start_matches('/').replace('/', ".");
+    let path = e
+        .instance_path()
+        .as_str()
+        .trim_start_matches('/')
+        .replace('/', ".");
     let field = |name: Option<&str>| -> String {
         match (path.is_empty(), name) {
             (true, Some(n)) => n.to_owned(),
@@ -576,7 +582,10 @@ impl Serialize for CallAnswer {
                 s.collect_seq(self.0.iter().chain(self.1))
             }
         }
-        m.serialize_entry("content", &Blocks(&self.output.content, self.mirror.as_ref()))?;
+        m.serialize_entry(
+            "content",
+            &Blocks(&self.output.content, self.mirror.as_ref()),
+        )?;
         if let Some(v) = &self.output.structured {
             m.serialize_entry("structuredContent", v)?;
         }
@@ -625,7 +634,10 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
     let args = params
         .arguments
         .unwrap_or_else(|| Value::Object(Default::default()));
-    if let Err(e) = entry.input.validate(&args) {
+    // The boolean check is the fast one; errors are built only on failure.
+    if !entry.input.is_valid(&args)
+        && let Err(e) = entry.input.validate(&args)
+    {
         return Err(violation(name, &e));
     }
     let log = match era {

@@ -57,7 +57,7 @@ use tokio::sync::mpsc;
 
 use super::handlers::unsupported_version;
 use super::{
-    McpServer, MODERN_VERSION, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
+    MODERN_VERSION, McpServer, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
     write_batch_refusal,
 };
 use crate::peer::{Outbound, SendError};
@@ -453,7 +453,10 @@ impl Endpoint {
             return rpc_error(
                 StatusCode::FORBIDDEN,
                 None,
-                &RpcError::new(crate::codes::INVALID_REQUEST, "Forbidden: Origin not allowed"),
+                &RpcError::new(
+                    crate::codes::INVALID_REQUEST,
+                    "Forbidden: Origin not allowed",
+                ),
             );
         }
         match *req.method() {
@@ -592,11 +595,10 @@ impl Endpoint {
             .params
             .and_then(|p| serde_json::from_str(p.get()).ok())
             .unwrap_or_default();
-        let modern_version = params
-            .meta
-            .as_ref()
-            .and_then(|m| m.version)
-            .map(|v| serde_json::from_str::<Cow<'_, str>>(v.get()).unwrap_or(Cow::Borrowed("")));
+        let modern_version =
+            params.meta.as_ref().and_then(|m| m.version).map(|v| {
+                serde_json::from_str::<Cow<'_, str>>(v.get()).unwrap_or(Cow::Borrowed(""))
+            });
         let Some(method) = peek.method.as_deref() else {
             // A response (this server sends no requests) or garbage that
             // the dispatcher answers.
@@ -608,8 +610,15 @@ impl Endpoint {
         let is_request = peek.id.is_some();
         match modern_version {
             Some(version) if method != "initialize" => {
-                self.post_modern(body.clone(), &peek, method, &version, &params, &parts.headers)
-                    .await
+                self.post_modern(
+                    body.clone(),
+                    &peek,
+                    method,
+                    &version,
+                    &params,
+                    &parts.headers,
+                )
+                .await
             }
             _ => {
                 self.post_legacy(body.clone(), peek.id, method, is_request, &parts.headers)
@@ -630,7 +639,10 @@ impl Endpoint {
         let id = peek.id;
         match header(headers, VERSION_HEADER) {
             None => {
-                return header_mismatch(id, "Header mismatch: MCP-Protocol-Version is required".into());
+                return header_mismatch(
+                    id,
+                    "Header mismatch: MCP-Protocol-Version is required".into(),
+                );
             }
             Some(h) if h != version => {
                 return header_mismatch(
@@ -655,7 +667,9 @@ impl Endpoint {
             Some(h) => {
                 return header_mismatch(
                     id,
-                    format!("Header mismatch: Mcp-Method header value '{h}' does not match body value '{method}'"),
+                    format!(
+                        "Header mismatch: Mcp-Method header value '{h}' does not match body value '{method}'"
+                    ),
                 );
             }
             None => return header_mismatch(id, "Header mismatch: Mcp-Method is required".into()),
@@ -670,7 +684,9 @@ impl Endpoint {
                 (Some(b), Some(h)) => {
                     return header_mismatch(
                         id,
-                        format!("Header mismatch: Mcp-Name header value '{h}' does not match body value '{b}'"),
+                        format!(
+                            "Header mismatch: Mcp-Name header value '{h}' does not match body value '{b}'"
+                        ),
                     );
                 }
                 (Some(_), None) => {
@@ -722,10 +738,8 @@ impl Endpoint {
             if state.version().is_some() {
                 // Answered with a result: the session exists from now on.
                 let (ended, _) = tokio::sync::watch::channel(false);
-                self.sessions_lock().insert(
-                    session_id.clone(),
-                    Arc::new(HttpSession { state, ended }),
-                );
+                self.sessions_lock()
+                    .insert(session_id.clone(), Arc::new(HttpSession { state, ended }));
                 if let Ok(v) = HeaderValue::from_str(&session_id) {
                     response.headers_mut().insert(SESSION_HEADER, v);
                 }

@@ -400,7 +400,12 @@ impl McpServer {
     /// `out`: a JSON array gets one -32600 (no batches in MCP), anything
     /// else goes to the dispatcher. Returns whether a reply was written.
     /// Cancellations the message asked for are carried out on `conn`.
-    pub async fn handle<B: ReplyBuf>(&self, input: &Bytes, conn: &mut Connection, out: &mut B) -> bool {
+    pub async fn handle<B: ReplyBuf>(
+        &self,
+        input: &Bytes,
+        conn: &mut Connection,
+        out: &mut B,
+    ) -> bool {
         if is_batch(input) {
             write_batch_refusal(out);
             return true;

@@ -485,8 +485,13 @@ impl ToolContext {
 
     /// Sends `notifications/message` at `level` if the client's level lets
     /// it through. Returns whether it was queued.
-    pub fn log<D: Serialize + ?Sized>(&self, level: LogLevel, logger: Option<&str>, data: &D) -> bool {
-        if !self.log_level().is_some_and(|min| level >= min) {
+    pub fn log<D: Serialize + ?Sized>(
+        &self,
+        level: LogLevel,
+        logger: Option<&str>,
+        data: &D,
+    ) -> bool {
+        if self.log_level().is_none_or(|min| level < min) {
             return false;
         }
         #[derive(Serialize)]
