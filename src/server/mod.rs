@@ -93,7 +93,7 @@ impl LimitKind {
 
 /// Counters for a metrics endpoint: calls per method, errors per code,
 /// limits hit, connections. Install it as the dispatcher's
-/// [`Observer`](crate::dispatch::Observer) (it counts calls) and hand it to
+/// [`Observer`] (it counts calls) and hand it to
 /// the servers (they count connections and limits).
 ///
 /// ```
