@@ -96,6 +96,11 @@
 //!   block-id decoders over raw params, call-object and log-filter views,
 //!   reply writers, geth's error codes, the method catalogue; adds
 //!   alloy-primitives and const-hex.
+//! * `mcp`: an MCP server layer ([`mcp`]): the `initialize` lifecycle
+//!   (revisions 2025-06-18, 2025-11-25) and the stateless 2026-07-28
+//!   revision, tools whose arguments are checked against their JSON Schema
+//!   (`jsonschema`), progress, cancellation, logging, over stdio and
+//!   Streamable HTTP (hyper 1.x). Implies `server`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,
@@ -114,6 +119,9 @@ mod error;
 pub mod eth;
 pub mod frame;
 pub mod json;
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp;
 pub mod message;
 pub mod peer;
 pub mod request;

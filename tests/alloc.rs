@@ -153,7 +153,11 @@ fn async_dispatch_of_sync_handlers_allocates_nothing() {
     let mut conn = rpcwire::Connection::new();
     let mut out = Vec::new();
     // Warm-up, as above: every batch (the longest replies).
-    for msg in inputs.iter().take(10).chain(inputs.iter().rev().take(count)) {
+    for msg in inputs
+        .iter()
+        .take(10)
+        .chain(inputs.iter().rev().take(count))
+    {
         out.clear();
         assert!(poll_once(d.handle_async(msg, &mut conn, &mut out)));
     }
