@@ -82,7 +82,7 @@
 //!   `futures-util`.
 //! * `tokio`: the same, under the name users of tokio look for.
 //! * `tracing`: a `tracing` span per call (method, id, error code).
-//! * `server`: servers on tokio ([`server`]): limits, metrics, graceful
+//! * `server`: servers on tokio (module `server`): limits, metrics, graceful
 //!   shutdown, subscriptions, and the stdio, TCP and Unix-socket transports.
 //! * `http`: the HTTP transport (`server::http`): a `tower::Service` for
 //!   JSON-RPC over `POST` on hyper 1.x (HTTP/1.1 keep-alive, HTTP/2), and a
@@ -96,7 +96,7 @@
 //!   block-id decoders over raw params, call-object and log-filter views,
 //!   reply writers, geth's error codes, the method catalogue; adds
 //!   alloy-primitives and const-hex.
-//! * `mcp`: an MCP server layer ([`mcp`]): the `initialize` lifecycle
+//! * `mcp`: an MCP server layer (module `mcp`): the `initialize` lifecycle
 //!   (revisions 2025-06-18, 2025-11-25) and the stateless 2026-07-28
 //!   revision, tools whose arguments are checked against their JSON Schema
 //!   (`jsonschema`), progress, cancellation, logging, over stdio and

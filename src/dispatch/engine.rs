@@ -38,7 +38,7 @@ use serde::de::DeserializeOwned;
 
 use super::{
     Budget, Dispatcher, DispatcherBuilder, Done, Handler, IntoResponse, Outcome, Reply, ReplyBuf,
-    RpcError, Scope, Shared, TooLarge, WithAsync, guard_panics, panic_error,
+    RpcError, Scope, Shared, Sink, TooLarge, WithAsync, guard_panics, panic_error,
 };
 use crate::codes::{REQUEST_CANCELLED, REQUEST_TIMEOUT};
 use crate::conn::{Connection, Context};
@@ -57,7 +57,7 @@ pub(crate) trait PendingCall: Send {
     fn poll_reply(
         self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
-        sink: &mut dyn ReplyBuf,
+        sink: Sink<'_>,
         limit: usize,
     ) -> Poll<Result<Done, RpcError>>;
 }
@@ -96,7 +96,7 @@ where
     fn poll_reply(
         self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
-        sink: &mut dyn ReplyBuf,
+        sink: Sink<'_>,
         limit: usize,
     ) -> Poll<Result<Done, RpcError>> {
         let this = self.project();
@@ -1066,7 +1066,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let mut cx = TaskContext::from_waker(&waker);
         let call = task.call.as_mut();
         let quiet = self.quiet;
-        let poll = |sink: &mut dyn ReplyBuf, limit: usize| {
+        let poll = |sink: Sink<'_>, limit: usize| {
             let mut ready = None;
             let r = guard_panics(quiet, || match call.poll_reply(&mut cx, sink, limit) {
                 Poll::Ready(r) => {
@@ -1084,7 +1084,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let mut outcome = None;
         let finished = match task.target {
-            None => match poll(&mut super::reply::Discard, 0) {
+            None => match poll(Sink::Dyn(&mut super::reply::Discard), 0) {
                 Poll::Ready(r) => {
                     outcome =
                         Some(r.map_or_else(|e| Outcome::Error(e.code()), |_| Outcome::Result));

@@ -33,7 +33,7 @@ pub(crate) use call::Invocation;
 #[cfg(feature = "async")]
 pub use engine::{AsyncCall, Cancellation, OwnedParams};
 pub use error::RpcError;
-pub(crate) use reply::{Budget, Outcome, TooLarge};
+pub(crate) use reply::{Budget, Outcome, Sink, TooLarge};
 pub use reply::{Done, IntoResponse, IntoResult, Reply, ReplyBuf};
 
 use crate::codes::RESPONSE_TOO_LARGE;
@@ -72,7 +72,7 @@ pub enum WithAsync {}
 /// (with a [`Reply`] over `sink`, bounded by `limit`), and writes the
 /// returned value through a second one.
 pub(crate) type SyncFn<S> =
-    dyn Fn(Invocation<'_, S>, &mut dyn ReplyBuf, usize) -> Result<Done, RpcError> + Send + Sync;
+    dyn Fn(Invocation<'_, S>, Sink<'_>, usize) -> Result<Done, RpcError> + Send + Sync;
 
 pub(crate) enum Handler<S> {
     Sync(Box<SyncFn<S>>),
@@ -235,8 +235,8 @@ where
     R: IntoResponse,
 {
     Box::new(
-        move |inv: Invocation<'_, S>, sink: &mut dyn ReplyBuf, limit: usize| {
-            let returned = handler(inv.into_call(Reply::new(&mut *sink, limit)));
+        move |inv: Invocation<'_, S>, mut sink: Sink<'_>, limit: usize| {
+            let returned = handler(inv.into_call(Reply::new(sink.reborrow(), limit)));
             returned.into_response(Reply::new(sink, limit))
         },
     )
@@ -616,7 +616,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             && let Some(Handler::Sync(h)) = self.lookup(req.method())
         {
             let started = self.observer.as_ref().map(|_| Instant::now());
-            let outcome = self.invoke(h, req, scope, &mut Discard, 0);
+            let outcome = self.invoke(h, req, scope, Sink::Dyn(&mut Discard), 0);
             if let (Some(observer), Some(started)) = (&self.observer, started) {
                 let outcome = match outcome {
                     Ok(_) => Outcome::Result,
@@ -649,7 +649,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         h: &SyncFn<S>,
         req: Request<'_>,
         scope: Scope<'_>,
-        sink: &mut dyn ReplyBuf,
+        sink: Sink<'_>,
         limit: usize,
     ) -> Result<Done, RpcError> {
         let inv = Invocation {
