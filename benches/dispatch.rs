@@ -17,6 +17,7 @@
 //! reply. Groups named `hot/...` replay a small corpus, for comparison only.
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use rpcwire::eth::EthReply;
 use std::hint::black_box;
 use std::time::Duration;
 

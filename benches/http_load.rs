@@ -20,6 +20,7 @@
 //! `HTTP_LOAD_ROUNDS` (3), `HTTP_LOAD_SINGLE` (requests per single-call run,
 //! 100,000), `HTTP_LOAD_BATCH` (batches per batch run, 40,000).
 
+use rpcwire::eth::EthReply;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};

@@ -71,10 +71,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         height: AtomicU64::new(0x1b4),
     })
     .method("eth_blockNumber", |call: Call<'_, Node>| {
-        call.reply
-            .quantity(call.state.height.load(Ordering::Relaxed).into())
+        Ok::<_, rpcwire::RpcError>(format!("{:#x}", call.state.height.load(Ordering::Relaxed)))
     })
-    .method("eth_chainId", |call: Call<'_, Node>| call.reply.quantity(1))
+    .method("eth_chainId", |call: Call<'_, Node>| call.reply.str("0x1"))
     .async_method(
         "evm_mine",
         |call: rpcwire::dispatch::AsyncCall<Node>| async move {

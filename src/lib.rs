@@ -14,7 +14,9 @@
 //! use rpcwire::{Call, Connection, Dispatcher};
 //!
 //! let d = Dispatcher::builder(0x1b4u64)
-//!     .method("eth_blockNumber", |call: Call<'_, u64>| call.reply.quantity((*call.state).into()))
+//!     .method("eth_blockNumber", |call: Call<'_, u64>| {
+//!         Ok::<_, rpcwire::RpcError>(format!("{:#x}", call.state))
+//!     })
 //!     .build()?;
 //! let (mut conn, mut out) = (Connection::new(), Vec::new());
 //! d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#, &mut conn, &mut out);

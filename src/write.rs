@@ -54,9 +54,17 @@ pub(crate) fn i64<B: ReplyBuf + ?Sized>(out: &mut B, v: i64) {
 
 /// `"0x…"`: lowercase hex without leading zeros, zero as `"0x0"` (an
 /// Ethereum QUANTITY). Built on the stack and appended in one copy.
+#[allow(dead_code)] // Used by the Ethereum layer and the tests.
 pub(crate) fn quantity<B: ReplyBuf + ?Sized>(out: &mut B, v: u128) {
-    let (hi, lo) = ((v >> 64) as u64, v as u64);
     let mut buf = [0u8; 36];
+    let len = quantity_text(v, &mut buf);
+    fixed_then_cut(out, &buf, len);
+}
+
+/// `"0x…"` for `v` at the front of `buf`; returns its length.
+#[inline(always)]
+pub(crate) fn quantity_text(v: u128, buf: &mut [u8; 36]) -> usize {
+    let (hi, lo) = ((v >> 64) as u64, v as u64);
     buf[..3].copy_from_slice(b"\"0x");
     let digits = if hi == 0 {
         // The common case (block numbers, balances in wei below 2^64, gas):
@@ -71,7 +79,7 @@ pub(crate) fn quantity<B: ReplyBuf + ?Sized>(out: &mut B, v: u128) {
         high + 16
     };
     buf[3 + digits] = b'"';
-    fixed_then_cut(out, &buf, digits + 4);
+    digits + 4
 }
 
 /// The last `digits` lowercase hex digits of `v`, most significant first,
@@ -137,6 +145,7 @@ pub(crate) fn small<B: ReplyBuf + ?Sized>(out: &mut B, bytes: &[u8]) {
 }
 
 /// `"0x…"`: two lowercase hex digits per byte (an Ethereum DATA).
+#[cfg(test)]
 pub(crate) fn hex_data<B: ReplyBuf + ?Sized>(out: &mut B, bytes: &[u8]) {
     out.reserve(bytes.len() * 2 + 4);
     out.extend_from_slice(b"\"0x");
@@ -195,7 +204,17 @@ mod tests {
         assert_eq!(w(|o| i64(o, i64::MIN)), "-9223372036854775808");
         assert_eq!(w(|o| i64(o, -5)), "-5");
         assert_eq!(w(|o| quantity(o, 0)), r#""0x0""#);
-        for v in [1u128, 9, 10, 15, 16, 0xabc, u64::MAX as u128, (u64::MAX as u128) + 1, 1 << 100] {
+        for v in [
+            1u128,
+            9,
+            10,
+            15,
+            16,
+            0xabc,
+            u64::MAX as u128,
+            (u64::MAX as u128) + 1,
+            1 << 100,
+        ] {
             assert_eq!(w(|o| quantity(o, v)), format!("\"0x{v:x}\""), "{v}");
         }
         let mut x = 0x9E37_79B9_7F4A_7C15u64;

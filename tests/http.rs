@@ -51,7 +51,7 @@ struct State {
 fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<State, WithAsync> {
     Dispatcher::builder(State::default())
         .method("eth_blockNumber", |call: Call<'_, State>| {
-            call.reply.quantity(0x1b4)
+            call.reply.str("0x1b4")
         })
         .method("header", |call: Call<'_, State>| {
             let (name,): (String,) = call.decode()?;

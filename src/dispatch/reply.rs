@@ -302,20 +302,6 @@ impl<'a> Reply<'a> {
         self.put(|b| b.raw(b"null"))
     }
 
-    /// An Ethereum QUANTITY: `"0x"` and lowercase hex without leading zeros
-    /// (`"0x0"` for zero).
-    pub fn quantity(self, v: u128) -> Result<Done, RpcError> {
-        self.put(|b| b.quantity(v))
-    }
-
-    /// Ethereum DATA: `"0x"` and two hex digits per byte.
-    pub fn hex_data(self, bytes: &[u8]) -> Result<Done, RpcError> {
-        if self.len() + 2 * bytes.len() + 4 > self.limit {
-            return Err(RpcError::too_large());
-        }
-        self.put(|b| b.hex_data(bytes))
-    }
-
     fn len(&self) -> usize {
         match &self.sink {
             Sink::Vec(v) => v.len(),
@@ -330,8 +316,6 @@ trait ReplyBufExt {
     fn string(&mut self, s: &str);
     fn u64(&mut self, v: u64);
     fn i64(&mut self, v: i64);
-    fn quantity(&mut self, v: u128);
-    fn hex_data(&mut self, bytes: &[u8]);
     fn raw(&mut self, bytes: &[u8]);
 }
 
@@ -347,14 +331,6 @@ impl<B: ReplyBuf + ?Sized> ReplyBufExt for B {
     #[inline(always)]
     fn i64(&mut self, v: i64) {
         write::i64(self, v)
-    }
-    #[inline(always)]
-    fn quantity(&mut self, v: u128) {
-        write::quantity(self, v)
-    }
-    #[inline(always)]
-    fn hex_data(&mut self, bytes: &[u8]) {
-        write::hex_data(self, bytes)
     }
     #[inline(always)]
     fn raw(&mut self, bytes: &[u8]) {

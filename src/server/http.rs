@@ -111,7 +111,7 @@ const POOL_RETAINED: usize = 256 * 1024;
 ///
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let d = Dispatcher::builder(())
-///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.quantity(1))
+///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.str("0x1"))
 ///     .build()?;
 /// let service = HttpService::new(d, &Limits::default(), None);
 /// let request = http::Request::post("/")
@@ -612,7 +612,7 @@ where
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let metrics = Arc::new(Metrics::default());
 /// let d = Dispatcher::builder(())
-///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.quantity(1))
+///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.str("0x1"))
 ///     .observer(metrics.clone())
 ///     .build()?;
 /// let limits = Limits::default();

@@ -112,7 +112,7 @@ impl LimitKind {
 /// use rpcwire::server::Metrics;
 /// let metrics = Arc::new(Metrics::default());
 /// let d = rpcwire::Dispatcher::builder(())
-///     .method("eth_chainId", |c: rpcwire::Call<'_, ()>| c.reply.quantity(1))
+///     .method("eth_chainId", |c: rpcwire::Call<'_, ()>| c.reply.str("0x1"))
 ///     .observer(metrics.clone())
 ///     .build()?;
 /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#, &mut rpcwire::Connection::new(), &mut Vec::new());
