@@ -725,6 +725,63 @@ async fn slowloris_clients_are_dropped_and_others_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_trickled_past_the_body_timeout_gets_408_and_a_close() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        body_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = TestServer::start_with(limits, |s| s).await;
+    let body = BLOCK_NUMBER.as_bytes();
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Half the body, then a byte every 100 ms: each read comes well within
+    // any idle timeout, the whole body never within the body timeout.
+    stream.write_all(&body[..body.len() / 2]).await.unwrap();
+    let mut response = Vec::new();
+    for b in &body[body.len() / 2..] {
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut chunk)).await {
+            Ok(Ok(n)) => {
+                response.extend_from_slice(&chunk[..n]);
+                break;
+            }
+            Ok(Err(e)) => panic!("read: {e}"),
+            Err(_) => {}
+        }
+        if stream.write_all(&[*b]).await.is_err() {
+            break;
+        }
+    }
+    // The rest of the response, then the close.
+    tokio::time::timeout(HANG, stream.read_to_end(&mut response))
+        .await
+        .expect("the server closes the connection")
+        .ok();
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("connection: close"),
+        "{response}"
+    );
+    let reply = json_of(response.split("\r\n\r\n").nth(1).unwrap().as_bytes());
+    assert_eq!(reply["error"]["code"], -32600);
+    assert_eq!(reply["error"]["data"]["timeout_ms"], 300);
+    assert_eq!(server.metrics.limit_count(LimitKind::BodyTimeout), 1);
+    // A body sent whole is never timed, and the server goes on.
+    let (mut sender, _) = h1(server.addr).await;
+    let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(sender);
+    server.wait_no_connections().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
     let _serial = SERIAL.lock().await;
     let limits = Limits {

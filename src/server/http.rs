@@ -21,6 +21,7 @@
 //! | the body is not valid JSON | `200`, the -32700 reply |
 //! | any other method (`GET`, `OPTIONS`…) | `405`, `Allow: POST`, a -32600 body |
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
+//! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
 //!
 //! A message that gets no reply is answered `204` with an empty body, not
@@ -39,7 +40,8 @@
 //! service and to the server: every limit hit is counted there (`413` as
 //! [`LimitKind::MessageLen`], refused connections as
 //! [`LimitKind::Connections`], header timeouts and oversized headers as
-//! [`LimitKind::Header`], idle connections closed as [`LimitKind::Idle`]),
+//! [`LimitKind::Header`], slow bodies as [`LimitKind::BodyTimeout`], idle
+//! connections closed as [`LimitKind::Idle`]),
 //! and [`Metrics::render`] is the text a `/metrics` endpoint returns (mount
 //! it next to the service, in axum or in a `tower` router of your own).
 
@@ -131,6 +133,7 @@ pub struct HttpService<S = (), K = SyncOnly> {
 struct Shared<S, K> {
     dispatcher: Dispatcher<S, K>,
     max_body: usize,
+    body_timeout: Duration,
     metrics: Option<Arc<Metrics>>,
     /// The 413 body (it names the limit).
     too_large: Bytes,
@@ -174,6 +177,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             shared: Arc::new(Shared {
                 dispatcher,
                 max_body,
+                body_timeout: limits.body_timeout,
                 metrics,
                 too_large: Bytes::from(too_large),
                 pool: Mutex::new(Vec::new()),
@@ -231,6 +235,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 len: 0,
                 hint: hint as usize,
                 request: Some((parts.headers, peer)),
+                deadline: None,
             },
             shared,
         }
@@ -305,6 +310,25 @@ impl<S, K> Shared<S, K> {
         }
         json_response(StatusCode::PAYLOAD_TOO_LARGE, self.too_large.clone())
     }
+
+    /// The `408` for a body that did not arrive within
+    /// [`Limits::body_timeout`]; the connection closes after it.
+    fn refuse_slow_body(&self) -> Response<ResponseBody> {
+        if let Some(m) = &self.metrics {
+            m.limit_hit(LimitKind::BodyTimeout);
+        }
+        let body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32600,\"message\":\"Invalid Request\",\
+             \"data\":{{\"reason\":\"the request body did not arrive in time\",\"timeout_ms\":{}}}}}}}",
+            self.body_timeout.as_millis()
+        );
+        let mut response = json_response(StatusCode::REQUEST_TIMEOUT, Bytes::from(body));
+        response.headers_mut().insert(
+            http::header::CONNECTION,
+            http::HeaderValue::from_static("close"),
+        );
+        response
+    }
 }
 
 impl<S, K, B> Service<Request<B>> for HttpService<S, K>
@@ -350,6 +374,9 @@ enum State {
         hint: usize,
         /// The request's headers and peer, for its context.
         request: Option<(HeaderMap, Option<SocketAddr>)>,
+        /// Armed the first time the body is not all there: a body that
+        /// comes with its head costs no timer.
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
     /// Past the limit: reading the rest of the body (at most `left` more
     /// bytes), dropping it, before the 413.
@@ -401,8 +428,20 @@ where
                     len,
                     hint,
                     request,
+                    deadline,
                 } => {
-                    match ready!(this.body.as_mut().poll_frame(cx)) {
+                    let frame = match this.body.as_mut().poll_frame(cx) {
+                        Poll::Ready(frame) => frame,
+                        Poll::Pending => {
+                            let timer = deadline.get_or_insert_with(|| {
+                                Box::pin(tokio::time::sleep(shared.body_timeout))
+                            });
+                            ready!(timer.as_mut().poll(cx));
+                            *this.state = State::Ready(Some(shared.refuse_slow_body()));
+                            continue;
+                        }
+                    };
+                    match frame {
                         Some(Ok(frame)) => {
                             let Ok(mut data) = frame.into_data() else {
                                 continue; // Trailers: ignored.
