@@ -689,6 +689,31 @@ async fn stdio_batches_and_garbage_keep_the_loop_alive() {
     assert_eq!(p.recv().await["id"], 2);
 }
 
+#[tokio::test]
+async fn stdio_answers_a_last_line_without_its_newline_then_exits() {
+    let s = server();
+    for (last, check) in [
+        (r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#, 7),
+        (r#"{"jsonrpc":"2.0","id":8,"method":"pi"#, -32700),
+    ] {
+        let mut p = Pipe::new(&s);
+        p.tx.write_all(last.as_bytes()).await.unwrap();
+        p.tx.shutdown().await.unwrap();
+        let reply = p.recv().await;
+        if check > 0 {
+            assert_eq!(reply["id"], check, "{reply}");
+            assert!(reply["result"].is_object(), "{reply}");
+        } else {
+            assert_eq!(reply["error"]["code"], check, "{reply}");
+        }
+        tokio::time::timeout(Duration::from_secs(5), p.task)
+            .await
+            .expect("the loop ends at the end of input")
+            .unwrap()
+            .unwrap();
+    }
+}
+
 // ----------------------------------------------------------------- HTTP
 
 struct Http {

@@ -108,6 +108,13 @@ impl McpServer {
                     if read? == 0 {
                         eof = true;
                         deadline = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+                        // A last line without its newline is a message too
+                        // (one cut short gets -32700).
+                        if let Some(range) = framer.finish(&input) {
+                            let line = input.split().freeze().slice(range);
+                            framer.reset();
+                            self.start_line(&line, &mut conn, &mut replies);
+                        }
                     }
                 }
                 n = std::future::poll_fn(|cx| super::poll_drain(&mut conn, dispatcher, cx, &mut replies)), if busy => {
