@@ -15,6 +15,8 @@ mod chain;
 mod config;
 #[path = "../examples/gateway/errors.rs"]
 mod errors;
+#[path = "../examples/gateway/h1.rs"]
+mod h1;
 #[path = "../examples/gateway/local.rs"]
 mod local;
 #[path = "../examples/gateway/proxy.rs"]
@@ -83,7 +85,10 @@ async fn post(addr: SocketAddr, body: &str) -> (u16, String) {
     stream.read_to_end(&mut response).await.unwrap();
     let text = String::from_utf8(response).unwrap();
     let status = text[9..12].parse().unwrap();
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap();
     (status, body)
 }
 
@@ -114,11 +119,15 @@ async fn fake_upstream(kind: Fake) -> (SocketAddr, Arc<AtomicUsize>) {
     let seen = Arc::clone(&count);
     tokio::spawn(async move {
         loop {
-            let Ok((mut s, _)) = listener.accept().await else { return };
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
             let seen = Arc::clone(&seen);
             tokio::spawn(async move {
                 loop {
-                    let Some(body) = read_request(&mut s).await else { return };
+                    let Some(body) = read_request(&mut s).await else {
+                        return;
+                    };
                     seen.fetch_add(1, Ordering::SeqCst);
                     let reply = match kind {
                         Fake::Hang => {
@@ -246,7 +255,11 @@ async fn a_hanging_upstream_times_out_with_32002_for_that_request_only() {
     let (hang, _) = fake_upstream(Fake::Hang).await;
     let gw = start(proxy_config(&[hang])).await;
     let started = std::time::Instant::now();
-    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":"h","method":"eth_blockNumber"}"#).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":"h","method":"eth_blockNumber"}"#,
+    )
+    .await;
     assert_eq!(r["id"], "h");
     assert_eq!(r["error"]["code"], -32002, "{r}");
     assert_eq!(r["error"]["data"]["timeout_ms"], 500);
@@ -266,15 +279,27 @@ async fn a_hanging_upstream_times_out_with_32002_for_that_request_only() {
 async fn reset_and_garbage_and_wrong_ids_are_clear_errors() {
     for (kind, message, reason) in [
         (Fake::Reset, "upstream unavailable", "connection"),
-        (Fake::Garbage, "upstream reply malformed", "not a JSON-RPC response"),
+        (
+            Fake::Garbage,
+            "upstream reply malformed",
+            "not a JSON-RPC response",
+        ),
         (Fake::WrongId, "upstream reply malformed", "answered id"),
     ] {
         let (up, _) = fake_upstream(kind).await;
         let gw = start(proxy_config(&[up])).await;
-        let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":[1],"method":"eth_gasPrice"}"#).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"eth_gasPrice"}"#,
+        )
+        .await;
         // An invalid id is the dispatcher's -32600, never forwarded.
         assert_eq!(r["error"]["code"], -32600);
-        let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":42,"method":"eth_gasPrice"}"#).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":42,"method":"eth_gasPrice"}"#,
+        )
+        .await;
         assert_eq!(r["id"], 42);
         assert_eq!(r["error"]["code"], -32603, "{r}");
         assert_eq!(r["error"]["message"], message, "{r}");
@@ -288,22 +313,38 @@ async fn reset_and_garbage_and_wrong_ids_are_clear_errors() {
 async fn a_dead_upstream_fails_over_to_the_next_without_resending() {
     // Nothing listens on `dead` (bound, then closed): connections are
     // refused, so nothing was sent and the next upstream takes the call.
-    let dead = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let (good, seen) = echo_upstream().await;
     let gw = start(proxy_config(&[dead, good])).await;
-    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#,
+    )
+    .await;
     assert_eq!(r["result"]["echo"], json!([0]), "{r}");
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
     // A reset after sending is not retried elsewhere (it may have been a
     // transaction).
     let (reset, resets) = fake_upstream(Fake::Reset).await;
     let gw = start(proxy_config(&[reset, good])).await;
-    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32603);
     assert_eq!(resets.load(Ordering::SeqCst), 1);
     assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
     // The reset upstream now rests: the next call goes to the good one.
-    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":[0]}"#).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":[0]}"#,
+    )
+    .await;
     assert_eq!(r["result"]["echo"], json!([0]), "{r}");
 }
 
@@ -315,9 +356,8 @@ async fn two_clients_with_one_id_get_their_own_answers() {
     for client in 0..8u64 {
         let addr = gw.addr;
         tasks.push(tokio::spawn(async move {
-            let body = format!(
-                r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[100,{client}]}}"#
-            );
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[100,{client}]}}"#);
             (client, call(addr, &body).await)
         }));
     }
@@ -381,9 +421,17 @@ async fn policy_local_forward_deny() {
     let gw = start(config).await;
     // Local after the first answer.
     for _ in 0..3 {
-        let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
         assert_eq!(r["result"], "0x7a69");
-        let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"net_version","params":[]}"#).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"net_version","params":[]}"#,
+        )
+        .await;
         assert_eq!(r["result"], "31337");
     }
     assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
@@ -397,14 +445,22 @@ async fn policy_local_forward_deny() {
     }
     // `--allow debug_` lifted that rule: forwarded (the upstream has no
     // such method, and says so).
-    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"debug_traceCall"}"#).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"debug_traceCall"}"#,
+    )
+    .await;
     assert_eq!(r["error"]["message"], "no debug_traceCall");
     // Unknown methods are forwarded by the fallback.
     let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"anvil_mine"}"#).await;
     assert_eq!(r["error"]["message"], "no anvil_mine");
     // `rpc.` names stay reserved, never forwarded.
     let calls = seen.calls.load(Ordering::SeqCst);
-    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"rpc.modules"}"#).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"rpc.modules"}"#,
+    )
+    .await;
     assert_eq!(r["error"]["code"], -32601);
     assert_eq!(seen.calls.load(Ordering::SeqCst), calls);
 }
@@ -428,7 +484,7 @@ async fn limits_body_batch_and_response() {
     assert_eq!(r["error"]["data"]["limit"], 1024);
     let batch = format!(
         "[{}]",
-        vec![r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#; 4].join(",")
+        [r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#; 4].join(",")
     );
     let r = call(gw.addr, &batch).await;
     assert_eq!(r["error"]["code"], -32600, "{r}");
@@ -448,28 +504,41 @@ async fn websocket_on_the_http_port_forwards_and_survives_bad_frames() {
         .unwrap();
     assert_eq!(response.status(), 101);
     ws.send(Message::text("{not json")).await.unwrap();
-    let r: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    let r: Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
     assert_eq!(r["error"]["code"], -32700);
-    ws.send(Message::text(r#"{"jsonrpc":"2.0","id":"w","method":"echo","params":[0,"ws"]}"#))
-        .await
-        .unwrap();
-    let r: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":"w","method":"echo","params":[0,"ws"]}"#,
+    ))
+    .await
+    .unwrap();
+    let r: Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
     assert_eq!(r["id"], "w");
     assert_eq!(r["result"]["echo"][1], "ws");
     // No WebSocket upstream answers on the echo upstream's port: a clear
     // error, and the connection goes on.
-    ws.send(Message::text(r#"{"jsonrpc":"2.0","id":2,"method":"eth_subscribe","params":["newHeads"]}"#))
-        .await
-        .unwrap();
-    let r: Value = serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":2,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
+    let r: Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
     assert_eq!(r["id"], 2);
     assert!(r["error"]["code"].is_i64(), "{r}");
     // Over HTTP, eth_subscribe is refused (no connection to push on).
-    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":3,"method":"eth_subscribe","params":["newHeads"]}"#).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":3,"method":"eth_subscribe","params":["newHeads"]}"#,
+    )
+    .await;
     assert!(r["error"]["code"].is_i64(), "{r}");
     // A GET that is not an upgrade is not JSON-RPC.
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).await.unwrap();
     assert!(text.starts_with("HTTP/1.1 405"), "{text}");
@@ -477,7 +546,11 @@ async fn websocket_on_the_http_port_forwards_and_survives_bad_frames() {
 
 /// A WebSocket upstream with `eth_subscribe` (newHeads pushed on demand
 /// through `tx`) and `eth_unsubscribe`, on rpcwire's own server.
-async fn ws_upstream() -> (SocketAddr, tokio::sync::broadcast::Sender<u64>, Arc<AtomicUsize>) {
+async fn ws_upstream() -> (
+    SocketAddr,
+    tokio::sync::broadcast::Sender<u64>,
+    Arc<AtomicUsize>,
+) {
     use rpcwire::Call;
     use rpcwire::server::subscriptions::Subscriptions;
     use rpcwire::server::ws::WsServer;
@@ -523,9 +596,11 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
     let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))
         .await
         .unwrap();
-    ws.send(Message::text(r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#))
-        .await
-        .unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
     let r = read_json(&mut ws).await;
     let sub = r["result"].as_str().unwrap().to_string();
     heads.send(7).unwrap();
@@ -533,7 +608,8 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
     assert_eq!(n["method"], "eth_subscription");
     assert_eq!(n["params"]["subscription"], sub.as_str());
     assert_eq!(n["params"]["result"]["number"], "0x7");
-    let unsub = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":["{sub}"]}}"#);
+    let unsub =
+        format!(r#"{{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":["{sub}"]}}"#);
     ws.send(Message::text(unsub.clone())).await.unwrap();
     let r = read_json(&mut ws).await;
     assert_eq!(r["id"], 2);
@@ -546,9 +622,11 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
     assert_eq!(r["id"], 2, "{r}");
     assert_eq!(r["result"], false);
     // A client that leaves is unsubscribed upstream for it.
-    ws.send(Message::text(r#"{"jsonrpc":"2.0","id":3,"method":"eth_subscribe","params":["newHeads"]}"#))
-        .await
-        .unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":3,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
     assert!(read_json(&mut ws).await["result"].is_string());
     drop(ws);
     for _ in 0..50 {
@@ -590,7 +668,10 @@ where
 {
     let sig = sign_message(key, tx.signature_hash()).unwrap();
     let envelope = TxEnvelope::from(tx.into_signed(sig));
-    format!("0x{}", alloy_primitives::hex::encode(envelope.encoded_2718()))
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
 }
 
 fn eip1559(nonce: u64, to: Address, value: u128, chain_id: u64) -> TxEip1559 {
@@ -610,7 +691,9 @@ fn eip1559(nonce: u64, to: Address, value: u128, chain_id: u64) -> TxEip1559 {
 async fn send(addr: SocketAddr, raw: &str) -> Value {
     call(
         addr,
-        &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["{raw}"]}}"#),
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["{raw}"]}}"#
+        ),
     )
     .await
 }
@@ -656,7 +739,10 @@ async fn the_built_in_chain_takes_signed_transfers() {
     let tx = rpc(a, "eth_getTransactionByHash", json!([hash])).await["result"].clone();
     assert_eq!(tx["from"], format!("{:#x}", address(0)));
     assert_eq!(tx["type"], "0x2");
-    assert_eq!(rpc(a, "eth_getBalance", json!([to])).await["result"], "0x3e8");
+    assert_eq!(
+        rpc(a, "eth_getBalance", json!([to])).await["result"],
+        "0x3e8"
+    );
     let spent = U256::from(21_000u64 * 2_000_000_000 + 1_000);
     let want = U256::from(chain::DEV_BALANCE_WEI) - spent;
     assert_eq!(
@@ -668,12 +754,19 @@ async fn the_built_in_chain_takes_signed_transfers() {
         rpc(a, "eth_getBalance", json!([address(0), "0x0"])).await["result"],
         "0x21e19e0c9bab2400000"
     );
-    assert_eq!(rpc(a, "eth_getTransactionCount", json!([address(0), "pending"])).await["result"], "0x1");
+    assert_eq!(
+        rpc(a, "eth_getTransactionCount", json!([address(0), "pending"])).await["result"],
+        "0x1"
+    );
     let block = rpc(a, "eth_getBlockByNumber", json!(["latest", true])).await["result"].clone();
     assert_eq!(block["transactions"][0]["hash"], hash.as_str());
-    let by_hash = rpc(a, "eth_getBlockByHash", json!([block["hash"], false])).await["result"].clone();
+    let by_hash =
+        rpc(a, "eth_getBlockByHash", json!([block["hash"], false])).await["result"].clone();
     assert_eq!(by_hash["transactions"][0], hash.as_str());
-    assert_eq!(by_hash["parentHash"], rpc(a, "eth_getBlockByNumber", json!(["0x0", false])).await["result"]["hash"]);
+    assert_eq!(
+        by_hash["parentHash"],
+        rpc(a, "eth_getBlockByNumber", json!(["0x0", false])).await["result"]["hash"]
+    );
 
     // Legacy (EIP-155) and EIP-2930, from another account.
     let legacy = TxLegacy {
@@ -689,7 +782,10 @@ async fn the_built_in_chain_takes_signed_transfers() {
     assert!(r["result"].is_string(), "{r}");
     let r = rpc(a, "eth_getTransactionByHash", json!([r["result"]])).await;
     let v = r["result"]["v"].as_str().unwrap();
-    assert!(v == "0xf4f5" || v == "0xf4f6", "EIP-155 v for chain 31337: {v}");
+    assert!(
+        v == "0xf4f5" || v == "0xf4f6",
+        "EIP-155 v for chain 31337: {v}"
+    );
     let eip2930 = TxEip2930 {
         chain_id: 31337,
         nonce: 1,
@@ -746,23 +842,75 @@ async fn the_built_in_chain_takes_signed_transfers() {
     let r = send(a, &sign(eip1559(1, to, 1, 31337), key(0))).await;
     assert!(r["result"].is_string(), "{r}");
     let r = send(a, &sign(eip1559(1, to, 1, 31337), key(0))).await;
-    assert!(r["error"]["message"].as_str().unwrap().contains("already known") || r["error"]["message"].as_str().unwrap().contains("nonce too low"), "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already known")
+            || r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("nonce too low"),
+        "{r}"
+    );
 
     // The other methods clients call.
-    assert_eq!(rpc(a, "eth_estimateGas", json!([{"from": address(0), "to": to, "value": "0x1"}])).await["result"], "0x5208");
-    assert_eq!(rpc(a, "eth_call", json!([{"to": to, "data": "0x1234"}, "latest"])).await["result"], "0x");
-    assert_eq!(rpc(a, "eth_call", json!([{"data": "0x1234"}])).await["error"]["code"], -32000);
-    assert_eq!(rpc(a, "eth_getCode", json!([to, "latest"])).await["result"], "0x");
-    assert_eq!(rpc(a, "eth_getLogs", json!([{"fromBlock": "0x0", "toBlock": "latest"}])).await["result"], json!([]));
+    assert_eq!(
+        rpc(
+            a,
+            "eth_estimateGas",
+            json!([{"from": address(0), "to": to, "value": "0x1"}])
+        )
+        .await["result"],
+        "0x5208"
+    );
+    assert_eq!(
+        rpc(
+            a,
+            "eth_call",
+            json!([{"to": to, "data": "0x1234"}, "latest"])
+        )
+        .await["result"],
+        "0x"
+    );
+    assert_eq!(
+        rpc(a, "eth_call", json!([{"data": "0x1234"}])).await["error"]["code"],
+        -32000
+    );
+    assert_eq!(
+        rpc(a, "eth_getCode", json!([to, "latest"])).await["result"],
+        "0x"
+    );
+    assert_eq!(
+        rpc(
+            a,
+            "eth_getLogs",
+            json!([{"fromBlock": "0x0", "toBlock": "latest"}])
+        )
+        .await["result"],
+        json!([])
+    );
     assert_eq!(rpc(a, "eth_accounts", json!([])).await["result"], json!([]));
     assert_eq!(rpc(a, "eth_syncing", json!([])).await["result"], false);
-    assert_eq!(rpc(a, "eth_gasPrice", json!([])).await["result"], "0x77359400");
-    assert_eq!(rpc(a, "eth_maxPriorityFeePerGas", json!([])).await["result"], "0x3b9aca00");
+    assert_eq!(
+        rpc(a, "eth_gasPrice", json!([])).await["result"],
+        "0x77359400"
+    );
+    assert_eq!(
+        rpc(a, "eth_maxPriorityFeePerGas", json!([])).await["result"],
+        "0x3b9aca00"
+    );
     let fees = rpc(a, "eth_feeHistory", json!(["0x2", "latest", [50]])).await["result"].clone();
     assert_eq!(fees["baseFeePerGas"].as_array().unwrap().len(), 3);
     assert_eq!(fees["reward"][0][0], "0x3b9aca00");
-    assert_eq!(rpc(a, "eth_getTransactionReceipt", json!([B256::ZERO])).await["result"], Value::Null);
-    assert_eq!(rpc(a, "eth_getBlockByNumber", json!(["0x99", false])).await["result"], Value::Null);
+    assert_eq!(
+        rpc(a, "eth_getTransactionReceipt", json!([B256::ZERO])).await["result"],
+        Value::Null
+    );
+    assert_eq!(
+        rpc(a, "eth_getBlockByNumber", json!(["0x99", false])).await["result"],
+        Value::Null
+    );
     let v = rpc(a, "web3_clientVersion", json!([])).await;
     assert!(v["result"].as_str().unwrap().starts_with("rpcwire-gateway"));
     // A batch against the built-in chain.

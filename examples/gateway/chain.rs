@@ -195,7 +195,10 @@ impl Chain {
     pub fn account(&self, address: Address, block: BlockId) -> Result<(U256, u64), RpcError> {
         let s = self.lock();
         let n = s.resolve(block)?;
-        Ok(s.accounts.get(&address).map(|a| a.at(n)).unwrap_or_default())
+        Ok(s.accounts
+            .get(&address)
+            .map(|a| a.at(n))
+            .unwrap_or_default())
     }
 
     /// Checks that `block` exists (for `eth_getCode`, `eth_call`).
@@ -269,7 +272,11 @@ impl Chain {
             return Err(server_error("already known"));
         }
         let head = s.head();
-        let (balance, nonce) = s.accounts.get(&from).map(|a| a.at(head)).unwrap_or_default();
+        let (balance, nonce) = s
+            .accounts
+            .get(&from)
+            .map(|a| a.at(head))
+            .unwrap_or_default();
         if tx.nonce() < nonce {
             return Err(server_error(format!(
                 "nonce too low: next nonce {nonce}, tx nonce {}",
@@ -353,7 +360,11 @@ impl Chain {
         kv(&mut o, "blockNumber", &qty(m.block as u128));
         kv(&mut o, "from", &hex(m.from.as_slice()));
         kv(&mut o, "to", &hex(m.tx.to().unwrap_or_default().as_slice()));
-        kv(&mut o, "cumulativeGasUsed", &qty(m.cumulative_gas_used as u128));
+        kv(
+            &mut o,
+            "cumulativeGasUsed",
+            &qty(m.cumulative_gas_used as u128),
+        );
         kv(&mut o, "gasUsed", &qty(m.gas_used as u128));
         o.push_str("\"contractAddress\":null,\"logs\":[],");
         kv(&mut o, "logsBloom", &hex(&[0u8; 256]));
@@ -375,9 +386,18 @@ impl Chain {
         let count = count.min(1024).min(newest + 1);
         let oldest = newest + 1 - count;
         let mut o = String::with_capacity(256);
-        let _ = write!(o, "{{\"oldestBlock\":{},\"baseFeePerGas\":[", qty(oldest as u128));
+        let _ = write!(
+            o,
+            "{{\"oldestBlock\":{},\"baseFeePerGas\":[",
+            qty(oldest as u128)
+        );
         for i in 0..=count {
-            let _ = write!(o, "{}{}", if i > 0 { "," } else { "" }, qty(BASE_FEE as u128));
+            let _ = write!(
+                o,
+                "{}{}",
+                if i > 0 { "," } else { "" },
+                qty(BASE_FEE as u128)
+            );
         }
         o.push_str("],\"gasUsedRatio\":[");
         for (i, n) in (oldest..=newest).enumerate() {
@@ -514,7 +534,11 @@ impl State {
         kv(&mut o, "sha3Uncles", &hex(h.ommers_hash.as_slice()));
         kv(&mut o, "miner", &hex(h.beneficiary.as_slice()));
         kv(&mut o, "stateRoot", &hex(h.state_root.as_slice()));
-        kv(&mut o, "transactionsRoot", &hex(h.transactions_root.as_slice()));
+        kv(
+            &mut o,
+            "transactionsRoot",
+            &hex(h.transactions_root.as_slice()),
+        );
         kv(&mut o, "receiptsRoot", &hex(h.receipts_root.as_slice()));
         kv(&mut o, "logsBloom", &hex(h.logs_bloom.as_slice()));
         kv(&mut o, "difficulty", "\"0x0\"");
@@ -553,7 +577,11 @@ impl State {
             kv(&mut o, "chainId", &qty(id as u128));
         }
         kv(&mut o, "nonce", &qty(tx.nonce() as u128));
-        kv(&mut o, "blockHash", &hex(self.blocks[m.block as usize].hash.as_slice()));
+        kv(
+            &mut o,
+            "blockHash",
+            &hex(self.blocks[m.block as usize].hash.as_slice()),
+        );
         kv(&mut o, "blockNumber", &qty(m.block as u128));
         kv(&mut o, "transactionIndex", &qty(m.index as u128));
         kv(&mut o, "from", &hex(m.from.as_slice()));

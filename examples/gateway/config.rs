@@ -22,6 +22,10 @@ usage: gateway [options]
   --max-response BYTES  largest reply (default 25000000)
   --chain-id N          the built-in chain's id (default 31337)
   --block-time SECS     the built-in chain also mines an empty block this often
+  --client h1|hyper     the HTTP upstream client: the gateway's own pooled
+                        HTTP/1.1 client (default), or hyper-util's
+  --threads N           runtime threads (default 1: one thread serves best
+                        on a small machine shared with the node)
   -h, --help            this text
 
 With no --upstream it serves a built-in in-memory chain (anvil's dev
@@ -40,6 +44,8 @@ pub struct Config {
     pub max_response: usize,
     pub chain_id: u64,
     pub block_time: Option<Duration>,
+    pub threads: usize,
+    pub hyper_client: bool,
 }
 
 impl Default for Config {
@@ -55,6 +61,8 @@ impl Default for Config {
             max_response: rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN,
             chain_id: 31337,
             block_time: None,
+            threads: 1,
+            hyper_client: false,
         }
     }
 }
@@ -83,7 +91,9 @@ impl Config {
             match name.as_str() {
                 "--listen" => {
                     let v = value()?;
-                    c.listen = v.parse().map_err(|_| format!("--listen: not an address: {v}"))?;
+                    c.listen = v
+                        .parse()
+                        .map_err(|_| format!("--listen: not an address: {v}"))?;
                 }
                 "--upstream" => c.upstreams.push(value()?),
                 "--upstream-ws" => c.upstream_ws = Some(value()?),
@@ -97,6 +107,14 @@ impl Config {
                 "--max-batch" => c.max_batch = number(value()?)?.min(u32::MAX as u64) as u32,
                 "--max-response" => c.max_response = number(value()?)? as usize,
                 "--chain-id" => c.chain_id = number(value()?)?,
+                "--client" => {
+                    c.hyper_client = match value()?.as_str() {
+                        "hyper" => true,
+                        "h1" => false,
+                        other => return Err(format!("--client: h1 or hyper, not {other}")),
+                    }
+                }
+                "--threads" => c.threads = number(value()?)?.max(1) as usize,
                 "--block-time" => {
                     c.block_time = Some(Duration::from_secs(number(value()?)?.max(1)))
                 }

@@ -2,7 +2,7 @@
 //!
 //! | failure | code | message |
 //! | --- | --- | --- |
-//! | the upstream did not answer in time | -32002 (geth's) | `request timed out` |
+//! | the upstream did not answer in time (the dispatcher's per-request timeout; `data.timeout_ms`) | -32002 (geth's) | `Request timed out` |
 //! | no connection, a connection reset, an HTTP error status | -32603 | `upstream unavailable` |
 //! | a reply that is not a JSON-RPC response, or carries another id | -32603 | `upstream reply malformed` |
 //! | a method the policy denies | -32601 | `method not allowed` |
@@ -24,7 +24,8 @@ struct Data<'a> {
     timeout_ms: Option<u64>,
 }
 
-/// -32002: the upstream took longer than the timeout.
+/// -32002: the WebSocket upstream took longer than the timeout (HTTP
+/// calls are bounded by the dispatcher's own per-request timeout).
 pub fn upstream_timeout(upstream: &str, timeout: Duration) -> RpcError {
     RpcError::new(REQUEST_TIMEOUT, "request timed out").with_data(&Data {
         upstream,

@@ -34,8 +34,11 @@ fn net_version(c: C<'_>) -> Answer {
 }
 
 fn client_version(c: C<'_>) -> Answer {
-    c.reply
-        .str(concat!("rpcwire-gateway/v", env!("CARGO_PKG_VERSION"), "/built-in-chain"))
+    c.reply.str(concat!(
+        "rpcwire-gateway/v",
+        env!("CARGO_PKG_VERSION"),
+        "/built-in-chain"
+    ))
 }
 
 fn block_number(c: C<'_>) -> Answer {

@@ -19,6 +19,7 @@ mod app;
 mod chain;
 mod config;
 mod errors;
+mod h1;
 mod local;
 mod proxy;
 mod upstream;
@@ -30,20 +31,34 @@ fn main() {
         Ok(c) => c,
         Err(message) => {
             eprintln!("{message}");
-            std::process::exit(if message.starts_with("rpcwire gateway") { 0 } else { 2 });
+            std::process::exit(if message.starts_with("rpcwire gateway") {
+                0
+            } else {
+                2
+            });
         }
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    // One thread by default: on a small machine (2 cores shared with the
+    // node and the clients) cross-thread wake-ups and work stealing cost
+    // more CPU per request than a second thread gains; `--threads N`.
+    let mut runtime = if config.threads <= 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(config.threads);
+        b
+    };
+    let runtime = runtime.enable_all().build().expect("a tokio runtime");
     let outcome = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         let mode = if config.proxies() {
             format!("forwarding to {}", upstreams(&config))
         } else {
-            format!("built-in chain {}, anvil's dev accounts funded", config.chain_id)
+            format!(
+                "built-in chain {}, anvil's dev accounts funded",
+                config.chain_id
+            )
         };
         // Scripts wait for this line.
         eprintln!("gateway listening on http://{addr} and ws://{addr} ({mode})");

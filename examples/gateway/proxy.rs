@@ -16,9 +16,7 @@
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use rpcwire::dispatch::{
-    AsyncCall, Done, IntoResponse, OwnedParams, Reply, RpcError, WithAsync,
-};
+use rpcwire::dispatch::{AsyncCall, Done, IntoResponse, OwnedParams, Reply, RpcError, WithAsync};
 use rpcwire::eth::catalogue;
 use rpcwire::server::subscriptions::{SubscriptionId, Subscriptions};
 use rpcwire::{Call, Dispatcher};
@@ -118,7 +116,10 @@ async fn subscribe(call: AsyncCall<Gateway>) -> Result<SubscriptionId, RpcError>
         Ok(answer) if answer.0.first() == Some(&b'"') => Ok(down),
         Ok(_) => {
             subs.unsubscribe_id(down);
-            Err(errors::malformed(&ws.name, "eth_subscribe answered with a non-string id"))
+            Err(errors::malformed(
+                &ws.name,
+                "eth_subscribe answered with a non-string id",
+            ))
         }
         Err(e) => {
             subs.unsubscribe_id(down);
@@ -176,6 +177,7 @@ pub fn dispatcher(
         config.upstream_ws.as_deref(),
         config.timeout,
         config.max_response,
+        config.hyper_client,
     )?;
     let gateway = Gateway {
         up,
@@ -187,9 +189,9 @@ pub fn dispatcher(
     let mut b = Dispatcher::builder(gateway)
         .parser(config.parser())
         .max_response_len(config.max_response)
-        // The upstream timeout answers first; this only bounds a call
-        // that would outlive it.
-        .timeout(Some(config.timeout + std::time::Duration::from_secs(1)))
+        // The per-request timeout: -32002, `data.timeout_ms`; the
+        // upstream that let it pass rests.
+        .timeout(Some(config.timeout))
         .max_in_flight(1024)
         .async_method("eth_chainId", chain_id)
         .async_method("net_version", net_version)

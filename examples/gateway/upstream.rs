@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::errors;
+use crate::h1::{H1Error, H1Pool};
 
 /// How long an upstream that failed rests before it is tried first again.
 pub const REST: Duration = Duration::from_secs(2);
@@ -60,6 +61,9 @@ pub struct Upstreams {
 
 struct HttpUpstream {
     uri: http::Uri,
+    /// The gateway's own HTTP/1.1 client ([`H1Pool`]), unless
+    /// `--client hyper` chose hyper-util's.
+    h1: Option<H1Pool>,
     /// What errors name: `host:port`, never the path (which may hold an
     /// API key).
     name: String,
@@ -71,7 +75,11 @@ struct HttpUpstream {
 pub fn display_name(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let authority = rest.split('/').next().unwrap_or(rest);
-    authority.rsplit('@').next().unwrap_or(authority).to_string()
+    authority
+        .rsplit('@')
+        .next()
+        .unwrap_or(authority)
+        .to_string()
 }
 
 impl Upstreams {
@@ -83,6 +91,7 @@ impl Upstreams {
         upstream_ws: Option<&str>,
         timeout: Duration,
         max_response: usize,
+        hyper_client: bool,
     ) -> Result<Upstreams, String> {
         let mut http = Vec::new();
         let mut ws_url = upstream_ws.map(str::to_string);
@@ -91,9 +100,17 @@ impl Upstreams {
                 ws_url.get_or_insert_with(|| format!("ws://{rest}"));
                 continue;
             }
-            let uri: http::Uri = url.parse().map_err(|e| format!("bad upstream URL {url}: {e}"))?;
+            let uri: http::Uri = url
+                .parse()
+                .map_err(|e| format!("bad upstream URL {url}: {e}"))?;
+            let h1 = if hyper_client {
+                None
+            } else {
+                Some(H1Pool::new(url)?)
+            };
             http.push(HttpUpstream {
                 uri,
+                h1,
                 name: display_name(url),
                 rest_until: AtomicU64::new(0),
             });
@@ -157,7 +174,9 @@ impl Upstreams {
         let now = self.now_ms();
         let healthy = move |i: &usize| self.http[*i].rest_until.load(Ordering::Relaxed) <= now;
         let n = self.http.len();
-        (0..n).filter(healthy).chain((0..n).filter(move |i| !healthy(i)))
+        (0..n)
+            .filter(healthy)
+            .chain((0..n).filter(move |i| !healthy(i)))
     }
 
     /// Forwards one call: `method` with `params` (raw JSON, unchanged)
@@ -178,16 +197,22 @@ impl Upstreams {
         let mut last = None;
         for i in self.order() {
             let up = &self.http[i];
-            match self.post(up, body.clone()).await {
+            // The dispatcher's deadline (the per-request timeout) drops this
+            // future: the upstream that let it pass then rests.
+            let mut guard = RestOnDrop {
+                upstreams: self,
+                index: i,
+                started: Instant::now(),
+                armed: true,
+            };
+            let outcome = self.post(up, body.clone()).await;
+            guard.armed = false;
+            match outcome {
                 Ok(reply) => return read_answer(&self.parser, reply, id, &up.name),
                 Err(Failure::Connect(reason)) => {
                     // Nothing was sent: the next upstream may take it.
                     self.rest(i);
                     last = Some(errors::upstream_failed(&up.name, &reason));
-                }
-                Err(Failure::Timeout) => {
-                    self.rest(i);
-                    return Err(errors::upstream_timeout(&up.name, self.timeout));
                 }
                 Err(Failure::TooLarge) => return Err(RpcError::too_large()),
                 Err(Failure::Other(reason)) => {
@@ -200,6 +225,21 @@ impl Upstreams {
     }
 
     async fn post(&self, up: &HttpUpstream, body: Bytes) -> Result<Bytes, Failure> {
+        if let Some(h1) = &up.h1 {
+            return match h1.post(&body, self.max_response + 1024).await {
+                Ok(reply) => {
+                    if !(200..300).contains(&reply.status) && !looks_like_json(&reply.body) {
+                        return Err(Failure::Other(format!("HTTP status {}", reply.status)));
+                    }
+                    Ok(reply.body)
+                }
+                Err(H1Error::Connect(e)) => {
+                    Err(Failure::Connect(format!("connection failed: {e}")))
+                }
+                Err(H1Error::TooLarge) => Err(Failure::TooLarge),
+                Err(H1Error::Other(reason)) => Err(Failure::Other(reason)),
+            };
+        }
         let request = http::Request::post(up.uri.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))
@@ -229,10 +269,7 @@ impl Upstreams {
             }
             Ok(body)
         };
-        match tokio::time::timeout(self.timeout, exchange).await {
-            Ok(done) => done,
-            Err(_) => Err(Failure::Timeout),
-        }
+        exchange.await
     }
 }
 
@@ -256,7 +293,6 @@ fn source_text(e: &dyn std::error::Error) -> String {
 enum Failure {
     /// No connection could be made: the request was not sent.
     Connect(String),
-    Timeout,
     TooLarge,
     Other(String),
 }
@@ -265,7 +301,7 @@ enum Failure {
 pub fn request_body(id: u64, method: &str, params: Option<&[u8]>) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + method.len() + params.map_or(0, <[u8]>::len));
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    out.extend_from_slice(itoa(id).as_bytes());
+    out.extend_from_slice(Decimal::new(id).as_bytes());
     out.extend_from_slice(b",\"method\":");
     if method
         .bytes()
@@ -286,8 +322,50 @@ pub fn request_body(id: u64, method: &str, params: Option<&[u8]>) -> Vec<u8> {
     out
 }
 
-fn itoa(n: u64) -> String {
-    n.to_string()
+/// Rests an upstream whose call was dropped at the per-request deadline.
+struct RestOnDrop<'a> {
+    upstreams: &'a Upstreams,
+    index: usize,
+    started: Instant,
+    armed: bool,
+}
+
+impl Drop for RestOnDrop<'_> {
+    fn drop(&mut self) {
+        // Dropped at the deadline, not because its client left.
+        let timeout = self
+            .upstreams
+            .timeout
+            .saturating_sub(Duration::from_millis(10));
+        if self.armed && self.started.elapsed() >= timeout {
+            self.upstreams.rest(self.index);
+        }
+    }
+}
+
+/// `n` in decimal, on the stack.
+struct Decimal {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn new(mut n: u64) -> Decimal {
+        let mut buf = [0u8; 20];
+        let mut start = 20;
+        loop {
+            start -= 1;
+            buf[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return Decimal { buf, start };
+            }
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
 }
 
 /// Reads the upstream's reply to the call with gateway id `id`.
@@ -302,15 +380,17 @@ pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result
             ));
         }
         Err(e) => {
-            return Err(errors::malformed(name, &format!("not a JSON-RPC response: {e}")));
+            return Err(errors::malformed(
+                name,
+                &format!("not a JSON-RPC response: {e}"),
+            ));
         }
     };
-    let want = itoa(id);
-    if response.id().as_bytes() != want.as_bytes() {
+    if response.id().as_bytes() != Decimal::new(id).as_bytes() {
         return Err(errors::malformed(
             name,
             &format!(
-                "answered id {} to request id {want}",
+                "answered id {} to request id {id}",
                 String::from_utf8_lossy(response.id().as_bytes())
             ),
         ));
@@ -424,7 +504,7 @@ impl WsUpstream {
             closed: AtomicBool::new(false),
             own_ids: AtomicU64::new(1 << 62),
             name: self.name.clone(),
-            parser: self.parser.clone(),
+            parser: self.parser,
         });
         tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -574,7 +654,8 @@ impl WsConn {
                 }
                 Incoming::Request(n) if n.id().is_none() => {
                     let Some(params) = n.params() else { continue };
-                    let (Some(sub), Some(result)) = (params.get("subscription"), params.get("result"))
+                    let (Some(sub), Some(result)) =
+                        (params.get("subscription"), params.get("result"))
                     else {
                         continue;
                     };

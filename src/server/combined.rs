@@ -5,7 +5,7 @@
 //!
 //! [`Combined`] is the `tower` service that tells the two apart (one
 //! [`is_upgrade_request`] check per request); [`serve`] runs it on a
-//! listener with the HTTP [`Server`](super::http::Server)'s accept loop,
+//! listener with the HTTP [`Server`]'s accept loop,
 //! limits and graceful shutdown.
 //!
 //! | request | answer |
@@ -138,7 +138,8 @@ where
 {
     type Response = Response<ResponseBody>;
     type Error = Infallible;
-    type Future = Either<ResponseFuture<S, K, B>, Ready<Result<Response<ResponseBody>, Infallible>>>;
+    type Future =
+        Either<ResponseFuture<S, K, B>, Ready<Result<Response<ResponseBody>, Infallible>>>;
 
     fn poll_ready(&mut self, _: &mut TaskContext<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
