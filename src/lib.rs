@@ -92,6 +92,13 @@
 //!   pipelining, server-pushed notifications and `eth_subscribe`-style
 //!   subscriptions, pings and idle close, graceful shutdown; serves a
 //!   `TcpListener` or a stream an HTTP server upgraded.
+//!   With `http` too, `server::combined` serves HTTP and WebSocket
+//!   upgrades on one port, as geth and anvil do.
+//! * `gateway`: what `examples/gateway` (an Ethereum gateway: a built-in
+//!   chain, or a forwarding proxy in front of nodes) needs beyond `http`,
+//!   `ws` and `eth`: hyper-util's pooled HTTP client, tokio-tungstenite's
+//!   client, and alloy's transaction types (`alloy-consensus`,
+//!   `alloy-eips`) for decoding and sender recovery.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,

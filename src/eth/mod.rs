@@ -54,7 +54,7 @@
 //!   errors), [`Hex`], [`BlockId`], [`BlockNumberOrTag`], [`BlockTag`],
 //!   [`CallRequest`], [`LogFilter`] (with [`Addresses`], [`Topics`],
 //!   [`TopicFilter`], [`TopicSet`]), [`Invalid`].
-//! * Writers: [`write`] (into any [`ReplyBuf`](crate::dispatch::ReplyBuf))
+//! * Writers: [`mod@write`] (into any [`ReplyBuf`](crate::dispatch::ReplyBuf))
 //!   and [`EthReply`] (into a handler's [`Reply`](crate::dispatch::Reply)).
 //! * [`codes`]: geth's server errors (-32000, -32002, -32003, and 3 for
 //!   reverts with their output).
