@@ -65,6 +65,13 @@ async fn start(config: config::Config) -> Gateway {
     Gateway { addr, shutdown }
 }
 
+fn proxy_config_with(upstreams: &[SocketAddr], hyper_client: bool) -> config::Config {
+    config::Config {
+        hyper_client,
+        ..proxy_config(upstreams)
+    }
+}
+
 fn proxy_config(upstreams: &[SocketAddr]) -> config::Config {
     config::Config {
         upstreams: upstreams.iter().map(|a| format!("http://{a}")).collect(),
@@ -109,6 +116,11 @@ enum Fake {
     Garbage,
     /// A valid response with another id.
     WrongId,
+    /// A valid response, `Transfer-Encoding: chunked`, in small chunks.
+    Chunked,
+    /// A valid response, then the connection closes without a word (as a
+    /// server closing an idle kept-alive connection does).
+    CloseSilently,
 }
 
 /// A raw HTTP/1.1 upstream that misbehaves as told; counts requests.
@@ -141,6 +153,39 @@ async fn fake_upstream(kind: Fake) -> (SocketAddr, Arc<AtomicUsize>) {
                             let v: Value = serde_json::from_slice(&body).unwrap();
                             let id = v["id"].as_u64().unwrap() + 1000;
                             format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"0x1"}}"#)
+                        }
+                        Fake::Chunked => {
+                            let v: Value = serde_json::from_slice(&body).unwrap();
+                            let reply =
+                                format!(r#"{{"jsonrpc":"2.0","id":{},"result":"0xc4"}}"#, v["id"]);
+                            let mut out = String::from(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+                            );
+                            for piece in reply.as_bytes().chunks(7) {
+                                out.push_str(&format!(
+                                    "{:x}\r\n{}\r\n",
+                                    piece.len(),
+                                    std::str::from_utf8(piece).unwrap()
+                                ));
+                            }
+                            out.push_str("0\r\n\r\n");
+                            if s.write_all(out.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                        Fake::CloseSilently => {
+                            let v: Value = serde_json::from_slice(&body).unwrap();
+                            let reply =
+                                format!(r#"{{"jsonrpc":"2.0","id":{},"result":"0xc5"}}"#, v["id"]);
+                            let out = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                                reply.len()
+                            );
+                            let _ = s.write_all(out.as_bytes()).await;
+                            // Closed only once the client has pooled it.
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            return;
                         }
                     };
                     let head = format!(
@@ -252,8 +297,14 @@ async fn echo_upstream() -> (SocketAddr, Arc<Seen>) {
 
 #[tokio::test]
 async fn a_hanging_upstream_times_out_with_32002_for_that_request_only() {
+    for hyper_client in [false, true] {
+        hanging_upstream(hyper_client).await;
+    }
+}
+
+async fn hanging_upstream(hyper_client: bool) {
     let (hang, _) = fake_upstream(Fake::Hang).await;
-    let gw = start(proxy_config(&[hang])).await;
+    let gw = start(proxy_config_with(&[hang], hyper_client)).await;
     let started = std::time::Instant::now();
     let r = call(
         gw.addr,
@@ -306,6 +357,24 @@ async fn reset_and_garbage_and_wrong_ids_are_clear_errors() {
         let data = r["error"]["data"]["reason"].as_str().unwrap();
         assert!(data.contains(reason), "{data}");
         assert_eq!(r["error"]["data"]["upstream"], up.to_string());
+    }
+}
+
+#[tokio::test]
+async fn chunked_replies_and_silently_closed_connections() {
+    for (kind, result) in [(Fake::Chunked, "0xc4"), (Fake::CloseSilently, "0xc5")] {
+        for hyper_client in [false, true] {
+            let (up, count) = fake_upstream(kind).await;
+            let gw = start(proxy_config_with(&[up], hyper_client)).await;
+            for i in 0..4 {
+                let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_gasPrice"}}"#);
+                let r = call(gw.addr, &body).await;
+                assert_eq!(r["result"], result, "{r}");
+                // Time for the fake to close the pooled connection.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(count.load(Ordering::SeqCst), 4);
+        }
     }
 }
 
