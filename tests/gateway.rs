@@ -645,6 +645,9 @@ async fn ws_upstream() -> (
             c.state.1.fetch_add(1, Ordering::SeqCst);
             Ok::<_, RpcError>(Subscriptions::of(c.ctx)?.unsubscribe(&id))
         })
+        .method("eth_blockNumber", |c: Call<'_, S>| {
+            c.reply.raw(br#""0x10""#)
+        })
         .build()
         .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
