@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# Load test (loopback only, about 80 s): the gateway in front of anvil,
+# Load test (loopback only, about 85 s): the gateway in front of anvil,
 # against anvil alone and against a plain TCP relay (socat) in front of the
-# same anvil. Same client (wrk, one thread, the same connections), runs
-# alternated: anvil, relay, gateway, three rounds. Reports requests/s,
-# p50/p99 latency, and the gateway's own CPU time per forwarded request,
-# user and kernel apart (from /proc/<pid>/stat), and the relay's.
+# same anvil. Same client (wrk, one thread), at two concurrencies: 1
+# connection (latency: nothing queues) and 16 (saturation: the three
+# processes and wrk share the machine's cores). Runs alternated: anvil,
+# relay, gateway, three rounds each. Reports requests/s, p50/p99 latency,
+# and the gateway's own CPU time per forwarded request, user and kernel
+# apart (from /proc/<pid>/stat), and the relay's (its reaped children).
 #
 # Needs: wrk and socat (Debian; installed if missing), anvil (from
 # tests/interop/gateway/run.sh's install, or ANVIL=path), the gateway built
 # in release (GATEWAY=path, or it is built).
-# Environment: CONNECTIONS (default 16), SECONDS_PER_RUN (default 8),
-# ROUNDS (default 3), LOAD_PORT (first of three ports, default 39545).
+# Environment: CONCURRENCY (default "1 16"), SECONDS_PER_RUN (default 4),
+# ROUNDS (default 3), LOAD_PORT (first of three ports, default 39545),
+# GATEWAY_ARGS (more gateway options, e.g. "--threads 1" or
+# "--client hyper").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT="$PWD"
-C="${CONNECTIONS:-16}"
-D="${SECONDS_PER_RUN:-8}"
+CONCURRENCY="${CONCURRENCY:-1 16}"
+D="${SECONDS_PER_RUN:-4}"
 ROUNDS="${ROUNDS:-3}"
 PORT="${LOAD_PORT:-39545}"
 ANVIL="${ANVIL:-$ROOT/target/interop-gateway/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil}"
@@ -46,7 +50,8 @@ wait_port() {
 
 "$ANVIL" --host 127.0.0.1 --port "$PORT" --silent > /dev/null 2>&1 &
 pids+=($!)
-"$GATEWAY" --listen "127.0.0.1:$((PORT + 1))" --upstream "http://127.0.0.1:$PORT" 2> /dev/null &
+# shellcheck disable=SC2086
+"$GATEWAY" --listen "127.0.0.1:$((PORT + 1))" --upstream "http://127.0.0.1:$PORT" ${GATEWAY_ARGS:-} 2> /dev/null &
 GW_PID=$!
 pids+=($GW_PID)
 socat "TCP-LISTEN:$((PORT + 2)),bind=127.0.0.1,fork,reuseaddr" "TCP:127.0.0.1:$PORT" &
@@ -59,8 +64,12 @@ TICK=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $16, $15 + $17}' "/proc/$1/stat"; }
 
 declare -A URL=([anvil]="http://127.0.0.1:$PORT" [gateway]="http://127.0.0.1:$((PORT + 1))" [relay]="http://127.0.0.1:$((PORT + 2))")
-echo "wrk -t1 -c$C -d${D}s, eth_blockNumber and eth_getBalance alternated; $ROUNDS rounds"
-for t in anvil relay gateway; do wrk -t1 -c"$C" -d2s -s "$LUA" "${URL[$t]}" > /dev/null; done
+median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
+STATUS=0
+for C in $CONCURRENCY; do
+echo
+echo "== wrk -t1 -c$C -d${D}s, eth_blockNumber and eth_getBalance alternated; $ROUNDS rounds; gateway ${GATEWAY_ARGS:-(defaults)}"
+for t in anvil relay gateway; do wrk -t1 -c"$C" -d1s -s "$LUA" "${URL[$t]}" > /dev/null; done
 
 printf '%-8s %-6s %10s %9s %9s %6s %14s %14s\n' target round req/s p50_us p99_us bad user_us/req sys_us/req
 RESULTS=$(mktemp)
@@ -86,12 +95,10 @@ for round in $(seq 1 "$ROUNDS"); do
         printf '%-8s %-6s %10s %9s %9s %6s %14s %14s\n' "$t" "$round" "$rps" "$p50" "$p99" "$bad" "$user" "$sys" | tee -a "$RESULTS"
     done
 done
-echo
-echo "medians over the rounds (added p50 = target p50 - anvil p50):"
+echo "medians over the rounds, $C connection(s) (added p50 = target p50 - anvil p50):"
 for t in anvil relay gateway; do
-    awk -v t="$t" '$1 == t {print $3, $4, $5, $7, $8}' "$RESULTS" | sort -n > "$RESULTS.$t"
+    awk -v t="$t" '$1 == t {print $3, $4, $5, $7, $8}' "$RESULTS" > "$RESULTS.$t"
 done
-median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR + 1) / 2)]}'; }
 anvil_p50=$(awk '{print $2}' "$RESULTS.anvil" | median)
 for t in anvil relay gateway; do
     rps=$(awk '{print $1}' "$RESULTS.$t" | median)
@@ -103,5 +110,7 @@ for t in anvil relay gateway; do
         "$t" "$rps" "$p50" "$((p50 - anvil_p50))" "$p99" "$user" "$sys"
 done
 if awk '$6 != 0 {bad = 1} END {exit !bad}' "$RESULTS"; then
-    echo "some replies were not results"; exit 1
+    echo "some replies were not results"; STATUS=1
 fi
+done
+exit $STATUS

@@ -24,8 +24,8 @@ usage: gateway [options]
   --block-time SECS     the built-in chain also mines an empty block this often
   --client h1|hyper     the HTTP upstream client: the gateway's own pooled
                         HTTP/1.1 client (default), or hyper-util's
-  --threads N           runtime threads (default 1: one thread serves best
-                        on a small machine shared with the node)
+  --threads N           runtime worker threads (default: one per core; 1 runs
+                        everything on one thread)
   -h, --help            this text
 
 With no --upstream it serves a built-in in-memory chain (anvil's dev
@@ -61,7 +61,7 @@ impl Default for Config {
             max_response: rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN,
             chain_id: 31337,
             block_time: None,
-            threads: 1,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             hyper_client: false,
         }
     }

@@ -28,6 +28,9 @@ use tokio::net::TcpStream;
 const MAX_IDLE: Duration = Duration::from_secs(30);
 /// At most this many idle connections are kept.
 const POOL_CAP: usize = 1024;
+/// Replies up to this size are copied out of the connection's buffer;
+/// larger ones are split off it without a copy.
+const SMALL: usize = 16 * 1024;
 
 /// What went wrong with an exchange.
 #[derive(Debug)]
@@ -145,7 +148,12 @@ impl H1Pool {
                     }
                     return Ok(reply);
                 }
-                Err(Exchange::Stale) if reused => continue,
+                Err(Exchange::Stale) if reused => {
+                    // The server closed its idle connections: the others
+                    // pooled with this one are likely closed too.
+                    self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    continue;
+                }
                 Err(Exchange::Stale) => {
                     return Err(H1Error::Other(
                         "the connection closed before any reply".into(),
@@ -256,7 +264,15 @@ async fn exchange(
                     return Err(cut());
                 }
             }
-            conn.buf.split_to(len).freeze()
+            if len <= SMALL {
+                // Copied: the connection's buffer stays unshared, reused
+                // as it is by the next exchange.
+                let body = Bytes::copy_from_slice(&conn.buf[..len]);
+                conn.buf.advance(len);
+                body
+            } else {
+                conn.buf.split_to(len).freeze()
+            }
         }
         Framing::Chunked => {
             let mut body = BytesMut::new();

@@ -38,9 +38,8 @@ fn main() {
             });
         }
     };
-    // One thread by default: on a small machine (2 cores shared with the
-    // node and the clients) cross-thread wake-ups and work stealing cost
-    // more CPU per request than a second thread gains; `--threads N`.
+    // A worker per core by default; `--threads 1` runs on one thread (less
+    // CPU per request, but one thread's share of a busy machine).
     let mut runtime = if config.threads <= 1 {
         tokio::runtime::Builder::new_current_thread()
     } else {

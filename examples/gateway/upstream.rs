@@ -193,7 +193,6 @@ impl Upstreams {
             let reply = ws.call(id, body, None).await?;
             return read_answer(&self.parser, reply, id, &ws.name);
         }
-        let body = Bytes::from(body);
         let mut last = None;
         for i in self.order() {
             let up = &self.http[i];
@@ -205,7 +204,7 @@ impl Upstreams {
                 started: Instant::now(),
                 armed: true,
             };
-            let outcome = self.post(up, body.clone()).await;
+            let outcome = self.post(up, &body).await;
             guard.armed = false;
             match outcome {
                 Ok(reply) => return read_answer(&self.parser, reply, id, &up.name),
@@ -224,9 +223,9 @@ impl Upstreams {
         Err(last.unwrap_or_else(errors::no_upstream))
     }
 
-    async fn post(&self, up: &HttpUpstream, body: Bytes) -> Result<Bytes, Failure> {
+    async fn post(&self, up: &HttpUpstream, body: &[u8]) -> Result<Bytes, Failure> {
         if let Some(h1) = &up.h1 {
-            return match h1.post(&body, self.max_response + 1024).await {
+            return match h1.post(body, self.max_response + 1024).await {
                 Ok(reply) => {
                     if !(200..300).contains(&reply.status) && !looks_like_json(&reply.body) {
                         return Err(Failure::Other(format!("HTTP status {}", reply.status)));
@@ -242,7 +241,7 @@ impl Upstreams {
         }
         let request = http::Request::post(up.uri.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(body))
+            .body(Full::new(Bytes::copy_from_slice(body)))
             .map_err(|e| Failure::Other(e.to_string()))?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| {
