@@ -22,8 +22,11 @@
 //!   `eth` decoders against jsonrpsee's `Request` (serde_json, `&RawValue`
 //!   params) and `ParamsSequence` decoding.
 //!
-//! The `hex` group decides between const-hex and a hand-written table for
-//! the short strings: QUANTITY (1-16 digits) and addresses (40 digits).
+//! The `hex` group decides between const-hex and hand-written code for the
+//! short strings: QUANTITY (1-16 digits: a table per digit, as the library
+//! does, against const-hex on the padded digits) and addresses (40 digits:
+//! the library (const-hex after its checks) against bare const-hex and a
+//! table per digit).
 
 use std::hint::black_box;
 
@@ -266,7 +269,7 @@ fn ours_decode(method: &str, params: Params<'_>, arena: &bumpalo::Bump) -> Sum {
         let mut s = Sum::default();
         match method {
             "eth_call" => {
-                let tx = p.required("transaction")?.call_request()?;
+                let tx = p.next_call_request("transaction")?;
                 s.opt(tx.from()?, |s, a| s.bytes(a.as_slice()));
                 s.opt(tx.to()?, |s, a| s.bytes(a.as_slice()));
                 s.opt(tx.gas()?, Sum::u64);
@@ -283,7 +286,7 @@ fn ours_decode(method: &str, params: Params<'_>, arena: &bumpalo::Bump) -> Sum {
                 s.opt(block, ours_block);
             }
             "eth_getLogs" => {
-                let f = p.required("filter")?.log_filter()?;
+                let f = p.next_log_filter("filter")?;
                 let hash = f.block_hash()?;
                 if hash.is_some() {
                     s.u64(0xdead);
@@ -327,7 +330,7 @@ fn ours_decode(method: &str, params: Params<'_>, arena: &bumpalo::Bump) -> Sum {
                 s.opt(block, ours_block);
             }
             "eth_sendRawTransaction" => {
-                let b = p.required("transaction")?.bytes_in(arena)?;
+                let b = p.next_bytes_in("transaction", arena)?;
                 s.bytes(b);
             }
             _ => unreachable!(),
@@ -399,7 +402,145 @@ fn rpcwire_request(method: &str, msg: &[u8], arena: &bumpalo::Bump) -> Sum {
     ours_decode(method, req.params().unwrap(), arena)
 }
 
+/// Paired ratios, robust to a shared machine's load: chunk by chunk (8
+/// messages, each touched first as in `eth_params`), rpcwire, jsonrpsee
+/// and the serde tuple decode the same messages back to back (then the
+/// whole requests, envelope and params, rpcwire against jsonrpsee). A chunk in
+/// which any of them was descheduled (slower than 5 times its median
+/// chunk) is dropped for all three; the ratio of a pass over the corpus is
+/// the ratio of the summed times. Printed: per-message times (median pass)
+/// and the ratios, min / median / max over the passes. Run with
+/// `ETH_RATIOS=<passes>` (the criterion groups are then skipped).
+fn paired_ratios(passes: usize) {
+    let only = std::env::var("ETH_METHOD").ok();
+    for (k, method) in eth_params::METHODS.iter().enumerate() {
+        if only.as_deref().is_some_and(|m| m != *method) {
+            continue;
+        }
+        let messages = eth_params::messages(method, 0xe7 + k as u64, N);
+        let parse_arena = bumpalo::Bump::new();
+        let params: Vec<Params<'_>> = messages
+            .iter()
+            .map(|m| {
+                rpcwire::parse(m, &parse_arena)
+                    .unwrap()
+                    .into_single()
+                    .unwrap()
+                    .request()
+                    .unwrap()
+                    .params()
+                    .unwrap()
+            })
+            .collect();
+        let texts: Vec<&str> = params.iter().map(|p| p.as_json()).collect();
+        let want: Vec<Sum> = texts.iter().map(|t| jsonrpsee_decode(method, t)).collect();
+        let mut arena = bumpalo::Bump::with_capacity(64 * 1024);
+        let chunk = |from: usize, f: &mut dyn FnMut(usize)| {
+            for m in &messages[from..from + CHUNK] {
+                touch(m);
+            }
+            let start = std::time::Instant::now();
+            for j in from..from + CHUNK {
+                f(j);
+            }
+            start.elapsed().as_nanos() as f64
+        };
+        let mut per_pass: Vec<[f64; 9]> = Vec::new();
+        for _ in 0..passes {
+            let mut times: Vec<[f64; 6]> = Vec::with_capacity(N / CHUNK);
+            for from in (0..N - CHUNK + 1).step_by(CHUNK) {
+                let ours = chunk(from, &mut |k| {
+                    arena.reset();
+                    assert_eq!(ours_decode(method, black_box(params[k]), &arena), want[k]);
+                });
+                let js = chunk(from, &mut |k| {
+                    assert_eq!(jsonrpsee_decode(method, black_box(texts[k])), want[k])
+                });
+                let tuple = chunk(from, &mut |k| {
+                    assert_eq!(serde_tuple_decode(method, black_box(texts[k])), want[k])
+                });
+                let ours_req = chunk(from, &mut |k| {
+                    arena.reset();
+                    let s = rpcwire_request(method, black_box(&messages[k]), &arena);
+                    assert_eq!(s, want[k]);
+                });
+                let js_req = chunk(from, &mut |k| {
+                    assert_eq!(jsonrpsee_request(method, black_box(&messages[k])), want[k])
+                });
+                // The harness alone: the clock and the result check.
+                let floor = chunk(from, &mut |k| assert_eq!(black_box(want[k]), want[k]));
+                times.push([ours, js, tuple, ours_req, js_req, floor]);
+            }
+            let median = |i: usize| {
+                let mut v: Vec<f64> = times.iter().map(|t| t[i]).collect();
+                v.sort_by(f64::total_cmp);
+                v[v.len() / 2]
+            };
+            let limits: Vec<f64> = (0..5).map(|i| 5.0 * median(i)).collect();
+            let floor = median(5) / CHUNK as f64;
+            let kept: Vec<&[f64; 6]> = times
+                .iter()
+                .filter(|t| (0..5).all(|i| t[i] <= limits[i]))
+                .collect();
+            let sum = |i: usize| kept.iter().map(|t| t[i]).sum::<f64>();
+            let msgs = (kept.len() * CHUNK) as f64;
+            per_pass.push([
+                sum(0) / msgs,
+                sum(1) / msgs,
+                sum(2) / msgs,
+                sum(1) / sum(0),
+                sum(2) / sum(0),
+                sum(3) / msgs,
+                sum(4) / msgs,
+                sum(4) / sum(3),
+                floor,
+            ]);
+        }
+        let stats = |i: usize| {
+            let mut v: Vec<f64> = per_pass.iter().map(|r| r[i]).collect();
+            v.sort_by(f64::total_cmp);
+            (v[0], v[v.len() / 2], v[v.len() - 1])
+        };
+        let (rj, rt) = (stats(3), stats(4));
+        println!(
+            "{method:<24} rpcwire {:6.0} ns  jsonrpsee {:6.0} ns  serde_tuple {:6.0} ns  \
+             ratio vs jsonrpsee {:.2}/{:.2}/{:.2}  vs serde_tuple {:.2}/{:.2}/{:.2}  (min/median/max, {passes} passes)",
+            stats(0).1,
+            stats(1).1,
+            stats(2).1,
+            rj.0,
+            rj.1,
+            rj.2,
+            rt.0,
+            rt.1,
+            rt.2
+        );
+        let rr = stats(7);
+        println!(
+            "{:<24} whole request: rpcwire {:6.0} ns  jsonrpsee {:6.0} ns  ratio {:.2}/{:.2}/{:.2}",
+            "",
+            stats(5).1,
+            stats(6).1,
+            rr.0,
+            rr.1,
+            rr.2
+        );
+        let floor = stats(8).1;
+        println!(
+            "{:<24} harness alone {floor:.0} ns/message; less it: params {:.2} vs jsonrpsee, {:.2} vs serde_tuple; whole request {:.2}",
+            "",
+            (stats(1).1 - floor) / (stats(0).1 - floor),
+            (stats(2).1 - floor) / (stats(0).1 - floor),
+            (stats(6).1 - floor) / (stats(5).1 - floor),
+        );
+    }
+}
+
 fn bench_methods(c: &mut Criterion) {
+    if let Ok(rounds) = std::env::var("ETH_RATIOS") {
+        paired_ratios(rounds.parse().expect("ETH_RATIOS=<rounds>"));
+        return;
+    }
     for (k, method) in eth_params::METHODS.iter().enumerate() {
         let messages = eth_params::messages(method, 0xe7 + k as u64, N);
         let parse_arena = bumpalo::Bump::new();
@@ -547,6 +688,9 @@ fn const_hex_quantity(raw: &[u8]) -> Option<u64> {
 }
 
 fn bench_hex(c: &mut Criterion) {
+    if std::env::var("ETH_RATIOS").is_ok() {
+        return;
+    }
     let mut g = c.benchmark_group("hex");
     let mut rng = corpus::Rng::new(11);
     let quantities: Vec<String> = (0..N)
@@ -600,12 +744,22 @@ fn bench_hex(c: &mut Criterion) {
         })
     });
     let mut i = 0;
-    g.bench_function("address/const_hex", |b| {
+    g.bench_function("address/rpcwire", |b| {
         b.iter(|| {
             let k = i % N;
             i += 1;
             let a = black_box(addrs[k]).address().unwrap();
             assert_eq!(a.as_slice(), &want_a[k][12..]);
+        })
+    });
+    let mut i = 0;
+    g.bench_function("address/const_hex", |b| {
+        b.iter(|| {
+            let k = i % N;
+            i += 1;
+            let raw = black_box(addrs[k]).as_bytes();
+            let a: [u8; 20] = const_hex::decode_to_array(&raw[1..raw.len() - 1]).unwrap();
+            assert_eq!(&a[..], &want_a[k][12..]);
         })
     });
     let mut i = 0;

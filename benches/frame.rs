@@ -34,25 +34,13 @@ mod corpus;
 #[path = "support/peers.rs"]
 mod peers;
 
-use corpus::{Rng, Style};
-
 const MESSAGES: usize = 24_000;
 const CHUNK: usize = 64 * 1024;
 
-/// `n` distinct requests, client styles interleaved as a gateway sees them.
+/// `n` distinct requests, client styles mixed as a gateway sees them (the
+/// parse bench's stream).
 fn requests(n: usize) -> Vec<Vec<u8>> {
-    let mut rng = Rng::new(0x5eed_f4a3);
-    (0..n)
-        .map(|i| {
-            let style = [Style::Viem, Style::Ethers, Style::Web3Py][i % 3];
-            let id = match i % 7 {
-                6 => format!("{}", (1u64 << 53) + rng.below(1 << 40)),
-                5 => format!("\"{}\"", &rng.hex(32)[2..]),
-                _ => i.to_string(),
-            };
-            corpus::eth_request(&mut rng, style, &id).into_bytes()
-        })
-        .collect()
+    corpus::eth_stream(0x5eed_f4a3, n)
 }
 
 /// The digest `benches/parse.rs` uses: method, id and params lengths.

@@ -22,6 +22,7 @@
 //! expected); the first of each run is compared in full. The whole run
 //! stays under 60 s with the defaults.
 
+use rpcwire::eth::EthReply;
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -28,11 +28,10 @@ struct CallObject<'a> {
 fn dispatcher(node: Node) -> Dispatcher<Node> {
     Dispatcher::builder(node)
         .method("eth_chainId", |call: Call<'_, Node>| {
-            call.reply.quantity(call.state.chain_id.into())
+            Ok::<_, RpcError>(format!("{:#x}", call.state.chain_id))
         })
         .method("eth_blockNumber", |call: Call<'_, Node>| {
-            call.reply
-                .quantity(call.state.height.load(Ordering::Relaxed).into())
+            Ok::<_, RpcError>(format!("{:#x}", call.state.height.load(Ordering::Relaxed)))
         })
         .method("evm_mine", |call: Call<'_, Node>| {
             call.state.height.fetch_add(1, Ordering::Relaxed);

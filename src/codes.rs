@@ -13,14 +13,13 @@ pub const INVALID_PARAMS: i32 = -32602;
 /// "Internal error": a handler failed unexpectedly (an I/O error, a panic).
 pub const INTERNAL_ERROR: i32 = -32603;
 /// The first code of the range the specification leaves to servers; a
-/// generic server error.
+/// generic server error. The dispatcher's own errors (a reply past the
+/// response size limit, a call past its timeout) use it by default, each
+/// with its own message and `data`; their codes are configurable
+/// ([`DispatcherBuilder::too_large_code`](crate::dispatch::DispatcherBuilder::too_large_code),
+/// [`DispatcherBuilder::timeout_code`](crate::dispatch::DispatcherBuilder::timeout_code)),
+/// and the Ethereum layer has geth's (`eth::codes`, feature `eth`).
 pub const SERVER_ERROR: i32 = -32000;
-/// A request that did not finish within the dispatcher's per-request
-/// timeout (the code geth and the gateways in front of it use).
-pub const REQUEST_TIMEOUT: i32 = -32002;
-/// A reply that would exceed the response size limit (the code geth uses);
-/// see [`DispatcherBuilder::too_large_code`](crate::dispatch::DispatcherBuilder::too_large_code).
-pub const RESPONSE_TOO_LARGE: i32 = -32003;
 /// A request cancelled before it finished (the LSP code), for batch entries,
 /// which must be answered.
 pub const REQUEST_CANCELLED: i32 = -32800;

@@ -14,7 +14,9 @@
 //! use rpcwire::{Call, Connection, Dispatcher};
 //!
 //! let d = Dispatcher::builder(0x1b4u64)
-//!     .method("eth_blockNumber", |call: Call<'_, u64>| call.reply.quantity((*call.state).into()))
+//!     .method("eth_blockNumber", |call: Call<'_, u64>| {
+//!         Ok::<_, rpcwire::RpcError>(format!("{:#x}", call.state))
+//!     })
 //!     .build()?;
 //! let (mut conn, mut out) = (Connection::new(), Vec::new());
 //! d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#, &mut conn, &mut out);
@@ -82,7 +84,7 @@
 //!   `futures-util`.
 //! * `tokio`: the same, under the name users of tokio look for.
 //! * `tracing`: a `tracing` span per call (method, id, error code).
-//! * `server`: servers on tokio ([`server`]): limits, metrics, graceful
+//! * `server`: servers on tokio (module `server`): limits, metrics, graceful
 //!   shutdown, subscriptions, and the stdio, TCP and Unix-socket transports.
 //! * `http`: the HTTP transport (`server::http`): a `tower::Service` for
 //!   JSON-RPC over `POST` on hyper 1.x (HTTP/1.1 keep-alive, HTTP/2), and a
@@ -99,6 +101,15 @@
 //!   `ws` and `eth`: hyper-util's pooled HTTP client, tokio-tungstenite's
 //!   client, and alloy's transaction types (`alloy-consensus`,
 //!   `alloy-eips`) for decoding and sender recovery.
+//! * `eth`: the Ethereum toolkit (`eth`): QUANTITY / DATA / address / hash /
+//!   block-id decoders over raw params, call-object and log-filter views,
+//!   reply writers, geth's error codes, the method catalogue; adds
+//!   alloy-primitives and const-hex.
+//! * `mcp`: an MCP server layer (module `mcp`): the `initialize` lifecycle
+//!   (revisions 2025-06-18, 2025-11-25) and the stateless 2026-07-28
+//!   revision, tools whose arguments are checked against their JSON Schema
+//!   (`jsonschema`), progress, cancellation, logging, over stdio and
+//!   Streamable HTTP (hyper 1.x). Implies `server`.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,
@@ -117,6 +128,9 @@ mod error;
 pub mod eth;
 pub mod frame;
 pub mod json;
+#[cfg(feature = "mcp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]
+pub mod mcp;
 pub mod message;
 pub mod peer;
 pub mod request;

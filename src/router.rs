@@ -5,27 +5,35 @@
 //! slot and compares the bytes once. There is no probing sequence, no
 //! tombstone, no lock.
 //!
-//! Sets of up to 128 names (every real method set) are placed directly: the
-//! builder searches a seed under which `((fold(name) ^ seed) * K) >> shift` is
-//! injective in a table of about n²/16 slots (at least 4n; 256 slots, 8 KiB,
-//! for forty names), so a lookup is one multiply and one load.
+//! Sets of up to 128 names that differ in their length or ends (every real
+//! method set) are placed directly: the builder searches a seed under which
+//! `((fold(name) ^ seed) * K) >> shift` is injective in a table of about
+//! n²/16 slots (at least 4n; 256 slots of a cache line, 16 KiB, for forty
+//! names), so a lookup is one multiply and one load.
 //!
 //! Larger sets use PTHash-style "hash and displace": the top bits of every
 //! name's 64-bit hash pick a bucket; buckets are placed largest first, each
 //! trying pilot values until all of its names land in free slots of a
 //! power-of-two table with at least 25% headroom. A lookup is then one
 //! multiply-shift away from its slot: `slot = ((hash ^ pilot[bucket]) * K) >>
-//! shift`.
+//! shift`. A dense array of one-byte tags (seven bits of each name's hash)
+//! beside the slots lets most misses stop before reading their slot, which
+//! in a large set is not in the L1 cache.
 //!
 //! The hash itself adapts to the names: when the names differ in their length
 //! or in their first and last eight bytes (true of every real method set: the
 //! Ethereum and MCP names, and `eth_getTransactionByBlockHashAndIndex` vs
 //! `eth_getTransactionByBlockNumberAndIndex`, which differ in length), only
 //! those 16 bytes and the length are hashed, in two loads and two independent
-//! multiplies, whatever the name's length. Otherwise every byte is hashed.
-//! Each slot keeps the name's length and both ends inline, so the comparison
-//! that makes the lookup exact reads the name storage only for the middle of
-//! names longer than 16 bytes.
+//! multiplies, whatever the name's length. Large sets often hold names that
+//! agree there (`trace_getBlockByNumber`, `trace_getStateByNumber`): they are
+//! hashed on four words, which with the length hold every byte of a name of
+//! up to 32 bytes (see `words`), folded into one before one multiply. Only
+//! sets in which two names fold alike (two names over 32 bytes agreeing on
+//! all four words, say) hash every byte. Each slot keeps the name's length
+//! and up to 32 of its bytes inline, so the comparison that makes the lookup
+//! exact reads the name storage only for the middle of names longer than 32
+//! bytes.
 
 use std::fmt;
 use std::sync::Arc;
@@ -134,14 +142,31 @@ fn mids(name: &[u8]) -> (u64, u64) {
     }
 }
 
+/// What the hash of a large set reads of a name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hash {
+    /// The length and the first and last eight bytes.
+    Ends,
+    /// The length and four words (every byte of names up to 32 bytes),
+    /// folded.
+    Words,
+    /// Every byte.
+    Full,
+}
+
 struct Table<T> {
     seed: u64,
     /// Small sets: the hash alone picks the slot, no pilot (see `fold`).
     direct: bool,
-    /// Hash only the length and the first and last eight bytes.
-    sampled: bool,
+    /// What a lookup through the pilots hashes (`Ends` for direct sets).
+    hash: Hash,
     /// Per bucket, the pilot's mixing word (a power-of-two count of buckets).
     pilots: Box<[u64]>,
+    /// Through pilots only: per slot, seven bits of its name's hash (high
+    /// bit set), 0 for an empty slot. Dense (one byte a slot), so it stays
+    /// in the L1 cache where the slots of a large set do not: most misses
+    /// stop here without reading their slot.
+    tags: Box<[u8]>,
     bucket_shift: u32,
     /// A power-of-two count of slots, each with its value next to its key,
     /// so that a lookup touches one cache line of the table.
@@ -190,19 +215,75 @@ fn hash_sampled(first: u64, last: u64, len: usize, seed: u64) -> u64 {
     (first ^ seed).wrapping_mul(K0) ^ (last ^ (len as u64) ^ seed.rotate_left(32)).wrapping_mul(K1)
 }
 
+/// Four words of a name of eight bytes or more: the first eight bytes, the
+/// last eight, and the eight bytes at `min(8, n - 8)` and `n - 8 - min(8, n -
+/// 8)`, offsets computed without a branch. Below 16 bytes the last two repeat
+/// the first two; up to 32 bytes the four cover every byte. Shorter names
+/// are their `ends` and two zeros.
+#[inline(always)]
+fn words(name: &[u8]) -> [u64; 4] {
+    let n = name.len();
+    if n >= 8 {
+        let second = (n - 8).min(8);
+        let third = n - 8 - second;
+        [
+            load8(name, 0),
+            load8(name, n - 8),
+            load8(name, second),
+            load8(name, third),
+        ]
+    } else {
+        let (first, last) = ends(name);
+        [first, last, 0, 0]
+    }
+}
+
+/// The four words and the length folded into one word (xor and rotate).
+/// Sets whose names fold apart (checked when the table is built) hash the
+/// fold with one multiply.
+#[inline(always)]
+fn fold_words(w: [u64; 4], len: usize) -> u64 {
+    (w[0] ^ w[1].rotate_left(23))
+        ^ (w[2].rotate_left(41) ^ w[3].rotate_left(7))
+        ^ (len as u64) << 56
+}
+
+#[inline(always)]
+fn hash_words(w: [u64; 4], len: usize, seed: u64) -> u64 {
+    (fold_words(w, len) ^ seed).wrapping_mul(K0)
+}
+
 #[inline(always)]
 fn hash_full(name: &[u8], seed: u64) -> u64 {
-    let mut h = seed ^ (name.len() as u64).wrapping_mul(K2);
+    let n = name.len();
+    let mut h = seed ^ (n as u64).wrapping_mul(K2);
     let mut chunks = name.chunks_exact(8);
     for c in &mut chunks {
         h = (h ^ u64::from_le_bytes(c.try_into().unwrap()))
             .wrapping_mul(K1)
             .rotate_left(31);
     }
-    let rest = chunks.remainder();
-    let mut buf = [0u8; 8];
-    buf[..rest.len()].copy_from_slice(rest);
-    (h ^ u64::from_le_bytes(buf)).wrapping_mul(K0)
+    // The last eight bytes (overlapping the chunks), or the short-name
+    // packing: no copy of the remainder.
+    let tail = if n >= 8 {
+        load8(name, n - 8)
+    } else {
+        ends(name).0
+    };
+    (h ^ tail).wrapping_mul(K0)
+}
+
+/// The hash of `name` for a lookup through the pilots.
+#[inline(always)]
+fn hash_of(hash: Hash, name: &[u8], seed: u64) -> u64 {
+    match hash {
+        Hash::Ends => {
+            let (first, last) = ends(name);
+            hash_sampled(first, last, name.len(), seed)
+        }
+        Hash::Words => hash_words(words(name), name.len(), seed),
+        Hash::Full => hash_full(name, seed),
+    }
 }
 
 /// The length and both ends folded into one word; small sets whose folds
@@ -255,6 +336,13 @@ fn slot_of(hash: u64, pilot_word: u64, slot_shift: u32) -> usize {
     ((hash ^ pilot_word).wrapping_mul(K0) >> slot_shift) as usize
 }
 
+/// Seven low bits of a hash, high bit set: never 0, the tag of an empty
+/// slot. (The bucket and the slot come from the high bits.)
+#[inline(always)]
+fn tag(hash: u64) -> u8 {
+    hash as u8 | 0x80
+}
+
 #[inline(always)]
 fn bucket_of(hash: u64, bucket_shift: u32) -> usize {
     (hash >> bucket_shift) as usize
@@ -302,22 +390,43 @@ impl<T> Router<T> {
             }
         }
         // Sampling suffices if (length, first 8, last 8) tells every name
-        // apart.
+        // apart; else (length, four words), which does for every set of
+        // names up to 32 bytes.
         let mut keys: Vec<(usize, (u64, u64))> = (0..spans.len())
             .map(|i| (name_of(i).len(), ends(name_of(i))))
             .collect();
         keys.sort_unstable();
         let sampled = keys.windows(2).all(|w| w[0] != w[1]);
+        let mut word_folds: Vec<u64> = (0..spans.len())
+            .map(|i| fold_words(words(name_of(i)), name_of(i).len()))
+            .collect();
+        word_folds.sort_unstable();
+        let hash = if sampled {
+            Hash::Ends
+        } else if word_folds.windows(2).all(|w| w[0] != w[1]) {
+            Hash::Words
+        } else {
+            Hash::Full
+        };
 
         let n = spans.len();
         let build = |seed: u64,
                      direct: bool,
+                     hashes: &[u64],
                      pilots: Vec<u64>,
                      bucket_shift: u32,
                      slots: Vec<Option<usize>>,
                      slot_shift: u32,
                      values: Vec<T>| {
             let by_slot = by_slot(values, &slots);
+            let tags = if direct {
+                Box::default()
+            } else {
+                slots
+                    .iter()
+                    .map(|s| s.map_or(0, |i| tag(hashes[i])))
+                    .collect()
+            };
             let slots: Box<[Line<T>]> = slots
                 .into_iter()
                 .map(|s| match s {
@@ -340,8 +449,9 @@ impl<T> Router<T> {
             Table {
                 seed,
                 direct,
-                sampled,
+                hash,
                 pilots: pilots.into(),
+                tags,
                 bucket_shift,
                 slots,
                 slot_shift,
@@ -363,7 +473,7 @@ impl<T> Router<T> {
                 for (i, &f) in folds.iter().enumerate() {
                     slots[direct_slot(f, seed, slot_shift)] = Some(i);
                 }
-                let table = build(seed, true, Vec::new(), 0, slots, slot_shift, values);
+                let table = build(seed, true, &[], Vec::new(), 0, slots, slot_shift, values);
                 return Ok(Router {
                     table: Arc::new(table),
                 });
@@ -374,22 +484,23 @@ impl<T> Router<T> {
         let slots_len = (n + n / 4).next_power_of_two().max(2);
         let bucket_shift = 64 - buckets.trailing_zeros();
         let slot_shift = 64 - slots_len.trailing_zeros();
-        let hash = |name: &[u8], seed: u64| {
-            if sampled {
-                let (first, last) = ends(name);
-                hash_sampled(first, last, name.len(), seed)
-            } else {
-                hash_full(name, seed)
-            }
-        };
         let mut seed = 0x243F_6A88_85A3_08D3u64;
         loop {
-            let hashes: Vec<u64> = (0..n).map(|i| hash(name_of(i), seed)).collect();
+            let hashes: Vec<u64> = (0..n).map(|i| hash_of(hash, name_of(i), seed)).collect();
             if let Some((pilots, slots)) =
                 place(&hashes, buckets, bucket_shift, slots_len, slot_shift)
             {
                 let pilots = pilots.into_iter().map(pilot_word).collect();
-                let table = build(seed, false, pilots, bucket_shift, slots, slot_shift, values);
+                let table = build(
+                    seed,
+                    false,
+                    &hashes,
+                    pilots,
+                    bucket_shift,
+                    slots,
+                    slot_shift,
+                    values,
+                );
                 return Ok(Router {
                     table: Arc::new(table),
                 });
@@ -443,16 +554,15 @@ impl<T> Table<T> {
     #[inline(never)]
     fn get_through_pilots(&self, name: &[u8]) -> Option<&T> {
         let (first, last) = ends(name);
-        let h = if self.sampled {
-            hash_sampled(first, last, name.len(), self.seed)
-        } else {
-            hash_full(name, self.seed)
-        };
+        let h = hash_of(self.hash, name, self.seed);
         let index = slot_of(
             h,
             *self.pilots.get(bucket_of(h, self.bucket_shift))?,
             self.slot_shift,
         );
+        if *self.tags.get(index)? != tag(h) {
+            return None;
+        }
         self.finish(name, first, last, index)
     }
 
@@ -578,7 +688,8 @@ mod tests {
     #[test]
     fn ethereum_names_sharing_long_prefixes() {
         let r = Router::new(ETH.iter().enumerate().map(|(i, n)| (*n, i))).unwrap();
-        assert!(r.table.sampled);
+        assert!(r.table.direct);
+        assert_eq!(r.table.hash, Hash::Ends);
         for (i, n) in ETH.iter().enumerate() {
             assert_eq!(r.get(n), Some(&i), "{n}");
             // Every one-byte change of a registered name misses.
@@ -596,18 +707,130 @@ mod tests {
     }
 
     #[test]
-    fn names_equal_at_both_ends_fall_back_to_full_hashing() {
+    fn names_equal_at_both_ends_are_hashed_on_four_words() {
+        // Up to 32 bytes, the four words hold every byte: no full hashing.
         let names = [
             "prefix_AAAA_middle_one_suffix__",
             "prefix_AAAA_middle_two_suffix__",
             "prefix__x_suffix__",
+            "trace_getBlockByNumber",
+            "trace_getStateByNumber",
         ];
         let r = Router::new(names.iter().enumerate().map(|(i, n)| (*n, i))).unwrap();
-        assert!(!r.table.sampled);
+        assert!(!r.table.direct);
+        assert_eq!(r.table.hash, Hash::Words);
         for (i, n) in names.iter().enumerate() {
             assert_eq!(r.get(n), Some(&i));
         }
         assert_eq!(r.get("prefix_AAAA_middle_six_suffix__"), None);
+        assert_eq!(r.get("trace_getStoreByNumber"), None);
+    }
+
+    #[test]
+    fn long_names_equal_in_all_four_words_fall_back_to_full_hashing() {
+        // 42 bytes, the same first and last 16: the same four words.
+        let names: Vec<String> = (0..20)
+            .map(|i| format!("namespace_prefix{i:08}suffix_of_the_name"))
+            .collect();
+        let r = Router::new(names.iter().enumerate().map(|(i, n)| (n.as_str(), i))).unwrap();
+        assert_eq!(r.table.hash, Hash::Full);
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(r.get(n), Some(&i));
+        }
+        assert_eq!(r.get("namespace_prefix00000020suffix_of_the_name"), None);
+        assert_eq!(r.get("namespace_prefix0000000xsuffix_of_the_name"), None);
+    }
+
+    #[test]
+    fn words_cover_every_byte_up_to_32() {
+        for n in 8..=32usize {
+            let name: Vec<u8> = (0..n as u8).map(|i| b'a' + i).collect();
+            let w = words(&name);
+            for at in 0..n {
+                let mut changed = name.clone();
+                changed[at] = b'Z';
+                assert_ne!(words(&changed), w, "byte {at} of {n}");
+            }
+        }
+    }
+
+    /// Every name of every length from 1 to 48 bytes is found, and every
+    /// one-byte change, truncation and extension of it misses, placed
+    /// directly and through pilots.
+    #[test]
+    fn every_length_and_every_position() {
+        let names: Vec<String> = (1..=48)
+            .flat_map(|len| {
+                ["a", "b", "c"].map(|c| {
+                    (0..len)
+                        .map(|i| (b'a' + ((i * 7 + len) % 26) as u8) as char)
+                        .collect::<String>()
+                        + c
+                })
+            })
+            .collect();
+        let small: Vec<&str> = names.iter().map(String::as_str).step_by(3).collect();
+        let all: Vec<&str> = names.iter().map(String::as_str).collect();
+        for (set, direct) in [(&small, true), (&all, false)] {
+            let r = Router::new(set.iter().enumerate().map(|(i, n)| (*n, i))).unwrap();
+            assert_eq!(r.table.direct, direct);
+            for (i, n) in set.iter().enumerate() {
+                assert_eq!(r.get(n), Some(&i), "{n}");
+                let mut b = n.as_bytes().to_vec();
+                for at in 0..b.len() {
+                    let orig = b[at];
+                    for flip in [0x01, 0x20, 0x40] {
+                        b[at] = orig ^ flip;
+                        let changed = std::str::from_utf8(&b).unwrap();
+                        if !set.contains(&changed) {
+                            assert_eq!(r.get(changed), None, "{changed}");
+                        }
+                    }
+                    b[at] = orig;
+                }
+                for miss in [&n[..n.len() - 1], &format!("{n}a"), &format!("a{n}")] {
+                    if !set.contains(&miss) {
+                        assert_eq!(r.get(miss), None, "{miss}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Random sets over a two-letter alphabet (names that differ in few
+    /// bytes, sharing their ends) against a `HashMap`.
+    #[test]
+    fn agrees_with_a_hash_map_on_random_names() {
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let name = |next: &mut dyn FnMut() -> u64| -> String {
+            let len = 1 + (next() % 40) as usize;
+            (0..len)
+                .map(|_| if next() & 1 == 0 { 'x' } else { 'y' })
+                .collect()
+        };
+        for size in [1, 5, 40, 128, 129, 700] {
+            let mut map = std::collections::HashMap::new();
+            while map.len() < size {
+                let n = name(&mut next);
+                let v = map.len();
+                map.entry(n).or_insert(v);
+            }
+            let r = Router::new(map.iter().map(|(k, v)| (k.as_str(), *v))).unwrap();
+            assert_eq!(r.len(), size);
+            for _ in 0..5000 {
+                let probe = name(&mut next);
+                assert_eq!(r.get(&probe), map.get(&probe), "{probe}");
+            }
+            for (k, v) in &map {
+                assert_eq!(r.get(k), Some(v));
+            }
+        }
     }
 
     #[test]
@@ -624,12 +847,12 @@ mod tests {
             assert_eq!(r.get(&format!("ns{}_method_{i:05}", i % 17)), None);
         }
         assert_eq!(r.iter().count(), 10_000);
-        // Same-length names differing only in the middle: full hashing.
+        // Same-length names differing only in the middle: four words.
         let mid: Vec<String> = (0..10_000)
             .map(|i| format!("eth_{i:05}_zzzzzzzz"))
             .collect();
         let r = Router::new(mid.iter().enumerate().map(|(i, n)| (n.as_str(), i))).unwrap();
-        assert!(!r.table.sampled);
+        assert_eq!(r.table.hash, Hash::Words);
         for (i, n) in mid.iter().enumerate() {
             assert_eq!(r.get(n), Some(&i));
         }

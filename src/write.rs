@@ -54,27 +54,60 @@ pub(crate) fn i64<B: ReplyBuf + ?Sized>(out: &mut B, v: i64) {
 
 /// `"0x…"`: lowercase hex without leading zeros, zero as `"0x0"` (an
 /// Ethereum QUANTITY). Built on the stack and appended in one copy.
+#[allow(dead_code)] // Used by the Ethereum layer and the tests.
 pub(crate) fn quantity<B: ReplyBuf + ?Sized>(out: &mut B, v: u128) {
     let mut buf = [0u8; 36];
-    let digits = if v == 0 {
-        1
-    } else {
-        (128 - v.leading_zeros() as usize).div_ceil(4)
-    };
+    let len = quantity_text(v, &mut buf);
+    fixed_then_cut(out, &buf, len);
+}
+
+/// `"0x…"` for `v` at the front of `buf`; returns its length.
+#[inline(always)]
+pub(crate) fn quantity_text(v: u128, buf: &mut [u8; 36]) -> usize {
+    let (hi, lo) = ((v >> 64) as u64, v as u64);
     buf[..3].copy_from_slice(b"\"0x");
-    if let Ok(small) = u64::try_from(v) {
+    let digits = if hi == 0 {
         // The common case (block numbers, balances in wei below 2^64, gas):
-        // 64-bit shifts.
-        for i in 0..digits {
-            buf[3 + i] = HEX[(small >> (4 * (digits - 1 - i)) & 15) as usize];
-        }
+        // the digits computed at once and written with one store.
+        let digits = (16 - lo.leading_zeros() as usize / 4).max(1);
+        buf[3..19].copy_from_slice(&hex_front(lo, digits));
+        digits
     } else {
-        for i in 0..digits {
-            buf[3 + i] = HEX[(v >> (4 * (digits - 1 - i)) & 15) as usize];
-        }
-    }
+        let high = 16 - hi.leading_zeros() as usize / 4;
+        buf[3..19].copy_from_slice(&hex_front(hi, high));
+        buf[3 + high..19 + high].copy_from_slice(&hex_front(lo, 16));
+        high + 16
+    };
     buf[3 + digits] = b'"';
-    fixed_then_cut(out, &buf, digits + 4);
+    digits + 4
+}
+
+/// The last `digits` lowercase hex digits of `v`, most significant first,
+/// at the front of the array (the rest is junk).
+#[inline(always)]
+fn hex_front(v: u64, digits: usize) -> [u8; 16] {
+    // Drop the leading digits: byte i of `hex16_le` is digit i (least
+    // significant first), so shifting them up and swapping the bytes puts
+    // the kept ones first.
+    let shift = 8 * (16 - digits) as u32;
+    (hex16_le(v) << shift).swap_bytes().to_le_bytes()
+}
+
+/// The sixteen lowercase hex digits of `v` as the bytes of a `u128`, least
+/// significant digit in the lowest byte, without a loop: each nibble is
+/// spread into a byte, then turned into its ASCII digit all at once.
+#[inline(always)]
+fn hex16_le(v: u64) -> u128 {
+    let mut x = v as u128;
+    x = (x | (x << 32)) & 0x0000_0000_FFFF_FFFF_0000_0000_FFFF_FFFF;
+    x = (x | (x << 16)) & 0x0000_FFFF_0000_FFFF_0000_FFFF_0000_FFFF;
+    x = (x | (x << 8)) & 0x00FF_00FF_00FF_00FF_00FF_00FF_00FF_00FF;
+    x = (x | (x << 4)) & 0x0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F_0F0F;
+    // Byte i now holds nibble i (least significant first): digits 10-15
+    // get 'a' - '0' - 10 = 39 more than '0' + n.
+    let letters = ((x + 0x0606_0606_0606_0606_0606_0606_0606_0606) >> 4)
+        & 0x0101_0101_0101_0101_0101_0101_0101_0101;
+    x + 0x3030_3030_3030_3030_3030_3030_3030_3030 + letters * 39
 }
 
 /// Appends `buf[..len]`: copies the whole fixed-size buffer (inline moves,
@@ -112,6 +145,7 @@ pub(crate) fn small<B: ReplyBuf + ?Sized>(out: &mut B, bytes: &[u8]) {
 }
 
 /// `"0x…"`: two lowercase hex digits per byte (an Ethereum DATA).
+#[cfg(test)]
 pub(crate) fn hex_data<B: ReplyBuf + ?Sized>(out: &mut B, bytes: &[u8]) {
     out.reserve(bytes.len() * 2 + 4);
     out.extend_from_slice(b"\"0x");
@@ -170,6 +204,27 @@ mod tests {
         assert_eq!(w(|o| i64(o, i64::MIN)), "-9223372036854775808");
         assert_eq!(w(|o| i64(o, -5)), "-5");
         assert_eq!(w(|o| quantity(o, 0)), r#""0x0""#);
+        for v in [
+            1u128,
+            9,
+            10,
+            15,
+            16,
+            0xabc,
+            u64::MAX as u128,
+            (u64::MAX as u128) + 1,
+            1 << 100,
+        ] {
+            assert_eq!(w(|o| quantity(o, v)), format!("\"0x{v:x}\""), "{v}");
+        }
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x as u128) << (x % 70) >> (x % 5);
+            assert_eq!(w(|o| quantity(o, v)), format!("\"0x{v:x}\""), "{v}");
+        }
         assert_eq!(w(|o| quantity(o, 0x400)), r#""0x400""#);
         assert_eq!(w(|o| quantity(o, 0x1b4)), r#""0x1b4""#);
         assert_eq!(

@@ -258,7 +258,7 @@ fn response_size_limit() {
     .unwrap();
     assert_eq!(
         (r["id"].as_i64(), r["error"]["code"].as_i64()),
-        (Some(7), Some(-32003))
+        (Some(7), Some(-32000))
     );
     assert_eq!(r["error"]["data"]["limit"], 400);
     assert_eq!(
@@ -290,11 +290,11 @@ fn response_size_limit() {
     assert_eq!(r[0]["result"].as_str().unwrap().len(), 50);
     assert_eq!(
         (r[1]["id"].as_i64(), r[1]["error"]["code"].as_i64()),
-        (Some(2), Some(-32003))
+        (Some(2), Some(-32000))
     );
     assert_eq!(
         (r[2]["id"].as_i64(), r[2]["error"]["code"].as_i64()),
-        (Some(3), Some(-32003))
+        (Some(3), Some(-32000))
     );
     // A batch whose error replies alone would pass the limit: one error,
     // id null, nothing run.
@@ -302,7 +302,7 @@ fn response_size_limit() {
     let r = run(&d, format!("[{one},{one},{one},{one}]").as_bytes()).unwrap();
     assert_eq!(
         (r["id"].clone(), r["error"]["code"].as_i64()),
-        (Value::Null, Some(-32003))
+        (Value::Null, Some(-32000))
     );
 }
 
@@ -353,9 +353,6 @@ fn handlers_write_every_kind_of_result() {
         hashes: [&'a str; 1],
     }
     let d = Dispatcher::builder(())
-        .method("q", |c: Call<'_, ()>| c.reply.quantity(0))
-        .method("q2", |c: Call<'_, ()>| c.reply.quantity(u128::MAX))
-        .method("d", |c: Call<'_, ()>| c.reply.hex_data(&[0xde, 0xad]))
         .method("s", |c: Call<'_, ()>| c.reply.str("tab\there \"quoted\" é"))
         .method("i", |c: Call<'_, ()>| c.reply.i64(-7))
         .method("u", |c: Call<'_, ()>| c.reply.u64(u64::MAX))
@@ -386,9 +383,6 @@ fn handlers_write_every_kind_of_result() {
         d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
         serde_json::from_slice::<Value>(&out).unwrap()["result"].clone()
     };
-    assert_eq!(ask("q", "[]"), "0x0");
-    assert_eq!(ask("q2", "[]"), format!("0x{}", "f".repeat(32)));
-    assert_eq!(ask("d", "[]"), "0xdead");
     assert_eq!(ask("s", "[]"), "tab\there \"quoted\" é");
     assert_eq!(ask("i", "[]"), -7);
     assert_eq!(ask("u", "[]"), u64::MAX);
@@ -570,7 +564,7 @@ fn rpc_discover_is_an_explicit_opt_in() {
 #[test]
 fn replies_go_into_any_reply_buffer() {
     let d = Dispatcher::builder(())
-        .method("q", |c: Call<'_, ()>| c.reply.quantity(0xff))
+        .method("q", |c: Call<'_, ()>| c.reply.str("0xff"))
         .method("v", |_c: Call<'_, ()>| Ok::<_, RpcError>(vec!["a", "b"]))
         .build()
         .unwrap();

@@ -236,7 +236,7 @@ async fn a_call_that_never_finishes_times_out_alone() {
     assert_eq!(
         r,
         json!([
-            {"jsonrpc": "2.0", "id": 1, "error": {"code": -32002, "message": "Request timed out", "data": {"timeout_ms": 30000}}},
+            {"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "Request timed out", "data": {"timeout_ms": 30000}}},
             {"jsonrpc": "2.0", "id": 2, "result": true}
         ])
     );
@@ -247,7 +247,7 @@ async fn a_call_that_never_finishes_times_out_alone() {
     let r: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(
         (r["id"].as_str(), r["error"]["code"].as_i64()),
-        (Some("z"), Some(-32002))
+        (Some("z"), Some(-32000))
     );
 }
 
@@ -258,7 +258,7 @@ async fn an_oversized_async_reply_keeps_its_id() {
         .await
         .unwrap();
     assert_eq!(r["id"], "big-one");
-    assert_eq!(r["error"]["code"], -32003);
+    assert_eq!(r["error"]["code"], -32000);
     assert_eq!(r["error"]["data"]["limit"], 1 << 20);
 }
 

@@ -1209,3 +1209,151 @@ fn catalogue_round_trips_every_entry() {
         assert!(catalogue::lookup(name).is_some(), "{name}");
     }
 }
+
+// ---- the fused readers ------------------------------------------------------
+
+/// What a reader returned, comparable across the two paths: the value's
+/// debug text, or the error's reason, parameter, position and field.
+fn seen<T: std::fmt::Debug>(r: Result<T, eth::Invalid<'_>>) -> String {
+    match r {
+        Ok(v) => format!("ok {v:?}"),
+        Err(e) => format!(
+            "err {} {:?} {:?} {:?} {:?}",
+            e.reason(),
+            e.param(),
+            e.position(),
+            e.field(),
+            e.received()
+        ),
+    }
+}
+
+/// Reads `params` with the fused `next_*` readers and with
+/// `required`/`optional` and the value decoders: the two must agree.
+fn assert_fused_agrees(params: &str) {
+    with_params(params, |p| {
+        let arena = bumpalo::Bump::new();
+        type Step = for<'x> fn(&mut EthParams<'x>, &bumpalo::Bump) -> String;
+        let fused: [Step; 6] = [
+            |p, a| seen(p.next_bytes_in("d", a).map(<[u8]>::to_vec)),
+            |p, _| seen(p.next_address("a")),
+            |p, _| seen(p.next_hash("h")),
+            |p, _| seen(p.next_block_id("b")),
+            |p, a| {
+                seen(
+                    p.next_call_request("c")
+                        .map(|c| (c.as_json(), c.input_in(a).map(|i| i.map(<[u8]>::to_vec)))),
+                )
+            },
+            |p, _| {
+                seen(p.next_log_filter("f").map(|f| {
+                    (
+                        f.as_json(),
+                        f.from_block(),
+                        f.addresses().map(|a| a.count()),
+                    )
+                }))
+            },
+        ];
+        let general: [Step; 6] = [
+            |p, a| {
+                seen(
+                    p.required("d")
+                        .and_then(|v| v.bytes_in(a))
+                        .map(<[u8]>::to_vec),
+                )
+            },
+            |p, _| seen(p.required("a").and_then(|v| v.address())),
+            |p, _| seen(p.required("h").and_then(|v| v.hash())),
+            |p, _| seen(p.optional("b").map(|v| v.block_id()).transpose()),
+            |p, a| {
+                seen(
+                    p.required("c")
+                        .and_then(|v| v.call_request())
+                        .map(|c| (c.as_json(), c.input_in(a).map(|i| i.map(<[u8]>::to_vec)))),
+                )
+            },
+            |p, _| {
+                seen(p.required("f").and_then(|v| v.log_filter()).map(|f| {
+                    (
+                        f.as_json(),
+                        f.from_block(),
+                        f.addresses().map(|a| a.count()),
+                    )
+                }))
+            },
+        ];
+        // Every reader at every position, then the rest read in order: the
+        // walk must continue at the same place after either.
+        let n = p.len();
+        for first in 0..n {
+            for (i, (f, g)) in fused.iter().zip(&general).enumerate() {
+                let (mut a, mut b) = (EthParams::new(Some(p)), EthParams::new(Some(p)));
+                for _ in 0..first {
+                    let _ = a.optional("skip");
+                    let _ = b.optional("skip");
+                }
+                let got = f(&mut a, &arena);
+                assert_eq!(got, g(&mut b, &arena), "{params} reader {i} at {first}");
+                // After a value, the walk goes on from the same place (after
+                // an error, where a reader stands is unspecified).
+                if got.starts_with("ok") {
+                    let rest_a: Vec<_> =
+                        std::iter::from_fn(|| a.optional("r").map(|v| v.value())).collect();
+                    let rest_b: Vec<_> =
+                        std::iter::from_fn(|| b.optional("r").map(|v| v.value())).collect();
+                    assert_eq!(rest_a, rest_b, "{params} reader {i} at {first}: the rest");
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn fused_readers_agree_with_the_general_path() {
+    let h = "0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b";
+    let a = "0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97";
+    for params in [
+        format!(r#"["{a}","latest"]"#),
+        format!(r#"[ "{a}" , "pending" ]"#),
+        format!(r#"["{a}","0x0"]"#),
+        format!(r#"["{a}","0x01"]"#),
+        format!(r#"["{a}","0x"]"#),
+        format!(r#"["{a}","0x10000000000000000"]"#),
+        format!(r#"["{a}","Latest"]"#),
+        format!(r#"["{a}","{h}"]"#),
+        format!(r#"["{a}",{{"blockHash":"{h}","requireCanonical":true}}]"#),
+        format!(r#"["{a}",{{"blockNumber":"0x1b4"}}]"#),
+        format!(r#"["{a}",{{"blockNumber":"0x1b4","blockHash":"{h}"}}]"#),
+        format!(r#"["{a}",{{"blockNumber":"0x01"}}]"#),
+        format!(r#"["{a}",{{}}]"#),
+        format!(r#"["{a}",null]"#),
+        format!(r#"["{a}"]"#),
+        format!(r#"["{}","safe"]"#, a.to_uppercase().replace("0X", "0x")),
+        format!(r#"["{}","finalized"]"#, &a[..40]),
+        format!(r#"["{a}00","earliest"]"#),
+        format!(r#"["\u0030x{}","latest"]"#, &a[2..]),
+        format!(r#"["{}\"","latest"]"#, &a[..41]),
+        format!(r#"["{h}","{a}"]"#),
+        format!(r#"[{{"to":"{a}","data":"0x70a08231","gas":"0x5208"}},"latest"]"#),
+        format!(r#"[{{"to":"{a}","to":"{a}"}},"latest"]"#),
+        r#"[{"input":"0x01","data":"0x02"}, {"blockNumber":"0x2"}]"#.to_string(),
+        format!(r#"[{{"fromBlock":"0x1","toBlock":"latest","address":["{a}"]}}]"#),
+        format!(r#"[{{"blockHash":"{h}","fromBlock":"0x1"}}]"#),
+        r#"[{"fromBlock":"0x01"}, 5]"#.to_string(),
+        r#"[]"#.to_string(),
+        r#"["0x", "0x00ff", "0xABCD"]"#.to_string(),
+        r#"["0xabc", "0x0x12", "0xzz", "00", "0x\u0030\u0030"]"#.to_string(),
+        r#"["0x12\"34", "0x1\"34", "0x12"]"#.to_string(),
+        r#"[null, null]"#.to_string(),
+        r#"[5, true, "x", [1], {"a":{"b":"}"}}]"#.to_string(),
+    ] {
+        assert_fused_agrees(&params);
+    }
+    for (k, method) in eth_params::METHODS.iter().enumerate() {
+        for msg in eth_params::messages(method, 0xf00 + k as u64, 300) {
+            let v: Value = serde_json::from_slice(&msg).unwrap();
+            assert_fused_agrees(&serde_json::to_string(&v["params"]).unwrap());
+        }
+    }
+}

@@ -17,17 +17,24 @@ use rpcwire::{Call, Connection, Dispatcher};
 static ALLOC: CountingAlloc = CountingAlloc;
 
 /// Decodes every field of the params of `method`, returning a checksum.
+/// `fused`: through the `next_*` readers, else `required` / `optional`
+/// and the value decoders.
 fn decode<'a>(
     method: &str,
     params: Option<rpcwire::request::Params<'a>>,
     arena: &bumpalo::Bump,
+    fused: bool,
 ) -> Result<u64, Invalid<'a>> {
     let mut p = EthParams::new(params);
     let mut sum = 0u64;
     let mut add = |x: u64| sum = sum.rotate_left(5) ^ x;
     match method {
         "eth_call" => {
-            let tx = p.required("transaction")?.call_request()?;
+            let tx = if fused {
+                p.next_call_request("transaction")?
+            } else {
+                p.required("transaction")?.call_request()?
+            };
             add(tx.from()?.map_or(0, |a| a[19] as u64));
             add(tx.to()?.map_or(0, |a| a[19] as u64));
             add(tx.gas()?.unwrap_or(0));
@@ -37,12 +44,21 @@ fn decode<'a>(
             add(tx.value()?.unwrap_or(U256::ZERO).as_limbs()[0]);
             add(tx.nonce()?.unwrap_or(0));
             add(tx.input_in(arena)?.map_or(0, |b| b.len() as u64));
-            if let Some(b) = p.optional("blockNumber") {
-                add(b.block_id()?.number().unwrap_or(1));
-            }
+            let block = if fused {
+                p.next_block_id("blockNumber")?
+            } else {
+                p.optional("blockNumber")
+                    .map(|b| b.block_id())
+                    .transpose()?
+            };
+            add(block.and_then(|b| b.number()).unwrap_or(1));
         }
         "eth_getLogs" => {
-            let f = p.required("filter")?.log_filter()?;
+            let f = if fused {
+                p.next_log_filter("filter")?
+            } else {
+                p.required("filter")?.log_filter()?
+            };
             add(f.from_block()?.and_then(|b| b.number()).unwrap_or(1));
             add(f.to_block()?.and_then(|b| b.number()).unwrap_or(1));
             add(f.block_hash()?.map_or(0, |h| h[31] as u64));
@@ -62,13 +78,27 @@ fn decode<'a>(
             }
         }
         "eth_getBalance" => {
-            add(p.required("address")?.address()?[19] as u64);
-            if let Some(b) = p.optional("blockNumber") {
-                add(b.block_id()?.number().unwrap_or(1));
-            }
+            let (address, block) = if fused {
+                (p.next_address("address")?, p.next_block_id("blockNumber")?)
+            } else {
+                let a = p.required("address")?.address()?;
+                (
+                    a,
+                    p.optional("blockNumber")
+                        .map(|b| b.block_id())
+                        .transpose()?,
+                )
+            };
+            add(address[19] as u64);
+            add(block.and_then(|b| b.number()).unwrap_or(1));
         }
         "eth_sendRawTransaction" => {
-            add(p.required("transaction")?.bytes_in(arena)?.len() as u64);
+            let tx = if fused {
+                p.next_bytes_in("transaction", arena)?
+            } else {
+                p.required("transaction")?.bytes_in(arena)?
+            };
+            add(tx.len() as u64);
         }
         _ => unreachable!(),
     }
@@ -102,9 +132,12 @@ fn decoding_real_params_allocates_nothing() {
     let mut arena = bumpalo::Bump::with_capacity(64 * 1024);
     let (allocations, total) = allocations_during(|| {
         let mut total = 0u64;
-        for (m, p) in &parsed {
-            arena.reset();
-            total = total.wrapping_add(decode(m, Some(*p), &arena).expect("valid traffic"));
+        for fused in [false, true] {
+            for (m, p) in &parsed {
+                arena.reset();
+                let sum = decode(m, Some(*p), &arena, fused).expect("valid traffic");
+                total = total.wrapping_add(sum);
+            }
         }
         total
     });
@@ -122,7 +155,7 @@ fn decoding_real_params_allocates_nothing() {
             .request()
             .unwrap()
             .params();
-        rpcwire::RpcError::from(decode("eth_getBalance", p, &arena).unwrap_err())
+        rpcwire::RpcError::from(decode("eth_getBalance", p, &arena, true).unwrap_err())
     });
     assert!(refusal > 0);
 }
@@ -131,7 +164,7 @@ fn decoding_real_params_allocates_nothing() {
 fn dispatching_with_eth_handlers_allocates_nothing_after_warm_up() {
     fn handler(call: Call<'_, ()>) -> Result<rpcwire::dispatch::Done, rpcwire::RpcError> {
         let method = call.method();
-        let sum = decode(method, call.params, call.arena)?;
+        let sum = decode(method, call.params, call.arena, true)?;
         match method {
             "eth_call" => call.reply.data(&sum.to_be_bytes()),
             "eth_getLogs" => call.reply.hash(&rpcwire::eth::B256::repeat_byte(sum as u8)),

@@ -51,7 +51,7 @@ struct State {
 fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<State, WithAsync> {
     Dispatcher::builder(State::default())
         .method("eth_blockNumber", |call: Call<'_, State>| {
-            call.reply.quantity(0x1b4)
+            call.reply.str("0x1b4")
         })
         .method("header", |call: Call<'_, State>| {
             let (name,): (String,) = call.decode()?;
@@ -529,6 +529,50 @@ async fn http2_with_prior_knowledge() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_bodies_past_the_limit_get_413() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(small_limits()).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // Announced length.
+    let mut full = sender.clone();
+    let response = full.send_request(post(vec![b' '; 2000])).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(json_of(&body)["error"]["data"]["limit"], 1024);
+    // Streamed, no length: the stream is answered and reset, the connection
+    // goes on.
+    let mut streamed = hyper::client::conn::http2::handshake::<_, _, ChannelBody>(
+        TokioExecutor::new(),
+        TokioIo::new(TcpStream::connect(server.addr).await.unwrap()),
+    )
+    .await
+    .map(|(sender, conn)| {
+        tokio::spawn(conn);
+        sender
+    })
+    .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(async move { while tx.send(Bytes::from(vec![b' '; 256])).await.is_ok() {} });
+    let req = Request::post("/")
+        .header("content-type", "application/json")
+        .body(ChannelBody(rx))
+        .unwrap();
+    let response = streamed.send_request(req).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // The first connection still serves.
+    let response = full.send_request(post(BLOCK_NUMBER)).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 2);
+    drop((full, streamed, sender));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_reuses_one_connection() {
     let _serial = SERIAL.lock().await;
     let server = TestServer::start(Limits::default()).await;
@@ -549,11 +593,12 @@ async fn keep_alive_reuses_one_connection() {
         let response = client.request(req).await.unwrap();
         assert_eq!(response.status(), StatusCode::OK);
         response.into_body().collect().await.unwrap();
+        // Its pool gets the connection back on the connection's own task; a
+        // request sent before that races a new connection against it.
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // (Its pool may open another while the first is being handed back: 1 to
-    // 3 connections for the 20 requests here.)
     let total = counter(&server.metrics, "rpcwire_connections_total") - 1;
-    assert!(total <= 5, "{total} connections for 20 requests");
+    assert!(total <= 3, "{total} connections for 20 requests");
     assert_eq!(server.metrics.call_count("eth_blockNumber"), 70);
     server.stop().await;
 }
@@ -680,6 +725,63 @@ async fn slowloris_clients_are_dropped_and_others_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_trickled_past_the_body_timeout_gets_408_and_a_close() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        body_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = TestServer::start_with(limits, |s| s).await;
+    let body = BLOCK_NUMBER.as_bytes();
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    // Half the body, then a byte every 100 ms: each read comes well within
+    // any idle timeout, the whole body never within the body timeout.
+    stream.write_all(&body[..body.len() / 2]).await.unwrap();
+    let mut response = Vec::new();
+    for b in &body[body.len() / 2..] {
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut chunk)).await {
+            Ok(Ok(n)) => {
+                response.extend_from_slice(&chunk[..n]);
+                break;
+            }
+            Ok(Err(e)) => panic!("read: {e}"),
+            Err(_) => {}
+        }
+        if stream.write_all(&[*b]).await.is_err() {
+            break;
+        }
+    }
+    // The rest of the response, then the close.
+    tokio::time::timeout(HANG, stream.read_to_end(&mut response))
+        .await
+        .expect("the server closes the connection")
+        .ok();
+    let response = String::from_utf8_lossy(&response);
+    assert!(response.starts_with("HTTP/1.1 408"), "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("connection: close"),
+        "{response}"
+    );
+    let reply = json_of(response.split("\r\n\r\n").nth(1).unwrap().as_bytes());
+    assert_eq!(reply["error"]["code"], -32600);
+    assert_eq!(reply["error"]["data"]["timeout_ms"], 300);
+    assert_eq!(server.metrics.limit_count(LimitKind::BodyTimeout), 1);
+    // A body sent whole is never timed, and the server goes on.
+    let (mut sender, _) = h1(server.addr).await;
+    let (status, _, _) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(sender);
+    server.wait_no_connections().await;
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
     let _serial = SERIAL.lock().await;
     let limits = Limits {
@@ -722,6 +824,7 @@ async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
     assert_eq!(status, StatusCode::OK);
     drop(sender);
     let peak = counting_alloc::peak_since(peak_base);
+    eprintln!("a client that never reads: {written} requests written, heap peak +{peak} bytes");
     assert!(
         peak < 16 << 20,
         "{written} requests written, the heap grew by {peak} bytes at its peak"

@@ -128,7 +128,7 @@ fn a_handler_cannot_write_past_the_response_limit() {
         );
         if what == "a request" {
             let r: Value = serde_json::from_slice(&out).unwrap();
-            assert_eq!(r["error"]["code"], -32003);
+            assert_eq!(r["error"]["code"], -32000);
             assert_eq!(r["id"], 1);
         } else {
             assert!(out.is_empty());
@@ -170,7 +170,7 @@ fn every_reply_fits_the_limit_whatever_the_ids() {
     let r: Value = serde_json::from_slice(&out).unwrap();
     // The error replies alone (1000 x ~100 bytes) would pass the limit: one
     // too-large error answers the batch.
-    assert_eq!(r["error"]["code"], -32003);
+    assert_eq!(r["error"]["code"], -32000);
     // Ids at the limit are fine; one byte past it is not.
     let d = Dispatcher::builder(())
         .parser(Parser::new().max_id_len(16))
@@ -306,5 +306,5 @@ async fn async_replies_bounded() {
     assert_eq!(r.len(), 200);
     let ok = r.iter().filter(|e| e.get("result").is_some()).count();
     assert!((10..=12).contains(&ok), "{ok} results fit in 25 MB");
-    assert!(r[199]["error"]["code"] == -32003);
+    assert!(r[199]["error"]["code"] == -32000);
 }

@@ -704,15 +704,12 @@ fn the_four_whitespace_bytes_between_every_token() {
 fn agrees_with_serde_json_on_real_traffic() {
     let parser = Parser::new();
     let mut inputs: Vec<Vec<u8>> = Vec::new();
-    for style in [
-        corpus::Style::Viem,
-        corpus::Style::Ethers,
-        corpus::Style::Web3Py,
-    ] {
+    for style in corpus::Style::ALL {
         inputs.extend(corpus::eth_singles(1, style, 300));
         inputs.push(corpus::eth_batch(2, style, 100));
     }
-    inputs.extend(corpus::mcp_tool_calls(3, 100));
+    inputs.extend(corpus::eth_stream(4, 1000));
+    inputs.extend(corpus::mcp_stream(3, 1000));
     for input in &inputs {
         // Real traffic is valid, and every request in it reads the same.
         assert!(matches!(

@@ -1098,6 +1098,47 @@ async fn the_end_of_input_drops_a_message_cut_short_and_closes() {
 }
 
 #[tokio::test]
+async fn a_last_line_without_its_newline_is_answered_and_one_cut_short_gets_minus_32700() {
+    let d = dispatcher();
+    for (framer, tail, want) in [
+        (
+            Box::new(Lines::new()) as Box<dyn Framer + Send>,
+            &br#"  {"jsonrpc":"2.0","id":2,"method":"add","params":[2,3]}"#[..],
+            json!({"jsonrpc":"2.0","id":2,"result":5}),
+        ),
+        (
+            Box::new(Lines::new()),
+            br#"{"jsonrpc":"2.0","id":2,"method":"ad"#,
+            json!(-32700),
+        ),
+        (
+            Box::new(Concatenated::new()),
+            br#"{"jsonrpc":"2.0","id":2,"method""#,
+            json!(-32700),
+        ),
+    ] {
+        let mut input = framed(Framing::Lines, &[request(1, "add", json!([1, 1]))]);
+        input.extend_from_slice(tail);
+        let mut out = CountingWriter::default();
+        let driver = Driver::new(framer);
+        let stats = driver.stats();
+        let reason = driver.run(&d, &input[..], &mut out).await.unwrap();
+        assert_eq!(reason, CloseReason::Eof);
+        let mut replies = Messages::new(&out.bytes[..], Framing::Lines);
+        assert_eq!(replies.expect().await["result"], 2);
+        let last = replies.expect().await;
+        if want.is_object() {
+            assert_eq!(last, want);
+        } else {
+            assert_eq!(last["error"]["code"], want, "{last}");
+            assert_eq!(last["id"], Value::Null);
+        }
+        replies.expect_end().await;
+        assert_eq!(stats.messages_read(), 2);
+    }
+}
+
+#[tokio::test]
 async fn a_framing_error_is_answered_then_the_connection_closes() {
     let d = dispatcher();
     let input = b"Content-Length: 2\r\n\r\n[]Content-Type: x\r\n\r\n{}".to_vec();

@@ -63,7 +63,7 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
     Dispatcher::builder(lab)
         .observer(metrics)
         .method("eth_blockNumber", |c: Call<'_, Arc<Lab>>| {
-            c.reply.quantity(0x1b4)
+            c.reply.str("0x1b4")
         })
         .method("echo", |c: Call<'_, Arc<Lab>>| match c.params {
             Some(p) => c.reply.raw(p.as_bytes()),

@@ -1,20 +1,66 @@
-//! Benchmark and test corpus built from DESIGN.md's "Real traffic" section.
+//! Benchmark and test corpora built from DESIGN.md's "Real traffic" section.
 //!
-//! Everything is generated from a fixed seed, so every run (and every peer in
-//! a run) sees the same bytes. Shapes follow what real clients put on the
-//! wire: viem (compact, `jsonrpc` first, no `params` for no-argument calls, ids
-//! from 0), ethers v6 (`method` first, `jsonrpc` last, `"params":[]`), web3.py
-//! (`": "` and `", "` separators), web3.js (UUID string ids) and indexers
-//! (numeric ids above 2^53).
+//! Everything is generated from fixed seeds, so every run (and every peer in
+//! a run) sees the same bytes. The large corpora are streams as a gateway
+//! receives them: many client sessions interleaved, each writing its messages
+//! the way its library does, every message distinct (ids advance, hex is
+//! random), so that neither the caches nor the branch predictor can learn
+//! them. The clients:
+//!
+//! * viem: compact, `jsonrpc` first, no `params` for no-argument calls, ids
+//!   from 0;
+//! * ethers v6: `method` first (some sessions `id` first), `"params":[]`,
+//!   `jsonrpc` last, ids from 1, checksummed addresses;
+//! * web3.py: `json.dumps` separators (`": "`, `", "`), ids from 0;
+//! * web3.js: UUID string ids;
+//! * indexers: numeric ids above 2^53, their own method mix (logs, blocks,
+//!   receipts), calls pinned to block numbers.
+//!
+//! Small "hot" corpora (the first few hundred messages of a stream, replayed)
+//! exist only to show how much a repeated corpus flatters a parser.
 #![allow(dead_code)]
 
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+
 /// The client whose serialisation style a message imitates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Style {
     Viem,
     Ethers,
     Web3Py,
+    Web3Js,
+    Indexer,
 }
+
+impl Style {
+    pub const ALL: [Style; 5] = [
+        Style::Viem,
+        Style::Ethers,
+        Style::Web3Py,
+        Style::Web3Js,
+        Style::Indexer,
+    ];
+}
+
+/// Share of each client among single requests at a public gateway, percent.
+pub const SINGLE_CLIENTS: &[(Style, u64)] = &[
+    (Style::Viem, 35),
+    (Style::Ethers, 25),
+    (Style::Web3Py, 12),
+    (Style::Web3Js, 13),
+    (Style::Indexer, 15),
+];
+
+/// Clients of successive batches (a batch comes from one client): 7 viem, 6
+/// ethers, 2 web3.py, 2 web3.js, 3 indexers in every 20, interleaved.
+pub const BATCH_CLIENTS: [Style; 20] = {
+    use Style::*;
+    [
+        Viem, Ethers, Indexer, Viem, Web3Py, Ethers, Viem, Web3Js, Ethers, Indexer, Viem, Ethers,
+        Viem, Web3Py, Ethers, Viem, Indexer, Web3Js, Ethers, Viem,
+    ]
+};
 
 /// xorshift64*: tiny, deterministic, good enough to pick methods and fill hex.
 pub struct Rng(u64);
@@ -34,17 +80,56 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next_u64() % n
     }
+    /// True with probability `num / den`.
+    pub fn chance(&mut self, num: u64, den: u64) -> bool {
+        self.below(den) < num
+    }
+    /// A value of `table`, with probability proportional to its weight.
+    pub fn pick<T: Copy>(&mut self, table: &[(T, u64)]) -> T {
+        let total: u64 = table.iter().map(|(_, w)| w).sum();
+        let mut roll = self.below(total);
+        for (value, weight) in table {
+            if roll < *weight {
+                return *value;
+            }
+            roll -= weight;
+        }
+        unreachable!()
+    }
+    pub fn one_of<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len() as u64) as usize]
+    }
+    /// `0x` and `digits` lowercase hex digits.
     pub fn hex(&mut self, digits: usize) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut s = String::with_capacity(digits + 2);
         s.push_str("0x");
-        for _ in 0..digits {
-            s.push(HEX[self.below(16) as usize] as char);
-        }
+        self.push_hex(&mut s, digits);
         s
+    }
+    fn push_hex(&mut self, s: &mut String, digits: usize) {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut bits = 0u64;
+        for i in 0..digits {
+            if i % 16 == 0 {
+                bits = self.next_u64();
+            }
+            s.push(HEX[(bits & 15) as usize] as char);
+            bits >>= 4;
+        }
     }
     pub fn address(&mut self) -> String {
         self.hex(40)
+    }
+    /// An address with EIP-55-like mixed case, as ethers and web3.py send.
+    pub fn checksummed(&mut self) -> String {
+        let mut a = self.address().into_bytes();
+        let bits = self.next_u64();
+        for (i, c) in a[2..].iter_mut().enumerate() {
+            if c.is_ascii_alphabetic() && bits >> (i % 64) & 1 == 1 {
+                c.make_ascii_uppercase();
+            }
+        }
+        String::from_utf8(a).unwrap()
     }
     pub fn hash(&mut self) -> String {
         self.hex(64)
@@ -54,102 +139,115 @@ impl Rng {
     }
 }
 
-/// Method mix of a public Ethereum endpoint, weights in percent (DESIGN.md).
+/// The method mix of a public Ethereum endpoint, weights per mille
+/// (DESIGN.md: `eth_call` 40-50%, receipts about 12%, about ten methods carry
+/// 95%). Every method of every corpus is in this list, so registering it
+/// answers all of them.
 pub const ETH_MIX: &[(&str, u64)] = &[
-    ("eth_call", 45),
-    ("eth_getTransactionReceipt", 12),
-    ("eth_getBalance", 8),
-    ("eth_blockNumber", 8),
-    ("eth_getBlockByNumber", 6),
-    ("eth_getTransactionCount", 5),
-    ("eth_chainId", 4),
-    ("eth_getTransactionByHash", 3),
-    ("eth_getLogs", 3),
-    ("eth_getCode", 2),
-    ("eth_estimateGas", 2),
-    ("eth_sendRawTransaction", 2),
+    ("eth_call", 470),
+    ("eth_getTransactionReceipt", 110),
+    ("eth_blockNumber", 75),
+    ("eth_getBalance", 65),
+    ("eth_chainId", 50),
+    ("eth_getBlockByNumber", 45),
+    ("eth_getTransactionCount", 40),
+    ("eth_getTransactionByHash", 30),
+    ("eth_getLogs", 25),
+    ("eth_getCode", 20),
+    ("eth_estimateGas", 18),
+    ("eth_sendRawTransaction", 12),
+    ("eth_gasPrice", 12),
+    ("net_version", 8),
+    ("eth_maxPriorityFeePerGas", 6),
+    ("eth_feeHistory", 5),
+    ("eth_getBlockByHash", 5),
+    ("eth_getStorageAt", 4),
 ];
 
-fn pick_method(rng: &mut Rng) -> &'static str {
-    let total: u64 = ETH_MIX.iter().map(|(_, w)| w).sum();
-    let mut roll = rng.below(total);
-    for (name, weight) in ETH_MIX {
-        if roll < *weight {
-            return name;
-        }
-        roll -= weight;
-    }
-    unreachable!()
+/// What an indexer asks for, per mille.
+pub const INDEXER_MIX: &[(&str, u64)] = &[
+    ("eth_getLogs", 300),
+    ("eth_getTransactionReceipt", 250),
+    ("eth_getBlockByNumber", 200),
+    ("eth_call", 150),
+    ("eth_blockNumber", 100),
+];
+
+/// A hash of `bytes`, to keep corpora free of repeated messages.
+fn fingerprint(bytes: &[u8]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
-fn block_tag(rng: &mut Rng) -> String {
-    match rng.below(6) {
-        0 => "\"pending\"".into(),
-        1 => "\"safe\"".into(),
-        2 => format!("\"{}\"", rng.quantity(30_000_000)),
-        _ => "\"latest\"".into(),
+/// Remembers what was generated; `insert` is false for a repeat.
+#[derive(Default)]
+struct Distinct(HashSet<u64>);
+
+impl Distinct {
+    fn insert(&mut self, msg: &[u8]) -> bool {
+        self.0.insert(fingerprint(msg))
     }
 }
 
-/// The params array of `method`, compact, or `None` for a no-argument call.
-fn eth_params(rng: &mut Rng, method: &str) -> Option<String> {
-    let s = |v: String| format!("\"{v}\"");
-    Some(match method {
-        "eth_call" => {
-            // selector + 1..4 ABI words, sometimes with `from`.
-            let words = 1 + rng.below(4) as usize;
-            let data = rng.hex(8 + 64 * words);
-            let to = rng.address();
-            if rng.below(4) == 0 {
-                let from = rng.address();
-                format!(
-                    "[{{\"from\":\"{from}\",\"to\":\"{to}\",\"data\":\"{data}\"}},{}]",
-                    block_tag(rng)
-                )
-            } else {
-                format!(
-                    "[{{\"to\":\"{to}\",\"data\":\"{data}\"}},{}]",
-                    block_tag(rng)
-                )
-            }
+/// One client session: its library's style and its id counter.
+struct Client {
+    style: Style,
+    next_id: u64,
+    /// ethers: some code paths write `id` first.
+    id_first: bool,
+    /// indexers: a random 64-bit id per request instead of a counter.
+    random_ids: bool,
+}
+
+impl Client {
+    fn new(rng: &mut Rng, style: Style) -> Self {
+        // Half the sessions are fresh, half have been running for a while.
+        let start = match style {
+            Style::Viem | Style::Web3Py => 0,
+            _ => 1,
+        };
+        let next_id = match style {
+            Style::Indexer => (1 << 53) + rng.below(1 << 40),
+            _ if rng.chance(1, 2) => start,
+            _ => start + rng.below(2_000_000),
+        };
+        Client {
+            style,
+            next_id,
+            id_first: style == Style::Ethers && rng.chance(1, 3),
+            random_ids: style == Style::Indexer && rng.chance(1, 2),
         }
-        "eth_getTransactionReceipt" | "eth_getTransactionByHash" => format!("[{}]", s(rng.hash())),
-        "eth_getBalance" | "eth_getTransactionCount" | "eth_getCode" => {
-            format!("[{},{}]", s(rng.address()), block_tag(rng))
+    }
+
+    /// The JSON text of the next id.
+    fn id(&mut self, rng: &mut Rng) -> String {
+        if self.style == Style::Web3Js {
+            return uuid(rng);
         }
-        "eth_blockNumber" | "eth_chainId" => return None,
-        "eth_getBlockByNumber" => format!(
-            "[{},{}]",
-            s(rng.quantity(30_000_000)),
-            if rng.below(2) == 0 { "false" } else { "true" }
-        ),
-        "eth_getLogs" => {
-            let from = 20_000_000 + rng.below(1_000_000);
-            format!(
-                "[{{\"fromBlock\":\"0x{from:x}\",\"toBlock\":\"0x{:x}\",\"address\":\"{}\",\"topics\":[\"{}\",null,\"{}\"]}}]",
-                from + rng.below(2_000),
-                rng.address(),
-                rng.hash(),
-                rng.hash()
-            )
+        if self.random_ids {
+            return ((1u64 << 53) + rng.below(u64::MAX - (1 << 53))).to_string();
         }
-        "eth_estimateGas" => format!(
-            "[{{\"from\":\"{}\",\"to\":\"{}\",\"value\":\"{}\",\"data\":\"{}\"}}]",
-            rng.address(),
-            rng.address(),
-            rng.quantity(1 << 60),
-            rng.hex(8 + 128)
-        ),
-        "eth_sendRawTransaction" => {
-            let len = 300 + rng.below(700) as usize;
-            format!("[{}]", s(rng.hex(len & !1)))
-        }
-        other => panic!("no params shape for {other}"),
-    })
+        self.next_id += 1;
+        (self.next_id - 1).to_string()
+    }
+}
+
+fn uuid(rng: &mut Rng) -> String {
+    let h = rng.hex(32);
+    let h = &h[2..];
+    format!(
+        "\"{}-{}-4{}-a{}-{}\"",
+        &h[..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
 }
 
 /// Re-spaces compact JSON the way Python's `json.dumps` does (`": "`, `", "`).
-fn python_spacing(compact: &str) -> String {
+pub fn python_spacing(compact: &str) -> String {
     let mut out = String::with_capacity(compact.len() + compact.len() / 8);
     let mut in_string = false;
     let mut escaped = false;
@@ -172,25 +270,212 @@ fn python_spacing(compact: &str) -> String {
     out
 }
 
-fn uuid(rng: &mut Rng) -> String {
-    let h = rng.hex(32);
-    let h = &h[2..];
-    format!(
-        "\"{}-{}-4{}-a{}-{}\"",
-        &h[..8],
-        &h[8..12],
-        &h[13..16],
-        &h[17..20],
-        &h[20..32]
-    )
+fn quoted(s: &str) -> String {
+    format!("\"{s}\"")
 }
 
-/// One Ethereum request in `style`; `id` is the JSON text of its id.
-pub fn eth_request(rng: &mut Rng, style: Style, id: &str) -> String {
-    let method = pick_method(rng);
-    let params = eth_params(rng, method);
+/// An address as `style` sends it.
+fn address(rng: &mut Rng, style: Style) -> String {
     match style {
-        Style::Viem => match params {
+        Style::Ethers | Style::Web3Py => rng.checksummed(),
+        Style::Viem | Style::Web3Js if rng.chance(1, 2) => rng.checksummed(),
+        _ => rng.address(),
+    }
+}
+
+/// The block parameter: mostly `latest`; indexers pin block numbers.
+fn block_tag(rng: &mut Rng, style: Style) -> String {
+    if style == Style::Indexer {
+        return match rng.below(10) {
+            0 => format!("{{\"blockHash\":\"{}\"}}", rng.hash()),
+            _ => quoted(&rng.quantity(22_000_000)),
+        };
+    }
+    match rng.below(20) {
+        0 => quoted("pending"),
+        1 => quoted("safe"),
+        2 => quoted("finalized"),
+        3 | 4 => quoted(&format!("0x{:x}", 21_000_000 + rng.below(1_000_000))),
+        _ => quoted("latest"),
+    }
+}
+
+/// One 32-byte ABI word: an address, a small number or a full-width value,
+/// as calldata mostly is.
+fn abi_word(rng: &mut Rng, out: &mut String) {
+    match rng.below(3) {
+        0 => {
+            out.push_str("000000000000000000000000");
+            rng.push_hex(out, 40);
+        }
+        1 => {
+            let digits = 1 + rng.below(16) as usize;
+            out.extend(std::iter::repeat_n('0', 64 - digits));
+            rng.push_hex(out, digits);
+        }
+        _ => rng.push_hex(out, 64),
+    }
+}
+
+/// Calldata: a selector and 0..=13 words (`balanceOf`, `allowance`, quoter
+/// calls, multicall aggregates).
+fn calldata(rng: &mut Rng) -> String {
+    let words = match rng.below(10) {
+        0 => 0,
+        1..=4 => 1,
+        5 | 6 => 2,
+        7 | 8 => 3 + rng.below(3) as usize,
+        _ => 6 + rng.below(8) as usize,
+    };
+    let mut s = rng.hex(8);
+    for _ in 0..words {
+        abi_word(rng, &mut s);
+    }
+    s
+}
+
+/// The params array of `method` (compact JSON), or `None` for a no-argument
+/// call.
+fn eth_params(rng: &mut Rng, style: Style, method: &str) -> Option<String> {
+    let s = quoted;
+    Some(match method {
+        "eth_call" => {
+            let to = address(rng, style);
+            let data = calldata(rng);
+            let object = match (style, rng.below(5)) {
+                (Style::Viem, 0) => format!(
+                    "{{\"data\":\"{data}\",\"from\":\"{}\",\"to\":\"{to}\"}}",
+                    address(rng, style)
+                ),
+                (Style::Viem, _) => format!("{{\"data\":\"{data}\",\"to\":\"{to}\"}}"),
+                (Style::Web3Js, 0) => format!(
+                    "{{\"from\":\"{}\",\"to\":\"{to}\",\"gas\":\"{}\",\"input\":\"{data}\"}}",
+                    address(rng, style),
+                    rng.quantity(3_000_000)
+                ),
+                (_, 0) => format!(
+                    "{{\"from\":\"{}\",\"to\":\"{to}\",\"data\":\"{data}\"}}",
+                    address(rng, style)
+                ),
+                _ => format!("{{\"to\":\"{to}\",\"data\":\"{data}\"}}"),
+            };
+            format!("[{object},{}]", block_tag(rng, style))
+        }
+        "eth_getTransactionReceipt" | "eth_getTransactionByHash" => format!("[{}]", s(&rng.hash())),
+        "eth_getBalance" | "eth_getCode" => {
+            format!("[{},{}]", s(&address(rng, style)), block_tag(rng, style))
+        }
+        "eth_getTransactionCount" => format!(
+            "[{},{}]",
+            s(&address(rng, style)),
+            if rng.chance(1, 2) {
+                s("pending")
+            } else {
+                block_tag(rng, style)
+            }
+        ),
+        "eth_getStorageAt" => {
+            let slot = if rng.chance(1, 2) {
+                rng.quantity(16)
+            } else {
+                rng.hash()
+            };
+            format!(
+                "[{},{},{}]",
+                s(&address(rng, style)),
+                s(&slot),
+                block_tag(rng, style)
+            )
+        }
+        "eth_blockNumber"
+        | "eth_chainId"
+        | "eth_gasPrice"
+        | "net_version"
+        | "eth_maxPriorityFeePerGas" => return None,
+        "eth_getBlockByNumber" => {
+            let block = if style == Style::Indexer || rng.chance(1, 2) {
+                s(&format!("0x{:x}", 15_000_000 + rng.below(7_000_000)))
+            } else {
+                s("latest")
+            };
+            format!("[{block},{}]", rng.chance(1, 2))
+        }
+        "eth_getBlockByHash" => format!("[{},{}]", s(&rng.hash()), rng.chance(1, 2)),
+        "eth_feeHistory" => {
+            let count = format!("\"0x{:x}\"", 1 + rng.below(20));
+            let percentiles = match rng.below(3) {
+                0 => "[25,75]".to_string(),
+                1 => "[10,50,90]".to_string(),
+                _ => format!("[{}.5,50,97.25]", rng.below(10)),
+            };
+            format!("[{count},\"latest\",{percentiles}]")
+        }
+        "eth_getLogs" => {
+            let mut filter = String::from("{");
+            if rng.chance(1, 8) {
+                filter.push_str(&format!("\"blockHash\":\"{}\"", rng.hash()));
+            } else {
+                let from = 15_000_000 + rng.below(7_000_000);
+                filter.push_str(&format!(
+                    "\"fromBlock\":\"0x{from:x}\",\"toBlock\":\"0x{:x}\"",
+                    from + rng.below(2_000)
+                ));
+            }
+            match rng.below(4) {
+                0 => {}
+                1 => {
+                    let n = 2 + rng.below(4);
+                    let list: Vec<String> = (0..n).map(|_| quoted(&address(rng, style))).collect();
+                    filter.push_str(&format!(",\"address\":[{}]", list.join(",")));
+                }
+                _ => filter.push_str(&format!(",\"address\":\"{}\"", address(rng, style))),
+            }
+            let topics: Vec<String> = (0..1 + rng.below(4))
+                .map(|i| match rng.below(6) {
+                    0 if i > 0 => "null".to_string(),
+                    1 => format!("[\"{}\",\"{}\"]", rng.hash(), rng.hash()),
+                    _ => quoted(&rng.hash()),
+                })
+                .collect();
+            filter.push_str(&format!(",\"topics\":[{}]}}", topics.join(",")));
+            format!("[{filter}]")
+        }
+        "eth_estimateGas" => {
+            let value = if rng.chance(1, 2) {
+                format!(",\"value\":\"{}\"", rng.quantity(1 << 60))
+            } else {
+                String::new()
+            };
+            format!(
+                "[{{\"from\":\"{}\",\"to\":\"{}\"{value},\"data\":\"{}\"}}]",
+                address(rng, style),
+                address(rng, style),
+                calldata(rng)
+            )
+        }
+        "eth_sendRawTransaction" => {
+            // A signed EIP-1559 transaction: 0.3-1 KB as a message.
+            let digits = 2 * (110 + rng.below(340) as usize);
+            let mut tx = String::from("0x02f8");
+            rng.push_hex(&mut tx, digits);
+            format!("[{}]", s(&tx))
+        }
+        other => panic!("no params shape for {other}"),
+    })
+}
+
+/// One Ethereum request for `method` in `style`; `id` is the JSON text of its
+/// id, `id_first` puts it first (some ethers code paths).
+pub fn eth_request_for(
+    rng: &mut Rng,
+    style: Style,
+    id_first: bool,
+    id: &str,
+    method: &str,
+) -> String {
+    let params = eth_params(rng, style, method);
+    match style {
+        Style::Viem | Style::Indexer => match params {
             Some(p) => format!(
                 "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{p}}}"
             ),
@@ -198,7 +483,15 @@ pub fn eth_request(rng: &mut Rng, style: Style, id: &str) -> String {
         },
         Style::Ethers => {
             let p = params.unwrap_or_else(|| "[]".into());
-            format!("{{\"method\":\"{method}\",\"params\":{p},\"id\":{id},\"jsonrpc\":\"2.0\"}}")
+            if id_first {
+                format!(
+                    "{{\"id\":{id},\"method\":\"{method}\",\"params\":{p},\"jsonrpc\":\"2.0\"}}"
+                )
+            } else {
+                format!(
+                    "{{\"method\":\"{method}\",\"params\":{p},\"id\":{id},\"jsonrpc\":\"2.0\"}}"
+                )
+            }
         }
         Style::Web3Py => {
             let p = params.unwrap_or_else(|| "[]".into());
@@ -206,41 +499,119 @@ pub fn eth_request(rng: &mut Rng, style: Style, id: &str) -> String {
                 "{{\"jsonrpc\":\"2.0\",\"method\":\"{method}\",\"params\":{p},\"id\":{id}}}"
             ))
         }
+        Style::Web3Js => {
+            let p = params.unwrap_or_else(|| "[]".into());
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{p}}}")
+        }
     }
 }
 
-/// `n` single Ethereum requests in one client style, ids as that client
-/// numbers them (viem from 0, ethers from 1, web3.py from 1; every fifth
-/// web3.py-style message uses a UUID id as web3.js does, every seventh viem
-/// one an indexer's id above 2^53).
-pub fn eth_singles(seed: u64, style: Style, n: usize) -> Vec<Vec<u8>> {
-    let mut rng = Rng::new(seed);
-    (0..n)
-        .map(|i| {
-            let id = match style {
-                Style::Viem if i % 7 == 6 => format!("{}", (1u64 << 53) + rng.below(1 << 40)),
-                Style::Viem => i.to_string(),
-                Style::Web3Py if i % 5 == 4 => uuid(&mut rng),
-                _ => (i + 1).to_string(),
-            };
-            eth_request(&mut rng, style, &id).into_bytes()
-        })
+fn pick_method(rng: &mut Rng, style: Style) -> &'static str {
+    rng.pick(if style == Style::Indexer {
+        INDEXER_MIX
+    } else {
+        ETH_MIX
+    })
+}
+
+fn next_request(rng: &mut Rng, client: &mut Client) -> Vec<u8> {
+    let id = client.id(rng);
+    let method = pick_method(rng, client.style);
+    eth_request_for(rng, client.style, client.id_first, &id, method).into_bytes()
+}
+
+/// Client sessions by style, `per_style` of each.
+fn sessions(rng: &mut Rng, per_style: usize) -> Vec<Vec<Client>> {
+    Style::ALL
+        .iter()
+        .map(|&s| (0..per_style).map(|_| Client::new(rng, s)).collect())
         .collect()
 }
 
-/// A batch of `n` Ethereum requests, as viem (`n` up to 1000) or ethers (up
-/// to 100) sends it.
+fn style_index(style: Style) -> usize {
+    Style::ALL.iter().position(|&s| s == style).unwrap()
+}
+
+/// The single-request stream of a public Ethereum gateway: `n` distinct
+/// requests from sessions of every client library interleaved
+/// ([`SINGLE_CLIENTS`] shares), with the public method mix ([`ETH_MIX`],
+/// [`INDEXER_MIX`] for indexers).
+pub fn eth_stream(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let mut clients = sessions(&mut rng, 24);
+    let mut seen = Distinct::default();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let style = rng.pick(SINGLE_CLIENTS);
+        let pool = &mut clients[style_index(style)];
+        let at = rng.below(pool.len() as u64) as usize;
+        let msg = next_request(&mut rng, &mut pool[at]);
+        if seen.insert(&msg) {
+            out.push(msg);
+        }
+    }
+    out
+}
+
+/// `n` distinct single requests from one session of `style`.
+pub fn eth_singles(seed: u64, style: Style, n: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let mut client = Client::new(&mut rng, style);
+    let mut seen = Distinct::default();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let msg = next_request(&mut rng, &mut client);
+        if seen.insert(&msg) {
+            out.push(msg);
+        }
+    }
+    out
+}
+
+/// Appends a batch of `n` requests from `client`, none seen before.
+fn push_batch(rng: &mut Rng, client: &mut Client, n: usize, seen: &mut Distinct) -> Vec<u8> {
+    let sep: &[u8] = if client.style == Style::Web3Py {
+        b", "
+    } else {
+        b","
+    };
+    let mut out = vec![b'['];
+    let mut count = 0;
+    while count < n {
+        let msg = next_request(rng, client);
+        if !seen.insert(&msg) {
+            continue;
+        }
+        if count > 0 {
+            out.extend_from_slice(sep);
+        }
+        out.extend_from_slice(&msg);
+        count += 1;
+    }
+    out.push(b']');
+    out
+}
+
+/// One batch of `n` requests from one client of `style`.
 pub fn eth_batch(seed: u64, style: Style, n: usize) -> Vec<u8> {
     let mut rng = Rng::new(seed);
-    let mut out = String::from("[");
-    for i in 0..n {
-        if i > 0 {
-            out.push_str(if style == Style::Web3Py { ", " } else { "," });
-        }
-        out.push_str(&eth_request(&mut rng, style, &i.to_string()));
-    }
-    out.push(']');
-    out.into_bytes()
+    let mut client = Client::new(&mut rng, style);
+    push_batch(&mut rng, &mut client, n, &mut Distinct::default())
+}
+
+/// `count` batches of `size` requests, each from one client, clients as in
+/// [`BATCH_CLIENTS`]; no request repeats anywhere in the corpus.
+pub fn eth_batches(seed: u64, size: usize, count: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let mut clients = sessions(&mut rng, 8);
+    let mut seen = Distinct::default();
+    (0..count)
+        .map(|i| {
+            let pool = &mut clients[style_index(BATCH_CLIENTS[i % BATCH_CLIENTS.len()])];
+            let at = rng.below(pool.len() as u64) as usize;
+            push_batch(&mut rng, &mut pool[at], size, &mut seen)
+        })
+        .collect()
 }
 
 /// `eth_sendRawTransaction` carrying a blob-sized payload: about `size` bytes.
@@ -253,31 +624,545 @@ pub fn eth_big_raw_tx(seed: u64, size: usize) -> Vec<u8> {
     format!("{head}{hex}{tail}").into_bytes()
 }
 
-/// MCP `tools/call` requests (2025-06-18 shape), one per line on stdio.
-pub fn mcp_tool_calls(seed: u64, n: usize) -> Vec<Vec<u8>> {
+/// `count` distinct blob-carrying `eth_sendRawTransaction` requests of about
+/// `size` bytes, from clients of every style in turn.
+pub fn eth_big_raw_txs(seed: u64, size: usize, count: usize) -> Vec<Vec<u8>> {
     let mut rng = Rng::new(seed);
-    const CITIES: &[&str] = &["San Francisco, CA", "Zürich", "東京", "São Paulo", "Kraków"];
-    (0..n)
+    (0..count)
         .map(|i| {
-            let msg = match rng.below(4) {
-                0 => format!(
-                    "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"tools/call\",\"params\":{{\"name\":\"get_weather\",\"arguments\":{{\"location\":\"{}\",\"units\":\"metric\"}},\"_meta\":{{\"progressToken\":{i}}}}}}}",
-                    CITIES[rng.below(CITIES.len() as u64) as usize]
-                ),
-                1 => format!(
-                    "{{\"jsonrpc\":\"2.0\",\"id\":\"req-{i}\",\"method\":\"tools/call\",\"params\":{{\"name\":\"search_files\",\"arguments\":{{\"query\":\"fn main\\n\\\"quoted\\\" path\\\\to\",\"max_results\":{},\"include\":[\"*.rs\",\"*.toml\"]}}}}}}",
-                    1 + rng.below(100)
-                ),
-                2 => format!(
-                    "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"resources/read\",\"params\":{{\"uri\":\"file:///home/user/project/src/{}.rs\"}}}}",
-                    rng.hex(8)
-                ),
-                _ => format!(
-                    "{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"tools/call\",\"params\":{{\"name\":\"run_sql\",\"arguments\":{{\"sql\":\"SELECT id, name FROM users WHERE created_at > '2025-01-01' ORDER BY id LIMIT {}\",\"read_only\":true,\"timeout_ms\":1.5e3}}}}}}",
-                    rng.below(1000)
-                ),
-            };
-            msg.into_bytes()
+            let style = Style::ALL[i % Style::ALL.len()];
+            let mut client = Client::new(&mut rng, style);
+            let id = client.id(&mut rng);
+            // The envelope around a placeholder, then the placeholder filled
+            // with a type-3 transaction to the requested size.
+            let shell = eth_request_for(
+                &mut rng,
+                style,
+                client.id_first,
+                &id,
+                "eth_sendRawTransaction",
+            );
+            let start = shell.find("0x02f8").unwrap();
+            let end = start + shell[start..].find('"').unwrap();
+            let digits = (size - (shell.len() - (end - start)) - 6) & !1;
+            let mut tx = String::from("0x03fa");
+            rng.push_hex(&mut tx, digits);
+            format!("{}{tx}{}", &shell[..start], &shell[end..]).into_bytes()
         })
         .collect()
+}
+
+/// JSON string literal of `s`; `ascii` escapes everything outside ASCII as
+/// `\uXXXX` (Python's `json.dumps` default).
+pub fn json_string(s: &str, ascii: bool) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if ascii && !c.is_ascii() => {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    out.push_str(&format!("\\u{u:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+const WORDS: &[&str] = &[
+    "the",
+    "invoice",
+    "deploy",
+    "failed",
+    "because",
+    "cache",
+    "user",
+    "report",
+    "weekly",
+    "summary",
+    "error",
+    "timeout",
+    "retry",
+    "merge",
+    "branch",
+    "release",
+    "notes",
+    "draft",
+    "customer",
+    "ticket",
+    "priority",
+    "high",
+    "low",
+    "database",
+    "migration",
+    "index",
+    "query",
+    "latency",
+    "p99",
+    "budget",
+    "Zürich",
+    "São Paulo",
+    "Kraków",
+    "naïve",
+    "café",
+    "Grüße",
+    "東京",
+    "こんにちは",
+    "日本語のテキスト",
+    "Привет",
+    "данные",
+    "مرحبا",
+    "你好世界",
+    "🚀",
+    "✅",
+    "😀",
+    "👍🏽",
+    "→",
+    "€42",
+    "—",
+];
+
+/// Free text of `words` words, sometimes over several lines.
+fn text(rng: &mut Rng, words: usize) -> String {
+    let mut s = String::new();
+    for i in 0..words {
+        if i > 0 {
+            s.push(if rng.chance(1, 12) { '\n' } else { ' ' });
+        }
+        s.push_str(rng.one_of(WORDS));
+    }
+    s
+}
+
+const CITIES: &[&str] = &[
+    "San Francisco, CA",
+    "Zürich",
+    "東京",
+    "São Paulo",
+    "Kraków",
+    "Reykjavík",
+    "Île-de-France",
+    "München",
+    "Москва",
+    "القاهرة",
+    "Seoul 서울",
+    "New York, NY",
+];
+
+/// The `arguments` object of a call to one of a dozen tools, and the tool's
+/// name.
+fn tool_arguments(rng: &mut Rng, ascii: bool) -> (&'static str, String) {
+    let t = |rng: &mut Rng, min: u64, span: u64| {
+        let n = min + rng.below(span);
+        json_string(&text(rng, n as usize), ascii)
+    };
+    match rng.below(12) {
+        0 => (
+            "get_weather",
+            format!(
+                "{{\"location\":{},\"units\":\"{}\"}}",
+                json_string(rng.one_of(CITIES), ascii),
+                if rng.chance(1, 2) {
+                    "metric"
+                } else {
+                    "imperial"
+                }
+            ),
+        ),
+        1 => (
+            "search_files",
+            format!(
+                "{{\"query\":{},\"max_results\":{},\"include\":[\"*.rs\",\"*.toml\"{}]}}",
+                json_string(
+                    &format!("fn {}(\"{}\") \\path", rng.one_of(WORDS), rng.below(1000)),
+                    ascii
+                ),
+                1 + rng.below(100),
+                if rng.chance(1, 2) {
+                    ",\"docs/**/*.md\""
+                } else {
+                    ""
+                }
+            ),
+        ),
+        2 => (
+            "run_sql",
+            format!(
+                "{{\"sql\":\"SELECT id, name, email FROM users WHERE created_at > '2025-{:02}-01' AND region = '{}' ORDER BY id LIMIT {}\",\"read_only\":{},\"timeout_ms\":{}}}",
+                1 + rng.below(12),
+                rng.below(40),
+                rng.below(1000),
+                rng.chance(3, 4),
+                if rng.chance(1, 2) {
+                    "1.5e3".to_string()
+                } else {
+                    (1000 * (1 + rng.below(30))).to_string()
+                }
+            ),
+        ),
+        3 => (
+            "read_file",
+            format!(
+                "{{\"path\":\"/home/user/project/src/{}/{}.rs\"{}}}",
+                rng.one_of(&["scan", "envelope", "router", "dispatch"]),
+                &rng.hex(10)[2..],
+                if rng.chance(1, 3) {
+                    format!(
+                        ",\"offset\":{},\"limit\":{}",
+                        rng.below(2000),
+                        50 + rng.below(400)
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        ),
+        4 => {
+            let mut content = String::new();
+            for _ in 0..2 + rng.below(30) {
+                content.push_str(&format!(
+                    "\tlet {} = \"{}\"; // {}\n",
+                    rng.one_of(&["x", "total", "reply", "arena"]),
+                    rng.below(1 << 20),
+                    text(rng, 3)
+                ));
+            }
+            (
+                "write_file",
+                format!(
+                    "{{\"path\":\"/tmp/{}.rs\",\"content\":{}}}",
+                    &rng.hex(8)[2..],
+                    json_string(&content, ascii)
+                ),
+            )
+        }
+        5 => (
+            "fetch",
+            format!(
+                "{{\"url\":\"https://example.com/api/v{}/items/{}?page={}&q={}\",\"headers\":{{\"Accept\":\"application/json\",\"X-Request-Id\":\"{}\"}},\"max_length\":{}}}",
+                1 + rng.below(3),
+                rng.below(100_000),
+                rng.below(50),
+                rng.one_of(&["rust", "caf%C3%A9", "json-rpc"]),
+                &rng.hex(16)[2..],
+                5000 * (1 + rng.below(10))
+            ),
+        ),
+        6 => (
+            "send_message",
+            format!(
+                "{{\"channel\":{},\"text\":{},\"thread_ts\":\"17{}.{:06}\"}}",
+                json_string(
+                    rng.one_of(&["#général", "#ops", "#チーム", "#random"]),
+                    ascii
+                ),
+                t(rng, 4, 30),
+                rng.below(100_000_000),
+                rng.below(1_000_000)
+            ),
+        ),
+        7 => (
+            "create_issue",
+            format!(
+                "{{\"title\":{},\"body\":{},\"labels\":[\"bug\",\"{}\"],\"assignees\":[],\"milestone\":null}}",
+                t(rng, 3, 6),
+                json_string(
+                    &format!(
+                        "## Steps\n1. {}\n2. {}\n\n```\n{}\n```",
+                        text(rng, 6),
+                        text(rng, 8),
+                        text(rng, 10)
+                    ),
+                    ascii
+                ),
+                rng.one_of(&["p1", "p2", "needs-triage", "good first issue"])
+            ),
+        ),
+        8 => {
+            let conds: Vec<String> = (0..1 + rng.below(4))
+                .map(|_| {
+                    format!(
+                        "{{\"field\":\"{}\",\"op\":\"{}\",\"value\":{}}}",
+                        rng.one_of(&["service", "level", "status", "duration_ms"]),
+                        rng.one_of(&["eq", "neq", "gt", "in"]),
+                        match rng.below(3) {
+                            0 => rng.below(5000).to_string(),
+                            1 => "[\"error\",\"warn\"]".to_string(),
+                            _ => json_string(rng.one_of(WORDS), ascii),
+                        }
+                    )
+                })
+                .collect();
+            (
+                "query_logs",
+                format!(
+                    "{{\"filter\":{{\"and\":[{}]}},\"time_range\":{{\"from\":\"2026-0{}-1{}T00:00:00Z\",\"to\":\"now\"}},\"limit\":{}}}",
+                    conds.join(","),
+                    1 + rng.below(9),
+                    rng.below(10),
+                    10 * (1 + rng.below(100))
+                ),
+            )
+        }
+        9 => {
+            let dims = 8 + rng.below(56) as usize;
+            let vector: Vec<String> = (0..dims)
+                .map(|_| {
+                    let v = rng.below(2_000_000) as i64 - 1_000_000;
+                    format!("{}", v as f64 / 1_000_000.0)
+                })
+                .collect();
+            (
+                "vector_search",
+                format!(
+                    "{{\"vector\":[{}],\"top_k\":{},\"namespace\":\"docs-{}\"}}",
+                    vector.join(","),
+                    1 + rng.below(50),
+                    rng.below(20)
+                ),
+            )
+        }
+        10 => (
+            "browser_click",
+            format!(
+                "{{\"element\":{},\"ref\":\"e{}\",\"doubleClick\":{}}}",
+                json_string(
+                    rng.one_of(&["Submit button", "« Zurück", "ログイン", "Accept cookies"]),
+                    ascii
+                ),
+                rng.below(500),
+                rng.chance(1, 10)
+            ),
+        ),
+        _ => (
+            "translate",
+            format!(
+                "{{\"text\":{},\"source_lang\":\"{}\",\"target_lang\":\"{}\"}}",
+                t(rng, 5, 40),
+                rng.one_of(&["auto", "de", "ja", "pt-BR"]),
+                rng.one_of(&["en", "fr", "zh-Hans", "ko"])
+            ),
+        ),
+    }
+}
+
+/// How an MCP client writes its messages.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum McpClient {
+    /// The TypeScript SDK (Claude Desktop, editors): `{"method", "params",
+    /// "jsonrpc", "id"}`, integer ids from 0.
+    TypeScript,
+    /// The Python SDK (pydantic): `jsonrpc` first, integer ids from 1.
+    Python,
+    /// Clients with string ids; half of them escape non-ASCII text.
+    StringIds,
+}
+
+struct McpSession {
+    client: McpClient,
+    /// Opens with `server/discover` and sends version and capabilities in
+    /// every request's `_meta` (the 2026-07-28 revision).
+    stateless: bool,
+    ascii: bool,
+    tag: String,
+    name: &'static str,
+    version: String,
+    sent: u64,
+    next_id: u64,
+    lifetime: u64,
+}
+
+impl McpSession {
+    fn new(rng: &mut Rng) -> Self {
+        let client = match rng.below(10) {
+            0..=4 => McpClient::TypeScript,
+            5..=7 => McpClient::Python,
+            _ => McpClient::StringIds,
+        };
+        McpSession {
+            client,
+            stateless: rng.chance(1, 4),
+            ascii: client == McpClient::StringIds && rng.chance(1, 2),
+            tag: rng.hex(8)[2..].to_string(),
+            name: rng.one_of(&[
+                "claude-ai",
+                "cursor-vscode",
+                "mcp-inspector",
+                "zed",
+                "goose",
+            ]),
+            version: format!("{}.{}.{}", rng.below(3), rng.below(40), rng.below(20)),
+            sent: 0,
+            next_id: if client == McpClient::Python { 1 } else { 0 },
+            lifetime: 20 + rng.below(600),
+        }
+    }
+
+    fn id(&mut self) -> String {
+        self.next_id += 1;
+        let n = self.next_id - 1;
+        match self.client {
+            McpClient::StringIds => format!("\"{}-{n}\"", self.tag),
+            _ => n.to_string(),
+        }
+    }
+
+    /// `_meta` members for a request's params (with a leading comma), if any.
+    fn meta(&self, rng: &mut Rng, progress: &str) -> String {
+        let mut m = Vec::new();
+        if rng.chance(1, 3) {
+            m.push(format!("\"progressToken\":{progress}"));
+        }
+        if self.stateless {
+            m.push("\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"".to_string());
+            m.push(format!(
+                "\"io.modelcontextprotocol/clientInfo\":{{\"name\":\"{}\",\"version\":\"{}\"}}",
+                self.name, self.version
+            ));
+            m.push("\"io.modelcontextprotocol/clientCapabilities\":{\"sampling\":{},\"elicitation\":{},\"roots\":{\"listChanged\":true}}".to_string());
+        }
+        if m.is_empty() {
+            String::new()
+        } else {
+            format!(",\"_meta\":{{{}}}", m.join(","))
+        }
+    }
+
+    fn message(&mut self, method: &str, params: Option<String>, notification: bool) -> String {
+        let id = if notification { None } else { Some(self.id()) };
+        let p = params.map(|p| format!(",\"params\":{p}"));
+        let p = p.as_deref().unwrap_or("");
+        match (self.client, id) {
+            (McpClient::TypeScript, Some(id)) => {
+                format!("{{\"method\":\"{method}\"{p},\"jsonrpc\":\"2.0\",\"id\":{id}}}")
+            }
+            (McpClient::TypeScript, None) => {
+                format!("{{\"method\":\"{method}\"{p},\"jsonrpc\":\"2.0\"}}")
+            }
+            (_, Some(id)) => {
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\"{p}}}")
+            }
+            (_, None) => format!("{{\"jsonrpc\":\"2.0\",\"method\":\"{method}\"{p}}}"),
+        }
+    }
+
+    /// The session's next message: the lifecycle first, then mostly tool
+    /// calls, with listings, pings and reads sprinkled in.
+    fn next(&mut self, rng: &mut Rng) -> String {
+        self.sent += 1;
+        match (self.sent, self.stateless) {
+            (1, false) => {
+                let version = if rng.chance(1, 2) {
+                    "2025-06-18"
+                } else {
+                    "2025-11-25"
+                };
+                let params = format!(
+                    "{{\"protocolVersion\":\"{version}\",\"capabilities\":{{\"roots\":{{\"listChanged\":true}},\"sampling\":{{}}}},\"clientInfo\":{{\"name\":\"{}\",\"version\":\"{}\"}}}}",
+                    self.name, self.version
+                );
+                self.message("initialize", Some(params), false)
+            }
+            (2, false) => self.message("notifications/initialized", None, true),
+            (1, true) => {
+                let meta = self.meta(rng, "0");
+                self.message(
+                    "server/discover",
+                    Some(format!("{{{}}}", meta.trim_start_matches(','))),
+                    false,
+                )
+            }
+            (2, true) | (3, false) => {
+                let meta = self.meta(rng, "1");
+                let params = if meta.is_empty() {
+                    None
+                } else {
+                    Some(format!("{{{}}}", meta.trim_start_matches(',')))
+                };
+                self.message("tools/list", params, false)
+            }
+            _ => match rng.below(100) {
+                0 => self.message("ping", None, false),
+                1 => {
+                    let meta = self.meta(rng, "2");
+                    let cursor = format!("\"cursor\":\"{}\"", &rng.hex(12)[2..]);
+                    self.message("tools/list", Some(format!("{{{cursor}{meta}}}")), false)
+                }
+                2 | 3 => {
+                    let uri = format!("file:///home/user/project/{}.md", &rng.hex(8)[2..]);
+                    self.message(
+                        "resources/read",
+                        Some(format!("{{\"uri\":\"{uri}\"}}")),
+                        false,
+                    )
+                }
+                4 => {
+                    let params = format!(
+                        "{{\"requestId\":{},\"reason\":\"User requested cancellation\"}}",
+                        self.next_id.saturating_sub(1)
+                    );
+                    self.message("notifications/cancelled", Some(params), true)
+                }
+                _ => {
+                    let (name, args) = tool_arguments(rng, self.ascii);
+                    let meta = self.meta(rng, &self.next_id.to_string());
+                    let params = format!("{{\"name\":\"{name}\",\"arguments\":{args}{meta}}}");
+                    self.message("tools/call", Some(params), false)
+                }
+            },
+        }
+    }
+}
+
+/// An MCP server's stdio input: `n` distinct messages from interleaved
+/// sessions of three kinds of client, mostly `tools/call` with argument
+/// objects of a dozen shapes (non-ASCII text, escapes, nested objects,
+/// number arrays), the lifecycle (`initialize` or `server/discover`,
+/// `notifications/initialized`), `tools/list`, pings, reads and
+/// cancellations sprinkled in.
+pub fn mcp_stream(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(seed);
+    let mut sessions: Vec<McpSession> = (0..32).map(|_| McpSession::new(&mut rng)).collect();
+    let mut seen = Distinct::default();
+    let mut out = Vec::with_capacity(n);
+    let mut distinct = 0;
+    while distinct < n {
+        let at = rng.below(sessions.len() as u64) as usize;
+        let msg = sessions[at].next(&mut rng).into_bytes();
+        if sessions[at].sent >= sessions[at].lifetime {
+            sessions[at] = McpSession::new(&mut rng);
+        }
+        // Notifications carry no id, so sessions send the same bytes (every
+        // `notifications/initialized`): repeats of them are kept, as on the
+        // wire, and only distinct messages count towards `n`.
+        let notification = !msg.windows(5).any(|w| w == b"\"id\":");
+        if seen.insert(&msg) {
+            distinct += 1;
+            out.push(msg);
+        } else if notification {
+            out.push(msg);
+        }
+    }
+    out
+}
+
+/// The last `n` messages of `corpus` (past the sessions' start-up): a small
+/// corpus that, replayed, stays in the caches and is learned by the branch
+/// predictor (for comparison only).
+pub fn hot(corpus: &[Vec<u8>], n: usize) -> Vec<Vec<u8>> {
+    corpus[corpus.len() - n.min(corpus.len())..].to_vec()
+}
+
+/// Total size of a corpus in bytes.
+pub fn bytes(corpus: &[Vec<u8>]) -> usize {
+    corpus.iter().map(Vec::len).sum()
 }

@@ -291,6 +291,15 @@ pub fn messages(method: &str, seed: u64, n: usize) -> Vec<Vec<u8>> {
                     "{{\"jsonrpc\":\"2.0\",\"method\":\"{method}\",\"params\":{p},\"id\":{}}}",
                     i + 1
                 )),
+                // The styles this generator does not pick (`style_of`), in
+                // their envelope shapes all the same.
+                Style::Web3Js => format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":\"{i:08x}-0000-4000-8000-000000000000\",\"method\":\"{method}\",\"params\":{p}}}"
+                ),
+                Style::Indexer => format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{method}\",\"params\":{p}}}",
+                    (1u64 << 53) + i as u64
+                ),
             };
             msg.into_bytes()
         })

@@ -13,7 +13,8 @@
 use std::time::Duration;
 
 use rpcwire::RpcError;
-use rpcwire::codes::{INTERNAL_ERROR, METHOD_NOT_FOUND, REQUEST_TIMEOUT};
+use rpcwire::codes::{INTERNAL_ERROR, METHOD_NOT_FOUND};
+use rpcwire::eth::codes::REQUEST_TIMEOUT;
 use serde::Serialize;
 
 #[derive(Serialize)]

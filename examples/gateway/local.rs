@@ -126,7 +126,7 @@ fn call(c: C<'_>) -> Answer {
     }
     c.state.check_block(block)?;
     // Every account is externally owned: a call runs no code.
-    c.reply.hex_data(&[])
+    c.reply.data(&[])
 }
 
 fn get_code(c: C<'_>) -> Answer {
@@ -135,7 +135,7 @@ fn get_code(c: C<'_>) -> Answer {
     let block = block_or_latest(&mut p)?;
     p.finish()?;
     c.state.check_block(block)?;
-    c.reply.hex_data(&[])
+    c.reply.data(&[])
 }
 
 fn get_block_by_number(c: C<'_>) -> Answer {
@@ -238,6 +238,7 @@ pub fn dispatcher(
     let b: DispatcherBuilder<Arc<Chain>, SyncOnly> = Dispatcher::builder(chain)
         .parser(config.parser())
         .max_response_len(config.max_response)
+        .too_large_code(rpcwire::eth::codes::RESPONSE_TOO_LARGE)
         .method("eth_chainId", chain_id)
         .method("net_version", net_version)
         .method("net_listening", listening)

@@ -189,6 +189,10 @@ pub fn dispatcher(
     let mut b = Dispatcher::builder(gateway)
         .parser(config.parser())
         .max_response_len(config.max_response)
+        // geth's codes for a reply past the limit and a call past its
+        // deadline.
+        .too_large_code(rpcwire::eth::codes::RESPONSE_TOO_LARGE)
+        .timeout_code(rpcwire::eth::codes::REQUEST_TIMEOUT)
         // The per-request timeout: -32002, `data.timeout_ms`; the
         // upstream that let it pass rests.
         .timeout(Some(config.timeout))

@@ -145,7 +145,7 @@ impl<'a> Params<'a> {
     /// -32602 with serde's reason in `data`.
     ///
     /// serde_json reads the params in place, at every size. simd-json was
-    /// measured against it (`cargo bench --bench decode`; simd-json needs a
+    /// measured against it (`cargo bench --features peers --bench decode`; simd-json needs a
     /// mutable buffer, so the params are copied into the arena, its buffers
     /// reused): serde_json was faster for `eth_getBalance` (60 B, 64 vs
     /// 102 ns), `eth_call` (330 B, 222 vs 257 ns), an MCP `tools/call`,

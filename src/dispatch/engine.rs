@@ -38,9 +38,9 @@ use serde::de::DeserializeOwned;
 
 use super::{
     Budget, Dispatcher, DispatcherBuilder, Done, Handler, IntoResponse, Outcome, Reply, ReplyBuf,
-    RpcError, Scope, Shared, TooLarge, WithAsync, guard_panics, panic_error,
+    RpcError, Scope, Shared, Sink, TooLarge, WithAsync, guard_panics, panic_error,
 };
-use crate::codes::{REQUEST_CANCELLED, REQUEST_TIMEOUT};
+use crate::codes::REQUEST_CANCELLED;
 use crate::conn::{Connection, Context};
 use crate::message::{Incoming, Message};
 use crate::request::{Entry, Id, Params};
@@ -57,7 +57,7 @@ pub(crate) trait PendingCall: Send {
     fn poll_reply(
         self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
-        sink: &mut dyn ReplyBuf,
+        sink: Sink<'_>,
         limit: usize,
     ) -> Poll<Result<Done, RpcError>>;
 }
@@ -96,7 +96,7 @@ where
     fn poll_reply(
         self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
-        sink: &mut dyn ReplyBuf,
+        sink: Sink<'_>,
         limit: usize,
     ) -> Poll<Result<Done, RpcError>> {
         let this = self.project();
@@ -181,7 +181,8 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
 
     /// The per-request timeout of async handlers (default 30 s; `None` for
     /// none). A call still running at its deadline is dropped and answered
-    /// with [`REQUEST_TIMEOUT`], `data`
+    /// with the timeout error ([`timeout_code`](DispatcherBuilder::timeout_code),
+    /// message "Request timed out"), `data`
     /// giving the timeout; it affects that entry only. Deadlines need a
     /// tokio runtime with its time driver; outside one they are not
     /// enforced.
@@ -199,6 +200,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             parser: self.parser,
             max_response_len: self.max_response_len,
             too_large_code: self.too_large_code,
+            timeout_code: self.timeout_code,
             max_in_flight: self.max_in_flight,
             timeout: self.timeout,
             quiet_panics: self.quiet_panics,
@@ -1066,7 +1068,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let mut cx = TaskContext::from_waker(&waker);
         let call = task.call.as_mut();
         let quiet = self.quiet;
-        let poll = |sink: &mut dyn ReplyBuf, limit: usize| {
+        let poll = |sink: Sink<'_>, limit: usize| {
             let mut ready = None;
             let r = guard_panics(quiet, || match call.poll_reply(&mut cx, sink, limit) {
                 Poll::Ready(r) => {
@@ -1084,7 +1086,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let mut outcome = None;
         let finished = match task.target {
-            None => match poll(&mut super::reply::Discard, 0) {
+            None => match poll(Sink::Dyn(&mut super::reply::Discard), 0) {
                 Poll::Ready(r) => {
                     outcome =
                         Some(r.map_or_else(|e| Outcome::Error(e.code()), |_| Outcome::Result));
@@ -1180,21 +1182,23 @@ impl<S: Send + Sync + 'static> Shared<S> {
             let tail = |o: &mut dyn ReplyBuf| {
                 write_error_tail(
                     o,
-                    REQUEST_TIMEOUT,
+                    self.timeout_code,
                     "Request timed out",
                     Some(data.as_bytes()),
                 );
             };
             if msg.batch {
                 msg.decide_batch_entry(k, |into, id, allowance, too_large| {
-                    write_error_reply(into, id, allowance, too_large, REQUEST_TIMEOUT, |o| tail(o))
+                    write_error_reply(into, id, allowance, too_large, self.timeout_code, |o| {
+                        tail(o)
+                    })
                 });
             } else {
                 let id = msg.id(k);
                 let too_large_len = msg.too_large.len_for(id);
                 let allowance = msg.budget.allowance(too_large_len);
                 let (len, refused) =
-                    write_error_reply(out, id, allowance, &msg.too_large, REQUEST_TIMEOUT, |o| {
+                    write_error_reply(out, id, allowance, &msg.too_large, self.timeout_code, |o| {
                         tail(o)
                     });
                 msg.budget.commit(too_large_len, len, refused);

@@ -94,7 +94,7 @@ impl RpcError {
     /// The result would make the reply exceed the response size limit: the
     /// dispatcher answers with its too-large error instead.
     pub fn too_large() -> Self {
-        let mut e = RpcError::new(crate::codes::RESPONSE_TOO_LARGE, "Response too large");
+        let mut e = RpcError::new(crate::codes::SERVER_ERROR, "Response too large");
         e.0.too_large = true;
         e
     }

@@ -33,10 +33,10 @@ pub(crate) use call::Invocation;
 #[cfg(feature = "async")]
 pub use engine::{AsyncCall, Cancellation, OwnedParams};
 pub use error::RpcError;
-pub(crate) use reply::{Budget, Outcome, TooLarge};
+pub(crate) use reply::{Budget, Outcome, Sink, TooLarge};
 pub use reply::{Done, IntoResponse, IntoResult, Reply, ReplyBuf};
 
-use crate::codes::RESPONSE_TOO_LARGE;
+use crate::codes::SERVER_ERROR;
 use crate::conn::{Connection, Context};
 use crate::envelope::Parser;
 use crate::message::{Incoming, Message};
@@ -72,7 +72,7 @@ pub enum WithAsync {}
 /// (with a [`Reply`] over `sink`, bounded by `limit`), and writes the
 /// returned value through a second one.
 pub(crate) type SyncFn<S> =
-    dyn Fn(Invocation<'_, S>, &mut dyn ReplyBuf, usize) -> Result<Done, RpcError> + Send + Sync;
+    dyn Fn(Invocation<'_, S>, Sink<'_>, usize) -> Result<Done, RpcError> + Send + Sync;
 
 pub(crate) enum Handler<S> {
     Sync(Box<SyncFn<S>>),
@@ -89,6 +89,7 @@ pub struct DispatcherBuilder<S, K = SyncOnly> {
     parser: Parser,
     max_response_len: usize,
     too_large_code: i32,
+    timeout_code: i32,
     max_in_flight: usize,
     timeout: Option<Duration>,
     quiet_panics: bool,
@@ -111,7 +112,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     ///         let (n,): (u64,) = call.decode()?;
     ///         Ok::<_, RpcError>(call.state + n)
     ///     })
-    ///     .method("eth_chainId", |call: Call<'_, u64>| call.reply.quantity(1))
+    ///     .method("eth_chainId", |call: Call<'_, u64>| call.reply.str("0x1"))
     ///     .build()?;
     /// let (mut conn, mut out) = (Connection::new(), Vec::new());
     /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[2]}"#, &mut conn, &mut out);
@@ -179,9 +180,18 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         self
     }
 
-    /// The code of the too-large error (default -32003, geth's).
+    /// The code of the too-large error (default -32000, a server error;
+    /// geth's is -32003, `eth::codes::RESPONSE_TOO_LARGE`).
     pub fn too_large_code(mut self, code: i32) -> Self {
         self.too_large_code = code;
+        self
+    }
+
+    /// The code of the error a call past its timeout is answered with
+    /// (default -32000, a server error; geth's is -32002,
+    /// `eth::codes::REQUEST_TIMEOUT`).
+    pub fn timeout_code(mut self, code: i32) -> Self {
+        self.timeout_code = code;
         self
     }
 
@@ -220,6 +230,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
                 state: Arc::new(self.state),
                 max_in_flight: self.max_in_flight,
                 timeout: self.timeout,
+                timeout_code: self.timeout_code,
                 quiet: self.quiet_panics,
                 observer: self.observer,
             }),
@@ -235,8 +246,8 @@ where
     R: IntoResponse,
 {
     Box::new(
-        move |inv: Invocation<'_, S>, sink: &mut dyn ReplyBuf, limit: usize| {
-            let returned = handler(inv.into_call(Reply::new(&mut *sink, limit)));
+        move |inv: Invocation<'_, S>, mut sink: Sink<'_>, limit: usize| {
+            let returned = handler(inv.into_call(Reply::new(sink.reborrow(), limit)));
             returned.into_response(Reply::new(sink, limit))
         },
     )
@@ -254,7 +265,9 @@ where
 /// struct Node { height: u64 }
 ///
 /// let d = Dispatcher::builder(Node { height: 0x1b4 })
-///     .method("eth_blockNumber", |call: Call<'_, Node>| call.reply.quantity(call.state.height.into()))
+///     .method("eth_blockNumber", |call: Call<'_, Node>| {
+///         Ok::<_, rpcwire::RpcError>(format!("{:#x}", call.state.height))
+///     })
 ///     .method("subtract", |call: Call<'_, Node>| {
 ///         let (a, b): (i64, i64) = call.decode()?;
 ///         Ok::<_, rpcwire::RpcError>(a - b)
@@ -294,6 +307,8 @@ pub(crate) struct Shared<S> {
     pub(crate) max_in_flight: usize,
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) timeout: Option<Duration>,
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) timeout_code: i32,
     pub(crate) quiet: bool,
     pub(crate) observer: Option<Arc<dyn Observer>>,
 }
@@ -309,7 +324,8 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
             state,
             parser: Parser::new(),
             max_response_len: DEFAULT_MAX_RESPONSE_LEN,
-            too_large_code: RESPONSE_TOO_LARGE,
+            too_large_code: SERVER_ERROR,
+            timeout_code: SERVER_ERROR,
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             timeout: Some(DEFAULT_TIMEOUT),
             quiet_panics: false,
@@ -616,7 +632,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             && let Some(Handler::Sync(h)) = self.lookup(req.method())
         {
             let started = self.observer.as_ref().map(|_| Instant::now());
-            let outcome = self.invoke(h, req, scope, &mut Discard, 0);
+            let outcome = self.invoke(h, req, scope, Sink::Dyn(&mut Discard), 0);
             if let (Some(observer), Some(started)) = (&self.observer, started) {
                 let outcome = match outcome {
                     Ok(_) => Outcome::Result,
@@ -649,7 +665,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         h: &SyncFn<S>,
         req: Request<'_>,
         scope: Scope<'_>,
-        sink: &mut dyn ReplyBuf,
+        sink: Sink<'_>,
         limit: usize,
     ) -> Result<Done, RpcError> {
         let inv = Invocation {

@@ -192,20 +192,41 @@ pub struct Reply<'a> {
     limit: usize,
 }
 
-enum Sink<'a> {
+/// Where a reply is written: a `Vec` (the common case, written to with
+/// static calls) or any other [`ReplyBuf`]. Decided once per reply, where the
+/// buffer's type is known, and handed down the handler path as it is.
+pub(crate) enum Sink<'a> {
     Vec(&'a mut Vec<u8>),
     Dyn(&'a mut dyn ReplyBuf),
 }
 
-impl<'a> Reply<'a> {
-    pub(crate) fn new(out: &'a mut dyn ReplyBuf, limit: usize) -> Self {
-        // Asked twice: returning the first answer's borrow from one arm of
-        // the match and `out` from the other is beyond the borrow checker.
-        let sink = if out.as_vec_mut().is_some() {
+impl<'a> Sink<'a> {
+    /// The sink over `out`: a `Vec` is recognised statically.
+    #[inline(always)]
+    pub(crate) fn of<B: ReplyBuf>(out: &'a mut B) -> Self {
+        // Asked twice: returning the first answer's borrow from one arm and
+        // `out` from the other is beyond the borrow checker. For a `Vec`
+        // both calls are inlined to constants.
+        if out.as_vec_mut().is_some() {
             Sink::Vec(out.as_vec_mut().expect("asked just above"))
         } else {
             Sink::Dyn(out)
-        };
+        }
+    }
+
+    /// The same sink for a shorter borrow.
+    #[inline(always)]
+    pub(crate) fn reborrow(&mut self) -> Sink<'_> {
+        match self {
+            Sink::Vec(v) => Sink::Vec(v),
+            Sink::Dyn(d) => Sink::Dyn(&mut **d),
+        }
+    }
+}
+
+impl<'a> Reply<'a> {
+    #[inline(always)]
+    pub(crate) fn new(sink: Sink<'a>, limit: usize) -> Self {
         Reply { sink, limit }
     }
 
@@ -281,20 +302,6 @@ impl<'a> Reply<'a> {
         self.put(|b| b.raw(b"null"))
     }
 
-    /// An Ethereum QUANTITY: `"0x"` and lowercase hex without leading zeros
-    /// (`"0x0"` for zero).
-    pub fn quantity(self, v: u128) -> Result<Done, RpcError> {
-        self.put(|b| b.quantity(v))
-    }
-
-    /// Ethereum DATA: `"0x"` and two hex digits per byte.
-    pub fn hex_data(self, bytes: &[u8]) -> Result<Done, RpcError> {
-        if self.len() + 2 * bytes.len() + 4 > self.limit {
-            return Err(RpcError::too_large());
-        }
-        self.put(|b| b.hex_data(bytes))
-    }
-
     fn len(&self) -> usize {
         match &self.sink {
             Sink::Vec(v) => v.len(),
@@ -309,8 +316,6 @@ trait ReplyBufExt {
     fn string(&mut self, s: &str);
     fn u64(&mut self, v: u64);
     fn i64(&mut self, v: i64);
-    fn quantity(&mut self, v: u128);
-    fn hex_data(&mut self, bytes: &[u8]);
     fn raw(&mut self, bytes: &[u8]);
 }
 
@@ -326,14 +331,6 @@ impl<B: ReplyBuf + ?Sized> ReplyBufExt for B {
     #[inline(always)]
     fn i64(&mut self, v: i64) {
         write::i64(self, v)
-    }
-    #[inline(always)]
-    fn quantity(&mut self, v: u128) {
-        write::quantity(self, v)
-    }
-    #[inline(always)]
-    fn hex_data(&mut self, bytes: &[u8]) {
-        write::hex_data(self, bytes)
     }
     #[inline(always)]
     fn raw(&mut self, bytes: &[u8]) {
@@ -626,7 +623,7 @@ pub(crate) fn write_reply<B: ReplyBuf>(
     id: Id<'_>,
     allowance: usize,
     too_large: &TooLarge,
-    run: impl FnOnce(&mut dyn ReplyBuf, usize) -> Result<Done, RpcError>,
+    run: impl FnOnce(Sink<'_>, usize) -> Result<Done, RpcError>,
 ) -> (usize, Outcome) {
     match poll_reply(out, id, allowance, too_large, |sink, limit| {
         std::task::Poll::Ready(run(sink, limit))
@@ -644,7 +641,7 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
     id: Id<'_>,
     allowance: usize,
     too_large: &TooLarge,
-    run: impl FnOnce(&mut dyn ReplyBuf, usize) -> std::task::Poll<Result<Done, RpcError>>,
+    run: impl FnOnce(Sink<'_>, usize) -> std::task::Poll<Result<Done, RpcError>>,
 ) -> std::task::Poll<(usize, Outcome)> {
     let start = out.len();
     out.extend_from_slice(HEAD_PREFIX);
@@ -653,7 +650,7 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
     out.extend_from_slice(RESULT_KEY);
     // Room for the closing brace.
     let limit = (start + allowance).saturating_sub(1);
-    match run(out, limit) {
+    match run(Sink::of(out), limit) {
         std::task::Poll::Pending => {
             out.truncate(start);
             return std::task::Poll::Pending;

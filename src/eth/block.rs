@@ -125,6 +125,54 @@ fn number_or_tag(not_hex: Reason) -> impl Fn(&[u8]) -> Result<BlockNumberOrTag, 
     }
 }
 
+/// A tag or a QUANTITY string starting at `buf[start]` (its quote), read
+/// with its end: `None` for anything else (the caller takes the general
+/// path, which also explains refusals).
+#[inline(always)]
+pub(crate) fn block_at(buf: &[u8], start: usize) -> Option<(BlockNumberOrTag, usize)> {
+    let rest = buf.get(start..)?;
+    let (tag, len) = match rest {
+        [b'"', b'l', b'a', b't', b'e', b's', b't', b'"', ..] => (BlockTag::Latest, 8),
+        [b'"', b'p', b'e', b'n', b'd', b'i', b'n', b'g', b'"', ..] => (BlockTag::Pending, 9),
+        [b'"', b's', b'a', b'f', b'e', b'"', ..] => (BlockTag::Safe, 6),
+        [
+            b'"',
+            b'f',
+            b'i',
+            b'n',
+            b'a',
+            b'l',
+            b'i',
+            b'z',
+            b'e',
+            b'd',
+            b'"',
+            ..,
+        ] => (BlockTag::Finalized, 11),
+        [
+            b'"',
+            b'e',
+            b'a',
+            b'r',
+            b'l',
+            b'i',
+            b'e',
+            b's',
+            b't',
+            b'"',
+            ..,
+        ] => (BlockTag::Earliest, 10),
+        [b'"', b'0', b'x', ..] => {
+            // Up to 16 digits, then the closing quote.
+            let close = rest.iter().take(20).skip(3).position(|&b| b == b'"')? + 3;
+            let n = hex::quantity_u64(&rest[1..close]).ok()?;
+            return Some((BlockNumberOrTag::Number(n), start + close + 1));
+        }
+        _ => return None,
+    };
+    Some((BlockNumberOrTag::Tag(tag), start + len))
+}
+
 /// A block id (EIP-1898): a tag, a number, a hash, or an object
 /// `{"blockHash":…,"requireCanonical":…}` / `{"blockNumber":…}`.
 ///
@@ -186,16 +234,24 @@ impl BlockId {
     }
 
     fn parse_object(v: RawJson<'_>) -> Result<Self, Invalid<'_>> {
+        Ok(BlockId::parse_object_at(v.as_bytes(), 0)?.0)
+    }
+
+    /// Reads the object whose `{` is at `buf[start]` in one walk, and
+    /// returns the index after it too.
+    pub(crate) fn parse_object_at(buf: &[u8], start: usize) -> Result<(Self, usize), Invalid<'_>> {
         let mut number = None;
         let mut hash = None;
         let mut canonical = None;
-        for (key, value) in v.as_params().expect("an object").entries() {
+        let mut walk = super::walk::Members::at(buf, start);
+        let object = |end: usize| RawJson::from_validated(&buf[start..end]);
+        for (key, value) in walk.by_ref() {
             match_key(key, |k| {
                 let (slot, name): (&mut Option<RawJson<'_>>, &'static str) = match k {
                     b"blockNumber" => (&mut number, "blockNumber"),
                     b"blockHash" => (&mut hash, "blockHash"),
                     b"requireCanonical" => (&mut canonical, "requireCanonical"),
-                    _ => return Err(Invalid::new(Reason::UnknownMember, v)),
+                    _ => return Err(Invalid::new(Reason::UnknownMember, value)),
                 };
                 if slot.replace(value).is_some() {
                     return Err(Invalid::new(Reason::DuplicateMember, value).in_field(name));
@@ -203,7 +259,9 @@ impl BlockId {
                 Ok(())
             })?;
         }
-        match (number, hash, canonical) {
+        let end = walk.end().unwrap_or(buf.len());
+        let v = object(end);
+        let id = match (number, hash, canonical) {
             (Some(_), Some(_), _) => Err(Invalid::new(Reason::HashAndNumber, v)),
             (Some(_), None, Some(_)) => Err(Invalid::new(Reason::CanonicalWithNumber, v)),
             (Some(n), None, None) => BlockNumberOrTag::parse(n)
@@ -221,7 +279,8 @@ impl BlockId {
                 },
             }),
             (None, None, _) => Err(Invalid::new(Reason::NoBlock, v)),
-        }
+        }?;
+        Ok((id, end))
     }
 
     /// The block number, if the id is one (`earliest` is 0).

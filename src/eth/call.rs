@@ -7,6 +7,7 @@ use bumpalo::Bump;
 
 use super::block::match_key;
 use super::decode::{EthValue, Hex, Invalid, Reason, Site};
+use super::walk::{Elements, Members};
 use crate::json::{Kind, RawJson};
 
 /// Declares the members: the enum indexing them, their wire names, and the
@@ -92,8 +93,19 @@ impl<'a> CallRequest<'a> {
         if v.kind() != Kind::Object {
             return Err(Invalid::new(Reason::NotObject, v));
         }
+        Ok(CallRequest::parse_at(v.as_bytes(), 0, site)?.0)
+    }
+
+    /// Reads the object whose `{` is at `buf[start]` in one walk, and
+    /// returns the index after it too.
+    pub(crate) fn parse_at(
+        buf: &'a [u8],
+        start: usize,
+        site: Site,
+    ) -> Result<(Self, usize), Invalid<'a>> {
         let mut members = [None; COUNT];
-        for (key, value) in v.as_params().expect("an object").entries() {
+        let mut walk = Members::at(buf, start);
+        for (key, value) in walk.by_ref() {
             if let Some(m) = match_key(key, member_of)
                 && members[m as usize].replace(value).is_some()
             {
@@ -102,11 +114,15 @@ impl<'a> CallRequest<'a> {
                 );
             }
         }
-        Ok(CallRequest {
-            members,
-            object: v,
-            site,
-        })
+        let end = walk.end().unwrap_or(buf.len());
+        Ok((
+            CallRequest {
+                members,
+                object: RawJson::from_validated(&buf[start..end]),
+                site,
+            },
+            end,
+        ))
     }
 
     /// The whole object, raw.
@@ -258,13 +274,14 @@ impl<'a> CallRequest<'a> {
         let site = self.site;
         let values = match self.get(Member::BlobVersionedHashes) {
             None => None,
-            Some(v) => Some(v.as_params().filter(|p| p.is_array()).ok_or_else(|| {
-                Invalid::new(Reason::NotArray, v)
+            Some(v) if v.kind() == Kind::Array => Some(Elements::new(v)),
+            Some(v) => {
+                return Err(Invalid::new(Reason::NotArray, v)
                     .in_field("blobVersionedHashes")
-                    .at_site(site)
-            })?),
+                    .at_site(site));
+            }
         };
-        Ok(values.into_iter().flat_map(|p| p.iter()).map(move |h| {
+        Ok(values.into_iter().flatten().map(move |h| {
             h.hash()
                 .map_err(|e| e.in_field("blobVersionedHashes").at_site(site))
         }))

@@ -5,8 +5,9 @@ use alloy_primitives::{Address, B256};
 
 use super::block::{BlockNumberOrTag, match_key};
 use super::decode::{EthValue, Invalid, Reason, Site};
+use super::hex;
+use super::walk::{Elements, Members};
 use crate::json::{Kind, RawJson};
-use crate::request::Positional;
 
 /// A log filter, borrowed from the message: `fromBlock`, `toBlock`,
 /// `blockHash`, `address` (one or many) and `topics` (up to four positions,
@@ -48,16 +49,27 @@ impl<'a> LogFilter<'a> {
         if v.kind() != Kind::Object {
             return Err(Invalid::new(Reason::NotObject, v).at_site(site));
         }
+        Ok(LogFilter::parse_at(v.as_bytes(), 0, site)?.0)
+    }
+
+    /// Reads the object whose `{` is at `buf[start]` in one walk, and
+    /// returns the index after it too.
+    pub(crate) fn parse_at(
+        buf: &'a [u8],
+        start: usize,
+        site: Site,
+    ) -> Result<(Self, usize), Invalid<'a>> {
         let mut f = LogFilter {
             from_block: None,
             to_block: None,
             block_hash: None,
             address: None,
             topics: None,
-            object: v,
+            object: RawJson::from_validated(&buf[start..start + 1]),
             site,
         };
-        for (key, value) in v.as_params().expect("an object").entries() {
+        let mut walk = Members::at(buf, start);
+        for (key, value) in walk.by_ref() {
             let slot = match_key(key, |k| {
                 Some(match k {
                     b"fromBlock" => (&mut f.from_block, "fromBlock"),
@@ -76,11 +88,13 @@ impl<'a> LogFilter<'a> {
                     .at_site(site));
             }
         }
+        let end = walk.end().unwrap_or(buf.len());
+        f.object = RawJson::from_validated(&buf[start..end]);
         let set = |m: Option<RawJson<'_>>| m.is_some_and(|v| !v.is_null());
         if set(f.block_hash) && (set(f.from_block) || set(f.to_block)) {
-            return Err(Invalid::new(Reason::HashWithRange, v).at_site(site));
+            return Err(Invalid::new(Reason::HashWithRange, f.object).at_site(site));
         }
-        Ok(f)
+        Ok((f, end))
     }
 
     /// The whole object, raw.
@@ -126,7 +140,7 @@ impl<'a> LogFilter<'a> {
             None => AddressesInner::None,
             Some(v) => match v.kind() {
                 Kind::String => AddressesInner::One(v),
-                Kind::Array => AddressesInner::Many(v.as_params().expect("an array").iter()),
+                Kind::Array => AddressesInner::Many(Elements::new(v)),
                 _ => {
                     return Err(Invalid::new(Reason::NotAddresses, v)
                         .in_field("address")
@@ -137,27 +151,25 @@ impl<'a> LogFilter<'a> {
         Ok(Addresses { inner, site })
     }
 
-    /// `topics`: one [`TopicFilter`] per position, at most four; empty when
+    /// `topics`: one [`TopicFilter`] per position, at most four (a fifth
+    /// position is an error when the iteration reaches it); empty when
     /// absent or `null`.
     pub fn topics(&self) -> Result<Topics<'a>, Invalid<'a>> {
         let site = self.site;
         let values = match self.topics.filter(|v| !v.is_null()) {
             None => None,
+            Some(v) if v.kind() == Kind::Array => Some((v, Elements::new(v))),
             Some(v) => {
-                let arr = v.as_params().filter(|p| p.is_array()).ok_or_else(|| {
-                    Invalid::new(Reason::NotTopics, v)
-                        .in_field("topics")
-                        .at_site(site)
-                })?;
-                if arr.iter().nth(4).is_some() {
-                    return Err(Invalid::new(Reason::TooManyTopics, v)
-                        .in_field("topics")
-                        .at_site(site));
-                }
-                Some(arr.iter())
+                return Err(Invalid::new(Reason::NotTopics, v)
+                    .in_field("topics")
+                    .at_site(site));
             }
         };
-        Ok(Topics { values, site })
+        Ok(Topics {
+            values,
+            seen: 0,
+            site,
+        })
     }
 }
 
@@ -172,7 +184,7 @@ pub struct Addresses<'a> {
 enum AddressesInner<'a> {
     None,
     One(RawJson<'a>),
-    Many(Positional<'a>),
+    Many(Elements<'a>),
 }
 
 impl<'a> Addresses<'a> {
@@ -193,7 +205,14 @@ impl<'a> Iterator for Addresses<'a> {
                 self.inner = AddressesInner::None;
                 v
             }
-            AddressesInner::Many(it) => it.next()?,
+            AddressesInner::Many(it) => {
+                let (buf, start) = it.peek()?;
+                if let Some((a, end)) = hex::fixed_at::<20>(buf, start) {
+                    it.resume(end);
+                    return Some(Ok(Address::from(a)));
+                }
+                it.next()?
+            }
         };
         Some(
             v.address()
@@ -205,7 +224,9 @@ impl<'a> Iterator for Addresses<'a> {
 /// The topic positions of a [`LogFilter`], each decoded as it is reached.
 #[derive(Clone, Debug)]
 pub struct Topics<'a> {
-    values: Option<Positional<'a>>,
+    /// The array (for errors) and its walk.
+    values: Option<(RawJson<'a>, Elements<'a>)>,
+    seen: u8,
     site: Site,
 }
 
@@ -223,7 +244,7 @@ pub enum TopicFilter<'a> {
 /// The alternatives of one topic position, each decoded as it is reached.
 #[derive(Clone, Debug)]
 pub struct TopicSet<'a> {
-    values: Positional<'a>,
+    values: Elements<'a>,
     site: Site,
 }
 
@@ -241,6 +262,11 @@ impl<'a> Iterator for TopicSet<'a> {
     type Item = Result<B256, Invalid<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let (buf, start) = self.values.peek()?;
+        if let Some((h, end)) = hex::fixed_at::<32>(buf, start) {
+            self.values.resume(end);
+            return Some(Ok(B256::from(h)));
+        }
         let v = self.values.next()?;
         Some(
             v.hash()
@@ -253,15 +279,31 @@ impl<'a> Iterator for Topics<'a> {
     type Item = Result<TopicFilter<'a>, Invalid<'a>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let v = self.values.as_mut()?.next()?;
+        let (array, values) = self.values.as_mut()?;
         let site = self.site;
         let fail = |e: Invalid<'a>| e.in_field("topics").at_site(site);
+        let (buf, start) = values.peek()?;
+        self.seen += 1;
+        if self.seen > 4 {
+            let array = *array;
+            self.values = None;
+            return Some(Err(fail(Invalid::new(Reason::TooManyTopics, array))));
+        }
+        if let Some((h, end)) = hex::fixed_at::<32>(buf, start) {
+            values.resume(end);
+            return Some(Ok(TopicFilter::One(B256::from(h))));
+        }
+        let v = values.next()?;
         Some(match v.kind() {
             Kind::Null => Ok(TopicFilter::Any),
             Kind::String => v.hash().map(TopicFilter::One).map_err(fail),
             Kind::Array => {
-                let alternatives = v.as_params().expect("an array").iter();
-                if alternatives.clone().any(|t| t.is_null()) {
+                let alternatives = Elements::new(v);
+                // A `null` among the alternatives matches anything; hex
+                // strings hold no `n`, so most arrays are ruled out at once.
+                if memchr::memchr(b'n', v.as_bytes()).is_some()
+                    && alternatives.clone().any(|t| t.is_null())
+                {
                     Ok(TopicFilter::Any)
                 } else {
                     Ok(TopicFilter::AnyOf(TopicSet {

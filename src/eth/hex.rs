@@ -155,6 +155,24 @@ pub(crate) fn data_array<const N: usize>(s: &[u8]) -> Result<[u8; N], Reason> {
     Ok(out)
 }
 
+/// A DATA string of exactly `N` bytes starting at
+/// `buf[start]` (its opening quote), decoded with its end found by the
+/// decoding itself: when the `2N` bytes after `"0x` are all hex digits and
+/// a quote follows, that quote closes the string (no quote or backslash
+/// came before it). Returns the value and the index after the string, or
+/// `None` when the text is anything else (the caller takes the slow path).
+#[inline(always)]
+pub(crate) fn fixed_at<const N: usize>(buf: &[u8], start: usize) -> Option<([u8; N], usize)> {
+    let end = start + 2 * N + 4;
+    let s = buf.get(start..end)?;
+    if s[0] != b'"' || s[1] != b'0' || s[2] != b'x' || s[end - start - 1] != b'"' {
+        return None;
+    }
+    let mut out = [0u8; N];
+    decode_digits(&s[3..3 + 2 * N], &mut out).ok()?;
+    Some((out, end))
+}
+
 /// `"0x…"` for `bytes` (lowercase, two digits per byte), quotes included,
 /// into `out`, which holds `2 * bytes.len() + 4` bytes; returns that
 /// length.
@@ -237,6 +255,17 @@ mod tests {
             Err(Reason::Overflow128)
         );
         assert_eq!(quantity_u128(b"0x10000000000000000"), Ok(1 << 64));
+    }
+
+    #[test]
+    fn fixed_at_finds_the_end() {
+        let h = b"\"0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b\",";
+        let (v, end) = fixed_at::<32>(h, 0).unwrap();
+        assert_eq!((v[0], v[31], end), (0x88, 0x4b, 68));
+        assert!(fixed_at::<32>(&h[..60], 0).is_none());
+        assert!(fixed_at::<20>(h, 0).is_none());
+        assert!(fixed_at::<2>(b"\"0x0xab\"", 0).is_none());
+        assert!(fixed_at::<2>(b"\"0xa\\\"\"", 0).is_none());
     }
 
     #[test]

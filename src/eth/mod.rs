@@ -72,6 +72,7 @@ pub mod codes;
 mod decode;
 mod filter;
 mod hex;
+mod walk;
 pub mod write;
 
 pub use alloy_primitives::{Address, B256, Bytes, U256};

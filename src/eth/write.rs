@@ -25,13 +25,11 @@ pub fn quantity<B: ReplyBuf + ?Sized>(out: &mut B, v: u128) {
     out.extend_from_slice(&buf[..n]);
 }
 
+/// The core's writer: all sixteen digits of a `u64` at once, without a
+/// loop or a table.
 #[inline(always)]
 fn quantity_text(v: u128, buf: &mut [u8; 36]) -> usize {
-    match u64::try_from(v) {
-        // The common case (block numbers, gas, balances below 2^64).
-        Ok(small) => hex::encode_quantity_be(&small.to_be_bytes(), small.leading_zeros(), buf),
-        Err(_) => hex::encode_quantity_be(&v.to_be_bytes(), v.leading_zeros(), buf),
-    }
+    crate::write::quantity_text(v, buf)
 }
 
 /// `"0x…"`: a 256-bit QUANTITY.

@@ -354,6 +354,12 @@ impl Framer for Lsp {
             .max_header(self.max_header)
             .max_skip(self.max_skip);
     }
+
+    /// Always `None`: a frame ends where its `Content-Length` says, so bytes
+    /// left at the end of the input are a frame cut short.
+    fn finish(&mut self, _buf: &[u8]) -> Option<core::ops::Range<usize>> {
+        None
+    }
 }
 
 #[cfg(test)]

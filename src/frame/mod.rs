@@ -169,6 +169,32 @@ pub trait Framer {
     /// framer is reused for another connection), a [`Step::Close`] included;
     /// the limits are kept.
     fn reset(&mut self);
+
+    /// The input has ended with `buf` left over after the last
+    /// [`Step::NeedMore`]: returns where a last message lies in it, if the
+    /// framing lets one end without its terminator.
+    ///
+    /// The default, used by [`Lines`] and [`Concatenated`], returns the
+    /// leftover bytes without surrounding whitespace, if there are any: a
+    /// last line without its newline is a message (`printf '{...}' |
+    /// server`), and a message cut short gets the parser's -32700 rather
+    /// than vanishing. [`Lsp`] returns `None`: its frames end where their
+    /// `Content-Length` says, so the leftover is a frame cut short.
+    ///
+    /// ```
+    /// use rpcwire::frame::{Framer, Lines, Step};
+    ///
+    /// let mut framer = Lines::new();
+    /// let buf = br#"{"jsonrpc":"2.0","method":"exit"}"#;
+    /// assert_eq!(framer.next_frame(buf), Step::NeedMore { consumed: 0 });
+    /// let last = framer.finish(buf).unwrap();
+    /// assert_eq!(&buf[last], &buf[..]);
+    /// ```
+    fn finish(&mut self, buf: &[u8]) -> Option<Range<usize>> {
+        let start = buf.iter().position(|b| !crate::scan::is_ws(*b))?;
+        let end = buf.iter().rposition(|b| !crate::scan::is_ws(*b))? + 1;
+        Some(start..end)
+    }
 }
 
 impl<F: Framer + ?Sized> Framer for &mut F {
@@ -181,6 +207,9 @@ impl<F: Framer + ?Sized> Framer for &mut F {
     fn reset(&mut self) {
         (**self).reset()
     }
+    fn finish(&mut self, buf: &[u8]) -> Option<Range<usize>> {
+        (**self).finish(buf)
+    }
 }
 
 impl<F: Framer + ?Sized> Framer for Box<F> {
@@ -192,6 +221,9 @@ impl<F: Framer + ?Sized> Framer for Box<F> {
     }
     fn reset(&mut self) {
         (**self).reset()
+    }
+    fn finish(&mut self, buf: &[u8]) -> Option<Range<usize>> {
+        (**self).finish(buf)
     }
 }
 

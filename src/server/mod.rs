@@ -57,6 +57,11 @@ pub struct Limits {
     /// How long a graceful shutdown waits for calls in flight (default
     /// 10 s).
     pub shutdown_grace: Duration,
+    /// How long an HTTP request body may take to arrive once its head has
+    /// (default 30 s): a client trickling its body is answered `408` and
+    /// disconnected (counted as [`LimitKind::BodyTimeout`]). A body that
+    /// comes with its head never starts the clock.
+    pub body_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -68,6 +73,7 @@ impl Default for Limits {
             max_queued: 1024,
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -90,6 +96,8 @@ pub enum LimitKind {
     Subscription,
     /// The header section (LSP, HTTP) too large.
     Header,
+    /// [`Limits::body_timeout`]: an HTTP body that did not arrive in time.
+    BodyTimeout,
 }
 
 impl LimitKind {
@@ -101,6 +109,7 @@ impl LimitKind {
             LimitKind::Idle => "idle",
             LimitKind::Subscription => "subscription",
             LimitKind::Header => "header",
+            LimitKind::BodyTimeout => "body_timeout",
         }
     }
 }
@@ -115,7 +124,7 @@ impl LimitKind {
 /// use rpcwire::server::Metrics;
 /// let metrics = Arc::new(Metrics::default());
 /// let d = rpcwire::Dispatcher::builder(())
-///     .method("eth_chainId", |c: rpcwire::Call<'_, ()>| c.reply.quantity(1))
+///     .method("eth_chainId", |c: rpcwire::Call<'_, ()>| c.reply.str("0x1"))
 ///     .observer(metrics.clone())
 ///     .build()?;
 /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#, &mut rpcwire::Connection::new(), &mut Vec::new());

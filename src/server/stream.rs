@@ -36,8 +36,10 @@
 //! * **Closes cleanly.** At the end of the input it answers every message
 //!   read, writes everything, and returns ([`CloseReason::Eof`]): an MCP
 //!   server on stdio exits when its client closes stdin, replies delivered.
-//!   A message cut short by the end of the input is dropped (with newline
-//!   framing, a last line needs its `\n`).
+//!   A last line without its `\n` is a message too; bytes left that are
+//!   not one (a message cut short) get the parser's -32700, or with LSP
+//!   framing (a frame shorter than its `Content-Length`) are dropped
+//!   ([`Framer::finish`]).
 //!   On [`Shutdown`] it stops reading, lets the calls in flight finish
 //!   within [`Limits::shutdown_grace`], writes their replies whole, and
 //!   closes. A connection idle for [`Limits::idle_timeout`] is closed and
@@ -582,23 +584,21 @@ where
                         // own, so the large one's memory goes with it.
                         self.rbuf = BytesMut::from(&self.rbuf[..]);
                     }
-                    let frame = head.slice(range);
-                    self.peaks.messages_read += 1;
-                    if frame.len() > self.max_message_len {
-                        self.limit_hit(LimitKind::MessageLen);
-                        too_large_reply(self.max_message_len, &mut self.replies);
-                    } else {
-                        self.conn.start(self.dispatcher, &frame, &mut self.replies);
-                    }
-                    self.queue_replies();
+                    self.start_message(head.slice(range));
                     progress = true;
                 }
                 Step::NeedMore { consumed } => {
                     self.rbuf.advance(consumed);
                     self.wants_bytes = true;
                     if self.input == Input::Eof {
-                        // What is left is a message cut short: dropped.
                         self.input = Input::Stopped;
+                        // A last message without its terminator runs (or,
+                        // cut short, gets the parser's -32700).
+                        if let Some(range) = self.framer.finish(&self.rbuf) {
+                            let rest = self.rbuf.split().freeze();
+                            self.start_message(rest.slice(range));
+                            progress = true;
+                        }
                     }
                     break;
                 }
@@ -616,6 +616,18 @@ where
             }
         }
         progress
+    }
+
+    /// Starts one framed message (or refuses it, over the message limit).
+    fn start_message(&mut self, frame: Bytes) {
+        self.peaks.messages_read += 1;
+        if frame.len() > self.max_message_len {
+            self.limit_hit(LimitKind::MessageLen);
+            too_large_reply(self.max_message_len, &mut self.replies);
+        } else {
+            self.conn.start(self.dispatcher, &frame, &mut self.replies);
+        }
+        self.queue_replies();
     }
 
     /// Answers a message the framer refused.

@@ -142,7 +142,7 @@ const TURNS_PER_POLL: usize = 256;
 /// use rpcwire::{Call, Dispatcher};
 /// # async fn run() -> std::io::Result<()> {
 /// let d = Dispatcher::builder(0x1b4u64)
-///     .method("eth_blockNumber", |c: Call<'_, u64>| c.reply.quantity((*c.state).into()))
+///     .method("eth_blockNumber", |c: Call<'_, u64>| c.reply.u64(*c.state))
 ///     .build()
 ///     .unwrap();
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:8546").await?;

@@ -17,7 +17,7 @@ pub fn dispatcher() -> rpcwire::Dispatcher<()> {
             let xs: Vec<f64> = c.decode()?;
             c.reply.json(&xs.iter().sum::<f64>())
         })
-        .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.quantity(0x1b4))
+        .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.str("0x1b4"))
         .method("name", |c: Call<'_, ()>| {
             let (s,): (&str,) = c.decode()?;
             c.reply.str(s)

@@ -1,0 +1,238 @@
+//! An MCP server with the walkthrough's two tools, `build-app` and
+//! `lint-check`, plus `wait` (a slow call to cancel).
+//!
+//! ```text
+//! cargo run --release --features mcp --example mcp_server                          # stdio
+//! cargo run --release --features mcp --example mcp_server -- --http 127.0.0.1:8808 # Streamable HTTP at /mcp
+//! ```
+//!
+//! Only MCP messages go to stdout; this program's own messages go to
+//! stderr.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rpcwire::mcp::{
+    Content, LogLevel, McpServer, Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput,
+};
+use serde_json::{Value, json};
+
+fn build_app() -> Tool {
+    Tool::new(
+        "build-app",
+        json!({
+            "type": "object",
+            "properties": {
+                "project_dir": {"type": "string", "description": "The project's directory"},
+                "configuration": {"type": "string", "enum": ["Debug", "Release"], "description": "Build configuration (default Debug)"},
+                "arch": {"type": "string", "enum": ["arm64", "x86_64"], "description": "Target architecture"}
+            },
+            "required": ["project_dir", "arch"]
+        }),
+        |args: Value, cx: ToolContext| async move {
+            let project = args["project_dir"].as_str().unwrap_or_default().to_owned();
+            let configuration = args["configuration"].as_str().unwrap_or("Debug").to_owned();
+            let arch = args["arch"].as_str().unwrap_or_default().to_owned();
+            let steps = ["resolve", "compile", "link", "sign", "package"];
+            cx.log(LogLevel::Info, Some("build-app"), &format!("building {project} ({configuration}, {arch})"));
+            for (i, step) in steps.iter().enumerate() {
+                // The "build": a short pause per step.
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                cx.progress((i + 1) as f64, Some(steps.len() as f64), Some(step));
+                cx.log(LogLevel::Debug, Some("build-app"), &format!("step {step} done"));
+            }
+            let artifact = format!(
+                "{}/build/{configuration}/{arch}/app",
+                project.trim_end_matches('/')
+            );
+            Ok(ToolOutput::structured(json!({
+                "status": "ok",
+                "artifact": artifact,
+                "configuration": configuration,
+                "arch": arch,
+            })))
+        },
+    )
+    .title("Build the app")
+    .description("Builds the app in project_dir for one configuration and architecture; reports progress when asked.")
+    .output_schema(json!({
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["ok"]},
+            "artifact": {"type": "string"},
+            "configuration": {"type": "string", "enum": ["Debug", "Release"]},
+            "arch": {"type": "string", "enum": ["arm64", "x86_64"]}
+        },
+        "required": ["status", "artifact", "configuration", "arch"]
+    }))
+    .annotations(ToolAnnotations {
+        destructive_hint: Some(false),
+        idempotent_hint: Some(true),
+        ..Default::default()
+    })
+}
+
+/// What `lint-check` found.
+#[derive(Default)]
+struct Lint {
+    files: u64,
+    lines: u64,
+    trailing: u64,
+    findings: Vec<String>,
+}
+
+const MAX_FILES: u64 = 5_000;
+const MAX_FILE_LEN: u64 = 1 << 20;
+
+/// Counts lines and lines with trailing whitespace in the text files under
+/// `dir` (hidden folders, `target` and `node_modules` skipped).
+fn lint(dir: &Path, root: &Path, acc: &mut Lint) -> std::io::Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        if acc.files >= MAX_FILES {
+            return Ok(());
+        }
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let kind = entry.file_type()?;
+        let path = entry.path();
+        if kind.is_dir() {
+            if name.starts_with('.') || name == "target" || name == "node_modules" {
+                continue;
+            }
+            lint(&path, root, acc)?;
+        } else if kind.is_file() && entry.metadata()?.len() <= MAX_FILE_LEN {
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
+            if bytes.contains(&0) {
+                continue; // binary
+            }
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                continue;
+            };
+            acc.files += 1;
+            for (n, line) in text.lines().enumerate() {
+                acc.lines += 1;
+                if line.ends_with([' ', '\t']) {
+                    acc.trailing += 1;
+                    if acc.findings.len() < 20 {
+                        let rel = path.strip_prefix(root).unwrap_or(&path);
+                        acc.findings.push(format!("{}:{}", rel.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn lint_check() -> Tool {
+    Tool::new(
+        "lint-check",
+        json!({"type": "object", "properties": {}}),
+        |_args: Value, _cx: ToolContext| async move {
+            let root = std::env::current_dir()?;
+            let scan_root = root.clone();
+            let found = tokio::task::spawn_blocking(move || {
+                let mut acc = Lint::default();
+                lint(&scan_root, &scan_root, &mut acc).map(|()| acc)
+            })
+            .await
+            .map_err(|e| ToolError::new(e.to_string()))??;
+            let summary = format!(
+                "{} files, {} lines, {} with trailing whitespace",
+                found.files, found.lines, found.trailing
+            );
+            Ok(ToolOutput::structured(json!({
+                "root": root.display().to_string(),
+                "files": found.files,
+                "lines": found.lines,
+                "trailing_whitespace": found.trailing,
+                "findings": found.findings,
+            }))
+            .with(Content::text(summary)))
+        },
+    )
+    .title("Lint check")
+    .description(
+        "Counts lines and trailing whitespace in the text files under the current directory.",
+    )
+    .annotations(ToolAnnotations {
+        read_only_hint: Some(true),
+        ..Default::default()
+    })
+}
+
+fn wait() -> Tool {
+    Tool::new(
+        "wait",
+        json!({
+            "type": "object",
+            "properties": {"ms": {"type": "integer", "minimum": 0, "maximum": 60000}},
+            "required": ["ms"]
+        }),
+        |args: Value, cx: ToolContext| async move {
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            // Says on stderr when the call is dropped before it finished.
+            struct Guard(bool);
+            impl Drop for Guard {
+                fn drop(&mut self) {
+                    if !self.0 {
+                        eprintln!("mcp_server: wait cancelled");
+                    }
+                }
+            }
+            let mut guard = Guard(false);
+            let mut waited = 0;
+            while waited < ms {
+                let step = (ms - waited).min(100);
+                tokio::time::sleep(Duration::from_millis(step)).await;
+                waited += step;
+                cx.progress(waited as f64, Some(ms as f64), None);
+            }
+            guard.0 = true;
+            Ok(ToolOutput::text(format!("waited {ms} ms")))
+        },
+    )
+    .title("Wait")
+    .description("Waits ms milliseconds (a slow call to cancel).")
+    .annotations(ToolAnnotations {
+        read_only_hint: Some(true),
+        ..Default::default()
+    })
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let server = McpServer::builder("rpcwire-mcp-example", env!("CARGO_PKG_VERSION"))
+        .instructions("Build the app with build-app, check the sources with lint-check.")
+        .tool(build_app())
+        .tool(lint_check())
+        .tool(wait())
+        .build()?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match args.as_slice() {
+            [flag, addr] if flag == "--http" => {
+                let addr: std::net::SocketAddr = addr.parse()?;
+                eprintln!("mcp_server: Streamable HTTP on http://{addr}/mcp");
+                server.serve_http(addr).await?;
+            }
+            [] => {
+                eprintln!("mcp_server: stdio");
+                server.serve_stdio().await?;
+                eprintln!("mcp_server: stdin closed, exiting");
+            }
+            _ => {
+                eprintln!("usage: mcp_server [--http HOST:PORT]");
+                std::process::exit(2);
+            }
+        }
+        Ok(())
+    })
+}

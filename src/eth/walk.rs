@@ -1,0 +1,260 @@
+//! Walking validated JSON arrays and objects, tuned for Ethereum params:
+//! strings (nearly all of them hex) are skipped eight bytes at a time
+//! inline while short, with `memchr2` (the first quote or backslash) past
+//! 64 bytes, and the iterators here are the one walk the views make over
+//! their values: each element or member is found once.
+//!
+//! Everything here reads text the scanner already validated, so it never
+//! checks grammar; the decoders check the values they are asked for.
+
+use crate::json::{JsonStr, RawJson};
+
+/// The index after the JSON whitespace at and after `pos`.
+#[inline(always)]
+pub(crate) fn skip_ws(buf: &[u8], mut pos: usize) -> usize {
+    while let Some(&b) = buf.get(pos) {
+        if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+            break;
+        }
+        pos += 1;
+    }
+    pos
+}
+
+/// The high bit of each byte of `v` that equals `c`, exact up to the
+/// first match (the classic zero-byte test on `v ^ c`).
+#[inline(always)]
+const fn bytes_equal(v: u64, c: u8) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let x = v ^ (c as u64 * ONES);
+    x.wrapping_sub(ONES) & !x & (0x80 * ONES)
+}
+
+/// The index after the closing quote of the string whose content starts
+/// at `pos`. Short strings (addresses, hashes, tags) are read eight bytes
+/// at a time, inline, and their last bytes one by one; past 64 bytes,
+/// `memchr2` takes over.
+#[inline(always)]
+pub(crate) fn skip_string(buf: &[u8], mut pos: usize) -> usize {
+    let short_end = pos + 64;
+    while pos < short_end {
+        let hits = match buf.get(pos..pos + 8) {
+            Some(word) => {
+                let v = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+                bytes_equal(v, b'"') | bytes_equal(v, b'\\')
+            }
+            None => {
+                // The last few bytes of the buffer.
+                while let Some(&b) = buf.get(pos) {
+                    match b {
+                        b'"' => return pos + 1,
+                        b'\\' => pos += 2,
+                        _ => pos += 1,
+                    }
+                }
+                return buf.len();
+            }
+        };
+        if hits != 0 {
+            let at = pos + (hits.trailing_zeros() / 8) as usize;
+            if buf[at] == b'"' {
+                return at + 1;
+            }
+            // A backslash: it and the byte it escapes are content.
+            pos = at + 2;
+            continue;
+        }
+        pos += 8;
+    }
+    loop {
+        match memchr::memchr2(b'"', b'\\', buf.get(pos..).unwrap_or_default()) {
+            Some(i) if buf[pos + i] == b'"' => return pos + i + 1,
+            Some(i) => pos += i + 2,
+            None => return buf.len(),
+        }
+    }
+}
+
+/// The index after the value starting at `pos`.
+#[inline]
+pub(crate) fn skip_value(buf: &[u8], mut pos: usize) -> usize {
+    match buf.get(pos) {
+        Some(b'"') => skip_string(buf, pos + 1),
+        Some(b'{' | b'[') => {
+            let mut depth = 0usize;
+            while let Some(&b) = buf.get(pos) {
+                match b {
+                    b'"' => {
+                        pos = skip_string(buf, pos + 1);
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return pos + 1;
+                        }
+                    }
+                    _ => {}
+                }
+                pos += 1;
+            }
+            buf.len()
+        }
+        Some(_) => {
+            while let Some(&b) = buf.get(pos) {
+                if matches!(b, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t') {
+                    break;
+                }
+                pos += 1;
+            }
+            pos
+        }
+        None => pos,
+    }
+}
+
+/// The elements of a validated array (`buf` is the whole array).
+#[derive(Clone, Debug)]
+pub(crate) struct Elements<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Elements<'a> {
+    pub(crate) fn new(array: RawJson<'a>) -> Self {
+        Elements {
+            buf: array.as_bytes(),
+            pos: 1,
+        }
+    }
+
+    /// The array's bytes and the index where the next element (or
+    /// whitespace before it) starts, for callers that read an element
+    /// themselves and then [`resume`](Elements::resume) after it.
+    #[inline(always)]
+    pub(crate) fn peek(&mut self) -> Option<(&'a [u8], usize)> {
+        let start = skip_ws(self.buf, self.pos);
+        match self.buf.get(start) {
+            None | Some(b']') => {
+                self.pos = self.buf.len();
+                None
+            }
+            Some(_) => Some((self.buf, start)),
+        }
+    }
+
+    /// Continues after an element that ended at `end`.
+    #[inline(always)]
+    pub(crate) fn resume(&mut self, end: usize) {
+        self.pos = skip_ws(self.buf, end) + 1;
+    }
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = RawJson<'a>;
+
+    #[inline]
+    fn next(&mut self) -> Option<RawJson<'a>> {
+        let (buf, start) = self.peek()?;
+        let end = skip_value(buf, start);
+        self.resume(end);
+        Some(RawJson::from_validated(&buf[start..end]))
+    }
+}
+
+/// The members of a validated object.
+#[derive(Clone, Debug)]
+pub(crate) struct Members<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    /// The index after the closing brace, once the walk reached it.
+    end: usize,
+}
+
+impl<'a> Members<'a> {
+    #[cfg(test)]
+    pub(crate) fn new(object: RawJson<'a>) -> Self {
+        Members::at(object.as_bytes(), 0)
+    }
+
+    /// The members of the object whose `{` is at `buf[start]` (the object
+    /// may be followed by more text).
+    pub(crate) fn at(buf: &'a [u8], start: usize) -> Self {
+        Members {
+            buf,
+            pos: start + 1,
+            end: 0,
+        }
+    }
+
+    /// The index after the closing brace: known once the walk is over.
+    pub(crate) fn end(&self) -> Option<usize> {
+        (self.end != 0).then_some(self.end)
+    }
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (JsonStr<'a>, RawJson<'a>);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let buf = self.buf;
+        let key_start = skip_ws(buf, self.pos);
+        if buf.get(key_start) != Some(&b'"') {
+            if self.pos < buf.len() && self.end == 0 {
+                // The closing brace of an empty object.
+                self.end = key_start + 1;
+            }
+            self.pos = buf.len();
+            return None;
+        }
+        let key_end = skip_string(buf, key_start + 1);
+        let content = &buf[key_start + 1..key_end - 1];
+        // A key with escapes has a backslash; keys are short.
+        let key = JsonStr::from_content(content, content.contains(&b'\\'));
+        let value_start = skip_ws(buf, skip_ws(buf, key_end) + 1);
+        let value_end = skip_value(buf, value_start);
+        let separator = skip_ws(buf, value_end);
+        if buf.get(separator) == Some(&b'}') {
+            self.end = separator + 1;
+            self.pos = buf.len();
+        } else {
+            self.pos = separator + 1;
+        }
+        Some((key, RawJson::from_validated(&buf[value_start..value_end])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_agree_with_the_core_iterators() {
+        let arena = bumpalo::Bump::new();
+        let msg = br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[ "a\"b\\" , {"k\u0041":[1,{"x":"]"}], "b" : null } ,[[]], -1.5e3,true,"0x12"]}"#;
+        let p = crate::parse(msg, &arena)
+            .unwrap()
+            .into_single()
+            .unwrap()
+            .request()
+            .unwrap()
+            .params()
+            .unwrap();
+        let ours: Vec<_> = Elements::new(p.as_value()).collect();
+        let core: Vec<_> = p.iter().collect();
+        assert_eq!(ours, core);
+        let obj = core[1];
+        let ours: Vec<_> = Members::new(obj).collect();
+        let core: Vec<_> = obj.as_params().unwrap().entries().collect();
+        assert_eq!(ours, core);
+        assert_eq!(Elements::new(ours[0].1).count(), 2);
+        let mut m = Members::at(b"[ {\"a\":{\"}\":1} } ,2]", 2);
+        assert_eq!(m.end(), None);
+        assert_eq!(m.by_ref().count(), 1);
+        assert_eq!(m.end(), Some(16));
+        let mut empty = Members::at(b"{ }", 0);
+        assert_eq!((empty.next(), empty.end()), (None, Some(3)));
+    }
+}

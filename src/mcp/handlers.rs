@@ -1,0 +1,735 @@
+//! The MCP methods, as dispatcher handlers.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::tool::{CallScope, Content, LogFilter, LogLevel, ToolContext, ToolOutput};
+use super::{
+    LEGACY_VERSIONS, MODERN_VERSION, SUPPORTED_VERSIONS, ServerInner, SessionHandle, SessionState,
+    codes,
+};
+use crate::dispatch::{AsyncCall, Done, WithAsync};
+use crate::router::BuildError;
+use crate::{Call, Context, Dispatcher, RpcError};
+
+/// The dispatcher of an MCP server.
+pub(crate) fn dispatcher(
+    inner: ServerInner,
+    timeout: Option<Duration>,
+    max_in_flight: usize,
+) -> Result<Dispatcher<ServerInner, WithAsync>, BuildError> {
+    Dispatcher::builder(inner)
+        .method("initialize", initialize)
+        .method("ping", ping)
+        .method("server/discover", discover)
+        .method("logging/setLevel", set_level)
+        .method("tools/list", list_tools)
+        .method("notifications/initialized", initialized)
+        .method("notifications/cancelled", cancelled)
+        .async_method("tools/call", call_tool)
+        .timeout(timeout)
+        .max_in_flight(max_in_flight)
+        .quiet_panics(true)
+        .build()
+}
+
+/// The part of `_meta` this layer reads.
+#[derive(Deserialize, Default)]
+struct Meta<'a> {
+    #[serde(rename = "progressToken", borrow, default)]
+    progress_token: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+    protocol_version: Option<Cow<'a, str>>,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities", borrow, default)]
+    client_capabilities: Option<&'a RawValue>,
+    #[serde(rename = "io.modelcontextprotocol/logLevel", borrow, default)]
+    log_level: Option<Cow<'a, str>>,
+}
+
+/// Params of a method that reads only `_meta` (and a cursor).
+#[derive(Deserialize, Default)]
+struct Plain<'a> {
+    #[serde(rename = "_meta", borrow, default)]
+    meta: Option<Meta<'a>>,
+    #[serde(borrow, default)]
+    cursor: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    level: Option<Cow<'a, str>>,
+}
+
+/// The revision a request is served in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// 2026-07-28, with the level of log messages the request opted in to.
+    Modern(Option<LogLevel>),
+    /// The initialize lifecycle, at the revision the session negotiated.
+    Legacy(&'static str),
+}
+
+impl Era {
+    fn version(self) -> &'static str {
+        match self {
+            Era::Modern(_) => MODERN_VERSION,
+            Era::Legacy(v) => v,
+        }
+    }
+
+    fn is_modern(self) -> bool {
+        matches!(self, Era::Modern(_))
+    }
+}
+
+pub(crate) fn session_of(ctx: &Context) -> Option<&Arc<SessionState>> {
+    ctx.extension::<SessionHandle>().map(|h| &h.0)
+}
+
+/// -32602 naming a field.
+fn field_error(message: impl Into<Cow<'static, str>>, data: &impl Serialize) -> RpcError {
+    RpcError::invalid_params(message).with_data(data)
+}
+
+#[derive(Serialize)]
+struct Unsupported<'a> {
+    supported: &'a [&'a str],
+    requested: &'a str,
+}
+
+/// -32022: the request's protocol version is not one this server speaks.
+pub(crate) fn unsupported_version(requested: &str) -> RpcError {
+    RpcError::new(
+        codes::UNSUPPORTED_PROTOCOL_VERSION,
+        "Unsupported protocol version",
+    )
+    .with_data(&Unsupported {
+        supported: SUPPORTED_VERSIONS,
+        requested,
+    })
+}
+
+/// Decides a request's revision: its `_meta` (2026-07-28), or the session's
+/// negotiated one (which must exist unless `before_init` allows it).
+fn era(meta: Option<&Meta<'_>>, ctx: &Context, before_init: bool) -> Result<Era, RpcError> {
+    if let Some(meta) = meta
+        && let Some(version) = meta.protocol_version.as_deref()
+    {
+        if version == MODERN_VERSION {
+            let caps_ok = meta
+                .client_capabilities
+                .is_some_and(|c| c.get().trim_start().starts_with('{'));
+            if !caps_ok {
+                #[derive(Serialize)]
+                struct Missing {
+                    field: &'static str,
+                    reason: &'static str,
+                }
+                return Err(field_error(
+                    "Invalid params: _meta needs the client's capabilities",
+                    &Missing {
+                        field: "_meta.io.modelcontextprotocol/clientCapabilities",
+                        reason: "required object is missing",
+                    },
+                ));
+            }
+            let level = match meta.log_level.as_deref() {
+                None => None,
+                Some(name) => Some(LogLevel::parse(name).ok_or_else(|| bad_level(name, true))?),
+            };
+            return Ok(Era::Modern(level));
+        }
+        if !LEGACY_VERSIONS.contains(&version) {
+            return Err(unsupported_version(version));
+        }
+        // A handshake-era version in `_meta`: served as the session is.
+    }
+    match session_of(ctx).and_then(|s| s.version()) {
+        Some(v) => Ok(Era::Legacy(v)),
+        None if before_init => Ok(Era::Legacy(LEGACY_VERSIONS[0])),
+        None => {
+            #[derive(Serialize)]
+            struct Reason {
+                reason: &'static str,
+            }
+            Err(RpcError::new(crate::codes::INVALID_REQUEST, "Server not initialized").with_data(
+                &Reason {
+                    reason: "send initialize first, or the 2026-07-28 request _meta (io.modelcontextprotocol/protocolVersion)",
+                },
+            ))
+        }
+    }
+}
+
+fn bad_level(name: &str, in_meta: bool) -> RpcError {
+    #[derive(Serialize)]
+    struct Data<'a> {
+        field: &'static str,
+        expected: [&'static str; 8],
+        received: &'a str,
+    }
+    field_error(
+        "Invalid params: unknown log level",
+        &Data {
+            field: if in_meta {
+                "_meta.io.modelcontextprotocol/logLevel"
+            } else {
+                "level"
+            },
+            expected: LogLevel::ALL.map(LogLevel::as_str),
+            received: name,
+        },
+    )
+}
+
+/// -32601 for a method this revision removed.
+fn removed_in_modern(method: &str) -> RpcError {
+    #[derive(Serialize)]
+    struct Data<'a> {
+        method: &'a str,
+        reason: &'static str,
+    }
+    RpcError::new(crate::codes::METHOD_NOT_FOUND, "Method not found").with_data(&Data {
+        method,
+        reason: "removed in protocol revision 2026-07-28",
+    })
+}
+
+fn decode_plain<'a, S>(call: &Call<'a, S>) -> Result<Plain<'a>, RpcError> {
+    match call.params {
+        None => Ok(Plain::default()),
+        Some(_) => call.decode(),
+    }
+}
+
+/// What a 2026-07-28 result adds: `resultType` and the server's identity.
+#[derive(Serialize)]
+pub(crate) struct Stamp<'a> {
+    #[serde(rename = "resultType")]
+    result_type: &'static str,
+    #[serde(rename = "_meta")]
+    meta: ServerMeta<'a>,
+}
+
+#[derive(Serialize)]
+struct ServerMeta<'a> {
+    #[serde(rename = "io.modelcontextprotocol/serverInfo")]
+    server_info: &'a super::Implementation,
+}
+
+fn stamp(era: Era, inner: &ServerInner) -> Option<Stamp<'_>> {
+    era.is_modern().then_some(Stamp {
+        result_type: "complete",
+        meta: ServerMeta {
+            server_info: &inner.info,
+        },
+    })
+}
+
+/// Cache hints (2026-07-28).
+#[derive(Serialize)]
+struct Cache {
+    #[serde(rename = "ttlMs")]
+    ttl_ms: u64,
+    #[serde(rename = "cacheScope")]
+    cache_scope: &'static str,
+}
+
+fn cache(era: Era, inner: &ServerInner) -> Option<Cache> {
+    era.is_modern().then_some(Cache {
+        ttl_ms: inner.ttl_ms,
+        cache_scope: "public",
+    })
+}
+
+/// An empty result (`{}`, or its 2026-07-28 form).
+#[derive(Serialize)]
+struct Empty<'a> {
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    stamp: Option<Stamp<'a>>,
+}
+
+// ---------------------------------------------------------------- initialize
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams<'a> {
+    #[serde(borrow, default)]
+    protocol_version: Option<Cow<'a, str>>,
+}
+
+/// The revision `initialize` answers for `requested`.
+pub(crate) fn negotiate(requested: &str) -> Result<&'static str, RpcError> {
+    if let Some(v) = LEGACY_VERSIONS.iter().find(|v| **v == requested) {
+        return Ok(v);
+    }
+    let is_date = requested.len() == 10
+        && requested.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        });
+    if is_date && requested > LEGACY_VERSIONS[0] {
+        // A later revision than ours: answer ours, the client decides.
+        return Ok(LEGACY_VERSIONS[0]);
+    }
+    Err(
+        RpcError::invalid_params("Unsupported protocol version").with_data(&Unsupported {
+            supported: LEGACY_VERSIONS,
+            requested,
+        }),
+    )
+}
+
+fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
+    let params: InitializeParams<'_> = match call.params {
+        Some(_) => call.decode()?,
+        None => InitializeParams {
+            protocol_version: None,
+        },
+    };
+    let Some(requested) = params.protocol_version else {
+        #[derive(Serialize)]
+        struct Data {
+            field: &'static str,
+            reason: &'static str,
+            supported: &'static [&'static str],
+        }
+        return Err(field_error(
+            "Invalid params: protocolVersion is required",
+            &Data {
+                field: "protocolVersion",
+                reason: "required property is missing",
+                supported: LEGACY_VERSIONS,
+            },
+        ));
+    };
+    let version = negotiate(&requested)?;
+    if let Some(session) = session_of(call.ctx) {
+        session.initialize(version);
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct InitializeResult<'a> {
+        protocol_version: &'static str,
+        capabilities: Value,
+        server_info: &'a super::Implementation,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        instructions: Option<&'a str>,
+    }
+    let inner = call.state;
+    call.reply.json(&InitializeResult {
+        protocol_version: version,
+        capabilities: serde_json::json!({"tools": {"listChanged": true}, "logging": {}}),
+        server_info: &inner.info,
+        instructions: inner.instructions.as_deref(),
+    })
+}
+
+fn initialized(call: Call<'_, ServerInner>) -> Result<(), RpcError> {
+    if let Some(session) = session_of(call.ctx) {
+        session.mark_initialized();
+    }
+    Ok(())
+}
+
+fn ping(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
+    let params = decode_plain(&call)?;
+    let era = era(params.meta.as_ref(), call.ctx, true)?;
+    if era.is_modern() {
+        return Err(removed_in_modern("ping"));
+    }
+    call.reply.json(&Empty { stamp: None })
+}
+
+fn set_level(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
+    let params = decode_plain(&call)?;
+    let era = era(params.meta.as_ref(), call.ctx, true)?;
+    if era.is_modern() {
+        return Err(removed_in_modern("logging/setLevel"));
+    }
+    let Some(name) = params.level else {
+        #[derive(Serialize)]
+        struct Data {
+            field: &'static str,
+            reason: &'static str,
+        }
+        return Err(field_error(
+            "Invalid params: level is required",
+            &Data {
+                field: "level",
+                reason: "required property is missing",
+            },
+        ));
+    };
+    let level = LogLevel::parse(&name).ok_or_else(|| bad_level(&name, false))?;
+    if let Some(session) = session_of(call.ctx) {
+        session.set_log_level(level);
+    }
+    call.reply.json(&Empty { stamp: None })
+}
+
+fn cancelled(call: Call<'_, ServerInner>) -> Result<(), RpcError> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Params<'a> {
+        #[serde(borrow)]
+        request_id: Option<&'a RawValue>,
+    }
+    let params: Params<'_> = call.decode()?;
+    if let (Some(id), Some(session)) = (params.request_id, session_of(call.ctx)) {
+        session.request_cancel(id.get().as_bytes());
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ discover
+
+fn discover(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
+    let params = decode_plain(&call)?;
+    if let Some(v) = params
+        .meta
+        .as_ref()
+        .and_then(|m| m.protocol_version.as_deref())
+        && !SUPPORTED_VERSIONS.contains(&v)
+    {
+        return Err(unsupported_version(v));
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct DiscoverResult<'a> {
+        result_type: &'static str,
+        supported_versions: &'static [&'static str],
+        capabilities: Value,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        instructions: Option<&'a str>,
+        #[serde(rename = "_meta")]
+        meta: ServerMeta<'a>,
+        ttl_ms: u64,
+        cache_scope: &'static str,
+    }
+    let inner = call.state;
+    call.reply.json(&DiscoverResult {
+        result_type: "complete",
+        supported_versions: SUPPORTED_VERSIONS,
+        // Change notifications of this revision need `subscriptions/listen`,
+        // which this layer does not offer: no `listChanged` here.
+        capabilities: serde_json::json!({"tools": {}, "logging": {}}),
+        instructions: inner.instructions.as_deref(),
+        meta: ServerMeta {
+            server_info: &inner.info,
+        },
+        ttl_ms: inner.ttl_ms,
+        cache_scope: "public",
+    })
+}
+
+// --------------------------------------------------------------- tools/list
+
+/// A `tools/list` cursor: the offset of the page, written `p<offset>`.
+fn parse_cursor(cursor: &str, len: usize) -> Option<usize> {
+    let n: usize = cursor.strip_prefix('p')?.parse().ok()?;
+    (n <= len && cursor.len() > 1 && !cursor[1..].starts_with('+')).then_some(n)
+}
+
+fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
+    let params = decode_plain(&call)?;
+    let era = era(params.meta.as_ref(), call.ctx, false)?;
+    let inner = call.state;
+    let registry = inner.registry();
+    let start = match params.cursor.as_deref() {
+        None => 0,
+        Some(c) => parse_cursor(c, registry.tools.len()).ok_or_else(|| {
+            #[derive(Serialize)]
+            struct Data<'a> {
+                field: &'static str,
+                received: &'a str,
+            }
+            field_error(
+                "Invalid cursor",
+                &Data {
+                    field: "cursor",
+                    received: c,
+                },
+            )
+        })?,
+    };
+    let end = (start + inner.page_size).min(registry.tools.len());
+    let tools: Vec<&RawValue> = registry.tools[start..end]
+        .iter()
+        .map(|t| &*t.listing)
+        .collect();
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ListToolsResult<'a> {
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        stamp: Option<Stamp<'a>>,
+        tools: Vec<&'a RawValue>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_cursor: Option<String>,
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        cache: Option<Cache>,
+    }
+    let next_cursor = (end < registry.tools.len()).then(|| format!("p{end}"));
+    call.reply.json(&ListToolsResult {
+        stamp: stamp(era, inner),
+        tools,
+        next_cursor,
+        cache: cache(era, inner),
+    })
+}
+
+// --------------------------------------------------------------- tools/call
+
+#[derive(Deserialize)]
+struct CallParams<'a> {
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(rename = "_meta", borrow, default)]
+    meta: Option<Meta<'a>>,
+}
+
+/// Turns a schema violation into -32602 whose `data` names what failed.
+fn violation(tool: &str, e: &jsonschema::ValidationError<'_>) -> RpcError {
+    use jsonschema::error::ValidationErrorKind as K;
+    let path = e
+        .instance_path()
+        .as_str()
+        .trim_start_matches('/')
+        .replace('/', ".");
+    let field = |name: Option<&str>| -> String {
+        match (path.is_empty(), name) {
+            (true, Some(n)) => n.to_owned(),
+            (false, Some(n)) => format!("{path}.{n}"),
+            (true, None) => "arguments".to_owned(),
+            (false, None) => path.clone(),
+        }
+    };
+    // Structs, so that the members keep this order on the wire.
+    #[derive(Serialize)]
+    struct Expected<'a> {
+        field: String,
+        expected: &'a Value,
+        received: &'a Value,
+    }
+    #[derive(Serialize)]
+    struct Missing {
+        field: String,
+        reason: &'static str,
+    }
+    #[derive(Serialize)]
+    struct Other<'a> {
+        field: String,
+        reason: String,
+        received: &'a Value,
+    }
+    let message = |summary: &str| format!("Invalid arguments for tool {tool}: {summary}");
+    match e.kind() {
+        K::Enum { options } => {
+            let f = field(None);
+            RpcError::invalid_params(message(&format!("{f} must be one of {options}"))).with_data(
+                &Expected {
+                    field: f,
+                    expected: options,
+                    received: e.instance(),
+                },
+            )
+        }
+        K::Required { property } => {
+            let name = property
+                .as_str()
+                .map_or_else(|| property.to_string(), str::to_owned);
+            let f = field(Some(&name));
+            RpcError::invalid_params(message(&format!("missing required property '{f}'")))
+                .with_data(&Missing {
+                    field: f,
+                    reason: "required property is missing",
+                })
+        }
+        _ => RpcError::invalid_params(message(&e.to_string())).with_data(&Other {
+            field: field(None),
+            reason: e.to_string(),
+            received: e.instance(),
+        }),
+    }
+}
+
+/// The result of `tools/call`, written when the tool is done.
+struct CallAnswer {
+    output: ToolOutput,
+    /// The structured content as a text block, for older clients.
+    mirror: Option<Content>,
+    era: Era,
+    inner: Arc<ServerInner>,
+}
+
+impl Serialize for CallAnswer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        if self.era.is_modern() {
+            m.serialize_entry("resultType", "complete")?;
+        }
+        struct Blocks<'a>(&'a [Content], Option<&'a Content>);
+        impl Serialize for Blocks<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.iter().chain(self.1))
+            }
+        }
+        m.serialize_entry(
+            "content",
+            &Blocks(&self.output.content, self.mirror.as_ref()),
+        )?;
+        if let Some(v) = &self.output.structured {
+            m.serialize_entry("structuredContent", v)?;
+        }
+        if self.output.is_error {
+            m.serialize_entry("isError", &true)?;
+        }
+        if self.era.is_modern() {
+            m.serialize_entry(
+                "_meta",
+                &ServerMeta {
+                    server_info: &self.inner.info,
+                },
+            )?;
+        }
+        m.end()
+    }
+}
+
+async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError> {
+    let arena = bumpalo::Bump::new();
+    let Some(raw) = call.params.as_ref() else {
+        return Err(name_missing());
+    };
+    let params: CallParams<'_> = raw.decode_in(&arena)?;
+    let era = era(params.meta.as_ref(), &call.ctx, false)?;
+    let Some(name) = params.name.as_deref() else {
+        return Err(name_missing());
+    };
+    let inner = Arc::clone(&call.state);
+    let registry = inner.registry();
+    let Some(entry) = registry.get(name).cloned() else {
+        #[derive(Serialize)]
+        struct Data<'a> {
+            field: &'static str,
+            received: &'a str,
+        }
+        return Err(field_error(
+            format!("Unknown tool: {name}"),
+            &Data {
+                field: "name",
+                received: name,
+            },
+        ));
+    };
+    drop(registry);
+    let args = params
+        .arguments
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    // The boolean check is the fast one; errors are built only on failure.
+    if !entry.input.is_valid(&args)
+        && let Err(e) = entry.input.validate(&args)
+    {
+        return Err(violation(name, &e));
+    }
+    let log = match era {
+        Era::Modern(level) => LogFilter::Request(level),
+        Era::Legacy(_) => match session_of(&call.ctx) {
+            Some(s) => LogFilter::Session(Arc::clone(s)),
+            None => LogFilter::Request(None),
+        },
+    };
+    let progress_token = params
+        .meta
+        .as_ref()
+        .and_then(|m| m.progress_token)
+        .map(|t| t.to_owned());
+    let cx = ToolContext {
+        inner: Arc::new(CallScope {
+            ctx: call.ctx.clone(),
+            progress_token,
+            last_progress: Mutex::new(None),
+            log,
+            cancel: Some(call.cancellation().clone()),
+            version: era.version(),
+        }),
+    };
+    let output = match (entry.tool.handler)(args, cx).await {
+        Ok(o) => o,
+        Err(e) => ToolOutput::error(e.message()),
+    };
+    if !output.is_error
+        && let Some(schema) = &entry.output
+    {
+        let Some(structured) = &output.structured else {
+            return Err(RpcError::internal(format!(
+                "tool {name} declares an outputSchema but returned no structuredContent"
+            )));
+        };
+        if let Err(e) = schema.validate(structured) {
+            let data = serde_json::json!({
+                "field": e.instance_path().as_str(),
+                "reason": e.to_string(),
+            });
+            return Err(RpcError::internal(format!(
+                "tool {name} returned structuredContent that breaks its outputSchema"
+            ))
+            .with_data(&data));
+        }
+    }
+    let mirror = match (&output.structured, output.content.is_empty()) {
+        (Some(v), true) => Some(Content::text(v.to_string())),
+        _ => None,
+    };
+    Ok(CallAnswer {
+        output,
+        mirror,
+        era,
+        inner,
+    })
+}
+
+fn name_missing() -> RpcError {
+    field_error(
+        "Invalid params: name is required",
+        &serde_json::json!({"field": "name", "reason": "required property is missing"}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        assert_eq!(negotiate("2025-06-18").unwrap(), "2025-06-18");
+        assert_eq!(negotiate("2025-11-25").unwrap(), "2025-11-25");
+        assert_eq!(negotiate("2026-07-28").unwrap(), "2025-11-25");
+        assert_eq!(negotiate("2099-01-01").unwrap(), "2025-11-25");
+        let e = negotiate("2024-11-05").unwrap_err();
+        assert_eq!(e.code(), -32602);
+        assert_eq!(
+            e.data(),
+            Some(r#"{"supported":["2025-11-25","2025-06-18"],"requested":"2024-11-05"}"#)
+        );
+        assert!(negotiate("1.0.0").is_err());
+    }
+
+    #[test]
+    fn cursors() {
+        assert_eq!(parse_cursor("p0", 3), Some(0));
+        assert_eq!(parse_cursor("p3", 3), Some(3));
+        assert_eq!(parse_cursor("p4", 3), None);
+        assert_eq!(parse_cursor("p+1", 3), None);
+        assert_eq!(parse_cursor("x", 3), None);
+        assert_eq!(parse_cursor("p", 3), None);
+    }
+}

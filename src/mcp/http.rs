@@ -1,0 +1,903 @@
+//! MCP's Streamable HTTP transport: one endpoint (`/mcp` by default) on
+//! hyper 1.x.
+//!
+//! What a client gets, by case:
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | an `Origin` header that is not a localhost origin (`localhost`, `127.0.0.1`, `[::1]`, any scheme and port) or one of [`HttpConfig::allowed_origins`] | 403, a JSON-RPC error without id |
+//! | `POST` whose `Accept` does not take both `application/json` and `text/event-stream` (`*/*`, `application/*`, `text/*` count) | 406 |
+//! | `POST` whose `Content-Type` is not `application/json` | 415 |
+//! | a body over [`HttpConfig::max_body`] | 413 |
+//! | a body that is not JSON | 400, -32700 |
+//! | a JSON array (a batch) | 400, one -32600 |
+//! | a notification or a response | 202, no body |
+//! | a request answered without notifications first | 200, `application/json` |
+//! | a request whose call sends progress or log notifications before its result | 200, `text/event-stream`: the notifications, then the response, then the stream ends |
+//! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` |
+//! | `GET` or `DELETE` without `Mcp-Session-Id` | 405 |
+//! | `DELETE` with a session | 200, the session ends |
+//! | any other method | 405 |
+//!
+//! The initialize lifecycle (2025-06-18, 2025-11-25): a successful
+//! `initialize` (a `POST` without session) returns a new `Mcp-Session-Id`
+//! header; every later request must carry it (400 without, 404 when unknown
+//! or ended). An `MCP-Protocol-Version` header naming a revision this layer
+//! does not speak is 400 (a request without the header is served in the
+//! session's revision). `notifications/cancelled` stops the named call of
+//! the session, whose response stream then ends without a reply.
+//!
+//! Revision 2026-07-28 (a request whose `_meta` names
+//! `io.modelcontextprotocol/protocolVersion`): no sessions (an
+//! `Mcp-Session-Id` header is ignored). `MCP-Protocol-Version` and
+//! `Mcp-Method` must be present and match the body, and so must `Mcp-Name`
+//! for `tools/call` (plain or `=?base64?…?=`): otherwise 400 with -32020
+//! `HeaderMismatch`. An unsupported version is 400 with -32022 and
+//! `data.supported`; an unknown method is 404 with -32601. Closing the
+//! response stream cancels the call.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll};
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Frame, Incoming};
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use super::handlers::unsupported_version;
+use super::{
+    MODERN_VERSION, McpServer, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
+    write_batch_refusal,
+};
+use crate::peer::{Outbound, SendError};
+use crate::{Connection, RpcError};
+
+/// The header carrying the session id (initialize lifecycle).
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// The header carrying the protocol revision.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+/// The header mirroring the method (2026-07-28).
+pub const METHOD_HEADER: &str = "mcp-method";
+/// The header mirroring `params.name` of `tools/call` (2026-07-28).
+pub const NAME_HEADER: &str = "mcp-name";
+
+/// How the endpoint is served.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// The endpoint's path (default `/mcp`); other paths are 404.
+    pub path: String,
+    /// Origins accepted besides localhost ones, compared exactly
+    /// (`https://app.example`). Every other `Origin` is refused with 403:
+    /// the defence against DNS rebinding that the specification requires.
+    pub allowed_origins: Vec<String>,
+    /// The largest request body, in bytes (default 4 MiB); larger ones are
+    /// 413.
+    pub max_body: usize,
+    /// Sessions open at once (default 10,000); an `initialize` past it is
+    /// answered 503.
+    pub max_sessions: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            path: "/mcp".into(),
+            allowed_origins: Vec::new(),
+            max_body: 4 << 20,
+            max_sessions: 10_000,
+        }
+    }
+}
+
+/// The Streamable HTTP endpoint of one [`McpServer`]: sessions and the
+/// rules above. Cheap to clone; serve it with [`serve`] or call
+/// [`handle`](Endpoint::handle) from a hyper service of your own.
+#[derive(Clone)]
+pub struct Endpoint {
+    inner: Arc<EndpointInner>,
+}
+
+struct EndpointInner {
+    server: McpServer,
+    config: HttpConfig,
+    sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+}
+
+struct HttpSession {
+    state: Arc<SessionState>,
+    /// Fires when the session ends (`DELETE`), closing its GET streams.
+    ended: tokio::sync::watch::Sender<bool>,
+}
+
+/// The body of every answer: a whole body, or a stream fed by a call.
+pub enum Body {
+    /// Nothing, or one chunk.
+    Full(Option<Bytes>),
+    /// Server-sent events (or one JSON reply) from a running call.
+    Stream(mpsc::Receiver<Bytes>),
+}
+
+impl hyper::body::Body for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(chunk) => Poll::Ready(chunk.take().map(|b| Ok(Frame::data(b)))),
+            Body::Stream(rx) => rx.poll_recv(cx).map(|m| m.map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Body::Full(None))
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Full(b) => f.debug_tuple("Full").field(b).finish(),
+            Body::Stream(_) => f.write_str("Stream"),
+        }
+    }
+}
+
+/// Serves `endpoint` on `listener` until `shutdown` completes (then stops
+/// accepting; connections already open finish on their own).
+pub async fn serve(
+    endpoint: Endpoint,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                // A connection that failed before it was accepted (reset,
+                // out of descriptors): keep serving the others.
+                Err(_) => continue,
+            },
+            _ = &mut shutdown => return Ok(()),
+        };
+        let _ = stream.set_nodelay(true);
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let endpoint = endpoint.clone();
+                async move { Ok::<_, Infallible>(endpoint.handle(req).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+impl McpServer {
+    /// Serves Streamable HTTP at `addr` (path `/mcp`), forever.
+    pub async fn serve_http(&self, addr: SocketAddr) -> std::io::Result<()> {
+        let listener = TcpListener::bind(addr).await?;
+        serve(
+            Endpoint::new(self.clone(), HttpConfig::default()),
+            listener,
+            std::future::pending(),
+        )
+        .await
+    }
+}
+
+/// A per-request outbound queue: notifications of the call, then its
+/// reply, as SSE events or one JSON body.
+struct CallOutbound(mpsc::Sender<Event>);
+
+enum Event {
+    Note(Bytes),
+    Reply(Vec<u8>),
+}
+
+impl Outbound for CallOutbound {
+    fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.0.try_send(Event::Note(message)).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::Full,
+            mpsc::error::TrySendError::Closed(_) => SendError::Closed,
+        })
+    }
+}
+
+/// What the endpoint reads of a message before dispatching it.
+#[derive(Deserialize)]
+struct Peek<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+struct PeekParams<'a> {
+    #[serde(rename = "_meta", borrow, default)]
+    meta: Option<PeekMeta<'a>>,
+    #[serde(borrow, default)]
+    name: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize, Default)]
+struct PeekMeta<'a> {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion", borrow, default)]
+    version: Option<&'a RawValue>,
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(Body::Full(Some(Bytes::from(body))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn status_only(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(Body::Full(None));
+    *r.status_mut() = status;
+    r
+}
+
+/// An error response with a JSON-RPC error body (`id` as given, or null).
+fn rpc_error(status: StatusCode, id: Option<&RawValue>, error: &RpcError) -> Response<Body> {
+    let mut body = Vec::with_capacity(128);
+    body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    body.extend_from_slice(id.map_or("null", |i| i.get()).as_bytes());
+    body.extend_from_slice(b",\"error\":{\"code\":");
+    body.extend_from_slice(error.code().to_string().as_bytes());
+    body.extend_from_slice(b",\"message\":");
+    body.extend_from_slice(
+        serde_json::to_string(error.message())
+            .unwrap_or_default()
+            .as_bytes(),
+    );
+    if let Some(data) = error.data() {
+        body.extend_from_slice(b",\"data\":");
+        body.extend_from_slice(data.as_bytes());
+    }
+    body.extend_from_slice(b"}}");
+    json_response(status, body)
+}
+
+fn bad_request(reason: &'static str) -> Response<Body> {
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        None,
+        &RpcError::new(crate::codes::INVALID_REQUEST, reason),
+    )
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Whether `Origin` is absent, a localhost origin, or allowed.
+fn origin_ok(origin: Option<&HeaderValue>, allowed: &[String]) -> bool {
+    let Some(origin) = origin else {
+        return true;
+    };
+    let Ok(origin) = origin.to_str() else {
+        return false;
+    };
+    if allowed.iter().any(|a| a == origin) {
+        return true;
+    }
+    let Some((_, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    let host = if let Some(v6) = rest.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((h, tail)) if tail.is_empty() || tail.starts_with(':') => h,
+            _ => return false,
+        }
+    } else {
+        rest.split(':').next().unwrap_or("")
+    };
+    if rest.contains('/') {
+        return false;
+    }
+    matches!(host, "localhost" | "127.0.0.1" | "::1")
+}
+
+/// Which of JSON and SSE an `Accept` header takes.
+fn accepts(headers: &HeaderMap) -> (bool, bool) {
+    let (mut json, mut sse) = (false, false);
+    for value in headers.get_all(hyper::header::ACCEPT) {
+        let Ok(value) = value.to_str() else { continue };
+        for item in value.split(',') {
+            let media = item
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            match media.as_str() {
+                "*/*" => (json, sse) = (true, true),
+                "application/json" | "application/*" => json = true,
+                "text/event-stream" | "text/*" => sse = true,
+                _ => {}
+            }
+        }
+    }
+    (json, sse)
+}
+
+/// Decodes a header value that may use the `=?base64?…?=` form.
+fn decode_header_value(value: &str) -> Option<String> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(b64) => String::from_utf8(base64_decode(b64)?).ok(),
+        None => Some(value.to_owned()),
+    }
+}
+
+fn base64_decode(s: &str) -> Option<Vec<u8>> {
+    fn val(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let s = s.trim_end_matches('=').as_bytes();
+    let mut out = Vec::with_capacity(s.len() * 3 / 4);
+    for chunk in s.chunks(4) {
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= val(c)? << (18 - 6 * i);
+        }
+        let bytes = n.to_be_bytes();
+        match chunk.len() {
+            4 => out.extend_from_slice(&bytes[1..4]),
+            3 => out.extend_from_slice(&bytes[1..3]),
+            2 => out.push(bytes[1]),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// A new session id: 128 random bits, hex.
+fn new_session_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // No OS randomness: fall back to a hash of the time and a counter
+        // (unguessable enough for a local server, never repeated).
+        use std::hash::{BuildHasher, Hasher};
+        static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        h.write_u64(COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        bytes[..8].copy_from_slice(&h.finish().to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn header_mismatch(id: Option<&RawValue>, message: String) -> Response<Body> {
+    rpc_error(
+        StatusCode::BAD_REQUEST,
+        id,
+        &RpcError::new(codes::HEADER_MISMATCH, message),
+    )
+}
+
+impl Endpoint {
+    /// The endpoint of `server`.
+    pub fn new(server: McpServer, config: HttpConfig) -> Endpoint {
+        Endpoint {
+            inner: Arc::new(EndpointInner {
+                server,
+                config,
+                sessions: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Sessions open now.
+    pub fn sessions(&self) -> usize {
+        self.sessions_lock().len()
+    }
+
+    fn sessions_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<HttpSession>>> {
+        self.inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn session(&self, id: &str) -> Option<Arc<HttpSession>> {
+        self.sessions_lock().get(id).cloned()
+    }
+
+    /// Answers one HTTP request.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<Body> {
+        let config = &self.inner.config;
+        if req.uri().path() != config.path {
+            return status_only(StatusCode::NOT_FOUND);
+        }
+        if !origin_ok(
+            req.headers().get(hyper::header::ORIGIN),
+            &config.allowed_origins,
+        ) {
+            return rpc_error(
+                StatusCode::FORBIDDEN,
+                None,
+                &RpcError::new(
+                    crate::codes::INVALID_REQUEST,
+                    "Forbidden: Origin not allowed",
+                ),
+            );
+        }
+        match *req.method() {
+            Method::POST => self.post(req).await,
+            Method::GET => self.get(req),
+            Method::DELETE => self.delete(req.headers()),
+            _ => {
+                let mut r = status_only(StatusCode::METHOD_NOT_ALLOWED);
+                r.headers_mut().insert(
+                    hyper::header::ALLOW,
+                    HeaderValue::from_static("GET, POST, DELETE"),
+                );
+                r
+            }
+        }
+    }
+
+    fn no_session_method() -> Response<Body> {
+        let mut r = status_only(StatusCode::METHOD_NOT_ALLOWED);
+        r.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static("POST"));
+        r
+    }
+
+    fn delete(&self, headers: &HeaderMap) -> Response<Body> {
+        let Some(id) = header(headers, SESSION_HEADER) else {
+            return Self::no_session_method();
+        };
+        match self.sessions_lock().remove(id) {
+            Some(session) => {
+                let _ = session.ended.send(true);
+                status_only(StatusCode::OK)
+            }
+            None => status_only(StatusCode::NOT_FOUND),
+        }
+    }
+
+    fn get(&self, req: Request<Incoming>) -> Response<Body> {
+        let Some(id) = header(req.headers(), SESSION_HEADER) else {
+            return Self::no_session_method();
+        };
+        if !accepts(req.headers()).1 {
+            return status_only(StatusCode::NOT_ACCEPTABLE);
+        }
+        let Some(session) = self.session(id) else {
+            return status_only(StatusCode::NOT_FOUND);
+        };
+        let (tx, rx) = mpsc::channel::<Bytes>(16);
+        let mut changes = self.inner.server.inner().changes.subscribe();
+        let mut ended = session.ended.subscribe();
+        tokio::spawn(async move {
+            // A comment first, so that the client sees the stream open.
+            if tx.send(Bytes::from_static(b": open\n\n")).await.is_err() {
+                return;
+            }
+            loop {
+                tokio::select! {
+                    changed = changes.recv() => match changed {
+                        Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            let event = Bytes::from_static(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n");
+                            if tx.send(event).await.is_err() {
+                                return;
+                            }
+                        }
+                        Err(_) => return,
+                    },
+                    _ = ended.changed() => return,
+                    _ = tx.closed() => return,
+                }
+            }
+        });
+        sse_response(Body::Stream(rx))
+    }
+
+    async fn post(&self, req: Request<Incoming>) -> Response<Body> {
+        let (json_ok, sse_ok) = accepts(req.headers());
+        if !(json_ok && sse_ok) {
+            return rpc_error(
+                StatusCode::NOT_ACCEPTABLE,
+                None,
+                &RpcError::new(
+                    crate::codes::INVALID_REQUEST,
+                    "Not Acceptable: Accept must list application/json and text/event-stream",
+                ),
+            );
+        }
+        let content_type = header(req.headers(), "content-type").unwrap_or("");
+        if !content_type
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .eq_ignore_ascii_case("application/json")
+        {
+            return rpc_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                None,
+                &RpcError::new(
+                    crate::codes::INVALID_REQUEST,
+                    "Unsupported Media Type: Content-Type must be application/json",
+                ),
+            );
+        }
+        let (parts, body) = req.into_parts();
+        let body = match http_body_util::Limited::new(body, self.inner.config.max_body)
+            .collect()
+            .await
+        {
+            Ok(b) => b.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return rpc_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    None,
+                    &RpcError::new(crate::codes::INVALID_REQUEST, "Request body too large")
+                        .with_data(&serde_json::json!({"limit": self.inner.config.max_body})),
+                );
+            }
+            Err(_) => return status_only(StatusCode::BAD_REQUEST),
+        };
+        if is_batch(&body) {
+            let mut out = Vec::new();
+            write_batch_refusal(&mut out);
+            return json_response(StatusCode::BAD_REQUEST, out);
+        }
+        let peek: Peek<'_> = match serde_json::from_slice(&body) {
+            Ok(p) => p,
+            Err(_) => {
+                return rpc_error(
+                    StatusCode::BAD_REQUEST,
+                    None,
+                    &RpcError::new(crate::codes::PARSE_ERROR, "Parse error"),
+                );
+            }
+        };
+        let params: PeekParams<'_> = peek
+            .params
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or_default();
+        let modern_version =
+            params.meta.as_ref().and_then(|m| m.version).map(|v| {
+                serde_json::from_str::<Cow<'_, str>>(v.get()).unwrap_or(Cow::Borrowed(""))
+            });
+        let Some(method) = peek.method.as_deref() else {
+            // A response (this server sends no requests) or garbage that
+            // the dispatcher answers.
+            if peek.id.is_some() && peek.params.is_none() {
+                return status_only(StatusCode::ACCEPTED);
+            }
+            return self.run(body.clone(), None, None, &parts.headers).await;
+        };
+        let is_request = peek.id.is_some();
+        match modern_version {
+            Some(version) if method != "initialize" => {
+                self.post_modern(
+                    body.clone(),
+                    &peek,
+                    method,
+                    &version,
+                    &params,
+                    &parts.headers,
+                )
+                .await
+            }
+            _ => {
+                self.post_legacy(body.clone(), peek.id, method, is_request, &parts.headers)
+                    .await
+            }
+        }
+    }
+
+    async fn post_modern(
+        &self,
+        body: Bytes,
+        peek: &Peek<'_>,
+        method: &str,
+        version: &str,
+        params: &PeekParams<'_>,
+        headers: &HeaderMap,
+    ) -> Response<Body> {
+        let id = peek.id;
+        match header(headers, VERSION_HEADER) {
+            None => {
+                return header_mismatch(
+                    id,
+                    "Header mismatch: MCP-Protocol-Version is required".into(),
+                );
+            }
+            Some(h) if h != version => {
+                return header_mismatch(
+                    id,
+                    format!(
+                        "Header mismatch: MCP-Protocol-Version header value '{h}' does not match body value '{version}'"
+                    ),
+                );
+            }
+            Some(_) => {}
+        }
+        if version != MODERN_VERSION {
+            return rpc_error(StatusCode::BAD_REQUEST, id, &unsupported_version(version));
+        }
+        if id.is_none() {
+            // Notifications of this revision carry no meaning over HTTP
+            // (closing a stream is the cancellation): accepted.
+            return status_only(StatusCode::ACCEPTED);
+        }
+        match header(headers, METHOD_HEADER) {
+            Some(h) if h == method => {}
+            Some(h) => {
+                return header_mismatch(
+                    id,
+                    format!(
+                        "Header mismatch: Mcp-Method header value '{h}' does not match body value '{method}'"
+                    ),
+                );
+            }
+            None => return header_mismatch(id, "Header mismatch: Mcp-Method is required".into()),
+        }
+        if method == "tools/call" {
+            let body_name = params
+                .name
+                .and_then(|n| serde_json::from_str::<String>(n.get()).ok());
+            let header_name = header(headers, NAME_HEADER).and_then(decode_header_value);
+            match (body_name, header_name) {
+                (Some(b), Some(h)) if b == h => {}
+                (Some(b), Some(h)) => {
+                    return header_mismatch(
+                        id,
+                        format!(
+                            "Header mismatch: Mcp-Name header value '{h}' does not match body value '{b}'"
+                        ),
+                    );
+                }
+                (Some(_), None) => {
+                    return header_mismatch(id, "Header mismatch: Mcp-Name is required".into());
+                }
+                // No name in the body: the dispatcher answers -32602.
+                (None, _) => {}
+            }
+        }
+        if !self.inner.server.dispatcher.methods().any(|m| m == method) {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                &RpcError::new(crate::codes::METHOD_NOT_FOUND, "Method not found")
+                    .with_data(&serde_json::json!({"method": method})),
+            );
+        }
+        self.run(body, None, id, headers).await
+    }
+
+    async fn post_legacy(
+        &self,
+        body: Bytes,
+        id: Option<&RawValue>,
+        method: &str,
+        is_request: bool,
+        headers: &HeaderMap,
+    ) -> Response<Body> {
+        if let Some(v) = header(headers, VERSION_HEADER)
+            && !SUPPORTED_VERSIONS.contains(&v)
+        {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                id,
+                &RpcError::new(
+                    crate::codes::INVALID_REQUEST,
+                    "Bad Request: unsupported MCP-Protocol-Version",
+                )
+                .with_data(&serde_json::json!({"supported": SUPPORTED_VERSIONS, "requested": v})),
+            );
+        }
+        if method == "initialize" && is_request {
+            if self.sessions() >= self.inner.config.max_sessions {
+                return status_only(StatusCode::SERVICE_UNAVAILABLE);
+            }
+            let state = Arc::new(SessionState::default());
+            let session_id = new_session_id();
+            let mut response = self.run(body, Some(state.clone()), id, headers).await;
+            if state.version().is_some() {
+                // Answered with a result: the session exists from now on.
+                let (ended, _) = tokio::sync::watch::channel(false);
+                self.sessions_lock()
+                    .insert(session_id.clone(), Arc::new(HttpSession { state, ended }));
+                if let Ok(v) = HeaderValue::from_str(&session_id) {
+                    response.headers_mut().insert(SESSION_HEADER, v);
+                }
+            }
+            return response;
+        }
+        let Some(session_id) = header(headers, SESSION_HEADER) else {
+            if method == "ping" || method == "server/discover" {
+                // Harmless without a session: answered statelessly.
+                return self.run(body, None, id, headers).await;
+            }
+            return bad_request("Bad Request: Mcp-Session-Id header is required");
+        };
+        let Some(session) = self.session(session_id) else {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                id,
+                &RpcError::new(crate::codes::INVALID_REQUEST, "Session not found"),
+            );
+        };
+        self.run(body, Some(session.state.clone()), id, headers)
+            .await
+    }
+
+    /// Runs one message on a connection of its own (sharing the session's
+    /// lifecycle state, if any) and answers with its reply: JSON, or SSE
+    /// when the call sends notifications first; 202 when there is none.
+    async fn run(
+        &self,
+        body: Bytes,
+        session: Option<Arc<SessionState>>,
+        id: Option<&RawValue>,
+        headers: &HeaderMap,
+    ) -> Response<Body> {
+        let _ = headers;
+        let server = self.inner.server.clone();
+        let session_state = session.unwrap_or_default();
+        let (tx, mut rx) = mpsc::channel::<Event>(64);
+        let ctx = McpServer::context_with("http", session_state.clone())
+            .outbound(Arc::new(CallOutbound(tx.clone())))
+            .build();
+        let id_bytes: Option<Box<[u8]>> = id.map(|i| i.get().as_bytes().into());
+        let is_request = id_bytes.is_some();
+        let task = async move {
+            let mut conn = Connection::with_context(ctx);
+            let mut out = Vec::new();
+            let cancel = id_bytes.as_deref().map(|i| session_state.register(i));
+            conn.start(&server.dispatcher, &body, &mut out);
+            super::apply_cancels(&mut conn);
+            let mut cancel = cancel;
+            while conn.messages_in_flight() > 0 {
+                tokio::select! {
+                    _ = std::future::poll_fn(|cx| super::poll_drain(&mut conn, &server.dispatcher, cx, &mut out)) => {}
+                    _ = async { cancel.as_mut().expect("guarded").await }, if cancel.is_some() => {
+                        cancel = None;
+                        if let Some(i) = &id_bytes { conn.cancel(i); }
+                    }
+                    _ = tx.closed() => {
+                        // The client closed the response stream: cancelled.
+                        if let Some(i) = &id_bytes { conn.cancel(i); }
+                        break;
+                    }
+                }
+            }
+            if let Some(i) = &id_bytes {
+                session_state.unregister(i);
+            }
+            if !out.is_empty() {
+                let _ = tx.send(Event::Reply(out)).await;
+            }
+        };
+        tokio::spawn(task);
+        if !is_request {
+            // Notifications (and responses) are handled inline and answered
+            // with 202 once done.
+            while rx.recv().await.is_some() {}
+            return status_only(StatusCode::ACCEPTED);
+        }
+        match rx.recv().await {
+            Some(Event::Reply(reply)) => json_response(StatusCode::OK, reply),
+            Some(Event::Note(first)) => {
+                let (sse_tx, sse_rx) = mpsc::channel::<Bytes>(64);
+                let _ = sse_tx.try_send(sse_event(&first));
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            event = rx.recv() => match event {
+                                Some(Event::Note(n)) => { if sse_tx.send(sse_event(&n)).await.is_err() { return; } }
+                                Some(Event::Reply(r)) => { let _ = sse_tx.send(sse_event(&r)).await; return; }
+                                None => return,
+                            },
+                            // Dropping `rx` tells the call its stream closed.
+                            _ = sse_tx.closed() => return,
+                        }
+                    }
+                });
+                sse_response(Body::Stream(sse_rx))
+            }
+            // Cancelled before anything was sent: an empty event stream.
+            None => sse_response(Body::Full(None)),
+        }
+    }
+}
+
+fn sse_event(json: &[u8]) -> Bytes {
+    let mut e = Vec::with_capacity(json.len() + 24);
+    e.extend_from_slice(b"event: message\ndata: ");
+    e.extend_from_slice(json);
+    e.extend_from_slice(b"\n\n");
+    Bytes::from(e)
+}
+
+fn sse_response(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins() {
+        let ok = |o: &str| origin_ok(Some(&HeaderValue::from_str(o).unwrap()), &[]);
+        assert!(ok("http://localhost:3000"));
+        assert!(ok("http://127.0.0.1"));
+        assert!(ok("https://[::1]:8080"));
+        assert!(!ok("http://evil.example"));
+        assert!(!ok("http://localhost.evil.example"));
+        assert!(!ok("null"));
+        assert!(origin_ok(None, &[]));
+        assert!(origin_ok(
+            Some(&HeaderValue::from_static("https://app.example")),
+            &["https://app.example".into()]
+        ));
+    }
+
+    #[test]
+    fn base64_header_values() {
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8sIOS4lueVjA==?=").as_deref(),
+            Some("Hello, 世界")
+        );
+        assert_eq!(
+            decode_header_value("=?base64?IHBhZGRlZCA=?=").as_deref(),
+            Some(" padded ")
+        );
+        assert_eq!(decode_header_value("us-west1").as_deref(), Some("us-west1"));
+        assert_eq!(decode_header_value("=?base64?!!?="), None);
+    }
+}

@@ -1,0 +1,514 @@
+//! An MCP server layer (feature `mcp`): the Model Context Protocol's
+//! lifecycle, tools, progress, cancellation and logging on the crate's
+//! dispatcher, over stdio ([`McpServer::serve_stdio`]) and Streamable HTTP
+//! ([`http`]).
+//!
+//! # Revisions
+//!
+//! * `2025-06-18` and `2025-11-25`: the `initialize` /
+//!   `notifications/initialized` lifecycle. `initialize` answers the
+//!   client's revision when it is one of these, the newest of them when the
+//!   client asks for a later one, and -32602 with `data.supported` (and
+//!   `data.requested`) otherwise. `ping` and `logging/setLevel` are answered
+//!   at any time; other requests of this lifecycle before `initialize` get
+//!   -32600.
+//! * `2026-07-28`: no handshake. A request whose `_meta` carries
+//!   `io.modelcontextprotocol/protocolVersion` is served on its own: the
+//!   version must be `2026-07-28` (else -32022 `UnsupportedProtocolVersion`
+//!   with `data.supported` and `data.requested`),
+//!   `io.modelcontextprotocol/clientCapabilities` must be an object (else
+//!   -32602), `io.modelcontextprotocol/logLevel` opts in to log messages.
+//!   Clients open with `server/discover`. Every result carries `resultType`
+//!   and the server's identity in `_meta`; `server/discover` and
+//!   `tools/list` carry the cache hints `ttlMs` and `cacheScope`. `ping` and
+//!   `logging/setLevel`, removed by this revision, are -32601 there.
+//!
+//! One connection may serve both: a stdio client that probes
+//! `server/discover` and then falls back to `initialize` is served in the
+//! revision it settles on. Methods the server does not know are -32601, and
+//! the server keeps running. JSON-RPC batches are not part of these
+//! revisions: an array is answered with one -32600.
+//!
+//! # Tools
+//!
+//! [`Tool`]s have a name, a title, a description, an input JSON Schema,
+//! optionally an output schema and annotations. `tools/call` checks the
+//! arguments against the input schema (with the `jsonschema` crate) before
+//! the tool runs, and answers a violation with -32602 whose `data` names
+//! what failed: `{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}`
+//! for a value outside an `enum`, `{"field":"project_dir","reason":"required property is missing"}`
+//! for a missing one, `{"field":…,"reason":…,"received":…}` otherwise. An
+//! unknown tool is -32602 too. A failure of the tool itself is a result with
+//! `isError: true`.
+//!
+//! ```
+//! use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
+//! use serde_json::json;
+//!
+//! let server = McpServer::builder("demo", "1.0.0")
+//!     .tool(Tool::new(
+//!         "add",
+//!         json!({"type": "object",
+//!                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+//!                "required": ["a", "b"]}),
+//!         |args, _cx: ToolContext| async move {
+//!             let sum = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
+//!             Ok(ToolOutput::structured(json!({"sum": sum})))
+//!         },
+//!     ))
+//!     .build()?;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! // Any transport: here, one message in memory (2026-07-28, no handshake).
+//! let mut conn = server.connection("memory");
+//! let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3},
+//!     "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+//! let mut out = Vec::new();
+//! server.handle(&bytes::Bytes::from_static(request), &mut conn, &mut out).await;
+//! let reply: serde_json::Value = serde_json::from_slice(&out).unwrap();
+//! assert_eq!(reply["result"]["structuredContent"], json!({"sum": 5.0}));
+//! assert_eq!(reply["result"]["resultType"], "complete");
+//! # });
+//! # Ok::<(), rpcwire::mcp::BuildError>(())
+//! ```
+//!
+//! Tools may be added and removed while the server runs
+//! ([`McpServer::add_tool`], [`McpServer::remove_tool`]): sessions of the
+//! initialize lifecycle are sent `notifications/tools/list_changed` (the
+//! `listChanged` capability).
+//!
+//! # Transports
+//!
+//! * stdio ([`McpServer::serve_stdio`], or [`McpServer::serve_stream`] over
+//!   any byte stream): one message per line, only MCP messages on stdout,
+//!   returns when stdin closes. `notifications/cancelled` stops the call
+//!   ([`Connection::cancel`](crate::Connection::cancel)), which then sends
+//!   no reply; unknown ids are ignored.
+//! * Streamable HTTP ([`http`]).
+
+mod handlers;
+pub mod http;
+mod session;
+mod stdio;
+mod tool;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::dispatch::{ReplyBuf, WithAsync};
+use crate::{Connection, Context, Dispatcher};
+
+pub(crate) use session::SessionState;
+pub use tool::{
+    Content, EmbeddedResource, LogLevel, Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput,
+};
+
+/// The revision of the protocol without `initialize` (per-request `_meta`).
+pub const MODERN_VERSION: &str = "2026-07-28";
+/// The revisions of the `initialize` lifecycle this layer speaks, newest
+/// first.
+pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18"];
+/// Every revision this layer speaks, newest first (what `data.supported`
+/// lists).
+pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18"];
+
+/// Error codes MCP defines (2026-07-28).
+pub mod codes {
+    /// HTTP headers do not match the body, or a required one is missing.
+    pub const HEADER_MISMATCH: i32 = -32020;
+    /// The request needs a client capability the client did not declare.
+    pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i32 = -32021;
+    /// The request's protocol version is not one the server speaks.
+    pub const UNSUPPORTED_PROTOCOL_VERSION: i32 = -32022;
+}
+
+/// The `_meta` key carrying a request's protocol version (2026-07-28).
+pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// The `_meta` key carrying a request's client capabilities (2026-07-28).
+pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// The `_meta` key carrying a request's log level (2026-07-28).
+pub const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// The result `_meta` key carrying the server's identity (2026-07-28).
+pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Why a server could not be built, or a tool added.
+#[derive(Debug)]
+pub struct BuildError(String);
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BuildError {}
+
+/// A tool as the server keeps it: compiled schemas, its listing written
+/// once.
+pub(crate) struct ToolEntry {
+    pub(crate) tool: Tool,
+    pub(crate) input: jsonschema::Validator,
+    pub(crate) output: Option<jsonschema::Validator>,
+    /// Its `tools/list` entry, serialized.
+    pub(crate) listing: Box<RawValue>,
+}
+
+impl ToolEntry {
+    fn new(tool: Tool) -> Result<ToolEntry, BuildError> {
+        let name = tool.name().to_owned();
+        if name.is_empty() {
+            return Err(BuildError("a tool needs a name".into()));
+        }
+        if !tool.def.input_schema.is_object() {
+            return Err(BuildError(format!(
+                "tool {name}: inputSchema must be a JSON object"
+            )));
+        }
+        let compile = |schema: &Value, which: &str| {
+            jsonschema::validator_for(schema)
+                .map_err(|e| BuildError(format!("tool {name}: invalid {which}: {e}")))
+        };
+        let input = compile(&tool.def.input_schema, "inputSchema")?;
+        let output = match &tool.def.output_schema {
+            Some(s) => Some(compile(s, "outputSchema")?),
+            None => None,
+        };
+        let listing = serde_json::value::to_raw_value(&tool.def)
+            .map_err(|e| BuildError(format!("tool {name}: {e}")))?;
+        Ok(ToolEntry {
+            tool,
+            input,
+            output,
+            listing,
+        })
+    }
+}
+
+/// The tools, as one immutable snapshot (replaced whole on a change).
+#[derive(Default)]
+pub(crate) struct Registry {
+    pub(crate) tools: Vec<Arc<ToolEntry>>,
+    index: HashMap<String, usize>,
+}
+
+impl Registry {
+    fn with(&self, entry: ToolEntry) -> Registry {
+        let mut tools = self.tools.clone();
+        let entry = Arc::new(entry);
+        match self.index.get(entry.tool.name()) {
+            Some(&i) => tools[i] = entry,
+            None => tools.push(entry),
+        }
+        Registry::from_list(tools)
+    }
+
+    fn from_list(tools: Vec<Arc<ToolEntry>>) -> Registry {
+        let index = tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.tool.name().to_owned(), i))
+            .collect();
+        Registry { tools, index }
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
+        self.index.get(name).map(|&i| &self.tools[i])
+    }
+}
+
+/// The server's name and version, as `serverInfo` shows them.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct Implementation {
+    pub(crate) name: String,
+    pub(crate) version: String,
+}
+
+/// What every connection of a server shares.
+pub(crate) struct ServerInner {
+    pub(crate) info: Implementation,
+    pub(crate) instructions: Option<String>,
+    pub(crate) registry: RwLock<Arc<Registry>>,
+    pub(crate) page_size: usize,
+    pub(crate) ttl_ms: u64,
+    pub(crate) changes: tokio::sync::broadcast::Sender<()>,
+}
+
+impl ServerInner {
+    pub(crate) fn registry(&self) -> Arc<Registry> {
+        self.registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// Builds an [`McpServer`].
+pub struct McpServerBuilder {
+    info: Implementation,
+    instructions: Option<String>,
+    tools: Vec<Tool>,
+    page_size: usize,
+    ttl: Duration,
+    timeout: Option<Duration>,
+    max_in_flight: usize,
+}
+
+impl McpServerBuilder {
+    /// Instructions for the model on how to use the server.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Adds a tool (a tool of the same name is replaced).
+    pub fn tool(mut self, tool: Tool) -> Self {
+        self.tools.retain(|t| t.name() != tool.name());
+        self.tools.push(tool);
+        self
+    }
+
+    /// Tools per `tools/list` page (default 100); further ones come with a
+    /// `nextCursor`.
+    pub fn page_size(mut self, n: usize) -> Self {
+        self.page_size = n.max(1);
+        self
+    }
+
+    /// The `ttlMs` cache hint on 2026-07-28 `server/discover` and
+    /// `tools/list` results (default 0: clients re-fetch when they need the
+    /// list, as tools may change).
+    pub fn cache_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// A deadline for each tool call (default none: clients cancel what
+    /// they stop waiting for). A call past it is answered with -32001.
+    pub fn call_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Calls of one connection running at once (default 64); more wait.
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+
+    /// Builds the server; fails if a tool's schema is not a valid JSON
+    /// Schema.
+    pub fn build(self) -> Result<McpServer, BuildError> {
+        let mut entries = Vec::with_capacity(self.tools.len());
+        for tool in self.tools {
+            entries.push(Arc::new(ToolEntry::new(tool)?));
+        }
+        let inner = ServerInner {
+            info: self.info,
+            instructions: self.instructions,
+            registry: RwLock::new(Arc::new(Registry::from_list(entries))),
+            page_size: self.page_size,
+            ttl_ms: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
+            changes: tokio::sync::broadcast::channel(16).0,
+        };
+        let dispatcher = handlers::dispatcher(inner, self.timeout, self.max_in_flight)
+            .map_err(|e| BuildError(e.to_string()))?;
+        Ok(McpServer { dispatcher })
+    }
+}
+
+/// An MCP server: its tools and identity, and the dispatcher that answers
+/// MCP methods. Cheap to clone; every transport of one server shares its
+/// tools.
+#[derive(Clone)]
+pub struct McpServer {
+    pub(crate) dispatcher: Dispatcher<ServerInner, WithAsync>,
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.inner().info.name)
+            .field("tools", &self.tool_names())
+            .finish()
+    }
+}
+
+/// Carries a connection's (or HTTP session's) lifecycle state in its
+/// [`Context`].
+#[derive(Clone)]
+pub(crate) struct SessionHandle(pub(crate) Arc<SessionState>);
+
+impl McpServer {
+    /// A builder for a server with this name and version (its
+    /// `serverInfo`).
+    pub fn builder(name: impl Into<String>, version: impl Into<String>) -> McpServerBuilder {
+        McpServerBuilder {
+            info: Implementation {
+                name: name.into(),
+                version: version.into(),
+            },
+            instructions: None,
+            tools: Vec::new(),
+            page_size: 100,
+            ttl: Duration::ZERO,
+            timeout: None,
+            max_in_flight: crate::dispatch::DEFAULT_MAX_IN_FLIGHT,
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &ServerInner {
+        self.dispatcher.state()
+    }
+
+    /// The dispatcher answering MCP methods, for transports of your own:
+    /// drive it with connections from [`connection`](McpServer::connection)
+    /// (they carry the lifecycle state), and refuse JSON arrays first
+    /// ([`handle`](McpServer::handle) does both).
+    pub fn dispatcher(&self) -> &Dispatcher<impl Send + Sync + 'static, WithAsync> {
+        &self.dispatcher
+    }
+
+    /// A connection for a transport named `transport`, with a fresh
+    /// lifecycle state (one per stdio process or HTTP session).
+    pub fn connection(&self, transport: &'static str) -> Connection {
+        Connection::with_context(self.context(transport).build())
+    }
+
+    /// A context builder with a fresh lifecycle state, for transports that
+    /// add their own parts (a peer, a session id).
+    pub fn context(&self, transport: &'static str) -> crate::ContextBuilder {
+        Self::context_with(transport, Arc::new(SessionState::default()))
+    }
+
+    pub(crate) fn context_with(
+        transport: &'static str,
+        session: Arc<SessionState>,
+    ) -> crate::ContextBuilder {
+        Context::builder()
+            .transport(transport)
+            .extension(SessionHandle(session))
+    }
+
+    /// Handles one message on `conn` and appends the reply, if any, to
+    /// `out`: a JSON array gets one -32600 (no batches in MCP), anything
+    /// else goes to the dispatcher. Returns whether a reply was written.
+    /// Cancellations the message asked for are carried out on `conn`.
+    pub async fn handle<B: ReplyBuf>(
+        &self,
+        input: &Bytes,
+        conn: &mut Connection,
+        out: &mut B,
+    ) -> bool {
+        if is_batch(input) {
+            write_batch_refusal(out);
+            return true;
+        }
+        let start = out.len();
+        conn.start(&self.dispatcher, input, out);
+        apply_cancels(conn);
+        while conn.messages_in_flight() > 0 {
+            std::future::poll_fn(|cx| poll_drain(conn, &self.dispatcher, cx, out)).await;
+        }
+        out.len() > start
+    }
+
+    /// Adds a tool, or replaces the one of the same name, and tells the
+    /// sessions of the initialize lifecycle (`notifications/tools/list_changed`).
+    pub fn add_tool(&self, tool: Tool) -> Result<(), BuildError> {
+        let entry = ToolEntry::new(tool)?;
+        {
+            let mut reg = self
+                .inner()
+                .registry
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            *reg = Arc::new(reg.with(entry));
+        }
+        let _ = self.inner().changes.send(());
+        Ok(())
+    }
+
+    /// Removes the tool named `name`; returns whether there was one (and
+    /// then tells the sessions, as [`add_tool`](McpServer::add_tool)).
+    pub fn remove_tool(&self, name: &str) -> bool {
+        let removed = {
+            let mut reg = self
+                .inner()
+                .registry
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            if reg.get(name).is_none() {
+                false
+            } else {
+                let list = reg
+                    .tools
+                    .iter()
+                    .filter(|t| t.tool.name() != name)
+                    .cloned()
+                    .collect();
+                *reg = Arc::new(Registry::from_list(list));
+                true
+            }
+        };
+        if removed {
+            let _ = self.inner().changes.send(());
+        }
+        removed
+    }
+
+    /// The names of the tools, in `tools/list` order.
+    pub fn tool_names(&self) -> Vec<String> {
+        self.inner()
+            .registry()
+            .tools
+            .iter()
+            .map(|t| t.tool.name().to_owned())
+            .collect()
+    }
+}
+
+/// Whether a message is a JSON array (a batch, refused in MCP).
+pub(crate) fn is_batch(input: &[u8]) -> bool {
+    input
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+        .is_some_and(|&b| b == b'[')
+}
+
+/// The one -32600 that answers a batch.
+pub(crate) fn write_batch_refusal<B: ReplyBuf + ?Sized>(out: &mut B) {
+    out.extend_from_slice(
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"JSON-RPC batches are not supported by MCP since revision 2025-06-18"}}}"#,
+    );
+}
+
+/// Drives `conn`'s calls: ready when replies were written, or when no call
+/// is left (a cancelled call writes none).
+pub(crate) fn poll_drain<B: ReplyBuf>(
+    conn: &mut Connection,
+    dispatcher: &Dispatcher<ServerInner, WithAsync>,
+    cx: &mut std::task::Context<'_>,
+    out: &mut B,
+) -> std::task::Poll<usize> {
+    match conn.poll_replies(dispatcher, cx, out) {
+        std::task::Poll::Pending if conn.messages_in_flight() == 0 => std::task::Poll::Ready(0),
+        other => other,
+    }
+}
+
+/// Carries out the cancellations the last message asked for.
+pub(crate) fn apply_cancels(conn: &mut Connection) {
+    let Some(session) = conn.context().extension::<SessionHandle>().cloned() else {
+        return;
+    };
+    for id in session.0.take_cancels() {
+        conn.cancel(&id);
+    }
+}

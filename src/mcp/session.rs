@@ -1,0 +1,97 @@
+//! What the initialize lifecycle keeps per connection (stdio) or per
+//! session (Streamable HTTP): the negotiated revision, the log level, and
+//! the cancellations the transport still has to carry out.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::tool::LogLevel;
+
+/// The state of one MCP session of the initialize lifecycle. Revision
+/// 2026-07-28 requests never read it: each carries what it needs.
+#[derive(Debug, Default)]
+pub(crate) struct SessionState {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// The revision `initialize` negotiated; `None` before it.
+    version: Option<&'static str>,
+    /// `notifications/initialized` arrived.
+    initialized: bool,
+    /// `logging/setLevel`; every level until it is called.
+    log_level: Option<LogLevel>,
+    /// Ids (JSON text) of `notifications/cancelled` the transport has not
+    /// carried out yet.
+    cancels: Vec<Box<[u8]>>,
+    /// Calls running on other HTTP requests of this session, by id: firing
+    /// the sender cancels the call.
+    waiters: HashMap<Box<[u8]>, tokio::sync::oneshot::Sender<()>>,
+}
+
+fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl SessionState {
+    /// The negotiated revision, once `initialize` was answered.
+    pub(crate) fn version(&self) -> Option<&'static str> {
+        lock(&self.inner).version
+    }
+
+    /// Records a (re-)initialization: a new revision, the level reset.
+    pub(crate) fn initialize(&self, version: &'static str) {
+        let mut g = lock(&self.inner);
+        g.version = Some(version);
+        g.initialized = false;
+        g.log_level = None;
+    }
+
+    /// Records `notifications/initialized`.
+    pub(crate) fn mark_initialized(&self) {
+        lock(&self.inner).initialized = true;
+    }
+
+    /// Whether `notifications/initialized` arrived.
+    pub(crate) fn is_initialized(&self) -> bool {
+        lock(&self.inner).initialized
+    }
+
+    /// The least severe level sent.
+    pub(crate) fn log_level(&self) -> LogLevel {
+        lock(&self.inner).log_level.unwrap_or(LogLevel::Debug)
+    }
+
+    pub(crate) fn set_log_level(&self, level: LogLevel) {
+        lock(&self.inner).log_level = Some(level);
+    }
+
+    /// A client asked to cancel the call with this id: fires its waiter
+    /// (HTTP), or queues it for the transport's loop (stdio).
+    pub(crate) fn request_cancel(&self, id: &[u8]) {
+        let mut g = lock(&self.inner);
+        if let Some(tx) = g.waiters.remove(id) {
+            let _ = tx.send(());
+        } else if g.cancels.len() < 1024 {
+            g.cancels.push(id.into());
+        }
+    }
+
+    /// The queued cancellations.
+    pub(crate) fn take_cancels(&self) -> Vec<Box<[u8]>> {
+        std::mem::take(&mut lock(&self.inner).cancels)
+    }
+
+    /// Registers a call running on its own HTTP request.
+    pub(crate) fn register(&self, id: &[u8]) -> tokio::sync::oneshot::Receiver<()> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        lock(&self.inner).waiters.insert(id.into(), tx);
+        rx
+    }
+
+    /// Forgets a call registered with [`register`](Self::register).
+    pub(crate) fn unregister(&self, id: &[u8]) {
+        lock(&self.inner).waiters.remove(id);
+    }
+}

@@ -1,0 +1,182 @@
+//! MCP over stdio (or any byte stream): one message per line.
+
+use std::sync::Arc;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::{McpServer, SessionHandle, SessionState, apply_cancels, is_batch, write_batch_refusal};
+use crate::frame::{Concatenated, Framer, Lines, Step};
+use crate::server::Outbox;
+
+/// How long calls still running may finish after the input closed.
+const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl McpServer {
+    /// Serves one client over the process's stdin and stdout until stdin
+    /// closes: one JSON-RPC message per line, nothing but MCP messages on
+    /// stdout (log with `eprintln!` or a stderr logger).
+    pub async fn serve_stdio(&self) -> std::io::Result<()> {
+        self.serve_stream(tokio::io::stdin(), tokio::io::stdout())
+            .await
+    }
+
+    /// Serves one client over a byte stream pair in stdio's framing (one
+    /// message per line), until `reader` reaches its end. Replies to calls
+    /// still running then are written if they come within two seconds.
+    ///
+    /// Replies are written as calls finish (calls run concurrently), each
+    /// after the progress and log notifications its call sent; sessions of
+    /// the initialize lifecycle are sent `notifications/tools/list_changed`
+    /// when the tools change.
+    pub async fn serve_stream<R, W>(&self, mut reader: R, mut writer: W) -> std::io::Result<()>
+    where
+        R: AsyncRead + Unpin,
+        W: AsyncWrite + Unpin,
+    {
+        let (outbox, mut notes) = Outbox::new(1024, None);
+        let session = Arc::new(SessionState::default());
+        let ctx = McpServer::context_with("stdio", Arc::clone(&session))
+            .outbound(Arc::new(outbox))
+            .build();
+        debug_assert!(ctx.extension::<SessionHandle>().is_some());
+        let mut conn = crate::Connection::with_context(ctx);
+        let mut changes = self.inner().changes.subscribe();
+        let mut watching_changes = true;
+        let mut framer = Lines::new();
+        let mut input = BytesMut::with_capacity(8 * 1024);
+        let mut replies = Vec::with_capacity(4 * 1024);
+        let mut wire = Vec::with_capacity(4 * 1024);
+        let mut eof = false;
+        let mut deadline = None;
+        loop {
+            // Every complete line received.
+            loop {
+                match framer.next_frame(&input) {
+                    Step::Frame { range, consumed } => {
+                        let line = input.split_to(consumed).freeze().slice(range);
+                        self.start_line(&line, &mut conn, &mut replies);
+                        while let Ok(note) = notes.try_recv() {
+                            push_line(&mut wire, &note);
+                        }
+                        // One message, so at most one reply.
+                        frame_replies(&mut replies, 1, &mut wire);
+                    }
+                    Step::NeedMore { consumed } => {
+                        input.advance(consumed);
+                        break;
+                    }
+                    Step::Garbage { consumed, error } => {
+                        input.advance(consumed);
+                        error.write_reply(&mut wire);
+                        wire.push(b'\n');
+                    }
+                    Step::Close(error) => {
+                        error.write_reply(&mut wire);
+                        wire.push(b'\n');
+                        writer.write_all(&wire).await?;
+                        writer.flush().await?;
+                        return Ok(());
+                    }
+                }
+            }
+            // Notifications first: a call's come before its reply.
+            while let Ok(note) = notes.try_recv() {
+                push_line(&mut wire, &note);
+            }
+            if !replies.is_empty() {
+                frame_replies(&mut replies, usize::MAX, &mut wire);
+            }
+            if !wire.is_empty() {
+                writer.write_all(&wire).await?;
+                writer.flush().await?;
+                wire.clear();
+            }
+            if eof {
+                if conn.messages_in_flight() == 0 {
+                    return Ok(());
+                }
+                let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + DRAIN_GRACE);
+                if tokio::time::Instant::now() >= d {
+                    return Ok(());
+                }
+            }
+            let dispatcher = &self.dispatcher;
+            let busy = conn.messages_in_flight() > 0;
+            tokio::select! {
+                read = reader.read_buf(&mut input), if !eof => {
+                    if read? == 0 {
+                        eof = true;
+                        deadline = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+                    }
+                }
+                n = std::future::poll_fn(|cx| super::poll_drain(&mut conn, dispatcher, cx, &mut replies)), if busy => {
+                    // What the calls sent before they finished goes first.
+                    while let Ok(note) = notes.try_recv() {
+                        push_line(&mut wire, &note);
+                    }
+                    frame_replies(&mut replies, n, &mut wire);
+                }
+                Some(note) = notes.recv() => push_line(&mut wire, &note),
+                changed = changes.recv(), if watching_changes => {
+                    match changed {
+                        Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            if session.is_initialized() {
+                                push_line(&mut wire, br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+                            }
+                        }
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => watching_changes = false,
+                    }
+                }
+                _ = sleep_until(deadline), if eof => {}
+            }
+        }
+    }
+
+    /// Starts one line's message; answers written at once go to `replies`.
+    fn start_line(&self, line: &Bytes, conn: &mut crate::Connection, replies: &mut Vec<u8>) {
+        if is_batch(line) {
+            write_batch_refusal(replies);
+            return;
+        }
+        conn.start(&self.dispatcher, line, replies);
+        apply_cancels(conn);
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn push_line(wire: &mut Vec<u8>, message: &[u8]) {
+    wire.extend_from_slice(message);
+    wire.push(b'\n');
+}
+
+/// Moves `n` complete replies (written back to back) from `replies` to
+/// `wire`, one per line.
+fn frame_replies(replies: &mut Vec<u8>, n: usize, wire: &mut Vec<u8>) {
+    if replies.is_empty() {
+        return;
+    }
+    if n == 1 {
+        push_line(wire, replies);
+    } else {
+        // Several replies back to back: find where each ends.
+        let mut framer = Concatenated::new().max_frame(usize::MAX);
+        let mut rest = &replies[..];
+        while !rest.is_empty() {
+            match framer.next_frame(rest) {
+                Step::Frame { range, consumed } => {
+                    push_line(wire, &rest[range]);
+                    rest = &rest[consumed..];
+                }
+                _ => break,
+            }
+        }
+    }
+    replies.clear();
+}

@@ -1,0 +1,548 @@
+//! Tools: their definition ([`Tool`]), what they return ([`ToolOutput`],
+//! [`Content`]) and what they see while they run ([`ToolContext`]).
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::Context;
+use crate::dispatch::Cancellation;
+
+use super::session::SessionState;
+
+/// The future a tool returns, boxed.
+pub(crate) type ToolFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
+/// A tool's handler, erased.
+pub(crate) type ToolFn = dyn Fn(Value, ToolContext) -> ToolFuture + Send + Sync;
+
+/// A tool: its definition as `tools/list` shows it (name, title,
+/// description, input and output JSON Schemas, annotations) and the async
+/// function that runs it.
+///
+/// The handler receives the `arguments` object, already checked against
+/// `inputSchema` (a call that breaks the schema never reaches it), and a
+/// [`ToolContext`] for progress, logging and cancellation.
+///
+/// ```
+/// use rpcwire::mcp::{Tool, ToolContext, ToolOutput};
+/// use serde_json::json;
+///
+/// let echo = Tool::new(
+///     "echo",
+///     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+///     |args, _cx: ToolContext| async move { Ok(ToolOutput::text(args["text"].as_str().unwrap_or(""))) },
+/// )
+/// .title("Echo")
+/// .description("Answers with its argument");
+/// assert_eq!(echo.name(), "echo");
+/// ```
+#[derive(Clone)]
+pub struct Tool {
+    pub(crate) def: ToolDef,
+    pub(crate) handler: Arc<ToolFn>,
+}
+
+/// What `tools/list` shows of a tool.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ToolDef {
+    pub(crate) name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) description: Option<String>,
+    pub(crate) input_schema: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) output_schema: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) annotations: Option<ToolAnnotations>,
+}
+
+impl Tool {
+    /// A tool named `name` whose `arguments` must match `input_schema` (a
+    /// JSON Schema object; 2020-12 unless it names another dialect in
+    /// `$schema`), run by `handler`.
+    pub fn new<F, Fut>(name: impl Into<String>, input_schema: Value, handler: F) -> Tool
+    where
+        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+    {
+        Tool {
+            def: ToolDef {
+                name: name.into(),
+                title: None,
+                description: None,
+                input_schema,
+                output_schema: None,
+                annotations: None,
+            },
+            handler: Arc::new(move |args, cx| Box::pin(handler(args, cx))),
+        }
+    }
+
+    /// A human-readable name for display.
+    pub fn title(mut self, title: impl Into<String>) -> Tool {
+        self.def.title = Some(title.into());
+        self
+    }
+
+    /// What the tool does, for the model.
+    pub fn description(mut self, description: impl Into<String>) -> Tool {
+        self.def.description = Some(description.into());
+        self
+    }
+
+    /// The JSON Schema of the tool's `structuredContent`. A result whose
+    /// structured content breaks it is answered with -32603 (the tool, not
+    /// the client, is at fault), and a result without structured content
+    /// (other than an error) likewise.
+    pub fn output_schema(mut self, schema: Value) -> Tool {
+        self.def.output_schema = Some(schema);
+        self
+    }
+
+    /// Hints about the tool's behaviour.
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Tool {
+        self.def.annotations = Some(annotations);
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+}
+
+impl fmt::Debug for Tool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tool").field("def", &self.def).finish()
+    }
+}
+
+/// Hints about a tool's behaviour (all optional; clients must not trust
+/// them from untrusted servers).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    /// A human-readable title.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The tool does not modify its environment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only_hint: Option<bool>,
+    /// The tool may perform destructive updates.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive_hint: Option<bool>,
+    /// Calling it again with the same arguments has no further effect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent_hint: Option<bool>,
+    /// The tool interacts with an open world of external entities.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world_hint: Option<bool>,
+}
+
+/// One block of a tool's result.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, base64-encoded.
+    Image {
+        /// Base64 data.
+        data: String,
+        /// Its MIME type (`image/png`, …).
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// Audio, base64-encoded.
+    Audio {
+        /// Base64 data.
+        data: String,
+        /// Its MIME type (`audio/wav`, …).
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// The resource's URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// What it is.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// Its MIME type.
+        #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+    /// A resource embedded in the result.
+    Resource {
+        /// The resource.
+        resource: EmbeddedResource,
+    },
+}
+
+impl Content {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Content {
+        Content::Text { text: text.into() }
+    }
+
+    /// An image block (`data` already base64).
+    pub fn image(data: impl Into<String>, mime_type: impl Into<String>) -> Content {
+        Content::Image {
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// An audio block (`data` already base64).
+    pub fn audio(data: impl Into<String>, mime_type: impl Into<String>) -> Content {
+        Content::Audio {
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// A resource link.
+    pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Content {
+        Content::ResourceLink {
+            uri: uri.into(),
+            name: name.into(),
+            description: None,
+            mime_type: None,
+        }
+    }
+
+    /// An embedded text resource.
+    pub fn embedded_text(
+        uri: impl Into<String>,
+        mime_type: Option<String>,
+        text: impl Into<String>,
+    ) -> Content {
+        Content::Resource {
+            resource: EmbeddedResource {
+                uri: uri.into(),
+                mime_type,
+                text: Some(text.into()),
+                blob: None,
+            },
+        }
+    }
+}
+
+/// The contents of an embedded resource: text or a base64 blob.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EmbeddedResource {
+    /// The resource's URI.
+    pub uri: String,
+    /// Its MIME type.
+    #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// Text contents.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Binary contents, base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blob: Option<String>,
+}
+
+/// What a tool returns: content blocks, optional structured content, and
+/// whether the tool itself failed (`isError`, which the model sees; a
+/// protocol error is a JSON-RPC error instead).
+///
+/// Structured content is also written as a text block (its JSON) when the
+/// tool gives no content of its own, for clients older than structured
+/// content.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolOutput {
+    pub(crate) content: Vec<Content>,
+    pub(crate) structured: Option<Value>,
+    pub(crate) is_error: bool,
+}
+
+impl ToolOutput {
+    /// A result of one text block.
+    pub fn text(text: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            content: vec![Content::text(text)],
+            ..Default::default()
+        }
+    }
+
+    /// A result of structured content (checked against the tool's output
+    /// schema, and mirrored as a text block).
+    pub fn structured(value: Value) -> ToolOutput {
+        ToolOutput {
+            structured: Some(value),
+            ..Default::default()
+        }
+    }
+
+    /// A failure of the tool (`isError: true`) with a message for the
+    /// model.
+    pub fn error(message: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            content: vec![Content::text(message)],
+            is_error: true,
+            ..Default::default()
+        }
+    }
+
+    /// Adds a content block.
+    pub fn with(mut self, block: Content) -> ToolOutput {
+        self.content.push(block);
+        self
+    }
+
+    /// The content blocks.
+    pub fn content(&self) -> &[Content] {
+        &self.content
+    }
+
+    /// The structured content.
+    pub fn structured_content(&self) -> Option<&Value> {
+        self.structured.as_ref()
+    }
+
+    /// Whether this reports a failure of the tool.
+    pub fn is_error(&self) -> bool {
+        self.is_error
+    }
+}
+
+/// A failure of a tool, reported to the model as a result with `isError:
+/// true` and the message as text. Any `std::error::Error` converts, so `?`
+/// works in tools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolError(String);
+
+impl ToolError {
+    /// A failure with this message.
+    pub fn new(message: impl Into<String>) -> ToolError {
+        ToolError(message.into())
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<E: std::error::Error> From<E> for ToolError {
+    fn from(e: E) -> ToolError {
+        ToolError(e.to_string())
+    }
+}
+
+/// A log severity (RFC 5424's, as MCP uses them), least severe first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LogLevel {
+    /// Debugging detail.
+    Debug,
+    /// Information.
+    Info,
+    /// Normal but significant.
+    Notice,
+    /// A warning.
+    Warning,
+    /// An error.
+    Error,
+    /// A critical condition.
+    Critical,
+    /// Action must be taken at once.
+    Alert,
+    /// The system is unusable.
+    Emergency,
+}
+
+impl LogLevel {
+    /// Every level, least severe first.
+    pub const ALL: [LogLevel; 8] = [
+        LogLevel::Debug,
+        LogLevel::Info,
+        LogLevel::Notice,
+        LogLevel::Warning,
+        LogLevel::Error,
+        LogLevel::Critical,
+        LogLevel::Alert,
+        LogLevel::Emergency,
+    ];
+
+    /// The level's name on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+
+    /// The level named `name`, if it is one.
+    pub fn parse(name: &str) -> Option<LogLevel> {
+        LogLevel::ALL.into_iter().find(|l| l.as_str() == name)
+    }
+}
+
+/// Which log messages a call may send.
+#[derive(Clone)]
+pub(crate) enum LogFilter {
+    /// 2026-07-28: the level the request's `_meta` named; none without it.
+    Request(Option<LogLevel>),
+    /// The initialize lifecycle: the session's level (`logging/setLevel`),
+    /// read when a message is sent.
+    Session(Arc<SessionState>),
+}
+
+/// What a running tool sees: progress reporting (when the client asked for
+/// it), log messages (filtered by the level the client chose), the
+/// protocol revision of the call, and its cancellation.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub(crate) inner: Arc<CallScope>,
+}
+
+pub(crate) struct CallScope {
+    pub(crate) ctx: Context,
+    pub(crate) progress_token: Option<Box<RawValue>>,
+    pub(crate) last_progress: Mutex<Option<f64>>,
+    pub(crate) log: LogFilter,
+    pub(crate) cancel: Option<Cancellation>,
+    pub(crate) version: &'static str,
+}
+
+impl ToolContext {
+    /// Whether the client asked for progress (sent a `progressToken`).
+    pub fn wants_progress(&self) -> bool {
+        self.inner.progress_token.is_some()
+    }
+
+    /// Sends `notifications/progress` for this call, if the client asked for
+    /// progress. `progress` must increase from one notification to the
+    /// next (the protocol requires it): a value that does not is not sent.
+    /// Returns whether the notification was queued.
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> bool {
+        let Some(token) = &self.inner.progress_token else {
+            return false;
+        };
+        if !progress.is_finite() {
+            return false;
+        }
+        {
+            let mut last = self
+                .inner
+                .last_progress
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|l| progress <= l) {
+                return false;
+            }
+            *last = Some(progress);
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Progress<'a> {
+            progress_token: &'a RawValue,
+            progress: f64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            total: Option<f64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            message: Option<&'a str>,
+        }
+        self.inner.ctx.notify(
+            "notifications/progress",
+            &Progress {
+                progress_token: token,
+                progress,
+                total,
+                message,
+            },
+        )
+    }
+
+    /// The least severe level the client wants to see, `None` if it wants
+    /// no log messages from this call.
+    pub fn log_level(&self) -> Option<LogLevel> {
+        match &self.inner.log {
+            LogFilter::Request(level) => *level,
+            LogFilter::Session(session) => Some(session.log_level()),
+        }
+    }
+
+    /// Sends `notifications/message` at `level` if the client's level lets
+    /// it through. Returns whether it was queued.
+    pub fn log<D: Serialize + ?Sized>(
+        &self,
+        level: LogLevel,
+        logger: Option<&str>,
+        data: &D,
+    ) -> bool {
+        if self.log_level().is_none_or(|min| level < min) {
+            return false;
+        }
+        #[derive(Serialize)]
+        struct Message<'a, D: ?Sized> {
+            level: &'static str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            logger: Option<&'a str>,
+            data: &'a D,
+        }
+        self.inner.ctx.notify(
+            "notifications/message",
+            &Message {
+                level: level.as_str(),
+                logger,
+                data,
+            },
+        )
+    }
+
+    /// Whether the client cancelled the call (the call's future is dropped
+    /// then anyway; this is for work the tool handed elsewhere).
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.cancel.as_ref().is_some_and(|c| c.is_cancelled())
+    }
+
+    /// Completes when the client cancels the call.
+    pub async fn cancelled(&self) {
+        match &self.inner.cancel {
+            Some(c) => c.cancelled().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The protocol revision of this call (`"2026-07-28"`, or the revision
+    /// the session negotiated).
+    pub fn protocol_version(&self) -> &'static str {
+        self.inner.version
+    }
+
+    /// The connection's context (transport, session id, extensions).
+    pub fn connection(&self) -> &Context {
+        &self.inner.ctx
+    }
+}
+
+impl fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("version", &self.inner.version)
+            .field("wants_progress", &self.wants_progress())
+            .field("log_level", &self.log_level())
+            .finish()
+    }
+}

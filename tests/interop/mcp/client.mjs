@@ -1,0 +1,113 @@
+// Drives the example MCP server with the official TypeScript SDK client.
+//
+// usage: node client.mjs SERVER_BINARY (stdio|http) URL
+//
+// Prints one line per check and the revision negotiated; exits non-zero on
+// any failure.
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { LoggingMessageNotificationSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { readFileSync } from 'node:fs';
+
+const [binary, transportName, url] = process.argv.slice(2);
+const failures = [];
+const check = (name, ok, detail) => {
+  console.log(`  ${ok ? 'ok ' : 'FAIL'} ${name}${!ok && detail !== undefined ? ': ' + JSON.stringify(detail) : ''}`);
+  if (!ok) failures.push(name);
+};
+const equal = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+async function expectError(promise) {
+  try {
+    const result = await promise;
+    return { result };
+  } catch (e) {
+    return { code: e instanceof McpError ? e.code : undefined, data: e.data, error: e };
+  }
+}
+
+const version = JSON.parse(readFileSync(new URL('./node_modules/@modelcontextprotocol/sdk/package.json', import.meta.url))).version;
+const transport = transportName === 'stdio'
+  ? new StdioClientTransport({ command: binary, args: [], stderr: 'inherit' })
+  : new StreamableHTTPClientTransport(new URL(url));
+let negotiated;
+const setVersion = transport.setProtocolVersion?.bind(transport);
+transport.setProtocolVersion = (v) => { negotiated = v; setVersion?.(v); };
+
+const client = new Client({ name: 'rpcwire-interop', version: '1.0.0' });
+const logs = [];
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push(n.params); });
+await client.connect(transport);
+console.log(`typescript @modelcontextprotocol/sdk ${version} client, transport=${transportName}: negotiated protocol revision ${negotiated}`);
+check('revision', negotiated === '2025-11-25', negotiated);
+
+const { tools } = await client.listTools();
+const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
+check('tools listed', ['build-app', 'lint-check', 'wait'].every((n) => n in byName), Object.keys(byName));
+const schema = byName['build-app'].inputSchema;
+check('build-app schema: required', equal([...schema.required].sort(), ['arch', 'project_dir']), schema);
+check('build-app schema: arch enum', equal(schema.properties.arch.enum, ['arm64', 'x86_64']), schema);
+check('build-app schema: configuration enum', equal(schema.properties.configuration.enum, ['Debug', 'Release']), schema);
+check('build-app outputSchema', byName['build-app'].outputSchema?.type === 'object');
+
+// Good arguments, with progress (the client validates structuredContent
+// against the outputSchema itself).
+const progress = [];
+const good = await client.callTool(
+  { name: 'build-app', arguments: { project_dir: '/tmp/app', configuration: 'Release', arch: 'x86_64' } },
+  undefined,
+  { onprogress: (p) => progress.push(p.progress) },
+);
+check('build-app result', !good.isError && good.structuredContent?.status === 'ok' && good.structuredContent?.arch === 'x86_64', good);
+check('progress received', progress.length >= 1, progress);
+check('progress increasing', progress.every((p, i) => i === 0 || progress[i - 1] < p), progress);
+console.log(`    progress seen: ${JSON.stringify(progress)}; log messages seen: ${logs.length}`);
+check('log messages received', logs.length >= 1, logs);
+
+// Log level filtering: after logging/setLevel error, no info/debug messages.
+await client.setLoggingLevel('error');
+const before = logs.length;
+await client.callTool({ name: 'build-app', arguments: { project_dir: '/tmp/app', arch: 'arm64' } });
+check('logging/setLevel filters', logs.length === before, logs.slice(before));
+
+// arch "ARM".
+let r = await expectError(client.callTool({ name: 'build-app', arguments: { project_dir: '/tmp/app', arch: 'ARM' } }));
+console.log(`    arch=ARM -> code ${r.code}, data ${JSON.stringify(r.data)}, result ${JSON.stringify(r.result)}`);
+check('arch=ARM is -32602', r.code === -32602, r);
+check('arch=ARM data', equal(r.data, { field: 'arch', expected: ['arm64', 'x86_64'], received: 'ARM' }), r.data);
+
+// Missing project_dir.
+r = await expectError(client.callTool({ name: 'build-app', arguments: { arch: 'arm64' } }));
+console.log(`    no project_dir -> code ${r.code}, data ${JSON.stringify(r.data)}`);
+check('missing project_dir is -32602', r.code === -32602, r);
+check('missing project_dir names the field', r.data?.field === 'project_dir', r.data);
+
+// Unknown tool.
+r = await expectError(client.callTool({ name: 'no-such-tool', arguments: {} }));
+console.log(`    unknown tool -> code ${r.code}, data ${JSON.stringify(r.data)}`);
+check('unknown tool is -32602', r.code === -32602, r);
+
+// lint-check.
+const lint = await client.callTool({ name: 'lint-check', arguments: {} });
+check('lint-check', !lint.isError && lint.structuredContent?.files > 0, lint);
+console.log(`    lint-check: ${lint.structuredContent?.files} files, ${lint.structuredContent?.lines} lines, ${lint.structuredContent?.trailing_whitespace} trailing`);
+
+// Cancel a slow call (notifications/cancelled).
+const controller = new AbortController();
+const started = Date.now();
+setTimeout(() => controller.abort('test cancels'), 300);
+r = await expectError(client.callTool({ name: 'wait', arguments: { ms: 20000 } }, undefined, { signal: controller.signal }));
+check('slow call cancelled', r.error !== undefined && Date.now() - started < 5000, r);
+const after = await client.callTool({ name: 'wait', arguments: { ms: 10 } });
+check('served after cancel', !after.isError, after);
+
+await client.ping();
+check('ping', true);
+
+await client.close();
+if (failures.length) {
+  console.log(`typescript client (${transportName}): ${failures.length} checks failed: ${failures.join(', ')}`);
+  process.exit(1);
+}
+console.log(`typescript client (${transportName}): all checks passed`);

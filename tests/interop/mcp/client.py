@@ -1,0 +1,149 @@
+"""Drives the example MCP server with the official Python SDK client.
+
+usage: client.py SERVER_BINARY (stdio|http URL) (auto|legacy)
+
+`auto` lets the client probe `server/discover` (2026-07-28) and fall back to
+`initialize`; `legacy` forces the `initialize` handshake. Prints one line per
+check and the revision negotiated; exits non-zero on the first failure.
+"""
+
+import sys
+import time
+import warnings
+
+import anyio
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.types import TextContent
+
+# The logging feature, ping and setLevel are deprecated by 2026-07-28; the
+# legacy runs use them on purpose.
+warnings.filterwarnings("ignore", message=".*deprecated.*")
+warnings.filterwarnings("ignore", message=".*removed as of 2026-07-28.*")
+
+FAILURES = []
+
+
+def check(name, ok, detail=""):
+    print(f"  {'ok ' if ok else 'FAIL'} {name}{': ' + str(detail) if detail and not ok else ''}", flush=True)
+    if not ok:
+        FAILURES.append(name)
+
+
+async def expect_error(coro):
+    """Runs a call that must fail with a JSON-RPC error; returns (code, data)."""
+    try:
+        result = await coro
+    except MCPError as e:
+        return e.error.code, e.error.data, None
+    return None, None, result
+
+
+async def run(binary, transport, url, mode):
+    if transport == "stdio":
+        target = StdioServerParameters(command=binary, args=[])
+    else:
+        target = url
+    logs = []
+
+    async def on_log(params):
+        logs.append(params)
+
+    async with Client(target, mode=mode, logging_callback=on_log, log_level="debug" if mode == "auto" else None) as client:
+        version = client.protocol_version
+        print(f"python mcp client, transport={transport}, mode={mode}: negotiated protocol revision {version}", flush=True)
+        check("revision", version in ("2026-07-28", "2025-11-25"), version)
+        if mode == "auto":
+            check("auto mode negotiates 2026-07-28", version == "2026-07-28", version)
+
+        tools = await client.list_tools()
+        by_name = {t.name: t for t in tools.tools}
+        check("tools listed", set(by_name) >= {"build-app", "lint-check", "wait"}, sorted(by_name))
+        build = by_name["build-app"]
+        schema = build.input_schema
+        check("build-app schema: required", sorted(schema.get("required", [])) == ["arch", "project_dir"], schema)
+        check("build-app schema: arch enum", schema["properties"]["arch"]["enum"] == ["arm64", "x86_64"], schema)
+        check("build-app schema: configuration enum",
+              schema["properties"]["configuration"]["enum"] == ["Debug", "Release"], schema)
+        check("build-app outputSchema", build.output_schema is not None and build.output_schema["type"] == "object")
+        check("lint-check schema", by_name["lint-check"].input_schema.get("type") == "object")
+
+        # Good arguments, with progress.
+        progress = []
+
+        async def on_progress(value, total, message):
+            progress.append(value)
+
+        result = await client.call_tool(
+            "build-app",
+            {"project_dir": "/tmp/app", "configuration": "Release", "arch": "arm64"},
+            progress_callback=on_progress,
+        )
+        sc = result.structured_content or {}
+        check("build-app result", not result.is_error and sc.get("status") == "ok"
+              and sc.get("arch") == "arm64" and sc.get("configuration") == "Release", result)
+        check("build-app text mirror", any(isinstance(c, TextContent) and '"status"' in c.text for c in result.content))
+        check("progress received", len(progress) >= 1, progress)
+        check("progress increasing", all(a < b for a, b in zip(progress, progress[1:])), progress)
+        print(f"    progress seen: {progress}", flush=True)
+        if mode == "auto":
+            check("log messages received (logLevel in _meta)", len(logs) >= 1, logs)
+        print(f"    log messages seen: {len(logs)}", flush=True)
+        if mode == "legacy":
+            # Level filtering: after logging/setLevel error, no info/debug.
+            await client.set_logging_level("error")
+            before = len(logs)
+            await client.call_tool("build-app", {"project_dir": "/tmp/app", "arch": "arm64"})
+            check("logging/setLevel filters", len(logs) == before, logs[before:])
+
+        # arch "ARM": -32602 with exact data.
+        code, data, res = await expect_error(
+            client.call_tool("build-app", {"project_dir": "/tmp/app", "arch": "ARM"}))
+        print(f"    arch=ARM -> code {code}, data {data}, result {res}", flush=True)
+        check("arch=ARM is -32602", code == -32602, (code, res))
+        check("arch=ARM data", data == {"field": "arch", "expected": ["arm64", "x86_64"], "received": "ARM"}, data)
+
+        # Missing project_dir.
+        code, data, res = await expect_error(client.call_tool("build-app", {"arch": "x86_64"}))
+        print(f"    no project_dir -> code {code}, data {data}", flush=True)
+        check("missing project_dir is -32602", code == -32602, (code, res))
+        check("missing project_dir names the field", isinstance(data, dict) and data.get("field") == "project_dir", data)
+
+        # Unknown tool.
+        code, data, res = await expect_error(client.call_tool("no-such-tool", {}))
+        print(f"    unknown tool -> code {code}, data {data}", flush=True)
+        check("unknown tool is -32602", code == -32602, (code, res))
+
+        # lint-check.
+        result = await client.call_tool("lint-check", {})
+        sc = result.structured_content or {}
+        check("lint-check", not result.is_error and sc.get("files", 0) > 0 and "trailing_whitespace" in sc, result)
+        print(f"    lint-check: {sc.get('files')} files, {sc.get('lines')} lines, "
+              f"{sc.get('trailing_whitespace')} trailing", flush=True)
+
+        # Cancel a slow call: the client abandons it after 300 ms.
+        started = time.monotonic()
+        with anyio.move_on_after(0.3) as scope:
+            await client.call_tool("wait", {"ms": 20000})
+        check("slow call cancelled", scope.cancelled_caught)
+        # The server keeps serving after the cancellation.
+        result = await client.call_tool("wait", {"ms": 10})
+        check("served after cancel", not result.is_error, result)
+        check("cancel was prompt", time.monotonic() - started < 5)
+
+        # A method the server does not know.
+        if mode == "legacy":
+            await client.send_ping()
+            check("ping", True)
+
+
+def main():
+    binary, transport, url, mode = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    anyio.run(run, binary, transport, url, mode)
+    if FAILURES:
+        print(f"python client ({transport}, {mode}): {len(FAILURES)} checks failed: {FAILURES}", flush=True)
+        sys.exit(1)
+    print(f"python client ({transport}, {mode}): all checks passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()

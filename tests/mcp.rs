@@ -1,0 +1,1196 @@
+//! The MCP layer without SDK clients: every method, lifecycle order and
+//! error, in memory, over the stdio loop (a duplex pipe), and over
+//! Streamable HTTP on loopback with hyper's client.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rpcwire::mcp::http::{Endpoint, HttpConfig};
+use rpcwire::mcp::{Content, LogLevel, McpServer, Tool, ToolContext, ToolError, ToolOutput};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+fn build_app() -> Tool {
+    Tool::new(
+        "build-app",
+        json!({
+            "type": "object",
+            "properties": {
+                "project_dir": {"type": "string"},
+                "configuration": {"type": "string", "enum": ["Debug", "Release"]},
+                "arch": {"type": "string", "enum": ["arm64", "x86_64"]}
+            },
+            "required": ["project_dir", "arch"]
+        }),
+        |args: Value, cx: ToolContext| async move {
+            for p in [1.0, 1.0, 2.0, 0.5, 3.0] {
+                cx.progress(p, Some(3.0), None);
+            }
+            for level in LogLevel::ALL {
+                cx.log(level, Some("test"), level.as_str());
+            }
+            Ok(ToolOutput::structured(json!({
+                "status": "ok",
+                "artifact": format!("{}/app", args["project_dir"].as_str().unwrap()),
+                "configuration": args["configuration"].as_str().unwrap_or("Debug"),
+                "arch": args["arch"],
+            })))
+        },
+    )
+    .title("Build")
+    .description("builds")
+    .output_schema(json!({
+        "type": "object",
+        "properties": {"status": {"const": "ok"}},
+        "required": ["status", "artifact"]
+    }))
+}
+
+fn server() -> McpServer {
+    McpServer::builder("test-server", "9.9.9")
+        .instructions("be nice")
+        .tool(build_app())
+        .tool(Tool::new("lint-check", json!({"type": "object"}), |_, _| async {
+            Ok(ToolOutput::text("clean"))
+        }))
+        .tool(Tool::new(
+            "wait",
+            json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+            |args: Value, _cx| async move {
+                tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap())).await;
+                Ok(ToolOutput::text("waited"))
+            },
+        ))
+        .tool(Tool::new("fails", json!({"type": "object"}), |_, _| async {
+            Err(ToolError::new("the disk is on fire"))
+        }))
+        .tool(
+            Tool::new("bad-output", json!({"type": "object"}), |_, _| async {
+                Ok(ToolOutput::structured(json!({"status": "nope"})))
+            })
+            .output_schema(json!({"type": "object", "properties": {"status": {"const": "ok"}}})),
+        )
+        .tool(Tool::new("blocks", json!({"type": "object"}), |_, _| async {
+            Ok(ToolOutput::text("t")
+                .with(Content::image("aGk=", "image/png"))
+                .with(Content::audio("aGk=", "audio/wav"))
+                .with(Content::resource_link("file:///a.txt", "a.txt"))
+                .with(Content::embedded_text("file:///b.txt", Some("text/plain".into()), "bee")))
+        }))
+        .build()
+        .unwrap()
+}
+
+/// One message through the layer, in memory; `Value::Null` when no reply.
+async fn send(server: &McpServer, conn: &mut rpcwire::Connection, msg: &str) -> Value {
+    let mut out = Vec::new();
+    if !server
+        .handle(&Bytes::copy_from_slice(msg.as_bytes()), conn, &mut out)
+        .await
+    {
+        return Value::Null;
+    }
+    serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+}
+
+async fn initialized(server: &McpServer, version: &str) -> rpcwire::Connection {
+    let mut conn = server.connection("memory");
+    let r = send(
+        server,
+        &mut conn,
+        &format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#),
+    )
+    .await;
+    assert_eq!(r["result"]["protocolVersion"], version, "{r}");
+    assert_eq!(
+        send(
+            server,
+            &mut conn,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#
+        )
+        .await,
+        Value::Null
+    );
+    conn
+}
+
+fn call_msg(id: u64, tool: &str, args: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{args}}}}}"#
+    )
+}
+
+// ------------------------------------------------------------ lifecycle
+
+#[tokio::test]
+async fn initialize_negotiates_a_version() {
+    let s = server();
+    for (asked, answered) in [
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2026-07-28", "2025-11-25"),
+        ("2030-01-01", "2025-11-25"),
+    ] {
+        let mut conn = s.connection("memory");
+        let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"{asked}","capabilities":{{}},"clientInfo":{{"name":"t","version":"1"}}}}}}"#)).await;
+        assert_eq!(r["result"]["protocolVersion"], answered);
+        assert_eq!(
+            r["result"]["serverInfo"],
+            json!({"name": "test-server", "version": "9.9.9"})
+        );
+        assert_eq!(r["result"]["capabilities"]["tools"]["listChanged"], true);
+        assert_eq!(r["result"]["instructions"], "be nice");
+        assert!(r["result"].get("resultType").is_none());
+    }
+    let mut conn = s.connection("memory");
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{}}}"#).await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(
+        r["error"]["data"],
+        json!({"supported": ["2025-11-25", "2025-06-18"], "requested": "2024-11-05"})
+    );
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"capabilities":{}}}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["data"]["field"], "protocolVersion");
+}
+
+#[tokio::test]
+async fn requests_before_initialize() {
+    let s = server();
+    let mut conn = s.connection("memory");
+    // What clients really send early is answered.
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    assert_eq!(r["result"], json!({}));
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"error"}}"#,
+    )
+    .await;
+    assert_eq!(r["result"], json!({}));
+    // The rest needs the handshake (or 2026-07-28 _meta).
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/list"}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    let r = send(&s, &mut conn, &call_msg(4, "lint-check", "{}")).await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    // After initialize (before notifications/initialized) it is served.
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":5,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{}}}"#).await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#,
+    )
+    .await;
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 6);
+    // Re-initialize: a new revision for the connection.
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#).await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+    let r = send(&s, &mut conn, &call_msg(8, "lint-check", "{}")).await;
+    assert_eq!(r["result"]["content"][0]["text"], "clean");
+}
+
+#[tokio::test]
+async fn discover_then_call_2026() {
+    let s = server();
+    let mut conn = s.connection("memory");
+    let r = send(
+        &s,
+        &mut conn,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":"d","method":"server/discover","params":{{{MODERN_META}}}}}"#
+        ),
+    )
+    .await;
+    let res = &r["result"];
+    assert_eq!(res["resultType"], "complete");
+    assert_eq!(
+        res["supportedVersions"],
+        json!(["2026-07-28", "2025-11-25", "2025-06-18"])
+    );
+    assert_eq!(res["ttlMs"], 0);
+    assert_eq!(res["cacheScope"], "public");
+    assert_eq!(
+        res["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "test-server"
+    );
+    assert!(res["capabilities"]["tools"].is_object());
+    let r = send(
+        &s,
+        &mut conn,
+        &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{MODERN_META}}}}}"#),
+    )
+    .await;
+    assert_eq!(r["result"]["resultType"], "complete");
+    assert_eq!(r["result"]["cacheScope"], "public");
+    assert!(r["result"]["ttlMs"].is_u64());
+    let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"build-app","arguments":{{"project_dir":"/p","arch":"arm64"}},{MODERN_META}}}}}"#)).await;
+    assert_eq!(r["result"]["resultType"], "complete");
+    assert_eq!(r["result"]["structuredContent"]["artifact"], "/p/app");
+    assert_eq!(
+        r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["version"],
+        "9.9.9"
+    );
+    // ping and logging/setLevel are gone in 2026-07-28.
+    for m in ["ping", "logging/setLevel"] {
+        let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":3,"method":"{m}","params":{{"level":"info",{MODERN_META}}}}}"#)).await;
+        assert_eq!(r["error"]["code"], -32601, "{m}: {r}");
+    }
+}
+
+#[tokio::test]
+async fn modern_errors() {
+    let s = server();
+    let mut conn = s.connection("memory");
+    for method in ["server/discover", "tools/list", "tools/call"] {
+        let r = send(&s, &mut conn, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{{"name":"lint-check","_meta":{{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#)).await;
+        assert_eq!(r["error"]["code"], -32022, "{method}: {r}");
+        assert_eq!(
+            r["error"]["data"],
+            json!({"supported": ["2026-07-28", "2025-11-25", "2025-06-18"], "requested": "1900-01-01"})
+        );
+    }
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#).await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(
+        r["error"]["data"]["field"],
+        "_meta.io.modelcontextprotocol/clientCapabilities"
+    );
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"loud"}}}"#).await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["data"]["received"], "loud");
+}
+
+#[tokio::test]
+async fn unknown_methods_and_batches() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"resources/list"}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32601);
+    let r = send(
+        &s,
+        &mut conn,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32600);
+    assert_eq!(r["id"], Value::Null);
+    let r = send(&s, &mut conn, " \n[]").await;
+    assert_eq!(r["error"]["code"], -32600);
+    // Still serving.
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).await;
+    assert_eq!(r["result"], json!({}));
+    let r = send(&s, &mut conn, "{not json").await;
+    assert_eq!(r["error"]["code"], -32700);
+}
+
+// ---------------------------------------------------------------- tools
+
+#[tokio::test]
+async fn tools_list_pages() {
+    let mut b = McpServer::builder("p", "1").page_size(4);
+    for i in 0..10 {
+        b = b.tool(Tool::new(
+            format!("t{i:02}"),
+            json!({"type": "object"}),
+            |_, _| async { Ok(ToolOutput::text("x")) },
+        ));
+    }
+    let s = b.build().unwrap();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..5 {
+        let params = match &cursor {
+            Some(c) => format!(r#","params":{{"cursor":"{c}"}}"#),
+            None => String::new(),
+        };
+        let r = send(
+            &s,
+            &mut conn,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list"{params}}}"#),
+        )
+        .await;
+        for t in r["result"]["tools"].as_array().unwrap() {
+            names.push(t["name"].as_str().unwrap().to_owned());
+        }
+        cursor = r["result"]["nextCursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert_eq!(
+        names,
+        (0..10).map(|i| format!("t{i:02}")).collect::<Vec<_>>()
+    );
+    for bad in ["nope", "p99", "p-1", ""] {
+        let r = send(
+            &s,
+            &mut conn,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"cursor":"{bad}"}}}}"#
+            ),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32602, "{bad}");
+        assert_eq!(r["error"]["message"], "Invalid cursor");
+    }
+}
+
+#[tokio::test]
+async fn tools_list_shows_the_definitions() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-06-18").await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    )
+    .await;
+    let build = &r["result"]["tools"][0];
+    assert_eq!(build["name"], "build-app");
+    assert_eq!(build["title"], "Build");
+    assert_eq!(build["description"], "builds");
+    assert_eq!(
+        build["inputSchema"]["required"],
+        json!(["project_dir", "arch"])
+    );
+    assert_eq!(
+        build["outputSchema"]["required"],
+        json!(["status", "artifact"])
+    );
+    assert!(r["result"].get("nextCursor").is_none());
+}
+
+#[tokio::test]
+async fn tools_call_checks_arguments_first() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let mut out = Vec::new();
+    let msg = call_msg(1, "build-app", r#"{"project_dir":"/p","arch":"ARM"}"#);
+    s.handle(&Bytes::from(msg.into_bytes()), &mut conn, &mut out)
+        .await;
+    let raw = String::from_utf8(out).unwrap();
+    assert!(raw.contains(r#""code":-32602"#), "{raw}");
+    // Exactly this data, members in this order.
+    assert!(
+        raw.contains(r#""data":{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}"#),
+        "{raw}"
+    );
+    let r = send(
+        &s,
+        &mut conn,
+        &call_msg(2, "build-app", r#"{"arch":"arm64"}"#),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(
+        r["error"]["data"],
+        json!({"field": "project_dir", "reason": "required property is missing"})
+    );
+    let r = send(
+        &s,
+        &mut conn,
+        &call_msg(3, "build-app", r#"{"project_dir":7,"arch":"arm64"}"#),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["data"]["field"], "project_dir");
+    assert_eq!(r["error"]["data"]["received"], 7);
+    let r = send(&s, &mut conn, &call_msg(4, "build-app", "[1]")).await;
+    assert_eq!(r["error"]["data"]["field"], "arguments");
+    let r = send(&s, &mut conn, &call_msg(5, "nope", "{}")).await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["message"], "Unknown tool: nope");
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"arguments":{}}}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["data"]["field"], "name");
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn tools_call_results() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let r = send(
+        &s,
+        &mut conn,
+        &call_msg(
+            1,
+            "build-app",
+            r#"{"project_dir":"/p","arch":"x86_64","configuration":"Release"}"#,
+        ),
+    )
+    .await;
+    let res = &r["result"];
+    let structured =
+        json!({"status":"ok","artifact":"/p/app","configuration":"Release","arch":"x86_64"});
+    assert_eq!(res["structuredContent"], structured);
+    // Mirrored as text for older clients.
+    assert_eq!(res["content"][0]["type"], "text");
+    let text: Value = serde_json::from_str(res["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, structured);
+    assert!(res.get("isError").is_none());
+    assert!(res.get("resultType").is_none());
+    // A failing tool: isError, not a JSON-RPC error.
+    let r = send(&s, &mut conn, &call_msg(2, "fails", "{}")).await;
+    assert_eq!(r["result"]["isError"], true);
+    assert_eq!(r["result"]["content"][0]["text"], "the disk is on fire");
+    // Output that breaks the outputSchema is the server's fault.
+    let r = send(&s, &mut conn, &call_msg(3, "bad-output", "{}")).await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    // Every block type.
+    let r = send(&s, &mut conn, &call_msg(4, "blocks", "{}")).await;
+    assert_eq!(
+        r["result"]["content"],
+        json!([
+            {"type": "text", "text": "t"},
+            {"type": "image", "data": "aGk=", "mimeType": "image/png"},
+            {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"},
+            {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt"},
+            {"type": "resource", "resource": {"uri": "file:///b.txt", "mimeType": "text/plain", "text": "bee"}}
+        ])
+    );
+}
+
+#[tokio::test]
+async fn set_level_validates() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"loud"}}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(r["error"]["data"]["expected"][0], "debug");
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{}}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602);
+}
+
+#[test]
+fn bad_schemas_are_refused() {
+    let e = McpServer::builder("x", "1")
+        .tool(Tool::new("t", json!({"type": 12}), |_, _| async {
+            Ok(ToolOutput::text(""))
+        }))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("inputSchema"), "{e}");
+    let e = McpServer::builder("x", "1")
+        .tool(Tool::new("t", json!(true), |_, _| async {
+            Ok(ToolOutput::text(""))
+        }))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("object"), "{e}");
+}
+
+// ---------------------------------------------------------------- stdio
+
+struct Pipe {
+    tx: tokio::io::DuplexStream,
+    rx: tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Pipe {
+    fn new(server: &McpServer) -> Pipe {
+        let (client_w, server_r) = tokio::io::duplex(1 << 16);
+        let (server_w, client_r) = tokio::io::duplex(1 << 16);
+        let s = server.clone();
+        let task = tokio::spawn(async move { s.serve_stream(server_r, server_w).await });
+        Pipe {
+            tx: client_w,
+            rx: BufReader::new(client_r).lines(),
+            task,
+        }
+    }
+
+    async fn send(&mut self, msg: &str) {
+        self.tx.write_all(msg.as_bytes()).await.unwrap();
+        self.tx.write_all(b"\n").await.unwrap();
+    }
+
+    async fn recv(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(5), self.rx.next_line())
+            .await
+            .expect("a message within 5 s")
+            .unwrap()
+            .expect("a line");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    async fn init(&mut self, version: &str) {
+        self.send(&format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{{}}}}}}"#)).await;
+        assert_eq!(self.recv().await["result"]["protocolVersion"], version);
+        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn stdio_progress_and_logs_come_before_the_reply() {
+    let s = server();
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"logging/setLevel","params":{"level":"warning"}}"#)
+        .await;
+    assert_eq!(p.recv().await["result"], json!({}));
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"build-app","arguments":{"project_dir":"/p","arch":"arm64"},"_meta":{"progressToken":"tok"}}}"#).await;
+    let mut progress = Vec::new();
+    let mut levels = Vec::new();
+    loop {
+        let m = p.recv().await;
+        match m["method"].as_str() {
+            Some("notifications/progress") => {
+                assert_eq!(m["params"]["progressToken"], "tok");
+                progress.push(m["params"]["progress"].as_f64().unwrap());
+            }
+            Some("notifications/message") => {
+                levels.push(m["params"]["level"].as_str().unwrap().to_owned())
+            }
+            _ => {
+                assert_eq!(m["id"], 2);
+                break;
+            }
+        }
+    }
+    // Strictly increasing: 1, 2, 3 of 1, 1, 2, 0.5, 3.
+    assert_eq!(progress, vec![1.0, 2.0, 3.0]);
+    assert_eq!(
+        levels,
+        ["warning", "error", "critical", "alert", "emergency"]
+    );
+    drop(p.tx);
+    p.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn stdio_modern_logs_only_on_request() {
+    let s = server();
+    let mut p = Pipe::new(&s);
+    p.send(&format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"build-app","arguments":{{"project_dir":"/p","arch":"arm64"}},{MODERN_META}}}}}"#)).await;
+    let m = p.recv().await;
+    assert_eq!(m["id"], 1, "no log messages without logLevel: {m}");
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"build-app","arguments":{"project_dir":"/p","arch":"arm64"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"alert"}}}"#).await;
+    let mut levels = Vec::new();
+    loop {
+        let m = p.recv().await;
+        if m["id"] == 2 {
+            assert_eq!(m["result"]["resultType"], "complete");
+            break;
+        }
+        levels.push(m["params"]["level"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(levels, ["alert", "emergency"]);
+}
+
+#[tokio::test]
+async fn stdio_cancellation() {
+    let s = server();
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    p.send(&call_msg(7, "wait", r#"{"ms":30000}"#)).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Unknown ids (and initialize's) are ignored.
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"nope"}}"#)
+        .await;
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":0}}"#)
+        .await;
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7,"reason":"user"}}"#).await;
+    p.send(&call_msg(8, "wait", r#"{"ms":1}"#)).await;
+    // No reply for 7: the next message is 8's.
+    let m = p.recv().await;
+    assert_eq!(m["id"], 8, "{m}");
+    p.send(r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#).await;
+    assert_eq!(p.recv().await["id"], 9);
+    // stdin closes: the loop ends (nothing is left running).
+    drop(p.tx);
+    tokio::time::timeout(Duration::from_secs(3), p.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn stdio_list_changed() {
+    let s = server();
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).await;
+    assert_eq!(p.recv().await["id"], 1);
+    s.add_tool(Tool::new(
+        "new-tool",
+        json!({"type": "object"}),
+        |_, _| async { Ok(ToolOutput::text("new")) },
+    ))
+    .unwrap();
+    let m = p.recv().await;
+    assert_eq!(m["method"], "notifications/tools/list_changed");
+    p.send(&call_msg(2, "new-tool", "{}")).await;
+    assert_eq!(p.recv().await["result"]["content"][0]["text"], "new");
+    assert!(s.remove_tool("new-tool"));
+    assert!(!s.remove_tool("new-tool"));
+    assert_eq!(p.recv().await["method"], "notifications/tools/list_changed");
+    p.send(&call_msg(3, "new-tool", "{}")).await;
+    assert_eq!(p.recv().await["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn stdio_batches_and_garbage_keep_the_loop_alive() {
+    let s = server();
+    let mut p = Pipe::new(&s);
+    p.send(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#)
+        .await;
+    assert_eq!(p.recv().await["error"]["code"], -32600);
+    p.send("{oops").await;
+    assert_eq!(p.recv().await["error"]["code"], -32700);
+    p.send("\r").await;
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(p.recv().await["id"], 2);
+}
+
+// ----------------------------------------------------------------- HTTP
+
+struct Http {
+    addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+async fn http_server(server: McpServer) -> Http {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel();
+    let endpoint = Endpoint::new(server, HttpConfig::default());
+    tokio::spawn(rpcwire::mcp::http::serve(endpoint, listener, async {
+        let _ = rx.await;
+    }));
+    Http {
+        addr,
+        stop: Some(stop),
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+    /// The `data:` payloads of an SSE body.
+    fn events(&self) -> Vec<Value> {
+        self.body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str(d).unwrap())
+            .collect()
+    }
+    fn content_type(&self) -> &str {
+        self.headers
+            .get("content-type")
+            .map_or("", |v| v.to_str().unwrap())
+    }
+}
+
+async fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/mcp"))
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(http_body_util::Full::new(Bytes::copy_from_slice(
+            body.as_bytes(),
+        )))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+const JSON_SSE: (&str, &str) = ("accept", "application/json, text/event-stream");
+const CT: (&str, &str) = ("content-type", "application/json");
+
+async fn post(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str) -> Answer {
+    let mut h = vec![JSON_SSE, CT];
+    h.extend_from_slice(extra);
+    request(addr, "POST", &h, body).await
+}
+
+async fn http_session(addr: std::net::SocketAddr) -> String {
+    let a = post(addr, &[], r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.content_type(), "application/json");
+    assert_eq!(a.json()["result"]["protocolVersion"], "2025-11-25");
+    let sid = a.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    assert_eq!(sid.len(), 32);
+    let n = post(
+        addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    assert!(n.body.is_empty());
+    sid
+}
+
+#[tokio::test]
+async fn http_endpoint_rules() {
+    let h = http_server(server()).await;
+    let a = h.addr;
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    // Origin.
+    let r = post(a, &[("origin", "http://evil.example")], ping).await;
+    assert_eq!(r.status, 403);
+    assert_eq!(r.json()["error"]["code"], -32600);
+    assert!(r.json().get("id").is_none_or(Value::is_null));
+    for origin in [
+        "http://localhost:6274",
+        "http://127.0.0.1",
+        "http://[::1]:3000",
+    ] {
+        let r = post(a, &[("origin", origin)], ping).await;
+        assert_eq!(r.status, 200, "{origin}");
+    }
+    // Accept.
+    let r = request(a, "POST", &[("accept", "application/json"), CT], ping).await;
+    assert_eq!(r.status, 406);
+    let r = request(a, "POST", &[("accept", "text/event-stream"), CT], ping).await;
+    assert_eq!(r.status, 406);
+    let r = request(a, "POST", &[CT], ping).await;
+    assert_eq!(r.status, 406);
+    // Content-Type.
+    let r = request(a, "POST", &[JSON_SSE, ("content-type", "text/plain")], ping).await;
+    assert_eq!(r.status, 415);
+    // Bodies.
+    let r = post(a, &[], "[]").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], -32600);
+    let r = post(a, &[], "{nope").await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], -32700);
+    // GET / DELETE without a session; other methods.
+    assert_eq!(
+        request(a, "GET", &[("accept", "text/event-stream")], "")
+            .await
+            .status,
+        405
+    );
+    assert_eq!(request(a, "DELETE", &[], "").await.status, 405);
+    assert_eq!(request(a, "PUT", &[], "").await.status, 405);
+}
+
+#[tokio::test]
+async fn http_sessions() {
+    let h = http_server(server()).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    // No session: 400; unknown: 404.
+    assert_eq!(post(a, &[], list).await.status, 400);
+    assert_eq!(
+        post(a, &[("mcp-session-id", "deadbeef")], list)
+            .await
+            .status,
+        404
+    );
+    // Unsupported MCP-Protocol-Version: 400.
+    let r = post(
+        a,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "1999-01-01"),
+        ],
+        list,
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["data"]["requested"], "1999-01-01");
+    // Good.
+    let r = post(
+        a,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        list,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["tools"].as_array().unwrap().len(), 6);
+    // A tool call without notifications: JSON.
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        &call_msg(3, "lint-check", "{}"),
+    )
+    .await;
+    assert_eq!(r.content_type(), "application/json");
+    assert_eq!(r.json()["result"]["content"][0]["text"], "clean");
+    // With progress: SSE, notifications then the response, then the end.
+    let r = post(a, &[("mcp-session-id", &sid)], r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"build-app","arguments":{"project_dir":"/p","arch":"arm64"},"_meta":{"progressToken":4}}}"#).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.content_type(), "text/event-stream");
+    assert_eq!(r.headers["x-accel-buffering"], "no");
+    let events = r.events();
+    let last = events.last().unwrap();
+    assert_eq!(last["id"], 4);
+    assert_eq!(last["result"]["structuredContent"]["status"], "ok");
+    let progress: Vec<f64> = events
+        .iter()
+        .filter(|e| e["method"] == "notifications/progress")
+        .map(|e| e["params"]["progress"].as_f64().unwrap())
+        .collect();
+    assert_eq!(progress, [1.0, 2.0, 3.0]);
+    // Schema errors over HTTP are JSON-RPC errors with status 200.
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        &call_msg(5, "build-app", r#"{"project_dir":"/p","arch":"ARM"}"#),
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["error"]["data"],
+        json!({"field":"arch","expected":["arm64","x86_64"],"received":"ARM"})
+    );
+    // A response from the client: 202.
+    assert_eq!(
+        post(
+            a,
+            &[("mcp-session-id", &sid)],
+            r#"{"jsonrpc":"2.0","id":99,"result":{}}"#
+        )
+        .await
+        .status,
+        202
+    );
+    // DELETE ends the session.
+    assert_eq!(
+        request(a, "DELETE", &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        200
+    );
+    assert_eq!(post(a, &[("mcp-session-id", &sid)], list).await.status, 404);
+    assert_eq!(
+        request(a, "DELETE", &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        404
+    );
+}
+
+#[tokio::test]
+async fn http_cancellation_in_a_session() {
+    let h = http_server(server()).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let sid2 = sid.clone();
+    let slow = tokio::spawn(async move {
+        post(
+            a,
+            &[("mcp-session-id", &sid2)],
+            &call_msg(7, "wait", r#"{"ms":30000}"#),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 202);
+    let r = tokio::time::timeout(Duration::from_secs(3), slow)
+        .await
+        .unwrap()
+        .unwrap();
+    // No reply for a cancelled request: an empty event stream.
+    assert_eq!(r.status, 200);
+    assert!(r.events().is_empty(), "{}", r.body);
+}
+
+#[tokio::test]
+async fn http_list_changed_on_the_get_stream() {
+    use http_body_util::BodyExt;
+    let s = server();
+    let h = http_server(s.clone()).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let stream = tokio::net::TcpStream::connect(a).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get(format!("http://{a}/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &sid)
+        .body(http_body_util::Empty::<Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(first.starts_with(b":"));
+    s.add_tool(Tool::new(
+        "later",
+        json!({"type": "object"}),
+        |_, _| async { Ok(ToolOutput::text("")) },
+    ))
+    .unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(3), body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&next).contains("notifications/tools/list_changed"));
+    // DELETE closes it.
+    assert_eq!(
+        request(a, "DELETE", &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        200
+    );
+    let end = tokio::time::timeout(Duration::from_secs(3), body.frame())
+        .await
+        .unwrap();
+    assert!(end.is_none());
+}
+
+#[tokio::test]
+async fn http_2026_rules() {
+    let h = http_server(server()).await;
+    let a = h.addr;
+    let v = ("mcp-protocol-version", "2026-07-28");
+    let discover = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{{{MODERN_META}}}}}"#
+    );
+    let r = post(a, &[v, ("mcp-method", "server/discover")], &discover).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["resultType"], "complete");
+    assert!(r.headers.get("mcp-session-id").is_none());
+    // Header mismatches: 400 with -32020.
+    for hs in [
+        vec![("mcp-method", "server/discover")],
+        vec![
+            ("mcp-protocol-version", "2025-11-25"),
+            ("mcp-method", "server/discover"),
+        ],
+        vec![v],
+        vec![v, ("mcp-method", "tools/list")],
+    ] {
+        let r = post(a, &hs, &discover).await;
+        assert_eq!(r.status, 400, "{hs:?}");
+        assert_eq!(r.json()["error"]["code"], -32020, "{hs:?}");
+        assert_eq!(r.json()["id"], 1);
+    }
+    // Unsupported version: 400 with -32022.
+    let old = discover.replace("2026-07-28", "1900-01-01");
+    let r = post(
+        a,
+        &[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "server/discover"),
+        ],
+        &old,
+    )
+    .await;
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], -32022);
+    assert_eq!(r.json()["error"]["data"]["supported"][0], "2026-07-28");
+    // Unknown method: 404 with -32601.
+    let r = post(
+        a,
+        &[v, ("mcp-method", "resources/list")],
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"resources/list","params":{{{MODERN_META}}}}}"#
+        ),
+    )
+    .await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json()["error"]["code"], -32601);
+    // tools/call: Mcp-Name must match, plain or base64.
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"lint-check","arguments":{{}},{MODERN_META}}}}}"#
+    );
+    let m = ("mcp-method", "tools/call");
+    assert_eq!(
+        post(a, &[v, m], &call).await.json()["error"]["code"],
+        -32020
+    );
+    assert_eq!(
+        post(a, &[v, m, ("mcp-name", "build-app")], &call)
+            .await
+            .json()["error"]["code"],
+        -32020
+    );
+    let r = post(
+        a,
+        &[
+            v,
+            m,
+            ("mcp-name", "lint-check"),
+            ("mcp-session-id", "ignored"),
+        ],
+        &call,
+    )
+    .await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["result"]["resultType"], "complete");
+    let r = post(
+        a,
+        &[v, m, ("mcp-name", "=?base64?bGludC1jaGVjaw==?=")],
+        &call,
+    )
+    .await;
+    assert_eq!(r.json()["result"]["content"][0]["text"], "clean");
+    // Log messages need logLevel; with it the answer is SSE.
+    let build = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"build-app","arguments":{"project_dir":"/p","arch":"arm64"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"error"}}}"#;
+    let r = post(a, &[v, m, ("mcp-name", "build-app")], build).await;
+    assert_eq!(r.content_type(), "text/event-stream");
+    let events = r.events();
+    let levels: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["params"]["level"].as_str())
+        .collect();
+    assert_eq!(levels, ["error", "critical", "alert", "emergency"]);
+    assert_eq!(events.last().unwrap()["result"]["resultType"], "complete");
+}
+
+#[tokio::test]
+async fn http_2026_disconnect_cancels() {
+    let drops = Arc::new(AtomicUsize::new(0));
+    let d2 = drops.clone();
+    let s = McpServer::builder("c", "1")
+        .tool(Tool::new("hang", json!({"type": "object"}), move |_, _| {
+            struct OnDrop(Arc<AtomicUsize>);
+            impl Drop for OnDrop {
+                fn drop(&mut self) {
+                    self.0.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+            let guard = OnDrop(d2.clone());
+            async move {
+                let _guard = guard;
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::text(""))
+            }
+        }))
+        .build()
+        .unwrap();
+    let h = http_server(s).await;
+    let a = h.addr;
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"hang","arguments":{{}},{MODERN_META}}}}}"#
+    );
+    let req = tokio::spawn(async move {
+        post(
+            a,
+            &[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+                ("mcp-name", "hang"),
+            ],
+            &call,
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(drops.load(Ordering::SeqCst), 0);
+    req.abort(); // the client goes away
+    for _ in 0..50 {
+        if drops.load(Ordering::SeqCst) == 1 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the call kept running after the client disconnected");
+}
