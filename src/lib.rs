@@ -94,6 +94,13 @@
 //!   pipelining, server-pushed notifications and `eth_subscribe`-style
 //!   subscriptions, pings and idle close, graceful shutdown; serves a
 //!   `TcpListener` or a stream an HTTP server upgraded.
+//!   With `http` too, `server::combined` serves HTTP and WebSocket
+//!   upgrades on one port, as geth and anvil do.
+//! * `gateway`: what `examples/gateway` (an Ethereum gateway: a built-in
+//!   chain, or a forwarding proxy in front of nodes) needs beyond `http`,
+//!   `ws` and `eth`: hyper-util's pooled HTTP client, tokio-tungstenite's
+//!   client, and alloy's transaction types (`alloy-consensus`,
+//!   `alloy-eips`) for decoding and sender recovery.
 //! * `eth`: the Ethereum toolkit (`eth`): QUANTITY / DATA / address / hash /
 //!   block-id decoders over raw params, call-object and log-filter views,
 //!   reply writers, geth's error codes, the method catalogue; adds

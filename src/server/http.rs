@@ -956,7 +956,10 @@ async fn serve_connection<Svc, B>(
         inner: service,
         activity: Arc::clone(&activity),
     };
-    let conn = builder.serve_connection(io, service);
+    // With upgrades: a service may answer `101` and take the connection
+    // over (WebSocket on the same port, `server::combined`); for every
+    // other response this is the same as `serve_connection`.
+    let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::pin!(conn);
     let stop = shutdown.triggered();
     tokio::pin!(stop);

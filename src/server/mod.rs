@@ -20,6 +20,9 @@ use bytes::Bytes;
 use crate::dispatch::{CallRecord, Observer};
 use crate::peer::{Outbound, SendError};
 
+#[cfg(all(feature = "http", feature = "ws"))]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "http", feature = "ws"))))]
+pub mod combined;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;

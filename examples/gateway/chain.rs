@@ -1,0 +1,671 @@
+//! The built-in chain: what the gateway serves when it has no upstream.
+//!
+//! An in-memory chain for trying clients out: anvil's first ten dev
+//! accounts hold 10,000 ETH each, every accepted transaction is mined at
+//! once in a block of its own (and `--block-time` adds empty blocks on a
+//! timer). It executes value transfers only: signed legacy, EIP-2930 and
+//! EIP-1559 transactions, decoded and their sender recovered with alloy's
+//! consensus types, checked as geth checks them (chain id, nonce, fees,
+//! balance, intrinsic gas), with geth's error messages. There is no EVM: a
+//! contract creation is refused, `eth_call` answers `0x` (every account is
+//! an externally owned one), and nothing emits logs.
+//!
+//! Block hashes are real header hashes (keccak of the RLP header) with real
+//! transaction and receipt roots; the state root is not a trie root (a
+//! digest of the block's transactions), which no client checks.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use alloy_consensus::transaction::SignerRecoverable;
+use alloy_consensus::{
+    EMPTY_OMMER_ROOT_HASH, Eip658Value, Header, Receipt, ReceiptEnvelope, ReceiptWithBloom,
+    Transaction, TxEnvelope,
+};
+use alloy_eips::eip2718::{Decodable2718, Encodable2718};
+use rpcwire::RpcError;
+use rpcwire::dispatch::{Done, Reply};
+use rpcwire::eth::codes::server_error;
+use rpcwire::eth::{Address, B256, BlockId, BlockNumberOrTag, BlockTag, U256};
+
+/// anvil's first ten dev accounts (from its default mnemonic), with their
+/// private keys, so that `cast send --private-key` works against both.
+pub const DEV_ACCOUNTS: [(&str, &str); 10] = [
+    (
+        "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266",
+        "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80",
+    ),
+    (
+        "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+        "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d",
+    ),
+    (
+        "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC",
+        "0x5de4111afa1a4b94908f83103eb1f1706367c2e68ca870fc3fb9a804cdab365a",
+    ),
+    (
+        "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
+        "0x7c852118294e51e653712a81e05800f419141751be58f605c371e15141b007a6",
+    ),
+    (
+        "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65",
+        "0x47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
+    ),
+    (
+        "0x9965507D1a55bcC2695C58ba16FB37d819B0A4dc",
+        "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba",
+    ),
+    (
+        "0x976EA74026E726554dB657fA54763abd0C3a0aa9",
+        "0x92db14e403b83dfe3df233f83dfa3a0d7096f21ca9b0d6d6b8d88b2b4ec1564e",
+    ),
+    (
+        "0x14dC79964da2C08b23698B3D3cc7Ca32193d9955",
+        "0x4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356",
+    ),
+    (
+        "0x23618e81E3f5cdF7f54C3d65f7FBc0aBf5B21E8f",
+        "0xdbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
+    ),
+    (
+        "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720",
+        "0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
+    ),
+];
+
+/// Each dev account's starting balance: 10,000 ETH, as anvil.
+pub const DEV_BALANCE_WEI: u128 = 10_000 * 1_000_000_000_000_000_000;
+/// The base fee of every block (1 gwei, anvil's first base fee); kept
+/// constant.
+pub const BASE_FEE: u64 = 1_000_000_000;
+/// The tip `eth_maxPriorityFeePerGas` suggests.
+pub const PRIORITY_FEE: u128 = 1_000_000_000;
+/// Every block's gas limit (anvil's default).
+pub const GAS_LIMIT: u64 = 30_000_000;
+/// The gas of a plain value transfer.
+pub const TRANSFER_GAS: u64 = 21_000;
+
+/// One account's history: (block, balance, nonce) after each change.
+#[derive(Default)]
+struct Account {
+    history: Vec<(u64, U256, u64)>,
+}
+
+impl Account {
+    fn at(&self, block: u64) -> (U256, u64) {
+        let i = self.history.partition_point(|&(b, _, _)| b <= block);
+        if i == 0 {
+            (U256::ZERO, 0)
+        } else {
+            let (_, bal, nonce) = self.history[i - 1];
+            (bal, nonce)
+        }
+    }
+
+    fn set(&mut self, block: u64, balance: U256, nonce: u64) {
+        match self.history.last_mut() {
+            Some(last) if last.0 == block => *last = (block, balance, nonce),
+            _ => self.history.push((block, balance, nonce)),
+        }
+    }
+}
+
+struct Block {
+    header: Header,
+    hash: B256,
+    size: usize,
+    txs: Vec<B256>,
+}
+
+struct Mined {
+    tx: TxEnvelope,
+    from: Address,
+    block: u64,
+    index: u64,
+    gas_used: u64,
+    cumulative_gas_used: u64,
+    effective_gas_price: u128,
+}
+
+struct State {
+    accounts: HashMap<Address, Account>,
+    blocks: Vec<Block>,
+    by_hash: HashMap<B256, u64>,
+    txs: HashMap<B256, Mined>,
+}
+
+/// The chain; every method takes its lock once, briefly.
+pub struct Chain {
+    chain_id: u64,
+    state: Mutex<State>,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Chain {
+    /// A chain with the dev accounts funded and a genesis block.
+    pub fn new(chain_id: u64) -> Chain {
+        let mut accounts = HashMap::new();
+        for (address, _) in DEV_ACCOUNTS {
+            let address: Address = address.parse().expect("a valid address");
+            let mut account = Account::default();
+            account.set(0, U256::from(DEV_BALANCE_WEI), 0);
+            accounts.insert(address, account);
+        }
+        let mut state = State {
+            accounts,
+            blocks: Vec::new(),
+            by_hash: HashMap::new(),
+            txs: HashMap::new(),
+        };
+        state.mine(Vec::new(), Vec::new(), now());
+        Chain {
+            chain_id,
+            state: Mutex::new(state),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The chain id.
+    pub fn chain_id(&self) -> u64 {
+        self.chain_id
+    }
+
+    /// The head's number.
+    pub fn head(&self) -> u64 {
+        self.lock().head()
+    }
+
+    /// Mines an empty block (the `--block-time` timer).
+    pub fn mine_empty(&self) {
+        self.lock().mine(Vec::new(), Vec::new(), now());
+    }
+
+    /// Balance and nonce of `address` at `block`.
+    pub fn account(&self, address: Address, block: BlockId) -> Result<(U256, u64), RpcError> {
+        let s = self.lock();
+        let n = s.resolve(block)?;
+        Ok(s.accounts
+            .get(&address)
+            .map(|a| a.at(n))
+            .unwrap_or_default())
+    }
+
+    /// Checks that `block` exists (for `eth_getCode`, `eth_call`).
+    pub fn check_block(&self, block: BlockId) -> Result<u64, RpcError> {
+        self.lock().resolve(block)
+    }
+
+    /// Validates, executes and mines a signed raw transaction; returns its
+    /// hash.
+    pub fn send_raw(&self, raw: &[u8]) -> Result<B256, RpcError> {
+        let tx = TxEnvelope::decode_2718(&mut &raw[..])
+            .map_err(|e| server_error(format!("transaction could not be decoded: {e}")))?;
+        match tx {
+            TxEnvelope::Legacy(_) | TxEnvelope::Eip2930(_) | TxEnvelope::Eip1559(_) => {}
+            _ => {
+                return Err(server_error(format!(
+                    "transaction type not supported by the built-in chain: {}",
+                    tx.tx_type() as u8
+                )));
+            }
+        }
+        match tx.chain_id() {
+            Some(id) if id == self.chain_id => {}
+            Some(id) => {
+                return Err(server_error(format!(
+                    "invalid chain id: have {id}, want {}",
+                    self.chain_id
+                )));
+            }
+            None => {
+                return Err(server_error(
+                    "only replay-protected (EIP-155) transactions allowed over RPC",
+                ));
+            }
+        }
+        let from = tx
+            .recover_signer()
+            .map_err(|_| server_error("invalid sender: the signature does not recover"))?;
+        let Some(to) = tx.to() else {
+            return Err(server_error(
+                "contract creation is not supported by the built-in chain (it has no EVM; value transfers only)",
+            ));
+        };
+        let intrinsic = intrinsic_gas(&tx);
+        if tx.gas_limit() < intrinsic {
+            return Err(server_error(format!(
+                "intrinsic gas too low: gas {}, minimum needed {intrinsic}",
+                tx.gas_limit()
+            )));
+        }
+        if tx.gas_limit() > GAS_LIMIT {
+            return Err(server_error("exceeds block gas limit"));
+        }
+        if let Some(tip) = tx.max_priority_fee_per_gas()
+            && tip > tx.max_fee_per_gas()
+        {
+            return Err(server_error(format!(
+                "max priority fee per gas higher than max fee per gas: address {from}, maxPriorityFeePerGas: {tip}, maxFeePerGas: {}",
+                tx.max_fee_per_gas()
+            )));
+        }
+        if tx.max_fee_per_gas() < BASE_FEE as u128 {
+            return Err(server_error(format!(
+                "max fee per gas less than block base fee: address {from}, maxFeePerGas: {}, baseFee: {BASE_FEE}",
+                tx.max_fee_per_gas()
+            )));
+        }
+        let hash = *tx.tx_hash();
+        let mut s = self.lock();
+        if s.txs.contains_key(&hash) {
+            return Err(server_error("already known"));
+        }
+        let head = s.head();
+        let (balance, nonce) = s
+            .accounts
+            .get(&from)
+            .map(|a| a.at(head))
+            .unwrap_or_default();
+        if tx.nonce() < nonce {
+            return Err(server_error(format!(
+                "nonce too low: next nonce {nonce}, tx nonce {}",
+                tx.nonce()
+            )));
+        }
+        if tx.nonce() > nonce {
+            return Err(server_error(format!(
+                "nonce too high: next nonce {nonce}, tx nonce {} (the built-in chain does not queue transactions)",
+                tx.nonce()
+            )));
+        }
+        let cost = U256::from(tx.gas_limit()) * U256::from(tx.max_fee_per_gas()) + tx.value();
+        if balance < cost {
+            return Err(server_error(format!(
+                "insufficient funds for gas * price + value: address {from} have {balance} want {cost}"
+            )));
+        }
+        let price = tx.effective_gas_price(Some(BASE_FEE));
+        let number = head + 1;
+        let fee = U256::from(intrinsic) * U256::from(price);
+        let value = tx.value();
+        s.accounts
+            .entry(from)
+            .or_default()
+            .set(number, balance - fee - value, nonce + 1);
+        let (to_balance, to_nonce) = s.accounts.get(&to).map(|a| a.at(head)).unwrap_or_default();
+        // A transfer to oneself: the sender's entry already holds it.
+        if to != from {
+            s.accounts
+                .entry(to)
+                .or_default()
+                .set(number, to_balance + value, to_nonce);
+        } else {
+            s.accounts
+                .entry(from)
+                .or_default()
+                .set(number, balance - fee, nonce + 1);
+        }
+        s.txs.insert(
+            hash,
+            Mined {
+                tx: tx.clone(),
+                from,
+                block: number,
+                index: 0,
+                gas_used: intrinsic,
+                cumulative_gas_used: intrinsic,
+                effective_gas_price: price,
+            },
+        );
+        let receipt = receipt_envelope(&tx, intrinsic);
+        s.mine(vec![tx], vec![receipt], now());
+        Ok(hash)
+    }
+
+    /// `eth_getBlockByNumber` / `ByHash`: the block as JSON, or `null`.
+    pub fn block_json(&self, block: BlockId, full: bool) -> Option<String> {
+        let s = self.lock();
+        let n = s.resolve(block).ok()?;
+        let b = s.blocks.get(n as usize)?;
+        Some(s.block_json(b, full))
+    }
+
+    /// The JSON of a transaction, or `None`.
+    pub fn tx_json(&self, hash: B256) -> Option<String> {
+        let s = self.lock();
+        s.txs.get(&hash).map(|m| s.tx_json(m))
+    }
+
+    /// The JSON of a receipt, or `None`.
+    pub fn receipt_json(&self, hash: B256) -> Option<String> {
+        let s = self.lock();
+        let m = s.txs.get(&hash)?;
+        let b = &s.blocks[m.block as usize];
+        let mut o = String::with_capacity(1024);
+        o.push('{');
+        kv(&mut o, "transactionHash", &hex(hash.as_slice()));
+        kv(&mut o, "transactionIndex", &qty(m.index as u128));
+        kv(&mut o, "blockHash", &hex(b.hash.as_slice()));
+        kv(&mut o, "blockNumber", &qty(m.block as u128));
+        kv(&mut o, "from", &hex(m.from.as_slice()));
+        kv(&mut o, "to", &hex(m.tx.to().unwrap_or_default().as_slice()));
+        kv(
+            &mut o,
+            "cumulativeGasUsed",
+            &qty(m.cumulative_gas_used as u128),
+        );
+        kv(&mut o, "gasUsed", &qty(m.gas_used as u128));
+        o.push_str("\"contractAddress\":null,\"logs\":[],");
+        kv(&mut o, "logsBloom", &hex(&[0u8; 256]));
+        kv(&mut o, "type", &qty(m.tx.tx_type() as u8 as u128));
+        kv(&mut o, "effectiveGasPrice", &qty(m.effective_gas_price));
+        o.push_str("\"status\":\"0x1\"}");
+        Some(o)
+    }
+
+    /// `eth_feeHistory`: `count` blocks up to `newest`.
+    pub fn fee_history(
+        &self,
+        count: u64,
+        newest: BlockNumberOrTag,
+        percentiles: &[f64],
+    ) -> Result<String, RpcError> {
+        let s = self.lock();
+        let newest = s.resolve(newest.into())?;
+        let count = count.min(1024).min(newest + 1);
+        let oldest = newest + 1 - count;
+        let mut o = String::with_capacity(256);
+        let _ = write!(
+            o,
+            "{{\"oldestBlock\":{},\"baseFeePerGas\":[",
+            qty(oldest as u128)
+        );
+        for i in 0..=count {
+            let _ = write!(
+                o,
+                "{}{}",
+                if i > 0 { "," } else { "" },
+                qty(BASE_FEE as u128)
+            );
+        }
+        o.push_str("],\"gasUsedRatio\":[");
+        for (i, n) in (oldest..=newest).enumerate() {
+            let used = s.blocks[n as usize].header.gas_used as f64 / GAS_LIMIT as f64;
+            let _ = write!(o, "{}{}", if i > 0 { "," } else { "" }, used);
+        }
+        o.push(']');
+        if !percentiles.is_empty() {
+            o.push_str(",\"reward\":[");
+            for i in 0..count {
+                o.push_str(if i > 0 { ",[" } else { "[" });
+                for j in 0..percentiles.len() {
+                    let _ = write!(o, "{}{}", if j > 0 { "," } else { "" }, qty(PRIORITY_FEE));
+                }
+                o.push(']');
+            }
+            o.push(']');
+        }
+        o.push('}');
+        Ok(o)
+    }
+
+    /// Whether a block with this hash exists (`eth_getLogs` with
+    /// `blockHash`).
+    pub fn has_block_hash(&self, hash: B256) -> bool {
+        self.lock().by_hash.contains_key(&hash)
+    }
+}
+
+/// 21,000 plus the calldata (16 gas a non-zero byte, 4 a zero byte) and the
+/// access list (2,400 an address, 1,900 a storage key).
+pub fn intrinsic_gas(tx: &TxEnvelope) -> u64 {
+    let input = tx.input();
+    let zeros = input.iter().filter(|&&b| b == 0).count() as u64;
+    let mut gas = TRANSFER_GAS + 4 * zeros + 16 * (input.len() as u64 - zeros);
+    if let Some(list) = tx.access_list() {
+        for item in list.iter() {
+            gas += 2400 + 1900 * item.storage_keys.len() as u64;
+        }
+    }
+    gas
+}
+
+/// The intrinsic gas of calldata alone, for `eth_estimateGas`.
+pub fn calldata_gas(input: &[u8]) -> u64 {
+    let zeros = input.iter().filter(|&&b| b == 0).count() as u64;
+    TRANSFER_GAS + 4 * zeros + 16 * (input.len() as u64 - zeros)
+}
+
+fn receipt_envelope(tx: &TxEnvelope, gas: u64) -> ReceiptEnvelope {
+    let receipt = ReceiptWithBloom::new(
+        Receipt {
+            status: Eip658Value::Eip658(true),
+            cumulative_gas_used: gas,
+            logs: Vec::new(),
+        },
+        Default::default(),
+    );
+    match tx {
+        TxEnvelope::Legacy(_) => ReceiptEnvelope::Legacy(receipt),
+        TxEnvelope::Eip2930(_) => ReceiptEnvelope::Eip2930(receipt),
+        _ => ReceiptEnvelope::Eip1559(receipt),
+    }
+}
+
+impl State {
+    fn head(&self) -> u64 {
+        self.blocks.len() as u64 - 1
+    }
+
+    fn resolve(&self, block: BlockId) -> Result<u64, RpcError> {
+        let head = self.head();
+        match block {
+            BlockId::Tag(BlockTag::Earliest) => Ok(0),
+            BlockId::Tag(_) => Ok(head),
+            BlockId::Number(n) if n <= head => Ok(n),
+            BlockId::Number(n) => Err(server_error(format!(
+                "block number {n:#x} is beyond the head ({head:#x})"
+            ))),
+            BlockId::Hash { hash, .. } => self
+                .by_hash
+                .get(&hash)
+                .copied()
+                .ok_or_else(|| server_error(format!("header for hash {hash} not found"))),
+        }
+    }
+
+    fn mine(&mut self, txs: Vec<TxEnvelope>, receipts: Vec<ReceiptEnvelope>, time: u64) {
+        let number = self.blocks.len() as u64;
+        let (parent_hash, parent_time) = match self.blocks.last() {
+            Some(b) => (b.hash, b.header.timestamp),
+            None => (B256::ZERO, 0),
+        };
+        let gas_used = txs.iter().map(intrinsic_gas).sum();
+        let tx_hashes: Vec<B256> = txs.iter().map(|t| *t.tx_hash()).collect();
+        let mut digest = Vec::with_capacity(8 + 32 * tx_hashes.len());
+        digest.extend_from_slice(&number.to_be_bytes());
+        for h in &tx_hashes {
+            digest.extend_from_slice(h.as_slice());
+        }
+        let header = Header {
+            parent_hash,
+            ommers_hash: EMPTY_OMMER_ROOT_HASH,
+            beneficiary: Address::ZERO,
+            state_root: alloy_primitives::keccak256(&digest),
+            transactions_root: alloy_consensus::proofs::calculate_transaction_root(&txs),
+            receipts_root: alloy_consensus::proofs::calculate_receipt_root(&receipts),
+            number,
+            gas_limit: GAS_LIMIT,
+            gas_used,
+            timestamp: time.max(parent_time),
+            base_fee_per_gas: Some(BASE_FEE),
+            ..Default::default()
+        };
+        let hash = header.hash_slow();
+        // The RLP size of the header and transactions, roughly as a node
+        // reports `size`.
+        let size = 540 + txs.iter().map(|t| t.encode_2718_len()).sum::<usize>();
+        self.by_hash.insert(hash, number);
+        self.blocks.push(Block {
+            header,
+            hash,
+            size,
+            txs: tx_hashes,
+        });
+    }
+
+    fn block_json(&self, b: &Block, full: bool) -> String {
+        let h = &b.header;
+        let mut o = String::with_capacity(1200 + b.txs.len() * 700);
+        o.push('{');
+        kv(&mut o, "hash", &hex(b.hash.as_slice()));
+        kv(&mut o, "parentHash", &hex(h.parent_hash.as_slice()));
+        kv(&mut o, "sha3Uncles", &hex(h.ommers_hash.as_slice()));
+        kv(&mut o, "miner", &hex(h.beneficiary.as_slice()));
+        kv(&mut o, "stateRoot", &hex(h.state_root.as_slice()));
+        kv(
+            &mut o,
+            "transactionsRoot",
+            &hex(h.transactions_root.as_slice()),
+        );
+        kv(&mut o, "receiptsRoot", &hex(h.receipts_root.as_slice()));
+        kv(&mut o, "logsBloom", &hex(h.logs_bloom.as_slice()));
+        kv(&mut o, "difficulty", "\"0x0\"");
+        kv(&mut o, "number", &qty(h.number as u128));
+        kv(&mut o, "gasLimit", &qty(h.gas_limit as u128));
+        kv(&mut o, "gasUsed", &qty(h.gas_used as u128));
+        kv(&mut o, "timestamp", &qty(h.timestamp as u128));
+        kv(&mut o, "extraData", "\"0x\"");
+        kv(&mut o, "mixHash", &hex(h.mix_hash.as_slice()));
+        kv(&mut o, "nonce", &hex(h.nonce.as_slice()));
+        kv(&mut o, "baseFeePerGas", &qty(BASE_FEE as u128));
+        kv(&mut o, "totalDifficulty", "\"0x0\"");
+        kv(&mut o, "size", &qty(b.size as u128));
+        o.push_str("\"uncles\":[],\"transactions\":[");
+        for (i, t) in b.txs.iter().enumerate() {
+            if i > 0 {
+                o.push(',');
+            }
+            if full {
+                o.push_str(&self.tx_json(&self.txs[t]));
+            } else {
+                o.push_str(&hex(t.as_slice()));
+            }
+        }
+        o.push_str("]}");
+        o
+    }
+
+    fn tx_json(&self, m: &Mined) -> String {
+        let tx = &m.tx;
+        let mut o = String::with_capacity(700);
+        o.push('{');
+        kv(&mut o, "hash", &hex(tx.tx_hash().as_slice()));
+        kv(&mut o, "type", &qty(tx.tx_type() as u8 as u128));
+        if let Some(id) = tx.chain_id() {
+            kv(&mut o, "chainId", &qty(id as u128));
+        }
+        kv(&mut o, "nonce", &qty(tx.nonce() as u128));
+        kv(
+            &mut o,
+            "blockHash",
+            &hex(self.blocks[m.block as usize].hash.as_slice()),
+        );
+        kv(&mut o, "blockNumber", &qty(m.block as u128));
+        kv(&mut o, "transactionIndex", &qty(m.index as u128));
+        kv(&mut o, "from", &hex(m.from.as_slice()));
+        match tx.to() {
+            Some(to) => kv(&mut o, "to", &hex(to.as_slice())),
+            None => kv(&mut o, "to", "null"),
+        }
+        kv(&mut o, "value", &qty_u256(tx.value()));
+        kv(&mut o, "gas", &qty(tx.gas_limit() as u128));
+        kv(&mut o, "input", &hex(tx.input()));
+        match tx {
+            TxEnvelope::Eip1559(_) => {
+                kv(&mut o, "maxFeePerGas", &qty(tx.max_fee_per_gas()));
+                let tip = tx.max_priority_fee_per_gas().unwrap_or_default();
+                kv(&mut o, "maxPriorityFeePerGas", &qty(tip));
+                kv(&mut o, "gasPrice", &qty(m.effective_gas_price));
+            }
+            _ => kv(&mut o, "gasPrice", &qty(tx.gas_price().unwrap_or_default())),
+        }
+        if let Some(list) = tx.access_list() {
+            o.push_str("\"accessList\":[");
+            for (i, item) in list.iter().enumerate() {
+                let _ = write!(
+                    o,
+                    "{}{{\"address\":{},\"storageKeys\":[",
+                    if i > 0 { "," } else { "" },
+                    hex(item.address.as_slice())
+                );
+                for (j, k) in item.storage_keys.iter().enumerate() {
+                    let _ = write!(o, "{}{}", if j > 0 { "," } else { "" }, hex(k.as_slice()));
+                }
+                o.push_str("]}");
+            }
+            o.push_str("],");
+        }
+        let sig = tx.signature();
+        let parity = sig.v() as u128;
+        let v = match (tx, tx.chain_id()) {
+            (TxEnvelope::Legacy(_), Some(id)) => id as u128 * 2 + 35 + parity,
+            (TxEnvelope::Legacy(_), None) => 27 + parity,
+            _ => {
+                kv(&mut o, "yParity", &qty(parity));
+                parity
+            }
+        };
+        kv(&mut o, "v", &qty(v));
+        kv(&mut o, "r", &qty_u256(sig.r()));
+        o.push_str("\"s\":");
+        o.push_str(&qty_u256(sig.s()));
+        o.push('}');
+        o
+    }
+}
+
+/// `"key":value,`
+fn kv(o: &mut String, key: &str, value: &str) {
+    o.push('"');
+    o.push_str(key);
+    o.push_str("\":");
+    o.push_str(value);
+    o.push(',');
+}
+
+/// A QUANTITY, quoted.
+pub fn qty(v: u128) -> String {
+    format!("\"{v:#x}\"")
+}
+
+fn qty_u256(v: U256) -> String {
+    format!("\"{v:#x}\"")
+}
+
+/// DATA, quoted.
+pub fn hex(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(4 + 2 * bytes.len());
+    s.push_str("\"0x");
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s.push('"');
+    s
+}
+
+/// Writes a JSON text made here (hex and numbers only) as the result.
+pub fn raw(reply: Reply<'_>, json: &str) -> Result<Done, RpcError> {
+    reply.raw(json.as_bytes())
+}

@@ -1,0 +1,153 @@
+//! Command-line options.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub const USAGE: &str = "\
+rpcwire gateway: an Ethereum JSON-RPC gateway (HTTP and WebSocket on one port)
+
+usage: gateway [options]
+
+  --listen ADDR         where to listen (default 127.0.0.1:8545; port 0 picks one)
+  --upstream URL        an upstream node (http://host:port/path or ws://...);
+                        repeat for several: the first healthy one serves
+                        (in the order given), the next takes over when it fails
+  --upstream-ws URL     the WebSocket upstream for eth_subscribe (default: the
+                        first upstream's URL with ws:// for http://)
+  --timeout MS          per-request upstream timeout (default 30000)
+  --allow PREFIX        lift a default deny (admin_, personal_, debug_)
+  --deny PREFIX         also deny methods starting with PREFIX
+  --max-body BYTES      largest request (default 5242880)
+  --max-batch N         longest batch (default 1000)
+  --max-response BYTES  largest reply (default 25000000)
+  --chain-id N          the built-in chain's id (default 31337)
+  --block-time SECS     the built-in chain also mines an empty block this often
+  --client h1|hyper     the HTTP upstream client: the gateway's own pooled
+                        HTTP/1.1 client (default), or hyper-util's
+  --threads N           runtime worker threads (default: one per core; 1 runs
+                        everything on one thread)
+  -h, --help            this text
+
+With no --upstream it serves a built-in in-memory chain (anvil's dev
+accounts funded, value transfers only).";
+
+/// What the gateway is run with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub upstreams: Vec<String>,
+    pub upstream_ws: Option<String>,
+    pub timeout: Duration,
+    pub deny: Vec<String>,
+    pub max_body: usize,
+    pub max_batch: u32,
+    pub max_response: usize,
+    pub chain_id: u64,
+    pub block_time: Option<Duration>,
+    pub threads: usize,
+    pub hyper_client: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8545".parse().expect("a valid address"),
+            upstreams: Vec::new(),
+            upstream_ws: None,
+            timeout: Duration::from_secs(30),
+            deny: ["admin_", "personal_", "debug_"].map(String::from).to_vec(),
+            max_body: rpcwire::Parser::DEFAULT_MAX_MESSAGE_LEN,
+            max_batch: rpcwire::Parser::DEFAULT_MAX_BATCH_LEN,
+            max_response: rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN,
+            chain_id: 31337,
+            block_time: None,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            hyper_client: false,
+        }
+    }
+}
+
+impl Config {
+    /// Reads the command line; `Err` carries the message to print.
+    pub fn from_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
+        let mut c = Config::default();
+        while let Some(arg) = args.next() {
+            let (name, inline) = match arg.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+                _ => (arg.clone(), None),
+            };
+            if name == "-h" || name == "--help" {
+                return Err(USAGE.to_string());
+            }
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| args.next())
+                    .ok_or_else(|| format!("{name} needs a value\n\n{USAGE}"))
+            };
+            let number = |v: String| -> Result<u64, String> {
+                v.parse().map_err(|_| format!("{name}: not a number: {v}"))
+            };
+            match name.as_str() {
+                "--listen" => {
+                    let v = value()?;
+                    c.listen = v
+                        .parse()
+                        .map_err(|_| format!("--listen: not an address: {v}"))?;
+                }
+                "--upstream" => c.upstreams.push(value()?),
+                "--upstream-ws" => c.upstream_ws = Some(value()?),
+                "--timeout" => c.timeout = Duration::from_millis(number(value()?)?.max(1)),
+                "--allow" => {
+                    let v = value()?;
+                    c.deny.retain(|d| *d != v);
+                }
+                "--deny" => c.deny.push(value()?),
+                "--max-body" => c.max_body = number(value()?)? as usize,
+                "--max-batch" => c.max_batch = number(value()?)?.min(u32::MAX as u64) as u32,
+                "--max-response" => c.max_response = number(value()?)? as usize,
+                "--chain-id" => c.chain_id = number(value()?)?,
+                "--client" => {
+                    c.hyper_client = match value()?.as_str() {
+                        "hyper" => true,
+                        "h1" => false,
+                        other => return Err(format!("--client: h1 or hyper, not {other}")),
+                    }
+                }
+                "--threads" => c.threads = number(value()?)?.max(1) as usize,
+                "--block-time" => {
+                    c.block_time = Some(Duration::from_secs(number(value()?)?.max(1)))
+                }
+                _ => return Err(format!("unknown option: {arg}\n\n{USAGE}")),
+            }
+        }
+        for u in c.upstreams.iter().chain(&c.upstream_ws) {
+            if !(u.starts_with("http://") || u.starts_with("ws://")) {
+                return Err(format!(
+                    "unsupported upstream URL {u}: http:// and ws:// only (this example has no TLS)"
+                ));
+            }
+        }
+        Ok(c)
+    }
+
+    /// Whether requests are forwarded (some upstream given).
+    pub fn proxies(&self) -> bool {
+        !self.upstreams.is_empty() || self.upstream_ws.is_some()
+    }
+
+    /// The limits the servers enforce.
+    pub fn limits(&self) -> rpcwire::server::Limits {
+        rpcwire::server::Limits {
+            max_message_len: self.max_body,
+            ..Default::default()
+        }
+    }
+
+    /// The parser (limits on what is read).
+    pub fn parser(&self) -> rpcwire::Parser {
+        rpcwire::Parser::new()
+            .max_message_len(self.max_body)
+            .max_batch_len(self.max_batch)
+    }
+}

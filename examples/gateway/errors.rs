@@ -1,0 +1,69 @@
+//! The gateway's own errors: each says what failed and where, in `data`.
+//!
+//! | failure | code | message |
+//! | --- | --- | --- |
+//! | the upstream did not answer in time (the dispatcher's per-request timeout; `data.timeout_ms`) | -32002 (geth's) | `Request timed out` |
+//! | no connection, a connection reset, an HTTP error status | -32603 | `upstream unavailable` |
+//! | a reply that is not a JSON-RPC response, or carries another id | -32603 | `upstream reply malformed` |
+//! | a method the policy denies | -32601 | `method not allowed` |
+//!
+//! `data` names the upstream by `host:port` only (a URL path may hold an
+//! API key) and gives the reason.
+
+use std::time::Duration;
+
+use rpcwire::RpcError;
+use rpcwire::codes::{INTERNAL_ERROR, METHOD_NOT_FOUND};
+use rpcwire::eth::codes::REQUEST_TIMEOUT;
+use serde::Serialize;
+
+#[derive(Serialize)]
+struct Data<'a> {
+    upstream: &'a str,
+    reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
+}
+
+/// -32002: the WebSocket upstream took longer than the timeout (HTTP
+/// calls are bounded by the dispatcher's own per-request timeout).
+pub fn upstream_timeout(upstream: &str, timeout: Duration) -> RpcError {
+    RpcError::new(REQUEST_TIMEOUT, "request timed out").with_data(&Data {
+        upstream,
+        reason: "the upstream did not answer in time",
+        timeout_ms: Some(timeout.as_millis() as u64),
+    })
+}
+
+/// -32603: the exchange with the upstream failed.
+pub fn upstream_failed(upstream: &str, reason: &str) -> RpcError {
+    RpcError::new(INTERNAL_ERROR, "upstream unavailable").with_data(&Data {
+        upstream,
+        reason,
+        timeout_ms: None,
+    })
+}
+
+/// -32603: the upstream's reply could not be used.
+pub fn malformed(upstream: &str, reason: &str) -> RpcError {
+    RpcError::new(INTERNAL_ERROR, "upstream reply malformed").with_data(&Data {
+        upstream,
+        reason,
+        timeout_ms: None,
+    })
+}
+
+/// -32603: nothing to forward to (no upstream of the kind needed).
+pub fn no_upstream() -> RpcError {
+    RpcError::new(INTERNAL_ERROR, "upstream unavailable")
+        .with_data(&serde_json::json!({"reason": "no upstream configured for this call"}))
+}
+
+/// -32601: the policy denies `method`, by `rule`.
+pub fn denied(method: &str, rule: &str) -> RpcError {
+    RpcError::new(METHOD_NOT_FOUND, "method not allowed").with_data(&serde_json::json!({
+        "method": method,
+        "rule": format!("deny {rule}*"),
+        "reason": "this gateway does not serve the namespace; start it with --allow to lift the rule",
+    }))
+}

@@ -1,0 +1,264 @@
+//! The built-in chain's methods: synchronous handlers over [`Chain`], the
+//! params read in place with rpcwire's Ethereum decoders.
+
+use std::sync::Arc;
+
+use rpcwire::dispatch::{DispatcherBuilder, Done, SyncOnly};
+use rpcwire::eth::codes::server_error;
+use rpcwire::eth::{BlockId, BlockNumberOrTag, BlockTag, EthParams, EthReply};
+use rpcwire::{Call, Dispatcher, RpcError};
+
+use crate::chain::{self, Chain, PRIORITY_FEE, calldata_gas, raw};
+use crate::config::Config;
+
+type C<'a> = Call<'a, Arc<Chain>>;
+type Answer = Result<Done, RpcError>;
+
+const LATEST: BlockId = BlockId::Tag(BlockTag::Latest);
+
+fn block_or_latest(p: &mut EthParams<'_>) -> Result<BlockId, RpcError> {
+    Ok(match p.optional("blockNumber") {
+        Some(b) => b.block_id()?,
+        None => LATEST,
+    })
+}
+
+fn chain_id(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
+    c.reply.quantity(c.state.chain_id() as u128)
+}
+
+fn net_version(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
+    c.reply.str(&c.state.chain_id().to_string())
+}
+
+fn client_version(c: C<'_>) -> Answer {
+    c.reply.str(concat!(
+        "rpcwire-gateway/v",
+        env!("CARGO_PKG_VERSION"),
+        "/built-in-chain"
+    ))
+}
+
+fn block_number(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
+    c.reply.quantity(c.state.head() as u128)
+}
+
+fn get_balance(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let address = p.required("address")?.address()?;
+    let block = block_or_latest(&mut p)?;
+    p.finish()?;
+    let (balance, _) = c.state.account(address, block)?;
+    EthReply::quantity_u256(c.reply, balance)
+}
+
+fn get_transaction_count(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let address = p.required("address")?.address()?;
+    let block = block_or_latest(&mut p)?;
+    p.finish()?;
+    let (_, nonce) = c.state.account(address, block)?;
+    c.reply.quantity(nonce as u128)
+}
+
+fn gas_price(c: C<'_>) -> Answer {
+    c.reply.quantity(chain::BASE_FEE as u128 + PRIORITY_FEE)
+}
+
+fn max_priority_fee(c: C<'_>) -> Answer {
+    c.reply.quantity(PRIORITY_FEE)
+}
+
+fn fee_history(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let count = p.required("blockCount")?;
+    // A QUANTITY, or (as geth also takes) a plain number.
+    let count = match count.value().as_u64() {
+        Some(n) => n,
+        None => count.quantity_u64()?,
+    };
+    let newest = p.required("newestBlock")?.block_number()?;
+    let percentiles: Vec<f64> = match p.optional("rewardPercentiles") {
+        Some(v) => serde_json::from_str(v.value().as_json())
+            .map_err(|_| RpcError::invalid_params("rewardPercentiles: an array of numbers"))?,
+        None => Vec::new(),
+    };
+    p.finish()?;
+    raw(c.reply, &c.state.fee_history(count, newest, &percentiles)?)
+}
+
+fn estimate_gas(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let call = p.required("transaction")?.call_request()?;
+    let block = block_or_latest(&mut p)?;
+    p.finish()?;
+    if call.to()?.is_none() {
+        return Err(no_evm());
+    }
+    c.state.check_block(block)?;
+    if let (Some(from), Some(value)) = (call.from()?, call.value()?) {
+        let (balance, _) = c.state.account(from, block)?;
+        if balance < value {
+            return Err(server_error("insufficient funds for transfer"));
+        }
+    }
+    let input = call.input_in(c.arena)?.unwrap_or_default();
+    c.reply.quantity(calldata_gas(input) as u128)
+}
+
+fn no_evm() -> RpcError {
+    server_error(
+        "contract creation and execution are not supported by the built-in chain (it has no EVM; value transfers only)",
+    )
+}
+
+fn call(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let call = p.required("transaction")?.call_request()?;
+    let block = block_or_latest(&mut p)?;
+    let _overrides = p.optional("stateOverrides");
+    p.finish()?;
+    if call.to()?.is_none() {
+        return Err(no_evm());
+    }
+    c.state.check_block(block)?;
+    // Every account is externally owned: a call runs no code.
+    c.reply.data(&[])
+}
+
+fn get_code(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    p.required("address")?.address()?;
+    let block = block_or_latest(&mut p)?;
+    p.finish()?;
+    c.state.check_block(block)?;
+    c.reply.data(&[])
+}
+
+fn get_block_by_number(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let block = p.required("blockNumber")?.block_number()?;
+    let full = p.required("hydrated")?.boolean()?;
+    p.finish()?;
+    match c.state.block_json(block.into(), full) {
+        Some(json) => raw(c.reply, &json),
+        None => c.reply.null(),
+    }
+}
+
+fn get_block_by_hash(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let hash = p.required("blockHash")?.hash()?;
+    let full = p.required("hydrated")?.boolean()?;
+    p.finish()?;
+    let block = BlockId::Hash {
+        hash,
+        require_canonical: None,
+    };
+    match c.state.block_json(block, full) {
+        Some(json) => raw(c.reply, &json),
+        None => c.reply.null(),
+    }
+}
+
+fn get_transaction_by_hash(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let hash = p.required("transactionHash")?.hash()?;
+    p.finish()?;
+    match c.state.tx_json(hash) {
+        Some(json) => raw(c.reply, &json),
+        None => c.reply.null(),
+    }
+}
+
+fn get_transaction_receipt(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let hash = p.required("transactionHash")?.hash()?;
+    p.finish()?;
+    match c.state.receipt_json(hash) {
+        Some(json) => raw(c.reply, &json),
+        None => c.reply.null(),
+    }
+}
+
+fn get_logs(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let filter = p.required("filter")?.log_filter()?;
+    p.finish()?;
+    let head = c.state.head();
+    if let Some(hash) = filter.block_hash()? {
+        if !c.state.has_block_hash(hash) {
+            return Err(server_error("unknown block"));
+        }
+    } else {
+        let number = |b: Option<BlockNumberOrTag>| match b {
+            Some(BlockNumberOrTag::Number(n)) => n,
+            Some(BlockNumberOrTag::Tag(BlockTag::Earliest)) => 0,
+            _ => head,
+        };
+        let (from, to) = (number(filter.from_block()?), number(filter.to_block()?));
+        if from > to {
+            return Err(RpcError::invalid_params("invalid block range params"));
+        }
+    }
+    filter.addresses()?;
+    filter.topics()?;
+    // Value transfers emit no logs.
+    c.reply.raw(b"[]")
+}
+
+fn send_raw_transaction(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let bytes = p.required("transaction")?.bytes_in(c.arena)?;
+    p.finish()?;
+    let hash = c.state.send_raw(bytes)?;
+    EthReply::hash(c.reply, &hash)
+}
+
+fn accounts(c: C<'_>) -> Answer {
+    c.reply.raw(b"[]")
+}
+
+fn syncing(c: C<'_>) -> Answer {
+    c.reply.bool(false)
+}
+
+fn listening(c: C<'_>) -> Answer {
+    c.reply.bool(true)
+}
+
+/// The built-in chain's dispatcher.
+pub fn dispatcher(
+    chain: Arc<Chain>,
+    config: &Config,
+) -> Result<Dispatcher<Arc<Chain>, SyncOnly>, rpcwire::router::BuildError> {
+    let b: DispatcherBuilder<Arc<Chain>, SyncOnly> = Dispatcher::builder(chain)
+        .parser(config.parser())
+        .max_response_len(config.max_response)
+        .too_large_code(rpcwire::eth::codes::RESPONSE_TOO_LARGE)
+        .method("eth_chainId", chain_id)
+        .method("net_version", net_version)
+        .method("net_listening", listening)
+        .method("web3_clientVersion", client_version)
+        .method("eth_blockNumber", block_number)
+        .method("eth_getBalance", get_balance)
+        .method("eth_getTransactionCount", get_transaction_count)
+        .method("eth_gasPrice", gas_price)
+        .method("eth_maxPriorityFeePerGas", max_priority_fee)
+        .method("eth_feeHistory", fee_history)
+        .method("eth_estimateGas", estimate_gas)
+        .method("eth_call", call)
+        .method("eth_getCode", get_code)
+        .method("eth_getBlockByNumber", get_block_by_number)
+        .method("eth_getBlockByHash", get_block_by_hash)
+        .method("eth_getTransactionByHash", get_transaction_by_hash)
+        .method("eth_getTransactionReceipt", get_transaction_receipt)
+        .method("eth_getLogs", get_logs)
+        .method("eth_sendRawTransaction", send_raw_transaction)
+        .method("eth_accounts", accounts)
+        .method("eth_syncing", syncing);
+    b.build()
+}

@@ -1,0 +1,222 @@
+//! Forwarding: the router's policy per method, and the async handlers that
+//! forward calls to the upstreams.
+//!
+//! | methods | policy |
+//! | --- | --- |
+//! | `eth_chainId`, `net_version` | forwarded once, then answered from the first successful answer |
+//! | `eth_subscribe`, `eth_unsubscribe` | relayed over the WebSocket upstream (client WebSocket connections only) |
+//! | names starting with a denied prefix (`admin_`, `personal_`, `debug_` by default) | denied: -32601, `data.rule` naming the rule |
+//! | the rest of the catalogue's methods | forwarded (registered, so routed through the perfect-hash table) |
+//! | anything else | forwarded by the fallback, after the deny check |
+//!
+//! A batch is split by the dispatcher: each entry is its own async call,
+//! forwarded on its own, and the replies are merged back in request order;
+//! an entry that fails fails alone.
+
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use rpcwire::dispatch::{AsyncCall, Done, IntoResponse, OwnedParams, Reply, RpcError, WithAsync};
+use rpcwire::eth::catalogue;
+use rpcwire::server::subscriptions::{SubscriptionId, Subscriptions};
+use rpcwire::{Call, Dispatcher};
+
+use crate::config::Config;
+use crate::errors;
+use crate::upstream::{Answer, Upstreams, request_body};
+
+/// The forwarding gateway's state.
+pub struct Gateway {
+    pub up: Upstreams,
+    deny: Vec<String>,
+    chain_id: OnceLock<Answer>,
+    net_version: OnceLock<Answer>,
+}
+
+impl Gateway {
+    /// The deny rule `method` falls under, if any.
+    fn denied(&self, method: &str) -> Option<&str> {
+        self.deny
+            .iter()
+            .find(|p| method.starts_with(p.as_str()))
+            .map(String::as_str)
+    }
+}
+
+/// A forwarded call's outcome: the upstream's `result` bytes (written as
+/// they are; the dispatcher writes the client's id around them), or an
+/// error (an upstream's error object passes through as [`RpcError::raw`]).
+pub struct Forwarded(pub Result<Answer, RpcError>);
+
+impl IntoResponse for Forwarded {
+    #[inline]
+    fn into_response(self, reply: Reply<'_>) -> Result<Done, RpcError> {
+        match self.0 {
+            Ok(answer) => reply.raw(&answer.0),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+fn params(call: &AsyncCall<Gateway>) -> Option<&[u8]> {
+    call.params.as_ref().map(|p| &p.as_bytes()[..])
+}
+
+async fn forward(call: AsyncCall<Gateway>) -> Forwarded {
+    Forwarded(call.state.up.forward(call.method(), params(&call)).await)
+}
+
+async fn fallback(call: AsyncCall<Gateway>) -> Forwarded {
+    if let Some(rule) = call.state.denied(call.method()) {
+        return Forwarded(Err(errors::denied(call.method(), rule)));
+    }
+    forward(call).await
+}
+
+fn no_params(p: Option<&OwnedParams>) -> bool {
+    p.is_none_or(|p| p.as_bytes().iter().all(|b| b"[] \t\r\n".contains(b)))
+}
+
+/// Answers from `slot` once an upstream answered (only calls without
+/// params: anything else is the upstream's to judge).
+async fn cached(call: AsyncCall<Gateway>, slot: fn(&Gateway) -> &OnceLock<Answer>) -> Forwarded {
+    let plain = no_params(call.params.as_ref());
+    if plain && let Some(answer) = slot(&call.state).get() {
+        return Forwarded(Ok(answer.clone()));
+    }
+    let outcome = call.state.up.forward(call.method(), params(&call)).await;
+    if plain && let Ok(answer) = &outcome {
+        let _ = slot(&call.state).set(answer.clone());
+    }
+    Forwarded(outcome)
+}
+
+async fn chain_id(call: AsyncCall<Gateway>) -> Forwarded {
+    cached(call, |g| &g.chain_id).await
+}
+
+async fn net_version(call: AsyncCall<Gateway>) -> Forwarded {
+    cached(call, |g| &g.net_version).await
+}
+
+/// `eth_subscribe`: subscribes upstream over WebSocket and relays the
+/// notifications to this client under an id of the gateway's.
+async fn subscribe(call: AsyncCall<Gateway>) -> Result<SubscriptionId, RpcError> {
+    let subs = Subscriptions::of(&call.ctx)?;
+    let up = &call.state.up;
+    let ws = up.ws.as_ref().ok_or_else(errors::no_upstream)?;
+    let (down, sink) = subs.subscribe()?;
+    let id = up.next_id();
+    let body = request_body(id, "eth_subscribe", params(&call));
+    let outcome = match ws.call(id, body, Some(sink)).await {
+        Ok(reply) => up.read(reply, id, &ws.name),
+        Err(e) => Err(e),
+    };
+    match outcome {
+        Ok(answer) if answer.0.first() == Some(&b'"') => Ok(down),
+        Ok(_) => {
+            subs.unsubscribe_id(down);
+            Err(errors::malformed(
+                &ws.name,
+                "eth_subscribe answered with a non-string id",
+            ))
+        }
+        Err(e) => {
+            subs.unsubscribe_id(down);
+            Err(e)
+        }
+    }
+}
+
+/// `eth_unsubscribe`: stops the relay at once and unsubscribes upstream;
+/// answers with the upstream's answer (`false` for an id this client does
+/// not hold).
+async fn unsubscribe(call: AsyncCall<Gateway>) -> Forwarded {
+    Forwarded(unsubscribe_inner(&call).await)
+}
+
+async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError> {
+    const FALSE: Answer = Answer(Bytes::from_static(b"false"));
+    let subs = Subscriptions::of(&call.ctx)?;
+    let (text,): (String,) = call.decode()?;
+    let up = &call.state.up;
+    let Some(down) = SubscriptionId::parse(&text) else {
+        return Ok(FALSE);
+    };
+    let conn = match up.ws.as_ref() {
+        Some(ws) => ws.current().await,
+        None => None,
+    };
+    let Some((conn, (upstream_id, sink))) =
+        conn.and_then(|c| c.take_relay(down).map(|relay| (c, relay)))
+    else {
+        return Ok(if subs.unsubscribe_id(down) {
+            Answer(Bytes::from_static(b"true"))
+        } else {
+            FALSE
+        });
+    };
+    if !subs.unsubscribe_id(down) {
+        // Not this client's subscription: leave it be.
+        conn.restore_relay(upstream_id, sink);
+        return Ok(FALSE);
+    }
+    let id = up.next_id();
+    let params = serde_json::to_vec(&[&*upstream_id]).unwrap_or_default();
+    let body = request_body(id, "eth_unsubscribe", Some(&params));
+    let reply = conn.call(id, body, None, up.timeout()).await?;
+    up.read(reply, id, conn.name())
+}
+
+/// The forwarding dispatcher.
+pub fn dispatcher(
+    config: &Config,
+) -> Result<Dispatcher<Gateway, WithAsync>, Box<dyn std::error::Error>> {
+    let up = Upstreams::new(
+        &config.upstreams,
+        config.upstream_ws.as_deref(),
+        config.timeout,
+        config.max_response,
+        config.hyper_client,
+    )?;
+    let gateway = Gateway {
+        up,
+        deny: config.deny.clone(),
+        chain_id: OnceLock::new(),
+        net_version: OnceLock::new(),
+    };
+    let deny_rules: Arc<[String]> = config.deny.clone().into();
+    let mut b = Dispatcher::builder(gateway)
+        .parser(config.parser())
+        .max_response_len(config.max_response)
+        // geth's codes for a reply past the limit and a call past its
+        // deadline.
+        .too_large_code(rpcwire::eth::codes::RESPONSE_TOO_LARGE)
+        .timeout_code(rpcwire::eth::codes::REQUEST_TIMEOUT)
+        // The per-request timeout: -32002, `data.timeout_ms`; the
+        // upstream that let it pass rests.
+        .timeout(Some(config.timeout))
+        .max_in_flight(1024)
+        .async_method("eth_chainId", chain_id)
+        .async_method("net_version", net_version)
+        .async_method("eth_subscribe", subscribe)
+        .async_method("eth_unsubscribe", unsubscribe)
+        .async_fallback(fallback);
+    for m in catalogue::METHODS {
+        if matches!(
+            m.name,
+            "eth_chainId" | "net_version" | "eth_subscribe" | "eth_unsubscribe"
+        ) {
+            continue;
+        }
+        if let Some(rule) = deny_rules.iter().find(|p| m.name.starts_with(p.as_str())) {
+            let rule = rule.clone();
+            b = b.method(m.name, move |c: Call<'_, Gateway>| {
+                Err::<(), _>(errors::denied(c.method(), &rule))
+            });
+        } else {
+            b = b.async_method(m.name, forward);
+        }
+    }
+    Ok(b.build()?)
+}

@@ -1,0 +1,717 @@
+//! Talking to upstream nodes: HTTP (hyper-util's pooled keep-alive
+//! client) and WebSocket (tokio-tungstenite's client, one shared
+//! connection that multiplexes calls and subscriptions).
+//!
+//! Every call gets an id of the gateway's own (one counter for all
+//! upstreams), so an upstream never sees two requests in flight with one
+//! id whatever its clients sent; the reply's id must be that id, or the
+//! reply is refused. The client's params go upstream byte for byte.
+//!
+//! Upstream choice: first healthy. Calls go to the first upstream in the
+//! order given that is not resting; an upstream that refuses a connection,
+//! resets one, or times out rests for [`REST`]. A call whose connection
+//! could not be made (so nothing was sent) moves on to the next upstream;
+//! a call that may have reached an upstream is never sent twice (it may be
+//! a transaction), it fails with a clear error instead. First-healthy
+//! rather than round-robin keeps filters (`eth_newFilter` then
+//! `eth_getFilterChanges`) and nonces on one node.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_util::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rpcwire::message::{Incoming, Message as RpcMessage};
+use rpcwire::response::ResponseMessage;
+use rpcwire::server::subscriptions::{Sink, SinkError, SubscriptionId};
+use rpcwire::{Parser, RpcError};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+
+use crate::errors;
+use crate::h1::{H1Error, H1Pool};
+
+/// How long an upstream that failed rests before it is tried first again.
+pub const REST: Duration = Duration::from_secs(2);
+/// How long connecting to a WebSocket upstream may take.
+const WS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// An upstream's answer to one call: its `result`, a slice of the reply
+/// body (no copy).
+#[derive(Clone, Debug)]
+pub struct Answer(pub Bytes);
+
+/// The upstreams and how they are reached.
+pub struct Upstreams {
+    http: Vec<HttpUpstream>,
+    client: Client<HttpConnector, Full<Bytes>>,
+    pub ws: Option<WsUpstream>,
+    ids: AtomicU64,
+    timeout: Duration,
+    parser: Parser,
+    max_response: usize,
+    epoch: Instant,
+}
+
+struct HttpUpstream {
+    uri: http::Uri,
+    /// The gateway's own HTTP/1.1 client ([`H1Pool`]), unless
+    /// `--client hyper` chose hyper-util's.
+    h1: Option<H1Pool>,
+    /// What errors name: `host:port`, never the path (which may hold an
+    /// API key).
+    name: String,
+    /// Milliseconds since `epoch` before which it rests.
+    rest_until: AtomicU64,
+}
+
+/// `host:port` of a URL, for error messages.
+pub fn display_name(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or(rest);
+    authority
+        .rsplit('@')
+        .next()
+        .unwrap_or(authority)
+        .to_string()
+}
+
+impl Upstreams {
+    /// From the `--upstream` URLs (http:// ones are HTTP upstreams; a
+    /// ws:// one is the WebSocket upstream if `--upstream-ws` is not
+    /// given) and `--upstream-ws`.
+    pub fn new(
+        urls: &[String],
+        upstream_ws: Option<&str>,
+        timeout: Duration,
+        max_response: usize,
+        hyper_client: bool,
+    ) -> Result<Upstreams, String> {
+        let mut http = Vec::new();
+        let mut ws_url = upstream_ws.map(str::to_string);
+        for url in urls {
+            if let Some(rest) = url.strip_prefix("ws://") {
+                ws_url.get_or_insert_with(|| format!("ws://{rest}"));
+                continue;
+            }
+            let uri: http::Uri = url
+                .parse()
+                .map_err(|e| format!("bad upstream URL {url}: {e}"))?;
+            let h1 = if hyper_client {
+                None
+            } else {
+                Some(H1Pool::new(url)?)
+            };
+            http.push(HttpUpstream {
+                uri,
+                h1,
+                name: display_name(url),
+                rest_until: AtomicU64::new(0),
+            });
+        }
+        // By default the WebSocket upstream is the first HTTP upstream's
+        // address with ws:// (geth and anvil serve both on one port).
+        if ws_url.is_none()
+            && let Some(first) = urls.iter().find(|u| u.starts_with("http://"))
+        {
+            ws_url = Some(format!("ws://{}", &first["http://".len()..]));
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(timeout));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(1024)
+            .build(connector);
+        Ok(Upstreams {
+            http,
+            client,
+            ws: ws_url.map(|url| WsUpstream::new(url, timeout, max_response)),
+            ids: AtomicU64::new(1),
+            timeout,
+            parser: Parser::new()
+                .max_message_len(max_response)
+                .max_batch_len(u32::MAX),
+            max_response,
+            epoch: Instant::now(),
+        })
+    }
+
+    /// Reads the reply to the call with gateway id `id`.
+    pub fn read(&self, reply: Bytes, id: u64, name: &str) -> Result<Answer, RpcError> {
+        read_answer(&self.parser, reply, id, name)
+    }
+
+    /// The per-request timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// A fresh id for an upstream request.
+    pub fn next_id(&self) -> u64 {
+        self.ids.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn rest(&self, i: usize) {
+        let until = self.now_ms() + REST.as_millis() as u64;
+        self.http[i].rest_until.store(until, Ordering::Relaxed);
+    }
+
+    /// Upstream indexes in the order to try: the healthy ones first, in
+    /// the order given, then the resting ones.
+    fn order(&self) -> impl Iterator<Item = usize> + '_ {
+        let now = self.now_ms();
+        let healthy = move |i: &usize| self.http[*i].rest_until.load(Ordering::Relaxed) <= now;
+        let n = self.http.len();
+        (0..n)
+            .filter(healthy)
+            .chain((0..n).filter(move |i| !healthy(i)))
+    }
+
+    /// Forwards one call: `method` with `params` (raw JSON, unchanged)
+    /// under a gateway id; the upstream's result, or its error object
+    /// (as [`RpcError::raw`]), or a clear error for a failure of the
+    /// exchange.
+    pub async fn forward(&self, method: &str, params: Option<&[u8]>) -> Result<Answer, RpcError> {
+        let id = self.next_id();
+        let body = request_body(id, method, params);
+        if self.http.is_empty() {
+            let Some(ws) = &self.ws else {
+                return Err(errors::no_upstream());
+            };
+            let reply = ws.call(id, body, None).await?;
+            return read_answer(&self.parser, reply, id, &ws.name);
+        }
+        let mut last = None;
+        for i in self.order() {
+            let up = &self.http[i];
+            // The dispatcher's deadline (the per-request timeout) drops this
+            // future: the upstream that let it pass then rests.
+            let mut guard = RestOnDrop {
+                upstreams: self,
+                index: i,
+                started: Instant::now(),
+                armed: true,
+            };
+            let outcome = self.post(up, &body).await;
+            guard.armed = false;
+            match outcome {
+                Ok(reply) => return read_answer(&self.parser, reply, id, &up.name),
+                Err(Failure::Connect(reason)) => {
+                    // Nothing was sent: the next upstream may take it.
+                    self.rest(i);
+                    last = Some(errors::upstream_failed(&up.name, &reason));
+                }
+                Err(Failure::TooLarge) => return Err(RpcError::too_large()),
+                Err(Failure::Other(reason)) => {
+                    self.rest(i);
+                    return Err(errors::upstream_failed(&up.name, &reason));
+                }
+            }
+        }
+        Err(last.unwrap_or_else(errors::no_upstream))
+    }
+
+    async fn post(&self, up: &HttpUpstream, body: &[u8]) -> Result<Bytes, Failure> {
+        if let Some(h1) = &up.h1 {
+            return match h1.post(body, self.max_response + 1024).await {
+                Ok(reply) => {
+                    if !(200..300).contains(&reply.status) && !looks_like_json(&reply.body) {
+                        return Err(Failure::Other(format!("HTTP status {}", reply.status)));
+                    }
+                    Ok(reply.body)
+                }
+                Err(H1Error::Connect(e)) => {
+                    Err(Failure::Connect(format!("connection failed: {e}")))
+                }
+                Err(H1Error::TooLarge) => Err(Failure::TooLarge),
+                Err(H1Error::Other(reason)) => Err(Failure::Other(reason)),
+            };
+        }
+        let request = http::Request::post(up.uri.clone())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::copy_from_slice(body)))
+            .map_err(|e| Failure::Other(e.to_string()))?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    Failure::Connect(format!("connection failed: {}", source_text(&e)))
+                } else {
+                    Failure::Other(format!("connection lost: {}", source_text(&e)))
+                }
+            })?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), self.max_response + 1024)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        Failure::TooLarge
+                    } else {
+                        Failure::Other(format!("connection lost while reading the reply: {e}"))
+                    }
+                })?
+                .to_bytes();
+            if !status.is_success() && !looks_like_json(&body) {
+                return Err(Failure::Other(format!("HTTP status {status}")));
+            }
+            Ok(body)
+        };
+        exchange.await
+    }
+}
+
+fn looks_like_json(body: &[u8]) -> bool {
+    matches!(body.trim_ascii_start().first(), Some(b'{' | b'['))
+}
+
+/// The text of an error and its sources (hyper's top-level messages are
+/// terse: "client error (Connect)").
+fn source_text(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+enum Failure {
+    /// No connection could be made: the request was not sent.
+    Connect(String),
+    TooLarge,
+    Other(String),
+}
+
+/// `{"jsonrpc":"2.0","id":N,"method":…,"params":…}`, the params copied.
+pub fn request_body(id: u64, method: &str, params: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + method.len() + params.map_or(0, <[u8]>::len));
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(Decimal::new(id).as_bytes());
+    out.extend_from_slice(b",\"method\":");
+    if method
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+    {
+        out.push(b'"');
+        out.extend_from_slice(method.as_bytes());
+        out.push(b'"');
+    } else {
+        // Escapes as needed (a method name is a JSON string).
+        let _ = serde_json::to_writer(&mut out, method);
+    }
+    if let Some(params) = params {
+        out.extend_from_slice(b",\"params\":");
+        out.extend_from_slice(params);
+    }
+    out.push(b'}');
+    out
+}
+
+/// Rests an upstream whose call was dropped at the per-request deadline.
+struct RestOnDrop<'a> {
+    upstreams: &'a Upstreams,
+    index: usize,
+    started: Instant,
+    armed: bool,
+}
+
+impl Drop for RestOnDrop<'_> {
+    fn drop(&mut self) {
+        // Dropped at the deadline, not because its client left.
+        let timeout = self
+            .upstreams
+            .timeout
+            .saturating_sub(Duration::from_millis(10));
+        if self.armed && self.started.elapsed() >= timeout {
+            self.upstreams.rest(self.index);
+        }
+    }
+}
+
+/// `n` in decimal, on the stack.
+struct Decimal {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn new(mut n: u64) -> Decimal {
+        let mut buf = [0u8; 20];
+        let mut start = 20;
+        loop {
+            start -= 1;
+            buf[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return Decimal { buf, start };
+            }
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+/// Reads the upstream's reply to the call with gateway id `id`.
+pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result<Answer, RpcError> {
+    let arena = bumpalo::Bump::new();
+    let response = match parser.parse_response(&reply, &arena) {
+        Ok(ResponseMessage::Single(r)) => r,
+        Ok(ResponseMessage::Batch(_)) => {
+            return Err(errors::malformed(
+                name,
+                "a batch in reply to a single request",
+            ));
+        }
+        Err(e) => {
+            return Err(errors::malformed(
+                name,
+                &format!("not a JSON-RPC response: {e}"),
+            ));
+        }
+    };
+    if response.id().as_bytes() != Decimal::new(id).as_bytes() {
+        return Err(errors::malformed(
+            name,
+            &format!(
+                "answered id {} to request id {id}",
+                String::from_utf8_lossy(response.id().as_bytes())
+            ),
+        ));
+    }
+    match response.result() {
+        Ok(result) => Ok(Answer(reply.slice_ref(result.as_bytes()))),
+        Err(error) => {
+            // The whole error object, byte for byte (only on this path is
+            // the reply read a second time).
+            #[derive(serde::Deserialize)]
+            struct ErrorOnly<'a> {
+                #[serde(borrow)]
+                error: &'a serde_json::value::RawValue,
+            }
+            let code = error.code().clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+            match serde_json::from_slice::<ErrorOnly<'_>>(&reply) {
+                Ok(e) => Err(RpcError::raw(code, e.error.get().as_bytes())),
+                Err(e) => Err(errors::malformed(name, &e.to_string())),
+            }
+        }
+    }
+}
+
+/// The WebSocket upstream: one connection, made when first needed and
+/// again after it drops.
+pub struct WsUpstream {
+    url: String,
+    pub name: String,
+    conn: tokio::sync::Mutex<Option<Arc<WsConn>>>,
+    timeout: Duration,
+    parser: Parser,
+}
+
+/// One live WebSocket connection to the upstream.
+pub struct WsConn {
+    out: mpsc::UnboundedSender<Message>,
+    pending: Mutex<HashMap<u64, Waiter>>,
+    /// Upstream subscription id -> the client's sink.
+    subs: Mutex<HashMap<Box<str>, Sink>>,
+    /// The client's subscription id -> the upstream's.
+    ups: Mutex<HashMap<SubscriptionId, Box<str>>>,
+    closed: AtomicBool,
+    /// Ids of the gateway's own `eth_unsubscribe` calls (from 2^62, apart
+    /// from the gateway counter's).
+    own_ids: AtomicU64,
+    name: String,
+    parser: Parser,
+}
+
+enum Waiter {
+    Call(oneshot::Sender<Bytes>),
+    /// An `eth_subscribe`: on success, the sink is registered under the
+    /// upstream's id before the next frame is read, so no notification
+    /// is missed.
+    Subscribe(oneshot::Sender<Bytes>, Sink),
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl WsUpstream {
+    fn new(url: String, timeout: Duration, max_response: usize) -> WsUpstream {
+        WsUpstream {
+            name: display_name(&url),
+            url,
+            conn: tokio::sync::Mutex::new(None),
+            timeout,
+            parser: Parser::new()
+                .max_message_len(max_response)
+                .max_batch_len(u32::MAX),
+        }
+    }
+
+    /// The live connection, if there is one (none is made).
+    pub async fn current(&self) -> Option<Arc<WsConn>> {
+        self.conn
+            .lock()
+            .await
+            .as_ref()
+            .filter(|c| !c.closed.load(Ordering::Acquire))
+            .cloned()
+    }
+
+    /// The live connection, made if there is none.
+    pub async fn connection(&self) -> Result<Arc<WsConn>, RpcError> {
+        let mut slot = self.conn.lock().await;
+        if let Some(c) = slot.as_ref()
+            && !c.closed.load(Ordering::Acquire)
+        {
+            return Ok(Arc::clone(c));
+        }
+        let connect = tokio_tungstenite::connect_async(self.url.as_str());
+        let (ws, _) = match tokio::time::timeout(WS_CONNECT_TIMEOUT, connect).await {
+            Ok(Ok(ws)) => ws,
+            Ok(Err(e)) => {
+                return Err(errors::upstream_failed(
+                    &self.name,
+                    &format!("WebSocket connection failed: {e}"),
+                ));
+            }
+            Err(_) => return Err(errors::upstream_timeout(&self.name, WS_CONNECT_TIMEOUT)),
+        };
+        let (mut write, mut read) = ws.split();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+        let conn = Arc::new(WsConn {
+            out: tx,
+            pending: Mutex::new(HashMap::new()),
+            subs: Mutex::new(HashMap::new()),
+            ups: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            own_ids: AtomicU64::new(1 << 62),
+            name: self.name.clone(),
+            parser: self.parser,
+        });
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                // Everything queued goes out in one flush.
+                let mut ok = write.feed(first).await.is_ok();
+                while ok && let Ok(more) = rx.try_recv() {
+                    ok = write.feed(more).await.is_ok();
+                }
+                if !ok || write.flush().await.is_err() {
+                    break;
+                }
+            }
+            let _ = write.close().await;
+        });
+        let reader = Arc::clone(&conn);
+        tokio::spawn(async move {
+            while let Some(frame) = read.next().await {
+                let bytes = match frame {
+                    Ok(Message::Text(t)) => Bytes::from(t),
+                    Ok(Message::Binary(b)) => b,
+                    Ok(Message::Close(_)) | Err(_) => break,
+                    Ok(_) => continue,
+                };
+                reader.route(bytes);
+            }
+            reader.close();
+        });
+        *slot = Some(Arc::clone(&conn));
+        Ok(conn)
+    }
+
+    /// Sends one request (already carrying id `id`) and waits for its
+    /// reply; `subscribe` is the client's sink for an `eth_subscribe`.
+    pub async fn call(
+        &self,
+        id: u64,
+        body: Vec<u8>,
+        subscribe: Option<Sink>,
+    ) -> Result<Bytes, RpcError> {
+        let conn = self.connection().await?;
+        conn.call(id, body, subscribe, self.timeout).await
+    }
+}
+
+/// Removes a call's waiter when the call ends, however it ends (a client
+/// that went away, a timeout).
+struct PendingGuard<'a> {
+    conn: &'a WsConn,
+    id: u64,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.conn.pending).remove(&self.id);
+    }
+}
+
+impl WsConn {
+    /// Sends a request and waits for its reply, at most `timeout`.
+    pub async fn call(
+        &self,
+        id: u64,
+        body: Vec<u8>,
+        subscribe: Option<Sink>,
+        timeout: Duration,
+    ) -> Result<Bytes, RpcError> {
+        let (tx, rx) = oneshot::channel();
+        let waiter = match subscribe {
+            Some(sink) => Waiter::Subscribe(tx, sink),
+            None => Waiter::Call(tx),
+        };
+        lock(&self.pending).insert(id, waiter);
+        let _guard = PendingGuard { conn: self, id };
+        let text = String::from_utf8(body).map_err(|_| RpcError::internal("request not UTF-8"))?;
+        if self.closed.load(Ordering::Acquire) || self.out.send(Message::text(text)).is_err() {
+            return Err(errors::upstream_failed(
+                &self.name,
+                "the WebSocket connection closed",
+            ));
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(_)) => Err(errors::upstream_failed(
+                &self.name,
+                "the WebSocket connection closed before the reply",
+            )),
+            Err(_) => Err(errors::upstream_timeout(&self.name, timeout)),
+        }
+    }
+
+    /// The relay of the client's subscription `down` (the upstream's id
+    /// and the sink), taken out: notifications for it are no longer
+    /// relayed.
+    pub fn take_relay(&self, down: SubscriptionId) -> Option<(Box<str>, Sink)> {
+        let up = lock(&self.ups).remove(&down)?;
+        let sink = lock(&self.subs).remove(&up)?;
+        Some((up, sink))
+    }
+
+    /// Puts back a relay [`take_relay`](WsConn::take_relay) took.
+    pub fn restore_relay(&self, up: Box<str>, sink: Sink) {
+        lock(&self.ups).insert(sink.id(), up.clone());
+        lock(&self.subs).insert(up, sink);
+    }
+
+    /// The upstream's `host:port`.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// One frame from the upstream: a reply to a waiting call, or a
+    /// subscription notification to relay.
+    fn route(self: &Arc<Self>, frame: Bytes) {
+        let arena = bumpalo::Bump::new();
+        let Ok(message) = self.parser.parse_incoming(&frame, &arena) else {
+            return; // Nothing to match it to.
+        };
+        let items: Vec<Incoming<'_>> = match message {
+            RpcMessage::Single(item) => vec![item],
+            RpcMessage::Batch(batch) => batch.collect(),
+        };
+        for item in items {
+            match item {
+                Incoming::Response(r) => {
+                    let Some(id) = std::str::from_utf8(r.id().as_bytes())
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                    else {
+                        continue;
+                    };
+                    let Some(waiter) = lock(&self.pending).remove(&id) else {
+                        continue; // Its caller left, or our own unsubscribe.
+                    };
+                    match waiter {
+                        Waiter::Call(tx) => {
+                            let _ = tx.send(frame.clone());
+                        }
+                        Waiter::Subscribe(tx, sink) => {
+                            if let Ok(result) = r.result()
+                                && let Some(up) = result.as_str()
+                            {
+                                self.register(up.into(), sink);
+                            }
+                            let _ = tx.send(frame.clone());
+                        }
+                    }
+                }
+                Incoming::Request(n) if n.id().is_none() => {
+                    let Some(params) = n.params() else { continue };
+                    let (Some(sub), Some(result)) =
+                        (params.get("subscription"), params.get("result"))
+                    else {
+                        continue;
+                    };
+                    let Some(up) = sub.as_str() else { continue };
+                    let sink = lock(&self.subs).get(up).cloned();
+                    if let Some(sink) = sink
+                        && sink.send_raw(result.as_bytes()) == Err(SinkError::Closed)
+                    {
+                        self.forget(up);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Relays the upstream subscription `up` to `sink`, until the client's
+    /// side closes (it unsubscribed, or left): then unsubscribes upstream.
+    fn register(self: &Arc<Self>, up: Box<str>, sink: Sink) {
+        lock(&self.ups).insert(sink.id(), up.clone());
+        lock(&self.subs).insert(up.clone(), sink.clone());
+        let conn = Arc::downgrade(self);
+        tokio::spawn(async move {
+            sink.closed().await;
+            if let Some(conn) = conn.upgrade()
+                && lock(&conn.ups).get(&sink.id()) == Some(&up)
+            {
+                conn.forget(&up);
+            }
+        });
+    }
+
+    /// Drops the relay of `up` and unsubscribes upstream (the reply is
+    /// not awaited).
+    fn forget(&self, up: &str) {
+        let removed = lock(&self.subs).remove(up);
+        if let Some(sink) = removed {
+            lock(&self.ups).remove(&sink.id());
+        }
+        let id = self.own_ids.fetch_add(1, Ordering::Relaxed);
+        let params = serde_json::to_vec(&[up]).unwrap_or_default();
+        let body = request_body(id, "eth_unsubscribe", Some(&params));
+        if let Ok(text) = String::from_utf8(body) {
+            let _ = self.out.send(Message::text(text));
+        }
+    }
+
+    /// The connection dropped: every waiting call fails, every relayed
+    /// subscription ends with an error notification.
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        lock(&self.pending).clear();
+        let subs: Vec<Sink> = lock(&self.subs).drain().map(|(_, s)| s).collect();
+        lock(&self.ups).clear();
+        let error = errors::upstream_failed(&self.name, "the WebSocket connection closed");
+        for sink in subs {
+            sink.close_with_error(&error);
+        }
+    }
+}

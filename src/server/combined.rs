@@ -1,0 +1,197 @@
+//! HTTP and WebSocket on one port (features `http` and `ws`), as geth and
+//! anvil serve them: a `POST` is a JSON-RPC call over HTTP, a `GET` asking
+//! for a WebSocket upgrade becomes a WebSocket connection served by a
+//! [`WsServer`].
+//!
+//! [`Combined`] is the `tower` service that tells the two apart (one
+//! [`is_upgrade_request`] check per request); [`serve`] runs it on a
+//! listener with the HTTP [`Server`]'s accept loop,
+//! limits and graceful shutdown.
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | a valid WebSocket upgrade (`GET`, `Connection: upgrade`, `Upgrade: websocket`, `Sec-WebSocket-Version: 13`, a key) | `101 Switching Protocols`, then the connection is the [`WsServer`]'s |
+//! | an upgrade request that is not valid (no key, another version) | `400`, a -32600 body saying why |
+//! | anything else | the [`HttpService`]'s answer (see [`super::http`]) |
+//!
+//! Once upgraded, a connection is no longer under the HTTP server's limits
+//! (its idle and header timers, [`Limits::max_connections`]): the
+//! [`WsServer`]'s own limits, metrics and shutdown signal apply. Give both
+//! servers the same [`Shutdown`] to stop them together.
+//!
+//! ```no_run
+//! use rpcwire::server::{Limits, Shutdown, combined, http::HttpService, ws::WsServer};
+//! use rpcwire::{Call, Dispatcher};
+//! # async fn run() -> std::io::Result<()> {
+//! let d = Dispatcher::builder(())
+//!     .method("eth_chainId", |c: Call<'_, ()>| c.reply.quantity(1))
+//!     .build()
+//!     .unwrap();
+//! let (limits, shutdown) = (Limits::default(), Shutdown::new());
+//! let http = HttpService::new(d.clone(), &limits, None);
+//! let ws = WsServer::new(d).limits(limits.clone()).shutdown(shutdown.clone());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8545").await?;
+//! combined::serve(listener, http, ws, limits, None, shutdown).await;
+//! # Ok(()) }
+//! ```
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+
+use bytes::Bytes;
+use futures_util::future::{Either, Ready, ready};
+use http::{Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::Full;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tower_service::Service;
+
+use super::http::{HttpService, ResponseBody, ResponseFuture, Server};
+use super::ws::{WsServer, is_upgrade_request, upgrade_response};
+use super::{Limits, Metrics, Shutdown};
+use crate::Context;
+
+/// A `tower` service answering HTTP requests with an [`HttpService`] and
+/// upgrading WebSocket requests to a [`WsServer`] connection; see the
+/// [module docs](self).
+pub struct Combined<S, K> {
+    http: HttpService<S, K>,
+    ws: Arc<WsServer<S, K>>,
+    peer: Option<SocketAddr>,
+}
+
+impl<S, K> Clone for Combined<S, K> {
+    fn clone(&self) -> Self {
+        Combined {
+            http: self.http.clone(),
+            ws: Arc::clone(&self.ws),
+            peer: self.peer,
+        }
+    }
+}
+
+impl<S, K> std::fmt::Debug for Combined<S, K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Combined")
+            .field("http", &self.http)
+            .field("ws", &self.ws)
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
+    /// Serves HTTP with `http` and WebSocket upgrades with `ws`.
+    pub fn new(http: HttpService<S, K>, ws: WsServer<S, K>) -> Self {
+        Combined {
+            http,
+            ws: Arc::new(ws),
+            peer: None,
+        }
+    }
+
+    /// The same service, telling handlers (HTTP and WebSocket alike) that
+    /// requests come from `peer`.
+    pub fn with_peer_addr(mut self, peer: SocketAddr) -> Self {
+        self.http = self.http.with_peer_addr(peer);
+        self.peer = Some(peer);
+        self
+    }
+
+    /// Answers an upgrade request with `101` and serves the upgraded
+    /// connection on a task of its own.
+    fn upgrade<B>(&self, mut req: Request<B>) -> Response<ResponseBody> {
+        let response = match upgrade_response(&req) {
+            Ok(r) => r,
+            Err(e) => return bad_upgrade(&e.to_string()),
+        };
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        let (parts, _) = req.into_parts();
+        let mut ctx = Context::builder();
+        if let Some(peer) = self
+            .peer
+            .or_else(|| parts.extensions.get::<SocketAddr>().copied())
+        {
+            ctx = ctx.peer_addr(peer);
+        }
+        let ctx = ctx.extension(parts.headers);
+        let ws = Arc::clone(&self.ws);
+        tokio::spawn(async move {
+            // Fails when the client goes away before the switch.
+            if let Ok(upgraded) = on_upgrade.await {
+                ws.serve_connection(TokioIo::new(upgraded), ctx).await;
+            }
+        });
+        let (parts, ()) = response.into_parts();
+        Response::from_parts(parts, Full::new(Bytes::new()))
+    }
+}
+
+impl<S, K, B> Service<Request<B>> for Combined<S, K>
+where
+    S: Send + Sync + 'static,
+    K: 'static,
+    B: Body,
+{
+    type Response = Response<ResponseBody>;
+    type Error = Infallible;
+    type Future =
+        Either<ResponseFuture<S, K, B>, Ready<Result<Response<ResponseBody>, Infallible>>>;
+
+    fn poll_ready(&mut self, _: &mut TaskContext<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        if is_upgrade_request(&req) {
+            Either::Right(ready(Ok(self.upgrade(req))))
+        } else {
+            Either::Left(self.http.call(req))
+        }
+    }
+}
+
+fn bad_upgrade(reason: &str) -> Response<ResponseBody> {
+    #[derive(serde::Serialize)]
+    struct Data<'a> {
+        reason: &'a str,
+    }
+    let data = serde_json::to_string(&Data { reason }).unwrap_or_default();
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"Invalid Request","data":{data}}}}}"#
+    );
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = StatusCode::BAD_REQUEST;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Serves HTTP and WebSocket on `listener` until `shutdown` is triggered:
+/// the HTTP [`Server`] (with `limits` and `metrics`) running [`Combined`].
+/// Share `shutdown` with `ws` (`WsServer::shutdown`) so that upgraded
+/// connections close with the rest.
+pub async fn serve<S, K>(
+    listener: TcpListener,
+    http: HttpService<S, K>,
+    ws: WsServer<S, K>,
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: Shutdown,
+) where
+    S: Send + Sync + 'static,
+    K: 'static,
+{
+    let service = Combined::new(http, ws);
+    let mut server = Server::new(limits);
+    if let Some(metrics) = metrics {
+        server = server.metrics(metrics);
+    }
+    let make = move |peer| service.clone().with_peer_addr(peer);
+    server.serve(listener, make, shutdown).await;
+}

@@ -1,0 +1,992 @@
+//! The gateway example (`examples/gateway`), its modules compiled into this
+//! test: fake upstreams that hang, reset, answer garbage or the wrong id,
+//! or answer out of order; id rewriting; batch split and merge; the
+//! policy; limits; WebSocket on the HTTP port; the built-in chain's
+//! transfer flow with transactions signed here. Everything on 127.0.0.1,
+//! every server started and stopped by its test.
+
+#![allow(dead_code)]
+
+#[path = "../examples/gateway/app.rs"]
+mod app;
+#[path = "../examples/gateway/chain.rs"]
+mod chain;
+#[path = "../examples/gateway/config.rs"]
+mod config;
+#[path = "../examples/gateway/errors.rs"]
+mod errors;
+#[path = "../examples/gateway/h1.rs"]
+mod h1;
+#[path = "../examples/gateway/local.rs"]
+mod local;
+#[path = "../examples/gateway/proxy.rs"]
+mod proxy;
+#[path = "../examples/gateway/upstream.rs"]
+mod upstream;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use alloy_consensus::crypto::secp256k1::sign_message;
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEnvelope, TxLegacy};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
+use futures_util::{SinkExt, StreamExt};
+use rpcwire::dispatch::AsyncCall;
+use rpcwire::server::Shutdown;
+use rpcwire::server::http::HttpService;
+use rpcwire::{Dispatcher, RpcError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+
+/// A gateway running on a port of its own; stopped when dropped.
+struct Gateway {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+async fn start(config: config::Config) -> Gateway {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move { app::serve(config, listener, stop).await.unwrap() });
+    Gateway { addr, shutdown }
+}
+
+fn proxy_config_with(upstreams: &[SocketAddr], hyper_client: bool) -> config::Config {
+    config::Config {
+        hyper_client,
+        ..proxy_config(upstreams)
+    }
+}
+
+fn proxy_config(upstreams: &[SocketAddr]) -> config::Config {
+    config::Config {
+        upstreams: upstreams.iter().map(|a| format!("http://{a}")).collect(),
+        timeout: Duration::from_millis(500),
+        ..Default::default()
+    }
+}
+
+/// POSTs `body`; the status and the body.
+async fn post(addr: SocketAddr, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8(response).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap();
+    (status, body)
+}
+
+async fn call(addr: SocketAddr, body: &str) -> Value {
+    let (status, body) = post(addr, body).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// How a fake upstream answers.
+#[derive(Clone, Copy, PartialEq)]
+enum Fake {
+    /// Reads the request and never answers.
+    Hang,
+    /// Reads the request and closes the connection.
+    Reset,
+    /// `200` with a body that is not JSON.
+    Garbage,
+    /// A valid response with another id.
+    WrongId,
+    /// A valid response, `Transfer-Encoding: chunked`, in small chunks.
+    Chunked,
+    /// A valid response, then the connection closes without a word (as a
+    /// server closing an idle kept-alive connection does).
+    CloseSilently,
+}
+
+/// A raw HTTP/1.1 upstream that misbehaves as told; counts requests.
+async fn fake_upstream(kind: Fake) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                loop {
+                    let Some(body) = read_request(&mut s).await else {
+                        return;
+                    };
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let reply = match kind {
+                        Fake::Hang => {
+                            tokio::time::sleep(Duration::from_secs(60)).await;
+                            return;
+                        }
+                        // Closed with the request unanswered.
+                        Fake::Reset => return,
+                        Fake::Garbage => "<html>bad gateway</html>".to_string(),
+                        Fake::WrongId => {
+                            let v: Value = serde_json::from_slice(&body).unwrap();
+                            let id = v["id"].as_u64().unwrap() + 1000;
+                            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"0x1"}}"#)
+                        }
+                        Fake::Chunked => {
+                            let v: Value = serde_json::from_slice(&body).unwrap();
+                            let reply =
+                                format!(r#"{{"jsonrpc":"2.0","id":{},"result":"0xc4"}}"#, v["id"]);
+                            let mut out = String::from(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+                            );
+                            for piece in reply.as_bytes().chunks(7) {
+                                out.push_str(&format!(
+                                    "{:x}\r\n{}\r\n",
+                                    piece.len(),
+                                    std::str::from_utf8(piece).unwrap()
+                                ));
+                            }
+                            out.push_str("0\r\n\r\n");
+                            if s.write_all(out.as_bytes()).await.is_err() {
+                                return;
+                            }
+                            continue;
+                        }
+                        Fake::CloseSilently => {
+                            let v: Value = serde_json::from_slice(&body).unwrap();
+                            let reply =
+                                format!(r#"{{"jsonrpc":"2.0","id":{},"result":"0xc5"}}"#, v["id"]);
+                            let out = format!(
+                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                                reply.len()
+                            );
+                            let _ = s.write_all(out.as_bytes()).await;
+                            // Closed only once the client has pooled it.
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            return;
+                        }
+                    };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        reply.len()
+                    );
+                    if s.write_all(head.as_bytes()).await.is_err()
+                        || s.write_all(reply.as_bytes()).await.is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// Reads one HTTP/1.1 request with a `content-length` body.
+async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = s.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return Some(buf[end + 4..end + 4 + len].to_vec());
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// What a well-behaved fake upstream records.
+#[derive(Default)]
+struct Seen {
+    /// Every id it was sent, as JSON text.
+    ids: Mutex<Vec<String>>,
+    /// Requests in flight right now, and the most at once.
+    in_flight: AtomicUsize,
+    most: AtomicUsize,
+    calls: AtomicUsize,
+}
+
+/// A well-behaved upstream on rpcwire itself: `echo` answers its params
+/// after `params[0]` milliseconds (so replies finish out of order),
+/// `revert` answers with an error object carrying `data`, `eth_chainId`
+/// answers `0x7a69`, `big` a 4 KB string.
+async fn echo_upstream() -> (SocketAddr, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let d = Dispatcher::builder(Arc::clone(&seen))
+        .async_fallback(|c: AsyncCall<Arc<Seen>>| async move {
+            let seen = &c.state;
+            seen.calls.fetch_add(1, Ordering::SeqCst);
+            seen.ids
+                .lock()
+                .unwrap()
+                .push(String::from_utf8(c.id().unwrap().to_vec()).unwrap());
+            let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            seen.most.fetch_max(now, Ordering::SeqCst);
+            let out: Result<Value, RpcError> = match c.method() {
+                "echo" => {
+                    let p: Value = c.decode()?;
+                    let ms = p[0].as_u64().unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    Ok(json!({ "echo": p }))
+                }
+                "revert" => Err(RpcError::raw(
+                    3,
+                    &br#"{"code":3,"message":"execution reverted: nope","data":"0x08c379a0"}"#[..],
+                )),
+                "eth_chainId" => Ok(json!("0x7a69")),
+                "net_version" => Ok(json!("31337")),
+                "big" => Ok(json!("x".repeat(4096))),
+                other => Err(RpcError::new(-32601, format!("no {other}"))),
+            };
+            seen.in_flight.fetch_sub(1, Ordering::SeqCst);
+            out
+        })
+        .build()
+        .unwrap();
+    let limits = rpcwire::server::Limits::default();
+    let service = HttpService::new(d, &limits, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(rpcwire::server::http::serve(
+        listener,
+        service,
+        limits,
+        None,
+        Shutdown::new(),
+    ));
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn a_hanging_upstream_times_out_with_32002_for_that_request_only() {
+    for hyper_client in [false, true] {
+        hanging_upstream(hyper_client).await;
+    }
+}
+
+async fn hanging_upstream(hyper_client: bool) {
+    let (hang, _) = fake_upstream(Fake::Hang).await;
+    let gw = start(proxy_config_with(&[hang], hyper_client)).await;
+    let started = std::time::Instant::now();
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":"h","method":"eth_blockNumber"}"#,
+    )
+    .await;
+    assert_eq!(r["id"], "h");
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    assert_eq!(r["error"]["data"]["timeout_ms"], 500);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // A batch: the denied entry is answered at once, the hanging one times
+    // out, in request order.
+    let r = call(
+        gw.addr,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"admin_peers"}]"#,
+    )
+    .await;
+    assert_eq!(r[0]["error"]["code"], -32002);
+    assert_eq!(r[1]["error"]["code"], -32601);
+}
+
+#[tokio::test]
+async fn reset_and_garbage_and_wrong_ids_are_clear_errors() {
+    for (kind, message, reason) in [
+        (Fake::Reset, "upstream unavailable", "connection"),
+        (
+            Fake::Garbage,
+            "upstream reply malformed",
+            "not a JSON-RPC response",
+        ),
+        (Fake::WrongId, "upstream reply malformed", "answered id"),
+    ] {
+        let (up, _) = fake_upstream(kind).await;
+        let gw = start(proxy_config(&[up])).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"eth_gasPrice"}"#,
+        )
+        .await;
+        // An invalid id is the dispatcher's -32600, never forwarded.
+        assert_eq!(r["error"]["code"], -32600);
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":42,"method":"eth_gasPrice"}"#,
+        )
+        .await;
+        assert_eq!(r["id"], 42);
+        assert_eq!(r["error"]["code"], -32603, "{r}");
+        assert_eq!(r["error"]["message"], message, "{r}");
+        let data = r["error"]["data"]["reason"].as_str().unwrap();
+        assert!(data.contains(reason), "{data}");
+        assert_eq!(r["error"]["data"]["upstream"], up.to_string());
+    }
+}
+
+#[tokio::test]
+async fn chunked_replies_and_silently_closed_connections() {
+    for (kind, result) in [(Fake::Chunked, "0xc4"), (Fake::CloseSilently, "0xc5")] {
+        for hyper_client in [false, true] {
+            let (up, count) = fake_upstream(kind).await;
+            let gw = start(proxy_config_with(&[up], hyper_client)).await;
+            for i in 0..4 {
+                let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_gasPrice"}}"#);
+                let r = call(gw.addr, &body).await;
+                assert_eq!(r["result"], result, "{r}");
+                // Time for the fake to close the pooled connection.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(count.load(Ordering::SeqCst), 4);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_dead_upstream_fails_over_to_the_next_without_resending() {
+    // Nothing listens on `dead` (bound, then closed): connections are
+    // refused, so nothing was sent and the next upstream takes the call.
+    let dead = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let (good, seen) = echo_upstream().await;
+    let gw = start(proxy_config(&[dead, good])).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#,
+    )
+    .await;
+    assert_eq!(r["result"]["echo"], json!([0]), "{r}");
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    // A reset after sending is not retried elsewhere (it may have been a
+    // transaction).
+    let (reset, resets) = fake_upstream(Fake::Reset).await;
+    let gw = start(proxy_config(&[reset, good])).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32603);
+    assert_eq!(resets.load(Ordering::SeqCst), 1);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 1);
+    // The reset upstream now rests: the next call goes to the good one.
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":[0]}"#,
+    )
+    .await;
+    assert_eq!(r["result"]["echo"], json!([0]), "{r}");
+}
+
+#[tokio::test]
+async fn two_clients_with_one_id_get_their_own_answers() {
+    let (up, seen) = echo_upstream().await;
+    let gw = start(proxy_config(&[up])).await;
+    let mut tasks = Vec::new();
+    for client in 0..8u64 {
+        let addr = gw.addr;
+        tasks.push(tokio::spawn(async move {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[100,{client}]}}"#);
+            (client, call(addr, &body).await)
+        }));
+    }
+    for t in tasks {
+        let (client, r) = t.await.unwrap();
+        assert_eq!(r["id"], 1);
+        assert_eq!(r["result"]["echo"][1], client, "{r}");
+    }
+    let ids = seen.ids.lock().unwrap().clone();
+    assert_eq!(ids.len(), 8);
+    let distinct: HashSet<_> = ids.iter().collect();
+    assert_eq!(distinct.len(), 8, "the upstream saw a repeated id: {ids:?}");
+    assert!(seen.most.load(Ordering::SeqCst) > 1, "the calls overlapped");
+}
+
+#[tokio::test]
+async fn batches_split_and_merge_in_request_order_with_ids_byte_for_byte() {
+    let (up, seen) = echo_upstream().await;
+    let gw = start(proxy_config(&[up])).await;
+    // Later entries answer first upstream; ids of every form come back as
+    // they were sent; the failing entries fail alone.
+    let body = r#"[
+        {"jsonrpc":"2.0","id":"a-1","method":"echo","params":[300,"first"]},
+        {"jsonrpc":"2.0","id":1.50,"method":"echo","params":[200,{"x" : [1, 2]}]},
+        {"jsonrpc":"2.0","id":null,"method":"revert","params":[]},
+        {"jsonrpc":"2.0","method":"echo","params":[0,"a notification"]},
+        {"jsonrpc":"2.0","id":18446744073709551616,"method":"personal_sign","params":[]},
+        {"jsonrpc":"2.0","id":5,"method":"echo","params":[0,"last"]}
+    ]"#;
+    let (status, text) = post(gw.addr, body).await;
+    assert_eq!(status, 200);
+    assert!(text.contains(r#""id":1.50,"#), "{text}");
+    assert!(text.contains(r#""id":18446744073709551616,"#), "{text}");
+    // The upstream's error object, byte for byte.
+    assert!(
+        text.contains(r#"{"jsonrpc":"2.0","id":null,"error":{"code":3,"message":"execution reverted: nope","data":"0x08c379a0"}}"#),
+        "{text}"
+    );
+    // The params went upstream byte for byte, spaces and all.
+    assert!(text.contains(r#"{"echo":[200,{"x":[1,2]}]}"#), "{text}");
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let r = r.as_array().unwrap();
+    assert_eq!(r.len(), 5);
+    assert_eq!(r[0]["id"], "a-1");
+    assert_eq!(r[0]["result"]["echo"][1], "first");
+    assert_eq!(r[2]["error"]["code"], 3);
+    assert_eq!(r[3]["error"]["code"], -32601);
+    assert_eq!(r[3]["error"]["data"]["rule"], "deny personal_*");
+    assert_eq!(r[4]["result"]["echo"][1], "last");
+    // The notification was forwarded too (and its reply dropped).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 5);
+}
+
+#[tokio::test]
+async fn policy_local_forward_deny() {
+    let (up, seen) = echo_upstream().await;
+    let mut config = proxy_config(&[up]);
+    config.deny.retain(|d| d != "debug_");
+    config.deny.push("echo".into());
+    let gw = start(config).await;
+    // Local after the first answer.
+    for _ in 0..3 {
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await;
+        assert_eq!(r["result"], "0x7a69");
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"net_version","params":[]}"#,
+        )
+        .await;
+        assert_eq!(r["result"], "31337");
+    }
+    assert_eq!(seen.calls.load(Ordering::SeqCst), 2);
+    // Denied by default, and by a rule of ours.
+    for (method, rule) in [("admin_nodeInfo", "deny admin_*"), ("echo", "deny echo*")] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":[0]}}"#);
+        let r = call(gw.addr, &body).await;
+        assert_eq!(r["error"]["code"], -32601, "{r}");
+        assert_eq!(r["error"]["data"]["rule"], rule);
+        assert_eq!(r["error"]["data"]["method"], method);
+    }
+    // `--allow debug_` lifted that rule: forwarded (the upstream has no
+    // such method, and says so).
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"debug_traceCall"}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["message"], "no debug_traceCall");
+    // Unknown methods are forwarded by the fallback.
+    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":1,"method":"anvil_mine"}"#).await;
+    assert_eq!(r["error"]["message"], "no anvil_mine");
+    // `rpc.` names stay reserved, never forwarded.
+    let calls = seen.calls.load(Ordering::SeqCst);
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"rpc.modules"}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32601);
+    assert_eq!(seen.calls.load(Ordering::SeqCst), calls);
+}
+
+#[tokio::test]
+async fn limits_body_batch_and_response() {
+    let (up, _) = echo_upstream().await;
+    let mut config = proxy_config(&[up]);
+    config.max_body = 1024;
+    config.max_batch = 3;
+    config.max_response = 2048;
+    let gw = start(config).await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[0,"{}"]}}"#,
+        "y".repeat(2000)
+    );
+    let (status, body) = post(gw.addr, &big).await;
+    assert_eq!(status, 413);
+    let r: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(r["error"]["code"], -32600);
+    assert_eq!(r["error"]["data"]["limit"], 1024);
+    let batch = format!(
+        "[{}]",
+        [r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#; 4].join(",")
+    );
+    let r = call(gw.addr, &batch).await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert!(r["error"]["data"].to_string().contains('3'), "{r}");
+    // The upstream's 4 KB answer is past the 2 KB reply limit.
+    let r = call(gw.addr, r#"{"jsonrpc":"2.0","id":9,"method":"big"}"#).await;
+    assert_eq!(r["id"], 9);
+    assert_eq!(r["error"]["code"], -32003, "{r}");
+}
+
+#[tokio::test]
+async fn websocket_on_the_http_port_forwards_and_survives_bad_frames() {
+    let (up, _) = echo_upstream().await;
+    let gw = start(proxy_config(&[up])).await;
+    let (mut ws, response) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 101);
+    ws.send(Message::text("{not json")).await.unwrap();
+    let r: Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(r["error"]["code"], -32700);
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":"w","method":"echo","params":[0,"ws"]}"#,
+    ))
+    .await
+    .unwrap();
+    let r: Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(r["id"], "w");
+    assert_eq!(r["result"]["echo"][1], "ws");
+    // No WebSocket upstream answers on the echo upstream's port: a clear
+    // error, and the connection goes on.
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":2,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
+    let r: Value =
+        serde_json::from_str(ws.next().await.unwrap().unwrap().to_text().unwrap()).unwrap();
+    assert_eq!(r["id"], 2);
+    assert!(r["error"]["code"].is_i64(), "{r}");
+    // Over HTTP, eth_subscribe is refused (no connection to push on).
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":3,"method":"eth_subscribe","params":["newHeads"]}"#,
+    )
+    .await;
+    assert!(r["error"]["code"].is_i64(), "{r}");
+    // A GET that is not an upgrade is not JSON-RPC.
+    let mut s = TcpStream::connect(gw.addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).await.unwrap();
+    assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+}
+
+/// A WebSocket upstream with `eth_subscribe` (newHeads pushed on demand
+/// through `tx`) and `eth_unsubscribe`, on rpcwire's own server.
+async fn ws_upstream() -> (
+    SocketAddr,
+    tokio::sync::broadcast::Sender<u64>,
+    Arc<AtomicUsize>,
+) {
+    use rpcwire::Call;
+    use rpcwire::server::subscriptions::Subscriptions;
+    use rpcwire::server::ws::WsServer;
+    let (tx, _) = tokio::sync::broadcast::channel::<u64>(16);
+    let unsubscribed = Arc::new(AtomicUsize::new(0));
+    let state = (tx.clone(), Arc::clone(&unsubscribed));
+    type S = (tokio::sync::broadcast::Sender<u64>, Arc<AtomicUsize>);
+    let d = Dispatcher::builder(state)
+        .method("eth_subscribe", |c: Call<'_, S>| {
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            let mut rx = c.state.0.subscribe();
+            tokio::spawn(async move {
+                while let Ok(n) = rx.recv().await {
+                    if sink.send(&json!({ "number": format!("{n:#x}") })).is_err() {
+                        break;
+                    }
+                }
+            });
+            Ok::<_, RpcError>(id)
+        })
+        .method("eth_unsubscribe", |c: Call<'_, S>| {
+            let (id,): (String,) = c.decode()?;
+            c.state.1.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(Subscriptions::of(c.ctx)?.unsubscribe(&id))
+        })
+        .method("eth_blockNumber", |c: Call<'_, S>| {
+            c.reply.raw(br#""0x10""#)
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { WsServer::new(d).serve(listener).await });
+    (addr, tx, unsubscribed)
+}
+
+#[tokio::test]
+async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
+    let (up, heads, unsubscribed) = ws_upstream().await;
+    let config = config::Config {
+        upstream_ws: Some(format!("ws://{up}")),
+        timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let gw = start(config).await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
+    let r = read_json(&mut ws).await;
+    let sub = r["result"].as_str().unwrap().to_string();
+    heads.send(7).unwrap();
+    let n = read_json(&mut ws).await;
+    assert_eq!(n["method"], "eth_subscription");
+    assert_eq!(n["params"]["subscription"], sub.as_str());
+    assert_eq!(n["params"]["result"]["number"], "0x7");
+    let unsub =
+        format!(r#"{{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":["{sub}"]}}"#);
+    ws.send(Message::text(unsub.clone())).await.unwrap();
+    let r = read_json(&mut ws).await;
+    assert_eq!(r["id"], 2);
+    assert_eq!(r["result"], true);
+    assert_eq!(unsubscribed.load(Ordering::SeqCst), 1);
+    heads.send(8).unwrap();
+    // Nothing more is relayed; a second unsubscribe is false.
+    ws.send(Message::text(unsub)).await.unwrap();
+    let r = read_json(&mut ws).await;
+    assert_eq!(r["id"], 2, "{r}");
+    assert_eq!(r["result"], false);
+    // A client that leaves is unsubscribed upstream for it.
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":3,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
+    assert!(read_json(&mut ws).await["result"].is_string());
+    drop(ws);
+    for _ in 0..50 {
+        if unsubscribed.load(Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(unsubscribed.load(Ordering::SeqCst), 2);
+}
+
+async fn read_json<S>(ws: &mut S) -> Value
+where
+    S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("an answer in time")
+        .unwrap()
+        .unwrap();
+    serde_json::from_str(m.to_text().unwrap()).unwrap()
+}
+
+// The built-in chain.
+
+const KEY0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+fn key(i: usize) -> B256 {
+    chain::DEV_ACCOUNTS[i].1.parse().unwrap()
+}
+
+fn address(i: usize) -> Address {
+    chain::DEV_ACCOUNTS[i].0.parse().unwrap()
+}
+
+fn sign<T: SignableTransaction<alloy_primitives::Signature>>(tx: T, key: B256) -> String
+where
+    TxEnvelope: From<alloy_consensus::Signed<T>>,
+{
+    let sig = sign_message(key, tx.signature_hash()).unwrap();
+    let envelope = TxEnvelope::from(tx.into_signed(sig));
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
+}
+
+fn eip1559(nonce: u64, to: Address, value: u128, chain_id: u64) -> TxEip1559 {
+    TxEip1559 {
+        chain_id,
+        nonce,
+        gas_limit: 21_000,
+        max_fee_per_gas: 3_000_000_000,
+        max_priority_fee_per_gas: 1_000_000_000,
+        to: TxKind::Call(to),
+        value: U256::from(value),
+        access_list: Default::default(),
+        input: ABytes::new(),
+    }
+}
+
+async fn send(addr: SocketAddr, raw: &str) -> Value {
+    call(
+        addr,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["{raw}"]}}"#
+        ),
+    )
+    .await
+}
+
+async fn rpc(addr: SocketAddr, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc":"2.0","id":1,"method":method,"params":params}).to_string();
+    call(addr, &body).await
+}
+
+#[test]
+fn the_dev_accounts_are_the_keys_addresses() {
+    assert_eq!(chain::DEV_ACCOUNTS[0].1, KEY0);
+    for (i, (addr, _)) in chain::DEV_ACCOUNTS.iter().enumerate() {
+        let raw = sign(eip1559(0, Address::ZERO, 0, 1), key(i));
+        let bytes = alloy_primitives::hex::decode(&raw[2..]).unwrap();
+        let tx = <TxEnvelope as alloy_eips::eip2718::Decodable2718>::decode_2718(&mut &bytes[..])
+            .unwrap();
+        let from = alloy_consensus::transaction::SignerRecoverable::recover_signer(&tx).unwrap();
+        assert_eq!(from, addr.parse::<Address>().unwrap(), "account {i}");
+    }
+}
+
+#[tokio::test]
+async fn the_built_in_chain_takes_signed_transfers() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    assert_eq!(rpc(a, "eth_chainId", json!([])).await["result"], "0x7a69");
+    assert_eq!(rpc(a, "net_version", json!([])).await["result"], "31337");
+    assert_eq!(rpc(a, "eth_blockNumber", json!([])).await["result"], "0x0");
+    let balance0 = rpc(a, "eth_getBalance", json!([address(0), "latest"])).await;
+    assert_eq!(balance0["result"], "0x21e19e0c9bab2400000"); // 10,000 ETH
+    let to = Address::repeat_byte(0x11);
+
+    // EIP-1559.
+    let raw = sign(eip1559(0, to, 1_000, 31337), key(0));
+    let hash = send(a, &raw).await["result"].as_str().unwrap().to_string();
+    let receipt = rpc(a, "eth_getTransactionReceipt", json!([hash])).await["result"].clone();
+    assert_eq!(receipt["status"], "0x1");
+    assert_eq!(receipt["gasUsed"], "0x5208");
+    assert_eq!(receipt["blockNumber"], "0x1");
+    assert_eq!(receipt["effectiveGasPrice"], "0x77359400"); // 1 gwei base + 1 gwei tip
+    assert_eq!(receipt["logs"], json!([]));
+    let tx = rpc(a, "eth_getTransactionByHash", json!([hash])).await["result"].clone();
+    assert_eq!(tx["from"], format!("{:#x}", address(0)));
+    assert_eq!(tx["type"], "0x2");
+    assert_eq!(
+        rpc(a, "eth_getBalance", json!([to])).await["result"],
+        "0x3e8"
+    );
+    let spent = U256::from(21_000u64 * 2_000_000_000 + 1_000);
+    let want = U256::from(chain::DEV_BALANCE_WEI) - spent;
+    assert_eq!(
+        rpc(a, "eth_getBalance", json!([address(0), "latest"])).await["result"],
+        format!("{want:#x}")
+    );
+    // History: the balance at block 0 is unchanged.
+    assert_eq!(
+        rpc(a, "eth_getBalance", json!([address(0), "0x0"])).await["result"],
+        "0x21e19e0c9bab2400000"
+    );
+    assert_eq!(
+        rpc(a, "eth_getTransactionCount", json!([address(0), "pending"])).await["result"],
+        "0x1"
+    );
+    let block = rpc(a, "eth_getBlockByNumber", json!(["latest", true])).await["result"].clone();
+    assert_eq!(block["transactions"][0]["hash"], hash.as_str());
+    let by_hash =
+        rpc(a, "eth_getBlockByHash", json!([block["hash"], false])).await["result"].clone();
+    assert_eq!(by_hash["transactions"][0], hash.as_str());
+    assert_eq!(
+        by_hash["parentHash"],
+        rpc(a, "eth_getBlockByNumber", json!(["0x0", false])).await["result"]["hash"]
+    );
+
+    // Legacy (EIP-155) and EIP-2930, from another account.
+    let legacy = TxLegacy {
+        chain_id: Some(31337),
+        nonce: 0,
+        gas_price: 2_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(to),
+        value: U256::from(1u64),
+        input: ABytes::new(),
+    };
+    let r = send(a, &sign(legacy, key(1))).await;
+    assert!(r["result"].is_string(), "{r}");
+    let r = rpc(a, "eth_getTransactionByHash", json!([r["result"]])).await;
+    let v = r["result"]["v"].as_str().unwrap();
+    assert!(
+        v == "0xf4f5" || v == "0xf4f6",
+        "EIP-155 v for chain 31337: {v}"
+    );
+    let eip2930 = TxEip2930 {
+        chain_id: 31337,
+        nonce: 1,
+        gas_price: 2_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(to),
+        value: U256::from(1u64),
+        access_list: Default::default(),
+        input: ABytes::new(),
+    };
+    let r = send(a, &sign(eip2930, key(1))).await;
+    assert!(r["result"].is_string(), "{r}");
+    assert_eq!(rpc(a, "eth_blockNumber", json!([])).await["result"], "0x3");
+
+    // Refusals, each with geth's words.
+    let cases = [
+        (sign(eip1559(0, to, 1, 31337), key(0)), "nonce too low"),
+        (sign(eip1559(5, to, 1, 31337), key(0)), "nonce too high"),
+        (sign(eip1559(0, to, 1, 1), key(2)), "invalid chain id"),
+        (
+            sign(eip1559(0, to, chain::DEV_BALANCE_WEI, 31337), key(2)),
+            "insufficient funds for gas * price + value",
+        ),
+        (
+            sign(
+                TxEip1559 {
+                    gas_limit: 20_000,
+                    ..eip1559(0, to, 1, 31337)
+                },
+                key(2),
+            ),
+            "intrinsic gas too low",
+        ),
+        (
+            sign(
+                TxEip1559 {
+                    to: TxKind::Create,
+                    gas_limit: 100_000,
+                    ..eip1559(0, to, 0, 31337)
+                },
+                key(2),
+            ),
+            "contract creation",
+        ),
+        ("0x02f8".to_string(), "could not be decoded"),
+    ];
+    for (raw, words) in cases {
+        let r = send(a, &raw).await;
+        assert_eq!(r["error"]["code"], -32000, "{r}");
+        let message = r["error"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{message} lacks {words}");
+    }
+    // The same transaction twice.
+    let r = send(a, &sign(eip1559(1, to, 1, 31337), key(0))).await;
+    assert!(r["result"].is_string(), "{r}");
+    let r = send(a, &sign(eip1559(1, to, 1, 31337), key(0))).await;
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already known")
+            || r["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("nonce too low"),
+        "{r}"
+    );
+
+    // The other methods clients call.
+    assert_eq!(
+        rpc(
+            a,
+            "eth_estimateGas",
+            json!([{"from": address(0), "to": to, "value": "0x1"}])
+        )
+        .await["result"],
+        "0x5208"
+    );
+    assert_eq!(
+        rpc(
+            a,
+            "eth_call",
+            json!([{"to": to, "data": "0x1234"}, "latest"])
+        )
+        .await["result"],
+        "0x"
+    );
+    assert_eq!(
+        rpc(a, "eth_call", json!([{"data": "0x1234"}])).await["error"]["code"],
+        -32000
+    );
+    assert_eq!(
+        rpc(a, "eth_getCode", json!([to, "latest"])).await["result"],
+        "0x"
+    );
+    assert_eq!(
+        rpc(
+            a,
+            "eth_getLogs",
+            json!([{"fromBlock": "0x0", "toBlock": "latest"}])
+        )
+        .await["result"],
+        json!([])
+    );
+    assert_eq!(rpc(a, "eth_accounts", json!([])).await["result"], json!([]));
+    assert_eq!(rpc(a, "eth_syncing", json!([])).await["result"], false);
+    assert_eq!(
+        rpc(a, "eth_gasPrice", json!([])).await["result"],
+        "0x77359400"
+    );
+    assert_eq!(
+        rpc(a, "eth_maxPriorityFeePerGas", json!([])).await["result"],
+        "0x3b9aca00"
+    );
+    let fees = rpc(a, "eth_feeHistory", json!(["0x2", "latest", [50]])).await["result"].clone();
+    assert_eq!(fees["baseFeePerGas"].as_array().unwrap().len(), 3);
+    assert_eq!(fees["reward"][0][0], "0x3b9aca00");
+    assert_eq!(
+        rpc(a, "eth_getTransactionReceipt", json!([B256::ZERO])).await["result"],
+        Value::Null
+    );
+    assert_eq!(
+        rpc(a, "eth_getBlockByNumber", json!(["0x99", false])).await["result"],
+        Value::Null
+    );
+    let v = rpc(a, "web3_clientVersion", json!([])).await;
+    assert!(v["result"].as_str().unwrap().starts_with("rpcwire-gateway"));
+    // A batch against the built-in chain.
+    let r = call(a, r#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"eth_getBalance","params":["0xbad"]}]"#).await;
+    assert_eq!(r[0]["result"], "0x4");
+    assert_eq!(r[1]["error"]["code"], -32602);
+}

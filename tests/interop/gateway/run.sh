@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Interop: the gateway example against real clients and a real node.
+#
+# Installs anvil and cast (npm, versions pinned by package-lock.json) into
+# target/interop-gateway/node and web3.py (PyPI, pinned by
+# requirements.txt) into a venv under target/interop-gateway/venv; starts
+# anvil on a loopback port and the gateway in front of it; then:
+#   * cast: chain-id, block-number, balance, send (a value transfer from
+#     anvil's first dev account), a contract deployment (send --create), a
+#     call of that contract (it emits an event), receipt, tx, logs, block,
+#     eth_call, estimate, fee history: each run through the gateway and
+#     against anvil, outputs compared (the same text, or the same JSON);
+#   * check.py: web3.py does the same plus a batch, raw JSON is compared
+#     whole (ids of every form, errors passed through), and a newHeads
+#     subscription runs over WebSocket on the gateway's port;
+#   * the built-in chain (no upstream): the same clients, for what it
+#     supports (no EVM: transfers only).
+# Prints one line per check and "N passed, M failed"; exits 1 on any
+# failure. Only package registries are used (npm, PyPI).
+#
+# Environment: PROFILE=release|debug (default debug), INTEROP_PORT (the
+# first of three loopback ports, default 38545).
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+ROOT="$PWD"
+HERE="$ROOT/tests/interop/gateway"
+WORK="$ROOT/target/interop-gateway"
+PROFILE="${PROFILE:-debug}"
+PORT="${INTEROP_PORT:-38545}"
+ANVIL_PORT=$PORT
+GW_PORT=$((PORT + 1))
+CHAIN_PORT=$((PORT + 2))
+mkdir -p "$WORK"
+
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do
+        kill "$pid" 2> /dev/null
+    done
+    wait 2> /dev/null
+}
+trap cleanup EXIT
+
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "ok    $1"; }
+fail() { failed=$((failed + 1)); echo "FAIL  $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | head -c 2000 && echo; }
+
+echo "=== install (npm: anvil, cast; PyPI: web3)"
+cp "$HERE/package.json" "$HERE/package-lock.json" "$WORK/" 
+if ! (cd "$WORK" && npm ci --no-audit --no-fund --loglevel=error > "$WORK/npm.log" 2>&1); then
+    cat "$WORK/npm.log"; echo "npm ci failed"; exit 1
+fi
+BIN="$WORK/node_modules/@foundry-rs"
+ANVIL="$BIN/anvil-linux-amd64/bin/anvil"
+CAST="$BIN/cast-linux-amd64/bin/cast"
+if [ ! -x "$WORK/venv/bin/python" ]; then
+    python3 -m venv "$WORK/venv" || { echo "python3 -m venv failed"; exit 1; }
+fi
+if ! "$WORK/venv/bin/pip" install -q --disable-pip-version-check -r "$HERE/requirements.txt" > "$WORK/pip.log" 2>&1; then
+    cat "$WORK/pip.log"; echo "pip install failed"; exit 1
+fi
+PY="$WORK/venv/bin/python"
+echo "anvil: $("$ANVIL" --version | head -1)"
+echo "cast:  $("$CAST" --version | head -1)"
+echo "web3:  $("$PY" -c 'import web3; print(web3.__version__)')"
+
+echo "=== build the gateway ($PROFILE)"
+flag=(); [ "$PROFILE" = release ] && flag=(--release)
+cargo build --quiet "${flag[@]}" --features gateway --example gateway || exit 1
+GATEWAY="$ROOT/target/$PROFILE/examples/gateway"
+
+wait_port() {
+    for _ in $(seq 1 100); do
+        if (exec 3<> "/dev/tcp/127.0.0.1/$1") 2> /dev/null; then return 0; fi
+        sleep 0.1
+    done
+    echo "nothing listens on port $1"; return 1
+}
+
+"$ANVIL" --host 127.0.0.1 --port "$ANVIL_PORT" --silent > "$WORK/anvil.log" 2>&1 &
+pids+=($!)
+"$GATEWAY" --listen "127.0.0.1:$GW_PORT" --upstream "http://127.0.0.1:$ANVIL_PORT" > "$WORK/gateway.log" 2>&1 &
+pids+=($!)
+"$GATEWAY" --listen "127.0.0.1:$CHAIN_PORT" > "$WORK/builtin.log" 2>&1 &
+pids+=($!)
+wait_port "$ANVIL_PORT" && wait_port "$GW_PORT" && wait_port "$CHAIN_PORT" || exit 1
+GW="http://127.0.0.1:$GW_PORT"
+NODE="http://127.0.0.1:$ANVIL_PORT"
+CHAIN="http://127.0.0.1:$CHAIN_PORT"
+KEY0=0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80
+ACCOUNT0=0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266
+ACCOUNT1=0x70997970C51812dc3A010C7d01b50e0d17dc79C8
+EMITTER=0x600d600c600039600d6000f3602a600052600160206000a100
+
+# same NAME ARGS...: `cast ARGS -r GATEWAY` and `cast ARGS -r ANVIL` print
+# the same (JSON compared as JSON).
+same() {
+    local name=$1; shift
+    local g n
+    g=$("$CAST" "$@" -r "$GW" 2>&1); local gs=$?
+    n=$("$CAST" "$@" -r "$NODE" 2>&1); local ns=$?
+    if [ $gs -eq $ns ] && "$PY" -c '
+import json, sys
+a, b = sys.argv[1], sys.argv[2]
+try:
+    sys.exit(0 if json.loads(a) == json.loads(b) else 1)
+except ValueError:
+    sys.exit(0 if a == b else 1)' "$g" "$n"; then
+        ok "cast/$name"
+    else
+        fail "cast/$name" "gateway ($gs): $g
+anvil ($ns):   $n"
+    fi
+}
+
+# field JSON KEY: a member of a JSON object.
+field() { "$PY" -c 'import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2]) or "")' "$1" "$2"; }
+
+echo "=== cast through the gateway, compared with anvil"
+same chain-id chain-id
+same block-number block-number
+same balance balance "$ACCOUNT0"
+same gas-price gas-price
+same nonce nonce "$ACCOUNT0"
+out=$("$CAST" send --json --private-key "$KEY0" -r "$GW" "$ACCOUNT1" --value 1ether 2>&1)
+tx=$(field "$out" transactionHash)
+[ "$(field "$out" status)" = 0x1 ] && ok "cast/send (value transfer)" || fail "cast/send" "$out"
+same receipt receipt --json "$tx"
+same tx tx --json "$tx"
+same balance-after balance "$ACCOUNT1"
+out=$("$CAST" send --json --private-key "$KEY0" -r "$GW" --create "$EMITTER" 2>&1)
+contract=$(field "$out" contractAddress)
+[ "$(field "$out" status)" = 0x1 ] && [ -n "$contract" ] && ok "cast/send --create (deployment)" \
+    || fail "cast/send --create" "$out"
+same deploy-receipt receipt --json "$(field "$out" transactionHash)"
+same code code "$contract"
+same call call "$contract"
+same estimate estimate "$contract"
+out=$("$CAST" send --json --private-key "$KEY0" -r "$GW" "$contract" 2>&1)
+calltx=$(field "$out" transactionHash)
+[ "$(field "$out" status)" = 0x1 ] && ok "cast/send (a call that emits an event)" || fail "cast/send call" "$out"
+same call-receipt receipt --json "$calltx"
+same logs logs --json --from-block 0 --address "$contract"
+logs=$("$CAST" logs --json --from-block 0 --address "$contract" -r "$GW" 2>&1)
+[ "$("$PY" -c 'import json,sys; print(len(json.loads(sys.argv[1])))' "$logs" 2> /dev/null)" = 1 ] \
+    && ok "cast/logs: one event" || fail "cast/logs: one event" "$logs"
+same block-latest block latest --json
+same block-1-full block 1 --full --json
+same fee-history rpc eth_feeHistory 0x4 latest '[25,75]'
+same client-version client
+same error-passthrough rpc eth_getTransactionCount "$ACCOUNT0" 0xffffff
+# Over WebSocket on the gateway's own port.
+g=$("$CAST" block-number -r "ws://127.0.0.1:$GW_PORT" 2>&1); n=$("$CAST" block-number -r "$NODE" 2>&1)
+[ "$g" = "$n" ] && ok "cast/block-number over ws://" || fail "cast/block-number over ws://" "$g / $n"
+# Policy: denied namespaces never reach the node.
+out=$("$CAST" rpc debug_traceTransaction "$tx" -r "$GW" 2>&1)
+echo "$out" | grep -q -- "-32601" && ok "cast/debug_ denied" || fail "cast/debug_ denied" "$out"
+
+echo "=== web3.py through the gateway, compared with anvil"
+"$PY" "$HERE/check.py" proxy "$GW" "$NODE" > "$WORK/web3-proxy.log" 2>&1
+web3_status=$?
+cat "$WORK/web3-proxy.log"
+line=$(tail -n 1 "$WORK/web3-proxy.log")
+passed=$((passed + $(echo "$line" | sed -n 's/.* \([0-9]*\) passed.*/\1/p')))
+failed=$((failed + $(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')))
+[ $web3_status -ne 0 ] && [ "$(echo "$line" | grep -c failed)" = 0 ] && fail "web3 proxy run"
+
+echo "=== cast against the built-in chain"
+c() { "$CAST" "$@" -r "$CHAIN" 2>&1; }
+[ "$(c chain-id)" = 31337 ] && ok "builtin/chain-id" || fail "builtin/chain-id" "$(c chain-id)"
+start=$(c block-number)
+[ -n "$start" ] && ok "builtin/block-number ($start)" || fail "builtin/block-number"
+[ "$(c balance "$ACCOUNT0")" = 10000000000000000000000 ] && ok "builtin/balance" \
+    || fail "builtin/balance" "$(c balance "$ACCOUNT0")"
+out=$("$CAST" send --json --private-key "$KEY0" -r "$CHAIN" "$ACCOUNT1" --value 1ether 2>&1)
+tx=$(field "$out" transactionHash)
+[ "$(field "$out" status)" = 0x1 ] && ok "builtin/send" || fail "builtin/send" "$out"
+out=$("$CAST" send --legacy --json --private-key "$KEY0" -r "$CHAIN" "$ACCOUNT1" --value 1 2>&1)
+[ "$(field "$out" status)" = 0x1 ] && ok "builtin/send --legacy" || fail "builtin/send --legacy" "$out"
+r=$(c receipt --json "$tx")
+[ "$(field "$r" transactionHash)" = "$tx" ] && [ "$(field "$r" gasUsed)" = 0x5208 ] \
+    && ok "builtin/receipt" || fail "builtin/receipt" "$r"
+[ "$(c balance "$ACCOUNT1")" = 10001000000000000000001 ] && ok "builtin/balance after" \
+    || fail "builtin/balance after" "$(c balance "$ACCOUNT1")"
+[ "$(c block-number)" = $((start + 2)) ] && ok "builtin/a block per transaction" \
+    || fail "builtin/a block per transaction" "$(c block-number)"
+out=$("$CAST" send --json --private-key "$KEY0" -r "$CHAIN" --create "$EMITTER" 2>&1)
+echo "$out" | grep -q "not supported by the built-in chain" && ok "builtin/deployment refused clearly" \
+    || fail "builtin/deployment refused clearly" "$out"
+
+echo "=== web3.py against the built-in chain"
+"$PY" "$HERE/check.py" builtin "$CHAIN" > "$WORK/web3-builtin.log" 2>&1
+web3_status=$?
+cat "$WORK/web3-builtin.log"
+line=$(tail -n 1 "$WORK/web3-builtin.log")
+passed=$((passed + $(echo "$line" | sed -n 's/.* \([0-9]*\) passed.*/\1/p')))
+failed=$((failed + $(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')))
+[ $web3_status -ne 0 ] && [ "$(echo "$line" | grep -c failed)" = 0 ] && fail "web3 builtin run"
+
+echo "interop: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
