@@ -204,37 +204,19 @@ async fn exchange(
         });
     }
     // The head.
-    let (status, head_len, framing, close) = loop {
-        let mut headers = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut headers);
-        match response.parse(&conn.buf) {
-            Ok(httparse::Status::Complete(n)) => {
-                let status = response.code.unwrap_or(0);
-                let mut framing = Framing::Close;
-                let mut close = response.version == Some(0);
-                for h in response.headers.iter() {
-                    if h.name.eq_ignore_ascii_case("content-length") {
-                        let len = std::str::from_utf8(h.value)
-                            .ok()
-                            .and_then(|v| v.trim().parse::<usize>().ok())
-                            .ok_or_else(|| failed("a bad Content-Length"))?;
-                        framing = Framing::Length(len);
-                    } else if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                        if h.value.eq_ignore_ascii_case(b"chunked") {
-                            framing = Framing::Chunked;
-                        }
-                    } else if h.name.eq_ignore_ascii_case("connection") {
-                        close = close || h.value.eq_ignore_ascii_case(b"close");
-                    }
-                }
-                if (100..200).contains(&status) {
-                    // An interim reply (100 Continue): skip it.
-                    conn.buf.advance(n);
-                    continue;
-                }
-                break (status, n, framing, close);
+    let Head {
+        status,
+        len: head_len,
+        framing,
+        close,
+    } = loop {
+        match parse_head(&conn.buf)? {
+            Some(head) if (100..200).contains(&head.status) => {
+                // An interim reply (100 Continue): skip it.
+                conn.buf.advance(head.len);
             }
-            Ok(httparse::Status::Partial) => {
+            Some(head) => break head,
+            None => {
                 if conn.buf.len() > 64 * 1024 {
                     return Err(failed("a reply head larger than 64 KiB"));
                 }
@@ -247,7 +229,6 @@ async fn exchange(
                     });
                 }
             }
-            Err(e) => return Err(failed(format!("not an HTTP reply: {e}"))),
         }
     };
     conn.buf.advance(head_len);
@@ -318,6 +299,57 @@ async fn exchange(
     };
     let keep = !close && conn.buf.is_empty();
     Ok((H1Reply { status, body }, keep))
+}
+
+/// What the exchange needs from a reply's head.
+struct Head {
+    status: u16,
+    /// The head's length, blank line included.
+    len: usize,
+    framing: Framing,
+    close: bool,
+}
+
+/// Parses a reply head, `None` while it is incomplete. A plain function, so
+/// that httparse's header array lives on the stack, not in every exchange's
+/// future (which is boxed and moved per call).
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut response = httparse::Response::new(&mut headers);
+    let len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(failed(format!("not an HTTP reply: {e}"))),
+    };
+    let status = response.code.unwrap_or(0);
+    let mut framing = Framing::Close;
+    let mut close = response.version == Some(0);
+    for h in response.headers.iter() {
+        // Lengths first: most headers are none of these three.
+        let name = h.name.as_bytes();
+        if name.len() == 14 && name.eq_ignore_ascii_case(b"content-length") {
+            let len = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .ok_or_else(|| failed("a bad Content-Length"))?;
+            framing = Framing::Length(len);
+        } else if name.len() == 17 && name.eq_ignore_ascii_case(b"transfer-encoding") {
+            if h.value.eq_ignore_ascii_case(b"chunked") {
+                framing = Framing::Chunked;
+            }
+        } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
+            close = close || h.value.eq_ignore_ascii_case(b"close");
+        }
+    }
+    Ok(Some(Head {
+        status,
+        len,
+        framing,
+        close,
+    }))
 }
 
 #[derive(Clone, Copy)]

@@ -18,7 +18,8 @@
 # Prints one line per check and "N passed, M failed"; exits 1 on any
 # failure. Only package registries are used (npm, PyPI).
 #
-# Environment: PROFILE=release|debug (default debug), INTEROP_PORT (the
+# Environment: PROFILE=release|debug (default debug), FEATURES (cargo's
+# feature flags for the build, default --all-features), INTEROP_PORT (the
 # first of three loopback ports, default 38545).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -67,7 +68,10 @@ echo "web3:  $("$PY" -c 'import web3; print(web3.__version__)')"
 
 echo "=== build the gateway ($PROFILE)"
 flag=(); [ "$PROFILE" = release ] && flag=(--release)
-cargo build --quiet "${flag[@]}" --features gateway --example gateway || exit 1
+# FEATURES: `--all-features` by default, so that in CI the debug build
+# reuses what `cargo test --all-features` built.
+# shellcheck disable=SC2086
+cargo build --quiet "${flag[@]}" ${FEATURES:---all-features} --example gateway || exit 1
 GATEWAY="$ROOT/target/$PROFILE/examples/gateway"
 
 wait_port() {
