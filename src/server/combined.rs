@@ -24,7 +24,7 @@
 //! use rpcwire::{Call, Dispatcher};
 //! # async fn run() -> std::io::Result<()> {
 //! let d = Dispatcher::builder(())
-//!     .method("eth_chainId", |c: Call<'_, ()>| c.reply.quantity(1))
+//!     .method("eth_chainId", |c: Call<'_, ()>| c.reply.raw(br#""0x1""#))
 //!     .build()
 //!     .unwrap();
 //! let (limits, shutdown) = (Limits::default(), Shutdown::new());
