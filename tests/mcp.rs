@@ -74,6 +74,15 @@ fn server() -> McpServer {
             })
             .output_schema(json!({"type": "object", "properties": {"status": {"const": "ok"}}})),
         )
+        .tool(Tool::new("echo", json!({"type": "object"}), |args: Value, _| async move {
+            // Structured content given back as it came, with a text block of
+            // its own when asked (then nothing is mirrored).
+            let out = ToolOutput::structured(args.clone());
+            Ok(match args["note"].as_str() {
+                Some(note) => out.with(Content::text(note)),
+                None => out,
+            })
+        }))
         .tool(Tool::new("blocks", json!({"type": "object"}), |_, _| async {
             Ok(ToolOutput::text("t")
                 .with(Content::image("aGk=", "image/png"))
@@ -197,7 +206,7 @@ async fn requests_before_initialize() {
         r#"{"jsonrpc":"2.0","id":6,"method":"tools/list"}"#,
     )
     .await;
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 6);
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 7);
     // Re-initialize: a new revision for the connection.
     let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#).await;
     assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
@@ -437,6 +446,40 @@ async fn tools_call_checks_arguments_first() {
     )
     .await;
     assert_eq!(r["error"]["code"], -32602);
+}
+
+#[tokio::test]
+async fn structured_content_is_mirrored_as_exact_text_and_only_without_other_blocks() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    // Quotes, backslashes, control characters, non-ASCII, nesting, numbers.
+    let args = r#"{"q":"say \"hi\" \\ back","c":"\u0001\n\t","u":"Adèle 東 😀","n":[1,-2.5,1e300,null,true],"o":{"k":{}}}"#;
+    let r = send(&s, &mut conn, &call_msg(1, "echo", args)).await;
+    let res = &r["result"];
+    let sent: Value = serde_json::from_str(args).unwrap();
+    assert_eq!(res["structuredContent"], sent);
+    assert_eq!(res["content"].as_array().unwrap().len(), 1);
+    assert_eq!(res["content"][0]["type"], "text");
+    let text = res["content"][0]["text"].as_str().unwrap();
+    assert_eq!(text, serde_json::to_string(&sent).unwrap());
+    // A tool that gives content of its own is not mirrored.
+    let r = send(&s, &mut conn, &call_msg(2, "echo", r#"{"note":"mine"}"#)).await;
+    assert_eq!(
+        r["result"]["content"],
+        json!([{"type": "text", "text": "mine"}])
+    );
+    assert_eq!(r["result"]["structuredContent"], json!({"note": "mine"}));
+    // 2026-07-28: resultType first, _meta last, in the same object.
+    let msg = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"echo","arguments":{{"a":"\""}},{MODERN_META}}}}}"#
+    );
+    let r = send(&s, &mut rpcwire::Connection::new(), &msg).await;
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert_eq!(r["result"]["content"][0]["text"], r#"{"a":"\""}"#);
+    assert_eq!(
+        r["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "test-server"
+    );
 }
 
 #[tokio::test]
@@ -924,7 +967,7 @@ async fn http_sessions() {
     )
     .await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.json()["result"]["tools"].as_array().unwrap().len(), 6);
+    assert_eq!(r.json()["result"]["tools"].as_array().unwrap().len(), 7);
     // A tool call without notifications: JSON.
     let r = post(
         a,
