@@ -12,7 +12,8 @@
 # tests/interop/gateway/run.sh's install, or ANVIL=path), the gateway built
 # in release (GATEWAY=path, or it is built).
 # Environment: CONCURRENCY (default "1 16"), SECONDS_PER_RUN (default 4),
-# ROUNDS (default 3), LOAD_PORT (first of three ports, default 39545),
+# ROUNDS (default 3), LOAD_PORT (first of three ports, default 29545,
+# below the ephemeral range),
 # GATEWAY_ARGS (more gateway options, e.g. "--threads 1" or
 # "--client hyper").
 set -euo pipefail
@@ -21,7 +22,7 @@ ROOT="$PWD"
 CONCURRENCY="${CONCURRENCY:-1 16}"
 D="${SECONDS_PER_RUN:-4}"
 ROUNDS="${ROUNDS:-3}"
-PORT="${LOAD_PORT:-39545}"
+PORT="${LOAD_PORT:-29545}"
 ANVIL="${ANVIL:-$ROOT/target/interop-gateway/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil}"
 GATEWAY="${GATEWAY:-$ROOT/target/release/examples/gateway}"
 LUA="$ROOT/benches/gateway_load/request.lua"

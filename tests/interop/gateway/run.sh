@@ -20,14 +20,15 @@
 #
 # Environment: PROFILE=release|debug (default debug), FEATURES (cargo's
 # feature flags for the build, default --all-features), INTEROP_PORT (the
-# first of three loopback ports, default 38545).
+# first of three loopback ports, default 28545, below the
+# kernel's ephemeral range so that no outgoing connection holds them).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 ROOT="$PWD"
 HERE="$ROOT/tests/interop/gateway"
 WORK="$ROOT/target/interop-gateway"
 PROFILE="${PROFILE:-debug}"
-PORT="${INTEROP_PORT:-38545}"
+PORT="${INTEROP_PORT:-28545}"
 ANVIL_PORT=$PORT
 GW_PORT=$((PORT + 1))
 CHAIN_PORT=$((PORT + 2))
@@ -88,7 +89,10 @@ pids+=($!)
 pids+=($!)
 "$GATEWAY" --listen "127.0.0.1:$CHAIN_PORT" > "$WORK/builtin.log" 2>&1 &
 pids+=($!)
-wait_port "$ANVIL_PORT" && wait_port "$GW_PORT" && wait_port "$CHAIN_PORT" || exit 1
+if ! { wait_port "$ANVIL_PORT" && wait_port "$GW_PORT" && wait_port "$CHAIN_PORT"; }; then
+    tail -n 5 "$WORK/anvil.log" "$WORK/gateway.log" "$WORK/builtin.log"
+    exit 1
+fi
 GW="http://127.0.0.1:$GW_PORT"
 NODE="http://127.0.0.1:$ANVIL_PORT"
 CHAIN="http://127.0.0.1:$CHAIN_PORT"

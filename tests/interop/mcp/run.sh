@@ -23,7 +23,9 @@ fi
 cargo build --quiet --all-features --example mcp_server
 server="$root/target/debug/examples/mcp_server"
 
-port=$(( 20000 + RANDOM % 20000 ))
+# Below the kernel's ephemeral range (32768 and up), which outgoing
+# connections draw from.
+port=$(( 20000 + RANDOM % 12000 ))
 url="http://127.0.0.1:$port/mcp"
 "$server" --http "127.0.0.1:$port" 2> "$root/target/mcp-interop/http-server.log" &
 http_pid=$!
