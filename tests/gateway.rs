@@ -61,7 +61,22 @@ async fn start(config: config::Config) -> Gateway {
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
-    tokio::spawn(async move { app::serve(config, listener, stop).await.unwrap() });
+    let app = app::App::new(&config, &stop).unwrap();
+    tokio::spawn(app.run(listener, config.limits(), stop));
+    Gateway { addr, shutdown }
+}
+
+/// A gateway with `workers` workers, as the example runs by default: this
+/// runtime's and `workers - 1` threads of their own, each with a listening
+/// socket on the port.
+async fn start_workers(config: config::Config, workers: usize) -> Gateway {
+    let listener = app::shared_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    let limits = config.limits();
+    app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown).unwrap();
+    tokio::spawn(app.run(listener, limits, shutdown.clone()));
     Gateway { addr, shutdown }
 }
 
@@ -440,6 +455,52 @@ async fn two_clients_with_one_id_get_their_own_answers() {
     let distinct: HashSet<_> = ids.iter().collect();
     assert_eq!(distinct.len(), 8, "the upstream saw a repeated id: {ids:?}");
     assert!(seen.most.load(Ordering::SeqCst) > 1, "the calls overlapped");
+}
+
+#[tokio::test]
+async fn workers_share_one_upstream_id_counter_and_one_chain() {
+    // Forwarding: clients on many connections, spread by the kernel over
+    // four workers, all with id 1; the upstream sees each call under an id
+    // of its own.
+    let (up, seen) = echo_upstream().await;
+    let gw = start_workers(proxy_config(&[up]), 4).await;
+    let mut tasks = Vec::new();
+    for client in 0..32u64 {
+        let addr = gw.addr;
+        tasks.push(tokio::spawn(async move {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[50,{client}]}}"#);
+            (client, call(addr, &body).await)
+        }));
+    }
+    for t in tasks {
+        let (client, r) = t.await.unwrap();
+        assert_eq!(r["id"], 1);
+        assert_eq!(r["result"]["echo"][1], client, "{r}");
+    }
+    let ids = seen.ids.lock().unwrap().clone();
+    assert_eq!(ids.len(), 32);
+    let distinct: HashSet<_> = ids.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        32,
+        "the upstream saw a repeated id: {ids:?}"
+    );
+    drop(gw);
+
+    // The built-in chain: a transfer sent through one connection is seen
+    // through every other, whichever worker serves it.
+    let gw = start_workers(config::Config::default(), 4).await;
+    let a = gw.addr;
+    assert_eq!(rpc(a, "eth_blockNumber", json!([])).await["result"], "0x0");
+    let to = Address::repeat_byte(0x22);
+    let raw = sign(eip1559(0, to, 7, 31337), key(0));
+    let r = send(a, &raw).await;
+    assert!(r["result"].is_string(), "{r}");
+    for _ in 0..16 {
+        assert_eq!(rpc(a, "eth_blockNumber", json!([])).await["result"], "0x1");
+        assert_eq!(rpc(a, "eth_getBalance", json!([to])).await["result"], "0x7");
+    }
 }
 
 #[tokio::test]

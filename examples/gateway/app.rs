@@ -1,34 +1,52 @@
 //! Puts a dispatcher (the built-in chain's or the forwarding one) on one
-//! listener: HTTP `POST` and WebSocket upgrades on the same port.
+//! port: HTTP `POST` and WebSocket upgrades on the same port, served by one
+//! or more workers.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
+use rpcwire::dispatch::{SyncOnly, WithAsync};
 use rpcwire::server::http::HttpService;
 use rpcwire::server::subscriptions::SubscriptionConfig;
 use rpcwire::server::ws::WsServer;
-use rpcwire::server::{Shutdown, combined};
-use tokio::net::TcpListener;
+use rpcwire::server::{Limits, Shutdown, combined};
+use tokio::net::{TcpListener, TcpSocket};
 
 use crate::chain::Chain;
 use crate::config::Config;
+use crate::proxy::Gateway;
 use crate::{local, proxy};
 
-/// Serves `config` on `listener` until `shutdown`.
-pub async fn serve(
-    config: Config,
-    listener: TcpListener,
-    shutdown: Shutdown,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let limits = config.limits();
-    if config.proxies() {
-        let d = proxy::dispatcher(&config)?;
-        let http = HttpService::new(d.clone(), &limits, None);
-        let ws = WsServer::new(d)
-            .limits(limits.clone())
-            .subscriptions(SubscriptionConfig::default())
-            .shutdown(shutdown.clone());
-        combined::serve(listener, http, ws, limits, None, shutdown).await;
-    } else {
+/// The gateway's services, built once and shared by every worker: one
+/// upstream id counter, one pool of upstream connections, one chain.
+#[derive(Clone)]
+pub enum App {
+    /// Forwarding to upstreams.
+    Proxy(
+        HttpService<Gateway, WithAsync>,
+        WsServer<Gateway, WithAsync>,
+    ),
+    /// The built-in chain.
+    Local(
+        HttpService<Arc<Chain>, SyncOnly>,
+        WsServer<Arc<Chain>, SyncOnly>,
+    ),
+}
+
+impl App {
+    /// Builds the services for `config`. Call it inside a runtime: the
+    /// built-in chain's block timer (`--block-time`) is spawned on it.
+    pub fn new(config: &Config, shutdown: &Shutdown) -> Result<App, Box<dyn std::error::Error>> {
+        let limits = config.limits();
+        if config.proxies() {
+            let d = proxy::dispatcher(config)?;
+            let http = HttpService::new(d.clone(), &limits, None);
+            let ws = WsServer::new(d)
+                .limits(limits)
+                .subscriptions(SubscriptionConfig::default())
+                .shutdown(shutdown.clone());
+            return Ok(App::Proxy(http, ws));
+        }
         let chain = Arc::new(Chain::new(config.chain_id));
         if let Some(every) = config.block_time {
             let (chain, stop) = (Arc::clone(&chain), shutdown.clone());
@@ -43,12 +61,75 @@ pub async fn serve(
                 }
             });
         }
-        let d = local::dispatcher(chain, &config)?;
+        let d = local::dispatcher(chain, config)?;
         let http = HttpService::new(d.clone(), &limits, None);
-        let ws = WsServer::new(d)
-            .limits(limits.clone())
-            .shutdown(shutdown.clone());
-        combined::serve(listener, http, ws, limits, None, shutdown).await;
+        let ws = WsServer::new(d).limits(limits).shutdown(shutdown.clone());
+        Ok(App::Local(http, ws))
     }
-    Ok(())
+
+    /// Serves `listener` until `shutdown`, within `limits`.
+    pub async fn run(self, listener: TcpListener, limits: Limits, shutdown: Shutdown) {
+        match self {
+            App::Proxy(http, ws) => {
+                combined::serve(listener, http, ws, limits, None, shutdown).await
+            }
+            App::Local(http, ws) => {
+                combined::serve(listener, http, ws, limits, None, shutdown).await
+            }
+        }
+    }
+}
+
+/// Starts `n` more workers serving `app` on `addr` (which a socket from
+/// [`shared_listener`] holds), each a thread running a one-thread runtime
+/// with a listening socket of its own. They stop at `shutdown`.
+pub fn spawn_workers(
+    app: &App,
+    addr: SocketAddr,
+    n: usize,
+    limits: &Limits,
+    shutdown: &Shutdown,
+) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut workers = Vec::with_capacity(n);
+    for i in 1..=n {
+        // Bound here, before the caller says it listens.
+        let listener = shared_listener(addr)?.into_std()?;
+        let (app, limits, shutdown) = (app.clone(), limits.clone(), shutdown.clone());
+        let worker = std::thread::Builder::new()
+            .name(format!("gateway-worker-{i}"))
+            .spawn(move || {
+                one_thread_runtime().block_on(async move {
+                    match TcpListener::from_std(listener) {
+                        Ok(listener) => app.run(listener, limits, shutdown).await,
+                        Err(e) => eprintln!("gateway worker {i}: {e}"),
+                    }
+                })
+            })?;
+        workers.push(worker);
+    }
+    Ok(workers)
+}
+
+/// A tokio runtime on the current thread, with I/O and timers.
+pub fn one_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// A listening socket on `addr` that other workers may bind too
+/// (`SO_REUSEPORT`): the kernel spreads new connections over the workers'
+/// sockets, so each connection stays on the worker that accepted it.
+pub fn shared_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
 }

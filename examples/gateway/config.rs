@@ -24,8 +24,8 @@ usage: gateway [options]
   --block-time SECS     the built-in chain also mines an empty block this often
   --client h1|hyper     the HTTP upstream client: the gateway's own pooled
                         HTTP/1.1 client (default), or hyper-util's
-  --threads N           runtime worker threads (default: one per core; 1 runs
-                        everything on one thread)
+  --threads N           workers, each a one-thread runtime with its own
+                        listening socket on the port (default: one per core)
   -h, --help            this text
 
 With no --upstream it serves a built-in in-memory chain (anvil's dev
