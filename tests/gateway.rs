@@ -436,12 +436,19 @@ async fn a_dead_upstream_fails_over_to_the_next_without_resending() {
 async fn two_clients_with_one_id_get_their_own_answers() {
     let (up, seen) = echo_upstream().await;
     let gw = start(proxy_config(&[up])).await;
+    clients_with_one_id(gw.addr, 8, 100, &seen).await;
+    assert!(seen.most.load(Ordering::SeqCst) > 1, "the calls overlapped");
+}
+
+/// `clients` clients on connections of their own, all with id 1: each gets
+/// its own answer, and the upstream saw each call under an id of its own.
+async fn clients_with_one_id(addr: SocketAddr, clients: u64, delay_ms: u64, seen: &Seen) {
     let mut tasks = Vec::new();
-    for client in 0..8u64 {
-        let addr = gw.addr;
+    for client in 0..clients {
         tasks.push(tokio::spawn(async move {
-            let body =
-                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[100,{client}]}}"#);
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[{delay_ms},{client}]}}"#
+            );
             (client, call(addr, &body).await)
         }));
     }
@@ -451,41 +458,22 @@ async fn two_clients_with_one_id_get_their_own_answers() {
         assert_eq!(r["result"]["echo"][1], client, "{r}");
     }
     let ids = seen.ids.lock().unwrap().clone();
-    assert_eq!(ids.len(), 8);
+    assert_eq!(ids.len(), clients as usize);
     let distinct: HashSet<_> = ids.iter().collect();
-    assert_eq!(distinct.len(), 8, "the upstream saw a repeated id: {ids:?}");
-    assert!(seen.most.load(Ordering::SeqCst) > 1, "the calls overlapped");
+    assert_eq!(
+        distinct.len(),
+        ids.len(),
+        "the upstream saw a repeated id: {ids:?}"
+    );
 }
 
 #[tokio::test]
 async fn workers_share_one_upstream_id_counter_and_one_chain() {
     // Forwarding: clients on many connections, spread by the kernel over
-    // four workers, all with id 1; the upstream sees each call under an id
-    // of its own.
+    // four workers.
     let (up, seen) = echo_upstream().await;
     let gw = start_workers(proxy_config(&[up]), 4).await;
-    let mut tasks = Vec::new();
-    for client in 0..32u64 {
-        let addr = gw.addr;
-        tasks.push(tokio::spawn(async move {
-            let body =
-                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":[50,{client}]}}"#);
-            (client, call(addr, &body).await)
-        }));
-    }
-    for t in tasks {
-        let (client, r) = t.await.unwrap();
-        assert_eq!(r["id"], 1);
-        assert_eq!(r["result"]["echo"][1], client, "{r}");
-    }
-    let ids = seen.ids.lock().unwrap().clone();
-    assert_eq!(ids.len(), 32);
-    let distinct: HashSet<_> = ids.iter().collect();
-    assert_eq!(
-        distinct.len(),
-        32,
-        "the upstream saw a repeated id: {ids:?}"
-    );
+    clients_with_one_id(gw.addr, 32, 50, &seen).await;
     drop(gw);
 
     // The built-in chain: a transfer sent through one connection is seen
