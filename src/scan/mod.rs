@@ -92,7 +92,9 @@ pub(crate) fn scan_string(buf: &[u8], mut pos: usize) -> Result<ScannedStr, Erro
 
 /// The rest of a string with non-ASCII content, from `pos` (the start of a
 /// run between escapes): runs are scanned with the kernel that passes
-/// non-ASCII bytes, and validated as UTF-8 where it saw any.
+/// non-ASCII bytes, and what it saw is validated as UTF-8 once, when the
+/// string ends (or before any error is reported, so that the first error
+/// in the input is the one reported, as when each run was checked).
 #[cold]
 #[inline(never)]
 fn scan_string_non_ascii(
@@ -100,33 +102,45 @@ fn scan_string_non_ascii(
     mut pos: usize,
     mut escaped: bool,
 ) -> Result<ScannedStr, Error> {
+    let from = pos;
+    let mut non_ascii = false;
     loop {
         let stop = arch::find_string_stop(buf, pos);
-        if stop.non_ascii {
-            validate_utf8(buf, pos, stop.at)?;
+        non_ascii |= stop.non_ascii;
+        let next = buf.get(stop.at);
+        let escape = match next {
+            Some(b'\\') => Some(scan_escape(buf, stop.at)),
+            _ => None,
+        };
+        if let Some(Ok(after)) = escape {
+            escaped = true;
+            pos = after;
+            continue;
         }
-        match buf.get(stop.at) {
-            Some(b'"') => {
-                return Ok(ScannedStr {
-                    end: stop.at + 1,
-                    escaped,
-                });
-            }
-            Some(b'\\') => {
-                escaped = true;
-                pos = scan_escape(buf, stop.at)?;
-            }
-            Some(_) => return err(ErrorKind::ControlCharacter, stop.at),
-            None => return eof(buf),
+        if non_ascii {
+            validate_utf8(buf, from, stop.at)?;
         }
+        return match (next, escape) {
+            (Some(b'"'), _) => Ok(ScannedStr {
+                end: stop.at + 1,
+                escaped,
+            }),
+            (_, Some(Err(e))) => Err(e),
+            (Some(_), _) => err(ErrorKind::ControlCharacter, stop.at),
+            (None, _) => eof(buf),
+        };
     }
 }
 
-/// A run of string content between escapes may hold multi-byte UTF-8; a
-/// sequence cannot straddle an escape (the backslash is ASCII), so checking
-/// each run on its own checks the whole string.
+/// String content may hold multi-byte UTF-8; escapes are ASCII, so checking
+/// the content with its escapes checks the runs between them (a sequence
+/// cut by a backslash is invalid either way).
 #[cold]
 fn validate_utf8(buf: &[u8], from: usize, to: usize) -> Result<(), Error> {
+    // The fast check says only yes or no; std's finds where and why.
+    if simdutf8::basic::from_utf8(&buf[from..to]).is_ok() {
+        return Ok(());
+    }
     match core::str::from_utf8(&buf[from..to]) {
         Ok(_) => Ok(()),
         // A sequence cut off by the end of the input is a truncated message,
@@ -696,6 +710,55 @@ mod tests {
         let mut bad = long.clone();
         bad[101] = b'x';
         assert_eq!(skip_value(&bad, 0, 0, 128).unwrap_err().offset(), 102);
+    }
+
+    /// Long strings are checked in one piece, escapes included, by the
+    /// vector validator: the first error in the input is still the one
+    /// reported, at its byte, and a sequence cut off by the end of the
+    /// input still means "need more".
+    #[test]
+    fn long_non_ascii_strings_report_the_first_error_where_it_is() {
+        let text = "Adèle écrit «bonjour» à 東京 😀 ".repeat(8);
+        let ok = format!("\"{text}\\n{text}\\u00e8{text}\"");
+        assert_eq!(skip_value(ok.as_bytes(), 0, 0, 128), Ok(ok.len()));
+        let at = |e: Error| (e.kind(), e.offset());
+        // A bad byte after two escapes, far past the first vector.
+        let mut bad = ok.clone().into_bytes();
+        let far = bad.len() - 10;
+        bad[far] = 0xff;
+        assert_eq!(
+            at(skip_value(&bad, 0, 0, 128).unwrap_err()),
+            (ErrorKind::InvalidUtf8, far)
+        );
+        // A bad escape after invalid UTF-8: the UTF-8 error comes first.
+        let mut both = ok.clone().into_bytes();
+        both[5] = 0xc3;
+        both[6] = b'a';
+        let escape = ok.find("\\n").unwrap();
+        both[escape + 1] = b'q';
+        assert_eq!(
+            at(skip_value(&both, 0, 0, 128).unwrap_err()),
+            (ErrorKind::InvalidUtf8, 5)
+        );
+        // Only the bad escape: it is reported.
+        let mut escape_only = ok.clone().into_bytes();
+        escape_only[escape + 1] = b'q';
+        assert_eq!(
+            at(skip_value(&escape_only, 0, 0, 128).unwrap_err()).0,
+            ErrorKind::InvalidEscape
+        );
+        // A raw control byte after non-ASCII text.
+        let mut control = ok.clone().into_bytes();
+        control[far] = b'\n';
+        assert_eq!(
+            at(skip_value(&control, 0, 0, 128).unwrap_err()),
+            (ErrorKind::ControlCharacter, far)
+        );
+        // Cut inside a four-byte sequence: incomplete, not invalid.
+        let emoji = ok.find('😀').unwrap();
+        let cut = &ok.as_bytes()[..emoji + 2];
+        let e = skip_value(cut, 0, 0, 128).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Eof, "{e:?}");
     }
 
     #[test]
