@@ -70,7 +70,8 @@ async fn start(config: config::Config) -> Gateway {
 /// runtime's and `workers - 1` threads of their own, each with a listening
 /// socket on the port.
 async fn start_workers(config: config::Config, workers: usize) -> Gateway {
-    let listener = app::shared_listener("127.0.0.1:0".parse().unwrap()).unwrap();
+    let port = app::claim_port("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = app::shared_listener(port).unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let app = app::App::new(&config, &shutdown).unwrap();
@@ -474,6 +475,10 @@ async fn workers_share_one_upstream_id_counter_and_one_chain() {
     let (up, seen) = echo_upstream().await;
     let gw = start_workers(proxy_config(&[up]), 4).await;
     clients_with_one_id(gw.addr, 32, 50, &seen).await;
+    // Its port is its own: a second gateway on it is refused, not let in
+    // to share it.
+    let e = app::claim_port(gw.addr).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
     drop(gw);
 
     // The built-in chain: a transfer sent through one connection is seen

@@ -118,6 +118,23 @@ pub fn one_thread_runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
+/// Claims `addr` for this gateway: binds it once without `SO_REUSEPORT`,
+/// so that a port another program listens on (even one that set
+/// `SO_REUSEPORT` itself, such as another gateway) is refused with "address
+/// in use" instead of being shared, and returns the address with its port
+/// (a free one when `addr` asks for port 0). The workers' sockets
+/// ([`shared_listener`]) then bind it.
+pub fn claim_port(addr: SocketAddr) -> std::io::Result<SocketAddr> {
+    let probe = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    probe.set_reuseaddr(true)?;
+    probe.bind(addr)?;
+    probe.local_addr()
+}
+
 /// A listening socket on `addr` that other workers may bind too
 /// (`SO_REUSEPORT`): the kernel spreads new connections over the workers'
 /// sockets, so each connection stays on the worker that accepted it.

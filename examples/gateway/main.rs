@@ -48,7 +48,7 @@ fn main() {
     let workers = config.threads.max(1);
     let runtime = app::one_thread_runtime();
     let outcome = runtime.block_on(async move {
-        let listener = app::shared_listener(config.listen)?;
+        let listener = app::shared_listener(app::claim_port(config.listen)?)?;
         let addr = listener.local_addr()?;
         let mode = if config.proxies() {
             format!("forwarding to {}", upstreams(&config))
