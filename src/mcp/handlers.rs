@@ -635,6 +635,44 @@ fn unserializable(e: impl std::fmt::Display) -> RpcError {
 }
 
 async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError> {
+    // Everything up to the tool's own future happens in a plain function:
+    // the decoded params and their arena are gone before the first await,
+    // so this future holds only what the result needs.
+    let (entry, tool, era) = start_tool(&call)?;
+    let server = Arc::clone(&call.state);
+    drop(call);
+    let output = match tool.await {
+        Ok(o) => o,
+        Err(e) => ToolOutput::error(e.message()),
+    };
+    let name = entry.tool.name();
+    if !output.is_error
+        && let Some(schema) = &entry.output
+    {
+        let Some(structured) = &output.structured else {
+            return Err(RpcError::internal(format!(
+                "tool {name} declares an outputSchema but returned no structuredContent"
+            )));
+        };
+        if let Err(e) = schema.validate(structured) {
+            let data = serde_json::json!({
+                "field": e.instance_path().as_str(),
+                "reason": e.to_string(),
+            });
+            return Err(RpcError::internal(format!(
+                "tool {name} returned structuredContent that breaks its outputSchema"
+            ))
+            .with_data(&data));
+        }
+    }
+    CallAnswer::write(&output, era, &server)
+}
+
+/// Decodes a `tools/call`, finds the tool, checks its arguments and starts
+/// it: the tool's entry, its future and the revision the call is under.
+fn start_tool(
+    call: &AsyncCall<ServerInner>,
+) -> Result<(Arc<super::ToolEntry>, super::tool::ToolFuture, Era), RpcError> {
     let arena = bumpalo::Bump::new();
     let Some(raw) = call.params.as_ref() else {
         return Err(name_missing());
@@ -644,9 +682,7 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
     let Some(name) = params.name.as_deref() else {
         return Err(name_missing());
     };
-    let inner = Arc::clone(&call.state);
-    let registry = inner.registry();
-    let Some(entry) = registry.get(name).cloned() else {
+    let Some(entry) = call.state.registry().get(name).cloned() else {
         #[derive(Serialize)]
         struct Data<'a> {
             field: &'static str,
@@ -660,7 +696,6 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
             },
         ));
     };
-    drop(registry);
     let args = params
         .arguments
         .unwrap_or_else(|| Value::Object(Default::default()));
@@ -692,30 +727,8 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
             version: era.version(),
         }),
     };
-    let output = match (entry.tool.handler)(args, cx).await {
-        Ok(o) => o,
-        Err(e) => ToolOutput::error(e.message()),
-    };
-    if !output.is_error
-        && let Some(schema) = &entry.output
-    {
-        let Some(structured) = &output.structured else {
-            return Err(RpcError::internal(format!(
-                "tool {name} declares an outputSchema but returned no structuredContent"
-            )));
-        };
-        if let Err(e) = schema.validate(structured) {
-            let data = serde_json::json!({
-                "field": e.instance_path().as_str(),
-                "reason": e.to_string(),
-            });
-            return Err(RpcError::internal(format!(
-                "tool {name} returned structuredContent that breaks its outputSchema"
-            ))
-            .with_data(&data));
-        }
-    }
-    CallAnswer::write(&output, era, &inner)
+    let tool = (entry.tool.handler)(args, cx);
+    Ok((entry, tool, era))
 }
 
 fn name_missing() -> RpcError {
