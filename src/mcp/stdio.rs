@@ -80,6 +80,21 @@ impl McpServer {
                     }
                 }
             }
+            // Calls that finish when first polled (most tools) are answered
+            // now, not one trip through the select below later. A
+            // no-op waker is enough: the select polls them again with this
+            // task's waker before it waits.
+            let dispatcher = &self.dispatcher;
+            if conn.messages_in_flight() > 0
+                && let Some(n) = futures_util::FutureExt::now_or_never(std::future::poll_fn(|cx| {
+                    super::poll_drain(&mut conn, dispatcher, cx, &mut replies)
+                }))
+            {
+                while let Ok(note) = notes.try_recv() {
+                    push_line(&mut wire, &note);
+                }
+                frame_replies(&mut replies, n, &mut wire);
+            }
             // Notifications first: a call's come before its reply.
             while let Ok(note) = notes.try_recv() {
                 push_line(&mut wire, &note);
@@ -101,7 +116,6 @@ impl McpServer {
                     return Ok(());
                 }
             }
-            let dispatcher = &self.dispatcher;
             let busy = conn.messages_in_flight() > 0;
             tokio::select! {
                 read = reader.read_buf(&mut input), if !eof => {
