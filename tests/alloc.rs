@@ -233,3 +233,78 @@ fn an_async_handler_costs_one_allocation_its_future() {
     );
     assert!(allocations >= 990, "each future is boxed ({allocations})");
 }
+
+/// Two-way traffic: this side's requests and notifications written with the
+/// `peer` writers under ids from a `PendingTable`, and the other side's
+/// messages (its responses to them, alone and in batches mixed with its own
+/// requests) classified in one pass and matched back: nothing allocates
+/// once the buffers, the arena and the table have their working size.
+#[test]
+fn two_way_traffic_allocates_nothing_after_warm_up() {
+    use rpcwire::message::{Incoming, Message};
+    const ROUNDS: u64 = 2_000;
+    let parser = rpcwire::Parser::new();
+    let mut arena = bumpalo::Bump::new();
+    let mut table: rpcwire::peer::PendingTable<u64> = rpcwire::peer::PendingTable::new();
+    let mut out = Vec::with_capacity(64 * 1024);
+    // What the other side answers, prepared before counting: for round `n`
+    // (ids 2n+1 and 2n+2), a single response, then a batch holding the
+    // other response, an error and a request of its own.
+    let inbound: Vec<(Vec<u8>, Vec<u8>)> = (0..ROUNDS + 10)
+        .map(|n| {
+            let (a, b) = (2 * n + 1, 2 * n + 2);
+            (
+                format!(r#"{{"jsonrpc":"2.0","id":{a},"result":{{"gasUsed":"0x5208","logs":[]}}}}"#).into_bytes(),
+                format!(r#"[{{"jsonrpc":"2.0","id":{b},"error":{{"code":-32000,"message":"nonce too low"}}}},{{"jsonrpc":"2.0","id":"srv-{n}","method":"eth_subscription","params":{{"subscription":"0x1","result":{n}}}}}]"#).into_bytes(),
+            )
+        })
+        .collect();
+    let mut round = |n: usize, out: &mut Vec<u8>, arena: &mut bumpalo::Bump| -> (usize, usize) {
+        out.clear();
+        let a = table.insert(n as u64, None);
+        let b = table.insert(n as u64, None);
+        rpcwire::peer::write_request(out, a, "eth_call", Some(&(("0xabc", "0x1234"), "latest")))
+            .unwrap();
+        rpcwire::peer::write_request(out, b, "eth_getBalance", Some(&("0xabc", "latest"))).unwrap();
+        rpcwire::peer::write_notification_raw(out, "eth_subscribe", Some(br#"["newHeads"]"#));
+        rpcwire::peer::write_notification(out, "notifications/progress", Some(&[n, 100])).unwrap();
+        let (mut matched, mut requests) = (0, 0);
+        for msg in [&inbound[n].0, &inbound[n].1] {
+            arena.reset();
+            let mut see = |item: Incoming<'_>| match item {
+                Incoming::Response(r) => {
+                    assert_eq!(table.take(r.id()), Some(n as u64));
+                    matched += 1;
+                }
+                Incoming::Request(_) => requests += 1,
+                _ => panic!("valid traffic"),
+            };
+            match parser.parse_incoming(msg, arena).unwrap() {
+                Message::Single(item) => see(item),
+                Message::Batch(items) => items.for_each(&mut see),
+            }
+        }
+        (matched, requests)
+    };
+    for n in 0..10 {
+        round(n, &mut out, &mut arena);
+    }
+    let (allocations, (matched, requests)) = allocations_during(|| {
+        let (mut matched, mut requests) = (0, 0);
+        for n in 10..(ROUNDS as usize + 10) {
+            let (m, r) = round(n, &mut out, &mut arena);
+            matched += m;
+            requests += r;
+        }
+        (matched, requests)
+    });
+    assert_eq!((matched, requests), (2 * ROUNDS as usize, ROUNDS as usize));
+    assert!(table.is_empty(), "every request was answered");
+    assert_eq!(allocations, 0, "{ROUNDS} rounds of two-way traffic");
+    // The last round's outbound messages are valid JSON-RPC.
+    let text = String::from_utf8(out.clone()).unwrap();
+    assert!(
+        text.contains(r#""method":"eth_call","params":[["0xabc","0x1234"],"latest"]"#),
+        "{text}"
+    );
+}
