@@ -15,7 +15,7 @@
 //! delimited by the close; `Connection: close` honoured. Response heads are
 //! parsed with httparse (hyper's parser).
 
-use std::io;
+use std::io::{self, Write as _};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -122,7 +122,8 @@ impl H1Pool {
     pub async fn post(&self, body: &[u8], max: usize) -> Result<H1Reply, H1Error> {
         let mut request = Vec::with_capacity(self.head.len() + 24 + body.len());
         request.extend_from_slice(&self.head);
-        request.extend_from_slice(body.len().to_string().as_bytes());
+        // Formatted straight into the request (no string per call).
+        let _ = write!(request, "{}", body.len());
         request.extend_from_slice(b"\r\n\r\n");
         request.extend_from_slice(body);
         for _ in 0..2 {

@@ -9,17 +9,7 @@
 
 use crate::json::{JsonStr, RawJson};
 
-/// The index after the JSON whitespace at and after `pos`.
-#[inline(always)]
-pub(crate) fn skip_ws(buf: &[u8], mut pos: usize) -> usize {
-    while let Some(&b) = buf.get(pos) {
-        if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
-            break;
-        }
-        pos += 1;
-    }
-    pos
-}
+use crate::scan::skip_ws;
 
 /// The high bit of each byte of `v` that equals `c`, exact up to the
 /// first match (the classic zero-byte test on `v ^ c`).
@@ -77,41 +67,8 @@ pub(crate) fn skip_string(buf: &[u8], mut pos: usize) -> usize {
 
 /// The index after the value starting at `pos`.
 #[inline]
-pub(crate) fn skip_value(buf: &[u8], mut pos: usize) -> usize {
-    match buf.get(pos) {
-        Some(b'"') => skip_string(buf, pos + 1),
-        Some(b'{' | b'[') => {
-            let mut depth = 0usize;
-            while let Some(&b) = buf.get(pos) {
-                match b {
-                    b'"' => {
-                        pos = skip_string(buf, pos + 1);
-                        continue;
-                    }
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            return pos + 1;
-                        }
-                    }
-                    _ => {}
-                }
-                pos += 1;
-            }
-            buf.len()
-        }
-        Some(_) => {
-            while let Some(&b) = buf.get(pos) {
-                if matches!(b, b',' | b']' | b'}' | b' ' | b'\n' | b'\r' | b'\t') {
-                    break;
-                }
-                pos += 1;
-            }
-            pos
-        }
-        None => pos,
-    }
+pub(crate) fn skip_value(buf: &[u8], pos: usize) -> usize {
+    crate::scan::skip_value_trusted_with(buf, pos, skip_string)
 }
 
 /// The elements of a validated array (`buf` is the whole array).

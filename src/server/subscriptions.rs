@@ -533,7 +533,7 @@ impl Registry {
 
     /// Queues `message` for subscription `id`, applying the slow-subscriber
     /// policy when its buffer is full.
-    fn push(&self, id: SubscriptionId, message: Bytes) -> Result<(), SinkError> {
+    fn push(&self, id: SubscriptionId, mut message: Bytes) -> Result<(), SinkError> {
         let capacity = self.config.buffer.max(1);
         let mut guard = lock(&self.state);
         let state = &mut *guard;
@@ -542,6 +542,7 @@ impl Registry {
             _ => return Err(SinkError::Closed),
         };
         let mut hit = None;
+        let mut outcome = Ok(());
         if entry.queue.len() >= capacity || state.queued >= self.config.max_queued.max(1) {
             match self.config.policy {
                 SlowPolicy::DropOldest => {
@@ -561,23 +562,15 @@ impl Registry {
                     entry.open = false;
                     state.open -= 1;
                     entry.signal.close();
-                    let notice = self.error_notification(
+                    // The closing notice takes the message's place.
+                    message = self.error_notification(
                         id,
                         LIMIT_EXCEEDED,
                         "Subscription closed: the client reads too slowly",
                         Some(&format!("{{\"buffer\":{capacity}}}")),
                     );
-                    entry.queue.push_back(notice);
-                    state.queued += 1;
-                    if !entry.in_ready {
-                        entry.in_ready = true;
-                        state.ready.push_back(id.0);
-                    }
-                    self.publish(state);
-                    drop(guard);
-                    self.writer.wake();
-                    self.count(LimitKind::Subscription);
-                    return Err(SinkError::Closed);
+                    hit = Some(LimitKind::Subscription);
+                    outcome = Err(SinkError::Closed);
                 }
             }
         }
@@ -593,7 +586,7 @@ impl Registry {
         if let Some(kind) = hit {
             self.count(kind);
         }
-        Ok(())
+        outcome
     }
 
     /// Stops accepting notifications for `id`; `notice` (if any) is queued
