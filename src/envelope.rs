@@ -886,6 +886,21 @@ impl MemberName {
     fn matches(&self, word: u64) -> bool {
         word & self.mask == self.word
     }
+
+    /// The member's bit in a set of members seen.
+    #[inline(always)]
+    const fn bit(&self) -> u16 {
+        1 << self.member as u8
+    }
+}
+
+/// The eight bytes after the quote at `pos`, where a member name starts
+/// (`None` near the end of the input).
+#[inline(always)]
+fn name_word(input: &[u8], pos: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(
+        input.get(pos + 1..pos + 9)?.try_into().unwrap(),
+    ))
 }
 
 const JSONRPC: MemberName = MemberName::new(b"jsonrpc\"", Member::Jsonrpc);
@@ -924,7 +939,7 @@ pub(crate) enum Name {
 /// decides names near the end of the input and names with escapes.
 #[inline(always)]
 fn member_fast(input: &[u8], pos: usize, mode: Mode) -> Option<(Member, usize)> {
-    let w = u64::from_le_bytes(input.get(pos + 1..pos + 9)?.try_into().unwrap());
+    let w = name_word(input, pos)?;
     // `mode` is a constant where this is inlined: the arms of members the
     // mode does not know fold away.
     let m = match w as u8 {
@@ -937,22 +952,6 @@ fn member_fast(input: &[u8], pos: usize, mode: Mode) -> Option<(Member, usize)> 
         _ => return None,
     };
     m.matches(w).then_some((m.member, pos + 1 + m.len))
-}
-
-/// The request member named at `pos` (an opening quote), for the compact
-/// reader: a jump on the name's first byte to one load-and-compare with
-/// constants, which predicts better than computing the member from tables.
-#[inline(always)]
-fn request_member_fast(input: &[u8], pos: usize) -> Option<(Member, usize)> {
-    let w = u64::from_le_bytes(input.get(pos + 1..pos + 9)?.try_into().unwrap());
-    let hit = |m: MemberName| m.matches(w).then_some((m.member, pos + 1 + m.len));
-    match w as u8 {
-        b'j' => hit(JSONRPC),
-        b'i' => hit(ID),
-        b'm' => hit(METHOD),
-        b'p' => hit(PARAMS),
-        _ => None,
-    }
 }
 
 /// Reads the member name whose opening quote is at `pos`; returns what it
@@ -1183,42 +1182,67 @@ pub(crate) fn read_compact<'a>(
         hand_over!(0, [None; 3], start, Resume::AtObject);
     }
     loop {
-        let Some((member, after_name)) = request_member_fast(input, pos) else {
+        let Some(word) = name_word(input, pos) else {
             hand_over!(seen, [id, method, params], pos, Resume::AtName)
         };
-        if input.get(after_name) != Some(&b':') {
-            hand_over!(seen, [id, method, params], pos, Resume::AtName)
+        // The value of the member named `$name`: its first byte's index and
+        // the byte, after `:` and at most one space; the name was matched
+        // plainly, so a hand-over here resumes at the value.
+        macro_rules! value_of {
+            ($name:expr) => {{
+                let after_name = pos + 1 + $name.len;
+                if input.get(after_name) != Some(&b':') {
+                    hand_over!(seen, [id, method, params], pos, Resume::AtName)
+                }
+                let at = one_space(input, after_name + 1);
+                let bail = Resume::AtValue {
+                    member: $name.member,
+                    name_at: 0,
+                };
+                let Some(&first) = input.get(at) else {
+                    hand_over!(seen, [id, method, params], at, bail)
+                };
+                if seen & $name.bit() != 0 {
+                    hand_over!(seen, [id, method, params], at, bail)
+                }
+                (at, first, $name.bit(), bail)
+            }};
         }
-        let at = one_space(input, after_name + 1);
-        let bit = 1u16 << member as u8;
-        // The name's position is worked out when the value is handed over.
-        let bail = Resume::AtValue { member, name_at: 0 };
-        let Some(&first) = input.get(at) else {
-            hand_over!(seen, [id, method, params], at, bail)
-        };
-        if seen & bit != 0 {
-            hand_over!(seen, [id, method, params], at, bail)
-        }
+        // One masked compare per member name, in a chain of conditional
+        // branches rather than a jump on the name's first byte: clients
+        // order the members differently, and in a stream that mixes them an
+        // indirect jump per member was mispredicted nearly every time,
+        // while these branches are predicted from the members just read.
         // Each rule's fast form; `None` hands the value to its general form.
-        let end = match member {
-            Member::Jsonrpc => version_fast(input, at),
-            Member::Id => {
-                id_fast(input, at, first, parser).inspect(|&end| id = Some(&input[at..end]))
-            }
-            Member::Method => {
-                // A method with escapes goes to the general form, which marks
-                // it for decoding.
-                method_fast(input, at, first).and_then(|(end, has_escapes)| {
-                    method = Some(&input[at + 1..end - 1]);
-                    (!has_escapes).then_some(end)
-                })
-            }
-            _ => params_fast(input, at, first, depth + 1, parser.max_depth).inspect(|&end| {
+        let (at, end, bit, bail);
+        if METHOD.matches(word) {
+            let (a, first, b, bl) = value_of!(METHOD);
+            (at, bit, bail) = (a, b, bl);
+            // A method with escapes goes to the general form, which marks
+            // it for decoding.
+            end = method_fast(input, at, first).and_then(|(end, has_escapes)| {
+                method = Some(&input[at + 1..end - 1]);
+                (!has_escapes).then_some(end)
+            });
+        } else if PARAMS.matches(word) {
+            let (a, first, b, bl) = value_of!(PARAMS);
+            (at, bit, bail) = (a, b, bl);
+            end = params_fast(input, at, first, depth + 1, parser.max_depth).inspect(|&end| {
                 if first != b'n' {
                     params = Some(&input[at..end]);
                 }
-            }),
-        };
+            });
+        } else if JSONRPC.matches(word) {
+            let (a, _, b, bl) = value_of!(JSONRPC);
+            (at, bit, bail) = (a, b, bl);
+            end = version_fast(input, at);
+        } else if ID.matches(word) {
+            let (a, first, b, bl) = value_of!(ID);
+            (at, bit, bail) = (a, b, bl);
+            end = id_fast(input, at, first, parser).inspect(|&end| id = Some(&input[at..end]));
+        } else {
+            hand_over!(seen, [id, method, params], pos, Resume::AtName)
+        }
         let Some(end) = end else {
             hand_over!(seen, [id, method, params], at, bail)
         };
