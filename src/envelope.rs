@@ -1399,7 +1399,7 @@ fn id_fast(input: &[u8], at: usize, first: u8, parser: &Parser) -> Option<usize>
         b'1'..=b'9' => {
             // Digits, then `,` or `}`; anything else takes the full number
             // grammar.
-            let end = digits_end(input, at);
+            let end = scan::skip_digits(input, at);
             if matches!(input.get(end), Some(b'.' | b'e' | b'E')) {
                 return None;
             }
@@ -1408,31 +1408,6 @@ fn id_fast(input: &[u8], at: usize, first: u8, parser: &Parser) -> Option<usize>
         _ => return None,
     };
     (end - at <= parser.max_id_len as usize).then_some(end)
-}
-
-/// The index of the first byte at or after `from` that is not an ASCII
-/// digit. Ids are a few digits of varying length: eight bytes are
-/// classified at once, so the end is found without a loop whose exit
-/// depends on the length.
-#[inline(always)]
-fn digits_end(input: &[u8], from: usize) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    let mut end = from;
-    while let Some(word) = input.get(end..end + 8) {
-        // Per byte, `x = b ^ b'0'` is below 10 exactly for digits: then
-        // neither `x` nor `(x & 0x7f) + 0x76` (which cannot carry into the
-        // next byte) has its top bit set.
-        let x = u64::from_le_bytes(word.try_into().unwrap()) ^ (ONES * b'0' as u64);
-        let not_digit = (((x & (ONES * 0x7f)) + ONES * 0x76) | x) & (ONES * 0x80);
-        if not_digit != 0 {
-            return end + (not_digit.trailing_zeros() / 8) as usize;
-        }
-        end += 8;
-    }
-    while matches!(input.get(end), Some(b'0'..=b'9')) {
-        end += 1;
-    }
-    end
 }
 
 /// `method`, the fast form: a string; returns its end and whether it has
@@ -1642,37 +1617,4 @@ fn read_error(
         more = next_member(input, &mut pos)?;
     }
     Ok(end)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::digits_end;
-
-    #[test]
-    fn digits_end_agrees_with_a_byte_loop() {
-        let naive = |input: &[u8], from: usize| {
-            from + input[from..]
-                .iter()
-                .take_while(|b| b.is_ascii_digit())
-                .count()
-        };
-        // Every byte value as the stop, after runs of every length up to
-        // three words, with and without bytes after it.
-        for stop in 0..=255u8 {
-            for run in 0..25 {
-                for tail in [0, 1, 9] {
-                    let mut input = b"{\"id\":".to_vec();
-                    let from = input.len();
-                    input.extend((0..run).map(|i| b'0' + (i * 7 % 10) as u8));
-                    input.push(stop);
-                    input.extend(std::iter::repeat_n(b'5', tail));
-                    assert_eq!(
-                        digits_end(&input, from),
-                        naive(&input, from),
-                        "stop {stop:#x}, run {run}, tail {tail}"
-                    );
-                }
-            }
-        }
-    }
 }

@@ -178,8 +178,24 @@ fn is_digit(b: Option<&u8>) -> bool {
     matches!(b, Some(b'0'..=b'9'))
 }
 
+/// The index of the first byte at or after `pos` that is not an ASCII
+/// digit. Numbers (ids, counts, tokens) are a few digits of varying length:
+/// eight bytes are classified at once, so the end is found without a loop
+/// whose exit depends on the length.
 #[inline(always)]
-fn skip_digits(buf: &[u8], mut pos: usize) -> usize {
+pub(crate) fn skip_digits(buf: &[u8], mut pos: usize) -> usize {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    while let Some(word) = buf.get(pos..pos + 8) {
+        // Per byte, `x = b ^ b'0'` is below 10 exactly for digits: then
+        // neither `x` nor `(x & 0x7f) + 0x76` (which cannot carry into the
+        // next byte) has its top bit set.
+        let x = u64::from_le_bytes(word.try_into().unwrap()) ^ (ONES * b'0' as u64);
+        let not_digit = (((x & (ONES * 0x7f)) + ONES * 0x76) | x) & (ONES * 0x80);
+        if not_digit != 0 {
+            return pos + (not_digit.trailing_zeros() / 8) as usize;
+        }
+        pos += 8;
+    }
     while is_digit(buf.get(pos)) {
         pos += 1;
     }
@@ -621,6 +637,34 @@ mod tests {
             return err(ErrorKind::TrailingCharacters, rest);
         }
         Ok(end)
+    }
+
+    #[test]
+    fn skip_digits_agrees_with_a_byte_loop() {
+        let naive = |input: &[u8], from: usize| {
+            from + input[from..]
+                .iter()
+                .take_while(|b| b.is_ascii_digit())
+                .count()
+        };
+        // Every byte value as the stop, after runs of every length up to
+        // three words, with and without bytes after it.
+        for stop in 0..=255u8 {
+            for run in 0..25 {
+                for tail in [0, 1, 9] {
+                    let mut input = b"{\"id\":".to_vec();
+                    let from = input.len();
+                    input.extend((0..run).map(|i| b'0' + (i * 7 % 10) as u8));
+                    input.push(stop);
+                    input.extend(std::iter::repeat_n(b'5', tail));
+                    assert_eq!(
+                        super::skip_digits(&input, from),
+                        naive(&input, from),
+                        "stop {stop:#x}, run {run}, tail {tail}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
