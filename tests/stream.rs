@@ -1176,3 +1176,153 @@ fn driver_future_is_send() {
         Driver::new(Lines::new()).run(&d, r, w).await
     });
 }
+
+/// A reader handing out `chunk` bytes per read, as a socket may.
+struct Chunked {
+    data: Vec<u8>,
+    at: usize,
+    chunk: usize,
+}
+
+impl AsyncRead for Chunked {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let n = self
+            .chunk
+            .min(self.data.len() - self.at)
+            .min(buf.remaining());
+        let at = self.at;
+        buf.put_slice(&self.data[at..at + n]);
+        self.at += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// `Concatenated` with the parser's framing turned off: the framer finds
+/// every message end and the dispatcher parses each frame, as before the
+/// two were fused.
+struct FramerOnly(Concatenated);
+
+impl Framer for FramerOnly {
+    fn next_frame(&mut self, buf: &[u8]) -> rpcwire::frame::Step {
+        self.0.next_frame(buf)
+    }
+    fn encode(&self, message: &[u8], out: &mut Vec<u8>) {
+        self.0.encode(message, out)
+    }
+    fn reset(&mut self) {
+        self.0.reset()
+    }
+}
+
+/// Concatenated JSON is read and framed by the parser in one pass; the
+/// framer takes over for a message cut by the end of a read, one that is
+/// not valid, or one over a limit. Whatever the reads' sizes, the replies
+/// (bytes, order, the framing error's offset) and the counts are exactly
+/// those of framing first and parsing each frame after.
+#[tokio::test]
+async fn concatenated_json_parsed_and_framed_in_one_pass_answers_as_framing_first() {
+    let d = dispatcher();
+    let oversized = format!(
+        r#"{{"jsonrpc":"2.0","id":"big","method":"add","params":["{}"]}}"#,
+        "z".repeat(700)
+    );
+    let refused = format!(r#"[{}]"#, "1,".repeat(1500) + "1");
+    let parts: Vec<&[u8]> = vec![
+        br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}"#,
+        b"\n  \t",
+        br#"[{"jsonrpc":"2.0","id":2,"method":"add","params":[2,3]},{"jsonrpc":"2.0","method":"add","params":[0,0]}]"#,
+        br#"{"jsonrpc":"2.0","id":"a\"b","method":"a\u0064d","params":[5,6]}"#,
+        b"\r\n",
+        br#"{"jsonrpc":"2.0","id":3,"method":add}"#,
+        br#"{"foo":1}"#,
+        b"[]",
+        br#"{"jsonrpc":"2.0","id":99,"result":1}"#,
+        br#"{"jsonrpc":"2.0","id":4,"method":"nope"}"#,
+        oversized.as_bytes(),
+        br#"{"jsonrpc":"2.0","id":5,"method":"big","params":[3]}"#,
+        refused.as_bytes(),
+        b" ",
+        br#"{"jsonrpc":"2.0","id":6,"method":"add","params":[6,6]}"#,
+        b"\n",
+    ];
+    let mut input = parts.concat();
+    let ends_clean = input.clone();
+    input.extend_from_slice(b" x {}");
+    let limits = Limits {
+        max_message_len: 512,
+        ..Limits::default()
+    };
+    let run = |data: Vec<u8>, chunk: usize, fused: bool| {
+        let (d, limits) = (&d, &limits);
+        async move {
+            let reader = Chunked { data, at: 0, chunk };
+            let mut out = CountingWriter::default();
+            let framer = Concatenated::new().max_frame(2048);
+            let driver = if fused {
+                Driver::new(Box::new(framer) as Box<dyn Framer + Send>)
+            } else {
+                Driver::new(Box::new(FramerOnly(framer)) as Box<dyn Framer + Send>)
+            }
+            .limits(limits.clone());
+            let stats = driver.stats();
+            let reason = driver.run(d, reader, &mut out).await.unwrap();
+            (out.bytes, reason, stats.messages_read())
+        }
+    };
+    let (want, reason, read) = run(input.clone(), input.len(), false).await;
+    let CloseReason::Framing(error) = reason else {
+        panic!("{reason:?}")
+    };
+    assert_eq!(error.offset(), ends_clean.len() as u64 + 1);
+    let replies: Vec<Value> = serde_json::Deserializer::from_slice(&want)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let shape: Vec<String> = replies
+        .iter()
+        .map(|r| match (r.get("result"), r.pointer("/error/code")) {
+            (Some(v), _) => v.to_string(),
+            (None, Some(code)) if r.is_object() => code.to_string(),
+            _ => format!("batch of {}", r.as_array().unwrap().len()),
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "3",
+            "batch of 1",
+            "11",
+            "-32700",
+            "-32600",
+            "-32600",
+            "-32601",
+            "-32600",
+            "\"xxx\"",
+            "-32600",
+            "12",
+            "-32700"
+        ],
+        "{replies:#?}"
+    );
+    assert_eq!(read, 12);
+    for chunk in [1, 2, 3, 7, 16, 61, 200, 4096, input.len()] {
+        let got = run(input.clone(), chunk, true).await;
+        assert_eq!(
+            String::from_utf8_lossy(&got.0),
+            String::from_utf8_lossy(&want),
+            "reads of {chunk} bytes"
+        );
+        assert_eq!((got.1, got.2), (reason, read), "reads of {chunk} bytes");
+        // Ending cleanly, with or without the last newline.
+        for end in [ends_clean.len(), ends_clean.len() - 1] {
+            let (clean, _, _) = run(ends_clean[..end].to_vec(), end, false).await;
+            let got = run(ends_clean[..end].to_vec(), chunk, true).await;
+            assert_eq!(got.0, clean, "reads of {chunk} bytes, {end} bytes");
+            assert_eq!((got.1, got.2), (CloseReason::Eof, 12));
+        }
+    }
+}

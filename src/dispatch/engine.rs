@@ -40,6 +40,7 @@ use super::{
     Budget, Dispatcher, DispatcherBuilder, Done, Handler, IntoResponse, Outcome, Reply, ReplyBuf,
     RpcError, Scope, Shared, Sink, TooLarge, WithAsync, guard_panics, panic_error,
 };
+use crate::Status;
 use crate::codes::REQUEST_CANCELLED;
 use crate::conn::{Connection, Context};
 use crate::message::{Incoming, Message};
@@ -286,7 +287,33 @@ impl Connection {
     ) {
         self.begin_message();
         let mark = out.len();
-        dispatcher.inner.start(input, self, out);
+        dispatcher.inner.start(input, self, out, None);
+        self.finish_start(out, mark);
+    }
+
+    /// [`start`](Connection::start) for the message at the front of
+    /// `input`, which may hold only part of it, or more than it
+    /// ([`Parser::parse_prefix`](crate::Parser::parse_prefix)): a complete,
+    /// valid message is started and its length returned, found in the
+    /// same pass as it is read. Otherwise nothing is written and the
+    /// caller frames the bytes another way: `None` for a message cut short
+    /// by the end of `input`, or one that is not valid (which the parser
+    /// answers once it is framed).
+    pub(crate) fn start_prefix<S: Send + Sync + 'static, K, B: ReplyBuf>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        input: &Bytes,
+        out: &mut B,
+    ) -> Option<usize> {
+        self.begin_message();
+        let mark = out.len();
+        let mut len = 0;
+        dispatcher.inner.start(input, self, out, Some(&mut len));
+        self.finish_start(out, mark);
+        (len > 0).then_some(len)
+    }
+
+    fn finish_start<B: ReplyBuf>(&mut self, out: &mut B, mark: usize) {
         if out.len() > mark {
             out.end_reply();
         }
@@ -861,11 +888,30 @@ fn share(input: &Bytes, part: &[u8]) -> Bytes {
 
 impl<S: Send + Sync + 'static> Shared<S> {
     /// Reads a message: decides what can be decided now, starts or queues
-    /// the async entries.
-    fn start<B: ReplyBuf>(&self, input: &Bytes, conn: &mut Connection, out: &mut B) {
-        let parsed = match self.parser.parse_incoming(input, &conn.arena) {
-            Ok(m) => m,
-            Err(e) => return self.message_error(out, e),
+    /// the async entries. With `prefix`, the message is the one at the
+    /// front of `input` and its length is written there; a message cut
+    /// short or not valid is left alone (nothing written, length 0).
+    fn start<B: ReplyBuf>(
+        &self,
+        input: &Bytes,
+        conn: &mut Connection,
+        out: &mut B,
+        prefix: Option<&mut usize>,
+    ) {
+        let message;
+        let (parsed, input) = match prefix {
+            None => match self.parser.parse_incoming(input, &conn.arena) {
+                Ok(m) => (m, input),
+                Err(e) => return self.message_error(out, e),
+            },
+            Some(len) => match self.parser.parse_prefix(input, &conn.arena) {
+                Ok(Status::Complete((m, n))) => {
+                    *len = n;
+                    message = input.slice(..n);
+                    (m, &message)
+                }
+                _ => return,
+            },
         };
         let scope = Scope {
             arena: &conn.arena,

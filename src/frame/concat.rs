@@ -17,6 +17,12 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 /// position between calls: every byte is classified once, however the
 /// stream is chunked.
 ///
+/// Its messages end where their JSON values end, so a parser can frame them
+/// itself ([`Framer::parser_frames`] is `true`): the stream transports'
+/// `Driver` (feature `server`) parses and frames each
+/// complete message in one pass, and calls on this framer only for a
+/// message cut by the end of a read or one that is not valid.
+///
 /// A message must start with `{` or `[`. Any other byte between messages is
 /// garbage after which the stream cannot be resynchronised (there is no
 /// delimiter to look for): [`Step::Close`] (-32700). A value that grows past
@@ -154,11 +160,7 @@ impl Framer for Concatenated {
             // Only a caller that breaks the contract gives a shorter `buf`:
             // start over on it (the answers are meaningless, but nothing may
             // index out of bounds).
-            *self = Concatenated {
-                stream: self.stream,
-                scanned: self.stream,
-                ..Concatenated::new().max_frame(self.max_frame)
-            };
+            self.skip(0);
         }
         // Bytes of `buf` this call drops before the frame it returns: the
         // rest of a refused value.
@@ -250,6 +252,19 @@ impl Framer for Concatenated {
 
     fn reset(&mut self) {
         *self = Concatenated::new().max_frame(self.max_frame);
+    }
+
+    fn parser_frames(&self) -> bool {
+        true
+    }
+
+    fn skip(&mut self, consumed: usize) {
+        let stream = self.stream + consumed as u64;
+        *self = Concatenated {
+            stream,
+            scanned: stream,
+            ..Concatenated::new().max_frame(self.max_frame)
+        };
     }
 }
 

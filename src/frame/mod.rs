@@ -195,6 +195,31 @@ pub trait Framer {
         let end = buf.iter().rposition(|b| !crate::scan::is_ws(*b))? + 1;
         Some(start..end)
     }
+
+    /// Whether every message is one JSON object or array with nothing
+    /// around it but whitespace, so that the parser finds where it ends
+    /// ([`Concatenated`]; default `false`). The stream transports' `Driver`
+    /// (feature `server`) then reads and frames each
+    /// message in one pass
+    /// ([`Parser::parse_prefix`](crate::Parser::parse_prefix)), and asks the
+    /// framer only about a message cut by the end of the bytes received,
+    /// or one that is not valid JSON-RPC; after each frame it returns,
+    /// the caller moves on with [`skip`](Framer::skip).
+    fn parser_frames(&self) -> bool {
+        false
+    }
+
+    /// `consumed` bytes at the front of the buffer were taken without the
+    /// framer (framed by the parser, see
+    /// [`parser_frames`](Framer::parser_frames)): the framer forgets what
+    /// it scanned past its last frame and starts afresh after them,
+    /// keeping the stream offsets its errors report. Called between frames
+    /// only, never after [`Step::Garbage`] or [`Step::Close`]. The default
+    /// is [`reset`](Framer::reset).
+    fn skip(&mut self, consumed: usize) {
+        let _ = consumed;
+        self.reset();
+    }
 }
 
 impl<F: Framer + ?Sized> Framer for &mut F {
@@ -210,6 +235,12 @@ impl<F: Framer + ?Sized> Framer for &mut F {
     fn finish(&mut self, buf: &[u8]) -> Option<Range<usize>> {
         (**self).finish(buf)
     }
+    fn parser_frames(&self) -> bool {
+        (**self).parser_frames()
+    }
+    fn skip(&mut self, consumed: usize) {
+        (**self).skip(consumed)
+    }
 }
 
 impl<F: Framer + ?Sized> Framer for Box<F> {
@@ -224,6 +255,12 @@ impl<F: Framer + ?Sized> Framer for Box<F> {
     }
     fn finish(&mut self, buf: &[u8]) -> Option<Range<usize>> {
         (**self).finish(buf)
+    }
+    fn parser_frames(&self) -> bool {
+        (**self).parser_frames()
+    }
+    fn skip(&mut self, consumed: usize) {
+        (**self).skip(consumed)
     }
 }
 

@@ -12,6 +12,14 @@
 //!   frame the framer finds is split off it and handed to the dispatcher as
 //!   a `Bytes` slice of it, so async handlers get their params as slices of
 //!   the bytes read from the socket.
+//! * **Reads concatenated JSON once.** With
+//!   [`Concatenated`](crate::frame::Concatenated) (geth / reth
+//!   IPC), where a message ends is where its JSON value ends, so the
+//!   parser finds it ([`Framer::parser_frames`]): each complete message is
+//!   parsed, framed and started in one pass over its bytes. The framer's
+//!   own scan runs only for a message cut by the end of a read (until it
+//!   is whole) or one that is not valid; the replies are the same either
+//!   way.
 //! * **Pipelines.** A client may send any number of messages without
 //!   waiting: each is started at once ([`Connection::start`]), many run
 //!   together, and each reply is written as soon as it is complete, in the
@@ -312,6 +320,7 @@ impl<F: Framer> Driver<F> {
             .map(|s| -> Pin<Box<dyn Future<Output = ()> + Send>> {
                 Box::pin(async move { s.triggered().await })
             });
+        let parser_frames = self.framer.parser_frames();
         let mut io = Io {
             dispatcher,
             framer: self.framer,
@@ -331,6 +340,8 @@ impl<F: Framer> Driver<F> {
             outbox: outbox_rx,
             input: Input::Open,
             wants_bytes: true,
+            parser_frames,
+            framing: false,
             reason: CloseReason::Eof,
             calls_dropped: false,
             closing: false,
@@ -489,6 +500,11 @@ struct Io<'d, S, K, F, R, W> {
     /// The framer found no complete message in `rbuf`: only then is more
     /// read (so the buffer holds at most one message and one read).
     wants_bytes: bool,
+    /// The parser finds where messages end ([`Framer::parser_frames`]).
+    parser_frames: bool,
+    /// ... but the framer is following the message at the front of `rbuf`
+    /// (cut short when it was parsed, or not valid).
+    framing: bool,
     /// Why the connection ends, once `input` is not `Open`.
     reason: CloseReason,
     /// The shutdown grace passed: calls in flight were dropped.
@@ -576,6 +592,14 @@ where
     fn take_messages(&mut self) -> bool {
         let mut progress = false;
         while self.input != Input::Stopped && !self.backpressured() {
+            if self.parser_frames && !self.framing {
+                progress |= self.take_parsed();
+                // At the end of the input the framer decides what is left,
+                // as it does without parsing.
+                if !self.framing && (self.input == Input::Open || self.backpressured()) {
+                    break;
+                }
+            }
             match self.framer.next_frame(&self.rbuf) {
                 Step::Frame { range, consumed } => {
                     let head = self.rbuf.split_to(consumed).freeze();
@@ -585,6 +609,11 @@ where
                         self.rbuf = BytesMut::from(&self.rbuf[..]);
                     }
                     self.start_message(head.slice(range));
+                    if self.framing {
+                        // Back to framing by parsing, from here.
+                        self.framing = false;
+                        self.framer.skip(0);
+                    }
                     progress = true;
                 }
                 Step::NeedMore { consumed } => {
@@ -616,6 +645,59 @@ where
             }
         }
         progress
+    }
+
+    /// Reads and frames the messages buffered in one pass (a framer whose
+    /// messages the parser delimits, [`Framer::parser_frames`]): each
+    /// complete, valid message at the front is started where it lies. At
+    /// a message cut by the end of the bytes read, or one that is not
+    /// valid, the framer takes over (`framing`) until it has framed that
+    /// one. Stops early under backpressure.
+    fn take_parsed(&mut self) -> bool {
+        if self.rbuf.is_empty() {
+            self.wants_bytes = true;
+            return false;
+        }
+        let buffered = self.rbuf.split().freeze();
+        let mut at = 0;
+        let mut started = false;
+        while self.input != Input::Stopped && !self.backpressured() {
+            // Past the message size limit, the parser stops short and the
+            // framer refuses the message as it would have.
+            let end = buffered.len().min(at + self.max_message_len);
+            match self.conn.start_prefix(
+                self.dispatcher,
+                &buffered.slice(at..end),
+                &mut self.replies,
+            ) {
+                Some(len) => {
+                    at += len;
+                    self.peaks.messages_read += 1;
+                    self.queue_replies();
+                    started = true;
+                }
+                None => {
+                    if crate::scan::skip_ws(&buffered, at) == buffered.len() {
+                        // Only whitespace left: wait for the next message.
+                        at = buffered.len();
+                        self.wants_bytes = true;
+                    } else {
+                        self.framing = true;
+                    }
+                    break;
+                }
+            }
+        }
+        self.framer.skip(at);
+        let rest = &buffered[at..];
+        if buffered.len() >= LARGE_FRAME {
+            // The bytes not yet taken get a buffer of their own, so the
+            // messages read go with theirs once handled.
+            self.rbuf = BytesMut::from(rest);
+        } else {
+            self.rbuf.extend_from_slice(rest);
+        }
+        started
     }
 
     /// Starts one framed message (or refuses it, over the message limit).
