@@ -1326,3 +1326,91 @@ async fn concatenated_json_parsed_and_framed_in_one_pass_answers_as_framing_firs
         }
     }
 }
+
+/// The same comparison on pseudo-random streams: requests of every kind
+/// (with strings holding brackets, quotes and escapes), values that are not
+/// valid JSON-RPC or not valid JSON but close their brackets, whitespace of
+/// every kind between them, and sometimes garbage or a value cut short at
+/// the end; each stream read in pseudo-random read sizes.
+#[tokio::test]
+async fn concatenated_json_one_pass_matches_framing_first_on_random_streams() {
+    let d = dispatcher();
+    let pieces: &[&[u8]] = &[
+        br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}"#,
+        br#"{"method":"add","params":[3,4],"id":"x}]\"","jsonrpc":"2.0"}"#,
+        br#"{"jsonrpc": "2.0", "method": "big", "params": [2], "id": 7}"#,
+        br#"[{"jsonrpc":"2.0","id":2,"method":"add","params":[2,3]},{"jsonrpc":"2.0","method":"add","params":[0,0]}]"#,
+        br#"{"jsonrpc":"2.0","id":"\\","method":"\u0061dd","params":[5,6]}"#,
+        br#"{"jsonrpc":"2.0","id":3,"method":add}"#,
+        br#"{"jsonrpc":"2.0","id":3,"method":"add","params":[1,2],}"#,
+        br#"{"jsonrpc":"2.0","id":4,"method":"nope","params":{"a":["]"]}}"#,
+        br#"{"jsonrpc":"2.0","id":99,"result":{"k":"{"}}"#,
+        br#"{"foo":[1,{"b":"]}"}]}"#,
+        b"[]",
+        b"{}",
+        b"[1,2]",
+        br#"{"jsonrpc":"2.0","id":5,"method":"add","params":[1,2]"#,
+        b"\xff",
+    ];
+    let gaps: &[&[u8]] = &[b"", b"\n", b" ", b"\r\n", b"\t \n"];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let limits = Limits {
+        max_message_len: 96,
+        ..Limits::default()
+    };
+    for case in 0..300 {
+        let mut input = Vec::new();
+        for _ in 0..1 + next(12) {
+            // The last two pieces (cut short, not JSON) only end a stream.
+            input.extend_from_slice(pieces[next(pieces.len() - 2)]);
+            input.extend_from_slice(gaps[next(gaps.len())]);
+        }
+        match next(6) {
+            0 => input.extend_from_slice(pieces[pieces.len() - 2]),
+            1 => input.extend_from_slice(b"x{}"),
+            2 => input.extend_from_slice(pieces[pieces.len() - 1]),
+            _ => {}
+        }
+        let mut results = Vec::new();
+        for (fused, chunk) in [
+            (false, input.len()),
+            (true, 1 + next(40)),
+            (true, input.len()),
+        ] {
+            let reader = Chunked {
+                data: input.clone(),
+                at: 0,
+                chunk,
+            };
+            let mut out = CountingWriter::default();
+            let framer = Concatenated::new().max_frame(160);
+            let driver = if fused {
+                Driver::new(Box::new(framer) as Box<dyn Framer + Send>)
+            } else {
+                Driver::new(Box::new(FramerOnly(framer)) as Box<dyn Framer + Send>)
+            }
+            .limits(limits.clone());
+            let stats = driver.stats();
+            let reason = driver.run(&d, reader, &mut out).await.unwrap();
+            results.push((out.bytes, reason, stats.messages_read()));
+        }
+        for got in &results[1..] {
+            assert_eq!(
+                (String::from_utf8_lossy(&got.0), got.1, got.2),
+                (
+                    String::from_utf8_lossy(&results[0].0),
+                    results[0].1,
+                    results[0].2
+                ),
+                "case {case}: {}",
+                String::from_utf8_lossy(&input)
+            );
+        }
+    }
+}

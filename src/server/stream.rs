@@ -662,6 +662,13 @@ where
         let mut at = 0;
         let mut started = false;
         while self.input != Input::Stopped && !self.backpressured() {
+            // A message starts at its first byte, as the framer's frames do
+            // (error offsets count from there).
+            at = crate::scan::skip_ws(&buffered, at);
+            if at == buffered.len() {
+                self.wants_bytes = true;
+                break;
+            }
             // Past the message size limit, the parser stops short and the
             // framer refuses the message as it would have.
             let end = buffered.len().min(at + self.max_message_len);
@@ -677,13 +684,7 @@ where
                     started = true;
                 }
                 None => {
-                    if crate::scan::skip_ws(&buffered, at) == buffered.len() {
-                        // Only whitespace left: wait for the next message.
-                        at = buffered.len();
-                        self.wants_bytes = true;
-                    } else {
-                        self.framing = true;
-                    }
+                    self.framing = true;
                     break;
                 }
             }
