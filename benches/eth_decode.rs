@@ -279,10 +279,7 @@ fn ours_decode(method: &str, params: Params<'_>, arena: &bumpalo::Bump) -> Sum {
                 s.opt(tx.value()?, |s, v| s.u256(&v));
                 s.opt(tx.nonce()?, Sum::u64);
                 s.opt(tx.input_in(arena)?, |s, b| s.bytes(b));
-                let block = p
-                    .optional("blockNumber")
-                    .map(|b| b.block_id())
-                    .transpose()?;
+                let block = p.next_block_id("blockNumber")?;
                 s.opt(block, ours_block);
             }
             "eth_getLogs" => {
@@ -321,12 +318,9 @@ fn ours_decode(method: &str, params: Params<'_>, arena: &bumpalo::Bump) -> Sum {
                 }
             }
             "eth_getBalance" => {
-                let a = p.required("address")?.address()?;
+                let a = p.next_address("address")?;
                 s.bytes(a.as_slice());
-                let block = p
-                    .optional("blockNumber")
-                    .map(|b| b.block_id())
-                    .transpose()?;
+                let block = p.next_block_id("blockNumber")?;
                 s.opt(block, ours_block);
             }
             "eth_sendRawTransaction" => {

@@ -3,6 +3,9 @@
 
 #[path = "support/dispatch_check.rs"]
 mod dispatch_check;
+#[cfg(feature = "eth")]
+#[path = "support/eth_hex_check.rs"]
+mod eth_hex_check;
 #[path = "support/exercise.rs"]
 mod exercise;
 #[path = "support/oracle.rs"]
@@ -50,6 +53,15 @@ fn dispatch_target_corpus() {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             dispatch_check::check(&d, &input)
         }));
+        assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+#[cfg(feature = "eth")]
+#[test]
+fn eth_hex_target_corpus() {
+    for (name, input) in corpus("eth_hex") {
+        let r = std::panic::catch_unwind(|| eth_hex_check::check(&input));
         assert!(r.is_ok(), "{name} fails");
     }
 }

@@ -1,0 +1,13 @@
+//! Any bytes as a DATA string: the `eth` readers (the inlined SSE2 decoder
+//! for 16 to 64 digits, const-hex beyond) agree with a digit-by-digit
+//! reference.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+#[path = "../../tests/support/eth_hex_check.rs"]
+mod eth_hex_check;
+
+fuzz_target!(|data: &[u8]| {
+    eth_hex_check::check(data);
+});

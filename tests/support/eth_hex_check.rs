@@ -1,0 +1,59 @@
+//! The `eth_hex` fuzz target's check, also run by `tests/fuzz_corpus.rs`:
+//! any bytes, written as a DATA string in a request's params, decode through
+//! the `eth` layer's readers exactly as a digit-by-digit reference decodes
+//! them (addresses, hashes, and data of any length into the arena), and a
+//! string that is not DATA is refused, never decoded.
+
+use rpcwire::eth::EthParams;
+
+/// The bytes of `digits` as hex, or `None` if any is not a hex digit or the
+/// count is odd.
+fn reference(digits: &[u8]) -> Option<Vec<u8>> {
+    if !digits.len().is_multiple_of(2) {
+        return None;
+    }
+    let value = |d: u8| (d as char).to_digit(16).map(|v| v as u8);
+    digits
+        .chunks(2)
+        .map(|p| Some(value(p[0])? << 4 | value(p[1])?))
+        .collect()
+}
+
+pub fn check(data: &[u8]) {
+    // Only bytes a JSON string holds as they are: the decoders see the
+    // string's raw content.
+    if data
+        .iter()
+        .any(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b))
+    {
+        return;
+    }
+    let mut message = br#"{"jsonrpc":"2.0","id":1,"method":"m","params":["0x"#.to_vec();
+    message.extend_from_slice(data);
+    message.extend_from_slice(br#""]}"#);
+    let arena = bumpalo::Bump::new();
+    let params = rpcwire::parse(&message, &arena)
+        .expect("a valid request")
+        .into_single()
+        .and_then(|e| e.request())
+        .expect("a request")
+        .params();
+    let want = reference(data);
+    let address = EthParams::new(params).next_address("a").ok();
+    let hash = EthParams::new(params).next_hash("h").ok();
+    let bytes = EthParams::new(params)
+        .next_bytes_in("b", &arena)
+        .ok()
+        .map(<[u8]>::to_vec);
+    assert_eq!(bytes, want, "data");
+    assert_eq!(
+        address.map(|a| a.to_vec()),
+        want.clone().filter(|w| w.len() == 20),
+        "address"
+    );
+    assert_eq!(
+        hash.map(|h| h.to_vec()),
+        want.filter(|w| w.len() == 32),
+        "hash"
+    );
+}
