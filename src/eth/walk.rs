@@ -1,7 +1,6 @@
 //! Walking validated JSON arrays and objects, tuned for Ethereum params:
-//! strings (nearly all of them hex) are skipped eight bytes at a time
-//! inline while short, with `memchr2` (the first quote or backslash) past
-//! 64 bytes, and the iterators here are the one walk the views make over
+//! strings (nearly all of them hex) are skipped with the scanner's string
+//! kernel, and the iterators here are the one walk the views make over
 //! their values: each element or member is found once.
 //!
 //! Everything here reads text the scanner already validated, so it never
@@ -11,65 +10,13 @@ use crate::json::{JsonStr, RawJson};
 
 use crate::scan::skip_ws;
 
-/// The high bit of each byte of `v` that equals `c`, exact up to the
-/// first match (the classic zero-byte test on `v ^ c`).
-#[inline(always)]
-const fn bytes_equal(v: u64, c: u8) -> u64 {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    let x = v ^ (c as u64 * ONES);
-    x.wrapping_sub(ONES) & !x & (0x80 * ONES)
-}
-
-/// The index after the closing quote of the string whose content starts
-/// at `pos`. Short strings (addresses, hashes, tags) are read eight bytes
-/// at a time, inline, and their last bytes one by one; past 64 bytes,
-/// `memchr2` takes over.
-#[inline(always)]
-pub(crate) fn skip_string(buf: &[u8], mut pos: usize) -> usize {
-    let short_end = pos + 64;
-    while pos < short_end {
-        let hits = match buf.get(pos..pos + 8) {
-            Some(word) => {
-                let v = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-                bytes_equal(v, b'"') | bytes_equal(v, b'\\')
-            }
-            None => {
-                // The last few bytes of the buffer.
-                while let Some(&b) = buf.get(pos) {
-                    match b {
-                        b'"' => return pos + 1,
-                        b'\\' => pos += 2,
-                        _ => pos += 1,
-                    }
-                }
-                return buf.len();
-            }
-        };
-        if hits != 0 {
-            let at = pos + (hits.trailing_zeros() / 8) as usize;
-            if buf[at] == b'"' {
-                return at + 1;
-            }
-            // A backslash: it and the byte it escapes are content.
-            pos = at + 2;
-            continue;
-        }
-        pos += 8;
-    }
-    loop {
-        match memchr::memchr2(b'"', b'\\', buf.get(pos..).unwrap_or_default()) {
-            Some(i) if buf[pos + i] == b'"' => return pos + i + 1,
-            Some(i) => pos += i + 2,
-            None => return buf.len(),
-        }
-    }
-}
-
-/// The index after the value starting at `pos`.
-#[inline]
-pub(crate) fn skip_value(buf: &[u8], pos: usize) -> usize {
-    crate::scan::skip_value_trusted_with(buf, pos, skip_string)
-}
+// Strings are skipped with the scanner's string kernel (SIMD, 16 bytes a
+// step and more past 64): on an `eth_getLogs` filter about 10% fewer
+// instructions than the eight-bytes-at-a-time loop this walk had, and
+// about 5% faster.
+pub(crate) use crate::scan::{
+    skip_string_trusted as skip_string, skip_value_trusted as skip_value,
+};
 
 /// The elements of a validated array (`buf` is the whole array).
 #[derive(Clone, Debug)]

@@ -434,27 +434,16 @@ pub(crate) fn skip_string_trusted(buf: &[u8], mut pos: usize) -> usize {
 }
 
 /// Index just past the validated value starting at `pos`.
-pub(crate) fn skip_value_trusted(buf: &[u8], pos: usize) -> usize {
-    skip_value_trusted_with(buf, pos, skip_string_trusted)
-}
-
-/// [`skip_value_trusted`] with the string skipper a caller tuned for its
-/// strings (`skip_string(buf, content_start)` returns the index after the
-/// closing quote): the Ethereum walk skips short hex strings in words.
-#[inline(always)]
-pub(crate) fn skip_value_trusted_with(
-    buf: &[u8],
-    mut pos: usize,
-    skip_string: impl Fn(&[u8], usize) -> usize,
-) -> usize {
+#[inline]
+pub(crate) fn skip_value_trusted(buf: &[u8], mut pos: usize) -> usize {
     match buf.get(pos) {
-        Some(b'"') => skip_string(buf, pos + 1),
+        Some(b'"') => skip_string_trusted(buf, pos + 1),
         Some(b'{' | b'[') => {
             let mut depth = 0usize;
             while let Some(&b) = buf.get(pos) {
                 match b {
                     b'"' => {
-                        pos = skip_string(buf, pos + 1);
+                        pos = skip_string_trusted(buf, pos + 1);
                         continue;
                     }
                     b'{' | b'[' => depth += 1,
