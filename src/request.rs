@@ -396,8 +396,8 @@ impl<'a> Iterator for Named<'a> {
             self.pos = self.raw.len();
             return None;
         }
-        let key_end = scan::skip_string_trusted(self.raw, key_start + 1);
-        let key = JsonStr::from_quoted(&self.raw[key_start..key_end])?;
+        let (key_end, escaped) = scan::skip_string_trusted_escaped(self.raw, key_start + 1);
+        let key = JsonStr::from_content(self.raw.get(key_start + 1..key_end - 1)?, escaped);
         // Step over the colon.
         let value_start = scan::skip_ws(self.raw, scan::skip_ws(self.raw, key_end) + 1);
         let value_end = scan::skip_value_trusted(self.raw, value_start);

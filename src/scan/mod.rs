@@ -414,21 +414,32 @@ pub(crate) fn skip_value(
 /// Index just past the closing quote of the validated string whose content
 /// starts at `pos`.
 #[inline(always)]
-pub(crate) fn skip_string_trusted(buf: &[u8], mut pos: usize) -> usize {
+pub(crate) fn skip_string_trusted(buf: &[u8], pos: usize) -> usize {
+    skip_string_trusted_escaped(buf, pos).0
+}
+
+/// [`skip_string_trusted`], also saying whether the string has escapes
+/// (member names, whose readers compare them plainly when it has none).
+#[inline(always)]
+pub(crate) fn skip_string_trusted_escaped(buf: &[u8], mut pos: usize) -> (usize, bool) {
+    let mut escaped = false;
     loop {
         let stop = arch::find_string_stop(buf, pos);
         match buf.get(stop.at) {
-            Some(b'"') => return stop.at + 1,
+            Some(b'"') => return (stop.at + 1, escaped),
             // Skip the escaped byte; for `\u` the four hex digits are plain
             // content for the next scan.
-            Some(b'\\') => pos = stop.at + 2,
+            Some(b'\\') => {
+                escaped = true;
+                pos = stop.at + 2;
+            }
             // A control byte cannot be in validated input; step over it so
             // the walk still ends on any input.
             Some(_) => pos = stop.at + 1,
-            None => return buf.len(),
+            None => return (buf.len(), escaped),
         }
         if pos >= buf.len() {
-            return buf.len();
+            return (buf.len(), escaped);
         }
     }
 }
