@@ -1206,6 +1206,15 @@ impl AsyncRead for Chunked {
 /// two were fused.
 struct FramerOnly(Concatenated);
 
+/// A driver over `framer`, framing by parsing (`fused`) or framer first.
+fn concatenated_driver(framer: Concatenated, fused: bool) -> Driver<Box<dyn Framer + Send>> {
+    if fused {
+        Driver::new(Box::new(framer))
+    } else {
+        Driver::new(Box::new(FramerOnly(framer)))
+    }
+}
+
 impl Framer for FramerOnly {
     fn next_frame(&mut self, buf: &[u8]) -> rpcwire::frame::Step {
         self.0.next_frame(buf)
@@ -1262,12 +1271,7 @@ async fn concatenated_json_parsed_and_framed_in_one_pass_answers_as_framing_firs
             let reader = Chunked { data, at: 0, chunk };
             let mut out = CountingWriter::default();
             let framer = Concatenated::new().max_frame(2048);
-            let driver = if fused {
-                Driver::new(Box::new(framer) as Box<dyn Framer + Send>)
-            } else {
-                Driver::new(Box::new(FramerOnly(framer)) as Box<dyn Framer + Send>)
-            }
-            .limits(limits.clone());
+            let driver = concatenated_driver(framer, fused).limits(limits.clone());
             let stats = driver.stats();
             let reason = driver.run(d, reader, &mut out).await.unwrap();
             (out.bytes, reason, stats.messages_read())
@@ -1390,12 +1394,7 @@ async fn concatenated_json_one_pass_matches_framing_first_on_random_streams() {
             };
             let mut out = CountingWriter::default();
             let framer = Concatenated::new().max_frame(160);
-            let driver = if fused {
-                Driver::new(Box::new(framer) as Box<dyn Framer + Send>)
-            } else {
-                Driver::new(Box::new(FramerOnly(framer)) as Box<dyn Framer + Send>)
-            }
-            .limits(limits.clone());
+            let driver = concatenated_driver(framer, fused).limits(limits.clone());
             let stats = driver.stats();
             let reason = driver.run(&d, reader, &mut out).await.unwrap();
             results.push((out.bytes, reason, stats.messages_read()));
@@ -1412,5 +1411,57 @@ async fn concatenated_json_one_pass_matches_framing_first_on_random_streams() {
                 String::from_utf8_lossy(&input)
             );
         }
+    }
+}
+
+/// One pass under backpressure: with one call in flight at a time, reading
+/// pauses after every async message; the messages read but not yet taken
+/// wait as they are, and every one is answered, in order, as when framing
+/// first.
+#[tokio::test]
+async fn concatenated_json_one_pass_pauses_for_backpressure_and_loses_nothing() {
+    let d = dispatcher();
+    let messages: Vec<Vec<u8>> = (0..300u64)
+        .map(|i| match i % 3 {
+            0 => request(i, "echo", json!([i])),
+            1 => request(i, "add", json!([i, 1])),
+            _ => request(i, "slow", json!([i, 0])),
+        })
+        .collect();
+    let input = framed(Framing::Concatenated, &messages);
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let mut outputs = Vec::new();
+    for (fused, chunk) in [
+        (false, input.len()),
+        (true, input.len()),
+        (true, 1000),
+        (true, 7),
+    ] {
+        let reader = Chunked {
+            data: input.clone(),
+            at: 0,
+            chunk,
+        };
+        let mut out = CountingWriter::default();
+        let framer = Concatenated::new();
+        let driver = concatenated_driver(framer, fused).limits(limits.clone());
+        let stats = driver.stats();
+        let reason = driver.run(&d, reader, &mut out).await.unwrap();
+        assert_eq!(reason, CloseReason::Eof);
+        assert_eq!(stats.messages_read(), 300);
+        assert!(stats.read_pauses() > 0, "reads of {chunk}: never paused");
+        let replies: Vec<Value> = serde_json::Deserializer::from_slice(&out.bytes)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let ids: Vec<u64> = replies.iter().map(|r| r["id"].as_u64().unwrap()).collect();
+        assert_eq!(ids, (0..300).collect::<Vec<_>>(), "reads of {chunk}");
+        outputs.push(out.bytes);
+    }
+    for got in &outputs[1..] {
+        assert_eq!(got, &outputs[0]);
     }
 }

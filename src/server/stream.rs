@@ -342,6 +342,7 @@ impl<F: Framer> Driver<F> {
             wants_bytes: true,
             parser_frames,
             framing: false,
+            parsed: Bytes::new(),
             reason: CloseReason::Eof,
             calls_dropped: false,
             closing: false,
@@ -505,6 +506,9 @@ struct Io<'d, S, K, F, R, W> {
     /// ... but the framer is following the message at the front of `rbuf`
     /// (cut short when it was parsed, or not valid).
     framing: bool,
+    /// Bytes read and not yet taken when framing by parsing paused for
+    /// backpressure; `rbuf` is empty meanwhile.
+    parsed: Bytes,
     /// Why the connection ends, once `input` is not `Open`.
     reason: CloseReason,
     /// The shutdown grace passed: calls in flight were dropped.
@@ -654,14 +658,30 @@ where
     /// valid, the framer takes over (`framing`) until it has framed that
     /// one. Stops early under backpressure.
     fn take_parsed(&mut self) -> bool {
-        if self.rbuf.is_empty() {
-            self.wants_bytes = true;
-            return false;
-        }
-        let buffered = self.rbuf.split().freeze();
+        let buffered = match (self.parsed.is_empty(), self.rbuf.is_empty()) {
+            (true, true) => {
+                self.wants_bytes = true;
+                return false;
+            }
+            (true, false) => self.rbuf.split().freeze(),
+            (false, true) => std::mem::take(&mut self.parsed),
+            // Not reached (nothing is read while bytes wait here), but
+            // correct: the waiting bytes come first.
+            (false, false) => {
+                let mut joined = BytesMut::from(&self.parsed[..]);
+                joined.extend_from_slice(&self.rbuf.split());
+                self.parsed = Bytes::new();
+                joined.freeze()
+            }
+        };
         let mut at = 0;
         let mut started = false;
-        while self.input != Input::Stopped && !self.backpressured() {
+        let mut blocked = false;
+        loop {
+            if self.input == Input::Stopped || self.backpressured() {
+                blocked = true;
+                break;
+            }
             // A message starts at its first byte, as the framer's frames do
             // (error offsets count from there).
             at = crate::scan::skip_ws(&buffered, at);
@@ -690,13 +710,19 @@ where
             }
         }
         self.framer.skip(at);
-        let rest = &buffered[at..];
-        if buffered.len() >= LARGE_FRAME {
-            // The bytes not yet taken get a buffer of their own, so the
-            // messages read go with theirs once handled.
-            self.rbuf = BytesMut::from(rest);
+        let rest = buffered.slice(at..);
+        if blocked {
+            // Held as they are until the pause ends (nothing is read
+            // meanwhile): a pause per message must not copy the rest of
+            // the buffer each time.
+            self.parsed = rest;
+        } else if buffered.len() >= LARGE_FRAME {
+            // The bytes not yet taken (at most part of one message) get a
+            // buffer of their own, so the messages read go with theirs once
+            // handled.
+            self.rbuf = BytesMut::from(&rest[..]);
         } else {
-            self.rbuf.extend_from_slice(rest);
+            self.rbuf.extend_from_slice(&rest);
         }
         started
     }
