@@ -125,12 +125,7 @@ pub fn one_thread_runtime() -> tokio::runtime::Runtime {
 /// (a free one when `addr` asks for port 0). The workers' sockets
 /// ([`shared_listener`]) then bind it.
 pub fn claim_port(addr: SocketAddr) -> std::io::Result<SocketAddr> {
-    let probe = if addr.is_ipv4() {
-        TcpSocket::new_v4()?
-    } else {
-        TcpSocket::new_v6()?
-    };
-    probe.set_reuseaddr(true)?;
+    let probe = reusable_socket(addr)?;
     probe.bind(addr)?;
     probe.local_addr()
 }
@@ -139,14 +134,21 @@ pub fn claim_port(addr: SocketAddr) -> std::io::Result<SocketAddr> {
 /// (`SO_REUSEPORT`): the kernel spreads new connections over the workers'
 /// sockets, so each connection stays on the worker that accepted it.
 pub fn shared_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = reusable_socket(addr)?;
+    #[cfg(unix)]
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+/// A TCP socket of `addr`'s family with `SO_REUSEADDR` set (a restarted
+/// gateway binds its port at once, whatever connections linger).
+fn reusable_socket(addr: SocketAddr) -> std::io::Result<TcpSocket> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
-    #[cfg(unix)]
-    socket.set_reuseport(true)?;
-    socket.bind(addr)?;
-    socket.listen(1024)
+    Ok(socket)
 }
