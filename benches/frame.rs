@@ -108,6 +108,9 @@ fn drive_prefix(
     let (mut frames, mut digest) = (0, 0);
     // Set while a partial value is being followed by the framer.
     let mut framing = false;
+    // Bytes the parser took since the framer last saw the stream (told to
+    // it with `skip`, as the stream `Driver` does).
+    let mut taken = 0;
     for chunk in stream.chunks(CHUNK) {
         buf.extend_from_slice(chunk);
         let mut at = 0;
@@ -143,13 +146,16 @@ fn drive_prefix(
                     };
                     frames += 1;
                     at += len;
+                    taken += len;
                 }
                 Ok(rpcwire::Status::Partial) => {
                     if buf[at..].iter().all(u8::is_ascii_whitespace) {
+                        taken += buf.len() - at;
                         at = buf.len();
                         break;
                     }
-                    framer.reset();
+                    framer.skip(taken);
+                    taken = 0;
                     framing = true;
                 }
                 Err(e) => panic!("{e}"),

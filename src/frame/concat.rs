@@ -58,6 +58,12 @@ pub struct Concatenated {
     ends: Ends,
     next: usize,
     found: usize,
+    /// How many value ends one scan looks for: `MAX_ENDS` when the framer
+    /// frames every message; 1 once the parser frames them
+    /// ([`Framer::skip`]), where the framer is asked for one message at a
+    /// time (one cut by the end of a read) and what it found past that one
+    /// would be thrown away.
+    batch: usize,
     ends_base: u64,
     /// The value being read is over the limit: it is scanned to its end and
     /// dropped, not framed.
@@ -92,6 +98,7 @@ impl Concatenated {
             ends: [0; MAX_ENDS + 32],
             next: 0,
             found: 0,
+            batch: MAX_ENDS,
             ends_base: 0,
             discarding: false,
             closed: None,
@@ -193,10 +200,10 @@ impl Framer for Concatenated {
                 });
             }
             // Scan what has arrived since the last scan: every value end in
-            // it, up to `MAX_ENDS`.
+            // it, up to `batch`.
             let from = (self.scanned - self.stream) as usize;
             if from < buf.len() {
-                let found = structural::scan(&mut self.scan, buf, from, &mut self.ends);
+                let found = structural::scan(&mut self.scan, buf, from, &mut self.ends, self.batch);
                 #[cfg(test)]
                 {
                     self.examined += found.stop - from;
@@ -263,6 +270,7 @@ impl Framer for Concatenated {
         *self = Concatenated {
             stream,
             scanned: stream,
+            batch: 1,
             ..Concatenated::new().max_frame(self.max_frame)
         };
     }

@@ -60,9 +60,9 @@
 //! [`newlines`]: the `\n`s of everything received, 64 bytes at a time (SSE2
 //! or AVX2), in batches; `memchr` off x86_64, and as the test oracle.
 
-/// How many value ends one scan records before it stops: at least this
-/// many (the block scanner finishes the block it is in), at most
-/// `MAX_ENDS + 31`.
+/// How many value ends one scan records at most before it stops: at least
+/// the number asked for (`1..=MAX_ENDS`), and the block scanner finishes
+/// the block it is in, so at most `MAX_ENDS + 31`.
 pub(super) const MAX_ENDS: usize = 32;
 
 /// Room for the value ends of one scan.
@@ -93,16 +93,24 @@ pub(super) struct Found {
 }
 
 /// Scans `buf[pos..]` from `state`, writing into `ends` the index just past
-/// each top-level value's end, in order.
+/// each top-level value's end, in order, and stops once it has recorded
+/// `batch` of them (`1..=MAX_ENDS`).
 #[inline]
-pub(super) fn scan(state: &mut State, buf: &[u8], pos: usize, ends: &mut Ends) -> Found {
+pub(super) fn scan(
+    state: &mut State,
+    buf: &[u8],
+    pos: usize,
+    ends: &mut Ends,
+    batch: usize,
+) -> Found {
+    debug_assert!((1..=MAX_ENDS).contains(&batch));
     #[cfg(target_arch = "x86_64")]
     {
-        x86::scan(state, buf, pos, ends)
+        x86::scan(state, buf, pos, ends, batch)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        scalar(state, buf, pos, ends)
+        scalar(state, buf, pos, ends, batch)
     }
 }
 
@@ -211,7 +219,13 @@ static CLASS: [u8; 256] = {
 
 /// The reference backend: see the module docs.
 #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
-pub(super) fn scalar(state: &mut State, buf: &[u8], mut pos: usize, ends: &mut Ends) -> Found {
+pub(super) fn scalar(
+    state: &mut State,
+    buf: &[u8],
+    mut pos: usize,
+    ends: &mut Ends,
+    batch: usize,
+) -> Found {
     let len = buf.len();
     let mut found = 0;
     let State {
@@ -275,7 +289,7 @@ pub(super) fn scalar(state: &mut State, buf: &[u8], mut pos: usize, ends: &mut E
                     if depth == 0 {
                         ends[found] = pos;
                         found += 1;
-                        if found == MAX_ENDS {
+                        if found == batch {
                             break 'outer;
                         }
                     }
@@ -369,6 +383,7 @@ fn blocks(
     buf: &[u8],
     mut pos: usize,
     ends: &mut Ends,
+    batch: usize,
     classify: impl Fn(&[u8; 64]) -> Masks,
     prefix_xor: impl Fn(u64) -> u64,
 ) -> Found {
@@ -420,7 +435,7 @@ fn blocks(
             ends[found] = pos + last as usize + 1;
             found += usual as usize;
             depth = depth - closes + opens;
-            if found >= MAX_ENDS {
+            if found >= batch {
                 escape = carry;
                 in_string = inside >> (n - 1) & 1 != 0;
                 pos += n;
@@ -445,7 +460,7 @@ fn blocks(
             if below {
                 return stray(state, pos, (open, close), depth_before, ends, found_before);
             }
-            if found >= MAX_ENDS {
+            if found >= batch {
                 escape = carry;
                 in_string = inside >> (n - 1) & 1 != 0;
                 pos += n;
@@ -511,13 +526,19 @@ mod x86 {
     use super::{Ends, Found, Masks, Newlines, State, blocks, newline_blocks};
 
     #[inline]
-    pub(super) fn scan(state: &mut State, buf: &[u8], pos: usize, ends: &mut Ends) -> Found {
+    pub(super) fn scan(
+        state: &mut State,
+        buf: &[u8],
+        pos: usize,
+        ends: &mut Ends,
+        batch: usize,
+    ) -> Found {
         if avx2_available() {
             // SAFETY: the CPU has what the AVX2 backend needs (checked just
             // above).
-            unsafe { scan_avx2(state, buf, pos, ends) }
+            unsafe { scan_avx2(state, buf, pos, ends, batch) }
         } else {
-            scan_sse2(state, buf, pos, ends)
+            scan_sse2(state, buf, pos, ends, batch)
         }
     }
 
@@ -531,8 +552,22 @@ mod x86 {
             && std::is_x86_feature_detected!("pclmulqdq")
     }
 
-    pub(super) fn scan_sse2(state: &mut State, buf: &[u8], pos: usize, ends: &mut Ends) -> Found {
-        blocks(state, buf, pos, ends, classify_sse2, super::prefix_xor)
+    pub(super) fn scan_sse2(
+        state: &mut State,
+        buf: &[u8],
+        pos: usize,
+        ends: &mut Ends,
+        batch: usize,
+    ) -> Found {
+        blocks(
+            state,
+            buf,
+            pos,
+            ends,
+            batch,
+            classify_sse2,
+            super::prefix_xor,
+        )
     }
 
     /// # Safety
@@ -544,6 +579,7 @@ mod x86 {
         buf: &[u8],
         pos: usize,
         ends: &mut Ends,
+        batch: usize,
     ) -> Found {
         // The closures inherit this function's target features.
         blocks(
@@ -551,6 +587,7 @@ mod x86 {
             buf,
             pos,
             ends,
+            batch,
             |block| classify_avx2(block),
             |quotes| prefix_xor_clmul(quotes),
         )
@@ -671,7 +708,7 @@ mod x86 {
 mod tests {
     use super::*;
 
-    type Backend = fn(&mut State, &[u8], usize, &mut Ends) -> Found;
+    type Backend = fn(&mut State, &[u8], usize, &mut Ends, usize) -> Found;
 
     fn backends() -> Vec<(&'static str, Backend)> {
         #[allow(unused_mut)]
@@ -682,17 +719,24 @@ mod tests {
             if x86::avx2_available() {
                 // SAFETY: the CPU has what the AVX2 backend needs (checked
                 // just above).
-                v.push(("avx2", |s, b, p, e| unsafe { x86::scan_avx2(s, b, p, e) }));
+                v.push(("avx2", |s, b, p, e, n| unsafe {
+                    x86::scan_avx2(s, b, p, e, n)
+                }));
             }
         }
         v
     }
 
     /// What a backend makes of `input` fed in pieces ending at `cuts`, as the
-    /// framer drives it: every end (as an index into `input`), where it
-    /// stopped for good (a stray closing bracket) if it did, and the final
-    /// state.
-    fn in_pieces(f: Backend, input: &[u8], cuts: &[usize]) -> (Vec<usize>, Option<usize>, State) {
+    /// framer drives it with `batch` ends per scan: every end (as an index
+    /// into `input`), where it stopped for good (a stray closing bracket) if
+    /// it did, and the final state.
+    fn in_pieces(
+        f: Backend,
+        input: &[u8],
+        cuts: &[usize],
+        batch: usize,
+    ) -> (Vec<usize>, Option<usize>, State) {
         let mut state = State::default();
         let mut all = Vec::new();
         let mut pos = 0;
@@ -700,11 +744,11 @@ mod tests {
             let cut = cut.clamp(pos, input.len());
             loop {
                 let mut ends = [0; MAX_ENDS + 32];
-                let found = f(&mut state, &input[..cut], pos, &mut ends);
+                let found = f(&mut state, &input[..cut], pos, &mut ends, batch);
                 all.extend_from_slice(&ends[..found.ends]);
                 assert!(found.stop >= pos);
                 pos = found.stop;
-                if found.ends >= MAX_ENDS {
+                if found.ends >= batch {
                     continue;
                 }
                 if pos < cut {
@@ -719,14 +763,18 @@ mod tests {
     }
 
     fn check(input: &[u8], cuts: &[usize]) {
-        let want = in_pieces(scalar, input, &[]);
+        let want = in_pieces(scalar, input, &[], MAX_ENDS);
         for (name, f) in backends() {
-            assert_eq!(
-                in_pieces(f, input, cuts),
-                want,
-                "{name}, cuts {cuts:?}, input {:?}",
-                String::from_utf8_lossy(input)
-            );
+            // One end per scan (the framer finishing a single message) and
+            // full batches find the same ends.
+            for batch in [1, 3, MAX_ENDS] {
+                assert_eq!(
+                    in_pieces(f, input, cuts, batch),
+                    want,
+                    "{name}, batch {batch}, cuts {cuts:?}, input {:?}",
+                    String::from_utf8_lossy(input)
+                );
+            }
         }
     }
 
@@ -750,7 +798,7 @@ mod tests {
             (br#"{}"]"{}"#, &[2, 7], None),
         ];
         for &(input, ends, stray) in table {
-            let got = in_pieces(scalar, input, &[]);
+            let got = in_pieces(scalar, input, &[], MAX_ENDS);
             assert_eq!(
                 (&got.0[..], got.1),
                 (ends, stray),
@@ -769,7 +817,7 @@ mod tests {
         for i in 0..3 * MAX_ENDS + 5 {
             input.extend_from_slice(if i % 2 == 0 { b"{}" } else { b" [[\"]\"]]\n" });
         }
-        let (ends, stray, _) = in_pieces(scalar, &input, &[]);
+        let (ends, stray, _) = in_pieces(scalar, &input, &[], MAX_ENDS);
         assert_eq!((ends.len(), stray), (3 * MAX_ENDS + 5, None));
         for cut in [0, 1, 63, 64, 65, 100, input.len() / 2] {
             check(&input, &[cut]);
