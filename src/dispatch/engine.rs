@@ -964,7 +964,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         if !items.iter().any(is_async) {
             // Nothing to await: exactly the synchronous path.
-            return self.answer_batch(items, budget, Some(input), conn, out);
+            return self.answer_batch(items, budget, input, Some(input), conn, out);
         }
         let m = engine.open_message(input, true, budget, &self.too_large);
         let mut k = 0;
@@ -1267,49 +1267,6 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
         }
         written
-    }
-
-    /// Answers a batch with nothing to await, in order, straight into `out`.
-    pub(crate) fn answer_batch<B: ReplyBuf>(
-        &self,
-        items: &[Incoming<'_>],
-        mut budget: Budget,
-        input: Option<&Bytes>,
-        conn: &Connection,
-        out: &mut B,
-    ) {
-        let scope = Scope {
-            arena: &conn.arena,
-            ctx: &conn.context,
-            message: input.map_or(&[][..], |b| &b[..]),
-        };
-        let mut any = false;
-        for item in items {
-            let Some(entry) = item.as_entry() else {
-                conn.deliver(input, *item);
-                continue;
-            };
-            let Some(id) = entry.reply_id() else {
-                if !budget.is_over() {
-                    self.notify(entry, scope);
-                }
-                continue;
-            };
-            let too_large_len = self.too_large.len_for(id);
-            let allowance = budget.allowance(too_large_len);
-            out.push(if any { b',' } else { b'[' });
-            any = true;
-            let (len, outcome) = if budget.is_over() {
-                self.too_large.write(out, id);
-                (too_large_len, Outcome::TooLarge)
-            } else {
-                self.answer(entry, id, scope, out, allowance)
-            };
-            budget.commit(too_large_len, len, outcome);
-        }
-        if any {
-            out.push(b']');
-        }
     }
 }
 

@@ -464,38 +464,57 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
             Ok(Message::Batch(batch)) => {
                 let items = batch.as_slice();
-                let Some(mut budget) = self.batch_budget(items) else {
+                let Some(budget) = self.batch_budget(items) else {
                     return self.too_large.write(out, Id::NULL);
                 };
-                let mut any = false;
-                for item in items {
-                    let Some(entry) = item.as_entry() else {
-                        conn.deliver(bytes, *item);
-                        continue;
-                    };
-                    let Some(id) = entry.reply_id() else {
-                        if !budget.is_over() {
-                            self.notify(entry, scope);
-                        }
-                        continue;
-                    };
-                    let too_large_len = self.too_large.len_for(id);
-                    let allowance = budget.allowance(too_large_len);
-                    out.push(if any { b',' } else { b'[' });
-                    any = true;
-                    let (len, outcome) = if budget.is_over() {
-                        // Past the limit: answered, not run.
-                        self.too_large.write(out, id);
-                        (too_large_len, Outcome::TooLarge)
-                    } else {
-                        self.answer(entry, id, scope, out, allowance)
-                    };
-                    budget.commit(too_large_len, len, outcome);
-                }
-                if any {
-                    out.push(b']');
-                }
+                self.answer_batch(items, budget, input, bytes, conn, out);
             }
+        }
+    }
+
+    /// Answers a batch with nothing to await, in order, straight into `out`
+    /// (the synchronous path, and the async one when no entry awaits).
+    pub(crate) fn answer_batch<B: ReplyBuf>(
+        &self,
+        items: &[Incoming<'_>],
+        mut budget: Budget,
+        message: &[u8],
+        bytes: Option<&Bytes>,
+        conn: &Connection,
+        out: &mut B,
+    ) {
+        let scope = Scope {
+            arena: &conn.arena,
+            ctx: &conn.context,
+            message,
+        };
+        let mut any = false;
+        for item in items {
+            let Some(entry) = item.as_entry() else {
+                conn.deliver(bytes, *item);
+                continue;
+            };
+            let Some(id) = entry.reply_id() else {
+                if !budget.is_over() {
+                    self.notify(entry, scope);
+                }
+                continue;
+            };
+            let too_large_len = self.too_large.len_for(id);
+            let allowance = budget.allowance(too_large_len);
+            out.push(if any { b',' } else { b'[' });
+            any = true;
+            let (len, outcome) = if budget.is_over() {
+                // Past the limit: answered, not run.
+                self.too_large.write(out, id);
+                (too_large_len, Outcome::TooLarge)
+            } else {
+                self.answer(entry, id, scope, out, allowance)
+            };
+            budget.commit(too_large_len, len, outcome);
+        }
+        if any {
+            out.push(b']');
         }
     }
 
