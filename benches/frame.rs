@@ -43,20 +43,6 @@ fn requests(n: usize) -> Vec<Vec<u8>> {
     corpus::eth_stream(0x5eed_f4a3, n)
 }
 
-/// The digest `benches/parse.rs` uses: method, id and params lengths.
-fn rpcwire_digest(frame: &[u8], arena: &bumpalo::Bump) -> usize {
-    let digest = |e: rpcwire::request::Entry| {
-        let r = e.request().expect("corpus requests are valid");
-        r.method().len()
-            + r.id().map_or(0, |i| i.as_bytes().len())
-            + r.params().map_or(0, |p| p.as_bytes().len())
-    };
-    match rpcwire::parse(frame, arena).expect("corpus messages are valid") {
-        rpcwire::message::Message::Single(e) => digest(e),
-        rpcwire::message::Message::Batch(b) => b.map(digest).sum(),
-    }
-}
-
 /// A transport's read loop over `stream` in `CHUNK`-byte reads: the framer
 /// cuts frames out of a reused buffer, and `each` sees every frame. Returns
 /// the number of frames.
@@ -120,7 +106,7 @@ fn drive_prefix(
                 match &step {
                     Step::Frame { range, .. } => {
                         arena.reset();
-                        digest += rpcwire_digest(&buf[at..][range.clone()], arena);
+                        digest += peers::rpcwire_digest(&buf[at..][range.clone()], arena);
                         frames += 1;
                         framing = false;
                     }
@@ -247,7 +233,7 @@ fn bench_frame(c: &mut Criterion) {
             let mut digest = 0;
             let n = drive(&mut framer, black_box(&concat), &mut buf, |f| {
                 arena.reset();
-                digest += rpcwire_digest(f, &arena);
+                digest += peers::rpcwire_digest(f, &arena);
             });
             assert_eq!(n, MESSAGES);
             digest
@@ -291,7 +277,7 @@ fn bench_frame(c: &mut Criterion) {
             let stream = black_box(&concat);
             for r in &ranges {
                 arena.reset();
-                digest += rpcwire_digest(&stream[r.clone()], &arena);
+                digest += peers::rpcwire_digest(&stream[r.clone()], &arena);
             }
             digest
         })
@@ -306,7 +292,7 @@ fn bench_frame(c: &mut Criterion) {
             let mut digest = 0;
             let n = drive(&mut framer, black_box(&lines), &mut buf, |f| {
                 arena.reset();
-                digest += rpcwire_digest(f, &arena);
+                digest += peers::rpcwire_digest(f, &arena);
             });
             assert_eq!(n, MESSAGES);
             digest

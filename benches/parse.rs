@@ -14,21 +14,6 @@ mod corpus;
 #[path = "support/peers.rs"]
 mod peers;
 
-/// The same digest as the raw-value peers compute: method length, id bytes,
-/// params bytes, for every request in the message.
-fn rpcwire_digest(input: &[u8], arena: &bumpalo::Bump) -> usize {
-    let digest = |e: rpcwire::request::Entry| {
-        let r = e.request().expect("corpus requests are valid");
-        r.method().len()
-            + r.id().map_or(0, |i| i.as_bytes().len())
-            + r.params().map_or(0, |p| p.as_bytes().len())
-    };
-    match rpcwire::parse(input, arena).expect("corpus messages are valid") {
-        rpcwire::message::Message::Single(e) => digest(e),
-        rpcwire::message::Message::Batch(b) => b.map(digest).sum(),
-    }
-}
-
 /// Runs `f` on message `i`, `i + 1`, ... of `msgs` (wrapping), one per
 /// iteration, checking each result against `expect`.
 fn round_robin<'a>(
@@ -117,7 +102,7 @@ fn bench_parse(c: &mut Criterion) {
         g.bench_function("rpcwire", |b| {
             b.iter(round_robin(msgs, &raw, |m| {
                 arena.reset();
-                rpcwire_digest(m, &arena)
+                peers::rpcwire_digest(m, &arena)
             }))
         });
         // For a single request the two serde_json shapes are the same code;

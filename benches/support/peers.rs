@@ -136,6 +136,21 @@ pub fn raw_digest(input: &[u8]) -> usize {
     serde_json_raw(input)
 }
 
+/// rpcwire's side of the same digest: method length, id and params bytes
+/// of every request in the message.
+pub fn rpcwire_digest(input: &[u8], arena: &bumpalo::Bump) -> usize {
+    let digest = |e: rpcwire::request::Entry| {
+        let r = e.request().expect("corpus requests are valid");
+        r.method().len()
+            + r.id().map_or(0, |i| i.as_bytes().len())
+            + r.params().map_or(0, |p| p.as_bytes().len())
+    };
+    match rpcwire::parse(input, arena).expect("corpus messages are valid") {
+        rpcwire::message::Message::Single(e) => digest(e),
+        rpcwire::message::Message::Batch(b) => b.map(digest).sum(),
+    }
+}
+
 /// simd-json, the fastest way it offers for this job: the input copied once
 /// into a reused, padded buffer (it parses in place), its tape filled
 /// in place (`fill_tape_padded`, no second copy) with its buffers and tape
