@@ -278,6 +278,7 @@ impl Parser {
         arena: &'a Bump,
         prefix: bool,
     ) -> Result<(Message<'a, T>, usize), Error> {
+        scan::prefetch(input);
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {
