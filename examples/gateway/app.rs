@@ -98,6 +98,7 @@ pub fn spawn_workers(
         let worker = std::thread::Builder::new()
             .name(format!("gateway-worker-{i}"))
             .spawn(move || {
+                crate::h1::set_worker(i);
                 one_thread_runtime().block_on(async move {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => app.run(listener, limits, shutdown).await,
