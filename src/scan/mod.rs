@@ -36,7 +36,8 @@ const PREFETCH_BYTES: usize = 512;
 /// otherwise wait for its lines one after the other.
 #[inline(always)]
 pub(crate) fn prefetch(input: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
+    // Miri has nothing to prefetch into.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     {
         use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         let end = input.len().min(PREFETCH_BYTES);
@@ -54,7 +55,7 @@ pub(crate) fn prefetch(input: &[u8]) {
             unsafe { _mm_prefetch::<_MM_HINT_T0>(input.as_ptr().add(end - 1).cast()) };
         }
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     let _ = input;
 }
 
