@@ -1,0 +1,203 @@
+//! The parse and round-trip comparisons of `parse.rs` and `dispatch.rs`,
+//! measured the way a shared, noisy machine needs: contestants interleaved
+//! round by round in one process (`support/interleave.rs`), so that a
+//! neighbour's burst lands on all of them alike.
+//!
+//! `cargo bench --features peers,eth --bench interleaved [filter]` runs, for
+//! each large mixed corpus (the same corpora, digests and checks as
+//! `parse.rs` and `dispatch.rs`), `ROUNDS` rounds (default 21); in each
+//! round every contestant (rpcwire, then the peers, in an order that
+//! rotates from round to round) passes over the whole corpus `PASSES` times
+//! (default 3), every result checked. Reported per corpus: each
+//! contestant's median time per message, rpcwire's lead over each peer, and
+//! over the fastest peer *of each round* (the stricter reading: a peer's
+//! lucky round counts against rpcwire), min / median / max over the rounds.
+//!
+//! criterion's groups (`--bench parse`, `--bench dispatch`) measure each
+//! contestant for two seconds in turn; there a drift of the machine between
+//! two windows moves the ratio, here it moves all contestants of a round
+//! together.
+
+use std::hint::black_box;
+
+#[path = "support/corpus.rs"]
+mod corpus;
+#[path = "support/interleave.rs"]
+mod interleave;
+#[path = "support/peers.rs"]
+mod peers;
+#[path = "support/round_trip.rs"]
+mod round_trip;
+
+use interleave::{Contestant, compare};
+
+/// One pass of `parse` over `msgs`, each digest checked against `expect`.
+fn digest_pass<'a>(
+    msgs: &'a [Vec<u8>],
+    expect: &'a [usize],
+    mut parse: impl FnMut(&[u8]) -> usize + 'a,
+) -> impl FnMut() + 'a {
+    move || {
+        for (i, m) in msgs.iter().enumerate() {
+            assert_eq!(parse(black_box(m)), expect[i], "message {i}");
+        }
+    }
+}
+
+/// One pass of `handle` over `msgs`, each reply's length checked against
+/// `expect`.
+fn reply_pass<'a>(
+    msgs: &'a [Vec<u8>],
+    expect: Vec<usize>,
+    mut handle: impl FnMut(&[u8], &mut Vec<u8>) + 'a,
+) -> impl FnMut() + 'a {
+    let mut out = Vec::with_capacity(1 << 20);
+    move || {
+        for (i, m) in msgs.iter().enumerate() {
+            out.clear();
+            handle(black_box(m), &mut out);
+            assert_eq!(out.len(), expect[i], "message {i}");
+        }
+    }
+}
+
+/// Parsing with full validation: rpcwire and the peers of `parse.rs`, each
+/// message's digest checked.
+fn parse(name: &str, msgs: &[Vec<u8>], batches: bool) {
+    let raw: Vec<usize> = msgs.iter().map(|m| peers::raw_digest(m)).collect();
+    let dom: Vec<usize> = msgs
+        .iter()
+        .map(|m| peers::dom_digest(&serde_json::from_slice(m).unwrap()))
+        .collect();
+    let mut arena = bumpalo::Bump::new();
+    let mut all = vec![Contestant::new(
+        "rpcwire",
+        digest_pass(msgs, &raw, move |m| {
+            arena.reset();
+            peers::rpcwire_digest(m, &arena)
+        }),
+    )];
+    all.push(Contestant::new(
+        "serde_json_raw",
+        digest_pass(msgs, &raw, peers::serde_json_raw),
+    ));
+    if batches {
+        all.push(Contestant::new(
+            "serde_json_one_pass",
+            digest_pass(msgs, &raw, peers::serde_json_one_pass),
+        ));
+    }
+    all.push(Contestant::new(
+        "sonic_rs_lazy",
+        digest_pass(msgs, &raw, peers::sonic_rs_lazy),
+    ));
+    if batches {
+        all.push(Contestant::new(
+            "sonic_rs_one_pass",
+            digest_pass(msgs, &raw, peers::sonic_rs_one_pass),
+        ));
+    }
+    let mut simd = peers::SimdJsonTape::default();
+    all.push(Contestant::new(
+        "simd_json_tape",
+        digest_pass(msgs, &dom, move |m| simd.parse(m)),
+    ));
+    compare(
+        &format!("parse/{name}"),
+        msgs.len(),
+        corpus::bytes(msgs),
+        &mut all,
+    );
+}
+
+/// The round trip (parse, route, handler, reply) of `dispatch.rs`: rpcwire,
+/// serde_json + FxHashMap, jsonrpsee; each reply's length checked.
+fn round_trip(name: &str, msgs: &[Vec<u8>]) {
+    let d = round_trip::rpcwire_dispatcher();
+    let fx = round_trip::serde_fx::methods();
+    let module = round_trip::jsonrpsee_module::module();
+    // The replies' lengths, from each contestant itself (dispatch.rs checks
+    // that the three write the same JSON).
+    let mut conn = rpcwire::Connection::new();
+    let lengths = |f: &mut dyn FnMut(&[u8], &mut Vec<u8>)| -> Vec<usize> {
+        msgs.iter()
+            .map(|m| {
+                let mut out = Vec::new();
+                f(m, &mut out);
+                out.len()
+            })
+            .collect()
+    };
+    let ours = lengths(&mut |m, out| {
+        d.handle(m, &mut conn, out);
+    });
+    let mut scratch = String::new();
+    let theirs = lengths(&mut |m, out| round_trip::serde_fx::handle(m, &fx, &mut scratch, out));
+    let rpsee = lengths(&mut |m, out| {
+        round_trip::ready(round_trip::jsonrpsee_module::handle(&module, m, out))
+    });
+    let mut all = vec![
+        Contestant::new(
+            "rpcwire",
+            reply_pass(msgs, ours, |m, out| {
+                d.handle(m, &mut conn, out);
+            }),
+        ),
+        Contestant::new(
+            "serde_json_fxhashmap",
+            reply_pass(msgs, theirs, |m, out| {
+                round_trip::serde_fx::handle(m, &fx, &mut scratch, out)
+            }),
+        ),
+        Contestant::new(
+            "jsonrpsee_raw_json_request",
+            reply_pass(msgs, rpsee, |m, out| {
+                round_trip::ready(round_trip::jsonrpsee_module::handle(&module, m, out))
+            }),
+        ),
+    ];
+    compare(
+        &format!("round_trip/{name}"),
+        msgs.len(),
+        corpus::bytes(msgs),
+        &mut all,
+    );
+}
+
+/// Builds a corpus (when its comparison is wanted).
+type MakeCorpus = fn() -> Vec<Vec<u8>>;
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument picks comparisons.
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
+    let (rounds, passes) = interleave::settings();
+    println!("{rounds} rounds, {passes} passes per contestant per round");
+    let parse_cases: [(&str, MakeCorpus, bool); 5] = [
+        ("eth_singles", || corpus::eth_stream(7, 20_000), false),
+        ("eth_batch_100", || corpus::eth_batches(11, 100, 200), true),
+        ("eth_batch_1000", || corpus::eth_batches(13, 1000, 20), true),
+        ("mcp", || corpus::mcp_stream(17, 20_000), false),
+        (
+            "eth_raw_tx_128k",
+            || corpus::eth_big_raw_txs(19, 128 * 1024, 32),
+            false,
+        ),
+    ];
+    for (name, make, batches) in parse_cases {
+        if wanted(&format!("parse/{name}")) {
+            parse(name, &make(), batches);
+        }
+    }
+    // The corpora of dispatch.rs.
+    let round_trip_cases: [(&str, MakeCorpus); 3] = [
+        ("eth_singles", || corpus::eth_stream(31, 20_000)),
+        ("eth_batch_100", || corpus::eth_batches(37, 100, 200)),
+        ("eth_batch_1000", || corpus::eth_batches(41, 1000, 20)),
+    ];
+    for (name, make) in round_trip_cases {
+        if wanted(&format!("round_trip/{name}")) {
+            round_trip(name, &make());
+        }
+    }
+}

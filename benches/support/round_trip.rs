@@ -1,0 +1,205 @@
+//! The round trip's contestants (parse, route, run the handler, write the
+//! reply), shared by `dispatch.rs` (criterion) and `interleaved.rs`: rpcwire's
+//! dispatcher, and the two peers, each with the same methods doing the same
+//! work (a hex quantity from the state and the length of the raw params):
+//!
+//! * (a) serde_json with `&RawValue` + `FxHashMap` + `serde_json::to_writer`,
+//!   the hand-rolled shape a gateway writes today, in its fastest correct
+//!   form: a batch is read into `Vec<Request>` in one pass, and only if that
+//!   fails split into raw elements to answer each on its own;
+//! * (b) jsonrpsee's `RpcModule::raw_json_request` with the same methods
+//!   registered (a batch is split into its elements, each sent through
+//!   `raw_json_request`, and the replies joined, as jsonrpsee's server does).
+#![allow(dead_code)]
+
+use rpcwire::eth::EthReply;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::corpus;
+
+pub const STATE: u64 = 0x1234_5678;
+
+pub fn rpcwire_dispatcher() -> rpcwire::Dispatcher<u64> {
+    let mut b = rpcwire::Dispatcher::builder(STATE);
+    for (name, _) in corpus::ETH_MIX {
+        b = b.method(*name, |call: rpcwire::Call<'_, u64>| {
+            let len = call.params.map_or(0, |p| p.as_bytes().len()) as u64;
+            call.reply.quantity((*call.state + len) as u128)
+        });
+    }
+    b.build().unwrap()
+}
+
+/// Peer (a): serde_json + FxHashMap + to_writer.
+pub mod serde_fx {
+    use super::*;
+
+    #[derive(Deserialize)]
+    pub struct Request<'a> {
+        #[serde(borrow)]
+        pub jsonrpc: &'a str,
+        #[serde(borrow, default)]
+        pub id: Option<&'a RawValue>,
+        #[serde(borrow)]
+        pub method: std::borrow::Cow<'a, str>,
+        #[serde(borrow, default)]
+        pub params: Option<&'a RawValue>,
+    }
+
+    #[derive(Serialize)]
+    struct Response<'a> {
+        jsonrpc: &'static str,
+        id: &'a RawValue,
+        result: &'a str,
+    }
+
+    #[derive(Serialize)]
+    struct ErrorBody<'a> {
+        code: i32,
+        message: &'a str,
+    }
+
+    #[derive(Serialize)]
+    struct ErrorResponse<'a> {
+        jsonrpc: &'static str,
+        id: Option<&'a RawValue>,
+        error: ErrorBody<'a>,
+    }
+
+    pub type Handler = fn(Option<&RawValue>, &u64, &mut String);
+
+    fn quantity(params: Option<&RawValue>, state: &u64, out: &mut String) {
+        use std::fmt::Write;
+        let len = params.map_or(0, |p| p.get().len()) as u64;
+        let _ = write!(out, "0x{:x}", state + len);
+    }
+
+    pub fn methods() -> rustc_hash::FxHashMap<&'static str, Handler> {
+        corpus::ETH_MIX
+            .iter()
+            .map(|(n, _)| (*n, quantity as Handler))
+            .collect()
+    }
+
+    fn one(
+        req: &Request<'_>,
+        methods: &rustc_hash::FxHashMap<&'static str, Handler>,
+        scratch: &mut String,
+        out: &mut Vec<u8>,
+    ) {
+        let Some(id) = req.id else { return };
+        assert_eq!(req.jsonrpc, "2.0", "the corpus is valid");
+        match methods.get(req.method.as_ref()) {
+            Some(handler) => {
+                scratch.clear();
+                handler(req.params, &STATE, scratch);
+                serde_json::to_writer(
+                    &mut *out,
+                    &Response {
+                        jsonrpc: "2.0",
+                        id,
+                        result: scratch,
+                    },
+                )
+                .unwrap();
+            }
+            None => serde_json::to_writer(
+                &mut *out,
+                &ErrorResponse {
+                    jsonrpc: "2.0",
+                    id: Some(id),
+                    error: ErrorBody {
+                        code: -32601,
+                        message: "Method not found",
+                    },
+                },
+            )
+            .unwrap(),
+        }
+    }
+
+    pub fn handle(
+        input: &[u8],
+        methods: &rustc_hash::FxHashMap<&'static str, Handler>,
+        scratch: &mut String,
+        out: &mut Vec<u8>,
+    ) {
+        let first = input.iter().find(|b| !b.is_ascii_whitespace()).copied();
+        if first == Some(b'[') {
+            out.push(b'[');
+            // One pass when every entry is a request (all of this corpus)...
+            if let Ok(requests) = serde_json::from_slice::<Vec<Request>>(input) {
+                for (i, req) in requests.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    one(req, methods, scratch, out);
+                }
+            } else {
+                // ...else entry by entry (the corpus never gets here).
+                let elements: Vec<&RawValue> = serde_json::from_slice(input).unwrap();
+                for (i, e) in elements.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    let req: Request = serde_json::from_str(e.get()).unwrap();
+                    one(&req, methods, scratch, out);
+                }
+            }
+            out.push(b']');
+        } else {
+            let req: Request = serde_json::from_slice(input).unwrap();
+            one(&req, methods, scratch, out);
+        }
+    }
+}
+
+/// Peer (b): jsonrpsee's RpcModule.
+pub mod jsonrpsee_module {
+    use super::*;
+    use jsonrpsee::RpcModule;
+
+    pub fn module() -> RpcModule<u64> {
+        let mut m = RpcModule::new(STATE);
+        for (name, _) in corpus::ETH_MIX {
+            m.register_method(name, |params, state, _| {
+                let len = params.as_str().map_or(0, str::len) as u64;
+                format!("0x{:x}", state + len)
+            })
+            .unwrap();
+        }
+        m
+    }
+
+    pub async fn handle(m: &RpcModule<u64>, input: &[u8], out: &mut Vec<u8>) {
+        let text = std::str::from_utf8(input).unwrap();
+        if text.trim_start().starts_with('[') {
+            let elements: Vec<&RawValue> = serde_json::from_str(text).unwrap();
+            out.push(b'[');
+            for (i, e) in elements.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                let (reply, _rx) = m.raw_json_request(e.get(), 1).await.unwrap();
+                out.extend_from_slice(reply.get().as_bytes());
+            }
+            out.push(b']');
+        } else {
+            let (reply, _rx) = m.raw_json_request(text, 1).await.unwrap();
+            out.extend_from_slice(reply.get().as_bytes());
+        }
+    }
+}
+
+/// Polls a future that completes without waiting (jsonrpsee answers a
+/// synchronous method without I/O), so no runtime's `block_on` is measured
+/// with it.
+pub fn ready<F: std::future::Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => v,
+        std::task::Poll::Pending => panic!("a synchronous method completes at once"),
+    }
+}
