@@ -433,6 +433,18 @@ pub(crate) struct Scope<'a> {
     pub(crate) message: &'a [u8],
 }
 
+impl<'a> Scope<'a> {
+    /// `conn`'s arena and context, for the calls of `message`.
+    #[inline]
+    pub(crate) fn new(conn: &'a Connection, message: &'a [u8]) -> Self {
+        Scope {
+            arena: &conn.arena,
+            ctx: &conn.context,
+            message,
+        }
+    }
+}
+
 impl<S: Send + Sync + 'static> Shared<S> {
     /// Parses `input` and answers everything in it synchronously (no async
     /// handler may be reached: only `SyncOnly` dispatchers call this).
@@ -443,11 +455,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         conn: &Connection,
         out: &mut B,
     ) {
-        let scope = Scope {
-            arena: &conn.arena,
-            ctx: &conn.context,
-            message: input,
-        };
+        let scope = Scope::new(conn, input);
         match self.parser.parse_incoming(input, scope.arena) {
             Err(e) => self.message_error(out, e),
             Ok(Message::Single(item)) => {
@@ -483,11 +491,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         conn: &Connection,
         out: &mut B,
     ) {
-        let scope = Scope {
-            arena: &conn.arena,
-            ctx: &conn.context,
-            message,
-        };
+        let scope = Scope::new(conn, message);
         let mut any = false;
         for item in items {
             let Some(entry) = item.as_entry() else {
