@@ -13,6 +13,20 @@
 //! over the fastest peer *of each round* (the stricter reading: a peer's
 //! lucky round counts against rpcwire), min / median / max over the rounds.
 //!
+//! Each single-message corpus is measured in two memory layouts:
+//!
+//! * scattered (`eth_singles`, `mcp`): each message in its own heap
+//!   allocation, as the corpus was generated, first touched by the parser.
+//!   The allocations are not in address order, so the hardware prefetcher
+//!   cannot run ahead and every message's first line is a cache miss that
+//!   every contestant pays (with rpcwire's ~100 ns per message, that miss
+//!   is close to half of its time);
+//! * stream (`eth_singles_stream`, `mcp_stream`): the same messages back to
+//!   back, newline-separated, in one buffer, as a stdio, TCP or IPC
+//!   connection's read buffer (or a pipelined HTTP connection's) holds them.
+//!   The buffer (megabytes) does not fit in cache either, but it is read in
+//!   address order, as a server reads what it has just received.
+//!
 //! criterion's groups (`--bench parse`, `--bench dispatch`) measure each
 //! contestant for two seconds in turn; there a drift of the machine between
 //! two windows moves the ratio, here it moves all contestants of a round
@@ -33,7 +47,7 @@ use interleave::{Contestant, compare};
 
 /// One pass of `parse` over `msgs`, each digest checked against `expect`.
 fn digest_pass<'a>(
-    msgs: &'a [Vec<u8>],
+    msgs: &'a [&'a [u8]],
     expect: &'a [usize],
     mut parse: impl FnMut(&[u8]) -> usize + 'a,
 ) -> impl FnMut() + 'a {
@@ -47,7 +61,7 @@ fn digest_pass<'a>(
 /// One pass of `handle` over `msgs`, each reply's length checked against
 /// `expect`.
 fn reply_pass<'a>(
-    msgs: &'a [Vec<u8>],
+    msgs: &'a [&'a [u8]],
     expect: Vec<usize>,
     mut handle: impl FnMut(&[u8], &mut Vec<u8>) + 'a,
 ) -> impl FnMut() + 'a {
@@ -63,7 +77,7 @@ fn reply_pass<'a>(
 
 /// Parsing with full validation: rpcwire and the peers of `parse.rs`, each
 /// message's digest checked.
-fn parse(name: &str, msgs: &[Vec<u8>], batches: bool) {
+fn parse(name: &str, msgs: &[&[u8]], batches: bool) {
     let raw: Vec<usize> = msgs.iter().map(|m| peers::raw_digest(m)).collect();
     let dom: Vec<usize> = msgs
         .iter()
@@ -102,17 +116,12 @@ fn parse(name: &str, msgs: &[Vec<u8>], batches: bool) {
         "simd_json_tape",
         digest_pass(msgs, &dom, move |m| simd.parse(m)),
     ));
-    compare(
-        &format!("parse/{name}"),
-        msgs.len(),
-        corpus::bytes(msgs),
-        &mut all,
-    );
+    compare(&format!("parse/{name}"), msgs.len(), total(msgs), &mut all);
 }
 
 /// The round trip (parse, route, handler, reply) of `dispatch.rs`: rpcwire,
 /// serde_json + FxHashMap, jsonrpsee; each reply's length checked.
-fn round_trip(name: &str, msgs: &[Vec<u8>]) {
+fn round_trip(name: &str, msgs: &[&[u8]]) {
     let d = round_trip::rpcwire_dispatcher();
     let fx = round_trip::serde_fx::methods();
     let module = round_trip::jsonrpsee_module::module();
@@ -159,13 +168,66 @@ fn round_trip(name: &str, msgs: &[Vec<u8>]) {
     compare(
         &format!("round_trip/{name}"),
         msgs.len(),
-        corpus::bytes(msgs),
+        total(msgs),
         &mut all,
     );
 }
 
+fn total(msgs: &[&[u8]]) -> usize {
+    msgs.iter().map(|m| m.len()).sum()
+}
+
 /// Builds a corpus (when its comparison is wanted).
 type MakeCorpus = fn() -> Vec<Vec<u8>>;
+
+/// The two layouts of a corpus (see the module's docs): each message where
+/// it was allocated, and the same messages back to back in `stream`.
+fn layouts<'a>(corpus: &'a [Vec<u8>], stream: &'a mut Vec<u8>) -> [Vec<&'a [u8]>; 2] {
+    stream.clear();
+    let mut ends = Vec::with_capacity(corpus.len());
+    for m in corpus {
+        stream.extend_from_slice(m);
+        ends.push(stream.len());
+        stream.push(b'\n');
+    }
+    let stream: &'a [u8] = stream;
+    let mut start = 0;
+    let contiguous = ends
+        .into_iter()
+        .map(|end| {
+            let m = &stream[start..end];
+            start = end + 1;
+            m
+        })
+        .collect();
+    [corpus.iter().map(Vec::as_slice).collect(), contiguous]
+}
+
+/// Runs `run` on the layouts of `corpus` whose names (`name`, and
+/// `name_stream` for a single-message corpus) are wanted.
+fn each_layout(
+    name: &str,
+    make: MakeCorpus,
+    singles: bool,
+    wanted: &dyn Fn(&str) -> bool,
+    run: &mut dyn FnMut(&str, &[&[u8]]),
+) {
+    let stream_name = format!("{name}_stream");
+    let names = [name, stream_name.as_str()];
+    let picked: Vec<bool> = (0..2)
+        .map(|i| (i == 0 || singles) && wanted(names[i]))
+        .collect();
+    if !picked.contains(&true) {
+        return;
+    }
+    let corpus = make();
+    let mut stream = Vec::new();
+    for (i, msgs) in layouts(&corpus, &mut stream).iter().enumerate() {
+        if picked[i] {
+            run(names[i], msgs);
+        }
+    }
+}
 
 fn main() {
     // `cargo bench` passes `--bench`; a filter argument picks comparisons.
@@ -173,6 +235,7 @@ fn main() {
     let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     let (rounds, passes) = interleave::settings();
     println!("{rounds} rounds, {passes} passes per contestant per round");
+    // (name, corpus, whether it holds batches)
     let parse_cases: [(&str, MakeCorpus, bool); 5] = [
         ("eth_singles", || corpus::eth_stream(7, 20_000), false),
         ("eth_batch_100", || corpus::eth_batches(11, 100, 200), true),
@@ -185,9 +248,11 @@ fn main() {
         ),
     ];
     for (name, make, batches) in parse_cases {
-        if wanted(&format!("parse/{name}")) {
-            parse(name, &make(), batches);
-        }
+        let singles = !batches && name != "eth_raw_tx_128k";
+        let wanted = |n: &str| wanted(&format!("parse/{n}"));
+        each_layout(name, make, singles, &wanted, &mut |n, msgs| {
+            parse(n, msgs, batches)
+        });
     }
     // The corpora of dispatch.rs.
     let round_trip_cases: [(&str, MakeCorpus); 3] = [
@@ -196,8 +261,10 @@ fn main() {
         ("eth_batch_1000", || corpus::eth_batches(41, 1000, 20)),
     ];
     for (name, make) in round_trip_cases {
-        if wanted(&format!("round_trip/{name}")) {
-            round_trip(name, &make());
-        }
+        let singles = name == "eth_singles";
+        let wanted = |n: &str| wanted(&format!("round_trip/{n}"));
+        each_layout(name, make, singles, &wanted, &mut |n, msgs| {
+            round_trip(n, msgs)
+        });
     }
 }
