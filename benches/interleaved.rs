@@ -180,6 +180,15 @@ fn total(msgs: &[&[u8]]) -> usize {
 /// Builds a corpus (when its comparison is wanted).
 type MakeCorpus = fn() -> Vec<Vec<u8>>;
 
+/// The messages of the `mcp` corpus that hold free text (a byte >= 0x80 or
+/// a backslash), or those that do not.
+fn mcp_part(text: bool) -> Vec<Vec<u8>> {
+    let is_text = |m: &Vec<u8>| m.iter().any(|&b| b >= 0x80 || b == b'\\');
+    let mut all = corpus::mcp_stream(17, 20_000);
+    all.retain(|m| is_text(m) == text);
+    all
+}
+
 /// The two layouts of a corpus (see the module's docs): each message where
 /// it was allocated, and the same messages back to back in `stream`.
 fn layouts<'a>(corpus: &'a [Vec<u8>], stream: &'a mut Vec<u8>) -> [Vec<&'a [u8]>; 2] {
@@ -236,11 +245,15 @@ fn main() {
     let (rounds, passes) = interleave::settings();
     println!("{rounds} rounds, {passes} passes per contestant per round");
     // (name, corpus, whether it holds batches)
-    let parse_cases: [(&str, MakeCorpus, bool); 5] = [
+    let parse_cases: [(&str, MakeCorpus, bool); 7] = [
         ("eth_singles", || corpus::eth_stream(7, 20_000), false),
         ("eth_batch_100", || corpus::eth_batches(11, 100, 200), true),
         ("eth_batch_1000", || corpus::eth_batches(13, 1000, 20), true),
         ("mcp", || corpus::mcp_stream(17, 20_000), false),
+        // The MCP corpus in two parts: messages with free text (non-ASCII
+        // characters or escapes in their strings), and the rest.
+        ("mcp_text", || mcp_part(true), false),
+        ("mcp_plain", || mcp_part(false), false),
         (
             "eth_raw_tx_128k",
             || corpus::eth_big_raw_txs(19, 128 * 1024, 32),

@@ -239,39 +239,65 @@ pub(crate) fn skip_digits(buf: &[u8], mut pos: usize) -> usize {
 
 /// Validates the number starting at `pos` (a `-` or a digit); returns the index
 /// after it. What follows the number is the caller's to check.
+#[inline(always)]
+pub(crate) fn scan_number(buf: &[u8], pos: usize) -> Result<usize, Error> {
+    scan_numbers(buf, pos, false)
+}
+
+/// [`scan_number`], and with `run` (inside an array) the numbers that
+/// follow it as further elements (`,` and at most one space before each):
+/// embedding vectors, coordinates and byte arrays go from one number to the
+/// next without [`skip_value`]'s turnaround. Returns the index after the
+/// last number taken; what follows is the caller's to check.
+#[inline(always)]
+fn scan_numbers(buf: &[u8], pos: usize, run: bool) -> Result<usize, Error> {
+    match number_run_end(buf, pos, run) {
+        Ok(end) => Ok(end),
+        Err(at) => number_error(buf, at),
+    }
+}
+
+/// The grammar of [`scan_numbers`]: the index after the numbers, or the
+/// index of the byte that breaks one (the input's length if it is cut
+/// short).
 ///
 /// Not inlined: numbers are rare inside Ethereum params (hex strings), and
 /// keeping the number grammar out of [`skip_value`]'s loop leaves its
-/// registers to the loop state.
+/// registers to the loop state. Its result fits two registers (an `Error`
+/// would be returned through memory); the caller's cold path builds the
+/// error.
 #[inline(never)]
-pub(crate) fn scan_number(buf: &[u8], mut pos: usize) -> Result<usize, Error> {
-    if buf.get(pos) == Some(&b'-') {
-        pos += 1;
-    }
-    match buf.get(pos) {
-        Some(b'0') => pos += 1,
-        Some(b'1'..=b'9') => pos = skip_digits(buf, pos + 1),
-        Some(_) => return err(ErrorKind::InvalidNumber, pos),
-        None => return eof(buf),
-    }
-    if buf.get(pos) == Some(&b'.') {
-        pos += 1;
-        if !is_digit(buf.get(pos)) {
-            return number_error(buf, pos);
+fn number_run_end(buf: &[u8], mut pos: usize, run: bool) -> Result<usize, usize> {
+    loop {
+        pos += (buf.get(pos) == Some(&b'-')) as usize;
+        match buf.get(pos) {
+            Some(b'0') => pos += 1,
+            Some(b'1'..=b'9') => pos = skip_digits(buf, pos + 1),
+            _ => return Err(pos),
         }
-        pos = skip_digits(buf, pos + 1);
-    }
-    if matches!(buf.get(pos), Some(b'e' | b'E')) {
-        pos += 1;
-        if matches!(buf.get(pos), Some(b'+' | b'-')) {
+        if buf.get(pos) == Some(&b'.') {
+            if !is_digit(buf.get(pos + 1)) {
+                return Err(pos + 1);
+            }
+            pos = skip_digits(buf, pos + 2);
+        }
+        if matches!(buf.get(pos), Some(b'e' | b'E')) {
             pos += 1;
+            pos += matches!(buf.get(pos), Some(b'+' | b'-')) as usize;
+            if !is_digit(buf.get(pos)) {
+                return Err(pos);
+            }
+            pos = skip_digits(buf, pos + 1);
         }
-        if !is_digit(buf.get(pos)) {
-            return number_error(buf, pos);
+        if !run || buf.get(pos) != Some(&b',') {
+            return Ok(pos);
         }
-        pos = skip_digits(buf, pos + 1);
+        let next = pos + 1 + (buf.get(pos + 1) == Some(&b' ')) as usize;
+        if !matches!(buf.get(next), Some(b'-' | b'0'..=b'9')) {
+            return Ok(pos);
+        }
+        pos = next;
     }
-    Ok(pos)
 }
 
 #[cold]
@@ -378,7 +404,11 @@ pub(crate) fn skip_value(
                     }
                 }
             }
-            b'-' | b'0'..=b'9' => pos = scan_number(buf, pos)?,
+            b'-' | b'0'..=b'9' => {
+                // In an array (branch-free: `&`, not `&&`).
+                let in_array = (level != 0) & (kinds >> (level.wrapping_sub(1) & 63) & 1 == 1);
+                pos = scan_numbers(buf, pos, in_array)?;
+            }
             b'{' | b'[' if level == 64 => pos = skip_value(buf, pos, depth + level, max_depth)?,
             b'{' | b'[' => {
                 if depth + level >= max_depth {
@@ -728,6 +758,9 @@ mod tests {
             "[]",
             "{}",
             "[1,2,3]",
+            "[0.5,-1,2e3, 4,-0.25E-2,  5,\n6 ,7]",
+            "[[1,2],[3,-4.5]]",
+            "[1,\"a\",2,true,3]",
             "{\"a\":1,\"b\":[{},[]]}",
             " \t\r\n[ 1 , { \"a\" : null } ] \n",
         ] {
@@ -768,6 +801,17 @@ mod tests {
             ("{\"a\":1]", "expected ',' or '}' at byte 6"),
             ("[", "unexpected end of input at byte 1"),
             ("[1,2", "unexpected end of input at byte 4"),
+            // Runs of numbers in arrays keep the same errors and offsets.
+            ("[1,2,]", "expected a JSON value at byte 5"),
+            ("[1, 2,-]", "invalid number at byte 7"),
+            ("[1,-", "unexpected end of input at byte 4"),
+            ("[1,01]", "expected ',' or ']' at byte 4"),
+            ("[1,2.]", "invalid number at byte 5"),
+            ("[1,2e", "unexpected end of input at byte 5"),
+            ("[1,2 3]", "expected ',' or ']' at byte 5"),
+            ("[1,  2,x]", "expected a JSON value at byte 7"),
+            ("{\"a\":1,2}", "expected a member name at byte 7"),
+            ("{\"a\":[1],2}", "expected a member name at byte 9"),
             ("1 2", "trailing characters after the JSON value at byte 2"),
             ("\u{c}1", "expected a JSON value at byte 0"),
         ];
