@@ -100,45 +100,58 @@ pub(crate) struct ScannedStr {
 /// quote): escapes, no raw control bytes, UTF-8.
 ///
 /// ASCII content goes through the ASCII kernel, which stops at the first
-/// byte >= 0x80; the rest of such a string is finished by
-/// [`scan_string_non_ascii`].
+/// byte >= 0x80 or backslash; the rest of such a string (free text, with
+/// escapes or non-ASCII characters) is finished by [`scan_text`].
 #[inline(always)]
-pub(crate) fn scan_string(buf: &[u8], mut pos: usize) -> Result<ScannedStr, Error> {
-    let mut escaped = false;
-    loop {
-        let at = arch::find_ascii_stop(buf, pos);
-        match buf.get(at) {
-            Some(b'"') => {
-                return Ok(ScannedStr {
-                    end: at + 1,
-                    escaped,
-                });
-            }
-            Some(b'\\') => {
-                escaped = true;
-                pos = scan_escape(buf, at)?;
-            }
-            Some(&b) if b >= 0x80 => return scan_string_non_ascii(buf, pos, escaped),
-            Some(_) => return err(ErrorKind::ControlCharacter, at),
-            None => return eof(buf),
-        }
+pub(crate) fn scan_string(buf: &[u8], pos: usize) -> Result<ScannedStr, Error> {
+    let at = arch::find_ascii_stop(buf, pos);
+    match buf.get(at) {
+        Some(b'"') => Ok(ScannedStr {
+            end: at + 1,
+            escaped: false,
+        }),
+        // Everything before `at` is ASCII: UTF-8 is checked from there.
+        Some(&b) if b == b'\\' || b >= 0x80 => scan_text(buf, at, at, false, false),
+        Some(_) => err(ErrorKind::ControlCharacter, at),
+        None => eof(buf),
     }
 }
 
-/// The rest of a string with non-ASCII content, from `pos` (the start of a
-/// run between escapes): runs are scanned with the kernel that passes
-/// non-ASCII bytes, and what it saw is validated as UTF-8 once, when the
-/// string ends (or before any error is reported, so that the first error
-/// in the input is the one reported, as when each run was checked).
-#[cold]
+/// The rest of a string from `pos`, which is at an escape or a non-ASCII
+/// byte or after them: escapes are checked as they come, and the content
+/// from `from` on is validated as UTF-8 once the string ends (or before any
+/// error is reported, so that the first error in the input is the one
+/// reported). `escaped` and `non_ascii` say what the string held before
+/// `pos` (`non_ascii` from `from` on).
+///
+/// With AVX2, the content is classified 32 bytes at a time and every
+/// escape in a block is handled from the block's masks; otherwise (and for
+/// the last bytes of the input) by [`scan_text_portable`].
 #[inline(never)]
-fn scan_string_non_ascii(
+pub(crate) fn scan_text(
     buf: &[u8],
+    from: usize,
+    pos: usize,
+    escaped: bool,
+    non_ascii: bool,
+) -> Result<ScannedStr, Error> {
+    #[cfg(target_arch = "x86_64")]
+    if arch::avx2_available() {
+        // SAFETY: the CPU has AVX2 (checked just above).
+        return unsafe { arch::scan_text_avx2(buf, from, pos, escaped, non_ascii) };
+    }
+    scan_text_portable(buf, from, pos, escaped, non_ascii)
+}
+
+/// [`scan_text`] with the stop kernel: runs are scanned with the kernel that
+/// passes non-ASCII bytes, from one escape to the next.
+pub(crate) fn scan_text_portable(
+    buf: &[u8],
+    from: usize,
     mut pos: usize,
     mut escaped: bool,
+    mut non_ascii: bool,
 ) -> Result<ScannedStr, Error> {
-    let from = pos;
-    let mut non_ascii = false;
     loop {
         let stop = arch::find_string_stop(buf, pos);
         non_ascii |= stop.non_ascii;
@@ -170,8 +183,7 @@ fn scan_string_non_ascii(
 /// String content may hold multi-byte UTF-8; escapes are ASCII, so checking
 /// the content with its escapes checks the runs between them (a sequence
 /// cut by a backslash is invalid either way).
-#[cold]
-fn validate_utf8(buf: &[u8], from: usize, to: usize) -> Result<(), Error> {
+pub(crate) fn validate_utf8(buf: &[u8], from: usize, to: usize) -> Result<(), Error> {
     // The fast check says only yes or no; std's finds where and why.
     if simdutf8::basic::from_utf8(&buf[from..to]).is_ok() {
         return Ok(());
@@ -187,7 +199,7 @@ fn validate_utf8(buf: &[u8], from: usize, to: usize) -> Result<(), Error> {
 
 /// Validates the escape whose backslash is at `pos`; returns the index after it.
 #[inline]
-fn scan_escape(buf: &[u8], pos: usize) -> Result<usize, Error> {
+pub(crate) fn scan_escape(buf: &[u8], pos: usize) -> Result<usize, Error> {
     match buf.get(pos + 1) {
         Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => Ok(pos + 2),
         Some(b'u') => {
@@ -894,6 +906,92 @@ mod tests {
         let cut = &ok.as_bytes()[..emoji + 2];
         let e = skip_value(cut, 0, 0, 128).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Eof, "{e:?}");
+    }
+
+    /// The AVX2 text loop against the portable one (and the string scan's
+    /// entry against both), on strings built from pieces that exercise it:
+    /// escapes of every form (some cut or invalid) at every lane, multi-byte
+    /// characters (some invalid or cut), control bytes, with and without the
+    /// closing quote, cut at many places.
+    #[test]
+    fn text_loop_agrees_with_the_portable_loop() {
+        let pieces: &[&[u8]] = &[
+            b"a",
+            b"plain words ",
+            b"0123456789abcdef0123456789abcdef",
+            b"\\n",
+            b"\\\"",
+            b"\\\\",
+            b"\\/",
+            b"\\u00e9",
+            b"\\uD83D\\uDE00",
+            b"\\u12",
+            b"\\u12G4",
+            b"\\x",
+            "\u{e8}".as_bytes(),
+            "\u{6771}\u{4eac}".as_bytes(),
+            "\u{1f600}".as_bytes(),
+            b"\xc3",
+            b"\xe6\x9d",
+            b"\xff",
+            b"\xed\xa0\x80",
+            b"\xc0\xaf",
+            b"\x01",
+            b"\t",
+            b"\"",
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let key = |r: Result<ScannedStr, Error>| {
+            r.map(|s| (s.end, s.escaped))
+                .map_err(|e| (e.kind(), e.offset()))
+        };
+        let mut buf = Vec::new();
+        for _ in 0..20_000 {
+            buf.clear();
+            // Mostly valid pieces, so that strings run long.
+            for _ in 0..next() % 48 {
+                let i = next() as usize % pieces.len();
+                let piece = if i >= 9 && next() % 4 != 0 {
+                    pieces[i % 9]
+                } else {
+                    pieces[i]
+                };
+                buf.extend_from_slice(piece);
+            }
+            if next() % 4 != 0 {
+                buf.push(b'"');
+            }
+            let cuts = [
+                buf.len(),
+                buf.len().saturating_sub(1),
+                next() as usize % (buf.len() + 1),
+            ];
+            for cut in cuts {
+                let input = &buf[..cut];
+                let want = key(scan_text_portable(input, 0, 0, false, false));
+                assert_eq!(key(scan_text(input, 0, 0, false, false)), want, "{input:?}");
+                assert_eq!(key(scan_string(input, 0)), want, "{input:?}");
+                // Resumed part-way, as after an ASCII run.
+                let from = next() as usize % (cut + 1);
+                if input[..from]
+                    .iter()
+                    .all(|&b| b.is_ascii() && b != b'"' && b != b'\\' && b >= 0x20)
+                {
+                    let want = key(scan_text_portable(input, from, from, false, false));
+                    assert_eq!(
+                        key(scan_text(input, from, from, false, false)),
+                        want,
+                        "{input:?} from {from}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub(crate) mod naive;
 pub(crate) mod swar;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86_64::{avx2_available, scan_text_avx2};
 
 /// Where a run of plain string content ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,10 +24,17 @@
 //! The last partial vector is loaded overlapping the previous one (ending at
 //! the last byte of the input) and the lanes already seen are shifted out, so
 //! no load ever reads outside the slice.
+//!
+//! Free text (strings with escapes every few words, non-ASCII characters)
+//! has its own AVX2 loop, [`scan_text_avx2`], which classifies 32 bytes at
+//! a time and takes every escape of a block from the block's masks, where
+//! the stop kernels would start again after each escape.
 
 use core::arch::x86_64::*;
 
 use super::{Stop, naive};
+use crate::error::{Error, ErrorKind};
+use crate::scan::{ScannedStr, scan_escape, scan_text_portable, validate_utf8};
 
 /// Bytes of one string scanned with SSE2 before switching to AVX2.
 const AVX2_AFTER: usize = 64;
@@ -291,4 +298,75 @@ unsafe fn avx2<const ASCII: bool>(buf: &[u8], start: usize, mut non_ascii: bool)
         at: len,
         non_ascii: non_ascii || h != 0,
     }
+}
+
+/// [`crate::scan::scan_text`] in 32-byte blocks: each block's stops
+/// (quote, backslash, control byte) and bytes >= 0x80 become two masks;
+/// escapes are checked where the stop mask puts them, and the mask's bits
+/// up to the escape's end are cleared, so a block with several escapes is
+/// loaded once. The last bytes of the input (fewer than 32) are finished by
+/// the portable loop.
+///
+/// # Safety
+///
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn scan_text_avx2(
+    buf: &[u8],
+    from: usize,
+    mut pos: usize,
+    mut escaped: bool,
+    mut non_ascii: bool,
+) -> Result<ScannedStr, Error> {
+    let ptr = buf.as_ptr();
+    while pos + 32 <= buf.len() {
+        // SAFETY: `pos + 32 <= buf.len()`: the 32 bytes read are inside `buf`.
+        let v = unsafe { _mm256_loadu_si256(ptr.add(pos).cast()) };
+        let mut stops = _mm256_movemask_epi8(stops_avx2::<false>(v)) as u32;
+        let high = _mm256_movemask_epi8(v) as u32;
+        loop {
+            if stops == 0 {
+                // The whole block is content.
+                non_ascii |= high != 0;
+                pos += 32;
+                break;
+            }
+            let lane = stops.trailing_zeros();
+            let at = pos + lane as usize;
+            non_ascii |= high & ((1u32 << lane) - 1) != 0;
+            let escape = match buf[at] {
+                b'\\' => scan_escape(buf, at),
+                b'"' => {
+                    if non_ascii {
+                        validate_utf8(buf, from, at)?;
+                    }
+                    return Ok(ScannedStr {
+                        end: at + 1,
+                        escaped,
+                    });
+                }
+                _ => Err(Error::new(ErrorKind::ControlCharacter, at)),
+            };
+            let after = match escape {
+                Ok(after) => after,
+                Err(e) => {
+                    // An earlier invalid UTF-8 sequence comes first.
+                    if non_ascii {
+                        validate_utf8(buf, from, at)?;
+                    }
+                    return Err(e);
+                }
+            };
+            escaped = true;
+            let taken = after - pos;
+            if taken >= 32 {
+                // A `\uXXXX` running past the block: the rest of the block
+                // is the escape (ASCII); go on from its end.
+                pos = after;
+                break;
+            }
+            stops &= !0u32 << taken;
+        }
+    }
+    scan_text_portable(buf, from, pos, escaped, non_ascii)
 }
