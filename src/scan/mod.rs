@@ -915,7 +915,8 @@ mod tests {
     /// closing quote, cut at many places.
     #[test]
     fn text_loop_agrees_with_the_portable_loop() {
-        let pieces: &[&[u8]] = &[
+        // Valid pieces, and pieces of which a string gets at most one.
+        let valid: &[&[u8]] = &[
             b"a",
             b"plain words ",
             b"0123456789abcdef0123456789abcdef",
@@ -925,17 +926,33 @@ mod tests {
             b"\\/",
             b"\\u00e9",
             b"\\uD83D\\uDE00",
-            b"\\u12",
-            b"\\u12G4",
-            b"\\x",
             "\u{e8}".as_bytes(),
             "\u{6771}\u{4eac}".as_bytes(),
             "\u{1f600}".as_bytes(),
+            "\u{7ff}\u{800}\u{fffd}\u{ffff}\u{10000}\u{10ffff}".as_bytes(),
+        ];
+        let broken: &[&[u8]] = &[
+            b"\\u12",
+            b"\\u12G4",
+            b"\\x",
             b"\xc3",
             b"\xe6\x9d",
+            b"\xf0\x9f\x98",
+            b"\x80",
+            b"\xbf\xbf",
             b"\xff",
-            b"\xed\xa0\x80",
             b"\xc0\xaf",
+            b"\xc1\xbf",
+            b"\xe0\x80\x80",
+            b"\xe0\x9f\xbf",
+            b"\xed\xa0\x80",
+            b"\xed\xbf\xbf",
+            b"\xf0\x80\x80\x80",
+            b"\xf0\x8f\xbf\xbf",
+            b"\xf4\x90\x80\x80",
+            b"\xf5\x80\x80\x80",
+            b"\xf8\x88\x80\x80\x80",
+            "\u{e8}".as_bytes().split_at(1).0,
             b"\x01",
             b"\t",
             b"\"",
@@ -952,37 +969,52 @@ mod tests {
                 .map_err(|e| (e.kind(), e.offset()))
         };
         let mut buf = Vec::new();
+        let prefixes: [&[u8]; 4] = [b"\"", b"[\"", b"{\"k\":\"", b"[1,\"a\",\"\xc3\xa9\", \""];
         for _ in 0..20_000 {
+            // The string's opening quote ends the prefix (what precedes a
+            // string in a message); its content starts at `start`.
             buf.clear();
-            // Mostly valid pieces, so that strings run long.
-            for _ in 0..next() % 48 {
-                let i = next() as usize % pieces.len();
-                let piece = if i >= 9 && next() % 4 != 0 {
-                    pieces[i % 9]
-                } else {
-                    pieces[i]
-                };
-                buf.extend_from_slice(piece);
+            buf.extend_from_slice(prefixes[next() as usize % prefixes.len()]);
+            let start = buf.len();
+            // Valid pieces, so that strings run long, and in a third of
+            // the strings one broken piece somewhere.
+            let count = next() % 48;
+            let broken_at = if next() % 3 == 0 {
+                next() % (count + 1)
+            } else {
+                u64::MAX
+            };
+            for k in 0..=count {
+                if k == broken_at {
+                    buf.extend_from_slice(broken[next() as usize % broken.len()]);
+                }
+                if k < count {
+                    buf.extend_from_slice(valid[next() as usize % valid.len()]);
+                }
             }
             if next() % 4 != 0 {
                 buf.push(b'"');
+                // What may follow a string.
+                buf.extend_from_slice(&b",\"\xc3\xa9\xe6\x9d\xb1\"]}"[..next() as usize % 11]);
             }
             let cuts = [
                 buf.len(),
-                buf.len().saturating_sub(1),
-                next() as usize % (buf.len() + 1),
+                buf.len() - 1,
+                start + next() as usize % (buf.len() - start + 1),
             ];
             for cut in cuts {
-                let input = &buf[..cut];
-                let want = key(scan_text_portable(input, 0, 0, false, false));
-                assert_eq!(key(scan_text(input, 0, 0, false, false)), want, "{input:?}");
-                assert_eq!(key(scan_string(input, 0)), want, "{input:?}");
+                let input = &buf[..cut.max(start)];
+                let want = key(scan_text_portable(input, start, start, false, false));
+                assert_eq!(
+                    key(scan_text(input, start, start, false, false)),
+                    want,
+                    "{input:?}"
+                );
+                assert_eq!(key(scan_string(input, start)), want, "{input:?}");
                 // Resumed part-way, as after an ASCII run.
-                let from = next() as usize % (cut + 1);
-                if input[..from]
-                    .iter()
-                    .all(|&b| b.is_ascii() && b != b'"' && b != b'\\' && b >= 0x20)
-                {
+                let from = start + next() as usize % (input.len() - start + 1);
+                let plain = |b: &u8| b.is_ascii() && *b != b'"' && *b != b'\\' && *b >= 0x20;
+                if input[start..from].iter().all(plain) {
                     let want = key(scan_text_portable(input, from, from, false, false));
                     assert_eq!(
                         key(scan_text(input, from, from, false, false)),
