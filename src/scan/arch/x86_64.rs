@@ -322,8 +322,44 @@ pub(crate) unsafe fn scan_text_avx2(
     while pos + 32 <= buf.len() {
         // SAFETY: `pos + 32 <= buf.len()`: the 32 bytes read are inside `buf`.
         let v = unsafe { _mm256_loadu_si256(ptr.add(pos).cast()) };
-        let mut stops = _mm256_movemask_epi8(stops_avx2::<false>(v)) as u32;
+        let quote = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8));
+        let backslash = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8));
+        let control = _mm256_cmpeq_epi8(_mm256_min_epu8(v, _mm256_set1_epi8(0x1f)), v);
+        let mut stops =
+            _mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(quote, backslash), control))
+                as u32;
         let high = _mm256_movemask_epi8(v) as u32;
+        let backslashes = _mm256_movemask_epi8(backslash) as u32;
+        // Free text's common case, decided from the masks: single
+        // backslashes (none escaping another, none in the last lane), so
+        // each escapes the byte after it, inside the block.
+        if backslashes != 0 && backslashes & (backslashes << 1 | 1 << 31) == 0 {
+            let escapes = backslashes << 1;
+            let closing = _mm256_movemask_epi8(quote) as u32 & !escapes;
+            // The lanes before the closing quote (all, if it is not here).
+            let inside = ((1u64 << closing.trailing_zeros()) - 1) as u32;
+            let controls = _mm256_movemask_epi8(control) as u32;
+            // Every escape there one of `\" \\ \/ \b \f \n \r \t`, and no raw
+            // control byte: the block needs nothing more. Otherwise (`\u`,
+            // a bad escape, a control byte) the loop below takes it stop
+            // by stop, reporting errors in order.
+            if controls & inside == 0 && (backslashes & inside) << 1 & !simple_escapes(v) == 0 {
+                escaped |= backslashes & inside != 0;
+                non_ascii |= high & inside != 0;
+                if closing != 0 {
+                    let at = pos + closing.trailing_zeros() as usize;
+                    if non_ascii {
+                        validate_utf8(buf, from, at)?;
+                    }
+                    return Ok(ScannedStr {
+                        end: at + 1,
+                        escaped,
+                    });
+                }
+                pos += 32;
+                continue;
+            }
+        }
         loop {
             if stops == 0 {
                 // The whole block is content.
@@ -369,4 +405,23 @@ pub(crate) unsafe fn scan_text_avx2(
         }
     }
     scan_text_portable(buf, from, pos, escaped, non_ascii)
+}
+
+/// The lanes of `v` holding a byte that may follow a backslash as a
+/// two-byte escape: `"`, `\\`, `/`, `b`, `f`, `n`, `r`, `t`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn simple_escapes(v: __m256i) -> u32 {
+    let is = |b: u8| _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b as i8));
+    let any = _mm256_or_si256(
+        _mm256_or_si256(
+            _mm256_or_si256(is(b'"'), is(b'\\')),
+            _mm256_or_si256(is(b'/'), is(b'b')),
+        ),
+        _mm256_or_si256(
+            _mm256_or_si256(is(b'f'), is(b'n')),
+            _mm256_or_si256(is(b'r'), is(b't')),
+        ),
+    );
+    _mm256_movemask_epi8(any) as u32
 }
