@@ -339,11 +339,19 @@ pub(crate) unsafe fn scan_text_avx2(
             // The lanes before the closing quote (all, if it is not here).
             let inside = ((1u64 << closing.trailing_zeros()) - 1) as u32;
             let controls = _mm256_movemask_epi8(control) as u32;
-            // Every escape there one of `\" \\ \/ \b \f \n \r \t`, and no raw
-            // control byte: the block needs nothing more. Otherwise (`\u`,
-            // a bad escape, a control byte) the loop below takes it stop
-            // by stop, reporting errors in order.
-            if controls & inside == 0 && (backslashes & inside) << 1 & !simple_escapes(v) == 0 {
+            // Every escape there one of `\" \\ \/ \b \f \n \r \t`, or `\u`
+            // with its four hex digits in the block, and no raw control
+            // byte: the block needs nothing more. Otherwise (a bad escape,
+            // a `\u` cut by the block's end, a control byte) the loop below
+            // takes it stop by stop, reporting errors in order.
+            let mut unusual = (backslashes & inside) << 1 & !simple_escapes(v);
+            if unusual != 0 {
+                let hex = hex_digits(v);
+                let four_hex_after = hex >> 1 & hex >> 2 & hex >> 3 & hex >> 4;
+                let u = _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'u' as i8)));
+                unusual &= !(u as u32 & four_hex_after);
+            }
+            if controls & inside == 0 && unusual == 0 {
                 escaped |= backslashes & inside != 0;
                 non_ascii |= high & inside != 0;
                 if closing != 0 {
@@ -424,4 +432,22 @@ fn simple_escapes(v: __m256i) -> u32 {
         ),
     );
     _mm256_movemask_epi8(any) as u32
+}
+
+/// The lanes of `v` holding an ASCII hex digit.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hex_digits(v: __m256i) -> u32 {
+    // Signed compares: bytes >= 0x80 are negative, below every bound.
+    let within = |x: __m256i, lo: u8, hi: u8| {
+        _mm256_and_si256(
+            _mm256_cmpgt_epi8(x, _mm256_set1_epi8(lo as i8 - 1)),
+            _mm256_cmpgt_epi8(_mm256_set1_epi8(hi as i8 + 1), x),
+        )
+    };
+    let lower = _mm256_or_si256(v, _mm256_set1_epi8(0x20));
+    _mm256_movemask_epi8(_mm256_or_si256(
+        within(v, b'0', b'9'),
+        within(lower, b'a', b'f'),
+    )) as u32
 }
