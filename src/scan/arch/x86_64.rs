@@ -300,12 +300,16 @@ unsafe fn avx2<const ASCII: bool>(buf: &[u8], start: usize, mut non_ascii: bool)
     }
 }
 
-/// [`crate::scan::scan_text`] in 32-byte blocks: each block's stops
-/// (quote, backslash, control byte) and bytes >= 0x80 become two masks;
-/// escapes are checked where the stop mask puts them, and the mask's bits
-/// up to the escape's end are cleared, so a block with several escapes is
-/// loaded once. The last bytes of the input (fewer than 32) are finished by
-/// the portable loop.
+/// [`crate::scan::scan_text`] in 32-byte blocks, each loaded once and
+/// classified into masks (quotes, backslashes, control bytes, bytes >=
+/// 0x80). A block whose backslashes are single and not in its last lane is
+/// decided from the masks alone: each backslash escapes the next byte, the
+/// closing quote is the first quote not escaped, and the escaped bytes
+/// before it must be two-byte escapes or `u` with four hex digits after it
+/// in the block. Any other block is taken stop by stop: each escape checked
+/// where the stop mask puts it and the mask's bits up to its end cleared.
+/// The last bytes of the input (fewer than 32) are finished by the portable
+/// loop.
 ///
 /// # Safety
 ///
