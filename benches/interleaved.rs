@@ -27,6 +27,10 @@
 //!   The buffer (megabytes) does not fit in cache either, but it is read in
 //!   address order, as a server reads what it has just received.
 //!
+//! The MCP corpus is also measured in two parts, `mcp_text` (messages with
+//! free text: escapes or non-ASCII characters in their strings) and
+//! `mcp_plain` (the rest).
+//!
 //! criterion's groups (`--bench parse`, `--bench dispatch`) measure each
 //! contestant for two seconds in turn; there a drift of the machine between
 //! two windows moves the ratio, here it moves all contestants of a round
@@ -213,25 +217,25 @@ fn layouts<'a>(corpus: &'a [Vec<u8>], stream: &'a mut Vec<u8>) -> [Vec<&'a [u8]>
 }
 
 /// Runs `run` on the layouts of `corpus` whose names (`name`, and
-/// `name_stream` for a single-message corpus) are wanted.
+/// `name_stream` if `stream`) are wanted.
 fn each_layout(
     name: &str,
     make: MakeCorpus,
-    singles: bool,
+    stream: bool,
     wanted: &dyn Fn(&str) -> bool,
     run: &mut dyn FnMut(&str, &[&[u8]]),
 ) {
     let stream_name = format!("{name}_stream");
     let names = [name, stream_name.as_str()];
     let picked: Vec<bool> = (0..2)
-        .map(|i| (i == 0 || singles) && wanted(names[i]))
+        .map(|i| (i == 0 || stream) && wanted(names[i]))
         .collect();
     if !picked.contains(&true) {
         return;
     }
     let corpus = make();
-    let mut stream = Vec::new();
-    for (i, msgs) in layouts(&corpus, &mut stream).iter().enumerate() {
+    let mut buffer = Vec::new();
+    for (i, msgs) in layouts(&corpus, &mut buffer).iter().enumerate() {
         if picked[i] {
             run(names[i], msgs);
         }
@@ -244,26 +248,37 @@ fn main() {
     let wanted = |name: &str| filter.as_deref().is_none_or(|f| name.contains(f));
     let (rounds, passes) = interleave::settings();
     println!("{rounds} rounds, {passes} passes per contestant per round");
-    // (name, corpus, whether it holds batches)
-    let parse_cases: [(&str, MakeCorpus, bool); 7] = [
-        ("eth_singles", || corpus::eth_stream(7, 20_000), false),
-        ("eth_batch_100", || corpus::eth_batches(11, 100, 200), true),
-        ("eth_batch_1000", || corpus::eth_batches(13, 1000, 20), true),
-        ("mcp", || corpus::mcp_stream(17, 20_000), false),
+    // (name, corpus, whether it holds batches, whether it is also measured
+    // in the stream layout: single messages of a few hundred bytes)
+    let parse_cases: [(&str, MakeCorpus, bool, bool); 7] = [
+        ("eth_singles", || corpus::eth_stream(7, 20_000), false, true),
+        (
+            "eth_batch_100",
+            || corpus::eth_batches(11, 100, 200),
+            true,
+            false,
+        ),
+        (
+            "eth_batch_1000",
+            || corpus::eth_batches(13, 1000, 20),
+            true,
+            false,
+        ),
+        ("mcp", || corpus::mcp_stream(17, 20_000), false, true),
         // The MCP corpus in two parts: messages with free text (non-ASCII
         // characters or escapes in their strings), and the rest.
-        ("mcp_text", || mcp_part(true), false),
-        ("mcp_plain", || mcp_part(false), false),
+        ("mcp_text", || mcp_part(true), false, true),
+        ("mcp_plain", || mcp_part(false), false, true),
         (
             "eth_raw_tx_128k",
             || corpus::eth_big_raw_txs(19, 128 * 1024, 32),
             false,
+            false,
         ),
     ];
-    for (name, make, batches) in parse_cases {
-        let singles = !batches && name != "eth_raw_tx_128k";
+    for (name, make, batches, stream) in parse_cases {
         let wanted = |n: &str| wanted(&format!("parse/{n}"));
-        each_layout(name, make, singles, &wanted, &mut |n, msgs| {
+        each_layout(name, make, stream, &wanted, &mut |n, msgs| {
             parse(n, msgs, batches)
         });
     }
@@ -274,9 +289,9 @@ fn main() {
         ("eth_batch_1000", || corpus::eth_batches(41, 1000, 20)),
     ];
     for (name, make) in round_trip_cases {
-        let singles = name == "eth_singles";
+        let stream = name == "eth_singles";
         let wanted = |n: &str| wanted(&format!("round_trip/{n}"));
-        each_layout(name, make, singles, &wanted, &mut |n, msgs| {
+        each_layout(name, make, stream, &wanted, &mut |n, msgs| {
             round_trip(n, msgs)
         });
     }
