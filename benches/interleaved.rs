@@ -18,14 +18,14 @@
 //! * scattered (`eth_singles`, `mcp`): each message in its own heap
 //!   allocation, as the corpus was generated, first touched by the parser.
 //!   The allocations are not in address order, so the hardware prefetcher
-//!   cannot run ahead and every message's first line is a cache miss that
+//!   cannot run ahead and every message's first line is an L2 miss that
 //!   every contestant pays (with rpcwire's ~100 ns per message, that miss
 //!   is close to half of its time);
 //! * stream (`eth_singles_stream`, `mcp_stream`): the same messages back to
 //!   back, newline-separated, in one buffer, as a stdio, TCP or IPC
 //!   connection's read buffer (or a pipelined HTTP connection's) holds them.
-//!   The buffer (megabytes) does not fit in cache either, but it is read in
-//!   address order, as a server reads what it has just received.
+//!   The buffer (megabytes) is beyond L2 too, but it is read in address
+//!   order, as a server reads what it has just received.
 //!
 //! The MCP corpus is also measured in two parts, `mcp_text` (messages with
 //! free text: escapes or non-ASCII characters in their strings) and
