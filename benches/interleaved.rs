@@ -95,25 +95,19 @@ fn parse(name: &str, msgs: &[&[u8]], batches: bool) {
             peers::rpcwire_digest(m, &arena)
         }),
     )];
-    all.push(Contestant::new(
-        "serde_json_raw",
-        digest_pass(msgs, &raw, peers::serde_json_raw),
-    ));
-    if batches {
-        all.push(Contestant::new(
-            "serde_json_one_pass",
-            digest_pass(msgs, &raw, peers::serde_json_one_pass),
-        ));
-    }
-    all.push(Contestant::new(
-        "sonic_rs_lazy",
-        digest_pass(msgs, &raw, peers::sonic_rs_lazy),
-    ));
-    if batches {
-        all.push(Contestant::new(
-            "sonic_rs_one_pass",
-            digest_pass(msgs, &raw, peers::sonic_rs_one_pass),
-        ));
+    // The serde_json and sonic-rs shapes; the one-pass forms only for
+    // batches (on a single request they are the same work).
+    type Peer = fn(&[u8]) -> usize;
+    let shapes: [(&'static str, Peer, bool); 4] = [
+        ("serde_json_raw", peers::serde_json_raw, false),
+        ("serde_json_one_pass", peers::serde_json_one_pass, true),
+        ("sonic_rs_lazy", peers::sonic_rs_lazy, false),
+        ("sonic_rs_one_pass", peers::sonic_rs_one_pass, true),
+    ];
+    for (peer, pass, batches_only) in shapes {
+        if batches || !batches_only {
+            all.push(Contestant::new(peer, digest_pass(msgs, &raw, pass)));
+        }
     }
     let mut simd = peers::SimdJsonTape::default();
     all.push(Contestant::new(
