@@ -351,41 +351,48 @@ impl Parser {
         let mut len = 0usize;
         let mut first_beyond = 0;
         let mut escaped_methods = false;
-        let end = for_each_element(input, pos, self.max_depth, |p| {
-            if len >= limit {
-                // Past the limit: validate (invalid JSON still wins) and
-                // count, but read and keep nothing.
-                if len == limit {
-                    first_beyond = p;
+        let end = for_each_element(
+            input,
+            pos,
+            self.max_depth,
+            #[inline(always)]
+            |p| {
+                if len >= limit {
+                    // Past the limit: validate (invalid JSON still wins) and
+                    // count, but read and keep nothing.
+                    if len == limit {
+                        first_beyond = p;
+                    }
+                    len += 1;
+                    return scan::skip_value(input, p, 1, self.max_depth);
                 }
-                len += 1;
-                return scan::skip_value(input, p, 1, self.max_depth);
-            }
-            let (entry, end) = if input[p] == b'{' {
-                match T::MODE {
-                    Mode::Responses => self.read_general(input, p, 1, Handover::fresh(p))?,
-                    _ => {
-                        let mut h = Handover::fresh(p);
-                        match read_compact(input, p, 1, self, &mut h) {
-                            Some((r, end)) => (T::from_request(r), end),
-                            None => {
-                                let (entry, end): (T, usize) = self.read_general(input, p, 1, h)?;
-                                // Only the general reader takes methods with
-                                // escapes.
-                                escaped_methods |= entry.needs_decode();
-                                (entry, end)
+                let (entry, end) = if input[p] == b'{' {
+                    match T::MODE {
+                        Mode::Responses => self.read_general(input, p, 1, Handover::fresh(p))?,
+                        _ => {
+                            let mut h = Handover::fresh(p);
+                            match read_compact(input, p, 1, self, &mut h) {
+                                Some((r, end)) => (T::from_request(r), end),
+                                None => {
+                                    let (entry, end): (T, usize) =
+                                        self.read_general(input, p, 1, h)?;
+                                    // Only the general reader takes methods with
+                                    // escapes.
+                                    escaped_methods |= entry.needs_decode();
+                                    (entry, end)
+                                }
                             }
                         }
                     }
-                }
-            } else {
-                let end = scan::skip_value(input, p, 1, self.max_depth)?;
-                (T::not_object(Error::new(ErrorKind::NotObject, p)), end)
-            };
-            entries.push(entry);
-            len += 1;
-            Ok(end)
-        })?;
+                } else {
+                    let end = scan::skip_value(input, p, 1, self.max_depth)?;
+                    (T::not_object(Error::new(ErrorKind::NotObject, p)), end)
+                };
+                entries.push(entry);
+                len += 1;
+                Ok(end)
+            },
+        )?;
         if !prefix {
             // Invalid JSON anywhere wins over what the batch holds.
             expect_end(input, end)?;
@@ -1182,84 +1189,151 @@ pub(crate) fn read_compact<'a>(
         // `{}`, or whitespace the general reader handles.
         hand_over!(0, [None; 3], start, Resume::AtObject);
     }
-    loop {
-        let Some(word) = name_word(input, pos) else {
-            hand_over!(seen, [id, method, params], pos, Resume::AtName)
-        };
-        // The value of the member named `$name`: its first byte's index and
-        // the byte, after `:` and at most one space; the name was matched
-        // plainly, so a hand-over here resumes at the value.
-        macro_rules! value_of {
-            ($name:expr) => {{
-                let after_name = pos + 1 + $name.len;
-                if input.get(after_name) != Some(&b':') {
-                    hand_over!(seen, [id, method, params], pos, Resume::AtName)
+    // The value of the member named `$name` (matched plainly at `pos`):
+    // its first byte's index and the byte, after `:` and at most one space;
+    // a hand-over here resumes at the value.
+    macro_rules! value_of {
+        ($name:expr) => {{
+            let after_name = pos + 1 + $name.len;
+            if input.get(after_name) != Some(&b':') {
+                hand_over!(seen, [id, method, params], pos, Resume::AtName)
+            }
+            let at = one_space(input, after_name + 1);
+            let bail = Resume::AtValue {
+                member: $name.member,
+                name_at: 0,
+            };
+            let Some(&first) = input.get(at) else {
+                hand_over!(seen, [id, method, params], at, bail)
+            };
+            if seen & $name.bit() != 0 {
+                hand_over!(seen, [id, method, params], at, bail)
+            }
+            (at, first, bail)
+        }};
+    }
+    // Reads the value of the member whose name was matched at `pos` with
+    // its rule's fast form (`None` hands the value to its general form),
+    // then the `,` or `}` after it; evaluates to `true` at the `}`.
+    macro_rules! member {
+        ($name:ident) => {{
+            let (at, first, bail) = value_of!($name);
+            let end = member!(@value $name, at, first);
+            let Some(end) = end else {
+                hand_over!(seen, [id, method, params], at, bail)
+            };
+            seen |= $name.bit();
+            pos = end;
+            match input.get(pos) {
+                Some(b',') => {
+                    pos = one_space(input, pos + 1);
+                    if input.get(pos) != Some(&b'"') {
+                        let after = Resume::AfterValue;
+                        hand_over!(seen, [id, method, params], end, after)
+                    }
+                    false
                 }
-                let at = one_space(input, after_name + 1);
-                let bail = Resume::AtValue {
-                    member: $name.member,
-                    name_at: 0,
-                };
-                let Some(&first) = input.get(at) else {
-                    hand_over!(seen, [id, method, params], at, bail)
-                };
-                if seen & $name.bit() != 0 {
-                    hand_over!(seen, [id, method, params], at, bail)
-                }
-                (at, first, $name.bit(), bail)
-            }};
-        }
-        // One masked compare per member name, in a chain of conditional
-        // branches rather than a jump on the name's first byte: clients
-        // order the members differently, and in a stream that mixes them an
-        // indirect jump per member was mispredicted nearly every time,
-        // while these branches are predicted from the members just read.
-        // Each rule's fast form; `None` hands the value to its general form.
-        let (at, end, bit, bail);
-        if METHOD.matches(word) {
-            let (a, first, b, bl) = value_of!(METHOD);
-            (at, bit, bail) = (a, b, bl);
-            // A method with escapes goes to the general form, which marks
-            // it for decoding.
-            end = method_fast(input, at, first).and_then(|(end, has_escapes)| {
-                method = Some(&input[at + 1..end - 1]);
-                (!has_escapes).then_some(end)
-            });
-        } else if PARAMS.matches(word) {
-            let (a, first, b, bl) = value_of!(PARAMS);
-            (at, bit, bail) = (a, b, bl);
-            end = params_fast(input, at, first, depth + 1, parser.max_depth).inspect(|&end| {
-                if first != b'n' {
-                    params = Some(&input[at..end]);
-                }
-            });
-        } else if JSONRPC.matches(word) {
-            let (a, _, b, bl) = value_of!(JSONRPC);
-            (at, bit, bail) = (a, b, bl);
-            end = version_fast(input, at);
-        } else if ID.matches(word) {
-            let (a, first, b, bl) = value_of!(ID);
-            (at, bit, bail) = (a, b, bl);
-            end = id_fast(input, at, first, parser).inspect(|&end| id = Some(&input[at..end]));
-        } else {
-            hand_over!(seen, [id, method, params], pos, Resume::AtName)
-        }
-        let Some(end) = end else {
-            hand_over!(seen, [id, method, params], at, bail)
-        };
-        seen |= bit;
-        pos = end;
-        match input.get(pos) {
-            Some(b',') => {
-                pos = one_space(input, pos + 1);
-                if input.get(pos) != Some(&b'"') {
-                    let after = Resume::AfterValue;
-                    hand_over!(seen, [id, method, params], end, after)
+                Some(b'}') => true,
+                _ => {
+                    hand_over!(seen, [id, method, params], end, Resume::AfterValue)
                 }
             }
-            Some(b'}') => break,
-            _ => {
-                hand_over!(seen, [id, method, params], end, Resume::AfterValue)
+        }};
+        // Plain `if let`s, not `Option` combinators: their closures are
+        // not always inlined in this many copies.
+        (@value METHOD, $at:expr, $first:expr) => {{
+            let mut end = None;
+            if let Some((e, has_escapes)) = method_fast(input, $at, $first) {
+                method = Some(&input[$at + 1..e - 1]);
+                // A method with escapes goes to the general form, which
+                // marks it for decoding.
+                if !has_escapes {
+                    end = Some(e);
+                }
+            }
+            end
+        }};
+        (@value PARAMS, $at:expr, $first:expr) => {{
+            let end = params_fast(input, $at, $first, depth + 1, parser.max_depth);
+            if let Some(e) = end {
+                if $first != b'n' {
+                    params = Some(&input[$at..e]);
+                }
+            }
+            end
+        }};
+        (@value JSONRPC, $at:expr, $first:expr) => {{
+            let _ = $first;
+            version_fast(input, $at)
+        }};
+        (@value ID, $at:expr, $first:expr) => {{
+            let end = id_fast(input, $at, $first, parser);
+            if let Some(e) = end {
+                id = Some(&input[$at..e]);
+            }
+            end
+        }};
+    }
+    // The member orders clients write, each as straight-line code: which
+    // order a message is in is decided once, from its first names, and
+    // every later name is expected. A loop over members that decides each
+    // name anew (below) mispredicts about three branches per message in a
+    // stream that mixes clients: the history that would tell them apart is
+    // overwritten by the branches of the params. A message that leaves its
+    // order (a missing, extra or repeated member) continues in that loop
+    // from the name where it left.
+    let closed = 'ordered: {
+        macro_rules! expect {
+            ($($name:ident),*) => {{
+                $(
+                    match name_word(input, pos) {
+                        Some(word) if $name.matches(word) => {}
+                        _ => break 'ordered false,
+                    }
+                    if member!($name) {
+                        break 'ordered true;
+                    }
+                )*
+                false
+            }};
+        }
+        match input.get(pos + 1) {
+            // viem, web3.js and most servers; web3.py.
+            Some(b'j') => {
+                expect!(JSONRPC);
+                if input.get(pos + 1) == Some(&b'i') {
+                    expect!(ID, METHOD, PARAMS)
+                } else {
+                    expect!(METHOD, PARAMS, ID)
+                }
+            }
+            // ethers.
+            Some(b'm') => expect!(METHOD, PARAMS, ID, JSONRPC),
+            Some(b'i') => expect!(ID, METHOD, PARAMS, JSONRPC),
+            _ => false,
+        }
+    };
+    if !closed {
+        loop {
+            let Some(word) = name_word(input, pos) else {
+                hand_over!(seen, [id, method, params], pos, Resume::AtName)
+            };
+            // One masked compare per member name, in a chain of conditional
+            // branches rather than a jump on the name's first byte: an
+            // indirect jump per member was mispredicted nearly every time.
+            let closed = if METHOD.matches(word) {
+                member!(METHOD)
+            } else if PARAMS.matches(word) {
+                member!(PARAMS)
+            } else if JSONRPC.matches(word) {
+                member!(JSONRPC)
+            } else if ID.matches(word) {
+                member!(ID)
+            } else {
+                hand_over!(seen, [id, method, params], pos, Resume::AtName)
+            };
+            if closed {
+                break;
             }
         }
     }

@@ -880,6 +880,45 @@ fn responses() {
     assert!(parse(r#"{"jsonrpc":"2.0","id":[1],"result":1}"#).is_err());
 }
 
+/// The compact reader takes the member orders clients write as straight-line
+/// code and every other order through a loop: every sequence of up to five
+/// member names (repeats, missing members and an unknown member included),
+/// compact and in web3.py's spacing, alone and in a batch, reads as
+/// serde_json reads it.
+#[test]
+fn every_member_order_reads_alike() {
+    let parser = Parser::new();
+    let members = [
+        ("jsonrpc", r#""2.0""#),
+        ("id", "7"),
+        ("method", r#""eth_call""#),
+        ("params", r#"["0x1",{"a":1}]"#),
+        ("x", "1"),
+    ];
+    let mut checked = 0;
+    for len in 0..=5u32 {
+        for mut code in 0..members.len().pow(len) {
+            let mut picked = Vec::new();
+            for _ in 0..len {
+                picked.push(members[code % members.len()]);
+                code /= members.len();
+            }
+            for (colon, comma) in [(":", ","), (": ", ", ")] {
+                let body: Vec<String> = picked
+                    .iter()
+                    .map(|(name, value)| format!("\"{name}\"{colon}{value}"))
+                    .collect();
+                let single = format!("{{{}}}", body.join(comma));
+                oracle::check_agreement(&parser, single.as_bytes());
+                let batch = format!("[{single},{single}]");
+                oracle::check_agreement(&parser, batch.as_bytes());
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * (1 + 5 + 25 + 125 + 625 + 3125));
+}
+
 /// Compact requests take a fast path, anything else the general one; both
 /// must read every variant the same way (checked against serde_json).
 #[test]
