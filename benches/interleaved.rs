@@ -27,6 +27,9 @@
 //!   The buffer (megabytes) is beyond L2 too, but it is read in address
 //!   order, as a server reads what it has just received.
 //!
+//! Responses (`response/eth_responses`, both layouts) are measured too:
+//! what a gateway reads back from its upstreams for the singles' traffic.
+//!
 //! The MCP corpus is also measured in two parts, `mcp_text` (messages with
 //! free text: escapes or non-ASCII characters in their strings) and
 //! `mcp_plain` (the rest).
@@ -115,6 +118,43 @@ fn parse(name: &str, msgs: &[&[u8]], batches: bool) {
         digest_pass(msgs, &dom, move |m| simd.parse(m)),
     ));
     compare(&format!("parse/{name}"), msgs.len(), total(msgs), &mut all);
+}
+
+/// Responses, as a gateway reads its upstreams' replies: rpcwire's
+/// `parse_response` against serde_json into the jsonrpsee-types / alloy
+/// shape (raw id and result, the error object's members) and simd-json's
+/// tape.
+fn responses(name: &str, msgs: &[&[u8]]) {
+    let raw: Vec<usize> = msgs.iter().map(|m| peers::serde_json_response(m)).collect();
+    let dom: Vec<usize> = msgs
+        .iter()
+        .map(|m| peers::response_dom_digest(&serde_json::from_slice(m).unwrap()))
+        .collect();
+    let mut arena = bumpalo::Bump::new();
+    let mut simd = peers::SimdJsonTape::default();
+    let mut all = vec![
+        Contestant::new(
+            "rpcwire",
+            digest_pass(msgs, &raw, move |m| {
+                arena.reset();
+                peers::rpcwire_response_digest(m, &arena)
+            }),
+        ),
+        Contestant::new(
+            "serde_json_raw",
+            digest_pass(msgs, &raw, peers::serde_json_response),
+        ),
+        Contestant::new(
+            "simd_json_tape",
+            digest_pass(msgs, &dom, move |m| simd.parse_response(m)),
+        ),
+    ];
+    compare(
+        &format!("response/{name}"),
+        msgs.len(),
+        total(msgs),
+        &mut all,
+    );
 }
 
 /// The round trip (parse, route, handler, reply) of `dispatch.rs`: rpcwire,
@@ -276,6 +316,15 @@ fn main() {
             parse(n, msgs, batches)
         });
     }
+    // What a gateway reads back from its upstreams.
+    let wanted_response = |n: &str| wanted(&format!("response/{n}"));
+    each_layout(
+        "eth_responses",
+        || corpus::eth_responses(43, 20_000),
+        true,
+        &wanted_response,
+        &mut |n, msgs| responses(n, msgs),
+    );
     // The corpora of dispatch.rs.
     let round_trip_cases: [(&str, MakeCorpus); 3] = [
         ("eth_singles", || corpus::eth_stream(31, 20_000)),

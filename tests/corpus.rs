@@ -222,6 +222,38 @@ fn blob_transactions() {
 }
 
 #[test]
+fn ethereum_responses() {
+    let n = 4000;
+    let corpus = corpus::eth_responses(3, n);
+    describe("eth_responses", &corpus);
+    let distinct: HashSet<&Vec<u8>> = corpus.iter().collect();
+    assert_eq!(distinct.len(), n);
+    let (mut id_first, mut errors, mut reverts, mut objects) = (0, 0, 0, 0);
+    for m in &corpus {
+        let v: Value = serde_json::from_slice(m).expect("valid JSON");
+        assert_eq!(v["jsonrpc"], "2.0");
+        assert!(v.get("id").is_some());
+        assert!(v.get("result").is_some() != v.get("error").is_some());
+        // rpcwire reads every one as a valid response.
+        let arena = bumpalo::Bump::new();
+        assert!(rpcwire::parse_response(m, &arena).is_ok());
+        id_first += m.starts_with(br#"{"jsonrpc":"2.0","id":"#) as usize;
+        if let Some(e) = v.get("error") {
+            errors += 1;
+            reverts += (e["code"] == 3 && e["data"].is_string()) as usize;
+        }
+        objects += v["result"].is_object() as usize;
+    }
+    let share = |k: usize| k as f64 / n as f64;
+    // geth's member order and jsonrpsee's, mixed.
+    assert!((0.5..0.7).contains(&share(id_first)), "{id_first}");
+    assert!((0.02..0.1).contains(&share(errors)), "{errors}");
+    assert!(reverts > 0);
+    // Receipts, blocks and transactions.
+    assert!((0.1..0.4).contains(&share(objects)), "{objects}");
+}
+
+#[test]
 fn corpora_are_deterministic() {
     assert_eq!(corpus::eth_stream(9, 500), corpus::eth_stream(9, 500));
     assert_eq!(corpus::mcp_stream(9, 500), corpus::mcp_stream(9, 500));

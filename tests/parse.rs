@@ -919,6 +919,187 @@ fn every_member_order_reads_alike() {
     assert_eq!(checked, 2 * (1 + 5 + 25 + 125 + 625 + 3125));
 }
 
+/// What a response reading says, offsets left out (the same response
+/// written with other whitespace has them elsewhere).
+fn response_summary(input: &[u8]) -> String {
+    use rpcwire::response::{Response, ResponseMessage};
+    let arena = Bump::new();
+    let value = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+    let error = |e: rpcwire::Error| {
+        let text = e.to_string();
+        format!("E{} {}", e.code(), text.rsplit_once(" at byte ").unwrap().0)
+    };
+    let one = |r: Result<Response<'_>, rpcwire::Error>| match r {
+        Ok(r) => match r.result() {
+            Ok(v) => format!(
+                "{} ok {}",
+                String::from_utf8_lossy(r.id().as_bytes()),
+                value(v.as_bytes())
+            ),
+            Err(e) => format!(
+                "{} err {} {:?} {:?}",
+                String::from_utf8_lossy(r.id().as_bytes()),
+                e.code(),
+                e.message().decode_in(&arena),
+                e.data().map(|d| value(d.as_bytes()))
+            ),
+        },
+        Err(e) => error(e),
+    };
+    match rpcwire::parse_response(input, &arena) {
+        Ok(ResponseMessage::Single(r)) => one(Ok(r)),
+        Ok(ResponseMessage::Batch(b)) => b.map(one).collect::<Vec<_>>().join(" | "),
+        Err(e) => error(e),
+    }
+}
+
+/// Responses take the compact reader too (`jsonrpc`, `id`, `result` in the
+/// orders servers write), and hand over to the general reader at anything
+/// else: every sequence of up to four member names (repeats, missing
+/// members, an error object, an unknown member), with valid and invalid
+/// values, reads the same compact (the fast path where it applies) and
+/// with a tab after every `{` and `,` (the general reader throughout),
+/// alone and in a batch.
+#[test]
+fn every_response_member_order_reads_alike() {
+    let members = [
+        ("jsonrpc", [r#""2.0""#, r#""1.0""#]),
+        ("id", ["7", "null"]),
+        ("result", [r#"{"a":[1,"x"]}"#, r#""0x1b4""#]),
+        (
+            "error",
+            [
+                r#"{"code":3,"message":"m","data":"0x1"}"#,
+                r#"{"code":1.5,"message":"m"}"#,
+            ],
+        ),
+        ("x", ["1", "[]"]),
+    ];
+    let mut checked = 0;
+    for len in 0..=4u32 {
+        for variant in 0..2 {
+            for mut code in 0..members.len().pow(len) {
+                let mut body = Vec::new();
+                for k in 0..len {
+                    let (name, values) = members[code % members.len()];
+                    // The invalid value only in one position per message.
+                    let value = values[(variant == 1 && k == len - 1) as usize];
+                    body.push(format!("\"{name}\":{value}"));
+                    code /= members.len();
+                }
+                let compact = format!("{{{}}}", body.join(","));
+                let spaced = compact.replace('{', "{\t").replace(',', ",\t");
+                assert_eq!(
+                    response_summary(compact.as_bytes()),
+                    response_summary(spaced.as_bytes()),
+                    "{compact}"
+                );
+                let (compact, spaced) = (
+                    format!("[{compact},{compact}]"),
+                    format!("[{spaced},{spaced}]"),
+                );
+                assert_eq!(
+                    response_summary(compact.as_bytes()),
+                    response_summary(spaced.as_bytes()),
+                    "{compact}"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 2 * (1 + 5 + 25 + 125 + 625));
+    // Error objects of every form: the fast path takes `code`, `message`,
+    // `data` in that order, anything else goes to the general reader.
+    for object in [
+        r#"{"code":3,"message":"execution reverted","data":"0x08c379a0"}"#,
+        r#"{"code":-32000,"message":"a\"b\u00e8"}"#,
+        r#"{"code": -32602, "message": "m", "data": {"x":[1,{"y":null}]}}"#,
+        r#"{"code":0,"message":"","data":[]}"#,
+        r#"{"code":-0,"message":"m"}"#,
+        r#"{"code":01,"message":"m"}"#,
+        r#"{"code":9223372036854775807,"message":"m"}"#,
+        r#"{"code":9223372036854775808,"message":"m"}"#,
+        r#"{"code":-9223372036854775808,"message":"m"}"#,
+        r#"{"code":3e2,"message":"m"}"#,
+        r#"{"code":"3","message":"m"}"#,
+        r#"{"code":3,"message":7}"#,
+        r#"{"code":3,"message":"m","data":1,"x":2}"#,
+        r#"{"code":3,"message":"m","code":4}"#,
+        r#"{"code":3 ,"message":"m"}"#,
+        r#"{"message":"m","code":3}"#,
+        r#"{"code":3}"#,
+        r#"{"code":3,"message":"\ud800"}"#,
+        r#"{"code":3,"message":"m","data":[[[[1]]]]}"#,
+        r#"{}"#,
+        "[]",
+        "null",
+    ] {
+        for input in [
+            format!(r#"{{"jsonrpc":"2.0","id":1,"error":{object}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","error":{object},"id":"a"}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"error":{object},"result":1}}"#),
+            // After an entry whose error object the fast path read, one
+            // the general reader finishes starts with nothing of it.
+            format!(
+                r#"[{{"jsonrpc":"2.0","id":1,"error":{object}}},{{"jsonrpc":"2.0","id":2,"result":1,"x":0}}]"#
+            ),
+            format!(
+                r#"[{{"jsonrpc":"2.0","id":1,"error":{{"code":3,"message":"m"}}}},{{"jsonrpc":"2.0","id":2,"error":{object}}}]"#
+            ),
+        ] {
+            let spaced = input.replace('{', "{\t").replace(',', ",\t");
+            assert_eq!(
+                response_summary(input.as_bytes()),
+                response_summary(spaced.as_bytes()),
+                "{input}"
+            );
+        }
+    }
+    // Depth limits hold on the fast path.
+    let deep = br#"{"jsonrpc":"2.0","id":1,"error":{"code":3,"message":"m","data":[[1]]}}"#;
+    let arena = Bump::new();
+    assert!(
+        Parser::new()
+            .max_depth(4)
+            .parse_response(deep, &arena)
+            .is_ok()
+    );
+    assert_eq!(
+        Parser::new()
+            .max_depth(3)
+            .parse_response(deep, &arena)
+            .unwrap_err()
+            .limit(),
+        Some(3)
+    );
+    assert_eq!(
+        Parser::new()
+            .max_depth(1)
+            .parse_response(deep, &arena)
+            .unwrap_err()
+            .limit(),
+        Some(1)
+    );
+    // The forms the fast path takes, read right.
+    for (input, want) in [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#,
+            r#"1 ok "0x1b4""#,
+        ),
+        (r#"{"jsonrpc":"2.0","result":[],"id":"a"}"#, r#""a" ok []"#),
+        (
+            r#"{"jsonrpc": "2.0", "id": 2, "result": null}"#,
+            "2 ok null",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"result":"\u00e8"}"#,
+            r#"3 ok "è""#,
+        ),
+    ] {
+        assert_eq!(response_summary(input.as_bytes()), want);
+    }
+}
+
 /// Compact requests take a fast path, anything else the general one; both
 /// must read every variant the same way (checked against serde_json).
 #[test]

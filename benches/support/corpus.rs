@@ -537,6 +537,16 @@ fn style_index(style: Style) -> usize {
 /// ([`SINGLE_CLIENTS`] shares), with the public method mix ([`ETH_MIX`],
 /// [`INDEXER_MIX`] for indexers).
 pub fn eth_stream(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    from_sessions(seed, n, next_request)
+}
+
+/// `n` distinct messages, each made by `next` for a session picked at
+/// random among those of every client library ([`SINGLE_CLIENTS`] shares).
+fn from_sessions(
+    seed: u64,
+    n: usize,
+    mut next: impl FnMut(&mut Rng, &mut Client) -> Vec<u8>,
+) -> Vec<Vec<u8>> {
     let mut rng = Rng::new(seed);
     let mut clients = sessions(&mut rng, 24);
     let mut seen = Distinct::default();
@@ -545,7 +555,7 @@ pub fn eth_stream(seed: u64, n: usize) -> Vec<Vec<u8>> {
         let style = rng.pick(SINGLE_CLIENTS);
         let pool = &mut clients[style_index(style)];
         let at = rng.below(pool.len() as u64) as usize;
-        let msg = next_request(&mut rng, &mut pool[at]);
+        let msg = next(&mut rng, &mut pool[at]);
         if seen.insert(&msg) {
             out.push(msg);
         }
@@ -1153,6 +1163,170 @@ pub fn mcp_stream(seed: u64, n: usize) -> Vec<Vec<u8>> {
         }
     }
     out
+}
+
+/// A log object as nodes return it, `topics` topics long.
+fn log_object(rng: &mut Rng, topics: usize, block: &str, tx: &str) -> String {
+    let topics: Vec<String> = (0..topics).map(|_| format!("\"{}\"", rng.hash())).collect();
+    let mut data = String::from("0x");
+    let words = rng.below(4) as usize;
+    rng.push_hex(&mut data, 64 * words);
+    format!(
+        "{{\"address\":\"{}\",\"topics\":[{}],\"data\":\"{data}\",\"blockNumber\":\"{block}\",\"transactionHash\":\"{tx}\",\"transactionIndex\":\"{}\",\"blockHash\":\"{}\",\"logIndex\":\"{}\",\"removed\":false}}",
+        rng.address(),
+        topics.join(","),
+        rng.quantity(300),
+        rng.hash(),
+        rng.quantity(500)
+    )
+}
+
+/// What an upstream answers to `method`: the JSON text of its `result`, or
+/// of its `error` object (`Err`).
+fn eth_result_for(rng: &mut Rng, method: &str) -> Result<String, String> {
+    // A provider's rate limit, now and then, on any method.
+    if rng.chance(1, 100) {
+        return Err(r#"{"code":-32005,"message":"limit exceeded"}"#.into());
+    }
+    let q = |rng: &mut Rng, max| format!("\"{}\"", rng.quantity(max));
+    Ok(match method {
+        "eth_call" | "eth_getStorageAt" => {
+            if rng.chance(8, 100) {
+                let mut data = String::from("0x08c379a0");
+                rng.push_hex(&mut data, 64 * 3);
+                return Err(format!(
+                    r#"{{"code":3,"message":"execution reverted: {}","data":"{data}"}}"#,
+                    rng.one_of(&[
+                        "ERC20: transfer amount exceeds balance",
+                        "Ownable: caller is not the owner",
+                        "STF"
+                    ])
+                ));
+            }
+            let mut out = String::from("\"0x");
+            let words = 1 + rng.below(6) as usize;
+            rng.push_hex(&mut out, 64 * words);
+            out + "\""
+        }
+        "eth_getTransactionReceipt" => {
+            let (block, tx) = (rng.quantity(1 << 25), rng.hash());
+            let logs: Vec<String> = (0..rng.below(4))
+                .map(|_| {
+                    let topics = 1 + rng.below(4) as usize;
+                    log_object(rng, topics, &block, &tx)
+                })
+                .collect();
+            let mut bloom = String::from("0x");
+            rng.push_hex(&mut bloom, 512);
+            format!(
+                "{{\"blockHash\":\"{}\",\"blockNumber\":\"{block}\",\"contractAddress\":null,\"cumulativeGasUsed\":{},\"effectiveGasPrice\":{},\"from\":\"{}\",\"gasUsed\":{},\"logs\":[{}],\"logsBloom\":\"{bloom}\",\"status\":\"0x1\",\"to\":\"{}\",\"transactionHash\":\"{tx}\",\"transactionIndex\":{},\"type\":\"0x2\"}}",
+                rng.hash(),
+                q(rng, 30_000_000),
+                q(rng, 1 << 36),
+                rng.address(),
+                q(rng, 1_000_000),
+                logs.join(","),
+                rng.address(),
+                q(rng, 300)
+            )
+        }
+        "eth_getBlockByNumber" | "eth_getBlockByHash" => {
+            let txs: Vec<String> = (0..rng.below(40))
+                .map(|_| format!("\"{}\"", rng.hash()))
+                .collect();
+            let mut bloom = String::from("0x");
+            rng.push_hex(&mut bloom, 512);
+            format!(
+                "{{\"baseFeePerGas\":{},\"difficulty\":\"0x0\",\"extraData\":\"0x\",\"gasLimit\":\"0x1c9c380\",\"gasUsed\":{},\"hash\":\"{}\",\"logsBloom\":\"{bloom}\",\"miner\":\"{}\",\"mixHash\":\"{}\",\"nonce\":\"0x0000000000000000\",\"number\":{},\"parentHash\":\"{}\",\"receiptsRoot\":\"{}\",\"size\":{},\"stateRoot\":\"{}\",\"timestamp\":{},\"transactions\":[{}],\"transactionsRoot\":\"{}\",\"uncles\":[]}}",
+                q(rng, 1 << 36),
+                q(rng, 30_000_000),
+                rng.hash(),
+                rng.address(),
+                rng.hash(),
+                q(rng, 1 << 25),
+                rng.hash(),
+                rng.hash(),
+                q(rng, 200_000),
+                rng.hash(),
+                q(rng, 1 << 31),
+                txs.join(","),
+                rng.hash()
+            )
+        }
+        "eth_getLogs" => {
+            let (block, tx) = (rng.quantity(1 << 25), rng.hash());
+            let logs: Vec<String> = (0..rng.below(9))
+                .map(|_| {
+                    let topics = 1 + rng.below(4) as usize;
+                    log_object(rng, topics, &block, &tx)
+                })
+                .collect();
+            format!("[{}]", logs.join(","))
+        }
+        "eth_getTransactionByHash" => format!(
+            "{{\"blockHash\":\"{}\",\"blockNumber\":{},\"from\":\"{}\",\"gas\":{},\"gasPrice\":{},\"hash\":\"{}\",\"input\":\"{}\",\"nonce\":{},\"to\":\"{}\",\"transactionIndex\":{},\"value\":{},\"type\":\"0x2\",\"chainId\":\"0x1\",\"v\":\"0x1\",\"r\":{},\"s\":{}}}",
+            rng.hash(),
+            q(rng, 1 << 25),
+            rng.address(),
+            q(rng, 1_000_000),
+            q(rng, 1 << 36),
+            rng.hash(),
+            calldata(rng),
+            q(rng, 5000),
+            rng.address(),
+            q(rng, 300),
+            q(rng, 1 << 60),
+            q(rng, u64::MAX),
+            q(rng, u64::MAX)
+        ),
+        "eth_getCode" => {
+            let mut out = String::from("\"0x");
+            let bytes = 100 + rng.below(3000) as usize;
+            rng.push_hex(&mut out, 2 * bytes);
+            out + "\""
+        }
+        "eth_sendRawTransaction" => {
+            if rng.chance(5, 100) {
+                return Err(r#"{"code":-32000,"message":"nonce too low"}"#.into());
+            }
+            format!("\"{}\"", rng.hash())
+        }
+        "eth_feeHistory" => format!(
+            "{{\"oldestBlock\":{},\"baseFeePerGas\":[{},{},{}],\"gasUsedRatio\":[0.5,0.31,0.87],\"reward\":[[{}],[{}]]}}",
+            q(rng, 1 << 25),
+            q(rng, 1 << 36),
+            q(rng, 1 << 36),
+            q(rng, 1 << 36),
+            q(rng, 1 << 30),
+            q(rng, 1 << 30)
+        ),
+        "net_version" => "\"1\"".into(),
+        _ => q(rng, 1 << 40),
+    })
+}
+
+/// What a gateway reads back from its upstreams for [`eth_stream`]'s
+/// traffic: `n` distinct responses, ids as the clients wrote them, results
+/// shaped by method (quantities, ABI words, receipts and blocks with
+/// 512-digit blooms, logs, code), errors now and then (reverts with `data`,
+/// rate limits, rejected transactions), from two server families mixed:
+/// geth, erigon and anvil write `jsonrpc`, `id`, `result`; jsonrpsee (reth)
+/// and Nethermind write `jsonrpc`, `result`, `id`.
+pub fn eth_responses(seed: u64, n: usize) -> Vec<Vec<u8>> {
+    from_sessions(seed, n, |rng, client| {
+        let id = client.id(rng);
+        let method = pick_method(rng, client.style);
+        let (member, value) = match eth_result_for(rng, method) {
+            Ok(result) => ("result", result),
+            Err(error) => ("error", error),
+        };
+        let msg = if rng.chance(3, 5) {
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"{member}\":{value}}}")
+        } else {
+            format!("{{\"jsonrpc\":\"2.0\",\"{member}\":{value},\"id\":{id}}}")
+        };
+        msg.into_bytes()
+    })
 }
 
 /// The last `n` messages of `corpus` (past the sessions' start-up): a small

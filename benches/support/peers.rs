@@ -172,8 +172,12 @@ impl Default for SimdJsonTape {
 }
 
 impl SimdJsonTape {
-    pub fn parse(&mut self, input: &[u8]) -> usize {
-        use simd_json::prelude::*;
+    /// Fills the tape from `input` and hands its root to `read`.
+    fn with_tape(
+        &mut self,
+        input: &[u8],
+        read: impl FnOnce(simd_json::tape::Value) -> usize,
+    ) -> usize {
         self.copy.clear();
         self.copy.extend_from_slice(input);
         self.copy
@@ -181,6 +185,13 @@ impl SimdJsonTape {
         let mut tape = self.tape.take().unwrap().reset();
         simd_json::fill_tape_padded(&mut self.copy, input.len(), &mut self.buffers, &mut tape)
             .unwrap();
+        let digest = read(tape.as_value());
+        self.tape = Some(tape.reset());
+        digest
+    }
+
+    pub fn parse(&mut self, input: &[u8]) -> usize {
+        use simd_json::prelude::*;
         let digest = |v: simd_json::tape::Value| -> usize {
             let o = v.as_object().unwrap();
             assert_eq!(o.get("jsonrpc").unwrap().as_str(), Some("2.0"));
@@ -196,13 +207,10 @@ impl SimdJsonTape {
             };
             method + id + params
         };
-        let root = tape.as_value();
-        let sum = match root.as_array() {
+        self.with_tape(input, |root| match root.as_array() {
             Some(entries) => entries.iter().map(digest).sum(),
             None => digest(root),
-        };
-        self.tape = Some(tape.reset());
-        sum
+        })
     }
 }
 
@@ -239,5 +247,103 @@ impl SimdJsonDom {
             Some(elements) => elements.iter().map(digest).sum(),
             None => digest(&value),
         }
+    }
+}
+
+/// A response as serde_json reads it (the jsonrpsee-types and alloy shape):
+/// raw id and result, the error object's members.
+#[derive(Deserialize)]
+pub struct SerdeResponse<'a> {
+    #[serde(borrow)]
+    pub jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    pub id: &'a serde_json::value::RawValue,
+    #[serde(borrow, default)]
+    pub result: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default)]
+    pub error: Option<SerdeErrorObject<'a>>,
+}
+
+#[derive(Deserialize)]
+pub struct SerdeErrorObject<'a> {
+    pub code: i64,
+    #[serde(borrow)]
+    pub message: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub data: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The digest of a response: id bytes, and the result's bytes or the
+/// error's code, message length and data bytes.
+pub fn serde_json_response(input: &[u8]) -> usize {
+    let r: SerdeResponse = serde_json::from_slice(input).unwrap();
+    assert_eq!(r.jsonrpc, "2.0");
+    let outcome = match (r.result, r.error) {
+        (Some(result), None) => result.get().len(),
+        (None, Some(e)) => {
+            e.code.unsigned_abs() as usize + e.message.len() + e.data.map_or(0, |d| d.get().len())
+        }
+        _ => panic!("a response has a result or an error"),
+    };
+    r.id.get().len() + outcome
+}
+
+/// rpcwire's side of [`serde_json_response`]'s digest.
+pub fn rpcwire_response_digest(input: &[u8], arena: &bumpalo::Bump) -> usize {
+    let rpcwire::response::ResponseMessage::Single(r) =
+        rpcwire::parse_response(input, arena).expect("corpus responses are valid")
+    else {
+        panic!("a single response")
+    };
+    let outcome = match r.result() {
+        Ok(result) => result.as_bytes().len(),
+        Err(e) => {
+            e.code().unsigned_abs() as usize
+                + e.message().as_bytes().len()
+                + e.data().map_or(0, |d| d.as_bytes().len())
+        }
+    };
+    r.id().as_bytes().len() + outcome
+}
+
+/// What a DOM holds of a response: 1 for the id, and for the result the
+/// number of elements or members plus one (a string: its length), or the
+/// error's code.
+pub fn response_dom_digest(v: &serde_json::Value) -> usize {
+    let result = match &v["result"] {
+        serde_json::Value::Array(a) => a.len() + 1,
+        serde_json::Value::Object(o) => o.len() + 1,
+        serde_json::Value::String(s) => s.len(),
+        _ => 0,
+    };
+    let error = v["error"]["code"]
+        .as_i64()
+        .map_or(0, |c| c.unsigned_abs() as usize);
+    usize::from(v.get("id").is_some()) + result + error
+}
+
+impl SimdJsonTape {
+    /// [`response_dom_digest`] from simd-json's tape.
+    pub fn parse_response(&mut self, input: &[u8]) -> usize {
+        use simd_json::prelude::*;
+        self.with_tape(input, |root| {
+            let o = root.as_object().unwrap();
+            assert_eq!(o.get("jsonrpc").unwrap().as_str(), Some("2.0"));
+            let result = match o.get("result") {
+                Some(r) => match (r.as_array(), r.as_object(), r.as_str()) {
+                    (Some(a), _, _) => a.len() + 1,
+                    (_, Some(o), _) => o.len() + 1,
+                    (_, _, Some(s)) => s.len(),
+                    _ => 0,
+                },
+                None => 0,
+            };
+            let error = o
+                .get("error")
+                .and_then(|e| e.as_object().and_then(|e| e.get("code")))
+                .and_then(|c| c.as_i64())
+                .map_or(0, |c| c.unsigned_abs() as usize);
+            usize::from(o.get("id").is_some()) + result + error
+        })
     }
 }
