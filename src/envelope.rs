@@ -1591,9 +1591,10 @@ fn error_fast(
     if first != b'{' || inner >= max_depth {
         return None;
     }
-    // The value of the member `name` at `pos`: the index of its first byte.
+    // The value of the member `name` whose opening quote is at `pos`: the
+    // index of its first byte.
     let value_of = |name: MemberName, pos: usize| {
-        if !name.matches(name_word(input, pos)?) {
+        if input.get(pos) != Some(&b'"') || !name.matches(name_word(input, pos)?) {
             return None;
         }
         let colon = pos + 1 + name.len;

@@ -1033,6 +1033,11 @@ fn every_response_member_order_reads_alike() {
         r#"{}"#,
         "[]",
         "null",
+        // Another byte in place of a member name's opening quote (found by
+        // the fuzzer: the fast path matched the name's letters after it).
+        r#"{xcode":3,"message":"m"}"#,
+        r#"{"code":3,xmessage":"m"}"#,
+        r#"{"code":3,"message":"m",xdata":1}"#,
     ] {
         for input in [
             format!(r#"{{"jsonrpc":"2.0","id":1,"error":{object}}}"#),

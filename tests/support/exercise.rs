@@ -142,7 +142,86 @@ pub fn exercise(input: &[u8]) {
             Ok(ResponseMessage::Batch(b)) => b.for_each(response),
             Err(e) => assert!(e.offset() <= input.len()),
         }
+        responses_agree(&parser, input, &arena);
     }
+}
+
+/// `json` with a tab after every `{` and `,` outside strings.
+fn tab_after_openers(json: &[u8]) -> Vec<u8> {
+    let (mut out, mut in_string, mut escaped) = (Vec::with_capacity(json.len() * 2), false, false);
+    for &b in json {
+        out.push(b);
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+        } else if b == b'"' {
+            in_string = true;
+        } else if b == b'{' || b == b',' {
+            out.push(b'\t');
+        }
+    }
+    out
+}
+
+/// What a response reading says, with every JSON view spaced as
+/// [`tab_after_openers`] spaces it, and errors without their offsets.
+fn response_reading(r: Result<ResponseMessage<'_>, rpcwire::Error>, spaced: bool) -> String {
+    let view = |b: &[u8]| {
+        let b = if spaced {
+            b.to_vec()
+        } else {
+            tab_after_openers(b)
+        };
+        String::from_utf8_lossy(&b).into_owned()
+    };
+    let error = |e: rpcwire::Error| {
+        let text = e.to_string();
+        format!(
+            "error {} {}",
+            e.code(),
+            text.rsplit_once(" at byte ").unwrap().0
+        )
+    };
+    let one = |r: Result<rpcwire::response::Response<'_>, rpcwire::Error>| match r {
+        Ok(r) => {
+            let outcome = match r.result() {
+                Ok(v) => view(v.as_bytes()),
+                Err(e) => format!(
+                    "{} {:?} {:?}",
+                    e.code(),
+                    e.message().as_bytes(),
+                    e.data().map(|d| view(d.as_bytes()))
+                ),
+            };
+            format!("{} {outcome}", view(r.id().as_bytes()))
+        }
+        Err(e) => error(e),
+    };
+    match r {
+        Ok(ResponseMessage::Single(r)) => one(Ok(r)),
+        Ok(ResponseMessage::Batch(b)) => b.map(one).collect::<Vec<_>>().join(" | "),
+        Err(e) => error(e),
+    }
+}
+
+/// The compact reader of responses decides nothing the general reader would
+/// decide differently: `input` reads as it does with a tab after every `{`
+/// and `,` (which the compact reader leaves to the general one at once).
+fn responses_agree(parser: &rpcwire::Parser, input: &[u8], arena: &bumpalo::Bump) {
+    let spaced = tab_after_openers(input);
+    if spaced.len() > parser.message_len_limit() {
+        return;
+    }
+    assert_eq!(
+        response_reading(parser.parse_response(input, arena), false),
+        response_reading(parser.parse_response(&spaced, arena), true),
+        "{:?}",
+        String::from_utf8_lossy(input)
+    );
 }
 
 fn response(r: Result<rpcwire::response::Response<'_>, rpcwire::Error>) {
