@@ -1314,9 +1314,9 @@ pub(crate) fn read_compact<'a>(
     // The member orders clients write, each as straight-line code: which
     // order a message is in is decided once, from its first names, and
     // every later name is expected. A loop over members that decides each
-    // name anew (below) mispredicts about three branches per message in a
-    // stream that mixes clients: the history that would tell them apart is
-    // overwritten by the branches of the params. A message that leaves its
+    // name anew (below) mispredicted about two of its tests per message in
+    // a stream that mixes clients: the history that would tell them apart
+    // is overwritten by the branches of the params. A message that leaves its
     // order (a missing, extra or repeated member) continues in that loop
     // from the name where it left.
     let closed = 'ordered: {
