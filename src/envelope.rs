@@ -288,7 +288,7 @@ impl Parser {
                 let mut h = Handover::fresh(pos);
                 let mut r = ResponseParts::NONE;
                 let (mut entry, end, general) =
-                    match read_compact_entry::<T>(input, pos, 0, self, &mut h, &mut r) {
+                    match T::read_compact(input, pos, 0, self, &mut h, &mut r) {
                         Some((e, end)) => (e, end, false),
                         None => {
                             let (e, end) = self.read_general(input, pos, 0, h, r)?;
@@ -369,7 +369,7 @@ impl Parser {
                     return scan::skip_value(input, p, 1, self.max_depth);
                 }
                 let (entry, end) = if input[p] == b'{' {
-                    match read_compact_entry::<T>(input, p, 1, self, &mut h, &mut r) {
+                    match T::read_compact(input, p, 1, self, &mut h, &mut r) {
                         Some(read) => read,
                         None => {
                             let (entry, end): (T, usize) = self.read_general(input, p, 1, h, r)?;
@@ -456,10 +456,19 @@ pub(crate) trait EntryKind<'a>: Copy + Sized {
     /// The entry an object's envelope makes. Escaped method names are not
     /// decoded yet (see [`decode_method`](EntryKind::decode_method)).
     fn from_envelope(env: Envelope, input: &'a [u8]) -> Self;
-    /// The entry a request the compact reader read makes.
-    fn from_request(request: Request<'a>) -> Self;
-    /// The entry a response the compact reader read makes.
-    fn from_response(response: Response<'a>) -> Self;
+    /// Reads the object whose `{` is at `start` with this kind's compact
+    /// reader ([`read_compact`] for requests and two-way connections, whose
+    /// responses continue in the general reader at their `result`;
+    /// [`read_compact_response`] for responses); `None` after handing over
+    /// to the general reader through `out` and `response`.
+    fn read_compact(
+        input: &'a [u8],
+        start: usize,
+        depth: u32,
+        parser: &Parser,
+        out: &mut Handover,
+        response: &mut ResponseParts,
+    ) -> Option<(Self, usize)>;
     /// An element of a batch that is not an object.
     fn not_object(error: Error) -> Self;
     /// Decodes an escaped method name into the arena, once the entry is
@@ -484,12 +493,15 @@ impl<'a> EntryKind<'a> for Entry<'a> {
     }
 
     #[inline(always)]
-    fn from_request(request: Request<'a>) -> Self {
-        Entry::Request(request)
-    }
-
-    fn from_response(_: Response<'a>) -> Self {
-        unreachable!("requests are read as requests")
+    fn read_compact(
+        input: &'a [u8],
+        start: usize,
+        depth: u32,
+        parser: &Parser,
+        out: &mut Handover,
+        _: &mut ResponseParts,
+    ) -> Option<(Self, usize)> {
+        read_compact(input, start, depth, parser, out).map(|(r, end)| (Entry::Request(r), end))
     }
 
     fn not_object(error: Error) -> Self {
@@ -533,12 +545,15 @@ impl<'a> EntryKind<'a> for Incoming<'a> {
     }
 
     #[inline(always)]
-    fn from_request(request: Request<'a>) -> Self {
-        Incoming::Request(request)
-    }
-
-    fn from_response(_: Response<'a>) -> Self {
-        unreachable!("a two-way connection's objects are read as requests first")
+    fn read_compact(
+        input: &'a [u8],
+        start: usize,
+        depth: u32,
+        parser: &Parser,
+        out: &mut Handover,
+        _: &mut ResponseParts,
+    ) -> Option<(Self, usize)> {
+        read_compact(input, start, depth, parser, out).map(|(r, end)| (Incoming::Request(r), end))
     }
 
     fn not_object(error: Error) -> Self {
@@ -568,13 +583,17 @@ impl<'a> EntryKind<'a> for Result<Response<'a>, Error> {
         env.into_response(input)
     }
 
-    fn from_request(_: Request<'a>) -> Self {
-        unreachable!("responses are read as responses")
-    }
-
     #[inline(always)]
-    fn from_response(response: Response<'a>) -> Self {
-        Ok(response)
+    fn read_compact(
+        input: &'a [u8],
+        start: usize,
+        depth: u32,
+        parser: &Parser,
+        out: &mut Handover,
+        response: &mut ResponseParts,
+    ) -> Option<(Self, usize)> {
+        read_compact_response(input, start, depth, parser, out, response)
+            .map(|(r, end)| (Ok(r), end))
     }
 
     fn not_object(error: Error) -> Self {
@@ -1385,27 +1404,6 @@ pub(crate) fn read_compact<'a>(
         )),
         // Missing members are the general reader's to report.
         _ => hand_over!(seen, [id, method, params], pos, Resume::AfterValue),
-    }
-}
-
-/// The compact reader of the entry kind `T`: requests for requests and
-/// two-way connections (whose responses continue in the general reader at
-/// their `result`), responses for responses.
-#[inline(always)]
-fn read_compact_entry<'a, T: EntryKind<'a>>(
-    input: &'a [u8],
-    start: usize,
-    depth: u32,
-    parser: &Parser,
-    out: &mut Handover,
-    response: &mut ResponseParts,
-) -> Option<(T, usize)> {
-    match T::MODE {
-        Mode::Responses => read_compact_response(input, start, depth, parser, out, response)
-            .map(|(r, end)| (T::from_response(r), end)),
-        _ => {
-            read_compact(input, start, depth, parser, out).map(|(r, end)| (T::from_request(r), end))
-        }
     }
 }
 
