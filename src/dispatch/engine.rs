@@ -707,6 +707,8 @@ pub(crate) struct Engine {
     buffers: Vec<Vec<u8>>,
     reply_lists: Vec<Vec<ReplyState>>,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The deadline `timer` is set for, while that is a call's.
+    timer_at: Option<Instant>,
     generation: u64,
 }
 
@@ -724,6 +726,7 @@ impl Default for Engine {
             buffers: Vec::new(),
             reply_lists: Vec::new(),
             timer: None,
+            timer_at: None,
             generation: 0,
         }
     }
@@ -847,6 +850,24 @@ impl Engine {
         self.free.push(index);
         self.running -= 1;
         task
+    }
+
+    /// Makes the timer fire no later than `deadline`, a call's launched
+    /// at `now`. Left alone when it is set for an earlier deadline still to
+    /// come: the later ones are found when it fires. Without a runtime
+    /// with timers there is no timer, and no call times out.
+    fn cover(&mut self, deadline: Instant, now: Instant) {
+        if self.timer_at.is_some_and(|at| at <= deadline && now < at) {
+            return;
+        }
+        match self.timer.as_mut() {
+            Some(timer) => timer.as_mut().reset(deadline),
+            None if tokio::runtime::Handle::try_current().is_ok() => {
+                self.timer = Some(Box::pin(tokio::time::sleep_until(deadline)));
+            }
+            None => return,
+        }
+        self.timer_at = Some(deadline);
     }
 
     /// A free slot's index (a new one if none is free).
@@ -1044,6 +1065,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
             },
         };
         engine.running += 1;
+        // One clock reading for both (the same clock, but for tokio's
+        // paused clock in tests).
+        let now = Instant::now();
+        let started = now.into_std();
+        let deadline = self.timeout.map(|t| now + t);
         // The handler itself may panic before returning a future.
         let call = match catch_unwind(AssertUnwindSafe(|| handler(call))) {
             Ok(call) => call,
@@ -1060,10 +1086,13 @@ impl<S: Send + Sync + 'static> Shared<S> {
             target: w.target,
             id: w.id,
             method: w.method,
-            deadline: self.timeout.map(|t| Instant::now() + t),
-            started: std::time::Instant::now(),
+            deadline,
+            started,
             generation,
         });
+        if let Some(deadline) = deadline {
+            engine.cover(deadline, now);
+        }
         // Polled first by the next poll of the engine.
         engine.ready.push(index);
     }
@@ -1203,7 +1232,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let Some(timeout) = self.timeout else {
             return 0;
         };
-        if engine.running == 0 || tokio::runtime::Handle::try_current().is_err() {
+        if engine.running == 0 {
+            return 0;
+        }
+        // Set at each launch to come no later than the call's deadline
+        // (`Engine::cover`): until it fires, no call is past its deadline,
+        // and nothing here reads the clock.
+        let Some(timer) = engine.timer.as_mut() else {
+            return 0;
+        };
+        if timer.as_mut().poll(cx).is_pending() {
             return 0;
         }
         let now = Instant::now();
@@ -1254,15 +1292,12 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 out.end_reply();
             }
         }
-        if let Some(next) = next {
-            let deadline = next;
-            match engine.timer.as_mut() {
-                Some(timer) => timer.as_mut().reset(deadline),
-                None => engine.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
-            }
-            if let Some(timer) = engine.timer.as_mut()
-                && timer.as_mut().poll(cx).is_ready()
-            {
+        engine.timer_at = next;
+        if let Some(next) = next
+            && let Some(timer) = engine.timer.as_mut()
+        {
+            timer.as_mut().reset(next);
+            if timer.as_mut().poll(cx).is_ready() {
                 cx.waker().wake_by_ref();
             }
         }
