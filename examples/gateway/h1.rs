@@ -122,10 +122,10 @@ impl H1Pool {
         f(&mut all[worker])
     }
 
-    fn checkout(&self) -> Option<Conn> {
+    fn checkout(&self, now: Instant) -> Option<Conn> {
         self.with_idle(|idle| {
             while let Some(conn) = idle.pop() {
-                if conn.since.elapsed() < MAX_IDLE {
+                if now.saturating_duration_since(conn.since) < MAX_IDLE {
                     return Some(conn);
                 }
             }
@@ -133,8 +133,10 @@ impl H1Pool {
         })
     }
 
-    fn checkin(&self, mut conn: Conn) {
-        conn.since = Instant::now();
+    /// Keeps `conn` for reuse; `now` is when its exchange started (its
+    /// idle time is counted from then: a little early, never late).
+    fn checkin(&self, mut conn: Conn, now: Instant) {
+        conn.since = now;
         self.with_idle(|idle| {
             if idle.len() < POOL_CAP {
                 idle.push(conn);
@@ -148,7 +150,7 @@ impl H1Pool {
     /// again, once: a duplicate would only ever reach a node that never
     /// read the first (a raw transaction sent twice is deduplicated by its
     /// hash anyway).
-    pub async fn post(&self, body: &[u8], max: usize) -> Result<H1Reply, H1Error> {
+    pub async fn post(&self, body: &[u8], max: usize, now: Instant) -> Result<H1Reply, H1Error> {
         let mut request = Vec::with_capacity(self.head.len() + 24 + body.len());
         request.extend_from_slice(&self.head);
         // Formatted straight into the request (no string per call).
@@ -156,7 +158,7 @@ impl H1Pool {
         request.extend_from_slice(b"\r\n\r\n");
         request.extend_from_slice(body);
         for _ in 0..2 {
-            let (mut conn, reused) = match self.checkout() {
+            let (mut conn, reused) = match self.checkout(now) {
                 Some(c) => (c, true),
                 None => {
                     let stream = TcpStream::connect(&self.authority)
@@ -166,7 +168,7 @@ impl H1Pool {
                     let conn = Conn {
                         stream,
                         buf: BytesMut::with_capacity(8192),
-                        since: Instant::now(),
+                        since: now,
                     };
                     (conn, false)
                 }
@@ -174,7 +176,7 @@ impl H1Pool {
             match exchange(&mut conn, &request, max).await {
                 Ok((reply, keep)) => {
                     if keep {
-                        self.checkin(conn);
+                        self.checkin(conn, now);
                     }
                     return Ok(reply);
                 }
