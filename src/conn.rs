@@ -110,6 +110,16 @@ impl Context {
         peer_addr: Option<SocketAddr>,
         value: T,
     ) -> Result<(), T> {
+        self.replace(peer_addr, value).map(drop)
+    }
+
+    /// [`refill`](Context::refill), giving back the extension replaced.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn replace<T: Any + Send + Sync>(
+        &mut self,
+        peer_addr: Option<SocketAddr>,
+        value: T,
+    ) -> Result<T, T> {
         let Some(inner) = Arc::get_mut(&mut self.inner) else {
             return Err(value);
         };
@@ -122,9 +132,8 @@ impl Context {
         let Some(slot) = slot else {
             return Err(value);
         };
-        *slot = value;
         inner.peer_addr = peer_addr;
-        Ok(())
+        Ok(std::mem::replace(slot, value))
     }
 
     /// Sends a notification to this connection's client; see

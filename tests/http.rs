@@ -1118,3 +1118,338 @@ fn allocations_per_request_are_few() {
         );
     }
 }
+
+#[test]
+fn own_http1_allocates_nothing_per_request() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _serial = rt.block_on(SERIAL.lock());
+    let server = rt.block_on(TestServer::start(Limits::default()));
+    let request = request(
+        "content-type: application/json\r\nuser-agent: test\r\n",
+        BLOCK_NUMBER,
+    );
+    let mut stream = rt.block_on(TcpStream::connect(server.addr)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    let mut run = |n: usize| {
+        rt.block_on(async {
+            for _ in 0..n {
+                stream.write_all(request.as_bytes()).await.unwrap();
+                // Every reply ends with its body, the call's result.
+                let mut got = 0;
+                while !buf[..got].ends_with(b"\"0x1b4\"}") {
+                    let n = stream.read(&mut buf[got..]).await.unwrap();
+                    assert!(n > 0, "closed");
+                    got += n;
+                }
+                assert!(buf.starts_with(b"HTTP/1.1 200 OK\r\n"));
+            }
+        })
+    };
+    run(100);
+    let (count, ()) = counting_alloc::allocations_during(|| run(1000));
+    let per_request = count as f64 / 1000.0;
+    eprintln!("own HTTP/1.1 loop, single call: {per_request} allocations per request");
+    // None: the loop's buffers, the reply's and the header map are
+    // reused; the `date` text is formatted once a second.
+    assert!(count <= 5, "{count} allocations for 1000 requests");
+    drop(stream);
+    rt.block_on(server.stop());
+}
+
+/// A response as the tests compare them: its status line, its headers but
+/// `date` (names lowercased, sorted) and its body.
+type RawResponse = (String, Vec<(String, String)>, String);
+
+/// The responses in `raw`, as a client reads them off one connection.
+fn responses_of(mut raw: &[u8]) -> Vec<RawResponse> {
+    let mut responses = Vec::new();
+    while !raw.is_empty() {
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut fields);
+        let len = match response.parse(raw) {
+            Ok(httparse::Status::Complete(len)) => len,
+            other => panic!(
+                "not a whole response ({other:?}): {:?}",
+                String::from_utf8_lossy(raw)
+            ),
+        };
+        let status = format!("{} {}", response.code.unwrap(), response.reason.unwrap());
+        let mut headers: Vec<(String, String)> = response
+            .headers
+            .iter()
+            .map(|h| {
+                let value = String::from_utf8_lossy(h.value).into_owned();
+                (h.name.to_ascii_lowercase(), value)
+            })
+            .filter(|(name, _)| name != "date")
+            .collect();
+        headers.sort();
+        let body_len = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .map_or(0, |(_, v)| v.parse::<usize>().unwrap());
+        let body = String::from_utf8_lossy(&raw[len..len + body_len]).into_owned();
+        raw = &raw[len + body_len..];
+        responses.push((status, headers, body));
+    }
+    responses
+}
+
+/// Writes `conversation` on one connection, `piece` bytes at a time, and
+/// reads until the server closes it.
+async fn converse(addr: SocketAddr, conversation: &[u8], piece: usize) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let (mut read, mut write) = stream.split();
+    let reading = async {
+        let mut response = Vec::new();
+        let _ = read.read_to_end(&mut response).await;
+        response
+    };
+    let writing = async {
+        for chunk in conversation.chunks(piece) {
+            if write.write_all(chunk).await.is_err() {
+                break;
+            }
+            if piece < conversation.len() {
+                tokio::task::yield_now().await;
+            }
+        }
+    };
+    let (response, ()) = tokio::time::timeout(HANG, async { tokio::join!(reading, writing) })
+        .await
+        .expect("the server answers and closes");
+    response
+}
+
+fn request(head: &str, body: &str) -> String {
+    format!(
+        "POST / HTTP/1.1\r\nhost: x\r\n{head}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+const JSON: &str = "content-type: application/json\r\n";
+
+/// Conversations on one connection that rpcwire's own HTTP/1.1 loop
+/// answers (in part: each hands over to hyper somewhere, or closes).
+fn conversations() -> Vec<(&'static str, String)> {
+    let close = "content-type: application/json\r\nconnection: close\r\n";
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","method":"count"},{"jsonrpc":"2.0","id":"b","method":"nope"}]"#;
+    let note = r#"{"jsonrpc":"2.0","method":"count"}"#;
+    let chunked = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\n{JSON}transfer-encoding: chunked\r\n\r\n{:x}\r\n{BLOCK_NUMBER}\r\n0\r\n\r\n",
+        BLOCK_NUMBER.len()
+    );
+    vec![
+        (
+            "pipelined: a call, a batch, a notification, bad JSON",
+            [
+                request(JSON, BLOCK_NUMBER),
+                request(JSON, batch),
+                request(JSON, note),
+                request(close, "{\"jsonrpc\":"),
+            ]
+            .concat(),
+        ),
+        (
+            "a chunked body hands over mid-connection",
+            [
+                request(JSON, BLOCK_NUMBER),
+                chunked,
+                request(close, BLOCK_NUMBER),
+            ]
+            .concat(),
+        ),
+        (
+            "another method, then a call",
+            [
+                request(JSON, BLOCK_NUMBER),
+                "GET / HTTP/1.1\r\nhost: x\r\n\r\n".into(),
+                request(close, BLOCK_NUMBER),
+            ]
+            .concat(),
+        ),
+        (
+            "another content type",
+            [
+                request(JSON, BLOCK_NUMBER),
+                request(
+                    "content-type: text/plain\r\nconnection: close\r\n",
+                    BLOCK_NUMBER,
+                ),
+            ]
+            .concat(),
+        ),
+        (
+            "a body past the limit, from its content-length",
+            [
+                request(JSON, BLOCK_NUMBER),
+                request(close, &format!("[{}]", vec![BLOCK_NUMBER; 40].join(","))),
+            ]
+            .concat(),
+        ),
+        (
+            "HTTP/1.0",
+            format!(
+                "POST / HTTP/1.0\r\n{JSON}content-length: {}\r\n\r\n{BLOCK_NUMBER}",
+                BLOCK_NUMBER.len()
+            ),
+        ),
+        (
+            "two content-lengths that disagree",
+            [
+                request(JSON, BLOCK_NUMBER),
+                format!(
+                    "POST / HTTP/1.1\r\n{JSON}content-length: 2\r\ncontent-length: 3\r\n\r\n[]"
+                ),
+            ]
+            .concat(),
+        ),
+        (
+            "garbage after a call",
+            [
+                request(JSON, BLOCK_NUMBER),
+                "\x01\x02 nonsense\r\n\r\n".into(),
+            ]
+            .concat(),
+        ),
+        (
+            "headers and a large reply",
+            [
+                request(
+                    "content-type: Application/JSON; charset=utf-8\r\nx-api-key: k1\r\n",
+                    r#"{"jsonrpc":"2.0","id":7,"method":"header","params":["x-api-key"]}"#,
+                ),
+                request(
+                    close,
+                    r#"{"jsonrpc":"2.0","id":8,"method":"big","params":[70000]}"#,
+                ),
+            ]
+            .concat(),
+        ),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_http1_answers_every_conversation_as_hyper_does() {
+    let _serial = SERIAL.lock().await;
+    let limits = small_limits();
+    let own = TestServer::start(limits.clone()).await;
+    let hyper = TestServer::start_with(limits, |s| s.own_http1(false)).await;
+    for (what, conversation) in conversations() {
+        let theirs = responses_of(&converse(hyper.addr, conversation.as_bytes(), usize::MAX).await);
+        assert!(!theirs.is_empty(), "{what}: hyper said nothing");
+        // Whole, a byte at a time, and in pieces of 7 bytes.
+        for piece in [usize::MAX, 1, 7] {
+            let ours = responses_of(&converse(own.addr, conversation.as_bytes(), piece).await);
+            assert_eq!(ours, theirs, "{what}, sent {piece} bytes at a time");
+        }
+    }
+    own.stop().await;
+    hyper.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_http1_sends_100_continue_when_the_body_waits_for_it() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\n{JSON}expect: 100-continue\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        BLOCK_NUMBER.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut interim = [0u8; 25];
+    tokio::time::timeout(HANG, stream.read_exact(&mut interim))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&interim, b"HTTP/1.1 100 Continue\r\n\r\n");
+    stream.write_all(BLOCK_NUMBER.as_bytes()).await.unwrap();
+    let mut rest = Vec::new();
+    tokio::time::timeout(HANG, stream.read_to_end(&mut rest))
+        .await
+        .unwrap()
+        .unwrap();
+    let responses = responses_of(&rest);
+    assert_eq!(responses.len(), 1);
+    assert_eq!(responses[0].0, "200 OK");
+    assert_eq!(json_of(responses[0].2.as_bytes())["result"], "0x1b4");
+    assert!(
+        responses[0]
+            .1
+            .contains(&("connection".into(), "close".into()))
+    );
+    server.stop().await;
+}
+
+#[cfg(feature = "ws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_upgrade_after_calls_on_one_connection() {
+    use futures_util::{SinkExt, StreamExt};
+    use rpcwire::server::{combined, ws::WsServer};
+    let _serial = SERIAL.lock().await;
+    let metrics = Arc::new(Metrics::default());
+    let d = dispatcher(metrics.clone());
+    let (limits, shutdown) = (Limits::default(), Shutdown::new());
+    let http = HttpService::new(d.clone(), &limits, None);
+    let ws = WsServer::new(d)
+        .limits(limits.clone())
+        .shutdown(shutdown.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(combined::serve(
+        listener,
+        http,
+        ws,
+        limits,
+        None,
+        shutdown.clone(),
+    ));
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    for _ in 0..3 {
+        stream
+            .write_all(request(JSON, BLOCK_NUMBER).as_bytes())
+            .await
+            .unwrap();
+        let mut buf = Vec::new();
+        let responses = loop {
+            let mut chunk = [0u8; 1024];
+            let n = tokio::time::timeout(HANG, stream.read(&mut chunk))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(n > 0, "closed");
+            buf.extend_from_slice(&chunk[..n]);
+            let mut fields = [httparse::EMPTY_HEADER; 16];
+            if let Ok(httparse::Status::Complete(len)) =
+                httparse::Response::new(&mut fields).parse(&buf)
+                && buf.len() >= len + 39
+            {
+                break responses_of(&buf);
+            }
+        };
+        assert_eq!(responses[0].0, "200 OK");
+    }
+    // The same connection becomes a WebSocket.
+    let (mut socket, response) = tokio_tungstenite::client_async(format!("ws://{addr}/"), stream)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
+    socket
+        .send(tokio_tungstenite::tungstenite::Message::text(BLOCK_NUMBER))
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(HANG, socket.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(json_of(&reply.into_data())["result"], "0x1b4");
+    drop(socket);
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}

@@ -46,10 +46,12 @@ use http::{Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tower_service::Service;
 
-use super::http::{HttpService, ResponseBody, ResponseFuture, Server};
+use super::http::{
+    ConnectionKit, HttpService, OwnConnection, PerConnection, ResponseBody, ResponseFuture, Server,
+};
 use super::ws::{WsServer, is_upgrade_request, upgrade_response};
 use super::{Limits, Metrics, Shutdown};
 use crate::Context;
@@ -187,11 +189,29 @@ pub async fn serve<S, K>(
     S: Send + Sync + 'static,
     K: 'static,
 {
-    let service = Combined::new(http, ws);
     let mut server = Server::new(limits);
     if let Some(metrics) = metrics {
         server = server.metrics(metrics);
     }
-    let make = move |peer| service.clone().with_peer_addr(peer);
-    server.serve(listener, make, shutdown).await;
+    server
+        .serve(listener, Combined::new(http, ws), shutdown)
+        .await;
+}
+
+impl<S: Send + Sync + 'static, K: 'static> PerConnection for Combined<S, K> {
+    type Service = Combined<S, K>;
+
+    fn for_peer(&self, peer: SocketAddr) -> Self::Service {
+        self.clone().with_peer_addr(peer)
+    }
+
+    fn serve_own_http1(
+        &self,
+        peer: SocketAddr,
+        stream: TcpStream,
+        kit: &ConnectionKit,
+    ) -> Result<OwnConnection, TcpStream> {
+        let service = self.for_peer(peer);
+        Ok(kit.own_http1(stream, service.http.clone(), service))
+    }
 }

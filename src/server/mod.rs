@@ -24,6 +24,8 @@ use crate::peer::{Outbound, SendError};
 #[cfg_attr(docsrs, doc(cfg(all(feature = "http", feature = "ws"))))]
 pub mod combined;
 #[cfg(feature = "http")]
+mod h1;
+#[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod stream;

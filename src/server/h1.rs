@@ -1,0 +1,708 @@
+//! rpcwire's own HTTP/1.1 connection loop for its own services
+//! ([`HttpService`], and [`Combined`](super::combined::Combined) through
+//! it).
+//!
+//! A JSON-RPC client over HTTP sends keep-alive `POST`s with a
+//! `Content-Length` body, one after another or pipelined. This loop reads
+//! such a request into the connection's buffer, parses its head with
+//! httparse (hyper's parser), hands the body to the dispatcher as a slice
+//! of that buffer, and writes the reply behind a head it composes in room
+//! left in front of the reply, in one write. Anything else (HTTP/2's
+//! preface, HTTP/1.0, another method, a WebSocket upgrade, a chunked body,
+//! `Content-Type` that is not JSON, a body past the limit, a head httparse
+//! refuses or one past the head limit) hands the connection, with every
+//! byte read so far, to hyper's connection, which answers as it always did
+//! (405, 415, 413, 431, 400, the upgrade): the two serve one connection in
+//! turn, never at once.
+//!
+//! Why: on the gateway's load test, hyper's server connection (its
+//! dispatcher, body channel, header maps in and out, response encoding)
+//! cost about a third of the gateway's user CPU per forwarded request. The
+//! timers and signals are hyper's path's: the header timeout (from the
+//! connection's start to its first request, and for each later head that
+//! does not arrive whole), the idle timeout (two quiet ticks of half of it;
+//! a reply the client does not read counts as quiet), the body timeout
+//! (`408`), graceful shutdown (a connection waiting for its next request
+//! closes; one answering finishes, says `connection: close`, and closes),
+//! and the hard stop.
+
+use std::future::{Future, poll_fn};
+use std::io;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context as TaskContext, Poll, Waker, ready};
+use std::time::{Duration, SystemTime};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::task::AtomicWaker;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use tokio::io::AsyncWrite;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Interval, Sleep};
+
+use super::LimitKind;
+use super::http::{ConnConfig, ConnectionKit, HttpService, Signal};
+use crate::conn::Connection;
+
+/// The most headers a request head may have on this path (more: hyper's
+/// path, which takes up to 100).
+const MAX_HEADERS: usize = 32;
+/// Room left in front of the reply for its head (status line,
+/// `content-type`, `content-length`, `date`, `connection: close`: at most
+/// 145 bytes).
+const HEAD_ROOM: usize = 160;
+/// Reads ask for at least this much room.
+const READ_CHUNK: usize = 8 * 1024;
+
+/// How a connection left this loop.
+pub(super) enum Ended {
+    /// Closed (or to be dropped): nothing more to do.
+    Closed,
+    /// For hyper: the socket and the bytes read from it not yet answered.
+    HandOver(TcpStream, Bytes),
+}
+
+/// Why a wait ended without its I/O.
+enum Stop {
+    /// The hard stop: drop the connection at once.
+    Hard,
+    /// Graceful shutdown, while waiting for a request: close.
+    Shutdown,
+    /// The armed deadline (header or body) passed.
+    Deadline,
+    /// Two idle ticks without traffic.
+    Idle,
+}
+
+/// What a wait is for: it decides which signals end it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// For the next request; nothing of it read yet.
+    Next,
+    /// For the rest of a request head.
+    Head,
+    /// For the rest of a body.
+    Body,
+    /// For the dispatcher's reply.
+    Answer,
+    /// For the client to take the reply.
+    Write,
+}
+
+/// A request head this loop answers.
+struct Head {
+    /// The head's length, up to and including its empty line.
+    len: usize,
+    content_length: usize,
+    /// `Connection: close`: answer, then close.
+    close: bool,
+    /// `Expect: 100-continue`.
+    expects_continue: bool,
+    /// Offsets in the buffer of each header's name and value.
+    fields: [(u16, u16, u16, u16); MAX_HEADERS],
+    n_fields: usize,
+}
+
+/// What the buffer's front holds.
+// Matched as soon as it is returned: a box would be an allocation per
+// request.
+#[allow(clippy::large_enum_variant)]
+enum Parsed {
+    Complete(Head),
+    Partial,
+    /// Something for hyper.
+    Other,
+}
+
+/// Serves `stream` with `http` while its requests are plain JSON-RPC
+/// `POST`s; see the [module docs](self).
+pub(super) async fn serve<S, K>(
+    stream: TcpStream,
+    http: &HttpService<S, K>,
+    kit: &ConnectionKit,
+) -> Ended
+where
+    S: Send + Sync + 'static,
+    K: 'static,
+{
+    let mut conn = Own {
+        stream,
+        buf: BytesMut::new(),
+        out: Vec::new(),
+        watch: Watch::new(kit),
+        served: false,
+        config: Arc::clone(&kit.config),
+        scratch: None,
+        headers: None,
+    };
+    let ended = conn.run(http, kit).await;
+    http.release(conn.scratch.take());
+    match ended {
+        Ok(()) => Ended::Closed,
+        Err(Leave::HandOver) => Ended::HandOver(conn.stream, conn.buf.freeze()),
+        Err(Leave::Close) => {
+            let _ = poll_fn(|cx| Pin::new(&mut conn.stream).poll_shutdown(cx)).await;
+            Ended::Closed
+        }
+        Err(Leave::Drop) => Ended::Closed,
+    }
+}
+
+/// How `run` leaves.
+enum Leave {
+    HandOver,
+    /// Close the write side (a `FIN` after the last reply).
+    Close,
+    /// Drop the socket as it is.
+    Drop,
+}
+
+struct Own {
+    stream: TcpStream,
+    /// Bytes read and not yet answered.
+    buf: BytesMut,
+    /// The reply, behind [`HEAD_ROOM`] bytes kept for its head.
+    out: Vec<u8>,
+    watch: Watch,
+    /// Whether a request was answered (the header timer then runs only for
+    /// heads that do not arrive whole).
+    served: bool,
+    config: Arc<ConnConfig>,
+    /// Per-request scratch, kept between requests.
+    scratch: Option<Connection>,
+    /// The last request's header map, cleared.
+    headers: Option<HeaderMap>,
+}
+
+impl Own {
+    async fn run<S, K>(
+        &mut self,
+        http: &HttpService<S, K>,
+        kit: &ConnectionKit,
+    ) -> Result<(), Leave>
+    where
+        S: Send + Sync + 'static,
+        K: 'static,
+    {
+        let max_body = http.max_body();
+        let max_head = kit.max_header_bytes;
+        // The first request's head is due within the header timeout of the
+        // connection's start.
+        self.watch.arm(kit.config.header_timeout);
+        loop {
+            let head = loop {
+                if !self.buf.is_empty() {
+                    match parse_head(&self.buf, max_body) {
+                        Parsed::Complete(head) => break head,
+                        Parsed::Other => return Err(Leave::HandOver),
+                        Parsed::Partial if self.buf.len() >= max_head => {
+                            return Err(Leave::HandOver);
+                        }
+                        Parsed::Partial => {
+                            if self.served && !self.watch.armed {
+                                self.watch.arm(kit.config.header_timeout);
+                            }
+                        }
+                    }
+                }
+                let phase = if self.buf.is_empty() {
+                    Phase::Next
+                } else {
+                    Phase::Head
+                };
+                match self.fill(phase, 0).await {
+                    Ok(0) => return Err(Leave::Drop),
+                    Ok(_) => {}
+                    Err(Stop::Deadline) => {
+                        kit.config.hit(LimitKind::Header);
+                        return Err(Leave::Drop);
+                    }
+                    Err(Stop::Idle) => {
+                        kit.config.hit(LimitKind::Idle);
+                        return Err(Leave::Close);
+                    }
+                    Err(Stop::Shutdown) => return Err(Leave::Close),
+                    Err(Stop::Hard) => return Err(Leave::Drop),
+                }
+            };
+            self.watch.armed = false;
+            let whole = head.len + head.content_length;
+            if self.buf.len() < whole {
+                if head.expects_continue {
+                    self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+                }
+                self.watch.arm(http.body_timeout());
+                while self.buf.len() < whole {
+                    match self.fill(Phase::Body, whole).await {
+                        Ok(0) => return Err(Leave::Drop),
+                        Ok(_) => {}
+                        Err(Stop::Deadline) => {
+                            let body = http.slow_body_reply();
+                            self.out.clear();
+                            self.out.resize(HEAD_ROOM, 0);
+                            self.out.extend_from_slice(&body);
+                            let start = put_head(&mut self.out, "408 Request Timeout", true);
+                            let out = std::mem::take(&mut self.out);
+                            self.write(&out[start..]).await?;
+                            return Err(Leave::Close);
+                        }
+                        Err(Stop::Idle) => {
+                            kit.config.hit(LimitKind::Idle);
+                            return Err(Leave::Drop);
+                        }
+                        // A body is read through a graceful shutdown.
+                        Err(Stop::Shutdown | Stop::Hard) => return Err(Leave::Drop),
+                    }
+                }
+                self.watch.armed = false;
+            }
+            let head_bytes = self.buf.split_to(head.len).freeze();
+            let body = self.buf.split_to(head.content_length).freeze();
+            let headers = header_map(&head, &head_bytes, self.headers.take());
+            drop(head_bytes);
+            self.served = true;
+
+            self.out.clear();
+            self.out.resize(HEAD_ROOM, 0);
+            let mut out = std::mem::take(&mut self.out);
+            let mut scratch = self.scratch.take();
+            let answered = {
+                let mut answer = pin!(http.answer(&mut scratch, headers, body, &mut out));
+                self.wait(Phase::Answer, |_, cx| answer.as_mut().poll(cx))
+                    .await
+            };
+            let Ok(headers) = answered else {
+                // The hard stop: the calls still running are dropped with
+                // the scratch.
+                return Err(Leave::Drop);
+            };
+            self.scratch = scratch;
+            self.headers = headers;
+            let close = head.close || self.watch.stopping;
+            let start = if out.len() == HEAD_ROOM {
+                put_head(&mut out, "204 No Content", close)
+            } else {
+                put_head(&mut out, "200 OK", close)
+            };
+            let written = self.write(&out[start..]).await;
+            self.out = out;
+            written?;
+            if close {
+                return Err(Leave::Close);
+            }
+            // A reply far larger than usual is not kept for the next.
+            if self.out.capacity() > 1 << 20 {
+                self.out = Vec::new();
+            }
+        }
+    }
+
+    /// Reads what the socket has (at least 1 byte, or 0 at its end), with
+    /// room for `want` bytes in all when more than a read's worth.
+    async fn fill(&mut self, phase: Phase, want: usize) -> Result<usize, Stop> {
+        let room = want.saturating_sub(self.buf.len()).max(READ_CHUNK);
+        if self.buf.capacity() - self.buf.len() < room / 2 {
+            self.buf.reserve(room);
+        }
+        let n = self
+            .wait(phase, |own, cx| {
+                loop {
+                    ready!(own.stream.poll_read_ready(cx))?;
+                    match own.stream.try_read_buf(&mut own.buf) {
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        r => return Poll::Ready(r),
+                    }
+                }
+            })
+            .await?;
+        // A read error ends the connection as its end does.
+        let n = n.unwrap_or(0);
+        if n > 0 {
+            self.watch.touched = true;
+        }
+        Ok(n)
+    }
+
+    /// Writes all of `bytes`; a hard stop or a client that takes nothing
+    /// for two idle ticks drops the connection.
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), Leave> {
+        let mut at = 0;
+        while at < bytes.len() {
+            let written = self
+                .wait(Phase::Write, |own, cx| {
+                    Pin::new(&mut own.stream).poll_write(cx, &bytes[at..])
+                })
+                .await;
+            match written {
+                Ok(Ok(n)) if n > 0 => {
+                    at += n;
+                    self.watch.touched = true;
+                }
+                Err(Stop::Idle) => {
+                    self.config.hit(LimitKind::Idle);
+                    return Err(Leave::Drop);
+                }
+                _ => return Err(Leave::Drop),
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls `io` until it is ready, or a signal that ends `phase` comes.
+    async fn wait<T>(
+        &mut self,
+        phase: Phase,
+        mut io: impl FnMut(&mut Own, &mut TaskContext<'_>) -> Poll<T>,
+    ) -> Result<T, Stop> {
+        poll_fn(|cx| {
+            if let Poll::Ready(t) = io(self, cx) {
+                return Poll::Ready(Ok(t));
+            }
+            self.watch.poll(cx, phase).map(Err)
+        })
+        .await
+    }
+}
+
+/// A connection's timers and shutdown signals, polled with a waker of
+/// their own only when one of them fired (as on hyper's path): a wake-up
+/// for I/O costs no look at them.
+struct Watch {
+    stop: Pin<Box<dyn Future<Output = ()> + Send>>,
+    hard: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The header or body deadline, when `armed`.
+    deadline: Pin<Box<Sleep>>,
+    armed: bool,
+    ticks: Interval,
+    /// Ticks in a row without traffic.
+    quiet: u32,
+    /// Traffic since the last tick.
+    touched: bool,
+    /// Graceful shutdown was seen.
+    stopping: bool,
+    signal: Arc<Signal>,
+    signal_waker: Waker,
+}
+
+impl Watch {
+    fn new(kit: &ConnectionKit) -> Watch {
+        let (stop, hard) = (kit.shutdown.clone(), kit.hard_stop.clone());
+        let period = kit.config.idle / 2;
+        let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let signal = Arc::new(Signal {
+            fired: AtomicBool::new(true),
+            task: AtomicWaker::new(),
+        });
+        Watch {
+            stop: Box::pin(async move { stop.triggered().await }),
+            hard: Box::pin(async move { hard.triggered().await }),
+            deadline: Box::pin(tokio::time::sleep(Duration::ZERO)),
+            armed: false,
+            ticks,
+            quiet: 0,
+            touched: false,
+            stopping: false,
+            signal_waker: Waker::from(Arc::clone(&signal)),
+            signal,
+        }
+    }
+
+    /// Starts the deadline: `after` from now.
+    fn arm(&mut self, after: Duration) {
+        self.deadline.as_mut().reset(Instant::now() + after);
+        self.armed = true;
+        // Polled at the next wait, so that it registers.
+        self.signal.fired.store(true, Ordering::Relaxed);
+    }
+
+    fn poll(&mut self, cx: &mut TaskContext<'_>, phase: Phase) -> Poll<Stop> {
+        let closes_on_shutdown = matches!(phase, Phase::Next | Phase::Head);
+        if self.stopping && closes_on_shutdown {
+            return Poll::Ready(Stop::Shutdown);
+        }
+        self.signal.task.register(cx.waker());
+        if !self.signal.fired.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let mut scx = TaskContext::from_waker(&self.signal_waker);
+        if self.hard.as_mut().poll(&mut scx).is_ready() {
+            return Poll::Ready(Stop::Hard);
+        }
+        if !self.stopping && self.stop.as_mut().poll(&mut scx).is_ready() {
+            self.stopping = true;
+            if closes_on_shutdown {
+                return Poll::Ready(Stop::Shutdown);
+            }
+        }
+        if self.armed
+            && matches!(phase, Phase::Head | Phase::Body | Phase::Next)
+            && self.deadline.as_mut().poll(&mut scx).is_ready()
+        {
+            return Poll::Ready(Stop::Deadline);
+        }
+        while self.ticks.poll_tick(&mut scx).is_ready() {
+            let busy = std::mem::take(&mut self.touched) || phase == Phase::Answer;
+            self.quiet = if busy { 0 } else { self.quiet + 1 };
+            if self.quiet >= 2 {
+                return Poll::Ready(Stop::Idle);
+            }
+        }
+        Poll::Pending
+    }
+}
+
+/// Reads the request head at the front of `buf`: complete and answerable
+/// here, partial, or for hyper.
+fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut fields);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    if req.method != Some("POST") || req.version != Some(1) || len > u16::MAX as usize {
+        return Parsed::Other;
+    }
+    let mut head = Head {
+        len,
+        content_length: 0,
+        close: false,
+        expects_continue: false,
+        fields: [(0, 0, 0, 0); MAX_HEADERS],
+        n_fields: 0,
+    };
+    let (mut length, mut json) = (None, false);
+    let base = buf.as_ptr() as usize;
+    for field in req.headers.iter() {
+        let (name, value) = (field.name.as_bytes(), field.value);
+        if name.eq_ignore_ascii_case(b"content-length") {
+            let Some(n) = parse_length(value) else {
+                return Parsed::Other;
+            };
+            if length.is_some_and(|l| l != n) {
+                return Parsed::Other;
+            }
+            length = Some(n);
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            json = super::http::is_json_content_type(value);
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for token in value.split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                if token.eq_ignore_ascii_case(b"close") {
+                    head.close = true;
+                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                    return Parsed::Other;
+                }
+            }
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            if !value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+                return Parsed::Other;
+            }
+            head.expects_continue = true;
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"upgrade")
+        {
+            return Parsed::Other;
+        }
+        // Offsets fit: the head is at most `u16::MAX` bytes.
+        let name_at = field.name.as_ptr() as usize - base;
+        let value_at = value.as_ptr() as usize - base;
+        head.fields[head.n_fields] = (
+            name_at as u16,
+            name.len() as u16,
+            value_at as u16,
+            value.len() as u16,
+        );
+        head.n_fields += 1;
+    }
+    match length {
+        Some(n) if json && n <= max_body => {
+            head.content_length = n;
+            Parsed::Complete(head)
+        }
+        _ => Parsed::Other,
+    }
+}
+
+/// A `Content-Length` value: decimal digits, no sign, no overflow.
+fn parse_length(value: &[u8]) -> Option<usize> {
+    let value = value.trim_ascii();
+    if value.is_empty() || value.len() > 19 {
+        return None;
+    }
+    value.iter().try_fold(0usize, |n, &b| {
+        b.is_ascii_digit().then(|| n * 10 + usize::from(b - b'0'))
+    })
+}
+
+/// The request's headers, as handlers see them: values are slices of the
+/// head's bytes, names hyper's; in the previous request's map when it came
+/// back (cleared: its room is reused).
+fn header_map(head: &Head, bytes: &Bytes, reused: Option<HeaderMap>) -> HeaderMap {
+    let mut map = reused.unwrap_or_else(|| HeaderMap::with_capacity(head.n_fields));
+    for &(name_at, name_len, value_at, value_len) in &head.fields[..head.n_fields] {
+        let name = &bytes[name_at as usize..][..name_len as usize];
+        let (value_at, value_len) = (value_at as usize, value_len as usize);
+        // httparse checked both: a name is a token, a value has no control
+        // bytes but tab.
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name),
+            HeaderValue::from_maybe_shared(bytes.slice(value_at..value_at + value_len)),
+        ) {
+            map.append(name, value);
+        }
+    }
+    map
+}
+
+/// Writes the response head for `status` right before the body that
+/// follows [`HEAD_ROOM`] in `out`; returns where it starts.
+fn put_head(out: &mut [u8], status: &str, close: bool) -> usize {
+    let body_len = out.len() - HEAD_ROOM;
+    let mut head = [0u8; HEAD_ROOM];
+    let mut at = 0;
+    let mut put = |bytes: &[u8]| {
+        head[at..at + bytes.len()].copy_from_slice(bytes);
+        at += bytes.len();
+    };
+    put(b"HTTP/1.1 ");
+    put(status.as_bytes());
+    put(b"\r\n");
+    if body_len > 0 {
+        put(b"content-type: application/json\r\ncontent-length: ");
+        let mut digits = itoa_buf(body_len);
+        put(digits.as_slice());
+        digits.clear();
+        put(b"\r\n");
+    }
+    if close {
+        put(b"connection: close\r\n");
+    }
+    put(b"date: ");
+    put(&http_date());
+    put(b"\r\n\r\n");
+    let start = HEAD_ROOM - at;
+    out[start..HEAD_ROOM].copy_from_slice(&head[..at]);
+    start
+}
+
+fn itoa_buf(mut n: usize) -> smallvec::SmallVec<[u8; 20]> {
+    let mut digits = smallvec::SmallVec::<[u8; 20]>::new();
+    loop {
+        digits.push(b'0' + (n % 10) as u8);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.reverse();
+    digits
+}
+
+/// The `date` header's value for now (RFC 9110's IMF-fixdate), formatted
+/// once a second per thread.
+fn http_date() -> [u8; 29] {
+    use std::cell::Cell;
+    thread_local! {
+        static CACHED: Cell<(u64, [u8; 29])> = const { Cell::new((u64::MAX, [0; 29])) };
+    }
+    let now = SystemTime::now();
+    let secs = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    CACHED.with(|cached| {
+        let (at, text) = cached.get();
+        if at == secs {
+            return text;
+        }
+        let mut text = [0u8; 29];
+        let formatted = httpdate::fmt_http_date(now);
+        if formatted.len() == 29 {
+            text.copy_from_slice(formatted.as_bytes());
+        }
+        cached.set((secs, text));
+        text
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heads_this_loop_answers_and_those_it_hands_over() {
+        let post = |extra: &str| {
+            format!(
+                "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}\r\n{{}}"
+            )
+        };
+        let complete = |text: &str| match parse_head(text.as_bytes(), 100) {
+            Parsed::Complete(h) => Some((h.len, h.content_length, h.close, h.expects_continue)),
+            _ => None,
+        };
+        let plain = post("Content-Length: 2\r\n");
+        assert_eq!(complete(&plain), Some((plain.len() - 2, 2, false, false)));
+        assert!(
+            complete(&post(
+                "Content-Length: 2\r\nConnection: keep-alive, close\r\n"
+            ))
+            .unwrap()
+            .2
+        );
+        assert!(
+            complete(&post("Content-Length: 2\r\nExpect: 100-continue\r\n"))
+                .unwrap()
+                .3
+        );
+        assert!(complete(&post("Content-Length: 2\r\nContent-Length: 2\r\n")).is_some());
+        for other in [
+            post(""),
+            post("Content-Length: 2\r\nContent-Length: 3\r\n"),
+            post("Content-Length: +2\r\n"),
+            post("Content-Length: 101\r\n"),
+            post("Content-Length: 99999999999999999999999\r\n"),
+            post("Transfer-Encoding: chunked\r\n"),
+            post("Content-Length: 2\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"),
+            post("Content-Length: 2\r\nExpect: something\r\n"),
+            "POST / HTTP/1.1\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}".into(),
+            "POST / HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+                .into(),
+            "GET / HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+            "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".into(),
+            "\x16\x03\x01".into(),
+        ] {
+            assert!(
+                matches!(parse_head(other.as_bytes(), 100), Parsed::Other),
+                "{other:?}"
+            );
+        }
+        for cut in 0..plain.len() - 2 {
+            assert!(
+                matches!(parse_head(&plain.as_bytes()[..cut], 100), Parsed::Partial),
+                "{cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn response_heads_sit_right_before_their_body() {
+        let mut out = vec![0; HEAD_ROOM];
+        out.extend_from_slice(b"{\"x\":1}");
+        let start = put_head(&mut out, "200 OK", true);
+        let text = std::str::from_utf8(&out[start..]).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\nconnection: close\r\ndate: "), "{text}");
+        assert!(text.ends_with(" GMT\r\n\r\n{\"x\":1}"), "{text}");
+        let mut empty = vec![0; HEAD_ROOM];
+        let start = put_head(&mut empty, "204 No Content", false);
+        let text = std::str::from_utf8(&empty[start..]).unwrap();
+        assert!(
+            text.starts_with("HTTP/1.1 204 No Content\r\ndate: "),
+            "{text}"
+        );
+        assert_eq!(itoa_buf(0).as_slice(), b"0");
+        assert_eq!(itoa_buf(1234567).as_slice(), b"1234567");
+    }
+}
