@@ -190,7 +190,9 @@ impl Upstreams {
             let Some(ws) = &self.ws else {
                 return Err(errors::no_upstream());
             };
-            let reply = ws.call(id, body, None).await?;
+            // Boxed, as hyper's client below: the common path's future
+            // (moved into the dispatcher's box at each call) stays small.
+            let reply = Box::pin(ws.call(id, body, None)).await?;
             return read_answer(&self.parser, reply, id, &ws.name);
         }
         let mut last = None;
@@ -242,6 +244,12 @@ impl Upstreams {
                 Err(H1Error::Other(reason)) => Err(Failure::Other(reason)),
             };
         }
+        Box::pin(self.post_hyper(up, body)).await
+    }
+
+    /// [`post`](Upstreams::post) with hyper-util's pooled client (`--client
+    /// hyper`).
+    async fn post_hyper(&self, up: &HttpUpstream, body: &[u8]) -> Result<Bytes, Failure> {
         let request = http::Request::post(up.uri.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::copy_from_slice(body)))
