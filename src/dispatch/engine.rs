@@ -27,7 +27,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use tokio::time::Instant;
@@ -537,6 +537,25 @@ impl ReadyList {
     }
 }
 
+/// Wakes the engine's task when the deadline timer fires, through the
+/// ready list's waker (the task's latest): the timer is polled once after
+/// each reset, not at every poll of the engine.
+struct TimerWake {
+    fired: AtomicBool,
+    ready: Arc<ReadyList>,
+}
+
+impl Wake for TimerWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.fired.store(true, Ordering::Release);
+        self.ready.waker.wake();
+    }
+}
+
 struct Slot {
     task: Option<Task>,
     waker: Waker,
@@ -709,6 +728,9 @@ pub(crate) struct Engine {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The deadline `timer` is set for, while that is a call's.
     timer_at: Option<Instant>,
+    /// What `timer` wakes, and whether it was polled since it was last set.
+    timer_wake: Option<(Arc<TimerWake>, Waker)>,
+    timer_polled: bool,
     generation: u64,
 }
 
@@ -727,6 +749,8 @@ impl Default for Engine {
             reply_lists: Vec::new(),
             timer: None,
             timer_at: None,
+            timer_wake: None,
+            timer_polled: false,
             generation: 0,
         }
     }
@@ -864,10 +888,34 @@ impl Engine {
             Some(timer) => timer.as_mut().reset(deadline),
             None if tokio::runtime::Handle::try_current().is_ok() => {
                 self.timer = Some(Box::pin(tokio::time::sleep_until(deadline)));
+                let wake = Arc::new(TimerWake {
+                    fired: AtomicBool::new(false),
+                    ready: Arc::clone(&self.ready),
+                });
+                self.timer_wake = Some((Arc::clone(&wake), Waker::from(wake)));
             }
             None => return,
         }
         self.timer_at = Some(deadline);
+        self.timer_polled = false;
+    }
+
+    /// Whether the deadline timer has fired: polled (registering its waker)
+    /// only after it was set, and after its waker was called.
+    fn timer_fired(&mut self) -> bool {
+        let (Some(timer), Some((wake, waker))) = (self.timer.as_mut(), self.timer_wake.as_ref())
+        else {
+            return false;
+        };
+        if self.timer_polled && !wake.fired.swap(false, Ordering::AcqRel) {
+            return false;
+        }
+        let fired = timer
+            .as_mut()
+            .poll(&mut TaskContext::from_waker(waker))
+            .is_ready();
+        self.timer_polled = !fired;
+        fired
     }
 
     /// A free slot's index (a new one if none is free).
@@ -1238,10 +1286,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         // Set at each launch to come no later than the call's deadline
         // (`Engine::cover`): until it fires, no call is past its deadline,
         // and nothing here reads the clock.
-        let Some(timer) = engine.timer.as_mut() else {
-            return 0;
-        };
-        if timer.as_mut().poll(cx).is_pending() {
+        if !engine.timer_fired() {
             return 0;
         }
         let now = Instant::now();
@@ -1297,7 +1342,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
             && let Some(timer) = engine.timer.as_mut()
         {
             timer.as_mut().reset(next);
-            if timer.as_mut().poll(cx).is_ready() {
+            engine.timer_polled = false;
+            if engine.timer_fired() {
                 cx.waker().wake_by_ref();
             }
         }
