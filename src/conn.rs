@@ -42,8 +42,24 @@ struct ContextInner {
     transport: &'static str,
     peer_addr: Option<SocketAddr>,
     session: Option<Box<str>>,
-    extensions: Vec<(TypeId, Box<dyn Any + Send + Sync>)>,
+    extensions: Vec<(TypeId, Extension)>,
     peer: Option<Peer>,
+}
+
+/// A typed extension: its value, or what computes it on first access.
+enum Extension {
+    Ready(Box<dyn Any + Send + Sync>),
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    Lazy(Box<dyn LazyExtension>),
+}
+
+/// An extension computed on first access (the HTTP request's header map,
+/// from the raw head: most handlers never look at it).
+pub(crate) trait LazyExtension: Any + Send + Sync {
+    /// The value, computed at the first call.
+    fn value(&self) -> &(dyn Any + Send + Sync);
+    /// Itself, to be refilled in place.
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
 impl Context {
@@ -90,7 +106,10 @@ impl Context {
             .extensions
             .iter()
             .find(|(id, _)| *id == want)
-            .and_then(|(_, v)| v.downcast_ref())
+            .and_then(|(_, v)| match v {
+                Extension::Ready(v) => v.downcast_ref(),
+                Extension::Lazy(lazy) => lazy.value().downcast_ref(),
+            })
     }
 
     /// The two-way peer: sends notifications and requests to this
@@ -110,16 +129,6 @@ impl Context {
         peer_addr: Option<SocketAddr>,
         value: T,
     ) -> Result<(), T> {
-        self.replace(peer_addr, value).map(drop)
-    }
-
-    /// [`refill`](Context::refill), giving back the extension replaced.
-    #[cfg_attr(not(feature = "http"), allow(dead_code))]
-    pub(crate) fn replace<T: Any + Send + Sync>(
-        &mut self,
-        peer_addr: Option<SocketAddr>,
-        value: T,
-    ) -> Result<T, T> {
         let Some(inner) = Arc::get_mut(&mut self.inner) else {
             return Err(value);
         };
@@ -128,12 +137,45 @@ impl Context {
             .extensions
             .iter_mut()
             .find(|(id, _)| *id == want)
-            .and_then(|(_, v)| v.downcast_mut::<T>());
+            .and_then(|(_, v)| match v {
+                Extension::Ready(v) => v.downcast_mut::<T>(),
+                Extension::Lazy(_) => None,
+            });
         let Some(slot) = slot else {
             return Err(value);
         };
+        *slot = value;
         inner.peer_addr = peer_addr;
-        Ok(std::mem::replace(slot, value))
+        Ok(())
+    }
+
+    /// [`refill`](Context::refill) for an extension of type `T` computed
+    /// lazily by an `L`: `fill` refills the `L` in place. Returns whether
+    /// it could (as `refill`).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn refill_lazy<T: Any, L: LazyExtension>(
+        &mut self,
+        peer_addr: Option<SocketAddr>,
+        fill: impl FnOnce(&mut L),
+    ) -> bool {
+        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+            return false;
+        };
+        let want = TypeId::of::<T>();
+        let lazy = inner
+            .extensions
+            .iter_mut()
+            .find(|(id, _)| *id == want)
+            .and_then(|(_, v)| match v {
+                Extension::Lazy(lazy) => lazy.as_any_mut().downcast_mut::<L>(),
+                Extension::Ready(_) => None,
+            });
+        let Some(lazy) = lazy else {
+            return false;
+        };
+        fill(lazy);
+        inner.peer_addr = peer_addr;
+        true
     }
 
     /// Sends a notification to this connection's client; see
@@ -185,7 +227,20 @@ impl ContextBuilder {
     pub fn extension<T: Any + Send + Sync>(mut self, value: T) -> Self {
         let id = TypeId::of::<T>();
         self.inner.extensions.retain(|(t, _)| *t != id);
-        self.inner.extensions.push((id, Box::new(value)));
+        self.inner
+            .extensions
+            .push((id, Extension::Ready(Box::new(value))));
+        self
+    }
+
+    /// An extension of type `T` that `lazy` computes at its first access.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn lazy_extension<T: Any>(mut self, lazy: impl LazyExtension) -> Self {
+        let id = TypeId::of::<T>();
+        self.inner.extensions.retain(|(t, _)| *t != id);
+        self.inner
+            .extensions
+            .push((id, Extension::Lazy(Box::new(lazy))));
         self
     }
 

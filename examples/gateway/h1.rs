@@ -349,9 +349,14 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
     if buf.is_empty() {
         return Ok(None);
     }
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut response = httparse::Response::new(&mut headers);
-    let len = match response.parse(buf) {
+    // Left uninitialized: httparse writes the ones it returns.
+    let mut headers = [const { std::mem::MaybeUninit::uninit() }; 32];
+    let mut response = httparse::Response::new(&mut []);
+    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buf,
+        &mut headers,
+    ) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(failed(format!("not an HTTP reply: {e}"))),

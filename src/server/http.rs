@@ -79,6 +79,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tower_service::Service;
 
+use super::h1::LazyHeaders;
 use super::{LimitKind, Limits, Metrics, Shutdown};
 use crate::conn::{Connection, Context};
 use crate::dispatch::{Dispatcher, SyncOnly};
@@ -232,28 +233,31 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     /// `scratch` is the connection's: taken from the service's pool at its
     /// first request, kept between requests (no pool lock per request),
     /// given back with [`release`](HttpService::release).
-    ///
-    /// Returns the header map once the call is done with it (cleared, for
-    /// the next request), if no handler kept it.
     pub(super) async fn answer(
         &self,
         scratch: &mut Option<Connection>,
-        headers: HeaderMap,
+        headers: LazyHeaders,
         body: Bytes,
         out: &mut Vec<u8>,
-    ) -> Option<HeaderMap>
-    where
+    ) where
         S: Send + Sync + 'static,
         K: 'static,
     {
         let shared = &self.shared;
-        let conn = match scratch {
-            Some(conn) => {
-                shared.show(conn, headers, self.peer);
-                conn
-            }
-            None => scratch.insert(shared.checkout(headers, self.peer)),
-        };
+        let conn = scratch.get_or_insert_with(|| shared.take_scratch());
+        let mut headers = Some(headers);
+        let refilled = conn
+            .context
+            .refill_lazy::<HeaderMap, LazyHeaders>(self.peer, |lazy| {
+                if let Some(headers) = headers.take() {
+                    *lazy = headers;
+                }
+            });
+        if !refilled && let Some(headers) = headers {
+            conn.context = context(self.peer)
+                .lazy_extension::<HeaderMap>(headers)
+                .build();
+        }
         conn.start(&shared.dispatcher, &body, out);
         std::future::poll_fn(|cx| {
             while conn.messages_in_flight() > 0 {
@@ -264,22 +268,16 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             Poll::Ready(())
         })
         .await;
-        // The request's headers go now (they hold the connection's read
+        // The request's head goes now (it holds the connection's read
         // buffer), and calls still running (async notifications) go with
         // the scratch to a task of their own.
         if conn.in_flight() > 0 {
             self.release(scratch.take());
-            return None;
-        }
-        match conn.context.replace(None, HeaderMap::new()) {
-            Ok(mut headers) => {
-                headers.clear();
-                Some(headers)
-            }
-            Err(_) => {
-                conn.context = Context::empty();
-                None
-            }
+        } else if !conn
+            .context
+            .refill_lazy::<HeaderMap, LazyHeaders>(None, LazyHeaders::clear)
+        {
+            conn.context = Context::empty();
         }
     }
 
@@ -340,22 +338,18 @@ impl<S, K> Shared<S, K> {
     /// Per-request scratch (a pooled connection, or a new one) whose
     /// context shows this request's headers and peer.
     fn checkout(&self, headers: HeaderMap, peer: Option<SocketAddr>) -> Connection {
-        let pooled = super::lock(&self.pool).pop();
-        let mut conn = pooled.unwrap_or_else(|| Connection::new().max_retained(POOL_RETAINED));
-        self.show(&mut conn, headers, peer);
+        let mut conn = self.take_scratch();
+        // Refilled in place when no handler kept it.
+        if let Err(headers) = conn.context.refill(peer, headers) {
+            conn.context = context(peer).extension(headers).build();
+        }
         conn
     }
 
-    /// Makes `conn`'s context show this request's headers and peer.
-    fn show(&self, conn: &mut Connection, headers: HeaderMap, peer: Option<SocketAddr>) {
-        // Refilled in place when no handler kept it.
-        if let Err(headers) = conn.context.refill(peer, headers) {
-            let mut ctx = Context::builder().transport("http");
-            if let Some(peer) = peer {
-                ctx = ctx.peer_addr(peer);
-            }
-            conn.context = ctx.extension(headers).build();
-        }
+    /// Per-request scratch from the pool, or a new one.
+    fn take_scratch(&self) -> Connection {
+        let pooled = super::lock(&self.pool).pop();
+        pooled.unwrap_or_else(|| Connection::new().max_retained(POOL_RETAINED))
     }
 
     /// Gives scratch back once the reply is out. Calls still running (async
@@ -432,6 +426,15 @@ impl<S, K> Shared<S, K> {
             http::HeaderValue::from_static("close"),
         );
         response
+    }
+}
+
+/// A context for an HTTP request from `peer`, but for its headers.
+fn context(peer: Option<SocketAddr>) -> crate::conn::ContextBuilder {
+    let ctx = Context::builder().transport("http");
+    match peer {
+        Some(peer) => ctx.peer_addr(peer),
+        None => ctx,
     }
 }
 
