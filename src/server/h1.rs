@@ -101,15 +101,9 @@ struct Head {
     close: bool,
     /// `Expect: 100-continue`.
     expects_continue: bool,
-    /// Offsets in the buffer of each header's name and value.
-    fields: [(u16, u16, u16, u16); MAX_HEADERS],
-    n_fields: usize,
 }
 
 /// What the buffer's front holds.
-// Matched as soon as it is returned: a box would be an allocation per
-// request.
-#[allow(clippy::large_enum_variant)]
 enum Parsed {
     Complete(Head),
     Partial,
@@ -258,8 +252,6 @@ impl Own {
             }
             let headers = LazyHeaders {
                 head: self.buf.split_to(head.len).freeze(),
-                fields: head.fields,
-                n_fields: head.n_fields,
                 map: OnceLock::new(),
             };
             let body = self.buf.split_to(head.content_length).freeze();
@@ -466,7 +458,7 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if req.method != Some("POST") || req.version != Some(1) || len > u16::MAX as usize {
+    if req.method != Some("POST") || req.version != Some(1) {
         return Parsed::Other;
     }
     let mut head = Head {
@@ -474,11 +466,8 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
         content_length: 0,
         close: false,
         expects_continue: false,
-        fields: [(0, 0, 0, 0); MAX_HEADERS],
-        n_fields: 0,
     };
     let (mut length, mut json) = (None, false);
-    let base = buf.as_ptr() as usize;
     for field in req.headers.iter() {
         let (name, value) = (field.name.as_bytes(), field.value);
         if name.eq_ignore_ascii_case(b"content-length") {
@@ -510,16 +499,6 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
         {
             return Parsed::Other;
         }
-        // Offsets fit: the head is at most `u16::MAX` bytes.
-        let name_at = field.name.as_ptr() as usize - base;
-        let value_at = value.as_ptr() as usize - base;
-        head.fields[head.n_fields] = (
-            name_at as u16,
-            name.len() as u16,
-            value_at as u16,
-            value.len() as u16,
-        );
-        head.n_fields += 1;
     }
     match length {
         Some(n) if json && n <= max_body => {
@@ -542,36 +521,40 @@ fn parse_length(value: &[u8]) -> Option<usize> {
 }
 
 /// The request's header map as handlers see it
-/// (`ctx.extension::<HeaderMap>()`), built from the head's bytes at its
-/// first access: most handlers never look, and building it was about 7% of
-/// the gateway's user CPU per forwarded request (callgrind).
+/// (`ctx.extension::<HeaderMap>()`), built from the head at its first
+/// access: most handlers never look, and building it for every request was
+/// about 7% of the gateway's user CPU per forwarded request (callgrind).
 pub(crate) struct LazyHeaders {
+    /// The request head, as this loop answered it.
     head: Bytes,
-    /// Offsets in `head` of each header's name and value.
-    fields: [(u16, u16, u16, u16); MAX_HEADERS],
-    n_fields: usize,
-    map: OnceLock<HeaderMap>,
+    map: OnceLock<Box<HeaderMap>>,
 }
 
 impl LazyHeaders {
     /// Lets go of the request's head (and of its map).
     pub(super) fn clear(&mut self) {
         self.head = Bytes::new();
-        self.n_fields = 0;
         self.map.take();
     }
 
-    /// Values are slices of the head's bytes; names are hyper's.
+    /// The head parsed again (it parsed before): values are slices of its
+    /// bytes, names are hyper's.
     fn build(&self) -> HeaderMap {
-        let mut map = HeaderMap::with_capacity(self.n_fields);
-        for &(name_at, name_len, value_at, value_len) in &self.fields[..self.n_fields] {
-            let name = &self.head[name_at as usize..][..name_len as usize];
-            let (value_at, value_len) = (value_at as usize, value_len as usize);
+        let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut []);
+        if req
+            .parse_with_uninit_headers(&self.head, &mut fields)
+            .is_err()
+        {
+            return HeaderMap::new();
+        }
+        let mut map = HeaderMap::with_capacity(req.headers.len());
+        for field in req.headers.iter() {
             // httparse checked both: a name is a token, a value has no
             // control bytes but tab.
             if let (Ok(name), Ok(value)) = (
-                HeaderName::from_bytes(name),
-                HeaderValue::from_maybe_shared(self.head.slice(value_at..value_at + value_len)),
+                HeaderName::from_bytes(field.name.as_bytes()),
+                HeaderValue::from_maybe_shared(self.head.slice_ref(field.value)),
             ) {
                 map.append(name, value);
             }
@@ -582,7 +565,7 @@ impl LazyHeaders {
 
 impl LazyExtension for LazyHeaders {
     fn value(&self) -> &(dyn Any + Send + Sync) {
-        self.map.get_or_init(|| self.build())
+        &**self.map.get_or_init(|| Box::new(self.build()))
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
