@@ -28,18 +28,17 @@
 
 use std::any::Any;
 use std::future::{Future, poll_fn};
-use std::io;
 use std::mem::MaybeUninit;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::task::{Context as TaskContext, Poll, Waker, ready};
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::{Duration, SystemTime};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use tokio::io::AsyncWrite;
+use tokio::io::{AsyncReadExt, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Interval, Sleep};
 
@@ -300,13 +299,12 @@ impl Own {
         }
         let n = self
             .wait(phase, |own, cx| {
-                loop {
-                    ready!(own.stream.poll_read_ready(cx))?;
-                    match own.stream.try_read_buf(&mut own.buf) {
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                        r => return Poll::Ready(r),
-                    }
-                }
+                // Through `AsyncRead` rather than `try_read_buf`: a short
+                // read tells tokio the socket is drained, so the next read
+                // (for the next request, which comes after this reply) waits
+                // instead of first failing with `EAGAIN` (measured: 0.42
+                // such syscalls per forwarded request on the gateway).
+                pin!(own.stream.read_buf(&mut own.buf)).poll(cx)
             })
             .await?;
         // A read error ends the connection as its end does.
