@@ -840,6 +840,34 @@ async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_left_idle_is_closed_and_counted() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    for own in [true, false] {
+        let server = TestServer::start_with(limits.clone(), |s| s.own_http1(own)).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(request(JSON, BLOCK_NUMBER).as_bytes())
+            .await
+            .unwrap();
+        // The reply, then nothing until the server closes.
+        let mut got = Vec::new();
+        tokio::time::timeout(HANG, stream.read_to_end(&mut got))
+            .await
+            .expect("the idle connection is closed")
+            .unwrap();
+        let responses = responses_of(&got);
+        assert_eq!(responses.len(), 1, "own loop: {own}");
+        assert_eq!(json_of(responses[0].2.as_bytes())["result"], "0x1b4");
+        wait_until(|| server.metrics.limit_count(LimitKind::Idle) == 1).await;
+        server.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_connections_opened_and_dropped() {
     let _serial = SERIAL.lock().await;
     let server = TestServer::start(Limits::default()).await;
