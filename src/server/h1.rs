@@ -177,115 +177,151 @@ impl Own {
         S: Send + Sync + 'static,
         K: 'static,
     {
-        let max_body = http.max_body();
-        let max_head = kit.max_header_bytes;
         // The first request's head is due within the header timeout of the
         // connection's start.
         self.watch.arm(kit.config.header_timeout);
         loop {
-            let head = loop {
-                if !self.buf.is_empty() {
-                    match parse_head(&self.buf, max_body) {
-                        Parsed::Complete(head) => break head,
-                        Parsed::Other => return Err(Leave::HandOver),
-                        Parsed::Partial if self.buf.len() >= max_head => {
-                            return Err(Leave::HandOver);
-                        }
-                        Parsed::Partial => {
-                            if self.served && !self.watch.armed {
-                                self.watch.arm(kit.config.header_timeout);
-                            }
-                        }
-                    }
-                }
-                let phase = if self.buf.is_empty() {
-                    Phase::Next
-                } else {
-                    Phase::Head
-                };
-                match self.fill(phase, 0).await {
-                    Ok(0) => return Err(Leave::Drop),
-                    Ok(_) => {}
-                    Err(Stop::Deadline) => {
-                        kit.config.hit(LimitKind::Header);
-                        return Err(Leave::Drop);
-                    }
-                    Err(Stop::Idle) => {
-                        kit.config.hit(LimitKind::Idle);
-                        return Err(Leave::Close);
-                    }
-                    Err(Stop::Shutdown) => return Err(Leave::Close),
-                    Err(Stop::Hard) => return Err(Leave::Drop),
-                }
-            };
-            self.watch.armed = false;
-            let whole = head.len + head.content_length;
-            if self.buf.len() < whole {
-                if head.expects_continue {
-                    self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
-                }
-                self.watch.arm(http.body_timeout());
-                while self.buf.len() < whole {
-                    match self.fill(Phase::Body, whole).await {
-                        Ok(0) => return Err(Leave::Drop),
-                        Ok(_) => {}
-                        Err(Stop::Deadline) => {
-                            let body = http.slow_body_reply();
-                            self.out.clear();
-                            self.out.resize(HEAD_ROOM, 0);
-                            self.out.extend_from_slice(&body);
-                            let start = put_head(&mut self.out, "408 Request Timeout", true);
-                            let out = std::mem::take(&mut self.out);
-                            self.write(&out[start..]).await?;
-                            return Err(Leave::Close);
-                        }
-                        Err(Stop::Idle) => {
-                            kit.config.hit(LimitKind::Idle);
-                            return Err(Leave::Drop);
-                        }
-                        // A body is read through a graceful shutdown.
-                        Err(Stop::Shutdown | Stop::Hard) => return Err(Leave::Drop),
-                    }
-                }
-                self.watch.armed = false;
-            }
-            let headers = LazyHeaders {
-                head: self.buf.split_to(head.len).freeze(),
-                map: OnceLock::new(),
-            };
-            let body = self.buf.split_to(head.content_length).freeze();
-            self.served = true;
-
-            self.out.clear();
-            self.out.resize(HEAD_ROOM, 0);
-            let mut out = std::mem::take(&mut self.out);
-            let mut scratch = self.scratch.take();
-            let answered = {
-                let mut answer = pin!(http.answer(&mut scratch, headers, body, &mut out));
-                self.wait(Phase::Answer, |_, cx| answer.as_mut().poll(cx))
-                    .await
-            };
-            if answered.is_err() {
-                // The hard stop: the calls still running are dropped with
-                // the scratch.
-                return Err(Leave::Drop);
-            }
-            self.scratch = scratch;
-            let close = head.close || self.watch.stopping;
-            let start = if out.len() == HEAD_ROOM {
-                put_head(&mut out, "204 No Content", close)
-            } else {
-                put_head(&mut out, "200 OK", close)
-            };
-            let written = self.write(&out[start..]).await;
-            self.out = out;
-            written?;
-            if close {
+            let head = self.next_head(http.max_body(), kit).await?;
+            self.rest_of_body(&head, http).await?;
+            if self.answer(&head, http).await? {
                 return Err(Leave::Close);
             }
-            // A reply far larger than usual is not kept for the next.
-            if self.out.capacity() > 1 << 20 {
-                self.out = Vec::new();
+        }
+    }
+
+    /// Reads until the buffer starts with a whole request head this loop
+    /// answers (or hands over).
+    async fn next_head(&mut self, max_body: usize, kit: &ConnectionKit) -> Result<Head, Leave> {
+        loop {
+            if !self.buf.is_empty() {
+                match parse_head(&self.buf, max_body) {
+                    Parsed::Complete(head) => {
+                        self.watch.armed = false;
+                        return Ok(head);
+                    }
+                    Parsed::Other => return Err(Leave::HandOver),
+                    // hyper answers 431.
+                    Parsed::Partial if self.buf.len() >= kit.max_header_bytes => {
+                        return Err(Leave::HandOver);
+                    }
+                    Parsed::Partial => {
+                        if self.served && !self.watch.armed {
+                            self.watch.arm(kit.config.header_timeout);
+                        }
+                    }
+                }
+            }
+            let phase = if self.buf.is_empty() {
+                Phase::Next
+            } else {
+                Phase::Head
+            };
+            match self.fill(phase, 0).await {
+                Ok(0) => return Err(Leave::Drop),
+                Ok(_) => {}
+                Err(stop) => return Err(self.leave(stop, phase)),
+            }
+        }
+    }
+
+    /// Reads until the buffer holds `head`'s body too; a body that takes
+    /// longer than the body timeout is answered `408`.
+    async fn rest_of_body<S, K>(
+        &mut self,
+        head: &Head,
+        http: &HttpService<S, K>,
+    ) -> Result<(), Leave>
+    where
+        S: Send + Sync + 'static,
+        K: 'static,
+    {
+        let whole = head.len + head.content_length;
+        if self.buf.len() >= whole {
+            return Ok(());
+        }
+        if head.expects_continue {
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        }
+        self.watch.arm(http.body_timeout());
+        while self.buf.len() < whole {
+            match self.fill(Phase::Body, whole).await {
+                Ok(0) => return Err(Leave::Drop),
+                Ok(_) => {}
+                Err(Stop::Deadline) => {
+                    let mut out = std::mem::take(&mut self.out);
+                    out.clear();
+                    out.resize(HEAD_ROOM, 0);
+                    out.extend_from_slice(&http.slow_body_reply());
+                    let start = put_head(&mut out, "408 Request Timeout", true);
+                    self.write(&out[start..]).await?;
+                    return Err(Leave::Close);
+                }
+                Err(stop) => return Err(self.leave(stop, Phase::Body)),
+            }
+        }
+        self.watch.armed = false;
+        Ok(())
+    }
+
+    /// Dispatches the request at the front of the buffer and writes its
+    /// reply; returns whether the connection closes after it.
+    async fn answer<S, K>(&mut self, head: &Head, http: &HttpService<S, K>) -> Result<bool, Leave>
+    where
+        S: Send + Sync + 'static,
+        K: 'static,
+    {
+        let headers = LazyHeaders {
+            head: self.buf.split_to(head.len).freeze(),
+            map: OnceLock::new(),
+        };
+        let body = self.buf.split_to(head.content_length).freeze();
+        self.served = true;
+        let mut out = std::mem::take(&mut self.out);
+        out.clear();
+        out.resize(HEAD_ROOM, 0);
+        let mut scratch = self.scratch.take();
+        let answered = {
+            let mut answer = pin!(http.answer(&mut scratch, headers, body, &mut out));
+            self.wait(Phase::Answer, |_, cx| answer.as_mut().poll(cx))
+                .await
+        };
+        if answered.is_err() {
+            // The hard stop: the calls still running are dropped with the
+            // scratch.
+            return Err(Leave::Drop);
+        }
+        self.scratch = scratch;
+        let close = head.close || self.watch.stopping;
+        let status = if out.len() == HEAD_ROOM {
+            "204 No Content"
+        } else {
+            "200 OK"
+        };
+        let start = put_head(&mut out, status, close);
+        let written = self.write(&out[start..]).await;
+        // A reply far larger than usual is not kept for the next.
+        if out.capacity() <= 1 << 20 {
+            self.out = out;
+        }
+        written.map(|()| close)
+    }
+
+    /// What a signal that ended a wait in `phase` means for the connection
+    /// (counted as a limit hit where it is one).
+    fn leave(&self, stop: Stop, phase: Phase) -> Leave {
+        let waiting = matches!(phase, Phase::Next | Phase::Head);
+        match stop {
+            Stop::Hard => Leave::Drop,
+            // Between requests: close; a request under way is finished.
+            Stop::Shutdown if waiting => Leave::Close,
+            Stop::Shutdown => Leave::Drop,
+            Stop::Deadline => {
+                self.config.hit(LimitKind::Header);
+                Leave::Drop
+            }
+            Stop::Idle => {
+                self.config.hit(LimitKind::Idle);
+                if waiting { Leave::Close } else { Leave::Drop }
             }
         }
     }
@@ -330,11 +366,9 @@ impl Own {
                     at += n;
                     self.watch.touched = true;
                 }
-                Err(Stop::Idle) => {
-                    self.config.hit(LimitKind::Idle);
-                    return Err(Leave::Drop);
-                }
-                _ => return Err(Leave::Drop),
+                // Closed, failed, or a signal: nothing more can be sent.
+                Ok(_) => return Err(Leave::Drop),
+                Err(stop) => return Err(self.leave(stop, Phase::Write)),
             }
         }
         Ok(())
