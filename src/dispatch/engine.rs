@@ -350,6 +350,19 @@ impl Connection {
         self.engine.messages_in_flight()
     }
 
+    /// Forgets the task waker the last [`poll_replies`](Connection::poll_replies)
+    /// registered, when no call is in flight: the calls the next
+    /// [`start`](Connection::start) launches then do not wake the task
+    /// (they are polled at its next `poll_replies`). For a transport that
+    /// always calls `poll_replies` right after `start`: it saves the task
+    /// a poll per message (the wake would come from the task itself).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(crate) fn forget_waker(&mut self) {
+        if self.in_flight() == 0 {
+            self.engine.ready.waker.take();
+        }
+    }
+
     /// Cancels the running or waiting call whose request id is `id` (its
     /// JSON text, byte for byte): its future is dropped, and its
     /// [`Cancellation`] fires. A single request gets no reply (MCP's

@@ -274,7 +274,12 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         // the scratch to a task of their own.
         if conn.in_flight() > 0 {
             self.release(scratch.take());
-        } else if !conn
+            return;
+        }
+        // The next request's `start` would wake this task, which polls
+        // right after it anyway.
+        conn.forget_waker();
+        if !conn
             .context
             .refill_lazy::<HeaderMap, LazyHeaders>(None, LazyHeaders::clear)
         {
