@@ -512,8 +512,20 @@ impl<T> Router<T> {
     /// The value registered for `name`, if any.
     #[inline]
     pub fn get(&self, name: &str) -> Option<&T> {
+        self.get_bytes(name.as_bytes())
+    }
+
+    /// [`get`](Router::get) for a name as bytes (names are compared byte
+    /// for byte; bytes that are not UTF-8 match no name).
+    ///
+    /// ```
+    /// let router = rpcwire::router::Router::new([("eth_call", 1), ("eth_chainId", 2)]).unwrap();
+    /// assert_eq!(router.get_bytes(b"eth_chainId"), Some(&2));
+    /// assert_eq!(router.get_bytes(b"eth_chainI\xff"), None);
+    /// ```
+    #[inline]
+    pub fn get_bytes(&self, name: &[u8]) -> Option<&T> {
         let t = &*self.table;
-        let name = name.as_bytes();
         if !t.direct {
             return t.get_through_pilots(name);
         }

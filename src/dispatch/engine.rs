@@ -1010,8 +1010,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 let Some(entry) = item.as_entry() else {
                     return conn.deliver(Some(input), item);
                 };
+                // Routed once here (launch routes again, by bytes).
+                let is_async = is_async(&item);
                 let Some(id) = entry.reply_id() else {
-                    return match (entry, is_async(&item)) {
+                    return match (entry, is_async) {
                         (Entry::Request(r), true) => {
                             let w = waiting(input, r, None);
                             self.launch(engine, w, scope.ctx)
@@ -1022,14 +1024,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 let mut budget = Budget::new(self.max_response_len, false);
                 let too_large_len = self.too_large.len_for(id);
                 budget.hold(too_large_len);
-                let Entry::Request(r) = entry else {
+                let (Entry::Request(r), true) = (entry, is_async) else {
                     self.answer(entry, id, scope, out, budget.allowance(too_large_len));
                     return;
                 };
-                if !is_async(&item) {
-                    self.answer(entry, id, scope, out, budget.allowance(too_large_len));
-                    return;
-                }
                 let m = engine.open_message(input, false, budget, &self.too_large);
                 let msg = engine.msgs[m].as_mut().expect("just opened");
                 msg.replies
@@ -1105,10 +1103,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             });
             return;
         }
-        let Some(Handler::Async(handler)) = core::str::from_utf8(&w.method)
-            .ok()
-            .and_then(|m| self.lookup(m))
-        else {
+        let Some(Handler::Async(handler)) = self.lookup_bytes(&w.method) else {
             return;
         };
         let index = engine.slot();

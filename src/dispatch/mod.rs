@@ -542,6 +542,17 @@ impl<S: Send + Sync + 'static> Shared<S> {
         }
     }
 
+    /// [`lookup`](Shared::lookup) for a method name known to be UTF-8, as
+    /// bytes (no UTF-8 check on the routed path).
+    #[cfg(feature = "async")]
+    #[inline]
+    pub(crate) fn lookup_bytes(&self, method: &[u8]) -> Option<&Handler<S>> {
+        match self.router.get_bytes(method) {
+            Some(h) => Some(h),
+            None => self.unrouted(core::str::from_utf8(method).ok()?),
+        }
+    }
+
     /// The handler for a method the router does not know.
     #[cold]
     fn unrouted(&self, method: &str) -> Option<&Handler<S>> {
