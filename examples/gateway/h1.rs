@@ -16,13 +16,15 @@
 //! parsed with httparse (hyper's parser).
 
 use std::cell::Cell;
-use std::io::{self, Write as _};
+use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::upstream::Decimal;
 
 /// A pooled connection kept longer than this idle is closed rather than
 /// reused (servers close idle connections: geth after 120 s).
@@ -112,6 +114,25 @@ impl H1Pool {
         })
     }
 
+    /// The room a request's head takes at most ([`post`](H1Pool::post)).
+    pub fn head_room(&self) -> usize {
+        self.head.len() + 20 + 4
+    }
+
+    /// Writes the head for the body that follows `room` bytes in `request`
+    /// right before it; returns the request, head and body.
+    fn put_head<'r>(&self, request: &'r mut [u8], room: usize) -> &'r [u8] {
+        let length = Decimal::new((request.len() - room) as u64);
+        let digits = length.as_bytes();
+        let start = room - (self.head.len() + digits.len() + 4);
+        let mut put = start;
+        for part in [&self.head[..], digits, b"\r\n\r\n"] {
+            request[put..put + part.len()].copy_from_slice(part);
+            put += part.len();
+        }
+        &request[start..]
+    }
+
     /// This worker's idle connections, under the pool's lock.
     fn with_idle<R>(&self, f: impl FnOnce(&mut Vec<Conn>) -> R) -> R {
         let worker = WORKER.with(Cell::get);
@@ -150,13 +171,14 @@ impl H1Pool {
     /// again, once: a duplicate would only ever reach a node that never
     /// read the first (a raw transaction sent twice is deduplicated by its
     /// hash anyway).
-    pub async fn post(&self, body: &[u8], max: usize, now: Instant) -> Result<H1Reply, H1Error> {
-        let mut request = Vec::with_capacity(self.head.len() + 24 + body.len());
-        request.extend_from_slice(&self.head);
-        // Formatted straight into the request (no string per call).
-        let _ = write!(request, "{}", body.len());
-        request.extend_from_slice(b"\r\n\r\n");
-        request.extend_from_slice(body);
+    pub async fn post(
+        &self,
+        request: &mut [u8],
+        room: usize,
+        max: usize,
+        now: Instant,
+    ) -> Result<H1Reply, H1Error> {
+        let request = self.put_head(request, room);
         for _ in 0..2 {
             let (mut conn, reused) = match self.checkout(now) {
                 Some(c) => (c, true),
@@ -173,7 +195,7 @@ impl H1Pool {
                     (conn, false)
                 }
             };
-            match exchange(&mut conn, &request, max).await {
+            match exchange(&mut conn, request, max).await {
                 Ok((reply, keep)) => {
                     if keep {
                         self.checkin(conn, now);

@@ -49,6 +49,9 @@ pub struct Answer(pub Bytes);
 
 /// The upstreams and how they are reached.
 pub struct Upstreams {
+    /// Room left in front of an HTTP request's body for the longest of the
+    /// upstreams' heads.
+    head_room: usize,
     http: Vec<HttpUpstream>,
     client: Client<HttpConnector, Full<Bytes>>,
     pub ws: Option<WsUpstream>,
@@ -130,7 +133,13 @@ impl Upstreams {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(1024)
             .build(connector);
+        let head_room = http
+            .iter()
+            .filter_map(|u| u.h1.as_ref().map(H1Pool::head_room))
+            .max()
+            .unwrap_or(0);
         Ok(Upstreams {
+            head_room,
             http,
             client,
             ws: ws_url.map(|url| WsUpstream::new(url, timeout, max_response)),
@@ -185,7 +194,7 @@ impl Upstreams {
     /// exchange.
     pub async fn forward(&self, method: &str, params: Option<&[u8]>) -> Result<Answer, RpcError> {
         let id = self.next_id();
-        let body = request_body(id, method, params);
+        let mut body = request_body_after(self.head_room, id, method, params);
         if self.http.is_empty() {
             let Some(ws) = &self.ws else {
                 return Err(errors::no_upstream());
@@ -209,7 +218,7 @@ impl Upstreams {
                 started: now,
                 armed: true,
             };
-            let outcome = self.post(up, &body, now).await;
+            let outcome = self.post(up, &mut body, now).await;
             guard.armed = false;
             match outcome {
                 Ok(reply) => return read_answer(&self.parser, reply, id, &up.name),
@@ -228,9 +237,17 @@ impl Upstreams {
         Err(last.unwrap_or_else(errors::no_upstream))
     }
 
-    async fn post(&self, up: &HttpUpstream, body: &[u8], now: Instant) -> Result<Bytes, Failure> {
+    /// POSTs the request in `request`, after [`head_room`](Upstreams::head_room)
+    /// bytes left for its head.
+    async fn post(
+        &self,
+        up: &HttpUpstream,
+        request: &mut [u8],
+        now: Instant,
+    ) -> Result<Bytes, Failure> {
         if let Some(h1) = &up.h1 {
-            return match h1.post(body, self.max_response + 1024, now).await {
+            let max = self.max_response + 1024;
+            return match h1.post(request, self.head_room, max, now).await {
                 Ok(reply) => {
                     if !(200..300).contains(&reply.status) && !looks_like_json(&reply.body) {
                         return Err(Failure::Other(format!("HTTP status {}", reply.status)));
@@ -244,7 +261,7 @@ impl Upstreams {
                 Err(H1Error::Other(reason)) => Err(Failure::Other(reason)),
             };
         }
-        Box::pin(self.post_hyper(up, body)).await
+        Box::pin(self.post_hyper(up, &request[self.head_room..])).await
     }
 
     /// [`post`](Upstreams::post) with hyper-util's pooled client (`--client
@@ -309,7 +326,15 @@ enum Failure {
 
 /// `{"jsonrpc":"2.0","id":N,"method":…,"params":…}`, the params copied.
 pub fn request_body(id: u64, method: &str, params: Option<&[u8]>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + method.len() + params.map_or(0, <[u8]>::len));
+    request_body_after(0, id, method, params)
+}
+
+/// [`request_body`] after `room` bytes left for an HTTP head
+/// ([`H1Pool::post`] writes it there: the request goes out in one buffer,
+/// built once).
+fn request_body_after(room: usize, id: u64, method: &str, params: Option<&[u8]>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(room + 64 + method.len() + params.map_or(0, <[u8]>::len));
+    out.resize(room, 0);
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(Decimal::new(id).as_bytes());
     out.extend_from_slice(b",\"method\":");
@@ -354,13 +379,13 @@ impl Drop for RestOnDrop<'_> {
 }
 
 /// `n` in decimal, on the stack.
-struct Decimal {
+pub struct Decimal {
     buf: [u8; 20],
     start: usize,
 }
 
 impl Decimal {
-    fn new(mut n: u64) -> Decimal {
+    pub fn new(mut n: u64) -> Decimal {
         let mut buf = [0u8; 20];
         let mut start = 20;
         loop {
@@ -373,7 +398,7 @@ impl Decimal {
         }
     }
 
-    fn as_bytes(&self) -> &[u8] {
+    pub fn as_bytes(&self) -> &[u8] {
         &self.buf[self.start..]
     }
 }
