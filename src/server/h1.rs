@@ -128,10 +128,12 @@ where
         watch: Watch::new(kit),
         served: false,
         config: Arc::clone(&kit.config),
-        scratch: None,
     };
-    let ended = conn.run(http, kit).await;
-    http.release(conn.scratch.take());
+    // Per-request scratch, kept between requests; outside `Own` so that it
+    // is lent to the dispatcher in place, not moved out and back.
+    let mut scratch = None;
+    let ended = conn.run(http, kit, &mut scratch).await;
+    http.release(scratch);
     match ended {
         Ok(()) => Ended::Closed,
         Err(Leave::HandOver) => Ended::HandOver(conn.stream, conn.buf.freeze()),
@@ -163,8 +165,6 @@ struct Own {
     /// heads that do not arrive whole).
     served: bool,
     config: Arc<ConnConfig>,
-    /// Per-request scratch, kept between requests.
-    scratch: Option<Connection>,
 }
 
 impl Own {
@@ -172,6 +172,7 @@ impl Own {
         &mut self,
         http: &HttpService<S, K>,
         kit: &ConnectionKit,
+        scratch: &mut Option<Connection>,
     ) -> Result<(), Leave>
     where
         S: Send + Sync + 'static,
@@ -183,7 +184,7 @@ impl Own {
         loop {
             let head = self.next_head(http.max_body(), kit).await?;
             self.rest_of_body(&head, http).await?;
-            if self.answer(&head, http).await? {
+            if self.answer(&head, http, scratch).await? {
                 return Err(Leave::Close);
             }
         }
@@ -265,7 +266,12 @@ impl Own {
 
     /// Dispatches the request at the front of the buffer and writes its
     /// reply; returns whether the connection closes after it.
-    async fn answer<S, K>(&mut self, head: &Head, http: &HttpService<S, K>) -> Result<bool, Leave>
+    async fn answer<S, K>(
+        &mut self,
+        head: &Head,
+        http: &HttpService<S, K>,
+        scratch: &mut Option<Connection>,
+    ) -> Result<bool, Leave>
     where
         S: Send + Sync + 'static,
         K: 'static,
@@ -279,18 +285,17 @@ impl Own {
         let mut out = std::mem::take(&mut self.out);
         out.clear();
         out.resize(HEAD_ROOM, 0);
-        let mut scratch = self.scratch.take();
         let answered = {
-            let mut answer = pin!(http.answer(&mut scratch, headers, body, &mut out));
+            let mut answer = pin!(http.answer(scratch, headers, body, &mut out));
             self.wait(Phase::Answer, |_, cx| answer.as_mut().poll(cx))
                 .await
         };
         if answered.is_err() {
             // The hard stop: the calls still running are dropped with the
             // scratch.
+            *scratch = None;
             return Err(Leave::Drop);
         }
-        self.scratch = scratch;
         let close = head.close || self.watch.stopping;
         let status = if out.len() == HEAD_ROOM {
             "204 No Content"
