@@ -1381,6 +1381,42 @@ async fn own_http1_answers_every_conversation_as_hyper_does() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_http1_reads_bodies_larger_than_a_read_in_pieces() {
+    let _serial = SERIAL.lock().await;
+    let own = TestServer::start(Limits::default()).await;
+    let hyper = TestServer::start_with(Limits::default(), |s| s.own_http1(false)).await;
+    // A batch of 600 calls (about 30 KB, several reads' worth), pipelined
+    // behind a call and followed by one with a large reply.
+    let batch: Vec<String> = (0..600)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}"#))
+        .collect();
+    let batch = format!("[{}]", batch.join(","));
+    let close = "content-type: application/json\r\nconnection: close\r\n";
+    let conversation = [
+        request(JSON, BLOCK_NUMBER),
+        request(JSON, &batch),
+        request(
+            close,
+            r#"{"jsonrpc":"2.0","id":9,"method":"big","params":[100000]}"#,
+        ),
+    ]
+    .concat();
+    assert!(conversation.len() > 3 * 8192);
+    let theirs = responses_of(&converse(hyper.addr, conversation.as_bytes(), usize::MAX).await);
+    assert_eq!(theirs.len(), 3);
+    assert_eq!(
+        json_of(theirs[1].2.as_bytes()).as_array().unwrap().len(),
+        600
+    );
+    for piece in [usize::MAX, 1000, 7] {
+        let ours = responses_of(&converse(own.addr, conversation.as_bytes(), piece).await);
+        assert_eq!(ours, theirs, "sent {piece} bytes at a time");
+    }
+    own.stop().await;
+    hyper.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_http1_sends_100_continue_when_the_body_waits_for_it() {
     let _serial = SERIAL.lock().await;
     let server = TestServer::start(Limits::default()).await;
