@@ -233,7 +233,8 @@ impl ContextBuilder {
         self
     }
 
-    /// An extension of type `T` that `lazy` computes at its first access.
+    /// An extension of type `T` that `lazy` computes at its first access;
+    /// `lazy`'s value must be a `T` (another type reads as no extension).
     #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn lazy_extension<T: Any>(mut self, lazy: impl LazyExtension) -> Self {
         let id = TypeId::of::<T>();
