@@ -129,24 +129,31 @@ impl Context {
         peer_addr: Option<SocketAddr>,
         value: T,
     ) -> Result<(), T> {
-        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+        let Some((Extension::Ready(slot), peer)) = self.unique_extension(TypeId::of::<T>()) else {
             return Err(value);
         };
-        let want = TypeId::of::<T>();
-        let slot = inner
-            .extensions
-            .iter_mut()
-            .find(|(id, _)| *id == want)
-            .and_then(|(_, v)| match v {
-                Extension::Ready(v) => v.downcast_mut::<T>(),
-                Extension::Lazy(_) => None,
-            });
-        let Some(slot) = slot else {
+        let Some(slot) = slot.downcast_mut::<T>() else {
             return Err(value);
         };
         *slot = value;
-        inner.peer_addr = peer_addr;
+        *peer = peer_addr;
         Ok(())
+    }
+
+    /// The extension stored under `want` and the peer address, to be
+    /// refilled: only while no clone of the context is alive.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    fn unique_extension(
+        &mut self,
+        want: TypeId,
+    ) -> Option<(&mut Extension, &mut Option<SocketAddr>)> {
+        let ContextInner {
+            extensions,
+            peer_addr,
+            ..
+        } = Arc::get_mut(&mut self.inner)?;
+        let (_, extension) = extensions.iter_mut().find(|(id, _)| *id == want)?;
+        Some((extension, peer_addr))
     }
 
     /// [`refill`](Context::refill) for an extension of type `T` computed
@@ -158,23 +165,14 @@ impl Context {
         peer_addr: Option<SocketAddr>,
         fill: impl FnOnce(&mut L),
     ) -> bool {
-        let Some(inner) = Arc::get_mut(&mut self.inner) else {
+        let Some((Extension::Lazy(lazy), peer)) = self.unique_extension(TypeId::of::<T>()) else {
             return false;
         };
-        let want = TypeId::of::<T>();
-        let lazy = inner
-            .extensions
-            .iter_mut()
-            .find(|(id, _)| *id == want)
-            .and_then(|(_, v)| match v {
-                Extension::Lazy(lazy) => lazy.as_any_mut().downcast_mut::<L>(),
-                Extension::Ready(_) => None,
-            });
-        let Some(lazy) = lazy else {
+        let Some(lazy) = lazy.as_any_mut().downcast_mut::<L>() else {
             return false;
         };
         fill(lazy);
-        inner.peer_addr = peer_addr;
+        *peer = peer_addr;
         true
     }
 

@@ -1368,16 +1368,30 @@ async fn own_http1_answers_every_conversation_as_hyper_does() {
     let own = TestServer::start(limits.clone()).await;
     let hyper = TestServer::start_with(limits, |s| s.own_http1(false)).await;
     for (what, conversation) in conversations() {
-        let theirs = responses_of(&converse(hyper.addr, conversation.as_bytes(), usize::MAX).await);
-        assert!(!theirs.is_empty(), "{what}: hyper said nothing");
         // Whole, a byte at a time, and in pieces of 7 bytes.
-        for piece in [usize::MAX, 1, 7] {
-            let ours = responses_of(&converse(own.addr, conversation.as_bytes(), piece).await);
-            assert_eq!(ours, theirs, "{what}, sent {piece} bytes at a time");
-        }
+        answered_alike(&own, &hyper, what, &conversation, &[usize::MAX, 1, 7]).await;
     }
     own.stop().await;
     hyper.stop().await;
+}
+
+/// Asserts that `own` (rpcwire's own loop) answers `conversation`, sent in
+/// each size of `pieces`, as `hyper` (hyper only) answers it sent whole;
+/// returns hyper's responses.
+async fn answered_alike(
+    own: &TestServer,
+    hyper: &TestServer,
+    what: &str,
+    conversation: &str,
+    pieces: &[usize],
+) -> Vec<RawResponse> {
+    let theirs = responses_of(&converse(hyper.addr, conversation.as_bytes(), usize::MAX).await);
+    assert!(!theirs.is_empty(), "{what}: hyper said nothing");
+    for &piece in pieces {
+        let ours = responses_of(&converse(own.addr, conversation.as_bytes(), piece).await);
+        assert_eq!(ours, theirs, "{what}, sent {piece} bytes at a time");
+    }
+    theirs
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1402,16 +1416,19 @@ async fn own_http1_reads_bodies_larger_than_a_read_in_pieces() {
     ]
     .concat();
     assert!(conversation.len() > 3 * 8192);
-    let theirs = responses_of(&converse(hyper.addr, conversation.as_bytes(), usize::MAX).await);
+    let theirs = answered_alike(
+        &own,
+        &hyper,
+        "a 30 KB batch",
+        &conversation,
+        &[usize::MAX, 1000, 7],
+    )
+    .await;
     assert_eq!(theirs.len(), 3);
     assert_eq!(
         json_of(theirs[1].2.as_bytes()).as_array().unwrap().len(),
         600
     );
-    for piece in [usize::MAX, 1000, 7] {
-        let ours = responses_of(&converse(own.addr, conversation.as_bytes(), piece).await);
-        assert_eq!(ours, theirs, "sent {piece} bytes at a time");
-    }
     own.stop().await;
     hyper.stop().await;
 }
