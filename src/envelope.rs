@@ -521,6 +521,15 @@ impl<'a> EntryKind<'a> for Entry<'a> {
     }
 }
 
+/// A request entry as an incoming one.
+#[inline(always)]
+fn incoming(entry: Entry<'_>) -> Incoming<'_> {
+    match entry {
+        Entry::Request(r) => Incoming::Request(r),
+        Entry::Invalid(i) => Incoming::Invalid(i),
+    }
+}
+
 impl<'a> EntryKind<'a> for Incoming<'a> {
     const MODE: Mode = Mode::Incoming;
 
@@ -537,10 +546,7 @@ impl<'a> EntryKind<'a> for Incoming<'a> {
                 Err(error) => Incoming::InvalidResponse(InvalidResponse { id, error }),
             }
         } else {
-            match env.into_request(input) {
-                Entry::Request(r) => Incoming::Request(r),
-                Entry::Invalid(i) => Incoming::Invalid(i),
-            }
+            incoming(env.into_request(input))
         }
     }
 
@@ -568,10 +574,7 @@ impl<'a> EntryKind<'a> for Incoming<'a> {
         if let Incoming::Request(r) = self
             && has_escapes(r)
         {
-            *self = match decode_escaped_method(*r, input, arena) {
-                Entry::Request(r) => Incoming::Request(r),
-                Entry::Invalid(i) => Incoming::Invalid(i),
-            };
+            *self = incoming(decode_escaped_method(*r, input, arena));
         }
     }
 }

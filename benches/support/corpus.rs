@@ -1165,6 +1165,24 @@ pub fn mcp_stream(seed: u64, n: usize) -> Vec<Vec<u8>> {
     out
 }
 
+/// Fewer than `below` log objects of one transaction, comma-separated.
+fn log_list(rng: &mut Rng, below: u64, block: &str, tx: &str) -> String {
+    let logs: Vec<String> = (0..rng.below(below))
+        .map(|_| {
+            let topics = 1 + rng.below(4) as usize;
+            log_object(rng, topics, block, tx)
+        })
+        .collect();
+    logs.join(",")
+}
+
+/// A 2,048-bit logs bloom.
+fn bloom(rng: &mut Rng) -> String {
+    let mut bloom = String::from("0x");
+    rng.push_hex(&mut bloom, 512);
+    bloom
+}
+
 /// A log object as nodes return it, `topics` topics long.
 fn log_object(rng: &mut Rng, topics: usize, block: &str, tx: &str) -> String {
     let topics: Vec<String> = (0..topics).map(|_| format!("\"{}\"", rng.hash())).collect();
@@ -1210,14 +1228,8 @@ fn eth_result_for(rng: &mut Rng, method: &str) -> Result<String, String> {
         }
         "eth_getTransactionReceipt" => {
             let (block, tx) = (rng.quantity(1 << 25), rng.hash());
-            let logs: Vec<String> = (0..rng.below(4))
-                .map(|_| {
-                    let topics = 1 + rng.below(4) as usize;
-                    log_object(rng, topics, &block, &tx)
-                })
-                .collect();
-            let mut bloom = String::from("0x");
-            rng.push_hex(&mut bloom, 512);
+            let logs = log_list(rng, 4, &block, &tx);
+            let bloom = bloom(rng);
             format!(
                 "{{\"blockHash\":\"{}\",\"blockNumber\":\"{block}\",\"contractAddress\":null,\"cumulativeGasUsed\":{},\"effectiveGasPrice\":{},\"from\":\"{}\",\"gasUsed\":{},\"logs\":[{}],\"logsBloom\":\"{bloom}\",\"status\":\"0x1\",\"to\":\"{}\",\"transactionHash\":\"{tx}\",\"transactionIndex\":{},\"type\":\"0x2\"}}",
                 rng.hash(),
@@ -1225,7 +1237,7 @@ fn eth_result_for(rng: &mut Rng, method: &str) -> Result<String, String> {
                 q(rng, 1 << 36),
                 rng.address(),
                 q(rng, 1_000_000),
-                logs.join(","),
+                logs,
                 rng.address(),
                 q(rng, 300)
             )
@@ -1234,8 +1246,7 @@ fn eth_result_for(rng: &mut Rng, method: &str) -> Result<String, String> {
             let txs: Vec<String> = (0..rng.below(40))
                 .map(|_| format!("\"{}\"", rng.hash()))
                 .collect();
-            let mut bloom = String::from("0x");
-            rng.push_hex(&mut bloom, 512);
+            let bloom = bloom(rng);
             format!(
                 "{{\"baseFeePerGas\":{},\"difficulty\":\"0x0\",\"extraData\":\"0x\",\"gasLimit\":\"0x1c9c380\",\"gasUsed\":{},\"hash\":\"{}\",\"logsBloom\":\"{bloom}\",\"miner\":\"{}\",\"mixHash\":\"{}\",\"nonce\":\"0x0000000000000000\",\"number\":{},\"parentHash\":\"{}\",\"receiptsRoot\":\"{}\",\"size\":{},\"stateRoot\":\"{}\",\"timestamp\":{},\"transactions\":[{}],\"transactionsRoot\":\"{}\",\"uncles\":[]}}",
                 q(rng, 1 << 36),
@@ -1255,13 +1266,7 @@ fn eth_result_for(rng: &mut Rng, method: &str) -> Result<String, String> {
         }
         "eth_getLogs" => {
             let (block, tx) = (rng.quantity(1 << 25), rng.hash());
-            let logs: Vec<String> = (0..rng.below(9))
-                .map(|_| {
-                    let topics = 1 + rng.below(4) as usize;
-                    log_object(rng, topics, &block, &tx)
-                })
-                .collect();
-            format!("[{}]", logs.join(","))
+            format!("[{}]", log_list(rng, 9, &block, &tx))
         }
         "eth_getTransactionByHash" => format!(
             "{{\"blockHash\":\"{}\",\"blockNumber\":{},\"from\":\"{}\",\"gas\":{},\"gasPrice\":{},\"hash\":\"{}\",\"input\":\"{}\",\"nonce\":{},\"to\":\"{}\",\"transactionIndex\":{},\"value\":{},\"type\":\"0x2\",\"chainId\":\"0x1\",\"v\":\"0x1\",\"r\":{},\"s\":{}}}",
