@@ -20,11 +20,14 @@
 //! cost about a third of the gateway's user CPU per forwarded request. The
 //! timers and signals are hyper's path's: the header timeout (from the
 //! connection's start to its first request, and for each later head that
-//! does not arrive whole), the idle timeout (two quiet ticks of half of it;
-//! a reply the client does not read counts as quiet), the body timeout
-//! (`408`), graceful shutdown (a connection waiting for its next request
-//! closes; one answering finishes, says `connection: close`, and closes),
-//! and the hard stop.
+//! does not arrive whole; a hand-over keeps the deadline running), the
+//! idle timeout (two quiet ticks of half of it; a reply the client does not
+//! read counts as quiet, a request being read or answered does not), the
+//! body timeout (`408`), graceful shutdown (a connection waiting for its
+//! next request closes; one reading its first request's head, or
+//! answering, finishes, says `connection: close`, and closes), and the
+//! hard stop. `tests/http.rs` compares its answers with hyper's
+//! path's, conversation by conversation.
 
 use std::any::Any;
 use std::future::{Future, poll_fn};
@@ -60,8 +63,11 @@ const READ_CHUNK: usize = 8 * 1024;
 pub(super) enum Ended {
     /// Closed (or to be dropped): nothing more to do.
     Closed,
-    /// For hyper: the socket and the bytes read from it not yet answered.
-    HandOver(TcpStream, Bytes),
+    /// For hyper: the socket, the bytes read from it not yet answered,
+    /// and the header deadline already running (for the first request, or
+    /// for a head that did not arrive whole), which hyper's side keeps
+    /// rather than starting a new one.
+    HandOver(TcpStream, Bytes, Option<Instant>),
 }
 
 /// Why a wait ended without its I/O.
@@ -81,7 +87,10 @@ enum Stop {
 enum Phase {
     /// For the next request; nothing of it read yet.
     Next,
-    /// For the rest of a request head.
+    /// For the rest of the first request's head: graceful shutdown lets it
+    /// come (under the header timer) and answers it, as hyper does.
+    FirstHead,
+    /// For the rest of a later request's head.
     Head,
     /// For the rest of a body.
     Body,
@@ -136,7 +145,10 @@ where
     http.release(scratch);
     match ended {
         Ok(()) => Ended::Closed,
-        Err(Leave::HandOver) => Ended::HandOver(conn.stream, conn.buf.freeze()),
+        Err(Leave::HandOver) => {
+            let header_deadline = conn.watch.armed.then(|| conn.watch.deadline.deadline());
+            Ended::HandOver(conn.stream, conn.buf.freeze(), header_deadline)
+        }
         Err(Leave::Close) => {
             let _ = poll_fn(|cx| Pin::new(&mut conn.stream).poll_shutdown(cx)).await;
             Ended::Closed
@@ -200,6 +212,13 @@ impl Own {
                         self.watch.armed = false;
                         return Ok(head);
                     }
+                    // HTTP/2's preface on a connection that answered
+                    // HTTP/1.1: hyper's HTTP/1 connection closes without a
+                    // word (a fresh one, which a hand-over makes, would
+                    // switch to HTTP/2).
+                    Parsed::Other if self.served && self.buf.starts_with(b"PRI * HTTP/2") => {
+                        return Err(Leave::Close);
+                    }
                     Parsed::Other => return Err(Leave::HandOver),
                     // hyper answers 431.
                     Parsed::Partial if self.buf.len() >= kit.max_header_bytes => {
@@ -214,8 +233,10 @@ impl Own {
             }
             let phase = if self.buf.is_empty() {
                 Phase::Next
-            } else {
+            } else if self.served {
                 Phase::Head
+            } else {
+                Phase::FirstHead
             };
             match self.fill(phase, 0).await {
                 Ok(0) => return Err(Leave::Drop),
@@ -246,7 +267,19 @@ impl Own {
         self.watch.arm(http.body_timeout());
         while self.buf.len() < whole {
             match self.fill(Phase::Body, whole).await {
-                Ok(0) => return Err(Leave::Drop),
+                Ok(0) => {
+                    // The client stopped sending (a half-close) before the
+                    // body was whole: hyper's path answers 400.
+                    let mut out = std::mem::take(&mut self.out);
+                    out.clear();
+                    out.resize(HEAD_ROOM, 0);
+                    out.extend_from_slice(super::http::UNREADABLE_BODY);
+                    // No `connection: close` (hyper's path does not say
+                    // it either); the connection closes all the same.
+                    let start = put_head(&mut out, "400 Bad Request", false);
+                    self.write(&out[start..]).await?;
+                    return Err(Leave::Close);
+                }
                 Ok(_) => {}
                 Err(Stop::Deadline) => {
                     let mut out = std::mem::take(&mut self.out);
@@ -314,7 +347,7 @@ impl Own {
     /// What a signal that ended a wait in `phase` means for the connection
     /// (counted as a limit hit where it is one).
     fn leave(&self, stop: Stop, phase: Phase) -> Leave {
-        let waiting = matches!(phase, Phase::Next | Phase::Head);
+        let waiting = matches!(phase, Phase::Next | Phase::FirstHead | Phase::Head);
         match stop {
             Stop::Hard => Leave::Drop,
             // Between requests: close; a request under way is finished.
@@ -467,13 +500,19 @@ impl Watch {
             }
         }
         if self.armed
-            && matches!(phase, Phase::Head | Phase::Body | Phase::Next)
+            && matches!(
+                phase,
+                Phase::Next | Phase::FirstHead | Phase::Head | Phase::Body
+            )
             && self.deadline.as_mut().poll(&mut scx).is_ready()
         {
             return Poll::Ready(Stop::Deadline);
         }
         while self.ticks.poll_tick(&mut scx).is_ready() {
-            let busy = std::mem::take(&mut self.touched) || phase == Phase::Answer;
+            // A request being read or answered is not idle (its own
+            // timers bound it), as on hyper's path.
+            let busy =
+                std::mem::take(&mut self.touched) || matches!(phase, Phase::Body | Phase::Answer);
             self.quiet = if busy { 0 } else { self.quiet + 1 };
             if self.quiet >= 2 {
                 return Poll::Ready(Stop::Idle);
@@ -495,7 +534,7 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if req.method != Some("POST") || req.version != Some(1) {
+    if req.method != Some("POST") || req.version != Some(1) || !plain_target(req.path) {
         return Parsed::Other;
     }
     let mut head = Head {
@@ -504,7 +543,9 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
         close: false,
         expects_continue: false,
     };
-    let (mut length, mut json) = (None, false);
+    // The first `Content-Type` is the one that counts, as `HeaderMap::get`
+    // reads it on hyper's path.
+    let (mut length, mut json) = (None, None);
     for field in req.headers.iter() {
         let (name, value) = (field.name.as_bytes(), field.value);
         if name.eq_ignore_ascii_case(b"content-length") {
@@ -516,7 +557,7 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
             }
             length = Some(n);
         } else if name.eq_ignore_ascii_case(b"content-type") {
-            json = super::http::is_json_content_type(value);
+            json = json.or(Some(super::http::is_json_content_type(value)));
         } else if name.eq_ignore_ascii_case(b"connection") {
             for token in value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
@@ -538,12 +579,24 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
         }
     }
     match length {
-        Some(n) if json && n <= max_body => {
+        Some(n) if json == Some(true) && n <= max_body => {
             head.content_length = n;
             Parsed::Complete(head)
         }
         _ => Parsed::Other,
     }
+}
+
+/// Whether the request target is an origin-form path (and query) of bytes
+/// that `http::Uri` takes as they are, within its length limit: anything
+/// else goes to hyper, which answers as it does (400, 414) or takes it.
+fn plain_target(target: Option<&str>) -> bool {
+    let Some(target) = target else { return false };
+    target.starts_with('/')
+        && target.len() < usize::from(u16::MAX)
+        && target
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b))
 }
 
 /// A `Content-Length` value: decimal digits, no sign, no overflow.

@@ -701,13 +701,11 @@ fn unsupported_media_type() -> Response<ResponseBody> {
 }
 
 fn unreadable_body() -> Response<ResponseBody> {
-    json_response(
-        StatusCode::BAD_REQUEST,
-        Bytes::from_static(
-            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"the request body could not be read"}}}"#,
-        ),
-    )
+    json_response(StatusCode::BAD_REQUEST, Bytes::from_static(UNREADABLE_BODY))
 }
+
+/// The body of the `400` for a request body that could not be read.
+pub(super) const UNREADABLE_BODY: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"the request body could not be read"}}}"#;
 
 /// Makes the service for one accepted connection, given the client's
 /// address: what [`serve`] takes.
@@ -794,19 +792,10 @@ impl ConnectionKit {
     {
         let kit = self.clone();
         Box::pin(async move {
-            if let super::h1::Ended::HandOver(stream, read) =
+            if let super::h1::Ended::HandOver(stream, read, header_deadline) =
                 super::h1::serve(stream, &http, &kit).await
             {
-                serve_connection(
-                    kit.builder,
-                    stream,
-                    read,
-                    service,
-                    kit.config,
-                    kit.shutdown,
-                    kit.hard_stop,
-                )
-                .await;
+                serve_connection(kit, stream, read, header_deadline, service).await;
             }
         })
     }
@@ -1054,13 +1043,11 @@ impl Server {
                 let task = match own {
                     Ok(task) => Either::Left(task),
                     Err(stream) => Either::Right(serve_connection(
-                        Arc::clone(&kit.builder),
+                        kit.clone(),
                         stream,
                         Bytes::new(),
+                        None,
                         make.for_peer(peer),
-                        Arc::clone(&kit.config),
-                        shutdown.clone(),
-                        hard_stop.clone(),
                     )),
                 };
                 tokio::spawn(async move {
@@ -1164,15 +1151,15 @@ enum End {
 /// and on HTTP/1 from the first byte of each later request head to its
 /// dispatch: a kept-alive connection waiting for its next request is under
 /// the idle timer only (hyper's own header timer, which also runs while a
-/// connection waits, is off).
+/// connection waits, is off). `read` holds bytes already read from
+/// `stream`, and `header_deadline` a header deadline already running
+/// (rpcwire's own loop hands over a connection with both).
 async fn serve_connection<Svc, B>(
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    kit: ConnectionKit,
     stream: TcpStream,
     read: Bytes,
+    header_deadline: Option<tokio::time::Instant>,
     service: Svc,
-    config: Arc<ConnConfig>,
-    shutdown: Shutdown,
-    hard_stop: Shutdown,
 ) where
     Svc: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     Svc::Future: Send + 'static,
@@ -1181,6 +1168,13 @@ async fn serve_connection<Svc, B>(
     B::Data: Send,
     B::Error: Into<BoxError>,
 {
+    let ConnectionKit {
+        builder,
+        config,
+        shutdown,
+        hard_stop,
+        ..
+    } = kit;
     let activity = Arc::new(Activity::default());
     let io = TokioIo::new(Tracked {
         inner: stream,
@@ -1202,7 +1196,9 @@ async fn serve_connection<Svc, B>(
     let hard = hard_stop.triggered();
     tokio::pin!(hard);
     // Armed from the start: the first request must come in time.
-    let header = tokio::time::sleep(config.header_timeout);
+    let header = tokio::time::sleep_until(
+        header_deadline.unwrap_or_else(|| tokio::time::Instant::now() + config.header_timeout),
+    );
     tokio::pin!(header);
     let mut header_armed = true;
     let period = config.idle / 2;
