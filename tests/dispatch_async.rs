@@ -208,6 +208,40 @@ async fn panics_and_errors_stay_with_their_entry() {
     );
 }
 
+/// Entries whose id cannot be read (not an object, an id of the wrong
+/// type, a response-like object) next to async calls: each gets -32600 with
+/// `id: null` in its place. (Their `null` id is not part of the input; the
+/// engine once computed its place in the input from it, and panicked.)
+#[tokio::test]
+async fn invalid_entries_without_ids_beside_async_calls() {
+    let d = dispatcher(4);
+    for invalid in [
+        "1",
+        r#"{"jsonrpc":"2.0","id":{},"method":"sleep"}"#,
+        r#"{"jsonrpc":"2.0","id":2}"#,
+        r#"{"jsonrpc":"1.0","id":3,"method":"sleep"}"#,
+    ] {
+        let input = format!(
+            r#"[{{"jsonrpc":"2.0","id":1,"method":"sleep","params":[1]}},{invalid},{{"jsonrpc":"2.0","id":9,"method":"sleep","params":[2]}}]"#
+        );
+        let mut out = Vec::new();
+        let mut conn = Connection::new();
+        d.handle_async(&Bytes::from(input), &mut conn, &mut out)
+            .await;
+        let text = String::from_utf8_lossy(&out);
+        let r: Value =
+            serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{invalid}: {e}: {text}"));
+        assert_eq!(
+            r[0],
+            json!({"jsonrpc": "2.0", "id": 1, "result": 1}),
+            "{invalid}"
+        );
+        assert_eq!(r[1]["error"]["code"], -32600, "{invalid}");
+        assert_eq!(r[2]["result"], 2, "{invalid}");
+        assert_eq!(r.as_array().unwrap().len(), 3);
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_call_that_never_finishes_times_out_alone() {
     let d = Dispatcher::builder(Gauge::default())

@@ -629,7 +629,7 @@ struct Msg {
 impl Msg {
     fn id(&self, k: usize) -> Id<'_> {
         match &self.replies[k] {
-            ReplyState::Pending(r) => Id::from_validated(&self.input[r.clone()]),
+            ReplyState::Pending(r) => id_at(&self.input, r),
             _ => Id::NULL,
         }
     }
@@ -661,7 +661,7 @@ impl Msg {
             return true;
         };
         let input = self.input.clone();
-        let id = Id::from_validated(&input[id_range.clone()]);
+        let id = id_at(&input, id_range);
         let too_large_len = self.too_large.len_for(id);
         let allowance = self.budget.allowance(too_large_len);
         let in_order = k == self.next;
@@ -958,6 +958,28 @@ fn range_in(whole: &[u8], part: &[u8]) -> Range<usize> {
     start..start + part.len()
 }
 
+/// The reply id at `range` of `input` ([`id_range`]).
+fn id_at<'i>(input: &'i [u8], range: &Range<usize>) -> Id<'i> {
+    // No id is empty text.
+    if range.is_empty() {
+        Id::NULL
+    } else {
+        Id::from_validated(&input[range.clone()])
+    }
+}
+
+/// Where a batch entry's reply id lies in `input`: empty for `null` given
+/// to an invalid entry whose id could not be read, which is not in `input`
+/// ([`id_at`] reads an empty range as `null`).
+fn id_range(input: &[u8], id: Id<'_>) -> Range<usize> {
+    let id = id.as_bytes();
+    if input.as_ptr_range().contains(&id.as_ptr()) {
+        range_in(input, id)
+    } else {
+        0..0
+    }
+}
+
 /// `part` of `input` as a reference-counted slice when it lies in it, else
 /// copied (a method name decoded from escapes, in the arena).
 fn share(input: &Bytes, part: &[u8]) -> Bytes {
@@ -1030,8 +1052,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 };
                 let m = engine.open_message(input, false, budget, &self.too_large);
                 let msg = engine.msgs[m].as_mut().expect("just opened");
-                msg.replies
-                    .push(ReplyState::Pending(range_in(input, id.as_bytes())));
+                msg.replies.push(ReplyState::Pending(id_range(input, id)));
                 msg.sealed = true;
                 let w = waiting(input, r, Some((m, 0)));
                 return self.launch(engine, w, scope.ctx);
@@ -1067,8 +1088,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 continue;
             };
             let msg = engine.msgs[m].as_mut().expect("live");
-            msg.replies
-                .push(ReplyState::Pending(range_in(input, id.as_bytes())));
+            msg.replies.push(ReplyState::Pending(id_range(input, id)));
             match entry {
                 Entry::Request(r) if is_async(item) && !over => {
                     let w = waiting(input, r, Some((m, k)));

@@ -7,8 +7,34 @@
 use serde_json::Value;
 
 pub fn dispatcher() -> rpcwire::Dispatcher<()> {
+    use rpcwire::Call;
+    methods(rpcwire::Dispatcher::builder(()))
+        .method("later", |c: Call<'_, ()>| c.reply.str("later"))
+        .build()
+        .unwrap()
+}
+
+/// [`dispatcher`] with `later` async (its future is ready when first
+/// polled): the engine's paths for batches with async entries, which must
+/// give the same bytes.
+#[cfg(feature = "async")]
+pub fn async_twin() -> rpcwire::Dispatcher<(), rpcwire::dispatch::WithAsync> {
+    use rpcwire::RpcError;
+    use rpcwire::dispatch::AsyncCall;
+    methods(rpcwire::Dispatcher::builder(()))
+        .async_method("later", |_c: AsyncCall<()>| async {
+            Ok::<_, RpcError>("later")
+        })
+        .build()
+        .unwrap()
+}
+
+/// The handlers both dispatchers share.
+fn methods<K>(
+    builder: rpcwire::dispatch::DispatcherBuilder<(), K>,
+) -> rpcwire::dispatch::DispatcherBuilder<(), K> {
     use rpcwire::{Call, RpcError};
-    rpcwire::Dispatcher::builder(())
+    builder
         .method("echo", |c: Call<'_, ()>| match c.param(0) {
             Some(v) => c.reply.raw_json(v),
             None => c.reply.null(),
@@ -37,8 +63,6 @@ pub fn dispatcher() -> rpcwire::Dispatcher<()> {
             Ok::<_, RpcError>("x".repeat(n.min(1 << 20)))
         })
         .max_response_len(4096)
-        .build()
-        .unwrap()
 }
 
 fn check_one(v: &Value) {
@@ -62,9 +86,10 @@ fn check_one(v: &Value) {
     }
 }
 
-/// The reply through the async path, which must be the same bytes.
+/// The reply through the async path of `d`, which must be the same bytes:
+/// every handler is ready when first polled, so one poll answers.
 #[cfg(feature = "async")]
-fn through_async(d: &rpcwire::Dispatcher<()>, input: &[u8]) -> Vec<u8> {
+fn through_async<K: 'static>(d: &rpcwire::Dispatcher<(), K>, input: &[u8]) -> Vec<u8> {
     let input = bytes::Bytes::copy_from_slice(input);
     let mut out = b"prefix".to_vec();
     let mut conn = rpcwire::Connection::new();
@@ -73,7 +98,7 @@ fn through_async(d: &rpcwire::Dispatcher<()>, input: &[u8]) -> Vec<u8> {
         let mut f = std::pin::pin!(d.handle_async(&input, &mut conn, &mut out));
         assert!(
             f.as_mut().poll(&mut cx).is_ready(),
-            "sync handlers need no awaiting"
+            "handlers that are ready at once need no awaiting"
         );
     }
     out
@@ -84,12 +109,24 @@ pub fn check(d: &rpcwire::Dispatcher<()>, input: &[u8]) {
     let mut out = b"prefix".to_vec();
     let wrote = d.handle(input, &mut conn, &mut out);
     #[cfg(feature = "async")]
-    assert_eq!(
-        through_async(d, input),
-        out,
-        "sync and async dispatch differ on {:?}",
-        String::from_utf8_lossy(input)
-    );
+    {
+        assert_eq!(
+            through_async(d, input),
+            out,
+            "sync and async dispatch differ on {:?}",
+            String::from_utf8_lossy(input)
+        );
+        thread_local! {
+            static TWIN: rpcwire::Dispatcher<(), rpcwire::dispatch::WithAsync> = async_twin();
+        }
+        let twin = TWIN.with(|twin| through_async(twin, input));
+        assert_eq!(
+            twin,
+            out,
+            "an async handler and a sync one differ on {:?}",
+            String::from_utf8_lossy(input)
+        );
+    }
     assert!(out.len() <= 6 + 4096, "the reply is within the size limit");
     assert_eq!(&out[..6], b"prefix", "what was in the buffer is kept");
     let reply = &out[6..];
