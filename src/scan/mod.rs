@@ -27,6 +27,7 @@ pub(crate) fn is_ws(b: u8) -> bool {
 /// How much of a message [`prefetch`] asks for: the lines of a typical
 /// single request; beyond them the CPU's own prefetcher has seen the
 /// stream and keeps ahead of the scan.
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 const PREFETCH_BYTES: usize = 512;
 
 /// Asks the CPU to start loading the cache lines of `input`'s first
