@@ -1574,6 +1574,132 @@ async fn a_websocket_upgrade_after_calls_on_one_connection() {
     tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }
 
+/// HTTP and WebSocket on one port (`combined::serve`), the WebSocket side
+/// with `ws_limits`; the task ends when `combined::serve` returns.
+#[cfg(feature = "ws")]
+async fn start_combined(ws_limits: Limits) -> (SocketAddr, Shutdown, tokio::task::JoinHandle<()>) {
+    use rpcwire::server::{combined, ws::WsServer};
+    let metrics = Arc::new(Metrics::default());
+    let d = dispatcher(metrics.clone());
+    let (limits, shutdown) = (Limits::default(), Shutdown::new());
+    let http = HttpService::new(d.clone(), &limits, None);
+    let ws = WsServer::new(d)
+        .limits(ws_limits)
+        .shutdown(shutdown.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(combined::serve(
+        listener,
+        http,
+        ws,
+        limits,
+        None,
+        shutdown.clone(),
+    ));
+    (addr, shutdown, task)
+}
+
+/// The WebSocket server's connection limit holds for connections upgraded
+/// on the HTTP port: one past it gets `503` with the limit (it was once
+/// served, the HTTP server's place given back at the upgrade).
+#[cfg(feature = "ws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrades_past_the_websocket_connection_limit_get_503() {
+    let _serial = SERIAL.lock().await;
+    let ws_limits = Limits {
+        max_connections: 2,
+        ..Limits::default()
+    };
+    let (addr, shutdown, task) = start_combined(ws_limits).await;
+    let url = format!("ws://{addr}/");
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        open.push(tokio_tungstenite::connect_async(&url).await.unwrap().0);
+    }
+    let refused = tokio_tungstenite::connect_async(&url).await.unwrap_err();
+    let tokio_tungstenite::tungstenite::Error::Http(response) = refused else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = json_of(response.body().as_deref().unwrap());
+    assert_eq!(body["error"]["code"], -32000);
+    assert_eq!(body["error"]["data"]["limit"], 2);
+    // A place comes back when a connection closes.
+    drop(open.pop());
+    let again = tokio::time::timeout(HANG, async {
+        loop {
+            if let Ok((socket, _)) = tokio_tungstenite::connect_async(&url).await {
+                return socket;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    open.push(again.await.unwrap());
+    drop(open);
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
+/// `combined::serve` returns once the upgraded connections have closed:
+/// a call in flight at the shutdown is answered first (it once returned at
+/// once, and a `main` that then ended cut the connection).
+#[cfg(feature = "ws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_serve_waits_for_upgraded_connections() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let _serial = SERIAL.lock().await;
+    let (addr, shutdown, task) = start_combined(Limits::default()).await;
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    let slow = r#"{"jsonrpc":"2.0","id":2,"method":"slow","params":[500,3]}"#;
+    socket.send(Message::text(slow)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    shutdown.trigger();
+    let reply = loop {
+        match tokio::time::timeout(HANG, socket.next()).await.unwrap() {
+            Some(Ok(Message::Text(text))) => break json_of(text.as_bytes()),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(reply["result"], "yyy");
+    assert!(!task.is_finished(), "serve returned with a call in flight");
+    // Then the close, and `serve` returns.
+    loop {
+        match tokio::time::timeout(HANG, socket.next()).await.unwrap() {
+            Some(Ok(Message::Close(_))) | None => break,
+            Some(_) => {}
+        }
+    }
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
+/// An upgrade request for another WebSocket version: `426` with the
+/// version the server speaks (RFC 6455 §4.2.2); no key: `400`.
+#[cfg(feature = "ws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_upgrades_say_why() {
+    let _serial = SERIAL.lock().await;
+    let (addr, shutdown, task) = start_combined(Limits::default()).await;
+    let upgrade = "GET / HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade, close\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+    let version_8 = format!("{upgrade}sec-websocket-version: 8\r\n\r\n");
+    let answer = responses_of(&converse(addr, version_8.as_bytes(), usize::MAX).await);
+    assert_eq!(answer[0].0, "426 Upgrade Required");
+    assert!(
+        answer[0]
+            .1
+            .contains(&("sec-websocket-version".into(), "13".into()))
+    );
+    assert!(answer[0].2.contains("-32600"));
+    let no_key = "GET / HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade, close\r\nsec-websocket-version: 13\r\n\r\n";
+    let answer = responses_of(&converse(addr, no_key.as_bytes(), usize::MAX).await);
+    assert_eq!(answer[0].0, "400 Bad Request");
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
 /// rpcwire's own loop and hyper only, both with `limits` and `configure`d.
 async fn pair(limits: Limits, configure: impl Fn(Server) -> Server) -> (TestServer, TestServer) {
     (

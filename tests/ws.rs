@@ -407,6 +407,96 @@ async fn oversized_messages_are_refused_before_they_are_read() {
     server.stop().await;
 }
 
+/// A client that keeps its server busy at the cap on calls in flight is
+/// not idle: the server stopped reading it (and its pongs), not the other
+/// way round. It was once closed as idle, its reply lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_client_at_the_in_flight_cap_is_not_closed_as_idle() {
+    let _heap = HEAP.read().await;
+    let limits = Limits {
+        max_in_flight: 1,
+        idle_timeout: Duration::from_millis(600),
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut ws = connect(server.addr).await;
+    // Past two idle ticks (600 ms) while the first call runs.
+    send(&mut ws, req(1, "sleep", json!([1500])).to_string()).await;
+    send(&mut ws, req(2, "echo", json!([2])).to_string()).await;
+    assert_eq!(next_json(&mut ws).await["result"], 1500);
+    assert_eq!(next_json(&mut ws).await["result"], json!([2]));
+    assert_eq!(server.metrics.limit_count(LimitKind::Idle), 0);
+    server.stop().await;
+}
+
+/// What an HTTP client gets for an opening handshake that is not valid:
+/// an HTTP answer saying why (RFC 6455 §4.2.2), not a bare close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_handshake_gets_an_http_answer() {
+    let _heap = HEAP.read().await;
+    let server = start_default().await;
+    let no_key = HANDSHAKE.replace("Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n", "");
+    let got = http_answer(server.addr, &no_key).await;
+    assert!(got.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{got}");
+    assert!(got.contains(r#""code":-32600"#), "{got}");
+    let version_8 = HANDSHAKE.replace("Version: 13", "Version: 8");
+    let got = http_answer(server.addr, &version_8).await;
+    assert!(
+        got.starts_with("HTTP/1.1 426 Upgrade Required\r\n"),
+        "{got}"
+    );
+    assert!(got.contains("\r\nsec-websocket-version: 13\r\n"), "{got}");
+    let post = HANDSHAKE.replace("GET", "POST");
+    assert!(
+        http_answer(server.addr, &post)
+            .await
+            .starts_with("HTTP/1.1 400")
+    );
+    let garbage = "\x01\x02 hello\r\n\r\n";
+    assert!(
+        http_answer(server.addr, garbage)
+            .await
+            .starts_with("HTTP/1.1 400")
+    );
+    // A head past 64 KiB, still going (all of it read before the answer,
+    // so that the close is not a reset).
+    let huge = format!("GET / HTTP/1.1\r\nX-Pad: {}\r\n", "p".repeat(66_000));
+    assert!(
+        http_answer(server.addr, &huge)
+            .await
+            .starts_with("HTTP/1.1 431")
+    );
+    // A valid one, with a frame right behind it in the same write.
+    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    let mut first = HANDSHAKE.as_bytes().to_vec();
+    let call = req(7, "echo", json!([7])).to_string();
+    first.extend_from_slice(&client_frame(0x1, call.as_bytes()));
+    tcp.write_all(&first).await.unwrap();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains(r#""id":7"#) {
+        let mut chunk = [0u8; 1024];
+        let n = tokio::time::timeout(PATIENCE, tcp.read(&mut chunk))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed: {:?}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"));
+    server.stop().await;
+}
+
+/// What the server at `addr` answers `request` with, until it closes.
+async fn http_answer(addr: SocketAddr, request: &str) -> String {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(PATIENCE, tcp.read_to_end(&mut got)).await;
+    // A reset after the answer is an end too.
+    let _ = read.expect("the server closes");
+    String::from_utf8_lossy(&got).into_owned()
+}
+
 /// A TCP connection with the opening handshake done by hand.
 async fn raw_client(addr: SocketAddr) -> TcpStream {
     raw_client_on(TcpStream::connect(addr).await.unwrap()).await

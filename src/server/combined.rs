@@ -11,13 +11,19 @@
 //! | request | answer |
 //! | --- | --- |
 //! | a valid WebSocket upgrade (`GET`, `Connection: upgrade`, `Upgrade: websocket`, `Sec-WebSocket-Version: 13`, a key) | `101 Switching Protocols`, then the connection is the [`WsServer`]'s |
-//! | an upgrade request that is not valid (no key, another version) | `400`, a -32600 body saying why |
+//! | an upgrade request that is not valid (no key) | `400`, a -32600 body saying why |
+//! | an upgrade request for another `Sec-WebSocket-Version` | `426` with `Sec-WebSocket-Version: 13`, a -32600 body |
+//! | a valid upgrade past the [`WsServer`]'s connection limit | `503`, a -32000 body with the limit |
 //! | anything else | the [`HttpService`]'s answer (see [`super::http`]) |
 //!
 //! Once upgraded, a connection is no longer under the HTTP server's limits
 //! (its idle and header timers, [`Limits::max_connections`]): the
-//! [`WsServer`]'s own limits, metrics and shutdown signal apply. Give both
-//! servers the same [`Shutdown`] to stop them together.
+//! [`WsServer`]'s own limits, metrics and shutdown signal apply, its
+//! connection limit included (an upgrade past it is answered `503`). Give
+//! both servers the same [`Shutdown`] to stop them together; [`serve`]
+//! returns once the upgraded connections have closed too (when serving
+//! [`Combined`] with a [`Server`] of your own, await
+//! [`WsServer::closed`] after it).
 //!
 //! ```no_run
 //! use rpcwire::server::{Limits, Shutdown, combined, http::HttpService, ws::WsServer};
@@ -108,7 +114,10 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
     fn upgrade<B>(&self, mut req: Request<B>) -> Response<ResponseBody> {
         let response = match upgrade_response(&req) {
             Ok(r) => r,
-            Err(e) => return bad_upgrade(&e.to_string()),
+            Err(e) => return bad_upgrade(&req, &e.to_string()),
+        };
+        let Some(place) = self.ws.place() else {
+            return too_many_connections(self.ws.connection_limit());
         };
         let on_upgrade = hyper::upgrade::on(&mut req);
         let (parts, _) = req.into_parts();
@@ -122,6 +131,7 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
         let ctx = ctx.extension(parts.headers);
         let ws = Arc::clone(&self.ws);
         tokio::spawn(async move {
+            let _place = place;
             // Fails when the client goes away before the switch.
             if let Ok(upgraded) = on_upgrade.await {
                 ws.serve_connection(TokioIo::new(upgraded), ctx).await;
@@ -156,7 +166,10 @@ where
     }
 }
 
-fn bad_upgrade(reason: &str) -> Response<ResponseBody> {
+/// The answer to an upgrade request that is not valid: `426` with the
+/// version this server speaks for another `Sec-WebSocket-Version` (RFC 6455
+/// §4.2.2), `400` otherwise; a -32600 body saying why.
+fn bad_upgrade<B>(request: &Request<B>, reason: &str) -> Response<ResponseBody> {
     #[derive(serde::Serialize)]
     struct Data<'a> {
         reason: &'a str,
@@ -165,8 +178,29 @@ fn bad_upgrade(reason: &str) -> Response<ResponseBody> {
     let body = format!(
         r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"Invalid Request","data":{data}}}}}"#
     );
+    let version = request.headers().get("sec-websocket-version");
+    if version.is_some_and(|v| v.as_bytes() != b"13") {
+        let mut response = json_error(StatusCode::UPGRADE_REQUIRED, body);
+        response.headers_mut().insert(
+            "sec-websocket-version",
+            http::HeaderValue::from_static("13"),
+        );
+        return response;
+    }
+    json_error(StatusCode::BAD_REQUEST, body)
+}
+
+/// The `503` for an upgrade past the WebSocket server's connection limit.
+fn too_many_connections(limit: usize) -> Response<ResponseBody> {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32000,"message":"Server error","data":{{"reason":"too many WebSocket connections","limit":{limit}}}}}}}"#
+    );
+    json_error(StatusCode::SERVICE_UNAVAILABLE, body)
+}
+
+fn json_error(status: StatusCode, body: String) -> Response<ResponseBody> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
-    *response.status_mut() = StatusCode::BAD_REQUEST;
+    *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
@@ -177,7 +211,8 @@ fn bad_upgrade(reason: &str) -> Response<ResponseBody> {
 /// Serves HTTP and WebSocket on `listener` until `shutdown` is triggered:
 /// the HTTP [`Server`] (with `limits` and `metrics`) running [`Combined`].
 /// Share `shutdown` with `ws` (`WsServer::shutdown`) so that upgraded
-/// connections close with the rest.
+/// connections close with the rest: this returns once they have
+/// ([`WsServer::closed`]).
 pub async fn serve<S, K>(
     listener: TcpListener,
     http: HttpService<S, K>,
@@ -193,9 +228,10 @@ pub async fn serve<S, K>(
     if let Some(metrics) = metrics {
         server = server.metrics(metrics);
     }
-    server
-        .serve(listener, Combined::new(http, ws), shutdown)
-        .await;
+    let combined = Combined::new(http, ws);
+    let ws = Arc::clone(&combined.ws);
+    server.serve(listener, combined, shutdown).await;
+    ws.closed().await;
 }
 
 impl<S: Send + Sync + 'static, K: 'static> PerConnection for Combined<S, K> {

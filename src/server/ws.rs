@@ -152,6 +152,10 @@ const TURNS_PER_POLL: usize = 256;
 pub struct WsServer<S = (), K = SyncOnly> {
     dispatcher: Dispatcher<S, K>,
     limits: Limits,
+    /// One place per open connection, [`Limits::max_connections`] in all,
+    /// shared by every way in (a listener of its own, upgrades on an HTTP
+    /// port) and by clones.
+    places: Places,
     metrics: Option<Arc<Metrics>>,
     shutdown: Shutdown,
     subscriptions: SubscriptionConfig,
@@ -163,6 +167,7 @@ impl<S, K> Clone for WsServer<S, K> {
         WsServer {
             dispatcher: self.dispatcher.clone(),
             limits: self.limits.clone(),
+            places: self.places.clone(),
             metrics: self.metrics.clone(),
             shutdown: self.shutdown.clone(),
             subscriptions: self.subscriptions.clone(),
@@ -184,9 +189,11 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// A server for `dispatcher`, with the default limits, no metrics, its
     /// own shutdown signal and the default subscription settings.
     pub fn new(dispatcher: Dispatcher<S, K>) -> Self {
+        let limits = Limits::default();
         WsServer {
             dispatcher,
-            limits: Limits::default(),
+            places: Places::new(&limits),
+            limits,
             metrics: None,
             shutdown: Shutdown::new(),
             subscriptions: SubscriptionConfig::default(),
@@ -196,6 +203,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
 
     /// The limits every connection is served with.
     pub fn limits(mut self, limits: Limits) -> Self {
+        self.places = Places::new(&limits);
         self.limits = limits;
         self
     }
@@ -228,6 +236,13 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
         self
     }
 
+    /// The most connections served at once ([`Limits::max_connections`],
+    /// at least 1).
+    #[cfg(feature = "http")]
+    pub(super) fn connection_limit(&self) -> usize {
+        self.places.max as usize
+    }
+
     /// The shutdown signal: [`trigger`](Shutdown::trigger) it to stop.
     pub fn shutdown_signal(&self) -> &Shutdown {
         &self.shutdown
@@ -237,14 +252,10 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// each served in a task of its own; then waits for the connections to
     /// close (at most [`Limits::shutdown_grace`] and a moment to close).
     ///
-    /// Past [`Limits::max_connections`] open connections, new ones are
-    /// closed at once (counted as [`LimitKind::Connections`]).
+    /// Past [`Limits::max_connections`] open connections (counting those
+    /// upgraded on an HTTP port, `server::combined`), new ones are closed
+    /// at once (counted as [`LimitKind::Connections`]).
     pub async fn serve(&self, listener: TcpListener) -> io::Result<()> {
-        let max = self.limits.max_connections.clamp(
-            1,
-            tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize),
-        );
-        let places = Arc::new(tokio::sync::Semaphore::new(max));
         let mut stop = std::pin::pin!(self.shutdown.triggered());
         loop {
             let accepted = tokio::select! {
@@ -262,8 +273,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
                     continue;
                 }
             };
-            let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
-                self.count(LimitKind::Connections);
+            let Some(place) = self.place() else {
                 drop(tcp);
                 continue;
             };
@@ -273,9 +283,28 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
                 let _ = server.accept_tcp(tcp, addr).await;
             });
         }
-        let wait = self.limits.shutdown_grace + CLOSE_TIMEOUT * 2;
-        let _ = tokio::time::timeout(wait, places.acquire_many(max as u32)).await;
+        self.closed().await;
         Ok(())
+    }
+
+    /// A place for one more connection, held while it is open; `None` past
+    /// [`Limits::max_connections`] (counted as [`LimitKind::Connections`]).
+    pub(super) fn place(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let place = Arc::clone(&self.places.open).try_acquire_owned().ok();
+        if place.is_none() {
+            self.count(LimitKind::Connections);
+        }
+        place
+    }
+
+    /// Waits until every connection this server serves has closed (after
+    /// a shutdown: at most [`Limits::shutdown_grace`] and a moment for the
+    /// closing handshakes). [`serve`](WsServer::serve) and
+    /// `combined::serve` end with it.
+    pub async fn closed(&self) {
+        let wait = self.limits.shutdown_grace + CLOSE_TIMEOUT * 2;
+        let all = self.places.open.acquire_many(self.places.max);
+        let _ = tokio::time::timeout(wait, all).await;
     }
 
     async fn accept_tcp(
@@ -292,30 +321,29 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// nothing yet; at most [`handshake_timeout`](WsServer::handshake_timeout)),
     /// then serves it. The handlers' context is built from `ctx`, with the
     /// request's headers (`http::HeaderMap`) as an extension.
-    pub async fn accept<T>(&self, io: T, ctx: ContextBuilder) -> Result<CloseReason, HandshakeError>
+    ///
+    /// A request that is not a valid upgrade is answered as an HTTP server
+    /// answers it (RFC 6455 §4.2.2): `426` with the version this server
+    /// speaks for another `Sec-WebSocket-Version`, `400` with a -32600 body
+    /// saying why otherwise, `431` for a head past 64 KiB.
+    pub async fn accept<T>(
+        &self,
+        mut io: T,
+        ctx: ContextBuilder,
+    ) -> Result<CloseReason, HandshakeError>
     where
         T: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        let mut headers = None;
-        use tungstenite::handshake::server::{ErrorResponse, Request, Response};
-        // The error type is tungstenite's.
-        #[allow(clippy::result_large_err)]
-        let callback = |request: &Request, response: Response| -> Result<Response, ErrorResponse> {
-            headers = Some(request.headers().clone());
-            Ok(response)
-        };
-        let handshake =
-            tokio_tungstenite::accept_hdr_async_with_config(io, callback, Some(self.ws_config()));
-        let ws = match tokio::time::timeout(self.handshake_timeout, handshake).await {
-            Ok(Ok(ws)) => ws,
-            Ok(Err(e)) => return Err(HandshakeError(Kind::Rejected(e))),
+        let opening = tokio::time::timeout(self.handshake_timeout, open(&mut io)).await;
+        let (headers, early) = match opening {
+            Ok(opened) => opened?,
             Err(_) => return Err(HandshakeError(Kind::Timeout)),
         };
-        let ctx = match headers {
-            Some(h) => ctx.extension(h),
-            None => ctx,
-        };
-        Ok(self.drive(ws, ctx).await)
+        // Frames the client sent right behind its request are the stream's.
+        let ws =
+            WebSocketStream::from_partially_read(io, early, Role::Server, Some(self.ws_config()))
+                .await;
+        Ok(self.drive(ws, ctx.extension(headers)).await)
     }
 
     /// Serves one connection whose handshake is done (the HTTP server
@@ -399,6 +427,26 @@ where
     server.serve_connection(io, ctx).await
 }
 
+/// The places of a server's open connections.
+#[derive(Clone, Debug)]
+struct Places {
+    open: Arc<tokio::sync::Semaphore>,
+    max: u32,
+}
+
+impl Places {
+    fn new(limits: &Limits) -> Places {
+        let max = limits.max_connections.clamp(
+            1,
+            tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize),
+        );
+        Places {
+            open: Arc::new(tokio::sync::Semaphore::new(max)),
+            max: max as u32,
+        }
+    }
+}
+
 /// Why a connection ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -419,6 +467,114 @@ pub enum CloseReason {
     Io,
 }
 
+/// The largest opening handshake request head read.
+const MAX_HANDSHAKE_HEAD: usize = 64 << 10;
+
+/// Reads the opening handshake's request from `io` and answers it: `101`
+/// and the request's headers with the bytes read past its head, or the
+/// HTTP error a bad request gets (see [`WsServer::accept`]).
+async fn open<T>(io: &mut T) -> Result<(http::HeaderMap, Vec<u8>), HandshakeError>
+where
+    T: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = Vec::with_capacity(1024);
+    let (request, len) = loop {
+        let read = io.read_buf(&mut buf).await.map_err(Kind::Io)?;
+        if read == 0 {
+            return Err(HandshakeError(Kind::Closed));
+        }
+        match read_request(&buf) {
+            Ok(Some(request)) => break request,
+            Ok(None) if buf.len() < MAX_HANDSHAKE_HEAD => {}
+            Ok(None) => {
+                let _ = io
+                    .write_all(&refusal(431, "the request head is too large", None))
+                    .await;
+                return Err(HandshakeError(Kind::Invalid(
+                    "the request head is too large",
+                )));
+            }
+            Err(reason) => {
+                let _ = io.write_all(&refusal(400, reason, None)).await;
+                return Err(HandshakeError(Kind::Invalid(reason)));
+            }
+        }
+    };
+    let response = match upgrade_response(&request) {
+        Ok(response) => response,
+        Err(e) => {
+            let version = request.headers().get("sec-websocket-version");
+            let refused = if version.is_some_and(|v| v.as_bytes() != b"13") {
+                refusal(426, &e.to_string(), Some("sec-websocket-version: 13\r\n"))
+            } else {
+                refusal(400, &e.to_string(), None)
+            };
+            let _ = io.write_all(&refused).await;
+            return Err(e);
+        }
+    };
+    let mut head = b"HTTP/1.1 101 Switching Protocols\r\n".to_vec();
+    for (name, value) in response.headers() {
+        head.extend_from_slice(name.as_str().as_bytes());
+        head.extend_from_slice(b": ");
+        head.extend_from_slice(value.as_bytes());
+        head.extend_from_slice(b"\r\n");
+    }
+    head.extend_from_slice(b"\r\n");
+    io.write_all(&head).await.map_err(Kind::Io)?;
+    io.flush().await.map_err(Kind::Io)?;
+    buf.drain(..len);
+    Ok((request.into_parts().0.headers, buf))
+}
+
+/// The request whose head is at the front of `buf` and the head's length;
+/// `None` while it is incomplete.
+fn read_request(buf: &[u8]) -> Result<Option<(http::Request<()>, usize)>, &'static str> {
+    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut parsed = httparse::Request::new(&mut fields);
+    let len = match parsed.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(_) => return Err("not an HTTP request"),
+    };
+    let mut request = http::Request::builder()
+        .method(parsed.method.unwrap_or_default())
+        .uri(parsed.path.unwrap_or("/"))
+        .version(if parsed.version == Some(0) {
+            http::Version::HTTP_10
+        } else {
+            http::Version::HTTP_11
+        });
+    for field in parsed.headers.iter() {
+        request = request.header(field.name, field.value);
+    }
+    match request.body(()) {
+        Ok(request) => Ok(Some((request, len))),
+        Err(_) => Err("not an HTTP request"),
+    }
+}
+
+/// An HTTP error response (closing the connection) with a -32600 body
+/// saying why.
+fn refusal(status: u16, reason: &str, extra: Option<&str>) -> Vec<u8> {
+    let reason_phrase = match status {
+        426 => "Upgrade Required",
+        431 => "Request Header Fields Too Large",
+        _ => "Bad Request",
+    };
+    let reason = serde_json::to_string(reason).unwrap_or_default();
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"Invalid Request","data":{{"reason":{reason}}}}}}}"#
+    );
+    format!(
+        "HTTP/1.1 {status} {reason_phrase}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}connection: close\r\n\r\n{body}",
+        body.len(),
+        extra.unwrap_or("")
+    )
+    .into_bytes()
+}
+
 /// Why an opening handshake failed.
 #[derive(Debug)]
 pub struct HandshakeError(Kind);
@@ -426,13 +582,27 @@ pub struct HandshakeError(Kind);
 #[derive(Debug)]
 enum Kind {
     Timeout,
+    /// The connection closed before its request was whole.
+    Closed,
+    Io(io::Error),
+    /// Not an HTTP request, or one past the head limit.
+    Invalid(&'static str),
     Rejected(tungstenite::Error),
+}
+
+impl From<Kind> for HandshakeError {
+    fn from(kind: Kind) -> Self {
+        HandshakeError(kind)
+    }
 }
 
 impl std::fmt::Display for HandshakeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.0 {
             Kind::Timeout => f.write_str("no WebSocket handshake before the deadline"),
+            Kind::Closed => f.write_str("the connection closed during the WebSocket handshake"),
+            Kind::Io(e) => write!(f, "the WebSocket handshake failed: {e}"),
+            Kind::Invalid(reason) => write!(f, "not a WebSocket handshake: {reason}"),
             Kind::Rejected(e) => write!(f, "not a WebSocket handshake: {e}"),
         }
     }
@@ -787,7 +957,10 @@ where
     fn on_tick(&mut self, cx: &mut TaskContext<'_>) -> Option<CloseReason> {
         let next = Instant::now() + self.tick;
         self.ticker.as_mut().reset(next);
-        if std::mem::take(&mut self.heard) {
+        // Frames unread because this server stopped reading (its cap on
+        // calls in flight) are not the client's silence.
+        let paused = self.conn.messages_in_flight() >= self.server.limits.max_in_flight;
+        if std::mem::take(&mut self.heard) || paused {
             self.silent = 0;
             return None;
         }
