@@ -249,6 +249,318 @@ async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
     }
 }
 
+/// What a scripted upstream does with request number `n` (0-based, over
+/// all its connections).
+enum Act {
+    /// Write these bytes, keep the connection.
+    Write(Vec<u8>),
+    /// Write these bytes, then close.
+    WriteClose(Vec<u8>),
+    /// Write these bytes, then reset (RST) the connection after `ms`.
+    WriteThenRst(Vec<u8>, u64),
+    /// Close without a word.
+    Close,
+}
+
+type Script = Arc<dyn Fn(usize, &Value) -> Act + Send + Sync>;
+
+/// The bodies a scripted upstream received.
+type Log = Arc<Mutex<Vec<Value>>>;
+
+async fn scripted(script: Script) -> (SocketAddr, Log) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log: Log = Arc::default();
+    let seen = Arc::clone(&log);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let (seen, script) = (Arc::clone(&seen), Arc::clone(&script));
+            tokio::spawn(async move {
+                loop {
+                    let Some(body) = read_request(&mut s).await else {
+                        return;
+                    };
+                    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+                        return; // not JSON-RPC (a WebSocket upgrade): closed
+                    };
+                    let n = {
+                        let mut l = seen.lock().unwrap();
+                        l.push(v.clone());
+                        l.len() - 1
+                    };
+                    match script(n, &v) {
+                        Act::Write(b) => {
+                            if s.write_all(&b).await.is_err() {
+                                return;
+                            }
+                        }
+                        Act::WriteClose(b) => {
+                            let _ = s.write_all(&b).await;
+                            return;
+                        }
+                        #[allow(deprecated)]
+                        Act::WriteThenRst(b, ms) => {
+                            let _ = s.write_all(&b).await;
+                            tokio::time::sleep(Duration::from_millis(ms)).await;
+                            let _ = s.set_linger(Some(Duration::ZERO));
+                            return;
+                        }
+                        Act::Close => return,
+                    }
+                }
+            });
+        }
+    });
+    (addr, log)
+}
+
+/// `eth_blockNumber` with id `id` through the gateway at `addr`.
+async fn block_number(addr: SocketAddr, id: u64) -> Value {
+    let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_blockNumber"}}"#);
+    call(addr, &body).await
+}
+
+/// `HTTP/1.1 <status>` with a content-length body.
+fn http(status: &str, extra: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A JSON-RPC result for request `v`.
+fn result_for(v: &Value, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, v["id"])
+}
+
+/// Answers every call with its own params (or `null`), HTTP 200.
+fn echo_params() -> Script {
+    Arc::new(|_, v| {
+        let p = v
+            .get("params")
+            .map_or("\"<absent>\"".to_string(), |p| p.to_string());
+        Act::Write(http("200 OK", "", &result_for(v, &p)))
+    })
+}
+
+/// A call that may have reached an upstream is never sent twice (it may be
+/// a transaction): an upstream that read the request on a kept-alive
+/// connection and closed it without a reply (a crash, a proxy restart) gets
+/// it once, and the client an error (it was once taken for a stale
+/// connection and sent again).
+#[tokio::test]
+async fn a_delivered_request_on_a_reused_connection_is_not_sent_twice() {
+    for hyper_client in [true, false] {
+        delivered_once(hyper_client).await;
+    }
+}
+
+async fn delivered_once(hyper_client: bool) {
+    let (up, log) = scripted(Arc::new(|n, v| match n {
+        1 => Act::Close, // read the transaction, then died
+        _ => Act::Write(http("200 OK", "", &result_for(v, "\"0x1\""))),
+    }))
+    .await;
+    let gw = start(config::Config {
+        hyper_client,
+        ..proxy_config(&[up])
+    })
+    .await;
+    let r = block_number(gw.addr, 1).await;
+    assert_eq!(r["result"], "0x1", "{r}");
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":2,"method":"eth_sendRawTransaction","params":["0x02f8"]}"#,
+    )
+    .await;
+    let sent = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|v| v["method"] == "eth_sendRawTransaction")
+        .count();
+    assert_eq!(
+        sent, 1,
+        "hyper {hyper_client}: the upstream received the transaction {sent} times; reply {r}"
+    );
+}
+
+/// Replies with dozens of header lines (CDNs and cloud load balancers add
+/// many) are read, up to hyper's 100 (the gateway's client once refused
+/// more than 32).
+#[tokio::test]
+async fn a_reply_with_many_headers_is_read() {
+    let extra: String = (0..40).map(|i| format!("x-h-{i}: v\r\n")).collect();
+    let (up, _) = scripted(Arc::new(move |_, v| {
+        Act::Write(http("200 OK", &extra, &result_for(v, "\"0x2\"")))
+    }))
+    .await;
+    let gw = start(proxy_config(&[up])).await;
+    let r = block_number(gw.addr, 1).await;
+    assert_eq!(r["result"], "0x2", "{r}");
+}
+
+/// A reply just past --max-response is -32003, as one far past it is (it
+/// was once "upstream reply malformed", the reply parser's limit being
+/// tighter than the reader's).
+#[tokio::test]
+async fn a_reply_just_past_the_limit_is_32003_like_a_larger_one() {
+    let (up, _) = scripted(Arc::new(|_, v| {
+        let n = v["params"][0].as_u64().unwrap() as usize;
+        let big = format!("\"{}\"", "x".repeat(n));
+        Act::Write(http("200 OK", "", &result_for(v, &big)))
+    }))
+    .await;
+    let mut config = proxy_config(&[up]);
+    config.max_response = 2048;
+    let gw = start(config).await;
+    for n in [2100, 2500, 5000] {
+        let r = call(
+            gw.addr,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[{n}]}}"#),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32003, "{n}: {r}");
+    }
+}
+
+/// A chunk size near u64::MAX after a first chunk: too large, for that
+/// request only, and the gateway goes on (the sum with it once overflowed).
+#[tokio::test]
+async fn an_overflowing_chunk_size_is_a_clear_error() {
+    let (up, _) = scripted(Arc::new(|n, v| {
+        if n == 0 {
+            Act::WriteClose(
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{\r\nffffffffffffffff\r\n"
+                    .to_vec(),
+            )
+        } else {
+            Act::Write(http("200 OK", "", &result_for(v, "\"0x3\"")))
+        }
+    }))
+    .await;
+    let gw = start(proxy_config(&[up])).await;
+    let r = block_number(gw.addr, 1).await;
+    assert_eq!(r["id"], 1, "{r}");
+    // A chunk past the limit, as a Content-Length past it: too large (not a
+    // caught panic of the gateway's, -32603 with `data.panic`).
+    assert_eq!(r["error"]["code"], -32003, "{r}");
+    let r = block_number(gw.addr, 2).await;
+    assert_eq!(r["result"], "0x3", "{r}");
+}
+
+/// An invalid entry (answered -32600 with `id: null`) next to a forwarded
+/// one: the batch gets both answers (the dispatcher's engine once panicked
+/// on it; tests/dispatch_async.rs has the core's case).
+#[tokio::test]
+async fn an_invalid_entry_next_to_a_forwarded_one() {
+    let (up, _) = scripted(echo_params()).await;
+    let gw = start(proxy_config(&[up])).await;
+    for bad in [
+        "1",
+        r#"{"jsonrpc":"2.0","id":{},"method":"eth_call"}"#,
+        r#"{"jsonrpc":"2.0","id":2}"#,
+    ] {
+        let body =
+            format!(r#"[{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[1]}},{bad}]"#);
+        let (status, text) = post(gw.addr, &body).await;
+        assert_eq!(status, 200, "{bad}: {text}");
+        let r: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(r[0]["result"], json!([1]), "{bad}: {text}");
+        assert_eq!(r[1]["error"]["code"], -32600, "{bad}: {text}");
+    }
+}
+
+/// A WebSocket upstream whose `eth_subscribe` answers after `delay_ms`;
+/// counts `eth_unsubscribe` calls and pushes a head every 50 ms.
+async fn slow_ws_upstream(delay_ms: u64) -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    use rpcwire::Call;
+    use rpcwire::dispatch::AsyncCall;
+    use rpcwire::server::subscriptions::Subscriptions;
+    use rpcwire::server::ws::WsServer;
+    use rpcwire::{Dispatcher, RpcError};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    type S = Arc<AtomicUsize>;
+    let unsubscribed: S = Arc::default();
+    let d = Dispatcher::builder(Arc::clone(&unsubscribed))
+        .async_method("eth_subscribe", move |c: AsyncCall<S>| async move {
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            let (id, sink) = Subscriptions::of(&c.ctx)?.subscribe()?;
+            tokio::spawn(async move {
+                for n in 0u64.. {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    if sink.send(&json!({ "number": n })).is_err() {
+                        break;
+                    }
+                }
+            });
+            Ok::<_, RpcError>(id)
+        })
+        .method("eth_unsubscribe", |c: Call<'_, S>| {
+            let (id,): (String,) = c.decode()?;
+            c.state.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(Subscriptions::of(c.ctx)?.unsubscribe(&id))
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { WsServer::new(d).serve(listener).await });
+    (addr, unsubscribed)
+}
+
+/// A client's `eth_subscribe` that timed out (-32002) leaves no
+/// subscription running upstream: the upstream's late id is unsubscribed
+/// at once.
+#[tokio::test]
+async fn a_timed_out_subscribe_is_unsubscribed_upstream() {
+    use std::sync::atomic::Ordering;
+    let (up, unsubscribed) = slow_ws_upstream(600).await;
+    let gw = start(config::Config {
+        upstream_ws: Some(format!("ws://{up}")),
+        timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
+    let r = read_json(&mut ws).await;
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    // The upstream's late answer (a subscription id) arrives at 600 ms.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        unsubscribed.load(Ordering::SeqCst),
+        1,
+        "the upstream subscription the client never got is still running"
+    );
+}
+
+/// `--upstream http://host:port?key=…` (an API key in the query, no path)
+/// is served, and the key is in no error (it was once taken for the port).
+#[tokio::test]
+async fn an_upstream_url_with_a_query_and_no_path() {
+    let (up, _) = scripted(echo_params()).await;
+    let mut config = proxy_config(&[]);
+    config.upstreams = vec![format!("http://{up}?apikey=secret")];
+    let gw = start(config).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[1]}"#,
+    )
+    .await;
+    assert_eq!(r["result"], json!([1]), "{r}");
+}
+
 /// What a well-behaved fake upstream records.
 #[derive(Default)]
 struct Seen {

@@ -35,6 +35,10 @@ const POOL_CAP: usize = 1024;
 /// larger ones are split off it without a copy.
 const SMALL: usize = 16 * 1024;
 
+/// Header lines a reply head may have (hyper's limit: replies through CDNs
+/// and load balancers carry dozens).
+const MAX_HEADERS: usize = 100;
+
 /// What went wrong with an exchange.
 #[derive(Debug)]
 pub enum H1Error {
@@ -89,9 +93,14 @@ impl H1Pool {
         let rest = url
             .strip_prefix("http://")
             .ok_or_else(|| format!("not an http:// URL: {url}"))?;
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
+        // The authority ends at the path, the query or the fragment (a key
+        // in the query, `http://host:8545?key=…`, must not become part of
+        // the address); the fragment is not sent.
+        let rest = rest.split('#').next().unwrap_or(rest);
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) if rest.as_bytes()[i] == b'?' => (&rest[..i], format!("/{}", &rest[i..])),
+            Some(i) => (&rest[..i], rest[i..].to_string()),
+            None => (rest, "/".to_string()),
         };
         if authority.contains('@') {
             return Err(format!(
@@ -143,10 +152,21 @@ impl H1Pool {
         f(&mut all[worker])
     }
 
+    /// A pooled connection that is still open: one the server closed
+    /// while it waited (its end already read, which the reactor reports,
+    /// so the check costs no system call) is dropped here, before anything
+    /// is sent on it.
     fn checkout(&self, now: Instant) -> Option<Conn> {
         self.with_idle(|idle| {
             while let Some(conn) = idle.pop() {
-                if now.saturating_duration_since(conn.since) < MAX_IDLE {
+                let fresh = now.saturating_duration_since(conn.since) < MAX_IDLE;
+                // An idle connection has nothing to read: an end, or bytes
+                // nobody asked for, rule it out.
+                let quiet = matches!(
+                    conn.stream.try_read(&mut [0u8; 1]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock
+                );
+                if fresh && quiet {
                     return Some(conn);
                 }
             }
@@ -166,11 +186,12 @@ impl H1Pool {
     }
 
     /// POSTs `body` (JSON) and reads the reply, at most `max` bytes of
-    /// body. A kept-alive connection the server had closed (nothing at
-    /// all came back on it) is replaced by a new one and the request sent
-    /// again, once: a duplicate would only ever reach a node that never
-    /// read the first (a raw transaction sent twice is deduplicated by its
-    /// hash anyway).
+    /// body. A request is sent again (once, on a new connection) only when
+    /// writing it failed on a kept-alive connection the server had closed:
+    /// a request that was written may have been read, and a call that may
+    /// have reached the upstream is never sent twice (it may be a
+    /// transaction). A connection that ends after the request was written,
+    /// with nothing back, is an error for that call.
     pub async fn post(
         &self,
         request: &mut [u8],
@@ -276,11 +297,11 @@ async fn exchange(
                 }
                 let had = !conn.buf.is_empty();
                 if !fill(conn).await? {
-                    return Err(if had {
-                        failed("the connection closed in the middle of the reply")
+                    return Err(failed(if had {
+                        "the connection closed in the middle of the reply"
                     } else {
-                        Exchange::Stale
-                    });
+                        "the connection closed before any reply"
+                    }));
                 }
             }
         }
@@ -314,8 +335,10 @@ async fn exchange(
             loop {
                 match httparse::parse_chunk_size(&conn.buf) {
                     Ok(httparse::Status::Complete((n, size))) => {
-                        let size = size as usize;
-                        if body.len() + size > max {
+                        // A size past the limit is refused before any sum
+                        // with it (a hostile 2^64 - 1 would overflow).
+                        let size = usize::try_from(size).unwrap_or(usize::MAX);
+                        if size > max.saturating_sub(body.len()) {
                             return Err(too_large());
                         }
                         // The chunk and its CRLF.
@@ -372,7 +395,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
         return Ok(None);
     }
     // Left uninitialized: httparse writes the ones it returns.
-    let mut headers = [const { std::mem::MaybeUninit::uninit() }; 32];
+    let mut headers = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
     let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
         &mut response,

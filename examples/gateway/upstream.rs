@@ -74,10 +74,22 @@ struct HttpUpstream {
     rest_until: AtomicU64,
 }
 
+/// Room for a reply's envelope around a result of `--max-response` bytes:
+/// a reply up to that much larger is read and parsed, so that a result
+/// just past the limit gets the dispatcher's -32003, not a parse error.
+const ENVELOPE_ROOM: usize = 1024;
+
+/// The parser of upstream replies, for results up to `max_response`.
+fn reply_parser(max_response: usize) -> Parser {
+    Parser::new()
+        .max_message_len(max_response + ENVELOPE_ROOM)
+        .max_batch_len(u32::MAX)
+}
+
 /// `host:port` of a URL, for error messages.
 pub fn display_name(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or(rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or(rest);
     authority
         .rsplit('@')
         .next()
@@ -145,9 +157,7 @@ impl Upstreams {
             ws: ws_url.map(|url| WsUpstream::new(url, timeout, max_response)),
             ids: AtomicU64::new(1),
             timeout,
-            parser: Parser::new()
-                .max_message_len(max_response)
-                .max_batch_len(u32::MAX),
+            parser: reply_parser(max_response),
             max_response,
             epoch: Instant::now(),
         })
@@ -246,7 +256,7 @@ impl Upstreams {
         now: Instant,
     ) -> Result<Bytes, Failure> {
         if let Some(h1) = &up.h1 {
-            let max = self.max_response + 1024;
+            let max = self.max_response + ENVELOPE_ROOM;
             return match h1.post(request, self.head_room, max, now).await {
                 Ok(reply) => {
                     if !(200..300).contains(&reply.status) && !looks_like_json(&reply.body) {
@@ -280,7 +290,7 @@ impl Upstreams {
                 }
             })?;
             let status = response.status();
-            let body = Limited::new(response.into_body(), self.max_response + 1024)
+            let body = Limited::new(response.into_body(), self.max_response + ENVELOPE_ROOM)
                 .collect()
                 .await
                 .map_err(|e| {
@@ -481,6 +491,9 @@ enum Waiter {
     /// upstream's id before the next frame is read, so no notification
     /// is missed.
     Subscribe(oneshot::Sender<Bytes>, Sink),
+    /// An `eth_subscribe` whose caller left (its timeout passed): if the
+    /// upstream subscribes after all, it is unsubscribed at once.
+    Abandoned,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -494,9 +507,7 @@ impl WsUpstream {
             url,
             conn: tokio::sync::Mutex::new(None),
             timeout,
-            parser: Parser::new()
-                .max_message_len(max_response)
-                .max_batch_len(u32::MAX),
+            parser: reply_parser(max_response),
         }
     }
 
@@ -593,7 +604,12 @@ struct PendingGuard<'a> {
 
 impl Drop for PendingGuard<'_> {
     fn drop(&mut self) {
-        lock(&self.conn.pending).remove(&self.id);
+        let mut pending = lock(&self.conn.pending);
+        if let Some(Waiter::Subscribe(..)) = pending.remove(&self.id) {
+            // A subscription the upstream may still make, with nobody to
+            // relay it to.
+            pending.insert(self.id, Waiter::Abandoned);
+        }
     }
 }
 
@@ -684,6 +700,13 @@ impl WsConn {
                                 self.register(up.into(), sink);
                             }
                             let _ = tx.send(frame.clone());
+                        }
+                        Waiter::Abandoned => {
+                            if let Ok(result) = r.result()
+                                && let Some(up) = result.as_str()
+                            {
+                                self.forget(up);
+                            }
                         }
                     }
                 }
