@@ -265,6 +265,10 @@ impl Framer for Concatenated {
         true
     }
 
+    fn parsed_frame_limit(&self) -> usize {
+        self.max_frame
+    }
+
     fn skip(&mut self, consumed: usize) {
         let stream = self.stream + consumed as u64;
         *self = Concatenated {

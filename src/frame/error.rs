@@ -80,6 +80,12 @@ impl FrameError {
         self.offset
     }
 
+    /// Whether the frame's header section was larger than its limit (LSP),
+    /// rather than its body.
+    pub fn is_header_too_large(&self) -> bool {
+        matches!(self.kind, Kind::HeaderTooLarge { .. })
+    }
+
     /// Whether a size limit was exceeded (a message, or an LSP header
     /// section); otherwise the bytes were not a well-formed frame.
     pub fn is_too_large(&self) -> bool {

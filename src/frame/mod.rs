@@ -209,6 +209,14 @@ pub trait Framer {
         false
     }
 
+    /// When [`parser_frames`](Framer::parser_frames): the largest message
+    /// the parser may take, the framer's own frame limit (default: none),
+    /// so that a message over it is refused however the reads cut the
+    /// stream.
+    fn parsed_frame_limit(&self) -> usize {
+        usize::MAX
+    }
+
     /// `consumed` bytes at the front of the buffer were taken without the
     /// framer (framed by the parser, see
     /// [`parser_frames`](Framer::parser_frames)): the framer forgets what
@@ -238,6 +246,9 @@ impl<F: Framer + ?Sized> Framer for &mut F {
     fn parser_frames(&self) -> bool {
         (**self).parser_frames()
     }
+    fn parsed_frame_limit(&self) -> usize {
+        (**self).parsed_frame_limit()
+    }
     fn skip(&mut self, consumed: usize) {
         (**self).skip(consumed)
     }
@@ -258,6 +269,9 @@ impl<F: Framer + ?Sized> Framer for Box<F> {
     }
     fn parser_frames(&self) -> bool {
         (**self).parser_frames()
+    }
+    fn parsed_frame_limit(&self) -> usize {
+        (**self).parsed_frame_limit()
     }
     fn skip(&mut self, consumed: usize) {
         (**self).skip(consumed)

@@ -350,6 +350,8 @@ impl<F: Framer> Driver<F> {
             idle_timeout,
             idle: idle_timeout.map(|t| Box::pin(tokio::time::sleep(t))),
             last_activity: Instant::now(),
+            messages_at_idle_check: 0,
+            grace_extended: false,
             shutdown,
             grace: None,
             peaks: Peaks::default(),
@@ -520,8 +522,14 @@ struct Io<'d, S, K, F, R, W> {
     idle_timeout: Option<Duration>,
     idle: Option<Pin<Box<Sleep>>>,
     /// When a message last arrived whole, a reply was made, or bytes were
-    /// written.
+    /// written (messages are counted as they arrive, `peaks.messages_read`,
+    /// and noticed by the idle timer: no clock read per message).
     last_activity: Instant,
+    /// The messages read in all when the idle timer last looked.
+    messages_at_idle_check: u64,
+    /// The shutdown grace was extended once (for calls dropped at its end,
+    /// or for replies still being written).
+    grace_extended: bool,
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// The shutdown's deadline: for the calls in flight, then for writing
     /// their replies.
@@ -689,9 +697,11 @@ where
                 self.wants_bytes = true;
                 break;
             }
-            // Past the message size limit, the parser stops short and the
-            // framer refuses the message as it would have.
-            let end = buffered.len().min(at + self.max_message_len);
+            // Past the message size limit or the framer's, the parser
+            // stops short and the framer refuses the message as it would
+            // have, however the reads cut it.
+            let limit = self.max_message_len.min(self.framer.parsed_frame_limit());
+            let end = buffered.len().min(at.saturating_add(limit));
             match self.conn.start_prefix(
                 self.dispatcher,
                 &buffered.slice(at..end),
@@ -741,7 +751,9 @@ where
 
     /// Answers a message the framer refused.
     fn refused(&mut self, error: FrameError) {
-        if error.is_too_large() {
+        if error.is_header_too_large() {
+            self.limit_hit(LimitKind::Header);
+        } else if error.is_too_large() {
             self.limit_hit(LimitKind::MessageLen);
         }
         error.write_reply(&mut self.replies.buf);
@@ -938,15 +950,19 @@ where
         if grace.as_mut().poll(cx).is_pending() {
             return None;
         }
-        if calls_done {
+        if self.grace_extended || (calls_done && self.out.is_empty()) {
             // The replies had their time to be written too.
             return Some(CloseReason::Shutdown);
         }
-        // Calls still running at the deadline are dropped (a new
-        // connection state, same context); the replies already made get
-        // one more grace period to be written.
-        self.conn = Connection::with_context(self.conn.context().clone());
-        self.calls_dropped = true;
+        if !calls_done {
+            // Calls still running at the deadline are dropped (a new
+            // connection state, same context).
+            self.conn = Connection::with_context(self.conn.context().clone());
+            self.calls_dropped = true;
+        }
+        // The replies already made (some maybe half written) get one more
+        // grace period to be written whole.
+        self.grace_extended = true;
         grace.as_mut().reset(Instant::now() + self.shutdown_grace);
         if grace.as_mut().poll(cx).is_ready() {
             return Some(CloseReason::Shutdown);
@@ -962,9 +978,15 @@ where
             if timer.as_mut().poll(cx).is_pending() {
                 return None;
             }
-            // A call running is not idleness (its own timeout bounds it).
+            // A call running is not idleness (its own timeout bounds it),
+            // nor a message that arrived since the last look (a
+            // notification makes no reply, but it is traffic).
             let now = Instant::now();
-            if self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0 {
+            // Published and unpublished counts: a total that only grows.
+            let read = self.stats.messages_read() + self.peaks.messages_read;
+            let arrived = read != self.messages_at_idle_check;
+            self.messages_at_idle_check = read;
+            if arrived || self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0 {
                 self.last_activity = now;
             }
             let deadline = self.last_activity + timeout;

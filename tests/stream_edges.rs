@@ -1,0 +1,515 @@
+//! The stream transports' edges, through the `Driver` with in-memory
+//! readers: every split point for the three framers (the parser-framing
+//! path against the framer-first one and against whole reads), the
+//! framer's limit whatever the reads, LSP header oddities, pipelining with
+//! the limits, notifications as traffic for the idle timer, and graceful
+//! shutdown writing a reply made within the grace whole. The four findings
+//! of a review are among them (each failed before its fix).
+#![cfg(feature = "server")]
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::frame::{Concatenated, Framer, Lines, Lsp, Step};
+use rpcwire::server::stream::{CloseReason, Driver};
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, Parser, RpcError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+type D = Dispatcher<(), WithAsync>;
+
+fn dispatcher() -> D {
+    Dispatcher::builder(())
+        .method("add", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            c.reply.u64(a + b)
+        })
+        .method("big", |c: Call<'_, ()>| {
+            let (n,): (usize,) = c.decode()?;
+            c.reply.str(&"x".repeat(n))
+        })
+        .method("log", |c: Call<'_, ()>| c.reply.str("logged"))
+        .async_method("slow", |call: AsyncCall<()>| async move {
+            let (v, ms): (Value, u64) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(v)
+        })
+        .async_method("slow_big", |call: AsyncCall<()>| async move {
+            let (n, ms): (usize, u64) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>("z".repeat(n))
+        })
+        .parser(Parser::new().max_batch_len(2))
+        .max_response_len(256)
+        .build()
+        .unwrap()
+}
+
+/// A reader handing out the given pieces, one per read (never two at once).
+struct Pieces {
+    pieces: VecDeque<Vec<u8>>,
+    at: usize,
+}
+
+impl Pieces {
+    fn new(pieces: Vec<Vec<u8>>) -> Self {
+        Pieces {
+            pieces: pieces.into_iter().filter(|p| !p.is_empty()).collect(),
+            at: 0,
+        }
+    }
+}
+
+impl AsyncRead for Pieces {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let at = self.at;
+        let Some(front) = self.pieces.front() else {
+            return Poll::Ready(Ok(()));
+        };
+        let n = (front.len() - at).min(buf.remaining());
+        buf.put_slice(&front[at..at + n]);
+        if at + n == front.len() {
+            self.pieces.pop_front();
+            self.at = 0;
+        } else {
+            self.at += n;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// `Concatenated` framing every message itself (no `parser_frames`).
+struct FramerOnly(Concatenated);
+impl Framer for FramerOnly {
+    fn next_frame(&mut self, buf: &[u8]) -> Step {
+        self.0.next_frame(buf)
+    }
+    fn encode(&self, message: &[u8], out: &mut Vec<u8>) {
+        self.0.encode(message, out)
+    }
+    fn reset(&mut self) {
+        self.0.reset()
+    }
+}
+
+struct Run {
+    out: Vec<u8>,
+    reason: CloseReason,
+    read: u64,
+    metrics: Arc<Metrics>,
+    peak_read_buffer: usize,
+}
+
+async fn drive<F: Framer>(d: &D, framer: F, limits: Limits, pieces: Vec<Vec<u8>>) -> Run {
+    let metrics = Arc::new(Metrics::default());
+    let mut out = Vec::new();
+    let driver = Driver::new(framer).limits(limits).metrics(metrics.clone());
+    let stats = driver.stats();
+    let reason = driver.run(d, Pieces::new(pieces), &mut out).await.unwrap();
+    Run {
+        out,
+        reason,
+        read: stats.messages_read(),
+        metrics,
+        peak_read_buffer: stats.peak_read_buffer(),
+    }
+}
+
+fn values(out: &[u8]) -> Vec<Value> {
+    serde_json::Deserializer::from_slice(out)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn lsp_values(mut out: &[u8]) -> Vec<Value> {
+    let mut v = Vec::new();
+    while !out.is_empty() {
+        let end = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let n: usize = std::str::from_utf8(&out[16..end]).unwrap().parse().unwrap();
+        v.push(serde_json::from_slice(&out[end + 4..end + 4 + n]).unwrap());
+        out = &out[end + 4 + n..];
+    }
+    v
+}
+
+const REQS: &[&[u8]] = &[
+    br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}"#,
+    br#"{"jsonrpc":"2.0","method":"log","params":[]}"#,
+    br#"[{"jsonrpc":"2.0","id":2,"method":"add","params":[2,3]},{"jsonrpc":"2.0","id":"}]\"","method":"add","params":[0,0]}]"#,
+    br#"{"foo":1}"#,
+    br#"{"jsonrpc":"2.0","id":99,"result":1}"#,
+    br#"{"jsonrpc":"2.0","id":3,"method":"nope"}"#,
+    br#"{"jsonrpc":"2.0","id":4,"method":"add","params":[4,4]}"#,
+];
+
+fn every_split(input: &[u8]) -> impl Iterator<Item = Vec<Vec<u8>>> + '_ {
+    (1..input.len())
+        .map(move |k| vec![input[..k].to_vec(), input[k..].to_vec()])
+        .chain(std::iter::once(input.iter().map(|&b| vec![b]).collect()))
+}
+
+/// Every framer, split at every byte (and one byte at a time), answers
+/// byte for byte as with the input whole; concatenated JSON framed by the
+/// parser answers as framed by the framer.
+#[tokio::test]
+async fn split_at_every_byte_all_framers() {
+    let d = dispatcher();
+    let lim = Limits::default;
+    // Newline framing: CRLF, blank lines, a last line without its newline.
+    let mut lines = Vec::new();
+    for (i, r) in REQS.iter().enumerate() {
+        lines.extend_from_slice(r);
+        lines.extend_from_slice(if i % 2 == 0 { b"\r\n" } else { b"\n \n" });
+    }
+    lines.extend_from_slice(REQS[0]);
+    let want = drive(&d, Lines::new(), lim(), vec![lines.clone()]).await;
+    assert!(
+        values(&want.out).len() >= 5,
+        "{}",
+        String::from_utf8_lossy(&want.out)
+    );
+    for pieces in every_split(&lines) {
+        let got = drive(&d, Lines::new(), lim(), pieces).await;
+        assert_eq!(got.out, want.out);
+        assert_eq!((got.reason, got.read), (want.reason, want.read));
+    }
+    // LSP: header names in any case, Content-Length twice, Content-Type.
+    let mut lsp = Vec::new();
+    for (i, r) in REQS.iter().enumerate() {
+        let head = match i % 3 {
+            0 => format!("Content-Length: {}\r\n\r\n", r.len()),
+            1 => format!("content-length:{0}\r\nCONTENT-LENGTH: {0}\r\n\r\n", r.len()),
+            _ => format!(
+                "Content-Type: application/vscode-jsonrpc; charset=utf-8\r\nContent-length: {}\r\n\r\n",
+                r.len()
+            ),
+        };
+        lsp.extend_from_slice(head.as_bytes());
+        lsp.extend_from_slice(r);
+    }
+    let want = drive(&d, Lsp::new(), lim(), vec![lsp.clone()]).await;
+    assert!(lsp_values(&want.out).len() >= 4);
+    for pieces in every_split(&lsp) {
+        let got = drive(&d, Lsp::new(), lim(), pieces).await;
+        assert_eq!(got.out, want.out);
+        assert_eq!((got.reason, got.read), (want.reason, want.read));
+    }
+    // Concatenated, with endings that close the stream.
+    for tail in [
+        &b""[..],
+        b" 1 2 3",
+        b"]",
+        b"\n]{}",
+        b"\xef\xbb\xbf{}",
+        br#"{"jsonrpc":"2.0","id":5,"method":"add""#,
+    ] {
+        let mut cat = Vec::new();
+        for (i, r) in REQS.iter().enumerate() {
+            cat.extend_from_slice(r);
+            cat.extend_from_slice([&b""[..], b"\n", b"\r\n", b" \t "][i % 4]);
+        }
+        cat.extend_from_slice(tail);
+        let want = drive(
+            &d,
+            FramerOnly(Concatenated::new()),
+            lim(),
+            vec![cat.clone()],
+        )
+        .await;
+        let whole = drive(&d, Concatenated::new(), lim(), vec![cat.clone()]).await;
+        assert_eq!(whole.out, want.out);
+        for pieces in every_split(&cat) {
+            let got = drive(&d, Concatenated::new(), lim(), pieces.clone()).await;
+            assert_eq!(
+                String::from_utf8_lossy(&got.out),
+                String::from_utf8_lossy(&want.out),
+                "{:?}",
+                pieces.iter().map(|p| p.len()).collect::<Vec<_>>()
+            );
+            assert_eq!((got.reason, got.read), (want.reason, want.read));
+        }
+        // Whitespace-only reads between messages, each message a read.
+        let mut pieces = Vec::new();
+        for r in REQS {
+            pieces.push(r.to_vec());
+            pieces.push(b" ".to_vec());
+            pieces.push(b"\r\n".to_vec());
+        }
+        pieces.push(tail.to_vec());
+        let want = drive(
+            &d,
+            FramerOnly(Concatenated::new()),
+            lim(),
+            vec![pieces.concat()],
+        )
+        .await;
+        let got = drive(&d, Concatenated::new(), lim(), pieces).await;
+        assert_eq!(
+            String::from_utf8_lossy(&got.out),
+            String::from_utf8_lossy(&want.out)
+        );
+        assert_eq!((got.reason, got.read), (want.reason, want.read));
+    }
+}
+
+/// `Concatenated::max_frame` holds however the reads cut the stream: a
+/// message over it is refused (it was once run when it arrived in one read,
+/// the parser-framing path applying only `Limits::max_message_len`).
+#[tokio::test]
+async fn concatenated_frame_limit_holds_whatever_the_reads() {
+    let d = dispatcher();
+    let msg = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"add","params":[1,{}2]}}"#,
+        " ".repeat(60)
+    )
+    .into_bytes();
+    assert!(msg.len() > 100);
+    let framer = || Concatenated::new().max_frame(64);
+    let framer_first = drive(
+        &d,
+        FramerOnly(framer()),
+        Limits::default(),
+        vec![msg.clone()],
+    )
+    .await;
+    let cut = drive(
+        &d,
+        framer(),
+        Limits::default(),
+        vec![msg[..10].to_vec(), msg[10..].to_vec()],
+    )
+    .await;
+    let whole = drive(&d, framer(), Limits::default(), vec![msg.clone()]).await;
+    let shape = |r: &Run| values(&r.out)[0]["error"]["code"].clone();
+    assert_eq!(shape(&framer_first), -32600);
+    assert_eq!(shape(&cut), -32600);
+    assert_eq!(
+        String::from_utf8_lossy(&whole.out),
+        String::from_utf8_lossy(&framer_first.out),
+        "one read: the framer's limit is ignored"
+    );
+    assert_eq!(whole.metrics.limit_count(LimitKind::MessageLen), 1);
+}
+
+/// A client that only sends notifications (LSP didChange, MCP progress)
+/// is not idle (it was once closed as idle: only replies counted).
+#[tokio::test(start_paused = true)]
+async fn notifications_alone_are_not_idleness() {
+    let d = dispatcher();
+    let limits = Limits {
+        idle_timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move {
+        Driver::new(Lines::new())
+            .limits(limits)
+            .run(&d, sr, sw)
+            .await
+    });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let note = b"{\"jsonrpc\":\"2.0\",\"method\":\"log\",\"params\":[]}\n";
+    for _ in 0..10 {
+        if cw.write_all(note).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _ = cw
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"add\",\"params\":[1,1]}\n")
+        .await;
+    let _ = cw.shutdown().await;
+    let mut out = String::new();
+    let _ = cr.read_to_string(&mut out).await;
+    let reason = served.await.unwrap().unwrap();
+    assert_eq!(
+        reason,
+        CloseReason::Eof,
+        "a notification every 300 ms, idle timeout 1 s"
+    );
+    assert_eq!(out, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":2}\n");
+}
+
+/// An LSP header section past its limit: refused before more is buffered,
+/// answered, and counted as the header limit (`LimitKind::Header`; it was
+/// once counted as `MessageLen`).
+#[tokio::test]
+async fn lsp_header_without_newline_is_bounded_and_counted_as_header() {
+    let d = dispatcher();
+    let input = vec![vec![b'a'; 64 * 1024]; 160]; // 10 MiB, no newline
+    let run = drive(&d, Lsp::new(), Limits::default(), input).await;
+    let CloseReason::Framing(e) = run.reason else {
+        panic!("{:?}", run.reason)
+    };
+    assert_eq!((e.code(), e.limit()), (-32600, Some(8192)));
+    assert!(
+        run.peak_read_buffer <= 128 * 1024,
+        "{}",
+        run.peak_read_buffer
+    );
+    assert_eq!(lsp_values(&run.out)[0]["error"]["code"], -32600);
+    assert_eq!(
+        run.metrics.limit_count(LimitKind::Header),
+        1,
+        "counted as Header"
+    );
+    assert_eq!(run.metrics.limit_count(LimitKind::MessageLen), 0);
+}
+
+/// LSP header oddities: Content-Type only, a missing blank line, lengths
+/// that disagree, an absurd length refused before any body byte.
+#[tokio::test]
+async fn lsp_header_oddities() {
+    let d = dispatcher();
+    for (input, code, reason) in [
+        (
+            &b"Content-Type: x\r\n\r\n{}"[..],
+            -32700,
+            "missing Content-Length header",
+        ),
+        (
+            b"Content-Length: 2\r\n{}Content-Length: 2\r\n\r\n{}",
+            -32700,
+            "malformed header line",
+        ),
+        (
+            b"Content-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
+            -32700,
+            "conflicting Content-Length headers",
+        ),
+        (
+            b"Content-Length: 99999999999\r\n\r\n",
+            -32600,
+            "message larger than the size limit",
+        ),
+    ] {
+        let run = drive(&d, Lsp::new(), Limits::default(), vec![input.to_vec()]).await;
+        assert!(
+            matches!(run.reason, CloseReason::Framing(_)),
+            "{:?}",
+            run.reason
+        );
+        let v = lsp_values(&run.out);
+        assert_eq!(v.len(), 1);
+        assert_eq!(
+            (
+                v[0]["error"]["code"].clone(),
+                v[0]["error"]["data"]["reason"].clone()
+            ),
+            (json!(code), json!(reason))
+        );
+    }
+}
+
+/// Pipelining: replies as they complete, ids right; batch limit; response
+/// size limit; oversized line with CRLF; each answered and the stream
+/// carries on.
+#[tokio::test]
+async fn pipelining_and_limits() {
+    let d = dispatcher();
+    let mut input = Vec::new();
+    for m in [
+        &br#"{"jsonrpc":"2.0","id":"s","method":"slow","params":["late",50]}"#[..],
+        br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,1]}"#,
+        br#"[{"jsonrpc":"2.0","id":2,"method":"add","params":[2,2]},{"jsonrpc":"2.0","id":3,"method":"add","params":[3,3]}]"#,
+        br#"[{"jsonrpc":"2.0","id":4,"method":"add","params":[1,1]},{"jsonrpc":"2.0","id":5,"method":"add","params":[1,1]},{"jsonrpc":"2.0","id":6,"method":"add","params":[1,1]}]"#,
+        br#"{"jsonrpc":"2.0","id":7,"method":"big","params":[1000]}"#,
+        &[b'['; 300],
+        br#"{"jsonrpc":"2.0","id":8,"method":"add","params":[8,8]}"#,
+    ] {
+        input.extend_from_slice(m);
+        input.extend_from_slice(b"\r\n");
+    }
+    let limits = Limits {
+        max_message_len: 200,
+        ..Limits::default()
+    };
+    let run = drive(&d, Lines::new().max_frame(250), limits, vec![input]).await;
+    let v = values(&run.out);
+    let s: Vec<String> = v.iter().map(|r| r.to_string()).collect();
+    assert_eq!(v.len(), 7, "{s:#?}");
+    assert_eq!(v[0]["id"], 1);
+    assert_eq!(v[1].as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        (v[2]["id"].clone(), v[2]["error"]["code"].clone()),
+        (Value::Null, json!(-32600))
+    );
+    assert_eq!(
+        (v[3]["id"].clone(), v[3]["error"]["code"].clone()),
+        (json!(7), json!(-32000))
+    );
+    assert_eq!(
+        (v[4]["id"].clone(), v[4]["error"]["code"].clone()),
+        (Value::Null, json!(-32600))
+    );
+    assert_eq!(v[5]["result"], 16);
+    assert_eq!(
+        (v[6]["id"].clone(), v[6]["result"].clone()),
+        (json!("s"), json!("late"))
+    );
+    assert_eq!(run.metrics.limit_count(LimitKind::MessageLen), 1);
+}
+
+/// Graceful shutdown: a call finishing within the grace has its reply
+/// written whole, never half of it, even when the client reads at a
+/// modest pace (1 MiB at ~1.6 MB/s: well within a second grace period; the
+/// connection was once closed at the first deadline, half the reply sent).
+#[tokio::test(start_paused = true)]
+async fn shutdown_never_cuts_a_reply_made_within_the_grace() {
+    let d = Dispatcher::builder(())
+        .async_method("slow_big", |call: AsyncCall<()>| async move {
+            let (n, ms): (usize, u64) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>("z".repeat(n))
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        shutdown_grace: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let shutdown = Shutdown::new();
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let driver = Driver::new(Lines::new())
+        .limits(limits)
+        .shutdown(shutdown.clone());
+    let served = tokio::spawn(async move { driver.run(&d, sr, sw).await });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    cw.write_all(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"slow_big\",\"params\":[1048576,950]}\n",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    shutdown.trigger();
+    let mut got = Vec::new();
+    let mut buf = vec![0; 16 * 1024];
+    loop {
+        let n = cr.read(&mut buf).await.unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Shutdown);
+    assert!(
+        got.is_empty() || got.ends_with(b"\n"),
+        "half a reply: {} bytes of {}",
+        got.len(),
+        1048576 + 36
+    );
+}
