@@ -157,11 +157,16 @@ async fn initialize_negotiates_a_version() {
         assert!(r["result"].get("resultType").is_none());
     }
     let mut conn = s.connection("memory");
+    // An earlier revision gets ours (the spec's MUST); a version that is
+    // not a revision is refused, with what is supported.
     let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{}}}"#).await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+    let mut conn = s.connection("memory");
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"1.0.0","capabilities":{}}}"#).await;
     assert_eq!(r["error"]["code"], -32602);
     assert_eq!(
         r["error"]["data"],
-        json!({"supported": ["2025-11-25", "2025-06-18"], "requested": "2024-11-05"})
+        json!({"supported": ["2025-11-25", "2025-06-18"], "requested": "1.0.0"})
     );
     let r = send(
         &s,
@@ -773,10 +778,14 @@ impl Drop for Http {
 }
 
 async fn http_server(server: McpServer) -> Http {
+    http_server_with(server, HttpConfig::default()).await
+}
+
+async fn http_server_with(server: McpServer, config: HttpConfig) -> Http {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop, rx) = tokio::sync::oneshot::channel();
-    let endpoint = Endpoint::new(server, HttpConfig::default());
+    let endpoint = Endpoint::new(server, config);
     tokio::spawn(rpcwire::mcp::http::serve(endpoint, listener, async {
         let _ = rx.await;
     }));
@@ -1261,4 +1270,89 @@ async fn http_2026_disconnect_cancels() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("the call kept running after the client disconnected");
+}
+
+/// Every request of a session is held to a supported MCP-Protocol-Version
+/// ("MUST respond with 400 Bad Request"): GET and DELETE too (they once
+/// ignored it, and DELETE ended the session).
+#[tokio::test]
+async fn http_version_header_is_checked_on_get_and_delete() {
+    let h = http_server(server()).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let bad = ("mcp-protocol-version", "1999-01-01");
+    let get = [
+        ("accept", "text/event-stream"),
+        ("mcp-session-id", &sid),
+        bad,
+    ];
+    let r = request(a, "GET", &get, "").await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.json()["error"]["data"]["requested"], "1999-01-01");
+    let r = request(a, "DELETE", &[("mcp-session-id", &sid), bad], "").await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    // The session lives on.
+    let good = ("mcp-protocol-version", "2025-11-25");
+    let r = request(a, "DELETE", &[("mcp-session-id", &sid), good], "").await;
+    assert_eq!(r.status, 200);
+}
+
+/// A handshake revision named in a request's `_meta` is served as the
+/// session is, as over stdio (it was once refused as unsupported, the
+/// error listing that very revision); JSON that is not a request is
+/// -32600 with its id, not a parse error.
+#[tokio::test]
+async fn http_meta_revisions_and_invalid_requests() {
+    let h = http_server(server()).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let in_session = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let list = r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#;
+    let r = post(a, &in_session, list).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json()["result"]["tools"].is_array(), "{}", r.body);
+    let r = post(a, &in_session, r#"{"jsonrpc":"2.0","id":1,"method":5}"#).await;
+    assert_eq!(r.json()["error"]["code"], -32600, "{}", r.body);
+    assert_eq!(r.json()["id"], 1, "{}", r.body);
+    let r = post(a, &in_session, r#"{"jsonrpc":"2.0","id":1,"method":"#).await;
+    assert_eq!(r.json()["error"]["code"], -32700, "{}", r.body);
+}
+
+/// Past `max_sessions`, a new session ends the one unused for longest
+/// (its client gets 404): sessions nobody ended cannot lock new clients
+/// out (an `initialize` past the limit was once 503 until a restart).
+#[tokio::test]
+async fn http_sessions_past_the_limit_evict_the_one_unused_longest() {
+    let config = HttpConfig {
+        max_sessions: 2,
+        ..HttpConfig::default()
+    };
+    let h = http_server_with(server(), config).await;
+    let a = h.addr;
+    let first = http_session(a).await;
+    let second = http_session(a).await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let headers = |sid: &str| {
+        [
+            ("mcp-session-id", sid.to_owned()),
+            ("mcp-protocol-version", "2025-11-25".to_owned()),
+        ]
+    };
+    let used = |sid: &str| {
+        let h = headers(sid);
+        async move {
+            let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            post(a, &h, list).await.status
+        }
+    };
+    // The first is used after the second was made: the second is the one
+    // unused for longest.
+    assert_eq!(used(&first).await, 200);
+    let third = http_session(a).await;
+    assert_eq!(used(&second).await, 404);
+    assert_eq!(used(&first).await, 200);
+    assert_eq!(used(&third).await, 200);
 }

@@ -260,7 +260,11 @@ struct InitializeParams<'a> {
     protocol_version: Option<Cow<'a, str>>,
 }
 
-/// The revision `initialize` answers for `requested`.
+/// The revision `initialize` answers for `requested`: the same one when it
+/// is ours, else, for any other dated revision (earlier or later), the
+/// latest of ours ("the server MUST respond with another protocol version
+/// it supports", lifecycle, version negotiation); the client decides
+/// whether it can speak it. A version that is not a date is refused.
 pub(crate) fn negotiate(requested: &str) -> Result<&'static str, RpcError> {
     if let Some(v) = LEGACY_VERSIONS.iter().find(|v| **v == requested) {
         return Ok(v);
@@ -273,8 +277,7 @@ pub(crate) fn negotiate(requested: &str) -> Result<&'static str, RpcError> {
                 b.is_ascii_digit()
             }
         });
-    if is_date && requested > LEGACY_VERSIONS[0] {
-        // A later revision than ours: answer ours, the client decides.
+    if is_date {
         return Ok(LEGACY_VERSIONS[0]);
     }
     Err(
@@ -748,13 +751,15 @@ mod tests {
         assert_eq!(negotiate("2025-11-25").unwrap(), "2025-11-25");
         assert_eq!(negotiate("2026-07-28").unwrap(), "2025-11-25");
         assert_eq!(negotiate("2099-01-01").unwrap(), "2025-11-25");
-        let e = negotiate("2024-11-05").unwrap_err();
+        // Earlier revisions get a counter-offer too.
+        assert_eq!(negotiate("2024-11-05").unwrap(), "2025-11-25");
+        assert_eq!(negotiate("2025-03-26").unwrap(), "2025-11-25");
+        let e = negotiate("1.0.0").unwrap_err();
         assert_eq!(e.code(), -32602);
         assert_eq!(
             e.data(),
-            Some(r#"{"supported":["2025-11-25","2025-06-18"],"requested":"2024-11-05"}"#)
+            Some(r#"{"supported":["2025-11-25","2025-06-18"],"requested":"1.0.0"}"#)
         );
-        assert!(negotiate("1.0.0").is_err());
     }
 
     #[test]

@@ -42,6 +42,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 
@@ -57,7 +58,7 @@ use tokio::sync::mpsc;
 
 use super::handlers::unsupported_version;
 use super::{
-    MODERN_VERSION, McpServer, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
+    LEGACY_VERSIONS, MODERN_VERSION, McpServer, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
     write_batch_refusal,
 };
 use crate::peer::{Outbound, SendError};
@@ -84,8 +85,10 @@ pub struct HttpConfig {
     /// The largest request body, in bytes (default 4 MiB); larger ones are
     /// 413.
     pub max_body: usize,
-    /// Sessions open at once (default 10,000); an `initialize` past it is
-    /// answered 503.
+    /// Sessions open at once (default 10,000). Sessions do not expire on a
+    /// clock: a new one past the limit ends the session unused for longest
+    /// (its client gets 404 and, as the specification says, starts a new
+    /// one), so that sessions nobody ended cannot lock new clients out.
     pub max_sessions: usize,
 }
 
@@ -112,12 +115,17 @@ struct EndpointInner {
     server: McpServer,
     config: HttpConfig,
     sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
+    /// A counter that orders session uses (no clock read per request).
+    ticks: AtomicU64,
 }
 
 struct HttpSession {
     state: Arc<SessionState>,
     /// Fires when the session ends (`DELETE`), closing its GET streams.
     ended: tokio::sync::watch::Sender<bool>,
+    /// When it was last used: a tick of the endpoint's session clock
+    /// (`EndpointInner::ticks`), for evicting the one unused for longest.
+    used: AtomicU64,
 }
 
 /// The body of every answer: a whole body, or a stream fed by a call.
@@ -420,6 +428,7 @@ impl Endpoint {
                 server,
                 config,
                 sessions: Mutex::new(HashMap::new()),
+                ticks: AtomicU64::new(0),
             }),
         }
     }
@@ -437,7 +446,45 @@ impl Endpoint {
     }
 
     fn session(&self, id: &str) -> Option<Arc<HttpSession>> {
-        self.sessions_lock().get(id).cloned()
+        let session = self.sessions_lock().get(id).cloned()?;
+        let tick = self.inner.ticks.fetch_add(1, Ordering::Relaxed);
+        session.used.store(tick, Ordering::Relaxed);
+        Some(session)
+    }
+
+    /// Makes room for one more session: past `max_sessions`, the one unused
+    /// for longest ends (its GET streams close; its client gets 404).
+    fn make_room(&self) {
+        let mut sessions = self.sessions_lock();
+        while sessions.len() >= self.inner.config.max_sessions.max(1) {
+            let oldest = sessions
+                .iter()
+                .min_by_key(|(_, s)| s.used.load(Ordering::Relaxed))
+                .map(|(id, _)| id.clone());
+            let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {
+                return;
+            };
+            let _ = session.ended.send(true);
+        }
+    }
+
+    /// The 400 for an `MCP-Protocol-Version` header naming a revision this
+    /// server does not speak (on every request of a session: POST, GET and
+    /// DELETE alike).
+    fn refuse_version_header(headers: &HeaderMap, id: Option<&RawValue>) -> Option<Response<Body>> {
+        let v = header(headers, VERSION_HEADER)?;
+        if SUPPORTED_VERSIONS.contains(&v) {
+            return None;
+        }
+        Some(rpc_error(
+            StatusCode::BAD_REQUEST,
+            id,
+            &RpcError::new(
+                crate::codes::INVALID_REQUEST,
+                "Bad Request: unsupported MCP-Protocol-Version",
+            )
+            .with_data(&serde_json::json!({"supported": SUPPORTED_VERSIONS, "requested": v})),
+        ))
     }
 
     /// Answers one HTTP request.
@@ -485,6 +532,9 @@ impl Endpoint {
         let Some(id) = header(headers, SESSION_HEADER) else {
             return Self::no_session_method();
         };
+        if let Some(refused) = Self::refuse_version_header(headers, None) {
+            return refused;
+        }
         match self.sessions_lock().remove(id) {
             Some(session) => {
                 let _ = session.ended.send(true);
@@ -498,6 +548,9 @@ impl Endpoint {
         let Some(id) = header(req.headers(), SESSION_HEADER) else {
             return Self::no_session_method();
         };
+        if let Some(refused) = Self::refuse_version_header(req.headers(), None) {
+            return refused;
+        }
         if !accepts(req.headers()).1 {
             return status_only(StatusCode::NOT_ACCEPTABLE);
         }
@@ -583,6 +636,19 @@ impl Endpoint {
         }
         let peek: Peek<'_> = match serde_json::from_slice(&body) {
             Ok(p) => p,
+            // JSON that is not a request (a method that is not a string):
+            // the dispatcher answers it (-32600, with its id).
+            Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() => {
+                #[derive(Deserialize)]
+                struct IdOnly<'a> {
+                    #[serde(borrow, default)]
+                    id: Option<&'a RawValue>,
+                }
+                let id = serde_json::from_slice::<IdOnly<'_>>(&body)
+                    .ok()
+                    .and_then(|p| p.id);
+                return self.run(body.clone(), None, id, &parts.headers).await;
+            }
             Err(_) => {
                 return rpc_error(
                     StatusCode::BAD_REQUEST,
@@ -609,7 +675,9 @@ impl Endpoint {
         };
         let is_request = peek.id.is_some();
         match modern_version {
-            Some(version) if method != "initialize" => {
+            // A handshake revision named in `_meta` is served as the
+            // session is (as over stdio).
+            Some(version) if method != "initialize" && !LEGACY_VERSIONS.contains(&&*version) => {
                 self.post_modern(
                     body.clone(),
                     &peek,
@@ -715,31 +783,20 @@ impl Endpoint {
         is_request: bool,
         headers: &HeaderMap,
     ) -> Response<Body> {
-        if let Some(v) = header(headers, VERSION_HEADER)
-            && !SUPPORTED_VERSIONS.contains(&v)
-        {
-            return rpc_error(
-                StatusCode::BAD_REQUEST,
-                id,
-                &RpcError::new(
-                    crate::codes::INVALID_REQUEST,
-                    "Bad Request: unsupported MCP-Protocol-Version",
-                )
-                .with_data(&serde_json::json!({"supported": SUPPORTED_VERSIONS, "requested": v})),
-            );
+        if let Some(refused) = Self::refuse_version_header(headers, id) {
+            return refused;
         }
         if method == "initialize" && is_request {
-            if self.sessions() >= self.inner.config.max_sessions {
-                return status_only(StatusCode::SERVICE_UNAVAILABLE);
-            }
             let state = Arc::new(SessionState::default());
             let session_id = new_session_id();
             let mut response = self.run(body, Some(state.clone()), id, headers).await;
             if state.version().is_some() {
                 // Answered with a result: the session exists from now on.
+                self.make_room();
                 let (ended, _) = tokio::sync::watch::channel(false);
-                self.sessions_lock()
-                    .insert(session_id.clone(), Arc::new(HttpSession { state, ended }));
+                let used = AtomicU64::new(self.inner.ticks.fetch_add(1, Ordering::Relaxed));
+                let session = Arc::new(HttpSession { state, ended, used });
+                self.sessions_lock().insert(session_id.clone(), session);
                 if let Ok(v) = HeaderValue::from_str(&session_id) {
                     response.headers_mut().insert(SESSION_HEADER, v);
                 }

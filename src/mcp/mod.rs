@@ -8,8 +8,10 @@
 //! * `2025-06-18` and `2025-11-25`: the `initialize` /
 //!   `notifications/initialized` lifecycle. `initialize` answers the
 //!   client's revision when it is one of these, the newest of them when the
-//!   client asks for a later one, and -32602 with `data.supported` (and
-//!   `data.requested`) otherwise. `ping` and `logging/setLevel` are answered
+//!   client asks for another dated revision (earlier or later: the spec's
+//!   "MUST respond with another protocol version it supports"), and -32602
+//!   with `data.supported` (and `data.requested`) for a version that is not
+//!   a revision. `ping` and `logging/setLevel` are answered
 //!   at any time; other requests of this lifecycle before `initialize` get
 //!   -32600.
 //! * `2026-07-28`: no handshake. A request whose `_meta` carries
