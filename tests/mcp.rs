@@ -1319,6 +1319,16 @@ async fn http_meta_revisions_and_invalid_requests() {
     assert_eq!(r.json()["id"], 1, "{}", r.body);
     let r = post(a, &in_session, r#"{"jsonrpc":"2.0","id":1,"method":"#).await;
     assert_eq!(r.json()["error"]["code"], -32700, "{}", r.body);
+    // A null id makes a request, not a notification: answered, as over
+    // stdio (it was once taken for a notification, 202 and no answer).
+    let r = post(
+        a,
+        &in_session,
+        r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["id"], Value::Null, "{}", r.body);
 }
 
 /// Past `max_sessions`, a new session ends the one unused for longest

@@ -230,12 +230,19 @@ impl Outbound for CallOutbound {
 /// What the endpoint reads of a message before dispatching it.
 #[derive(Deserialize)]
 struct Peek<'a> {
-    #[serde(borrow, default)]
+    /// `Some` whenever the member is there, `null` included (a request
+    /// with a null id is a request, answered as over stdio).
+    #[serde(borrow, default, deserialize_with = "present")]
     id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
+}
+
+/// A member that is there, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(d).map(Some)
 }
 
 #[derive(Deserialize, Default)]
@@ -641,7 +648,7 @@ impl Endpoint {
             Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() => {
                 #[derive(Deserialize)]
                 struct IdOnly<'a> {
-                    #[serde(borrow, default)]
+                    #[serde(borrow, default, deserialize_with = "present")]
                     id: Option<&'a RawValue>,
                 }
                 let id = serde_json::from_slice::<IdOnly<'_>>(&body)
