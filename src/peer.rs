@@ -392,6 +392,8 @@ pub struct Peer {
 struct PeerInner {
     outbound: Arc<dyn Outbound>,
     pending: Mutex<PendingTable<Waiter>>,
+    /// [`Peer::close`] was called: no answer can come any more.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl Peer {
@@ -401,6 +403,7 @@ impl Peer {
             inner: Arc::new(PeerInner {
                 outbound,
                 pending: Mutex::new(PendingTable::new()),
+                closed: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -428,7 +431,9 @@ impl Peer {
 
     /// Sends a request; `on_answer` runs once with its response, or with
     /// why none came (call [`expire`](Peer::expire) for deadlines when not
-    /// using `request`, feature `async`). Returns the id it was sent with.
+    /// using `request`, feature `async`). Returns the id it was sent with;
+    /// [`PeerError::Closed`] once the peer is [closed](Peer::close) (nothing
+    /// is sent, `on_answer` is not called).
     pub fn request_with<P: Serialize + ?Sized>(
         &self,
         method: &str,
@@ -436,6 +441,9 @@ impl Peer {
         deadline: Option<Instant>,
         on_answer: impl FnOnce(Result<OwnedResponse, PeerError>) + Send + 'static,
     ) -> Result<u64, PeerError> {
+        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(PeerError::Closed);
+        }
         let id = self.lock().insert(Box::new(on_answer), deadline);
         let mut out = Vec::with_capacity(64);
         let sent = write_request(&mut out, id, method, params)
@@ -496,9 +504,13 @@ impl Peer {
         n
     }
 
-    /// Fails every pending request with [`PeerError::Closed`] (the
-    /// transport calls this when the connection ends).
+    /// Fails every pending request with [`PeerError::Closed`], and every
+    /// later one at once (the transport calls this when no answer can come
+    /// any more: the connection ended, or its input did).
     pub fn close(&self) {
+        self.inner
+            .closed
+            .store(true, std::sync::atomic::Ordering::Release);
         let mut closed = Vec::new();
         self.lock().clear(|_, w| closed.push(w));
         for w in closed {

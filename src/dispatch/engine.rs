@@ -27,7 +27,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use tokio::time::Instant;
@@ -404,8 +404,10 @@ impl<S> AsyncCall<S> {
     }
 
     /// Fires when the call is cancelled (by [`Connection::cancel`] or its
-    /// timeout). Its future is dropped then anyway; clone this into work
-    /// the handler spawned, so that work can stop too.
+    /// timeout) or dropped with its connection, never when it finishes.
+    /// Its future is dropped then anyway; clone this into work the handler
+    /// spawned, so that work can stop too (clones see it fire however long
+    /// they live).
     pub fn cancellation(&self) -> &Cancellation {
         &self.cancel
     }
@@ -467,18 +469,38 @@ impl OwnedParams {
     }
 }
 
-/// The cancellation signal of one async call.
+/// The cancellation signal of one async call: it fires when the call is
+/// cancelled ([`Connection::cancel`](crate::Connection::cancel), a batch
+/// entry's cancellation), times out, or is dropped with its connection;
+/// never when the call finishes. Clones (kept by work the handler spawned)
+/// see it fire however long they live.
 #[derive(Clone)]
 #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
 pub struct Cancellation {
-    slot: Arc<SlotShared>,
-    generation: u64,
+    state: Arc<CancelState>,
+}
+
+/// One call's cancellation flag and the waker of whoever awaits it. A
+/// slot reuses its state for the next call when nobody else holds it (no
+/// allocation per call), and makes a new one when a clone outlives its
+/// call.
+#[derive(Default)]
+struct CancelState {
+    cancelled: std::sync::atomic::AtomicBool,
+    waker: AtomicWaker,
+}
+
+impl CancelState {
+    fn fire(&self) {
+        self.cancelled.store(true, Ordering::Release);
+        self.waker.wake();
+    }
 }
 
 impl Cancellation {
     /// Whether the call was cancelled (or timed out).
     pub fn is_cancelled(&self) -> bool {
-        self.slot.cancelled.load(Ordering::Acquire) == self.generation
+        self.state.cancelled.load(Ordering::Acquire)
     }
 
     /// Completes when the call is cancelled.
@@ -487,7 +509,7 @@ impl Cancellation {
             if self.is_cancelled() {
                 return Poll::Ready(());
             }
-            self.slot.cancel_waker.register(cx.waker());
+            self.state.waker.register(cx.waker());
             if self.is_cancelled() {
                 Poll::Ready(())
             } else {
@@ -506,14 +528,11 @@ impl std::fmt::Debug for Cancellation {
     }
 }
 
-/// What a slot's waker and cancellation signal share. Made once per slot,
-/// reused by every call that runs in it (told apart by generation).
+/// A slot's waker: made once per slot, reused by every call that runs in
+/// it.
 struct SlotShared {
     index: usize,
     ready: Arc<ReadyList>,
-    /// The generation of the call cancelled last.
-    cancelled: AtomicU64,
-    cancel_waker: AtomicWaker,
 }
 
 impl Wake for SlotShared {
@@ -571,8 +590,20 @@ impl Wake for TimerWake {
 
 struct Slot {
     task: Option<Task>,
+    /// Wakes the engine for this slot (its `SlotShared`).
     waker: Waker,
-    shared: Arc<SlotShared>,
+    /// The running call's cancellation state (the last call's when free).
+    cancel: Arc<CancelState>,
+}
+
+impl Drop for Slot {
+    /// A call dropped with its connection is cancelled: work it spawned
+    /// hears of it.
+    fn drop(&mut self) {
+        if self.task.is_some() {
+            self.cancel.fire();
+        }
+    }
 }
 
 /// Which reply of which message a call answers; `None` for a notification.
@@ -587,7 +618,6 @@ struct Task {
     method: Bytes,
     deadline: Option<Instant>,
     started: std::time::Instant,
-    generation: u64,
 }
 
 /// An async entry waiting for a free slot.
@@ -744,7 +774,6 @@ pub(crate) struct Engine {
     /// What `timer` wakes, and whether it was polled since it was last set.
     timer_wake: Option<(Arc<TimerWake>, Waker)>,
     timer_polled: bool,
-    generation: u64,
 }
 
 impl Default for Engine {
@@ -764,7 +793,6 @@ impl Default for Engine {
             timer_at: None,
             timer_wake: None,
             timer_polled: false,
-            generation: 0,
         }
     }
 }
@@ -841,7 +869,7 @@ impl Engine {
             .iter()
             .position(|s| s.task.as_ref().is_some_and(|t| t.id.as_deref() == Some(id)));
         let target = if let Some(index) = found {
-            let task = self.free_slot(index);
+            let task = self.free_slot(index, true);
             task.target
         } else if let Some(at) = self
             .waiting
@@ -876,14 +904,14 @@ impl Engine {
         });
     }
 
-    /// Takes the call out of slot `index`, frees the slot and fires the
-    /// call's cancellation signal (a finished call's signal is never
-    /// observed: its handler is gone).
-    fn free_slot(&mut self, index: usize) -> Task {
+    /// Takes the call out of slot `index` and frees the slot; fires the
+    /// call's cancellation signal when it was `cancelled` (or timed out),
+    /// not when it finished.
+    fn free_slot(&mut self, index: usize, cancelled: bool) -> Task {
         let task = self.slots[index].task.take().expect("a running slot");
-        let shared = &self.slots[index].shared;
-        shared.cancelled.store(task.generation, Ordering::Release);
-        shared.cancel_waker.wake();
+        if cancelled {
+            self.slots[index].cancel.fire();
+        }
         self.free.push(index);
         self.running -= 1;
         task
@@ -940,15 +968,29 @@ impl Engine {
         let shared = Arc::new(SlotShared {
             index,
             ready: Arc::clone(&self.ready),
-            cancelled: AtomicU64::new(u64::MAX),
-            cancel_waker: AtomicWaker::new(),
         });
         self.slots.push(Slot {
             task: None,
-            waker: Waker::from(Arc::clone(&shared)),
-            shared,
+            waker: Waker::from(shared),
+            cancel: Arc::default(),
         });
         index
+    }
+
+    /// The cancellation signal for the call about to run in slot `index`:
+    /// the slot's state, cleared, when no clone of the last call's is held
+    /// (no allocation); a new one otherwise, so that the old clones keep
+    /// what they saw.
+    fn fresh_cancellation(&mut self, index: usize) -> Cancellation {
+        let slot = &mut self.slots[index];
+        if Arc::strong_count(&slot.cancel) == 1 {
+            slot.cancel.cancelled.store(false, Ordering::Relaxed);
+        } else {
+            slot.cancel = Arc::default();
+        }
+        Cancellation {
+            state: Arc::clone(&slot.cancel),
+        }
     }
 }
 
@@ -1127,18 +1169,14 @@ impl<S: Send + Sync + 'static> Shared<S> {
             return;
         };
         let index = engine.slot();
-        engine.generation += 1;
-        let generation = engine.generation;
+        let cancel = engine.fresh_cancellation(index);
         let call = AsyncCall {
             params: w.params.map(OwnedParams),
             state: Arc::clone(&self.state),
             ctx: ctx.clone(),
             method: w.method.clone(),
             id: w.id.clone(),
-            cancel: Cancellation {
-                slot: Arc::clone(&engine.slots[index].shared),
-                generation,
-            },
+            cancel,
         };
         engine.running += 1;
         // One clock reading for both (the same clock, but for tokio's
@@ -1164,7 +1202,6 @@ impl<S: Send + Sync + 'static> Shared<S> {
             method: w.method,
             deadline,
             started,
-            generation,
         });
         if let Some(deadline) = deadline {
             engine.cover(deadline, now);
@@ -1278,7 +1315,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         if !finished {
             return 0;
         }
-        let task = engine.free_slot(index);
+        let task = engine.free_slot(index, false);
         let single = task
             .target
             .is_some_and(|(m, _)| engine.msgs[m].as_ref().is_some_and(|msg| !msg.batch));
@@ -1328,7 +1365,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 next = Some(next.map_or(deadline, |n| n.min(deadline)));
                 continue;
             }
-            let task = engine.free_slot(index);
+            let task = engine.free_slot(index, true);
             let Some((m, k)) = task.target else {
                 continue;
             };

@@ -640,6 +640,7 @@ where
                             self.start_message(rest.slice(range));
                             progress = true;
                         }
+                        self.close_peer();
                     }
                     break;
                 }
@@ -773,6 +774,17 @@ where
         if self.input != Input::Stopped {
             self.input = Input::Stopped;
             self.reason = reason;
+            self.close_peer();
+        }
+    }
+
+    /// Nothing more is read, so no answer to the handlers' requests to the
+    /// client can come: they fail now ([`PeerError::Closed`](crate::peer::PeerError))
+    /// rather than at their timeouts, and the connection ends once its
+    /// calls do.
+    fn close_peer(&self) {
+        if let Some(peer) = self.conn.context().peer() {
+            peer.close();
         }
     }
 

@@ -1,0 +1,646 @@
+//! The two-way (peer) parts at their edges: id matching, late, duplicate
+//! and malformed responses, mixed batches, cancellation signals, closed
+//! connections, pending-table memory, prefix parsing, allocations. Three
+//! findings of a review are among them, each failing before its fix: a
+//! call's cancellation signal fired when it finished and stopped reading
+//! as cancelled once its slot ran another call, and a handler asking a
+//! client whose input had ended waited out its timeout.
+
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use counting_alloc::{CountingAlloc, allocations_during};
+use rpcwire::dispatch::{AsyncCall, Cancellation, WithAsync};
+use rpcwire::frame::Lines;
+use rpcwire::message::{Incoming, Message, Status};
+use rpcwire::peer::{Outbound, Peer, PeerError, SendError};
+use rpcwire::server::stream::Driver;
+use rpcwire::{Call, Connection, Context, Dispatcher, Parser, RpcError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+#[derive(Default)]
+struct Sent(Mutex<Vec<Bytes>>);
+
+impl Outbound for Sent {
+    fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.0.lock().unwrap().push(message);
+        Ok(())
+    }
+}
+
+type Answers = Arc<Mutex<Vec<(u64, Result<Vec<u8>, String>)>>>;
+
+/// A sync dispatcher with one method, a connection whose peer writes to
+/// `Sent`, and the peer.
+fn two_way() -> (Dispatcher<()>, Connection, Peer, Arc<Sent>) {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let d = Dispatcher::builder(())
+        .method("ping", |c: Call<'_, ()>| c.reply.str("pong"))
+        .build()
+        .unwrap();
+    (d, Connection::with_context(ctx), peer, sent)
+}
+
+fn ask(peer: &Peer, answers: &Answers, deadline: Option<Instant>) -> u64 {
+    let a = answers.clone();
+    let slot = Arc::new(Mutex::new(0u64));
+    let s2 = slot.clone();
+    let id = peer
+        .request_with("q", None::<&()>, deadline, move |r| {
+            let id = *s2.lock().unwrap();
+            a.lock().unwrap().push((
+                id,
+                r.map(|o| match o.result() {
+                    Ok(v) => v.to_vec(),
+                    Err(e) => format!("error {} {}", e.code, e.message).into_bytes(),
+                })
+                .map_err(|e| e.to_string()),
+            ));
+        })
+        .unwrap();
+    *slot.lock().unwrap() = id;
+    id
+}
+
+fn feed(d: &Dispatcher<()>, conn: &mut Connection, input: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    d.handle(input.as_bytes(), conn, &mut out);
+    out
+}
+
+// ---------------------------------------------------------------------------
+// Id matching.
+
+#[test]
+fn only_the_integer_id_matches_a_request_sent_with_id_1() {
+    let (d, mut conn, peer, _) = two_way();
+    let answers = Answers::default();
+    let id = ask(&peer, &answers, None);
+    assert_eq!(id, 1);
+    for other in [
+        r#""1""#, "1.0", "1e0", "1E0", "10e-1", "-1", "null", r#""0x1""#,
+    ] {
+        let out = feed(
+            &d,
+            &mut conn,
+            &format!(r#"{{"jsonrpc":"2.0","id":{other},"result":"wrong"}}"#),
+        );
+        assert!(out.is_empty(), "a response is never answered ({other})");
+        assert_eq!(peer.pending(), 1, "id {other} must not match request 1");
+    }
+    assert_eq!(conn.unmatched_responses(), 8);
+    // Whitespace around the id is not part of it.
+    feed(
+        &d,
+        &mut conn,
+        r#"{"jsonrpc":"2.0", "id" : 1 , "result":"right"}"#,
+    );
+    assert_eq!(peer.pending(), 0);
+    assert_eq!(answers.lock().unwrap()[0], (1, Ok(br#""right""#.to_vec())));
+}
+
+#[test]
+fn late_duplicate_and_malformed_responses_are_reported_not_matched() {
+    let (d, mut conn, peer, sent) = two_way();
+    let answers = Answers::default();
+    let now = Instant::now();
+    // Request 1 times out; request 2 is cancelled; request 3 is live.
+    let a = ask(&peer, &answers, Some(now));
+    let b = ask(&peer, &answers, None);
+    assert_eq!(peer.expire(now), 1);
+    assert!(peer.cancel(b));
+    let c = ask(&peer, &answers, None);
+    assert!(c > b && b > a, "ids are never reused");
+    assert_eq!(sent.0.lock().unwrap().len(), 3);
+    // Late answers to 1 and 2: counted, and request 3 untouched.
+    for late in [a, b] {
+        assert!(
+            feed(
+                &d,
+                &mut conn,
+                &format!(r#"{{"jsonrpc":"2.0","id":{late},"result":0}}"#)
+            )
+            .is_empty()
+        );
+    }
+    assert_eq!(conn.unmatched_responses(), 2);
+    assert_eq!(peer.pending(), 1);
+    // Both result and error, or neither: never answered.
+    let both =
+        format!(r#"{{"jsonrpc":"2.0","id":{c},"result":1,"error":{{"code":1,"message":"x"}}}}"#);
+    assert!(feed(&d, &mut conn, &both).is_empty());
+    assert_eq!(conn.unmatched_responses(), 3);
+    // An error response with id null: not answered, counted.
+    assert!(
+        feed(
+            &d,
+            &mut conn,
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
+        )
+        .is_empty()
+    );
+    assert_eq!(conn.unmatched_responses(), 4);
+    // The real answer (an error with escapes and data), then a duplicate.
+    let real = format!(
+        r#"{{"jsonrpc":"2.0","id":{c},"error":{{"code":-32000,"message":"d\u00e9nied \"x\"","data":[1]}}}}"#
+    );
+    assert!(feed(&d, &mut conn, &real).is_empty());
+    assert!(feed(&d, &mut conn, &real).is_empty());
+    assert_eq!(conn.unmatched_responses(), 5, "the duplicate is counted");
+    let got = answers.lock().unwrap().clone();
+    assert_eq!(got.len(), 3);
+    assert_eq!(
+        got[2],
+        (c, Ok("error -32000 dénied \"x\"".as_bytes().to_vec()))
+    );
+}
+
+#[test]
+fn mixed_batches_answer_only_their_requests() {
+    let (d, mut conn, peer, _) = two_way();
+    let answers = Answers::default();
+    let a = ask(&peer, &answers, None);
+    let b = ask(&peer, &answers, None);
+    let input = format!(
+        r#"[{{"jsonrpc":"2.0","id":{a},"result":"A"}},
+            {{"jsonrpc":"2.0","id":"s1","method":"ping"}},
+            {{"jsonrpc":"2.0","id":77,"result":"unknown"}},
+            {{"jsonrpc":"2.0","id":{b},"result":1,"error":{{"code":1,"message":"both"}}}},
+            {{"jsonrpc":"2.0","method":"ping"}},
+            {{"jsonrpc":"2.0","id":"s2","method":"nope"}}]"#
+    );
+    let out: Value = serde_json::from_slice(&feed(&d, &mut conn, &input)).unwrap();
+    assert_eq!(
+        out,
+        json!([{"jsonrpc":"2.0","id":"s1","result":"pong"},
+               {"jsonrpc":"2.0","id":"s2","error":{"code":-32601,"message":"Method not found","data":{"method":"nope"}}}])
+    );
+    assert_eq!(conn.unmatched_responses(), 2);
+    assert_eq!(peer.pending(), 1);
+    // A batch of responses (and notifications) only: no reply at all.
+    let only = format!(
+        r#"[{{"jsonrpc":"2.0","id":{b},"result":"B"}},{{"jsonrpc":"2.0","id":5,"result":0}},{{"jsonrpc":"2.0","method":"ping"}}]"#
+    );
+    assert!(feed(&d, &mut conn, &only).is_empty());
+    assert_eq!(peer.pending(), 0);
+    assert_eq!(conn.unmatched_responses(), 3);
+}
+
+#[tokio::test]
+async fn mixed_batches_through_the_async_engine() {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let d: Dispatcher<(), WithAsync> = Dispatcher::builder(())
+        .async_method("later", |_c: AsyncCall<()>| async {
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>("done")
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::with_context(ctx);
+    let answers = Answers::default();
+    let a = ask(&peer, &answers, None);
+    let input = Bytes::from(format!(
+        r#"[{{"jsonrpc":"2.0","id":{a},"result":"A"}},{{"jsonrpc":"2.0","id":1,"method":"later"}},{{"jsonrpc":"2.0","id":404,"error":{{"code":1,"message":"?"}}}}]"#
+    ));
+    let mut out = Vec::new();
+    assert!(d.handle_async(&input, &mut conn, &mut out).await);
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v, json!([{"jsonrpc":"2.0","id":1,"result":"done"}]));
+    assert_eq!(peer.pending(), 0);
+    assert_eq!(conn.unmatched_responses(), 1);
+    // Responses and an async notification only: nothing written.
+    let input = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":9,"result":0},{"jsonrpc":"2.0","method":"later"}]"#,
+    );
+    out.clear();
+    assert!(!d.handle_async(&input, &mut conn, &mut out).await);
+    assert!(out.is_empty());
+}
+
+// ---------------------------------------------------------------------------
+// Cancellation.
+
+/// A dispatcher whose "hold" handler parks forever after handing its
+/// cancellation signal out, and whose "quick" handler finishes at once.
+fn cancellable(signals: Arc<Mutex<Vec<Cancellation>>>) -> Dispatcher<(), WithAsync> {
+    let s2 = signals.clone();
+    Dispatcher::builder(())
+        .max_in_flight(1)
+        .async_method("hold", move |c: AsyncCall<()>| {
+            signals.lock().unwrap().push(c.cancellation().clone());
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .async_method("quick", move |c: AsyncCall<()>| {
+            s2.lock().unwrap().push(c.cancellation().clone());
+            async { Ok::<_, RpcError>(1) }
+        })
+        .build()
+        .unwrap()
+}
+
+async fn drain(conn: &mut Connection, d: &Dispatcher<(), WithAsync>, out: &mut Vec<u8>) {
+    while conn.messages_in_flight() > 0 {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(50),
+            std::future::poll_fn(|cx| conn.poll_replies(d, cx, out)),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn a_cancelled_calls_signal_stays_cancelled() {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let d = cancellable(signals.clone());
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"hold"}"#),
+        &mut out,
+    );
+    drain_once(&mut conn, &d, &mut out).await;
+    let first = signals.lock().unwrap()[0].clone();
+    assert!(!first.is_cancelled());
+    assert!(conn.cancel(b"1"));
+    assert!(first.is_cancelled(), "fires when the client cancels");
+    assert!(out.is_empty(), "a cancelled single request gets no reply");
+    // The next call runs in the freed slot and finishes.
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#),
+        &mut out,
+    );
+    drain(&mut conn, &d, &mut out).await;
+    assert_eq!(serde_json::from_slice::<Value>(&out).unwrap()["result"], 1);
+    // Work the first handler spawned still holds its signal: it must not
+    // read "not cancelled" again.
+    assert!(first.is_cancelled(), "call 1 was cancelled, and stays so");
+}
+
+#[tokio::test]
+async fn a_call_that_finishes_normally_is_not_cancelled() {
+    // Docs: "Fires when the call is cancelled (by Connection::cancel or its
+    // timeout)". A call that returns is neither.
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let d = cancellable(signals.clone());
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#),
+        &mut out,
+    );
+    drain(&mut conn, &d, &mut out).await;
+    assert_eq!(serde_json::from_slice::<Value>(&out).unwrap()["result"], 1);
+    let sig = signals.lock().unwrap()[0].clone();
+    assert!(
+        !sig.is_cancelled(),
+        "a call that answered was not cancelled"
+    );
+}
+
+async fn drain_once(conn: &mut Connection, d: &Dispatcher<(), WithAsync>, out: &mut Vec<u8>) {
+    let _ = std::future::poll_fn(|cx| std::task::Poll::Ready(conn.poll_replies(d, cx, out))).await;
+}
+
+#[tokio::test]
+async fn cancelling_a_batch_entry_answers_it_and_a_queued_one_too() {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let d = cancellable(signals.clone());
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    // Cap 1: the second entry waits in the queue.
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"[{"jsonrpc":"2.0","id":"a","method":"hold"},{"jsonrpc":"2.0","id":"b","method":"hold"},{"jsonrpc":"2.0","id":7,"result":1}]"#),
+        &mut out,
+    );
+    drain_once(&mut conn, &d, &mut out).await;
+    assert!(conn.cancel(br#""b""#));
+    assert!(conn.cancel(br#""a""#));
+    drain(&mut conn, &d, &mut out).await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        v,
+        json!([{"jsonrpc":"2.0","id":"a","error":{"code":-32800,"message":"Request cancelled"}},
+               {"jsonrpc":"2.0","id":"b","error":{"code":-32800,"message":"Request cancelled"}}])
+    );
+    assert_eq!(conn.unmatched_responses(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Timeouts and the pending table's memory.
+
+#[tokio::test]
+async fn timed_out_handlers_leave_no_pending_requests() {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let d: Dispatcher<(), WithAsync> = Dispatcher::builder(())
+        .timeout(Some(Duration::from_millis(5)))
+        .async_method("ask", |c: AsyncCall<()>| async move {
+            let peer = c.ctx.peer().unwrap();
+            peer.request("x", None::<&()>, Duration::from_secs(3600))
+                .await
+                .map(|_| 1)
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::with_context(ctx);
+    for i in 0..200 {
+        let mut out = Vec::new();
+        let input = Bytes::from(format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"ask"}}"#));
+        d.handle_async(&input, &mut conn, &mut out).await;
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["error"]["message"], "Request timed out");
+    }
+    assert_eq!(peer.pending(), 0, "every dropped call forgot its request");
+    // Awaited requests that time out, and request_with + expire.
+    for _ in 0..200 {
+        let e = peer
+            .request("y", None::<&()>, Duration::from_micros(1))
+            .await;
+        assert_eq!(e.unwrap_err(), PeerError::Timeout);
+    }
+    let answers = Answers::default();
+    let now = Instant::now();
+    for _ in 0..1000 {
+        ask(&peer, &answers, Some(now));
+    }
+    assert_eq!(peer.expire(now), 1000);
+    assert_eq!(peer.pending(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Closed connections.
+
+#[derive(Default)]
+struct Seen {
+    ctx: Mutex<Option<Context>>,
+    outcome: Mutex<Option<Result<(), PeerError>>>,
+}
+
+fn asking_dispatcher(seen: Arc<Seen>) -> Dispatcher<Arc<Seen>, WithAsync> {
+    Dispatcher::builder(seen)
+        .timeout(None)
+        .async_method("keep", |c: AsyncCall<Arc<Seen>>| async move {
+            *c.state.ctx.lock().unwrap() = Some(c.ctx.clone());
+            Ok::<_, RpcError>(true)
+        })
+        .async_method("ask_client", |c: AsyncCall<Arc<Seen>>| async move {
+            *c.state.ctx.lock().unwrap() = Some(c.ctx.clone());
+            let peer = c.ctx.peer().unwrap();
+            let r = peer
+                .request("client/q", None::<&()>, Duration::from_secs(60))
+                .await;
+            *c.state.outcome.lock().unwrap() = Some(r.as_ref().map(|_| ()).map_err(|e| *e));
+            r.map(|_| "answered")
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
+        .build()
+        .unwrap()
+}
+
+type Served = tokio::task::JoinHandle<std::io::Result<rpcwire::server::stream::CloseReason>>;
+type ClientLines = tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>;
+type ClientWriter = tokio::io::WriteHalf<tokio::io::DuplexStream>;
+
+/// A stream connection (newline framing, an in-memory pipe) served by
+/// [`asking_dispatcher`]: the server's task, and the client's lines and
+/// writer.
+fn asking_connection(seen: &Arc<Seen>) -> (Served, ClientLines, ClientWriter) {
+    let d = asking_dispatcher(seen.clone());
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move { Driver::new(Lines::new()).run(&d, sr, sw).await });
+    let (cr, cw) = tokio::io::split(client);
+    (served, BufReader::new(cr).lines(), cw)
+}
+
+#[tokio::test]
+async fn a_handler_asking_a_client_that_closed_its_input_fails_fast() {
+    let seen = Arc::new(Seen::default());
+    let (served, mut lines, mut cw) = asking_connection(&seen);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask_client\"}\n")
+        .await
+        .unwrap();
+    let asked: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(asked["method"], "client/q");
+    // The client closes its side: it can never answer now.
+    cw.shutdown().await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("the pending request must fail when the input ends, not wait 60 s");
+    let reply: Value = serde_json::from_str(&reply.unwrap().unwrap()).unwrap();
+    assert_eq!(reply["id"], 1);
+    assert_eq!(*seen.outcome.lock().unwrap(), Some(Err(PeerError::Closed)));
+    served.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn notifying_and_asking_after_the_connection_closed() {
+    let seen = Arc::new(Seen::default());
+    let (served, mut lines, mut cw) = asking_connection(&seen);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"keep\"}\n")
+        .await
+        .unwrap();
+    let _reply = lines.next_line().await.unwrap().unwrap();
+    // The client vanishes entirely.
+    drop(cw);
+    drop(lines);
+    let _ = tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the connection ends");
+    let ctx = seen.ctx.lock().unwrap().clone().unwrap();
+    assert!(!ctx.notify("late", &json!({})), "no panic, false");
+    let peer = ctx.peer().unwrap();
+    assert_eq!(
+        peer.notify("late", &1).unwrap_err(),
+        PeerError::Send(SendError::Closed)
+    );
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        peer.request("late", None::<&()>, Duration::from_secs(60)),
+    )
+    .await
+    .expect("a request on a closed connection fails at once");
+    // Refused before anything is sent: the peer was closed with its
+    // connection.
+    assert_eq!(r.unwrap_err(), PeerError::Closed);
+    assert_eq!(peer.pending(), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Prefix parsing of mixed traffic.
+
+#[test]
+fn every_prefix_of_mixed_batches_is_partial_and_the_whole_matches_parse_incoming() {
+    let parser = Parser::new();
+    let messages = [
+        r#"[{"jsonrpc":"2.0","id":1,"result":{"a":[1,2,{"b":null}]}},{"jsonrpc":"2.0","id":"x","method":"m","params":[1]},{"jsonrpc":"2.0","id":2,"error":{"code":-32000,"message":"n\u00e9 \"q\"","data":{"k":[true,false]}}},{"jsonrpc":"2.0","method":"note"}]"#,
+        r#"[ { "id" : 12 , "jsonrpc" : "2.0" , "error" : { "message" : "m" , "code" : -1 } } , { "result" : 0.5e-3 , "id" : null , "jsonrpc" : "2.0" } ]"#,
+        r#"[{"jsonrpc":"2.0","id":3,"result":1,"error":{"code":1,"message":"both"}},{"jsonrpc":"1.0","id":5,"result":1},{"jsonrpc":"2.0","id":6},7,"s",[],{"jsonrpc":"2.0","id":8,"result":-12}]"#,
+        r#"{"jsonrpc":"2.0","id":123456789,"error":{"code":-32601,"message":"Method not found"}}"#,
+        r#"{"error":{"data":"\ud83d\ude00","code":5,"message":""},"id":"r","jsonrpc":"2.0"}"#,
+        r#"[{"jsonrpc":"2.0","id":9,"result":"\\"},{"jsonrpc":"2.0","method":"m\u0065","id":10}]"#,
+    ];
+    for m in messages {
+        let bytes = m.as_bytes();
+        let arena = bumpalo::Bump::new();
+        let whole = format!("{:?}", parser.parse_incoming(bytes, &arena).unwrap());
+        for cut in 0..bytes.len() {
+            let arena = bumpalo::Bump::new();
+            match parser.parse_prefix(&bytes[..cut], &arena) {
+                Ok(Status::Partial) => {}
+                other => panic!("prefix {cut} of {m}: {other:?}"),
+            }
+        }
+        let stream = format!("{m}{m}");
+        let arena = bumpalo::Bump::new();
+        let Ok(Status::Complete((msg, len))) = parser.parse_prefix(stream.as_bytes(), &arena)
+        else {
+            panic!("{m}")
+        };
+        assert_eq!(len, m.len(), "{m}");
+        assert_eq!(
+            format!("{msg:?}"),
+            whole,
+            "same reading as parse_incoming: {m}"
+        );
+        let spaced = format!(" \n{m} {m}");
+        let Ok(Status::Complete((_, len))) = parser.parse_prefix(spaced.as_bytes(), &arena) else {
+            panic!("{m}")
+        };
+        assert_eq!(len, 2 + m.len(), "{m}");
+    }
+}
+
+#[test]
+fn mixed_batches_classify_as_documented() {
+    let arena = bumpalo::Bump::new();
+    let input = br#"[{"jsonrpc":"2.0","result":1},{"jsonrpc":"2.0","id":1,"error":{"code":1}},{"jsonrpc":"2.0","id":1,"error":{"code":1.5,"message":"x"}},{"jsonrpc":"2.0","id":2,"result":null}]"#;
+    let Message::Batch(b) = Parser::new().parse_incoming(input, &arena).unwrap() else {
+        panic!()
+    };
+    let items: Vec<Incoming> = b.collect();
+    assert!(matches!(items[0], Incoming::InvalidResponse(_)), "no id");
+    assert!(matches!(items[1], Incoming::InvalidResponse(r) if r.id().unwrap().as_bytes() == b"1"));
+    assert!(
+        matches!(items[2], Incoming::InvalidResponse(_)),
+        "non-integer code"
+    );
+    assert!(matches!(items[3], Incoming::Response(r) if r.result().unwrap().as_bytes() == b"null"));
+}
+
+// ---------------------------------------------------------------------------
+// Allocation: two-way traffic that matches nothing allocates nothing.
+
+#[test]
+fn mixed_traffic_with_unmatched_responses_allocates_nothing() {
+    let (d, mut conn, _peer, _) = two_way();
+    let msgs: Vec<&[u8]> = vec![
+        br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":7,"result":{"a":1}},{"jsonrpc":"2.0","id":"z","error":{"code":-1,"message":"n"}}]"#,
+        br#"{"jsonrpc":"2.0","id":8,"result":[1,2,3]}"#,
+        br#"{"jsonrpc":"2.0","id":"q","method":"ping"}"#,
+    ];
+    let mut out = Vec::with_capacity(4096);
+    for m in &msgs {
+        d.handle(m, &mut conn, &mut out);
+    }
+    let (n, _) = allocations_during(|| {
+        for _ in 0..100 {
+            for m in &msgs {
+                out.clear();
+                d.handle(m, &mut conn, &mut out);
+            }
+        }
+    });
+    assert_eq!(n, 0);
+    assert_eq!(conn.unmatched_responses(), 303);
+}
+
+#[tokio::test]
+async fn spawned_work_sees_its_cancellation_after_the_slot_is_reused() {
+    let signals = Arc::new(Mutex::new(Vec::new()));
+    let d = cancellable(signals.clone());
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"hold"}"#),
+        &mut out,
+    );
+    drain_once(&mut conn, &d, &mut out).await;
+    let sig = signals.lock().unwrap()[0].clone();
+    // Work the handler spawned, as the docs suggest.
+    let worker = tokio::spawn(async move { sig.cancelled().await });
+    tokio::task::yield_now().await; // the worker registers its waker
+    assert!(conn.cancel(b"1"));
+    // The transport reads the next message before the worker runs.
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#),
+        &mut out,
+    );
+    drain(&mut conn, &d, &mut out).await;
+    tokio::time::timeout(Duration::from_secs(2), worker)
+        .await
+        .expect("the worker of the cancelled call sees its cancellation")
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_vanished_client_does_not_keep_its_connection_for_the_request_timeout() {
+    let seen = Arc::new(Seen::default());
+    let (served, mut lines, mut cw) = asking_connection(&seen);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask_client\"}\n")
+        .await
+        .unwrap();
+    let _asked = lines.next_line().await.unwrap().unwrap();
+    drop(cw);
+    drop(lines); // both halves gone: the duplex is closed
+    tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the connection ends, and its pending request fails")
+        .unwrap()
+        .ok();
+    assert_eq!(*seen.outcome.lock().unwrap(), Some(Err(PeerError::Closed)));
+}
+
+#[test]
+fn waiters_run_outside_the_lock() {
+    let (d, mut conn, peer, _) = two_way();
+    let p2 = peer.clone();
+    let seen = Arc::new(Mutex::new(None));
+    let s2 = seen.clone();
+    let id = peer
+        .request_with("q", None::<&()>, None, move |_| {
+            // Re-entering the peer from a waiter must not deadlock.
+            *s2.lock().unwrap() = Some(p2.pending());
+            let _ = p2.request_with("again", None::<&()>, None, |_| {});
+        })
+        .unwrap();
+    feed(
+        &d,
+        &mut conn,
+        &format!(r#"{{"jsonrpc":"2.0","id":{id},"result":1}}"#),
+    );
+    assert_eq!(*seen.lock().unwrap(), Some(0));
+    assert_eq!(peer.pending(), 1);
+    peer.close();
+    assert_eq!(peer.pending(), 0);
+}
