@@ -1136,9 +1136,15 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     let w = waiting(input, r, Some((m, k)));
                     self.launch(engine, w, scope.ctx);
                 }
-                _ => msg.decide_batch_entry(k, |into, id, allowance, _| {
-                    self.answer(entry, id, scope, into, allowance)
-                }),
+                _ => {
+                    if over {
+                        // Answered with the too-large error, not run.
+                        self.report_unrun(entry, id);
+                    }
+                    msg.decide_batch_entry(k, |into, id, allowance, _| {
+                        self.answer(entry, id, scope, into, allowance)
+                    });
+                }
             }
             k += 1;
         }
@@ -1159,6 +1165,18 @@ impl<S: Send + Sync + 'static> Shared<S> {
             && msg.batch
             && msg.budget.is_over()
         {
+            // Answered with the too-large error, not run.
+            if let Some(observer) = &self.observer {
+                let method = core::str::from_utf8(&w.method).ok();
+                let id = w.id.as_deref().map(Id::from_validated);
+                self.report(
+                    observer,
+                    method,
+                    id,
+                    Outcome::TooLarge,
+                    Instant::now().into_std(),
+                );
+            }
             msg.decide_batch_entry(k, |into, id, _, too_large| {
                 too_large.write(into, id);
                 (too_large.len_for(id), Outcome::TooLarge)
@@ -1276,8 +1294,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let finished = match task.target {
             None => match poll(Sink::Dyn(&mut super::reply::Discard), 0) {
                 Poll::Ready(r) => {
-                    outcome =
-                        Some(r.map_or_else(|e| Outcome::Error(e.code()), |_| Outcome::Result));
+                    outcome = Some(super::notification_outcome(r.map(|_| ())));
                     true
                 }
                 Poll::Pending => false,

@@ -511,6 +511,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             let (len, outcome) = if budget.is_over() {
                 // Past the limit: answered, not run.
                 self.too_large.write(out, id);
+                self.report_unrun(entry, id);
                 (too_large_len, Outcome::TooLarge)
             } else {
                 self.answer(entry, id, scope, out, allowance)
@@ -589,6 +590,25 @@ impl<S: Send + Sync + 'static> Shared<S> {
 
     /// Reports a call to the observer.
     #[cold]
+    /// Reports an entry answered with the too-large error without being
+    /// run (its batch's reply was already past the limit): the counters see
+    /// every reply that carries the code.
+    pub(crate) fn report_unrun(&self, entry: Entry<'_>, id: Id<'_>) {
+        if let Some(observer) = &self.observer {
+            let method = match entry {
+                Entry::Request(r) => Some(r.method()),
+                Entry::Invalid(_) => None,
+            };
+            self.report(
+                observer,
+                method,
+                Some(id),
+                Outcome::TooLarge,
+                Instant::now(),
+            );
+        }
+    }
+
     pub(crate) fn report(
         &self,
         observer: &Arc<dyn Observer>,
@@ -668,10 +688,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             let started = self.observer.as_ref().map(|_| Instant::now());
             let outcome = self.invoke(h, req, scope, Sink::Dyn(&mut Discard), 0);
             if let (Some(observer), Some(started)) = (&self.observer, started) {
-                let outcome = match outcome {
-                    Ok(_) => Outcome::Result,
-                    Err(e) => Outcome::Error(e.code()),
-                };
+                let outcome = notification_outcome(outcome.map(|_| ()));
                 self.report(observer, Some(req.method()), None, outcome, started);
             }
         }
@@ -743,6 +760,17 @@ pub(crate) fn record_outcome(span: &tracing::Span, outcome: Outcome) {
 thread_local! {
     /// Set while a quiet dispatcher runs a handler on this thread.
     static QUIET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// What a notification's run reports: its result is not written (a
+/// notification gets no reply; the writer it is given takes nothing), so a
+/// "too large" from that writer is the run succeeding, not an error.
+pub(crate) fn notification_outcome(run: Result<(), RpcError>) -> Outcome {
+    match run {
+        Ok(()) => Outcome::Result,
+        Err(e) if e.is_too_large() => Outcome::Result,
+        Err(e) => Outcome::Error(e.code()),
+    }
 }
 
 /// Installs (once per process) a panic hook that skips the previous hook

@@ -49,8 +49,10 @@
 //! service and to the server: every limit hit is counted there (`413` as
 //! [`LimitKind::MessageLen`], refused connections as
 //! [`LimitKind::Connections`], header timeouts and oversized headers as
-//! [`LimitKind::Header`], slow bodies as [`LimitKind::BodyTimeout`], idle
-//! connections closed as [`LimitKind::Idle`]),
+//! [`LimitKind::Header`] (on HTTP/1.1: on HTTP/2 the `h2` crate answers an
+//! oversized header list with 431 itself, and it is not counted), slow
+//! bodies as [`LimitKind::BodyTimeout`], idle connections closed as
+//! [`LimitKind::Idle`]),
 //! and [`Metrics::render`] is the text a `/metrics` endpoint returns (mount
 //! it next to the service, in axum or in a `tower` router of your own).
 
@@ -492,8 +494,12 @@ enum State {
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
     /// Past the limit: reading the rest of the body (at most `left` more
-    /// bytes), dropping it, before the 413.
-    Draining { left: usize },
+    /// bytes), dropping it, before the 413; at most until the body timeout
+    /// (the reading's deadline, carried on), then the 413 at once.
+    Draining {
+        left: usize,
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    },
     /// Waiting for async calls.
     Dispatching {
         conn: Option<Connection>,
@@ -570,6 +576,7 @@ where
                                 // reads the 413 instead of a reset.
                                 *this.state = State::Draining {
                                     left: shared.max_body,
+                                    deadline: deadline.take(),
                                 };
                                 continue;
                             }
@@ -605,8 +612,21 @@ where
                         }
                     }
                 }
-                State::Draining { left } => {
-                    let done = match ready!(this.body.as_mut().poll_frame(cx)) {
+                State::Draining { left, deadline } => {
+                    let frame = match this.body.as_mut().poll_frame(cx) {
+                        Poll::Ready(frame) => frame,
+                        Poll::Pending => {
+                            // A client that stops sending gets the 413 at
+                            // the body timeout, not never.
+                            let timer = deadline.get_or_insert_with(|| {
+                                Box::pin(tokio::time::sleep(shared.body_timeout))
+                            });
+                            ready!(timer.as_mut().poll(cx));
+                            *this.state = State::Ready(Some(shared.refuse_too_large()));
+                            continue;
+                        }
+                    };
+                    let done = match frame {
                         Some(Ok(frame)) => match frame.into_data() {
                             Ok(data) => {
                                 let n = data.remaining();

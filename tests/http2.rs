@@ -1,0 +1,623 @@
+//! What goes through hyper rather than rpcwire's own HTTP/1.1 loop:
+//! HTTP/2 (prior knowledge) streams, resets, limits, graceful shutdown and
+//! idle close; hyper's HTTP/1.1 (chunked bodies, trailers, 100-continue
+//! past the limit); the service under tower layers and on a sub-path; the
+//! metrics per method and per code. Three findings of a review are among
+//! them, each failing before its fix: a body past the limit that then
+//! stalls got no answer, ever; successful notifications were counted as
+//! -32000 errors; batch entries answered "too large" without running were
+//! not counted.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+const HANG: Duration = Duration::from_secs(30);
+
+#[derive(Default)]
+struct St {
+    /// `hold` calls alive (their future not dropped).
+    live: AtomicUsize,
+    started: Notify,
+}
+
+struct Live(Arc<St>);
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn dispatcher(metrics: Arc<Metrics>, timeout: Option<Duration>) -> Dispatcher<St, WithAsync> {
+    Dispatcher::builder(St::default())
+        .method("echo", |_c: Call<'_, St>| Ok::<_, RpcError>("ok"))
+        .method("big", |call: Call<'_, St>| {
+            let (n,): (usize,) = call.decode()?;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
+        .method("header", |call: Call<'_, St>| {
+            let (name,): (String,) = call.decode()?;
+            let v = call
+                .ctx
+                .extension::<HeaderMap>()
+                .and_then(|h| h.get(name.as_str()));
+            Ok::<_, RpcError>(v.map(|v| v.to_str().unwrap().to_owned()))
+        })
+        .async_method("hold", |call: AsyncCall<St>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            let st: Arc<St> = call.state.clone();
+            st.live.fetch_add(1, Ordering::SeqCst);
+            let _live = Live(st.clone());
+            st.started.notify_one();
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>("held")
+        })
+        .observer(metrics)
+        .timeout(timeout)
+        .max_response_len(10_000)
+        .too_large_code(-32003)
+        .timeout_code(-32002)
+        .build()
+        .unwrap()
+}
+
+struct Srv {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+    state: Arc<St>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(limits: Limits, own: bool) -> Srv {
+    let metrics = Arc::new(Metrics::default());
+    let d = dispatcher(metrics.clone(), Some(Duration::from_millis(500)));
+    let state = d.state().clone();
+    let service = HttpService::new(d, &limits, Some(metrics.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).metrics(metrics.clone()).own_http1(own);
+    let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
+    Srv {
+        addr,
+        shutdown,
+        metrics,
+        state,
+        task,
+    }
+}
+
+impl Srv {
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(HANG, self.task)
+            .await
+            .expect("server stops")
+            .unwrap();
+    }
+}
+
+fn post(body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+    Request::post("/")
+        .header("content-type", "application/json")
+        .body(Full::new(body.into()))
+        .unwrap()
+}
+
+async fn h2<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+where
+    B: Body + Send + Unpin + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+fn json_of(b: &[u8]) -> Value {
+    serde_json::from_slice(b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(b)))
+}
+
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b))))
+    }
+}
+
+fn chan_req(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Request<ChannelBody> {
+    Request::post("/")
+        .header("content-type", "application/json")
+        .body(ChannelBody(rx))
+        .unwrap()
+}
+
+fn small(body_timeout_ms: u64) -> Limits {
+    Limits {
+        max_message_len: 1024,
+        body_timeout: Duration::from_millis(body_timeout_ms),
+        idle_timeout: Duration::from_millis(600),
+        ..Limits::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A body that passes the limit and then stalls (no END_STREAM, no last
+// chunk): the 413 at the body timeout (the draining once had no timer).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_body_past_the_limit_then_stalled_is_answered() {
+    let _s = SERIAL.lock().await;
+    let srv = start(small(300), true).await;
+    let mut sender = h2::<ChannelBody>(srv.addr).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(Bytes::from(vec![b' '; 1500])).await.unwrap();
+    // tx kept alive: the body never ends.
+    let r = tokio::time::timeout(Duration::from_secs(5), sender.send_request(chan_req(rx))).await;
+    let status = r
+        .expect("no answer 5 s after a stalled over-limit body (body_timeout 300 ms)")
+        .unwrap()
+        .status();
+    assert!(
+        status == StatusCode::PAYLOAD_TOO_LARGE || status == StatusCode::REQUEST_TIMEOUT,
+        "{status}"
+    );
+    drop(tx);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h1_hyper_chunked_body_past_the_limit_then_stalled_is_answered() {
+    let _s = SERIAL.lock().await;
+    for own in [true, false] {
+        let srv = start(small(300), own).await;
+        let mut s = TcpStream::connect(srv.addr).await.unwrap();
+        let mut req = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        req.extend_from_slice(format!("{:x}\r\n{}\r\n", 1500, " ".repeat(1500)).as_bytes());
+        s.write_all(&req).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| {
+                panic!("own_http1({own}): no answer 5 s after a stalled over-limit chunked body")
+            })
+            .unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            text.starts_with("HTTP/1.1 413") || text.starts_with("HTTP/1.1 408"),
+            "{text}"
+        );
+        drop(s);
+        srv.stop().await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+// A stream reset by the client while its call runs: the call is cancelled.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_stream_reset_cancels_the_call() {
+    let _s = SERIAL.lock().await;
+    let srv = start(Limits::default(), true).await;
+    let mut sender = h2::<Full<Bytes>>(srv.addr).await;
+    let started = srv.state.started.notified();
+    let fut = tokio::spawn(async move {
+        sender
+            .send_request(post(
+                r#"{"jsonrpc":"2.0","id":1,"method":"hold","params":[20000]}"#,
+            ))
+            .await
+    });
+    started.await;
+    assert_eq!(srv.state.live.load(Ordering::SeqCst), 1);
+    fut.abort(); // drops the response future: hyper's client resets the stream
+    let st = srv.state.clone();
+    tokio::time::timeout(Duration::from_secs(3), async {
+        while st.live.load(Ordering::SeqCst) != 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the call is dropped after its stream was reset");
+    srv.stop().await;
+}
+
+// A body reset mid-way (the client's body errors): the stream goes, the
+// connection serves on.
+struct FailingBody(u8);
+impl Body for FailingBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        self.0 += 1;
+        if self.0 == 1 {
+            Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(b"[{\"jsonrpc\":")))))
+        } else {
+            Poll::Ready(Some(Err(std::io::Error::other("boom"))))
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_body_reset_midway_then_connection_serves_on() {
+    let _s = SERIAL.lock().await;
+    let srv = start(Limits::default(), true).await;
+    let stream = TcpStream::connect(srv.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake::<
+        _,
+        _,
+        http_body_util::Either<FailingBody, Full<Bytes>>,
+    >(TokioExecutor::new(), TokioIo::new(stream))
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let req = Request::post("/")
+        .header("content-type", "application/json")
+        .body(http_body_util::Either::Left(FailingBody(0)))
+        .unwrap();
+    let _ = sender.send_request(req).await;
+    let r = sender
+        .send_request(
+            post(r#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#).map(http_body_util::Either::Right),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    srv.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Graceful shutdown with h2 streams in flight: every reply whole.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_graceful_shutdown_finishes_streams() {
+    let _s = SERIAL.lock().await;
+    let srv = start(Limits::default(), true).await;
+    let sender = h2::<Full<Bytes>>(srv.addr).await;
+    let mut calls = Vec::new();
+    for i in 0..8 {
+        let mut s = sender.clone();
+        calls.push(tokio::spawn(async move {
+            let r = s
+                .send_request(post(format!(
+                    r#"{{"jsonrpc":"2.0","id":{i},"method":"hold","params":[300]}}"#
+                )))
+                .await
+                .unwrap();
+            let st = r.status();
+            (st, r.into_body().collect().await.unwrap().to_bytes())
+        }));
+    }
+    while srv.state.live.load(Ordering::SeqCst) < 8 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    srv.shutdown.trigger();
+    for c in calls {
+        let (st, body) = c.await.unwrap();
+        assert_eq!(st, 200);
+        assert_eq!(json_of(&body)["result"], "held");
+    }
+    // A new stream after GOAWAY is refused.
+    let mut s = sender.clone();
+    assert!(
+        s.send_request(post(r#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#))
+            .await
+            .is_err()
+    );
+    tokio::time::timeout(HANG, srv.task).await.unwrap().unwrap();
+    assert_eq!(srv.metrics.connections_open(), 0);
+}
+
+// An idle h2 connection with no streams: closed and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_idle_connection_is_closed_and_counted() {
+    let _s = SERIAL.lock().await;
+    let srv = start(small(5000), true).await;
+    let mut sender = h2::<Full<Bytes>>(srv.addr).await;
+    let r = sender
+        .send_request(post(r#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let m = srv.metrics.clone();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while m.connections_open() != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("idle h2 connection closed");
+    assert_eq!(srv.metrics.limit_count(LimitKind::Idle), 1);
+    srv.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Metrics for batches, notifications, timeouts, oversize replies, over h2.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_metrics_batches_notifications_timeouts() {
+    let _s = SERIAL.lock().await;
+    let srv = start(Limits::default(), true).await;
+    let mut sender = h2::<Full<Bytes>>(srv.addr).await;
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"echo"},{"jsonrpc":"2.0","id":2,"method":"echo"},
+        {"jsonrpc":"2.0","id":3,"method":"nope"},{"jsonrpc":"2.0","method":"echo"},
+        {"jsonrpc":"2.0","id":4,"method":"hold","params":[2000]},{"jsonrpc":"2.0","id":5,"method":"big","params":[20000]}]"#;
+    let r = sender.send_request(post(batch)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    let v = json_of(&body);
+    eprintln!("BATCH REPLY {v}");
+    assert_eq!(v.as_array().unwrap().len(), 5, "{v}");
+    let m = &srv.metrics;
+    assert_eq!(m.call_count("echo"), 3, "{}", m.render());
+    assert_eq!(m.call_count("nope"), 1, "{}", m.render());
+    assert_eq!(m.call_count("hold"), 1, "{}", m.render());
+    assert_eq!(m.call_count("big"), 1, "{}", m.render());
+    assert_eq!(m.error_count(-32601), 1, "{}", m.render());
+    eprintln!("AFTER BATCH {}", m.render());
+    assert_eq!(m.error_count(-32003), 2, "too large: {}", m.render());
+    // Notification only: 204, counted.
+    let r = sender
+        .send_request(post(r#"{"jsonrpc":"2.0","method":"echo"}"#))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    assert!(r.into_body().collect().await.unwrap().to_bytes().is_empty());
+    assert_eq!(m.call_count("echo"), 4);
+    // Reply past max_response_len alone over h2: a whole error reply.
+    let r = sender
+        .send_request(post(
+            r#"{"jsonrpc":"2.0","id":9,"method":"big","params":[50000]}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v["error"]["code"], -32003, "{v}");
+    srv.stop().await;
+}
+
+// Status codes and their LimitKind, over h2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_statuses_and_limit_counts() {
+    let _s = SERIAL.lock().await;
+    let srv = start(small(300), true).await;
+    let mut sender = h2::<Full<Bytes>>(srv.addr).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#;
+    for (ct, want) in [
+        ("application/json", 200),
+        ("Application/JSON; charset=UTF-8", 200),
+        ("application/json-rpc", 200),
+        ("application/jsonrequest", 200),
+        ("text/plain", 415),
+        ("application/json-patch+json", 415),
+    ] {
+        let req = Request::post("/")
+            .header("content-type", ct)
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let r = sender.send_request(req).await.unwrap();
+        assert_eq!(r.status().as_u16(), want, "{ct}");
+    }
+    let r = sender
+        .send_request(Request::get("/").body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 405);
+    assert_eq!(r.headers()["allow"], "POST");
+    let r = sender.send_request(post(vec![b' '; 2000])).await.unwrap();
+    assert_eq!(r.status(), 413);
+    assert_eq!(srv.metrics.limit_count(LimitKind::MessageLen), 1);
+    // 408 over h2.
+    let mut s2 = h2::<ChannelBody>(srv.addr).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(Bytes::from_static(b"[")).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), s2.send_request(chan_req(rx)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 408);
+    assert_eq!(srv.metrics.limit_count(LimitKind::BodyTimeout), 1);
+    drop(tx);
+    srv.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// hyper's HTTP/1.1: Expect 100-continue past the limit, trailers.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h1_hyper_expect_continue_past_the_limit_and_trailers() {
+    let _s = SERIAL.lock().await;
+    for own in [false, true] {
+        let srv = start(small(2000), own).await;
+        let mut s = TcpStream::connect(srv.addr).await.unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 5000\r\nexpect: 100-continue\r\n\r\n").await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(3), s.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(text.starts_with("HTTP/1.1 413"), "own {own}: {text}");
+        // Trailers on a chunked body.
+        let mut s = TcpStream::connect(srv.addr).await.unwrap();
+        let body = r#"{"jsonrpc":"2.0","id":1,"method":"header","params":["x-t"]}"#;
+        let req = format!(
+            "POST / HTTP/1.1\r\nhost: x\r\nx-t: v\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n{:x}\r\n{body}\r\n0\r\nx-trailer: 1\r\n\r\n",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        tokio::time::timeout(Duration::from_secs(3), s.read_to_end(&mut out))
+            .await
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out);
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.ends_with(r#""result":"v"}"#),
+            "own {own}: {text}"
+        );
+        srv.stop().await;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The service under tower layers, without the server: timeout drops the
+// call; a sub-path; headers still seen.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tower_timeout_drops_the_call_and_subpath_sees_headers() {
+    use tower::{Service, ServiceBuilder, ServiceExt};
+    let _s = SERIAL.lock().await;
+    let metrics = Arc::new(Metrics::default());
+    let d = dispatcher(metrics.clone(), None);
+    let st = d.state().clone();
+    let svc = HttpService::new(d, &Limits::default(), Some(metrics.clone()));
+    let mut layered = ServiceBuilder::new()
+        .timeout(Duration::from_millis(100))
+        .concurrency_limit(2)
+        .service(svc.clone());
+    let req = post(r#"{"jsonrpc":"2.0","id":1,"method":"hold","params":[5000]}"#);
+    let r = ServiceExt::<Request<Full<Bytes>>>::ready(&mut layered)
+        .await
+        .unwrap()
+        .call(req)
+        .await;
+    assert!(r.is_err());
+    assert_eq!(
+        st.live.load(Ordering::SeqCst),
+        0,
+        "the timed-out call was dropped"
+    );
+    // Concurrency permits came back.
+    for _ in 0..4 {
+        let r = ServiceExt::<Request<Full<Bytes>>>::ready(&mut layered)
+            .await
+            .unwrap()
+            .call(post(r#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#))
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // Mounted on a sub-path with a body of another type.
+    let req = Request::post("/api/v1/rpc?x=1")
+        .header("content-type", "application/json")
+        .header("x-key", "k")
+        .body(
+            http_body_util::Full::new(Bytes::from(
+                r#"{"jsonrpc":"2.0","id":1,"method":"header","params":["x-key"]}"#,
+            ))
+            .map_err(|e| match e {})
+            .boxed_unsync(),
+        )
+        .unwrap();
+    let r = svc.clone().oneshot(req).await.unwrap();
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v, json!({"jsonrpc":"2.0","id":1,"result":"k"}));
+}
+
+// Per-code counters: notifications and batch entries not run.
+fn counting_dispatcher(metrics: Arc<Metrics>) -> Dispatcher<St> {
+    Dispatcher::builder(St::default())
+        .method("echo", |_c: Call<'_, St>| Ok::<_, RpcError>("ok"))
+        .method("big", |call: Call<'_, St>| {
+            let (n,): (usize,) = call.decode()?;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
+        .observer(metrics)
+        .max_response_len(10_000)
+        .too_large_code(-32003)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn successful_notifications_are_not_counted_as_errors() {
+    let _s = SERIAL.lock().await;
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits::default();
+    let service = HttpService::new(counting_dispatcher(metrics.clone()), &limits, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(Server::new(limits).serve(listener, service, shutdown.clone()));
+    let mut sender = h2::<Full<Bytes>>(addr).await;
+    let r = sender
+        .send_request(post(r#"{"jsonrpc":"2.0","method":"echo"}"#))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let r = sender
+        .send_request(post(
+            r#"[{"jsonrpc":"2.0","id":1,"method":"echo"},{"jsonrpc":"2.0","method":"echo"}]"#,
+        ))
+        .await
+        .unwrap();
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v, json!([{"jsonrpc":"2.0","id":1,"result":"ok"}]));
+    assert_eq!(metrics.call_count("echo"), 3);
+    assert_eq!(
+        metrics.error_count(-32000),
+        0,
+        "two notifications that succeeded are counted as errors:\n{}",
+        metrics.render()
+    );
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_entries_answered_too_large_are_all_counted() {
+    use tower::ServiceExt;
+    let _s = SERIAL.lock().await;
+    let metrics = Arc::new(Metrics::default());
+    let svc = HttpService::new(
+        counting_dispatcher(metrics.clone()),
+        &Limits::default(),
+        None,
+    );
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"big","params":[20000]},{"jsonrpc":"2.0","id":2,"method":"echo"}]"#;
+    let r = svc.oneshot(post(batch)).await.unwrap();
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v[0]["error"]["code"], -32003);
+    assert_eq!(v[1]["error"]["code"], -32003, "{v}");
+    assert_eq!(
+        metrics.error_count(-32003),
+        2,
+        "two replies carry -32003:\n{}",
+        metrics.render()
+    );
+}
