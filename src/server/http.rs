@@ -552,10 +552,7 @@ where
                     let frame = match this.body.as_mut().poll_frame(cx) {
                         Poll::Ready(frame) => frame,
                         Poll::Pending => {
-                            let timer = deadline.get_or_insert_with(|| {
-                                Box::pin(tokio::time::sleep(shared.body_timeout))
-                            });
-                            ready!(timer.as_mut().poll(cx));
+                            ready!(poll_body_deadline(deadline, shared.body_timeout, cx));
                             *this.state = State::Ready(Some(shared.refuse_slow_body()));
                             continue;
                         }
@@ -618,10 +615,7 @@ where
                         Poll::Pending => {
                             // A client that stops sending gets the 413 at
                             // the body timeout, not never.
-                            let timer = deadline.get_or_insert_with(|| {
-                                Box::pin(tokio::time::sleep(shared.body_timeout))
-                            });
-                            ready!(timer.as_mut().poll(cx));
+                            ready!(poll_body_deadline(deadline, shared.body_timeout, cx));
                             *this.state = State::Ready(Some(shared.refuse_too_large()));
                             continue;
                         }
@@ -718,6 +712,20 @@ fn unsupported_media_type() -> Response<ResponseBody> {
             br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"unsupported Content-Type: use application/json"}}}"#,
         ),
     )
+}
+
+/// Polls the body's deadline, armed (`timeout` from now) the first time
+/// the body is not all there: a body that comes with its head costs no
+/// timer.
+fn poll_body_deadline(
+    deadline: &mut Option<Pin<Box<tokio::time::Sleep>>>,
+    timeout: Duration,
+    cx: &mut TaskContext<'_>,
+) -> Poll<()> {
+    deadline
+        .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)))
+        .as_mut()
+        .poll(cx)
 }
 
 fn unreadable_body() -> Response<ResponseBody> {
