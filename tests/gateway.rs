@@ -1356,3 +1356,124 @@ async fn the_built_in_chain_takes_signed_transfers() {
     assert_eq!(r[0]["result"], "0x4");
     assert_eq!(r[1]["error"]["code"], -32602);
 }
+
+/// The built-in chain: a value near 2^256 is insufficient funds (the sum
+/// `gas * price + value` once wrapped in U256, passed the balance check and
+/// minted ether).
+#[tokio::test]
+async fn value_overflowing_the_cost_is_insufficient_funds() {
+    let gw = start(config::Config::default()).await;
+    let to = Address::repeat_byte(0x22);
+    // 21000 gas at 1 gwei (base fee, no tip): gas*price = 21000e9.
+    let k = U256::from(21_000u64 * 1_000_000_000);
+    let tx = TxEip1559 {
+        max_fee_per_gas: 1_000_000_000,
+        max_priority_fee_per_gas: 0,
+        value: U256::MAX - k + U256::from(1u8), // cost wraps to 0
+        ..eip1559(0, to, 0, 31337)
+    };
+    let r = send(gw.addr, &sign(tx, key(0))).await;
+    let bal = rpc(gw.addr, "eth_getBalance", json!([to])).await["result"].clone();
+    assert!(
+        err_msg(&r).contains("insufficient funds"),
+        "accepted: {r}; recipient balance now {bal}"
+    );
+}
+
+/// The built-in chain: each block's timestamp is after its parent's, as a
+/// header's must be (blocks mined within one second once shared one).
+#[tokio::test]
+async fn block_timestamps_strictly_increase() {
+    let gw = start(config::Config::default()).await;
+    for n in 0..4 {
+        let r = send(
+            gw.addr,
+            &sign(eip1559(n, Address::repeat_byte(1), 1, 31337), key(0)),
+        )
+        .await;
+        assert!(r["result"].is_string(), "{r}");
+    }
+    let mut prev = 0u64;
+    for n in 0..=4u64 {
+        let b = rpc(
+            gw.addr,
+            "eth_getBlockByNumber",
+            json!([format!("{n:#x}"), false]),
+        )
+        .await;
+        let t = u64::from_str_radix(&b["result"]["timestamp"].as_str().unwrap()[2..], 16).unwrap();
+        assert!(
+            n == 0 || t > prev,
+            "block {n} timestamp {t} not after parent {prev}"
+        );
+        prev = t;
+    }
+}
+
+/// The built-in chain: `eth_estimateGas` counts the access list, so its
+/// estimate is a gas limit the transaction is taken with (it once counted
+/// calldata only: "intrinsic gas too low").
+#[tokio::test]
+async fn estimate_gas_counts_the_access_list() {
+    let gw = start(config::Config::default()).await;
+    let to = Address::repeat_byte(5);
+    let list = json!([{"address": to, "storageKeys": [B256::ZERO]}]);
+    let est = rpc(
+        gw.addr,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "value": "0x1", "accessList": list}]),
+    )
+    .await;
+    let gas = u64::from_str_radix(&est["result"].as_str().unwrap()[2..], 16).unwrap();
+    let tx = TxEip1559 {
+        gas_limit: gas,
+        access_list: alloy_eips::eip2930::AccessList(vec![alloy_eips::eip2930::AccessListItem {
+            address: to,
+            storage_keys: vec![B256::ZERO],
+        }]),
+        ..eip1559(0, to, 1, 31337)
+    };
+    let r = send(gw.addr, &sign(tx, key(0))).await;
+    assert!(r["result"].is_string(), "estimate {gas} then: {r}");
+    assert_eq!(gas, 21_000 + 2_400 + 1_900);
+}
+
+/// The built-in chain: bytes after a raw transaction make it invalid, as
+/// geth says ("input contains more than one value"; they were once
+/// ignored).
+#[tokio::test]
+async fn trailing_bytes_after_a_raw_transaction_are_refused() {
+    let gw = start(config::Config::default()).await;
+    let raw = sign(eip1559(0, Address::repeat_byte(6), 1, 31337), key(0)) + "deadbeef";
+    let r = send(gw.addr, &raw).await;
+    assert!(r["error"].is_object(), "accepted with trailing bytes: {r}");
+}
+
+/// The built-in chain: the priority fee goes to the block's `miner` (it
+/// was once charged to the sender and credited to nobody).
+#[tokio::test]
+async fn the_tip_goes_to_the_miner() {
+    let gw = start(config::Config::default()).await;
+    let r = send(
+        gw.addr,
+        &sign(eip1559(0, Address::repeat_byte(7), 1, 31337), key(0)),
+    )
+    .await;
+    assert!(r["result"].is_string());
+    let b = rpc(gw.addr, "eth_getBlockByNumber", json!(["latest", false])).await["result"].clone();
+    let bal = rpc(gw.addr, "eth_getBalance", json!([b["miner"], "latest"])).await;
+    assert_eq!(
+        bal["result"],
+        format!("{:#x}", 21_000u64 * 1_000_000_000),
+        "miner {}",
+        b["miner"]
+    );
+}
+
+/// An error reply's message.
+fn err_msg(r: &Value) -> String {
+    r["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}

@@ -209,7 +209,9 @@ impl Chain {
     /// Validates, executes and mines a signed raw transaction; returns its
     /// hash.
     pub fn send_raw(&self, raw: &[u8]) -> Result<B256, RpcError> {
-        let tx = TxEnvelope::decode_2718(&mut &raw[..])
+        // Exact: bytes after the transaction are an error, as geth's
+        // decoder says ("input contains more than one value").
+        let tx = TxEnvelope::decode_2718_exact(raw)
             .map_err(|e| server_error(format!("transaction could not be decoded: {e}")))?;
         match tx {
             TxEnvelope::Legacy(_) | TxEnvelope::Eip2930(_) | TxEnvelope::Eip1559(_) => {}
@@ -289,10 +291,15 @@ impl Chain {
                 tx.nonce()
             )));
         }
-        let cost = U256::from(tx.gas_limit()) * U256::from(tx.max_fee_per_gas()) + tx.value();
-        if balance < cost {
+        // Checked: a value near 2^256 must not wrap the sum (U256's `+`
+        // wraps) into something the balance covers.
+        let cost = U256::from(tx.gas_limit())
+            .checked_mul(U256::from(tx.max_fee_per_gas()))
+            .and_then(|gas| gas.checked_add(tx.value()));
+        if cost.is_none_or(|cost| balance < cost) {
+            let want = cost.map_or_else(|| "more than 2^256".to_string(), |c| c.to_string());
             return Err(server_error(format!(
-                "insufficient funds for gas * price + value: address {from} have {balance} want {cost}"
+                "insufficient funds for gas * price + value: address {from} have {balance} want {want}"
             )));
         }
         let price = tx.effective_gas_price(Some(BASE_FEE));
@@ -315,6 +322,14 @@ impl Chain {
                 .entry(from)
                 .or_default()
                 .set(number, balance - fee, nonce + 1);
+        }
+        // The priority fee goes to the block's beneficiary (the zero
+        // address, as anvil's default coinbase); the base fee is burned.
+        let tip = U256::from(intrinsic) * U256::from(price.saturating_sub(u128::from(BASE_FEE)));
+        if !tip.is_zero() {
+            let miner = s.accounts.entry(Address::ZERO).or_default();
+            let (miner_balance, miner_nonce) = miner.at(number);
+            miner.set(number, miner_balance + tip, miner_nonce);
         }
         s.txs.insert(
             hash,
@@ -430,21 +445,20 @@ impl Chain {
 /// 21,000 plus the calldata (16 gas a non-zero byte, 4 a zero byte) and the
 /// access list (2,400 an address, 1,900 a storage key).
 pub fn intrinsic_gas(tx: &TxEnvelope) -> u64 {
-    let input = tx.input();
-    let zeros = input.iter().filter(|&&b| b == 0).count() as u64;
-    let mut gas = TRANSFER_GAS + 4 * zeros + 16 * (input.len() as u64 - zeros);
-    if let Some(list) = tx.access_list() {
-        for item in list.iter() {
-            gas += 2400 + 1900 * item.storage_keys.len() as u64;
-        }
-    }
-    gas
+    let keys = tx.access_list().into_iter().flat_map(|list| list.iter());
+    calldata_gas(tx.input(), keys.map(|item| item.storage_keys.len()))
 }
 
-/// The intrinsic gas of calldata alone, for `eth_estimateGas`.
-pub fn calldata_gas(input: &[u8]) -> u64 {
+/// The intrinsic gas of calldata and of an access list given as the
+/// number of storage keys of each of its addresses, for `eth_estimateGas`
+/// (the same rule as [`intrinsic_gas`]).
+pub fn calldata_gas(input: &[u8], access_list: impl IntoIterator<Item = usize>) -> u64 {
     let zeros = input.iter().filter(|&&b| b == 0).count() as u64;
-    TRANSFER_GAS + 4 * zeros + 16 * (input.len() as u64 - zeros)
+    let mut gas = TRANSFER_GAS + 4 * zeros + 16 * (input.len() as u64 - zeros);
+    for keys in access_list {
+        gas += 2400 + 1900 * keys as u64;
+    }
+    gas
 }
 
 fn receipt_envelope(tx: &TxEnvelope, gas: u64) -> ReceiptEnvelope {
@@ -508,7 +522,13 @@ impl State {
             number,
             gas_limit: GAS_LIMIT,
             gas_used,
-            timestamp: time.max(parent_time),
+            // Strictly after the parent's, as a header must be (blocks
+            // mined within one second get one second each).
+            timestamp: if number == 0 {
+                time
+            } else {
+                time.max(parent_time + 1)
+            },
             base_fee_per_gas: Some(BASE_FEE),
             ..Default::default()
         };

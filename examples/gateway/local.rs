@@ -106,7 +106,22 @@ fn estimate_gas(c: C<'_>) -> Answer {
         }
     }
     let input = call.input_in(c.arena)?.unwrap_or_default();
-    c.reply.quantity(calldata_gas(input) as u128)
+    // Its access list costs gas too, as in the transaction it estimates.
+    #[derive(serde::Deserialize)]
+    struct Item {
+        // Read to be checked (an address), not used.
+        #[serde(rename = "address")]
+        _address: alloy_primitives::Address,
+        #[serde(rename = "storageKeys", default)]
+        storage_keys: Vec<alloy_primitives::B256>,
+    }
+    let access_list: Vec<Item> = match call.access_list() {
+        Some(raw) => serde_json::from_slice(raw.as_bytes())
+            .map_err(|e| RpcError::invalid_params(format!("accessList: {e}")))?,
+        None => Vec::new(),
+    };
+    let keys = access_list.iter().map(|item| item.storage_keys.len());
+    c.reply.quantity(calldata_gas(input, keys) as u128)
 }
 
 fn no_evm() -> RpcError {
