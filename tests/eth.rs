@@ -760,11 +760,25 @@ fn filters_from_real_clients() {
             .unwrap();
         assert_eq!(t, TopicFilter::Any);
     });
+    // An empty list filters nothing, as geth and alloy read it.
     with_value(r#"{"address":[]}"#, |v| {
         let a = v.log_filter().unwrap().addresses().unwrap();
-        assert!(!a.is_any());
+        assert!(a.is_any());
         assert_eq!(a.count(), 0);
     });
+    // No topic alternatives: a wildcard at that position, not "match
+    // nothing" (it was once an empty `AnyOf`).
+    with_value(
+        r#"{"topics":[[],"0x0000000000000000000000000000000000000000000000000000000000000001"]}"#,
+        |v| {
+            let mut topics = v.log_filter().unwrap().topics().unwrap();
+            assert_eq!(topics.next().unwrap().unwrap(), TopicFilter::Any);
+            assert!(matches!(
+                topics.next().unwrap().unwrap(),
+                TopicFilter::One(_)
+            ));
+        },
+    );
 }
 
 #[test]
@@ -1356,4 +1370,15 @@ fn fused_readers_agree_with_the_general_path() {
             assert_fused_agrees(&serde_json::to_string(&v["params"]).unwrap());
         }
     }
+}
+
+/// `debug_getModifiedAccountsByNumber` takes plain JSON numbers (geth:
+/// `startNum uint64, endNum *uint64`) and its result depends on the range's
+/// end: the catalogue names no block parameter for it (it once named
+/// position 0, which a block-number decoder refuses, and called the result
+/// cacheable by that block).
+#[test]
+fn the_catalogue_names_no_block_for_a_range_of_plain_numbers() {
+    let m = rpcwire::eth::catalogue::lookup("debug_getModifiedAccountsByNumber").unwrap();
+    assert!(m.block.position().is_none(), "{:?}", m.block);
 }

@@ -260,7 +260,9 @@ catalogue! {
     "debug_executionWitness" => Number(0), ByBlock, Read;
     "debug_getBadBlocks" => None, Never, Read;
     "debug_getModifiedAccountsByHash" => Hash(0), ByBlock, Read;
-    "debug_getModifiedAccountsByNumber" => Number(0), ByBlock, Read;
+    // geth: (startNum, endNum) as plain JSON numbers, a range whose end
+    // decides what a cache may keep: no block parameter here.
+    "debug_getModifiedAccountsByNumber" => None, Never, Read;
     "debug_getRawBlock" => Id(0), ByBlock, Read;
     "debug_getRawHeader" => Id(0), ByBlock, Read;
     "debug_getRawReceipts" => Id(0), ByBlock, Read;

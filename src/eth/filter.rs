@@ -132,14 +132,16 @@ impl<'a> LogFilter<'a> {
         self.decode(self.block_hash, "blockHash", EthValue::hash)
     }
 
-    /// `address`: one address or an array of them; empty when absent or
-    /// `null` (no filter on the address).
+    /// `address`: one address or an array of them; empty when absent,
+    /// `null` or `[]` (no filter on the address, as geth reads an empty
+    /// list).
     pub fn addresses(&self) -> Result<Addresses<'a>, Invalid<'a>> {
         let site = self.site;
         let inner = match self.address.filter(|v| !v.is_null()) {
             None => AddressesInner::None,
             Some(v) => match v.kind() {
                 Kind::String => AddressesInner::One(v),
+                Kind::Array if Elements::new(v).next().is_none() => AddressesInner::None,
                 Kind::Array => AddressesInner::Many(Elements::new(v)),
                 _ => {
                     return Err(Invalid::new(Reason::NotAddresses, v)
@@ -237,7 +239,8 @@ pub enum TopicFilter<'a> {
     Any,
     /// This topic.
     One(B256),
-    /// Any of these topics (an array of hashes; may be empty).
+    /// Any of these topics (an array of hashes, never empty: no
+    /// alternatives is [`Any`](TopicFilter::Any)).
     AnyOf(TopicSet<'a>),
 }
 
@@ -299,10 +302,12 @@ impl<'a> Iterator for Topics<'a> {
             Kind::String => v.hash().map(TopicFilter::One).map_err(fail),
             Kind::Array => {
                 let alternatives = Elements::new(v);
-                // A `null` among the alternatives matches anything; hex
-                // strings hold no `n`, so most arrays are ruled out at once.
-                if memchr::memchr(b'n', v.as_bytes()).is_some()
-                    && alternatives.clone().any(|t| t.is_null())
+                // No alternatives, or a `null` among them, matches anything
+                // (geth: "empty rule set == wildcard"); hex strings hold no
+                // `n`, so most arrays are ruled out at once.
+                if alternatives.clone().next().is_none()
+                    || (memchr::memchr(b'n', v.as_bytes()).is_some()
+                        && alternatives.clone().any(|t| t.is_null()))
                 {
                     Ok(TopicFilter::Any)
                 } else {
