@@ -190,7 +190,9 @@ impl Metrics {
             .collect();
         calls.sort();
         for (method, n) in calls {
-            let _ = writeln!(out, "rpcwire_calls_total{{method={method:?}}} {n}");
+            out.push_str("rpcwire_calls_total{method=\"");
+            push_label_value(&mut out, &method);
+            let _ = writeln!(out, "\"}} {n}");
         }
         out.push_str("# TYPE rpcwire_errors_total counter\n");
         let mut errors: Vec<_> = lock(&self.errors).iter().map(|(c, n)| (*c, *n)).collect();
@@ -232,12 +234,13 @@ impl Observer for Metrics {
             let mut calls = lock(&self.calls);
             if let Some(n) = calls.get_mut(method) {
                 *n += 1;
-            } else if calls.len() < 10_000 {
+            } else if calls.len() < MAX_METHODS && method.len() <= MAX_METHOD_LABEL {
                 calls.insert(method.into(), 1);
             } else {
                 // Method names are the router's, or a client's unknown one:
-                // a client could grow the map without bound, so unknown
-                // names past a cap are counted under one key.
+                // a client could grow the map without bound (in count, and
+                // in size: a name can be megabytes), so names past the caps
+                // are counted under one key.
                 *calls.entry("(other)".into()).or_default() += 1;
             }
         }
@@ -264,6 +267,28 @@ pub struct ConnectionGuard(Arc<Metrics>);
 impl Drop for ConnectionGuard {
     fn drop(&mut self) {
         self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Distinct method names [`Metrics`] counts apart; the rest go under
+/// `(other)`.
+const MAX_METHODS: usize = 10_000;
+/// The longest method name [`Metrics`] keeps as a label; longer ones (only
+/// a client's unknown names are) go under `(other)`.
+const MAX_METHOD_LABEL: usize = 128;
+
+/// `value` as a label value of the Prometheus text format: backslash,
+/// double quote and line feed escaped, everything else as it is (a
+/// client's method name may hold any of them; Rust's `Debug` escapes
+/// others, `\t` or `\u{1b}`, that the format does not know).
+fn push_label_value(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
     }
 }
 
@@ -344,5 +369,50 @@ impl Shutdown {
     pub async fn triggered(&self) {
         let mut rx = self.tx.subscribe();
         let _ = rx.wait_for(|t| *t).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn called(metrics: &Metrics, method: &str) {
+        metrics.on_call(&CallRecord {
+            method: Some(method),
+            id: None,
+            code: None,
+            elapsed: Duration::ZERO,
+        });
+    }
+
+    /// Method names come from clients: any text must leave the exposition
+    /// parseable (only `\`, `"` and line feeds are escaped there; `Debug`
+    /// formatting once wrote `\t` and `\u{1b}`, which it does not know).
+    #[test]
+    fn method_labels_are_escaped_as_the_text_format_says() {
+        let metrics = Metrics::default();
+        called(&metrics, "a\"b\\c\nd\te\u{1b}f é");
+        let text = metrics.render();
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("rpcwire_calls_total{"))
+            .unwrap();
+        assert_eq!(
+            line,
+            "rpcwire_calls_total{method=\"a\\\"b\\\\c\\nd\te\u{1b}f é\"} 1"
+        );
+    }
+
+    /// A client cannot make the per-method counters hold megabytes: a long
+    /// name is counted under `(other)`, as names past the count cap are.
+    #[test]
+    fn long_method_names_are_counted_as_other() {
+        let metrics = Metrics::default();
+        let long = "x".repeat(MAX_METHOD_LABEL + 1);
+        called(&metrics, &long);
+        called(&metrics, &"x".repeat(MAX_METHOD_LABEL));
+        assert_eq!(metrics.call_count(&long), 0);
+        assert_eq!(metrics.call_count("(other)"), 1);
+        assert_eq!(metrics.call_count(&"x".repeat(MAX_METHOD_LABEL)), 1);
     }
 }
