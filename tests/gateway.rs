@@ -526,15 +526,7 @@ async fn a_timed_out_subscribe_is_unsubscribed_upstream() {
         ..Default::default()
     })
     .await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))
-        .await
-        .unwrap();
-    ws.send(Message::text(
-        r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
-    ))
-    .await
-    .unwrap();
-    let r = read_json(&mut ws).await;
+    let (_ws, r) = subscribe_new_heads(gw.addr).await;
     assert_eq!(r["error"]["code"], -32002, "{r}");
     // The upstream's late answer (a subscription id) arrives at 600 ms.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -1031,15 +1023,7 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
         ..Default::default()
     };
     let gw = start(config).await;
-    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))
-        .await
-        .unwrap();
-    ws.send(Message::text(
-        r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
-    ))
-    .await
-    .unwrap();
-    let r = read_json(&mut ws).await;
+    let (mut ws, r) = subscribe_new_heads(gw.addr).await;
     let sub = r["result"].as_str().unwrap().to_string();
     heads.send(7).unwrap();
     let n = read_json(&mut ws).await;
@@ -1074,6 +1058,23 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(unsubscribed.load(Ordering::SeqCst), 2);
+}
+
+type WsClient = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+/// A WebSocket client of the gateway at `addr` that asked for new heads
+/// (`eth_subscribe`, id 1), and the gateway's answer.
+async fn subscribe_new_heads(addr: SocketAddr) -> (WsClient, Value) {
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}"))
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}"#,
+    ))
+    .await
+    .unwrap();
+    let answer = read_json(&mut ws).await;
+    (ws, answer)
 }
 
 async fn read_json<S>(ws: &mut S) -> Value

@@ -250,6 +250,16 @@ fn cancellable(signals: Arc<Mutex<Vec<Cancellation>>>) -> Dispatcher<(), WithAsy
         .unwrap()
 }
 
+/// Starts `message` on `conn`.
+fn start(
+    conn: &mut Connection,
+    d: &Dispatcher<(), WithAsync>,
+    out: &mut Vec<u8>,
+    message: &'static [u8],
+) {
+    conn.start(d, &Bytes::from_static(message), out);
+}
+
 async fn drain(conn: &mut Connection, d: &Dispatcher<(), WithAsync>, out: &mut Vec<u8>) {
     while conn.messages_in_flight() > 0 {
         let _ = tokio::time::timeout(
@@ -266,10 +276,11 @@ async fn a_cancelled_calls_signal_stays_cancelled() {
     let d = cancellable(signals.clone());
     let mut conn = Connection::new();
     let mut out = Vec::new();
-    conn.start(
+    start(
+        &mut conn,
         &d,
-        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"hold"}"#),
         &mut out,
+        br#"{"jsonrpc":"2.0","id":1,"method":"hold"}"#,
     );
     drain_once(&mut conn, &d, &mut out).await;
     let first = signals.lock().unwrap()[0].clone();
@@ -278,10 +289,11 @@ async fn a_cancelled_calls_signal_stays_cancelled() {
     assert!(first.is_cancelled(), "fires when the client cancels");
     assert!(out.is_empty(), "a cancelled single request gets no reply");
     // The next call runs in the freed slot and finishes.
-    conn.start(
+    start(
+        &mut conn,
         &d,
-        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#),
         &mut out,
+        br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#,
     );
     drain(&mut conn, &d, &mut out).await;
     assert_eq!(serde_json::from_slice::<Value>(&out).unwrap()["result"], 1);
@@ -298,10 +310,11 @@ async fn a_call_that_finishes_normally_is_not_cancelled() {
     let d = cancellable(signals.clone());
     let mut conn = Connection::new();
     let mut out = Vec::new();
-    conn.start(
+    start(
+        &mut conn,
         &d,
-        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#),
         &mut out,
+        br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#,
     );
     drain(&mut conn, &d, &mut out).await;
     assert_eq!(serde_json::from_slice::<Value>(&out).unwrap()["result"], 1);
@@ -323,11 +336,7 @@ async fn cancelling_a_batch_entry_answers_it_and_a_queued_one_too() {
     let mut conn = Connection::new();
     let mut out = Vec::new();
     // Cap 1: the second entry waits in the queue.
-    conn.start(
-        &d,
-        &Bytes::from_static(br#"[{"jsonrpc":"2.0","id":"a","method":"hold"},{"jsonrpc":"2.0","id":"b","method":"hold"},{"jsonrpc":"2.0","id":7,"result":1}]"#),
-        &mut out,
-    );
+    start(&mut conn, &d, &mut out, br#"[{"jsonrpc":"2.0","id":"a","method":"hold"},{"jsonrpc":"2.0","id":"b","method":"hold"},{"jsonrpc":"2.0","id":7,"result":1}]"#);
     drain_once(&mut conn, &d, &mut out).await;
     assert!(conn.cancel(br#""b""#));
     assert!(conn.cancel(br#""a""#));
@@ -579,10 +588,11 @@ async fn spawned_work_sees_its_cancellation_after_the_slot_is_reused() {
     let d = cancellable(signals.clone());
     let mut conn = Connection::new();
     let mut out = Vec::new();
-    conn.start(
+    start(
+        &mut conn,
         &d,
-        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"hold"}"#),
         &mut out,
+        br#"{"jsonrpc":"2.0","id":1,"method":"hold"}"#,
     );
     drain_once(&mut conn, &d, &mut out).await;
     let sig = signals.lock().unwrap()[0].clone();
@@ -591,10 +601,11 @@ async fn spawned_work_sees_its_cancellation_after_the_slot_is_reused() {
     tokio::task::yield_now().await; // the worker registers its waker
     assert!(conn.cancel(b"1"));
     // The transport reads the next message before the worker runs.
-    conn.start(
+    start(
+        &mut conn,
         &d,
-        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#),
         &mut out,
+        br#"{"jsonrpc":"2.0","id":2,"method":"quick"}"#,
     );
     drain(&mut conn, &d, &mut out).await;
     tokio::time::timeout(Duration::from_secs(2), worker)

@@ -1139,7 +1139,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 _ => {
                     if over {
                         // Answered with the too-large error, not run.
-                        self.report_unrun(entry, id);
+                        self.report_unrun(entry.request().map(|r| r.method()), Some(id));
                     }
                     msg.decide_batch_entry(k, |into, id, allowance, _| {
                         self.answer(entry, id, scope, into, allowance)
@@ -1166,17 +1166,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
             && msg.budget.is_over()
         {
             // Answered with the too-large error, not run.
-            if let Some(observer) = &self.observer {
-                let method = core::str::from_utf8(&w.method).ok();
-                let id = w.id.as_deref().map(Id::from_validated);
-                self.report(
-                    observer,
-                    method,
-                    id,
-                    Outcome::TooLarge,
-                    Instant::now().into_std(),
-                );
-            }
+            let method = core::str::from_utf8(&w.method).ok();
+            self.report_unrun(method, w.id.as_deref().map(Id::from_validated));
             msg.decide_batch_entry(k, |into, id, _, too_large| {
                 too_large.write(into, id);
                 (too_large.len_for(id), Outcome::TooLarge)

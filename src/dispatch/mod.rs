@@ -511,7 +511,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             let (len, outcome) = if budget.is_over() {
                 // Past the limit: answered, not run.
                 self.too_large.write(out, id);
-                self.report_unrun(entry, id);
+                self.report_unrun(entry.request().map(|r| r.method()), Some(id));
                 (too_large_len, Outcome::TooLarge)
             } else {
                 self.answer(entry, id, scope, out, allowance)
@@ -588,27 +588,18 @@ impl<S: Send + Sync + 'static> Shared<S> {
         written
     }
 
-    /// Reports a call to the observer.
-    #[cold]
     /// Reports an entry answered with the too-large error without being
     /// run (its batch's reply was already past the limit): the counters see
     /// every reply that carries the code.
-    pub(crate) fn report_unrun(&self, entry: Entry<'_>, id: Id<'_>) {
+    #[cold]
+    pub(crate) fn report_unrun(&self, method: Option<&str>, id: Option<Id<'_>>) {
         if let Some(observer) = &self.observer {
-            let method = match entry {
-                Entry::Request(r) => Some(r.method()),
-                Entry::Invalid(_) => None,
-            };
-            self.report(
-                observer,
-                method,
-                Some(id),
-                Outcome::TooLarge,
-                Instant::now(),
-            );
+            self.report(observer, method, id, Outcome::TooLarge, Instant::now());
         }
     }
 
+    /// Reports a call to the observer.
+    #[cold]
     pub(crate) fn report(
         &self,
         observer: &Arc<dyn Observer>,

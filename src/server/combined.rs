@@ -58,7 +58,9 @@ use tower_service::Service;
 use super::http::{
     ConnectionKit, HttpService, OwnConnection, PerConnection, ResponseBody, ResponseFuture, Server,
 };
-use super::ws::{WsServer, is_upgrade_request, upgrade_response};
+use super::ws::{
+    WsServer, asks_another_version, bad_upgrade_body, is_upgrade_request, upgrade_response,
+};
 use super::{Limits, Metrics, Shutdown};
 use crate::Context;
 
@@ -170,16 +172,8 @@ where
 /// version this server speaks for another `Sec-WebSocket-Version` (RFC 6455
 /// §4.2.2), `400` otherwise; a -32600 body saying why.
 fn bad_upgrade<B>(request: &Request<B>, reason: &str) -> Response<ResponseBody> {
-    #[derive(serde::Serialize)]
-    struct Data<'a> {
-        reason: &'a str,
-    }
-    let data = serde_json::to_string(&Data { reason }).unwrap_or_default();
-    let body = format!(
-        r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"Invalid Request","data":{data}}}}}"#
-    );
-    let version = request.headers().get("sec-websocket-version");
-    if version.is_some_and(|v| v.as_bytes() != b"13") {
+    let body = bad_upgrade_body(reason);
+    if asks_another_version(request.headers()) {
         let mut response = json_error(StatusCode::UPGRADE_REQUIRED, body);
         response.headers_mut().insert(
             "sec-websocket-version",

@@ -504,8 +504,7 @@ where
     let response = match upgrade_response(&request) {
         Ok(response) => response,
         Err(e) => {
-            let version = request.headers().get("sec-websocket-version");
-            let refused = if version.is_some_and(|v| v.as_bytes() != b"13") {
+            let refused = if asks_another_version(request.headers()) {
                 refusal(426, &e.to_string(), Some("sec-websocket-version: 13\r\n"))
             } else {
                 refusal(400, &e.to_string(), None)
@@ -563,16 +562,30 @@ fn refusal(status: u16, reason: &str, extra: Option<&str>) -> Vec<u8> {
         431 => "Request Header Fields Too Large",
         _ => "Bad Request",
     };
-    let reason = serde_json::to_string(reason).unwrap_or_default();
-    let body = format!(
-        r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"Invalid Request","data":{{"reason":{reason}}}}}}}"#
-    );
+    let body = bad_upgrade_body(reason);
     format!(
         "HTTP/1.1 {status} {reason_phrase}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}connection: close\r\n\r\n{body}",
         body.len(),
         extra.unwrap_or("")
     )
     .into_bytes()
+}
+
+/// Whether an upgrade request asks for another WebSocket version than 13:
+/// it gets 426 and the version this server speaks (RFC 6455 §4.2.2).
+pub(super) fn asks_another_version(headers: &http::HeaderMap) -> bool {
+    headers
+        .get("sec-websocket-version")
+        .is_some_and(|v| v.as_bytes() != b"13")
+}
+
+/// The body of the answer to an upgrade request that is not valid: -32600,
+/// `data.reason` saying why.
+pub(super) fn bad_upgrade_body(reason: &str) -> String {
+    let reason = serde_json::to_string(reason).unwrap_or_default();
+    format!(
+        r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"Invalid Request","data":{{"reason":{reason}}}}}}}"#
+    )
 }
 
 /// Why an opening handshake failed.
