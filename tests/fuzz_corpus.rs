@@ -8,6 +8,8 @@ mod dispatch_check;
 mod eth_hex_check;
 #[path = "support/exercise.rs"]
 mod exercise;
+#[path = "support/frame_check.rs"]
+mod frame_check;
 #[path = "support/oracle.rs"]
 mod oracle;
 
@@ -63,5 +65,69 @@ fn eth_hex_target_corpus() {
     for (name, input) in corpus("eth_hex") {
         let r = std::panic::catch_unwind(|| eth_hex_check::check(&input));
         assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+#[test]
+fn frame_target_corpus() {
+    for (name, input) in corpus("frame") {
+        let r = std::panic::catch_unwind(|| frame_check::check(&input));
+        assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+/// The frame target's check on generated streams (JSON-ish bytes with
+/// newlines, LSP headers, escapes and brackets), so `cargo test` runs it
+/// over many more inputs than the corpus holds.
+#[test]
+fn frame_check_on_generated_streams() {
+    const PIECES: &[&[u8]] = &[
+        b"{",
+        b"}",
+        b"[",
+        b"]",
+        b"\\",
+        b"\\",
+        b"\"",
+        b"\"",
+        b"\n",
+        b"\r",
+        b"\r\n",
+        b" ",
+        b"\t",
+        br#"{"jsonrpc":"2.0","id":1,"method":"a","params":[1,"}"]}"#,
+        br#"["\\",{"a":"\"]"}]"#,
+        b"Content-Length: 2\r\n\r\n{}",
+        b"content-length: 5\r\nContent-Type: x\r\n\r\n[1,2]",
+        b"Content-Length: 99999999999\r\n\r\n",
+        b"x",
+        b"\xc3\xa9",
+        b"0",
+    ];
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for case in 0..3000 {
+        let mut data = vec![
+            if case % 3 == 0 {
+                0
+            } else {
+                0x80 | (next() % 64) as u8
+            },
+            next() as u8,
+        ];
+        for _ in 0..next() % 40 {
+            data.extend_from_slice(PIECES[(next() % PIECES.len() as u64) as usize]);
+        }
+        let r = std::panic::catch_unwind(|| frame_check::check(&data));
+        assert!(
+            r.is_ok(),
+            "case {case}: {:?}",
+            String::from_utf8_lossy(&data)
+        );
     }
 }

@@ -7,7 +7,8 @@ use super::structural::{self, NEWLINE_BATCH, Newlines};
 use super::{DEFAULT_MAX_FRAME, Framer, Step};
 
 /// One message per line: a frame ends at `\n`, one `\r` before it is
-/// stripped, and empty or whitespace-only lines are skipped.
+/// stripped, and empty or whitespace-only lines are skipped (a line over
+/// the limit is refused, blank or not).
 ///
 /// This is MCP's stdio transport and what most JSON-RPC-over-TCP servers
 /// speak. The search for `\n` runs over everything received, 64 bytes at a
@@ -166,16 +167,20 @@ impl Framer for Lines {
                 if end > line && buf[end - 1] == b'\r' {
                     end -= 1;
                 }
-                // A message line starts with `{` or `[`: one compare.
-                if buf[line..end].first().is_none_or(|&b| b <= b' ') && is_blank(&buf[line..end]) {
-                    continue;
-                }
+                // Before the blank-line check: a line over the limit may
+                // already have been refused unfinished, whatever it holds,
+                // so a whole one is refused too (the chunking must not
+                // change the answer).
                 if end - line > self.max_frame {
                     let error = self.too_large(line);
                     return self.step(Step::Garbage {
                         consumed: start,
                         error,
                     });
+                }
+                // A message line starts with `{` or `[`: one compare.
+                if buf[line..end].first().is_none_or(|&b| b <= b' ') && is_blank(&buf[line..end]) {
+                    continue;
                 }
                 return self.step(Step::Frame {
                     range: line..end,
