@@ -283,8 +283,9 @@ impl ContextBuilder {
 pub struct Connection {
     pub(crate) context: Context,
     pub(crate) arena: Bump,
-    /// The most memory the arena keeps between messages.
-    max_retained: usize,
+    /// The most memory the arena keeps between messages (and, apart from
+    /// it, the async engine's reply buffers).
+    pub(crate) max_retained: usize,
     /// Responses that matched no pending request.
     unmatched: std::cell::Cell<u64>,
     #[cfg(feature = "async")]
@@ -322,7 +323,9 @@ impl Connection {
     /// (default 1 MiB). One large message (a 5 MiB batch, a method name of
     /// `\u` escapes) may need more while it is handled; afterwards the arena
     /// is given back and a fresh one is started, so a single message cannot
-    /// pin memory for the life of the connection.
+    /// pin memory for the life of the connection. The same cap applies,
+    /// apart from the arena, to the buffers async batches assemble their
+    /// replies in (feature `async`).
     pub fn max_retained(mut self, bytes: usize) -> Self {
         self.max_retained = bytes;
         self

@@ -319,7 +319,7 @@ impl Connection {
         }
         // A batch whose async entries were all decided at once (past the
         // size limit) is complete already.
-        self.engine.flush_complete(out);
+        self.engine.flush_complete(out, self.max_retained);
         self.end_message();
     }
 
@@ -833,8 +833,10 @@ impl Engine {
     }
 
     /// Writes every complete message's reply to `out` and frees it; returns
-    /// how many replies were written.
-    fn flush_complete<B: ReplyBuf>(&mut self, out: &mut B) -> usize {
+    /// how many replies were written. Its buffers are kept for the next
+    /// message while all kept buffers together hold at most `max_retained`
+    /// bytes ([`Connection::max_retained`]); larger ones are given back.
+    fn flush_complete<B: ReplyBuf>(&mut self, out: &mut B, max_retained: usize) -> usize {
         let mut written = 0;
         for m in 0..self.msgs.len() {
             if !self.msgs[m].as_ref().is_some_and(Msg::is_complete) {
@@ -854,6 +856,13 @@ impl Engine {
             }
             self.free_msgs.push(m);
             for mut buf in [msg.buf, msg.stage] {
+                // One batch with a large reply must not pin its buffers (up
+                // to twice the response limit) for the life of the
+                // connection.
+                let kept: usize = self.buffers.iter().map(Vec::capacity).sum();
+                if kept + buf.capacity() > max_retained {
+                    continue;
+                }
                 buf.clear();
                 self.buffers.push(buf);
             }
@@ -1085,9 +1094,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
                         _ => self.notify(entry, scope),
                     };
                 };
-                let mut budget = Budget::new(self.max_response_len, false);
-                let too_large_len = self.too_large.len_for(id);
-                budget.hold(too_large_len);
+                let Some((budget, too_large_len)) = self.single_budget(id) else {
+                    return self.too_large.write(out, Id::NULL);
+                };
                 let (Entry::Request(r), true) = (entry, is_async) else {
                     self.answer(entry, id, scope, out, budget.allowance(too_large_len));
                     return;
@@ -1244,7 +1253,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             self.launch(engine, w, &conn.context);
         }
         let engine = &mut conn.engine;
-        written += engine.flush_complete(out);
+        written += engine.flush_complete(out, conn.max_retained);
         if written > 0 {
             Poll::Ready(written)
         } else {
