@@ -71,3 +71,51 @@ fn an_async_batch_does_not_pin_its_reply_buffers() {
         });
 }
 
+/// `max_response_len` is "the largest reply written". A single request
+/// whose id is within the id limit but whose too-large reply alone is past
+/// the response limit was answered past the limit (its own error with
+/// `data`, or the too-large error echoing the long id); a batch in the
+/// same position is answered with one too-large error, `id: null`, and
+/// fits.
+#[test]
+fn a_single_reply_never_passes_the_response_limit() {
+    let _serial = serial();
+    let limit = 200;
+    let d = Dispatcher::builder(())
+        .max_response_len(limit)
+        .method("e", |_c: Call<'_, ()>| {
+            Err::<(), _>(RpcError::new(-32001, "e").with_data(&"d".repeat(16)))
+        })
+        .method("big", |_c: Call<'_, ()>| Ok::<_, RpcError>("y".repeat(500)))
+        .build()
+        .unwrap();
+    let id = format!("\"{}\"", "k".repeat(180));
+    for (method, jsonrpc) in [("e", "2.0"), ("big", "2.0"), ("big", "1.0"), ("nope", "2.0")] {
+        let single = format!(r#"{{"jsonrpc":"{jsonrpc}","id":{id},"method":"{method}"}}"#);
+        for msg in [single.clone(), format!("[{single}]")] {
+            let mut out = Vec::new();
+            d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+            assert!(
+                out.len() <= limit,
+                "{} bytes for {msg}: {}",
+                out.len(),
+                String::from_utf8_lossy(&out)
+            );
+            let r: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(r["error"]["code"], -32000, "{msg}");
+            assert_eq!(r["id"], Value::Null, "{msg}");
+        }
+    }
+    // Through the async path too.
+    #[cfg(feature = "async")]
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let msg = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"e"}}"#);
+            let mut out = Vec::new();
+            d.handle_async(&bytes::Bytes::from(msg), &mut Connection::new(), &mut out)
+                .await;
+            assert!(out.len() <= limit, "{} bytes", out.len());
+        });
+}

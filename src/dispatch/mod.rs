@@ -172,9 +172,9 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// entry after it are answered with that error, in order, and are not
     /// run. Room for those errors is held back before any handler runs
     /// (their size is known: ids are bounded by
-    /// [`Parser::max_id_len`]); a batch whose error replies alone would pass
-    /// the limit is answered with one too-large error, `id: null`, and
-    /// nothing runs.
+    /// [`Parser::max_id_len`]); a message (a batch, or a single request)
+    /// whose error replies alone would pass the limit is answered with one
+    /// too-large error, `id: null`, and nothing runs.
     pub fn max_response_len(mut self, bytes: usize) -> Self {
         self.max_response_len = bytes;
         self
@@ -465,9 +465,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 let Some(id) = entry.reply_id() else {
                     return self.notify(entry, scope);
                 };
-                let mut budget = Budget::new(self.max_response_len, false);
-                let too_large_len = self.too_large.len_for(id);
-                budget.hold(too_large_len);
+                let Some((budget, too_large_len)) = self.single_budget(id) else {
+                    return self.too_large.write(out, Id::NULL);
+                };
                 self.answer(entry, id, scope, out, budget.allowance(too_large_len));
             }
             Ok(Message::Batch(batch)) => {
@@ -521,6 +521,18 @@ impl<S: Send + Sync + 'static> Shared<S> {
         if any {
             out.push(b']');
         }
+    }
+
+    /// The budget of a single request answered with `id`, and the length of
+    /// its too-large reply. `None` if even that reply would pass the limit
+    /// (an id near the id limit under a small response limit): as for a
+    /// batch, the message is then answered with one too-large error, `id:
+    /// null`, and nothing runs.
+    pub(crate) fn single_budget(&self, id: Id<'_>) -> Option<(Budget, usize)> {
+        let mut budget = Budget::new(self.max_response_len, false);
+        let too_large_len = self.too_large.len_for(id);
+        budget.hold(too_large_len);
+        budget.feasible().then_some((budget, too_large_len))
     }
 
     /// The budget of a batch: room held for every reply's too-large form.
