@@ -774,7 +774,15 @@ impl Envelope {
         if self.seen & bit != 0 {
             // A gateway and its upstream must never read different methods
             // from one message: any repeated envelope member voids the id too.
-            self.problem(Side::Both, ErrorKind::Duplicate(member), at, true);
+            // A member of one side only concerns that side's reading (a
+            // request's `result` is an unknown member, ignored as `parse`
+            // ignores it).
+            let side = match member {
+                Member::Method | Member::Params => Side::Request,
+                Member::Result | Member::Error => Side::Response,
+                _ => Side::Both,
+            };
+            self.problem(side, ErrorKind::Duplicate(member), at, true);
         }
         self.seen |= bit;
     }

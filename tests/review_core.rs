@@ -119,3 +119,62 @@ fn a_single_reply_never_passes_the_response_limit() {
             assert!(out.len() <= limit, "{} bytes", out.len());
         });
 }
+
+/// A problem with `result` does not make a request invalid (the envelope's
+/// own rule, `Side`), and members a request does not have are ignored
+/// (DESIGN.md: "unknown members: ignored"), as `parse` ignores them. On the
+/// dispatcher's two-way reading, a request with `result` (or `error`)
+/// written twice was answered -32600 with `id: null` while `parse` read the
+/// same bytes as a valid request; a response with `params` written twice
+/// was invalid (so never matched to its pending request) while
+/// `parse_response` read it as a valid response.
+#[test]
+fn a_member_of_the_other_side_written_twice_is_ignored() {
+    use rpcwire::message::{Incoming, Message};
+    use rpcwire::response::ResponseMessage;
+    let _serial = serial();
+    let parser = Parser::new();
+    for request in [
+        &br#"{"jsonrpc":"2.0","id":1,"method":"m","result":1,"result":2}"#[..],
+        br#"{"jsonrpc":"2.0","id":1,"method":"m","error":1,"error":2}"#,
+        br#"{"x":0,"jsonrpc":"2.0","id":1,"method":"m","result":1,"result":2}"#,
+    ] {
+        let arena = bumpalo::Bump::new();
+        let parsed = parser.parse(request, &arena).unwrap();
+        assert!(parsed.into_single().unwrap().request().is_some());
+        let Message::Single(Incoming::Request(r)) = parser.parse_incoming(request, &arena).unwrap()
+        else {
+            panic!("{}: not read as a request", String::from_utf8_lossy(request));
+        };
+        assert_eq!((r.method(), r.id().unwrap().as_bytes()), ("m", &b"1"[..]));
+        let d = Dispatcher::builder(())
+            .method("m", |c: Call<'_, ()>| c.reply.u64(7))
+            .build()
+            .unwrap();
+        let mut out = Vec::new();
+        d.handle(request, &mut Connection::new(), &mut out);
+        assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":7}"#);
+    }
+    let response = br#"{"jsonrpc":"2.0","id":1,"result":"0x1","params":[],"params":[]}"#;
+    let arena = bumpalo::Bump::new();
+    assert!(matches!(
+        parser.parse_response(response, &arena),
+        Ok(ResponseMessage::Single(_))
+    ));
+    assert!(matches!(
+        parser.parse_incoming(response, &arena),
+        Ok(Message::Single(Incoming::Response(r))) if r.id().as_bytes() == b"1"
+    ));
+    // Repeated members of the object's own side stay invalid, id null.
+    for (input, request) in [
+        (&br#"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#[..], true),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[],"params":[1]}"#, true),
+        (br#"{"jsonrpc":"2.0","id":1,"result":1,"result":2}"#, false),
+    ] {
+        match parser.parse_incoming(input, &arena).unwrap() {
+            Message::Single(Incoming::Invalid(i)) if request => assert!(i.id().is_null()),
+            Message::Single(Incoming::InvalidResponse(r)) if !request => assert!(r.id().is_none()),
+            other => panic!("{}: {other:?}", String::from_utf8_lossy(input)),
+        }
+    }
+}
