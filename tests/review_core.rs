@@ -178,3 +178,42 @@ fn a_member_of_the_other_side_written_twice_is_ignored() {
         }
     }
 }
+
+/// `DispatcherBuilder::timeout`: "Deadlines need a tokio runtime with its
+/// time driver; outside one they are not enforced." Inside a runtime built
+/// without `enable_time` (`Builder::new_current_thread().build()`), the
+/// first async call with the default 30 s timeout panicked in the engine
+/// ("timers are disabled"), killing the caller's task instead of running
+/// the call without a deadline.
+#[cfg(feature = "async")]
+#[test]
+fn async_calls_run_in_a_runtime_without_timers() {
+    use rpcwire::dispatch::AsyncCall;
+    let _serial = serial();
+    let d = Dispatcher::builder(())
+        .async_method("m", |_c: AsyncCall<()>| async {
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>(1)
+        })
+        .build()
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let mut conn = Connection::new();
+    for input in [
+        &br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#[..],
+        br#"[{"jsonrpc":"2.0","id":1,"method":"m"},{"jsonrpc":"2.0","id":2,"method":"m"}]"#,
+    ] {
+        let mut out = Vec::new();
+        let input = bytes::Bytes::copy_from_slice(input);
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.block_on(d.handle_async(&input, &mut conn, &mut out))
+        }));
+        assert!(run.is_ok(), "handle_async panicked");
+        let r: Value = serde_json::from_slice(&out).unwrap();
+        let results: Vec<&Value> = match &r {
+            Value::Array(a) => a.iter().map(|e| &e["result"]).collect(),
+            single => vec![&single["result"]],
+        };
+        assert!(results.iter().all(|v| **v == 1), "{r}");
+    }
+}

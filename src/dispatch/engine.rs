@@ -185,8 +185,8 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// with the timeout error ([`timeout_code`](DispatcherBuilder::timeout_code),
     /// message "Request timed out"), `data`
     /// giving the timeout; it affects that entry only. Deadlines need a
-    /// tokio runtime with its time driver; outside one they are not
-    /// enforced.
+    /// tokio runtime with its time driver; outside one, or in a runtime
+    /// built without `enable_time`, they are not enforced.
     pub fn timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
         self.timeout = timeout;
         self
@@ -774,6 +774,9 @@ pub(crate) struct Engine {
     /// What `timer` wakes, and whether it was polled since it was last set.
     timer_wake: Option<(Arc<TimerWake>, Waker)>,
     timer_polled: bool,
+    /// The runtime has no time driver (built without `enable_time`): as
+    /// outside a runtime, no call times out.
+    no_timers: bool,
 }
 
 impl Default for Engine {
@@ -793,6 +796,7 @@ impl Default for Engine {
             timer_at: None,
             timer_wake: None,
             timer_polled: false,
+            no_timers: false,
         }
     }
 }
@@ -936,8 +940,17 @@ impl Engine {
         }
         match self.timer.as_mut() {
             Some(timer) => timer.as_mut().reset(deadline),
-            None if tokio::runtime::Handle::try_current().is_ok() => {
-                self.timer = Some(Box::pin(tokio::time::sleep_until(deadline)));
+            None if !self.no_timers && tokio::runtime::Handle::try_current().is_ok() => {
+                // In a runtime built without its time driver, tokio panics
+                // here (and offers no way to ask first): caught once per
+                // connection (the hook prints tokio's advice to call
+                // `enable_time`), then calls run without deadlines, as
+                // outside a runtime, instead of the caller's task dying.
+                let Ok(sleep) = catch_unwind(|| tokio::time::sleep_until(deadline)) else {
+                    self.no_timers = true;
+                    return;
+                };
+                self.timer = Some(Box::pin(sleep));
                 let wake = Arc::new(TimerWake {
                     fired: AtomicBool::new(false),
                     ready: Arc::clone(&self.ready),
