@@ -90,7 +90,12 @@ fn a_single_reply_never_passes_the_response_limit() {
         .build()
         .unwrap();
     let id = format!("\"{}\"", "k".repeat(180));
-    for (method, jsonrpc) in [("e", "2.0"), ("big", "2.0"), ("big", "1.0"), ("nope", "2.0")] {
+    for (method, jsonrpc) in [
+        ("e", "2.0"),
+        ("big", "2.0"),
+        ("big", "1.0"),
+        ("nope", "2.0"),
+    ] {
         let single = format!(r#"{{"jsonrpc":"{jsonrpc}","id":{id},"method":"{method}"}}"#);
         for msg in [single.clone(), format!("[{single}]")] {
             let mut out = Vec::new();
@@ -144,7 +149,10 @@ fn a_member_of_the_other_side_written_twice_is_ignored() {
         assert!(parsed.into_single().unwrap().request().is_some());
         let Message::Single(Incoming::Request(r)) = parser.parse_incoming(request, &arena).unwrap()
         else {
-            panic!("{}: not read as a request", String::from_utf8_lossy(request));
+            panic!(
+                "{}: not read as a request",
+                String::from_utf8_lossy(request)
+            );
         };
         assert_eq!((r.method(), r.id().unwrap().as_bytes()), ("m", &b"1"[..]));
         let d = Dispatcher::builder(())
@@ -167,8 +175,14 @@ fn a_member_of_the_other_side_written_twice_is_ignored() {
     ));
     // Repeated members of the object's own side stay invalid, id null.
     for (input, request) in [
-        (&br#"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#[..], true),
-        (br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[],"params":[1]}"#, true),
+        (
+            &br#"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#[..],
+            true,
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[],"params":[1]}"#,
+            true,
+        ),
         (br#"{"jsonrpc":"2.0","id":1,"result":1,"result":2}"#, false),
     ] {
         match parser.parse_incoming(input, &arena).unwrap() {
@@ -177,6 +191,57 @@ fn a_member_of_the_other_side_written_twice_is_ignored() {
             other => panic!("{}: {other:?}", String::from_utf8_lossy(input)),
         }
     }
+}
+
+/// `quiet_panics(true)` promises the panic hook is skipped "for panics
+/// inside this dispatcher's handlers". An async handler that panics before
+/// returning its future (work before the first `.await`, e.g. a failed
+/// `unwrap` on the state) still reached the hook, printing a backtrace per
+/// entry under `RUST_BACKTRACE=1` (the 1000-entry batch cost of issue 7).
+/// (The only test here that sets a hook or builds a quiet dispatcher.)
+#[cfg(feature = "async")]
+#[test]
+fn quiet_panics_cover_the_synchronous_part_of_async_handlers() {
+    use rpcwire::dispatch::AsyncCall;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static HOOK_CALLS: AtomicUsize = AtomicUsize::new(0);
+    let _serial = serial();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {
+        HOOK_CALLS.fetch_add(1, Ordering::SeqCst);
+    }));
+    let d = Dispatcher::builder(())
+        .quiet_panics(true)
+        .async_method(
+            "boom",
+            |_c: AsyncCall<()>| -> std::future::Ready<Result<(), RpcError>> {
+                panic!("before the future")
+            },
+        )
+        .build()
+        .unwrap();
+    let entry = r#"{"jsonrpc":"2.0","id":1,"method":"boom"}"#;
+    let batch = format!("[{}]", vec![entry; 10].join(","));
+    let mut out = Vec::new();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(d.handle_async(&bytes::Bytes::from(batch), &mut Connection::new(), &mut out));
+    let calls = HOOK_CALLS.load(Ordering::SeqCst);
+    // The hook installed by the quiet dispatcher wraps ours: put the
+    // previous one back, so that a failure below is reported.
+    std::panic::set_hook(previous);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert!(
+        r.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["error"]["code"] == -32603
+                && e["error"]["data"]["panic"] == "before the future"),
+        "{r}"
+    );
+    assert_eq!(calls, 0, "the panic hook ran for caught handler panics");
 }
 
 /// `DispatcherBuilder::timeout`: "Deadlines need a tokio runtime with its
@@ -197,7 +262,9 @@ fn async_calls_run_in_a_runtime_without_timers() {
         })
         .build()
         .unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let mut conn = Connection::new();
     for input in [
         &br#"{"jsonrpc":"2.0","id":1,"method":"m"}"#[..],

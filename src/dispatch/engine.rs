@@ -25,7 +25,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::ops::Range;
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::catch_unwind;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1215,8 +1215,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let now = Instant::now();
         let started = now.into_std();
         let deadline = self.timeout.map(|t| now + t);
-        // The handler itself may panic before returning a future.
-        let call = match catch_unwind(AssertUnwindSafe(|| handler(call))) {
+        // The handler itself may panic before returning a future: handler
+        // code too, so kept quiet as its polls are.
+        let call = match super::catch_handler_panic(self.quiet, || handler(call)) {
             Ok(call) => call,
             Err(panic) => {
                 let e = panic_error(&*panic);

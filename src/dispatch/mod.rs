@@ -796,6 +796,13 @@ pub(crate) fn guard_panics(
     quiet: bool,
     f: impl FnOnce() -> Result<Done, RpcError>,
 ) -> Result<Done, RpcError> {
+    catch_handler_panic(quiet, f).unwrap_or_else(|panic| Err(panic_error(&*panic)))
+}
+
+/// Runs handler code `f`, catching a panic; with `quiet`, the panic hook is
+/// skipped for it (see [`DispatcherBuilder::quiet_panics`]).
+#[inline(always)]
+pub(crate) fn catch_handler_panic<R>(quiet: bool, f: impl FnOnce() -> R) -> std::thread::Result<R> {
     if quiet {
         QUIET.with(|q| q.set(true));
     }
@@ -803,7 +810,7 @@ pub(crate) fn guard_panics(
     if quiet {
         QUIET.with(|q| q.set(false));
     }
-    outcome.unwrap_or_else(|panic| Err(panic_error(&*panic)))
+    outcome
 }
 
 /// The -32603 that answers a panicking handler.
