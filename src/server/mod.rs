@@ -355,9 +355,14 @@ impl Shutdown {
         Shutdown { tx: Arc::new(tx) }
     }
 
-    /// Starts the shutdown.
+    /// Starts the shutdown. Kept even when no server waits for it yet (a
+    /// signal before `serve` first runs): servers that start waiting later
+    /// see it at once.
     pub fn trigger(&self) {
-        let _ = self.tx.send(true);
+        // `send` drops the value when no receiver exists (none does
+        // between waits: `triggered` subscribes only while it waits);
+        // `send_replace` always stores it.
+        self.tx.send_replace(true);
     }
 
     /// Whether it was triggered.

@@ -1,0 +1,280 @@
+//! Review tests: subscriptions, graceful shutdown, limits and metrics
+//! across transports, over loopback with real clients. Every server
+//! listens on 127.0.0.1 port 0; time bounds are generous deadlines that
+//! only tell a hang, never measurements.
+#![cfg(all(feature = "ws", feature = "http"))]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::frame::Lines;
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::stream::serve_tcp;
+use rpcwire::server::subscriptions::{SubscriptionConfig, Subscriptions};
+use rpcwire::server::ws::WsServer;
+use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+/// Generous: only for not hanging forever, never a measurement.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
+    Dispatcher::builder(())
+        .observer(metrics)
+        .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.str("0x1b4"))
+        .async_method("sleep", |c: AsyncCall<()>| async move {
+            let (ms,): (u64,) = c.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(ms)
+        })
+        // `count`, n: notifications 0..n at once, then open until the end.
+        .method("eth_subscribe", |c: Call<'_, ()>| {
+            let (_kind, n): (&str, u64) = c.decode()?;
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            tokio::spawn(async move {
+                for i in 0..n {
+                    if sink.send(&i).is_err() {
+                        return;
+                    }
+                }
+                sink.closed().await;
+            });
+            Ok::<_, RpcError>(id)
+        })
+        .method("eth_unsubscribe", |c: Call<'_, ()>| {
+            let (id,): (&str,) = c.decode()?;
+            Ok::<_, RpcError>(Subscriptions::of(c.ctx)?.unsubscribe(id))
+        })
+        .build()
+        .unwrap()
+}
+
+async fn start_ws(
+    limits: Limits,
+    config: SubscriptionConfig,
+) -> (SocketAddr, Arc<Metrics>, Shutdown, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let metrics = Arc::new(Metrics::default());
+    let server = WsServer::new(dispatcher(metrics.clone()))
+        .limits(limits)
+        .metrics(metrics.clone())
+        .subscriptions(config);
+    let shutdown = server.shutdown_signal().clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { server.serve(listener).await });
+    (addr, metrics, shutdown, task)
+}
+
+async fn connect(addr: SocketAddr) -> Client {
+    let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    ws
+}
+
+/// The next JSON message (pings and pongs skipped).
+async fn next_json(ws: &mut Client) -> Value {
+    loop {
+        let message = tokio::time::timeout(PATIENCE, ws.next())
+            .await
+            .expect("a message in time")
+            .expect("the connection open")
+            .unwrap();
+        match message {
+            Message::Text(t) => return serde_json::from_str(t.as_str()).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// A shutdown triggered before any server has started waiting for it (a
+/// signal handler firing early, or `trigger` right after `spawn`) must
+/// still stop the server: `Shutdown` promises "servers stop accepting".
+#[test]
+fn a_shutdown_triggered_before_anyone_waits_is_kept() {
+    let shutdown = Shutdown::new();
+    shutdown.trigger();
+    assert!(shutdown.is_triggered());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_ws_server_triggered_before_it_first_runs_stops() {
+    let metrics = Arc::new(Metrics::default());
+    let server = WsServer::new(dispatcher(metrics));
+    let shutdown = server.shutdown_signal().clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // Spawned, not yet run (one thread): the trigger comes first.
+    let task = tokio::spawn(async move { server.serve(listener).await });
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn tcp_and_http_servers_triggered_before_they_first_run_stop() {
+    let metrics = Arc::new(Metrics::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let shutdown = Shutdown::new();
+    let tcp = tokio::spawn(serve_tcp(
+        listener,
+        dispatcher(metrics.clone()),
+        Lines::new,
+        Limits::default(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, tcp)
+        .await
+        .expect("the TCP server stops")
+        .unwrap();
+
+    let limits = Limits::default();
+    let service = HttpService::new(dispatcher(metrics.clone()), &limits, Some(metrics.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let shutdown = Shutdown::new();
+    let http = tokio::spawn(Server::new(limits).serve(listener, service, shutdown.clone()));
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, http)
+        .await
+        .expect("the HTTP server stops")
+        .unwrap();
+}
+
+/// The subscription docs: "the transport writes a handler's reply before
+/// the notifications queued after it, so the client learns the id before
+/// its first notification" (geth holds a batch's notifications until the
+/// batch's reply is written). A synchronous `eth_subscribe` in a batch
+/// whose other entry awaits must not see its notifications arrive before
+/// the reply carrying its id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_made_in_a_batch_is_announced_before_its_notifications() {
+    let (addr, _metrics, shutdown, task) =
+        start_ws(Limits::default(), SubscriptionConfig::default()).await;
+    let mut ws = connect(addr).await;
+    let batch = json!([
+        {"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["count", 3]},
+        {"jsonrpc":"2.0","id":2,"method":"sleep","params":[300]},
+    ]);
+    ws.send(Message::text(batch.to_string())).await.unwrap();
+    let first = next_json(&mut ws).await;
+    assert!(
+        first.is_array(),
+        "the batch's reply (with the subscription id) comes first, got {first}"
+    );
+    let id = first[0]["result"].as_str().unwrap().to_owned();
+    for i in 0..3 {
+        let n = next_json(&mut ws).await;
+        assert_eq!(n["params"]["subscription"], id.as_str());
+        assert_eq!(n["params"]["result"], i);
+    }
+    drop(ws);
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+}
+
+/// Response size: a batch whose too-large replies alone pass
+/// `max_response_len` is answered with one too-large error, and that
+/// breach is counted like every other too-large reply (the error counter
+/// of its code).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_whole_for_its_response_size_is_counted() {
+    let metrics = Arc::new(Metrics::default());
+    let d = Dispatcher::builder(())
+        .observer(metrics.clone())
+        .max_response_len(200)
+        .too_large_code(-32003)
+        .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.str("0x1b4"))
+        .build()
+        .unwrap();
+    let limits = Limits::default();
+    let service = HttpService::new(d, &limits, Some(metrics.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(
+        Server::new(limits)
+            .metrics(metrics.clone())
+            .serve(listener, service, shutdown.clone()),
+    );
+    // First a single call that is answered: the counter works.
+    let entries: Vec<Value> = (0..20)
+        .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"eth_blockNumber"}))
+        .collect();
+    let body = Value::Array(entries).to_string();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let response = String::from_utf8(response).unwrap();
+    let reply: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(reply["error"]["code"], -32003, "{reply}");
+    assert_eq!(reply["id"], Value::Null);
+    assert_eq!(
+        metrics.error_count(-32003),
+        1,
+        "the refused batch is counted: {}",
+        metrics.render()
+    );
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+}
+
+/// `Limits::max_connections` is "connections open at once": a server told
+/// "no limit" (`usize::MAX`) serves, as the WebSocket and HTTP servers do,
+/// instead of panicking in its accept loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tcp_server_with_no_connection_limit_serves() {
+    let metrics = Arc::new(Metrics::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let limits = Limits {
+        max_connections: usize::MAX,
+        ..Limits::default()
+    };
+    let task = tokio::spawn(serve_tcp(
+        listener,
+        dispatcher(metrics.clone()),
+        Lines::new,
+        limits,
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_blockNumber\"}\n")
+        .await
+        .unwrap();
+    let mut line = String::new();
+    let _ = tokio::time::timeout(PATIENCE, BufReader::new(r).read_line(&mut line))
+        .await
+        .expect("an answer or a close in time");
+    assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"0x1b4\"}\n");
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the server stops")
+        .expect("the server did not panic");
+}
