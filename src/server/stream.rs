@@ -1265,7 +1265,12 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
     F: Framer,
     M: FnMut() -> F,
 {
-    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    // A semaphore holds at most `MAX_PERMITS`: a larger limit (`usize::MAX`
+    // for "no limit") is that many, not a panic.
+    let max_connections = limits
+        .max_connections
+        .min(tokio::sync::Semaphore::MAX_PERMITS);
+    let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(shutdown.triggered());
     loop {
