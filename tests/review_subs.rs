@@ -239,6 +239,21 @@ async fn a_batch_refused_whole_for_its_response_size_is_counted() {
     );
     shutdown.trigger();
     tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+
+    // The synchronous entry point takes the same decision: counted too.
+    let sync_metrics = Arc::new(Metrics::default());
+    let d = Dispatcher::builder(())
+        .observer(sync_metrics.clone())
+        .max_response_len(200)
+        .too_large_code(-32003)
+        .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.str("0x1b4"))
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    d.handle(body.as_bytes(), &mut rpcwire::Connection::new(), &mut out);
+    let reply: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(reply["error"]["code"], -32003, "{reply}");
+    assert_eq!(sync_metrics.error_count(-32003), 1);
 }
 
 /// `Limits::max_connections` is "connections open at once": a server told

@@ -1108,7 +1108,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     };
                 };
                 let Some((budget, too_large_len)) = self.single_budget(id) else {
-                    return self.too_large.write(out, Id::NULL);
+                    return self.refuse_whole(out);
                 };
                 let (Entry::Request(r), true) = (entry, is_async) else {
                     self.answer(entry, id, scope, out, budget.allowance(too_large_len));
@@ -1125,7 +1125,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let items = batch.as_slice();
         let Some(budget) = self.batch_budget(items) else {
-            return self.too_large.write(out, Id::NULL);
+            return self.refuse_whole(out);
         };
         if !items.iter().any(is_async) {
             // Nothing to await: exactly the synchronous path.

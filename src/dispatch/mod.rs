@@ -466,14 +466,14 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     return self.notify(entry, scope);
                 };
                 let Some((budget, too_large_len)) = self.single_budget(id) else {
-                    return self.too_large.write(out, Id::NULL);
+                    return self.refuse_whole(out);
                 };
                 self.answer(entry, id, scope, out, budget.allowance(too_large_len));
             }
             Ok(Message::Batch(batch)) => {
                 let items = batch.as_slice();
                 let Some(budget) = self.batch_budget(items) else {
-                    return self.too_large.write(out, Id::NULL);
+                    return self.refuse_whole(out);
                 };
                 self.answer_batch(items, budget, input, bytes, conn, out);
             }
@@ -533,6 +533,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let too_large_len = self.too_large.len_for(id);
         budget.hold(too_large_len);
         budget.feasible().then_some((budget, too_large_len))
+    }
+
+    /// Answers a message (a batch, or a single request) whose too-large
+    /// replies alone would pass the limit with one too-large error, `id:
+    /// null`, and reports it: the counters see every reply that carries the
+    /// code, this one too.
+    #[cold]
+    pub(crate) fn refuse_whole<B: ReplyBuf>(&self, out: &mut B) {
+        self.too_large.write(out, Id::NULL);
+        self.report_unrun(None, Some(Id::NULL));
     }
 
     /// The budget of a batch: room held for every reply's too-large form.
