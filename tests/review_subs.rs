@@ -6,6 +6,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
@@ -23,6 +24,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+/// Producers of `watched` subscriptions that saw their subscription end.
+static WATCHED_ENDED: AtomicUsize = AtomicUsize::new(0);
+
 /// Generous: only for not hanging forever, never a measurement.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -39,7 +43,7 @@ fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
         })
         // `count`, n: notifications 0..n at once, then open until the end.
         .method("eth_subscribe", |c: Call<'_, ()>| {
-            let (_kind, n): (&str, u64) = c.decode()?;
+            let (kind, n): (String, u64) = c.decode()?;
             let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
             tokio::spawn(async move {
                 for i in 0..n {
@@ -48,6 +52,9 @@ fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
                     }
                 }
                 sink.closed().await;
+                if kind == "watched" {
+                    WATCHED_ENDED.fetch_add(1, Ordering::SeqCst);
+                }
             });
             Ok::<_, RpcError>(id)
         })
@@ -292,4 +299,82 @@ async fn a_tcp_server_with_no_connection_limit_serves() {
         .await
         .expect("the server stops")
         .expect("the server did not panic");
+}
+
+/// Subscriptions over TCP / IPC, as geth and reth serve `eth_subscribe` on
+/// their IPC socket: the stream transports are two-way (handlers notify
+/// their client), and `Subscriptions::of` is documented to fail only on a
+/// transport without server-pushed messages (plain HTTP). The id comes
+/// before the notifications, unsubscribing answers `true` once, and a
+/// connection that ends tells its producers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_over_a_tcp_connection() {
+    let metrics = Arc::new(Metrics::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(serve_tcp(
+        listener,
+        dispatcher(metrics.clone()),
+        Lines::new,
+        Limits::default(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    let before = WATCHED_ENDED.load(Ordering::SeqCst);
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    let mut lines = BufReader::new(r).lines();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("a line in time")
+            .unwrap()
+            .expect("the connection open");
+        serde_json::from_str(&line).unwrap()
+    };
+    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_subscribe\",\"params\":[\"watched\",3]}\n")
+        .await
+        .unwrap();
+    let reply = next().await;
+    let id = reply["result"].as_str().unwrap_or_else(|| panic!("an id, got {reply}")).to_owned();
+    for i in 0..3 {
+        let n = next().await;
+        assert_eq!(n["method"], "eth_subscription");
+        assert_eq!(n["params"]["subscription"], id.as_str());
+        assert_eq!(n["params"]["result"], i);
+    }
+    let unsubscribe = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"eth_unsubscribe\",\"params\":[\"{id}\"]}}\n"
+    );
+    w.write_all(unsubscribe.as_bytes()).await.unwrap();
+    assert_eq!(next().await, json!({"jsonrpc":"2.0","id":2,"result":true}));
+    w.write_all(unsubscribe.replace("\"id\":2", "\"id\":3").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(next().await, json!({"jsonrpc":"2.0","id":3,"result":false}));
+    // A subscription left open when the client goes: its producer is told.
+    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"eth_subscribe\",\"params\":[\"watched\",0]}\n")
+        .await
+        .unwrap();
+    assert!(next().await["result"].is_string());
+    drop(w);
+    drop(lines);
+    tokio::time::timeout(PATIENCE, async {
+        while WATCHED_ENDED.load(Ordering::SeqCst) < before + 2
+            || metrics.connections_open() != 0
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "the producers are told ({} of 2), the connection counted closed ({} open)",
+            WATCHED_ENDED.load(Ordering::SeqCst) - before,
+            metrics.connections_open()
+        )
+    });
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
 }

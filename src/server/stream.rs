@@ -93,6 +93,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
 
+use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::dispatch::ReplyBuf;
 use crate::frame::{FrameError, Framer, Step};
@@ -201,6 +202,7 @@ pub struct Driver<F> {
     metrics: Option<Arc<Metrics>>,
     shutdown: Option<Shutdown>,
     stats: Arc<ConnectionStats>,
+    subscriptions: SubscriptionConfig,
 }
 
 impl<F> fmt::Debug for Driver<F> {
@@ -241,6 +243,7 @@ impl<F: Framer> Driver<F> {
             metrics: None,
             shutdown: None,
             stats: Arc::default(),
+            subscriptions: SubscriptionConfig::default(),
         }
     }
 
@@ -291,6 +294,17 @@ impl<F: Framer> Driver<F> {
         self
     }
 
+    /// How the connection's [subscriptions](super::subscriptions) behave
+    /// (default [`SubscriptionConfig::default`]). Every connection has a
+    /// [`Subscriptions`] registry in its context, as a WebSocket
+    /// connection does (geth and reth serve `eth_subscribe` over IPC too);
+    /// its notifications are framed like replies, after the replies made
+    /// before them, while the output has room.
+    pub fn subscriptions(mut self, config: SubscriptionConfig) -> Self {
+        self.subscriptions = config;
+        self
+    }
+
     /// The connection's counters, readable while it runs.
     pub fn stats(&self) -> Arc<ConnectionStats> {
         Arc::clone(&self.stats)
@@ -313,7 +327,12 @@ impl<F: Framer> Driver<F> {
         W: AsyncWrite + Unpin,
     {
         let (outbox, outbox_rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
-        let context = self.context.outbound(Arc::new(outbox)).build();
+        let subs = Subscriptions::new(self.subscriptions, self.metrics.clone());
+        let context = self
+            .context
+            .outbound(Arc::new(outbox))
+            .extension(subs.clone())
+            .build();
         let idle_timeout = self.idle_timeout.unwrap_or(Some(self.limits.idle_timeout));
         let shutdown = self
             .shutdown
@@ -338,6 +357,7 @@ impl<F: Framer> Driver<F> {
             replies: Replies::default(),
             out: Output::default(),
             outbox: outbox_rx,
+            subs: subs.clone(),
             input: Input::Open,
             wants_bytes: true,
             parser_frames,
@@ -357,6 +377,9 @@ impl<F: Framer> Driver<F> {
             peaks: Peaks::default(),
         };
         let result = std::future::poll_fn(|cx| io.poll(cx)).await;
+        // Producers stop, and the places and buffers of the subscriptions
+        // go, with the connection.
+        subs.close_all();
         if let Some(peer) = context.peer() {
             peer.close();
         }
@@ -499,6 +522,10 @@ struct Io<'d, S, K, F, R, W> {
     replies: Replies,
     out: Output,
     outbox: mpsc::Receiver<Bytes>,
+    /// The connection's subscriptions, whose notifications are framed
+    /// while the output has room (their own buffers and slow-subscriber
+    /// policy apply meanwhile).
+    subs: Subscriptions,
     input: Input,
     /// The framer found no complete message in `rbuf`: only then is more
     /// read (so the buffer holds at most one message and one read).
@@ -561,6 +588,7 @@ where
             let mut progress = self.take_messages();
             progress |= self.poll_engine(cx);
             progress |= self.poll_outbox(cx);
+            progress |= self.poll_subscriptions(cx);
             progress |= self.poll_write(cx)?;
             progress |= self.poll_read(cx)?;
             if self.is_done() {
@@ -863,6 +891,27 @@ where
                 }
                 // Closed (cannot happen while the context lives) or empty.
                 Poll::Ready(None) | Poll::Pending => break,
+            }
+        }
+        if any {
+            self.note_output();
+        }
+        any
+    }
+
+    /// Frames the subscriptions' notifications while the output has room
+    /// (after the replies queued before them: a subscription's id is
+    /// written before its first notification).
+    fn poll_subscriptions(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        let mut any = false;
+        while !self.output_full() {
+            match self.subs.poll_next(cx) {
+                Poll::Ready(message) => {
+                    self.out.push(&self.framer, &message);
+                    self.peaks.messages_queued += 1;
+                    any = true;
+                }
+                Poll::Pending => break,
             }
         }
         if any {

@@ -2,7 +2,8 @@
 //! shape of Ethereum's `eth_subscribe` / `eth_subscription` /
 //! `eth_unsubscribe`.
 //!
-//! A two-way transport (the WebSocket server) gives every connection a
+//! A two-way transport (the WebSocket server, and the stream servers: TCP,
+//! Unix sockets, stdio) gives every connection a
 //! [`Subscriptions`] registry, reachable from handlers through the
 //! connection's [`Context`] ([`Subscriptions::of`]). A handler for
 //! `eth_subscribe` calls [`subscribe`](Subscriptions::subscribe), answers
