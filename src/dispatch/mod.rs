@@ -36,7 +36,7 @@ pub use error::RpcError;
 pub(crate) use reply::{Budget, Outcome, Sink, TooLarge};
 pub use reply::{Done, IntoResponse, IntoResult, Reply, ReplyBuf};
 
-use crate::codes::SERVER_ERROR;
+use crate::codes::{METHOD_NOT_FOUND, SERVER_ERROR};
 use crate::conn::{Connection, Context};
 use crate::envelope::Parser;
 use crate::message::{Incoming, Message};
@@ -389,6 +389,10 @@ pub struct CallRecord<'a> {
     /// The code of the error the call was answered with; `None` for a
     /// result (and for notifications, whose outcome is not sent).
     pub code: Option<i32>,
+    /// Whether `method` names one of the dispatcher's methods (`false`
+    /// for an unknown name: a client's text, which counters should not
+    /// keep apart).
+    pub known: bool,
     /// From the start of the call to its reply.
     pub elapsed: Duration,
 }
@@ -630,8 +634,18 @@ impl<S: Send + Sync + 'static> Shared<S> {
         outcome: Outcome,
         started: Instant,
     ) {
+        // A handler ran (a result, or its error) unless the method was
+        // not found or the entry was refused before it could run.
+        let known = match (method, outcome) {
+            (None, _) => false,
+            (Some(m), Outcome::Error(METHOD_NOT_FOUND) | Outcome::TooLarge) => {
+                self.lookup(m).is_some()
+            }
+            (Some(_), _) => true,
+        };
         observer.on_call(&CallRecord {
             method,
+            known,
             id: id.filter(|i| !i.is_null() || method.is_some()),
             code: match outcome {
                 Outcome::Result => None,

@@ -120,8 +120,11 @@ impl LimitKind {
     }
 }
 
-/// Counters for a metrics endpoint: calls per method, errors per code,
-/// limits hit, connections. Install it as the dispatcher's
+/// Counters for a metrics endpoint: calls per method (calls of methods the
+/// dispatcher does not have under one label, [`UNKNOWN_METHOD`]), errors
+/// per code, limits hit, connections (each transport counts its own: an
+/// HTTP connection upgraded to WebSocket on a combined port counts once as
+/// each). Install it as the dispatcher's
 /// [`Observer`] (it counts calls) and hand it to
 /// the servers (they count connections and limits).
 ///
@@ -231,16 +234,18 @@ impl Metrics {
 impl Observer for Metrics {
     fn on_call(&self, call: &CallRecord<'_>) {
         if let Some(method) = call.method {
+            // A client's unknown names are counted under one key: kept
+            // apart, they would grow the map at the client's will and crowd
+            // the real methods out of it.
+            let method = if call.known { method } else { UNKNOWN_METHOD };
             let mut calls = lock(&self.calls);
             if let Some(n) = calls.get_mut(method) {
                 *n += 1;
             } else if calls.len() < MAX_METHODS && method.len() <= MAX_METHOD_LABEL {
                 calls.insert(method.into(), 1);
             } else {
-                // Method names are the router's, or a client's unknown one:
-                // a client could grow the map without bound (in count, and
-                // in size: a name can be megabytes), so names past the caps
-                // are counted under one key.
+                // A bound for any other observer's records too (a name can
+                // be megabytes).
                 *calls.entry("(other)".into()).or_default() += 1;
             }
         }
@@ -270,11 +275,15 @@ impl Drop for ConnectionGuard {
     }
 }
 
+/// The label [`Metrics`] counts calls of methods the dispatcher does not
+/// have under (answered -32601, or refused before they could run).
+pub const UNKNOWN_METHOD: &str = "(unknown)";
+
 /// Distinct method names [`Metrics`] counts apart; the rest go under
 /// `(other)`.
 const MAX_METHODS: usize = 10_000;
-/// The longest method name [`Metrics`] keeps as a label; longer ones (only
-/// a client's unknown names are) go under `(other)`.
+/// The longest method name [`Metrics`] keeps as a label; longer ones go
+/// under `(other)`.
 const MAX_METHOD_LABEL: usize = 128;
 
 /// `value` as a label value of the Prometheus text format: backslash,
@@ -384,6 +393,7 @@ mod tests {
     fn called(metrics: &Metrics, method: &str) {
         metrics.on_call(&CallRecord {
             method: Some(method),
+            known: true,
             id: None,
             code: None,
             elapsed: Duration::ZERO,
@@ -419,5 +429,48 @@ mod tests {
         assert_eq!(metrics.call_count(&long), 0);
         assert_eq!(metrics.call_count("(other)"), 1);
         assert_eq!(metrics.call_count(&"x".repeat(MAX_METHOD_LABEL)), 1);
+    }
+
+    /// Unknown names are a client's text: 20,000 of them (past the cap on
+    /// distinct labels) are one `(unknown)` counter, and the dispatcher's
+    /// own methods, called after them, are still counted apart (before,
+    /// each unknown name took a label, and once the cap was reached the
+    /// real methods went under `(other)`).
+    #[test]
+    fn unknown_methods_do_not_crowd_out_the_real_ones() {
+        let metrics = Arc::new(Metrics::default());
+        let d = crate::Dispatcher::builder(())
+            .method("eth_chainId", |c: crate::Call<'_, ()>| c.reply.str("0x1"))
+            .observer(metrics.clone())
+            .max_response_len(1000)
+            .build()
+            .unwrap();
+        let mut conn = crate::Connection::new();
+        let mut out = Vec::new();
+        for i in 0..20_000 {
+            let m = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"m{i}"}}"#);
+            d.handle(m.as_bytes(), &mut conn, &mut out);
+        }
+        d.handle(
+            br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+            &mut conn,
+            &mut out,
+        );
+        // Its -32601 reply (which echoes the name) is over the limit:
+        // answered too large, and still unknown.
+        let long_name = "n".repeat(990);
+        let refused = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{long_name}"}}"#);
+        out.clear();
+        d.handle(refused.as_bytes(), &mut conn, &mut out);
+        assert!(
+            out.windows(6).any(|w| w == b"-32000"),
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        assert_eq!(metrics.call_count("eth_chainId"), 1);
+        assert_eq!(metrics.call_count(UNKNOWN_METHOD), 20_001);
+        assert_eq!(metrics.call_count("m7"), 0);
+        assert_eq!(metrics.call_count("(other)"), 0);
+        assert_eq!(lock(&metrics.calls).len(), 2);
     }
 }
