@@ -308,6 +308,50 @@ async fn borrowed_decoding_inside_async_handlers() {
     assert_eq!(r["result"], "hello, Adèle");
 }
 
+/// Decoding errors in async handlers point into the message, as
+/// `Call::decode`'s do: `AsyncCall::decode` and `OwnedParams::decode_in`
+/// give the `data` (reason and offset) a sync handler decoding the same
+/// types gives, in a batch too.
+#[tokio::test]
+async fn async_params_errors_point_into_the_message() {
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Args<'a> {
+        #[serde(borrow)]
+        name: &'a str,
+    }
+    let sync = Dispatcher::builder(())
+        .method("sleep", |c: Call<'_, ()>| {
+            let (ms,): (u64,) = c.decode()?;
+            Ok::<_, RpcError>(ms)
+        })
+        .method("greet", |c: Call<'_, ()>| {
+            let args: Args<'_> = c.decode()?;
+            Ok::<_, RpcError>(args.name.to_owned())
+        })
+        .build()
+        .unwrap();
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"sleep","params":["x"]},
+        {"jsonrpc":"2.0","id":2,"method":"greet","params":{"name":7}}]"#;
+    let mut out = Vec::new();
+    sync.handle(batch.as_bytes(), &mut Connection::new(), &mut out);
+    let expected: Value = serde_json::from_slice(&out).unwrap();
+    let r = run(&dispatcher(4), batch).await.unwrap();
+    for (reply, expected) in r
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(expected.as_array().unwrap())
+    {
+        assert_eq!(reply["error"]["code"], -32602, "{reply}");
+        let at = reply["error"]["data"]["offset"]
+            .as_u64()
+            .expect("an offset") as usize;
+        assert!(at > batch.find("params").unwrap(), "{reply}");
+        assert_eq!(reply["error"]["data"], expected["error"]["data"]);
+    }
+}
+
 #[tokio::test]
 async fn handle_async_is_send_and_runs_on_spawned_tasks() {
     let d = dispatcher(2);

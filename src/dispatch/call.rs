@@ -142,7 +142,9 @@ impl<'a> Params<'a> {
     /// Decodes the params into `T` with serde_json, borrowing from the
     /// message where `T` borrows (strings without escapes; see
     /// [`decode_in`](Params::decode_in) for every string). A failure is
-    /// -32602 with serde's reason in `data`.
+    /// -32602 with serde's reason in `data` (no offset: a view does not
+    /// know where its message starts; [`Call::decode`](crate::Call::decode)
+    /// gives one).
     ///
     /// serde_json reads the params in place, at every size. simd-json was
     /// measured against it (`cargo bench --features peers --bench decode`; simd-json needs a

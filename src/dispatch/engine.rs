@@ -413,7 +413,8 @@ impl<S> AsyncCall<S> {
     }
 
     /// Decodes the params into an owned `T` (absent params as `[]`); a
-    /// failure is -32602 with the reason in `data`.
+    /// failure is -32602 with the reason and the byte offset in the
+    /// message in `data`.
     ///
     /// For types that borrow (`&'a str` fields), decode inside the future
     /// from [`OwnedParams::decode_in`] with an arena the future owns:
@@ -438,34 +439,70 @@ impl<S> AsyncCall<S> {
 }
 
 /// The params of an async call: a validated array or object, as a
-/// reference-counted slice of the input message.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// reference-counted slice of the input message. Equal when their JSON
+/// text is.
+#[derive(Clone, Debug)]
 #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
-pub struct OwnedParams(Bytes);
+pub struct OwnedParams {
+    json: Bytes,
+    /// Where the params start in their message, for the offsets of
+    /// decoding errors.
+    offset: Option<usize>,
+}
+
+impl PartialEq for OwnedParams {
+    fn eq(&self, other: &Self) -> bool {
+        self.json == other.json
+    }
+}
+
+impl Eq for OwnedParams {}
 
 impl OwnedParams {
+    /// The params `part` of the message `input` (a slice of it, shared).
+    fn of(input: &Bytes, part: &[u8]) -> OwnedParams {
+        let offset = input
+            .as_ptr_range()
+            .contains(&part.as_ptr())
+            .then(|| part.as_ptr() as usize - input.as_ptr() as usize);
+        OwnedParams {
+            json: share(input, part),
+            offset,
+        }
+    }
+
     /// A borrowed view, for positional and named access.
     pub fn view(&self) -> Params<'_> {
-        Params::from_validated(&self.0)
+        Params::from_validated(&self.json)
     }
 
     /// The raw JSON (a slice of the input, not a copy).
     pub fn as_bytes(&self) -> &Bytes {
-        &self.0
+        &self.json
     }
 
-    /// Decodes into an owned `T`; a failure is -32602.
+    /// Decodes into an owned `T`; a failure is -32602 with serde's reason
+    /// and the byte offset in the message in `data`, as
+    /// [`Call::decode`](crate::Call::decode) gives them.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
-        serde_json::from_slice(&self.0).map_err(|e| super::call::params_error(&e, None))
+        serde_json::from_slice(&self.json).map_err(|e| self.error(&e))
     }
 
     /// Decodes into a `T` that borrows from these params, strings with
-    /// escapes lent from `arena`.
+    /// escapes lent from `arena`; a failure as for
+    /// [`decode`](OwnedParams::decode).
     pub fn decode_in<'a, T: serde::Deserialize<'a>>(
         &'a self,
         arena: &'a bumpalo::Bump,
     ) -> Result<T, RpcError> {
-        self.view().decode_in(arena)
+        crate::de::from_slice_in(&self.json, arena).map_err(|e| self.error(&e))
+    }
+
+    fn error(&self, e: &serde_json::Error) -> RpcError {
+        let at = self
+            .offset
+            .map(|base| base + crate::de::offset_of(&self.json, e.line(), e.column()));
+        super::call::params_error(e, at)
     }
 }
 
@@ -625,7 +662,7 @@ pub(crate) struct Waiting {
     target: Target,
     method: Bytes,
     id: Option<Bytes>,
-    params: Option<Bytes>,
+    params: Option<OwnedParams>,
 }
 
 /// One reply of a message in flight.
@@ -1202,7 +1239,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let index = engine.slot();
         let cancel = engine.fresh_cancellation(index);
         let call = AsyncCall {
-            params: w.params.map(OwnedParams),
+            params: w.params,
             state: Arc::clone(&self.state),
             ctx: ctx.clone(),
             method: w.method.clone(),
@@ -1458,6 +1495,6 @@ fn waiting(input: &Bytes, r: crate::request::Request<'_>, target: Target) -> Wai
         target,
         method: share(input, r.method().as_bytes()),
         id: r.id().map(|id| share(input, id.as_bytes())),
-        params: r.params().map(|p| share(input, p.as_bytes())),
+        params: r.params().map(|p| OwnedParams::of(input, p.as_bytes())),
     }
 }
