@@ -304,10 +304,26 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     fn respond<B: Body>(&self, req: Request<B>) -> ResponseFuture<S, K, B> {
         let (parts, body) = req.into_parts();
         let shared = Arc::clone(&self.shared);
-        let early = |body, response| ResponseFuture {
-            body,
-            state: State::Ready(Some(response)),
-            shared: Arc::clone(&self.shared),
+        // A request refused before its body is read: the body (up to the
+        // size limit) is read and dropped first, so that the connection
+        // stays usable for the next request whatever the pace the body
+        // came at (hyper would keep it only if the body had all arrived
+        // by the time the answer went out).
+        let early = |body: B, response: Response<ResponseBody>| {
+            let state = if body.is_end_stream() {
+                State::Ready(Some(response))
+            } else {
+                State::Draining {
+                    left: shared.max_body,
+                    deadline: None,
+                    then: Some(response),
+                }
+            };
+            ResponseFuture {
+                body,
+                state,
+                shared: Arc::clone(&self.shared),
+            }
         };
         if parts.method != Method::POST {
             return early(body, not_allowed());
@@ -322,7 +338,12 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         // hyper's bodies know their `Content-Length`: refuse before reading.
         let hint = body.size_hint().lower();
         if hint > shared.max_body as u64 {
-            return early(body, shared.refuse_too_large());
+            // Not read: the connection closes after the 413.
+            return ResponseFuture {
+                body,
+                state: State::Ready(Some(closing(shared.refuse_too_large()))),
+                shared: Arc::clone(&self.shared),
+            };
         }
         let peer = self
             .peer
@@ -493,12 +514,16 @@ enum State {
         /// comes with its head costs no timer.
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     },
-    /// Past the limit: reading the rest of the body (at most `left` more
-    /// bytes), dropping it, before the 413; at most until the body timeout
-    /// (the reading's deadline, carried on), then the 413 at once.
+    /// Reading the rest of the body of a refused request (at most `left`
+    /// more bytes), dropping it, before the answer `then`: a body past the
+    /// limit (then the 413), or one of a request refused for its method or
+    /// `Content-Type`. At most until the body timeout (a reading's deadline
+    /// is carried on); a body not read to its end (past `left`, late, cut)
+    /// closes the connection after the answer.
     Draining {
         left: usize,
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        then: Option<Response<ResponseBody>>,
     },
     /// Waiting for async calls.
     Dispatching {
@@ -574,6 +599,7 @@ where
                                 *this.state = State::Draining {
                                     left: shared.max_body,
                                     deadline: deadline.take(),
+                                    then: Some(shared.refuse_too_large()),
                                 };
                                 continue;
                             }
@@ -609,30 +635,34 @@ where
                         }
                     }
                 }
-                State::Draining { left, deadline } => {
+                State::Draining {
+                    left,
+                    deadline,
+                    then,
+                } => {
                     let frame = match this.body.as_mut().poll_frame(cx) {
                         Poll::Ready(frame) => frame,
                         Poll::Pending => {
-                            // A client that stops sending gets the 413 at
+                            // A client that stops sending gets the answer at
                             // the body timeout, not never.
                             ready!(poll_body_deadline(deadline, shared.body_timeout, cx));
-                            *this.state = State::Ready(Some(shared.refuse_too_large()));
+                            *this.state = State::Ready(then.take().map(closing));
                             continue;
                         }
                     };
-                    let done = match frame {
-                        Some(Ok(frame)) => match frame.into_data() {
-                            Ok(data) => {
+                    match frame {
+                        Some(Ok(frame)) => {
+                            if let Ok(data) = frame.into_data() {
                                 let n = data.remaining();
-                                *left = left.saturating_sub(n);
-                                *left == 0
+                                if n >= *left {
+                                    *this.state = State::Ready(then.take().map(closing));
+                                } else {
+                                    *left -= n;
+                                }
                             }
-                            Err(_) => false,
-                        },
-                        Some(Err(_)) | None => true,
-                    };
-                    if done {
-                        *this.state = State::Ready(Some(shared.refuse_too_large()));
+                        }
+                        Some(Err(_)) => *this.state = State::Ready(then.take().map(closing)),
+                        None => *this.state = State::Ready(then.take()),
                     }
                 }
                 State::Dispatching { conn, out, .. } => {
@@ -689,6 +719,15 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
 fn no_content() -> Response<ResponseBody> {
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
+    response
+}
+
+/// `response`, saying the connection closes after it (HTTP/1.1; hyper
+/// leaves the header out of HTTP/2 responses, where a stream ends alone).
+fn closing(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
+    response
+        .headers_mut()
+        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
 
