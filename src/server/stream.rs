@@ -50,7 +50,10 @@
 //!   ([`Framer::finish`]).
 //!   On [`Shutdown`] it stops reading, lets the calls in flight finish
 //!   within [`Limits::shutdown_grace`], writes their replies whole, and
-//!   closes. A connection idle for [`Limits::idle_timeout`] is closed and
+//!   closes; messages read but not started yet (pipelined behind the
+//!   calls in flight) are not run and get no answer, as if they had not
+//!   been read: as with an HTTP/1.1 server closing a pipelined
+//!   connection, a client resends what was not answered. A connection idle for [`Limits::idle_timeout`] is closed and
 //!   counted ([`LimitKind::Idle`]).
 //!
 //! ```

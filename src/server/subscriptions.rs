@@ -357,6 +357,12 @@ impl Subscriptions {
     /// or an async one that does not await after this call): the transport
     /// writes a handler's reply before the notifications queued after it,
     /// so the client learns the id before its first notification.
+    ///
+    /// Not yet for a subscription opened inside a batch that also holds an
+    /// async call still running: the batch's reply waits for that call,
+    /// and the notifications sent meanwhile are written before it (geth
+    /// holds them back until the batch's reply is out; clients send
+    /// `eth_subscribe` alone in practice).
     pub fn subscribe(&self) -> Result<(SubscriptionId, Sink), RpcError> {
         let registry = &self.inner;
         let mut state = lock(&registry.state);

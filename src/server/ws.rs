@@ -297,10 +297,13 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
         place
     }
 
-    /// Waits until every connection this server serves has closed (after
-    /// a shutdown: at most [`Limits::shutdown_grace`] and a moment for the
-    /// closing handshakes). [`serve`](WsServer::serve) and
-    /// `combined::serve` end with it.
+    /// Waits until every connection [`serve`](WsServer::serve) and
+    /// `combined::serve` accepted has closed (after a shutdown: at most
+    /// [`Limits::shutdown_grace`] and a moment for the closing handshakes);
+    /// both end with it. Connections handed to
+    /// [`accept`](WsServer::accept) or
+    /// [`serve_connection`](WsServer::serve_connection) by the caller's own
+    /// loop are not waited for: their futures end when they close.
     pub async fn closed(&self) {
         let wait = self.limits.shutdown_grace + CLOSE_TIMEOUT * 2;
         let all = self.places.open.acquire_many(self.places.max);
@@ -326,6 +329,10 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// answers it (RFC 6455 §4.2.2): `426` with the version this server
     /// speaks for another `Sec-WebSocket-Version`, `400` with a -32600 body
     /// saying why otherwise, `431` for a head past 64 KiB.
+    ///
+    /// The connection holds no place among [`Limits::max_connections`]:
+    /// a caller with its own accept loop decides how many it serves (the
+    /// other limits and the shutdown signal apply).
     pub async fn accept<T>(
         &self,
         mut io: T,
@@ -348,7 +355,8 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
 
     /// Serves one connection whose handshake is done (the HTTP server
     /// answered the upgrade; see [`upgrade_response`]). Returns when the
-    /// connection is closed, and why.
+    /// connection is closed, and why. As with [`accept`](WsServer::accept),
+    /// the connection holds no place among [`Limits::max_connections`].
     pub async fn serve_connection<T>(&self, io: T, ctx: ContextBuilder) -> CloseReason
     where
         T: AsyncRead + AsyncWrite + Unpin + Send,
