@@ -1,4 +1,4 @@
-//! Defects found by an adversarial review of the core (envelope, params,
+//! Edges of the core found by an adversarial review (envelope, params,
 //! dispatch), each with the input that showed it and the behaviour the
 //! design notes, the README or the doc comments promise.
 //!
@@ -19,6 +19,7 @@ static ALLOC: CountingAlloc = CountingAlloc;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
+#[cfg(feature = "async")]
 const MIB: usize = 1 << 20;
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -221,7 +222,7 @@ fn quiet_panics_cover_the_synchronous_part_of_async_handlers() {
         .build()
         .unwrap();
     let entry = r#"{"jsonrpc":"2.0","id":1,"method":"boom"}"#;
-    let batch = format!("[{}]", vec![entry; 10].join(","));
+    let batch = format!("[{}]", [entry; 10].join(","));
     let mut out = Vec::new();
     tokio::runtime::Builder::new_current_thread()
         .enable_time()

@@ -1,4 +1,4 @@
-//! Review tests: subscriptions, graceful shutdown, limits and metrics
+//! Edges of the servers: subscriptions, graceful shutdown, limits and metrics
 //! across transports, over loopback with real clients. Every server
 //! listens on 127.0.0.1 port 0; time bounds are generous deadlines that
 //! only tell a hang, never measurements.
@@ -69,7 +69,12 @@ fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
 async fn start_ws(
     limits: Limits,
     config: SubscriptionConfig,
-) -> (SocketAddr, Arc<Metrics>, Shutdown, tokio::task::JoinHandle<std::io::Result<()>>) {
+) -> (
+    SocketAddr,
+    Arc<Metrics>,
+    Shutdown,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
     let metrics = Arc::new(Metrics::default());
     let server = WsServer::new(dispatcher(metrics.clone()))
         .limits(limits)
@@ -192,7 +197,11 @@ async fn a_subscription_made_in_a_batch_is_announced_before_its_notifications() 
     }
     drop(ws);
     shutdown.trigger();
-    tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 /// Response size: a batch whose too-large replies alone pass
@@ -214,11 +223,11 @@ async fn a_batch_refused_whole_for_its_response_size_is_counted() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
-    let task = tokio::spawn(
-        Server::new(limits)
-            .metrics(metrics.clone())
-            .serve(listener, service, shutdown.clone()),
-    );
+    let task = tokio::spawn(Server::new(limits).metrics(metrics.clone()).serve(
+        listener,
+        service,
+        shutdown.clone(),
+    ));
     // First a single call that is answered: the counter works.
     let entries: Vec<Value> = (0..20)
         .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"eth_blockNumber"}))
@@ -294,7 +303,10 @@ async fn a_tcp_server_with_no_connection_limit_serves() {
     let _ = tokio::time::timeout(PATIENCE, BufReader::new(r).read_line(&mut line))
         .await
         .expect("an answer or a close in time");
-    assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"0x1b4\"}\n");
+    assert_eq!(
+        line,
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"0x1b4\"}\n"
+    );
     shutdown.trigger();
     tokio::time::timeout(PATIENCE, task)
         .await
@@ -334,11 +346,16 @@ async fn subscriptions_over_a_tcp_connection() {
             .expect("the connection open");
         serde_json::from_str(&line).unwrap()
     };
-    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_subscribe\",\"params\":[\"watched\",3]}\n")
-        .await
-        .unwrap();
+    w.write_all(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_subscribe\",\"params\":[\"watched\",3]}\n",
+    )
+    .await
+    .unwrap();
     let reply = next().await;
-    let id = reply["result"].as_str().unwrap_or_else(|| panic!("an id, got {reply}")).to_owned();
+    let id = reply["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("an id, got {reply}"))
+        .to_owned();
     for i in 0..3 {
         let n = next().await;
         assert_eq!(n["method"], "eth_subscription");
@@ -355,16 +372,16 @@ async fn subscriptions_over_a_tcp_connection() {
         .unwrap();
     assert_eq!(next().await, json!({"jsonrpc":"2.0","id":3,"result":false}));
     // A subscription left open when the client goes: its producer is told.
-    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"eth_subscribe\",\"params\":[\"watched\",0]}\n")
-        .await
-        .unwrap();
+    w.write_all(
+        b"{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"eth_subscribe\",\"params\":[\"watched\",0]}\n",
+    )
+    .await
+    .unwrap();
     assert!(next().await["result"].is_string());
     drop(w);
     drop(lines);
     tokio::time::timeout(PATIENCE, async {
-        while WATCHED_ENDED.load(Ordering::SeqCst) < before + 2
-            || metrics.connections_open() != 0
-        {
+        while WATCHED_ENDED.load(Ordering::SeqCst) < before + 2 || metrics.connections_open() != 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
