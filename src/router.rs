@@ -389,11 +389,16 @@ impl<T> Router<T> {
                 return Err(BuildError::Duplicate(name));
             }
         }
-        // Sampling suffices if (length, first 8, last 8) tells every name
-        // apart; else (length, four words), which does for every set of
-        // names up to 32 bytes.
-        let mut keys: Vec<(usize, (u64, u64))> = (0..spans.len())
-            .map(|i| (name_of(i).len(), ends(name_of(i))))
+        // Sampling suffices if the two words `hash_sampled` reads, the first
+        // 8 bytes and the last 8 xor the length, tell every name apart (two
+        // names alike there hash alike under every seed: "a````````" and
+        // "a```````", whose last words differ by `9 ^ 8`); else (length,
+        // four words), which does for every set of names up to 32 bytes.
+        let mut keys: Vec<(u64, u64)> = (0..spans.len())
+            .map(|i| {
+                let (first, last) = ends(name_of(i));
+                (first, last ^ name_of(i).len() as u64)
+            })
             .collect();
         keys.sort_unstable();
         let sampled = keys.windows(2).all(|w| w[0] != w[1]);
