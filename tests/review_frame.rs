@@ -127,6 +127,21 @@ fn probe_parse_prefix_every_prefix_is_partial() {
     }
 }
 
+/// Defect: a whitespace-only line longer than the limit was skipped when it
+/// arrived whole but refused (-32600) when it arrived in pieces: the events
+/// depended on the chunking.
+#[test]
+fn lines_blank_line_over_the_limit_same_events_in_every_chunking() {
+    let mut input = vec![b' '; 20];
+    input.extend_from_slice(b"\n[1]\n");
+    let whole = run(&mut Lines::new().max_frame(8), &input, input.len());
+    assert_eq!(whole, vec![Ev::Garbage(-32600), Ev::Frame(b"[1]".to_vec())]);
+    for chunk in 1..input.len() {
+        let got = run(&mut Lines::new().max_frame(8), &input, chunk);
+        assert_eq!(got, whole, "chunks of {chunk}");
+    }
+}
+
 #[test]
 fn probe_lsp_variants() {
     let cases: &[(&[u8], &str)] = &[
