@@ -142,6 +142,22 @@ fn lines_blank_line_over_the_limit_same_events_in_every_chunking() {
     }
 }
 
+/// Defect: with no body limit (`max_frame(usize::MAX)`, as the crate itself
+/// writes "no limit" for `Concatenated`), a `Content-Length` near 2^64
+/// overflowed `base + start + len`: a panic in debug builds, and in release
+/// a wrapped end, so a `Frame` whose range ends before it starts.
+#[test]
+fn lsp_length_near_u64_max_without_a_body_limit_waits_for_the_body() {
+    for chunk in [1, 7, 100] {
+        let input = b"Content-Length: 18446744073709551615\r\n\r\n{}";
+        let mut lsp = Lsp::new().max_frame(usize::MAX).max_skip(u64::MAX);
+        assert_eq!(run(&mut lsp, input, chunk), vec![]);
+        let mut lsp = Lsp::new().max_frame(usize::MAX);
+        let step = lsp.next_frame(b"Content-Length: 18446744073709551600\r\n\r\n{}");
+        assert!(matches!(step, Step::NeedMore { .. }), "{step:?}");
+    }
+}
+
 #[test]
 fn probe_lsp_variants() {
     let cases: &[(&[u8], &str)] = &[

@@ -325,7 +325,9 @@ impl Framer for Lsp {
                     };
                 }
                 State::Body { start, len } => {
-                    let end = base + start + len;
+                    // Saturating: with `max_frame(usize::MAX)` a declared
+                    // length near 2^64 must wait for its body, not wrap.
+                    let end = (base + start).saturating_add(len);
                     if buf.len() < end {
                         return self.step(Step::NeedMore { consumed: base });
                     }
