@@ -256,7 +256,11 @@ fn hash_words(w: [u64; 4], len: usize, seed: u64) -> u64 {
 #[inline(always)]
 fn hash_full(name: &[u8], seed: u64) -> u64 {
     let n = name.len();
-    let mut h = seed ^ (n as u64).wrapping_mul(K2);
+    // The length goes through a multiply with the seed, not xored into the
+    // start state: xored, names of two lengths whose first chunks differ by
+    // `n1 * K2 ^ n2 * K2` (and alike after) would hash alike under every
+    // seed, and the builder would retry seeds for ever.
+    let mut h = (seed ^ n as u64).wrapping_mul(K2);
     let mut chunks = name.chunks_exact(8);
     for c in &mut chunks {
         h = (h ^ u64::from_le_bytes(c.try_into().unwrap()))

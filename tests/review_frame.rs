@@ -360,3 +360,23 @@ fn probe_escaped_method_names_route_as_decoded() {
         }
     }
 }
+
+/// Defect: the same endless seed loop with the full hash. A set whose long
+/// names agree on all four sampled words is hashed on every byte
+/// (`hash_full`), which xors the length into its start state before the
+/// first chunk: two names with as many 8-byte chunks, first chunks that
+/// differ by exactly `len1 * K2 ^ len2 * K2` and the same last eight bytes
+/// hash alike under every seed. (Such names are valid `&str`, with control
+/// characters; a developer, not a peer, chooses them.)
+#[test]
+fn router_builds_when_full_hash_names_differ_by_their_length_term() {
+    let mut names: Vec<String> = (0..20)
+        .map(|i| format!("namespace_prefix{i:08}suffix_of_the_name"))
+        .collect();
+    names.push("\u{19}8q$\u{15}8!R".into());
+    names.push("b\u{2a8}\u{19}8q$\u{15}8!R".into());
+    let r = build_within(names.clone(), 20).expect("Router::new did not finish in 20 s");
+    for (i, n) in names.iter().enumerate() {
+        assert_eq!(r.get(n), Some(&i), "{n:?}");
+    }
+}
