@@ -380,3 +380,61 @@ fn router_builds_when_full_hash_names_differ_by_their_length_term() {
         assert_eq!(r.get(n), Some(&i), "{n:?}");
     }
 }
+
+#[test]
+fn probe_parse_prefix_invalid_is_never_complete() {
+    let p = rpcwire::Parser::new();
+    let bad: Vec<Vec<u8>> = vec![
+        br#"{"jsonrpc":"2.0","id":01,"method":"a"}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":1,"method":"a","params":[1,]}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":1,"method":"a",}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":1,"method":"a\x"}"#.to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\xff\"}".to_vec(),
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\x01\"}".to_vec(),
+        br#"{"jsonrpc":"2.0","id":1,"method":"a","params":[1.]}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":1,"method":"a","params":[tru]}"#.to_vec(),
+        br#"{"jsonrpc":"2.0","id":1,"method":"a","params":["\ud800"]}"#.to_vec(),
+        br#"[{"jsonrpc":"2.0","id":1,"method":"a"} {"jsonrpc":"2.0","id":2,"method":"a"}]"#
+            .to_vec(),
+        br#"{"jsonrpc":"2.0","id":1,"method":"a","params":{"a" 1}}"#.to_vec(),
+        [
+            &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"a\",\"params\":"[..],
+            &[b'['; 200],
+            &[b']'; 200],
+            b"}",
+        ]
+        .concat(),
+    ];
+    for m in &bad {
+        let want_err = serde_json::from_slice::<&serde_json::value::RawValue>(m).is_err();
+        for k in 0..=m.len() {
+            let arena = bumpalo::Bump::new();
+            let got = p.parse_prefix(&m[..k], &arena);
+            if let Ok(rpcwire::Status::Complete((_, len))) = got {
+                // Complete is fine only for a valid JSON prefix that ends there.
+                assert!(
+                    serde_json::from_slice::<&serde_json::value::RawValue>(&m[..len]).is_ok(),
+                    "{:?} prefix {k}: Complete({len})",
+                    String::from_utf8_lossy(m)
+                );
+            }
+        }
+        let arena = bumpalo::Bump::new();
+        let got = p.parse_prefix(m, &arena).map(|s| s.is_complete());
+        if want_err {
+            // the whole of an invalid message must not be Complete over its full length
+            if let Ok(true) = got {
+                let arena = bumpalo::Bump::new();
+                let Ok(rpcwire::Status::Complete((_, len))) = p.parse_prefix(m, &arena) else {
+                    unreachable!()
+                };
+                assert!(len < m.len(), "{:?}", String::from_utf8_lossy(m));
+            }
+            assert!(
+                !matches!(got, Ok(false)),
+                "Partial for invalid {:?}",
+                String::from_utf8_lossy(m)
+            );
+        }
+    }
+}
