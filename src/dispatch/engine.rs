@@ -340,6 +340,18 @@ impl Connection {
         dispatcher.inner.poll(cx, self, out)
     }
 
+    /// Shares `gate` with the connection's subscriptions (rpcwire's
+    /// two-way transports): what a handler subscribes waits for the reply
+    /// of its message.
+    pub(crate) fn set_reply_gate(&mut self, gate: Arc<ReplyGate>) {
+        self.engine.gate = Some(gate);
+    }
+
+    /// The gate given by [`set_reply_gate`](Connection::set_reply_gate).
+    pub(crate) fn reply_gate(&self) -> Option<Arc<ReplyGate>> {
+        self.engine.gate.clone()
+    }
+
     /// How many async calls run or wait to start (notifications included).
     pub fn in_flight(&self) -> usize {
         self.engine.running + self.engine.waiting.len()
@@ -691,6 +703,8 @@ struct Msg {
     stage: Vec<u8>,
     /// Every entry of the message has been read (replies may still run).
     sealed: bool,
+    /// Its number in the connection's [`ReplyGate`] (0: no gate).
+    seq: u64,
 }
 
 impl Msg {
@@ -814,6 +828,63 @@ pub(crate) struct Engine {
     /// The runtime has no time driver (built without `enable_time`): as
     /// outside a runtime, no call times out.
     no_timers: bool,
+    /// Shared with the connection's subscriptions (rpcwire's WebSocket and
+    /// stream transports): which messages still wait for their reply.
+    pub(crate) gate: Option<Arc<ReplyGate>>,
+}
+
+/// Which of a connection's messages still wait for their reply, and which
+/// one the handler running now belongs to: a subscription opened by a
+/// handler of a message answered later (a batch beside a running async
+/// call, an async handler that awaits after subscribing) holds its
+/// notifications until that reply is written, so that the client learns
+/// the subscription's id first, as geth does.
+///
+/// Only messages whose reply is deferred are numbered (those with async
+/// calls); a message answered at once needs nothing held.
+#[derive(Debug, Default)]
+pub(crate) struct ReplyGate {
+    /// The deferred message whose handler code runs now (0: none).
+    current: std::sync::atomic::AtomicU64,
+    next: std::sync::atomic::AtomicU64,
+    /// Deferred messages not answered yet.
+    open: Mutex<Vec<u64>>,
+}
+
+impl ReplyGate {
+    /// The deferred message whose handler code runs now, if any.
+    pub(crate) fn current(&self) -> Option<u64> {
+        match self.current.load(Ordering::Relaxed) {
+            0 => None,
+            seq => Some(seq),
+        }
+    }
+
+    /// Whether deferred message `seq` has been answered (its reply is in
+    /// the transport's output).
+    pub(crate) fn is_answered(&self, seq: u64) -> bool {
+        !lock(&self.open).contains(&seq)
+    }
+
+    fn open(&self) -> u64 {
+        let seq = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        lock(&self.open).push(seq);
+        seq
+    }
+
+    fn answered(&self, seq: u64) {
+        lock(&self.open).retain(|&s| s != seq);
+    }
+
+    /// Marks handler code of message `seq` (0: none) as running; returns
+    /// what was marked before, to restore.
+    fn enter(&self, seq: u64) -> u64 {
+        self.current.swap(seq, Ordering::Relaxed)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Default for Engine {
@@ -834,6 +905,7 @@ impl Default for Engine {
             timer_wake: None,
             timer_polled: false,
             no_timers: false,
+            gate: None,
         }
     }
 }
@@ -860,6 +932,7 @@ impl Engine {
             buf: self.buffers.pop().unwrap_or_default(),
             stage: self.buffers.pop().unwrap_or_default(),
             sealed: false,
+            seq: self.gate.as_ref().map_or(0, |g| g.open()),
         };
         match self.free_msgs.pop() {
             Some(m) => {
@@ -870,6 +943,27 @@ impl Engine {
                 self.msgs.push(Some(msg));
                 self.msgs.len() - 1
             }
+        }
+    }
+
+    /// Marks the handler code about to run as message `m`'s (none for
+    /// `None`, a notification); returns what to restore with
+    /// [`leave`](Engine::leave).
+    #[inline]
+    fn enter(&self, m: Option<usize>) -> u64 {
+        let Some(gate) = &self.gate else {
+            return 0;
+        };
+        let seq = m
+            .and_then(|m| self.msgs[m].as_ref())
+            .map_or(0, |msg| msg.seq);
+        gate.enter(seq)
+    }
+
+    #[inline]
+    fn leave(&self, previous: u64) {
+        if let Some(gate) = &self.gate {
+            gate.enter(previous);
         }
     }
 
@@ -884,6 +978,11 @@ impl Engine {
                 continue;
             }
             let mut msg = self.msgs[m].take().expect("checked above");
+            if let Some(gate) = &self.gate {
+                // Its reply is in `out` by the end of this turn: what its
+                // handlers subscribed may be written after it.
+                gate.answered(msg.seq);
+            }
             if msg.batch && !msg.buf.is_empty() {
                 super::reply::grow_within(&mut msg.buf, 1, msg.budget.limit());
                 msg.buf.push(b']');
@@ -1169,6 +1268,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
             return self.answer_batch(items, budget, input, Some(input), conn, out);
         }
         let m = engine.open_message(input, true, budget, &self.too_large);
+        // The batch's sync entries run now, its reply comes later.
+        let outer = engine.enter(Some(m));
         let mut k = 0;
         for item in items {
             let Some(entry) = item.as_entry() else {
@@ -1207,6 +1308,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
             k += 1;
         }
+        conn.engine.leave(outer);
         // Written by `Connection::start` if already complete.
         conn.engine.msgs[m].as_mut().expect("live").sealed = true;
     }
@@ -1254,7 +1356,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let deadline = self.timeout.map(|t| now + t);
         // The handler itself may panic before returning a future: handler
         // code too, so kept quiet as its polls are.
-        let call = match super::catch_handler_panic(self.quiet, || handler(call)) {
+        let outer = engine.enter(w.target.map(|(m, _)| m));
+        let made = super::catch_handler_panic(self.quiet, || handler(call));
+        engine.leave(outer);
+        let call = match made {
             Ok(call) => call,
             Err(panic) => {
                 let e = panic_error(&*panic);
@@ -1323,10 +1428,19 @@ impl<S: Send + Sync + 'static> Shared<S> {
             return 0;
         };
         let mut cx = TaskContext::from_waker(&waker);
+        // The handler code polled now is its message's (see `ReplyGate`).
+        let gate = engine.gate.as_deref().map(|gate| {
+            let seq = task
+                .target
+                .and_then(|(m, _)| engine.msgs[m].as_ref())
+                .map_or(0, |msg| msg.seq);
+            (gate, seq)
+        });
         let call = task.call.as_mut();
         let quiet = self.quiet;
         let poll = |sink: Sink<'_>, limit: usize| {
             let mut ready = None;
+            let outer = gate.map(|(gate, seq)| gate.enter(seq));
             let r = guard_panics(quiet, || match call.poll_reply(&mut cx, sink, limit) {
                 Poll::Ready(r) => {
                     ready = Some(());
@@ -1334,6 +1448,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 }
                 Poll::Pending => Ok(done_marker()),
             });
+            if let (Some((gate, _)), Some(outer)) = (gate, outer) {
+                gate.enter(outer);
+            }
             match ready {
                 Some(()) => Poll::Ready(r),
                 // A panic is an outcome too.

@@ -99,6 +99,7 @@ use tokio::time::{Instant, Sleep};
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::dispatch::ReplyBuf;
+use crate::dispatch::engine::ReplyGate;
 use crate::frame::{FrameError, Framer, Step};
 use crate::{Connection, Context, ContextBuilder, Dispatcher};
 
@@ -330,12 +331,19 @@ impl<F: Framer> Driver<F> {
         W: AsyncWrite + Unpin,
     {
         let (outbox, outbox_rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
-        let subs = Subscriptions::new(self.subscriptions, self.metrics.clone());
+        let gate = Arc::new(ReplyGate::default());
+        let subs = Subscriptions::with_gate(
+            self.subscriptions,
+            self.metrics.clone(),
+            Some(Arc::clone(&gate)),
+        );
         let context = self
             .context
             .outbound(Arc::new(outbox))
             .extension(subs.clone())
             .build();
+        let mut conn = Connection::with_context(context.clone());
+        conn.set_reply_gate(gate);
         let idle_timeout = self.idle_timeout.unwrap_or(Some(self.limits.idle_timeout));
         let shutdown = self
             .shutdown
@@ -348,7 +356,7 @@ impl<F: Framer> Driver<F> {
             framer: self.framer,
             reader,
             writer,
-            conn: Connection::with_context(context.clone()),
+            conn,
             max_in_flight: self.limits.max_in_flight.max(1),
             max_queued: self.limits.max_queued.max(1),
             max_message_len: self.limits.max_message_len,
@@ -1021,7 +1029,13 @@ where
         if !calls_done {
             // Calls still running at the deadline are dropped (a new
             // connection state, same context).
+            let gate = self.conn.reply_gate();
             self.conn = Connection::with_context(self.conn.context().clone());
+            if let Some(gate) = gate {
+                // What the dropped calls subscribed stays held: their
+                // replies will not come.
+                self.conn.set_reply_gate(gate);
+            }
             self.calls_dropped = true;
         }
         // The replies already made (some maybe half written) get one more

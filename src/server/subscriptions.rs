@@ -79,6 +79,11 @@
 //! ([`ContextBuilder::extension`](crate::ContextBuilder::extension)), writes
 //! what [`poll_next`](Subscriptions::poll_next) yields, and calls
 //! [`close_all`](Subscriptions::close_all) when the connection ends.
+//! rpcwire's own transports also share with it which messages still wait
+//! for their reply, so that a subscription opened by a message answered
+//! later (a batch beside an async call) is written after that reply; a
+//! transport of yours gets the id-first order for replies written at once
+//! (see [`subscribe`](Subscriptions::subscribe)).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -94,6 +99,7 @@ use serde::Serialize;
 
 use super::{LimitKind, Metrics};
 use crate::codes::{LIMIT_EXCEEDED, METHOD_NOT_FOUND};
+use crate::dispatch::engine::ReplyGate;
 use crate::{Context, RpcError};
 
 /// What to do when a subscription's buffer is full because its client
@@ -274,6 +280,9 @@ struct Registry {
     writer: AtomicWaker,
     /// `State::queued`, readable without the lock (stored under it).
     queued: AtomicUsize,
+    /// rpcwire's transports: which messages still wait for their reply (a
+    /// subscription opened by one holds its notifications until then).
+    gate: Option<Arc<ReplyGate>>,
 }
 
 #[derive(Default)]
@@ -300,6 +309,10 @@ struct Entry {
     /// queue is written out).
     open: bool,
     signal: Arc<Signal>,
+    /// The message whose handler opened it, while that message's reply
+    /// (which carries the id) is not written: nothing is written before it
+    /// (0: nothing held).
+    held_for: u64,
 }
 
 /// Tells producers that a subscription ended.
@@ -319,6 +332,16 @@ impl Signal {
 impl Subscriptions {
     /// A registry for one connection; limits hit are counted in `metrics`.
     pub fn new(config: SubscriptionConfig, metrics: Option<Arc<Metrics>>) -> Subscriptions {
+        Subscriptions::with_gate(config, metrics, None)
+    }
+
+    /// A registry sharing `gate` with the connection's dispatcher: what a
+    /// handler subscribes waits for the reply of its message.
+    pub(crate) fn with_gate(
+        config: SubscriptionConfig,
+        metrics: Option<Arc<Metrics>>,
+        gate: Option<Arc<ReplyGate>>,
+    ) -> Subscriptions {
         let mut head = b"{\"jsonrpc\":\"2.0\",\"method\":".to_vec();
         crate::write::string(&mut head, &config.method);
         head.extend_from_slice(b",\"params\":{\"subscription\":");
@@ -330,6 +353,7 @@ impl Subscriptions {
                 state: Mutex::new(State::default()),
                 writer: AtomicWaker::new(),
                 queued: AtomicUsize::new(0),
+                gate,
             }),
         }
     }
@@ -358,11 +382,12 @@ impl Subscriptions {
     /// writes a handler's reply before the notifications queued after it,
     /// so the client learns the id before its first notification.
     ///
-    /// Not yet for a subscription opened inside a batch that also holds an
-    /// async call still running: the batch's reply waits for that call,
-    /// and the notifications sent meanwhile are written before it (geth
-    /// holds them back until the batch's reply is out; clients send
-    /// `eth_subscribe` alone in practice).
+    /// On rpcwire's transports (WebSocket, TCP, Unix sockets, stdio) this
+    /// holds also when the reply comes later: a subscription opened inside
+    /// a batch that waits for an async call, or by an async handler that
+    /// awaits after subscribing, has its notifications queued (its buffer
+    /// and policy apply) but written only after the reply of its message,
+    /// as geth does.
     pub fn subscribe(&self) -> Result<(SubscriptionId, Sink), RpcError> {
         let registry = &self.inner;
         let mut state = lock(&registry.state);
@@ -392,6 +417,11 @@ impl Subscriptions {
                 in_ready: false,
                 open: true,
                 signal: Arc::clone(&signal),
+                held_for: registry
+                    .gate
+                    .as_ref()
+                    .and_then(|g| g.current())
+                    .unwrap_or(0),
             },
         );
         state.open += 1;
@@ -473,11 +503,24 @@ impl Subscriptions {
         }
         let mut guard = lock(&self.inner.state);
         let state = &mut *guard;
-        while let Some(id) = state.ready.pop_front() {
+        // Each listed subscription is looked at once at most: one still
+        // held goes back to the end of the list.
+        for _ in 0..state.ready.len() {
+            let Some(id) = state.ready.pop_front() else {
+                break;
+            };
             let Some(entry) = state.subs.get_mut(&id) else {
                 // Unsubscribed while listed.
                 continue;
             };
+            if entry.held_for != 0 {
+                let gate = self.inner.gate.as_ref();
+                if gate.is_some_and(|g| !g.is_answered(entry.held_for)) {
+                    state.ready.push_back(id);
+                    continue;
+                }
+                entry.held_for = 0;
+            }
             let Some(message) = entry.queue.pop_front() else {
                 entry.in_ready = false;
                 continue;

@@ -114,6 +114,7 @@ use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes, http};
 
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
+use crate::dispatch::engine::ReplyGate;
 use crate::dispatch::{ReplyBuf, SyncOnly};
 use crate::{Connection, ContextBuilder, Dispatcher};
 
@@ -386,18 +387,25 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     {
         let _open = self.metrics.as_ref().map(|m| m.connection());
         let (outbox, outbox_rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
-        let subs = Subscriptions::new(self.subscriptions.clone(), self.metrics.clone());
+        let gate = Arc::new(ReplyGate::default());
+        let subs = Subscriptions::with_gate(
+            self.subscriptions.clone(),
+            self.metrics.clone(),
+            Some(Arc::clone(&gate)),
+        );
         let ctx = ctx
             .transport("ws")
             .outbound(Arc::new(outbox))
             .extension(subs.clone())
             .build();
+        let mut conn = Connection::with_context(ctx);
+        conn.set_reply_gate(gate);
         let tick = (self.limits.idle_timeout / 2).max(Duration::from_millis(1));
         let shutdown = self.shutdown.clone();
         let mut driver = Driver {
             server: self,
             ws,
-            conn: Connection::with_context(ctx),
+            conn,
             replies: Frames::default(),
             outbox: outbox_rx,
             subs,
