@@ -170,7 +170,11 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// ([`too_large_code`](DispatcherBuilder::too_large_code), `data` giving
     /// the limit). In a batch, the entry that crosses the limit and every
     /// entry after it are answered with that error, in order, and are not
-    /// run. Room for those errors is held back before any handler runs
+    /// run. With async calls in the batch, "after" is in the order replies
+    /// are decided: calls run concurrently and finish in any order, so a
+    /// reply decided before the limit was crossed (an entry that finished
+    /// earlier, an invalid entry, an unknown method) keeps its place, and
+    /// the entries not started by then are not run. Room for those errors is held back before any handler runs
     /// (their size is known: ids are bounded by
     /// [`Parser::max_id_len`]); a message (a batch, or a single request)
     /// whose error replies alone would pass the limit is answered with one
