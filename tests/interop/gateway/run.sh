@@ -21,7 +21,8 @@
 # Environment: PROFILE=release|debug (default debug), FEATURES (cargo's
 # feature flags for the build, default --all-features), INTEROP_PORT (the
 # first of three loopback ports, default 28545, below the
-# kernel's ephemeral range so that no outgoing connection holds them).
+# kernel's ephemeral range so that no outgoing connection holds them),
+# CARGO_TARGET_DIR (where cargo puts the gateway, default target/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 ROOT="$PWD"
@@ -73,7 +74,7 @@ flag=(); [ "$PROFILE" = release ] && flag=(--release)
 # reuses what `cargo test --all-features` built.
 # shellcheck disable=SC2086
 cargo build --quiet "${flag[@]}" ${FEATURES:---all-features} --example gateway || exit 1
-GATEWAY="$ROOT/target/$PROFILE/examples/gateway"
+GATEWAY="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE/examples/gateway"
 
 wait_port() {
     for _ in $(seq 1 100); do
