@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Interop: the gateway example against real clients and a real node.
 #
-# Installs anvil and cast (npm, versions pinned by package-lock.json) into
-# target/interop-gateway/node and web3.py (PyPI, pinned by
-# requirements.txt) into a venv under target/interop-gateway/venv; starts
-# anvil on a loopback port and the gateway in front of it; then:
+# Installs anvil, cast, viem and ethers (npm, versions pinned by
+# package-lock.json) into target/interop-gateway/node_modules and web3.py
+# (PyPI, pinned by requirements.txt) into a venv under
+# target/interop-gateway/venv; starts anvil on a loopback port and the
+# gateway in front of it; then:
 #   * cast: chain-id, block-number, balance, send (a value transfer from
 #     anvil's first dev account), a contract deployment (send --create), a
 #     call of that contract (it emits an event), receipt, tx, logs, block,
@@ -13,6 +14,11 @@
 #   * check.py: web3.py does the same plus a batch, raw JSON is compared
 #     whole (ids of every form, errors passed through), and a newHeads
 #     subscription runs over WebSocket on the gateway's port;
+#   * check.mjs: viem and ethers v6, the JavaScript clients most dapps and
+#     scripts use, the same way: reads, a locally signed transfer and its
+#     receipt, logs, their JSON-RPC batches (viem's `batch: true`, ethers'
+#     default batching), viem's watchBlocks / watchBlockNumber and ethers'
+#     "block" events over WebSocket on the gateway's port;
 #   * the built-in chain (no upstream): the same clients, for what it
 #     supports (no EVM: transfers only).
 # Prints one line per check and "N passed, M failed"; exits 1 on any
@@ -49,8 +55,10 @@ failed=0
 ok() { passed=$((passed + 1)); echo "ok    $1"; }
 fail() { failed=$((failed + 1)); echo "FAIL  $1"; [ $# -gt 1 ] && printf '%s\n' "$2" | head -c 2000 && echo; }
 
-echo "=== install (npm: anvil, cast; PyPI: web3)"
-cp "$HERE/package.json" "$HERE/package-lock.json" "$WORK/" 
+echo "=== install (npm: anvil, cast, viem, ethers; PyPI: web3)"
+# check.mjs runs from $WORK, beside node_modules (ES modules resolve their
+# imports from their own folder up).
+cp "$HERE/package.json" "$HERE/package-lock.json" "$HERE/check.mjs" "$WORK/"
 if ! (cd "$WORK" && npm ci --no-audit --no-fund --loglevel=error > "$WORK/npm.log" 2>&1); then
     cat "$WORK/npm.log"; echo "npm ci failed"; exit 1
 fi
@@ -67,6 +75,7 @@ PY="$WORK/venv/bin/python"
 echo "anvil: $("$ANVIL" --version | head -1)"
 echo "cast:  $("$CAST" --version | head -1)"
 echo "web3:  $("$PY" -c 'import web3; print(web3.__version__)')"
+echo "node:  $(node --version); viem $(node -p 'require("'"$WORK"'/node_modules/viem/package.json").version'), ethers $(node -p 'require("'"$WORK"'/node_modules/ethers/package.json").version')"
 
 echo "=== build the gateway ($PROFILE)"
 flag=(); [ "$PROFILE" = release ] && flag=(--release)
@@ -123,6 +132,30 @@ anvil ($ns):   $n"
     fi
 }
 
+# tally NAME STATUS LOG: adds the counts of a client run's closing line
+# ("N passed, M failed") to ours; a run that ended without one (a crash, a
+# timeout) or exited non-zero with no failure counted is one failure.
+tally() {
+    local line p f
+    line=$(tail -n 1 "$3")
+    p=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed, \([0-9]*\) failed$/\1/p')
+    f=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
+    passed=$((passed + ${p:-0}))
+    failed=$((failed + ${f:-0}))
+    if [ -z "$p" ] || { [ "$2" -ne 0 ] && [ "${f:-0}" = 0 ]; }; then
+        fail "$1 (exit $2)"
+    fi
+}
+
+# js MODE URL...: check.mjs (viem, ethers), bounded in time.
+js() {
+    local log="$WORK/js-$1.log"
+    (cd "$WORK" && timeout 150 node check.mjs "$@") > "$log" 2>&1
+    local status=$?
+    cat "$log"
+    tally "js $1 run" $status "$log"
+}
+
 # field JSON KEY: a member of a JSON object.
 field() { "$PY" -c 'import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2]) or "")' "$1" "$2"; }
 
@@ -170,10 +203,10 @@ echo "=== web3.py through the gateway, compared with anvil"
 "$PY" "$HERE/check.py" proxy "$GW" "$NODE" > "$WORK/web3-proxy.log" 2>&1
 web3_status=$?
 cat "$WORK/web3-proxy.log"
-line=$(tail -n 1 "$WORK/web3-proxy.log")
-passed=$((passed + $(echo "$line" | sed -n 's/.* \([0-9]*\) passed.*/\1/p')))
-failed=$((failed + $(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')))
-[ $web3_status -ne 0 ] && [ "$(echo "$line" | grep -c failed)" = 0 ] && fail "web3 proxy run"
+tally "web3 proxy run" $web3_status "$WORK/web3-proxy.log"
+
+echo "=== viem and ethers through the gateway, compared with anvil"
+js proxy "$GW" "$NODE"
 
 echo "=== cast against the built-in chain"
 c() { "$CAST" "$@" -r "$CHAIN" 2>&1; }
@@ -202,10 +235,10 @@ echo "=== web3.py against the built-in chain"
 "$PY" "$HERE/check.py" builtin "$CHAIN" > "$WORK/web3-builtin.log" 2>&1
 web3_status=$?
 cat "$WORK/web3-builtin.log"
-line=$(tail -n 1 "$WORK/web3-builtin.log")
-passed=$((passed + $(echo "$line" | sed -n 's/.* \([0-9]*\) passed.*/\1/p')))
-failed=$((failed + $(echo "$line" | sed -n 's/.* \([0-9]*\) failed.*/\1/p')))
-[ $web3_status -ne 0 ] && [ "$(echo "$line" | grep -c failed)" = 0 ] && fail "web3 builtin run"
+tally "web3 builtin run" $web3_status "$WORK/web3-builtin.log"
+
+echo "=== viem and ethers against the built-in chain"
+js builtin "$CHAIN"
 
 echo "interop: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
