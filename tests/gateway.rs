@@ -1471,6 +1471,73 @@ async fn the_tip_goes_to_the_miner() {
     );
 }
 
+/// The built-in chain: `eth_subscribe("newHeads")` over WebSocket sends
+/// each block's header as it is mined, and `eth_unsubscribe` stops it
+/// (the chain once answered -32601, so viem's `watchBlocks` over a
+/// WebSocket and ethers' `WebSocketProvider.on("block")` failed on it).
+#[tokio::test]
+async fn the_built_in_chain_sends_new_heads() {
+    let gw = start(config::Config::default()).await;
+    let (mut ws, answer) = subscribe_new_heads(gw.addr).await;
+    let id = answer["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"));
+    let r = send(
+        gw.addr,
+        &sign(eip1559(0, Address::repeat_byte(8), 1, 31337), key(0)),
+    )
+    .await;
+    let hash = r["result"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let note = read_json(&mut ws).await;
+    assert_eq!(note["method"], "eth_subscription", "{note}");
+    assert_eq!(note["params"]["subscription"], id);
+    let head = &note["params"]["result"];
+    let receipt = rpc(gw.addr, "eth_getTransactionReceipt", json!([hash])).await["result"].clone();
+    assert_eq!(head["hash"], receipt["blockHash"]);
+    assert_eq!(head["number"], "0x1");
+    // The header is the block's, without its body.
+    let mut block =
+        rpc(gw.addr, "eth_getBlockByNumber", json!(["0x1", false])).await["result"].clone();
+    for body in ["transactions", "uncles", "size", "totalDifficulty"] {
+        block.as_object_mut().unwrap().remove(body);
+    }
+    assert_eq!(*head, block);
+
+    // Unsubscribed: `true`, then `false`; no head follows.
+    for want in [true, false] {
+        ws.send(Message::text(format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":["{id}"]}}"#
+        )))
+        .await
+        .unwrap();
+        assert_eq!(read_json(&mut ws).await["result"], want);
+    }
+    let r = send(
+        gw.addr,
+        &sign(eip1559(1, Address::repeat_byte(8), 1, 31337), key(0)),
+    )
+    .await;
+    assert!(r["result"].is_string(), "{r}");
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":3,"method":"eth_blockNumber"}"#,
+    ))
+    .await
+    .unwrap();
+    let next = read_json(&mut ws).await;
+    assert_eq!(next["id"], 3, "a head after eth_unsubscribe: {next}");
+
+    // Other kinds: geth's -32601; over HTTP, no notifications.
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":4,"method":"eth_subscribe","params":["logs",{}]}"#,
+    ))
+    .await
+    .unwrap();
+    let r = read_json(&mut ws).await;
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    let r = rpc(gw.addr, "eth_subscribe", json!(["newHeads"])).await;
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+}
+
 /// An error reply's message.
 fn err_msg(r: &Value) -> String {
     r["error"]["message"]

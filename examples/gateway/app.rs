@@ -63,7 +63,11 @@ impl App {
         }
         let d = local::dispatcher(chain, config)?;
         let http = HttpService::new(d.clone(), &limits, None);
-        let ws = WsServer::new(d).limits(limits).shutdown(shutdown.clone());
+        // Subscriptions: the chain's newHeads.
+        let ws = WsServer::new(d)
+            .limits(limits)
+            .subscriptions(SubscriptionConfig::default())
+            .shutdown(shutdown.clone());
         Ok(App::Local(http, ws))
     }
 

@@ -8,7 +8,8 @@
 //! consensus types, checked as geth checks them (chain id, nonce, fees,
 //! balance, intrinsic gas), with geth's error messages. There is no EVM: a
 //! contract creation is refused, `eth_call` answers `0x` (every account is
-//! an externally owned one), and nothing emits logs.
+//! an externally owned one), and nothing emits logs. Over WebSocket,
+//! `eth_subscribe("newHeads")` sends each block's header as it is mined.
 //!
 //! Block hashes are real header hashes (keccak of the RLP header) with real
 //! transaction and receipt roots; the state root is not a trie root (a
@@ -29,6 +30,7 @@ use rpcwire::RpcError;
 use rpcwire::dispatch::{Done, Reply};
 use rpcwire::eth::codes::server_error;
 use rpcwire::eth::{Address, B256, BlockId, BlockNumberOrTag, BlockTag, U256};
+use rpcwire::server::subscriptions::Sink;
 
 /// anvil's first ten dev accounts (from its default mnemonic), with their
 /// private keys, so that `cast send --private-key` works against both.
@@ -134,6 +136,9 @@ struct State {
     blocks: Vec<Block>,
     by_hash: HashMap<B256, u64>,
     txs: HashMap<B256, Mined>,
+    /// The `newHeads` subscriptions; each is dropped the first time a
+    /// send finds it closed (unsubscribed, or its client left).
+    heads: Vec<Sink>,
 }
 
 /// The chain; every method takes its lock once, briefly.
@@ -164,6 +169,7 @@ impl Chain {
             blocks: Vec::new(),
             by_hash: HashMap::new(),
             txs: HashMap::new(),
+            heads: Vec::new(),
         };
         state.mine(Vec::new(), Vec::new(), now());
         Chain {
@@ -189,6 +195,12 @@ impl Chain {
     /// Mines an empty block (the `--block-time` timer).
     pub fn mine_empty(&self) {
         self.lock().mine(Vec::new(), Vec::new(), now());
+    }
+
+    /// A `newHeads` subscription: the header of every block mined from now
+    /// on goes to `sink`, until it closes.
+    pub fn watch_heads(&self, sink: Sink) {
+        self.lock().heads.push(sink);
     }
 
     /// Balance and nonce of `address` at `block`.
@@ -543,33 +555,19 @@ impl State {
             size,
             txs: tx_hashes,
         });
+        if !self.heads.is_empty() {
+            // Sent under the chain's lock, so that heads go out in block
+            // order; a send only queues, it never waits for the client.
+            let head = header_json(&self.blocks[number as usize]);
+            self.heads
+                .retain(|sink| sink.send_raw(head.as_bytes()).is_ok());
+        }
     }
 
     fn block_json(&self, b: &Block, full: bool) -> String {
-        let h = &b.header;
         let mut o = String::with_capacity(1200 + b.txs.len() * 700);
         o.push('{');
-        kv(&mut o, "hash", &hex(b.hash.as_slice()));
-        kv(&mut o, "parentHash", &hex(h.parent_hash.as_slice()));
-        kv(&mut o, "sha3Uncles", &hex(h.ommers_hash.as_slice()));
-        kv(&mut o, "miner", &hex(h.beneficiary.as_slice()));
-        kv(&mut o, "stateRoot", &hex(h.state_root.as_slice()));
-        kv(
-            &mut o,
-            "transactionsRoot",
-            &hex(h.transactions_root.as_slice()),
-        );
-        kv(&mut o, "receiptsRoot", &hex(h.receipts_root.as_slice()));
-        kv(&mut o, "logsBloom", &hex(h.logs_bloom.as_slice()));
-        kv(&mut o, "difficulty", "\"0x0\"");
-        kv(&mut o, "number", &qty(h.number as u128));
-        kv(&mut o, "gasLimit", &qty(h.gas_limit as u128));
-        kv(&mut o, "gasUsed", &qty(h.gas_used as u128));
-        kv(&mut o, "timestamp", &qty(h.timestamp as u128));
-        kv(&mut o, "extraData", "\"0x\"");
-        kv(&mut o, "mixHash", &hex(h.mix_hash.as_slice()));
-        kv(&mut o, "nonce", &hex(h.nonce.as_slice()));
-        kv(&mut o, "baseFeePerGas", &qty(BASE_FEE as u128));
+        header_fields(&mut o, b);
         kv(&mut o, "totalDifficulty", "\"0x0\"");
         kv(&mut o, "size", &qty(b.size as u128));
         o.push_str("\"uncles\":[],\"transactions\":[");
@@ -654,6 +652,40 @@ impl State {
         o.push('}');
         o
     }
+}
+
+/// A block's header as `newHeads` sends it: the block's fields without
+/// its transactions, uncles, size and total difficulty, as geth sends it.
+fn header_json(b: &Block) -> String {
+    let mut o = String::with_capacity(1100);
+    o.push('{');
+    header_fields(&mut o, b);
+    o.pop();
+    o.push('}');
+    o
+}
+
+/// The header's fields and the block's hash, each as `"key":value,`: what a
+/// block object and a `newHeads` notification share.
+fn header_fields(o: &mut String, b: &Block) {
+    let h = &b.header;
+    kv(o, "hash", &hex(b.hash.as_slice()));
+    kv(o, "parentHash", &hex(h.parent_hash.as_slice()));
+    kv(o, "sha3Uncles", &hex(h.ommers_hash.as_slice()));
+    kv(o, "miner", &hex(h.beneficiary.as_slice()));
+    kv(o, "stateRoot", &hex(h.state_root.as_slice()));
+    kv(o, "transactionsRoot", &hex(h.transactions_root.as_slice()));
+    kv(o, "receiptsRoot", &hex(h.receipts_root.as_slice()));
+    kv(o, "logsBloom", &hex(h.logs_bloom.as_slice()));
+    kv(o, "difficulty", "\"0x0\"");
+    kv(o, "number", &qty(h.number as u128));
+    kv(o, "gasLimit", &qty(h.gas_limit as u128));
+    kv(o, "gasUsed", &qty(h.gas_used as u128));
+    kv(o, "timestamp", &qty(h.timestamp as u128));
+    kv(o, "extraData", "\"0x\"");
+    kv(o, "mixHash", &hex(h.mix_hash.as_slice()));
+    kv(o, "nonce", &hex(h.nonce.as_slice()));
+    kv(o, "baseFeePerGas", &qty(BASE_FEE as u128));
 }
 
 /// `"key":value,`

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use rpcwire::codes::METHOD_NOT_FOUND;
 use rpcwire::dispatch::{DispatcherBuilder, Done, SyncOnly};
 use rpcwire::eth::codes::server_error;
 use rpcwire::eth::{BlockId, BlockNumberOrTag, BlockTag, EthParams, EthReply};
+use rpcwire::server::subscriptions::Subscriptions;
 use rpcwire::{Call, Dispatcher, RpcError};
 
 use crate::chain::{self, Chain, PRIORITY_FEE, calldata_gas, raw};
@@ -233,6 +235,44 @@ fn send_raw_transaction(c: C<'_>) -> Answer {
     EthReply::hash(c.reply, &hash)
 }
 
+/// `eth_subscribe`, over WebSocket: `newHeads` only (the chain has no
+/// pool for `newPendingTransactions`, and nothing emits `logs`), which
+/// viem's `watchBlocks` / `watchBlockNumber` and ethers' `on("block")` use
+/// on a WebSocket transport.
+fn subscribe(c: C<'_>) -> Answer {
+    let subs = Subscriptions::of(c.ctx)?;
+    let mut p = EthParams::new(c.params);
+    match p.required("subscriptionName")?.value().as_str() {
+        Some("newHeads") => {}
+        // geth's answer to a kind it does not have.
+        Some(kind) => {
+            return Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!(
+                    "no \"{kind}\" subscription in eth namespace (the built-in chain has newHeads only)"
+                ),
+            ));
+        }
+        None => return Err(RpcError::invalid_params("subscriptionName: a string")),
+    }
+    p.finish()?;
+    let (id, sink) = subs.subscribe()?;
+    c.state.watch_heads(sink);
+    // Answered at once (a synchronous handler): the client has the id
+    // before the first head.
+    c.reply.str(&id.to_string())
+}
+
+fn unsubscribe(c: C<'_>) -> Answer {
+    let subs = Subscriptions::of(c.ctx)?;
+    let mut p = EthParams::new(c.params);
+    let id = p.required("subscriptionId")?.value();
+    p.finish()?;
+    // The chain drops the sink at its next block.
+    c.reply
+        .bool(id.as_str().is_some_and(|id| subs.unsubscribe(id)))
+}
+
 fn accounts(c: C<'_>) -> Answer {
     c.reply.raw(b"[]")
 }
@@ -273,6 +313,8 @@ pub fn dispatcher(
         .method("eth_getTransactionReceipt", get_transaction_receipt)
         .method("eth_getLogs", get_logs)
         .method("eth_sendRawTransaction", send_raw_transaction)
+        .method("eth_subscribe", subscribe)
+        .method("eth_unsubscribe", unsubscribe)
         .method("eth_accounts", accounts)
         .method("eth_syncing", syncing);
     b.build()

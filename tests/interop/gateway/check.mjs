@@ -13,7 +13,7 @@
 // concurrent calls), a Wallet's transfer and `wait()`, and a
 // WebSocketProvider's "block" events.
 // builtin: the same clients against the built-in chain, for what it
-// supports (transfers, blocks, receipts; no EVM and no subscriptions).
+// supports (transfers, blocks, receipts, newHeads; no EVM).
 //
 // Prints one line per check and a closing "js: N passed, M failed"; exits
 // 1 on any failure. Every step has a timeout, and the whole run one more,
@@ -470,10 +470,36 @@ async function viemBuiltin(gw) {
         unwatch();
         check("viem/watchBlockNumber (polling)", seen, numbers);
     });
-    await step("viem/ws getBlockNumber", async () => {
+    // WebSocket: newHeads, the built-in chain's only subscription; a
+    // transfer makes the head.
+    await step("viem/ws watchBlocks", async () => {
         const w = client(webSocket(wsUrl(gw), { reconnect: false, timeout: 10_000 }));
-        same("viem/ws getBlockNumber", await w.getBlockNumber(), await g.getBlockNumber());
-        (await w.transport.getRpcClient()).close();
+        const rpcClient = await w.transport.getRpcClient();
+        try {
+            same("viem/ws getBlockNumber", await w.getBlockNumber(), await g.getBlockNumber());
+            const blocks = [];
+            const numbers = [];
+            const errors = [];
+            const onError = (e) => errors.push(e.shortMessage || e.message);
+            const unwatch = [
+                w.watchBlocks({ onBlock: (b) => blocks.push(b), onError }),
+                w.watchBlockNumber({ onBlockNumber: (b) => numbers.push(b), onError }),
+            ];
+            const subscribed = await until(() => rpcClient.subscriptions.size === 2 || errors.length > 0);
+            check("viem/ws eth_subscribe newHeads", subscribed && errors.length === 0, errors);
+            const r = await transfer(gw, 1n);
+            const arrived = await until(() => blocks.length > 0 && numbers.length > 0);
+            check(
+                "viem/ws watchBlocks: the transfer's block",
+                arrived && blocks[0].hash === r.blockHash && numbers[0] === r.blockNumber,
+                { blocks, numbers, receipt: r },
+            );
+            for (const u of unwatch) u();
+            const gone = await until(() => rpcClient.subscriptions.size === 0, 5_000);
+            check("viem/ws unwatch: eth_unsubscribe", gone, rpcClient.subscriptions.size);
+        } finally {
+            rpcClient.close();
+        }
     });
 }
 
@@ -525,6 +551,15 @@ async function ethersBuiltin(gw) {
         const ws = new WebSocketProvider(wsUrl(gw));
         try {
             same("ethers/ws getBlockNumber", await ws.getBlockNumber(), await rpcNumber(gw));
+            const got = [];
+            await ws.on("block", (b) => got.push(b));
+            // `on` resolves before ethers' eth_subscribe is answered.
+            await sleep(500);
+            const w = new Wallet(KEY0, ws);
+            const r = await (await w.sendTransaction({ to: ACCOUNT1, value: 1n })).wait(1, 15_000);
+            const seen = await until(() => got.includes(r.blockNumber));
+            check('ethers/ws on("block")', seen, { got, block: r.blockNumber });
+            await ws.off("block");
         } finally {
             await ws.destroy();
         }
@@ -533,6 +568,11 @@ async function ethersBuiltin(gw) {
 
 async function main() {
     const [mode, gw, node] = process.argv.slice(2);
+    // A client's failure outside any await (ethers rejects a refused
+    // subscription this way) is a failure, not a crash without a count.
+    process.on("unhandledRejection", (e) =>
+        check("js: no unhandled rejection", false, (e && (e.shortMessage || e.message)) || String(e)),
+    );
     // The whole run's bound, past every step's own.
     setTimeout(() => {
         check("js: the run finished in time", false, "(110 s)");
