@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use http::{Method, Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use rpcwire::bytes::Bytes;
 use rpcwire::dispatch::WithAsync;
+use rpcwire::http::{Method, Request, Response};
 use rpcwire::server::http::{HttpService, ResponseBody, serve};
 use rpcwire::server::{Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};

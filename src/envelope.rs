@@ -36,7 +36,7 @@ use crate::scan::{self, eof, err, skip_ws};
 ///
 /// ```
 /// let parser = rpcwire::Parser::new().max_depth(32).max_batch_len(100);
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = parser.parse(br#"{"jsonrpc":"2.0","method":"ping","id":7}"#, &arena)?;
 /// assert!(!msg.is_batch());
 /// # Ok::<(), rpcwire::Error>(())
@@ -184,7 +184,7 @@ impl Parser {
     ///
     /// ```
     /// use rpcwire::message::{Incoming, Message};
-    /// let arena = bumpalo::Bump::new();
+    /// let arena = rpcwire::bumpalo::Bump::new();
     /// let input = br#"[{"jsonrpc":"2.0","id":7,"result":"0x1"},{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
     /// let Message::Batch(batch) = rpcwire::Parser::new().parse_incoming(input, &arena)? else { unreachable!() };
     /// let items: Vec<_> = batch.collect();
@@ -219,7 +219,7 @@ impl Parser {
     ///
     /// ```
     /// use rpcwire::Status;
-    /// let (parser, arena) = (rpcwire::Parser::new(), bumpalo::Bump::new());
+    /// let (parser, arena) = (rpcwire::Parser::new(), rpcwire::bumpalo::Bump::new());
     /// let stream = br#"{"jsonrpc":"2.0","method":"a"} {"jsonrpc":"2.0","#;
     /// let Status::Complete((_, len)) = parser.parse_prefix(stream, &arena)? else { panic!() };
     /// assert_eq!(len, 30);
@@ -418,7 +418,7 @@ impl Parser {
 /// Parses one request message with the default limits; see [`Parser::parse`].
 ///
 /// ```
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#, &arena)?;
 /// let request = msg.into_single().unwrap().request().unwrap();
 /// assert_eq!(request.method(), "eth_blockNumber");
@@ -435,7 +435,7 @@ pub fn parse<'a>(input: &'a [u8], arena: &'a Bump) -> Result<Message<'a>, Error>
 ///
 /// ```
 /// use rpcwire::response::ResponseMessage;
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse_response(br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"execution reverted","data":"0x08c379a0"}}"#, &arena)?;
 /// let ResponseMessage::Single(response) = msg else { unreachable!() };
 /// let error = response.result().unwrap_err();

@@ -12,7 +12,7 @@ pub(crate) use crate::codes::{INVALID_REQUEST, PARSE_ERROR};
 /// [`category`](Error::category) or [`code`](Error::code) instead.
 ///
 /// ```
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let err = rpcwire::parse(br#"{"jsonrpc":"2.0","method":"x",}"#, &arena).unwrap_err();
 /// assert_eq!(err.code(), rpcwire::codes::PARSE_ERROR);
 /// assert_eq!(err.offset(), 30);
@@ -194,7 +194,7 @@ impl Error {
     /// problem and, for limit errors, the limit, so a client can fix its call.
     ///
     /// ```
-    /// let arena = bumpalo::Bump::new();
+    /// let arena = rpcwire::bumpalo::Bump::new();
     /// let err = rpcwire::parse(b"[1,2", &arena).unwrap_err();
     /// let mut data = Vec::new();
     /// err.write_data(&mut data);

@@ -47,7 +47,7 @@ impl Kind {
 /// without surrounding whitespace.
 ///
 /// ```
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[ 1.5e3 , "x" ]}"#, &arena)?;
 /// let params = msg.into_single().unwrap().request().unwrap().params().unwrap();
 /// let first = params.iter().next().unwrap();
@@ -168,7 +168,7 @@ pub(crate) fn parse_i64(raw: &[u8]) -> Option<i64> {
 /// without decoding ([`eq_str`](JsonStr::eq_str)).
 ///
 /// ```
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let v = rpcwire::parse(br#"{"jsonrpc":"2.0","id":"a\u00e9","method":"m"}"#, &arena)?;
 /// let id = v.into_single().unwrap().request().unwrap().id().unwrap();
 /// let s = id.as_json_str().unwrap();

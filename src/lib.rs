@@ -30,7 +30,7 @@
 //! use rpcwire::message::Message;
 //! use rpcwire::request::Entry;
 //!
-//! let arena = bumpalo::Bump::new();
+//! let arena = rpcwire::bumpalo::Bump::new();
 //! let input = br#"[{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xab","latest"]},
 //!                  {"jsonrpc":"2.0","method":"log"},
 //!                  {"jsonrpc":"1.0","id":"x","method":"m"}]"#;
@@ -89,7 +89,8 @@
 //! * `http`: the HTTP transport (`server::http`): a `tower::Service` for
 //!   JSON-RPC over `POST` on hyper 1.x (HTTP/1.1 keep-alive, HTTP/2), and a
 //!   server with connection limits, timeouts and graceful shutdown; adds
-//!   `hyper`, `hyper-util`, `http`, `http-body(-util)` and `tower-service`.
+//!   `hyper`, `hyper-util`, `http` (re-exported as `rpcwire::http`),
+//!   `http-body(-util)`, `tower-service`, `httparse` and `httpdate`.
 //! * `ws`: the WebSocket transport (`server::ws`, on tokio-tungstenite):
 //!   pipelining, server-pushed notifications and `eth_subscribe`-style
 //!   subscriptions, pings and idle close, graceful shutdown; serves a
@@ -158,3 +159,10 @@ pub use request::Id;
 pub use bumpalo;
 /// Re-exported: the shared byte buffers async handlers and transports use.
 pub use bytes;
+/// Re-exported (feature `http`): the HTTP types of `server::http`, such as
+/// the `http::HeaderMap` of the request that handlers find in their
+/// context. An extension is looked up by its exact type, so a map asked for
+/// with another version of the `http` crate is never found.
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub use http;

@@ -147,7 +147,7 @@ impl<B: ReplyBuf + ?Sized> std::io::Write for Appender<'_, B> {
 /// use rpcwire::response::ResponseMessage;
 /// let mut table = PendingTable::new();
 /// let id = table.insert("ask the client", None);
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let reply = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":true}}"#);
 /// let ResponseMessage::Single(r) = rpcwire::parse_response(reply.as_bytes(), &arena)? else { panic!() };
 /// assert_eq!(table.take(r.id()), Some("ask the client"));
@@ -305,7 +305,7 @@ impl fmt::Display for PeerError {
 impl std::error::Error for PeerError {}
 
 /// A response to a request this side sent, owned (its JSON slices share the
-/// message's buffer when the transport read it into `bytes::Bytes`).
+/// message's buffer when the transport read it into `rpcwire::bytes::Bytes`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedResponse {
     outcome: Result<Bytes, OwnedError>,

@@ -128,7 +128,7 @@ impl<'a> InvalidRequest<'a> {
 /// `18446744073709551616` does not overflow, `"\u0041"` keeps its escape).
 ///
 /// ```
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":-0,"method":"m"}"#, &arena)?;
 /// let id = msg.into_single().unwrap().request().unwrap().id().unwrap();
 /// assert_eq!(id.as_bytes(), b"-0");
@@ -215,7 +215,7 @@ impl fmt::Display for Id<'_> {
 /// this on first use).
 ///
 /// ```
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(
 ///     br#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0xab","data":"0x"},"latest"]}"#,
 ///     &arena,
@@ -281,7 +281,7 @@ impl<'a> Params<'a> {
     /// the params are named): O(1) access to each afterwards.
     ///
     /// ```
-    /// let arena = bumpalo::Bump::new();
+    /// let arena = rpcwire::bumpalo::Bump::new();
     /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1,"x",[2]]}"#, &arena)?;
     /// let params = msg.into_single().unwrap().request().unwrap().params().unwrap();
     /// let values = params.positional_in(&arena);

@@ -24,7 +24,7 @@ pub enum ResponseMessage<'a> {
 ///
 /// ```
 /// use rpcwire::response::ResponseMessage;
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse_response(br#"{"jsonrpc":"2.0","id":"a","result":{"number":"0x1"}}"#, &arena)?;
 /// let ResponseMessage::Single(response) = msg else { unreachable!() };
 /// assert_eq!(response.id().as_bytes(), br#""a""#);

@@ -15,7 +15,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use bytes::Bytes;
+use rpcwire::bytes::Bytes;
 use rpcwire::dispatch::{AsyncCall, Done, IntoResponse, OwnedParams, Reply, RpcError, WithAsync};
 use rpcwire::eth::catalogue;
 use rpcwire::server::subscriptions::{SubscriptionId, Subscriptions};

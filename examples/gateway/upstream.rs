@@ -21,12 +21,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rpcwire::bytes::Bytes;
 use rpcwire::message::{Incoming, Message as RpcMessage};
 use rpcwire::response::ResponseMessage;
 use rpcwire::server::subscriptions::{Sink, SinkError, SubscriptionId};
@@ -415,7 +415,7 @@ impl Decimal {
 
 /// Reads the upstream's reply to the call with gateway id `id`.
 pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result<Answer, RpcError> {
-    let arena = bumpalo::Bump::new();
+    let arena = rpcwire::bumpalo::Bump::new();
     let response = match parser.parse_response(&reply, &arena) {
         Ok(ResponseMessage::Single(r)) => r,
         Ok(ResponseMessage::Batch(_)) => {
@@ -669,7 +669,7 @@ impl WsConn {
     /// One frame from the upstream: a reply to a waiting call, or a
     /// subscription notification to relay.
     fn route(self: &Arc<Self>, frame: Bytes) {
-        let arena = bumpalo::Bump::new();
+        let arena = rpcwire::bumpalo::Bump::new();
         let Ok(message) = self.parser.parse_incoming(&frame, &arena) else {
             return; // Nothing to match it to.
         };

@@ -138,7 +138,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     ///     .async_method("eth_chainId", |_call: AsyncCall<()>| async { Ok::<_, rpcwire::RpcError>("0x1") })
     ///     .build()?;
     /// let (mut conn, mut out) = (Connection::new(), Vec::new());
-    /// let input = bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#);
+    /// let input = rpcwire::bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#);
     /// d.handle_async(&input, &mut conn, &mut out).await;
     /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#);
     /// # Ok::<(), rpcwire::router::BuildError>(()) }).unwrap();
@@ -436,7 +436,7 @@ impl<S> AsyncCall<S> {
     /// #[derive(serde::Deserialize)]
     /// struct Args<'a> { #[serde(borrow)] name: &'a str }
     /// async fn hello(call: AsyncCall<()>) -> Result<String, rpcwire::RpcError> {
-    ///     let arena = bumpalo::Bump::new();
+    ///     let arena = rpcwire::bumpalo::Bump::new();
     ///     let params = call.params.ok_or_else(|| rpcwire::RpcError::invalid_params("missing"))?;
     ///     let args: Args<'_> = params.decode_in(&arena)?;
     ///     Ok(format!("hello, {}", args.name))

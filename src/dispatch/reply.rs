@@ -22,7 +22,7 @@ use crate::json::RawJson;
 use crate::request::Id;
 use crate::write;
 
-/// A buffer replies are written into: `Vec<u8>`, `bytes::BytesMut`, or a
+/// A buffer replies are written into: `Vec<u8>`, `rpcwire::bytes::BytesMut`, or a
 /// transport's own frame buffer.
 ///
 /// Replies are appended; a writer may cut back what it appended (to replace
@@ -30,7 +30,7 @@ use crate::write;
 ///
 /// ```
 /// use rpcwire::dispatch::ReplyBuf;
-/// let mut out = bytes::BytesMut::new();
+/// let mut out = rpcwire::bytes::BytesMut::new();
 /// out.extend_from_slice(b"Content-Length: ");
 /// assert_eq!(ReplyBuf::len(&out), 16);
 /// ```

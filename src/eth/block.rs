@@ -184,7 +184,7 @@ pub(crate) fn block_at(buf: &[u8], start: usize) -> Option<(BlockNumberOrTag, us
 /// ```
 /// use rpcwire::eth::{BlockId, BlockTag, EthValue};
 ///
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":["safe","0x10",{"blockNumber":"0x10"}]}"#, &arena).unwrap();
 /// let p = msg.into_single().unwrap().request().unwrap().params().unwrap();
 /// assert_eq!(p.nth(0).unwrap().block_id()?, BlockId::Tag(BlockTag::Safe));

@@ -71,7 +71,7 @@ members! {
 /// ```
 /// use rpcwire::eth::EthParams;
 ///
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48","data":"0x70a08231","gas":"0x5208"},"latest"]}"#, &arena).unwrap();
 /// let mut p = EthParams::new(msg.into_single().unwrap().request().unwrap().params());
 /// let tx = p.required("transaction")?.call_request()?;

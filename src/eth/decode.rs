@@ -102,7 +102,7 @@ impl Reason {
 /// ```
 /// use rpcwire::eth::EthParams;
 ///
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97","0x01"]}"#, &arena).unwrap();
 /// let params = msg.into_single().unwrap().request().unwrap().params();
 /// let mut p = EthParams::new(params);
@@ -392,13 +392,13 @@ fn fixed<'a, const N: usize>(v: RawJson<'a>) -> Result<[u8; N], Invalid<'a>> {
 /// ```
 /// use rpcwire::eth::EthValue;
 ///
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x02f8"]}"#, &arena).unwrap();
 /// let raw = msg.into_single().unwrap().request().unwrap().params().unwrap().nth(0).unwrap();
 /// let hex = raw.data()?;
 /// assert_eq!((hex.len(), hex.as_str()), (2, Some("0x02f8")));
 /// assert_eq!(hex.decode_in(&arena), &[0x02, 0xf8]);
-/// assert_eq!(hex.to_bytes(), alloy_primitives::Bytes::from_static(&[0x02, 0xf8]));
+/// assert_eq!(hex.to_bytes(), rpcwire::eth::Bytes::from_static(&[0x02, 0xf8]));
 /// # Ok::<(), rpcwire::RpcError>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -550,7 +550,7 @@ macro_rules! decoders {
         /// ```
         /// use rpcwire::eth::{BlockId, BlockTag, EthValue};
         ///
-        /// let arena = bumpalo::Bump::new();
+        /// let arena = rpcwire::bumpalo::Bump::new();
         /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":["0x1b4","latest","0x01"]}"#, &arena).unwrap();
         /// let p = msg.into_single().unwrap().request().unwrap().params().unwrap();
         /// assert_eq!(p.nth(0).unwrap().quantity_u64()?, 0x1b4);
@@ -699,7 +699,7 @@ impl<'a> Param<'a> {
 /// ```
 /// use rpcwire::eth::{BlockId, BlockTag, EthParams};
 ///
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97"]}"#, &arena).unwrap();
 /// let mut p = EthParams::new(msg.into_single().unwrap().request().unwrap().params());
 /// let address = p.required("address")?.address()?;

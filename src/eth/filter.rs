@@ -21,7 +21,7 @@ use crate::json::{Kind, RawJson};
 /// ```
 /// use rpcwire::eth::{BlockNumberOrTag, EthParams, TopicFilter};
 ///
-/// let arena = bumpalo::Bump::new();
+/// let arena = rpcwire::bumpalo::Bump::new();
 /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_getLogs","params":[{"fromBlock":"0x1312d00","toBlock":"latest","address":["0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48"],"topics":["0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef",null]}]}"#, &arena).unwrap();
 /// let mut p = EthParams::new(msg.into_single().unwrap().request().unwrap().params());
 /// let filter = p.required("filter")?.log_filter()?;

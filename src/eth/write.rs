@@ -102,7 +102,7 @@ pub fn hash<B: ReplyBuf + ?Sized>(out: &mut B, h: &B256) {
 /// ```
 /// use rpcwire::eth::EthReply;
 /// use rpcwire::{Call, Connection, Dispatcher};
-/// use alloy_primitives::{Address, U256};
+/// use rpcwire::eth::{Address, U256};
 ///
 /// let d = Dispatcher::builder(())
 ///     .method("eth_getBalance", |call: Call<'_, ()>| call.reply.quantity_u256(U256::from(10u64).pow(U256::from(18u64))))

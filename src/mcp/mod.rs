@@ -66,7 +66,7 @@
 //! let request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":2,"b":3},
 //!     "_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
 //! let mut out = Vec::new();
-//! server.handle(&bytes::Bytes::from_static(request), &mut conn, &mut out).await;
+//! server.handle(&rpcwire::bytes::Bytes::from_static(request), &mut conn, &mut out).await;
 //! let reply: serde_json::Value = serde_json::from_slice(&out).unwrap();
 //! assert_eq!(reply["result"]["structuredContent"], json!({"sum": 5.0}));
 //! assert_eq!(reply["result"]["resultType"], "complete");

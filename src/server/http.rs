@@ -40,7 +40,8 @@
 //! timeout).
 //!
 //! Handlers see the request's headers and the client's address in their
-//! [`Context`]: `ctx.extension::<http::HeaderMap>()` and
+//! [`Context`]: [`header(&call.ctx, "user-agent")`](header) for one header,
+//! `ctx.extension::<rpcwire::http::HeaderMap>()` for them all, and
 //! [`ctx.peer_addr()`](Context::peer_addr); `ctx.transport()` is `"http"`.
 //!
 //! # Metrics
@@ -130,9 +131,9 @@ const POOL_RETAINED: usize = 256 * 1024;
 ///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.str("0x1"))
 ///     .build()?;
 /// let service = HttpService::new(d, &Limits::default(), None);
-/// let request = http::Request::post("/")
+/// let request = rpcwire::http::Request::post("/")
 ///     .header("content-type", "application/json")
-///     .body(Full::new(bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#)))?;
+///     .body(Full::new(rpcwire::bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#)))?;
 /// let response = service.oneshot(request).await?;
 /// assert_eq!(response.status(), 200);
 /// let body = response.into_body().collect().await?.to_bytes();
