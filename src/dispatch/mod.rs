@@ -105,6 +105,11 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// method for handlers that write their result themselves; `E` is
     /// anything that converts into [`RpcError`].
     ///
+    /// A returned `T` cannot borrow from the call (the handler's return type
+    /// is one type for every call, whatever its lifetime): rustc says
+    /// "lifetime may not live long enough". Write a result that borrows from
+    /// the params with [`Reply::json`] instead, as in `greet` below.
+    ///
     /// ```
     /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
     /// let d = Dispatcher::builder(40u64)
@@ -113,10 +118,19 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     ///         Ok::<_, RpcError>(call.state + n)
     ///     })
     ///     .method("eth_chainId", |call: Call<'_, u64>| call.reply.str("0x1"))
+    ///     .method("greet", |call: Call<'_, u64>| {
+    ///         #[derive(serde::Serialize)]
+    ///         struct Hello<'a> { hello: &'a str }
+    ///         let (name,): (&str,) = call.decode()?;
+    ///         call.reply.json(&Hello { hello: name }) // not `Ok(Hello { .. })`
+    ///     })
     ///     .build()?;
     /// let (mut conn, mut out) = (Connection::new(), Vec::new());
     /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[2]}"#, &mut conn, &mut out);
     /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":42}"#);
+    /// out.clear();
+    /// d.handle(br#"{"jsonrpc":"2.0","id":2,"method":"greet","params":["Ada"]}"#, &mut conn, &mut out);
+    /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":2,"result":{"hello":"Ada"}}"#);
     /// # Ok::<(), rpcwire::router::BuildError>(())
     /// ```
     pub fn method<F, R>(mut self, name: impl Into<String>, handler: F) -> Self
@@ -203,6 +217,11 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// prints the message and, with `RUST_BACKTRACE`, a backtrace) is skipped
     /// for panics inside this dispatcher's handlers, which are answered with
     /// -32603 anyway. Panics anywhere else still reach the hook.
+    ///
+    /// Quiet or not, the -32603 carries the panic's message to the client
+    /// (`"data":{"panic":"…"}`, or `"handler panicked"` for a payload that
+    /// is not a string): keep secrets out of panic messages (`expect` texts,
+    /// `unwrap` on errors that quote them).
     ///
     /// This wraps the hook installed when the first quiet dispatcher is
     /// built (once per process); set your own hook before that.
