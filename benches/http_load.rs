@@ -2,7 +2,7 @@
 //! client, same concurrency, runs alternated.
 //!
 //! ```text
-//! cargo bench --features http --bench http_load
+//! cargo bench --features peers,http,eth --bench http_load
 //! ```
 //!
 //! Each run starts the server under test in a child process (this binary,

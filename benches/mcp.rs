@@ -16,7 +16,7 @@
 //! serde (how rmcp tools take arguments), and a second rmcp variant also
 //! checks them against the same schema with `jsonschema`, for the same work.
 //!
-//! `cargo bench --features mcp --bench mcp` (`MCP_BENCH_CALLS` sets the
+//! `cargo bench --features peers,mcp --bench mcp` (`MCP_BENCH_CALLS` sets the
 //! calls per sample, default 20,000).
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Which WebSocket crate the `ws` transport is built on: tokio-tungstenite
 //! or fastwebsockets, measured as echo servers over loopback.
 //!
-//! `cargo bench --bench ws_echo` runs each crate's echo
+//! `cargo bench --features peers --bench ws_echo` runs each crate's echo
 //! server in a child process (this binary, started with `--serve <crate>`),
 //! and the same client (tokio-tungstenite) against both, the servers
 //! alternated over several rounds (`ROUNDS`, default 3). Three cases:

@@ -1,6 +1,6 @@
 //! rpcwire's WebSocket server against jsonrpsee's, under the same load.
 //!
-//! `cargo bench --bench ws_load --features ws` starts both servers, each in
+//! `cargo bench --bench ws_load --features peers,ws,eth` starts both servers, each in
 //! a child process of its own (this binary with `--serve <server>`, a
 //! two-worker tokio runtime, the same handlers: `eth_blockNumber`,
 //! `eth_chainId`, `eth_getBalance` decoding its two string params), then

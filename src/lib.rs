@@ -80,8 +80,8 @@
 //! * `async`: async handlers (`DispatcherBuilder::async_method`,
 //!   `Dispatcher::handle_async`, `Connection::start` for pipelining), with a
 //!   concurrency cap, per-request
-//!   timeouts and cancellation; adds `tokio` (time, sync) and
-//!   `futures-util`.
+//!   timeouts and cancellation; adds `tokio` (time, sync, rt),
+//!   `futures-util` and `pin-project-lite`.
 //! * `tokio`: the same, under the name users of tokio look for.
 //! * `tracing`: a `tracing` span per call (method, id, error code).
 //! * `server`: servers on tokio (module `server`): limits, metrics, graceful
@@ -111,6 +111,9 @@
 //!   revision, tools whose arguments are checked against their JSON Schema
 //!   (`jsonschema`), progress, cancellation, logging, over stdio and
 //!   Streamable HTTP (hyper 1.x). Implies `server`.
+//! * `peers`: not a library feature: the crates the benchmarks compare
+//!   against (criterion, jsonrpsee, sonic-rs, simd-json, rmcp, ...), which
+//!   some tests check agreement with. `--all-features` builds them.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(
     missing_docs,

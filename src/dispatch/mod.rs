@@ -367,8 +367,8 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
     /// one `Connection` and one `out` across messages and steady-state
     /// dispatch allocates nothing.
     ///
-    /// Every case of the JSON-RPC 2.0 specification is answered as the
-    /// crate's design notes list: one -32700 for invalid JSON, one -32600
+    /// Every case of the JSON-RPC 2.0 specification is answered (the
+    /// README's table lists them all): one -32700 for invalid JSON, one -32600
     /// for `[]` and for non-object messages, -32600 in place for invalid
     /// batch entries (with the id when it could be read), -32601 for unknown
     /// methods (and every `rpc.` method but an opted-in `rpc.discover`),

@@ -63,7 +63,9 @@
 //!
 //! Hex is decoded and encoded by const-hex (SIMD, chosen at run time),
 //! except QUANTITY parsing, where a table lookup per digit is faster for
-//! such short strings (see the `hex` group of `benches/eth_decode.rs`).
+//! such short strings, and DATA of 16 to 64 digits (addresses, hashes) on
+//! x86_64, which an inlined SSE2 decoder reads (see the `hex` group of
+//! `benches/eth_decode.rs`).
 
 mod block;
 mod call;

@@ -88,16 +88,12 @@ pub fn hash<B: ReplyBuf + ?Sized>(out: &mut B, h: &B256) {
     out.extend_from_slice(&buf[..n]);
 }
 
-/// Ethereum results written straight into a handler's [`Reply`]: the
-/// extension that replaces the core's `Reply::quantity` and
-/// `Reply::hex_data`.
+/// Ethereum results written straight into a handler's [`Reply`]: with the
+/// trait in scope, `call.reply.quantity(v)`, `.data(..)`, `.address(..)`
+/// and so on (or `EthReply::quantity(call.reply, v)`).
 ///
 /// Each method is bounded by the response size limit like `Reply`'s own
 /// (a result past it becomes the "response too large" error).
-///
-/// The core's `Reply::quantity(u128)` is an inherent method of the same
-/// name and output, so `reply.quantity(v)` still calls it while it exists;
-/// `EthReply::quantity(reply, v)` names this one.
 ///
 /// ```
 /// use rpcwire::eth::EthReply;
