@@ -56,6 +56,10 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::Duplicate(name) => write!(f, "method {name:?} is registered twice"),
+            BuildError::Reserved(name) if name == "rpc.discover" => f.write_str(
+                "method \"rpc.discover\" is reserved: register it with \
+                 `DispatcherBuilder::rpc_discover`",
+            ),
             BuildError::Reserved(name) => write!(
                 f,
                 "method {name:?} starts with \"rpc.\", which JSON-RPC 2.0 reserves"
@@ -894,6 +898,8 @@ mod tests {
         assert!(Router::new([("rpc", 1), ("x.rpc.y", 2), ("rpc_modules", 3)]).is_ok());
         let e = Router::new([("rpc.x", 1)]).unwrap_err();
         assert!(e.to_string().contains("reserves"));
+        let e = Router::new([("rpc.discover", 1)]).unwrap_err();
+        assert!(e.to_string().contains("rpc_discover"), "{e}");
     }
 
     #[test]
