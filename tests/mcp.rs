@@ -1366,3 +1366,53 @@ async fn http_sessions_past_the_limit_evict_the_one_unused_longest() {
     assert_eq!(used(&first).await, 200);
     assert_eq!(used(&third).await, 200);
 }
+
+/// A client sending its request head a byte at a time (slowloris) is
+/// disconnected at `header_timeout`, and one connection past
+/// `max_connections` is closed at once while the others are served (before,
+/// `serve` had no limit on either: hyper's header timer needs a timer it
+/// was not given).
+#[tokio::test]
+async fn http_slow_heads_and_connections_past_the_limit_are_closed() {
+    use tokio::io::AsyncReadExt;
+    let config = HttpConfig {
+        header_timeout: Duration::from_millis(300),
+        max_connections: 2,
+        ..HttpConfig::default()
+    };
+    let http = http_server_with(server(), config).await;
+    // Slowloris: a byte every 100 ms, never a whole head.
+    let mut slow = tokio::net::TcpStream::connect(http.addr).await.unwrap();
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        for b in b"POST /mcp HTTP/1.1\r\nhost: x\r\nx-slow: ".iter().cycle() {
+            if slow.write_all(&[*b]).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(closed.is_ok(), "the slow head is cut off");
+    // Two connections take both places (each closes at its header
+    // timeout: the third is tried at once).
+    let _a = tokio::net::TcpStream::connect(http.addr).await.unwrap();
+    let _b = tokio::net::TcpStream::connect(http.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let mut third = tokio::net::TcpStream::connect(http.addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let read = tokio::time::timeout(Duration::from_millis(200), third.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "the connection past the limit is closed at once: {read:?}"
+    );
+    drop((_a, _b));
+    // Places come back: a request is served again.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = post(
+        http.addr,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+}

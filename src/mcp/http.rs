@@ -90,6 +90,14 @@ pub struct HttpConfig {
     /// (its client gets 404 and, as the specification says, starts a new
     /// one), so that sessions nobody ended cannot lock new clients out.
     pub max_sessions: usize,
+    /// Connections [`serve`] serves at once (default 10,000); one more is
+    /// closed at once, so that clients that never finish cannot take every
+    /// file descriptor.
+    pub max_connections: usize,
+    /// How long a request's head may take to arrive (default 30 s), on a
+    /// new connection and between the requests of a kept-alive one: a
+    /// client sending it a byte at a time (slowloris) is disconnected.
+    pub header_timeout: std::time::Duration,
 }
 
 impl Default for HttpConfig {
@@ -99,6 +107,8 @@ impl Default for HttpConfig {
             allowed_origins: Vec::new(),
             max_body: 4 << 20,
             max_sessions: 10_000,
+            max_connections: 10_000,
+            header_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -165,33 +175,62 @@ impl std::fmt::Debug for Body {
 }
 
 /// Serves `endpoint` on `listener` until `shutdown` completes (then stops
-/// accepting; connections already open finish on their own).
+/// accepting; connections already open finish on their own), at most
+/// [`HttpConfig::max_connections`] at once, each request head within
+/// [`HttpConfig::header_timeout`].
 pub async fn serve(
     endpoint: Endpoint,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let config = &endpoint.inner.config;
+    let places = Arc::new(tokio::sync::Semaphore::new(
+        config
+            .max_connections
+            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+    ));
+    let mut http1 = hyper::server::conn::http1::Builder::new();
+    http1
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(config.header_timeout);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
-                // A connection that failed before it was accepted (reset,
-                // out of descriptors): keep serving the others.
-                Err(_) => continue,
+                Err(e) => {
+                    // A connection reset before it was accepted is nothing;
+                    // out of descriptors or memory: pause instead of
+                    // spinning on the error.
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::Interrupted
+                    ) {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    continue;
+                }
             },
             _ = &mut shutdown => return Ok(()),
         };
+        let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let endpoint = endpoint.clone();
+        let http1 = http1.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| {
                 let endpoint = endpoint.clone();
                 async move { Ok::<_, Infallible>(endpoint.handle(req).await) }
             });
-            let _ = hyper::server::conn::http1::Builder::new()
+            let _ = http1
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                 .await;
+            drop(place);
         });
     }
 }
