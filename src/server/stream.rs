@@ -1178,6 +1178,10 @@ where
 /// `TcpListener::bind`'s 128 (`tokio::net::TcpSocket::listen`): past it,
 /// new connections wait for the client to retry, a second or more.
 ///
+/// `metrics` counts connections and limits; calls are counted by the
+/// dispatcher, given the same [`Metrics`] as its observer
+/// ([`DispatcherBuilder::observer`](crate::dispatch::DispatcherBuilder::observer)).
+///
 /// ```
 /// use rpcwire::frame::Lines;
 /// use rpcwire::server::{Limits, Metrics, Shutdown, stream::serve_tcp};
@@ -1186,12 +1190,13 @@ where
 /// use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 ///
 /// # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+/// let (metrics, shutdown) = (Arc::new(Metrics::default()), Shutdown::new());
 /// let d = Dispatcher::builder(())
 ///     .method("whoami", |c: Call<'_, ()>| c.reply.str(c.ctx.transport()))
+///     .observer(metrics.clone())
 ///     .build()?;
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 /// let addr = listener.local_addr()?;
-/// let (metrics, shutdown) = (Arc::new(Metrics::default()), Shutdown::new());
 /// let server = tokio::spawn(serve_tcp(listener, d, Lines::new, Limits::default(), metrics.clone(), shutdown.clone()));
 ///
 /// let mut client = BufReader::new(tokio::net::TcpStream::connect(addr).await?);
@@ -1203,6 +1208,7 @@ where
 /// shutdown.trigger();
 /// server.await?;
 /// assert_eq!(metrics.connections_open(), 0);
+/// assert_eq!(metrics.call_count("whoami"), 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
 /// ```
 pub async fn serve_tcp<S, K, F, M>(
