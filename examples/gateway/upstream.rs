@@ -41,6 +41,9 @@ use crate::h1::{H1Error, H1Pool};
 pub const REST: Duration = Duration::from_secs(2);
 /// How long connecting to a WebSocket upstream may take.
 const WS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The largest message read from a WebSocket upstream at least (tungstenite's
+/// default): a larger one ends the connection.
+const WS_MIN_MESSAGE: usize = 64 << 20;
 
 /// An upstream's answer to one call: its `result`, a slice of the reply
 /// body (no copy).
@@ -467,6 +470,12 @@ pub struct WsUpstream {
     conn: tokio::sync::Mutex<Option<Arc<WsConn>>>,
     timeout: Duration,
     parser: Parser,
+    /// The largest message and frame read: a reply up to `--max-response`
+    /// in one frame (tungstenite's default frame limit, 16 MiB, is below
+    /// the default `--max-response`, and nodes on tungstenite or jsonrpsee
+    /// send a message as one frame: a larger one ended the connection,
+    /// with every call and subscription on it).
+    max_message: usize,
 }
 
 /// One live WebSocket connection to the upstream.
@@ -508,6 +517,7 @@ impl WsUpstream {
             conn: tokio::sync::Mutex::new(None),
             timeout,
             parser: reply_parser(max_response),
+            max_message: (max_response + ENVELOPE_ROOM).max(WS_MIN_MESSAGE),
         }
     }
 
@@ -529,7 +539,11 @@ impl WsUpstream {
         {
             return Ok(Arc::clone(c));
         }
-        let connect = tokio_tungstenite::connect_async(self.url.as_str());
+        let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+            .max_message_size(Some(self.max_message))
+            .max_frame_size(Some(self.max_message));
+        let connect =
+            tokio_tungstenite::connect_async_with_config(self.url.as_str(), Some(config), false);
         let (ws, _) = match tokio::time::timeout(WS_CONNECT_TIMEOUT, connect).await {
             Ok(Ok(ws)) => ws,
             Ok(Err(e)) => {

@@ -1,0 +1,510 @@
+//! The gateway example's WebSocket side toward its upstream node: calls
+//! forwarded over a `ws://` upstream and `eth_subscribe` relayed to it,
+//! against fake upstream WebSocket servers that misbehave on purpose
+//! (close or reset with calls in flight and subscriptions live, answer
+//! garbage, binary frames, pings, replies past the limit, ids never used).
+//! Everything on 127.0.0.1; deadlines only detect hangs.
+
+#![allow(dead_code)]
+
+#[path = "../examples/gateway/app.rs"]
+mod app;
+#[path = "../examples/gateway/chain.rs"]
+mod chain;
+#[path = "../examples/gateway/config.rs"]
+mod config;
+#[path = "../examples/gateway/errors.rs"]
+mod errors;
+#[path = "../examples/gateway/h1.rs"]
+mod h1;
+#[path = "../examples/gateway/local.rs"]
+mod local;
+#[path = "../examples/gateway/proxy.rs"]
+mod proxy;
+#[path = "../examples/gateway/upstream.rs"]
+mod upstream;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::{SinkExt, StreamExt};
+use rpcwire::server::Shutdown;
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+/// Long enough to mean "it hangs", never a timing assertion.
+const HANG: Duration = Duration::from_secs(10);
+
+struct Gateway {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+async fn start(config: config::Config) -> Gateway {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
+    Gateway { addr, shutdown }
+}
+
+fn ws_config(upstreams: &[String], timeout_ms: u64) -> config::Config {
+    config::Config {
+        upstreams: upstreams.to_vec(),
+        timeout: Duration::from_millis(timeout_ms),
+        ..Default::default()
+    }
+}
+
+/// What a fake upstream does.
+enum Act {
+    /// Sends a frame.
+    Send(Message),
+    /// Sends a close frame and ends the connection.
+    Close,
+    /// Ends the connection with a TCP reset (linger 0), no close frame.
+    Reset,
+}
+
+/// A request the fake upstream read: which connection (0, 1, …) and the
+/// request.
+type Log = Arc<Mutex<Vec<(usize, Value)>>>;
+
+/// Decides the answer to one request (connection number, request).
+type Script = Arc<dyn Fn(usize, &Value) -> Vec<Act> + Send + Sync>;
+
+/// A raw WebSocket upstream: each request read is logged and answered as
+/// `script` says; `push` sends acts to the newest connection at any time.
+struct FakeWs {
+    addr: SocketAddr,
+    log: Log,
+    push: Arc<Mutex<Vec<mpsc::UnboundedSender<Act>>>>,
+}
+
+impl FakeWs {
+    fn url(&self) -> String {
+        format!("ws://{}", self.addr)
+    }
+
+    fn act(&self, act: Act) {
+        let push = self.push.lock().unwrap();
+        let _ = push.last().expect("a connection").send(act);
+    }
+
+    fn connections(&self) -> usize {
+        self.push.lock().unwrap().len()
+    }
+
+    fn requests(&self, method: &str) -> Vec<(usize, Value)> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v)| v["method"] == method)
+            .cloned()
+            .collect()
+    }
+
+    /// Waits (at most [`HANG`]) until `method` was received `n` times.
+    async fn wait_for(&self, method: &str, n: usize) -> Vec<(usize, Value)> {
+        let deadline = tokio::time::Instant::now() + HANG;
+        loop {
+            let seen = self.requests(method);
+            if seen.len() >= n {
+                return seen;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{method} received {} times, not {n}",
+                seen.len()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+async fn fake_ws(script: Script) -> FakeWs {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log: Log = Arc::default();
+    let push: Arc<Mutex<Vec<mpsc::UnboundedSender<Act>>>> = Arc::default();
+    let (log2, push2) = (Arc::clone(&log), Arc::clone(&push));
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let Ok(mut ws) = tokio_tungstenite::accept_async(tcp).await else {
+                continue;
+            };
+            let (tx, mut rx) = mpsc::unbounded_channel::<Act>();
+            let conn = {
+                let mut push = push2.lock().unwrap();
+                push.push(tx.clone());
+                push.len() - 1
+            };
+            let (log, script) = (Arc::clone(&log2), Arc::clone(&script));
+            tokio::spawn(async move {
+                loop {
+                    let act = tokio::select! {
+                        frame = ws.next() => {
+                            let Some(Ok(frame)) = frame else { return };
+                            let Ok(text) = frame.to_text() else { continue };
+                            let Ok(v) = serde_json::from_str::<Value>(text) else { continue };
+                            log.lock().unwrap().push((conn, v.clone()));
+                            for act in script(conn, &v) {
+                                let _ = tx.send(act);
+                            }
+                            continue;
+                        }
+                        act = rx.recv() => act,
+                    };
+                    match act {
+                        Some(Act::Send(m)) => {
+                            if ws.send(m).await.is_err() {
+                                return;
+                            }
+                        }
+                        Some(Act::Close) => {
+                            let _ = ws.close(None).await;
+                            // Drains until the peer's close.
+                            while let Some(Ok(_)) = ws.next().await {}
+                            return;
+                        }
+                        Some(Act::Reset) => {
+                            let _ = ws.get_ref().set_linger(Some(Duration::ZERO));
+                            return;
+                        }
+                        None => return,
+                    }
+                }
+            });
+        }
+    });
+    FakeWs { addr, log, push }
+}
+
+fn reply(v: &Value, result: Value) -> Act {
+    Act::Send(Message::text(
+        json!({"jsonrpc":"2.0","id":v["id"],"result":result}).to_string(),
+    ))
+}
+
+fn notification(sub: &str, result: Value) -> Act {
+    Act::Send(Message::text(
+        json!({"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":sub,"result":result}})
+            .to_string(),
+    ))
+}
+
+/// A node: `eth_blockNumber` answers `0x10` (on connection n, `0x10 + n`),
+/// `hang` is never answered, `eth_subscribe` answers `0xs<conn><n>`,
+/// `eth_unsubscribe` true.
+fn node() -> Script {
+    let subs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    Arc::new(move |conn, v| match v["method"].as_str().unwrap_or("") {
+        "eth_blockNumber" => vec![reply(v, json!(format!("{:#x}", 0x10 + conn)))],
+        "eth_subscribe" => {
+            let n = subs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            vec![reply(v, json!(format!("0xa{conn}b{n}")))]
+        }
+        "eth_unsubscribe" => vec![reply(v, json!(true))],
+        _ => vec![],
+    })
+}
+
+type WsClient = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+
+async fn client(addr: SocketAddr) -> WsClient {
+    tokio_tungstenite::connect_async(format!("ws://{addr}"))
+        .await
+        .unwrap()
+        .0
+}
+
+async fn send(ws: &mut WsClient, v: Value) {
+    ws.send(Message::text(v.to_string())).await.unwrap();
+}
+
+/// The next JSON message, at most [`HANG`] away.
+async fn next(ws: &mut WsClient) -> Value {
+    loop {
+        let m = tokio::time::timeout(HANG, ws.next())
+            .await
+            .expect("a message before the deadline (the gateway hangs)")
+            .expect("the connection open")
+            .unwrap();
+        if let Ok(text) = m.to_text()
+            && !text.is_empty()
+        {
+            return serde_json::from_str(text).unwrap();
+        }
+    }
+}
+
+/// Subscribes to newHeads with id `id`; the gateway's subscription id.
+async fn subscribe(ws: &mut WsClient, id: u64) -> String {
+    send(
+        ws,
+        json!({"jsonrpc":"2.0","id":id,"method":"eth_subscribe","params":["newHeads"]}),
+    )
+    .await;
+    let r = next(ws).await;
+    assert_eq!(r["id"], id, "{r}");
+    r["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a subscription id: {r}"))
+        .to_string()
+}
+
+async fn rpc(addr: SocketAddr, method: &str) -> Value {
+    let mut ws = client(addr).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":1,"method":method})).await;
+    next(&mut ws).await
+}
+
+/// The upstream WebSocket drops (a close frame, or a reset) while a client
+/// has a live subscription and calls in flight: each call gets one clear
+/// error, the subscription ends with an error notification, and later
+/// calls and subscriptions go over a new connection.
+#[tokio::test]
+async fn an_upstream_that_drops_fails_what_is_in_flight_and_is_reconnected() {
+    for reset in [false, true] {
+        let up = fake_ws(node()).await;
+        let gw = start(ws_config(&[up.url()], 3000)).await;
+        let mut ws = client(gw.addr).await;
+        let sub = subscribe(&mut ws, 1).await;
+        let upstream_sub = up.requests("eth_subscribe")[0].0;
+        assert_eq!(upstream_sub, 0);
+        up.act(notification("0xa0b0", json!({"number":"0x1"})));
+        let n = next(&mut ws).await;
+        assert_eq!(n["params"]["subscription"], sub.as_str(), "{n}");
+        for id in 10..13 {
+            send(&mut ws, json!({"jsonrpc":"2.0","id":id,"method":"hang"})).await;
+        }
+        up.wait_for("hang", 3).await;
+        up.act(if reset { Act::Reset } else { Act::Close });
+        let mut answered = Vec::new();
+        let mut ended = false;
+        while answered.len() < 3 || !ended {
+            let m = next(&mut ws).await;
+            if m["method"] == "eth_subscription" {
+                assert_eq!(m["params"]["subscription"], sub.as_str(), "{m}");
+                assert!(m["params"]["error"]["code"].is_i64(), "{m}");
+                assert!(!ended, "two final notifications: {m}");
+                ended = true;
+            } else {
+                assert_eq!(m["error"]["code"], -32603, "reset {reset}: {m}");
+                answered.push(m["id"].as_u64().unwrap());
+            }
+        }
+        answered.sort();
+        assert_eq!(answered, [10, 11, 12], "reset {reset}");
+        // A new connection for later calls and subscriptions.
+        send(
+            &mut ws,
+            json!({"jsonrpc":"2.0","id":20,"method":"eth_blockNumber"}),
+        )
+        .await;
+        let r = next(&mut ws).await;
+        assert_eq!(r["result"], "0x11", "reset {reset}: {r}");
+        let sub2 = subscribe(&mut ws, 21).await;
+        up.act(notification("0xa1b1", json!({"number":"0x2"})));
+        let n = next(&mut ws).await;
+        assert_eq!(n["params"]["subscription"], sub2.as_str(), "{n}");
+        assert_eq!(up.connections(), 2);
+    }
+}
+
+/// Frames a node should never send are ignored, and the connection goes
+/// on: garbage, an empty object, a response to an id never used, a
+/// notification for an unknown subscription, a notification before its
+/// subscribe reply, pings, a reply in a binary frame.
+#[tokio::test]
+async fn stray_frames_from_the_upstream_are_ignored() {
+    let script: Script = Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "eth_blockNumber" => {
+            let mut acts = vec![
+                Act::Send(Message::text("{not json")),
+                Act::Send(Message::text("{}")),
+                Act::Send(Message::text(
+                    r#"{"jsonrpc":"2.0","id":999999,"result":"0xbad"}"#,
+                )),
+                Act::Send(Message::text(
+                    r#"{"jsonrpc":"2.0","id":"1","result":"0xbad"}"#,
+                )),
+                notification("0xunknown", json!(1)),
+            ];
+            for _ in 0..200 {
+                acts.push(Act::Send(Message::Ping(vec![1u8; 100].into())));
+            }
+            acts.push(Act::Send(Message::binary(
+                json!({"jsonrpc":"2.0","id":v["id"],"result":"0x10"}).to_string(),
+            )));
+            acts
+        }
+        "eth_subscribe" => vec![
+            notification("0xs1", json!("early")),
+            reply(v, json!("0xs1")),
+            notification("0xs1", json!("late")),
+        ],
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    let r = rpc(gw.addr, "eth_blockNumber").await;
+    assert_eq!(r["result"], "0x10", "{r}");
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    let n = next(&mut ws).await;
+    assert_eq!(n["params"]["subscription"], sub.as_str());
+    assert_eq!(n["params"]["result"], "late", "{n}");
+    assert_eq!(up.connections(), 1);
+}
+
+/// A client that leaves while its `eth_subscribe` is still unanswered
+/// upstream: the upstream's late id is unsubscribed.
+#[tokio::test]
+async fn a_client_leaving_before_the_subscribe_reply_is_unsubscribed_upstream() {
+    let script: Script = Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "eth_unsubscribe" => vec![reply(v, json!(true))],
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let gw = start(ws_config(&[up.url()], 5000)).await;
+    let mut ws = client(gw.addr).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
+    )
+    .await;
+    let (_, request) = up.wait_for("eth_subscribe", 1).await.remove(0);
+    drop(ws);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    up.act(reply(&request, json!("0xlate")));
+    let (_, unsub) = up.wait_for("eth_unsubscribe", 1).await.remove(0);
+    assert_eq!(unsub["params"], json!(["0xlate"]));
+}
+
+/// An upstream that never answers `eth_subscribe`: -32002 at the timeout,
+/// and the client's subscription slot is freed (it subscribes again).
+#[tokio::test]
+async fn an_unanswered_subscribe_times_out_and_frees_its_slot() {
+    let answer = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a = Arc::clone(&answer);
+    let script: Script = Arc::new(move |_, v| match v["method"].as_str().unwrap_or("") {
+        "eth_subscribe" if a.load(std::sync::atomic::Ordering::SeqCst) => {
+            vec![reply(v, json!("0xok"))]
+        }
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let gw = start(ws_config(&[up.url()], 300)).await;
+    let mut ws = client(gw.addr).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
+    )
+    .await;
+    let r = next(&mut ws).await;
+    assert_eq!(r["error"]["code"], -32002, "{r}");
+    answer.store(true, std::sync::atomic::Ordering::SeqCst);
+    let sub = subscribe(&mut ws, 2).await;
+    up.act(notification("0xok", json!(5)));
+    let n = next(&mut ws).await;
+    assert_eq!(n["params"]["subscription"], sub.as_str(), "{n}");
+}
+
+/// Many clients on newHeads, one of them never reading: the others get
+/// every head, the slow one's queue stays bounded by the subscription
+/// policy, and leaving unsubscribes each upstream.
+#[tokio::test]
+async fn many_subscribers_and_a_slow_one() {
+    let up = fake_ws(node()).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    let mut slow = client(gw.addr).await;
+    let _slow_sub = subscribe(&mut slow, 1).await;
+    let mut fast = Vec::new();
+    for _ in 0..20 {
+        let mut ws = client(gw.addr).await;
+        let sub = subscribe(&mut ws, 1).await;
+        fast.push((ws, sub));
+    }
+    let ups: Vec<String> = up
+        .requests("eth_subscribe")
+        .iter()
+        .enumerate()
+        .map(|(n, _)| format!("0xa0b{n}"))
+        .collect();
+    assert_eq!(ups.len(), 21);
+    // Heads with a 4 KiB payload to all of them (the slow client reads none).
+    let payload = "f".repeat(4096);
+    for h in 0..200 {
+        for up_id in &ups {
+            up.act(notification(up_id, json!({"number": h, "pad": payload})));
+        }
+    }
+    for (ws, sub) in &mut fast {
+        for h in 0..200 {
+            let n = next(ws).await;
+            assert_eq!(n["params"]["subscription"], sub.as_str());
+            assert_eq!(n["params"]["result"]["number"], h);
+        }
+    }
+    drop(fast);
+    drop(slow);
+    up.wait_for("eth_unsubscribe", 21).await;
+}
+
+/// A reply under `--max-response` (25 MB by default) that the upstream
+/// sends as one WebSocket frame of more than 16 MiB (tungstenite's client
+/// refuses such a frame by default; nodes on tungstenite or jsonrpsee send
+/// a message as one frame) is passed on, and the connection, with the
+/// subscriptions on it, goes on.
+#[tokio::test]
+async fn a_large_reply_in_one_frame_is_passed_on() {
+    const LEN: usize = 17 << 20;
+    let script: Script = Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "big" => vec![reply(v, json!("x".repeat(LEN)))],
+        "eth_subscribe" => vec![reply(v, json!("0xs"))],
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let gw = start(ws_config(&[up.url()], 8000)).await;
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    // This client reads large frames.
+    let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
+        .max_message_size(None)
+        .max_frame_size(None);
+    let (mut big, _) = tokio_tungstenite::connect_async_with_config(
+        format!("ws://{}", gw.addr),
+        Some(config),
+        false,
+    )
+    .await
+    .unwrap();
+    send(&mut big, json!({"jsonrpc":"2.0","id":2,"method":"big"})).await;
+    let r = next(&mut big).await;
+    assert_eq!(
+        r["result"].as_str().map(str::len),
+        Some(LEN),
+        "{}",
+        &r.to_string()[..300.min(r.to_string().len())]
+    );
+    up.act(notification("0xs", json!(1)));
+    let n = next(&mut ws).await;
+    assert_eq!(n["params"]["subscription"], sub.as_str(), "{n}");
+    assert_eq!(n["params"]["result"], 1, "{n}");
+    assert_eq!(up.connections(), 1);
+}
