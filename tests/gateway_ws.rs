@@ -182,6 +182,8 @@ async fn fake_ws(script: Script) -> FakeWs {
                             return;
                         }
                         Some(Act::Reset) => {
+                            // Linger 0 on a socket about to close: a reset, nothing to block on.
+                            #[allow(deprecated)]
                             let _ = ws.get_ref().set_linger(Some(Duration::ZERO));
                             return;
                         }
@@ -508,3 +510,24 @@ async fn a_large_reply_in_one_frame_is_passed_on() {
     assert_eq!(n["params"]["result"], 1, "{n}");
     assert_eq!(up.connections(), 1);
 }
+
+/// A reply past `--max-response` over a WebSocket upstream is -32003, as
+/// over HTTP (README: "reply size (`--max-response`, -32003)"), at once,
+/// and the connection goes on.
+#[tokio::test]
+async fn a_reply_past_the_limit_over_websocket_is_32003() {
+    let script: Script = Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "big" => vec![reply(v, json!("x".repeat(20_000)))],
+        "eth_blockNumber" => vec![reply(v, json!("0x10"))],
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let mut config = ws_config(&[up.url()], 5000);
+    config.max_response = 1000;
+    let gw = start(config).await;
+    let r = rpc(gw.addr, "big").await;
+    assert_eq!(r["error"]["code"], -32003, "{r}");
+    let r = rpc(gw.addr, "eth_blockNumber").await;
+    assert_eq!(r["result"], "0x10", "{r}");
+}
+

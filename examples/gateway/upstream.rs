@@ -166,8 +166,14 @@ impl Upstreams {
         })
     }
 
-    /// Reads the reply to the call with gateway id `id`.
+    /// Reads the WebSocket upstream's reply to the call with gateway id
+    /// `id`.
     pub fn read(&self, reply: Bytes, id: u64, name: &str) -> Result<Answer, RpcError> {
+        // A WebSocket message is read whole (up to `max_message`): one past
+        // the limit is -32003, as over HTTP, not a parse error.
+        if reply.len() > self.max_response + ENVELOPE_ROOM {
+            return Err(RpcError::too_large());
+        }
         read_answer(&self.parser, reply, id, name)
     }
 
@@ -215,7 +221,7 @@ impl Upstreams {
             // Boxed, as hyper's client below: the common path's future
             // (moved into the dispatcher's box at each call) stays small.
             let reply = Box::pin(ws.call(id, body, None)).await?;
-            return read_answer(&self.parser, reply, id, &ws.name);
+            return self.read(reply, id, &ws.name);
         }
         let mut last = None;
         // The one clock reading of a forwarded call (each costs tens of
@@ -511,13 +517,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl WsUpstream {
     fn new(url: String, timeout: Duration, max_response: usize) -> WsUpstream {
+        let max_message = (max_response + ENVELOPE_ROOM).max(WS_MIN_MESSAGE);
         WsUpstream {
             name: display_name(&url),
             url,
             conn: tokio::sync::Mutex::new(None),
             timeout,
-            parser: reply_parser(max_response),
-            max_message: (max_response + ENVELOPE_ROOM).max(WS_MIN_MESSAGE),
+            // Every message the connection reads is matched to its call,
+            // even one past `--max-response` (the caller answers -32003):
+            // one left unmatched kept its caller waiting for the timeout.
+            parser: reply_parser(max_message - ENVELOPE_ROOM),
+            max_message,
         }
     }
 
