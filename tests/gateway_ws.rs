@@ -531,3 +531,38 @@ async fn a_reply_past_the_limit_over_websocket_is_32003() {
     assert_eq!(r["result"], "0x10", "{r}");
 }
 
+/// Several `--upstream ws://…`: first healthy, in the order given, the
+/// next taking over when no connection can be made (README: "Several
+/// upstreams: first healthy, in the order given").
+#[tokio::test]
+async fn a_dead_websocket_upstream_fails_over_to_the_next() {
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap()
+    };
+    let up = fake_ws(node()).await;
+    let gw = start(ws_config(&[format!("ws://{dead}"), up.url()], 3000)).await;
+    let r = rpc(gw.addr, "eth_blockNumber").await;
+    assert_eq!(r["result"], "0x10", "{r}");
+    // From a dead HTTP upstream to a ws:// one.
+    let gw = start(ws_config(&[format!("http://{dead}"), up.url()], 3000)).await;
+    let r = rpc(gw.addr, "eth_blockNumber").await;
+    assert!(r["result"].is_string(), "{r}");
+    assert_eq!(up.requests("eth_blockNumber").len(), 2);
+    // In the order given: the first of two live ones serves.
+    let second = fake_ws(node()).await;
+    let gw = start(ws_config(&[up.url(), second.url()], 3000)).await;
+    let r = rpc(gw.addr, "eth_blockNumber").await;
+    assert!(r["result"].is_string(), "{r}");
+    assert_eq!(up.requests("eth_blockNumber").len(), 3);
+    assert!(second.requests("eth_blockNumber").is_empty());
+    // A call that reached an upstream (which then reset) is not sent to
+    // the next: a clear error.
+    let resets: Script = Arc::new(|_, _| vec![Act::Reset]);
+    let first = fake_ws(resets).await;
+    let gw = start(ws_config(&[first.url(), second.url()], 3000)).await;
+    let r = rpc(gw.addr, "eth_blockNumber").await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert_eq!(first.requests("eth_blockNumber").len(), 1);
+    assert!(second.requests("eth_blockNumber").is_empty());
+}

@@ -13,7 +13,8 @@ usage: gateway [options]
                         repeat for several: the first healthy one serves
                         (in the order given), the next takes over when it fails
   --upstream-ws URL     the WebSocket upstream for eth_subscribe (default: the
-                        first upstream's URL with ws:// for http://)
+                        first ws:// upstream, else the first upstream's URL
+                        with ws:// for http://)
   --timeout MS          per-request upstream timeout (default 30000)
   --allow PREFIX        lift a default deny (admin_, personal_, debug_)
   --deny PREFIX         also deny methods starting with PREFIX

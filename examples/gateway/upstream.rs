@@ -1,6 +1,7 @@
-//! Talking to upstream nodes: HTTP (hyper-util's pooled keep-alive
-//! client) and WebSocket (tokio-tungstenite's client, one shared
-//! connection that multiplexes calls and subscriptions).
+//! Talking to upstream nodes: HTTP (the gateway's own pooled HTTP/1.1
+//! client, or hyper-util's) and WebSocket (tokio-tungstenite's client,
+//! one shared connection per `ws://` upstream that multiplexes calls and
+//! subscriptions).
 //!
 //! Every call gets an id of the gateway's own (one counter for all
 //! upstreams), so an upstream never sees two requests in flight with one
@@ -55,9 +56,12 @@ pub struct Upstreams {
     /// Room left in front of an HTTP request's body for the longest of the
     /// upstreams' heads.
     head_room: usize,
+    /// The `--upstream` list, in the order given (`http://` and `ws://`).
     http: Vec<HttpUpstream>,
     client: Client<HttpConnector, Full<Bytes>>,
-    pub ws: Option<WsUpstream>,
+    /// The WebSocket upstream of `eth_subscribe` (shared with the list's
+    /// entry when it is one of its `ws://` upstreams).
+    pub ws: Option<Arc<WsUpstream>>,
     ids: AtomicU64,
     timeout: Duration,
     parser: Parser,
@@ -65,6 +69,8 @@ pub struct Upstreams {
     epoch: Instant,
 }
 
+/// One `--upstream`: HTTP, or `ws://` (then `ws` is set, and calls go
+/// over its WebSocket connection).
 struct HttpUpstream {
     uri: http::Uri,
     /// The gateway's own HTTP/1.1 client ([`H1Pool`]), unless
@@ -75,6 +81,8 @@ struct HttpUpstream {
     name: String,
     /// Milliseconds since `epoch` before which it rests.
     rest_until: AtomicU64,
+    /// A `ws://` upstream's connection.
+    ws: Option<Arc<WsUpstream>>,
 }
 
 /// Room for a reply's envelope around a result of `--max-response` bytes:
@@ -112,16 +120,22 @@ impl Upstreams {
         hyper_client: bool,
     ) -> Result<Upstreams, String> {
         let mut http = Vec::new();
-        let mut ws_url = upstream_ws.map(str::to_string);
+        let mut ws =
+            upstream_ws.map(|url| Arc::new(WsUpstream::new(url.into(), timeout, max_response)));
         for url in urls {
-            if let Some(rest) = url.strip_prefix("ws://") {
-                ws_url.get_or_insert_with(|| format!("ws://{rest}"));
-                continue;
-            }
             let uri: http::Uri = url
                 .parse()
                 .map_err(|e| format!("bad upstream URL {url}: {e}"))?;
-            let h1 = if hyper_client {
+            // A ws:// upstream takes its place in the list (it was once
+            // taken out of it: calls never failed over to or from it, and
+            // a second one was ignored); the first is also the
+            // `eth_subscribe` upstream unless `--upstream-ws` names one.
+            let via_ws = url.starts_with("ws://").then(|| {
+                let conn = Arc::new(WsUpstream::new(url.clone(), timeout, max_response));
+                ws.get_or_insert_with(|| Arc::clone(&conn));
+                conn
+            });
+            let h1 = if hyper_client || via_ws.is_some() {
                 None
             } else {
                 Some(H1Pool::new(url)?)
@@ -131,14 +145,16 @@ impl Upstreams {
                 h1,
                 name: display_name(url),
                 rest_until: AtomicU64::new(0),
+                ws: via_ws,
             });
         }
         // By default the WebSocket upstream is the first HTTP upstream's
         // address with ws:// (geth and anvil serve both on one port).
-        if ws_url.is_none()
+        if ws.is_none()
             && let Some(first) = urls.iter().find(|u| u.starts_with("http://"))
         {
-            ws_url = Some(format!("ws://{}", &first["http://".len()..]));
+            let url = format!("ws://{}", &first["http://".len()..]);
+            ws = Some(Arc::new(WsUpstream::new(url, timeout, max_response)));
         }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -157,7 +173,7 @@ impl Upstreams {
             head_room,
             http,
             client,
-            ws: ws_url.map(|url| WsUpstream::new(url, timeout, max_response)),
+            ws,
             ids: AtomicU64::new(1),
             timeout,
             parser: reply_parser(max_response),
@@ -237,7 +253,11 @@ impl Upstreams {
                 started: now,
                 armed: true,
             };
-            let outcome = self.post(up, &mut body, now).await;
+            let outcome = match &up.ws {
+                // Boxed: the common path's future stays small.
+                Some(ws) => Box::pin(self.post_ws(ws, id, &body[self.head_room..])).await,
+                None => self.post(up, &mut body, now).await,
+            };
             guard.armed = false;
             match outcome {
                 Ok(reply) => return read_answer(&self.parser, reply, id, &up.name),
@@ -245,6 +265,15 @@ impl Upstreams {
                     // Nothing was sent: the next upstream may take it.
                     self.rest(i);
                     last = Some(errors::upstream_failed(&up.name, &reason));
+                }
+                Err(Failure::WsConnect(e)) => {
+                    // Nothing was sent either.
+                    self.rest(i);
+                    last = Some(e);
+                }
+                Err(Failure::Ws(e)) => {
+                    self.rest(i);
+                    return Err(e);
                 }
                 Err(Failure::TooLarge) => return Err(RpcError::too_large()),
                 Err(Failure::Other(reason)) => {
@@ -281,6 +310,22 @@ impl Upstreams {
             };
         }
         Box::pin(self.post_hyper(up, &request[self.head_room..])).await
+    }
+
+    /// Sends the request `body` (carrying id `id`) over a `ws://`
+    /// upstream's connection, made if there is none.
+    async fn post_ws(&self, ws: &WsUpstream, id: u64, body: &[u8]) -> Result<Bytes, Failure> {
+        let conn = ws.connection().await.map_err(Failure::WsConnect)?;
+        let reply = conn
+            .call(id, body.to_vec(), None, self.timeout)
+            .await
+            .map_err(Failure::Ws)?;
+        // A WebSocket message is read whole: one past the limit is
+        // -32003, as over HTTP.
+        if reply.len() > self.max_response + ENVELOPE_ROOM {
+            return Err(Failure::TooLarge);
+        }
+        Ok(reply)
     }
 
     /// [`post`](Upstreams::post) with hyper-util's pooled client (`--client
@@ -341,6 +386,10 @@ enum Failure {
     Connect(String),
     TooLarge,
     Other(String),
+    /// No WebSocket connection could be made: the request was not sent.
+    WsConnect(RpcError),
+    /// The WebSocket exchange failed after the request may have been sent.
+    Ws(RpcError),
 }
 
 /// `{"jsonrpc":"2.0","id":N,"method":…,"params":…}`, the params copied.
