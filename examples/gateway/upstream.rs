@@ -531,6 +531,13 @@ pub struct WsUpstream {
     /// send a message as one frame: a larger one ended the connection,
     /// with every call and subscription on it).
     max_message: usize,
+    /// Connection attempts made, and the last one's error if it failed:
+    /// callers that waited for `conn` while an attempt was made take its
+    /// outcome, instead of each making one of its own in turn (5 s each
+    /// against a node that never answers the handshake, so that callers
+    /// behind a few reached the per-request timeout unanswered).
+    attempts: AtomicU64,
+    failure: Mutex<Option<RpcError>>,
 }
 
 /// One live WebSocket connection to the upstream.
@@ -577,6 +584,8 @@ impl WsUpstream {
             // one left unmatched kept its caller waiting for the timeout.
             parser: reply_parser(max_message - ENVELOPE_ROOM),
             max_message,
+            attempts: AtomicU64::new(0),
+            failure: Mutex::new(None),
         }
     }
 
@@ -592,12 +601,26 @@ impl WsUpstream {
 
     /// The live connection, made if there is none.
     pub async fn connection(&self) -> Result<Arc<WsConn>, RpcError> {
+        let attempts = self.attempts.load(Ordering::Acquire);
         let mut slot = self.conn.lock().await;
         if let Some(c) = slot.as_ref()
             && !c.closed.load(Ordering::Acquire)
         {
             return Ok(Arc::clone(c));
         }
+        if self.attempts.load(Ordering::Acquire) != attempts
+            && let Some(e) = lock(&self.failure).clone()
+        {
+            return Err(e);
+        }
+        let outcome = self.connect(&mut slot).await;
+        *lock(&self.failure) = outcome.as_ref().err().cloned();
+        self.attempts.fetch_add(1, Ordering::Release);
+        outcome
+    }
+
+    /// Makes the connection into `slot`.
+    async fn connect(&self, slot: &mut Option<Arc<WsConn>>) -> Result<Arc<WsConn>, RpcError> {
         let config = tokio_tungstenite::tungstenite::protocol::WebSocketConfig::default()
             .max_message_size(Some(self.max_message))
             .max_frame_size(Some(self.max_message));
