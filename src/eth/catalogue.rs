@@ -257,7 +257,8 @@ catalogue! {
 
     "debug_accountRange" => Id(0), ByBlock, Read;
     "debug_dumpBlock" => Number(0), ByBlock, Read;
-    "debug_executionWitness" => Number(0), ByBlock, Read;
+    // geth and reth take a block id (`rpc.BlockNumberOrHash`, `BlockId`).
+    "debug_executionWitness" => Id(0), ByBlock, Read;
     "debug_getBadBlocks" => None, Never, Read;
     "debug_getModifiedAccountsByHash" => Hash(0), ByBlock, Read;
     // geth: (startNum, endNum) as plain JSON numbers, a range whose end
@@ -268,7 +269,8 @@ catalogue! {
     "debug_getRawReceipts" => Id(0), ByBlock, Read;
     "debug_getRawTransaction" => None, ByTransaction, Read;
     "debug_intermediateRoots" => Hash(0), ByBlock, Read;
-    "debug_storageRangeAt" => Hash(0), ByBlock, Read;
+    // geth takes a block id (`rpc.BlockNumberOrHash`), not only a hash.
+    "debug_storageRangeAt" => Id(0), ByBlock, Read;
     "debug_traceBadBlock" => Hash(0), ByBlock, Read;
     "debug_traceBlock" => None, Never, Read;
     "debug_traceBlockByHash" => Hash(0), ByBlock, Read;
@@ -288,7 +290,9 @@ catalogue! {
     "trace_callMany" => Id(1), ByBlock, Read;
     "trace_filter" => Filter(0), ByBlock, Read;
     "trace_get" => None, ByTransaction, Read;
-    "trace_rawTransaction" => None, Never, Read;
+    // reth: (data, traceTypes, block id), run on the state at that block
+    // as `trace_call` is.
+    "trace_rawTransaction" => Id(2), ByBlock, Read;
     "trace_replayBlockTransactions" => Id(0), ByBlock, Read;
     "trace_replayTransaction" => None, ByTransaction, Read;
     "trace_transaction" => None, ByTransaction, Read;
@@ -343,5 +347,49 @@ mod tests {
                 assert_ne!(m.cache, Cache::ByBlock, "{}", m.name);
             }
         }
+    }
+
+    /// `(block, cache, access)` of a catalogued method.
+    fn entry(name: &str) -> (BlockParam, Cache, Access) {
+        let m = lookup(name).unwrap_or_else(|| panic!("{name} missing"));
+        (m.block, m.cache, m.access)
+    }
+
+    /// geth, eth/api_debug.go, `DebugAPI.ExecutionWitness(bn
+    /// rpc.BlockNumberOrHash)`; reth, crates/rpc/rpc-api/src/debug.rs,
+    /// `debug_execution_witness(block: BlockId, ..)`: a block id, hashes too
+    /// (the entry named a block number, which refuses a hash).
+    #[test]
+    fn execution_witness_takes_a_block_id() {
+        assert_eq!(
+            entry("debug_executionWitness"),
+            (BlockParam::Id(0), Cache::ByBlock, Access::Read)
+        );
+    }
+
+    /// geth, eth/api_debug.go, `DebugAPI.StorageRangeAt(ctx, blockNrOrHash
+    /// rpc.BlockNumberOrHash, txIndex, ..)`: a block id, numbers and tags
+    /// too, not only a hash (reth's `debug_storage_range_at` takes a hash
+    /// but is a stub answering `null`).
+    #[test]
+    fn storage_range_at_takes_a_block_id() {
+        assert_eq!(
+            entry("debug_storageRangeAt"),
+            (BlockParam::Id(0), Cache::ByBlock, Access::Read)
+        );
+    }
+
+    /// reth, crates/rpc/rpc-api/src/trace.rs, `trace_raw_transaction(data,
+    /// trace_types, block_id: Option<BlockId>)`, run on the state at that
+    /// block (crates/rpc/rpc/src/trace.rs: `block_id.unwrap_or_default()`,
+    /// latest): fixed once the block is final, as `trace_call`; the entry
+    /// named no block, so a gateway could neither route it by block nor
+    /// cache it.
+    #[test]
+    fn trace_raw_transaction_takes_a_block_id_third() {
+        assert_eq!(
+            entry("trace_rawTransaction"),
+            (BlockParam::Id(2), Cache::ByBlock, Access::Read)
+        );
     }
 }
