@@ -185,10 +185,13 @@ macro_rules! catalogue {
 
 catalogue! {
     "eth_accounts" => None, Never, Account;
+    "eth_baseFee" => None, Never, Read;
     "eth_blobBaseFee" => None, Never, Read;
     "eth_blockNumber" => None, Never, Read;
     "eth_call" => Id(1), ByBlock, Read;
     "eth_callMany" => StateContext(1), ByBlock, Read;
+    // What the node keeps (head, retention): changes with the head.
+    "eth_capabilities" => None, Never, Read;
     "eth_chainId" => None, Static, Read;
     "eth_coinbase" => None, Never, Read;
     "eth_config" => None, Never, Read;
@@ -200,6 +203,11 @@ catalogue! {
     "eth_getAccount" => Id(1), ByBlock, Read;
     "eth_getAccountInfo" => Id(1), ByBlock, Read;
     "eth_getBalance" => Id(1), ByBlock, Read;
+    // EIP-7928 block access lists (reth; the spec's `eth_getBlockAccessList`).
+    "eth_getBlockAccessList" => Id(0), ByBlock, Read;
+    "eth_getBlockAccessListByBlockHash" => Hash(0), ByBlock, Read;
+    "eth_getBlockAccessListByBlockNumber" => Number(0), ByBlock, Read;
+    "eth_getBlockAccessListRaw" => Id(0), ByBlock, Read;
     "eth_getBlockByHash" => Hash(0), ByBlock, Read;
     "eth_getBlockByNumber" => Number(0), ByBlock, Read;
     "eth_getBlockReceipts" => Id(0), ByBlock, Read;
@@ -211,11 +219,13 @@ catalogue! {
     "eth_getHeaderByHash" => Hash(0), ByBlock, Read;
     "eth_getHeaderByNumber" => Number(0), ByBlock, Read;
     "eth_getLogs" => Filter(0), ByBlock, Read;
+    "eth_getMultiProof" => Id(1), ByBlock, Read;
     "eth_getProof" => Id(2), ByBlock, Read;
     "eth_getRawTransactionByBlockHashAndIndex" => Hash(0), ByBlock, Read;
     "eth_getRawTransactionByBlockNumberAndIndex" => Number(0), ByBlock, Read;
     "eth_getRawTransactionByHash" => None, ByTransaction, Read;
     "eth_getStorageAt" => Id(2), ByBlock, Read;
+    "eth_getStorageValues" => Id(1), ByBlock, Read;
     "eth_getTransactionByBlockHashAndIndex" => Hash(0), ByBlock, Read;
     "eth_getTransactionByBlockNumberAndIndex" => Number(0), ByBlock, Read;
     "eth_getTransactionByHash" => None, ByTransaction, Read;
@@ -259,18 +269,23 @@ catalogue! {
     "debug_dumpBlock" => Number(0), ByBlock, Read;
     // geth and reth take a block id (`rpc.BlockNumberOrHash`, `BlockId`).
     "debug_executionWitness" => Id(0), ByBlock, Read;
+    "debug_executionWitnessByBlockHash" => Hash(0), ByBlock, Read;
     "debug_getBadBlocks" => None, Never, Read;
     "debug_getModifiedAccountsByHash" => Hash(0), ByBlock, Read;
     // geth: (startNum, endNum) as plain JSON numbers, a range whose end
     // decides what a cache may keep: no block parameter here.
     "debug_getModifiedAccountsByNumber" => None, Never, Read;
     "debug_getRawBlock" => Id(0), ByBlock, Read;
+    "debug_getRawBlockAccessList" => Id(0), ByBlock, Read;
     "debug_getRawHeader" => Id(0), ByBlock, Read;
     "debug_getRawReceipts" => Id(0), ByBlock, Read;
     "debug_getRawTransaction" => None, ByTransaction, Read;
+    "debug_getRawTransactions" => Id(0), ByBlock, Read;
     "debug_intermediateRoots" => Hash(0), ByBlock, Read;
     // geth takes a block id (`rpc.BlockNumberOrHash`), not only a hash.
     "debug_storageRangeAt" => Id(0), ByBlock, Read;
+    // geth's `traceChain`, reth's chain tracing: a subscription.
+    "debug_subscribe" => None, Never, Subscription;
     "debug_traceBadBlock" => Hash(0), ByBlock, Read;
     "debug_traceBlock" => None, Never, Read;
     "debug_traceBlockByHash" => Hash(0), ByBlock, Read;
@@ -278,6 +293,7 @@ catalogue! {
     "debug_traceCall" => Id(1), ByBlock, Read;
     "debug_traceCallMany" => StateContext(1), ByBlock, Read;
     "debug_traceTransaction" => None, ByTransaction, Read;
+    "debug_unsubscribe" => None, Never, Subscription;
 
     "txpool_content" => None, Never, Read;
     "txpool_contentFrom" => None, Never, Read;
@@ -391,5 +407,106 @@ mod tests {
             entry("trace_rawTransaction"),
             (BlockParam::Id(2), Cache::ByBlock, Access::Read)
         );
+    }
+
+    /// Methods geth or reth serve (and the execution-apis spec, where it
+    /// names them) that the catalogue once lacked.
+    #[test]
+    fn methods_the_clients_serve() {
+        let expect = [
+            // geth internal/ethapi/api.go `EthereumAPI.BaseFee()`; reth
+            // crates/rpc/rpc-eth-api/src/core.rs `base_fee`: the next block's
+            // base fee, follows the head.
+            ("eth_baseFee", BlockParam::None, Cache::Never, Access::Read),
+            // geth internal/ethapi/capabilities.go `BlockChainAPI.Capabilities()`;
+            // reth `capabilities`: the node's head and retention.
+            (
+                "eth_capabilities",
+                BlockParam::None,
+                Cache::Never,
+                Access::Read,
+            ),
+            // geth `BlockChainAPI.GetStorageValues(ctx, requests,
+            // blockNrOrHash *rpc.BlockNumberOrHash)`; reth `storage_values(
+            // requests, block_number: Option<BlockId>)`.
+            (
+                "eth_getStorageValues",
+                BlockParam::Id(1),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            // reth `get_multi_proof(targets, block_number: Option<BlockId>)`.
+            (
+                "eth_getMultiProof",
+                BlockParam::Id(1),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            // reth `block_access_list(block_id: BlockId)` (EIP-7928; the
+            // spec's src/eth/block.yaml), and its by-hash, by-number and
+            // raw forms.
+            (
+                "eth_getBlockAccessList",
+                BlockParam::Id(0),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            (
+                "eth_getBlockAccessListByBlockHash",
+                BlockParam::Hash(0),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            (
+                "eth_getBlockAccessListByBlockNumber",
+                BlockParam::Number(0),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            (
+                "eth_getBlockAccessListRaw",
+                BlockParam::Id(0),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            // reth crates/rpc/rpc-api/src/debug.rs `raw_block_access_list(
+            // block_id: BlockId)`, `raw_transactions(block_id: BlockId)`,
+            // `debug_execution_witness_by_block_hash(hash: B256, ..)`.
+            (
+                "debug_getRawBlockAccessList",
+                BlockParam::Id(0),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            (
+                "debug_getRawTransactions",
+                BlockParam::Id(0),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            (
+                "debug_executionWitnessByBlockHash",
+                BlockParam::Hash(0),
+                Cache::ByBlock,
+                Access::Read,
+            ),
+            // geth eth/tracers/api.go `API.TraceChain` (a `debug_subscribe`
+            // subscription); reth `debug_subscribe`.
+            (
+                "debug_subscribe",
+                BlockParam::None,
+                Cache::Never,
+                Access::Subscription,
+            ),
+            (
+                "debug_unsubscribe",
+                BlockParam::None,
+                Cache::Never,
+                Access::Subscription,
+            ),
+        ];
+        for (name, block, cache, access) in expect {
+            assert_eq!(entry(name), (block, cache, access), "{name}");
+        }
     }
 }
