@@ -1416,3 +1416,42 @@ async fn http_slow_heads_and_connections_past_the_limit_are_closed() {
     .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
 }
+
+/// A client that sends a request's head and part of its body, then nothing
+/// more, does not hold its connection (and its place among
+/// `max_connections`) forever: it gets a 408 once `body_timeout` has passed
+/// and is disconnected, and well-behaved clients are served again (before,
+/// only the head had a clock: two such clients locked every later client
+/// out of a server with `max_connections: 2`).
+#[tokio::test]
+async fn http_stalled_bodies_are_cut_off() {
+    use tokio::io::AsyncReadExt;
+    let config = HttpConfig {
+        header_timeout: Duration::from_millis(300),
+        body_timeout: Duration::from_millis(300),
+        max_connections: 2,
+        ..HttpConfig::default()
+    };
+    let http = http_server_with(server(), config).await;
+    let head = "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: 100\r\n\r\n{\"jsonrpc\":";
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(http.addr).await.unwrap();
+        s.write_all(head.as_bytes()).await.unwrap();
+        stalled.push(s);
+    }
+    for mut s in stalled {
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer)).await;
+        assert!(read.is_ok(), "a stalled body is cut off");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    }
+    let answer = post(
+        http.addr,
+        &[],
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+}

@@ -98,6 +98,11 @@ pub struct HttpConfig {
     /// new connection and between the requests of a kept-alive one: a
     /// client sending it a byte at a time (slowloris) is disconnected.
     pub header_timeout: std::time::Duration,
+    /// How long a request's body may take to arrive once its head has
+    /// (default 30 s): a client that stops sending it midway gets `408` and
+    /// is disconnected, instead of holding its connection (and its place
+    /// among [`max_connections`](HttpConfig::max_connections)) forever.
+    pub body_timeout: std::time::Duration,
 }
 
 impl Default for HttpConfig {
@@ -109,6 +114,7 @@ impl Default for HttpConfig {
             max_sessions: 10_000,
             max_connections: 10_000,
             header_timeout: std::time::Duration::from_secs(30),
+            body_timeout: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -177,7 +183,8 @@ impl std::fmt::Debug for Body {
 /// Serves `endpoint` on `listener` until `shutdown` completes (then stops
 /// accepting; connections already open finish on their own), at most
 /// [`HttpConfig::max_connections`] at once, each request head within
-/// [`HttpConfig::header_timeout`].
+/// [`HttpConfig::header_timeout`] and each body within
+/// [`HttpConfig::body_timeout`].
 pub async fn serve(
     endpoint: Endpoint,
     listener: TcpListener,
@@ -660,10 +667,27 @@ impl Endpoint {
             );
         }
         let (parts, body) = req.into_parts();
-        let body = match http_body_util::Limited::new(body, self.inner.config.max_body)
-            .collect()
-            .await
-        {
+        let collect = http_body_util::Limited::new(body, self.inner.config.max_body).collect();
+        let Ok(collected) = tokio::time::timeout(self.inner.config.body_timeout, collect).await
+        else {
+            // The body stopped coming: hyper closes the connection after
+            // this answer, as the body was not read whole.
+            let mut r = rpc_error(
+                StatusCode::REQUEST_TIMEOUT,
+                None,
+                &RpcError::new(
+                    crate::codes::INVALID_REQUEST,
+                    "Request Timeout: the body did not arrive in time",
+                )
+                .with_data(&serde_json::json!({
+                    "timeout_ms": self.inner.config.body_timeout.as_millis() as u64
+                })),
+            );
+            r.headers_mut()
+                .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+            return r;
+        };
+        let body = match collected {
             Ok(b) => b.to_bytes(),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                 return rpc_error(
