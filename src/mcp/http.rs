@@ -9,6 +9,8 @@
 //! | `POST` whose `Accept` does not take both `application/json` and `text/event-stream` (`*/*`, `application/*`, `text/*` count) | 406 |
 //! | `POST` whose `Content-Type` is not `application/json` | 415 |
 //! | a body over [`HttpConfig::max_body`] | 413 |
+//! | a body that stops coming for [`HttpConfig::body_timeout`] | 408, -32600 with `data.timeout_ms`, then the connection closes |
+//! | a request head slower than [`HttpConfig::header_timeout`] | the connection closes |
 //! | a body that is not JSON | 400, -32700 |
 //! | a JSON array (a batch) | 400, one -32600 |
 //! | a notification or a response | 202, no body |
