@@ -169,3 +169,10 @@ pub use bytes;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub use http;
+
+/// Locks `m`, taking the data of a poisoned lock as it is: the crate's
+/// locks guard no invariant a panic could leave half made (none runs user
+/// code while held), so a panic elsewhere must not turn into one here.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

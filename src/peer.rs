@@ -536,10 +536,7 @@ impl Peer {
     fn lock(&self) -> std::sync::MutexGuard<'_, PendingTable<Waiter>> {
         // A waiter never runs under the lock, so a poisoned lock only means a
         // panic elsewhere while the table was consistent.
-        self.inner
-            .pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::lock(&self.inner.pending)
     }
 }
 

@@ -40,11 +40,11 @@ use super::{
     Budget, Dispatcher, DispatcherBuilder, Done, Handler, IntoResponse, Outcome, Reply, ReplyBuf,
     RpcError, Scope, Shared, Sink, TooLarge, WithAsync, guard_panics, panic_error,
 };
-use crate::Status;
 use crate::codes::REQUEST_CANCELLED;
 use crate::conn::{Connection, Context};
 use crate::message::{Incoming, Message};
 use crate::request::{Entry, Id, Params};
+use crate::{Status, lock};
 
 use super::reply::{poll_reply, write_error_reply, write_error_tail};
 
@@ -603,17 +603,14 @@ struct ReadyList {
 
 impl ReadyList {
     fn push(&self, index: usize) {
-        self.slots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(index);
+        lock(&self.slots).push(index);
         self.waker.wake();
     }
 
     /// Swaps the woken list with `into` (empty): no allocation once both
     /// have grown.
     fn take_into(&self, into: &mut Vec<usize>) {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = lock(&self.slots);
         std::mem::swap(&mut *slots, into);
     }
 }
@@ -881,10 +878,6 @@ impl ReplyGate {
     fn enter(&self, seq: u64) -> u64 {
         self.current.swap(seq, Ordering::Relaxed)
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Default for Engine {

@@ -208,17 +208,7 @@ pub async fn serve(
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
-                    // A connection reset before it was accepted is nothing;
-                    // out of descriptors or memory: pause instead of
-                    // spinning on the error.
-                    if !matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionAborted
-                            | std::io::ErrorKind::ConnectionReset
-                            | std::io::ErrorKind::Interrupted
-                    ) {
-                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                    }
+                    crate::server::accept_backoff(&e).await;
                     continue;
                 }
             },

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::tool::LogLevel;
+use crate::lock;
 
 /// The state of one MCP session of the initialize lifecycle. Revision
 /// 2026-07-28 requests never read it: each carries what it needs.
@@ -28,10 +29,6 @@ struct Inner {
     /// Calls running on other HTTP requests of this session, by id: firing
     /// the sender cancels the call.
     waiters: HashMap<Box<[u8]>, tokio::sync::oneshot::Sender<()>>,
-}
-
-fn lock(m: &Mutex<Inner>) -> std::sync::MutexGuard<'_, Inner> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl SessionState {

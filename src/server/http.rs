@@ -1089,7 +1089,7 @@ impl Server {
                 let (stream, peer) = match accepted {
                     Ok(accepted) => accepted,
                     Err(e) => {
-                        accept_backoff(&e).await;
+                        super::accept_backoff(&e).await;
                         continue;
                     }
                 };
@@ -1130,19 +1130,6 @@ impl Server {
             hard_stop.trigger();
             let _ = permits.acquire_many(all).await;
         }
-    }
-}
-
-/// After an accept error: a connection reset before it was accepted is
-/// nothing; running out of descriptors or memory waits a little, so the
-/// loop does not spin.
-async fn accept_backoff(e: &io::Error) {
-    match e.kind() {
-        io::ErrorKind::ConnectionAborted
-        | io::ErrorKind::ConnectionReset
-        | io::ErrorKind::Interrupted
-        | io::ErrorKind::WouldBlock => {}
-        _ => tokio::time::sleep(Duration::from_millis(20)).await,
     }
 }
 

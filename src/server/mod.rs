@@ -18,6 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::dispatch::{CallRecord, Observer};
+use crate::lock;
 use crate::peer::{Outbound, SendError};
 
 #[cfg(all(feature = "http", feature = "ws"))]
@@ -301,10 +302,6 @@ fn push_label_value(out: &mut String, value: &str) {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A connection's bounded outbound queue: what handlers send to the client
 /// (notifications, requests) waits here for the connection's writer. When
 /// it is full, [`send`](Outbound::send) answers [`SendError::Full`] at once
@@ -383,6 +380,32 @@ impl Shutdown {
     pub async fn triggered(&self) {
         let mut rx = self.tx.subscribe();
         let _ = rx.wait_for(|t| *t).await;
+    }
+}
+
+/// Errors of the connection being accepted, not of the listener: the next
+/// accept may well succeed at once.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind;
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionRefused
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::ConnectionReset
+            | ErrorKind::Interrupted
+            | ErrorKind::WouldBlock
+    )
+}
+
+/// How long accepting pauses after an error of the listener (out of file
+/// descriptors or memory), instead of spinning on it.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// After an accept error: nothing for an error of one connection, else a
+/// pause of [`ACCEPT_BACKOFF`].
+pub(crate) async fn accept_backoff(e: &std::io::Error) {
+    if !is_connection_error(e) {
+        tokio::time::sleep(ACCEPT_BACKOFF).await;
     }
 }
 

@@ -1312,10 +1312,6 @@ pub async fn serve_unix<S, K, F, M>(
     accept_loop(accept, serve, dispatcher, framer, limits, metrics, shutdown).await;
 }
 
-/// How long accepting pauses after an accept error (out of file
-/// descriptors, say), so the loop does not spin.
-const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
-
 /// The accept loop shared by [`serve_tcp`] and [`serve_unix`]: accepts
 /// with `accept`, refuses connections past the limit, serves each on a task
 /// of its own with `serve`, and on shutdown stops accepting and waits for
@@ -1354,11 +1350,10 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
         };
         let (stream, context) = match accepted {
             Ok(accepted) => accepted,
-            Err(e) if is_connection_error(&e) => continue,
-            Err(_) => {
+            Err(e) => {
                 tokio::select! {
                     () = &mut stop => break,
-                    () = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                    () = super::accept_backoff(&e) => continue,
                 }
             }
         };
@@ -1383,16 +1378,4 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
     // New connections are refused from now on; those open finish.
     drop(accept);
     while connections.join_next().await.is_some() {}
-}
-
-/// Errors of the connection being accepted, not of the listener.
-fn is_connection_error(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-            | io::ErrorKind::WouldBlock
-    )
 }

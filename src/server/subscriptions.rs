@@ -100,6 +100,7 @@ use serde::Serialize;
 use super::{LimitKind, Metrics};
 use crate::codes::{LIMIT_EXCEEDED, METHOD_NOT_FOUND};
 use crate::dispatch::engine::ReplyGate;
+use crate::lock;
 use crate::{Context, RpcError};
 
 /// What to do when a subscription's buffer is full because its client
@@ -827,10 +828,6 @@ struct Limit {
 #[derive(Serialize)]
 struct NotSupported {
     transport: &'static str,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -266,11 +266,8 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             };
             let (tcp, addr) = match accepted {
                 Ok(a) => a,
-                Err(e) if is_per_connection(&e) => continue,
-                Err(_) => {
-                    // Out of file descriptors or similar: back off instead
-                    // of spinning.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                Err(e) => {
+                    super::accept_backoff(&e).await;
                     continue;
                 }
             };
@@ -681,16 +678,6 @@ pub fn upgrade_response<B>(
 /// ```
 pub fn accept_key(key: &[u8]) -> String {
     tungstenite::handshake::derive_accept_key(key)
-}
-
-fn is_per_connection(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::Interrupted
-    )
 }
 
 /// The replies the dispatcher writes, one after the other, with where each
