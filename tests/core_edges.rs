@@ -285,3 +285,46 @@ fn async_calls_run_in_a_runtime_without_timers() {
         assert!(results.iter().all(|v| **v == 1), "{r}");
     }
 }
+
+/// A handler that writes through `call.reply`, drops the `Done` and then
+/// returns a value used to put two results into one reply (invalid JSON
+/// for every reply after it in a batch): the returned value is the answer.
+#[test]
+fn a_value_returned_after_a_dropped_reply_is_the_only_result() {
+    let _serial = serial();
+    let d = Dispatcher::builder(())
+        .method("both", |call: Call<'_, ()>| {
+            let _ = call.reply.str("written first");
+            Ok::<_, RpcError>("returned")
+        })
+        .method("written", |call: Call<'_, ()>| call.reply.str("kept"))
+        .build()
+        .unwrap();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"both"},{"jsonrpc":"2.0","id":2,"method":"written"},{"jsonrpc":"2.0","id":3,"method":"both"}]"#,
+        &mut conn,
+        &mut out,
+    );
+    let replies: Value = serde_json::from_slice(&out).expect("the batch reply is JSON");
+    assert_eq!(
+        replies,
+        serde_json::json!([
+            {"jsonrpc": "2.0", "id": 1, "result": "returned"},
+            {"jsonrpc": "2.0", "id": 2, "result": "kept"},
+            {"jsonrpc": "2.0", "id": 3, "result": "returned"},
+        ])
+    );
+    // A write through a `BytesMut` (the transports' buffer) is taken back
+    // the same way.
+    let mut framed = rpcwire::bytes::BytesMut::new();
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":4,"method":"both"}"#,
+        &mut conn,
+        &mut framed,
+    );
+    assert_eq!(
+        &framed[..],
+        br#"{"jsonrpc":"2.0","id":4,"result":"returned"}"#
+    );
+}

@@ -270,7 +270,13 @@ where
 {
     Box::new(
         move |inv: Invocation<'_, S>, mut sink: Sink<'_>, limit: usize| {
+            let at = sink.len();
             let returned = handler(inv.into_call(Reply::new(sink.reborrow(), limit)));
+            if !R::WRITTEN_BY_HANDLER {
+                // A handler that wrote through `call.reply`, dropped the
+                // `Done` and returned a value: the value is the answer.
+                sink.truncate(at);
+            }
             returned.into_response(Reply::new(sink, limit))
         },
     )

@@ -214,6 +214,24 @@ impl<'a> Sink<'a> {
         }
     }
 
+    /// The number of bytes in the sink.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Sink::Vec(v) => v.len(),
+            Sink::Dyn(d) => d.len(),
+        }
+    }
+
+    /// Drops what was written after the first `len` bytes.
+    #[inline(always)]
+    pub(crate) fn truncate(&mut self, len: usize) {
+        match self {
+            Sink::Vec(v) => v.truncate(len),
+            Sink::Dyn(d) => d.truncate(len),
+        }
+    }
+
     /// The same sink for a shorter borrow.
     #[inline(always)]
     pub(crate) fn reborrow(&mut self) -> Sink<'_> {
@@ -303,10 +321,7 @@ impl<'a> Reply<'a> {
     }
 
     fn len(&self) -> usize {
-        match &self.sink {
-            Sink::Vec(v) => v.len(),
-            Sink::Dyn(d) => d.len(),
-        }
+        self.sink.len()
     }
 }
 
@@ -436,7 +451,16 @@ pub(crate) struct Reason<'a> {
 /// is any `Serialize` value (or the [`Done`] of a [`Reply`] method) and `E`
 /// converts into an [`RpcError`] (so `?` works on `std::io::Error`,
 /// `serde_json::Error` and the other types `RpcError` converts from).
+///
+/// A handler that writes through `call.reply`, drops the [`Done`] and then
+/// returns a value answers with the value: what was written first is taken
+/// back, so the reply never holds two results.
 pub trait IntoResponse {
+    /// Whether a successful `self` is a [`Done`], i.e. the result is
+    /// already written through the call's own [`Reply`]. When it is not,
+    /// anything a handler wrote before returning is taken back first.
+    #[doc(hidden)]
+    const WRITTEN_BY_HANDLER: bool = false;
     /// Writes the result through `reply`, or returns the error to answer
     /// with.
     fn into_response(self, reply: Reply<'_>) -> Result<Done, RpcError>;
@@ -444,6 +468,9 @@ pub trait IntoResponse {
 
 /// A successful result: any `Serialize` value, or [`Done`].
 pub trait IntoResult {
+    /// Whether `self` is a [`Done`]: see [`IntoResponse`].
+    #[doc(hidden)]
+    const WRITTEN_BY_HANDLER: bool = false;
     /// Writes `self` as the `result` member.
     fn write_result(self, reply: Reply<'_>) -> Result<Done, RpcError>;
 }
@@ -456,6 +483,7 @@ impl<T: Serialize> IntoResult for T {
 }
 
 impl IntoResult for Done {
+    const WRITTEN_BY_HANDLER: bool = true;
     #[inline(always)]
     fn write_result(self, _: Reply<'_>) -> Result<Done, RpcError> {
         Ok(self)
@@ -463,6 +491,7 @@ impl IntoResult for Done {
 }
 
 impl<T: IntoResult, E: Into<RpcError>> IntoResponse for Result<T, E> {
+    const WRITTEN_BY_HANDLER: bool = T::WRITTEN_BY_HANDLER;
     #[inline(always)]
     fn into_response(self, reply: Reply<'_>) -> Result<Done, RpcError> {
         match self {
