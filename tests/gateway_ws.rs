@@ -66,6 +66,13 @@ fn ws_config(upstreams: &[String], timeout_ms: u64) -> config::Config {
     }
 }
 
+fn ws_config_pinging(upstreams: &[String], timeout_ms: u64, ping_ms: u64) -> config::Config {
+    config::Config {
+        ws_ping: Some(Duration::from_millis(ping_ms)),
+        ..ws_config(upstreams, timeout_ms)
+    }
+}
+
 /// What a fake upstream does.
 enum Act {
     /// Sends a frame.
@@ -74,6 +81,9 @@ enum Act {
     Close,
     /// Ends the connection with a TCP reset (linger 0), no close frame.
     Reset,
+    /// Stops reading and writing, the connection left open: a silent
+    /// network partition (not even pongs come back).
+    Freeze,
 }
 
 /// A request the fake upstream read: which connection (0, 1, …) and the
@@ -180,6 +190,9 @@ async fn fake_ws(script: Script) -> FakeWs {
                             // Drains until the peer's close.
                             while let Some(Ok(_)) = ws.next().await {}
                             return;
+                        }
+                        Some(Act::Freeze) => {
+                            std::future::pending::<()>().await;
                         }
                         Some(Act::Reset) => {
                             // Linger 0 on a socket about to close: a reset, nothing to block on.
@@ -594,4 +607,101 @@ async fn calls_waiting_on_a_hanging_handshake_fail_over_together() {
         assert!(r["result"].is_string(), "{r}");
     }
     drop(silent);
+}
+
+/// An upstream that goes silent with the connection open (a partition:
+/// no close, no reset, no pongs) is found by the gateway's pings: its
+/// calls fail at once rather than each at its timeout, its subscription
+/// ends with an error, and the next call connects again. Without pings
+/// the subscription waited for good.
+#[tokio::test]
+async fn a_silent_upstream_is_found_by_pings_and_replaced() {
+    let up = fake_ws(Arc::new(|conn, v| {
+        match v["method"].as_str().unwrap_or("") {
+            "freeze" => vec![Act::Freeze],
+            _ => node()(conn, v),
+        }
+    }))
+    .await;
+    // The call timeout (60 s) is far past the test's deadline: only the
+    // pings can end the calls.
+    let gw = start(ws_config_pinging(&[up.url()], 60_000, 100)).await;
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    up.act(notification("0xa0b0", json!({"number":"0x1"})));
+    assert_eq!(next(&mut ws).await["params"]["subscription"], sub.as_str());
+    send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"freeze"})).await;
+    let (mut answered, mut ended) = (false, false);
+    while !answered || !ended {
+        let m = next(&mut ws).await;
+        if m["method"] == "eth_subscription" {
+            assert_eq!(m["params"]["subscription"], sub.as_str(), "{m}");
+            let reason = &m["params"]["error"]["data"]["reason"];
+            assert!(reason.as_str().unwrap().contains("pings"), "{m}");
+            ended = true;
+        } else {
+            assert_eq!(m["id"], 2, "{m}");
+            assert_eq!(m["error"]["code"], -32603, "{m}");
+            let reason = &m["error"]["data"]["reason"];
+            assert!(reason.as_str().unwrap().contains("pings"), "{m}");
+            answered = true;
+        }
+    }
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":3,"method":"eth_blockNumber"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["result"], "0x11");
+    assert_eq!(up.connections(), 2);
+}
+
+/// An `eth_subscribe` the upstream does not answer before its caller's
+/// timeout is remembered for a while, so that a late subscription is
+/// unsubscribed at once; but not for ever (every unanswered one was kept
+/// until the connection closed). Within the window the late answer is
+/// unsubscribed; after it, it is not known any more.
+#[tokio::test]
+async fn an_abandoned_subscribe_is_forgotten_after_a_while() {
+    for late in [false, true] {
+        let answer = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let a = Arc::clone(&answer);
+        let script: Script = Arc::new(move |conn, v| match v["method"].as_str().unwrap_or("") {
+            "eth_subscribe" if !a.load(std::sync::atomic::Ordering::SeqCst) => vec![],
+            _ => node()(conn, v),
+        });
+        let up = fake_ws(script).await;
+        let gw = start(ws_config_pinging(&[up.url()], 100, 50)).await;
+        let mut ws = client(gw.addr).await;
+        send(
+            &mut ws,
+            json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
+        )
+        .await;
+        assert_eq!(next(&mut ws).await["error"]["code"], -32002);
+        let (_, request) = up.wait_for("eth_subscribe", 1).await.remove(0);
+        if late {
+            // Past three timeouts and a few pings.
+            tokio::time::sleep(Duration::from_millis(600)).await;
+        }
+        up.act(reply(&request, json!("0xlate")));
+        // Two round trips on the same connection: the late answer is read
+        // before the first, and an unsubscribe it causes is sent before
+        // the second.
+        for id in [2, 3] {
+            send(
+                &mut ws,
+                json!({"jsonrpc":"2.0","id":id,"method":"eth_blockNumber"}),
+            )
+            .await;
+            assert_eq!(next(&mut ws).await["result"], "0x10");
+        }
+        let unsubscribed = up.requests("eth_unsubscribe");
+        if late {
+            assert!(unsubscribed.is_empty(), "{unsubscribed:?}");
+        } else {
+            assert_eq!(unsubscribed.len(), 1, "{unsubscribed:?}");
+            assert_eq!(unsubscribed[0].1["params"], json!(["0xlate"]));
+        }
+    }
 }

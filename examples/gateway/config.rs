@@ -16,6 +16,9 @@ usage: gateway [options]
                         first ws:// upstream, else the first upstream's URL
                         with ws:// for http://)
   --timeout MS          per-request upstream timeout (default 30000)
+  --ws-ping MS          ping the WebSocket upstream this often; one silent for
+                        two of these is closed and reconnected (default
+                        20000; 0: never)
   --allow PREFIX        lift a default deny (admin_, personal_, debug_)
   --deny PREFIX         also deny methods starting with PREFIX
   --max-body BYTES      largest request (default 5242880)
@@ -47,6 +50,8 @@ pub struct Config {
     pub block_time: Option<Duration>,
     pub threads: usize,
     pub hyper_client: bool,
+    /// How often a WebSocket upstream is pinged; `None` never.
+    pub ws_ping: Option<Duration>,
 }
 
 impl Default for Config {
@@ -64,6 +69,7 @@ impl Default for Config {
             block_time: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             hyper_client: false,
+            ws_ping: Some(Duration::from_secs(20)),
         }
     }
 }
@@ -114,6 +120,10 @@ impl Config {
                         "h1" => false,
                         other => return Err(format!("--client: h1 or hyper, not {other}")),
                     }
+                }
+                "--ws-ping" => {
+                    let ms = number(value()?)?;
+                    c.ws_ping = (ms > 0).then(|| Duration::from_millis(ms));
                 }
                 "--threads" => c.threads = number(value()?)?.max(1) as usize,
                 "--block-time" => {

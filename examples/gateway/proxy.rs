@@ -178,6 +178,7 @@ pub fn dispatcher(
         config.timeout,
         config.max_response,
         config.hyper_client,
+        config.ws_ping,
     )?;
     let gateway = Gateway {
         up,

@@ -42,6 +42,13 @@ use crate::h1::{H1Error, H1Pool};
 pub const REST: Duration = Duration::from_secs(2);
 /// How long connecting to a WebSocket upstream may take.
 const WS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// For how many call timeouts an `eth_subscribe` whose caller left is
+/// remembered, in case the upstream subscribes after all (it is then
+/// unsubscribed at once); an upstream that answers later than that has
+/// bigger problems.
+const ABANDONED_TIMEOUTS: u32 = 3;
+/// Why a connection found dead by its pings was closed.
+const SILENT: &str = "the WebSocket upstream stopped answering pings";
 /// The largest message read from a WebSocket upstream at least (tungstenite's
 /// default): a larger one ends the connection.
 const WS_MIN_MESSAGE: usize = 64 << 20;
@@ -118,10 +125,12 @@ impl Upstreams {
         timeout: Duration,
         max_response: usize,
         hyper_client: bool,
+        ws_ping: Option<Duration>,
     ) -> Result<Upstreams, String> {
         let mut http = Vec::new();
-        let mut ws =
-            upstream_ws.map(|url| Arc::new(WsUpstream::new(url.into(), timeout, max_response)));
+        let ws_upstream =
+            |url: String| Arc::new(WsUpstream::new(url, timeout, max_response, ws_ping));
+        let mut ws = upstream_ws.map(|url| ws_upstream(url.into()));
         for url in urls {
             let uri: http::Uri = url
                 .parse()
@@ -131,7 +140,7 @@ impl Upstreams {
             // a second one was ignored); the first is also the
             // `eth_subscribe` upstream unless `--upstream-ws` names one.
             let via_ws = url.starts_with("ws://").then(|| {
-                let conn = Arc::new(WsUpstream::new(url.clone(), timeout, max_response));
+                let conn = ws_upstream(url.clone());
                 ws.get_or_insert_with(|| Arc::clone(&conn));
                 conn
             });
@@ -154,7 +163,7 @@ impl Upstreams {
             && let Some(first) = urls.iter().find(|u| u.starts_with("http://"))
         {
             let url = format!("ws://{}", &first["http://".len()..]);
-            ws = Some(Arc::new(WsUpstream::new(url, timeout, max_response)));
+            ws = Some(ws_upstream(url));
         }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
@@ -538,6 +547,12 @@ pub struct WsUpstream {
     /// behind a few reached the per-request timeout unanswered).
     attempts: AtomicU64,
     failure: Mutex<Option<RpcError>>,
+    /// How often an idle connection is pinged (`--ws-ping`); a connection
+    /// from which nothing (not even a pong) arrives for two of these is
+    /// closed as dead: a silent network partition otherwise left its
+    /// subscriptions waiting for good and its calls to time out one by
+    /// one.
+    ping: Option<Duration>,
 }
 
 /// One live WebSocket connection to the upstream.
@@ -554,6 +569,19 @@ pub struct WsConn {
     own_ids: AtomicU64,
     name: String,
     parser: Parser,
+    /// When the connection was made; `heard` counts from it.
+    born: Instant,
+    /// Milliseconds after `born` when the last frame arrived.
+    heard: AtomicU64,
+    /// `eth_subscribe` calls whose callers left, oldest first (their
+    /// waiters are `Waiter::Abandoned`), so that they are forgotten after
+    /// [`ABANDONED_TIMEOUTS`] timeouts even when the upstream never
+    /// answers them (they were kept until the connection closed).
+    abandoned: Mutex<std::collections::VecDeque<(Instant, u64)>>,
+    /// How long a call may wait.
+    timeout: Duration,
+    /// Set when the pings found the connection dead (its calls say so).
+    silent: AtomicBool,
 }
 
 enum Waiter {
@@ -572,7 +600,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl WsUpstream {
-    fn new(url: String, timeout: Duration, max_response: usize) -> WsUpstream {
+    fn new(
+        url: String,
+        timeout: Duration,
+        max_response: usize,
+        ping: Option<Duration>,
+    ) -> WsUpstream {
         let max_message = (max_response + ENVELOPE_ROOM).max(WS_MIN_MESSAGE);
         WsUpstream {
             name: display_name(&url),
@@ -586,6 +619,7 @@ impl WsUpstream {
             max_message,
             attempts: AtomicU64::new(0),
             failure: Mutex::new(None),
+            ping,
         }
     }
 
@@ -647,8 +681,13 @@ impl WsUpstream {
             own_ids: AtomicU64::new(1 << 62),
             name: self.name.clone(),
             parser: self.parser,
+            born: Instant::now(),
+            heard: AtomicU64::new(0),
+            abandoned: Mutex::default(),
+            timeout: self.timeout,
+            silent: AtomicBool::new(false),
         });
-        tokio::spawn(async move {
+        let writer = tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
                 // Everything queued goes out in one flush.
                 let mut ok = write.feed(first).await.is_ok();
@@ -662,8 +701,9 @@ impl WsUpstream {
             let _ = write.close().await;
         });
         let reader = Arc::clone(&conn);
-        tokio::spawn(async move {
+        let reading = tokio::spawn(async move {
             while let Some(frame) = read.next().await {
+                reader.heard.store(reader.since_born(), Ordering::Relaxed);
                 let bytes = match frame {
                     Ok(Message::Text(t)) => Bytes::from(t),
                     Ok(Message::Binary(b)) => b,
@@ -672,8 +712,15 @@ impl WsUpstream {
                 };
                 reader.route(bytes);
             }
-            reader.close();
+            reader.close("the WebSocket connection closed");
         });
+        if let Some(every) = self.ping {
+            tokio::spawn(keep_alive(
+                Arc::downgrade(&conn),
+                every,
+                [reading.abort_handle(), writer.abort_handle()],
+            ));
+        }
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
     }
@@ -691,6 +738,38 @@ impl WsUpstream {
     }
 }
 
+/// Pings `conn` every `every`; when nothing has arrived from it for two
+/// of them, ends its tasks (`tasks`: the reader and the writer, which
+/// would otherwise wait on the dead socket for good) and closes it: its
+/// calls fail, its subscriptions end with an error, and the next call
+/// connects again. Also forgets abandoned subscriptions in time.
+async fn keep_alive(
+    conn: std::sync::Weak<WsConn>,
+    every: Duration,
+    tasks: [tokio::task::AbortHandle; 2],
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(conn) = conn.upgrade() else { return };
+        if conn.closed.load(Ordering::Acquire) {
+            return;
+        }
+        conn.forget_abandoned();
+        let silent = conn.since_born() - conn.heard.load(Ordering::Relaxed);
+        if silent >= 2 * every.as_millis() as u64 {
+            for task in &tasks {
+                task.abort();
+            }
+            conn.close(SILENT);
+            return;
+        }
+        let _ = conn.out.send(Message::Ping(Bytes::new()));
+    }
+}
+
 /// Removes a call's waiter when the call ends, however it ends (a client
 /// that went away, a timeout).
 struct PendingGuard<'a> {
@@ -705,6 +784,9 @@ impl Drop for PendingGuard<'_> {
             // A subscription the upstream may still make, with nobody to
             // relay it to.
             pending.insert(self.id, Waiter::Abandoned);
+            drop(pending);
+            lock(&self.conn.abandoned).push_back((Instant::now(), self.id));
+            self.conn.forget_abandoned();
         }
     }
 }
@@ -736,7 +818,11 @@ impl WsConn {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(_)) => Err(errors::upstream_failed(
                 &self.name,
-                "the WebSocket connection closed before the reply",
+                if self.silent.load(Ordering::Acquire) {
+                    SILENT
+                } else {
+                    "the WebSocket connection closed before the reply"
+                },
             )),
             Err(_) => Err(errors::upstream_timeout(&self.name, timeout)),
         }
@@ -755,6 +841,28 @@ impl WsConn {
     pub fn restore_relay(&self, up: Box<str>, sink: Sink) {
         lock(&self.ups).insert(sink.id(), up.clone());
         lock(&self.subs).insert(up, sink);
+    }
+
+    /// Milliseconds since the connection was made.
+    fn since_born(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64
+    }
+
+    /// Drops the waiters of subscriptions abandoned longer ago than
+    /// [`ABANDONED_TIMEOUTS`] timeouts that the upstream never answered.
+    fn forget_abandoned(&self) {
+        let keep = self.timeout * ABANDONED_TIMEOUTS;
+        let mut abandoned = lock(&self.abandoned);
+        while let Some(&(at, id)) = abandoned.front() {
+            if at.elapsed() < keep {
+                break;
+            }
+            abandoned.pop_front();
+            let mut pending = lock(&self.pending);
+            if let Some(Waiter::Abandoned) = pending.get(&id) {
+                pending.remove(&id);
+            }
+        }
     }
 
     /// The upstream's `host:port`.
@@ -857,14 +965,16 @@ impl WsConn {
         }
     }
 
-    /// The connection dropped: every waiting call fails, every relayed
-    /// subscription ends with an error notification.
-    fn close(&self) {
+    /// The connection dropped (`why`): every waiting call fails, every
+    /// relayed subscription ends with an error notification.
+    fn close(&self, why: &str) {
+        self.silent.store(why == SILENT, Ordering::Release);
         self.closed.store(true, Ordering::Release);
         lock(&self.pending).clear();
+        lock(&self.abandoned).clear();
         let subs: Vec<Sink> = lock(&self.subs).drain().map(|(_, s)| s).collect();
         lock(&self.ups).clear();
-        let error = errors::upstream_failed(&self.name, "the WebSocket connection closed");
+        let error = errors::upstream_failed(&self.name, why);
         for sink in subs {
             sink.close_with_error(&error);
         }
