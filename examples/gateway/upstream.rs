@@ -758,7 +758,9 @@ async fn keep_alive(
             return;
         }
         conn.forget_abandoned();
-        let silent = conn.since_born() - conn.heard.load(Ordering::Relaxed);
+        let silent = conn
+            .since_born()
+            .saturating_sub(conn.heard.load(Ordering::Relaxed));
         if silent >= 2 * every.as_millis() as u64 {
             for task in &tasks {
                 task.abort();
