@@ -722,3 +722,44 @@ async fn every_pipelined_reply_is_marked_where_it_ends() {
     assert_eq!(r.len(), 1);
     assert_eq!(r[0][0]["error"]["code"], -32800);
 }
+
+/// The timeout counts from a call's arrival: one that waited for a slot
+/// past its deadline is answered as timed out without being run (it used
+/// to start then, with a fresh deadline, for a client that had given up).
+#[tokio::test(start_paused = true)]
+async fn a_call_that_waits_past_its_deadline_is_not_run() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = Arc::clone(&started);
+    let d = Dispatcher::builder(())
+        .max_in_flight(1)
+        .timeout(Some(Duration::from_millis(100)))
+        .async_method("forever", move |_call: AsyncCall<()>| {
+            s.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Result<u64, RpcError>>()
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"forever"},{"jsonrpc":"2.0","id":2,"method":"forever"}]"#,
+        ),
+        &mut out,
+    );
+    while conn.messages_in_flight() > 0 {
+        std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
+    }
+    let replies: Value = serde_json::from_slice(&out).unwrap();
+    for (i, reply) in replies.as_array().unwrap().iter().enumerate() {
+        assert_eq!(reply["id"], i + 1, "{replies}");
+        assert_eq!(reply["error"]["message"], "Request timed out", "{replies}");
+        assert_eq!(
+            reply["error"]["data"],
+            json!({"timeout_ms": 100}),
+            "{replies}"
+        );
+    }
+    assert_eq!(started.load(Ordering::SeqCst), 1, "the second call ran");
+}

@@ -181,10 +181,13 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     }
 
     /// The per-request timeout of async handlers (default 30 s; `None` for
-    /// none). A call still running at its deadline is dropped and answered
-    /// with the timeout error ([`timeout_code`](DispatcherBuilder::timeout_code),
-    /// message "Request timed out"), `data`
-    /// giving the timeout; it affects that entry only. Deadlines need a
+    /// none), counted from the call's arrival: the time it waits for a slot
+    /// under [`max_in_flight`](DispatcherBuilder::max_in_flight) counts. A
+    /// call still running at its deadline is dropped and answered with the
+    /// timeout error ([`timeout_code`](DispatcherBuilder::timeout_code),
+    /// message "Request timed out"), `data` giving the timeout; one whose
+    /// deadline passed while it waited is answered so without being run.
+    /// It affects that entry only. Deadlines need a
     /// tokio runtime with its time driver; outside one, or in a runtime
     /// built without `enable_time`, they are not enforced.
     pub fn timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
@@ -672,6 +675,9 @@ pub(crate) struct Waiting {
     method: Bytes,
     id: Option<Bytes>,
     params: Option<OwnedParams>,
+    /// When it was queued for a slot (read only when there is a timeout):
+    /// its deadline counts from then.
+    queued: Option<Instant>,
 }
 
 /// One reply of a message in flight.
@@ -1309,8 +1315,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
     /// Starts an async call if a slot under the cap is free, else queues
     /// it. An entry of a batch already past the size limit is answered with
     /// the too-large error instead, not run.
-    fn launch(&self, engine: &mut Engine, w: Waiting, ctx: &Context) {
+    fn launch(&self, engine: &mut Engine, mut w: Waiting, ctx: &Context) {
         if engine.running >= self.max_in_flight {
+            if self.timeout.is_some() && w.queued.is_none() {
+                w.queued = Some(Instant::now());
+            }
             engine.waiting.push_back(w);
             return;
         }
@@ -1346,20 +1355,31 @@ impl<S: Send + Sync + 'static> Shared<S> {
         // paused clock in tests).
         let now = Instant::now();
         let started = now.into_std();
-        let deadline = self.timeout.map(|t| now + t);
-        // The handler itself may panic before returning a future: handler
-        // code too, so kept quiet as its polls are.
-        let outer = engine.enter(w.target.map(|(m, _)| m));
-        let made = super::catch_handler_panic(self.quiet, || handler(call));
-        engine.leave(outer);
-        let call = match made {
-            Ok(call) => call,
-            Err(panic) => {
-                let e = panic_error(&*panic);
-                Box::pin(Pending {
-                    fut: std::future::ready(Err::<Done, RpcError>(e)),
-                    span: span_of("", None),
-                })
+        // From its arrival: the wait for a slot counts.
+        let deadline = self.timeout.map(|t| w.queued.unwrap_or(now) + t);
+        let answer_now = |e: RpcError| -> Pin<Box<dyn PendingCall>> {
+            Box::pin(Pending {
+                fut: std::future::ready(Err::<Done, RpcError>(e)),
+                span: span_of("", None),
+            })
+        };
+        let call = match (self.timeout, deadline) {
+            // Its deadline passed while it waited: answered as timed out,
+            // never run (its client has given up on it).
+            (Some(timeout), Some(deadline)) if deadline <= now => {
+                drop(call);
+                answer_now(self.timeout_error(timeout))
+            }
+            _ => {
+                // The handler itself may panic before returning a future:
+                // handler code too, so kept quiet as its polls are.
+                let outer = engine.enter(w.target.map(|(m, _)| m));
+                let made = super::catch_handler_panic(self.quiet, || handler(call));
+                engine.leave(outer);
+                match made {
+                    Ok(call) => call,
+                    Err(panic) => answer_now(panic_error(&*panic)),
+                }
             }
         };
         engine.slots[index].task = Some(Task {
@@ -1512,6 +1532,13 @@ impl<S: Send + Sync + 'static> Shared<S> {
         0
     }
 
+    /// The error a call past its deadline is answered with (the same
+    /// bytes as [`expire`](Self::expire) writes).
+    fn timeout_error(&self, timeout: std::time::Duration) -> RpcError {
+        RpcError::new(self.timeout_code, "Request timed out")
+            .with_raw_data(format!("{{\"timeout_ms\":{}}}", timeout.as_millis()))
+    }
+
     /// Answers every call past its deadline with the timeout error (nothing
     /// for a notification), and arms the timer for the next deadline.
     fn expire<B: ReplyBuf>(
@@ -1606,5 +1633,6 @@ fn waiting(input: &Bytes, r: crate::request::Request<'_>, target: Target) -> Wai
         method: share(input, r.method().as_bytes()),
         id: r.id().map(|id| share(input, id.as_bytes())),
         params: r.params().map(|p| OwnedParams::of(input, p.as_bytes())),
+        queued: None,
     }
 }
