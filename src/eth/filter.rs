@@ -305,11 +305,21 @@ impl<'a> Iterator for Topics<'a> {
                 // No alternatives, or a `null` among them, matches anything
                 // (geth: "empty rule set == wildcard"); hex strings hold no
                 // `n`, so most arrays are ruled out at once.
-                if alternatives.clone().next().is_none()
-                    || (memchr::memchr(b'n', v.as_bytes()).is_some()
-                        && alternatives.clone().any(|t| t.is_null()))
-                {
+                if alternatives.clone().next().is_none() {
                     Ok(TopicFilter::Any)
+                } else if memchr::memchr(b'n', v.as_bytes()).is_some()
+                    && alternatives.clone().any(|t| t.is_null())
+                {
+                    // The other alternatives must still be topics: alloy
+                    // refuses an invalid one wherever it stands, geth one
+                    // before the first `null`.
+                    match alternatives
+                        .filter(|t| !t.is_null())
+                        .find_map(|t| t.hash().err())
+                    {
+                        Some(e) => Err(fail(e)),
+                        None => Ok(TopicFilter::Any),
+                    }
                 } else {
                     Ok(TopicFilter::AnyOf(TopicSet {
                         values: alternatives,
