@@ -76,6 +76,16 @@ fn string(rng: &mut Rng, s: &str) -> String {
         None
     };
     let all = rng.chance(200);
+    if !s.is_empty() && rng.chance(300) {
+        // An escape that is no character (a lone surrogate), or `\/`.
+        let at = s
+            .char_indices()
+            .nth(rng.below(s.chars().count() as u64) as usize)
+            .unwrap()
+            .0;
+        let bad = *rng.pick(&["\\ud800", "\\udfff", "\\/", "\\ud83d\\ude00"]);
+        return format!("\"{}{bad}{}\"", &s[..at], &s[at..]);
+    }
     for (i, c) in s.char_indices() {
         if all || Some(i) == escape_at {
             out.push_str(&format!("\\u{:04x}", c as u32));
@@ -190,7 +200,18 @@ fn quantity(rng: &mut Rng, bits: u32) -> String {
             2 => string(rng, &value.to_string()),
             3 => "null".into(),
             _ => rng
-                .pick(&["true", "[]", "{}", "1.5", "-1", "\"\""])
+                .pick(&[
+                    "true",
+                    "[]",
+                    "{}",
+                    "1.5",
+                    "-1",
+                    "\"\"",
+                    "18446744073709551616",
+                    "1e3",
+                    "-0",
+                    "[\"0x1\"]",
+                ])
                 .to_string(),
         },
         _ => {
@@ -414,7 +435,20 @@ fn call_object(rng: &mut Rng) -> String {
         add(rng, "blobVersionedHashes", v);
     }
     if rng.chance(8) {
-        add(rng, "accessList", "[]".into());
+        let v = match rng.below(4) {
+            0 => "[]".to_string(),
+            1 => {
+                let (a, h) = (address(rng), hash(rng));
+                format!(r#"[{{"address":{a},"storageKeys":[{h}]}}]"#)
+            }
+            2 => rng.pick(&["5", "{}", "\"0x\"", "[1]"]).to_string(),
+            _ => r#"[{"address":"0x12"}]"#.to_string(),
+        };
+        add(rng, "accessList", v);
+    }
+    if rng.chance(20) {
+        let v = rng.pick(&["[]", "5", "[{}]"]).to_string();
+        add(rng, "authorizationList", v);
     }
     perturb(rng, &mut m, true);
     object(rng, &m)
@@ -430,6 +464,7 @@ fn topic(rng: &mut Rng) -> String {
                 .map(|_| match rng.below(8) {
                     0 => "null".into(),
                     1 => format!("[{}]", hash(rng)),
+                    2 if rng.chance(4) => format!("[[{}]]", hash(rng)),
                     _ => hash(rng),
                 })
                 .collect();
@@ -597,7 +632,7 @@ fn generate(rng: &mut Rng, k: K) -> String {
             }
         }
         K::Data => {
-            let n = *rng.pick(&[0usize, 1, 100, 111]);
+            let n = *rng.pick(&[0usize, 1, 7, 8, 9, 16, 20, 31, 32, 33, 100, 111, 1000]);
             data(rng, n)
         }
         K::Addr => address(rng),
@@ -990,6 +1025,54 @@ fn spec_value(k: K, s: &str) -> Val {
     }
 }
 
+/// A value anywhere inside a parameter of kind `k` (a member of an
+/// object, an element of a list) that the spec refuses, if any: rpcwire
+/// must then refuse the parameter, whatever alloy says.
+fn spec_violation(k: K, v: &Value) -> Option<String> {
+    let scalar = |k: K, v: &Value| match v {
+        Value::String(s) => spec(k, s).map(|why| format!("{s:?}: {why}")),
+        other => Some(format!("{other}: not a string")),
+    };
+    // A member that may be `null` (absent).
+    let member = |k: K, v: Option<&Value>| match v {
+        None | Some(Value::Null) => None,
+        Some(v) => scalar(k, v),
+    };
+    let list = |k: K, v: &Value, null_ok: bool| match v {
+        Value::Array(items) => items
+            .iter()
+            .filter(|t| !(null_ok && t.is_null()))
+            .find_map(|t| scalar(k, t)),
+        _ => None,
+    };
+    match (k, v) {
+        (K::Call, Value::Object(m)) => m.iter().find_map(|(key, v)| match key.as_str() {
+            "blobVersionedHashes" => list(K::Hash, v, false),
+            key => member(member_kind(K::Call, key)?, Some(v)),
+        }),
+        (K::Filter, Value::Object(m)) => member(K::BlockNum, m.get("fromBlock"))
+            .or_else(|| member(K::BlockNum, m.get("toBlock")))
+            .or_else(|| member(K::Hash, m.get("blockHash")))
+            .or_else(|| match m.get("address") {
+                Some(a @ Value::Array(_)) => list(K::Addr, a, false),
+                a => member(K::Addr, a),
+            })
+            .or_else(|| match m.get("topics") {
+                Some(Value::Array(positions)) => positions.iter().find_map(|t| match t {
+                    Value::Array(_) => list(K::Hash, t, true),
+                    t => member(K::Hash, Some(t)),
+                }),
+                _ => None,
+            }),
+        (K::BlockId, Value::Object(m)) => m
+            .get("blockNumber")
+            .and_then(|n| scalar(K::BlockNum, n))
+            .or_else(|| m.get("blockHash").and_then(|h| scalar(K::Hash, h))),
+        (K::Call | K::Filter | K::Bool | K::Floats, _) => None,
+        (K::BlockId, Value::String(_)) | (_, _) => scalar(k, v),
+    }
+}
+
 // ---- the exceptions -------------------------------------------------------------------
 
 /// The kind of a member of an object param.
@@ -1084,6 +1167,35 @@ fn looser(k: K, raw: &str) -> Option<(&'static str, String)> {
                 )
             })
         }
+        // The call object's `accessList` and `authorizationList` are handed
+        // to the handler raw (`CallRequest::access_list`, ...): the view
+        // decodes the members it has accessors for, and has none for these
+        // lists; alloy decodes them when the object is read.
+        K::Call => {
+            const RAW: [&str; 2] = ["accessList", "authorizationList"];
+            let members: Vec<String> = entries
+                .0
+                .iter()
+                .map(|(key, v)| {
+                    let v = if RAW.contains(&key.as_str()) && v.get() != "null" {
+                        "[]"
+                    } else {
+                        v.get()
+                    };
+                    format!("{}:{v}", serde_json::to_string(key).unwrap())
+                })
+                .collect();
+            entries
+                .0
+                .iter()
+                .any(|(key, _)| RAW.contains(&key.as_str()))
+                .then(|| {
+                    (
+                        "call object's access or authorization list left raw",
+                        format!("{{{}}}", members.join(",")),
+                    )
+                })
+        }
         _ => None,
     }
 }
@@ -1153,7 +1265,18 @@ fn check_refusal(e: &eth::Invalid<'_>, name: &str, position: usize, case: &str) 
     if let Some(r) = e.received() {
         // The value as received, or (when long) the start of its text.
         let shown = &data["received"];
-        let whole: Value = serde_json::from_str(r.as_json()).unwrap();
+        let Ok(whole) = serde_json::from_str::<Value>(r.as_json()) else {
+            // Text serde_json refuses (an escape of half a surrogate
+            // pair): shown as a string of the text as written.
+            let text = r.as_json();
+            let text = text
+                .strip_prefix('"')
+                .and_then(|t| t.strip_suffix('"'))
+                .unwrap_or(text);
+            let cut = shown.as_str().is_some_and(|s| s.ends_with('…'));
+            assert!(*shown == *text || cut, "{case}: {data}");
+            return;
+        };
         let cut = shown.as_str().is_some_and(|s| s.ends_with('…'))
             && data["receivedLength"] == r.as_json().len();
         assert!(*shown == whole || cut, "{case}: {data} for {}", r.as_json());
@@ -1163,7 +1286,7 @@ fn check_refusal(e: &eth::Invalid<'_>, name: &str, position: usize, case: &str) 
 fn run_case(m: &Method, params: Option<&str>, walk_fused: bool, stats: &mut Stats) {
     let msg = match params {
         Some(p) => format!(
-            r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params":{p}}}"#,
+            r#"{{"jsonrpc":"2.0","id":1,"method":"{}","params": {p} }}"#,
             m.name
         ),
         None => format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#, m.name),
@@ -1176,7 +1299,16 @@ fn run_case(m: &Method, params: Option<&str>, walk_fused: bool, stats: &mut Stat
     // alloy's side: positional params as geth reads them (missing or `null`
     // trailing optional params, refused extra ones); `params` absent or
     // `null` is no params.
-    let list: Result<Vec<Box<RawValue>>, String> = match params {
+    //
+    // rpcwire's JSON grammar admits `\u` escapes of half a surrogate pair
+    // (RFC 8259's ABNF does; a decoder then refuses a value holding one, and
+    // a key holding one names no member), serde_json refuses the whole
+    // text: alloy's side reads each such escape as U+FFFD.
+    let repaired = params.and_then(lone_surrogates_replaced);
+    if repaired.is_some() {
+        *stats.exceptions.entry("lone surrogate escape").or_default() += 1;
+    }
+    let list: Result<Vec<Box<RawValue>>, String> = match repaired.as_deref().or(params) {
         None | Some("null") => Ok(vec![]),
         Some(p) => serde_json::from_str(p).map_err(|e| e.to_string()),
     };
@@ -1215,6 +1347,16 @@ fn run_case(m: &Method, params: Option<&str>, walk_fused: bool, stats: &mut Stat
             if walk_fused && f.is_ok() {
                 ps = fused_ps;
             }
+        }
+        // Nothing the spec refuses gets through, at any depth.
+        if let Some(raw) = raw
+            && let Ok(v) = serde_json::from_str::<Value>(raw)
+            && let Some(why) = spec_violation(k, &v)
+        {
+            assert!(
+                our.is_err(),
+                "{case}: param {i} holds {why}, rpcwire reads it"
+            );
         }
         // rpcwire's scalars against the spec's grammar.
         if let (Some(raw), K::Q64 | K::Q128 | K::Q256 | K::Data | K::Addr | K::Hash) = (raw, k)
@@ -1291,6 +1433,46 @@ fn run_case(m: &Method, params: Option<&str>, walk_fused: bool, stats: &mut Stat
     }
 }
 
+/// `json` with each `\u` escape of half a surrogate pair replaced by
+/// `\ufffd`, if it has any.
+fn lone_surrogates_replaced(json: &str) -> Option<String> {
+    let b = json.as_bytes();
+    let unit = |at: usize| {
+        b.get(at..at + 4)
+            .and_then(|h| u16::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok())
+    };
+    let mut out = String::with_capacity(json.len());
+    let (mut i, mut from, mut changed) = (0, 0, false);
+    while i < b.len() {
+        if b[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        if b.get(i + 1) != Some(&b'u') {
+            i += 2;
+            continue;
+        }
+        match unit(i + 2) {
+            Some(0xd800..=0xdbff)
+                if b.get(i + 6..i + 8) == Some(b"\\u")
+                    && matches!(unit(i + 8), Some(0xdc00..=0xdfff)) =>
+            {
+                i += 12
+            }
+            Some(0xd800..=0xdfff) => {
+                out.push_str(&json[from..i]);
+                out.push_str("\\ufffd");
+                i += 6;
+                from = i;
+                changed = true;
+            }
+            _ => i += 6,
+        }
+    }
+    out.push_str(&json[from..]);
+    changed.then_some(out)
+}
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -1350,6 +1532,19 @@ fn found_disagreements() {
         (
             "eth_getLogs",
             format!(r#"[{{"topics":[["{h}",[null],null]]}}]"#),
+        ),
+        // A refused value written with an escape of half a surrogate pair
+        // was copied into the error's `data` as it stood: a reply serde_json
+        // (and so alloy's clients) cannot parse.
+        ("eth_getBlockByNumber", r#"["0x\udfff0", false]"#.into()),
+        ("eth_getBalance", r#"["0x\ud800", "latest"]"#.into()),
+        (
+            "eth_call",
+            r#"[{"gas":"\ud83d\ude00", "to":"0x\udbff\udfff"}]"#.into(),
+        ),
+        (
+            "eth_getLogs",
+            r#"[{"blockHash":"0x\ud800\u0030","fromBlock":"0x1"}]"#.into(),
         ),
     ];
     let mut stats = Stats::default();

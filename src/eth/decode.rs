@@ -257,34 +257,80 @@ impl<'a> Invalid<'a> {
             data.extend_from_slice(b",\"received\":");
             let raw = received.as_json();
             const KEEP: usize = 64;
-            if raw.len() <= KEEP + 2 {
+            let whole = raw.len() <= KEEP + 2;
+            if whole && !lone_surrogate(raw.as_bytes()) {
                 data.extend_from_slice(raw.as_bytes());
             } else {
                 // A JSON string of the value's first characters (of its
-                // content, for a string), cut on a character boundary.
+                // content, for a string), cut on a character boundary. A
+                // short value written with an escape of half a surrogate
+                // pair (which the request's JSON may hold, but which
+                // strict parsers such as serde_json refuse, failing the
+                // whole reply) is shown the same way, uncut.
                 let text = if received.kind() == Kind::String {
                     &raw[1..raw.len() - 1]
                 } else {
                     raw
                 };
-                let mut cut = KEEP.min(text.len());
+                let mut cut = if whole {
+                    text.len()
+                } else {
+                    KEEP.min(text.len())
+                };
                 while !text.is_char_boundary(cut) {
                     cut -= 1;
                 }
                 let mut shown = String::with_capacity(cut + 3);
                 shown.push_str(&text[..cut]);
-                shown.push('…');
+                if !whole {
+                    shown.push('…');
+                }
                 // `shown` is JSON text (a string's escapes may be cut in
                 // half): it is written as a plain string of that text.
                 crate::write::string(&mut data, &shown);
-                data.extend_from_slice(b",\"receivedLength\":");
-                crate::write::u64(&mut data, raw.len() as u64);
+                if !whole {
+                    data.extend_from_slice(b",\"receivedLength\":");
+                    crate::write::u64(&mut data, raw.len() as u64);
+                }
             }
         }
         data.push(b'}');
         let data = String::from_utf8(data).expect("written from UTF-8 pieces");
         RpcError::invalid_params("Invalid params").with_raw_data(data)
     }
+}
+
+/// Whether JSON text holds a `\u` escape of half a surrogate pair without
+/// its other half.
+#[cold]
+fn lone_surrogate(json: &[u8]) -> bool {
+    let unit = |at: usize| -> Option<u16> {
+        let hex = json.get(at..at + 4)?;
+        u16::from_str_radix(core::str::from_utf8(hex).ok()?, 16).ok()
+    };
+    let mut i = 0;
+    while let Some(at) = json.get(i..).and_then(|rest| memchr::memchr(b'\\', rest)) {
+        let at = i + at;
+        i = at + 2;
+        if json.get(at + 1) != Some(&b'u') {
+            continue;
+        }
+        i = at + 6;
+        match unit(at + 2) {
+            Some(0xd800..=0xdbff) => {
+                if json.get(i..i + 2) == Some(b"\\u")
+                    && matches!(unit(i + 2), Some(0xdc00..=0xdfff))
+                {
+                    i += 6;
+                } else {
+                    return true;
+                }
+            }
+            Some(0xdc00..=0xdfff) => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 impl fmt::Debug for Invalid<'_> {
@@ -899,6 +945,30 @@ impl<'a> EthParams<'a> {
             Some(extra) => {
                 Err(Invalid::new(Reason::TooMany, extra).at("extra", self.position as usize))
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lone_surrogate;
+
+    #[test]
+    fn lone_surrogates_are_found() {
+        for (json, lone) in [
+            (r#""0x12""#, false),
+            (r#""\u0030x1""#, false),
+            (r#""\ud83d\ude00""#, false),
+            (r#""\uD83D\uDE00""#, false),
+            (r#""\\ud800""#, false),
+            (r#""\n\ud800""#, true),
+            (r#""\udfff0""#, true),
+            (r#""\ud800\u0030""#, true),
+            (r#""\ud800\ud800\udc00""#, true),
+            (r#"{"a":"\ud83d"}"#, true),
+            (r#""\ud83d""#, true),
+        ] {
+            assert_eq!(lone_surrogate(json.as_bytes()), lone, "{json}");
         }
     }
 }
