@@ -76,17 +76,27 @@ fn string(rng: &mut Rng, s: &str) -> String {
         None
     };
     let all = rng.chance(200);
-    if !s.is_empty() && rng.chance(300) {
-        // An escape that is no character (a lone surrogate), or `\/`.
+    // An escape that is no character (a lone surrogate), a pair, or `\/`,
+    // inserted before one character.
+    let insert = if !s.is_empty() && rng.chance(300) {
         let at = s
             .char_indices()
             .nth(rng.below(s.chars().count() as u64) as usize)
             .unwrap()
             .0;
-        let bad = *rng.pick(&["\\ud800", "\\udfff", "\\/", "\\ud83d\\ude00"]);
-        return format!("\"{}{bad}{}\"", &s[..at], &s[at..]);
-    }
+        Some((
+            at,
+            *rng.pick(&["\\ud800", "\\udfff", "\\/", "\\ud83d\\ude00"]),
+        ))
+    } else {
+        None
+    };
     for (i, c) in s.char_indices() {
+        if let Some((at, bad)) = insert
+            && at == i
+        {
+            out.push_str(bad);
+        }
         if all || Some(i) == escape_at {
             out.push_str(&format!("\\u{:04x}", c as u32));
         } else if c == '"' || c == '\\' {
@@ -718,6 +728,8 @@ enum Val {
     Call(Box<Call>),
     Filter(Box<Filter>),
     Floats(Vec<f64>),
+    /// Percentiles serde cannot read (on both sides).
+    Unreadable,
 }
 
 fn tag_to_alloy(t: BlockTag) -> alloy::BlockNumberOrTag {
@@ -772,9 +784,7 @@ fn ours<'a>(k: K, p: Param<'a>) -> Result<Val, eth::Invalid<'a>> {
         K::BlockNum => Val::BlockNum(number_to_alloy(p.block_number()?)),
         K::Call => ours_call(p.call_request()?)?,
         K::Filter => ours_filter(p.log_filter()?)?,
-        K::Floats => Val::Floats(
-            serde_json::from_str(p.value().as_json()).expect("generated percentiles are valid"),
-        ),
+        K::Floats => floats(p.value().as_json()),
     })
 }
 
@@ -860,6 +870,15 @@ fn seen(r: &Result<Val, eth::Invalid<'_>>) -> String {
     }
 }
 
+/// `eth_feeHistory`'s percentiles, which both sides read with serde (rpcwire
+/// has no decoder for floats): the raw values handed over must agree.
+fn floats(raw: &str) -> Val {
+    match serde_json::from_str(raw) {
+        Ok(v) => Val::Floats(v),
+        Err(_) => Val::Unreadable,
+    }
+}
+
 /// alloy's reading of one parameter, from its JSON text.
 fn theirs(k: K, raw: &str) -> Result<Val, String> {
     fn de<T: serde::de::DeserializeOwned>(raw: &str) -> Result<T, String> {
@@ -925,7 +944,7 @@ fn theirs(k: K, raw: &str) -> Result<Val, String> {
                     .map(|t| sorted(t.iter().copied().collect())),
             }))
         }
-        K::Floats => Val::Floats(de::<Vec<f64>>(raw)?),
+        K::Floats => floats(raw),
     })
 }
 
@@ -1237,6 +1256,7 @@ struct Stats {
     both_refuse: usize,
     exceptions: BTreeMap<&'static str, usize>,
     spec_checked: usize,
+    json_refused: usize,
 }
 
 /// Checks how rpcwire refused a parameter: it names the parameter and its
@@ -1293,8 +1313,39 @@ fn run_case(m: &Method, params: Option<&str>, walk_fused: bool, stats: &mut Stat
     };
     let case = format!("{}({})", m.name, params.unwrap_or("-"));
     let arena = bumpalo::Bump::new();
-    let parsed = rpcwire::parse(msg.as_bytes(), &arena).unwrap_or_else(|e| panic!("{case}: {e}"));
-    let call_params = parsed.into_single().unwrap().request().unwrap().params();
+    // The message as JSON: rpcwire's parser and serde_json agree (but for
+    // lone surrogate escapes, see below).
+    let serde_msg = lone_surrogates_replaced(&msg);
+    let serde_ok = serde_json::from_str::<Value>(serde_msg.as_deref().unwrap_or(&msg)).is_ok();
+    let parsed = match rpcwire::parse(msg.as_bytes(), &arena) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            assert!(
+                !serde_ok,
+                "{case}: rpcwire refuses the JSON ({e}), serde_json reads it"
+            );
+            stats.json_refused += 1;
+            return;
+        }
+    };
+    assert!(
+        serde_ok,
+        "{case}: rpcwire reads the JSON, serde_json refuses it"
+    );
+    let Some(call_params) = parsed
+        .into_single()
+        .and_then(|m| m.request())
+        .map(|r| r.params())
+    else {
+        // Params that are neither an array nor an object make no request
+        // (JSON-RPC 2.0: params are structured); alloy's side reads no list.
+        assert!(
+            params.is_some_and(|p| !p.trim_start().starts_with(['[', '{', 'n'])),
+            "{case}: not one request"
+        );
+        stats.both_refuse += 1;
+        return;
+    };
 
     // alloy's side: positional params as geth reads them (missing or `null`
     // trailing optional params, refused extra ones); `params` absent or
@@ -1473,6 +1524,32 @@ fn lone_surrogates_replaced(json: &str) -> Option<String> {
     changed.then_some(out)
 }
 
+/// One edit of JSON text: a character deleted, inserted or doubled.
+fn mangle(rng: &mut Rng, text: &mut String) {
+    let bounds: Vec<usize> = text
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain([text.len()])
+        .collect();
+    let at = *rng.pick(&bounds);
+    match rng.below(3) {
+        0 if at < text.len() => {
+            text.remove(at);
+        }
+        1 if at < text.len() => {
+            let c = text[at..].chars().next().unwrap();
+            text.insert(at, c);
+        }
+        _ => {
+            let c = *rng.pick(&[
+                '"', '\\', ',', ':', '[', ']', '{', '}', ' ', '0', 'x', 'n', 'u', '\0', '\u{7f}',
+                'é', '\u{2028}', '\u{feff}',
+            ]);
+            text.insert(at, c);
+        }
+    }
+}
+
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -1488,7 +1565,16 @@ fn eth_params_agree_with_alloy() {
     let mut stats = Stats::default();
     for n in 0..cases {
         let m = &METHODS[(n % METHODS.len() as u64) as usize];
-        let p = params(&mut rng, m);
+        let mut p = params(&mut rng, m);
+        // Now and then, broken at the byte level: the JSON itself may then
+        // be refused (by both parsers), or read differently.
+        if let Some(text) = &mut p
+            && rng.chance(8)
+        {
+            for _ in 0..=rng.below(2) {
+                mangle(&mut rng, text);
+            }
+        }
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_case(m, p.as_deref(), n % 2 == 0, &mut stats)
         }));
@@ -1502,8 +1588,12 @@ fn eth_params_agree_with_alloy() {
         }
     }
     eprintln!(
-        "{cases} cases: {} accepted by both, {} refused by both, {} scalars checked against the spec; exceptions: {:#?}",
-        stats.both_accept, stats.both_refuse, stats.spec_checked, stats.exceptions
+        "{cases} cases: {} accepted by both, {} refused by both ({} as JSON), {} scalars checked against the spec; exceptions: {:#?}",
+        stats.both_accept,
+        stats.both_refuse + stats.json_refused,
+        stats.json_refused,
+        stats.spec_checked,
+        stats.exceptions
     );
     // The generator reaches both outcomes.
     assert!(
