@@ -596,6 +596,10 @@ const METHODS: &[Method] = &[
         name: "eth_getTransactionCount",
         params: &[("address", K::Addr, true), ("block", K::BlockId, false)],
     },
+    // The slot is the spec's `uint256` (a QUANTITY), read with
+    // `quantity_u256`; a slot written as a zero-padded 32-byte word, which
+    // geth (`decodeHash`) and alloy (`JsonStorageKey`) both take, is then
+    // refused as "leading zeros" (counted under that exception).
     Method {
         name: "eth_getStorageAt",
         params: &[
