@@ -340,7 +340,17 @@ fn perturb(rng: &mut Rng, members: &mut Vec<(String, String)>, unknown: bool) {
         let k = *rng.pick(&["extra", "ccipReadEnabled", "Gas", "blocknumber", "from "]);
         members.push((
             k.into(),
-            rng.pick(&["1", "null", "\"0x1\"", "[]"]).to_string(),
+            rng.pick(&[
+                "1",
+                "null",
+                "\"0x1\"",
+                "[]",
+                // Nesting and strings holding brackets, quotes and escapes,
+                // which the walk must skip whole.
+                r#"{"x":["]}",{"y":"\"}\\"},[[{}]]],"z":-1.5e-3}"#,
+                r#"["\u005d", "}", {"\"":"\\\""}]"#,
+            ])
+            .to_string(),
         ));
     }
 }
