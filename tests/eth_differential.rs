@@ -1179,8 +1179,8 @@ fn stricter(k: K, e: &eth::Invalid<'_>) -> Option<&'static str> {
 
 /// Why rpcwire may accept, by design, a value alloy refuses: `raw` is the
 /// parameter's JSON text, of kind `k`. A reason holds only if alloy, given
-/// the value with that difference removed, agrees with rpcwire's reading:
-/// `repair` returns the repaired text.
+/// the value with that difference removed (the text returned with the
+/// reason), agrees with rpcwire's reading.
 fn looser(k: K, raw: &str) -> Option<(&'static str, String)> {
     let entries = Entries::of(raw)?;
     match k {
