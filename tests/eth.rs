@@ -46,6 +46,43 @@ fn data_of(e: &RpcError) -> Value {
     serde_json::from_str(e.data().expect("data")).expect("data is JSON")
 }
 
+// ---- storage keys -----------------------------------------------------------
+
+/// `eth_getStorageAt`'s key in both forms clients send (geth's conformance
+/// test sends the 32-byte word, ethers the QUANTITY); the QUANTITY decoder
+/// refused the word for its leading zeros.
+#[test]
+fn storage_keys_in_both_forms() {
+    let word = format!("\"0x{}01\"", "0".repeat(62));
+    let cases: Vec<(String, Result<U256, &str>)> = vec![
+        (r#""0x0""#.into(), Ok(U256::ZERO)),
+        (r#""0x1""#.into(), Ok(U256::from(1))),
+        (r#""0x0001""#.into(), Ok(U256::from(1))),
+        (word, Ok(U256::from(1))),
+        (format!("\"0x{}\"", "f".repeat(64)), Ok(U256::MAX)),
+        (
+            format!("\"0x0{}\"", "f".repeat(64)),
+            Err("more than 64 hex digits"),
+        ),
+        (
+            format!("\"0x{}g\"", "0".repeat(64)),
+            Err("invalid hex digit"),
+        ),
+        (r#""0x""#.into(), Err("empty quantity (zero is 0x0)")),
+        (r#""01""#.into(), Err("missing 0x prefix")),
+        ("1".into(), Err("not a string")),
+    ];
+    for (json, want) in cases {
+        let got = with_value(&json, |v| outcome(v.storage_key()));
+        assert_eq!(got, want, "{json}");
+    }
+    assert_eq!(
+        with_value(r#""0x0ab""#, |v| outcome(v.quantity_u256())),
+        Err("leading zeros"),
+        "QUANTITY stays strict"
+    );
+}
+
 // ---- QUANTITY -------------------------------------------------------------
 
 #[test]

@@ -574,6 +574,9 @@ enum K {
     Q64,
     Q128,
     Q256,
+    /// `eth_getStorageAt`'s key: a QUANTITY or a 32-byte word, read as
+    /// reth reads it (alloy's `JsonStorageKey`).
+    Slot,
     Data,
     Addr,
     Hash,
@@ -614,7 +617,7 @@ const METHODS: &[Method] = &[
         name: "eth_getStorageAt",
         params: &[
             ("address", K::Addr, true),
-            ("slot", K::Q256, true),
+            ("slot", K::Slot, true),
             ("block", K::BlockId, false),
         ],
     },
@@ -648,7 +651,7 @@ fn generate(rng: &mut Rng, k: K) -> String {
     match k {
         K::Q64 => quantity(rng, 64),
         K::Q128 => quantity(rng, 128),
-        K::Q256 => {
+        K::Q256 | K::Slot => {
             // Storage slots: sometimes written as 32-byte words.
             if rng.chance(4) {
                 hash(rng)
@@ -791,6 +794,7 @@ fn ours<'a>(k: K, p: Param<'a>) -> Result<Val, eth::Invalid<'a>> {
         K::Q64 => Val::Num(U256::from(p.quantity_u64()?)),
         K::Q128 => Val::Num(U256::from(p.quantity_u128()?)),
         K::Q256 => Val::Num(p.quantity_u256()?),
+        K::Slot => Val::Num(p.storage_key()?),
         K::Data => Val::Bytes(p.data()?.to_vec()),
         K::Addr => Val::Bytes(p.address()?.to_vec()),
         K::Hash => Val::Bytes(p.hash()?.to_vec()),
@@ -903,6 +907,13 @@ fn theirs(k: K, raw: &str) -> Result<Val, String> {
         K::Q64 => Val::Num(U256::from(de::<U64>(raw)?)),
         K::Q128 => Val::Num(U256::from(de::<U128>(raw)?)),
         K::Q256 => Val::Num(de::<U256>(raw)?),
+        K::Slot => {
+            // `JsonStorageKey` is not re-exported: read through the proof
+            // entry that holds one.
+            let entry = format!(r#"{{"key":{raw},"value":"0x0","proof":[]}}"#);
+            let proof: alloy::EIP1186StorageProof = de(&entry)?;
+            Val::Num(U256::from_be_bytes(proof.key.as_b256().0))
+        }
         K::Data => Val::Bytes(de::<Bytes>(raw)?.to_vec()),
         K::Addr => Val::Bytes(de::<Address>(raw)?.to_vec()),
         K::Hash => Val::Bytes(de::<B256>(raw)?.to_vec()),
@@ -1022,6 +1033,13 @@ fn spec(k: K, s: &str) -> Option<&'static str> {
         K::Q64 => quantity(s, 64),
         K::Q128 => quantity(s, 128),
         K::Q256 => quantity(s, 256),
+        // geth's `decodeHash` and reth's `JsonStorageKey`: up to 64 digits,
+        // leading zeros allowed (a 32-byte word is the usual form).
+        K::Slot => match quantity(s, 256) {
+            Some("leading zeros") if s.len() <= 66 => None,
+            Some("leading zeros") => Some("too large"),
+            other => other,
+        },
         K::Data => data(s, None),
         K::Addr => data(s, Some(20)),
         K::Hash => data(s, Some(32)),
@@ -1047,7 +1065,7 @@ fn spec_value(k: K, s: &str) -> Val {
         None => alloy::BlockNumberOrTag::Number(q(s).to()),
     };
     match k {
-        K::Q64 | K::Q128 | K::Q256 => Val::Num(q(s)),
+        K::Q64 | K::Q128 | K::Q256 | K::Slot => Val::Num(q(s)),
         K::Data | K::Addr | K::Hash => Val::Bytes(d(s)),
         K::BlockNum => Val::BlockNum(n(s)),
         K::BlockId if s.len() == 66 => Val::BlockId(alloy::BlockId::Hash(alloy::RpcBlockHash {
@@ -1131,7 +1149,7 @@ fn member_kind(k: K, field: &str) -> Option<K> {
 }
 
 fn is_quantity(k: K) -> bool {
-    matches!(k, K::Q64 | K::Q128 | K::Q256)
+    matches!(k, K::Q64 | K::Q128 | K::Q256 | K::Slot)
 }
 
 /// Why rpcwire may refuse, by design, a value alloy accepts: `e` is
@@ -1171,6 +1189,9 @@ fn stricter(k: K, e: &eth::Invalid<'_>) -> Option<&'static str> {
             // geth matches tags exactly, lowercase (rpc.BlockNumber's
             // UnmarshalJSON); alloy lowercases them first.
             "tag not lowercase" => Some("block tag not lowercase"),
+            // geth's `decodeHash` refuses a key of more than 64 digits
+            // whatever its value; ruint reads leading zeros past them.
+            "too large" if kind == K::Slot => Some("storage key over 64 digits"),
             _ => None,
         },
         _ => None,

@@ -34,6 +34,9 @@ pub(crate) enum Reason {
     Overflow64,
     Overflow128,
     Overflow256,
+    /// A storage key of more than 64 hex digits (geth: "hex string too
+    /// long"), whatever its value.
+    KeyTooLong,
     NotBool,
     NotBlockId,
     NotBlockNumber,
@@ -69,6 +72,7 @@ impl Reason {
             Reason::Overflow64 => "more than 64 bits",
             Reason::Overflow128 => "more than 128 bits",
             Reason::Overflow256 => "more than 256 bits",
+            Reason::KeyTooLong => "more than 64 hex digits",
             Reason::NotBool => "not a boolean",
             Reason::NotBlockId => "not a block tag, number, hash or EIP-1898 object",
             Reason::NotBlockNumber => "not a block tag or number",
@@ -664,6 +668,11 @@ decoders! {
     fn quantity_u128() -> u128 = |v, _: Site| text(v, hex::quantity_u128);
     /// A QUANTITY of at most 256 bits (values and balances, in wei).
     fn quantity_u256() -> U256 = |v, _: Site| u256(v);
+    /// A storage key (`eth_getStorageAt`'s slot) as a number: `0x` and 1
+    /// to 64 hex digits, leading zeros allowed, so that both forms clients
+    /// send are read (the QUANTITY `0x1` and the 32-byte DATA `0x00…01`),
+    /// as geth and reth read them.
+    fn storage_key() -> U256 = |v, _: Site| text(v, hex::storage_key_limbs).map(U256::from_limbs);
     /// DATA, checked and borrowed (decode it with [`Hex`]'s methods).
     fn data() -> Hex<'a> = |v, _: Site| Hex::parse(v);
     /// DATA of exactly `N` bytes.

@@ -72,7 +72,30 @@ fn fold(digits: &[u8]) -> Result<u64, Reason> {
 /// A QUANTITY of at most `L` 64-bit limbs, little-endian limbs.
 #[inline(always)]
 pub(crate) fn quantity_limbs<const L: usize>(s: &[u8]) -> Result<[u64; L], Reason> {
-    let digits = quantity_digits(s)?;
+    limbs(quantity_digits(s)?)
+}
+
+/// A storage key (`eth_getStorageAt`'s slot): `0x` and 1 to 64 hex digits,
+/// leading zeros allowed, as geth and reth read it (clients send both
+/// the QUANTITY form, `0x0`, and the 32-byte DATA form, `0x00…00`).
+#[inline]
+pub(crate) fn storage_key_limbs(s: &[u8]) -> Result<[u64; 4], Reason> {
+    match s {
+        [b'0', b'x', digits @ ..] if digits.len() > 64 => {
+            if digits.iter().any(|&d| HEX_VALUE[d as usize] & 0x80 != 0) {
+                return Err(Reason::InvalidDigit);
+            }
+            Err(Reason::KeyTooLong)
+        }
+        [b'0', b'x', digits @ ..] if !digits.is_empty() => limbs(digits),
+        [b'0', b'x'] => Err(Reason::EmptyQuantity),
+        _ => Err(Reason::MissingPrefix),
+    }
+}
+
+/// Hex digits folded into `L` 64-bit limbs, little-endian limbs.
+#[inline(always)]
+fn limbs<const L: usize>(digits: &[u8]) -> Result<[u64; L], Reason> {
     if digits.len() > 16 * L {
         // Tell "not hex" from "too large": the digits decide.
         if digits.iter().any(|&d| HEX_VALUE[d as usize] & 0x80 != 0) {
