@@ -1,0 +1,599 @@
+//! The gateway's HTTP forwarding path under hostile inputs: client ids of
+//! every JSON shape, odd batches, and fake HTTP upstreams that misbehave
+//! per entry of a split batch (wrong framing, wrong ids, error statuses,
+//! late or cut replies), with the pooled connection checked after each.
+//! Everything on 127.0.0.1, every server started and stopped by its test.
+
+#![allow(dead_code)]
+
+#[path = "../examples/gateway/app.rs"]
+mod app;
+#[path = "../examples/gateway/chain.rs"]
+mod chain;
+#[path = "../examples/gateway/config.rs"]
+mod config;
+#[path = "../examples/gateway/errors.rs"]
+mod errors;
+#[path = "../examples/gateway/h1.rs"]
+mod h1;
+#[path = "../examples/gateway/local.rs"]
+mod local;
+#[path = "../examples/gateway/proxy.rs"]
+mod proxy;
+#[path = "../examples/gateway/upstream.rs"]
+mod upstream;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rpcwire::server::Shutdown;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A gateway on a port of its own; stopped when dropped.
+struct Gateway {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+async fn start(config: config::Config) -> Gateway {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
+    Gateway { addr, shutdown }
+}
+
+fn proxy_config(upstream: SocketAddr, hyper_client: bool) -> config::Config {
+    config::Config {
+        upstreams: vec![format!("http://{upstream}")],
+        timeout: Duration::from_millis(400),
+        hyper_client,
+        ..Default::default()
+    }
+}
+
+/// POSTs `body` on a connection of its own; the status and the body.
+async fn post(addr: SocketAddr, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8(response).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap();
+    (status, body)
+}
+
+async fn call(addr: SocketAddr, body: &str) -> Value {
+    let (status, body) = post(addr, body).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// One step of a scripted upstream's answer.
+enum Step {
+    Write(Vec<u8>),
+    Sleep(u64),
+    /// Close the connection (what follows is not run).
+    Close,
+}
+
+/// What a scripted upstream does with request `n` (0-based over all its
+/// connections), given the request body; the connection stays open after
+/// the steps unless one closes it.
+type Script = Arc<dyn Fn(usize, &Value) -> Vec<Step> + Send + Sync>;
+
+/// The requests a scripted upstream received, and on which connection.
+type Log = Arc<Mutex<Vec<(usize, Value)>>>;
+
+/// A raw HTTP/1.1 upstream run by `script`.
+async fn scripted(script: Script) -> (SocketAddr, Log) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log: Log = Arc::default();
+    let seen = Arc::clone(&log);
+    tokio::spawn(async move {
+        for conn in 0.. {
+            let Ok((mut s, _)) = listener.accept().await else {
+                return;
+            };
+            let (seen, script) = (Arc::clone(&seen), Arc::clone(&script));
+            tokio::spawn(async move {
+                'requests: loop {
+                    let Some(body) = read_request(&mut s).await else {
+                        return;
+                    };
+                    let Ok(v) = serde_json::from_slice::<Value>(&body) else {
+                        return;
+                    };
+                    let n = {
+                        let mut l = seen.lock().unwrap();
+                        l.push((conn, v.clone()));
+                        l.len() - 1
+                    };
+                    for step in script(n, &v) {
+                        match step {
+                            Step::Write(b) => {
+                                if s.write_all(&b).await.is_err() {
+                                    return;
+                                }
+                            }
+                            Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                            Step::Close => break 'requests,
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (addr, log)
+}
+
+/// Reads one HTTP/1.1 request with a `content-length` body.
+async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map(|v| v.trim().parse().unwrap())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = s.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return Some(buf[end + 4..end + 4 + len].to_vec());
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// `HTTP/1.1 <status>` with a content-length body.
+fn http(status: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// A JSON-RPC result for request `v`.
+fn result_for(v: &Value, result: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, v["id"])
+}
+
+/// Answers every call with `"ok"` and its params.
+fn echo() -> Script {
+    Arc::new(|_, v| {
+        let p = v
+            .get("params")
+            .map_or("null".to_string(), |p| p.to_string());
+        vec![Step::Write(http(
+            "200 OK",
+            &result_for(v, &format!(r#"{{"ok":{p}}}"#)),
+        ))]
+    })
+}
+
+/// Client ids of every JSON shape come back byte for byte, alone and in a
+/// batch (duplicates included); the upstream sees only ids of its own,
+/// never two alike.
+#[tokio::test]
+async fn client_ids_of_every_shape_come_back_byte_for_byte() {
+    let (up, log) = scripted(echo()).await;
+    let gw = start(proxy_config(up, false)).await;
+    let long_number = "7".repeat(400);
+    let at_limit_string = format!("\"{}\"", "s".repeat(1022));
+    let at_limit_number = format!("-{}", "9".repeat(1023));
+    let ids: Vec<&str> = vec![
+        "1.0",
+        "-0",
+        "0",
+        "1e2",
+        "1E+2",
+        "-1.5e-7",
+        "12345678901234567890",
+        &long_number,
+        "-42",
+        r#""\u00e8""#,
+        r#""\"""#,
+        r#""\\/\n\t""#,
+        r#""""#,
+        r#""è€😀""#,
+        r#""\ud83d\ude00""#,
+        "null",
+        &at_limit_string,
+        &at_limit_number,
+    ];
+    for id in &ids {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_call","params":[]}}"#);
+        let (status, text) = post(gw.addr, &body).await;
+        assert_eq!(status, 200, "{id}: {text}");
+        assert!(
+            text.starts_with(&format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"#)),
+            "{id}: {text}"
+        );
+    }
+    // All of them in one batch, twice each (duplicate ids in one batch).
+    let entries: Vec<String> = ids
+        .iter()
+        .chain(&ids)
+        .enumerate()
+        .map(|(i, id)| {
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_call","params":[{i}]}}"#)
+        })
+        .collect();
+    let (status, text) = post(gw.addr, &format!("[{}]", entries.join(","))).await;
+    assert_eq!(status, 200, "{text}");
+    // (serde_json reads no 400-digit number: the reply is checked as text.)
+    assert_eq!(
+        text.matches(r#"{"jsonrpc":"2.0","id":"#).count(),
+        ids.len() * 2,
+        "{text}"
+    );
+    let mut at = 0;
+    for (i, id) in ids.iter().chain(&ids).enumerate() {
+        let expect = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"ok":[{i}]}}}}"#);
+        let found = text[at..]
+            .find(&expect)
+            .unwrap_or_else(|| panic!("{i} {id}: {text}"));
+        at += found + expect.len();
+    }
+    // One byte past the id limit: the dispatcher's -32600, never forwarded.
+    let sent = log.lock().unwrap().len();
+    let past = format!("\"{}\"", "s".repeat(1023));
+    let r = call(
+        gw.addr,
+        &format!(r#"{{"jsonrpc":"2.0","id":{past},"method":"eth_call"}}"#),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(log.lock().unwrap().len(), sent);
+    // The upstream saw plain ids of the gateway's, each once.
+    let log = log.lock().unwrap();
+    let seen: HashSet<u64> = log.iter().map(|(_, v)| v["id"].as_u64().unwrap()).collect();
+    assert_eq!(seen.len(), log.len());
+}
+
+/// Odd batches: empty, nested, all notifications, notifications mixed in,
+/// every entry denied or answered locally, past the length limit.
+#[tokio::test]
+async fn odd_batches() {
+    let (up, log) = scripted(echo()).await;
+    let mut config = proxy_config(up, false);
+    config.max_batch = 4;
+    let gw = start(config).await;
+    // `[]`: one -32600, not an array.
+    let r = call(gw.addr, "[]").await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    assert_eq!(r["id"], Value::Null);
+    // A nested batch is a batch of one invalid entry.
+    let r = call(
+        gw.addr,
+        r#"[[{"jsonrpc":"2.0","id":1,"method":"eth_call"}]]"#,
+    )
+    .await;
+    assert_eq!(r.as_array().map(Vec::len), Some(1), "{r}");
+    assert_eq!(r[0]["error"]["code"], -32600, "{r}");
+    assert_eq!(log.lock().unwrap().len(), 0);
+    // Notifications only: 204, no body (they are still forwarded).
+    let (status, text) = post(
+        gw.addr,
+        r#"[{"jsonrpc":"2.0","method":"eth_call","params":["n1"]},{"jsonrpc":"2.0","method":"eth_call","params":["n2"]}]"#,
+    )
+    .await;
+    assert_eq!((status, text.as_str()), (204, ""));
+    let (status, text) = post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","method":"eth_call","params":["n3"]}"#,
+    )
+    .await;
+    assert_eq!((status, text.as_str()), (204, ""));
+    // A denied notification gets no reply either.
+    let (status, text) = post(gw.addr, r#"{"jsonrpc":"2.0","method":"admin_peers"}"#).await;
+    assert_eq!((status, text.as_str()), (204, ""));
+    // Notifications and an invalid entry mixed with calls: replies for the
+    // calls and the invalid entry only, in request order.
+    let r = call(
+        gw.addr,
+        r#"[{"jsonrpc":"2.0","method":"eth_call","params":["n4"]},{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["a"]},7,{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["b"]}]"#,
+    )
+    .await;
+    let r = r.as_array().unwrap();
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert_eq!(r[0]["result"]["ok"], json!(["a"]));
+    assert_eq!(r[1]["error"]["code"], -32600);
+    assert_eq!(r[2]["result"]["ok"], json!(["b"]));
+    // Every entry denied or reserved: answered here, nothing forwarded.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let sent = log.lock().unwrap().len();
+    let r = call(
+        gw.addr,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"admin_peers"},{"jsonrpc":"2.0","id":2,"method":"debug_x"},{"jsonrpc":"2.0","id":3,"method":"rpc.x"}]"#,
+    )
+    .await;
+    let codes: Vec<_> = r
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["error"]["code"].clone())
+        .collect();
+    assert_eq!(codes, [-32601, -32601, -32601], "{r:?}");
+    // Past the batch limit: one -32600, nothing forwarded.
+    let five = [r#"{"jsonrpc":"2.0","id":1,"method":"eth_call"}"#; 5].join(",");
+    let r = call(gw.addr, &format!("[{five}]")).await;
+    assert_eq!(r["error"]["code"], -32600, "{r}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(log.lock().unwrap().len(), sent);
+}
+
+/// How the misbehaving upstream answers a call whose `params[0]` is the
+/// mode; `"ok"` answers `{"ok": params}`.
+fn misbehave() -> Script {
+    Arc::new(|_, v| {
+        let id = v["id"].as_u64().unwrap();
+        let mode = v["params"][0].as_str().unwrap_or("ok").to_string();
+        let ok = result_for(v, &format!(r#"{{"ok":{}}}"#, v["params"]));
+        let w = |b: Vec<u8>| vec![Step::Write(b)];
+        let chunked = |body: &str, size: usize, after: &str| {
+            format!(
+                "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n{size:x}\r\n{body}{after}0\r\n\r\n"
+            )
+            .into_bytes()
+        };
+        match mode.as_str() {
+            "ok" => w(http("200 OK", &ok)),
+            "array" => w(http("200 OK", &format!("[{ok}]"))),
+            "both" => w(http(
+                "200 OK",
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":1,"error":{{"code":1,"message":"x"}}}}"#
+                ),
+            )),
+            "v1" => w(http(
+                "200 OK",
+                &format!(r#"{{"jsonrpc":"1.0","id":{id},"result":1}}"#),
+            )),
+            "foreign" => w(http(
+                "200 OK",
+                &format!(r#"{{"jsonrpc":"2.0","id":{},"result":1}}"#, id + 1_000_000),
+            )),
+            "string-id" => w(http(
+                "200 OK",
+                &format!(r#"{{"jsonrpc":"2.0","id":"{id}","result":1}}"#),
+            )),
+            "huge" => w(http(
+                "200 OK",
+                &result_for(v, &format!("\"{}\"", "x".repeat(40_000))),
+            )),
+            "500-rpc" => w(http(
+                "500 Internal Server Error",
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32000,"message":"boom","data":[1]}}}}"#
+                ),
+            )),
+            "500-text" => w(http("500 Internal Server Error", "oops")),
+            "503-empty" => w(http("503 Service Unavailable", "")),
+            "429-null-id" => w(http(
+                "429 Too Many Requests",
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limited"}}"#,
+            )),
+            "200-null-id" => w(http(
+                "200 OK",
+                r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request"}}"#,
+            )),
+            "429-json" => w(http("429 Too Many Requests", r#"{"message":"slow down"}"#)),
+            "cl-short" => {
+                let mut b = http("200 OK", &ok);
+                let at = b
+                    .windows(16)
+                    .position(|w| w == b"content-length: ")
+                    .unwrap()
+                    + 16;
+                let digits = ok.len().to_string();
+                let shorter = format!("{:0width$}", ok.len() - 3, width = digits.len());
+                b.splice(at..at + digits.len(), shorter.bytes());
+                w(b)
+            }
+            "cl-long-close" => {
+                let mut b = http("200 OK", &ok);
+                let at = b
+                    .windows(16)
+                    .position(|w| w == b"content-length: ")
+                    .unwrap()
+                    + 16;
+                let digits = ok.len().to_string();
+                b.splice(at..at + digits.len(), (ok.len() + 10).to_string().bytes());
+                vec![Step::Write(b), Step::Close]
+            }
+            "cl-long-hang" => {
+                let mut b = http("200 OK", &ok);
+                let at = b
+                    .windows(16)
+                    .position(|w| w == b"content-length: ")
+                    .unwrap()
+                    + 16;
+                let digits = ok.len().to_string();
+                b.splice(at..at + digits.len(), (ok.len() + 10).to_string().bytes());
+                vec![Step::Write(b), Step::Sleep(1500)]
+            }
+            "chunk-short" => vec![
+                Step::Write(chunked(&ok, ok.len() - 2, "\r\n")),
+                Step::Sleep(1500),
+            ],
+            "chunk-long" => vec![
+                Step::Write(chunked(&ok, ok.len() + 5, "\r\n")),
+                Step::Sleep(1500),
+            ],
+            "chunk-no-crlf" => w(chunked(&ok, ok.len(), "XX")),
+            // Both framings, `Transfer-Encoding` first: chunked rules (RFC
+            // 9112 6.3), whatever the length says.
+            "te-then-cl" => {
+                let mut b = chunked(&ok, ok.len(), "\r\n");
+                let at = b.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+                b.splice(at..at, b"\r\ncontent-length: 7".iter().copied());
+                w(b)
+            }
+            "close-mid" => {
+                let b = http("200 OK", &ok);
+                vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
+            }
+            "late" => vec![Step::Sleep(900), Step::Write(http("200 OK", &ok))],
+            "head-only-close" => vec![
+                Step::Write(b"HTTP/1.1 200 OK\r\ncontent-type: app".to_vec()),
+                Step::Close,
+            ],
+            _ => w(http("200 OK", &ok)),
+        }
+    })
+}
+
+/// The modes that break the exchange's framing (the connection must not
+/// be used again).
+const BROKEN: &[&str] = &[
+    "cl-short",
+    "cl-long-close",
+    "cl-long-hang",
+    "chunk-short",
+    "chunk-long",
+    "chunk-no-crlf",
+    "close-mid",
+    "late",
+    "head-only-close",
+];
+
+/// Each entry of a split batch meets its own misbehaviour: each gets a
+/// clear error of its own, the well-answered ones their answers, and the
+/// pool goes on with no stale bytes served to a later call.
+#[tokio::test]
+async fn upstream_misbehaviour_fails_only_its_own_entry() {
+    let mut wrong = Vec::new();
+    for hyper_client in [false, true] {
+        wrong.extend(misbehaviour(hyper_client).await);
+    }
+    assert!(wrong.is_empty(), "\n{}", wrong.join("\n"));
+}
+
+/// The entries not answered as they should be.
+async fn misbehaviour(hyper_client: bool) -> Vec<String> {
+    let (up, log) = scripted(misbehave()).await;
+    let mut config = proxy_config(up, hyper_client);
+    // Room for the whole batch's reply, not for a 40 KB result.
+    config.max_response = 32 * 1024;
+    let gw = start(config).await;
+    // (mode, the error code expected, a piece of the error's text)
+    let cases: &[(&str, i64, &str)] = &[
+        ("ok", 0, ""),
+        ("array", -32603, "a batch in reply"),
+        ("both", -32603, "not a JSON-RPC response"),
+        ("v1", -32603, "not a JSON-RPC response"),
+        ("foreign", -32603, "answered id"),
+        ("string-id", -32603, "answered id"),
+        ("500-rpc", -32000, "boom"),
+        ("500-text", -32603, "HTTP status 500"),
+        ("503-empty", -32603, "HTTP status 503"),
+        ("cl-short", -32603, "not a JSON-RPC response"),
+        ("cl-long-close", -32603, "closed|connection lost"),
+        ("cl-long-hang", -32002, ""),
+        ("chunk-short", -32603, ""),
+        ("chunk-long", -32002, ""),
+        ("close-mid", -32603, "closed|connection lost"),
+        ("late", -32002, ""),
+        ("head-only-close", -32603, "closed"),
+    ];
+    let mut entries = Vec::new();
+    for (i, (mode, _, _)) in cases.iter().enumerate() {
+        entries.push(format!(
+            r#"{{"jsonrpc":"2.0","id":"c{i}","method":"eth_call","params":["{mode}",{i}]}}"#
+        ));
+        entries.push(format!(
+            r#"{{"jsonrpc":"2.0","id":"k{i}","method":"eth_call","params":["ok",{i}]}}"#
+        ));
+    }
+    let (status, text) = post(gw.addr, &format!("[{}]", entries.join(","))).await;
+    assert_eq!(status, 200, "{text}");
+    let r: Value = serde_json::from_str(&text).unwrap();
+    let r = r.as_array().unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(r.len(), entries.len(), "{text}");
+    let mut wrong = Vec::new();
+    for (i, (mode, code, piece)) in cases.iter().enumerate() {
+        let (c, k) = (&r[2 * i], &r[2 * i + 1]);
+        assert_eq!(c["id"], format!("c{i}"), "{text}");
+        assert_eq!(k["id"], format!("k{i}"), "{text}");
+        // The well-answered neighbour is unaffected.
+        assert_eq!(k["result"]["ok"], json!(["ok", i]), "{mode}: {k}");
+        let good = if *code == 0 {
+            c["result"]["ok"] == json!([mode, i])
+        } else {
+            let text = c["error"].to_string();
+            c["error"]["code"] == *code && piece.split('|').any(|p| text.contains(p))
+        };
+        if !good {
+            wrong.push(format!("hyper {hyper_client}: {mode}: {c}"));
+        }
+    }
+    // A result past --max-response (alone: in a batch, the entries decided
+    // after it would get -32003 too, as the dispatcher documents).
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":"h","method":"eth_call","params":["huge"]}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32003, "hyper {hyper_client}: {r}");
+    // The pool goes on: each later call gets its own answer, and none is
+    // sent on a connection whose exchange broke.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for n in 0..(2 * cases.len()) {
+        let r = call(
+            gw.addr,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["ok","after{n}"]}}"#
+            ),
+        )
+        .await;
+        assert_eq!(
+            r["result"]["ok"],
+            json!(["ok", format!("after{n}")]),
+            "hyper {hyper_client}: {r}"
+        );
+    }
+    let log = log.lock().unwrap();
+    for (at, (conn, v)) in log.iter().enumerate() {
+        if let Some((_, before)) = log[..at].iter().rev().find(|(c, _)| c == conn) {
+            let mode = before["params"][0].as_str().unwrap();
+            assert!(
+                !BROKEN.contains(&mode),
+                "hyper {hyper_client}: {v} was sent on a connection after a broken {mode} exchange"
+            );
+        }
+    }
+    wrong
+}
