@@ -410,6 +410,10 @@ fn misbehave() -> Script {
                 "200 OK",
                 r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request"}}"#,
             )),
+            "200-null-id-result" => w(http(
+                "200 OK",
+                r#"{"jsonrpc":"2.0","id":null,"result":"0x1"}"#,
+            )),
             "429-json" => w(http("429 Too Many Requests", r#"{"message":"slow down"}"#)),
             "cl-short" => {
                 let mut b = http("200 OK", &ok);
@@ -520,6 +524,9 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         ("500-rpc", -32000, "boom"),
         ("500-text", -32603, "HTTP status 500"),
         ("503-empty", -32603, "HTTP status 503"),
+        ("429-null-id", -32005, "rate limited"),
+        ("200-null-id", -32600, "invalid request"),
+        ("200-null-id-result", -32603, "answered id null"),
         ("cl-short", -32603, "not a JSON-RPC response"),
         ("cl-long-close", -32603, "closed|connection lost"),
         ("cl-long-hang", -32002, ""),
@@ -596,4 +603,42 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         }
     }
     wrong
+}
+
+/// An upstream's error with `id: null` (the spec's answer when a server
+/// cannot read the request's id, and what rate limiters send with 429)
+/// answers the one call of its exchange: it passes through unchanged (it
+/// was "upstream reply malformed: answered id null", the upstream's error
+/// lost). A result with `id: null` is still refused.
+#[tokio::test]
+async fn an_error_with_id_null_passes_through() {
+    for hyper_client in [false, true] {
+        let (up, _) = scripted(misbehave()).await;
+        let gw = start(proxy_config(up, hyper_client)).await;
+        for (mode, error) in [
+            ("429-null-id", r#"{"code":-32005,"message":"rate limited"}"#),
+            (
+                "200-null-id",
+                r#"{"code":-32600,"message":"invalid request"}"#,
+            ),
+        ] {
+            let (status, text) = post(
+                gw.addr,
+                &format!(r#"{{"jsonrpc":"2.0","id":7,"method":"eth_call","params":["{mode}"]}}"#),
+            )
+            .await;
+            assert_eq!(status, 200);
+            assert_eq!(
+                text,
+                format!(r#"{{"jsonrpc":"2.0","id":7,"error":{error}}}"#),
+                "hyper {hyper_client}"
+            );
+        }
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":7,"method":"eth_call","params":["200-null-id-result"]}"#,
+        )
+        .await;
+        assert_eq!(r["error"]["message"], "upstream reply malformed", "{r}");
+    }
 }

@@ -6,7 +6,9 @@
 //! Every call gets an id of the gateway's own (one counter for all
 //! upstreams), so an upstream never sees two requests in flight with one
 //! id whatever its clients sent; the reply's id must be that id, or the
-//! reply is refused. The client's params go upstream byte for byte.
+//! reply is refused (but for an HTTP reply's error with `id: null`, which
+//! answers the one call of its exchange). The client's params go upstream
+//! byte for byte.
 //!
 //! Upstream choice: first healthy. Calls go to the first upstream in the
 //! order given that is not resting; an upstream that refuses a connection,
@@ -498,7 +500,14 @@ pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result
             ));
         }
     };
-    if response.id().as_bytes() != Decimal::new(id).as_bytes() {
+    // An error with `id: null` is the spec's answer when the upstream could
+    // not read the request's id (and what rate limiters send with 429): on
+    // an HTTP exchange, which carries one call, it is that call's error,
+    // passed through. (A WebSocket reply reaches here only by its id.) A
+    // result must carry the call's id.
+    if response.id().as_bytes() != Decimal::new(id).as_bytes()
+        && !(response.is_error() && response.id().as_bytes() == b"null")
+    {
         return Err(errors::malformed(
             name,
             &format!(
