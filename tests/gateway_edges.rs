@@ -415,6 +415,14 @@ fn misbehave() -> Script {
                 r#"{"jsonrpc":"2.0","id":null,"result":"0x1"}"#,
             )),
             "429-json" => w(http("429 Too Many Requests", r#"{"message":"slow down"}"#)),
+            "502-array" => w(http("502 Bad Gateway", "[]")),
+            "500-foreign" => w(http(
+                "500 Internal Server Error",
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"error":{{"code":1,"message":"x"}}}}"#,
+                    id + 1
+                ),
+            )),
             "cl-short" => {
                 let mut b = http("200 OK", &ok);
                 let at = b
@@ -527,6 +535,7 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         ("429-null-id", -32005, "rate limited"),
         ("200-null-id", -32600, "invalid request"),
         ("200-null-id-result", -32603, "answered id null"),
+        ("429-json", -32603, "HTTP status 429"),
         ("cl-short", -32603, "not a JSON-RPC response"),
         ("cl-long-close", -32603, "closed|connection lost"),
         ("cl-long-hang", -32002, ""),
@@ -640,5 +649,41 @@ async fn an_error_with_id_null_passes_through() {
         )
         .await;
         assert_eq!(r["error"]["message"], "upstream reply malformed", "{r}");
+    }
+}
+
+/// A failed HTTP status whose JSON body is no JSON-RPC response to the
+/// call is "upstream unavailable" naming the status (it was "upstream
+/// reply malformed: missing member 'jsonrpc'", the 429 lost); one that is
+/// the call's error object still passes through.
+#[tokio::test]
+async fn a_failed_status_with_a_json_body_names_the_status() {
+    for hyper_client in [false, true] {
+        let (up, _) = scripted(misbehave()).await;
+        let gw = start(proxy_config(up, hyper_client)).await;
+        for (mode, status, reason) in [
+            ("429-json", "429", "missing member"),
+            ("502-array", "502", "not a JSON-RPC response"),
+            ("500-foreign", "500", "answered id"),
+        ] {
+            let r = call(
+                gw.addr,
+                &format!(r#"{{"jsonrpc":"2.0","id":7,"method":"eth_call","params":["{mode}"]}}"#),
+            )
+            .await;
+            assert_eq!(r["error"]["code"], -32603, "hyper {hyper_client}: {r}");
+            assert_eq!(r["error"]["message"], "upstream unavailable", "{r}");
+            let text = r["error"]["data"]["reason"].as_str().unwrap();
+            assert!(
+                text.starts_with(&format!("HTTP status {status}")) && text.contains(reason),
+                "hyper {hyper_client}: {r}"
+            );
+        }
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":7,"method":"eth_call","params":["500-rpc"]}"#,
+        )
+        .await;
+        assert_eq!(r["error"]["message"], "boom", "{r}");
     }
 }

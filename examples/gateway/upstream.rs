@@ -267,7 +267,7 @@ impl Upstreams {
             let outcome = match &up.ws {
                 // Boxed: the common path's future stays small.
                 Some(ws) => Box::pin(self.post_ws(ws, id, &body[self.head_room..])).await,
-                None => self.post(up, &mut body, now).await,
+                None => self.post(up, id, &mut body, now).await,
             };
             guard.armed = false;
             match outcome {
@@ -296,11 +296,12 @@ impl Upstreams {
         Err(last.unwrap_or_else(errors::no_upstream))
     }
 
-    /// POSTs the request in `request`, after [`head_room`](Upstreams::head_room)
-    /// bytes left for its head.
+    /// POSTs the request in `request` (the call with gateway id `id`),
+    /// after [`head_room`](Upstreams::head_room) bytes left for its head.
     async fn post(
         &self,
         up: &HttpUpstream,
+        id: u64,
         request: &mut [u8],
         now: Instant,
     ) -> Result<Bytes, Failure> {
@@ -308,8 +309,8 @@ impl Upstreams {
             let max = self.max_response + ENVELOPE_ROOM;
             return match h1.post(request, self.head_room, max, now).await {
                 Ok(reply) => {
-                    if !(200..300).contains(&reply.status) && !looks_like_json(&reply.body) {
-                        return Err(Failure::Other(format!("HTTP status {}", reply.status)));
+                    if !(200..300).contains(&reply.status) {
+                        return failed_status(&self.parser, reply.status, reply.body, id);
                     }
                     Ok(reply.body)
                 }
@@ -320,7 +321,7 @@ impl Upstreams {
                 Err(H1Error::Other(reason)) => Err(Failure::Other(reason)),
             };
         }
-        Box::pin(self.post_hyper(up, &request[self.head_room..])).await
+        Box::pin(self.post_hyper(up, id, &request[self.head_room..])).await
     }
 
     /// Sends the request `body` (carrying id `id`) over a `ws://`
@@ -341,7 +342,7 @@ impl Upstreams {
 
     /// [`post`](Upstreams::post) with hyper-util's pooled client (`--client
     /// hyper`).
-    async fn post_hyper(&self, up: &HttpUpstream, body: &[u8]) -> Result<Bytes, Failure> {
+    async fn post_hyper(&self, up: &HttpUpstream, id: u64, body: &[u8]) -> Result<Bytes, Failure> {
         let request = http::Request::post(up.uri.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::copy_from_slice(body)))
@@ -366,8 +367,8 @@ impl Upstreams {
                     }
                 })?
                 .to_bytes();
-            if !status.is_success() && !looks_like_json(&body) {
-                return Err(Failure::Other(format!("HTTP status {status}")));
+            if !status.is_success() {
+                return failed_status(&self.parser, status, body, id);
             }
             Ok(body)
         };
@@ -484,21 +485,23 @@ impl Decimal {
 
 /// Reads the upstream's reply to the call with gateway id `id`.
 pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result<Answer, RpcError> {
+    match read_reply(parser, &reply, id) {
+        Ok(outcome) => outcome,
+        Err(reason) => Err(errors::malformed(name, &reason)),
+    }
+}
+
+/// [`read_answer`]'s reading: the call's outcome (its result, or the
+/// upstream's error object), or why the reply is no JSON-RPC response to
+/// the call.
+fn read_reply(parser: &Parser, reply: &Bytes, id: u64) -> Result<Result<Answer, RpcError>, String> {
     let arena = rpcwire::bumpalo::Bump::new();
-    let response = match parser.parse_response(&reply, &arena) {
+    let response = match parser.parse_response(reply, &arena) {
         Ok(ResponseMessage::Single(r)) => r,
         Ok(ResponseMessage::Batch(_)) => {
-            return Err(errors::malformed(
-                name,
-                "a batch in reply to a single request",
-            ));
+            return Err("a batch in reply to a single request".into());
         }
-        Err(e) => {
-            return Err(errors::malformed(
-                name,
-                &format!("not a JSON-RPC response: {e}"),
-            ));
-        }
+        Err(e) => return Err(format!("not a JSON-RPC response: {e}")),
     };
     // An error with `id: null` is the spec's answer when the upstream could
     // not read the request's id (and what rate limiters send with 429): on
@@ -508,16 +511,13 @@ pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result
     if response.id().as_bytes() != Decimal::new(id).as_bytes()
         && !(response.is_error() && response.id().as_bytes() == b"null")
     {
-        return Err(errors::malformed(
-            name,
-            &format!(
-                "answered id {} to request id {id}",
-                String::from_utf8_lossy(response.id().as_bytes())
-            ),
+        return Err(format!(
+            "answered id {} to request id {id}",
+            String::from_utf8_lossy(response.id().as_bytes())
         ));
     }
     match response.result() {
-        Ok(result) => Ok(Answer(reply.slice_ref(result.as_bytes()))),
+        Ok(result) => Ok(Ok(Answer(reply.slice_ref(result.as_bytes())))),
         Err(error) => {
             // The whole error object, byte for byte (only on this path is
             // the reply read a second time).
@@ -527,11 +527,32 @@ pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result
                 error: &'a serde_json::value::RawValue,
             }
             let code = error.code().clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-            match serde_json::from_slice::<ErrorOnly<'_>>(&reply) {
-                Ok(e) => Err(RpcError::raw(code, e.error.get().as_bytes())),
-                Err(e) => Err(errors::malformed(name, &e.to_string())),
+            match serde_json::from_slice::<ErrorOnly<'_>>(reply) {
+                Ok(e) => Ok(Err(RpcError::raw(code, e.error.get().as_bytes()))),
+                Err(e) => Err(e.to_string()),
             }
         }
+    }
+}
+
+/// A reply with a failed HTTP status (not 2xx) to the call with gateway id
+/// `id`: taken when it is a JSON-RPC response to the call (nodes and rate
+/// limiters send their error objects with 4xx and 5xx), else a failure
+/// naming the status (a JSON body that is no JSON-RPC response, such as
+/// `{"message":"slow down"}` with 429, once made "upstream reply
+/// malformed" with the status lost).
+fn failed_status(
+    parser: &Parser,
+    status: impl std::fmt::Display,
+    body: Bytes,
+    id: u64,
+) -> Result<Bytes, Failure> {
+    if !looks_like_json(&body) {
+        return Err(Failure::Other(format!("HTTP status {status}")));
+    }
+    match read_reply(parser, &body, id) {
+        Ok(_) => Ok(body),
+        Err(reason) => Err(Failure::Other(format!("HTTP status {status}: {reason}"))),
     }
 }
 
