@@ -466,6 +466,13 @@ fn misbehave() -> Script {
                 Step::Sleep(1500),
             ],
             "chunk-no-crlf" => w(chunked(&ok, ok.len(), "XX")),
+            // Trailers after the last chunk.
+            "chunk-trailer" => {
+                let mut b = chunked(&ok, ok.len(), "\r\n");
+                b.truncate(b.len() - 2);
+                b.extend_from_slice(b"x-trailer: 1\r\n\r\n");
+                w(b)
+            }
             // Both framings, `Transfer-Encoding` first: chunked rules (RFC
             // 9112 6.3), whatever the length says.
             "te-then-cl" => {
@@ -537,6 +544,8 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         ("200-null-id-result", -32603, "answered id null"),
         ("429-json", -32603, "HTTP status 429"),
         ("cl-short", -32603, "not a JSON-RPC response"),
+        ("chunk-no-crlf", -32603, "chunk|connection lost"),
+        ("chunk-trailer", 0, ""),
         ("cl-long-close", -32603, "closed|connection lost"),
         ("cl-long-hang", -32002, ""),
         ("chunk-short", -32603, ""),
@@ -685,5 +694,36 @@ async fn a_failed_status_with_a_json_body_names_the_status() {
         )
         .await;
         assert_eq!(r["error"]["message"], "boom", "{r}");
+    }
+}
+
+/// A chunk whose data is not followed by CRLF (its size is wrong, or the
+/// stream is not chunked as it says) is a bad reply, not read on as if
+/// the two bytes were CRLF (the gateway's client skipped them unread and
+/// took the reply).
+#[tokio::test]
+async fn a_chunk_not_ended_by_crlf_is_refused() {
+    for hyper_client in [false, true] {
+        let (up, log) = scripted(misbehave()).await;
+        let gw = start(proxy_config(up, hyper_client)).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":7,"method":"eth_call","params":["chunk-no-crlf"]}"#,
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32603, "hyper {hyper_client}: {r}");
+        assert!(r["error"]["data"]["reason"].is_string(), "{r}");
+        // The next call goes on a new connection and gets its own answer.
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":8,"method":"eth_call","params":["ok"]}"#,
+        )
+        .await;
+        assert_eq!(r["result"]["ok"], json!(["ok"]), "{r}");
+        let log = log.lock().unwrap();
+        assert_ne!(
+            log[0].0, log[1].0,
+            "hyper {hyper_client}: the connection was reused"
+        );
     }
 }

@@ -348,6 +348,16 @@ async fn exchange(
                             }
                         }
                         conn.buf.advance(n);
+                        if conn.buf[size..size + 2] != *b"\r\n" {
+                            if size == 0 {
+                                // Trailers: the body is whole; what is left
+                                // unread keeps the connection from reuse.
+                                break;
+                            }
+                            // The data ends at CRLF, or the size was wrong
+                            // (the two bytes were once skipped unread).
+                            return Err(failed("a bad chunk in the reply"));
+                        }
                         body.extend_from_slice(&conn.buf[..size]);
                         conn.buf.advance(size + 2);
                         if size == 0 {
