@@ -466,19 +466,23 @@ fn misbehave() -> Script {
                 Step::Sleep(1500),
             ],
             "chunk-no-crlf" => w(chunked(&ok, ok.len(), "XX")),
+            // Both framings, in either order: chunked rules (RFC 9112
+            // 6.3), whatever the length says.
+            "te-then-cl" | "cl-then-te" => {
+                let mut b = chunked(&ok, ok.len(), "\r\n");
+                let at = if mode == "te-then-cl" {
+                    b.windows(4).position(|w| w == b"\r\n\r\n").unwrap()
+                } else {
+                    b.windows(2).position(|w| w == b"\r\n").unwrap()
+                };
+                b.splice(at..at, b"\r\ncontent-length: 7".iter().copied());
+                w(b)
+            }
             // Trailers after the last chunk.
             "chunk-trailer" => {
                 let mut b = chunked(&ok, ok.len(), "\r\n");
                 b.truncate(b.len() - 2);
                 b.extend_from_slice(b"x-trailer: 1\r\n\r\n");
-                w(b)
-            }
-            // Both framings, `Transfer-Encoding` first: chunked rules (RFC
-            // 9112 6.3), whatever the length says.
-            "te-then-cl" => {
-                let mut b = chunked(&ok, ok.len(), "\r\n");
-                let at = b.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-                b.splice(at..at, b"\r\ncontent-length: 7".iter().copied());
                 w(b)
             }
             "close-mid" => {
@@ -546,6 +550,8 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         ("cl-short", -32603, "not a JSON-RPC response"),
         ("chunk-no-crlf", -32603, "chunk|connection lost"),
         ("chunk-trailer", 0, ""),
+        ("te-then-cl", 0, ""),
+        ("cl-then-te", 0, ""),
         ("cl-long-close", -32603, "closed|connection lost"),
         ("cl-long-hang", -32002, ""),
         ("chunk-short", -32603, ""),
@@ -725,5 +731,29 @@ async fn a_chunk_not_ended_by_crlf_is_refused() {
             log[0].0, log[1].0,
             "hyper {hyper_client}: the connection was reused"
         );
+    }
+}
+
+/// A reply with both `Transfer-Encoding: chunked` and `Content-Length` is
+/// read as chunked (RFC 9112 6.3), whichever comes first (the gateway's
+/// client took the later header, so a length after the encoding cut the
+/// chunked stream at that length: "upstream reply malformed").
+#[tokio::test]
+async fn transfer_encoding_overrides_content_length() {
+    for hyper_client in [false, true] {
+        let (up, _) = scripted(misbehave()).await;
+        let gw = start(proxy_config(up, hyper_client)).await;
+        for (n, mode) in ["te-then-cl", "cl-then-te", "ok"].into_iter().enumerate() {
+            let r = call(
+                gw.addr,
+                &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["{mode}"]}}"#),
+            )
+            .await;
+            assert_eq!(
+                r["result"]["ok"],
+                json!([mode]),
+                "hyper {hyper_client}: {r}"
+            );
+        }
     }
 }

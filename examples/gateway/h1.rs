@@ -427,9 +427,17 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
                 .ok()
                 .and_then(|v| v.trim().parse::<usize>().ok())
                 .ok_or_else(|| failed("a bad Content-Length"))?;
-            framing = Framing::Length(len);
+            // With `Transfer-Encoding: chunked` too, chunked rules, the
+            // order of the two aside (RFC 9112 6.3; the later header once
+            // won), and the connection, whose framing is in doubt, closes.
+            if matches!(framing, Framing::Chunked) {
+                close = true;
+            } else {
+                framing = Framing::Length(len);
+            }
         } else if name.len() == 17 && name.eq_ignore_ascii_case(b"transfer-encoding") {
             if h.value.eq_ignore_ascii_case(b"chunked") {
+                close = close || matches!(framing, Framing::Length(_));
                 framing = Framing::Chunked;
             }
         } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
