@@ -101,8 +101,9 @@ enum Step {
 /// the steps unless one closes it.
 type Script = Arc<dyn Fn(usize, &Value) -> Vec<Step> + Send + Sync>;
 
-/// The requests a scripted upstream received, and on which connection.
-type Log = Arc<Mutex<Vec<(usize, Value)>>>;
+/// The requests a scripted upstream received: on which connection, and
+/// the body read and as sent.
+type Log = Arc<Mutex<Vec<(usize, Value, Vec<u8>)>>>;
 
 /// A raw HTTP/1.1 upstream run by `script`.
 async fn scripted(script: Script) -> (SocketAddr, Log) {
@@ -126,7 +127,7 @@ async fn scripted(script: Script) -> (SocketAddr, Log) {
                     };
                     let n = {
                         let mut l = seen.lock().unwrap();
-                        l.push((conn, v.clone()));
+                        l.push((conn, v.clone(), body.clone()));
                         l.len() - 1
                     };
                     for step in script(n, &v) {
@@ -279,7 +280,10 @@ async fn client_ids_of_every_shape_come_back_byte_for_byte() {
     assert_eq!(log.lock().unwrap().len(), sent);
     // The upstream saw plain ids of the gateway's, each once.
     let log = log.lock().unwrap();
-    let seen: HashSet<u64> = log.iter().map(|(_, v)| v["id"].as_u64().unwrap()).collect();
+    let seen: HashSet<u64> = log
+        .iter()
+        .map(|(_, v, _)| v["id"].as_u64().unwrap())
+        .collect();
     assert_eq!(seen.len(), log.len());
 }
 
@@ -485,6 +489,29 @@ fn misbehave() -> Script {
                 b.extend_from_slice(b"x-trailer: 1\r\n\r\n");
                 w(b)
             }
+            "interim-100" => {
+                let mut b = b"HTTP/1.1 100 Continue\r\n\r\n".to_vec();
+                b.extend_from_slice(&http("200 OK", &ok));
+                w(b)
+            }
+            "no-length-close" => vec![
+                Step::Write(format!("HTTP/1.1 200 OK\r\n\r\n{ok}").into_bytes()),
+                Step::Close,
+            ],
+            "204-keep" => w(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
+            "304-keep" => w(b"HTTP/1.1 304 Not Modified\r\netag: x\r\n\r\n".to_vec()),
+            "exotic" => w(http(
+                "200 OK",
+                &format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"result":{{"a" : 1.0e+2, "b":"\u00e8\"", "c":[ -0 ]}} }}"#
+                ),
+            )),
+            "exotic-error" => w(http(
+                "200 OK",
+                &format!(
+                    r#"{{"jsonrpc":"2.0","error" : {{ "code" : -32000 , "message":"\u00e8", "data":[1.0] }},"id":{id}}}"#
+                ),
+            )),
             "close-mid" => {
                 let b = http("200 OK", &ok);
                 vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
@@ -551,6 +578,9 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         ("chunk-no-crlf", -32603, "chunk|connection lost"),
         ("chunk-trailer", 0, ""),
         ("te-then-cl", 0, ""),
+        ("interim-100", 0, ""),
+        ("no-length-close", 0, ""),
+        ("204-keep", -32603, ""),
         ("cl-then-te", 0, ""),
         ("cl-long-close", -32603, "closed|connection lost"),
         ("cl-long-hang", -32002, ""),
@@ -617,8 +647,8 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         );
     }
     let log = log.lock().unwrap();
-    for (at, (conn, v)) in log.iter().enumerate() {
-        if let Some((_, before)) = log[..at].iter().rev().find(|(c, _)| c == conn) {
+    for (at, (conn, v, _)) in log.iter().enumerate() {
+        if let Some((_, before, _)) = log[..at].iter().rev().find(|(c, _, _)| c == conn) {
             let mode = before["params"][0].as_str().unwrap();
             assert!(
                 !BROKEN.contains(&mode),
@@ -755,5 +785,70 @@ async fn transfer_encoding_overrides_content_length() {
                 "hyper {hyper_client}: {r}"
             );
         }
+    }
+}
+
+/// Params go upstream byte for byte (spaces, escapes, number forms), a
+/// method name with escapes goes as the same string, and the upstream's
+/// result and error object come back byte for byte.
+#[tokio::test]
+async fn bytes_pass_through_unchanged() {
+    for hyper_client in [false, true] {
+        let (up, log) = scripted(misbehave()).await;
+        let gw = start(proxy_config(up, hyper_client)).await;
+        let params = r#"["exotic" , 1.0, -0, 1E+2, "\u00e8\"è", {"k" : [ ]}]"#;
+        let (_, text) = post(
+            gw.addr,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":{params}}}"#),
+        )
+        .await;
+        assert_eq!(
+            text,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"a" : 1.0e+2, "b":"\u00e8\"", "c":[ -0 ]}}"#
+        );
+        let (_, text) = post(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":2,"method":"my_\u006dethod\"è","params":["exotic-error"]}"#,
+        )
+        .await;
+        assert_eq!(
+            text,
+            r#"{"jsonrpc":"2.0","id":2,"error":{ "code" : -32000 , "message":"\u00e8", "data":[1.0] }}"#
+        );
+        let log = log.lock().unwrap();
+        let sent = String::from_utf8(log[0].2.clone()).unwrap();
+        assert!(
+            sent.ends_with(&format!(r#","params":{params}}}"#)),
+            "{sent}"
+        );
+        assert_eq!(log[1].1["method"], "my_method\"è");
+    }
+}
+
+/// A 204 or 304 reply has no body (RFC 9112 6.3): the call gets a clear
+/// error at once, and the connection, whose reply ended with its head,
+/// goes on (the gateway's client read on until the connection closed, so
+/// that the call waited out the timeout: -32002 and the upstream rested).
+#[tokio::test]
+async fn a_reply_without_a_body_by_its_status_is_not_waited_on() {
+    for hyper_client in [false, true] {
+        let (up, _) = scripted(misbehave()).await;
+        let mut config = proxy_config(up, hyper_client);
+        config.timeout = Duration::from_secs(5);
+        let gw = start(config).await;
+        for (n, mode) in ["204-keep", "304-keep"].into_iter().enumerate() {
+            let r = call(
+                gw.addr,
+                &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["{mode}"]}}"#),
+            )
+            .await;
+            assert_eq!(r["error"]["code"], -32603, "hyper {hyper_client}: {r}");
+        }
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":9,"method":"eth_call","params":["ok"]}"#,
+        )
+        .await;
+        assert_eq!(r["result"]["ok"], json!(["ok"]), "{r}");
     }
 }

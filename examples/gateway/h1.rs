@@ -444,6 +444,11 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
             close = close || h.value.eq_ignore_ascii_case(b"close");
         }
     }
+    // 204 and 304 have no body whatever the headers say (RFC 9112 6.3):
+    // read on to the close, the call waited out its timeout.
+    if status == 204 || status == 304 {
+        framing = Framing::Length(0);
+    }
     Ok(Some(Head {
         status,
         len,
