@@ -94,6 +94,8 @@ enum Step {
     Sleep(u64),
     /// Close the connection (what follows is not run).
     Close,
+    /// Reset the connection (RST).
+    Rst,
 }
 
 /// What a scripted upstream does with request `n` (0-based over all its
@@ -139,6 +141,10 @@ async fn scripted(script: Script) -> (SocketAddr, Log) {
                             }
                             Step::Sleep(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
                             Step::Close => break 'requests,
+                            Step::Rst => {
+                                let _ = s.set_zero_linger();
+                                break 'requests;
+                            }
                         }
                     }
                 }
@@ -512,6 +518,18 @@ fn misbehave() -> Script {
                     r#"{{"jsonrpc":"2.0","error" : {{ "code" : -32000 , "message":"\u00e8", "data":[1.0] }},"id":{id}}}"#
                 ),
             )),
+            // Answered, then the connection reset (RST) a little later, as
+            // a node restarting or a balancer dropping idle connections.
+            "ok-then-rst" => vec![Step::Write(http("200 OK", &ok)), Step::Sleep(20), Step::Rst],
+            "ok-then-close" => vec![
+                Step::Write(http("200 OK", &ok)),
+                Step::Sleep(20),
+                Step::Close,
+            ],
+            "slow" => vec![
+                Step::Sleep(v["params"][1].as_u64().unwrap_or(0)),
+                Step::Write(http("200 OK", &ok)),
+            ],
             "close-mid" => {
                 let b = http("200 OK", &ok);
                 vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
@@ -851,4 +869,122 @@ async fn a_reply_without_a_body_by_its_status_is_not_waited_on() {
         .await;
         assert_eq!(r["result"]["ok"], json!(["ok"]), "{r}");
     }
+}
+
+/// A pooled connection the upstream closed or reset while it sat idle is
+/// not used: the next call gets its own answer, for both clients.
+#[tokio::test]
+async fn an_idle_connection_closed_or_reset_upstream_is_not_used() {
+    for hyper_client in [false, true] {
+        for mode in ["ok-then-rst", "ok-then-close"] {
+            let (up, log) = scripted(misbehave()).await;
+            let gw = start(proxy_config(up, hyper_client)).await;
+            for n in 0..4 {
+                let r = call(
+                    gw.addr,
+                    &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["{mode}",{n}]}}"#),
+                )
+                .await;
+                assert_eq!(
+                    r["result"]["ok"],
+                    json!([mode, n]),
+                    "hyper {hyper_client}: {r}"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert_eq!(log.lock().unwrap().len(), 4);
+        }
+    }
+}
+
+/// Many clients at once, each a batch of calls that finish out of order
+/// next to calls whose exchange breaks: each gets its own answers in its
+/// order, the upstream never sees one id twice, and no call goes on a
+/// connection whose exchange broke.
+#[tokio::test]
+async fn many_clients_at_once_with_breaking_neighbours() {
+    for hyper_client in [false, true] {
+        let (up, log) = scripted(misbehave()).await;
+        let gw = start(proxy_config(up, hyper_client)).await;
+        let mut tasks = Vec::new();
+        // 32 clients, 96 calls at once: each a connection of its own
+        // upstream, within the fake's accept queue (128) while this one
+        // thread is busy (past it, connects wait out a SYN retry).
+        for client in 0..32u64 {
+            let addr = gw.addr;
+            tasks.push(tokio::spawn(async move {
+                let broken = ["cl-short", "close-mid", "chunk-no-crlf", "late"][client as usize % 4];
+                let body = format!(
+                    r#"[{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["slow",{},{client}]}},
+                        {{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["{broken}",{client}]}},
+                        {{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["slow",0,{client}]}}]"#,
+                    (client * 7) % 50
+                );
+                let r = call(addr, &body).await;
+                assert_eq!(r[0]["result"]["ok"], json!(["slow", (client * 7) % 50, client]), "{r}");
+                assert!(r[1]["error"]["code"].is_i64(), "{broken}: {r}");
+                assert_eq!(r[2]["result"]["ok"], json!(["slow", 0, client]), "{r}");
+                // Then a call alone on the pool that is left.
+                let r = call(
+                    addr,
+                    &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["ok",{client}]}}"#),
+                )
+                .await;
+                assert_eq!(r["result"]["ok"], json!(["ok", client]), "{r}");
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let log = log.lock().unwrap();
+        let ids: HashSet<u64> = log
+            .iter()
+            .map(|(_, v, _)| v["id"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            ids.len(),
+            log.len(),
+            "hyper {hyper_client}: an id went upstream twice"
+        );
+        for (at, (conn, v, _)) in log.iter().enumerate() {
+            if let Some((_, before, _)) = log[..at].iter().rev().find(|(c, _, _)| c == conn) {
+                let mode = before["params"][0].as_str().unwrap();
+                assert!(
+                    !BROKEN.contains(&mode),
+                    "hyper {hyper_client}: {v} was sent on a connection after a broken {mode} exchange"
+                );
+            }
+        }
+    }
+}
+
+/// Requests pipelined on one client connection are answered in their
+/// order, the first waiting on a slow upstream call.
+#[tokio::test]
+async fn pipelined_client_requests_are_answered_in_order() {
+    let (up, _) = scripted(misbehave()).await;
+    let gw = start(proxy_config(up, false)).await;
+    let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+    let mut all = String::new();
+    for (n, delay) in [(0, 200), (1, 0), (2, 50)] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["slow",{delay}]}}"#
+        );
+        all.push_str(&format!(
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
+            body.len(),
+            if n == 2 { "connection: close\r\n" } else { "" }
+        ));
+    }
+    stream.write_all(all.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8(response).unwrap();
+    let at: Vec<usize> = (0..3)
+        .map(|n| {
+            text.find(&format!(r#""id":{n},"result""#))
+                .unwrap_or_else(|| panic!("{text}"))
+        })
+        .collect();
+    assert!(at[0] < at[1] && at[1] < at[2], "{text}");
 }
