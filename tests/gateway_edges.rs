@@ -530,6 +530,13 @@ fn misbehave() -> Script {
                 Step::Sleep(v["params"][1].as_u64().unwrap_or(0)),
                 Step::Write(http("200 OK", &ok)),
             ],
+            // `close` in a token list; the upstream, draining, drops any
+            // further request on the connection, then closes it.
+            "close-in-list" => {
+                let mut b = http("200 OK", &ok);
+                b.splice(17..17, b"connection: keep-alive, Close\r\n".iter().copied());
+                vec![Step::Write(b), Step::Sleep(600), Step::Close]
+            }
             "close-mid" => {
                 let b = http("200 OK", &ok);
                 vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
@@ -987,4 +994,56 @@ async fn pipelined_client_requests_are_answered_in_order() {
         })
         .collect();
     assert!(at[0] < at[1] && at[1] < at[2], "{text}");
+}
+
+/// `Connection: keep-alive, close` (a token list, RFC 9110 7.6.1) closes
+/// the connection as `Connection: close` does: the next call goes on a
+/// new one (the gateway's client compared the whole value with "close",
+/// pooled the connection, and sent the next call on it to an upstream
+/// that had said it was done: that call failed).
+#[tokio::test]
+async fn connection_close_in_a_token_list_is_honoured() {
+    for hyper_client in [false, true] {
+        let (up, log) = scripted(misbehave()).await;
+        let mut config = proxy_config(up, hyper_client);
+        config.timeout = Duration::from_secs(3);
+        let gw = start(config).await;
+        for n in 0..2 {
+            let r = call(
+                gw.addr,
+                &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["close-in-list",{n}]}}"#),
+            )
+            .await;
+            assert_eq!(
+                r["result"]["ok"],
+                json!(["close-in-list", n]),
+                "hyper {hyper_client}: {r}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let log = log.lock().unwrap();
+        assert_ne!(log[0].0, log[1].0, "hyper {hyper_client}");
+    }
+}
+
+/// A denied method spelled with escapes is denied as well (the name is
+/// matched decoded).
+#[tokio::test]
+async fn a_denied_method_spelled_with_escapes_is_denied() {
+    let (up, log) = scripted(misbehave()).await;
+    let gw = start(proxy_config(up, false)).await;
+    for method in [
+        r#"\u0061dmin_peers"#,
+        r#"admin\u005fpeers"#,
+        r#"debug_\u0074raceCall"#,
+        r#"personal_x\u00e8"#,
+    ] {
+        let r = call(
+            gw.addr,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32601, "{method}: {r}");
+    }
+    assert!(log.lock().unwrap().is_empty());
 }

@@ -441,7 +441,11 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
                 framing = Framing::Chunked;
             }
         } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
-            close = close || h.value.eq_ignore_ascii_case(b"close");
+            // A list of tokens (`keep-alive, close`), `close` among them.
+            close = close
+                || h.value
+                    .split(|b| *b == b',')
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
         }
     }
     // 204 and 304 have no body whatever the headers say (RFC 9112 6.3):
