@@ -537,6 +537,22 @@ fn misbehave() -> Script {
                 b.splice(17..17, b"connection: keep-alive, Close\r\n".iter().copied());
                 vec![Step::Write(b), Step::Sleep(600), Step::Close]
             }
+            "no-reason" => w(
+                format!("HTTP/1.1 200\r\ncontent-length: {}\r\n\r\n{ok}", ok.len()).into_bytes(),
+            ),
+            "bare-lf" => {
+                w(format!("HTTP/1.1 200 OK\ncontent-length: {}\n\n{ok}", ok.len()).into_bytes())
+            }
+            "cl-twice" => w(format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {0}\r\ncontent-length: {0}\r\n\r\n{ok}",
+                ok.len()
+            )
+            .into_bytes()),
+            "cl-conflict" => w(format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-length: 3\r\n\r\n{ok}",
+                ok.len()
+            )
+            .into_bytes()),
             "close-mid" => {
                 let b = http("200 OK", &ok);
                 vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
@@ -555,6 +571,7 @@ fn misbehave() -> Script {
 /// be used again).
 const BROKEN: &[&str] = &[
     "cl-short",
+    "cl-conflict",
     "cl-long-close",
     "cl-long-hang",
     "chunk-short",
@@ -604,6 +621,10 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         ("chunk-trailer", 0, ""),
         ("te-then-cl", 0, ""),
         ("interim-100", 0, ""),
+        ("no-reason", 0, ""),
+        ("bare-lf", 0, ""),
+        ("cl-twice", 0, ""),
+        ("cl-conflict", -32603, ""),
         ("no-length-close", 0, ""),
         ("204-keep", -32603, ""),
         ("cl-then-te", 0, ""),
