@@ -1068,3 +1068,38 @@ async fn a_denied_method_spelled_with_escapes_is_denied() {
     }
     assert!(log.lock().unwrap().is_empty());
 }
+
+/// `--max-response` and `--max-body` as large as they go (no limit, in
+/// effect) serve calls (the reply limit plus the envelope's room once
+/// overflowed: a panic at start in a debug build, every reply past 1023
+/// bytes refused as too large in a release build).
+#[tokio::test]
+async fn the_largest_limits_mean_no_limit() {
+    for hyper_client in [false, true] {
+        let (up, _) = scripted(misbehave()).await;
+        let mut args = vec![
+            "--upstream".to_string(),
+            format!("http://{up}"),
+            "--max-response".into(),
+            u64::MAX.to_string(),
+            "--max-body".into(),
+            u64::MAX.to_string(),
+        ];
+        if hyper_client {
+            args.extend(["--client".into(), "hyper".into()]);
+        }
+        let config = config::Config::from_args(args.into_iter()).unwrap();
+        let gw = start(config).await;
+        let long = "z".repeat(4000);
+        let r = call(
+            gw.addr,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["ok","{long}"]}}"#),
+        )
+        .await;
+        assert_eq!(
+            r["result"]["ok"],
+            json!(["ok", long]),
+            "hyper {hyper_client}: {r}"
+        );
+    }
+}

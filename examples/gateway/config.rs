@@ -35,6 +35,19 @@ usage: gateway [options]
 With no --upstream it serves a built-in in-memory chain (anvil's dev
 accounts funded, value transfers only).";
 
+/// The largest byte limit taken (`--max-body`, `--max-response`): no
+/// limit in effect, and clear of overflow in the sums the limits take part
+/// in (where a reply starts in the buffer plus its allowance: at
+/// `u64::MAX` that sum overflowed, a panic in a debug build, every reply
+/// refused as too large in a release build).
+const MAX_BYTES: u64 = 1 << 40;
+
+/// A byte limit from the command line, at most [`MAX_BYTES`] (and what a
+/// `usize` holds).
+fn bytes(n: u64) -> usize {
+    usize::try_from(n.min(MAX_BYTES)).unwrap_or(usize::MAX >> 2)
+}
+
 /// What the gateway is run with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -110,9 +123,9 @@ impl Config {
                     c.deny.retain(|d| *d != v);
                 }
                 "--deny" => c.deny.push(value()?),
-                "--max-body" => c.max_body = number(value()?)? as usize,
+                "--max-body" => c.max_body = bytes(number(value()?)?),
                 "--max-batch" => c.max_batch = number(value()?)?.min(u32::MAX as u64) as u32,
-                "--max-response" => c.max_response = number(value()?)? as usize,
+                "--max-response" => c.max_response = bytes(number(value()?)?),
                 "--chain-id" => c.chain_id = number(value()?)?,
                 "--client" => {
                     c.hyper_client = match value()?.as_str() {

@@ -102,7 +102,7 @@ const ENVELOPE_ROOM: usize = 1024;
 /// The parser of upstream replies, for results up to `max_response`.
 fn reply_parser(max_response: usize) -> Parser {
     Parser::new()
-        .max_message_len(max_response + ENVELOPE_ROOM)
+        .max_message_len(max_response.saturating_add(ENVELOPE_ROOM))
         .max_batch_len(u32::MAX)
 }
 
@@ -198,10 +198,17 @@ impl Upstreams {
     pub fn read(&self, reply: Bytes, id: u64, name: &str) -> Result<Answer, RpcError> {
         // A WebSocket message is read whole (up to `max_message`): one past
         // the limit is -32003, as over HTTP, not a parse error.
-        if reply.len() > self.max_response + ENVELOPE_ROOM {
+        if reply.len() > self.reply_limit() {
             return Err(RpcError::too_large());
         }
         read_answer(&self.parser, reply, id, name)
+    }
+
+    /// The largest reply read: `--max-response` and room for the envelope
+    /// (saturating: `--max-response` as large as it goes once overflowed
+    /// the sum).
+    fn reply_limit(&self) -> usize {
+        self.max_response.saturating_add(ENVELOPE_ROOM)
     }
 
     /// The per-request timeout.
@@ -306,7 +313,7 @@ impl Upstreams {
         now: Instant,
     ) -> Result<Bytes, Failure> {
         if let Some(h1) = &up.h1 {
-            let max = self.max_response + ENVELOPE_ROOM;
+            let max = self.reply_limit();
             return match h1.post(request, self.head_room, max, now).await {
                 Ok(reply) => {
                     if !(200..300).contains(&reply.status) {
@@ -334,7 +341,7 @@ impl Upstreams {
             .map_err(Failure::Ws)?;
         // A WebSocket message is read whole: one past the limit is
         // -32003, as over HTTP.
-        if reply.len() > self.max_response + ENVELOPE_ROOM {
+        if reply.len() > self.reply_limit() {
             return Err(Failure::TooLarge);
         }
         Ok(reply)
@@ -356,7 +363,7 @@ impl Upstreams {
                 }
             })?;
             let status = response.status();
-            let body = Limited::new(response.into_body(), self.max_response + ENVELOPE_ROOM)
+            let body = Limited::new(response.into_body(), self.reply_limit())
                 .collect()
                 .await
                 .map_err(|e| {
@@ -636,7 +643,9 @@ impl WsUpstream {
         max_response: usize,
         ping: Option<Duration>,
     ) -> WsUpstream {
-        let max_message = (max_response + ENVELOPE_ROOM).max(WS_MIN_MESSAGE);
+        let max_message = max_response
+            .saturating_add(ENVELOPE_ROOM)
+            .max(WS_MIN_MESSAGE);
         WsUpstream {
             name: display_name(&url),
             url,
