@@ -109,7 +109,11 @@ type Log = Arc<Mutex<Vec<(usize, Value, Vec<u8>)>>>;
 
 /// A raw HTTP/1.1 upstream run by `script`.
 async fn scripted(script: Script) -> (SocketAddr, Log) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    scripted_on(TcpListener::bind("127.0.0.1:0").await.unwrap(), script)
+}
+
+/// [`scripted`] on `listener`.
+fn scripted_on(listener: TcpListener, script: Script) -> (SocketAddr, Log) {
     let addr = listener.local_addr().unwrap();
     let log: Log = Arc::default();
     let seen = Arc::clone(&log);
@@ -1099,6 +1103,43 @@ async fn the_largest_limits_mean_no_limit() {
         assert_eq!(
             r["result"]["ok"],
             json!(["ok", long]),
+            "hyper {hyper_client}: {r}"
+        );
+    }
+}
+
+/// An IPv6 literal upstream without a port (`http://[::1]/`) is port 80,
+/// as `http://host/` is (the gateway's client took the colons inside the
+/// brackets for a port: "connection failed: invalid port value", without
+/// trying to connect). Nothing is expected to listen on [::1]:80 here:
+/// the call fails either way; what matters is why.
+#[tokio::test]
+async fn an_ipv6_upstream_without_a_port_is_port_80() {
+    for hyper_client in [false, true] {
+        let mut config = proxy_config("127.0.0.1:1".parse().unwrap(), hyper_client);
+        config.upstreams = vec!["http://[::1]/".into()];
+        let gw = start(config).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["ok"]}"#,
+        )
+        .await;
+        let reason = r["error"]["data"]["reason"].to_string();
+        assert!(!reason.contains("invalid"), "hyper {hyper_client}: {r}");
+        // With a port, served (where this host has IPv6 loopback).
+        let Ok(listener) = TcpListener::bind("[::1]:0").await else {
+            continue;
+        };
+        let (up, _) = scripted_on(listener, misbehave());
+        let gw = start(proxy_config(up, hyper_client)).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["ok"]}"#,
+        )
+        .await;
+        assert_eq!(
+            r["result"]["ok"],
+            json!(["ok"]),
             "hyper {hyper_client}: {r}"
         );
     }

@@ -107,7 +107,10 @@ impl H1Pool {
                 "user info in upstream URLs is not supported: {url}"
             ));
         }
-        let authority = if authority.contains(':') {
+        // A port is a colon after the host; an IPv6 literal's colons are
+        // inside its brackets (`[::1]` once failed as a bad port).
+        let host_end = authority.rfind(']').map_or(0, |i| i + 1);
+        let authority = if authority[host_end..].contains(':') {
             authority.to_string()
         } else {
             format!("{authority}:80")
