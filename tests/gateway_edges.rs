@@ -1144,3 +1144,37 @@ async fn an_ipv6_upstream_without_a_port_is_port_80() {
         );
     }
 }
+
+/// `eth_chainId` and `net_version` are answered locally only without
+/// params (or with an empty array): `[[]]` or `[ [ ] ]` are params, the
+/// upstream's to judge (they were taken for "no params", being made of
+/// brackets and spaces only).
+#[tokio::test]
+async fn cached_methods_forward_calls_with_params() {
+    let (up, log) = scripted(misbehave()).await;
+    let gw = start(proxy_config(up, false)).await;
+    for method in ["eth_chainId", "net_version"] {
+        for params in ["", r#","params":[]"#, r#","params":[ ]"#] {
+            let r = call(
+                gw.addr,
+                &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"{params}}}"#),
+            )
+            .await;
+            assert!(
+                r["result"]["ok"].is_null() || r["result"]["ok"] == json!([]),
+                "{r}"
+            );
+        }
+        let before = log.lock().unwrap().len();
+        for params in ["[[]]", "[ [ ] ]", "[[[]]]"] {
+            let r = call(
+                gw.addr,
+                &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#),
+            )
+            .await;
+            let sent: Value = serde_json::from_str(params).unwrap();
+            assert_eq!(r["result"]["ok"], sent, "{method} {params}: {r}");
+        }
+        assert_eq!(log.lock().unwrap().len(), before + 3);
+    }
+}

@@ -73,8 +73,16 @@ async fn fallback(call: AsyncCall<Gateway>) -> Forwarded {
     forward(call).await
 }
 
+/// No params, or an empty array (`[[]]`, brackets and spaces only too,
+/// was once taken for none).
 fn no_params(p: Option<&OwnedParams>) -> bool {
-    p.is_none_or(|p| p.as_bytes().iter().all(|b| b"[] \t\r\n".contains(b)))
+    p.is_none_or(|p| {
+        let inner = p.as_bytes().trim_ascii();
+        inner.len() >= 2
+            && inner[0] == b'['
+            && inner[inner.len() - 1] == b']'
+            && inner[1..inner.len() - 1].trim_ascii().is_empty()
+    })
 }
 
 /// Answers from `slot` once an upstream answered (only calls without
