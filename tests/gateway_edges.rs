@@ -1178,3 +1178,44 @@ async fn cached_methods_forward_calls_with_params() {
         assert_eq!(log.lock().unwrap().len(), before + 3);
     }
 }
+
+/// A client batch is split into one call per entry, each an HTTP exchange
+/// on a connection of its own: a batch of 1000 opened 1000 connections to
+/// the upstream at once. `--upstream-connections` caps the exchanges in
+/// flight per upstream; the rest wait their turn and every entry is
+/// answered.
+#[tokio::test]
+async fn exchanges_in_flight_per_upstream_are_capped() {
+    let script: Script = Arc::new(|_, v| {
+        vec![
+            Step::Sleep(20),
+            Step::Write(http("200 OK", &result_for(v, "\"0x1\""))),
+        ]
+    });
+    for hyper_client in [false, true] {
+        let (upstream, log) = scripted(Arc::clone(&script)).await;
+        let gw = start(config::Config {
+            upstream_connections: 4,
+            timeout: Duration::from_secs(30),
+            ..proxy_config(upstream, hyper_client)
+        })
+        .await;
+        let batch: Vec<String> = (0..40)
+            .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}"#))
+            .collect();
+        let replies = call(gw.addr, &format!("[{}]", batch.join(","))).await;
+        let replies = replies.as_array().unwrap();
+        assert_eq!(replies.len(), 40);
+        for (i, r) in replies.iter().enumerate() {
+            assert_eq!(r["id"], i, "{r}");
+            assert_eq!(r["result"], "0x1", "{r}");
+        }
+        let connections: std::collections::BTreeSet<usize> =
+            log.lock().unwrap().iter().map(|(c, _, _)| *c).collect();
+        assert!(
+            connections.len() <= 4,
+            "hyper {hyper_client}: {} upstream connections",
+            connections.len()
+        );
+    }
+}

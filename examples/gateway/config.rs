@@ -16,6 +16,9 @@ usage: gateway [options]
                         first ws:// upstream, else the first upstream's URL
                         with ws:// for http://)
   --timeout MS          per-request upstream timeout (default 30000)
+  --upstream-connections N
+                        HTTP calls in flight per upstream, each on a
+                        connection of its own (default 128); more wait
   --ws-ping MS          ping the WebSocket upstream this often; one silent for
                         two of these is closed and reconnected (default
                         20000; 0: never)
@@ -65,6 +68,8 @@ pub struct Config {
     pub hyper_client: bool,
     /// How often a WebSocket upstream is pinged; `None` never.
     pub ws_ping: Option<Duration>,
+    /// HTTP exchanges in flight per upstream, at most.
+    pub upstream_connections: usize,
 }
 
 impl Default for Config {
@@ -83,6 +88,7 @@ impl Default for Config {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             hyper_client: false,
             ws_ping: Some(Duration::from_secs(20)),
+            upstream_connections: 128,
         }
     }
 }
@@ -133,6 +139,9 @@ impl Config {
                         "h1" => false,
                         other => return Err(format!("--client: h1 or hyper, not {other}")),
                     }
+                }
+                "--upstream-connections" => {
+                    c.upstream_connections = number(value()?)?.clamp(1, 1 << 20) as usize;
                 }
                 "--ws-ping" => {
                     let ms = number(value()?)?;

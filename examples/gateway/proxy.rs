@@ -180,14 +180,7 @@ async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError
 pub fn dispatcher(
     config: &Config,
 ) -> Result<Dispatcher<Gateway, WithAsync>, Box<dyn std::error::Error>> {
-    let up = Upstreams::new(
-        &config.upstreams,
-        config.upstream_ws.as_deref(),
-        config.timeout,
-        config.max_response,
-        config.hyper_client,
-        config.ws_ping,
-    )?;
+    let up = Upstreams::new(config)?;
     let gateway = Gateway {
         up,
         deny: config.deny.clone(),

@@ -37,6 +37,7 @@ use rpcwire::{Parser, RpcError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
+use crate::config::Config;
 use crate::errors;
 use crate::h1::{H1Error, H1Pool};
 
@@ -92,6 +93,12 @@ struct HttpUpstream {
     rest_until: AtomicU64,
     /// A `ws://` upstream's connection.
     ws: Option<Arc<WsUpstream>>,
+    /// One permit per HTTP exchange in flight (`--upstream-connections`):
+    /// each takes a connection of its own, and a batch of 1000 entries
+    /// opened 1000 at once (past a node's accept queue, some then waited
+    /// out a SYN retry and timed out). Calls past the cap wait for a
+    /// permit, within their timeout.
+    exchanges: tokio::sync::Semaphore,
 }
 
 /// Room for a reply's envelope around a result of `--max-response` bytes:
@@ -120,15 +127,12 @@ pub fn display_name(url: &str) -> String {
 impl Upstreams {
     /// From the `--upstream` URLs (http:// ones are HTTP upstreams; a
     /// ws:// one is the WebSocket upstream if `--upstream-ws` is not
-    /// given) and `--upstream-ws`.
-    pub fn new(
-        urls: &[String],
-        upstream_ws: Option<&str>,
-        timeout: Duration,
-        max_response: usize,
-        hyper_client: bool,
-        ws_ping: Option<Duration>,
-    ) -> Result<Upstreams, String> {
+    /// given) and `--upstream-ws`, with the other upstream options.
+    pub fn new(config: &Config) -> Result<Upstreams, String> {
+        let urls = &config.upstreams;
+        let upstream_ws = config.upstream_ws.as_deref();
+        let (timeout, max_response) = (config.timeout, config.max_response);
+        let (hyper_client, ws_ping) = (config.hyper_client, config.ws_ping);
         let mut http = Vec::new();
         let ws_upstream =
             |url: String| Arc::new(WsUpstream::new(url, timeout, max_response, ws_ping));
@@ -157,6 +161,7 @@ impl Upstreams {
                 name: display_name(url),
                 rest_until: AtomicU64::new(0),
                 ws: via_ws,
+                exchanges: tokio::sync::Semaphore::new(config.upstream_connections.max(1)),
             });
         }
         // By default the WebSocket upstream is the first HTTP upstream's
@@ -312,6 +317,8 @@ impl Upstreams {
         request: &mut [u8],
         now: Instant,
     ) -> Result<Bytes, Failure> {
+        // Never closed: an error cannot happen.
+        let _permit = up.exchanges.acquire().await;
         if let Some(h1) = &up.h1 {
             let max = self.reply_limit();
             return match h1.post(request, self.head_room, max, now).await {
