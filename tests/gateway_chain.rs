@@ -213,3 +213,36 @@ async fn calldata_pays_the_eip7623_floor() {
         "{est}"
     );
 }
+
+/// `eth_getLogs` checks its filter's addresses and topics, as anvil and
+/// geth do: a malformed address or topic, or a fifth topic position, is
+/// -32602 (the chain once read neither and answered `[]` to any of them);
+/// `null` positions and OR arrays (with `null` in them too) stay valid.
+#[tokio::test]
+async fn get_logs_checks_addresses_and_topics() {
+    let gw = start().await;
+    let a = gw.addr;
+    let t = format!("0x{}", "ab".repeat(32));
+    for filter in [
+        json!({"address": "0xbad"}),
+        json!({"address": [Address::ZERO, "0x1234"]}),
+        json!({"address": 7}),
+        json!({"topics": ["0x12"]}),
+        json!({"topics": [null, [t, "0xzz"]]}),
+        json!({"topics": [null, null, null, null, null]}),
+        json!({"topics": "0x12"}),
+    ] {
+        let r = rpc(a, "eth_getLogs", json!([filter])).await;
+        let (code, _) = error(&r);
+        assert_eq!(code, -32602, "{filter}: {r}");
+    }
+    for filter in [
+        json!({"address": [Address::ZERO, Address::repeat_byte(1)]}),
+        json!({"address": Address::ZERO, "topics": [null, [t, t], [null, t], []]}),
+        json!({"topics": [t, null, null, t]}),
+        json!({"address": [], "topics": null}),
+    ] {
+        let r = rpc(a, "eth_getLogs", json!([filter])).await;
+        assert_eq!(r["result"], json!([]), "{filter}: {r}");
+    }
+}
