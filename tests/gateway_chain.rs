@@ -26,7 +26,7 @@ mod upstream;
 use std::net::SocketAddr;
 
 use alloy_consensus::crypto::secp256k1::sign_message;
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use rpcwire::server::Shutdown;
@@ -245,4 +245,76 @@ async fn get_logs_checks_addresses_and_topics() {
         let r = rpc(a, "eth_getLogs", json!([filter])).await;
         assert_eq!(r["result"], json!([]), "{filter}: {r}");
     }
+}
+
+/// `eth_feeHistory`: the rewards are the tips the blocks' transactions
+/// paid (0 for an empty block, as anvil and geth answer), not a constant 1
+/// gwei; percentiles out of [0, 100] or decreasing are refused (geth's
+/// "invalid reward percentile"; they were taken); a block count of 0 is an
+/// empty history.
+#[tokio::test]
+async fn fee_history_reports_the_tips_paid() {
+    let gw = start().await;
+    let a = gw.addr;
+    // Block 1: a legacy transaction at 5 gwei (tip 4 gwei over the 1 gwei
+    // base fee); block 2: EIP-1559 with a 2 gwei tip.
+    let legacy = TxLegacy {
+        chain_id: Some(31337),
+        nonce: 0,
+        gas_price: 5_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(9)),
+        value: U256::from(1u8),
+        input: ABytes::new(),
+    };
+    let r = send(a, &sign(legacy, key(1))).await;
+    assert!(r["result"].is_string(), "{r}");
+    let tx = TxEip1559 {
+        max_priority_fee_per_gas: 2_000_000_000,
+        ..eip1559(0, Address::repeat_byte(9), 1)
+    };
+    let r = send(a, &sign(tx, key(2))).await;
+    assert!(r["result"].is_string(), "{r}");
+
+    let r = rpc(a, "eth_feeHistory", json!(["0x3", "latest", [10, 50, 90]])).await;
+    let h = &r["result"];
+    assert_eq!(h["oldestBlock"], "0x0", "{r}");
+    assert_eq!(
+        h["reward"],
+        json!([
+            ["0x0", "0x0", "0x0"],
+            ["0xee6b2800", "0xee6b2800", "0xee6b2800"],
+            ["0x77359400", "0x77359400", "0x77359400"]
+        ]),
+        "{r}"
+    );
+    assert_eq!(h["baseFeePerGas"].as_array().unwrap().len(), 4);
+    assert_eq!(h["gasUsedRatio"].as_array().unwrap().len(), 3);
+
+    for bad in [
+        json!([-1]),
+        json!([101]),
+        json!([75, 25]),
+        json!([10, 50, 20]),
+    ] {
+        let r = rpc(a, "eth_feeHistory", json!(["0x2", "latest", bad])).await;
+        let (code, message) = error(&r);
+        assert_eq!(code, -32602, "{bad}: {r}");
+        assert!(message.contains("invalid reward percentile"), "{message}");
+    }
+    // Equal neighbours are allowed (reth and anvil take them).
+    let r = rpc(a, "eth_feeHistory", json!(["0x1", "latest", [50, 50]])).await;
+    assert_eq!(
+        r["result"]["reward"],
+        json!([["0x77359400", "0x77359400"]]),
+        "{r}"
+    );
+
+    // No blocks: nothing (the chain once named the block after the head
+    // as the oldest one).
+    let r = rpc(a, "eth_feeHistory", json!(["0x0", "latest", [50]])).await;
+    let h = &r["result"];
+    assert_eq!(h["oldestBlock"], "0x0", "{r}");
+    assert_eq!(h["baseFeePerGas"], json!([]), "{r}");
+    assert_eq!(h["gasUsedRatio"], json!([]), "{r}");
 }

@@ -412,7 +412,8 @@ impl Chain {
         Some(o)
     }
 
-    /// `eth_feeHistory`: `count` blocks up to `newest`.
+    /// `eth_feeHistory`: `count` blocks up to `newest`; `percentiles`
+    /// already checked (in [0, 100], none below its predecessor).
     pub fn fee_history(
         &self,
         count: u64,
@@ -422,6 +423,17 @@ impl Chain {
         let s = self.lock();
         let newest = s.resolve(newest.into())?;
         let count = count.min(1024).min(newest + 1);
+        if count == 0 {
+            // No blocks, no history (geth and reth answer the same).
+            let reward = if percentiles.is_empty() {
+                ""
+            } else {
+                ",\"reward\":[]"
+            };
+            return Ok(format!(
+                "{{\"oldestBlock\":\"0x0\",\"baseFeePerGas\":[],\"gasUsedRatio\":[]{reward}}}"
+            ));
+        }
         let oldest = newest + 1 - count;
         let mut o = String::with_capacity(256);
         let _ = write!(
@@ -445,10 +457,11 @@ impl Chain {
         o.push(']');
         if !percentiles.is_empty() {
             o.push_str(",\"reward\":[");
-            for i in 0..count {
+            for (i, n) in (oldest..=newest).enumerate() {
                 o.push_str(if i > 0 { ",[" } else { "[" });
-                for j in 0..percentiles.len() {
-                    let _ = write!(o, "{}{}", if j > 0 { "," } else { "" }, qty(PRIORITY_FEE));
+                let rewards = s.rewards(&s.blocks[n as usize], percentiles);
+                for (j, r) in rewards.into_iter().enumerate() {
+                    let _ = write!(o, "{}{}", if j > 0 { "," } else { "" }, qty(r));
                 }
                 o.push(']');
             }
@@ -535,6 +548,39 @@ impl State {
                 .copied()
                 .ok_or_else(|| server_error(format!("header for hash {hash} not found"))),
         }
+    }
+
+    /// The tip (effective gas price over the base fee) paid at each
+    /// percentile of `b`'s gas used, geth's way: its transactions sorted by
+    /// tip, the first whose cumulative gas reaches the percentile's share
+    /// of the block's gas. An empty block's rewards are 0.
+    fn rewards(&self, b: &Block, percentiles: &[f64]) -> Vec<u128> {
+        let mut tips: Vec<(u128, u64)> = b
+            .txs
+            .iter()
+            .map(|h| {
+                let m = &self.txs[h];
+                let tip = m.effective_gas_price.saturating_sub(u128::from(BASE_FEE));
+                (tip, m.gas_used)
+            })
+            .collect();
+        if tips.is_empty() {
+            return vec![0; percentiles.len()];
+        }
+        tips.sort_unstable();
+        let total: u64 = tips.iter().map(|&(_, gas)| gas).sum();
+        let (mut i, mut sum) = (0, tips[0].1);
+        percentiles
+            .iter()
+            .map(|p| {
+                let threshold = (total as f64 * p / 100.0) as u64;
+                while sum < threshold && i < tips.len() - 1 {
+                    i += 1;
+                    sum += tips[i].1;
+                }
+                tips[i].0
+            })
+            .collect()
     }
 
     fn mine(&mut self, txs: Vec<TxEnvelope>, receipts: Vec<ReceiptEnvelope>, time: u64) {

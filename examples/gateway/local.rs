@@ -88,6 +88,22 @@ fn fee_history(c: C<'_>) -> Answer {
             .map_err(|_| RpcError::invalid_params("rewardPercentiles: an array of numbers"))?,
         None => Vec::new(),
     };
+    // geth's rule (each in [0, 100], increasing), with equal neighbours
+    // allowed as reth and anvil allow them.
+    for (i, &p) in percentiles.iter().enumerate() {
+        if !(0.0..=100.0).contains(&p) {
+            return Err(RpcError::invalid_params(format!(
+                "invalid reward percentile: {p} (each must be in [0, 100])"
+            )));
+        }
+        if i > 0 && p < percentiles[i - 1] {
+            return Err(RpcError::invalid_params(format!(
+                "invalid reward percentile: #{}:{} > #{i}:{p} (they must not decrease)",
+                i - 1,
+                percentiles[i - 1]
+            )));
+        }
+    }
     p.finish()?;
     raw(c.reply, &c.state.fee_history(count, newest, &percentiles)?)
 }
