@@ -318,3 +318,71 @@ async fn fee_history_reports_the_tips_paid() {
     assert_eq!(h["baseFeePerGas"], json!([]), "{r}");
     assert_eq!(h["gasUsedRatio"], json!([]), "{r}");
 }
+
+/// `eth_call` checks what geth and anvil check before running a call,
+/// instead of answering `0x` to anything with a `to`: the caller's balance
+/// must cover `value + gas × price`, the gas limit must cover the intrinsic
+/// gas, and the tip may not exceed the fee cap.
+#[tokio::test]
+async fn eth_call_checks_funds_gas_and_fees() {
+    let gw = start().await;
+    let a = gw.addr;
+    let poor = Address::repeat_byte(0x99);
+    let to = Address::repeat_byte(0x42);
+    let cases = [
+        (
+            json!({"from": poor, "to": to, "value": "0x1"}),
+            "insufficient funds for gas * price + value",
+        ),
+        (
+            json!({"from": poor, "to": to, "gasPrice": "0x1"}),
+            "insufficient funds for gas * price + value",
+        ),
+        (
+            json!({"from": address(0), "to": to, "value": format!("{:#x}", U256::MAX)}),
+            "insufficient funds for gas * price + value",
+        ),
+        (
+            json!({"from": address(0), "to": to, "gas": "0x5000"}),
+            "intrinsic gas too low",
+        ),
+        (
+            json!({"from": address(0), "to": to, "gas": "0x5848", "data": format!("0x{}", "ff".repeat(100))}),
+            "insufficient gas for floor data gas cost",
+        ),
+        (
+            json!({"from": address(0), "to": to, "maxFeePerGas": "0x77359400", "maxPriorityFeePerGas": "0x77359401"}),
+            "max priority fee per gas higher than max fee per gas",
+        ),
+    ];
+    for (call, words) in cases {
+        let r = rpc(a, "eth_call", json!([call, "latest"])).await;
+        let (code, message) = error(&r);
+        assert_eq!(code, -32000, "{call}: {r}");
+        assert!(message.starts_with(words), "{call}: {message}");
+    }
+    // What a transfer's simulation sends: `0x`.
+    for call in [
+        json!({"from": address(0), "to": to, "value": "0x1"}),
+        json!({"to": to}),
+        json!({"from": address(0), "to": to, "value": "0x1", "gas": "0x5208", "maxFeePerGas": "0x77359400"}),
+        json!({"from": poor, "to": to, "data": "0x1234"}),
+    ] {
+        let r = rpc(a, "eth_call", json!([call, "latest"])).await;
+        assert_eq!(r["result"], "0x", "{call}: {r}");
+    }
+    // `eth_estimateGas` with a gas limit below what the call needs: geth's
+    // "gas required exceeds allowance".
+    let r = rpc(
+        a,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "gas": "0x5000"}]),
+    )
+    .await;
+    let (code, message) = error(&r);
+    assert_eq!(code, -32000, "{r}");
+    assert!(
+        message.starts_with("gas required exceeds allowance"),
+        "{message}"
+    );
+}

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use rpcwire::codes::METHOD_NOT_FOUND;
 use rpcwire::dispatch::{DispatcherBuilder, Done, SyncOnly};
 use rpcwire::eth::codes::server_error;
-use rpcwire::eth::{BlockId, BlockNumberOrTag, BlockTag, EthParams, EthReply, TopicFilter};
+use rpcwire::eth::{
+    BlockId, BlockNumberOrTag, BlockTag, CallRequest, EthParams, EthReply, TopicFilter, U256,
+};
 use rpcwire::server::subscriptions::Subscriptions;
 use rpcwire::{Call, Dispatcher, RpcError};
 
@@ -108,23 +110,9 @@ fn fee_history(c: C<'_>) -> Answer {
     raw(c.reply, &c.state.fee_history(count, newest, &percentiles)?)
 }
 
-fn estimate_gas(c: C<'_>) -> Answer {
-    let mut p = EthParams::new(c.params);
-    let call = p.required("transaction")?.call_request()?;
-    let block = block_or_latest(&mut p)?;
-    p.finish()?;
-    if call.to()?.is_none() {
-        return Err(no_evm());
-    }
-    c.state.check_block(block)?;
-    if let (Some(from), Some(value)) = (call.from()?, call.value()?) {
-        let (balance, _) = c.state.account(from, block)?;
-        if balance < value {
-            return Err(server_error("insufficient funds for transfer"));
-        }
-    }
-    let input = call.input_in(c.arena)?.unwrap_or_default();
-    // Its access list costs gas too, as in the transaction it estimates.
+/// The storage-key count of each address of a call's access list (each
+/// entry checked: an address, 32-byte keys).
+fn access_list_keys(call: &CallRequest<'_>) -> Result<Vec<usize>, RpcError> {
     #[derive(serde::Deserialize)]
     struct Item {
         // Read to be checked (an address), not used.
@@ -138,9 +126,59 @@ fn estimate_gas(c: C<'_>) -> Answer {
             .map_err(|e| RpcError::invalid_params(format!("accessList: {e}")))?,
         None => Vec::new(),
     };
-    let keys = access_list.iter().map(|item| item.storage_keys.len());
-    // Prague's calldata floor, when it is more, as the chain charges it.
-    let gas = calldata_gas(input, keys).max(chain::floor_gas(input));
+    Ok(access_list
+        .iter()
+        .map(|item| item.storage_keys.len())
+        .collect())
+}
+
+/// The gas a call to an account without code uses: its intrinsic gas (its
+/// access list counted too, as in the transaction it stands for), or
+/// Prague's calldata floor when that is more, as the chain charges it.
+fn call_gas(call: &CallRequest<'_>, input: &[u8]) -> Result<u64, RpcError> {
+    let keys = access_list_keys(call)?;
+    Ok(calldata_gas(input, keys).max(chain::floor_gas(input)))
+}
+
+/// geth's check of a call's fees: the tip may not exceed the fee cap.
+fn check_fees(call: &CallRequest<'_>) -> Result<(), RpcError> {
+    if let (Some(tip), Some(cap)) = (call.max_priority_fee_per_gas()?, call.max_fee_per_gas()?)
+        && tip > cap
+    {
+        return Err(server_error(format!(
+            "max priority fee per gas higher than max fee per gas: address {}, maxPriorityFeePerGas: {tip}, maxFeePerGas: {cap}",
+            call.from()?.unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
+fn estimate_gas(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let call = p.required("transaction")?.call_request()?;
+    let block = block_or_latest(&mut p)?;
+    p.finish()?;
+    if call.to()?.is_none() {
+        return Err(no_evm());
+    }
+    c.state.check_block(block)?;
+    check_fees(&call)?;
+    if let (Some(from), Some(value)) = (call.from()?, call.value()?) {
+        let (balance, _) = c.state.account(from, block)?;
+        if balance < value {
+            return Err(server_error("insufficient funds for transfer"));
+        }
+    }
+    let input = call.input_in(c.arena)?.unwrap_or_default();
+    let gas = call_gas(&call, input)?;
+    // A gas limit given is the most the estimate may answer (geth's words).
+    if let Some(allowance) = call.gas()?
+        && allowance < gas
+    {
+        return Err(server_error(format!(
+            "gas required exceeds allowance ({allowance})"
+        )));
+    }
     c.reply.quantity(gas as u128)
 }
 
@@ -150,6 +188,12 @@ fn no_evm() -> RpcError {
     )
 }
 
+/// `eth_call`: every account is externally owned, so a call runs no code
+/// and answers `0x`, once it passes what geth checks before running one:
+/// the gas limit covers the intrinsic gas and the calldata floor, the tip
+/// is at most the fee cap, and the sender (the zero address when `from` is
+/// absent, as in geth) can pay `value + gas × price` at `block` (no gas
+/// charged without a price; without a gas limit, the gas the call uses).
 fn call(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let call = p.required("transaction")?.call_request()?;
@@ -160,7 +204,43 @@ fn call(c: C<'_>) -> Answer {
         return Err(no_evm());
     }
     c.state.check_block(block)?;
-    // Every account is externally owned: a call runs no code.
+    let input = call.input_in(c.arena)?.unwrap_or_default();
+    let keys = access_list_keys(&call)?;
+    let intrinsic = calldata_gas(input, keys);
+    let floor = chain::floor_gas(input);
+    if let Some(gas) = call.gas()? {
+        if gas < intrinsic {
+            return Err(server_error(format!(
+                "intrinsic gas too low: have {gas}, want {intrinsic}"
+            )));
+        }
+        if gas < floor {
+            return Err(server_error(format!(
+                "insufficient gas for floor data gas cost: have {gas}, want {floor}"
+            )));
+        }
+    }
+    check_fees(&call)?;
+    let price = match call.gas_price()? {
+        Some(price) => price,
+        None => call.max_fee_per_gas()?.unwrap_or(0),
+    };
+    let gas = call.gas()?.unwrap_or(intrinsic.max(floor));
+    let value = call.value()?.unwrap_or_default();
+    // Checked: a value near 2^256 must not wrap the sum.
+    let cost = U256::from(gas)
+        .checked_mul(U256::from(price))
+        .and_then(|fee| fee.checked_add(value));
+    if cost != Some(U256::ZERO) {
+        let from = call.from()?.unwrap_or_default();
+        let (balance, _) = c.state.account(from, block)?;
+        if cost.is_none_or(|cost| balance < cost) {
+            let want = cost.map_or_else(|| "more than 2^256".to_string(), |c| c.to_string());
+            return Err(server_error(format!(
+                "insufficient funds for gas * price + value: address {from} have {balance} want {want}"
+            )));
+        }
+    }
     c.reply.data(&[])
 }
 
