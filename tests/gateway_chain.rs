@@ -386,3 +386,13 @@ async fn eth_call_checks_funds_gas_and_fees() {
         "{message}"
     );
 }
+
+/// An empty raw transaction is named as such (it was "Unexpected type
+/// flag. Got 0.", alloy's words for a typed transaction's bad first byte).
+#[tokio::test]
+async fn an_empty_raw_transaction_says_so() {
+    let gw = start().await;
+    let (code, message) = error(&send(gw.addr, "0x").await);
+    assert_eq!(code, -32000);
+    assert!(message.contains("empty"), "{message}");
+}

@@ -222,6 +222,13 @@ impl Chain {
     /// Validates, executes and mines a signed raw transaction; returns its
     /// hash.
     pub fn send_raw(&self, raw: &[u8]) -> Result<B256, RpcError> {
+        // alloy's decoder calls no bytes a bad type flag ("Unexpected type
+        // flag. Got 0.").
+        if raw.is_empty() {
+            return Err(server_error(
+                "transaction could not be decoded: empty transaction data",
+            ));
+        }
         // Exact: bytes after the transaction are an error, as geth's
         // decoder says ("input contains more than one value").
         let tx = TxEnvelope::decode_2718_exact(raw)
