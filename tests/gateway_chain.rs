@@ -396,3 +396,92 @@ async fn an_empty_raw_transaction_says_so() {
     assert_eq!(code, -32000);
     assert!(message.contains("empty"), "{message}");
 }
+
+/// Each block's JSON is its header and body: the hash is the keccak of the
+/// header rebuilt from the JSON's fields, `parentHash` is the previous
+/// block's hash, `transactionsRoot` is the root of the transactions sent,
+/// and `size` is the block's RLP length, as geth and anvil report it (it
+/// was an estimate, 540 bytes plus the transactions: 540 for a genesis
+/// block whose RLP is 514 bytes).
+#[tokio::test]
+async fn blocks_are_their_headers_and_bodies() {
+    let gw = start().await;
+    let a = gw.addr;
+    let mut sent: Vec<TxEnvelope> = Vec::new();
+    for (i, data) in [vec![], vec![0u8, 1, 2], vec![0xff; 40]]
+        .into_iter()
+        .enumerate()
+    {
+        let tx = TxEip1559 {
+            gas_limit: 30_000,
+            input: data.into(),
+            ..eip1559(0, Address::repeat_byte(3), 1)
+        };
+        let sig = sign_message(key(i), tx.signature_hash()).unwrap();
+        let tx = TxEnvelope::from(tx.into_signed(sig));
+        let raw = format!("0x{}", alloy_primitives::hex::encode(tx.encoded_2718()));
+        let r = send(a, &raw).await;
+        assert!(r["result"].is_string(), "{r}");
+        sent.push(tx);
+    }
+    let legacy = TxLegacy {
+        chain_id: Some(31337),
+        nonce: 1,
+        gas_price: 2_000_000_000,
+        gas_limit: 21_000,
+        to: TxKind::Call(Address::repeat_byte(3)),
+        value: U256::from(5u8),
+        input: ABytes::new(),
+    };
+    let sig = sign_message(key(0), legacy.signature_hash()).unwrap();
+    let legacy = TxEnvelope::from(legacy.into_signed(sig));
+    let raw = format!("0x{}", alloy_primitives::hex::encode(legacy.encoded_2718()));
+    assert!(send(a, &raw).await["result"].is_string());
+    sent.push(legacy);
+
+    let b256 = |v: &Value| v.as_str().unwrap().parse::<B256>().unwrap();
+    let mut parent = B256::ZERO;
+    for n in 0..=sent.len() {
+        let b = rpc(a, "eth_getBlockByNumber", json!([format!("{n:#x}"), false])).await["result"]
+            .clone();
+        let header = alloy_consensus::Header {
+            parent_hash: b256(&b["parentHash"]),
+            ommers_hash: b256(&b["sha3Uncles"]),
+            beneficiary: b["miner"].as_str().unwrap().parse().unwrap(),
+            state_root: b256(&b["stateRoot"]),
+            transactions_root: b256(&b["transactionsRoot"]),
+            receipts_root: b256(&b["receiptsRoot"]),
+            logs_bloom: b["logsBloom"].as_str().unwrap().parse().unwrap(),
+            difficulty: U256::from(quantity(&b["difficulty"])),
+            number: quantity(&b["number"]) as u64,
+            gas_limit: quantity(&b["gasLimit"]) as u64,
+            gas_used: quantity(&b["gasUsed"]) as u64,
+            timestamp: quantity(&b["timestamp"]) as u64,
+            extra_data: b["extraData"].as_str().unwrap().parse().unwrap(),
+            mix_hash: b256(&b["mixHash"]),
+            nonce: b["nonce"].as_str().unwrap().parse().unwrap(),
+            base_fee_per_gas: Some(quantity(&b["baseFeePerGas"]) as u64),
+            ..Default::default()
+        };
+        assert_eq!(b256(&b["hash"]), header.hash_slow(), "block {n}: {b}");
+        assert_eq!(header.parent_hash, parent, "block {n}");
+        parent = header.hash_slow();
+        let txs: Vec<TxEnvelope> = if n == 0 {
+            Vec::new()
+        } else {
+            vec![sent[n - 1].clone()]
+        };
+        assert_eq!(
+            header.transactions_root,
+            alloy_consensus::proofs::calculate_transaction_root(&txs),
+            "block {n}"
+        );
+        let body = alloy_consensus::BlockBody {
+            transactions: txs,
+            ommers: Vec::new(),
+            withdrawals: None,
+        };
+        let size = alloy_consensus::Block::rlp_length_for(&header, &body);
+        assert_eq!(quantity(&b["size"]), size as u128, "block {n}");
+    }
+}

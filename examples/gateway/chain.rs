@@ -26,7 +26,7 @@ use alloy_consensus::{
     EMPTY_OMMER_ROOT_HASH, Eip658Value, Header, Receipt, ReceiptEnvelope, ReceiptWithBloom,
     Transaction, TxEnvelope,
 };
-use alloy_eips::eip2718::{Decodable2718, Encodable2718};
+use alloy_eips::eip2718::Decodable2718;
 use rpcwire::RpcError;
 use rpcwire::dispatch::{Done, Reply};
 use rpcwire::eth::codes::server_error;
@@ -624,9 +624,14 @@ impl State {
             ..Default::default()
         };
         let hash = header.hash_slow();
-        // The RLP size of the header and transactions, roughly as a node
-        // reports `size`.
-        let size = 540 + txs.iter().map(|t| t.encode_2718_len()).sum::<usize>();
+        // `size`: the block's RLP length (header, transactions, no uncles),
+        // as geth and anvil report it.
+        let body = alloy_consensus::BlockBody {
+            transactions: txs,
+            ommers: Vec::new(),
+            withdrawals: None,
+        };
+        let size = alloy_consensus::Block::rlp_length_for(&header, &body);
         self.by_hash.insert(hash, number);
         self.blocks.push(Block {
             header,
