@@ -485,3 +485,74 @@ async fn blocks_are_their_headers_and_bodies() {
         assert_eq!(quantity(&b["size"]), size as u128, "block {n}");
     }
 }
+
+/// `eth_call`'s state overrides (third param) and block overrides (fourth),
+/// as geth and anvil take them: a balance override is the balance the call
+/// is checked against; code put on the callee would run, which the chain
+/// cannot do, so that is the no-EVM error instead of `0x` (the chain once
+/// ignored the overrides whatever they held); malformed overrides are
+/// -32602; block overrides are taken (nothing they change matters to a
+/// call that runs no code).
+#[tokio::test]
+async fn eth_call_reads_state_and_block_overrides() {
+    let gw = start().await;
+    let a = gw.addr;
+    let poor = Address::repeat_byte(0x99);
+    let to = Address::repeat_byte(0x42);
+    let transfer = json!({"from": poor, "to": to, "value": "0x1"});
+    let r = rpc(
+        a,
+        "eth_call",
+        json!([transfer, "latest", {poor.to_string(): {"balance": "0x10"}}]),
+    )
+    .await;
+    assert_eq!(r["result"], "0x", "{r}");
+    let r = rpc(
+        a,
+        "eth_call",
+        json!([transfer, "latest", {poor.to_string(): {"balance": "0x0"}}]),
+    )
+    .await;
+    assert!(error(&r).1.starts_with("insufficient funds"), "{r}");
+
+    let simple = json!({"from": address(0), "to": to});
+    let r = rpc(
+        a,
+        "eth_call",
+        json!([simple, "latest", {to.to_string(): {"code": "0x60016000526001601ff3"}}]),
+    )
+    .await;
+    let (code, message) = error(&r);
+    assert_eq!(code, -32000, "{r}");
+    assert!(message.contains("no EVM"), "{message}");
+    // Empty code is no code.
+    let r = rpc(
+        a,
+        "eth_call",
+        json!([simple, "latest", {to.to_string(): {"code": "0x"}}]),
+    )
+    .await;
+    assert_eq!(r["result"], "0x", "{r}");
+
+    for bad in [
+        json!("x"),
+        json!([1]),
+        json!({"0xbad": {}}),
+        json!({to.to_string(): {"balance": "zz"}}),
+    ] {
+        let r = rpc(a, "eth_call", json!([simple, "latest", bad])).await;
+        assert_eq!(error(&r).0, -32602, "{bad}: {r}");
+    }
+
+    for ok in [
+        json!([simple, "latest", null]),
+        json!([simple, "latest", {}]),
+        json!([simple, "latest", {}, {}]),
+        json!([simple, "latest", null, {"number": "0x10", "baseFee": "0x0"}]),
+    ] {
+        let r = rpc(a, "eth_call", ok.clone()).await;
+        assert_eq!(r["result"], "0x", "{ok}: {r}");
+    }
+    let r = rpc(a, "eth_call", json!([simple, "latest", {}, "x"])).await;
+    assert_eq!(error(&r).0, -32602, "{r}");
+}

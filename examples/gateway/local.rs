@@ -1,6 +1,7 @@
 //! The built-in chain's methods: synchronous handlers over [`Chain`], the
 //! params read in place with rpcwire's Ethereum decoders.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use rpcwire::codes::METHOD_NOT_FOUND;
@@ -9,6 +10,7 @@ use rpcwire::eth::codes::server_error;
 use rpcwire::eth::{
     BlockId, BlockNumberOrTag, BlockTag, CallRequest, EthParams, EthReply, TopicFilter, U256,
 };
+use rpcwire::json::Kind;
 use rpcwire::server::subscriptions::Subscriptions;
 use rpcwire::{Call, Dispatcher, RpcError};
 
@@ -188,19 +190,56 @@ fn no_evm() -> RpcError {
     )
 }
 
+/// One account's entry in `eth_call`'s state overrides (geth's fields;
+/// each read so that a malformed one is refused).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct AccountOverride {
+    balance: Option<U256>,
+    code: Option<alloy_primitives::Bytes>,
+    #[serde(rename = "nonce")]
+    _nonce: Option<alloy_primitives::U64>,
+    #[serde(rename = "state")]
+    _state: Option<HashMap<alloy_primitives::B256, alloy_primitives::B256>>,
+    #[serde(rename = "stateDiff")]
+    _state_diff: Option<HashMap<alloy_primitives::B256, alloy_primitives::B256>>,
+    #[serde(rename = "movePrecompileToAddress")]
+    _move_precompile_to_address: Option<alloy_primitives::Address>,
+}
+
 /// `eth_call`: every account is externally owned, so a call runs no code
 /// and answers `0x`, once it passes what geth checks before running one:
 /// the gas limit covers the intrinsic gas and the calldata floor, the tip
 /// is at most the fee cap, and the sender (the zero address when `from` is
 /// absent, as in geth) can pay `value + gas × price` at `block` (no gas
 /// charged without a price; without a gas limit, the gas the call uses).
+/// State overrides count: a balance override is the sender's balance, and
+/// code given to the callee is refused (it would run). Block overrides are
+/// taken and change nothing here.
 fn call(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let call = p.required("transaction")?.call_request()?;
     let block = block_or_latest(&mut p)?;
-    let _overrides = p.optional("stateOverrides");
+    let overrides: HashMap<alloy_primitives::Address, AccountOverride> =
+        match p.optional("stateOverrides") {
+            Some(v) => serde_json::from_str(v.value().as_json())
+                .map_err(|e| RpcError::invalid_params(format!("stateOverrides: {e}")))?,
+            None => HashMap::new(),
+        };
+    if let Some(v) = p.optional("blockOverrides")
+        && v.value().kind() != Kind::Object
+    {
+        return Err(RpcError::invalid_params("blockOverrides: an object"));
+    }
     p.finish()?;
-    if call.to()?.is_none() {
+    let Some(to) = call.to()? else {
+        return Err(no_evm());
+    };
+    if overrides
+        .get(&to)
+        .and_then(|o| o.code.as_ref())
+        .is_some_and(|code| !code.is_empty())
+    {
         return Err(no_evm());
     }
     c.state.check_block(block)?;
@@ -233,7 +272,10 @@ fn call(c: C<'_>) -> Answer {
         .and_then(|fee| fee.checked_add(value));
     if cost != Some(U256::ZERO) {
         let from = call.from()?.unwrap_or_default();
-        let (balance, _) = c.state.account(from, block)?;
+        let balance = match overrides.get(&from).and_then(|o| o.balance) {
+            Some(balance) => balance,
+            None => c.state.account(from, block)?.0,
+        };
         if cost.is_none_or(|cost| balance < cost) {
             let want = cost.map_or_else(|| "more than 2^256".to_string(), |c| c.to_string());
             return Err(server_error(format!(
