@@ -556,3 +556,36 @@ async fn eth_call_reads_state_and_block_overrides() {
     let r = rpc(a, "eth_call", json!([simple, "latest", {}, "x"])).await;
     assert_eq!(error(&r).0, -32602, "{r}");
 }
+
+/// `eth_estimateGas` takes state and block overrides too, as geth and
+/// anvil do (it refused them as "too many params"): a balance override is
+/// the sender's balance, code on the callee is the no-EVM error.
+#[tokio::test]
+async fn estimate_gas_reads_overrides() {
+    let gw = start().await;
+    let a = gw.addr;
+    let poor = Address::repeat_byte(0x99);
+    let to = Address::repeat_byte(0x42);
+    let transfer = json!({"from": poor, "to": to, "value": "0x1"});
+    let r = rpc(
+        a,
+        "eth_estimateGas",
+        json!([transfer, "latest", {poor.to_string(): {"balance": "0x10"}}]),
+    )
+    .await;
+    assert_eq!(r["result"], "0x5208", "{r}");
+    let r = rpc(a, "eth_estimateGas", json!([transfer, "latest", {}])).await;
+    assert!(error(&r).1.starts_with("insufficient funds"), "{r}");
+    let simple = json!({"from": address(0), "to": to});
+    let r = rpc(
+        a,
+        "eth_estimateGas",
+        json!([simple, "latest", {to.to_string(): {"code": "0x6001"}}]),
+    )
+    .await;
+    assert!(error(&r).1.contains("no EVM"), "{r}");
+    let r = rpc(a, "eth_estimateGas", json!([simple, "latest", {}, {}])).await;
+    assert_eq!(r["result"], "0x5208", "{r}");
+    let r = rpc(a, "eth_estimateGas", json!([simple, "latest", "x"])).await;
+    assert_eq!(error(&r).0, -32602, "{r}");
+}

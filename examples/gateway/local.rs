@@ -159,14 +159,16 @@ fn estimate_gas(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let call = p.required("transaction")?.call_request()?;
     let block = block_or_latest(&mut p)?;
+    let overrides = read_overrides(&mut p)?;
     p.finish()?;
-    if call.to()?.is_none() {
+    let Some(to) = call.to()? else {
         return Err(no_evm());
-    }
+    };
+    check_no_code(&overrides, to)?;
     c.state.check_block(block)?;
     check_fees(&call)?;
     if let (Some(from), Some(value)) = (call.from()?, call.value()?) {
-        let (balance, _) = c.state.account(from, block)?;
+        let balance = balance_of(&c, &overrides, from, block)?;
         if balance < value {
             return Err(server_error("insufficient funds for transfer"));
         }
@@ -207,6 +209,51 @@ struct AccountOverride {
     _move_precompile_to_address: Option<alloy_primitives::Address>,
 }
 
+type Overrides = HashMap<alloy_primitives::Address, AccountOverride>;
+
+/// The optional state overrides and block overrides that follow the block
+/// of `eth_call` and `eth_estimateGas`: the first read, the second checked
+/// to be an object (nothing it changes matters to a call that runs no
+/// code).
+fn read_overrides(p: &mut EthParams<'_>) -> Result<Overrides, RpcError> {
+    let overrides = match p.optional("stateOverrides") {
+        Some(v) => serde_json::from_str(v.value().as_json())
+            .map_err(|e| RpcError::invalid_params(format!("stateOverrides: {e}")))?,
+        None => HashMap::new(),
+    };
+    if let Some(v) = p.optional("blockOverrides")
+        && v.value().kind() != Kind::Object
+    {
+        return Err(RpcError::invalid_params("blockOverrides: an object"));
+    }
+    Ok(overrides)
+}
+
+/// Code given to the callee would run: the no-EVM error.
+fn check_no_code(overrides: &Overrides, to: alloy_primitives::Address) -> Result<(), RpcError> {
+    if overrides
+        .get(&to)
+        .and_then(|o| o.code.as_ref())
+        .is_some_and(|code| !code.is_empty())
+    {
+        return Err(no_evm());
+    }
+    Ok(())
+}
+
+/// `who`'s balance at `block`, or its override.
+fn balance_of(
+    c: &C<'_>,
+    overrides: &Overrides,
+    who: alloy_primitives::Address,
+    block: BlockId,
+) -> Result<U256, RpcError> {
+    match overrides.get(&who).and_then(|o| o.balance) {
+        Some(balance) => Ok(balance),
+        None => Ok(c.state.account(who, block)?.0),
+    }
+}
+
 /// `eth_call`: every account is externally owned, so a call runs no code
 /// and answers `0x`, once it passes what geth checks before running one:
 /// the gas limit covers the intrinsic gas and the calldata floor, the tip
@@ -220,28 +267,12 @@ fn call(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let call = p.required("transaction")?.call_request()?;
     let block = block_or_latest(&mut p)?;
-    let overrides: HashMap<alloy_primitives::Address, AccountOverride> =
-        match p.optional("stateOverrides") {
-            Some(v) => serde_json::from_str(v.value().as_json())
-                .map_err(|e| RpcError::invalid_params(format!("stateOverrides: {e}")))?,
-            None => HashMap::new(),
-        };
-    if let Some(v) = p.optional("blockOverrides")
-        && v.value().kind() != Kind::Object
-    {
-        return Err(RpcError::invalid_params("blockOverrides: an object"));
-    }
+    let overrides = read_overrides(&mut p)?;
     p.finish()?;
     let Some(to) = call.to()? else {
         return Err(no_evm());
     };
-    if overrides
-        .get(&to)
-        .and_then(|o| o.code.as_ref())
-        .is_some_and(|code| !code.is_empty())
-    {
-        return Err(no_evm());
-    }
+    check_no_code(&overrides, to)?;
     c.state.check_block(block)?;
     let input = call.input_in(c.arena)?.unwrap_or_default();
     let keys = access_list_keys(&call)?;
@@ -272,10 +303,7 @@ fn call(c: C<'_>) -> Answer {
         .and_then(|fee| fee.checked_add(value));
     if cost != Some(U256::ZERO) {
         let from = call.from()?.unwrap_or_default();
-        let balance = match overrides.get(&from).and_then(|o| o.balance) {
-            Some(balance) => balance,
-            None => c.state.account(from, block)?.0,
-        };
+        let balance = balance_of(&c, &overrides, from, block)?;
         if cost.is_none_or(|cost| balance < cost) {
             let want = cost.map_or_else(|| "more than 2^256".to_string(), |c| c.to_string());
             return Err(server_error(format!(
