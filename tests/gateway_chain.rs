@@ -589,3 +589,47 @@ async fn estimate_gas_reads_overrides() {
     let r = rpc(a, "eth_estimateGas", json!([simple, "latest", "x"])).await;
     assert_eq!(error(&r).0, -32602, "{r}");
 }
+
+/// A transfer to a precompile runs the precompile on a real node (a
+/// 21,000 gas transfer to 0x…04 or 0x…0100 fails on anvil: status 0, the
+/// value not moved); the chain has no EVM, so such a transaction, call or
+/// estimate is refused clearly (it was mined as a plain transfer).
+#[tokio::test]
+async fn precompiles_are_refused() {
+    let gw = start().await;
+    let a = gw.addr;
+    for to in [
+        "0x0000000000000000000000000000000000000001",
+        "0x0000000000000000000000000000000000000004",
+        "0x0000000000000000000000000000000000000011",
+        "0x0000000000000000000000000000000000000100",
+    ] {
+        let to: Address = to.parse().unwrap();
+        let r = send(a, &sign(eip1559(0, to, 1), key(0))).await;
+        let (code, message) = error(&r);
+        assert_eq!(code, -32000, "{to}: {r}");
+        assert!(message.contains("precompile"), "{to}: {message}");
+        for method in ["eth_call", "eth_estimateGas"] {
+            let r = rpc(a, method, json!([{"from": address(0), "to": to}, "latest"])).await;
+            let (code, message) = error(&r);
+            assert_eq!(code, -32000, "{method} {to}: {r}");
+            assert!(message.contains("precompile"), "{method} {to}: {message}");
+        }
+    }
+    assert_eq!(rpc(a, "eth_blockNumber", json!([])).await["result"], "0x0");
+    // Their neighbours are accounts.
+    for to in [
+        "0x0000000000000000000000000000000000000000",
+        "0x0000000000000000000000000000000000000012",
+        "0x0000000000000000000000000000000000000101",
+    ] {
+        let to: Address = to.parse().unwrap();
+        let r = rpc(
+            a,
+            "eth_call",
+            json!([{"from": address(0), "to": to}, "latest"]),
+        )
+        .await;
+        assert_eq!(r["result"], "0x", "{to}: {r}");
+    }
+}

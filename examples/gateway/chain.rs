@@ -7,9 +7,9 @@
 //! EIP-1559 transactions, decoded and their sender recovered with alloy's
 //! consensus types, checked as geth checks them (chain id, nonce, fees,
 //! balance, intrinsic gas and Prague's calldata floor), with geth's error
-//! messages. There is no EVM: a
-//! contract creation is refused, `eth_call` answers `0x` (every account is
-//! an externally owned one), and nothing emits logs. Over WebSocket,
+//! messages. There is no EVM: a contract creation or a transaction to a
+//! precompile is refused, `eth_call` answers `0x` (every account is an
+//! externally owned one), and nothing emits logs. Over WebSocket,
 //! `eth_subscribe("newHeads")` sends each block's header as it is mined.
 //!
 //! Block hashes are real header hashes (keccak of the RLP header) with real
@@ -264,6 +264,7 @@ impl Chain {
                 "contract creation is not supported by the built-in chain (it has no EVM; value transfers only)",
             ));
         };
+        check_not_precompile(to)?;
         let intrinsic = intrinsic_gas(&tx);
         if tx.gas_limit() < intrinsic {
             return Err(server_error(format!(
@@ -490,6 +491,26 @@ impl Chain {
 pub fn intrinsic_gas(tx: &TxEnvelope) -> u64 {
     let keys = tx.access_list().into_iter().flat_map(|list| list.iter());
     calldata_gas(tx.input(), keys.map(|item| item.storage_keys.len()))
+}
+
+/// Whether `to` is a precompile of anvil's hardfork (Osaka): 0x01 to 0x11
+/// (ecrecover to the BLS12-381 ones) and 0x0100 (P256VERIFY). A
+/// transaction or call to one runs it on a real node, for more gas than a
+/// transfer; the chain cannot.
+pub fn is_precompile(to: Address) -> bool {
+    let (high, low) = to.as_slice().split_at(18);
+    high.iter().all(|&b| b == 0)
+        && matches!(u16::from_be_bytes([low[0], low[1]]), 0x01..=0x11 | 0x100)
+}
+
+/// The error for a transaction, call or estimate to a precompile.
+pub fn check_not_precompile(to: Address) -> Result<(), RpcError> {
+    if is_precompile(to) {
+        return Err(server_error(format!(
+            "calls to precompile {to} are not supported by the built-in chain (it has no EVM; value transfers to accounts only)"
+        )));
+    }
+    Ok(())
 }
 
 /// The gas a value transfer uses: its intrinsic gas, or the EIP-7623

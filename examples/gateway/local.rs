@@ -229,8 +229,10 @@ fn read_overrides(p: &mut EthParams<'_>) -> Result<Overrides, RpcError> {
     Ok(overrides)
 }
 
-/// Code given to the callee would run: the no-EVM error.
+/// Code given to the callee would run: the no-EVM error; so would a
+/// precompile.
 fn check_no_code(overrides: &Overrides, to: alloy_primitives::Address) -> Result<(), RpcError> {
+    chain::check_not_precompile(to)?;
     if overrides
         .get(&to)
         .and_then(|o| o.code.as_ref())
