@@ -633,3 +633,72 @@ async fn precompiles_are_refused() {
         assert_eq!(r["result"], "0x", "{to}: {r}");
     }
 }
+
+/// `eth_getLogs` block ranges as the execution-apis conformance tests
+/// (tests/eth_getLogs/filter-error-*) and anvil answer them: a `toBlock`
+/// past the head is -32602 "block range extends beyond current head block"
+/// (the chain answered `[]`, as if those blocks held no logs); a
+/// `fromBlock` past the head with `toBlock` latest is -32602 "invalid block
+/// range params"; two numbers in reverse order are -32000 "invalid block
+/// range params" (it was -32602).
+#[tokio::test]
+async fn get_logs_ranges_past_the_head_are_errors() {
+    let gw = start().await;
+    let a = gw.addr;
+    let r = send(a, &sign(eip1559(0, Address::repeat_byte(1), 1), key(0))).await;
+    assert!(r["result"].is_string(), "{r}");
+    let r = send(a, &sign(eip1559(1, Address::repeat_byte(1), 1), key(0))).await;
+    assert!(r["result"].is_string(), "{r}");
+    // Head: 0x2.
+    for (filter, code, message) in [
+        (
+            json!({"fromBlock": "0x1", "toBlock": "0x3"}),
+            -32602,
+            "block range extends beyond current head block",
+        ),
+        (
+            json!({"fromBlock": "0x38", "toBlock": "0x3a"}),
+            -32602,
+            "block range extends beyond current head block",
+        ),
+        (
+            json!({"fromBlock": "0x38", "toBlock": "latest"}),
+            -32602,
+            "invalid block range params",
+        ),
+        (
+            json!({"fromBlock": "0x38"}),
+            -32602,
+            "invalid block range params",
+        ),
+        // `fromBlock` defaults to latest.
+        (
+            json!({"toBlock": "0x0"}),
+            -32602,
+            "invalid block range params",
+        ),
+        (
+            json!({"fromBlock": "0x2", "toBlock": "0x1"}),
+            -32000,
+            "invalid block range params",
+        ),
+        (
+            json!({"fromBlock": "0x3a", "toBlock": "0x38"}),
+            -32000,
+            "invalid block range params",
+        ),
+    ] {
+        let r = rpc(a, "eth_getLogs", json!([filter])).await;
+        assert_eq!(error(&r), (code, message.to_string()), "{filter}: {r}");
+    }
+    for filter in [
+        json!({"fromBlock": "0x0", "toBlock": "0x2"}),
+        json!({"fromBlock": "0x2", "toBlock": "latest"}),
+        json!({"fromBlock": "earliest", "toBlock": "pending"}),
+        json!({"fromBlock": "safe", "toBlock": "finalized"}),
+        json!({}),
+    ] {
+        let r = rpc(a, "eth_getLogs", json!([filter])).await;
+        assert_eq!(r["result"], json!([]), "{filter}: {r}");
+    }
+}

@@ -386,7 +386,23 @@ fn get_logs(c: C<'_>) -> Answer {
             Some(BlockNumberOrTag::Tag(BlockTag::Earliest)) => 0,
             _ => head,
         };
-        let (from, to) = (number(filter.from_block()?), number(filter.to_block()?));
+        let (from_block, to_block) = (filter.from_block()?, filter.to_block()?);
+        // As the execution-apis conformance tests (eth_getLogs/filter-error-*)
+        // answer: two numbers in reverse order, -32000; a `toBlock` past the
+        // head, -32602 (those blocks do not exist, they do not lack logs);
+        // a range reversed once tags are resolved, -32602.
+        if let (Some(BlockNumberOrTag::Number(from)), Some(BlockNumberOrTag::Number(to))) =
+            (from_block, to_block)
+            && from > to
+        {
+            return Err(server_error("invalid block range params"));
+        }
+        let (from, to) = (number(from_block), number(to_block));
+        if to > head {
+            return Err(RpcError::invalid_params(
+                "block range extends beyond current head block",
+            ));
+        }
         if from > to {
             return Err(RpcError::invalid_params("invalid block range params"));
         }
