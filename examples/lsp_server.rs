@@ -1,0 +1,400 @@
+//! A tiny language-server-shaped service on stdin/stdout with the Language
+//! Server Protocol's framing (`Content-Length` headers,
+//! [`rpcwire::frame::Lsp`]), two-way: the client's requests and
+//! notifications come in, and the server sends its own requests and
+//! notifications out on the same pipes.
+//!
+//! * `initialize` answers the server's capabilities; `initialized` is
+//!   acknowledged with a `window/logMessage`.
+//! * `textDocument/didOpen`, `didChange` (full text) and `didClose` keep
+//!   the documents' text in memory.
+//! * `example/wordCount` (`{"uri": …}`) first asks the client
+//!   `workspace/configuration` for the section `example` (a server-to-client
+//!   request, through [`rpcwire::Peer`]), then counts the document's words of
+//!   at least `minWordLength` characters (from that answer, 1 when the
+//!   client has none) and logs the count with `window/logMessage`.
+//! * `example/slow` (`{"ms": …}`, default 60 s) waits, and stops when the
+//!   client sends `$/cancelRequest` for it: it is then answered with LSP's
+//!   `RequestCancelled` (-32800), as LSP requires every request to be
+//!   answered.
+//! * `shutdown` answers `null`; `exit` ends the process, with status 0 after
+//!   `shutdown`, 1 without (as LSP says). The end of stdin ends it the same
+//!   way.
+//!
+//! Requests other than `initialize` before `initialize` get -32002
+//! (`ServerNotInitialized`); requests after `shutdown` get -32600.
+//!
+//! Logs go to stderr: stdout carries only LSP frames.
+//!
+//! ```text
+//! cargo run --features server --example lsp_server
+//! Content-Length: 58\r\n\r\n{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}
+//! ```
+//!
+//! # Cancellation
+//!
+//! rpcwire's own cancellation by id, [`Connection::cancel`](rpcwire::Connection::cancel),
+//! belongs to whoever drives the connection (the MCP transports call it for
+//! `notifications/cancelled`); the generic stream driver used here,
+//! [`serve_stdio`], gives handlers no way to reach it, and it answers a
+//! cancelled single request with nothing (MCP's rule), where LSP wants
+//! -32800. So the example keeps its own table of cancellable calls, by
+//! request id: `$/cancelRequest` wakes the call, which answers -32800
+//! itself.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::frame::Lsp;
+use rpcwire::peer::DecodeError;
+use rpcwire::server::stream::serve_stdio;
+use rpcwire::server::{Limits, Shutdown};
+use rpcwire::{Call, Context, Dispatcher, RpcError};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+/// LSP's `RequestCancelled`.
+const REQUEST_CANCELLED: i32 = -32800;
+/// LSP's `ServerNotInitialized`.
+const SERVER_NOT_INITIALIZED: i32 = -32002;
+/// JSON-RPC's invalid request, for requests after `shutdown`.
+const INVALID_REQUEST: i32 = -32600;
+/// How long the server waits for the client's `workspace/configuration`
+/// answer.
+const CONFIGURATION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The server's state, shared by every handler.
+pub struct Server {
+    /// Open documents: URI to text.
+    documents: Mutex<HashMap<String, String>>,
+    /// Calls `$/cancelRequest` can stop, by request id (canonical JSON
+    /// text).
+    cancellable: Mutex<HashMap<String, Arc<Notify>>>,
+    initialized: AtomicBool,
+    shutdown_requested: AtomicBool,
+    /// Triggered by `exit`: the stdio driver stops.
+    stop: Shutdown,
+    /// The process's exit status, set by `exit` (-1 until then).
+    exit_code: AtomicI32,
+}
+
+impl Server {
+    /// -32002 before `initialize`, -32600 after `shutdown`.
+    fn check_ready(&self) -> Result<(), RpcError> {
+        if !self.initialized.load(Ordering::Acquire) {
+            return Err(RpcError::new(
+                SERVER_NOT_INITIALIZED,
+                "the server is not initialized",
+            ));
+        }
+        if self.shutdown_requested.load(Ordering::Acquire) {
+            return Err(RpcError::new(
+                INVALID_REQUEST,
+                "the server is shutting down",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The process's exit status: the one `exit` chose, or, when the input
+    /// ended without `exit`, the one it would have.
+    pub fn exit_status(&self) -> i32 {
+        match self.exit_code.load(Ordering::Acquire) {
+            -1 => self.lsp_exit_code(),
+            code => code,
+        }
+    }
+
+    /// The status LSP asks for: 0 after `shutdown`, 1 otherwise.
+    fn lsp_exit_code(&self) -> i32 {
+        if self.shutdown_requested.load(Ordering::Acquire) {
+            0
+        } else {
+            1
+        }
+    }
+}
+
+/// A request id in one form whatever its spelling (`7` and `7` with spaces,
+/// a string with or without escapes).
+fn id_key(raw: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Value>(raw)
+        .ok()
+        .map(|v| v.to_string())
+}
+
+/// Sends `window/logMessage` (type 3: info) to the client.
+fn log(ctx: &Context, message: impl Into<String>) {
+    let message = message.into();
+    eprintln!("lsp_server: {message}");
+    ctx.notify("window/logMessage", &json!({"type": 3, "message": message}));
+}
+
+#[derive(Deserialize)]
+struct TextDocumentItem {
+    uri: String,
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DidOpen {
+    text_document: TextDocumentItem,
+}
+
+#[derive(Deserialize)]
+struct DocumentId {
+    uri: String,
+}
+
+#[derive(Deserialize)]
+struct ContentChange {
+    text: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DidChange {
+    text_document: DocumentId,
+    content_changes: Vec<ContentChange>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DidClose {
+    text_document: DocumentId,
+}
+
+#[derive(Deserialize)]
+struct CancelParams<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+}
+
+#[derive(Deserialize)]
+struct SlowParams {
+    ms: Option<u64>,
+}
+
+/// The `example` configuration section, as the client answers it.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ExampleConfig {
+    min_word_length: Option<usize>,
+}
+
+fn initialize(call: Call<'_, Arc<Server>>) -> Result<Value, RpcError> {
+    call.state.initialized.store(true, Ordering::Release);
+    Ok(json!({
+        "capabilities": {
+            // Full document sync: didChange carries the whole text.
+            "textDocumentSync": 1,
+            "experimental": {"wordCount": true, "slow": true},
+        },
+        "serverInfo": {"name": "rpcwire-lsp-example", "version": env!("CARGO_PKG_VERSION")},
+    }))
+}
+
+fn initialized(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    log(call.ctx, "initialized");
+    Ok(())
+}
+
+fn did_open(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    let p: DidOpen = call.decode()?;
+    let doc = p.text_document;
+    log(
+        call.ctx,
+        format!("opened {} ({} bytes)", doc.uri, doc.text.len()),
+    );
+    lock(&call.state.documents).insert(doc.uri, doc.text);
+    Ok(())
+}
+
+fn did_change(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    let p: DidChange = call.decode()?;
+    if let Some(last) = p.content_changes.into_iter().last() {
+        lock(&call.state.documents).insert(p.text_document.uri, last.text);
+    }
+    Ok(())
+}
+
+fn did_close(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    let p: DidClose = call.decode()?;
+    lock(&call.state.documents).remove(&p.text_document.uri);
+    Ok(())
+}
+
+fn cancel_request(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    let p: CancelParams<'_> = call.decode()?;
+    let key = id_key(p.id.get().as_bytes());
+    let waiter = key.and_then(|k| lock(&call.state.cancellable).get(&k).cloned());
+    // A call that already finished (or was never cancellable) is left
+    // alone, as LSP says.
+    if let Some(w) = waiter {
+        // Stores a permit if the call is not waiting yet.
+        w.notify_one();
+    }
+    Ok(())
+}
+
+fn shutdown(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    call.state.shutdown_requested.store(true, Ordering::Release);
+    log(call.ctx, "shutdown requested");
+    Ok(())
+}
+
+fn exit(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    let code = call.state.lsp_exit_code();
+    call.state.exit_code.store(code, Ordering::Release);
+    eprintln!("lsp_server: exit (status {code})");
+    call.state.stop.trigger();
+    Ok(())
+}
+
+/// Asks the client for the `example` section, then counts words.
+async fn word_count(call: AsyncCall<Arc<Server>>) -> Result<Value, RpcError> {
+    call.state.check_ready()?;
+    let DocumentId { uri } = call.decode()?;
+    let peer = call
+        .ctx
+        .peer()
+        .ok_or_else(|| RpcError::internal("no way to ask the client"))?;
+    let answer = peer
+        .request(
+            "workspace/configuration",
+            Some(&json!({"items": [{"section": "example"}]})),
+            CONFIGURATION_TIMEOUT,
+        )
+        .await
+        .map_err(|e| RpcError::internal(format!("workspace/configuration: {e}")))?;
+    // One answer per item; `null` when the client has no such section.
+    let sections: Vec<Option<ExampleConfig>> = answer.decode().map_err(|e| match e {
+        DecodeError::Rpc(e) => RpcError::internal(format!(
+            "workspace/configuration failed: {} ({})",
+            e.message, e.code
+        )),
+        DecodeError::Json(e) => RpcError::internal(format!(
+            "workspace/configuration answered something else: {e}"
+        )),
+    })?;
+    let min = sections
+        .into_iter()
+        .next()
+        .flatten()
+        .unwrap_or_default()
+        .min_word_length
+        .unwrap_or(1)
+        .max(1);
+    let words = {
+        let docs = lock(&call.state.documents);
+        let text = docs.get(&uri).ok_or_else(|| {
+            RpcError::invalid_params("unknown document").with_data(&json!({"uri": uri}))
+        })?;
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| w.chars().count() >= min)
+            .count()
+    };
+    log(
+        &call.ctx,
+        format!("{uri}: {words} words of {min} or more characters"),
+    );
+    Ok(json!({"uri": uri, "words": words, "minWordLength": min}))
+}
+
+/// Removes a call from the cancellable table however it ends.
+struct Registered {
+    server: Arc<Server>,
+    key: String,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock(&self.server.cancellable).remove(&self.key);
+    }
+}
+
+/// Registers the call before its future exists, so that a `$/cancelRequest`
+/// read right behind it finds it; then waits.
+fn slow(
+    call: AsyncCall<Arc<Server>>,
+) -> impl Future<Output = Result<Value, RpcError>> + Send + 'static {
+    let woken = Arc::new(Notify::new());
+    let registered = call.id().and_then(id_key).map(|key| {
+        lock(&call.state.cancellable).insert(key.clone(), Arc::clone(&woken));
+        Registered {
+            server: Arc::clone(&call.state),
+            key,
+        }
+    });
+    async move {
+        let _registered = registered;
+        call.state.check_ready()?;
+        let SlowParams { ms } = call.decode()?;
+        let ms = ms.unwrap_or(60_000);
+        log(&call.ctx, format!("example/slow: waiting {ms} ms"));
+        tokio::select! {
+            () = woken.notified() => {
+                log(&call.ctx, "example/slow: cancelled");
+                Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled"))
+            }
+            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({"waited": ms})),
+        }
+    }
+}
+
+/// Locks a mutex, whose data stays consistent even if a holder panicked.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The service: its state (`stop` is triggered by `exit`) and its
+/// dispatcher, for any stream driver with [`Lsp`] framing (the process's
+/// stdio in `main`; an in-memory pipe in `tests/lsp.rs`, which includes
+/// this file).
+pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, WithAsync>) {
+    let server = Arc::new(Server {
+        documents: Mutex::default(),
+        cancellable: Mutex::default(),
+        initialized: AtomicBool::new(false),
+        shutdown_requested: AtomicBool::new(false),
+        stop,
+        exit_code: AtomicI32::new(-1),
+    });
+    let dispatcher = Dispatcher::builder(Arc::clone(&server))
+        .method("initialize", initialize)
+        .method("initialized", initialized)
+        .method("textDocument/didOpen", did_open)
+        .method("textDocument/didChange", did_change)
+        .method("textDocument/didClose", did_close)
+        .method("$/cancelRequest", cancel_request)
+        .method("shutdown", shutdown)
+        .method("exit", exit)
+        .async_method("example/wordCount", word_count)
+        .async_method("example/slow", slow)
+        // The client decides how long a call may take (it cancels).
+        .timeout(None)
+        .build()
+        .expect("method names are unique");
+    (server, dispatcher)
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    eprintln!("lsp_server: ready, LSP frames on stdin");
+    let stop = Shutdown::new();
+    let (server, dispatcher) = language_server(stop.clone());
+    let limits = Limits::default();
+    let framer = Lsp::new().max_frame(limits.max_message_len);
+    let reason = serve_stdio(dispatcher, framer, limits, Default::default(), stop).await?;
+    let code = server.exit_status();
+    eprintln!("lsp_server: stopped ({reason:?}), status {code}");
+    // At once: tokio's stdin reader is a blocking thread the runtime would
+    // wait for at its shutdown.
+    std::process::exit(code)
+}

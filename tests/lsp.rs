@@ -1,0 +1,501 @@
+//! LSP-style two-way traffic with hand-written `Content-Length` frames,
+//! against `examples/lsp_server.rs`: initialize, document sync, a
+//! `workspace/configuration` request from the server answered by this
+//! client (the answer changes the server's result), `window/logMessage`
+//! notifications, `$/cancelRequest` answered with -32800, `shutdown` and
+//! `exit`.
+//!
+//! The same flow runs twice:
+//!
+//! * in-process: the example's service (this file includes the example's
+//!   source) behind the stream [`Driver`] over an in-memory pipe, always;
+//! * over a child process's stdin/stdout: the example's binary, which Cargo
+//!   builds for `cargo test` (examples are built with the tests, though
+//!   Cargo gives tests no path to them: it is found beside the test's own
+//!   executable). When it is missing or older than its source (`cargo test
+//!   --test lsp` builds no examples), that test says so and checks nothing;
+//!   `tests/interop/lsp/run.sh` drives the binary with vscode-jsonrpc too.
+//!
+//! Deadlines only detect hangs; nothing measures time.
+
+#[allow(dead_code)]
+#[path = "../examples/lsp_server.rs"]
+mod lsp_server;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rpcwire::Context;
+use rpcwire::frame::Lsp;
+use rpcwire::server::Shutdown;
+use rpcwire::server::stream::{CloseReason, Driver};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+
+/// Longer than any step can take: reaching it means a hang.
+const HANG: Duration = Duration::from_secs(60);
+
+const URI: &str = "file:///tmp/rpcwire-lsp-test/notes.txt";
+const TEXT: &str = "The quick brown fox jumps over a lazy dog; it was an old tale, 2 times told.";
+
+/// The example's word count: runs of letters and digits of at least `min`
+/// characters.
+fn words(text: &str, min: usize) -> usize {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && w.chars().count() >= min)
+        .count()
+}
+
+/// A language client that writes and reads LSP frames by hand.
+struct Client<R, W> {
+    reader: BufReader<R>,
+    writer: W,
+    /// What it answers to `workspace/configuration` for the `example`
+    /// section.
+    config: Value,
+    /// The params of every `workspace/configuration` request it answered.
+    config_requests: Vec<Value>,
+    /// The ids the server sent its requests with.
+    server_ids: Vec<Value>,
+    /// The messages of `window/logMessage` notifications, in order.
+    logs: Vec<String>,
+    /// Responses read while waiting for another one, by id.
+    responses: HashMap<String, Value>,
+}
+
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Client<R, W> {
+    fn new(reader: R, writer: W) -> Self {
+        Client {
+            reader: BufReader::new(reader),
+            writer,
+            config: json!({"minWordLength": 1}),
+            config_requests: Vec::new(),
+            server_ids: Vec::new(),
+            logs: Vec::new(),
+            responses: HashMap::new(),
+        }
+    }
+
+    async fn send(&mut self, message: &Value) {
+        let body = serde_json::to_vec(message).unwrap();
+        let mut frame = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
+        frame.extend_from_slice(&body);
+        self.writer.write_all(&frame).await.unwrap();
+        self.writer.flush().await.unwrap();
+    }
+
+    async fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
+            .await;
+    }
+
+    async fn request(&mut self, id: Value, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .await;
+    }
+
+    /// The next frame's message; `None` at the end of the output. Checks the
+    /// framing and that it is one JSON-RPC object (LSP has no batches).
+    async fn read(&mut self) -> Option<Value> {
+        let mut length = None;
+        loop {
+            let mut line = String::new();
+            if self.reader.read_line(&mut line).await.unwrap() == 0 {
+                assert_eq!(length, None, "the output ended inside a header");
+                return None;
+            }
+            let line = line
+                .strip_suffix("\r\n")
+                .unwrap_or_else(|| panic!("a header line without CRLF: {line:?}"));
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line.split_once(": ").expect("a `Name: value` header");
+            assert!(name.eq_ignore_ascii_case("content-length"), "{line}");
+            length = Some(value.parse::<usize>().unwrap());
+        }
+        let mut body = vec![0; length.expect("a Content-Length header")];
+        self.reader.read_exact(&mut body).await.unwrap();
+        let message: Value = serde_json::from_slice(&body).unwrap();
+        assert!(message.is_object(), "one object per frame: {message}");
+        assert_eq!(message["jsonrpc"], "2.0");
+        Some(message)
+    }
+
+    /// Reads one message and handles it: a response is kept, a log
+    /// notification noted, a `workspace/configuration` request answered.
+    async fn step(&mut self) {
+        let message = self.read().await.expect("the server stopped talking");
+        match (
+            message.get("method").and_then(Value::as_str),
+            message.get("id"),
+        ) {
+            (None, Some(id)) => {
+                self.responses.insert(id.to_string(), message);
+            }
+            (Some("window/logMessage"), None) => {
+                assert_eq!(message["params"]["type"], 3, "{message}");
+                let text = message["params"]["message"].as_str().unwrap().to_owned();
+                self.logs.push(text);
+            }
+            (Some("workspace/configuration"), Some(id)) => {
+                let id = id.clone();
+                self.server_ids.push(id.clone());
+                let params = message["params"].clone();
+                self.config_requests.push(params.clone());
+                let answer = if self.config == "error" {
+                    json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": "no configuration today"}})
+                } else {
+                    let sections: Vec<Value> = params["items"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|item| {
+                            if item["section"] == "example" {
+                                self.config.clone()
+                            } else {
+                                Value::Null
+                            }
+                        })
+                        .collect();
+                    json!({"jsonrpc": "2.0", "id": id, "result": sections})
+                };
+                self.send(&answer).await;
+            }
+            _ => panic!("unexpected message from the server: {message}"),
+        }
+    }
+
+    /// Reads (and handles) messages until the response to `id` comes.
+    async fn response(&mut self, id: Value) -> Value {
+        let key = id.to_string();
+        loop {
+            if let Some(r) = self.responses.remove(&key) {
+                return r;
+            }
+            self.step().await;
+        }
+    }
+
+    /// Sends a request and returns its response.
+    async fn call(&mut self, id: Value, method: &str, params: Value) -> Value {
+        self.request(id.clone(), method, params).await;
+        self.response(id).await
+    }
+
+    /// Closes the server's input; what is left of its output.
+    fn into_reader(self) -> BufReader<R> {
+        self.reader
+    }
+
+    /// Reads (and handles) messages until a log message `text` arrived.
+    async fn logged(&mut self, text: &str) {
+        while !self.logs.iter().any(|l| l == text) {
+            self.step().await;
+        }
+    }
+}
+
+/// The error code of a response (panics on a result).
+fn code(response: &Value) -> i64 {
+    response["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("an error response: {response}"))
+}
+
+/// The whole flow up to `exit`; the caller then checks how the server ended.
+async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(c: &mut Client<R, W>) {
+    let early = c
+        .call(json!(1), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(code(&early), -32002, "before initialize: {early}");
+
+    let init = c
+        .call(
+            json!(2),
+            "initialize",
+            json!({"processId": null, "rootUri": null, "capabilities": {"workspace": {"configuration": true}}}),
+        )
+        .await;
+    assert_eq!(
+        init["result"]["capabilities"]["textDocumentSync"], 1,
+        "{init}"
+    );
+    assert_eq!(init["result"]["serverInfo"]["name"], "rpcwire-lsp-example");
+
+    c.notify("initialized", json!({})).await;
+    c.logged("initialized").await;
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "plaintext", "version": 1, "text": TEXT}}),
+    )
+    .await;
+    c.logged(&format!("opened {URI} ({} bytes)", TEXT.len()))
+        .await;
+
+    // The server asks this client for its configuration, and uses it.
+    let all = c
+        .call(json!(3), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(
+        c.config_requests,
+        [json!({"items": [{"section": "example"}]})]
+    );
+    assert_eq!(
+        all["result"],
+        json!({"uri": URI, "words": words(TEXT, 1), "minWordLength": 1})
+    );
+    c.config = json!({"minWordLength": 4});
+    let long = c
+        .call(json!(4), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(
+        long["result"],
+        json!({"uri": URI, "words": words(TEXT, 4), "minWordLength": 4})
+    );
+    assert!(words(TEXT, 4) < words(TEXT, 1));
+    assert_eq!(c.config_requests.len(), 2);
+    c.logged(&format!(
+        "{URI}: {} words of 4 or more characters",
+        words(TEXT, 4)
+    ))
+    .await;
+
+    // An error answer from this client reaches the server's handler.
+    c.config = json!("error");
+    let refused = c
+        .call(json!(5), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(code(&refused), -32603, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "workspace/configuration failed: no configuration today (-32001)"
+    );
+    c.config = json!({"minWordLength": 4});
+
+    let changed = "Completely different words here now";
+    c.notify(
+        "textDocument/didChange",
+        json!({"textDocument": {"uri": URI, "version": 2}, "contentChanges": [{"text": changed}]}),
+    )
+    .await;
+    let after = c
+        .call(json!(6), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(after["result"]["words"], words(changed, 4), "{after}");
+
+    let unknown = c
+        .call(
+            json!(7),
+            "textDocument/hover",
+            json!({"textDocument": {"uri": URI}}),
+        )
+        .await;
+    assert_eq!(code(&unknown), -32601, "{unknown}");
+
+    // $/cancelRequest: a slow call, cancelled while it runs, is answered
+    // with -32800; another call is answered meanwhile.
+    c.request(json!(8), "example/slow", json!({"ms": 600_000}))
+        .await;
+    c.logged("example/slow: waiting 600000 ms").await;
+    let meanwhile = c
+        .call(json!(9), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(meanwhile["result"]["words"], words(changed, 4));
+    assert!(
+        !c.responses.contains_key("8"),
+        "the slow call is still running"
+    );
+    c.notify("$/cancelRequest", json!({"id": 8})).await;
+    let cancelled = c.response(json!(8)).await;
+    assert_eq!(code(&cancelled), -32800, "{cancelled}");
+
+    // A string id, cancelled right behind its request (before the call
+    // could start waiting).
+    c.request(json!("slow-2"), "example/slow", json!({"ms": 600_000}))
+        .await;
+    c.notify("$/cancelRequest", json!({"id": "slow-2"})).await;
+    let cancelled = c.response(json!("slow-2")).await;
+    assert_eq!(code(&cancelled), -32800, "{cancelled}");
+    // Cancelling what already finished is ignored.
+    c.notify("$/cancelRequest", json!({"id": 8})).await;
+
+    let quick = c.call(json!(10), "example/slow", json!({"ms": 1})).await;
+    assert_eq!(quick["result"], json!({"waited": 1}), "{quick}");
+
+    // The server's own requests had ids of their own, none reused.
+    let ids: std::collections::HashSet<String> =
+        c.server_ids.iter().map(Value::to_string).collect();
+    assert_eq!(ids.len(), c.config_requests.len());
+    // Requests 3, 4, 5, 6 and 9 asked.
+    assert_eq!(c.config_requests.len(), 5);
+
+    let down = c.call(json!(11), "shutdown", Value::Null).await;
+    assert_eq!(down["result"], Value::Null, "{down}");
+    assert!(down.get("error").is_none());
+    let late = c
+        .call(json!(12), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(code(&late), -32600, "after shutdown: {late}");
+    c.notify("exit", Value::Null).await;
+}
+
+/// Runs the example's service in-process over `pipe` halves.
+async fn in_process<R, W>(
+    reader: R,
+    writer: W,
+) -> (
+    std::sync::Arc<lsp_server::Server>,
+    std::io::Result<CloseReason>,
+)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let stop = Shutdown::new();
+    let (server, dispatcher) = lsp_server::language_server(stop.clone());
+    let reason = Driver::new(Lsp::new())
+        .idle_timeout(None)
+        .context(Context::builder().transport("stdio"))
+        .shutdown(stop)
+        .run(&dispatcher, reader, writer)
+        .await;
+    (server, reason)
+}
+
+#[tokio::test]
+async fn in_process_session() {
+    let (client, served) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(served);
+    let server = tokio::spawn(async move { in_process(server_read, server_write).await });
+    let (client_read, client_write) = tokio::io::split(client);
+    let mut c = Client::new(client_read, client_write);
+    tokio::time::timeout(HANG, session(&mut c))
+        .await
+        .expect("hang");
+    let (state, reason) = tokio::time::timeout(HANG, server)
+        .await
+        .expect("hang: exit did not stop the server")
+        .unwrap();
+    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
+    assert_eq!(state.exit_status(), 0);
+    // Everything written was read: the output ends after the last frame.
+    assert_eq!(c.read().await, None);
+}
+
+#[tokio::test]
+async fn in_process_exit_without_shutdown_is_status_1() {
+    let (client, served) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(served);
+    let server = tokio::spawn(async move { in_process(server_read, server_write).await });
+    let (client_read, client_write) = tokio::io::split(client);
+    let mut c = Client::new(client_read, client_write);
+    c.notify("exit", Value::Null).await;
+    let (state, reason) = tokio::time::timeout(HANG, server)
+        .await
+        .expect("hang")
+        .unwrap();
+    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
+    assert_eq!(state.exit_status(), 1);
+}
+
+/// The example's binary beside this test's executable
+/// (`target/<profile>/examples/`), if it is there and newer than its
+/// source.
+fn example_binary() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let binary = exe
+        .parent()?
+        .parent()?
+        .join("examples")
+        .join(format!("lsp_server{}", std::env::consts::EXE_SUFFIX));
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/lsp_server.rs");
+    let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
+    let written = std::fs::metadata(&source).and_then(|m| m.modified()).ok()?;
+    match built {
+        Some(built) if built >= written => Some(binary),
+        _ => {
+            eprintln!(
+                "{} is missing or older than its source (build it with `cargo build --features server --example lsp_server`, or run plain `cargo test`): nothing checked",
+                binary.display()
+            );
+            None
+        }
+    }
+}
+
+/// Starts the example's binary with piped stdio.
+fn spawn_example(binary: &PathBuf) -> tokio::process::Child {
+    tokio::process::Command::new(binary)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the example starts")
+}
+
+#[tokio::test]
+async fn child_process_session() {
+    let Some(binary) = example_binary() else {
+        return;
+    };
+    let mut child = spawn_example(&binary);
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut c = Client::new(stdout, stdin);
+    tokio::time::timeout(HANG, session(&mut c))
+        .await
+        .expect("hang");
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang: exit did not end the process")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert_eq!(c.read().await, None);
+}
+
+#[tokio::test]
+async fn child_process_exit_without_shutdown_is_status_1() {
+    let Some(binary) = example_binary() else {
+        return;
+    };
+    let mut child = spawn_example(&binary);
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut c = Client::new(stdout, stdin);
+    c.notify("exit", Value::Null).await;
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang")
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{status}");
+}
+
+#[tokio::test]
+async fn child_process_end_of_input_after_shutdown_is_status_0() {
+    let Some(binary) = example_binary() else {
+        return;
+    };
+    let mut child = spawn_example(&binary);
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut c = Client::new(stdout, stdin);
+    let init = c.call(json!(1), "initialize", json!({})).await;
+    assert!(init.get("result").is_some(), "{init}");
+    let down = c.call(json!(2), "shutdown", Value::Null).await;
+    assert_eq!(down["result"], Value::Null);
+    // Closing stdin instead of `exit`; the output ends too.
+    let mut rest = Vec::new();
+    let mut reader = c.into_reader();
+    tokio::time::timeout(HANG, reader.read_to_end(&mut rest))
+        .await
+        .expect("hang")
+        .unwrap();
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+}
