@@ -40,7 +40,10 @@
 //! cancelled single request with nothing (MCP's rule), where LSP wants
 //! -32800. So the example keeps its own table of cancellable calls, by
 //! request id: `$/cancelRequest` wakes the call, which answers -32800
-//! itself.
+//! itself. A call is entered in the table when its handler is called, which
+//! is when it starts; one still waiting for a slot (past the dispatcher's
+//! `max_in_flight`, 64 calls) is not there yet, and a cancellation for it
+//! is missed.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
