@@ -401,28 +401,23 @@ async fn in_process_exit_without_shutdown_is_status_1() {
 }
 
 /// The example's binary beside this test's executable
-/// (`target/<profile>/examples/`), if it is there and newer than its
-/// source.
-fn example_binary() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
+/// (`target/<profile>/examples/`), which `cargo test` builds with the
+/// tests (as tests/stream.rs's stdio example): missing, the test fails
+/// rather than check nothing.
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
     let binary = exe
-        .parent()?
-        .parent()?
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/<profile>/deps")
         .join("examples")
         .join(format!("lsp_server{}", std::env::consts::EXE_SUFFIX));
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/lsp_server.rs");
-    let built = std::fs::metadata(&binary).and_then(|m| m.modified()).ok();
-    let written = std::fs::metadata(&source).and_then(|m| m.modified()).ok()?;
-    match built {
-        Some(built) if built >= written => Some(binary),
-        _ => {
-            eprintln!(
-                "{} is missing or older than its source (build it with `cargo build --features server --example lsp_server`, or run plain `cargo test`): nothing checked",
-                binary.display()
-            );
-            None
-        }
-    }
+    assert!(
+        binary.exists(),
+        "{} is built by `cargo test` (or `cargo build --features server --example lsp_server`)",
+        binary.display()
+    );
+    binary
 }
 
 /// Starts the example's binary with piped stdio.
@@ -438,9 +433,7 @@ fn spawn_example(binary: &PathBuf) -> tokio::process::Child {
 
 #[tokio::test]
 async fn child_process_session() {
-    let Some(binary) = example_binary() else {
-        return;
-    };
+    let binary = example_binary();
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -458,9 +451,7 @@ async fn child_process_session() {
 
 #[tokio::test]
 async fn child_process_exit_without_shutdown_is_status_1() {
-    let Some(binary) = example_binary() else {
-        return;
-    };
+    let binary = example_binary();
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -475,9 +466,7 @@ async fn child_process_exit_without_shutdown_is_status_1() {
 
 #[tokio::test]
 async fn child_process_end_of_input_after_shutdown_is_status_0() {
-    let Some(binary) = example_binary() else {
-        return;
-    };
+    let binary = example_binary();
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
