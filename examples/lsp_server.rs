@@ -33,36 +33,27 @@
 //!
 //! # Cancellation
 //!
-//! rpcwire's own cancellation by id, [`Connection::cancel`](rpcwire::Connection::cancel),
-//! belongs to whoever drives the connection (the MCP transports call it for
-//! `notifications/cancelled`); the generic stream driver used here,
-//! [`serve_stdio`], gives handlers no way to reach it, and it answers a
-//! cancelled single request with nothing (MCP's rule), where LSP wants
-//! -32800. So the example keeps its own table of cancellable calls, by
-//! request id: `$/cancelRequest` wakes the call, which answers -32800
-//! itself. A call is entered in the table when its handler is called, which
-//! is when it starts; one still waiting for a slot (past the dispatcher's
-//! `max_in_flight`, 64 calls) is not there yet, and a cancellation for it
-//! is missed.
+//! The dispatcher is told that `$/cancelRequest` cancels calls
+//! ([`cancel_notification`](rpcwire::dispatch::DispatcherBuilder::cancel_notification)
+//! with [`CancelledReply::Error`]): the call of that id, running or still
+//! waiting for a slot, is dropped, its [`Cancellation`](rpcwire::dispatch::Cancellation)
+//! fires, and the client gets -32800 at once, as LSP requires every
+//! request to be answered. `example/slow` logs when that happens.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::dispatch::{AsyncCall, CancelledReply, WithAsync};
 use rpcwire::frame::Lsp;
 use rpcwire::peer::DecodeError;
 use rpcwire::server::stream::serve_stdio;
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Context, Dispatcher, RpcError};
 use serde::Deserialize;
-use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 
-/// LSP's `RequestCancelled`.
-const REQUEST_CANCELLED: i32 = -32800;
 /// LSP's `ServerNotInitialized`.
 const SERVER_NOT_INITIALIZED: i32 = -32002;
 /// JSON-RPC's invalid request, for requests after `shutdown`.
@@ -75,9 +66,6 @@ const CONFIGURATION_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct Server {
     /// Open documents: URI to text.
     documents: Mutex<HashMap<String, String>>,
-    /// Calls `$/cancelRequest` can stop, by request id (canonical JSON
-    /// text).
-    cancellable: Mutex<HashMap<String, Arc<Notify>>>,
     initialized: AtomicBool,
     shutdown_requested: AtomicBool,
     /// Triggered by `exit`: the stdio driver stops.
@@ -123,14 +111,6 @@ impl Server {
     }
 }
 
-/// A request id in one form whatever its spelling (`7` and `7` with spaces,
-/// a string with or without escapes).
-fn id_key(raw: &[u8]) -> Option<String> {
-    serde_json::from_slice::<Value>(raw)
-        .ok()
-        .map(|v| v.to_string())
-}
-
 /// Sends `window/logMessage` (type 3: info) to the client.
 fn log(ctx: &Context, message: impl Into<String>) {
     let message = message.into();
@@ -171,12 +151,6 @@ struct DidChange {
 #[serde(rename_all = "camelCase")]
 struct DidClose {
     text_document: DocumentId,
-}
-
-#[derive(Deserialize)]
-struct CancelParams<'a> {
-    #[serde(borrow)]
-    id: &'a RawValue,
 }
 
 #[derive(Deserialize)]
@@ -230,19 +204,6 @@ fn did_change(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
 fn did_close(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
     let p: DidClose = call.decode()?;
     lock(&call.state.documents).remove(&p.text_document.uri);
-    Ok(())
-}
-
-fn cancel_request(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
-    let p: CancelParams<'_> = call.decode()?;
-    let key = id_key(p.id.get().as_bytes());
-    let waiter = key.and_then(|k| lock(&call.state.cancellable).get(&k).cloned());
-    // A call that already finished (or was never cancellable) is left
-    // alone, as LSP says.
-    if let Some(w) = waiter {
-        // Stores a permit if the call is not waiting yet.
-        w.notify_one();
-    }
     Ok(())
 }
 
@@ -310,45 +271,34 @@ async fn word_count(call: AsyncCall<Arc<Server>>) -> Result<Value, RpcError> {
     Ok(json!({"uri": uri, "words": words, "minWordLength": min}))
 }
 
-/// Removes a call from the cancellable table however it ends.
-struct Registered {
-    server: Arc<Server>,
-    key: String,
+/// Logs, when the call is dropped, whether it was cancelled (its future
+/// is dropped then, so this is where it can tell).
+struct LogIfCancelled {
+    ctx: Context,
+    cancellation: rpcwire::dispatch::Cancellation,
 }
 
-impl Drop for Registered {
+impl Drop for LogIfCancelled {
     fn drop(&mut self) {
-        lock(&self.server.cancellable).remove(&self.key);
+        if self.cancellation.is_cancelled() {
+            log(&self.ctx, "example/slow: cancelled");
+        }
     }
 }
 
-/// Registers the call before its future exists, so that a `$/cancelRequest`
-/// read right behind it finds it; then waits.
-fn slow(
-    call: AsyncCall<Arc<Server>>,
-) -> impl Future<Output = Result<Value, RpcError>> + Send + 'static {
-    let woken = Arc::new(Notify::new());
-    let registered = call.id().and_then(id_key).map(|key| {
-        lock(&call.state.cancellable).insert(key.clone(), Arc::clone(&woken));
-        Registered {
-            server: Arc::clone(&call.state),
-            key,
-        }
-    });
-    async move {
-        let _registered = registered;
-        call.state.check_ready()?;
-        let SlowParams { ms } = call.decode()?;
-        let ms = ms.unwrap_or(60_000);
-        log(&call.ctx, format!("example/slow: waiting {ms} ms"));
-        tokio::select! {
-            () = woken.notified() => {
-                log(&call.ctx, "example/slow: cancelled");
-                Err(RpcError::new(REQUEST_CANCELLED, "Request cancelled"))
-            }
-            () = tokio::time::sleep(Duration::from_millis(ms)) => Ok(json!({"waited": ms})),
-        }
-    }
+/// Waits `ms`; `$/cancelRequest` ends it early (the dispatcher answers
+/// -32800 and drops this future).
+async fn slow(call: AsyncCall<Arc<Server>>) -> Result<Value, RpcError> {
+    let _log = LogIfCancelled {
+        ctx: call.ctx.clone(),
+        cancellation: call.cancellation().clone(),
+    };
+    call.state.check_ready()?;
+    let SlowParams { ms } = call.decode()?;
+    let ms = ms.unwrap_or(60_000);
+    log(&call.ctx, format!("example/slow: waiting {ms} ms"));
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    Ok(json!({"waited": ms}))
 }
 
 /// Locks a mutex, whose data stays consistent even if a holder panicked.
@@ -363,7 +313,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, WithAsync>) {
     let server = Arc::new(Server {
         documents: Mutex::default(),
-        cancellable: Mutex::default(),
         initialized: AtomicBool::new(false),
         shutdown_requested: AtomicBool::new(false),
         stop,
@@ -375,11 +324,11 @@ pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, 
         .method("textDocument/didOpen", did_open)
         .method("textDocument/didChange", did_change)
         .method("textDocument/didClose", did_close)
-        .method("$/cancelRequest", cancel_request)
         .method("shutdown", shutdown)
         .method("exit", exit)
         .async_method("example/wordCount", word_count)
         .async_method("example/slow", slow)
+        .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
         // The client decides how long a call may take (it cancels).
         .timeout(None)
         .build()

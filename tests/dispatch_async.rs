@@ -763,3 +763,70 @@ async fn a_call_that_waits_past_its_deadline_is_not_run() {
     }
     assert_eq!(started.load(Ordering::SeqCst), 1, "the second call ran");
 }
+
+/// A cancel notification (`cancel_notification`, LSP's `$/cancelRequest`)
+/// cancels the call of its connection with that id, running or still
+/// waiting for a slot: its cancellation fires, the waiting one never runs,
+/// and each single request is answered with -32800 at once (with
+/// `CancelledReply::Nothing`, not at all, as MCP wants). Unknown ids are
+/// ignored.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_notification_cancels_running_and_waiting_calls() {
+    use rpcwire::dispatch::CancelledReply;
+    for reply in [CancelledReply::Error, CancelledReply::Nothing] {
+        let started = Arc::new(AtomicUsize::new(0));
+        let fired = Arc::new(AtomicUsize::new(0));
+        let (s, f) = (Arc::clone(&started), Arc::clone(&fired));
+        let d = Dispatcher::builder(())
+            .max_in_flight(1)
+            .async_method("slow", move |call: AsyncCall<()>| {
+                s.fetch_add(1, Ordering::SeqCst);
+                let (cancel, f) = (call.cancellation().clone(), Arc::clone(&f));
+                tokio::spawn(async move {
+                    cancel.cancelled().await;
+                    f.fetch_add(1, Ordering::SeqCst);
+                });
+                std::future::pending::<Result<u64, RpcError>>()
+            })
+            .cancel_notification("$/cancelRequest", "id", reply)
+            .build()
+            .unwrap();
+        let mut conn = Connection::new();
+        let mut out = Vec::new();
+        for id in ["7", "\"w\""] {
+            let msg = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"slow"}}"#);
+            conn.start(&d, &Bytes::from(msg), &mut out);
+        }
+        assert_eq!(conn.in_flight(), 2, "one running, one waiting");
+        for id in ["99", "7", "\"w\""] {
+            let cancel =
+                format!(r#"{{"jsonrpc":"2.0","method":"$/cancelRequest","params":{{"id":{id}}}}}"#);
+            conn.start(&d, &Bytes::from(cancel), &mut out);
+        }
+        std::future::poll_fn(|cx| {
+            let _ = conn.poll_replies(&d, cx, &mut out);
+            std::task::Poll::Ready(())
+        })
+        .await;
+        tokio::task::yield_now().await;
+        assert_eq!(conn.in_flight(), 0);
+        assert_eq!(conn.messages_in_flight(), 0);
+        assert_eq!(started.load(Ordering::SeqCst), 1, "the waiting call ran");
+        assert_eq!(
+            fired.load(Ordering::SeqCst),
+            1,
+            "the running call's cancellation"
+        );
+        let text = String::from_utf8(out).unwrap();
+        match reply {
+            CancelledReply::Error => assert_eq!(
+                text,
+                concat!(
+                    r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+                    r#"{"jsonrpc":"2.0","id":"w","error":{"code":-32800,"message":"Request cancelled"}}"#
+                )
+            ),
+            CancelledReply::Nothing => assert_eq!(text, ""),
+        }
+    }
+}

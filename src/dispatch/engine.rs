@@ -195,6 +195,42 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         self
     }
 
+    /// Makes a notification of `method` cancel a call of the same
+    /// connection: the call whose request id is the params member
+    /// `id_member` (its JSON text, byte for byte, as ids are matched).
+    /// Its future is dropped and its [`Cancellation`] fires, as with
+    /// [`Connection::cancel`]; a single request is then answered as
+    /// `reply` says, an entry of a batch with [`REQUEST_CANCELLED`]. A call
+    /// still waiting for a slot is cancelled too, never run.
+    ///
+    /// LSP's `$/cancelRequest` (`{"id": …}`, answered with -32800):
+    ///
+    /// ```
+    /// use rpcwire::dispatch::{AsyncCall, CancelledReply};
+    /// let d = rpcwire::Dispatcher::builder(())
+    ///     .async_method("slow", |_: AsyncCall<()>| std::future::pending::<Result<(), rpcwire::RpcError>>())
+    ///     .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+    ///     .build()?;
+    /// # Ok::<(), rpcwire::router::BuildError>(())
+    /// ```
+    ///
+    /// The notification is acted on when it comes as a message of its own
+    /// (LSP has no batches; MCP sends it alone); it then goes on to its
+    /// handler, if one is registered. Unknown or finished ids are ignored.
+    pub fn cancel_notification(
+        mut self,
+        method: &str,
+        id_member: &str,
+        reply: CancelledReply,
+    ) -> Self {
+        self.cancel_by = Some(CancelBy {
+            method: method.into(),
+            id_member: id_member.into(),
+            reply,
+        });
+        self
+    }
+
     fn into_kind<K2>(self) -> DispatcherBuilder<S, K2> {
         DispatcherBuilder {
             methods: self.methods,
@@ -209,6 +245,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             timeout: self.timeout,
             quiet_panics: self.quiet_panics,
             observer: self.observer,
+            cancel_by: self.cancel_by,
             kind: std::marker::PhantomData,
         }
     }
@@ -382,11 +419,37 @@ impl Connection {
     /// JSON text, byte for byte): its future is dropped, and its
     /// [`Cancellation`] fires. A single request gets no reply (MCP's
     /// `notifications/cancelled`); an entry of a batch, which must be
-    /// answered, gets [`REQUEST_CANCELLED`].
+    /// answered, gets [`REQUEST_CANCELLED`]. (For a cancellation that
+    /// comes as a notification on the connection, such as LSP's
+    /// `$/cancelRequest`, see [`DispatcherBuilder::cancel_notification`].)
     /// Returns whether such a call was found.
     pub fn cancel(&mut self, id: &[u8]) -> bool {
         self.engine.cancel(id)
     }
+}
+
+/// What a single request cancelled by a
+/// [`cancel_notification`](DispatcherBuilder::cancel_notification) is
+/// answered with (an entry of a batch, which must be answered, always gets
+/// [`REQUEST_CANCELLED`]).
+#[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CancelledReply {
+    /// Nothing: MCP's `notifications/cancelled` (the client no longer
+    /// waits for it).
+    Nothing,
+    /// The error [`REQUEST_CANCELLED`] (-32800, "Request cancelled"):
+    /// LSP's `$/cancelRequest`.
+    Error,
+}
+
+/// The notification that cancels calls (see
+/// [`DispatcherBuilder::cancel_notification`]).
+#[derive(Clone, Debug)]
+pub(crate) struct CancelBy {
+    method: Box<str>,
+    id_member: Box<str>,
+    reply: CancelledReply,
 }
 
 /// What an async handler receives; all of it owned, so the future can be
@@ -1012,6 +1075,44 @@ impl Engine {
     }
 
     fn cancel(&mut self, id: &[u8]) -> bool {
+        let Some(target) = self.take_call(id) else {
+            return false;
+        };
+        if let Some((m, k)) = target {
+            self.cancelled_reply(m, k);
+        }
+        true
+    }
+
+    /// Cancels the call with request id `id` as [`cancel`](Self::cancel)
+    /// does, but answers a single request with [`REQUEST_CANCELLED`] in
+    /// `out` when `reply` says so (its end is marked by the caller, as the
+    /// reply of the message being started). Returns the replies written.
+    fn cancel_answering<B: ReplyBuf>(
+        &mut self,
+        id: &[u8],
+        reply: CancelledReply,
+        out: &mut B,
+    ) -> usize {
+        let Some(Some((m, k))) = self.take_call(id) else {
+            return 0;
+        };
+        let single = self.msgs[m].as_ref().is_some_and(|msg| !msg.batch);
+        if !single || reply == CancelledReply::Nothing {
+            self.cancelled_reply(m, k);
+            return 0;
+        }
+        let msg = self.msgs[m].as_mut().expect("a call's message is live");
+        write_single_error(msg, k, out, REQUEST_CANCELLED, |o| {
+            write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", None)
+        });
+        1
+    }
+
+    /// Takes the running or waiting call with request id `id` out of the
+    /// engine (a running one's cancellation fires): its reply's place, or
+    /// `None` when there is no such call.
+    fn take_call(&mut self, id: &[u8]) -> Option<Target> {
         let found = self
             .slots
             .iter()
@@ -1026,12 +1127,9 @@ impl Engine {
         {
             self.waiting.remove(at).expect("found above").target
         } else {
-            return false;
+            return None;
         };
-        if let Some((m, k)) = target {
-            self.cancelled_reply(m, k);
-        }
-        true
+        Some(target)
     }
 
     /// A cancelled request: a single one gets no reply; a batch entry gets
@@ -1234,6 +1332,12 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 // Routed once here (launch routes again, by bytes).
                 let is_async = is_async(&item);
                 let Some(id) = entry.reply_id() else {
+                    if let (Some(by), Entry::Request(r)) = (&self.cancel_by, entry)
+                        && r.method() == &*by.method
+                        && let Some(target) = r.params().and_then(|p| p.get(&by.id_member))
+                    {
+                        engine.cancel_answering(target.as_bytes(), by.reply, out);
+                    }
                     return match (entry, is_async) {
                         (Entry::Request(r), true) => {
                             let w = waiting(input, r, None);
@@ -1593,16 +1697,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     })
                 });
             } else {
-                let id = msg.id(k);
-                let too_large_len = msg.too_large.len_for(id);
-                let allowance = msg.budget.allowance(too_large_len);
-                let (len, refused) =
-                    write_error_reply(out, id, allowance, &msg.too_large, self.timeout_code, |o| {
-                        tail(o)
-                    });
-                msg.budget.commit(too_large_len, len, refused);
-                msg.replies[k] = ReplyState::Written;
-                msg.next = 1;
+                write_single_error(msg, k, out, self.timeout_code, tail);
                 written += 1;
                 out.end_reply();
             }
@@ -1619,6 +1714,24 @@ impl<S: Send + Sync + 'static> Shared<S> {
         }
         written
     }
+}
+
+/// Writes the error reply of the single request `k` of `msg` to `out`
+/// (error `code`, its tail written by `tail`), within the message's budget.
+fn write_single_error<B: ReplyBuf>(
+    msg: &mut Msg,
+    k: usize,
+    out: &mut B,
+    code: i32,
+    tail: impl FnOnce(&mut dyn ReplyBuf),
+) {
+    let id = msg.id(k);
+    let too_large_len = msg.too_large.len_for(id);
+    let allowance = msg.budget.allowance(too_large_len);
+    let (len, refused) = write_error_reply(out, id, allowance, &msg.too_large, code, |o| tail(o));
+    msg.budget.commit(too_large_len, len, refused);
+    msg.replies[k] = ReplyState::Written;
+    msg.next = 1;
 }
 
 /// A stand-in `Done` for a pending poll (never written).

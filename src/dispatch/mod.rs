@@ -31,7 +31,7 @@ use bytes::Bytes;
 pub use call::Call;
 pub(crate) use call::Invocation;
 #[cfg(feature = "async")]
-pub use engine::{AsyncCall, Cancellation, OwnedParams};
+pub use engine::{AsyncCall, Cancellation, CancelledReply, OwnedParams};
 pub use error::RpcError;
 pub(crate) use reply::{Budget, Outcome, Sink, TooLarge};
 pub use reply::{Done, IntoResponse, IntoResult, Reply, ReplyBuf};
@@ -94,6 +94,8 @@ pub struct DispatcherBuilder<S, K = SyncOnly> {
     timeout: Option<Duration>,
     quiet_panics: bool,
     observer: Option<Arc<dyn Observer>>,
+    #[cfg(feature = "async")]
+    cancel_by: Option<engine::CancelBy>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -256,6 +258,8 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
                 timeout_code: self.timeout_code,
                 quiet: self.quiet_panics,
                 observer: self.observer,
+                #[cfg(feature = "async")]
+                cancel_by: self.cancel_by,
             }),
             kind: PhantomData,
         })
@@ -340,6 +344,9 @@ pub(crate) struct Shared<S> {
     pub(crate) timeout_code: i32,
     pub(crate) quiet: bool,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// The notification that cancels a call, if one does.
+    #[cfg(feature = "async")]
+    pub(crate) cancel_by: Option<engine::CancelBy>,
 }
 
 impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
@@ -359,6 +366,8 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
             timeout: Some(DEFAULT_TIMEOUT),
             quiet_panics: false,
             observer: None,
+            #[cfg(feature = "async")]
+            cancel_by: None,
             kind: PhantomData,
         }
     }
