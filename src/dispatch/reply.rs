@@ -677,8 +677,10 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
     write::small(out, id.as_bytes());
     let after_id = out.len();
     out.extend_from_slice(RESULT_KEY);
-    // Room for the closing brace.
-    let limit = (start + allowance).saturating_sub(1);
+    // Room for the closing brace. Saturating: without a response limit
+    // (`usize::MAX`) the allowance is as large, and `out` need not start
+    // empty (rpcwire's HTTP/1.1 loop keeps room for the head in front).
+    let limit = start.saturating_add(allowance).saturating_sub(1);
     match run(Sink::of(out), limit) {
         std::task::Poll::Pending => {
             out.truncate(start);

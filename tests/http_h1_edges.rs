@@ -1,0 +1,298 @@
+//! rpcwire's own HTTP/1.1 loop (`src/server/h1.rs`) against hyper's path
+//! (`Server::own_http1(false)`) on the edges a security review looked at:
+//! request framing (`Content-Length`, `Transfer-Encoding`), `Connection`
+//! tokens, the head and body limits, what handlers see of the headers, and
+//! hand-overs to hyper in the middle of a pipeline. Raw bytes over
+//! loopback; every difference found is a test here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderMap;
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Tests run one at a time: each starts two servers and compares them.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Far above anything these tests wait for; only a hang reaches it.
+const HANG: Duration = Duration::from_secs(60);
+
+const BLOCK_NUMBER: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#;
+const JSON: &str = "content-type: application/json\r\n";
+const CLOSE: &str = "content-type: application/json\r\nconnection: close\r\n";
+
+fn dispatcher(metrics: Arc<Metrics>, max_response_len: usize) -> Dispatcher<()> {
+    Dispatcher::builder(())
+        .method("eth_blockNumber", |call: Call<'_, ()>| {
+            call.reply.str("0x1b4")
+        })
+        .method("headers", |call: Call<'_, ()>| {
+            let (name,): (String,) = call.decode()?;
+            let headers = call.ctx.extension::<HeaderMap>();
+            let values: Vec<String> = headers.map_or_else(Vec::new, |h| {
+                let values = h.get_all(name.as_str()).iter();
+                values
+                    .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                    .collect()
+            });
+            Ok::<_, RpcError>(values)
+        })
+        .method("big", |call: Call<'_, ()>| {
+            let (n,): (usize,) = call.decode()?;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
+        .max_response_len(max_response_len)
+        .observer(metrics)
+        .build()
+        .unwrap()
+}
+
+struct TestServer {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestServer {
+    async fn start(
+        limits: Limits,
+        max_response_len: usize,
+        configure: impl FnOnce(Server) -> Server,
+    ) -> TestServer {
+        let metrics = Arc::new(Metrics::default());
+        let d = dispatcher(metrics.clone(), max_response_len);
+        let service = HttpService::new(d, &limits, Some(metrics.clone()));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let server = configure(Server::new(limits).metrics(metrics.clone()));
+        let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
+        TestServer {
+            addr,
+            shutdown,
+            metrics,
+            task,
+        }
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(HANG, self.task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+        assert_eq!(self.metrics.connections_open(), 0);
+    }
+}
+
+/// rpcwire's own loop and hyper only, alike but for that.
+struct Pair {
+    own: TestServer,
+    hyper: TestServer,
+}
+
+impl Pair {
+    async fn start(limits: Limits, configure: impl Fn(Server) -> Server) -> Pair {
+        Pair::with_response_limit(limits, 25_000_000, configure).await
+    }
+
+    async fn with_response_limit(
+        limits: Limits,
+        max_response_len: usize,
+        configure: impl Fn(Server) -> Server,
+    ) -> Pair {
+        Pair {
+            own: TestServer::start(limits.clone(), max_response_len, &configure).await,
+            hyper: TestServer::start(limits, max_response_len, |s| configure(s).own_http1(false))
+                .await,
+        }
+    }
+
+    /// Sends each conversation whole to both (half-closing after it when
+    /// asked); returns how each answered where they differ.
+    async fn diffs(&self, half_close: bool, conversations: &[(String, Vec<u8>)]) -> Vec<String> {
+        let mut diffs = Vec::new();
+        for (what, conversation) in conversations {
+            let mut answers = Vec::new();
+            for server in [&self.hyper, &self.own] {
+                let (raw, closed) = converse(
+                    server.addr,
+                    conversation,
+                    half_close,
+                    Duration::from_secs(5),
+                )
+                .await;
+                answers.push((responses_of(&raw), closed));
+            }
+            let [theirs, ours] = &answers[..] else {
+                unreachable!()
+            };
+            if ours != theirs {
+                diffs.push(format!(
+                    "{what}:\n  own:   {}\n  hyper: {}",
+                    summary(&ours.0, ours.1),
+                    summary(&theirs.0, theirs.1)
+                ));
+            }
+        }
+        diffs
+    }
+
+    async fn stop(self) {
+        self.own.stop().await;
+        self.hyper.stop().await;
+    }
+}
+
+/// Asserts that both servers answer each conversation alike.
+async fn assert_alike(pair: Pair, half_close: bool, conversations: &[(String, Vec<u8>)]) {
+    let diffs = pair.diffs(half_close, conversations).await;
+    pair.stop().await;
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+/// Writes `conversation` on a fresh connection (then half-closes when
+/// asked) and reads until the server closes or `wait` passes; returns what
+/// was read and whether the server closed.
+async fn converse(
+    addr: SocketAddr,
+    conversation: &[u8],
+    half_close: bool,
+    wait: Duration,
+) -> (Vec<u8>, bool) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let (mut read, mut write) = stream.split();
+    let mut response = Vec::new();
+    let reading = async {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            match read.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(n) => response.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let writing = async {
+        let _ = write.write_all(conversation).await;
+        if half_close {
+            let _ = write.shutdown().await;
+        }
+    };
+    let closed = tokio::time::timeout(wait, async { tokio::join!(reading, writing).0 })
+        .await
+        .unwrap_or(false);
+    (response, closed)
+}
+
+/// A response as compared: status, headers but `date` (lowercased,
+/// sorted), body.
+type RawResponse = (String, Vec<(String, String)>, String);
+
+fn responses_of(mut raw: &[u8]) -> Vec<RawResponse> {
+    let mut responses = Vec::new();
+    while !raw.is_empty() {
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut fields);
+        let len = match response.parse(raw) {
+            Ok(httparse::Status::Complete(len)) => len,
+            _ => {
+                let rest = String::from_utf8_lossy(raw).into_owned();
+                responses.push(("<rest>".into(), vec![], rest));
+                break;
+            }
+        };
+        let status = format!("{} {}", response.code.unwrap(), response.reason.unwrap());
+        let mut headers: Vec<(String, String)> = response
+            .headers
+            .iter()
+            .map(|h| {
+                let value = String::from_utf8_lossy(h.value).into_owned();
+                (h.name.to_ascii_lowercase(), value)
+            })
+            .filter(|(name, _)| name != "date")
+            .collect();
+        headers.sort();
+        let body_len = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .map_or(0, |(_, v)| v.parse::<usize>().unwrap());
+        let end = (len + body_len).min(raw.len());
+        let body = String::from_utf8_lossy(&raw[len..end]).into_owned();
+        raw = &raw[end..];
+        responses.push((status, headers, body));
+    }
+    responses
+}
+
+fn summary(responses: &[RawResponse], closed: bool) -> String {
+    let mut s: Vec<String> = responses
+        .iter()
+        .map(|(status, headers, body)| {
+            let h: Vec<String> = headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+            let body = if body.len() > 200 {
+                format!("{}… ({} bytes)", &body[..200], body.len())
+            } else {
+                body.clone()
+            };
+            format!("[{status} | {} | {body}]", h.join(", "))
+        })
+        .collect();
+    s.push(if closed { "<closed>" } else { "<still open>" }.into());
+    s.join(" ")
+}
+
+/// A `POST /` with `head`'s extra lines and `body`, its `content-length`
+/// last.
+fn request(head: &str, body: &str) -> String {
+    format!(
+        "POST / HTTP/1.1\r\nhost: x\r\n{head}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn small_limits() -> Limits {
+    Limits {
+        max_message_len: 1024,
+        ..Limits::default()
+    }
+}
+
+fn named(list: Vec<(&str, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
+    list.into_iter().map(|(w, c)| (w.to_owned(), c)).collect()
+}
+
+fn bytes(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// A dispatcher without a response size limit (`max_response_len(usize::MAX)`):
+/// the loop's reply buffer starts with room for the response head, and the
+/// reply's limit (its start plus its allowance) once overflowed: a panic
+/// in debug builds (the connection dropped without a reply), every reply
+/// refused as too large in release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_response_limit_answers_as_hyper_does() {
+    let _serial = SERIAL.lock().await;
+    let big = r#"{"jsonrpc":"2.0","id":2,"method":"big","params":[3000]}"#;
+    let batch = format!("[{BLOCK_NUMBER},{big}]");
+    let conversation = [
+        request(JSON, BLOCK_NUMBER),
+        request(JSON, big),
+        request(CLOSE, &batch),
+    ]
+    .concat();
+    for limit in [usize::MAX, usize::MAX - 100] {
+        let pair = Pair::with_response_limit(Limits::default(), limit, |s| s).await;
+        let (raw, _) = converse(pair.own.addr, conversation.as_bytes(), false, HANG).await;
+        let statuses: Vec<String> = responses_of(&raw).into_iter().map(|r| r.0).collect();
+        assert_eq!(statuses, ["200 OK"; 3], "limit {limit}");
+        let what = format!("limit {limit}");
+        assert_alike(pair, false, &[(what, conversation.clone().into_bytes())]).await;
+    }
+}
