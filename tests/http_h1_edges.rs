@@ -296,3 +296,33 @@ async fn no_response_limit_answers_as_hyper_does() {
         assert_alike(pair, false, &[(what, conversation.clone().into_bytes())]).await;
     }
 }
+
+/// A head past `max_header_bytes` pipelined behind a large body: the loop's
+/// buffer, grown for the body, takes the whole head in one read, and the
+/// loop checked the head limit only on a head not yet complete, so it
+/// answered heads of any size there (hyper: 431).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_past_the_limit_behind_a_large_body_gets_431() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        max_message_len: 4 << 20,
+        ..Limits::default()
+    };
+    let pair = Pair::start(limits, |s| s.max_header_bytes(16 * 1024)).await;
+    // About 2 MB.
+    let large = format!("[{}]", vec![BLOCK_NUMBER; 40_000].join(","));
+    let mut conversations = Vec::new();
+    for pad in [100_000usize, 300_000] {
+        let head = format!("{CLOSE}x-pad: {}\r\n", "p".repeat(pad));
+        let conversation = [request(JSON, &large), request(&head, BLOCK_NUMBER)].concat();
+        let (raw, _) = converse(pair.own.addr, conversation.as_bytes(), false, HANG).await;
+        let statuses: Vec<String> = responses_of(&raw).into_iter().map(|r| r.0).collect();
+        assert_eq!(
+            statuses,
+            ["200 OK", "431 Request Header Fields Too Large"],
+            "a head of {pad} bytes"
+        );
+        conversations.push((format!("a head of {pad} bytes"), conversation.into_bytes()));
+    }
+    assert_alike(pair, false, &conversations).await;
+}

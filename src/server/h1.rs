@@ -208,6 +208,13 @@ impl Own {
         loop {
             if !self.buf.is_empty() {
                 match parse_head(&self.buf, max_body) {
+                    // A head past the limit that arrived whole (the buffer,
+                    // grown for an earlier body, can take far more than the
+                    // limit in one read): hyper decides, reading it in its
+                    // own steps (431 unless it would have had it whole).
+                    Parsed::Complete(head) if head.len > kit.max_header_bytes => {
+                        return Err(Leave::HandOver);
+                    }
                     Parsed::Complete(head) => {
                         self.watch.armed = false;
                         return Ok(head);
