@@ -326,3 +326,28 @@ async fn a_head_past_the_limit_behind_a_large_body_gets_431() {
     }
     assert_alike(pair, false, &conversations).await;
 }
+
+/// The headers a handler sees with two equal `Content-Length` headers:
+/// hyper keeps the first only; the loop's map once had both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_see_one_content_length_of_two_equal_ones() {
+    let _serial = SERIAL.lock().await;
+    let body = r#"{"jsonrpc":"2.0","id":5,"method":"headers","params":["content-length"]}"#;
+    let n = body.len();
+    let mut conversations = Vec::new();
+    for lengths in [
+        format!("content-length: {n}\r\ncontent-length: {n}\r\n"),
+        format!("Content-Length: {n}\r\nx-a: b\r\nCONTENT-LENGTH: {n}\r\ncontent-length: {n}\r\n"),
+    ] {
+        let conversation = format!("POST / HTTP/1.1\r\nhost: x\r\n{CLOSE}{lengths}\r\n{body}");
+        conversations.push((lengths.clone(), conversation.into_bytes()));
+    }
+    let pair = Pair::start(small_limits(), |s| s).await;
+    let (raw, _) = converse(pair.own.addr, &conversations[0].1, false, HANG).await;
+    let responses = responses_of(&raw);
+    assert_eq!(
+        responses[0].2,
+        format!(r#"{{"jsonrpc":"2.0","id":5,"result":["{n}"]}}"#)
+    );
+    assert_alike(pair, false, &conversations).await;
+}

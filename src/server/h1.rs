@@ -653,6 +653,11 @@ impl LazyHeaders {
                 HeaderName::from_bytes(field.name.as_bytes()),
                 HeaderValue::from_maybe_shared(self.head.slice_ref(field.value)),
             ) {
+                // More `Content-Length`s (equal ones: the loop answers no
+                // others) are left out, as hyper leaves them out.
+                if name == http::header::CONTENT_LENGTH && map.contains_key(&name) {
+                    continue;
+                }
                 map.append(name, value);
             }
         }
