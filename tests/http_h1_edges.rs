@@ -351,3 +351,37 @@ async fn handlers_see_one_content_length_of_two_equal_ones() {
     );
     assert_alike(pair, false, &conversations).await;
 }
+
+/// A `Connection` value with bytes past ASCII: hyper reads no token in it
+/// (it is not a `str`) and keeps the connection; the loop read `close` in
+/// `close, \xe9` and closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connection_values_past_ascii_close_nothing() {
+    let _serial = SERIAL.lock().await;
+    let mut conversations = Vec::new();
+    // The last: where the loop hands over (an `upgrade` token).
+    for value in [
+        &b"close, \xe9"[..],
+        b"\xe9, close",
+        b"keep-alive, close\x80",
+        b"upgrade, \xe9",
+    ] {
+        let mut conversation =
+            format!("POST / HTTP/1.1\r\nhost: x\r\n{JSON}connection: ").into_bytes();
+        conversation.extend_from_slice(value);
+        let rest = format!(
+            "\r\ncontent-length: {}\r\n\r\n{BLOCK_NUMBER}{}",
+            BLOCK_NUMBER.len(),
+            request(CLOSE, BLOCK_NUMBER)
+        );
+        conversation.extend_from_slice(rest.as_bytes());
+        let what = format!("connection: {}", String::from_utf8_lossy(value));
+        conversations.push((what, conversation));
+    }
+    assert_alike(
+        Pair::start(small_limits(), |s| s).await,
+        false,
+        &conversations,
+    )
+    .await;
+}

@@ -566,9 +566,13 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
         } else if name.eq_ignore_ascii_case(b"content-type") {
             json = json.or(Some(super::http::is_json_content_type(value)));
         } else if name.eq_ignore_ascii_case(b"connection") {
+            // hyper reads the tokens of a value that is a `str` (visible
+            // ASCII: httparse let no other control byte but tab through),
+            // and none of another.
+            let readable = value.is_ascii();
             for token in value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
-                if token.eq_ignore_ascii_case(b"close") {
+                if readable && token.eq_ignore_ascii_case(b"close") {
                     head.close = true;
                 } else if token.eq_ignore_ascii_case(b"upgrade") {
                     return Parsed::Other;
