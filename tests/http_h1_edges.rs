@@ -5,6 +5,9 @@
 //! hand-overs to hyper in the middle of a pipeline. Raw bytes over
 //! loopback; every difference found is a test here.
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +18,9 @@ use rpcwire::server::{Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+#[global_allocator]
+static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
 
 /// Tests run one at a time: each starts two servers and compares them.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -384,4 +390,57 @@ async fn connection_values_past_ascii_close_nothing() {
         &conversations,
     )
     .await;
+}
+
+/// Connections left open after one large request each: the loop kept the
+/// read buffer it grew for the body (up to `max_message_len`, 5 MiB by
+/// default) for as long as the connection lived; hyper's path keeps its
+/// usual buffer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_s_buffer_is_not_kept_by_its_connection() {
+    let _serial = SERIAL.lock().await;
+    let limits = Limits {
+        max_message_len: 4 << 20,
+        ..Limits::default()
+    };
+    let pad = "p".repeat(1 << 20);
+    let large =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":["{pad}"]}}"#);
+    const CONNECTIONS: usize = 20;
+    let mut grew = Vec::new();
+    for own in [true, false] {
+        let server = TestServer::start(limits.clone(), 25_000_000, |s| s.own_http1(own)).await;
+        let base = counting_alloc::live();
+        let mut streams = Vec::new();
+        for _ in 0..CONNECTIONS {
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            // The large request, then a small one: its reply comes once the
+            // server is done with the large one.
+            let two = [request(JSON, &large), request(JSON, BLOCK_NUMBER)].concat();
+            stream.write_all(two.as_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut got = Vec::new();
+            let reply = br#""result":"0x1b4"}"#;
+            while got.windows(reply.len()).filter(|w| w == reply).count() < 2 {
+                let n = tokio::time::timeout(HANG, stream.read(&mut buf))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert!(n > 0, "closed");
+                got.extend_from_slice(&buf[..n]);
+            }
+            streams.push(stream);
+        }
+        grew.push(counting_alloc::live().saturating_sub(base));
+        drop(streams);
+        server.stop().await;
+    }
+    let [own, hyper] = grew[..] else {
+        unreachable!()
+    };
+    eprintln!("{CONNECTIONS} connections after a 1 MiB body: own +{own} bytes, hyper +{hyper}");
+    assert!(
+        own < CONNECTIONS * (256 << 10),
+        "{CONNECTIONS} connections kept {own} bytes (hyper's path: {hyper})"
+    );
 }

@@ -58,6 +58,9 @@ const MAX_HEADERS: usize = 32;
 const HEAD_ROOM: usize = 160;
 /// Reads ask for at least this much room.
 const READ_CHUNK: usize = 8 * 1024;
+/// A request larger than this does not leave its read buffer's room to the
+/// connection.
+const RETAINED: usize = 64 * 1024;
 
 /// How a connection left this loop.
 pub(super) enum Ended {
@@ -321,6 +324,13 @@ impl Own {
             map: OnceLock::new(),
         };
         let body = self.buf.split_to(head.content_length).freeze();
+        // A request far larger than usual leaves the buffer it needed with
+        // it (freed once answered): what follows it is copied out, so that
+        // a connection does not keep up to `max_message_len` of room for
+        // as long as it lives.
+        if head.len + head.content_length > RETAINED {
+            self.buf = BytesMut::from(&self.buf[..]);
+        }
         self.served = true;
         let mut out = std::mem::take(&mut self.out);
         out.clear();
