@@ -444,3 +444,47 @@ async fn a_large_body_s_buffer_is_not_kept_by_its_connection() {
         "{CONNECTIONS} connections kept {own} bytes (hyper's path: {hyper})"
     );
 }
+
+/// Connections left open after one large reply each (a small request
+/// asking for 400 kB): the loop kept reply buffers up to 1 MiB for the
+/// next reply, so a client could make each of its connections hold that much
+/// for as long as it kept them open; hyper's path keeps no reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_reply_s_buffer_is_not_kept_by_its_connection() {
+    let _serial = SERIAL.lock().await;
+    let asks = r#"{"jsonrpc":"2.0","id":2,"method":"big","params":[400000]}"#;
+    const CONNECTIONS: usize = 20;
+    let mut grew = Vec::new();
+    for own in [true, false] {
+        let server = TestServer::start(Limits::default(), 25_000_000, |s| s.own_http1(own)).await;
+        let base = counting_alloc::live();
+        let mut streams = Vec::new();
+        for _ in 0..CONNECTIONS {
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            let two = [request(JSON, asks), request(JSON, BLOCK_NUMBER)].concat();
+            stream.write_all(two.as_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 65536];
+            let mut got = Vec::new();
+            while !got.ends_with(br#""result":"0x1b4"}"#) {
+                let n = tokio::time::timeout(HANG, stream.read(&mut buf))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert!(n > 0, "closed");
+                got.extend_from_slice(&buf[..n]);
+            }
+            streams.push(stream);
+        }
+        grew.push(counting_alloc::live().saturating_sub(base));
+        drop(streams);
+        server.stop().await;
+    }
+    let [own, hyper] = grew[..] else {
+        unreachable!()
+    };
+    eprintln!("{CONNECTIONS} connections after a 400 kB reply: own +{own} bytes, hyper +{hyper}");
+    assert!(
+        own < CONNECTIONS * (256 << 10),
+        "{CONNECTIONS} connections kept {own} bytes (hyper's path: {hyper})"
+    );
+}

@@ -59,7 +59,7 @@ const HEAD_ROOM: usize = 160;
 /// Reads ask for at least this much room.
 const READ_CHUNK: usize = 8 * 1024;
 /// A request larger than this does not leave its read buffer's room to the
-/// connection.
+/// connection, nor a reply buffer of more capacity.
 const RETAINED: usize = 64 * 1024;
 
 /// How a connection left this loop.
@@ -354,8 +354,10 @@ impl Own {
         };
         let start = put_head(&mut out, status, close);
         let written = self.write(&out[start..]).await;
-        // A reply far larger than usual is not kept for the next.
-        if out.capacity() <= 1 << 20 {
+        // A reply far larger than usual is not kept for the next: a
+        // client asking for large replies on many connections it then
+        // leaves open would make each hold that much.
+        if out.capacity() <= RETAINED {
             self.out = out;
         }
         written.map(|()| close)
