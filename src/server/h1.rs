@@ -622,14 +622,17 @@ fn plain_target(target: Option<&str>) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b))
 }
 
-/// A `Content-Length` value: decimal digits, no sign, no overflow.
+/// A `Content-Length` value: decimal digits, no sign, no overflow (checked:
+/// 19 digits fit a 64-bit `usize`, not a 32-bit one, where a wrapped value
+/// would frame the body shorter than the client meant).
 fn parse_length(value: &[u8]) -> Option<usize> {
     let value = value.trim_ascii();
     if value.is_empty() || value.len() > 19 {
         return None;
     }
     value.iter().try_fold(0usize, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + usize::from(b - b'0'))
+        let digit = b.is_ascii_digit().then(|| usize::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
     })
 }
 
@@ -791,6 +794,13 @@ mod tests {
                 .3
         );
         assert!(complete(&post("Content-Length: 2\r\nContent-Length: 2\r\n")).is_some());
+        assert_eq!(parse_length(b"0000000000000000002"), Some(2));
+        assert_eq!(
+            parse_length(usize::MAX.to_string().as_bytes()),
+            (usize::MAX.to_string().len() <= 19).then_some(usize::MAX)
+        );
+        let past = (u128::try_from(usize::MAX).unwrap() + 3).to_string();
+        assert_eq!(parse_length(past.as_bytes()), None);
         for other in [
             post(""),
             post("Content-Length: 2\r\nContent-Length: 3\r\n"),
