@@ -269,14 +269,6 @@ fn small_limits() -> Limits {
     }
 }
 
-fn named(list: Vec<(&str, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
-    list.into_iter().map(|(w, c)| (w.to_owned(), c)).collect()
-}
-
-fn bytes(parts: &[&[u8]]) -> Vec<u8> {
-    parts.concat()
-}
-
 /// A dispatcher without a response size limit (`max_response_len(usize::MAX)`):
 /// the loop's reply buffer starts with room for the response head, and the
 /// reply's limit (its start plus its allowance) once overflowed: a panic
@@ -487,4 +479,115 @@ async fn a_large_reply_s_buffer_is_not_kept_by_its_connection() {
         own < CONNECTIONS * (256 << 10),
         "{CONNECTIONS} connections kept {own} bytes (hyper's path: {hyper})"
     );
+}
+
+/// Pipelines that hand over to hyper midway (a chunked body, another
+/// method, `Transfer-Encoding` with `Content-Length`, another content type,
+/// HTTP/1.0, 40 headers, an absolute-form target, `OPTIONS *`, stray
+/// bytes), written in pieces of random sizes (seeded) with pauses
+/// between some: the bytes the loop read before a hand-over reach hyper
+/// once and in order, whatever the cut; answers as hyper's, sent whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_overs_midway_through_pipelines_cut_anywhere() {
+    let _serial = SERIAL.lock().await;
+    let n = BLOCK_NUMBER.len();
+    let chunked = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\n{JSON}transfer-encoding: chunked\r\n\r\n{n:x}\r\n{BLOCK_NUMBER}\r\n0\r\n\r\n"
+    );
+    let note = r#"{"jsonrpc":"2.0","method":"eth_blockNumber"}"#;
+    let many: String = (0..40).map(|i| format!("x-h{i}: v\r\n")).collect();
+    let call = || request(JSON, BLOCK_NUMBER);
+    let last = || request(CLOSE, BLOCK_NUMBER);
+    let te_and_cl = format!(
+        "POST / HTTP/1.1\r\n{JSON}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n{n:x}\r\n{BLOCK_NUMBER}\r\n0\r\n\r\n"
+    );
+    let http10 = format!(
+        "POST / HTTP/1.0\r\n{JSON}connection: keep-alive\r\ncontent-length: {n}\r\n\r\n{BLOCK_NUMBER}"
+    );
+    let absolute =
+        format!("POST http://x/ HTTP/1.1\r\n{JSON}content-length: {n}\r\n\r\n{BLOCK_NUMBER}");
+    let get = "GET / HTTP/1.1\r\nhost: x\r\n\r\n".to_owned();
+    let options = "OPTIONS * HTTP/1.1\r\nhost: x\r\n\r\n".to_owned();
+    let conversations: Vec<String> = [
+        vec![call(), request(JSON, note), chunked, call(), get, last()],
+        vec![call(), te_and_cl, last()],
+        vec![
+            call(),
+            request("content-type: text/plain\r\n", BLOCK_NUMBER),
+            call(),
+            http10,
+            last(),
+        ],
+        vec![
+            call(),
+            request(&format!("{JSON}{many}"), BLOCK_NUMBER),
+            request(JSON, ""),
+            last(),
+        ],
+        vec![call(), absolute, last()],
+        vec![call(), "\r\n".into(), call(), options, last()],
+        vec![call(), "\x01garbage\r\n\r\n".into()],
+    ]
+    .into_iter()
+    .map(|pipeline| pipeline.concat())
+    .collect();
+    let pair = Pair::start(small_limits(), |s| s).await;
+    let mut seed = 0x2545F4914F6CDD1Du64;
+    let mut rnd = move |m: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % m as u64) as usize
+    };
+    let mut bad = Vec::new();
+    for (i, c) in conversations.iter().enumerate() {
+        let (raw, closed) =
+            converse(pair.hyper.addr, c.as_bytes(), false, Duration::from_secs(5)).await;
+        let theirs = summary(&responses_of(&raw), closed);
+        for round in 0..12 {
+            let mut stream = TcpStream::connect(pair.own.addr).await.unwrap();
+            let (mut rd, mut wr) = stream.split();
+            let bytes = c.as_bytes();
+            let mut cuts = Vec::new();
+            let writing = async {
+                let mut at = 0;
+                while at < bytes.len() {
+                    let k = (1 + rnd(60)).min(bytes.len() - at);
+                    cuts.push(k);
+                    if wr.write_all(&bytes[at..at + k]).await.is_err() {
+                        break;
+                    }
+                    at += k;
+                    if rnd(3) == 0 {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    } else {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            };
+            let mut raw = Vec::new();
+            let reading = async {
+                let mut buf = vec![0u8; 65536];
+                loop {
+                    match rd.read(&mut buf).await {
+                        Ok(0) | Err(_) => return true,
+                        Ok(k) => raw.extend_from_slice(&buf[..k]),
+                    }
+                }
+            };
+            let closed = tokio::time::timeout(Duration::from_secs(5), async {
+                tokio::join!(reading, writing).0
+            })
+            .await
+            .unwrap_or(false);
+            let ours = summary(&responses_of(&raw), closed);
+            if ours != theirs {
+                bad.push(format!(
+                    "conv {i} round {round} cuts {cuts:?}:\n  own:   {ours}\n  hyper: {theirs}"
+                ));
+            }
+        }
+    }
+    pair.stop().await;
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
