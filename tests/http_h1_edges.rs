@@ -591,3 +591,76 @@ async fn hand_overs_midway_through_pipelines_cut_anywhere() {
     pair.stop().await;
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// Sends `bytes` on `stream` one at a time, `pause` apart, until the
+/// server closes the connection or answers; returns how many were sent.
+async fn trickle(stream: &mut TcpStream, bytes: &[u8], pause: Duration) -> usize {
+    let mut sent = 0;
+    for b in bytes {
+        if stream.write_all(&[*b]).await.is_err() {
+            return sent;
+        }
+        sent += 1;
+        let mut probe = [0u8; 64];
+        if let Ok(r) = tokio::time::timeout(pause, stream.read(&mut probe)).await {
+            match r {
+                Ok(0) | Err(_) => return sent,
+                Ok(_) => {
+                    assert_eq!(sent, bytes.len(), "answered before the head was whole");
+                    return sent;
+                }
+            }
+        }
+    }
+    sent
+}
+
+/// A first request with the method `PRI` (an HTTP/1.1 request, answered
+/// 405): the connection's task took its first three bytes for HTTP/2's
+/// preface and stopped timing later heads, so a client could then trickle
+/// a head forever (slowloris) under the idle timer only, which its bytes
+/// keep resetting. Both paths: the own loop hands such a connection over
+/// at its first request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pri_method_is_not_http2_for_the_header_timer() {
+    let _serial = SERIAL.lock().await;
+    let head = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\n{JSON}x-pad: {}\r\n",
+        "p".repeat(40)
+    );
+    let mut results = Vec::new();
+    for own in [true, false] {
+        let server = TestServer::start(small_limits(), 25_000_000, |s| {
+            s.header_read_timeout(Duration::from_millis(300))
+                .own_http1(own)
+        })
+        .await;
+        for first in [
+            "PRI / HTTP/1.1\r\nhost: x\r\n\r\n",
+            "PUT / HTTP/1.1\r\nhost: x\r\n\r\n",
+        ] {
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            stream.write_all(first.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !got.ends_with(b"use POST\"}}}") {
+                let n = tokio::time::timeout(HANG, stream.read(&mut buf))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert!(n > 0, "closed after {first:?}");
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(got.starts_with(b"HTTP/1.1 405"));
+            // 100 ms apart, the head (never finished) would take 9 s: the
+            // header timer (300 ms) ends it long before.
+            let sent = trickle(&mut stream, head.as_bytes(), Duration::from_millis(100)).await;
+            results.push((own, first.split(' ').next().unwrap(), sent < head.len()));
+        }
+        server.stop().await;
+    }
+    assert!(
+        results.iter().all(|r| r.2),
+        "(own loop, first method, dropped before the head was whole): {results:?}"
+    );
+}

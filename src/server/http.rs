@@ -1341,6 +1341,9 @@ fn classify(config: &ConnConfig, e: &(dyn StdError + 'static)) {
     }
 }
 
+/// What an HTTP/2 connection opens with (RFC 9113, 3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
 /// The socket, noting each transfer for the timers.
 struct Tracked {
     inner: TcpStream,
@@ -1348,8 +1351,10 @@ struct Tracked {
     /// HTTP/1.1 loop), read first.
     read: Bytes,
     activity: Arc<Activity>,
-    /// How many bytes of the HTTP/2 preface's start (`PRI`) were seen; 3
-    /// when it is HTTP/2, `u8::MAX` when it is not.
+    /// How many bytes of the HTTP/2 preface were seen; all of them when it
+    /// is HTTP/2, `u8::MAX` when it is not. The whole preface, as hyper's
+    /// auto connection reads it: an HTTP/1.1 request with the method `PRI`
+    /// is HTTP/1.1, whose heads the header timer keeps timing.
     preface: u8,
 }
 
@@ -1376,14 +1381,14 @@ impl AsyncRead for Tracked {
             {
                 activity.head.store(true, Ordering::Relaxed);
             }
-            if self.preface < 3 {
+            if usize::from(self.preface) < H2_PREFACE.len() {
                 for &b in new {
-                    if b != b"PRI"[self.preface as usize] {
+                    if b != H2_PREFACE[usize::from(self.preface)] {
                         self.preface = u8::MAX;
                         break;
                     }
                     self.preface += 1;
-                    if self.preface == 3 {
+                    if usize::from(self.preface) == H2_PREFACE.len() {
                         self.activity.h2.store(true, Ordering::Relaxed);
                         break;
                     }
