@@ -664,3 +664,31 @@ async fn a_pri_method_is_not_http2_for_the_header_timer() {
         "(own loop, first method, dropped before the head was whole): {results:?}"
     );
 }
+
+/// After a call, bytes that start like HTTP/2's preface but are not it
+/// (`PRI * HTTP/2.1`, `PRI * HTTP/2.0` with another tail): hyper's HTTP/1
+/// connection answers 400 (it closes without a word only on the whole
+/// preface); the loop closed without a word on any `PRI * HTTP/2`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn almost_an_h2_preface_after_a_call_gets_400() {
+    let _serial = SERIAL.lock().await;
+    let call = request(JSON, BLOCK_NUMBER);
+    let mut conversations = Vec::new();
+    for tail in [
+        "PRI * HTTP/2.1\r\n\r\nSM\r\n\r\n",
+        "PRI * HTTP/2.0\r\n\r\nXY\r\n\r\n",
+        "PRI * HTTP/2\r\n\r\n",
+        // The preface itself, and with a frame after it: closed, no answer.
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00",
+    ] {
+        let what = format!("a call, then {tail:?}");
+        conversations.push((what, format!("{call}{tail}").into_bytes()));
+    }
+    assert_alike(
+        Pair::start(small_limits(), |s| s).await,
+        false,
+        &conversations,
+    )
+    .await;
+}

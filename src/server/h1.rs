@@ -46,7 +46,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Interval, Sleep};
 
 use super::LimitKind;
-use super::http::{ConnConfig, ConnectionKit, HttpService, Signal};
+use super::http::{ConnConfig, ConnectionKit, H2_PREFACE, HttpService, Signal};
 use crate::conn::{Connection, LazyExtension};
 
 /// The most headers a request head may have on this path (more: hyper's
@@ -224,10 +224,18 @@ impl Own {
                     }
                     // HTTP/2's preface on a connection that answered
                     // HTTP/1.1: hyper's HTTP/1 connection closes without a
-                    // word (a fresh one, which a hand-over makes, would
-                    // switch to HTTP/2).
-                    Parsed::Other if self.served && self.buf.starts_with(b"PRI * HTTP/2") => {
+                    // word when it has the whole preface (a fresh one,
+                    // which a hand-over makes, would switch to HTTP/2),
+                    // and answers anything else that only starts like it
+                    // 400, as hyper's path does after a hand-over.
+                    Parsed::Other if self.served && self.buf.starts_with(H2_PREFACE) => {
                         return Err(Leave::Close);
+                    }
+                    // Part of the preface: the rest decides.
+                    Parsed::Other if self.served && H2_PREFACE.starts_with(&self.buf) => {
+                        if !self.watch.armed {
+                            self.watch.arm(kit.config.header_timeout);
+                        }
                     }
                     Parsed::Other => return Err(Leave::HandOver),
                     // hyper answers 431.

@@ -1342,7 +1342,7 @@ fn classify(config: &ConnConfig, e: &(dyn StdError + 'static)) {
 }
 
 /// What an HTTP/2 connection opens with (RFC 9113, 3.4).
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub(super) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// The socket, noting each transfer for the timers.
 struct Tracked {
