@@ -20,7 +20,7 @@
 //! `eth_getFilterChanges`) and nonces on one node.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,63 @@ pub struct Upstreams {
     epoch: Instant,
 }
 
+/// At most `cap` exchanges in flight: a counter on the common path (one
+/// atomic update each way, where a tokio semaphore took a lock to give
+/// its permit back), a wait for a freed place past it.
+struct ExchangeCap {
+    in_flight: AtomicUsize,
+    cap: usize,
+    freed: tokio::sync::Notify,
+}
+
+/// A place under an [`ExchangeCap`], given back when dropped.
+struct ExchangePermit<'a>(&'a ExchangeCap);
+
+impl ExchangeCap {
+    fn new(cap: usize) -> ExchangeCap {
+        ExchangeCap {
+            in_flight: AtomicUsize::new(0),
+            cap: cap.max(1),
+            freed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// A place, if one is free now.
+    fn try_enter(&self) -> Option<ExchangePermit<'_>> {
+        self.in_flight
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.cap).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| ExchangePermit(self))
+    }
+
+    /// A place, waiting for one to be freed.
+    async fn enter(&self) -> ExchangePermit<'_> {
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before the second look, so a place freed in
+            // between wakes it.
+            freed.as_mut().enable();
+            if let Some(permit) = self.try_enter() {
+                return permit;
+            }
+            freed.await;
+        }
+    }
+}
+
+impl Drop for ExchangePermit<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        // One wake per place freed (without a waiter, one stored for the
+        // next): waking only when the count was at the cap lost places
+        // freed before a woken waiter took its own.
+        self.0.freed.notify_one();
+    }
+}
+
 /// One `--upstream`: HTTP, or `ws://` (then `ws` is set, and calls go
 /// over its WebSocket connection).
 struct HttpUpstream {
@@ -98,7 +155,7 @@ struct HttpUpstream {
     /// opened 1000 at once (past a node's accept queue, some then waited
     /// out a SYN retry and timed out). Calls past the cap wait for a
     /// permit, within their timeout.
-    exchanges: tokio::sync::Semaphore,
+    exchanges: ExchangeCap,
 }
 
 /// Room for a reply's envelope around a result of `--max-response` bytes:
@@ -161,7 +218,7 @@ impl Upstreams {
                 name: display_name(url),
                 rest_until: AtomicU64::new(0),
                 ws: via_ws,
-                exchanges: tokio::sync::Semaphore::new(config.upstream_connections.max(1)),
+                exchanges: ExchangeCap::new(config.upstream_connections),
             });
         }
         // By default the WebSocket upstream is the first HTTP upstream's
@@ -317,8 +374,13 @@ impl Upstreams {
         request: &mut [u8],
         now: Instant,
     ) -> Result<Bytes, Failure> {
-        // Never closed: an error cannot happen.
-        let _permit = up.exchanges.acquire().await;
+        let _permit = match up.exchanges.try_enter() {
+            Some(permit) => permit,
+            // Boxed: the common path's future stays small (it is boxed by
+            // the dispatcher with every call, and a tokio semaphore's wait
+            // in it pushed it past the allocator's fast size classes).
+            None => Box::pin(up.exchanges.enter()).await,
+        };
         if let Some(h1) = &up.h1 {
             let max = self.reply_limit();
             return match h1.post(request, self.head_room, max, now).await {
