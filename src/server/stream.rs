@@ -228,6 +228,10 @@ const MIN_READ_ROOM: usize = 4 * 1024;
 const LARGE_FRAME: usize = 64 * 1024;
 /// Output and reply buffers larger than this are given back when empty.
 const KEEP_BUFFER: usize = 1 << 20;
+/// ... and larger than this when the connection has nothing to do: one
+/// that once sent a large reply kept buffers of its size (up to 1 MiB
+/// each) while it idled, gigabytes over thousands of connections.
+const KEEP_IDLE: usize = 64 * 1024;
 /// Rounds of work in one poll before yielding to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
 
@@ -607,6 +611,7 @@ where
                 return self.poll_close(cx);
             }
             if !progress {
+                self.release_idle_buffers();
                 return match self.poll_idle(cx) {
                     Some(reason) => Poll::Ready(Ok(reason)),
                     None => Poll::Pending,
@@ -616,6 +621,22 @@ where
         // Plenty done: let other connections run.
         cx.waker().wake_by_ref();
         Poll::Pending
+    }
+
+    /// Gives back the output and reply buffers past [`KEEP_IDLE`] when
+    /// the connection waits for its client with nothing in hand (no bytes
+    /// read and not handled, no call in flight, nothing to write).
+    fn release_idle_buffers(&mut self) {
+        if !self.rbuf.is_empty() || self.in_flight() > 0 {
+            return;
+        }
+        // Emptied by `advance` once all of it was written.
+        if self.out.buf.is_empty() && self.out.buf.capacity() > KEEP_IDLE {
+            self.out.buf = Vec::new();
+        }
+        if self.replies.buf.is_empty() && self.replies.buf.capacity() > KEEP_IDLE {
+            self.replies.buf = Vec::new();
+        }
     }
 
     /// Calls (async, notifications included) or messages in flight,
