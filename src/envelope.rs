@@ -78,8 +78,8 @@ impl Parser {
 
     /// The deepest nesting of arrays and objects accepted, **the message
     /// itself counted as the first level** (default 128; clamped to
-    /// `1..=1024`). So `{"params":[[…]]}` with 126 brackets is 128 levels
-    /// deep. Deeper input is a -32700 error whose `data` names the limit.
+    /// `1..=1024`). So `{"params":[[…]]}` with 127 opening brackets is 128
+    /// levels deep, the most accepted by default. Deeper input is a -32700 error whose `data` names the limit.
     ///
     /// `serde_json::Value` accepts one level less (127 with its default
     /// recursion limit of 128), because it counts the top-level container
