@@ -1,0 +1,535 @@
+//! Checks of behaviour the README states that no other test pins down,
+//! each test quoting the README's words it checks.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rpcwire::{Call, Connection, Dispatcher, Parser, RpcError};
+use serde_json::{Value, json};
+
+/// A dispatcher with `echo` (returns its params) and `count` (counts its
+/// runs), under `parser` and a reply limit.
+fn node(parser: Parser, max_response: usize) -> (Dispatcher<Arc<AtomicUsize>>, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let d = Dispatcher::builder(runs.clone())
+        .parser(parser)
+        .max_response_len(max_response)
+        .method("echo", |call: Call<'_, Arc<AtomicUsize>>| {
+            call.state.fetch_add(1, Ordering::SeqCst);
+            let v: Value = call.decode()?;
+            Ok::<_, RpcError>(v)
+        })
+        .method("count", |call: Call<'_, Arc<AtomicUsize>>| {
+            call.state.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(1)
+        })
+        .build()
+        .unwrap();
+    (d, runs)
+}
+
+fn default_node() -> (Dispatcher<Arc<AtomicUsize>>, Arc<AtomicUsize>) {
+    node(Parser::new(), rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN)
+}
+
+/// The reply to `input`, raw.
+fn raw(d: &Dispatcher<Arc<AtomicUsize>>, input: &[u8]) -> Vec<u8> {
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(input, &mut conn, &mut out);
+    out
+}
+
+/// The reply to `input`, as JSON.
+fn reply(d: &Dispatcher<Arc<AtomicUsize>>, input: &str) -> Value {
+    let out = raw(d, input.as_bytes());
+    serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {:?} for {input}", String::from_utf8_lossy(&out)))
+}
+
+fn code(v: &Value) -> i64 {
+    v["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no error code in {v}"))
+}
+
+// README, the table: "not one valid JSON value (anywhere) | one -32700,
+// `id: null`, `data` says what and where".
+#[test]
+fn invalid_json_anywhere_is_one_parse_error_with_where() {
+    let (d, runs) = default_node();
+    for input in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"count""#,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"count"},{"jsonrpc":"2.0","id":2,"method":"count",}]"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"count"} x"#,
+        "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"count\",\"params\":[\"\u{1}\"]}]",
+    ] {
+        let v = reply(&d, input);
+        assert!(v.is_object(), "one reply, not a batch: {v} for {input}");
+        assert_eq!(code(&v), -32700, "{input}");
+        assert_eq!(v["id"], Value::Null);
+        assert!(
+            !v["error"]["data"].is_null(),
+            "data says what and where: {v}"
+        );
+        assert!(
+            v["error"]["data"]
+                .to_string()
+                .chars()
+                .any(|c| c.is_ascii_digit()),
+            "a position: {v}"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing runs");
+}
+
+// "nesting deeper than the limit | -32700, `data.limit`"; "a depth limit:
+// 128 levels, the message itself counted (so params may nest 126 levels
+// inside a request; `serde_json::Value` accepts 127 levels in all)": the
+// params array at level 2, 126 levels inside it.
+#[test]
+fn depth_limit_counts_the_message_and_names_the_limit() {
+    let (d, _) = default_node();
+    let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    let ok = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"count","params":{}}}"#,
+        nest(127)
+    );
+    assert_eq!(reply(&d, &ok)["result"], 1, "128 levels in all");
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"count","params":{}}}"#,
+        nest(128)
+    );
+    let v = reply(&d, &deep);
+    assert_eq!(code(&v), -32700);
+    assert_eq!(v["id"], Value::Null);
+    assert_eq!(v["error"]["data"]["limit"], 128);
+    assert_eq!(Parser::DEFAULT_MAX_DEPTH, 128);
+    // Params 127 levels deep (126 inside the outer array) decode with
+    // serde_json's `Value`.
+    let (d, _) = default_node();
+    let echo = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":{}}}"#,
+        nest(127)
+    );
+    let out = raw(&d, echo.as_bytes());
+    assert!(
+        out.starts_with(br#"{"jsonrpc":"2.0","id":1,"result":[[["#),
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+}
+
+// "valid JSON but neither object nor array; `[]` | one -32600, `id: null`".
+#[test]
+fn scalars_and_the_empty_batch_are_one_invalid_request() {
+    let (d, _) = default_node();
+    for input in ["1", "\"x\"", "null", "true", "[]", " [ ] "] {
+        let v = reply(&d, input);
+        assert!(v.is_object(), "{input}: {v}");
+        assert_eq!(code(&v), -32600, "{input}");
+        assert_eq!(v["id"], Value::Null);
+    }
+}
+
+// "invalid batch entry | -32600 in its place, id echoed when readable".
+#[test]
+fn an_invalid_batch_entry_is_answered_in_its_place() {
+    let (d, runs) = default_node();
+    let v = reply(
+        &d,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"count"},1,{"jsonrpc":"2.0","id":"b","method":7},{"jsonrpc":"2.0","id":3,"method":"count"}]"#,
+    );
+    let a = v.as_array().unwrap();
+    assert_eq!(a.len(), 4);
+    assert_eq!(a[0]["result"], 1);
+    assert_eq!((code(&a[1]), &a[1]["id"]), (-32600, &Value::Null));
+    assert_eq!((code(&a[2]), &a[2]["id"]), (-32600, &json!("b")));
+    assert_eq!((&a[3]["id"], &a[3]["result"]), (&json!(3), &json!(1)));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+// "`jsonrpc` not exactly `"2.0"`; `method` missing or not a string;
+// `params` a number, string or boolean (`null` is taken as no params) |
+// -32600, id echoed".
+#[test]
+fn bad_envelope_members_echo_the_id() {
+    let (d, runs) = default_node();
+    for input in [
+        r#"{"jsonrpc":"2.00","id":7,"method":"count"}"#,
+        r#"{"jsonrpc":2.0,"id":7,"method":"count"}"#,
+        r#"{"id":7,"method":"count"}"#,
+        r#"{"jsonrpc":"2.0","id":7}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":null}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":["count"]}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"count","params":1}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"count","params":"x"}"#,
+        r#"{"jsonrpc":"2.0","id":7,"method":"count","params":true}"#,
+    ] {
+        let v = reply(&d, input);
+        assert_eq!(v["error"]["code"], -32600, "{input}: {v}");
+        assert_eq!(v["id"], 7, "{input}: {v}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    let v = reply(
+        &d,
+        r#"{"jsonrpc":"2.0","id":7,"method":"count","params":null}"#,
+    );
+    assert_eq!((&v["id"], &v["result"]), (&json!(7), &json!(1)));
+}
+
+// "`id` an object, array or boolean, or longer than the id limit; a
+// repeated envelope member; an undecodable member name | -32600,
+// `id: null`"; "id length (default 1 KiB)".
+#[test]
+fn unreadable_ids_and_envelopes_answer_with_a_null_id() {
+    let (d, runs) = default_node();
+    let long = format!(
+        r#"{{"jsonrpc":"2.0","id":"{}","method":"count"}}"#,
+        "a".repeat(1024)
+    );
+    let fits = format!(
+        r#"{{"jsonrpc":"2.0","id":"{}","method":"count"}}"#,
+        "a".repeat(1022)
+    );
+    for input in [
+        r#"{"jsonrpc":"2.0","id":{},"method":"count"}"#,
+        r#"{"jsonrpc":"2.0","id":[1],"method":"count"}"#,
+        r#"{"jsonrpc":"2.0","id":true,"method":"count"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"count"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"count","method":"count"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"count","params":[],"params":[]}"#,
+        r#"{"jsonrpc":"2.0","id":1,"\u006dethod":"count","method":"count"}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"count","\ud800":1}"#,
+        &long,
+    ] {
+        let v = reply(&d, input);
+        assert_eq!(code(&v), -32600, "{input}: {v}");
+        assert_eq!(v["id"], Value::Null, "{input}: {v}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // 1024 bytes of id (the quotes counted) fit.
+    assert_eq!(Parser::DEFAULT_MAX_ID_LEN, 1024);
+    assert_eq!(reply(&d, &fits)["result"], 1);
+}
+
+// "member names with escapes (`"\u006dethod"`) | compared after
+// unescaping"; "method names written with `\u` escapes decoded".
+#[test]
+fn escaped_member_names_are_compared_unescaped() {
+    let (d, _) = default_node();
+    let v = reply(
+        &d,
+        r#"{"\u006asonrpc":"2.0","\u0069d":5,"\u006dethod":"c\u006funt","p\u0061rams":[]}"#,
+    );
+    assert_eq!((&v["id"], &v["result"]), (&json!(5), &json!(1)));
+}
+
+// "unknown method, any `rpc.` method | -32601, `data.method`".
+#[test]
+fn unknown_and_reserved_methods_name_the_method() {
+    let (d, runs) = default_node();
+    for m in ["nope", "rpc.discover", "rpc.count", "Count"] {
+        let v = reply(&d, &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#));
+        assert_eq!(code(&v), -32601, "{m}");
+        assert_eq!(v["error"]["data"]["method"], m);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+// "notification | never answered; a batch of only notifications produces
+// no bytes" (an unknown method's notification included).
+#[test]
+fn notifications_are_never_answered() {
+    let (d, runs) = default_node();
+    assert!(raw(&d, br#"{"jsonrpc":"2.0","method":"count"}"#).is_empty());
+    assert!(raw(&d, br#"{"jsonrpc":"2.0","method":"nope"}"#).is_empty());
+    assert!(
+        raw(
+            &d,
+            br#"[{"jsonrpc":"2.0","method":"count"},{"jsonrpc":"2.0","method":"nope"}]"#
+        )
+        .is_empty()
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+// "batch longer than the limit | one -32600, `data.limit` and the offset of
+// the first entry beyond it; nothing runs"; "batch length (default 1000)".
+#[test]
+fn a_batch_past_the_limit_is_one_error_and_nothing_runs() {
+    let (d, runs) = default_node();
+    let entry = r#"{"jsonrpc":"2.0","id":1,"method":"count"}"#;
+    let batch = |n: usize| format!("[{}]", vec![entry; n].join(","));
+    assert_eq!(reply(&d, &batch(1000)).as_array().unwrap().len(), 1000);
+    runs.store(0, Ordering::SeqCst);
+    let v = reply(&d, &batch(1001));
+    assert!(v.is_object(), "one error");
+    assert_eq!(code(&v), -32600);
+    assert_eq!(v["id"], Value::Null);
+    assert_eq!(v["error"]["data"]["limit"], 1000);
+    let offset = 1 + 1000 * (entry.len() + 1);
+    assert!(
+        v["error"]["data"].to_string().contains(&offset.to_string()),
+        "the offset of entry 1001, {offset}: {v}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+// "message size (default 5 MiB) ... Each breach is a clear error with the
+// limit in `data`".
+#[test]
+fn a_message_past_the_size_limit_names_the_limit() {
+    let (d, runs) = node(Parser::new().max_message_len(64), 1 << 20);
+    let v = reply(
+        &d,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":["{}"]}}"#,
+            "x".repeat(64)
+        ),
+    );
+    assert_eq!(v["error"]["data"]["limit"], 64, "{v}");
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+    assert_eq!(Parser::DEFAULT_MAX_MESSAGE_LEN, 5 * 1024 * 1024);
+}
+
+// "reply larger than the limit | a server error ("Response too large",
+// -32000 by default ...) with `data.limit`; in a batch, for the entry that
+// crosses it and all after it (not run) ...; a message whose error replies
+// alone would pass the limit gets one such error, `id: null`";
+// "the response size (default 25 MB)".
+#[test]
+fn replies_past_the_limit() {
+    assert_eq!(rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN, 25_000_000);
+    let (d, runs) = node(Parser::new(), 600);
+    let v = reply(
+        &d,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":["{}"]}}"#,
+            "x".repeat(700)
+        ),
+    );
+    assert_eq!(code(&v), -32000);
+    assert_eq!(v["error"]["message"], "Response too large");
+    assert_eq!(v["error"]["data"]["limit"], 600);
+    assert_eq!(v["id"], 1);
+
+    runs.store(0, Ordering::SeqCst);
+    let v = reply(
+        &d,
+        r#"[{"jsonrpc":"2.0","id":1,"method":"echo","params":["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"]},
+            {"jsonrpc":"2.0","id":2,"method":"echo","params":["bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"]},
+            {"jsonrpc":"2.0","id":3,"method":"count"}]"#,
+    );
+    let a = v.as_array().unwrap();
+    assert_eq!(a.len(), 3);
+    assert!(a[0].get("result").is_some(), "{v}");
+    assert_eq!((code(&a[1]), &a[1]["id"]), (-32000, &json!(2)));
+    assert_eq!(
+        (code(&a[2]), &a[2]["id"]),
+        (-32000, &json!(3)),
+        "all after it: {v}"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the entry after it does not run"
+    );
+
+    runs.store(0, Ordering::SeqCst);
+    let batch = format!(
+        "[{}]",
+        vec![r#"{"jsonrpc":"2.0","id":1,"method":"count"}"#; 20].join(",")
+    );
+    let v = reply(&d, &batch);
+    assert!(v.is_object(), "one error: {v}");
+    assert_eq!((code(&v), &v["id"]), (-32000, &Value::Null));
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+}
+
+// "a response (`result` or `error`, no `method`), alone or in a batch |
+// matched to a pending outbound request, never answered".
+#[test]
+fn responses_are_never_answered() {
+    let (d, runs) = default_node();
+    assert!(raw(&d, br#"{"jsonrpc":"2.0","id":1,"result":1}"#).is_empty());
+    assert!(
+        raw(
+            &d,
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}"#
+        )
+        .is_empty()
+    );
+    let v = reply(
+        &d,
+        r#"[{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"method":"count"}]"#,
+    );
+    assert_eq!(v, json!([{"jsonrpc":"2.0","id":2,"result":1}]));
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+// "ids kept as their exact bytes (`1e3`, `-0`, `18446744073709551616` and
+// `"\u0041"` come back as sent)".
+#[test]
+fn ids_come_back_as_sent() {
+    let (d, _) = default_node();
+    for id in ["1e3", "-0", "18446744073709551616", r#""\u0041""#] {
+        let out = raw(
+            &d,
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"count"}}"#).as_bytes(),
+        );
+        assert_eq!(
+            out,
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":1}}"#).as_bytes()
+        );
+    }
+}
+
+// "Duplicate names and `rpc.` names are refused when it is built
+// (`rpc.discover` can be registered with the explicit
+// `DispatcherBuilder::rpc_discover`)".
+#[test]
+fn the_router_refuses_duplicates_and_rpc_names() {
+    let ok = |_: Call<'_, ()>| Ok::<_, RpcError>(1);
+    assert!(
+        Dispatcher::builder(())
+            .method("a", ok)
+            .method("a", ok)
+            .build()
+            .is_err()
+    );
+    assert!(
+        Dispatcher::builder(())
+            .method("rpc.discover", ok)
+            .build()
+            .is_err()
+    );
+    let d = Dispatcher::builder(()).rpc_discover(ok).build().unwrap();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"rpc.discover"}"#,
+        &mut conn,
+        &mut out,
+    );
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":1}"#);
+}
+
+// "A panic becomes -32603 for that request only, the panic's message sent
+// to the client in `data.panic`".
+#[test]
+fn a_panic_is_an_internal_error_for_that_request_only() {
+    let d = Dispatcher::builder(())
+        .quiet_panics(true)
+        .method("boom", |_: Call<'_, ()>| -> Result<u8, RpcError> {
+            panic!("kaboom")
+        })
+        .method("ok", |_: Call<'_, ()>| Ok::<_, RpcError>(1))
+        .build()
+        .unwrap();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"boom"},{"jsonrpc":"2.0","id":2,"method":"ok"}]"#,
+        &mut conn,
+        &mut out,
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v[0]["error"]["code"], -32603);
+    assert_eq!(v[0]["error"]["data"]["panic"], "kaboom");
+    assert_eq!(v[1]["result"], 1);
+}
+
+// "`?` works on `io::Error`, `serde_json::Error`, `ParseIntError` and more,
+// each with a documented code" (io: -32603; serde_json and parse errors:
+// -32602, the client's input).
+#[test]
+fn question_mark_on_std_errors_gives_their_codes() {
+    let d = Dispatcher::builder(())
+        .method("io", |_: Call<'_, ()>| -> Result<u8, RpcError> {
+            Err(std::io::Error::other("disk"))?
+        })
+        .method("int", |call: Call<'_, ()>| -> Result<u8, RpcError> {
+            let (s,): (&str,) = call.decode()?;
+            Ok(s.parse::<u8>()?)
+        })
+        .method("json", |_: Call<'_, ()>| -> Result<u8, RpcError> {
+            Ok(serde_json::from_str::<u8>("x")?)
+        })
+        .build()
+        .unwrap();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    for (input, want) in [
+        (&br#"{"jsonrpc":"2.0","id":1,"method":"io"}"#[..], -32603),
+        (
+            br#"{"jsonrpc":"2.0","id":1,"method":"int","params":["300"]}"#,
+            -32602,
+        ),
+        (br#"{"jsonrpc":"2.0","id":1,"method":"json"}"#, -32602),
+    ] {
+        out.clear();
+        d.handle(input, &mut conn, &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(code(&v), want, "{v}");
+    }
+}
+
+// "`call.decode::<T>()` borrows strings from the message, escaped ones
+// decoded into the arena, so `#[serde(borrow)] name: &'a str` works for
+// `"Ad\u00e8le"` too; its errors give the byte offset in the message".
+#[test]
+fn decode_borrows_escaped_strings_and_reports_offsets() {
+    #[derive(serde::Deserialize)]
+    struct Who<'a> {
+        #[serde(borrow)]
+        name: &'a str,
+    }
+    let d = Dispatcher::builder(())
+        .method("hi", |call: Call<'_, ()>| {
+            let w: Who<'_> = call.decode()?;
+            call.reply.str(w.name)
+        })
+        .build()
+        .unwrap();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"hi","params":{"name":"Ad\u00e8le"}}"#,
+        &mut conn,
+        &mut out,
+    );
+    assert_eq!(
+        out,
+        r#"{"jsonrpc":"2.0","id":1,"result":"Adèle"}"#.as_bytes()
+    );
+    out.clear();
+    let input = br#"{"jsonrpc":"2.0","id":1,"method":"hi","params":{"name":7}}"#;
+    d.handle(input, &mut conn, &mut out);
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(code(&v), -32602);
+    let at = input.windows(1).position(|w| w == b"7").unwrap();
+    let text = v["error"]["data"].to_string();
+    assert!(
+        [at, at + 1].iter().any(|o| text.contains(&o.to_string())),
+        "the offset of the bad value ({at}) in {text}"
+    );
+}
+
+// "`serde_json::Value` accepts 127 levels in all".
+#[test]
+fn serde_json_value_takes_127_levels() {
+    let nest = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    assert!(serde_json::from_str::<Value>(&nest(127)).is_ok());
+    assert!(serde_json::from_str::<Value>(&nest(128)).is_err());
+}
+
+// "batch length (default 1000, for responses too)".
+#[test]
+fn the_batch_limit_holds_for_responses_too() {
+    let arena = rpcwire::bumpalo::Bump::new();
+    let entry = r#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#;
+    let batch = |n: usize| format!("[{}]", vec![entry; n].join(","));
+    let ok = batch(1000);
+    assert!(rpcwire::parse_response(ok.as_bytes(), &arena).is_ok());
+    let over = batch(1001);
+    let e = rpcwire::parse_response(over.as_bytes(), &arena)
+        .err()
+        .expect("refused");
+    assert_eq!(e.limit(), Some(1000));
+}
