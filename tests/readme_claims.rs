@@ -533,3 +533,74 @@ fn the_batch_limit_holds_for_responses_too() {
         .expect("refused");
     assert_eq!(e.limit(), Some(1000));
 }
+
+/// The gateway's command line, compiled from the example.
+#[allow(dead_code)]
+#[path = "../examples/gateway/config.rs"]
+mod gateway_config;
+
+// "`--help` every option", and the defaults the README gives: chain id
+// 31337 (`--chain-id`), `--ws-ping MS, default 20 s`, `--upstream-connections`
+// (default 128), one worker per core (`--threads N`), `admin_*`,
+// `personal_*` and `debug_*` denied, the body, batch and reply limits the
+// library's, 127.0.0.1:8545.
+#[test]
+fn the_gateway_options_the_readme_names_exist_with_its_defaults() {
+    use gateway_config::{Config, USAGE};
+    let readme = include_str!("../README.md");
+    let section =
+        &readme[readme.find("## The gateway").unwrap()..readme.find("**Load test**").unwrap()];
+    let mut named = 0;
+    for (i, _) in section.match_indices("`--") {
+        let option: String = section[i + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        named += 1;
+        let listed = USAGE.lines().any(|l| {
+            l.starts_with("  -")
+                && l.split_whitespace()
+                    .take(2)
+                    .any(|w| w.trim_end_matches(',') == option)
+        });
+        assert!(listed, "{option} is not in --help");
+        if option != "--help" {
+            // Known to the parser (an unknown one is refused).
+            let err = Config::from_args([option.clone()].into_iter()).unwrap_err();
+            assert!(err.contains("needs a value"), "{option}: {err}");
+        }
+    }
+    assert!(
+        named >= 10,
+        "the README names the gateway's options: {named}"
+    );
+    assert!(Config::from_args(["--help".to_string()].into_iter()).unwrap_err() == USAGE);
+
+    let c = Config::default();
+    assert_eq!(c.listen, "127.0.0.1:8545".parse().unwrap());
+    assert_eq!(c.chain_id, 31337);
+    assert_eq!(c.ws_ping, Some(std::time::Duration::from_secs(20)));
+    assert_eq!(c.upstream_connections, 128);
+    assert_eq!(
+        c.threads,
+        std::thread::available_parallelism().unwrap().get()
+    );
+    assert_eq!(c.deny, ["admin_", "personal_", "debug_"]);
+    assert_eq!(c.max_body, Parser::DEFAULT_MAX_MESSAGE_LEN);
+    assert_eq!(c.max_batch, Parser::DEFAULT_MAX_BATCH_LEN);
+    assert_eq!(c.max_response, rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN);
+    assert!(!c.hyper_client, "the gateway's own client by default");
+    // "`http://` or `ws://`, no TLS".
+    assert!(Config::from_args(["--upstream".into(), "https://x:1".into()].into_iter()).is_err());
+    let c = Config::from_args(
+        [
+            "--upstream".into(),
+            "ws://x:1".into(),
+            "--allow".into(),
+            "debug_".into(),
+        ]
+        .into_iter(),
+    )
+    .unwrap();
+    assert_eq!(c.deny, ["admin_", "personal_"], "--allow lifts one");
+}
