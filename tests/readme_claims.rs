@@ -604,3 +604,34 @@ fn the_gateway_options_the_readme_names_exist_with_its_defaults() {
     .unwrap();
     assert_eq!(c.deny, ["admin_", "personal_"], "--allow lifts one");
 }
+
+// `McpServerBuilder::call_timeout`: "A call past it is answered with
+// -32001" (the MCP SDKs' RequestTimeout). It was answered with the
+// dispatcher's default timeout code, -32000.
+#[tokio::test(start_paused = true)]
+async fn an_mcp_tool_call_past_its_deadline_is_answered_with_32001() {
+    use rpcwire::mcp::{McpServer, Tool, ToolOutput};
+    let s = McpServer::builder("t", "1")
+        .call_timeout(Some(std::time::Duration::from_millis(50)))
+        .tool(Tool::new("hang", json!({"type": "object"}), |_, _| async {
+            std::future::pending::<()>().await;
+            Ok(ToolOutput::text("never"))
+        }))
+        .build()
+        .unwrap();
+    let mut conn = s.connection("memory");
+    let mut out = Vec::new();
+    let msg = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"hang","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    assert!(
+        s.handle(
+            &bytes::Bytes::from_static(msg.as_bytes()),
+            &mut conn,
+            &mut out
+        )
+        .await
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["id"], 9);
+    assert_eq!(v["error"]["code"], -32001, "{v}");
+    assert_eq!(v["error"]["message"], "Request timed out");
+}

@@ -17,6 +17,10 @@ use crate::dispatch::{AsyncCall, Done, WithAsync};
 use crate::router::BuildError;
 use crate::{Call, Context, Dispatcher, RpcError};
 
+/// The code of a tool call past its deadline: the official SDKs'
+/// `RequestTimeout` (MCP's specification names none).
+const REQUEST_TIMEOUT: i32 = -32001;
+
 /// The dispatcher of an MCP server.
 pub(crate) fn dispatcher(
     inner: ServerInner,
@@ -33,6 +37,7 @@ pub(crate) fn dispatcher(
         .method("notifications/cancelled", cancelled)
         .async_method("tools/call", call_tool)
         .timeout(timeout)
+        .timeout_code(REQUEST_TIMEOUT)
         .max_in_flight(max_in_flight)
         .quiet_panics(true)
         .build()

@@ -292,7 +292,9 @@ impl McpServerBuilder {
     }
 
     /// A deadline for each tool call (default none: clients cancel what
-    /// they stop waiting for). A call past it is answered with -32001.
+    /// they stop waiting for). A call past it is answered with -32001 (the
+    /// official SDKs' `RequestTimeout`), message "Request timed out",
+    /// `data.timeout_ms` giving the deadline.
     pub fn call_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.timeout = timeout;
         self
