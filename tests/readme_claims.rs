@@ -528,9 +528,7 @@ fn the_batch_limit_holds_for_responses_too() {
     let ok = batch(1000);
     assert!(rpcwire::parse_response(ok.as_bytes(), &arena).is_ok());
     let over = batch(1001);
-    let e = rpcwire::parse_response(over.as_bytes(), &arena)
-        .err()
-        .expect("refused");
+    let e = rpcwire::parse_response(over.as_bytes(), &arena).expect_err("refused");
     assert_eq!(e.limit(), Some(1000));
 }
 
