@@ -288,6 +288,9 @@ fn a_message_past_the_size_limit_names_the_limit() {
         ),
     );
     assert_eq!(v["error"]["data"]["limit"], 64, "{v}");
+    // `Parser::max_message_len`: "rejected before any byte is read, with
+    // -32600", as a problem of the whole message (`id: null`).
+    assert_eq!((code(&v), &v["id"]), (-32600, &Value::Null));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     assert_eq!(Parser::DEFAULT_MAX_MESSAGE_LEN, 5 * 1024 * 1024);
 }
@@ -632,4 +635,51 @@ async fn an_mcp_tool_call_past_its_deadline_is_answered_with_32001() {
     assert_eq!(v["id"], 9);
     assert_eq!(v["error"]["code"], -32001, "{v}");
     assert_eq!(v["error"]["message"], "Request timed out");
+}
+
+// `rpcwire::mcp`: "One connection may serve both: a stdio client that
+// probes `server/discover` and then falls back to `initialize` is served in
+// the revision it settles on."
+#[tokio::test]
+async fn an_mcp_client_may_probe_discover_then_initialize() {
+    use rpcwire::mcp::{McpServer, Tool, ToolOutput};
+    let s = McpServer::builder("t", "1")
+        .tool(Tool::new("hi", json!({"type": "object"}), |_, _| async {
+            Ok(ToolOutput::text("hello"))
+        }))
+        .build()
+        .unwrap();
+    let mut conn = s.connection("memory");
+    let mut send = async |msg: &str| {
+        let mut out = Vec::new();
+        let answered = s
+            .handle(
+                &bytes::Bytes::copy_from_slice(msg.as_bytes()),
+                &mut conn,
+                &mut out,
+            )
+            .await;
+        if answered {
+            serde_json::from_slice::<Value>(&out).unwrap()
+        } else {
+            Value::Null
+        }
+    };
+    let r = send(r#"{"jsonrpc":"2.0","id":1,"method":"server/discover","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#).await;
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    let r = send(r#"{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"1"}}}"#).await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-06-18", "{r}");
+    assert_eq!(
+        send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await,
+        Value::Null
+    );
+    let r = send(
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"hi","arguments":{}}}"#,
+    )
+    .await;
+    assert_eq!(r["result"]["content"][0]["text"], "hello", "{r}");
+    assert!(
+        r["result"].get("resultType").is_none(),
+        "served in 2025-06-18: {r}"
+    );
 }
