@@ -683,3 +683,99 @@ async fn an_mcp_client_may_probe_discover_then_initialize() {
         "served in 2025-06-18: {r}"
     );
 }
+
+/// An example's binary: target/<profile>/deps/readme_claims-<hash> ->
+/// target/<profile>/examples/<name> (built by `cargo test`, or
+/// `cargo build --all-features --examples`).
+fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile = exe.parent().unwrap().parent().unwrap();
+    profile
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// One HTTP/1.1 exchange on a fresh connection (`Connection: close`): the
+/// status line and the body.
+async fn http1(addr: &str, head: &str, body: &str) -> (String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "{head}\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut got = String::new();
+    s.read_to_string(&mut got).await.unwrap();
+    let (head, body) = got.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+// "`examples/http_server.rs` serves `/metrics` next to it", and the
+// example's own doc: `cargo run --features http --example http_server
+// [127.0.0.1:8545]`, the curl commands, "Ctrl-C shuts it down gracefully".
+#[cfg(unix)]
+#[tokio::test]
+async fn the_http_server_example_answers_serves_metrics_and_stops_on_ctrl_c() {
+    use tokio::io::AsyncBufReadExt;
+    const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+    let bin = example("http_server");
+    assert!(bin.exists(), "{} is built by `cargo test`", bin.display());
+    let mut child = tokio::process::Command::new(&bin)
+        .arg("127.0.0.1:0")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(HANG, stderr.next_line())
+        .await
+        .expect("hang")
+        .unwrap()
+        .unwrap();
+    let addr = line
+        .strip_prefix("JSON-RPC on http://")
+        .and_then(|r| r.split_once('/'))
+        .map(|(a, _)| a.to_string())
+        .unwrap_or_else(|| panic!("where it listens: {line}"));
+
+    let (status, body) = http1(
+        &addr,
+        "POST / HTTP/1.1\r\nContent-Type: application/json",
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+    )
+    .await;
+    assert!(status.contains(" 200 "), "{status}");
+    assert_eq!(body, r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#);
+    let (status, _) = http1(
+        &addr,
+        "PUT / HTTP/1.1\r\nContent-Type: application/json",
+        "{}",
+    )
+    .await;
+    assert!(status.contains(" 405 "), "{status}");
+    let (status, metrics) = http1(&addr, "GET /metrics HTTP/1.1", "").await;
+    assert!(status.contains(" 200 "), "{status}");
+    assert!(
+        metrics.contains("rpcwire_calls_total{method=\"eth_blockNumber\"} 1"),
+        "{metrics}"
+    );
+
+    // Ctrl-C: a graceful stop, status 0.
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang: Ctrl-C did not stop it")
+        .unwrap();
+    assert!(status.success(), "{status}");
+    let mut rest = Vec::new();
+    while let Ok(Some(l)) = stderr.next_line().await {
+        rest.push(l);
+    }
+    assert!(rest.iter().any(|l| l == "shutting down"), "{rest:?}");
+}
