@@ -1,5 +1,6 @@
-//! An MCP server with the walkthrough's two tools, `build-app` and
-//! `lint-check`, plus `wait` (a slow call to cancel).
+//! An MCP server with two tools, `build-app` (arguments checked against
+//! its schema, progress, logs) and `lint-check`, plus `wait` (a slow call
+//! to cancel).
 //!
 //! ```text
 //! cargo run --release --features mcp --example mcp_server                          # stdio
