@@ -779,3 +779,25 @@ async fn the_http_server_example_answers_serves_metrics_and_stops_on_ctrl_c() {
     }
     assert!(rest.iter().any(|l| l == "shutting down"), "{rest:?}");
 }
+
+// "the response size ... bounds memory as well as bytes sent: ...
+// notifications write into nothing": a notification's large result counts
+// against nothing, and the requests beside it are answered.
+#[test]
+fn a_notifications_result_takes_no_room_in_the_reply() {
+    let (d, runs) = node(Parser::new(), 600);
+    let big = "n".repeat(5000);
+    let v = reply(
+        &d,
+        &format!(
+            r#"[{{"jsonrpc":"2.0","method":"echo","params":["{big}"]}},{{"jsonrpc":"2.0","id":1,"method":"count"}},{{"jsonrpc":"2.0","method":"echo","params":["{big}"]}}]"#
+        ),
+    );
+    assert_eq!(v, json!([{"jsonrpc": "2.0", "id": 1, "result": 1}]));
+    assert_eq!(runs.load(Ordering::SeqCst), 3, "the notifications ran");
+    let out = raw(
+        &d,
+        format!(r#"{{"jsonrpc":"2.0","method":"echo","params":["{big}"]}}"#).as_bytes(),
+    );
+    assert!(out.is_empty());
+}
