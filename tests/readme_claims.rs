@@ -801,3 +801,109 @@ fn a_notifications_result_takes_no_room_in_the_reply() {
     );
     assert!(out.is_empty());
 }
+
+/// The reason `check` refuses the JSON value `json` with, or `None` when it
+/// accepts it.
+fn eth_reason(
+    json: &str,
+    check: fn(rpcwire::json::RawJson<'_>) -> Option<&'static str>,
+) -> Option<&'static str> {
+    let arena = rpcwire::bumpalo::Bump::new();
+    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":[{json}]}}"#);
+    let m = rpcwire::parse(msg.as_bytes(), &arena).unwrap();
+    let value = m
+        .into_single()
+        .unwrap()
+        .request()
+        .unwrap()
+        .params()
+        .unwrap()
+        .nth(0)
+        .unwrap();
+    check(value)
+}
+
+// The `rpcwire::eth` module docs' table ("QUANTITY | `0x0`, `0x1b4`,
+// `0xDEAD` | `0x` (empty), `0x01` (leading zeros), `1b4` (missing prefix),
+// `0xg` (invalid digit), 17 digits into `u64` / 65 into `U256` (more than
+// N bits), `27` (not a string)", DATA and block ids), which the README's
+// "the spec's rules enforced, -32602 naming the parameter" points at.
+#[test]
+fn the_eth_decoders_accept_and_refuse_what_the_table_says() {
+    use rpcwire::eth::EthValue;
+    let u64_: fn(rpcwire::json::RawJson<'_>) -> Option<&'static str> =
+        |v| v.quantity_u64().err().map(|e| e.reason());
+    let u256: fn(rpcwire::json::RawJson<'_>) -> Option<&'static str> =
+        |v| v.quantity_u256().err().map(|e| e.reason());
+    for ok in [r#""0x0""#, r#""0x1b4""#, r#""0xDEAD""#] {
+        assert_eq!(eth_reason(ok, u64_), None, "{ok}");
+    }
+    for (bad, reason) in [
+        (r#""0x""#, "empty"),
+        (r#""0x01""#, "leading zeros"),
+        (r#""1b4""#, "missing 0x prefix"),
+        (r#""0xg""#, "invalid hex digit"),
+        ("27", "not a string"),
+    ] {
+        let got = eth_reason(bad, u64_).unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(got.contains(reason), "{bad}: {got}");
+    }
+    assert_eq!(
+        eth_reason(&format!(r#""0x{}""#, "f".repeat(16)), u64_),
+        None
+    );
+    assert_eq!(
+        eth_reason(&format!(r#""0x1{}""#, "0".repeat(16)), u64_),
+        Some("more than 64 bits")
+    );
+    assert_eq!(
+        eth_reason(&format!(r#""0x{}""#, "f".repeat(64)), u256),
+        None
+    );
+    assert_eq!(
+        eth_reason(&format!(r#""0x1{}""#, "0".repeat(64)), u256),
+        Some("more than 256 bits")
+    );
+
+    let data: fn(rpcwire::json::RawJson<'_>) -> Option<&'static str> =
+        |v| v.data().err().map(|e| e.reason());
+    let address: fn(rpcwire::json::RawJson<'_>) -> Option<&'static str> =
+        |v| v.address().err().map(|e| e.reason());
+    assert_eq!(eth_reason(r#""0x""#, data), None);
+    assert_eq!(eth_reason(r#""0x00ff""#, data), None);
+    assert_eq!(
+        eth_reason(r#""0xabc""#, data),
+        Some("odd number of hex digits")
+    );
+    assert_eq!(
+        eth_reason(&format!(r#""0x{}""#, "ab".repeat(19)), address),
+        Some("wrong length")
+    );
+    assert_eq!(
+        eth_reason(&format!(r#""0x{}""#, "ab".repeat(20)), address),
+        None
+    );
+
+    let block: fn(rpcwire::json::RawJson<'_>) -> Option<&'static str> =
+        |v| v.block_id().err().map(|e| e.reason());
+    let hash = format!(r#""0x{}""#, "11".repeat(32));
+    for ok in [
+        r#""latest""#.to_string(),
+        r#""earliest""#.into(),
+        r#""pending""#.into(),
+        r#""safe""#.into(),
+        r#""finalized""#.into(),
+        r#""0x10""#.into(),
+        hash.clone(),
+        format!(r#"{{"blockHash":{hash},"requireCanonical":true}}"#),
+        r#"{"blockNumber":"0x10"}"#.into(),
+    ] {
+        assert_eq!(eth_reason(&ok, block), None, "{ok}");
+    }
+    for bad in [
+        r#""Latest""#.to_string(),
+        format!(r#"{{"blockHash":{hash},"blockNumber":"0x10"}}"#),
+    ] {
+        assert!(eth_reason(&bad, block).is_some(), "{bad} accepted");
+    }
+}
