@@ -406,6 +406,14 @@ fn the_router_refuses_duplicates_and_rpc_names() {
             .build()
             .is_err()
     );
+    // `DispatcherBuilder::build`: "Fails on a duplicate method name, an
+    // empty one, or one starting with `rpc.`".
+    for name in ["", "rpc.x"] {
+        assert!(
+            Dispatcher::builder(()).method(name, ok).build().is_err(),
+            "{name:?}"
+        );
+    }
     let d = Dispatcher::builder(()).rpc_discover(ok).build().unwrap();
     let (mut conn, mut out) = (Connection::new(), Vec::new());
     d.handle(
