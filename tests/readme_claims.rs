@@ -915,3 +915,57 @@ fn the_eth_decoders_accept_and_refuse_what_the_table_says() {
         assert!(eth_reason(&bad, block).is_some(), "{bad} accepted");
     }
 }
+
+// `rpcwire::mcp::http`'s table: "`POST` whose `Accept` does not take both
+// `application/json` and `text/event-stream` (`*/*`, `application/*`,
+// `text/*` count) | 406"; "a body over `HttpConfig::max_body` | 413"; other
+// paths are 404 (`HttpConfig::path`).
+#[tokio::test]
+async fn the_mcp_http_endpoint_takes_accept_wildcards_and_refuses_big_bodies() {
+    use rpcwire::mcp::McpServer;
+    use rpcwire::mcp::http::{Endpoint, HttpConfig};
+    let server = McpServer::builder("t", "1").build().unwrap();
+    let config = HttpConfig {
+        max_body: 200,
+        ..HttpConfig::default()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(rpcwire::mcp::http::serve(
+        Endpoint::new(server, config),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let post = |path: &str, accept: &str| {
+        format!("POST {path} HTTP/1.1\r\nContent-Type: application/json\r\nAccept: {accept}")
+    };
+    for accept in [
+        "*/*",
+        "application/*, text/*",
+        "application/json, text/*",
+        "*/*;q=0.8",
+    ] {
+        let (status, body) = http1(&addr, &post("/mcp", accept), ping).await;
+        assert!(status.contains(" 200 "), "{accept}: {status} {body}");
+        // (The body may come chunked: look for the reply in it.)
+        assert!(body.contains(r#""id":1,"result":{}"#), "{accept}: {body}");
+    }
+    for accept in ["application/*", "text/*", "application/json"] {
+        let (status, _) = http1(&addr, &post("/mcp", accept), ping).await;
+        assert!(status.contains(" 406 "), "{accept}: {status}");
+    }
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(200)
+    );
+    let (status, _) = http1(&addr, &post("/mcp", "*/*"), &big).await;
+    assert!(status.contains(" 413 "), "{status}");
+    let (status, _) = http1(&addr, &post("/other", "*/*"), ping).await;
+    assert!(status.contains(" 404 "), "{status}");
+    stop.send(()).unwrap();
+    served.await.unwrap().unwrap();
+}
