@@ -207,6 +207,8 @@ fn unreadable_ids_and_envelopes_answer_with_a_null_id() {
         assert_eq!(v["id"], Value::Null, "{input}: {v}");
     }
     assert_eq!(runs.load(Ordering::SeqCst), 0);
+    // "Each breach is a clear error with the limit in `data`".
+    assert_eq!(reply(&d, &long)["error"]["data"]["limit"], 1024);
     // 1024 bytes of id (the quotes counted) fit.
     assert_eq!(Parser::DEFAULT_MAX_ID_LEN, 1024);
     assert_eq!(reply(&d, &fits)["result"], 1);
