@@ -702,3 +702,39 @@ async fn get_logs_ranges_past_the_head_are_errors() {
         assert_eq!(r["result"], json!([]), "{filter}: {r}");
     }
 }
+
+/// The README: "the base fee is burned and the priority fee goes to the
+/// zero address, the coinbase, as on anvil". A transfer's fee leaves the
+/// sender; its tip reaches the zero address; the base fee's share is gone
+/// from every balance.
+#[tokio::test]
+async fn the_tip_goes_to_the_zero_address_and_the_base_fee_is_burned() {
+    let gw = start().await;
+    let a = gw.addr;
+    let (from, to) = (address(3), address(4));
+    let before = [
+        balance(a, from).await,
+        balance(a, to).await,
+        balance(a, Address::ZERO).await,
+    ];
+    let tx = eip1559(0, to, 1_000);
+    let r = send(a, &sign(tx.clone(), key(3))).await;
+    assert!(r.get("result").is_some(), "{r}");
+    let after = [
+        balance(a, from).await,
+        balance(a, to).await,
+        balance(a, Address::ZERO).await,
+    ];
+    let base = u128::from(chain::BASE_FEE);
+    let tip = tx.max_priority_fee_per_gas.min(tx.max_fee_per_gas - base);
+    let gas = 21_000u128;
+    assert_eq!(
+        before[0] - after[0],
+        1_000 + gas * (base + tip),
+        "the sender pays value and fee"
+    );
+    assert_eq!(after[1] - before[1], 1_000);
+    assert_eq!(after[2] - before[2], gas * tip, "the tip to the coinbase");
+    let (sum_before, sum_after): (u128, u128) = (before.iter().sum(), after.iter().sum());
+    assert_eq!(sum_before - sum_after, gas * base, "the base fee burned");
+}
