@@ -730,7 +730,11 @@ async fn the_http_server_example_answers_serves_metrics_and_stops_on_ctrl_c() {
     use tokio::io::AsyncBufReadExt;
     const HANG: std::time::Duration = std::time::Duration::from_secs(60);
     let bin = example("http_server");
-    assert!(bin.exists(), "{} is built by `cargo test`", bin.display());
+    assert!(
+        bin.exists(),
+        "{} is built by `cargo test --all-features` (or `cargo build --all-features --example http_server`)",
+        bin.display()
+    );
     let mut child = tokio::process::Command::new(&bin)
         .arg("127.0.0.1:0")
         .stderr(std::process::Stdio::piped())
