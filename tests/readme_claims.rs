@@ -975,3 +975,55 @@ async fn the_mcp_http_endpoint_takes_accept_wildcards_and_refuses_big_bodies() {
     stop.send(()).unwrap();
     served.await.unwrap().unwrap();
 }
+
+// "An `Observer` sees every call (method, id, error code, time)", with
+// `CallRecord`'s documented fields: `method` `None` for an invalid entry
+// or an unreadable message, `id` `None` for a notification, `code` `None`
+// for a result and for notifications, `known` false for unknown names.
+#[test]
+fn the_observer_sees_every_call() {
+    use rpcwire::dispatch::{CallRecord, Observer};
+    use std::sync::Mutex;
+    type Seen = (Option<String>, Option<String>, Option<i32>, bool);
+    #[derive(Default)]
+    struct Log(Mutex<Vec<Seen>>);
+    impl Observer for Log {
+        fn on_call(&self, c: &CallRecord<'_>) {
+            let id =
+                c.id.map(|id| String::from_utf8_lossy(id.as_bytes()).into_owned());
+            self.0
+                .lock()
+                .unwrap()
+                .push((c.method.map(str::to_owned), id, c.code, c.known));
+        }
+    }
+    let log = Arc::new(Log::default());
+    let d = Dispatcher::builder(())
+        .observer(log.clone())
+        .method("ok", |_: Call<'_, ()>| Ok::<_, RpcError>(1))
+        .method("bad", |_: Call<'_, ()>| {
+            Err::<u8, _>(RpcError::new(-32010, "no"))
+        })
+        .build()
+        .unwrap();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(b"{nope", &mut conn, &mut out);
+    d.handle(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"ok"},{"jsonrpc":"2.0","id":2,"method":"bad"},{"jsonrpc":"2.0","id":3,"method":"nope"},{"jsonrpc":"2.0","method":"ok"},{"jsonrpc":"1.0","id":4,"method":"ok"}]"#,
+        &mut conn,
+        &mut out,
+    );
+    let seen = log.0.lock().unwrap().clone();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        seen,
+        vec![
+            (None, None, Some(-32700), false),
+            (s("ok"), s("1"), None, true),
+            (s("bad"), s("2"), Some(-32010), true),
+            (s("nope"), s("3"), Some(-32601), false),
+            (s("ok"), None, None, true),
+            (None, s("4"), Some(-32600), false),
+        ]
+    );
+}
