@@ -1033,3 +1033,50 @@ fn the_observer_sees_every_call() {
         ]
     );
 }
+
+// `Tool::output_schema`: "A result whose structured content breaks it is
+// answered with -32603 ..., and a result without structured content (other
+// than an error) likewise"; a tool error stays a result with `isError`.
+#[tokio::test]
+async fn an_output_schema_needs_structured_content_except_for_errors() {
+    use rpcwire::mcp::{McpServer, Tool, ToolError, ToolOutput};
+    let schema =
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+    let s = McpServer::builder("t", "1")
+        .tool(
+            Tool::new("text-only", json!({"type": "object"}), |_, _| async {
+                Ok(ToolOutput::text("no structure"))
+            })
+            .output_schema(schema.clone()),
+        )
+        .tool(
+            Tool::new("fine", json!({"type": "object"}), |_, _| async {
+                Ok(ToolOutput::structured(json!({"n": 1})))
+            })
+            .output_schema(schema.clone()),
+        )
+        .tool(
+            Tool::new("fails", json!({"type": "object"}), |_, _| async {
+                Err(ToolError::new("broken"))
+            })
+            .output_schema(schema),
+        )
+        .build()
+        .unwrap();
+    let mut conn = s.connection("memory");
+    let mut call = async |tool: &str| {
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+        );
+        let mut out = Vec::new();
+        s.handle(&bytes::Bytes::from(msg.into_bytes()), &mut conn, &mut out)
+            .await;
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    let r = call("text-only").await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let r = call("fine").await;
+    assert_eq!(r["result"]["structuredContent"], json!({"n": 1}), "{r}");
+    let r = call("fails").await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+}
