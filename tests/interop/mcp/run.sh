@@ -19,9 +19,10 @@ fi
 (cd "$here" && npm ci --no-audit --no-fund --silent)
 
 # A debug build with every feature: what `cargo test --all-features` built
-# already, so CI compiles nothing new here.
+# already, so CI compiles nothing new here (in CARGO_TARGET_DIR when that is
+# set, as cargo puts it there).
 cargo build --quiet --all-features --example mcp_server
-server="$root/target/debug/examples/mcp_server"
+server="${CARGO_TARGET_DIR:-$root/target}/debug/examples/mcp_server"
 
 # Below the kernel's ephemeral range (32768 and up), which outgoing
 # connections draw from.
