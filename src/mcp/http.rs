@@ -963,10 +963,35 @@ impl Endpoint {
     }
 }
 
+/// One SSE event carrying `json`. JSON may span lines (whitespace between
+/// tokens, as in a progress token echoed as the client wrote it): each line
+/// gets its own `data:` field, which the client joins back with a line
+/// feed, so the event's data is the same JSON value. Line breaks inside
+/// JSON strings are always escaped, so splitting never cuts a string.
 fn sse_event(json: &[u8]) -> Bytes {
     let mut e = Vec::with_capacity(json.len() + 24);
-    e.extend_from_slice(b"event: message\ndata: ");
-    e.extend_from_slice(json);
+    e.extend_from_slice(b"event: message\n");
+    let mut rest = json;
+    loop {
+        e.extend_from_slice(b"data: ");
+        match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            Some(i) => {
+                e.extend_from_slice(&rest[..i]);
+                e.push(b'\n');
+                // CRLF is one line break.
+                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
+                rest = &rest[i + skip..];
+            }
+            None => {
+                e.extend_from_slice(rest);
+                break;
+            }
+        }
+    }
     e.extend_from_slice(b"\n\n");
     Bytes::from(e)
 }
@@ -1004,6 +1029,18 @@ mod tests {
             Some(&HeaderValue::from_static("https://app.example")),
             &["https://app.example".into()]
         ));
+    }
+
+    #[test]
+    fn sse_events_give_each_line_its_data_field() {
+        assert_eq!(
+            &sse_event(br#"{"a":1}"#)[..],
+            b"event: message\ndata: {\"a\":1}\n\n"
+        );
+        assert_eq!(
+            &sse_event(b"{\"a\":\n1,\r\n\"b\":\r2}")[..],
+            b"event: message\ndata: {\"a\":\ndata: 1,\ndata: \"b\":\ndata: 2}\n\n"
+        );
     }
 
     #[test]

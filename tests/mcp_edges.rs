@@ -1,0 +1,237 @@
+//! MCP edge cases found by probing the layer as an unusual client would:
+//! what the SDK clients never send, but a hostile or sloppy one may.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rpcwire::mcp::http::{Endpoint, HttpConfig};
+use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
+use serde_json::{Value, json};
+
+fn server() -> McpServer {
+    McpServer::builder("edges", "1.0.0")
+        .tool(Tool::new(
+            "steps",
+            json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 50}}, "required": ["n"]}),
+            |args: Value, cx: ToolContext| async move {
+                let n = args["n"].as_u64().unwrap_or(1);
+                for i in 1..=n {
+                    cx.progress(i as f64, Some(n as f64), Some("step\nwith a newline"));
+                    tokio::task::yield_now().await;
+                }
+                Ok(ToolOutput::text(format!("{n} steps")))
+            },
+        ))
+        .tool(Tool::new(
+            "wait",
+            json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+            |args: Value, _cx: ToolContext| async move {
+                let ms = args["ms"].as_u64().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(ToolOutput::text(format!("waited {ms} ms")))
+            },
+        ))
+        .build()
+        .unwrap()
+}
+
+/// One message through the layer, in memory; `Value::Null` when no reply.
+async fn send(server: &McpServer, conn: &mut rpcwire::Connection, msg: &str) -> Value {
+    let mut out = Vec::new();
+    if !server
+        .handle(&Bytes::copy_from_slice(msg.as_bytes()), conn, &mut out)
+        .await
+    {
+        return Value::Null;
+    }
+    serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+
+// ----------------------------------------------------------------- HTTP
+
+struct Http {
+    addr: std::net::SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+async fn http_server(server: McpServer) -> Http {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel();
+    let endpoint = Endpoint::new(server, HttpConfig::default());
+    tokio::spawn(rpcwire::mcp::http::serve(endpoint, listener, async {
+        let _ = rx.await;
+    }));
+    Http {
+        addr,
+        stop: Some(stop),
+    }
+}
+
+struct Answer {
+    status: u16,
+    headers: hyper::HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn content_type(&self) -> &str {
+        self.headers
+            .get("content-type")
+            .map_or("", |v| v.to_str().unwrap())
+    }
+
+    /// The events of an SSE body, parsed as the EventSource rules say:
+    /// lines end at CRLF, LF or CR; `data` fields of one event are joined
+    /// with LF; a line without a colon is a field with an empty value (so
+    /// it is ignored); an event ends at a blank line. Each event's data
+    /// must be one JSON value.
+    fn events(&self) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut data: Option<String> = None;
+        let body = self.body.replace("\r\n", "\n").replace('\r', "\n");
+        for line in body.split('\n') {
+            if line.is_empty() {
+                if let Some(mut d) = data.take() {
+                    d.pop();
+                    events.push(
+                        serde_json::from_str(&d)
+                            .unwrap_or_else(|e| panic!("event data {d:?} is not JSON: {e}")),
+                    );
+                }
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            if field == "data" {
+                let d = data.get_or_insert_with(String::new);
+                d.push_str(value);
+                d.push('\n');
+            }
+        }
+        events
+    }
+}
+
+async fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/mcp"))
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(http_body_util::Full::new(Bytes::copy_from_slice(
+            body.as_bytes(),
+        )))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+async fn post(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str) -> Answer {
+    let mut h = vec![
+        ("accept", "application/json, text/event-stream"),
+        ("content-type", "application/json"),
+    ];
+    h.extend_from_slice(extra);
+    request(addr, "POST", &h, body).await
+}
+
+/// A session of the initialize lifecycle: its id.
+async fn http_session(addr: std::net::SocketAddr) -> String {
+    let a = post(addr, &[], INIT).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let sid = a.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let n = post(
+        addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    sid
+}
+
+/// A progress token is echoed as the client wrote it, and JSON may span
+/// lines (whitespace between tokens): every line of an SSE event's data
+/// needs its own `data:` field, or the event's data is cut at the first
+/// line break and the rest is read as a field of its own.
+#[tokio::test]
+async fn http_sse_events_stay_whole_when_the_json_spans_lines() {
+    let h = http_server(server()).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    for token in ["{\"a\":\n1}", "[\r\n1,\r2\n]", "\"plain\"", "7"] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"steps","arguments":{{"n":3}},"_meta":{{"progressToken":{token}}}}}}}"#
+        );
+        let a = post(h.addr, &headers, &body).await;
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert_eq!(a.content_type(), "text/event-stream");
+        let events = a.events();
+        assert_eq!(events.len(), 4, "{token}: {}", a.body);
+        let want: Value = serde_json::from_str(token).unwrap();
+        for (i, e) in events[..3].iter().enumerate() {
+            assert_eq!(e["method"], "notifications/progress");
+            assert_eq!(e["params"]["progressToken"], want, "{token}");
+            assert_eq!(e["params"]["progress"], (i + 1) as f64);
+            assert_eq!(e["params"]["message"], "step\nwith a newline");
+        }
+        assert_eq!(events[3]["id"], 1);
+        assert_eq!(events[3]["result"]["content"][0]["text"], "3 steps");
+    }
+}
