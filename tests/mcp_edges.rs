@@ -235,3 +235,36 @@ async fn http_sse_events_stay_whole_when_the_json_spans_lines() {
         assert_eq!(events[3]["result"]["content"][0]["text"], "3 steps");
     }
 }
+
+/// A request (with an id) naming a notification method is not that
+/// notification: it gets an error, not `"result": null`, and does nothing.
+#[tokio::test]
+async fn requests_to_notification_methods_are_refused() {
+    let server = server();
+    let mut conn = server.connection("memory");
+    let r = send(&server, &mut conn, INIT).await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-11-25");
+    for msg in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"notifications/cancelled","params":{"requestId":9}}"#,
+    ] {
+        let r = send(&server, &mut conn, msg).await;
+        assert_eq!(r["error"]["code"], -32601, "{msg}: {r}");
+        assert!(r.get("result").is_none(), "{r}");
+    }
+    // Over HTTP too, in a session.
+    let h = http_server(server.clone()).await;
+    let sid = http_session(h.addr).await;
+    let a = post(
+        h.addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        r#"{"jsonrpc":"2.0","id":"n","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.json()["error"]["code"], -32601, "{}", a.body);
+    assert_eq!(a.json()["id"], "n");
+}

@@ -338,7 +338,27 @@ fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
     })
 }
 
+/// -32601 for a request (with an id) naming a notification method: it is
+/// not that notification, and a `null` result is no MCP result.
+fn notification_only(call: &Call<'_, ServerInner>) -> Result<(), RpcError> {
+    if call.id().is_none() {
+        return Ok(());
+    }
+    #[derive(Serialize)]
+    struct Data<'a> {
+        method: &'a str,
+        reason: &'static str,
+    }
+    Err(
+        RpcError::new(crate::codes::METHOD_NOT_FOUND, "Method not found").with_data(&Data {
+            method: call.method(),
+            reason: "a notification: send it without an id",
+        }),
+    )
+}
+
 fn initialized(call: Call<'_, ServerInner>) -> Result<(), RpcError> {
+    notification_only(&call)?;
     if let Some(session) = session_of(call.ctx) {
         session.mark_initialized();
     }
@@ -388,6 +408,7 @@ fn cancelled(call: Call<'_, ServerInner>) -> Result<(), RpcError> {
         #[serde(borrow)]
         request_id: Option<&'a RawValue>,
     }
+    notification_only(&call)?;
     let params: Params<'_> = call.decode()?;
     if let (Some(id), Some(session)) = (params.request_id, session_of(call.ctx)) {
         session.request_cancel(id.get().as_bytes());
