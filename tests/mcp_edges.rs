@@ -268,3 +268,95 @@ async fn requests_to_notification_methods_are_refused() {
     assert_eq!(a.json()["error"]["code"], -32601, "{}", a.body);
     assert_eq!(a.json()["id"], "n");
 }
+
+/// Opens a GET stream of `sid`; its body after the opening comment.
+async fn get_stream(addr: std::net::SocketAddr, sid: &str) -> hyper::body::Incoming {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let req = hyper::Request::get(format!("http://{addr}/mcp"))
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", sid)
+        .header("mcp-protocol-version", "2025-11-25")
+        .body(http_body_util::Empty::<Bytes>::new())
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap();
+    assert!(first.starts_with(b":"), "{first:?}");
+    body
+}
+
+/// The next data frame of a GET stream, `None` at its end.
+async fn next_frame(body: &mut hyper::body::Incoming) -> Option<String> {
+    use http_body_util::BodyExt;
+    let frame = tokio::time::timeout(Duration::from_secs(10), body.frame())
+        .await
+        .expect("the GET stream neither sent nor ended")?
+        .ok()?;
+    Some(String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap())
+}
+
+/// "The client MAY remain connected to multiple SSE streams
+/// simultaneously. The server MUST send each of its JSON-RPC messages on
+/// only one of the connected streams; that is, it MUST NOT broadcast the
+/// same message across multiple streams" (transports, 2025-06-18 and
+/// 2025-11-25): two GET streams of one session get one
+/// `notifications/tools/list_changed` between them, not one each.
+#[tokio::test]
+async fn http_two_get_streams_of_a_session_share_each_notification() {
+    let s = server();
+    let h = http_server(s.clone()).await;
+    let sid = http_session(h.addr).await;
+    let mut one = get_stream(h.addr, &sid).await;
+    let mut two = get_stream(h.addr, &sid).await;
+    s.add_tool(Tool::new(
+        "later",
+        json!({"type": "object"}),
+        |_, _| async { Ok(ToolOutput::text("")) },
+    ))
+    .unwrap();
+    // Wait for the notification on either stream.
+    let (first, mut other) = tokio::select! {
+        f = next_frame(&mut one) => (f, two),
+        f = next_frame(&mut two) => (f, one),
+    };
+    assert!(
+        first
+            .as_deref()
+            .is_some_and(|f| f.contains("notifications/tools/list_changed")),
+        "{first:?}"
+    );
+    // Ending the session ends both streams; the other one must not have
+    // carried the notification too.
+    let d = request(
+        h.addr,
+        "DELETE",
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(d.status, 200);
+    let mut rest = String::new();
+    while let Some(f) = next_frame(&mut other).await {
+        rest.push_str(&f);
+    }
+    assert!(
+        !rest.contains("list_changed"),
+        "broadcast to a second stream: {rest:?}"
+    );
+}

@@ -16,7 +16,7 @@
 //! | a notification or a response | 202, no body |
 //! | a request answered without notifications first | 200, `application/json` |
 //! | a request whose call sends progress or log notifications before its result | 200, `text/event-stream`: the notifications, then the response, then the stream ends |
-//! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` |
+//! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the oldest still read, not to each) |
 //! | `GET` or `DELETE` without `Mcp-Session-Id` | 405 |
 //! | `DELETE` with a session | 200, the session ends |
 //! | any other method | 405 |
@@ -144,6 +144,48 @@ struct HttpSession {
     /// When it was last used: a tick of the endpoint's session clock
     /// (`EndpointInner::ticks`), for evicting the one unused for longest.
     used: AtomicU64,
+    /// Its open GET streams, oldest first, by a number of their own: a
+    /// message goes to one of them (the oldest whose client still reads),
+    /// never to each (the specification's "MUST NOT broadcast").
+    streams: Mutex<Vec<(u64, mpsc::Sender<Bytes>)>>,
+    next_stream: AtomicU64,
+}
+
+impl HttpSession {
+    fn new(state: Arc<SessionState>, used: u64) -> HttpSession {
+        HttpSession {
+            state,
+            ended: tokio::sync::watch::channel(false).0,
+            used: AtomicU64::new(used),
+            streams: Mutex::new(Vec::new()),
+            next_stream: AtomicU64::new(0),
+        }
+    }
+
+    fn streams(&self) -> std::sync::MutexGuard<'_, Vec<(u64, mpsc::Sender<Bytes>)>> {
+        self.streams.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether stream `id` is the one that carries the session's next
+    /// message: the oldest of those whose client has not gone.
+    fn carries(&self, id: u64) -> bool {
+        self.streams()
+            .iter()
+            .find(|(_, tx)| !tx.is_closed())
+            .is_some_and(|(first, _)| *first == id)
+    }
+}
+
+/// Takes a GET stream off its session's list when its task ends.
+struct StreamEntry {
+    session: Arc<HttpSession>,
+    id: u64,
+}
+
+impl Drop for StreamEntry {
+    fn drop(&mut self) {
+        self.session.streams().retain(|(id, _)| *id != self.id);
+    }
 }
 
 /// The body of every answer: a whole body, or a stream fed by a call.
@@ -605,6 +647,12 @@ impl Endpoint {
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let mut changes = self.inner.server.inner().changes.subscribe();
         let mut ended = session.ended.subscribe();
+        let stream_id = session.next_stream.fetch_add(1, Ordering::Relaxed);
+        session.streams().push((stream_id, tx.clone()));
+        let entry = StreamEntry {
+            session,
+            id: stream_id,
+        };
         tokio::spawn(async move {
             // A comment first, so that the client sees the stream open.
             if tx.send(Bytes::from_static(b": open\n\n")).await.is_err() {
@@ -614,6 +662,11 @@ impl Endpoint {
                 tokio::select! {
                     changed = changes.recv() => match changed {
                         Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                            // Every stream of the session hears of the
+                            // change; one of them tells the client.
+                            if !entry.session.carries(entry.id) {
+                                continue;
+                            }
                             let event = Bytes::from_static(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n");
                             if tx.send(event).await.is_err() {
                                 return;
@@ -855,9 +908,8 @@ impl Endpoint {
             if state.version().is_some() {
                 // Answered with a result: the session exists from now on.
                 self.make_room();
-                let (ended, _) = tokio::sync::watch::channel(false);
-                let used = AtomicU64::new(self.inner.ticks.fetch_add(1, Ordering::Relaxed));
-                let session = Arc::new(HttpSession { state, ended, used });
+                let used = self.inner.ticks.fetch_add(1, Ordering::Relaxed);
+                let session = Arc::new(HttpSession::new(state, used));
                 self.sessions_lock().insert(session_id.clone(), session);
                 if let Ok(v) = HeaderValue::from_str(&session_id) {
                     response.headers_mut().insert(SESSION_HEADER, v);
