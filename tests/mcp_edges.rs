@@ -360,3 +360,40 @@ async fn http_two_get_streams_of_a_session_share_each_notification() {
         "broadcast to a second stream: {rest:?}"
     );
 }
+
+/// MCP's `Tool.inputSchema` and `Tool.outputSchema` are JSON Schemas with
+/// `"type": "object"` (arguments and structured content are objects): the
+/// TypeScript SDK's client checks `tools/list` against that and rejects
+/// the whole list when one tool's schema lacks it, and a schema without it
+/// lets `"arguments": 5` through to the tool. The builder refuses them.
+#[test]
+fn tool_schemas_must_be_object_schemas() {
+    let tool = |schema: Value| Tool::new("t", schema, |_, _| async { Ok(ToolOutput::text("")) });
+    for bad in [
+        json!({}),
+        json!({"type": "string"}),
+        json!({"type": ["object", "null"]}),
+    ] {
+        let e = McpServer::builder("x", "1")
+            .tool(tool(bad.clone()))
+            .build()
+            .expect_err(&bad.to_string());
+        assert!(e.to_string().contains("inputSchema"), "{bad}: {e}");
+        let e = McpServer::builder("x", "1")
+            .tool(tool(json!({"type": "object"})).output_schema(bad.clone()))
+            .build()
+            .expect_err(&bad.to_string());
+        assert!(e.to_string().contains("outputSchema"), "{bad}: {e}");
+    }
+    let s = McpServer::builder("x", "1")
+        .tool(tool(json!({"type": "object"})).output_schema(json!({"type": "object"})))
+        .build()
+        .unwrap();
+    assert!(
+        s.add_tool(Tool::new("u", json!({}), |_, _| async {
+            Ok(ToolOutput::text(""))
+        }))
+        .is_err()
+    );
+    assert_eq!(s.tool_names(), ["t"]);
+}

@@ -168,10 +168,22 @@ impl ToolEntry {
         if name.is_empty() {
             return Err(BuildError("a tool needs a name".into()));
         }
-        if !tool.def.input_schema.is_object() {
-            return Err(BuildError(format!(
-                "tool {name}: inputSchema must be a JSON object"
-            )));
+        // MCP's Tool.inputSchema and Tool.outputSchema are object schemas
+        // (`"type": "object"`): clients check the listing against that (the
+        // TypeScript SDK refuses a `tools/list` result with one tool
+        // without it), and arguments are an object.
+        let object_schema = |schema: &Value, which: &str| {
+            if schema.get("type").and_then(Value::as_str) == Some("object") {
+                Ok(())
+            } else {
+                Err(BuildError(format!(
+                    "tool {name}: {which} must be a JSON object with \"type\": \"object\""
+                )))
+            }
+        };
+        object_schema(&tool.def.input_schema, "inputSchema")?;
+        if let Some(s) = &tool.def.output_schema {
+            object_schema(s, "outputSchema")?;
         }
         let compile = |schema: &Value, which: &str| {
             jsonschema::validator_for(schema)

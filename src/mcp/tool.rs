@@ -65,7 +65,8 @@ pub(crate) struct ToolDef {
 
 impl Tool {
     /// A tool named `name` whose `arguments` must match `input_schema` (a
-    /// JSON Schema object; 2020-12 unless it names another dialect in
+    /// JSON Schema object with `"type": "object"`, as MCP requires, else
+    /// the server is not built; 2020-12 unless it names another dialect in
     /// `$schema`), run by `handler`.
     pub fn new<F, Fut>(name: impl Into<String>, input_schema: Value, handler: F) -> Tool
     where
@@ -97,7 +98,8 @@ impl Tool {
         self
     }
 
-    /// The JSON Schema of the tool's `structuredContent`. A result whose
+    /// The JSON Schema of the tool's `structuredContent` (with
+    /// `"type": "object"`, as MCP requires). A result whose
     /// structured content breaks it is answered with -32603 (the tool, not
     /// the client, is at fault), and a result without structured content
     /// (other than an error) likewise.
