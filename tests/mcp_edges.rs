@@ -397,3 +397,41 @@ fn tool_schemas_must_be_object_schemas() {
     );
     assert_eq!(s.tool_names(), ["t"]);
 }
+
+/// `structuredContent` is an object (`{ [key: string]: unknown }`); both
+/// SDK clients reject a result whose structured content is anything else.
+/// A tool that returns one gets -32603 (the tool is at fault), not a result
+/// the client cannot read.
+#[tokio::test]
+async fn structured_content_that_is_not_an_object_is_an_internal_error() {
+    let s = McpServer::builder("x", "1")
+        .tool(Tool::new(
+            "scalar",
+            json!({"type": "object"}),
+            |args: Value, _| async move { Ok(ToolOutput::structured(args["v"].clone())) },
+        ))
+        .build()
+        .unwrap();
+    let mut conn = s.connection("memory");
+    let r = send(&s, &mut conn, INIT).await;
+    assert!(r.get("result").is_some(), "{r}");
+    for (v, ok) in [
+        ("5", false),
+        ("[1]", false),
+        ("\"s\"", false),
+        ("null", false),
+        ("{\"a\":1}", true),
+    ] {
+        let r = send(
+            &s,
+            &mut conn,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"scalar","arguments":{{"v":{v}}}}}}}"#),
+        )
+        .await;
+        if ok {
+            assert_eq!(r["result"]["structuredContent"], json!({"a": 1}), "{r}");
+        } else {
+            assert_eq!(r["error"]["code"], -32603, "{v}: {r}");
+        }
+    }
+}

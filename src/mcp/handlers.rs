@@ -675,6 +675,13 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
         Err(e) => ToolOutput::error(e.message()),
     };
     let name = entry.tool.name();
+    // MCP's structuredContent is an object; the SDK clients refuse a result
+    // with anything else there.
+    if output.structured.as_ref().is_some_and(|v| !v.is_object()) {
+        return Err(RpcError::internal(format!(
+            "tool {name} returned structuredContent that is not a JSON object"
+        )));
+    }
     if !output.is_error
         && let Some(schema) = &entry.output
     {

@@ -282,7 +282,8 @@ impl ToolOutput {
     }
 
     /// A result of structured content (checked against the tool's output
-    /// schema, and mirrored as a text block).
+    /// schema, and mirrored as a text block). It must be a JSON object, as
+    /// MCP's `structuredContent` is: anything else is answered with -32603.
     pub fn structured(value: Value) -> ToolOutput {
         ToolOutput {
             structured: Some(value),
