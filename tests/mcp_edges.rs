@@ -435,3 +435,45 @@ async fn structured_content_that_is_not_an_object_is_an_internal_error() {
         }
     }
 }
+
+/// A POST that is no JSON-RPC request, notification or response (a
+/// scalar, an object without `method`, `result` or `error`, a wrong
+/// `jsonrpc`) cannot be accepted: "the server MUST return an HTTP error
+/// status code (e.g., 400 Bad Request)" with, optionally, a JSON-RPC error
+/// without id; it was 202 Accepted, as if it were a notification. Valid
+/// notifications and responses stay 202 with no body.
+#[tokio::test]
+async fn http_invalid_messages_are_400_not_202() {
+    let h = http_server(server()).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    for body in [
+        "5",
+        r#""x""#,
+        "null",
+        "{}",
+        r#"{"foo":1}"#,
+        r#"{"jsonrpc":"2.0","method":5}"#,
+        r#"{"jsonrpc":"2.0","id":1}"#,
+        r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":5}"#,
+    ] {
+        for hs in [&headers[..], &[]] {
+            let a = post(h.addr, hs, body).await;
+            assert_eq!(a.status, 400, "{body} ({} headers): {}", hs.len(), a.body);
+            assert_eq!(a.json()["error"]["code"], -32600, "{body}: {}", a.body);
+        }
+    }
+    for body in [
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":77}}"#,
+        r#"{"jsonrpc":"2.0","id":99,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":"r","error":{"code":-1,"message":"no"}}"#,
+    ] {
+        let a = post(h.addr, &headers, body).await;
+        assert_eq!(a.status, 202, "{body}: {}", a.body);
+        assert!(a.body.is_empty(), "{body}: {}", a.body);
+    }
+}

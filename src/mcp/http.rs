@@ -14,6 +14,7 @@
 //! | a body that is not JSON | 400, -32700 |
 //! | a JSON array (a batch) | 400, one -32600 |
 //! | a notification or a response | 202, no body |
+//! | JSON that is none of request, notification, response (`5`, `{}`, a wrong `jsonrpc`, a response without `result` or `error`) | 400, -32600 |
 //! | a request answered without notifications first | 200, `application/json` |
 //! | a request whose call sends progress or log notifications before its result | 200, `text/event-stream`: the notifications, then the response, then the stream ends |
 //! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the oldest still read, not to each) |
@@ -318,6 +319,23 @@ struct Peek<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    jsonrpc: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+impl Peek<'_> {
+    /// A JSON-RPC response: version 2.0, an id, and a result or an error.
+    fn is_response(&self) -> bool {
+        self.method.is_none()
+            && self.params.is_none()
+            && self.jsonrpc.as_deref() == Some("2.0")
+            && self.id.is_some()
+            && (self.result.is_some() != self.error.is_some())
+    }
 }
 
 /// A member that is there, whatever its value (`null` included).
@@ -782,8 +800,8 @@ impl Endpoint {
             });
         let Some(method) = peek.method.as_deref() else {
             // A response (this server sends no requests) or garbage that
-            // the dispatcher answers.
-            if peek.id.is_some() && peek.params.is_none() {
+            // the dispatcher answers (400).
+            if peek.is_response() {
                 return status_only(StatusCode::ACCEPTED);
             }
             return self.run(body.clone(), None, None, &parts.headers).await;
@@ -984,10 +1002,21 @@ impl Endpoint {
         };
         tokio::spawn(task);
         if !is_request {
-            // Notifications (and responses) are handled inline and answered
-            // with 202 once done.
-            while rx.recv().await.is_some() {}
-            return status_only(StatusCode::ACCEPTED);
+            // Notifications are handled inline and answered with 202 once
+            // done. A reply to a message without id is the error of one
+            // that is no notification (an invalid message, answered with
+            // id null): that input is not accepted, 400 ("the server MUST
+            // return an HTTP error status code").
+            let mut refusal = None;
+            while let Some(event) = rx.recv().await {
+                if let Event::Reply(r) = event {
+                    refusal = Some(r);
+                }
+            }
+            return match refusal {
+                Some(r) => json_response(StatusCode::BAD_REQUEST, r),
+                None => status_only(StatusCode::ACCEPTED),
+            };
         }
         match rx.recv().await {
             Some(Event::Reply(reply)) => json_response(StatusCode::OK, reply),
