@@ -477,3 +477,76 @@ async fn http_invalid_messages_are_400_not_202() {
         assert!(a.body.is_empty(), "{body}: {}", a.body);
     }
 }
+
+/// A `notifications/cancelled` can reach the server before the request it
+/// names: they travel on different HTTP requests (and connections), so
+/// the request's body may still be arriving, or its task not yet started,
+/// when the cancellation is handled. Such a cancellation was dropped and
+/// the call ran to its end; it now waits (a few per session) for its
+/// request, which then ends without a reply.
+#[tokio::test]
+async fn http_a_cancellation_that_overtakes_its_request_still_cancels_it() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = http_server(server()).await;
+    let sid = http_session(h.addr).await;
+    let body = r#"{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"wait","arguments":{"ms":600000}}}"#;
+    let (head_part, tail_part) = body.split_at(20);
+    let mut tcp = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\nmcp-session-id: {sid}\r\nmcp-protocol-version: 2025-11-25\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{head_part}",
+        h.addr,
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.flush().await.unwrap();
+    // The request is under way (its head and part of its body sent); the
+    // client cancels it.
+    let c = post(
+        h.addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"slow","reason":"changed my mind"}}"#,
+    )
+    .await;
+    assert_eq!(c.status, 202);
+    tcp.write_all(tail_part.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut answer))
+        .await
+        .expect("the cancelled call still runs: its answer did not end")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(!answer.contains("\"result\""), "{answer}");
+    // Cancellations of ids that never come, or that came and finished, do
+    // not pile up or touch later calls.
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    for i in 0..100 {
+        let n = format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":"never-{i}"}}}}"#
+        );
+        assert_eq!(post(h.addr, &headers, &n).await.status, 202);
+    }
+    let done = post(
+        h.addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":"quick","method":"tools/call","params":{"name":"wait","arguments":{"ms":0}}}"#,
+    )
+    .await;
+    assert_eq!(done.json()["result"]["content"][0]["text"], "waited 0 ms");
+    let n =
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"quick"}}"#;
+    assert_eq!(post(h.addr, &headers, n).await.status, 202);
+    let next = post(
+        h.addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":"after","method":"tools/call","params":{"name":"wait","arguments":{"ms":0}}}"#,
+    )
+    .await;
+    assert_eq!(next.json()["result"]["content"][0]["text"], "waited 0 ms");
+}

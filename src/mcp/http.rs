@@ -975,10 +975,18 @@ impl Endpoint {
         let task = async move {
             let mut conn = Connection::with_context(ctx);
             let mut out = Vec::new();
-            let cancel = id_bytes.as_deref().map(|i| session_state.register(i));
+            let mut cancel = None;
+            if let Some(i) = &id_bytes {
+                match session_state.register(i) {
+                    Some(rx) => cancel = Some(rx),
+                    // Cancelled before it got here: not run, no reply.
+                    None => return,
+                }
+            }
+            // Cancellations this message asks for reach their calls through
+            // the session (their waiters, or the early ones it keeps for
+            // requests still on their way).
             conn.start(&server.dispatcher, &body, &mut out);
-            super::apply_cancels(&mut conn);
-            let mut cancel = cancel;
             while conn.messages_in_flight() > 0 {
                 tokio::select! {
                     _ = std::future::poll_fn(|cx| super::poll_drain(&mut conn, &server.dispatcher, cx, &mut out)) => {}

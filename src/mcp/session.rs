@@ -2,7 +2,7 @@
 //! session (Streamable HTTP): the negotiated revision, the log level, and
 //! the cancellations the transport still has to carry out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use super::tool::LogLevel;
@@ -24,11 +24,28 @@ struct Inner {
     /// `logging/setLevel`; every level until it is called.
     log_level: Option<LogLevel>,
     /// Ids (JSON text) of `notifications/cancelled` the transport has not
-    /// carried out yet.
-    cancels: Vec<Box<[u8]>>,
+    /// carried out yet (at most [`KEPT`], the newest): over stdio, drained
+    /// after each message; over HTTP, the cancellations that arrived
+    /// before their request (on another HTTP request), taken by the
+    /// request when it registers.
+    cancels: VecDeque<Box<[u8]>>,
     /// Calls running on other HTTP requests of this session, by id: firing
     /// the sender cancels the call.
     waiters: HashMap<Box<[u8]>, tokio::sync::oneshot::Sender<()>>,
+    /// Ids of the last HTTP calls that ended (at most [`KEPT`]): a
+    /// cancellation that comes after its call ended is dropped, not kept
+    /// for a request that will not come.
+    finished: VecDeque<Box<[u8]>>,
+}
+
+/// How many early cancellations and ended ids a session keeps.
+const KEPT: usize = 16;
+
+fn keep(list: &mut VecDeque<Box<[u8]>>, id: &[u8]) {
+    if list.len() >= KEPT {
+        list.pop_front();
+    }
+    list.push_back(id.into());
 }
 
 impl SessionState {
@@ -70,25 +87,35 @@ impl SessionState {
         let mut g = lock(&self.inner);
         if let Some(tx) = g.waiters.remove(id) {
             let _ = tx.send(());
-        } else if g.cancels.len() < 1024 {
-            g.cancels.push(id.into());
+        } else if !g.finished.iter().any(|f| **f == *id) {
+            keep(&mut g.cancels, id);
         }
     }
 
     /// The queued cancellations.
     pub(crate) fn take_cancels(&self) -> Vec<Box<[u8]>> {
-        std::mem::take(&mut lock(&self.inner).cancels)
+        std::mem::take(&mut lock(&self.inner).cancels).into()
     }
 
-    /// Registers a call running on its own HTTP request.
-    pub(crate) fn register(&self, id: &[u8]) -> tokio::sync::oneshot::Receiver<()> {
+    /// Registers a call running on its own HTTP request. `None` when its
+    /// cancellation came first: the call is not to run.
+    pub(crate) fn register(&self, id: &[u8]) -> Option<tokio::sync::oneshot::Receiver<()>> {
+        let mut g = lock(&self.inner);
+        if let Some(i) = g.cancels.iter().position(|c| **c == *id) {
+            g.cancels.remove(i);
+            keep(&mut g.finished, id);
+            return None;
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        lock(&self.inner).waiters.insert(id.into(), tx);
-        rx
+        g.waiters.insert(id.into(), tx);
+        Some(rx)
     }
 
-    /// Forgets a call registered with [`register`](Self::register).
+    /// Forgets a call registered with [`register`](Self::register): it
+    /// ended.
     pub(crate) fn unregister(&self, id: &[u8]) {
-        lock(&self.inner).waiters.remove(id);
+        let mut g = lock(&self.inner);
+        g.waiters.remove(id);
+        keep(&mut g.finished, id);
     }
 }
