@@ -17,7 +17,7 @@
 //! | JSON that is none of request, notification, response (`5`, `{}`, a wrong `jsonrpc`, a response without `result` or `error`) | 400, -32600 |
 //! | a request answered without notifications first | 200, `application/json` |
 //! | a request whose call sends progress or log notifications before its result | 200, `text/event-stream`: the notifications, then the response, then the stream ends |
-//! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the oldest still read, not to each) |
+//! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the newest still read, not to each) |
 //! | `GET` or `DELETE` without `Mcp-Session-Id` | 405 |
 //! | `DELETE` with a session | 200, the session ends |
 //! | any other method | 405 |
@@ -146,8 +146,10 @@ struct HttpSession {
     /// (`EndpointInner::ticks`), for evicting the one unused for longest.
     used: AtomicU64,
     /// Its open GET streams, oldest first, by a number of their own: a
-    /// message goes to one of them (the oldest whose client still reads),
-    /// never to each (the specification's "MUST NOT broadcast").
+    /// message goes to one of them (the newest whose client still reads:
+    /// a client that opens another stream has often lost the one before
+    /// without the server noticing yet), never to each (the
+    /// specification's "MUST NOT broadcast").
     streams: Mutex<Vec<(u64, mpsc::Sender<Bytes>)>>,
     next_stream: AtomicU64,
 }
@@ -168,10 +170,11 @@ impl HttpSession {
     }
 
     /// Whether stream `id` is the one that carries the session's next
-    /// message: the oldest of those whose client has not gone.
+    /// message: the newest of those whose client has not gone.
     fn carries(&self, id: u64) -> bool {
         self.streams()
             .iter()
+            .rev()
             .find(|(_, tx)| !tx.is_closed())
             .is_some_and(|(first, _)| *first == id)
     }
