@@ -7,22 +7,7 @@
 
 #![allow(dead_code)]
 
-#[path = "../examples/gateway/app.rs"]
-mod app;
-#[path = "../examples/gateway/chain.rs"]
-mod chain;
-#[path = "../examples/gateway/config.rs"]
-mod config;
-#[path = "../examples/gateway/errors.rs"]
-mod errors;
-#[path = "../examples/gateway/h1.rs"]
-mod h1;
-#[path = "../examples/gateway/local.rs"]
-mod local;
-#[path = "../examples/gateway/proxy.rs"]
-mod proxy;
-#[path = "../examples/gateway/upstream.rs"]
-mod upstream;
+include!("support/gateway_example.rs");
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -43,28 +28,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
-
-/// A gateway running on a port of its own; stopped when dropped.
-struct Gateway {
-    addr: SocketAddr,
-    shutdown: Shutdown,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.shutdown.trigger();
-    }
-}
-
-async fn start(config: config::Config) -> Gateway {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let stop = shutdown.clone();
-    let app = app::App::new(&config, &stop).unwrap();
-    tokio::spawn(app.run(listener, config.limits(), stop));
-    Gateway { addr, shutdown }
-}
 
 /// A gateway with `workers` workers, as the example runs by default: this
 /// runtime's and `workers - 1` threads of their own, each with a listening

@@ -6,22 +6,7 @@
 
 #![allow(dead_code)]
 
-#[path = "../examples/gateway/app.rs"]
-mod app;
-#[path = "../examples/gateway/chain.rs"]
-mod chain;
-#[path = "../examples/gateway/config.rs"]
-mod config;
-#[path = "../examples/gateway/errors.rs"]
-mod errors;
-#[path = "../examples/gateway/h1.rs"]
-mod h1;
-#[path = "../examples/gateway/local.rs"]
-mod local;
-#[path = "../examples/gateway/proxy.rs"]
-mod proxy;
-#[path = "../examples/gateway/upstream.rs"]
-mod upstream;
+include!("support/gateway_example.rs");
 
 use std::net::SocketAddr;
 
@@ -29,32 +14,9 @@ use alloy_consensus::crypto::secp256k1::sign_message;
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
-use rpcwire::server::Shutdown;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-
-/// A built-in chain gateway on a port of its own; stopped when dropped.
-struct Gateway {
-    addr: SocketAddr,
-    shutdown: Shutdown,
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        self.shutdown.trigger();
-    }
-}
-
-async fn start() -> Gateway {
-    let config = config::Config::default();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let app = app::App::new(&config, &shutdown).unwrap();
-    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
-    Gateway { addr, shutdown }
-}
+use tokio::net::TcpStream;
 
 /// One JSON-RPC call over HTTP/1.1; the reply, parsed.
 async fn rpc(addr: SocketAddr, method: &str, params: Value) -> Value {
@@ -141,7 +103,7 @@ fn error(r: &Value) -> (i64, String) {
 /// cost").
 #[tokio::test]
 async fn calldata_pays_the_eip7623_floor() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let to = Address::repeat_byte(0x42);
     let data = ABytes::from(vec![0xffu8; 100]);
@@ -220,7 +182,7 @@ async fn calldata_pays_the_eip7623_floor() {
 /// `null` positions and OR arrays (with `null` in them too) stay valid.
 #[tokio::test]
 async fn get_logs_checks_addresses_and_topics() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let t = format!("0x{}", "ab".repeat(32));
     for filter in [
@@ -254,7 +216,7 @@ async fn get_logs_checks_addresses_and_topics() {
 /// empty history.
 #[tokio::test]
 async fn fee_history_reports_the_tips_paid() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     // Block 1: a legacy transaction at 5 gwei (tip 4 gwei over the 1 gwei
     // base fee); block 2: EIP-1559 with a 2 gwei tip.
@@ -325,7 +287,7 @@ async fn fee_history_reports_the_tips_paid() {
 /// gas, and the tip may not exceed the fee cap.
 #[tokio::test]
 async fn eth_call_checks_funds_gas_and_fees() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let poor = Address::repeat_byte(0x99);
     let to = Address::repeat_byte(0x42);
@@ -391,7 +353,7 @@ async fn eth_call_checks_funds_gas_and_fees() {
 /// flag. Got 0.", alloy's words for a typed transaction's bad first byte).
 #[tokio::test]
 async fn an_empty_raw_transaction_says_so() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let (code, message) = error(&send(gw.addr, "0x").await);
     assert_eq!(code, -32000);
     assert!(message.contains("empty"), "{message}");
@@ -405,7 +367,7 @@ async fn an_empty_raw_transaction_says_so() {
 /// block whose RLP is 514 bytes).
 #[tokio::test]
 async fn blocks_are_their_headers_and_bodies() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let mut sent: Vec<TxEnvelope> = Vec::new();
     for (i, data) in [vec![], vec![0u8, 1, 2], vec![0xff; 40]]
@@ -495,7 +457,7 @@ async fn blocks_are_their_headers_and_bodies() {
 /// call that runs no code).
 #[tokio::test]
 async fn eth_call_reads_state_and_block_overrides() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let poor = Address::repeat_byte(0x99);
     let to = Address::repeat_byte(0x42);
@@ -562,7 +524,7 @@ async fn eth_call_reads_state_and_block_overrides() {
 /// the sender's balance, code on the callee is the no-EVM error.
 #[tokio::test]
 async fn estimate_gas_reads_overrides() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let poor = Address::repeat_byte(0x99);
     let to = Address::repeat_byte(0x42);
@@ -596,7 +558,7 @@ async fn estimate_gas_reads_overrides() {
 /// estimate is refused clearly (it was mined as a plain transfer).
 #[tokio::test]
 async fn precompiles_are_refused() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     for to in [
         "0x0000000000000000000000000000000000000001",
@@ -643,7 +605,7 @@ async fn precompiles_are_refused() {
 /// range params" (it was -32602).
 #[tokio::test]
 async fn get_logs_ranges_past_the_head_are_errors() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let r = send(a, &sign(eip1559(0, Address::repeat_byte(1), 1), key(0))).await;
     assert!(r["result"].is_string(), "{r}");
@@ -709,7 +671,7 @@ async fn get_logs_ranges_past_the_head_are_errors() {
 /// from every balance.
 #[tokio::test]
 async fn the_tip_goes_to_the_zero_address_and_the_base_fee_is_burned() {
-    let gw = start().await;
+    let gw = start(config::Config::default()).await;
     let a = gw.addr;
     let (from, to) = (address(3), address(4));
     let before = [

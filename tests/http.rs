@@ -10,6 +10,8 @@
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/http_replies.rs"]
+mod http_replies;
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -22,6 +24,7 @@ use bytes::Bytes;
 use counting_alloc::CountingAlloc;
 use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
+use http_replies::{RawResponse, request, responses_of, summary};
 use hyper::body::{Body, Frame};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
@@ -1246,49 +1249,6 @@ fn own_http1_allocates_nothing_per_request() {
     rt.block_on(server.stop());
 }
 
-/// A response as the tests compare them: its status line, its headers but
-/// `date` (names lowercased, sorted) and its body.
-type RawResponse = (String, Vec<(String, String)>, String);
-
-/// The responses in `raw`, as a client reads them off one connection.
-fn responses_of(mut raw: &[u8]) -> Vec<RawResponse> {
-    let mut responses = Vec::new();
-    while !raw.is_empty() {
-        let mut fields = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut fields);
-        let len = match response.parse(raw) {
-            Ok(httparse::Status::Complete(len)) => len,
-            // What is left is not a response: kept as a last pseudo-response
-            // (`<rest>`), compared like the others.
-            _ => {
-                let rest = String::from_utf8_lossy(raw).into_owned();
-                responses.push(("<rest>".into(), vec![], rest));
-                break;
-            }
-        };
-        let status = format!("{} {}", response.code.unwrap(), response.reason.unwrap());
-        let mut headers: Vec<(String, String)> = response
-            .headers
-            .iter()
-            .map(|h| {
-                let value = String::from_utf8_lossy(h.value).into_owned();
-                (h.name.to_ascii_lowercase(), value)
-            })
-            .filter(|(name, _)| name != "date")
-            .collect();
-        headers.sort();
-        let body_len = headers
-            .iter()
-            .find(|(name, _)| name == "content-length")
-            .map_or(0, |(_, v)| v.parse::<usize>().unwrap());
-        let end = (len + body_len).min(raw.len());
-        let body = String::from_utf8_lossy(&raw[len..end]).into_owned();
-        raw = &raw[end..];
-        responses.push((status, headers, body));
-    }
-    responses
-}
-
 /// Writes `conversation` on one connection, `piece` bytes at a time, and
 /// reads until the server closes it.
 async fn converse(addr: SocketAddr, conversation: &[u8], piece: usize) -> Vec<u8> {
@@ -1336,13 +1296,6 @@ async fn converse_until(
         .await
         .unwrap_or(false);
     (response, closed)
-}
-
-fn request(head: &str, body: &str) -> String {
-    format!(
-        "POST / HTTP/1.1\r\nhost: x\r\n{head}content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
 }
 
 const JSON: &str = "content-type: application/json\r\n";
@@ -1753,22 +1706,6 @@ async fn pair(limits: Limits, configure: impl Fn(Server) -> Server) -> (TestServ
         TestServer::start_with(limits.clone(), &configure).await,
         TestServer::start_with(limits, |s| configure(s).own_http1(false)).await,
     )
-}
-
-fn summary(responses: &[RawResponse], closed: bool) -> String {
-    let mut s: Vec<String> = responses
-        .iter()
-        .map(|(status, headers, body)| {
-            let h: Vec<String> = headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
-            format!("[{status} | {} | {body}]", h.join(", "))
-        })
-        .collect();
-    s.push(if closed {
-        "<closed>".into()
-    } else {
-        "<still open>".into()
-    });
-    s.join(" ")
 }
 
 /// Sends each of `conversations` whole (half-closing after it when asked)

@@ -7,10 +7,14 @@
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/http_replies.rs"]
+mod http_replies;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+
+use http_replies::{request, responses_of, summary};
 
 use http::HeaderMap;
 use rpcwire::server::http::{HttpService, Server};
@@ -194,72 +198,6 @@ async fn converse(
         .await
         .unwrap_or(false);
     (response, closed)
-}
-
-/// A response as compared: status, headers but `date` (lowercased,
-/// sorted), body.
-type RawResponse = (String, Vec<(String, String)>, String);
-
-fn responses_of(mut raw: &[u8]) -> Vec<RawResponse> {
-    let mut responses = Vec::new();
-    while !raw.is_empty() {
-        let mut fields = [httparse::EMPTY_HEADER; 32];
-        let mut response = httparse::Response::new(&mut fields);
-        let len = match response.parse(raw) {
-            Ok(httparse::Status::Complete(len)) => len,
-            _ => {
-                let rest = String::from_utf8_lossy(raw).into_owned();
-                responses.push(("<rest>".into(), vec![], rest));
-                break;
-            }
-        };
-        let status = format!("{} {}", response.code.unwrap(), response.reason.unwrap());
-        let mut headers: Vec<(String, String)> = response
-            .headers
-            .iter()
-            .map(|h| {
-                let value = String::from_utf8_lossy(h.value).into_owned();
-                (h.name.to_ascii_lowercase(), value)
-            })
-            .filter(|(name, _)| name != "date")
-            .collect();
-        headers.sort();
-        let body_len = headers
-            .iter()
-            .find(|(name, _)| name == "content-length")
-            .map_or(0, |(_, v)| v.parse::<usize>().unwrap());
-        let end = (len + body_len).min(raw.len());
-        let body = String::from_utf8_lossy(&raw[len..end]).into_owned();
-        raw = &raw[end..];
-        responses.push((status, headers, body));
-    }
-    responses
-}
-
-fn summary(responses: &[RawResponse], closed: bool) -> String {
-    let mut s: Vec<String> = responses
-        .iter()
-        .map(|(status, headers, body)| {
-            let h: Vec<String> = headers.iter().map(|(n, v)| format!("{n}: {v}")).collect();
-            let body = if body.len() > 200 {
-                format!("{}… ({} bytes)", &body[..200], body.len())
-            } else {
-                body.clone()
-            };
-            format!("[{status} | {} | {body}]", h.join(", "))
-        })
-        .collect();
-    s.push(if closed { "<closed>" } else { "<still open>" }.into());
-    s.join(" ")
-}
-
-/// A `POST /` with `head`'s extra lines and `body`, its `content-length`
-/// last.
-fn request(head: &str, body: &str) -> String {
-    format!(
-        "POST / HTTP/1.1\r\nhost: x\r\n{head}content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
 }
 
 fn small_limits() -> Limits {
