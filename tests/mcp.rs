@@ -7,9 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rpcwire::mcp::http::{Endpoint, HttpConfig};
+use rpcwire::mcp::http::HttpConfig;
 use rpcwire::mcp::{Content, LogLevel, McpServer, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
+
+#[path = "support/mcp_http.rs"]
+mod mcp_http;
+use mcp_http::{CT, JSON_SSE, http_server, http_server_with, http_session, post, request};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
@@ -763,135 +767,6 @@ async fn stdio_answers_a_last_line_without_its_newline_then_exits() {
 }
 
 // ----------------------------------------------------------------- HTTP
-
-struct Http {
-    addr: std::net::SocketAddr,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-impl Drop for Http {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-    }
-}
-
-async fn http_server(server: McpServer) -> Http {
-    http_server_with(server, HttpConfig::default()).await
-}
-
-async fn http_server_with(server: McpServer, config: HttpConfig) -> Http {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, rx) = tokio::sync::oneshot::channel();
-    let endpoint = Endpoint::new(server, config);
-    tokio::spawn(rpcwire::mcp::http::serve(endpoint, listener, async {
-        let _ = rx.await;
-    }));
-    Http {
-        addr,
-        stop: Some(stop),
-    }
-}
-
-struct Answer {
-    status: u16,
-    headers: hyper::HeaderMap,
-    body: String,
-}
-
-impl Answer {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
-    }
-    /// The `data:` payloads of an SSE body.
-    fn events(&self) -> Vec<Value> {
-        self.body
-            .lines()
-            .filter_map(|l| l.strip_prefix("data: "))
-            .map(|d| serde_json::from_str(d).unwrap())
-            .collect()
-    }
-    fn content_type(&self) -> &str {
-        self.headers
-            .get("content-type")
-            .map_or("", |v| v.to_str().unwrap())
-    }
-}
-
-async fn request(
-    addr: std::net::SocketAddr,
-    method: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> Answer {
-    use http_body_util::BodyExt;
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let mut req = hyper::Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}/mcp"))
-        .header("host", addr.to_string());
-    for (k, v) in headers {
-        req = req.header(*k, *v);
-    }
-    let req = req
-        .body(http_body_util::Full::new(Bytes::copy_from_slice(
-            body.as_bytes(),
-        )))
-        .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
-        .await
-        .unwrap()
-        .unwrap();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
-        .await
-        .unwrap()
-        .unwrap()
-        .to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8(body.to_vec()).unwrap(),
-    }
-}
-
-const JSON_SSE: (&str, &str) = ("accept", "application/json, text/event-stream");
-const CT: (&str, &str) = ("content-type", "application/json");
-
-async fn post(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str) -> Answer {
-    let mut h = vec![JSON_SSE, CT];
-    h.extend_from_slice(extra);
-    request(addr, "POST", &h, body).await
-}
-
-async fn http_session(addr: std::net::SocketAddr) -> String {
-    let a = post(addr, &[], r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).await;
-    assert_eq!(a.status, 200);
-    assert_eq!(a.content_type(), "application/json");
-    assert_eq!(a.json()["result"]["protocolVersion"], "2025-11-25");
-    let sid = a.headers["mcp-session-id"].to_str().unwrap().to_owned();
-    assert_eq!(sid.len(), 32);
-    let n = post(
-        addr,
-        &[
-            ("mcp-session-id", &sid),
-            ("mcp-protocol-version", "2025-11-25"),
-        ],
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    )
-    .await;
-    assert_eq!(n.status, 202);
-    assert!(n.body.is_empty());
-    sid
-}
 
 #[tokio::test]
 async fn http_endpoint_rules() {

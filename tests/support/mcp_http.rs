@@ -1,0 +1,175 @@
+//! Streamable HTTP from the client's side for the MCP tests (tests/mcp.rs,
+//! tests/mcp_edges.rs): a server on loopback, requests with hyper's client,
+//! answers with their SSE events read as EventSource reads them.
+#![allow(dead_code)]
+
+use bytes::Bytes;
+use rpcwire::mcp::McpServer;
+use rpcwire::mcp::http::{Endpoint, HttpConfig};
+use serde_json::Value;
+use std::time::Duration;
+
+pub struct Http {
+    pub addr: std::net::SocketAddr,
+    pub stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Http {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+pub async fn http_server(server: McpServer) -> Http {
+    http_server_with(server, HttpConfig::default()).await
+}
+
+pub async fn http_server_with(server: McpServer, config: HttpConfig) -> Http {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, rx) = tokio::sync::oneshot::channel();
+    let endpoint = Endpoint::new(server, config);
+    tokio::spawn(rpcwire::mcp::http::serve(endpoint, listener, async {
+        let _ = rx.await;
+    }));
+    Http {
+        addr,
+        stop: Some(stop),
+    }
+}
+
+pub struct Answer {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    pub body: String,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+    /// The events of an SSE body, parsed as the EventSource rules say:
+    /// lines end at CRLF, LF or CR; `data` fields of one event are joined
+    /// with LF; a line without a colon is a field with an empty value (so
+    /// it is ignored); an event ends at a blank line. Each event's data
+    /// must be one JSON value.
+    pub fn events(&self) -> Vec<Value> {
+        let mut events = Vec::new();
+        let mut data: Option<String> = None;
+        let body = self.body.replace("\r\n", "\n").replace('\r', "\n");
+        for line in body.split('\n') {
+            if line.is_empty() {
+                if let Some(mut d) = data.take() {
+                    d.pop();
+                    events.push(
+                        serde_json::from_str(&d)
+                            .unwrap_or_else(|e| panic!("event data {d:?} is not JSON: {e}")),
+                    );
+                }
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+                None => (line, ""),
+            };
+            if field == "data" {
+                let d = data.get_or_insert_with(String::new);
+                d.push_str(value);
+                d.push('\n');
+            }
+        }
+        if let Some(mut d) = data {
+            // The last event, cut short by the end of the body.
+            d.pop();
+            events.push(
+                serde_json::from_str(&d)
+                    .unwrap_or_else(|e| panic!("event data {d:?} is not JSON: {e}")),
+            );
+        }
+        events
+    }
+
+    pub fn content_type(&self) -> &str {
+        self.headers
+            .get("content-type")
+            .map_or("", |v| v.to_str().unwrap())
+    }
+}
+
+pub async fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    use http_body_util::BodyExt;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}/mcp"))
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req
+        .body(http_body_util::Full::new(Bytes::copy_from_slice(
+            body.as_bytes(),
+        )))
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8(body.to_vec()).unwrap(),
+    }
+}
+
+pub const JSON_SSE: (&str, &str) = ("accept", "application/json, text/event-stream");
+pub const CT: (&str, &str) = ("content-type", "application/json");
+
+pub async fn post(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str) -> Answer {
+    let mut h = vec![JSON_SSE, CT];
+    h.extend_from_slice(extra);
+    request(addr, "POST", &h, body).await
+}
+
+pub async fn http_session(addr: std::net::SocketAddr) -> String {
+    let a = post(addr, &[], r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.content_type(), "application/json");
+    assert_eq!(a.json()["result"]["protocolVersion"], "2025-11-25");
+    let sid = a.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    assert_eq!(sid.len(), 32);
+    let n = post(
+        addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    assert!(n.body.is_empty());
+    sid
+}
