@@ -12,7 +12,17 @@
 //!   flight (a new one sent as each reply arrives);
 //! * `batch100`: 4 connections, each keeping 2 batches of 100 in flight
 //!   (half `eth_getBalance`, half `eth_blockNumber` / `eth_chainId`, as
-//!   ethers v6 batches them).
+//!   ethers v6 batches them);
+//! * `single@`, `batch@`: the same messages at a fixed rate, below what
+//!   either server can take (`RATE_SINGLE` requests/s, default 40,000, over
+//!   8 connections; `RATE_BATCH` batches/s, default 400, over 4), sent on
+//!   schedule whatever the replies do (open loop, as independent clients
+//!   send). The two cases above keep a window full, so their latency is
+//!   mostly the window queued behind whichever server answers faster (the
+//!   faster server drives the shared client harder): at a fixed rate both
+//!   servers see the same offered load, and each latency counts from when
+//!   its message was due, so a stalled sender is charged too (no
+//!   coordinated omission).
 //!
 //! `SERVER_THREADS` and `CLIENT_THREADS` (default 2 each) size the
 //! servers' and the client's runtimes: with 2 + 2 on a 2-core machine the
@@ -50,22 +60,50 @@ struct Case {
     window: usize,
     /// Requests per message (1: single requests).
     batch: usize,
+    /// Messages per second over all connections (open loop), or `None` to
+    /// keep `window` messages in flight (closed loop).
+    rate: Option<&'static str>,
 }
 
-const CASES: [Case; 2] = [
+const CASES: [Case; 4] = [
     Case {
         name: "single",
         connections: 8,
         window: 8,
         batch: 1,
+        rate: None,
     },
     Case {
         name: "batch100",
         connections: 4,
         window: 2,
         batch: 100,
+        rate: None,
+    },
+    Case {
+        name: "single@",
+        connections: 8,
+        window: 0,
+        batch: 1,
+        rate: Some("RATE_SINGLE"),
+    },
+    Case {
+        name: "batch@",
+        connections: 4,
+        window: 0,
+        batch: 100,
+        rate: Some("RATE_BATCH"),
     },
 ];
+
+impl Case {
+    /// Messages per second for an open-loop case.
+    fn messages_per_sec(&self) -> Option<f64> {
+        let var = self.rate?;
+        let default = if self.batch == 1 { 40_000.0 } else { 400.0 };
+        Some(env_or(var, default))
+    }
+}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -160,14 +198,26 @@ async fn run(case: Case, server: &Server, measure: Duration) -> Run {
     let answered = Arc::new(AtomicU64::new(0));
     let mut tasks = Vec::new();
     for c in 0..case.connections {
-        tasks.push(tokio::spawn(connection(
-            case,
-            server.port,
-            c == 0,
-            recording.clone(),
-            stop.clone(),
-            answered.clone(),
-        )));
+        let (recording, stop, answered) = (recording.clone(), stop.clone(), answered.clone());
+        tasks.push(match case.messages_per_sec() {
+            None => tokio::spawn(connection(
+                case,
+                server.port,
+                c == 0,
+                recording,
+                stop,
+                answered,
+            )),
+            Some(rate) => tokio::spawn(paced_connection(
+                case,
+                server.port,
+                rate / case.connections as f64,
+                c == 0,
+                recording,
+                stop,
+                answered,
+            )),
+        });
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (cpu0, n0, t0) = (
@@ -205,21 +255,9 @@ async fn connection(
     stop: Arc<AtomicBool>,
     answered: Arc<AtomicU64>,
 ) -> Vec<Duration> {
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://127.0.0.1:{port}/"), tcp)
-        .await
-        .unwrap();
+    let mut ws = open(port).await;
     let batch_rest = batch_tail(case.batch);
-    let message = |n: u64| -> String {
-        if case.batch == 1 {
-            format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_blockNumber"}}"#)
-        } else {
-            format!(r#"[{{"jsonrpc":"2.0","id":{n},"method":"eth_blockNumber"}}{batch_rest}]"#)
-        }
-    };
+    let message = |n: u64| message(n, &batch_rest);
     let mut sent_at: HashMap<u64, Instant> = HashMap::new();
     let mut next = 1_000_000u64;
     for _ in 0..case.window {
@@ -235,17 +273,7 @@ async fn connection(
             Some(Ok(Message::Text(t))) => t,
             other => panic!("unexpected {other:?}"),
         };
-        let reply = reply.as_bytes();
-        if first {
-            check_reply(reply, case.batch);
-            first = false;
-        }
-        assert!(
-            memchr::memmem::find(reply, b"\"error\"").is_none(),
-            "an error reply: {}",
-            String::from_utf8_lossy(reply)
-        );
-        let id = first_id(reply);
+        let id = checked_id(reply.as_bytes(), case.batch, &mut first);
         let started = sent_at.remove(&id).expect("a reply to a request in flight");
         if recording.load(Ordering::Relaxed) {
             latencies.push(started.elapsed());
@@ -258,6 +286,110 @@ async fn connection(
         }
     }
     let _ = ws.close(None).await;
+    latencies
+}
+
+/// A WebSocket connection to the server on `port`.
+async fn open(port: u16) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let (ws, _) = tokio_tungstenite::client_async(format!("ws://127.0.0.1:{port}/"), tcp)
+        .await
+        .unwrap();
+    ws
+}
+
+/// The message with key `n`: a single request, or a batch whose first
+/// entry has id `n` and whose rest is `batch_rest` (empty for singles).
+fn message(n: u64, batch_rest: &str) -> String {
+    if batch_rest.is_empty() {
+        format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_blockNumber"}}"#)
+    } else {
+        format!(r#"[{{"jsonrpc":"2.0","id":{n},"method":"eth_blockNumber"}}{batch_rest}]"#)
+    }
+}
+
+/// A reply's key (its first id), after checking it holds no error (and,
+/// the first time, that it is the whole expected reply).
+fn checked_id(reply: &[u8], batch: usize, first: &mut bool) -> u64 {
+    if std::mem::take(first) {
+        check_reply(reply, batch);
+    }
+    assert!(
+        memchr::memmem::find(reply, b"\"error\"").is_none(),
+        "an error reply: {}",
+        String::from_utf8_lossy(reply)
+    );
+    first_id(reply)
+}
+
+/// One client connection sending `rate` messages per second on schedule,
+/// whatever the replies do, until told to stop; returns the latencies
+/// recorded, each from the moment its message was due.
+async fn paced_connection(
+    case: Case,
+    port: u16,
+    rate: f64,
+    check: bool,
+    recording: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    answered: Arc<AtomicU64>,
+) -> Vec<Duration> {
+    let (mut sink, mut stream) = open(port).await.split();
+    let batch_rest = batch_tail(case.batch);
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = Instant::now();
+    // Message `k` (id `BASE + k`) is due at `start + k * interval`.
+    const BASE: u64 = 1_000_000;
+    let due = move |id: u64| start + interval * (id - BASE) as u32;
+    let sent = Arc::new(AtomicU64::new(0));
+    let sending = Arc::new(AtomicBool::new(true));
+    let sender = {
+        let (sent, sending) = (sent.clone(), sending.clone());
+        tokio::spawn(async move {
+            let mut k = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                // Everything due by now goes out (tokio's timer ticks in
+                // milliseconds: a few messages per tick at these rates).
+                let now = Instant::now();
+                while due(BASE + k) <= now {
+                    sink.feed(Message::text(message(BASE + k, &batch_rest)))
+                        .await
+                        .unwrap();
+                    k += 1;
+                }
+                sink.flush().await.unwrap();
+                sent.store(k, Ordering::SeqCst);
+                tokio::time::sleep_until(due(BASE + k).into()).await;
+            }
+            sending.store(false, Ordering::SeqCst);
+            sink
+        })
+    };
+    let mut latencies = Vec::new();
+    let mut first = check;
+    let mut received = 0u64;
+    loop {
+        if !sending.load(Ordering::SeqCst) && received == sent.load(Ordering::SeqCst) {
+            break;
+        }
+        let next = tokio::time::timeout(Duration::from_millis(50), stream.next()).await;
+        let reply = match next {
+            Err(_) => continue,
+            Ok(Some(Ok(Message::Text(t)))) => t,
+            Ok(other) => panic!("unexpected {other:?}"),
+        };
+        let id = checked_id(reply.as_bytes(), case.batch, &mut first);
+        if recording.load(Ordering::Relaxed) {
+            latencies.push(due(id).elapsed());
+        }
+        received += 1;
+        answered.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut sink = sender.await.unwrap();
+    let _ = sink.close().await;
     latencies
 }
 
