@@ -700,3 +700,38 @@ async fn the_tip_goes_to_the_zero_address_and_the_base_fee_is_burned() {
     let (sum_before, sum_after): (u128, u128) = (before.iter().sum(), after.iter().sum());
     assert_eq!(sum_before - sum_after, gas * base, "the base fee burned");
 }
+
+/// `newHeads` subscriptions that end while no block is mined (unsubscribed,
+/// or their connection closed) are not kept: without `--block-time` and
+/// without transactions, a client subscribing and unsubscribing in a loop
+/// once grew the chain's list of subscriptions (each holding its
+/// connection's registry) without bound, as ended ones were only dropped
+/// at the next block. The open ones still get every head.
+#[test]
+fn ended_head_subscriptions_are_not_kept_between_blocks() {
+    use rpcwire::server::subscriptions::{SubscriptionConfig, Subscriptions};
+    let chain = chain::Chain::new(31337);
+    let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+    let (_, live) = subs.subscribe().unwrap();
+    chain.watch_heads(live.clone());
+    let mut most = 0;
+    for i in 0..10_000 {
+        let held = if i % 2 == 0 {
+            let (id, sink) = subs.subscribe().unwrap();
+            let held = chain.watch_heads(sink);
+            assert!(subs.unsubscribe_id(id));
+            held
+        } else {
+            // A client that leaves.
+            let gone = Subscriptions::new(SubscriptionConfig::default(), None);
+            let held = chain.watch_heads(gone.subscribe().unwrap().1);
+            gone.close_all();
+            held
+        };
+        most = most.max(held);
+    }
+    assert!(most <= 100, "{most} subscriptions held with one open");
+    chain.mine_empty();
+    assert_eq!(live.queued(), 1);
+    assert_eq!(chain.watch_heads(subs.subscribe().unwrap().1), 2);
+}

@@ -138,8 +138,11 @@ struct State {
     by_hash: HashMap<B256, u64>,
     txs: HashMap<B256, Mined>,
     /// The `newHeads` subscriptions; each is dropped the first time a
-    /// send finds it closed (unsubscribed, or its client left).
+    /// send finds it closed (unsubscribed, or its client left), or when
+    /// the list has doubled since it was last pruned ([`Chain::watch_heads`]).
     heads: Vec<Sink>,
+    /// `heads.len()` when closed subscriptions were last taken out of it.
+    heads_pruned: usize,
 }
 
 /// The chain; every method takes its lock once, briefly.
@@ -171,6 +174,7 @@ impl Chain {
             by_hash: HashMap::new(),
             txs: HashMap::new(),
             heads: Vec::new(),
+            heads_pruned: 0,
         };
         state.mine(Vec::new(), Vec::new(), now());
         Chain {
@@ -199,9 +203,21 @@ impl Chain {
     }
 
     /// A `newHeads` subscription: the header of every block mined from now
-    /// on goes to `sink`, until it closes.
-    pub fn watch_heads(&self, sink: Sink) {
-        self.lock().heads.push(sink);
+    /// on goes to `sink`, until it closes. Returns how many subscriptions
+    /// the chain holds now.
+    pub fn watch_heads(&self, sink: Sink) -> usize {
+        let mut s = self.lock();
+        // Closed ones are also dropped here once the list has doubled since
+        // it was last pruned (a constant cost per subscription, amortized):
+        // between blocks (none without `--block-time` or a transaction) a
+        // client subscribing and unsubscribing in a loop grew it, each
+        // holding its connection's registry, without bound.
+        if s.heads.len() >= (2 * s.heads_pruned).max(64) {
+            s.heads.retain(|sink| !sink.is_closed());
+            s.heads_pruned = s.heads.len();
+        }
+        s.heads.push(sink);
+        s.heads.len()
     }
 
     /// Balance and nonce of `address` at `block`.
@@ -666,6 +682,7 @@ impl State {
             let head = header_json(&self.blocks[number as usize]);
             self.heads
                 .retain(|sink| sink.send_raw(head.as_bytes()).is_ok());
+            self.heads_pruned = self.heads.len();
         }
     }
 

@@ -464,7 +464,8 @@ fn unsubscribe(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let id = p.required("subscriptionId")?.value();
     p.finish()?;
-    // The chain drops the sink at its next block.
+    // The chain drops the sink at its next block, or when it next prunes
+    // its list of them.
     c.reply
         .bool(id.as_str().is_some_and(|id| subs.unsubscribe(id)))
 }
