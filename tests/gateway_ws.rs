@@ -669,3 +669,59 @@ async fn an_abandoned_subscribe_is_forgotten_after_a_while() {
         }
     }
 }
+
+/// A notification whose result is past `--max-response` is not relayed (it
+/// was, at any size up to the 64 MiB a message from the upstream may be,
+/// and a slow client's queue then held that much per notification): its
+/// subscription ends with a -32003 error notification naming the limit,
+/// the upstream subscription is dropped, and the client's other
+/// subscriptions go on.
+#[tokio::test]
+async fn a_notification_past_the_response_limit_ends_its_subscription() {
+    let up = fake_ws(node()).await;
+    let mut config = ws_config(&[up.url()], 3000);
+    config.max_response = 1000;
+    let gw = start(config).await;
+    let mut ws = client(gw.addr).await;
+    let big = subscribe(&mut ws, 1).await;
+    let other = subscribe(&mut ws, 2).await;
+    up.act(notification("0xa0b0", json!("small")));
+    let n = next(&mut ws).await;
+    assert_eq!(n["params"]["subscription"], big.as_str(), "{n}");
+    assert_eq!(n["params"]["result"], "small", "{n}");
+    up.act(notification("0xa0b0", json!("x".repeat(2000))));
+    up.act(notification("0xa0b1", json!("next")));
+    let (mut ended, mut relayed) = (false, false);
+    while !ended || !relayed {
+        let n = next(&mut ws).await;
+        let result = &n["params"]["result"];
+        assert!(
+            result.as_str().is_none_or(|r| r.len() < 1000),
+            "relayed: {n}"
+        );
+        if n["params"]["subscription"] == big.as_str() {
+            assert!(!ended, "{n}");
+            assert_eq!(n["params"]["error"]["code"], -32003, "{n}");
+            assert_eq!(n["params"]["error"]["data"]["limit"], 1000, "{n}");
+            ended = true;
+        } else {
+            assert_eq!(n["params"]["subscription"], other.as_str(), "{n}");
+            assert_eq!(n["params"]["result"], "next", "{n}");
+            relayed = true;
+        }
+    }
+    let (_, unsub) = up.wait_for("eth_unsubscribe", 1).await.remove(0);
+    assert_eq!(unsub["params"], json!(["0xa0b0"]));
+    // Nothing more for the ended one; the other goes on.
+    up.act(notification("0xa0b0", json!("late")));
+    up.act(notification("0xa0b1", json!("still")));
+    let n = next(&mut ws).await;
+    assert_eq!(n["params"]["subscription"], other.as_str(), "{n}");
+    assert_eq!(n["params"]["result"], "still", "{n}");
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":3,"method":"eth_unsubscribe","params":[big]}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["result"], false);
+}

@@ -6,6 +6,7 @@
 //! | no connection, a connection reset, an HTTP error status | -32603 | `upstream unavailable` |
 //! | a reply that is not a JSON-RPC response, or carries another id | -32603 | `upstream reply malformed` |
 //! | a method the policy denies | -32601 | `method not allowed` |
+//! | a subscription's notification larger than `--max-response` (its final error notification; `data.limit`) | -32003 (geth's) | `Response too large` |
 //!
 //! `data` names the upstream by `host:port` only (a URL path may hold an
 //! API key) and gives the reason.
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use rpcwire::RpcError;
 use rpcwire::codes::{INTERNAL_ERROR, METHOD_NOT_FOUND};
-use rpcwire::eth::codes::REQUEST_TIMEOUT;
+use rpcwire::eth::codes::{REQUEST_TIMEOUT, RESPONSE_TOO_LARGE};
 use serde::Serialize;
 
 #[derive(Serialize)]
@@ -57,6 +58,17 @@ pub fn malformed(upstream: &str, reason: &str) -> RpcError {
 pub fn no_upstream() -> RpcError {
     RpcError::new(INTERNAL_ERROR, "upstream unavailable")
         .with_data(&serde_json::json!({"reason": "no upstream configured for this call"}))
+}
+
+/// -32003 (geth's code for a reply past the limit), `data.limit`: a
+/// subscription's notification was larger than `--max-response` (the
+/// final error notification of that subscription).
+pub fn notification_too_large(upstream: &str, limit: usize) -> RpcError {
+    RpcError::new(RESPONSE_TOO_LARGE, "Response too large").with_data(&serde_json::json!({
+        "upstream": upstream,
+        "limit": limit,
+        "reason": "a notification of this subscription was larger than the limit; the subscription has ended",
+    }))
 }
 
 /// -32601: the policy denies `method`, by `rule`.

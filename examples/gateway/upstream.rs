@@ -639,6 +639,8 @@ pub struct WsUpstream {
     pub name: String,
     conn: tokio::sync::Mutex<Option<Arc<WsConn>>>,
     timeout: Duration,
+    /// `--max-response`.
+    max_response: usize,
     parser: Parser,
     /// The largest message and frame read: a reply up to `--max-response`
     /// in one frame (tungstenite's default frame limit, 16 MiB, is below
@@ -686,6 +688,9 @@ pub struct WsConn {
     abandoned: Mutex<std::collections::VecDeque<(Instant, u64)>>,
     /// How long a call may wait.
     timeout: Duration,
+    /// `--max-response`: a notification whose result is larger is not
+    /// relayed (its subscription ends with -32003).
+    max_response: usize,
     /// Set when the pings found the connection dead (its calls say so).
     silent: AtomicBool,
 }
@@ -720,6 +725,7 @@ impl WsUpstream {
             url,
             conn: tokio::sync::Mutex::new(None),
             timeout,
+            max_response,
             // Every message the connection reads is matched to its call,
             // even one past `--max-response` (the caller answers -32003):
             // one left unmatched kept its caller waiting for the timeout.
@@ -793,6 +799,7 @@ impl WsUpstream {
             heard: AtomicU64::new(0),
             abandoned: Mutex::default(),
             timeout: self.timeout,
+            max_response: self.max_response,
             silent: AtomicBool::new(false),
         });
         let writer = tokio::spawn(async move {
@@ -1032,10 +1039,19 @@ impl WsConn {
                         continue;
                     };
                     let Some(up) = sub.as_str() else { continue };
-                    let sink = lock(&self.subs).get(up).cloned();
-                    if let Some(sink) = sink
-                        && sink.send_raw(result.as_bytes()) == Err(SinkError::Closed)
-                    {
+                    let Some(sink) = lock(&self.subs).get(up).cloned() else {
+                        continue;
+                    };
+                    if result.as_bytes().len() > self.max_response {
+                        // Past `--max-response`, as a reply would be (such
+                        // a notification was relayed at any size the
+                        // connection reads, up to 64 MiB, and a slow
+                        // client's queue held that much for each): the
+                        // subscription ends with -32003, not in silence.
+                        self.forget(up);
+                        let error = errors::notification_too_large(&self.name, self.max_response);
+                        sink.close_with_error(&error);
+                    } else if sink.send_raw(result.as_bytes()) == Err(SinkError::Closed) {
                         self.forget(up);
                     }
                 }
