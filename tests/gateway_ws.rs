@@ -725,3 +725,53 @@ async fn a_notification_past_the_response_limit_ends_its_subscription() {
     .await;
     assert_eq!(next(&mut ws).await["result"], false);
 }
+
+/// An upstream that answers two clients' `eth_subscribe` with one id (a
+/// node or proxy that shares identical subscriptions, or a bug): the
+/// second is refused with a clear error rather than taking the first's
+/// relay over. The first client kept its id but got nothing more (its
+/// notifications went to the second), and its `eth_unsubscribe` then
+/// ended the second's relay too.
+#[tokio::test]
+async fn an_upstream_subscription_id_answered_twice_is_not_shared() {
+    let script: Script = Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "eth_subscribe" => vec![reply(v, json!("0xsame"))],
+        "eth_unsubscribe" => vec![reply(v, json!(true))],
+        "eth_blockNumber" => vec![reply(v, json!("0x10"))],
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    let mut a = client(gw.addr).await;
+    let mut b = client(gw.addr).await;
+    let sub = subscribe(&mut a, 1).await;
+    send(
+        &mut b,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
+    )
+    .await;
+    let r = next(&mut b).await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let reason = r["error"]["data"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("already"), "{r}");
+    up.act(notification("0xsame", json!(1)));
+    let n = next(&mut a).await;
+    assert_eq!(n["params"]["subscription"], sub.as_str(), "{n}");
+    assert_eq!(n["params"]["result"], 1, "{n}");
+    // Nothing for the second client: its next message is its reply.
+    send(
+        &mut b,
+        json!({"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}),
+    )
+    .await;
+    assert_eq!(next(&mut b).await["id"], 2);
+    // The refused one did not unsubscribe the shared id upstream.
+    assert!(up.requests("eth_unsubscribe").is_empty());
+    send(
+        &mut a,
+        json!({"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":[sub]}),
+    )
+    .await;
+    assert_eq!(next(&mut a).await["result"], true);
+    assert_eq!(up.wait_for("eth_unsubscribe", 1).await.len(), 1);
+}

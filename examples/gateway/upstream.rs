@@ -696,11 +696,12 @@ pub struct WsConn {
 }
 
 enum Waiter {
-    Call(oneshot::Sender<Bytes>),
+    Call(oneshot::Sender<Result<Bytes, RpcError>>),
     /// An `eth_subscribe`: on success, the sink is registered under the
     /// upstream's id before the next frame is read, so no notification
     /// is missed.
-    Subscribe(oneshot::Sender<Bytes>, Sink),
+    /// It fails if the upstream answers with an id already relayed.
+    Subscribe(oneshot::Sender<Result<Bytes, RpcError>>, Sink),
     /// An `eth_subscribe` whose caller left (its timeout passed): if the
     /// upstream subscribes after all, it is unsubscribed at once.
     Abandoned,
@@ -932,7 +933,7 @@ impl WsConn {
             ));
         }
         match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(reply)) => Ok(reply),
+            Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(errors::upstream_failed(
                 &self.name,
                 if self.silent.load(Ordering::Acquire) {
@@ -1012,19 +1013,36 @@ impl WsConn {
                     };
                     match waiter {
                         Waiter::Call(tx) => {
-                            let _ = tx.send(frame.clone());
+                            let _ = tx.send(Ok(frame.clone()));
                         }
                         Waiter::Subscribe(tx, sink) => {
+                            let mut outcome = Ok(frame.clone());
                             if let Ok(result) = r.result()
                                 && let Some(up) = result.as_str()
                             {
-                                self.register(up.into(), sink);
+                                if lock(&self.subs).contains_key(up) {
+                                    // Another client's relay (an upstream
+                                    // that shares identical subscriptions,
+                                    // or a bug): taking it over left that
+                                    // client silent, and an unsubscribe by
+                                    // either ended both. Refused, and not
+                                    // unsubscribed (the id is in use).
+                                    outcome = Err(errors::malformed(
+                                        &self.name,
+                                        "eth_subscribe answered with a subscription id already relayed to another subscription",
+                                    ));
+                                } else {
+                                    self.register(up.into(), sink);
+                                }
                             }
-                            let _ = tx.send(frame.clone());
+                            let _ = tx.send(outcome);
                         }
                         Waiter::Abandoned => {
+                            // Unsubscribed, unless the id is one relayed
+                            // (an upstream that shares subscriptions).
                             if let Ok(result) = r.result()
                                 && let Some(up) = result.as_str()
+                                && !lock(&self.subs).contains_key(up)
                             {
                                 self.forget(up);
                             }
