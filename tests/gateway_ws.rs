@@ -775,3 +775,57 @@ async fn an_upstream_subscription_id_answered_twice_is_not_shared() {
     assert_eq!(next(&mut a).await["result"], true);
     assert_eq!(up.wait_for("eth_unsubscribe", 1).await.len(), 1);
 }
+
+/// Subscription ids are compared as the JSON strings they are, escapes
+/// decoded: an upstream that writes its id with an escape (`"0x\u0061b"`)
+/// in its `eth_subscribe` answer or in its notifications is relayed, and
+/// unsubscribed when the client unsubscribes. Such an id was answered as
+/// a success but never relayed: the client heard nothing, and its
+/// `eth_unsubscribe` said `true` with the upstream subscription left
+/// running.
+#[tokio::test]
+async fn an_upstream_subscription_id_with_escapes_is_relayed() {
+    let script: Script = Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "eth_subscribe" => vec![Act::Send(Message::text(format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":"0x\u0061b"}}"#,
+            v["id"]
+        )))],
+        "eth_unsubscribe" => vec![reply(v, json!(true))],
+        "eth_blockNumber" => vec![reply(v, json!("0x10"))],
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    up.act(notification("0xab", json!(1)));
+    up.act(Act::Send(Message::text(
+        r#"{"jsonrpc":"2.0","method":"eth_subscription","params":{"subscription":"\u0030xab","result":2}}"#,
+    )));
+    // A call after the notifications: its reply comes with them.
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":9,"method":"eth_blockNumber"}),
+    )
+    .await;
+    let (mut results, mut answered) = (Vec::new(), false);
+    while results.len() < 2 || !answered {
+        let n = next(&mut ws).await;
+        if n["method"] == "eth_subscription" {
+            assert_eq!(n["params"]["subscription"], sub.as_str(), "{n}");
+            results.push(n["params"]["result"].clone());
+        } else {
+            assert_eq!(n["id"], 9, "{n}");
+            answered = true;
+        }
+    }
+    assert_eq!(results, [1, 2]);
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":[sub]}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["result"], true);
+    let (_, unsub) = up.wait_for("eth_unsubscribe", 1).await.remove(0);
+    assert_eq!(unsub["params"], json!(["0xab"]));
+}

@@ -1018,9 +1018,16 @@ impl WsConn {
                         Waiter::Subscribe(tx, sink) => {
                             let mut outcome = Ok(frame.clone());
                             if let Ok(result) = r.result()
-                                && let Some(up) = result.as_str()
+                                && let Some(id) = result.as_json_str()
                             {
-                                if lock(&self.subs).contains_key(up) {
+                                let Some(up) = id.decode() else {
+                                    // Not text (an unpaired surrogate).
+                                    let reason =
+                                        "eth_subscribe answered with an id that is no text";
+                                    let _ = tx.send(Err(errors::malformed(&self.name, reason)));
+                                    continue;
+                                };
+                                if lock(&self.subs).contains_key(&*up) {
                                     // Another client's relay (an upstream
                                     // that shares identical subscriptions,
                                     // or a bug): taking it over left that
@@ -1041,10 +1048,10 @@ impl WsConn {
                             // Unsubscribed, unless the id is one relayed
                             // (an upstream that shares subscriptions).
                             if let Ok(result) = r.result()
-                                && let Some(up) = result.as_str()
-                                && !lock(&self.subs).contains_key(up)
+                                && let Some(up) = result.as_json_str().and_then(|s| s.decode())
+                                && !lock(&self.subs).contains_key(&*up)
                             {
-                                self.forget(up);
+                                self.forget(&up);
                             }
                         }
                     }
@@ -1056,7 +1063,14 @@ impl WsConn {
                     else {
                         continue;
                     };
-                    let Some(up) = sub.as_str() else { continue };
+                    // Escapes decoded: the id as the upstream's answer to
+                    // `eth_subscribe` gave it, however either writes it
+                    // (only ids without escapes were matched: one with an
+                    // escape was answered as subscribed, never relayed).
+                    let Some(up) = sub.as_json_str().and_then(|s| s.decode()) else {
+                        continue;
+                    };
+                    let up = &*up;
                     let Some(sink) = lock(&self.subs).get(up).cloned() else {
                         continue;
                     };
