@@ -1023,6 +1023,39 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
     assert_eq!(unsubscribed.load(Ordering::SeqCst), 2);
 }
 
+#[tokio::test]
+async fn unsubscribing_another_clients_subscription_leaves_it_running() {
+    let (up, heads, unsubscribed) = ws_upstream().await;
+    let config = config::Config {
+        upstream_ws: Some(format!("ws://{up}")),
+        timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let gw = start(config).await;
+    let (mut owner, r) = subscribe_new_heads(gw.addr).await;
+    let sub = r["result"].as_str().unwrap().to_string();
+    let (mut other, _) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))
+        .await
+        .unwrap();
+    let unsub =
+        format!(r#"{{"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":["{sub}"]}}"#);
+    for _ in 0..3 {
+        other.send(Message::text(unsub.clone())).await.unwrap();
+        let r = read_json(&mut other).await;
+        assert_eq!(r["result"], false, "{r}");
+    }
+    // The owner's relay was never touched: nothing unsubscribed upstream,
+    // and the next head reaches it.
+    heads.send(9).unwrap();
+    let n = read_json(&mut owner).await;
+    assert_eq!(n["params"]["subscription"], sub.as_str());
+    assert_eq!(n["params"]["result"]["number"], "0x9");
+    assert_eq!(unsubscribed.load(Ordering::SeqCst), 0);
+    owner.send(Message::text(unsub)).await.unwrap();
+    assert_eq!(read_json(&mut owner).await["result"], true);
+    assert_eq!(unsubscribed.load(Ordering::SeqCst), 1);
+}
+
 type WsClient = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
 
 /// A WebSocket client of the gateway at `addr` that asked for new heads

@@ -23,7 +23,7 @@ use rpcwire::{Call, Dispatcher};
 
 use crate::config::Config;
 use crate::errors;
-use crate::upstream::{Answer, Upstreams, request_body};
+use crate::upstream::{Answer, EndRelay, Upstreams, request_body};
 
 /// The forwarding gateway's state.
 pub struct Gateway {
@@ -155,20 +155,17 @@ async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError
         Some(ws) => ws.current().await,
         None => None,
     };
-    let Some((conn, (upstream_id, sink))) =
-        conn.and_then(|c| c.take_relay(down).map(|relay| (c, relay)))
-    else {
-        return Ok(if subs.unsubscribe_id(down) {
-            Answer(Bytes::from_static(b"true"))
-        } else {
-            FALSE
+    let ended = conn
+        .as_ref()
+        .map(|c| c.end_relay(down, || subs.unsubscribe_id(down)));
+    let (Some(conn), Some(EndRelay::Ended(upstream_id))) = (conn, &ended) else {
+        return Ok(match ended {
+            // Not this client's subscription: left as it was.
+            Some(EndRelay::NotOwned) => FALSE,
+            _ if subs.unsubscribe_id(down) => Answer(Bytes::from_static(b"true")),
+            _ => FALSE,
         });
     };
-    if !subs.unsubscribe_id(down) {
-        // Not this client's subscription: leave it be.
-        conn.restore_relay(upstream_id, sink);
-        return Ok(FALSE);
-    }
     let id = up.next_id();
     let params = serde_json::to_vec(&[&*upstream_id]).unwrap_or_default();
     let body = request_body(id, "eth_unsubscribe", Some(&params));

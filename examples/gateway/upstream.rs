@@ -663,6 +663,16 @@ pub struct WsUpstream {
     ping: Option<Duration>,
 }
 
+/// What [`WsConn::end_relay`] did.
+pub enum EndRelay {
+    /// No relay for that id on this connection.
+    NotRelayed,
+    /// Relayed, but for another client: left as it was.
+    NotOwned,
+    /// Ended; the upstream's subscription id, to unsubscribe.
+    Ended(Box<str>),
+}
+
 /// One live WebSocket connection to the upstream.
 pub struct WsConn {
     out: mpsc::UnboundedSender<Message>,
@@ -946,19 +956,23 @@ impl WsConn {
         }
     }
 
-    /// The relay of the client's subscription `down` (the upstream's id
-    /// and the sink), taken out: notifications for it are no longer
-    /// relayed.
-    pub fn take_relay(&self, down: SubscriptionId) -> Option<(Box<str>, Sink)> {
-        let up = lock(&self.ups).remove(&down)?;
-        let sink = lock(&self.subs).remove(&up)?;
-        Some((up, sink))
-    }
-
-    /// Puts back a relay [`take_relay`](WsConn::take_relay) took.
-    pub fn restore_relay(&self, up: Box<str>, sink: Sink) {
-        lock(&self.ups).insert(sink.id(), up.clone());
-        lock(&self.subs).insert(up, sink);
+    /// Ends the relay of the client's subscription `down` if `release`
+    /// (the client's own unsubscribe) succeeds, and returns the upstream's
+    /// id. The relay table stays locked from the lookup to the removal, so
+    /// another client's subscription is never taken out, not even for a
+    /// moment (its notifications keep flowing), and the relay task that
+    /// sees the sink close finds nothing left to unsubscribe.
+    pub fn end_relay(&self, down: SubscriptionId, release: impl FnOnce() -> bool) -> EndRelay {
+        let mut ups = lock(&self.ups);
+        let Some(up) = ups.get(&down).cloned() else {
+            return EndRelay::NotRelayed;
+        };
+        if !release() {
+            return EndRelay::NotOwned;
+        }
+        ups.remove(&down);
+        lock(&self.subs).remove(&up);
+        EndRelay::Ended(up)
     }
 
     /// Milliseconds since the connection was made.
