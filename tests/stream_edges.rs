@@ -20,7 +20,7 @@ use rpcwire::server::stream::{CloseReason, Driver};
 use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, Parser, RpcError};
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 type D = Dispatcher<(), WithAsync>;
 
@@ -512,4 +512,90 @@ async fn shutdown_never_cuts_a_reply_made_within_the_grace() {
         got.len(),
         1048576 + 36
     );
+}
+
+/// A handler that asks its client something (LSP's
+/// `workspace/configuration`, MCP's sampling) while the connection is at
+/// `max_in_flight` gets the answer: the client's responses are read and
+/// delivered while further requests wait (reading once stopped at the
+/// limit, so the answers were never read and every such call hung until its
+/// peer timeout). Lines and concatenated JSON (framed by the parser), each
+/// with two asking calls at a limit of two and a request pipelined behind
+/// them, which runs once they are done.
+#[tokio::test]
+async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
+    let d = Dispatcher::builder(())
+        .async_method("ask", |call: AsyncCall<()>| async move {
+            let peer = call.ctx.peer().expect("two-way").clone();
+            let answer = peer
+                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+                .await
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            answer
+                .decode::<Value>()
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
+        .method("add", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            c.reply.u64(a + b)
+        })
+        .build()
+        .unwrap();
+    for concatenated in [false, true] {
+        let limits = Limits {
+            max_in_flight: 2,
+            ..Limits::default()
+        };
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (sr, sw) = tokio::io::split(server);
+        let d = d.clone();
+        let served = tokio::spawn(async move {
+            if concatenated {
+                let driver = Driver::new(Concatenated::new()).limits(limits);
+                driver.run(&d, sr, sw).await
+            } else {
+                let driver = Driver::new(Lines::new()).limits(limits);
+                driver.run(&d, sr, sw).await
+            }
+        });
+        let (cr, mut cw) = tokio::io::split(client);
+        let mut replies = tokio::io::BufReader::new(cr).lines();
+        let sep: &[u8] = if concatenated { b"" } else { b"\n" };
+        let mut send = Vec::new();
+        for m in [
+            &br#"{"jsonrpc":"2.0","id":1,"method":"ask"}"#[..],
+            br#"{"jsonrpc":"2.0","id":2,"method":"ask"}"#,
+            br#"{"jsonrpc":"2.0","id":3,"method":"add","params":[1,2]}"#,
+        ] {
+            send.extend_from_slice(m);
+            send.extend_from_slice(sep);
+        }
+        cw.write_all(&send).await.unwrap();
+        let talk = async {
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                let line = replies.next_line().await.unwrap().expect("a message");
+                let v: Value = serde_json::from_str(&line).unwrap();
+                if v["method"] == "client/ping" {
+                    let answer =
+                        json!({"jsonrpc": "2.0", "id": v["id"], "result": {"pong": v["id"]}});
+                    let mut answer = serde_json::to_vec(&answer).unwrap();
+                    answer.extend_from_slice(sep);
+                    cw.write_all(&answer).await.unwrap();
+                } else {
+                    got.push(v);
+                }
+            }
+            got
+        };
+        let got = tokio::time::timeout(Duration::from_secs(20), talk)
+            .await
+            .unwrap_or_else(|_| panic!("concatenated {concatenated}: the calls hung"));
+        let mut ids: Vec<u64> = got.iter().map(|v| v["id"].as_u64().unwrap()).collect();
+        ids.sort();
+        assert_eq!(ids, [1, 2, 3], "{got:?}");
+        assert!(got.iter().all(|v| v.get("error").is_none()), "{got:?}");
+        cw.shutdown().await.unwrap();
+        assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+    }
 }

@@ -36,6 +36,11 @@
 //!   client that sends without reading fills its own socket buffers, not
 //!   the server's memory. The read buffer never holds more than about one
 //!   message (the framer's limit; match it to [`Limits::max_message_len`]).
+//!   One exception keeps calls from waiting on themselves: while handlers
+//!   wait for their client's answers ([`Context::peer`]) at the in-flight
+//!   limit, reading goes on; answers are delivered at once, and the other
+//!   messages are held in order (up to about [`Limits::max_message_len`]
+//!   bytes, 5 MiB at most) until calls finish.
 //! * **Answers bad input and carries on.** A message the framer refuses
 //!   (over its size limit) gets its error reply with `id: null` and is
 //!   counted ([`LimitKind::MessageLen`]); bytes the framer cannot
@@ -232,6 +237,9 @@ const KEEP_BUFFER: usize = 1 << 20;
 /// that once sent a large reply kept buffers of its size (up to 1 MiB
 /// each) while it idled, gigabytes over thousands of connections.
 const KEEP_IDLE: usize = 64 * 1024;
+/// Messages held while reading on for answers at the in-flight limit, in
+/// bytes (at most [`Limits::max_message_len`], and never unbounded).
+const MAX_HELD: usize = crate::frame::DEFAULT_MAX_FRAME;
 /// Rounds of work in one poll before yielding to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
 
@@ -378,6 +386,9 @@ impl<F: Framer> Driver<F> {
             parser_frames,
             framing: false,
             parsed: Bytes::new(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            arena: bumpalo::Bump::new(),
             reason: CloseReason::Eof,
             calls_dropped: false,
             closing: false,
@@ -553,6 +564,15 @@ struct Io<'d, S, K, F, R, W> {
     /// Bytes read and not yet taken when framing by parsing paused for
     /// backpressure; `rbuf` is empty meanwhile.
     parsed: Bytes,
+    /// Messages framed while the calls in flight were at the limit
+    /// (reading on for the client's answers to its handlers' requests)
+    /// that are not only answers: started in order as calls finish.
+    held: VecDeque<Bytes>,
+    /// Their bytes: past [`MAX_HELD`] (or [`Limits::max_message_len`]),
+    /// nothing more is read.
+    held_bytes: usize,
+    /// Scratch for telling answers from calls while reading on.
+    arena: bumpalo::Bump,
     /// Why the connection ends, once `input` is not `Open`.
     reason: CloseReason,
     /// The shutdown grace passed: calls in flight were dropped.
@@ -660,10 +680,56 @@ where
         full
     }
 
+    /// Whether reading goes on past the in-flight limit: handlers wait
+    /// for their client's answers to their requests ([`Context::peer`]),
+    /// which must be read for those calls to finish (else each would hang
+    /// until its timeout, and the connection with it). Answers are taken
+    /// at once; other messages are held, in order, up to about
+    /// [`MAX_HELD`] bytes, and started as calls finish.
+    fn awaits_answers(&self) -> bool {
+        self.held_bytes < self.max_message_len.min(MAX_HELD)
+            && !self.output_full()
+            && self
+                .conn
+                .context()
+                .peer()
+                .is_some_and(|peer| peer.pending() > 0)
+    }
+
+    /// Whether `frame` holds only responses (answers to the handlers'
+    /// requests), which start no call.
+    fn only_answers(&mut self, frame: &[u8]) -> bool {
+        use crate::message::{Incoming, Message};
+        self.arena.reset();
+        match self.dispatcher.parser().parse_incoming(frame, &self.arena) {
+            Ok(Message::Single(incoming)) => incoming.is_response(),
+            Ok(Message::Batch(batch)) => batch.as_slice().iter().all(Incoming::is_response),
+            Err(_) => false,
+        }
+    }
+
+    /// Starts a framed message, or holds it while the calls in flight are
+    /// at the limit (framed only to find the answers among them).
+    fn take_frame(&mut self, frame: Bytes) {
+        if (self.backpressured() || !self.held.is_empty()) && !self.only_answers(&frame) {
+            self.held_bytes += frame.len();
+            self.held.push_back(frame);
+        } else {
+            self.start_message(frame);
+        }
+    }
+
     /// Frames the bytes buffered and starts each message, while allowed.
     fn take_messages(&mut self) -> bool {
         let mut progress = false;
-        while self.input != Input::Stopped && !self.backpressured() {
+        while !self.held.is_empty() && !self.backpressured() {
+            if let Some(frame) = self.held.pop_front() {
+                self.held_bytes -= frame.len();
+                self.start_message(frame);
+                progress = true;
+            }
+        }
+        while self.input != Input::Stopped && (!self.backpressured() || self.awaits_answers()) {
             if self.parser_frames && !self.framing {
                 progress |= self.take_parsed();
                 // At the end of the input the framer decides what is left,
@@ -680,7 +746,7 @@ where
                         // own, so the large one's memory goes with it.
                         self.rbuf = BytesMut::from(&self.rbuf[..]);
                     }
-                    self.start_message(head.slice(range));
+                    self.take_frame(head.slice(range));
                     if self.framing {
                         // Back to framing by parsing, from here.
                         self.framing = false;
@@ -697,7 +763,7 @@ where
                         // cut short, gets the parser's -32700).
                         if let Some(range) = self.framer.finish(&self.rbuf) {
                             let rest = self.rbuf.split().freeze();
-                            self.start_message(rest.slice(range));
+                            self.take_frame(rest.slice(range));
                             progress = true;
                         }
                         self.close_peer();
@@ -747,8 +813,15 @@ where
         let mut started = false;
         let mut blocked = false;
         loop {
-            if self.input == Input::Stopped || self.backpressured() {
+            if self.input == Input::Stopped {
                 blocked = true;
+                break;
+            }
+            if self.backpressured() {
+                // Answers to the handlers' requests are read on, through
+                // the framer, which takes over from here.
+                self.framing = self.awaits_answers();
+                blocked = !self.framing;
                 break;
             }
             // A message starts at its first byte, as the framer's frames do
@@ -831,6 +904,11 @@ where
     /// Takes no more messages; the connection ends for `reason` once the
     /// calls in flight are answered.
     fn stop(&mut self, reason: CloseReason) {
+        if reason == CloseReason::Shutdown {
+            // Not started: as the messages not read yet.
+            self.held.clear();
+            self.held_bytes = 0;
+        }
         if self.input != Input::Stopped {
             self.input = Input::Stopped;
             self.reason = reason;
@@ -984,7 +1062,10 @@ where
     }
 
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> io::Result<bool> {
-        if self.input != Input::Open || !self.wants_bytes || self.backpressured() {
+        if self.input != Input::Open
+            || !self.wants_bytes
+            || (self.backpressured() && !self.awaits_answers())
+        {
             return Ok(false);
         }
         if self.rbuf.capacity() - self.rbuf.len() < MIN_READ_ROOM {
@@ -1015,6 +1096,7 @@ where
     /// the end of the shutdown grace), everything written and flushed.
     fn is_done(&self) -> bool {
         self.input == Input::Stopped
+            && self.held.is_empty()
             && (self.calls_dropped || self.in_flight() == 0)
             && self.out.is_empty()
             && !self.out.unflushed
