@@ -599,3 +599,47 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
         assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
     }
 }
+
+/// Bytes a framer cannot resynchronise after (concatenated JSON's stray
+/// byte, a malformed LSP header) get a -32700 reply, and the dispatcher's
+/// observer counts it as it counts the parser's -32700 (it was counted
+/// nowhere: not a limit, and not seen by the observer).
+#[tokio::test]
+async fn framing_errors_are_counted_under_their_code() {
+    let metrics = Arc::new(Metrics::default());
+    let d = Dispatcher::builder(())
+        .method("add", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            c.reply.u64(a + b)
+        })
+        .observer(metrics.clone())
+        .build()
+        .unwrap();
+    let req = br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}"#;
+    let mut cat = req.to_vec();
+    cat.extend_from_slice(b" x");
+    let mut lsp = format!("Content-Length: {}\r\n\r\n", req.len()).into_bytes();
+    lsp.extend_from_slice(req);
+    lsp.extend_from_slice(b"Content-Length 2\r\n\r\n{}");
+    for (lsp_framing, input) in [(false, cat), (true, lsp)] {
+        let mut out = Vec::new();
+        let reason = if lsp_framing {
+            Driver::new(Lsp::new())
+                .run(&d, Pieces::new(vec![input]), &mut out)
+                .await
+        } else {
+            let driver = Driver::new(Concatenated::new());
+            driver.run(&d, Pieces::new(vec![input]), &mut out).await
+        };
+        assert!(matches!(reason.unwrap(), CloseReason::Framing(_)));
+        let v = if lsp_framing {
+            lsp_values(&out)
+        } else {
+            values(&out)
+        };
+        assert_eq!(v.len(), 2, "{v:?}");
+        assert_eq!(v[1]["error"]["code"], -32700);
+    }
+    assert_eq!(metrics.call_count("add"), 2);
+    assert_eq!(metrics.error_count(-32700), 2);
+}

@@ -774,6 +774,15 @@ impl<S: Send + Sync + 'static> Shared<S> {
         }
     }
 
+    /// Reports a message a transport's framer refused with `code` (bytes
+    /// that are not a frame), answered without the parser.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn report_unframed(&self, code: i32) {
+        if let Some(observer) = &self.observer {
+            self.report(observer, None, None, Outcome::Error(code), Instant::now());
+        }
+    }
+
     /// Calls a synchronous handler, a panic caught and turned into -32603.
     #[inline(always)]
     fn invoke(

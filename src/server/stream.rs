@@ -889,6 +889,9 @@ where
             self.limit_hit(LimitKind::Header);
         } else if error.is_too_large() {
             self.limit_hit(LimitKind::MessageLen);
+        } else {
+            // Not a limit: counted under its code, as the parser's -32700.
+            self.dispatcher.inner.report_unframed(error.code());
         }
         error.write_reply(&mut self.replies.buf);
         self.replies.end_reply();
