@@ -392,7 +392,8 @@ pub struct Peer {
 struct PeerInner {
     outbound: Arc<dyn Outbound>,
     pending: Mutex<PendingTable<Waiter>>,
-    /// [`Peer::close`] was called: no answer can come any more.
+    /// [`Peer::close`] was called: no answer can come any more. Set and
+    /// read under `pending`'s lock.
     closed: std::sync::atomic::AtomicBool,
 }
 
@@ -441,10 +442,19 @@ impl Peer {
         deadline: Option<Instant>,
         on_answer: impl FnOnce(Result<OwnedResponse, PeerError>) + Send + 'static,
     ) -> Result<u64, PeerError> {
-        if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(PeerError::Closed);
-        }
-        let id = self.lock().insert(Box::new(on_answer), deadline);
+        let waiter: Waiter = Box::new(on_answer);
+        let id = {
+            // Checked under the lock: a `close` that runs between the check
+            // and the insert would miss the new entry, whose waiter would
+            // then wait for ever.
+            let mut table = self.lock();
+            if self.inner.closed.load(std::sync::atomic::Ordering::Acquire) {
+                drop(table);
+                drop(waiter);
+                return Err(PeerError::Closed);
+            }
+            table.insert(waiter, deadline)
+        };
         let mut out = Vec::with_capacity(64);
         let sent = write_request(&mut out, id, method, params)
             .map_err(|_| PeerError::Params)
@@ -508,11 +518,16 @@ impl Peer {
     /// later one at once (the transport calls this when no answer can come
     /// any more: the connection ended, or its input did).
     pub fn close(&self) {
-        self.inner
-            .closed
-            .store(true, std::sync::atomic::Ordering::Release);
         let mut closed = Vec::new();
-        self.lock().clear(|_, w| closed.push(w));
+        {
+            // Set under the lock that `request_with` checks it under: a
+            // request is either refused or in the table cleared here.
+            let mut table = self.lock();
+            self.inner
+                .closed
+                .store(true, std::sync::atomic::Ordering::Release);
+            table.clear(|_, w| closed.push(w));
+        }
         for w in closed {
             w(Err(PeerError::Closed));
         }

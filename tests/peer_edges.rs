@@ -655,3 +655,56 @@ fn waiters_run_outside_the_lock() {
     peer.close();
     assert_eq!(peer.pending(), 0);
 }
+
+/// `request_with` read the closed flag, then took the lock to insert: a
+/// `close` between the two cleared the table before the entry went in, so
+/// the request was accepted (`Ok(id)`) and its waiter never called. Two
+/// threads race a request against `close` on many fresh peers, started
+/// together by spinning so that the calls overlap: each accepted request
+/// must hear `Closed`.
+#[test]
+fn a_request_racing_close_is_refused_or_answered() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    const PEERS: usize = 100_000;
+    let peers: Arc<Vec<Peer>> = Arc::new(
+        (0..PEERS)
+            .map(|_| Peer::new(Arc::new(Sent::default())))
+            .collect(),
+    );
+    let answered: Arc<Vec<AtomicBool>> =
+        Arc::new((0..PEERS).map(|_| AtomicBool::new(false)).collect());
+    let go = Arc::new(AtomicUsize::new(0));
+    let asker = {
+        let (peers, answered, go) = (peers.clone(), answered.clone(), go.clone());
+        std::thread::spawn(move || {
+            (0..PEERS)
+                .map(|i| {
+                    while go.load(SeqCst) <= i {
+                        std::hint::spin_loop();
+                    }
+                    let answered = answered.clone();
+                    peers[i]
+                        .request_with("q", None::<&()>, None, move |r| {
+                            assert_eq!(r.unwrap_err(), PeerError::Closed);
+                            answered[i].store(true, SeqCst);
+                        })
+                        .is_ok()
+                })
+                .collect::<Vec<bool>>()
+        })
+    };
+    for (i, peer) in peers.iter().enumerate() {
+        go.store(i + 1, SeqCst);
+        // A varying head start, so that every interleaving comes up.
+        for _ in 0..i % 64 {
+            std::hint::spin_loop();
+        }
+        peer.close();
+    }
+    let accepted = asker.join().unwrap();
+    let lost = (0..PEERS)
+        .filter(|&i| accepted[i] && !answered[i].load(SeqCst))
+        .count();
+    assert_eq!(lost, 0, "accepted requests whose waiter was never called");
+    assert!(peers.iter().all(|p| p.pending() == 0));
+}
