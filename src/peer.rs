@@ -460,7 +460,10 @@ impl Peer {
             .map_err(|_| PeerError::Params)
             .and_then(|()| self.send(out));
         if let Err(e) = sent {
-            self.lock().cancel(id);
+            // Dropped (not called) after the lock is released: what the
+            // waiter owns may use the peer when it goes.
+            let unsent = self.lock().cancel(id);
+            drop(unsent);
             return Err(e);
         }
         Ok(id)
@@ -485,7 +488,8 @@ impl Peer {
         struct Forget<'p>(&'p Peer, u64);
         impl Drop for Forget<'_> {
             fn drop(&mut self) {
-                self.0.lock().cancel(self.1);
+                let waiter = self.0.lock().cancel(self.1);
+                drop(waiter);
             }
         }
         let _forget = Forget(self, id);

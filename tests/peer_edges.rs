@@ -708,3 +708,39 @@ fn a_request_racing_close_is_refused_or_answered() {
     assert_eq!(lost, 0, "accepted requests whose waiter was never called");
     assert!(peers.iter().all(|p| p.pending() == 0));
 }
+
+/// A request the transport refuses is forgotten, and its waiter dropped
+/// uncalled: that drop ran under the pending table's lock, so a waiter
+/// owning something that asks the peer when it goes (here, how many
+/// requests wait) deadlocked the thread that sent the request.
+#[test]
+fn a_refused_requests_waiter_is_dropped_outside_the_lock() {
+    struct Refuse;
+    impl Outbound for Refuse {
+        fn send(&self, _: Bytes) -> Result<(), SendError> {
+            Err(SendError::Full)
+        }
+    }
+    /// Reports the peer's pending count when dropped.
+    struct AsksWhenDropped(Peer, std::sync::mpsc::Sender<usize>);
+    impl Drop for AsksWhenDropped {
+        fn drop(&mut self) {
+            let _ = self.1.send(self.0.pending());
+        }
+    }
+    let peer = Peer::new(Arc::new(Refuse));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let owned = AsksWhenDropped(peer.clone(), tx);
+    // On a thread of its own: a deadlock shows as no report, not a hung
+    // test run.
+    let sender =
+        std::thread::spawn(move || peer.request_with("q", None::<&()>, None, move |_| drop(owned)));
+    let pending = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the waiter was dropped without deadlocking");
+    assert_eq!(pending, 0);
+    assert_eq!(
+        sender.join().unwrap(),
+        Err(PeerError::Send(SendError::Full))
+    );
+}
