@@ -744,3 +744,52 @@ fn a_refused_requests_waiter_is_dropped_outside_the_lock() {
         Err(PeerError::Send(SendError::Full))
     );
 }
+
+/// `Driver::run` closed its peer only when it returned: a connection whose
+/// future was dropped instead (its task aborted, a `select!` that lost)
+/// left the requests sent to its client pending, and work a handler had
+/// spawned waited out its whole timeout (an hour here) for an answer that
+/// could not come.
+#[tokio::test]
+async fn a_dropped_connection_fails_the_requests_spawned_work_waits_for() {
+    let (tx, rx) = tokio::sync::oneshot::channel::<Result<(), PeerError>>();
+    let tx = Arc::new(Mutex::new(Some(tx)));
+    let d: Dispatcher<(), WithAsync> = Dispatcher::builder(())
+        .async_method("ask_later", move |c: AsyncCall<()>| {
+            let tx = tx.clone();
+            async move {
+                // Answered at once; the question goes on in a task.
+                tokio::spawn(async move {
+                    let peer = c.ctx.peer().unwrap();
+                    let r = peer
+                        .request("client/q", None::<&()>, Duration::from_secs(3600))
+                        .await;
+                    let _ = tx.lock().unwrap().take().unwrap().send(r.map(|_| ()));
+                });
+                Ok::<_, RpcError>(true)
+            }
+        })
+        .build()
+        .unwrap();
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move { Driver::new(Lines::new()).run(&d, sr, sw).await });
+    let (cr, mut cw) = tokio::io::split(client);
+    let mut lines = BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask_later\"}\n")
+        .await
+        .unwrap();
+    let mut methods = Vec::new();
+    for _ in 0..2 {
+        let line: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        methods.push(line["method"].as_str().map(str::to_owned));
+    }
+    assert!(methods.contains(&Some("client/q".into())), "{methods:?}");
+    served.abort();
+    assert!(served.await.unwrap_err().is_cancelled());
+    let outcome = tokio::time::timeout(Duration::from_secs(30), rx)
+        .await
+        .expect("the request fails when its connection is dropped, not after an hour")
+        .unwrap();
+    assert_eq!(outcome, Err(PeerError::Closed));
+}

@@ -330,7 +330,8 @@ impl<F: Framer> Driver<F> {
     /// (every message answered first), the framer gives up, it is idle, or
     /// the shutdown is triggered. An I/O error (the client vanished) ends
     /// it at once, calls in flight dropped. Pending outbound requests of
-    /// the connection's peer fail with `PeerError::Closed` when it ends.
+    /// the connection's peer fail with `PeerError::Closed` when it ends,
+    /// or when this future is dropped before it finishes.
     pub async fn run<S, K, R, W>(
         self,
         dispatcher: &Dispatcher<S, K>,
@@ -354,7 +355,13 @@ impl<F: Framer> Driver<F> {
             .outbound(Arc::new(outbox))
             .extension(subs.clone())
             .build();
-        let mut conn = Connection::with_context(context.clone());
+        // However the connection ends, this future dropped before it
+        // finishes included (a task aborted, a `select!` that lost).
+        let ends = Ends {
+            subs: subs.clone(),
+            context: context.clone(),
+        };
+        let mut conn = Connection::with_context(context);
         conn.set_reply_gate(gate);
         let idle_timeout = self.idle_timeout.unwrap_or(Some(self.limits.idle_timeout));
         let shutdown = self
@@ -403,13 +410,28 @@ impl<F: Framer> Driver<F> {
             peaks: Peaks::default(),
         };
         let result = std::future::poll_fn(|cx| io.poll(cx)).await;
+        drop(ends);
+        result
+    }
+}
+
+/// What goes with a connection served by [`Driver::run`], when it ends or
+/// its future is dropped.
+struct Ends {
+    subs: Subscriptions,
+    context: Context,
+}
+
+impl Drop for Ends {
+    fn drop(&mut self) {
         // Producers stop, and the places and buffers of the subscriptions
         // go, with the connection.
-        subs.close_all();
-        if let Some(peer) = context.peer() {
+        self.subs.close_all();
+        // No answer to a request sent to the client can come any more
+        // (work handlers spawned may still wait for one).
+        if let Some(peer) = self.context.peer() {
             peer.close();
         }
-        result
     }
 }
 
