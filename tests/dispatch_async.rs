@@ -830,3 +830,52 @@ async fn a_cancel_notification_cancels_running_and_waiting_calls() {
         }
     }
 }
+
+/// `handle_async` dropped before its reply was complete (a timeout around
+/// it) left the message and its calls in the connection: the next
+/// `handle_async` on it waited for them too and wrote the old batch's reply
+/// after its own, two JSON texts in one reply. Now the calls waiting for
+/// the dropped reply go with it (a running one, a queued one); a
+/// notification keeps running.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_handle_async_leaves_nothing_for_the_next_message() {
+    let d = dispatcher(2);
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    // Under a cap of 2: the notification and id 1 run, id 2 runs once id 1
+    // is done, id 3 waits.
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","method":"sleep","params":[500]},{"jsonrpc":"2.0","id":1,"method":"sleep","params":[10]},{"jsonrpc":"2.0","id":2,"method":"sleep","params":[1000]},{"jsonrpc":"2.0","id":3,"method":"forever"}]"#,
+    );
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        d.handle_async(&batch, &mut conn, &mut out),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    assert!(out.is_empty(), "no part of the batch's reply was written");
+    assert_eq!(conn.messages_in_flight(), 0, "the abandoned batch is gone");
+    assert_eq!(conn.in_flight(), 1, "only the notification still runs");
+    let single = Bytes::from_static(br#"{"jsonrpc":"2.0","id":9,"method":"sleep","params":[1]}"#);
+    assert!(d.handle_async(&single, &mut conn, &mut out).await);
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"jsonrpc":"2.0","id":9,"result":1}"#
+    );
+    // The notification finishes when the connection is driven on.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let input =
+        Bytes::from_static(br#"{"jsonrpc":"2.0","id":10,"method":"sync_add","params":[1,2]}"#);
+    out.clear();
+    d.handle_async(&input, &mut conn, &mut out).await;
+    std::future::poll_fn(|cx| {
+        let _ = conn.poll_replies(&d, cx, &mut out);
+        std::task::Poll::Ready(())
+    })
+    .await;
+    assert_eq!(conn.in_flight(), 0);
+    assert_eq!(
+        std::str::from_utf8(&out).unwrap(),
+        r#"{"jsonrpc":"2.0","id":10,"result":3}"#
+    );
+}

@@ -292,6 +292,11 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     /// Async notifications keep running after the reply is written, as
     /// long as the connection is driven (the next `handle_async`, or
     /// [`Connection::poll_replies`]); they never hold a reply back.
+    ///
+    /// Dropping the future before it finishes (a timeout around it, a
+    /// client gone) drops the calls still running for the reply, their
+    /// [`Cancellation`] fired, and the reply: the connection's next
+    /// message gets its own reply only.
     pub async fn handle_async<B: ReplyBuf>(
         &self,
         input: &Bytes,
@@ -300,10 +305,25 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     ) -> bool {
         let start = out.len();
         conn.start(self, input, out);
-        while conn.engine.messages_in_flight() > 0 {
-            std::future::poll_fn(|cx| conn.poll_replies(self, cx, out)).await;
+        let replying = Abandon(conn);
+        while replying.0.engine.messages_in_flight() > 0 {
+            std::future::poll_fn(|cx| replying.0.poll_replies(self, cx, out)).await;
         }
         out.len() > start
+    }
+}
+
+/// A connection whose replies are awaited by [`Dispatcher::handle_async`]:
+/// dropped before they are all written, the messages waiting for them are
+/// abandoned (else their replies would come out with the next message's).
+struct Abandon<'c>(&'c mut Connection);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if self.0.engine.messages_in_flight() > 0 {
+            let max_retained = self.0.max_retained;
+            self.0.engine.abandon_messages(max_retained);
+        }
     }
 }
 
@@ -1057,21 +1077,50 @@ impl Engine {
                 written += 1;
             }
             self.free_msgs.push(m);
-            for mut buf in [msg.buf, msg.stage] {
-                // One batch with a large reply must not pin its buffers (up
-                // to twice the response limit) for the life of the
-                // connection.
-                let kept: usize = self.buffers.iter().map(Vec::capacity).sum();
-                if kept + buf.capacity() > max_retained {
-                    continue;
-                }
-                buf.clear();
-                self.buffers.push(buf);
-            }
-            msg.replies.clear();
-            self.reply_lists.push(msg.replies);
+            self.recycle(msg, max_retained);
         }
         written
+    }
+
+    /// Keeps a freed message's buffers for the next message while all kept
+    /// buffers together hold at most `max_retained` bytes.
+    fn recycle(&mut self, msg: Msg, max_retained: usize) {
+        for mut buf in [msg.buf, msg.stage] {
+            // One batch with a large reply must not pin its buffers (up
+            // to twice the response limit) for the life of the
+            // connection.
+            let kept: usize = self.buffers.iter().map(Vec::capacity).sum();
+            if kept + buf.capacity() > max_retained {
+                continue;
+            }
+            buf.clear();
+            self.buffers.push(buf);
+        }
+        let mut replies = msg.replies;
+        replies.clear();
+        self.reply_lists.push(replies);
+    }
+
+    /// Drops every message still waiting for its reply, with the calls
+    /// running or queued for them (a running one's cancellation fires);
+    /// notifications keep running.
+    fn abandon_messages(&mut self, max_retained: usize) {
+        for index in 0..self.slots.len() {
+            if self.slots[index]
+                .task
+                .as_ref()
+                .is_some_and(|t| t.target.is_some())
+            {
+                drop(self.free_slot(index, true));
+            }
+        }
+        self.waiting.retain(|w| w.target.is_none());
+        for m in 0..self.msgs.len() {
+            if let Some(msg) = self.msgs[m].take() {
+                self.free_msgs.push(m);
+                self.recycle(msg, max_retained);
+            }
+        }
     }
 
     fn cancel(&mut self, id: &[u8]) -> bool {
