@@ -879,3 +879,30 @@ async fn a_dropped_handle_async_leaves_nothing_for_the_next_message() {
         r#"{"jsonrpc":"2.0","id":10,"result":3}"#
     );
 }
+
+/// A timeout longer than the clock can count (`Duration::MAX`, a way of
+/// writing "no timeout") made every async call panic with an overflow
+/// adding it to the arrival time, taking the caller's task down. It is no
+/// deadline now, for calls that run at once and for calls that queue.
+#[tokio::test]
+async fn a_timeout_too_long_for_the_clock_is_no_deadline() {
+    let d = Dispatcher::builder(())
+        .max_in_flight(1)
+        .timeout(Some(Duration::MAX))
+        .async_method("one", |_: AsyncCall<()>| async {
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>(1)
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"one"},{"jsonrpc":"2.0","id":2,"method":"one"}]"#,
+    );
+    assert!(d.handle_async(&batch, &mut conn, &mut out).await);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out).unwrap(),
+        json!([{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"result":1}])
+    );
+}

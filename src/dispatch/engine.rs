@@ -1508,8 +1508,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
         // paused clock in tests).
         let now = Instant::now();
         let started = now.into_std();
-        // From its arrival: the wait for a slot counts.
-        let deadline = self.timeout.map(|t| w.queued.unwrap_or(now) + t);
+        // From its arrival: the wait for a slot counts. A timeout too long
+        // for the clock (`Duration::MAX`) is no deadline.
+        let deadline = self
+            .timeout
+            .and_then(|t| w.queued.unwrap_or(now).checked_add(t));
         let answer_now = |e: RpcError| -> Pin<Box<dyn PendingCall>> {
             Box::pin(Pending {
                 fut: std::future::ready(Err::<Done, RpcError>(e)),
