@@ -397,6 +397,23 @@ struct PeerInner {
     closed: std::sync::atomic::AtomicBool,
 }
 
+impl Drop for PeerInner {
+    /// The last clone gone (a transport that never called
+    /// [`Peer::close`]): no answer can come, and each waiter still hears
+    /// why, as `request_with` promises.
+    fn drop(&mut self) {
+        let table = self
+            .pending
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut closed = Vec::new();
+        table.clear(|_, w| closed.push(w));
+        for w in closed {
+            w(Err(PeerError::Closed));
+        }
+    }
+}
+
 impl Peer {
     /// A peer writing to `outbound`.
     pub fn new(outbound: Arc<dyn Outbound>) -> Peer {

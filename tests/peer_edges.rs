@@ -793,3 +793,30 @@ async fn a_dropped_connection_fails_the_requests_spawned_work_waits_for() {
         .unwrap();
     assert_eq!(outcome, Err(PeerError::Closed));
 }
+
+/// `request_with` promises that `on_answer` runs once, with the response
+/// or with why none came. A peer whose last clone was dropped without
+/// `close` (a transport that does not call it, or a connection's context
+/// dropped as it ended) dropped its waiters uncalled: whoever waited on
+/// them learnt nothing.
+#[test]
+fn a_peer_dropped_without_close_tells_its_waiters() {
+    let answers = Answers::default();
+    let peer = Peer::new(Arc::new(Sent::default()));
+    let first = ask(&peer, &answers, None);
+    let second = ask(
+        &peer,
+        &answers,
+        Some(Instant::now() + Duration::from_secs(3600)),
+    );
+    drop(peer);
+    let mut got = answers.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            (first, Err(PeerError::Closed.to_string())),
+            (second, Err(PeerError::Closed.to_string()))
+        ]
+    );
+}
