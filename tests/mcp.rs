@@ -577,6 +577,32 @@ fn bad_schemas_are_refused() {
 
 // ---------------------------------------------------------------- stdio
 
+/// A server whose one tool asks the client (as sampling does) and reports
+/// how that went.
+fn asking_server() -> McpServer {
+    McpServer::builder("test-server", "9.9.9")
+        .tool(Tool::new(
+            "ask-client",
+            json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                let peer = cx.connection().peer().expect("a two-way transport").clone();
+                let asked = peer
+                    .request(
+                        "sampling/createMessage",
+                        Some(&json!({"messages": []})),
+                        Duration::from_secs(3600),
+                    )
+                    .await;
+                Ok(ToolOutput::text(match asked {
+                    Ok(_) => "answered".to_string(),
+                    Err(e) => format!("no answer: {e:?}"),
+                }))
+            },
+        ))
+        .build()
+        .unwrap()
+}
+
 struct Pipe {
     tx: tokio::io::DuplexStream,
     rx: tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
@@ -652,6 +678,27 @@ async fn stdio_progress_and_logs_come_before_the_reply() {
         ["warning", "error", "critical", "alert", "emergency"]
     );
     drop(p.tx);
+    p.task.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn stdio_requests_to_the_client_fail_when_its_input_ends() {
+    let s = asking_server();
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask-client","arguments":{}}}"#)
+        .await;
+    let asked = p.recv().await;
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    // The client leaves without answering: the tool hears at once that no
+    // answer can come, and its reply still goes out before the loop ends.
+    p.tx.shutdown().await.unwrap();
+    let reply = p.recv().await;
+    assert_eq!(reply["id"], 2, "{reply}");
+    assert_eq!(
+        reply["result"]["content"][0]["text"], "no answer: Closed",
+        "{reply}"
+    );
     p.task.await.unwrap().unwrap();
 }
 

@@ -40,6 +40,10 @@ impl McpServer {
             .outbound(Arc::new(outbox))
             .build();
         debug_assert!(ctx.extension::<SessionHandle>().is_some());
+        // However the loop ends (the input's end, an error, the future
+        // dropped), requests the tools sent the client fail at once with
+        // `PeerError::Closed` instead of waiting out their timeouts.
+        let _closes_peer = ClosesPeer(ctx.peer().cloned());
         let mut conn = crate::Connection::with_context(ctx);
         let mut changes = self.inner().changes.subscribe();
         let mut watching_changes = true;
@@ -121,6 +125,11 @@ impl McpServer {
                 read = reader.read_buf(&mut input), if !eof => {
                     if read? == 0 {
                         eof = true;
+                        // No answer to a request sent to the client can
+                        // come any more.
+                        if let Some(peer) = conn.context().peer() {
+                            peer.close();
+                        }
                         deadline = Some(tokio::time::Instant::now() + DRAIN_GRACE);
                         // A last line without its newline is a message too
                         // (one cut short gets -32700).
@@ -162,6 +171,17 @@ impl McpServer {
         }
         conn.start(&self.dispatcher, line, replies);
         apply_cancels(conn);
+    }
+}
+
+/// Closes the connection's peer when dropped.
+struct ClosesPeer(Option<crate::peer::Peer>);
+
+impl Drop for ClosesPeer {
+    fn drop(&mut self) {
+        if let Some(peer) = &self.0 {
+            peer.close();
+        }
     }
 }
 
