@@ -26,8 +26,10 @@
 //! the subscription with a final error notification
 //! ([`SlowPolicy::Close`], counted as [`LimitKind::Subscription`]). Either
 //! way the connection is never stalled and its memory is bounded: at most
-//! [`max_queued`](SubscriptionConfig::max_queued) notifications wait (plus
-//! one final error notification per subscription the policy closed).
+//! [`max_queued`](SubscriptionConfig::max_queued) notifications and
+//! [`max_queued_bytes`](SubscriptionConfig::max_queued_bytes) bytes wait
+//! (plus one notification larger than that alone, and one final error
+//! notification per subscription the policy closed).
 //!
 //! A connection may hold at most
 //! [`max_per_connection`](SubscriptionConfig::max_per_connection)
@@ -141,6 +143,13 @@ pub struct SubscriptionConfig {
     /// (default 16,384, geth's order of magnitude): past it, the
     /// subscription sending is treated as full.
     pub max_queued: usize,
+    /// Bytes of notifications queued over all the subscriptions of one
+    /// connection (default 16 MiB): a notification that would pass it
+    /// finds its subscription full, so large notifications (logs, traces)
+    /// cannot make a slow client cost `max_queued` times their size. One
+    /// notification larger than the bound alone is still taken when
+    /// nothing else waits.
+    pub max_queued_bytes: usize,
 }
 
 impl Default for SubscriptionConfig {
@@ -151,6 +160,7 @@ impl Default for SubscriptionConfig {
             policy: SlowPolicy::DropOldest,
             max_per_connection: 1024,
             max_queued: 16_384,
+            max_queued_bytes: 16 << 20,
         }
     }
 }
@@ -298,6 +308,8 @@ struct State {
     open: usize,
     /// Notifications queued over all subscriptions.
     queued: usize,
+    /// Their bytes.
+    queued_bytes: usize,
     /// The connection has closed: nothing is accepted any more.
     closed: bool,
 }
@@ -452,6 +464,7 @@ impl Subscriptions {
             return false;
         };
         state.queued -= entry.queue.len();
+        state.queued_bytes -= entry.queue.iter().map(Bytes::len).sum::<usize>();
         if entry.open {
             state.open -= 1;
         }
@@ -474,6 +487,12 @@ impl Subscriptions {
     /// Notifications waiting to be written, over all subscriptions.
     pub fn queued(&self) -> usize {
         lock(&self.inner.state).queued
+    }
+
+    /// Bytes of the notifications waiting to be written, over all
+    /// subscriptions.
+    pub fn queued_bytes(&self) -> usize {
+        lock(&self.inner.state).queued_bytes
     }
 
     /// The next notification to write (for the connection's writer): one
@@ -527,6 +546,7 @@ impl Subscriptions {
                 continue;
             };
             state.queued -= 1;
+            state.queued_bytes -= message.len();
             if !entry.queue.is_empty() {
                 state.ready.push_back(id);
             } else {
@@ -549,6 +569,7 @@ impl Subscriptions {
         state.closed = true;
         state.open = 0;
         state.queued = 0;
+        state.queued_bytes = 0;
         state.ready.clear();
         self.inner.publish(&state);
         let subs = std::mem::take(&mut state.subs);
@@ -594,18 +615,29 @@ impl Registry {
         };
         let mut hit = None;
         let mut outcome = Ok(());
-        if entry.queue.len() >= capacity || state.queued >= self.config.max_queued.max(1) {
+        let max_queued = self.config.max_queued.max(1);
+        let max_bytes = self.config.max_queued_bytes;
+        let full = |len: usize, queued: usize, bytes: usize| {
+            len >= capacity
+                || queued >= max_queued
+                || (bytes > 0 && bytes.saturating_add(message.len()) > max_bytes)
+        };
+        if full(entry.queue.len(), state.queued, state.queued_bytes) {
             match self.config.policy {
                 SlowPolicy::DropOldest => {
-                    if entry.queue.pop_front().is_some() {
+                    // This subscription's oldest notifications make room
+                    // for the new one, as many as it takes.
+                    while full(entry.queue.len(), state.queued, state.queued_bytes) {
+                        let Some(old) = entry.queue.pop_front() else {
+                            // The connection's queue is full of other
+                            // subscriptions' notifications: this one is
+                            // the oldest of its own.
+                            drop(guard);
+                            self.count(LimitKind::Queue);
+                            return Ok(());
+                        };
                         state.queued -= 1;
-                    } else {
-                        // The connection's queue is full of other
-                        // subscriptions' notifications: this one is the
-                        // oldest of its own.
-                        drop(guard);
-                        self.count(LimitKind::Queue);
-                        return Ok(());
+                        state.queued_bytes -= old.len();
                     }
                     hit = Some(LimitKind::Queue);
                 }
@@ -618,13 +650,16 @@ impl Registry {
                         id,
                         LIMIT_EXCEEDED,
                         "Subscription closed: the client reads too slowly",
-                        Some(&format!("{{\"buffer\":{capacity}}}")),
+                        Some(&format!(
+                            "{{\"buffer\":{capacity},\"maxQueued\":{max_queued},\"maxQueuedBytes\":{max_bytes}}}"
+                        )),
                     );
                     hit = Some(LimitKind::Subscription);
                     outcome = Err(SinkError::Closed);
                 }
             }
         }
+        state.queued_bytes += message.len();
         entry.queue.push_back(message);
         state.queued += 1;
         if !entry.in_ready {
@@ -655,6 +690,7 @@ impl Registry {
         state.open -= 1;
         entry.signal.close();
         if let Some(notice) = notice {
+            state.queued_bytes += notice.len();
             entry.queue.push_back(notice);
             state.queued += 1;
             if !entry.in_ready {
@@ -950,6 +986,63 @@ mod tests {
         assert_eq!(b.send(&0), Err(SinkError::Closed));
         assert!(!a.is_closed());
         assert_eq!(subs.queued(), 4, "a's three and b's final notice");
+    }
+
+    #[test]
+    fn queued_bytes_are_bounded_too() {
+        let metrics = Arc::new(Metrics::default());
+        let config = SubscriptionConfig {
+            max_queued_bytes: 1000,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, Some(metrics.clone()));
+        let (_, a) = subs.subscribe().unwrap();
+        let (_, b) = subs.subscribe().unwrap();
+        let text = |i: usize| format!("{i}{}", "x".repeat(199));
+        for i in 0..10 {
+            a.send(&text(i)).unwrap();
+            assert!(subs.queued_bytes() <= 1000, "{}", subs.queued_bytes());
+        }
+        // Three of ~300 bytes fit: the rest replaced a's oldest.
+        assert_eq!(subs.queued(), 3);
+        assert_eq!(metrics.limit_count(LimitKind::Queue), 7);
+        // b has none to give up: its notification is the one dropped.
+        b.send(&text(0)).unwrap();
+        assert_eq!((b.queued(), subs.queued()), (0, 3));
+        assert_eq!(metrics.limit_count(LimitKind::Queue), 8);
+        let results: Vec<_> = drain(&subs)
+            .into_iter()
+            .map(|n| n["params"]["result"].as_str().unwrap()[..1].to_string())
+            .collect();
+        assert_eq!(results, ["7", "8", "9"]);
+        assert_eq!(subs.queued_bytes(), 0);
+        // One notification larger than the bound is taken when nothing
+        // waits, and is the oldest the next one replaces.
+        a.send(&"y".repeat(5000)).unwrap();
+        assert_eq!(subs.queued(), 1);
+        assert!(subs.queued_bytes() > 5000);
+        a.send(&1).unwrap();
+        assert_eq!(subs.queued(), 1);
+        assert!(subs.queued_bytes() < 200);
+        // Unsubscribing gives its bytes back.
+        assert!(subs.unsubscribe_id(a.id()));
+        assert_eq!((subs.queued(), subs.queued_bytes()), (0, 0));
+        // With the close policy, the subscription that would pass the
+        // bound is closed, and its final notice says which bounds apply.
+        let config = SubscriptionConfig {
+            max_queued_bytes: 1000,
+            policy: SlowPolicy::Close,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, None);
+        let (_, a) = subs.subscribe().unwrap();
+        for i in 0..3 {
+            a.send(&text(i)).unwrap();
+        }
+        assert_eq!(a.send(&text(3)), Err(SinkError::Closed));
+        let got = drain(&subs);
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[3]["params"]["error"]["data"]["maxQueuedBytes"], 1000);
     }
 
     #[test]
