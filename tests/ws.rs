@@ -69,6 +69,10 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
             Some(p) => c.reply.raw(p.as_bytes()),
             None => c.reply.null(),
         })
+        .method("big", |c: Call<'_, Arc<Lab>>| {
+            let (n,): (usize,) = c.decode()?;
+            c.reply.str(&"x".repeat(n))
+        })
         .method("notify_twice", |c: Call<'_, Arc<Lab>>| {
             assert!(c.ctx.notify("progress", &json!({"step": 1})));
             assert!(c.ctx.notify("progress", &json!({"step": 2})));
@@ -943,6 +947,173 @@ async fn a_client_that_never_reads_costs_bounded_memory() {
     flood.abort();
     other.close(None).await.unwrap();
     server.stop().await;
+}
+
+/// Connections that once got a large reply, or sent a large request, do
+/// not keep buffers of its size while they idle: 20 connections, each
+/// after a 1 MiB reply and a 1 MiB request, kept about 3 MiB each (the
+/// reply buffer, tungstenite's write buffer and its read buffer): 60 MiB
+/// for 20, tens of GB for 10,000. The clients are raw sockets, which keep
+/// nothing, since the heap counted is the whole process's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_messages_leave_no_large_buffers_on_idle_connections() {
+    let _alone = HEAP.write().await;
+    const CONNECTIONS: usize = 20;
+    const LARGE: usize = 1 << 20;
+    let server = start_default().await;
+    let padding = "x".repeat(LARGE);
+    // One connection first, so that what every connection costs anyway
+    // (its task, tungstenite's 8 KiB read buffer) is not counted as kept.
+    let mut clients = Vec::new();
+    let mut base = 0;
+    for i in 0..=CONNECTIONS {
+        let mut tcp = raw_client(server.addr).await;
+        let (ask, pad) = if i == 0 {
+            (10, "")
+        } else {
+            (LARGE, &padding[..])
+        };
+        let reply = raw_call(&mut tcp, req(1, "big", json!([ask]))).await;
+        assert_eq!(reply["result"].as_str().unwrap().len(), ask);
+        let reply = raw_call(&mut tcp, req(2, "eth_blockNumber", json!([pad]))).await;
+        assert_eq!(reply["result"], "0x1b4");
+        // A small call after the large ones: the connection is idle once
+        // it is answered.
+        let reply = raw_call(&mut tcp, req(3, "big", json!([1]))).await;
+        assert_eq!(reply["result"], "x");
+        clients.push(tcp);
+        if i == 0 {
+            base = counting_alloc::live();
+        }
+    }
+    // The server gives its buffers back when it has nothing left to do,
+    // which may be a moment after the reply reached the client.
+    let mut kept = usize::MAX;
+    let give_up = tokio::time::Instant::now() + PATIENCE;
+    while tokio::time::Instant::now() < give_up {
+        kept = counting_alloc::live().saturating_sub(base);
+        if kept < CONNECTIONS * (200 << 10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        kept < CONNECTIONS * (200 << 10),
+        "{CONNECTIONS} connections kept {kept} bytes after their large messages"
+    );
+    // Still served as before.
+    for (i, tcp) in clients.iter_mut().enumerate() {
+        let reply = raw_call(tcp, req(4, "big", json!([100_000 + i]))).await;
+        assert_eq!(reply["result"].as_str().unwrap().len(), 100_000 + i);
+        let reply = raw_call(tcp, req(5, "eth_blockNumber", json!([&padding[..i]]))).await;
+        assert_eq!(reply["id"], 5);
+    }
+    drop(clients);
+    server.stop().await;
+}
+
+/// A connection that gives its buffers back between messages loses no
+/// byte of a message that arrives in pieces: a large frame cut in three
+/// with pauses between, and a large message in two fragments with a ping
+/// between them.
+#[tokio::test]
+async fn large_messages_in_pieces_are_read_whole() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut tcp = raw_client(server.addr).await;
+    let pause = || tokio::time::sleep(Duration::from_millis(50));
+    let padding = "y".repeat(300_000);
+    // Large traffic first, so that the next pause is an idle moment with
+    // buffers to give back.
+    let reply = raw_call(&mut tcp, req(1, "big", json!([200_000]))).await;
+    assert_eq!(reply["result"].as_str().unwrap().len(), 200_000);
+    pause().await;
+    let request = req(2, "echo", json!([padding]));
+    let frame = client_frame(0x1, request.to_string().as_bytes());
+    let third = frame.len() / 3;
+    for piece in [
+        &frame[..1],
+        &frame[1..third],
+        &frame[third..2 * third],
+        &frame[2 * third..],
+    ] {
+        tcp.write_all(piece).await.unwrap();
+        pause().await;
+    }
+    let reply = raw_call_reply(&mut tcp).await;
+    assert_eq!(reply["id"], 2);
+    assert_eq!(reply["result"][0].as_str().unwrap().len(), padding.len());
+    // A fragmented message: its first part, a ping, its last part.
+    let text = req(3, "echo", json!([padding])).to_string();
+    let (first, last) = text.as_bytes().split_at(text.len() / 2);
+    let mut start = client_frame(0x1, first);
+    start[0] &= 0x7f;
+    tcp.write_all(&start).await.unwrap();
+    pause().await;
+    tcp.write_all(&client_frame(0x9, b"hi")).await.unwrap();
+    pause().await;
+    tcp.write_all(&client_frame(0x0, last)).await.unwrap();
+    let reply = raw_call_reply(&mut tcp).await;
+    assert_eq!(reply["id"], 3);
+    assert_eq!(reply["result"][0].as_str().unwrap().len(), padding.len());
+    pause().await;
+    let reply = raw_call(&mut tcp, req(4, "big", json!([1]))).await;
+    assert_eq!(reply["result"], "x");
+    drop(tcp);
+    server.stop().await;
+}
+
+/// Sends `request` in one masked text frame and reads the server's next
+/// text message (one unfragmented frame, or a fragmented message; pings
+/// skipped) on a raw connection.
+async fn raw_call(tcp: &mut TcpStream, request: Value) -> Value {
+    tcp.write_all(&client_frame(0x1, request.to_string().as_bytes()))
+        .await
+        .unwrap();
+    raw_call_reply(tcp).await
+}
+
+/// The server's next text message on a raw connection (pings and pongs
+/// skipped).
+async fn raw_call_reply(tcp: &mut TcpStream) -> Value {
+    let mut message = Vec::new();
+    loop {
+        let (fin, opcode, payload) = tokio::time::timeout(PATIENCE, read_server_frame(tcp))
+            .await
+            .expect("a frame in time");
+        match opcode {
+            0x1 | 0x0 => {
+                message.extend_from_slice(&payload);
+                if fin {
+                    return serde_json::from_slice(&message).unwrap();
+                }
+            }
+            0x9 | 0xa => {}
+            other => panic!("unexpected opcode {other}"),
+        }
+    }
+}
+
+/// One server frame (unmasked): (final, opcode, payload).
+async fn read_server_frame(tcp: &mut TcpStream) -> (bool, u8, Vec<u8>) {
+    let mut head = [0u8; 2];
+    tcp.read_exact(&mut head).await.unwrap();
+    let len = match head[1] & 0x7f {
+        126 => {
+            let mut n = [0u8; 2];
+            tcp.read_exact(&mut n).await.unwrap();
+            u16::from_be_bytes(n) as usize
+        }
+        127 => {
+            let mut n = [0u8; 8];
+            tcp.read_exact(&mut n).await.unwrap();
+            u64::from_be_bytes(n) as usize
+        }
+        n => n as usize,
+    };
+    let mut payload = vec![0; len];
+    tcp.read_exact(&mut payload).await.unwrap();
+    (head[0] & 0x80 != 0, head[0] & 0x0f, payload)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

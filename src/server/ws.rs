@@ -48,7 +48,10 @@
 //!   `max_message_len`), an 8 KiB read buffer, the write buffer (32 KiB
 //!   plus the message being written), the replies of the calls in flight,
 //!   the [`Outbox`] ([`Limits::max_queued`] messages) and the
-//!   subscriptions' buffers.
+//!   subscriptions' buffers. A connection that waits for its client with
+//!   nothing in hand gives back the buffers a large message made grow
+//!   (past 64 KiB), so that idle connections do not each keep the size of
+//!   the largest message they once read or wrote.
 //! * Server-initiated messages: the connection's [`Context`](crate::Context)
 //!   is two-way. Its [`Peer`](crate::peer::Peer) writes to a bounded
 //!   [`Outbox`] ([`Limits::max_queued`] messages; a full outbox refuses
@@ -135,6 +138,12 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 const PUMP_BATCH: usize = 64;
 /// Turns of the driver per poll before it yields to other tasks.
 const TURNS_PER_POLL: usize = 256;
+/// A connection that waits for its client with nothing in hand gives back
+/// buffers that messages past this size made grow (they grow by doubling,
+/// so what it keeps is at most about twice this per buffer): 10,000 idle
+/// connections must not each hold the size of the largest message they
+/// ever read or wrote.
+const KEEP_IDLE: usize = 64 << 10;
 
 /// A JSON-RPC server over WebSocket; see the [module docs](self).
 ///
@@ -345,6 +354,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             Err(_) => return Err(HandshakeError(Kind::Timeout)),
         };
         // Frames the client sent right behind its request are the stream's.
+        let io = Watched::new(io, &early);
         let ws =
             WebSocketStream::from_partially_read(io, early, Role::Server, Some(self.ws_config()))
                 .await;
@@ -359,6 +369,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     where
         T: AsyncRead + AsyncWrite + Unpin + Send,
     {
+        let io = Watched::new(io, &[]);
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(self.ws_config())).await;
         self.drive(ws, ctx).await
     }
@@ -378,7 +389,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
         }
     }
 
-    async fn drive<T>(&self, ws: WebSocketStream<T>, ctx: ContextBuilder) -> CloseReason
+    async fn drive<T>(&self, ws: WebSocketStream<Watched<T>>, ctx: ContextBuilder) -> CloseReason
     where
         T: AsyncRead + AsyncWrite + Unpin + Send,
     {
@@ -408,6 +419,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             subs,
             write_ready: true,
             unflushed: false,
+            read_blocked: false,
             heard: false,
             silent: 0,
             tick,
@@ -689,6 +701,10 @@ struct Frames {
     lens: std::collections::VecDeque<usize>,
     /// Bytes of `buf` that are complete replies.
     marked: usize,
+    /// The most `buf` held (the size of what it allocated, give or take
+    /// the doubling: `BytesMut::capacity` counts only what is left past
+    /// the replies split off).
+    high: usize,
 }
 
 impl Frames {
@@ -725,13 +741,181 @@ impl ReplyBuf for Frames {
     fn end_reply(&mut self) {
         self.lens.push_back(self.buf.len() - self.marked);
         self.marked = self.buf.len();
+        self.high = self.high.max(self.marked);
+    }
+}
+
+/// The connection's socket as tungstenite sees it: it notes where the
+/// frames it reads begin and end, and whether a large message went
+/// through, so that the driver knows when tungstenite's buffers can be
+/// dropped without losing a byte (see `Driver::release_idle_buffers`).
+struct Watched<T> {
+    /// Taken when the `WebSocketStream` is made anew.
+    io: Option<T>,
+    frames: FrameWalk,
+    /// A frame or a write past [`KEEP_IDLE`] went through since this
+    /// stream was made: tungstenite's buffers grew.
+    large: bool,
+}
+
+impl<T> Watched<T> {
+    /// `io`, whose stream starts with `early` (bytes already read from it).
+    fn new(io: T, early: &[u8]) -> Self {
+        let mut watched = Watched {
+            io: Some(io),
+            frames: FrameWalk::default(),
+            large: false,
+        };
+        watched.large = watched.frames.walk(early);
+        watched
+    }
+
+    fn io(&mut self) -> io::Result<Pin<&mut T>>
+    where
+        T: Unpin,
+    {
+        match &mut self.io {
+            Some(io) => Ok(Pin::new(io)),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = this.io()?.poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = read {
+            this.large |= this.frames.walk(&buf.filled()[before..]);
+        }
+        read
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        // tungstenite writes its whole write buffer each time.
+        this.large |= buf.len() > KEEP_IDLE;
+        this.io()?.poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        this.large |= bufs.iter().map(|b| b.len()).sum::<usize>() > KEEP_IDLE;
+        this.io()?.poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.as_ref().is_some_and(|io| io.is_write_vectored())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().io()?.poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        self.get_mut().io()?.poll_shutdown(cx)
+    }
+}
+
+/// Follows the frame headers in the bytes read from a client (RFC 6455
+/// §5.2), to tell when they end between two messages. Only the lengths
+/// and the fragmentation are read: tungstenite checks the rest.
+#[derive(Default)]
+struct FrameWalk {
+    /// The header being read, `have` bytes of it so far (at most 14: two,
+    /// an extended length of eight, a mask of four).
+    head: [u8; 14],
+    have: usize,
+    /// Payload bytes of the current frame still to come.
+    left: u64,
+    /// A data frame without its final bit was read, and no final
+    /// continuation frame since.
+    fragmented: bool,
+}
+
+impl FrameWalk {
+    /// Follows `bytes`, the next ones read; whether a frame's payload is
+    /// larger than half [`KEEP_IDLE`] (tungstenite's read buffer grows to
+    /// hold a whole frame).
+    fn walk(&mut self, mut bytes: &[u8]) -> bool {
+        let mut large = false;
+        while !bytes.is_empty() {
+            if self.left > 0 {
+                let n = bytes
+                    .len()
+                    .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                self.left -= n as u64;
+                bytes = &bytes[n..];
+                continue;
+            }
+            self.head[self.have] = bytes[0];
+            self.have += 1;
+            bytes = &bytes[1..];
+            if let Some(len) = self.header_len() {
+                let (fin, opcode) = (self.head[0] & 0x80 != 0, self.head[0] & 0x0f);
+                match opcode {
+                    // Text or binary: a fragmented message starts unless
+                    // final.
+                    0x1 | 0x2 => self.fragmented = !fin,
+                    0x0 if fin => self.fragmented = false,
+                    _ => {}
+                }
+                large |= len > (KEEP_IDLE / 2) as u64;
+                self.have = 0;
+                self.left = len;
+            }
+        }
+        large
+    }
+
+    /// The payload length, once the header is whole.
+    fn header_len(&self) -> Option<u64> {
+        let h = &self.head;
+        if self.have < 2 {
+            return None;
+        }
+        let extended = match h[1] & 0x7f {
+            126 => 2,
+            127 => 8,
+            _ => 0,
+        };
+        let mask = if h[1] & 0x80 != 0 { 4 } else { 0 };
+        if self.have < 2 + extended + mask {
+            return None;
+        }
+        Some(match extended {
+            0 => u64::from(h[1] & 0x7f),
+            2 => u64::from(u16::from_be_bytes([h[2], h[3]])),
+            _ => u64::from_be_bytes([h[2], h[3], h[4], h[5], h[6], h[7], h[8], h[9]]),
+        })
+    }
+
+    /// The bytes so far end a message: no frame partly read, no
+    /// fragmented message unfinished.
+    fn between_messages(&self) -> bool {
+        self.have == 0 && self.left == 0 && !self.fragmented
     }
 }
 
 /// One connection's state; see the module docs.
 struct Driver<'s, S, K, T> {
     server: &'s WsServer<S, K>,
-    ws: WebSocketStream<T>,
+    ws: WebSocketStream<Watched<T>>,
     conn: Connection,
     replies: Frames,
     outbox: mpsc::Receiver<Bytes>,
@@ -740,6 +924,9 @@ struct Driver<'s, S, K, T> {
     write_ready: bool,
     /// Messages were written since the last flush.
     unflushed: bool,
+    /// The last read found no whole frame (tungstenite's read buffer holds
+    /// at most the start of one).
+    read_blocked: bool,
     /// A frame came from the client since the last tick.
     heard: bool,
     /// Ticks in a row without a frame from the client.
@@ -832,7 +1019,9 @@ where
             } else if self.write_ready
                 && self.conn.messages_in_flight() < self.server.limits.max_in_flight
             {
-                match self.ws.poll_next_unpin(cx) {
+                let next = self.ws.poll_next_unpin(cx);
+                self.read_blocked = next.is_pending();
+                match next {
                     Poll::Ready(Some(Ok(message))) => {
                         progress = true;
                         if let Some(reason) = self.on_message(message) {
@@ -872,7 +1061,66 @@ where
                 Poll::Pending => {}
             }
         }
+        self.release_idle_buffers(cx);
         Poll::Pending
+    }
+
+    /// Gives back the buffers a large message made grow (past
+    /// [`KEEP_IDLE`]) when the connection waits for its client with
+    /// nothing in hand: no reply to send or to wait for, nothing written
+    /// and not flushed, no frame partly read.
+    ///
+    /// tungstenite's read and write buffers are never shrunk, and can only
+    /// be dropped with the `WebSocketStream` that holds them: it is made
+    /// anew over the same socket, which loses nothing when its read buffer
+    /// is empty (checked by [`Watched`]), no fragmented message is partly
+    /// read, and all it wrote (pongs included) is flushed.
+    fn release_idle_buffers(&mut self, cx: &mut TaskContext<'_>) {
+        if !self.replies.is_empty()
+            || self.conn.in_flight() > 0
+            || self.conn.messages_in_flight() > 0
+            || self.drain.is_some()
+        {
+            return;
+        }
+        if self.replies.buf.is_empty() && self.replies.high > KEEP_IDLE / 2 {
+            self.replies = Frames::default();
+        }
+        let watched = self.ws.get_ref();
+        if !watched.large || !watched.frames.between_messages() {
+            return;
+        }
+        // Only bytes of whole frames reached tungstenite, and it took them
+        // all: its read buffer is empty.
+        if !self.read_blocked
+            || !self.write_ready
+            || self.unflushed
+            || !self.outbox.is_empty()
+            || self.subs.has_queued()
+        {
+            return;
+        }
+        // Pongs tungstenite queued while reading.
+        if !matches!(self.ws.poll_flush_unpin(cx), Poll::Ready(Ok(()))) {
+            return;
+        }
+        let Some(io) = self.ws.get_mut().io.take() else {
+            return;
+        };
+        let fresh = WebSocketStream::from_raw_socket(
+            Watched::new(io, &[]),
+            Role::Server,
+            Some(self.server.ws_config()),
+        );
+        // Ready at once: there is no handshake to do. (Were it not, the
+        // old stream, left without its socket, fails the next read and
+        // the connection closes.)
+        if let Poll::Ready(ws) = std::pin::pin!(fresh).poll(cx) {
+            self.ws = ws;
+            self.read_blocked = false;
+            // Come back to read from the new stream.
+            cx.waker().wake_by_ref();
+        }
     }
 
     /// Hands a message to the dispatcher; `Some` when the connection must
