@@ -1116,6 +1116,59 @@ async fn read_server_frame(tcp: &mut TcpStream) -> (bool, u8, Vec<u8>) {
     (head[0] & 0x80 != 0, head[0] & 0x0f, payload)
 }
 
+/// Pings from a client that never reads: each one's pong is queued by
+/// tungstenite, which the server does not see as a write of its own.
+/// The server kept reading them, and its write buffer grew by a pong per
+/// ping, without bound (hundreds of MiB here) until its next idle tick.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_pings_and_never_reads_costs_bounded_memory() {
+    let _alone = HEAP.write().await;
+    let server = start_default().await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = raw_client_on(socket.connect(server.addr).await.unwrap()).await;
+    let (_unread, mut writer) = tcp.into_split();
+    let base = counting_alloc::start_peak();
+    // Pings of 125 bytes (the most a control frame holds), never a pong
+    // read: 200 MiB offered.
+    let chunk: Vec<u8> = (0..1000)
+        .flat_map(|_| client_frame(0x9, &[b'p'; 125]))
+        .collect();
+    let written = Arc::new(AtomicUsize::new(0));
+    let flood = tokio::spawn({
+        let written = written.clone();
+        async move {
+            while written.load(Ordering::SeqCst) < 200 << 20 {
+                if writer.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                written.fetch_add(chunk.len(), Ordering::SeqCst);
+            }
+            writer
+        }
+    });
+    until_settled(|| written.load(Ordering::SeqCst), || false).await;
+    let peak = counting_alloc::peak_since(base);
+    let offered = written.load(Ordering::SeqCst);
+    assert!(
+        peak < 2 << 20,
+        "peak heap {peak} bytes, {offered} bytes of pings taken"
+    );
+    assert!(
+        offered < 200 << 20,
+        "the server stopped reading ({offered} bytes taken)"
+    );
+    // Another client is served meanwhile.
+    let mut other = connect(server.addr).await;
+    assert_eq!(
+        call(&mut other, req(1, "eth_blockNumber", json!([]))).await["id"],
+        1
+    );
+    flood.abort();
+    other.close(None).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_connections_opened_and_dropped() {
     let _shared = HEAP.read().await;

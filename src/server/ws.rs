@@ -1024,7 +1024,7 @@ where
                 match next {
                     Poll::Ready(Some(Ok(message))) => {
                         progress = true;
-                        if let Some(reason) = self.on_message(message) {
+                        if let Err(reason) = self.on_message(cx, message) {
                             return Poll::Ready(reason);
                         }
                     }
@@ -1123,20 +1123,29 @@ where
         }
     }
 
-    /// Hands a message to the dispatcher; `Some` when the connection must
-    /// close.
-    fn on_message(&mut self, message: Message) -> Option<CloseReason> {
+    /// Hands a message to the dispatcher, answers a ping; `Err` when the
+    /// connection must close.
+    fn on_message(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        message: Message,
+    ) -> Result<(), CloseReason> {
         self.heard = true;
         let input = match message {
             Message::Text(text) => Bytes::from(text),
             Message::Binary(bytes) => bytes,
-            Message::Close(_) => return Some(CloseReason::Client),
-            // Pongs are queued by tungstenite itself.
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => return None,
+            Message::Close(_) => return Err(CloseReason::Client),
+            // tungstenite queued the pong already, out of sight of the
+            // writer's backpressure: a client that pings and never reads
+            // would have its pongs buffered without bound. Sending it as
+            // a message of ours takes the place of that one and counts
+            // as a write (reading stops while the socket takes nothing).
+            Message::Ping(data) => return self.send(cx, Message::Pong(data)),
+            Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
         self.conn
             .start(&self.server.dispatcher, &input, &mut self.replies);
-        None
+        Ok(())
     }
 
     /// Sends the complete replies while the sink takes them.
