@@ -470,6 +470,8 @@ async fn a_bad_handshake_gets_an_http_answer() {
             .await
             .starts_with("HTTP/1.1 431")
     );
+    // Counted as the HTTP server counts it; the others are no limit hit.
+    assert_eq!(server.metrics.limit_count(LimitKind::Header), 1);
     // A valid one, with a frame right behind it in the same write.
     let mut tcp = TcpStream::connect(server.addr).await.unwrap();
     let mut first = HANDSHAKE.as_bytes().to_vec();
@@ -1263,6 +1265,8 @@ async fn connections_past_the_limit_and_silent_handshakes_are_refused() {
         .await
         .unwrap();
     assert!(matches!(n, Ok(0) | Err(_)));
+    // Counted, as the HTTP server counts a head that does not arrive.
+    assert_eq!(metrics.limit_count(LimitKind::Header), 1);
     // (The silent connection's place is given back as its task ends, just
     // after it is closed: try again meanwhile.)
     let mut d = loop {

@@ -103,7 +103,8 @@ pub enum LimitKind {
     /// slow-subscriber policy (notifications dropped by it count as
     /// `Queue`).
     Subscription,
-    /// The header section (LSP, HTTP) too large.
+    /// The header section (LSP, HTTP, a WebSocket opening handshake) too
+    /// large, or (HTTP, WebSocket) too slow to arrive.
     Header,
     /// [`Limits::body_timeout`]: an HTTP body that did not arrive in time.
     BodyTimeout,

@@ -240,7 +240,8 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
 
     /// How long a new TCP connection may take to complete the opening
     /// handshake (default 10 s), so that connections that never send one
-    /// do not hold a place.
+    /// do not hold a place (counted as [`LimitKind::Header`], as the HTTP
+    /// server counts a request head that does not arrive in time).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
         self
@@ -335,7 +336,9 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// A request that is not a valid upgrade is answered as an HTTP server
     /// answers it (RFC 6455 §4.2.2): `426` with the version this server
     /// speaks for another `Sec-WebSocket-Version`, `400` with a -32600 body
-    /// saying why otherwise, `431` for a head past 64 KiB.
+    /// saying why otherwise, `431` for a head past 64 KiB (counted as
+    /// [`LimitKind::Header`], as is a handshake past the
+    /// [`handshake_timeout`](WsServer::handshake_timeout)).
     ///
     /// The connection holds no place among [`Limits::max_connections`]:
     /// a caller with its own accept loop decides how many it serves (the
@@ -350,8 +353,17 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     {
         let opening = tokio::time::timeout(self.handshake_timeout, open(&mut io)).await;
         let (headers, early) = match opening {
-            Ok(opened) => opened?,
-            Err(_) => return Err(HandshakeError(Kind::Timeout)),
+            Ok(Ok(opened)) => opened,
+            Ok(Err(e)) => {
+                if matches!(e.0, Kind::HeadTooLarge) {
+                    self.count(LimitKind::Header);
+                }
+                return Err(e);
+            }
+            Err(_) => {
+                self.count(LimitKind::Header);
+                return Err(HandshakeError(Kind::Timeout));
+            }
         };
         // Frames the client sent right behind its request are the stream's.
         let io = Watched::new(io, &early);
@@ -494,6 +506,7 @@ pub enum CloseReason {
 
 /// The largest opening handshake request head read.
 const MAX_HANDSHAKE_HEAD: usize = 64 << 10;
+const HEAD_TOO_LARGE: &str = "the request head is too large";
 
 /// Reads the opening handshake's request from `io` and answers it: `101`
 /// and the request's headers with the bytes read past its head, or the
@@ -513,12 +526,8 @@ where
             Ok(Some(request)) => break request,
             Ok(None) if buf.len() < MAX_HANDSHAKE_HEAD => {}
             Ok(None) => {
-                let _ = io
-                    .write_all(&refusal(431, "the request head is too large", None))
-                    .await;
-                return Err(HandshakeError(Kind::Invalid(
-                    "the request head is too large",
-                )));
+                let _ = io.write_all(&refusal(431, HEAD_TOO_LARGE, None)).await;
+                return Err(HandshakeError(Kind::HeadTooLarge));
             }
             Err(reason) => {
                 let _ = io.write_all(&refusal(400, reason, None)).await;
@@ -623,8 +632,10 @@ enum Kind {
     /// The connection closed before its request was whole.
     Closed,
     Io(io::Error),
-    /// Not an HTTP request, or one past the head limit.
+    /// Not an HTTP request.
     Invalid(&'static str),
+    /// A request head past [`MAX_HANDSHAKE_HEAD`].
+    HeadTooLarge,
     Rejected(tungstenite::Error),
 }
 
@@ -641,6 +652,7 @@ impl std::fmt::Display for HandshakeError {
             Kind::Closed => f.write_str("the connection closed during the WebSocket handshake"),
             Kind::Io(e) => write!(f, "the WebSocket handshake failed: {e}"),
             Kind::Invalid(reason) => write!(f, "not a WebSocket handshake: {reason}"),
+            Kind::HeadTooLarge => write!(f, "not a WebSocket handshake: {HEAD_TOO_LARGE}"),
             Kind::Rejected(e) => write!(f, "not a WebSocket handshake: {e}"),
         }
     }
