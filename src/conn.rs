@@ -363,6 +363,20 @@ impl Connection {
         }
     }
 
+    /// Gives back the arena and the reply buffers kept between messages
+    /// past `keep` bytes each ([`max_retained`](Connection::max_retained)
+    /// bounds what one message leaves): for a transport whose connection
+    /// idles, so that thousands of idle connections do not each keep what
+    /// their largest message needed.
+    #[cfg(feature = "ws")]
+    pub(crate) fn release_idle(&mut self, keep: usize) {
+        if self.arena.allocated_bytes() > keep {
+            self.arena = Bump::new();
+        }
+        #[cfg(feature = "async")]
+        self.engine.release_buffers(keep);
+    }
+
     /// Hands an incoming response to the peer's pending table.
     pub(crate) fn deliver(&self, input: Option<&Bytes>, response: crate::message::Incoming<'_>) {
         let matched = match (self.context.peer(), response) {

@@ -83,6 +83,11 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
             tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok::<_, RpcError>(ms)
         })
+        .async_method("big_later", |c: AsyncCall<Arc<Lab>>| async move {
+            let (n,): (usize,) = c.decode()?;
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
         .async_method("gate", |c: AsyncCall<Arc<Lab>>| async move {
             c.state.gate.notified().await;
             Ok::<_, RpcError>("opened")
@@ -979,9 +984,15 @@ async fn large_messages_leave_no_large_buffers_on_idle_connections() {
         assert_eq!(reply["result"].as_str().unwrap().len(), ask);
         let reply = raw_call(&mut tcp, req(2, "eth_blockNumber", json!([pad]))).await;
         assert_eq!(reply["result"], "0x1b4");
+        // A batch with an async call: its reply is made in buffers of
+        // its own.
+        let ask = if i == 0 { 10 } else { 400_000 };
+        let batch = json!([req(3, "big_later", json!([ask])), req(4, "big", json!([1]))]);
+        let reply = raw_call(&mut tcp, batch).await;
+        assert_eq!(reply[0]["result"].as_str().unwrap().len(), ask);
         // A small call after the large ones: the connection is idle once
         // it is answered.
-        let reply = raw_call(&mut tcp, req(3, "big", json!([1]))).await;
+        let reply = raw_call(&mut tcp, req(5, "big", json!([1]))).await;
         assert_eq!(reply["result"], "x");
         clients.push(tcp);
         if i == 0 {
@@ -1059,7 +1070,7 @@ async fn large_messages_in_pieces_are_read_whole() {
     assert_eq!(reply["id"], 3);
     assert_eq!(reply["result"][0].as_str().unwrap().len(), padding.len());
     pause().await;
-    let reply = raw_call(&mut tcp, req(4, "big", json!([1]))).await;
+    let reply = raw_call(&mut tcp, req(5, "big", json!([1]))).await;
     assert_eq!(reply["result"], "x");
     drop(tcp);
     server.stop().await;

@@ -1123,6 +1123,17 @@ impl Engine {
         }
     }
 
+    /// Gives back the kept reply buffers past `keep` bytes in all (for a
+    /// transport whose connection idles with nothing in flight).
+    #[cfg(feature = "ws")]
+    pub(crate) fn release_buffers(&mut self, keep: usize) {
+        let mut kept = 0;
+        self.buffers.retain(|buf| {
+            kept += buf.capacity();
+            kept <= keep
+        });
+    }
+
     fn cancel(&mut self, id: &[u8]) -> bool {
         let Some(target) = self.take_call(id) else {
             return false;

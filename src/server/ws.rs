@@ -1098,6 +1098,8 @@ where
         if self.replies.buf.is_empty() && self.replies.high > KEEP_IDLE / 2 {
             self.replies = Frames::default();
         }
+        // The dispatcher's: the arena, async batches' reply buffers.
+        self.conn.release_idle(KEEP_IDLE);
         let watched = self.ws.get_ref();
         if !watched.large || !watched.frames.between_messages() {
             return;
