@@ -368,7 +368,7 @@ impl Connection {
     /// bounds what one message leaves): for a transport whose connection
     /// idles, so that thousands of idle connections do not each keep what
     /// their largest message needed.
-    #[cfg(feature = "ws")]
+    #[cfg(feature = "server")]
     pub(crate) fn release_idle(&mut self, keep: usize) {
         if self.arena.allocated_bytes() > keep {
             self.arena = Bump::new();

@@ -1125,7 +1125,7 @@ impl Engine {
 
     /// Gives back the kept reply buffers past `keep` bytes in all (for a
     /// transport whose connection idles with nothing in flight).
-    #[cfg(feature = "ws")]
+    #[cfg(feature = "server")]
     pub(crate) fn release_buffers(&mut self, keep: usize) {
         let mut kept = 0;
         self.buffers.retain(|buf| {

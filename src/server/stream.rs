@@ -679,6 +679,13 @@ where
         if self.replies.buf.is_empty() && self.replies.buf.capacity() > KEEP_IDLE {
             self.replies.buf = Vec::new();
         }
+        // The dispatcher's arena and async reply buffers, kept between
+        // messages up to `Connection::max_retained`, and the scratch
+        // arena that told answers from calls.
+        self.conn.release_idle(KEEP_IDLE);
+        if self.arena.allocated_bytes() > KEEP_IDLE {
+            self.arena = bumpalo::Bump::new();
+        }
     }
 
     /// Calls (async, notifications included) or messages in flight,
