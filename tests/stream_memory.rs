@@ -1,7 +1,8 @@
-//! A client that sends requests as fast as it can and never reads its
-//! replies costs the server bounded heap memory, measured with a counting
-//! allocator (in a test binary of its own: the allocator counts every
-//! thread).
+//! Heap memory of the servers, measured with a counting allocator (in a
+//! test binary of its own: the allocator counts every thread): a client
+//! that sends requests as fast as it can and never reads its replies costs
+//! the stream server bounded memory, and idle connections (stream and
+//! HTTP/1.1 keep-alive) do not keep the buffers of their largest message.
 #![cfg(feature = "server")]
 
 #[path = "support/counting_alloc.rs"]
@@ -215,4 +216,89 @@ async fn kept_by_idle_connections(two: impl Fn(usize) -> String) -> usize {
     shutdown.trigger();
     let _ = tokio::time::timeout(Duration::from_secs(30), server).await;
     kept
+}
+
+/// The same over HTTP/1.1 keep-alive: a connection's per-request scratch
+/// (arena, async reply buffers), kept between its requests, does not keep
+/// what one large request needed while the connection idles.
+#[cfg(feature = "http")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http_connection_keeps_no_large_buffers() {
+    use rpcwire::dispatch::{AsyncCall, RpcError};
+    use rpcwire::server::Shutdown;
+    use rpcwire::server::http::{HttpService, serve};
+    use tokio::io::AsyncReadExt;
+    let _serial = SERIAL.lock().await;
+    let d = Dispatcher::builder(())
+        .method("len", |c: Call<'_, ()>| {
+            let (text,): (&str,) = c.decode()?;
+            Ok::<_, RpcError>(text.len())
+        })
+        .async_method("big_async", |c: AsyncCall<()>| async move {
+            let (n,): (usize,) = c.decode()?;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
+        .build()
+        .unwrap();
+    let limits = Limits::default();
+    let service = HttpService::new(d, &limits, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = tokio::spawn(serve(listener, service, limits, None, shutdown.clone()));
+    let mut clients = Vec::new();
+    let mut base = 0;
+    for i in 0..=CONNECTIONS {
+        let ask = if i == 0 { 10 } else { 400_000 };
+        let escaped = "\\u0041".repeat(ask / 10);
+        let body = format!(
+            "[{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"big_async\",\"params\":[{ask}]}},{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"len\",\"params\":[\"{escaped}\"]}}]"
+        );
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let request = format!(
+            "POST / HTTP/1.1\r\nhost: a\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        client.write_all(request.as_bytes()).await.unwrap();
+        // The head, then the body to its length.
+        let mut reply = Vec::new();
+        let mut chunk = [0u8; 64 * 1024];
+        let wanted = loop {
+            let n = tokio::time::timeout(Duration::from_secs(30), client.read(&mut chunk))
+                .await
+                .expect("a reply")
+                .unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&reply));
+            reply.extend_from_slice(&chunk[..n]);
+            if let Some(end) = reply.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&reply[..end]).to_ascii_lowercase();
+                assert!(head.starts_with("http/1.1 200"), "{head}");
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length: "))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                break end + 4 + length;
+            }
+        };
+        while reply.len() < wanted {
+            let n = client.read(&mut chunk).await.unwrap();
+            assert!(n > 0);
+            reply.extend_from_slice(&chunk[..n]);
+        }
+        assert!(!reply.windows(7).any(|w| w == b"\"error\""));
+        clients.push(client);
+        if i == 0 {
+            base = counting_alloc::live();
+        }
+    }
+    let kept = counting_alloc::live().saturating_sub(base);
+    drop(clients);
+    shutdown.trigger();
+    let _ = tokio::time::timeout(Duration::from_secs(30), server).await;
+    assert!(
+        kept < CONNECTIONS * (150 << 10),
+        "{CONNECTIONS} connections kept {kept} bytes after their large requests"
+    );
 }

@@ -202,6 +202,14 @@ impl Own {
             if self.answer(&head, http, scratch).await? {
                 return Err(Leave::Close);
             }
+            // Waiting for the next request: the scratch does not keep what
+            // a large one needed (its arena, async reply buffers) while the
+            // connection idles, thousands of connections over.
+            if self.buf.is_empty()
+                && let Some(scratch) = scratch.as_mut()
+            {
+                scratch.release_idle(RETAINED);
+            }
         }
     }
 
