@@ -514,6 +514,83 @@ async fn shutdown_never_cuts_a_reply_made_within_the_grace() {
     );
 }
 
+/// A writer whose flush takes `delay` from its first call (as a blocking
+/// stdout write can); what was flushed is what the client got.
+struct SlowFlush {
+    written: Vec<u8>,
+    flushed: Arc<std::sync::Mutex<Vec<u8>>>,
+    delay: Duration,
+    flushing: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl tokio::io::AsyncWrite for SlowFlush {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.written.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let delay = self.delay;
+        let sleep = self
+            .flushing
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(delay)));
+        if sleep.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.flushing = None;
+        let written = std::mem::take(&mut self.written);
+        self.flushed.lock().unwrap().extend_from_slice(&written);
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_flush(cx)
+    }
+}
+
+/// Graceful shutdown: a reply written just before the grace ends is
+/// flushed before the connection closes (it was once left unflushed in a
+/// buffered writer such as stdout's when its flush outlasted the grace).
+#[tokio::test(start_paused = true)]
+async fn shutdown_flushes_a_reply_written_at_the_end_of_the_grace() {
+    let d = dispatcher();
+    let limits = Limits {
+        shutdown_grace: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let shutdown = Shutdown::new();
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let flushed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writer = SlowFlush {
+        written: Vec::new(),
+        flushed: flushed.clone(),
+        delay: Duration::from_millis(750),
+        flushing: None,
+    };
+    let driver = Driver::new(Lines::new())
+        .limits(limits)
+        .shutdown(shutdown.clone());
+    let served = tokio::spawn(async move { driver.run(&d, server, writer).await });
+    let mut client = client;
+    client
+        .write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"slow\",\"params\":[\"done\",500]}\n",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    shutdown.trigger();
+    // The call ends at 0.5 s, its reply's flush at 1.25 s: past the grace.
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Shutdown);
+    let got = String::from_utf8(flushed.lock().unwrap().clone()).unwrap();
+    assert_eq!(got, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"done\"}\n");
+    drop(client);
+}
+
 /// A handler that asks its client something (LSP's
 /// `workspace/configuration`, MCP's sampling) while the connection is at
 /// `max_in_flight` gets the answer: the client's responses are read and

@@ -1157,8 +1157,8 @@ where
         if grace.as_mut().poll(cx).is_pending() {
             return None;
         }
-        if self.grace_extended || (calls_done && self.out.is_empty()) {
-            // The replies had their time to be written too.
+        if self.grace_extended || (calls_done && self.out.is_empty() && !self.out.unflushed) {
+            // The replies had their time to be written (and flushed) too.
             return Some(CloseReason::Shutdown);
         }
         if !calls_done {
@@ -1173,8 +1173,9 @@ where
             }
             self.calls_dropped = true;
         }
-        // The replies already made (some maybe half written) get one more
-        // grace period to be written whole.
+        // The replies already made (some maybe half written, or written
+        // and not yet flushed) get one more grace period to be written
+        // whole.
         self.grace_extended = true;
         grace.as_mut().reset(Instant::now() + self.shutdown_grace);
         if grace.as_mut().poll(cx).is_ready() {
