@@ -88,6 +88,18 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
             tokio::task::yield_now().await;
             Ok::<_, RpcError>("x".repeat(n))
         })
+        // Asks the client (through the connection's peer) and replies with
+        // its answer's result: MCP sampling, LSP workspace/configuration.
+        .async_method("ask", |c: AsyncCall<Arc<Lab>>| async move {
+            let peer = c.ctx.peer().expect("two-way").clone();
+            let answer = peer
+                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+                .await
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            answer
+                .decode::<Value>()
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
         .async_method("gate", |c: AsyncCall<Arc<Lab>>| async move {
             c.state.gate.notified().await;
             Ok::<_, RpcError>("opened")
@@ -435,6 +447,121 @@ async fn a_live_client_at_the_in_flight_cap_is_not_closed_as_idle() {
     assert_eq!(next_json(&mut ws).await["result"], 1500);
     assert_eq!(next_json(&mut ws).await["result"], json!([2]));
     assert_eq!(server.metrics.limit_count(LimitKind::Idle), 0);
+    server.stop().await;
+}
+
+/// A handler that asks its client something (MCP sampling, LSP
+/// `workspace/configuration`) while the connection is at `max_in_flight`
+/// gets the answer: the client's responses are read and delivered while
+/// further requests wait, and those run as calls finish. Reading once
+/// stopped at the limit, so the answers were never read and every such
+/// call hung until its peer timeout. Two asking calls and an ordinary one
+/// pipelined behind them, at a limit of one (answers one by one) and of
+/// two (both answered in one batch).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
+    let _heap = HEAP.read().await;
+    for limit in [1, 2] {
+        let limits = Limits {
+            max_in_flight: limit,
+            ..Limits::default()
+        };
+        let server = start(limits, SubscriptionConfig::default()).await;
+        let mut ws = connect(server.addr).await;
+        send(&mut ws, req(1, "ask", json!([])).to_string()).await;
+        send(&mut ws, req(2, "ask", json!([])).to_string()).await;
+        send(&mut ws, req(3, "echo", json!([3])).to_string()).await;
+        let talk = async {
+            let mut asked = Vec::new();
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                let m = next_json(&mut ws).await;
+                if m["method"] != "client/ping" {
+                    got.push(m);
+                    continue;
+                }
+                asked.push(json!({"jsonrpc": "2.0", "id": m["id"], "result": {"pong": m["id"]}}));
+                if limit == 1 {
+                    send(&mut ws, asked.pop().unwrap().to_string()).await;
+                } else if asked.len() == 2 {
+                    send(&mut ws, Value::from(std::mem::take(&mut asked)).to_string()).await;
+                }
+            }
+            got
+        };
+        let mut got = tokio::time::timeout(PATIENCE, talk)
+            .await
+            .unwrap_or_else(|_| panic!("limit {limit}: the calls hung"));
+        got.sort_by_key(|m| m["id"].as_u64());
+        assert_eq!(got[0]["id"], 1, "{got:?}");
+        assert_eq!(got[1]["id"], 2, "{got:?}");
+        assert!(got[0]["result"]["pong"].is_u64(), "{got:?}");
+        assert!(got[1]["result"]["pong"].is_u64(), "{got:?}");
+        assert_eq!(got[2], json!({"jsonrpc": "2.0", "id": 3, "result": [3]}));
+        ws.close(None).await.unwrap();
+        server.stop().await;
+    }
+}
+
+/// What the server holds while it reads on at the in-flight limit for
+/// answers is bounded: a client that, instead of answering, floods
+/// requests (and empty messages, which cost no payload) is held up to
+/// about `max_message_len` bytes, then no longer read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_held_at_the_in_flight_limit_are_bounded() {
+    let _alone = HEAP.write().await;
+    let limits = Limits {
+        max_in_flight: 1,
+        max_message_len: 64 << 10,
+        shutdown_grace: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut tcp = raw_client(server.addr).await;
+    tcp.write_all(&client_frame(
+        0x1,
+        req(1, "ask", json!([])).to_string().as_bytes(),
+    ))
+    .await
+    .unwrap();
+    let asked = raw_call_reply(&mut tcp).await;
+    assert_eq!(asked["method"], "client/ping", "{asked}");
+    let (_unread, mut writer) = tcp.into_split();
+    let base = counting_alloc::start_peak();
+    // Requests and empty messages, never an answer: 200 MiB offered.
+    let chunk: Vec<u8> = (0..1000)
+        .flat_map(|i| {
+            let mut frames = client_frame(0x1, b"");
+            frames.extend(client_frame(
+                0x1,
+                format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}"#).as_bytes(),
+            ));
+            frames
+        })
+        .collect();
+    let written = Arc::new(AtomicUsize::new(0));
+    let flood = tokio::spawn({
+        let written = written.clone();
+        async move {
+            while written.load(Ordering::SeqCst) < 200 << 20 {
+                if writer.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                written.fetch_add(chunk.len(), Ordering::SeqCst);
+            }
+            writer
+        }
+    });
+    until_settled(|| written.load(Ordering::SeqCst), || false).await;
+    let peak = counting_alloc::peak_since(base);
+    eprintln!("peak heap growth: {peak} bytes");
+    let offered = written.load(Ordering::SeqCst);
+    assert!(
+        offered < 200 << 20,
+        "the server stopped reading ({offered} bytes taken)"
+    );
+    assert!(peak < 2 << 20, "peak heap {peak} bytes");
+    flood.abort();
     server.stop().await;
 }
 

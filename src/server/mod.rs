@@ -48,13 +48,14 @@ pub struct Limits {
     pub max_message_len: usize,
     /// Messages of one connection being handled at once (pipelining;
     /// default 256). Past it the server stops reading from that client
-    /// until replies drain: backpressure, not errors (the stream
-    /// transports read on, holding the requests, while handlers wait for
-    /// that client's answers to their own requests). On HTTP/2 it is the
-    /// connection's `SETTINGS_MAX_CONCURRENT_STREAMS`, which the `h2` crate
-    /// enforces: a client that opens more streams before it has read the
-    /// server's settings gets those refused (`REFUSED_STREAM`, which
-    /// clients retry), and the refusals are not counted.
+    /// until replies drain: backpressure, not errors (the stream and
+    /// WebSocket transports read on, holding the requests, while handlers
+    /// wait for that client's answers to their own requests). On HTTP/2
+    /// it is the connection's `SETTINGS_MAX_CONCURRENT_STREAMS`, which the
+    /// `h2` crate enforces: a client that opens more streams before it
+    /// has read the server's settings gets those refused
+    /// (`REFUSED_STREAM`, which clients retry), and the refusals are not
+    /// counted.
     pub max_in_flight: usize,
     /// Replies and notifications queued for one client that does not read
     /// (default 1024 messages). A full queue drops notifications for that

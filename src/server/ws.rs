@@ -44,11 +44,16 @@
 //! * Backpressure, so that memory per connection is bounded: the server
 //!   stops reading while [`Limits::max_in_flight`] messages wait for
 //!   replies, and while the socket does not take what is written (a client
-//!   that does not read). Buffers: the message being read (at most
-//!   `max_message_len`), an 8 KiB read buffer, the write buffer (32 KiB
-//!   plus the message being written), the replies of the calls in flight,
-//!   the [`Outbox`] ([`Limits::max_queued`] messages) and the
-//!   subscriptions' buffers. A connection that waits for its client with
+//!   that does not read). One exception keeps calls from waiting on
+//!   themselves: while handlers wait for their client's answers
+//!   ([`Context::peer`](crate::Context::peer)) at the in-flight limit,
+//!   reading goes on; answers are delivered at once, and the other
+//!   messages are held in order (up to about `max_message_len` bytes,
+//!   5 MiB at most) until calls finish. Buffers: the message being read
+//!   (at most `max_message_len`), those held, an 8 KiB read buffer, the
+//!   write buffer (32 KiB plus the message being written), the replies of
+//!   the calls in flight, the [`Outbox`] ([`Limits::max_queued`] messages)
+//!   and the subscriptions' buffers. A connection that waits for its client with
 //!   nothing in hand gives back the buffers a large message made grow
 //!   (past 64 KiB), so that idle connections do not each keep the size of
 //!   the largest message they once read or wrote.
@@ -95,6 +100,7 @@
 //! driver would need a reader task and a channel. tungstenite also does the
 //! HTTP handshake itself.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -144,6 +150,12 @@ const TURNS_PER_POLL: usize = 256;
 /// connections must not each hold the size of the largest message they
 /// ever read or wrote.
 const KEEP_IDLE: usize = 64 << 10;
+/// Messages held while reading on for answers at the in-flight limit, in
+/// bytes (at most [`Limits::max_message_len`], and never unbounded).
+const MAX_HELD: usize = crate::Parser::DEFAULT_MAX_MESSAGE_LEN;
+/// What a held message costs besides its payload (its place in the queue
+/// and its allocation), so that empty messages are bounded too.
+const HELD_OVERHEAD: usize = 64;
 
 /// A JSON-RPC server over WebSocket; see the [module docs](self).
 ///
@@ -439,6 +451,8 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             shutdown: Box::pin(async move { shutdown.triggered().await }),
             drain: None,
             invalid_utf8: false,
+            held: VecDeque::new(),
+            held_bytes: 0,
         };
         let reason = std::future::poll_fn(|cx| driver.poll_open(cx)).await;
         driver.close(reason).await;
@@ -710,7 +724,7 @@ pub fn accept_key(key: &[u8]) -> String {
 struct Frames {
     buf: BytesMut,
     /// The lengths of the complete replies at the front of `buf`.
-    lens: std::collections::VecDeque<usize>,
+    lens: VecDeque<usize>,
     /// Bytes of `buf` that are complete replies.
     marked: usize,
     /// The most `buf` held (the size of what it allocated, give or take
@@ -950,6 +964,14 @@ struct Driver<'s, S, K, T> {
     drain: Option<Pin<Box<Sleep>>>,
     /// The client sent a text message that is not UTF-8.
     invalid_utf8: bool,
+    /// Messages read while the calls in flight were at the limit (reading
+    /// on for the client's answers to its handlers' requests) that are not
+    /// only answers: started in order as calls finish. Each is a copy, so
+    /// that it does not keep tungstenite's read buffer alive.
+    held: VecDeque<Bytes>,
+    /// What they cost ([`HELD_OVERHEAD`] each besides their bytes): past
+    /// [`MAX_HELD`] (or [`Limits::max_message_len`]), nothing more is read.
+    held_bytes: usize,
 }
 
 impl<S, K, T> Driver<'_, S, K, T>
@@ -963,6 +985,9 @@ where
         if self.drain.is_none() && self.shutdown.as_mut().poll(cx).is_ready() {
             let grace = self.server.limits.shutdown_grace;
             self.drain = Some(Box::pin(tokio::time::sleep(grace)));
+            // Not started: as the messages not read yet.
+            self.held.clear();
+            self.held_bytes = 0;
         }
         if let Some(drain) = &mut self.drain
             && drain.as_mut().poll(cx).is_ready()
@@ -1028,9 +1053,15 @@ where
                 {
                     return Poll::Ready(CloseReason::Shutdown);
                 }
-            } else if self.write_ready
-                && self.conn.messages_in_flight() < self.server.limits.max_in_flight
-            {
+            } else if self.write_ready && !self.held.is_empty() && !self.at_limit() {
+                // Held messages first, one a turn as those read are.
+                if let Some(input) = self.held.pop_front() {
+                    self.held_bytes -= input.len() + HELD_OVERHEAD;
+                    self.conn
+                        .start(&self.server.dispatcher, &input, &mut self.replies);
+                    progress = true;
+                }
+            } else if self.write_ready && (!self.at_limit() || self.awaits_answers()) {
                 let next = self.ws.poll_next_unpin(cx);
                 self.read_blocked = next.is_pending();
                 match next {
@@ -1077,6 +1108,48 @@ where
         Poll::Pending
     }
 
+    /// Whether the messages in flight are at [`Limits::max_in_flight`]:
+    /// no more are started.
+    fn at_limit(&self) -> bool {
+        self.conn.messages_in_flight() >= self.server.limits.max_in_flight
+    }
+
+    /// Whether reading goes on at the in-flight limit: handlers wait for
+    /// their client's answers to their requests ([`Context::peer`]), which
+    /// must be read for those calls to finish (else each would hang until
+    /// its timeout, and the connection with it). Answers are taken at
+    /// once; other messages are held, in order, up to about [`MAX_HELD`]
+    /// bytes, and started as calls finish.
+    ///
+    /// [`Context::peer`]: crate::Context::peer
+    fn awaits_answers(&self) -> bool {
+        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD)
+            && self
+                .conn
+                .context()
+                .peer()
+                .is_some_and(|peer| peer.pending() > 0)
+    }
+
+    /// Whether `input` holds only responses (answers to the handlers'
+    /// requests), which start no call.
+    fn only_answers(&self, input: &[u8]) -> bool {
+        use crate::message::{Incoming, Message};
+        // Only read at the limit: a scratch arena of its own, given back
+        // at once.
+        let arena = bumpalo::Bump::new();
+        match self
+            .server
+            .dispatcher
+            .parser()
+            .parse_incoming(input, &arena)
+        {
+            Ok(Message::Single(incoming)) => incoming.is_response(),
+            Ok(Message::Batch(batch)) => batch.as_slice().iter().all(Incoming::is_response),
+            Err(_) => false,
+        }
+    }
+
     /// Gives back the buffers a large message made grow (past
     /// [`KEEP_IDLE`]) when the connection waits for its client with
     /// nothing in hand: no reply to send or to wait for, nothing written
@@ -1089,6 +1162,7 @@ where
     /// read, and all it wrote (pongs included) is flushed.
     fn release_idle_buffers(&mut self, cx: &mut TaskContext<'_>) {
         if !self.replies.is_empty()
+            || !self.held.is_empty()
             || self.conn.in_flight() > 0
             || self.conn.messages_in_flight() > 0
             || self.drain.is_some()
@@ -1157,6 +1231,11 @@ where
             Message::Ping(data) => return self.send(cx, Message::Pong(data)),
             Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
+        if (self.at_limit() || !self.held.is_empty()) && !self.only_answers(&input) {
+            self.held_bytes += input.len() + HELD_OVERHEAD;
+            self.held.push_back(Bytes::copy_from_slice(&input));
+            return Ok(());
+        }
         self.conn
             .start(&self.server.dispatcher, &input, &mut self.replies);
         Ok(())
@@ -1246,7 +1325,7 @@ where
         self.ticker.as_mut().reset(next);
         // Frames unread because this server stopped reading (its cap on
         // calls in flight) are not the client's silence.
-        let paused = self.conn.messages_in_flight() >= self.server.limits.max_in_flight;
+        let paused = self.at_limit() && !self.awaits_answers();
         if std::mem::take(&mut self.heard) || paused {
             self.silent = 0;
             return None;
