@@ -531,11 +531,27 @@ where
 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut buf = Vec::with_capacity(1024);
+    // Parsing starts from the head's first byte each time, so it is done
+    // only when it can tell more than last time: once the head's end (a
+    // blank line) has come, which is looked for in the new bytes only; when
+    // the bytes have doubled since the last parse (so that bytes that are
+    // not HTTP are refused early, at linear cost: a head in 1-byte reads
+    // once cost its length squared); and at the size limit.
+    let mut searched: usize = 0;
+    let mut parsed = 0;
     let (request, len) = loop {
         let read = io.read_buf(&mut buf).await.map_err(Kind::Io)?;
         if read == 0 {
             return Err(HandshakeError(Kind::Closed));
         }
+        // A blank line of three bytes at most may start before the new
+        // ones.
+        let ended = ends_head(&buf[searched.saturating_sub(3)..]);
+        searched = buf.len();
+        if !ended && buf.len() < parsed * 2 && buf.len() < MAX_HANDSHAKE_HEAD {
+            continue;
+        }
+        parsed = buf.len();
         match read_request(&buf) {
             Ok(Some(request)) => break request,
             Ok(None) if buf.len() < MAX_HANDSHAKE_HEAD => {}
@@ -575,9 +591,19 @@ where
     Ok((request.into_parts().0.headers, buf))
 }
 
+/// Whether `bytes` hold a line end followed by an empty line (`\n\n` or
+/// `\n\r\n`: the parser takes bare `\n` line ends too), with which a
+/// request head ends.
+fn ends_head(bytes: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', bytes)
+        .any(|at| matches!(bytes[at + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
+}
+
 /// The request whose head is at the front of `buf` and the head's length;
 /// `None` while it is incomplete.
 fn read_request(buf: &[u8]) -> Result<Option<(http::Request<()>, usize)>, &'static str> {
+    #[cfg(test)]
+    tests::HEAD_PARSED.with(|parsed| parsed.set(parsed.get() + buf.len()));
     let mut fields = [httparse::EMPTY_HEADER; 64];
     let mut parsed = httparse::Request::new(&mut fields);
     let len = match parsed.parse(buf) {
@@ -1404,5 +1430,103 @@ fn reason_of(e: &tungstenite::Error) -> CloseReason {
         Error::Utf8(_) | Error::Protocol(_) => CloseReason::Protocol,
         Error::ConnectionClosed | Error::AlreadyClosed => CloseReason::Client,
         _ => CloseReason::Io,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::{Kind, MAX_HANDSHAKE_HEAD, open};
+
+    thread_local! {
+        /// Bytes handed to the head parser (`read_request`) on this thread.
+        pub(super) static HEAD_PARSED: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// `head` delivered to [`open`] a byte at a time (a pipe of one byte);
+    /// what `open` made of it, what the client got back, and how many
+    /// bytes the head parser was handed meanwhile.
+    async fn open_bytewise(
+        head: Vec<u8>,
+    ) -> (
+        Result<(super::http::HeaderMap, Vec<u8>), super::HandshakeError>,
+        Vec<u8>,
+        usize,
+    ) {
+        let (client, mut server) = tokio::io::duplex(1);
+        HEAD_PARSED.with(|parsed| parsed.set(0));
+        let opened = async move {
+            let opened = open(&mut server).await;
+            drop(server);
+            opened
+        };
+        // Written and read at once: the server answers a bad head before
+        // it has all been sent.
+        let (mut from_server, mut to_server) = tokio::io::split(client);
+        let write = async move {
+            for byte in &head {
+                if to_server
+                    .write_all(std::slice::from_ref(byte))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            to_server
+        };
+        let read = async move {
+            let mut answer = Vec::new();
+            let _ = from_server.read_to_end(&mut answer).await;
+            answer
+        };
+        let (opened, _, answer) = tokio::join!(opened, write, read);
+        (opened, answer, HEAD_PARSED.with(Cell::get))
+    }
+
+    const UPGRADE: &str = "GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n";
+
+    /// A head arriving a byte at a time is parsed in linear work: each read
+    /// once re-parsed the whole head from its start, about 2 GB of parsing
+    /// for a 64 KiB head in 1-byte segments.
+    #[tokio::test]
+    async fn a_head_read_a_byte_at_a_time_is_parsed_in_linear_work() {
+        let pad = "p".repeat(32 << 10);
+        let head = format!("{UPGRADE}X-Pad: {pad}\r\n\r\n");
+        let (opened, answer, parsed) = open_bytewise(head.clone().into_bytes()).await;
+        let (headers, early) = opened.expect("accepted");
+        assert_eq!(headers["x-pad"], pad.as_str());
+        assert!(early.is_empty());
+        assert!(answer.starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"));
+        assert!(
+            parsed <= 4 * head.len(),
+            "{parsed} bytes parsed for a head of {}",
+            head.len()
+        );
+        // Bare line ends, which the parser takes too.
+        let bare = head.replace("\r\n", "\n");
+        let (opened, _, parsed) = open_bytewise(bare.clone().into_bytes()).await;
+        assert_eq!(opened.expect("accepted").0["x-pad"], pad.as_str());
+        assert!(parsed <= 4 * bare.len(), "{parsed} bytes parsed");
+        // Past the limit: 431, as before, in linear work too.
+        let huge = format!("{UPGRADE}X-Pad: {}", "p".repeat(MAX_HANDSHAKE_HEAD));
+        let (opened, answer, parsed) = open_bytewise(huge.into_bytes()).await;
+        assert!(matches!(
+            opened,
+            Err(super::HandshakeError(Kind::HeadTooLarge))
+        ));
+        assert!(answer.starts_with(b"HTTP/1.1 431 "));
+        assert!(parsed <= 4 * MAX_HANDSHAKE_HEAD, "{parsed} bytes parsed");
+        // Not HTTP: refused from its first bytes, without waiting for the
+        // head's end.
+        let (opened, answer, _) = open_bytewise(b"\x01\x02 hello".to_vec()).await;
+        assert!(matches!(
+            opened,
+            Err(super::HandshakeError(Kind::Invalid(_)))
+        ));
+        assert!(answer.starts_with(b"HTTP/1.1 400 "));
     }
 }
