@@ -167,7 +167,7 @@ async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError
         });
     };
     let id = up.next_id();
-    let params = serde_json::to_vec(&[&*upstream_id]).unwrap_or_default();
+    let params = serde_json::to_vec(&[&**upstream_id]).unwrap_or_default();
     let body = request_body(id, "eth_unsubscribe", Some(&params));
     let reply = conn.call(id, body, None, up.timeout()).await?;
     up.read(reply, id, conn.name())
