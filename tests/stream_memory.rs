@@ -302,3 +302,77 @@ async fn an_idle_http_connection_keeps_no_large_buffers() {
         "{CONNECTIONS} connections kept {kept} bytes after their large requests"
     );
 }
+
+/// Messages held while handlers wait for their client's answers at the
+/// in-flight limit are bounded in memory, not only in their own bytes: a
+/// flood of the smallest messages (`{}`, two bytes each, never an answer)
+/// cost some 24 times the 64 KiB bound in the list that held them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_held_at_the_in_flight_limit_are_bounded() {
+    use rpcwire::dispatch::{AsyncCall, RpcError};
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let _serial = SERIAL.lock().await;
+    let d = Dispatcher::builder(())
+        .async_method("ask", |call: AsyncCall<()>| async move {
+            let peer = call.ctx.peer().expect("two-way").clone();
+            let _ = peer
+                .request("client/ping", Some(&[0u8; 0]), Duration::from_secs(3600))
+                .await;
+            Ok::<_, RpcError>(0)
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (stream, _) = listener.accept().await.unwrap();
+    let driver = Driver::new(Lines::new()).limits(Limits {
+        max_in_flight: 1,
+        max_message_len: 64 << 10,
+        ..Limits::default()
+    });
+    let stats = driver.stats();
+    let server = tokio::spawn(async move {
+        let mut stream = stream;
+        let (r, w) = stream.split();
+        driver.run(&d, r, w).await
+    });
+    let (client_r, mut client_w) = client.into_split();
+    client_w
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let mut lines = BufReader::new(client_r).lines();
+    let asked = lines.next_line().await.unwrap().unwrap();
+    assert!(asked.contains("client/ping"), "{asked}");
+    let base = start_peak();
+    let chunk = b"{}\n".repeat(10_000);
+    let flood = tokio::spawn(async move {
+        for _ in 0..100 {
+            if client_w.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        client_w
+    });
+    // Until the server stops reading (the bound reached) or took it all.
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let read = stats.bytes_read();
+        if read == last {
+            break;
+        }
+        last = read;
+    }
+    let peak = peak_since(base);
+    assert!(
+        last < 3_000_000 + 64,
+        "the server held every message ({last} bytes read)"
+    );
+    // 1.57 MB before the list's places were counted; 55-80 kB after.
+    assert!(peak < 512 << 10, "peak heap growth {peak} bytes");
+    flood.abort();
+    server.abort();
+}

@@ -240,6 +240,10 @@ const KEEP_IDLE: usize = 64 * 1024;
 /// Messages held while reading on for answers at the in-flight limit, in
 /// bytes (at most [`Limits::max_message_len`], and never unbounded).
 const MAX_HELD: usize = crate::frame::DEFAULT_MAX_FRAME;
+/// What holding one message costs beyond its bytes (its place in the
+/// list), counted against [`MAX_HELD`] so that the smallest messages (`{}`)
+/// cannot make the list many times the bound.
+const HELD_OVERHEAD: usize = 64;
 /// Rounds of work in one poll before yielding to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
 
@@ -741,7 +745,7 @@ where
     /// at the limit (framed only to find the answers among them).
     fn take_frame(&mut self, frame: Bytes) {
         if (self.backpressured() || !self.held.is_empty()) && !self.only_answers(&frame) {
-            self.held_bytes += frame.len();
+            self.held_bytes += frame.len() + HELD_OVERHEAD;
             self.held.push_back(frame);
         } else {
             self.start_message(frame);
@@ -753,7 +757,7 @@ where
         let mut progress = false;
         while !self.held.is_empty() && !self.backpressured() {
             if let Some(frame) = self.held.pop_front() {
-                self.held_bytes -= frame.len();
+                self.held_bytes -= frame.len() + HELD_OVERHEAD;
                 self.start_message(frame);
                 progress = true;
             }
