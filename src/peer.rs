@@ -183,6 +183,12 @@ impl<T> PendingTable<T> {
         id
     }
 
+    /// Registers `waiter` under `id`, an id allocated elsewhere (peers that
+    /// share one id space); the table's own counter is not used.
+    pub(crate) fn insert_as(&mut self, id: u64, waiter: T, deadline: Option<Instant>) {
+        self.entries.insert(id, (waiter, deadline));
+    }
+
     /// The waiter for the response with `id`, removed; `None` for an id this
     /// side never sent, or already answered (ids are matched byte for byte
     /// as the integers this table wrote).
@@ -395,6 +401,10 @@ struct PeerInner {
     /// [`Peer::close`] was called: no answer can come any more. Set and
     /// read under `pending`'s lock.
     closed: std::sync::atomic::AtomicBool,
+    /// Where request ids come from when several peers share one id space
+    /// (their answers come back on one channel that must tell whose they
+    /// are: an MCP HTTP session's calls); `None`: the table's own counter.
+    ids: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Drop for PeerInner {
@@ -417,11 +427,21 @@ impl Drop for PeerInner {
 impl Peer {
     /// A peer writing to `outbound`.
     pub fn new(outbound: Arc<dyn Outbound>) -> Peer {
+        Peer::with_ids(outbound, None)
+    }
+
+    /// A peer writing to `outbound` whose request ids are taken from `ids`
+    /// (shared with other peers, so that no two of them send one id).
+    pub(crate) fn with_ids(
+        outbound: Arc<dyn Outbound>,
+        ids: Option<Arc<std::sync::atomic::AtomicU64>>,
+    ) -> Peer {
         Peer {
             inner: Arc::new(PeerInner {
                 outbound,
                 pending: Mutex::new(PendingTable::new()),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                ids,
             }),
         }
     }
@@ -470,7 +490,14 @@ impl Peer {
                 drop(waiter);
                 return Err(PeerError::Closed);
             }
-            table.insert(waiter, deadline)
+            match &self.inner.ids {
+                Some(ids) => {
+                    let id = ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    table.insert_as(id, waiter, deadline);
+                    id
+                }
+                None => table.insert(waiter, deadline),
+            }
         };
         let mut out = Vec::with_capacity(64);
         let sent = write_request(&mut out, id, method, params)

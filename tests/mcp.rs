@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
-use mcp_http::{CT, JSON_SSE, http_server, http_server_with, http_session, post, request};
+use mcp_http::{
+    CT, JSON_SSE, asking_server, http_server, http_server_with, http_session, post, request,
+};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
@@ -576,32 +578,6 @@ fn bad_schemas_are_refused() {
 }
 
 // ---------------------------------------------------------------- stdio
-
-/// A server whose one tool asks the client (as sampling does) and reports
-/// how that went.
-fn asking_server() -> McpServer {
-    McpServer::builder("test-server", "9.9.9")
-        .tool(Tool::new(
-            "ask-client",
-            json!({"type": "object"}),
-            |_, cx: ToolContext| async move {
-                let peer = cx.connection().peer().expect("a two-way transport").clone();
-                let asked = peer
-                    .request(
-                        "sampling/createMessage",
-                        Some(&json!({"messages": []})),
-                        Duration::from_secs(3600),
-                    )
-                    .await;
-                Ok(ToolOutput::text(match asked {
-                    Ok(_) => "answered".to_string(),
-                    Err(e) => format!("no answer: {e:?}"),
-                }))
-            },
-        ))
-        .build()
-        .unwrap()
-}
 
 struct Pipe {
     tx: tokio::io::DuplexStream,

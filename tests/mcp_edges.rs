@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
-use mcp_http::{http_server, http_session, post, request};
+use mcp_http::{OpenPost, asking_server, http_server, http_session, post, request};
 
 fn server() -> McpServer {
     McpServer::builder("edges", "1.0.0")
@@ -403,4 +403,109 @@ async fn http_a_cancellation_that_overtakes_its_request_still_cancels_it() {
     )
     .await;
     assert_eq!(next.json()["result"]["content"][0]["text"], "waited 0 ms");
+}
+
+// ------------------------------------------ requests to the client, HTTP
+
+/// A call of `ask-client` with id `id`, asking for progress.
+fn ask(id: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":"{id}","method":"tools/call","params":{{"name":"ask-client","arguments":{{}},"_meta":{{"progressToken":"t"}}}}}}"#
+    )
+}
+
+/// Reads a call's events up to its request to the client: progress 1, then
+/// the request; returns the request's id.
+async fn asked(call: &mut OpenPost) -> Value {
+    assert_eq!(call.status, 200);
+    let progress = call.next().await.unwrap();
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    assert_eq!(progress["params"]["progress"], 1.0);
+    let request = call.next().await.unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    request["id"].clone()
+}
+
+/// Reads the rest of a call: progress 2 (sent after the asking ended),
+/// then the reply to call `id`; returns the reply's text.
+async fn told(call: &mut OpenPost, id: &str) -> String {
+    let progress = call.next().await.unwrap();
+    assert_eq!(progress["method"], "notifications/progress", "{progress}");
+    assert_eq!(progress["params"]["progress"], 2.0);
+    let reply = call.next().await.unwrap();
+    assert_eq!(reply["id"], id, "{reply}");
+    assert!(
+        call.next().await.is_none(),
+        "the stream ends after the reply"
+    );
+    reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// A tool's request to the client goes out on its POST's SSE stream, and
+/// the client POSTs its answer to the session: that answer was accepted
+/// (202) and dropped, so the tool waited out its whole timeout (an hour
+/// here). The answer now reaches the tool that asked; answers for ids no
+/// tool waits for, given twice, or POSTed to another session, reach none.
+/// Two calls of one session asking at once get distinct ids.
+#[tokio::test]
+async fn http_the_clients_answer_reaches_the_tool_that_asked() {
+    let h = http_server(asking_server()).await;
+    let sid = http_session(h.addr).await;
+    let other = http_session(h.addr).await;
+    let headers = |sid: &str| {
+        [
+            ("mcp-session-id", sid.to_owned()),
+            ("mcp-protocol-version", "2025-11-25".to_owned()),
+        ]
+    };
+    let answer = |sid: String, id: &Value, result: &str| {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},{result}}}"#);
+        let addr = h.addr;
+        async move {
+            let hs = headers(&sid);
+            let hs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            post(addr, &hs, &body).await
+        }
+    };
+    let hs = headers(&sid);
+    let hs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut first = OpenPost::new(h.addr, &hs, &ask("c1")).await;
+    let id1 = asked(&mut first).await;
+    let mut second = OpenPost::new(h.addr, &hs, &ask("c2")).await;
+    let id2 = asked(&mut second).await;
+    assert_ne!(id1, id2, "two requests of one session share an id");
+    // Nobody waits for these.
+    for (s, id) in [
+        (sid.clone(), json!(999)),
+        (sid.clone(), json!("x")),
+        (other.clone(), id1.clone()),
+    ] {
+        let a = answer(s, &id, r#""result":{"from":"nobody"}"#).await;
+        assert_eq!(a.status, 202, "{}", a.body);
+    }
+    let a = answer(
+        sid.clone(),
+        &id2,
+        r#""error":{"code":-1,"message":"declined"}"#,
+    )
+    .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    assert_eq!(told(&mut second, "c2").await, "answered error -1");
+    let a = answer(sid.clone(), &id1, r#""result":{"from":"client"}"#).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    assert_eq!(
+        told(&mut first, "c1").await,
+        r#"answered {"from":"client"}"#
+    );
+    // Twice: nobody waits any more.
+    let a = answer(sid.clone(), &id1, r#""result":{"from":"again"}"#).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    // An answer for a session that ended is 404, as any request of it.
+    let d = request(h.addr, "DELETE", &[("mcp-session-id", &other)], "").await;
+    assert_eq!(d.status, 200);
+    let a = answer(other.clone(), &id1, r#""result":{}"#).await;
+    assert_eq!(a.status, 404, "{}", a.body);
 }

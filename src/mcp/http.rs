@@ -13,7 +13,7 @@
 //! | a request head slower than [`HttpConfig::header_timeout`] | the connection closes |
 //! | a body that is not JSON | 400, -32700 |
 //! | a JSON array (a batch) | 400, one -32600 |
-//! | a notification or a response | 202, no body |
+//! | a notification, or a response (to a request a call of the session sent the client) | 202, no body |
 //! | JSON that is none of request, notification, response (`5`, `{}`, a wrong `jsonrpc`, a response without `result` or `error`) | 400, -32600 |
 //! | a request answered without notifications first | 200, `application/json` |
 //! | a request whose call sends progress or log notifications before its result | 200, `text/event-stream`: the notifications, then the response, then the stream ends |
@@ -29,6 +29,12 @@
 //! does not speak is 400 (a request without the header is served in the
 //! session's revision). `notifications/cancelled` stops the named call of
 //! the session, whose response stream then ends without a reply.
+//!
+//! A tool's requests to the client (sampling, elicitation, `roots/list`,
+//! `ping`, through [`Context::peer`](crate::Context::peer)) go out on its
+//! POST's event stream, with ids unique in the session; the client POSTs
+//! each answer with the session's `Mcp-Session-Id`, and it reaches the
+//! call that asked (an answer no call waits for is dropped, still 202).
 //!
 //! Revision 2026-07-28 (a request whose `_meta` names
 //! `io.modelcontextprotocol/protocolVersion`): no sessions (an
@@ -64,7 +70,7 @@ use super::{
     LEGACY_VERSIONS, MODERN_VERSION, McpServer, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
     write_batch_refusal,
 };
-use crate::peer::{Outbound, SendError};
+use crate::peer::{Outbound, Peer, SendError};
 use crate::{Connection, RpcError};
 
 /// The header carrying the session id (initialize lifecycle).
@@ -152,6 +158,13 @@ struct HttpSession {
     /// specification's "MUST NOT broadcast").
     streams: Mutex<Vec<(u64, mpsc::Sender<Bytes>)>>,
     next_stream: AtomicU64,
+    /// The peers of the session's running calls: a response the client
+    /// POSTs to the session goes to the one that sent its id.
+    asking: Mutex<Vec<(u64, Peer)>>,
+    next_call: AtomicU64,
+    /// The ids of the requests the session's calls send the client, one
+    /// count for all of them (each answer must name one call's request).
+    request_ids: Arc<AtomicU64>,
 }
 
 impl HttpSession {
@@ -162,7 +175,38 @@ impl HttpSession {
             used: AtomicU64::new(used),
             streams: Mutex::new(Vec::new()),
             next_stream: AtomicU64::new(0),
+            asking: Mutex::new(Vec::new()),
+            next_call: AtomicU64::new(0),
+            request_ids: Arc::new(AtomicU64::new(1)),
         }
+    }
+
+    fn asking(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Peer)>> {
+        self.asking.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Lists a call's peer, until the returned guard goes.
+    fn enlist(self: &Arc<Self>, peer: &Peer) -> Asking {
+        let key = self.next_call.fetch_add(1, Ordering::Relaxed);
+        self.asking().push((key, peer.clone()));
+        Asking {
+            session: Some((Arc::clone(self), key)),
+            peer: peer.clone(),
+        }
+    }
+
+    /// Hands the responses in `body` (one message) to the calls that sent
+    /// their requests; answers nobody waits for are dropped.
+    fn answer(&self, body: &Bytes) {
+        let arena = bumpalo::Bump::new();
+        // Batches were refused before (400).
+        let Ok(crate::response::ResponseMessage::Single(r)) = crate::parse_response(body, &arena)
+        else {
+            return;
+        };
+        let peers: Vec<Peer> = self.asking().iter().map(|(_, p)| p.clone()).collect();
+        // Ids are the session's: one peer at most waits for each.
+        let _ = peers.iter().any(|p| p.complete(Some(body), r));
     }
 
     fn streams(&self) -> std::sync::MutexGuard<'_, Vec<(u64, mpsc::Sender<Bytes>)>> {
@@ -177,6 +221,23 @@ impl HttpSession {
             .rev()
             .find(|(_, tx)| !tx.is_closed())
             .is_some_and(|(first, _)| *first == id)
+    }
+}
+
+/// A call's peer, listed with its session while the call runs: when the
+/// call ends it is taken off the list and closed (no answer reaches it
+/// any more).
+struct Asking {
+    session: Option<(Arc<HttpSession>, u64)>,
+    peer: Peer,
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        if let Some((session, key)) = &self.session {
+            session.asking().retain(|(k, _)| k != key);
+        }
+        self.peer.close();
     }
 }
 
@@ -783,7 +844,7 @@ impl Endpoint {
                 let id = serde_json::from_slice::<IdOnly<'_>>(&body)
                     .ok()
                     .and_then(|p| p.id);
-                return self.run(body.clone(), None, id, &parts.headers).await;
+                return self.run(body.clone(), None, None, id, &parts.headers).await;
             }
             Err(_) => {
                 return rpc_error(
@@ -802,12 +863,14 @@ impl Endpoint {
                 serde_json::from_str::<Cow<'_, str>>(v.get()).unwrap_or(Cow::Borrowed(""))
             });
         let Some(method) = peek.method.as_deref() else {
-            // A response (this server sends no requests) or garbage that
-            // the dispatcher answers (400).
+            // A response to a request a call sent the client, or garbage
+            // that the dispatcher answers (400).
             if peek.is_response() {
-                return status_only(StatusCode::ACCEPTED);
+                return self.post_response(&body, &parts.headers);
             }
-            return self.run(body.clone(), None, None, &parts.headers).await;
+            return self
+                .run(body.clone(), None, None, None, &parts.headers)
+                .await;
         };
         let is_request = peek.id.is_some();
         match modern_version {
@@ -908,7 +971,27 @@ impl Endpoint {
                     .with_data(&serde_json::json!({"method": method})),
             );
         }
-        self.run(body, None, id, headers).await
+        self.run(body, None, None, id, headers).await
+    }
+
+    /// A response to a request a call of the session sent: handed to that
+    /// call, 202 (also when no call waits for it any more).
+    fn post_response(&self, body: &Bytes, headers: &HeaderMap) -> Response<Body> {
+        if let Some(refused) = Self::refuse_version_header(headers, None) {
+            return refused;
+        }
+        let Some(session_id) = header(headers, SESSION_HEADER) else {
+            return bad_request("Bad Request: Mcp-Session-Id header is required");
+        };
+        let Some(session) = self.session(session_id) else {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                None,
+                &RpcError::new(crate::codes::INVALID_REQUEST, "Session not found"),
+            );
+        };
+        session.answer(body);
+        status_only(StatusCode::ACCEPTED)
     }
 
     async fn post_legacy(
@@ -925,7 +1008,7 @@ impl Endpoint {
         if method == "initialize" && is_request {
             let state = Arc::new(SessionState::default());
             let session_id = new_session_id();
-            let mut response = self.run(body, Some(state.clone()), id, headers).await;
+            let mut response = self.run(body, Some(state.clone()), None, id, headers).await;
             if state.version().is_some() {
                 // Answered with a result: the session exists from now on.
                 self.make_room();
@@ -941,7 +1024,7 @@ impl Endpoint {
         let Some(session_id) = header(headers, SESSION_HEADER) else {
             if method == "ping" || method == "server/discover" {
                 // Harmless without a session: answered statelessly.
-                return self.run(body, None, id, headers).await;
+                return self.run(body, None, None, id, headers).await;
             }
             return bad_request("Bad Request: Mcp-Session-Id header is required");
         };
@@ -952,17 +1035,26 @@ impl Endpoint {
                 &RpcError::new(crate::codes::INVALID_REQUEST, "Session not found"),
             );
         };
-        self.run(body, Some(session.state.clone()), id, headers)
-            .await
+        self.run(
+            body,
+            Some(session.state.clone()),
+            Some(&session),
+            id,
+            headers,
+        )
+        .await
     }
 
     /// Runs one message on a connection of its own (sharing the session's
     /// lifecycle state, if any) and answers with its reply: JSON, or SSE
     /// when the call sends notifications first; 202 when there is none.
+    /// Requests the call sends the client go out on its stream; their
+    /// answers, POSTed to `asking`'s session, come back to it.
     async fn run(
         &self,
         body: Bytes,
         session: Option<Arc<SessionState>>,
+        asking: Option<&Arc<HttpSession>>,
         id: Option<&RawValue>,
         headers: &HeaderMap,
     ) -> Response<Body> {
@@ -970,12 +1062,19 @@ impl Endpoint {
         let server = self.inner.server.clone();
         let session_state = session.unwrap_or_default();
         let (tx, mut rx) = mpsc::channel::<Event>(64);
+        let peer = Peer::with_ids(
+            Arc::new(CallOutbound(tx.clone())),
+            asking.map(|s| Arc::clone(&s.request_ids)),
+        );
+        let listed = asking.map(|s| s.enlist(&peer));
         let ctx = McpServer::context_with("http", session_state.clone())
-            .outbound(Arc::new(CallOutbound(tx.clone())))
+            .peer(peer)
             .build();
         let id_bytes: Option<Box<[u8]>> = id.map(|i| i.get().as_bytes().into());
         let is_request = id_bytes.is_some();
         let task = async move {
+            // Ends the listing when the call ends, however it does.
+            let _listed = listed;
             let mut conn = Connection::with_context(ctx);
             let mut out = Vec::new();
             let mut cancel = None;

@@ -173,3 +173,112 @@ pub async fn http_session(addr: std::net::SocketAddr) -> String {
     assert!(n.body.is_empty());
     sid
 }
+
+/// A POST whose answer is read event by event while the call runs (a
+/// tool that asks the client something waits for the answer the test
+/// POSTs meanwhile).
+pub struct OpenPost {
+    pub status: u16,
+    pub headers: hyper::HeaderMap,
+    body: hyper::body::Incoming,
+    buffer: Vec<u8>,
+    /// Kept: the connection closes when it goes.
+    _sender: hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>,
+}
+
+impl OpenPost {
+    pub async fn new(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str) -> OpenPost {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let mut req = hyper::Request::post(format!("http://{addr}/mcp"))
+            .header("host", addr.to_string())
+            .header(JSON_SSE.0, JSON_SSE.1)
+            .header(CT.0, CT.1);
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        let req = req
+            .body(http_body_util::Full::new(Bytes::copy_from_slice(
+                body.as_bytes(),
+            )))
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+            .await
+            .expect("the POST was not answered within 10 s")
+            .unwrap();
+        OpenPost {
+            status: resp.status().as_u16(),
+            headers: resp.headers().clone(),
+            body: resp.into_body(),
+            buffer: Vec::new(),
+            _sender: sender,
+        }
+    }
+
+    /// The next event's data as JSON (events of this server are single
+    /// `data` lines of JSON without line breaks), `None` at the end of
+    /// the stream. Panics after 10 s without one.
+    pub async fn next(&mut self) -> Option<Value> {
+        use http_body_util::BodyExt;
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                let event: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let text = String::from_utf8(event).unwrap();
+                let data: String = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("data: "))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                if data.is_empty() {
+                    continue;
+                }
+                return Some(serde_json::from_str(&data).unwrap_or_else(|e| panic!("{e}: {data}")));
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(10), self.body.frame())
+                .await
+                .expect("no event within 10 s")?
+                .ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.buffer.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+/// A server whose tool `ask-client` asks the client (as sampling does):
+/// progress 1 before it asks, 2 after the answer, and a text result that
+/// tells how the asking went (`answered <result JSON>`, `answered error
+/// <code>`, or `no answer: <PeerError>`).
+pub fn asking_server() -> McpServer {
+    use rpcwire::mcp::{Tool, ToolContext, ToolOutput};
+    McpServer::builder("test-server", "9.9.9")
+        .tool(Tool::new(
+            "ask-client",
+            serde_json::json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                let peer = cx.connection().peer().expect("a two-way transport").clone();
+                cx.progress(1.0, None, Some("asking"));
+                let asked = peer
+                    .request(
+                        "sampling/createMessage",
+                        Some(&serde_json::json!({"messages": []})),
+                        Duration::from_secs(3600),
+                    )
+                    .await;
+                cx.progress(2.0, None, Some("asked"));
+                Ok(ToolOutput::text(match asked {
+                    Ok(r) => match r.result() {
+                        Ok(json) => format!("answered {}", String::from_utf8_lossy(json)),
+                        Err(e) => format!("answered error {}", e.code),
+                    },
+                    Err(e) => format!("no answer: {e:?}"),
+                }))
+            },
+        ))
+        .build()
+        .unwrap()
+}
