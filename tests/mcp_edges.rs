@@ -509,3 +509,37 @@ async fn http_the_clients_answer_reaches_the_tool_that_asked() {
     let a = answer(other.clone(), &id1, r#""result":{}"#).await;
     assert_eq!(a.status, 404, "{}", a.body);
 }
+
+/// When a session ends (`DELETE`, or evicted past `max_sessions`), no
+/// answer can reach its calls any more (their client's POSTs get 404): a
+/// tool waiting for one waited out its whole timeout. Its request now fails
+/// at once with `PeerError::Closed`, and so does one sent after.
+#[tokio::test]
+async fn http_requests_to_the_client_fail_when_their_session_ends() {
+    let config = rpcwire::mcp::http::HttpConfig {
+        max_sessions: 2,
+        ..Default::default()
+    };
+    let h = mcp_http::http_server_with(asking_server(), config).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &headers, &ask("d")).await;
+    asked(&mut call).await;
+    let d = request(h.addr, "DELETE", &headers, "").await;
+    assert_eq!(d.status, 200);
+    assert_eq!(told(&mut call, "d").await, "no answer: Closed");
+    // Evicted: two newer sessions take the places.
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &headers, &ask("e")).await;
+    asked(&mut call).await;
+    http_session(h.addr).await;
+    http_session(h.addr).await;
+    assert_eq!(told(&mut call, "e").await, "no answer: Closed");
+}

@@ -35,6 +35,8 @@
 //! POST's event stream, with ids unique in the session; the client POSTs
 //! each answer with the session's `Mcp-Session-Id`, and it reaches the
 //! call that asked (an answer no call waits for is dropped, still 202).
+//! When the session ends (`DELETE`, or evicted), requests still waiting
+//! fail at once with [`PeerError::Closed`](crate::peer::PeerError::Closed).
 //!
 //! Revision 2026-07-28 (a request whose `_meta` names
 //! `io.modelcontextprotocol/protocolVersion`): no sessions (an
@@ -160,7 +162,7 @@ struct HttpSession {
     next_stream: AtomicU64,
     /// The peers of the session's running calls: a response the client
     /// POSTs to the session goes to the one that sent its id.
-    asking: Mutex<Vec<(u64, Peer)>>,
+    asking: Mutex<Calls>,
     next_call: AtomicU64,
     /// The ids of the requests the session's calls send the client, one
     /// count for all of them (each answer must name one call's request).
@@ -175,23 +177,47 @@ impl HttpSession {
             used: AtomicU64::new(used),
             streams: Mutex::new(Vec::new()),
             next_stream: AtomicU64::new(0),
-            asking: Mutex::new(Vec::new()),
+            asking: Mutex::new(Calls::default()),
             next_call: AtomicU64::new(0),
             request_ids: Arc::new(AtomicU64::new(1)),
         }
     }
 
-    fn asking(&self) -> std::sync::MutexGuard<'_, Vec<(u64, Peer)>> {
+    fn asking(&self) -> std::sync::MutexGuard<'_, Calls> {
         self.asking.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Lists a call's peer, until the returned guard goes.
+    /// Lists a call's peer, until the returned guard goes; a session that
+    /// ended closes it at once.
     fn enlist(self: &Arc<Self>, peer: &Peer) -> Asking {
         let key = self.next_call.fetch_add(1, Ordering::Relaxed);
-        self.asking().push((key, peer.clone()));
+        let ended = {
+            let mut calls = self.asking();
+            if !calls.ended {
+                calls.peers.push((key, peer.clone()));
+            }
+            calls.ended
+        };
+        if ended {
+            peer.close();
+        }
         Asking {
             session: Some((Arc::clone(self), key)),
             peer: peer.clone(),
+        }
+    }
+
+    /// Ends the session: its GET streams close, and its calls' requests to
+    /// the client fail at once (no answer can reach them any more).
+    fn end(&self) {
+        let _ = self.ended.send(true);
+        let peers = {
+            let mut calls = self.asking();
+            calls.ended = true;
+            std::mem::take(&mut calls.peers)
+        };
+        for (_, peer) in peers {
+            peer.close();
         }
     }
 
@@ -204,7 +230,7 @@ impl HttpSession {
         else {
             return;
         };
-        let peers: Vec<Peer> = self.asking().iter().map(|(_, p)| p.clone()).collect();
+        let peers: Vec<Peer> = self.asking().peers.iter().map(|(_, p)| p.clone()).collect();
         // Ids are the session's: one peer at most waits for each.
         let _ = peers.iter().any(|p| p.complete(Some(body), r));
     }
@@ -224,6 +250,15 @@ impl HttpSession {
     }
 }
 
+/// The calls of a session that may ask its client something.
+#[derive(Default)]
+struct Calls {
+    /// The session ended: calls that start now are not listed.
+    ended: bool,
+    /// Their peers, by a number of their own.
+    peers: Vec<(u64, Peer)>,
+}
+
 /// A call's peer, listed with its session while the call runs: when the
 /// call ends it is taken off the list and closed (no answer reaches it
 /// any more).
@@ -235,7 +270,7 @@ struct Asking {
 impl Drop for Asking {
     fn drop(&mut self) {
         if let Some((session, key)) = &self.session {
-            session.asking().retain(|(k, _)| k != key);
+            session.asking().peers.retain(|(k, _)| k != key);
         }
         self.peer.close();
     }
@@ -633,7 +668,7 @@ impl Endpoint {
             let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {
                 return;
             };
-            let _ = session.ended.send(true);
+            session.end();
         }
     }
 
@@ -706,7 +741,7 @@ impl Endpoint {
         }
         match self.sessions_lock().remove(id) {
             Some(session) => {
-                let _ = session.ended.send(true);
+                session.end();
                 status_only(StatusCode::OK)
             }
             None => status_only(StatusCode::NOT_FOUND),
