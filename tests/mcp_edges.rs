@@ -543,3 +543,29 @@ async fn http_requests_to_the_client_fail_when_their_session_ends() {
     http_session(h.addr).await;
     assert_eq!(told(&mut call, "e").await, "no answer: Closed");
 }
+
+/// Revision 2026-07-28 has no sessions and no requests from the server
+/// (multi round-trip requests replace them): a tool's request to the client
+/// went out on the POST's stream, and no answer could ever come back (there
+/// is no session to POST it to), so the tool waited out its whole timeout.
+/// It now fails at once with `PeerError::Closed`, and nothing is sent;
+/// progress still is.
+#[tokio::test]
+async fn http_stateless_calls_cannot_ask_the_client() {
+    let h = http_server(asking_server()).await;
+    let body = r#"{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"ask-client","arguments":{},"_meta":{"progressToken":"t","io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"sampling":{}}}}}"#;
+    let mut call = OpenPost::new(
+        h.addr,
+        &[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "ask-client"),
+        ],
+        body,
+    )
+    .await;
+    assert_eq!(call.status, 200);
+    let progress = call.next().await.unwrap();
+    assert_eq!(progress["params"]["progress"], 1.0, "{progress}");
+    assert_eq!(told(&mut call, "s").await, "no answer: Closed");
+}

@@ -37,6 +37,9 @@
 //! call that asked (an answer no call waits for is dropped, still 202).
 //! When the session ends (`DELETE`, or evicted), requests still waiting
 //! fail at once with [`PeerError::Closed`](crate::peer::PeerError::Closed).
+//! Revision 2026-07-28 has no requests from the server (and no session to
+//! answer them in): there they fail at once with `Closed`, and nothing is
+//! sent.
 //!
 //! Revision 2026-07-28 (a request whose `_meta` names
 //! `io.modelcontextprotocol/protocolVersion`): no sessions (an
@@ -1101,7 +1104,16 @@ impl Endpoint {
             Arc::new(CallOutbound(tx.clone())),
             asking.map(|s| Arc::clone(&s.request_ids)),
         );
-        let listed = asking.map(|s| s.enlist(&peer));
+        let listed = match asking {
+            Some(session) => Some(session.enlist(&peer)),
+            None => {
+                // No session (revision 2026-07-28, which has no requests
+                // from the server, or a message outside one): no answer
+                // could reach the call, so requests fail at once.
+                peer.close();
+                None
+            }
+        };
         let ctx = McpServer::context_with("http", session_state.clone())
             .peer(peer)
             .build();
