@@ -569,3 +569,34 @@ async fn http_stateless_calls_cannot_ask_the_client() {
     assert_eq!(progress["params"]["progress"], 1.0, "{progress}");
     assert_eq!(told(&mut call, "s").await, "no answer: Closed");
 }
+
+/// A request whose id a running request of the same session already uses
+/// (which the client must not send) replaced the first one's cancellation
+/// handle: the first call was cancelled, and when it ended it took the
+/// second's handle with it, cancelling that one too. Both streams ended
+/// without a reply. The second is now answered with -32600 (its id) and
+/// the first runs on.
+#[tokio::test]
+async fn http_a_request_reusing_a_running_id_is_refused() {
+    let h = http_server(asking_server()).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut first = OpenPost::new(h.addr, &headers, &ask("same")).await;
+    let id = asked(&mut first).await;
+    let again = post(h.addr, &headers, &ask("same")).await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert_eq!(again.json()["error"]["code"], -32600, "{}", again.body);
+    assert_eq!(again.json()["id"], "same", "{}", again.body);
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{"ok":true}}}}"#);
+    assert_eq!(post(h.addr, &headers, &answer).await.status, 202);
+    assert_eq!(told(&mut first, "same").await, r#"answered {"ok":true}"#);
+    // Once it ended, the id may be used again.
+    let mut later = OpenPost::new(h.addr, &headers, &ask("same")).await;
+    let id = asked(&mut later).await;
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#);
+    assert_eq!(post(h.addr, &headers, &answer).await.status, 202);
+    assert_eq!(told(&mut later, "same").await, "answered {}");
+}

@@ -16,6 +16,7 @@
 //! | a notification, or a response (to a request a call of the session sent the client) | 202, no body |
 //! | JSON that is none of request, notification, response (`5`, `{}`, a wrong `jsonrpc`, a response without `result` or `error`) | 400, -32600 |
 //! | a request answered without notifications first | 200, `application/json` |
+//! | a request whose id a running request of the same session uses | 200, -32600 with that id (the running one goes on) |
 //! | a request whose call sends progress or log notifications before its result | 200, `text/event-stream`: the notifications, then the response, then the stream ends |
 //! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the newest still read, not to each) |
 //! | `GET` or `DELETE` without `Mcp-Session-Id` | 405 |
@@ -71,6 +72,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::handlers::unsupported_version;
+use super::session::Registered;
 use super::{
     LEGACY_VERSIONS, MODERN_VERSION, McpServer, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
     write_batch_refusal,
@@ -1119,19 +1121,30 @@ impl Endpoint {
             .build();
         let id_bytes: Option<Box<[u8]>> = id.map(|i| i.get().as_bytes().into());
         let is_request = id_bytes.is_some();
+        let mut cancel = None;
+        if let Some(i) = &id_bytes {
+            match session_state.register(i) {
+                Registered::Run(rx) => cancel = Some(rx),
+                // Cancelled before it got here: not run, no reply.
+                Registered::Cancelled => return sse_response(Body::Full(None)),
+                Registered::InUse => {
+                    return rpc_error(
+                        StatusCode::OK,
+                        id,
+                        &RpcError::new(crate::codes::INVALID_REQUEST, "Invalid Request").with_data(
+                            &serde_json::json!({
+                                "reason": "a request of this session with this id is still running"
+                            }),
+                        ),
+                    );
+                }
+            }
+        }
         let task = async move {
             // Ends the listing when the call ends, however it does.
             let _listed = listed;
             let mut conn = Connection::with_context(ctx);
             let mut out = Vec::new();
-            let mut cancel = None;
-            if let Some(i) = &id_bytes {
-                match session_state.register(i) {
-                    Some(rx) => cancel = Some(rx),
-                    // Cancelled before it got here: not run, no reply.
-                    None => return,
-                }
-            }
             // Cancellations this message asks for reach their calls through
             // the session (their waiters, or the early ones it keeps for
             // requests still on their way).

@@ -48,6 +48,16 @@ fn keep(list: &mut VecDeque<Box<[u8]>>, id: &[u8]) {
     list.push_back(id.into());
 }
 
+/// What [`SessionState::register`] made of a call.
+pub(crate) enum Registered {
+    /// To run; the receiver fires when the client cancels it.
+    Run(tokio::sync::oneshot::Receiver<()>),
+    /// Its cancellation came first: not to run, no reply.
+    Cancelled,
+    /// A call of the session with this id is running: refused.
+    InUse,
+}
+
 impl SessionState {
     /// The negotiated revision, once `initialize` was answered.
     pub(crate) fn version(&self) -> Option<&'static str> {
@@ -97,18 +107,23 @@ impl SessionState {
         std::mem::take(&mut lock(&self.inner).cancels).into()
     }
 
-    /// Registers a call running on its own HTTP request. `None` when its
-    /// cancellation came first: the call is not to run.
-    pub(crate) fn register(&self, id: &[u8]) -> Option<tokio::sync::oneshot::Receiver<()>> {
+    /// Registers a call running on its own HTTP request: what cancels it,
+    /// unless it is not to run.
+    pub(crate) fn register(&self, id: &[u8]) -> Registered {
         let mut g = lock(&self.inner);
+        if g.waiters.contains_key(id) {
+            // Replacing the running call's waiter would cancel it, and its
+            // end would take this one's with it.
+            return Registered::InUse;
+        }
         if let Some(i) = g.cancels.iter().position(|c| **c == *id) {
             g.cancels.remove(i);
             keep(&mut g.finished, id);
-            return None;
+            return Registered::Cancelled;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         g.waiters.insert(id.into(), tx);
-        Some(rx)
+        Registered::Run(rx)
     }
 
     /// Forgets a call registered with [`register`](Self::register): it
