@@ -1,6 +1,7 @@
 //! An MCP server with two tools, `build-app` (arguments checked against
 //! its schema, progress, logs) and `lint-check`, plus `wait` (a slow call
-//! to cancel).
+//! to cancel) and `ask-model` (a request to the client while the call runs:
+//! `sampling/createMessage`, answered by the client's model).
 //!
 //! ```text
 //! cargo run --release --features mcp --example mcp_server                          # stdio
@@ -205,12 +206,66 @@ fn wait() -> Tool {
     })
 }
 
+/// Asks the client's model (MCP sampling: a request from the server to the
+/// client while the tool runs) and returns what it said.
+fn ask_model() -> Tool {
+    Tool::new(
+        "ask-model",
+        json!({
+            "type": "object",
+            "properties": {"question": {"type": "string", "minLength": 1}},
+            "required": ["question"]
+        }),
+        |args: Value, cx: ToolContext| async move {
+            // Streamable HTTP in the sessionless 2026-07-28 revision has no
+            // way back to the client: the request fails at once (Closed).
+            let peer = cx
+                .connection()
+                .peer()
+                .ok_or_else(|| ToolError::new("this transport cannot ask the client"))?;
+            let params = json!({
+                "messages": [{
+                    "role": "user",
+                    "content": {"type": "text", "text": args["question"]}
+                }],
+                "maxTokens": 200
+            });
+            let answer = peer
+                .request(
+                    "sampling/createMessage",
+                    Some(&params),
+                    Duration::from_secs(60),
+                )
+                .await
+                .map_err(|e| {
+                    ToolError::new(format!("the client's model could not be asked: {e}"))
+                })?;
+            match answer.result() {
+                Ok(result) => {
+                    let result: Value = serde_json::from_slice(result)?;
+                    Ok(ToolOutput::structured(json!({
+                        "answer": result["content"]["text"],
+                        "model": result["model"],
+                    })))
+                }
+                Err(e) => Err(ToolError::new(format!(
+                    "the client declined ({}): {}",
+                    e.code, e.message
+                ))),
+            }
+        },
+    )
+    .title("Ask the model")
+    .description("Asks the client's model a question (sampling) and returns its answer.")
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = McpServer::builder("rpcwire-mcp-example", env!("CARGO_PKG_VERSION"))
         .instructions("Build the app with build-app, check the sources with lint-check.")
         .tool(build_app())
         .tool(lint_check())
         .tool(wait())
+        .tool(ask_model())
         .build()?;
     let args: Vec<String> = std::env::args().skip(1).collect();
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -7,7 +7,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { LoggingMessageNotificationSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { CreateMessageRequestSchema, LoggingMessageNotificationSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { readFileSync } from 'node:fs';
 
 const [binary, transportName, url] = process.argv.slice(2);
@@ -35,9 +35,16 @@ let negotiated;
 const setVersion = transport.setProtocolVersion?.bind(transport);
 transport.setProtocolVersion = (v) => { negotiated = v; setVersion?.(v); };
 
-const client = new Client({ name: 'rpcwire-interop', version: '1.0.0' });
+const client = new Client({ name: 'rpcwire-interop', version: '1.0.0' }, { capabilities: { sampling: {} } });
 const logs = [];
 client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push(n.params); });
+// The client's "model" for sampling: echoes the question it was asked.
+const samples = [];
+client.setRequestHandler(CreateMessageRequestSchema, (request) => {
+  const question = request.params.messages[0].content.text;
+  samples.push(question);
+  return { role: 'assistant', content: { type: 'text', text: `echo: ${question}` }, model: 'interop-model', stopReason: 'endTurn' };
+});
 await client.connect(transport);
 console.log(`typescript @modelcontextprotocol/sdk ${version} client, transport=${transportName}: negotiated protocol revision ${negotiated}`);
 check('revision', negotiated === '2025-11-25', negotiated);
@@ -101,6 +108,12 @@ r = await expectError(client.callTool({ name: 'wait', arguments: { ms: 20000 } }
 check('slow call cancelled', r.error !== undefined && Date.now() - started < 5000, r);
 const after = await client.callTool({ name: 'wait', arguments: { ms: 10 } });
 check('served after cancel', !after.isError, after);
+
+// The server asks the client's model while a call runs (sampling).
+const asked = await client.callTool({ name: 'ask-model', arguments: { question: 'a name for the app?' } });
+check('sampling: the tool got the client\'s answer', !asked.isError
+  && asked.structuredContent?.answer === 'echo: a name for the app?' && asked.structuredContent?.model === 'interop-model', asked);
+check('sampling: the client was asked once', equal(samples, ['a name for the app?']), samples);
 
 await client.ping();
 check('ping', true);

@@ -13,7 +13,7 @@ import warnings
 
 import anyio
 from mcp import Client, MCPError, StdioServerParameters
-from mcp.types import TextContent
+from mcp.types import CreateMessageResult, TextContent
 
 # The logging feature, ping and setLevel are deprecated by 2026-07-28; the
 # legacy runs use them on purpose.
@@ -48,7 +48,17 @@ async def run(binary, transport, url, mode):
     async def on_log(params):
         logs.append(params)
 
-    async with Client(target, mode=mode, logging_callback=on_log, log_level="debug" if mode == "auto" else None) as client:
+    samples = []
+
+    async def on_sample(context, params):
+        # The client's "model": echoes the question it was asked.
+        question = params.messages[0].content.text
+        samples.append(question)
+        return CreateMessageResult(role="assistant", content=TextContent(type="text", text=f"echo: {question}"),
+                                   model="interop-model", stop_reason="endTurn")
+
+    async with Client(target, mode=mode, logging_callback=on_log, sampling_callback=on_sample,
+                      log_level="debug" if mode == "auto" else None) as client:
         version = client.protocol_version
         print(f"python mcp client, transport={transport}, mode={mode}: negotiated protocol revision {version}", flush=True)
         check("revision", version in ("2026-07-28", "2025-11-25"), version)
@@ -129,6 +139,22 @@ async def run(binary, transport, url, mode):
         result = await client.call_tool("wait", {"ms": 10})
         check("served after cancel", not result.is_error, result)
         check("cancel was prompt", time.monotonic() - started < 5)
+
+        # The server asks the client's model while a call runs (sampling):
+        # in the initialize lifecycle, over both transports. The sessionless
+        # 2026-07-28 revision has no server-to-client requests.
+        if mode == "legacy":
+            result = await client.call_tool("ask-model", {"question": "a name for the app?"})
+            sc = result.structured_content or {}
+            check("sampling: the tool got the client's answer", not result.is_error
+                  and sc.get("answer") == "echo: a name for the app?" and sc.get("model") == "interop-model", result)
+            check("sampling: the client was asked once", samples == ["a name for the app?"], samples)
+        else:
+            result = await client.call_tool("ask-model", {"question": "a name?"})
+            texts = [c.text for c in result.content if isinstance(c, TextContent)]
+            print(f"    ask-model in {version}: {texts}", flush=True)
+            check("sampling in 2026-07-28: a tool error, the client not asked", result.is_error and samples == [],
+                  (result, samples))
 
         # A method the server does not know.
         if mode == "legacy":
