@@ -217,12 +217,6 @@ fn ask_model() -> Tool {
             "required": ["question"]
         }),
         |args: Value, cx: ToolContext| async move {
-            // Streamable HTTP in the sessionless 2026-07-28 revision has no
-            // way back to the client: the request fails at once (Closed).
-            let peer = cx
-                .connection()
-                .peer()
-                .ok_or_else(|| ToolError::new("this transport cannot ask the client"))?;
             let params = json!({
                 "messages": [{
                     "role": "user",
@@ -230,16 +224,12 @@ fn ask_model() -> Tool {
                 }],
                 "maxTokens": 200
             });
-            let answer = peer
-                .request(
-                    "sampling/createMessage",
-                    Some(&params),
-                    Duration::from_secs(60),
-                )
-                .await
-                .map_err(|e| {
-                    ToolError::new(format!("the client's model could not be asked: {e}"))
-                })?;
+            // Refused, with nothing sent, when the client did not declare
+            // sampling or the call is in the 2026-07-28 revision (which
+            // has no requests from server to client).
+            let answer = cx
+                .ask_client("sampling/createMessage", &params, Duration::from_secs(60))
+                .await?;
             match answer.result() {
                 Ok(result) => {
                     let result: Value = serde_json::from_slice(result)?;

@@ -678,6 +678,54 @@ async fn stdio_requests_to_the_client_fail_when_its_input_ends() {
     p.task.await.unwrap().unwrap();
 }
 
+/// A tool asks the client through `ToolContext::ask_client` only what the
+/// protocol allows: not a client that did not declare sampling, not in the
+/// 2026-07-28 revision (nothing is sent; the next line is the reply), and
+/// a client that declared it is asked and answers.
+#[tokio::test]
+async fn stdio_ask_client_keeps_the_capability_and_revision_rules() {
+    let s = asking_server();
+    let call = |id: u32, meta: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"ask-politely","arguments":{{}}{meta}}}}}"#
+        )
+    };
+    let text = |reply: &Value| {
+        reply["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    p.send(&call(2, "")).await;
+    let reply = p.recv().await;
+    assert_eq!(reply["id"], 2, "{reply}");
+    assert_eq!(text(&reply), r#"refused: NotDeclared("sampling")"#);
+    p.send(&call(3, &format!(",{MODERN_META}"))).await;
+    let reply = p.recv().await;
+    assert_eq!(reply["id"], 3, "{reply}");
+    assert_eq!(text(&reply), "refused: NotInThisRevision");
+    // Initialized again, now declaring sampling: the client is asked.
+    p.send(r#"{"jsonrpc":"2.0","id":4,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}}}}"#).await;
+    assert_eq!(p.recv().await["id"], 4);
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    p.send(&call(5, "")).await;
+    let asked = p.recv().await;
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    p.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"role":"assistant","content":{{"type":"text","text":"hi"}},"model":"m"}}}}"#,
+        asked["id"]
+    ))
+    .await;
+    let reply = p.recv().await;
+    assert_eq!(reply["id"], 5, "{reply}");
+    assert!(text(&reply).starts_with("answered {"), "{reply}");
+    p.tx.shutdown().await.unwrap();
+    p.task.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn stdio_modern_logs_only_on_request() {
     let s = server();

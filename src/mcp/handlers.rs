@@ -263,6 +263,8 @@ struct Empty<'a> {
 struct InitializeParams<'a> {
     #[serde(borrow, default)]
     protocol_version: Option<Cow<'a, str>>,
+    #[serde(default)]
+    capabilities: Option<Value>,
 }
 
 /// The revision `initialize` answers for `requested`: the same one when it
@@ -298,6 +300,7 @@ fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
         Some(_) => call.decode()?,
         None => InitializeParams {
             protocol_version: None,
+            capabilities: None,
         },
     };
     let Some(requested) = params.protocol_version else {
@@ -318,7 +321,7 @@ fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
     };
     let version = negotiate(&requested)?;
     if let Some(session) = session_of(call.ctx) {
-        session.initialize(version);
+        session.initialize(version, params.capabilities.map(Arc::new));
     }
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -753,6 +756,15 @@ fn start_tool(
         .as_ref()
         .and_then(|m| m.progress_token)
         .map(|t| t.to_owned());
+    let client_capabilities = match era {
+        Era::Modern(_) => params
+            .meta
+            .as_ref()
+            .and_then(|m| m.client_capabilities)
+            .and_then(|c| serde_json::from_str(c.get()).ok())
+            .map(Arc::new),
+        Era::Legacy(_) => session_of(&call.ctx).and_then(|s| s.client_capabilities()),
+    };
     let cx = ToolContext {
         inner: Arc::new(CallScope {
             ctx: call.ctx.clone(),
@@ -761,6 +773,7 @@ fn start_tool(
             log,
             cancel: Some(call.cancellation().clone()),
             version: era.version(),
+            client_capabilities,
         }),
     };
     let tool = (entry.tool.handler)(args, cx);

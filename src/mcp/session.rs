@@ -3,7 +3,7 @@
 //! the cancellations the transport still has to carry out.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::tool::LogLevel;
 use crate::lock;
@@ -19,6 +19,8 @@ pub(crate) struct SessionState {
 struct Inner {
     /// The revision `initialize` negotiated; `None` before it.
     version: Option<&'static str>,
+    /// The capabilities the client declared in `initialize`.
+    client_capabilities: Option<Arc<serde_json::Value>>,
     /// `notifications/initialized` arrived.
     initialized: bool,
     /// `logging/setLevel`; every level until it is called.
@@ -64,12 +66,23 @@ impl SessionState {
         lock(&self.inner).version
     }
 
-    /// Records a (re-)initialization: a new revision, the level reset.
-    pub(crate) fn initialize(&self, version: &'static str) {
+    /// Records a (re-)initialization: a new revision and the client's
+    /// capabilities, the level reset.
+    pub(crate) fn initialize(
+        &self,
+        version: &'static str,
+        client_capabilities: Option<Arc<serde_json::Value>>,
+    ) {
         let mut g = lock(&self.inner);
         g.version = Some(version);
+        g.client_capabilities = client_capabilities;
         g.initialized = false;
         g.log_level = None;
+    }
+
+    /// The capabilities the client declared in `initialize`.
+    pub(crate) fn client_capabilities(&self) -> Option<Arc<serde_json::Value>> {
+        lock(&self.inner).client_capabilities.clone()
     }
 
     /// Records `notifications/initialized`.

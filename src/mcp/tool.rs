@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 
 use crate::Context;
 use crate::dispatch::Cancellation;
+use crate::peer::{OwnedResponse, PeerError};
 
 use super::session::SessionState;
 
@@ -426,6 +427,9 @@ pub(crate) struct CallScope {
     pub(crate) log: LogFilter,
     pub(crate) cancel: Option<Cancellation>,
     pub(crate) version: &'static str,
+    /// What the client declared: in `initialize`, or in the request's
+    /// `_meta` (2026-07-28).
+    pub(crate) client_capabilities: Option<Arc<Value>>,
 }
 
 impl ToolContext {
@@ -538,7 +542,105 @@ impl ToolContext {
     pub fn connection(&self) -> &Context {
         &self.inner.ctx
     }
+
+    /// The capabilities the client declared (`initialize`'s
+    /// `capabilities`, or 2026-07-28's
+    /// `_meta["io.modelcontextprotocol/clientCapabilities"]`), if any.
+    pub fn client_capabilities(&self) -> Option<&Value> {
+        self.inner.client_capabilities.as_deref()
+    }
+
+    /// Sends the client a request while the call runs (sampling
+    /// `sampling/createMessage`, elicitation `elicitation/create`,
+    /// `roots/list`, `ping`) and waits for its response, at most `timeout`.
+    ///
+    /// Refused without sending anything when the protocol forbids it: in
+    /// the 2026-07-28 revision (which has no requests from server to
+    /// client), or when the client did not declare the capability the
+    /// method needs (`sampling`, `elicitation`, `roots`). Over Streamable
+    /// HTTP the request goes on the call's own event stream and the
+    /// client's answer comes back in a POST of the session; a session that
+    /// ends fails the wait at once ([`PeerError::Closed`]).
+    ///
+    /// ```no_run
+    /// use rpcwire::mcp::{Tool, ToolContext, ToolError, ToolOutput};
+    /// use serde_json::{Value, json};
+    /// use std::time::Duration;
+    ///
+    /// let tool = Tool::new("ask-model", json!({"type": "object"}), |_, cx: ToolContext| async move {
+    ///     let params = json!({
+    ///         "messages": [{"role": "user", "content": {"type": "text", "text": "A name?"}}],
+    ///         "maxTokens": 50
+    ///     });
+    ///     let answer = cx.ask_client("sampling/createMessage", &params, Duration::from_secs(60)).await?;
+    ///     let result: Value = answer.decode().map_err(|e| ToolError::new(e.to_string()))?;
+    ///     Ok(ToolOutput::text(result["content"]["text"].as_str().unwrap_or_default()))
+    /// });
+    /// ```
+    #[allow(clippy::manual_async_fn)]
+    pub fn ask_client<'s, P: Serialize + ?Sized + Sync>(
+        &'s self,
+        method: &'s str,
+        params: &'s P,
+        timeout: std::time::Duration,
+    ) -> impl Future<Output = Result<OwnedResponse, AskError>> + Send + 's {
+        async move {
+            if self.inner.version == super::MODERN_VERSION {
+                return Err(AskError::NotInThisRevision);
+            }
+            let needs = match method {
+                "sampling/createMessage" => Some("sampling"),
+                "elicitation/create" => Some("elicitation"),
+                "roots/list" => Some("roots"),
+                _ => None,
+            };
+            if let Some(capability) = needs
+                && self
+                    .client_capabilities()
+                    .and_then(|c| c.get(capability))
+                    .is_none_or(|v| !v.is_object())
+            {
+                return Err(AskError::NotDeclared(capability));
+            }
+            let peer = self.inner.ctx.peer().ok_or(AskError::NoWayBack)?;
+            peer.request(method, Some(params), timeout)
+                .await
+                .map_err(AskError::Peer)
+        }
+    }
 }
+
+/// Why [`ToolContext::ask_client`] got no response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AskError {
+    /// The call's revision (2026-07-28) has no requests from server to
+    /// client; nothing was sent.
+    NotInThisRevision,
+    /// The client did not declare the capability the method needs
+    /// (`sampling`, `elicitation`, `roots`); nothing was sent.
+    NotDeclared(&'static str),
+    /// The transport has no way back to the client.
+    NoWayBack,
+    /// Sent, and no response came (timeout, cancellation, the connection
+    /// or session closed), or it could not be sent.
+    Peer(PeerError),
+}
+
+impl fmt::Display for AskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AskError::NotInThisRevision => {
+                f.write_str("the 2026-07-28 revision has no requests to the client")
+            }
+            AskError::NotDeclared(c) => write!(f, "the client did not declare the {c} capability"),
+            AskError::NoWayBack => f.write_str("this transport cannot reach the client"),
+            AskError::Peer(e) => write!(f, "the client did not answer: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AskError {}
 
 impl fmt::Debug for ToolContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

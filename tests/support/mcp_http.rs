@@ -279,6 +279,25 @@ pub fn asking_server() -> McpServer {
                 }))
             },
         ))
+        .tool(Tool::new(
+            "ask-politely",
+            serde_json::json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                // Through the checked way: refused when the revision or the
+                // client's capabilities forbid it.
+                let asked = cx
+                    .ask_client(
+                        "sampling/createMessage",
+                        &serde_json::json!({"messages": []}),
+                        Duration::from_secs(3600),
+                    )
+                    .await;
+                Ok(ToolOutput::text(match asked {
+                    Ok(r) => format!("answered {}", String::from_utf8_lossy(r.result().unwrap())),
+                    Err(e) => format!("refused: {e:?}"),
+                }))
+            },
+        ))
         .build()
         .unwrap()
 }
