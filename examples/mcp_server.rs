@@ -15,7 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use rpcwire::mcp::{
-    Content, LogLevel, McpServer, Tool, ToolAnnotations, ToolContext, ToolError, ToolOutput,
+    Content, InputRequest, LogLevel, MODERN_VERSION, McpServer, Tool, ToolAnnotations, ToolContext,
+    ToolError, ToolOutput,
 };
 use serde_json::{Value, json};
 
@@ -206,8 +207,10 @@ fn wait() -> Tool {
     })
 }
 
-/// Asks the client's model (MCP sampling: a request from the server to the
-/// client while the tool runs) and returns what it said.
+/// Asks the client's model (MCP sampling) and returns what it said: in the
+/// `initialize` lifecycle with a request to the client while the call
+/// runs; in 2026-07-28, which has no such requests, with an
+/// `input_required` answer the client fulfils before calling again.
 fn ask_model() -> Tool {
     Tool::new(
         "ask-model",
@@ -217,6 +220,10 @@ fn ask_model() -> Tool {
             "required": ["question"]
         }),
         |args: Value, cx: ToolContext| async move {
+            // The answer to an earlier round (2026-07-28).
+            if let Some(result) = cx.input_response("answer") {
+                return Ok(answered(result));
+            }
             let params = json!({
                 "messages": [{
                     "role": "user",
@@ -224,20 +231,19 @@ fn ask_model() -> Tool {
                 }],
                 "maxTokens": 200
             });
+            if cx.protocol_version() == MODERN_VERSION {
+                return Ok(ToolOutput::input_required(
+                    [("answer", InputRequest::sampling(params))],
+                    None,
+                ));
+            }
             // Refused, with nothing sent, when the client did not declare
-            // sampling or the call is in the 2026-07-28 revision (which
-            // has no requests from server to client).
+            // sampling.
             let answer = cx
                 .ask_client("sampling/createMessage", &params, Duration::from_secs(60))
                 .await?;
             match answer.result() {
-                Ok(result) => {
-                    let result: Value = serde_json::from_slice(result)?;
-                    Ok(ToolOutput::structured(json!({
-                        "answer": result["content"]["text"],
-                        "model": result["model"],
-                    })))
-                }
+                Ok(result) => Ok(answered(&serde_json::from_slice(result)?)),
                 Err(e) => Err(ToolError::new(format!(
                     "the client declined ({}): {}",
                     e.code, e.message
@@ -247,6 +253,14 @@ fn ask_model() -> Tool {
     )
     .title("Ask the model")
     .description("Asks the client's model a question (sampling) and returns its answer.")
+}
+
+/// The tool's result from sampling's result.
+fn answered(result: &Value) -> ToolOutput {
+    ToolOutput::structured(json!({
+        "answer": result["content"]["text"],
+        "model": result["model"],
+    }))
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -726,6 +726,64 @@ async fn stdio_ask_client_keeps_the_capability_and_revision_rules() {
     p.task.await.unwrap().unwrap();
 }
 
+/// 2026-07-28's multi-round-trip requests: a tool that needs the client's
+/// input answers `input_required` (with its requests and state), and is
+/// called again with the answers; refused (a tool error) when the client
+/// did not declare the capability, and -32603 in the initialize lifecycle.
+#[tokio::test]
+async fn stdio_input_required_rounds() {
+    let s = asking_server();
+    let mut p = Pipe::new(&s);
+    let meta = |caps: &str, more: &str| {
+        format!(
+            r#""_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{caps}}}{more}"#
+        )
+    };
+    let call = |id: u32, meta: String| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"ask-in-rounds","arguments":{{}},{meta}}}}}"#
+        )
+    };
+    p.send(&call(1, meta(r#"{"sampling":{}}"#, ""))).await;
+    let first = p.recv().await;
+    assert_eq!(first["id"], 1, "{first}");
+    let r = &first["result"];
+    assert_eq!(r["resultType"], "input_required", "{first}");
+    assert_eq!(r["inputRequests"]["a"]["method"], "sampling/createMessage");
+    assert_eq!(r["inputRequests"]["a"]["params"], json!({"messages": []}));
+    assert_eq!(r["requestState"], "s1");
+    assert!(r.get("content").is_none(), "{first}");
+    // The client answers and calls again with the state.
+    let again = meta(
+        r#"{"sampling":{}}"#,
+        r#","inputResponses":{"a":{"role":"assistant","content":{"type":"text","text":"hi"},"model":"m"}},"requestState":"s1""#,
+    );
+    p.send(&call(2, again)).await;
+    let second = p.recv().await;
+    assert_eq!(second["id"], 2, "{second}");
+    assert_eq!(second["result"]["resultType"], "complete", "{second}");
+    let text = second["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("got {") && text.ends_with(r#"with state Some("s1")"#),
+        "{text}"
+    );
+    // A client without the sampling capability is not asked.
+    p.send(&call(3, meta("{}", ""))).await;
+    let refused = p.recv().await;
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(
+        refused["result"].get("inputRequests").is_none(),
+        "{refused}"
+    );
+    // The initialize lifecycle has no such rounds.
+    p.init("2025-11-25").await;
+    p.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"ask-in-rounds","arguments":{}}}"#).await;
+    let legacy = p.recv().await;
+    assert_eq!(legacy["error"]["code"], -32603, "{legacy}");
+    p.tx.shutdown().await.unwrap();
+    p.task.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn stdio_modern_logs_only_on_request() {
     let s = server();

@@ -525,6 +525,11 @@ struct CallParams<'a> {
     arguments: Option<Value>,
     #[serde(rename = "_meta", borrow, default)]
     meta: Option<Meta<'a>>,
+    /// 2026-07-28: answers to an earlier round's input requests.
+    #[serde(rename = "inputResponses", default)]
+    input_responses: Option<serde_json::Map<String, Value>>,
+    #[serde(rename = "requestState", borrow, default)]
+    request_state: Option<Cow<'a, str>>,
 }
 
 /// Turns a schema violation into -32602 whose `data` names what failed.
@@ -670,7 +675,7 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
     // Everything up to the tool's own future happens in a plain function:
     // the decoded params and their arena are gone before the first await,
     // so this future holds only what the result needs.
-    let (entry, tool, era) = start_tool(&call)?;
+    let (entry, tool, era, client_capabilities) = start_tool(&call)?;
     let server = Arc::clone(&call.state);
     drop(call);
     let output = match tool.await {
@@ -678,6 +683,9 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
         Err(e) => ToolOutput::error(e.message()),
     };
     let name = entry.tool.name();
+    if let Some(input) = &output.input_required {
+        return input_required(name, input, era, client_capabilities.as_deref(), &server);
+    }
     // MCP's structuredContent is an object; the SDK clients refuse a result
     // with anything else there.
     if output.structured.as_ref().is_some_and(|v| !v.is_object()) {
@@ -709,9 +717,18 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
 
 /// Decodes a `tools/call`, finds the tool, checks its arguments and starts
 /// it: the tool's entry, its future and the revision the call is under.
+#[allow(clippy::type_complexity)]
 fn start_tool(
     call: &AsyncCall<ServerInner>,
-) -> Result<(Arc<super::ToolEntry>, super::tool::ToolFuture, Era), RpcError> {
+) -> Result<
+    (
+        Arc<super::ToolEntry>,
+        super::tool::ToolFuture,
+        Era,
+        Option<Arc<Value>>,
+    ),
+    RpcError,
+> {
     let arena = bumpalo::Bump::new();
     let Some(raw) = call.params.as_ref() else {
         return Err(name_missing());
@@ -773,11 +790,76 @@ fn start_tool(
             log,
             cancel: Some(call.cancellation().clone()),
             version: era.version(),
-            client_capabilities,
+            client_capabilities: client_capabilities.clone(),
+            input_responses: params.input_responses,
+            request_state: params.request_state.map(Cow::into_owned),
         }),
     };
     let tool = (entry.tool.handler)(args, cx);
-    Ok((entry, tool, era))
+    Ok((entry, tool, era, client_capabilities))
+}
+
+/// The answer of a tool that needs the client's input first (2026-07-28's
+/// multi-round-trip requests): `{"resultType":"input_required",
+/// "inputRequests":{…},"requestState":"…"}`. A tool error when the client
+/// did not declare what a request needs (nothing is asked of it); -32603
+/// for a tool that asks in a revision without the flow, or asks nothing.
+fn input_required(
+    name: &str,
+    input: &super::tool::InputRequired,
+    era: Era,
+    client_capabilities: Option<&Value>,
+    inner: &ServerInner,
+) -> Result<CallAnswer, RpcError> {
+    if !era.is_modern() {
+        return Err(RpcError::internal(format!(
+            "tool {name} asked for input (input_required) in revision {}, which has no \
+             multi-round-trip requests: ask the client with ToolContext::ask_client there",
+            era.version()
+        )));
+    }
+    if input.requests.is_empty() && input.state.is_none() {
+        return Err(RpcError::internal(format!(
+            "tool {name} asked for input with neither requests nor state"
+        )));
+    }
+    for request in input.requests.values() {
+        let needs = request["method"]
+            .as_str()
+            .and_then(super::tool::capability_for);
+        if let Some(capability) = needs
+            && client_capabilities
+                .and_then(|c| c.get(capability))
+                .is_none_or(|v| !v.is_object())
+        {
+            let output = ToolOutput::error(format!(
+                "tool {name} needs the client's {capability} capability, which it did not declare"
+            ));
+            return CallAnswer::write(&output, era, inner);
+        }
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct InputRequiredResult<'a> {
+        result_type: &'static str,
+        #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+        input_requests: &'a serde_json::Map<String, Value>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        request_state: Option<&'a str>,
+        #[serde(rename = "_meta")]
+        meta: ServerMeta<'a>,
+    }
+    let result = InputRequiredResult {
+        result_type: "input_required",
+        input_requests: &input.requests,
+        request_state: input.state.as_deref(),
+        meta: ServerMeta {
+            server_info: &inner.info,
+        },
+    };
+    serde_json::to_vec(&result)
+        .map(CallAnswer)
+        .map_err(unserializable)
 }
 
 fn name_missing() -> RpcError {

@@ -271,6 +271,72 @@ pub struct ToolOutput {
     pub(crate) content: Vec<Content>,
     pub(crate) structured: Option<Value>,
     pub(crate) is_error: bool,
+    /// 2026-07-28: the client's input is needed first (no result yet).
+    pub(crate) input_required: Option<InputRequired>,
+}
+
+/// What an [`input_required`](ToolOutput::input_required) output asks for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct InputRequired {
+    pub(crate) requests: serde_json::Map<String, Value>,
+    pub(crate) state: Option<String>,
+}
+
+/// A request for the client embedded in a 2026-07-28 `input_required`
+/// result (multi-round-trip requests, SEP-2322): the client fulfils it
+/// (asks its model, the user, its roots) and calls the tool again with the
+/// answer ([`ToolContext::input_response`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InputRequest {
+    method: &'static str,
+    params: Option<Value>,
+}
+
+impl InputRequest {
+    /// `sampling/createMessage` with these params (`messages`,
+    /// `maxTokens`, ...): the client's model answers.
+    pub fn sampling(params: Value) -> InputRequest {
+        InputRequest {
+            method: "sampling/createMessage",
+            params: Some(params),
+        }
+    }
+
+    /// `elicitation/create` with these params (`message`,
+    /// `requestedSchema`, ...): the user answers.
+    pub fn elicitation(params: Value) -> InputRequest {
+        InputRequest {
+            method: "elicitation/create",
+            params: Some(params),
+        }
+    }
+
+    /// `roots/list`: the client's roots.
+    pub fn roots() -> InputRequest {
+        InputRequest {
+            method: "roots/list",
+            params: None,
+        }
+    }
+
+    fn to_json(&self) -> Value {
+        let mut request = serde_json::Map::new();
+        request.insert("method".into(), Value::from(self.method));
+        if let Some(params) = &self.params {
+            request.insert("params".into(), params.clone());
+        }
+        Value::Object(request)
+    }
+}
+
+/// The client capability a request from server to client needs.
+pub(crate) fn capability_for(method: &str) -> Option<&'static str> {
+    match method {
+        "sampling/createMessage" => Some("sampling"),
+        "elicitation/create" => Some("elicitation"),
+        "roots/list" => Some("roots"),
+        _ => None,
+    }
 }
 
 impl ToolOutput {
@@ -300,6 +366,53 @@ impl ToolOutput {
             is_error: true,
             ..Default::default()
         }
+    }
+
+    /// 2026-07-28 (multi-round-trip requests, SEP-2322): no result yet,
+    /// the client's input is needed first. The client fulfils `requests`
+    /// (keyed as the tool likes) and calls the tool again with the same
+    /// arguments, the answers ([`ToolContext::input_response`]) and `state`
+    /// passed back unchanged ([`ToolContext::request_state`]). That
+    /// revision has no requests from server to client
+    /// ([`ToolContext::ask_client`] is refused in it); in the `initialize`
+    /// lifecycle a tool asks with `ask_client` instead, and an
+    /// `input_required` output there is answered with -32603.
+    ///
+    /// ```
+    /// use rpcwire::mcp::{InputRequest, Tool, ToolContext, ToolOutput, MODERN_VERSION};
+    /// use serde_json::{Value, json};
+    ///
+    /// let tool = Tool::new("ask-model", json!({"type": "object"}), |_, cx: ToolContext| async move {
+    ///     if let Some(answer) = cx.input_response("answer") {
+    ///         return Ok(ToolOutput::text(answer["content"]["text"].as_str().unwrap_or_default()));
+    ///     }
+    ///     let ask = json!({
+    ///         "messages": [{"role": "user", "content": {"type": "text", "text": "A name?"}}],
+    ///         "maxTokens": 50
+    ///     });
+    ///     Ok(ToolOutput::input_required([("answer", InputRequest::sampling(ask))], None))
+    /// });
+    /// ```
+    pub fn input_required<K: Into<String>>(
+        requests: impl IntoIterator<Item = (K, InputRequest)>,
+        state: Option<String>,
+    ) -> ToolOutput {
+        ToolOutput {
+            input_required: Some(InputRequired {
+                requests: requests
+                    .into_iter()
+                    .map(|(k, r)| (k.into(), r.to_json()))
+                    .collect(),
+                state,
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Whether this output asks for the client's input first
+    /// ([`input_required`](ToolOutput::input_required)).
+    pub fn is_input_required(&self) -> bool {
+        self.input_required.is_some()
     }
 
     /// Adds a content block.
@@ -430,6 +543,10 @@ pub(crate) struct CallScope {
     /// What the client declared: in `initialize`, or in the request's
     /// `_meta` (2026-07-28).
     pub(crate) client_capabilities: Option<Arc<Value>>,
+    /// 2026-07-28: the answers to the input requests of an earlier round,
+    /// and its state.
+    pub(crate) input_responses: Option<serde_json::Map<String, Value>>,
+    pub(crate) request_state: Option<String>,
 }
 
 impl ToolContext {
@@ -543,6 +660,22 @@ impl ToolContext {
         &self.inner.ctx
     }
 
+    /// 2026-07-28: the client's answer to the input request `key` of an
+    /// earlier [`input_required`](ToolOutput::input_required) output of
+    /// this call (the result object: sampling's `content` and `model`,
+    /// elicitation's `action` and `content`, `roots`).
+    pub fn input_response(&self, key: &str) -> Option<&Value> {
+        self.inner.input_responses.as_ref()?.get(key)
+    }
+
+    /// 2026-07-28: the state an earlier
+    /// [`input_required`](ToolOutput::input_required) output of this call
+    /// gave, passed back by the client unchanged (the client can change
+    /// it: treat it as untrusted input).
+    pub fn request_state(&self) -> Option<&str> {
+        self.inner.request_state.as_deref()
+    }
+
     /// The capabilities the client declared (`initialize`'s
     /// `capabilities`, or 2026-07-28's
     /// `_meta["io.modelcontextprotocol/clientCapabilities"]`), if any.
@@ -556,7 +689,7 @@ impl ToolContext {
     ///
     /// Refused without sending anything when the protocol forbids it: in
     /// the 2026-07-28 revision (which has no requests from server to
-    /// client), or when the client did not declare the capability the
+    /// client: a tool answers [`ToolOutput::input_required`] there), or when the client did not declare the capability the
     /// method needs (`sampling`, `elicitation`, `roots`). Over Streamable
     /// HTTP the request goes on the call's own event stream and the
     /// client's answer comes back in a POST of the session; a session that
@@ -588,13 +721,7 @@ impl ToolContext {
             if self.inner.version == super::MODERN_VERSION {
                 return Err(AskError::NotInThisRevision);
             }
-            let needs = match method {
-                "sampling/createMessage" => Some("sampling"),
-                "elicitation/create" => Some("elicitation"),
-                "roots/list" => Some("roots"),
-                _ => None,
-            };
-            if let Some(capability) = needs
+            if let Some(capability) = capability_for(method)
                 && self
                     .client_capabilities()
                     .and_then(|c| c.get(capability))
@@ -615,7 +742,8 @@ impl ToolContext {
 #[non_exhaustive]
 pub enum AskError {
     /// The call's revision (2026-07-28) has no requests from server to
-    /// client; nothing was sent.
+    /// client; nothing was sent ([`ToolOutput::input_required`] is that
+    /// revision's way).
     NotInThisRevision,
     /// The client did not declare the capability the method needs
     /// (`sampling`, `elicitation`, `roots`); nothing was sent.

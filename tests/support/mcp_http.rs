@@ -298,6 +298,26 @@ pub fn asking_server() -> McpServer {
                 }))
             },
         ))
+        .tool(Tool::new(
+            "ask-in-rounds",
+            serde_json::json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                // 2026-07-28's multi-round-trip requests.
+                if let Some(answer) = cx.input_response("a") {
+                    return Ok(ToolOutput::text(format!(
+                        "got {answer} with state {:?}",
+                        cx.request_state()
+                    )));
+                }
+                Ok(ToolOutput::input_required(
+                    [(
+                        "a",
+                        rpcwire::mcp::InputRequest::sampling(serde_json::json!({"messages": []})),
+                    )],
+                    Some("s1".into()),
+                ))
+            },
+        ))
         .build()
         .unwrap()
 }
