@@ -61,6 +61,10 @@ pub(crate) trait PendingCall: Send {
         sink: Sink<'_>,
         limit: usize,
     ) -> Poll<Result<Done, RpcError>>;
+
+    /// Records on the call's span (feature `tracing`) how it was answered
+    /// without finishing: its deadline passed.
+    fn answered(&self, outcome: Outcome);
 }
 
 pin_project_lite::pin_project! {
@@ -116,6 +120,13 @@ where
             }
             Poll::Pending => Poll::Pending,
         }
+    }
+
+    fn answered(&self, outcome: Outcome) {
+        #[cfg(feature = "tracing")]
+        super::record_outcome(&self.span, outcome);
+        #[cfg(not(feature = "tracing"))]
+        let _ = outcome;
     }
 }
 
@@ -1738,31 +1749,22 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 continue;
             }
             let task = engine.free_slot(index, true);
-            let Some((m, k)) = task.target else {
-                continue;
-            };
-            let Some(msg) = engine.msgs[m].as_mut() else {
-                continue;
-            };
-            let data = format!("{{\"timeout_ms\":{}}}", timeout.as_millis());
-            let tail = |o: &mut dyn ReplyBuf| {
-                write_error_tail(
-                    o,
-                    self.timeout_code,
-                    "Request timed out",
-                    Some(data.as_bytes()),
-                );
-            };
-            if msg.batch {
-                msg.decide_batch_entry(k, |into, id, allowance, too_large| {
-                    write_error_reply(into, id, allowance, too_large, self.timeout_code, |o| {
-                        tail(o)
-                    })
-                });
-            } else {
-                write_single_error(msg, k, out, self.timeout_code, tail);
-                written += 1;
-                out.end_reply();
+            // Answered (a notification: ended) with the timeout error, and
+            // counted so, as a call that finishes is.
+            let mut outcome = Outcome::Error(self.timeout_code);
+            if let Some((m, k)) = task.target
+                && let Some(msg) = engine.msgs[m].as_mut()
+            {
+                outcome = self.write_timeout(msg, k, timeout, out);
+                if !msg.batch {
+                    written += 1;
+                }
+            }
+            task.call.answered(outcome);
+            if let Some(observer) = &self.observer {
+                let method = core::str::from_utf8(&task.method).ok();
+                let id = task.id.as_deref().map(Id::from_validated);
+                self.report(observer, method, id, outcome, task.started);
             }
         }
         engine.timer_at = next;
@@ -1777,6 +1779,44 @@ impl<S: Send + Sync + 'static> Shared<S> {
         }
         written
     }
+
+    /// Answers reply `k` of `msg` with the timeout error; returns what it
+    /// was answered with (the too-large error in its place when it did not
+    /// fit).
+    fn write_timeout<B: ReplyBuf>(
+        &self,
+        msg: &mut Msg,
+        k: usize,
+        timeout: std::time::Duration,
+        out: &mut B,
+    ) -> Outcome {
+        let data = format!("{{\"timeout_ms\":{}}}", timeout.as_millis());
+        let tail = |o: &mut dyn ReplyBuf| {
+            write_error_tail(
+                o,
+                self.timeout_code,
+                "Request timed out",
+                Some(data.as_bytes()),
+            );
+        };
+        if msg.batch {
+            // Not called when the batch is already past its size limit.
+            let mut outcome = Outcome::TooLarge;
+            msg.decide_batch_entry(k, |into, id, allowance, too_large| {
+                let written =
+                    write_error_reply(into, id, allowance, too_large, self.timeout_code, |o| {
+                        tail(o)
+                    });
+                outcome = written.1;
+                written
+            });
+            outcome
+        } else {
+            let outcome = write_single_error(msg, k, out, self.timeout_code, tail);
+            out.end_reply();
+            outcome
+        }
+    }
 }
 
 /// Writes the error reply of the single request `k` of `msg` to `out`
@@ -1787,7 +1827,7 @@ fn write_single_error<B: ReplyBuf>(
     out: &mut B,
     code: i32,
     tail: impl FnOnce(&mut dyn ReplyBuf),
-) {
+) -> Outcome {
     let id = msg.id(k);
     let too_large_len = msg.too_large.len_for(id);
     let allowance = msg.budget.allowance(too_large_len);
@@ -1795,6 +1835,7 @@ fn write_single_error<B: ReplyBuf>(
     msg.budget.commit(too_large_len, len, refused);
     msg.replies[k] = ReplyState::Written;
     msg.next = 1;
+    refused
 }
 
 /// A stand-in `Done` for a pending poll (never written).

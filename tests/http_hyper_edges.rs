@@ -1,0 +1,285 @@
+//! The HTTP transport's hyper path (HTTP/2, and hyper's HTTP/1.1 with
+//! `Server::own_http1(false)`) and its observability, from a review:
+//! each test failed before the fix it names.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const HANG: Duration = Duration::from_secs(30);
+const TIMEOUT_CODE: i32 = -32002;
+
+fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
+    Dispatcher::builder(())
+        .method("echo", |_c: Call<'_, ()>| Ok::<_, RpcError>("ok"))
+        .async_method("hold", |call: AsyncCall<()>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>("held")
+        })
+        .observer(metrics)
+        .timeout(Some(Duration::from_millis(100)))
+        .timeout_code(TIMEOUT_CODE)
+        .build()
+        .unwrap()
+}
+
+struct Srv {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    metrics: Arc<Metrics>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(own: bool) -> Srv {
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits::default();
+    let svc = HttpService::new(dispatcher(metrics.clone()), &limits, Some(metrics.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).metrics(metrics.clone()).own_http1(own);
+    let task = tokio::spawn(server.serve(listener, svc, shutdown.clone()));
+    Srv {
+        addr,
+        shutdown,
+        metrics,
+        task,
+    }
+}
+
+impl Srv {
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(HANG, self.task)
+            .await
+            .expect("server stops")
+            .unwrap();
+    }
+}
+
+fn post(body: impl Into<Bytes>) -> Request<Full<Bytes>> {
+    Request::post("/")
+        .header("content-type", "application/json")
+        .body(Full::new(body.into()))
+        .unwrap()
+}
+
+fn json_of(b: &[u8]) -> Value {
+    serde_json::from_slice(b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(b)))
+}
+
+/// One HTTP/1.1 request on a connection of its own; the raw response.
+async fn h1(addr: SocketAddr, body: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    tokio::time::timeout(HANG, s.read_to_end(&mut out))
+        .await
+        .expect("an answer")
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// A call answered with the timeout error was not counted at all: neither
+// under its method nor under the timeout code (the engine answered it
+// without telling the observer), so a gateway's dashboard showed no
+// timeouts, ever.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_calls_are_counted_once_under_their_method_and_code() {
+    const SINGLE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"hold","params":[20000]}"#;
+    const BATCH: &str = r#"[{"jsonrpc":"2.0","id":1,"method":"hold","params":[20000]},{"jsonrpc":"2.0","id":2,"method":"echo"}]"#;
+    // rpcwire's own loop, then hyper's HTTP/1.1 and HTTP/2.
+    for own in [true, false] {
+        let srv = start(own).await;
+        let text = h1(srv.addr, SINGLE).await;
+        assert!(text.contains(r#""code":-32002"#), "own {own}: {text}");
+        let text = h1(srv.addr, BATCH).await;
+        assert!(text.contains(r#""code":-32002"#), "own {own}: {text}");
+        let m = &srv.metrics;
+        assert_eq!(m.error_count(TIMEOUT_CODE), 2, "own {own}:\n{}", m.render());
+        assert_eq!(m.call_count("hold"), 2, "own {own}:\n{}", m.render());
+        assert_eq!(m.call_count("echo"), 1, "own {own}:\n{}", m.render());
+        srv.stop().await;
+    }
+    let srv = start(true).await;
+    let stream = TcpStream::connect(srv.addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let r = sender.send_request(post(SINGLE)).await.unwrap();
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v["error"]["code"], TIMEOUT_CODE, "{v}");
+    // A notification that times out: no reply, but its error counted as
+    // a failing notification's is.
+    let r = sender
+        .send_request(post(
+            r#"{"jsonrpc":"2.0","method":"hold","params":[20000]}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let m = srv.metrics.clone();
+    tokio::time::timeout(HANG, async {
+        while m.call_count("hold") < 2 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the timed-out notification is counted:\n{}", m.render()));
+    assert_eq!(m.error_count(TIMEOUT_CODE), 2, "{}", m.render());
+    srv.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// Feature `tracing`: a call's span records the error code it was answered
+// with; a timed-out call's span recorded none (it looked like a success),
+// and every span closes, the calls cancelled by a layer's timeout too.
+
+#[cfg(feature = "tracing")]
+mod spans {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Metadata, Subscriber};
+
+    /// A span as the subscriber saw it.
+    #[derive(Clone, Debug, Default)]
+    pub struct Seen {
+        pub fields: HashMap<String, String>,
+        /// Handles alive (0: closed).
+        pub refs: usize,
+    }
+
+    /// Keeps every span's fields and whether it closed.
+    #[derive(Default)]
+    pub struct Spans {
+        next: AtomicU64,
+        pub spans: Mutex<HashMap<u64, Seen>>,
+    }
+
+    struct Fields<'a>(&'a mut HashMap<String, String>);
+    impl Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.insert(field.name().into(), format!("{value:?}"));
+        }
+        fn record_str(&mut self, field: &Field, value: &str) {
+            self.0.insert(field.name().into(), value.into());
+        }
+    }
+
+    impl Subscriber for &'static Spans {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, attrs: &Attributes<'_>) -> Id {
+            let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+            let mut seen = Seen {
+                refs: 1,
+                ..Seen::default()
+            };
+            attrs.record(&mut Fields(&mut seen.fields));
+            self.spans.lock().unwrap().insert(id, seen);
+            Id::from_u64(id)
+        }
+        fn record(&self, span: &Id, values: &Record<'_>) {
+            if let Some(seen) = self.spans.lock().unwrap().get_mut(&span.into_u64()) {
+                values.record(&mut Fields(&mut seen.fields));
+            }
+        }
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, _: &Event<'_>) {}
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+        fn clone_span(&self, id: &Id) -> Id {
+            if let Some(seen) = self.spans.lock().unwrap().get_mut(&id.into_u64()) {
+                seen.refs += 1;
+            }
+            id.clone()
+        }
+        fn try_close(&self, id: Id) -> bool {
+            let mut spans = self.spans.lock().unwrap();
+            let Some(seen) = spans.get_mut(&id.into_u64()) else {
+                return false;
+            };
+            seen.refs -= 1;
+            seen.refs == 0
+        }
+    }
+}
+
+#[cfg(feature = "tracing")]
+#[tokio::test]
+async fn timed_out_and_cancelled_calls_spans_say_so_and_close() {
+    use tower::{Service, ServiceBuilder, ServiceExt};
+    let spans: &'static spans::Spans = Box::leak(Box::default());
+    let _default = tracing::subscriber::set_default(spans);
+    let metrics = Arc::new(Metrics::default());
+    let svc = HttpService::new(dispatcher(metrics), &Limits::default(), None);
+    // The dispatcher's timeout (100 ms): answered -32002.
+    let r = svc
+        .clone()
+        .oneshot(post(
+            r#"{"jsonrpc":"2.0","id":7,"method":"hold","params":[20000]}"#,
+        ))
+        .await
+        .unwrap();
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v["error"]["code"], TIMEOUT_CODE, "{v}");
+    // A layer's timeout (shorter) drops the call before it answers.
+    let mut layered = ServiceBuilder::new()
+        .timeout(Duration::from_millis(20))
+        .service(svc.clone());
+    let r = ServiceExt::<Request<Full<Bytes>>>::ready(&mut layered)
+        .await
+        .unwrap()
+        .call(post(
+            r#"{"jsonrpc":"2.0","id":8,"method":"hold","params":[20000]}"#,
+        ))
+        .await;
+    assert!(r.is_err());
+    drop((layered, svc));
+    let seen: Vec<spans::Seen> = spans.spans.lock().unwrap().values().cloned().collect();
+    let by_id = |id: &str| {
+        seen.iter()
+            .find(|s| s.fields.get("id").is_some_and(|v| v.contains(id)))
+            .unwrap_or_else(|| panic!("a span with id {id}: {seen:?}"))
+    };
+    let timed_out = by_id("7");
+    assert_eq!(
+        timed_out.fields.get("method").map(String::as_str),
+        Some("hold")
+    );
+    assert_eq!(
+        timed_out.fields.get("code").map(String::as_str),
+        Some("-32002"),
+        "{timed_out:?}"
+    );
+    assert_eq!(timed_out.refs, 0, "closed: {timed_out:?}");
+    let cancelled = by_id("8");
+    assert_eq!(cancelled.refs, 0, "closed: {cancelled:?}");
+    assert_eq!(cancelled.fields.get("code"), None, "{cancelled:?}");
+}
