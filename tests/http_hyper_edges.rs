@@ -18,10 +18,19 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "support/http_replies.rs"]
+#[allow(dead_code)]
+mod http_replies;
+use http_replies::{request, responses_of, summary};
+
 const HANG: Duration = Duration::from_secs(30);
 const TIMEOUT_CODE: i32 = -32002;
 
 fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
+    with_timeout(metrics, Some(Duration::from_millis(100)))
+}
+
+fn with_timeout(metrics: Arc<Metrics>, timeout: Option<Duration>) -> Dispatcher<(), WithAsync> {
     Dispatcher::builder(())
         .method("echo", |_c: Call<'_, ()>| Ok::<_, RpcError>("ok"))
         .async_method("hold", |call: AsyncCall<()>| async move {
@@ -30,7 +39,7 @@ fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
             Ok::<_, RpcError>("held")
         })
         .observer(metrics)
-        .timeout(Some(Duration::from_millis(100)))
+        .timeout(timeout)
         .timeout_code(TIMEOUT_CODE)
         .build()
         .unwrap()
@@ -282,4 +291,83 @@ async fn timed_out_and_cancelled_calls_spans_say_so_and_close() {
     let cancelled = by_id("8");
     assert_eq!(cancelled.refs, 0, "closed: {cancelled:?}");
     assert_eq!(cancelled.fields.get("code"), None, "{cancelled:?}");
+}
+
+// ---------------------------------------------------------------------------
+// The service wrapped in tower layers (as `PerConnection`'s docs show) and
+// a layer fails a request (its timeout): hyper closed the HTTP/1.1
+// connection without an answer (the client saw only the close, and lost
+// the connection's other requests) and reset the HTTP/2 stream. Now the
+// client gets a 500 with a JSON-RPC -32603 body, and the connection
+// serves on.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_layer_is_answered_500_with_a_json_rpc_error() {
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits::default();
+    // No timeout of the dispatcher's: the layer's (1 s) is the one.
+    let d = with_timeout(metrics.clone(), None);
+    let svc = HttpService::new(d, &limits, Some(metrics.clone()));
+    let make = move |peer| {
+        tower::ServiceBuilder::new()
+            .timeout(Duration::from_secs(1))
+            .service(svc.clone().with_peer_addr(peer))
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(Server::new(limits).metrics(metrics.clone()).serve(
+        listener,
+        make,
+        shutdown.clone(),
+    ));
+    let hold = r#"{"jsonrpc":"2.0","id":1,"method":"hold","params":[60000]}"#;
+    let echo = r#"{"jsonrpc":"2.0","id":2,"method":"echo"}"#;
+
+    // HTTP/1.1, keep-alive: the failed request, then another on the same
+    // connection (pipelined).
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut both = request("content-type: application/json\r\n", hold);
+    both.push_str(&request(
+        "content-type: application/json\r\nconnection: close\r\n",
+        echo,
+    ));
+    s.write_all(both.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(HANG, s.read_to_end(&mut raw))
+        .await
+        .expect("the answers")
+        .unwrap();
+    let responses = responses_of(&raw);
+    assert_eq!(responses.len(), 2, "{}", summary(&responses, true));
+    let (status, headers, body) = &responses[0];
+    assert_eq!(status, "500 Internal Server Error");
+    assert!(headers.contains(&("content-type".into(), "application/json".into())));
+    let v = json_of(body.as_bytes());
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert_eq!(v["id"], Value::Null, "{v}");
+    let (status, _, body) = &responses[1];
+    assert_eq!(status, "200 OK");
+    assert_eq!(json_of(body.as_bytes())["result"], "ok");
+
+    // HTTP/2: the failed stream gets the 500, the next one its answer.
+    let stream = TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let r = sender.send_request(post(hold)).await.unwrap();
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    let r = sender.send_request(post(echo)).await.unwrap();
+    let st = r.status();
+    let b = r.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(st, 200, "{}", String::from_utf8_lossy(&b));
+
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }

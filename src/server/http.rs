@@ -32,6 +32,7 @@
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
+//! | served by [`serve`] in tower layers, a layer fails the request (its timeout, a load shedder) | `500`, a -32603 body; the connection serves on |
 //!
 //! A message that gets no reply is answered `204` with an empty body, not
 //! `200` with `null` (as jsonrpsee does): `null` is not a JSON-RPC response,
@@ -1444,12 +1445,13 @@ struct Counted<Svc> {
     activity: Arc<Activity>,
 }
 
-impl<Svc> hyper::service::Service<Request<Incoming>> for Counted<Svc>
+impl<Svc, B> hyper::service::Service<Request<Incoming>> for Counted<Svc>
 where
-    Svc: Service<Request<Incoming>> + Clone,
+    Svc: Service<Request<Incoming>, Response = Response<B>> + Clone,
+    Svc::Error: Into<BoxError>,
 {
-    type Response = Svc::Response;
-    type Error = Svc::Error;
+    type Response = Response<Served<B>>;
+    type Error = Infallible;
     type Future = CountedFuture<Svc, Svc::Future>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
@@ -1497,20 +1499,20 @@ pin_project_lite::pin_project! {
     }
 }
 
-impl<Svc> Future for CountedFuture<Svc, Svc::Future>
+impl<Svc, B> Future for CountedFuture<Svc, Svc::Future>
 where
-    Svc: Service<Request<Incoming>>,
+    Svc: Service<Request<Incoming>, Response = Response<B>>,
 {
-    type Output = Result<Svc::Response, Svc::Error>;
+    type Output = Result<Response<Served<B>>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
                 OneshotProj::Waiting { service, req } => {
-                    if let Err(e) = ready!(service.poll_ready(cx)) {
+                    if ready!(service.poll_ready(cx)).is_err() {
                         this.active.take();
-                        return Poll::Ready(Err(e));
+                        return Poll::Ready(Ok(service_failed()));
                     }
                     let req = req.take().expect("request present until called");
                     let future = service.call(req);
@@ -1519,9 +1521,118 @@ where
                 OneshotProj::Called { future } => {
                     let out = ready!(future.poll(cx));
                     this.active.take();
-                    return Poll::Ready(out);
+                    return Poll::Ready(Ok(match out {
+                        Ok(response) => response.map(|body| Served::Service { body }),
+                        Err(_) => service_failed(),
+                    }));
                 }
             }
+        }
+    }
+}
+
+/// The answer to a request the service failed (an error of a layer around
+/// it: a timeout, a load shedder): `500` with a -32603 body. hyper would
+/// close an HTTP/1.1 connection without a word (the client's other
+/// requests on it lost too) and reset an HTTP/2 stream.
+fn service_failed<B>() -> Response<Served<B>> {
+    let mut response = Response::new(Served::Failed {
+        body: Some(Bytes::from_static(SERVICE_FAILED)),
+    });
+    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, APPLICATION_JSON);
+    response
+}
+
+const SERVICE_FAILED: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error","data":{"reason":"the service failed to answer the request"}}}"#;
+
+pin_project_lite::pin_project! {
+    /// A response body as [`serve`] gives it to hyper: the service's, or
+    /// [`service_failed`]'s.
+    #[project = ServedProj]
+    enum Served<B> {
+        Service { #[pin] body: B },
+        Failed { body: Option<Bytes> },
+    }
+}
+
+impl<B: Body> Body for Served<B> {
+    type Data = ServedData<B::Data>;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match self.project() {
+            ServedProj::Service { body } => body
+                .poll_frame(cx)
+                .map(|frame| frame.map(|r| r.map(|f| f.map_data(ServedData::Service)))),
+            ServedProj::Failed { body } => Poll::Ready(
+                body.take()
+                    .map(|b| Ok(http_body::Frame::data(ServedData::Failed(b)))),
+            ),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Served::Service { body } => body.is_end_stream(),
+            Served::Failed { body } => body.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self {
+            Served::Service { body } => body.size_hint(),
+            Served::Failed { body } => {
+                http_body::SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
+            }
+        }
+    }
+}
+
+/// The data of a [`Served`] body.
+enum ServedData<D> {
+    Service(D),
+    Failed(Bytes),
+}
+
+impl<D: Buf> Buf for ServedData<D> {
+    fn remaining(&self) -> usize {
+        match self {
+            ServedData::Service(d) => d.remaining(),
+            ServedData::Failed(b) => b.remaining(),
+        }
+    }
+
+    fn chunk(&self) -> &[u8] {
+        match self {
+            ServedData::Service(d) => d.chunk(),
+            ServedData::Failed(b) => b.chunk(),
+        }
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [io::IoSlice<'a>]) -> usize {
+        match self {
+            ServedData::Service(d) => d.chunks_vectored(dst),
+            ServedData::Failed(b) => b.chunks_vectored(dst),
+        }
+    }
+
+    fn advance(&mut self, n: usize) {
+        match self {
+            ServedData::Service(d) => d.advance(n),
+            ServedData::Failed(b) => b.advance(n),
+        }
+    }
+
+    fn copy_to_bytes(&mut self, len: usize) -> Bytes {
+        match self {
+            ServedData::Service(d) => d.copy_to_bytes(len),
+            ServedData::Failed(b) => b.copy_to_bytes(len),
         }
     }
 }
