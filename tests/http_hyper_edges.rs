@@ -371,3 +371,41 @@ async fn a_failing_layer_is_answered_500_with_a_json_rpc_error() {
     shutdown.trigger();
     tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// `Limits::max_in_flight: 0` (taken as 1 by the stream transports,
+// and by rpcwire's own HTTP/1.1 loop, which answers one request
+// at a time) was sent as HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS = 0:
+// every HTTP/2 request was refused, on a server HTTP/1.1 clients used fine.
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_with_max_in_flight_zero_still_serves_one_stream_at_a_time() {
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits {
+        max_in_flight: 0,
+        ..Limits::default()
+    };
+    let svc = HttpService::new(dispatcher(metrics.clone()), &limits, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(Server::new(limits).serve(listener, svc, shutdown.clone()));
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    for _ in 0..2 {
+        let r = tokio::time::timeout(
+            HANG,
+            sender.send_request(post(r#"{"jsonrpc":"2.0","id":1,"method":"echo"}"#)),
+        )
+        .await
+        .expect("an answer")
+        .expect("the stream is not refused");
+        assert_eq!(r.status(), 200);
+    }
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}

@@ -1032,7 +1032,8 @@ impl Server {
     ///   still cannot finish (a client that does not read its reply) after
     ///   another such period (counted as [`LimitKind::Idle`]).
     /// * HTTP/2 streams per connection are capped at
-    ///   [`Limits::max_in_flight`].
+    ///   [`Limits::max_in_flight`] (0 counts as 1, as on the stream
+    ///   transports: 0 streams would refuse every HTTP/2 request).
     /// * On shutdown the listener is closed at once (new connections are
     ///   refused), idle connections close, requests in flight are answered
     ///   and their replies written whole; connections still busy after
@@ -1060,7 +1061,7 @@ impl Server {
         builder
             .http2()
             .timer(TokioTimer::new())
-            .max_concurrent_streams(self.limits.max_in_flight.min(u32::MAX as usize) as u32)
+            .max_concurrent_streams(self.limits.max_in_flight.clamp(1, u32::MAX as usize) as u32)
             .max_header_list_size(self.max_header_bytes.min(u32::MAX as usize) as u32);
         let builder = Arc::new(builder);
         let max_connections = self.limits.max_connections.min(u32::MAX as usize);

@@ -51,7 +51,8 @@ pub struct Limits {
     /// until replies drain: backpressure, not errors (the stream and
     /// WebSocket transports read on, holding the requests, while handlers
     /// wait for that client's answers to their own requests). On HTTP/2
-    /// it is the connection's `SETTINGS_MAX_CONCURRENT_STREAMS`, which the
+    /// it is the connection's `SETTINGS_MAX_CONCURRENT_STREAMS` (at least
+    /// 1: 0 would refuse every stream), which the
     /// `h2` crate enforces: a client that opens more streams before it
     /// has read the server's settings gets those refused
     /// (`REFUSED_STREAM`, which clients retry), and the refusals are not
