@@ -409,3 +409,52 @@ async fn h2_with_max_in_flight_zero_still_serves_one_stream_at_a_time() {
     shutdown.trigger();
     tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }
+
+// A call whose deadline passed while it waited for a slot (past the
+// dispatcher's `max_in_flight`) is answered -32002 without running: its
+// span had an empty method and no id.
+#[cfg(feature = "tracing")]
+#[tokio::test(start_paused = true)]
+async fn a_call_timed_out_in_the_queue_has_a_span_naming_it() {
+    use tower::ServiceExt;
+    let spans: &'static spans::Spans = Box::leak(Box::default());
+    let _default = tracing::subscriber::set_default(spans);
+    let d = Dispatcher::builder(())
+        .async_method("hold", |call: AsyncCall<()>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>("held")
+        })
+        .max_in_flight(1)
+        .timeout(Some(Duration::from_millis(100)))
+        .timeout_code(TIMEOUT_CODE)
+        .build()
+        .unwrap();
+    let svc = HttpService::new(d, &Limits::default(), None);
+    // The clock is paused: both wait from the same instant, so the second
+    // one's deadline has passed when the first's slot frees.
+    let batch = r#"[{"jsonrpc":"2.0","id":"a","method":"hold","params":[20000]},{"jsonrpc":"2.0","id":"b","method":"hold","params":[20000]}]"#;
+    let r = svc.oneshot(post(batch)).await.unwrap();
+    let v = json_of(&r.into_body().collect().await.unwrap().to_bytes());
+    assert_eq!(v[0]["error"]["code"], TIMEOUT_CODE, "{v}");
+    assert_eq!(v[1]["error"]["code"], TIMEOUT_CODE, "{v}");
+    let seen: Vec<spans::Seen> = spans.spans.lock().unwrap().values().cloned().collect();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for id in ["a", "b"] {
+        let span = seen
+            .iter()
+            .find(|s| s.fields.get("id") == Some(&format!("\"{id}\"")))
+            .unwrap_or_else(|| panic!("a span with id {id}: {seen:?}"));
+        assert_eq!(
+            span.fields.get("method").map(String::as_str),
+            Some("hold"),
+            "{span:?}"
+        );
+        assert_eq!(
+            span.fields.get("code").map(String::as_str),
+            Some("-32002"),
+            "{span:?}"
+        );
+        assert_eq!(span.refs, 0, "closed: {span:?}");
+    }
+}

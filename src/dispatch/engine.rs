@@ -1535,10 +1535,12 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let deadline = self
             .timeout
             .and_then(|t| w.queued.unwrap_or(now).checked_add(t));
+        // Its span names the call, as the handler's would have.
         let answer_now = |e: RpcError| -> Pin<Box<dyn PendingCall>> {
+            let method = core::str::from_utf8(&w.method).unwrap_or_default();
             Box::pin(Pending {
                 fut: std::future::ready(Err::<Done, RpcError>(e)),
-                span: span_of("", None),
+                span: span_of(method, w.id.as_deref()),
             })
         };
         let call = match (self.timeout, deadline) {
