@@ -260,6 +260,30 @@ fn req(id: u64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 
+/// `max_in_flight: 0` serves one message at a time, as the stream and
+/// HTTP/2 servers take it (it once started nothing: every call waited for
+/// good).
+#[tokio::test]
+async fn max_in_flight_zero_still_serves_one_message_at_a_time() {
+    let _shared = HEAP.read().await;
+    let server = start(
+        Limits {
+            max_in_flight: 0,
+            ..Limits::default()
+        },
+        SubscriptionConfig::default(),
+    )
+    .await;
+    let mut ws = connect(server.addr).await;
+    for id in 1..=3 {
+        let reply = tokio::time::timeout(PATIENCE, call(&mut ws, req(id, "echo", json!([id]))))
+            .await
+            .expect("an answer");
+        assert_eq!(reply, json!({"jsonrpc": "2.0", "id": id, "result": [id]}));
+    }
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn single_calls_batches_notifications_and_binary_frames() {
     let _shared = HEAP.read().await;

@@ -47,7 +47,7 @@ pub struct Limits {
     /// with -32600 (HTTP: 413) before they are buffered.
     pub max_message_len: usize,
     /// Messages of one connection being handled at once (pipelining;
-    /// default 256). Past it the server stops reading from that client
+    /// default 256; 0 is taken as 1 by every server). Past it the server stops reading from that client
     /// until replies drain: backpressure, not errors (the stream and
     /// WebSocket transports read on, holding the requests, while handlers
     /// wait for that client's answers to their own requests). On HTTP/2

@@ -1134,10 +1134,10 @@ where
         Poll::Pending
     }
 
-    /// Whether the messages in flight are at [`Limits::max_in_flight`]:
-    /// no more are started.
+    /// Whether the messages in flight are at [`Limits::max_in_flight`]
+    /// (0 taken as 1, as the other servers take it): no more are started.
     fn at_limit(&self) -> bool {
-        self.conn.messages_in_flight() >= self.server.limits.max_in_flight
+        self.conn.messages_in_flight() >= self.server.limits.max_in_flight.max(1)
     }
 
     /// Whether reading goes on at the in-flight limit: handlers wait for
