@@ -769,11 +769,21 @@ async fn a_call_that_waits_past_its_deadline_is_not_run() {
 /// waiting for a slot: its cancellation fires, the waiting one never runs,
 /// and each single request is answered with -32800 at once (with
 /// `CancelledReply::Nothing`, not at all, as MCP wants). Unknown ids are
-/// ignored.
+/// ignored. The observer records each cancelled call with -32800 (they
+/// were once recorded nowhere).
 #[tokio::test(start_paused = true)]
 async fn a_cancel_notification_cancels_running_and_waiting_calls() {
-    use rpcwire::dispatch::CancelledReply;
+    use rpcwire::dispatch::{CallRecord, CancelledReply, Observer};
+    #[derive(Default)]
+    struct Records(std::sync::Mutex<Vec<(String, Option<i32>)>>);
+    impl Observer for Records {
+        fn on_call(&self, call: &CallRecord<'_>) {
+            let method = call.method.unwrap_or("").to_string();
+            self.0.lock().unwrap().push((method, call.code));
+        }
+    }
     for reply in [CancelledReply::Error, CancelledReply::Nothing] {
+        let records = Arc::new(Records::default());
         let started = Arc::new(AtomicUsize::new(0));
         let fired = Arc::new(AtomicUsize::new(0));
         let (s, f) = (Arc::clone(&started), Arc::clone(&fired));
@@ -789,6 +799,7 @@ async fn a_cancel_notification_cancels_running_and_waiting_calls() {
                 std::future::pending::<Result<u64, RpcError>>()
             })
             .cancel_notification("$/cancelRequest", "id", reply)
+            .observer(records.clone())
             .build()
             .unwrap();
         let mut conn = Connection::new();
@@ -828,6 +839,22 @@ async fn a_cancel_notification_cancels_running_and_waiting_calls() {
             ),
             CancelledReply::Nothing => assert_eq!(text, ""),
         }
+        let cancelled: Vec<_> = records
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, _)| m == "slow")
+            .cloned()
+            .collect();
+        assert_eq!(
+            cancelled,
+            [
+                ("slow".to_string(), Some(-32800)),
+                ("slow".to_string(), Some(-32800))
+            ],
+            "{reply:?}"
+        );
     }
 }
 

@@ -928,6 +928,16 @@ pub(crate) struct Engine {
     /// Shared with the connection's subscriptions (rpcwire's WebSocket and
     /// stream transports): which messages still wait for their reply.
     pub(crate) gate: Option<Arc<ReplyGate>>,
+    /// Calls cancelled by id since the dispatcher last polled: reported to
+    /// its observer then (the engine has none).
+    cancelled: Vec<Cancelled>,
+}
+
+/// A call cancelled by id, to be reported.
+struct Cancelled {
+    method: Bytes,
+    id: Option<Bytes>,
+    started: std::time::Instant,
 }
 
 /// Which of a connection's messages still wait for their reply, and which
@@ -999,6 +1009,7 @@ impl Default for Engine {
             timer_polled: false,
             no_timers: false,
             gate: None,
+            cancelled: Vec::new(),
         }
     }
 }
@@ -1190,13 +1201,25 @@ impl Engine {
             .position(|s| s.task.as_ref().is_some_and(|t| t.id.as_deref() == Some(id)));
         let target = if let Some(index) = found {
             let task = self.free_slot(index, true);
+            task.call.answered(Outcome::Error(REQUEST_CANCELLED));
+            self.cancelled.push(Cancelled {
+                method: task.method,
+                id: task.id,
+                started: task.started,
+            });
             task.target
         } else if let Some(at) = self
             .waiting
             .iter()
             .position(|w| w.id.as_deref() == Some(id))
         {
-            self.waiting.remove(at).expect("found above").target
+            let waiting = self.waiting.remove(at).expect("found above");
+            self.cancelled.push(Cancelled {
+                method: waiting.method,
+                id: waiting.id,
+                started: std::time::Instant::now(),
+            });
+            waiting.target
         } else {
             return None;
         };
@@ -1587,6 +1610,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
     ) -> Poll<usize> {
         let engine = &mut conn.engine;
         engine.ready.waker.register(cx.waker());
+        if !engine.cancelled.is_empty() {
+            self.report_cancelled(engine);
+        }
         let mut woken = std::mem::take(&mut engine.woken);
         engine.ready.take_into(&mut woken);
         let mut written = 0;
@@ -1607,6 +1633,26 @@ impl<S: Send + Sync + 'static> Shared<S> {
             Poll::Ready(written)
         } else {
             Poll::Pending
+        }
+    }
+
+    /// Reports the calls cancelled by id since the last poll to the
+    /// observer, with [`REQUEST_CANCELLED`] (whether a reply carried it or,
+    /// for a single request whose client no longer waits, none was sent).
+    #[cold]
+    fn report_cancelled(&self, engine: &mut Engine) {
+        for c in engine.cancelled.drain(..) {
+            if let Some(observer) = &self.observer {
+                let method = core::str::from_utf8(&c.method).ok();
+                let id = c.id.as_deref().map(Id::from_validated);
+                self.report(
+                    observer,
+                    method,
+                    id,
+                    Outcome::Error(REQUEST_CANCELLED),
+                    c.started,
+                );
+            }
         }
     }
 

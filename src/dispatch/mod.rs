@@ -425,7 +425,11 @@ pub struct CallRecord<'a> {
     /// unreadable id.
     pub id: Option<Id<'a>>,
     /// The code of the error the call was answered with; `None` for a
-    /// result (and for notifications, whose outcome is not sent).
+    /// result (and for notifications, whose outcome is not sent). A call
+    /// cancelled by its client (by id: MCP's `notifications/cancelled`,
+    /// LSP's `$/cancelRequest`) is recorded with
+    /// [`REQUEST_CANCELLED`](crate::codes::REQUEST_CANCELLED), whether a
+    /// reply carried it or none was sent.
     pub code: Option<i32>,
     /// Whether `method` names one of the dispatcher's methods (`false`
     /// for an unknown name: a client's text, which counters should not
