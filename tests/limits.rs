@@ -150,6 +150,85 @@ fn a_handler_cannot_write_past_the_response_limit() {
     assert!(out.capacity() < MIB);
 }
 
+/// The response limit is "an upper bound on what is buffered as well as on
+/// what is sent". Text whose written length is not known in advance (a
+/// string result with characters to escape, six bytes each for `\u0001`;
+/// a handler error's message and `data`; an unknown method's name) was
+/// written whole and only then measured: 900 KB of control characters
+/// under a 1 MB limit grew the reply buffer to 7 MB, and left it there.
+#[test]
+fn text_of_unknown_written_length_is_capped_as_it_is_written() {
+    let _serial = serial();
+    let limit = 1_000_000;
+    let text = || "\u{1}".repeat(900_000);
+    let d = Dispatcher::builder(())
+        .max_response_len(limit)
+        .method("str", move |c: Call<'_, ()>| c.reply.str(&text()))
+        .method("message", move |_c: Call<'_, ()>| {
+            Err::<(), _>(RpcError::new(-32001, text()))
+        })
+        .method("data", move |_c: Call<'_, ()>| {
+            Err::<(), _>(RpcError::new(-32001, "e").with_data(&text()))
+        })
+        .method("raw_error", move |_c: Call<'_, ()>| {
+            let object = format!(r#"{{"code":3,"message":"{}"}}"#, "x".repeat(3 * limit));
+            Err::<(), _>(RpcError::raw(3, object.into_bytes()))
+        })
+        .build()
+        .unwrap();
+    for method in ["str", "message", "data", "raw_error"] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        let r: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(r["error"]["message"], "Response too large", "{method}");
+        assert!(
+            out.capacity() <= limit,
+            "{method}: the reply buffer grew to {} bytes under a {limit} byte limit",
+            out.capacity()
+        );
+    }
+    // An unknown method's name, under a response limit below the message
+    // limit.
+    let d = Dispatcher::builder(())
+        .max_response_len(10_000)
+        .build()
+        .unwrap();
+    let msg = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"{}"}}"#,
+        "m".repeat(100_000)
+    );
+    let mut out = Vec::new();
+    d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(r["error"]["message"], "Response too large");
+    assert!(out.capacity() <= 10_000, "{} bytes", out.capacity());
+    // What fits is written as before.
+    let d = Dispatcher::builder(())
+        .max_response_len(limit)
+        .method("s", |c: Call<'_, ()>| c.reply.str("a\u{1}\"b"))
+        .method("e", |_c: Call<'_, ()>| {
+            Err::<(), _>(RpcError::new(-32001, "bad \"x\"").with_data(&[1, 2]))
+        })
+        .build()
+        .unwrap();
+    for (method, want) in [
+        ("s", r#""result":"a\u0001\"b"}"#),
+        (
+            "e",
+            r#""error":{"code":-32001,"message":"bad \"x\"","data":[1,2]}}"#,
+        ),
+    ] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!(r#"{{"jsonrpc":"2.0","id":1,{want}"#)
+        );
+    }
+}
+
 #[test]
 fn every_reply_fits_the_limit_whatever_the_ids() {
     let _serial = serial();

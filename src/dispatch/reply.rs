@@ -294,8 +294,23 @@ impl<'a> Reply<'a> {
 
     /// A JSON string, escaped as needed.
     pub fn str(self, s: &str) -> Result<Done, RpcError> {
-        if self.len() + s.len() + 2 > self.limit {
+        let len = self.len();
+        if len + s.len() + 2 > self.limit {
             return Err(RpcError::too_large());
+        }
+        // Escaping makes a string up to six times longer (`\u0001`): when
+        // that could pass the limit, the writes are capped as they go, so
+        // the buffer never holds more than the limit.
+        if len
+            .saturating_add(s.len().saturating_mul(6))
+            .saturating_add(2)
+            > self.limit
+        {
+            let limit = self.limit;
+            return match self.sink {
+                Sink::Vec(v) => capped_string(v, limit, s),
+                Sink::Dyn(d) => capped_string(d, limit, s),
+            };
         }
         self.put(|b| b.string(s))
     }
@@ -382,6 +397,68 @@ pub(crate) fn grow_within<B: ReplyBuf + ?Sized>(out: &mut B, additional: usize, 
             .max(64)
             .min(limit.max(len + additional));
         v.reserve_exact(want - len);
+    }
+}
+
+/// [`Reply::str`] for a string whose escaped form may pass `limit`.
+fn capped_string<B: ReplyBuf + ?Sized>(
+    out: &mut B,
+    limit: usize,
+    s: &str,
+) -> Result<Done, RpcError> {
+    let at = out.len();
+    let mut capped = Capped::new(out, limit);
+    write::string(&mut capped, s);
+    if capped.over {
+        out.truncate(at);
+        return Err(RpcError::too_large());
+    }
+    Ok(Done(()))
+}
+
+/// A reply buffer that takes nothing past `limit` (what would pass it is
+/// dropped, and `over` set) and never lets a `Vec` grow past it: for
+/// writes whose length is not known before they are made (escaped text,
+/// an error's message and `data`).
+pub(crate) struct Capped<'o, B: ?Sized> {
+    out: &'o mut B,
+    limit: usize,
+    /// A write was refused: the caller cuts what was written back.
+    over: bool,
+}
+
+impl<'o, B: ReplyBuf + ?Sized> Capped<'o, B> {
+    pub(crate) fn new(out: &'o mut B, limit: usize) -> Self {
+        Capped {
+            out,
+            limit,
+            over: false,
+        }
+    }
+}
+
+impl<B: ReplyBuf + ?Sized> ReplyBuf for Capped<'_, B> {
+    #[inline]
+    fn len(&self) -> usize {
+        self.out.len()
+    }
+    #[inline]
+    fn extend_from_slice(&mut self, bytes: &[u8]) {
+        if self.over || self.out.len() + bytes.len() > self.limit {
+            self.over = true;
+            return;
+        }
+        grow_within(self.out, bytes.len(), self.limit);
+        self.out.extend_from_slice(bytes);
+    }
+    #[inline]
+    fn truncate(&mut self, len: usize) {
+        self.out.truncate(len);
+    }
+    #[inline]
+    fn reserve(&mut self, additional: usize) {
+        let room = self.limit.saturating_sub(self.out.len());
+        grow_within(self.out, additional.min(room), self.limit);
     }
 }
 
@@ -692,18 +769,26 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
         }
         std::task::Poll::Ready(Err(e)) => {
             out.truncate(after_id);
+            // The error's message and `data` are the handler's, of any
+            // size: written capped, so that one past the allowance is never
+            // buffered whole.
+            let mut capped = Capped::new(&mut *out, start.saturating_add(allowance));
             if let Some(object) = e.raw_object() {
-                out.extend_from_slice(b",\"error\":");
-                out.extend_from_slice(object);
-                out.push(b'}');
-                if out.len() - start <= allowance {
-                    return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
-                }
+                capped.extend_from_slice(b",\"error\":");
+                capped.extend_from_slice(object);
+                capped.push(b'}');
             } else if !e.is_too_large() {
-                write_error_tail(out, e.code(), e.message(), e.data().map(str::as_bytes));
-                if out.len() - start <= allowance {
-                    return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
-                }
+                write_error_tail(
+                    &mut capped,
+                    e.code(),
+                    e.message(),
+                    e.data().map(str::as_bytes),
+                );
+            } else {
+                capped.over = true;
+            }
+            if !capped.over {
+                return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
             }
         }
     }
@@ -721,13 +806,15 @@ pub(crate) fn write_error_reply<B: ReplyBuf + ?Sized>(
     allowance: usize,
     too_large: &TooLarge,
     code: i32,
-    tail: impl FnOnce(&mut B),
+    tail: impl FnOnce(&mut Capped<'_, B>),
 ) -> (usize, Outcome) {
     let start = out.len();
     out.extend_from_slice(HEAD_PREFIX);
     out.extend_from_slice(id.as_bytes());
-    tail(out);
-    if out.len() - start <= allowance {
+    // Capped: an unknown method's name is the client's, of any length.
+    let mut capped = Capped::new(&mut *out, start.saturating_add(allowance));
+    tail(&mut capped);
+    if !capped.over {
         return (out.len() - start, Outcome::Error(code));
     }
     out.truncate(start);
