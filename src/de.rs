@@ -20,18 +20,264 @@ use bumpalo::Bump;
 use serde::de::{self, DeserializeSeed, Deserializer, Visitor};
 
 /// Decodes `T` from `json` (validated JSON text), lending escaped strings
-/// from `arena`.
+/// from `arena`; the params as a whole read as [`Top`] says.
 pub(crate) fn from_slice_in<'a, T: de::Deserialize<'a>>(
     json: &'a [u8],
     arena: &'a Bump,
 ) -> Result<T, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(json);
-    let value = T::deserialize(Lending {
-        inner: &mut de,
-        arena,
+    let value = T::deserialize(Top {
+        inner: Lending {
+            inner: &mut de,
+            arena,
+        },
     })?;
     de.end()?;
     Ok(value)
+}
+
+/// Decodes `T` from `json` (validated JSON text) with serde_json, the
+/// params as a whole read as [`Top`] says.
+pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(
+    json: &'a [u8],
+) -> Result<T, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let value = T::deserialize(Top { inner: &mut de })?;
+    de.end()?;
+    Ok(value)
+}
+
+/// The params as a whole, as JSON-RPC clients send them: `()` (and a unit
+/// struct) accepts `[]`, which is how many clients send "no params" (and
+/// what absent params decode as); a tuple (or tuple struct) whose trailing
+/// values are missing reads them as `null`, so trailing `Option`s may be
+/// left out (`[1]` into `(u64, Option<u64>)`, as geth reads optional
+/// arguments), and a missing required one is "invalid length". Nested
+/// values are read as serde_json reads them.
+struct Top<D> {
+    inner: D,
+}
+
+macro_rules! forward_top {
+    ($($method:ident),* $(,)?) => {$(
+        fn $method<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
+            self.inner.$method(visitor)
+        }
+    )*};
+}
+
+impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
+    type Error = D::Error;
+
+    forward_top!(
+        deserialize_any,
+        deserialize_bool,
+        deserialize_i8,
+        deserialize_i16,
+        deserialize_i32,
+        deserialize_i64,
+        deserialize_i128,
+        deserialize_u8,
+        deserialize_u16,
+        deserialize_u32,
+        deserialize_u64,
+        deserialize_u128,
+        deserialize_f32,
+        deserialize_f64,
+        deserialize_char,
+        deserialize_str,
+        deserialize_string,
+        deserialize_bytes,
+        deserialize_byte_buf,
+        deserialize_option,
+        deserialize_seq,
+        deserialize_map,
+        deserialize_identifier,
+        deserialize_ignored_any,
+    );
+
+    fn deserialize_unit<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_seq(NoParams(visitor))
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'a>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_seq(NoParams(visitor))
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_newtype_struct(name, visitor)
+    }
+
+    fn deserialize_tuple<V: Visitor<'a>>(
+        self,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_tuple(
+            len,
+            Padded {
+                inner: visitor,
+                len,
+            },
+        )
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        len: usize,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_tuple_struct(
+            name,
+            len,
+            Padded {
+                inner: visitor,
+                len,
+            },
+        )
+    }
+
+    fn deserialize_struct<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_struct(name, fields, visitor)
+    }
+
+    fn deserialize_enum<V: Visitor<'a>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.inner.deserialize_enum(name, variants, visitor)
+    }
+
+    fn is_human_readable(&self) -> bool {
+        self.inner.is_human_readable()
+    }
+}
+
+/// A unit visitor that takes an empty array for "no params".
+struct NoParams<V>(V);
+
+impl<'a, V: Visitor<'a>> Visitor<'a> for NoParams<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no params")
+    }
+
+    fn visit_seq<A: de::SeqAccess<'a>>(self, mut seq: A) -> Result<V::Value, A::Error> {
+        let mut len = 0;
+        while seq.next_element::<de::IgnoredAny>()?.is_some() {
+            len += 1;
+        }
+        if len > 0 {
+            return Err(de::Error::invalid_length(len, &self));
+        }
+        self.0.visit_unit()
+    }
+}
+
+/// A tuple visitor whose sequence reads missing trailing values as `null`.
+struct Padded<V> {
+    inner: V,
+    len: usize,
+}
+
+impl<'a, V: Visitor<'a>> Visitor<'a> for Padded<V> {
+    type Value = V::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.inner.expecting(f)
+    }
+
+    fn visit_seq<A: de::SeqAccess<'a>>(self, seq: A) -> Result<V::Value, A::Error> {
+        self.inner.visit_seq(PaddedSeq {
+            inner: Some(seq),
+            read: 0,
+            given: 0,
+            len: self.len,
+        })
+    }
+}
+
+/// The sequence of [`Padded`]: the array's values, then `null`s up to the
+/// tuple's length.
+struct PaddedSeq<A> {
+    /// `None` once the array has ended.
+    inner: Option<A>,
+    /// Values handed out so far (read or padded).
+    read: usize,
+    /// Values the array held.
+    given: usize,
+    len: usize,
+}
+
+/// "a tuple of size n", as serde says it.
+struct TupleOf(usize);
+
+impl de::Expected for TupleOf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a tuple of size {}", self.0)
+    }
+}
+
+/// A seed lent for one value: still there afterwards if it was not used
+/// (the array had ended).
+struct Lent<'s, T>(&'s mut Option<T>);
+
+impl<'a, T: DeserializeSeed<'a>> DeserializeSeed<'a> for Lent<'_, T> {
+    type Value = T::Value;
+
+    fn deserialize<D: Deserializer<'a>>(self, d: D) -> Result<T::Value, D::Error> {
+        match self.0.take() {
+            Some(seed) => seed.deserialize(d),
+            None => Err(de::Error::custom("a sequence value was read twice")),
+        }
+    }
+}
+
+impl<'a, A: de::SeqAccess<'a>> de::SeqAccess<'a> for PaddedSeq<A> {
+    type Error = A::Error;
+
+    fn next_element_seed<T: DeserializeSeed<'a>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, A::Error> {
+        let mut seed = Some(seed);
+        if let Some(inner) = self.inner.as_mut() {
+            if let Some(value) = inner.next_element_seed(Lent(&mut seed))? {
+                self.read += 1;
+                self.given += 1;
+                return Ok(Some(value));
+            }
+            self.inner = None;
+        }
+        let Some(seed) = seed.filter(|_| self.read < self.len) else {
+            return Ok(None);
+        };
+        self.read += 1;
+        seed.deserialize(de::value::UnitDeserializer::<A::Error>::new())
+            .map(Some)
+            .map_err(|_| de::Error::invalid_length(self.given, &TupleOf(self.len)))
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.len.saturating_sub(self.read))
+    }
 }
 
 /// A deserializer that lends transient strings from the arena.

@@ -328,3 +328,111 @@ fn a_value_returned_after_a_dropped_reply_is_the_only_result() {
         br#"{"jsonrpc":"2.0","id":4,"result":"returned"}"#
     );
 }
+
+/// `Call::decode` promises "Absent params decode as `[]`, so `()`,
+/// `Vec<_>` and all-optional tuples accept a call without params". Only
+/// `Vec<_>` did: `()` refused `[]` ("invalid type: sequence, expected
+/// unit", also for ethers' `"params":[]`) and `(Option<T>,)` refused it
+/// ("invalid length 0"). A tuple's missing trailing values now read as
+/// `null` (geth's optional arguments), in every decode of params.
+#[test]
+fn absent_params_decode_into_unit_and_optional_tuples() {
+    let _serial = serial();
+    let d = Dispatcher::builder(())
+        .method("unit", |c: Call<'_, ()>| {
+            let () = c.decode()?;
+            Ok::<_, RpcError>("none")
+        })
+        .method("opt", |c: Call<'_, ()>| {
+            let (a,): (Option<u64>,) = c.decode()?;
+            Ok::<_, RpcError>(a)
+        })
+        .method("trailing", |c: Call<'_, ()>| {
+            let (a, b): (&str, Option<&str>) = c.decode()?;
+            Ok::<_, RpcError>(format!("{a}/{}", b.unwrap_or("latest")))
+        })
+        .method("two", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            Ok::<_, RpcError>(a + b)
+        })
+        .method("view", |c: Call<'_, ()>| {
+            let (a,): (Option<u64>,) = c.params.unwrap().decode()?;
+            Ok::<_, RpcError>(a)
+        })
+        .build()
+        .unwrap();
+    let reply = |method: &str, params: &str| -> Value {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        serde_json::from_slice(&out).unwrap()
+    };
+    for params in [
+        "",
+        r#","params":[]"#,
+        r#","params":null"#,
+        r#","params":[ ]"#,
+    ] {
+        assert_eq!(reply("unit", params)["result"], "none", "{params}");
+        assert_eq!(reply("opt", params)["result"], Value::Null, "{params}");
+    }
+    assert_eq!(reply("opt", r#","params":[7]"#)["result"], 7);
+    assert_eq!(reply("view", r#","params":[]"#)["result"], Value::Null);
+    assert_eq!(
+        reply("trailing", r#","params":["0xab"]"#)["result"],
+        "0xab/latest"
+    );
+    assert_eq!(
+        reply("trailing", r#","params":["0xab","safe"]"#)["result"],
+        "0xab/safe"
+    );
+    // What is refused stays refused, with serde's words and the offset.
+    let r = reply("unit", r#","params":[1,2]"#);
+    assert_eq!(r["error"]["code"], -32602);
+    let r = reply("two", r#","params":[1]"#);
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "invalid length 1, expected a tuple of size 2"
+    );
+    assert_eq!(r["error"]["data"]["offset"], 50);
+    let r = reply("trailing", "");
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "invalid length 0, expected a tuple of size 2"
+    );
+    // Async handlers decode the same way.
+    #[cfg(feature = "async")]
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(async {
+            use rpcwire::dispatch::AsyncCall;
+            let d = Dispatcher::builder(())
+                .async_method("opt", |c: AsyncCall<()>| async move {
+                    let (a, b): (u64, Option<u64>) = c.decode()?;
+                    Ok::<_, RpcError>(a + b.unwrap_or(0))
+                })
+                .async_method("unit", |c: AsyncCall<()>| async move {
+                    let () = c.decode()?;
+                    Ok::<_, RpcError>(0)
+                })
+                .build()
+                .unwrap();
+            for (msg, want) in [
+                (r#"{"jsonrpc":"2.0","id":1,"method":"opt","params":[5]}"#, 5),
+                (
+                    r#"{"jsonrpc":"2.0","id":1,"method":"opt","params":[5,1]}"#,
+                    6,
+                ),
+                (r#"{"jsonrpc":"2.0","id":1,"method":"unit"}"#, 0),
+                (r#"{"jsonrpc":"2.0","id":1,"method":"unit","params":[]}"#, 0),
+            ] {
+                let mut out = Vec::new();
+                d.handle_async(&bytes::Bytes::from(msg), &mut Connection::new(), &mut out)
+                    .await;
+                let r: Value = serde_json::from_slice(&out).unwrap();
+                assert_eq!(r["result"], want, "{msg}");
+            }
+        });
+}

@@ -115,8 +115,36 @@ impl<'a, S> Call<'a, S> {
     /// `#[serde(borrow)]`) work for every string, escaped or not (escaped
     /// ones are decoded into the per-message arena), and `&RawValue` keeps a
     /// value raw. Absent params decode as `[]`, so `()`, `Vec<_>` and
-    /// all-optional tuples accept a call without params. A failure is -32602
-    /// with serde's reason and the byte offset in the message in `data`.
+    /// all-optional tuples accept a call without params. A tuple's trailing
+    /// values may be left out, as geth reads optional arguments: they read
+    /// as `null`, so an `Option` is `None` and a required one is "invalid
+    /// length". A failure is -32602 with serde's reason and the byte offset
+    /// in the message in `data`.
+    ///
+    /// ```
+    /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
+    /// let d = Dispatcher::builder(())
+    ///     .method("eth_blockNumber", |call: Call<'_, ()>| {
+    ///         let () = call.decode()?;
+    ///         call.reply.str("0x1b4")
+    ///     })
+    ///     .method("eth_getBalance", |call: Call<'_, ()>| {
+    ///         let (address, block): (&str, Option<&str>) = call.decode()?;
+    ///         Ok::<_, RpcError>(format!("{address} at {}", block.unwrap_or("latest")))
+    ///     })
+    ///     .build()?;
+    /// let (mut conn, mut out) = (Connection::new(), Vec::new());
+    /// for (params, result) in [("", "\"0x1b4\""), (r#","params":[]"#, "\"0x1b4\"")] {
+    ///     out.clear();
+    ///     let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"{params}}}"#);
+    ///     d.handle(msg.as_bytes(), &mut conn, &mut out);
+    ///     assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":1,"result":{result}}}"#).as_bytes());
+    /// }
+    /// out.clear();
+    /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"eth_getBalance","params":["0xab"]}"#, &mut conn, &mut out);
+    /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"0xab at latest"}"#);
+    /// # Ok::<(), rpcwire::router::BuildError>(())
+    /// ```
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
         let json = self.params.map_or(&b"[]"[..], |p| p.as_bytes());
         crate::de::from_slice_in(json, self.arena).map_err(|e| {
@@ -141,7 +169,9 @@ pub(crate) fn params_error(e: &serde_json::Error, offset: Option<usize>) -> RpcE
 impl<'a> Params<'a> {
     /// Decodes the params into `T` with serde_json, borrowing from the
     /// message where `T` borrows (strings without escapes; see
-    /// [`decode_in`](Params::decode_in) for every string). A failure is
+    /// [`decode_in`](Params::decode_in) for every string). The params as a
+    /// whole read as for [`Call::decode`](crate::Call::decode): `()` takes
+    /// `[]`, a tuple's missing trailing values read as `null`. A failure is
     /// -32602 with serde's reason in `data` (no offset: a view does not
     /// know where its message starts; [`Call::decode`](crate::Call::decode)
     /// gives one).
@@ -155,7 +185,7 @@ impl<'a> Params<'a> {
     /// and a list of 2000 hashes (136 KiB, 66 vs 74 µs), and level on an
     /// `eth_getLogs` filter.
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
-        serde_json::from_slice(self.as_bytes()).map_err(|e| params_error(&e, None))
+        crate::de::from_slice(self.as_bytes()).map_err(|e| params_error(&e, None))
     }
 
     /// Decodes the params into `T`, lending strings with escapes from

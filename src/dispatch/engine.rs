@@ -521,9 +521,10 @@ impl<S> AsyncCall<S> {
         &self.cancel
     }
 
-    /// Decodes the params into an owned `T` (absent params as `[]`); a
-    /// failure is -32602 with the reason and the byte offset in the
-    /// message in `data`.
+    /// Decodes the params into an owned `T` (absent params as `[]`, read
+    /// as for [`Call::decode`](crate::Call::decode): `()` takes `[]`, a
+    /// tuple's missing trailing values read as `null`); a failure is -32602
+    /// with the reason and the byte offset in the message in `data`.
     ///
     /// For types that borrow (`&'a str` fields), decode inside the future
     /// from [`OwnedParams::decode_in`] with an arena the future owns:
@@ -542,7 +543,7 @@ impl<S> AsyncCall<S> {
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
         match &self.params {
             Some(p) => p.decode(),
-            None => serde_json::from_slice(b"[]").map_err(|e| super::call::params_error(&e, None)),
+            None => crate::de::from_slice(b"[]").map_err(|e| super::call::params_error(&e, None)),
         }
     }
 }
@@ -594,7 +595,7 @@ impl OwnedParams {
     /// and the byte offset in the message in `data`, as
     /// [`Call::decode`](crate::Call::decode) gives them.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
-        serde_json::from_slice(&self.json).map_err(|e| self.error(&e))
+        crate::de::from_slice(&self.json).map_err(|e| self.error(&e))
     }
 
     /// Decodes into a `T` that borrows from these params, strings with
