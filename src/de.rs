@@ -58,43 +58,56 @@ struct Top<D> {
     inner: D,
 }
 
-macro_rules! forward_top {
-    ($($method:ident),* $(,)?) => {$(
-        fn $method<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
-            self.inner.$method(visitor)
+/// Forwards each named `deserialize_*` method of a wrapping deserializer
+/// to `inner`, with the visitor wrapped by `$wrap` (in which `$this` is
+/// the wrapper and `$visitor` the visitor).
+macro_rules! forward_wrapped {
+    ($this:ident, $visitor:ident => $wrap:expr; $($method:ident),* $(,)?) => {$(
+        fn $method<V: Visitor<'a>>(self, $visitor: V) -> Result<V::Value, D::Error> {
+            let $this = self;
+            $this.inner.$method($wrap)
         }
     )*};
+}
+
+/// [`forward_wrapped`] for the methods that both wrapping deserializers
+/// ([`Top`], [`Lending`]) pass through; each handles the others its own
+/// way.
+macro_rules! forward_common {
+    ($this:ident, $visitor:ident => $wrap:expr) => {
+        forward_wrapped!($this, $visitor => $wrap;
+            deserialize_any,
+            deserialize_bool,
+            deserialize_i8,
+            deserialize_i16,
+            deserialize_i32,
+            deserialize_i64,
+            deserialize_i128,
+            deserialize_u8,
+            deserialize_u16,
+            deserialize_u32,
+            deserialize_u64,
+            deserialize_u128,
+            deserialize_f32,
+            deserialize_f64,
+            deserialize_char,
+            deserialize_str,
+            deserialize_string,
+            deserialize_bytes,
+            deserialize_byte_buf,
+            deserialize_option,
+            deserialize_seq,
+            deserialize_map,
+            deserialize_identifier,
+            deserialize_ignored_any,
+        );
+    };
 }
 
 impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
     type Error = D::Error;
 
-    forward_top!(
-        deserialize_any,
-        deserialize_bool,
-        deserialize_i8,
-        deserialize_i16,
-        deserialize_i32,
-        deserialize_i64,
-        deserialize_i128,
-        deserialize_u8,
-        deserialize_u16,
-        deserialize_u32,
-        deserialize_u64,
-        deserialize_u128,
-        deserialize_f32,
-        deserialize_f64,
-        deserialize_char,
-        deserialize_str,
-        deserialize_string,
-        deserialize_bytes,
-        deserialize_byte_buf,
-        deserialize_option,
-        deserialize_seq,
-        deserialize_map,
-        deserialize_identifier,
-        deserialize_ignored_any,
-    );
+    forward_common!(this, visitor => visitor);
 
     fn deserialize_unit<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
         self.inner.deserialize_seq(NoParams(visitor))
@@ -292,44 +305,11 @@ struct Lend<'a, V> {
     arena: &'a Bump,
 }
 
-macro_rules! forward_deserialize {
-    ($($method:ident),* $(,)?) => {$(
-        fn $method<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
-            self.inner.$method(Lend { inner: visitor, arena: self.arena })
-        }
-    )*};
-}
-
 impl<'a, D: Deserializer<'a>> Deserializer<'a> for Lending<'a, D> {
     type Error = D::Error;
 
-    forward_deserialize!(
-        deserialize_any,
-        deserialize_bool,
-        deserialize_i8,
-        deserialize_i16,
-        deserialize_i32,
-        deserialize_i64,
-        deserialize_i128,
-        deserialize_u8,
-        deserialize_u16,
-        deserialize_u32,
-        deserialize_u64,
-        deserialize_u128,
-        deserialize_f32,
-        deserialize_f64,
-        deserialize_char,
-        deserialize_str,
-        deserialize_string,
-        deserialize_bytes,
-        deserialize_byte_buf,
-        deserialize_option,
-        deserialize_unit,
-        deserialize_seq,
-        deserialize_map,
-        deserialize_identifier,
-        deserialize_ignored_any,
-    );
+    forward_common!(this, visitor => Lend { inner: visitor, arena: this.arena });
+    forward_wrapped!(this, visitor => Lend { inner: visitor, arena: this.arena }; deserialize_unit);
 
     fn deserialize_unit_struct<V: Visitor<'a>>(
         self,
