@@ -977,15 +977,25 @@ async fn ws_upstream() -> (
     (addr, tx, unsubscribed)
 }
 
-#[tokio::test]
-async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
+/// The gateway in front of [`ws_upstream`], with the upstream's head
+/// sender and unsubscribe count.
+async fn gateway_on_ws_upstream() -> (
+    Gateway,
+    tokio::sync::broadcast::Sender<u64>,
+    Arc<AtomicUsize>,
+) {
     let (up, heads, unsubscribed) = ws_upstream().await;
     let config = config::Config {
         upstream_ws: Some(format!("ws://{up}")),
         timeout: Duration::from_secs(2),
         ..Default::default()
     };
-    let gw = start(config).await;
+    (start(config).await, heads, unsubscribed)
+}
+
+#[tokio::test]
+async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
+    let (gw, heads, unsubscribed) = gateway_on_ws_upstream().await;
     let (mut ws, r) = subscribe_new_heads(gw.addr).await;
     let sub = r["result"].as_str().unwrap().to_string();
     heads.send(7).unwrap();
@@ -1025,13 +1035,7 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
 
 #[tokio::test]
 async fn unsubscribing_another_clients_subscription_leaves_it_running() {
-    let (up, heads, unsubscribed) = ws_upstream().await;
-    let config = config::Config {
-        upstream_ws: Some(format!("ws://{up}")),
-        timeout: Duration::from_secs(2),
-        ..Default::default()
-    };
-    let gw = start(config).await;
+    let (gw, heads, unsubscribed) = gateway_on_ws_upstream().await;
     let (mut owner, r) = subscribe_new_heads(gw.addr).await;
     let sub = r["result"].as_str().unwrap().to_string();
     let (mut other, _) = tokio_tungstenite::connect_async(format!("ws://{}", gw.addr))

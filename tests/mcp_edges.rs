@@ -124,19 +124,12 @@ async fn requests_to_notification_methods_are_refused() {
 /// Opens a GET stream of `sid`; its body after the opening comment.
 async fn get_stream(addr: std::net::SocketAddr, sid: &str) -> hyper::body::Incoming {
     use http_body_util::BodyExt;
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    let req = hyper::Request::get(format!("http://{addr}/mcp"))
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", sid)
-        .header("mcp-protocol-version", "2025-11-25")
-        .body(http_body_util::Empty::<Bytes>::new())
-        .unwrap();
-    let resp = sender.send_request(req).await.unwrap();
+    let headers = [
+        ("accept", "text/event-stream"),
+        ("mcp-session-id", sid),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let (_sender, resp) = mcp_http::send(addr, "GET", &headers, "").await;
     assert_eq!(resp.status(), 200);
     let mut body = resp.into_body();
     let first = tokio::time::timeout(Duration::from_secs(10), body.frame())

@@ -147,16 +147,11 @@ async fn the_dispatcher_s_buffers_are_not_kept_by_an_idle_connection() {
 
 const CONNECTIONS: usize = 20;
 
-/// Heap bytes that `CONNECTIONS` idle TCP connections keep after each sent
-/// `two(400_000)` (two lines, each answered) and read the answers (a first
-/// connection, with `two(10)`, is the baseline: what every connection
-/// costs anyway).
-async fn kept_by_idle_connections(two: impl Fn(usize) -> String) -> usize {
+/// The methods the idle-connection tests call: large replies (sync and
+/// async) and a large escaped string decoded into the arena.
+fn idle_dispatcher() -> Dispatcher<(), rpcwire::dispatch::WithAsync> {
     use rpcwire::dispatch::{AsyncCall, RpcError};
-    use rpcwire::server::Shutdown;
-    use rpcwire::server::stream::serve_tcp;
-    use tokio::io::{AsyncBufReadExt, BufReader};
-    let d = Dispatcher::builder(())
+    Dispatcher::builder(())
         .method("big", |c: Call<'_, ()>| {
             let (n,): (usize,) = c.decode()?;
             c.reply.str(&"x".repeat(n))
@@ -170,24 +165,45 @@ async fn kept_by_idle_connections(two: impl Fn(usize) -> String) -> usize {
             Ok::<_, RpcError>("x".repeat(n))
         })
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// Heap bytes that `CONNECTIONS` idle clients keep, each connected by
+/// `exchange(400_000)` (which asks for that much and reads the answers);
+/// a first client, made by `exchange(10)`, is the baseline (what every
+/// connection costs anyway).
+async fn kept_while_idle<C>(exchange: impl AsyncFn(usize) -> C) -> usize {
+    let mut clients = Vec::new();
+    let mut base = 0;
+    for i in 0..=CONNECTIONS {
+        clients.push(exchange(if i == 0 { 10 } else { 400_000 }).await);
+        if i == 0 {
+            base = counting_alloc::live();
+        }
+    }
+    counting_alloc::live().saturating_sub(base)
+}
+
+/// [`kept_while_idle`] over TCP connections of the stream server, each
+/// sending `two(ask)` (two lines, each answered).
+async fn kept_by_idle_connections(two: impl Fn(usize) -> String) -> usize {
+    use rpcwire::server::Shutdown;
+    use rpcwire::server::stream::serve_tcp;
+    use tokio::io::{AsyncBufReadExt, BufReader};
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let metrics = Arc::new(rpcwire::server::Metrics::default());
     let server = tokio::spawn(serve_tcp(
         listener,
-        d,
+        idle_dispatcher(),
         Lines::new,
         Limits::default(),
         metrics,
         shutdown.clone(),
     ));
-    let mut clients = Vec::new();
-    let mut base = 0;
-    for i in 0..=CONNECTIONS {
+    let kept = kept_while_idle(async |ask| {
         let mut client = BufReader::new(TcpStream::connect(addr).await.unwrap());
-        let ask = if i == 0 { 10 } else { 400_000 };
         client.write_all(two(ask).as_bytes()).await.unwrap();
         for _ in 0..2 {
             let mut line = String::new();
@@ -206,13 +222,9 @@ async fn kept_by_idle_connections(two: impl Fn(usize) -> String) -> usize {
                 &line[..line.len().min(200)]
             );
         }
-        clients.push(client);
-        if i == 0 {
-            base = counting_alloc::live();
-        }
-    }
-    let kept = counting_alloc::live().saturating_sub(base);
-    drop(clients);
+        client
+    })
+    .await;
     shutdown.trigger();
     let _ = tokio::time::timeout(Duration::from_secs(30), server).await;
     kept
@@ -224,32 +236,17 @@ async fn kept_by_idle_connections(two: impl Fn(usize) -> String) -> usize {
 #[cfg(feature = "http")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_http_connection_keeps_no_large_buffers() {
-    use rpcwire::dispatch::{AsyncCall, RpcError};
     use rpcwire::server::Shutdown;
     use rpcwire::server::http::{HttpService, serve};
     use tokio::io::AsyncReadExt;
     let _serial = SERIAL.lock().await;
-    let d = Dispatcher::builder(())
-        .method("len", |c: Call<'_, ()>| {
-            let (text,): (&str,) = c.decode()?;
-            Ok::<_, RpcError>(text.len())
-        })
-        .async_method("big_async", |c: AsyncCall<()>| async move {
-            let (n,): (usize,) = c.decode()?;
-            Ok::<_, RpcError>("x".repeat(n))
-        })
-        .build()
-        .unwrap();
     let limits = Limits::default();
-    let service = HttpService::new(d, &limits, None);
+    let service = HttpService::new(idle_dispatcher(), &limits, None);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let server = tokio::spawn(serve(listener, service, limits, None, shutdown.clone()));
-    let mut clients = Vec::new();
-    let mut base = 0;
-    for i in 0..=CONNECTIONS {
-        let ask = if i == 0 { 10 } else { 400_000 };
+    let kept = kept_while_idle(async |ask| {
         let escaped = "\\u0041".repeat(ask / 10);
         let body = format!(
             "[{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"big_async\",\"params\":[{ask}]}},{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"len\",\"params\":[\"{escaped}\"]}}]"
@@ -288,13 +285,9 @@ async fn an_idle_http_connection_keeps_no_large_buffers() {
             reply.extend_from_slice(&chunk[..n]);
         }
         assert!(!reply.windows(7).any(|w| w == b"\"error\""));
-        clients.push(client);
-        if i == 0 {
-            base = counting_alloc::live();
-        }
-    }
-    let kept = counting_alloc::live().saturating_sub(base);
-    drop(clients);
+        client
+    })
+    .await;
     shutdown.trigger();
     let _ = tokio::time::timeout(Duration::from_secs(30), server).await;
     assert!(

@@ -256,6 +256,40 @@ async fn close_frame(ws: &mut Client) -> (CloseCode, String) {
     }
 }
 
+/// Writes `chunk` over and over (up to 200 MiB) until the server stops
+/// taking it, then checks that it stopped before taking it all and that
+/// the heap grew by less than 2 MiB since `base`; returns the flood (abort
+/// it when done).
+async fn flood_within_2_mib(
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    chunk: Vec<u8>,
+    base: usize,
+) -> tokio::task::JoinHandle<tokio::net::tcp::OwnedWriteHalf> {
+    let written = Arc::new(AtomicUsize::new(0));
+    let flood = tokio::spawn({
+        let written = written.clone();
+        async move {
+            while written.load(Ordering::SeqCst) < 200 << 20 {
+                if writer.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                written.fetch_add(chunk.len(), Ordering::SeqCst);
+            }
+            writer
+        }
+    });
+    until_settled(|| written.load(Ordering::SeqCst), || false).await;
+    let peak = counting_alloc::peak_since(base);
+    eprintln!("peak heap growth: {peak} bytes");
+    let offered = written.load(Ordering::SeqCst);
+    assert!(
+        offered < 200 << 20,
+        "the server stopped reading ({offered} bytes taken)"
+    );
+    assert!(peak < 2 << 20, "peak heap {peak} bytes");
+    flood
+}
+
 fn req(id: u64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
@@ -550,7 +584,7 @@ async fn requests_held_at_the_in_flight_limit_are_bounded() {
     .unwrap();
     let asked = raw_call_reply(&mut tcp).await;
     assert_eq!(asked["method"], "client/ping", "{asked}");
-    let (_unread, mut writer) = tcp.into_split();
+    let (_unread, writer) = tcp.into_split();
     let base = counting_alloc::start_peak();
     // Requests and empty messages, never an answer: 200 MiB offered.
     let chunk: Vec<u8> = (0..1000)
@@ -563,28 +597,7 @@ async fn requests_held_at_the_in_flight_limit_are_bounded() {
             frames
         })
         .collect();
-    let written = Arc::new(AtomicUsize::new(0));
-    let flood = tokio::spawn({
-        let written = written.clone();
-        async move {
-            while written.load(Ordering::SeqCst) < 200 << 20 {
-                if writer.write_all(&chunk).await.is_err() {
-                    break;
-                }
-                written.fetch_add(chunk.len(), Ordering::SeqCst);
-            }
-            writer
-        }
-    });
-    until_settled(|| written.load(Ordering::SeqCst), || false).await;
-    let peak = counting_alloc::peak_since(base);
-    eprintln!("peak heap growth: {peak} bytes");
-    let offered = written.load(Ordering::SeqCst);
-    assert!(
-        offered < 200 << 20,
-        "the server stopped reading ({offered} bytes taken)"
-    );
-    assert!(peak < 2 << 20, "peak heap {peak} bytes");
+    let flood = flood_within_2_mib(writer, chunk, base).await;
     flood.abort();
     server.stop().await;
 }
@@ -1102,7 +1115,7 @@ async fn a_client_that_never_reads_costs_bounded_memory() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let tcp = raw_client_on(socket.connect(server.addr).await.unwrap()).await;
-    let (_unread, mut writer) = tcp.into_split();
+    let (_unread, writer) = tcp.into_split();
     let base = counting_alloc::start_peak();
     // Requests, pipelined, never a reply read: 200 MiB offered.
     let chunk: Vec<u8> = (0..1000)
@@ -1113,28 +1126,7 @@ async fn a_client_that_never_reads_costs_bounded_memory() {
             )
         })
         .collect();
-    let written = Arc::new(AtomicUsize::new(0));
-    let flood = tokio::spawn({
-        let written = written.clone();
-        async move {
-            while written.load(Ordering::SeqCst) < 200 << 20 {
-                if writer.write_all(&chunk).await.is_err() {
-                    break;
-                }
-                written.fetch_add(chunk.len(), Ordering::SeqCst);
-            }
-            writer
-        }
-    });
-    until_settled(|| written.load(Ordering::SeqCst), || false).await;
-    let peak = counting_alloc::peak_since(base);
-    eprintln!("peak heap growth: {peak} bytes");
-    let offered = written.load(Ordering::SeqCst);
-    assert!(
-        offered < 200 << 20,
-        "the server stopped reading ({offered} bytes taken)"
-    );
-    assert!(peak < 2 << 20, "peak heap {peak} bytes");
+    let flood = flood_within_2_mib(writer, chunk, base).await;
     // Another client is served meanwhile.
     let mut other = connect(server.addr).await;
     assert_eq!(
@@ -1330,37 +1322,14 @@ async fn a_client_that_pings_and_never_reads_costs_bounded_memory() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let tcp = raw_client_on(socket.connect(server.addr).await.unwrap()).await;
-    let (_unread, mut writer) = tcp.into_split();
+    let (_unread, writer) = tcp.into_split();
     let base = counting_alloc::start_peak();
     // Pings of 125 bytes (the most a control frame holds), never a pong
     // read: 200 MiB offered.
     let chunk: Vec<u8> = (0..1000)
         .flat_map(|_| client_frame(0x9, &[b'p'; 125]))
         .collect();
-    let written = Arc::new(AtomicUsize::new(0));
-    let flood = tokio::spawn({
-        let written = written.clone();
-        async move {
-            while written.load(Ordering::SeqCst) < 200 << 20 {
-                if writer.write_all(&chunk).await.is_err() {
-                    break;
-                }
-                written.fetch_add(chunk.len(), Ordering::SeqCst);
-            }
-            writer
-        }
-    });
-    until_settled(|| written.load(Ordering::SeqCst), || false).await;
-    let peak = counting_alloc::peak_since(base);
-    let offered = written.load(Ordering::SeqCst);
-    assert!(
-        peak < 2 << 20,
-        "peak heap {peak} bytes, {offered} bytes of pings taken"
-    );
-    assert!(
-        offered < 200 << 20,
-        "the server stopped reading ({offered} bytes taken)"
-    );
+    let flood = flood_within_2_mib(writer, chunk, base).await;
     // Another client is served meanwhile.
     let mut other = connect(server.addr).await;
     assert_eq!(

@@ -101,13 +101,17 @@ impl Answer {
     }
 }
 
-pub async fn request(
+/// Sends one request to the server's `/mcp` on a connection of its own;
+/// returns the answer's head and body (the sender keeps the connection).
+pub async fn send(
     addr: std::net::SocketAddr,
     method: &str,
     headers: &[(&str, &str)],
     body: &str,
-) -> Answer {
-    use http_body_util::BodyExt;
+) -> (
+    hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>,
+    hyper::Response<hyper::body::Incoming>,
+) {
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
@@ -128,8 +132,19 @@ pub async fn request(
         .unwrap();
     let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
         .await
-        .unwrap()
+        .expect("no answer within 10 s")
         .unwrap();
+    (sender, resp)
+}
+
+pub async fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    use http_body_util::BodyExt;
+    let (_sender, resp) = send(addr, method, headers, body).await;
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
@@ -188,28 +203,9 @@ pub struct OpenPost {
 
 impl OpenPost {
     pub async fn new(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str) -> OpenPost {
-        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let mut req = hyper::Request::post(format!("http://{addr}/mcp"))
-            .header("host", addr.to_string())
-            .header(JSON_SSE.0, JSON_SSE.1)
-            .header(CT.0, CT.1);
-        for (k, v) in extra {
-            req = req.header(*k, *v);
-        }
-        let req = req
-            .body(http_body_util::Full::new(Bytes::copy_from_slice(
-                body.as_bytes(),
-            )))
-            .unwrap();
-        let resp = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
-            .await
-            .expect("the POST was not answered within 10 s")
-            .unwrap();
+        let mut headers = vec![JSON_SSE, CT];
+        headers.extend_from_slice(extra);
+        let (sender, resp) = send(addr, "POST", &headers, body).await;
         OpenPost {
             status: resp.status().as_u16(),
             headers: resp.headers().clone(),
