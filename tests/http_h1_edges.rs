@@ -336,22 +336,35 @@ async fn a_large_body_s_buffer_is_not_kept_by_its_connection() {
     let pad = "p".repeat(1 << 20);
     let large =
         format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber","params":["{pad}"]}}"#);
-    const CONNECTIONS: usize = 20;
-    let mut grew = Vec::new();
-    for own in [true, false] {
+    let two = [request(JSON, &large), request(JSON, BLOCK_NUMBER)].concat();
+    // The large request, then a small one: its reply comes once the server
+    // is done with the large one (both answer 0x1b4).
+    let [own, hyper] = kept_on_both_paths(limits, &two, 2).await;
+    eprintln!("{CONNECTIONS} connections after a 1 MiB body: own +{own} bytes, hyper +{hyper}");
+    assert!(
+        own < CONNECTIONS * (256 << 10),
+        "{CONNECTIONS} connections kept {own} bytes (hyper's path: {hyper})"
+    );
+}
+
+const CONNECTIONS: usize = 20;
+
+/// Heap bytes `CONNECTIONS` connections keep once each sent `two` (a
+/// pipeline ending in `eth_blockNumber`) and read its answers (until
+/// `results` replies of `0x1b4` came), on the own loop and on hyper's path.
+async fn kept_on_both_paths(limits: Limits, two: &str, results: usize) -> [usize; 2] {
+    let reply = br#""result":"0x1b4"}"#;
+    let mut grew = [0; 2];
+    for (path, own) in [true, false].into_iter().enumerate() {
         let server = TestServer::start(limits.clone(), 25_000_000, |s| s.own_http1(own)).await;
         let base = counting_alloc::live();
         let mut streams = Vec::new();
         for _ in 0..CONNECTIONS {
             let mut stream = TcpStream::connect(server.addr).await.unwrap();
-            // The large request, then a small one: its reply comes once the
-            // server is done with the large one.
-            let two = [request(JSON, &large), request(JSON, BLOCK_NUMBER)].concat();
             stream.write_all(two.as_bytes()).await.unwrap();
-            let mut buf = vec![0u8; 4096];
+            let mut buf = vec![0u8; 65536];
             let mut got = Vec::new();
-            let reply = br#""result":"0x1b4"}"#;
-            while got.windows(reply.len()).filter(|w| w == reply).count() < 2 {
+            while got.windows(reply.len()).filter(|w| w == reply).count() < results {
                 let n = tokio::time::timeout(HANG, stream.read(&mut buf))
                     .await
                     .unwrap()
@@ -361,18 +374,11 @@ async fn a_large_body_s_buffer_is_not_kept_by_its_connection() {
             }
             streams.push(stream);
         }
-        grew.push(counting_alloc::live().saturating_sub(base));
+        grew[path] = counting_alloc::live().saturating_sub(base);
         drop(streams);
         server.stop().await;
     }
-    let [own, hyper] = grew[..] else {
-        unreachable!()
-    };
-    eprintln!("{CONNECTIONS} connections after a 1 MiB body: own +{own} bytes, hyper +{hyper}");
-    assert!(
-        own < CONNECTIONS * (256 << 10),
-        "{CONNECTIONS} connections kept {own} bytes (hyper's path: {hyper})"
-    );
+    grew
 }
 
 /// Connections left open after one large reply each (a small request
@@ -383,35 +389,8 @@ async fn a_large_body_s_buffer_is_not_kept_by_its_connection() {
 async fn a_large_reply_s_buffer_is_not_kept_by_its_connection() {
     let _serial = SERIAL.lock().await;
     let asks = r#"{"jsonrpc":"2.0","id":2,"method":"big","params":[400000]}"#;
-    const CONNECTIONS: usize = 20;
-    let mut grew = Vec::new();
-    for own in [true, false] {
-        let server = TestServer::start(Limits::default(), 25_000_000, |s| s.own_http1(own)).await;
-        let base = counting_alloc::live();
-        let mut streams = Vec::new();
-        for _ in 0..CONNECTIONS {
-            let mut stream = TcpStream::connect(server.addr).await.unwrap();
-            let two = [request(JSON, asks), request(JSON, BLOCK_NUMBER)].concat();
-            stream.write_all(two.as_bytes()).await.unwrap();
-            let mut buf = vec![0u8; 65536];
-            let mut got = Vec::new();
-            while !got.ends_with(br#""result":"0x1b4"}"#) {
-                let n = tokio::time::timeout(HANG, stream.read(&mut buf))
-                    .await
-                    .unwrap()
-                    .unwrap();
-                assert!(n > 0, "closed");
-                got.extend_from_slice(&buf[..n]);
-            }
-            streams.push(stream);
-        }
-        grew.push(counting_alloc::live().saturating_sub(base));
-        drop(streams);
-        server.stop().await;
-    }
-    let [own, hyper] = grew[..] else {
-        unreachable!()
-    };
+    let two = [request(JSON, asks), request(JSON, BLOCK_NUMBER)].concat();
+    let [own, hyper] = kept_on_both_paths(Limits::default(), &two, 1).await;
     eprintln!("{CONNECTIONS} connections after a 400 kB reply: own +{own} bytes, hyper +{hyper}");
     assert!(
         own < CONNECTIONS * (256 << 10),

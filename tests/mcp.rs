@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
 use mcp_http::{
-    CT, JSON_SSE, asking_server, http_server, http_server_with, http_session, post, request,
+    CT, JSON_SSE, asking_server, http_server, http_server_with, http_session, in_memory as send,
+    post, request,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -98,19 +99,6 @@ fn server() -> McpServer {
         }))
         .build()
         .unwrap()
-}
-
-/// One message through the layer, in memory; `Value::Null` when no reply.
-async fn send(server: &McpServer, conn: &mut rpcwire::Connection, msg: &str) -> Value {
-    let mut out = Vec::new();
-    if !server
-        .handle(&Bytes::copy_from_slice(msg.as_bytes()), conn, &mut out)
-        .await
-    {
-        return Value::Null;
-    }
-    serde_json::from_slice(&out)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
 }
 
 async fn initialized(server: &McpServer, version: &str) -> rpcwire::Connection {

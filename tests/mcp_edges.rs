@@ -3,13 +3,14 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
 
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
-use mcp_http::{OpenPost, asking_server, http_server, http_session, post, request};
+use mcp_http::{
+    OpenPost, asking_server, http_server, http_session, in_memory as send, post, request,
+};
 
 fn server() -> McpServer {
     McpServer::builder("edges", "1.0.0")
@@ -36,19 +37,6 @@ fn server() -> McpServer {
         ))
         .build()
         .unwrap()
-}
-
-/// One message through the layer, in memory; `Value::Null` when no reply.
-async fn send(server: &McpServer, conn: &mut rpcwire::Connection, msg: &str) -> Value {
-    let mut out = Vec::new();
-    if !server
-        .handle(&Bytes::copy_from_slice(msg.as_bytes()), conn, &mut out)
-        .await
-    {
-        return Value::Null;
-    }
-    serde_json::from_slice(&out)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
 }
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;

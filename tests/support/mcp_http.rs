@@ -22,6 +22,19 @@ impl Drop for Http {
     }
 }
 
+/// One message through the layer, in memory; `Value::Null` when no reply.
+pub async fn in_memory(server: &McpServer, conn: &mut rpcwire::Connection, msg: &str) -> Value {
+    let mut out = Vec::new();
+    if !server
+        .handle(&Bytes::copy_from_slice(msg.as_bytes()), conn, &mut out)
+        .await
+    {
+        return Value::Null;
+    }
+    serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+}
+
 pub async fn http_server(server: McpServer) -> Http {
     http_server_with(server, HttpConfig::default()).await
 }
