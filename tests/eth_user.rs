@@ -412,3 +412,40 @@ fn writers_are_canonical_at_the_edges() {
         assert_eq!(serde_json::from_str::<U256>(&text).unwrap(), v);
     }
 }
+
+/// A misspelt member of an EIP-1898 block object is named in `received`;
+/// the error showed the member's value (the hash), which says nothing of
+/// what to fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_block_object_member_is_named() {
+    let node = Node::start().await;
+    let data = refusal(
+        &node,
+        "eth_getBalance",
+        &format!(r#"["{A}",{{"blockHsh":"{H}"}}]"#),
+    )
+    .await;
+    assert_eq!(
+        data,
+        json!({"param":"blockNumber","position":1,"reason":"unknown member","received":"blockHsh"})
+    );
+    // The same through the general decoder (a block id that is not the
+    // next parameter read in one pass).
+    let arena = rpcwire::bumpalo::Bump::new();
+    let msg = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":[{{"requireCanonical":false,"block\u0048ash":"{H}","nope":1}}]}}"#
+    );
+    let p = rpcwire::parse(msg.as_bytes(), &arena)
+        .unwrap()
+        .into_single()
+        .unwrap()
+        .request()
+        .unwrap()
+        .params()
+        .unwrap();
+    use rpcwire::eth::EthValue;
+    let e = p.nth(0).unwrap().block_id().unwrap_err();
+    assert_eq!(e.reason(), "unknown member");
+    assert_eq!(e.received().unwrap().as_json(), r#""nope""#);
+    node.stop().await;
+}

@@ -251,7 +251,10 @@ impl BlockId {
                     b"blockNumber" => (&mut number, "blockNumber"),
                     b"blockHash" => (&mut hash, "blockHash"),
                     b"requireCanonical" => (&mut canonical, "requireCanonical"),
-                    _ => return Err(Invalid::new(Reason::UnknownMember, value)),
+                    _ => {
+                        let name = super::walk::quoted_key(buf, key);
+                        return Err(Invalid::new(Reason::UnknownMember, name));
+                    }
                 };
                 if slot.replace(value).is_some() {
                     return Err(Invalid::new(Reason::DuplicateMember, value).in_field(name));

@@ -199,7 +199,8 @@ impl<'a> Invalid<'a> {
     }
 
     /// The value that was refused, if there was one (a missing parameter
-    /// has none).
+    /// has none); for an unknown member of an object, the member's name
+    /// (a JSON string), which is what the client must fix.
     pub fn received(&self) -> Option<RawJson<'a>> {
         self.received
     }

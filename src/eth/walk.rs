@@ -126,6 +126,16 @@ impl<'a> Iterator for Members<'a> {
     }
 }
 
+/// A member's name as the JSON string it was written as, quotes included:
+/// what an error about the member itself (an unknown one) shows as
+/// received. `key` must be a name [`Members`] found in `buf`.
+pub(crate) fn quoted_key<'a>(buf: &'a [u8], key: JsonStr<'a>) -> RawJson<'a> {
+    let content = key.as_bytes();
+    // The name is a slice of `buf`: its offset there, by address.
+    let start = content.as_ptr() as usize - buf.as_ptr() as usize;
+    RawJson::from_validated(&buf[start - 1..start + content.len() + 1])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
