@@ -449,3 +449,22 @@ async fn unknown_block_object_member_is_named() {
     assert_eq!(e.received().unwrap().as_json(), r#""nope""#);
     node.stop().await;
 }
+
+/// `input` and `data` both set and different: the error names the member
+/// it shows (`data`); it named only the parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn differing_input_and_data_name_the_member() {
+    let node = Node::start().await;
+    let data = refusal(
+        &node,
+        "eth_call",
+        &format!(r#"[{{"to":"{A}","input":"0xab","data":"0xcd"}}]"#),
+    )
+    .await;
+    assert_eq!(
+        data,
+        json!({"param":"transaction","position":0,"field":"data",
+               "reason":"data and input both set and different","received":"0xcd"})
+    );
+    node.stop().await;
+}

@@ -227,6 +227,9 @@ impl<'a> CallRequest<'a> {
                 Reason::DataInputDiffer,
                 self.get(Member::Data).expect("present"),
             )
+            // `received` shows `data`'s value: named, so that it is not
+            // read as the call object's.
+            .in_field(NAMES[Member::Data as usize])
             .at_site(self.site)),
             (Some(i), _) => Ok(Some(i)),
             (None, d) => Ok(d),
