@@ -218,12 +218,30 @@ impl<'a, V: Visitor<'a>> Visitor<'a> for Padded<V> {
     }
 
     fn visit_seq<A: de::SeqAccess<'a>>(self, seq: A) -> Result<V::Value, A::Error> {
-        self.inner.visit_seq(PaddedSeq {
+        let mut padded = PaddedSeq {
             inner: Some(seq),
             read: 0,
             given: 0,
             len: self.len,
-        })
+        };
+        let value = self.inner.visit_seq(&mut padded)?;
+        // Values past the tuple: counted and refused here, since
+        // serde_json would refuse them as "trailing characters", which
+        // says nothing a client can act on.
+        if let Some(rest) = padded.inner.as_mut() {
+            let mut extra = 0;
+            while rest.next_element::<de::IgnoredAny>()?.is_some() {
+                extra += 1;
+            }
+            if extra > 0 {
+                return Err(de::Error::custom(format_args!(
+                    "too many params: {} given, at most {} expected",
+                    padded.given + extra,
+                    self.len
+                )));
+            }
+        }
+        Ok(value)
     }
 }
 

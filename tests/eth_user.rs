@@ -468,3 +468,23 @@ async fn differing_input_and_data_name_the_member() {
     );
     node.stop().await;
 }
+
+/// Extra params to a handler that decodes a tuple (`eth_unsubscribe` as
+/// the subscriptions docs write it) say so; the reason was serde_json's
+/// "trailing characters", which names nothing a client sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_params_to_a_decoded_tuple_say_too_many() {
+    let node = Node::start().await;
+    let data = refusal(&node, "eth_unsubscribe", r#"["0x1",2,3]"#).await;
+    assert_eq!(
+        data["reason"], "too many params: 3 given, at most 1 expected",
+        "{data}"
+    );
+    // A missing one still reads as before.
+    let data = refusal(&node, "eth_unsubscribe", "[]").await;
+    assert_eq!(
+        data["reason"], "invalid length 0, expected a tuple of size 1",
+        "{data}"
+    );
+    node.stop().await;
+}
