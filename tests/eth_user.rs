@@ -488,3 +488,66 @@ async fn extra_params_to_a_decoded_tuple_say_too_many() {
     );
     node.stop().await;
 }
+
+/// A decoded block id serializes back to its wire form, which decodes to
+/// the same id: a gateway that forwards or echoes one keeps what the
+/// client asked for (EIP-1898's `requireCanonical` included). Before, a
+/// `BlockId` had no written form at all.
+#[test]
+fn block_ids_write_back_their_wire_form() {
+    use rpcwire::eth::EthValue;
+    let hash = format!("0x{}", "ab".repeat(32));
+    let cases = [
+        (
+            r#""latest""#.to_string(),
+            r#""latest""#.to_string(),
+            "latest",
+        ),
+        (r#""0x1b4""#.into(), r#""0x1b4""#.into(), "0x1b4"),
+        (
+            r#"{"blockNumber":"0x10"}"#.into(),
+            r#""0x10""#.into(),
+            "0x10",
+        ),
+        (
+            format!(r#""{hash}""#),
+            format!(r#""{hash}""#),
+            hash.as_str(),
+        ),
+        (
+            format!(r#"{{"blockHash":"{hash}"}}"#),
+            format!(r#""{hash}""#),
+            hash.as_str(),
+        ),
+        (
+            format!(r#"{{"requireCanonical":false,"blockHash":"{hash}"}}"#),
+            format!(r#"{{"blockHash":"{hash}","requireCanonical":false}}"#),
+            hash.as_str(),
+        ),
+    ];
+    let decode = |wire: &str| {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":[{wire}]}}"#);
+        let arena = rpcwire::bumpalo::Bump::new();
+        let parsed = rpcwire::parse(msg.as_bytes(), &arena).unwrap();
+        let request = parsed.into_single().unwrap().request().unwrap();
+        request
+            .params()
+            .unwrap()
+            .nth(0)
+            .unwrap()
+            .block_id()
+            .unwrap()
+    };
+    for (wire, canonical, shown) in &cases {
+        let id = decode(wire);
+        let written = serde_json::to_string(&id).unwrap();
+        assert_eq!(&written, canonical, "{wire}");
+        assert_eq!(decode(&written), id, "{wire}");
+        assert_eq!(id.to_string(), *shown, "{wire}");
+    }
+    // Numbers and tags alone write the same way.
+    let n = rpcwire::eth::BlockNumberOrTag::Number(0);
+    assert_eq!(serde_json::to_string(&n).unwrap(), r#""0x0""#);
+    let t = rpcwire::eth::BlockNumberOrTag::Tag(BlockTag::Finalized);
+    assert_eq!(serde_json::to_string(&t).unwrap(), r#""finalized""#);
+}

@@ -216,6 +216,71 @@ impl From<BlockNumberOrTag> for BlockId {
     }
 }
 
+impl fmt::Display for BlockId {
+    /// A number or tag as [`BlockNumberOrTag`] shows it, a hash as its 64
+    /// hex digits (`0x…`). `requireCanonical` is not shown: serialize the
+    /// id for its wire form, which keeps it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BlockId::Number(n) => write!(f, "{n:#x}"),
+            BlockId::Tag(t) => f.write_str(t.as_str()),
+            BlockId::Hash { hash, .. } => {
+                let mut buf = [0u8; 68];
+                let n = hex::encode_quoted(hash.as_slice(), &mut buf);
+                f.write_str(core::str::from_utf8(&buf[1..n - 1]).expect("hex is ASCII"))
+            }
+        }
+    }
+}
+
+/// The wire form, which [`EthValue::block_number`](super::EthValue::block_number)
+/// reads back: `"latest"`, `"0x1b4"`.
+impl serde::Serialize for BlockNumberOrTag {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// The wire form, which [`EthValue::block_id`](super::EthValue::block_id)
+/// reads back: a string for a tag, a number or a bare hash, and EIP-1898's
+/// object when `requireCanonical` was given, so a gateway that forwards a
+/// decoded id keeps what the client asked for.
+///
+/// ```
+/// use rpcwire::eth::{B256, BlockId, BlockTag};
+///
+/// let hash = B256::repeat_byte(0x11);
+/// let hex = format!("0x{}", "11".repeat(32));
+/// assert_eq!(serde_json::to_string(&BlockId::Tag(BlockTag::Safe))?, r#""safe""#);
+/// assert_eq!(serde_json::to_string(&BlockId::Number(436))?, r#""0x1b4""#);
+/// assert_eq!(
+///     serde_json::to_string(&BlockId::Hash { hash, require_canonical: None })?,
+///     format!(r#""{hex}""#),
+/// );
+/// assert_eq!(
+///     serde_json::to_string(&BlockId::Hash { hash, require_canonical: Some(true) })?,
+///     format!(r#"{{"blockHash":"{hex}","requireCanonical":true}}"#),
+/// );
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+impl serde::Serialize for BlockId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        match self {
+            BlockId::Hash {
+                require_canonical: Some(canonical),
+                ..
+            } => {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry("blockHash", &format_args!("{self}"))?;
+                map.serialize_entry("requireCanonical", canonical)?;
+                map.end()
+            }
+            _ => s.collect_str(self),
+        }
+    }
+}
+
 impl BlockId {
     pub(crate) fn parse(v: RawJson<'_>) -> Result<Self, Invalid<'_>> {
         match v.kind() {
