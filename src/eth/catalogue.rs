@@ -243,6 +243,7 @@ catalogue! {
     "eth_newBlockFilter" => None, Never, Filter;
     "eth_newFilter" => Filter(0), Never, Filter;
     "eth_newPendingTransactionFilter" => None, Never, Filter;
+    "eth_pendingTransactions" => None, Never, Account;
     "eth_protocolVersion" => None, Never, Read;
     "eth_sendRawTransaction" => None, Never, Write;
     "eth_sendRawTransactionSync" => None, Never, Write;
@@ -250,6 +251,7 @@ catalogue! {
     "eth_sign" => None, Never, Account;
     "eth_signTransaction" => None, Never, Account;
     "eth_signTypedData" => None, Never, Account;
+    "eth_signTypedData_v4" => None, Never, Account;
     "eth_simulateV1" => Id(1), ByBlock, Read;
     "eth_submitHashrate" => None, Never, Write;
     "eth_submitWork" => None, Never, Write;
@@ -418,6 +420,22 @@ mod tests {
             // crates/rpc/rpc-eth-api/src/core.rs `base_fee`: the next block's
             // base fee, follows the head.
             ("eth_baseFee", BlockParam::None, Cache::Never, Access::Read),
+            // geth internal/ethapi/api.go `TransactionAPI.PendingTransactions()`:
+            // the pool's transactions sent from the node's own accounts.
+            (
+                "eth_pendingTransactions",
+                BlockParam::None,
+                Cache::Never,
+                Access::Account,
+            ),
+            // EIP-712 signing as wallets call it (MetaMask, anvil's
+            // `eth_signTypedData_v4`); it uses the node's keys.
+            (
+                "eth_signTypedData_v4",
+                BlockParam::None,
+                Cache::Never,
+                Access::Account,
+            ),
             // geth internal/ethapi/capabilities.go `BlockChainAPI.Capabilities()`;
             // reth `capabilities`: the node's head and retention.
             (

@@ -43,7 +43,9 @@
 //!
 //! let d = Dispatcher::builder(())
 //!     .method("eth_subscribe", |call: Call<'_, ()>| {
-//!         let (kind,): (&str,) = call.decode()?;
+//!         // `logs` takes a filter after its kind: read it, so that it is
+//!         // refused as unsupported rather than as one param too many.
+//!         let (kind, _filter): (&str, Option<&serde_json::value::RawValue>) = call.decode()?;
 //!         if kind != "newHeads" {
 //!             return Err(RpcError::invalid_params("unsupported subscription"));
 //!         }
