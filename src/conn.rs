@@ -290,6 +290,10 @@ pub struct Connection {
     unmatched: std::cell::Cell<u64>,
     #[cfg(feature = "async")]
     pub(crate) engine: crate::dispatch::engine::Engine,
+    /// The engine's reply gate, beside it so that handlers can be given it
+    /// while the engine is borrowed.
+    #[cfg(feature = "async")]
+    pub(crate) gate: Option<std::sync::Arc<crate::dispatch::engine::ReplyGate>>,
 }
 
 impl Default for Connection {
@@ -316,6 +320,8 @@ impl Connection {
             unmatched: std::cell::Cell::new(0),
             #[cfg(feature = "async")]
             engine: Default::default(),
+            #[cfg(feature = "async")]
+            gate: None,
         }
     }
 

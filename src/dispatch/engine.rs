@@ -415,6 +415,7 @@ impl Connection {
     /// two-way transports): what a handler subscribes waits for the reply
     /// of its message.
     pub(crate) fn set_reply_gate(&mut self, gate: Arc<ReplyGate>) {
+        self.gate = Some(Arc::clone(&gate));
         self.engine.gate = Some(gate);
     }
 
@@ -762,6 +763,9 @@ struct Task {
     method: Bytes,
     deadline: Option<Instant>,
     started: std::time::Instant,
+    /// Subscriptions its handler code opened, settled when it is answered
+    /// (closed if it never is).
+    subs: Vec<u128>,
 }
 
 /// An async entry waiting for a free slot.
@@ -942,29 +946,76 @@ struct Cancelled {
 }
 
 /// Which of a connection's messages still wait for their reply, and which
-/// one the handler running now belongs to: a subscription opened by a
+/// reply the handler code running now answers: a subscription opened by a
 /// handler of a message answered later (a batch beside a running async
 /// call, an async handler that awaits after subscribing) holds its
 /// notifications until that reply is written, so that the client learns
 /// the subscription's id first, as geth does.
 ///
+/// A subscription is also kept only if its id can reach the client: the
+/// ones handler code opens are *fresh* until the dispatcher settles them
+/// with how that handler's entry was answered. A result keeps them; an
+/// error in its place (the handler's own, a panic, the too-large error, a
+/// timeout, a cancellation) closes them, and so does a reply that is never
+/// written (its message abandoned, its call dropped with the connection's
+/// state). A handler that subscribes nothing costs a thread-local mark
+/// and one flag read.
+///
 /// Only messages whose reply is deferred are numbered (those with async
 /// calls); a message answered at once needs nothing held.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct ReplyGate {
-    /// The deferred message whose handler code runs now (0: none).
-    current: std::sync::atomic::AtomicU64,
     next: std::sync::atomic::AtomicU64,
     /// Deferred messages not answered yet.
     open: Mutex<Vec<u64>>,
+    /// Subscriptions opened by handler code and not settled yet.
+    fresh: Mutex<Vec<u128>>,
+    /// `fresh` is not empty (stored under its lock; read without it by the
+    /// thread that runs the handler code, which also stored it).
+    has_fresh: AtomicBool,
+    /// The connection's subscriptions, which close what is not kept.
+    registry: std::sync::OnceLock<std::sync::Weak<dyn Unanswered>>,
 }
 
+/// What closes the subscriptions whose id did not reach their client (the
+/// connection's subscription registry).
+pub(crate) trait Unanswered: Send + Sync {
+    /// Closes subscription `id`: its queue is dropped, its sink reports it
+    /// closed, its place is free.
+    fn close(&self, id: u128);
+    /// Closes every subscription still held for deferred message `seq`:
+    /// its reply will not be written.
+    fn close_held(&self, seq: u64);
+}
+
+thread_local! {
+    /// The handler code running on this thread: its connection's gate (by
+    /// address; 0: none) and the reply it answers ([`ReplyGate::current`]).
+    /// Thread-local, so that a task running elsewhere meanwhile (one a
+    /// handler spawned) is never taken for the handler.
+    static RUNNING: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+/// The mark of handler code of an entry answered at once (not deferred).
+const AT_ONCE: u64 = u64::MAX;
+
+/// The mark [`ReplyGate::enter`] replaced, to put back.
+#[derive(Clone, Copy)]
+pub(crate) struct Outer((usize, u64));
+
 impl ReplyGate {
-    /// The deferred message whose handler code runs now, if any.
+    fn key(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
+    /// Whether handler code of this connection answering a request runs
+    /// now on this thread, and for which deferred message: `Some(0)` for a
+    /// reply written at once, `Some(seq)` for deferred message `seq`.
     pub(crate) fn current(&self) -> Option<u64> {
-        match self.current.load(Ordering::Relaxed) {
-            0 => None,
-            seq => Some(seq),
+        match RUNNING.get() {
+            (gate, AT_ONCE) if gate == self.key() => Some(0),
+            (gate, seq) if gate == self.key() && seq != 0 => Some(seq),
+            _ => None,
         }
     }
 
@@ -972,6 +1023,19 @@ impl ReplyGate {
     /// the transport's output).
     pub(crate) fn is_answered(&self, seq: u64) -> bool {
         !lock(&self.open).contains(&seq)
+    }
+
+    /// Tells the gate which registry closes the subscriptions not kept.
+    pub(crate) fn set_registry(&self, registry: std::sync::Weak<dyn Unanswered>) {
+        let _ = self.registry.set(registry);
+    }
+
+    /// Records subscription `id`, just opened by the handler code running
+    /// now, as fresh.
+    pub(crate) fn opened(&self, id: u128) {
+        let mut fresh = lock(&self.fresh);
+        fresh.push(id);
+        self.has_fresh.store(true, Ordering::Relaxed);
     }
 
     fn open(&self) -> u64 {
@@ -984,10 +1048,113 @@ impl ReplyGate {
         lock(&self.open).retain(|&s| s != seq);
     }
 
-    /// Marks handler code of message `seq` (0: none) as running; returns
-    /// what was marked before, to restore.
-    fn enter(&self, seq: u64) -> u64 {
-        self.current.swap(seq, Ordering::Relaxed)
+    /// Marks handler code of deferred message `seq` (0: of no reply, a
+    /// notification) as running on this thread; returns what was marked
+    /// before, to put back with [`leave`](ReplyGate::leave).
+    fn enter(&self, seq: u64) -> Outer {
+        Outer(RUNNING.replace((self.key(), seq)))
+    }
+
+    fn leave(outer: Outer) {
+        RUNNING.set(outer.0);
+    }
+
+    /// Whether handler code opened subscriptions not settled yet.
+    #[inline]
+    fn has_fresh(&self) -> bool {
+        self.has_fresh.load(Ordering::Relaxed)
+    }
+
+    /// Moves the fresh subscriptions to `into` (a call still running: they
+    /// are settled when it is answered).
+    fn take_fresh(&self, into: &mut Vec<u128>) {
+        let mut fresh = lock(&self.fresh);
+        into.append(&mut fresh);
+        self.has_fresh.store(false, Ordering::Relaxed);
+    }
+
+    /// Settles the fresh subscriptions: kept, or closed.
+    #[cold]
+    fn settle_fresh(&self, kept: bool) {
+        let mut ids = Vec::new();
+        self.take_fresh(&mut ids);
+        self.settle(&ids, kept);
+    }
+
+    /// Settles subscriptions `ids`: kept (nothing to do: those of a deferred
+    /// message stay held until its reply is written), or closed.
+    fn settle(&self, ids: &[u128], kept: bool) {
+        if kept || ids.is_empty() {
+            return;
+        }
+        if let Some(registry) = self.registry.get().and_then(std::sync::Weak::upgrade) {
+            for &id in ids {
+                registry.close(id);
+            }
+        }
+    }
+
+    /// Closes what handler code subscribed for deferred message `seq`,
+    /// whose reply will not be written.
+    fn abandoned(&self, seq: u64) {
+        self.answered(seq);
+        // 0 is no message: every subscription not held has it.
+        if seq != 0
+            && let Some(registry) = self.registry.get().and_then(std::sync::Weak::upgrade)
+        {
+            registry.close_held(seq);
+        }
+    }
+
+    /// Runs `answer`, handler code of a request whose reply it writes:
+    /// marked as answered at once unless it runs for a deferred message
+    /// (a batch's synchronous entry); then what it subscribed is kept if
+    /// `kept` says its reply carries a result, closed otherwise.
+    #[inline]
+    pub(crate) fn answering<R>(
+        &self,
+        answer: impl FnOnce() -> R,
+        kept: impl FnOnce(&R) -> bool,
+    ) -> R {
+        let outer = RUNNING.get();
+        let deferred = outer.0 == self.key() && outer.1 != 0;
+        if !deferred {
+            RUNNING.set((self.key(), AT_ONCE));
+        }
+        let r = answer();
+        if !deferred {
+            RUNNING.set(outer);
+        }
+        if self.has_fresh() {
+            self.settle_fresh(kept(&r));
+        }
+        r
+    }
+
+    /// After handler code that answers no request (a notification): what
+    /// it subscribed is kept, and not taken for the next entry's.
+    #[inline]
+    pub(crate) fn keep_fresh(&self) {
+        if self.has_fresh() {
+            self.settle_fresh(true);
+        }
+    }
+}
+
+impl Drop for Engine {
+    /// Calls and messages dropped with the connection's state (a transport
+    /// giving up on them at shutdown) will never be answered: what their
+    /// handlers subscribed is closed.
+    fn drop(&mut self) {
+        let Some(gate) = &self.gate else {
+            return;
+        };
+        for task in self.slots.iter().filter_map(|s| s.task.as_ref()) {
+            gate.settle(&task.subs, false);
+        }
+        for msg in self.msgs.iter().flatten() {
+            gate.abandoned(msg.seq);
+        }
     }
 }
 
@@ -1055,20 +1222,18 @@ impl Engine {
     /// `None`, a notification); returns what to restore with
     /// [`leave`](Engine::leave).
     #[inline]
-    fn enter(&self, m: Option<usize>) -> u64 {
-        let Some(gate) = &self.gate else {
-            return 0;
-        };
+    fn enter(&self, m: Option<usize>) -> Option<Outer> {
+        let gate = self.gate.as_ref()?;
         let seq = m
             .and_then(|m| self.msgs[m].as_ref())
             .map_or(0, |msg| msg.seq);
-        gate.enter(seq)
+        Some(gate.enter(seq))
     }
 
     #[inline]
-    fn leave(&self, previous: u64) {
-        if let Some(gate) = &self.gate {
-            gate.enter(previous);
+    fn leave(&self, outer: Option<Outer>) {
+        if let Some(outer) = outer {
+            ReplyGate::leave(outer);
         }
     }
 
@@ -1140,6 +1305,9 @@ impl Engine {
         self.waiting.retain(|w| w.target.is_none());
         for m in 0..self.msgs.len() {
             if let Some(msg) = self.msgs[m].take() {
+                if let Some(gate) = &self.gate {
+                    gate.abandoned(msg.seq);
+                }
                 self.free_msgs.push(m);
                 self.recycle(msg, max_retained);
             }
@@ -1252,6 +1420,11 @@ impl Engine {
         let task = self.slots[index].task.take().expect("a running slot");
         if cancelled {
             self.slots[index].cancel.fire();
+            // Answered with an error, or not at all: what it subscribed
+            // has no client.
+            if let Some(gate) = &self.gate {
+                gate.settle(&task.subs, false);
+            }
         }
         self.free.push(index);
         self.running -= 1;
@@ -1413,6 +1586,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             arena: &conn.arena,
             ctx: &conn.context,
             message: input,
+            gate: conn.gate.as_deref(),
         };
         let engine = &mut conn.engine;
         let is_async = |item: &Incoming<'_>| match item {
@@ -1567,6 +1741,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 span: span_of(method, w.id.as_deref()),
             })
         };
+        let mut subs = Vec::new();
         let call = match (self.timeout, deadline) {
             // Its deadline passed while it waited: answered as timed out,
             // never run (its client has given up on it).
@@ -1580,6 +1755,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 let outer = engine.enter(w.target.map(|(m, _)| m));
                 let made = super::catch_handler_panic(self.quiet, || handler(call));
                 engine.leave(outer);
+                if let Some(gate) = engine.gate.as_deref()
+                    && gate.has_fresh()
+                {
+                    gate.take_fresh(&mut subs);
+                }
                 match made {
                     Ok(call) => call,
                     Err(panic) => answer_now(panic_error(&*panic)),
@@ -1593,6 +1773,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             method: w.method,
             deadline,
             started,
+            subs,
         });
         if let Some(deadline) = deadline {
             engine.cover(deadline, now);
@@ -1688,8 +1869,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 }
                 Poll::Pending => Ok(done_marker()),
             });
-            if let (Some((gate, _)), Some(outer)) = (gate, outer) {
-                gate.enter(outer);
+            if let Some(outer) = outer {
+                ReplyGate::leave(outer);
             }
             match ready {
                 Some(()) => Poll::Ready(r),
@@ -1737,10 +1918,23 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 }
             }
         };
+        if let Some(gate) = engine.gate.as_deref()
+            && gate.has_fresh()
+            && let Some(task) = engine.slots[index].task.as_mut()
+        {
+            gate.take_fresh(&mut task.subs);
+        }
         if !finished {
             return 0;
         }
         let task = engine.free_slot(index, false);
+        if !task.subs.is_empty()
+            && let Some(gate) = &engine.gate
+        {
+            // Kept only if its reply carries the result (a batch entry
+            // decided without it was answered with the too-large error).
+            gate.settle(&task.subs, outcome == Some(Outcome::Result));
+        }
         let single = task
             .target
             .is_some_and(|(m, _)| engine.msgs[m].as_ref().is_some_and(|msg| !msg.batch));

@@ -477,6 +477,10 @@ pub(crate) struct Scope<'a> {
     pub(crate) arena: &'a Bump,
     pub(crate) ctx: &'a Context,
     pub(crate) message: &'a [u8],
+    /// The connection's reply gate (rpcwire's two-way transports), which
+    /// settles what handlers subscribe with how they are answered.
+    #[cfg(feature = "async")]
+    pub(crate) gate: Option<&'a engine::ReplyGate>,
 }
 
 impl<'a> Scope<'a> {
@@ -487,6 +491,8 @@ impl<'a> Scope<'a> {
             arena: &conn.arena,
             ctx: &conn.context,
             message,
+            #[cfg(feature = "async")]
+            gate: conn.gate.as_deref(),
         }
     }
 }
@@ -646,6 +652,27 @@ impl<S: Send + Sync + 'static> Shared<S> {
         out: &mut B,
         allowance: usize,
     ) -> (usize, Outcome) {
+        #[cfg(feature = "async")]
+        if let Some(gate) = scope.gate {
+            // What the handler subscribes is kept only if its reply
+            // carries the result (and with it the subscription's id).
+            return gate.answering(
+                || self.answer_observed(entry, id, scope, out, allowance),
+                |written| written.1 == Outcome::Result,
+            );
+        }
+        self.answer_observed(entry, id, scope, out, allowance)
+    }
+
+    #[inline(always)]
+    fn answer_observed<B: ReplyBuf>(
+        &self,
+        entry: Entry<'_>,
+        id: Id<'_>,
+        scope: Scope<'_>,
+        out: &mut B,
+        allowance: usize,
+    ) -> (usize, Outcome) {
         let Some(observer) = &self.observer else {
             return self.answer_unobserved(entry, id, scope, out, allowance);
         };
@@ -756,6 +783,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
         {
             let started = self.observer.as_ref().map(|_| Instant::now());
             let outcome = self.invoke(h, req, scope, Sink::Dyn(&mut Discard), 0);
+            #[cfg(feature = "async")]
+            if let Some(gate) = scope.gate {
+                gate.keep_fresh();
+            }
             if let (Some(observer), Some(started)) = (&self.observer, started) {
                 let outcome = notification_outcome(outcome.map(|_| ()));
                 self.report(observer, Some(req.method()), None, outcome, started);

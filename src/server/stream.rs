@@ -1171,8 +1171,9 @@ where
             let gate = self.conn.reply_gate();
             self.conn = Connection::with_context(self.conn.context().clone());
             if let Some(gate) = gate {
-                // What the dropped calls subscribed stays held: their
-                // replies will not come.
+                // What the dropped calls subscribed was closed with them
+                // (their replies will not come); the new state keeps the
+                // gate for the messages still to be read.
                 self.conn.set_reply_gate(gate);
             }
             self.calls_dropped = true;

@@ -88,6 +88,16 @@
 //! later (a batch beside an async call) is written after that reply; a
 //! transport of yours gets the id-first order for replies written at once
 //! (see [`subscribe`](Subscriptions::subscribe)).
+//!
+//! On rpcwire's transports a subscription is also kept only if its id
+//! reaches the client: one opened by a handler whose request is then
+//! answered with an error instead of the result (the handler's own error
+//! or panic, the too-large error of a reply past
+//! [`max_response_len`](crate::dispatch::DispatcherBuilder::max_response_len), the
+//! timeout of an async call) or not answered at all (a call cancelled or
+//! dropped) is closed as if unsubscribed: its notifications are dropped,
+//! its [`Sink`] reports it closed, and its place under
+//! [`max_per_connection`](SubscriptionConfig::max_per_connection) is free.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
@@ -103,7 +113,7 @@ use serde::Serialize;
 
 use super::{LimitKind, Metrics};
 use crate::codes::{LIMIT_EXCEEDED, METHOD_NOT_FOUND};
-use crate::dispatch::engine::ReplyGate;
+use crate::dispatch::engine::{ReplyGate, Unanswered};
 use crate::lock;
 use crate::{Context, RpcError};
 
@@ -360,17 +370,20 @@ impl Subscriptions {
         let mut head = b"{\"jsonrpc\":\"2.0\",\"method\":".to_vec();
         crate::write::string(&mut head, &config.method);
         head.extend_from_slice(b",\"params\":{\"subscription\":");
-        Subscriptions {
-            inner: Arc::new(Registry {
-                config,
-                metrics,
-                head: head.into_boxed_slice(),
-                state: Mutex::new(State::default()),
-                writer: AtomicWaker::new(),
-                queued: AtomicUsize::new(0),
-                gate,
-            }),
+        let inner = Arc::new(Registry {
+            config,
+            metrics,
+            head: head.into_boxed_slice(),
+            state: Mutex::new(State::default()),
+            writer: AtomicWaker::new(),
+            queued: AtomicUsize::new(0),
+            gate,
+        });
+        if let Some(gate) = &inner.gate {
+            let registry: std::sync::Weak<Registry> = Arc::downgrade(&inner);
+            gate.set_registry(registry);
         }
+        Subscriptions { inner }
     }
 
     /// The registry of the connection `ctx` belongs to. On a transport
@@ -402,7 +415,13 @@ impl Subscriptions {
     /// a batch that waits for an async call, or by an async handler that
     /// awaits after subscribing, has its notifications queued (its buffer
     /// and policy apply) but written only after the reply of its message,
-    /// as geth does.
+    /// as geth does. And the subscription is kept only if that reply
+    /// carries the handler's result: answered with an error instead (the
+    /// handler's, a panic, the too-large error, a timeout), or never
+    /// answered, it is closed as by [`unsubscribe`](Subscriptions::unsubscribe),
+    /// since the client never learns its id. This holds for subscriptions
+    /// opened in the handler's own code (not in a task it spawned) of a
+    /// request (not a notification).
     pub fn subscribe(&self) -> Result<(SubscriptionId, Sink), RpcError> {
         let registry = &self.inner;
         let mut state = lock(&registry.state);
@@ -425,6 +444,9 @@ impl Subscriptions {
             id = SubscriptionId::random();
         }
         let signal = Arc::new(Signal::default());
+        // Opened by a handler answering a request: kept only if that
+        // request is answered with its result (see `ReplyGate`).
+        let answering = registry.gate.as_ref().and_then(|g| g.current());
         state.subs.insert(
             id.0,
             Entry {
@@ -432,15 +454,14 @@ impl Subscriptions {
                 in_ready: false,
                 open: true,
                 signal: Arc::clone(&signal),
-                held_for: registry
-                    .gate
-                    .as_ref()
-                    .and_then(|g| g.current())
-                    .unwrap_or(0),
+                held_for: answering.unwrap_or(0),
             },
         );
         state.open += 1;
         drop(state);
+        if let (Some(gate), Some(_)) = (&registry.gate, answering) {
+            gate.opened(id.0);
+        }
         let sink = Sink {
             inner: Arc::new(SinkInner {
                 registry: Arc::clone(registry),
@@ -461,19 +482,7 @@ impl Subscriptions {
 
     /// [`unsubscribe`](Subscriptions::unsubscribe) by parsed id.
     pub fn unsubscribe_id(&self, id: SubscriptionId) -> bool {
-        let mut state = lock(&self.inner.state);
-        let Some(entry) = state.subs.remove(&id.0) else {
-            return false;
-        };
-        state.queued -= entry.queue.len();
-        state.queued_bytes -= entry.queue.iter().map(Bytes::len).sum::<usize>();
-        if entry.open {
-            state.open -= 1;
-        }
-        self.inner.publish(&state);
-        drop(state);
-        entry.signal.close();
-        entry.open
+        self.inner.remove(id.0)
     }
 
     /// Subscriptions open now.
@@ -593,7 +602,44 @@ impl fmt::Debug for Subscriptions {
     }
 }
 
+impl Unanswered for Registry {
+    fn close(&self, id: u128) {
+        self.remove(id);
+    }
+
+    fn close_held(&self, seq: u64) {
+        let held: Vec<u128> = lock(&self.state)
+            .subs
+            .iter()
+            .filter(|(_, e)| e.held_for == seq)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in held {
+            self.remove(id);
+        }
+    }
+}
+
 impl Registry {
+    /// Ends subscription `id` at once: its queued notifications are
+    /// dropped and its producer's sink reports it closed. Returns whether
+    /// it was open.
+    fn remove(&self, id: u128) -> bool {
+        let mut state = lock(&self.state);
+        let Some(entry) = state.subs.remove(&id) else {
+            return false;
+        };
+        state.queued -= entry.queue.len();
+        state.queued_bytes -= entry.queue.iter().map(Bytes::len).sum::<usize>();
+        if entry.open {
+            state.open -= 1;
+        }
+        self.publish(&state);
+        drop(state);
+        entry.signal.close();
+        entry.open
+    }
+
     /// Makes `state.queued` readable without the lock (called under it).
     fn publish(&self, state: &State) {
         self.queued.store(state.queued, Ordering::SeqCst);
