@@ -370,6 +370,7 @@ impl Connection {
     /// caller frames the bytes another way: `None` for a message cut short
     /// by the end of `input`, or one that is not valid (which the parser
     /// answers once it is framed).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn start_prefix<S: Send + Sync + 'static, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
@@ -414,12 +415,14 @@ impl Connection {
     /// Shares `gate` with the connection's subscriptions (rpcwire's
     /// two-way transports): what a handler subscribes waits for the reply
     /// of its message.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn set_reply_gate(&mut self, gate: Arc<ReplyGate>) {
         self.gate = Some(Arc::clone(&gate));
         self.engine.gate = Some(gate);
     }
 
     /// The gate given by [`set_reply_gate`](Connection::set_reply_gate).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn reply_gate(&self) -> Option<Arc<ReplyGate>> {
         self.engine.gate.clone()
     }
@@ -1011,6 +1014,7 @@ impl ReplyGate {
     /// Whether handler code of this connection answering a request runs
     /// now on this thread, and for which deferred message: `Some(0)` for a
     /// reply written at once, `Some(seq)` for deferred message `seq`.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn current(&self) -> Option<u64> {
         match RUNNING.get() {
             (gate, AT_ONCE) if gate == self.key() => Some(0),
@@ -1021,17 +1025,20 @@ impl ReplyGate {
 
     /// Whether deferred message `seq` has been answered (its reply is in
     /// the transport's output).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn is_answered(&self, seq: u64) -> bool {
         !lock(&self.open).contains(&seq)
     }
 
     /// Tells the gate which registry closes the subscriptions not kept.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn set_registry(&self, registry: std::sync::Weak<dyn Unanswered>) {
         let _ = self.registry.set(registry);
     }
 
     /// Records subscription `id`, just opened by the handler code running
     /// now, as fresh.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn opened(&self, id: u128) {
         let mut fresh = lock(&self.fresh);
         fresh.push(id);
