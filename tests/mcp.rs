@@ -714,6 +714,56 @@ async fn stdio_ask_client_keeps_the_capability_and_revision_rules() {
     p.task.await.unwrap().unwrap();
 }
 
+/// A tool waiting in `ask_client` when its call is cancelled, or when the
+/// wait times out: the request to the client was forgotten silently, and
+/// the client went on with it. The client is now sent
+/// `notifications/cancelled` naming the request; its late answer is
+/// ignored (no reply: the next line is the ping's).
+#[tokio::test]
+async fn stdio_an_abandoned_ask_tells_the_client_to_drop_it() {
+    let s = asking_server();
+    let mut p = Pipe::new(&s);
+    p.send(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}}}}"#).await;
+    assert_eq!(p.recv().await["id"], 0);
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+        .await;
+    let told_to_stop = |note: &Value, asked: &Value| {
+        assert_eq!(note["method"], "notifications/cancelled", "{note}");
+        assert_eq!(note["params"]["requestId"], *asked, "{note}");
+        assert!(note["params"]["reason"].is_string(), "{note}");
+    };
+    let late = |asked: &Value| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{asked},"result":{{"role":"assistant","content":{{"type":"text","text":"late"}},"model":"m"}}}}"#
+        )
+    };
+    // Cancelled by the client.
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask-within","arguments":{"ms":3600000}}}"#).await;
+    let asked = p.recv().await;
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user stopped"}}"#).await;
+    told_to_stop(&p.recv().await, &asked["id"]);
+    p.send(&late(&asked["id"])).await;
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(p.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{}}));
+    // Timed out.
+    p.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ask-within","arguments":{"ms":1}}}"#).await;
+    let asked = p.recv().await;
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    told_to_stop(&p.recv().await, &asked["id"]);
+    let reply = p.recv().await;
+    assert_eq!(reply["id"], 3, "{reply}");
+    assert_eq!(
+        reply["result"]["content"][0]["text"], "no answer: Peer(Timeout)",
+        "{reply}"
+    );
+    p.send(&late(&asked["id"])).await;
+    p.send(r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#).await;
+    assert_eq!(p.recv().await, json!({"jsonrpc":"2.0","id":4,"result":{}}));
+    p.tx.shutdown().await.unwrap();
+    p.task.await.unwrap().unwrap();
+}
+
 /// 2026-07-28's multi-round-trip requests: a tool that needs the client's
 /// input answers `input_required` (with its requests and state), and is
 /// called again with the answers; refused (a tool error) when the client

@@ -581,3 +581,183 @@ async fn http_a_request_reusing_a_running_id_is_refused() {
     assert_eq!(post(h.addr, &headers, &answer).await.status, 202);
     assert_eq!(told(&mut later, "same").await, "answered {}");
 }
+
+/// A session whose client declared sampling (so `ToolContext::ask_client`
+/// may ask it); returns its id.
+async fn sampling_session(addr: std::net::SocketAddr) -> String {
+    let a = post(addr, &[], r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}"#).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let sid = a.headers["mcp-session-id"].to_str().unwrap().to_owned();
+    let n = post(
+        addr,
+        &[
+            ("mcp-session-id", &sid),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    sid
+}
+
+/// A call `id` of `ask-within`, waiting `ms` for the client's answer.
+fn ask_within(id: &str, ms: u64) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":"{id}","method":"tools/call","params":{{"name":"ask-within","arguments":{{"ms":{ms}}}}}}}"#
+    )
+}
+
+/// Reads the call's next event: the server's `notifications/cancelled` for
+/// its request `asked`, with a reason.
+async fn told_to_stop(call: &mut OpenPost, asked: &Value) {
+    let note = call
+        .next()
+        .await
+        .expect("notifications/cancelled before the stream ends");
+    assert_eq!(note["method"], "notifications/cancelled", "{note}");
+    assert_eq!(note["params"]["requestId"], *asked, "{note}");
+    assert!(
+        note["params"]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{note}"
+    );
+    assert!(note.get("id").is_none(), "a notification: {note}");
+}
+
+/// An answer to the server's request `asked`, given after the server gave
+/// up on it: accepted and ignored (202, no body, no error), and the session
+/// goes on.
+async fn late_answer_is_ignored(addr: std::net::SocketAddr, sid: &str, asked: &Value) {
+    let headers = [
+        ("mcp-session-id", sid),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let late = format!(
+        r#"{{"jsonrpc":"2.0","id":{asked},"result":{{"role":"assistant","content":{{"type":"text","text":"late"}},"model":"m"}}}}"#
+    );
+    let a = post(addr, &headers, &late).await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    assert!(a.body.is_empty(), "{}", a.body);
+    let ping = post(
+        addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":"p","method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(ping.json(), json!({"jsonrpc":"2.0","id":"p","result":{}}));
+}
+
+/// A tool waiting in `ask_client` when the client cancels its call
+/// (`notifications/cancelled`): the request to the client was forgotten
+/// silently, so the client went on with it (sampling its model) for a
+/// result nobody waited for. The server now tells it to stop, with
+/// `notifications/cancelled` naming that request, on the call's POST
+/// stream (which then ends without a reply); a late answer is ignored.
+#[tokio::test]
+async fn http_a_cancelled_call_tells_the_client_to_drop_what_it_asked() {
+    let h = http_server(asking_server()).await;
+    let sid = sampling_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &headers, &ask_within("c", 3_600_000)).await;
+    assert_eq!(call.status, 200);
+    let request = call.next().await.unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let asked = request["id"].clone();
+    let c = post(
+        h.addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"c","reason":"user stopped"}}"#,
+    )
+    .await;
+    assert_eq!(c.status, 202, "{}", c.body);
+    told_to_stop(&mut call, &asked).await;
+    assert_eq!(call.next().await, None, "no reply to a cancelled call");
+    late_answer_is_ignored(h.addr, &sid, &asked).await;
+}
+
+/// `ask_client`'s own timeout: the tool got `PeerError::Timeout` and the
+/// client was never told, so it kept working on the request. It is now
+/// sent `notifications/cancelled` for it before the tool goes on.
+#[tokio::test]
+async fn http_an_ask_that_times_out_tells_the_client_to_drop_it() {
+    let h = http_server(asking_server()).await;
+    let sid = sampling_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &headers, &ask_within("t", 1)).await;
+    assert_eq!(call.status, 200);
+    let request = call.next().await.unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let asked = request["id"].clone();
+    told_to_stop(&mut call, &asked).await;
+    let reply = call.next().await.unwrap();
+    assert_eq!(reply["id"], "t", "{reply}");
+    assert_eq!(
+        reply["result"]["content"][0]["text"], "no answer: Peer(Timeout)",
+        "{reply}"
+    );
+    assert_eq!(call.next().await, None);
+    late_answer_is_ignored(h.addr, &sid, &asked).await;
+}
+
+/// The server's own limit on a call (`call_timeout`) ending it while its
+/// tool waits in `ask_client`: the client is told to drop the request, and
+/// then gets the call's timeout error.
+#[tokio::test]
+async fn http_a_call_that_times_out_tells_the_client_to_drop_what_it_asked() {
+    let server = rpcwire::mcp::McpServer::builder("t", "1")
+        .call_timeout(Some(Duration::from_millis(50)))
+        .tool(mcp_http::ask_within_tool())
+        .build()
+        .unwrap();
+    let h = http_server(server).await;
+    let sid = sampling_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &headers, &ask_within("slow", 3_600_000)).await;
+    let request = call.next().await.unwrap();
+    assert_eq!(request["method"], "sampling/createMessage", "{request}");
+    let asked = request["id"].clone();
+    told_to_stop(&mut call, &asked).await;
+    let reply = call.next().await.unwrap();
+    assert_eq!(reply["id"], "slow", "{reply}");
+    assert_eq!(reply["error"]["code"], -32001, "{reply}");
+    assert_eq!(call.next().await, None);
+    late_answer_is_ignored(h.addr, &sid, &asked).await;
+}
+
+/// A session that ends (`DELETE`) while a tool waits in `ask_client`: the
+/// tool hears `Closed` at once, and the call's stream, still open, carries
+/// `notifications/cancelled` for the request before the call's reply.
+#[tokio::test]
+async fn http_a_session_that_ends_tells_the_client_to_drop_what_it_asked() {
+    let h = http_server(asking_server()).await;
+    let sid = sampling_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &headers, &ask_within("d", 3_600_000)).await;
+    let asking = call.next().await.unwrap();
+    assert_eq!(asking["method"], "sampling/createMessage", "{asking}");
+    let asked = asking["id"].clone();
+    let d = request(h.addr, "DELETE", &headers, "").await;
+    assert_eq!(d.status, 200);
+    told_to_stop(&mut call, &asked).await;
+    let reply = call.next().await.unwrap();
+    assert_eq!(reply["id"], "d", "{reply}");
+    assert_eq!(
+        reply["result"]["content"][0]["text"], "no answer: Peer(Closed)",
+        "{reply}"
+    );
+    assert_eq!(call.next().await, None);
+}

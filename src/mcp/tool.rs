@@ -695,6 +695,19 @@ impl ToolContext {
     /// client's answer comes back in a POST of the session; a session that
     /// ends fails the wait at once ([`PeerError::Closed`]).
     ///
+    /// When the server stops waiting without an answer (the timeout
+    /// passed, the client cancelled the tool call, the call hit the
+    /// server's `call_timeout`, the session or connection ended, or the
+    /// tool dropped this future), the client is sent
+    /// `notifications/cancelled` with the request's `requestId` and a
+    /// `reason`, so that it stops working on it (sampling its model,
+    /// asking its user). It goes where the request went: the line stream
+    /// over stdio; over Streamable HTTP, the tool call's own event stream,
+    /// just before that stream's reply (or, for a cancelled call, before
+    /// the stream ends without one). A client that already closed that
+    /// stream is not told. An answer that comes after this is ignored
+    /// (over HTTP it is still accepted with 202).
+    ///
     /// ```no_run
     /// use rpcwire::mcp::{Tool, ToolContext, ToolError, ToolOutput};
     /// use serde_json::{Value, json};
@@ -730,10 +743,75 @@ impl ToolContext {
                 return Err(AskError::NotDeclared(capability));
             }
             let peer = self.inner.ctx.peer().ok_or(AskError::NoWayBack)?;
-            peer.request(method, Some(params), timeout)
-                .await
-                .map_err(AskError::Peer)
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let id = peer
+                .request_with(method, Some(params), None, move |answer| {
+                    let _ = tx.send(answer);
+                })
+                .map_err(AskError::Peer)?;
+            let mut asked = Outstanding {
+                peer,
+                id,
+                answer: rx,
+                reason: Some("the tool call that sent it ended"),
+            };
+            let failed = match tokio::time::timeout(timeout, &mut asked.answer).await {
+                Ok(Ok(Ok(answer))) => {
+                    asked.reason = None;
+                    return Ok(answer);
+                }
+                Ok(Ok(Err(e))) => e,
+                Ok(Err(_)) => PeerError::Closed,
+                Err(_) => PeerError::Timeout,
+            };
+            asked.reason = Some(match failed {
+                PeerError::Timeout => "no response before the server's deadline",
+                _ => "the connection or session ended",
+            });
+            Err(AskError::Peer(failed))
         }
+    }
+}
+
+/// A request [`ToolContext::ask_client`] sent: when the wait ends without
+/// an answer, however it ends (a timeout, or its future dropped because
+/// the call was cancelled or timed out), the request is forgotten and the
+/// client told with `notifications/cancelled`, as MCP asks of a sender
+/// that abandons a request, so that it does not keep working for nobody.
+struct Outstanding<'p> {
+    peer: &'p crate::peer::Peer,
+    id: u64,
+    answer: tokio::sync::oneshot::Receiver<Result<OwnedResponse, PeerError>>,
+    /// Why the server gave up, for the client; `None` once answered.
+    reason: Option<&'static str>,
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        let Some(reason) = self.reason else {
+            return;
+        };
+        // Forgotten first, so that an answer still on its way finds no
+        // waiter (and is dropped as unmatched, without a reply).
+        self.peer.cancel(self.id);
+        if let Ok(Ok(_)) = self.answer.try_recv() {
+            // It came after all, just as the wait ended: nothing to stop.
+            return;
+        }
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Cancelled {
+            request_id: u64,
+            reason: &'static str,
+        }
+        // Best effort: a client whose stream is gone cannot be told.
+        let _ = self.peer.notify(
+            "notifications/cancelled",
+            &Cancelled {
+                request_id: self.id,
+                reason,
+            },
+        );
     }
 }
 

@@ -261,7 +261,9 @@ impl OpenPost {
 /// A server whose tool `ask-client` asks the client (as sampling does):
 /// progress 1 before it asks, 2 after the answer, and a text result that
 /// tells how the asking went (`answered <result JSON>`, `answered error
-/// <code>`, or `no answer: <PeerError>`).
+/// <code>`, or `no answer: <PeerError>`). `ask-politely` and `ask-within`
+/// ask through `ToolContext::ask_client` instead, the latter waiting
+/// `arguments.ms` for the answer.
 pub fn asking_server() -> McpServer {
     use rpcwire::mcp::{Tool, ToolContext, ToolOutput};
     McpServer::builder("test-server", "9.9.9")
@@ -307,6 +309,7 @@ pub fn asking_server() -> McpServer {
                 }))
             },
         ))
+        .tool(ask_within_tool())
         .tool(Tool::new(
             "ask-in-rounds",
             serde_json::json!({"type": "object"}),
@@ -329,4 +332,29 @@ pub fn asking_server() -> McpServer {
         ))
         .build()
         .unwrap()
+}
+
+/// `ask-within`: asks the client through `ToolContext::ask_client`,
+/// waiting `arguments.ms` for the answer, and tells how it went
+/// (`answered <result JSON>` or `no answer: <AskError>`).
+pub fn ask_within_tool() -> rpcwire::mcp::Tool {
+    use rpcwire::mcp::{Tool, ToolContext, ToolOutput};
+    Tool::new(
+        "ask-within",
+        serde_json::json!({"type": "object", "properties": {"ms": {"type": "integer", "minimum": 0}}, "required": ["ms"]}),
+        |args: Value, cx: ToolContext| async move {
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            let asked = cx
+                .ask_client(
+                    "sampling/createMessage",
+                    &serde_json::json!({"messages": []}),
+                    Duration::from_millis(ms),
+                )
+                .await;
+            Ok(ToolOutput::text(match asked {
+                Ok(r) => format!("answered {}", String::from_utf8_lossy(r.result().unwrap())),
+                Err(e) => format!("no answer: {e:?}"),
+            }))
+        },
+    )
 }
