@@ -113,6 +113,22 @@ fn dispatcher(lab: Arc<Lab>, timeout: Duration) -> Dispatcher<Arc<Lab>, WithAsyn
             c.state.big_answered.notified().await;
             Ok::<_, RpcError>(id)
         })
+        // Asks its client to confirm; the waiter of the client's answer
+        // (run by the transport, not handler code of any request)
+        // subscribes.
+        .method("subscribe_when_confirmed", |c: Call<'_, Arc<Lab>>| {
+            let (ctx, lab) = (c.ctx.clone(), Arc::clone(c.state));
+            let peer = c.ctx.peer().expect("a two-way transport");
+            peer.request_with("confirm", None::<&()>, None, move |_| {
+                subscribe_ticking(&ctx, &lab).expect("a place for the subscription");
+            })
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+            Ok::<_, RpcError>("asked")
+        })
+        .async_method("fail_later", |_: AsyncCall<Arc<Lab>>| async move {
+            tokio::task::yield_now().await;
+            Err::<(), _>(RpcError::invalid_params("changed my mind"))
+        })
         // Subscribes, then never answers: the call times out.
         .async_method("subscribe_then_hang", |c: AsyncCall<Arc<Lab>>| async move {
             subscribe_ticking(&c.ctx, &c.state)?;
@@ -169,6 +185,16 @@ impl Client {
         })
         .await
         .expect("a message in time")
+    }
+
+    /// The next message that is not a subscription's notification.
+    async fn next_skipping_notifications(&mut self) -> Value {
+        loop {
+            let m = self.next_json().await;
+            if m.get("method") != Some(&json!("eth_subscription")) {
+                return m;
+            }
+        }
     }
 
     /// The reply to `request`, checking that no notification comes before
@@ -374,6 +400,44 @@ async fn an_async_call_timed_out_after_subscribing_leaves_nothing_open() {
         let reply = client.call(req(1, "subscribe_then_hang", json!([]))).await;
         assert_eq!(reply["error"]["code"], -32002, "{transport}: {reply}");
         nothing_left_open(&server, &mut client).await;
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_subscription_opened_by_a_peer_answer_in_a_batch_is_not_taken_for_a_call() {
+    for transport in ["ws", "tcp"] {
+        let server = Server::start(transport, Duration::from_secs(30)).await;
+        let mut client = server.connect().await;
+        client
+            .send(req(1, "subscribe_when_confirmed", json!([])))
+            .await;
+        // The server's request and the reply, in either order.
+        let mut confirm = None;
+        for _ in 0..2 {
+            let m = client.next_json().await;
+            if m["method"] == "confirm" {
+                confirm = Some(m["id"].clone());
+            } else {
+                assert_eq!(m["result"], "asked", "{transport}: {m}");
+            }
+        }
+        let confirm = confirm.expect("the server's request");
+        // The answer comes in a batch beside an async call that fails:
+        // the subscription its waiter opens belongs to no request.
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": confirm, "result": true},
+            req(2, "fail_later", json!([])),
+        ]);
+        client.send(batch).await;
+        let reply = client.next_skipping_notifications().await;
+        assert_eq!(reply[0]["error"]["code"], -32602, "{transport}: {reply}");
+        client.send(req(3, "subs_len", json!([]))).await;
+        let open = client.next_skipping_notifications().await;
+        assert_eq!(open["result"], 1, "{transport}: {open}");
+        let n = client.next_json().await;
+        assert_eq!(n["method"], "eth_subscription", "{transport}: {n}");
+        assert_eq!(server.lab.producers_stopped.load(Ordering::SeqCst), 0);
         server.stop().await;
     }
 }

@@ -1652,7 +1652,13 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let mut k = 0;
         for item in items {
             let Some(entry) = item.as_entry() else {
+                // A response's waiter (`Peer::request_with`) is no handler
+                // code of this batch: what it subscribes must not be kept
+                // or closed with how an entry here is answered.
+                conn.engine.leave(outer);
                 conn.deliver(Some(input), *item);
+                // Replaces `outer` again, which is restored below.
+                let _ = conn.engine.enter(Some(m));
                 continue;
             };
             let engine = &mut conn.engine;
