@@ -1002,9 +1002,17 @@ thread_local! {
 /// The mark of handler code of an entry answered at once (not deferred).
 const AT_ONCE: u64 = u64::MAX;
 
-/// The mark [`ReplyGate::enter`] replaced, to put back.
-#[derive(Clone, Copy)]
+/// The mark [`ReplyGate::enter`] replaced, put back when this is dropped:
+/// also when a panic unwinds through the marked code (an observer's, which
+/// is not caught there), so that no stale mark outlives it on the thread.
+#[must_use]
 pub(crate) struct Outer((usize, u64));
+
+impl Drop for Outer {
+    fn drop(&mut self) {
+        RUNNING.set(self.0);
+    }
+}
 
 impl ReplyGate {
     fn key(&self) -> usize {
@@ -1057,13 +1065,9 @@ impl ReplyGate {
 
     /// Marks handler code of deferred message `seq` (0: of no reply, a
     /// notification) as running on this thread; returns what was marked
-    /// before, to put back with [`leave`](ReplyGate::leave).
+    /// before, put back when it is dropped.
     fn enter(&self, seq: u64) -> Outer {
         Outer(RUNNING.replace((self.key(), seq)))
-    }
-
-    fn leave(outer: Outer) {
-        RUNNING.set(outer.0);
     }
 
     /// Whether handler code opened subscriptions not settled yet.
@@ -1125,13 +1129,9 @@ impl ReplyGate {
     ) -> R {
         let outer = RUNNING.get();
         let deferred = outer.0 == self.key() && outer.1 != 0;
-        if !deferred {
-            RUNNING.set((self.key(), AT_ONCE));
-        }
+        let mark = (!deferred).then(|| self.enter(AT_ONCE));
         let r = answer();
-        if !deferred {
-            RUNNING.set(outer);
-        }
+        drop(mark);
         if self.has_fresh() {
             self.settle_fresh(kept(&r));
         }
@@ -1226,8 +1226,7 @@ impl Engine {
     }
 
     /// Marks the handler code about to run as message `m`'s (none for
-    /// `None`, a notification); returns what to restore with
-    /// [`leave`](Engine::leave).
+    /// `None`, a notification) until what it returns is dropped.
     #[inline]
     fn enter(&self, m: Option<usize>) -> Option<Outer> {
         let gate = self.gate.as_ref()?;
@@ -1235,13 +1234,6 @@ impl Engine {
             .and_then(|m| self.msgs[m].as_ref())
             .map_or(0, |msg| msg.seq);
         Some(gate.enter(seq))
-    }
-
-    #[inline]
-    fn leave(&self, outer: Option<Outer>) {
-        if let Some(outer) = outer {
-            ReplyGate::leave(outer);
-        }
     }
 
     /// Writes every complete message's reply to `out` and frees it; returns
@@ -1648,17 +1640,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
         }
         let m = engine.open_message(input, true, budget, &self.too_large);
         // The batch's sync entries run now, its reply comes later.
-        let outer = engine.enter(Some(m));
+        let mut outer = engine.enter(Some(m));
         let mut k = 0;
         for item in items {
             let Some(entry) = item.as_entry() else {
                 // A response's waiter (`Peer::request_with`) is no handler
                 // code of this batch: what it subscribes must not be kept
                 // or closed with how an entry here is answered.
-                conn.engine.leave(outer);
+                drop(outer);
                 conn.deliver(Some(input), *item);
-                // Replaces `outer` again, which is restored below.
-                let _ = conn.engine.enter(Some(m));
+                outer = conn.engine.enter(Some(m));
                 continue;
             };
             let engine = &mut conn.engine;
@@ -1693,7 +1684,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
             k += 1;
         }
-        conn.engine.leave(outer);
+        drop(outer);
         // Written by `Connection::start` if already complete.
         conn.engine.msgs[m].as_mut().expect("live").sealed = true;
     }
@@ -1767,7 +1758,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 // handler code too, so kept quiet as its polls are.
                 let outer = engine.enter(w.target.map(|(m, _)| m));
                 let made = super::catch_handler_panic(self.quiet, || handler(call));
-                engine.leave(outer);
+                drop(outer);
                 if let Some(gate) = engine.gate.as_deref()
                     && gate.has_fresh()
                 {
@@ -1882,9 +1873,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 }
                 Poll::Pending => Ok(done_marker()),
             });
-            if let Some(outer) = outer {
-                ReplyGate::leave(outer);
-            }
+            drop(outer);
             match ready {
                 Some(()) => Poll::Ready(r),
                 // A panic is an outcome too.
@@ -2107,5 +2096,34 @@ fn waiting(input: &Bytes, r: crate::request::Request<'_>, target: Target) -> Wai
         id: r.id().map(|id| share(input, id.as_bytes())),
         params: r.params().map(|p| OwnedParams::of(input, p.as_bytes())),
         queued: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ReplyGate;
+    use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
+
+    /// A panic that escapes marked code (an observer's: handler panics are
+    /// caught inside) used to leave the thread marked as that connection's
+    /// handler code, so that later code on the thread (a task a handler of
+    /// another connection spawned, should its gate reuse the address) was
+    /// taken for it.
+    #[test]
+    fn a_panic_through_marked_code_leaves_no_mark() {
+        let gate = ReplyGate::default();
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            gate.answering(|| resume_unwind(Box::new("observer")), |_: &()| true)
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(gate.current(), None);
+
+        let unwound = catch_unwind(AssertUnwindSafe(|| {
+            let _mark = gate.enter(7);
+            assert_eq!(gate.current(), Some(7));
+            resume_unwind(Box::new("observer"))
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(gate.current(), None);
     }
 }

@@ -421,7 +421,10 @@ impl Subscriptions {
     /// answered, it is closed as by [`unsubscribe`](Subscriptions::unsubscribe),
     /// since the client never learns its id. This holds for subscriptions
     /// opened in the handler's own code (not in a task it spawned) of a
-    /// request (not a notification).
+    /// request. A notification's handler has no reply to carry an id, so
+    /// what it opens is kept whatever it returns (inside a batch that
+    /// waits for an async call, its notifications still wait for the
+    /// batch's reply, and are dropped with it if the batch is abandoned).
     pub fn subscribe(&self) -> Result<(SubscriptionId, Sink), RpcError> {
         let registry = &self.inner;
         let mut state = lock(&registry.state);
