@@ -39,6 +39,12 @@
 //! waiting for a slot, is dropped, its [`Cancellation`](rpcwire::dispatch::Cancellation)
 //! fires, and the client gets -32800 at once, as LSP requires every
 //! request to be answered. `example/slow` logs when that happens.
+//!
+//! The same notification goes the other way: a `workspace/configuration`
+//! request that `example/wordCount` gives up on (no answer within its
+//! timeout, or the call itself cancelled while it waits) is announced to
+//! the client with `$/cancelRequest` for its id, so that the client stops
+//! working on it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};

@@ -386,6 +386,70 @@ impl std::error::Error for DecodeError {}
 /// What waits for an outbound request's answer.
 type Waiter = Box<dyn FnOnce(Result<OwnedResponse, PeerError>) + Send>;
 
+/// The protocol's notification that tells the other side a request was
+/// given up on (LSP's `$/cancelRequest {"id": …}`, MCP's
+/// `notifications/cancelled {"requestId": …, "reason": …}`): the shape a
+/// dispatcher knows from its `cancel_notification`, used by the peer for
+/// the requests it sends and abandons.
+#[derive(Debug)]
+pub(crate) struct CancelNotice {
+    pub(crate) method: Box<str>,
+    pub(crate) id_member: Box<str>,
+    /// The member that says why in words; `None` where the protocol has
+    /// none (LSP).
+    pub(crate) reason_member: Option<Box<str>>,
+}
+
+impl CancelNotice {
+    /// MCP's, either side's: `notifications/cancelled` naming the request
+    /// by `requestId`, with a `reason`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn mcp() -> CancelNotice {
+        CancelNotice {
+            method: "notifications/cancelled".into(),
+            id_member: "requestId".into(),
+            reason_member: Some("reason".into()),
+        }
+    }
+
+    /// The notification for the request `id`, abandoned because of `why`.
+    fn write(&self, out: &mut Vec<u8>, id: u64, why: PeerError) {
+        out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"method\":");
+        write::string(out, &self.method);
+        out.extend_from_slice(b",\"params\":{");
+        write::string(out, &self.id_member);
+        out.push(b':');
+        write::u64(out, id);
+        if let Some(member) = &self.reason_member {
+            out.push(b',');
+            write::string(out, member);
+            out.push(b':');
+            write::string(
+                out,
+                match why {
+                    PeerError::Timeout => "no response before the deadline",
+                    PeerError::Closed => "the connection or session ended",
+                    _ => "the sender no longer waits for it",
+                },
+            );
+        }
+        out.extend_from_slice(b"}}");
+    }
+}
+
+/// Tells the other side, when the protocol has a way to, that this side
+/// gave up on its request `id` (so it stops working on it). Best effort:
+/// a connection that is gone or full cannot be told, and nothing else is
+/// owed to it.
+fn announce(outbound: &dyn Outbound, notice: Option<&CancelNotice>, id: u64, why: PeerError) {
+    let Some(notice) = notice else {
+        return;
+    };
+    let mut out = Vec::with_capacity(64 + notice.method.len());
+    notice.write(&mut out, id, why);
+    let _ = outbound.send(Bytes::from(out));
+}
+
 /// This side of a two-way connection: sends notifications and requests to
 /// the client through the transport's [`Outbound`] queue, and matches the
 /// responses that come back. Cheap to clone; every clone shares the
@@ -405,6 +469,10 @@ struct PeerInner {
     /// (their answers come back on one channel that must tell whose they
     /// are: an MCP HTTP session's calls); `None`: the table's own counter.
     ids: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// How the other side is told of a request this side gives up on;
+    /// learnt from the dispatcher of the connection (plain JSON-RPC has
+    /// no such notification: unset, nothing is sent).
+    cancel_notice: std::sync::OnceLock<Arc<CancelNotice>>,
 }
 
 impl Drop for PeerInner {
@@ -417,8 +485,12 @@ impl Drop for PeerInner {
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut closed = Vec::new();
-        table.clear(|_, w| closed.push(w));
-        for w in closed {
+        table.clear(|id, w| closed.push((id, w)));
+        let notice = self.cancel_notice.get().map(|n| &**n);
+        for (id, _) in &closed {
+            announce(&*self.outbound, notice, *id, PeerError::Closed);
+        }
+        for (_, w) in closed {
             w(Err(PeerError::Closed));
         }
     }
@@ -442,6 +514,7 @@ impl Peer {
                 pending: Mutex::new(PendingTable::new()),
                 closed: std::sync::atomic::AtomicBool::new(false),
                 ids,
+                cancel_notice: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -472,6 +545,19 @@ impl Peer {
     /// using `request`, feature `async`). Returns the id it was sent with;
     /// [`PeerError::Closed`] once the peer is [closed](Peer::close) (nothing
     /// is sent, `on_answer` is not called).
+    ///
+    /// A request this side gives up on before its answer came (its
+    /// deadline passed in [`expire`](Peer::expire), [`cancel`](Peer::cancel),
+    /// or [`close`](Peer::close)) is announced to the other side with the
+    /// protocol's cancellation, when the connection's dispatcher has one
+    /// ([`cancel_notification`](crate::dispatch::DispatcherBuilder::cancel_notification),
+    /// learnt by the peer when the dispatcher handles the connection's
+    /// first message): LSP's `$/cancelRequest` with `{"id": <id>}`, MCP's
+    /// `notifications/cancelled` with `requestId` and a `reason`. It is
+    /// sent once, before `on_answer` hears why, and never for a request
+    /// already answered; plain JSON-RPC has no cancellation, and then
+    /// nothing is sent. An answer that comes afterwards matches nothing
+    /// and is dropped (counted as unmatched).
     pub fn request_with<P: Serialize + ?Sized>(
         &self,
         method: &str,
@@ -516,6 +602,14 @@ impl Peer {
     /// Sends a request and waits for its response, at most `timeout`.
     /// Dropping the future cancels the request (its answer, if it comes, is
     /// then counted as unmatched).
+    ///
+    /// What the other side sees when this side stops waiting without an
+    /// answer (the timeout passed; the future was dropped, say because the
+    /// call that awaits it was cancelled or timed out; the peer closed):
+    /// the protocol's cancellation notification for the request, as
+    /// [`request_with`](Peer::request_with) says (LSP's `$/cancelRequest`,
+    /// MCP's `notifications/cancelled`), sent once and never after an
+    /// answer; nothing where the protocol has none.
     #[cfg(feature = "async")]
     #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
     pub async fn request<P: Serialize + ?Sized>(
@@ -528,43 +622,87 @@ impl Peer {
         let id = self.request_with(method, params, None, move |answer| {
             let _ = tx.send(answer);
         })?;
-        // Removes the entry however the wait ends (answer, timeout, drop).
-        struct Forget<'p>(&'p Peer, u64);
+        // Removes the entry however the wait ends (answer, timeout, drop);
+        // one still there was abandoned, and the other side is told.
+        struct Forget<'p> {
+            peer: &'p Peer,
+            id: u64,
+            why: PeerError,
+        }
         impl Drop for Forget<'_> {
             fn drop(&mut self) {
-                let waiter = self.0.lock().cancel(self.1);
-                drop(waiter);
+                let waiter = self.peer.lock().cancel(self.id);
+                if let Some(waiter) = waiter {
+                    self.peer.announce(self.id, self.why);
+                    drop(waiter);
+                }
             }
         }
-        let _forget = Forget(self, id);
+        let mut forget = Forget {
+            peer: self,
+            id,
+            why: PeerError::Cancelled,
+        };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(PeerError::Closed),
-            Err(_) => Err(PeerError::Timeout),
+            Err(_) => {
+                forget.why = PeerError::Timeout;
+                Err(PeerError::Timeout)
+            }
         }
     }
 
-    /// Cancels the pending request `id`: its waiter gets
+    /// Cancels the pending request `id`: the other side is told, as
+    /// [`request_with`](Peer::request_with) says, and then its waiter gets
     /// [`PeerError::Cancelled`]. Returns whether it was pending.
     pub fn cancel(&self, id: u64) -> bool {
         let waiter = self.lock().cancel(id);
-        waiter.map(|w| w(Err(PeerError::Cancelled))).is_some()
+        let Some(waiter) = waiter else {
+            return false;
+        };
+        self.announce(id, PeerError::Cancelled);
+        waiter(Err(PeerError::Cancelled));
+        true
     }
 
     /// Fails every request whose deadline passed with
-    /// [`PeerError::Timeout`]; returns how many.
+    /// [`PeerError::Timeout`] (each announced to the other side first, as
+    /// [`request_with`](Peer::request_with) says); returns how many.
     pub fn expire(&self, now: Instant) -> usize {
         let mut expired = Vec::new();
-        let n = self.lock().expire(now, |_, w| expired.push(w));
-        for w in expired {
+        let n = self.lock().expire(now, |id, w| expired.push((id, w)));
+        for (id, _) in &expired {
+            self.announce(*id, PeerError::Timeout);
+        }
+        for (_, w) in expired {
             w(Err(PeerError::Timeout));
         }
         n
     }
 
+    /// Tells the other side this side gave up on its request `id`, if the
+    /// protocol has a way.
+    fn announce(&self, id: u64, why: PeerError) {
+        let notice = self.inner.cancel_notice.get().map(|n| &**n);
+        announce(&*self.inner.outbound, notice, id, why);
+    }
+
+    /// Learns the protocol's cancellation (from the connection's
+    /// dispatcher); the first one learnt stays.
+    #[cfg_attr(not(feature = "async"), allow(dead_code))]
+    pub(crate) fn learn_cancel_notice(&self, notice: &Arc<CancelNotice>) {
+        if self.inner.cancel_notice.get().is_none() {
+            let _ = self.inner.cancel_notice.set(Arc::clone(notice));
+        }
+    }
+
     /// Fails every pending request with [`PeerError::Closed`], and every
     /// later one at once (the transport calls this when no answer can come
-    /// any more: the connection ended, or its input did).
+    /// any more: the connection ended, or its input did). The other side
+    /// is told of each, as [`request_with`](Peer::request_with) says, where
+    /// it can still hear it (a client that only closed its input; an MCP
+    /// call's stream after its session ended).
     pub fn close(&self) {
         let mut closed = Vec::new();
         {
@@ -574,9 +712,12 @@ impl Peer {
             self.inner
                 .closed
                 .store(true, std::sync::atomic::Ordering::Release);
-            table.clear(|_, w| closed.push(w));
+            table.clear(|id, w| closed.push((id, w)));
         }
-        for w in closed {
+        for (id, _) in &closed {
+            self.announce(*id, PeerError::Closed);
+        }
+        for (_, w) in closed {
             w(Err(PeerError::Closed));
         }
     }

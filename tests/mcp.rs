@@ -655,8 +655,14 @@ async fn stdio_requests_to_the_client_fail_when_its_input_ends() {
     let asked = p.recv().await;
     assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
     // The client leaves without answering: the tool hears at once that no
-    // answer can come, and its reply still goes out before the loop ends.
+    // answer can come, and its reply still goes out before the loop ends,
+    // after `notifications/cancelled` for the request (the client may
+    // still be working on it: only its input is closed).
     p.tx.shutdown().await.unwrap();
+    let note = p.recv().await;
+    assert_eq!(note["method"], "notifications/cancelled", "{note}");
+    assert_eq!(note["params"]["requestId"], asked["id"], "{note}");
+    assert!(note["params"]["reason"].is_string(), "{note}");
     let reply = p.recv().await;
     assert_eq!(reply["id"], 2, "{reply}");
     assert_eq!(
@@ -760,6 +766,42 @@ async fn stdio_an_abandoned_ask_tells_the_client_to_drop_it() {
     p.send(&late(&asked["id"])).await;
     p.send(r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#).await;
     assert_eq!(p.recv().await, json!({"jsonrpc":"2.0","id":4,"result":{}}));
+    p.tx.shutdown().await.unwrap();
+    p.task.await.unwrap().unwrap();
+}
+
+/// A tool asking the client through the connection's raw peer
+/// (`ctx.peer().request`, not `ask_client`) whose call the client cancels
+/// while it waits: the request was forgotten silently and the client went
+/// on with it. The client is now sent `notifications/cancelled` naming it
+/// (with a reason), as `ask_client`'s requests are; the late answer is
+/// ignored.
+#[tokio::test]
+async fn stdio_a_raw_peer_request_the_tool_abandons_is_cancelled() {
+    let s = asking_server();
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ask-client","arguments":{}}}"#)
+        .await;
+    let asked = p.recv().await;
+    assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+    p.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"user stopped"}}"#).await;
+    let note = p.recv().await;
+    assert_eq!(note["method"], "notifications/cancelled", "{note}");
+    assert_eq!(note["params"]["requestId"], asked["id"], "{note}");
+    assert!(
+        note["params"]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{note}"
+    );
+    p.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"role":"assistant","content":{{"type":"text","text":"late"}},"model":"m"}}}}"#,
+        asked["id"]
+    ))
+    .await;
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(p.recv().await, json!({"jsonrpc":"2.0","id":2,"result":{}}));
     p.tx.shutdown().await.unwrap();
     p.task.await.unwrap().unwrap();
 }

@@ -494,7 +494,9 @@ async fn http_the_clients_answer_reaches_the_tool_that_asked() {
 /// When a session ends (`DELETE`, or evicted past `max_sessions`), no
 /// answer can reach its calls any more (their client's POSTs get 404): a
 /// tool waiting for one waited out its whole timeout. Its request now fails
-/// at once with `PeerError::Closed`, and so does one sent after.
+/// at once with `PeerError::Closed`, and so does one sent after. The
+/// call's stream, still open, first carries `notifications/cancelled` for
+/// the request (sent through the raw peer, as `ask_client`'s are).
 #[tokio::test]
 async fn http_requests_to_the_client_fail_when_their_session_ends() {
     let config = rpcwire::mcp::http::HttpConfig {
@@ -508,9 +510,10 @@ async fn http_requests_to_the_client_fail_when_their_session_ends() {
         ("mcp-protocol-version", "2025-11-25"),
     ];
     let mut call = OpenPost::new(h.addr, &headers, &ask("d")).await;
-    asked(&mut call).await;
+    let sent = asked(&mut call).await;
     let d = request(h.addr, "DELETE", &headers, "").await;
     assert_eq!(d.status, 200);
+    told_to_stop(&mut call, &sent).await;
     assert_eq!(told(&mut call, "d").await, "no answer: Closed");
     // Evicted: two newer sessions take the places.
     let sid = http_session(h.addr).await;
@@ -519,9 +522,10 @@ async fn http_requests_to_the_client_fail_when_their_session_ends() {
         ("mcp-protocol-version", "2025-11-25"),
     ];
     let mut call = OpenPost::new(h.addr, &headers, &ask("e")).await;
-    asked(&mut call).await;
+    let sent = asked(&mut call).await;
     http_session(h.addr).await;
     http_session(h.addr).await;
+    told_to_stop(&mut call, &sent).await;
     assert_eq!(told(&mut call, "e").await, "no answer: Closed");
 }
 

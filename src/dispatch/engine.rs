@@ -228,6 +228,16 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// The notification is acted on when it comes as a message of its own
     /// (LSP has no batches; MCP sends it alone); it then goes on to its
     /// handler, if one is registered. Unknown or finished ids are ignored.
+    ///
+    /// Either side may cancel in these protocols, so the same notification
+    /// goes the other way too: a request a handler sends its client
+    /// through the connection's [`Peer`](crate::peer::Peer) and then gives
+    /// up on (its timeout; its future dropped, say because the call that
+    /// sent it was cancelled; the connection's input ended) is announced
+    /// with `{"jsonrpc":"2.0","method":<method>,"params":{<id_member>:<its id>}}`,
+    /// once, never after its answer came (see
+    /// [`Peer::request_with`](crate::peer::Peer::request_with)). A
+    /// dispatcher without a cancellation sends none.
     pub fn cancel_notification(
         mut self,
         method: &str,
@@ -239,6 +249,37 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             id_member: id_member.into(),
             reply,
         });
+        self
+    }
+
+    /// Names the params member of the
+    /// [`cancel_notification`](DispatcherBuilder::cancel_notification)
+    /// that says why, in words (MCP's `reason`; LSP's `$/cancelRequest`
+    /// has none, and then this is not set): the notifications this side
+    /// sends for requests it gives up on then carry a short reason there
+    /// (no answer before the deadline, the sender no longer waits, the
+    /// connection or session ended). Without a `cancel_notification` it
+    /// changes nothing.
+    ///
+    /// ```
+    /// use rpcwire::dispatch::CancelledReply;
+    /// let d = rpcwire::Dispatcher::builder(())
+    ///     .cancel_notification("notifications/cancelled", "requestId", CancelledReply::Nothing)
+    ///     .cancel_reason("reason")
+    ///     .build()?;
+    /// # Ok::<(), rpcwire::router::BuildError>(())
+    /// ```
+    pub fn cancel_reason(mut self, member: &str) -> Self {
+        self.cancel_reason = Some(member.into());
+        self
+    }
+
+    /// The cancellation this side's peer sends for requests it gives up
+    /// on, when it is not read through `cancel_notification` (MCP's layer
+    /// reads `notifications/cancelled` itself).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn cancel_notice(mut self, notice: crate::peer::CancelNotice) -> Self {
+        self.cancel_notice = Some(notice);
         self
     }
 
@@ -257,6 +298,8 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             quiet_panics: self.quiet_panics,
             observer: self.observer,
             cancel_by: self.cancel_by,
+            cancel_reason: self.cancel_reason,
+            cancel_notice: self.cancel_notice,
             kind: std::marker::PhantomData,
         }
     }
@@ -485,6 +528,17 @@ pub(crate) struct CancelBy {
     method: Box<str>,
     id_member: Box<str>,
     reply: CancelledReply,
+}
+
+impl CancelBy {
+    /// The same notification, as this side sends it for its own requests.
+    pub(crate) fn notice(&self, reason_member: Option<Box<str>>) -> crate::peer::CancelNotice {
+        crate::peer::CancelNotice {
+            method: self.method.clone(),
+            id_member: self.id_member.clone(),
+            reason_member,
+        }
+    }
 }
 
 /// What an async handler receives; all of it owned, so the future can be
@@ -1554,6 +1608,17 @@ fn share(input: &Bytes, part: &[u8]) -> Bytes {
     }
 }
 
+impl<S> Shared<S> {
+    /// Gives the connection's peer the protocol's cancellation, for the
+    /// requests its handlers send: transports build peers without knowing
+    /// the protocol, and every handler runs after a message got here.
+    pub(crate) fn teach_peer(&self, conn: &Connection) {
+        if let (Some(notice), Some(peer)) = (&self.cancel_notice, conn.context.peer()) {
+            peer.learn_cancel_notice(notice);
+        }
+    }
+}
+
 impl<S: Send + Sync + 'static> Shared<S> {
     /// Reads a message: decides what can be decided now, starts or queues
     /// the async entries. With `prefix`, the message is the one at the
@@ -1566,6 +1631,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         out: &mut B,
         prefix: Option<&mut usize>,
     ) {
+        self.teach_peer(conn);
         let message;
         let (parsed, input) = match prefix {
             None => match self.parser.parse_incoming(input, &conn.arena) {

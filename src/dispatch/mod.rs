@@ -96,6 +96,14 @@ pub struct DispatcherBuilder<S, K = SyncOnly> {
     observer: Option<Arc<dyn Observer>>,
     #[cfg(feature = "async")]
     cancel_by: Option<engine::CancelBy>,
+    /// The member of the cancellation notification that says why, in the
+    /// ones this side sends ([`cancel_reason`](DispatcherBuilder::cancel_reason)).
+    #[cfg(feature = "async")]
+    cancel_reason: Option<Box<str>>,
+    /// The cancellation this side's peer sends, when it is not the one
+    /// `cancel_by` reads (MCP reads its own).
+    #[cfg(feature = "async")]
+    cancel_notice: Option<crate::peer::CancelNotice>,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -244,6 +252,15 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
         if self.quiet_panics {
             install_quiet_hook();
         }
+        // Requests this side sends are cancelled the way the other side's
+        // are: the notification the dispatcher acts on is also the one its
+        // peer sends.
+        #[cfg(feature = "async")]
+        let cancel_notice = self.cancel_notice.or_else(|| {
+            self.cancel_by
+                .as_ref()
+                .map(|by| by.notice(self.cancel_reason.clone()))
+        });
         Ok(Dispatcher {
             inner: Arc::new(Shared {
                 router: Router::new(self.methods)?,
@@ -260,6 +277,8 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
                 observer: self.observer,
                 #[cfg(feature = "async")]
                 cancel_by: self.cancel_by,
+                #[cfg(feature = "async")]
+                cancel_notice: cancel_notice.map(Arc::new),
             }),
             kind: PhantomData,
         })
@@ -347,6 +366,10 @@ pub(crate) struct Shared<S> {
     /// The notification that cancels a call, if one does.
     #[cfg(feature = "async")]
     pub(crate) cancel_by: Option<engine::CancelBy>,
+    /// The notification that tells the client this side gave up on a
+    /// request it sent, taught to each connection's peer.
+    #[cfg(feature = "async")]
+    pub(crate) cancel_notice: Option<Arc<crate::peer::CancelNotice>>,
 }
 
 impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
@@ -368,6 +391,10 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
             observer: None,
             #[cfg(feature = "async")]
             cancel_by: None,
+            #[cfg(feature = "async")]
+            cancel_reason: None,
+            #[cfg(feature = "async")]
+            cancel_notice: None,
             kind: PhantomData,
         }
     }
@@ -390,6 +417,8 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
     /// replies in request order, within the response size limit.
     pub fn handle<B: ReplyBuf>(&self, input: &[u8], conn: &mut Connection, out: &mut B) -> bool {
         conn.begin_message();
+        #[cfg(feature = "async")]
+        self.inner.teach_peer(conn);
         let start = out.len();
         self.inner.handle_sync(input, None, conn, out);
         conn.end_message();

@@ -40,6 +40,10 @@ pub(crate) fn dispatcher(
         .timeout_code(REQUEST_TIMEOUT)
         .max_in_flight(max_in_flight)
         .quiet_panics(true)
+        // `notifications/cancelled` is read by its handler (over HTTP the
+        // call may run on another request); the same notification tells
+        // the client of requests the server gives up on.
+        .cancel_notice(crate::peer::CancelNotice::mcp())
         .build()
 }
 

@@ -38,11 +38,11 @@
 //! call that asked (an answer no call waits for is dropped, still 202).
 //! When the session ends (`DELETE`, or evicted), requests still waiting
 //! fail at once with [`PeerError::Closed`](crate::peer::PeerError::Closed).
-//! A request sent through
-//! [`ToolContext::ask_client`](super::ToolContext::ask_client) that the
-//! call stops waiting for (its timeout, the call cancelled or timed out,
-//! the session ended) is followed on the same POST stream by
-//! `notifications/cancelled` naming it.
+//! A request sent to the client (through
+//! [`ToolContext::ask_client`](super::ToolContext::ask_client) or the
+//! call's raw [`Peer`]) that the call stops waiting for (its timeout, the
+//! call cancelled or timed out, the session ended) is followed on the
+//! same POST stream by `notifications/cancelled` naming it.
 //! Revision 2026-07-28 has no requests from the server (and no session to
 //! answer them in): there they fail at once with `Closed`, and nothing is
 //! sent.

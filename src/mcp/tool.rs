@@ -743,75 +743,14 @@ impl ToolContext {
                 return Err(AskError::NotDeclared(capability));
             }
             let peer = self.inner.ctx.peer().ok_or(AskError::NoWayBack)?;
-            let (tx, rx) = tokio::sync::oneshot::channel();
-            let id = peer
-                .request_with(method, Some(params), None, move |answer| {
-                    let _ = tx.send(answer);
-                })
-                .map_err(AskError::Peer)?;
-            let mut asked = Outstanding {
-                peer,
-                id,
-                answer: rx,
-                reason: Some("the tool call that sent it ended"),
-            };
-            let failed = match tokio::time::timeout(timeout, &mut asked.answer).await {
-                Ok(Ok(Ok(answer))) => {
-                    asked.reason = None;
-                    return Ok(answer);
-                }
-                Ok(Ok(Err(e))) => e,
-                Ok(Err(_)) => PeerError::Closed,
-                Err(_) => PeerError::Timeout,
-            };
-            asked.reason = Some(match failed {
-                PeerError::Timeout => "no response before the server's deadline",
-                _ => "the connection or session ended",
-            });
-            Err(AskError::Peer(failed))
+            // Abandoned without an answer, however the wait ends, the
+            // request is announced to the client with
+            // `notifications/cancelled` by the peer itself (the MCP
+            // dispatcher taught it MCP's cancellation).
+            peer.request(method, Some(params), timeout)
+                .await
+                .map_err(AskError::Peer)
         }
-    }
-}
-
-/// A request [`ToolContext::ask_client`] sent: when the wait ends without
-/// an answer, however it ends (a timeout, or its future dropped because
-/// the call was cancelled or timed out), the request is forgotten and the
-/// client told with `notifications/cancelled`, as MCP asks of a sender
-/// that abandons a request, so that it does not keep working for nobody.
-struct Outstanding<'p> {
-    peer: &'p crate::peer::Peer,
-    id: u64,
-    answer: tokio::sync::oneshot::Receiver<Result<OwnedResponse, PeerError>>,
-    /// Why the server gave up, for the client; `None` once answered.
-    reason: Option<&'static str>,
-}
-
-impl Drop for Outstanding<'_> {
-    fn drop(&mut self) {
-        let Some(reason) = self.reason else {
-            return;
-        };
-        // Forgotten first, so that an answer still on its way finds no
-        // waiter (and is dropped as unmatched, without a reply).
-        self.peer.cancel(self.id);
-        if let Ok(Ok(_)) = self.answer.try_recv() {
-            // It came after all, just as the wait ended: nothing to stop.
-            return;
-        }
-        #[derive(Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Cancelled {
-            request_id: u64,
-            reason: &'static str,
-        }
-        // Best effort: a client whose stream is gone cannot be told.
-        let _ = self.peer.notify(
-            "notifications/cancelled",
-            &Cancelled {
-                request_id: self.id,
-                reason,
-            },
-        );
     }
 }
 
