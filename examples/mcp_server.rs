@@ -1,7 +1,8 @@
 //! An MCP server with two tools, `build-app` (arguments checked against
 //! its schema, progress, logs) and `lint-check`, plus `wait` (a slow call
 //! to cancel) and `ask-model` (a request to the client while the call runs:
-//! `sampling/createMessage`, answered by the client's model).
+//! `sampling/createMessage`, answered by the client's model, or given up on
+//! after `timeoutMs`, which the client hears as `notifications/cancelled`).
 //!
 //! ```text
 //! cargo run --release --features mcp --example mcp_server                          # stdio
@@ -15,9 +16,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use rpcwire::mcp::{
-    Content, InputRequest, LogLevel, MODERN_VERSION, McpServer, Tool, ToolAnnotations, ToolContext,
-    ToolError, ToolOutput,
+    AskError, Content, InputRequest, LogLevel, MODERN_VERSION, McpServer, Tool, ToolAnnotations,
+    ToolContext, ToolError, ToolOutput,
 };
+use rpcwire::peer::PeerError;
 use serde_json::{Value, json};
 
 fn build_app() -> Tool {
@@ -207,16 +209,34 @@ fn wait() -> Tool {
     })
 }
 
+/// How long `ask-model` waits for the client's model unless told
+/// otherwise.
+const ASK_TIMEOUT_MS: u64 = 60_000;
+
 /// Asks the client's model (MCP sampling) and returns what it said: in the
 /// `initialize` lifecycle with a request to the client while the call
 /// runs; in 2026-07-28, which has no such requests, with an
 /// `input_required` answer the client fulfils before calling again.
+///
+/// In the `initialize` lifecycle the tool waits at most `timeoutMs`; then
+/// it gives up, the client is sent `notifications/cancelled` for the
+/// request (so it stops sampling for nobody), and the result is an error
+/// the model can read ("did not answer in time"). In 2026-07-28 the
+/// server does not wait, so `timeoutMs` does not apply.
 fn ask_model() -> Tool {
     Tool::new(
         "ask-model",
         json!({
             "type": "object",
-            "properties": {"question": {"type": "string", "minLength": 1}},
+            "properties": {
+                "question": {"type": "string", "minLength": 1},
+                "timeoutMs": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": 600000,
+                    "description": "How long to wait for the model (default 60000)"
+                }
+            },
             "required": ["question"]
         }),
         |args: Value, cx: ToolContext| async move {
@@ -239,9 +259,25 @@ fn ask_model() -> Tool {
             }
             // Refused, with nothing sent, when the client did not declare
             // sampling.
-            let answer = cx
-                .ask_client("sampling/createMessage", &params, Duration::from_secs(60))
-                .await?;
+            let timeout_ms = args["timeoutMs"].as_u64().unwrap_or(ASK_TIMEOUT_MS);
+            let asked = cx
+                .ask_client(
+                    "sampling/createMessage",
+                    &params,
+                    Duration::from_millis(timeout_ms),
+                )
+                .await;
+            let answer = match asked {
+                Ok(answer) => answer,
+                // A failure of the tool, not of the protocol: the model
+                // that called it reads why and may ask again.
+                Err(AskError::Peer(PeerError::Timeout)) => {
+                    return Err(ToolError::new(format!(
+                        "the model did not answer in time (gave up after {timeout_ms} ms)"
+                    )));
+                }
+                Err(e) => return Err(e.into()),
+            };
             match answer.result() {
                 Ok(result) => Ok(answered(&serde_json::from_slice(result)?)),
                 Err(e) => Err(ToolError::new(format!(

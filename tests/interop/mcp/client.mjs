@@ -38,10 +38,37 @@ transport.setProtocolVersion = (v) => { negotiated = v; setVersion?.(v); };
 const client = new Client({ name: 'rpcwire-interop', version: '1.0.0' }, { capabilities: { sampling: {} } });
 const logs = [];
 client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push(n.params); });
+// The question the client's model takes far longer to answer than the
+// tool waits for it; what became of that handler (its start, and how and
+// when it ended: 'aborted' with the signal's reason, or 'answered').
+const SLOW_QUESTION = 'a slow question';
+const SLOW_MODEL_MS = 10000;
+const CANCEL_BOUND_MS = 5000;
+const slow = {};
+let slowDone;
+const slowEnded = new Promise((resolve) => { slowDone = resolve; });
 // The client's "model" for sampling: echoes the question it was asked.
 const samples = [];
-client.setRequestHandler(CreateMessageRequestSchema, (request) => {
+client.setRequestHandler(CreateMessageRequestSchema, (request, extra) => {
   const question = request.params.messages[0].content.text;
+  if (question === SLOW_QUESTION) {
+    // The server gives up and sends notifications/cancelled; the SDK
+    // aborts this handler's signal (and drops whatever it returns).
+    slow.started = Date.now();
+    return new Promise((resolve, reject) => {
+      const end = (outcome) => { slow.outcome = outcome; slow.ended = Date.now(); slowDone(); };
+      const timer = setTimeout(() => {
+        end('answered');
+        resolve({ role: 'assistant', content: { type: 'text', text: 'too late' }, model: 'interop-model', stopReason: 'endTurn' });
+      }, SLOW_MODEL_MS);
+      extra.signal.addEventListener('abort', () => {
+        clearTimeout(timer);
+        slow.reason = extra.signal.reason;
+        end('aborted');
+        reject(new Error('the server cancelled the request'));
+      }, { once: true });
+    });
+  }
   samples.push(question);
   return { role: 'assistant', content: { type: 'text', text: `echo: ${question}` }, model: 'interop-model', stopReason: 'endTurn' };
 });
@@ -114,6 +141,24 @@ const asked = await client.callTool({ name: 'ask-model', arguments: { question: 
 check('sampling: the tool got the client\'s answer', !asked.isError
   && asked.structuredContent?.answer === 'echo: a name for the app?' && asked.structuredContent?.model === 'interop-model', asked);
 check('sampling: the client was asked once', equal(samples, ['a name for the app?']), samples);
+
+// The server gives up on its own request (the tool's timeoutMs).
+const gaveUp = await client.callTool({ name: 'ask-model', arguments: { question: SLOW_QUESTION, timeoutMs: 300 } });
+check('ask timeout: the tool says it gave up', gaveUp.isError === true
+  && gaveUp.content.some((c) => c.type === 'text' && c.text.includes('did not answer in time')), gaveUp);
+// The notice precedes the tool's reply; a hang guard far below the
+// model's time, not a measurement.
+let guard;
+await Promise.race([slowEnded, new Promise((resolve) => { guard = setTimeout(resolve, CANCEL_BOUND_MS); })]);
+clearTimeout(guard);
+console.log(`    slow model: ${slow.ended === undefined ? 'still running' : `${slow.outcome} after ${slow.ended - slow.started} ms, reason ${JSON.stringify(slow.reason)}`}`);
+check('ask timeout: the handler\'s signal was aborted', slow.outcome === 'aborted', slow);
+check('ask timeout: aborted well before the model would answer',
+  slow.ended !== undefined && slow.ended - slow.started < CANCEL_BOUND_MS, slow);
+check('ask timeout: the abort carries the server\'s reason', slow.reason === 'no response before the deadline', slow.reason);
+// The aborted handler leaves the session usable.
+const next = await client.callTool({ name: 'ask-model', arguments: { question: 'still there?', timeoutMs: 30000 } });
+check('ask timeout: the next ask is answered', !next.isError && next.structuredContent?.answer === 'echo: still there?', next);
 
 await client.ping();
 check('ping', true);

@@ -22,6 +22,12 @@ warnings.filterwarnings("ignore", message=".*removed as of 2026-07-28.*")
 
 FAILURES = []
 
+# The question the client's model takes far longer to answer than the tool
+# waits for it.
+SLOW_QUESTION = "a slow question"
+SLOW_MODEL_SECONDS = 10
+CANCEL_BOUND_SECONDS = 5
+
 
 def check(name, ok, detail=""):
     print(f"  {'ok ' if ok else 'FAIL'} {name}{': ' + str(detail) if detail and not ok else ''}", flush=True)
@@ -49,10 +55,30 @@ async def run(binary, transport, url, mode):
         logs.append(params)
 
     samples = []
+    # The slow model's fate: when it started, how it ended ("cancelled" or
+    # "answered") and when, set once the handler is done.
+    slow = {}
+    slow_done = anyio.Event()
 
     async def on_sample(context, params):
         # The client's "model": echoes the question it was asked.
         question = params.messages[0].content.text
+        if question == SLOW_QUESTION:
+            # A model far slower than the tool waits: the server gives up
+            # and sends notifications/cancelled; the SDK (its default
+            # "interrupt" mode) cancels this handler's scope.
+            slow["started"] = time.monotonic()
+            try:
+                await anyio.sleep(SLOW_MODEL_SECONDS)
+                slow["outcome"] = "answered"
+            except anyio.get_cancelled_exc_class():
+                slow["outcome"] = "cancelled"
+                raise
+            finally:
+                slow["ended"] = time.monotonic()
+                slow_done.set()
+            return CreateMessageResult(role="assistant", content=TextContent(type="text", text="too late"),
+                                       model="interop-model", stop_reason="endTurn")
         samples.append(question)
         return CreateMessageResult(role="assistant", content=TextContent(type="text", text=f"echo: {question}"),
                                    model="interop-model", stop_reason="endTurn")
@@ -149,6 +175,32 @@ async def run(binary, transport, url, mode):
         check("sampling: the tool got the client's answer", not result.is_error
               and sc.get("answer") == "echo: a name for the app?" and sc.get("model") == "interop-model", result)
         check("sampling: the client was asked once", samples == ["a name for the app?"], samples)
+
+        # The server gives up on its own request (the tool's timeoutMs);
+        # only where server-to-client requests exist (2026-07-28 answers
+        # input_required and never waits).
+        if version != "2026-07-28":
+            result = await client.call_tool("ask-model", {"question": SLOW_QUESTION, "timeoutMs": 300})
+            text = " ".join(c.text for c in result.content if isinstance(c, TextContent))
+            check("ask timeout: the tool says it gave up", result.is_error
+                  and "did not answer in time" in text, result)
+            # The notice precedes the tool's reply, but the handler's task
+            # unwinds on its own: wait for it, far less than the model's
+            # time (a hang guard, not a measurement).
+            with anyio.move_on_after(CANCEL_BOUND_SECONDS):
+                await slow_done.wait()
+            if "ended" in slow:
+                print(f"    slow model: {slow.get('outcome')} after {slow['ended'] - slow['started']:.2f} s", flush=True)
+            else:
+                print("    slow model: still running", flush=True)
+            check("ask timeout: the client's handler was cancelled", slow.get("outcome") == "cancelled", slow)
+            check("ask timeout: cancelled well before the model would answer",
+                  "ended" in slow and slow["ended"] - slow["started"] < CANCEL_BOUND_SECONDS, slow)
+            # The cancelled handler leaves the session usable.
+            result = await client.call_tool("ask-model", {"question": "still there?", "timeoutMs": 30000})
+            sc = result.structured_content or {}
+            check("ask timeout: the next ask is answered", not result.is_error
+                  and sc.get("answer") == "echo: still there?", result)
 
         # A method the server does not know.
         if mode == "legacy":
