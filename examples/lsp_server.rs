@@ -8,11 +8,16 @@
 //!   acknowledged with a `window/logMessage`.
 //! * `textDocument/didOpen`, `didChange` (full text) and `didClose` keep
 //!   the documents' text in memory.
-//! * `example/wordCount` (`{"uri": …}`) first asks the client
-//!   `workspace/configuration` for the section `example` (a server-to-client
-//!   request, through [`rpcwire::Peer`]), then counts the document's words of
-//!   at least `minWordLength` characters (from that answer, 1 when the
-//!   client has none) and logs the count with `window/logMessage`.
+//! * `example/wordCount` (`{"uri": …, "configurationTimeoutMs": …}`) first
+//!   asks the client `workspace/configuration` for the section `example` (a
+//!   server-to-client request, through [`rpcwire::Peer`]), waiting at most
+//!   `configurationTimeoutMs` (default 10 s, at most 10 min), then counts
+//!   the document's words of at least `minWordLength` characters (from that
+//!   answer, 1 when the client has none) and logs the count with
+//!   `window/logMessage`. A client that does not answer in time gets its
+//!   count with the default settings, and the result says so in
+//!   `configurationFallback`, as a server should not fail a request because
+//!   its client is slow to say how it is configured.
 //! * `example/slow` (`{"ms": …}`, default 60 s) waits, and stops when the
 //!   client sends `$/cancelRequest` for it: it is then answered with LSP's
 //!   `RequestCancelled` (-32800), as LSP requires every request to be
@@ -42,9 +47,9 @@
 //!
 //! The same notification goes the other way: a `workspace/configuration`
 //! request that `example/wordCount` gives up on (no answer within its
-//! timeout, or the call itself cancelled while it waits) is announced to
-//! the client with `$/cancelRequest` for its id, so that the client stops
-//! working on it.
+//! timeout, after which the call goes on with the defaults; or the call
+//! itself cancelled while it waits) is announced to the client with
+//! `$/cancelRequest` for its id, so that the client stops working on it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -53,7 +58,7 @@ use std::time::Duration;
 
 use rpcwire::dispatch::{AsyncCall, CancelledReply, WithAsync};
 use rpcwire::frame::Lsp;
-use rpcwire::peer::DecodeError;
+use rpcwire::peer::{DecodeError, PeerError};
 use rpcwire::server::stream::serve_stdio;
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Context, Dispatcher, RpcError};
@@ -65,8 +70,11 @@ const SERVER_NOT_INITIALIZED: i32 = -32002;
 /// JSON-RPC's invalid request, for requests after `shutdown`.
 const INVALID_REQUEST: i32 = -32600;
 /// How long the server waits for the client's `workspace/configuration`
-/// answer.
-const CONFIGURATION_TIMEOUT: Duration = Duration::from_secs(10);
+/// answer unless the call says otherwise.
+const CONFIGURATION_TIMEOUT_MS: u64 = 10_000;
+/// The longest wait a call may ask for: the table of pending requests is
+/// not a place to park them for ever.
+const MAX_CONFIGURATION_TIMEOUT_MS: u64 = 600_000;
 
 /// The server's state, shared by every handler.
 pub struct Server {
@@ -160,6 +168,13 @@ struct DidClose {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WordCountParams {
+    uri: String,
+    configuration_timeout_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
 struct SlowParams {
     ms: Option<u64>,
 }
@@ -227,40 +242,67 @@ fn exit(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
     Ok(())
 }
 
-/// Asks the client for the `example` section, then counts words.
+/// Asks the client for the `example` section (the defaults when it does
+/// not answer in time), then counts words.
 async fn word_count(call: AsyncCall<Arc<Server>>) -> Result<Value, RpcError> {
     call.state.check_ready()?;
-    let DocumentId { uri } = call.decode()?;
+    let WordCountParams {
+        uri,
+        configuration_timeout_ms,
+    } = call.decode()?;
+    let timeout_ms = configuration_timeout_ms.unwrap_or(CONFIGURATION_TIMEOUT_MS);
+    if !(1..=MAX_CONFIGURATION_TIMEOUT_MS).contains(&timeout_ms) {
+        return Err(
+            RpcError::invalid_params("configurationTimeoutMs out of range").with_data(
+                &json!({"configurationTimeoutMs": timeout_ms, "min": 1, "max": MAX_CONFIGURATION_TIMEOUT_MS}),
+            ),
+        );
+    }
     let peer = call
         .ctx
         .peer()
         .ok_or_else(|| RpcError::internal("no way to ask the client"))?;
-    let answer = peer
+    // When the call is cancelled meanwhile, this future is dropped and the
+    // peer tells the client with `$/cancelRequest` that the question is
+    // moot.
+    let asked = peer
         .request(
             "workspace/configuration",
             Some(&json!({"items": [{"section": "example"}]})),
-            CONFIGURATION_TIMEOUT,
+            Duration::from_millis(timeout_ms),
         )
-        .await
-        .map_err(|e| RpcError::internal(format!("workspace/configuration: {e}")))?;
-    // One answer per item; `null` when the client has no such section.
-    let sections: Vec<Option<ExampleConfig>> = answer.decode().map_err(|e| match e {
-        DecodeError::Rpc(e) => RpcError::internal(format!(
-            "workspace/configuration failed: {} ({})",
-            e.message, e.code
-        )),
-        DecodeError::Json(e) => RpcError::internal(format!(
-            "workspace/configuration answered something else: {e}"
-        )),
-    })?;
-    let min = sections
-        .into_iter()
-        .next()
-        .flatten()
-        .unwrap_or_default()
-        .min_word_length
-        .unwrap_or(1)
-        .max(1);
+        .await;
+    let (config, fallback) = match asked {
+        Ok(answer) => {
+            // One answer per item; `null` when the client has no such
+            // section.
+            let sections: Vec<Option<ExampleConfig>> = answer.decode().map_err(|e| match e {
+                DecodeError::Rpc(e) => RpcError::internal(format!(
+                    "workspace/configuration failed: {} ({})",
+                    e.message, e.code
+                )),
+                DecodeError::Json(e) => RpcError::internal(format!(
+                    "workspace/configuration answered something else: {e}"
+                )),
+            })?;
+            (
+                sections.into_iter().next().flatten().unwrap_or_default(),
+                None,
+            )
+        }
+        // The peer has already cancelled the request with the client.
+        Err(PeerError::Timeout) => {
+            let why = format!(
+                "the client did not answer workspace/configuration within {timeout_ms} ms: default settings used"
+            );
+            log(&call.ctx, format!("{uri}: {why}"));
+            (ExampleConfig::default(), Some(why))
+        }
+        Err(e) => {
+            return Err(RpcError::internal(format!("workspace/configuration: {e}")));
+        }
+    };
+    let min = config.min_word_length.unwrap_or(1).max(1);
     let words = {
         let docs = lock(&call.state.documents);
         let text = docs.get(&uri).ok_or_else(|| {
@@ -274,7 +316,11 @@ async fn word_count(call: AsyncCall<Arc<Server>>) -> Result<Value, RpcError> {
         &call.ctx,
         format!("{uri}: {words} words of {min} or more characters"),
     );
-    Ok(json!({"uri": uri, "words": words, "minWordLength": min}))
+    let mut result = json!({"uri": uri, "words": words, "minWordLength": min});
+    if let Some(why) = fallback {
+        result["configurationFallback"] = Value::String(why);
+    }
+    Ok(result)
 }
 
 /// Logs, when the call is dropped, whether it was cancelled (its future

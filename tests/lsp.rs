@@ -3,7 +3,10 @@
 //! `workspace/configuration` request from the server answered by this
 //! client (the answer changes the server's result), `window/logMessage`
 //! notifications, `$/cancelRequest` answered with -32800, `shutdown` and
-//! `exit`.
+//! `exit`; and a `workspace/configuration` this client holds unanswered,
+//! which the server gives up on and cancels with `$/cancelRequest` (its
+//! timeout passed, and it counts with its defaults; or this client
+//! cancelled the call waiting for it; or its input ended).
 //!
 //! The same flow runs twice:
 //!
@@ -52,8 +55,12 @@ struct Client<R, W> {
     reader: BufReader<R>,
     writer: W,
     /// What it answers to `workspace/configuration` for the `example`
-    /// section.
+    /// section; `"hold"`: it does not answer (a slow client).
     config: Value,
+    /// The ids of the `workspace/configuration` requests it held.
+    held: Vec<Value>,
+    /// The ids the server's `$/cancelRequest` notifications named, in order.
+    server_cancels: Vec<Value>,
     /// The params of every `workspace/configuration` request it answered.
     config_requests: Vec<Value>,
     /// The ids the server sent its requests with.
@@ -71,6 +78,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Client<R, W> {
             writer,
             config: json!({"minWordLength": 1}),
             config_requests: Vec::new(),
+            held: Vec::new(),
+            server_cancels: Vec::new(),
             server_ids: Vec::new(),
             logs: Vec::new(),
             responses: HashMap::new(),
@@ -124,7 +133,8 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Client<R, W> {
     }
 
     /// Reads one message and handles it: a response is kept, a log
-    /// notification noted, a `workspace/configuration` request answered.
+    /// notification noted, a `workspace/configuration` request answered
+    /// (or held), a `$/cancelRequest` from the server noted.
     async fn step(&mut self) {
         let message = self.read().await.expect("the server stopped talking");
         match (
@@ -139,11 +149,21 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Client<R, W> {
                 let text = message["params"]["message"].as_str().unwrap().to_owned();
                 self.logs.push(text);
             }
+            (Some("$/cancelRequest"), None) => {
+                // LSP's cancellation is exactly `{"id": …}`.
+                let params = message["params"].as_object().expect("params");
+                assert_eq!(params.len(), 1, "{message}");
+                self.server_cancels.push(params["id"].clone());
+            }
             (Some("workspace/configuration"), Some(id)) => {
                 let id = id.clone();
                 self.server_ids.push(id.clone());
                 let params = message["params"].clone();
                 self.config_requests.push(params.clone());
+                if self.config == "hold" {
+                    self.held.push(id);
+                    return;
+                }
                 let answer = if self.config == "error" {
                     json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": "no configuration today"}})
                 } else {
@@ -341,6 +361,112 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(c: &mut Client<R, 
     c.notify("exit", Value::Null).await;
 }
 
+/// A `workspace/configuration` request the server gives up on is
+/// cancelled with `$/cancelRequest` for its id, whether the server's own
+/// timeout passed (its call then answers with the default settings, and
+/// says so) or the client cancelled the call that was waiting for it (the
+/// call then gets -32800). Ends with `exit` after `shutdown`.
+async fn abandoned_configuration<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    c: &mut Client<R, W>,
+) {
+    let init = c.call(json!(1), "initialize", json!({})).await;
+    assert!(init.get("result").is_some(), "{init}");
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "plaintext", "version": 1, "text": TEXT}}),
+    )
+    .await;
+    c.config = json!("hold");
+
+    // The server waits 100 ms for the configuration, then counts with its
+    // defaults; the client holding the request is told to stop, before
+    // the call's answer (the peer announces before its waiter hears).
+    let fallback = c
+        .call(
+            json!(2),
+            "example/wordCount",
+            json!({"uri": URI, "configurationTimeoutMs": 100}),
+        )
+        .await;
+    assert_eq!(c.held.len(), 1);
+    assert_eq!(c.server_cancels, c.held, "{fallback}");
+    assert_eq!(
+        fallback["result"],
+        json!({
+            "uri": URI,
+            "words": words(TEXT, 1),
+            "minWordLength": 1,
+            "configurationFallback": "the client did not answer workspace/configuration within 100 ms: default settings used",
+        }),
+        "{fallback}"
+    );
+    // The client answers the cancelled request as LSP asks (-32800); the
+    // server has forgotten it and carries on.
+    let late = c.held[0].clone();
+    c.send(
+        &json!({"jsonrpc": "2.0", "id": late, "error": {"code": -32800, "message": "cancelled"}}),
+    )
+    .await;
+
+    // The client cancels its own call while the server waits (for long)
+    // for its configuration: the call gets -32800, and the server cancels
+    // the request it no longer needs.
+    c.request(
+        json!(3),
+        "example/wordCount",
+        json!({"uri": URI, "configurationTimeoutMs": 600_000}),
+    )
+    .await;
+    while c.held.len() < 2 {
+        c.step().await;
+    }
+    c.notify("$/cancelRequest", json!({"id": 3})).await;
+    let cancelled = c.response(json!(3)).await;
+    assert_eq!(code(&cancelled), -32800, "{cancelled}");
+    while c.server_cancels.len() < 2 {
+        c.step().await;
+    }
+    assert_eq!(c.server_cancels, c.held);
+    assert_ne!(c.held[0], c.held[1]);
+
+    // A wait the server will not make, or one that is no number of ms.
+    let never = c
+        .call(
+            json!(6),
+            "example/wordCount",
+            json!({"uri": URI, "configurationTimeoutMs": 0}),
+        )
+        .await;
+    assert_eq!(code(&never), -32602, "{never}");
+    assert_eq!(
+        never["error"]["data"],
+        json!({"configurationTimeoutMs": 0, "min": 1, "max": 600_000})
+    );
+    let soon = c
+        .call(
+            json!(7),
+            "example/wordCount",
+            json!({"uri": URI, "configurationTimeoutMs": "soon"}),
+        )
+        .await;
+    assert_eq!(code(&soon), -32602, "{soon}");
+    assert_eq!(c.held.len(), 2, "neither asked the client");
+
+    // Answered again, the configuration is used again.
+    c.config = json!({"minWordLength": 4});
+    let long = c
+        .call(json!(4), "example/wordCount", json!({"uri": URI}))
+        .await;
+    assert_eq!(
+        long["result"],
+        json!({"uri": URI, "words": words(TEXT, 4), "minWordLength": 4})
+    );
+    assert_eq!(c.server_cancels.len(), 2, "nothing else was cancelled");
+    let down = c.call(json!(5), "shutdown", Value::Null).await;
+    assert_eq!(down["result"], Value::Null, "{down}");
+    c.notify("exit", Value::Null).await;
+}
+
 /// Runs the example's service in-process over `pipe` halves.
 async fn in_process<R, W>(
     reader: R,
@@ -398,6 +524,25 @@ async fn in_process_exit_without_shutdown_is_status_1() {
         .unwrap();
     assert_eq!(reason.unwrap(), CloseReason::Shutdown);
     assert_eq!(state.exit_status(), 1);
+}
+
+#[tokio::test]
+async fn in_process_abandoned_configuration_is_cancelled() {
+    let (client, served) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(served);
+    let server = tokio::spawn(async move { in_process(server_read, server_write).await });
+    let (client_read, client_write) = tokio::io::split(client);
+    let mut c = Client::new(client_read, client_write);
+    tokio::time::timeout(HANG, abandoned_configuration(&mut c))
+        .await
+        .expect("hang");
+    let (state, reason) = tokio::time::timeout(HANG, server)
+        .await
+        .expect("hang: exit did not stop the server")
+        .unwrap();
+    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
+    assert_eq!(state.exit_status(), 0);
+    assert_eq!(c.read().await, None);
 }
 
 /// The example's binary beside this test's executable
@@ -487,4 +632,79 @@ async fn child_process_end_of_input_after_shutdown_is_status_0() {
         .expect("hang")
         .unwrap();
     assert_eq!(status.code(), Some(0), "{status}");
+}
+
+#[tokio::test]
+async fn child_process_abandoned_configuration_is_cancelled() {
+    let binary = example_binary();
+    let mut child = spawn_example(&binary);
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut c = Client::new(stdout, stdin);
+    tokio::time::timeout(HANG, abandoned_configuration(&mut c))
+        .await
+        .expect("hang");
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang: exit did not end the process")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert_eq!(c.read().await, None);
+}
+
+/// The end of the server's input is the third way it gives up on its
+/// `workspace/configuration`.
+#[tokio::test]
+async fn child_process_end_of_input_cancels_the_held_configuration() {
+    let binary = example_binary();
+    let mut child = spawn_example(&binary);
+    let stdin: Box<dyn AsyncWrite + Unpin + Send> = Box::new(child.stdin.take().unwrap());
+    let stdout = child.stdout.take().unwrap();
+    let mut c = Client::new(stdout, stdin);
+    let init = c.call(json!(1), "initialize", json!({})).await;
+    assert!(init.get("result").is_some(), "{init}");
+    c.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": URI, "languageId": "plaintext", "version": 1, "text": TEXT}}),
+    )
+    .await;
+    c.config = json!("hold");
+    c.request(
+        json!(2),
+        "example/wordCount",
+        json!({"uri": URI, "configurationTimeoutMs": 600_000}),
+    )
+    .await;
+    tokio::time::timeout(HANG, async {
+        while c.held.is_empty() {
+            c.step().await;
+        }
+    })
+    .await
+    .expect("hang");
+    // Closes the server's input while it waits.
+    c.writer = Box::new(tokio::io::sink());
+    let mut rest = Vec::new();
+    tokio::time::timeout(HANG, async {
+        while let Some(m) = c.read().await {
+            rest.push(m);
+        }
+    })
+    .await
+    .expect("hang");
+    // The client can still read: it is told the question is moot, then
+    // the call that asked it fails, naming why.
+    assert_eq!(
+        rest,
+        [
+            json!({"jsonrpc": "2.0", "method": "$/cancelRequest", "params": {"id": c.held[0]}}),
+            json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "workspace/configuration: the connection closed"}}),
+        ]
+    );
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang")
+        .unwrap();
+    // No `shutdown` came: LSP's status 1.
+    assert_eq!(status.code(), Some(1), "{status}");
 }

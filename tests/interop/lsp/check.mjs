@@ -1,7 +1,8 @@
 // Drives examples/lsp_server over a child process's stdin/stdout with
 // vscode-jsonrpc, the JSON-RPC library under VS Code's language clients
 // (LSP's Content-Length framing, its `$/cancelRequest` cancellation, and
-// requests from the server to the client on the same pipes).
+// requests from the server to the client on the same pipes, and the
+// server's own `$/cancelRequest` for those it gives up on).
 //
 // usage: node check.mjs SERVER_BINARY
 //
@@ -66,16 +67,43 @@ const logged = (match) => {
 };
 
 // The server's workspace/configuration requests, answered from `config`
-// (or with an error when it is the string 'error').
+// (or with an error when it is the string 'error'). When it is 'hold', the
+// handler is a slow one: it answers only when its CancellationToken is
+// cancelled (the server's $/cancelRequest for that request), or after
+// HOLD_MS, far longer than the server waits; `held` says which came first.
+const HOLD_MS = 20_000;
 const configRequests = [];
+const held = [];
+const heldWaiters = [];
 let config = { minWordLength: 1 };
-connection.onRequest('workspace/configuration', (params) => {
+connection.onRequest('workspace/configuration', (params, token) => {
   configRequests.push(params);
   if (config === 'error') {
     throw new ResponseError(-32001, 'no configuration today');
   }
+  if (config === 'hold') {
+    // Its place among the server's requests, to find its id in the frames.
+    const entry = { index: configRequests.length - 1 };
+    entry.ended = new Promise((resolve) => {
+      const timer = setTimeout(() => resolve('its own timer'), HOLD_MS);
+      token.onCancellationRequested(() => { clearTimeout(timer); resolve('cancelled'); });
+    });
+    held.push(entry);
+    for (const w of heldWaiters.filter((w) => held.length >= w.n)) {
+      heldWaiters.splice(heldWaiters.indexOf(w), 1);
+      w.resolve();
+    }
+    // As LSP asks, a cancelled request is still answered: -32800, which
+    // the server no longer waits for.
+    return entry.ended.then((how) => {
+      if (how === 'cancelled') throw new ResponseError(-32800, 'cancelled by the server');
+      return params.items.map(() => null);
+    });
+  }
   return params.items.map((item) => (item.section === 'example' ? config : null));
 });
+// Resolves once `n` requests are held.
+const heldCount = (n) => (held.length >= n ? Promise.resolve() : new Promise((resolve) => heldWaiters.push({ n, resolve })));
 
 connection.listen();
 
@@ -175,6 +203,37 @@ early2.cancel();
 const preCancelled = await expectError(connection.sendRequest('example/slow', { ms: 60_000 }, early2.token));
 check('a request cancelled as it is sent gets -32800 too', preCancelled.code === -32800, preCancelled);
 
+// The server gives up on a workspace/configuration the client is slow to
+// answer (200 ms, the wordCount's configurationTimeoutMs): it counts with
+// its defaults and says so, and tells the client with $/cancelRequest,
+// which vscode-jsonrpc turns into the handler's cancelled token.
+config = 'hold';
+const fallbackAnswer = await expectError(connection.sendRequest('example/wordCount', { uri, configurationTimeoutMs: 200 }));
+const fallback = fallbackAnswer.result;
+check('a workspace/configuration not answered in time: the server answers with its defaults and says so',
+  fallback?.minWordLength === 1 && fallback?.words === countWords(changed, 1)
+    && fallback?.configurationFallback === 'the client did not answer workspace/configuration within 200 ms: default settings used',
+  fallbackAnswer);
+const timedOut = held.length === 1 ? await held[0].ended : `${held.length} held requests`;
+check(`the server's $/cancelRequest cancelled the held request's token (not its own ${HOLD_MS} ms timer)`, timedOut === 'cancelled', timedOut);
+
+// The client cancels its own wordCount while the server waits (up to
+// 10 min) for the held workspace/configuration: -32800 for the client's
+// request, and $/cancelRequest for the server's.
+const abandon = new CancellationTokenSource();
+const waiting = expectError(connection.sendRequest('example/wordCount', { uri, configurationTimeoutMs: 600_000 }, abandon.token));
+await heldCount(2);
+abandon.cancel();
+const abandoned = await waiting;
+check('the client cancels its wordCount while the server waits for workspace/configuration: -32800', abandoned.code === -32800, abandoned);
+const followed = await held[1].ended;
+check(`... and the server cancelled its workspace/configuration (the token, not its own ${HOLD_MS} ms timer)`, followed === 'cancelled', followed);
+
+config = { minWordLength: 4 };
+const again = (await expectError(connection.sendRequest('example/wordCount', { uri }))).result;
+check('after the late -32800 answers, the configuration is asked and used again',
+  again?.minWordLength === 4 && again?.words === countWords(changed, 4) && again?.configurationFallback === undefined, again);
+
 const quick = await connection.sendRequest('example/slow', { ms: 5 });
 check('a slow request that is not cancelled completes', equal(quick, { waited: 5 }), quick);
 
@@ -211,7 +270,15 @@ check('every server frame is one JSON-RPC object (no batch arrays)',
   parsed.filter((p) => Array.isArray(p)));
 const serverRequests = parsed.filter((p) => p.method === 'workspace/configuration' && p.id !== undefined);
 check('the server sent its workspace/configuration requests with ids of its own', serverRequests.length === configRequests.length && new Set(serverRequests.map((r) => r.id)).size === serverRequests.length, serverRequests.map((r) => r.id));
-console.log(`frames from the server: ${frames.length} (${parsed.filter((p) => p.method === 'window/logMessage').length} window/logMessage, ${serverRequests.length} workspace/configuration)`);
+// The server's $/cancelRequest notifications: exactly {"id": <id>}, once
+// for each of the two held requests and for nothing else.
+const heldIds = held.map((h) => serverRequests[h.index]?.id);
+const serverCancels = parsed.filter((p) => p.method === '$/cancelRequest');
+check('the server sent $/cancelRequest exactly {"id": <its request\'s id>}, once for each held request, for nothing else',
+  serverCancels.length === 2 && serverCancels.every((p) => p.id === undefined)
+    && equal(serverCancels.map((p) => p.params), heldIds.map((id) => ({ id }))),
+  { serverCancels, heldIds });
+console.log(`frames from the server: ${frames.length} (${parsed.filter((p) => p.method === 'window/logMessage').length} window/logMessage, ${serverRequests.length} workspace/configuration, ${serverCancels.length} $/cancelRequest)`);
 
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 ? 0 : 1);

@@ -4,7 +4,9 @@
 # examples/lsp_server over the child's stdin/stdout with LSP framing:
 # initialize, document sync, a server-to-client workspace/configuration
 # request answered by the client, window/logMessage notifications,
-# $/cancelRequest answered with -32800, shutdown and exit (status 0).
+# $/cancelRequest answered with -32800, the server's own $/cancelRequest
+# for a workspace/configuration it gave up on (its timeout, or the client
+# cancelled the call waiting for it), shutdown and exit (status 0).
 #
 # Installs the npm package into target/interop-lsp/node_modules (nothing is
 # written under tests/), builds the example, runs check.mjs, exits non-zero
