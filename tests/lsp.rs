@@ -15,8 +15,9 @@
 //! * over a child process's stdin/stdout: the example's binary, which Cargo
 //!   builds for `cargo test` (examples are built with the tests, though
 //!   Cargo gives tests no path to them: it is found beside the test's own
-//!   executable). When it is missing or older than its source (`cargo test
-//!   --test lsp` builds no examples), that test says so and checks nothing;
+//!   executable). When it is missing or older than one of its sources
+//!   (`cargo test --test lsp` builds no examples), those tests fail and
+//!   say how to build it, rather than check nothing or an old build;
 //!   `tests/interop/lsp/run.sh` drives the binary with vscode-jsonrpc too.
 //!
 //! Deadlines only detect hangs; nothing measures time.
@@ -26,7 +27,7 @@
 mod lsp_server;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rpcwire::Context;
@@ -547,8 +548,9 @@ async fn in_process_abandoned_configuration_is_cancelled() {
 
 /// The example's binary beside this test's executable
 /// (`target/<profile>/examples/`), which `cargo test` builds with the
-/// tests (as tests/stream.rs's stdio example): missing, the test fails
-/// rather than check nothing.
+/// tests (as tests/stream.rs's stdio example): missing, or older than one
+/// of its sources, the test fails rather than check nothing or an old
+/// build of the code under test.
 fn example_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     let binary = exe
@@ -562,7 +564,54 @@ fn example_binary() -> PathBuf {
         "{} is built by `cargo test` (or `cargo build --features server --example lsp_server`)",
         binary.display()
     );
+    if let Some(newer) = newer_source(&binary) {
+        panic!(
+            "{} is older than {}: `cargo test --test lsp` builds no examples; \
+             run `cargo build --features server --example lsp_server` (or the whole `cargo test`)",
+            binary.display(),
+            newer.display()
+        );
+    }
     binary
+}
+
+/// A source file `binary` was built from that changed after it was built,
+/// read from the dep-info file Cargo writes beside it (`lsp_server.d`:
+/// `<binary>: <source> <source> …`, spaces in paths escaped with `\`),
+/// which lists exactly the files the build used.
+fn newer_source(binary: &Path) -> Option<PathBuf> {
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified());
+    let built = modified(binary).expect("the binary's modification time");
+    let dep_info = binary.with_extension("d");
+    let text = std::fs::read_to_string(&dep_info).unwrap_or_else(|e| {
+        panic!(
+            "{} (Cargo writes it with the binary): {e}",
+            dep_info.display()
+        )
+    });
+    let first = text.lines().next().unwrap_or_default();
+    // The target ends at the first ": " (a Windows drive's colon is
+    // followed by a backslash).
+    let (_, sources) = first
+        .split_once(": ")
+        .unwrap_or_else(|| panic!("{}: no `target: sources` line", dep_info.display()));
+    let mut paths = Vec::new();
+    let mut path = String::new();
+    let mut chars = sources.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' if chars.peek() == Some(&' ') => path.push(chars.next().unwrap()),
+            ' ' => paths.push(std::mem::take(&mut path)),
+            c => path.push(c),
+        }
+    }
+    paths.push(path);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    paths
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| root.join(p))
+        .find(|p| modified(p).is_ok_and(|m| m > built))
 }
 
 /// Starts the example's binary with piped stdio.
