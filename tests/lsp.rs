@@ -22,12 +22,16 @@
 //!
 //! Deadlines only detect hangs; nothing measures time.
 
+#[path = "support/example_binary.rs"]
+mod example_binary;
 #[allow(dead_code)]
 #[path = "../examples/lsp_server.rs"]
 mod lsp_server;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use example_binary::example_binary;
 use std::time::Duration;
 
 use rpcwire::Context;
@@ -546,74 +550,6 @@ async fn in_process_abandoned_configuration_is_cancelled() {
     assert_eq!(c.read().await, None);
 }
 
-/// The example's binary beside this test's executable
-/// (`target/<profile>/examples/`), which `cargo test` builds with the
-/// tests (as tests/stream.rs's stdio example): missing, or older than one
-/// of its sources, the test fails rather than check nothing or an old
-/// build of the code under test.
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let binary = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps")
-        .join("examples")
-        .join(format!("lsp_server{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        binary.exists(),
-        "{} is built by `cargo test` (or `cargo build --features server --example lsp_server`)",
-        binary.display()
-    );
-    if let Some(newer) = newer_source(&binary) {
-        panic!(
-            "{} is older than {}: `cargo test --test lsp` builds no examples; \
-             run `cargo build --features server --example lsp_server` (or the whole `cargo test`)",
-            binary.display(),
-            newer.display()
-        );
-    }
-    binary
-}
-
-/// A source file `binary` was built from that changed after it was built,
-/// read from the dep-info file Cargo writes beside it (`lsp_server.d`:
-/// `<binary>: <source> <source> …`, spaces in paths escaped with `\`),
-/// which lists exactly the files the build used.
-fn newer_source(binary: &Path) -> Option<PathBuf> {
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified());
-    let built = modified(binary).expect("the binary's modification time");
-    let dep_info = binary.with_extension("d");
-    let text = std::fs::read_to_string(&dep_info).unwrap_or_else(|e| {
-        panic!(
-            "{} (Cargo writes it with the binary): {e}",
-            dep_info.display()
-        )
-    });
-    let first = text.lines().next().unwrap_or_default();
-    // The target ends at the first ": " (a Windows drive's colon is
-    // followed by a backslash).
-    let (_, sources) = first
-        .split_once(": ")
-        .unwrap_or_else(|| panic!("{}: no `target: sources` line", dep_info.display()));
-    let mut paths = Vec::new();
-    let mut path = String::new();
-    let mut chars = sources.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' if chars.peek() == Some(&' ') => path.push(chars.next().unwrap()),
-            ' ' => paths.push(std::mem::take(&mut path)),
-            c => path.push(c),
-        }
-    }
-    paths.push(path);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    paths
-        .into_iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| root.join(p))
-        .find(|p| modified(p).is_ok_and(|m| m > built))
-}
-
 /// Starts the example's binary with piped stdio.
 fn spawn_example(binary: &PathBuf) -> tokio::process::Child {
     tokio::process::Command::new(binary)
@@ -627,7 +563,7 @@ fn spawn_example(binary: &PathBuf) -> tokio::process::Child {
 
 #[tokio::test]
 async fn child_process_session() {
-    let binary = example_binary();
+    let binary = example_binary("lsp_server", "server");
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -645,7 +581,7 @@ async fn child_process_session() {
 
 #[tokio::test]
 async fn child_process_exit_without_shutdown_is_status_1() {
-    let binary = example_binary();
+    let binary = example_binary("lsp_server", "server");
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -660,7 +596,7 @@ async fn child_process_exit_without_shutdown_is_status_1() {
 
 #[tokio::test]
 async fn child_process_end_of_input_after_shutdown_is_status_0() {
-    let binary = example_binary();
+    let binary = example_binary("lsp_server", "server");
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -685,7 +621,7 @@ async fn child_process_end_of_input_after_shutdown_is_status_0() {
 
 #[tokio::test]
 async fn child_process_abandoned_configuration_is_cancelled() {
-    let binary = example_binary();
+    let binary = example_binary("lsp_server", "server");
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
@@ -705,7 +641,7 @@ async fn child_process_abandoned_configuration_is_cancelled() {
 /// `workspace/configuration`.
 #[tokio::test]
 async fn child_process_end_of_input_cancels_the_held_configuration() {
-    let binary = example_binary();
+    let binary = example_binary("lsp_server", "server");
     let mut child = spawn_example(&binary);
     let stdin: Box<dyn AsyncWrite + Unpin + Send> = Box::new(child.stdin.take().unwrap());
     let stdout = child.stdout.take().unwrap();

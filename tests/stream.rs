@@ -15,6 +15,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+#[path = "support/example_binary.rs"]
+mod example_binary;
+
+use example_binary::example_binary;
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::{Concatenated, Framer, Lines, Lsp};
 #[cfg(unix)]
@@ -441,19 +445,9 @@ async fn lsp_framing_over_a_unix_socket() {
 // ---------------------------------------------------------------------------
 // stdio, through the example, as a child process.
 
-fn example(name: &str) -> PathBuf {
-    // target/<profile>/deps/stream-<hash> -> target/<profile>/examples/<name>
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().unwrap().parent().unwrap();
-    profile
-        .join("examples")
-        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX))
-}
-
 #[tokio::test]
 async fn stdio_server_answers_and_exits_cleanly_when_stdin_closes_mid_call() {
-    let bin = example("stdio_server");
-    assert!(bin.exists(), "{} is built by `cargo test`", bin.display());
+    let bin = example_binary("stdio_server", "server");
     let mut child = tokio::process::Command::new(&bin)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
