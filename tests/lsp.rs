@@ -561,22 +561,36 @@ fn spawn_example(binary: &PathBuf) -> tokio::process::Child {
         .expect("the example starts")
 }
 
-#[tokio::test]
-async fn child_process_session() {
+/// The example's exit status, once it exits by itself.
+async fn exit_status(child: &mut tokio::process::Child) -> std::process::ExitStatus {
+    tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang: the example did not exit")
+        .unwrap()
+}
+
+/// Runs the example as a child process, has `conversation` talk to it
+/// (bounded by [`HANG`]), and checks it then exits with status 0 and
+/// nothing more on its output.
+async fn child_conversation(
+    conversation: impl AsyncFnOnce(&mut Client<tokio::process::ChildStdout, tokio::process::ChildStdin>),
+) {
     let binary = example_binary("lsp_server", "server");
     let mut child = spawn_example(&binary);
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut c = Client::new(stdout, stdin);
-    tokio::time::timeout(HANG, session(&mut c))
+    tokio::time::timeout(HANG, conversation(&mut c))
         .await
         .expect("hang");
-    let status = tokio::time::timeout(HANG, child.wait())
-        .await
-        .expect("hang: exit did not end the process")
-        .unwrap();
+    let status = exit_status(&mut child).await;
     assert_eq!(status.code(), Some(0), "{status}");
     assert_eq!(c.read().await, None);
+}
+
+#[tokio::test]
+async fn child_process_session() {
+    child_conversation(async |c| session(c).await).await;
 }
 
 #[tokio::test]
@@ -587,10 +601,7 @@ async fn child_process_exit_without_shutdown_is_status_1() {
     let stdout = child.stdout.take().unwrap();
     let mut c = Client::new(stdout, stdin);
     c.notify("exit", Value::Null).await;
-    let status = tokio::time::timeout(HANG, child.wait())
-        .await
-        .expect("hang")
-        .unwrap();
+    let status = exit_status(&mut child).await;
     assert_eq!(status.code(), Some(1), "{status}");
 }
 
@@ -612,29 +623,13 @@ async fn child_process_end_of_input_after_shutdown_is_status_0() {
         .await
         .expect("hang")
         .unwrap();
-    let status = tokio::time::timeout(HANG, child.wait())
-        .await
-        .expect("hang")
-        .unwrap();
+    let status = exit_status(&mut child).await;
     assert_eq!(status.code(), Some(0), "{status}");
 }
 
 #[tokio::test]
 async fn child_process_abandoned_configuration_is_cancelled() {
-    let binary = example_binary("lsp_server", "server");
-    let mut child = spawn_example(&binary);
-    let stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut c = Client::new(stdout, stdin);
-    tokio::time::timeout(HANG, abandoned_configuration(&mut c))
-        .await
-        .expect("hang");
-    let status = tokio::time::timeout(HANG, child.wait())
-        .await
-        .expect("hang: exit did not end the process")
-        .unwrap();
-    assert_eq!(status.code(), Some(0), "{status}");
-    assert_eq!(c.read().await, None);
+    child_conversation(async |c| abandoned_configuration(c).await).await;
 }
 
 /// The end of the server's input is the third way it gives up on its
@@ -686,10 +681,7 @@ async fn child_process_end_of_input_cancels_the_held_configuration() {
             json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "workspace/configuration: the connection closed"}}),
         ]
     );
-    let status = tokio::time::timeout(HANG, child.wait())
-        .await
-        .expect("hang")
-        .unwrap();
+    let status = exit_status(&mut child).await;
     // No `shutdown` came: LSP's status 1.
     assert_eq!(status.code(), Some(1), "{status}");
 }
