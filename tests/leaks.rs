@@ -14,6 +14,8 @@
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/ws_frame.rs"]
+mod ws_frame;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -37,6 +39,7 @@ use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use ws_frame::client_frame;
 
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
@@ -247,25 +250,6 @@ async fn read_head(tcp: &mut TcpStream) -> String {
     String::from_utf8(got).unwrap()
 }
 
-/// A masked client frame (the zero mask), final, of `opcode`.
-fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut frame = vec![0x80 | opcode];
-    match payload.len() {
-        n @ 0..=125 => frame.push(0x80 | n as u8),
-        n @ 126..=65535 => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&[0, 0, 0, 0]);
-    frame.extend_from_slice(payload);
-    frame
-}
-
 /// The work every WebSocket and stream connection does before it ends:
 /// a subscription whose notifications the client never reads, a batch
 /// with async handlers running and a large reply, a request to the client
@@ -279,6 +263,35 @@ const WORK_SEEN: [usize; 3] = [2, 1, 1];
 /// Sent after [`WORK`]: past the in-flight limit ([`limits`]), read on
 /// while `ask` waits for the client's answer, and held.
 const HELD: &str = r#"{"jsonrpc":"2.0","id":6,"method":"big","params":[1000]}"#;
+
+/// The WebSocket side of a cycle on `tcp` (a new connection, or one an
+/// HTTP exchange kept alive): the upgrade, [`WORK`] and five [`HELD`]
+/// messages, then, once the server has started on them, an end chosen by
+/// `k`: gone without a close frame, cut mid-frame, or its side closed
+/// without reading.
+async fn websocket_work_then_end(tcp: &mut TcpStream, lab: &Lab, k: usize) {
+    tcp.write_all(HANDSHAKE.as_bytes()).await.unwrap();
+    let head = read_head(tcp).await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let before = lab.progress();
+    for m in WORK.iter().chain([HELD; 5].iter()) {
+        tcp.write_all(&client_frame(0x1, m.as_bytes()))
+            .await
+            .unwrap();
+    }
+    until_progress(lab, before, WORK_SEEN).await;
+    match k % 3 {
+        0 => {}
+        // A header promising 1000 bytes, 10 sent.
+        1 => {
+            let frame = client_frame(0x1, &[b' '; 1000]);
+            let _ = tcp.write_all(&frame[..18]).await;
+        }
+        _ => {
+            let _ = tcp.shutdown().await;
+        }
+    }
+}
 
 /// Two messages in flight (the batch and `ask`): what comes next is held.
 fn limits() -> Limits {
@@ -317,35 +330,8 @@ async fn websocket_connections_that_end_abruptly_leave_nothing_behind() {
                 };
                 let _ = cut.write_all(start).await;
                 drop(cut);
-                let before = lab.progress();
                 let mut tcp = TcpStream::connect(addr).await.unwrap();
-                tcp.write_all(HANDSHAKE.as_bytes()).await.unwrap();
-                assert!(read_head(&mut tcp).await.starts_with("HTTP/1.1 101"));
-                for m in WORK {
-                    tcp.write_all(&client_frame(0x1, m.as_bytes()))
-                        .await
-                        .unwrap();
-                }
-                for _ in 0..5 {
-                    tcp.write_all(&client_frame(0x1, HELD.as_bytes()))
-                        .await
-                        .unwrap();
-                }
-                until_progress(&lab, before, WORK_SEEN).await;
-                match k % 3 {
-                    // Gone, no close frame.
-                    0 => {}
-                    // Mid-frame: a header promising 1000 bytes, 10 sent.
-                    1 => {
-                        let frame = client_frame(0x1, &[b' '; 1000]);
-                        let _ = tcp.write_all(&frame[..18]).await;
-                    }
-                    // Its side closed, never reading.
-                    _ => {
-                        let _ = tcp.shutdown().await;
-                    }
-                }
-                drop(tcp);
+                websocket_work_then_end(&mut tcp, &lab, k).await;
             }
         },
         || metrics.connections_open() == 0,
@@ -578,27 +564,7 @@ async fn upgraded_connections_on_the_http_port_leave_nothing_behind() {
                     .await
                     .unwrap();
                 assert!(read_response(&mut tcp).await.starts_with("HTTP/1.1 200"));
-                tcp.write_all(HANDSHAKE.as_bytes()).await.unwrap();
-                let head = read_head(&mut tcp).await;
-                assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-                let before = lab.progress();
-                for m in WORK.iter().chain([HELD; 5].iter()) {
-                    tcp.write_all(&client_frame(0x1, m.as_bytes()))
-                        .await
-                        .unwrap();
-                }
-                until_progress(&lab, before, WORK_SEEN).await;
-                match k % 3 {
-                    0 => {}
-                    1 => {
-                        let frame = client_frame(0x1, &[b' '; 1000]);
-                        let _ = tcp.write_all(&frame[..18]).await;
-                    }
-                    _ => {
-                        let _ = tcp.shutdown().await;
-                    }
-                }
-                drop(tcp);
+                websocket_work_then_end(&mut tcp, &lab, k).await;
             }
         },
         || http_metrics.connections_open() == 0 && ws_metrics.connections_open() == 0,

@@ -14,6 +14,8 @@
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/ws_frame.rs"]
+mod ws_frame;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,6 +35,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::{Message, http};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+use ws_frame::client_frame;
 
 #[global_allocator]
 static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
@@ -737,25 +740,6 @@ async fn raw_client_on(mut tcp: TcpStream) -> TcpStream {
         "{response}"
     );
     tcp
-}
-
-/// A masked client frame (the zero mask) with a final bit and `opcode`.
-fn client_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let mut frame = vec![0x80 | opcode];
-    match payload.len() {
-        n @ 0..=125 => frame.push(0x80 | n as u8),
-        n @ 126..=65535 => {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            frame.push(0x80 | 127);
-            frame.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    frame.extend_from_slice(&[0, 0, 0, 0]);
-    frame.extend_from_slice(payload);
-    frame
 }
 
 /// Reads server frames (unmasked) until the connection ends: (opcode,
