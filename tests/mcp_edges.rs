@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
 use mcp_http::{
-    OpenPost, asking_server, http_server, http_session, in_memory as send, post, request,
+    OpenPost, asking_server, http_server, http_session, http_session_with, in_memory as send, post,
+    request,
 };
 
 fn server() -> McpServer {
@@ -586,25 +587,6 @@ async fn http_a_request_reusing_a_running_id_is_refused() {
     assert_eq!(told(&mut later, "same").await, "answered {}");
 }
 
-/// A session whose client declared sampling (so `ToolContext::ask_client`
-/// may ask it); returns its id.
-async fn sampling_session(addr: std::net::SocketAddr) -> String {
-    let a = post(addr, &[], r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"t","version":"1"}}}"#).await;
-    assert_eq!(a.status, 200, "{}", a.body);
-    let sid = a.headers["mcp-session-id"].to_str().unwrap().to_owned();
-    let n = post(
-        addr,
-        &[
-            ("mcp-session-id", &sid),
-            ("mcp-protocol-version", "2025-11-25"),
-        ],
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-    )
-    .await;
-    assert_eq!(n.status, 202);
-    sid
-}
-
 /// A call `id` of `ask-within`, waiting `ms` for the client's answer.
 fn ask_within(id: &str, ms: u64) -> String {
     format!(
@@ -662,7 +644,7 @@ async fn late_answer_is_ignored(addr: std::net::SocketAddr, sid: &str, asked: &V
 #[tokio::test]
 async fn http_a_cancelled_call_tells_the_client_to_drop_what_it_asked() {
     let h = http_server(asking_server()).await;
-    let sid = sampling_session(h.addr).await;
+    let sid = http_session_with(h.addr, r#"{"sampling":{}}"#).await;
     let headers = [
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
@@ -690,7 +672,7 @@ async fn http_a_cancelled_call_tells_the_client_to_drop_what_it_asked() {
 #[tokio::test]
 async fn http_an_ask_that_times_out_tells_the_client_to_drop_it() {
     let h = http_server(asking_server()).await;
-    let sid = sampling_session(h.addr).await;
+    let sid = http_session_with(h.addr, r#"{"sampling":{}}"#).await;
     let headers = [
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
@@ -722,7 +704,7 @@ async fn http_a_call_that_times_out_tells_the_client_to_drop_what_it_asked() {
         .build()
         .unwrap();
     let h = http_server(server).await;
-    let sid = sampling_session(h.addr).await;
+    let sid = http_session_with(h.addr, r#"{"sampling":{}}"#).await;
     let headers = [
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
@@ -745,7 +727,7 @@ async fn http_a_call_that_times_out_tells_the_client_to_drop_what_it_asked() {
 #[tokio::test]
 async fn http_a_session_that_ends_tells_the_client_to_drop_what_it_asked() {
     let h = http_server(asking_server()).await;
-    let sid = sampling_session(h.addr).await;
+    let sid = http_session_with(h.addr, r#"{"sampling":{}}"#).await;
     let headers = [
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),

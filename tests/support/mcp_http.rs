@@ -182,7 +182,16 @@ pub async fn post(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str
 }
 
 pub async fn http_session(addr: std::net::SocketAddr) -> String {
-    let a = post(addr, &[], r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).await;
+    http_session_with(addr, "{}").await
+}
+
+/// [`http_session`] for a client declaring `capabilities` (a JSON object:
+/// `{"sampling":{}}` for one the server may ask).
+pub async fn http_session_with(addr: std::net::SocketAddr, capabilities: &str) -> String {
+    let initialize = format!(
+        r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{capabilities},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    );
+    let a = post(addr, &[], &initialize).await;
     assert_eq!(a.status, 200);
     assert_eq!(a.content_type(), "application/json");
     assert_eq!(a.json()["result"]["protocolVersion"], "2025-11-25");
