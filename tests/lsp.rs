@@ -495,14 +495,23 @@ where
     (server, reason)
 }
 
-#[tokio::test]
-async fn in_process_session() {
+/// Serves the example in this process over an in-memory pipe, has
+/// `conversation` talk to it (bounded by [`HANG`]), and checks the server
+/// then stopped as after `shutdown` and `exit`, everything it wrote read.
+async fn in_process_conversation(
+    conversation: impl AsyncFnOnce(
+        &mut Client<
+            tokio::io::ReadHalf<tokio::io::DuplexStream>,
+            tokio::io::WriteHalf<tokio::io::DuplexStream>,
+        >,
+    ),
+) {
     let (client, served) = tokio::io::duplex(64 * 1024);
     let (server_read, server_write) = tokio::io::split(served);
     let server = tokio::spawn(async move { in_process(server_read, server_write).await });
     let (client_read, client_write) = tokio::io::split(client);
     let mut c = Client::new(client_read, client_write);
-    tokio::time::timeout(HANG, session(&mut c))
+    tokio::time::timeout(HANG, conversation(&mut c))
         .await
         .expect("hang");
     let (state, reason) = tokio::time::timeout(HANG, server)
@@ -513,6 +522,11 @@ async fn in_process_session() {
     assert_eq!(state.exit_status(), 0);
     // Everything written was read: the output ends after the last frame.
     assert_eq!(c.read().await, None);
+}
+
+#[tokio::test]
+async fn in_process_session() {
+    in_process_conversation(async |c| session(c).await).await;
 }
 
 #[tokio::test]
@@ -533,21 +547,7 @@ async fn in_process_exit_without_shutdown_is_status_1() {
 
 #[tokio::test]
 async fn in_process_abandoned_configuration_is_cancelled() {
-    let (client, served) = tokio::io::duplex(64 * 1024);
-    let (server_read, server_write) = tokio::io::split(served);
-    let server = tokio::spawn(async move { in_process(server_read, server_write).await });
-    let (client_read, client_write) = tokio::io::split(client);
-    let mut c = Client::new(client_read, client_write);
-    tokio::time::timeout(HANG, abandoned_configuration(&mut c))
-        .await
-        .expect("hang");
-    let (state, reason) = tokio::time::timeout(HANG, server)
-        .await
-        .expect("hang: exit did not stop the server")
-        .unwrap();
-    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
-    assert_eq!(state.exit_status(), 0);
-    assert_eq!(c.read().await, None);
+    in_process_conversation(async |c| abandoned_configuration(c).await).await;
 }
 
 /// Starts the example's binary with piped stdio.
