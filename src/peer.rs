@@ -550,7 +550,7 @@ impl Peer {
     /// deadline passed in [`expire`](Peer::expire), [`cancel`](Peer::cancel),
     /// or [`close`](Peer::close)) is announced to the other side with the
     /// protocol's cancellation, when the connection's dispatcher has one
-    /// ([`cancel_notification`](crate::dispatch::DispatcherBuilder::cancel_notification),
+    /// (`DispatcherBuilder::cancel_notification`, feature `async`,
     /// learnt by the peer when the dispatcher handles the connection's
     /// first message): LSP's `$/cancelRequest` with `{"id": <id>}`, MCP's
     /// `notifications/cancelled` with `requestId` and a `reason`. It is
