@@ -703,6 +703,12 @@ pub struct WsConn {
     max_response: usize,
     /// Set when the pings found the connection dead (its calls say so).
     silent: AtomicBool,
+    /// Told when the connection closes, so that its pinger ends then: it
+    /// waited for its next tick (a whole `--ws-ping` interval, 20 s by
+    /// default), and an upstream that dropped connection after connection
+    /// left a task, its timer and the connection's allocation behind for
+    /// each meanwhile.
+    ended: Arc<tokio::sync::Notify>,
 }
 
 enum Waiter {
@@ -812,6 +818,7 @@ impl WsUpstream {
             timeout: self.timeout,
             max_response: self.max_response,
             silent: AtomicBool::new(false),
+            ended: Arc::new(tokio::sync::Notify::new()),
         });
         let writer = tokio::spawn(async move {
             while let Some(first) = rx.recv().await {
@@ -843,6 +850,7 @@ impl WsUpstream {
         if let Some(every) = self.ping {
             tokio::spawn(keep_alive(
                 Arc::downgrade(&conn),
+                Arc::clone(&conn.ended),
                 every,
                 [reading.abort_handle(), writer.abort_handle()],
             ));
@@ -868,9 +876,11 @@ impl WsUpstream {
 /// of them, ends its tasks (`tasks`: the reader and the writer, which
 /// would otherwise wait on the dead socket for good) and closes it: its
 /// calls fail, its subscriptions end with an error, and the next call
-/// connects again. Also forgets abandoned subscriptions in time.
+/// connects again. Also forgets abandoned subscriptions in time. Ends
+/// as soon as `ended` says the connection closed.
 async fn keep_alive(
     conn: std::sync::Weak<WsConn>,
+    ended: Arc<tokio::sync::Notify>,
     every: Duration,
     tasks: [tokio::task::AbortHandle; 2],
 ) {
@@ -878,7 +888,10 @@ async fn keep_alive(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = ended.notified() => return,
+        }
         let Some(conn) = conn.upgrade() else { return };
         if conn.closed.load(Ordering::Acquire) {
             return;
@@ -1142,6 +1155,8 @@ impl WsConn {
     fn close(&self, why: &str) {
         self.silent.store(why == SILENT, Ordering::Release);
         self.closed.store(true, Ordering::Release);
+        // A permit kept if the pinger is not waiting right now.
+        self.ended.notify_one();
         lock(&self.pending).clear();
         lock(&self.abandoned).clear();
         let subs: Vec<Sink> = lock(&self.subs).drain().map(|(_, s)| s).collect();

@@ -1,0 +1,767 @@
+//! Soak of the gateway example (the README's main demo) in front of a fake
+//! HTTP upstream and a fake WebSocket upstream: rounds of client
+//! connections that do real work and end abruptly (an HTTP client gone
+//! while its call is forwarded, a batch split upstream and dropped before
+//! the merge, WebSocket clients with a relayed subscription whose
+//! notifications flow that vanish, unsubscribe, are cut mid-frame or leave
+//! before the upstream answered `eth_subscribe`; upstream connections that
+//! reset mid-reply). After each round, once everything it started has
+//! ended, the heap (a counting allocator: bytes live, all threads) must be
+//! back at what it was after the warm-up, whatever the number of rounds;
+//! no tokio task of the gateway left behind; and the upstream side clean:
+//! every subscription of a client that left unsubscribed upstream (or its
+//! connection closed), the pooled upstream connections bounded.
+//!
+//! The gateway keeps no connection counters: its client connections are
+//! seen closed when its tasks (one per connection, one per relayed
+//! subscription) are back to those alive before the first client, the
+//! upstream connections' own aside. The fake upstreams run on a runtime of
+//! their own (a thread), so that the gateway's runtime counts only the
+//! gateway's tasks.
+
+#![allow(dead_code)]
+
+include!("support/gateway_example.rs");
+
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+#[path = "support/ws_frame.rs"]
+mod ws_frame;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use counting_alloc::{CountingAlloc, live};
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_tungstenite::tungstenite::Message;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// The allocator counts every thread: one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Only for not hanging forever, never a measurement.
+const HANG: Duration = Duration::from_secs(60);
+/// How far above the warm-up's heap a round may end: independent of the
+/// number of rounds, so that anything kept per connection shows.
+const SLACK: usize = 64 << 10;
+/// Cycles before the baseline is taken.
+const WARM_UP: usize = 60;
+/// Cycles per measured round (two rounds).
+const ROUND: usize = 200;
+/// Connections the fake HTTP upstream may see open at the end of a round:
+/// the gateway's pool holds what the most calls in flight at once needed
+/// (the batch's four), not one per cycle.
+const POOL_BOUND: usize = 4;
+/// Tasks the gateway keeps for its one WebSocket upstream connection
+/// (reader, writer, pinger), besides those alive before the first client.
+const UPSTREAM_WS_TASKS: usize = 3;
+/// Every this often, the fake WebSocket upstream sends a notification for
+/// each subscription live on a connection.
+const TICK: Duration = Duration::from_millis(2);
+
+fn alive_tasks() -> usize {
+    tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks()
+}
+
+/// Waits until `done` (at most [`HANG`]); returns whether it came.
+async fn wait_until(done: impl Fn() -> bool) -> bool {
+    let give_up = tokio::time::Instant::now() + HANG;
+    while !done() {
+        if tokio::time::Instant::now() >= give_up {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    true
+}
+
+// -------------------------------------------------------- fake upstreams
+
+/// Holds the fake upstreams' slow answers until the test, its client
+/// gone, opens it (no timer decides who is first).
+struct Gate(tokio::sync::watch::Sender<u64>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(tokio::sync::watch::Sender::new(0))
+    }
+}
+
+impl Gate {
+    /// Taken before the request is counted as read: the opening that
+    /// follows is never missed.
+    fn ticket(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.0.subscribe()
+    }
+
+    /// Lets every answer held so far go.
+    fn open(&self) {
+        self.0.send_modify(|n| *n += 1);
+    }
+}
+
+/// What the fake HTTP upstream saw.
+#[derive(Default)]
+struct HttpSide {
+    /// Holds `test_slow` answers.
+    gate: Gate,
+    /// Connections accepted, and those open now.
+    accepted: AtomicUsize,
+    open: AtomicUsize,
+    /// Requests read, and those not yet answered (or given up).
+    received: AtomicUsize,
+    in_flight: AtomicUsize,
+}
+
+/// Counts a connection (or a request) down however its handler ends.
+struct Down<'a>(&'a AtomicUsize);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Reads one request with a `content-length` body; `None` at the end.
+async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            while buf.len() < end + 4 + len {
+                let n = s.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = buf[end + 4..end + 4 + len].to_vec();
+            buf.drain(..end + 4 + len);
+            return Some(body);
+        }
+        let n = s.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn http_reply(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Ends `s` with a TCP reset (linger 0), nothing left to block on.
+fn reset(s: TcpStream) {
+    #[allow(deprecated)]
+    let _ = s.set_linger(Some(Duration::ZERO));
+    drop(s);
+}
+
+/// A kept-alive HTTP/1.1 upstream: `test_slow` is answered once the gate
+/// opens (or not at all if the gateway closes first), `test_cut` gets half a
+/// reply and a reset, anything else `"0x10"` at once.
+async fn fake_http(side: Arc<HttpSide>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let _ = s.set_nodelay(true);
+            side.accepted.fetch_add(1, Ordering::SeqCst);
+            side.open.fetch_add(1, Ordering::SeqCst);
+            let side = Arc::clone(&side);
+            tokio::spawn(async move {
+                let _open = Down(&side.open);
+                let mut buf = Vec::new();
+                while let Some(body) = read_request(&mut s, &mut buf).await {
+                    side.in_flight.fetch_add(1, Ordering::SeqCst);
+                    let _answering = Down(&side.in_flight);
+                    let mut ticket = side.gate.ticket();
+                    side.received.fetch_add(1, Ordering::SeqCst);
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    let ok = json!({"jsonrpc": "2.0", "id": v["id"], "result": "0x10"}).to_string();
+                    match v["method"].as_str().unwrap_or("") {
+                        "test_slow" => {
+                            // The gateway closing its end (its forward
+                            // dropped) ends the wait.
+                            let mut probe = [0u8; 1];
+                            tokio::select! {
+                                _ = ticket.changed() => {}
+                                _ = s.read(&mut probe) => return,
+                            }
+                        }
+                        "test_cut" => {
+                            let reply = http_reply(&ok);
+                            let _ = s.write_all(&reply[..reply.len() - 10]).await;
+                            reset(s);
+                            return;
+                        }
+                        _ => {}
+                    }
+                    if s.write_all(&http_reply(&ok)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// What the fake WebSocket upstream saw.
+#[derive(Default)]
+struct WsSide {
+    /// Holds slow `eth_subscribe` answers.
+    gate: Gate,
+    /// Connections open now.
+    open: AtomicUsize,
+    /// `eth_subscribe` requests read.
+    subscribes: AtomicUsize,
+    /// Slow `eth_subscribe` answers not yet sent, and those sent.
+    slow_pending: AtomicUsize,
+    slow_answered: AtomicUsize,
+    /// Subscriptions made and not yet unsubscribed (nor their connection
+    /// closed).
+    live: Mutex<HashSet<String>>,
+    /// `eth_unsubscribe` of live subscriptions, of unknown ids, and
+    /// subscriptions that ended with their connection.
+    unsubscribed: AtomicUsize,
+    unknown_unsubscribes: AtomicUsize,
+    closed_with_connection: AtomicUsize,
+    /// Subscriptions ever made (the ids' counter).
+    made: AtomicUsize,
+}
+
+/// A WebSocket upstream with `eth_subscribe` (notifications every
+/// [`TICK`] for each live subscription) and `eth_unsubscribe`. An
+/// `eth_subscribe` whose params carry `{"slow":true}` is answered after
+/// the gate opens; one with `{"reset":true}` gets half a frame and a reset.
+async fn fake_ws(side: Arc<WsSide>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let _ = tcp.set_nodelay(true);
+            let side = Arc::clone(&side);
+            tokio::spawn(async move {
+                let Ok(ws) = tokio_tungstenite::accept_async(tcp).await else {
+                    return;
+                };
+                side.open.fetch_add(1, Ordering::SeqCst);
+                let _open = Down(&side.open);
+                ws_connection(ws, &side).await;
+            });
+        }
+    });
+    addr
+}
+
+async fn ws_connection(mut ws: tokio_tungstenite::WebSocketStream<TcpStream>, side: &WsSide) {
+    // This connection's subscriptions (id -> notifications sent).
+    let mut mine: HashMap<String, u64> = HashMap::new();
+    let (later, mut answers) = mpsc::unbounded_channel::<(String, Value)>();
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut cut = false;
+    // Slow answers scheduled on this connection and not yet sent.
+    let mut due = 0;
+    loop {
+        let out: Vec<String> = tokio::select! {
+            frame = ws.next() => {
+                let Some(Ok(frame)) = frame else { break };
+                let Ok(text) = frame.to_text() else { continue };
+                let Ok(v) = serde_json::from_str::<Value>(text) else { continue };
+                match v["method"].as_str().unwrap_or("") {
+                    "eth_subscribe" => {
+                        let mut ticket = side.gate.ticket();
+                        side.subscribes.fetch_add(1, Ordering::SeqCst);
+                        let n = side.made.fetch_add(1, Ordering::SeqCst);
+                        let id = format!("0x{n:x}");
+                        let how = &v["params"][1];
+                        if how["reset"] == true {
+                            // A text frame announcing 100 bytes, 10 sent.
+                            let mut half = vec![0x81, 100];
+                            half.extend_from_slice(b"{\"jsonrpc\"");
+                            let _ = ws.get_mut().write_all(&half).await;
+                            cut = true;
+                            break;
+                        }
+                        if how["slow"] == true {
+                            side.slow_pending.fetch_add(1, Ordering::SeqCst);
+                            due += 1;
+                            let later = later.clone();
+                            let reply = v.clone();
+                            tokio::spawn(async move {
+                                let _ = ticket.changed().await;
+                                let _ = later.send((id, reply));
+                            });
+                            continue;
+                        }
+                        side.live.lock().unwrap().insert(id.clone());
+                        mine.insert(id.clone(), 0);
+                        vec![json!({"jsonrpc":"2.0","id":v["id"],"result":id}).to_string()]
+                    }
+                    "eth_unsubscribe" => {
+                        let id = v["params"][0].as_str().unwrap_or("").to_string();
+                        let known = mine.remove(&id).is_some();
+                        if known {
+                            side.live.lock().unwrap().remove(&id);
+                            side.unsubscribed.fetch_add(1, Ordering::SeqCst);
+                        } else {
+                            side.unknown_unsubscribes.fetch_add(1, Ordering::SeqCst);
+                        }
+                        vec![json!({"jsonrpc":"2.0","id":v["id"],"result":known}).to_string()]
+                    }
+                    _ => vec![json!({"jsonrpc":"2.0","id":v["id"],"result":"0x10"}).to_string()],
+                }
+            }
+            Some((id, v)) = answers.recv() => {
+                side.slow_pending.fetch_sub(1, Ordering::SeqCst);
+                due -= 1;
+                side.live.lock().unwrap().insert(id.clone());
+                mine.insert(id.clone(), 0);
+                side.slow_answered.fetch_add(1, Ordering::SeqCst);
+                vec![json!({"jsonrpc":"2.0","id":v["id"],"result":id}).to_string()]
+            }
+            _ = tick.tick() => mine
+                .iter_mut()
+                .map(|(id, n)| {
+                    *n += 1;
+                    json!({"jsonrpc":"2.0","method":"eth_subscription","params":{
+                        "subscription": id,
+                        "result": {"number": format!("{n:#x}"), "pad": "p".repeat(150)},
+                    }})
+                    .to_string()
+                })
+                .collect(),
+        };
+        let mut ok = true;
+        for m in out {
+            ok = ok && ws.feed(Message::text(m)).await.is_ok();
+        }
+        if !ok || ws.flush().await.is_err() {
+            break;
+        }
+    }
+    // Whatever was live on this connection ended with it.
+    let mut live = side.live.lock().unwrap();
+    for id in mine.keys() {
+        live.remove(id);
+        side.closed_with_connection.fetch_add(1, Ordering::SeqCst);
+    }
+    drop(live);
+    // Slow answers still due: never sent.
+    side.slow_pending.fetch_sub(due, Ordering::SeqCst);
+    if cut {
+        #[allow(deprecated)]
+        let _ = ws.get_ref().set_linger(Some(Duration::ZERO));
+    }
+}
+
+/// Starts both fake upstreams on a runtime of their own; returns their
+/// addresses. The runtime runs until the process ends.
+fn fake_upstreams(http: Arc<HttpSide>, ws: Arc<WsSide>) -> (SocketAddr, SocketAddr) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("fake-upstreams".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let h = fake_http(http).await;
+                let w = fake_ws(ws).await;
+                tx.send((h, w)).unwrap();
+                std::future::pending::<()>().await;
+            });
+        })
+        .unwrap();
+    rx.recv().unwrap()
+}
+
+// --------------------------------------------------------------- clients
+
+fn post(body: &str) -> String {
+    format!(
+        "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Reads one response with a `content-length` body; returns the status
+/// line and the body.
+async fn read_response(tcp: &mut TcpStream) -> (String, Value) {
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8];
+        let n = tokio::time::timeout(HANG, tcp.read(&mut byte))
+            .await
+            .expect("a head in time")
+            .unwrap();
+        assert_eq!(
+            n,
+            1,
+            "the head comes whole: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.push(byte[0]);
+    }
+    let head = String::from_utf8(got).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("a content-length: {head}"));
+    let mut body = vec![0; len];
+    tokio::time::timeout(HANG, tcp.read_exact(&mut body))
+        .await
+        .expect("a body in time")
+        .unwrap();
+    let status = head.lines().next().unwrap().to_string();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// Waits until the fake HTTP upstream read `n` more requests than
+/// `before`.
+async fn until_received(side: &HttpSide, before: usize, n: usize) {
+    assert!(
+        wait_until(|| side.received.load(Ordering::SeqCst) >= before + n).await,
+        "the upstream received {} requests, not {}",
+        side.received.load(Ordering::SeqCst) - before,
+        n
+    );
+}
+
+/// The HTTP side of cycle `k`: a call forwarded and its client gone while
+/// the upstream is slow; a batch split upstream and dropped before the
+/// merge; or a call whose upstream connection resets mid-reply (answered
+/// with a clear error), after one that succeeds.
+async fn http_client(addr: SocketAddr, side: &HttpSide, k: usize) {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let before = side.received.load(Ordering::SeqCst);
+    match k % 3 {
+        0 => {
+            let call = r#"{"jsonrpc":"2.0","id":1,"method":"test_slow","params":[]}"#;
+            tcp.write_all(post(call).as_bytes()).await.unwrap();
+            until_received(side, before, 1).await;
+            gone_then_answered(tcp, side).await;
+        }
+        1 => {
+            let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"test_slow"},{"jsonrpc":"2.0","id":3,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":4,"method":"test_slow"}]"#;
+            tcp.write_all(post(batch).as_bytes()).await.unwrap();
+            until_received(side, before, 4).await;
+            gone_then_answered(tcp, side).await;
+        }
+        _ => {
+            let call = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#;
+            tcp.write_all(post(call).as_bytes()).await.unwrap();
+            let (status, v) = read_response(&mut tcp).await;
+            assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+            assert_eq!(v["result"], "0x10", "{v}");
+            let call = r#"{"jsonrpc":"2.0","id":2,"method":"test_cut"}"#;
+            tcp.write_all(post(call).as_bytes()).await.unwrap();
+            let (status, v) = read_response(&mut tcp).await;
+            assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+            assert_eq!(v["id"], 2, "{v}");
+            assert!(v["error"]["code"].is_i64(), "a clear error: {v}");
+        }
+    }
+}
+
+/// The client gone, the upstream answers what it held (for nobody, or
+/// not at all if the gateway gave up the exchange).
+async fn gone_then_answered(tcp: TcpStream, side: &HttpSide) {
+    drop(tcp);
+    side.gate.open();
+    assert!(
+        wait_until(|| side.in_flight.load(Ordering::SeqCst) == 0).await,
+        "the upstream's held answers went"
+    );
+}
+
+type Client = tokio_tungstenite::WebSocketStream<TcpStream>;
+
+async fn read_json(ws: &mut Client) -> Value {
+    loop {
+        let frame = tokio::time::timeout(HANG, ws.next())
+            .await
+            .expect("a frame in time")
+            .expect("the connection open")
+            .expect("a frame");
+        if let Message::Text(t) = frame {
+            return serde_json::from_str(&t).unwrap();
+        }
+    }
+}
+
+/// Subscribes to newHeads with `extra` as the second param; the reply.
+async fn subscribe(ws: &mut Client, extra: Value) -> Value {
+    let call =
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads", extra]});
+    ws.send(Message::text(call.to_string())).await.unwrap();
+    loop {
+        let v = read_json(ws).await;
+        if v["id"] == 1 {
+            return v;
+        }
+    }
+}
+
+/// Reads until `n` notifications of `sub` came.
+async fn notifications(ws: &mut Client, sub: &Value, n: usize) {
+    let mut seen = 0;
+    while seen < n {
+        let v = read_json(ws).await;
+        if v["method"] == "eth_subscription" && v["params"]["subscription"] == *sub {
+            seen += 1;
+        }
+    }
+}
+
+/// The WebSocket side of cycle `k`: a subscription relayed and its
+/// notifications flowing, then the client vanishes without unsubscribing,
+/// unsubscribes and goes, or is cut mid-frame; or it leaves before the
+/// upstream answered `eth_subscribe`; or the upstream's connection resets
+/// mid-reply to it (answered with a clear error).
+async fn ws_client(addr: SocketAddr, side: &WsSide, k: usize) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    match k % 5 {
+        4 => {
+            let before = side.subscribes.load(Ordering::SeqCst);
+            let answered = side.slow_answered.load(Ordering::SeqCst);
+            let call = json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads", {"slow": true}]});
+            ws.send(Message::text(call.to_string())).await.unwrap();
+            assert!(
+                wait_until(|| side.subscribes.load(Ordering::SeqCst) > before).await,
+                "the subscribe reached the upstream"
+            );
+            drop(ws);
+            // The upstream subscribes after all, for nobody.
+            side.gate.open();
+            assert!(
+                wait_until(|| side.slow_answered.load(Ordering::SeqCst) > answered).await,
+                "the upstream answered the subscribe"
+            );
+            return;
+        }
+        3 => {
+            let v = subscribe(&mut ws, json!({"reset": true})).await;
+            assert!(v["error"]["code"].is_i64(), "a clear error: {v}");
+            return;
+        }
+        _ => {}
+    }
+    let v = subscribe(&mut ws, json!({})).await;
+    let sub = v["result"].clone();
+    assert!(sub.is_string(), "{v}");
+    notifications(&mut ws, &sub, 3).await;
+    match k % 5 {
+        0 => {}
+        1 => {
+            let call = json!({"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":[sub]});
+            ws.send(Message::text(call.to_string())).await.unwrap();
+            loop {
+                let v = read_json(&mut ws).await;
+                if v["id"] == 2 {
+                    assert_eq!(v["result"], true, "{v}");
+                    break;
+                }
+            }
+        }
+        _ => {
+            // A header promising 1000 bytes, 10 sent.
+            let frame = ws_frame::client_frame(0x1, &[b' '; 1000]);
+            let _ = ws.get_mut().write_all(&frame[..18]).await;
+        }
+    }
+    drop(ws);
+}
+
+// ------------------------------------------------------------------ soak
+
+/// Runs [`WARM_UP`] cycles, takes the baseline, then two rounds of
+/// [`ROUND`]. After each, waits for `quiet` and for the tasks alive before
+/// the first cycle (and `allowed` more), then checks with `after`, and
+/// reads the heap.
+async fn soak<F, Fut>(
+    name: &str,
+    mut cycle: F,
+    quiet: impl Fn() -> bool,
+    describe: impl Fn() -> String,
+    allowed: impl Fn() -> usize,
+    after: impl Fn(&str),
+) where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let tasks = alive_tasks();
+    let mut k = 0;
+    let settle = async |phase: &str| {
+        assert!(
+            wait_until(&quiet).await,
+            "{name}: not quiet after {phase}: {}",
+            describe()
+        );
+        assert!(
+            wait_until(|| alive_tasks() <= tasks + allowed()).await,
+            "{name}: {} tasks alive after {phase}, {tasks} (and {} allowed) before the first connection",
+            alive_tasks(),
+            allowed()
+        );
+        after(phase);
+    };
+    for _ in 0..WARM_UP {
+        cycle(k).await;
+        k += 1;
+    }
+    settle("the warm-up").await;
+    let base = live();
+    let mut ends = Vec::new();
+    for round in 1..=2 {
+        for _ in 0..ROUND {
+            cycle(k).await;
+            k += 1;
+        }
+        settle(&format!("round {round}")).await;
+        // The heap may shrink a moment after the counters.
+        wait_until(|| live() <= base + SLACK).await;
+        ends.push(live());
+    }
+    eprintln!(
+        "{name}: heap after the warm-up {base}, after {ROUND} more cycles {}, after {} more {}",
+        ends[0],
+        2 * ROUND,
+        ends[1]
+    );
+    for (round, end) in ends.iter().enumerate() {
+        assert!(
+            *end <= base + SLACK,
+            "{name}: {} bytes more live after {} cycles than after the warm-up",
+            end - base,
+            (round + 1) * ROUND
+        );
+    }
+}
+
+async fn gateway_soak(hyper_client: bool) {
+    let name = if hyper_client {
+        "gateway (hyper client)"
+    } else {
+        "gateway (own client)"
+    };
+    let http_side = Arc::new(HttpSide::default());
+    let ws_side = Arc::new(WsSide::default());
+    let (http_up, ws_up) = fake_upstreams(Arc::clone(&http_side), Arc::clone(&ws_side));
+    let gw = start(config::Config {
+        upstreams: vec![format!("http://{http_up}")],
+        upstream_ws: Some(format!("ws://{ws_up}")),
+        timeout: Duration::from_secs(5),
+        // Longer than the hang guard: a task of an upstream connection
+        // that waits for its next ping to notice the connection closed is
+        // still alive when the tasks are counted.
+        ws_ping: Some(2 * HANG),
+        hyper_client,
+        ..Default::default()
+    })
+    .await;
+    let addr = gw.addr;
+
+    soak(
+        name,
+        |k| {
+            let (http_side, ws_side) = (Arc::clone(&http_side), Arc::clone(&ws_side));
+            async move {
+                http_client(addr, &http_side, k).await;
+                ws_client(addr, &ws_side, k).await;
+            }
+        },
+        || {
+            http_side.in_flight.load(Ordering::SeqCst) == 0
+                && ws_side.slow_pending.load(Ordering::SeqCst) == 0
+                && ws_side.live.lock().unwrap().is_empty()
+        },
+        || {
+            format!(
+                "upstream HTTP requests unanswered {}, slow subscribes unanswered {}, \
+                 subscriptions live upstream {:?}",
+                http_side.in_flight.load(Ordering::SeqCst),
+                ws_side.slow_pending.load(Ordering::SeqCst),
+                ws_side.live.lock().unwrap()
+            )
+        },
+        // The upstream WebSocket connection's tasks; with hyper's client,
+        // a task per pooled connection and the pool's idle reaper.
+        || {
+            UPSTREAM_WS_TASKS
+                + if hyper_client {
+                    http_side.open.load(Ordering::SeqCst) + 1
+                } else {
+                    0
+                }
+        },
+        |phase| {
+            let open = http_side.open.load(Ordering::SeqCst);
+            assert!(
+                open <= POOL_BOUND,
+                "{name}: {open} upstream HTTP connections open after {phase}"
+            );
+            assert!(
+                ws_side.live.lock().unwrap().is_empty(),
+                "{name}: subscriptions of clients gone still live upstream after {phase}"
+            );
+            eprintln!(
+                "{name} after {phase}: upstream HTTP connections {} made, {open} open; \
+                 subscriptions {} made, {} unsubscribed, {} ended with their connection, \
+                 {} unsubscribes of unknown ids; WebSocket upstream connections open {}",
+                http_side.accepted.load(Ordering::SeqCst),
+                ws_side.made.load(Ordering::SeqCst),
+                ws_side.unsubscribed.load(Ordering::SeqCst),
+                ws_side.closed_with_connection.load(Ordering::SeqCst),
+                ws_side.unknown_unsubscribes.load(Ordering::SeqCst),
+                ws_side.open.load(Ordering::SeqCst),
+            );
+        },
+    )
+    .await;
+    drop(gw);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_client_connections_that_end_abruptly_leave_nothing_behind() {
+    let _serial = SERIAL.lock().await;
+    gateway_soak(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_with_hyper_client_leaves_nothing_behind() {
+    let _serial = SERIAL.lock().await;
+    gateway_soak(true).await;
+}
