@@ -542,11 +542,26 @@ async fn notifications(ws: &mut Client, sub: &Value, n: usize) {
     }
 }
 
+/// A new WebSocket client with a newHeads subscription; the client and
+/// the subscription's id.
+async fn subscribed(addr: SocketAddr) -> (Client, Value) {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    let v = subscribe(&mut ws, json!({})).await;
+    let sub = v["result"].clone();
+    assert!(sub.is_string(), "{v}");
+    (ws, sub)
+}
+
 /// The WebSocket side of cycle `k`: a subscription relayed and its
 /// notifications flowing, then the client vanishes without unsubscribing,
 /// unsubscribes and goes, or is cut mid-frame; or it leaves before the
 /// upstream answered `eth_subscribe`; or the upstream's connection resets
-/// mid-reply to it (answered with a clear error).
+/// mid-reply to it (answered with a clear error) while another client's
+/// subscription is relayed on it.
 async fn ws_client(addr: SocketAddr, side: &WsSide, k: usize) {
     let tcp = TcpStream::connect(addr).await.unwrap();
     tcp.set_nodelay(true).unwrap();
@@ -573,8 +588,19 @@ async fn ws_client(addr: SocketAddr, side: &WsSide, k: usize) {
             return;
         }
         3 => {
+            // Another client's subscription live on the upstream
+            // connection: it ends with it, with an error notification.
+            let (mut other, sub) = subscribed(addr).await;
+            notifications(&mut other, &sub, 3).await;
             let v = subscribe(&mut ws, json!({"reset": true})).await;
             assert!(v["error"]["code"].is_i64(), "a clear error: {v}");
+            loop {
+                let v = read_json(&mut other).await;
+                if v["params"]["subscription"] == sub && v["params"].get("error").is_some() {
+                    assert!(v["params"]["error"]["code"].is_i64(), "{v}");
+                    break;
+                }
+            }
             return;
         }
         _ => {}
@@ -732,6 +758,10 @@ async fn gateway_soak(hyper_client: bool) {
             assert!(
                 open <= POOL_BOUND,
                 "{name}: {open} upstream HTTP connections open after {phase}"
+            );
+            assert!(
+                ws_side.closed_with_connection.load(Ordering::SeqCst) > 0,
+                "{name}: no relayed subscription was live when an upstream connection reset"
             );
             assert!(
                 ws_side.live.lock().unwrap().is_empty(),
