@@ -25,19 +25,21 @@ include!("support/gateway_example.rs");
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/soak.rs"]
+mod soak;
 #[path = "support/ws_frame.rs"]
 mod ws_frame;
 
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use counting_alloc::{CountingAlloc, live};
+use counting_alloc::CountingAlloc;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
+use soak::{HANG, soak_with, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -49,15 +51,6 @@ static ALLOC: CountingAlloc = CountingAlloc;
 /// The allocator counts every thread: one test at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Only for not hanging forever, never a measurement.
-const HANG: Duration = Duration::from_secs(60);
-/// How far above the warm-up's heap a round may end: independent of the
-/// number of rounds, so that anything kept per connection shows.
-const SLACK: usize = 64 << 10;
-/// Cycles before the baseline is taken.
-const WARM_UP: usize = 60;
-/// Cycles per measured round (two rounds).
-const ROUND: usize = 200;
 /// Connections the fake HTTP upstream may see open at the end of a round:
 /// the gateway's pool holds what the most calls in flight at once needed
 /// (the batch's four), not one per cycle.
@@ -68,24 +61,6 @@ const UPSTREAM_WS_TASKS: usize = 3;
 /// Every this often, the fake WebSocket upstream sends a notification for
 /// each subscription live on a connection.
 const TICK: Duration = Duration::from_millis(2);
-
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks()
-}
-
-/// Waits until `done` (at most [`HANG`]); returns whether it came.
-async fn wait_until(done: impl Fn() -> bool) -> bool {
-    let give_up = tokio::time::Instant::now() + HANG;
-    while !done() {
-        if tokio::time::Instant::now() >= give_up {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    true
-}
 
 // -------------------------------------------------------- fake upstreams
 
@@ -633,70 +608,6 @@ async fn ws_client(addr: SocketAddr, side: &WsSide, k: usize) {
 
 // ------------------------------------------------------------------ soak
 
-/// Runs [`WARM_UP`] cycles, takes the baseline, then two rounds of
-/// [`ROUND`]. After each, waits for `quiet` and for the tasks alive before
-/// the first cycle (and `allowed` more), then checks with `after`, and
-/// reads the heap.
-async fn soak<F, Fut>(
-    name: &str,
-    mut cycle: F,
-    quiet: impl Fn() -> bool,
-    describe: impl Fn() -> String,
-    allowed: impl Fn() -> usize,
-    after: impl Fn(&str),
-) where
-    F: FnMut(usize) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let tasks = alive_tasks();
-    let mut k = 0;
-    let settle = async |phase: &str| {
-        assert!(
-            wait_until(&quiet).await,
-            "{name}: not quiet after {phase}: {}",
-            describe()
-        );
-        assert!(
-            wait_until(|| alive_tasks() <= tasks + allowed()).await,
-            "{name}: {} tasks alive after {phase}, {tasks} (and {} allowed) before the first connection",
-            alive_tasks(),
-            allowed()
-        );
-        after(phase);
-    };
-    for _ in 0..WARM_UP {
-        cycle(k).await;
-        k += 1;
-    }
-    settle("the warm-up").await;
-    let base = live();
-    let mut ends = Vec::new();
-    for round in 1..=2 {
-        for _ in 0..ROUND {
-            cycle(k).await;
-            k += 1;
-        }
-        settle(&format!("round {round}")).await;
-        // The heap may shrink a moment after the counters.
-        wait_until(|| live() <= base + SLACK).await;
-        ends.push(live());
-    }
-    eprintln!(
-        "{name}: heap after the warm-up {base}, after {ROUND} more cycles {}, after {} more {}",
-        ends[0],
-        2 * ROUND,
-        ends[1]
-    );
-    for (round, end) in ends.iter().enumerate() {
-        assert!(
-            *end <= base + SLACK,
-            "{name}: {} bytes more live after {} cycles than after the warm-up",
-            end - base,
-            (round + 1) * ROUND
-        );
-    }
-}
-
 async fn gateway_soak(hyper_client: bool) {
     let name = if hyper_client {
         "gateway (hyper client)"
@@ -720,7 +631,7 @@ async fn gateway_soak(hyper_client: bool) {
     .await;
     let addr = gw.addr;
 
-    soak(
+    soak_with(
         name,
         |k| {
             let (http_side, ws_side) = (Arc::clone(&http_side), Arc::clone(&ws_side));

@@ -14,16 +14,17 @@
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/soak.rs"]
+mod soak;
 #[path = "support/ws_frame.rs"]
 mod ws_frame;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use counting_alloc::{CountingAlloc, live};
+use counting_alloc::CountingAlloc;
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::Lines;
 use rpcwire::mcp::http::{Endpoint, HttpConfig};
@@ -37,6 +38,7 @@ use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::json;
+use soak::{HANG, soak, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use ws_frame::client_frame;
@@ -45,17 +47,6 @@ use ws_frame::client_frame;
 static ALLOC: CountingAlloc = CountingAlloc;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Only for not hanging forever, never a measurement.
-const HANG: Duration = Duration::from_secs(60);
-/// How far above the warm-up's heap a round may end: independent of the
-/// number of rounds, so that anything kept per connection shows.
-const SLACK: usize = 64 << 10;
-/// Connections before the baseline is taken (pools and tables of the
-/// runtime and the server reach their working size).
-const WARM_UP: usize = 60;
-/// Connections per measured round (two rounds).
-const ROUND: usize = 200;
 
 /// What the test handlers share: how far the connections got, and the
 /// per-connection tables they saw, to check after the connections end.
@@ -136,79 +127,6 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
         })
         .build()
         .unwrap()
-}
-
-fn alive_tasks() -> usize {
-    tokio::runtime::Handle::current()
-        .metrics()
-        .num_alive_tasks()
-}
-
-/// Waits until `done` (at most [`HANG`]); returns whether it came.
-async fn wait_until(done: impl Fn() -> bool) -> bool {
-    let give_up = tokio::time::Instant::now() + HANG;
-    while !done() {
-        if tokio::time::Instant::now() >= give_up {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    true
-}
-
-/// Runs [`WARM_UP`] connections of `cycle`, takes the baseline, then two
-/// rounds of [`ROUND`]. After each, waits for `quiet` (the server's
-/// counters: every connection closed) and for the tasks alive before the
-/// first connection, then checks with `after` (the tables), and reads the
-/// heap.
-async fn soak<F, Fut>(name: &str, mut cycle: F, quiet: impl Fn() -> bool, after: impl Fn())
-where
-    F: FnMut(usize) -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let tasks = alive_tasks();
-    let mut k = 0;
-    let settle = async |phase: &str| {
-        assert!(wait_until(&quiet).await, "{name}: not quiet after {phase}");
-        assert!(
-            wait_until(|| alive_tasks() <= tasks).await,
-            "{name}: {} tasks alive after {phase}, {tasks} before the first connection",
-            alive_tasks()
-        );
-        after();
-    };
-    for _ in 0..WARM_UP {
-        cycle(k).await;
-        k += 1;
-    }
-    settle("the warm-up").await;
-    let base = live();
-    let mut ends = Vec::new();
-    for round in 1..=2 {
-        for _ in 0..ROUND {
-            cycle(k).await;
-            k += 1;
-        }
-        settle(&format!("round {round}")).await;
-        // The heap may shrink a moment after the counters (a buffer freed
-        // by the task that saw the end last).
-        wait_until(|| live() <= base + SLACK).await;
-        ends.push(live());
-    }
-    eprintln!(
-        "{name}: heap after the warm-up {base}, after {ROUND} more {}, after {} more {}",
-        ends[0],
-        2 * ROUND,
-        ends[1]
-    );
-    for (round, end) in ends.iter().enumerate() {
-        assert!(
-            *end <= base + SLACK,
-            "{name}: {} bytes more live after {} connections than after the warm-up",
-            end - base,
-            (round + 1) * ROUND
-        );
-    }
 }
 
 /// Waits until the lab saw `want` more of each (started, asked,
