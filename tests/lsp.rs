@@ -561,6 +561,18 @@ fn spawn_example(binary: &PathBuf) -> tokio::process::Child {
         .expect("the example starts")
 }
 
+/// The example started as a child process, and a client on its stdio.
+fn child_client() -> (
+    tokio::process::Child,
+    Client<tokio::process::ChildStdout, tokio::process::ChildStdin>,
+) {
+    let binary = example_binary("lsp_server", "server");
+    let mut child = spawn_example(&binary);
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    (child, Client::new(stdout, stdin))
+}
+
 /// The example's exit status, once it exits by itself.
 async fn exit_status(child: &mut tokio::process::Child) -> std::process::ExitStatus {
     tokio::time::timeout(HANG, child.wait())
@@ -575,11 +587,7 @@ async fn exit_status(child: &mut tokio::process::Child) -> std::process::ExitSta
 async fn child_conversation(
     conversation: impl AsyncFnOnce(&mut Client<tokio::process::ChildStdout, tokio::process::ChildStdin>),
 ) {
-    let binary = example_binary("lsp_server", "server");
-    let mut child = spawn_example(&binary);
-    let stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut c = Client::new(stdout, stdin);
+    let (mut child, mut c) = child_client();
     tokio::time::timeout(HANG, conversation(&mut c))
         .await
         .expect("hang");
@@ -595,11 +603,7 @@ async fn child_process_session() {
 
 #[tokio::test]
 async fn child_process_exit_without_shutdown_is_status_1() {
-    let binary = example_binary("lsp_server", "server");
-    let mut child = spawn_example(&binary);
-    let stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut c = Client::new(stdout, stdin);
+    let (mut child, mut c) = child_client();
     c.notify("exit", Value::Null).await;
     let status = exit_status(&mut child).await;
     assert_eq!(status.code(), Some(1), "{status}");
@@ -607,11 +611,7 @@ async fn child_process_exit_without_shutdown_is_status_1() {
 
 #[tokio::test]
 async fn child_process_end_of_input_after_shutdown_is_status_0() {
-    let binary = example_binary("lsp_server", "server");
-    let mut child = spawn_example(&binary);
-    let stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut c = Client::new(stdout, stdin);
+    let (mut child, mut c) = child_client();
     let init = c.call(json!(1), "initialize", json!({})).await;
     assert!(init.get("result").is_some(), "{init}");
     let down = c.call(json!(2), "shutdown", Value::Null).await;
