@@ -90,9 +90,10 @@ fn node() -> Dispatcher<State> {
         })
         .method("eth_subscribe", |call: Call<'_, State>| {
             let mut p = EthParams::new(call.params);
-            let kind = p.required("subscriptionType")?.value();
+            // Text, escapes decoded: `"new\u0048eads"` is `"newHeads"`.
+            let kind = p.required("subscriptionType")?.str_in(call.arena)?;
             p.finish()?;
-            if kind.as_bytes() != br#""newHeads""# {
+            if kind != "newHeads" {
                 return Err(RpcError::invalid_params("unsupported subscription"));
             }
             let (id, sink) = Subscriptions::of(call.ctx)?.subscribe()?;
@@ -268,7 +269,8 @@ async fn one_port_serves_http_and_websocket_subscriptions() {
     assert_eq!(e["error"]["code"], -32601, "{e}");
 
     let mut ws = ws_connect(node.addr).await;
-    let sub = ws_call(&mut ws, &req("eth_subscribe", r#"["newHeads"]"#)).await;
+    // The kind written with an escape, as `json.dumps` may: the same text.
+    let sub = ws_call(&mut ws, &req("eth_subscribe", r#"["new\u0048eads"]"#)).await;
     let id = sub["result"].as_str().expect("an id").to_owned();
     let mut last = 0;
     for _ in 0..2 {
@@ -362,6 +364,16 @@ async fn bad_params_name_what_to_fix() {
             "eth_sendRawTransaction",
             r#"["0x02f"]"#.to_owned(),
             json!({"param":"transaction","position":0,"reason":"odd number of hex digits","received":"0x02f"}),
+        ),
+        (
+            "eth_subscribe",
+            "[7]".to_owned(),
+            json!({"param":"subscriptionType","position":0,"reason":"not a string","received":7}),
+        ),
+        (
+            "eth_subscribe",
+            r#"["\ud800"]"#.to_owned(),
+            json!({"param":"subscriptionType","position":0,"reason":"invalid escape","received":"\\ud800"}),
         ),
         (
             "eth_sendRawTransaction",

@@ -577,6 +577,18 @@ fn bytes_in<'a, 'b>(v: RawJson<'a>, arena: &'b Bump) -> Result<&'b [u8], Invalid
     Ok(Hex::parse(v)?.decode_in(arena))
 }
 
+/// A string's text, borrowed from the message, or decoded into `arena`
+/// when it has escapes (`"new\u0048eads"`).
+fn str_in<'a: 'b, 'b>(v: RawJson<'a>, arena: &'b Bump) -> Result<&'b str, Invalid<'a>> {
+    let s = v
+        .as_json_str()
+        .ok_or_else(|| Invalid::new(Reason::NotString, v))?;
+    // `None` only for an unpaired surrogate (`"\ud800"`), which no `&str`
+    // can hold.
+    s.decode_in(arena)
+        .ok_or_else(|| Invalid::new(Reason::BadEscape, v))
+}
+
 #[inline]
 fn boolean(v: RawJson<'_>) -> Result<bool, Invalid<'_>> {
     v.as_bool().ok_or_else(|| Invalid::new(Reason::NotBool, v))
@@ -612,6 +624,24 @@ macro_rules! decoders {
         pub trait EthValue<'a>: sealed::Sealed {
             /// DATA decoded into `arena`, checked and decoded in one pass.
             fn bytes_in<'b>(self, arena: &'b Bump) -> Result<&'b [u8], Invalid<'a>>;
+            /// A string's text (`eth_subscribe`'s kind, a tracer's name):
+            /// borrowed from the message, or decoded into `arena` when it
+            /// has escapes. "not a string" for any other value; "invalid
+            /// escape" for an unpaired surrogate (`"\ud800"`).
+            ///
+            /// ```
+            /// use rpcwire::eth::EthValue;
+            ///
+            /// let arena = rpcwire::bumpalo::Bump::new();
+            /// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["new\u0048eads",7]}"#, &arena).unwrap();
+            /// let p = msg.into_single().unwrap().request().unwrap().params().unwrap();
+            /// assert_eq!(p.nth(0).unwrap().str_in(&arena)?, "newHeads");
+            /// assert_eq!(p.nth(1).unwrap().str_in(&arena).unwrap_err().reason(), "not a string");
+            /// # Ok::<(), rpcwire::RpcError>(())
+            /// ```
+            fn str_in<'b>(self, arena: &'b Bump) -> Result<&'b str, Invalid<'a>>
+            where
+                'a: 'b;
             $(
                 $(#[$doc])*
                 fn $name $(<$(const $c: usize),*>)? (self, $($arg: $argty),*) -> Result<$ret, Invalid<'a>>;
@@ -622,6 +652,13 @@ macro_rules! decoders {
             #[inline]
             fn bytes_in<'b>(self, arena: &'b Bump) -> Result<&'b [u8], Invalid<'a>> {
                 bytes_in(self, arena)
+            }
+            #[inline]
+            fn str_in<'b>(self, arena: &'b Bump) -> Result<&'b str, Invalid<'a>>
+            where
+                'a: 'b,
+            {
+                str_in(self, arena)
             }
             $(
                 #[inline]
@@ -639,6 +676,17 @@ macro_rules! decoders {
             #[inline]
             pub fn bytes_in<'b>(self, arena: &'b Bump) -> Result<&'b [u8], Invalid<'a>> {
                 bytes_in(self.value, arena).map_err(|e| e.at(self.name, self.position as usize))
+            }
+            /// A string's text, borrowed or decoded into `arena` (see
+            /// [`EthValue::str_in`]).
+            ///
+            /// The error names this parameter and its position.
+            #[inline]
+            pub fn str_in<'b>(self, arena: &'b Bump) -> Result<&'b str, Invalid<'a>>
+            where
+                'a: 'b,
+            {
+                str_in(self.value, arena).map_err(|e| e.at(self.name, self.position as usize))
             }
             $(
                 $(#[$doc])*
