@@ -550,9 +550,11 @@ impl Peer {
     /// deadline passed in [`expire`](Peer::expire), [`cancel`](Peer::cancel),
     /// or [`close`](Peer::close)) is announced to the other side with the
     /// protocol's cancellation, when the connection's dispatcher has one
-    /// (`DispatcherBuilder::cancel_notification`, feature `async`,
-    /// learnt by the peer when the dispatcher handles the connection's
-    /// first message): LSP's `$/cancelRequest` with `{"id": <id>}`, MCP's
+    /// (`DispatcherBuilder::cancel_notification`, feature `async`; the
+    /// peer of a connection made by `Dispatcher::connection` knows it from
+    /// the start, one of a connection made otherwise learns it when the
+    /// dispatcher handles the connection's first message): LSP's
+    /// `$/cancelRequest` with `{"id": <id>}`, MCP's
     /// `notifications/cancelled` with `requestId` and a `reason`. It is
     /// sent once, before `on_answer` hears why, and never for a request
     /// already answered; plain JSON-RPC has no cancellation, and then
@@ -689,7 +691,8 @@ impl Peer {
     }
 
     /// Learns the protocol's cancellation (from the connection's
-    /// dispatcher); the first one learnt stays.
+    /// dispatcher, when it makes the connection or handles a message of
+    /// it); the first one learnt stays.
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) fn learn_cancel_notice(&self, notice: &Arc<CancelNotice>) {
         if self.inner.cancel_notice.get().is_none() {

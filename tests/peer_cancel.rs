@@ -4,17 +4,20 @@
 //! notification, the one the dispatcher knows from `cancel_notification`:
 //! LSP's `$/cancelRequest {id}`, MCP's `notifications/cancelled
 //! {requestId, reason}`. Plain JSON-RPC has none: nothing is sent. Over
-//! real TCP connections on loopback.
+//! real TCP connections on loopback (rpcwire's stream server, and a
+//! transport of one's own driving its `Connection` by hand).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rpcwire::dispatch::{AsyncCall, CancelledReply, DispatcherBuilder, WithAsync};
 use rpcwire::frame::Lines;
+use rpcwire::peer::{Outbound, SendError};
 use rpcwire::server::stream::serve_tcp;
 use rpcwire::server::{Limits, Metrics, Shutdown};
-use rpcwire::{Call, Dispatcher, RpcError};
+use rpcwire::{Call, Context, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -269,4 +272,124 @@ async fn mcp_a_request_the_server_gives_up_on_is_cancelled_with_notifications_ca
     told_to_stop(&c.recv().await, &asked);
     c.late_answer_is_ignored(&asked, 4).await;
     shutdown.trigger();
+}
+
+/// Where a hand-driven connection's peer writes: a channel that its
+/// writer task empties onto the socket, one message a line.
+struct Lane(tokio::sync::mpsc::UnboundedSender<Bytes>);
+
+impl Outbound for Lane {
+    fn send(&self, message: Bytes) -> Result<(), SendError> {
+        self.0.send(message).map_err(|_| SendError::Closed)
+    }
+}
+
+/// A transport of one's own on a loopback port, its `Connection` (made by
+/// `Dispatcher::connection`) driven by hand, for one client: on
+/// connecting, before the client sent anything, the server asks it
+/// `window/workDoneProgress/create` (as an LSP server that reports
+/// progress at once does), waiting 20 ms, and tells the client how that
+/// ended (a `greeted` notification with the peer's error text); then it
+/// answers the client's lines.
+async fn serve_greeting(d: Dispatcher<(), WithAsync>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let (r, mut w) = tcp.into_split();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Bytes>();
+        tokio::spawn(async move {
+            while let Some(m) = rx.recv().await {
+                if w.write_all(&m).await.is_err() || w.write_all(b"\n").await.is_err() {
+                    break;
+                }
+            }
+        });
+        let ctx = Context::builder()
+            .transport("tcp")
+            .outbound(Arc::new(Lane(tx.clone())))
+            .build();
+        let mut conn = d.connection(ctx);
+        let peer = conn.context().peer().expect("two-way").clone();
+        let asked = peer
+            .request(
+                "window/workDoneProgress/create",
+                Some(&json!({"token": "boot"})),
+                Duration::from_millis(20),
+            )
+            .await;
+        let how = match asked {
+            Ok(_) => "answered".to_string(),
+            Err(e) => e.to_string(),
+        };
+        let _ = peer.notify("greeted", &json!({ "how": how }));
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut out = Vec::new();
+            if d.handle_async(&Bytes::from(line), &mut conn, &mut out)
+                .await
+            {
+                let _ = tx.send(Bytes::from(out));
+            }
+        }
+        peer.close();
+    });
+    addr
+}
+
+/// A request the server sends before the client sent anything, and gives
+/// up on, was forgotten silently: the peer learnt the protocol's
+/// cancellation only when the dispatcher handled the connection's first
+/// message, and a transport of one's own had no way to give it earlier.
+/// A connection made by `Dispatcher::connection` knows it from the start:
+/// the client is sent `$/cancelRequest` for it (before the server's
+/// `greeted`), and its late answer is ignored.
+#[tokio::test]
+async fn lsp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
+    let addr = serve_greeting(asking(|b| {
+        b.cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+    }))
+    .await;
+    let mut c = Client::connect(addr).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["method"], "window/workDoneProgress/create", "{asked}");
+    assert!(asked["id"].is_u64(), "{asked}");
+    assert_eq!(
+        c.recv().await,
+        json!({"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":asked["id"]}})
+    );
+    assert_eq!(
+        c.recv().await,
+        json!({"jsonrpc":"2.0","method":"greeted","params":{"how":"no response before the deadline"}})
+    );
+    c.late_answer_is_ignored(&asked, 1).await;
+}
+
+/// The same with MCP's shape of the cancellation (on a plain dispatcher):
+/// `notifications/cancelled` naming the request, with a reason.
+#[tokio::test]
+async fn mcp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
+    let addr = serve_greeting(asking(|b| {
+        b.cancel_notification(
+            "notifications/cancelled",
+            "requestId",
+            CancelledReply::Nothing,
+        )
+        .cancel_reason("reason")
+    }))
+    .await;
+    let mut c = Client::connect(addr).await;
+    let asked = c.recv().await;
+    assert_eq!(asked["method"], "window/workDoneProgress/create", "{asked}");
+    assert_eq!(
+        c.recv().await,
+        json!({"jsonrpc":"2.0","method":"notifications/cancelled",
+               "params":{"requestId":asked["id"],"reason":"no response before the deadline"}})
+    );
+    assert_eq!(
+        c.recv().await["method"],
+        "greeted",
+        "the cancellation came first"
+    );
+    c.late_answer_is_ignored(&asked, 1).await;
 }

@@ -365,6 +365,55 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
         }
         out.len() > start
     }
+
+    /// A connection whose handlers see `context`, made for this
+    /// dispatcher: its peer (when `context` has one) knows the protocol's
+    /// [cancellation](DispatcherBuilder::cancel_notification) from the
+    /// start, so that a request it sends and gives up on before the
+    /// dispatcher handled any message of the connection (a server that
+    /// asks its client something as soon as it connects) is announced to
+    /// the client too. The peer of a connection made by
+    /// [`Connection::with_context`] learns it only when the dispatcher
+    /// handles the connection's first message. A transport of your own
+    /// makes its connections here.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use rpcwire::bytes::Bytes;
+    /// use rpcwire::dispatch::CancelledReply;
+    /// use rpcwire::peer::{Outbound, SendError};
+    /// use rpcwire::{Context, Dispatcher};
+    ///
+    /// /// What the client would be sent.
+    /// #[derive(Default)]
+    /// struct Wire(Mutex<Vec<Bytes>>);
+    /// impl Outbound for Wire {
+    ///     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    ///         self.0.lock().unwrap().push(message);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let d = Dispatcher::builder(())
+    ///     .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+    ///     .build()?;
+    /// let wire = Arc::new(Wire::default());
+    /// let conn = d.connection(Context::builder().outbound(wire.clone()).build());
+    /// // Before the client sent anything: ask it, and give up.
+    /// let peer = conn.context().peer().unwrap();
+    /// let now = std::time::Instant::now();
+    /// let params = serde_json::json!({"token": "boot"});
+    /// let id = peer.request_with("window/workDoneProgress/create", Some(&params), Some(now), |_| {})?;
+    /// assert_eq!(peer.expire(now), 1);
+    /// let cancel = format!(r#"{{"jsonrpc":"2.0","method":"$/cancelRequest","params":{{"id":{id}}}}}"#);
+    /// assert_eq!(wire.0.lock().unwrap()[1], cancel.as_bytes());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn connection(&self, context: Context) -> Connection {
+        let conn = Connection::with_context(context);
+        self.inner.teach_peer(&conn);
+        conn
+    }
 }
 
 /// A connection whose replies are awaited by [`Dispatcher::handle_async`]:
