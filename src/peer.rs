@@ -551,9 +551,10 @@ impl Peer {
     /// or [`close`](Peer::close)) is announced to the other side with the
     /// protocol's cancellation, when the connection's dispatcher has one
     /// (`DispatcherBuilder::cancel_notification`, feature `async`; the
-    /// peer of a connection made by `Dispatcher::connection` knows it from
-    /// the start, one of a connection made otherwise learns it when the
-    /// dispatcher handles the connection's first message): LSP's
+    /// peer of a connection made by `Dispatcher::connection`, as rpcwire's
+    /// transports make theirs, knows it from the start; one of a
+    /// connection made otherwise learns it when the dispatcher handles the
+    /// connection's first message): LSP's
     /// `$/cancelRequest` with `{"id": <id>}`, MCP's
     /// `notifications/cancelled` with `requestId` and a `reason`. It is
     /// sent once, before `on_answer` hears why, and never for a request

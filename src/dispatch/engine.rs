@@ -374,8 +374,8 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     /// asks its client something as soon as it connects) is announced to
     /// the client too. The peer of a connection made by
     /// [`Connection::with_context`] learns it only when the dispatcher
-    /// handles the connection's first message. A transport of your own
-    /// makes its connections here.
+    /// handles the connection's first message. rpcwire's transports make
+    /// their connections here, and so can a transport of your own.
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};

@@ -82,8 +82,8 @@ use super::{
     LEGACY_VERSIONS, MODERN_VERSION, McpServer, SUPPORTED_VERSIONS, SessionState, codes, is_batch,
     write_batch_refusal,
 };
+use crate::RpcError;
 use crate::peer::{Outbound, Peer, SendError};
-use crate::{Connection, RpcError};
 
 /// The header carrying the session id (initialize lifecycle).
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -1148,7 +1148,7 @@ impl Endpoint {
         let task = async move {
             // Ends the listing when the call ends, however it does.
             let _listed = listed;
-            let mut conn = Connection::with_context(ctx);
+            let mut conn = server.dispatcher.connection(ctx);
             let mut out = Vec::new();
             // Cancellations this message asks for reach their calls through
             // the session (their waiters, or the early ones it keeps for

@@ -395,11 +395,15 @@ impl McpServer {
     /// A connection for a transport named `transport`, with a fresh
     /// lifecycle state (one per stdio process or HTTP session).
     pub fn connection(&self, transport: &'static str) -> Connection {
-        Connection::with_context(self.context(transport).build())
+        self.dispatcher.connection(self.context(transport).build())
     }
 
     /// A context builder with a fresh lifecycle state, for transports that
-    /// add their own parts (a peer, a session id).
+    /// add their own parts (a peer, a session id). Make the connection with
+    /// [`dispatcher`](McpServer::dispatcher)`().connection(…)`
+    /// ([`Dispatcher::connection`]): its peer then sends
+    /// `notifications/cancelled` for a request it gives up on even before
+    /// the connection's first message.
     pub fn context(&self, transport: &'static str) -> crate::ContextBuilder {
         Self::context_with(transport, Arc::new(SessionState::default()))
     }

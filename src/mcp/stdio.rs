@@ -44,7 +44,7 @@ impl McpServer {
         // dropped), requests the tools sent the client fail at once with
         // `PeerError::Closed` instead of waiting out their timeouts.
         let _closes_peer = ClosesPeer(ctx.peer().cloned());
-        let mut conn = crate::Connection::with_context(ctx);
+        let mut conn = self.dispatcher.connection(ctx);
         let mut changes = self.inner().changes.subscribe();
         let mut watching_changes = true;
         let mut framer = Lines::new();

@@ -365,7 +365,7 @@ impl<F: Framer> Driver<F> {
             subs: subs.clone(),
             context: context.clone(),
         };
-        let mut conn = Connection::with_context(context);
+        let mut conn = dispatcher.connection(context);
         conn.set_reply_gate(gate);
         let idle_timeout = self.idle_timeout.unwrap_or(Some(self.limits.idle_timeout));
         let shutdown = self

@@ -430,7 +430,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             .outbound(Arc::new(outbox))
             .extension(subs.clone())
             .build();
-        let mut conn = Connection::with_context(ctx);
+        let mut conn = self.dispatcher.connection(ctx);
         conn.set_reply_gate(gate);
         let tick = (self.limits.idle_timeout / 2).max(Duration::from_millis(1));
         let shutdown = self.shutdown.clone();
