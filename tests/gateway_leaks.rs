@@ -39,7 +39,7 @@ use std::time::Duration;
 use counting_alloc::CountingAlloc;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use soak::{HANG, soak_with, wait_until};
+use soak::{HANG, ROUND, WARM_UP, soak_with, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -467,6 +467,31 @@ async fn http_client(addr: SocketAddr, side: &HttpSide, k: usize) {
     }
 }
 
+/// Fills the gateway's pool of upstream HTTP connections to
+/// [`POOL_BOUND`]: a batch of that many held calls, all in flight at once
+/// (a connection each), answered together. Run before each heap reading,
+/// so that each finds the pool at one size: exchanges whose client left
+/// close their connections (a request written, its reply never read: not
+/// reusable), so the pool's size at the end of a round varied with the
+/// cycle it ended on, and the heap with it (about 32 KiB per connection
+/// pooled by hyper's client).
+async fn fill_pool(addr: SocketAddr, side: &HttpSide) {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let before = side.received.load(Ordering::SeqCst);
+    let calls: Vec<String> = (0..POOL_BOUND)
+        .map(|i| format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"test_slow"}}"#))
+        .collect();
+    let batch = format!("[{}]", calls.join(","));
+    tcp.write_all(post(&batch).as_bytes()).await.unwrap();
+    until_received(side, before, POOL_BOUND).await;
+    side.gate.open();
+    let (status, v) = read_response(&mut tcp).await;
+    assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+    let answers = v.as_array().unwrap_or_else(|| panic!("a batch reply: {v}"));
+    assert_eq!(answers.len(), POOL_BOUND, "{v}");
+    assert!(answers.iter().all(|a| a["result"] == "0x10"), "{v}");
+}
+
 /// The client gone, the upstream answers what it held (for nobody, or
 /// not at all if the gateway gave up the exchange).
 async fn gone_then_answered(tcp: TcpStream, side: &HttpSide) {
@@ -638,6 +663,11 @@ async fn gateway_soak(hyper_client: bool) {
             async move {
                 http_client(addr, &http_side, k).await;
                 ws_client(addr, &ws_side, k).await;
+                // The heap is read after this cycle.
+                let next = k + 1;
+                if next == WARM_UP || (next > WARM_UP && (next - WARM_UP).is_multiple_of(ROUND)) {
+                    fill_pool(addr, &http_side).await;
+                }
             }
         },
         || {

@@ -28,6 +28,20 @@
 //! answering, finishes, says `connection: close`, and closes), and the
 //! hard stop. `tests/http.rs` compares its answers with hyper's
 //! path's, conversation by conversation.
+//!
+//! A client that leaves while its request is answered: the loop watches
+//! the socket while it answers (reading what the client pipelines, up to
+//! [`RETAINED`] bytes), and drops the calls (their futures, and what they
+//! hold: a proxy's upstream connection) once it finds the client gone, as
+//! hyper's path does; it once looked only at the dispatcher until the
+//! reply was ready, so a call ran to its end (or its timeout) for nobody.
+//! A reset is gone. An end of stream is a close or a half-close
+//! (`shutdown(Write)` after the request, which HTTP allows: the client
+//! still reads the reply), which look alike on the wire until data is
+//! sent: the loop then sends an interim `100 Continue` (RFC 9110 §15.2:
+//! clients parse 1xx responses they did not ask for), which a closed
+//! socket answers with a reset. A half-closed client gets its reply after
+//! that `100`; hyper's path (its `half_close` off) drops its call instead.
 
 use std::any::Any;
 use std::future::{Future, poll_fn};
@@ -41,7 +55,7 @@ use std::time::{Duration, SystemTime};
 use bytes::{Bytes, BytesMut};
 use futures_util::task::AtomicWaker;
 use http::{HeaderMap, HeaderName, HeaderValue};
-use tokio::io::{AsyncReadExt, AsyncWrite};
+use tokio::io::{AsyncReadExt, AsyncWrite, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Interval, Sleep};
 
@@ -83,6 +97,23 @@ enum Stop {
     Deadline,
     /// Two idle ticks without traffic.
     Idle,
+    /// The client is gone (while its request was answered).
+    Gone,
+}
+
+/// The interim response that finds out whether a client whose end of
+/// stream was read closed its socket (which answers it with a reset) or
+/// only half-closed (which reads it, and then the reply).
+const PROBE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// What the loop knows of the client's side.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// Its end of stream not read.
+    Sending,
+    /// Its end of stream read while a request was answered, and `sent`
+    /// bytes of [`PROBE`] written since.
+    Ended { sent: usize },
 }
 
 /// What a wait is for: it decides which signals end it.
@@ -139,6 +170,7 @@ where
         out: Vec::new(),
         watch: Watch::new(kit),
         served: false,
+        client: Client::Sending,
         config: Arc::clone(&kit.config),
     };
     // Per-request scratch, kept between requests; outside `Own` so that it
@@ -179,6 +211,7 @@ struct Own {
     /// Whether a request was answered (the header timer then runs only for
     /// heads that do not arrive whole).
     served: bool,
+    client: Client,
     config: Arc<ConnConfig>,
 }
 
@@ -352,15 +385,22 @@ impl Own {
         out.clear();
         out.resize(HEAD_ROOM, 0);
         let answered = {
-            let mut answer = pin!(http.answer(scratch, headers, body, &mut out));
-            self.wait(Phase::Answer, |_, cx| answer.as_mut().poll(cx))
-                .await
+            let answer = pin!(http.answer(scratch, headers, body, &mut out));
+            self.answering(answer).await
         };
         if answered.is_err() {
-            // The hard stop: the calls still running are dropped with the
-            // scratch.
+            // The hard stop, or the client gone: the calls still running
+            // are dropped with the scratch.
             *scratch = None;
             return Err(Leave::Drop);
+        }
+        if let Client::Ended { sent } = self.client
+            && sent > 0
+            && sent < PROBE.len()
+        {
+            // A probe cut short goes out whole before the reply.
+            self.write(&PROBE[sent..]).await?;
+            self.client = Client::Ended { sent: PROBE.len() };
         }
         let close = head.close || self.watch.stopping;
         let status = if out.len() == HEAD_ROOM {
@@ -377,6 +417,34 @@ impl Own {
             self.out = out;
         }
         written.map(|()| close)
+    }
+
+    /// Polls `answer` to its end, or until the hard stop, or until the
+    /// client is found gone ([`Stop::Gone`]): see the [module docs](self).
+    async fn answering(
+        &mut self,
+        mut answer: Pin<&mut impl Future<Output = ()>>,
+    ) -> Result<(), Stop> {
+        let Own {
+            stream,
+            buf,
+            watch,
+            client,
+            ..
+        } = self;
+        let stream: &TcpStream = stream;
+        // Polled only once a probe is out (an error is what a reset raises).
+        let mut reset = pin!(stream.ready(Interest::ERROR));
+        poll_fn(|cx| {
+            if answer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Ok(()));
+            }
+            if gone(stream, buf, client, &mut watch.touched, reset.as_mut(), cx) {
+                return Poll::Ready(Err(Stop::Gone));
+            }
+            watch.poll(cx, Phase::Answer).map(Err)
+        })
+        .await
     }
 
     /// What a signal that ended a wait in `phase` means for the connection
@@ -396,6 +464,7 @@ impl Own {
                 self.config.hit(LimitKind::Idle);
                 if waiting { Leave::Close } else { Leave::Drop }
             }
+            Stop::Gone => Leave::Drop,
         }
     }
 
@@ -460,6 +529,60 @@ impl Own {
             self.watch.poll(cx, phase).map(Err)
         })
         .await
+    }
+}
+
+/// Whether the client of a request being answered is gone, as far as the
+/// socket tells now (registering for what would tell more): a reset, or an
+/// end of stream and then a reset of the [`PROBE`] written after it. Bytes
+/// it sends meanwhile (pipelined requests) are read into `buf`, up to
+/// [`RETAINED`] bytes; past that it is not read (nor watched) until the
+/// reply is out.
+fn gone(
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+    client: &mut Client,
+    touched: &mut bool,
+    reset: Pin<&mut impl Future<Output = std::io::Result<tokio::io::Ready>>>,
+    cx: &mut TaskContext<'_>,
+) -> bool {
+    loop {
+        match *client {
+            Client::Sending => {
+                if buf.len() >= RETAINED {
+                    return false;
+                }
+                match stream.poll_read_ready(cx) {
+                    Poll::Pending => return false,
+                    Poll::Ready(Err(_)) => return true,
+                    Poll::Ready(Ok(())) => {}
+                }
+                // Room, so that a read of 0 bytes is the end of stream.
+                if buf.capacity() - buf.len() < READ_CHUNK / 2 {
+                    buf.reserve(READ_CHUNK);
+                }
+                match stream.try_read_buf(buf) {
+                    Ok(0) => *client = Client::Ended { sent: 0 },
+                    Ok(_) => *touched = true,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return true,
+                }
+            }
+            Client::Ended { sent } if sent < PROBE.len() => {
+                match stream.poll_write_ready(cx) {
+                    Poll::Pending => return false,
+                    Poll::Ready(Err(_)) => return true,
+                    Poll::Ready(Ok(())) => {}
+                }
+                match stream.try_write(&PROBE[sent..]) {
+                    Ok(0) => return true,
+                    Ok(n) => *client = Client::Ended { sent: sent + n },
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return true,
+                }
+            }
+            Client::Ended { .. } => return reset.poll(cx).is_ready(),
+        }
     }
 }
 

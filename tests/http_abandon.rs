@@ -1,0 +1,206 @@
+//! HTTP clients that leave while their call runs: the server drops the
+//! call (its future, and whatever it holds) when it finds the client gone,
+//! on rpcwire's own HTTP/1.1 loop as on hyper's path, instead of running
+//! it to its end for a reply nobody reads. A client that only half-closes
+//! after its request is still answered. Everything on 127.0.0.1;
+//! deadlines only detect hangs.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::{Limits, Shutdown};
+use rpcwire::{Dispatcher, RpcError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// Long enough to mean "it hangs".
+const HANG: Duration = Duration::from_secs(10);
+
+#[derive(Default)]
+struct State {
+    /// `wait` calls started, and dropped.
+    started: AtomicUsize,
+    dropped: AtomicUsize,
+    changed: Notify,
+}
+
+/// Counts a `wait` call's drop.
+struct DropGuard(Arc<State>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.dropped.fetch_add(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
+}
+
+fn dispatcher(state: Arc<State>) -> Dispatcher<Arc<State>, WithAsync> {
+    Dispatcher::builder(state)
+        // Never answers: ends only when dropped.
+        .async_method("wait", |call: AsyncCall<Arc<State>>| async move {
+            let _guard = DropGuard(Arc::clone(&call.state));
+            call.state.started.fetch_add(1, Ordering::SeqCst);
+            call.state.changed.notify_waiters();
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(true)
+        })
+        .async_method("slow", |_: AsyncCall<Arc<State>>| async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<_, RpcError>("done")
+        })
+        .build()
+        .unwrap()
+}
+
+struct TestServer {
+    addr: SocketAddr,
+    state: Arc<State>,
+    shutdown: Shutdown,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+async fn start(own_http1: bool) -> TestServer {
+    let state = Arc::new(State::default());
+    let limits = Limits::default();
+    let service = HttpService::new(dispatcher(Arc::clone(&state)), &limits, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).own_http1(own_http1);
+    tokio::spawn(server.serve(listener, service, shutdown.clone()));
+    TestServer {
+        addr,
+        state,
+        shutdown,
+    }
+}
+
+/// Waits (at most [`HANG`]) until `done` holds for the state.
+async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool) {
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let changed = state.changed.notified();
+        if done(state) {
+            return;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if tokio::time::timeout(left.min(Duration::from_millis(50)), changed)
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {HANG:?} (started {}, dropped {})",
+                state.started.load(Ordering::SeqCst),
+                state.dropped.load(Ordering::SeqCst)
+            );
+        }
+    }
+}
+
+fn post(body: &str) -> String {
+    format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+const WAIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"wait"}"#;
+const PING: &str = r#"{"jsonrpc":"2.0","id":2,"method":"slow"}"#;
+
+/// How the client leaves.
+#[derive(Clone, Copy, Debug)]
+enum Leave {
+    /// Closes its socket (a FIN, as a client that gave up sends).
+    Close,
+    /// Resets it (linger 0).
+    Reset,
+    /// Closes it with another request pipelined behind the first.
+    CloseAfterPipelined,
+}
+
+/// A client sends `wait` and leaves: the call is dropped long before it
+/// could end (it never does). On the own loop it ran on: the loop did not
+/// look at the socket while answering.
+async fn a_left_client_s_call_is_dropped(own_http1: bool, leave: Leave) {
+    let what = format!("own loop {own_http1}, {leave:?}");
+    let server = start(own_http1).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    let mut conversation = post(WAIT);
+    if let Leave::CloseAfterPipelined = leave {
+        conversation.push_str(&post(PING));
+    }
+    s.write_all(conversation.as_bytes()).await.unwrap();
+    wait_until(&server.state, &format!("{what}: started"), |st| {
+        st.started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    if let Leave::Reset = leave {
+        s.set_zero_linger().unwrap();
+    }
+    drop(s);
+    wait_until(&server.state, &format!("{what}: dropped"), |st| {
+        st.dropped.load(Ordering::SeqCst) == 1
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_call_whose_client_closed_is_dropped() {
+    for own_http1 in [true, false] {
+        a_left_client_s_call_is_dropped(own_http1, Leave::Close).await;
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_client_reset_is_dropped() {
+    for own_http1 in [true, false] {
+        a_left_client_s_call_is_dropped(own_http1, Leave::Reset).await;
+    }
+}
+
+#[tokio::test]
+async fn a_call_whose_client_closed_with_a_request_pipelined_is_dropped() {
+    a_left_client_s_call_is_dropped(true, Leave::CloseAfterPipelined).await;
+}
+
+/// A client that half-closes after its requests has not left: the own
+/// loop answers every one (after an interim `100 Continue` at most), and
+/// then closes.
+#[tokio::test]
+async fn a_half_closed_client_is_answered() {
+    let server = start(true).await;
+    let mut s = TcpStream::connect(server.addr).await.unwrap();
+    s.write_all([post(PING), post(PING)].concat().as_bytes())
+        .await
+        .unwrap();
+    s.shutdown().await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(HANG, s.read_to_end(&mut raw))
+        .await
+        .expect("answered and closed before the deadline")
+        .unwrap();
+    let text = String::from_utf8(raw).unwrap();
+    let finals: Vec<&str> = text
+        .split("HTTP/1.1 ")
+        .filter(|r| !r.is_empty() && *r != "100 Continue\r\n\r\n")
+        .collect();
+    assert_eq!(finals.len(), 2, "{text}");
+    for r in finals {
+        assert!(
+            r.starts_with("200 OK\r\n")
+                && r.ends_with(r#"{"jsonrpc":"2.0","id":2,"result":"done"}"#),
+            "{text}"
+        );
+    }
+}
