@@ -33,10 +33,18 @@ usage: gateway [options]
                         HTTP/1.1 client (default), or hyper-util's
   --threads N           workers, each a one-thread runtime with its own
                         listening socket on the port (default: one per core)
+  --shutdown-grace MS   how long a shutdown waits for requests in flight
+                        (default 10000)
   -h, --help            this text
 
 With no --upstream it serves a built-in in-memory chain (anvil's dev
-accounts funded, value transfers only).";
+accounts funded, value transfers only).
+
+SIGTERM or SIGINT (Ctrl-C) stops it gracefully: the port refuses new
+connections, requests in flight (calls, batches, WebSocket calls) are
+answered for up to --shutdown-grace, WebSocket clients are closed with
+1001 (going away), and it exits with status 0. A second signal during the
+drain exits at once (status 130 for SIGINT, 143 for SIGTERM).";
 
 /// The largest byte limit taken (`--max-body`, `--max-response`): no
 /// limit in effect, and clear of overflow in the sums the limits take part
@@ -70,6 +78,8 @@ pub struct Config {
     pub ws_ping: Option<Duration>,
     /// HTTP exchanges in flight per upstream, at most.
     pub upstream_connections: usize,
+    /// How long a graceful shutdown waits for requests in flight.
+    pub shutdown_grace: Duration,
 }
 
 impl Default for Config {
@@ -89,6 +99,7 @@ impl Default for Config {
             hyper_client: false,
             ws_ping: Some(Duration::from_secs(20)),
             upstream_connections: 128,
+            shutdown_grace: rpcwire::server::Limits::default().shutdown_grace,
         }
     }
 }
@@ -147,6 +158,9 @@ impl Config {
                     let ms = number(value()?)?;
                     c.ws_ping = (ms > 0).then(|| Duration::from_millis(ms));
                 }
+                "--shutdown-grace" => {
+                    c.shutdown_grace = Duration::from_millis(number(value()?)?);
+                }
                 "--threads" => c.threads = number(value()?)?.max(1) as usize,
                 "--block-time" => {
                     c.block_time = Some(Duration::from_secs(number(value()?)?.max(1)))
@@ -173,6 +187,7 @@ impl Config {
     pub fn limits(&self) -> rpcwire::server::Limits {
         rpcwire::server::Limits {
             max_message_len: self.max_body,
+            shutdown_grace: self.shutdown_grace,
             ..Default::default()
         }
     }

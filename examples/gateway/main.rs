@@ -59,10 +59,21 @@ fn main() {
             )
         };
         let shutdown = Shutdown::new();
-        let stop = shutdown.clone();
+        // Listened for before the port is announced: a signal right after
+        // it is a stop, never the default action (death on the spot).
+        let mut signals = Signals::new()?;
+        let (stop, grace) = (shutdown.clone(), config.shutdown_grace);
         tokio::spawn(async move {
-            let _ = tokio::signal::ctrl_c().await;
+            let first = signals.next().await;
+            eprintln!(
+                "gateway: {}: stopping; requests in flight have {} ms (a second signal exits at once)",
+                first.name,
+                grace.as_millis()
+            );
             stop.trigger();
+            let second = signals.next().await;
+            eprintln!("gateway: {}: exiting at once", second.name);
+            std::process::exit(second.status);
         });
         let app = app::App::new(&config, &shutdown)?;
         let mut limits = config.limits();
@@ -75,14 +86,70 @@ fn main() {
             if workers == 1 { "" } else { "s" }
         );
         app.run(listener, limits, shutdown).await;
+        // Waited for off this runtime: blocking it in `join` while another
+        // worker still drained left the signal task unpolled, and a second
+        // signal unheard.
         for worker in others {
-            let _ = worker.join();
+            let _ = tokio::task::spawn_blocking(move || worker.join()).await;
         }
         Ok::<(), Box<dyn std::error::Error>>(())
     });
     if let Err(e) = outcome {
         eprintln!("gateway: {e}");
         std::process::exit(1);
+    }
+}
+
+/// A stop signal: its name, and the status a process killed by it exits
+/// with (128 and its number, as shells report it).
+struct Stop {
+    name: &'static str,
+    status: i32,
+}
+
+/// The signals that stop the gateway: SIGINT (Ctrl-C) and, on Unix,
+/// SIGTERM, which service managers (Docker, Kubernetes, systemd) stop a
+/// service with.
+struct Signals {
+    #[cfg(unix)]
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Listens for them from now on (inside a runtime).
+    fn new() -> std::io::Result<Signals> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Ok(Signals {
+                int: signal(SignalKind::interrupt())?,
+                term: signal(SignalKind::terminate())?,
+            })
+        }
+        #[cfg(not(unix))]
+        Ok(Signals {})
+    }
+
+    /// The next one to arrive.
+    async fn next(&mut self) -> Stop {
+        const INT: Stop = Stop {
+            name: "SIGINT",
+            status: 130,
+        };
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.int.recv() => INT,
+                _ = self.term.recv() => Stop { name: "SIGTERM", status: 143 },
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            INT
+        }
     }
 }
 
