@@ -406,3 +406,342 @@ fn shutdown_grace_is_an_option() {
     assert!(config::USAGE.contains("--shutdown-grace"));
     assert!(config::USAGE.contains("SIGTERM"));
 }
+
+/// `GET path` on a connection of its own: the status and the body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    tokio::time::timeout(HANG, stream.read_to_end(&mut response))
+        .await
+        .expect("hang: no answer")
+        .unwrap();
+    let text = String::from_utf8(response).unwrap();
+    let status = text[9..12].parse().unwrap();
+    let (_, body) = text.split_once("\r\n\r\n").unwrap();
+    (status, body.to_string())
+}
+
+/// The samples of a Prometheus text exposition: `name{labels}` to value.
+fn samples(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (name, value) = l.rsplit_once(' ').unwrap();
+            (name.to_string(), value.parse().unwrap())
+        })
+        .collect()
+}
+
+/// The value of sample `name` (0 when absent: counters not yet moved are
+/// left out).
+fn sample(text: &str, name: &str) -> f64 {
+    samples(text).get(name).copied().unwrap_or(0.0)
+}
+
+/// `--metrics ADDR` serves `/metrics` and `/health` on a port of their
+/// own (the RPC port does not answer them), and stops with the rest.
+#[tokio::test]
+async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
+    let mut gw = Child::start(&["--metrics", "127.0.0.1:0"]).await;
+    let ops: SocketAddr = gw
+        .log()
+        .iter()
+        .find_map(|l| l.strip_prefix("gateway metrics on http://"))
+        .unwrap_or_else(|| panic!("no metrics line: {:?}", gw.log()))
+        .split_once('/')
+        .unwrap()
+        .0
+        .parse()
+        .unwrap();
+    assert_ne!(ops, gw.addr);
+    let (status, body) = post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let (status, text) = get(ops, "/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(
+        sample(&text, r#"rpcwire_calls_total{method="eth_chainId"}"#),
+        1.0,
+        "{text}"
+    );
+    let (status, body) = get(ops, "/health").await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "ok", "{v}");
+    // Not on the RPC port.
+    let (status, body) = get(gw.addr, "/metrics").await;
+    assert_ne!(status, 200, "{body}");
+    assert!(!body.contains("rpcwire_calls_total"), "{body}");
+    let (status, _) = get(ops, "/nothing").await;
+    assert_eq!(status, 404);
+
+    gw.signal("TERM");
+    let status = gw.exit_status().await;
+    assert_eq!(status.code(), Some(0), "{status}");
+}
+
+/// A gateway in this process with `config` (`--metrics` on), and its
+/// operators' endpoint on a port of its own.
+async fn start_with_ops(config: config::Config) -> (Gateway, SocketAddr) {
+    let config = config::Config {
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        ..config
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = rpcwire::server::Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    let ops = Arc::clone(app.ops().expect("--metrics builds the endpoint"));
+    let ops_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ops_addr = ops_listener.local_addr().unwrap();
+    tokio::spawn(ops::serve(ops_listener, ops, shutdown.clone()));
+    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
+    (Gateway { addr, shutdown }, ops_addr)
+}
+
+/// An HTTP upstream answering by method: `eth_blockNumber` with a result,
+/// `eth_getBalance` with an error object of its own, `eth_gasPrice`
+/// never; one request per connection (closed after each reply, so that
+/// stopping it leaves no kept-alive connection to answer). Aborting the
+/// returned task stops it: connections are refused from then on.
+async fn by_method() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        while let Ok((mut s, _)) = listener.accept().await {
+            conns.spawn(async move {
+                let Some(body) = read_request(&mut s).await else {
+                    return;
+                };
+                let v: Value = serde_json::from_slice(&body).unwrap();
+                let reply = match v["method"].as_str().unwrap() {
+                    "eth_getBalance" => json!({"jsonrpc":"2.0","id":v["id"],"error":{"code":-32000,"message":"header not found"}}),
+                    "eth_gasPrice" => {
+                        tokio::time::sleep(Duration::from_secs(600)).await;
+                        return;
+                    }
+                    _ => json!({"jsonrpc":"2.0","id":v["id"],"result":"0x10"}),
+                }
+                .to_string();
+                let out = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{reply}",
+                    reply.len()
+                );
+                let _ = s.write_all(out.as_bytes()).await;
+            });
+        }
+    });
+    (addr, task)
+}
+
+/// Forwards of every outcome move their counters: calls per method,
+/// replies per error code (the upstream's own error, the timeout, the
+/// denial), the upstream's timeouts; an upstream's error object is no
+/// failure of the upstream.
+#[tokio::test]
+async fn metrics_count_forwards_by_outcome() {
+    let (upstream, _task) = by_method().await;
+    let (gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{upstream}")],
+        timeout: Duration::from_millis(300),
+        ..Default::default()
+    })
+    .await;
+    let name = upstream.to_string();
+    let (_, before) = get(ops, "/metrics").await;
+    let addr = gw.addr;
+    let rpc = |id: u64, method: &str| {
+        let body = json!({"jsonrpc":"2.0","id":id,"method":method}).to_string();
+        async move { post(addr, &body).await }
+    };
+    for id in 0..3 {
+        let (_, body) = rpc(id, "eth_blockNumber").await.unwrap();
+        assert!(body.contains("0x10"), "{body}");
+    }
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}]"#;
+    let (_, body) = post(gw.addr, batch).await.unwrap();
+    assert_eq!(body.matches("0x10").count(), 2, "{body}");
+    let (_, body) = rpc(4, "eth_getBalance").await.unwrap();
+    assert!(body.contains("-32000"), "{body}");
+    let (_, body) = rpc(5, "eth_gasPrice").await.unwrap();
+    assert!(body.contains("-32002"), "{body}");
+    let (_, body) = rpc(6, "admin_addPeer").await.unwrap();
+    assert!(body.contains("-32601"), "{body}");
+    let (_, body) = rpc(7, "vendor_custom").await.unwrap();
+    assert!(body.contains("0x10"), "{body}");
+
+    let (status, text) = get(ops, "/metrics").await;
+    assert_eq!(status, 200);
+    let n = |name: &str| sample(&text, name) - sample(&before, name);
+    assert_eq!(
+        n(r#"rpcwire_calls_total{method="eth_blockNumber"}"#),
+        5.0,
+        "{text}"
+    );
+    assert_eq!(
+        n(r#"rpcwire_calls_total{method="eth_getBalance"}"#),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        n(r#"rpcwire_calls_total{method="eth_gasPrice"}"#),
+        1.0,
+        "{text}"
+    );
+    // Answered by the fallback (forwarded, or denied by its rule): a
+    // client's name, not a label.
+    assert_eq!(n(r#"rpcwire_calls_total{method="(other)"}"#), 2.0, "{text}");
+    assert!(!text.contains("vendor_custom"), "{text}");
+    assert!(!text.contains("admin_addPeer"), "{text}");
+    assert_eq!(n(r#"rpcwire_errors_total{code="-32000"}"#), 1.0, "{text}");
+    assert_eq!(n(r#"rpcwire_errors_total{code="-32002"}"#), 1.0, "{text}");
+    assert_eq!(n(r#"rpcwire_errors_total{code="-32601"}"#), 1.0, "{text}");
+    let failures = |kind: &str| {
+        n(&format!(
+            r#"gateway_upstream_failures_total{{upstream="{name}",kind="{kind}"}}"#
+        ))
+    };
+    assert_eq!(failures("timeout"), 1.0, "{text}");
+    assert_eq!(failures("connect"), 0.0, "{text}");
+    assert_eq!(failures("exchange"), 0.0, "{text}");
+    assert_eq!(failures("malformed"), 0.0, "{text}");
+    // The timeout rests it.
+    assert_eq!(
+        sample(
+            &text,
+            &format!(r#"gateway_upstream_up{{upstream="{name}"}}"#)
+        ),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "gateway_subscriptions_relayed"),
+        0.0,
+        "{text}"
+    );
+    assert!(text.contains("rpcwire_connections_open "), "{text}");
+}
+
+/// A call that fails over counts a connection failure for the upstream
+/// it left and a failover for the one that took it.
+#[tokio::test]
+async fn metrics_count_failovers() {
+    let dead = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let (live, _task) = by_method().await;
+    let (gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{dead}"), format!("http://{live}")],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    let (_, body) = post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(body.contains("0x10"), "{body}");
+    let (_, text) = get(ops, "/metrics").await;
+    let at = |family: &str, up: SocketAddr, extra: &str| {
+        sample(&text, &format!(r#"{family}{{upstream="{up}"{extra}}}"#))
+    };
+    assert_eq!(
+        at(
+            "gateway_upstream_failures_total",
+            dead,
+            r#",kind="connect""#
+        ),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        at("gateway_upstream_failovers_total", live, ""),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(
+        at("gateway_upstream_failovers_total", dead, ""),
+        0.0,
+        "{text}"
+    );
+    assert_eq!(at("gateway_upstream_up", dead, ""), 0.0, "{text}");
+    assert_eq!(at("gateway_upstream_up", live, ""), 1.0, "{text}");
+}
+
+/// `/health` is 200 while the only upstream answers and 503, saying why,
+/// once it is gone; the built-in chain is always healthy.
+#[tokio::test]
+async fn health_follows_the_upstream() {
+    let (upstream, task) = by_method().await;
+    let (_gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{upstream}")],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    let (status, body) = get(ops, "/health").await;
+    assert_eq!(status, 200, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["upstreams"][0]["upstream"], upstream.to_string(), "{v}");
+
+    task.abort();
+    let _ = task.await;
+    let (status, body) = get(ops, "/health").await;
+    assert_eq!(status, 503, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "unavailable", "{v}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(&upstream.to_string()) && reason.contains("connection"),
+        "{v}"
+    );
+    assert_eq!(v["upstreams"][0]["healthy"], false, "{v}");
+
+    let (_chain, ops) = start_with_ops(config::Config::default()).await;
+    let (status, body) = get(ops, "/health").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("built-in chain"), "{body}");
+    let (status, _) = post_to(ops, "/health").await;
+    assert_eq!(status, 405);
+}
+
+/// `POST path` with an empty body: the status.
+async fn post_to(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response).await;
+    let text = String::from_utf8(response).unwrap();
+    (text[9..12].parse().unwrap(), text)
+}
+
+/// Without `--metrics` nothing is counted (no observer on the dispatcher).
+#[tokio::test]
+async fn no_metrics_without_the_option() {
+    let shutdown = rpcwire::server::Shutdown::new();
+    let app = app::App::new(&config::Config::default(), &shutdown).unwrap();
+    assert!(app.ops().is_none());
+    let c = config::Config::from_args(
+        ["--metrics".to_string(), "127.0.0.1:9545".to_string()].into_iter(),
+    )
+    .unwrap();
+    assert_eq!(c.metrics, Some("127.0.0.1:9545".parse().unwrap()));
+    assert!(
+        config::Config::from_args(["--metrics".to_string(), "nope".to_string()].into_iter())
+            .is_err()
+    );
+}

@@ -5,22 +5,31 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rpcwire::dispatch::{SyncOnly, WithAsync};
+use rpcwire::Dispatcher;
+use rpcwire::dispatch::{Observer, SyncOnly, WithAsync};
 use rpcwire::server::http::HttpService;
 use rpcwire::server::subscriptions::SubscriptionConfig;
 use rpcwire::server::ws::WsServer;
-use rpcwire::server::{Limits, Shutdown, combined};
+use rpcwire::server::{Limits, Metrics, Shutdown, combined};
 use tokio::net::{TcpListener, TcpSocket};
 
 use crate::chain::Chain;
 use crate::config::Config;
+use crate::ops::{Ops, Serving};
 use crate::proxy::Gateway;
 use crate::{local, proxy};
 
 /// The gateway's services, built once and shared by every worker: one
-/// upstream id counter, one pool of upstream connections, one chain.
+/// upstream id counter, one pool of upstream connections, one chain; and,
+/// with `--metrics`, the counters they report to.
 #[derive(Clone)]
-pub enum App {
+pub struct App {
+    servers: Servers,
+    ops: Option<Arc<Ops>>,
+}
+
+#[derive(Clone)]
+enum Servers {
     /// Forwarding to upstreams.
     Proxy(
         HttpService<Gateway, WithAsync>,
@@ -38,14 +47,24 @@ impl App {
     /// built-in chain's block timer (`--block-time`) is spawned on it.
     pub fn new(config: &Config, shutdown: &Shutdown) -> Result<App, Box<dyn std::error::Error>> {
         let limits = config.limits();
+        // Counted only when someone reads them.
+        let ops = config.metrics.map(|_| Arc::new(Ops::new()));
+        let observer = ops
+            .as_ref()
+            .map(|o| Arc::clone(&o.counters) as Arc<dyn Observer>);
+        let metrics = ops.as_ref().map(|o| Arc::clone(&o.server));
         if config.proxies() {
-            let d = proxy::dispatcher(config)?;
-            let http = HttpService::new(d.clone(), &limits, None);
-            let ws = WsServer::new(d)
-                .limits(limits)
-                .subscriptions(SubscriptionConfig::default())
-                .shutdown(shutdown.clone());
-            return Ok(App::Proxy(http, ws));
+            let d = proxy::dispatcher(config, observer)?;
+            if let Some(ops) = &ops {
+                ops.counters.set_methods(d.methods());
+                ops.set_serving(Serving::Proxy(Arc::clone(d.state())));
+            }
+            let http = HttpService::new(d.clone(), &limits, metrics.clone());
+            let ws = ws_server(d, limits, metrics, shutdown);
+            return Ok(App {
+                servers: Servers::Proxy(http, ws),
+                ops,
+            });
         }
         let chain = Arc::new(Chain::new(config.chain_id));
         if let Some(every) = config.block_time {
@@ -61,26 +80,53 @@ impl App {
                 }
             });
         }
-        let d = local::dispatcher(chain, config)?;
-        let http = HttpService::new(d.clone(), &limits, None);
+        let d = local::dispatcher(chain, config, observer)?;
+        if let Some(ops) = &ops {
+            ops.counters.set_methods(d.methods());
+            ops.set_serving(Serving::Chain(config.chain_id));
+        }
+        let http = HttpService::new(d.clone(), &limits, metrics.clone());
         // Subscriptions: the chain's newHeads.
-        let ws = WsServer::new(d)
-            .limits(limits)
-            .subscriptions(SubscriptionConfig::default())
-            .shutdown(shutdown.clone());
-        Ok(App::Local(http, ws))
+        let ws = ws_server(d, limits, metrics, shutdown);
+        Ok(App {
+            servers: Servers::Local(http, ws),
+            ops,
+        })
+    }
+
+    /// What `/metrics` and `/health` read (with `--metrics`).
+    pub fn ops(&self) -> Option<&Arc<Ops>> {
+        self.ops.as_ref()
     }
 
     /// Serves `listener` until `shutdown`, within `limits`.
     pub async fn run(self, listener: TcpListener, limits: Limits, shutdown: Shutdown) {
-        match self {
-            App::Proxy(http, ws) => {
-                combined::serve(listener, http, ws, limits, None, shutdown).await
+        let metrics = self.ops.map(|o| Arc::clone(&o.server));
+        match self.servers {
+            Servers::Proxy(http, ws) => {
+                combined::serve(listener, http, ws, limits, metrics, shutdown).await
             }
-            App::Local(http, ws) => {
-                combined::serve(listener, http, ws, limits, None, shutdown).await
+            Servers::Local(http, ws) => {
+                combined::serve(listener, http, ws, limits, metrics, shutdown).await
             }
         }
+    }
+}
+
+/// The WebSocket server of dispatcher `d`, with subscriptions.
+fn ws_server<S: Send + Sync + 'static, K: 'static>(
+    d: Dispatcher<S, K>,
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: &Shutdown,
+) -> WsServer<S, K> {
+    let ws = WsServer::new(d)
+        .limits(limits)
+        .subscriptions(SubscriptionConfig::default())
+        .shutdown(shutdown.clone());
+    match metrics {
+        Some(m) => ws.metrics(m),
+        None => ws,
     }
 }
 

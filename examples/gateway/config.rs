@@ -35,6 +35,10 @@ usage: gateway [options]
                         listening socket on the port (default: one per core)
   --shutdown-grace MS   how long a shutdown waits for requests in flight
                         (default 10000)
+  --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health
+                        (200 when an upstream answers eth_chainId or the
+                        built-in chain serves, else 503) on a listener of
+                        their own at ADDR (default: off)
   -h, --help            this text
 
 With no --upstream it serves a built-in in-memory chain (anvil's dev
@@ -80,6 +84,8 @@ pub struct Config {
     pub upstream_connections: usize,
     /// How long a graceful shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
+    /// Where `/metrics` and `/health` are served; `None`: nowhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for Config {
@@ -100,6 +106,7 @@ impl Default for Config {
             ws_ping: Some(Duration::from_secs(20)),
             upstream_connections: 128,
             shutdown_grace: rpcwire::server::Limits::default().shutdown_grace,
+            metrics: None,
         }
     }
 }
@@ -157,6 +164,13 @@ impl Config {
                 "--ws-ping" => {
                     let ms = number(value()?)?;
                     c.ws_ping = (ms > 0).then(|| Duration::from_millis(ms));
+                }
+                "--metrics" => {
+                    let v = value()?;
+                    c.metrics = Some(
+                        v.parse()
+                            .map_err(|_| format!("--metrics: not an address: {v}"))?,
+                    );
                 }
                 "--shutdown-grace" => {
                     c.shutdown_grace = Duration::from_millis(number(value()?)?);

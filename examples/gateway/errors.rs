@@ -45,9 +45,12 @@ pub fn upstream_failed(upstream: &str, reason: &str) -> RpcError {
     })
 }
 
+/// The message of [`malformed`]'s error.
+pub const MALFORMED: &str = "upstream reply malformed";
+
 /// -32603: the upstream's reply could not be used.
 pub fn malformed(upstream: &str, reason: &str) -> RpcError {
-    RpcError::new(INTERNAL_ERROR, "upstream reply malformed").with_data(&Data {
+    RpcError::new(INTERNAL_ERROR, MALFORMED).with_data(&Data {
         upstream,
         reason,
         timeout_ms: None,

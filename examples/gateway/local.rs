@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rpcwire::codes::METHOD_NOT_FOUND;
-use rpcwire::dispatch::{DispatcherBuilder, Done, SyncOnly};
+use rpcwire::dispatch::{DispatcherBuilder, Done, Observer, SyncOnly};
 use rpcwire::eth::codes::server_error;
 use rpcwire::eth::{
     BlockId, BlockNumberOrTag, BlockTag, CallRequest, EthParams, EthReply, TopicFilter, U256,
@@ -482,12 +482,13 @@ fn listening(c: C<'_>) -> Answer {
     c.reply.bool(true)
 }
 
-/// The built-in chain's dispatcher.
+/// The built-in chain's dispatcher, reporting its calls to `observer`.
 pub fn dispatcher(
     chain: Arc<Chain>,
     config: &Config,
+    observer: Option<Arc<dyn Observer>>,
 ) -> Result<Dispatcher<Arc<Chain>, SyncOnly>, rpcwire::router::BuildError> {
-    let b: DispatcherBuilder<Arc<Chain>, SyncOnly> = Dispatcher::builder(chain)
+    let mut b: DispatcherBuilder<Arc<Chain>, SyncOnly> = Dispatcher::builder(chain)
         .parser(config.parser())
         .max_response_len(config.max_response)
         .too_large_code(rpcwire::eth::codes::RESPONSE_TOO_LARGE)
@@ -514,5 +515,8 @@ pub fn dispatcher(
         .method("eth_unsubscribe", unsubscribe)
         .method("eth_accounts", accounts)
         .method("eth_syncing", syncing);
+    if let Some(observer) = observer {
+        b = b.observer(observer);
+    }
     b.build()
 }

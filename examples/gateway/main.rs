@@ -13,7 +13,8 @@
 //! `--help` lists the options. The pieces: `config` (options), `chain` and
 //! `local` (the built-in chain and its methods), `upstream` (HTTP and
 //! WebSocket clients), `proxy` (policy and forwarding handlers), `errors`
-//! (the gateway's own errors), `app` (the server).
+//! (the gateway's own errors), `app` (the server), `ops` (`/metrics` and
+//! `/health`, with `--metrics`).
 
 mod app;
 mod chain;
@@ -21,8 +22,11 @@ mod config;
 mod errors;
 mod h1;
 mod local;
+mod ops;
 mod proxy;
 mod upstream;
+
+use std::sync::Arc;
 
 use rpcwire::server::Shutdown;
 
@@ -80,6 +84,13 @@ fn main() {
         // The connection limit is the gateway's, shared out.
         limits.max_connections = limits.max_connections.div_ceil(workers);
         let others = app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown)?;
+        if let (Some(at), Some(ops)) = (config.metrics, app.ops()) {
+            let listener = tokio::net::TcpListener::bind(at).await?;
+            let at = listener.local_addr()?;
+            tokio::spawn(ops::serve(listener, Arc::clone(ops), shutdown.clone()));
+            // Before the line scripts wait for: up when that one is out.
+            eprintln!("gateway metrics on http://{at}/metrics and http://{at}/health");
+        }
         // Scripts wait for this line.
         eprintln!(
             "gateway listening on http://{addr} and ws://{addr} ({mode}; {workers} worker{})",

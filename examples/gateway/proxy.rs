@@ -16,7 +16,9 @@
 use std::sync::{Arc, OnceLock};
 
 use rpcwire::bytes::Bytes;
-use rpcwire::dispatch::{AsyncCall, Done, IntoResponse, OwnedParams, Reply, RpcError, WithAsync};
+use rpcwire::dispatch::{
+    AsyncCall, Done, IntoResponse, Observer, OwnedParams, Reply, RpcError, WithAsync,
+};
 use rpcwire::eth::catalogue;
 use rpcwire::server::subscriptions::{SubscriptionId, Subscriptions};
 use rpcwire::{Call, Dispatcher};
@@ -173,9 +175,10 @@ async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError
     up.read(reply, id, conn.name())
 }
 
-/// The forwarding dispatcher.
+/// The forwarding dispatcher, reporting its calls to `observer`.
 pub fn dispatcher(
     config: &Config,
+    observer: Option<Arc<dyn Observer>>,
 ) -> Result<Dispatcher<Gateway, WithAsync>, Box<dyn std::error::Error>> {
     let up = Upstreams::new(config)?;
     let gateway = Gateway {
@@ -216,6 +219,9 @@ pub fn dispatcher(
         } else {
             b = b.async_method(m.name, forward);
         }
+    }
+    if let Some(observer) = observer {
+        b = b.observer(observer);
     }
     Ok(b.build()?)
 }

@@ -30,6 +30,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rpcwire::bytes::Bytes;
+use rpcwire::eth::codes::REQUEST_TIMEOUT;
 use rpcwire::message::{Incoming, Message as RpcMessage};
 use rpcwire::response::ResponseMessage;
 use rpcwire::server::subscriptions::{Sink, SinkError, SubscriptionId};
@@ -77,6 +78,9 @@ pub struct Upstreams {
     parser: Parser,
     max_response: usize,
     epoch: Instant,
+    /// The failures of calls forwarded over [`ws`](Upstreams::ws) when
+    /// there is no `--upstream` list.
+    ws_stats: UpstreamStats,
 }
 
 /// At most `cap` exchanges in flight: a counter on the common path (one
@@ -156,6 +160,58 @@ struct HttpUpstream {
     /// out a SYN retry and timed out). Calls past the cap wait for a
     /// permit, within their timeout.
     exchanges: ExchangeCap,
+    /// Its failures, for the metrics endpoint.
+    stats: UpstreamStats,
+}
+
+/// What went wrong with one upstream, for the metrics endpoint: counted on
+/// the failure paths only (a call answered at once counts nothing here),
+/// with relaxed atomics.
+#[derive(Default)]
+pub struct UpstreamStats {
+    /// Calls not sent: no connection could be made.
+    pub connect: AtomicU64,
+    /// Calls with no answer within the per-request timeout.
+    pub timeout: AtomicU64,
+    /// Exchanges that failed once the request may have been sent (a
+    /// connection reset or closed, an HTTP error status without a JSON-RPC
+    /// reply, a WebSocket failure).
+    pub exchange: AtomicU64,
+    /// Replies that were no JSON-RPC response to the call.
+    pub malformed: AtomicU64,
+    /// Calls this upstream took over after the ones tried before it could
+    /// not be reached.
+    pub failovers: AtomicU64,
+}
+
+impl UpstreamStats {
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a call's error that is not the upstream's own error object.
+    fn failed(&self, e: &RpcError) {
+        if e.raw_object().is_some() || e.is_too_large() {
+            return;
+        }
+        Self::count(if e.code() == REQUEST_TIMEOUT {
+            &self.timeout
+        } else {
+            &self.exchange
+        });
+    }
+}
+
+/// One upstream as the metrics endpoint shows it.
+pub struct UpstreamState<'a> {
+    /// `host:port`.
+    pub name: &'a str,
+    /// Not resting after a failure.
+    pub healthy: bool,
+    /// HTTP exchanges in flight (`None` for a `ws://` upstream).
+    pub in_flight: Option<usize>,
+    /// Its failures so far.
+    pub stats: &'a UpstreamStats,
 }
 
 /// Room for a reply's envelope around a result of `--max-response` bytes:
@@ -219,6 +275,7 @@ impl Upstreams {
                 rest_until: AtomicU64::new(0),
                 ws: via_ws,
                 exchanges: ExchangeCap::new(config.upstream_connections),
+                stats: UpstreamStats::default(),
             });
         }
         // By default the WebSocket upstream is the first HTTP upstream's
@@ -252,6 +309,7 @@ impl Upstreams {
             parser: reply_parser(max_response),
             max_response,
             epoch: Instant::now(),
+            ws_stats: UpstreamStats::default(),
         })
     }
 
@@ -276,6 +334,74 @@ impl Upstreams {
     /// The per-request timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// The upstreams in the order given, with their state and failures
+    /// (the WebSocket upstream alone when there is no `--upstream` list).
+    pub fn states(&self) -> Vec<UpstreamState<'_>> {
+        let now = self.now_ms();
+        if self.http.is_empty() {
+            return self
+                .ws
+                .iter()
+                .map(|ws| UpstreamState {
+                    name: &ws.name,
+                    // Not rested: healthy while its last connection
+                    // attempt succeeded.
+                    healthy: lock(&ws.failure).is_none(),
+                    in_flight: None,
+                    stats: &self.ws_stats,
+                })
+                .collect();
+        }
+        self.http
+            .iter()
+            .map(|up| UpstreamState {
+                name: &up.name,
+                healthy: up.rest_until.load(Ordering::Relaxed) <= now,
+                in_flight: up
+                    .ws
+                    .is_none()
+                    .then(|| up.exchanges.in_flight.load(Ordering::Relaxed)),
+                stats: &up.stats,
+            })
+            .collect()
+    }
+
+    /// Subscriptions relayed from the WebSocket upstream now.
+    pub async fn relayed_subscriptions(&self) -> usize {
+        match &self.ws {
+            Some(ws) => ws.current().await.map_or(0, |c| c.relayed()),
+            None => 0,
+        }
+    }
+
+    /// Whether some upstream answers: `eth_chainId` forwarded as a call
+    /// would be (the healthy upstreams first, failing over), within
+    /// `within` and the per-request timeout. An upstream that answers with
+    /// an error object of its own answers all the same. `Err` says why
+    /// none did.
+    pub async fn probe(&self, within: Duration) -> Result<(), String> {
+        let within = within.min(self.timeout);
+        match tokio::time::timeout(within, self.forward("eth_chainId", None)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if e.raw_object().is_some() => Ok(()),
+            Ok(Err(e)) => Err(e
+                .data()
+                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+                .and_then(|d| {
+                    let reason = d.get("reason")?.as_str()?;
+                    Some(match d.get("upstream").and_then(|u| u.as_str()) {
+                        Some(up) => format!("{up}: {reason}"),
+                        None => reason.to_string(),
+                    })
+                })
+                .unwrap_or_else(|| e.message().to_string())),
+            Err(_) => Err(format!(
+                "no upstream answered eth_chainId within {} ms",
+                within.as_millis()
+            )),
+        }
     }
 
     /// A fresh id for an upstream request.
@@ -314,10 +440,25 @@ impl Upstreams {
             let Some(ws) = &self.ws else {
                 return Err(errors::no_upstream());
             };
+            let mut guard = TimeoutOnDrop {
+                stats: &self.ws_stats,
+                started: Instant::now(),
+                timeout: self.timeout,
+                armed: true,
+            };
             // Boxed, as hyper's client below: the common path's future
             // (moved into the dispatcher's box at each call) stays small.
-            let reply = Box::pin(ws.call(id, body, None)).await?;
-            return self.read(reply, id, &ws.name);
+            let reply = Box::pin(ws.call(id, body, None)).await;
+            guard.armed = false;
+            let answer = reply.and_then(|reply| self.read(reply, id, &ws.name));
+            if let Err(e) = &answer {
+                if e.raw_object().is_none() && e.message() == errors::MALFORMED {
+                    UpstreamStats::count(&self.ws_stats.malformed);
+                } else {
+                    self.ws_stats.failed(e);
+                }
+            }
+            return answer;
         }
         let mut last = None;
         // The one clock reading of a forwarded call (each costs tens of
@@ -325,6 +466,9 @@ impl Upstreams {
         let now = Instant::now();
         for i in self.order(now) {
             let up = &self.http[i];
+            if last.is_some() {
+                UpstreamStats::count(&up.stats.failovers);
+            }
             // The dispatcher's deadline (the per-request timeout) drops this
             // future: the upstream that let it pass then rests.
             let mut guard = RestOnDrop {
@@ -340,24 +484,34 @@ impl Upstreams {
             };
             guard.armed = false;
             match outcome {
-                Ok(reply) => return read_answer(&self.parser, reply, id, &up.name),
+                Ok(reply) => {
+                    return read_answer(&self.parser, reply, id, &up.name).inspect_err(|e| {
+                        if e.raw_object().is_none() {
+                            UpstreamStats::count(&up.stats.malformed);
+                        }
+                    });
+                }
                 Err(Failure::Connect(reason)) => {
                     // Nothing was sent: the next upstream may take it.
                     self.rest(i);
+                    UpstreamStats::count(&up.stats.connect);
                     last = Some(errors::upstream_failed(&up.name, &reason));
                 }
                 Err(Failure::WsConnect(e)) => {
                     // Nothing was sent either.
                     self.rest(i);
+                    UpstreamStats::count(&up.stats.connect);
                     last = Some(e);
                 }
                 Err(Failure::Ws(e)) => {
                     self.rest(i);
+                    up.stats.failed(&e);
                     return Err(e);
                 }
                 Err(Failure::TooLarge) => return Err(RpcError::too_large()),
                 Err(Failure::Other(reason)) => {
                     self.rest(i);
+                    UpstreamStats::count(&up.stats.exchange);
                     return Err(errors::upstream_failed(&up.name, &reason));
                 }
             }
@@ -530,6 +684,25 @@ impl Drop for RestOnDrop<'_> {
             .saturating_sub(Duration::from_millis(10));
         if self.armed && self.started.elapsed() >= timeout {
             self.upstreams.rest(self.index);
+            UpstreamStats::count(&self.upstreams.http[self.index].stats.timeout);
+        }
+    }
+}
+
+/// Counts a call over the WebSocket upstream dropped at the per-request
+/// deadline as a timeout.
+struct TimeoutOnDrop<'a> {
+    stats: &'a UpstreamStats,
+    started: Instant,
+    timeout: Duration,
+    armed: bool,
+}
+
+impl Drop for TimeoutOnDrop<'_> {
+    fn drop(&mut self) {
+        let timeout = self.timeout.saturating_sub(Duration::from_millis(10));
+        if self.armed && self.started.elapsed() >= timeout {
+            UpstreamStats::count(&self.stats.timeout);
         }
     }
 }
@@ -1013,6 +1186,11 @@ impl WsConn {
     /// The upstream's `host:port`.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Subscriptions relayed over this connection now.
+    pub fn relayed(&self) -> usize {
+        lock(&self.subs).len()
     }
 
     /// One frame from the upstream: a reply to a waiting call, or a

@@ -16,6 +16,8 @@ mod errors;
 mod h1;
 #[path = "../../examples/gateway/local.rs"]
 mod local;
+#[path = "../../examples/gateway/ops.rs"]
+mod ops;
 #[path = "../../examples/gateway/proxy.rs"]
 mod proxy;
 #[path = "../../examples/gateway/upstream.rs"]
