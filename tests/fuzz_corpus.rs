@@ -12,6 +12,9 @@ mod exercise;
 mod frame_check;
 #[path = "support/oracle.rs"]
 mod oracle;
+#[cfg(feature = "async")]
+#[path = "support/peer_check.rs"]
+mod peer_check;
 
 use std::path::Path;
 
@@ -72,6 +75,18 @@ fn eth_hex_target_corpus() {
 fn frame_target_corpus() {
     for (name, input) in corpus("frame") {
         let r = std::panic::catch_unwind(|| frame_check::check(&input));
+        assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+#[cfg(feature = "async")]
+#[test]
+fn peer_target_corpus() {
+    let h = peer_check::Harness::new();
+    for (name, input) in corpus("peer") {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            peer_check::check(&h, &input)
+        }));
         assert!(r.is_ok(), "{name} fails");
     }
 }
