@@ -33,6 +33,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -47,6 +48,24 @@ use serde_json::{Value, json};
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Operations read from one input, at most.
 const MAX_OPS: usize = 64;
+/// Polls in a row that [`Run::settle`] allows before it calls the
+/// connection busy (each poll starts at least one queued call, or finishes
+/// one).
+const SETTLE_POLLS: usize = 2000;
+
+/// Set by the waker the connection and the request futures are polled
+/// with.
+#[derive(Default)]
+struct Woken(AtomicBool);
+
+impl std::task::Wake for Woken {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
 
 /// What one process builds once: the runtime and a dispatcher per protocol.
 pub struct Harness {
@@ -310,6 +329,7 @@ struct Run<'d> {
     wire: Arc<Wire>,
     wire_seen: usize,
     replies: Replies,
+    woken: Arc<Woken>,
     futures: Vec<Option<Pinned>>,
     /// When each future's timeout passes (virtual time).
     future_due: Vec<Duration>,
@@ -365,6 +385,7 @@ impl<'d> Run<'d> {
             wire,
             wire_seen: 0,
             replies: Replies::default(),
+            woken: Arc::default(),
             futures: Vec::new(),
             future_due: Vec::new(),
             future_done: Vec::new(),
@@ -473,11 +494,8 @@ impl<'d> Run<'d> {
         })));
         self.future_due.push(self.elapsed + wait);
         // Its first poll sends it.
-        std::future::poll_fn(|cx| {
-            self.poll_future(idx, cx);
-            Poll::Ready(())
-        })
-        .await;
+        let waker = std::task::Waker::from(self.woken.clone());
+        self.poll_future(idx, &mut std::task::Context::from_waker(&waker));
     }
 
     fn send_callback(&mut self, arg: u8) {
@@ -692,6 +710,11 @@ impl<'d> Run<'d> {
         for _ in 0..n {
             let (kind, a, b) = (s.byte(), s.byte(), s.byte());
             match kind % 6 {
+                5 if a >= 128 => {
+                    // Acted on only when alone: here the call goes on.
+                    let (msg, _) = self.cancel_notification(a, b);
+                    entries.push(msg);
+                }
                 0 | 5 => {
                     let id = self.pick_out(a);
                     let (msg, answer) = self.response(&id.to_string(), b);
@@ -729,9 +752,11 @@ impl<'d> Run<'d> {
         self.feed(format!("[{}]", entries.join(",")).into_bytes(), lo, hi);
     }
 
-    fn cancel_incoming(&mut self, pick: u8, shape: u8) {
+    /// A cancellation of an incoming call (mostly one sent, in the
+    /// protocol's shape or another's), and the call's id.
+    fn cancel_notification(&self, pick: u8, shape: u8) -> (String, String) {
         let id = match self.pick_in(pick) {
-            Some(id) if pick < 240 => id,
+            Some(id) if pick % 16 != 15 => id,
             _ => "987654".to_string(),
         };
         let (method, member) = match (shape % 4, self.mode.cancel()) {
@@ -742,7 +767,12 @@ impl<'d> Run<'d> {
         let msg = format!(
             r#"{{"jsonrpc":"2.0","method":"{method}","params":{{"{member}":{id},"reason":"fuzz"}}}}"#
         );
-        if self.mode == Mode::Mcp && (method, member) == MCP_CANCEL {
+        (msg, id)
+    }
+
+    fn cancel_incoming(&mut self, pick: u8, shape: u8) {
+        let (msg, id) = self.cancel_notification(pick, shape);
+        if self.mode == Mode::Mcp && msg.contains(MCP_CANCEL.0) {
             self.may_skip(&id);
         }
         self.feed(msg.into_bytes(), 0, 0);
@@ -855,21 +885,27 @@ impl<'d> Run<'d> {
         }
     }
 
-    /// Lets every call, timer and request future run until nothing moves.
+    /// Polls the connection and the request futures as an executor would:
+    /// once, then again each time one of them woke the task (a timer fired,
+    /// a call made progress), until none does.
     async fn settle(&mut self) {
-        for _ in 0..4 {
+        let waker = std::task::Waker::from(self.woken.clone());
+        self.woken.0.store(true, Ordering::Release);
+        for _ in 0..SETTLE_POLLS {
+            // Lets the runtime fire the timers due.
             tokio::task::yield_now().await;
-            std::future::poll_fn(|cx| {
-                while let Poll::Ready(n) = self.conn.poll_replies(self.d, cx, &mut self.replies) {
-                    assert!(n > 0, "poll_replies is Ready(0)");
-                }
-                for i in 0..self.futures.len() {
-                    self.poll_future(i, cx);
-                }
-                Poll::Ready(())
-            })
-            .await;
+            if !self.woken.0.swap(false, Ordering::AcqRel) {
+                return;
+            }
+            let cx = &mut std::task::Context::from_waker(&waker);
+            while let Poll::Ready(n) = self.conn.poll_replies(self.d, cx, &mut self.replies) {
+                assert!(n > 0, "poll_replies is Ready(0)");
+            }
+            for i in 0..self.futures.len() {
+                self.poll_future(i, cx);
+            }
         }
+        panic!("still woken after {SETTLE_POLLS} polls");
     }
 
     /// Checks everything that happened since the last call.
@@ -1133,12 +1169,11 @@ impl<'d> Run<'d> {
             self.futures.iter().all(Option::is_none),
             "a request future still waits after the close"
         );
-        // Calls still running end by their timeout.
-        for _ in 0..8 {
-            if self.conn.messages_in_flight() == 0 && self.conn.in_flight() == 0 {
-                break;
-            }
+        // Calls still running, or waiting for a slot, end by their timeout
+        // (counted from their arrival).
+        if self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0 {
             tokio::time::advance(CALL_TIMEOUT).await;
+            self.elapsed += CALL_TIMEOUT;
             self.settle().await;
             self.absorb();
         }
