@@ -933,3 +933,140 @@ async fn a_timeout_too_long_for_the_clock_is_no_deadline() {
         json!([{"jsonrpc":"2.0","id":1,"result":1},{"jsonrpc":"2.0","id":2,"result":1}])
     );
 }
+
+/// Calls that waited for a slot past their deadline are answered together,
+/// as soon as the deadline passes: each used to be given a slot first, with
+/// a future that only returned the timeout error, so that a poll cleared at
+/// most `max_in_flight` of them and a backlog of n took n / max_in_flight
+/// wake-ups of the connection's task. Here 2 slots and 40 queued calls
+/// (requests, notifications, batch entries): one poll answers them all, in
+/// queue order, batch entries in their place beside an entry answered at
+/// once, and the observer records each timeout once.
+#[tokio::test(start_paused = true)]
+async fn a_backlog_of_expired_calls_is_answered_in_one_poll() {
+    use rpcwire::dispatch::{CallRecord, Observer};
+    type Record = (String, Option<String>, Option<i32>);
+    #[derive(Default)]
+    struct Records(std::sync::Mutex<Vec<Record>>);
+    impl Observer for Records {
+        fn on_call(&self, call: &CallRecord<'_>) {
+            let method = call.method.unwrap_or("").to_string();
+            let id = call.id.map(|id| id.to_string());
+            self.0.lock().unwrap().push((method, id, call.code));
+        }
+    }
+    let records = Arc::new(Records::default());
+    let started = Arc::new(AtomicUsize::new(0));
+    let s = Arc::clone(&started);
+    let d = Dispatcher::builder(())
+        .max_in_flight(2)
+        .timeout(Some(Duration::from_millis(100)))
+        .async_method("forever", move |_call: AsyncCall<()>| {
+            s.fetch_add(1, Ordering::SeqCst);
+            std::future::pending::<Result<u64, RpcError>>()
+        })
+        .method("add", |call: Call<'_, ()>| {
+            let (a, b): (u64, u64) = call.decode()?;
+            call.reply.u64(a + b)
+        })
+        .observer(records.clone())
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Framed::default();
+    // Id 1 and the notification take both slots; ids 2 and 4 wait; id 3
+    // is answered at once, its reply staged until its turn.
+    let mut messages = vec![
+        r#"[{"jsonrpc":"2.0","id":1,"method":"forever"},{"jsonrpc":"2.0","method":"forever"},{"jsonrpc":"2.0","id":2,"method":"forever"},{"jsonrpc":"2.0","id":3,"method":"add","params":[1,2]},{"jsonrpc":"2.0","id":4,"method":"forever"}]"#.to_string(),
+    ];
+    for id in 100..120 {
+        messages.push(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"forever"}}"#
+        ));
+    }
+    for _ in 0..10 {
+        messages.push(r#"{"jsonrpc":"2.0","method":"forever"}"#.to_string());
+    }
+    let entries: Vec<String> = (201..209)
+        .map(|id| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"forever"}}"#))
+        .collect();
+    messages.push(format!(
+        r#"[{{"jsonrpc":"2.0","id":200,"method":"add","params":[2,2]}},{}]"#,
+        entries.join(",")
+    ));
+    for m in messages {
+        conn.start(&d, &Bytes::from(m), &mut out);
+    }
+    assert_eq!(conn.in_flight(), 2 + 40, "two running, forty waiting");
+    // The running calls start; nothing is answered yet.
+    let first =
+        std::future::poll_fn(|cx| std::task::Poll::Ready(conn.poll_replies(&d, cx, &mut out)))
+            .await;
+    assert!(first.is_pending());
+    assert!(out.ends.is_empty());
+
+    // Every deadline passes (the engine's timer fires on the way).
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut polls = 0;
+    while conn.in_flight() > 0 || conn.messages_in_flight() > 0 {
+        assert!(polls < 1000, "the expired calls are never all answered");
+        let _ =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(conn.poll_replies(&d, cx, &mut out)))
+                .await;
+        polls += 1;
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        polls, 1,
+        "polls to answer 40 expired calls under a cap of 2"
+    );
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        2,
+        "a call ran after its deadline"
+    );
+
+    let timed_out = |id: u64| json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32000, "message": "Request timed out", "data": {"timeout_ms": 100}}});
+    let replies = out.replies();
+    let singles: Vec<&Value> = replies.iter().filter(|r| r.is_object()).collect();
+    assert_eq!(
+        singles,
+        (100..120)
+            .map(timed_out)
+            .collect::<Vec<_>>()
+            .iter()
+            .collect::<Vec<_>>()
+    );
+    let batches: Vec<&Value> = replies.iter().filter(|r| r.is_array()).collect();
+    assert_eq!(batches.len(), 2, "{replies:?}");
+    assert_eq!(
+        *batches[0],
+        json!([timed_out(1), timed_out(2), {"jsonrpc": "2.0", "id": 3, "result": 3}, timed_out(4)])
+    );
+    let mut second = vec![json!({"jsonrpc": "2.0", "id": 200, "result": 4})];
+    second.extend((201..209).map(timed_out));
+    assert_eq!(*batches[1], Value::Array(second));
+
+    // Each call recorded once: every timeout with -32000, notifications
+    // included; the two sums with their result.
+    let records = records.0.lock().unwrap();
+    let mut ids: Vec<u64> = records
+        .iter()
+        .filter(|(m, _, code)| m == "forever" && *code == Some(-32000))
+        .filter_map(|(_, id, _)| id.as_deref().map(|id| id.parse().unwrap()))
+        .collect();
+    ids.sort_unstable();
+    let mut expected: Vec<u64> = [1, 2, 4]
+        .into_iter()
+        .chain(100..120)
+        .chain(201..209)
+        .collect();
+    expected.sort_unstable();
+    assert_eq!(ids, expected);
+    let notifications = records
+        .iter()
+        .filter(|(m, id, code)| m == "forever" && id.is_none() && *code == Some(-32000))
+        .count();
+    assert_eq!(notifications, 11);
+    assert_eq!(records.len(), ids.len() + notifications + 2, "{records:?}");
+}

@@ -1863,7 +1863,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let mut subs = Vec::new();
         let call = match (self.timeout, deadline) {
             // Its deadline passed while it waited: answered as timed out,
-            // never run (its client has given up on it).
+            // never run (its client has given up on it). Queued calls are
+            // answered so by `expire_waiting` without a slot; this is for
+            // a deadline that passed since, or a zero timeout.
             (Some(timeout), Some(deadline)) if deadline <= now => {
                 drop(call);
                 answer_now(self.timeout_error(timeout))
@@ -1923,6 +1925,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         woken.clear();
         engine.woken = woken;
         written += self.expire(cx, engine, out);
+        written += self.expire_waiting(engine, out);
         while engine.running < self.max_in_flight
             && let Some(w) = engine.waiting.pop_front()
         {
@@ -2140,6 +2143,53 @@ impl<S: Send + Sync + 'static> Shared<S> {
         written
     }
 
+    /// Answers the queued calls whose deadline passed while they waited for
+    /// a slot with the timeout error (nothing for a notification), in queue
+    /// order, without giving them a slot: a slot each, with a future that
+    /// only returned the error, cleared at most `max_in_flight` of them per
+    /// poll, so that a backlog of n cost n / `max_in_flight` wake-ups.
+    /// Deadlines count from arrival and the queue is in arrival order, so
+    /// the expired calls are at its front.
+    fn expire_waiting<B: ReplyBuf>(&self, engine: &mut Engine, out: &mut B) -> usize {
+        let Some(timeout) = self.timeout else {
+            return 0;
+        };
+        if engine.waiting.is_empty() {
+            return 0;
+        }
+        let now = Instant::now();
+        let mut written = 0;
+        while let Some(w) = engine.waiting.front()
+            && w.queued
+                .and_then(|queued| queued.checked_add(timeout))
+                .is_some_and(|deadline| deadline <= now)
+        {
+            let w = engine.waiting.pop_front().expect("its front");
+            // Answered and counted as `expire` answers a running call past
+            // its deadline.
+            let mut outcome = Outcome::Error(self.timeout_code);
+            if let Some((m, k)) = w.target
+                && let Some(msg) = engine.msgs[m].as_mut()
+            {
+                outcome = self.write_timeout(msg, k, timeout, out);
+                if !msg.batch {
+                    written += 1;
+                }
+            }
+            #[cfg(feature = "tracing")]
+            {
+                let method = core::str::from_utf8(&w.method).unwrap_or_default();
+                super::record_outcome(&span_of(method, w.id.as_deref()), outcome);
+            }
+            if let Some(observer) = &self.observer {
+                let method = core::str::from_utf8(&w.method).ok();
+                let id = w.id.as_deref().map(Id::from_validated);
+                self.report(observer, method, id, outcome, now.into_std());
+            }
+        }
+        written
+    }
+
     /// Answers reply `k` of `msg` with the timeout error; returns what it
     /// was answered with (the too-large error in its place when it did not
     /// fit).
@@ -2160,7 +2210,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
             );
         };
         if msg.batch {
-            // Not called when the batch is already past its size limit.
+            // A batch already past its size limit gets the too-large error
+            // instead (`poll_batch_entry`, which then does not call this):
+            // the outcome stays so.
             let mut outcome = Outcome::TooLarge;
             msg.decide_batch_entry(k, |into, id, allowance, too_large| {
                 let written =
