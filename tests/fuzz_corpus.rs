@@ -15,6 +15,9 @@ mod oracle;
 #[cfg(feature = "async")]
 #[path = "support/peer_check.rs"]
 mod peer_check;
+#[cfg(feature = "server")]
+#[path = "support/stream_check.rs"]
+mod stream_check;
 
 use std::path::Path;
 
@@ -86,6 +89,18 @@ fn peer_target_corpus() {
     for (name, input) in corpus("peer") {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             peer_check::check(&h, &input)
+        }));
+        assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+#[cfg(feature = "server")]
+#[test]
+fn stream_target_corpus() {
+    let d = stream_check::dispatchers();
+    for (name, input) in corpus("stream") {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            stream_check::check(&d, &input)
         }));
         assert!(r.is_ok(), "{name} fails");
     }
