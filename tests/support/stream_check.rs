@@ -11,7 +11,10 @@
 //!   `Concatenated`); bit 2 small limits (five bytes follow); bit 3 the
 //!   dispatcher with an async method; bit 4 the dispatcher with a batch
 //!   limit of 2 and a reply limit of 256 bytes; bit 5 a writer taking a
-//!   few bytes per write (one byte follows);
+//!   few bytes per write (one byte follows); bit 6 large messages (each
+//!   byte 0x01 of the stream stands for 8 KiB of spaces, so that a message
+//!   can pass the driver's 64 KiB thresholds); bit 7 a writer that is not
+//!   ready every other call;
 //! * with small limits: `Limits::max_message_len` (8 + 8 b), the framer's
 //!   frame limit (8 + 8 b), `max_in_flight` (1 + low 3 bits) and
 //!   `max_queued` (1 + next 3 bits), `Driver::max_pending_output`
@@ -139,12 +142,16 @@ struct Config {
     max_header: usize,
     max_pending_output: usize,
     write_chunk: usize,
+    write_stalls: bool,
     with_async: bool,
     tight: bool,
     sizes: Vec<ReadSize>,
 }
 
-fn decode(data: &[u8]) -> (Config, &[u8]) {
+/// What a byte 0x01 of the stream stands for, with large messages.
+const SPACES: usize = 8 * 1024;
+
+fn decode(data: &[u8]) -> (Config, Vec<u8>) {
     let mut at = 0;
     let mut byte = || {
         let b = data.get(at).copied().unwrap_or(0);
@@ -193,11 +200,26 @@ fn decode(data: &[u8]) -> (Config, &[u8]) {
         max_header,
         max_pending_output,
         write_chunk,
+        write_stalls: flags & 128 != 0,
         with_async: flags & 8 != 0,
         tight: flags & 16 != 0,
         sizes,
     };
-    (config, &data[at..])
+    let rest = &data[at..];
+    let stream = if flags & 64 != 0 {
+        let mut stream = Vec::with_capacity(rest.len());
+        for &b in rest {
+            if b == 1 {
+                stream.resize(stream.len() + SPACES, b' ');
+            } else {
+                stream.push(b);
+            }
+        }
+        stream
+    } else {
+        rest.to_vec()
+    };
+    (config, stream)
 }
 
 /// A framer with the parser's framing turned off: it finds every message
@@ -264,19 +286,30 @@ impl tokio::io::AsyncRead for Reader<'_> {
     }
 }
 
-/// Takes at most `chunk` bytes per write.
+/// Takes at most `chunk` bytes per write; with `stalls`, is not ready
+/// every other call.
 struct Writer {
     out: Vec<u8>,
     chunk: usize,
+    stalls: bool,
+    stalled: bool,
     work: Rc<Work>,
 }
 
 impl tokio::io::AsyncWrite for Writer {
     fn poll_write(
         mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        if self.stalls {
+            self.stalled = !self.stalled;
+            if self.stalled {
+                self.work.add();
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
         let n = buf.len().min(self.chunk);
         self.out.extend_from_slice(&buf[..n]);
         self.work.add();
@@ -348,6 +381,8 @@ fn run<F: Framer, K: 'static>(
     let mut writer = Writer {
         out: Vec::new(),
         chunk: config.write_chunk,
+        stalls: config.write_stalls,
+        stalled: false,
         work: Rc::clone(&work),
     };
     let reason = {
@@ -405,6 +440,7 @@ fn both<F: Framer, K: 'static>(
 
 pub fn check(ds: &Dispatchers, data: &[u8]) {
     let (config, stream) = decode(data);
+    let stream = &stream[..];
     let (max_frame, max_header) = (config.max_frame, config.max_header);
     let runs = |config: &Config| match (config.with_async, config.tight) {
         (false, false) => with_framer(&ds.sync, config, stream),
@@ -435,11 +471,13 @@ pub fn check(ds: &Dispatchers, data: &[u8]) {
         }
     }
     let (a, b) = runs(&config);
-    let show = |o: &Outcome| String::from_utf8_lossy(&o.out).into_owned();
+    // Large messages are mostly spaces: shown in part.
+    let show_bytes = |b: &[u8]| String::from_utf8_lossy(&b[..b.len().min(16 * 1024)]).into_owned();
+    let show = |o: &Outcome| show_bytes(&o.out);
     let what = || {
         format!(
             "{config:?}\nstream: {:?}\nconfigured: {:?} {} messages\n{}\ncompared: {:?} {} messages\n{}",
-            String::from_utf8_lossy(stream),
+            show_bytes(stream),
             a.reason,
             a.messages_read,
             show(&a),
