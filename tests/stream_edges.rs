@@ -720,3 +720,76 @@ async fn framing_errors_are_counted_under_their_code() {
     assert_eq!(metrics.call_count("add"), 2);
     assert_eq!(metrics.error_count(-32700), 2);
 }
+
+/// A handler's notifications sent before its reply reach the client before
+/// it, also when the output is full as the reply is queued: the outbox was
+/// moved into the output only while it had room, and the reply went in
+/// regardless, ahead of them (an MCP client drops progress that arrives
+/// after its call's result).
+#[tokio::test]
+async fn notifications_sent_before_a_reply_precede_it_when_the_output_is_full() {
+    type Go = Arc<tokio::sync::Notify>;
+    let go: Go = Arc::default();
+    let d = Dispatcher::builder(go.clone())
+        .method("big", |c: Call<'_, Go>| {
+            let (n,): (usize,) = c.decode()?;
+            c.reply.str(&"x".repeat(n))
+        })
+        .async_method("notes", |call: AsyncCall<Go>| async move {
+            call.state.notified().await;
+            for i in 0..3 {
+                assert!(call.ctx.notify("note", &json!([i])));
+            }
+            Ok::<_, RpcError>("done")
+        })
+        .build()
+        .unwrap();
+    // The server's writes go through a 64-byte pipe the client reads only
+    // at the end: the large reply fills it, and the output stays full.
+    let (client, server) = tokio::io::duplex(64);
+    let (sr, sw) = tokio::io::split(server);
+    let driver = Driver::new(Lines::new()).max_pending_output(1);
+    let stats = driver.stats();
+    let served = tokio::spawn(async move { driver.run(&d, sr, sw).await });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    cw.write_all(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"notes\"}\n\
+          {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"big\",\"params\":[4096]}\n",
+    )
+    .await
+    .unwrap();
+    let settle = |want: u64| {
+        let stats = stats.clone();
+        async move {
+            for _ in 0..2000 {
+                if stats.messages_queued() >= want && stats.pending_output_bytes() > 1 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            panic!("queued {} of {want}", stats.messages_queued());
+        }
+    };
+    // `big`'s reply waits in the output, which is full...
+    settle(1).await;
+    // ...when `notes` sends its notifications and returns.
+    go.notify_one();
+    settle(2).await;
+    cw.shutdown().await.unwrap();
+    let mut out = String::new();
+    cr.read_to_string(&mut out).await.unwrap();
+    served.await.unwrap().unwrap();
+    let got: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let notes: Vec<usize> = (0..got.len())
+        .filter(|&i| got[i]["method"] == "note")
+        .collect();
+    let reply = got.iter().position(|v| v["id"] == 1).expect("the reply");
+    assert_eq!(notes.len(), 3, "{got:?}");
+    assert!(
+        notes.iter().all(|&i| i < reply),
+        "notes at {notes:?}, the reply at {reply}"
+    );
+}

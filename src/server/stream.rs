@@ -964,12 +964,20 @@ where
 
     /// Moves the replies the dispatcher wrote into the output, framed, after
     /// what handlers queued in the outbox meanwhile (a notification sent
-    /// before a reply goes out before it).
+    /// before a reply goes out before it). The outbox goes in whole, even
+    /// past the output's limit: the replies go in regardless (their calls
+    /// ran), and notifications left behind would follow them (an MCP
+    /// client drops progress that comes after its call's result). The
+    /// outbox holds at most `max_queued` messages, so the output stays
+    /// bounded.
     fn queue_replies(&mut self) {
         if self.replies.ends.is_empty() {
             return;
         }
-        self.take_outbox();
+        while let Ok(message) = self.outbox.try_recv() {
+            self.out.push(&self.framer, &message);
+            self.peaks.messages_queued += 1;
+        }
         let mut from = 0;
         for &end in &self.replies.ends {
             self.out.push(&self.framer, &self.replies.buf[from..end]);
@@ -984,22 +992,6 @@ where
         }
         self.note_output();
         self.last_activity = Instant::now();
-    }
-
-    /// Moves what is in the outbox now into the output, while it has room.
-    fn take_outbox(&mut self) -> bool {
-        let mut any = false;
-        while !self.output_full() {
-            match self.outbox.try_recv() {
-                Ok(message) => {
-                    self.out.push(&self.framer, &message);
-                    self.peaks.messages_queued += 1;
-                    any = true;
-                }
-                Err(_) => break,
-            }
-        }
-        any
     }
 
     fn note_output(&mut self) {
