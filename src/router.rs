@@ -178,6 +178,10 @@ struct Table<T> {
     slot_shift: u32,
     /// Every name, back to back.
     names: Box<[u8]>,
+    /// Per slot, the position of its name among those given to
+    /// [`Router::new`] (`u32::MAX` for an empty slot): kept apart from the
+    /// slots so that a slot and its value still fill one cache line.
+    order: Box<[u32]>,
     len: usize,
 }
 
@@ -432,6 +436,10 @@ impl<T> Router<T> {
                      slot_shift: u32,
                      values: Vec<T>| {
             let by_slot = by_slot(values, &slots);
+            let order = slots
+                .iter()
+                .map(|s| s.map_or(u32::MAX, |i| i as u32))
+                .collect();
             let tags = if direct {
                 Box::default()
             } else {
@@ -469,6 +477,7 @@ impl<T> Router<T> {
                 slots,
                 slot_shift,
                 names: names_buf.clone().into(),
+                order,
                 len: n,
             }
         };
@@ -549,6 +558,18 @@ impl<T> Router<T> {
             last,
             direct_slot(fold(first, last, name.len()), t.seed, t.slot_shift),
         )
+    }
+
+    /// The position of `name` among the names given to
+    /// [`new`](Router::new), if it is one of them: a dense index that an
+    /// observer can keep a counter per method under.
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
+        let t = &*self.table;
+        let value: *const T = self.get(name)?;
+        // `get` returns a reference into the line of its slot, so the
+        // line's position is the slot (the hot lookup stays as it is).
+        let slot = (value.addr() - t.slots.as_ptr().addr()) / size_of::<Line<T>>();
+        t.order.get(slot).map(|&i| i as usize)
     }
 
     /// The number of names.
@@ -851,9 +872,11 @@ mod tests {
             for _ in 0..5000 {
                 let probe = name(&mut next);
                 assert_eq!(r.get(&probe), map.get(&probe), "{probe}");
+                assert_eq!(r.index_of(&probe).is_some(), map.contains_key(&probe));
             }
-            for (k, v) in &map {
+            for (i, (k, v)) in map.iter().enumerate() {
                 assert_eq!(r.get(k), Some(v));
+                assert_eq!(r.index_of(k), Some(i), "{k}");
             }
         }
     }
@@ -867,9 +890,11 @@ mod tests {
         assert_eq!(r.len(), 10_000);
         for (i, n) in names.iter().enumerate() {
             assert_eq!(r.get(n), Some(&i));
+            assert_eq!(r.index_of(n), Some(i));
         }
         for i in 10_000..20_000 {
             assert_eq!(r.get(&format!("ns{}_method_{i:05}", i % 17)), None);
+            assert_eq!(r.index_of(&format!("ns{}_method_{i:05}", i % 17)), None);
         }
         assert_eq!(r.iter().count(), 10_000);
         // Same-length names differing only in the middle: four words.

@@ -703,6 +703,93 @@ fn an_observer_sees_every_call() {
     );
 }
 
+/// The route of each record: a registered method by its position in the
+/// dispatcher's table (registration order, one table for every clone),
+/// `rpc.discover`, the fallback, or nothing.
+#[test]
+fn an_observer_sees_the_route_of_every_call() {
+    use rpcwire::dispatch::{CallRecord, MethodTable, Observer, Route};
+    use std::sync::{Arc, Mutex};
+    #[derive(Default)]
+    struct Log {
+        rows: Mutex<Vec<(Option<String>, String, bool)>>,
+        tables: Mutex<Vec<MethodTable>>,
+    }
+    impl Observer for Log {
+        fn on_call(&self, c: &CallRecord<'_>) {
+            let route = match c.route {
+                Route::Method { table, index } => {
+                    self.tables.lock().unwrap().push(table.clone());
+                    format!("method {index} {}", table.get(index).unwrap())
+                }
+                Route::Discover => "discover".into(),
+                Route::Fallback => "fallback".into(),
+                Route::Unrouted => "unrouted".into(),
+                _ => "?".into(),
+            };
+            let row = (c.method.map(str::to_owned), route, c.known);
+            self.rows.lock().unwrap().push(row);
+        }
+    }
+    let log = Arc::new(Log::default());
+    let build = || {
+        Dispatcher::builder(())
+            .observer(log.clone())
+            .method("zeta", |c: Call<'_, ()>| c.reply.u64(1))
+            .method("alpha", |c: Call<'_, ()>| c.reply.u64(2))
+            .method("mid", |c: Call<'_, ()>| c.reply.u64(3))
+            .rpc_discover(|c: Call<'_, ()>| c.reply.u64(4))
+            .fallback(|c: Call<'_, ()>| c.reply.u64(5))
+            .build()
+            .unwrap()
+    };
+    let d = build();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"mid"},{"jsonrpc":"2.0","id":2,"method":"zeta"},{"jsonrpc":"2.0","id":3,"method":"alpha"},{"jsonrpc":"2.0","id":4,"method":"rpc.discover"},{"jsonrpc":"2.0","id":5,"method":"anything"},{"jsonrpc":"2.0","id":6,"method":"rpc.nope"},{"id":7}]"#,
+        &mut conn,
+        &mut out,
+    );
+    d.clone().handle(
+        br#"{"jsonrpc":"2.0","method":"alpha"}"#,
+        &mut conn,
+        &mut out,
+    );
+    build().handle(
+        br#"{"jsonrpc":"2.0","id":8,"method":"alpha"}"#,
+        &mut conn,
+        &mut out,
+    );
+    let s = |v: &str| Some(v.to_owned());
+    let row = |m: Option<String>, r: &str, known| (m, r.to_owned(), known);
+    assert_eq!(
+        *log.rows.lock().unwrap(),
+        [
+            row(s("mid"), "method 2 mid", true),
+            row(s("zeta"), "method 0 zeta", true),
+            row(s("alpha"), "method 1 alpha", true),
+            row(s("rpc.discover"), "discover", true),
+            row(s("anything"), "fallback", true),
+            row(s("rpc.nope"), "unrouted", false),
+            row(None, "unrouted", false),
+            row(s("alpha"), "method 1 alpha", true),
+            row(s("alpha"), "method 1 alpha", true),
+        ]
+    );
+    let tables = log.tables.lock().unwrap();
+    assert_eq!(tables.len(), 5);
+    assert!(
+        tables[..4]
+            .iter()
+            .all(|t| MethodTable::ptr_eq(t, &tables[0]))
+    );
+    assert!(!MethodTable::ptr_eq(&tables[4], &tables[0]));
+    assert_eq!(
+        tables[0].iter().collect::<Vec<_>>(),
+        ["zeta", "alpha", "mid"]
+    );
+}
+
 #[test]
 fn a_fallback_serves_unknown_methods_and_raw_errors_pass_through() {
     let d = Dispatcher::builder(())

@@ -36,7 +36,7 @@ pub use error::RpcError;
 pub(crate) use reply::{Budget, Outcome, Sink, TooLarge};
 pub use reply::{Done, IntoResponse, IntoResult, Reply, ReplyBuf};
 
-use crate::codes::{METHOD_NOT_FOUND, SERVER_ERROR};
+use crate::codes::SERVER_ERROR;
 use crate::conn::{Connection, Context};
 use crate::envelope::Parser;
 use crate::message::{Incoming, Message};
@@ -261,9 +261,17 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
                 .as_ref()
                 .map(|by| by.notice(self.cancel_reason.clone()))
         });
+        let methods = MethodTable {
+            names: self
+                .methods
+                .iter()
+                .map(|(n, _)| n.as_str().into())
+                .collect(),
+        };
         Ok(Dispatcher {
             inner: Arc::new(Shared {
                 router: Router::new(self.methods)?,
+                methods,
                 discover: self.discover,
                 fallback: self.fallback,
                 parser: self.parser,
@@ -349,6 +357,9 @@ impl<S, K> Clone for Dispatcher<S, K> {
 /// What every clone of a dispatcher shares.
 pub(crate) struct Shared<S> {
     pub(crate) router: Router<Handler<S>>,
+    /// The registered names in registration order, for observers: the
+    /// `index` of a [`Route::Method`] is a position in it.
+    methods: MethodTable,
     discover: Option<Handler<S>>,
     fallback: Option<Handler<S>>,
     pub(crate) parser: Parser,
@@ -460,12 +471,89 @@ pub struct CallRecord<'a> {
     /// [`REQUEST_CANCELLED`](crate::codes::REQUEST_CANCELLED), whether a
     /// reply carried it or none was sent.
     pub code: Option<i32>,
-    /// Whether `method` names one of the dispatcher's methods (`false`
-    /// for an unknown name: a client's text, which counters should not
-    /// keep apart).
+    /// Whether a handler is registered for `method`: one of the
+    /// dispatcher's methods, `rpc.discover` or the fallback (`false` for a
+    /// name answered -32601: a client's text, which counters should not
+    /// keep apart). [`route`](CallRecord::route) tells which.
     pub known: bool,
+    /// Which handler `method` is routed to (whether or not it ran: an
+    /// entry refused as too large before it started still names it).
+    pub route: Route<'a>,
     /// From the start of the call to its reply.
     pub elapsed: Duration,
+}
+
+/// Which of a dispatcher's handlers a call's method name is routed to, in a
+/// [`CallRecord`].
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub enum Route<'a> {
+    /// A method registered with the builder: the `index`th name of
+    /// `table`. The table is the dispatcher's (every clone of a dispatcher
+    /// shares one; tell dispatchers apart with
+    /// [`MethodTable::ptr_eq`]), and its names are fixed once the
+    /// dispatcher is built, so an observer can keep one counter per
+    /// method, found by `index` without a lookup or a lock.
+    Method {
+        /// The dispatcher's registered names.
+        table: &'a MethodTable,
+        /// The position of the method in `table` (its registration order).
+        index: usize,
+    },
+    /// `rpc.discover`, registered with
+    /// [`rpc_discover`](DispatcherBuilder::rpc_discover).
+    Discover,
+    /// The [`fallback`](DispatcherBuilder::fallback) handler: the method
+    /// name is whatever the client sent, which counters should not keep
+    /// apart.
+    Fallback,
+    /// No handler: an unknown or reserved name (answered -32601), an
+    /// invalid entry, a message that could not be read.
+    Unrouted,
+}
+
+/// The names of a dispatcher's registered methods, in the order they were
+/// registered: what [`Route::Method`]'s `index` points into. Cloning it
+/// clones an `Arc`.
+#[derive(Clone)]
+pub struct MethodTable {
+    names: Arc<[Box<str>]>,
+}
+
+impl MethodTable {
+    /// The number of methods.
+    pub fn len(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Whether the dispatcher registered no method.
+    pub fn is_empty(&self) -> bool {
+        self.names.is_empty()
+    }
+
+    /// The name of the `index`th method.
+    pub fn get(&self, index: usize) -> Option<&str> {
+        self.names.get(index).map(|n| &**n)
+    }
+
+    /// Every name, in registration order (an index in [`Route::Method`] is
+    /// a position in it).
+    pub fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        self.names.iter().map(|n| &**n)
+    }
+
+    /// Whether `a` and `b` are the table of one dispatcher (or of its
+    /// clones), whose indices mean the same methods; two dispatchers built
+    /// apart have tables of their own, even with the same names.
+    pub fn ptr_eq(a: &MethodTable, b: &MethodTable) -> bool {
+        Arc::ptr_eq(&a.names, &b.names)
+    }
+}
+
+impl std::fmt::Debug for MethodTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
 }
 
 /// Sees every call a dispatcher answers: for counters per method and per
@@ -732,18 +820,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
         outcome: Outcome,
         started: Instant,
     ) {
-        // A handler ran (a result, or its error) unless the method was
-        // not found or the entry was refused before it could run.
-        let known = match (method, outcome) {
-            (None, _) => false,
-            (Some(m), Outcome::Error(METHOD_NOT_FOUND) | Outcome::TooLarge) => {
-                self.lookup(m).is_some()
-            }
-            (Some(_), _) => true,
-        };
+        let route = method.map_or(Route::Unrouted, |m| self.route(m));
         observer.on_call(&CallRecord {
             method,
-            known,
+            known: !matches!(route, Route::Unrouted),
+            route,
             id: id.filter(|i| !i.is_null() || method.is_some()),
             code: match outcome {
                 Outcome::Result => None,
@@ -752,6 +833,22 @@ impl<S: Send + Sync + 'static> Shared<S> {
             },
             elapsed: started.elapsed(),
         });
+    }
+
+    /// Which handler `method` is routed to, as [`lookup`](Shared::lookup)
+    /// finds it.
+    fn route(&self, method: &str) -> Route<'_> {
+        if let Some(index) = self.router.index_of(method) {
+            return Route::Method {
+                table: &self.methods,
+                index,
+            };
+        }
+        match self.unrouted(method) {
+            None => Route::Unrouted,
+            Some(_) if method == "rpc.discover" => Route::Discover,
+            Some(_) => Route::Fallback,
+        }
     }
 
     #[inline(always)]

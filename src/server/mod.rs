@@ -9,15 +9,15 @@
 //! slowly costs bounded memory), and [`Shutdown`] (stop accepting, let calls
 //! in flight finish within a deadline, never write half a reply).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::dispatch::{CallRecord, Observer};
+use crate::dispatch::{CallRecord, MethodTable, Observer, Route};
 use crate::lock;
 use crate::peer::{Outbound, SendError};
 
@@ -134,6 +134,14 @@ impl LimitKind {
 /// [`Observer`] (it counts calls) and hand it to
 /// the servers (they count connections and limits).
 ///
+/// Counting a call takes no lock: the first dispatchers it observes (up
+/// to four; clones of one dispatcher are one) get a counter per method,
+/// found by the [`Route`] of each call, and the error codes of the
+/// JSON-RPC and LSP ranges (-32899 to -32000) and small codes (-128 to
+/// 127, such as Ethereum's 3) have counters of their own, all atomics. Only
+/// rare calls go through a lock: `rpc.discover`, the fallback's calls,
+/// methods of further dispatchers, other error codes.
+///
 /// ```
 /// use std::sync::Arc;
 /// use rpcwire::server::Metrics;
@@ -146,15 +154,85 @@ impl LimitKind {
 /// assert!(metrics.render().contains(r#"rpcwire_calls_total{method="eth_chainId"} 1"#));
 /// # Ok::<(), rpcwire::router::BuildError>(())
 /// ```
-#[derive(Default)]
 pub struct Metrics {
+    /// Per dispatcher observed (the first [`BOUND_TABLES`]), a counter per
+    /// registered method: set at its first call, never changed after.
+    bound: [OnceLock<Bound>; BOUND_TABLES],
+    /// Calls of names no dispatcher has ([`UNKNOWN_METHOD`]).
+    unknown: AtomicU64,
+    /// Calls counted under `(other)`: names past [`MAX_METHODS`] or
+    /// [`MAX_METHOD_LABEL`].
+    other: AtomicU64,
+    /// Calls of the rare names no bound table holds (`rpc.discover`,
+    /// further dispatchers' methods, records made by hand).
     calls: Mutex<HashMap<Box<str>, u64>>,
+    /// Replies per error code of [`code_slot`]'s ranges.
+    codes: Box<[AtomicU64]>,
+    /// Replies per other error code, at most [`MAX_CODES`] of them.
     errors: Mutex<HashMap<i32, u64>>,
+    /// Replies with codes past [`MAX_CODES`] (`code="other"`).
+    other_codes: AtomicU64,
     limits: Mutex<HashMap<LimitKind, u64>>,
     connections_open: AtomicUsize,
     connections_total: AtomicU64,
     call_nanos: AtomicU64,
 }
+
+/// One dispatcher's methods and their counters.
+struct Bound {
+    table: MethodTable,
+    calls: Box<[AtomicU64]>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            bound: Default::default(),
+            unknown: AtomicU64::new(0),
+            other: AtomicU64::new(0),
+            calls: Mutex::default(),
+            codes: (0..CODE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            errors: Mutex::default(),
+            other_codes: AtomicU64::new(0),
+            limits: Mutex::default(),
+            connections_open: AtomicUsize::new(0),
+            connections_total: AtomicU64::new(0),
+            call_nanos: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Dispatchers whose methods [`Metrics`] counts without a lock (a server
+/// has one; a few for servers of different method sets sharing one
+/// `Metrics`).
+const BOUND_TABLES: usize = 4;
+
+/// Codes with a counter of their own: the LSP and JSON-RPC ranges
+/// (-32899..=-32000: every code rpcwire, geth and MCP answer with but 3),
+/// and small codes (-128..=127: 3, a reverted call, and the like).
+const PROTOCOL_CODES: usize = 900;
+const CODE_SLOTS: usize = PROTOCOL_CODES + 256;
+
+fn code_slot(code: i32) -> Option<usize> {
+    match code {
+        -32899..=-32000 => Some((code + 32899) as usize),
+        -128..=127 => Some(PROTOCOL_CODES + (code + 128) as usize),
+        _ => None,
+    }
+}
+
+fn slot_code(slot: usize) -> i32 {
+    if slot < PROTOCOL_CODES {
+        slot as i32 - 32899
+    } else {
+        (slot - PROTOCOL_CODES) as i32 - 128
+    }
+}
+
+/// Distinct error codes outside [`code_slot`]'s ranges counted apart; the
+/// rest go under `code="other"` (a proxy relays whatever codes its
+/// upstreams answer with).
+const MAX_CODES: usize = 1000;
 
 impl Metrics {
     /// Counts a limit hit.
@@ -169,12 +247,27 @@ impl Metrics {
 
     /// How many calls of `method` were answered.
     pub fn call_count(&self, method: &str) -> u64 {
-        lock(&self.calls).get(method).copied().unwrap_or(0)
+        let mut n = lock(&self.calls).get(method).copied().unwrap_or(0);
+        for b in self.bound.iter().filter_map(OnceLock::get) {
+            if let Some(i) = b.table.iter().position(|m| m == method) {
+                n += b.calls[i].load(Ordering::Relaxed);
+            }
+        }
+        if method == UNKNOWN_METHOD {
+            n += self.unknown.load(Ordering::Relaxed);
+        }
+        if method == "(other)" {
+            n += self.other.load(Ordering::Relaxed);
+        }
+        n
     }
 
     /// How many replies carried error `code`.
     pub fn error_count(&self, code: i32) -> u64 {
-        lock(&self.errors).get(&code).copied().unwrap_or(0)
+        match code_slot(code) {
+            Some(slot) => self.codes[slot].load(Ordering::Relaxed),
+            None => lock(&self.errors).get(&code).copied().unwrap_or(0),
+        }
     }
 
     /// A connection opened; the guard closes it when dropped.
@@ -193,11 +286,23 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# TYPE rpcwire_calls_total counter\n");
-        let mut calls: Vec<_> = lock(&self.calls)
+        // By label: dispatchers sharing a method name share its line.
+        let mut calls: BTreeMap<Box<str>, u64> = lock(&self.calls)
             .iter()
             .map(|(m, n)| (m.clone(), *n))
             .collect();
-        calls.sort();
+        let mut add = |method: &str, n: u64| {
+            if n > 0 {
+                *calls.entry(method.into()).or_default() += n;
+            }
+        };
+        for b in self.bound.iter().filter_map(OnceLock::get) {
+            for (method, n) in b.table.iter().zip(b.calls.iter()) {
+                add(method, n.load(Ordering::Relaxed));
+            }
+        }
+        add(UNKNOWN_METHOD, self.unknown.load(Ordering::Relaxed));
+        add("(other)", self.other.load(Ordering::Relaxed));
         for (method, n) in calls {
             out.push_str("rpcwire_calls_total{method=\"");
             push_label_value(&mut out, &method);
@@ -205,9 +310,20 @@ impl Metrics {
         }
         out.push_str("# TYPE rpcwire_errors_total counter\n");
         let mut errors: Vec<_> = lock(&self.errors).iter().map(|(c, n)| (*c, *n)).collect();
+        errors.extend(
+            self.codes
+                .iter()
+                .enumerate()
+                .map(|(slot, n)| (slot_code(slot), n.load(Ordering::Relaxed)))
+                .filter(|&(_, n)| n > 0),
+        );
         errors.sort();
         for (code, n) in errors {
             let _ = writeln!(out, "rpcwire_errors_total{{code=\"{code}\"}} {n}");
+        }
+        let other_codes = self.other_codes.load(Ordering::Relaxed);
+        if other_codes > 0 {
+            let _ = writeln!(out, "rpcwire_errors_total{{code=\"other\"}} {other_codes}");
         }
         out.push_str("# TYPE rpcwire_limit_hits_total counter\n");
         let mut limits: Vec<_> = lock(&self.limits)
@@ -235,28 +351,77 @@ impl Metrics {
         );
         out
     }
+
+    /// The counters of `table`'s methods: the table's own if it is bound
+    /// already, else a free place's, bound to it now.
+    #[inline]
+    fn counters(&self, table: &MethodTable) -> Option<&[AtomicU64]> {
+        self.bound.iter().find_map(|b| {
+            let b = b.get_or_init(|| Bound {
+                table: table.clone(),
+                calls: (0..table.len()).map(|_| AtomicU64::new(0)).collect(),
+            });
+            MethodTable::ptr_eq(&b.table, table).then_some(&*b.calls)
+        })
+    }
+
+    /// Counts a call of a name no bound table holds, under that name.
+    #[cold]
+    fn count_name(&self, method: &str) {
+        let mut calls = lock(&self.calls);
+        if let Some(n) = calls.get_mut(method) {
+            *n += 1;
+        } else if calls.len() < MAX_METHODS && method.len() <= MAX_METHOD_LABEL {
+            calls.insert(method.into(), 1);
+        } else {
+            // A bound for any other observer's records too (a name can
+            // be megabytes).
+            self.other.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a reply with a code outside [`code_slot`]'s ranges.
+    #[cold]
+    fn count_code(&self, code: i32) {
+        let mut errors = lock(&self.errors);
+        if let Some(n) = errors.get_mut(&code) {
+            *n += 1;
+        } else if errors.len() < MAX_CODES {
+            errors.insert(code, 1);
+        } else {
+            self.other_codes.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Observer for Metrics {
     fn on_call(&self, call: &CallRecord<'_>) {
         if let Some(method) = call.method {
-            // A client's unknown names are counted under one key: kept
-            // apart, they would grow the map at the client's will and crowd
-            // the real methods out of it.
-            let method = if call.known { method } else { UNKNOWN_METHOD };
-            let mut calls = lock(&self.calls);
-            if let Some(n) = calls.get_mut(method) {
-                *n += 1;
-            } else if calls.len() < MAX_METHODS && method.len() <= MAX_METHOD_LABEL {
-                calls.insert(method.into(), 1);
-            } else {
-                // A bound for any other observer's records too (a name can
-                // be megabytes).
-                *calls.entry("(other)".into()).or_default() += 1;
+            match call.route {
+                Route::Method { table, index } => {
+                    match self.counters(table).and_then(|c| c.get(index)) {
+                        Some(n) => {
+                            n.fetch_add(1, Ordering::Relaxed);
+                        }
+                        None => self.count_name(method),
+                    }
+                }
+                // A client's unknown names are counted under one key: kept
+                // apart, they would grow the map at the client's will and
+                // crowd the real methods out of it.
+                _ if !call.known => {
+                    self.unknown.fetch_add(1, Ordering::Relaxed);
+                }
+                _ => self.count_name(method),
             }
         }
         if let Some(code) = call.code {
-            *lock(&self.errors).entry(code).or_default() += 1;
+            match code_slot(code) {
+                Some(slot) => {
+                    self.codes[slot].fetch_add(1, Ordering::Relaxed);
+                }
+                None => self.count_code(code),
+            }
         }
         self.call_nanos
             .fetch_add(call.elapsed.as_nanos() as u64, Ordering::Relaxed);
@@ -422,10 +587,55 @@ mod tests {
         metrics.on_call(&CallRecord {
             method: Some(method),
             known: true,
+            route: Route::Unrouted,
             id: None,
             code: None,
             elapsed: Duration::ZERO,
         });
+    }
+
+    /// Counting a call takes no lock in the common cases (the dispatcher's
+    /// own methods, unknown names, the standard error codes): with the
+    /// maps kept for rare names and codes held locked here, calls on
+    /// another thread are still counted. Before, every call took those
+    /// locks, which every worker thread of a server shares, and these
+    /// calls waited for them.
+    #[test]
+    fn counting_calls_takes_no_lock() {
+        let metrics = Arc::new(Metrics::default());
+        let d = crate::Dispatcher::builder(())
+            .method("eth_chainId", |c: crate::Call<'_, ()>| c.reply.str("0x1"))
+            .method("bad", |_c: crate::Call<'_, ()>| {
+                Err::<(), _>(crate::RpcError::invalid_params("no"))
+            })
+            .observer(metrics.clone())
+            .build()
+            .unwrap();
+        let held = (lock(&metrics.calls), lock(&metrics.errors));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let (mut conn, mut out) = (crate::Connection::new(), Vec::new());
+            for m in [
+                &br#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#[..],
+                br#"{"jsonrpc":"2.0","id":2,"method":"bad"}"#,
+                br#"{"jsonrpc":"2.0","id":3,"method":"nope"}"#,
+                br#"{"jsonrpc":"2.0","id":4,"#,
+                br#"{"jsonrpc":"2.0","id":5}"#,
+            ] {
+                d.handle(m, &mut conn, &mut out);
+            }
+            let _ = tx.send(());
+        });
+        // A guard against a hang only: the five calls take microseconds.
+        let counted = rx.recv_timeout(Duration::from_secs(20));
+        drop(held);
+        assert!(counted.is_ok(), "counting waited for a lock");
+        assert_eq!(metrics.call_count("eth_chainId"), 1);
+        assert_eq!(metrics.call_count("bad"), 1);
+        assert_eq!(metrics.call_count(UNKNOWN_METHOD), 1);
+        for code in [-32602, -32601, -32700, -32600] {
+            assert_eq!(metrics.error_count(code), 1, "{code}");
+        }
     }
 
     /// Method names come from clients: any text must leave the exposition
@@ -499,6 +709,10 @@ mod tests {
         assert_eq!(metrics.call_count(UNKNOWN_METHOD), 20_001);
         assert_eq!(metrics.call_count("m7"), 0);
         assert_eq!(metrics.call_count("(other)"), 0);
-        assert_eq!(lock(&metrics.calls).len(), 2);
+        let labels = metrics.render();
+        let labels = labels
+            .lines()
+            .filter(|l| l.starts_with("rpcwire_calls_total{"));
+        assert_eq!(labels.count(), 2);
     }
 }
