@@ -169,6 +169,10 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// (instead of answering -32601): a proxy forwarding what it does not
     /// serve itself, for instance. `rpc.` names stay reserved: they never
     /// reach it. The handler sees the method name with `call.method()`.
+    ///
+    /// The name is the client's text: observers see its calls as
+    /// [`Route::Fallback`], and `server::Metrics` counts them all under one
+    /// label, `(other)`, so that clients cannot make labels of their own.
     pub fn fallback<F, R>(mut self, handler: F) -> Self
     where
         F: Fn(Call<'_, S>) -> R + Send + Sync + 'static,

@@ -127,8 +127,10 @@ impl LimitKind {
 }
 
 /// Counters for a metrics endpoint: calls per method (calls of methods the
-/// dispatcher does not have under one label, [`UNKNOWN_METHOD`]), errors
-/// per code, limits hit, connections (each transport counts its own: an
+/// dispatcher does not have under one label, [`UNKNOWN_METHOD`], and the
+/// calls its [fallback](crate::dispatch::DispatcherBuilder::fallback)
+/// answers under another, [`OTHER_METHOD`]: names a client chooses never
+/// become labels), errors per code, limits hit, connections (each transport counts its own: an
 /// HTTP connection upgraded to WebSocket on a combined port counts once as
 /// each). Install it as the dispatcher's
 /// [`Observer`] (it counts calls) and hand it to
@@ -139,8 +141,8 @@ impl LimitKind {
 /// found by the [`Route`] of each call, and the error codes of the
 /// JSON-RPC and LSP ranges (-32899 to -32000) and small codes (-128 to
 /// 127, such as Ethereum's 3) have counters of their own, all atomics. Only
-/// rare calls go through a lock: `rpc.discover`, the fallback's calls,
-/// methods of further dispatchers, other error codes.
+/// rare calls go through a lock: `rpc.discover`, methods of further
+/// dispatchers, other error codes.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -160,8 +162,8 @@ pub struct Metrics {
     bound: [OnceLock<Bound>; BOUND_TABLES],
     /// Calls of names no dispatcher has ([`UNKNOWN_METHOD`]).
     unknown: AtomicU64,
-    /// Calls counted under `(other)`: names past [`MAX_METHODS`] or
-    /// [`MAX_METHOD_LABEL`].
+    /// Calls counted under [`OTHER_METHOD`]: the fallback's, and names
+    /// past [`MAX_METHODS`] or [`MAX_METHOD_LABEL`].
     other: AtomicU64,
     /// Calls of the rare names no bound table holds (`rpc.discover`,
     /// further dispatchers' methods, records made by hand).
@@ -256,7 +258,7 @@ impl Metrics {
         if method == UNKNOWN_METHOD {
             n += self.unknown.load(Ordering::Relaxed);
         }
-        if method == "(other)" {
+        if method == OTHER_METHOD {
             n += self.other.load(Ordering::Relaxed);
         }
         n
@@ -302,7 +304,7 @@ impl Metrics {
             }
         }
         add(UNKNOWN_METHOD, self.unknown.load(Ordering::Relaxed));
-        add("(other)", self.other.load(Ordering::Relaxed));
+        add(OTHER_METHOD, self.other.load(Ordering::Relaxed));
         for (method, n) in calls {
             out.push_str("rpcwire_calls_total{method=\"");
             push_label_value(&mut out, &method);
@@ -406,9 +408,13 @@ impl Observer for Metrics {
                         None => self.count_name(method),
                     }
                 }
-                // A client's unknown names are counted under one key: kept
-                // apart, they would grow the map at the client's will and
-                // crowd the real methods out of it.
+                // Names a client chooses (the fallback answers any) are
+                // counted under one label each kind: kept apart, they would
+                // make labels at the client's will (a time series each for
+                // Prometheus) and crowd the real methods out of the map.
+                Route::Fallback => {
+                    self.other.fetch_add(1, Ordering::Relaxed);
+                }
                 _ if !call.known => {
                     self.unknown.fetch_add(1, Ordering::Relaxed);
                 }
@@ -450,11 +456,16 @@ impl Drop for ConnectionGuard {
 /// have under (answered -32601, or refused before they could run).
 pub const UNKNOWN_METHOD: &str = "(unknown)";
 
+/// The label [`Metrics`] counts calls answered by the dispatcher's
+/// [fallback](crate::dispatch::DispatcherBuilder::fallback) under
+/// (whatever name the client sent), and names past its caps on labels.
+pub const OTHER_METHOD: &str = "(other)";
+
 /// Distinct method names [`Metrics`] counts apart; the rest go under
-/// `(other)`.
+/// [`OTHER_METHOD`].
 const MAX_METHODS: usize = 10_000;
 /// The longest method name [`Metrics`] keeps as a label; longer ones go
-/// under `(other)`.
+/// under [`OTHER_METHOD`].
 const MAX_METHOD_LABEL: usize = 128;
 
 /// `value` as a label value of the Prometheus text format: backslash,
@@ -636,6 +647,41 @@ mod tests {
         for code in [-32602, -32601, -32700, -32600] {
             assert_eq!(metrics.error_count(code), 1, "{code}");
         }
+    }
+
+    /// A fallback answers any name a client sends: its calls are one
+    /// `(other)` counter, as unknown names are one `(unknown)`. Before,
+    /// each name was a label of its own: up to 10,000 of the client's
+    /// choosing, each a time series for Prometheus to keep.
+    #[test]
+    fn fallback_calls_are_counted_as_other() {
+        let metrics = Arc::new(Metrics::default());
+        let d = crate::Dispatcher::builder(())
+            .method("eth_chainId", |c: crate::Call<'_, ()>| c.reply.str("0x1"))
+            .fallback(|c: crate::Call<'_, ()>| c.reply.str("forwarded"))
+            .observer(metrics.clone())
+            .build()
+            .unwrap();
+        let (mut conn, mut out) = (crate::Connection::new(), Vec::new());
+        for m in ["m0", "m1", "m2", "eth_chainId", "rpc.nope"] {
+            let call = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+            d.handle(call.as_bytes(), &mut conn, &mut out);
+        }
+        assert_eq!(metrics.call_count("m0"), 0);
+        assert_eq!(metrics.call_count(OTHER_METHOD), 3);
+        let text = metrics.render();
+        let labels: Vec<_> = text
+            .lines()
+            .filter(|l| l.starts_with("rpcwire_calls_total{"))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                r#"rpcwire_calls_total{method="(other)"} 3"#,
+                r#"rpcwire_calls_total{method="(unknown)"} 1"#,
+                r#"rpcwire_calls_total{method="eth_chainId"} 1"#,
+            ]
+        );
     }
 
     /// Method names come from clients: any text must leave the exposition
