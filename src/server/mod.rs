@@ -284,6 +284,12 @@ impl Metrics {
         self.connections_open.load(Ordering::Relaxed)
     }
 
+    /// Connections opened since the start, closed ones included (as
+    /// `rpcwire_connections_total` in [`render`](Metrics::render)).
+    pub fn connections_total(&self) -> u64 {
+        self.connections_total.load(Ordering::Relaxed)
+    }
+
     /// The counters in the Prometheus text exposition format.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -438,6 +444,7 @@ impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
             .field("connections_open", &self.connections_open())
+            .field("connections_total", &self.connections_total())
             .finish()
     }
 }
@@ -681,6 +688,24 @@ mod tests {
                 r#"rpcwire_calls_total{method="(unknown)"} 1"#,
                 r#"rpcwire_calls_total{method="eth_chainId"} 1"#,
             ]
+        );
+    }
+
+    /// Connections ever opened, for a gateway that reads its counters
+    /// itself: closed ones stay counted.
+    #[test]
+    fn connections_total_counts_closed_connections_too() {
+        let metrics = Arc::new(Metrics::default());
+        let first = metrics.connection();
+        drop(metrics.connection());
+        assert_eq!(
+            (metrics.connections_open(), metrics.connections_total()),
+            (1, 2)
+        );
+        drop(first);
+        assert_eq!(
+            (metrics.connections_open(), metrics.connections_total()),
+            (0, 2)
         );
     }
 
