@@ -215,8 +215,9 @@ pub enum Serving {
 pub struct Ops {
     /// The dispatcher's observer.
     pub counters: Arc<Counters>,
-    /// The servers' counters (connections, limits hit); not the
-    /// dispatcher's observer (its per-method map takes a lock per call).
+    /// The servers' counters (connections, limits hit). The dispatcher's
+    /// observer is `counters`, written when `Metrics` took a lock per call;
+    /// it no longer does, so `counters` could become `Metrics` itself.
     pub server: Arc<Metrics>,
     serving: OnceLock<Serving>,
 }

@@ -283,8 +283,9 @@ impl<F: Framer> Driver<F> {
 
     /// Output not yet written, in bytes, past which the driver stops
     /// reading requests until the client reads (default 1 MiB; replies of
-    /// calls already running are still queued, so the output can pass it
-    /// by at most their size).
+    /// calls already running are still queued, with the notifications
+    /// handlers sent before them, so the output can pass it by at most
+    /// their size and [`Limits::max_queued`] notifications).
     ///
     /// Why: a client that sends requests and never reads would otherwise
     /// make the server buffer every reply.
