@@ -1070,3 +1070,106 @@ async fn a_backlog_of_expired_calls_is_answered_in_one_poll() {
     assert_eq!(notifications, 11);
     assert_eq!(records.len(), ids.len() + notifications + 2, "{records:?}");
 }
+
+/// Counts the wake-ups of the task that polls a connection by hand.
+#[derive(Default)]
+struct Wakes(AtomicUsize);
+
+impl std::task::Wake for Wakes {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Wakes {
+    fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Polls `conn` once, as a task whose waker is `waker`.
+fn poll_as(
+    conn: &mut Connection,
+    d: &Dispatcher<(), WithAsync>,
+    waker: &std::task::Waker,
+    out: &mut Framed,
+) -> std::task::Poll<usize> {
+    conn.poll_replies(d, &mut std::task::Context::from_waker(waker), out)
+}
+
+/// A queued call's deadline had no timer: the engine's timer was set from
+/// the running calls' deadlines only, so a queued call whose deadline came
+/// before all of theirs was answered only when the task was polled for
+/// something else (here 80 ms late, at the running call's own deadline).
+/// It happened when a later call ran while an earlier one waited: a call
+/// arriving just after a cancellation freed a slot took it ahead of the
+/// queue. Now the timer covers the front of the queue too: the task is
+/// woken at the queued call's deadline, and that poll answers it.
+#[tokio::test(start_paused = true)]
+async fn a_queued_call_is_answered_at_its_deadline() {
+    use rpcwire::dispatch::CancelledReply;
+    let d = Dispatcher::builder(())
+        .max_in_flight(1)
+        .timeout(Some(Duration::from_millis(100)))
+        .async_method("forever", |_call: AsyncCall<()>| {
+            std::future::pending::<Result<u64, RpcError>>()
+        })
+        .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+        .build()
+        .unwrap();
+    let wakes = Arc::new(Wakes::default());
+    let waker = std::task::Waker::from(Arc::clone(&wakes));
+    let mut conn = Connection::new();
+    let mut out = Framed::default();
+    let call = |id: u64| {
+        Bytes::from(format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"forever"}}"#
+        ))
+    };
+    let ms = |n| tokio::time::sleep(Duration::from_millis(n));
+
+    // 0 ms: call 1 runs (its deadline at 100 ms).
+    conn.start(&d, &call(1), &mut out);
+    assert!(poll_as(&mut conn, &d, &waker, &mut out).is_pending());
+    // 10 ms: call 2 waits for the slot (its deadline at 110 ms).
+    ms(10).await;
+    conn.start(&d, &call(2), &mut out);
+    assert!(poll_as(&mut conn, &d, &waker, &mut out).is_pending());
+    // 90 ms: call 1 is cancelled; call 3 arrives (its deadline at 190 ms).
+    ms(80).await;
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#),
+        &mut out,
+    );
+    conn.start(&d, &call(3), &mut out);
+    let _ = poll_as(&mut conn, &d, &waker, &mut out);
+    // 105 ms: the timer set for call 1's deadline has fired; nothing was
+    // due.
+    ms(15).await;
+    let _ = poll_as(&mut conn, &d, &waker, &mut out);
+    assert_eq!(out.replies().len(), 1, "call 1's cancellation only");
+    // 111 ms: past call 2's deadline, before call 3's.
+    let before = wakes.count();
+    ms(6).await;
+    assert!(
+        wakes.count() > before,
+        "nothing woke the task at call 2's deadline"
+    );
+    assert_eq!(
+        poll_as(&mut conn, &d, &waker, &mut out),
+        std::task::Poll::Ready(1)
+    );
+    let replies = out.replies();
+    assert_eq!(
+        replies,
+        [
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32800, "message": "Request cancelled"}}),
+            json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32000, "message": "Request timed out", "data": {"timeout_ms": 100}}}),
+        ]
+    );
+    assert_eq!(conn.in_flight(), 1, "call 3");
+}

@@ -1566,6 +1566,29 @@ impl Engine {
         self.timer_polled = false;
     }
 
+    /// Makes the timer fire no later than the deadline of the call at the
+    /// front of the queue, the earliest of the queued calls' (they count
+    /// from arrival, and the queue is in arrival order). The running
+    /// calls' deadlines alone do not do: a queued call whose deadline came
+    /// before all of theirs (one that arrived later ran first) was
+    /// answered only when something else woke the task.
+    fn cover_front(&mut self, timeout: std::time::Duration, cx: &mut TaskContext<'_>) {
+        let Some(deadline) = self
+            .waiting
+            .front()
+            .and_then(|w| w.queued)
+            .and_then(|queued| queued.checked_add(timeout))
+        else {
+            return;
+        };
+        self.cover(deadline, Instant::now());
+        // Polled now that it is set, as `expire` does after a reset, so
+        // that it wakes the task: no call's launch follows to poll it.
+        if !self.timer_polled && self.timer_fired() {
+            cx.waker().wake_by_ref();
+        }
+    }
+
     /// Whether the deadline timer has fired: polled (registering its waker)
     /// only after it was set, and after its waker was called.
     fn timer_fired(&mut self) -> bool {
@@ -1932,6 +1955,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
             self.launch(engine, w, &conn.context);
         }
         let engine = &mut conn.engine;
+        if let Some(timeout) = self.timeout {
+            engine.cover_front(timeout, cx);
+        }
         written += engine.flush_complete(out, conn.max_retained);
         if written > 0 {
             Poll::Ready(written)
