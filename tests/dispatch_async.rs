@@ -1107,7 +1107,9 @@ fn poll_as(
 /// It happened when a later call ran while an earlier one waited: a call
 /// arriving just after a cancellation freed a slot took it ahead of the
 /// queue. Now the timer covers the front of the queue too: the task is
-/// woken at the queued call's deadline, and that poll answers it.
+/// woken at the queued call's deadline, and that poll answers it. (Since
+/// calls start in arrival order, call 2 takes the freed slot here and
+/// call 3 waits; call 2's timeout must still come at its deadline.)
 #[tokio::test(start_paused = true)]
 async fn a_queued_call_is_answered_at_its_deadline() {
     use rpcwire::dispatch::CancelledReply;
@@ -1172,4 +1174,75 @@ async fn a_queued_call_is_answered_at_its_deadline() {
         ]
     );
     assert_eq!(conn.in_flight(), 1, "call 3");
+}
+
+/// Calls start in arrival order. A slot freed outside a poll (a running
+/// call cancelled by a cancel notification, or by `Connection::cancel`)
+/// went to the next call to *arrive*, since `launch` only checked the cap:
+/// call 3 ran while call 2, queued before it, went on waiting. Nothing
+/// woke the task either, so the queued call waited for whatever polled
+/// next. Now an arriving call queues behind those already waiting, the
+/// freed slot wakes the task, and its next poll starts the queue's front.
+#[tokio::test(start_paused = true)]
+async fn queued_calls_start_before_later_arrivals() {
+    use rpcwire::dispatch::CancelledReply;
+    for by_notification in [true, false] {
+        let log = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let l = Arc::clone(&log);
+        let d = Dispatcher::builder(())
+            .max_in_flight(1)
+            .async_method("logged", move |call: AsyncCall<()>| {
+                let id = String::from_utf8(call.id().unwrap_or(b"-").to_vec()).unwrap();
+                l.lock().unwrap().push(id);
+                std::future::pending::<Result<u64, RpcError>>()
+            })
+            .cancel_notification("$/cancelRequest", "id", CancelledReply::Nothing)
+            .build()
+            .unwrap();
+        let wakes = Arc::new(Wakes::default());
+        let waker = std::task::Waker::from(Arc::clone(&wakes));
+        let mut conn = Connection::new();
+        let mut out = Framed::default();
+        let call = |id: u64| {
+            Bytes::from(format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"logged"}}"#
+            ))
+        };
+        let started = || log.lock().unwrap().join(",");
+
+        conn.start(&d, &call(1), &mut out);
+        conn.start(&d, &call(2), &mut out);
+        assert!(poll_as(&mut conn, &d, &waker, &mut out).is_pending());
+        assert_eq!(started(), "1", "call 2 waits for the slot");
+
+        let before = wakes.count();
+        if by_notification {
+            conn.start(
+                &d,
+                &Bytes::from_static(
+                    br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#,
+                ),
+                &mut out,
+            );
+        } else {
+            assert!(conn.cancel(b"1"));
+        }
+        assert!(
+            wakes.count() > before,
+            "a slot freed for a queued call, and no wake-up (by notification: {by_notification})"
+        );
+        conn.start(&d, &call(3), &mut out);
+        let _ = poll_as(&mut conn, &d, &waker, &mut out);
+        assert_eq!(
+            started(),
+            "1,2",
+            "call 3 overtook call 2 (by notification: {by_notification})"
+        );
+        assert_eq!(conn.in_flight(), 2, "call 2 runs, call 3 waits");
+
+        assert!(conn.cancel(b"2"));
+        let _ = poll_as(&mut conn, &d, &waker, &mut out);
+        assert_eq!(started(), "1,2,3");
+        assert!(out.ends.is_empty(), "cancelled calls are not answered");
+    }
 }

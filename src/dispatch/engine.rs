@@ -185,7 +185,8 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
 
     /// The most async calls of one connection running at once (default
     /// 64). Further entries wait, their futures not yet created, until a
-    /// call finishes.
+    /// call finishes (or is cancelled or times out); they start in arrival
+    /// order, never after a call that arrived later.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n.max(1);
         self
@@ -1472,6 +1473,10 @@ impl Engine {
             .position(|s| s.task.as_ref().is_some_and(|t| t.id.as_deref() == Some(id)));
         let target = if let Some(index) = found {
             let task = self.free_slot(index, true);
+            if !self.waiting.is_empty() {
+                // Its slot is the queue's front's: started by the next poll.
+                self.ready.waker.wake();
+            }
             task.call.answered(Outcome::Error(REQUEST_CANCELLED));
             self.cancelled.push(Cancelled {
                 method: task.method,
@@ -1569,9 +1574,12 @@ impl Engine {
     /// Makes the timer fire no later than the deadline of the call at the
     /// front of the queue, the earliest of the queued calls' (they count
     /// from arrival, and the queue is in arrival order). The running
-    /// calls' deadlines alone do not do: a queued call whose deadline came
-    /// before all of theirs (one that arrived later ran first) was
-    /// answered only when something else woke the task.
+    /// calls' deadlines alone did not do while a call that arrived later
+    /// could run first (see [`launch`](Shared::launch)): a queued call
+    /// whose deadline came before all of theirs was answered only when
+    /// something else woke the task. With calls started in arrival order
+    /// the running calls' deadlines come first; this keeps the queue's
+    /// timing from resting on that.
     fn cover_front(&mut self, timeout: std::time::Duration, cx: &mut TaskContext<'_>) {
         let Some(deadline) = self
             .waiting
@@ -1827,17 +1835,26 @@ impl<S: Send + Sync + 'static> Shared<S> {
         conn.engine.msgs[m].as_mut().expect("live").sealed = true;
     }
 
-    /// Starts an async call if a slot under the cap is free, else queues
-    /// it. An entry of a batch already past the size limit is answered with
-    /// the too-large error instead, not run.
+    /// Starts an async call that just arrived if a slot under the cap is
+    /// free and no call waits for one, else queues it: calls start in
+    /// arrival order. A slot freed outside a poll (a cancellation) is the
+    /// queue's front's, which the next poll starts; checking the cap alone
+    /// gave it to whichever call arrived first after it.
     fn launch(&self, engine: &mut Engine, mut w: Waiting, ctx: &Context) {
-        if engine.running >= self.max_in_flight {
+        if engine.running >= self.max_in_flight || !engine.waiting.is_empty() {
             if self.timeout.is_some() && w.queued.is_none() {
                 w.queued = Some(Instant::now());
             }
             engine.waiting.push_back(w);
             return;
         }
+        self.run(engine, w, ctx);
+    }
+
+    /// Starts an async call in a free slot (the caller checked the cap). An
+    /// entry of a batch already past the size limit is answered with the
+    /// too-large error instead, not run.
+    fn run(&self, engine: &mut Engine, w: Waiting, ctx: &Context) {
         if let Some((m, k)) = w.target
             && let Some(msg) = engine.msgs[m].as_mut()
             && msg.batch
@@ -1952,7 +1969,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         while engine.running < self.max_in_flight
             && let Some(w) = engine.waiting.pop_front()
         {
-            self.launch(engine, w, &conn.context);
+            self.run(engine, w, &conn.context);
         }
         let engine = &mut conn.engine;
         if let Some(timeout) = self.timeout {
