@@ -1246,3 +1246,62 @@ async fn queued_calls_start_before_later_arrivals() {
         assert!(out.ends.is_empty(), "cancelled calls are not answered");
     }
 }
+
+/// A call answered while it waited for a slot (timed out, or cancelled)
+/// was reported to the observer with `elapsed` measured from its answer,
+/// about zero however long it had waited, which made latency histograms
+/// show the slowest calls as the fastest. Now it counts from the call's
+/// arrival: at least the timeout for one that timed out, at least the
+/// wait for one cancelled. (A real clock, and only lower bounds, which
+/// hold however slow the machine.)
+#[tokio::test]
+async fn calls_answered_while_queued_report_their_wait() {
+    use rpcwire::dispatch::{CallRecord, Observer};
+    #[derive(Default)]
+    struct Records(std::sync::Mutex<Vec<(String, Option<i32>, Duration)>>);
+    impl Observer for Records {
+        fn on_call(&self, call: &CallRecord<'_>) {
+            let id = call.id.map(|id| id.to_string()).unwrap_or_default();
+            self.0.lock().unwrap().push((id, call.code, call.elapsed));
+        }
+    }
+    let waker = std::task::Waker::noop();
+    for timeout in [Some(Duration::from_millis(50)), None] {
+        let records = Arc::new(Records::default());
+        let d = Dispatcher::builder(())
+            .max_in_flight(1)
+            .timeout(timeout)
+            .async_method("forever", |_call: AsyncCall<()>| {
+                std::future::pending::<Result<u64, RpcError>>()
+            })
+            .observer(records.clone())
+            .build()
+            .unwrap();
+        let mut conn = Connection::new();
+        let mut out = Framed::default();
+        for id in 1..=2 {
+            let call = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"forever"}}"#);
+            conn.start(&d, &Bytes::from(call), &mut out);
+        }
+        assert!(poll_as(&mut conn, &d, waker, &mut out).is_pending());
+        // Blocking: no poll comes before both deadlines have passed, so
+        // call 2 is answered from the queue.
+        std::thread::sleep(Duration::from_millis(60));
+        if timeout.is_none() {
+            assert!(conn.cancel(b"2"));
+        }
+        let _ = poll_as(&mut conn, &d, waker, &mut out);
+        let records = records.0.lock().unwrap();
+        let call2 = records
+            .iter()
+            .find(|(id, _, _)| id == "2")
+            .unwrap_or_else(|| panic!("call 2 not recorded: {records:?}"));
+        let code = if timeout.is_some() { -32000 } else { -32800 };
+        assert_eq!(call2.1, Some(code), "{records:?}");
+        assert!(
+            call2.2 >= Duration::from_millis(50),
+            "call 2 waited at least 50 ms and was recorded with {:?} ({code})",
+            call2.2
+        );
+    }
+}

@@ -881,8 +881,9 @@ pub(crate) struct Waiting {
     method: Bytes,
     id: Option<Bytes>,
     params: Option<OwnedParams>,
-    /// When it was queued for a slot (read only when there is a timeout):
-    /// its deadline counts from then.
+    /// When it was queued for a slot: its deadline counts from then, and
+    /// so does the `elapsed` reported of it if it is answered without
+    /// running (timed out or cancelled while it waits).
     queued: Option<Instant>,
 }
 
@@ -1493,7 +1494,10 @@ impl Engine {
             self.cancelled.push(Cancelled {
                 method: waiting.method,
                 id: waiting.id,
-                started: std::time::Instant::now(),
+                // Its wait is its latency (it never started).
+                started: waiting
+                    .queued
+                    .map_or_else(std::time::Instant::now, Instant::into_std),
             });
             waiting.target
         } else {
@@ -1842,9 +1846,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
     /// gave it to whichever call arrived first after it.
     fn launch(&self, engine: &mut Engine, mut w: Waiting, ctx: &Context) {
         if engine.running >= self.max_in_flight || !engine.waiting.is_empty() {
-            if self.timeout.is_some() && w.queued.is_none() {
-                w.queued = Some(Instant::now());
-            }
+            w.queued = Some(Instant::now());
             engine.waiting.push_back(w);
             return;
         }
@@ -1886,7 +1888,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         // One clock reading for both (the same clock, but for tokio's
         // paused clock in tests).
         let now = Instant::now();
-        let started = now.into_std();
+        let mut started = now.into_std();
         // From its arrival: the wait for a slot counts. A timeout too long
         // for the clock (`Duration::MAX`) is no deadline.
         let deadline = self
@@ -1908,6 +1910,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
             // a deadline that passed since, or a zero timeout.
             (Some(timeout), Some(deadline)) if deadline <= now => {
                 drop(call);
+                // Reported with its wait, as `expire_waiting` does.
+                started = w.queued.unwrap_or(now).into_std();
                 answer_now(self.timeout_error(timeout))
             }
             _ => {
@@ -2227,7 +2231,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
             if let Some(observer) = &self.observer {
                 let method = core::str::from_utf8(&w.method).ok();
                 let id = w.id.as_deref().map(Id::from_validated);
-                self.report(observer, method, id, outcome, now.into_std());
+                // Its wait is its latency: counted from the answer, as it
+                // was, a call that waited out its timeout looked instant.
+                let arrived = w.queued.unwrap_or(now).into_std();
+                self.report(observer, method, id, outcome, arrived);
             }
         }
         written
