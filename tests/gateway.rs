@@ -9,6 +9,9 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/http_request.rs"]
+mod http_request;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -20,6 +23,7 @@ use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEnvelope, TxL
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use futures_util::{SinkExt, StreamExt};
+use http_request::read_request;
 use rpcwire::dispatch::AsyncCall;
 use rpcwire::server::Shutdown;
 use rpcwire::server::http::HttpService;
@@ -181,35 +185,6 @@ async fn fake_upstream(kind: Fake) -> (SocketAddr, Arc<AtomicUsize>) {
         }
     });
     (addr, count)
-}
-
-/// Reads one HTTP/1.1 request with a `content-length` body.
-async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut chunk).await.ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return Some(buf[end + 4..end + 4 + len].to_vec());
-        }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
 }
 
 /// What a scripted upstream does with request number `n` (0-based, over

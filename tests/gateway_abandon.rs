@@ -13,11 +13,15 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/http_request.rs"]
+mod http_request;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::SinkExt;
+use http_request::read_request_buffered;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -54,7 +58,7 @@ async fn upstream() -> (SocketAddr, Arc<Mutex<Seen>>) {
             tokio::spawn(async move {
                 let mut buf = Vec::new();
                 loop {
-                    let Some(body) = read_request(&mut s, &mut buf).await else {
+                    let Some(body) = read_request_buffered(&mut s, &mut buf).await else {
                         log.lock().unwrap().closed.push(conn);
                         return;
                     };
@@ -85,30 +89,6 @@ async fn upstream() -> (SocketAddr, Arc<Mutex<Seen>>) {
         }
     });
     (addr, seen)
-}
-
-/// One request with a `content-length` body off `s` (`buf` keeps what
-/// was read past it); `None` at the end of the connection.
-async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse().unwrap());
-            if buf.len() >= end + 4 + len {
-                let body = buf[end + 4..end + 4 + len].to_vec();
-                buf.drain(..end + 4 + len);
-                return Some(body);
-            }
-        }
-        match s.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
 }
 
 /// Waits (at most [`HANG`]) until `done` holds for what the upstream saw.

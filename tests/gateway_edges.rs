@@ -8,11 +8,15 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/http_request.rs"]
+mod http_request;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http_request::read_request;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -119,35 +123,6 @@ fn scripted_on(listener: TcpListener, script: Script) -> (SocketAddr, Log) {
         }
     });
     (addr, log)
-}
-
-/// Reads one HTTP/1.1 request with a `content-length` body.
-async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map(|v| v.trim().parse().unwrap())
-                .unwrap_or(0);
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut chunk).await.ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return Some(buf[end + 4..end + 4 + len].to_vec());
-        }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
 }
 
 /// `HTTP/1.1 <status>` with a content-length body.

@@ -25,6 +25,8 @@ include!("support/gateway_example.rs");
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/http_request.rs"]
+mod http_request;
 #[path = "support/soak.rs"]
 mod soak;
 #[path = "support/ws_frame.rs"]
@@ -38,6 +40,7 @@ use std::time::Duration;
 
 use counting_alloc::CountingAlloc;
 use futures_util::{SinkExt, StreamExt};
+use http_request::read_request_buffered;
 use serde_json::{Value, json};
 use soak::{HANG, ROUND, WARM_UP, soak_with, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -109,35 +112,6 @@ impl Drop for Down<'_> {
     }
 }
 
-/// Reads one request with a `content-length` body; `None` at the end.
-async fn read_request(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse().unwrap());
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut chunk).await.ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            let body = buf[end + 4..end + 4 + len].to_vec();
-            buf.drain(..end + 4 + len);
-            return Some(body);
-        }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
 fn http_reply(body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -168,7 +142,7 @@ async fn fake_http(side: Arc<HttpSide>) -> SocketAddr {
             tokio::spawn(async move {
                 let _open = Down(&side.open);
                 let mut buf = Vec::new();
-                while let Some(body) = read_request(&mut s, &mut buf).await {
+                while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
                     side.in_flight.fetch_add(1, Ordering::SeqCst);
                     let _answering = Down(&side.in_flight);
                     let mut ticket = side.gate.ticket();

@@ -10,6 +10,8 @@ include!("support/gateway_example.rs");
 
 #[path = "support/example_binary.rs"]
 mod example_binary;
+#[path = "support/http_request.rs"]
+mod http_request;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,37 +26,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use example_binary::example_binary;
+use http_request::read_request;
 
 /// Long enough to mean "it hangs", never a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
-
-/// Reads one HTTP/1.1 request with a `content-length` body.
-async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse().unwrap());
-            while buf.len() < end + 4 + len {
-                let n = s.read(&mut chunk).await.ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buf.extend_from_slice(&chunk[..n]);
-            }
-            return Some(buf[end + 4..end + 4 + len].to_vec());
-        }
-        let n = s.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
 
 /// An HTTP upstream that reads every request and answers it (`"0x2a"`,
 /// under the request's id) only once [`Held::release`] is called.
