@@ -51,12 +51,11 @@ impl App {
         let ops = config.metrics.map(|_| Arc::new(Ops::new()));
         let observer = ops
             .as_ref()
-            .map(|o| Arc::clone(&o.counters) as Arc<dyn Observer>);
-        let metrics = ops.as_ref().map(|o| Arc::clone(&o.server));
+            .map(|o| Arc::clone(&o.metrics) as Arc<dyn Observer>);
+        let metrics = ops.as_ref().map(|o| Arc::clone(&o.metrics));
         if config.proxies() {
             let d = proxy::dispatcher(config, observer)?;
             if let Some(ops) = &ops {
-                ops.counters.set_methods(d.methods());
                 ops.set_serving(Serving::Proxy(Arc::clone(d.state())));
             }
             let http = HttpService::new(d.clone(), &limits, metrics.clone());
@@ -82,7 +81,6 @@ impl App {
         }
         let d = local::dispatcher(chain, config, observer)?;
         if let Some(ops) = &ops {
-            ops.counters.set_methods(d.methods());
             ops.set_serving(Serving::Chain(config.chain_id));
         }
         let http = HttpService::new(d.clone(), &limits, metrics.clone());
@@ -101,7 +99,7 @@ impl App {
 
     /// Serves `listener` until `shutdown`, within `limits`.
     pub async fn run(self, listener: TcpListener, limits: Limits, shutdown: Shutdown) {
-        let metrics = self.ops.map(|o| Arc::clone(&o.server));
+        let metrics = self.ops.map(|o| Arc::clone(&o.metrics));
         match self.servers {
             Servers::Proxy(http, ws) => {
                 combined::serve(listener, http, ws, limits, metrics, shutdown).await

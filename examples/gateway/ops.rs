@@ -7,19 +7,19 @@
 //! | `GET /health` | `200` when some upstream answers (or the built-in chain serves), `503` otherwise; a short JSON body saying why |
 //!
 //! Counting stays off the forwarding path's costs: the dispatcher's
-//! observer ([`Counters`]) only adds to atomics (no lock, no allocation
-//! per call), the servers count connections with atomics (and limits hit,
-//! rare, under a lock), and the upstreams count only their failures.
+//! observer (rpcwire's `Metrics`) only adds to atomics (no lock, no
+//! allocation per call; methods the gateway does not register, answered by
+//! its forwarding fallback, under one label, `(other)`), the servers count
+//! connections with atomics (and limits hit, rare, under a lock), and the
+//! upstreams count only their failures.
 //! Everything is read when scraped. Without `--metrics` none of it is
 //! installed.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fmt::Write as _;
 use std::future::Future;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -27,9 +27,8 @@ use std::time::Duration;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use rpcwire::bytes::Bytes;
-use rpcwire::dispatch::{CallRecord, Observer};
 use rpcwire::http::{Method, Request, Response, StatusCode, header};
-use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown, UNKNOWN_METHOD};
+use rpcwire::server::{Limits, Metrics, Shutdown};
 use tokio::net::TcpListener;
 
 use crate::proxy::Gateway;
@@ -37,171 +36,6 @@ use crate::proxy::Gateway;
 /// How long `/health` waits for an upstream to answer (at most the
 /// per-request timeout).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The label of calls of methods the dispatcher does not register,
-/// answered by the forwarding fallback (forwarded, or denied by a rule):
-/// a client's text, which is not made a label of its own.
-const OTHER_METHOD: &str = "(other)";
-
-/// Error codes counted apart: the JSON-RPC range (-32768..=-32000) and
-/// small codes (such as 3, a reverted call); the rest under `other`.
-const RESERVED_CODES: usize = 769;
-const SMALL_CODES: usize = 256;
-const CODE_SLOTS: usize = RESERVED_CODES + SMALL_CODES + 1;
-
-fn code_slot(code: i32) -> usize {
-    match code {
-        -32768..=-32000 => (code + 32768) as usize,
-        -128..=127 => RESERVED_CODES + (code + 128) as usize,
-        _ => CODE_SLOTS - 1,
-    }
-}
-
-fn slot_code(slot: usize) -> Option<i32> {
-    if slot < RESERVED_CODES {
-        Some(slot as i32 - 32768)
-    } else if slot < CODE_SLOTS - 1 {
-        Some((slot - RESERVED_CODES) as i32 - 128)
-    } else {
-        None
-    }
-}
-
-/// FNV-1a: method names are short and chosen by the dispatcher's author
-/// (a client's unknown name only misses), so a fast hash does; SipHash
-/// cost more than the counting itself.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for &b in bytes {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-/// The dispatcher's methods, each with its slot in [`Counters::calls`].
-struct Table {
-    index: HashMap<Box<str>, usize, BuildHasherDefault<Fnv>>,
-    names: Vec<Box<str>>,
-    calls: Box<[AtomicU64]>,
-}
-
-/// The dispatcher's counters, kept with atomics only: calls per method
-/// (the dispatcher's own methods apart, fallback calls as `(other)`,
-/// unknown ones as `(unknown)`), replies per error code, time spent. The
-/// methods are set once the dispatcher is built ([`Counters::set_methods`]).
-pub struct Counters {
-    table: OnceLock<Table>,
-    other: AtomicU64,
-    unknown: AtomicU64,
-    errors: Box<[AtomicU64]>,
-    nanos: AtomicU64,
-}
-
-impl Default for Counters {
-    fn default() -> Self {
-        Counters {
-            table: OnceLock::new(),
-            other: AtomicU64::new(0),
-            unknown: AtomicU64::new(0),
-            errors: (0..CODE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
-            nanos: AtomicU64::new(0),
-        }
-    }
-}
-
-impl Counters {
-    /// The dispatcher's method names (counted apart from then on).
-    pub fn set_methods<'a>(&self, methods: impl Iterator<Item = &'a str>) {
-        let names: Vec<Box<str>> = methods.map(Box::from).collect();
-        let index = names
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), i))
-            .collect();
-        let calls = (0..names.len()).map(|_| AtomicU64::new(0)).collect();
-        let _ = self.table.set(Table {
-            index,
-            names,
-            calls,
-        });
-    }
-
-    fn render(&self, out: &mut String) {
-        out.push_str("# TYPE rpcwire_calls_total counter\n");
-        let mut calls: Vec<(&str, u64)> = Vec::new();
-        if let Some(t) = self.table.get() {
-            calls.extend(
-                t.names
-                    .iter()
-                    .zip(t.calls.iter())
-                    .map(|(n, c)| (&**n, c.load(Ordering::Relaxed))),
-            );
-        }
-        calls.push((OTHER_METHOD, self.other.load(Ordering::Relaxed)));
-        calls.push((UNKNOWN_METHOD, self.unknown.load(Ordering::Relaxed)));
-        calls.retain(|(_, n)| *n > 0);
-        calls.sort_unstable();
-        for (method, n) in calls {
-            let _ = writeln!(
-                out,
-                "rpcwire_calls_total{{method=\"{}\"}} {n}",
-                Label(method)
-            );
-        }
-        out.push_str("# TYPE rpcwire_errors_total counter\n");
-        for (slot, n) in self.errors.iter().enumerate() {
-            let n = n.load(Ordering::Relaxed);
-            if n == 0 {
-                continue;
-            }
-            match slot_code(slot) {
-                Some(code) => {
-                    let _ = writeln!(out, "rpcwire_errors_total{{code=\"{code}\"}} {n}");
-                }
-                None => {
-                    let _ = writeln!(out, "rpcwire_errors_total{{code=\"other\"}} {n}");
-                }
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# TYPE rpcwire_call_seconds_total counter\nrpcwire_call_seconds_total {:.6}",
-            self.nanos.load(Ordering::Relaxed) as f64 / 1e9
-        );
-    }
-}
-
-impl Observer for Counters {
-    fn on_call(&self, call: &CallRecord<'_>) {
-        let counter = match call.method {
-            Some(m) if call.known => self
-                .table
-                .get()
-                .and_then(|t| t.index.get(m).map(|&i| &t.calls[i]))
-                .unwrap_or(&self.other),
-            _ => &self.unknown,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        if let Some(code) = call.code {
-            self.errors[code_slot(code)].fetch_add(1, Ordering::Relaxed);
-        }
-        self.nanos
-            .fetch_add(call.elapsed.as_nanos() as u64, Ordering::Relaxed);
-    }
-}
 
 /// What the gateway serves, for `/health`.
 pub enum Serving {
@@ -213,20 +47,16 @@ pub enum Serving {
 
 /// Everything the operators' endpoint reads.
 pub struct Ops {
-    /// The dispatcher's observer.
-    pub counters: Arc<Counters>,
-    /// The servers' counters (connections, limits hit). The dispatcher's
-    /// observer is `counters`, written when `Metrics` took a lock per call;
-    /// it no longer does, so `counters` could become `Metrics` itself.
-    pub server: Arc<Metrics>,
+    /// The dispatcher's observer and the servers' counters (connections,
+    /// limits hit): atomics on every call's path, no lock.
+    pub metrics: Arc<Metrics>,
     serving: OnceLock<Serving>,
 }
 
 impl Ops {
     pub fn new() -> Ops {
         Ops {
-            counters: Arc::default(),
-            server: Arc::default(),
+            metrics: Arc::default(),
             serving: OnceLock::new(),
         }
     }
@@ -238,18 +68,7 @@ impl Ops {
 
     /// The text of `/metrics`.
     pub async fn metrics(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        self.counters.render(&mut out);
-        out.push_str("# TYPE rpcwire_limit_hits_total counter\n");
-        for (kind, name) in LIMITS {
-            let n = self.server.limit_count(kind);
-            let _ = writeln!(out, "rpcwire_limit_hits_total{{limit=\"{name}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "# TYPE rpcwire_connections_open gauge\nrpcwire_connections_open {}",
-            self.server.connections_open()
-        );
+        let mut out = self.metrics.render();
         if let Some(Serving::Proxy(gateway)) = self.serving.get() {
             render_upstreams(gateway, &mut out).await;
         }
@@ -299,17 +118,6 @@ impl Default for Ops {
         Ops::new()
     }
 }
-
-/// The limits the servers count, under rpcwire's own label values.
-const LIMITS: [(LimitKind, &str); 7] = [
-    (LimitKind::Connections, "connections"),
-    (LimitKind::MessageLen, "message_len"),
-    (LimitKind::Queue, "queue"),
-    (LimitKind::Idle, "idle"),
-    (LimitKind::Subscription, "subscription"),
-    (LimitKind::Header, "header"),
-    (LimitKind::BodyTimeout, "body_timeout"),
-];
 
 async fn render_upstreams(gateway: &Gateway, out: &mut String) {
     let states = gateway.up.states();
