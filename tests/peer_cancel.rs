@@ -22,6 +22,23 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
+/// LSP's cancellation: `$/cancelRequest` with `{"id": ..}`, a cancelled
+/// call answered -32800.
+fn lsp_cancel(b: DispatcherBuilder<(), WithAsync>) -> DispatcherBuilder<(), WithAsync> {
+    b.cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+}
+
+/// MCP's: `notifications/cancelled` with `requestId` and a `reason`, a
+/// cancelled call not answered.
+fn mcp_cancel(b: DispatcherBuilder<(), WithAsync>) -> DispatcherBuilder<(), WithAsync> {
+    b.cancel_notification(
+        "notifications/cancelled",
+        "requestId",
+        CancelledReply::Nothing,
+    )
+    .cancel_reason("reason")
+}
+
 /// A dispatcher whose `configure` asks the client `workspace/configuration`
 /// through the raw peer, waiting `params.ms`, and answers what came back
 /// (or the peer error's text); `ping` answers `"pong"`. `cancel` adds the
@@ -153,10 +170,7 @@ impl Client {
 /// ignored. A request the client answers is not cancelled.
 #[tokio::test]
 async fn lsp_a_request_the_server_gives_up_on_is_cancelled_with_cancel_request() {
-    let (addr, shutdown) = serve(asking(|b| {
-        b.cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
-    }))
-    .await;
+    let (addr, shutdown) = serve(asking(lsp_cancel)).await;
     let mut c = Client::connect(addr).await;
 
     // Timed out.
@@ -230,15 +244,7 @@ async fn without_a_cancellation_nothing_is_sent_for_an_abandoned_request() {
 /// gets no reply (MCP's way), and a late answer is ignored.
 #[tokio::test]
 async fn mcp_a_request_the_server_gives_up_on_is_cancelled_with_notifications_cancelled() {
-    let (addr, shutdown) = serve(asking(|b| {
-        b.cancel_notification(
-            "notifications/cancelled",
-            "requestId",
-            CancelledReply::Nothing,
-        )
-        .cancel_reason("reason")
-    }))
-    .await;
+    let (addr, shutdown) = serve(asking(mcp_cancel)).await;
     let mut c = Client::connect(addr).await;
     let told_to_stop = |note: &Value, asked: &Value| {
         assert_eq!(note["jsonrpc"], "2.0", "{note}");
@@ -346,10 +352,7 @@ async fn serve_greeting(d: Dispatcher<(), WithAsync>) -> SocketAddr {
 /// `greeted`), and its late answer is ignored.
 #[tokio::test]
 async fn lsp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
-    let addr = serve_greeting(asking(|b| {
-        b.cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
-    }))
-    .await;
+    let addr = serve_greeting(asking(lsp_cancel)).await;
     let mut c = Client::connect(addr).await;
     let asked = c.recv().await;
     assert_eq!(asked["method"], "window/workDoneProgress/create", "{asked}");
@@ -369,15 +372,7 @@ async fn lsp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
 /// `notifications/cancelled` naming the request, with a reason.
 #[tokio::test]
 async fn mcp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
-    let addr = serve_greeting(asking(|b| {
-        b.cancel_notification(
-            "notifications/cancelled",
-            "requestId",
-            CancelledReply::Nothing,
-        )
-        .cancel_reason("reason")
-    }))
-    .await;
+    let addr = serve_greeting(asking(mcp_cancel)).await;
     let mut c = Client::connect(addr).await;
     let asked = c.recv().await;
     assert_eq!(asked["method"], "window/workDoneProgress/create", "{asked}");
