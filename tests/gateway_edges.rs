@@ -1157,3 +1157,99 @@ async fn exchanges_in_flight_per_upstream_are_capped() {
         );
     }
 }
+
+/// `--cors`: a dapp's page of a listed origin may call the gateway from a
+/// browser (preflight answered, `Access-Control-Allow-Origin` on the
+/// answer, its WebSocket upgrade accepted); other pages get 403; clients
+/// without `Origin` are served as ever; an option that names no origin is
+/// refused at start.
+#[tokio::test]
+async fn browsers_are_served_as_cors_says() {
+    const APP: &str = "http://localhost:5173";
+    let args = ["--cors", APP, "--cors", "https://app.example.org"];
+    let config = config::Config::from_args(args.iter().map(|s| s.to_string())).unwrap();
+    let gw = start(config).await;
+    let exchange = |raw: String| async move {
+        let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+        stream.write_all(raw.as_bytes()).await.unwrap();
+        // One response: its head, then the body its `content-length` says.
+        let mut got = Vec::new();
+        let whole = |got: &[u8]| {
+            let text = String::from_utf8_lossy(got).to_ascii_lowercase();
+            let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                return false;
+            };
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |n| n.trim().parse().unwrap());
+            body.len() >= length
+        };
+        let mut buf = [0u8; 4096];
+        while !whole(&got) {
+            let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+                .await
+                .expect("answered")
+                .unwrap();
+            assert!(n > 0, "closed early: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8(got).unwrap().to_ascii_lowercase()
+    };
+    let preflight = format!(
+        "OPTIONS / HTTP/1.1\r\nhost: x\r\norigin: {APP}\r\naccess-control-request-method: POST\r\n\
+         access-control-request-headers: content-type\r\nconnection: close\r\n\r\n"
+    );
+    let text = exchange(preflight).await;
+    assert!(text.starts_with("http/1.1 204"), "{text}");
+    assert!(
+        text.contains(&format!("access-control-allow-origin: {APP}\r\n")),
+        "{text}"
+    );
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    let post_from = |origin: &str| {
+        format!(
+            "POST / HTTP/1.1\r\nhost: x\r\norigin: {origin}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let text = exchange(post_from(APP)).await;
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(
+        text.contains(&format!("access-control-allow-origin: {APP}\r\n")),
+        "{text}"
+    );
+    assert!(text.ends_with(r#""result":"0x7a69"}"#), "{text}");
+    let text = exchange(post_from("https://evil.example")).await;
+    assert!(text.starts_with("http/1.1 403"), "{text}");
+    assert!(text.contains("origin not allowed"), "{text}");
+    let upgrade = |origin: &str| {
+        format!(
+            "GET / HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+             sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             origin: {origin}\r\n\r\n"
+        )
+    };
+    let mut ws = TcpStream::connect(gw.addr).await.unwrap();
+    ws.write_all(upgrade(APP).as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(Duration::from_secs(10), ws.read_exact(&mut head))
+        .await
+        .expect("answered")
+        .unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101");
+    let text = exchange(upgrade("https://evil.example")).await;
+    assert!(text.starts_with("http/1.1 403"), "{text}");
+    // No `Origin`: as without the option.
+    let (status, body) = post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    let refused =
+        config::Config::from_args(["--cors", "app.example.org"].iter().map(|s| s.to_string()));
+    assert!(refused.unwrap_err().contains("--cors: not a web origin"));
+}

@@ -58,7 +58,10 @@ impl App {
             if let Some(ops) = &ops {
                 ops.set_serving(Serving::Proxy(Arc::clone(d.state())));
             }
-            let http = HttpService::new(d.clone(), &limits, metrics.clone());
+            let http = with_cors(
+                HttpService::new(d.clone(), &limits, metrics.clone()),
+                config,
+            );
             let ws = ws_server(d, limits, metrics, shutdown);
             return Ok(App {
                 servers: Servers::Proxy(http, ws),
@@ -83,7 +86,10 @@ impl App {
         if let Some(ops) = &ops {
             ops.set_serving(Serving::Chain(config.chain_id));
         }
-        let http = HttpService::new(d.clone(), &limits, metrics.clone());
+        let http = with_cors(
+            HttpService::new(d.clone(), &limits, metrics.clone()),
+            config,
+        );
         // Subscriptions: the chain's newHeads.
         let ws = ws_server(d, limits, metrics, shutdown);
         Ok(App {
@@ -108,6 +114,17 @@ impl App {
                 combined::serve(listener, http, ws, limits, metrics, shutdown).await
             }
         }
+    }
+}
+
+/// `http` with the `--cors` policy, if one was given.
+fn with_cors<S: Send + Sync + 'static, K>(
+    http: HttpService<S, K>,
+    config: &Config,
+) -> HttpService<S, K> {
+    match &config.cors {
+        Some(cors) => http.cors(cors.clone()),
+        None => http,
     }
 }
 

@@ -35,6 +35,12 @@ usage: gateway [options]
                         listening socket on the port (default: one per core)
   --shutdown-grace MS   how long a shutdown waits for requests in flight
                         (default 10000)
+  --cors ORIGIN         let pages of ORIGIN (https://app.example.org) call
+                        from a browser (CORS preflights answered,
+                        Access-Control-Allow-Origin sent; WebSocket upgrades
+                        from it accepted); repeat for several, * for any.
+                        Without it browsers' cross-origin calls are refused;
+                        with it, other origins get 403
   --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health
                         (200 when an upstream answers eth_chainId or the
                         built-in chain serves, else 503) on a listener of
@@ -86,6 +92,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Where `/metrics` and `/health` are served; `None`: nowhere.
     pub metrics: Option<SocketAddr>,
+    /// The origins browsers may call from (`--cors`); `None`: CORS off.
+    pub cors: Option<rpcwire::server::cors::Cors>,
 }
 
 impl Default for Config {
@@ -107,6 +115,7 @@ impl Default for Config {
             upstream_connections: 128,
             shutdown_grace: rpcwire::server::Limits::default().shutdown_grace,
             metrics: None,
+            cors: None,
         }
     }
 }
@@ -115,6 +124,7 @@ impl Config {
     /// Reads the command line; `Err` carries the message to print.
     pub fn from_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         let mut c = Config::default();
+        let mut origins = Vec::new();
         while let Some(arg) = args.next() {
             let (name, inline) = match arg.split_once('=') {
                 Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -172,6 +182,7 @@ impl Config {
                             .map_err(|_| format!("--metrics: not an address: {v}"))?,
                     );
                 }
+                "--cors" => origins.push(value()?),
                 "--shutdown-grace" => {
                     c.shutdown_grace = Duration::from_millis(number(value()?)?);
                 }
@@ -181,6 +192,10 @@ impl Config {
                 }
                 _ => return Err(format!("unknown option: {arg}\n\n{USAGE}")),
             }
+        }
+        if !origins.is_empty() {
+            let cors = rpcwire::server::cors::Cors::origins(&origins);
+            c.cors = Some(cors.map_err(|e| format!("--cors: {e}"))?);
         }
         for u in c.upstreams.iter().chain(&c.upstream_ws) {
             if !(u.starts_with("http://") || u.starts_with("ws://")) {

@@ -14,6 +14,7 @@
 //! | an upgrade request that is not valid (no key) | `400`, a -32600 body saying why |
 //! | an upgrade request for another `Sec-WebSocket-Version` | `426` with `Sec-WebSocket-Version: 13`, a -32600 body |
 //! | a valid upgrade past the [`WsServer`]'s connection limit | `503`, a -32000 body with the limit |
+//! | an upgrade from an `Origin` the HTTP service's [`Cors`](super::cors::Cors) policy does not allow | `403`, a -32600 body naming the origin |
 //! | anything else | the [`HttpService`]'s answer (see [`super::http`]) |
 //!
 //! Once upgraded, a connection is no longer under the HTTP server's limits
@@ -114,6 +115,10 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
     /// Answers an upgrade request with `101` and serves the upgraded
     /// connection on a task of its own.
     fn upgrade<B>(&self, mut req: Request<B>) -> Response<ResponseBody> {
+        // Browsers do not preflight upgrades: the `Origin` is checked here.
+        if let Some(refused) = self.http.refuse_origin(req.headers()) {
+            return refused;
+        }
         let response = match upgrade_response(&req) {
             Ok(r) => r,
             Err(e) => return bad_upgrade(&req, &e.to_string()),

@@ -230,7 +230,9 @@ impl Own {
         // connection's start.
         self.watch.arm(kit.config.header_timeout);
         loop {
-            let head = self.next_head(http.max_body(), kit).await?;
+            let head = self
+                .next_head(http.max_body(), http.cors_enabled(), kit)
+                .await?;
             self.rest_of_body(&head, http).await?;
             if self.answer(&head, http, scratch).await? {
                 return Err(Leave::Close);
@@ -248,10 +250,15 @@ impl Own {
 
     /// Reads until the buffer starts with a whole request head this loop
     /// answers (or hands over).
-    async fn next_head(&mut self, max_body: usize, kit: &ConnectionKit) -> Result<Head, Leave> {
+    async fn next_head(
+        &mut self,
+        max_body: usize,
+        cors: bool,
+        kit: &ConnectionKit,
+    ) -> Result<Head, Leave> {
         loop {
             if !self.buf.is_empty() {
-                match parse_head(&self.buf, max_body) {
+                match parse_head(&self.buf, max_body, cors) {
                     // A head past the limit that arrived whole (the buffer,
                     // grown for an earlier body, can take far more than the
                     // limit in one read): hyper decides, reading it in its
@@ -682,7 +689,7 @@ impl Watch {
 
 /// Reads the request head at the front of `buf`: complete and answerable
 /// here, partial, or for hyper.
-fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
+fn parse_head(buf: &[u8], max_body: usize, cors: bool) -> Parsed {
     // Left uninitialized: httparse writes the ones it returns (an
     // initialized array would be 1 KiB written per request).
     let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -734,6 +741,9 @@ fn parse_head(buf: &[u8], max_body: usize) -> Parsed {
                 return Parsed::Other;
             }
             head.expects_continue = true;
+        } else if cors && name.eq_ignore_ascii_case(b"origin") {
+            // A browser's call: hyper's path applies the CORS policy.
+            return Parsed::Other;
         } else if name.eq_ignore_ascii_case(b"transfer-encoding")
             || name.eq_ignore_ascii_case(b"upgrade")
         {
@@ -914,7 +924,7 @@ mod tests {
                 "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}\r\n{{}}"
             )
         };
-        let complete = |text: &str| match parse_head(text.as_bytes(), 100) {
+        let complete = |text: &str| match parse_head(text.as_bytes(), 100, false) {
             Parsed::Complete(h) => Some((h.len, h.content_length, h.close, h.expects_continue)),
             _ => None,
         };
@@ -957,13 +967,16 @@ mod tests {
             "\x16\x03\x01".into(),
         ] {
             assert!(
-                matches!(parse_head(other.as_bytes(), 100), Parsed::Other),
+                matches!(parse_head(other.as_bytes(), 100, false), Parsed::Other),
                 "{other:?}"
             );
         }
         for cut in 0..plain.len() - 2 {
             assert!(
-                matches!(parse_head(&plain.as_bytes()[..cut], 100), Parsed::Partial),
+                matches!(
+                    parse_head(&plain.as_bytes()[..cut], 100, false),
+                    Parsed::Partial
+                ),
                 "{cut}"
             );
         }

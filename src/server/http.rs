@@ -29,6 +29,7 @@
 //! | the same, but the message needs no reply (notifications only, or responses) | `204 No Content`, empty |
 //! | the body is not valid JSON | `200`, the -32700 reply |
 //! | any other method (`GET`, `OPTIONS`…) | `405`, `Allow: POST`, a -32600 body |
+//! | with a [`Cors`] policy ([`HttpService::cors`]): a browser's preflight, or a request from another origin | see [`cors`](super::cors): `204` with the CORS headers, `Access-Control-Allow-Origin` on the answer, or `403` for an origin not allowed |
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
@@ -72,7 +73,11 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::future::Either;
 use futures_util::task::AtomicWaker;
-use http::header::{ALLOW, CONTENT_TYPE};
+use http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ALLOW,
+    CONTENT_TYPE, ORIGIN, VARY,
+};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
 use http_body_util::Full;
@@ -83,6 +88,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tower_service::Service;
 
+use super::cors::Cors;
 use super::h1::LazyHeaders;
 use super::{LimitKind, Limits, Metrics, Shutdown};
 use crate::conn::{Connection, Context};
@@ -144,6 +150,7 @@ const POOL_RETAINED: usize = 256 * 1024;
 pub struct HttpService<S = (), K = SyncOnly> {
     shared: Arc<Shared<S, K>>,
     peer: Option<SocketAddr>,
+    cors: Option<Arc<Cors>>,
 }
 
 struct Shared<S, K> {
@@ -162,6 +169,7 @@ impl<S, K> Clone for HttpService<S, K> {
         HttpService {
             shared: Arc::clone(&self.shared),
             peer: self.peer,
+            cors: self.cors.clone(),
         }
     }
 }
@@ -199,6 +207,42 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 pool: Mutex::new(Vec::new()),
             }),
             peer: None,
+            cors: None,
+        }
+    }
+
+    /// The same service, answering browsers' cross-origin calls as `cors`
+    /// says (preflights, `Access-Control-Allow-Origin`; other origins get
+    /// `403`); see [`cors`](super::cors). Without it `Origin` is ignored.
+    ///
+    /// ```
+    /// # use rpcwire::{Call, Dispatcher, server::{Limits, cors::Cors, http::HttpService}};
+    /// let d = Dispatcher::builder(())
+    ///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.str("0x1"))
+    ///     .build()?;
+    /// let service = HttpService::new(d, &Limits::default(), None)
+    ///     .cors(Cors::origins(["https://app.example.org"])?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn cors(mut self, cors: Cors) -> Self {
+        self.cors = Some(Arc::new(cors));
+        self
+    }
+
+    /// Whether requests' `Origin` matters (rpcwire's own HTTP/1.1 loop
+    /// hands those requests to hyper's path, which answers them).
+    pub(super) fn cors_enabled(&self) -> bool {
+        self.cors.is_some()
+    }
+
+    /// The `403` for an upgrade or request whose `Origin` may not call,
+    /// or `None` when it may (or when there is no CORS policy).
+    pub(super) fn refuse_origin(&self, headers: &HeaderMap) -> Option<Response<ResponseBody>> {
+        let cors = self.cors.as_ref()?;
+        let origin = headers.get(ORIGIN)?;
+        match cors.allow_origin(origin) {
+            Some(_) => None,
+            None => Some(forbidden_origin(origin)),
         }
     }
 
@@ -325,7 +369,29 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 body,
                 state,
                 shared: Arc::clone(&self.shared),
+                allow_origin: None,
             }
+        };
+        // A browser's call from another origin: answered by the CORS
+        // policy, if there is one.
+        let mut allow_origin = None;
+        if let Some(cors) = &self.cors
+            && let Some(origin) = parts.headers.get(ORIGIN)
+        {
+            let Some(allowed) = cors.allow_origin(origin) else {
+                return early(body, forbidden_origin(origin));
+            };
+            if parts.method == Method::OPTIONS
+                && parts.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+            {
+                return early(body, preflight(cors, allowed, &parts.headers));
+            }
+            allow_origin = Some((allowed, cors.varies()));
+        }
+        let early = |body: B, response: Response<ResponseBody>| {
+            let mut future = early(body, response);
+            future.allow_origin = allow_origin.clone();
+            future
         };
         if parts.method != Method::POST {
             return early(body, not_allowed());
@@ -345,6 +411,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 body,
                 state: State::Ready(Some(closing(shared.refuse_too_large()))),
                 shared: Arc::clone(&self.shared),
+                allow_origin,
             };
         }
         let peer = self
@@ -361,6 +428,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 deadline: None,
             },
             shared,
+            allow_origin,
         }
     }
 }
@@ -497,6 +565,9 @@ pin_project_lite::pin_project! {
         body: B,
         state: State,
         shared: Arc<Shared<S, K>>,
+        // The CORS headers the answer carries: `Access-Control-Allow-Origin`
+        // and whether it varies with `Origin`.
+        allow_origin: Option<(HeaderValue, bool)>,
     }
 }
 
@@ -566,7 +637,15 @@ where
         loop {
             match this.state {
                 State::Ready(response) => {
-                    return Poll::Ready(Ok(response.take().expect("polled after completion")));
+                    let mut response = response.take().expect("polled after completion");
+                    if let Some((allowed, varies)) = this.allow_origin.take() {
+                        let headers = response.headers_mut();
+                        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+                        if varies {
+                            headers.append(VARY, HeaderValue::from_static("origin"));
+                        }
+                    }
+                    return Poll::Ready(Ok(response));
                 }
                 State::Reading {
                     first,
@@ -743,6 +822,40 @@ fn not_allowed() -> Response<ResponseBody> {
     response
         .headers_mut()
         .insert(ALLOW, HeaderValue::from_static("POST"));
+    response
+}
+
+/// The `403` for a request from an origin the CORS policy does not allow.
+fn forbidden_origin(origin: &HeaderValue) -> Response<ResponseBody> {
+    json_response(
+        StatusCode::FORBIDDEN,
+        Bytes::from(super::cors::forbidden_body(origin)),
+    )
+}
+
+/// The answer to a browser's preflight from an allowed origin: `POST`
+/// with the headers it asks for (rpcwire reads only `Content-Type`, and a
+/// client's own headers are for the handlers to judge).
+fn preflight(cors: &Cors, allowed: HeaderValue, request: &HeaderMap) -> Response<ResponseBody> {
+    let mut response = no_content();
+    let headers = response.headers_mut();
+    headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("POST, OPTIONS"),
+    );
+    let asked = request
+        .get(ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned()
+        .unwrap_or(HeaderValue::from_static("content-type"));
+    headers.insert(ACCESS_CONTROL_ALLOW_HEADERS, asked);
+    headers.insert(ACCESS_CONTROL_MAX_AGE, cors.max_age_header().clone());
+    headers.insert(
+        VARY,
+        HeaderValue::from_static(
+            "origin, access-control-request-method, access-control-request-headers",
+        ),
+    );
     response
 }
 

@@ -25,6 +25,9 @@ use crate::peer::{Outbound, SendError};
 #[cfg_attr(docsrs, doc(cfg(all(feature = "http", feature = "ws"))))]
 pub mod combined;
 #[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod cors;
+#[cfg(feature = "http")]
 mod h1;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]

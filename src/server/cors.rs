@@ -1,0 +1,235 @@
+//! Which web pages may call a server from a browser: CORS for HTTP, the
+//! `Origin` check for WebSocket upgrades (feature `http`).
+//!
+//! A browser sends a script's cross-origin `POST` of `application/json`
+//! only after a preflight (`OPTIONS` with `Origin` and
+//! `Access-Control-Request-Method`) was answered with the page's origin
+//! allowed, and lets the script read the reply only when it carries
+//! `Access-Control-Allow-Origin`. A dapp calling a node or gateway
+//! straight from the page needs both, as geth's `--http.corsdomain` and
+//! anvil give. WebSocket upgrades are not preflighted: the browser sends
+//! its page's `Origin` and leaves the check to the server (geth's
+//! `--ws.origins`).
+//!
+//! With a [`Cors`] set on [`HttpService::cors`](super::http::HttpService::cors):
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | no `Origin` (curl, servers, other nodes) | as without CORS |
+//! | `OPTIONS` preflight from an allowed origin | `204`, `Access-Control-Allow-Origin`, `-Allow-Methods: POST`, `-Allow-Headers` (those asked for), `-Max-Age` |
+//! | a request from an allowed origin | as without CORS, plus `Access-Control-Allow-Origin` (and `Vary: Origin` unless any origin is allowed) |
+//! | a request, preflight or WebSocket upgrade from any other origin | `403`, a -32600 body naming the origin; nothing is dispatched |
+//!
+//! Without one (the default), `Origin` is ignored and `OPTIONS` gets `405`,
+//! as before.
+
+use std::time::Duration;
+
+use http::HeaderValue;
+
+/// The origins allowed to call a server from a browser, and how long a
+/// browser may remember a preflight's answer.
+///
+/// ```
+/// use rpcwire::server::cors::Cors;
+/// let cors = Cors::origins(["https://app.example.org", "http://localhost:3000"])?;
+/// assert!(cors.allows(b"https://app.example.org"));
+/// assert!(!cors.allows(b"https://evil.example"));
+/// assert!(Cors::any().allows(b"https://anything.example"));
+/// # Ok::<(), rpcwire::server::cors::InvalidOrigin>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Cors {
+    /// `None`: any origin.
+    origins: Option<Vec<Box<[u8]>>>,
+    max_age: HeaderValue,
+}
+
+/// An origin given to [`Cors::origins`] that is not one: not of the form
+/// `scheme://host[:port]` in visible ASCII, or with a path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidOrigin(pub String);
+
+impl std::fmt::Display for InvalidOrigin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not a web origin (scheme://host[:port], no path): {:?}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidOrigin {}
+
+/// How long browsers keep a preflight's answer unless told otherwise: one
+/// preflight per page per ten minutes, not one per call.
+const DEFAULT_MAX_AGE: Duration = Duration::from_secs(600);
+
+impl Cors {
+    /// Any page may call (`Access-Control-Allow-Origin: *`), as anvil
+    /// allows by default. Fine for public, read-only endpoints; a server
+    /// that holds keys or answers only its own front end should list its
+    /// origins instead.
+    pub fn any() -> Cors {
+        Cors {
+            origins: None,
+            max_age: max_age_value(DEFAULT_MAX_AGE),
+        }
+    }
+
+    /// Only pages of these origins may call (each as a browser sends it:
+    /// `https://app.example.org`, `http://localhost:3000`; compared
+    /// without regard to case). `"*"` in the list allows any.
+    pub fn origins<I, O>(origins: I) -> Result<Cors, InvalidOrigin>
+    where
+        I: IntoIterator<Item = O>,
+        O: AsRef<str>,
+    {
+        let mut list = Vec::new();
+        for origin in origins {
+            let origin = origin.as_ref().trim();
+            if origin == "*" {
+                return Ok(Cors::any());
+            }
+            if !is_origin(origin) {
+                return Err(InvalidOrigin(origin.to_owned()));
+            }
+            list.push(origin.as_bytes().into());
+        }
+        Ok(Cors {
+            origins: Some(list),
+            max_age: max_age_value(DEFAULT_MAX_AGE),
+        })
+    }
+
+    /// How long a browser may reuse a preflight's answer
+    /// (`Access-Control-Max-Age`, whole seconds; default 600 s).
+    pub fn max_age(mut self, max_age: Duration) -> Cors {
+        self.max_age = max_age_value(max_age);
+        self
+    }
+
+    /// Whether a page of `origin` (an `Origin` header's value) may call.
+    pub fn allows(&self, origin: &[u8]) -> bool {
+        match &self.origins {
+            None => true,
+            Some(list) => list.iter().any(|o| o.eq_ignore_ascii_case(origin)),
+        }
+    }
+
+    /// The `Access-Control-Allow-Origin` for a request from `origin`, or
+    /// `None` when that origin may not call.
+    pub(crate) fn allow_origin(&self, origin: &HeaderValue) -> Option<HeaderValue> {
+        match &self.origins {
+            None => Some(HeaderValue::from_static("*")),
+            Some(_) if self.allows(origin.as_bytes()) => Some(origin.clone()),
+            Some(_) => None,
+        }
+    }
+
+    /// Whether answers depend on the request's `Origin` (then they say so
+    /// with `Vary: Origin`, for caches between browser and server).
+    pub(crate) fn varies(&self) -> bool {
+        self.origins.is_some()
+    }
+
+    pub(crate) fn max_age_header(&self) -> &HeaderValue {
+        &self.max_age
+    }
+}
+
+fn max_age_value(max_age: Duration) -> HeaderValue {
+    HeaderValue::from(max_age.as_secs())
+}
+
+/// `scheme://host[:port]`: what a browser puts in `Origin` (or `null`,
+/// which no list should allow by accident and so is not accepted here).
+fn is_origin(origin: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    !scheme.is_empty()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+        && !rest.is_empty()
+        && rest
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'?' | b'#'))
+}
+
+/// The body of the `403` for a request from an origin that may not call.
+pub(crate) fn forbidden_body(origin: &HeaderValue) -> String {
+    let origin = String::from_utf8_lossy(origin.as_bytes());
+    let origin = serde_json::to_string(&origin).unwrap_or_else(|_| "null".into());
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32600,\"message\":\"Invalid Request\",\
+         \"data\":{{\"reason\":\"origin not allowed\",\"origin\":{origin}}}}}}}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn origins_are_checked_when_given() {
+        for bad in [
+            "",
+            "example.org",
+            "https://",
+            "https://a.org/",
+            "null",
+            "https://a b",
+        ] {
+            assert_eq!(
+                Cors::origins([bad]).unwrap_err(),
+                InvalidOrigin(bad.into()),
+                "{bad:?}"
+            );
+        }
+        let cors = Cors::origins(["https://A.org", "http://localhost:3000"]).unwrap();
+        assert!(cors.allows(b"https://a.org"));
+        assert!(cors.allows(b"http://localhost:3000"));
+        assert!(!cors.allows(b"http://localhost:3001"));
+        assert!(!cors.allows(b"https://a.org.evil.example"));
+        assert!(!cors.allows(b"null"));
+        assert!(
+            Cors::origins(["https://a.org", "*"])
+                .unwrap()
+                .allows(b"null")
+        );
+    }
+
+    #[test]
+    fn allow_origin_echoes_a_listed_origin_and_stars_any() {
+        let listed = Cors::origins(["https://a.org"]).unwrap();
+        let origin = HeaderValue::from_static("https://a.org");
+        assert_eq!(listed.allow_origin(&origin), Some(origin.clone()));
+        assert!(listed.varies());
+        assert_eq!(
+            listed.allow_origin(&HeaderValue::from_static("https://b.org")),
+            None
+        );
+        assert_eq!(
+            Cors::any().allow_origin(&origin),
+            Some(HeaderValue::from_static("*"))
+        );
+        assert!(!Cors::any().varies());
+        assert_eq!(
+            Cors::any()
+                .max_age(Duration::from_millis(90_500))
+                .max_age_header(),
+            "90"
+        );
+    }
+
+    #[test]
+    fn the_refusal_names_the_origin_as_json() {
+        let body = forbidden_body(&HeaderValue::from_static("https://\"x\".org"));
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], -32600);
+        assert_eq!(v["error"]["data"]["origin"], "https://\"x\".org");
+    }
+}

@@ -1,0 +1,287 @@
+//! Browsers calling from a page of another origin: with a CORS policy on
+//! the HTTP service, preflights are answered, answers carry
+//! `Access-Control-Allow-Origin`, and requests, preflights and WebSocket
+//! upgrades from origins not allowed get `403` without anything being
+//! dispatched; without a policy, `Origin` changes nothing. On rpcwire's own
+//! HTTP/1.1 loop (which hands browsers' requests to hyper's path) and on
+//! hyper's path alike. Raw HTTP over 127.0.0.1; deadlines only detect hangs.
+
+#[path = "support/http_replies.rs"]
+#[allow(dead_code)]
+mod http_replies;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http_replies::{RawResponse, request, responses_of};
+use rpcwire::server::cors::Cors;
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::ws::WsServer;
+use rpcwire::server::{Limits, Shutdown, combined};
+use rpcwire::{Call, Dispatcher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const HANG: Duration = Duration::from_secs(10);
+const APP: &str = "https://app.example.org";
+const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"count"}"#;
+
+/// Counts the `count` calls that ran.
+fn dispatcher(calls: Arc<AtomicUsize>) -> Dispatcher<Arc<AtomicUsize>> {
+    Dispatcher::builder(calls)
+        .method("count", |call: Call<'_, Arc<AtomicUsize>>| {
+            let n = call.state.fetch_add(1, Ordering::SeqCst) + 1;
+            call.reply.u64(n as u64)
+        })
+        .build()
+        .unwrap()
+}
+
+struct TestServer {
+    addr: SocketAddr,
+    calls: Arc<AtomicUsize>,
+    shutdown: Shutdown,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+/// An HTTP server with `cors`, on rpcwire's own HTTP/1.1 loop or on
+/// hyper's path alone.
+async fn start(cors: Option<Cors>, own_http1: bool) -> TestServer {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let limits = Limits::default();
+    let mut service = HttpService::new(dispatcher(Arc::clone(&calls)), &limits, None);
+    if let Some(cors) = cors {
+        service = service.cors(cors);
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).own_http1(own_http1);
+    tokio::spawn(server.serve(listener, service, shutdown.clone()));
+    TestServer {
+        addr,
+        calls,
+        shutdown,
+    }
+}
+
+/// Writes `raw` on `stream` and reads until `n` whole responses came.
+async fn exchange(stream: &mut TcpStream, raw: &str, n: usize) -> Vec<RawResponse> {
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(HANG, async {
+        loop {
+            let responses = responses_of(&got);
+            let whole = responses.iter().filter(|r| r.0 != "<rest>").count();
+            if whole >= n && !responses.iter().any(|r| r.0 == "<rest>") {
+                return responses;
+            }
+            let read = stream.read(&mut buf).await.unwrap();
+            assert!(read > 0, "closed early: {:?}", responses_of(&got));
+            got.extend_from_slice(&buf[..read]);
+        }
+    })
+    .await
+    .expect("the server answers")
+}
+
+async fn one(addr: SocketAddr, raw: &str) -> RawResponse {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    exchange(&mut stream, raw, 1).await.remove(0)
+}
+
+fn header<'r>(response: &'r RawResponse, name: &str) -> Option<&'r str> {
+    response
+        .1
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+fn preflight(origin: &str) -> String {
+    format!(
+        "OPTIONS / HTTP/1.1\r\nhost: x\r\norigin: {origin}\r\n\
+         access-control-request-method: POST\r\n\
+         access-control-request-headers: content-type, x-client\r\n\r\n"
+    )
+}
+
+fn post_from(origin: &str, content_type: &str) -> String {
+    request(
+        &format!("origin: {origin}\r\ncontent-type: {content_type}\r\n"),
+        CALL,
+    )
+}
+
+#[tokio::test]
+async fn a_preflight_from_an_allowed_origin_is_answered() {
+    for own in [true, false] {
+        let server = start(Some(Cors::origins([APP]).unwrap()), own).await;
+        let r = one(server.addr, &preflight(APP)).await;
+        assert_eq!(r.0, "204 No Content", "own loop {own}: {r:?}");
+        assert_eq!(header(&r, "access-control-allow-origin"), Some(APP));
+        assert_eq!(
+            header(&r, "access-control-allow-methods"),
+            Some("POST, OPTIONS")
+        );
+        assert_eq!(
+            header(&r, "access-control-allow-headers"),
+            Some("content-type, x-client")
+        );
+        assert_eq!(header(&r, "access-control-max-age"), Some("600"));
+        assert!(
+            header(&r, "vary").is_some_and(|v| v.contains("origin")),
+            "{r:?}"
+        );
+        assert_eq!(server.calls.load(Ordering::SeqCst), 0);
+    }
+}
+
+/// A browser's call after other clients' on the same kept-alive
+/// connection: the own loop answers the plain ones and hands the browser's
+/// to hyper, which answers it with the CORS headers, and so on.
+#[tokio::test]
+async fn calls_from_an_allowed_origin_carry_allow_origin() {
+    for own in [true, false] {
+        let server = start(Some(Cors::origins([APP]).unwrap()), own).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let plain = request("content-type: application/json\r\n", CALL);
+        let browser = post_from(APP, "application/json");
+        let raw = format!("{plain}{browser}{plain}");
+        let rs = exchange(&mut stream, &raw, 3).await;
+        assert_eq!(rs.len(), 3, "own loop {own}: {rs:?}");
+        for (i, r) in rs.iter().enumerate() {
+            assert_eq!(r.0, "200 OK", "{r:?}");
+            let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+            assert_eq!(v["result"], i as u64 + 1, "{r:?}");
+        }
+        assert_eq!(header(&rs[0], "access-control-allow-origin"), None);
+        assert_eq!(header(&rs[1], "access-control-allow-origin"), Some(APP));
+        assert_eq!(header(&rs[1], "vary"), Some("origin"));
+        assert_eq!(header(&rs[2], "access-control-allow-origin"), None);
+        assert_eq!(server.calls.load(Ordering::SeqCst), 3);
+    }
+}
+
+/// A page may read the errors it gets too.
+#[tokio::test]
+async fn refusals_to_an_allowed_origin_carry_allow_origin() {
+    let server = start(Some(Cors::origins([APP]).unwrap()), true).await;
+    let r = one(server.addr, &post_from(APP, "text/plain")).await;
+    assert_eq!(r.0, "415 Unsupported Media Type", "{r:?}");
+    assert_eq!(header(&r, "access-control-allow-origin"), Some(APP));
+    let get = format!("GET / HTTP/1.1\r\nhost: x\r\norigin: {APP}\r\n\r\n");
+    let r = one(server.addr, &get).await;
+    assert_eq!(r.0, "405 Method Not Allowed", "{r:?}");
+    assert_eq!(header(&r, "access-control-allow-origin"), Some(APP));
+}
+
+#[tokio::test]
+async fn other_origins_are_refused_and_nothing_runs() {
+    for own in [true, false] {
+        let server = start(Some(Cors::origins([APP]).unwrap()), own).await;
+        for raw in [
+            post_from("https://evil.example", "application/json"),
+            preflight("https://evil.example"),
+            post_from("null", "application/json"),
+        ] {
+            let r = one(server.addr, &raw).await;
+            assert_eq!(r.0, "403 Forbidden", "own loop {own}: {r:?}");
+            assert_eq!(header(&r, "access-control-allow-origin"), None);
+            let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+            assert_eq!(v["error"]["code"], -32600, "{v}");
+            assert_eq!(v["error"]["data"]["reason"], "origin not allowed", "{v}");
+            assert!(v["error"]["data"]["origin"].is_string(), "{v}");
+        }
+        // Clients that send no `Origin` are served as ever.
+        let r = one(
+            server.addr,
+            &request("content-type: application/json\r\n", CALL),
+        )
+        .await;
+        assert_eq!(r.0, "200 OK", "{r:?}");
+        assert_eq!(server.calls.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn any_origin_is_allowed_with_a_star() {
+    let server = start(Some(Cors::any()), true).await;
+    let r = one(
+        server.addr,
+        &post_from("https://anyone.example", "application/json"),
+    )
+    .await;
+    assert_eq!(r.0, "200 OK", "{r:?}");
+    assert_eq!(header(&r, "access-control-allow-origin"), Some("*"));
+    assert_eq!(header(&r, "vary"), None);
+    let r = one(server.addr, &preflight("http://localhost:5173")).await;
+    assert_eq!(r.0, "204 No Content", "{r:?}");
+    assert_eq!(header(&r, "access-control-allow-origin"), Some("*"));
+}
+
+/// The default: `Origin` is not looked at, and a preflight is an `OPTIONS`
+/// like any other (`405`), which a browser takes as a refusal.
+#[tokio::test]
+async fn without_a_policy_origin_changes_nothing() {
+    for own in [true, false] {
+        let server = start(None, own).await;
+        let r = one(
+            server.addr,
+            &post_from("https://evil.example", "application/json"),
+        )
+        .await;
+        assert_eq!(r.0, "200 OK", "{r:?}");
+        assert_eq!(header(&r, "access-control-allow-origin"), None);
+        let r = one(server.addr, &preflight(APP)).await;
+        assert_eq!(r.0, "405 Method Not Allowed", "{r:?}");
+        assert_eq!(header(&r, "access-control-allow-origin"), None);
+    }
+}
+
+fn upgrade(origin: Option<&str>) -> String {
+    let origin = origin.map_or(String::new(), |o| format!("origin: {o}\r\n"));
+    format!(
+        "GET / HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+         sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n{origin}\r\n"
+    )
+}
+
+/// Browsers do not preflight WebSocket upgrades: the HTTP service's policy
+/// checks their `Origin` on the port that serves both.
+#[tokio::test]
+async fn websocket_upgrades_from_other_origins_are_refused() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let d = dispatcher(Arc::clone(&calls));
+    let limits = Limits::default();
+    let shutdown = Shutdown::new();
+    let http = HttpService::new(d.clone(), &limits, None).cors(Cors::origins([APP]).unwrap());
+    let ws = WsServer::new(d).shutdown(shutdown.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(combined::serve(
+        listener,
+        http,
+        ws,
+        limits,
+        None,
+        shutdown.clone(),
+    ));
+
+    let r = one(addr, &upgrade(Some("https://evil.example"))).await;
+    assert_eq!(r.0, "403 Forbidden", "{r:?}");
+    assert!(r.2.contains("origin not allowed"), "{r:?}");
+    for origin in [Some(APP), None] {
+        let r = one(addr, &upgrade(origin)).await;
+        assert_eq!(r.0, "101 Switching Protocols", "{origin:?}: {r:?}");
+    }
+    shutdown.trigger();
+}
