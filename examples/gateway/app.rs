@@ -26,6 +26,9 @@ use crate::{local, proxy};
 pub struct App {
     servers: Servers,
     ops: Option<Arc<Ops>>,
+    /// The forwarding state (when forwarding), whose handlers in flight a
+    /// shutdown accounts for.
+    gateway: Option<Arc<Gateway>>,
 }
 
 #[derive(Clone)]
@@ -58,12 +61,14 @@ impl App {
             if let Some(ops) = &ops {
                 ops.set_serving(Serving::Proxy(Arc::clone(d.state())));
             }
+            let gateway = Some(Arc::clone(d.state()));
             let http = with_cors(
                 HttpService::new(d.clone(), &limits, metrics.clone()),
                 config,
             );
             let ws = ws_server(d, limits, metrics, shutdown);
             return Ok(App {
+                gateway,
                 servers: Servers::Proxy(http, ws),
                 ops,
             });
@@ -95,12 +100,19 @@ impl App {
         Ok(App {
             servers: Servers::Local(http, ws),
             ops,
+            gateway: None,
         })
     }
 
     /// What `/metrics` and `/health` read (with `--metrics`).
     pub fn ops(&self) -> Option<&Arc<Ops>> {
         self.ops.as_ref()
+    }
+
+    /// The forwarding state, when forwarding: the built-in chain answers
+    /// at once, so only forwards can be in flight when a drain ends.
+    pub fn gateway(&self) -> Option<&Arc<Gateway>> {
+        self.gateway.as_ref()
     }
 
     /// Serves `listener` until `shutdown`, within `limits`.

@@ -53,8 +53,10 @@ accounts funded, value transfers only).
 SIGTERM or SIGINT (Ctrl-C) stops it gracefully: the port refuses new
 connections, requests in flight (calls, batches, WebSocket calls) are
 answered for up to --shutdown-grace, WebSocket clients are closed with
-1001 (going away), and it exits with status 0. A second signal during the
-drain exits at once (status 130 for SIGINT, 143 for SIGTERM).";
+1001 (going away), and it exits with status 0; or, when the grace ran out
+with calls still in flight (dropped unanswered), with status 3, saying on
+standard error how many. A second signal during the drain exits at once
+(status 130 for SIGINT, 143 for SIGTERM).";
 
 /// The largest byte limit taken (`--max-body`, `--max-response`): no
 /// limit in effect, and clear of overflow in the sums the limits take part

@@ -66,7 +66,10 @@ fn main() {
         // Listened for before the port is announced: a signal right after
         // it is a stop, never the default action (death on the spot).
         let mut signals = Signals::new()?;
+        let app = app::App::new(&config, &shutdown)?;
+        let gateway = app.gateway().cloned();
         let (stop, grace) = (shutdown.clone(), config.shutdown_grace);
+        let calls = gateway.clone();
         tokio::spawn(async move {
             let first = signals.next().await;
             eprintln!(
@@ -74,12 +77,14 @@ fn main() {
                 first.name,
                 grace.as_millis()
             );
+            if let Some(gateway) = &calls {
+                gateway.calls.draining(grace);
+            }
             stop.trigger();
             let second = signals.next().await;
             eprintln!("gateway: {}: exiting at once", second.name);
             std::process::exit(second.status);
         });
-        let app = app::App::new(&config, &shutdown)?;
         let mut limits = config.limits();
         // The connection limit is the gateway's, shared out.
         limits.max_connections = limits.max_connections.div_ceil(workers);
@@ -103,6 +108,15 @@ fn main() {
         for worker in others {
             let _ = tokio::task::spawn_blocking(move || worker.join()).await;
         }
+        let abandoned = gateway.map_or(0, |g| g.calls.abandoned());
+        if abandoned > 0 {
+            eprintln!(
+                "gateway: the shutdown grace ({} ms) ran out: {abandoned} call{} abandoned unanswered; exiting with status {ABANDONED}",
+                config.shutdown_grace.as_millis(),
+                if abandoned == 1 { "" } else { "s" }
+            );
+            std::process::exit(ABANDONED);
+        }
         Ok::<(), Box<dyn std::error::Error>>(())
     });
     if let Err(e) = outcome {
@@ -110,6 +124,11 @@ fn main() {
         std::process::exit(1);
     }
 }
+
+/// The exit status of a stop whose grace ran out with calls still in
+/// flight: a failure for service managers, told apart from a failure to
+/// start (1) and a bad command line (2).
+const ABANDONED: i32 = 3;
 
 /// A stop signal: its name, and the status a process killed by it exits
 /// with (128 and its number, as shells report it).

@@ -13,7 +13,10 @@
 //! forwarded on its own, and the replies are merged back in request order;
 //! an entry that fails fails alone.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use rpcwire::bytes::Bytes;
 use rpcwire::dispatch::{
@@ -30,9 +33,80 @@ use crate::upstream::{Answer, EndRelay, Upstreams, request_body};
 /// The forwarding gateway's state.
 pub struct Gateway {
     pub up: Upstreams,
+    /// The forwarding handlers running, for `/health` during a drain and
+    /// the account of what a drain abandoned.
+    pub calls: InFlight,
     deny: Vec<String>,
     chain_id: OnceLock<Answer>,
     net_version: OnceLock<Answer>,
+}
+
+/// The handlers running, and the ones a shutdown's grace cut short.
+///
+/// The servers drop calls in two cases: their client left (at any time;
+/// nothing is lost that anyone waits for), or the shutdown grace ran out
+/// (calls lost). Both look alike from inside a handler, but the second
+/// only happens once the grace has passed, counted from the trigger: a
+/// handler dropped unfinished from then on, or still running when the
+/// process exits, was abandoned by the drain.
+#[derive(Default)]
+pub struct InFlight {
+    running: AtomicUsize,
+    /// When the grace ends; set just before the shutdown is triggered.
+    grace_ends: OnceLock<Instant>,
+    cut: AtomicUsize,
+}
+
+impl InFlight {
+    /// Runs `handler`, counted while it runs.
+    pub async fn track<F: Future>(&self, handler: F) -> F::Output {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        let mut running = Running {
+            calls: self,
+            finished: false,
+        };
+        let out = handler.await;
+        running.finished = true;
+        out
+    }
+
+    /// Handlers running now.
+    pub fn running(&self) -> usize {
+        self.running.load(Ordering::Relaxed)
+    }
+
+    /// Notes that a shutdown starts now and waits at most `grace`. Call it
+    /// before triggering the shutdown: the servers' grace starts later.
+    pub fn draining(&self, grace: std::time::Duration) {
+        let _ = self.grace_ends.set(Instant::now() + grace);
+    }
+
+    /// The calls the drain abandoned: dropped unfinished after its grace,
+    /// and those still running (read when the drain is over).
+    pub fn abandoned(&self) -> usize {
+        self.cut.load(Ordering::Relaxed) + self.running()
+    }
+}
+
+/// A handler in [`InFlight::track`]; counts itself out when dropped.
+struct Running<'a> {
+    calls: &'a InFlight,
+    finished: bool,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let calls = self.calls;
+        if !self.finished
+            && calls
+                .grace_ends
+                .get()
+                .is_some_and(|end| Instant::now() >= *end)
+        {
+            calls.cut.fetch_add(1, Ordering::Relaxed);
+        }
+        calls.running.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Gateway {
@@ -65,7 +139,13 @@ fn params(call: &AsyncCall<Gateway>) -> Option<&[u8]> {
 }
 
 async fn forward(call: AsyncCall<Gateway>) -> Forwarded {
-    Forwarded(call.state.up.forward(call.method(), params(&call)).await)
+    let up = &call.state.up;
+    let outcome = call
+        .state
+        .calls
+        .track(up.forward(call.method(), params(&call)))
+        .await;
+    Forwarded(outcome)
 }
 
 async fn fallback(call: AsyncCall<Gateway>) -> Forwarded {
@@ -94,7 +174,12 @@ async fn cached(call: AsyncCall<Gateway>, slot: fn(&Gateway) -> &OnceLock<Answer
     if plain && let Some(answer) = slot(&call.state).get() {
         return Forwarded(Ok(answer.clone()));
     }
-    let outcome = call.state.up.forward(call.method(), params(&call)).await;
+    let up = &call.state.up;
+    let outcome = call
+        .state
+        .calls
+        .track(up.forward(call.method(), params(&call)))
+        .await;
     if plain && let Ok(answer) = &outcome {
         let _ = slot(&call.state).set(answer.clone());
     }
@@ -112,12 +197,16 @@ async fn net_version(call: AsyncCall<Gateway>) -> Forwarded {
 /// `eth_subscribe`: subscribes upstream over WebSocket and relays the
 /// notifications to this client under an id of the gateway's.
 async fn subscribe(call: AsyncCall<Gateway>) -> Result<SubscriptionId, RpcError> {
+    call.state.calls.track(subscribe_inner(&call)).await
+}
+
+async fn subscribe_inner(call: &AsyncCall<Gateway>) -> Result<SubscriptionId, RpcError> {
     let subs = Subscriptions::of(&call.ctx)?;
     let up = &call.state.up;
     let ws = up.ws.as_ref().ok_or_else(errors::no_upstream)?;
     let (down, sink) = subs.subscribe()?;
     let id = up.next_id();
-    let body = request_body(id, "eth_subscribe", params(&call));
+    let body = request_body(id, "eth_subscribe", params(call));
     let outcome = match ws.call(id, body, Some(sink)).await {
         Ok(reply) => up.read(reply, id, &ws.name),
         Err(e) => Err(e),
@@ -142,7 +231,7 @@ async fn subscribe(call: AsyncCall<Gateway>) -> Result<SubscriptionId, RpcError>
 /// answers with the upstream's answer (`false` for an id this client does
 /// not hold).
 async fn unsubscribe(call: AsyncCall<Gateway>) -> Forwarded {
-    Forwarded(unsubscribe_inner(&call).await)
+    Forwarded(call.state.calls.track(unsubscribe_inner(&call)).await)
 }
 
 async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError> {
@@ -183,6 +272,7 @@ pub fn dispatcher(
     let up = Upstreams::new(config)?;
     let gateway = Gateway {
         up,
+        calls: InFlight::default(),
         deny: config.deny.clone(),
         chain_id: OnceLock::new(),
         net_version: OnceLock::new(),
