@@ -497,13 +497,10 @@ fn sample(text: &str, name: &str) -> f64 {
     samples(text).get(name).copied().unwrap_or(0.0)
 }
 
-/// `--metrics ADDR` serves `/metrics` and `/health` on a port of their
-/// own (the RPC port does not answer them), and stops with the rest.
-#[tokio::test]
-async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
-    let mut gw = Child::start(&["--metrics", "127.0.0.1:0"]).await;
-    let ops: SocketAddr = gw
-        .log()
+/// The operators' endpoint of a gateway started with `--metrics`, from the
+/// line it says it on.
+fn ops_addr(gw: &Child) -> SocketAddr {
+    gw.log()
         .iter()
         .find_map(|l| l.strip_prefix("gateway metrics on http://"))
         .unwrap_or_else(|| panic!("no metrics line: {:?}", gw.log()))
@@ -511,7 +508,15 @@ async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
         .unwrap()
         .0
         .parse()
-        .unwrap();
+        .unwrap()
+}
+
+/// `--metrics ADDR` serves `/metrics` and `/health` on a port of their
+/// own (the RPC port does not answer them), and stops with the rest.
+#[tokio::test]
+async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
+    let mut gw = Child::start(&["--metrics", "127.0.0.1:0"]).await;
+    let ops = ops_addr(&gw);
     assert_ne!(ops, gw.addr);
     let (status, body) = post(
         gw.addr,
@@ -541,6 +546,53 @@ async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
     gw.signal("TERM");
     let status = gw.exit_status().await;
     assert_eq!(status.code(), Some(0), "{status}");
+}
+
+/// While the gateway drains, its operators' endpoint stays up: `/health`
+/// answers 503 saying it is draining and what is still in flight (a load
+/// balancer takes it out of rotation on a clear answer), `/metrics` goes
+/// on serving; the endpoint closes when the process exits. (It closed when
+/// the drain started: probes were refused, the drain's counters could not
+/// be scraped.)
+#[tokio::test]
+async fn metrics_and_health_stay_up_during_the_drain() {
+    let upstream = Held::start().await;
+    let mut gw = Child::start(&[
+        "--upstream",
+        &upstream.url(),
+        "--timeout",
+        "600000",
+        "--metrics",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let ops = ops_addr(&gw);
+    let single = tokio::spawn(post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}"#,
+    ));
+    upstream.until_seen(1).await;
+
+    gw.signal("TERM");
+    gw.until_refused().await;
+    let (status, body) = get(ops, "/health").await;
+    assert_eq!(status, 503, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["status"], "draining", "{v}");
+    assert_eq!(v["inFlight"], 1, "{v}");
+    let (status, text) = get(ops, "/metrics").await;
+    assert_eq!(status, 200, "{text}");
+    // The held call's connection, at least (those until_refused opened
+    // may not all be closed yet).
+    assert!(sample(&text, "rpcwire_connections_open") >= 1.0, "{text}");
+
+    upstream.release();
+    let (status, body) = within("the call", single).await.expect("answered");
+    assert_eq!(status, 200, "{body}");
+    let status = gw.exit_status().await;
+    assert_eq!(status.code(), Some(0), "{status}");
+    let refused = TcpStream::connect(ops).await;
+    assert!(refused.is_err(), "the endpoint outlived the process");
 }
 
 /// A gateway in this process with `config` (`--metrics` on), and its

@@ -51,7 +51,7 @@ impl App {
     pub fn new(config: &Config, shutdown: &Shutdown) -> Result<App, Box<dyn std::error::Error>> {
         let limits = config.limits();
         // Counted only when someone reads them.
-        let ops = config.metrics.map(|_| Arc::new(Ops::new()));
+        let ops = config.metrics.map(|_| Arc::new(Ops::new(shutdown)));
         let observer = ops
             .as_ref()
             .map(|o| Arc::clone(&o.metrics) as Arc<dyn Observer>);

@@ -44,7 +44,10 @@ usage: gateway [options]
   --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health
                         (200 when an upstream answers eth_chainId or the
                         built-in chain serves, else 503) on a listener of
-                        their own at ADDR (default: off)
+                        their own at ADDR (default: off); up through a
+                        shutdown's drain (/health then 503, status
+                        draining, with the calls still in flight) until
+                        the process exits
   -h, --help            this text
 
 With no --upstream it serves a built-in in-memory chain (anvil's dev

@@ -92,7 +92,10 @@ fn main() {
         if let (Some(at), Some(ops)) = (config.metrics, app.ops()) {
             let listener = tokio::net::TcpListener::bind(at).await?;
             let at = listener.local_addr()?;
-            tokio::spawn(ops::serve(listener, Arc::clone(ops), shutdown.clone()));
+            // Up through the drain (`/health` says it drains, the last
+            // counters can be scraped): its stop is never triggered, the
+            // process's exit closes it.
+            tokio::spawn(ops::serve(listener, Arc::clone(ops), Shutdown::new()));
             // Before the line scripts wait for: up when that one is out.
             eprintln!("gateway metrics on http://{at}/metrics and http://{at}/health");
         }

@@ -6,6 +6,12 @@
 //! | `GET /metrics` | the counters, in the Prometheus text format |
 //! | `GET /health` | `200` when some upstream answers (or the built-in chain serves), `503` otherwise; a short JSON body saying why |
 //!
+//! The endpoint outlives the RPC port: during a shutdown's drain it goes on
+//! serving, `/health` answering `503` with `"status": "draining"` and what
+//! is still in flight, so that a load balancer's probes get a clear answer
+//! instead of a refused connection and the drain's last counters can be
+//! scraped; it closes when the process exits.
+//!
 //! Counting stays off the forwarding path's costs: the dispatcher's
 //! observer (rpcwire's `Metrics`) only adds to atomics (no lock, no
 //! allocation per call; methods the gateway does not register, answered by
@@ -51,13 +57,17 @@ pub struct Ops {
     /// limits hit): atomics on every call's path, no lock.
     pub metrics: Arc<Metrics>,
     serving: OnceLock<Serving>,
+    /// The gateway's shutdown: once triggered, `/health` says it drains.
+    stopping: Shutdown,
 }
 
 impl Ops {
-    pub fn new() -> Ops {
+    /// The endpoint's state for a gateway stopped by `stopping`.
+    pub fn new(stopping: &Shutdown) -> Ops {
         Ops {
             metrics: Arc::default(),
             serving: OnceLock::new(),
+            stopping: stopping.clone(),
         }
     }
 
@@ -77,6 +87,9 @@ impl Ops {
 
     /// The status and body of `/health`.
     pub async fn health(&self) -> (StatusCode, String) {
+        if self.stopping.is_triggered() {
+            return (StatusCode::SERVICE_UNAVAILABLE, self.draining());
+        }
         let gateway = match self.serving.get() {
             Some(Serving::Proxy(gateway)) => gateway,
             Some(Serving::Chain(id)) => {
@@ -113,9 +126,19 @@ impl Ops {
     }
 }
 
-impl Default for Ops {
-    fn default() -> Self {
-        Ops::new()
+impl Ops {
+    /// `/health`'s body during a drain: what it still waits for, read
+    /// from counters (no upstream is asked).
+    fn draining(&self) -> String {
+        let mut body = serde_json::json!({
+            "status": "draining",
+            "reason": "shutting down: requests in flight are being answered, new connections refused",
+            "connections": self.metrics.connections_open(),
+        });
+        if let Some(Serving::Proxy(gateway)) = self.serving.get() {
+            body["inFlight"] = gateway.calls.running().into();
+        }
+        body.to_string()
     }
 }
 
@@ -247,13 +270,15 @@ fn answer(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>
     r
 }
 
-/// Serves `/metrics` and `/health` on `listener` until `shutdown`.
-pub async fn serve(listener: TcpListener, ops: Arc<Ops>, shutdown: Shutdown) {
+/// Serves `/metrics` and `/health` on `listener` until `stop`: not the
+/// gateway's shutdown, which `/health` reports while this goes on serving
+/// (the binary never triggers it: the endpoint ends with the process).
+pub async fn serve(listener: TcpListener, ops: Arc<Ops>, stop: Shutdown) {
     let limits = Limits {
         max_connections: 64,
         ..Limits::default()
     };
     let endpoint = Endpoint(ops);
     let make = move |_| endpoint.clone();
-    rpcwire::server::http::serve(listener, make, limits, None, shutdown).await;
+    rpcwire::server::http::serve(listener, make, limits, None, stop).await;
 }
