@@ -788,7 +788,8 @@ async fn metrics_count_failovers() {
 }
 
 /// `/health` is 200 while the only upstream answers and 503, saying why,
-/// once it is gone; the built-in chain is always healthy.
+/// once it is gone (as soon as the upstream's state, kept a second, is
+/// found again); the built-in chain is always healthy.
 #[tokio::test]
 async fn health_follows_the_upstream() {
     let (upstream, task) = by_method().await;
@@ -806,8 +807,18 @@ async fn health_follows_the_upstream() {
 
     task.abort();
     let _ = task.await;
-    let (status, body) = get(ops, "/health").await;
-    assert_eq!(status, 503, "{body}");
+    let body = tokio::time::timeout(HANG, async {
+        loop {
+            let (status, body) = get(ops, "/health").await;
+            if status == 503 {
+                return body;
+            }
+            assert_eq!(status, 200, "{body}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("hang: /health stayed 200 with its upstream gone");
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["status"], "unavailable", "{v}");
     let reason = v["reason"].as_str().unwrap();
@@ -823,6 +834,122 @@ async fn health_follows_the_upstream() {
     assert!(body.contains("built-in chain"), "{body}");
     let (status, _) = post_to(ops, "/health").await;
     assert_eq!(status, 405);
+}
+
+/// An HTTP upstream that counts the connections it accepts and the
+/// requests it reads; answers each (`"0x10"`) when `answers`, else closes
+/// the connection on it unanswered (an upstream failing every exchange).
+async fn counting(answers: bool) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (accepted, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (a, r) = (Arc::clone(&accepted), Arc::clone(&requests));
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            let r = Arc::clone(&r);
+            tokio::spawn(async move {
+                while let Some(body) = read_request(&mut s).await {
+                    r.fetch_add(1, Ordering::SeqCst);
+                    if !answers {
+                        return;
+                    }
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    let reply = json!({"jsonrpc":"2.0","id":v["id"],"result":"0x10"}).to_string();
+                    let out = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                        reply.len()
+                    );
+                    if s.write_all(out.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted, requests)
+}
+
+/// `n` probes of `/health` one after another, then `n` at once; each
+/// status is `expected`.
+async fn probes(ops: SocketAddr, n: usize, expected: u16) {
+    for _ in 0..n {
+        let (status, body) = get(ops, "/health").await;
+        assert_eq!(status, expected, "{body}");
+    }
+    let burst: Vec<_> = (0..n).map(|_| tokio::spawn(get(ops, "/health"))).collect();
+    for probe in burst {
+        let (status, body) = within("a probe", probe).await;
+        assert_eq!(status, expected, "{body}");
+    }
+}
+
+/// A burst of `/health` probes costs the upstream at most one request a
+/// second, whether it answers or fails: the upstream's state is kept for
+/// a second, and probes that come while one asks wait for its answer.
+/// (Each probe forwarded an `eth_chainId`: 40 probes, 40 requests, a
+/// load balancer's probes multiplied onto the node.) The bound counts the
+/// seconds the test took, so a slow machine loosens it instead of failing.
+#[tokio::test]
+async fn health_probes_cost_the_upstream_at_most_one_request_a_second() {
+    let (upstream, _, requests) = counting(true).await;
+    let (_gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{upstream}")],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    probes(ops, 20, 200).await;
+    let bound = 1 + started.elapsed().as_secs() as usize;
+    let n = requests.load(Ordering::SeqCst);
+    assert!(
+        n <= bound,
+        "{n} upstream requests for 40 probes (at most {bound})"
+    );
+
+    let (failing, accepted, _) = counting(false).await;
+    let (_gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{failing}")],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    probes(ops, 20, 503).await;
+    let bound = 1 + started.elapsed().as_secs() as usize;
+    let n = accepted.load(Ordering::SeqCst);
+    assert!(
+        n <= bound,
+        "{n} upstream connections for 40 probes (at most {bound})"
+    );
+}
+
+/// A forward the upstream just answered is the probe's answer: `/health`
+/// right after it asks the upstream nothing.
+#[tokio::test]
+async fn health_reuses_what_forwards_learned() {
+    let (upstream, _, requests) = counting(true).await;
+    let (gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{upstream}")],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let (_, body) = post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(body.contains("0x10"), "{body}");
+    let (status, body) = get(ops, "/health").await;
+    assert_eq!(status, 200, "{body}");
+    // The forward, and a probe only if a second passed since it.
+    let bound = 1 + started.elapsed().as_secs() as usize;
+    let n = requests.load(Ordering::SeqCst);
+    assert!(n <= bound, "{n} upstream requests (at most {bound})");
 }
 
 /// `POST path` with an empty body: the status.

@@ -43,11 +43,13 @@ usage: gateway [options]
                         with it, other origins get 403
   --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health
                         (200 when an upstream answers eth_chainId or the
-                        built-in chain serves, else 503) on a listener of
-                        their own at ADDR (default: off); up through a
-                        shutdown's drain (/health then 503, status
-                        draining, with the calls still in flight) until
-                        the process exits
+                        built-in chain serves, else 503; a forward answered,
+                        or a probe's outcome, stands for a second, so
+                        probes ask the upstream at most once a second) on
+                        a listener of their own at ADDR (default: off); up
+                        through a shutdown's drain (/health then 503,
+                        status draining, with the calls still in flight)
+                        until the process exits
   -h, --help            this text
 
 With no --upstream it serves a built-in in-memory chain (anvil's dev

@@ -6,6 +6,12 @@
 //! | `GET /metrics` | the counters, in the Prometheus text format |
 //! | `GET /health` | `200` when some upstream answers (or the built-in chain serves), `503` otherwise; a short JSON body saying why |
 //!
+//! `/health` asks the upstreams (an `eth_chainId`) only when nothing
+//! recent says how they are: a forward answered, or a probe ended, less
+//! than [`PROBE_FRESH`] ago stands, and probes arriving while one asks wait
+//! for its outcome; so load balancers probing at will cost the node at
+//! most one request a second.
+//!
 //! The endpoint outlives the RPC port: during a shutdown's drain it goes on
 //! serving, `/health` answering `503` with `"status": "draining"` and what
 //! is still in flight, so that a load balancer's probes get a clear answer
@@ -28,7 +34,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -42,6 +48,11 @@ use crate::proxy::Gateway;
 /// How long `/health` waits for an upstream to answer (at most the
 /// per-request timeout).
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long an upstream's state, as a probe or a forward found it, stands
+/// for `/health`: a burst of probes (several load balancers, each probing
+/// every few seconds) costs the upstream at most one request per this.
+const PROBE_FRESH: Duration = Duration::from_secs(1);
 
 /// What the gateway serves, for `/health`.
 pub enum Serving {
@@ -59,6 +70,10 @@ pub struct Ops {
     serving: OnceLock<Serving>,
     /// The gateway's shutdown: once triggered, `/health` says it drains.
     stopping: Shutdown,
+    /// The latest probe's outcome and when it ended; locked for a probe's
+    /// whole length, so that probes arriving meanwhile wait for its
+    /// outcome instead of asking too.
+    last_probe: tokio::sync::Mutex<Option<(Instant, Result<(), String>)>>,
 }
 
 impl Ops {
@@ -68,6 +83,7 @@ impl Ops {
             metrics: Arc::default(),
             serving: OnceLock::new(),
             stopping: stopping.clone(),
+            last_probe: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -102,7 +118,7 @@ impl Ops {
                 return (StatusCode::SERVICE_UNAVAILABLE, body.to_string());
             }
         };
-        let probe = gateway.up.probe(PROBE_TIMEOUT).await;
+        let probe = self.probe(gateway).await;
         let upstreams: Vec<_> = gateway
             .up
             .states()
@@ -127,6 +143,28 @@ impl Ops {
 }
 
 impl Ops {
+    /// Whether some upstream answers: yes if a forward was answered within
+    /// [`PROBE_FRESH`], else the latest probe's outcome if that recent,
+    /// else a probe's.
+    async fn probe(&self, gateway: &Gateway) -> Result<(), String> {
+        if gateway.up.answered_within(PROBE_FRESH) {
+            return Ok(());
+        }
+        let mut last = self.last_probe.lock().await;
+        if let Some((at, outcome)) = &*last
+            && at.elapsed() < PROBE_FRESH
+        {
+            return outcome.clone();
+        }
+        // A forward may have been answered while this waited for the lock.
+        if gateway.up.answered_within(PROBE_FRESH) {
+            return Ok(());
+        }
+        let outcome = gateway.up.probe(PROBE_TIMEOUT).await;
+        *last = Some((Instant::now(), outcome.clone()));
+        outcome
+    }
+
     /// `/health`'s body during a drain: what it still waits for, read
     /// from counters (no upstream is asked).
     fn draining(&self) -> String {

@@ -81,6 +81,10 @@ pub struct Upstreams {
     /// The failures of calls forwarded over [`ws`](Upstreams::ws) when
     /// there is no `--upstream` list.
     ws_stats: UpstreamStats,
+    /// When the latest forward that some upstream answered started, in
+    /// milliseconds after `epoch`, plus one (0: none yet): what `/health`
+    /// needs to know, learnt without asking.
+    answered: AtomicU64,
 }
 
 /// At most `cap` exchanges in flight: a counter on the common path (one
@@ -310,6 +314,7 @@ impl Upstreams {
             max_response,
             epoch: Instant::now(),
             ws_stats: UpstreamStats::default(),
+            answered: AtomicU64::new(0),
         })
     }
 
@@ -404,6 +409,29 @@ impl Upstreams {
         }
     }
 
+    /// Whether some upstream answered a forward (a result or an error
+    /// object of its own) that started less than `within` ago.
+    pub fn answered_within(&self, within: Duration) -> bool {
+        match self.answered.load(Ordering::Relaxed) {
+            0 => false,
+            at => self.now_ms() < at - 1 + within.as_millis() as u64,
+        }
+    }
+
+    /// Notes that an upstream answered the forward started at `started`
+    /// (its start: the forwarding path reads the clock once per call).
+    /// Written only when it moves the time on, so that calls at the same
+    /// millisecond on other workers leave the cache line alone.
+    fn note_answer(&self, outcome: &Result<Answer, RpcError>, started: Instant) {
+        if outcome.as_ref().is_err_and(|e| e.raw_object().is_none()) {
+            return;
+        }
+        let at = started.duration_since(self.epoch).as_millis() as u64 + 1;
+        if self.answered.load(Ordering::Relaxed) < at {
+            self.answered.fetch_max(at, Ordering::Relaxed);
+        }
+    }
+
     /// A fresh id for an upstream request.
     pub fn next_id(&self) -> u64 {
         self.ids.fetch_add(1, Ordering::Relaxed)
@@ -440,9 +468,10 @@ impl Upstreams {
             let Some(ws) = &self.ws else {
                 return Err(errors::no_upstream());
             };
+            let started = Instant::now();
             let mut guard = TimeoutOnDrop {
                 stats: &self.ws_stats,
-                started: Instant::now(),
+                started,
                 timeout: self.timeout,
                 armed: true,
             };
@@ -451,6 +480,7 @@ impl Upstreams {
             let reply = Box::pin(ws.call(id, body, None)).await;
             guard.armed = false;
             let answer = reply.and_then(|reply| self.read(reply, id, &ws.name));
+            self.note_answer(&answer, started);
             if let Err(e) = &answer {
                 if e.raw_object().is_none() && e.message() == errors::MALFORMED {
                     UpstreamStats::count(&self.ws_stats.malformed);
@@ -485,7 +515,9 @@ impl Upstreams {
             guard.armed = false;
             match outcome {
                 Ok(reply) => {
-                    return read_answer(&self.parser, reply, id, &up.name).inspect_err(|e| {
+                    let answer = read_answer(&self.parser, reply, id, &up.name);
+                    self.note_answer(&answer, now);
+                    return answer.inspect_err(|e| {
                         if e.raw_object().is_none() {
                             UpstreamStats::count(&up.stats.malformed);
                         }
