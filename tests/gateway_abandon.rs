@@ -127,6 +127,10 @@ enum Transport {
     HttpChunked,
     /// A WebSocket connection on the same port.
     WebSocket,
+    /// A WebSocket connection on the same port with as many `hang` calls
+    /// as it may have in flight (`max_in_flight`, the default 256): the
+    /// first holds the permit, the others wait for it.
+    WebSocketAtCap,
 }
 
 /// Sends the `hang` call over `transport` and returns what keeps the
@@ -156,6 +160,17 @@ async fn send_hang(addr: SocketAddr, transport: Transport) -> Box<dyn Send> {
                 .await
                 .unwrap();
             ws.send(Message::text(HANG_CALL)).await.unwrap();
+            Box::new(ws)
+        }
+        Transport::WebSocketAtCap => {
+            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}"))
+                .await
+                .unwrap();
+            for id in 0..rpcwire::server::Limits::default().max_in_flight {
+                let call = json!({"jsonrpc": "2.0", "id": id, "method": "hang"});
+                ws.feed(Message::text(call.to_string())).await.unwrap();
+            }
+            ws.flush().await.unwrap();
             Box::new(ws)
         }
     }
@@ -245,6 +260,15 @@ async fn a_client_leaving_a_chunked_http_call_frees_its_permit() {
 async fn a_client_leaving_a_websocket_call_frees_its_permit() {
     for hyper_client in [false, true] {
         a_left_client_frees_its_permit(Transport::WebSocket, hyper_client).await;
+    }
+}
+
+/// The same, from a WebSocket client at its cap on calls in flight: the
+/// server did not read such a client, so it never saw it leave.
+#[tokio::test]
+async fn a_client_leaving_a_websocket_at_its_cap_frees_its_permit() {
+    for hyper_client in [false, true] {
+        a_left_client_frees_its_permit(Transport::WebSocketAtCap, hyper_client).await;
     }
 }
 

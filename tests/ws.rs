@@ -605,6 +605,52 @@ async fn requests_held_at_the_in_flight_limit_are_bounded() {
     server.stop().await;
 }
 
+/// A client pipelining without end at its in-flight cap (its one call
+/// blocked) is read only a little past the cap (the server reads on there
+/// to see a client leave): 200 MiB offered, the server stops taking them
+/// and its heap grows by less than 2 MiB. Once it has stopped reading, a
+/// client that leaves is still found (a closed socket answers the
+/// server's next ping with a reset): its connection closes, well before
+/// its call's own timeout (the dispatcher's default, 30 s), which once was
+/// the first thing to end it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
+    let _alone = HEAP.write().await;
+    let limits = Limits {
+        max_in_flight: 1,
+        idle_timeout: Duration::from_millis(400),
+        shutdown_grace: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let tcp = raw_client(server.addr).await;
+    let (unread, writer) = tcp.into_split();
+    let base = counting_alloc::start_peak();
+    // A call that waits for the gate, then requests: 200 MiB offered.
+    let mut chunk = client_frame(0x1, req(0, "gate", json!([])).to_string().as_bytes());
+    for i in 1..1000 {
+        chunk.extend(client_frame(
+            0x1,
+            format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_blockNumber"}}"#).as_bytes(),
+        ));
+    }
+    let flood = flood_within_2_mib(writer, chunk, base).await;
+    assert_eq!(server.metrics.connections_open(), 1);
+    // The client leaves.
+    flood.abort();
+    let _ = flood.await;
+    drop(unread);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.metrics.connections_open() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the connection of a client that left is still open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop().await;
+}
+
 /// What an HTTP client gets for an opening handshake that is not valid:
 /// an HTTP answer saying why (RFC 6455 §4.2.2), not a bare close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -41,13 +41,22 @@
 //!   cannot continue: the rest of the frame would have to be read to find
 //!   the next one, which is what the limit refuses to do. Counted as
 //!   [`LimitKind::MessageLen`].
-//! * Backpressure, so that memory per connection is bounded: the server
-//!   stops reading while [`Limits::max_in_flight`] messages wait for
-//!   replies, and while the socket does not take what is written (a client
-//!   that does not read). One exception keeps calls from waiting on
-//!   themselves: while handlers wait for their client's answers
+//! * Backpressure, so that memory per connection is bounded: at
+//!   [`Limits::max_in_flight`] messages waiting for replies no more are
+//!   started, and the server reads on only a little: the messages read
+//!   are held in order (up to 64 KiB of them) until calls finish, and past
+//!   that it stops reading, as it does while the socket does not take what
+//!   is written (a client that does not read). Reading that little is
+//!   what notices a client that leaves at its cap (a close frame, the end
+//!   of the stream, a reset) and drops its calls at once, instead of
+//!   running them to their end for nobody, and what answers its pings;
+//!   once reading has stopped, a ping each `idle_timeout / 2` finds a
+//!   client whose socket is closed (it answers with a reset, which fails
+//!   the next write). A client that only goes quiet keeps its calls. One
+//!   exception keeps calls from waiting on themselves: while handlers
+//!   wait for their client's answers
 //!   ([`Context::peer`](crate::Context::peer)) at the in-flight limit,
-//!   reading goes on; answers are delivered at once, and the other
+//!   reading goes on further; answers are delivered at once, and the other
 //!   messages are held in order (up to about `max_message_len` bytes,
 //!   5 MiB at most) until calls finish. Buffers: the message being read
 //!   (at most `max_message_len`), those held, an 8 KiB read buffer, the
@@ -153,6 +162,12 @@ const KEEP_IDLE: usize = 64 << 10;
 /// Messages held while reading on for answers at the in-flight limit, in
 /// bytes (at most [`Limits::max_message_len`], and never unbounded).
 const MAX_HELD: usize = crate::Parser::DEFAULT_MAX_MESSAGE_LEN;
+/// Messages held at the in-flight limit when no handler waits for an
+/// answer, in bytes (at most [`Limits::max_message_len`]): the client is
+/// read then only to see it leave (a close frame, the end of the stream, a
+/// reset) and to answer its pings, so a little is enough; every connection
+/// at its cap may hold this much.
+const WATCH_HELD: usize = 64 << 10;
 /// What a held message costs besides its payload (its place in the queue
 /// and its allocation), so that empty messages are bounded too.
 const HELD_OVERHEAD: usize = 64;
@@ -991,12 +1006,14 @@ struct Driver<'s, S, K, T> {
     /// The client sent a text message that is not UTF-8.
     invalid_utf8: bool,
     /// Messages read while the calls in flight were at the limit (reading
-    /// on for the client's answers to its handlers' requests) that are not
-    /// only answers: started in order as calls finish. Each is a copy, so
-    /// that it does not keep tungstenite's read buffer alive.
+    /// on to watch the client, or for its answers to its handlers'
+    /// requests) that are not only answers: started in order as calls
+    /// finish. Each is a copy, so that it does not keep tungstenite's read
+    /// buffer alive.
     held: VecDeque<Bytes>,
     /// What they cost ([`HELD_OVERHEAD`] each besides their bytes): past
-    /// [`MAX_HELD`] (or [`Limits::max_message_len`]), nothing more is read.
+    /// [`WATCH_HELD`] ([`MAX_HELD`] while answers are awaited; at most
+    /// [`Limits::max_message_len`]), nothing more is read.
     held_bytes: usize,
 }
 
@@ -1087,7 +1104,7 @@ where
                         .start(&self.server.dispatcher, &input, &mut self.replies);
                     progress = true;
                 }
-            } else if self.write_ready && (!self.at_limit() || self.awaits_answers()) {
+            } else if self.write_ready && (!self.at_limit() || self.reads_at_limit()) {
                 let next = self.ws.poll_next_unpin(cx);
                 self.read_blocked = next.is_pending();
                 match next {
@@ -1149,12 +1166,27 @@ where
     ///
     /// [`Context::peer`]: crate::Context::peer
     fn awaits_answers(&self) -> bool {
-        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD)
-            && self
-                .conn
-                .context()
-                .peer()
-                .is_some_and(|peer| peer.pending() > 0)
+        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD) && self.peer_pending()
+    }
+
+    /// Whether handlers wait for their client's answers to their requests.
+    fn peer_pending(&self) -> bool {
+        self.conn
+            .context()
+            .peer()
+            .is_some_and(|peer| peer.pending() > 0)
+    }
+
+    /// Whether reading goes on at the in-flight limit: for answers
+    /// ([`awaits_answers`](Self::awaits_answers)), and otherwise to watch
+    /// the client, so that one that leaves (a close frame, the end of the
+    /// stream, a reset) has its calls dropped at once rather than when one
+    /// of them ends, and its pings are answered. Messages read meanwhile
+    /// are held, up to [`WATCH_HELD`] bytes (backpressure resumes past
+    /// that: a client pipelining without end is not buffered).
+    fn reads_at_limit(&self) -> bool {
+        self.awaits_answers()
+            || self.held_bytes < self.server.limits.max_message_len.min(WATCH_HELD)
     }
 
     /// Whether `input` holds only responses (answers to the handlers'
@@ -1257,7 +1289,9 @@ where
             Message::Ping(data) => return self.send(cx, Message::Pong(data)),
             Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
-        if (self.at_limit() || !self.held.is_empty()) && !self.only_answers(&input) {
+        if (self.at_limit() || !self.held.is_empty())
+            && !(self.peer_pending() && self.only_answers(&input))
+        {
             self.held_bytes += input.len() + HELD_OVERHEAD;
             self.held.push_back(Bytes::copy_from_slice(&input));
             return Ok(());
@@ -1354,6 +1388,18 @@ where
         let paused = self.at_limit() && !self.awaits_answers();
         if std::mem::take(&mut self.heard) || paused {
             self.silent = 0;
+            // Not read any more (held messages at their bound): the end of
+            // the stream waits behind what the client sent, but a client
+            // that closed its socket answers a write with a reset, which
+            // fails the next write, and the connection closes. A ping is
+            // that write; a client still there just answers it.
+            if paused
+                && !self.reads_at_limit()
+                && self.write_ready
+                && let Err(reason) = self.send(cx, Message::Ping(Bytes::new()))
+            {
+                return Some(reason);
+            }
             return None;
         }
         self.silent = self.silent.saturating_add(1);
