@@ -41,7 +41,8 @@
 //! sent: the loop then sends an interim `100 Continue` (RFC 9110 §15.2:
 //! clients parse 1xx responses they did not ask for), which a closed
 //! socket answers with a reset. A half-closed client gets its reply after
-//! that `100`; hyper's path (its `half_close` off) drops its call instead.
+//! that `100`. hyper's path watches its HTTP/1.1 clients with the same
+//! [`gone`] (`serve_connection` in `http.rs`).
 
 use std::any::Any;
 use std::future::{Future, poll_fn};
@@ -104,11 +105,11 @@ enum Stop {
 /// The interim response that finds out whether a client whose end of
 /// stream was read closed its socket (which answers it with a reset) or
 /// only half-closed (which reads it, and then the reply).
-const PROBE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+pub(super) const PROBE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
 /// What the loop knows of the client's side.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Client {
+pub(super) enum Client {
     /// Its end of stream not read.
     Sending,
     /// Its end of stream read while a request was answered, and `sent`
@@ -446,7 +447,15 @@ impl Own {
             if answer.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Ok(()));
             }
-            if gone(stream, buf, client, &mut watch.touched, reset.as_mut(), cx) {
+            if gone(
+                stream,
+                buf,
+                client,
+                &mut watch.touched,
+                true,
+                reset.as_mut(),
+                cx,
+            ) {
                 return Poll::Ready(Err(Stop::Gone));
             }
             watch.poll(cx, Phase::Answer).map(Err)
@@ -544,13 +553,15 @@ impl Own {
 /// end of stream and then a reset of the [`PROBE`] written after it. Bytes
 /// it sends meanwhile (pipelined requests) are read into `buf`, up to
 /// [`RETAINED`] bytes; past that it is not read (nor watched) until the
-/// reply is out.
-fn gone(
+/// reply is out. Without `probe` (an HTTP/1.0 request, to which no 1xx may
+/// be sent) an end of stream is taken for a close.
+pub(super) fn gone(
     stream: &TcpStream,
     buf: &mut BytesMut,
     client: &mut Client,
     touched: &mut bool,
-    reset: Pin<&mut impl Future<Output = std::io::Result<tokio::io::Ready>>>,
+    probe: bool,
+    reset: Pin<&mut impl Future>,
     cx: &mut TaskContext<'_>,
 ) -> bool {
     loop {
@@ -569,6 +580,7 @@ fn gone(
                     buf.reserve(READ_CHUNK);
                 }
                 match stream.try_read_buf(buf) {
+                    Ok(0) if !probe => return true,
                     Ok(0) => *client = Client::Ended { sent: 0 },
                     Ok(_) => *touched = true,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}

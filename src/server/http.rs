@@ -1170,6 +1170,11 @@ impl Server {
             // Ours runs instead: hyper's also runs while a kept-alive
             // connection waits for its next request.
             .header_read_timeout(None)
+            // An end of stream read while a request is answered may be a
+            // half-close (the client still reads the reply): hyper would
+            // drop the call for it. `serve_connection` watches the client
+            // instead (see `watch_client`).
+            .half_close(true)
             .max_buf_size(self.max_header_bytes);
         builder
             .http2()
@@ -1278,6 +1283,8 @@ struct Activity {
     served: AtomicBool,
     /// The connection speaks HTTP/2 (it opened with the preface).
     h2: AtomicBool,
+    /// The last request dispatched was HTTP/1.0 (which no 1xx may answer).
+    http10: AtomicBool,
 }
 
 impl Activity {
@@ -1346,8 +1353,16 @@ async fn serve_connection<Svc, B>(
         ..
     } = kit;
     let activity = Arc::new(Activity::default());
+    let socket = Arc::new(Mutex::new(Socket {
+        stream,
+        pipelined: BytesMut::new(),
+        client: super::h1::Client::Sending,
+        reset: None,
+        hyper_reading: false,
+        end_seen: false,
+    }));
     let io = TokioIo::new(Tracked {
-        inner: stream,
+        socket: Arc::clone(&socket),
         read,
         activity: Arc::clone(&activity),
         preface: 0,
@@ -1398,6 +1413,14 @@ async fn serve_connection<Svc, B>(
         }
         if let Poll::Ready(done) = conn.as_mut().poll(cx) {
             return Poll::Ready(End::Hyper(done));
+        }
+        if activity.active.load(Ordering::Relaxed) > 0 && !activity.h2.load(Ordering::Relaxed) {
+            match watch_client(&socket, &activity, cx) {
+                Watched::Gone => return Poll::Ready(End::Dropped),
+                // For hyper to read when it wants them.
+                Watched::Read => cx.waker().wake_by_ref(),
+                Watched::Nothing => {}
+            }
         }
         // What hyper read just now decides the header timer.
         let served = activity.served.load(Ordering::Relaxed);
@@ -1459,9 +1482,135 @@ fn classify(config: &ConnConfig, e: &(dyn StdError + 'static)) {
 /// What an HTTP/2 connection opens with (RFC 9113, 3.4).
 pub(super) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// What the watch on an HTTP/1 client found.
+enum Watched {
+    Nothing,
+    /// Bytes the client pipelined, kept in [`Socket::pipelined`], or its
+    /// end of stream: hyper's turn.
+    Read,
+    Gone,
+}
+
+/// Whether the client of the HTTP/1 request being answered (hyper's
+/// connection waits for the service) left, as rpcwire's own loop finds out
+/// ([`super::h1::gone`]): a reset, or an end of stream and then a reset of
+/// the interim `100 Continue` written after it (HTTP/1.0: the end of
+/// stream itself). Not hyper's own watch (`half_close` off), which takes
+/// every end of stream for a close, dropping half-closed clients' calls,
+/// and stops watching once it holds bytes the client pipelined. A
+/// half-closed client is answered after the `100`.
+///
+/// Not while a response body is written (hyper no longer reads then
+/// either): a client that leaves then is found out by the writes.
+fn watch_client(socket: &Mutex<Socket>, activity: &Activity, cx: &mut TaskContext<'_>) -> Watched {
+    let mut socket = socket
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Socket {
+        stream,
+        pipelined,
+        client,
+        reset,
+        hyper_reading,
+        end_seen,
+    } = &mut *socket;
+    if *hyper_reading {
+        return Watched::Nothing;
+    }
+    if !*end_seen && *client == super::h1::Client::Sending {
+        let mut byte = [0u8; 1];
+        let mut peeked = ReadBuf::new(&mut byte);
+        if let Poll::Ready(Ok(0)) = stream.poll_peek(cx, &mut peeked) {
+            // The end of stream: hyper has a turn first, in which it reads
+            // it if a body it reads stops there (and answers that).
+            *end_seen = true;
+            return Watched::Read;
+        }
+    }
+    let before = pipelined.len();
+    let mut touched = false;
+    let stream: &TcpStream = stream;
+    let reset = std::pin::pin!(std::future::poll_fn(|cx| {
+        reset
+            .get_or_insert_with(|| reset_of(stream))
+            .as_mut()
+            .poll(cx)
+    }));
+    let probe = !activity.http10.load(Ordering::Relaxed);
+    if super::h1::gone(stream, pipelined, client, &mut touched, probe, reset, cx) {
+        return Watched::Gone;
+    }
+    if touched {
+        activity.touch();
+    }
+    if pipelined.len() > before {
+        Watched::Read
+    } else {
+        Watched::Nothing
+    }
+}
+
+/// What resolves when `stream` is reset (`stream` read at its end, a probe
+/// written since): its error readiness, on a second descriptor of the
+/// socket, since `stream`'s own is borrowed from the [`Socket`] it is in,
+/// and its write readiness must be left to hyper's writes. Made only for a
+/// client that stopped sending while it was answered. Where that cannot be
+/// had (not on Unix), never: a client that closed is found out by the
+/// reply's write.
+fn reset_of(stream: &TcpStream) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    #[cfg(unix)]
+    if let Ok(fd) = std::os::fd::AsFd::as_fd(stream).try_clone_to_owned()
+        && let Ok(second) = TcpStream::from_std(std::net::TcpStream::from(fd))
+    {
+        return Box::pin(async move {
+            let _ = second.ready(tokio::io::Interest::ERROR).await;
+        });
+    }
+    let _ = stream;
+    Box::pin(std::future::pending())
+}
+
+/// The socket, shared by hyper's connection (through [`Tracked`]) and
+/// [`watch_client`], which look at it in turn (one task).
+struct Socket {
+    stream: TcpStream,
+    /// Bytes [`watch_client`] read while a request was answered, read
+    /// before the socket's.
+    pipelined: BytesMut,
+    client: super::h1::Client,
+    /// Once a probe went out: see [`reset_of`].
+    reset: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// hyper waits for bytes from the socket (a request body still coming):
+    /// its end of stream or reset is hyper's to see, and a probe would
+    /// come before hyper's answer to a body cut short.
+    hyper_reading: bool,
+    /// The client's end of stream was seen, and hyper given a turn to read
+    /// it (for a body cut short) before the probe.
+    end_seen: bool,
+}
+
+impl Socket {
+    /// Writes what is left of a probe cut short, so that nothing else goes
+    /// out in its middle.
+    fn finish_probe(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        use super::h1::{Client, PROBE};
+        while let Client::Ended { sent } = self.client
+            && sent > 0
+            && sent < PROBE.len()
+        {
+            let n = ready!(Pin::new(&mut self.stream).poll_write(cx, &PROBE[sent..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.client = Client::Ended { sent: sent + n };
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
 /// The socket, noting each transfer for the timers.
 struct Tracked {
-    inner: TcpStream,
+    socket: Arc<Mutex<Socket>>,
     /// Bytes read from it before hyper took it over (by rpcwire's own
     /// HTTP/1.1 loop), read first.
     read: Bytes,
@@ -1481,7 +1630,19 @@ impl AsyncRead for Tracked {
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let r = if self.read.is_empty() {
-            Pin::new(&mut self.inner).poll_read(cx, buf)
+            let mut socket = self
+                .socket
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if socket.pipelined.is_empty() {
+                let r = Pin::new(&mut socket.stream).poll_read(cx, buf);
+                socket.hyper_reading = r.is_pending();
+                r
+            } else {
+                let n = socket.pipelined.len().min(buf.remaining());
+                buf.put_slice(&socket.pipelined.split_to(n));
+                Poll::Ready(Ok(()))
+            }
         } else {
             let n = self.read.len().min(buf.remaining());
             buf.put_slice(&self.read.split_to(n));
@@ -1516,11 +1677,17 @@ impl AsyncRead for Tracked {
 
 impl AsyncWrite for Tracked {
     fn poll_write(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        let mut socket = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ready!(socket.finish_probe(cx))?;
+        let r = Pin::new(&mut socket.stream).poll_write(cx, buf);
+        drop(socket);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
         }
@@ -1528,11 +1695,17 @@ impl AsyncWrite for Tracked {
     }
 
     fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut TaskContext<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        let mut socket = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ready!(socket.finish_probe(cx))?;
+        let r = Pin::new(&mut socket.stream).poll_write_vectored(cx, bufs);
+        drop(socket);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
         }
@@ -1540,15 +1713,25 @@ impl AsyncWrite for Tracked {
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
+        true
     }
 
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        let mut socket = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ready!(socket.finish_probe(cx))?;
+        Pin::new(&mut socket.stream).poll_flush(cx)
     }
 
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<io::Result<()>> {
+        let mut socket = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        ready!(socket.finish_probe(cx))?;
+        Pin::new(&mut socket.stream).poll_shutdown(cx)
     }
 }
 
@@ -1572,6 +1755,9 @@ where
         let activity = &self.activity;
         activity.active.fetch_add(1, Ordering::Relaxed);
         activity.head.store(false, Ordering::Relaxed);
+        activity
+            .http10
+            .store(req.version() == http::Version::HTTP_10, Ordering::Relaxed);
         if !activity.served.load(Ordering::Relaxed) {
             activity.served.store(true, Ordering::Relaxed);
         }
