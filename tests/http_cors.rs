@@ -285,3 +285,43 @@ async fn websocket_upgrades_from_other_origins_are_refused() {
     }
     shutdown.trigger();
 }
+
+/// A WebSocket server on a listener of its own, given `origins`, refuses
+/// handshakes from other pages' origins and accepts its own and those of
+/// programs (no `Origin`); on a port serving both, the WebSocket server's
+/// policy holds for upgrades even when the HTTP service has none.
+#[tokio::test]
+async fn a_websocket_server_with_origins_refuses_other_pages() {
+    let d = dispatcher(Arc::new(AtomicUsize::new(0)));
+    let shutdown = Shutdown::new();
+    let ws = WsServer::new(d.clone())
+        .shutdown(shutdown.clone())
+        .origins(Cors::origins([APP]).unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let own = listener.local_addr().unwrap();
+    let server = ws.clone();
+    tokio::spawn(async move { server.serve(listener).await });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let both = listener.local_addr().unwrap();
+    let limits = Limits::default();
+    let http = HttpService::new(d, &limits, None);
+    tokio::spawn(combined::serve(
+        listener,
+        http,
+        ws,
+        limits,
+        None,
+        shutdown.clone(),
+    ));
+    for addr in [own, both] {
+        let r = one(addr, &upgrade(Some("https://evil.example"))).await;
+        assert_eq!(r.0, "403 Forbidden", "{addr}: {r:?}");
+        let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+        assert_eq!(v["error"]["data"]["origin"], "https://evil.example", "{v}");
+        for origin in [Some(APP), None] {
+            let r = one(addr, &upgrade(origin)).await;
+            assert_eq!(r.0, "101 Switching Protocols", "{addr} {origin:?}: {r:?}");
+        }
+    }
+    shutdown.trigger();
+}

@@ -14,7 +14,7 @@
 //! | an upgrade request that is not valid (no key) | `400`, a -32600 body saying why |
 //! | an upgrade request for another `Sec-WebSocket-Version` | `426` with `Sec-WebSocket-Version: 13`, a -32600 body |
 //! | a valid upgrade past the [`WsServer`]'s connection limit | `503`, a -32000 body with the limit |
-//! | an upgrade from an `Origin` the HTTP service's [`Cors`](super::cors::Cors) policy does not allow | `403`, a -32600 body naming the origin |
+//! | an upgrade from an `Origin` the HTTP service's [`Cors`](super::cors::Cors) policy or the WebSocket server's [`origins`](WsServer::origins) does not allow | `403`, a -32600 body naming the origin |
 //! | anything else | the [`HttpService`]'s answer (see [`super::http`]) |
 //!
 //! Once upgraded, a connection is no longer under the HTTP server's limits
@@ -116,8 +116,9 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
     /// connection on a task of its own.
     fn upgrade<B>(&self, mut req: Request<B>) -> Response<ResponseBody> {
         // Browsers do not preflight upgrades: the `Origin` is checked here.
-        if let Some(refused) = self.http.refuse_origin(req.headers()) {
-            return refused;
+        let headers = req.headers();
+        if let Some(origin) = self.http.refuses(headers).or(self.ws.refuses(headers)) {
+            return super::http::forbidden_origin(origin);
         }
         let response = match upgrade_response(&req) {
             Ok(r) => r,

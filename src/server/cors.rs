@@ -1,5 +1,5 @@
 //! Which web pages may call a server from a browser: CORS for HTTP, the
-//! `Origin` check for WebSocket upgrades (feature `http`).
+//! `Origin` check for WebSocket upgrades (features `http`, `ws`).
 //!
 //! A browser sends a script's cross-origin `POST` of `application/json`
 //! only after a preflight (`OPTIONS` with `Origin` and
@@ -22,6 +22,13 @@
 //!
 //! Without one (the default), `Origin` is ignored and `OPTIONS` gets `405`,
 //! as before.
+//!
+//! A [`WsServer`](super::ws::WsServer) given one with
+//! [`origins`](super::ws::WsServer::origins) refuses opening handshakes
+//! from other origins with `403` (handshakes without `Origin`, from
+//! programs rather than pages, are accepted); on a port serving both
+//! (`server::combined`), an upgrade must pass the HTTP service's policy and
+//! the WebSocket server's.
 
 use std::time::Duration;
 
@@ -118,8 +125,17 @@ impl Cors {
         }
     }
 
+    /// Whether a request with these headers comes from a page whose origin
+    /// may not call: its `Origin`, then.
+    #[cfg_attr(not(feature = "ws"), allow(dead_code))]
+    pub(crate) fn refuses<'h>(&self, headers: &'h http::HeaderMap) -> Option<&'h HeaderValue> {
+        let origin = headers.get(http::header::ORIGIN)?;
+        (!self.allows(origin.as_bytes())).then_some(origin)
+    }
+
     /// The `Access-Control-Allow-Origin` for a request from `origin`, or
     /// `None` when that origin may not call.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn allow_origin(&self, origin: &HeaderValue) -> Option<HeaderValue> {
         match &self.origins {
             None => Some(HeaderValue::from_static("*")),
@@ -130,10 +146,12 @@ impl Cors {
 
     /// Whether answers depend on the request's `Origin` (then they say so
     /// with `Vary: Origin`, for caches between browser and server).
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn varies(&self) -> bool {
         self.origins.is_some()
     }
 
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
     pub(crate) fn max_age_header(&self) -> &HeaderValue {
         &self.max_age
     }
@@ -217,6 +235,15 @@ mod tests {
             Some(HeaderValue::from_static("*"))
         );
         assert!(!Cors::any().varies());
+        let mut headers = http::HeaderMap::new();
+        assert_eq!(listed.refuses(&headers), None);
+        headers.insert(http::header::ORIGIN, origin.clone());
+        assert_eq!(listed.refuses(&headers), None);
+        headers.insert(
+            http::header::ORIGIN,
+            HeaderValue::from_static("https://b.org"),
+        );
+        assert_eq!(listed.refuses(&headers).unwrap(), "https://b.org");
         assert_eq!(
             Cors::any()
                 .max_age(Duration::from_millis(90_500))

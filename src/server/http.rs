@@ -235,15 +235,11 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         self.cors.is_some()
     }
 
-    /// The `403` for an upgrade or request whose `Origin` may not call,
-    /// or `None` when it may (or when there is no CORS policy).
-    pub(super) fn refuse_origin(&self, headers: &HeaderMap) -> Option<Response<ResponseBody>> {
-        let cors = self.cors.as_ref()?;
-        let origin = headers.get(ORIGIN)?;
-        match cors.allow_origin(origin) {
-            Some(_) => None,
-            None => Some(forbidden_origin(origin)),
-        }
+    /// The `Origin` of a request with these headers when the CORS policy
+    /// refuses it (`None` without a policy).
+    #[cfg_attr(not(feature = "ws"), allow(dead_code))]
+    pub(super) fn refuses<'h>(&self, headers: &'h HeaderMap) -> Option<&'h HeaderValue> {
+        self.cors.as_ref()?.refuses(headers)
     }
 
     /// The same service, telling handlers that requests come from `peer`
@@ -826,7 +822,7 @@ fn not_allowed() -> Response<ResponseBody> {
 }
 
 /// The `403` for a request from an origin the CORS policy does not allow.
-fn forbidden_origin(origin: &HeaderValue) -> Response<ResponseBody> {
+pub(super) fn forbidden_origin(origin: &HeaderValue) -> Response<ResponseBody> {
     json_response(
         StatusCode::FORBIDDEN,
         Bytes::from(super::cors::forbidden_body(origin)),

@@ -24,8 +24,8 @@ use crate::peer::{Outbound, SendError};
 #[cfg(all(feature = "http", feature = "ws"))]
 #[cfg_attr(docsrs, doc(cfg(all(feature = "http", feature = "ws"))))]
 pub mod combined;
-#[cfg(feature = "http")]
-#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+#[cfg(any(feature = "http", feature = "ws"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "http", feature = "ws"))))]
 pub mod cors;
 #[cfg(feature = "http")]
 mod h1;

@@ -130,6 +130,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::{CloseFrame, Frame};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes, http};
 
+use super::cors::Cors;
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::dispatch::engine::ReplyGate;
@@ -197,6 +198,8 @@ pub struct WsServer<S = (), K = SyncOnly> {
     shutdown: Shutdown,
     subscriptions: SubscriptionConfig,
     handshake_timeout: Duration,
+    /// The pages allowed to open connections; `None`: any.
+    origins: Option<Arc<Cors>>,
 }
 
 impl<S, K> Clone for WsServer<S, K> {
@@ -209,6 +212,7 @@ impl<S, K> Clone for WsServer<S, K> {
             shutdown: self.shutdown.clone(),
             subscriptions: self.subscriptions.clone(),
             handshake_timeout: self.handshake_timeout,
+            origins: self.origins.clone(),
         }
     }
 }
@@ -235,6 +239,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             shutdown: Shutdown::new(),
             subscriptions: SubscriptionConfig::default(),
             handshake_timeout: Duration::from_secs(10),
+            origins: None,
         }
     }
 
@@ -272,6 +277,34 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
         self
+    }
+
+    /// Only pages of the origins `cors` allows may open connections from a
+    /// browser: an opening handshake whose `Origin` it does not allow is
+    /// refused with `403` (browsers do not preflight WebSocket upgrades, so
+    /// without this any page the user visits can connect, as geth's
+    /// `--ws.origins` guards against). Handshakes without `Origin` (from
+    /// programs, not pages) are accepted. Default: every origin.
+    ///
+    /// ```
+    /// # use rpcwire::{Call, Dispatcher, server::{cors::Cors, ws::WsServer}};
+    /// # let d = Dispatcher::builder(()).method("ping", |c: Call<'_, ()>| c.reply.str("pong")).build()?;
+    /// let server = WsServer::new(d).origins(Cors::origins(["https://app.example.org"])?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn origins(mut self, cors: Cors) -> Self {
+        self.origins = Some(Arc::new(cors));
+        self
+    }
+
+    /// The `Origin` of an opening handshake with these headers when
+    /// [`origins`](WsServer::origins) refuses it.
+    #[cfg_attr(not(feature = "http"), allow(dead_code))]
+    pub(super) fn refuses<'h>(
+        &self,
+        headers: &'h http::HeaderMap,
+    ) -> Option<&'h http::HeaderValue> {
+        self.origins.as_ref()?.refuses(headers)
     }
 
     /// The most connections served at once ([`Limits::max_connections`],
@@ -378,7 +411,11 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     where
         T: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        let opening = tokio::time::timeout(self.handshake_timeout, open(&mut io)).await;
+        let opening = tokio::time::timeout(
+            self.handshake_timeout,
+            open(&mut io, self.origins.as_deref()),
+        )
+        .await;
         let (headers, early) = match opening {
             Ok(Ok(opened)) => opened,
             Ok(Err(e)) => {
@@ -540,7 +577,10 @@ const HEAD_TOO_LARGE: &str = "the request head is too large";
 /// Reads the opening handshake's request from `io` and answers it: `101`
 /// and the request's headers with the bytes read past its head, or the
 /// HTTP error a bad request gets (see [`WsServer::accept`]).
-async fn open<T>(io: &mut T) -> Result<(http::HeaderMap, Vec<u8>), HandshakeError>
+async fn open<T>(
+    io: &mut T,
+    origins: Option<&Cors>,
+) -> Result<(http::HeaderMap, Vec<u8>), HandshakeError>
 where
     T: AsyncRead + AsyncWrite + Unpin,
 {
@@ -580,6 +620,11 @@ where
             }
         }
     };
+    if let Some(origin) = origins.and_then(|o| o.refuses(request.headers())) {
+        let body = super::cors::forbidden_body(origin);
+        let _ = io.write_all(&http_error(403, &body, None)).await;
+        return Err(HandshakeError(Kind::Invalid(ORIGIN_REFUSED)));
+    }
     let response = match upgrade_response(&request) {
         Ok(response) => response,
         Err(e) => {
@@ -646,12 +691,20 @@ fn read_request(buf: &[u8]) -> Result<Option<(http::Request<()>, usize)>, &'stat
 /// An HTTP error response (closing the connection) with a -32600 body
 /// saying why.
 fn refusal(status: u16, reason: &str, extra: Option<&str>) -> Vec<u8> {
+    http_error(status, &bad_upgrade_body(reason), extra)
+}
+
+/// Why a handshake from a page of an origin not allowed failed.
+const ORIGIN_REFUSED: &str = "origin not allowed";
+
+/// An HTTP error response with a JSON `body`, closing the connection.
+fn http_error(status: u16, body: &str, extra: Option<&str>) -> Vec<u8> {
     let reason_phrase = match status {
+        403 => "Forbidden",
         426 => "Upgrade Required",
         431 => "Request Header Fields Too Large",
         _ => "Bad Request",
     };
-    let body = bad_upgrade_body(reason);
     format!(
         "HTTP/1.1 {status} {reason_phrase}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}connection: close\r\n\r\n{body}",
         body.len(),
@@ -1505,7 +1558,7 @@ mod tests {
         let (client, mut server) = tokio::io::duplex(1);
         HEAD_PARSED.with(|parsed| parsed.set(0));
         let opened = async move {
-            let opened = open(&mut server).await;
+            let opened = open(&mut server, None).await;
             drop(server);
             opened
         };
