@@ -167,9 +167,10 @@ async fn timed_out_calls_are_counted_once_under_their_method_and_code() {
 
 #[cfg(feature = "tracing")]
 mod spans {
+    use std::cell::Cell;
     use std::collections::HashMap;
-    use std::sync::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Mutex, Once};
 
     use tracing::field::{Field, Visit};
     use tracing::span::{Attributes, Id, Record};
@@ -186,8 +187,40 @@ mod spans {
     /// Keeps every span's fields and whether it closed.
     #[derive(Default)]
     pub struct Spans {
-        next: AtomicU64,
         pub spans: Mutex<HashMap<u64, Seen>>,
+    }
+
+    thread_local! {
+        /// The collector of the test running on this thread.
+        static CURRENT: Cell<Option<&'static Spans>> = const { Cell::new(None) };
+    }
+
+    /// Span ids, unique across tests.
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+
+    /// Collects the spans made on this thread into `spans` until the guard
+    /// drops. One global subscriber hands them to each thread's collector:
+    /// with a scoped subscriber per test (`set_default`), tests running at
+    /// once on other threads, with none, raced it for the span callsites'
+    /// interest and level, and a test saw no span at all (about 1 run in
+    /// 20).
+    pub fn install(spans: &'static Spans) -> Installed {
+        static GLOBAL: Once = Once::new();
+        GLOBAL.call_once(|| tracing::subscriber::set_global_default(Global).unwrap());
+        CURRENT.with(|c| c.set(Some(spans)));
+        Installed
+    }
+
+    pub struct Installed;
+
+    impl Drop for Installed {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(None));
+        }
+    }
+
+    fn current() -> Option<&'static Spans> {
+        CURRENT.with(Cell::get)
     }
 
     struct Fields<'a>(&'a mut HashMap<String, String>);
@@ -200,22 +233,27 @@ mod spans {
         }
     }
 
-    impl Subscriber for &'static Spans {
+    struct Global;
+
+    impl Subscriber for Global {
         fn enabled(&self, _: &Metadata<'_>) -> bool {
             true
         }
         fn new_span(&self, attrs: &Attributes<'_>) -> Id {
-            let id = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-            let mut seen = Seen {
-                refs: 1,
-                ..Seen::default()
-            };
-            attrs.record(&mut Fields(&mut seen.fields));
-            self.spans.lock().unwrap().insert(id, seen);
+            let id = NEXT.fetch_add(1, Ordering::Relaxed);
+            if let Some(spans) = current() {
+                let mut seen = Seen {
+                    refs: 1,
+                    ..Seen::default()
+                };
+                attrs.record(&mut Fields(&mut seen.fields));
+                spans.spans.lock().unwrap().insert(id, seen);
+            }
             Id::from_u64(id)
         }
         fn record(&self, span: &Id, values: &Record<'_>) {
-            if let Some(seen) = self.spans.lock().unwrap().get_mut(&span.into_u64()) {
+            let Some(spans) = current() else { return };
+            if let Some(seen) = spans.spans.lock().unwrap().get_mut(&span.into_u64()) {
                 values.record(&mut Fields(&mut seen.fields));
             }
         }
@@ -224,15 +262,18 @@ mod spans {
         fn enter(&self, _: &Id) {}
         fn exit(&self, _: &Id) {}
         fn clone_span(&self, id: &Id) -> Id {
-            if let Some(seen) = self.spans.lock().unwrap().get_mut(&id.into_u64()) {
+            if let Some(spans) = current()
+                && let Some(seen) = spans.spans.lock().unwrap().get_mut(&id.into_u64())
+            {
                 seen.refs += 1;
             }
             id.clone()
         }
         fn try_close(&self, id: Id) -> bool {
-            let mut spans = self.spans.lock().unwrap();
+            let Some(spans) = current() else { return true };
+            let mut spans = spans.spans.lock().unwrap();
             let Some(seen) = spans.get_mut(&id.into_u64()) else {
-                return false;
+                return true;
             };
             seen.refs -= 1;
             seen.refs == 0
@@ -245,7 +286,7 @@ mod spans {
 async fn timed_out_and_cancelled_calls_spans_say_so_and_close() {
     use tower::{Service, ServiceBuilder, ServiceExt};
     let spans: &'static spans::Spans = Box::leak(Box::default());
-    let _default = tracing::subscriber::set_default(spans);
+    let _installed = spans::install(spans);
     let metrics = Arc::new(Metrics::default());
     let svc = HttpService::new(dispatcher(metrics), &Limits::default(), None);
     // The dispatcher's timeout (100 ms): answered -32002.
@@ -418,7 +459,7 @@ async fn h2_with_max_in_flight_zero_still_serves_one_stream_at_a_time() {
 async fn a_call_timed_out_in_the_queue_has_a_span_naming_it() {
     use tower::ServiceExt;
     let spans: &'static spans::Spans = Box::leak(Box::default());
-    let _default = tracing::subscriber::set_default(spans);
+    let _installed = spans::install(spans);
     let d = Dispatcher::builder(())
         .async_method("hold", |call: AsyncCall<()>| async move {
             let (ms,): (u64,) = call.decode()?;
