@@ -41,6 +41,21 @@ usage: gateway [options]
                         from it accepted); repeat for several, * for any.
                         Without it browsers' cross-origin calls are refused;
                         with it, other origins get 403
+  --cache-bytes N       the response cache's bound in bytes (default 67108864,
+                        64 MiB; 0: no cache). Only results that can never
+                        change are kept: constants (web3_sha3), calls naming
+                        their block by hash, calls naming a block number at
+                        or below the finalized block (fromBlock and toBlock
+                        for eth_getLogs), transactions (receipts, ...) whose
+                        blockNumber is final; never latest, safe, pending
+                        or an absent block, errors, null, a result past a
+                        sixteenth of the bound, or a fallback upstream's
+                        answer. Keyed by method and params byte for byte as
+                        sent; least recently used entries go first
+  --finalized-every MS  ask the first upstream for its finalized block
+                        (eth_getBlockByNumber finalized) at most this
+                        often, and only when a call to cache needs a later
+                        block than the one known (default 6000)
   --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health
                         (200 when an upstream answers eth_chainId or the
                         built-in chain serves, else 503; a forward answered,
@@ -76,6 +91,11 @@ fn bytes(n: u64) -> usize {
     usize::try_from(n.min(MAX_BYTES)).unwrap_or(usize::MAX >> 2)
 }
 
+/// `--cache-bytes`' default: 64 MiB.
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+/// `--finalized-every`'s default: about half an Ethereum slot.
+pub const DEFAULT_FINALIZED_EVERY: Duration = Duration::from_secs(6);
+
 /// What the gateway is run with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -101,6 +121,10 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// The origins browsers may call from (`--cors`); `None`: CORS off.
     pub cors: Option<rpcwire::server::cors::Cors>,
+    /// The response cache's bound in bytes; 0: no cache.
+    pub cache_bytes: usize,
+    /// How often at most the finalized block is asked for.
+    pub finalized_every: Duration,
 }
 
 impl Default for Config {
@@ -123,6 +147,8 @@ impl Default for Config {
             shutdown_grace: rpcwire::server::Limits::default().shutdown_grace,
             metrics: None,
             cors: None,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            finalized_every: DEFAULT_FINALIZED_EVERY,
         }
     }
 }
@@ -190,6 +216,10 @@ impl Config {
                     );
                 }
                 "--cors" => origins.push(value()?),
+                "--cache-bytes" => c.cache_bytes = bytes(number(value()?)?),
+                "--finalized-every" => {
+                    c.finalized_every = Duration::from_millis(number(value()?)?);
+                }
                 "--shutdown-grace" => {
                     c.shutdown_grace = Duration::from_millis(number(value()?)?);
                 }

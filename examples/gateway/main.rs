@@ -13,10 +13,12 @@
 //! `--help` lists the options. The pieces: `config` (options), `chain` and
 //! `local` (the built-in chain and its methods), `upstream` (HTTP and
 //! WebSocket clients), `proxy` (policy and forwarding handlers), `errors`
-//! (the gateway's own errors), `app` (the server), `ops` (`/metrics` and
+//! (the gateway's own errors), `cache` (the response cache of results
+//! that can no longer change), `app` (the server), `ops` (`/metrics` and
 //! `/health`, with `--metrics`).
 
 mod app;
+mod cache;
 mod chain;
 mod config;
 mod errors;

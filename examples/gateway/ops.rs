@@ -23,7 +23,8 @@
 //! allocation per call; methods the gateway does not register, answered by
 //! its forwarding fallback, under one label, `(other)`), the servers count
 //! connections with atomics (and limits hit, rare, under a lock), and the
-//! upstreams count only their failures.
+//! upstreams count only their failures; the response cache counts its
+//! hits and misses with atomics.
 //! Everything is read when scraped. Without `--metrics` none of it is
 //! installed.
 
@@ -228,6 +229,18 @@ async fn render_upstreams(gateway: &Gateway, out: &mut String) {
         }
     }
     drop(states);
+    if let Some(cache) = &gateway.cache {
+        let c = cache.stats();
+        let _ = write!(
+            out,
+            "# TYPE gateway_cache_hits_total counter\ngateway_cache_hits_total {}\n\
+             # TYPE gateway_cache_misses_total counter\ngateway_cache_misses_total {}\n\
+             # TYPE gateway_cache_entries gauge\ngateway_cache_entries {}\n\
+             # TYPE gateway_cache_bytes gauge\ngateway_cache_bytes {}\n\
+             # TYPE gateway_cache_limit_bytes gauge\ngateway_cache_limit_bytes {}\n",
+            c.hits, c.misses, c.entries, c.bytes, c.limit
+        );
+    }
     let relayed = gateway.up.relayed_subscriptions().await;
     let _ = writeln!(
         out,

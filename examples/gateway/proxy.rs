@@ -6,6 +6,7 @@
 //! | `eth_chainId`, `net_version` | forwarded once, then answered from the first successful answer |
 //! | `eth_subscribe`, `eth_unsubscribe` | relayed over the WebSocket upstream (client WebSocket connections only) |
 //! | names starting with a denied prefix (`admin_`, `personal_`, `debug_` by default) | denied: -32601, `data.rule` naming the rule |
+//! | the catalogue's methods whose results can be final (by block, by transaction, constant) | answered from the response cache ([`crate::cache`]) when kept there, else forwarded (and kept once final) |
 //! | the rest of the catalogue's methods | forwarded (registered, so routed through the perfect-hash table) |
 //! | anything else | forwarded by the fallback, after the deny check |
 //!
@@ -22,10 +23,11 @@ use rpcwire::bytes::Bytes;
 use rpcwire::dispatch::{
     AsyncCall, Done, IntoResponse, Observer, OwnedParams, Reply, RpcError, WithAsync,
 };
-use rpcwire::eth::catalogue;
+use rpcwire::eth::catalogue::{self, Method};
 use rpcwire::server::subscriptions::{SubscriptionId, Subscriptions};
 use rpcwire::{Call, Dispatcher};
 
+use crate::cache::{self, Cache, Keep};
 use crate::config::Config;
 use crate::errors;
 use crate::upstream::{Answer, EndRelay, Upstreams, request_body};
@@ -36,6 +38,8 @@ pub struct Gateway {
     /// The forwarding handlers running, for `/health` during a drain and
     /// the account of what a drain abandoned.
     pub calls: InFlight,
+    /// The response cache; `None` with `--cache-bytes 0`.
+    pub cache: Option<Cache>,
     deny: Vec<String>,
     chain_id: OnceLock<Answer>,
     net_version: OnceLock<Answer>,
@@ -146,6 +150,59 @@ async fn forward(call: AsyncCall<Gateway>) -> Forwarded {
         .track(up.forward(call.method(), params(&call)))
         .await;
     Forwarded(outcome)
+}
+
+/// A catalogued method whose results can be final: answered from the
+/// cache when kept there, else forwarded, and the result kept when it can
+/// no longer change (see [`crate::cache`]).
+async fn forward_cached(call: AsyncCall<Gateway>, method: &'static Method) -> Forwarded {
+    let state = &call.state;
+    let (Some(cache), Some(keep)) = (&state.cache, cache::keep(method, call.params.as_ref()))
+    else {
+        return forward(call).await;
+    };
+    let key = cache::key(call.method(), params(&call));
+    if let Some(result) = cache.get(&key) {
+        return Forwarded(Ok(Answer(result)));
+    }
+    let outcome = state
+        .calls
+        .track(forward_and_keep(&call, cache, keep, key))
+        .await;
+    Forwarded(outcome)
+}
+
+/// Forwards a call the cache did not hold, and keeps its result if final.
+async fn forward_and_keep(
+    call: &AsyncCall<Gateway>,
+    cache: &Cache,
+    keep: Keep,
+    key: Vec<u8>,
+) -> Result<Answer, RpcError> {
+    let up = &call.state.up;
+    let forwarded = up.forward_from(call.method(), params(call));
+    let ((outcome, first), block_final) = match keep {
+        // Whether the block is final, learnt while the call is forwarded.
+        Keep::Final(n) => {
+            let (forwarded, is_final) = tokio::join!(forwarded, cache.finality.is_final(up, n));
+            (forwarded, is_final)
+        }
+        _ => (forwarded.await, true),
+    };
+    let Ok(answer) = &outcome else {
+        return outcome;
+    };
+    if !first || !block_final || &answer.0[..] == b"null" {
+        return outcome;
+    }
+    if keep == Keep::ByTransaction {
+        match cache::block_of(&answer.0) {
+            Some(b) if cache.finality.is_final(up, b).await => {}
+            _ => return outcome,
+        }
+    }
+    cache.insert(key, &answer.0);
+    outcome
 }
 
 async fn fallback(call: AsyncCall<Gateway>) -> Forwarded {
@@ -272,6 +329,8 @@ pub fn dispatcher(
     let up = Upstreams::new(config)?;
     let gateway = Gateway {
         up,
+        cache: (config.cache_bytes > 0)
+            .then(|| Cache::new(config.cache_bytes, config.finalized_every)),
         calls: InFlight::default(),
         deny: config.deny.clone(),
         chain_id: OnceLock::new(),
@@ -306,6 +365,8 @@ pub fn dispatcher(
             b = b.method(m.name, move |c: Call<'_, Gateway>| {
                 Err::<(), _>(errors::denied(c.method(), &rule))
             });
+        } else if m.cache != catalogue::Cache::Never && config.cache_bytes > 0 {
+            b = b.async_method(m.name, move |call| forward_cached(call, m));
         } else {
             b = b.async_method(m.name, forward);
         }

@@ -462,11 +462,23 @@ impl Upstreams {
     /// (as [`RpcError::raw`]), or a clear error for a failure of the
     /// exchange.
     pub async fn forward(&self, method: &str, params: Option<&[u8]>) -> Result<Answer, RpcError> {
+        self.forward_from(method, params).await.0
+    }
+
+    /// [`forward`](Upstreams::forward), and whether the first upstream
+    /// (the first `--upstream`, or the WebSocket upstream when it is the
+    /// only one) answered: what the response cache keeps, since nothing
+    /// checks that a fallback serves the same chain.
+    pub async fn forward_from(
+        &self,
+        method: &str,
+        params: Option<&[u8]>,
+    ) -> (Result<Answer, RpcError>, bool) {
         let id = self.next_id();
         let mut body = request_body_after(self.head_room, id, method, params);
         if self.http.is_empty() {
             let Some(ws) = &self.ws else {
-                return Err(errors::no_upstream());
+                return (Err(errors::no_upstream()), false);
             };
             let started = Instant::now();
             let mut guard = TimeoutOnDrop {
@@ -488,7 +500,7 @@ impl Upstreams {
                     self.ws_stats.failed(e);
                 }
             }
-            return answer;
+            return (answer, true);
         }
         let mut last = None;
         // The one clock reading of a forwarded call (each costs tens of
@@ -517,11 +529,12 @@ impl Upstreams {
                 Ok(reply) => {
                     let answer = read_answer(&self.parser, reply, id, &up.name);
                     self.note_answer(&answer, now);
-                    return answer.inspect_err(|e| {
+                    let answer = answer.inspect_err(|e| {
                         if e.raw_object().is_none() {
                             UpstreamStats::count(&up.stats.malformed);
                         }
                     });
+                    return (answer, i == 0);
                 }
                 Err(Failure::Connect(reason)) => {
                     // Nothing was sent: the next upstream may take it.
@@ -538,17 +551,17 @@ impl Upstreams {
                 Err(Failure::Ws(e)) => {
                     self.rest(i);
                     up.stats.failed(&e);
-                    return Err(e);
+                    return (Err(e), false);
                 }
-                Err(Failure::TooLarge) => return Err(RpcError::too_large()),
+                Err(Failure::TooLarge) => return (Err(RpcError::too_large()), false),
                 Err(Failure::Other(reason)) => {
                     self.rest(i);
                     UpstreamStats::count(&up.stats.exchange);
-                    return Err(errors::upstream_failed(&up.name, &reason));
+                    return (Err(errors::upstream_failed(&up.name, &reason)), false);
                 }
             }
         }
-        Err(last.unwrap_or_else(errors::no_upstream))
+        (Err(last.unwrap_or_else(errors::no_upstream)), false)
     }
 
     /// POSTs the request in `request` (the call with gateway id `id`),

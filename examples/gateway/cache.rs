@@ -1,0 +1,431 @@
+//! The response cache: results that can never change, answered without
+//! asking an upstream again (`--cache-bytes`, on by default).
+//!
+//! What may be kept comes from the method catalogue's [`Cache`] class
+//! (methods not in the catalogue: never) and the call's block parameter,
+//! read with the toolkit's decoders:
+//!
+//! | class | kept when |
+//! | --- | --- |
+//! | constant (`web3_sha3`; `eth_chainId` and `net_version` keep their own slot) | always |
+//! | by block, the block named by hash (or `{"blockHash":…}`) | at once (but for `requireCanonical: true`, which a reorg can turn into an error) |
+//! | by block, the block named by number, or `earliest` | the number is at or below the finalized block |
+//! | by block, a log filter | `blockHash`, or `fromBlock` and `toBlock` both numbers, `toBlock` final |
+//! | by transaction hash | the result's `blockNumber` is at or below the finalized block |
+//!
+//! `latest`, `safe`, `pending`, `finalized` and an absent block param are
+//! never kept, nor params the decoders refuse (forwarded as they are: the
+//! upstream answers them), errors, `null` results, results larger than a
+//! sixteenth of the cache, and answers from any upstream but the first
+//! `--upstream` (the gateway does not check that its upstreams serve one
+//! chain, so a fallback's answer may be another chain's).
+//!
+//! The finalized block is the first upstream's answer to
+//! `eth_getBlockByNumber ["finalized", false]`, asked only when a call
+//! needs a block past the one known, at most once per `--finalized-every`
+//! (calls arriving while it is asked wait for that answer instead of asking
+//! too); never in the background. It only grows, so a block once final
+//! stays final without asking again. Until it is known, or when asking
+//! fails, calls are forwarded and nothing is kept.
+//!
+//! The key is the method name and the params' bytes as the client sent
+//! them, with no canonicalisation: `["0x1",false]` and `[ "0x1", false ]`
+//! are two entries (clients send the same bytes for the same call, and
+//! reading params into a canonical form would cost every call what only a
+//! rare differently-spelt duplicate gains). The value is a copy of the
+//! result's bytes (the answer is a slice of the upstream's reply buffer,
+//! which must not be kept alive by it); a hit is written with the client's
+//! own id, as any answer.
+//!
+//! One cache for all workers, behind a mutex held for a lookup or an
+//! insert only (no await under it, the value copied before): connections
+//! spread over the workers by the kernel, so a cache per worker would
+//! hold each result once per worker (the memory bound divided by the
+//! workers for the same hit rate) and miss on one worker what another
+//! learnt; a lookup is a hash and a few index swaps, short next to the
+//! upstream round trip a hit saves.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rpcwire::bytes::Bytes;
+use rpcwire::dispatch::OwnedParams;
+use rpcwire::eth::catalogue::{self, BlockParam, Method};
+use rpcwire::eth::{BlockId, BlockNumberOrTag, EthValue};
+use rpcwire::json::RawJson;
+
+use crate::upstream::Upstreams;
+
+/// What an entry costs besides its key and value (its slot, the map's
+/// entry, the key's and value's headers), counted against the bound so
+/// that many small entries cannot exceed it.
+pub const ENTRY_OVERHEAD: usize = 96;
+
+/// When a call's result may be kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    /// Whatever the chain does (constants, pure functions, block hashes).
+    Always,
+    /// Once this block number is final.
+    Final(u64),
+    /// Once the block the result names (`blockNumber`) is final.
+    ByTransaction,
+}
+
+/// Whether `method`'s call with `params` may be answered from the cache,
+/// and when its result may be kept; `None`: never (forward as usual).
+pub fn keep(method: &Method, params: Option<&OwnedParams>) -> Option<Keep> {
+    match method.cache {
+        catalogue::Cache::Never => None,
+        catalogue::Cache::Static => Some(Keep::Always),
+        catalogue::Cache::ByTransaction => Some(Keep::ByTransaction),
+        catalogue::Cache::ByBlock => {
+            let params = params?.view();
+            let at = |p: u8| params.nth(p as usize);
+            match method.block {
+                BlockParam::None => None,
+                BlockParam::Id(p) => by_id(at(p)?.block_id().ok()?),
+                BlockParam::Number(p) => by_number(at(p)?.block_number().ok()?),
+                BlockParam::Hash(p) => at(p)?.hash().ok().map(|_| Keep::Always),
+                BlockParam::Filter(p) => by_filter(at(p)?),
+                BlockParam::StateContext(p) => {
+                    let context = at(p)?.as_params().filter(|c| c.is_object())?;
+                    by_id(context.get("blockNumber")?.block_id().ok()?)
+                }
+            }
+        }
+    }
+}
+
+fn by_id(id: BlockId) -> Option<Keep> {
+    match id {
+        BlockId::Hash {
+            require_canonical: Some(true),
+            ..
+        } => None,
+        BlockId::Hash { .. } => Some(Keep::Always),
+        // `earliest` is block 0; the tags that move have no number.
+        id => id.number().map(Keep::Final),
+    }
+}
+
+fn by_number(b: BlockNumberOrTag) -> Option<Keep> {
+    by_id(b.into())
+}
+
+/// A log filter (`eth_getLogs`, `trace_filter`): by its `blockHash`, or by
+/// its range when both ends are numbers (an absent end is `latest`).
+fn by_filter(v: RawJson<'_>) -> Option<Keep> {
+    let filter = v.log_filter().ok()?;
+    if filter.block_hash().ok()?.is_some() {
+        return Some(Keep::Always);
+    }
+    let from = BlockId::from(filter.from_block().ok()??).number()?;
+    let to = BlockId::from(filter.to_block().ok()??).number()?;
+    Some(Keep::Final(from.max(to)))
+}
+
+/// The key of a call: the method, and after a NUL (no catalogued name
+/// holds one) the params' bytes as sent.
+pub fn key(method: &str, params: Option<&[u8]>) -> Vec<u8> {
+    let mut key = Vec::with_capacity(method.len() + 1 + params.map_or(0, <[u8]>::len));
+    key.extend_from_slice(method.as_bytes());
+    if let Some(p) = params {
+        key.push(0);
+        key.extend_from_slice(p);
+    }
+    key
+}
+
+/// Entries, least recently used last; the bound in bytes.
+pub struct Cache {
+    limit: usize,
+    lru: Mutex<Lru>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    /// The finalized block, as far as the gateway knows it.
+    pub finality: Finality,
+}
+
+/// What `/metrics` shows of the cache.
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub entries: usize,
+    pub bytes: usize,
+    pub limit: usize,
+}
+
+const NIL: usize = usize::MAX;
+
+/// A least-recently-used list over a slab: the map finds a slot, the
+/// slots link most recent to least; every operation O(1).
+#[derive(Default)]
+struct Lru {
+    map: HashMap<Arc<[u8]>, usize>,
+    slots: Vec<Slot>,
+    free: Vec<usize>,
+    /// The most recently used slot, and the least.
+    head: usize,
+    tail: usize,
+    bytes: usize,
+}
+
+struct Slot {
+    key: Arc<[u8]>,
+    value: Bytes,
+    prev: usize,
+    next: usize,
+}
+
+impl Lru {
+    fn new() -> Lru {
+        Lru {
+            head: NIL,
+            tail: NIL,
+            ..Lru::default()
+        }
+    }
+
+    fn unlink(&mut self, i: usize) {
+        let (prev, next) = (self.slots[i].prev, self.slots[i].next);
+        match prev {
+            NIL => self.head = next,
+            p => self.slots[p].next = next,
+        }
+        match next {
+            NIL => self.tail = prev,
+            n => self.slots[n].prev = prev,
+        }
+    }
+
+    fn push_front(&mut self, i: usize) {
+        self.slots[i].prev = NIL;
+        self.slots[i].next = self.head;
+        match self.head {
+            NIL => self.tail = i,
+            h => self.slots[h].prev = i,
+        }
+        self.head = i;
+    }
+
+    fn get(&mut self, key: &[u8]) -> Option<Bytes> {
+        let i = *self.map.get(key)?;
+        if self.head != i {
+            self.unlink(i);
+            self.push_front(i);
+        }
+        Some(self.slots[i].value.clone())
+    }
+
+    fn evict_last(&mut self) {
+        let i = self.tail;
+        if i == NIL {
+            return;
+        }
+        self.unlink(i);
+        let slot = &mut self.slots[i];
+        let (key, value) = (
+            std::mem::replace(&mut slot.key, Arc::from(&[][..])),
+            std::mem::take(&mut slot.value),
+        );
+        self.bytes -= cost(&key, &value);
+        self.map.remove(&key);
+        self.free.push(i);
+    }
+
+    fn insert(&mut self, key: Arc<[u8]>, value: Bytes, limit: usize) {
+        if self.get(&key).is_some() {
+            // The same immutable result, kept already.
+            return;
+        }
+        let size = cost(&key, &value);
+        while self.bytes + size > limit && self.tail != NIL {
+            self.evict_last();
+        }
+        let slot = Slot {
+            key: Arc::clone(&key),
+            value,
+            prev: NIL,
+            next: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = slot;
+                i
+            }
+            None => {
+                self.slots.push(slot);
+                self.slots.len() - 1
+            }
+        };
+        self.push_front(i);
+        self.map.insert(key, i);
+        self.bytes += size;
+    }
+}
+
+fn cost(key: &[u8], value: &[u8]) -> usize {
+    key.len() + value.len() + ENTRY_OVERHEAD
+}
+
+impl Cache {
+    /// A cache of at most `limit` bytes (keys, values and
+    /// [`ENTRY_OVERHEAD`] per entry); the finalized block asked for at
+    /// most once per `finalized_every`.
+    pub fn new(limit: usize, finalized_every: Duration) -> Cache {
+        Cache {
+            limit,
+            lru: Mutex::new(Lru::new()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            finality: Finality::new(finalized_every),
+        }
+    }
+
+    /// The result kept under `key`, counted as a hit or a miss.
+    pub fn get(&self, key: &[u8]) -> Option<Bytes> {
+        let found = lock(&self.lru).get(key);
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Keeps `result` under `key`, evicting the least recently used
+    /// entries past the bound; a result past a sixteenth of the bound is
+    /// not kept (one would evict many smaller ones).
+    pub fn insert(&self, key: Vec<u8>, result: &[u8]) {
+        if cost(&key, result) > self.limit / 16 {
+            return;
+        }
+        // Copied before the lock is taken.
+        let (key, value) = (Arc::from(key), Bytes::copy_from_slice(result));
+        lock(&self.lru).insert(key, value, self.limit);
+    }
+
+    /// Counts and sizes, for `/metrics`.
+    pub fn stats(&self) -> CacheStats {
+        let lru = lock(&self.lru);
+        CacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            entries: lru.map.len(),
+            bytes: lru.bytes,
+            limit: self.limit,
+        }
+    }
+}
+
+/// The finalized block: learnt from the first upstream when a call needs
+/// it, at most once per `every`.
+pub struct Finality {
+    every: Duration,
+    /// The finalized block plus one; 0: not known yet.
+    known: AtomicU64,
+    /// When it was last asked for; held across the asking, so that calls
+    /// needing it meanwhile wait for that answer instead of asking too.
+    asked: tokio::sync::Mutex<Option<Instant>>,
+}
+
+impl Finality {
+    fn new(every: Duration) -> Finality {
+        Finality {
+            every,
+            known: AtomicU64::new(0),
+            asked: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The finalized block as known now, without asking.
+    pub fn known(&self) -> Option<u64> {
+        self.known.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// Whether block `n` is final: yes if at or below the block known;
+    /// else the first upstream is asked, unless it was asked less than
+    /// `every` ago.
+    pub async fn is_final(&self, up: &Upstreams, n: u64) -> bool {
+        if self.known().is_some_and(|f| n <= f) {
+            return true;
+        }
+        let mut asked = self.asked.lock().await;
+        // Learnt while this waited?
+        if self.known().is_some_and(|f| n <= f) {
+            return true;
+        }
+        if asked.is_some_and(|at| at.elapsed() < self.every) {
+            return false;
+        }
+        let learnt = ask_finalized(up).await;
+        *asked = Some(Instant::now());
+        if let Some(f) = learnt {
+            self.known.fetch_max(f.saturating_add(1), Ordering::AcqRel);
+        }
+        self.known().is_some_and(|f| n <= f)
+    }
+}
+
+/// The first upstream's finalized block; `None` when it does not say
+/// (another upstream answered, an error, `null`, no readable `number`).
+async fn ask_finalized(up: &Upstreams) -> Option<u64> {
+    let (outcome, first) = up
+        .forward_from("eth_getBlockByNumber", Some(br#"["finalized",false]"#))
+        .await;
+    if !first {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Block<'a> {
+        #[serde(borrow)]
+        number: Option<&'a str>,
+    }
+    let answer = outcome.ok()?;
+    let block: Option<Block<'_>> = serde_json::from_slice(&answer.0).ok()?;
+    quantity(block?.number?)
+}
+
+/// The block a transaction's result names (`blockNumber`: a QUANTITY, or
+/// a plain number as `trace_get` writes it); `None` for `null`, a pending
+/// transaction, or a result without one (raw transactions, traces).
+pub fn block_of(result: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Number<'a> {
+        Quantity(&'a str),
+        Plain(u64),
+    }
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow, rename = "blockNumber")]
+        block_number: Option<Number<'a>>,
+    }
+    if result.first() != Some(&b'{') {
+        return None;
+    }
+    match serde_json::from_slice::<Named<'_>>(result)
+        .ok()?
+        .block_number?
+    {
+        Number::Quantity(q) => quantity(q),
+        Number::Plain(n) => Some(n),
+    }
+}
+
+/// A QUANTITY (`0x1b4`) that fits in a `u64`.
+fn quantity(q: &str) -> Option<u64> {
+    let digits = q.strip_prefix("0x")?;
+    if digits.is_empty() || digits.len() > 16 || (digits.len() > 1 && digits.starts_with('0')) {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,613 @@
+//! The gateway's response cache: results that can never change answered
+//! without reaching the upstream (final block numbers, block hashes,
+//! transactions in final blocks, constants), everything else forwarded
+//! every time; the byte bound; batches; the finalized block asked for at
+//! most once per `--finalized-every`. A fake HTTP upstream on 127.0.0.1
+//! counts what reaches it; counts are the assertions, sleeps only let a
+//! refresh interval pass.
+
+#![allow(dead_code)]
+
+include!("support/gateway_example.rs");
+
+#[path = "support/http_request.rs"]
+mod http_request;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_request::read_request_buffered;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const ADDR: &str = "0x00000000000000000000000000000000000000ff";
+/// A block hash the fake upstream knows.
+fn hash(byte: u8) -> String {
+    format!("0x{}", format!("{byte:02x}").repeat(32))
+}
+
+/// A fake node: answers by method and params, logs every request
+/// (method, params); its finalized block can be moved (`u64::MAX`: it
+/// answers `null`, as a node without finality does).
+struct Node {
+    addr: SocketAddr,
+    log: Arc<Mutex<Vec<(String, Value)>>>,
+    finalized: Arc<AtomicU64>,
+}
+
+impl Node {
+    async fn start(finalized: u64) -> Node {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let log: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+        let finalized = Arc::new(AtomicU64::new(finalized));
+        let (seen, fin) = (Arc::clone(&log), Arc::clone(&finalized));
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let (seen, fin) = (Arc::clone(&seen), Arc::clone(&fin));
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
+                        let v: Value = serde_json::from_slice(&body).unwrap();
+                        let method = v["method"].as_str().unwrap().to_string();
+                        let params = v.get("params").cloned().unwrap_or(Value::Null);
+                        seen.lock().unwrap().push((method.clone(), params.clone()));
+                        let mut reply = json!({"jsonrpc":"2.0","id":v["id"]});
+                        match answer(&method, &params, fin.load(Ordering::SeqCst)) {
+                            Ok(result) => reply["result"] = result,
+                            Err(error) => reply["error"] = error,
+                        }
+                        let reply = reply.to_string();
+                        let out = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+                            reply.len()
+                        );
+                        if s.write_all(out.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Node {
+            addr,
+            log,
+            finalized,
+        }
+    }
+
+    /// Requests of `method` whose params are `params`.
+    fn count(&self, method: &str, params: &Value) -> usize {
+        let log = self.log.lock().unwrap();
+        log.iter()
+            .filter(|(m, p)| m == method && p == params)
+            .count()
+    }
+
+    /// The requests for the finalized block.
+    fn finalized_asked(&self) -> usize {
+        self.count("eth_getBlockByNumber", &json!(["finalized", false]))
+    }
+
+    fn total(&self) -> usize {
+        self.log.lock().unwrap().len()
+    }
+}
+
+/// The fake node's answers.
+fn answer(method: &str, params: &Value, finalized: u64) -> Result<Value, Value> {
+    let quantity = |n: u64| format!("{n:#x}");
+    match method {
+        "eth_getBlockByNumber" => match params[0].as_str().unwrap() {
+            "finalized" if finalized == u64::MAX => Ok(Value::Null),
+            "finalized" => Ok(json!({"number": quantity(finalized), "hash": hash(0xf1)})),
+            "0x6" => Err(json!({"code":-32000,"message":"header not found"})),
+            n => {
+                // `params[2]`, when given, pads the block to that many bytes.
+                let pad = params.get(2).and_then(Value::as_u64).unwrap_or(0);
+                Ok(json!({"number": n, "pad": "x".repeat(pad as usize)}))
+            }
+        },
+        "eth_getBlockByHash" => Ok(json!({"hash": params[0], "number": "0x3"})),
+        "eth_getBalance" => Ok(json!("0x1")),
+        "eth_getLogs" => Ok(json!([])),
+        "eth_getTransactionReceipt" => {
+            let h = params[0].as_str().unwrap();
+            Ok(match &h[h.len() - 2..] {
+                "01" => json!({"transactionHash": h, "blockNumber": "0x5"}),
+                "03" => json!({"transactionHash": h, "blockNumber": "0x20"}),
+                _ => Value::Null,
+            })
+        }
+        "web3_sha3" => Ok(json!(hash(0x5a))),
+        _ => Ok(json!("0x0")),
+    }
+}
+
+fn config(upstreams: &[SocketAddr]) -> config::Config {
+    config::Config {
+        upstreams: upstreams.iter().map(|u| format!("http://{u}")).collect(),
+        timeout: Duration::from_secs(5),
+        // Long: a test moves on only when it says so.
+        finalized_every: Duration::from_secs(600),
+        ..Default::default()
+    }
+}
+
+/// A gateway in this process, and its forwarding state (the cache's
+/// counts).
+async fn start_app(config: config::Config) -> (Gateway, Arc<proxy::Gateway>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = rpcwire::server::Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    let state = Arc::clone(app.gateway().expect("forwarding"));
+    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
+    (Gateway { addr, shutdown }, state)
+}
+
+/// POSTs `body`; the reply's body, as sent.
+async fn post(addr: SocketAddr, body: &str) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8(response).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text.split_once("\r\n\r\n").unwrap().1.to_string()
+}
+
+/// Calls `method` with `params` under `id`; the reply as sent.
+async fn rpc(addr: SocketAddr, id: Value, method: &str, params: &Value) -> String {
+    let body = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
+    post(addr, &body.to_string()).await
+}
+
+/// A second identical call at a final block is answered without reaching
+/// the upstream, with its own id, byte for byte the reply a forward gives.
+#[tokio::test]
+async fn a_final_block_is_answered_from_the_cache_with_the_callers_id() {
+    let node = Node::start(0x10).await;
+    let (gw, state) = start_app(config(&[node.addr])).await;
+    let params = json!(["0x5", false]);
+    let first = rpc(gw.addr, json!(1), "eth_getBlockByNumber", &params).await;
+    assert_eq!(
+        first,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"number":"0x5","pad":""}}"#
+    );
+    let second = rpc(gw.addr, json!("two"), "eth_getBlockByNumber", &params).await;
+    assert_eq!(
+        second,
+        r#"{"jsonrpc":"2.0","id":"two","result":{"number":"0x5","pad":""}}"#
+    );
+    assert_eq!(node.count("eth_getBlockByNumber", &params), 1);
+    assert_eq!(node.finalized_asked(), 1);
+    // `earliest` is final too; EIP-1898's number form is a number.
+    for params in [
+        json!([ADDR, "earliest"]),
+        json!([ADDR, {"blockNumber": "0x7"}]),
+    ] {
+        for id in 0..3 {
+            rpc(gw.addr, json!(id), "eth_getBalance", &params).await;
+        }
+        assert_eq!(node.count("eth_getBalance", &params), 1, "{params}");
+    }
+    // Block 0x7 and 0 are under the known finalized block: not asked again.
+    assert_eq!(node.finalized_asked(), 1);
+    let stats = state.cache.as_ref().unwrap().stats();
+    assert_eq!((stats.entries, stats.hits), (3, 5));
+}
+
+/// Moving tags and an absent block param reach the upstream every time,
+/// and cost no finalized-block request.
+#[tokio::test]
+async fn moving_tags_and_absent_blocks_always_reach_the_upstream() {
+    let node = Node::start(0x10).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    let calls = [
+        ("eth_getBalance", json!([ADDR, "latest"])),
+        ("eth_getBalance", json!([ADDR, "safe"])),
+        ("eth_getBalance", json!([ADDR, "pending"])),
+        ("eth_getBalance", json!([ADDR, "finalized"])),
+        ("eth_getBalance", json!([ADDR])),
+        ("eth_getBlockByNumber", json!(["latest", false])),
+        ("eth_call", json!([{"to": ADDR}])),
+        // An open range ends at `latest`.
+        ("eth_getLogs", json!([{"fromBlock": "0x1"}])),
+        (
+            "eth_getLogs",
+            json!([{"fromBlock": "latest", "toBlock": "0x2"}]),
+        ),
+        // Params the decoders refuse: forwarded, the upstream judges.
+        ("eth_getBalance", json!([ADDR, "0x01"])),
+        ("eth_getBlockByNumber", json!(["Latest", false])),
+        // Not in the catalogue: never.
+        ("vendor_getThing", json!(["0x1"])),
+        // Never, by the catalogue.
+        ("eth_blockNumber", json!([])),
+    ];
+    for (method, params) in &calls {
+        for id in 0..2 {
+            rpc(gw.addr, json!(id), method, params).await;
+        }
+        assert_eq!(node.count(method, params), 2, "{method} {params}");
+    }
+    assert_eq!(node.finalized_asked(), 0);
+}
+
+/// A block above the finalized one reaches the upstream every time.
+#[tokio::test]
+async fn a_block_above_the_finalized_one_reaches_the_upstream() {
+    let node = Node::start(0x10).await;
+    let (gw, state) = start_app(config(&[node.addr])).await;
+    for params in [json!(["0x11", false]), json!(["0x20", true])] {
+        for id in 0..3 {
+            rpc(gw.addr, json!(id), "eth_getBlockByNumber", &params).await;
+        }
+        assert_eq!(node.count("eth_getBlockByNumber", &params), 3, "{params}");
+    }
+    let range = json!([{"fromBlock": "0x1", "toBlock": "0x11"}]);
+    for id in 0..2 {
+        rpc(gw.addr, json!(id), "eth_getLogs", &range).await;
+    }
+    assert_eq!(node.count("eth_getLogs", &range), 2);
+    // Within the interval the block is asked for once.
+    assert_eq!(node.finalized_asked(), 1);
+    assert_eq!(state.cache.as_ref().unwrap().stats().entries, 0);
+    // A final range is kept.
+    let range = json!([{"fromBlock": "0x1", "toBlock": "0x10"}]);
+    for id in 0..2 {
+        rpc(gw.addr, json!(id), "eth_getLogs", &range).await;
+    }
+    assert_eq!(node.count("eth_getLogs", &range), 1);
+}
+
+/// A block hash is cached at once (no finalized block needed); a hash
+/// whose answer is `null` is not; `requireCanonical: true` (a reorg can
+/// make it an error) is not.
+#[tokio::test]
+async fn a_block_hash_is_cached_at_once() {
+    let node = Node::start(u64::MAX).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    let by_hash = [
+        ("eth_getBlockByHash", json!([hash(0xab), false])),
+        ("eth_getBalance", json!([ADDR, hash(0xab)])),
+        ("eth_getBalance", json!([ADDR, {"blockHash": hash(0xab)}])),
+        ("eth_getLogs", json!([{"blockHash": hash(0xab)}])),
+        ("web3_sha3", json!(["0x68656c6c6f"])),
+    ];
+    for (method, params) in &by_hash {
+        for id in 0..3 {
+            rpc(gw.addr, json!(id), method, params).await;
+        }
+        assert_eq!(node.count(method, params), 1, "{method} {params}");
+    }
+    let canonical = json!([ADDR, {"blockHash": hash(0xab), "requireCanonical": true}]);
+    for id in 0..2 {
+        rpc(gw.addr, json!(id), "eth_getBalance", &canonical).await;
+    }
+    assert_eq!(node.count("eth_getBalance", &canonical), 2);
+    assert_eq!(node.finalized_asked(), 0);
+}
+
+/// A receipt is cached once its block is final: not when `null`, not
+/// while its block is above the finalized one; once the finalized block
+/// passes it (asked again after `--finalized-every`), it is.
+#[tokio::test]
+async fn a_receipt_is_cached_once_its_block_is_final() {
+    let node = Node::start(0x10).await;
+    let (gw, state) = start_app(config::Config {
+        finalized_every: Duration::from_millis(50),
+        ..config(&[node.addr])
+    })
+    .await;
+    let receipt = |n: u8| json!([format!("0x{}{n:02x}", "00".repeat(31))]);
+    let method = "eth_getTransactionReceipt";
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), method, &receipt(1)).await;
+    }
+    assert_eq!(node.count(method, &receipt(1)), 1, "in block 0x5: final");
+    for id in 0..3 {
+        let reply = rpc(gw.addr, json!(id), method, &receipt(2)).await;
+        assert!(reply.contains(r#""result":null"#), "{reply}");
+    }
+    assert_eq!(node.count(method, &receipt(2)), 3, "null: never kept");
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), method, &receipt(3)).await;
+    }
+    assert_eq!(
+        node.count(method, &receipt(3)),
+        3,
+        "in block 0x20: not final"
+    );
+    // The chain finalizes block 0x20; once the interval passed, the next
+    // call learns it and keeps the receipt.
+    node.finalized.store(0x30, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), method, &receipt(3)).await;
+    }
+    assert_eq!(node.count(method, &receipt(3)), 4);
+    assert_eq!(state.cache.as_ref().unwrap().finality.known(), Some(0x30));
+}
+
+/// Errors are never kept; nor is anything while the finalized block is
+/// unknown (a node answering `null` for it).
+#[tokio::test]
+async fn errors_and_unknown_finality_are_not_cached() {
+    let node = Node::start(0x10).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    let failing = json!(["0x6", false]);
+    for id in 0..3 {
+        let reply = rpc(gw.addr, json!(id), "eth_getBlockByNumber", &failing).await;
+        assert!(reply.contains("header not found"), "{reply}");
+    }
+    assert_eq!(node.count("eth_getBlockByNumber", &failing), 3);
+
+    let node = Node::start(u64::MAX).await;
+    let (gw, state) = start_app(config(&[node.addr])).await;
+    let params = json!(["0x1", false]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "eth_getBlockByNumber", &params).await;
+    }
+    assert_eq!(node.count("eth_getBlockByNumber", &params), 3);
+    // Asked once: a failed ask stands for the interval too.
+    assert_eq!(node.finalized_asked(), 1);
+    assert_eq!(state.cache.as_ref().unwrap().stats().entries, 0);
+}
+
+/// `--cache-bytes 0` caches nothing and asks for no finalized block.
+#[tokio::test]
+async fn cache_bytes_zero_caches_nothing() {
+    let parsed = config::Config::from_args(
+        ["--cache-bytes", "0", "--finalized-every", "250"]
+            .map(String::from)
+            .into_iter(),
+    )
+    .unwrap();
+    assert_eq!(parsed.cache_bytes, 0);
+    assert_eq!(parsed.finalized_every, Duration::from_millis(250));
+    assert_eq!(config::Config::default().cache_bytes, 64 << 20);
+    assert!(config::USAGE.contains("--cache-bytes"));
+
+    let node = Node::start(0x10).await;
+    let (gw, state) = start_app(config::Config {
+        cache_bytes: 0,
+        ..config(&[node.addr])
+    })
+    .await;
+    assert!(state.cache.is_none());
+    let params = json!(["0x5", false]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "eth_getBlockByNumber", &params).await;
+    }
+    let by_hash = json!([hash(0xab), false]);
+    for id in 0..2 {
+        rpc(gw.addr, json!(id), "eth_getBlockByHash", &by_hash).await;
+    }
+    assert_eq!(node.count("eth_getBlockByNumber", &params), 3);
+    assert_eq!(node.count("eth_getBlockByHash", &by_hash), 2);
+    assert_eq!(node.finalized_asked(), 0);
+}
+
+/// Filled past its bound, the cache evicts the least recently used
+/// entries: its byte count stays under the limit, an evicted call reaches
+/// the upstream again, a recent one does not; a result past a sixteenth of
+/// the bound is not kept.
+#[tokio::test]
+async fn the_byte_bound_holds() {
+    let node = Node::start(0x1000).await;
+    let limit = 32 * 1024;
+    let (gw, state) = start_app(config::Config {
+        cache_bytes: limit,
+        ..config(&[node.addr])
+    })
+    .await;
+    let cache = state.cache.as_ref().unwrap();
+    let block = |n: u64| json!([format!("{n:#x}"), false, 500]);
+    for n in 1..=200u64 {
+        rpc(gw.addr, json!(n), "eth_getBlockByNumber", &block(n)).await;
+        let stats = cache.stats();
+        assert!(stats.bytes <= limit, "{} bytes past {limit}", stats.bytes);
+    }
+    let stats = cache.stats();
+    assert!(
+        stats.entries < 200 && stats.entries > 10,
+        "{}",
+        stats.entries
+    );
+    // The latest is kept, the first was evicted.
+    rpc(gw.addr, json!(0), "eth_getBlockByNumber", &block(200)).await;
+    assert_eq!(node.count("eth_getBlockByNumber", &block(200)), 1);
+    rpc(gw.addr, json!(0), "eth_getBlockByNumber", &block(1)).await;
+    assert_eq!(node.count("eth_getBlockByNumber", &block(1)), 2);
+    // Past a sixteenth (2 KiB): forwarded every time.
+    let large = json!(["0x1", false, 4096]);
+    for id in 0..2 {
+        rpc(gw.addr, json!(id), "eth_getBlockByNumber", &large).await;
+    }
+    assert_eq!(node.count("eth_getBlockByNumber", &large), 2);
+}
+
+/// Lookups refresh an entry's place: the least recently *used* goes
+/// first, and the bound (keys, values and the per-entry overhead) holds
+/// exactly.
+#[test]
+fn the_least_recently_used_entry_goes_first() {
+    // Sixteen entries of a sixteenth each fill the bound.
+    let limit = 16 * 200;
+    let c = cache::Cache::new(limit, Duration::ZERO);
+    let value = vec![b'v'; 200 - cache::ENTRY_OVERHEAD - 3];
+    let key = |n: usize| format!("k{n:02}").into_bytes();
+    for n in 0..16 {
+        c.insert(key(n), &value);
+    }
+    assert_eq!((c.stats().entries, c.stats().bytes), (16, limit));
+    assert!(c.get(&key(0)).is_some());
+    c.insert(key(16), &value);
+    let stats = c.stats();
+    assert_eq!((stats.entries, stats.bytes), (16, limit));
+    assert!(c.get(&key(1)).is_none(), "k01 was the least recently used");
+    assert!(c.get(&key(0)).is_some() && c.get(&key(16)).is_some());
+    // The same key again changes nothing.
+    c.insert(key(16), &value);
+    assert_eq!(c.stats().bytes, limit);
+    // One byte past a sixteenth: not kept.
+    c.insert(key(17), &[value.as_slice(), b"x"].concat());
+    assert!(c.get(&key(17)).is_none());
+}
+
+/// Reading a transaction's block from its result, and the key.
+#[test]
+fn transaction_blocks_and_keys() {
+    assert_eq!(
+        cache::block_of(br#"{"blockNumber":"0x10","x":[1]}"#),
+        Some(16)
+    );
+    assert_eq!(cache::block_of(br#"{"blockNumber":16}"#), Some(16));
+    assert_eq!(cache::block_of(br#"{"blockNumber":null}"#), None);
+    assert_eq!(cache::block_of(br#"{"blockNumber":"0x010"}"#), None);
+    assert_eq!(cache::block_of(b"null"), None);
+    assert_eq!(cache::block_of(br#""0x02f8""#), None);
+    assert_ne!(
+        cache::key("eth_getBalance", Some(br#"["0x1"]"#)),
+        cache::key("eth_getBalance", Some(br#"[ "0x1" ]"#)),
+        "no canonicalisation: the bytes as sent"
+    );
+    assert_ne!(
+        cache::key("web3_sha3", None),
+        cache::key("web3_sha3", Some(b""))
+    );
+}
+
+/// A batch mixing a cached and an uncached entry: both answered, in
+/// request order, with one upstream request (the uncached entry's).
+#[tokio::test]
+async fn a_batch_mixes_hits_and_forwards_in_order() {
+    let node = Node::start(0x10).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    let cached = json!(["0x5", false]);
+    rpc(gw.addr, json!(0), "eth_getBlockByNumber", &cached).await;
+    let before = node.total();
+    let fresh = json!([ADDR, "latest"]);
+    let batch = json!([
+        {"jsonrpc":"2.0","id":"a","method":"eth_getBlockByNumber","params":cached},
+        {"jsonrpc":"2.0","id":"b","method":"eth_getBalance","params":fresh},
+        {"jsonrpc":"2.0","id":"c","method":"eth_getBlockByNumber","params":cached},
+    ]);
+    let reply = post(gw.addr, &batch.to_string()).await;
+    assert_eq!(
+        reply,
+        r#"[{"jsonrpc":"2.0","id":"a","result":{"number":"0x5","pad":""}},{"jsonrpc":"2.0","id":"b","result":"0x1"},{"jsonrpc":"2.0","id":"c","result":{"number":"0x5","pad":""}}]"#
+    );
+    assert_eq!(node.total() - before, 1);
+    assert_eq!(node.count("eth_getBalance", &fresh), 1);
+}
+
+/// A burst of cacheable calls while the finalized block is not known yet
+/// asks for it once.
+#[tokio::test]
+async fn a_burst_asks_for_the_finalized_block_once() {
+    let node = Node::start(0x100).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    let addr = gw.addr;
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 10..50u64 {
+        calls.spawn(async move {
+            let params = json!([format!("{n:#x}"), false]);
+            rpc(addr, json!(n), "eth_getBlockByNumber", &params).await
+        });
+    }
+    while let Some(reply) = calls.join_next().await {
+        let reply = reply.unwrap();
+        assert!(reply.contains("result"), "{reply}");
+    }
+    assert_eq!(node.finalized_asked(), 1);
+    // All of them were kept.
+    for n in 10..50u64 {
+        let params = json!([format!("{n:#x}"), false]);
+        rpc(addr, json!(n), "eth_getBlockByNumber", &params).await;
+        assert_eq!(node.count("eth_getBlockByNumber", &params), 1);
+    }
+    // Above it: asked no more within the interval.
+    for id in 0..5 {
+        rpc(
+            addr,
+            json!(id),
+            "eth_getBlockByNumber",
+            &json!(["0x200", false]),
+        )
+        .await;
+    }
+    assert_eq!(node.finalized_asked(), 1);
+}
+
+/// An answer from a fallback upstream (the first one down) is not kept:
+/// nothing checks that it serves the same chain.
+#[tokio::test]
+async fn a_fallback_upstreams_answers_are_not_cached() {
+    let down = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down_addr = down.local_addr().unwrap();
+    drop(down);
+    let node = Node::start(0x10).await;
+    let (gw, state) = start_app(config(&[down_addr, node.addr])).await;
+    for params in [json!(["0x5", false]), json!([hash(0xab), false])] {
+        let method = if params[0].as_str().unwrap().len() == 66 {
+            "eth_getBlockByHash"
+        } else {
+            "eth_getBlockByNumber"
+        };
+        for id in 0..3 {
+            let reply = rpc(gw.addr, json!(id), method, &params).await;
+            assert!(reply.contains("result"), "{reply}");
+        }
+        assert_eq!(node.count(method, &params), 3, "{params}");
+    }
+    assert_eq!(state.cache.as_ref().unwrap().stats().entries, 0);
+}
+
+/// `/metrics` shows the cache's hits, misses, entries and bytes.
+#[tokio::test]
+async fn metrics_show_the_cache() {
+    let node = Node::start(0x10).await;
+    let config = config::Config {
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        ..config(&[node.addr])
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = rpcwire::server::Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    let ops = Arc::clone(app.ops().unwrap());
+    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
+    let _gw = Gateway {
+        addr,
+        shutdown: shutdown.clone(),
+    };
+    let params = json!(["0x5", false]);
+    for id in 0..3 {
+        rpc(addr, json!(id), "eth_getBlockByNumber", &params).await;
+    }
+    let text = ops.metrics().await;
+    let sample = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name}: {text}"))
+    };
+    assert_eq!(sample("gateway_cache_hits_total"), 2.0);
+    assert_eq!(sample("gateway_cache_misses_total"), 1.0);
+    assert_eq!(sample("gateway_cache_entries"), 1.0);
+    let entry = "eth_getBlockByNumber\0[\"0x5\",false]".len()
+        + r#"{"number":"0x5","pad":""}"#.len()
+        + cache::ENTRY_OVERHEAD;
+    assert_eq!(sample("gateway_cache_bytes"), entry as f64);
+    assert!(text.contains("# TYPE gateway_cache_hits_total counter"));
+    assert!(text.contains("# TYPE gateway_cache_bytes gauge"));
+}
