@@ -28,6 +28,10 @@
 //! stays final without asking again. Until it is known, or when asking
 //! fails, calls are forwarded and nothing is kept.
 //!
+//! "Final" is the node's word: a dev chain that rewrites its history
+//! (anvil's `anvil_reset`, `evm_revert`) makes kept results stale, so run
+//! the gateway in front of one with `--cache-bytes 0`.
+//!
 //! The key is the method name and the params' bytes as the client sent
 //! them, with no canonicalisation: `["0x1",false]` and `[ "0x1", false ]`
 //! are two entries (clients send the same bytes for the same call, and

@@ -51,7 +51,9 @@ usage: gateway [options]
                         or an absent block, errors, null, a result past a
                         sixteenth of the bound, or a fallback upstream's
                         answer. Keyed by method and params byte for byte as
-                        sent; least recently used entries go first
+                        sent; least recently used entries go first. In
+                        front of a dev chain whose history can be rewritten
+                        (anvil_reset, evm_revert), use --cache-bytes 0
   --finalized-every MS  ask the first upstream for its finalized block
                         (eth_getBlockByNumber finalized) at most this
                         often, and only when a call to cache needs a later
