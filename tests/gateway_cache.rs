@@ -189,11 +189,8 @@ async fn a_final_block_is_answered_from_the_cache_with_the_callers_id() {
     );
     assert_eq!(node.count("eth_getBlockByNumber", &params), 1);
     assert_eq!(node.finalized_asked(), 1);
-    // `earliest` is final too; EIP-1898's number form is a number.
-    for params in [
-        json!([ADDR, "earliest"]),
-        json!([ADDR, {"blockNumber": "0x7"}]),
-    ] {
+    // EIP-1898's number form is a number.
+    for params in [json!([ADDR, "0x0"]), json!([ADDR, {"blockNumber": "0x7"}])] {
         for id in 0..3 {
             rpc(gw.addr, json!(id), "eth_getBalance", &params).await;
         }
@@ -216,6 +213,12 @@ async fn moving_tags_and_absent_blocks_always_reach_the_upstream() {
         ("eth_getBalance", json!([ADDR, "safe"])),
         ("eth_getBalance", json!([ADDR, "pending"])),
         ("eth_getBalance", json!([ADDR, "finalized"])),
+        // With history expiry, the first block kept: it moves.
+        ("eth_getBalance", json!([ADDR, "earliest"])),
+        (
+            "eth_getLogs",
+            json!([{"fromBlock": "earliest", "toBlock": "0x2"}]),
+        ),
         ("eth_getBalance", json!([ADDR])),
         ("eth_getBlockByNumber", json!(["latest", false])),
         ("eth_call", json!([{"to": ADDR}])),

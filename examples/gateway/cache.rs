@@ -9,12 +9,13 @@
 //! | --- | --- |
 //! | constant (`web3_sha3`; `eth_chainId` and `net_version` keep their own slot) | always |
 //! | by block, the block named by hash (or `{"blockHash":…}`) | at once (but for `requireCanonical: true`, which a reorg can turn into an error) |
-//! | by block, the block named by number, or `earliest` | the number is at or below the finalized block |
+//! | by block, the block named by number (or `{"blockNumber":…}`) | the number is at or below the finalized block |
 //! | by block, a log filter | `blockHash`, or `fromBlock` and `toBlock` both numbers, `toBlock` final |
 //! | by transaction hash | the result's `blockNumber` is at or below the finalized block |
 //!
-//! `latest`, `safe`, `pending`, `finalized` and an absent block param are
-//! never kept, nor params the decoders refuse (forwarded as they are: the
+//! `latest`, `safe`, `pending`, `finalized`, `earliest` (with history
+//! expiry, the first block a node still keeps: it moves when history is
+//! pruned further) and an absent block param are never kept, nor params the decoders refuse (forwarded as they are: the
 //! upstream answers them), errors, `null` results, results larger than a
 //! sixteenth of the cache, and answers from any upstream but the first
 //! `--upstream` (the gateway does not check that its upstreams serve one
@@ -110,8 +111,11 @@ fn by_id(id: BlockId) -> Option<Keep> {
             ..
         } => None,
         BlockId::Hash { .. } => Some(Keep::Always),
-        // `earliest` is block 0; the tags that move have no number.
-        id => id.number().map(Keep::Final),
+        BlockId::Number(n) => Some(Keep::Final(n)),
+        // `earliest` too: with history expiry it names the first block a
+        // node still keeps (geth redefined it for pruned history), which
+        // moves when the node's history is pruned further.
+        BlockId::Tag(_) => None,
     }
 }
 
@@ -126,8 +130,12 @@ fn by_filter(v: RawJson<'_>) -> Option<Keep> {
     if filter.block_hash().ok()?.is_some() {
         return Some(Keep::Always);
     }
-    let from = BlockId::from(filter.from_block().ok()??).number()?;
-    let to = BlockId::from(filter.to_block().ok()??).number()?;
+    let number = |b: BlockNumberOrTag| match b {
+        BlockNumberOrTag::Number(n) => Some(n),
+        BlockNumberOrTag::Tag(_) => None,
+    };
+    let from = number(filter.from_block().ok()??)?;
+    let to = number(filter.to_block().ok()??)?;
     Some(Keep::Final(from.max(to)))
 }
 

@@ -47,8 +47,8 @@ usage: gateway [options]
                         their block by hash, calls naming a block number at
                         or below the finalized block (fromBlock and toBlock
                         for eth_getLogs), transactions (receipts, ...) whose
-                        blockNumber is final; never latest, safe, pending
-                        or an absent block, errors, null, a result past a
+                        blockNumber is final; never a block tag (latest,
+                        earliest, ...) or an absent block, errors, null, a result past a
                         sixteenth of the bound, or a fallback upstream's
                         answer. Keyed by method and params byte for byte as
                         sent; least recently used entries go first. In
