@@ -64,14 +64,23 @@ pub struct InFlight {
 impl InFlight {
     /// Runs `handler`, counted while it runs.
     pub async fn track<F: Future>(&self, handler: F) -> F::Output {
+        let running = self.enter();
+        let out = handler.await;
+        running.finish();
+        out
+    }
+
+    /// Counts a handler in until the guard is finished or dropped: for the
+    /// forwarding handlers, which await their forward in place rather than
+    /// through [`track`](InFlight::track) (a future moved into another is
+    /// copied, and forwards' futures are large: two copies of them were
+    /// 4% of the instructions per forwarded request).
+    pub fn enter(&self) -> Running<'_> {
         self.running.fetch_add(1, Ordering::Relaxed);
-        let mut running = Running {
+        Running {
             calls: self,
             finished: false,
-        };
-        let out = handler.await;
-        running.finished = true;
-        out
+        }
     }
 
     /// Handlers running now.
@@ -92,10 +101,19 @@ impl InFlight {
     }
 }
 
-/// A handler in [`InFlight::track`]; counts itself out when dropped.
-struct Running<'a> {
+/// A handler counted in by [`InFlight::enter`]; counts itself out when
+/// dropped, as abandoned if the drain's grace had passed and it was not
+/// [`finish`](Running::finish)ed.
+pub struct Running<'a> {
     calls: &'a InFlight,
     finished: bool,
+}
+
+impl Running<'_> {
+    /// The handler ran to its end.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
 }
 
 impl Drop for Running<'_> {
@@ -143,12 +161,9 @@ fn params(call: &AsyncCall<Gateway>) -> Option<&[u8]> {
 }
 
 async fn forward(call: AsyncCall<Gateway>) -> Forwarded {
-    let up = &call.state.up;
-    let outcome = call
-        .state
-        .calls
-        .track(up.forward(call.method(), params(&call)))
-        .await;
+    let running = call.state.calls.enter();
+    let outcome = call.state.up.forward(call.method(), params(&call)).await;
+    running.finish();
     Forwarded(outcome)
 }
 
@@ -157,18 +172,20 @@ async fn forward(call: AsyncCall<Gateway>) -> Forwarded {
 /// no longer change (see [`crate::cache`]).
 async fn forward_cached(call: AsyncCall<Gateway>, method: &'static Method) -> Forwarded {
     let state = &call.state;
-    let (Some(cache), Some(keep)) = (&state.cache, cache::keep(method, call.params.as_ref()))
-    else {
-        return forward(call).await;
+    let running = state.calls.enter();
+    // Forwarded in place, not through `forward`: see `InFlight::enter`.
+    let outcome = match (&state.cache, cache::keep(method, call.params.as_ref())) {
+        (Some(cache), Some(keep)) => {
+            let key = cache::key(call.method(), params(&call));
+            if let Some(result) = cache.get(&key) {
+                running.finish();
+                return Forwarded(Ok(Answer(result)));
+            }
+            forward_and_keep(&call, cache, keep, key).await
+        }
+        _ => state.up.forward(call.method(), params(&call)).await,
     };
-    let key = cache::key(call.method(), params(&call));
-    if let Some(result) = cache.get(&key) {
-        return Forwarded(Ok(Answer(result)));
-    }
-    let outcome = state
-        .calls
-        .track(forward_and_keep(&call, cache, keep, key))
-        .await;
+    running.finish();
     Forwarded(outcome)
 }
 
@@ -231,12 +248,9 @@ async fn cached(call: AsyncCall<Gateway>, slot: fn(&Gateway) -> &OnceLock<Answer
     if plain && let Some(answer) = slot(&call.state).get() {
         return Forwarded(Ok(answer.clone()));
     }
-    let up = &call.state.up;
-    let outcome = call
-        .state
-        .calls
-        .track(up.forward(call.method(), params(&call)))
-        .await;
+    let running = call.state.calls.enter();
+    let outcome = call.state.up.forward(call.method(), params(&call)).await;
+    running.finish();
     if plain && let Ok(answer) = &outcome {
         let _ = slot(&call.state).set(answer.clone());
     }
