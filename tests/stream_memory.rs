@@ -369,3 +369,96 @@ async fn messages_held_at_the_in_flight_limit_are_bounded() {
     flood.abort();
     server.abort();
 }
+
+/// A client that pipelines without end while its one call is blocked
+/// (its cap, 1) is read only a little past the cap (the server reads on
+/// there to see a client leave): megabytes offered, the server stops
+/// taking them and its heap grows by a small bound. Once it has stopped
+/// reading, a client that leaves with a reset is still found (the server
+/// probes it while calls run for a client it does not read): the call is
+/// dropped and the connection ends. It once ran until the call did (here:
+/// never), unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
+    use rpcwire::dispatch::{AsyncCall, RpcError};
+    let _serial = SERIAL.lock().await;
+    let dropped = Arc::new(AtomicUsize::new(0));
+    struct Guard(Arc<AtomicUsize>);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let d = Dispatcher::builder(Arc::clone(&dropped))
+        .async_method("block", |call: AsyncCall<Arc<AtomicUsize>>| async move {
+            let _guard = Guard(Arc::clone(&call.state));
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(0)
+        })
+        .method("add", |c: Call<'_, Arc<AtomicUsize>>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            c.reply.u64(a + b)
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (stream, _) = listener.accept().await.unwrap();
+    let driver = Driver::new(Lines::new()).limits(Limits {
+        max_in_flight: 1,
+        idle_timeout: Duration::from_millis(400),
+        ..Limits::default()
+    });
+    let stats = driver.stats();
+    let server = tokio::spawn(async move {
+        let mut stream = stream;
+        let (r, w) = stream.split();
+        driver.run(&d, r, w).await
+    });
+    let base = start_peak();
+    let mut chunk = b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"block\"}\n".to_vec();
+    for i in 1..1000 {
+        chunk.extend(
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{i},\"method\":\"add\",\"params\":[{i},1]}}\n")
+                .as_bytes(),
+        );
+    }
+    client.set_zero_linger().unwrap();
+    let (client_r, mut client_w) = client.into_split();
+    let flood = tokio::spawn(async move {
+        // About 60 MiB offered.
+        for _ in 0..1000 {
+            if client_w.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        client_w
+    });
+    // Until the server stops reading.
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let read = stats.bytes_read();
+        if read == last {
+            break;
+        }
+        last = read;
+    }
+    let peak = peak_since(base);
+    eprintln!("at the cap: {last} bytes read, peak heap growth {peak} bytes");
+    assert!(last < 8 << 20, "the server took {last} bytes at its cap");
+    assert!(peak < 2 << 20, "peak heap growth {peak} bytes");
+    assert!(!server.is_finished());
+    // The client leaves: a reset (linger 0, set before it wrote).
+    flood.abort();
+    let _ = flood.await;
+    drop(client_r);
+    let ended = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("the connection of a client that left is still served")
+        .unwrap();
+    assert!(ended.is_err(), "{ended:?}");
+    assert_eq!(dropped.load(Ordering::SeqCst), 1);
+}

@@ -53,9 +53,9 @@ pub struct Limits {
     /// default 256; 0 is taken as 1 by every server). Past it the server stops reading from that client
     /// until replies drain: backpressure, not errors (the stream and
     /// WebSocket transports read on, holding the requests, while handlers
-    /// wait for that client's answers to their own requests; WebSocket
-    /// reads on up to 64 KiB in any case, to notice a client that leaves
-    /// and drop its calls). On HTTP/2
+    /// wait for that client's answers to their own requests; both read on
+    /// up to 64 KiB in any case, to notice a client that leaves and drop
+    /// its calls). On HTTP/2
     /// it is the connection's `SETTINGS_MAX_CONCURRENT_STREAMS` (at least
     /// 1: 0 would refuse every stream), which the
     /// `h2` crate enforces: a client that opens more streams before it

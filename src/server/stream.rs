@@ -29,18 +29,33 @@
 //!   connection's bounded [`Outbox`] and are framed like replies.
 //! * **Batches writes.** Replies that complete together go out in one write
 //!   call, each framed with [`Framer::encode`].
-//! * **Bounds memory.** It stops reading while [`Limits::max_in_flight`]
-//!   messages (or calls) are being handled, or while the output not yet
-//!   written holds [`Limits::max_queued`] messages or
-//!   [`Driver::max_pending_output`] bytes, and resumes when they drain: a
+//! * **Bounds memory.** At [`Limits::max_in_flight`] messages (or calls)
+//!   being handled no more are started, and it reads on only a little:
+//!   the messages read are held in order (up to 64 KiB of them) until
+//!   calls finish, and past that it stops reading, as it does while the
+//!   output not yet written holds [`Limits::max_queued`] messages or
+//!   [`Driver::max_pending_output`] bytes; it resumes when they drain: a
 //!   client that sends without reading fills its own socket buffers, not
 //!   the server's memory. The read buffer never holds more than about one
 //!   message (the framer's limit; match it to [`Limits::max_message_len`]).
 //!   One exception keeps calls from waiting on themselves: while handlers
 //!   wait for their client's answers ([`Context::peer`]) at the in-flight
-//!   limit, reading goes on; answers are delivered at once, and the other
-//!   messages are held in order (up to about [`Limits::max_message_len`]
-//!   bytes, 5 MiB at most) until calls finish.
+//!   limit, reading goes on further; answers are delivered at once, and the
+//!   other messages are held in order (up to about
+//!   [`Limits::max_message_len`] bytes, 5 MiB at most) until calls finish.
+//! * **Notices a client that leaves.** Reading on at the in-flight limit
+//!   is what sees a client that resets its connection while its calls
+//!   run: the connection ends and its calls are dropped at once, instead
+//!   of running to their end for nobody. The end of a client's input is
+//!   a half-close, answered (below), unless a write to the client fails:
+//!   with calls running the driver then writes zero bytes, which a Unix
+//!   socket its client closed refuses (`EPIPE`), as does a connection
+//!   reset. A TCP client that closed cannot be told from one that
+//!   half-closed without sending it data, so its calls run on until a
+//!   reply is written (its reset then ends the connection). Once reading
+//!   has stopped (held messages at their bound, or the input ended), the
+//!   same empty write probes the client each `idle_timeout / 2` while
+//!   calls run. A client that only goes quiet keeps its calls.
 //! * **Answers bad input and carries on.** A message the framer refuses
 //!   (over its size limit) gets its error reply with `id: null` and is
 //!   counted ([`LimitKind::MessageLen`]); bytes the framer cannot
@@ -48,7 +63,10 @@
 //!   calls in flight are answered.
 //! * **Closes cleanly.** At the end of the input it answers every message
 //!   read, writes everything, and returns ([`CloseReason::Eof`]): an MCP
-//!   server on stdio exits when its client closes stdin, replies delivered.
+//!   server on stdio exits when its client closes stdin, replies delivered
+//!   (the calls still running then finish, within their own timeouts; an
+//!   LSP client that closes stdin to say "exit" gets the replies it asked
+//!   for).
 //!   A last line without its `\n` is a message too; bytes left that are
 //!   not one (a message cut short) get the parser's -32700, or with LSP
 //!   framing (a frame shorter than its `Content-Length`) are dropped
@@ -240,6 +258,11 @@ const KEEP_IDLE: usize = 64 * 1024;
 /// Messages held while reading on for answers at the in-flight limit, in
 /// bytes (at most [`Limits::max_message_len`], and never unbounded).
 const MAX_HELD: usize = crate::frame::DEFAULT_MAX_FRAME;
+/// Messages held at the in-flight limit when no handler waits for an
+/// answer, in bytes (at most [`Limits::max_message_len`]): the client is
+/// read then only to see it leave (a reset, the end of its input), so a
+/// little is enough; every connection at its cap may hold this much.
+const WATCH_HELD: usize = 64 * 1024;
 /// What holding one message costs beyond its bytes (its place in the
 /// list), counted against [`MAX_HELD`] so that the smallest messages (`{}`)
 /// cannot make the list many times the bound.
@@ -592,11 +615,12 @@ struct Io<'d, S, K, F, R, W> {
     /// backpressure; `rbuf` is empty meanwhile.
     parsed: Bytes,
     /// Messages framed while the calls in flight were at the limit
-    /// (reading on for the client's answers to its handlers' requests)
-    /// that are not only answers: started in order as calls finish.
+    /// (reading on to watch the client, or for its answers to its
+    /// handlers' requests) that are not only answers: started in order as
+    /// calls finish.
     held: VecDeque<Bytes>,
-    /// Their bytes: past [`MAX_HELD`] (or [`Limits::max_message_len`]),
-    /// nothing more is read.
+    /// Their bytes: past [`WATCH_HELD`] ([`MAX_HELD`] while answers are
+    /// awaited; at most [`Limits::max_message_len`]), nothing more is read.
     held_bytes: usize,
     /// Scratch for telling answers from calls while reading on.
     arena: bumpalo::Bump,
@@ -659,7 +683,7 @@ where
             }
             if !progress {
                 self.release_idle_buffers();
-                return match self.poll_idle(cx) {
+                return match self.poll_idle(cx)? {
                     Some(reason) => Poll::Ready(Ok(reason)),
                     None => Poll::Pending,
                 };
@@ -723,11 +747,28 @@ where
     fn awaits_answers(&self) -> bool {
         self.held_bytes < self.max_message_len.min(MAX_HELD)
             && !self.output_full()
-            && self
-                .conn
-                .context()
-                .peer()
-                .is_some_and(|peer| peer.pending() > 0)
+            && self.peer_pending()
+    }
+
+    /// Whether handlers wait for their client's answers to their requests.
+    fn peer_pending(&self) -> bool {
+        self.conn
+            .context()
+            .peer()
+            .is_some_and(|peer| peer.pending() > 0)
+    }
+
+    /// Whether reading goes on at the in-flight limit: for answers
+    /// ([`awaits_answers`](Self::awaits_answers)), and otherwise to watch
+    /// the client, so that one that leaves (a reset; a Unix socket
+    /// closed, found by [`probe`](Self::probe) at the end of its input)
+    /// has its calls dropped at once rather than when one of them ends.
+    /// Messages read meanwhile are held, up to [`WATCH_HELD`] bytes
+    /// (backpressure resumes past that: a client pipelining without end is
+    /// not buffered).
+    fn reads_at_limit(&self) -> bool {
+        self.awaits_answers()
+            || (self.held_bytes < self.max_message_len.min(WATCH_HELD) && !self.output_full())
     }
 
     /// Whether `frame` holds only responses (answers to the handlers'
@@ -743,9 +784,11 @@ where
     }
 
     /// Starts a framed message, or holds it while the calls in flight are
-    /// at the limit (framed only to find the answers among them).
+    /// at the limit (answers to the handlers' requests excepted).
     fn take_frame(&mut self, frame: Bytes) {
-        if (self.backpressured() || !self.held.is_empty()) && !self.only_answers(&frame) {
+        if (self.backpressured() || !self.held.is_empty())
+            && !(self.peer_pending() && self.only_answers(&frame))
+        {
             self.held_bytes += frame.len() + HELD_OVERHEAD;
             self.held.push_back(frame);
         } else {
@@ -763,7 +806,7 @@ where
                 progress = true;
             }
         }
-        while self.input != Input::Stopped && (!self.backpressured() || self.awaits_answers()) {
+        while self.input != Input::Stopped && (!self.backpressured() || self.reads_at_limit()) {
             if self.parser_frames && !self.framing {
                 progress |= self.take_parsed();
                 // At the end of the input the framer decides what is left,
@@ -852,9 +895,9 @@ where
                 break;
             }
             if self.backpressured() {
-                // Answers to the handlers' requests are read on, through
+                // Read on (for answers, or to watch the client) through
                 // the framer, which takes over from here.
-                self.framing = self.awaits_answers();
+                self.framing = self.reads_at_limit();
                 blocked = !self.framing;
                 break;
             }
@@ -1093,7 +1136,7 @@ where
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> io::Result<bool> {
         if self.input != Input::Open
             || !self.wants_bytes
-            || (self.backpressured() && !self.awaits_answers())
+            || (self.backpressured() && !self.reads_at_limit())
         {
             return Ok(false);
         }
@@ -1107,6 +1150,11 @@ where
             Poll::Ready(Ok(0)) => {
                 self.input = Input::Eof;
                 self.reason = CloseReason::Eof;
+                if self.in_flight() > 0 {
+                    // A half-close (answered) or a close (nobody to
+                    // answer)? A Unix socket tells.
+                    self.probe(cx)?;
+                }
                 Ok(true)
             }
             Poll::Ready(Ok(n)) => {
@@ -1118,6 +1166,19 @@ where
             Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::Interrupted => Ok(true),
             Poll::Ready(Err(e)) => Err(e),
             Poll::Pending => Ok(false),
+        }
+    }
+
+    /// Writes nothing, to ask whether the client is still there: a write
+    /// to a Unix socket its client closed fails (`EPIPE`), as does one to a
+    /// TCP connection it reset, which ends the connection and drops its
+    /// calls. A client that only half-closed, or a pipe (stdio), takes it.
+    /// A TCP client that closed looks like one that half-closed until
+    /// something is written to it (its reset then fails the next write).
+    fn probe(&mut self, cx: &mut TaskContext<'_>) -> io::Result<()> {
+        match Pin::new(&mut self.writer).poll_write(cx, &[]) {
+            Poll::Ready(Err(e)) if e.kind() != io::ErrorKind::Interrupted => Err(e),
+            _ => Ok(()),
         }
     }
 
@@ -1182,13 +1243,21 @@ where
         None
     }
 
-    /// Arms the idle timer; returns `Idle` when it fired for good.
-    fn poll_idle(&mut self, cx: &mut TaskContext<'_>) -> Option<CloseReason> {
-        let timeout = self.idle_timeout?;
-        let timer = self.idle.as_mut()?;
+    /// Arms the idle timer; returns `Idle` when it fired for good. While
+    /// calls run for a client that is not read (past its end of input, or
+    /// at the in-flight limit past [`WATCH_HELD`]), it also
+    /// [probes](Self::probe) the client each `idle_timeout / 2`, so that
+    /// one that left is found even then (an error ends the connection).
+    fn poll_idle(&mut self, cx: &mut TaskContext<'_>) -> io::Result<Option<CloseReason>> {
+        let Some(timeout) = self.idle_timeout else {
+            return Ok(None);
+        };
         loop {
+            let Some(timer) = self.idle.as_mut() else {
+                return Ok(None);
+            };
             if timer.as_mut().poll(cx).is_pending() {
-                return None;
+                return Ok(None);
             }
             // A call running is not idleness (its own timeout bounds it),
             // nor a message that arrived since the last look (a
@@ -1198,15 +1267,24 @@ where
             let read = self.stats.messages_read() + self.peaks.messages_read;
             let arrived = read != self.messages_at_idle_check;
             self.messages_at_idle_check = read;
-            if arrived || self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0 {
+            let busy = self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0;
+            if arrived || busy {
                 self.last_activity = now;
             }
-            let deadline = self.last_activity + timeout;
+            let mut deadline = self.last_activity + timeout;
             if deadline <= now {
                 self.limit_hit(LimitKind::Idle);
-                return Some(CloseReason::Idle);
+                return Ok(Some(CloseReason::Idle));
             }
-            timer.as_mut().reset(deadline);
+            let unread =
+                self.input != Input::Open || (self.backpressured() && !self.reads_at_limit());
+            if busy && unread {
+                self.probe(cx)?;
+                deadline = deadline.min(now + (timeout / 2).max(Duration::from_millis(10)));
+            }
+            if let Some(timer) = self.idle.as_mut() {
+                timer.as_mut().reset(deadline);
+            }
         }
     }
 
