@@ -229,6 +229,10 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// The notification is acted on when it comes as a message of its own
     /// (LSP has no batches; MCP sends it alone); it then goes on to its
     /// handler, if one is registered. Unknown or finished ids are ignored.
+    /// rpcwire's stream and WebSocket transports act on it as soon as they
+    /// read it, also at their cap on messages in flight
+    /// (`server::Limits::max_in_flight`), where the other messages wait for
+    /// calls to finish (its handler still runs in its turn).
     ///
     /// Either side may cancel in these protocols, so the same notification
     /// goes the other way too: a request a handler sends its client
@@ -553,6 +557,55 @@ impl Connection {
     /// Returns whether such a call was found.
     pub fn cancel(&mut self, id: &[u8]) -> bool {
         self.engine.cancel(id)
+    }
+
+    /// Carries out at once the cancellation `input` asks for, if it is the
+    /// dispatcher's [`cancel_notification`](DispatcherBuilder::cancel_notification):
+    /// for the transports that hold what a client sends past its cap on
+    /// messages in flight, where the notice would otherwise wait behind
+    /// the very calls it names (for good, with calls that run until
+    /// cancelled). The call is cancelled and answered as
+    /// [`start`](Connection::start) would (LSP's -32800 written to `out`).
+    /// The message itself is left to the caller, who starts it in its
+    /// turn: its call gone, it only reaches its handler, if one is
+    /// registered, and a request read before it and still held is
+    /// cancelled then. Returns whether `input` was such a notice.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
+    pub(crate) fn cancel_ahead<S, K, B: ReplyBuf>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        input: &[u8],
+        out: &mut B,
+    ) -> bool {
+        let Some(by) = &dispatcher.inner.cancel_by else {
+            return false;
+        };
+        // Its own message, as `start` reads one (nothing else uses the
+        // arena between messages).
+        self.begin_message();
+        let mark = out.len();
+        let target = match dispatcher.inner.parser.parse_incoming(input, &self.arena) {
+            Ok(Message::Single(item)) => match item.as_entry() {
+                Some(entry @ Entry::Request(r))
+                    if entry.reply_id().is_none() && r.method() == &*by.method =>
+                {
+                    r.params().and_then(|p| p.get(&by.id_member))
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let found = target.is_some();
+        if let Some(target) = target {
+            self.engine
+                .cancel_answering(target.as_bytes(), by.reply, out);
+        }
+        if out.len() > mark {
+            out.end_reply();
+        }
+        self.engine.flush_complete(out, self.max_retained);
+        self.end_message();
+        found
     }
 }
 

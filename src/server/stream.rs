@@ -789,6 +789,14 @@ where
         if (self.backpressured() || !self.held.is_empty())
             && !(self.peer_pending() && self.only_answers(&frame))
         {
+            // A cancellation reaches the call it names now, not once a
+            // slot frees (never, for calls that run until cancelled).
+            if self
+                .conn
+                .cancel_ahead(self.dispatcher, &frame, &mut self.replies)
+            {
+                self.queue_replies();
+            }
             self.held_bytes += frame.len() + HELD_OVERHEAD;
             self.held.push_back(frame);
         } else {

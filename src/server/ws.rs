@@ -1345,6 +1345,10 @@ where
         if (self.at_limit() || !self.held.is_empty())
             && !(self.peer_pending() && self.only_answers(&input))
         {
+            // A cancellation reaches the call it names now, not once a
+            // slot frees (never, for calls that run until cancelled).
+            self.conn
+                .cancel_ahead(&self.server.dispatcher, &input, &mut self.replies);
             self.held_bytes += input.len() + HELD_OVERHEAD;
             self.held.push_back(Bytes::copy_from_slice(&input));
             return Ok(());
