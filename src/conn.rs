@@ -342,6 +342,13 @@ impl Connection {
         &self.context
     }
 
+    /// Whether handlers wait for the client's answers to requests they
+    /// sent it (the drivers read on at their in-flight limit for those).
+    #[cfg(feature = "server")]
+    pub(crate) fn awaits_client_answers(&self) -> bool {
+        self.context.peer().is_some_and(|peer| peer.pending() > 0)
+    }
+
     /// Bytes the per-message arena holds now.
     pub fn arena_bytes(&self) -> usize {
         self.arena.allocated_bytes()

@@ -7,12 +7,15 @@
 //! WebSocket, on loopback; deadlines only detect hangs.
 #![cfg(feature = "ws")]
 
+#[path = "support/held_calls.rs"]
+mod held_calls;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use futures_util::{SinkExt, StreamExt};
+use held_calls::{HANG, State, hold, wait_until};
 use rpcwire::dispatch::{AsyncCall, CancelledReply, WithAsync};
 use rpcwire::frame::Lines;
 use rpcwire::server::stream::serve_tcp;
@@ -23,25 +26,6 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
-
-/// Long enough to mean "it hangs".
-const HANG: Duration = Duration::from_secs(10);
-
-#[derive(Default)]
-struct State {
-    started: AtomicUsize,
-    dropped: AtomicUsize,
-    changed: tokio::sync::Notify,
-}
-
-struct DropGuard(Arc<State>);
-
-impl Drop for DropGuard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-        self.0.changed.notify_waiters();
-    }
-}
 
 /// The protocol whose cancellation the dispatcher knows.
 #[derive(Clone, Copy, Debug)]
@@ -71,11 +55,7 @@ fn dispatcher(state: Arc<State>, protocol: Protocol) -> Dispatcher<Arc<State>, W
         .timeout(None)
         // Runs until cancelled.
         .async_method("forever", |call: AsyncCall<Arc<State>>| async move {
-            let _guard = DropGuard(Arc::clone(&call.state));
-            call.state.started.fetch_add(1, Ordering::SeqCst);
-            call.state.changed.notify_waiters();
-            std::future::pending::<()>().await;
-            Ok::<_, RpcError>(true)
+            Ok::<_, RpcError>(hold(Arc::clone(&call.state)).await)
         })
         .method("echo", |c: Call<'_, Arc<State>>| match c.params {
             Some(p) => c.reply.raw(p.as_bytes()),
@@ -93,29 +73,6 @@ fn dispatcher(state: Arc<State>, protocol: Protocol) -> Dispatcher<Arc<State>, W
     }
     .build()
     .unwrap()
-}
-
-/// Waits (at most [`HANG`]) until `done` holds for the state.
-async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool) {
-    let deadline = tokio::time::Instant::now() + HANG;
-    loop {
-        let changed = state.changed.notified();
-        if done(state) {
-            return;
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if tokio::time::timeout(left.min(Duration::from_millis(50)), changed)
-            .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: not within {HANG:?} (started {}, dropped {})",
-                state.started.load(Ordering::SeqCst),
-                state.dropped.load(Ordering::SeqCst)
-            );
-        }
-    }
 }
 
 fn limits() -> Limits {

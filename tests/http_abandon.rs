@@ -5,49 +5,27 @@
 //! after its request is still answered. Everything on 127.0.0.1;
 //! deadlines only detect hangs.
 
+#[path = "support/held_calls.rs"]
+mod held_calls;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use held_calls::{HANG, State, hold, wait_until};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Dispatcher, RpcError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
-
-/// Long enough to mean "it hangs".
-const HANG: Duration = Duration::from_secs(10);
-
-#[derive(Default)]
-struct State {
-    /// `wait` calls started, and dropped.
-    started: AtomicUsize,
-    dropped: AtomicUsize,
-    changed: Notify,
-}
-
-/// Counts a `wait` call's drop.
-struct DropGuard(Arc<State>);
-
-impl Drop for DropGuard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-        self.0.changed.notify_waiters();
-    }
-}
 
 fn dispatcher(state: Arc<State>) -> Dispatcher<Arc<State>, WithAsync> {
     Dispatcher::builder(state)
-        // Never answers: ends only when dropped.
+        // Held, and never released here: it ends only when dropped.
         .async_method("wait", |call: AsyncCall<Arc<State>>| async move {
-            let _guard = DropGuard(Arc::clone(&call.state));
-            call.state.started.fetch_add(1, Ordering::SeqCst);
-            call.state.changed.notify_waiters();
-            std::future::pending::<()>().await;
-            Ok::<_, RpcError>(true)
+            Ok::<_, RpcError>(hold(Arc::clone(&call.state)).await)
         })
         .async_method("slow", |_: AsyncCall<Arc<State>>| async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -82,29 +60,6 @@ async fn start(own_http1: bool) -> TestServer {
         addr,
         state,
         shutdown,
-    }
-}
-
-/// Waits (at most [`HANG`]) until `done` holds for the state.
-async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool) {
-    let deadline = tokio::time::Instant::now() + HANG;
-    loop {
-        let changed = state.changed.notified();
-        if done(state) {
-            return;
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if tokio::time::timeout(left.min(Duration::from_millis(50)), changed)
-            .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: not within {HANG:?} (started {}, dropped {})",
-                state.started.load(Ordering::SeqCst),
-                state.dropped.load(Ordering::SeqCst)
-            );
-        }
     }
 }
 

@@ -7,12 +7,16 @@
 //! its calls. Everything on loopback; deadlines only detect hangs.
 #![cfg(feature = "server")]
 
+#[path = "support/held_calls.rs"]
+mod held_calls;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use held_calls::{HANG, State, hold, wait_until};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::Lines;
 use rpcwire::server::stream::{serve_tcp, serve_unix};
@@ -21,53 +25,13 @@ use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-use tokio::sync::Notify;
-
-/// Long enough to mean "it hangs".
-const HANG: Duration = Duration::from_secs(10);
-
-struct State {
-    /// `wait` calls started, and dropped.
-    started: AtomicUsize,
-    dropped: AtomicUsize,
-    changed: Notify,
-    /// `wait` calls end (with `true`) when released, one a permit.
-    release: tokio::sync::Semaphore,
-}
-
-impl Default for State {
-    fn default() -> Self {
-        State {
-            started: AtomicUsize::new(0),
-            dropped: AtomicUsize::new(0),
-            changed: Notify::new(),
-            release: tokio::sync::Semaphore::new(0),
-        }
-    }
-}
-
-/// Counts a `wait` call's drop.
-struct DropGuard(Arc<State>);
-
-impl Drop for DropGuard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-        self.0.changed.notify_waiters();
-    }
-}
 
 fn dispatcher(state: Arc<State>, metrics: Arc<Metrics>) -> Dispatcher<Arc<State>, WithAsync> {
     Dispatcher::builder(state)
         .observer(metrics)
         // Ends only when released by the test, or dropped.
         .async_method("wait", |call: AsyncCall<Arc<State>>| async move {
-            let guard = DropGuard(Arc::clone(&call.state));
-            call.state.started.fetch_add(1, Ordering::SeqCst);
-            call.state.changed.notify_waiters();
-            call.state.release.acquire().await.unwrap().forget();
-            // Finished, not dropped.
-            std::mem::forget(guard);
-            Ok::<_, RpcError>(true)
+            Ok::<_, RpcError>(hold(Arc::clone(&call.state)).await)
         })
         .method("echo", |c: Call<'_, Arc<State>>| match c.params {
             Some(p) => c.reply.raw(p.as_bytes()),
@@ -182,29 +146,6 @@ async fn connect(addr: &Addr) -> Client {
     match addr {
         Addr::Tcp(a) => Client::Tcp(TcpStream::connect(a).await.unwrap()),
         Addr::Unix(p) => Client::Unix(UnixStream::connect(p).await.unwrap()),
-    }
-}
-
-/// Waits (at most [`HANG`]) until `done` holds for the state.
-async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool) {
-    let deadline = tokio::time::Instant::now() + HANG;
-    loop {
-        let changed = state.changed.notified();
-        if done(state) {
-            return;
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if tokio::time::timeout(left.min(Duration::from_millis(50)), changed)
-            .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: not within {HANG:?} (started {}, dropped {})",
-                state.started.load(Ordering::SeqCst),
-                state.dropped.load(Ordering::SeqCst)
-            );
-        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use counting_alloc::{CountingAlloc, peak_since, start_peak};
 use rpcwire::frame::Lines;
 use rpcwire::server::Limits;
-use rpcwire::server::stream::Driver;
+use rpcwire::server::stream::{ConnectionStats, Driver};
 use rpcwire::{Call, Dispatcher};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -350,15 +350,7 @@ async fn messages_held_at_the_in_flight_limit_are_bounded() {
         client_w
     });
     // Until the server stops reading (the bound reached) or took it all.
-    let mut last = 0;
-    loop {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let read = stats.bytes_read();
-        if read == last {
-            break;
-        }
-        last = read;
-    }
+    let last = until_reading_stops(&stats, Duration::from_millis(100)).await;
     let peak = peak_since(base);
     assert!(
         last < 3_000_000 + 64,
@@ -436,16 +428,7 @@ async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
         }
         client_w
     });
-    // Until the server stops reading.
-    let mut last = 0;
-    loop {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let read = stats.bytes_read();
-        if read == last {
-            break;
-        }
-        last = read;
-    }
+    let last = until_reading_stops(&stats, Duration::from_millis(200)).await;
     let peak = peak_since(base);
     eprintln!("at the cap: {last} bytes read, peak heap growth {peak} bytes");
     assert!(last < 8 << 20, "the server took {last} bytes at its cap");
@@ -461,4 +444,18 @@ async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
         .unwrap();
     assert!(ended.is_err(), "{ended:?}");
     assert_eq!(dropped.load(Ordering::SeqCst), 1);
+}
+
+/// The bytes the server has read once it stopped reading: when two
+/// readings `every` apart agree.
+async fn until_reading_stops(stats: &ConnectionStats, every: Duration) -> u64 {
+    let mut last = 0;
+    loop {
+        tokio::time::sleep(every).await;
+        let read = stats.bytes_read();
+        if read == last {
+            return last;
+        }
+        last = read;
+    }
 }

@@ -8,13 +8,17 @@
 //! HTTP port's upgrade alike. Everything on 127.0.0.1; deadlines only
 //! detect hangs.
 
+#[path = "support/held_calls.rs"]
+mod held_calls;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
+use held_calls::{HANG, State, hold, wait_until};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::server::http::HttpService;
 use rpcwire::server::ws::WsServer;
@@ -22,57 +26,17 @@ use rpcwire::server::{Limits, Metrics, Shutdown, combined};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-/// Long enough to mean "it hangs".
-const HANG: Duration = Duration::from_secs(10);
-
 type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-struct State {
-    /// `wait` calls started, and dropped.
-    started: AtomicUsize,
-    dropped: AtomicUsize,
-    changed: Notify,
-    /// `wait` calls end (with `true`) when released, one a permit.
-    release: tokio::sync::Semaphore,
-}
-
-impl Default for State {
-    fn default() -> Self {
-        State {
-            started: AtomicUsize::new(0),
-            dropped: AtomicUsize::new(0),
-            changed: Notify::new(),
-            release: tokio::sync::Semaphore::new(0),
-        }
-    }
-}
-
-/// Counts a `wait` call's drop.
-struct DropGuard(Arc<State>);
-
-impl Drop for DropGuard {
-    fn drop(&mut self) {
-        self.0.dropped.fetch_add(1, Ordering::SeqCst);
-        self.0.changed.notify_waiters();
-    }
-}
 
 fn dispatcher(state: Arc<State>, metrics: Arc<Metrics>) -> Dispatcher<Arc<State>, WithAsync> {
     Dispatcher::builder(state)
         .observer(metrics)
         // Ends only when released by the test, or dropped.
         .async_method("wait", |call: AsyncCall<Arc<State>>| async move {
-            let guard = DropGuard(Arc::clone(&call.state));
-            call.state.started.fetch_add(1, Ordering::SeqCst);
-            call.state.changed.notify_waiters();
-            call.state.release.acquire().await.unwrap().forget();
-            // Finished, not dropped.
-            std::mem::forget(guard);
-            Ok::<_, RpcError>(true)
+            Ok::<_, RpcError>(hold(Arc::clone(&call.state)).await)
         })
         .method("echo", |c: Call<'_, Arc<State>>| match c.params {
             Some(p) => c.reply.raw(p.as_bytes()),
@@ -157,29 +121,6 @@ async fn connect(addr: SocketAddr) -> Client {
         .await
         .unwrap();
     ws
-}
-
-/// Waits (at most [`HANG`]) until `done` holds for the state.
-async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool) {
-    let deadline = tokio::time::Instant::now() + HANG;
-    loop {
-        let changed = state.changed.notified();
-        if done(state) {
-            return;
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if tokio::time::timeout(left.min(Duration::from_millis(50)), changed)
-            .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{what}: not within {HANG:?} (started {}, dropped {})",
-                state.started.load(Ordering::SeqCst),
-                state.dropped.load(Ordering::SeqCst)
-            );
-        }
-    }
 }
 
 fn request(id: u64, method: &str) -> Message {

@@ -747,15 +747,7 @@ where
     fn awaits_answers(&self) -> bool {
         self.held_bytes < self.max_message_len.min(MAX_HELD)
             && !self.output_full()
-            && self.peer_pending()
-    }
-
-    /// Whether handlers wait for their client's answers to their requests.
-    fn peer_pending(&self) -> bool {
-        self.conn
-            .context()
-            .peer()
-            .is_some_and(|peer| peer.pending() > 0)
+            && self.conn.awaits_client_answers()
     }
 
     /// Whether reading goes on at the in-flight limit: for answers
@@ -787,7 +779,7 @@ where
     /// at the limit (answers to the handlers' requests excepted).
     fn take_frame(&mut self, frame: Bytes) {
         if (self.backpressured() || !self.held.is_empty())
-            && !(self.peer_pending() && self.only_answers(&frame))
+            && !(self.conn.awaits_client_answers() && self.only_answers(&frame))
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).

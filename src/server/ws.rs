@@ -1219,15 +1219,7 @@ where
     ///
     /// [`Context::peer`]: crate::Context::peer
     fn awaits_answers(&self) -> bool {
-        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD) && self.peer_pending()
-    }
-
-    /// Whether handlers wait for their client's answers to their requests.
-    fn peer_pending(&self) -> bool {
-        self.conn
-            .context()
-            .peer()
-            .is_some_and(|peer| peer.pending() > 0)
+        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD) && self.conn.awaits_client_answers()
     }
 
     /// Whether reading goes on at the in-flight limit: for answers
@@ -1343,7 +1335,7 @@ where
             Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
         if (self.at_limit() || !self.held.is_empty())
-            && !(self.peer_pending() && self.only_answers(&input))
+            && !(self.conn.awaits_client_answers() && self.only_answers(&input))
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).

@@ -1,0 +1,81 @@
+//! Calls that run until the test releases them or their client leaves,
+//! counted: what the tests of clients that leave while calls run observe
+//! (tests/http_abandon.rs, ws_abandon.rs, stream_abandon.rs,
+//! cap_cancel.rs).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+
+/// Long enough to mean "it hangs".
+pub const HANG: Duration = Duration::from_secs(10);
+
+/// The held calls: a test dispatcher's state.
+pub struct State {
+    /// Held calls started, and dropped before they ended.
+    pub started: AtomicUsize,
+    pub dropped: AtomicUsize,
+    pub changed: Notify,
+    /// Held calls end (with `true`) when released, one a permit.
+    pub release: Semaphore,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            started: AtomicUsize::new(0),
+            dropped: AtomicUsize::new(0),
+            changed: Notify::new(),
+            release: Semaphore::new(0),
+        }
+    }
+}
+
+/// Counts a held call's drop.
+struct DropGuard(Arc<State>);
+
+impl Drop for DropGuard {
+    fn drop(&mut self) {
+        self.0.dropped.fetch_add(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// A held call's body: counted as started, then waits for a release;
+/// dropped before that (its client left, it was cancelled), counted as
+/// dropped.
+pub async fn hold(state: Arc<State>) -> bool {
+    let guard = DropGuard(Arc::clone(&state));
+    state.started.fetch_add(1, Ordering::SeqCst);
+    state.changed.notify_waiters();
+    state.release.acquire().await.unwrap().forget();
+    // Finished, not dropped.
+    std::mem::forget(guard);
+    true
+}
+
+/// Waits (at most [`HANG`]) until `done` holds for the state.
+pub async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool) {
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let changed = state.changed.notified();
+        if done(state) {
+            return;
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if tokio::time::timeout(left.min(Duration::from_millis(50)), changed)
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within {HANG:?} (started {}, dropped {})",
+                state.started.load(Ordering::SeqCst),
+                state.dropped.load(Ordering::SeqCst)
+            );
+        }
+    }
+}
