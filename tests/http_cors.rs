@@ -325,3 +325,104 @@ async fn a_websocket_server_with_origins_refuses_other_pages() {
     }
     shutdown.trigger();
 }
+
+/// Browsers' requests (refused, preflights with a body, an `OPTIONS` that
+/// is no preflight) pipelined between plain clients' on one kept-alive
+/// connection: each answered in order, bodies read past, nothing lost,
+/// the connection usable after each.
+#[tokio::test]
+async fn pipelined_browser_and_plain_requests_are_answered_in_order() {
+    for own in [true, false] {
+        let server = start(Some(Cors::origins([APP]).unwrap()), own).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let plain = request("content-type: application/json\r\n", CALL);
+        let refused = post_from("https://evil.example", "application/json");
+        let preflight_with_body = format!(
+            "OPTIONS / HTTP/1.1\r\nhost: x\r\norigin: {APP}\r\n\
+             access-control-request-method: POST\r\ncontent-length: 5\r\n\r\nhello"
+        );
+        let options = format!(
+            "OPTIONS / HTTP/1.1\r\nhost: x\r\norigin: {APP}\r\ncontent-length: 2\r\n\r\n{{}}"
+        );
+        let browser = post_from(APP, "application/json");
+        let raw = format!("{refused}{plain}{preflight_with_body}{options}{browser}{plain}");
+        let rs = exchange(&mut stream, &raw, 6).await;
+        let statuses: Vec<&str> = rs.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(
+            statuses,
+            [
+                "403 Forbidden",
+                "200 OK",
+                "204 No Content",
+                "405 Method Not Allowed",
+                "200 OK",
+                "200 OK"
+            ],
+            "own loop {own}: {rs:?}"
+        );
+        let results: Vec<serde_json::Value> = [1, 4, 5]
+            .iter()
+            .map(|&i| {
+                serde_json::from_str::<serde_json::Value>(&rs[i].2).unwrap()["result"].clone()
+            })
+            .collect();
+        assert_eq!(results, [1, 2, 3], "own loop {own}: {rs:?}");
+        assert_eq!(header(&rs[3], "access-control-allow-origin"), Some(APP));
+        assert_eq!(header(&rs[3], "allow"), Some("POST"));
+        assert_eq!(
+            header(&rs[2], "access-control-allow-headers"),
+            Some("content-type")
+        );
+        // Still usable.
+        let r = exchange(&mut stream, &plain, 1).await;
+        assert_eq!(r[0].0, "200 OK", "own loop {own}: {r:?}");
+        assert_eq!(server.calls.load(Ordering::SeqCst), 4);
+    }
+}
+
+/// HTTP/2 requests get the same policy (hyper's path on the port).
+#[tokio::test]
+async fn http2_requests_follow_the_policy() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let server = start(Some(Cors::origins([APP]).unwrap()), true).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<bytes::Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let post = |origin: &str| {
+        http::Request::post("/")
+            .header("origin", origin)
+            .header("content-type", "application/json")
+            .body(Full::new(bytes::Bytes::from_static(CALL.as_bytes())))
+            .unwrap()
+    };
+    let r = sender
+        .send_request(post("https://evil.example"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.headers().get("access-control-allow-origin").is_none());
+    let preflight = http::Request::builder()
+        .method("OPTIONS")
+        .uri("/")
+        .header("origin", APP)
+        .header("access-control-request-method", "POST")
+        .body(Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let r = sender.send_request(preflight).await.unwrap();
+    assert_eq!(r.status(), 204);
+    assert_eq!(r.headers()["access-control-allow-origin"], APP);
+    let r = sender.send_request(post(APP)).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["access-control-allow-origin"], APP);
+    assert_eq!(r.headers()["vary"], "origin");
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["result"], 1);
+    assert_eq!(server.calls.load(Ordering::SeqCst), 1);
+}
