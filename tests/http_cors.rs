@@ -426,3 +426,21 @@ async fn http2_requests_follow_the_policy() {
     assert_eq!(v["result"], 1);
     assert_eq!(server.calls.load(Ordering::SeqCst), 1);
 }
+
+/// Browsers leave a scheme's default port out of `Origin` (they send
+/// `https://app.example.org`, never `…:443`): an origin listed with it
+/// names the same page and is allowed as browsers send it.
+#[test]
+fn a_listed_default_port_matches_what_browsers_send() {
+    let cors = Cors::origins([
+        "https://app.example.org:443",
+        "http://localhost:80",
+        "http://localhost:8080",
+    ])
+    .unwrap();
+    assert!(cors.allows(b"https://app.example.org"));
+    assert!(cors.allows(b"http://localhost"));
+    assert!(cors.allows(b"http://localhost:8080"));
+    assert!(!cors.allows(b"http://app.example.org"));
+    assert!(!cors.allows(b"https://localhost"));
+}

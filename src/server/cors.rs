@@ -87,7 +87,9 @@ impl Cors {
 
     /// Only pages of these origins may call (each as a browser sends it:
     /// `https://app.example.org`, `http://localhost:3000`; compared
-    /// without regard to case). `"*"` in the list allows any.
+    /// without regard to case; a scheme's default port, which browsers
+    /// leave out, is dropped: `https://app.example.org:443` is
+    /// `https://app.example.org`). `"*"` in the list allows any.
     pub fn origins<I, O>(origins: I) -> Result<Cors, InvalidOrigin>
     where
         I: IntoIterator<Item = O>,
@@ -102,7 +104,7 @@ impl Cors {
             if !is_origin(origin) {
                 return Err(InvalidOrigin(origin.to_owned()));
             }
-            list.push(origin.as_bytes().into());
+            list.push(without_default_port(origin).as_bytes().into());
         }
         Ok(Cors {
             origins: Some(list),
@@ -175,6 +177,21 @@ fn is_origin(origin: &str) -> bool {
         && rest
             .bytes()
             .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'?' | b'#'))
+}
+
+/// `origin` without its scheme's default port: browsers serialize an
+/// origin without it, so a listed `https://a.org:443` would otherwise
+/// match no `Origin` ever sent.
+fn without_default_port(origin: &str) -> &str {
+    let default = match origin
+        .split_once("://")
+        .map(|(s, _)| s.to_ascii_lowercase())
+    {
+        Some(s) if s == "http" || s == "ws" => ":80",
+        Some(s) if s == "https" || s == "wss" => ":443",
+        _ => return origin,
+    };
+    origin.strip_suffix(default).unwrap_or(origin)
 }
 
 /// The body of the `403` for a request from an origin that may not call.
