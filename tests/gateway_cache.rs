@@ -36,6 +36,9 @@ struct Node {
     addr: SocketAddr,
     log: Arc<Mutex<Vec<(String, Value)>>>,
     finalized: Arc<AtomicU64>,
+    /// Its answers for the finalized block wait until it has seen this
+    /// many other requests (0: at once).
+    hold: Arc<AtomicU64>,
 }
 
 impl Node {
@@ -44,10 +47,11 @@ impl Node {
         let addr = listener.local_addr().unwrap();
         let log: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
         let finalized = Arc::new(AtomicU64::new(finalized));
-        let (seen, fin) = (Arc::clone(&log), Arc::clone(&finalized));
+        let hold = Arc::new(AtomicU64::new(0));
+        let (seen, fin, held) = (Arc::clone(&log), Arc::clone(&finalized), Arc::clone(&hold));
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
-                let (seen, fin) = (Arc::clone(&seen), Arc::clone(&fin));
+                let (seen, fin, held) = (Arc::clone(&seen), Arc::clone(&fin), Arc::clone(&held));
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
@@ -55,6 +59,21 @@ impl Node {
                         let method = v["method"].as_str().unwrap().to_string();
                         let params = v.get("params").cloned().unwrap_or(Value::Null);
                         seen.lock().unwrap().push((method.clone(), params.clone()));
+                        if params == json!(["finalized", false]) {
+                            // Until the others came (10 s: a hang guard).
+                            let others = || {
+                                let log = seen.lock().unwrap();
+                                log.iter()
+                                    .filter(|(_, p)| p != &json!(["finalized", false]))
+                                    .count()
+                            };
+                            for _ in 0..2000 {
+                                if others() as u64 >= held.load(Ordering::SeqCst) {
+                                    break;
+                                }
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                        }
                         let mut reply = json!({"jsonrpc":"2.0","id":v["id"]});
                         match answer(&method, &params, fin.load(Ordering::SeqCst)) {
                             Ok(result) => reply["result"] = result,
@@ -76,6 +95,7 @@ impl Node {
             addr,
             log,
             finalized,
+            hold,
         }
     }
 
@@ -613,4 +633,42 @@ async fn metrics_show_the_cache() {
     assert_eq!(sample("gateway_cache_bytes"), entry as f64);
     assert!(text.contains("# TYPE gateway_cache_hits_total counter"));
     assert!(text.contains("# TYPE gateway_cache_bytes gauge"));
+}
+
+/// With `--finalized-every 0`, calls that waited while the finalized block
+/// was asked for take that answer rather than each asking again in turn
+/// (which queued every call behind one upstream request per call before
+/// it). Twenty calls above the finalized block at once: one request for
+/// it, held by the node until all twenty calls reached it.
+#[tokio::test]
+async fn calls_waiting_for_the_finalized_block_share_one_ask() {
+    let node = Node::start(0x10).await;
+    node.hold.store(20, Ordering::SeqCst);
+    let (gw, _state) = start_app(config::Config {
+        finalized_every: Duration::ZERO,
+        ..config(&[node.addr])
+    })
+    .await;
+    let addr = gw.addr;
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0x100..0x114u64 {
+        calls.spawn(async move {
+            let params = json!([format!("{n:#x}"), false]);
+            rpc(addr, json!(n), "eth_getBlockByNumber", &params).await
+        });
+    }
+    while let Some(reply) = calls.join_next().await {
+        let reply = reply.unwrap();
+        assert!(reply.contains("result"), "{reply}");
+    }
+    assert_eq!(node.finalized_asked(), 1);
+    // A later call asks again (every 0 ms).
+    rpc(
+        addr,
+        json!(0),
+        "eth_getBlockByNumber",
+        &json!(["0x200", false]),
+    )
+    .await;
+    assert_eq!(node.finalized_asked(), 2);
 }

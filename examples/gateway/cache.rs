@@ -343,6 +343,11 @@ pub struct Finality {
     /// When it was last asked for; held across the asking, so that calls
     /// needing it meanwhile wait for that answer instead of asking too.
     asked: tokio::sync::Mutex<Option<Instant>>,
+    /// The asks ended so far: a call that sees it move while it waited
+    /// takes that answer (with an `every` shorter than an ask, the time
+    /// check alone would let each waiter ask in turn, a queue of upstream
+    /// requests).
+    asks: AtomicU64,
 }
 
 impl Finality {
@@ -351,6 +356,7 @@ impl Finality {
             every,
             known: AtomicU64::new(0),
             asked: tokio::sync::Mutex::new(None),
+            asks: AtomicU64::new(0),
         }
     }
 
@@ -366,16 +372,21 @@ impl Finality {
         if self.known().is_some_and(|f| n <= f) {
             return true;
         }
+        let before = self.asks.load(Ordering::Acquire);
         let mut asked = self.asked.lock().await;
         // Learnt while this waited?
         if self.known().is_some_and(|f| n <= f) {
             return true;
         }
-        if asked.is_some_and(|at| at.elapsed() < self.every) {
+        // Asked while this waited: that answer stands.
+        if self.asks.load(Ordering::Acquire) != before
+            || asked.is_some_and(|at| at.elapsed() < self.every)
+        {
             return false;
         }
         let learnt = ask_finalized(up).await;
         *asked = Some(Instant::now());
+        self.asks.fetch_add(1, Ordering::Release);
         if let Some(f) = learnt {
             self.known.fetch_max(f.saturating_add(1), Ordering::AcqRel);
         }
