@@ -10,8 +10,13 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
 #[path = "support/http_request.rs"]
 mod http_request;
+
+#[global_allocator]
+static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -460,31 +465,42 @@ async fn the_byte_bound_holds() {
 }
 
 /// Lookups refresh an entry's place: the least recently *used* goes
-/// first, and the bound (keys, values and the per-entry overhead) holds
-/// exactly.
+/// first, and the bound (keys, values, the per-entry overhead and the
+/// tables that find them) holds.
 #[test]
 fn the_least_recently_used_entry_goes_first() {
-    // Sixteen entries of a sixteenth each fill the bound.
-    let limit = 16 * 200;
+    let limit = 16 * 1024;
     let c = cache::Cache::new(limit, Duration::ZERO);
-    let value = vec![b'v'; 200 - cache::ENTRY_OVERHEAD - 3];
+    let value = vec![b'v'; 500];
     let key = |n: usize| format!("k{n:02}").into_bytes();
-    for n in 0..16 {
+    // Filled until an insert evicts: k00, the least recently used, goes.
+    let mut n = 0;
+    loop {
         c.insert(key(n), &value);
+        assert!(c.stats().bytes <= limit, "{}", c.stats().bytes);
+        if c.stats().entries == n {
+            break;
+        }
+        n += 1;
     }
-    assert_eq!((c.stats().entries, c.stats().bytes), (16, limit));
-    assert!(c.get(&key(0)).is_some());
-    c.insert(key(16), &value);
+    assert!(n > 10, "{n} entries of 600 bytes in 16 KiB");
+    assert!(c.get(&key(0)).is_none(), "k00 was the least recently used");
+    assert!(c.get(&key(1)).is_some());
+    c.insert(key(n + 1), &value);
     let stats = c.stats();
-    assert_eq!((stats.entries, stats.bytes), (16, limit));
-    assert!(c.get(&key(1)).is_none(), "k01 was the least recently used");
-    assert!(c.get(&key(0)).is_some() && c.get(&key(16)).is_some());
+    assert!(
+        stats.entries == n && stats.bytes <= limit,
+        "{}",
+        stats.bytes
+    );
+    assert!(c.get(&key(2)).is_none(), "k02 was, once k01 was read");
+    assert!(c.get(&key(1)).is_some() && c.get(&key(n + 1)).is_some());
     // The same key again changes nothing.
-    c.insert(key(16), &value);
-    assert_eq!(c.stats().bytes, limit);
-    // One byte past a sixteenth: not kept.
-    c.insert(key(17), &[value.as_slice(), b"x"].concat());
-    assert!(c.get(&key(17)).is_none());
+    c.insert(key(n + 1), &value);
+    assert_eq!(c.stats().bytes, stats.bytes);
+    // Past a sixteenth: not kept.
+    c.insert(key(n + 2), &vec![b'v'; limit / 16]);
+    assert!(c.get(&key(n + 2)).is_none());
 }
 
 /// Reading a transaction's block from its result, and the key.
@@ -609,6 +625,7 @@ async fn metrics_show_the_cache() {
     let shutdown = rpcwire::server::Shutdown::new();
     let app = app::App::new(&config, &shutdown).unwrap();
     let ops = Arc::clone(app.ops().unwrap());
+    let state = Arc::clone(app.gateway().unwrap());
     tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
     let _gw = Gateway {
         addr,
@@ -630,7 +647,10 @@ async fn metrics_show_the_cache() {
     let entry = "eth_getBlockByNumber\0[\"0x5\",false]".len()
         + r#"{"number":"0x5","pad":""}"#.len()
         + cache::ENTRY_OVERHEAD;
-    assert_eq!(sample("gateway_cache_bytes"), entry as f64);
+    // The entry, and the tables that find it.
+    let bytes = state.cache.as_ref().unwrap().stats().bytes;
+    assert!(bytes > entry, "{bytes}");
+    assert_eq!(sample("gateway_cache_bytes"), bytes as f64);
     assert!(text.contains("# TYPE gateway_cache_hits_total counter"));
     assert!(text.contains("# TYPE gateway_cache_bytes gauge"));
 }
@@ -671,4 +691,35 @@ async fn calls_waiting_for_the_finalized_block_share_one_ask() {
     )
     .await;
     assert_eq!(node.finalized_asked(), 2);
+}
+
+/// The bound covers the heap the cache holds, not only its keys and
+/// values: filled with many small entries (a balance: a key of about 70
+/// bytes, a value of 5), past the bound many times over, the bytes
+/// allocated and still held (entries, the slab of slots and the map,
+/// both grown by doubling) stay within it.
+#[test]
+fn the_byte_bound_covers_the_heap_the_cache_holds() {
+    let limit = 1 << 20;
+    let (held, c) = counting_alloc::held_after(|| {
+        let c = cache::Cache::new(limit, Duration::ZERO);
+        for n in 0..60_000u32 {
+            let params = format!(r#"["{ADDR}","{n:#x}"]"#);
+            c.insert(
+                cache::key("eth_getBalance", Some(params.as_bytes())),
+                br#""0x1""#,
+            );
+        }
+        c
+    });
+    let stats = c.stats();
+    assert!(stats.bytes <= limit, "{} counted", stats.bytes);
+    assert!(
+        held as usize <= limit,
+        "{held} bytes held for a bound of {limit} ({} entries, {} bytes counted)",
+        stats.entries,
+        stats.bytes
+    );
+    // Still a cache: thousands of small entries kept.
+    assert!(stats.entries > 2000, "{}", stats.entries);
 }

@@ -63,9 +63,11 @@ use rpcwire::json::RawJson;
 
 use crate::upstream::Upstreams;
 
-/// What an entry costs besides its key and value (its slot, the map's
-/// entry, the key's and value's headers), counted against the bound so
-/// that many small entries cannot exceed it.
+/// What an entry holds on the heap besides its key's and value's bytes:
+/// the key's reference counts (16), the value's shared header once a hit
+/// clones it (32), and the allocator's header and rounding on those three
+/// allocations (about 16 each). Its slot and map entry are counted with
+/// the tables they sit in (see `Lru::tables`).
 pub const ENTRY_OVERHEAD: usize = 96;
 
 /// When a call's result may be kept.
@@ -182,7 +184,10 @@ struct Lru {
     /// The most recently used slot, and the least.
     head: usize,
     tail: usize,
+    /// The entries' keys, values and [`ENTRY_OVERHEAD`]s.
     bytes: usize,
+    /// What evicted slots hold in place of a key (shared: no allocation).
+    empty: Arc<[u8]>,
 }
 
 struct Slot {
@@ -197,8 +202,35 @@ impl Lru {
         Lru {
             head: NIL,
             tail: NIL,
+            empty: Arc::from(&[][..]),
             ..Lru::default()
         }
+    }
+
+    /// The bytes the slab and the map take, by their capacity: they grow
+    /// together (doubling) as the entries do and never shrink, so with many
+    /// small entries they are a large part of the cache (a slot is 64
+    /// bytes, a map bucket 25, for a balance of 5 bytes).
+    fn tables(&self) -> usize {
+        tables(self.slots.capacity(), self.map.capacity())
+    }
+
+    /// The tables' growth the next insert needs: none while a slot is
+    /// free, else both doubled.
+    fn growth(&self) -> usize {
+        if !self.free.is_empty() || self.slots.len() < self.slots.capacity() {
+            return 0;
+        }
+        let to = (self.slots.capacity() * 2).max(MIN_SLOTS);
+        tables(to, to).saturating_sub(self.tables())
+    }
+
+    /// Grows the slab and the map together (so that the map, holding no
+    /// more entries than the slab has slots, never grows on its own).
+    fn grow(&mut self) {
+        let to = (self.slots.capacity() * 2).max(MIN_SLOTS);
+        self.slots.reserve_exact(to - self.slots.len());
+        self.map.reserve(to - self.map.len());
     }
 
     fn unlink(&mut self, i: usize) {
@@ -240,7 +272,7 @@ impl Lru {
         self.unlink(i);
         let slot = &mut self.slots[i];
         let (key, value) = (
-            std::mem::replace(&mut slot.key, Arc::from(&[][..])),
+            std::mem::replace(&mut slot.key, Arc::clone(&self.empty)),
             std::mem::take(&mut slot.value),
         );
         self.bytes -= cost(&key, &value);
@@ -254,8 +286,15 @@ impl Lru {
             return;
         }
         let size = cost(&key, &value);
-        while self.bytes + size > limit && self.tail != NIL {
+        // Evicting frees a slot, which spares the tables' growth.
+        while self.bytes + self.tables() + self.growth() + size > limit {
+            if self.tail == NIL {
+                return; // Not even alone: the tables take the room.
+            }
             self.evict_last();
+        }
+        if self.growth() > 0 {
+            self.grow();
         }
         let slot = Slot {
             key: Arc::clone(&key),
@@ -283,10 +322,24 @@ fn cost(key: &[u8], value: &[u8]) -> usize {
     key.len() + value.len() + ENTRY_OVERHEAD
 }
 
+/// The slab's first capacity.
+const MIN_SLOTS: usize = 16;
+
+/// The bytes of a slab of `slots` slots and a map of `capacity` entries
+/// (std's map: a bucket per entry and a control byte each, at most 7/8
+/// full, a power of two of them, 16 control bytes more).
+fn tables(slots: usize, capacity: usize) -> usize {
+    let buckets = match capacity {
+        0 => return slots * size_of::<Slot>(),
+        c => (c * 8 / 7).next_power_of_two(),
+    };
+    slots * size_of::<Slot>() + buckets * (size_of::<(Arc<[u8]>, usize)>() + 1) + 16
+}
+
 impl Cache {
     /// A cache of at most `limit` bytes (keys, values and
-    /// [`ENTRY_OVERHEAD`] per entry); the finalized block asked for at
-    /// most once per `finalized_every`.
+    /// [`ENTRY_OVERHEAD`] per entry, and the tables that find them); the
+    /// finalized block asked for at most once per `finalized_every`.
     pub fn new(limit: usize, finalized_every: Duration) -> Cache {
         Cache {
             limit,
@@ -328,7 +381,7 @@ impl Cache {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
             entries: lru.map.len(),
-            bytes: lru.bytes,
+            bytes: lru.bytes + lru.tables(),
             limit: self.limit,
         }
     }

@@ -13,6 +13,8 @@ pub struct CountingAlloc;
 thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
     static COUNT: Cell<usize> = const { Cell::new(0) };
+    /// Bytes allocated by this thread less those it freed.
+    static NET: Cell<isize> = const { Cell::new(0) };
 }
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -28,11 +30,13 @@ fn note() {
 }
 
 fn grew(bytes: usize) {
+    let _ = NET.try_with(|n| n.set(n.get() + bytes as isize));
     let now = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }
 
 fn shrank(bytes: usize) {
+    let _ = NET.try_with(|n| n.set(n.get() - bytes as isize));
     LIVE.fetch_sub(bytes, Ordering::Relaxed);
 }
 
@@ -101,4 +105,13 @@ pub fn peak_since(base: usize) -> usize {
 /// Bytes live on the heap now (all threads).
 pub fn live() -> usize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// Runs `f` and returns the heap bytes this thread allocated meanwhile and
+/// did not free (what `f`'s result holds, when `f` allocates only on this
+/// thread), whatever other threads do.
+pub fn held_after<R>(f: impl FnOnce() -> R) -> (isize, R) {
+    let base = NET.with(Cell::get);
+    let r = f();
+    (NET.with(Cell::get) - base, r)
 }
