@@ -629,7 +629,14 @@ async fn a_vanished_client_does_not_keep_its_connection_for_the_request_timeout(
         .expect("the connection ends, and its pending request fails")
         .unwrap()
         .ok();
-    assert_eq!(*seen.outcome.lock().unwrap(), Some(Err(PeerError::Closed)));
+    // The handler either saw its request fail, or was dropped with the
+    // connection (a client gone entirely has its calls dropped: the
+    // driver's write to it fails), never an answer nor a wait.
+    let outcome = *seen.outcome.lock().unwrap();
+    assert!(
+        matches!(outcome, None | Some(Err(PeerError::Closed))),
+        "{outcome:?}"
+    );
 }
 
 #[test]
