@@ -1200,7 +1200,7 @@ async fn browsers_are_served_as_cors_says() {
         "OPTIONS / HTTP/1.1\r\nhost: x\r\norigin: {APP}\r\naccess-control-request-method: POST\r\n\
          access-control-request-headers: content-type\r\nconnection: close\r\n\r\n"
     );
-    let text = exchange(preflight).await;
+    let text = exchange(preflight.clone()).await;
     assert!(text.starts_with("http/1.1 204"), "{text}");
     assert!(
         text.contains(&format!("access-control-allow-origin: {APP}\r\n")),
@@ -1221,9 +1221,14 @@ async fn browsers_are_served_as_cors_says() {
         "{text}"
     );
     assert!(text.ends_with(r#""result":"0x7a69"}"#), "{text}");
-    let text = exchange(post_from("https://evil.example")).await;
+    // Another page's preflight is refused; its call (an extension's)
+    // answered without the header.
+    let text = exchange(preflight.replace(APP, "https://evil.example")).await;
     assert!(text.starts_with("http/1.1 403"), "{text}");
     assert!(text.contains("origin not allowed"), "{text}");
+    let text = exchange(post_from("https://evil.example")).await;
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    assert!(!text.contains("access-control-allow-origin"), "{text}");
     let upgrade = |origin: &str| {
         format!(
             "GET / HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\

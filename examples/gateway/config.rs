@@ -40,7 +40,7 @@ usage: gateway [options]
                         Access-Control-Allow-Origin sent; WebSocket upgrades
                         from it accepted); repeat for several, * for any.
                         Without it browsers' cross-origin calls are refused;
-                        with it, other origins get 403
+                        with it, other pages' preflights and upgrades get 403
   --cache-bytes N       the response cache's bound in bytes (default 67108864,
                         64 MiB; 0: no cache). Only results that can never
                         change are kept: constants (web3_sha3), calls naming

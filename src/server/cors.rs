@@ -18,7 +18,8 @@
 //! | no `Origin` (curl, servers, other nodes) | as without CORS |
 //! | `OPTIONS` preflight from an allowed origin | `204`, `Access-Control-Allow-Origin`, `-Allow-Methods: POST`, `-Allow-Headers` (those asked for), `-Max-Age` |
 //! | a request from an allowed origin | as without CORS, plus `Access-Control-Allow-Origin` (and `Vary: Origin` unless any origin is allowed) |
-//! | a request, preflight or WebSocket upgrade from any other origin | `403`, a -32600 body naming the origin; nothing is dispatched |
+//! | a preflight or WebSocket upgrade from any other origin | `403`, a -32600 body naming the origin |
+//! | a request from any other origin | as without CORS: no `Access-Control-Allow-Origin`, so a browser does not let the page read it (a page cannot send it without a preflight, refused above; browser extensions, which send their own `Origin` and are not held to CORS, are served as other clients, as geth serves them) |
 //!
 //! Without one (the default), `Origin` is ignored and `OPTIONS` gets `405`,
 //! as before.
@@ -169,14 +170,31 @@ fn is_origin(origin: &str) -> bool {
     let Some((scheme, rest)) = origin.split_once("://") else {
         return false;
     };
+    // A port, if any, is digits: `https://a.org:` or a user part
+    // (`https://u@a.org`, refused below) would match nothing a browser
+    // sends.
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    let port_ok = match rest.strip_prefix('[') {
+        // An IPv6 literal: `[::1]` or `[::1]:8545`.
+        Some(v6) => match v6.split_once(']') {
+            Some((_, "")) => true,
+            Some((_, after)) => after.strip_prefix(':').is_some_and(digits),
+            None => false,
+        },
+        None => match rest.split_once(':') {
+            Some((host, port)) => !host.is_empty() && digits(port),
+            None => true,
+        },
+    };
     !scheme.is_empty()
         && scheme
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
         && !rest.is_empty()
+        && port_ok
         && rest
             .bytes()
-            .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'?' | b'#'))
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'?' | b'#' | b'@'))
 }
 
 /// `origin` without its scheme's default port: browsers serialize an
@@ -217,6 +235,10 @@ mod tests {
             "https://a.org/",
             "null",
             "https://a b",
+            "https://a.org:",
+            "https://u@a.org",
+            "https://a.org:80:80",
+            "http://[::1",
         ] {
             assert_eq!(
                 Cors::origins([bad]).unwrap_err(),
@@ -230,6 +252,8 @@ mod tests {
         assert!(!cors.allows(b"http://localhost:3001"));
         assert!(!cors.allows(b"https://a.org.evil.example"));
         assert!(!cors.allows(b"null"));
+        let v6 = Cors::origins(["http://[::1]:8545", "http://[::1]"]).unwrap();
+        assert!(v6.allows(b"http://[::1]:8545") && v6.allows(b"http://[::1]"));
         assert!(
             Cors::origins(["https://a.org", "*"])
                 .unwrap()

@@ -212,8 +212,9 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     }
 
     /// The same service, answering browsers' cross-origin calls as `cors`
-    /// says (preflights, `Access-Control-Allow-Origin`; other origins get
-    /// `403`); see [`cors`](super::cors). Without it `Origin` is ignored.
+    /// says (preflights, `Access-Control-Allow-Origin`; other origins'
+    /// preflights get `403`); see [`cors`](super::cors). Without it
+    /// `Origin` is ignored.
     ///
     /// ```
     /// # use rpcwire::{Call, Dispatcher, server::{Limits, cors::Cors, http::HttpService}};
@@ -374,15 +375,22 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         if let Some(cors) = &self.cors
             && let Some(origin) = parts.headers.get(ORIGIN)
         {
-            let Some(allowed) = cors.allow_origin(origin) else {
-                return early(body, forbidden_origin(origin));
-            };
-            if parts.method == Method::OPTIONS
-                && parts.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD)
-            {
-                return early(body, preflight(cors, allowed, &parts.headers));
+            let asks = parts.method == Method::OPTIONS
+                && parts.headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD);
+            match cors.allow_origin(origin) {
+                Some(allowed) if asks => {
+                    return early(body, preflight(cors, allowed, &parts.headers));
+                }
+                Some(allowed) => allow_origin = Some((allowed, cors.varies())),
+                None if asks => return early(body, forbidden_origin(origin)),
+                // Served without the header, which a browser does not let
+                // the page read: a page cannot send this request without a
+                // preflight (JSON is not a "simple" content type), and
+                // browser extensions, which send their own `Origin` and are
+                // not held to CORS (a wallet's background page), are
+                // clients like any other.
+                None => {}
             }
-            allow_origin = Some((allowed, cors.varies()));
         }
         let early = |body: B, response: Response<ResponseBody>| {
             let mut future = early(body, response);

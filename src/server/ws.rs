@@ -1219,7 +1219,8 @@ where
     ///
     /// [`Context::peer`]: crate::Context::peer
     fn awaits_answers(&self) -> bool {
-        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD) && self.conn.awaits_client_answers()
+        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD)
+            && self.conn.awaits_client_answers()
     }
 
     /// Whether reading goes on at the in-flight limit: for answers
