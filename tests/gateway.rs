@@ -23,7 +23,7 @@ use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEnvelope, TxL
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use futures_util::{SinkExt, StreamExt};
-use http_request::read_request;
+use http_request::{json_200, read_request};
 use rpcwire::dispatch::AsyncCall;
 use rpcwire::server::Shutdown;
 use rpcwire::server::http::HttpService;
@@ -161,10 +161,7 @@ async fn fake_upstream(kind: Fake) -> (SocketAddr, Arc<AtomicUsize>) {
                             let v: Value = serde_json::from_slice(&body).unwrap();
                             let reply =
                                 format!(r#"{{"jsonrpc":"2.0","id":{},"result":"0xc5"}}"#, v["id"]);
-                            let out = format!(
-                                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
-                                reply.len()
-                            );
+                            let out = json_200(&reply);
                             let _ = s.write_all(out.as_bytes()).await;
                             // Closed only once the client has pooled it.
                             tokio::time::sleep(Duration::from_millis(50)).await;

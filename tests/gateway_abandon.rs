@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::SinkExt;
-use http_request::read_request_buffered;
+use http_request::{json_200, read_request_buffered};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -77,10 +77,7 @@ async fn upstream() -> (SocketAddr, Arc<Mutex<Seen>>) {
                         _ => {}
                     }
                     let reply = json!({"jsonrpc":"2.0","id":v["id"],"result":"0x1"}).to_string();
-                    let http = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
-                        reply.len()
-                    );
+                    let http = json_200(&reply);
                     if s.write_all(http.as_bytes()).await.is_err() {
                         return;
                     }

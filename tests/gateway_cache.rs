@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_request::read_request_buffered;
+use http_request::{json_200, read_request_buffered};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -85,10 +85,7 @@ impl Node {
                             Err(error) => reply["error"] = error,
                         }
                         let reply = reply.to_string();
-                        let out = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
-                            reply.len()
-                        );
+                        let out = json_200(&reply);
                         if s.write_all(out.as_bytes()).await.is_err() {
                             return;
                         }
@@ -557,17 +554,7 @@ async fn a_burst_asks_for_the_finalized_block_once() {
     let node = Node::start(0x100).await;
     let (gw, _state) = start_app(config(&[node.addr])).await;
     let addr = gw.addr;
-    let mut calls = tokio::task::JoinSet::new();
-    for n in 10..50u64 {
-        calls.spawn(async move {
-            let params = json!([format!("{n:#x}"), false]);
-            rpc(addr, json!(n), "eth_getBlockByNumber", &params).await
-        });
-    }
-    while let Some(reply) = calls.join_next().await {
-        let reply = reply.unwrap();
-        assert!(reply.contains("result"), "{reply}");
-    }
+    blocks_at_once(addr, 10..50u64).await;
     assert_eq!(node.finalized_asked(), 1);
     // All of them were kept.
     for n in 10..50u64 {
@@ -670,17 +657,7 @@ async fn calls_waiting_for_the_finalized_block_share_one_ask() {
     })
     .await;
     let addr = gw.addr;
-    let mut calls = tokio::task::JoinSet::new();
-    for n in 0x100..0x114u64 {
-        calls.spawn(async move {
-            let params = json!([format!("{n:#x}"), false]);
-            rpc(addr, json!(n), "eth_getBlockByNumber", &params).await
-        });
-    }
-    while let Some(reply) = calls.join_next().await {
-        let reply = reply.unwrap();
-        assert!(reply.contains("result"), "{reply}");
-    }
+    blocks_at_once(addr, 0x100..0x114u64).await;
     assert_eq!(node.finalized_asked(), 1);
     // A later call asks again (every 0 ms).
     rpc(
@@ -722,4 +699,20 @@ fn the_byte_bound_covers_the_heap_the_cache_holds() {
     );
     // Still a cache: thousands of small entries kept.
     assert!(stats.entries > 2000, "{}", stats.entries);
+}
+
+/// `eth_getBlockByNumber` for each block of `numbers` at once, each
+/// answered with a result.
+async fn blocks_at_once(addr: SocketAddr, numbers: std::ops::Range<u64>) {
+    let mut calls = tokio::task::JoinSet::new();
+    for n in numbers {
+        calls.spawn(async move {
+            let params = json!([format!("{n:#x}"), false]);
+            rpc(addr, json!(n), "eth_getBlockByNumber", &params).await
+        });
+    }
+    while let Some(reply) = calls.join_next().await {
+        let reply = reply.unwrap();
+        assert!(reply.contains("result"), "{reply}");
+    }
 }

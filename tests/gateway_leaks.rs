@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use counting_alloc::CountingAlloc;
 use futures_util::{SinkExt, StreamExt};
-use http_request::read_request_buffered;
+use http_request::{json_200, read_request_buffered};
 use serde_json::{Value, json};
 use soak::{HANG, ROUND, WARM_UP, soak_with, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -113,11 +113,7 @@ impl Drop for Down<'_> {
 }
 
 fn http_reply(body: &str) -> Vec<u8> {
-    format!(
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
+    json_200(body).into_bytes()
 }
 
 /// Ends `s` with a TCP reset (linger 0), nothing left to block on.

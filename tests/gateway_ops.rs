@@ -26,7 +26,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use example_binary::example_binary;
-use http_request::read_request;
+use http_request::{json_200, read_request};
 
 /// Long enough to mean "it hangs", never a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
@@ -72,10 +72,7 @@ impl Held {
                         }
                         let reply =
                             format!(r#"{{"jsonrpc":"2.0","id":{},"result":"0x2a"}}"#, v["id"]);
-                        let out = format!(
-                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
-                            reply.len()
-                        );
+                        let out = json_200(&reply);
                         if s.write_all(out.as_bytes()).await.is_err() {
                             return;
                         }
@@ -267,8 +264,7 @@ async fn ws_rest(ws: &mut WsClient) -> (Vec<Value>, Option<CloseCode>) {
 /// flight lost.)
 #[tokio::test]
 async fn sigterm_drains_requests_in_flight_and_exits_0() {
-    let upstream = Held::start().await;
-    let mut gw = Child::start(&["--upstream", &upstream.url(), "--timeout", "600000"]).await;
+    let (upstream, mut gw) = behind_held(&[]).await;
     let addr = gw.addr;
     let single = tokio::spawn(post(
         addr,
@@ -324,8 +320,7 @@ async fn sigterm_drains_requests_in_flight_and_exits_0() {
 /// SIGINT drains the same way (it did before SIGTERM did).
 #[tokio::test]
 async fn sigint_drains_too() {
-    let upstream = Held::start().await;
-    let mut gw = Child::start(&["--upstream", &upstream.url(), "--timeout", "600000"]).await;
+    let (upstream, mut gw) = behind_held(&[]).await;
     let single = tokio::spawn(post(
         gw.addr,
         r#"{"jsonrpc":"2.0","id":3,"method":"eth_blockNumber"}"#,
@@ -345,16 +340,7 @@ async fn sigint_drains_too() {
 /// far longer than the test waits.
 #[tokio::test]
 async fn a_second_signal_exits_at_once() {
-    let upstream = Held::start().await;
-    let mut gw = Child::start(&[
-        "--upstream",
-        &upstream.url(),
-        "--timeout",
-        "600000",
-        "--shutdown-grace",
-        "600000",
-    ])
-    .await;
+    let (upstream, mut gw) = behind_held(&["--shutdown-grace", "600000"]).await;
     let single = tokio::spawn(post(
         gw.addr,
         r#"{"jsonrpc":"2.0","id":4,"method":"eth_blockNumber"}"#,
@@ -378,16 +364,7 @@ async fn a_second_signal_exits_at_once() {
 /// failed stop, not a clean one). (It exited 0, the lost calls unsaid.)
 #[tokio::test]
 async fn the_drain_ends_after_the_grace_with_status_3() {
-    let upstream = Held::start().await;
-    let mut gw = Child::start(&[
-        "--upstream",
-        &upstream.url(),
-        "--timeout",
-        "600000",
-        "--shutdown-grace",
-        "200",
-    ])
-    .await;
+    let (upstream, mut gw) = behind_held(&["--shutdown-grace", "200"]).await;
     let single = tokio::spawn(post(
         gw.addr,
         r#"{"jsonrpc":"2.0","id":5,"method":"eth_blockNumber"}"#,
@@ -414,8 +391,7 @@ async fn the_drain_ends_after_the_grace_with_status_3() {
 /// 0, and no abandoned calls reported.
 #[tokio::test]
 async fn a_client_leaving_during_the_drain_is_no_abandoned_call() {
-    let upstream = Held::start().await;
-    let mut gw = Child::start(&["--upstream", &upstream.url(), "--timeout", "600000"]).await;
+    let (upstream, mut gw) = behind_held(&[]).await;
     let mut leaving = TcpStream::connect(gw.addr).await.unwrap();
     let body = r#"{"jsonrpc":"2.0","id":8,"method":"eth_blockNumber"}"#;
     let request = format!(
@@ -497,6 +473,17 @@ fn sample(text: &str, name: &str) -> f64 {
     samples(text).get(name).copied().unwrap_or(0.0)
 }
 
+/// The gateway binary in front of a [`Held`] upstream, with `extra`
+/// options (`--timeout` far past any test's wait).
+async fn behind_held(extra: &[&str]) -> (Held, Child) {
+    let upstream = Held::start().await;
+    let url = upstream.url();
+    let mut args = vec!["--upstream", url.as_str(), "--timeout", "600000"];
+    args.extend_from_slice(extra);
+    let gw = Child::start(&args).await;
+    (upstream, gw)
+}
+
 /// The operators' endpoint of a gateway started with `--metrics`, from the
 /// line it says it on.
 fn ops_addr(gw: &Child) -> SocketAddr {
@@ -556,16 +543,7 @@ async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
 /// be scraped.)
 #[tokio::test]
 async fn metrics_and_health_stay_up_during_the_drain() {
-    let upstream = Held::start().await;
-    let mut gw = Child::start(&[
-        "--upstream",
-        &upstream.url(),
-        "--timeout",
-        "600000",
-        "--metrics",
-        "127.0.0.1:0",
-    ])
-    .await;
+    let (upstream, mut gw) = behind_held(&["--metrics", "127.0.0.1:0"]).await;
     let ops = ops_addr(&gw);
     let single = tokio::spawn(post(
         gw.addr,
@@ -856,10 +834,7 @@ async fn counting(answers: bool) -> (SocketAddr, Arc<AtomicUsize>, Arc<AtomicUsi
                     }
                     let v: Value = serde_json::from_slice(&body).unwrap();
                     let reply = json!({"jsonrpc":"2.0","id":v["id"],"result":"0x10"}).to_string();
-                    let out = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
-                        reply.len()
-                    );
+                    let out = json_200(&reply);
                     if s.write_all(out.as_bytes()).await.is_err() {
                         return;
                     }

@@ -16,30 +16,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use held_calls::{HANG, State, hold, wait_until};
-use rpcwire::dispatch::{AsyncCall, WithAsync};
+use held_calls::{HANG, State, dispatcher, wait_until};
 use rpcwire::frame::Lines;
 use rpcwire::server::stream::{serve_tcp, serve_unix};
 use rpcwire::server::{Limits, Metrics, Shutdown};
-use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
-
-fn dispatcher(state: Arc<State>, metrics: Arc<Metrics>) -> Dispatcher<Arc<State>, WithAsync> {
-    Dispatcher::builder(state)
-        .observer(metrics)
-        // Ends only when released by the test, or dropped.
-        .async_method("wait", |call: AsyncCall<Arc<State>>| async move {
-            Ok::<_, RpcError>(hold(Arc::clone(&call.state)).await)
-        })
-        .method("echo", |c: Call<'_, Arc<State>>| match c.params {
-            Some(p) => c.reply.raw(p.as_bytes()),
-            None => c.reply.null(),
-        })
-        .build()
-        .unwrap()
-}
 
 /// Where the server listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -341,14 +341,7 @@ async fn messages_held_at_the_in_flight_limit_are_bounded() {
     assert!(asked.contains("client/ping"), "{asked}");
     let base = start_peak();
     let chunk = b"{}\n".repeat(10_000);
-    let flood = tokio::spawn(async move {
-        for _ in 0..100 {
-            if client_w.write_all(&chunk).await.is_err() {
-                break;
-            }
-        }
-        client_w
-    });
+    let flood = flood(client_w, chunk, 100);
     // Until the server stops reading (the bound reached) or took it all.
     let last = until_reading_stops(&stats, Duration::from_millis(100)).await;
     let peak = peak_since(base);
@@ -418,16 +411,9 @@ async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
         );
     }
     client.set_zero_linger().unwrap();
-    let (client_r, mut client_w) = client.into_split();
-    let flood = tokio::spawn(async move {
-        // About 60 MiB offered.
-        for _ in 0..1000 {
-            if client_w.write_all(&chunk).await.is_err() {
-                break;
-            }
-        }
-        client_w
-    });
+    let (client_r, client_w) = client.into_split();
+    // About 60 MiB offered.
+    let flood = flood(client_w, chunk, 1000);
     let last = until_reading_stops(&stats, Duration::from_millis(200)).await;
     let peak = peak_since(base);
     eprintln!("at the cap: {last} bytes read, peak heap growth {peak} bytes");
@@ -458,4 +444,20 @@ async fn until_reading_stops(stats: &ConnectionStats, every: Duration) -> u64 {
         }
         last = read;
     }
+}
+
+/// Writes `chunk` `times` over on a task of its own (until a write
+/// fails); the writer comes back when it ends.
+fn flood<W>(mut writer: W, chunk: Vec<u8>, times: usize) -> tokio::task::JoinHandle<W>
+where
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        for _ in 0..times {
+            if writer.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        writer
+    })
 }

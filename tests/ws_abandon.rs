@@ -18,33 +18,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::{SinkExt, StreamExt};
-use held_calls::{HANG, State, hold, wait_until};
-use rpcwire::dispatch::{AsyncCall, WithAsync};
+use held_calls::{HANG, State, dispatcher, wait_until};
 use rpcwire::server::http::HttpService;
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown, combined};
-use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
-
-fn dispatcher(state: Arc<State>, metrics: Arc<Metrics>) -> Dispatcher<Arc<State>, WithAsync> {
-    Dispatcher::builder(state)
-        .observer(metrics)
-        // Ends only when released by the test, or dropped.
-        .async_method("wait", |call: AsyncCall<Arc<State>>| async move {
-            Ok::<_, RpcError>(hold(Arc::clone(&call.state)).await)
-        })
-        .method("echo", |c: Call<'_, Arc<State>>| match c.params {
-            Some(p) => c.reply.raw(p.as_bytes()),
-            None => c.reply.null(),
-        })
-        .build()
-        .unwrap()
-}
 
 /// How the WebSocket connection is reached.
 #[derive(Clone, Copy, Debug)]

@@ -8,6 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::server::Metrics;
+use rpcwire::{Call, Dispatcher, RpcError};
 use tokio::sync::{Notify, Semaphore};
 
 /// Long enough to mean "it hangs".
@@ -78,4 +81,20 @@ pub async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool
             );
         }
     }
+}
+
+/// A dispatcher with `wait` (a held call) and `echo` (its params back),
+/// counting calls in `metrics`.
+pub fn dispatcher(state: Arc<State>, metrics: Arc<Metrics>) -> Dispatcher<Arc<State>, WithAsync> {
+    Dispatcher::builder(state)
+        .observer(metrics)
+        .async_method("wait", |call: AsyncCall<Arc<State>>| async move {
+            Ok::<_, RpcError>(hold(Arc::clone(&call.state)).await)
+        })
+        .method("echo", |c: Call<'_, Arc<State>>| match c.params {
+            Some(p) => c.reply.raw(p.as_bytes()),
+            None => c.reply.null(),
+        })
+        .build()
+        .unwrap()
 }

@@ -2,6 +2,15 @@
 // upstreams (one `content-length` body each; the gateway sends no other).
 
 use tokio::io::AsyncReadExt;
+
+/// A fake upstream's `200` answer carrying `reply` (JSON).
+#[allow(dead_code)]
+pub fn json_200(reply: &str) -> String {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{reply}",
+        reply.len()
+    )
+}
 use tokio::net::TcpStream;
 
 /// One request off `s`: its body, with `buf` keeping what was read past
