@@ -124,6 +124,10 @@ pub struct HttpConfig {
     /// is disconnected, instead of holding its connection (and its place
     /// among [`max_connections`](HttpConfig::max_connections)) forever.
     pub body_timeout: std::time::Duration,
+    /// TCP keepalive on [`serve`]'s connections (default 15 s), so that a
+    /// client that vanished without closing (its GET stream open) is
+    /// found: as [`Limits::tcp_keepalive`](crate::server::Limits::tcp_keepalive).
+    pub tcp_keepalive: Option<std::time::Duration>,
 }
 
 impl Default for HttpConfig {
@@ -136,6 +140,7 @@ impl Default for HttpConfig {
             max_connections: 10_000,
             header_timeout: std::time::Duration::from_secs(30),
             body_timeout: std::time::Duration::from_secs(30),
+            tcp_keepalive: Some(crate::server::DEFAULT_TCP_KEEPALIVE),
         }
     }
 }
@@ -370,7 +375,7 @@ pub async fn serve(
             drop(stream);
             continue;
         };
-        let _ = stream.set_nodelay(true);
+        crate::server::accepted(&stream, config.tcp_keepalive);
         let endpoint = endpoint.clone();
         let http1 = http1.clone();
         tokio::spawn(async move {

@@ -1225,7 +1225,7 @@ impl Server {
                     drop(stream);
                     continue;
                 };
-                let _ = stream.set_nodelay(true);
+                super::accepted(&stream, self.limits.tcp_keepalive);
                 let guard = self.metrics.as_ref().map(|m| m.connection());
                 let own = if self.own_http1 {
                     make.serve_own_http1(peer, stream, &kit)

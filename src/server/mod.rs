@@ -68,7 +68,8 @@ pub struct Limits {
     /// client (counted) and stops reading its requests.
     pub max_queued: usize,
     /// A connection with no traffic for this long is closed (default 120 s;
-    /// WebSocket pings count as traffic).
+    /// WebSocket pings count as traffic; a stream connection running calls
+    /// or holding subscriptions is not idle).
     pub idle_timeout: Duration,
     /// How long a graceful shutdown waits for calls in flight (default
     /// 10 s).
@@ -78,6 +79,15 @@ pub struct Limits {
     /// disconnected (counted as [`LimitKind::BodyTimeout`]). A body that
     /// comes with its head never starts the clock.
     pub body_timeout: Duration,
+    /// TCP keepalive on accepted connections (default 15 s, as Go's
+    /// servers, geth's among them, set): after this long without traffic
+    /// the kernel probes the client, then again at this interval, and
+    /// fails the connection when the system's probe count (Linux: 9) goes
+    /// unanswered, so a client whose machine or network vanished without
+    /// a FIN or a reset (its calls running, its subscriptions waiting) is
+    /// found in about ten intervals. `None` leaves the system's setting
+    /// (off, on Linux). Unix sockets and stdio have no such probe.
+    pub tcp_keepalive: Option<Duration>,
 }
 
 impl Default for Limits {
@@ -90,6 +100,7 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            tcp_keepalive: Some(DEFAULT_TCP_KEEPALIVE),
         }
     }
 }
@@ -593,6 +604,32 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 /// How long accepting pauses after an error of the listener (out of file
 /// descriptors or memory), instead of spinning on it.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
+
+/// [`Limits::tcp_keepalive`]'s default.
+pub(crate) const DEFAULT_TCP_KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// Sets up an accepted TCP connection: no Nagle delay (replies are written
+/// whole), and keepalive probes every `keepalive` (see
+/// [`Limits::tcp_keepalive`]). Failures are ignored: a socket that refuses
+/// an option is served without it.
+pub(crate) fn accepted(stream: &tokio::net::TcpStream, keepalive: Option<Duration>) {
+    let _ = stream.set_nodelay(true);
+    let Some(every) = keepalive else {
+        return;
+    };
+    let probes = socket2::TcpKeepalive::new().with_time(every);
+    #[cfg(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "macos",
+        target_os = "ios",
+        target_os = "freebsd",
+        target_os = "netbsd",
+        target_os = "windows"
+    ))]
+    let probes = probes.with_interval(every);
+    let _ = socket2::SockRef::from(stream).set_tcp_keepalive(&probes);
+}
 
 /// After an accept error: nothing for an error of one connection, else a
 /// pause of [`ACCEPT_BACKOFF`].

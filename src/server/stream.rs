@@ -77,7 +77,10 @@
 //!   calls in flight) are not run and get no answer, as if they had not
 //!   been read: as with an HTTP/1.1 server closing a pipelined
 //!   connection, a client resends what was not answered. A connection idle for [`Limits::idle_timeout`] is closed and
-//!   counted ([`LimitKind::Idle`]).
+//!   counted ([`LimitKind::Idle`]); one that runs calls or holds
+//!   subscriptions is not idle (its client may wait long for a
+//!   notification, and a stream has no ping), and a TCP client that
+//!   vanished without closing is found by [`Limits::tcp_keepalive`].
 //!
 //! ```
 //! use rpcwire::frame::Lines;
@@ -1261,14 +1264,18 @@ where
             }
             // A call running is not idleness (its own timeout bounds it),
             // nor a message that arrived since the last look (a
-            // notification makes no reply, but it is traffic).
+            // notification makes no reply, but it is traffic), nor an open
+            // subscription: its client waits for notifications that may
+            // be rare (a log filter), and a stream has no ping to show it
+            // is there (a client that vanished is found by TCP keepalive,
+            // `Limits::tcp_keepalive`, or by the write that fails).
             let now = Instant::now();
             // Published and unpublished counts: a total that only grows.
             let read = self.stats.messages_read() + self.peaks.messages_read;
             let arrived = read != self.messages_at_idle_check;
             self.messages_at_idle_check = read;
             let busy = self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0;
-            if arrived || busy {
+            if arrived || busy || !self.subs.is_empty() {
                 self.last_activity = now;
             }
             let mut deadline = self.last_activity + timeout;
@@ -1437,9 +1444,10 @@ pub async fn serve_tcp<S, K, F, M>(
     M: FnMut() -> F,
 {
     // The loop owns the listener: dropping it refuses new connections.
+    let keepalive = limits.tcp_keepalive;
     let accept = move |cx: &mut TaskContext<'_>| {
         listener.poll_accept(cx).map_ok(|(stream, addr)| {
-            let _ = stream.set_nodelay(true);
+            super::accepted(&stream, keepalive);
             let context = Context::builder().transport("tcp").peer_addr(addr);
             (stream, context)
         })

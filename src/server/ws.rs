@@ -383,7 +383,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
         tcp: TcpStream,
         addr: SocketAddr,
     ) -> Result<CloseReason, HandshakeError> {
-        let _ = tcp.set_nodelay(true);
+        super::accepted(&tcp, self.limits.tcp_keepalive);
         self.accept(tcp, crate::Context::builder().peer_addr(addr))
             .await
     }
