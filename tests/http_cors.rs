@@ -220,6 +220,46 @@ async fn other_origins_preflights_are_refused_and_their_answers_unreadable() {
     }
 }
 
+/// With origins listed, an answer depends on the request's `Origin`: every
+/// answer says so, those to requests without `Origin` or from other
+/// origins too, or a shared cache between browsers and the server could
+/// hand a page an answer made for another (one without
+/// `Access-Control-Allow-Origin`, which its browser refuses to read).
+#[tokio::test]
+async fn every_answer_varies_with_origin_when_origins_are_listed() {
+    for own in [true, false] {
+        let server = start(Some(Cors::origins([APP]).unwrap()), own).await;
+        let plain = request("content-type: application/json\r\n", CALL);
+        let notification = request(
+            "content-type: application/json\r\n",
+            r#"{"jsonrpc":"2.0","method":"count"}"#,
+        );
+        let wrong_type = request("content-type: text/plain\r\n", CALL);
+        let cases = [
+            (plain.clone(), "200 OK"),
+            (notification, "204 No Content"),
+            (wrong_type, "415 Unsupported Media Type"),
+            (
+                post_from("https://evil.example", "application/json"),
+                "200 OK",
+            ),
+            (post_from(APP, "application/json"), "200 OK"),
+        ];
+        for (raw, status) in cases {
+            let r = one(server.addr, &raw).await;
+            assert_eq!(r.0, status, "own loop {own}: {r:?}");
+            assert_eq!(header(&r, "vary"), Some("origin"), "own loop {own}: {r:?}");
+        }
+        // Without a policy, or with any origin allowed, nothing varies.
+        for cors in [None, Some(Cors::any())] {
+            let server = start(cors, own).await;
+            let r = one(server.addr, &plain).await;
+            assert_eq!(r.0, "200 OK", "own loop {own}: {r:?}");
+            assert_eq!(header(&r, "vary"), None, "own loop {own}: {r:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn any_origin_is_allowed_with_a_star() {
     let server = start(Some(Cors::any()), true).await;

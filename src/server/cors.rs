@@ -15,11 +15,11 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | no `Origin` (curl, servers, other nodes) | as without CORS |
+//! | no `Origin` (curl, servers, other nodes) | as without CORS (plus `Vary: Origin` when origins are listed, as on every answer then: a cache between browsers and the server must not hand one origin's answer to another) |
 //! | `OPTIONS` preflight from an allowed origin | `204`, `Access-Control-Allow-Origin`, `-Allow-Methods: POST`, `-Allow-Headers` (those asked for), `-Max-Age` |
 //! | a request from an allowed origin | as without CORS, plus `Access-Control-Allow-Origin` (and `Vary: Origin` unless any origin is allowed) |
 //! | a preflight or WebSocket upgrade from any other origin | `403`, a -32600 body naming the origin |
-//! | a request from any other origin | as without CORS: no `Access-Control-Allow-Origin`, so a browser does not let the page read it (a page cannot send it without a preflight, refused above; browser extensions, which send their own `Origin` and are not held to CORS, are served as other clients, as geth serves them) |
+//! | a request from any other origin | as without CORS (and `Vary: Origin`): no `Access-Control-Allow-Origin`, so a browser does not let the page read it (a page cannot send it without a preflight, refused above; browser extensions, which send their own `Origin` and are not held to CORS, are served as other clients, as geth serves them) |
 //!
 //! Without one (the default), `Origin` is ignored and `OPTIONS` gets `405`,
 //! as before.

@@ -68,9 +68,9 @@ use crate::conn::{Connection, LazyExtension};
 /// path, which takes up to 100).
 const MAX_HEADERS: usize = 32;
 /// Room left in front of the reply for its head (status line,
-/// `content-type`, `content-length`, `date`, `connection: close`: at most
-/// 145 bytes).
-const HEAD_ROOM: usize = 160;
+/// `content-type`, `content-length`, `connection: close`, `vary: origin`,
+/// `date`: at most 161 bytes for a body of 5 MiB).
+const HEAD_ROOM: usize = 176;
 /// Reads ask for at least this much room.
 const READ_CHUNK: usize = 8 * 1024;
 /// A request larger than this does not leave its read buffer's room to the
@@ -343,7 +343,7 @@ impl Own {
                     out.extend_from_slice(super::http::UNREADABLE_BODY);
                     // No `connection: close` (hyper's path does not say
                     // it either); the connection closes all the same.
-                    let start = put_head(&mut out, "400 Bad Request", false);
+                    let start = put_head(&mut out, "400 Bad Request", false, http.cors_varies());
                     self.write(&out[start..]).await?;
                     return Err(Leave::Close);
                 }
@@ -353,7 +353,7 @@ impl Own {
                     out.clear();
                     out.resize(HEAD_ROOM, 0);
                     out.extend_from_slice(&http.slow_body_reply());
-                    let start = put_head(&mut out, "408 Request Timeout", true);
+                    let start = put_head(&mut out, "408 Request Timeout", true, http.cors_varies());
                     self.write(&out[start..]).await?;
                     return Err(Leave::Close);
                 }
@@ -416,7 +416,7 @@ impl Own {
         } else {
             "200 OK"
         };
-        let start = put_head(&mut out, status, close);
+        let start = put_head(&mut out, status, close, http.cors_varies());
         let written = self.write(&out[start..]).await;
         // A reply far larger than usual is not kept for the next: a
         // client asking for large replies on many connections it then
@@ -856,8 +856,10 @@ impl LazyExtension for LazyHeaders {
 }
 
 /// Writes the response head for `status` right before the body that
-/// follows [`HEAD_ROOM`] in `out`; returns where it starts.
-fn put_head(out: &mut [u8], status: &str, close: bool) -> usize {
+/// follows [`HEAD_ROOM`] in `out`; returns where it starts. `vary_origin`:
+/// a CORS policy lists origins, so answers to requests with `Origin`
+/// (hyper's path) differ from these, and caches must know.
+fn put_head(out: &mut [u8], status: &str, close: bool, vary_origin: bool) -> usize {
     let body_len = out.len() - HEAD_ROOM;
     let mut head = [0u8; HEAD_ROOM];
     let mut at = 0;
@@ -877,6 +879,9 @@ fn put_head(out: &mut [u8], status: &str, close: bool) -> usize {
     }
     if close {
         put(b"connection: close\r\n");
+    }
+    if vary_origin {
+        put(b"vary: origin\r\n");
     }
     put(b"date: ");
     put(&http_date());
@@ -998,12 +1003,12 @@ mod tests {
     fn response_heads_sit_right_before_their_body() {
         let mut out = vec![0; HEAD_ROOM];
         out.extend_from_slice(b"{\"x\":1}");
-        let start = put_head(&mut out, "200 OK", true);
+        let start = put_head(&mut out, "200 OK", true, false);
         let text = std::str::from_utf8(&out[start..]).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\nconnection: close\r\ndate: "), "{text}");
         assert!(text.ends_with(" GMT\r\n\r\n{\"x\":1}"), "{text}");
         let mut empty = vec![0; HEAD_ROOM];
-        let start = put_head(&mut empty, "204 No Content", false);
+        let start = put_head(&mut empty, "204 No Content", false, false);
         let text = std::str::from_utf8(&empty[start..]).unwrap();
         assert!(
             text.starts_with("HTTP/1.1 204 No Content\r\ndate: "),

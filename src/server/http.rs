@@ -236,6 +236,12 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         self.cors.is_some()
     }
 
+    /// Whether answers depend on the request's `Origin`, and so carry
+    /// `Vary: Origin` whether or not the request had one.
+    pub(super) fn cors_varies(&self) -> bool {
+        self.cors.as_ref().is_some_and(|cors| cors.varies())
+    }
+
     /// The `Origin` of a request with these headers when the CORS policy
     /// refuses it (`None` without a policy).
     #[cfg_attr(not(feature = "ws"), allow(dead_code))]
@@ -370,8 +376,15 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             }
         };
         // A browser's call from another origin: answered by the CORS
-        // policy, if there is one.
-        let mut allow_origin = None;
+        // policy, if there is one. When it lists origins, every answer
+        // says it varies with `Origin` (with or without one, and from an
+        // origin not listed), so that a cache between browsers and the
+        // server keeps an answer for the `Origin` it was made for.
+        let mut allow_origin = self
+            .cors
+            .as_ref()
+            .filter(|cors| cors.varies())
+            .map(|_| (None, true));
         if let Some(cors) = &self.cors
             && let Some(origin) = parts.headers.get(ORIGIN)
         {
@@ -381,7 +394,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 Some(allowed) if asks => {
                     return early(body, preflight(cors, allowed, &parts.headers));
                 }
-                Some(allowed) => allow_origin = Some((allowed, cors.varies())),
+                Some(allowed) => allow_origin = Some((Some(allowed), cors.varies())),
                 None if asks => return early(body, forbidden_origin(origin)),
                 // Served without the header, which a browser does not let
                 // the page read: a page cannot send this request without a
@@ -570,8 +583,9 @@ pin_project_lite::pin_project! {
         state: State,
         shared: Arc<Shared<S, K>>,
         // The CORS headers the answer carries: `Access-Control-Allow-Origin`
-        // and whether it varies with `Origin`.
-        allow_origin: Option<(HeaderValue, bool)>,
+        // (an allowed origin's request) and whether it varies with
+        // `Origin` (origins are listed).
+        allow_origin: Option<(Option<HeaderValue>, bool)>,
     }
 }
 
@@ -644,7 +658,9 @@ where
                     let mut response = response.take().expect("polled after completion");
                     if let Some((allowed, varies)) = this.allow_origin.take() {
                         let headers = response.headers_mut();
-                        headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+                        if let Some(allowed) = allowed {
+                            headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, allowed);
+                        }
                         if varies {
                             headers.append(VARY, HeaderValue::from_static("origin"));
                         }
