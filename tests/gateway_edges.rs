@@ -1258,3 +1258,63 @@ async fn browsers_are_served_as_cors_says() {
         config::Config::from_args(["--cors", "app.example.org"].iter().map(|s| s.to_string()));
     assert!(refused.unwrap_err().contains("--cors: not a web origin"));
 }
+
+/// `--gzip BYTES`: a long answer (a batch of balances) comes compressed to
+/// a client that accepts gzip and as it is to one that does not; a short
+/// one is never compressed.
+#[tokio::test]
+async fn long_answers_are_gzipped_for_clients_that_accept_it() {
+    use std::io::Read as _;
+    let args = ["--gzip", "512"];
+    let config = config::Config::from_args(args.iter().map(|s| s.to_string())).unwrap();
+    let gw = start(config).await;
+    let batch: Vec<Value> = (0..50)
+        .map(|i| {
+            json!({"jsonrpc": "2.0", "id": i, "method": "eth_getBalance",
+                   "params": [format!("0x{:040x}", i + 1), "latest"]})
+        })
+        .collect();
+    let batch = serde_json::to_string(&batch).unwrap();
+    let short = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    // Head (lowercased, `date` left out) and body bytes of one answer.
+    let exchange = |body: String, accept: &'static str| async move {
+        let raw = format!(
+            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{accept}\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+        stream.write_all(raw.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got))
+            .await
+            .expect("answered")
+            .unwrap();
+        let split = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+        let head = String::from_utf8(got[..split].to_vec())
+            .unwrap()
+            .to_ascii_lowercase();
+        (head, got[split + 4..].to_vec())
+    };
+    let (head, body) = exchange(batch.clone(), "accept-encoding: gzip, deflate\r\n").await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-encoding: gzip\r\n"), "{head}");
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_end(&mut text)
+        .expect("a gzip body");
+    assert!(body.len() < text.len(), "{} -> {}", text.len(), body.len());
+    let answers: Vec<Value> = serde_json::from_slice(&text).unwrap();
+    assert_eq!(answers.len(), 50);
+    assert!(
+        answers.iter().all(|a| a["result"].is_string()),
+        "{answers:?}"
+    );
+    let (head, body) = exchange(batch, "").await;
+    assert!(!head.contains("content-encoding"), "{head}");
+    let plain: Vec<Value> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(plain, answers);
+    let (head, body) = exchange(short.to_string(), "accept-encoding: gzip\r\n").await;
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["id"], 1);
+}

@@ -62,7 +62,7 @@ impl App {
                 ops.set_serving(Serving::Proxy(Arc::clone(d.state())));
             }
             let gateway = Some(Arc::clone(d.state()));
-            let http = with_cors(
+            let http = with_http_options(
                 HttpService::new(d.clone(), &limits, metrics.clone()),
                 config,
             );
@@ -91,7 +91,7 @@ impl App {
         if let Some(ops) = &ops {
             ops.set_serving(Serving::Chain(config.chain_id));
         }
-        let http = with_cors(
+        let http = with_http_options(
             HttpService::new(d.clone(), &limits, metrics.clone()),
             config,
         );
@@ -129,15 +129,18 @@ impl App {
     }
 }
 
-/// `http` with the `--cors` policy, if one was given.
-fn with_cors<S: Send + Sync + 'static, K>(
-    http: HttpService<S, K>,
+/// `http` with the `--cors` policy and `--gzip` threshold, if given.
+fn with_http_options<S: Send + Sync + 'static, K>(
+    mut http: HttpService<S, K>,
     config: &Config,
 ) -> HttpService<S, K> {
-    match &config.cors {
-        Some(cors) => http.cors(cors.clone()),
-        None => http,
+    if let Some(cors) = &config.cors {
+        http = http.cors(cors.clone());
     }
+    if let Some(min_len) = config.gzip_above {
+        http = http.gzip(min_len);
+    }
+    http
 }
 
 /// The WebSocket server of dispatcher `d`, with subscriptions.

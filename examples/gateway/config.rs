@@ -41,6 +41,12 @@ usage: gateway [options]
                         from it accepted); repeat for several, * for any.
                         Without it browsers' cross-origin calls are refused;
                         with it, other pages' preflights and upgrades get 403
+  --gzip BYTES          compress answers of at least BYTES with gzip for
+                        clients that accept it (Accept-Encoding: gzip, as
+                        web3.py, ethers and curl --compressed send), as geth
+                        does: large eth_getLogs or block answers shrink
+                        2x or more for clients across a network, for 6-8
+                        ms of CPU per MiB (default: off)
   --cache-bytes N       the response cache's bound in bytes (default 67108864,
                         64 MiB; 0: no cache). Only results that can never
                         change are kept: constants (web3_sha3), calls naming
@@ -123,6 +129,9 @@ pub struct Config {
     pub metrics: Option<SocketAddr>,
     /// The origins browsers may call from (`--cors`); `None`: CORS off.
     pub cors: Option<rpcwire::server::cors::Cors>,
+    /// Answers of at least this many bytes are gzip-compressed for
+    /// clients that accept it (`--gzip`); `None`: never.
+    pub gzip_above: Option<usize>,
     /// The response cache's bound in bytes; 0: no cache.
     pub cache_bytes: usize,
     /// How often at most the finalized block is asked for.
@@ -149,6 +158,7 @@ impl Default for Config {
             shutdown_grace: rpcwire::server::Limits::default().shutdown_grace,
             metrics: None,
             cors: None,
+            gzip_above: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
             finalized_every: DEFAULT_FINALIZED_EVERY,
         }
@@ -218,6 +228,7 @@ impl Config {
                     );
                 }
                 "--cors" => origins.push(value()?),
+                "--gzip" => c.gzip_above = Some(bytes(number(value()?)?)),
                 "--cache-bytes" => c.cache_bytes = bytes(number(value()?)?),
                 "--finalized-every" => {
                     c.finalized_every = Duration::from_millis(number(value()?)?);

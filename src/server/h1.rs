@@ -68,9 +68,9 @@ use crate::conn::{Connection, LazyExtension};
 /// path, which takes up to 100).
 const MAX_HEADERS: usize = 32;
 /// Room left in front of the reply for its head (status line,
-/// `content-type`, `content-length`, `connection: close`, `vary: origin`,
-/// `date`: at most 161 bytes for a body of 5 MiB).
-const HEAD_ROOM: usize = 176;
+/// `content-encoding`, `content-type`, `content-length`, `connection:
+/// close`, `vary`, `date`: at most 201 bytes for a body of 5 MiB).
+const HEAD_ROOM: usize = 224;
 /// Reads ask for at least this much room.
 const READ_CHUNK: usize = 8 * 1024;
 /// A request larger than this does not leave its read buffer's room to the
@@ -144,6 +144,9 @@ struct Head {
     close: bool,
     /// `Expect: 100-continue`.
     expects_continue: bool,
+    /// `Accept-Encoding` accepts gzip (read only when answers may be
+    /// compressed: [`HttpService::gzip`]).
+    accepts_gzip: bool,
 }
 
 /// What the buffer's front holds.
@@ -232,7 +235,12 @@ impl Own {
         self.watch.arm(kit.config.header_timeout);
         loop {
             let head = self
-                .next_head(http.max_body(), http.cors_enabled(), kit)
+                .next_head(
+                    http.max_body(),
+                    http.cors_enabled(),
+                    http.gzip_above().is_some(),
+                    kit,
+                )
                 .await?;
             self.rest_of_body(&head, http).await?;
             if self.answer(&head, http, scratch).await? {
@@ -255,11 +263,12 @@ impl Own {
         &mut self,
         max_body: usize,
         cors: bool,
+        gzip: bool,
         kit: &ConnectionKit,
     ) -> Result<Head, Leave> {
         loop {
             if !self.buf.is_empty() {
-                match parse_head(&self.buf, max_body, cors) {
+                match parse_head(&self.buf, max_body, cors, gzip) {
                     // A head past the limit that arrived whole (the buffer,
                     // grown for an earlier body, can take far more than the
                     // limit in one read): hyper decides, reading it in its
@@ -343,7 +352,11 @@ impl Own {
                     out.extend_from_slice(super::http::UNREADABLE_BODY);
                     // No `connection: close` (hyper's path does not say
                     // it either); the connection closes all the same.
-                    let start = put_head(&mut out, "400 Bad Request", false, http.cors_varies());
+                    let extras = HeadExtras {
+                        vary_origin: http.cors_varies(),
+                        ..HeadExtras::default()
+                    };
+                    let start = put_head(&mut out, "400 Bad Request", extras);
                     self.write(&out[start..]).await?;
                     return Err(Leave::Close);
                 }
@@ -353,7 +366,12 @@ impl Own {
                     out.clear();
                     out.resize(HEAD_ROOM, 0);
                     out.extend_from_slice(&http.slow_body_reply());
-                    let start = put_head(&mut out, "408 Request Timeout", true, http.cors_varies());
+                    let extras = HeadExtras {
+                        close: true,
+                        vary_origin: http.cors_varies(),
+                        ..HeadExtras::default()
+                    };
+                    let start = put_head(&mut out, "408 Request Timeout", extras);
                     self.write(&out[start..]).await?;
                     return Err(Leave::Close);
                 }
@@ -416,8 +434,26 @@ impl Own {
         } else {
             "200 OK"
         };
-        let start = put_head(&mut out, status, close, http.cors_varies());
-        let written = self.write(&out[start..]).await;
+        let body_len = out.len() - HEAD_ROOM;
+        let compressible = http
+            .gzip_above()
+            .is_some_and(|min_len| body_len > 0 && body_len >= min_len);
+        let extras = HeadExtras {
+            close,
+            vary_origin: http.cors_varies(),
+            vary_encoding: compressible,
+            gzip: compressible && head.accepts_gzip,
+        };
+        let written = if extras.gzip {
+            let mut packed = Vec::with_capacity(HEAD_ROOM + body_len / 4);
+            packed.resize(HEAD_ROOM, 0);
+            super::http::gzip_into(&out[HEAD_ROOM..], &mut packed);
+            let start = put_head(&mut packed, status, extras);
+            self.write(&packed[start..]).await
+        } else {
+            let start = put_head(&mut out, status, extras);
+            self.write(&out[start..]).await
+        };
         // A reply far larger than usual is not kept for the next: a
         // client asking for large replies on many connections it then
         // leaves open would make each hold that much.
@@ -701,7 +737,7 @@ impl Watch {
 
 /// Reads the request head at the front of `buf`: complete and answerable
 /// here, partial, or for hyper.
-fn parse_head(buf: &[u8], max_body: usize, cors: bool) -> Parsed {
+fn parse_head(buf: &[u8], max_body: usize, cors: bool, gzip: bool) -> Parsed {
     // Left uninitialized: httparse writes the ones it returns (an
     // initialized array would be 1 KiB written per request).
     let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -719,6 +755,7 @@ fn parse_head(buf: &[u8], max_body: usize, cors: bool) -> Parsed {
         content_length: 0,
         close: false,
         expects_continue: false,
+        accepts_gzip: false,
     };
     // The first `Content-Type` is the one that counts, as `HeaderMap::get`
     // reads it on hyper's path.
@@ -753,6 +790,8 @@ fn parse_head(buf: &[u8], max_body: usize, cors: bool) -> Parsed {
                 return Parsed::Other;
             }
             head.expects_continue = true;
+        } else if gzip && name.eq_ignore_ascii_case(b"accept-encoding") {
+            head.accepts_gzip |= super::http::accepts_gzip(value);
         } else if cors && name.eq_ignore_ascii_case(b"origin") {
             // A browser's call: hyper's path applies the CORS policy.
             return Parsed::Other;
@@ -855,11 +894,24 @@ impl LazyExtension for LazyHeaders {
     }
 }
 
+/// What a response head says besides its status and body length.
+#[derive(Clone, Copy, Default)]
+struct HeadExtras {
+    /// `Connection: close`.
+    close: bool,
+    /// `Vary: Origin`: a CORS policy lists origins, so answers to requests
+    /// with `Origin` (hyper's path) differ from these, and caches must know.
+    vary_origin: bool,
+    /// `Vary: Accept-Encoding`: the answer is long enough to be compressed
+    /// for clients that accept it.
+    vary_encoding: bool,
+    /// `Content-Encoding: gzip`.
+    gzip: bool,
+}
+
 /// Writes the response head for `status` right before the body that
-/// follows [`HEAD_ROOM`] in `out`; returns where it starts. `vary_origin`:
-/// a CORS policy lists origins, so answers to requests with `Origin`
-/// (hyper's path) differ from these, and caches must know.
-fn put_head(out: &mut [u8], status: &str, close: bool, vary_origin: bool) -> usize {
+/// follows [`HEAD_ROOM`] in `out`; returns where it starts.
+fn put_head(out: &mut [u8], status: &str, extras: HeadExtras) -> usize {
     let body_len = out.len() - HEAD_ROOM;
     let mut head = [0u8; HEAD_ROOM];
     let mut at = 0;
@@ -870,6 +922,9 @@ fn put_head(out: &mut [u8], status: &str, close: bool, vary_origin: bool) -> usi
     put(b"HTTP/1.1 ");
     put(status.as_bytes());
     put(b"\r\n");
+    if extras.gzip {
+        put(b"content-encoding: gzip\r\n");
+    }
     if body_len > 0 {
         put(b"content-type: application/json\r\ncontent-length: ");
         let mut digits = itoa_buf(body_len);
@@ -877,11 +932,14 @@ fn put_head(out: &mut [u8], status: &str, close: bool, vary_origin: bool) -> usi
         digits.clear();
         put(b"\r\n");
     }
-    if close {
+    if extras.close {
         put(b"connection: close\r\n");
     }
-    if vary_origin {
-        put(b"vary: origin\r\n");
+    match (extras.vary_origin, extras.vary_encoding) {
+        (true, true) => put(b"vary: origin, accept-encoding\r\n"),
+        (true, false) => put(b"vary: origin\r\n"),
+        (false, true) => put(b"vary: accept-encoding\r\n"),
+        (false, false) => {}
     }
     put(b"date: ");
     put(&http_date());
@@ -941,7 +999,7 @@ mod tests {
                 "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}\r\n{{}}"
             )
         };
-        let complete = |text: &str| match parse_head(text.as_bytes(), 100, false) {
+        let complete = |text: &str| match parse_head(text.as_bytes(), 100, false, false) {
             Parsed::Complete(h) => Some((h.len, h.content_length, h.close, h.expects_continue)),
             _ => None,
         };
@@ -984,14 +1042,17 @@ mod tests {
             "\x16\x03\x01".into(),
         ] {
             assert!(
-                matches!(parse_head(other.as_bytes(), 100, false), Parsed::Other),
+                matches!(
+                    parse_head(other.as_bytes(), 100, false, false),
+                    Parsed::Other
+                ),
                 "{other:?}"
             );
         }
         for cut in 0..plain.len() - 2 {
             assert!(
                 matches!(
-                    parse_head(&plain.as_bytes()[..cut], 100, false),
+                    parse_head(&plain.as_bytes()[..cut], 100, false, false),
                     Parsed::Partial
                 ),
                 "{cut}"
@@ -1003,12 +1064,19 @@ mod tests {
     fn response_heads_sit_right_before_their_body() {
         let mut out = vec![0; HEAD_ROOM];
         out.extend_from_slice(b"{\"x\":1}");
-        let start = put_head(&mut out, "200 OK", true, false);
+        let start = put_head(
+            &mut out,
+            "200 OK",
+            HeadExtras {
+                close: true,
+                ..HeadExtras::default()
+            },
+        );
         let text = std::str::from_utf8(&out[start..]).unwrap();
         assert!(text.starts_with("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 7\r\nconnection: close\r\ndate: "), "{text}");
         assert!(text.ends_with(" GMT\r\n\r\n{\"x\":1}"), "{text}");
         let mut empty = vec![0; HEAD_ROOM];
-        let start = put_head(&mut empty, "204 No Content", false, false);
+        let start = put_head(&mut empty, "204 No Content", HeadExtras::default());
         let text = std::str::from_utf8(&empty[start..]).unwrap();
         assert!(
             text.starts_with("HTTP/1.1 204 No Content\r\ndate: "),
@@ -1016,5 +1084,29 @@ mod tests {
         );
         assert_eq!(itoa_buf(0).as_slice(), b"0");
         assert_eq!(itoa_buf(1234567).as_slice(), b"1234567");
+    }
+
+    #[test]
+    fn the_longest_head_fits_its_room() {
+        // Every header at once, the longest status this loop writes, a
+        // body of 5 MiB (seven digits of length).
+        let mut out = vec![0; HEAD_ROOM + (5 << 20)];
+        let start = put_head(
+            &mut out,
+            "408 Request Timeout",
+            HeadExtras {
+                close: true,
+                vary_origin: true,
+                vary_encoding: true,
+                gzip: true,
+            },
+        );
+        let text = std::str::from_utf8(&out[start..HEAD_ROOM]).unwrap();
+        assert!(
+            text.starts_with(
+                "HTTP/1.1 408 Request Timeout\r\ncontent-encoding: gzip\r\ncontent-type: application/json\r\ncontent-length: 5242880\r\nconnection: close\r\nvary: origin, accept-encoding\r\ndate: "
+            ),
+            "{text}"
+        );
     }
 }

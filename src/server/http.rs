@@ -74,9 +74,9 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures_util::future::Either;
 use futures_util::task::AtomicWaker;
 use http::header::{
-    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS, ACCESS_CONTROL_REQUEST_METHOD, ALLOW,
-    CONTENT_TYPE, ORIGIN, VARY,
+    ACCEPT_ENCODING, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
+    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS,
+    ACCESS_CONTROL_REQUEST_METHOD, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, ORIGIN, VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
@@ -151,6 +151,8 @@ pub struct HttpService<S = (), K = SyncOnly> {
     shared: Arc<Shared<S, K>>,
     peer: Option<SocketAddr>,
     cors: Option<Arc<Cors>>,
+    /// [`HttpService::gzip`]'s threshold.
+    gzip_above: Option<usize>,
 }
 
 struct Shared<S, K> {
@@ -170,6 +172,7 @@ impl<S, K> Clone for HttpService<S, K> {
             shared: Arc::clone(&self.shared),
             peer: self.peer,
             cors: self.cors.clone(),
+            gzip_above: self.gzip_above,
         }
     }
 }
@@ -208,6 +211,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             }),
             peer: None,
             cors: None,
+            gzip_above: None,
         }
     }
 
@@ -228,6 +232,34 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     pub fn cors(mut self, cors: Cors) -> Self {
         self.cors = Some(Arc::new(cors));
         self
+    }
+
+    /// The same service, compressing answers of at least `min_len` bytes
+    /// with gzip for clients that accept it (`Accept-Encoding: gzip`, as
+    /// web3.py, ethers and curl's `--compressed` send), as geth does: an
+    /// `eth_getLogs` or block answer of megabytes shrinks several times
+    /// (hex text) for clients across a network. The fastest level is used
+    /// (about 4x on such answers, for a few milliseconds of CPU per MiB);
+    /// shorter answers, which gain little, go as they are. Answers at or
+    /// above `min_len` say `Vary: Accept-Encoding`. Off by default: on a
+    /// local network the CPU costs more than the bytes saved.
+    ///
+    /// ```
+    /// # use rpcwire::{Call, Dispatcher, server::{Limits, http::HttpService}};
+    /// let d = Dispatcher::builder(())
+    ///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.str("0x1"))
+    ///     .build()?;
+    /// let service = HttpService::new(d, &Limits::default(), None).gzip(4096);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gzip(mut self, min_len: usize) -> Self {
+        self.gzip_above = Some(min_len);
+        self
+    }
+
+    /// [`gzip`](Self::gzip)'s threshold, if answers are compressed.
+    pub(super) fn gzip_above(&self) -> Option<usize> {
+        self.gzip_above
     }
 
     /// Whether requests' `Origin` matters (rpcwire's own HTTP/1.1 loop
@@ -373,6 +405,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 state,
                 shared: Arc::clone(&self.shared),
                 allow_origin: None,
+                gzip: None,
             }
         };
         // A browser's call from another origin: answered by the CORS
@@ -410,6 +443,14 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             future.allow_origin = allow_origin.clone();
             future
         };
+        let gzip = self.gzip_above.map(|min_len| Gzip {
+            min_len,
+            accepted: parts
+                .headers
+                .get_all(ACCEPT_ENCODING)
+                .iter()
+                .any(|v| accepts_gzip(v.as_bytes())),
+        });
         if parts.method != Method::POST {
             return early(body, not_allowed());
         }
@@ -429,6 +470,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 state: State::Ready(Some(closing(shared.refuse_too_large()))),
                 shared: Arc::clone(&self.shared),
                 allow_origin,
+                gzip: None,
             };
         }
         let peer = self
@@ -446,6 +488,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             },
             shared,
             allow_origin,
+            gzip,
         }
     }
 }
@@ -586,7 +629,17 @@ pin_project_lite::pin_project! {
         // (an allowed origin's request) and whether it varies with
         // `Origin` (origins are listed).
         allow_origin: Option<(Option<HeaderValue>, bool)>,
+        // Whether the reply may be compressed (`HttpService::gzip`).
+        gzip: Option<Gzip>,
     }
+}
+
+/// [`HttpService::gzip`] for one request: the threshold, and whether the
+/// client accepts gzip.
+#[derive(Clone, Copy, Debug)]
+struct Gzip {
+    min_len: usize,
+    accepted: bool,
 }
 
 enum State {
@@ -776,16 +829,66 @@ where
                     let conn = conn.take().expect("connection present while dispatching");
                     let out = std::mem::take(out);
                     this.shared.release(conn);
-                    let response = if out.is_empty() {
-                        no_content()
-                    } else {
-                        json_response(StatusCode::OK, Bytes::from(out))
+                    let response = match *this.gzip {
+                        _ if out.is_empty() => no_content(),
+                        Some(gzip) if out.len() >= gzip.min_len => {
+                            let mut response = if gzip.accepted {
+                                let mut packed = Vec::new();
+                                gzip_into(&out, &mut packed);
+                                let mut response =
+                                    json_response(StatusCode::OK, Bytes::from(packed));
+                                response
+                                    .headers_mut()
+                                    .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                                response
+                            } else {
+                                json_response(StatusCode::OK, Bytes::from(out))
+                            };
+                            response
+                                .headers_mut()
+                                .append(VARY, HeaderValue::from_static("accept-encoding"));
+                            response
+                        }
+                        _ => json_response(StatusCode::OK, Bytes::from(out)),
                     };
                     *this.state = State::Ready(Some(response));
                 }
             }
         }
     }
+}
+
+/// Whether an `Accept-Encoding` value accepts gzip: `gzip` (or `x-gzip`)
+/// listed without `q=0`, or `*` without `q=0` when gzip is not listed.
+pub(super) fn accepts_gzip(value: &[u8]) -> bool {
+    let (mut gzip, mut any) = (None, None);
+    for item in value.split(|&b| b == b',') {
+        let mut parts = item.split(|&b| b == b';');
+        let coding = parts.next().unwrap_or_default().trim_ascii();
+        let refused = parts.any(|p| {
+            let p = p.trim_ascii();
+            match p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q=")) {
+                Some(q) => q.iter().all(|&b| b == b'0' || b == b'.'),
+                None => false,
+            }
+        });
+        if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
+            gzip = Some(!refused);
+        } else if coding == b"*" {
+            any = Some(!refused);
+        }
+    }
+    gzip.or(any).unwrap_or(false)
+}
+
+/// Appends `body` compressed with gzip at the fastest level to `out`.
+pub(super) fn gzip_into(body: &[u8], out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    out.reserve(body.len() / 4 + 64);
+    let mut encoder = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
+    // Writing into a `Vec` cannot fail.
+    let _ = encoder.write_all(body);
+    let _ = encoder.finish();
 }
 
 /// Whether a `Content-Type` names JSON: `application/json`,

@@ -1,0 +1,341 @@
+//! gzip answers (`HttpService::gzip`): long answers compressed for clients
+//! that accept gzip, on rpcwire's own HTTP/1.1 loop and on hyper's path
+//! (HTTP/2 too), read back by raw HTTP, hyper's client and curl over
+//! 127.0.0.1; deadlines only detect hangs.
+#![cfg(feature = "http")]
+
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::{Limits, Shutdown};
+use rpcwire::{Call, Dispatcher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const HANG: Duration = Duration::from_secs(10);
+/// Answers of at least this many bytes are compressed.
+const MIN_LEN: usize = 1024;
+/// A call whose answer is about 40 KiB of hex (an `eth_getLogs` page).
+const LONG: &str = r#"{"jsonrpc":"2.0","id":1,"method":"logs"}"#;
+const SHORT: &str = r#"{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}"#;
+
+fn long_result() -> String {
+    (0..2_000u32)
+        .map(|i| format!("0x{:040x}", u128::from(i) * 0x1_0000_0001))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn dispatcher() -> Dispatcher<()> {
+    Dispatcher::builder(())
+        .method("logs", |c: Call<'_, ()>| c.reply.str(&long_result()))
+        .method("eth_chainId", |c: Call<'_, ()>| c.reply.str("0x1"))
+        .build()
+        .unwrap()
+}
+
+struct TestServer {
+    addr: SocketAddr,
+    _shutdown: Shutdown,
+}
+
+async fn start(gzip: Option<usize>, own_http1: bool) -> TestServer {
+    let limits = Limits::default();
+    let mut service = HttpService::new(dispatcher(), &limits, None);
+    if let Some(min_len) = gzip {
+        service = service.gzip(min_len);
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).own_http1(own_http1);
+    tokio::spawn(server.serve(listener, service, shutdown.clone()));
+    TestServer {
+        addr,
+        _shutdown: shutdown,
+    }
+}
+
+/// A response: status, headers (lowercased names, `date` left out), body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The body, decompressed if it says it is gzip.
+    fn json(&self) -> serde_json::Value {
+        let text = match self.header("content-encoding") {
+            Some("gzip") => {
+                let mut text = Vec::new();
+                flate2::read::GzDecoder::new(&self.body[..])
+                    .read_to_end(&mut text)
+                    .expect("a whole gzip stream");
+                text
+            }
+            None => self.body.clone(),
+            Some(other) => panic!("content-encoding {other}"),
+        };
+        serde_json::from_slice(&text).unwrap()
+    }
+}
+
+fn post(extra: &str, body: &str) -> String {
+    format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{extra}content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Writes `raw` and reads `n` whole responses.
+async fn exchange(stream: &mut TcpStream, raw: &str, n: usize) -> Vec<Answer> {
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let mut answers = Vec::new();
+    tokio::time::timeout(HANG, async {
+        while answers.len() < n {
+            let mut fields = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut fields);
+            if let Ok(httparse::Status::Complete(len)) = response.parse(&got) {
+                let headers: Vec<(String, String)> = response
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let value = String::from_utf8(h.value.to_vec()).unwrap();
+                        (h.name.to_ascii_lowercase(), value)
+                    })
+                    .filter(|(name, _)| name != "date")
+                    .collect();
+                let body_len: usize = headers
+                    .iter()
+                    .find(|(name, _)| name == "content-length")
+                    .map_or(0, |(_, v)| v.parse().unwrap());
+                if got.len() >= len + body_len {
+                    answers.push(Answer {
+                        status: response.code.unwrap(),
+                        headers,
+                        body: got[len..len + body_len].to_vec(),
+                    });
+                    got.drain(..len + body_len);
+                    continue;
+                }
+            }
+            let mut buf = [0u8; 16 * 1024];
+            let read = stream.read(&mut buf).await.unwrap();
+            assert!(read > 0, "closed early, {} answers", answers.len());
+            got.extend_from_slice(&buf[..read]);
+        }
+    })
+    .await
+    .expect("the server answers");
+    answers
+}
+
+async fn one(addr: SocketAddr, raw: &str) -> Answer {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    exchange(&mut stream, raw, 1).await.remove(0)
+}
+
+#[tokio::test]
+async fn long_answers_are_compressed_for_clients_that_accept_gzip() {
+    let want = serde_json::Value::String(long_result());
+    for own in [true, false] {
+        let server = start(Some(MIN_LEN), own).await;
+        for accept in [
+            "gzip",
+            "gzip, deflate, br",
+            "deflate, gzip;q=0.5",
+            "GZIP",
+            "x-gzip",
+            "*",
+            "br;q=1.0, *;q=0.1",
+        ] {
+            let a = one(
+                server.addr,
+                &post(&format!("accept-encoding: {accept}\r\n"), LONG),
+            )
+            .await;
+            assert_eq!(a.status, 200, "own loop {own}, {accept}: {a:?}");
+            assert_eq!(
+                a.header("content-encoding"),
+                Some("gzip"),
+                "own loop {own}, {accept}"
+            );
+            assert_eq!(
+                a.header("vary"),
+                Some("accept-encoding"),
+                "own loop {own}, {accept}"
+            );
+            assert!(
+                a.body.len() * 2 < want.as_str().unwrap().len(),
+                "own loop {own}: {} compressed bytes for {}",
+                a.body.len(),
+                want.as_str().unwrap().len()
+            );
+            assert_eq!(a.json()["result"], want, "own loop {own}, {accept}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn other_clients_and_short_answers_are_sent_as_they_are() {
+    let want = serde_json::Value::String(long_result());
+    for own in [true, false] {
+        let server = start(Some(MIN_LEN), own).await;
+        for accept in [
+            "",
+            "accept-encoding: identity\r\n",
+            "accept-encoding: gzip;q=0\r\n",
+            "accept-encoding: gzip;q=0.000, *\r\n",
+            "accept-encoding: *;q=0\r\n",
+            "accept-encoding: deflate, br\r\n",
+        ] {
+            let a = one(server.addr, &post(accept, LONG)).await;
+            assert_eq!(a.status, 200, "own loop {own}, {accept:?}: {a:?}");
+            assert_eq!(
+                a.header("content-encoding"),
+                None,
+                "own loop {own}, {accept:?}"
+            );
+            // Long enough to be compressed for another client: caches
+            // must know the answer depends on `Accept-Encoding`.
+            assert_eq!(
+                a.header("vary"),
+                Some("accept-encoding"),
+                "own loop {own}, {accept:?}"
+            );
+            assert_eq!(a.json()["result"], want, "own loop {own}, {accept:?}");
+        }
+        let a = one(server.addr, &post("accept-encoding: gzip\r\n", SHORT)).await;
+        assert_eq!(a.header("content-encoding"), None, "own loop {own}: {a:?}");
+        assert_eq!(a.header("vary"), None, "own loop {own}: {a:?}");
+        assert_eq!(a.json()["result"], "0x1");
+        // A notification's empty answer stays empty.
+        let a = one(
+            server.addr,
+            &post(
+                "accept-encoding: gzip\r\n",
+                r#"{"jsonrpc":"2.0","method":"logs"}"#,
+            ),
+        )
+        .await;
+        assert_eq!(a.status, 204, "own loop {own}: {a:?}");
+        assert_eq!(a.header("content-encoding"), None);
+        assert!(a.body.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn without_gzip_nothing_is_compressed() {
+    for own in [true, false] {
+        let server = start(None, own).await;
+        let a = one(server.addr, &post("accept-encoding: gzip\r\n", LONG)).await;
+        assert_eq!(a.status, 200);
+        assert_eq!(a.header("content-encoding"), None, "own loop {own}");
+        assert_eq!(a.header("vary"), None, "own loop {own}");
+        assert_eq!(
+            a.json()["result"].as_str().unwrap().len(),
+            long_result().len()
+        );
+    }
+}
+
+/// Compressed and plain answers alternate on one kept-alive connection,
+/// pipelined: each framed by its own `Content-Length`.
+#[tokio::test]
+async fn compressed_and_plain_answers_share_a_connection() {
+    for own in [true, false] {
+        let server = start(Some(MIN_LEN), own).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let gz = post("accept-encoding: gzip\r\n", LONG);
+        let plain = post("", LONG);
+        let short = post("accept-encoding: gzip\r\n", SHORT);
+        let raw = format!("{gz}{plain}{short}{gz}");
+        let answers = exchange(&mut stream, &raw, 4).await;
+        let encodings: Vec<Option<&str>> = answers
+            .iter()
+            .map(|a| a.header("content-encoding"))
+            .collect();
+        assert_eq!(
+            encodings,
+            [Some("gzip"), None, None, Some("gzip")],
+            "own loop {own}"
+        );
+        let ids: Vec<serde_json::Value> = answers.iter().map(|a| a.json()["id"].clone()).collect();
+        assert_eq!(ids, [1, 1, 2, 1], "own loop {own}");
+    }
+}
+
+#[tokio::test]
+async fn http2_answers_are_compressed_too() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let server = start(Some(MIN_LEN), true).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<bytes::Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let request = http::Request::post("/")
+        .header("content-type", "application/json")
+        .header("accept-encoding", "gzip")
+        .body(Full::new(bytes::Bytes::from_static(LONG.as_bytes())))
+        .unwrap();
+    let r = sender.send_request(request).await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-encoding"], "gzip");
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    let mut text = Vec::new();
+    flate2::read::GzDecoder::new(&body[..])
+        .read_to_end(&mut text)
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+    assert_eq!(v["result"].as_str().unwrap(), long_result());
+}
+
+/// curl's `--compressed` (it asks for gzip and decompresses): what a shell
+/// user's check of a node looks like.
+#[tokio::test]
+async fn curl_compressed_reads_the_answer() {
+    for own in [true, false] {
+        let server = start(Some(MIN_LEN), own).await;
+        let out = tokio::process::Command::new("curl")
+            .args(["-sS", "--max-time", "30", "--compressed", "-D", "-"])
+            .args(["-H", "Content-Type: application/json"])
+            .args(["--data-binary", LONG, &format!("http://{}/", server.addr)])
+            .output()
+            .await
+            .expect("curl installed (.ci/run installs it)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.to_ascii_lowercase().contains("content-encoding: gzip"),
+            "own loop {own}: {head}"
+        );
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            v["result"].as_str().unwrap(),
+            long_result(),
+            "own loop {own}"
+        );
+    }
+}
