@@ -1,13 +1,17 @@
 //! Puts a dispatcher (the built-in chain's or the forwarding one) on one
 //! port: HTTP `POST` and WebSocket upgrades on the same port, served by one
-//! or more workers.
+//! or more workers; and, with `--ipc`, on a Unix socket.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rpcwire::Dispatcher;
 use rpcwire::dispatch::{Observer, SyncOnly, WithAsync};
+#[cfg(unix)]
+use rpcwire::frame::Concatenated;
 use rpcwire::server::http::HttpService;
+#[cfg(unix)]
+use rpcwire::server::stream::serve_unix;
 use rpcwire::server::subscriptions::SubscriptionConfig;
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown, combined};
@@ -37,11 +41,13 @@ enum Servers {
     Proxy(
         HttpService<Gateway, WithAsync>,
         WsServer<Gateway, WithAsync>,
+        Dispatcher<Gateway, WithAsync>,
     ),
     /// The built-in chain.
     Local(
         HttpService<Arc<Chain>, SyncOnly>,
         WsServer<Arc<Chain>, SyncOnly>,
+        Dispatcher<Arc<Chain>, SyncOnly>,
     ),
 }
 
@@ -66,10 +72,10 @@ impl App {
                 HttpService::new(d.clone(), &limits, metrics.clone()),
                 config,
             );
-            let ws = ws_server(d, limits, metrics, shutdown);
+            let ws = ws_server(d.clone(), limits, metrics, shutdown);
             return Ok(App {
                 gateway,
-                servers: Servers::Proxy(http, ws),
+                servers: Servers::Proxy(http, ws, d),
                 ops,
             });
         }
@@ -96,9 +102,9 @@ impl App {
             config,
         );
         // Subscriptions: the chain's newHeads.
-        let ws = ws_server(d, limits, metrics, shutdown);
+        let ws = ws_server(d.clone(), limits, metrics, shutdown);
         Ok(App {
-            servers: Servers::Local(http, ws),
+            servers: Servers::Local(http, ws, d),
             ops,
             gateway: None,
         })
@@ -119,11 +125,41 @@ impl App {
     pub async fn run(self, listener: TcpListener, limits: Limits, shutdown: Shutdown) {
         let metrics = self.ops.map(|o| Arc::clone(&o.metrics));
         match self.servers {
-            Servers::Proxy(http, ws) => {
+            Servers::Proxy(http, ws, _) => {
                 combined::serve(listener, http, ws, limits, metrics, shutdown).await
             }
-            Servers::Local(http, ws) => {
+            Servers::Local(http, ws, _) => {
                 combined::serve(listener, http, ws, limits, metrics, shutdown).await
+            }
+        }
+    }
+
+    /// Serves the same dispatcher on the Unix socket `listener` (`--ipc`)
+    /// until `shutdown`, drained as the port is: no new connections, the
+    /// calls in flight answered within the grace. Values back to back,
+    /// each reply followed by a newline, as geth frames them; each
+    /// connection holds subscriptions, as a WebSocket connection does.
+    #[cfg(unix)]
+    pub async fn serve_ipc(
+        self,
+        listener: tokio::net::UnixListener,
+        limits: Limits,
+        shutdown: Shutdown,
+    ) {
+        // The framer's bound is the largest request's (`--max-body`): a
+        // larger value is refused (-32600) and skipped to its end.
+        let max = limits.max_message_len;
+        let framer = move || Concatenated::new().max_frame(max);
+        // Connections counted with the port's when metrics are served.
+        let metrics = self
+            .ops
+            .map_or_else(Default::default, |o| Arc::clone(&o.metrics));
+        match self.servers {
+            Servers::Proxy(_, _, d) => {
+                serve_unix(listener, d, framer, limits, metrics, shutdown).await
+            }
+            Servers::Local(_, _, d) => {
+                serve_unix(listener, d, framer, limits, metrics, shutdown).await
             }
         }
     }

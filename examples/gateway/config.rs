@@ -1,6 +1,7 @@
 //! Command-line options.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
@@ -64,6 +65,15 @@ usage: gateway [options]
                         (eth_getBlockByNumber finalized) at most this
                         often, and only when a call to cache needs a later
                         block than the one known (default 6000)
+  --ipc PATH            also serve JSON-RPC on a Unix socket at PATH, as
+                        geth's --ipcpath does (JSON values back to back,
+                        each reply followed by a newline; eth_subscribe as
+                        over WebSocket), the same methods, policy, cache
+                        and limits; the socket is its owner's only (0600,
+                        as geth makes it). A socket file left at PATH by an
+                        earlier run is replaced; a socket another process
+                        serves, or anything else at PATH, is refused.
+                        Removed when the gateway exits
   --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health
                         (200 when an upstream answers eth_chainId or the
                         built-in chain serves, else 503; a forward answered,
@@ -78,8 +88,9 @@ usage: gateway [options]
 With no --upstream it serves a built-in in-memory chain (anvil's dev
 accounts funded, value transfers only).
 
-SIGTERM or SIGINT (Ctrl-C) stops it gracefully: the port refuses new
-connections, requests in flight (calls, batches, WebSocket calls) are
+SIGTERM or SIGINT (Ctrl-C) stops it gracefully: the port (and the --ipc
+socket) refuses new connections, requests in flight (calls, batches,
+WebSocket and IPC calls) are
 answered for up to --shutdown-grace, WebSocket clients are closed with
 1001 (going away), and it exits with status 0; or, when the grace ran out
 with calls still in flight (dropped unanswered), with status 3, saying on
@@ -127,6 +138,8 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Where `/metrics` and `/health` are served; `None`: nowhere.
     pub metrics: Option<SocketAddr>,
+    /// The Unix socket JSON-RPC is also served on (`--ipc`); `None`: none.
+    pub ipc: Option<PathBuf>,
     /// The origins browsers may call from (`--cors`); `None`: CORS off.
     pub cors: Option<rpcwire::server::cors::Cors>,
     /// Answers of at least this many bytes are gzip-compressed for
@@ -157,6 +170,7 @@ impl Default for Config {
             upstream_connections: 128,
             shutdown_grace: rpcwire::server::Limits::default().shutdown_grace,
             metrics: None,
+            ipc: None,
             cors: None,
             gzip_above: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
@@ -226,6 +240,16 @@ impl Config {
                         v.parse()
                             .map_err(|_| format!("--metrics: not an address: {v}"))?,
                     );
+                }
+                "--ipc" => {
+                    let v = value()?;
+                    if v.is_empty() {
+                        return Err("--ipc: an empty path".to_string());
+                    }
+                    if !cfg!(unix) {
+                        return Err("--ipc: Unix sockets only (this system has none)".to_string());
+                    }
+                    c.ipc = Some(PathBuf::from(v));
                 }
                 "--cors" => origins.push(value()?),
                 "--gzip" => c.gzip_above = Some(bytes(number(value()?)?)),

@@ -431,10 +431,10 @@ fn send_raw_transaction(c: C<'_>) -> Answer {
     EthReply::hash(c.reply, &hash)
 }
 
-/// `eth_subscribe`, over WebSocket: `newHeads` only (the chain has no
+/// `eth_subscribe`, over WebSocket or `--ipc`: `newHeads` only (the chain has no
 /// pool for `newPendingTransactions`, and nothing emits `logs`), which
 /// viem's `watchBlocks` / `watchBlockNumber` and ethers' `on("block")` use
-/// on a WebSocket transport.
+/// on a WebSocket (or IPC) transport.
 fn subscribe(c: C<'_>) -> Answer {
     let subs = Subscriptions::of(c.ctx)?;
     let mut p = EthParams::new(c.params);

@@ -15,7 +15,7 @@
 //! WebSocket clients), `proxy` (policy and forwarding handlers), `errors`
 //! (the gateway's own errors), `cache` (the response cache of results
 //! that can no longer change), `app` (the server), `ops` (`/metrics` and
-//! `/health`, with `--metrics`).
+//! `/health`, with `--metrics`), `ipc` (the `--ipc` socket's path).
 
 mod app;
 mod cache;
@@ -23,6 +23,8 @@ mod chain;
 mod config;
 mod errors;
 mod h1;
+#[cfg(unix)]
+mod ipc;
 mod local;
 mod ops;
 mod proxy;
@@ -69,6 +71,21 @@ fn main() {
         // it is a stop, never the default action (death on the spot).
         let mut signals = Signals::new()?;
         let app = app::App::new(&config, &shutdown)?;
+        // Bound before the port is announced; its file is removed on every
+        // way out (dropped on an error, removed before an exit).
+        #[cfg(unix)]
+        let ipc = match &config.ipc {
+            Some(path) => {
+                let (listener, file) = ipc::listen(path)?;
+                let served = app.clone().serve_ipc(listener, config.limits(), shutdown.clone());
+                Some((Arc::new(file), tokio::spawn(served)))
+            }
+            None => None,
+        };
+        // Weak: an error return drops the one strong reference, which
+        // removes the file.
+        #[cfg(unix)]
+        let ipc_file = ipc.as_ref().map(|(file, _)| Arc::downgrade(file));
         let gateway = app.gateway().cloned();
         let (stop, grace) = (shutdown.clone(), config.shutdown_grace);
         let calls = gateway.clone();
@@ -85,6 +102,10 @@ fn main() {
             stop.trigger();
             let second = signals.next().await;
             eprintln!("gateway: {}: exiting at once", second.name);
+            #[cfg(unix)]
+            if let Some(file) = ipc_file.and_then(|f| f.upgrade()) {
+                file.remove();
+            }
             std::process::exit(second.status);
         });
         let mut limits = config.limits();
@@ -101,6 +122,11 @@ fn main() {
             // Before the line scripts wait for: up when that one is out.
             eprintln!("gateway metrics on http://{at}/metrics and http://{at}/health");
         }
+        #[cfg(unix)]
+        if let Some((file, _)) = &ipc {
+            // Before the line scripts wait for, as the metrics line.
+            eprintln!("gateway IPC on {}", file.path().display());
+        }
         // Scripts wait for this line.
         eprintln!(
             "gateway listening on http://{addr} and ws://{addr} ({mode}; {workers} worker{})",
@@ -112,6 +138,12 @@ fn main() {
         // signal unheard.
         for worker in others {
             let _ = tokio::task::spawn_blocking(move || worker.join()).await;
+        }
+        // Its connections drained as the port's, in the same grace.
+        #[cfg(unix)]
+        if let Some((file, served)) = ipc {
+            let _ = served.await;
+            file.remove();
         }
         let abandoned = gateway.map_or(0, |g| g.calls.abandoned());
         if abandoned > 0 {
@@ -126,6 +158,10 @@ fn main() {
     });
     if let Err(e) = outcome {
         eprintln!("gateway: {e}");
+        #[cfg(unix)]
+        if e.is::<ipc::Refused>() {
+            std::process::exit(2);
+        }
         std::process::exit(1);
     }
 }

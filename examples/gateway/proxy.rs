@@ -4,7 +4,7 @@
 //! | methods | policy |
 //! | --- | --- |
 //! | `eth_chainId`, `net_version` | forwarded once, then answered from the first successful answer |
-//! | `eth_subscribe`, `eth_unsubscribe` | relayed over the WebSocket upstream (client WebSocket connections only) |
+//! | `eth_subscribe`, `eth_unsubscribe` | relayed over the WebSocket upstream (to clients on WebSocket or `--ipc`; HTTP has no subscriptions) |
 //! | names starting with a denied prefix (`admin_`, `personal_`, `debug_` by default) | denied: -32601, `data.rule` naming the rule |
 //! | the catalogue's methods whose results can be final (by block, by transaction, constant) | answered from the response cache ([`crate::cache`]) when kept there, else forwarded (and kept once final) |
 //! | the rest of the catalogue's methods | forwarded (registered, so routed through the perfect-hash table) |

@@ -1,0 +1,551 @@
+//! The gateway example's `--ipc PATH`: JSON-RPC on a Unix socket as geth
+//! serves it (values back to back in, each reply followed by a newline,
+//! subscriptions on the same connection), the example's binary run as a
+//! child process, a client on a `UnixStream` in a directory of the test's
+//! own. The path's life: a stale socket replaced, anything else refused
+//! and left as it was, the file removed at exit. Deadlines only detect
+//! hangs.
+
+#![cfg(unix)]
+
+#[path = "support/example_binary.rs"]
+mod example_binary;
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use example_binary::example_binary;
+
+/// Long enough to mean "it hangs", never a timing assertion.
+const HANG: Duration = Duration::from_secs(20);
+
+/// A directory of the test's own, removed when dropped.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir =
+            std::env::temp_dir().join(format!("rpcwire-gw-ipc-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The gateway's binary running as a child process.
+struct Child {
+    child: tokio::process::Child,
+    /// The HTTP port's address, once it said it listens.
+    http: Option<String>,
+    /// Its standard error, line by line (read all along).
+    log: Arc<Mutex<Vec<String>>>,
+    reader: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Child {
+    /// Starts the gateway with `args` (one worker, a free loopback port);
+    /// returns once it says it listens, or has exited.
+    async fn start(args: &[&str]) -> Child {
+        let binary = example_binary("gateway", "gateway");
+        let mut child = tokio::process::Command::new(binary)
+            .args(["--listen", "127.0.0.1:0", "--threads", "1"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the gateway starts");
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let log: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let keep = Arc::clone(&log);
+        let reader = tokio::spawn(async move {
+            let mut tx = Some(tx);
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.strip_prefix("gateway listening on http://")
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(rest.split_once(' ').unwrap().0.to_string());
+                }
+                keep.lock().unwrap().push(line);
+            }
+        });
+        // `Err`: it exited without saying so.
+        let http = tokio::time::timeout(HANG, rx)
+            .await
+            .expect("hang: the gateway neither listened nor exited")
+            .ok();
+        Child {
+            child,
+            http,
+            log,
+            reader: Some(reader),
+        }
+    }
+
+    /// Sends the gateway `signal` (`TERM`, `INT`).
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("the gateway still running");
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}: {status}");
+    }
+
+    /// The exit status, once it exits.
+    async fn exit_status(&mut self) -> std::process::ExitStatus {
+        tokio::time::timeout(HANG, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("hang: the gateway did not exit: {:?}", self.log()))
+            .unwrap()
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Its whole standard error, once it exited.
+    async fn final_log(&mut self) -> Vec<String> {
+        if let Some(reader) = self.reader.take() {
+            tokio::time::timeout(HANG, reader)
+                .await
+                .expect("hang: its standard error did not end")
+                .unwrap();
+        }
+        self.log()
+    }
+}
+
+/// A client on the socket: writes bytes, reads the replies line by line
+/// (the gateway follows each with a newline, as geth does).
+struct Ipc {
+    lines: Lines<BufReader<OwnedReadHalf>>,
+    write: OwnedWriteHalf,
+}
+
+impl Ipc {
+    async fn connect(path: &Path) -> Ipc {
+        let (read, write) = UnixStream::connect(path).await.unwrap().into_split();
+        Ipc {
+            lines: BufReader::new(read).lines(),
+            write,
+        }
+    }
+
+    async fn send(&mut self, bytes: &str) {
+        self.write.write_all(bytes.as_bytes()).await.unwrap();
+    }
+
+    /// The next value, or `None` once the gateway closed the connection.
+    async fn next(&mut self) -> Option<Value> {
+        let line = tokio::time::timeout(HANG, self.lines.next_line())
+            .await
+            .expect("hang: no reply")
+            .unwrap()?;
+        Some(serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line}: {e}")))
+    }
+
+    async fn reply(&mut self) -> Value {
+        self.next().await.expect("a reply, not the end")
+    }
+
+    /// Calls `method`; its reply (notifications before it are skipped).
+    async fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send(&request.to_string()).await;
+        loop {
+            let v = self.reply().await;
+            if v["id"] == json!(id) {
+                return v;
+            }
+            assert_eq!(v["method"], "eth_subscription", "{v}");
+        }
+    }
+}
+
+/// A request's text.
+fn request(id: u64, method: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": method}).to_string()
+}
+
+/// Calls, a batch, two values in one write and one value in pieces: each
+/// answered, replies followed by newlines; the socket is its owner's only.
+#[tokio::test]
+async fn calls_batches_and_values_across_writes() {
+    let dir = Dir::new("calls");
+    let path = dir.join("gw.ipc");
+    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.http.is_some(), "{:?}", gw.log());
+    assert!(
+        gw.log()
+            .iter()
+            .any(|l| l == &format!("gateway IPC on {}", path.display())),
+        "{:?}",
+        gw.log()
+    );
+    let meta = std::fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+
+    // The bytes as written: each reply a line of its own.
+    let mut raw = UnixStream::connect(&path).await.unwrap();
+    raw.write_all(request(1, "eth_chainId").as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"\n") {
+        let mut buf = [0u8; 256];
+        let n = tokio::time::timeout(HANG, raw.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(
+        got,
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"0x7a69\"}\n"
+    );
+    drop(raw);
+
+    let mut c = Ipc::connect(&path).await;
+    let batch = format!(
+        "[{},{},{}]",
+        request(2, "eth_chainId"),
+        request(3, "eth_blockNumber"),
+        request(4, "no_such_method")
+    );
+    c.send(&batch).await;
+    let replies = c.reply().await;
+    let replies = replies.as_array().expect("a batch's replies");
+    assert_eq!(replies.len(), 3);
+    assert_eq!(
+        replies[0],
+        json!({"jsonrpc": "2.0", "id": 2, "result": "0x7a69"})
+    );
+    assert_eq!(replies[1]["id"], 3);
+    assert!(replies[1]["result"].is_string());
+    assert_eq!(replies[2]["error"]["code"], -32601);
+
+    // Two values in one write, no whitespace between them.
+    c.send(&format!(
+        "{}{}",
+        request(5, "eth_chainId"),
+        request(6, "net_version")
+    ))
+    .await;
+    let mut two = [c.reply().await, c.reply().await];
+    two.sort_by_key(|v| v["id"].as_u64());
+    assert_eq!(
+        two[0],
+        json!({"jsonrpc": "2.0", "id": 5, "result": "0x7a69"})
+    );
+    assert_eq!(
+        two[1],
+        json!({"jsonrpc": "2.0", "id": 6, "result": "31337"})
+    );
+
+    // One value cut in three writes, apart enough that the gateway most
+    // likely reads each on its own (answered once whole either way).
+    let whole = request(7, "eth_chainId");
+    let (a, rest) = whole.split_at(5);
+    let (b, z) = rest.split_at(rest.len() - 3);
+    for piece in [a, b] {
+        c.send(piece).await;
+        c.write.flush().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    c.send(z).await;
+    assert_eq!(
+        c.reply().await,
+        json!({"jsonrpc": "2.0", "id": 7, "result": "0x7a69"})
+    );
+
+    // The denied prefixes hold here too: the same dispatcher.
+    let denied = c.call(8, "admin_peers", json!([])).await;
+    assert_eq!(denied["error"]["code"], -32601, "{denied}");
+
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(0));
+    assert!(!path.exists(), "the socket file outlived the gateway");
+}
+
+/// Bad JSON: a whole value that does not parse gets -32700 and the
+/// connection goes on; bytes that cannot start a value (no delimiter to
+/// resynchronise at) get -32700 and the connection closes, the calls
+/// before them answered.
+#[tokio::test]
+async fn bad_json_is_answered_and_garbage_closes() {
+    let dir = Dir::new("bad");
+    let path = dir.join("gw.ipc");
+    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
+    let mut c = Ipc::connect(&path).await;
+
+    c.send(r#"{"jsonrpc":"2.0","id":1,"method":}"#).await;
+    let bad = c.reply().await;
+    assert_eq!(bad["error"]["code"], -32700, "{bad}");
+    assert_eq!(bad["id"], Value::Null);
+    assert_eq!(
+        c.call(2, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+
+    c.send(&format!(
+        "{} x{}",
+        request(3, "eth_chainId"),
+        request(4, "eth_chainId")
+    ))
+    .await;
+    let mut got = Vec::new();
+    while let Some(v) = c.next().await {
+        got.push(v);
+    }
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got.contains(&json!({"jsonrpc": "2.0", "id": 3, "result": "0x7a69"})),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|v| v["error"]["code"] == -32700 && v["id"].is_null()),
+        "{got:?}"
+    );
+
+    // Other connections are not affected.
+    let mut other = Ipc::connect(&path).await;
+    assert_eq!(
+        other.call(5, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(0));
+}
+
+/// Receives notifications of subscription `id` until `n` came; replies to
+/// calls are not expected meanwhile.
+async fn heads(c: &mut Ipc, id: &Value, n: usize) -> Vec<Value> {
+    let mut heads = Vec::new();
+    while heads.len() < n {
+        let v = c.reply().await;
+        assert_eq!(v["method"], "eth_subscription", "{v}");
+        assert_eq!(&v["params"]["subscription"], id, "{v}");
+        heads.push(v["params"]["result"].clone());
+    }
+    heads
+}
+
+/// `eth_subscribe` to `newHeads` on the built-in chain over IPC: the id,
+/// then a notification per block mined, then `eth_unsubscribe` ends it
+/// (`true`, then `false` for an id no longer held).
+#[tokio::test]
+async fn new_heads_over_ipc_on_the_built_in_chain() {
+    let dir = Dir::new("heads");
+    let path = dir.join("gw.ipc");
+    let mut gw = Child::start(&["--ipc", path.to_str().unwrap(), "--block-time", "1"]).await;
+    let mut c = Ipc::connect(&path).await;
+    let sub = c.call(1, "eth_subscribe", json!(["newHeads"])).await;
+    let id = sub["result"].clone();
+    assert!(id.is_string(), "{sub}");
+    let got = heads(&mut c, &id, 2).await;
+    let number = |h: &Value| {
+        u64::from_str_radix(h["number"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+    };
+    assert_eq!(number(&got[1]), number(&got[0]) + 1);
+    assert_eq!(got[1]["parentHash"], got[0]["hash"]);
+
+    let done = c.call(2, "eth_unsubscribe", json!([id])).await;
+    assert_eq!(done["result"], true, "{done}");
+    let again = c.call(3, "eth_unsubscribe", json!([id])).await;
+    assert_eq!(again["result"], false, "{again}");
+
+    // A kind the chain does not have: geth's answer.
+    let logs = c
+        .call(4, "eth_subscribe", json!(["newPendingTransactions"]))
+        .await;
+    assert_eq!(logs["error"]["code"], -32601, "{logs}");
+
+    // A subscriber still connected at SIGTERM: the drain closes it, the
+    // gateway exits 0 and removes the socket file.
+    let sub = c.call(5, "eth_subscribe", json!(["newHeads"])).await;
+    assert!(sub["result"].is_string(), "{sub}");
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(0), "{:?}", gw.log());
+    while let Some(v) = c.next().await {
+        assert_eq!(v["method"], "eth_subscription", "{v}");
+    }
+    assert!(!path.exists(), "the socket file outlived the gateway");
+}
+
+/// In front of an upstream, `eth_subscribe` over IPC is relayed from the
+/// upstream's WebSocket as for a WebSocket client; the upstream here is
+/// another gateway on its built-in chain.
+#[tokio::test]
+async fn new_heads_relayed_from_the_upstream_over_ipc() {
+    let dir = Dir::new("relay");
+    let path = dir.join("gw.ipc");
+    let upstream = Child::start(&["--block-time", "1"]).await;
+    let up = format!("http://{}", upstream.http.as_deref().unwrap());
+    let mut gw = Child::start(&["--upstream", &up, "--ipc", path.to_str().unwrap()]).await;
+    let mut c = Ipc::connect(&path).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+
+    let sub = c.call(2, "eth_subscribe", json!(["newHeads"])).await;
+    let id = sub["result"].clone();
+    assert!(id.is_string(), "{sub}");
+    let got = heads(&mut c, &id, 2).await;
+    assert_eq!(got[1]["parentHash"], got[0]["hash"]);
+    let done = c.call(3, "eth_unsubscribe", json!([id])).await;
+    assert_eq!(done["result"], true, "{done}");
+    let again = c.call(4, "eth_unsubscribe", json!([id])).await;
+    assert_eq!(again["result"], false, "{again}");
+
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(0), "{:?}", gw.log());
+    assert!(!path.exists());
+}
+
+/// A socket file left at the path by a run that did not remove it
+/// (nobody listens on it) is replaced.
+#[tokio::test]
+async fn a_stale_socket_file_is_replaced() {
+    let dir = Dir::new("stale");
+    let path = dir.join("gw.ipc");
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.http.is_some(), "{:?}", gw.log());
+    let mut c = Ipc::connect(&path).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    gw.signal("INT");
+    assert_eq!(gw.exit_status().await.code(), Some(0));
+    assert!(!path.exists());
+}
+
+/// A path holding a regular file (or a directory) is refused with status
+/// 2 and a message naming it, and left as it was; one holding a socket
+/// another process serves is refused too (status 1, as a port in use),
+/// that process still served.
+#[tokio::test]
+async fn anything_but_a_stale_socket_is_refused_and_left_alone() {
+    let dir = Dir::new("refused");
+    let file = dir.join("chaindata");
+    std::fs::write(&file, b"precious").unwrap();
+    let mut gw = Child::start(&["--ipc", file.to_str().unwrap()]).await;
+    assert!(gw.http.is_none(), "{:?}", gw.log());
+    assert_eq!(gw.exit_status().await.code(), Some(2));
+    let log = gw.final_log().await;
+    assert!(
+        log.iter()
+            .any(|l| l.contains(&*file.to_string_lossy()) && l.contains("not a socket")),
+        "{log:?}"
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+
+    let sub = dir.join("a-dir");
+    std::fs::create_dir(&sub).unwrap();
+    let mut gw = Child::start(&["--ipc", sub.to_str().unwrap()]).await;
+    assert_eq!(gw.exit_status().await.code(), Some(2), "{:?}", gw.log());
+    assert!(sub.is_dir());
+
+    let path = dir.join("gw.ipc");
+    let mut first = Child::start(&["--ipc", path.to_str().unwrap()]).await;
+    let mut second = Child::start(&["--ipc", path.to_str().unwrap()]).await;
+    assert!(second.http.is_none(), "{:?}", second.log());
+    assert_eq!(second.exit_status().await.code(), Some(1));
+    let log = second.final_log().await;
+    assert!(
+        log.iter().any(|l| l.contains("another process serves")),
+        "{log:?}"
+    );
+    let mut c = Ipc::connect(&path).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    first.signal("TERM");
+    assert_eq!(first.exit_status().await.code(), Some(0));
+    assert!(!path.exists());
+}
+
+/// `--help` lists the option.
+#[tokio::test]
+async fn help_lists_ipc() {
+    let out = std::process::Command::new(example_binary("gateway", "gateway"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stderr).unwrap();
+    assert!(text.contains("--ipc PATH"), "{text}");
+}
+
+/// A second signal during the drain exits at once (143 for SIGTERM), and
+/// still removes the socket file; the drain waited for a call in flight
+/// on the IPC connection (forwarded to an upstream that never answers).
+#[tokio::test]
+async fn a_second_signal_exits_at_once_and_removes_the_socket_file() {
+    let dir = Dir::new("second");
+    let path = dir.join("gw.ipc");
+    let upstream = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = format!("http://{}", upstream.local_addr().unwrap());
+    let (arrived, mut reached) = tokio::sync::mpsc::channel(1);
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut s, _)) = upstream.accept().await {
+            let arrived = arrived.clone();
+            held.push(tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    let _ = arrived.try_send(());
+                }
+            }));
+        }
+    });
+    let mut gw = Child::start(&["--upstream", &up, "--ipc", path.to_str().unwrap()]).await;
+    let mut c = Ipc::connect(&path).await;
+    c.send(&request(1, "eth_blockNumber")).await;
+    tokio::time::timeout(HANG, reached.recv())
+        .await
+        .expect("hang: the call did not reach the upstream");
+    gw.signal("TERM");
+    tokio::time::timeout(HANG, async {
+        while !gw.log().iter().any(|l| l.contains("stopping")) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("hang: the gateway did not say it stops");
+    // Still draining: the call waits for its upstream.
+    assert!(path.exists());
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(143), "{:?}", gw.log());
+    assert!(!path.exists(), "the socket file outlived the gateway");
+}
