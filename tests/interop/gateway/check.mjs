@@ -323,18 +323,30 @@ function provider(url) {
 }
 
 // How many of ethers' eth_subscribe calls on `p` were answered with an id
-// (its `on` resolves before that): a function to poll.
+// (its `on` resolves before that), and how many of its eth_unsubscribe
+// calls were answered (its `off` sends one without waiting for it, and
+// `destroy` cancels it if unanswered, a rejection ethers leaves
+// unhandled): functions to poll.
 function subscribed(p) {
-    const ids = new Set();
-    let answered = 0;
+    const subscribes = new Set();
+    const unsubscribes = new Set();
+    const count = { answered: 0, unsubscribed: 0 };
     p.on("debug", (e) => {
         if (e.action === "sendRpcPayload") {
-            for (const x of [e.payload].flat()) if (x.method === "eth_subscribe") ids.add(x.id);
+            for (const x of [e.payload].flat()) {
+                if (x.method === "eth_subscribe") subscribes.add(x.id);
+                if (x.method === "eth_unsubscribe") unsubscribes.add(x.id);
+            }
         } else if (e.action === "receiveRpcResult") {
-            for (const x of [e.result].flat()) if (ids.has(x.id) && typeof x.result === "string") answered += 1;
+            for (const x of [e.result].flat()) {
+                if (subscribes.has(x.id) && typeof x.result === "string") count.answered += 1;
+                if (unsubscribes.has(x.id) && x.result === true) count.unsubscribed += 1;
+            }
         }
     });
-    return () => answered;
+    const answered = () => count.answered;
+    answered.unsubscribed = () => count.unsubscribed;
+    return answered;
 }
 
 // ethers' JSON, comparable.
@@ -395,6 +407,7 @@ async function ethersProxy(gw, node) {
             const head = await rpcNumber(node);
             check('ethers/on("block")', arrived && got.at(-1) === head, { got, head });
             await ws.off("block");
+            check("ethers/ws off: eth_unsubscribe", await until(() => answered.unsubscribed() === 1));
             same("ethers/ws after off", await ws.getBlockNumber(), head);
         } finally {
             await ws.destroy();
@@ -580,6 +593,7 @@ async function ethersBuiltin(gw) {
             const seen = await until(() => got.includes(r.blockNumber));
             check('ethers/ws on("block")', seen, { got, block: r.blockNumber });
             await ws.off("block");
+            check("ethers/ws off: eth_unsubscribe", await until(() => answered.unsubscribed() === 1));
         } finally {
             await ws.destroy();
         }
