@@ -1,8 +1,8 @@
 // viem and ethers v6 (the JavaScript clients) through the gateway, compared
 // with the node.
 //
-// usage: node check.mjs proxy GATEWAY_URL ANVIL_URL
-//        node check.mjs builtin GATEWAY_URL
+// usage: node check.mjs proxy GATEWAY_URL ANVIL_URL [GATEWAY_IPC_PATH]
+//        node check.mjs builtin GATEWAY_URL [GATEWAY_IPC_PATH]
 //
 // proxy: each answer through the gateway must equal the same call's answer
 // straight from anvil: viem's reads, a value transfer signed locally and
@@ -14,6 +14,12 @@
 // WebSocketProvider's "block" events.
 // builtin: the same clients against the built-in chain, for what it
 // supports (transfers, blocks, receipts, newHeads; no EVM).
+// With GATEWAY_IPC_PATH (the gateway's --ipc socket), over it: viem's
+// `ipc` transport (getChainId, getBlockNumber, watchBlockNumber on
+// newHeads, unwatched with eth_unsubscribe) and ethers'
+// IpcSocketProvider (getBlockNumber, getBalance, "block" events);
+// compared with anvil in proxy mode, with the gateway's HTTP answers on
+// the built-in chain.
 //
 // Prints one line per check and a closing "js: N passed, M failed"; exits
 // 1 on any failure. Every step has a timeout, and the whole run one more,
@@ -21,10 +27,11 @@
 
 import { inspect, isDeepStrictEqual } from "node:util";
 
-import { JsonRpcProvider, WebSocketProvider, Wallet, parseEther as ethersParseEther } from "ethers";
+import { IpcSocketProvider, JsonRpcProvider, WebSocketProvider, Wallet, parseEther as ethersParseEther } from "ethers";
 import { createPublicClient, createWalletClient, http, parseEther, webSocket } from "viem";
 import { privateKeyToAccount } from "viem/accounts";
 import { foundry } from "viem/chains";
+import { ipc } from "viem/node";
 
 // run.sh's KEY0: anvil's first dev account (funded on the built-in chain too).
 const KEY0 = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
@@ -600,8 +607,75 @@ async function ethersBuiltin(gw) {
     });
 }
 
+// Over the gateway's --ipc socket at `path`. `reference` answers the same
+// reads (anvil, or the gateway's HTTP on the built-in chain); `mine()`
+// makes a block (evm_mine on anvil, a transfer on the built-in chain).
+async function ipcChecks(path, reference, mine) {
+    const r = client(http(reference, { timeout: 10_000 }));
+    const v = client(ipc(path, { reconnect: false, timeout: 10_000 }));
+    await step("viem/ipc getChainId", async () =>
+        same("viem/ipc getChainId", await v.getChainId(), await r.getChainId()),
+    );
+    await step("viem/ipc getBlockNumber", async () =>
+        same("viem/ipc getBlockNumber", await v.getBlockNumber(), await r.getBlockNumber()),
+    );
+    await step("viem/ipc getBalance", async () =>
+        same(
+            "viem/ipc getBalance",
+            await v.getBalance({ address: ACCOUNT0 }),
+            await r.getBalance({ address: ACCOUNT0 }),
+        ),
+    );
+    await step("viem/ipc watchBlockNumber", async () => {
+        const rpcClient = await v.transport.getRpcClient();
+        try {
+            const numbers = [];
+            const errors = [];
+            const unwatch = v.watchBlockNumber({
+                onBlockNumber: (b) => numbers.push(b),
+                onError: (e) => errors.push(e.shortMessage || e.message),
+            });
+            const subscribed = await until(() => rpcClient.subscriptions.size === 1 || errors.length > 0);
+            check("viem/ipc eth_subscribe newHeads", subscribed && errors.length === 0, errors);
+            await mine();
+            const head = await r.getBlockNumber();
+            const arrived = await until(() => numbers.includes(head));
+            check("viem/ipc watchBlockNumber: the new head", arrived, { numbers, head });
+            unwatch();
+            const gone = await until(() => rpcClient.subscriptions.size === 0, 5_000);
+            check("viem/ipc unwatch: eth_unsubscribe", gone, rpcClient.subscriptions.size);
+            same("viem/ipc after unwatch", await v.getBlockNumber(), head);
+        } finally {
+            rpcClient.close();
+        }
+    });
+
+    await step("ethers/IpcSocketProvider", async () => {
+        const p = new IpcSocketProvider(path, undefined, { cacheTimeout: -1 });
+        const answered = subscribed(p);
+        try {
+            same("ethers/ipc getBlockNumber", await p.getBlockNumber(), Number(await r.getBlockNumber()));
+            same("ethers/ipc getBalance", await p.getBalance(ACCOUNT0), await r.getBalance({ address: ACCOUNT0 }));
+            const got = [];
+            await p.on("block", (b) => got.push(b));
+            check("ethers/ipc eth_subscribe newHeads", await until(() => answered() === 1));
+            await mine();
+            const head = Number(await r.getBlockNumber());
+            const arrived = await until(() => got.includes(head));
+            check('ethers/ipc on("block")', arrived, { got, head });
+            await p.off("block");
+            check("ethers/ipc off: eth_unsubscribe", await until(() => answered.unsubscribed() === 1));
+            same("ethers/ipc after off", await p.getBlockNumber(), head);
+        } finally {
+            p.destroy();
+        }
+    });
+}
+
 async function main() {
-    const [mode, gw, node] = process.argv.slice(2);
+    const [mode, gw, ...rest] = process.argv.slice(2);
+    const node = mode === "proxy" ? rest[0] : undefined;
+    const ipcPath = mode === "proxy" ? rest[1] : rest[0];
     // A client's failure outside any await (ethers rejects a refused
     // subscription this way) is a failure, not a crash without a count.
     process.on("unhandledRejection", (e) =>
@@ -617,9 +691,11 @@ async function main() {
         if (mode === "proxy") {
             await viemProxy(gw, node);
             await ethersProxy(gw, node);
+            if (ipcPath) await ipcChecks(ipcPath, node, () => rpc(node, "evm_mine"));
         } else {
             await viemBuiltin(gw);
             await ethersBuiltin(gw);
+            if (ipcPath) await ipcChecks(ipcPath, gw, () => transfer(gw, 1n));
         }
     } catch (e) {
         // A client error outside a step is a failure, not a crash.

@@ -1,13 +1,16 @@
 """web3.py (and raw JSON-RPC) through the gateway, compared with the node.
 
-usage: check.py proxy GATEWAY_URL ANVIL_URL
-       check.py builtin GATEWAY_URL
+usage: check.py proxy GATEWAY_URL ANVIL_URL [GATEWAY_IPC_PATH]
+       check.py builtin GATEWAY_URL [GATEWAY_IPC_PATH]
 
 proxy: every answer through the gateway must equal anvil's own (the JSON,
 modulo ids): reads, a value transfer, a contract deployment, a call that
 emits an event and its logs, a batch, errors passed through, and a newHeads
 subscription over WebSocket on the gateway's port.
 builtin: the same clients against the built-in chain, for what it supports.
+With GATEWAY_IPC_PATH (the gateway's --ipc socket): web3.py's IPCProvider
+(chain id, block number, balance, a batch; compared with anvil's in proxy
+mode) and AsyncIPCProvider's newHeads subscription, unsubscribed after.
 
 Prints one line per check and a closing "N passed, M failed"; exits 1 on any
 failure.
@@ -183,6 +186,70 @@ async def subscription(ws_url, w3, nonce):
         check("ws unsubscribe", json.loads(await ws.recv())["result"] is True)
 
 
+def ipc(path, node_url, gw_url):
+    """web3.py over the gateway's --ipc socket; `node_url` (anvil) to compare
+    with, or None on the built-in chain (a transfer through `gw_url` makes
+    its block)."""
+    g = Web3(Web3.IPCProvider(path, timeout=30))
+    check("ipc is_connected", g.is_connected())
+    if node_url:
+        n = Web3(Web3.HTTPProvider(node_url))
+        same("ipc chain_id", g.eth.chain_id, n.eth.chain_id)
+        same("ipc block_number", g.eth.block_number, n.eth.block_number)
+        same("ipc get_balance", g.eth.get_balance(ACCOUNT0), n.eth.get_balance(ACCOUNT0))
+    else:
+        n = None
+        check("ipc chain_id", g.eth.chain_id == 31337, g.eth.chain_id)
+        http = Web3(Web3.HTTPProvider(gw_url))
+        same("ipc block_number", g.eth.block_number, http.eth.block_number)
+        same("ipc get_balance", g.eth.get_balance(ACCOUNT0), http.eth.get_balance(ACCOUNT0))
+
+    def batch(w3):
+        with w3.batch_requests() as b:
+            b.add(w3.eth.get_block(0))
+            b.add(w3.eth.get_balance(ACCOUNT1))
+            b.add(w3.eth.get_transaction_count(ACCOUNT0))
+            return b.execute()
+
+    got = batch(g)
+    if n:
+        same("ipc batch", got, batch(n))
+    else:
+        same("ipc batch", got, batch(http))
+    asyncio.run(ipc_subscription(path, node_url, gw_url))
+
+
+async def ipc_subscription(path, node_url, gw_url):
+    from web3 import AsyncIPCProvider, AsyncWeb3
+
+    async with AsyncWeb3(AsyncIPCProvider(path)) as w3:
+        same("async ipc chain_id", await w3.eth.chain_id, 31337)
+        sub = await w3.eth.subscribe("newHeads")
+        check("async ipc eth_subscribe newHeads", isinstance(sub, str) and sub.startswith("0x"), sub)
+        # A block: anvil mines one on request; the built-in chain mines one
+        # per transaction.
+        if node_url:
+            mined = await asyncio.to_thread(raw, node_url, '{"jsonrpc":"2.0","id":1,"method":"evm_mine"}')
+            check("evm_mine", mined.get("result") is not None, mined)
+            head = await asyncio.to_thread(lambda: Web3(Web3.HTTPProvider(node_url)).eth.get_block("latest"))
+        else:
+            g = Web3(Web3.HTTPProvider(gw_url))
+            nonce = await asyncio.to_thread(g.eth.get_transaction_count, ACCOUNT0)
+            receipt = await asyncio.to_thread(send_value, g, nonce, ACCOUNT1, 1)
+            head = await asyncio.to_thread(g.eth.get_block, receipt.blockNumber)
+
+        async def first():
+            async for message in w3.socket.process_subscriptions():
+                return message
+
+        message = await asyncio.wait_for(first(), 15)
+        check("async ipc notification", message["subscription"] == sub, message)
+        got = message["result"]
+        check("async ipc head is the block", got["hash"] == head["hash"] and got["number"] == head["number"],
+              (got.get("hash"), head["hash"]))
+        check("async ipc eth_unsubscribe", await w3.eth.unsubscribe(sub) is True)
+
+
 def builtin(gw_url):
     g = Web3(Web3.HTTPProvider(gw_url))
     check("chain_id", g.eth.chain_id == 31337, g.eth.chain_id)
@@ -207,16 +274,26 @@ def builtin(gw_url):
     check("get_logs empty", g.eth.get_logs({"fromBlock": 0}) == [])
 
 
-if __name__ == "__main__":
+def run(part, *args):
+    """Runs one part; a client error is a failure, not a crash, and the
+    parts after it still run."""
     try:
-        if sys.argv[1] == "proxy":
-            proxy(sys.argv[2], sys.argv[3])
-        else:
-            builtin(sys.argv[2])
-    except Exception as e:  # a client error is a failure, not a crash
+        part(*args)
+    except Exception as e:
         import traceback
 
         traceback.print_exc()
-        check("no exception", False, repr(e))
+        check(f"{part.__name__}: no exception", False, repr(e))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "proxy":
+        run(proxy, sys.argv[2], sys.argv[3])
+        if len(sys.argv) > 4:
+            run(ipc, sys.argv[4], sys.argv[3], sys.argv[2])
+    else:
+        run(builtin, sys.argv[2])
+        if len(sys.argv) > 3:
+            run(ipc, sys.argv[3], None, sys.argv[2])
     print(f"web3: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)

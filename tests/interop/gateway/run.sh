@@ -20,7 +20,12 @@
 #     default batching), viem's watchBlocks / watchBlockNumber and ethers'
 #     "block" events over WebSocket on the gateway's port;
 #   * the built-in chain (no upstream): the same clients, for what it
-#     supports (no EVM: transfers only).
+#     supports (no EVM: transfers only);
+#   * over each gateway's --ipc socket (geth's IPC): cast --rpc-url PATH
+#     (chain-id, block-number, balance, compared with anvil's), web3.py's
+#     IPCProvider (reads, a batch) and AsyncIPCProvider (a newHeads
+#     subscription), ethers' IpcSocketProvider (reads, "block" events) and
+#     viem's `ipc` transport from viem/node (reads, watchBlockNumber).
 # Prints one line per check and "N passed, M failed"; exits 1 on any
 # failure. Only package registries are used (npm, PyPI).
 #
@@ -95,11 +100,26 @@ wait_port() {
 
 "$ANVIL" --host 127.0.0.1 --port "$ANVIL_PORT" --silent > "$WORK/anvil.log" 2>&1 &
 pids+=($!)
-"$GATEWAY" --listen "127.0.0.1:$GW_PORT" --upstream "http://127.0.0.1:$ANVIL_PORT" > "$WORK/gateway.log" 2>&1 &
+# The gateways' --ipc sockets (a socket file a killed run left is
+# replaced).
+GW_IPC="$WORK/gw.ipc"
+CHAIN_IPC="$WORK/chain.ipc"
+"$GATEWAY" --listen "127.0.0.1:$GW_PORT" --upstream "http://127.0.0.1:$ANVIL_PORT" --ipc "$GW_IPC" > "$WORK/gateway.log" 2>&1 &
 pids+=($!)
-"$GATEWAY" --listen "127.0.0.1:$CHAIN_PORT" > "$WORK/builtin.log" 2>&1 &
+"$GATEWAY" --listen "127.0.0.1:$CHAIN_PORT" --ipc "$CHAIN_IPC" > "$WORK/builtin.log" 2>&1 &
 pids+=($!)
-if ! { wait_port "$ANVIL_PORT" && wait_port "$GW_PORT" && wait_port "$CHAIN_PORT"; }; then
+# wait_socket PATH: until a Unix socket is at PATH (the gateway binds it
+# before its port is up, but a socket a killed run left may be there: the
+# log line says this run's is).
+wait_socket() {
+    for _ in $(seq 1 100); do
+        if [ -S "$1" ] && grep -q "gateway IPC on $1" "$2"; then return 0; fi
+        sleep 0.1
+    done
+    echo "no socket at $1"; return 1
+}
+if ! { wait_port "$ANVIL_PORT" && wait_port "$GW_PORT" && wait_port "$CHAIN_PORT" \
+    && wait_socket "$GW_IPC" "$WORK/gateway.log" && wait_socket "$CHAIN_IPC" "$WORK/builtin.log"; }; then
     tail -n 5 "$WORK/anvil.log" "$WORK/gateway.log" "$WORK/builtin.log"
     exit 1
 fi
@@ -195,18 +215,34 @@ same error-passthrough rpc eth_getTransactionCount "$ACCOUNT0" 0xffffff
 # Over WebSocket on the gateway's own port.
 g=$("$CAST" block-number -r "ws://127.0.0.1:$GW_PORT" 2>&1); n=$("$CAST" block-number -r "$NODE" 2>&1)
 [ "$g" = "$n" ] && ok "cast/block-number over ws://" || fail "cast/block-number over ws://" "$g / $n"
+# Over the gateway's --ipc socket: cast takes a path as its RPC URL.
+same_ipc() {
+    local name=$1; shift
+    local g n
+    g=$("$CAST" "$@" -r "$GW_IPC" 2>&1); local gs=$?
+    n=$("$CAST" "$@" -r "$NODE" 2>&1); local ns=$?
+    if [ $gs -eq 0 ] && [ $gs -eq $ns ] && [ "$g" = "$n" ]; then
+        ok "cast/$name over ipc"
+    else
+        fail "cast/$name over ipc" "gateway ($gs): $g
+anvil ($ns):   $n"
+    fi
+}
+same_ipc chain-id chain-id
+same_ipc block-number block-number
+same_ipc balance balance "$ACCOUNT0"
 # Policy: denied namespaces never reach the node.
 out=$("$CAST" rpc debug_traceTransaction "$tx" -r "$GW" 2>&1)
 echo "$out" | grep -q -- "-32601" && ok "cast/debug_ denied" || fail "cast/debug_ denied" "$out"
 
 echo "=== web3.py through the gateway, compared with anvil"
-"$PY" "$HERE/check.py" proxy "$GW" "$NODE" > "$WORK/web3-proxy.log" 2>&1
+"$PY" "$HERE/check.py" proxy "$GW" "$NODE" "$GW_IPC" > "$WORK/web3-proxy.log" 2>&1
 web3_status=$?
 cat "$WORK/web3-proxy.log"
 tally "web3 proxy run" $web3_status "$WORK/web3-proxy.log"
 
 echo "=== viem and ethers through the gateway, compared with anvil"
-js proxy "$GW" "$NODE"
+js proxy "$GW" "$NODE" "$GW_IPC"
 
 echo "=== cast against the built-in chain"
 c() { "$CAST" "$@" -r "$CHAIN" 2>&1; }
@@ -230,15 +266,21 @@ r=$(c receipt --json "$tx")
 out=$("$CAST" send --json --private-key "$KEY0" -r "$CHAIN" --create "$EMITTER" 2>&1)
 echo "$out" | grep -q "not supported by the built-in chain" && ok "builtin/deployment refused clearly" \
     || fail "builtin/deployment refused clearly" "$out"
+# Over its --ipc socket: the same answers as over HTTP.
+for args in chain-id block-number "balance $ACCOUNT1"; do
+    # shellcheck disable=SC2086
+    i=$("$CAST" $args -r "$CHAIN_IPC" 2>&1); h=$(c $args)
+    [ -n "$i" ] && [ "$i" = "$h" ] && ok "builtin/${args%% *} over ipc" || fail "builtin/${args%% *} over ipc" "ipc: $i / http: $h"
+done
 
 echo "=== web3.py against the built-in chain"
-"$PY" "$HERE/check.py" builtin "$CHAIN" > "$WORK/web3-builtin.log" 2>&1
+"$PY" "$HERE/check.py" builtin "$CHAIN" "$CHAIN_IPC" > "$WORK/web3-builtin.log" 2>&1
 web3_status=$?
 cat "$WORK/web3-builtin.log"
 tally "web3 builtin run" $web3_status "$WORK/web3-builtin.log"
 
 echo "=== viem and ethers against the built-in chain"
-js builtin "$CHAIN"
+js builtin "$CHAIN" "$CHAIN_IPC"
 
 echo "interop: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
