@@ -21,6 +21,10 @@
 #     "block" events over WebSocket on the gateway's port;
 #   * the built-in chain (no upstream): the same clients, for what it
 #     supports (no EVM: transfers only);
+#   * gzip: the gateway in front of anvil compresses every answer for
+#     clients that accept gzip (--gzip 1), so the clients above read
+#     compressed answers where they ask for them; curl --compressed checks
+#     that answers are compressed;
 #   * over each gateway's --ipc socket (geth's IPC): cast --rpc-url PATH
 #     (chain-id, block-number, balance, compared with anvil's), web3.py's
 #     IPCProvider (reads, a batch) and AsyncIPCProvider (a newHeads
@@ -104,7 +108,10 @@ pids+=($!)
 # replaced).
 GW_IPC="$WORK/gw.ipc"
 CHAIN_IPC="$WORK/chain.ipc"
-"$GATEWAY" --listen "127.0.0.1:$GW_PORT" --upstream "http://127.0.0.1:$ANVIL_PORT" --ipc "$GW_IPC" > "$WORK/gateway.log" 2>&1 &
+# --gzip 1: every answer compressed for the clients that accept gzip
+# (web3.py's requests, ethers, curl --compressed), so that their checks
+# read compressed answers; the built-in chain's gateway sends them plain.
+"$GATEWAY" --listen "127.0.0.1:$GW_PORT" --upstream "http://127.0.0.1:$ANVIL_PORT" --ipc "$GW_IPC" --gzip 1 > "$WORK/gateway.log" 2>&1 &
 pids+=($!)
 "$GATEWAY" --listen "127.0.0.1:$CHAIN_PORT" --ipc "$CHAIN_IPC" > "$WORK/builtin.log" 2>&1 &
 pids+=($!)
@@ -215,6 +222,19 @@ same error-passthrough rpc eth_getTransactionCount "$ACCOUNT0" 0xffffff
 # Over WebSocket on the gateway's own port.
 g=$("$CAST" block-number -r "ws://127.0.0.1:$GW_PORT" 2>&1); n=$("$CAST" block-number -r "$NODE" 2>&1)
 [ "$g" = "$n" ] && ok "cast/block-number over ws://" || fail "cast/block-number over ws://" "$g / $n"
+# gzip (--gzip 1): curl --compressed gets a compressed answer and reads it
+# as anvil's.
+head=$(curl -sS --compressed -D - -o "$WORK/gzip.json" -H 'content-type: application/json' \
+    --data-binary '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0x1",true]}' "$GW" 2>&1)
+want=$(curl -sS -H 'content-type: application/json' \
+    --data-binary '{"jsonrpc":"2.0","id":1,"method":"eth_getBlockByNumber","params":["0x1",true]}' "$NODE" 2>&1)
+if printf '%s' "$head" | grep -qi '^content-encoding: gzip' \
+    && "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1])) != json.loads(sys.argv[2]))' \
+        "$WORK/gzip.json" "$want"; then
+    ok "curl --compressed: gzip answer, anvil's block"
+else
+    fail "curl --compressed: gzip answer, anvil's block" "$head $(head -c 300 "$WORK/gzip.json")"
+fi
 # Over the gateway's --ipc socket: cast takes a path as its RPC URL.
 same_ipc() {
     local name=$1; shift
