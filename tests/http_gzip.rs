@@ -339,3 +339,34 @@ async fn curl_compressed_reads_the_answer() {
         );
     }
 }
+
+/// Several `Accept-Encoding` fields are one list (RFC 9110, 5.3): a
+/// client that refuses gzip in one and accepts anything (`*`) in another
+/// refuses gzip, as if it had sent `gzip;q=0, *`; one that names gzip in
+/// either accepts it.
+#[tokio::test]
+async fn accept_encoding_fields_are_read_as_one_list() {
+    for own in [true, false] {
+        let server = start(Some(MIN_LEN), own).await;
+        for (fields, gzip) in [
+            ("accept-encoding: gzip;q=0\r\naccept-encoding: *\r\n", false),
+            ("accept-encoding: *\r\naccept-encoding: gzip;q=0\r\n", false),
+            (
+                "accept-encoding: x-gzip;q=0\r\naccept-encoding: *\r\n",
+                false,
+            ),
+            ("accept-encoding: *;q=0\r\naccept-encoding: gzip\r\n", true),
+            ("accept-encoding: br\r\naccept-encoding: gzip\r\n", true),
+            ("accept-encoding: \r\naccept-encoding: gzip\r\n", true),
+        ] {
+            let a = one(server.addr, &post(fields, LONG)).await;
+            assert_eq!(a.status, 200, "own loop {own}, {fields:?}: {a:?}");
+            assert_eq!(
+                a.header("content-encoding"),
+                gzip.then_some("gzip"),
+                "own loop {own}, {fields:?}"
+            );
+            assert_eq!(a.json()["result"], long_result(), "own loop {own}");
+        }
+    }
+}

@@ -61,7 +61,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Interval, Sleep};
 
 use super::LimitKind;
-use super::http::{ConnConfig, ConnectionKit, H2_PREFACE, HttpService, Signal};
+use super::http::{AcceptEncoding, ConnConfig, ConnectionKit, H2_PREFACE, HttpService, Signal};
 use crate::conn::{Connection, LazyExtension};
 
 /// The most headers a request head may have on this path (more: hyper's
@@ -144,9 +144,9 @@ struct Head {
     close: bool,
     /// `Expect: 100-continue`.
     expects_continue: bool,
-    /// `Accept-Encoding` accepts gzip (read only when answers may be
+    /// What `Accept-Encoding` says (read only when answers may be
     /// compressed: [`HttpService::gzip`]).
-    accepts_gzip: bool,
+    accept_encoding: AcceptEncoding,
 }
 
 /// What the buffer's front holds.
@@ -442,7 +442,7 @@ impl Own {
             close,
             vary_origin: http.cors_varies(),
             vary_encoding: compressible,
-            gzip: compressible && head.accepts_gzip,
+            gzip: compressible && head.accept_encoding.gzip(),
         };
         let written = if extras.gzip {
             let mut packed = Vec::with_capacity(HEAD_ROOM + body_len / 4);
@@ -755,7 +755,7 @@ fn parse_head(buf: &[u8], max_body: usize, cors: bool, gzip: bool) -> Parsed {
         content_length: 0,
         close: false,
         expects_continue: false,
-        accepts_gzip: false,
+        accept_encoding: AcceptEncoding::default(),
     };
     // The first `Content-Type` is the one that counts, as `HeaderMap::get`
     // reads it on hyper's path.
@@ -791,7 +791,7 @@ fn parse_head(buf: &[u8], max_body: usize, cors: bool, gzip: bool) -> Parsed {
             }
             head.expects_continue = true;
         } else if gzip && name.eq_ignore_ascii_case(b"accept-encoding") {
-            head.accepts_gzip |= super::http::accepts_gzip(value);
+            head.accept_encoding.read(value);
         } else if cors && name.eq_ignore_ascii_case(b"origin") {
             // A browser's call: hyper's path applies the CORS policy.
             return Parsed::Other;

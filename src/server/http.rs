@@ -445,11 +445,13 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         };
         let gzip = self.gzip_above.map(|min_len| Gzip {
             min_len,
-            accepted: parts
-                .headers
-                .get_all(ACCEPT_ENCODING)
-                .iter()
-                .any(|v| accepts_gzip(v.as_bytes())),
+            accepted: {
+                let mut accept = AcceptEncoding::default();
+                for value in parts.headers.get_all(ACCEPT_ENCODING) {
+                    accept.read(value.as_bytes());
+                }
+                accept.gzip()
+            },
         });
         if parts.method != Method::POST {
             return early(body, not_allowed());
@@ -858,27 +860,45 @@ where
     }
 }
 
-/// Whether an `Accept-Encoding` value accepts gzip: `gzip` (or `x-gzip`)
-/// listed without `q=0`, or `*` without `q=0` when gzip is not listed.
-pub(super) fn accepts_gzip(value: &[u8]) -> bool {
-    let (mut gzip, mut any) = (None, None);
-    for item in value.split(|&b| b == b',') {
-        let mut parts = item.split(|&b| b == b';');
-        let coding = parts.next().unwrap_or_default().trim_ascii();
-        let refused = parts.any(|p| {
-            let p = p.trim_ascii();
-            match p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q=")) {
-                Some(q) => q.iter().all(|&b| b == b'0' || b == b'.'),
-                None => false,
+/// What a request's `Accept-Encoding` fields say about gzip. Several
+/// fields are one list (RFC 9110, 5.3), so each is read into the same
+/// state: `gzip;q=0` in one and `*` in another refuse gzip, as
+/// `gzip;q=0, *` does.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct AcceptEncoding {
+    /// `gzip` (or `x-gzip`) listed: whether it was accepted (the last
+    /// listing counts).
+    gzip: Option<bool>,
+    /// `*` listed: whether it was accepted.
+    any: Option<bool>,
+}
+
+impl AcceptEncoding {
+    /// Reads one `Accept-Encoding` field's value.
+    pub(super) fn read(&mut self, value: &[u8]) {
+        for item in value.split(|&b| b == b',') {
+            let mut parts = item.split(|&b| b == b';');
+            let coding = parts.next().unwrap_or_default().trim_ascii();
+            let refused = parts.any(|p| {
+                let p = p.trim_ascii();
+                match p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q=")) {
+                    Some(q) => q.iter().all(|&b| b == b'0' || b == b'.'),
+                    None => false,
+                }
+            });
+            if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
+                self.gzip = Some(!refused);
+            } else if coding == b"*" {
+                self.any = Some(!refused);
             }
-        });
-        if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
-            gzip = Some(!refused);
-        } else if coding == b"*" {
-            any = Some(!refused);
         }
     }
-    gzip.or(any).unwrap_or(false)
+
+    /// Whether the fields read accept gzip: `gzip` (or `x-gzip`) listed
+    /// without `q=0`, or `*` without `q=0` when gzip is not listed.
+    pub(super) fn gzip(&self) -> bool {
+        self.gzip.or(self.any).unwrap_or(false)
+    }
 }
 
 /// Appends `body` compressed with gzip at the fastest level to `out`.
