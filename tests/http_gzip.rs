@@ -370,3 +370,42 @@ async fn accept_encoding_fields_are_read_as_one_list() {
         }
     }
 }
+
+/// The threshold is inclusive and counts the answer's bytes before
+/// compression; 0 compresses every answer with a body, and an empty
+/// answer (204) stays empty.
+#[tokio::test]
+async fn answers_at_the_threshold_are_compressed_and_zero_compresses_all() {
+    for own in [true, false] {
+        let plain = start(None, own).await;
+        let len = one(plain.addr, &post("", SHORT)).await.body.len();
+        for (min_len, gzip) in [(0, true), (len - 1, true), (len, true), (len + 1, false)] {
+            let server = start(Some(min_len), own).await;
+            let a = one(server.addr, &post("accept-encoding: gzip\r\n", SHORT)).await;
+            assert_eq!(
+                a.header("content-encoding"),
+                gzip.then_some("gzip"),
+                "own loop {own}, threshold {min_len} for {len} bytes"
+            );
+            assert_eq!(
+                a.header("vary"),
+                gzip.then_some("accept-encoding"),
+                "own loop {own}, threshold {min_len}"
+            );
+            assert_eq!(a.json()["result"], "0x1");
+            if min_len == 0 {
+                let a = one(
+                    server.addr,
+                    &post(
+                        "accept-encoding: gzip\r\n",
+                        r#"{"jsonrpc":"2.0","method":"eth_chainId"}"#,
+                    ),
+                )
+                .await;
+                assert_eq!(a.status, 204, "own loop {own}: {a:?}");
+                assert_eq!(a.header("content-encoding"), None);
+                assert!(a.body.is_empty());
+            }
+        }
+    }
+}
