@@ -11,7 +11,7 @@ use std::time::Duration;
 use rpcwire::frame::Lines;
 use rpcwire::server::stream::serve_tcp;
 use rpcwire::server::subscriptions::Subscriptions;
-use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -115,6 +115,85 @@ async fn a_subscriber_waiting_for_notifications_is_not_idle() {
     assert_eq!(gone["result"], json!(true));
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(client.call(4, "eth_blockNumber", json!([])).await, None);
+}
+
+/// A subscriber whose notifications pile up unread (its process hung or
+/// stopped, its kernel still acknowledging keepalive probes) is idle: the
+/// subscription keeps a connection open while its client waits, not while
+/// what is written to it goes nowhere. One that reads them stays.
+#[tokio::test]
+async fn a_subscriber_that_stops_reading_is_closed_as_idle() {
+    let metrics = Arc::new(Metrics::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // A busy feed: 16 KiB notifications, one a millisecond, until the
+    // subscription ends.
+    let d = Dispatcher::builder(())
+        .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.str("0x1b4"))
+        .method("eth_subscribe", |c: Call<'_, ()>| {
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            tokio::spawn(async move {
+                let block = "b".repeat(16 * 1024);
+                while sink.send(&block).is_ok() {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            });
+            Ok::<_, RpcError>(id)
+        })
+        .build()
+        .unwrap();
+    tokio::spawn(serve_tcp(
+        listener,
+        d,
+        Lines::new,
+        short_idle(),
+        metrics.clone(),
+        Shutdown::new(),
+    ));
+    let subscribe =
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_subscribe\",\"params\":[\"newHeads\"]}\n";
+    // Reads everything that comes, for five idle timeouts, then calls.
+    let mut reader = Client::connect(addr).await;
+    reader.w.write_all(subscribe).await.unwrap();
+    let mut stalled = TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(subscribe).await.unwrap();
+    let read_for = tokio::time::Instant::now() + Duration::from_millis(1500);
+    let mut notifications = 0u64;
+    while tokio::time::Instant::now() < read_for {
+        let line = tokio::time::timeout(PATIENCE, reader.lines.next_line())
+            .await
+            .expect("notifications in time")
+            .unwrap()
+            .expect("the reader's connection stays open");
+        notifications += u64::from(line.contains("eth_subscription"));
+    }
+    assert!(notifications > 0);
+    // The stalled one never read: once the buffers between it and the
+    // server filled, nothing more went out, and it was closed as idle.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while metrics.limit_count(LimitKind::Idle) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a subscriber that reads nothing is never closed ({} connections open)",
+            metrics.connections_open()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metrics.limit_count(LimitKind::Idle), 1);
+    let msg = b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"eth_blockNumber\"}\n";
+    reader.w.write_all(msg).await.unwrap();
+    loop {
+        let line = tokio::time::timeout(PATIENCE, reader.lines.next_line())
+            .await
+            .expect("an answer in time")
+            .unwrap()
+            .expect("the reader's connection is still open");
+        if line.contains("\"id\":2") {
+            assert!(line.contains("0x1b4"), "{line}");
+            break;
+        }
+    }
+    drop(stalled);
 }
 
 /// The kernel's view of the server's end of the connection from the

@@ -69,7 +69,8 @@ pub struct Limits {
     pub max_queued: usize,
     /// A connection with no traffic for this long is closed (default 120 s;
     /// WebSocket pings count as traffic; a stream connection running calls
-    /// or holding subscriptions is not idle).
+    /// or holding subscriptions is not idle, unless notifications wait for
+    /// a client that does not read them).
     pub idle_timeout: Duration,
     /// How long a graceful shutdown waits for calls in flight (default
     /// 10 s).

@@ -79,8 +79,10 @@
 //!   connection, a client resends what was not answered. A connection idle for [`Limits::idle_timeout`] is closed and
 //!   counted ([`LimitKind::Idle`]); one that runs calls or holds
 //!   subscriptions is not idle (its client may wait long for a
-//!   notification, and a stream has no ping), and a TCP client that
-//!   vanished without closing is found by [`Limits::tcp_keepalive`].
+//!   notification, and a stream has no ping) unless notifications wait
+//!   for it and none could be written for that long (a client that
+//!   stopped reading), and a TCP client that vanished without closing is
+//!   found by [`Limits::tcp_keepalive`].
 //!
 //! ```
 //! use rpcwire::frame::Lines;
@@ -1265,17 +1267,23 @@ where
             // A call running is not idleness (its own timeout bounds it),
             // nor a message that arrived since the last look (a
             // notification makes no reply, but it is traffic), nor an open
-            // subscription: its client waits for notifications that may
-            // be rare (a log filter), and a stream has no ping to show it
-            // is there (a client that vanished is found by TCP keepalive,
-            // `Limits::tcp_keepalive`, or by the write that fails).
+            // subscription with nothing waiting to go out: its client
+            // waits for notifications that may be rare (a log filter), and
+            // a stream has no ping to show it is there (a client that
+            // vanished is found by TCP keepalive, `Limits::tcp_keepalive`,
+            // or by the write that fails). With notifications waiting,
+            // only writes that go through (each one is activity) keep it:
+            // a client that stopped reading (hung, stopped; its kernel
+            // still answering keepalive probes) would otherwise hold its
+            // connection and a full queue for ever.
             let now = Instant::now();
             // Published and unpublished counts: a total that only grows.
             let read = self.stats.messages_read() + self.peaks.messages_read;
             let arrived = read != self.messages_at_idle_check;
             self.messages_at_idle_check = read;
             let busy = self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0;
-            if arrived || busy || !self.subs.is_empty() {
+            let waiting = !self.subs.is_empty() && self.out.is_empty() && self.subs.queued() == 0;
+            if arrived || busy || waiting {
                 self.last_activity = now;
             }
             let mut deadline = self.last_activity + timeout;
