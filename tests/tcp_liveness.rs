@@ -347,3 +347,81 @@ async fn websocket_connections_are_probed_by_keepalive() {
         shutdown.trigger();
     }
 }
+
+/// A Unix-socket client holding a subscription that goes away (its
+/// process ended: the kernel closes its end; no keepalive is needed) has
+/// its connection closed and its subscription ended, however long the
+/// idle timeout: the subscription that keeps the connection from being
+/// idle does not keep it open past its client's end.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_unix_socket_subscriber_that_goes_away_frees_its_subscription() {
+    use rpcwire::server::stream::serve_unix;
+    use tokio::sync::mpsc;
+    let (ended, mut ends) = mpsc::unbounded_channel::<()>();
+    let d = Dispatcher::builder(ended)
+        .method("eth_subscribe", |c: Call<'_, mpsc::UnboundedSender<()>>| {
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            let ended = c.state.clone();
+            tokio::spawn(async move {
+                sink.closed().await;
+                let _ = ended.send(());
+            });
+            Ok::<_, RpcError>(id)
+        })
+        .build()
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("rpcwire-liveness-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("subs.ipc");
+    let _ = std::fs::remove_file(&path);
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let shutdown = Shutdown::new();
+    // The default idle timeout (120 s): only the client's end can close it
+    // within the test's patience.
+    let server = tokio::spawn(serve_unix(
+        listener,
+        d,
+        Lines::new,
+        Limits::default(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
+    for _ in 0..3 {
+        let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (r, mut w) = stream.into_split();
+        let mut lines = BufReader::new(r).lines();
+        w.write_all(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_subscribe\",\"params\":[\"logs\"]}\n",
+        )
+        .await
+        .unwrap();
+        let line = tokio::time::timeout(PATIENCE, lines.next_line())
+            .await
+            .expect("an answer in time")
+            .unwrap()
+            .expect("an answer");
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert!(answer["result"].is_string(), "{answer}");
+        drop((lines, w));
+        tokio::time::timeout(PATIENCE, ends.recv())
+            .await
+            .expect("the subscription ends once its client is gone")
+            .unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while metrics.connections_open() > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the connections close once their clients are gone"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, server)
+        .await
+        .expect("the server stops")
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
