@@ -549,3 +549,24 @@ async fn a_second_signal_exits_at_once_and_removes_the_socket_file() {
     assert_eq!(gw.exit_status().await.code(), Some(143), "{:?}", gw.log());
     assert!(!path.exists(), "the socket file outlived the gateway");
 }
+
+/// A path too long for a Unix socket's address (`sun_path`: 108 bytes
+/// with its NUL on Linux) is the command line's fault: status 2, and a
+/// message that says what is wrong and by how much, not socket2's
+/// "shorter than SUN_LEN".
+#[tokio::test]
+async fn a_path_too_long_for_a_unix_socket_is_refused_clearly() {
+    let dir = Dir::new("long");
+    let path = dir.join(&format!("{}.ipc", "a".repeat(120)));
+    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.http.is_none(), "{:?}", gw.log());
+    assert_eq!(gw.exit_status().await.code(), Some(2), "{:?}", gw.log());
+    let log = gw.final_log().await;
+    let len = path.as_os_str().len().to_string();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("too long") && l.contains(&len) && !l.contains("SUN_LEN")),
+        "{log:?}"
+    );
+    assert!(!path.exists());
+}

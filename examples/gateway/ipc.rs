@@ -98,7 +98,20 @@ pub fn listen(
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("--ipc {shown}: {e}").into()),
     }
-    let at = socket2::SockAddr::unix(path).map_err(|e| format!("--ipc {shown}: {e}"))?;
+    let at = socket2::SockAddr::unix(path).map_err(|e| -> Box<dyn std::error::Error> {
+        if e.kind() == io::ErrorKind::InvalidInput {
+            // The one input socket2 refuses: a path that does not fit
+            // `sun_path` (its own message names `SUN_LEN`, which tells an
+            // operator nothing).
+            Refused(format!(
+                "--ipc {shown}: too long for a Unix socket's address ({} bytes; at most {MAX_PATH} here): choose a shorter path",
+                path.as_os_str().len()
+            ))
+            .into()
+        } else {
+            format!("--ipc {shown}: {e}").into()
+        }
+    })?;
     let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
     socket
         .bind(&at)
@@ -116,6 +129,14 @@ pub fn listen(
     let listener = tokio::net::UnixListener::from_std(socket.into())?;
     Ok((listener, file))
 }
+
+/// The longest path a Unix socket's address holds: `sun_path` less the
+/// NUL that ends it (108 bytes on Linux, 104 on macOS and the BSDs).
+const MAX_PATH: usize = if cfg!(any(target_os = "linux", target_os = "android")) {
+    107
+} else {
+    103
+};
 
 /// What a file type is, in words.
 fn kind(t: &std::fs::FileType) -> &'static str {
