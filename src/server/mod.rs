@@ -86,8 +86,13 @@ pub struct Limits {
     /// fails the connection when the system's probe count (Linux: 9) goes
     /// unanswered, so a client whose machine or network vanished without
     /// a FIN or a reset (its calls running, its subscriptions waiting) is
-    /// found in about ten intervals. `None` leaves the system's setting
-    /// (off, on Linux). Unix sockets and stdio have no such probe.
+    /// found in about ten intervals. Probes run only while nothing sent is
+    /// unacknowledged, so on Linux the same ten intervals also bound how
+    /// long sent data (replies, notifications) may go unacknowledged
+    /// (`TCP_USER_TIMEOUT`), which finds a client that vanished while
+    /// data was on its way (else found when retransmission gives up, about
+    /// 15 minutes). `None` leaves the system's settings (keepalive off, on
+    /// Linux). Unix sockets and stdio have no such probe.
     pub tcp_keepalive: Option<Duration>,
 }
 
@@ -629,8 +634,22 @@ pub(crate) fn accepted(stream: &tokio::net::TcpStream, keepalive: Option<Duratio
         target_os = "windows"
     ))]
     let probes = probes.with_interval(every);
-    let _ = socket2::SockRef::from(stream).set_tcp_keepalive(&probes);
+    let socket = socket2::SockRef::from(stream);
+    let _ = socket.set_tcp_keepalive(&probes);
+    // Keepalive probes only a connection with nothing unacknowledged: a
+    // client that vanished while replies or notifications were on their
+    // way would be found only when retransmission gives up (Linux: about
+    // 15 minutes). The user timeout bounds how long sent data may go
+    // unacknowledged, and (tcp(7)) also ends a connection whose keepalive
+    // probes go unanswered for as long.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let _ = socket.set_tcp_user_timeout(Some(every.saturating_mul(USER_TIMEOUT_PROBES)));
 }
+
+/// [`accepted`]'s user timeout, in keepalive intervals: about the time
+/// Linux's nine unanswered probes take after the first idle interval.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const USER_TIMEOUT_PROBES: u32 = 10;
 
 /// After an accept error: nothing for an error of one connection, else a
 /// pause of [`ACCEPT_BACKOFF`].
@@ -643,6 +662,40 @@ pub(crate) async fn accept_backoff(e: &std::io::Error) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An accepted connection's socket options, read back from the kernel.
+    #[tokio::test]
+    async fn accepted_connections_are_probed_and_bounded() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        accepted(&stream, Some(Duration::from_secs(7)));
+        let socket = socket2::SockRef::from(&stream);
+        assert!(socket.tcp_nodelay().unwrap());
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(socket.tcp_keepalive_time().unwrap(), Duration::from_secs(7));
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        {
+            assert_eq!(
+                socket.tcp_keepalive_interval().unwrap(),
+                Duration::from_secs(7)
+            );
+            assert_eq!(
+                socket.tcp_user_timeout().unwrap(),
+                Some(Duration::from_secs(70))
+            );
+        }
+
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        accepted(&stream, None);
+        let socket = socket2::SockRef::from(&stream);
+        assert!(socket.tcp_nodelay().unwrap());
+        assert!(!socket.keepalive().unwrap());
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        assert_eq!(socket.tcp_user_timeout().unwrap(), None);
+    }
 
     fn called(metrics: &Metrics, method: &str) {
         metrics.on_call(&CallRecord {
