@@ -1,7 +1,8 @@
 //! The standard methods: where each one's block parameter sits, whether
-//! its result can be cached once its block is final, and whether it writes,
-//! subscribes or keeps state on the node; what a gateway needs to route and
-//! cache by block.
+//! its result can be cached once its block is final, whether it writes,
+//! subscribes or keeps state on the node, and whether it reads the chain's
+//! state at its block ([`Method::reads_state`]: what only an archive node
+//! keeps for old blocks); what a gateway needs to route and cache by block.
 //!
 //! One list (below) generates the table [`METHODS`]; [`lookup`] finds an
 //! entry through the crate's perfect-hash [`Router`].
@@ -19,6 +20,7 @@
 //! assert_eq!(catalogue::lookup("eth_sendRawTransaction").unwrap().access, Access::Write);
 //! assert_eq!(catalogue::lookup("eth_getLogs").unwrap().block, BlockParam::Filter(0));
 //! assert!(catalogue::lookup("eth_getbalance").is_none());
+//! assert!(m.reads_state());
 //! ```
 
 use std::sync::OnceLock;
@@ -163,9 +165,11 @@ pub struct Method {
 }
 
 /// Generates [`METHODS`] from one list:
-/// `name => block parameter, cache, access;`.
+/// `name => block parameter, cache, access[, State];` (`State`: the
+/// method reads state at its block, [`Method::reads_state`]), and
+/// `READS_STATE`, that mark for each entry of [`METHODS`] in its order.
 macro_rules! catalogue {
-    ($($name:literal => $block:ident $(($pos:literal))?, $cache:ident, $access:ident;)*) => {
+    ($($name:literal => $block:ident $(($pos:literal))?, $cache:ident, $access:ident $(, $state:ident)?;)*) => {
         /// Every method of the catalogue, sorted by name within each
         /// namespace.
         pub const METHODS: &[Method] = &[$(
@@ -180,6 +184,22 @@ macro_rules! catalogue {
                 access: Access::$access,
             },
         )*];
+
+        /// [`Method::reads_state`] of each entry of [`METHODS`], in its
+        /// order. A table beside [`METHODS`] rather than a field of
+        /// [`Method`], whose fields are public: a new field would break
+        /// code that builds or destructures one.
+        const READS_STATE: &[bool] = &[$(state_mark!($($state)?),)*];
+    };
+}
+
+/// The `State` mark of a [`catalogue!`] entry, as a `bool`.
+macro_rules! state_mark {
+    () => {
+        false
+    };
+    (State) => {
+        true
     };
 }
 
@@ -188,21 +208,21 @@ catalogue! {
     "eth_baseFee" => None, Never, Read;
     "eth_blobBaseFee" => None, Never, Read;
     "eth_blockNumber" => None, Never, Read;
-    "eth_call" => Id(1), ByBlock, Read;
-    "eth_callMany" => StateContext(1), ByBlock, Read;
+    "eth_call" => Id(1), ByBlock, Read, State;
+    "eth_callMany" => StateContext(1), ByBlock, Read, State;
     // What the node keeps (head, retention): changes with the head.
     "eth_capabilities" => None, Never, Read;
     "eth_chainId" => None, Static, Read;
     "eth_coinbase" => None, Never, Read;
     "eth_config" => None, Never, Read;
-    "eth_createAccessList" => Id(1), ByBlock, Read;
-    "eth_estimateGas" => Id(1), ByBlock, Read;
+    "eth_createAccessList" => Id(1), ByBlock, Read, State;
+    "eth_estimateGas" => Id(1), ByBlock, Read, State;
     "eth_feeHistory" => Number(1), ByBlock, Read;
     "eth_fillTransaction" => None, Never, Read;
     "eth_gasPrice" => None, Never, Read;
-    "eth_getAccount" => Id(1), ByBlock, Read;
-    "eth_getAccountInfo" => Id(1), ByBlock, Read;
-    "eth_getBalance" => Id(1), ByBlock, Read;
+    "eth_getAccount" => Id(1), ByBlock, Read, State;
+    "eth_getAccountInfo" => Id(1), ByBlock, Read, State;
+    "eth_getBalance" => Id(1), ByBlock, Read, State;
     // EIP-7928 block access lists (reth; the spec's `eth_getBlockAccessList`).
     "eth_getBlockAccessList" => Id(0), ByBlock, Read;
     "eth_getBlockAccessListByBlockHash" => Hash(0), ByBlock, Read;
@@ -213,24 +233,24 @@ catalogue! {
     "eth_getBlockReceipts" => Id(0), ByBlock, Read;
     "eth_getBlockTransactionCountByHash" => Hash(0), ByBlock, Read;
     "eth_getBlockTransactionCountByNumber" => Number(0), ByBlock, Read;
-    "eth_getCode" => Id(1), ByBlock, Read;
+    "eth_getCode" => Id(1), ByBlock, Read, State;
     "eth_getFilterChanges" => None, Never, Filter;
     "eth_getFilterLogs" => None, Never, Filter;
     "eth_getHeaderByHash" => Hash(0), ByBlock, Read;
     "eth_getHeaderByNumber" => Number(0), ByBlock, Read;
     "eth_getLogs" => Filter(0), ByBlock, Read;
-    "eth_getMultiProof" => Id(1), ByBlock, Read;
-    "eth_getProof" => Id(2), ByBlock, Read;
+    "eth_getMultiProof" => Id(1), ByBlock, Read, State;
+    "eth_getProof" => Id(2), ByBlock, Read, State;
     "eth_getRawTransactionByBlockHashAndIndex" => Hash(0), ByBlock, Read;
     "eth_getRawTransactionByBlockNumberAndIndex" => Number(0), ByBlock, Read;
     "eth_getRawTransactionByHash" => None, ByTransaction, Read;
-    "eth_getStorageAt" => Id(2), ByBlock, Read;
-    "eth_getStorageValues" => Id(1), ByBlock, Read;
+    "eth_getStorageAt" => Id(2), ByBlock, Read, State;
+    "eth_getStorageValues" => Id(1), ByBlock, Read, State;
     "eth_getTransactionByBlockHashAndIndex" => Hash(0), ByBlock, Read;
     "eth_getTransactionByBlockNumberAndIndex" => Number(0), ByBlock, Read;
     "eth_getTransactionByHash" => None, ByTransaction, Read;
     "eth_getTransactionBySenderAndNonce" => None, ByTransaction, Read;
-    "eth_getTransactionCount" => Id(1), ByBlock, Read;
+    "eth_getTransactionCount" => Id(1), ByBlock, Read, State;
     "eth_getTransactionReceipt" => None, ByTransaction, Read;
     "eth_getUncleByBlockHashAndIndex" => Hash(0), ByBlock, Read;
     "eth_getUncleByBlockNumberAndIndex" => Number(0), ByBlock, Read;
@@ -252,7 +272,7 @@ catalogue! {
     "eth_signTransaction" => None, Never, Account;
     "eth_signTypedData" => None, Never, Account;
     "eth_signTypedData_v4" => None, Never, Account;
-    "eth_simulateV1" => Id(1), ByBlock, Read;
+    "eth_simulateV1" => Id(1), ByBlock, Read, State;
     "eth_submitHashrate" => None, Never, Write;
     "eth_submitWork" => None, Never, Write;
     "eth_subscribe" => None, Never, Subscription;
@@ -267,34 +287,34 @@ catalogue! {
     "web3_clientVersion" => None, Never, Read;
     "web3_sha3" => None, Static, Read;
 
-    "debug_accountRange" => Id(0), ByBlock, Read;
-    "debug_dumpBlock" => Number(0), ByBlock, Read;
+    "debug_accountRange" => Id(0), ByBlock, Read, State;
+    "debug_dumpBlock" => Number(0), ByBlock, Read, State;
     // geth and reth take a block id (`rpc.BlockNumberOrHash`, `BlockId`).
-    "debug_executionWitness" => Id(0), ByBlock, Read;
-    "debug_executionWitnessByBlockHash" => Hash(0), ByBlock, Read;
+    "debug_executionWitness" => Id(0), ByBlock, Read, State;
+    "debug_executionWitnessByBlockHash" => Hash(0), ByBlock, Read, State;
     "debug_getBadBlocks" => None, Never, Read;
-    "debug_getModifiedAccountsByHash" => Hash(0), ByBlock, Read;
+    "debug_getModifiedAccountsByHash" => Hash(0), ByBlock, Read, State;
     // geth: (startNum, endNum) as plain JSON numbers, a range whose end
     // decides what a cache may keep: no block parameter here.
-    "debug_getModifiedAccountsByNumber" => None, Never, Read;
+    "debug_getModifiedAccountsByNumber" => None, Never, Read, State;
     "debug_getRawBlock" => Id(0), ByBlock, Read;
     "debug_getRawBlockAccessList" => Id(0), ByBlock, Read;
     "debug_getRawHeader" => Id(0), ByBlock, Read;
     "debug_getRawReceipts" => Id(0), ByBlock, Read;
     "debug_getRawTransaction" => None, ByTransaction, Read;
     "debug_getRawTransactions" => Id(0), ByBlock, Read;
-    "debug_intermediateRoots" => Hash(0), ByBlock, Read;
+    "debug_intermediateRoots" => Hash(0), ByBlock, Read, State;
     // geth takes a block id (`rpc.BlockNumberOrHash`), not only a hash.
-    "debug_storageRangeAt" => Id(0), ByBlock, Read;
+    "debug_storageRangeAt" => Id(0), ByBlock, Read, State;
     // geth's `traceChain`, reth's chain tracing: a subscription.
     "debug_subscribe" => None, Never, Subscription;
-    "debug_traceBadBlock" => Hash(0), ByBlock, Read;
-    "debug_traceBlock" => None, Never, Read;
-    "debug_traceBlockByHash" => Hash(0), ByBlock, Read;
-    "debug_traceBlockByNumber" => Number(0), ByBlock, Read;
-    "debug_traceCall" => Id(1), ByBlock, Read;
-    "debug_traceCallMany" => StateContext(1), ByBlock, Read;
-    "debug_traceTransaction" => None, ByTransaction, Read;
+    "debug_traceBadBlock" => Hash(0), ByBlock, Read, State;
+    "debug_traceBlock" => None, Never, Read, State;
+    "debug_traceBlockByHash" => Hash(0), ByBlock, Read, State;
+    "debug_traceBlockByNumber" => Number(0), ByBlock, Read, State;
+    "debug_traceCall" => Id(1), ByBlock, Read, State;
+    "debug_traceCallMany" => StateContext(1), ByBlock, Read, State;
+    "debug_traceTransaction" => None, ByTransaction, Read, State;
     "debug_unsubscribe" => None, Never, Subscription;
 
     "txpool_content" => None, Never, Read;
@@ -302,30 +322,68 @@ catalogue! {
     "txpool_inspect" => None, Never, Read;
     "txpool_status" => None, Never, Read;
 
-    "trace_block" => Id(0), ByBlock, Read;
-    "trace_blockOpcodeGas" => Id(0), ByBlock, Read;
-    "trace_call" => Id(2), ByBlock, Read;
-    "trace_callMany" => Id(1), ByBlock, Read;
-    "trace_filter" => Filter(0), ByBlock, Read;
-    "trace_get" => None, ByTransaction, Read;
+    "trace_block" => Id(0), ByBlock, Read, State;
+    "trace_blockOpcodeGas" => Id(0), ByBlock, Read, State;
+    "trace_call" => Id(2), ByBlock, Read, State;
+    "trace_callMany" => Id(1), ByBlock, Read, State;
+    "trace_filter" => Filter(0), ByBlock, Read, State;
+    "trace_get" => None, ByTransaction, Read, State;
     // reth: (data, traceTypes, block id), run on the state at that block
     // as `trace_call` is.
-    "trace_rawTransaction" => Id(2), ByBlock, Read;
-    "trace_replayBlockTransactions" => Id(0), ByBlock, Read;
-    "trace_replayTransaction" => None, ByTransaction, Read;
-    "trace_transaction" => None, ByTransaction, Read;
-    "trace_transactionOpcodeGas" => None, ByTransaction, Read;
+    "trace_rawTransaction" => Id(2), ByBlock, Read, State;
+    "trace_replayBlockTransactions" => Id(0), ByBlock, Read, State;
+    "trace_replayTransaction" => None, ByTransaction, Read, State;
+    "trace_transaction" => None, ByTransaction, Read, State;
+    "trace_transactionOpcodeGas" => None, ByTransaction, Read, State;
 }
 
 /// The catalogue's entry for `name`, if it is a standard method: one
 /// perfect-hash lookup (the table is built on first use).
 pub fn lookup(name: &str) -> Option<&'static Method> {
+    index(name).map(|i| &METHODS[i])
+}
+
+/// The position of `name` in [`METHODS`].
+fn index(name: &str) -> Option<usize> {
     static ROUTER: OnceLock<Router<u16>> = OnceLock::new();
     let router = ROUTER.get_or_init(|| {
         Router::new(METHODS.iter().enumerate().map(|(i, m)| (m.name, i as u16)))
             .expect("the catalogue's names are distinct and valid")
     });
-    router.get(name).map(|&i| &METHODS[i as usize])
+    router.get(name).map(|&i| i as usize)
+}
+
+impl Method {
+    /// Whether the method reads the chain's *state* (accounts, code,
+    /// storage) as of its block, or executes transactions on it: what a
+    /// full node answers only for recent blocks (geth keeps the state of
+    /// the last 128, reth's full node about 10,064; older ones fail with
+    /// "missing trie node", "state at block #N is pruned" and the like)
+    /// while an archive node answers for every block. A gateway sends such
+    /// calls for old blocks to an archive node.
+    ///
+    /// `true` for the state readers (`eth_call`, `eth_getBalance`,
+    /// `eth_getCode`, `eth_getStorageAt`, `eth_getTransactionCount`,
+    /// `eth_getProof`, `eth_estimateGas`, `eth_createAccessList`, reth's
+    /// `eth_getAccount`…) and for the methods that execute at a block:
+    /// `eth_simulateV1`, `eth_callMany`, the `debug_trace*` and `trace_*`
+    /// methods, including those that name a transaction or carry a block
+    /// (`debug_traceTransaction`, `trace_replayTransaction`,
+    /// `debug_traceBlock`), which run on the state before it; their
+    /// block's height is then unknown until asked. `false` for what nodes
+    /// keep without state: blocks, transactions, receipts, logs, the fee
+    /// history, the pool; and for a `Method` not in the catalogue.
+    ///
+    /// ```
+    /// use rpcwire::eth::catalogue;
+    ///
+    /// assert!(catalogue::lookup("eth_getBalance").unwrap().reads_state());
+    /// assert!(catalogue::lookup("debug_traceTransaction").unwrap().reads_state());
+    /// assert!(!catalogue::lookup("eth_getBlockByNumber").unwrap().reads_state());
+    /// ```
+    pub fn reads_state(&self) -> bool {
+        index(self.name).is_some_and(|i| READS_STATE[i] && METHODS[i] == *self)
+    }
 }
 
 #[cfg(test)]
@@ -363,8 +421,90 @@ mod tests {
             }
             if m.access != Access::Read {
                 assert_ne!(m.cache, Cache::ByBlock, "{}", m.name);
+                assert!(!m.reads_state(), "{}", m.name);
             }
         }
+        assert_eq!(READS_STATE.len(), METHODS.len());
+    }
+
+    /// The methods that read state at their block (or execute on it), and
+    /// only those: a gateway sends them to an archive node for blocks a
+    /// full node no longer keeps the state of.
+    #[test]
+    fn state_readers_are_exactly_these() {
+        let expect = [
+            "eth_call",
+            "eth_callMany",
+            "eth_createAccessList",
+            "eth_estimateGas",
+            "eth_getAccount",
+            "eth_getAccountInfo",
+            "eth_getBalance",
+            "eth_getCode",
+            "eth_getMultiProof",
+            "eth_getProof",
+            "eth_getStorageAt",
+            "eth_getStorageValues",
+            "eth_getTransactionCount",
+            "eth_simulateV1",
+            // geth's state dumps and iterators, at a block.
+            "debug_accountRange",
+            "debug_dumpBlock",
+            "debug_storageRangeAt",
+            // geth opens the state tries of both blocks.
+            "debug_getModifiedAccountsByHash",
+            "debug_getModifiedAccountsByNumber",
+            // Re-execute a block, or a call, on the state before it.
+            "debug_executionWitness",
+            "debug_executionWitnessByBlockHash",
+            "debug_intermediateRoots",
+            "debug_traceBadBlock",
+            "debug_traceBlock",
+            "debug_traceBlockByHash",
+            "debug_traceBlockByNumber",
+            "debug_traceCall",
+            "debug_traceCallMany",
+            "debug_traceTransaction",
+            "trace_block",
+            "trace_blockOpcodeGas",
+            "trace_call",
+            "trace_callMany",
+            "trace_filter",
+            "trace_get",
+            "trace_rawTransaction",
+            "trace_replayBlockTransactions",
+            "trace_replayTransaction",
+            "trace_transaction",
+            "trace_transactionOpcodeGas",
+        ];
+        let mut found: Vec<&str> = METHODS
+            .iter()
+            .filter(|m| m.reads_state())
+            .map(|m| m.name)
+            .collect();
+        let mut expect = expect.to_vec();
+        found.sort_unstable();
+        expect.sort_unstable();
+        assert_eq!(found, expect);
+        // What nodes keep without state: blocks, receipts, logs, fees.
+        for name in [
+            "eth_getBlockByNumber",
+            "eth_getBlockByHash",
+            "eth_getBlockReceipts",
+            "eth_getLogs",
+            "eth_getTransactionByHash",
+            "eth_getTransactionReceipt",
+            "eth_feeHistory",
+            "eth_blockNumber",
+            "debug_getRawBlock",
+        ] {
+            assert!(!lookup(name).unwrap().reads_state(), "{name}");
+        }
+        // Only the catalogue's own entries: the same name with other
+        // fields is not one of them.
+        let mut other = *lookup("eth_call").unwrap();
+        other.block = BlockParam::None;
+        assert!(!other.reads_state());
     }
 
     /// `(block, cache, access)` of a catalogued method.
