@@ -21,6 +21,14 @@
 //! `--upstream` (the gateway does not check that its upstreams serve one
 //! chain, so a fallback's answer may be another chain's).
 //!
+//! With `--archive`, a call sent to the archive nodes ([`crate::archive`])
+//! is kept under the same rules when the first `--archive` answered it:
+//! for that call it is what the first `--upstream` is for the others, the
+//! node every such call goes to while it is up (a full node cannot answer
+//! it), so a kept answer is what the next call would get from it anyway;
+//! a fallback archive's answer is not kept, as a fallback upstream's. The
+//! finalized block is still the first `--upstream`'s.
+//!
 //! The finalized block is the first upstream's answer to
 //! `eth_getBlockByNumber ["finalized", false]`, asked only when a call
 //! needs a block past the one known, at most once per `--finalized-every`

@@ -16,6 +16,16 @@ usage: gateway [options]
   --upstream-ws URL     the WebSocket upstream for eth_subscribe (default: the
                         first ws:// upstream, else the first upstream's URL
                         with ws:// for http://)
+  --archive URL         an archive node (http://host:port/path) for calls
+                        reading state (eth_call, eth_getBalance, traces...)
+                        at blocks older than the --upstreams keep, which
+                        full nodes refuse; repeat for several: they fail
+                        over as --upstream does
+  --state-blocks N      how many recent blocks' state the --upstreams keep
+                        (default 128, geth's; reth's full node 10064): with
+                        --archive, state calls on older blocks go to the
+                        archive, and any a full node answers 'missing
+                        trie node' (or the like) are retried there
   --timeout MS          per-request upstream timeout (default 30000)
   --upstream-connections N
                         HTTP calls in flight per upstream, each on a
@@ -57,7 +67,8 @@ usage: gateway [options]
                         blockNumber is final; never a block tag (latest,
                         earliest, ...) or an absent block, errors, null, a result past a
                         sixteenth of the bound, or a fallback upstream's
-                        answer. Keyed by method and params byte for byte as
+                        answer (the first --archive's, for the calls sent
+                        to it, is kept as the first upstream's). Keyed by method and params byte for byte as
                         sent; least recently used entries go first. In
                         front of a dev chain whose history can be rewritten
                         (anvil_reset, evm_revert), use --cache-bytes 0
@@ -115,6 +126,10 @@ pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 /// `--finalized-every`'s default: about half an Ethereum slot.
 pub const DEFAULT_FINALIZED_EVERY: Duration = Duration::from_secs(6);
 
+/// `--state-blocks`' default: geth's full node keeps the state of the
+/// last 128 blocks.
+pub const DEFAULT_STATE_BLOCKS: u64 = 128;
+
 /// What the gateway is run with.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -149,6 +164,10 @@ pub struct Config {
     pub cache_bytes: usize,
     /// How often at most the finalized block is asked for.
     pub finalized_every: Duration,
+    /// The archive nodes (`--archive`), for state at old blocks.
+    pub archives: Vec<String>,
+    /// How many recent blocks' state the `--upstream`s keep.
+    pub state_blocks: u64,
 }
 
 impl Default for Config {
@@ -175,6 +194,8 @@ impl Default for Config {
             gzip_above: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
             finalized_every: DEFAULT_FINALIZED_EVERY,
+            archives: Vec::new(),
+            state_blocks: DEFAULT_STATE_BLOCKS,
         }
     }
 }
@@ -210,6 +231,8 @@ impl Config {
                 }
                 "--upstream" => c.upstreams.push(value()?),
                 "--upstream-ws" => c.upstream_ws = Some(value()?),
+                "--archive" => c.archives.push(value()?),
+                "--state-blocks" => c.state_blocks = number(value()?)?,
                 "--timeout" => c.timeout = Duration::from_millis(number(value()?)?.max(1)),
                 "--allow" => {
                     let v = value()?;
@@ -277,6 +300,18 @@ impl Config {
                     "unsupported upstream URL {u}: http:// and ws:// only (this example has no TLS)"
                 ));
             }
+        }
+        for u in &c.archives {
+            if !u.starts_with("http://") {
+                return Err(format!(
+                    "unsupported archive URL {u}: http:// only (this example has no TLS)"
+                ));
+            }
+        }
+        if !c.archives.is_empty() && !c.proxies() {
+            return Err(
+                "--archive needs --upstream: the full nodes that serve everything else".to_string(),
+            );
         }
         Ok(c)
     }

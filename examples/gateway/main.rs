@@ -14,10 +14,12 @@
 //! `local` (the built-in chain and its methods), `upstream` (HTTP and
 //! WebSocket clients), `proxy` (policy and forwarding handlers), `errors`
 //! (the gateway's own errors), `cache` (the response cache of results
-//! that can no longer change), `app` (the server), `ops` (`/metrics` and
+//! that can no longer change), `archive` (calls on old state sent to the
+//! `--archive` nodes), `app` (the server), `ops` (`/metrics` and
 //! `/health`, with `--metrics`), `ipc` (the `--ipc` socket's path).
 
 mod app;
+mod archive;
 mod cache;
 mod chain;
 mod config;
@@ -232,6 +234,13 @@ fn upstreams(config: &config::Config) -> String {
         .collect();
     if let Some(ws) = &config.upstream_ws {
         names.push(format!("{} (WebSocket)", upstream::display_name(ws)));
+    }
+    for archive in &config.archives {
+        names.push(format!(
+            "{} (archive, state older than {} blocks)",
+            upstream::display_name(archive),
+            config.state_blocks
+        ));
     }
     names.join(", ")
 }

@@ -7,6 +7,7 @@
 //! | `eth_subscribe`, `eth_unsubscribe` | relayed over the WebSocket upstream (to clients on WebSocket or `--ipc`; HTTP has no subscriptions) |
 //! | names starting with a denied prefix (`admin_`, `personal_`, `debug_` by default) | denied: -32601, `data.rule` naming the rule |
 //! | the catalogue's methods whose results can be final (by block, by transaction, constant) | answered from the response cache ([`crate::cache`]) when kept there, else forwarded (and kept once final) |
+//! | with `--archive`, the catalogue's methods that read state at their block | the same, forwarded to the archive nodes for old blocks ([`crate::archive`]) |
 //! | the rest of the catalogue's methods | forwarded (registered, so routed through the perfect-hash table) |
 //! | anything else | forwarded by the fallback, after the deny check |
 //!
@@ -27,6 +28,7 @@ use rpcwire::eth::catalogue::{self, Method};
 use rpcwire::server::subscriptions::{SubscriptionId, Subscriptions};
 use rpcwire::{Call, Dispatcher};
 
+use crate::archive::{self, Archive, Route};
 use crate::cache::{self, Cache, Keep};
 use crate::config::Config;
 use crate::errors;
@@ -40,6 +42,8 @@ pub struct Gateway {
     pub calls: InFlight,
     /// The response cache; `None` with `--cache-bytes 0`.
     pub cache: Option<Cache>,
+    /// The archive nodes; `None` without `--archive`.
+    pub archive: Option<Archive>,
     deny: Vec<String>,
     chain_id: OnceLock<Answer>,
     net_version: OnceLock<Answer>,
@@ -181,7 +185,8 @@ async fn forward_cached(call: AsyncCall<Gateway>, method: &'static Method) -> Fo
                 running.finish();
                 return Forwarded(Ok(Answer(result)));
             }
-            forward_and_keep(&call, cache, keep, key).await
+            let forwarded = state.up.forward_from(call.method(), params(&call));
+            forward_and_keep(&call, cache, keep, key, forwarded).await
         }
         _ => state.up.forward(call.method(), params(&call)).await,
     };
@@ -189,15 +194,17 @@ async fn forward_cached(call: AsyncCall<Gateway>, method: &'static Method) -> Fo
     Forwarded(outcome)
 }
 
-/// Forwards a call the cache did not hold, and keeps its result if final.
+/// Forwards a call the cache did not hold (with `forwarded`: the outcome,
+/// and whether the first upstream of the list that served it answered),
+/// and keeps its result if final.
 async fn forward_and_keep(
     call: &AsyncCall<Gateway>,
     cache: &Cache,
     keep: Keep,
     key: Vec<u8>,
+    forwarded: impl Future<Output = (Result<Answer, RpcError>, bool)>,
 ) -> Result<Answer, RpcError> {
     let up = &call.state.up;
-    let forwarded = up.forward_from(call.method(), params(call));
     let ((outcome, first), block_final) = match keep {
         // Whether the block is final, learnt while the call is forwarded.
         Keep::Final(n) => {
@@ -220,6 +227,54 @@ async fn forward_and_keep(
     }
     cache.insert(key, &answer.0);
     outcome
+}
+
+/// A catalogued method reading state at its block, with `--archive`:
+/// answered from the cache when kept there, else forwarded to the archive
+/// nodes or the full ones by its block ([`crate::archive`]), and kept
+/// once final as [`forward_cached`] keeps it.
+async fn forward_state(call: AsyncCall<Gateway>, method: &'static Method) -> Forwarded {
+    let state = &call.state;
+    let running = state.calls.enter();
+    let routed = Box::pin(route_state(&call, method));
+    let outcome = match (&state.cache, cache::keep(method, call.params.as_ref())) {
+        (Some(cache), Some(keep)) => {
+            let key = cache::key(call.method(), params(&call));
+            if let Some(result) = cache.get(&key) {
+                running.finish();
+                return Forwarded(Ok(Answer(result)));
+            }
+            forward_and_keep(&call, cache, keep, key, routed).await
+        }
+        _ => routed.await.0,
+    };
+    running.finish();
+    Forwarded(outcome)
+}
+
+/// Sends a state reader's call where its block is kept: the outcome, and
+/// whether the first upstream of the list that served it answered.
+async fn route_state(
+    call: &AsyncCall<Gateway>,
+    method: &Method,
+) -> (Result<Answer, RpcError>, bool) {
+    let up = &call.state.up;
+    let Some(archive) = &call.state.archive else {
+        return up.forward_from(call.method(), params(call)).await;
+    };
+    if archive.route(up, method, call.params.as_ref()).await == Route::Archive {
+        archive.count_routed();
+        return archive.forward(call.method(), params(call)).await;
+    }
+    let (outcome, first) = up.forward_from(call.method(), params(call)).await;
+    match &outcome {
+        // Once: the archive's answer, whatever it is, is the call's.
+        Err(e) if archive::missing_state(e) => {
+            archive.count_retried();
+            archive.forward(call.method(), params(call)).await
+        }
+        _ => (outcome, first),
+    }
 }
 
 async fn fallback(call: AsyncCall<Gateway>) -> Forwarded {
@@ -345,12 +400,14 @@ pub fn dispatcher(
         up,
         cache: (config.cache_bytes > 0)
             .then(|| Cache::new(config.cache_bytes, config.finalized_every)),
+        archive: Archive::new(config)?,
         calls: InFlight::default(),
         deny: config.deny.clone(),
         chain_id: OnceLock::new(),
         net_version: OnceLock::new(),
     };
     let deny_rules: Arc<[String]> = config.deny.clone().into();
+    let archives = !config.archives.is_empty();
     let mut b = Dispatcher::builder(gateway)
         .parser(config.parser())
         .max_response_len(config.max_response)
@@ -379,6 +436,8 @@ pub fn dispatcher(
             b = b.method(m.name, move |c: Call<'_, Gateway>| {
                 Err::<(), _>(errors::denied(c.method(), &rule))
             });
+        } else if archives && m.reads_state() {
+            b = b.async_method(m.name, move |call| forward_state(call, m));
         } else if m.cache != catalogue::Cache::Never && config.cache_bytes > 0 {
             b = b.async_method(m.name, move |call| forward_cached(call, m));
         } else {

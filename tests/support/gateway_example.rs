@@ -6,6 +6,8 @@
 
 #[path = "../../examples/gateway/app.rs"]
 mod app;
+#[path = "../../examples/gateway/archive.rs"]
+mod archive;
 #[path = "../../examples/gateway/cache.rs"]
 mod cache;
 #[path = "../../examples/gateway/chain.rs"]

@@ -1,0 +1,343 @@
+//! Calls on old state sent to archive nodes (`--archive URL`).
+//!
+//! A full node keeps the state (accounts, code, storage) of recent blocks
+//! only (geth the last 128, reth's full node about 10,064), while it keeps
+//! every block, transaction, receipt and log; an archive node keeps the
+//! state of every block, at a far higher cost to run. With `--archive`,
+//! the `--upstream`s are taken for full nodes keeping `--state-blocks`
+//! blocks of state, and the calls of the methods that read state at their
+//! block ([`Method::reads_state`]) go:
+//!
+//! | the call's block | to |
+//! | --- | --- |
+//! | a number (or `{"blockNumber":…}`) not among the `--state-blocks` latest (at or below the head less `--state-blocks`) | the archive nodes |
+//! | `earliest` | the archive nodes |
+//! | a recent number, `latest`, `pending`, `safe`, `finalized`, absent | the full nodes |
+//! | a hash (or `{"blockHash":…}`), or none in the params (a transaction's traces, `debug_traceBlock`'s block) | the full nodes, and again to the archive nodes (once) when they answer that the state is gone ([`missing_state`]) |
+//!
+//! A state reader sent to the full nodes and answered with a missing-state
+//! error is retried on the archive nodes whatever its block: the head the
+//! gateway knows may be a second old, and a node's retention is its own.
+//! Every other method goes to the full nodes as without `--archive`.
+//! Among themselves the archive nodes fail over as the `--upstream`s do
+//! (the first healthy one serves); an archive that cannot be reached fails
+//! the call it was asked for with the gateway's -32603 naming it, nothing
+//! else.
+//!
+//! The head is the full nodes' `eth_blockNumber`, asked only when a call
+//! on a numbered block arrives and the head known is older than
+//! [`HEAD_FRESH`]; calls arriving while it is asked wait for that answer
+//! (as [`crate::cache::Finality`] does for the finalized block); never in
+//! the background. Until it is known (or when asking fails), numbered
+//! calls go to the full nodes, the missing-state retry covering them.
+//! Without `--archive` none of this runs: no head is asked.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use rpcwire::RpcError;
+use rpcwire::dispatch::OwnedParams;
+use rpcwire::eth::catalogue::{BlockParam, Method};
+use rpcwire::eth::{BlockId, BlockTag, EthValue};
+use rpcwire::json::RawJson;
+
+use crate::config::Config;
+use crate::upstream::{Answer, Upstreams};
+
+/// How long the head asked for stands: a call on a numbered block needs
+/// to know whether it is recent, and a second off (a block is 12 s on
+/// mainnet) moves the line by a block at most.
+pub const HEAD_FRESH: Duration = Duration::from_secs(1);
+
+/// The archive nodes and what routing to them needs.
+pub struct Archive {
+    /// The `--archive` list.
+    pub up: Upstreams,
+    /// `--state-blocks`: the recent blocks whose state the full nodes keep.
+    state_blocks: u64,
+    head: Head,
+    /// Calls sent to the archive nodes by their block.
+    pub routed: AtomicU64,
+    /// Calls sent to the archive nodes after a full node's missing-state
+    /// error.
+    pub retried: AtomicU64,
+}
+
+/// Where a state reader's call goes first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// The archive nodes: its block is older than the full nodes keep.
+    Archive,
+    /// The full nodes (the `--upstream`s).
+    Full,
+}
+
+impl Archive {
+    /// The archive nodes of `config`; `None` without `--archive`.
+    pub fn new(config: &Config) -> Result<Option<Archive>, String> {
+        if config.archives.is_empty() {
+            return Ok(None);
+        }
+        let mut up = Upstreams::new(&Config {
+            upstreams: config.archives.clone(),
+            upstream_ws: None,
+            ..config.clone()
+        })?;
+        // Subscriptions are the `--upstream`s' business.
+        up.ws = None;
+        Ok(Some(Archive {
+            up,
+            state_blocks: config.state_blocks,
+            head: Head::new(),
+            routed: AtomicU64::new(0),
+            retried: AtomicU64::new(0),
+        }))
+    }
+
+    /// Where the call of `method` (a state reader) with `params` goes;
+    /// the head asked of `full` if the call names a block number.
+    pub async fn route(
+        &self,
+        full: &Upstreams,
+        method: &Method,
+        params: Option<&OwnedParams>,
+    ) -> Route {
+        let n = match block_of(method, params) {
+            At::Earliest => return Route::Archive,
+            At::Number(n) => n,
+            At::Recent | At::Unknown => return Route::Full,
+        };
+        match self.head.get(full).await {
+            // A full node keeping the state of N blocks holds head - N + 1
+            // up to the head (geth, N = 128, drops block B's state as block
+            // B + 128 arrives): head - N and older are gone.
+            Some(head) if n.saturating_add(self.state_blocks) <= head => Route::Archive,
+            _ => Route::Full,
+        }
+    }
+
+    /// Forwards to the archive nodes; the outcome, and whether the first
+    /// of them answered (what the cache may keep).
+    pub async fn forward(
+        &self,
+        method: &str,
+        params: Option<&[u8]>,
+    ) -> (Result<Answer, RpcError>, bool) {
+        self.up.forward_from(method, params).await
+    }
+
+    /// Counts a call routed to the archive by its block.
+    pub fn count_routed(&self) {
+        self.routed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a call retried on the archive after a missing-state error.
+    pub fn count_retried(&self) {
+        self.retried.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What a call's params say of its block, for routing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum At {
+    Number(u64),
+    Earliest,
+    /// A tag that follows the head (`latest`, `pending`, `safe`,
+    /// `finalized`), or no block param (`latest`).
+    Recent,
+    /// A hash, or a block the params do not name (a transaction's), or
+    /// params the decoders refuse (the upstream answers those).
+    Unknown,
+}
+
+fn block_of(method: &Method, params: Option<&OwnedParams>) -> At {
+    let Some(params) = params else {
+        return match method.block {
+            BlockParam::Id(_) | BlockParam::Number(_) => At::Recent,
+            _ => At::Unknown,
+        };
+    };
+    let params = params.view();
+    let at = |p: u8| params.nth(p as usize);
+    match method.block {
+        BlockParam::Id(p) => match at(p) {
+            None => At::Recent,
+            Some(v) => v.block_id().map_or(At::Unknown, by_id),
+        },
+        BlockParam::Number(p) => match at(p) {
+            None => At::Recent,
+            Some(v) => v
+                .block_number()
+                .map_or(At::Unknown, |b| by_id(BlockId::from(b))),
+        },
+        BlockParam::StateContext(p) => {
+            let Some(context) = at(p).and_then(|c| c.as_params()).filter(|c| c.is_object()) else {
+                return At::Recent;
+            };
+            match context.get("blockNumber") {
+                None => At::Recent,
+                Some(v) => v.block_id().map_or(At::Unknown, by_id),
+            }
+        }
+        BlockParam::Filter(p) => at(p).map_or(At::Unknown, by_filter),
+        BlockParam::Hash(_) | BlockParam::None => At::Unknown,
+    }
+}
+
+fn by_id(id: BlockId) -> At {
+    match id {
+        BlockId::Number(n) => At::Number(n),
+        BlockId::Tag(BlockTag::Earliest) => At::Earliest,
+        BlockId::Tag(_) => At::Recent,
+        BlockId::Hash { .. } => At::Unknown,
+    }
+}
+
+/// `trace_filter`'s range: by its oldest end (`fromBlock`, absent:
+/// `latest`), the blocks it replays.
+fn by_filter(v: RawJson<'_>) -> At {
+    let Ok(filter) = v.log_filter() else {
+        return At::Unknown;
+    };
+    if filter.block_hash().ok().flatten().is_some() {
+        return At::Unknown;
+    }
+    match filter.from_block() {
+        Ok(None) => At::Recent,
+        Ok(Some(b)) => by_id(BlockId::from(b)),
+        Err(_) => At::Unknown,
+    }
+}
+
+/// The head: asked of the full nodes when a call needs it and the one
+/// known is older than [`HEAD_FRESH`].
+struct Head {
+    /// The head and when it was learnt.
+    known: Mutex<Option<(u64, Instant)>>,
+    /// Held across an ask, so that calls needing the head meanwhile wait
+    /// for that answer instead of asking too.
+    asking: tokio::sync::Mutex<()>,
+    /// The asks ended so far: a call that sees it move while it waited
+    /// takes that answer.
+    asks: AtomicU64,
+}
+
+impl Head {
+    fn new() -> Head {
+        Head {
+            known: Mutex::new(None),
+            asking: tokio::sync::Mutex::new(()),
+            asks: AtomicU64::new(0),
+        }
+    }
+
+    /// The head known, and whether it is fresh.
+    fn known(&self) -> Option<(u64, bool)> {
+        let known = *self.known.lock().unwrap_or_else(|p| p.into_inner());
+        known.map(|(head, at)| (head, at.elapsed() < HEAD_FRESH))
+    }
+
+    /// The head: the one known if fresh, else the full nodes' answer (or,
+    /// when they give none, the one known, however old: an older head only
+    /// sends more calls to the full nodes, where the retry covers them).
+    async fn get(&self, full: &Upstreams) -> Option<u64> {
+        if let Some((head, true)) = self.known() {
+            return Some(head);
+        }
+        let before = self.asks.load(Ordering::Acquire);
+        let _asking = self.asking.lock().await;
+        if self.asks.load(Ordering::Acquire) != before {
+            // Asked while this waited: that answer stands.
+            return self.known().map(|(head, _)| head);
+        }
+        if let Some((head, true)) = self.known() {
+            return Some(head);
+        }
+        let learnt = ask_head(full).await;
+        if let Some(head) = learnt {
+            let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            // The head only moves on (a full node behind another, after a
+            // failover, would take calls back from the archive too early).
+            let head = known.map_or(head, |(h, _)| h.max(head));
+            *known = Some((head, Instant::now()));
+        }
+        self.asks.fetch_add(1, Ordering::Release);
+        self.known().map(|(head, _)| head)
+    }
+}
+
+/// The full nodes' `eth_blockNumber`: the first's, or the one that serves
+/// in its place while it rests (the calls go to that one then).
+async fn ask_head(full: &Upstreams) -> Option<u64> {
+    let answer = full.forward("eth_blockNumber", None).await.ok()?;
+    let q: &str = serde_json::from_slice(&answer.0).ok()?;
+    let digits = q.strip_prefix("0x")?;
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    u64::from_str_radix(digits, 16).ok()
+}
+
+/// Whether `e`, a node's answer to a state reader, says that the state at
+/// the call's block is not kept there (so an archive node may have it),
+/// in the words of:
+///
+/// | node | message |
+/// | --- | --- |
+/// | geth (hash-based state) | `missing trie node <hash> (path <path>) …` (trie/errors.go, `MissingNodeError`) |
+/// | geth (path-based state) | `historical state <root> is not available` (triedb/pathdb, `HistoricReader`; core/state/database_history.go) |
+/// | geth (tracers) | `required historical state unavailable (reexec=N)` (eth/state_accessor.go) |
+/// | reth | `state at block #N is pruned` (storage-errors, `ProviderError::StateAtBlockPruned`) |
+/// | erigon | `old data not available due to pruning` (`state.PrunedError`, HistoryReaderV3) |
+/// | nethermind | `No state available for block <hash> (<number>)` (`GetStateFailureResult`, -32002/-32001) |
+/// | anvil `--prune-history` | `BlockOutOfRangeError: block height is H but requested was N` (-32602; only for N below H: above, the block is not mined yet) |
+///
+/// An upstream's error object only (the gateway's own errors are not the
+/// node's word), and never an execution revert: a contract's revert
+/// reason is its own text (`execution reverted: missing trie node` would
+/// otherwise send a call to the archive at the contract's will).
+pub fn missing_state(e: &RpcError) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Object<'a> {
+        #[serde(borrow)]
+        message: std::borrow::Cow<'a, str>,
+    }
+    let Some(raw) = e.raw_object() else {
+        return false;
+    };
+    let Ok(object) = serde_json::from_slice::<Object<'_>>(raw) else {
+        return false;
+    };
+    says_missing_state(&object.message)
+}
+
+/// [`missing_state`] of an error's message.
+pub fn says_missing_state(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    if m.starts_with("execution reverted") {
+        return false;
+    }
+    if m.contains("missing trie node")
+        || m.contains("historical state")
+        || m.contains("old data not available due to pruning")
+        || m.contains("no state available for block")
+        || (m.contains("state at block #") && m.contains("is pruned"))
+    {
+        return true;
+    }
+    // anvil: `block height is H but requested was N`, N < H.
+    if let Some(rest) = m.split_once("block height is ").map(|(_, r)| r)
+        && let Some((height, requested)) = rest.split_once(" but requested was ")
+        && let (Ok(height), Ok(requested)) = (
+            height.trim().parse::<u64>(),
+            requested
+                .trim()
+                .trim_end_matches(|c: char| !c.is_ascii_digit())
+                .parse::<u64>(),
+        )
+    {
+        return requested < height;
+    }
+    false
+}
