@@ -490,6 +490,41 @@ async fn the_archive_s_answers_on_final_blocks_are_cached() {
     assert_eq!(full.count("eth_getBalance"), 1, "the by-hash call, once");
 }
 
+/// The counters `/metrics` shows: calls sent to the archive by their
+/// block, and retried there after a missing-state error.
+#[tokio::test]
+async fn metrics_count_routed_and_retried_calls() {
+    let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
+    let mut config = config(&full, Some(archive.addr));
+    config.metrics = Some("127.0.0.1:0".parse().unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = rpcwire::server::Shutdown::new();
+    let app = app::App::new(&config, &shutdown).unwrap();
+    let ops = Arc::clone(app.ops().unwrap());
+    tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
+    let _stop = Gateway { addr, shutdown };
+    for block in [json!("0x1"), json!("0x2"), json!("earliest")] {
+        assert_eq!(balance(addr, block).await, ARCHIVE);
+    }
+    assert_eq!(
+        balance(addr, json!({"blockHash": old_hash()})).await,
+        ARCHIVE
+    );
+    assert_eq!(balance(addr, json!("latest")).await, FULL);
+    let text = ops.metrics().await;
+    assert!(
+        text.contains("\ngateway_archive_routed_total 3\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\ngateway_archive_retries_total 1\n"),
+        "{text}"
+    );
+    let up = format!("gateway_archive_up{{upstream=\"{}\"}} 1", archive.addr);
+    assert!(text.contains(&up), "{text}");
+}
+
 /// The missing-state messages of geth, reth, erigon, nethermind and anvil
 /// (as their sources write them), and messages that are not.
 #[test]

@@ -24,7 +24,11 @@
 //! its forwarding fallback, under one label, `(other)`), the servers count
 //! connections with atomics (and limits hit, rare, under a lock), and the
 //! upstreams count only their failures; the response cache counts its
-//! hits and misses with atomics.
+//! hits and misses with atomics; with `--archive`, the calls sent to the
+//! archive nodes (`gateway_archive_routed_total`, by their block) and
+//! retried there (`gateway_archive_retries_total`, after a full node's
+//! missing-state error), and whether each archive node rests
+//! (`gateway_archive_up`).
 //! Everything is read when scraped. Without `--metrics` none of it is
 //! installed.
 
@@ -44,6 +48,7 @@ use rpcwire::http::{Method, Request, Response, StatusCode, header};
 use rpcwire::server::{Limits, Metrics, Shutdown};
 use tokio::net::TcpListener;
 
+use crate::archive::Archive;
 use crate::proxy::Gateway;
 
 /// How long `/health` waits for an upstream to answer (at most the
@@ -241,10 +246,34 @@ async fn render_upstreams(gateway: &Gateway, out: &mut String) {
             c.hits, c.misses, c.entries, c.bytes, c.limit
         );
     }
+    if let Some(archive) = &gateway.archive {
+        render_archive(archive, out);
+    }
     let relayed = gateway.up.relayed_subscriptions().await;
     let _ = writeln!(
         out,
         "# TYPE gateway_subscriptions_relayed gauge\ngateway_subscriptions_relayed {relayed}"
+    );
+}
+
+/// The archive nodes (`--archive`): whether each rests, and the calls
+/// sent to them.
+fn render_archive(archive: &Archive, out: &mut String) {
+    out.push_str("# TYPE gateway_archive_up gauge\n");
+    for u in archive.up.states() {
+        let up = u8::from(u.healthy);
+        let _ = writeln!(
+            out,
+            "gateway_archive_up{{upstream=\"{}\"}} {up}",
+            Label(u.name)
+        );
+    }
+    let _ = write!(
+        out,
+        "# TYPE gateway_archive_routed_total counter\ngateway_archive_routed_total {}\n\
+         # TYPE gateway_archive_retries_total counter\ngateway_archive_retries_total {}\n",
+        archive.routed.load(Ordering::Relaxed),
+        archive.retried.load(Ordering::Relaxed),
     );
 }
 
