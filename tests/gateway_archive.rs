@@ -389,6 +389,31 @@ async fn a_burst_of_old_calls_asks_the_head_once() {
     assert_eq!(full.calls(), 0);
 }
 
+/// A full node that cannot say its head is asked at most once a second,
+/// as one that can: sequential calls (well within a second of each
+/// other) do not each ask it again. Meanwhile the calls go to it, and the
+/// missing-state retry takes the old ones to the archive.
+#[tokio::test]
+async fn a_head_that_cannot_be_learnt_is_not_asked_for_every_call() {
+    let answer = |method: &str, params: &Value| match method {
+        "eth_blockNumber" => Err(json!({"code": -32603, "message": "internal error"})),
+        _ => full_answer(method, params),
+    };
+    let full = Node::start(Arc::new(answer), Duration::ZERO).await;
+    let archive = Node::archive().await;
+    let gw = start(config(&full, Some(archive.addr))).await;
+    for _ in 0..10 {
+        assert_eq!(balance(gw.addr, json!("0x1")).await, ARCHIVE);
+    }
+    assert!(full.heads_asked() >= 1);
+    assert!(
+        full.heads_asked() < 10,
+        "asked {} times",
+        full.heads_asked()
+    );
+    assert_eq!(archive.count("eth_getBalance"), 10);
+}
+
 #[tokio::test]
 async fn an_archive_that_is_down_fails_only_its_calls() {
     let full = Node::full(Duration::ZERO).await;

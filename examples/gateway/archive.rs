@@ -25,10 +25,10 @@
 //! else.
 //!
 //! The head is the full nodes' `eth_blockNumber`, asked only when a call
-//! on a numbered block arrives and the head known is older than
-//! [`HEAD_FRESH`]; calls arriving while it is asked wait for that answer
-//! (as [`crate::cache::Finality`] does for the finalized block); never in
-//! the background. Until it is known (or when asking fails), numbered
+//! on a numbered block arrives and it was last asked for (answered or
+//! not) more than [`HEAD_FRESH`] ago; calls arriving while it is asked
+//! wait for that answer (as [`crate::cache::Finality`] does for the
+//! finalized block); never in the background. Until it is known (or when asking fails), numbered
 //! calls go to the full nodes, the missing-state retry covering them.
 //! Without `--archive` none of this runs: no head is asked.
 
@@ -213,8 +213,7 @@ fn by_filter(v: RawJson<'_>) -> At {
 /// The head: asked of the full nodes when a call needs it and the one
 /// known is older than [`HEAD_FRESH`].
 struct Head {
-    /// The head and when it was learnt.
-    known: Mutex<Option<(u64, Instant)>>,
+    known: Mutex<Known>,
     /// Held across an ask, so that calls needing the head meanwhile wait
     /// for that answer instead of asking too.
     asking: tokio::sync::Mutex<()>,
@@ -223,47 +222,66 @@ struct Head {
     asks: AtomicU64,
 }
 
+/// The head learnt, and when it was last asked for.
+#[derive(Clone, Copy, Default)]
+struct Known {
+    head: Option<u64>,
+    /// Failed asks count too: a node that cannot say its head was asked
+    /// again by every call on a numbered block.
+    asked: Option<Instant>,
+}
+
 impl Head {
     fn new() -> Head {
         Head {
-            known: Mutex::new(None),
+            known: Mutex::new(Known::default()),
             asking: tokio::sync::Mutex::new(()),
             asks: AtomicU64::new(0),
         }
     }
 
-    /// The head known, and whether it is fresh.
-    fn known(&self) -> Option<(u64, bool)> {
-        let known = *self.known.lock().unwrap_or_else(|p| p.into_inner());
-        known.map(|(head, at)| (head, at.elapsed() < HEAD_FRESH))
+    fn known(&self) -> Known {
+        *self.known.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The head: the one known if fresh, else the full nodes' answer (or,
-    /// when they give none, the one known, however old: an older head only
-    /// sends more calls to the full nodes, where the retry covers them).
+    /// The head known, if it was asked for less than [`HEAD_FRESH`] ago
+    /// (`Some(None)`: asked, no answer).
+    fn fresh(&self) -> Option<Option<u64>> {
+        let known = self.known();
+        known
+            .asked
+            .is_some_and(|at| at.elapsed() < HEAD_FRESH)
+            .then_some(known.head)
+    }
+
+    /// The head: the one known if asked for within [`HEAD_FRESH`], else
+    /// the full nodes' answer (or, when they give none, the one known,
+    /// however old: an older head only sends more calls to the full
+    /// nodes, where the retry covers them).
     async fn get(&self, full: &Upstreams) -> Option<u64> {
-        if let Some((head, true)) = self.known() {
-            return Some(head);
+        if let Some(head) = self.fresh() {
+            return head;
         }
         let before = self.asks.load(Ordering::Acquire);
         let _asking = self.asking.lock().await;
         if self.asks.load(Ordering::Acquire) != before {
             // Asked while this waited: that answer stands.
-            return self.known().map(|(head, _)| head);
+            return self.known().head;
         }
-        if let Some((head, true)) = self.known() {
-            return Some(head);
+        if let Some(head) = self.fresh() {
+            return head;
         }
         let learnt = ask_head(full).await;
-        if let Some(head) = learnt {
+        let head = {
             let mut known = self.known.lock().unwrap_or_else(|p| p.into_inner());
             // The head only moves on (a full node behind another, after a
             // failover, would take calls back from the archive too early).
-            let head = known.map_or(head, |(h, _)| h.max(head));
-            *known = Some((head, Instant::now()));
-        }
+            known.head = known.head.max(learnt);
+            known.asked = Some(Instant::now());
+            known.head
+        };
         self.asks.fetch_add(1, Ordering::Release);
-        self.known().map(|(head, _)| head)
+        head
     }
 }
 
