@@ -236,7 +236,8 @@ async fn forward_and_keep(
 async fn forward_state(call: AsyncCall<Gateway>, method: &'static Method) -> Forwarded {
     let state = &call.state;
     let running = state.calls.enter();
-    let routed = Box::pin(route_state(&call, method));
+    // Boxed: the head's ask and the retry make a large future, kept off
+    // the dispatcher's box for every call.
     let outcome = match (&state.cache, cache::keep(method, call.params.as_ref())) {
         (Some(cache), Some(keep)) => {
             let key = cache::key(call.method(), params(&call));
@@ -244,9 +245,10 @@ async fn forward_state(call: AsyncCall<Gateway>, method: &'static Method) -> For
                 running.finish();
                 return Forwarded(Ok(Answer(result)));
             }
+            let routed = Box::pin(route_state(&call, method));
             forward_and_keep(&call, cache, keep, key, routed).await
         }
-        _ => routed.await.0,
+        _ => Box::pin(route_state(&call, method)).await.0,
     };
     running.finish();
     Forwarded(outcome)
