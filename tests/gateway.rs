@@ -12,6 +12,9 @@ include!("support/gateway_example.rs");
 #[path = "support/http_request.rs"]
 mod http_request;
 
+#[path = "support/refusing.rs"]
+mod refusing;
+
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -635,13 +638,10 @@ async fn chunked_replies_and_silently_closed_connections() {
 
 #[tokio::test]
 async fn a_dead_upstream_fails_over_to_the_next_without_resending() {
-    // Nothing listens on `dead` (bound, then closed): connections are
-    // refused, so nothing was sent and the next upstream takes the call.
-    let dead = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Nothing listens on `dead`: connections are refused, so nothing was
+    // sent and the next upstream takes the call.
+    let refusing = refusing::refusing();
+    let dead = refusing.addr;
     let (good, seen) = echo_upstream().await;
     let gw = start(proxy_config(&[dead, good])).await;
     let r = call(

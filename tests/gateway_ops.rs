@@ -13,6 +13,9 @@ mod example_binary;
 #[path = "support/http_request.rs"]
 mod http_request;
 
+#[path = "support/refusing.rs"]
+mod refusing;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -720,10 +723,8 @@ async fn metrics_count_forwards_by_outcome() {
 /// it left and a failover for the one that took it.
 #[tokio::test]
 async fn metrics_count_failovers() {
-    let dead = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let refusing = refusing::refusing();
+    let dead = refusing.addr;
     let (live, _task) = by_method().await;
     let (gw, ops) = start_with_ops(config::Config {
         upstreams: vec![format!("http://{dead}"), format!("http://{live}")],

@@ -9,6 +9,9 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/refusing.rs"]
+mod refusing;
+
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -513,10 +516,8 @@ async fn a_reply_past_the_limit_over_websocket_is_32003() {
 /// upstreams: first healthy, in the order given").
 #[tokio::test]
 async fn a_dead_websocket_upstream_fails_over_to_the_next() {
-    let dead = {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap()
-    };
+    let refusing = refusing::refusing();
+    let dead = refusing.addr;
     let up = fake_ws(node()).await;
     let gw = start(ws_config(&[format!("ws://{dead}"), up.url()], 3000)).await;
     let r = rpc(gw.addr, "eth_blockNumber").await;
