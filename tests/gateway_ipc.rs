@@ -10,10 +10,11 @@
 
 #[path = "support/example_binary.rs"]
 mod example_binary;
+#[path = "support/gateway_child.rs"]
+mod gateway_child;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -22,6 +23,7 @@ use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
 use example_binary::example_binary;
+use gateway_child::GatewayChild;
 
 /// Long enough to mean "it hangs", never a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
@@ -46,92 +48,6 @@ impl Dir {
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The gateway's binary running as a child process.
-struct Child {
-    child: tokio::process::Child,
-    /// The HTTP port's address, once it said it listens.
-    http: Option<String>,
-    /// Its standard error, line by line (read all along).
-    log: Arc<Mutex<Vec<String>>>,
-    reader: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Child {
-    /// Starts the gateway with `args` (one worker, a free loopback port);
-    /// returns once it says it listens, or has exited.
-    async fn start(args: &[&str]) -> Child {
-        let binary = example_binary("gateway", "gateway");
-        let mut child = tokio::process::Command::new(binary)
-            .args(["--listen", "127.0.0.1:0", "--threads", "1"])
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the gateway starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let keep = Arc::clone(&log);
-        let reader = tokio::spawn(async move {
-            let mut tx = Some(tx);
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(rest) = line.strip_prefix("gateway listening on http://")
-                    && let Some(tx) = tx.take()
-                {
-                    let _ = tx.send(rest.split_once(' ').unwrap().0.to_string());
-                }
-                keep.lock().unwrap().push(line);
-            }
-        });
-        // `Err`: it exited without saying so.
-        let http = tokio::time::timeout(HANG, rx)
-            .await
-            .expect("hang: the gateway neither listened nor exited")
-            .ok();
-        Child {
-            child,
-            http,
-            log,
-            reader: Some(reader),
-        }
-    }
-
-    /// Sends the gateway `signal` (`TERM`, `INT`).
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("the gateway still running");
-        let status = std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal} {pid}: {status}");
-    }
-
-    /// The exit status, once it exits.
-    async fn exit_status(&mut self) -> std::process::ExitStatus {
-        tokio::time::timeout(HANG, self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("hang: the gateway did not exit: {:?}", self.log()))
-            .unwrap()
-    }
-
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Its whole standard error, once it exited.
-    async fn final_log(&mut self) -> Vec<String> {
-        if let Some(reader) = self.reader.take() {
-            tokio::time::timeout(HANG, reader)
-                .await
-                .expect("hang: its standard error did not end")
-                .unwrap();
-        }
-        self.log()
     }
 }
 
@@ -193,8 +109,8 @@ fn request(id: u64, method: &str) -> String {
 async fn calls_batches_and_values_across_writes() {
     let dir = Dir::new("calls");
     let path = dir.join("gw.ipc");
-    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
-    assert!(gw.http.is_some(), "{:?}", gw.log());
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.listening.is_some(), "{:?}", gw.log());
     assert!(
         gw.log()
             .iter()
@@ -297,7 +213,7 @@ async fn calls_batches_and_values_across_writes() {
 async fn bad_json_is_answered_and_garbage_closes() {
     let dir = Dir::new("bad");
     let path = dir.join("gw.ipc");
-    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
     let mut c = Ipc::connect(&path).await;
 
     c.send(r#"{"jsonrpc":"2.0","id":1,"method":}"#).await;
@@ -360,7 +276,8 @@ async fn heads(c: &mut Ipc, id: &Value, n: usize) -> Vec<Value> {
 async fn new_heads_over_ipc_on_the_built_in_chain() {
     let dir = Dir::new("heads");
     let path = dir.join("gw.ipc");
-    let mut gw = Child::start(&["--ipc", path.to_str().unwrap(), "--block-time", "1"]).await;
+    let mut gw =
+        GatewayChild::start(1, &["--ipc", path.to_str().unwrap(), "--block-time", "1"]).await;
     let mut c = Ipc::connect(&path).await;
     let sub = c.call(1, "eth_subscribe", json!(["newHeads"])).await;
     let id = sub["result"].clone();
@@ -402,9 +319,10 @@ async fn new_heads_over_ipc_on_the_built_in_chain() {
 async fn new_heads_relayed_from_the_upstream_over_ipc() {
     let dir = Dir::new("relay");
     let path = dir.join("gw.ipc");
-    let upstream = Child::start(&["--block-time", "1"]).await;
-    let up = format!("http://{}", upstream.http.as_deref().unwrap());
-    let mut gw = Child::start(&["--upstream", &up, "--ipc", path.to_str().unwrap()]).await;
+    let upstream = GatewayChild::start(1, &["--block-time", "1"]).await;
+    let up = format!("http://{}", upstream.addr());
+    let mut gw =
+        GatewayChild::start(1, &["--upstream", &up, "--ipc", path.to_str().unwrap()]).await;
     let mut c = Ipc::connect(&path).await;
     assert_eq!(
         c.call(1, "eth_chainId", json!([])).await["result"],
@@ -434,8 +352,8 @@ async fn a_stale_socket_file_is_replaced() {
     let path = dir.join("gw.ipc");
     drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
     assert!(path.exists());
-    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
-    assert!(gw.http.is_some(), "{:?}", gw.log());
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.listening.is_some(), "{:?}", gw.log());
     let mut c = Ipc::connect(&path).await;
     assert_eq!(
         c.call(1, "eth_chainId", json!([])).await["result"],
@@ -455,8 +373,8 @@ async fn anything_but_a_stale_socket_is_refused_and_left_alone() {
     let dir = Dir::new("refused");
     let file = dir.join("chaindata");
     std::fs::write(&file, b"precious").unwrap();
-    let mut gw = Child::start(&["--ipc", file.to_str().unwrap()]).await;
-    assert!(gw.http.is_none(), "{:?}", gw.log());
+    let mut gw = GatewayChild::start(1, &["--ipc", file.to_str().unwrap()]).await;
+    assert!(gw.listening.is_none(), "{:?}", gw.log());
     assert_eq!(gw.exit_status().await.code(), Some(2));
     let log = gw.final_log().await;
     assert!(
@@ -468,14 +386,14 @@ async fn anything_but_a_stale_socket_is_refused_and_left_alone() {
 
     let sub = dir.join("a-dir");
     std::fs::create_dir(&sub).unwrap();
-    let mut gw = Child::start(&["--ipc", sub.to_str().unwrap()]).await;
+    let mut gw = GatewayChild::start(1, &["--ipc", sub.to_str().unwrap()]).await;
     assert_eq!(gw.exit_status().await.code(), Some(2), "{:?}", gw.log());
     assert!(sub.is_dir());
 
     let path = dir.join("gw.ipc");
-    let mut first = Child::start(&["--ipc", path.to_str().unwrap()]).await;
-    let mut second = Child::start(&["--ipc", path.to_str().unwrap()]).await;
-    assert!(second.http.is_none(), "{:?}", second.log());
+    let mut first = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    let mut second = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(second.listening.is_none(), "{:?}", second.log());
     assert_eq!(second.exit_status().await.code(), Some(1));
     let log = second.final_log().await;
     assert!(
@@ -529,7 +447,8 @@ async fn a_second_signal_exits_at_once_and_removes_the_socket_file() {
             }));
         }
     });
-    let mut gw = Child::start(&["--upstream", &up, "--ipc", path.to_str().unwrap()]).await;
+    let mut gw =
+        GatewayChild::start(1, &["--upstream", &up, "--ipc", path.to_str().unwrap()]).await;
     let mut c = Ipc::connect(&path).await;
     c.send(&request(1, "eth_blockNumber")).await;
     tokio::time::timeout(HANG, reached.recv())
@@ -558,8 +477,8 @@ async fn a_second_signal_exits_at_once_and_removes_the_socket_file() {
 async fn a_path_too_long_for_a_unix_socket_is_refused_clearly() {
     let dir = Dir::new("long");
     let path = dir.join(&format!("{}.ipc", "a".repeat(120)));
-    let mut gw = Child::start(&["--ipc", path.to_str().unwrap()]).await;
-    assert!(gw.http.is_none(), "{:?}", gw.log());
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.listening.is_none(), "{:?}", gw.log());
     assert_eq!(gw.exit_status().await.code(), Some(2), "{:?}", gw.log());
     let log = gw.final_log().await;
     let len = path.as_os_str().len().to_string();

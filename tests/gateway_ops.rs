@@ -10,6 +10,8 @@ include!("support/gateway_example.rs");
 
 #[path = "support/example_binary.rs"]
 mod example_binary;
+#[path = "support/gateway_child.rs"]
+mod gateway_child;
 #[path = "support/http_request.rs"]
 mod http_request;
 
@@ -17,18 +19,18 @@ mod http_request;
 mod refusing;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use example_binary::example_binary;
+use gateway_child::GatewayChild;
 use http_request::{json_200, read_request};
 
 /// Long enough to mean "it hangs", never a timing assertion.
@@ -111,107 +113,23 @@ impl Held {
     }
 }
 
-/// The gateway's binary running as a child process.
-struct Child {
-    child: tokio::process::Child,
-    addr: SocketAddr,
-    /// Its standard error, line by line (read all along, so that the
-    /// gateway never blocks on a full pipe).
-    log: Arc<Mutex<Vec<String>>>,
-    /// The task reading it, done once the gateway closed it (exited).
-    reader: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl Child {
-    /// Starts the gateway with `args` on a free loopback port, two workers;
-    /// returns once it says it listens.
-    async fn start(args: &[&str]) -> Child {
-        let binary = example_binary("gateway", "gateway");
-        let mut child = tokio::process::Command::new(binary)
-            .args(["--listen", "127.0.0.1:0", "--threads", "2"])
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("the gateway starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let keep = Arc::clone(&log);
-        let reader = tokio::spawn(async move {
-            let mut tx = Some(tx);
-            while let Ok(Some(line)) = lines.next_line().await {
-                if let Some(rest) = line.strip_prefix("gateway listening on http://")
-                    && let Some(tx) = tx.take()
-                {
-                    let addr: SocketAddr = rest.split_once(' ').unwrap().0.parse().unwrap();
-                    let _ = tx.send(addr);
-                }
-                keep.lock().unwrap().push(line);
+/// Waits until `gw`'s port refuses new connections.
+async fn until_refused(gw: &GatewayChild) {
+    let addr = gw.addr();
+    tokio::time::timeout(HANG, async {
+        loop {
+            match TcpStream::connect(addr).await {
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return,
+                // Caught in a listener's queue as it closed.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                Err(e) => panic!("connecting: {e}"),
+                Ok(s) => drop(s),
             }
-        });
-        let addr = tokio::time::timeout(HANG, rx)
-            .await
-            .expect("hang: the gateway did not say it listens")
-            .unwrap_or_else(|_| panic!("the gateway exited: {:?}", log.lock().unwrap()));
-        Child {
-            child,
-            addr,
-            log,
-            reader: Some(reader),
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    }
-
-    /// Sends the gateway `signal` (`TERM`, `INT`).
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().expect("the gateway still running");
-        let status = std::process::Command::new("kill")
-            .args([&format!("-{signal}"), &pid.to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success(), "kill -{signal} {pid}: {status}");
-    }
-
-    /// Waits until the port refuses new connections.
-    async fn until_refused(&self) {
-        tokio::time::timeout(HANG, async {
-            loop {
-                match TcpStream::connect(self.addr).await {
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => return,
-                    // Caught in a listener's queue as it closed.
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
-                    Err(e) => panic!("connecting: {e}"),
-                    Ok(s) => drop(s),
-                }
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        })
-        .await
-        .expect("hang: the gateway kept accepting connections");
-    }
-
-    /// The exit status, once it exits.
-    async fn exit_status(&mut self) -> std::process::ExitStatus {
-        tokio::time::timeout(HANG, self.child.wait())
-            .await
-            .unwrap_or_else(|_| panic!("hang: the gateway did not exit: {:?}", self.log()))
-            .unwrap()
-    }
-
-    fn log(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Its whole standard error, once it exited (the lines it wrote last
-    /// may still be on their way when its exit is seen).
-    async fn final_log(&mut self) -> Vec<String> {
-        if let Some(reader) = self.reader.take() {
-            within("the gateway's standard error to end", reader).await;
-        }
-        self.log()
-    }
+    })
+    .await
+    .expect("hang: the gateway kept accepting connections");
 }
 
 /// POSTs `body` on a connection of its own; the status and the body, or
@@ -268,7 +186,7 @@ async fn ws_rest(ws: &mut WsClient) -> (Vec<Value>, Option<CloseCode>) {
 #[tokio::test]
 async fn sigterm_drains_requests_in_flight_and_exits_0() {
     let (upstream, mut gw) = behind_held(&[]).await;
-    let addr = gw.addr;
+    let addr = gw.addr();
     let single = tokio::spawn(post(
         addr,
         r#"{"jsonrpc":"2.0","id":"single","method":"eth_blockNumber"}"#,
@@ -286,7 +204,7 @@ async fn sigterm_drains_requests_in_flight_and_exits_0() {
     upstream.until_seen(4).await;
 
     gw.signal("TERM");
-    gw.until_refused().await;
+    until_refused(&gw).await;
     upstream.release();
 
     let (status, body) = within("the single call", single)
@@ -325,12 +243,12 @@ async fn sigterm_drains_requests_in_flight_and_exits_0() {
 async fn sigint_drains_too() {
     let (upstream, mut gw) = behind_held(&[]).await;
     let single = tokio::spawn(post(
-        gw.addr,
+        gw.addr(),
         r#"{"jsonrpc":"2.0","id":3,"method":"eth_blockNumber"}"#,
     ));
     upstream.until_seen(1).await;
     gw.signal("INT");
-    gw.until_refused().await;
+    until_refused(&gw).await;
     upstream.release();
     let (status, body) = within("the call", single).await.expect("answered");
     assert_eq!((status, body.contains("0x2a")), (200, true), "{body}");
@@ -345,12 +263,12 @@ async fn sigint_drains_too() {
 async fn a_second_signal_exits_at_once() {
     let (upstream, mut gw) = behind_held(&["--shutdown-grace", "600000"]).await;
     let single = tokio::spawn(post(
-        gw.addr,
+        gw.addr(),
         r#"{"jsonrpc":"2.0","id":4,"method":"eth_blockNumber"}"#,
     ));
     upstream.until_seen(1).await;
     gw.signal("TERM");
-    gw.until_refused().await;
+    until_refused(&gw).await;
     gw.signal("TERM");
     let status = gw.exit_status().await;
     assert_ne!(status.code(), Some(0), "{status}");
@@ -369,11 +287,11 @@ async fn a_second_signal_exits_at_once() {
 async fn the_drain_ends_after_the_grace_with_status_3() {
     let (upstream, mut gw) = behind_held(&["--shutdown-grace", "200"]).await;
     let single = tokio::spawn(post(
-        gw.addr,
+        gw.addr(),
         r#"{"jsonrpc":"2.0","id":5,"method":"eth_blockNumber"}"#,
     ));
     let batch = tokio::spawn(post(
-        gw.addr,
+        gw.addr(),
         r#"[{"jsonrpc":"2.0","id":6,"method":"eth_gasPrice"},{"jsonrpc":"2.0","id":7,"method":"vendor_custom"}]"#,
     ));
     upstream.until_seen(3).await;
@@ -395,7 +313,7 @@ async fn the_drain_ends_after_the_grace_with_status_3() {
 #[tokio::test]
 async fn a_client_leaving_during_the_drain_is_no_abandoned_call() {
     let (upstream, mut gw) = behind_held(&[]).await;
-    let mut leaving = TcpStream::connect(gw.addr).await.unwrap();
+    let mut leaving = TcpStream::connect(gw.addr()).await.unwrap();
     let body = r#"{"jsonrpc":"2.0","id":8,"method":"eth_blockNumber"}"#;
     let request = format!(
         "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -403,12 +321,12 @@ async fn a_client_leaving_during_the_drain_is_no_abandoned_call() {
     );
     leaving.write_all(request.as_bytes()).await.unwrap();
     let staying = tokio::spawn(post(
-        gw.addr,
+        gw.addr(),
         r#"{"jsonrpc":"2.0","id":9,"method":"eth_blockNumber"}"#,
     ));
     upstream.until_seen(2).await;
     gw.signal("TERM");
-    gw.until_refused().await;
+    until_refused(&gw).await;
     drop(leaving);
     // The forward that lost its client ends (its upstream connection
     // closed) before the other is let through.
@@ -478,18 +396,18 @@ fn sample(text: &str, name: &str) -> f64 {
 
 /// The gateway binary in front of a [`Held`] upstream, with `extra`
 /// options (`--timeout` far past any test's wait).
-async fn behind_held(extra: &[&str]) -> (Held, Child) {
+async fn behind_held(extra: &[&str]) -> (Held, GatewayChild) {
     let upstream = Held::start().await;
     let url = upstream.url();
     let mut args = vec!["--upstream", url.as_str(), "--timeout", "600000"];
     args.extend_from_slice(extra);
-    let gw = Child::start(&args).await;
+    let gw = GatewayChild::start(2, &args).await;
     (upstream, gw)
 }
 
 /// The operators' endpoint of a gateway started with `--metrics`, from the
 /// line it says it on.
-fn ops_addr(gw: &Child) -> SocketAddr {
+fn ops_addr(gw: &GatewayChild) -> SocketAddr {
     gw.log()
         .iter()
         .find_map(|l| l.strip_prefix("gateway metrics on http://"))
@@ -505,11 +423,11 @@ fn ops_addr(gw: &Child) -> SocketAddr {
 /// own (the RPC port does not answer them), and stops with the rest.
 #[tokio::test]
 async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
-    let mut gw = Child::start(&["--metrics", "127.0.0.1:0"]).await;
+    let mut gw = GatewayChild::start(2, &["--metrics", "127.0.0.1:0"]).await;
     let ops = ops_addr(&gw);
-    assert_ne!(ops, gw.addr);
+    assert_ne!(ops, gw.addr());
     let (status, body) = post(
-        gw.addr,
+        gw.addr(),
         r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
     )
     .await
@@ -527,7 +445,7 @@ async fn the_binary_serves_metrics_and_health_on_a_port_of_its_own() {
     let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["status"], "ok", "{v}");
     // Not on the RPC port.
-    let (status, body) = get(gw.addr, "/metrics").await;
+    let (status, body) = get(gw.addr(), "/metrics").await;
     assert_ne!(status, 200, "{body}");
     assert!(!body.contains("rpcwire_calls_total"), "{body}");
     let (status, _) = get(ops, "/nothing").await;
@@ -549,13 +467,13 @@ async fn metrics_and_health_stay_up_during_the_drain() {
     let (upstream, mut gw) = behind_held(&["--metrics", "127.0.0.1:0"]).await;
     let ops = ops_addr(&gw);
     let single = tokio::spawn(post(
-        gw.addr,
+        gw.addr(),
         r#"{"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}"#,
     ));
     upstream.until_seen(1).await;
 
     gw.signal("TERM");
-    gw.until_refused().await;
+    until_refused(&gw).await;
     let (status, body) = get(ops, "/health").await;
     assert_eq!(status, 503, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
