@@ -19,9 +19,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_request::{json_200, read_request_buffered};
+use http_request::{json_200, post_close, read_request_buffered};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 const ADDR: &str = "0x00000000000000000000000000000000000000ff";
@@ -208,25 +208,11 @@ fn config(full: &Node, archive: Option<SocketAddr>) -> config::Config {
     }
 }
 
-/// POSTs `body` on a connection of its own; the body read as JSON.
+/// POSTs `body`; the answer, a `200`, read as JSON.
 async fn post(addr: SocketAddr, body: &str) -> Value {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    let read = stream.read_to_end(&mut response);
-    // A hang guard, not a measurement.
-    tokio::time::timeout(Duration::from_secs(30), read)
-        .await
-        .expect("the gateway answered")
-        .unwrap();
-    let text = String::from_utf8(response).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    let body = text.split_once("\r\n\r\n").unwrap().1;
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    let (status, body) = post_close(addr, body).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
 async fn call(addr: SocketAddr, method: &str, params: Value) -> Value {

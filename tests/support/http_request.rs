@@ -1,7 +1,7 @@
 // Reading the HTTP/1.1 requests a gateway sends to the tests' fake
 // upstreams (one `content-length` body each; the gateway sends no other).
 
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A fake upstream's `200` answer carrying `reply` (JSON).
 #[allow(dead_code)]
@@ -43,4 +43,33 @@ pub async fn read_request_buffered(s: &mut TcpStream, buf: &mut Vec<u8>) -> Opti
 #[allow(dead_code)]
 pub async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
     read_request_buffered(s, &mut Vec::new()).await
+}
+
+/// POSTs `body` (JSON) to `addr` on a connection of its own
+/// (`connection: close`) and reads the whole response: its status and
+/// body. The gateway tests' client.
+#[allow(dead_code)]
+pub async fn post_close(addr: std::net::SocketAddr, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    // A hang guard, not a measurement.
+    tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        stream.read_to_end(&mut response),
+    )
+    .await
+    .expect("hang: no answer")
+    .unwrap();
+    let text = String::from_utf8(response).unwrap();
+    let status = text
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
 }
