@@ -368,6 +368,34 @@ async fn a_stale_socket_file_is_replaced() {
 /// 2 and a message naming it, and left as it was; one holding a socket
 /// another process serves is refused too (status 1, as a port in use),
 /// that process still served.
+/// A path whose directories do not exist yet (a fresh data directory)
+/// gets them, owner-writable and others-searchable (0751), as geth makes
+/// its IPC path's directory.
+#[tokio::test]
+async fn missing_directories_of_the_path_are_made() {
+    let dir = Dir::new("parents");
+    let parent = dir.join("data").join("node");
+    let path = parent.join("gw.ipc");
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.listening.is_some(), "{:?}", gw.log());
+    let made = std::fs::metadata(&parent).unwrap();
+    assert!(made.is_dir());
+    assert_eq!(
+        made.permissions().mode() & 0o777 & !0o751,
+        0,
+        "{:o}",
+        made.permissions().mode()
+    );
+    let mut c = Ipc::connect(&path).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(0));
+    assert!(!path.exists());
+}
+
 #[tokio::test]
 async fn anything_but_a_stale_socket_is_refused_and_left_alone() {
     let dir = Dir::new("refused");

@@ -12,11 +12,12 @@
 //! nobody listens on (left by a run that was killed) is replaced. The
 //! socket is 0600 too, made so between `bind` and `listen`: a client of
 //! another user cannot connect in between (geth's `chmod` after `listen`
-//! leaves a moment when the umask's permissions hold).
+//! leaves a moment when the umask's permissions hold). Missing directories
+//! of the path are made 0751, as geth makes them.
 
 use std::fmt;
 use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// A path the gateway refuses to take: the command line's fault, so the
@@ -86,16 +87,31 @@ pub fn listen(
                 )
                 .into());
             }
-            // Nobody listens: a file left by a run that did not remove it.
+            // Nobody listens: a file left by a run that did not remove it
+            // (gone already if another gateway starting now removed it).
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                std::fs::remove_file(path)
-                    .map_err(|e| format!("--ipc {shown}: removing the stale socket: {e}"))?;
+                match std::fs::remove_file(path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                        return Err(format!("--ipc {shown}: removing the stale socket: {e}").into());
+                    }
+                    _ => {}
+                }
             }
             Err(e) => {
                 return Err(format!("--ipc {shown}: cannot tell whether it is in use: {e}").into());
             }
         },
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            // A fresh data directory: made as geth makes its IPC path's
+            // (owner-writable, others may only pass through).
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o751)
+                    .create(dir)
+                    .map_err(|e| format!("--ipc {shown}: making {}: {e}", dir.display()))?;
+            }
+        }
         Err(e) => return Err(format!("--ipc {shown}: {e}").into()),
     }
     let at = socket2::SockAddr::unix(path).map_err(|e| -> Box<dyn std::error::Error> {
