@@ -26,7 +26,7 @@ use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEnvelope, TxL
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use futures_util::{SinkExt, StreamExt};
-use http_request::{json_200, read_request};
+use http_request::{json_200, post_close as post, read_request};
 use rpcwire::dispatch::AsyncCall;
 use rpcwire::server::Shutdown;
 use rpcwire::server::http::HttpService;
@@ -64,25 +64,6 @@ fn proxy_config(upstreams: &[SocketAddr]) -> config::Config {
         timeout: Duration::from_millis(500),
         ..Default::default()
     }
-}
-
-/// POSTs `body`; the status and the body.
-async fn post(addr: SocketAddr, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8(response).unwrap();
-    let status = text[9..12].parse().unwrap();
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap();
-    (status, body)
 }
 
 async fn call(addr: SocketAddr, body: &str) -> Value {

@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_request::{json_200, read_request_buffered};
+use http_request::{json_200, post_close, read_request_buffered};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
 
 const ADDR: &str = "0x00000000000000000000000000000000000000ff";
 /// A block hash the fake upstream knows.
@@ -171,19 +171,11 @@ async fn start_app(config: config::Config) -> (Gateway, Arc<proxy::Gateway>) {
     (Gateway { addr, shutdown }, state)
 }
 
-/// POSTs `body`; the reply's body, as sent.
+/// POSTs `body`; the reply's body, as sent (a `200`).
 async fn post(addr: SocketAddr, body: &str) -> String {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8(response).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text.split_once("\r\n\r\n").unwrap().1.to_string()
+    let (status, body) = post_close(addr, body).await;
+    assert_eq!(status, 200, "{body}");
+    body
 }
 
 /// Calls `method` with `params` under `id`; the reply as sent.

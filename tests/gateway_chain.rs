@@ -8,6 +8,9 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/http_request.rs"]
+mod http_request;
+
 use std::net::SocketAddr;
 
 use alloy_consensus::crypto::secp256k1::sign_message;
@@ -15,24 +18,15 @@ use alloy_consensus::{SignableTransaction, TxEip1559, TxEnvelope, TxLegacy};
 use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use http_request::post_close;
 
 /// One JSON-RPC call over HTTP/1.1; the reply, parsed.
 async fn rpc(addr: SocketAddr, method: &str, params: Value) -> Value {
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.unwrap();
-    let text = String::from_utf8(response).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    let (_, body) = text.split_once("\r\n\r\n").unwrap();
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    let (status, body) = post_close(addr, &body).await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
 fn key(i: usize) -> B256 {

@@ -4,6 +4,9 @@
 //! only tell a hang, never measurements.
 #![cfg(all(feature = "ws", feature = "http"))]
 
+#[path = "support/http_request.rs"]
+mod http_request;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,8 +22,10 @@ use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
+
+use http_request::post_close;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
@@ -338,19 +343,8 @@ async fn a_batch_refused_whole_for_its_response_size_is_counted() {
         .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"eth_blockNumber"}))
         .collect();
     let body = Value::Array(entries).to_string();
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = Vec::new();
-    tokio::time::timeout(PATIENCE, stream.read_to_end(&mut response))
-        .await
-        .unwrap()
-        .unwrap();
-    let response = String::from_utf8(response).unwrap();
-    let reply: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    let (_, response) = post_close(addr, &body).await;
+    let reply: Value = serde_json::from_str(&response).unwrap();
     assert_eq!(reply["error"]["code"], -32003, "{reply}");
     assert_eq!(reply["id"], Value::Null);
     assert_eq!(
