@@ -517,3 +517,64 @@ async fn a_path_too_long_for_a_unix_socket_is_refused_clearly() {
     );
     assert!(!path.exists());
 }
+
+/// Gateways started at the same instant on one path, on a fresh path and
+/// on a stale socket file: exactly one takes it and serves there; every
+/// other exits as on a port in use (status 1, "another process serves"),
+/// never having removed the first's socket for a stale one; no temporary
+/// name is left in the directory. Rounds of eight, on a fresh path and
+/// on the stale socket file the previous round's winner left (killed)
+/// in turn. (The old probe-remove-bind lost about one run in eight:
+/// two serving, or one failing with `Address already in use`.)
+#[tokio::test]
+async fn gateways_started_at_once_on_one_path_leave_exactly_one_serving() {
+    const N: usize = 8;
+    let dir = Dir::new("race");
+    let path = dir.join("gw.ipc");
+    for round in 0..8 {
+        let starts: Vec<_> = (0..N)
+            .map(|_| {
+                let arg = path.to_str().unwrap().to_string();
+                tokio::spawn(async move { GatewayChild::start(1, &["--ipc", &arg]).await })
+            })
+            .collect();
+        let mut gws = Vec::new();
+        for s in starts {
+            gws.push(s.await.unwrap());
+        }
+        let (mut up, mut out): (Vec<_>, Vec<_>) =
+            gws.into_iter().partition(|g| g.listening.is_some());
+        let logs: Vec<_> = out.iter().map(|g| g.log()).collect();
+        assert_eq!(up.len(), 1, "round {round}: {} serve; {logs:?}", up.len());
+        for g in &mut out {
+            assert_eq!(g.exit_status().await.code(), Some(1), "round {round}");
+            let log = g.final_log().await;
+            assert!(
+                log.iter().any(|l| l.contains("another process serves")),
+                "round {round}: {log:?}"
+            );
+        }
+        let mut c = Ipc::connect(&path).await;
+        assert_eq!(
+            c.call(1, "eth_chainId", json!([])).await["result"],
+            "0x7a69",
+            "round {round}"
+        );
+        drop(c);
+        let names: Vec<String> = std::fs::read_dir(&dir.0)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["gw.ipc"], "round {round}");
+        let mut winner = up.pop().unwrap();
+        if round % 2 == 0 {
+            // Killed: its socket file stays, stale, for the next round.
+            winner.child.kill().await.unwrap();
+            assert!(path.exists());
+        } else {
+            winner.signal("TERM");
+            assert_eq!(winner.exit_status().await.code(), Some(0));
+            assert!(!path.exists(), "round {round}");
+        }
+    }
+}

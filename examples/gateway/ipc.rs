@@ -12,8 +12,11 @@
 //! nobody listens on (left by a run that was killed) is replaced. The
 //! socket is 0600 too, made so between `bind` and `listen`: a client of
 //! another user cannot connect in between (geth's `chmod` after `listen`
-//! leaves a moment when the umask's permissions hold). Missing directories
-//! of the path are made 0751, as geth makes them.
+//! leaves a moment when the umask's permissions hold). It is bound under
+//! a temporary name and linked to the path once it listens, so that
+//! gateways starting at once on one path never take each other's socket
+//! for a stale one ([`listen`]). Missing directories of the path are made
+//! 0751, as geth makes them.
 
 use std::fmt;
 use std::io;
@@ -67,40 +70,23 @@ impl Drop for Socket {
 /// Listens on a Unix socket at `path`, owner-only (0600), replacing a
 /// stale socket file there; call it inside a runtime. `Err` is a
 /// [`Refused`] for a path that holds something other than a socket.
+///
+/// The socket is bound, made 0600 and listening under a temporary name
+/// in the same directory (`PATH.<pid>.tmp`) before it appears at `path`
+/// by `link`, which fails when anything is there: two gateways starting
+/// at once on one path cannot both take it, and neither can take the
+/// other's live socket for a stale one (probing, then removing, then
+/// binding left a moment in which the second removed the first's socket
+/// and bound its own). A listener keeps listening when its first name
+/// is unlinked: the temporary name is removed before this returns.
 pub fn listen(
     path: &Path,
 ) -> Result<(tokio::net::UnixListener, Socket), Box<dyn std::error::Error>> {
     let shown = path.display();
     match std::fs::symlink_metadata(path) {
-        Ok(m) if !m.file_type().is_socket() => {
-            return Err(Refused(format!(
-                "--ipc {shown}: exists and is not a socket ({}); not replaced",
-                kind(&m.file_type())
-            ))
-            .into());
-        }
-        Ok(_) => match std::os::unix::net::UnixStream::connect(path) {
-            // As a port another program listens on: status 1.
-            Ok(_) => {
-                return Err(format!(
-                    "--ipc {shown}: another process serves this socket; not replaced"
-                )
-                .into());
-            }
-            // Nobody listens: a file left by a run that did not remove it
-            // (gone already if another gateway starting now removed it).
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                match std::fs::remove_file(path) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                        return Err(format!("--ipc {shown}: removing the stale socket: {e}").into());
-                    }
-                    _ => {}
-                }
-            }
-            Err(e) => {
-                return Err(format!("--ipc {shown}: cannot tell whether it is in use: {e}").into());
-            }
-        },
+        Ok(m) if !m.file_type().is_socket() => return Err(not_a_socket(path, &m).into()),
+        // Probed once the socket listens (`link` says it is taken).
+        Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             // A fresh data directory: made as geth makes its IPC path's
             // (owner-writable, others may only pass through).
@@ -114,36 +100,178 @@ pub fn listen(
         }
         Err(e) => return Err(format!("--ipc {shown}: {e}").into()),
     }
-    let at = socket2::SockAddr::unix(path).map_err(|e| -> Box<dyn std::error::Error> {
-        if e.kind() == io::ErrorKind::InvalidInput {
-            // The one input socket2 refuses: a path that does not fit
-            // `sun_path` (its own message names `SUN_LEN`, which tells an
-            // operator nothing).
-            Refused(format!(
-                "--ipc {shown}: too long for a Unix socket's address ({} bytes; at most {MAX_PATH} here): choose a shorter path",
-                path.as_os_str().len()
-            ))
-            .into()
-        } else {
-            format!("--ipc {shown}: {e}").into()
-        }
-    })?;
+    // The path's own length first: the message an operator can act on.
+    address(path, path)?;
+    let tmp = Temporary::new(path)?;
+    let at = address(path, &tmp.0)?;
     let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
     socket
         .bind(&at)
-        .map_err(|e| format!("--ipc {shown}: {e}"))?;
-    let bound = std::fs::symlink_metadata(path).map_err(|e| format!("--ipc {shown}: {e}"))?;
-    // From here on the file is ours: removed on every way out.
-    let file = Socket {
-        path: path.to_path_buf(),
-        id: (bound.dev(), bound.ino()),
-    };
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("--ipc {shown}: binding {}: {e}", tmp.0.display()))?;
+    let bound = std::fs::symlink_metadata(&tmp.0).map_err(|e| format!("--ipc {shown}: {e}"))?;
+    let id = (bound.dev(), bound.ino());
+    // 0600 before `listen` (and before the path names it): a client of
+    // another user can never connect.
+    std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("--ipc {shown}: {e}"))?;
     socket.listen(1024)?;
+    take(path, &tmp.0)?;
+    // From here on the file at `path` is ours: removed on every way out.
+    let file = Socket {
+        path: path.to_path_buf(),
+        id,
+    };
+    drop(tmp);
     socket.set_nonblocking(true)?;
     let listener = tokio::net::UnixListener::from_std(socket.into())?;
     Ok((listener, file))
+}
+
+/// Links the listening socket at `tmp` to `path`: at once when nothing
+/// is there; after removing a stale socket when one is (twice more at
+/// most, when other gateways starting at the same time race for it);
+/// never over a live one or anything but a socket.
+fn take(path: &Path, tmp: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let shown = path.display();
+    for _ in 0..3 {
+        match std::fs::hard_link(tmp, path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("--ipc {shown}: linking {}: {e}", tmp.display()).into()),
+        }
+        let m = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            // Removed since `link` failed: link again.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("--ipc {shown}: {e}").into()),
+        };
+        if !m.file_type().is_socket() {
+            return Err(not_a_socket(path, &m).into());
+        }
+        match std::os::unix::net::UnixStream::connect(path) {
+            // As a port another program listens on: status 1.
+            Ok(_) => {
+                return Err(format!(
+                    "--ipc {shown}: another process serves this socket; not replaced"
+                )
+                .into());
+            }
+            // Nobody listens: a file left by a run that did not remove it.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                remove_stale(path, (m.dev(), m.ino()))?;
+            }
+            // Gone since it was looked at (another gateway moved it aside).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(format!("--ipc {shown}: cannot tell whether it is in use: {e}").into());
+            }
+        }
+    }
+    Err(
+        format!("--ipc {shown}: other processes keep replacing the socket there; not replaced")
+            .into(),
+    )
+}
+
+/// Removes the stale socket `stale` (device, inode) from `path`, and
+/// nothing else: another gateway starting now may have removed it and
+/// linked its live socket there since it was probed. Moved aside first
+/// (`rename` moves whatever is there at that instant), then removed if
+/// it is the one probed, else put back.
+fn remove_stale(path: &Path, stale: (u64, u64)) -> Result<(), Box<dyn std::error::Error>> {
+    let shown = path.display();
+    let aside = sibling(path, "stale.tmp");
+    match std::fs::rename(path, &aside) {
+        Ok(()) => {}
+        // Removed by another gateway already.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("--ipc {shown}: removing the stale socket: {e}").into()),
+    }
+    let moved = std::fs::symlink_metadata(&aside).map(|m| (m.dev(), m.ino()));
+    if moved.as_ref().is_ok_and(|&id| id != stale) {
+        // Another gateway's socket, linked after the probe: put back.
+        // (Failing only if a third one linked its own meanwhile, which
+        // then serves the path.)
+        let _ = std::fs::hard_link(&aside, path);
+    }
+    let _ = std::fs::remove_file(&aside);
+    Ok(())
+}
+
+/// A name in `path`'s directory for this process: `PATH.<pid>.<what>`.
+fn sibling(path: &Path, what: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.{what}", std::process::id()));
+    path.with_file_name(name)
+}
+
+/// The temporary name the socket is bound at, removed when dropped.
+struct Temporary(PathBuf);
+
+impl Temporary {
+    /// `PATH.<pid>.tmp`; a socket left there by an earlier process with
+    /// this process's id (killed while starting) is removed first.
+    fn new(path: &Path) -> Result<Temporary, Box<dyn std::error::Error>> {
+        let tmp = sibling(path, "tmp");
+        match std::fs::symlink_metadata(&tmp) {
+            Ok(m) if m.file_type().is_socket() => {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            Ok(m) => {
+                return Err(format!(
+                    "--ipc {}: {} (its temporary name) exists and is not a socket ({})",
+                    path.display(),
+                    tmp.display(),
+                    kind(&m.file_type())
+                )
+                .into());
+            }
+            Err(_) => {}
+        }
+        Ok(Temporary(tmp))
+    }
+}
+
+impl Drop for Temporary {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// `name`'s address as a Unix socket's; a [`Refused`] naming `path`
+/// when it does not fit.
+fn address(path: &Path, name: &Path) -> Result<socket2::SockAddr, Box<dyn std::error::Error>> {
+    let shown = path.display();
+    socket2::SockAddr::unix(name).map_err(|e| -> Box<dyn std::error::Error> {
+        if e.kind() != io::ErrorKind::InvalidInput {
+            return format!("--ipc {shown}: {e}").into();
+        }
+        // The one input socket2 refuses: a path that does not fit
+        // `sun_path` (its own message names `SUN_LEN`, which tells an
+        // operator nothing).
+        let len = path.as_os_str().len();
+        let extra = name.as_os_str().len().saturating_sub(len);
+        Refused(if extra == 0 {
+            format!(
+                "--ipc {shown}: too long for a Unix socket's address ({len} bytes; at most {MAX_PATH} here): choose a shorter path"
+            )
+        } else {
+            format!(
+                "--ipc {shown}: too long for a Unix socket's address ({len} bytes, and {extra} more for the temporary name it is bound at first, {}; at most {MAX_PATH} here): choose a shorter path",
+                name.display()
+            )
+        })
+        .into()
+    })
+}
+
+/// The refusal of `path`, holding something other than a socket.
+fn not_a_socket(path: &Path, m: &std::fs::Metadata) -> Refused {
+    Refused(format!(
+        "--ipc {}: exists and is not a socket ({}); not replaced",
+        path.display(),
+        kind(&m.file_type())
+    ))
 }
 
 /// The longest path a Unix socket's address holds: `sun_path` less the
