@@ -578,3 +578,58 @@ async fn gateways_started_at_once_on_one_path_leave_exactly_one_serving() {
         }
     }
 }
+
+/// A symbolic link at the path is refused (status 2) wherever it leads,
+/// as geth would not (it removes whatever is at the path): to a stale
+/// socket, to a live gateway's socket, or to nothing. The message says
+/// why and what to do; the link, and what it leads to, are left as they
+/// were, the live gateway still served.
+#[tokio::test]
+async fn a_symbolic_link_at_the_path_is_refused_wherever_it_leads() {
+    let dir = Dir::new("symlink");
+    let stale = dir.join("stale.ipc");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let live = dir.join("live.ipc");
+    let mut first = GatewayChild::start(1, &["--ipc", live.to_str().unwrap()]).await;
+    assert!(first.listening.is_some(), "{:?}", first.log());
+    for (name, target) in [
+        ("to-stale.ipc", stale.clone()),
+        ("to-live.ipc", live.clone()),
+        ("dangling.ipc", dir.join("nothing.ipc")),
+    ] {
+        let link = dir.join(name);
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let mut gw = GatewayChild::start(1, &["--ipc", link.to_str().unwrap()]).await;
+        assert!(gw.listening.is_none(), "{name}: {:?}", gw.log());
+        assert_eq!(gw.exit_status().await.code(), Some(2), "{name}");
+        let log = gw.final_log().await;
+        assert!(
+            log.iter().any(|l| l.contains(&*link.to_string_lossy())
+                && l.contains("symbolic link")
+                && l.contains(&*target.to_string_lossy())
+                && l.contains("another process's")
+                && l.contains("the path it leads to")),
+            "{name}: {log:?}"
+        );
+        assert_eq!(std::fs::read_link(&link).unwrap(), target, "{name}");
+    }
+    assert!(
+        std::fs::symlink_metadata(&stale)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+    let mut c = Ipc::connect(&live).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    first.signal("TERM");
+    assert_eq!(first.exit_status().await.code(), Some(0));
+    let names: Vec<String> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
+}

@@ -83,7 +83,9 @@ usage: gateway [options]
                         and limits; the socket is its owner's only (0600,
                         as geth makes it). A socket file left at PATH by an
                         earlier run is replaced; a socket another process
-                        serves, or anything else at PATH, is refused;
+                        serves, or anything else at PATH, is refused (a
+                        symbolic link too, wherever it leads: give the
+                        path it leads to);
                         missing directories are made (0751, as geth).
                         Removed when the gateway exits
   --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health

@@ -6,10 +6,12 @@
 //!
 //! geth removes whatever is at the path before it listens, and makes the
 //! socket 0600 once it listens. Here a regular file (a typo'd path naming
-//! a chain's data, say) is never deleted, and neither is a socket another
-//! process still serves (a second gateway would take the path over from
-//! the first, whose clients then reach the wrong one); only a socket
-//! nobody listens on (left by a run that was killed) is replaced. The
+//! a chain's data, say) is never deleted, nor a symbolic link (an
+//! operator's, wherever it leads, perhaps to a live socket), and neither
+//! is a socket another process still serves (a second gateway would take
+//! the path over from the first, whose clients then reach the wrong one);
+//! only a socket nobody listens on (left by a run that was killed) is
+//! replaced. The
 //! socket is 0600 too, made so between `bind` and `listen`: a client of
 //! another user cannot connect in between (geth's `chmod` after `listen`
 //! leaves a moment when the umask's permissions hold). It is bound under
@@ -266,10 +268,25 @@ fn address(path: &Path, name: &Path) -> Result<socket2::SockAddr, Box<dyn std::e
 }
 
 /// The refusal of `path`, holding something other than a socket.
+///
+/// A symbolic link is refused wherever it leads, where geth removes it
+/// (as it removes anything at its path): the link is an operator's own
+/// arrangement, and the socket it leads to may be another process's, a
+/// live one that replacing the link would hide from its clients. Nor is
+/// it followed: binding through it would make a socket wherever it
+/// leads, outside the directory the path names.
 fn not_a_socket(path: &Path, m: &std::fs::Metadata) -> Refused {
+    let shown = path.display();
+    if m.file_type().is_symlink() {
+        let to = std::fs::read_link(path)
+            .map(|t| t.display().to_string())
+            .unwrap_or_else(|e| format!("unreadable: {e}"));
+        return Refused(format!(
+            "--ipc {shown}: a symbolic link (to {to}); neither followed nor replaced: the socket it leads to may be another process's, and the link is not the gateway's to remove; give --ipc the path it leads to, or remove the link"
+        ));
+    }
     Refused(format!(
-        "--ipc {}: exists and is not a socket ({}); not replaced",
-        path.display(),
+        "--ipc {shown}: exists and is not a socket ({}); not replaced",
         kind(&m.file_type())
     ))
 }
