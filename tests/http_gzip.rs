@@ -409,3 +409,47 @@ async fn answers_at_the_threshold_are_compressed_and_zero_compresses_all() {
         }
     }
 }
+
+/// `gzip` and `x-gzip` are one coding (RFC 9110, 8.4.1.3), and one that
+/// is listed with `q=0` anywhere is refused (12.5.3: "not acceptable"),
+/// whatever the order and whether in one field or two: contradictory
+/// listings get the answer uncompressed. `*;q=0` refuses gzip unless
+/// gzip is named; `*` alone accepts it.
+#[tokio::test]
+async fn a_refusal_of_gzip_anywhere_in_the_list_wins_in_any_order() {
+    for own in [true, false] {
+        let server = start(Some(MIN_LEN), own).await;
+        for (fields, gzip) in [
+            ("accept-encoding: gzip, x-gzip;q=0\r\n", false),
+            ("accept-encoding: x-gzip;q=0, gzip\r\n", false),
+            ("accept-encoding: gzip;q=0, x-gzip\r\n", false),
+            ("accept-encoding: x-gzip, gzip;q=0\r\n", false),
+            ("accept-encoding: gzip;q=0, gzip\r\n", false),
+            ("accept-encoding: gzip, GZIP;Q=0.0\r\n", false),
+            (
+                "accept-encoding: gzip\r\naccept-encoding: x-gzip;q=0\r\n",
+                false,
+            ),
+            (
+                "accept-encoding: x-gzip;q=0\r\naccept-encoding: gzip\r\n",
+                false,
+            ),
+            ("accept-encoding: *;q=0\r\n", false),
+            ("accept-encoding: *, *;q=0\r\n", false),
+            ("accept-encoding: *;q=0, *\r\n", false),
+            ("accept-encoding: *\r\n", true),
+            ("accept-encoding: gzip, x-gzip\r\n", true),
+            ("accept-encoding: x-gzip;q=0.5, gzip;q=1\r\n", true),
+            ("accept-encoding: *;q=0, gzip\r\n", true),
+        ] {
+            let a = one(server.addr, &post(fields, LONG)).await;
+            assert_eq!(a.status, 200, "own loop {own}, {fields:?}: {a:?}");
+            assert_eq!(
+                a.header("content-encoding"),
+                gzip.then_some("gzip"),
+                "own loop {own}, {fields:?}"
+            );
+            assert_eq!(a.json()["result"], long_result(), "own loop {own}");
+        }
+    }
+}

@@ -867,14 +867,20 @@ where
 /// What a request's `Accept-Encoding` fields say about gzip. Several
 /// fields are one list (RFC 9110, 5.3), so each is read into the same
 /// state: `gzip;q=0` in one and `*` in another refuse gzip, as
-/// `gzip;q=0, *` does.
+/// `gzip;q=0, *` does. `x-gzip` is `gzip` (8.4.1.3), and a coding listed
+/// with `q=0` anywhere is "not acceptable" (12.5.3) however else it is
+/// listed: contradictory listings (`gzip, x-gzip;q=0`, in either order)
+/// get the answer uncompressed, never by which came last.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct AcceptEncoding {
-    /// `gzip` (or `x-gzip`) listed: whether it was accepted (the last
-    /// listing counts).
-    gzip: Option<bool>,
-    /// `*` listed: whether it was accepted.
-    any: Option<bool>,
+    /// `gzip` (or `x-gzip`) listed with a weight above 0.
+    gzip: bool,
+    /// `gzip` (or `x-gzip`) listed with `q=0`.
+    gzip_refused: bool,
+    /// `*` listed with a weight above 0.
+    any: bool,
+    /// `*` listed with `q=0`.
+    any_refused: bool,
 }
 
 impl AcceptEncoding {
@@ -890,18 +896,33 @@ impl AcceptEncoding {
                     None => false,
                 }
             });
-            if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
-                self.gzip = Some(!refused);
-            } else if coding == b"*" {
-                self.any = Some(!refused);
+            let (listed, refusal) =
+                if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
+                    (&mut self.gzip, &mut self.gzip_refused)
+                } else if coding == b"*" {
+                    (&mut self.any, &mut self.any_refused)
+                } else {
+                    continue;
+                };
+            if refused {
+                *refusal = true;
+            } else {
+                *listed = true;
             }
         }
     }
 
-    /// Whether the fields read accept gzip: `gzip` (or `x-gzip`) listed
-    /// without `q=0`, or `*` without `q=0` when gzip is not listed.
+    /// Whether the fields read accept gzip: `gzip` (or `x-gzip`) listed,
+    /// never with `q=0`; or, gzip not named at all, `*` listed, never
+    /// with `q=0`.
     pub(super) fn gzip(&self) -> bool {
-        self.gzip.or(self.any).unwrap_or(false)
+        if self.gzip_refused {
+            false
+        } else if self.gzip {
+            true
+        } else {
+            self.any && !self.any_refused
+        }
     }
 }
 
