@@ -185,6 +185,15 @@ fn full_answer(method: &str, params: &Value) -> Result<Value, Value> {
                 Ok(json!(FULL))
             }
         }
+        // reth searches the sender's nonce through the blocks' state: an
+        // old nonce needs state the full node no longer keeps.
+        "eth_getTransactionBySenderAndNonce" => {
+            if params[1] == "0x0" {
+                Err(json!({"code":-32000,"message":"state at block #17 is pruned"}))
+            } else {
+                Ok(json!(FULL))
+            }
+        }
         "debug_traceTransaction" => {
             if params[0] == old_hash() {
                 // reth's words for it.
@@ -332,6 +341,24 @@ async fn a_call_by_hash_is_retried_on_the_archive_after_a_missing_state_error() 
     assert_eq!(full.count("debug_traceTransaction"), 2);
     assert_eq!(archive.count("debug_traceTransaction"), 1);
     assert_eq!(full.heads_asked(), 0, "no number named, no head needed");
+}
+
+/// `eth_getTransactionBySenderAndNonce` names no block, but reth finds
+/// the transaction by reading the sender's nonce at older and older
+/// blocks: a full node's missing-state answer sends it to the archive;
+/// a recent nonce stays on the full node.
+#[tokio::test]
+async fn a_transaction_by_sender_and_nonce_is_retried_on_the_archive() {
+    let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
+    let gw = start(config(&full, Some(archive.addr))).await;
+    let method = "eth_getTransactionBySenderAndNonce";
+    let reply = call(gw.addr, method, json!([ADDR, "0x0"])).await;
+    assert_eq!(reply["result"], ARCHIVE, "{reply}");
+    let reply = call(gw.addr, method, json!([ADDR, "0x7"])).await;
+    assert_eq!(reply["result"], FULL, "{reply}");
+    assert_eq!(full.count(method), 2);
+    assert_eq!(archive.count(method), 1);
+    assert_eq!(full.heads_asked(), 0, "no block named, no head needed");
 }
 
 #[tokio::test]

@@ -249,7 +249,15 @@ catalogue! {
     "eth_getTransactionByBlockHashAndIndex" => Hash(0), ByBlock, Read;
     "eth_getTransactionByBlockNumberAndIndex" => Number(0), ByBlock, Read;
     "eth_getTransactionByHash" => None, ByTransaction, Read;
-    "eth_getTransactionBySenderAndNonce" => None, ByTransaction, Read;
+    // No block param, yet a state reader: reth finds the transaction by a
+    // binary search over the blocks of the sender's nonce at each
+    // (`eth_getTransactionCount` at block `mid`: rpc-eth-api
+    // helpers/transaction.rs, `get_transaction_by_sender_and_nonce`), and
+    // akula/erigon read the account's history (`AccountHistory`,
+    // `AccountChangeSet`). A full node fails it for nonces whose blocks'
+    // state it dropped; its block unknown, it cannot be routed by block,
+    // only retried on an archive after such an error.
+    "eth_getTransactionBySenderAndNonce" => None, ByTransaction, Read, State;
     "eth_getTransactionCount" => Id(1), ByBlock, Read, State;
     "eth_getTransactionReceipt" => None, ByTransaction, Read;
     "eth_getUncleByBlockHashAndIndex" => Hash(0), ByBlock, Read;
@@ -369,8 +377,10 @@ impl Method {
     /// `eth_simulateV1`, `eth_callMany`, the `debug_trace*` and `trace_*`
     /// methods, including those that name a transaction or carry a block
     /// (`debug_traceTransaction`, `trace_replayTransaction`,
-    /// `debug_traceBlock`), which run on the state before it; their
-    /// block's height is then unknown until asked. `false` for what nodes
+    /// `debug_traceBlock`), which run on the state before it, and
+    /// `eth_getTransactionBySenderAndNonce`, which searches the sender's
+    /// nonce through the blocks' state; their block's height is then
+    /// unknown until asked. `false` for what nodes
     /// keep without state: blocks, transactions, receipts, logs, the fee
     /// history, the pool; and for a `Method` not in the catalogue.
     ///
@@ -445,6 +455,7 @@ mod tests {
             "eth_getProof",
             "eth_getStorageAt",
             "eth_getStorageValues",
+            "eth_getTransactionBySenderAndNonce",
             "eth_getTransactionCount",
             "eth_simulateV1",
             // geth's state dumps and iterators, at a block.
