@@ -59,6 +59,24 @@ fn reverted() -> Value {
     json!({"code": -32000, "message": "execution reverted", "data": "0x08c379a0"})
 }
 
+/// Errors of a call's execution whose words hold a missing-state phrase
+/// (a contract's revert reason is its own text): `eth_call` with data
+/// `0xdead<i>` gets the i-th. None says the state is gone.
+fn execution_errors() -> Vec<Value> {
+    vec![
+        // geth's revert: code 3, its data.
+        json!({"code": 3, "message": "execution reverted: missing trie node", "data": "0x08c379a0"}),
+        json!({"code": -32000, "message": "execution reverted: missing trie node"}),
+        // A node's own wording of a revert with a custom reason.
+        json!({"code": 3, "message": "reverted: missing trie node 0xab", "data": "0x"}),
+        json!({"code": -32000, "message": "VM Exception while processing transaction: revert missing trie node"}),
+        // Code 3 is an execution's, whatever its message.
+        json!({"code": 3, "message": "missing trie node 9c1a (path ) <nil>", "data": "0x"}),
+        // The phrase, but not where the nodes put it.
+        json!({"code": -32000, "message": "invalid opcode: missing trie node"}),
+    ]
+}
+
 type Log = Arc<Mutex<Vec<(String, Value)>>>;
 
 /// A fake node: answers each request with `answer(method, params)`,
@@ -158,6 +176,14 @@ fn full_answer(method: &str, params: &Value) -> Result<Value, Value> {
         | "eth_estimateGas" => {
             if method == "eth_call" && params[0]["data"] == "0xdead" {
                 return Err(reverted());
+            }
+            if method == "eth_call"
+                && let Some(e) = params[0]["data"]
+                    .as_str()
+                    .and_then(|d| d.strip_prefix("0xdead"))
+                    .and_then(|i| execution_errors().get(i.parse::<usize>().ok()?).cloned())
+            {
+                return Err(e);
             }
             let block = params.as_array().and_then(|p| p.last()).unwrap();
             let old = match block {
@@ -379,6 +405,31 @@ async fn other_errors_pass_through_and_are_not_retried() {
     assert_eq!(full.calls(), 3);
 }
 
+/// An execution's error is the contract's word, whatever it says: a
+/// revert (geth's code 3, or a message saying "revert") or a message
+/// holding a missing-state phrase elsewhere than at its start is passed
+/// through as it is and never retried on the archive; geth's real
+/// missing-trie-node answer still is.
+#[tokio::test]
+async fn reverts_that_mention_missing_state_are_not_retried() {
+    let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
+    let gw = start(config(&full, Some(archive.addr))).await;
+    for (i, e) in execution_errors().into_iter().enumerate() {
+        for block in [json!("latest"), json!({"blockHash": old_hash()})] {
+            let params = json!([{"to": ADDR, "data": format!("0xdead{i}")}, block]);
+            let reply = call(gw.addr, "eth_call", params).await;
+            assert_eq!(reply["error"], e, "{reply}");
+        }
+    }
+    assert_eq!(archive.calls(), 0);
+    assert_eq!(full.count("eth_call"), 2 * execution_errors().len());
+    // geth's own words for lost state: retried.
+    let params = json!([{"to": ADDR, "data": "0x"}, {"blockHash": old_hash()}]);
+    let reply = call(gw.addr, "eth_call", params).await;
+    assert_eq!(reply["result"], ARCHIVE, "{reply}");
+    assert_eq!(archive.count("eth_call"), 1);
+}
+
 #[tokio::test]
 async fn a_burst_of_old_calls_asks_the_head_once() {
     // The head's answer comes late, so that every call of the burst needs
@@ -581,6 +632,10 @@ fn the_clients_words_for_missing_state() {
     for m in [
         "execution reverted",
         "execution reverted: missing trie node",
+        "reverted: missing trie node 0xab",
+        "VM Exception while processing transaction: revert missing trie node",
+        "invalid opcode: missing trie node",
+        "state at block #17 is pruned, or reverted",
         "header not found",
         // anvil: a block not mined yet.
         "BlockOutOfRangeError: block height is 10 but requested was 256",

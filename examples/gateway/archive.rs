@@ -312,12 +312,18 @@ async fn ask_head(full: &Upstreams) -> Option<u64> {
 /// | anvil `--prune-history` | `BlockOutOfRangeError: block height is H but requested was N` (-32602; only for N below H: above, the block is not mined yet) |
 ///
 /// An upstream's error object only (the gateway's own errors are not the
-/// node's word), and never an execution revert: a contract's revert
-/// reason is its own text (`execution reverted: missing trie node` would
-/// otherwise send a call to the archive at the contract's will).
+/// node's word), and never an execution's outcome: geth's code 3 (an
+/// execution error, a revert with its data) and any message that says
+/// "revert" are a contract's words, and a revert reason is its own text
+/// (`execution reverted: missing trie node`, or a custom reason such as
+/// `reverted: missing trie node 0xab`, would otherwise send a call to the
+/// archive at the contract's will). The phrases are matched where the
+/// nodes put them: at the start of the message, not anywhere in it.
 pub fn missing_state(e: &RpcError) -> bool {
     #[derive(serde::Deserialize)]
     struct Object<'a> {
+        #[serde(default)]
+        code: Option<i64>,
         #[serde(borrow)]
         message: std::borrow::Cow<'a, str>,
     }
@@ -327,33 +333,45 @@ pub fn missing_state(e: &RpcError) -> bool {
     let Ok(object) = serde_json::from_slice::<Object<'_>>(raw) else {
         return false;
     };
+    // geth's (and reth's, erigon's) code for a revert, with its data.
+    if object.code == Some(3) {
+        return false;
+    }
     says_missing_state(&object.message)
 }
 
 /// [`missing_state`] of an error's message.
 pub fn says_missing_state(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    if m.starts_with("execution reverted") {
+    let m = message.trim().to_ascii_lowercase();
+    if m.contains("revert") {
         return false;
     }
-    if m.contains("missing trie node")
-        || m.contains("historical state")
-        || m.contains("old data not available due to pruning")
-        || m.contains("no state available for block")
-        || (m.contains("state at block #") && m.contains("is pruned"))
+    // geth (hash-based; path-based; its tracers), erigon, nethermind.
+    if [
+        "missing trie node",
+        "historical state",
+        "required historical state unavailable",
+        "old data not available due to pruning",
+        "no state available for block",
+    ]
+    .iter()
+    .any(|p| m.starts_with(p))
     {
         return true;
     }
-    // anvil: `block height is H but requested was N`, N < H.
-    if let Some(rest) = m.split_once("block height is ").map(|(_, r)| r)
-        && let Some((height, requested)) = rest.split_once(" but requested was ")
-        && let (Ok(height), Ok(requested)) = (
-            height.trim().parse::<u64>(),
-            requested
-                .trim()
-                .trim_end_matches(|c: char| !c.is_ascii_digit())
-                .parse::<u64>(),
-        )
+    // reth: the whole message, `state at block #N is pruned`.
+    if let Some(n) = m
+        .strip_prefix("state at block #")
+        .and_then(|r| r.strip_suffix(" is pruned"))
+    {
+        return !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+    }
+    // anvil, the whole message: `BlockOutOfRangeError: block height is H
+    // but requested was N`, N < H (above H: a block not mined yet).
+    if let Some((height, requested)) = m
+        .strip_prefix("blockoutofrangeerror: block height is ")
+        .and_then(|r| r.split_once(" but requested was "))
+        && let (Ok(height), Ok(requested)) = (height.parse::<u64>(), requested.parse::<u64>())
     {
         return requested < height;
     }
