@@ -518,6 +518,43 @@ async fn a_path_too_long_for_a_unix_socket_is_refused_clearly() {
     assert!(!path.exists());
 }
 
+/// A path of the longest length a Unix socket's address holds (107 bytes
+/// on Linux, 103 on macOS and the BSDs) serves: the temporary name the socket is bound at before it
+/// is linked there must fit as well as the path does (a geth-style
+/// `…/geth.ipc` name included).
+#[tokio::test]
+async fn a_path_of_the_longest_length_serves() {
+    const LONGEST: usize = if cfg!(target_os = "linux") { 107 } else { 103 };
+    let dir = Dir::new("longest");
+    let base = dir.0.as_os_str().len() + 1;
+    assert!(
+        base + 8 < LONGEST,
+        "the temporary directory's path is too long"
+    );
+    // A directory to pad the path, then geth's file name.
+    let pad = LONGEST - base - 1 - "geth.ipc".len();
+    let sub = dir.join(&"d".repeat(pad));
+    std::fs::create_dir(&sub).unwrap();
+    let path = sub.join("geth.ipc");
+    assert_eq!(path.as_os_str().len(), LONGEST);
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.listening.is_some(), "{:?}", gw.log());
+    let mut c = Ipc::connect(&path).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    drop(c);
+    let names: Vec<String> = std::fs::read_dir(&sub)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["geth.ipc"]);
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(0), "{:?}", gw.log());
+    assert!(!path.exists());
+}
+
 /// Gateways started at the same instant on one path, on a fresh path and
 /// on a stale socket file: exactly one takes it and serves there; every
 /// other exits as on a port in use (status 1, "another process serves"),
@@ -629,7 +666,7 @@ async fn a_symbolic_link_at_the_path_is_refused_wherever_it_leads() {
     let names: Vec<String> = std::fs::read_dir(&dir.0)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(".tmp"))
+        .filter(|n| n.starts_with('.') || n.ends_with(".tmp"))
         .collect();
     assert!(names.is_empty(), "{names:?}");
 }

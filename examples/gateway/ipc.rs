@@ -74,7 +74,7 @@ impl Drop for Socket {
 /// [`Refused`] for a path that holds something other than a socket.
 ///
 /// The socket is bound, made 0600 and listening under a temporary name
-/// in the same directory (`PATH.<pid>.tmp`) before it appears at `path`
+/// in the same directory (`.<pid>`) before it appears at `path`
 /// by `link`, which fails when anything is there: two gateways starting
 /// at once on one path cannot both take it, and neither can take the
 /// other's live socket for a stale one (probing, then removing, then
@@ -211,10 +211,13 @@ fn sibling(path: &Path, what: &str) -> PathBuf {
 struct Temporary(PathBuf);
 
 impl Temporary {
-    /// `PATH.<pid>.tmp`; a socket left there by an earlier process with
-    /// this process's id (killed while starting) is removed first.
+    /// `.<pid in hex>` in `path`'s directory; a socket left there by an
+    /// earlier process with this process's id (killed while starting) is
+    /// removed first. Short (7 bytes at most, Linux's largest pid being
+    /// 2^22), so that it fits a socket's address whenever the path does,
+    /// unless the path's own file name is shorter still (`geth.ipc` is 8).
     fn new(path: &Path) -> Result<Temporary, Box<dyn std::error::Error>> {
-        let tmp = sibling(path, "tmp");
+        let tmp = path.with_file_name(format!(".{:x}", std::process::id()));
         match std::fs::symlink_metadata(&tmp) {
             Ok(m) if m.file_type().is_socket() => {
                 let _ = std::fs::remove_file(&tmp);
