@@ -94,7 +94,8 @@
 //! * `ws`: the WebSocket transport (`server::ws`, on tokio-tungstenite):
 //!   pipelining, server-pushed notifications and `eth_subscribe`-style
 //!   subscriptions, pings and idle close, graceful shutdown; serves a
-//!   `TcpListener` or a stream an HTTP server upgraded.
+//!   `TcpListener` or a stream an HTTP server upgraded. Handlers find the
+//!   opening handshake's headers as a `rpcwire::http::HeaderMap` extension.
 //!   With `http` too, `server::combined` serves HTTP and WebSocket
 //!   upgrades on one port, as geth and anvil do.
 //! * `gateway`: what `examples/gateway` (an Ethereum gateway: a built-in
@@ -162,12 +163,13 @@ pub use request::Id;
 pub use bumpalo;
 /// Re-exported: the shared byte buffers async handlers and transports use.
 pub use bytes;
-/// Re-exported (feature `http`): the HTTP types of `server::http`, such as
-/// the `http::HeaderMap` of the request that handlers find in their
-/// context. An extension is looked up by its exact type, so a map asked for
-/// with another version of the `http` crate is never found.
-#[cfg(feature = "http")]
-#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+/// Re-exported (features `http` or `ws`): the HTTP types of `server::http`
+/// and of the WebSocket handshake, such as the `http::HeaderMap` of the
+/// request (or the opening handshake) that handlers find in their context.
+/// An extension is looked up by its exact type, so a map asked for with
+/// another version of the `http` crate is never found.
+#[cfg(any(feature = "http", feature = "ws"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "http", feature = "ws"))))]
 pub use http;
 
 /// Locks `m`, taking the data of a poisoned lock as it is: the crate's

@@ -1660,3 +1660,50 @@ async fn subscriptions_need_a_two_way_transport() {
     assert_eq!(reply["error"]["message"], "Notifications not supported");
     assert_eq!(reply["error"]["data"]["transport"], "http");
 }
+
+/// A WebSocket server alone (feature `ws`, without `http`) hands handlers
+/// the opening handshake's headers as an `http::HeaderMap`: the type is
+/// named through `rpcwire::http`, so that it is the one the server stores
+/// (an extension is found by its exact type, and a map of another `http`
+/// version would never be).
+#[tokio::test]
+async fn handlers_read_the_handshake_headers_through_rpcwire_http() {
+    let _shared = HEAP.read().await;
+    let d = Dispatcher::builder(())
+        .method("whoami", |call: Call<'_, ()>| {
+            let headers = call
+                .ctx
+                .extension::<rpcwire::http::HeaderMap>()
+                .ok_or_else(|| RpcError::internal("no headers"))?;
+            match headers.get("authorization") {
+                Some(v) => Ok(v.to_str().unwrap_or("").to_owned()),
+                None => Err(RpcError::new(-32001, "Unauthorized")),
+            }
+        })
+        .build()
+        .unwrap();
+    let server = WsServer::new(d);
+    let shutdown = server.shutdown_signal().clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { server.serve(listener).await });
+
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}/").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", "Bearer t0k3n".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let reply = call(&mut ws, req(1, "whoami", json!([]))).await;
+    assert_eq!(
+        reply,
+        json!({"jsonrpc":"2.0","id":1,"result":"Bearer t0k3n"})
+    );
+
+    let mut anonymous = connect(addr).await;
+    let reply = call(&mut anonymous, req(2, "whoami", json!([]))).await;
+    assert_eq!(reply["error"]["code"], -32001);
+
+    shutdown.trigger();
+    task.await.unwrap().unwrap();
+}

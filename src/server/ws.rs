@@ -391,7 +391,8 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// Does the opening handshake on `io` (a connection that has sent
     /// nothing yet; at most [`handshake_timeout`](WsServer::handshake_timeout)),
     /// then serves it. The handlers' context is built from `ctx`, with the
-    /// request's headers (`http::HeaderMap`) as an extension.
+    /// request's headers ([`rpcwire::http::HeaderMap`](crate::http::HeaderMap))
+    /// as an extension.
     ///
     /// A request that is not a valid upgrade is answered as an HTTP server
     /// answers it (RFC 6455 §4.2.2): `426` with the version this server
