@@ -398,3 +398,50 @@ fn parse_prefix_invalid_is_never_complete() {
         }
     }
 }
+
+/// A client speaking newline-delimited JSON to an LSP-framed server (the
+/// common mix-up) is told what framing was expected, as soon as the first
+/// byte shows it, not "malformed header line" after a newline (or nothing
+/// at all while no newline comes).
+#[test]
+fn lsp_json_without_headers_says_which_framing_is_expected() {
+    for input in [
+        &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}\n"[..],
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}",
+        b"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}]\r\n",
+    ] {
+        let Step::Close(error) = Lsp::new().next_frame(input) else {
+            panic!("not closed on {:?}", String::from_utf8_lossy(input));
+        };
+        let shown = error.to_string();
+        assert!(shown.contains("Content-Length"), "{shown}");
+        assert!(shown.contains("offset 0"), "{shown}");
+        let mut reply = Vec::new();
+        error.write_reply(&mut reply);
+        let reply: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+        assert_eq!(reply["error"]["code"], -32700);
+        assert!(
+            reply["error"]["data"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("Content-Length"),
+            "{reply}"
+        );
+        // Every chunking gives the same events.
+        let whole = run(&mut Lsp::new(), input, input.len());
+        for chunk in 1..input.len() {
+            assert_eq!(run(&mut Lsp::new(), input, chunk), whole, "chunk {chunk}");
+        }
+    }
+    // A second message in that form is found as well.
+    let mut lsp = Lsp::new();
+    let good = b"Content-Length: 2\r\n\r\n{}{\"id\":1}\n";
+    assert_eq!(
+        lsp.next_frame(good),
+        Step::Frame {
+            range: 21..23,
+            consumed: 23
+        }
+    );
+    assert!(matches!(lsp.next_frame(&good[23..]), Step::Close(_)));
+}

@@ -47,6 +47,10 @@ pub(crate) enum Kind {
     HeaderTooLarge { limit: usize },
     /// A header line that is not `Name: value\r\n`; the offset is the line's.
     MalformedHeader,
+    /// An LSP message that starts with `{` or `[`: JSON sent without its
+    /// header section, most likely by a client framing with newlines; the
+    /// offset is where it starts.
+    MissingHeaders,
     /// A header section without `Content-Length`; the offset is where the
     /// section starts.
     MissingLength,
@@ -168,6 +172,9 @@ impl FrameError {
             Kind::TooLarge { .. } => "message larger than the size limit",
             Kind::HeaderTooLarge { .. } => "header section larger than its size limit",
             Kind::MalformedHeader => "malformed header line",
+            Kind::MissingHeaders => {
+                "JSON without a header section: expected Content-Length: N, a blank line, then the message"
+            }
             Kind::MissingLength => "missing Content-Length header",
             Kind::InvalidLength => "invalid Content-Length value",
             Kind::ConflictingLength => "conflicting Content-Length headers",

@@ -14,8 +14,11 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 /// Every line must end in `\r\n`. The framer refuses, with
 /// [`Step::Close`] and a -32700 error, a header section without
 /// `Content-Length`, a value that is not a decimal integer, two
-/// `Content-Length` headers that disagree, and a line that is not
-/// `Name: value` (these leave no trustworthy way to find the next message).
+/// `Content-Length` headers that disagree, a line that is not
+/// `Name: value`, and a message that starts with `{` or `[` (JSON sent
+/// without headers, as a client framing with newlines sends it: refused at
+/// that first byte, its reason naming the framing expected). These leave
+/// no trustworthy way to find the next message.
 ///
 /// Limits, both checked before anything is buffered:
 ///
@@ -247,6 +250,13 @@ impl Framer for Lsp {
                     // `buf`; nothing may index out of bounds even then.
                     scan = scan.min(msg.len());
                     line = line.min(scan);
+                    // No header name starts with `{` or `[`: this is JSON
+                    // framed otherwise (newlines, most often), and saying
+                    // so tells the other side what to fix, at its first
+                    // byte rather than after a line (which may never end).
+                    if line == 0 && matches!(msg.first(), Some(b'{' | b'[')) {
+                        return self.close(Kind::MissingHeaders, base);
+                    }
                     loop {
                         let Some(i) = memchr(b'\n', &msg[scan..]) else {
                             #[cfg(test)]
@@ -432,7 +442,8 @@ mod tests {
                 0,
             ),
             (b"X: a\x00\r\n\r\n", Kind::MalformedHeader, 0),
-            (b"{\"jsonrpc\":\"2.0\"}\r\n", Kind::MalformedHeader, 0),
+            (b"{\"jsonrpc\":\"2.0\"}\r\n", Kind::MissingHeaders, 0),
+            (b"[{\"jsonrpc\":\"2.0\"}", Kind::MissingHeaders, 0),
             (b"Content-Length:\r\n\r\n", Kind::InvalidLength, 0),
             (b"Content-Length: -2\r\n\r\n{}", Kind::InvalidLength, 0),
             (b"Content-Length: +2\r\n\r\n{}", Kind::InvalidLength, 0),
