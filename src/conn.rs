@@ -244,13 +244,18 @@ impl ContextBuilder {
     }
 
     /// Makes the connection two-way: notifications and requests to the
-    /// client go to `outbound` (the transport's writer queue).
+    /// client go to `outbound` (the transport's writer queue), through a
+    /// new [`Peer`] that replaces one set with [`peer`](Self::peer).
     pub fn outbound(mut self, outbound: Arc<dyn Outbound>) -> Self {
         self.inner.peer = Some(Peer::new(outbound));
         self
     }
 
-    /// Uses an existing [`Peer`] (to share its pending-request table).
+    /// Uses an existing [`Peer`] (to share its pending-request table, or to
+    /// keep one to send requests with from outside the handlers, as a
+    /// client does); a later [`outbound`](Self::outbound) replaces it.
+    /// rpcwire's transports call `outbound` with their own queue, so a
+    /// peer set here does not reach them.
     pub fn peer(mut self, peer: Peer) -> Self {
         self.inner.peer = Some(peer);
         self

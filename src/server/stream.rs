@@ -107,6 +107,87 @@
 //! assert_eq!(served.await.unwrap()?, CloseReason::Eof);
 //! # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
 //! ```
+//!
+//! # The client's side
+//!
+//! A [`Driver`] serves the side that answers: its [`Peer`](crate::peer::Peer)
+//! is made in [`run`](Driver::run) and reached only by handlers (a peer set
+//! with [`ContextBuilder::peer`] is replaced). A client that sends requests
+//! from its own code makes the peer itself: an [`Outbox`] whose receiving
+//! end a task writes to the socket, framed, and a connection of a
+//! dispatcher (with no methods, or with the handlers of what the server
+//! sends it) that reads the socket, so that the answers reach the peer's
+//! pending requests. Here 1000 requests are sent without waiting:
+//!
+//! ```
+//! use rpcwire::dispatch::AsyncCall;
+//! use rpcwire::frame::{Framer, Lines, Step};
+//! use rpcwire::peer::{Peer, PeerError};
+//! use rpcwire::server::{Outbox, stream::Driver};
+//! use rpcwire::{Call, Context, Dispatcher, RpcError};
+//! use std::{sync::Arc, time::Duration};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let server = Dispatcher::builder(())
+//!     .method("double", |c: Call<'_, ()>| {
+//!         let (n,): (u64,) = c.decode()?;
+//!         Ok::<_, RpcError>(2 * n)
+//!     })
+//!     .async_method("never", |_: AsyncCall<()>| std::future::pending::<Result<(), RpcError>>())
+//!     .build()?;
+//! let (client_io, server_io) = tokio::io::duplex(4096);
+//! let (r, w) = tokio::io::split(server_io);
+//! tokio::spawn(async move { Driver::new(Lines::new()).run(&server, r, w).await });
+//!
+//! let (mut reader, mut writer) = tokio::io::split(client_io);
+//! let (outbox, mut outgoing) = Outbox::new(2048, None);
+//! let peer = Peer::new(Arc::new(outbox));
+//! tokio::spawn(async move {
+//!     let mut framed = Vec::new();
+//!     while let Some(message) = outgoing.recv().await {
+//!         framed.clear();
+//!         Lines::new().encode(&message, &mut framed);
+//!         if writer.write_all(&framed).await.is_err() {
+//!             break;
+//!         }
+//!     }
+//! });
+//! let client = Dispatcher::builder(()).build()?;
+//! let mut conn = client.connection(Context::builder().peer(peer.clone()).build());
+//! let answers = peer.clone();
+//! tokio::spawn(async move {
+//!     let (mut lines, mut buf, mut chunk, mut out) = (Lines::new(), Vec::new(), [0; 8192], Vec::new());
+//!     while let Ok(n @ 1..) = reader.read(&mut chunk).await {
+//!         buf.extend_from_slice(&chunk[..n]);
+//!         loop {
+//!             let step = lines.next_frame(&buf);
+//!             if let Step::Frame { range, .. } = &step {
+//!                 client.handle(&buf[range.clone()], &mut conn, &mut out); // answers go to the peer
+//!             }
+//!             buf.drain(..step.consumed());
+//!             if matches!(step, Step::NeedMore { .. } | Step::Close(_)) {
+//!                 break;
+//!             }
+//!         }
+//!     }
+//!     answers.close(); // what is still pending fails with PeerError::Closed
+//! });
+//!
+//! let calls: Vec<_> = (0..1000u64)
+//!     .map(|n| {
+//!         let peer = peer.clone();
+//!         tokio::spawn(async move { peer.request("double", Some(&[n]), Duration::from_secs(30)).await })
+//!     })
+//!     .collect();
+//! for (n, call) in (0..1000u64).zip(calls) {
+//!     assert_eq!(call.await.unwrap()?.decode::<u64>().unwrap(), 2 * n);
+//! }
+//! // A request the server never answers gives up at its timeout.
+//! let late = peer.request::<()>("never", None, Duration::from_millis(100)).await;
+//! assert!(matches!(late, Err(PeerError::Timeout)));
+//! # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+//! ```
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -325,7 +406,10 @@ impl<F: Framer> Driver<F> {
     /// What handlers see of the connection (transport name, peer address,
     /// extensions). The driver makes it two-way: [`Context::peer`] sends to
     /// this connection's client through an [`Outbox`] of
-    /// [`Limits::max_queued`] messages.
+    /// [`Limits::max_queued`] messages, made by [`run`](Driver::run), so a
+    /// peer set here ([`ContextBuilder::peer`]) is replaced by that one.
+    /// To send requests from outside the handlers (a client), see
+    /// [the client's side](self#the-clients-side).
     pub fn context(mut self, context: ContextBuilder) -> Self {
         self.context = context;
         self
