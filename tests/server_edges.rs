@@ -495,3 +495,60 @@ async fn subscriptions_over_a_tcp_connection() {
     shutdown.trigger();
     tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
 }
+
+/// On one port, a WebSocket connection's handlers see the upgrade
+/// request's headers as HTTP calls see theirs (the `combined` docs say
+/// so): one `Authorization` check serves both transports.
+#[tokio::test]
+async fn combined_websocket_handlers_see_the_upgrade_headers() {
+    let d = Dispatcher::builder(())
+        .method("whoami", |call: Call<'_, ()>| {
+            let Some(auth) = rpcwire::server::http::header(call.ctx, "authorization") else {
+                return Err(RpcError::new(-32001, "Unauthorized"));
+            };
+            let addr = call.ctx.peer_addr().map(|a| a.ip().to_string());
+            Ok(json!([
+                call.ctx.transport(),
+                auth.to_str().unwrap_or(""),
+                addr
+            ]))
+        })
+        .build()
+        .unwrap();
+    let (limits, shutdown) = (Limits::default(), Shutdown::new());
+    let http = HttpService::new(d.clone(), &limits, None);
+    let ws = WsServer::new(d)
+        .limits(limits.clone())
+        .shutdown(shutdown.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(rpcwire::server::combined::serve(
+        listener,
+        http,
+        ws,
+        limits,
+        None,
+        shutdown.clone(),
+    ));
+
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{addr}/").into_client_request().unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", "Bearer t0k3n".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(request).await.unwrap();
+    let call = json!({"jsonrpc":"2.0","id":1,"method":"whoami"}).to_string();
+    ws.send(Message::text(call.clone())).await.unwrap();
+    assert_eq!(
+        next_json(&mut ws).await["result"],
+        json!(["ws", "Bearer t0k3n", "127.0.0.1"])
+    );
+
+    let mut anonymous = connect(addr).await;
+    anonymous.send(Message::text(call)).await.unwrap();
+    assert_eq!(next_json(&mut anonymous).await["error"]["code"], -32001);
+
+    drop((ws, anonymous));
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+}

@@ -26,6 +26,11 @@
 //! [`Combined`] with a [`Server`] of your own, await
 //! [`WsServer::closed`] after it).
 //!
+//! Handlers of an upgraded connection see, as over HTTP, the upgrade
+//! request's headers ([`header`](super::http::header), or the whole
+//! [`HeaderMap`](crate::http::HeaderMap) extension: an `Authorization`
+//! checked per call) and the client's address; the transport is `"ws"`.
+//!
 //! ```no_run
 //! use rpcwire::server::{Limits, Shutdown, combined, http::HttpService, ws::WsServer};
 //! use rpcwire::{Call, Dispatcher};
