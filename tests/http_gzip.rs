@@ -453,3 +453,217 @@ async fn a_refusal_of_gzip_anywhere_in_the_list_wins_in_any_order() {
         }
     }
 }
+
+/// A call whose answer is about 8 MiB of hex: long enough to be compressed
+/// off the runtime thread, and to take long to compress (about a second in
+/// a debug build), so that what happens meanwhile can be watched.
+const HUGE: &str = r#"{"jsonrpc":"2.0","id":7,"method":"huge"}"#;
+
+/// 8 MiB of hex from a cheap PRNG (xorshift): compressible (hex digits)
+/// but not trivially (no repeats for the compressor to find cheaply).
+fn huge_result() -> &'static str {
+    static HUGE_RESULT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HUGE_RESULT.get_or_init(|| {
+        use std::fmt::Write as _;
+        let mut s: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut text = String::with_capacity(8 << 20);
+        while text.len() < 8 << 20 {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            let _ = write!(text, "{s:016x}");
+        }
+        text
+    })
+}
+
+/// A server whose `huge` method signals `returned` as it returns its
+/// answer (before the answer is compressed).
+async fn start_huge(own_http1: bool, returned: std::sync::Arc<tokio::sync::Notify>) -> TestServer {
+    let limits = Limits::default();
+    let d = Dispatcher::builder(())
+        .method("huge", move |c: Call<'_, ()>| {
+            let reply = c.reply.str(huge_result());
+            returned.notify_one();
+            reply
+        })
+        .method("eth_chainId", |c: Call<'_, ()>| c.reply.str("0x1"))
+        .build()
+        .unwrap();
+    let service = HttpService::new(d, &limits, None).gzip(MIN_LEN);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).own_http1(own_http1);
+    tokio::spawn(server.serve(listener, service, shutdown.clone()));
+    TestServer {
+        addr,
+        _shutdown: shutdown,
+    }
+}
+
+/// Reads one whole response from a blocking socket, off the runtime (the
+/// server runs on the test's thread).
+async fn read_blocking(mut stream: std::net::TcpStream) -> Answer {
+    tokio::task::spawn_blocking(move || {
+        stream.set_nonblocking(false).unwrap();
+        stream.set_read_timeout(Some(HANG)).unwrap();
+        let mut got = Vec::new();
+        loop {
+            let mut fields = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut fields);
+            if let Ok(httparse::Status::Complete(len)) = response.parse(&got) {
+                let headers: Vec<(String, String)> = response
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        let value = String::from_utf8(h.value.to_vec()).unwrap();
+                        (h.name.to_ascii_lowercase(), value)
+                    })
+                    .filter(|(name, _)| name != "date")
+                    .collect();
+                let body_len: usize = headers
+                    .iter()
+                    .find(|(name, _)| name == "content-length")
+                    .map_or(0, |(_, v)| v.parse().unwrap());
+                if got.len() >= len + body_len {
+                    return Answer {
+                        status: response.code.unwrap(),
+                        headers,
+                        body: got[len..len + body_len].to_vec(),
+                    };
+                }
+            }
+            let mut buf = [0u8; 64 * 1024];
+            let read = stream
+                .read(&mut buf)
+                .expect("the answer within the hang guard");
+            assert!(read > 0, "closed before the answer");
+            got.extend_from_slice(&buf[..read]);
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// Sends `raw` on a new blocking connection to `addr`.
+fn send_blocking(addr: SocketAddr, raw: &str) -> std::net::TcpStream {
+    use std::io::Write as _;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(raw.as_bytes()).unwrap();
+    stream
+}
+
+/// A large answer is compressed off the runtime thread: on a
+/// current-thread runtime (this test's), while client A's 8 MiB answer
+/// is compressed, client B's short request is answered, and A's answer
+/// has not begun to arrive when B's has (read without waiting: a peek on
+/// a non-blocking socket). Compressed inline, A's answer was compressed
+/// and on its way before B could even connect. A's answer then arrives
+/// whole, with the headers an inline one has.
+#[tokio::test]
+async fn other_connections_are_served_while_a_large_answer_is_compressed() {
+    for own in [true, false] {
+        let returned = std::sync::Arc::new(tokio::sync::Notify::new());
+        let server = start_huge(own, returned.clone()).await;
+        let a = send_blocking(server.addr, &post("accept-encoding: gzip\r\n", HUGE));
+        tokio::time::timeout(HANG, returned.notified())
+            .await
+            .expect("the handler runs");
+        let b = one(server.addr, &post("accept-encoding: gzip\r\n", SHORT)).await;
+        assert_eq!(b.json()["result"], "0x1", "own loop {own}");
+        a.set_nonblocking(true).unwrap();
+        let peeked = a.peek(&mut [0u8; 1]);
+        assert!(
+            matches!(&peeked, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "own loop {own}: A's answer began to arrive before B's was answered: {peeked:?}"
+        );
+        let a = read_blocking(a).await;
+        assert_eq!(a.status, 200, "own loop {own}");
+        assert_eq!(a.header("content-encoding"), Some("gzip"), "own loop {own}");
+        assert_eq!(a.header("vary"), Some("accept-encoding"), "own loop {own}");
+        assert_eq!(a.json()["result"], huge_result(), "own loop {own}");
+    }
+}
+
+/// A large answer (compressed off the runtime thread) decodes to exactly
+/// the bytes sent to a client that does not accept gzip, with the same
+/// headers but `Content-Encoding` and `Content-Length`.
+#[tokio::test]
+async fn a_large_compressed_answer_decodes_to_exactly_the_plain_one() {
+    for own in [true, false] {
+        let returned = std::sync::Arc::new(tokio::sync::Notify::new());
+        let server = start_huge(own, returned).await;
+        let plain = read_blocking(send_blocking(server.addr, &post("", HUGE))).await;
+        let packed = read_blocking(send_blocking(
+            server.addr,
+            &post("accept-encoding: gzip\r\n", HUGE),
+        ))
+        .await;
+        assert_eq!(plain.header("content-encoding"), None, "own loop {own}");
+        assert_eq!(
+            packed.header("content-encoding"),
+            Some("gzip"),
+            "own loop {own}"
+        );
+        assert!(packed.body.len() < plain.body.len(), "own loop {own}");
+        let mut text = Vec::new();
+        flate2::read::GzDecoder::new(&packed.body[..])
+            .read_to_end(&mut text)
+            .expect("a whole gzip stream");
+        assert!(
+            text == plain.body,
+            "own loop {own}: the decoded answer differs"
+        );
+        let others = |a: &Answer| -> Vec<(String, String)> {
+            a.headers
+                .iter()
+                .filter(|(n, _)| n != "content-encoding" && n != "content-length")
+                .cloned()
+                .collect()
+        };
+        assert_eq!(others(&packed), others(&plain), "own loop {own}");
+    }
+}
+
+/// A client that leaves (a reset) while its answer is compressed: the
+/// server serves the next requests, a large compressed one too, and
+/// nothing on this test's thread or the blocking pool panics.
+#[tokio::test]
+async fn a_client_leaving_while_its_answer_is_compressed_harms_nothing() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+    let test_thread = std::thread::current().name().map(str::to_owned);
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let name = std::thread::current().name().map(str::to_owned);
+        if name == test_thread || name.as_deref() == Some("tokio-runtime-worker") {
+            PANICS.fetch_add(1, Ordering::SeqCst);
+        }
+        previous(info);
+    }));
+    for own in [true, false] {
+        let returned = std::sync::Arc::new(tokio::sync::Notify::new());
+        let server = start_huge(own, returned.clone()).await;
+        let a = send_blocking(server.addr, &post("accept-encoding: gzip\r\n", HUGE));
+        tokio::time::timeout(HANG, returned.notified())
+            .await
+            .expect("the handler runs");
+        socket2::SockRef::from(&a)
+            .set_linger(Some(Duration::ZERO))
+            .unwrap();
+        drop(a);
+        let b = one(server.addr, &post("accept-encoding: gzip\r\n", SHORT)).await;
+        assert_eq!(b.json()["result"], "0x1", "own loop {own}");
+        let c = read_blocking(send_blocking(
+            server.addr,
+            &post("accept-encoding: gzip\r\n", HUGE),
+        ))
+        .await;
+        assert_eq!(c.header("content-encoding"), Some("gzip"), "own loop {own}");
+        assert_eq!(c.json()["result"], huge_result(), "own loop {own}");
+        let d = one(server.addr, &post("accept-encoding: gzip\r\n", SHORT)).await;
+        assert_eq!(d.json()["result"], "0x1", "own loop {own}");
+    }
+    assert_eq!(PANICS.load(Ordering::SeqCst), 0);
+}

@@ -61,7 +61,9 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Interval, Sleep};
 
 use super::LimitKind;
-use super::http::{AcceptEncoding, ConnConfig, ConnectionKit, H2_PREFACE, HttpService, Signal};
+use super::http::{
+    AcceptEncoding, ConnConfig, ConnectionKit, GZIP_OFF_THREAD, H2_PREFACE, HttpService, Signal,
+};
 use crate::conn::{Connection, LazyExtension};
 
 /// The most headers a request head may have on this path (more: hyper's
@@ -420,15 +422,6 @@ impl Own {
             *scratch = None;
             return Err(Leave::Drop);
         }
-        if let Client::Ended { sent } = self.client
-            && sent > 0
-            && sent < PROBE.len()
-        {
-            // A probe cut short goes out whole before the reply.
-            self.write(&PROBE[sent..]).await?;
-            self.client = Client::Ended { sent: PROBE.len() };
-        }
-        let close = head.close || self.watch.stopping;
         let status = if out.len() == HEAD_ROOM {
             "204 No Content"
         } else {
@@ -438,16 +431,44 @@ impl Own {
         let compressible = http
             .gzip_above()
             .is_some_and(|min_len| body_len > 0 && body_len >= min_len);
+        let gzip = compressible && head.accept_encoding.gzip();
+        let mut packed = None;
+        if gzip && body_len >= GZIP_OFF_THREAD {
+            // On tokio's blocking pool (see `GZIP_OFF_THREAD`), watching
+            // the client and the hard stop meanwhile as while dispatching:
+            // a client gone drops the connection, and the compression's
+            // result with it. The reply's buffer goes with the job: at
+            // this size it would not be kept for the next reply anyway.
+            let body = Bytes::from(std::mem::take(&mut out)).slice(HEAD_ROOM..);
+            let packing = pin!(async {
+                packed = Some(super::http::gzip_packed(body, HEAD_ROOM).await);
+            });
+            if self.answering(packing).await.is_err() {
+                return Err(Leave::Drop);
+            }
+        }
+        if let Client::Ended { sent } = self.client
+            && sent > 0
+            && sent < PROBE.len()
+        {
+            // A probe cut short goes out whole before the reply.
+            self.write(&PROBE[sent..]).await?;
+            self.client = Client::Ended { sent: PROBE.len() };
+        }
+        let close = head.close || self.watch.stopping;
         let extras = HeadExtras {
             close,
             vary_origin: http.cors_varies(),
             vary_encoding: compressible,
-            gzip: compressible && head.accept_encoding.gzip(),
+            gzip,
         };
         let written = if extras.gzip {
-            let mut packed = Vec::with_capacity(HEAD_ROOM + body_len / 4);
-            packed.resize(HEAD_ROOM, 0);
-            super::http::gzip_into(&out[HEAD_ROOM..], &mut packed);
+            let mut packed = packed.unwrap_or_else(|| {
+                let mut packed = Vec::with_capacity(HEAD_ROOM + body_len / 4);
+                packed.resize(HEAD_ROOM, 0);
+                super::http::gzip_into(&out[HEAD_ROOM..], &mut packed);
+                packed
+            });
             let start = put_head(&mut packed, status, extras);
             self.write(&packed[start..]).await
         } else {
