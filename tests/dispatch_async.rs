@@ -1305,3 +1305,55 @@ async fn calls_answered_while_queued_report_their_wait() {
         );
     }
 }
+
+/// An async entry of a batch whose future is ready when first polled (a
+/// cache hit) is polled in its turn, as the batch starts: the whole reply
+/// is written by `Connection::start`, with no poll, and near the response
+/// limit the entries after it get the room a sync run would give them
+/// (they saw the room held for its reply, the size of its too-large
+/// error, and were refused where `handle` answered them: found by the
+/// `dispatch` fuzz target, whose corpus replays it).
+#[tokio::test]
+async fn ready_async_entries_are_answered_in_their_turn() {
+    fn build<K>(
+        b: rpcwire::dispatch::DispatcherBuilder<(), K>,
+    ) -> rpcwire::dispatch::DispatcherBuilder<(), K> {
+        b.method("pad", |c: Call<'_, ()>| {
+            let (n,): (usize,) = c.decode()?;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
+        .max_response_len(400)
+    }
+    let sync = build(Dispatcher::builder(()))
+        .method("hit", |c: Call<'_, ()>| c.reply.str("cached"))
+        .build()
+        .unwrap();
+    let twin = build(Dispatcher::builder(()))
+        .async_method("hit", |_c: AsyncCall<()>| async {
+            Ok::<_, RpcError>("cached")
+        })
+        .build()
+        .unwrap();
+    // `hit`'s reply (42 bytes) is much shorter than its too-large error
+    // (96): the last `pad` (137 bytes) fits only if `hit` was answered
+    // first (167 bytes left then, 113 while room is held for `hit`).
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"pad","params":[150]},{"jsonrpc":"2.0","id":2,"method":"hit"},{"jsonrpc":"2.0","id":3,"method":"pad","params":[100]}]"#,
+    );
+    let mut expected = Vec::new();
+    sync.handle(&batch, &mut Connection::new(), &mut expected);
+    let v: Value = serde_json::from_slice(&expected).unwrap();
+    assert_eq!(v[1]["result"], "cached", "{v}");
+    assert_eq!(v[2]["result"], "x".repeat(100), "{v}");
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(&twin, &batch, &mut out);
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        String::from_utf8_lossy(&expected)
+    );
+    let mut again = Vec::new();
+    twin.handle_async(&batch, &mut Connection::new(), &mut again)
+        .await;
+    assert_eq!(again, expected);
+}

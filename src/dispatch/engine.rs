@@ -438,7 +438,9 @@ impl Drop for Abandon<'_> {
 #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
 impl Connection {
     /// Reads one message and answers what can be answered at once (writing
-    /// complete replies to `out`); async entries start running. Their
+    /// complete replies to `out`); async entries start running, a batch's
+    /// polled once in their turn (a batch whose async futures are all
+    /// ready then is answered here, as a sync one). Their other
     /// replies come out of [`poll_replies`](Connection::poll_replies), each
     /// as it completes: the pipelined form of
     /// [`Dispatcher::handle_async`], for transports that read the next
@@ -1873,7 +1875,15 @@ impl<S: Send + Sync + 'static> Shared<S> {
             match entry {
                 Entry::Request(r) if is_async(item) && !over => {
                     let w = waiting(input, r, Some((m, k)));
-                    self.launch(engine, w, scope.ctx);
+                    if let Some(index) = self.launch_unpolled(engine, w, scope.ctx) {
+                        // Polled first now, in its turn: a call ready at
+                        // once (a cache hit) is answered as a sync entry
+                        // is, and the entries after it see what its reply
+                        // took of the size limit, not the room held for
+                        // it (so that they fit as they would in `handle`).
+                        // Pending, it is polled again when woken.
+                        self.poll_slot(engine, index, out);
+                    }
                 }
                 _ => {
                     if over {
@@ -1896,20 +1906,30 @@ impl<S: Send + Sync + 'static> Shared<S> {
     /// free and no call waits for one, else queues it: calls start in
     /// arrival order. A slot freed outside a poll (a cancellation) is the
     /// queue's front's, which the next poll starts; checking the cap alone
-    /// gave it to whichever call arrived first after it.
-    fn launch(&self, engine: &mut Engine, mut w: Waiting, ctx: &Context) {
+    /// gave it to whichever call arrived first after it. A call started
+    /// is polled first by the next poll of the engine.
+    fn launch(&self, engine: &mut Engine, w: Waiting, ctx: &Context) {
+        if let Some(index) = self.launch_unpolled(engine, w, ctx) {
+            engine.ready.push(index);
+        }
+    }
+
+    /// [`launch`](Self::launch), leaving the first poll of a call started
+    /// (its slot, returned) to the caller.
+    fn launch_unpolled(&self, engine: &mut Engine, mut w: Waiting, ctx: &Context) -> Option<usize> {
         if engine.running >= self.max_in_flight || !engine.waiting.is_empty() {
             w.queued = Some(Instant::now());
             engine.waiting.push_back(w);
-            return;
+            return None;
         }
-        self.run(engine, w, ctx);
+        self.run(engine, w, ctx)
     }
 
-    /// Starts an async call in a free slot (the caller checked the cap). An
-    /// entry of a batch already past the size limit is answered with the
-    /// too-large error instead, not run.
-    fn run(&self, engine: &mut Engine, w: Waiting, ctx: &Context) {
+    /// Starts an async call in a free slot (the caller checked the cap) and
+    /// returns the slot, which the caller polls or puts on the ready list.
+    /// An entry of a batch already past the size limit is answered with
+    /// the too-large error instead, not run (`None`).
+    fn run(&self, engine: &mut Engine, w: Waiting, ctx: &Context) -> Option<usize> {
         if let Some((m, k)) = w.target
             && let Some(msg) = engine.msgs[m].as_mut()
             && msg.batch
@@ -1922,10 +1942,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 too_large.write(into, id);
                 (too_large.len_for(id), Outcome::TooLarge)
             });
-            return;
+            return None;
         }
         let Some(Handler::Async(handler)) = self.lookup_bytes(&w.method) else {
-            return;
+            return None;
         };
         let index = engine.slot();
         let cancel = engine.fresh_cancellation(index);
@@ -1996,8 +2016,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         if let Some(deadline) = deadline {
             engine.cover(deadline, now);
         }
-        // Polled first by the next poll of the engine.
-        engine.ready.push(index);
+        Some(index)
     }
 
     /// Drives the engine: polls the woken calls, enforces deadlines, starts
@@ -2026,7 +2045,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
         while engine.running < self.max_in_flight
             && let Some(w) = engine.waiting.pop_front()
         {
-            self.run(engine, w, &conn.context);
+            if let Some(index) = self.run(engine, w, &conn.context) {
+                // Polled first by the next poll of the engine.
+                engine.ready.push(index);
+            }
         }
         let engine = &mut conn.engine;
         if let Some(timeout) = self.timeout {
