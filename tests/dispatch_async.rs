@@ -1357,3 +1357,37 @@ async fn ready_async_entries_are_answered_in_their_turn() {
         .await;
     assert_eq!(again, expected);
 }
+
+/// A batch entry that was already running when another entry's reply was
+/// refused as too large still gets its own reply when it fits the room
+/// held for it: its call ran (a transaction sent, say), and a too-large
+/// error in place of its result would hide what it did. Only entries not
+/// started yet are refused once the batch is past the limit, as in
+/// `handle`, where entries run in order.
+#[tokio::test]
+async fn a_running_entry_keeps_its_reply_when_another_is_refused() {
+    let d = Dispatcher::builder(())
+        .async_method("send", |_c: AsyncCall<()>| async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, RpcError>("0xabc")
+        })
+        .async_method("big", |_c: AsyncCall<()>| async {
+            Ok::<_, RpcError>("x".repeat(10_000))
+        })
+        .max_response_len(1000)
+        .build()
+        .unwrap();
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"send"},{"jsonrpc":"2.0","id":2,"method":"big"}]"#,
+    );
+    let mut out = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        d.handle_async(&batch, &mut Connection::new(), &mut out),
+    )
+    .await
+    .expect("hang guard");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v[0]["result"], "0xabc", "{v}");
+    assert_eq!(v[1]["error"]["code"], -32000, "{v}");
+}

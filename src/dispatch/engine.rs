@@ -987,7 +987,7 @@ impl Msg {
         k: usize,
         write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> (usize, Outcome),
     ) {
-        let _ = self.poll_batch_entry(k, |into, id, allowance, too_large| {
+        let _ = self.poll_batch_entry(k, false, |into, id, allowance, too_large| {
             Poll::Ready(write(into, id, allowance, too_large))
         });
     }
@@ -996,11 +996,14 @@ impl Msg {
     /// batch's reply if it is its turn, else into the staging buffer; then
     /// moves every staged reply whose turn has come. If the batch is already
     /// past the size limit, the too-large reply is written instead and
-    /// `write` is not called. Returns whether the reply was decided (`false`
+    /// `write` is not called, unless the entry's call is `running`: it
+    /// ran (a transaction sent, say), and its reply is kept if it fits the
+    /// room held for it. Returns whether the reply was decided (`false`
     /// when `write` is pending; then nothing was written).
     fn poll_batch_entry(
         &mut self,
         k: usize,
+        running: bool,
         write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> Poll<(usize, Outcome)>,
     ) -> bool {
         let ReplyState::Pending(id_range) = &self.replies[k] else {
@@ -1023,7 +1026,7 @@ impl Msg {
             target.push(if mark == 0 { b'[' } else { b',' });
         }
         let at = target.len();
-        let outcome = if self.budget.is_over() {
+        let outcome = if self.budget.is_over() && !running {
             self.too_large.write(&mut target, id);
             Poll::Ready((too_large_len, Outcome::TooLarge))
         } else {
@@ -2150,7 +2153,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                         }
                     }
                 } else {
-                    msg.poll_batch_entry(k, |into, id, allowance, too_large| {
+                    msg.poll_batch_entry(k, true, |into, id, allowance, too_large| {
                         let r = poll_reply(into, id, allowance, too_large, poll);
                         if let Poll::Ready((_, written)) = r {
                             outcome = Some(written);

@@ -202,7 +202,11 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// are decided: calls run concurrently and finish in any order, so a
     /// reply decided before the limit was crossed (an entry that finished
     /// earlier, an invalid entry, an unknown method) keeps its place, and
-    /// the entries not started by then are not run. Room for those errors is held back before any handler runs
+    /// the entries not started by then are not run. A call already running
+    /// when the limit is crossed keeps its reply if it fits the room held
+    /// for it (it ran: a transaction sent, say); an async call whose
+    /// future is ready when first polled is decided in its turn, as a sync
+    /// one. Room for those errors is held back before any handler runs
     /// (their size is known: ids are bounded by
     /// [`Parser::max_id_len`]); a message (a batch, or a single request)
     /// whose error replies alone would pass the limit is answered with one

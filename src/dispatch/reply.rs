@@ -636,7 +636,8 @@ pub(crate) struct Budget {
     reserved: usize,
     /// 1 in a batch (a `[` or `,` before each reply), else 0.
     separator: usize,
-    /// An entry has already been refused: every later one is too.
+    /// An entry has already been refused: every entry not run yet is too
+    /// (an async call already running keeps its reply if it fits).
     over: bool,
 }
 
