@@ -533,6 +533,35 @@ impl Peer {
         self.send(out)
     }
 
+    /// Sends a notification without params (LSP's `exit`), which
+    /// [`notify`](Peer::notify) cannot: it always sends its `params`.
+    ///
+    /// ```
+    /// use rpcwire::peer::Peer;
+    /// use std::sync::Arc;
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # use std::sync::Mutex;
+    /// /// What the other side would be sent.
+    /// #[derive(Default)]
+    /// struct Wire(Mutex<Vec<Bytes>>);
+    /// impl Outbound for Wire {
+    ///     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    ///         self.0.lock().unwrap().push(message);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let wire = Arc::new(Wire::default());
+    /// Peer::new(wire.clone()).notify_no_params("exit")?;
+    /// assert_eq!(wire.0.lock().unwrap()[0], &br#"{"jsonrpc":"2.0","method":"exit"}"#[..]);
+    /// # Ok::<(), rpcwire::peer::PeerError>(())
+    /// ```
+    pub fn notify_no_params(&self, method: &str) -> Result<(), PeerError> {
+        let mut out = Vec::with_capacity(32 + method.len());
+        write_notification_raw(&mut out, method, None);
+        self.send(out)
+    }
+
     fn send(&self, message: Vec<u8>) -> Result<(), PeerError> {
         self.inner
             .outbound
@@ -568,7 +597,69 @@ impl Peer {
         deadline: Option<Instant>,
         on_answer: impl FnOnce(Result<OwnedResponse, PeerError>) + Send + 'static,
     ) -> Result<u64, PeerError> {
-        let waiter: Waiter = Box::new(on_answer);
+        self.start(Box::new(on_answer), deadline, |out, id| {
+            write_request(out, id, method, params).map_err(|_| PeerError::Params)
+        })
+    }
+
+    /// [`request_with`](Peer::request_with) with params that are already
+    /// JSON text (an array or an object, not checked: the caller vouches
+    /// for it), or none: `None` needs no type annotation, where
+    /// `request_with::<()>(method, None, ..)` does.
+    ///
+    /// ```
+    /// use rpcwire::peer::Peer;
+    /// use std::sync::Arc;
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # use std::sync::Mutex;
+    /// /// What the other side would be sent.
+    /// #[derive(Default)]
+    /// struct Wire(Mutex<Vec<Bytes>>);
+    /// impl Outbound for Wire {
+    ///     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    ///         self.0.lock().unwrap().push(message);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let wire = Arc::new(Wire::default());
+    /// let peer = Peer::new(wire.clone());
+    /// let id = peer.request_with_raw("shutdown", None, None, |_answer| {})?;
+    /// peer.request_with_raw("add", Some(b"[1,2]"), None, |_answer| {})?;
+    /// let sent = wire.0.lock().unwrap();
+    /// assert_eq!(sent[0], format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"shutdown"}}"#).as_bytes());
+    /// assert!(sent[1].ends_with(br#""method":"add","params":[1,2]}"#));
+    /// # Ok::<(), rpcwire::peer::PeerError>(())
+    /// ```
+    pub fn request_with_raw(
+        &self,
+        method: &str,
+        params: Option<&[u8]>,
+        deadline: Option<Instant>,
+        on_answer: impl FnOnce(Result<OwnedResponse, PeerError>) + Send + 'static,
+    ) -> Result<u64, PeerError> {
+        self.start(Box::new(on_answer), deadline, |out, id| {
+            out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+            write::u64(out, id);
+            out.extend_from_slice(b",\"method\":");
+            write::string(out, method);
+            if let Some(p) = params {
+                out.extend_from_slice(b",\"params\":");
+                out.extend_from_slice(p);
+            }
+            out.push(b'}');
+            Ok(())
+        })
+    }
+
+    /// Enters `waiter` in the table and sends the request `write` makes
+    /// with its id.
+    fn start(
+        &self,
+        waiter: Waiter,
+        deadline: Option<Instant>,
+        write: impl FnOnce(&mut Vec<u8>, u64) -> Result<(), PeerError>,
+    ) -> Result<u64, PeerError> {
         let id = {
             // Checked under the lock: a `close` that runs between the check
             // and the insert would miss the new entry, whose waiter would
@@ -589,9 +680,7 @@ impl Peer {
             }
         };
         let mut out = Vec::with_capacity(64);
-        let sent = write_request(&mut out, id, method, params)
-            .map_err(|_| PeerError::Params)
-            .and_then(|()| self.send(out));
+        let sent = write(&mut out, id).and_then(|()| self.send(out));
         if let Err(e) = sent {
             // Dropped (not called) after the lock is released: what the
             // waiter owns may use the peer when it goes.
@@ -604,7 +693,9 @@ impl Peer {
 
     /// Sends a request and waits for its response, at most `timeout`.
     /// Dropping the future cancels the request (its answer, if it comes, is
-    /// then counted as unmatched).
+    /// then counted as unmatched). Without params, `None` needs a type:
+    /// `request::<()>(method, None, timeout)`, or use
+    /// [`request_raw`](Peer::request_raw).
     ///
     /// What the other side sees when this side stops waiting without an
     /// answer (the timeout passed; the future was dropped, say because the
@@ -621,10 +712,66 @@ impl Peer {
         params: Option<&P>,
         timeout: Duration,
     ) -> Result<OwnedResponse, PeerError> {
+        self.wait(timeout, |on_answer| {
+            self.request_with(method, params, None, on_answer)
+        })
+        .await
+    }
+
+    /// [`request`](Peer::request) with params that are already JSON text
+    /// (an array or an object, not checked: the caller vouches for it), or
+    /// none: `None` needs no type annotation.
+    ///
+    /// ```
+    /// use rpcwire::peer::{Peer, PeerError};
+    /// use std::{sync::Arc, time::Duration};
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # use std::sync::Mutex;
+    /// /// What the other side would be sent.
+    /// #[derive(Default)]
+    /// struct Wire(Mutex<Vec<Bytes>>);
+    /// impl Outbound for Wire {
+    ///     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    ///         self.0.lock().unwrap().push(message);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let wire = Arc::new(Wire::default());
+    /// let peer = Peer::new(wire.clone());
+    /// // Nobody answers here: the request times out, once sent.
+    /// let answer = peer.request_raw("shutdown", None, Duration::from_millis(10)).await;
+    /// assert!(matches!(answer, Err(PeerError::Timeout)));
+    /// assert_eq!(wire.0.lock().unwrap()[0], &br#"{"jsonrpc":"2.0","id":1,"method":"shutdown"}"#[..]);
+    /// # })
+    /// ```
+    #[cfg(feature = "async")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
+    pub async fn request_raw(
+        &self,
+        method: &str,
+        params: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<OwnedResponse, PeerError> {
+        self.wait(timeout, |on_answer| {
+            self.request_with_raw(method, params, None, on_answer)
+        })
+        .await
+    }
+
+    /// Sends a request with `send` and waits for its answer, at most
+    /// `timeout`.
+    #[cfg(feature = "async")]
+    async fn wait(
+        &self,
+        timeout: Duration,
+        send: impl FnOnce(Waiter) -> Result<u64, PeerError>,
+    ) -> Result<OwnedResponse, PeerError> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let id = self.request_with(method, params, None, move |answer| {
+        let id = send(Box::new(move |answer| {
             let _ = tx.send(answer);
-        })?;
+        }))?;
         // Removes the entry however the wait ends (answer, timeout, drop);
         // one still there was abandoned, and the other side is told.
         struct Forget<'p> {
