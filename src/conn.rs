@@ -255,7 +255,9 @@ impl ContextBuilder {
     /// keep one to send requests with from outside the handlers, as a
     /// client does); a later [`outbound`](Self::outbound) replaces it.
     /// rpcwire's transports call `outbound` with their own queue, so a
-    /// peer set here does not reach them.
+    /// peer set here does not reach them: over a stream, take the
+    /// driver's own with `server::stream::Driver::peer` (feature
+    /// `server`).
     pub fn peer(mut self, peer: Peer) -> Self {
         self.inner.peer = Some(peer);
         self

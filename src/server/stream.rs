@@ -110,23 +110,22 @@
 //!
 //! # The client's side
 //!
-//! A [`Driver`] serves the side that answers: its [`Peer`](crate::peer::Peer)
-//! is made in [`run`](Driver::run) and reached only by handlers (a peer set
-//! with [`ContextBuilder::peer`] is replaced). A client that sends requests
-//! from its own code makes the peer itself: an [`Outbox`] whose receiving
-//! end a task writes to the socket, framed, and a connection of a
-//! dispatcher (with no methods, or with the handlers of what the server
-//! sends it) that reads the socket, so that the answers reach the peer's
-//! pending requests. Here 1000 requests are sent without waiting:
+//! A [`Driver`] serves either side of a connection. A client (or a server
+//! that also sends requests from outside its handlers) takes the driver's
+//! [`Peer`](crate::peer::Peer) with [`Driver::peer`] before
+//! [`run`](Driver::run): run writes what the peer sends, framed, and the
+//! answers it reads settle the peer's requests; the driver's dispatcher
+//! answers what the other side sends (here nothing: it has no methods).
+//! A peer set with [`ContextBuilder::peer`] is replaced by the driver's.
+//! Here 1000 requests are sent without waiting:
 //!
 //! ```
 //! use rpcwire::dispatch::AsyncCall;
-//! use rpcwire::frame::{Framer, Lines, Step};
-//! use rpcwire::peer::{Peer, PeerError};
-//! use rpcwire::server::{Outbox, stream::Driver};
-//! use rpcwire::{Call, Context, Dispatcher, RpcError};
-//! use std::{sync::Arc, time::Duration};
-//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//! use rpcwire::frame::Lines;
+//! use rpcwire::peer::PeerError;
+//! use rpcwire::server::stream::Driver;
+//! use rpcwire::{Call, Dispatcher, RpcError};
+//! use std::time::Duration;
 //!
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let server = Dispatcher::builder(())
@@ -140,39 +139,11 @@
 //! let (r, w) = tokio::io::split(server_io);
 //! tokio::spawn(async move { Driver::new(Lines::new()).run(&server, r, w).await });
 //!
-//! let (mut reader, mut writer) = tokio::io::split(client_io);
-//! let (outbox, mut outgoing) = Outbox::new(2048, None);
-//! let peer = Peer::new(Arc::new(outbox));
-//! tokio::spawn(async move {
-//!     let mut framed = Vec::new();
-//!     while let Some(message) = outgoing.recv().await {
-//!         framed.clear();
-//!         Lines::new().encode(&message, &mut framed);
-//!         if writer.write_all(&framed).await.is_err() {
-//!             break;
-//!         }
-//!     }
-//! });
 //! let client = Dispatcher::builder(()).build()?;
-//! let mut conn = client.connection(Context::builder().peer(peer.clone()).build());
-//! let answers = peer.clone();
-//! tokio::spawn(async move {
-//!     let (mut lines, mut buf, mut chunk, mut out) = (Lines::new(), Vec::new(), [0; 8192], Vec::new());
-//!     while let Ok(n @ 1..) = reader.read(&mut chunk).await {
-//!         buf.extend_from_slice(&chunk[..n]);
-//!         loop {
-//!             let step = lines.next_frame(&buf);
-//!             if let Step::Frame { range, .. } = &step {
-//!                 client.handle(&buf[range.clone()], &mut conn, &mut out); // answers go to the peer
-//!             }
-//!             buf.drain(..step.consumed());
-//!             if matches!(step, Step::NeedMore { .. } | Step::Close(_)) {
-//!                 break;
-//!             }
-//!         }
-//!     }
-//!     answers.close(); // what is still pending fails with PeerError::Closed
-//! });
+//! let mut driver = Driver::new(Lines::new());
+//! let peer = driver.peer();
+//! let (r, w) = tokio::io::split(client_io);
+//! tokio::spawn(async move { driver.run(&client, r, w).await });
 //!
 //! let calls: Vec<_> = (0..1000u64)
 //!     .map(|n| {
@@ -181,13 +152,17 @@
 //!     })
 //!     .collect();
 //! for (n, call) in (0..1000u64).zip(calls) {
-//!     assert_eq!(call.await.unwrap()?.decode::<u64>().unwrap(), 2 * n);
+//!     assert_eq!(call.await.unwrap()?.decode::<u64>()?, 2 * n);
 //! }
 //! // A request the server never answers gives up at its timeout.
-//! let late = peer.request::<()>("never", None, Duration::from_millis(100)).await;
+//! let late = peer.request_raw("never", None, Duration::from_millis(100)).await;
 //! assert!(matches!(late, Err(PeerError::Timeout)));
 //! # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
 //! ```
+//!
+//! At most [`Limits::max_queued`] requests wait to be written at once
+//! (more are refused at once, `PeerError::Send`); when the connection
+//! ends, the requests still pending fail with `PeerError::Closed`.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -316,6 +291,26 @@ pub struct Driver<F> {
     shutdown: Option<Shutdown>,
     stats: Arc<ConnectionStats>,
     subscriptions: SubscriptionConfig,
+    /// The peer handed out by [`Driver::peer`] before `run`, with its
+    /// outbox's receiving end.
+    outbound: Option<Outgoing>,
+}
+
+/// A peer made before its connection runs ([`Driver::peer`]), and what
+/// its outbox's messages are taken from.
+struct Outgoing {
+    peer: crate::peer::Peer,
+    rx: Option<mpsc::Receiver<Bytes>>,
+}
+
+impl Drop for Outgoing {
+    /// A driver dropped without running: no answer can come, and the
+    /// requests already made hear it now rather than at their timeouts.
+    fn drop(&mut self) {
+        if self.rx.is_some() {
+            self.peer.close();
+        }
+    }
 }
 
 impl<F> fmt::Debug for Driver<F> {
@@ -373,6 +368,7 @@ impl<F: Framer> Driver<F> {
             shutdown: None,
             stats: Arc::default(),
             subscriptions: SubscriptionConfig::default(),
+            outbound: None,
         }
     }
 
@@ -406,10 +402,11 @@ impl<F: Framer> Driver<F> {
     /// What handlers see of the connection (transport name, peer address,
     /// extensions). The driver makes it two-way: [`Context::peer`] sends to
     /// this connection's client through an [`Outbox`] of
-    /// [`Limits::max_queued`] messages, made by [`run`](Driver::run), so a
-    /// peer set here ([`ContextBuilder::peer`]) is replaced by that one.
-    /// To send requests from outside the handlers (a client), see
-    /// [the client's side](self#the-clients-side).
+    /// [`Limits::max_queued`] messages, made by [`run`](Driver::run) (or
+    /// earlier by [`peer`](Driver::peer)), so a peer set here
+    /// ([`ContextBuilder::peer`]) is replaced by that one. To send
+    /// requests from outside the handlers (a client), take
+    /// [`Driver::peer`]; see [the client's side](self#the-clients-side).
     pub fn context(mut self, context: ContextBuilder) -> Self {
         self.context = context;
         self
@@ -438,6 +435,62 @@ impl<F: Framer> Driver<F> {
         self
     }
 
+    /// The [`Peer`](crate::peer::Peer) of the connection, made now, for
+    /// sending requests and notifications to the other side from outside
+    /// the handlers: a client sends its requests with it (its own
+    /// handlers, if any, see the same peer in [`Context::peer`]).
+    /// [`run`](Driver::run) uses it, writes what it sends, framed, and
+    /// settles its requests with the responses it reads; when the
+    /// connection ends (or the driver is dropped without running), its
+    /// pending requests fail with `PeerError::Closed`. Requests made
+    /// before `run` starts wait in the outbox and go out when it does.
+    /// Each call returns a clone of the same peer.
+    ///
+    /// The outbox is made by the first call, with the
+    /// [`limits`](Driver::limits) ([`Limits::max_queued`] messages) and
+    /// [`metrics`](Driver::metrics) set so far: set those first, as later
+    /// ones do not resize it. A full outbox refuses a request at once
+    /// (`PeerError::Send(SendError::Full)`): more than `max_queued`
+    /// requests sent faster than the connection writes them need a larger
+    /// [`Limits::max_queued`]. Pending requests are not idleness: a client
+    /// waiting for a slow answer is not closed by the idle timeout (the
+    /// requests' own timeouts bound the wait).
+    ///
+    /// ```
+    /// use rpcwire::frame::Lines;
+    /// use rpcwire::server::stream::Driver;
+    /// use rpcwire::{Call, Dispatcher};
+    /// use std::time::Duration;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let server = Dispatcher::builder(())
+    ///     .method("ping", |c: Call<'_, ()>| c.reply.str("pong"))
+    ///     .build()?;
+    /// let (client_io, server_io) = tokio::io::duplex(4096);
+    /// let (r, w) = tokio::io::split(server_io);
+    /// tokio::spawn(async move { Driver::new(Lines::new()).run(&server, r, w).await });
+    ///
+    /// // The client: a dispatcher without methods, and the driver's peer.
+    /// let client = Dispatcher::builder(()).build()?;
+    /// let mut driver = Driver::new(Lines::new());
+    /// let peer = driver.peer();
+    /// let (r, w) = tokio::io::split(client_io);
+    /// tokio::spawn(async move { driver.run(&client, r, w).await });
+    /// let pong = peer.request_raw("ping", None, Duration::from_secs(5)).await?;
+    /// assert_eq!(pong.decode::<String>()?, "pong");
+    /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+    /// ```
+    pub fn peer(&mut self) -> crate::peer::Peer {
+        let made = self.outbound.get_or_insert_with(|| {
+            let (outbox, rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
+            Outgoing {
+                peer: crate::peer::Peer::new(Arc::new(outbox)),
+                rx: Some(rx),
+            }
+        });
+        made.peer.clone()
+    }
+
     /// The connection's counters, readable while it runs.
     pub fn stats(&self) -> Arc<ConnectionStats> {
         Arc::clone(&self.stats)
@@ -460,18 +513,20 @@ impl<F: Framer> Driver<F> {
         R: AsyncRead + Unpin,
         W: AsyncWrite + Unpin,
     {
-        let (outbox, outbox_rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
+        // The peer handed out by `peer()`, else one made now.
+        let mut outbound = self.outbound;
+        let made = (outbound.as_mut()).and_then(|m| Some((m.peer.clone(), m.rx.take()?)));
+        let (peer, outbox_rx) = made.unwrap_or_else(|| {
+            let (outbox, rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
+            (crate::peer::Peer::new(Arc::new(outbox)), rx)
+        });
         let gate = Arc::new(ReplyGate::default());
         let subs = Subscriptions::with_gate(
             self.subscriptions,
             self.metrics.clone(),
             Some(Arc::clone(&gate)),
         );
-        let context = self
-            .context
-            .outbound(Arc::new(outbox))
-            .extension(subs.clone())
-            .build();
+        let context = self.context.peer(peer).extension(subs.clone()).build();
         // However the connection ends, this future dropped before it
         // finishes included (a task aborted, a `select!` that lost).
         let ends = Ends {
@@ -1365,7 +1420,12 @@ where
             let read = self.stats.messages_read() + self.peaks.messages_read;
             let arrived = read != self.messages_at_idle_check;
             self.messages_at_idle_check = read;
-            let busy = self.conn.messages_in_flight() > 0 || self.conn.in_flight() > 0;
+            // Requests of this side waiting for answers are not idleness
+            // either (a client waiting for a slow call; their own
+            // timeouts bound them).
+            let busy = self.conn.messages_in_flight() > 0
+                || self.conn.in_flight() > 0
+                || self.conn.awaits_client_answers();
             let waiting = !self.subs.is_empty() && self.out.is_empty() && self.subs.queued() == 0;
             if arrived || busy || waiting {
                 self.last_activity = now;

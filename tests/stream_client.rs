@@ -1,0 +1,175 @@
+//! The client's side of the stream transports: a `Driver` on a real TCP
+//! loopback connection, its requests sent with `Driver::peer` to an
+//! rpcwire `serve_tcp` server, answers matched by the driver's reading.
+#![cfg(feature = "server")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rpcwire::dispatch::{AsyncCall, WithAsync};
+use rpcwire::frame::Lines;
+use rpcwire::peer::{Peer, PeerError};
+use rpcwire::server::stream::{CloseReason, Driver, serve_tcp};
+use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// Generous: a guard against hangs, never what a test measures.
+const HANG: Duration = Duration::from_secs(30);
+
+fn server() -> Dispatcher<(), WithAsync> {
+    Dispatcher::builder(())
+        .method("double", |c: Call<'_, ()>| {
+            let (n,): (u64,) = c.decode()?;
+            Ok::<_, RpcError>(2 * n)
+        })
+        .async_method("never", |_: AsyncCall<()>| {
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .async_method("slow", |call: AsyncCall<()>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>("done")
+        })
+        .build()
+        .unwrap()
+}
+
+/// An rpcwire server on a loopback port, with a short shutdown grace (so
+/// that a call that never ends does not keep it open long).
+async fn listen() -> (std::net::SocketAddr, Shutdown) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let limits = Limits {
+        shutdown_grace: Duration::from_millis(100),
+        ..Limits::default()
+    };
+    tokio::spawn(serve_tcp(
+        listener,
+        server(),
+        Lines::new,
+        limits,
+        Arc::new(Metrics::default()),
+        shutdown.clone(),
+    ));
+    (addr, shutdown)
+}
+
+/// A client connected to `addr`: the driver runs, its peer sends.
+async fn client(
+    addr: std::net::SocketAddr,
+    driver: Driver<Lines>,
+) -> (Peer, JoinHandle<std::io::Result<CloseReason>>) {
+    let mut driver = driver;
+    let peer = driver.peer();
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let run = tokio::spawn(async move {
+        let (r, w) = stream.into_split();
+        let client = Dispatcher::builder(()).build().unwrap();
+        driver.run(&client, r, w).await
+    });
+    (peer, run)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_peer_pipelines_a_thousand_requests_over_tcp() {
+    let (addr, _shutdown) = listen().await;
+    let (peer, _run) = client(addr, Driver::new(Lines::new())).await;
+    let calls: Vec<_> = (0..1000u64)
+        .map(|n| {
+            let peer = peer.clone();
+            tokio::spawn(async move { (n, peer.request("double", Some(&[n]), HANG).await) })
+        })
+        .collect();
+    for call in calls {
+        let (n, answer) = call.await.unwrap();
+        assert_eq!(answer.unwrap().decode::<u64>().unwrap(), 2 * n);
+    }
+    assert_eq!(peer.pending(), 0);
+}
+
+#[tokio::test]
+async fn requests_made_before_run_go_out_when_it_starts() {
+    let (addr, _shutdown) = listen().await;
+    let mut driver = Driver::new(Lines::new());
+    let peer = driver.peer();
+    let early = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.request("double", Some(&[21u64]), HANG).await }
+    });
+    tokio::task::yield_now().await;
+    let (same, _run) = client(addr, driver).await;
+    assert_eq!(early.await.unwrap().unwrap().decode::<u64>().unwrap(), 42);
+    // Every call hands out the one peer.
+    let again = same.request("double", Some(&[1u64]), HANG).await.unwrap();
+    assert_eq!(again.decode::<u64>().unwrap(), 2);
+    assert_eq!(peer.pending(), 0);
+}
+
+#[tokio::test]
+async fn a_request_never_answered_times_out() {
+    let (addr, _shutdown) = listen().await;
+    let (peer, _run) = client(addr, Driver::new(Lines::new())).await;
+    let late = peer
+        .request_raw("never", None, Duration::from_millis(200))
+        .await;
+    assert_eq!(late.unwrap_err(), PeerError::Timeout);
+    assert_eq!(peer.pending(), 0);
+    // The connection goes on.
+    let after = peer.request("double", Some(&[4u64]), HANG).await.unwrap();
+    assert_eq!(after.decode::<u64>().unwrap(), 8);
+}
+
+#[tokio::test]
+async fn pending_requests_fail_closed_when_the_server_closes() {
+    let (addr, shutdown) = listen().await;
+    let (peer, run) = client(addr, Driver::new(Lines::new())).await;
+    let pending: Vec<_> = (0..3)
+        .map(|_| {
+            let peer = peer.clone();
+            tokio::spawn(async move { peer.request_raw("never", None, HANG).await })
+        })
+        .collect();
+    // Answered: the calls in flight on the server's side have started.
+    let ready = peer.request("double", Some(&[1u64]), HANG).await.unwrap();
+    assert_eq!(ready.decode::<u64>().unwrap(), 2);
+    assert_eq!(peer.pending(), 3);
+    shutdown.trigger();
+    for call in pending {
+        let answer = tokio::time::timeout(HANG, call).await.unwrap().unwrap();
+        assert_eq!(answer.unwrap_err(), PeerError::Closed);
+    }
+    let closed = tokio::time::timeout(HANG, run).await.unwrap().unwrap();
+    assert_eq!(closed.unwrap(), CloseReason::Eof);
+    // And later ones at once.
+    let later = peer.request_raw("double", Some(b"[1]"), HANG).await;
+    assert_eq!(later.unwrap_err(), PeerError::Closed);
+}
+
+#[tokio::test]
+async fn a_client_waiting_for_an_answer_is_not_idle() {
+    let (addr, _shutdown) = listen().await;
+    // Idle after 100 ms, and the answer comes after 1 s: the pending
+    // request keeps the connection.
+    let driver = Driver::new(Lines::new()).idle_timeout(Some(Duration::from_millis(100)));
+    let (peer, run) = client(addr, driver).await;
+    let answer = peer.request("slow", Some(&[1000u64]), HANG).await;
+    assert_eq!(answer.unwrap().decode::<String>().unwrap(), "done");
+    assert!(!run.is_finished());
+}
+
+#[tokio::test]
+async fn a_driver_dropped_without_running_closes_its_peer() {
+    let mut driver = Driver::new(Lines::new());
+    let peer = driver.peer();
+    let pending = tokio::spawn({
+        let peer = peer.clone();
+        async move { peer.request_raw("anything", None, HANG).await }
+    });
+    tokio::task::yield_now().await;
+    drop(driver);
+    let answer = tokio::time::timeout(HANG, pending).await.unwrap().unwrap();
+    assert_eq!(answer.unwrap_err(), PeerError::Closed);
+}
