@@ -6,6 +6,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::codes::{INTERNAL_ERROR, INVALID_PARAMS};
+use crate::peer::{DecodeError, PeerError};
 
 /// An error a handler answers with: code, message and optional `data`.
 ///
@@ -18,6 +19,9 @@ use crate::codes::{INTERNAL_ERROR, INVALID_PARAMS};
 /// | `std::num::ParseIntError`, `ParseFloatError`, `TryFromIntError`, `std::str::Utf8Error`, `std::string::FromUtf8Error` | -32602 Invalid params | `{"reason": …}` |
 /// | `std::io::Error` | -32603 Internal error | `{"reason": …, "kind": …}` |
 /// | `std::fmt::Error`, `Box<dyn std::error::Error + Send + Sync>` | -32603 Internal error | `{"reason": …}` |
+/// | [`PeerError`] (a request this side sent got no answer) | -32603, message `Request to the peer failed: …` | `{"reason": …}` |
+/// | [`DecodeError`] `Rpc` (the other side answered with an error) | -32603, message `The peer answered with an error` | `{"reason": …, "error": {its code, message, data}}` |
+/// | [`DecodeError`] `Json` (its result did not decode) | -32603, message `The peer's result did not decode` | `{"reason": …}` |
 ///
 /// ```
 /// let e = rpcwire::RpcError::invalid_params("expected a block tag")
@@ -224,5 +228,168 @@ impl From<Box<dyn std::error::Error + Send + Sync>> for RpcError {
     /// -32603, with the error's text in `data`.
     fn from(e: Box<dyn std::error::Error + Send + Sync>) -> Self {
         RpcError::internal_because(&e.to_string())
+    }
+}
+
+impl From<PeerError> for RpcError {
+    /// -32603, the message saying why (`Request to the peer failed: no
+    /// response before the deadline`, `…: the connection closed`, …) and
+    /// `data` `{"reason": …}` with the same words: a handler that asked
+    /// the other side something and got no answer cannot answer its own
+    /// caller, and its caller did nothing wrong.
+    ///
+    /// ```
+    /// use rpcwire::peer::PeerError;
+    /// let e = rpcwire::RpcError::from(PeerError::Timeout);
+    /// assert_eq!(e.code(), -32603);
+    /// assert_eq!(e.message(), "Request to the peer failed: no response before the deadline");
+    /// ```
+    fn from(e: PeerError) -> Self {
+        let reason = e.to_string();
+        RpcError::internal(format!("Request to the peer failed: {reason}"))
+            .with_data(&super::reply::Reason { reason: &reason })
+    }
+}
+
+impl From<DecodeError> for RpcError {
+    /// -32603 either way, so that `?` works on
+    /// `ctx.peer()…request(…).await?.decode::<T>()?` in a handler:
+    ///
+    /// * `Rpc(e)`, the other side answered with an error: wrapped, not
+    ///   passed on. Its code answers the request this side sent, not the
+    ///   call this handler answers: a client's -32602 (the params *this
+    ///   side* sent it were wrong) or -32601 would tell this handler's
+    ///   caller that *its* params or method were wrong. As MCP and LSP
+    ///   servers calling their clients do, the call fails as an internal
+    ///   error (message `The peer answered with an error`), the other
+    ///   side's error whole in `data`: `{"reason": "<message> (<code>)",
+    ///   "error": {"code": …, "message": …, "data": …}}`. A handler that
+    ///   means to pass an error on matches `Rpc` itself.
+    /// * `Json(e)`, the result did not decode into the type asked for:
+    ///   message `The peer's result did not decode`, serde's explanation
+    ///   in `data` `{"reason": …}`. Not -32602, which `serde_json::Error`
+    ///   converts to: the bad value is the other side's answer, not this
+    ///   call's params.
+    ///
+    /// ```
+    /// # #[cfg(feature = "async")] {
+    /// use rpcwire::dispatch::AsyncCall;
+    /// use rpcwire::{Dispatcher, RpcError};
+    /// use std::time::Duration;
+    ///
+    /// let d = Dispatcher::builder(())
+    ///     .async_method("ask", |call: AsyncCall<()>| async move {
+    ///         let peer = call.ctx.peer().ok_or_else(|| RpcError::internal("one-way transport"))?;
+    ///         let answer: String = peer.request_raw("roots/list", None, Duration::from_secs(5)).await?.decode()?;
+    ///         Ok::<_, RpcError>(answer)
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// # }
+    /// ```
+    fn from(e: DecodeError) -> Self {
+        #[derive(Serialize)]
+        struct Wrapped<'a> {
+            reason: &'a str,
+            error: Theirs<'a>,
+        }
+        #[derive(Serialize)]
+        struct Theirs<'a> {
+            code: i64,
+            message: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            data: Option<&'a serde_json::value::RawValue>,
+        }
+        match &e {
+            DecodeError::Rpc(theirs) => {
+                // Their `data` is JSON the parser read; kept as is.
+                let data = theirs.data.as_deref().and_then(|d| {
+                    let text = std::str::from_utf8(d).ok()?;
+                    serde_json::from_str::<&serde_json::value::RawValue>(text).ok()
+                });
+                RpcError::internal("The peer answered with an error").with_data(&Wrapped {
+                    reason: &e.to_string(),
+                    error: Theirs {
+                        code: theirs.code,
+                        message: &theirs.message,
+                        data,
+                    },
+                })
+            }
+            DecodeError::Json(json) => RpcError::internal("The peer's result did not decode")
+                .with_data(&super::reply::Reason {
+                    reason: &json.to_string(),
+                }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::peer::{OwnedError, SendError};
+
+    #[test]
+    fn peer_errors_are_internal_errors_saying_why() {
+        let cases = [
+            (PeerError::Timeout, "no response before the deadline"),
+            (PeerError::Closed, "the connection closed"),
+            (PeerError::Cancelled, "the request was cancelled"),
+            (
+                PeerError::Send(SendError::Full),
+                "the connection's send queue is full",
+            ),
+            (PeerError::Params, "the params could not be serialized"),
+        ];
+        for (e, why) in cases {
+            let e = RpcError::from(e);
+            assert_eq!(e.code(), INTERNAL_ERROR);
+            assert_eq!(e.message(), format!("Request to the peer failed: {why}"));
+            let data: serde_json::Value = serde_json::from_str(e.data().unwrap()).unwrap();
+            assert_eq!(data, serde_json::json!({ "reason": why }));
+        }
+    }
+
+    #[test]
+    fn a_peer_error_answer_is_wrapped_whole() {
+        let theirs = OwnedError {
+            code: -32602,
+            message: "bad \"uri\"".into(),
+            data: Some(bytes::Bytes::from_static(br#"{"field":"uri"}"#)),
+        };
+        let e = RpcError::from(DecodeError::Rpc(theirs));
+        assert_eq!(e.code(), INTERNAL_ERROR);
+        assert_eq!(e.message(), "The peer answered with an error");
+        let data: serde_json::Value = serde_json::from_str(e.data().unwrap()).unwrap();
+        assert_eq!(
+            data,
+            serde_json::json!({
+                "reason": "bad \"uri\" (-32602)",
+                "error": {"code": -32602, "message": "bad \"uri\"", "data": {"field": "uri"}},
+            })
+        );
+        // Without data, none is made up.
+        let bare = OwnedError {
+            code: 7,
+            message: "no".into(),
+            data: None,
+        };
+        let e = RpcError::from(DecodeError::Rpc(bare));
+        let data: serde_json::Value = serde_json::from_str(e.data().unwrap()).unwrap();
+        assert_eq!(
+            data["error"],
+            serde_json::json!({"code": 7, "message": "no"})
+        );
+    }
+
+    #[test]
+    fn a_result_that_does_not_decode_is_an_internal_error_not_invalid_params() {
+        let json = serde_json::from_str::<u64>("\"x\"").unwrap_err();
+        let why = json.to_string();
+        let e = RpcError::from(DecodeError::Json(json));
+        assert_eq!(e.code(), INTERNAL_ERROR);
+        assert_eq!(e.message(), "The peer's result did not decode");
+        let data: serde_json::Value = serde_json::from_str(e.data().unwrap()).unwrap();
+        assert_eq!(data, serde_json::json!({ "reason": why }));
     }
 }
