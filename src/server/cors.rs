@@ -11,7 +11,16 @@
 //! its page's `Origin` and leaves the check to the server (geth's
 //! `--ws.origins`).
 //!
-//! With a [`Cors`] set on [`HttpService::cors`](super::http::HttpService::cors):
+// The links to the other transport's items resolve only where it is built
+// (docs of `ws` or `http` alone must not break).
+#![cfg_attr(
+    feature = "http",
+    doc = "With a [`Cors`] set on [`HttpService::cors`](super::http::HttpService::cors):"
+)]
+#![cfg_attr(
+    not(feature = "http"),
+    doc = "With a [`Cors`] set on `HttpService::cors` (feature `http`):"
+)]
 //!
 //! | request | answer |
 //! | --- | --- |
@@ -24,8 +33,15 @@
 //! Without one (the default), `Origin` is ignored and `OPTIONS` gets `405`,
 //! as before.
 //!
-//! A [`WsServer`](super::ws::WsServer) given one with
-//! [`origins`](super::ws::WsServer::origins) refuses opening handshakes
+#![cfg_attr(
+    feature = "ws",
+    doc = "A [`WsServer`](super::ws::WsServer) given one with [`origins`](super::ws::WsServer::origins)"
+)]
+#![cfg_attr(
+    not(feature = "ws"),
+    doc = "A `WsServer` (feature `ws`) given one with `origins`"
+)]
+//! refuses opening handshakes
 //! from other origins with `403` (handshakes without `Origin`, from
 //! programs rather than pages, are accepted); on a port serving both
 //! (`server::combined`), an upgrade must pass the HTTP service's policy and

@@ -13,7 +13,14 @@
 //!   (slowloris), and graceful shutdown on [`Shutdown`].
 //!
 //! Served as it is (not wrapped in layers), an [`HttpService`] (or a
-//! [`Combined`](super::combined::Combined)) answers a connection's plain
+// `Combined` is built only with `ws` too; its link must not break the
+// docs of `http` alone.
+#![cfg_attr(feature = "ws", doc = "[`Combined`](super::combined::Combined))")]
+#![cfg_attr(
+    not(feature = "ws"),
+    doc = "`server::combined::Combined`, feature `ws`)"
+)]
+//! answers a connection's plain
 //! HTTP/1.1 requests (keep-alive `POST`s with a `Content-Length` body,
 //! pipelined or not) in a loop of rpcwire's own, which allocates nothing
 //! per request; the first request that needs more of HTTP (HTTP/2, an
@@ -1391,7 +1398,12 @@ impl Server {
     /// connections served with rpcwire's own services (default `true`).
     ///
     /// When the service is an [`HttpService`] or a
-    /// [`Combined`](super::combined::Combined) (not wrapped in layers), a
+    #[cfg_attr(feature = "ws", doc = "[`Combined`](super::combined::Combined)")]
+    #[cfg_attr(
+        not(feature = "ws"),
+        doc = "`server::combined::Combined` (feature `ws`)"
+    )]
+    /// (not wrapped in layers), a
     /// connection's keep-alive `POST`s with a `Content-Length` body are
     /// read, dispatched and answered by a loop of rpcwire's own; the first
     /// request it does not take (HTTP/2, an upgrade, a chunked body,
