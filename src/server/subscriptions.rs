@@ -62,7 +62,7 @@
 //!                 }
 //!             }
 //!         });
-//!         Ok(id)
+//!         Ok::<_, RpcError>(id)
 //!     })
 //!     .method("eth_unsubscribe", |call: Call<'_, ()>| {
 //!         let (id,): (&str,) = call.decode()?;
