@@ -1391,3 +1391,52 @@ async fn a_running_entry_keeps_its_reply_when_another_is_refused() {
     assert_eq!(v[0]["result"], "0xabc", "{v}");
     assert_eq!(v[1]["error"]["code"], -32000, "{v}");
 }
+
+/// A transport task's waker: each wake is a permit for whoever waits.
+struct TaskWake(tokio::sync::Notify);
+
+impl std::task::Wake for TaskWake {
+    fn wake(self: Arc<Self>) {
+        self.0.notify_one();
+    }
+}
+
+/// A transport that calls `poll_replies` only when its task is woken
+/// (`Connection::start`'s contract: replies not written at once come out
+/// of `poll_replies`, whose waker is called when a call makes progress or
+/// a deadline passes) still gets a batch's timeout error when its async
+/// entries hang: the deadline must wake the task although the entries
+/// were first polled inside `start`, with no poll of the engine after.
+#[tokio::test]
+async fn a_hanging_batch_times_out_for_a_transport_polling_when_woken() {
+    let d = Dispatcher::builder(())
+        .async_method("hang", |_c: AsyncCall<()>| async {
+            std::future::pending::<Result<(), RpcError>>().await
+        })
+        .timeout(Some(Duration::from_millis(50)))
+        .build()
+        .unwrap();
+    let wake = Arc::new(TaskWake(tokio::sync::Notify::new()));
+    let waker = std::task::Waker::from(Arc::clone(&wake));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    // The transport's task has polled once already (nothing in flight).
+    assert!(conn.poll_replies(&d, &mut cx, &mut out).is_pending());
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"hang"},{"jsonrpc":"2.0","id":2,"method":"hang"}]"#,
+    );
+    conn.start(&d, &batch, &mut out);
+    assert!(out.is_empty());
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while conn.messages_in_flight() > 0 {
+            wake.0.notified().await;
+            let _ = conn.poll_replies(&d, &mut cx, &mut out);
+        }
+    })
+    .await
+    .expect("the deadline never woke the transport's task");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v[0]["error"]["message"], "Request timed out", "{v}");
+    assert_eq!(v[1]["error"]["message"], "Request timed out", "{v}");
+}

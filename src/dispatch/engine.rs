@@ -1886,6 +1886,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
                         // it (so that they fit as they would in `handle`).
                         // Pending, it is polled again when woken.
                         self.poll_slot(engine, index, out);
+                        // Its deadline's timer is armed now: no poll of
+                        // the engine need follow (a transport may wait to
+                        // be woken, and `launch` no longer wakes it), and
+                        // an unpolled timer wakes nobody.
+                        if engine.slots[index].task.is_some()
+                            && !engine.timer_polled
+                            && engine.timer_fired()
+                        {
+                            engine.ready.waker.wake();
+                        }
                     }
                 }
                 _ => {
