@@ -1440,3 +1440,48 @@ async fn a_hanging_batch_times_out_for_a_transport_polling_when_woken() {
     assert_eq!(v[0]["error"]["message"], "Request timed out", "{v}");
     assert_eq!(v[1]["error"]["message"], "Request timed out", "{v}");
 }
+
+/// A batch entry whose call was running when another entry was refused as
+/// too large, and that then times out or is cancelled, is answered with
+/// what happened to it (the timeout error, -32800), as a running entry
+/// that finishes keeps its reply: not with the too-large error kept for
+/// entries never started, which would tell its client the call was not
+/// run because of the batch's size.
+#[tokio::test]
+async fn a_running_entry_timed_out_or_cancelled_after_a_refusal_says_so() {
+    let d = Dispatcher::builder(())
+        .async_method("hang", |_c: AsyncCall<()>| async {
+            std::future::pending::<Result<(), RpcError>>().await
+        })
+        .async_method("big", |_c: AsyncCall<()>| async {
+            Ok::<_, RpcError>("x".repeat(10_000))
+        })
+        .timeout(Some(Duration::from_millis(50)))
+        .max_response_len(1000)
+        .build()
+        .unwrap();
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"hang"},{"jsonrpc":"2.0","id":2,"method":"big"}]"#,
+    );
+    let mut out = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        d.handle_async(&batch, &mut Connection::new(), &mut out),
+    )
+    .await
+    .expect("hang guard");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v[0]["error"]["message"], "Request timed out", "{v}");
+    assert_eq!(v[1]["error"]["code"], -32000, "{v}");
+    assert_ne!(v[1]["error"]["message"], "Request timed out", "{v}");
+
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(&d, &batch, &mut out);
+    assert!(out.is_empty());
+    assert!(conn.cancel(b"1"));
+    std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v[0]["error"]["code"], -32800, "{v}");
+    assert_eq!(v[1]["error"]["code"], -32000, "{v}");
+}

@@ -981,13 +981,14 @@ impl Msg {
     }
 
     /// Decides reply `k` now with `write` (which must be ready); see
-    /// [`poll_batch_entry`](Msg::poll_batch_entry).
+    /// [`poll_batch_entry`](Msg::poll_batch_entry), `running` included.
     fn decide_batch_entry(
         &mut self,
         k: usize,
+        running: bool,
         write: impl FnOnce(&mut Vec<u8>, Id<'_>, usize, &TooLarge) -> (usize, Outcome),
     ) {
-        let _ = self.poll_batch_entry(k, false, |into, id, allowance, too_large| {
+        let _ = self.poll_batch_entry(k, running, |into, id, allowance, too_large| {
             Poll::Ready(write(into, id, allowance, too_large))
         });
     }
@@ -1488,11 +1489,11 @@ impl Engine {
     }
 
     fn cancel(&mut self, id: &[u8]) -> bool {
-        let Some(target) = self.take_call(id) else {
+        let Some((target, running)) = self.take_call(id) else {
             return false;
         };
         if let Some((m, k)) = target {
-            self.cancelled_reply(m, k);
+            self.cancelled_reply(m, k, running);
         }
         true
     }
@@ -1507,12 +1508,12 @@ impl Engine {
         reply: CancelledReply,
         out: &mut B,
     ) -> usize {
-        let Some(Some((m, k))) = self.take_call(id) else {
+        let Some((Some((m, k)), running)) = self.take_call(id) else {
             return 0;
         };
         let single = self.msgs[m].as_ref().is_some_and(|msg| !msg.batch);
         if !single || reply == CancelledReply::Nothing {
-            self.cancelled_reply(m, k);
+            self.cancelled_reply(m, k, running);
             return 0;
         }
         let msg = self.msgs[m].as_mut().expect("a call's message is live");
@@ -1523,9 +1524,10 @@ impl Engine {
     }
 
     /// Takes the running or waiting call with request id `id` out of the
-    /// engine (a running one's cancellation fires): its reply's place, or
-    /// `None` when there is no such call.
-    fn take_call(&mut self, id: &[u8]) -> Option<Target> {
+    /// engine (a running one's cancellation fires): its reply's place and
+    /// whether it was running (not queued), or `None` when there is no
+    /// such call.
+    fn take_call(&mut self, id: &[u8]) -> Option<(Target, bool)> {
         let found = self
             .slots
             .iter()
@@ -1542,7 +1544,7 @@ impl Engine {
                 id: task.id,
                 started: task.started,
             });
-            task.target
+            (task.target, true)
         } else if let Some(at) = self
             .waiting
             .iter()
@@ -1557,7 +1559,7 @@ impl Engine {
                     .queued
                     .map_or_else(std::time::Instant::now, Instant::into_std),
             });
-            waiting.target
+            (waiting.target, false)
         } else {
             return None;
         };
@@ -1565,8 +1567,9 @@ impl Engine {
     }
 
     /// A cancelled request: a single one gets no reply; a batch entry gets
-    /// the cancellation error.
-    fn cancelled_reply(&mut self, m: usize, k: usize) {
+    /// the cancellation error (even past the size limit when its call was
+    /// `running`: it may have done part of its work).
+    fn cancelled_reply(&mut self, m: usize, k: usize, running: bool) {
         let Some(msg) = self.msgs[m].as_mut() else {
             return;
         };
@@ -1575,7 +1578,7 @@ impl Engine {
             msg.next = msg.replies.len();
             return;
         }
-        msg.decide_batch_entry(k, |into, id, allowance, too_large| {
+        msg.decide_batch_entry(k, running, |into, id, allowance, too_large| {
             write_error_reply(into, id, allowance, too_large, REQUEST_CANCELLED, |o| {
                 write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", None)
             })
@@ -1903,7 +1906,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                         // Answered with the too-large error, not run.
                         self.report_unrun(entry.request().map(|r| r.method()), Some(id));
                     }
-                    msg.decide_batch_entry(k, |into, id, allowance, _| {
+                    msg.decide_batch_entry(k, false, |into, id, allowance, _| {
                         self.answer(entry, id, scope, into, allowance)
                     });
                 }
@@ -1951,7 +1954,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             // Answered with the too-large error, not run.
             let method = core::str::from_utf8(&w.method).ok();
             self.report_unrun(method, w.id.as_deref().map(Id::from_validated));
-            msg.decide_batch_entry(k, |into, id, _, too_large| {
+            msg.decide_batch_entry(k, false, |into, id, _, too_large| {
                 too_large.write(into, id);
                 (too_large.len_for(id), Outcome::TooLarge)
             });
@@ -2253,7 +2256,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             if let Some((m, k)) = task.target
                 && let Some(msg) = engine.msgs[m].as_mut()
             {
-                outcome = self.write_timeout(msg, k, timeout, out);
+                outcome = self.write_timeout(msg, k, timeout, true, out);
                 if !msg.batch {
                     written += 1;
                 }
@@ -2306,7 +2309,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             if let Some((m, k)) = w.target
                 && let Some(msg) = engine.msgs[m].as_mut()
             {
-                outcome = self.write_timeout(msg, k, timeout, out);
+                outcome = self.write_timeout(msg, k, timeout, false, out);
                 if !msg.batch {
                     written += 1;
                 }
@@ -2330,12 +2333,14 @@ impl<S: Send + Sync + 'static> Shared<S> {
 
     /// Answers reply `k` of `msg` with the timeout error; returns what it
     /// was answered with (the too-large error in its place when it did not
-    /// fit).
+    /// fit, or when the batch is past its size limit and the call was not
+    /// `running`: see [`poll_batch_entry`](Msg::poll_batch_entry)).
     fn write_timeout<B: ReplyBuf>(
         &self,
         msg: &mut Msg,
         k: usize,
         timeout: std::time::Duration,
+        running: bool,
         out: &mut B,
     ) -> Outcome {
         let data = format!("{{\"timeout_ms\":{}}}", timeout.as_millis());
@@ -2349,10 +2354,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         if msg.batch {
             // A batch already past its size limit gets the too-large error
-            // instead (`poll_batch_entry`, which then does not call this):
-            // the outcome stays so.
+            // instead unless the call was running (`poll_batch_entry`,
+            // which then does not call this): the outcome stays so.
             let mut outcome = Outcome::TooLarge;
-            msg.decide_batch_entry(k, |into, id, allowance, too_large| {
+            msg.decide_batch_entry(k, running, |into, id, allowance, too_large| {
                 let written =
                     write_error_reply(into, id, allowance, too_large, self.timeout_code, |o| {
                         tail(o)

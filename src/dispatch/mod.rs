@@ -204,7 +204,9 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// earlier, an invalid entry, an unknown method) keeps its place, and
     /// the entries not started by then are not run. A call already running
     /// when the limit is crossed keeps its reply if it fits the room held
-    /// for it (it ran: a transaction sent, say); an async call whose
+    /// for it (it ran: a transaction sent, say), and so does one timed out
+    /// or cancelled after (its timeout or cancellation error); an async
+    /// call whose
     /// future is ready when first polled is decided in its turn, as a sync
     /// one. Room for those errors is held back before any handler runs
     /// (their size is known: ids are bounded by
