@@ -129,6 +129,13 @@ fn dispatcher(lab: Arc<Lab>, timeout: Duration) -> Dispatcher<Arc<Lab>, WithAsyn
             tokio::task::yield_now().await;
             Err::<(), _>(RpcError::invalid_params("changed my mind"))
         })
+        // Subscribes, then answers with a result past the size limit: the
+        // reply is the too-large error, without the subscription's id.
+        .async_method("subscribe_then_big", |c: AsyncCall<Arc<Lab>>| async move {
+            subscribe_ticking(&c.ctx, &c.state)?;
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>("x".repeat(MAX_RESPONSE_LEN))
+        })
         // Subscribes, then never answers: the call times out.
         .async_method("subscribe_then_hang", |c: AsyncCall<Arc<Lab>>| async move {
             subscribe_ticking(&c.ctx, &c.state)?;
@@ -328,13 +335,42 @@ async fn a_subscribe_answered_with_the_too_large_error_in_a_batch_is_closed() {
         let server = Server::start(transport, Duration::from_secs(30)).await;
         let mut client = server.connect().await;
         let batch = json!([
+            req(1, "big_later", json!([1])),
+            req(2, "subscribe_then_big", json!([])),
+        ]);
+        let reply = client.call(batch).await;
+        assert_eq!(reply[0]["result"], "x", "{transport}: {reply}");
+        assert_eq!(reply[1]["error"]["code"], -32003, "{transport}: {reply}");
+        nothing_left_open(&server, &mut client).await;
+        server.stop().await;
+    }
+}
+
+/// A subscribe already running when another entry's reply is refused as
+/// too large keeps its reply (it fits the room held for it), and so its
+/// subscription: the client learns the id, and the notifications that
+/// follow the reply are that subscription's.
+#[tokio::test]
+async fn a_subscribe_running_when_its_batch_passes_the_limit_keeps_its_id() {
+    for transport in ["ws", "tcp"] {
+        let server = Server::start(transport, Duration::from_secs(30)).await;
+        let mut client = server.connect().await;
+        let batch = json!([
             req(1, "big_later", json!([MAX_RESPONSE_LEN])),
             req(2, "subscribe_after_big", json!([])),
         ]);
-        let reply = client.call(batch).await;
+        client.send(batch).await;
+        let reply = client.next_json().await;
         assert_eq!(reply[0]["error"]["code"], -32003, "{transport}: {reply}");
-        assert_eq!(reply[1]["error"]["code"], -32003, "{transport}: {reply}");
-        nothing_left_open(&server, &mut client).await;
+        let id = reply[1]["result"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{transport}: an id, got {reply}"))
+            .to_owned();
+        for _ in 0..3 {
+            let n = client.next_json().await;
+            assert_eq!(n["params"]["subscription"], id, "{transport}");
+        }
+        assert_eq!(server.lab.producers_stopped.load(Ordering::SeqCst), 0);
         server.stop().await;
     }
 }
