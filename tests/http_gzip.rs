@@ -67,6 +67,38 @@ struct Answer {
 }
 
 impl Answer {
+    /// The whole response at the front of `got` (a `Content-Length`
+    /// body), and the bytes it took; `None` while it is incomplete.
+    fn parse(got: &[u8]) -> Option<(Answer, usize)> {
+        let mut fields = [httparse::EMPTY_HEADER; 32];
+        let mut response = httparse::Response::new(&mut fields);
+        let Ok(httparse::Status::Complete(len)) = response.parse(got) else {
+            return None;
+        };
+        let headers: Vec<(String, String)> = response
+            .headers
+            .iter()
+            .map(|h| {
+                let value = String::from_utf8(h.value.to_vec()).unwrap();
+                (h.name.to_ascii_lowercase(), value)
+            })
+            .filter(|(name, _)| name != "date")
+            .collect();
+        let body_len: usize = headers
+            .iter()
+            .find(|(name, _)| name == "content-length")
+            .map_or(0, |(_, v)| v.parse().unwrap());
+        if got.len() < len + body_len {
+            return None;
+        }
+        let answer = Answer {
+            status: response.code.unwrap(),
+            headers,
+            body: got[len..len + body_len].to_vec(),
+        };
+        Some((answer, len + body_len))
+    }
+
     fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
@@ -105,31 +137,10 @@ async fn exchange(stream: &mut TcpStream, raw: &str, n: usize) -> Vec<Answer> {
     let mut answers = Vec::new();
     tokio::time::timeout(HANG, async {
         while answers.len() < n {
-            let mut fields = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut fields);
-            if let Ok(httparse::Status::Complete(len)) = response.parse(&got) {
-                let headers: Vec<(String, String)> = response
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        let value = String::from_utf8(h.value.to_vec()).unwrap();
-                        (h.name.to_ascii_lowercase(), value)
-                    })
-                    .filter(|(name, _)| name != "date")
-                    .collect();
-                let body_len: usize = headers
-                    .iter()
-                    .find(|(name, _)| name == "content-length")
-                    .map_or(0, |(_, v)| v.parse().unwrap());
-                if got.len() >= len + body_len {
-                    answers.push(Answer {
-                        status: response.code.unwrap(),
-                        headers,
-                        body: got[len..len + body_len].to_vec(),
-                    });
-                    got.drain(..len + body_len);
-                    continue;
-                }
+            if let Some((answer, used)) = Answer::parse(&got) {
+                answers.push(answer);
+                got.drain(..used);
+                continue;
             }
             let mut buf = [0u8; 16 * 1024];
             let read = stream.read(&mut buf).await.unwrap();
@@ -510,29 +521,8 @@ async fn read_blocking(mut stream: std::net::TcpStream) -> Answer {
         stream.set_read_timeout(Some(HANG)).unwrap();
         let mut got = Vec::new();
         loop {
-            let mut fields = [httparse::EMPTY_HEADER; 32];
-            let mut response = httparse::Response::new(&mut fields);
-            if let Ok(httparse::Status::Complete(len)) = response.parse(&got) {
-                let headers: Vec<(String, String)> = response
-                    .headers
-                    .iter()
-                    .map(|h| {
-                        let value = String::from_utf8(h.value.to_vec()).unwrap();
-                        (h.name.to_ascii_lowercase(), value)
-                    })
-                    .filter(|(name, _)| name != "date")
-                    .collect();
-                let body_len: usize = headers
-                    .iter()
-                    .find(|(name, _)| name == "content-length")
-                    .map_or(0, |(_, v)| v.parse().unwrap());
-                if got.len() >= len + body_len {
-                    return Answer {
-                        status: response.code.unwrap(),
-                        headers,
-                        body: got[len..len + body_len].to_vec(),
-                    };
-                }
+            if let Some((answer, _)) = Answer::parse(&got) {
+                return answer;
             }
             let mut buf = [0u8; 64 * 1024];
             let read = stream
