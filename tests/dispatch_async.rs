@@ -1358,6 +1358,19 @@ async fn ready_async_entries_are_answered_in_their_turn() {
     assert_eq!(again, expected);
 }
 
+/// `d`'s whole reply to `batch` through `handle_async`, as JSON (a hang
+/// guard of ten seconds, never a measurement).
+async fn answer_guarded<K: 'static>(d: &Dispatcher<(), K>, batch: &Bytes) -> Value {
+    let mut out = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        d.handle_async(batch, &mut Connection::new(), &mut out),
+    )
+    .await
+    .expect("hang guard");
+    serde_json::from_slice(&out).unwrap()
+}
+
 /// A batch entry that was already running when another entry's reply was
 /// refused as too large still gets its own reply when it fits the room
 /// held for it: its call ran (a transaction sent, say), and a too-large
@@ -1380,14 +1393,7 @@ async fn a_running_entry_keeps_its_reply_when_another_is_refused() {
     let batch = Bytes::from_static(
         br#"[{"jsonrpc":"2.0","id":1,"method":"send"},{"jsonrpc":"2.0","id":2,"method":"big"}]"#,
     );
-    let mut out = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        d.handle_async(&batch, &mut Connection::new(), &mut out),
-    )
-    .await
-    .expect("hang guard");
-    let v: Value = serde_json::from_slice(&out).unwrap();
+    let v = answer_guarded(&d, &batch).await;
     assert_eq!(v[0]["result"], "0xabc", "{v}");
     assert_eq!(v[1]["error"]["code"], -32000, "{v}");
 }
@@ -1463,14 +1469,7 @@ async fn a_running_entry_timed_out_or_cancelled_after_a_refusal_says_so() {
     let batch = Bytes::from_static(
         br#"[{"jsonrpc":"2.0","id":1,"method":"hang"},{"jsonrpc":"2.0","id":2,"method":"big"}]"#,
     );
-    let mut out = Vec::new();
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        d.handle_async(&batch, &mut Connection::new(), &mut out),
-    )
-    .await
-    .expect("hang guard");
-    let v: Value = serde_json::from_slice(&out).unwrap();
+    let v = answer_guarded(&d, &batch).await;
     assert_eq!(v[0]["error"]["message"], "Request timed out", "{v}");
     assert_eq!(v[1]["error"]["code"], -32000, "{v}");
     assert_ne!(v[1]["error"]["message"], "Request timed out", "{v}");

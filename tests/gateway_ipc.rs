@@ -45,6 +45,14 @@ impl Dir {
     }
 }
 
+/// The names in `dir`, in the order the directory lists them.
+fn names_in(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -545,10 +553,7 @@ async fn a_path_of_the_longest_length_serves() {
         "0x7a69"
     );
     drop(c);
-    let names: Vec<String> = std::fs::read_dir(&sub)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let names = names_in(&sub);
     assert_eq!(names, ["geth.ipc"]);
     gw.signal("TERM");
     assert_eq!(gw.exit_status().await.code(), Some(0), "{:?}", gw.log());
@@ -598,10 +603,7 @@ async fn gateways_started_at_once_on_one_path_leave_exactly_one_serving() {
             "round {round}"
         );
         drop(c);
-        let names: Vec<String> = std::fs::read_dir(&dir.0)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
+        let names = names_in(&dir.0);
         assert_eq!(names, ["gw.ipc"], "round {round}");
         let mut winner = up.pop().unwrap();
         if round % 2 == 0 {
@@ -663,9 +665,8 @@ async fn a_symbolic_link_at_the_path_is_refused_wherever_it_leads() {
     );
     first.signal("TERM");
     assert_eq!(first.exit_status().await.code(), Some(0));
-    let names: Vec<String> = std::fs::read_dir(&dir.0)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+    let names: Vec<String> = names_in(&dir.0)
+        .into_iter()
         .filter(|n| n.starts_with('.') || n.ends_with(".tmp"))
         .collect();
     assert!(names.is_empty(), "{names:?}");

@@ -351,6 +351,26 @@ async fn curl_compressed_reads_the_answer() {
     }
 }
 
+/// Asks `server` for the long answer with each case's `Accept-Encoding`
+/// fields and checks whether it came gzip-compressed as the case says,
+/// and that it reads the same either way.
+async fn expect_gzip_choices(
+    server: &TestServer,
+    own: bool,
+    cases: impl IntoIterator<Item = (&str, bool)>,
+) {
+    for (fields, gzip) in cases {
+        let a = one(server.addr, &post(fields, LONG)).await;
+        assert_eq!(a.status, 200, "own loop {own}, {fields:?}: {a:?}");
+        assert_eq!(
+            a.header("content-encoding"),
+            gzip.then_some("gzip"),
+            "own loop {own}, {fields:?}"
+        );
+        assert_eq!(a.json()["result"], long_result(), "own loop {own}");
+    }
+}
+
 /// Several `Accept-Encoding` fields are one list (RFC 9110, 5.3): a
 /// client that refuses gzip in one and accepts anything (`*`) in another
 /// refuses gzip, as if it had sent `gzip;q=0, *`; one that names gzip in
@@ -359,7 +379,7 @@ async fn curl_compressed_reads_the_answer() {
 async fn accept_encoding_fields_are_read_as_one_list() {
     for own in [true, false] {
         let server = start(Some(MIN_LEN), own).await;
-        for (fields, gzip) in [
+        let cases = [
             ("accept-encoding: gzip;q=0\r\naccept-encoding: *\r\n", false),
             ("accept-encoding: *\r\naccept-encoding: gzip;q=0\r\n", false),
             (
@@ -369,16 +389,8 @@ async fn accept_encoding_fields_are_read_as_one_list() {
             ("accept-encoding: *;q=0\r\naccept-encoding: gzip\r\n", true),
             ("accept-encoding: br\r\naccept-encoding: gzip\r\n", true),
             ("accept-encoding: \r\naccept-encoding: gzip\r\n", true),
-        ] {
-            let a = one(server.addr, &post(fields, LONG)).await;
-            assert_eq!(a.status, 200, "own loop {own}, {fields:?}: {a:?}");
-            assert_eq!(
-                a.header("content-encoding"),
-                gzip.then_some("gzip"),
-                "own loop {own}, {fields:?}"
-            );
-            assert_eq!(a.json()["result"], long_result(), "own loop {own}");
-        }
+        ];
+        expect_gzip_choices(&server, own, cases).await;
     }
 }
 
@@ -430,7 +442,7 @@ async fn answers_at_the_threshold_are_compressed_and_zero_compresses_all() {
 async fn a_refusal_of_gzip_anywhere_in_the_list_wins_in_any_order() {
     for own in [true, false] {
         let server = start(Some(MIN_LEN), own).await;
-        for (fields, gzip) in [
+        let cases = [
             ("accept-encoding: gzip, x-gzip;q=0\r\n", false),
             ("accept-encoding: x-gzip;q=0, gzip\r\n", false),
             ("accept-encoding: gzip;q=0, x-gzip\r\n", false),
@@ -452,16 +464,8 @@ async fn a_refusal_of_gzip_anywhere_in_the_list_wins_in_any_order() {
             ("accept-encoding: gzip, x-gzip\r\n", true),
             ("accept-encoding: x-gzip;q=0.5, gzip;q=1\r\n", true),
             ("accept-encoding: *;q=0, gzip\r\n", true),
-        ] {
-            let a = one(server.addr, &post(fields, LONG)).await;
-            assert_eq!(a.status, 200, "own loop {own}, {fields:?}: {a:?}");
-            assert_eq!(
-                a.header("content-encoding"),
-                gzip.then_some("gzip"),
-                "own loop {own}, {fields:?}"
-            );
-            assert_eq!(a.json()["result"], long_result(), "own loop {own}");
-        }
+        ];
+        expect_gzip_choices(&server, own, cases).await;
     }
 }
 
