@@ -469,6 +469,46 @@ async fn a_refusal_of_gzip_anywhere_in_the_list_wins_in_any_order() {
     }
 }
 
+/// A weight outside RFC 9110's qvalue grammar (12.4.2: `0` to `0.000`
+/// and `1` to `1.000`, at most three decimals) leaves its element out of
+/// the list, as if it were not there: it neither accepts gzip nor refuses
+/// it, so `*` beside it decides. `Q=` is `q=` (parameter names are
+/// case-insensitive), and whitespace around `;` and `=` is tolerated.
+#[tokio::test]
+async fn an_element_with_a_malformed_weight_is_left_out() {
+    for own in [true, false] {
+        let server = start(Some(MIN_LEN), own).await;
+        let mut cases = Vec::new();
+        for bad in [
+            "abc", "1.5", "0.0001", "-1", "", "2", ".5", "00", "0.5000", "1.001", "0x1",
+        ] {
+            cases.push((format!("accept-encoding: gzip;q={bad}\r\n"), false));
+            cases.push((format!("accept-encoding: x-gzip;Q={bad}\r\n"), false));
+            cases.push((format!("accept-encoding: gzip;q={bad}, *;q=1\r\n"), true));
+            cases.push((format!("accept-encoding: gzip;q={bad}, *;q=0\r\n"), false));
+            cases.push((format!("accept-encoding: gzip, gzip;q={bad}\r\n"), true));
+            cases.push((format!("accept-encoding: *;q={bad}\r\n"), false));
+            cases.push((format!("accept-encoding: *;q={bad}, gzip\r\n"), true));
+        }
+        for (good, gzip) in [
+            ("1", true),
+            ("1.", true),
+            ("1.000", true),
+            ("0.001", true),
+            ("0.5", true),
+            ("0", false),
+            ("0.", false),
+            ("0.000", false),
+        ] {
+            cases.push((format!("accept-encoding: gzip;q={good}\r\n"), gzip));
+            cases.push((format!("accept-encoding: gzip;Q={good}, *\r\n"), gzip));
+            cases.push((format!("accept-encoding: gzip ; q = {good} , *\r\n"), gzip));
+        }
+        let cases = cases.iter().map(|(f, g)| (f.as_str(), *g));
+        expect_gzip_choices(&server, own, cases).await;
+    }
+}
+
 /// A call whose answer is about 8 MiB of hex: long enough to be compressed
 /// off the runtime thread, and to take long to compress (about a second in
 /// a debug build), so that what happens meanwhile can be watched.

@@ -903,7 +903,9 @@ where
 /// `gzip;q=0, *` does. `x-gzip` is `gzip` (8.4.1.3), and a coding listed
 /// with `q=0` anywhere is "not acceptable" (12.5.3) however else it is
 /// listed: contradictory listings (`gzip, x-gzip;q=0`, in either order)
-/// get the answer uncompressed, never by which came last.
+/// get the answer uncompressed, never by which came last. An element
+/// whose weight is not a qvalue (12.4.2: `q=abc`, `q=1.5`, `q=`) is left
+/// out, as if absent.
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct AcceptEncoding {
     /// `gzip` (or `x-gzip`) listed with a weight above 0.
@@ -922,13 +924,26 @@ impl AcceptEncoding {
         for item in value.split(|&b| b == b',') {
             let mut parts = item.split(|&b| b == b';');
             let coding = parts.next().unwrap_or_default().trim_ascii();
-            let refused = parts.any(|p| {
-                let p = p.trim_ascii();
-                match p.strip_prefix(b"q=").or_else(|| p.strip_prefix(b"Q=")) {
-                    Some(q) => q.iter().all(|&b| b == b'0' || b == b'.'),
-                    None => false,
+            // An element whose weight is not a qvalue says nothing one
+            // can trust (`q=abc`, `q=1.5`): left out, as if absent, so
+            // that it neither accepts gzip nor refuses it.
+            let mut refused = false;
+            let mut malformed = false;
+            for p in parts {
+                let Some((name, q)) = split_once(p, b'=') else {
+                    continue;
+                };
+                if !name.trim_ascii().eq_ignore_ascii_case(b"q") {
+                    continue;
                 }
-            });
+                match qvalue_is_zero(q.trim_ascii()) {
+                    Some(zero) => refused |= zero,
+                    None => malformed = true,
+                }
+            }
+            if malformed {
+                continue;
+            }
             let (listed, refusal) =
                 if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
                     (&mut self.gzip, &mut self.gzip_refused)
@@ -957,6 +972,30 @@ impl AcceptEncoding {
             self.any && !self.any_refused
         }
     }
+}
+
+/// Whether `q`, a weight's value, is zero; `None` when it is not a
+/// qvalue (RFC 9110, 12.4.2: `"0" [ "." 0*3DIGIT ] / "1" [ "." 0*3("0") ]`).
+fn qvalue_is_zero(q: &[u8]) -> Option<bool> {
+    let (first, rest) = q.split_first()?;
+    let decimals = match rest {
+        [] => &[][..],
+        [b'.', decimals @ ..] if decimals.len() <= 3 => decimals,
+        _ => return None,
+    };
+    match first {
+        b'0' if decimals.iter().all(u8::is_ascii_digit) => {
+            Some(decimals.iter().all(|&b| b == b'0'))
+        }
+        b'1' if decimals.iter().all(|&b| b == b'0') => Some(false),
+        _ => None,
+    }
+}
+
+/// `bytes` split at the first `at`, which neither half holds.
+fn split_once(bytes: &[u8], at: u8) -> Option<(&[u8], &[u8])> {
+    let i = memchr::memchr(at, bytes)?;
+    Some((&bytes[..i], &bytes[i + 1..]))
 }
 
 /// Answers at least this long are compressed on tokio's blocking pool
@@ -2233,7 +2272,64 @@ pub fn header<'c>(ctx: &'c Context, name: &str) -> Option<&'c HeaderValue> {
 
 #[cfg(test)]
 mod tests {
-    use super::is_json_content_type;
+    use super::{AcceptEncoding, is_json_content_type, qvalue_is_zero};
+
+    #[test]
+    fn qvalues() {
+        for (q, zero) in [
+            ("0", Some(true)),
+            ("0.", Some(true)),
+            ("0.000", Some(true)),
+            ("0.001", Some(false)),
+            ("0.5", Some(false)),
+            ("0.999", Some(false)),
+            ("1", Some(false)),
+            ("1.", Some(false)),
+            ("1.000", Some(false)),
+            ("", None),
+            ("abc", None),
+            ("1.5", None),
+            ("1.001", None),
+            ("0.0001", None),
+            ("0.5000", None),
+            ("-1", None),
+            ("2", None),
+            (".5", None),
+            ("00", None),
+            ("0,5", None),
+            ("0.5x", None),
+            ("0x1", None),
+            ("+1", None),
+        ] {
+            assert_eq!(qvalue_is_zero(q.as_bytes()), zero, "{q:?}");
+        }
+    }
+
+    #[test]
+    fn accept_encoding_leaves_out_elements_with_malformed_weights() {
+        for (fields, gzip) in [
+            (&["gzip;q=abc"][..], false),
+            (&["gzip;q="], false),
+            (&["gzip;q=abc, *;q=1"], true),
+            (&["gzip;q=, *"], true),
+            (&["gzip;q=0.0001, *"], true),
+            (&["gzip;q=1.5", "*;q=0"], false),
+            (&["gzip, gzip;q="], true),
+            (&["*;q=-1"], false),
+            (&["*;q=-1, gzip"], true),
+            (&["gzip;Q=0"], false),
+            (&["gzip ; q = 0 , *"], false),
+            (&["gzip;q=0.5;q=abc, *"], true),
+            (&["gzip;level=1"], true),
+            (&["gzip;q"], true),
+        ] {
+            let mut accept = AcceptEncoding::default();
+            for field in fields {
+                accept.read(field.as_bytes());
+            }
+            assert_eq!(accept.gzip(), gzip, "{fields:?}");
+        }
+    }
 
     #[test]
     fn json_content_types() {
