@@ -179,9 +179,86 @@ impl Context {
     /// Sends a notification to this connection's client; see
     /// [`Peer::notify`]. Returns whether it was queued (`false` on one-way
     /// transports, or when the client's queue is full or closed).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use rpcwire::bytes::Bytes;
+    /// use rpcwire::peer::{Outbound, SendError};
+    /// use rpcwire::{Call, Connection, Context, Dispatcher};
+    ///
+    /// /// What the client would be sent.
+    /// #[derive(Default)]
+    /// struct Wire(Mutex<Vec<Bytes>>);
+    /// impl Outbound for Wire {
+    ///     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    ///         self.0.lock().unwrap().push(message);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let d = Dispatcher::builder(())
+    ///     .method("build", |c: Call<'_, ()>| {
+    ///         // Progress, before the reply, on the same connection.
+    ///         c.ctx.notify("progress", &serde_json::json!({"done": 100}));
+    ///         c.reply.str("ok")
+    ///     })
+    ///     .build()?;
+    /// let wire = Arc::new(Wire::default());
+    /// let mut conn = Connection::with_context(Context::builder().outbound(wire.clone()).build());
+    /// let mut out = Vec::new();
+    /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"build"}"#, &mut conn, &mut out);
+    /// assert_eq!(
+    ///     wire.0.lock().unwrap()[0],
+    ///     &br#"{"jsonrpc":"2.0","method":"progress","params":{"done":100}}"#[..]
+    /// );
+    /// // A one-way transport (plain HTTP) has no client to notify.
+    /// assert!(!Context::empty().notify("progress", &()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn notify<P: serde::Serialize + ?Sized>(&self, method: &str, params: &P) -> bool {
         self.peer()
             .is_some_and(|p| p.notify(method, params).is_ok())
+    }
+
+    /// Sends a notification without params (LSP's `exit`) to this
+    /// connection's client, which [`notify`](Context::notify) cannot: it
+    /// always sends its `params`; see [`Peer::notify_no_params`]. Returns
+    /// whether it was queued (`false` on one-way transports, or when the
+    /// client's queue is full or closed).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use rpcwire::bytes::Bytes;
+    /// use rpcwire::peer::{Outbound, SendError};
+    /// use rpcwire::{Call, Connection, Context, Dispatcher};
+    ///
+    /// /// What the client would be sent.
+    /// #[derive(Default)]
+    /// struct Wire(Mutex<Vec<Bytes>>);
+    /// impl Outbound for Wire {
+    ///     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    ///         self.0.lock().unwrap().push(message);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let d = Dispatcher::builder(())
+    ///     .method("shutdown", |c: Call<'_, ()>| {
+    ///         c.ctx.notify_no_params("exit");
+    ///         c.reply.null()
+    ///     })
+    ///     .build()?;
+    /// let wire = Arc::new(Wire::default());
+    /// let mut conn = Connection::with_context(Context::builder().outbound(wire.clone()).build());
+    /// let mut out = Vec::new();
+    /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"shutdown"}"#, &mut conn, &mut out);
+    /// assert_eq!(wire.0.lock().unwrap()[0], &br#"{"jsonrpc":"2.0","method":"exit"}"#[..]);
+    /// assert!(!Context::empty().notify_no_params("exit"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn notify_no_params(&self, method: &str) -> bool {
+        self.peer()
+            .is_some_and(|p| p.notify_no_params(method).is_ok())
     }
 }
 

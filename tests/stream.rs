@@ -87,6 +87,10 @@ fn dispatcher() -> D {
             );
             Ok::<_, RpcError>(sent)
         })
+        .method("bye", |c: Call<'_, State>| {
+            let sent = c.ctx.notify_no_params("exit");
+            c.reply.json(&sent)
+        })
         .async_method("ask_client", |call: AsyncCall<State>| async move {
             let peer = call
                 .ctx
@@ -995,6 +999,27 @@ async fn handlers_notify_and_ask_their_client_on_the_same_connection() {
     let reply = messages.expect().await;
     assert_eq!(reply["id"], 3);
     assert_eq!(reply["result"], json!({"pong": true}));
+    server.stop().await;
+}
+
+/// `Context::notify_no_params` sends a notification without a `params`
+/// member (LSP's `exit`), before the reply of the call that sent it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_notifies_its_client_without_params() {
+    let server = Server::tcp(Lines::new, Limits::default()).await;
+    let (r, mut w) = server.connect().await.into_split();
+    let mut messages = Messages::new(r, Framing::Lines);
+    w.write_all(&framed(Framing::Lines, &[request(1, "bye", json!([]))]))
+        .await
+        .unwrap();
+    assert_eq!(
+        messages.expect().await,
+        json!({"jsonrpc": "2.0", "method": "exit"})
+    );
+    assert_eq!(
+        messages.expect().await,
+        json!({"jsonrpc": "2.0", "id": 1, "result": true})
+    );
     server.stop().await;
 }
 
