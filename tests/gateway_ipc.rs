@@ -671,3 +671,83 @@ async fn a_symbolic_link_at_the_path_is_refused_wherever_it_leads() {
         .collect();
     assert!(names.is_empty(), "{names:?}");
 }
+
+/// The id of a process that has exited (and been waited for).
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// Makes a socket file at `path` that nobody listens on, as a gateway
+/// killed while starting leaves one.
+fn stale_socket(path: &Path) {
+    drop(std::os::unix::net::UnixListener::bind(path).unwrap());
+}
+
+fn is_socket(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// A gateway killed between binding its socket under its temporary name
+/// (`.<pid in hex>`) and linking it to the path, or while it had a stale
+/// socket moved aside (`PATH.<pid>.stale.tmp`), left that file behind;
+/// the next gateway on the path removes such files of processes that no
+/// longer run, and only those: a socket named for a running process (the
+/// test's own), one nobody's pattern names, a regular file or a symbolic
+/// link with a dead process's name, and the socket such a link leads to,
+/// are left as they were.
+#[tokio::test]
+async fn temporaries_left_by_killed_gateways_are_removed() {
+    let dir = Dir::new("leftovers");
+    let path = dir.join("gw.ipc");
+    let gone = [
+        format!(".{:x}", dead_pid()),
+        format!(".{:x}", dead_pid()),
+        format!("gw.ipc.{}.stale.tmp", dead_pid()),
+    ];
+    for name in &gone {
+        stale_socket(&dir.join(name));
+    }
+    let target = dir.join("elsewhere.sock");
+    stale_socket(&target);
+    let (link, file) = (format!(".{:x}", dead_pid()), format!(".{:x}", dead_pid()));
+    std::os::unix::fs::symlink(&target, dir.join(&link)).unwrap();
+    std::fs::write(dir.join(&file), b"data").unwrap();
+    let kept_sockets = [
+        format!(".{:x}", std::process::id()),
+        format!("gw.ipc.{}.stale.tmp", std::process::id()),
+        format!(".0{:x}", dead_pid()),
+        format!(".{:X}g", dead_pid()),
+        format!("other.ipc.{}.stale.tmp", dead_pid()),
+        format!(".gw.ipc.{:x}", dead_pid()),
+    ];
+    for name in &kept_sockets {
+        stale_socket(&dir.join(name));
+    }
+
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.listening.is_some(), "{:?}", gw.log());
+    let mut c = Ipc::connect(&path).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    for name in &gone {
+        assert!(
+            std::fs::symlink_metadata(dir.join(name)).is_err(),
+            "{name} left: {:?}",
+            names_in(&dir.0)
+        );
+    }
+    for name in &kept_sockets {
+        assert!(is_socket(&dir.join(name)), "{name} removed");
+    }
+    assert_eq!(std::fs::read_link(dir.join(&link)).unwrap(), target);
+    assert!(is_socket(&target));
+    assert_eq!(std::fs::read(dir.join(&file)).unwrap(), b"data");
+    gw.signal("TERM");
+    assert_eq!(gw.exit_status().await.code(), Some(0));
+    assert!(!path.exists());
+}

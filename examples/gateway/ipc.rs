@@ -17,8 +17,9 @@
 //! leaves a moment when the umask's permissions hold). It is bound under
 //! a temporary name and linked to the path once it listens, so that
 //! gateways starting at once on one path never take each other's socket
-//! for a stale one ([`listen`]). Missing directories of the path are made
-//! 0751, as geth makes them.
+//! for a stale one ([`listen`]); such names left by gateways killed while
+//! starting are removed by the next ([`remove_leftovers`]). Missing
+//! directories of the path are made 0751, as geth makes them.
 
 use std::fmt;
 use std::io;
@@ -74,7 +75,7 @@ impl Drop for Socket {
 /// [`Refused`] for a path that holds something other than a socket.
 ///
 /// The socket is bound, made 0600 and listening under a temporary name
-/// in the same directory (`.<pid>`) before it appears at `path`
+/// in the same directory (`.<pid in hex>`) before it appears at `path`
 /// by `link`, which fails when anything is there: two gateways starting
 /// at once on one path cannot both take it, and neither can take the
 /// other's live socket for a stale one (probing, then removing, then
@@ -104,6 +105,7 @@ pub fn listen(
     }
     // The path's own length first: the message an operator can act on.
     address(path, path)?;
+    remove_leftovers(path);
     let tmp = Temporary::new(path)?;
     let at = address(path, &tmp.0)?;
     let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
@@ -205,6 +207,88 @@ fn sibling(path: &Path, what: &str) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(format!(".{}.{what}", std::process::id()));
     path.with_file_name(name)
+}
+
+/// Removes, from `path`'s directory, the sockets that gateways killed
+/// while starting left there: under a temporary name (`.<pid in hex>`,
+/// [`Temporary`]; between `bind` and `link`) or moved aside from `path`
+/// (`PATH.<pid>.stale.tmp`, [`remove_stale`]). Each would stay for ever:
+/// only a process with that id looks at that name again.
+///
+/// Only names of exactly those forms (the pid written as this code
+/// writes it, no leading zero), only sockets (a file or a symbolic link
+/// of that name is left, and a link is never followed), only when no
+/// process with that id runs (`/proc/<pid>`; on systems without `/proc`
+/// nothing is removed, as nothing can be told) and nobody listens there
+/// (a program of another kind that happens to use such a name keeps a
+/// socket it serves). A gateway starting now in the same directory runs,
+/// so its temporary is left. The temporary name does not name `path`
+/// (it must stay short to fit a socket's address), so one left by a
+/// gateway on another path of the directory is removed too: a file of
+/// the same kind, as stale.
+fn remove_leftovers(path: &Path) {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let file = entry.file_name();
+        let Some(pid) = file.to_str().and_then(|f| leftover_pid(name, f)) else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let at = entry.path();
+        // Not followed: a link of that name is not one of these files.
+        let Ok(m) = std::fs::symlink_metadata(&at) else {
+            continue;
+        };
+        if !m.file_type().is_socket() {
+            continue;
+        }
+        match std::os::unix::net::UnixStream::connect(&at) {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                let _ = std::fs::remove_file(&at);
+            }
+            // Served, gone, or not ours to judge.
+            _ => {}
+        }
+    }
+}
+
+/// The process id in `file`, when it is the name of a temporary of a
+/// gateway on the path named `name` ([`remove_leftovers`]): `.<pid in
+/// hex>` or `<name>.<pid>.stale.tmp`, each pid as it is written here.
+fn leftover_pid(name: &str, file: &str) -> Option<u32> {
+    fn pid(digits: &str, radix: u32) -> Option<u32> {
+        let canonical = !digits.is_empty()
+            && !digits.starts_with('0')
+            && digits.bytes().all(|b| match radix {
+                16 => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+                _ => b.is_ascii_digit(),
+            });
+        canonical
+            .then(|| u32::from_str_radix(digits, radix).ok())
+            .flatten()
+    }
+    if let Some(hex) = file.strip_prefix('.') {
+        return pid(hex, 16);
+    }
+    let decimal = file
+        .strip_prefix(name)?
+        .strip_prefix('.')?
+        .strip_suffix(".stale.tmp")?;
+    pid(decimal, 10)
 }
 
 /// The temporary name the socket is bound at, removed when dropped.
