@@ -590,6 +590,46 @@ impl Peer {
     /// already answered; plain JSON-RPC has no cancellation, and then
     /// nothing is sent. An answer that comes afterwards matches nothing
     /// and is dropped (counted as unmatched).
+    ///
+    /// The answer comes back through the dispatcher that handles the
+    /// connection's input (rpcwire's transports feed it theirs):
+    ///
+    /// ```
+    /// use rpcwire::{Connection, Context, Dispatcher};
+    /// use std::sync::Arc;
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # use std::sync::Mutex;
+    /// # /// What the other side would be sent.
+    /// # #[derive(Default)]
+    /// # struct Wire(Mutex<Vec<Bytes>>);
+    /// # impl Outbound for Wire {
+    /// #     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    /// #         self.0.lock().unwrap().push(message);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    ///
+    /// let d = Dispatcher::builder(()).build()?;
+    /// let wire = Arc::new(Wire::default());
+    /// let mut conn = Connection::with_context(Context::builder().outbound(wire.clone()).build());
+    /// let peer = conn.context().peer().unwrap().clone();
+    /// let heard = Arc::new(Mutex::new(None));
+    /// let keep = Arc::clone(&heard);
+    /// let id = peer.request_with("add", Some(&[1, 2]), None, move |answer| {
+    ///     *keep.lock().unwrap() = Some(answer);
+    /// })?;
+    /// let sent = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"add","params":[1,2]}}"#);
+    /// assert_eq!(wire.0.lock().unwrap()[0], sent.as_bytes());
+    ///
+    /// // The other side answers; a response gets no reply of its own.
+    /// let mut out = Vec::new();
+    /// d.handle(format!(r#"{{"jsonrpc":"2.0","id":{id},"result":3}}"#).as_bytes(), &mut conn, &mut out);
+    /// assert!(out.is_empty());
+    /// let answer = heard.lock().unwrap().take().expect("answered")?;
+    /// assert_eq!(answer.decode::<u64>()?, 3);
+    /// assert_eq!(peer.pending(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn request_with<P: Serialize + ?Sized>(
         &self,
         method: &str,
@@ -806,6 +846,34 @@ impl Peer {
     /// Cancels the pending request `id`: the other side is told, as
     /// [`request_with`](Peer::request_with) says, and then its waiter gets
     /// [`PeerError::Cancelled`]. Returns whether it was pending.
+    ///
+    /// ```
+    /// use rpcwire::peer::{Peer, PeerError};
+    /// use std::sync::Arc;
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # use std::sync::Mutex;
+    /// # /// What the other side would be sent.
+    /// # #[derive(Default)]
+    /// # struct Wire(Mutex<Vec<Bytes>>);
+    /// # impl Outbound for Wire {
+    /// #     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    /// #         self.0.lock().unwrap().push(message);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    ///
+    /// let peer = Peer::new(Arc::new(Wire::default()));
+    /// let heard = Arc::new(Mutex::new(None));
+    /// let keep = Arc::clone(&heard);
+    /// let id = peer.request_with_raw("wait", None, None, move |answer| {
+    ///     *keep.lock().unwrap() = answer.err();
+    /// })?;
+    /// assert!(peer.cancel(id));
+    /// assert_eq!(*heard.lock().unwrap(), Some(PeerError::Cancelled));
+    /// // No longer pending: nothing to cancel.
+    /// assert!(!peer.cancel(id));
+    /// # Ok::<(), PeerError>(())
+    /// ```
     pub fn cancel(&self, id: u64) -> bool {
         let waiter = self.lock().cancel(id);
         let Some(waiter) = waiter else {
@@ -819,6 +887,37 @@ impl Peer {
     /// Fails every request whose deadline passed with
     /// [`PeerError::Timeout`] (each announced to the other side first, as
     /// [`request_with`](Peer::request_with) says); returns how many.
+    ///
+    /// ```
+    /// use rpcwire::peer::{Peer, PeerError};
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, Instant};
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # use std::sync::Mutex;
+    /// # /// What the other side would be sent.
+    /// # #[derive(Default)]
+    /// # struct Wire(Mutex<Vec<Bytes>>);
+    /// # impl Outbound for Wire {
+    /// #     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    /// #         self.0.lock().unwrap().push(message);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    ///
+    /// let peer = Peer::new(Arc::new(Wire::default()));
+    /// let now = Instant::now();
+    /// let heard = Arc::new(Mutex::new(Vec::new()));
+    /// for (method, deadline) in [("soon", now), ("later", now + Duration::from_secs(60))] {
+    ///     let keep = Arc::clone(&heard);
+    ///     peer.request_with_raw(method, None, Some(deadline), move |answer| {
+    ///         keep.lock().unwrap().push((method, answer.err()));
+    ///     })?;
+    /// }
+    /// assert_eq!(peer.expire(now), 1);
+    /// assert_eq!(*heard.lock().unwrap(), [("soon", Some(PeerError::Timeout))]);
+    /// assert_eq!(peer.pending(), 1);
+    /// # Ok::<(), PeerError>(())
+    /// ```
     pub fn expire(&self, now: Instant) -> usize {
         let mut expired = Vec::new();
         let n = self.lock().expire(now, |id, w| expired.push((id, w)));
@@ -854,6 +953,37 @@ impl Peer {
     /// is told of each, as [`request_with`](Peer::request_with) says, where
     /// it can still hear it (a client that only closed its input; an MCP
     /// call's stream after its session ended).
+    ///
+    /// ```
+    /// use rpcwire::peer::{Peer, PeerError};
+    /// use std::sync::Arc;
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # use std::sync::Mutex;
+    /// # /// What the other side would be sent.
+    /// # #[derive(Default)]
+    /// # struct Wire(Mutex<Vec<Bytes>>);
+    /// # impl Outbound for Wire {
+    /// #     fn send(&self, message: Bytes) -> Result<(), SendError> {
+    /// #         self.0.lock().unwrap().push(message);
+    /// #         Ok(())
+    /// #     }
+    /// # }
+    ///
+    /// let wire = Arc::new(Wire::default());
+    /// let peer = Peer::new(wire.clone());
+    /// let heard = Arc::new(Mutex::new(None));
+    /// let keep = Arc::clone(&heard);
+    /// peer.request_with_raw("wait", None, None, move |answer| {
+    ///     *keep.lock().unwrap() = answer.err();
+    /// })?;
+    /// peer.close();
+    /// assert_eq!(*heard.lock().unwrap(), Some(PeerError::Closed));
+    /// // Later requests are refused, and not sent.
+    /// let later = peer.request_with_raw("later", None, None, |_| {});
+    /// assert_eq!(later, Err(PeerError::Closed));
+    /// assert_eq!(wire.0.lock().unwrap().len(), 1);
+    /// # Ok::<(), PeerError>(())
+    /// ```
     pub fn close(&self) {
         let mut closed = Vec::new();
         {
