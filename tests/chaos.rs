@@ -13,6 +13,9 @@
 //! process-wide counters: sockets, tasks, RSS).
 #![cfg(all(feature = "http", feature = "ws", feature = "mcp"))]
 
+#[path = "support/combined_server.rs"]
+mod combined_server;
+
 use std::collections::HashSet;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use combined_server::StartCombined;
 use futures_util::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
@@ -30,7 +34,7 @@ use rpcwire::mcp::{McpServer, Tool, ToolOutput};
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::stream::serve_tcp;
 use rpcwire::server::ws::WsServer;
-use rpcwire::server::{Limits, Metrics, Shutdown, combined};
+use rpcwire::server::{Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -180,12 +184,13 @@ async fn start(kind: Kind, own_http1: bool) -> Running {
             tokio::spawn(async move { server.serve(listener).await.unwrap() })
         }
         Kind::Combined => {
-            let http = HttpService::new(d.clone(), &l, Some(m.clone()));
-            let ws = WsServer::new(d)
-                .limits(l.clone())
-                .metrics(m.clone())
-                .shutdown(s.clone());
-            tokio::spawn(combined::serve(listener, http, ws, l, Some(m), s))
+            StartCombined::new(d)
+                .limits(l)
+                .http_metrics(m.clone())
+                .ws_metrics(m)
+                .shutdown(s)
+                .start_on(listener)
+                .task
         }
         Kind::Lines => tokio::spawn(serve_tcp(listener, d, Lines::new, l, m, s)),
         Kind::Lsp => tokio::spawn(serve_tcp(listener, d, Lsp::new, l, m, s)),

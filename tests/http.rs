@@ -8,6 +8,9 @@
 //! Heap figures are process-wide, so every test takes one lock and they run
 //! one at a time.
 
+#[cfg(feature = "ws")]
+#[path = "support/combined_server.rs"]
+mod combined_server;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 #[path = "support/http_replies.rs"]
@@ -21,6 +24,8 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
+#[cfg(feature = "ws")]
+use combined_server::StartCombined;
 use counting_alloc::CountingAlloc;
 use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
@@ -1515,25 +1520,8 @@ async fn own_http1_sends_100_continue_when_the_body_waits_for_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_upgrade_after_calls_on_one_connection() {
     use futures_util::{SinkExt, StreamExt};
-    use rpcwire::server::{combined, ws::WsServer};
     let _serial = SERIAL.lock().await;
-    let metrics = Arc::new(Metrics::default());
-    let d = dispatcher(metrics.clone());
-    let (limits, shutdown) = (Limits::default(), Shutdown::new());
-    let http = HttpService::new(d.clone(), &limits, None);
-    let ws = WsServer::new(d)
-        .limits(limits.clone())
-        .shutdown(shutdown.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(combined::serve(
-        listener,
-        http,
-        ws,
-        limits,
-        None,
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, task) = start_combined(Limits::default()).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     for _ in 0..3 {
         stream
@@ -1583,25 +1571,9 @@ async fn a_websocket_upgrade_after_calls_on_one_connection() {
 /// with `ws_limits`; the task ends when `combined::serve` returns.
 #[cfg(feature = "ws")]
 async fn start_combined(ws_limits: Limits) -> (SocketAddr, Shutdown, tokio::task::JoinHandle<()>) {
-    use rpcwire::server::{combined, ws::WsServer};
-    let metrics = Arc::new(Metrics::default());
-    let d = dispatcher(metrics.clone());
-    let (limits, shutdown) = (Limits::default(), Shutdown::new());
-    let http = HttpService::new(d.clone(), &limits, None);
-    let ws = WsServer::new(d)
-        .limits(ws_limits)
-        .shutdown(shutdown.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(combined::serve(
-        listener,
-        http,
-        ws,
-        limits,
-        None,
-        shutdown.clone(),
-    ));
-    (addr, shutdown, task)
+    let d = dispatcher(Arc::new(Metrics::default()));
+    let server = StartCombined::new(d).ws_limits(ws_limits).start().await;
+    (server.addr, server.shutdown, server.task)
 }
 
 /// The WebSocket server's connection limit holds for connections upgraded

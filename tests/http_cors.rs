@@ -7,6 +7,8 @@
 //! HTTP/1.1 loop (which hands browsers' requests to hyper's path) and on
 //! hyper's path alike. Raw HTTP over 127.0.0.1; deadlines only detect hangs.
 
+#[path = "support/combined_server.rs"]
+mod combined_server;
 #[path = "support/http_replies.rs"]
 #[allow(dead_code)]
 mod http_replies;
@@ -16,11 +18,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use combined_server::{CombinedServer, StartCombined};
 use http_replies::{RawResponse, request, responses_of};
 use rpcwire::server::cors::Cors;
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::ws::WsServer;
-use rpcwire::server::{Limits, Shutdown, combined};
+use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Dispatcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -309,20 +312,10 @@ fn upgrade(origin: Option<&str>) -> String {
 async fn websocket_upgrades_from_other_origins_are_refused() {
     let calls = Arc::new(AtomicUsize::new(0));
     let d = dispatcher(Arc::clone(&calls));
-    let limits = Limits::default();
-    let shutdown = Shutdown::new();
-    let http = HttpService::new(d.clone(), &limits, None).cors(Cors::origins([APP]).unwrap());
-    let ws = WsServer::new(d).shutdown(shutdown.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(combined::serve(
-        listener,
-        http,
-        ws,
-        limits,
-        None,
-        shutdown.clone(),
-    ));
+    let CombinedServer { addr, shutdown, .. } = StartCombined::new(d)
+        .cors(Cors::origins([APP]).unwrap())
+        .start()
+        .await;
 
     let r = one(addr, &upgrade(Some("https://evil.example"))).await;
     assert_eq!(r.0, "403 Forbidden", "{r:?}");
@@ -349,18 +342,7 @@ async fn a_websocket_server_with_origins_refuses_other_pages() {
     let own = listener.local_addr().unwrap();
     let server = ws.clone();
     tokio::spawn(async move { server.serve(listener).await });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let both = listener.local_addr().unwrap();
-    let limits = Limits::default();
-    let http = HttpService::new(d, &limits, None);
-    tokio::spawn(combined::serve(
-        listener,
-        http,
-        ws,
-        limits,
-        None,
-        shutdown.clone(),
-    ));
+    let both = StartCombined::new(d).ws(ws).start().await.addr;
     for addr in [own, both] {
         let r = one(addr, &upgrade(Some("https://evil.example"))).await;
         assert_eq!(r.0, "403 Forbidden", "{addr}: {r:?}");

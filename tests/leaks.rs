@@ -12,6 +12,8 @@
 //! The allocator counts every thread: one test at a time (`SERIAL`).
 #![cfg(all(feature = "ws", feature = "http", feature = "mcp"))]
 
+#[path = "support/combined_server.rs"]
+mod combined_server;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 #[path = "support/soak.rs"]
@@ -24,13 +26,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use combined_server::{CombinedServer, StartCombined};
 use counting_alloc::CountingAlloc;
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::Lines;
 use rpcwire::mcp::http::{Endpoint, HttpConfig};
 use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
 use rpcwire::peer::Peer;
-use rpcwire::server::combined;
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::stream::serve_tcp;
 use rpcwire::server::subscriptions::{SubscriptionConfig, Subscriptions};
@@ -452,22 +454,16 @@ async fn upgraded_connections_on_the_http_port_leave_nothing_behind() {
     let http_metrics = Arc::new(Metrics::default());
     let ws_metrics = Arc::new(Metrics::default());
     let d = dispatcher(lab.clone(), ws_metrics.clone());
-    let http = HttpService::new(d.clone(), &limits(), Some(http_metrics.clone()));
-    let shutdown = Shutdown::new();
-    let ws = WsServer::new(d)
+    let CombinedServer {
+        addr,
+        shutdown,
+        task,
+    } = StartCombined::new(d)
         .limits(limits())
-        .metrics(ws_metrics.clone())
-        .shutdown(shutdown.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(combined::serve(
-        listener,
-        http,
-        ws,
-        limits(),
-        Some(http_metrics.clone()),
-        shutdown.clone(),
-    ));
+        .http_metrics(http_metrics.clone())
+        .ws_metrics(ws_metrics.clone())
+        .start()
+        .await;
 
     soak(
         "combined",

@@ -4,6 +4,8 @@
 //! only tell a hang, never measurements.
 #![cfg(all(feature = "ws", feature = "http"))]
 
+#[path = "support/combined_server.rs"]
+mod combined_server;
 #[path = "support/http_request.rs"]
 mod http_request;
 
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use combined_server::{CombinedServer, StartCombined};
 use futures_util::{SinkExt, StreamExt};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::Lines;
@@ -515,21 +518,11 @@ async fn combined_websocket_handlers_see_the_upgrade_headers() {
         })
         .build()
         .unwrap();
-    let (limits, shutdown) = (Limits::default(), Shutdown::new());
-    let http = HttpService::new(d.clone(), &limits, None);
-    let ws = WsServer::new(d)
-        .limits(limits.clone())
-        .shutdown(shutdown.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let task = tokio::spawn(rpcwire::server::combined::serve(
-        listener,
-        http,
-        ws,
-        limits,
-        None,
-        shutdown.clone(),
-    ));
+    let CombinedServer {
+        addr,
+        shutdown,
+        task,
+    } = StartCombined::new(d).start().await;
 
     use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let mut request = format!("ws://{addr}/").into_client_request().unwrap();

@@ -8,6 +8,8 @@
 //! HTTP port's upgrade alike. Everything on 127.0.0.1; deadlines only
 //! detect hangs.
 
+#[path = "support/combined_server.rs"]
+mod combined_server;
 #[path = "support/held_calls.rs"]
 mod held_calls;
 
@@ -17,11 +19,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use combined_server::StartCombined;
 use futures_util::{SinkExt, StreamExt};
 use held_calls::{HANG, State, dispatcher, wait_until};
-use rpcwire::server::http::HttpService;
 use rpcwire::server::ws::WsServer;
-use rpcwire::server::{Limits, Metrics, Shutdown, combined};
+use rpcwire::server::{Limits, Metrics, Shutdown};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
@@ -75,20 +77,15 @@ async fn start(via: Via, cap: usize, idle_timeout: Duration) -> TestServer {
             tokio::spawn(async move { ws.serve(listener).await });
         }
         Via::HttpPort => {
-            let http = HttpService::new(d, &limits, None);
             // The HTTP side's connection limit must not be what refuses.
             let http_limits = Limits {
                 max_connections: 100,
                 ..limits
             };
-            tokio::spawn(combined::serve(
-                listener,
-                http,
-                ws,
-                http_limits,
-                None,
-                shutdown.clone(),
-            ));
+            StartCombined::new(d)
+                .ws(ws)
+                .http_limits(http_limits)
+                .start_on(listener);
         }
     }
     TestServer {
