@@ -1,0 +1,669 @@
+//! Hostile HTTP/2 and WebSocket clients against running servers on
+//! 127.0.0.1, written frame by frame, while a well-behaved client on
+//! another connection keeps being served: bodies that announce the limit
+//! and send two bytes, streams at the cap holding bodies just under the
+//! limit, rapid reset, PING / SETTINGS / CONTINUATION floods, a client
+//! that gives the server no flow-control window; a WebSocket message in
+//! one-byte frames, empty continuation frames, bad close codes, a frame
+//! cut off midway. Heap is measured with a counting allocator (this binary
+//! counts every thread: one test at a time).
+#![cfg(all(feature = "http", feature = "ws"))]
+
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+#[path = "support/ws_frame.rs"]
+mod ws_frame;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use counting_alloc::{CountingAlloc, live, peak_since, start_peak};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::ws::WsServer;
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use ws_frame::client_frame;
+
+#[global_allocator]
+static ALLOC: CountingAlloc = CountingAlloc;
+
+/// The allocator counts every thread: one test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// A guard against hangs, never a measure.
+const HANG: Duration = Duration::from_secs(30);
+
+fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<()> {
+    Dispatcher::builder(())
+        .method("echo", |call: Call<'_, ()>| {
+            let (s,): (String,) = call.decode()?;
+            Ok::<_, RpcError>(s)
+        })
+        .method("big", |call: Call<'_, ()>| {
+            let (n,): (usize,) = call.decode()?;
+            Ok::<_, RpcError>("x".repeat(n))
+        })
+        .observer(metrics)
+        .build()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// HTTP/2
+
+struct Http {
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start_http(limits: Limits) -> Http {
+    let metrics = Arc::new(Metrics::default());
+    let service = HttpService::new(dispatcher(metrics.clone()), &limits, Some(metrics.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).metrics(metrics.clone());
+    let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
+    Http {
+        addr,
+        metrics,
+        shutdown,
+        task,
+    }
+}
+
+impl Http {
+    /// A well-behaved HTTP/2 client on a connection of its own is answered.
+    async fn serves_others(&self) {
+        let stream = TcpStream::connect(self.addr).await.unwrap();
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let request = Request::post("/")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(
+                br#"{"jsonrpc":"2.0","id":7,"method":"echo","params":["still here"]}"#,
+            )))
+            .unwrap();
+        let response = tokio::time::timeout(HANG, sender.send_request(request))
+            .await
+            .expect("the other client is answered")
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["result"], "still here", "{v}");
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(HANG, self.task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+    }
+}
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const DATA: u8 = 0;
+const HEADERS: u8 = 1;
+const RST_STREAM: u8 = 3;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const GOAWAY: u8 = 7;
+const CONTINUATION: u8 = 9;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+const ACK: u8 = 0x1;
+/// RST_STREAM's CANCEL, GOAWAY's ENHANCE_YOUR_CALM.
+const CANCEL: u32 = 8;
+const ENHANCE_YOUR_CALM: u32 = 11;
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len();
+    let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// An HPACK literal header field, not indexed, with a new name.
+fn literal(block: &mut Vec<u8>, name: &str, value: &str) {
+    block.push(0);
+    for s in [name, value] {
+        assert!(s.len() < 127);
+        block.push(s.len() as u8);
+        block.extend_from_slice(s.as_bytes());
+    }
+}
+
+/// The header block of a JSON `POST /`, announcing `content_length`.
+fn post_block(content_length: Option<usize>) -> Vec<u8> {
+    let mut block = Vec::new();
+    literal(&mut block, ":method", "POST");
+    literal(&mut block, ":scheme", "http");
+    literal(&mut block, ":path", "/");
+    literal(&mut block, ":authority", "localhost");
+    literal(&mut block, "content-type", "application/json");
+    if let Some(n) = content_length {
+        literal(&mut block, "content-length", &n.to_string());
+    }
+    block
+}
+
+/// What the server sent a raw HTTP/2 client, as its reader saw it.
+#[derive(Default)]
+struct Seen {
+    frames: AtomicUsize,
+    /// The GOAWAY's error code, plus one (0: none yet).
+    goaway: AtomicU32,
+    headers: AtomicUsize,
+    resets: AtomicUsize,
+}
+
+/// A raw HTTP/2 client: the preface and an empty SETTINGS sent, the
+/// server's SETTINGS read and acknowledged; `settings` are the client's.
+async fn raw_h2(addr: SocketAddr, settings: &[(u16, u32)]) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    let mut payload = Vec::new();
+    for (id, value) in settings {
+        payload.extend_from_slice(&id.to_be_bytes());
+        payload.extend_from_slice(&value.to_be_bytes());
+    }
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &payload));
+    tcp.write_all(&hello).await.unwrap();
+    loop {
+        let (kind, flags, _, _) = read_frame(&mut tcp).await.expect("the server's settings");
+        if kind == SETTINGS && flags & ACK == 0 {
+            break;
+        }
+    }
+    tcp.write_all(&frame(SETTINGS, ACK, 0, &[])).await.unwrap();
+    tcp
+}
+
+async fn read_frame<R: AsyncRead + Unpin>(r: &mut R) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    r.read_exact(&mut head).await.ok()?;
+    let n = (head[0] as usize) << 16 | (head[1] as usize) << 8 | head[2] as usize;
+    let stream = u32::from_be_bytes(head[5..9].try_into().unwrap()) & 0x7fff_ffff;
+    let mut payload = vec![0u8; n];
+    r.read_exact(&mut payload).await.ok()?;
+    Some((head[3], head[4], stream, payload))
+}
+
+/// Reads what the server sends until the connection ends, noting it in
+/// the returned [`Seen`].
+fn watch<R: AsyncRead + Unpin + Send + 'static>(mut r: R) -> Arc<Seen> {
+    let seen = Arc::new(Seen::default());
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Some((kind, _, _, payload)) = read_frame(&mut r).await {
+            s.frames.fetch_add(1, Ordering::SeqCst);
+            match kind {
+                GOAWAY => {
+                    let code = u32::from_be_bytes(payload[4..8].try_into().unwrap());
+                    s.goaway.store(code + 1, Ordering::SeqCst);
+                }
+                HEADERS => {
+                    s.headers.fetch_add(1, Ordering::SeqCst);
+                }
+                RST_STREAM => {
+                    s.resets.fetch_add(1, Ordering::SeqCst);
+                }
+                _ => {}
+            }
+        }
+    });
+    seen
+}
+
+/// Rapid reset (CVE-2023-44487): HEADERS then RST_STREAM, thousands of
+/// times, without reading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_rapid_reset_is_cut_off_and_others_are_served() {
+    let _serial = SERIAL.lock().await;
+    let srv = start_http(Limits {
+        max_in_flight: 100,
+        ..Limits::default()
+    })
+    .await;
+    let tcp = raw_h2(srv.addr, &[]).await;
+    let (r, mut w) = tcp.into_split();
+    let seen = watch(r);
+    let block = post_block(Some(100));
+    let before = live();
+    let base = start_peak();
+    let mut sent = 0u32;
+    'flood: for batch in 0..100u32 {
+        let mut out = Vec::new();
+        for i in 0..100 {
+            let id = 2 * (batch * 100 + i) + 1;
+            out.extend(frame(HEADERS, END_HEADERS, id, &block));
+            out.extend(frame(RST_STREAM, 0, id, &CANCEL.to_be_bytes()));
+        }
+        if w.write_all(&out).await.is_err() {
+            break 'flood;
+        }
+        sent += 100;
+    }
+    let _ = tokio::time::timeout(HANG, async {
+        while seen.goaway.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    srv.serves_others().await;
+    let peak = peak_since(base);
+    let goaway = seen.goaway.load(Ordering::SeqCst);
+    eprintln!(
+        "rapid reset: {sent} streams sent, goaway {:?}, peak {peak}, live +{}, frames seen {}, limits {}",
+        goaway.checked_sub(1),
+        live().saturating_sub(before),
+        seen.frames.load(Ordering::SeqCst),
+        srv.metrics
+            .render()
+            .lines()
+            .filter(|l| l.contains("limit"))
+            .collect::<Vec<_>>()
+            .join(";"),
+    );
+    assert!(peak < 8 << 20, "{peak} bytes of heap at the peak");
+    assert_eq!(
+        goaway.checked_sub(1),
+        Some(ENHANCE_YOUR_CALM),
+        "the flood is cut off with ENHANCE_YOUR_CALM ({sent} streams sent)"
+    );
+    drop(w);
+    srv.stop().await;
+}
+
+/// PINGs and SETTINGS as fast as the socket takes them, never reading the
+/// server's acknowledgements.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_ping_and_settings_floods_cost_bounded_heap() {
+    let _serial = SERIAL.lock().await;
+    let srv = start_http(Limits::default()).await;
+    for kind in [PING, SETTINGS] {
+        let tcp = raw_h2(srv.addr, &[]).await;
+        let (r, mut w) = tcp.into_split();
+        let base = start_peak();
+        let one = if kind == PING {
+            frame(PING, 0, 0, &[7; 8])
+        } else {
+            frame(SETTINGS, 0, 0, &[0, 4, 0, 1, 0, 0])
+        };
+        let chunk = one.repeat(1000);
+        let written = Arc::new(AtomicUsize::new(0));
+        let writer = tokio::spawn({
+            let written = written.clone();
+            async move {
+                for _ in 0..100_000 {
+                    if w.write_all(&chunk).await.is_err() {
+                        break;
+                    }
+                    written.fetch_add(chunk.len(), Ordering::SeqCst);
+                }
+            }
+        });
+        // Until the writer is blocked (the server stopped reading) or gone.
+        let mut last = usize::MAX;
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let now = written.load(Ordering::SeqCst);
+            if now == last || writer.is_finished() {
+                break;
+            }
+            last = now;
+        }
+        srv.serves_others().await;
+        let peak = peak_since(base);
+        eprintln!(
+            "flood of frame type {kind}: {} bytes written, finished {}, peak {peak}",
+            written.load(Ordering::SeqCst),
+            writer.is_finished()
+        );
+        assert!(peak < 2 << 20, "{peak} bytes of heap at the peak");
+        writer.abort();
+        drop(r);
+    }
+    srv.stop().await;
+}
+
+/// A header block that never ends: HEADERS without END_HEADERS, then
+/// CONTINUATION frames of 16 KiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_continuation_flood_is_cut_off() {
+    let _serial = SERIAL.lock().await;
+    let srv = start_http(Limits::default()).await;
+    let tcp = raw_h2(srv.addr, &[]).await;
+    let (r, mut w) = tcp.into_split();
+    let seen = watch(r);
+    let base = start_peak();
+    w.write_all(&frame(HEADERS, 0, 1, &post_block(None)))
+        .await
+        .unwrap();
+    let mut piece = Vec::new();
+    while piece.len() < 16 * 1024 - 200 {
+        literal(&mut piece, "x-filler", &"y".repeat(100));
+    }
+    let one = frame(CONTINUATION, 0, 1, &piece);
+    let mut sent = 0usize;
+    for _ in 0..10_000 {
+        if w.write_all(&one).await.is_err() {
+            break;
+        }
+        sent += one.len();
+        if seen.goaway.load(Ordering::SeqCst) != 0 {
+            break;
+        }
+    }
+    let _ = tokio::time::timeout(HANG, async {
+        while seen.goaway.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    srv.serves_others().await;
+    let peak = peak_since(base);
+    let goaway = seen.goaway.load(Ordering::SeqCst);
+    eprintln!(
+        "continuation flood: {sent} bytes sent, goaway {:?}, peak {peak}, header limit hits {}",
+        goaway.checked_sub(1),
+        srv.metrics.limit_count(LimitKind::Header)
+    );
+    assert!(goaway != 0, "the connection is closed with a GOAWAY");
+    assert!(peak < 4 << 20, "{peak} bytes of heap at the peak");
+    drop(w);
+    srv.stop().await;
+}
+
+/// A client that gives the server no flow-control window
+/// (SETTINGS_INITIAL_WINDOW_SIZE 0) and asks for large replies: they wait
+/// for a window that never comes, others are served, and the idle timeout
+/// ends the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_a_client_that_gives_no_window_is_closed_as_idle() {
+    let _serial = SERIAL.lock().await;
+    let srv = start_http(Limits {
+        idle_timeout: Duration::from_millis(400),
+        ..Limits::default()
+    })
+    .await;
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
+    let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
+    let (r, mut w) = tcp.into_split();
+    let seen = watch(r);
+    let body = br#"{"jsonrpc":"2.0","id":1,"method":"big","params":[100000]}"#;
+    let mut out = Vec::new();
+    for i in 0..8u32 {
+        let id = 2 * i + 1;
+        out.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            id,
+            &post_block(Some(body.len())),
+        ));
+        out.extend(frame(DATA, END_STREAM, id, body));
+    }
+    w.write_all(&out).await.unwrap();
+    srv.serves_others().await;
+    tokio::time::timeout(HANG, async {
+        while srv.metrics.limit_count(LimitKind::Idle) == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the connection is closed as idle");
+    eprintln!(
+        "no window: {} headers seen, goaway {:?}",
+        seen.headers.load(Ordering::SeqCst),
+        seen.goaway.load(Ordering::SeqCst).checked_sub(1)
+    );
+    drop(w);
+    srv.stop().await;
+}
+
+// ---------------------------------------------------------------------------
+// WebSocket
+
+struct Ws {
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+async fn start_ws(limits: Limits) -> Ws {
+    let metrics = Arc::new(Metrics::default());
+    let server = WsServer::new(dispatcher(metrics.clone()))
+        .limits(limits)
+        .metrics(metrics.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { server.serve(listener).await });
+    Ws {
+        addr,
+        metrics,
+        task,
+    }
+}
+
+const WS_HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+
+async fn raw_ws(addr: SocketAddr) -> TcpStream {
+    let mut tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(WS_HANDSHAKE.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8];
+        assert_eq!(
+            tcp.read(&mut byte).await.unwrap(),
+            1,
+            "the handshake answered"
+        );
+        got.push(byte[0]);
+    }
+    assert!(got.starts_with(b"HTTP/1.1 101"));
+    tcp
+}
+
+/// A masked client frame with the final bit as given.
+fn ws_frame(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = client_frame(opcode, payload);
+    if !fin {
+        f[0] &= 0x7f;
+    }
+    f
+}
+
+/// The next server frame (opcode, payload); `None` at the end.
+async fn read_ws_frame(tcp: &mut TcpStream) -> Option<(u8, Vec<u8>)> {
+    let mut head = [0u8; 2];
+    tcp.read_exact(&mut head).await.ok()?;
+    let len = match head[1] & 0x7f {
+        126 => {
+            let mut n = [0u8; 2];
+            tcp.read_exact(&mut n).await.ok()?;
+            u16::from_be_bytes(n) as usize
+        }
+        127 => {
+            let mut n = [0u8; 8];
+            tcp.read_exact(&mut n).await.ok()?;
+            u64::from_be_bytes(n) as usize
+        }
+        n => n as usize,
+    };
+    let mut payload = vec![0u8; len];
+    tcp.read_exact(&mut payload).await.ok()?;
+    Some((head[0] & 0x0f, payload))
+}
+
+impl Ws {
+    async fn serves_others(&self) {
+        let mut tcp = raw_ws(self.addr).await;
+        let call = br#"{"jsonrpc":"2.0","id":7,"method":"echo","params":["still here"]}"#;
+        tcp.write_all(&client_frame(1, call)).await.unwrap();
+        let (op, payload) = tokio::time::timeout(HANG, read_ws_frame(&mut tcp))
+            .await
+            .expect("the other client is answered")
+            .unwrap();
+        assert_eq!(op, 1);
+        let v: Value = serde_json::from_slice(&payload).unwrap();
+        assert_eq!(v["result"], "still here", "{v}");
+    }
+}
+
+/// One message of the largest size allowed, in one-byte frames: answered
+/// whole, in bounded heap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_a_message_in_one_byte_frames_is_read_in_bounded_heap() {
+    let _serial = SERIAL.lock().await;
+    const LIMIT: usize = 256 * 1024;
+    let srv = start_ws(Limits {
+        max_message_len: LIMIT,
+        ..Limits::default()
+    })
+    .await;
+    let tcp = raw_ws(srv.addr).await;
+    let text = "y".repeat(LIMIT - 100);
+    let call = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":["{text}"]}}"#);
+    let bytes = call.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len() * 7);
+    out.extend(ws_frame(false, 1, &bytes[..1]));
+    for b in &bytes[1..bytes.len() - 1] {
+        out.extend(ws_frame(false, 0, std::slice::from_ref(b)));
+    }
+    out.extend(ws_frame(true, 0, &bytes[bytes.len() - 1..]));
+    // Kept until the peak is read, so that its release does not hide
+    // what the server allocates meanwhile.
+    let out = Bytes::from(out);
+    let base = start_peak();
+    let started = std::time::Instant::now();
+    let writer = tokio::spawn({
+        let (r, mut w) = tcp.into_split();
+        let out = out.clone();
+        async move {
+            w.write_all(&out).await.unwrap();
+            r.reunite(w).unwrap()
+        }
+    });
+    let mut tcp = tokio::time::timeout(HANG, writer).await.unwrap().unwrap();
+    let (op, payload) = tokio::time::timeout(HANG, read_ws_frame(&mut tcp))
+        .await
+        .expect("answered")
+        .unwrap();
+    let took = started.elapsed();
+    let peak = peak_since(base);
+    assert_eq!(op, 1);
+    let v: Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(v["result"].as_str().map(str::len), Some(text.len()));
+    eprintln!(
+        "one-byte frames: {} frames in {took:?}, peak {peak}",
+        bytes.len()
+    );
+    // The message, its copy as the dispatcher's input, the reply: a few
+    // times the message, not a frame's bookkeeping per byte.
+    assert!(peak < 8 * LIMIT, "{peak} bytes of heap at the peak");
+    drop(out);
+    srv.serves_others().await;
+    srv.task.abort();
+}
+
+/// Empty continuation frames, forever: nothing grows, and others are
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_empty_continuation_frames_cost_no_heap() {
+    let _serial = SERIAL.lock().await;
+    let srv = start_ws(Limits::default()).await;
+    let tcp = raw_ws(srv.addr).await;
+    let (_r, mut w) = tcp.into_split();
+    w.write_all(&ws_frame(false, 1, b"[")).await.unwrap();
+    let chunk = ws_frame(false, 0, b"").repeat(10_000);
+    let base = start_peak();
+    for _ in 0..200 {
+        w.write_all(&chunk).await.unwrap();
+    }
+    srv.serves_others().await;
+    let peak = peak_since(base);
+    eprintln!("2,000,000 empty continuation frames: peak {peak}");
+    assert!(peak < 1 << 20, "{peak} bytes of heap at the peak");
+    srv.task.abort();
+}
+
+/// Close frames with codes a client may not send (RFC 6455 7.4): the
+/// server closes, does not panic, and serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_close_frames_with_bad_codes_are_closed_cleanly() {
+    let _serial = SERIAL.lock().await;
+    let srv = start_ws(Limits::default()).await;
+    for code in [0u16, 999, 1004, 1005, 1006, 1015, 2999, 5000, 65535] {
+        let mut tcp = raw_ws(srv.addr).await;
+        tcp.write_all(&client_frame(8, &code.to_be_bytes()))
+            .await
+            .unwrap();
+        let mut replies = Vec::new();
+        while let Ok(Some(f)) = tokio::time::timeout(HANG, read_ws_frame(&mut tcp)).await {
+            replies.push(f);
+        }
+        let close = replies.iter().find(|(op, _)| *op == 8);
+        let answered = close.map(|(_, p)| p.get(..2).map(|c| u16::from_be_bytes([c[0], c[1]])));
+        assert_eq!(
+            answered,
+            Some(Some(1002)),
+            "code {code}: closed as a protocol error"
+        );
+    }
+    // One byte of code (1002), and a reason that is not UTF-8 (1007).
+    for (payload, want) in [(&[3u8][..], 1002u16), (&[0x03, 0xe8, 0xff, 0xfe][..], 1007)] {
+        let mut tcp = raw_ws(srv.addr).await;
+        tcp.write_all(&client_frame(8, payload)).await.unwrap();
+        let mut replies = Vec::new();
+        while let Ok(Some(f)) = tokio::time::timeout(HANG, read_ws_frame(&mut tcp)).await {
+            replies.push(f);
+        }
+        let close = replies
+            .iter()
+            .find(|(op, _)| *op == 8)
+            .expect("a close frame back");
+        assert_eq!(close.1[..2], want.to_be_bytes(), "{payload:?}: {replies:?}");
+    }
+    srv.serves_others().await;
+    assert!(!srv.task.is_finished());
+    srv.task.abort();
+}
+
+/// A frame cut off midway, then silence: the idle timeout closes it,
+/// counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ws_a_frame_cut_off_midway_is_closed_as_idle() {
+    let _serial = SERIAL.lock().await;
+    let srv = start_ws(Limits {
+        idle_timeout: Duration::from_millis(400),
+        ..Limits::default()
+    })
+    .await;
+    let mut tcp = raw_ws(srv.addr).await;
+    let whole = client_frame(1, &[b' '; 1000]);
+    tcp.write_all(&whole[..100]).await.unwrap();
+    srv.serves_others().await;
+    let mut rest = Vec::new();
+    tokio::time::timeout(HANG, tcp.read_to_end(&mut rest))
+        .await
+        .expect("closed in time")
+        .ok();
+    assert!(srv.metrics.limit_count(LimitKind::Idle) >= 1);
+    srv.task.abort();
+}
