@@ -231,6 +231,66 @@ fn watch<R: AsyncRead + Unpin + Send + 'static>(mut r: R) -> Arc<Seen> {
     seen
 }
 
+/// Waits until the live heap stops moving (five looks 50 ms apart alike
+/// within 64 KiB), at most [`HANG`].
+async fn heap_settled() {
+    let deadline = tokio::time::Instant::now() + HANG;
+    let mut last = live();
+    let mut still = 0;
+    while still < 5 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = live();
+        if now.abs_diff(last) < 64 * 1024 {
+            still += 1;
+        } else {
+            still = 0;
+        }
+        last = now;
+    }
+}
+
+/// A body that announces the limit and then sends two bytes made the
+/// server reserve the whole announced length (the capacity hint): on
+/// HTTP/2, `max_in_flight` such streams per connection, each two bytes
+/// of traffic, cost `max_in_flight * max_message_len` of heap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_bodies_announcing_the_limit_cost_what_arrived_not_what_was_announced() {
+    let _serial = SERIAL.lock().await;
+    const STREAMS: u32 = 64;
+    const LIMIT: usize = 1 << 20;
+    let srv = start_http(Limits {
+        max_message_len: LIMIT,
+        max_in_flight: STREAMS as usize,
+        ..Limits::default()
+    })
+    .await;
+    let tcp = raw_h2(srv.addr, &[]).await;
+    let (r, mut w) = tcp.into_split();
+    let seen = watch(r);
+    let base = start_peak();
+    let mut out = Vec::new();
+    for i in 0..STREAMS {
+        let id = 2 * i + 1;
+        out.extend(frame(HEADERS, END_HEADERS, id, &post_block(Some(LIMIT))));
+        out.extend(frame(DATA, 0, id, b"["));
+        out.extend(frame(DATA, 0, id, b" "));
+    }
+    w.write_all(&out).await.unwrap();
+    drop(out);
+    heap_settled().await;
+    srv.serves_others().await;
+    let peak = peak_since(base);
+    eprintln!("{STREAMS} streams announcing {LIMIT} bytes, 2 sent: peak {peak}");
+    assert_eq!(seen.goaway.load(Ordering::SeqCst), 0, "the connection open");
+    // 64 streams x 1 MiB announced: 64 MiB reserved for 128 bytes, once.
+    assert!(
+        peak < 1 << 20,
+        "{peak} bytes of heap at the peak for {STREAMS} streams of 2 bytes each"
+    );
+    drop(w);
+    srv.stop().await;
+}
+
 /// Rapid reset (CVE-2023-44487): HEADERS then RST_STREAM, thousands of
 /// times, without reading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

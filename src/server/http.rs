@@ -108,6 +108,10 @@ pub type ResponseBody = Full<Bytes>;
 /// Errors a body or a service may fail with.
 type BoxError = Box<dyn StdError + Send + Sync>;
 
+/// The most room reserved for a body beyond twice what has arrived of it,
+/// whatever length it announces.
+const BODY_ROOM: usize = 4 * 1024;
+
 /// The most idle [`Connection`]s (per-request scratch) a service keeps for
 /// reuse.
 const POOL_CAP: usize = 64;
@@ -794,7 +798,14 @@ where
                                 *first = data.copy_to_bytes(n);
                             } else {
                                 if rest.is_empty() {
-                                    rest.reserve((*hint).max(*len).min(shared.max_body));
+                                    // The announced length is a claim, not
+                                    // bytes: room for it only as it comes
+                                    // (a client announcing the limit on
+                                    // each HTTP/2 stream and sending two
+                                    // bytes would otherwise cost the limit
+                                    // per stream); growth doubles past it.
+                                    let room = (*len).saturating_mul(2).max(BODY_ROOM);
+                                    rest.reserve((*hint).max(*len).min(shared.max_body).min(room));
                                     rest.put_slice(first);
                                 }
                                 rest.put(data);
