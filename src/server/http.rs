@@ -62,7 +62,9 @@
 //! [`LimitKind::Header`] (on HTTP/1.1: on HTTP/2 the `h2` crate answers an
 //! oversized header list with 431 itself, and it is not counted), slow
 //! bodies as [`LimitKind::BodyTimeout`], idle connections closed as
-//! [`LimitKind::Idle`]),
+//! [`LimitKind::Idle`], HTTP/2 clients the `h2` crate cuts off for abuse
+//! (rapid reset, floods; `GOAWAY` with `ENHANCE_YOUR_CALM`) as
+//! [`LimitKind::Flood`]),
 //! and [`Metrics::render`] is the text a `/metrics` endpoint returns (mount
 //! it next to the service, in axum or in a `tower` router of your own).
 
@@ -1806,6 +1808,16 @@ fn classify(config: &ConnConfig, e: &(dyn StdError + 'static)) {
             && (h.is_timeout() || h.is_parse_too_large())
         {
             config.hit(LimitKind::Header);
+            return;
+        }
+        // h2 cut the client off for abuse. Which abuse it names only in
+        // the GOAWAY it sent, not in the error it returns.
+        if let Some(h) = e.downcast_ref::<h2::Error>()
+            && h.is_go_away()
+            && h.is_library()
+            && h.reason() == Some(h2::Reason::ENHANCE_YOUR_CALM)
+        {
+            config.hit(LimitKind::Flood);
             return;
         }
         source = e.source();

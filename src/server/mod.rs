@@ -132,6 +132,14 @@ pub enum LimitKind {
     Header,
     /// [`Limits::body_timeout`]: an HTTP body that did not arrive in time.
     BodyTimeout,
+    /// An HTTP/2 client cut off by the `h2` crate's abuse limits (a
+    /// `GOAWAY` with `ENHANCE_YOUR_CALM`): streams opened and reset before
+    /// they were served, hundreds at a time (rapid reset, CVE-2023-44487),
+    /// streams it made the server reset, a flood of DATA frames carrying
+    /// next to nothing, a header block grown far past
+    /// `SETTINGS_MAX_HEADER_LIST_SIZE` (a CONTINUATION flood: `h2` does
+    /// not tell these apart).
+    Flood,
 }
 
 impl LimitKind {
@@ -144,6 +152,7 @@ impl LimitKind {
             LimitKind::Subscription => "subscription",
             LimitKind::Header => "header",
             LimitKind::BodyTimeout => "body_timeout",
+            LimitKind::Flood => "flood",
         }
     }
 }
