@@ -291,6 +291,101 @@ async fn h2_bodies_announcing_the_limit_cost_what_arrived_not_what_was_announced
     srv.stop().await;
 }
 
+/// A request body fed through a channel; it ends when the sender is
+/// dropped.
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|c| c.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+/// The bound that holds: an HTTP/2 connection holds at most
+/// `max_in_flight` bodies, each under `max_message_len`, and no more
+/// (streams past the cap are refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_bodies_held_per_connection_are_bounded_by_streams_times_the_limit() {
+    let _serial = SERIAL.lock().await;
+    const STREAMS: usize = 8;
+    const LIMIT: usize = 256 * 1024;
+    let srv = start_http(Limits {
+        max_message_len: LIMIT,
+        max_in_flight: STREAMS,
+        ..Limits::default()
+    })
+    .await;
+    let stream = TcpStream::connect(srv.addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake::<_, _, ChannelBody>(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    static SPACES: [u8; 16 * 1024] = [b' '; 16 * 1024];
+    let base = start_peak();
+    let mut bodies = Vec::new();
+    let mut calls = Vec::new();
+    // Twice the cap: the rest wait for a place.
+    for _ in 0..2 * STREAMS {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+        let body = ChannelBody(rx);
+        let request = Request::post("/")
+            .header("content-type", "application/json")
+            .body(body)
+            .unwrap();
+        let mut sender = sender.clone();
+        calls.push(tokio::spawn(async move {
+            sender.ready().await.ok()?;
+            sender.send_request(request).await.ok()
+        }));
+        // Just under the limit, in 16 KiB pieces of static memory.
+        let feed = tokio::spawn(async move {
+            let mut sent = 0;
+            while sent + SPACES.len() < LIMIT {
+                if tx.send(Bytes::from_static(&SPACES)).await.is_err() {
+                    return None;
+                }
+                sent += SPACES.len();
+            }
+            Some(tx) // The body never ends.
+        });
+        bodies.push(feed);
+    }
+    heap_settled().await;
+    srv.serves_others().await;
+    let peak = peak_since(base);
+    let bound = STREAMS * LIMIT;
+    eprintln!(
+        "{} streams of {LIMIT}-byte bodies, {STREAMS} served at once: peak {peak}",
+        2 * STREAMS
+    );
+    assert!(
+        peak < bound + (2 << 20),
+        "{peak} bytes of heap at the peak, past {STREAMS} x {LIMIT} = {bound} (+ 2 MiB)"
+    );
+    // And the bound is what the server reached: it is the real figure.
+    assert!(
+        peak > bound / 2,
+        "{peak} bytes of heap at the peak: the bodies were not read"
+    );
+    for c in calls {
+        c.abort();
+    }
+    for b in bodies {
+        b.abort();
+    }
+    srv.stop().await;
+}
+
 /// Rapid reset (CVE-2023-44487): HEADERS then RST_STREAM, thousands of
 /// times, without reading.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

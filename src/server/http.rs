@@ -110,8 +110,8 @@ pub type ResponseBody = Full<Bytes>;
 /// Errors a body or a service may fail with.
 type BoxError = Box<dyn StdError + Send + Sync>;
 
-/// The most room reserved for a body beyond twice what has arrived of it,
-/// whatever length it announces.
+/// The least room a body's buffer is given when it grows (else twice what
+/// has arrived, up to the length it announces and the limit).
 const BODY_ROOM: usize = 4 * 1024;
 
 /// The most idle [`Connection`]s (per-request scratch) a service keeps for
@@ -799,16 +799,22 @@ where
                                 // `Bytes` hands itself over without a copy.
                                 *first = data.copy_to_bytes(n);
                             } else {
-                                if rest.is_empty() {
+                                if rest.capacity() - rest.len() < n {
                                     // The announced length is a claim, not
                                     // bytes: room for it only as it comes
                                     // (a client announcing the limit on
                                     // each HTTP/2 stream and sending two
                                     // bytes would otherwise cost the limit
-                                    // per stream); growth doubles past it.
+                                    // per stream), doubling, and never
+                                    // past the announced length or the
+                                    // limit (which `BytesMut`'s own growth
+                                    // would double past).
                                     let room = (*len).saturating_mul(2).max(BODY_ROOM);
-                                    rest.reserve((*hint).max(*len).min(shared.max_body).min(room));
-                                    rest.put_slice(first);
+                                    let target = if *hint > *len { *hint } else { room };
+                                    let cap = target.min(room).min(shared.max_body).max(*len);
+                                    let mut grown = BytesMut::with_capacity(cap);
+                                    grown.put_slice(if rest.is_empty() { first } else { rest });
+                                    *rest = grown;
                                 }
                                 rest.put(data);
                             }

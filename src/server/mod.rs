@@ -61,7 +61,13 @@ pub struct Limits {
     /// `h2` crate enforces: a client that opens more streams before it
     /// has read the server's settings gets those refused
     /// (`REFUSED_STREAM`, which clients retry), and the refusals are not
-    /// counted.
+    /// counted. Each HTTP/2 stream's body is read whole before it is
+    /// dispatched, as an HTTP/1.1 request's is, so one HTTP/2 connection
+    /// may hold up to `max_in_flight` × [`max_message_len`](Self::max_message_len)
+    /// bytes of bodies (1.25 GiB at the defaults, against one body per
+    /// HTTP/1.1 connection), but only as they arrive (an announced
+    /// `Content-Length` reserves nothing ahead): lower either for a
+    /// server open to HTTP/2 clients it does not trust.
     pub max_in_flight: usize,
     /// Replies and notifications queued for one client that does not read
     /// (default 1024 messages). A full queue drops notifications for that
