@@ -49,11 +49,11 @@ pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(
 
 /// The params as a whole, as JSON-RPC clients send them: `()` (and a unit
 /// struct) accepts `[]`, which is how many clients send "no params" (and
-/// what absent params decode as); a tuple (or tuple struct) whose trailing
-/// values are missing reads them as `null`, so trailing `Option`s may be
-/// left out (`[1]` into `(u64, Option<u64>)`, as geth reads optional
-/// arguments), and a missing required one is "invalid length". Nested
-/// values are read as serde_json reads them.
+/// what absent params decode as); a tuple, tuple struct or struct read from
+/// an array whose trailing values are missing reads them as `null`, so
+/// trailing `Option`s may be left out (`[1]` into `(u64, Option<u64>)`, as
+/// geth reads optional arguments), and a missing required one is "invalid
+/// length". Nested values are read as serde_json reads them.
 struct Top<D> {
     inner: D,
 }
@@ -165,7 +165,17 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
         fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_struct(name, fields, visitor)
+        // Positional params into a struct (serde reads one from an array,
+        // field by field) are read as a tuple's: a jsonrpsee method whose
+        // params come by position or by name becomes one struct.
+        self.inner.deserialize_struct(
+            name,
+            fields,
+            Padded {
+                inner: visitor,
+                len: fields.len(),
+            },
+        )
     }
 
     fn deserialize_enum<V: Visitor<'a>>(
@@ -204,7 +214,8 @@ impl<'a, V: Visitor<'a>> Visitor<'a> for NoParams<V> {
     }
 }
 
-/// A tuple visitor whose sequence reads missing trailing values as `null`.
+/// A tuple visitor whose sequence reads missing trailing values as `null`
+/// (for a struct, whose map is read as it is).
 struct Padded<V> {
     inner: V,
     len: usize,
@@ -243,6 +254,10 @@ impl<'a, V: Visitor<'a>> Visitor<'a> for Padded<V> {
         }
         Ok(value)
     }
+
+    fn visit_map<A: de::MapAccess<'a>>(self, map: A) -> Result<V::Value, A::Error> {
+        self.inner.visit_map(map)
+    }
 }
 
 /// The sequence of [`Padded`]: the array's values, then `null`s up to the
@@ -255,15 +270,6 @@ struct PaddedSeq<A> {
     /// Values the array held.
     given: usize,
     len: usize,
-}
-
-/// "a tuple of size n", as serde says it.
-struct TupleOf(usize);
-
-impl de::Expected for TupleOf {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "a tuple of size {}", self.0)
-    }
 }
 
 /// A seed lent for one value: still there afterwards if it was not used
@@ -301,9 +307,13 @@ impl<'a, A: de::SeqAccess<'a>> de::SeqAccess<'a> for PaddedSeq<A> {
             return Ok(None);
         };
         self.read += 1;
-        seed.deserialize(de::value::UnitDeserializer::<A::Error>::new())
-            .map(Some)
-            .map_err(|_| de::Error::invalid_length(self.given, &TupleOf(self.len)))
+        // A value that cannot be `null` is not there: the visitor says
+        // what it expected ("invalid length 1, expected a tuple of size 2")
+        // or, for a struct field with `#[serde(default)]`, takes its
+        // default.
+        Ok(seed
+            .deserialize(de::value::UnitDeserializer::<A::Error>::new())
+            .ok())
     }
 
     fn size_hint(&self) -> Option<usize> {

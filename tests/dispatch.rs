@@ -821,3 +821,90 @@ fn a_fallback_serves_unknown_methods_and_raw_errors_pass_through() {
     // `rpc.` names never reach the fallback.
     assert!(ask("rpc.x").contains("-32601"));
 }
+
+/// A struct decoded from positional params (serde reads a struct from an
+/// array field by field, which is how a jsonrpsee user ports a method whose
+/// params come by position or by name) reads them as a tuple does: trailing
+/// `Option` fields may be left out, and too many values are refused saying
+/// so. Before, the struct path skipped the tuple's padding: `["ada"]` was
+/// "invalid length 1, expected struct Lookup with 3 elements" and one value
+/// too many was serde_json's "trailing characters".
+#[test]
+fn positional_params_into_a_struct_read_as_a_tuple_does() {
+    #[derive(Deserialize)]
+    struct Lookup<'a> {
+        #[serde(borrow)]
+        name: &'a str,
+        #[serde(borrow)]
+        region: Option<&'a str>,
+        limit: Option<u32>,
+    }
+    let d = Dispatcher::builder(())
+        .method("lookup", |c: Call<'_, ()>| {
+            let l: Lookup = c.decode()?;
+            Ok::<_, RpcError>(format!(
+                "{}@{}/{}",
+                l.name,
+                l.region.unwrap_or("eu"),
+                l.limit.unwrap_or(10)
+            ))
+        })
+        .method("view", |c: Call<'_, ()>| {
+            let l: Lookup = c.params.unwrap().decode()?;
+            Ok::<_, RpcError>(l.region.is_none())
+        })
+        .build()
+        .unwrap();
+    let ask = |method: &str, params: &str| -> Value {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        serde_json::from_slice(&out).unwrap()
+    };
+    for (params, want) in [
+        (r#"["ada","us",3]"#, "ada@us/3"),
+        (r#"["ada","us"]"#, "ada@us/10"),
+        (r#"["Ad\u00e8le"]"#, "Adèle@eu/10"),
+        (r#"["ada",null,3]"#, "ada@eu/3"),
+        (r#"{"name":"ada","limit":3}"#, "ada@eu/3"),
+    ] {
+        assert_eq!(ask("lookup", params)["result"], want, "{params}");
+    }
+    assert_eq!(ask("view", r#"["ada"]"#)["result"], true);
+    let r = ask("lookup", r#"["ada","us",3,4]"#);
+    assert_eq!(r["error"]["code"], -32602);
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "too many params: 4 given, at most 3 expected"
+    );
+    // A required field left out is still refused, in serde's words.
+    let r = ask("lookup", "[]");
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "invalid length 0, expected struct Lookup with 3 elements"
+    );
+    let r = ask("lookup", r#"{"limit":3}"#);
+    assert_eq!(r["error"]["data"]["reason"], "missing field `name`");
+    // A field with a default takes it when left out, as serde gives it.
+    #[derive(Deserialize)]
+    struct Page {
+        from: u64,
+        #[serde(default)]
+        count: u64,
+        reverse: Option<bool>,
+    }
+    let d = Dispatcher::builder(())
+        .method("page", |c: Call<'_, ()>| {
+            let p: Page = c.decode()?;
+            Ok::<_, RpcError>((p.from, p.count, p.reverse))
+        })
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"page","params":[5]}"#,
+        &mut Connection::new(),
+        &mut out,
+    );
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":[5,0,null]}"#);
+}

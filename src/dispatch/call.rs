@@ -118,8 +118,11 @@ impl<'a, S> Call<'a, S> {
     /// all-optional tuples accept a call without params. A tuple's trailing
     /// values may be left out, as geth reads optional arguments: they read
     /// as `null`, so an `Option` is `None` and a required one is "invalid
-    /// length". A failure is -32602 with serde's reason and the byte offset
-    /// in the message in `data`.
+    /// length". A struct takes named params (`{"name": …}`) and positional
+    /// ones (`["ada"]`, its fields in order) alike, the positional ones read
+    /// as a tuple's (trailing `Option` and `#[serde(default)]` fields may
+    /// be left out). A failure is -32602 with serde's reason and the byte
+    /// offset in the message in `data`.
     ///
     /// ```
     /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
