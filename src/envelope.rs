@@ -168,6 +168,60 @@ impl Parser {
     /// An `Err` is a problem with the message as a whole, answered with one
     /// error reply with `id: null` ([`Error::code`] gives the code). Problems
     /// with one request are reported as [`Entry::Invalid`] in its place.
+    ///
+    /// # Each case
+    ///
+    /// Where this differs from `serde_json::from_slice` into a request
+    /// struct (`jsonrpc`, `Option<&RawValue>` id and params, `Cow<str>`
+    /// method), as code moving from one to the other meets it:
+    ///
+    /// * Not one JSON value (bytes after it too), too deep, too large,
+    ///   `[]`, or a value that is neither an object nor an array: `Err`,
+    ///   -32700 or -32600.
+    /// * `"id": null` is a request, answered with `id: null`:
+    ///   [`Request::id`] is `Some(Id::NULL)`; only a missing `id` makes a
+    ///   notification (serde reads both as `None`).
+    /// * `"params": null` reads as no params ([`Request::params`] is
+    ///   `None`), as geth reads it; `params` that is a number, string or
+    ///   boolean makes the entry invalid (-32600, its id echoed), where
+    ///   serde takes any value.
+    /// * A missing `jsonrpc`, or one that is not `"2.0"` once unescaped:
+    ///   invalid (-32600), its id echoed.
+    /// * An `id` that is an object, array or boolean (serde takes any
+    ///   value) or longer than [`max_id_len`](Parser::max_id_len), a
+    ///   repeated envelope member (serde's derive refuses it too), a
+    ///   member name that does not decode: invalid, answered with `id:
+    ///   null` (the id cannot be trusted).
+    /// * Member names and `method` written with `\u` escapes are read
+    ///   decoded, as serde reads them; ids keep their exact bytes
+    ///   (`18446744073709551616`, `1e400`, `-0.0`, escapes and all).
+    /// * Members outside the envelope are ignored.
+    ///
+    /// ```
+    /// use rpcwire::{Id, request::Entry};
+    /// let arena = rpcwire::bumpalo::Bump::new();
+    /// let entry = |input: &'static [u8]| rpcwire::parse(input, &arena).unwrap().into_single().unwrap();
+    ///
+    /// let r = entry(br#"{"jsonrpc":"2.0","id":null,"method":"m","params":null}"#).request().unwrap();
+    /// assert_eq!((r.id(), r.params()), (Some(Id::NULL), None));
+    /// let r = entry(br#"{"jsonrpc":"2.0","\u006dethod":"m\u0031","id":18446744073709551616,"x":1}"#)
+    ///     .request()
+    ///     .unwrap();
+    /// assert_eq!((r.method(), r.id().unwrap().as_bytes()), ("m1", &b"18446744073709551616"[..]));
+    ///
+    /// for (input, id) in [
+    ///     (&br#"{"jsonrpc":"2.0","id":1,"method":"m","params":5}"#[..], "1"),
+    ///     (br#"{"id":1,"method":"m"}"#, "1"),
+    ///     (br#"{"jsonrpc":"2.0","id":{"a":1},"method":"m"}"#, "null"),
+    ///     (br#"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#, "null"),
+    /// ] {
+    ///     let Entry::Invalid(bad) = entry(input) else { panic!("valid: {input:?}") };
+    ///     assert_eq!((bad.error().code(), bad.id().as_json()), (-32600, id));
+    /// }
+    /// for input in [&b"[]"[..], b"7", br#"{"jsonrpc":"2.0","id":1,"method":"m"} x"#] {
+    ///     assert!(rpcwire::parse(input, &arena).is_err());
+    /// }
+    /// ```
     pub fn parse<'a>(&self, input: &'a [u8], arena: &'a Bump) -> Result<Message<'a>, Error> {
         if input.len() > self.max_message_len {
             return err(ErrorKind::MessageTooLarge, self.max_message_len);
