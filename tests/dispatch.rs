@@ -908,3 +908,43 @@ fn positional_params_into_a_struct_read_as_a_tuple_does() {
     );
     assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":[5,0,null]}"#);
 }
+
+/// `Params::decode` (no arena) cannot lend a `&str` field a string written
+/// with escapes; that is the handler's choice of decoder, not a fault in
+/// the client's params, yet it was answered -32602 "Invalid params" with
+/// serde's "invalid type: string \"ab\", expected a borrowed string",
+/// which tells the client to change params that are valid. It is now an
+/// internal error whose `data` names the fix; a client's wrong type stays -32602.
+#[test]
+fn a_borrowed_str_without_an_arena_is_the_servers_error() {
+    let d = Dispatcher::builder(())
+        .method("view", |c: Call<'_, ()>| {
+            let (s,): (&str,) = c.params.unwrap().decode()?;
+            Ok::<_, RpcError>(s.len())
+        })
+        .method("arena", |c: Call<'_, ()>| {
+            let (s,): (&str,) = c.params.unwrap().decode_in(c.arena)?;
+            Ok::<_, RpcError>(s.len())
+        })
+        .build()
+        .unwrap();
+    let ask = |method: &str, params: &str| -> Value {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        serde_json::from_slice(&out).unwrap()
+    };
+    assert_eq!(ask("view", r#"["ab"]"#)["result"], 2);
+    assert_eq!(ask("arena", r#"["a\u0062"]"#)["result"], 2);
+    let r = ask("view", r#"["a\u0062"]"#);
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let reason = r["error"]["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("Params::decode_in"), "{reason}");
+    // The client's own mistake is still its own.
+    let r = ask("view", "[5]");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "invalid type: integer `5`, expected a borrowed string"
+    );
+}

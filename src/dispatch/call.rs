@@ -177,7 +177,9 @@ impl<'a> Params<'a> {
     /// `[]`, a tuple's missing trailing values read as `null`. A failure is
     /// -32602 with serde's reason in `data` (no offset: a view does not
     /// know where its message starts; [`Call::decode`](crate::Call::decode)
-    /// gives one).
+    /// gives one). A `&str` field given a string written with escapes,
+    /// which only [`decode_in`](Params::decode_in) can lend, is the
+    /// handler's error, not the client's: -32603, `data.reason` saying so.
     ///
     /// serde_json reads the params in place, at every size. simd-json was
     /// measured against it (`cargo bench --features peers --bench decode`; simd-json needs a
@@ -188,7 +190,20 @@ impl<'a> Params<'a> {
     /// and a list of 2000 hashes (136 KiB, 66 vs 74 µs), and level on an
     /// `eth_getLogs` filter.
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
-        crate::de::from_slice(self.as_bytes()).map_err(|e| params_error(&e, None))
+        crate::de::from_slice(self.as_bytes()).map_err(|e| {
+            let text = e.to_string();
+            // serde's words for a valid string it could only lend for a
+            // moment (it had escapes): the client's params were fine.
+            if text.starts_with("invalid type: string ")
+                && text.contains("expected a borrowed string")
+            {
+                return RpcError::internal_because(
+                    "the handler decoded a `&str` from a string with escapes without an \
+                     arena (Params::decode); decode with Call::decode or Params::decode_in",
+                );
+            }
+            params_error(&e, None)
+        })
     }
 
     /// Decodes the params into `T`, lending strings with escapes from

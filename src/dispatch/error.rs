@@ -151,7 +151,7 @@ impl RpcError {
         RpcError::invalid_params("Invalid params").with_data(&Data { reason, offset })
     }
 
-    fn internal_because(reason: &str) -> Self {
+    pub(crate) fn internal_because(reason: &str) -> Self {
         RpcError::internal("Internal error").with_data(&super::reply::Reason { reason })
     }
 }
