@@ -743,6 +743,14 @@ impl<'d> Run<'d> {
                     entries.push(["1", "{}", r#""x""#, "[]"][usize::from(a % 4)].to_string());
                 }
                 _ => match last_response.clone() {
+                    // Its id was not sent when it was first picked, but
+                    // an ask since may have sent it: a fresh one instead.
+                    Some((id, _, _)) if asked && !self.outs.contains_key(&id) => {
+                        let (msg, answer) = self.response(&u64::MAX.to_string(), b);
+                        self.deliver(u64::MAX, answer.clone(), &mut lo, &mut hi);
+                        entries.push(msg.clone());
+                        last_response = Some((u64::MAX, msg, answer));
+                    }
                     Some((id, msg, answer)) => {
                         self.deliver(id, answer, &mut lo, &mut hi);
                         entries.push(msg);
