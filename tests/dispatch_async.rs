@@ -1484,3 +1484,38 @@ async fn a_running_entry_timed_out_or_cancelled_after_a_refusal_says_so() {
     assert_eq!(v[0]["error"]["code"], -32800, "{v}");
     assert_eq!(v[1]["error"]["code"], -32000, "{v}");
 }
+
+/// A batch's async entries start in their turn, notifications as requests
+/// do: each handler's future is first polled as its entry is read, so what
+/// the handlers do before their first `.await` (send a request of their
+/// own on the peer, say, taking the next outbound id) happens in the
+/// batch's order.
+#[tokio::test]
+async fn async_notifications_of_a_batch_start_in_their_turn_as_requests_do() {
+    type Log = std::sync::Mutex<Vec<String>>;
+    let d = Dispatcher::builder(Log::default())
+        .async_method("step", |call: AsyncCall<Log>| async move {
+            let (tag,): (String,) = call.decode()?;
+            call.state.lock().unwrap().push(tag);
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>(())
+        })
+        .build()
+        .unwrap();
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","method":"step","params":["a"]},{"jsonrpc":"2.0","id":1,"method":"step","params":["b"]},{"jsonrpc":"2.0","method":"step","params":["c"]},{"jsonrpc":"2.0","id":2,"method":"step","params":["d"]}]"#,
+    );
+    let mut out = Vec::new();
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        d.handle_async(&batch, &mut Connection::new(), &mut out),
+    )
+    .await
+    .expect("hang guard");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        v,
+        json!([{"jsonrpc":"2.0","id":1,"result":null},{"jsonrpc":"2.0","id":2,"result":null}])
+    );
+    assert_eq!(*d.state().lock().unwrap(), ["a", "b", "c", "d"]);
+}

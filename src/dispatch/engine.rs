@@ -1869,8 +1869,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 match (entry, is_async(item)) {
                     _ if over => {}
                     (Entry::Request(r), true) => {
+                        // In its turn, as a request entry starts: what it
+                        // does before its first `.await` (a request of its
+                        // own on the peer) comes in the batch's order.
                         let w = waiting(input, r, None);
-                        self.launch(engine, w, scope.ctx);
+                        self.start_in_turn(engine, w, scope.ctx, out);
                     }
                     _ => self.notify(entry, scope),
                 }
@@ -1881,25 +1884,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
             match entry {
                 Entry::Request(r) if is_async(item) && !over => {
                     let w = waiting(input, r, Some((m, k)));
-                    if let Some(index) = self.launch_unpolled(engine, w, scope.ctx) {
-                        // Polled first now, in its turn: a call ready at
-                        // once (a cache hit) is answered as a sync entry
-                        // is, and the entries after it see what its reply
-                        // took of the size limit, not the room held for
-                        // it (so that they fit as they would in `handle`).
-                        // Pending, it is polled again when woken.
-                        self.poll_slot(engine, index, out);
-                        // Its deadline's timer is armed now: no poll of
-                        // the engine need follow (a transport may wait to
-                        // be woken, and `launch` no longer wakes it), and
-                        // an unpolled timer wakes nobody.
-                        if engine.slots[index].task.is_some()
-                            && !engine.timer_polled
-                            && engine.timer_fired()
-                        {
-                            engine.ready.waker.wake();
-                        }
-                    }
+                    // A call ready at once (a cache hit) is answered as a
+                    // sync entry is, and the entries after it see what its
+                    // reply took of the size limit, not the room held for
+                    // it (so that they fit as they would in `handle`).
+                    self.start_in_turn(engine, w, scope.ctx, out);
                 }
                 _ => {
                     if over {
@@ -1927,6 +1916,30 @@ impl<S: Send + Sync + 'static> Shared<S> {
     fn launch(&self, engine: &mut Engine, w: Waiting, ctx: &Context) {
         if let Some(index) = self.launch_unpolled(engine, w, ctx) {
             engine.ready.push(index);
+        }
+    }
+
+    /// Starts a batch entry's async call as [`launch`](Self::launch) does
+    /// and polls it first now, in its turn, not after the whole batch is
+    /// read: the handlers' code before their first `.await` runs in the
+    /// batch's order, notifications' as requests'. Pending, it is polled
+    /// again when woken.
+    fn start_in_turn<B: ReplyBuf>(
+        &self,
+        engine: &mut Engine,
+        w: Waiting,
+        ctx: &Context,
+        out: &mut B,
+    ) {
+        let Some(index) = self.launch_unpolled(engine, w, ctx) else {
+            return;
+        };
+        self.poll_slot(engine, index, out);
+        // Its deadline's timer is armed now: no poll of the engine need
+        // follow (a transport may wait to be woken, and `launch` no longer
+        // wakes it), and an unpolled timer wakes nobody.
+        if engine.slots[index].task.is_some() && !engine.timer_polled && engine.timer_fired() {
+            engine.ready.waker.wake();
         }
     }
 

@@ -707,11 +707,12 @@ impl<'d> Run<'d> {
         };
         let (mut lo, mut hi) = (0, 0);
         let mut last_response: Option<(u64, String, Option<Value>)> = None;
-        // An `ask` with an id earlier in the batch is polled as the batch
-        // starts, in its turn, and sends its `q` with the next id before
-        // the entries after it are read: a response there to an id not
-        // sent yet could match it. Such responses get an id never
-        // allocated instead, so that what they match stays known.
+        // An `ask` earlier in the batch (a request or a notification) is
+        // polled as the batch starts, in its turn, and sends its `q` with
+        // the next id before the entries after it are read: a response
+        // there to an id not sent yet could match it. Such responses get
+        // an id never allocated instead, so that what they match stays
+        // known.
         let mut asked = false;
         for _ in 0..n {
             let (kind, a, b) = (s.byte(), s.byte(), s.byte());
@@ -737,7 +738,11 @@ impl<'d> Run<'d> {
                     expect.ids.extend(id);
                     entries.push(msg);
                 }
-                2 => entries.push(self.incoming(a, b, false, false).0),
+                2 => {
+                    let (msg, _) = self.incoming(a, b, false, false);
+                    asked |= msg.contains(r#""method":"ask""#);
+                    entries.push(msg);
+                }
                 3 => {
                     expect.invalid += 1;
                     entries.push(["1", "{}", r#""x""#, "[]"][usize::from(a % 4)].to_string());
