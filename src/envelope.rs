@@ -809,7 +809,8 @@ pub(crate) struct Envelope {
     /// The error message's content between the quotes, and whether it has
     /// escapes.
     message: Option<(Span, bool)>,
-    data: Option<Span>,
+    /// The whole error object (its `data` is found in it when asked for).
+    error: Option<Span>,
     /// The first problem of each side (see [`Side`]).
     common: Option<Problem>,
     request: Option<Problem>,
@@ -938,10 +939,13 @@ impl Envelope {
                 let Some((message, escaped)) = self.message else {
                     return fail(ErrorKind::Missing(Member::Message));
                 };
+                let Some(raw) = self.error else {
+                    return fail(ErrorKind::Missing(Member::Error));
+                };
                 Err(ErrorObject {
                     code,
                     message: JsonStr::from_content(message.of(input), escaped),
-                    data: self.data.map(|d| RawJson::from_validated(d.of(input))),
+                    raw: RawJson::from_validated(raw.of(input)),
                 })
             }
             (None, false) => return fail(ErrorKind::Missing(Member::Result)),
@@ -1204,13 +1208,13 @@ impl ResponseParts {
 
 /// The members of a response's error object: `code`, the message's
 /// content between the quotes (`S`, a slice or a span) and whether it has
-/// escapes, and `data`.
+/// escapes, and the whole object (`data` is found in it when asked for).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct ErrorParts<S> {
     code: i64,
     message: S,
     escaped: bool,
-    data: Option<S>,
+    raw: S,
 }
 
 impl Handover {
@@ -1569,7 +1573,7 @@ pub(crate) fn read_compact_response<'a>(
             (None, Some(e)) => Err(ErrorObject {
                 code: e.code,
                 message: JsonStr::from_content(e.message, e.escaped),
-                data: e.data.map(RawJson::from_validated),
+                raw: RawJson::from_validated(e.raw),
             }),
             // Both, or neither: the general reader's to report.
             _ => break 'read (pos, Resume::AfterValue),
@@ -1623,7 +1627,7 @@ fn response_handover(
             code: e.code,
             message: span(e.message),
             escaped: e.escaped,
-            data: e.data.map(span),
+            raw: span(e.raw),
         }),
     };
 }
@@ -1680,18 +1684,16 @@ fn error_fast(
     }
     let message = scan::scan_string(input, message_at + 1).ok()?;
     pos = message.end;
-    let mut data = None;
     if input.get(pos) == Some(&b',') {
         let data_at = value_of(DATA, one_space(input, pos + 1))?;
         pos = result_fast(input, data_at, *input.get(data_at)?, inner + 1, max_depth)?;
-        data = Some(&input[data_at..pos]);
     }
     (input.get(pos) == Some(&b'}')).then(|| {
         let parts = ErrorParts {
             code,
             message: &input[message_at + 1..message.end - 1],
             escaped: message.escaped,
-            data,
+            raw: &input[at..pos + 1],
         };
         (pos + 1, parts)
     })
@@ -1732,7 +1734,7 @@ pub(crate) fn read_object_from(
         result: response.result,
         code: response.error.map(|e| e.code),
         message: response.error.map(|e| (e.message, e.escaped)),
-        data: response.error.and_then(|e| e.data),
+        error: response.error.map(|e| e.raw),
         common: None,
         request: None,
         response: None,
@@ -2028,16 +2030,31 @@ fn read_error(
                 Member::Message => {
                     env.problem(Side::Response, ErrorKind::WrongType(m), value, false)
                 }
-                _ => {
-                    env.data = Some(Span {
-                        start: value,
-                        end: value_end,
-                    })
-                }
+                _ => {}
             }
         }
         pos = value_end;
         more = next_member(input, &mut pos)?;
     }
+    env.error = Some(Span { start: at, end });
     Ok(end)
+}
+
+/// The `data` member of `error`, a validated error object (as
+/// [`read_error`] reads it: the first member named `data`, escapes in the
+/// name decoded).
+pub(crate) fn error_data(error: &[u8]) -> Option<&[u8]> {
+    let mut pos = 0;
+    let mut more = first_member(error, &mut pos, 0, u32::MAX).ok()?;
+    while more {
+        let (name, after_name) = read_member_name(error, pos, &ERROR_MEMBERS).ok()?;
+        let (value, _) = colon(error, after_name).ok()?;
+        let value_end = scan::skip_value_trusted(error, value);
+        if name == Name::Member(Member::Data) {
+            return Some(&error[value..value_end]);
+        }
+        pos = value_end;
+        more = next_member(error, &mut pos).ok()?;
+    }
+    None
 }

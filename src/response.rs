@@ -5,6 +5,8 @@
 //! [`Parser::parse_incoming`](crate::Parser::parse_incoming) with the same
 //! member rules as requests.
 
+use core::fmt;
+
 use crate::error::Error;
 use crate::json::{JsonStr, RawJson};
 use crate::message::Batch;
@@ -55,12 +57,30 @@ impl<'a> Response<'a> {
     }
 }
 
-/// The `error` member of a response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The `error` member of a response: its code, message and `data`, and the
+/// whole object byte for byte, for a gateway that passes an upstream's
+/// error on unchanged.
+///
+/// ```
+/// use rpcwire::response::ResponseMessage;
+/// let arena = rpcwire::bumpalo::Bump::new();
+/// let reply = br#"{"jsonrpc":"2.0","id":4,"error":{ "message": "execution reverted", "code": 3, "data": "0x08c3" }}"#;
+/// let ResponseMessage::Single(response) = rpcwire::parse_response(reply, &arena)? else { unreachable!() };
+/// let error = response.result().unwrap_err();
+/// assert_eq!((error.code(), error.message().as_str()), (3, Some("execution reverted")));
+/// assert_eq!(error.data().unwrap().as_bytes(), br#""0x08c3""#);
+/// // Passed on as the upstream wrote it, spacing and member order kept.
+/// assert_eq!(error.as_bytes(), br#"{ "message": "execution reverted", "code": 3, "data": "0x08c3" }"#);
+/// # Ok::<(), rpcwire::Error>(())
+/// ```
+#[derive(Clone, Copy)]
 pub struct ErrorObject<'a> {
     pub(crate) code: i64,
     pub(crate) message: JsonStr<'a>,
-    pub(crate) data: Option<RawJson<'a>>,
+    /// The whole object. `data` is found in it when asked for rather than
+    /// kept: a response stays the size it was (results, the hot path, are
+    /// moved and stored in batches as `Response`s too).
+    pub(crate) raw: RawJson<'a>,
 }
 
 impl<'a> ErrorObject<'a> {
@@ -74,9 +94,47 @@ impl<'a> ErrorObject<'a> {
         self.message
     }
 
-    /// The raw `data`, if present.
+    /// The raw `data`, if present (found by a walk over the object's
+    /// members, which are few).
     pub fn data(&self) -> Option<RawJson<'a>> {
-        self.data
+        crate::envelope::error_data(self.raw.as_bytes()).map(RawJson::from_validated)
+    }
+
+    /// The whole error object, `{` to `}`, exactly as it appeared in the
+    /// message (member order, spacing, escapes and unknown members kept):
+    /// what a gateway writes back to its client to pass the error on
+    /// unchanged.
+    #[inline]
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.raw.as_bytes()
+    }
+
+    /// The whole error object as a [`RawJson`] (see
+    /// [`as_bytes`](ErrorObject::as_bytes)).
+    #[inline]
+    pub fn raw(&self) -> RawJson<'a> {
+        self.raw
+    }
+}
+
+/// Equal when code, message and `data` are equal byte for byte, as before
+/// the raw object was kept: the same error written with other spacing or
+/// member order is the same error.
+impl PartialEq for ErrorObject<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.code == other.code && self.message == other.message && self.data() == other.data()
+    }
+}
+
+impl Eq for ErrorObject<'_> {}
+
+impl fmt::Debug for ErrorObject<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ErrorObject")
+            .field("code", &self.code)
+            .field("message", &self.message)
+            .field("data", &self.data())
+            .finish()
     }
 }
 

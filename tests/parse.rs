@@ -880,6 +880,141 @@ fn responses() {
     assert!(parse(r#"{"jsonrpc":"2.0","id":[1],"result":1}"#).is_err());
 }
 
+/// An error object's raw bytes are exactly its slice of the input, whatever
+/// its shape (`data` absent, `null`, an object, a string with escapes;
+/// members in any order; whitespace inside and around; an escaped member
+/// name) and whichever reader took it (the compact one, `": "` spacing, the
+/// general one), in a batch, a single response and a two-way batch; `data`
+/// is still what it was.
+#[test]
+fn error_objects_keep_their_bytes() {
+    use rpcwire::message::{Incoming, Message};
+    use rpcwire::response::{ErrorObject, ResponseMessage};
+    // (error object, its raw `data`)
+    let errors: [(&str, Option<&str>); 10] = [
+        (r#"{"code":-32000,"message":"execution reverted"}"#, None),
+        (r#"{"code":-32000,"message":"x","data":null}"#, Some("null")),
+        (
+            r#"{"code":3,"message":"execution reverted","data":{"a":[1,{"b":"c"}]}}"#,
+            Some(r#"{"a":[1,{"b":"c"}]}"#),
+        ),
+        (
+            r#"{"code":1,"message":"q\"\\\u00e9","data":"esc \"q\" \\ \u0041\n"}"#,
+            Some(r#""esc \"q\" \\ \u0041\n""#),
+        ),
+        (
+            r#"{"code": 7, "message": "m", "data": [1, 2]}"#,
+            Some("[1, 2]"),
+        ),
+        (r#"{"message":"m","code":5}"#, None),
+        (
+            r#"{"data":{"k":[]},"message":"m","code":-1}"#,
+            Some(r#"{"k":[]}"#),
+        ),
+        (
+            "{ \"code\" : -32601 ,\n\t\"message\" : \"nope\" , \"data\" : { \"k\" : 1 } }",
+            Some("{ \"k\" : 1 }"),
+        ),
+        (
+            r#"{"c\u006fde":2,"message":"m","d\u0061ta":false,"x":1}"#,
+            Some("false"),
+        ),
+        (
+            r#"{"code":0,"message":"","data":"\ud83d\ude00"}"#,
+            Some(r#""\ud83d\ude00""#),
+        ),
+    ];
+    let envelopes = [
+        r#"{"jsonrpc":"2.0","id":ID,"error":ERR}"#,
+        r#"{"jsonrpc": "2.0", "id": ID, "error": ERR}"#,
+        "{ \"error\" :\nERR , \"id\":ID,\"jsonrpc\":\"2.0\" }",
+        r#"{"error":ERR,"jsonrpc":"2.0","x":[ERR],"id":ID}"#,
+    ];
+    // Each response, and where its error object sits in it.
+    let mut singles = Vec::new();
+    for (i, (error, _)) in errors.iter().enumerate() {
+        for (j, envelope) in envelopes.iter().enumerate() {
+            let id = (i * envelopes.len() + j).to_string();
+            let envelope = envelope.replace("ID", &id);
+            let at = envelope.find("ERR").unwrap();
+            singles.push((envelope.replace("ERR", error), at, at + error.len()));
+        }
+    }
+    // The batch, and where each error object sits in it.
+    let mut batch = String::from("[");
+    let mut spans = Vec::new();
+    for (single, start, end) in &singles {
+        if batch.len() > 1 {
+            batch.push_str(" ,");
+        }
+        spans.push((batch.len() + start, batch.len() + end));
+        batch.push_str(single);
+    }
+    batch.push(']');
+    let check = |input: &[u8], (start, end): (usize, usize), n: usize, e: ErrorObject<'_>| {
+        let (text, data) = errors[n / envelopes.len()];
+        assert_eq!(e.as_bytes(), text.as_bytes(), "{n}");
+        assert_eq!(
+            e.as_bytes().as_ptr_range(),
+            input[start..end].as_ptr_range(),
+            "{n}"
+        );
+        assert_eq!(e.raw().as_bytes(), e.as_bytes(), "{n}");
+        assert_eq!(e.data().map(|d| d.as_json()), data, "{n}");
+        // Still the object serde_json reads.
+        let value: serde_json::Value = serde_json::from_slice(e.as_bytes()).unwrap();
+        assert_eq!(value["code"], e.code(), "{n}");
+    };
+    let arena = Bump::new();
+    let input = batch.as_bytes();
+    let Ok(ResponseMessage::Batch(b)) = rpcwire::parse_response(input, &arena) else {
+        panic!()
+    };
+    assert_eq!(b.len(), spans.len());
+    for (n, r) in b.enumerate() {
+        let r = r.unwrap_or_else(|e| panic!("{n}: {e}"));
+        assert_eq!(r.id().as_u64(), Some(n as u64));
+        check(input, spans[n], n, r.result().unwrap_err());
+    }
+    let Ok(Message::Batch(b)) = Parser::new().parse_incoming(input, &arena) else {
+        panic!()
+    };
+    for (n, entry) in b.enumerate() {
+        let Incoming::Response(r) = entry else {
+            panic!("{n}: {entry:?}")
+        };
+        check(input, spans[n], n, r.result().unwrap_err());
+    }
+    for (n, (single, start, end)) in singles.iter().enumerate() {
+        let input = single.as_bytes();
+        let Ok(ResponseMessage::Single(r)) = rpcwire::parse_response(input, &arena) else {
+            panic!("{single}")
+        };
+        check(input, (*start, *end), n, r.result().unwrap_err());
+    }
+    // Equality stays on the contents (code, message, data), not the
+    // spacing.
+    let spaced = br#"{"jsonrpc":"2.0","id":1,"error":{ "code":1 , "message":"m" }}"#;
+    let compact = br#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}"#;
+    let error = |input: &'static [u8]| match rpcwire::parse_response(input, &arena) {
+        Ok(ResponseMessage::Single(r)) => r.result().unwrap_err(),
+        _ => panic!(),
+    };
+    assert_eq!(error(spaced), error(compact));
+    assert_ne!(error(spaced).as_bytes(), error(compact).as_bytes());
+}
+
+/// Keeping the error object's bytes did not grow a response: batches store
+/// them, and the readers return them by value on the results' hot path.
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn a_response_stays_eight_words() {
+    use rpcwire::response::{ErrorObject, Response};
+    assert_eq!(size_of::<ErrorObject<'_>>(), 48);
+    assert_eq!(size_of::<Response<'_>>(), 64);
+    assert_eq!(size_of::<Result<Response<'_>, Error>>(), 64);
+}
+
 /// The compact reader takes the member orders clients write as straight-line
 /// code and every other order through a loop: every sequence of up to five
 /// member names (repeats, missing members and an unknown member included),

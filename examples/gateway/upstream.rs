@@ -813,18 +813,9 @@ fn read_reply(parser: &Parser, reply: &Bytes, id: u64) -> Result<Result<Answer, 
     match response.result() {
         Ok(result) => Ok(Ok(Answer(reply.slice_ref(result.as_bytes())))),
         Err(error) => {
-            // The whole error object, byte for byte (only on this path is
-            // the reply read a second time).
-            #[derive(serde::Deserialize)]
-            struct ErrorOnly<'a> {
-                #[serde(borrow)]
-                error: &'a serde_json::value::RawValue,
-            }
+            // The whole error object, byte for byte.
             let code = error.code().clamp(i32::MIN as i64, i32::MAX as i64) as i32;
-            match serde_json::from_slice::<ErrorOnly<'_>>(reply) {
-                Ok(e) => Ok(Err(RpcError::raw(code, e.error.get().as_bytes()))),
-                Err(e) => Err(e.to_string()),
-            }
+            Ok(Err(RpcError::raw(code, error.as_bytes())))
         }
     }
 }
