@@ -36,6 +36,22 @@ pub(crate) fn from_slice_in<'a, T: de::Deserialize<'a>>(
     Ok(value)
 }
 
+/// Decodes `T` from `json`, one validated JSON value of any kind, as
+/// serde_json decodes a value (no params rules: [`Top`] is left out),
+/// lending escaped strings from `arena`.
+pub(crate) fn value_from_slice_in<'a, T: de::Deserialize<'a>>(
+    json: &'a [u8],
+    arena: &'a Bump,
+) -> Result<T, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let value = T::deserialize(Lending {
+        inner: &mut de,
+        arena,
+    })?;
+    de.end()?;
+    Ok(value)
+}
+
 /// Decodes `T` from `json` (validated JSON text) with serde_json, the
 /// params as a whole read as [`Top`] says.
 pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(

@@ -119,6 +119,67 @@ impl<'a> RawJson<'a> {
     pub fn as_str(&self) -> Option<&'a str> {
         self.as_json_str()?.as_str()
     }
+
+    /// Decodes the value into `T` with serde_json, as
+    /// `serde_json::from_slice(self.as_bytes())` does: any kind of value
+    /// (a number, string, bool or `null` as well as an array or object),
+    /// serde's rules and nothing else (unlike
+    /// [`Params::decode`](crate::request::Params::decode), `()` does not
+    /// take `[]` and a tuple's missing values are not read as `null`).
+    /// `T` may borrow from the message where the text has no escapes; a
+    /// `&str` given a string with escapes fails ("expected a borrowed
+    /// string"): use [`decode_in`](RawJson::decode_in) for those.
+    ///
+    /// The error is serde_json's (the type
+    /// [`peer::DecodeError::Json`](crate::peer::DecodeError::Json)
+    /// carries): the reason, and its [`line`](serde_json::Error::line) and
+    /// [`column`](serde_json::Error::column) in the value's own text
+    /// ([`as_bytes`](RawJson::as_bytes)), not in the message.
+    ///
+    /// ```
+    /// use rpcwire::response::ResponseMessage;
+    /// let arena = rpcwire::bumpalo::Bump::new();
+    /// let reply = br#"[{"jsonrpc":"2.0","id":1,"result":"0x1b4"},{"jsonrpc":"2.0","id":2,"result":{"gasUsed":21000,"status":true}}]"#;
+    /// let ResponseMessage::Batch(batch) = rpcwire::parse_response(reply, &arena)? else { unreachable!() };
+    /// let results: Vec<_> = batch.map(|r| r.unwrap().result().unwrap()).collect();
+    /// let number: &str = results[0].decode()?;
+    /// assert_eq!(number, "0x1b4");
+    /// #[derive(serde::Deserialize)]
+    /// #[serde(rename_all = "camelCase")]
+    /// struct Receipt { gas_used: u64, status: bool }
+    /// let receipt: Receipt = results[1].decode()?;
+    /// assert_eq!((receipt.gas_used, receipt.status), (21000, true));
+    /// let e = results[0].decode::<u64>().unwrap_err();
+    /// assert_eq!(e.to_string(), r#"invalid type: string "0x1b4", expected u64 at line 1 column 7"#);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decode<T: serde::Deserialize<'a>>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_slice(self.raw)
+    }
+
+    /// Decodes the value into `T` as [`decode`](RawJson::decode) does,
+    /// lending strings with escapes from `arena` (copied there, decoded),
+    /// so that `&'a str` works for every string, at any depth; strings
+    /// without escapes still come straight from the message. The same
+    /// lending as [`Params::decode_in`](crate::request::Params::decode_in),
+    /// without its params rules.
+    ///
+    /// ```
+    /// use rpcwire::response::ResponseMessage;
+    /// let arena = rpcwire::bumpalo::Bump::new();
+    /// let reply = br#"{"jsonrpc":"2.0","id":1,"result":"Ad\u00e8le"}"#;
+    /// let ResponseMessage::Single(r) = rpcwire::parse_response(reply, &arena)? else { unreachable!() };
+    /// let name: &str = r.result().unwrap().decode_in(&arena)?;
+    /// assert_eq!(name, "Ad\u{e8}le");
+    /// assert!(r.result().unwrap().decode::<&str>().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn decode_in<T: serde::Deserialize<'a>>(
+        &self,
+        arena: &'a bumpalo::Bump,
+    ) -> Result<T, serde_json::Error> {
+        crate::de::value_from_slice_in(self.raw, arena)
+    }
 }
 
 impl fmt::Debug for RawJson<'_> {

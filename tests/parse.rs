@@ -1015,6 +1015,119 @@ fn a_response_stays_eight_words() {
     assert_eq!(size_of::<Result<Response<'_>, Error>>(), 64);
 }
 
+/// A result decodes as serde_json decodes a value, whatever its kind, with
+/// no params rules (`()` does not take `[]`, a tuple is not padded);
+/// `decode_in` lends strings with escapes from the arena, `decode` only
+/// those without; a failure says where in the value it is.
+#[test]
+fn raw_json_values_decode_with_serde_semantics() {
+    use rpcwire::json::RawJson;
+    use rpcwire::response::ResponseMessage;
+    #[derive(Debug, PartialEq, serde::Deserialize)]
+    struct Log<'a> {
+        #[serde(borrow)]
+        address: &'a str,
+        topics: Vec<u64>,
+    }
+    let input = concat!(
+        r#"[{"jsonrpc":"2.0","id":0,"result":1},"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":-2.5e3},"#,
+        r#"{"jsonrpc":"2.0","id":2,"result":"0x1b4"},"#,
+        r#"{"jsonrpc":"2.0","id":3,"result":"Ad\u00e8le \"A\"\n"},"#,
+        r#"{"jsonrpc":"2.0","id":4,"result":true},"#,
+        r#"{"jsonrpc":"2.0","id":5,"result":null},"#,
+        r#"{"jsonrpc":"2.0","id":6,"result":[1, 2]},"#,
+        r#"{"jsonrpc":"2.0","id":7,"result":{ "address" : "0xab", "topics" : [3] }},"#,
+        r#"{"jsonrpc":"2.0","id":8,"result":[]},"#,
+        r#"{"jsonrpc":"2.0","id":9,"result":{"address":"0x\u0061b","topics":[1,"x"]}}]"#,
+    );
+    let arena = Bump::new();
+    let Ok(ResponseMessage::Batch(b)) = rpcwire::parse_response(input.as_bytes(), &arena) else {
+        panic!()
+    };
+    let r: Vec<RawJson<'_>> = b.map(|r| r.unwrap().result().unwrap()).collect();
+    // Each kind.
+    assert_eq!(r[0].decode::<u64>().unwrap(), 1);
+    assert_eq!(r[0].decode::<i8>().unwrap(), 1);
+    assert_eq!(r[1].decode::<f64>().unwrap(), -2500.0);
+    assert_eq!(r[2].decode::<&str>().unwrap(), "0x1b4");
+    assert_eq!(r[2].decode::<String>().unwrap(), "0x1b4");
+    assert!(r[4].decode::<bool>().unwrap());
+    assert_eq!(r[5].decode::<Option<u64>>().unwrap(), None);
+    r[5].decode::<()>().unwrap();
+    assert_eq!(r[6].decode::<Vec<u64>>().unwrap(), [1, 2]);
+    assert_eq!(r[6].decode::<(u8, u8)>().unwrap(), (1, 2));
+    let log = Log {
+        address: "0xab",
+        topics: vec![3],
+    };
+    assert_eq!(r[7].decode::<Log<'_>>().unwrap(), log);
+    assert_eq!(r[7].decode_in::<Log<'_>>(&arena).unwrap(), log);
+    assert_eq!(
+        r[7].decode::<serde_json::Value>().unwrap(),
+        serde_json::json!({"address": "0xab", "topics": [3]})
+    );
+    // A borrowed `&str`: straight from the message without escapes (with or
+    // without an arena), from the arena with them.
+    let plain: &str = r[2].decode_in(&arena).unwrap();
+    assert_eq!(plain, "0x1b4");
+    assert_eq!(plain.as_ptr(), r[2].as_bytes()[1..].as_ptr());
+    let escaped: &str = r[3].decode_in(&arena).unwrap();
+    assert_eq!(escaped, "Ad\u{e8}le \"A\"\n");
+    assert_eq!(r[3].decode::<String>().unwrap(), escaped);
+    let e = r[3].decode::<&str>().unwrap_err();
+    assert!(e.to_string().contains("expected a borrowed string"), "{e}");
+    // Nested escaped strings too.
+    let nested: Result<Log<'_>, _> = r[9].decode_in(&arena);
+    assert!(nested.is_err()); // "x" is no u64; the address alone decodes:
+    #[derive(Debug, serde::Deserialize)]
+    struct Address<'a> {
+        address: &'a str,
+    }
+    assert_eq!(
+        r[9].decode_in::<Address<'_>>(&arena).unwrap().address,
+        "0xab"
+    );
+    // serde's rules, not the params' ones: no `()` from `[]`, no padding.
+    assert!(r[8].decode::<()>().is_err());
+    assert!(r[8].decode_in::<()>(&arena).is_err());
+    let e = r[0].decode::<(u64, Option<u64>)>().unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("invalid type: integer `1`, expected a tuple"),
+        "{e}"
+    );
+    let e = r[6].decode::<(u64, u64, Option<u64>)>().unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("invalid length 2, expected a tuple of size 3"),
+        "{e}"
+    );
+    // A type mismatch names the reason and where in the value (line and
+    // column of the value's own text, not the message's).
+    let e = r[2].decode::<u64>().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid type: string \"0x1b4\", expected u64 at line 1 column 7"
+    );
+    assert!(e.is_data());
+    let e = r[9].decode::<Vec<u64>>().unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("invalid type: map, expected a sequence"),
+        "{e}"
+    );
+    let e = nested.unwrap_err();
+    let text = r[9].as_json();
+    let x = text.find(r#""x""#).unwrap();
+    assert_eq!((e.line(), e.column()), (1, x + 3), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("invalid type: string \"x\", expected u64"),
+        "{e}"
+    );
+}
+
 /// The compact reader takes the member orders clients write as straight-line
 /// code and every other order through a loop: every sequence of up to five
 /// member names (repeats, missing members and an unknown member included),
