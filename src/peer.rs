@@ -7,7 +7,9 @@
 //!
 //! * writers for outbound messages ([`write_request`],
 //!   [`write_notification`], and `_raw` forms for params that are already
-//!   JSON), into any [`ReplyBuf`];
+//!   JSON), into any [`ReplyBuf`], and for responses a gateway passes on
+//!   under its client's ids ([`write_response_raw`], [`write_error_raw`],
+//!   [`write_response`]);
 //! * [`PendingTable`]: ids allocated by this side, and what waits for each
 //!   answer, with deadlines: sans-I/O, usable by any transport;
 //! * [`Peer`]: both, over a transport's [`Outbound`] queue, shared by a
@@ -102,6 +104,108 @@ pub fn write_notification_raw<B: ReplyBuf>(out: &mut B, method: &str, params: Op
         out.extend_from_slice(p);
     }
     out.push(b'}');
+}
+
+/// Writes a response `{"jsonrpc":"2.0","id":…,"result":…}` whose result
+/// is already JSON text (one value, not checked: the caller vouches for
+/// it), copied byte for byte: what a gateway writes back to its client
+/// with the client's id in place of its own. The id is written as the
+/// client sent it ([`Id::as_bytes`]).
+///
+/// A batch response is the responses between `[` and `]`, separated by
+/// `,`. A gateway that sent a client's batch upstream under ids of its own
+/// maps them back, passing results and error objects on unchanged:
+///
+/// ```
+/// use rpcwire::message::Message;
+/// use rpcwire::peer::{write_error_raw, write_response_raw};
+/// use rpcwire::response::ResponseMessage;
+/// let arena = rpcwire::bumpalo::Bump::new();
+/// // The client's batch, and its ids.
+/// let client = br#"[{"jsonrpc":"2.0","id":"a","method":"eth_chainId"},{"jsonrpc":"2.0","id":7,"method":"eth_call","params":[{}]}]"#;
+/// let Message::Batch(requests) = rpcwire::parse(client, &arena)? else { unreachable!() };
+/// let client_ids: Vec<_> = requests.map(|e| e.request().unwrap().id().unwrap()).collect();
+/// // The upstream's answer to the same calls sent as ids 100 and 101,
+/// // in its own order and spacing.
+/// let upstream = br#"[{"jsonrpc":"2.0","id":101,"error":{"code":3,"message":"execution reverted","data":"0x08c3"}},
+///                    {"jsonrpc":"2.0","id":100,"result":"0x1"}]"#;
+/// let ResponseMessage::Batch(answers) = rpcwire::parse_response(upstream, &arena)? else { unreachable!() };
+/// let mut out = vec![b'['];
+/// for (n, answer) in answers.enumerate() {
+///     let answer = answer?; // an invalid element: the gateway's own error
+///     let id = client_ids[answer.id().as_u64().unwrap() as usize - 100];
+///     if n > 0 {
+///         out.push(b',');
+///     }
+///     match answer.result() {
+///         Ok(result) => write_response_raw(&mut out, id, result.as_bytes()),
+///         Err(error) => write_error_raw(&mut out, id, error.as_bytes()),
+///     }
+/// }
+/// out.push(b']');
+/// assert_eq!(out, br#"[{"jsonrpc":"2.0","id":7,"error":{"code":3,"message":"execution reverted","data":"0x08c3"}},{"jsonrpc":"2.0","id":"a","result":"0x1"}]"#);
+/// # Ok::<(), rpcwire::Error>(())
+/// ```
+pub fn write_response_raw<B: ReplyBuf>(out: &mut B, id: Id<'_>, result: &[u8]) {
+    write_response_start(out, id, result.len());
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(result);
+    out.push(b'}');
+}
+
+/// Writes an error response `{"jsonrpc":"2.0","id":…,"error":…}` whose
+/// error object is already JSON text (not checked), copied byte for byte:
+/// an upstream's error passed on
+/// ([`ErrorObject::as_bytes`](crate::response::ErrorObject::as_bytes)).
+/// See [`write_response_raw`] for a batch rewritten with both.
+///
+/// ```
+/// let mut out = Vec::new();
+/// rpcwire::peer::write_error_raw(&mut out, rpcwire::Id::NULL, br#"{"code":-32005,"message":"limit exceeded"}"#);
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"limit exceeded"}}"#);
+/// ```
+pub fn write_error_raw<B: ReplyBuf>(out: &mut B, id: Id<'_>, error: &[u8]) {
+    write_response_start(out, id, error.len());
+    out.extend_from_slice(b",\"error\":");
+    out.extend_from_slice(error);
+    out.push(b'}');
+}
+
+/// Writes a response `{"jsonrpc":"2.0","id":…,"result":…}` with the result
+/// serialized from `result`. If serializing fails, the buffer is left as
+/// it was.
+///
+/// ```
+/// let arena = rpcwire::bumpalo::Bump::new();
+/// let msg = rpcwire::parse(br#"{"jsonrpc":"2.0","id":"q1","method":"eth_syncing"}"#, &arena)?;
+/// let id = msg.into_single().unwrap().request().unwrap().id().unwrap();
+/// let mut out = Vec::new();
+/// rpcwire::peer::write_response(&mut out, id, &false).unwrap();
+/// assert_eq!(out, br#"{"jsonrpc":"2.0","id":"q1","result":false}"#);
+/// # Ok::<(), rpcwire::Error>(())
+/// ```
+pub fn write_response<B: ReplyBuf, T: Serialize + ?Sized>(
+    out: &mut B,
+    id: Id<'_>,
+    result: &T,
+) -> Result<(), serde_json::Error> {
+    let start = out.len();
+    write_response_start(out, id, 0);
+    out.extend_from_slice(b",\"result\":");
+    if let Err(e) = serde_json::to_writer(&mut Appender(out), result) {
+        out.truncate(start);
+        return Err(e);
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// `{"jsonrpc":"2.0","id":…`, room made for `more` bytes after it.
+fn write_response_start<B: ReplyBuf>(out: &mut B, id: Id<'_>, more: usize) {
+    let id = id.as_bytes();
+    out.reserve(24 + id.len() + 11 + more);
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    write::small(out, id);
 }
 
 fn write_method_and_params<B: ReplyBuf, P: Serialize + ?Sized>(

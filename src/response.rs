@@ -103,7 +103,7 @@ impl<'a> ErrorObject<'a> {
     /// The whole error object, `{` to `}`, exactly as it appeared in the
     /// message (member order, spacing, escapes and unknown members kept):
     /// what a gateway writes back to its client to pass the error on
-    /// unchanged.
+    /// unchanged ([`write_error_raw`](crate::peer::write_error_raw)).
     #[inline]
     pub fn as_bytes(&self) -> &'a [u8] {
         self.raw.as_bytes()

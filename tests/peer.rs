@@ -251,6 +251,103 @@ fn outbound_writers_make_valid_messages() {
     assert_eq!(out, br#"{"jsonrpc":"2.0","id":null,"method":"m"}"#);
 }
 
+/// A gateway's rewrite of a batch response: the upstream's ids (its own)
+/// mapped back to the client's, results and error objects passed on byte
+/// for byte (spacing, member order and escapes kept), into both buffer
+/// types; the typed writer serializes, and on failure leaves the buffer as
+/// it was.
+#[test]
+fn response_writers_rewrite_a_batch_byte_for_byte() {
+    use rpcwire::peer::{write_error_raw, write_response, write_response_raw};
+    use rpcwire::response::ResponseMessage;
+    let arena = rpcwire::bumpalo::Bump::new();
+    let client = br#"[{"jsonrpc":"2.0","id":"a\"1","method":"eth_call"},{"jsonrpc":"2.0","id":-7,"method":"eth_chainId"},{"jsonrpc":"2.0","id":1.5e2,"method":"eth_getBalance"}]"#;
+    let Message::Batch(requests) = Parser::new().parse(client, &arena).unwrap() else {
+        panic!()
+    };
+    let client_ids: Vec<rpcwire::Id<'_>> = requests
+        .map(|e| e.request().unwrap().id().unwrap())
+        .collect();
+    // The upstream answered the gateway's ids 100, 101, 102, out of order.
+    let upstream = concat!(
+        "[ {\"jsonrpc\":\"2.0\",\"id\":102,\"result\":{ \"a\" : [1, \"\\u00e9\"] }},\n",
+        "{\"id\":100,\"jsonrpc\":\"2.0\",\"error\":{\"message\":\"execution reverted\", \"code\":3,\"data\":\"0x08\"}},",
+        "{\"jsonrpc\":\"2.0\",\"result\":\"0x1\",\"id\":101} ]"
+    );
+    let Ok(ResponseMessage::Batch(answers)) = rpcwire::parse_response(upstream.as_bytes(), &arena)
+    else {
+        panic!()
+    };
+    let expected = concat!(
+        r#"[{"jsonrpc":"2.0","id":1.5e2,"result":{ "a" : [1, "\u00e9"] }},"#,
+        r#"{"jsonrpc":"2.0","id":"a\"1","error":{"message":"execution reverted", "code":3,"data":"0x08"}},"#,
+        r#"{"jsonrpc":"2.0","id":-7,"result":"0x1"}]"#
+    );
+    let mut vec = Vec::new();
+    let mut bytes = bytes::BytesMut::new();
+    vec.push(b'[');
+    bytes.extend_from_slice(b"[");
+    for (n, answer) in answers.clone().enumerate() {
+        let answer = answer.unwrap();
+        let client_id = client_ids[answer.id().as_u64().unwrap() as usize - 100];
+        if n > 0 {
+            vec.push(b',');
+            bytes.extend_from_slice(b",");
+        }
+        match answer.result() {
+            Ok(result) => {
+                write_response_raw(&mut vec, client_id, result.as_bytes());
+                write_response_raw(&mut bytes, client_id, result.as_bytes());
+            }
+            Err(error) => {
+                write_error_raw(&mut vec, client_id, error.as_bytes());
+                write_error_raw(&mut bytes, client_id, error.as_bytes());
+            }
+        }
+    }
+    vec.push(b']');
+    bytes.extend_from_slice(b"]");
+    assert_eq!(String::from_utf8_lossy(&vec), expected);
+    assert_eq!(&bytes[..], expected.as_bytes());
+    // What the client reads back: its ids, the upstream's bytes.
+    let Ok(ResponseMessage::Batch(back)) = rpcwire::parse_response(&vec, &arena) else {
+        panic!()
+    };
+    for (back, answer) in back.zip(answers) {
+        let (back, answer) = (back.unwrap(), answer.unwrap());
+        let n = answer.id().as_u64().unwrap() as usize - 100;
+        assert_eq!(back.id().as_bytes(), client_ids[n].as_bytes());
+        match (back.result(), answer.result()) {
+            (Ok(b), Ok(a)) => assert_eq!(b.as_bytes(), a.as_bytes()),
+            (Err(b), Err(a)) => assert_eq!(b.as_bytes(), a.as_bytes()),
+            _ => panic!("{n}"),
+        }
+    }
+    // The typed writer.
+    let mut out = b"[".to_vec();
+    write_response(&mut out, client_ids[0], &json!({"status": true})).unwrap();
+    assert_eq!(
+        out,
+        br#"[{"jsonrpc":"2.0","id":"a\"1","result":{"status":true}}"#
+    );
+    write_response(&mut out, rpcwire::Id::NULL, "q\"").unwrap();
+    assert!(out.ends_with(br#"{"jsonrpc":"2.0","id":null,"result":"q\""}"#));
+    let before = out.clone();
+    let keys_not_strings: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+    assert!(write_response(&mut out, client_ids[1], &keys_not_strings).is_err());
+    assert_eq!(out, before);
+    let mut out = Vec::new();
+    write_error_raw(
+        &mut out,
+        rpcwire::Id::NULL,
+        br#"{"code":-32700,"message":"Parse error"}"#,
+    );
+    assert_eq!(
+        out,
+        br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
+    );
+}
+
 #[test]
 fn every_prefix_of_a_valid_message_is_partial() {
     let parser = Parser::new();

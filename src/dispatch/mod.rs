@@ -143,6 +143,28 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":2,"result":{"hello":"Ada"}}"#);
     /// # Ok::<(), rpcwire::router::BuildError>(())
     /// ```
+    ///
+    /// One handler under two names (an alias: a method renamed and kept
+    /// under its old name, `eth_chainId` and `net_chainId`) is registered
+    /// under each name, the same `fn` or a `Clone` closure; there is no
+    /// alias registration. Each name is then a method of its own to
+    /// observers ([`Route::Method`] has one index per name) and to
+    /// metrics, counted apart.
+    ///
+    /// ```
+    /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
+    /// fn chain_id(_: Call<'_, ()>) -> Result<&'static str, RpcError> {
+    ///     Ok("0x1")
+    /// }
+    /// let d = Dispatcher::builder(())
+    ///     .method("eth_chainId", chain_id)
+    ///     .method("net_chainId", chain_id)
+    ///     .build()?;
+    /// let (mut conn, mut out) = (Connection::new(), Vec::new());
+    /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"net_chainId"}"#, &mut conn, &mut out);
+    /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"0x1"}"#);
+    /// # Ok::<(), rpcwire::router::BuildError>(())
+    /// ```
     pub fn method<F, R>(mut self, name: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Call<'_, S>) -> R + Send + Sync + 'static,
