@@ -231,8 +231,18 @@ fn response(r: Result<rpcwire::response::Response<'_>, rpcwire::Error>) {
         Ok(v) => valid_json(v.as_bytes()),
         Err(e) => {
             let _ = (e.code(), e.message().decode());
+            // The whole object: one valid object, holding its members.
+            let object = e.as_bytes();
+            valid_json(object);
+            assert!(object.starts_with(b"{") && object.ends_with(b"}"));
+            let within = |s: &[u8]| {
+                let range = object.as_ptr_range();
+                range.start <= s.as_ptr() && s.as_ptr_range().end <= range.end
+            };
+            assert!(within(e.message().as_bytes()));
             if let Some(d) = e.data() {
                 valid_json(d.as_bytes());
+                assert!(within(d.as_bytes()));
             }
         }
     }
