@@ -879,7 +879,7 @@ async fn websocket_on_the_http_port_forwards_and_survives_bad_frames() {
     assert!(r["error"]["code"].is_i64(), "{r}");
     // A GET that is not an upgrade is not JSON-RPC.
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+    s.write_all(b"GET / HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
         .await
         .unwrap();
     let mut text = String::new();

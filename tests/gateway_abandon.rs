@@ -137,7 +137,7 @@ async fn send_hang(addr: SocketAddr, transport: Transport) -> Box<dyn Send> {
         Transport::Http => {
             let mut s = TcpStream::connect(addr).await.unwrap();
             let request = format!(
-                "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{HANG_CALL}",
+                "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{HANG_CALL}",
                 HANG_CALL.len()
             );
             s.write_all(request.as_bytes()).await.unwrap();
@@ -146,7 +146,7 @@ async fn send_hang(addr: SocketAddr, transport: Transport) -> Box<dyn Send> {
         Transport::HttpChunked => {
             let mut s = TcpStream::connect(addr).await.unwrap();
             let request = format!(
-                "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{HANG_CALL}\r\n0\r\n\r\n",
+                "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{HANG_CALL}\r\n0\r\n\r\n",
                 HANG_CALL.len()
             );
             s.write_all(request.as_bytes()).await.unwrap();
@@ -178,7 +178,7 @@ async fn send_hang(addr: SocketAddr, transport: Transport) -> Box<dyn Send> {
 async fn post(addr: SocketAddr, body: &str) -> String {
     let mut s = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     s.write_all(request.as_bytes()).await.unwrap();
@@ -279,7 +279,7 @@ async fn a_client_that_half_closes_is_still_answered() {
     let body = r#"{"jsonrpc":"2.0","id":9,"method":"slow"}"#;
     let mut s = TcpStream::connect(gw.addr).await.unwrap();
     let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     s.write_all(request.as_bytes()).await.unwrap();

@@ -922,7 +922,7 @@ async fn pipelined_client_requests_are_answered_in_order() {
             r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["slow",{delay}]}}"#
         );
         all.push_str(&format!(
-            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
+            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}\r\n{body}",
             body.len(),
             if n == 2 { "connection: close\r\n" } else { "" }
         ));
@@ -1178,7 +1178,7 @@ async fn browsers_are_served_as_cors_says() {
         String::from_utf8(got).unwrap().to_ascii_lowercase()
     };
     let preflight = format!(
-        "OPTIONS / HTTP/1.1\r\nhost: x\r\norigin: {APP}\r\naccess-control-request-method: POST\r\n\
+        "OPTIONS / HTTP/1.1\r\nhost: localhost\r\norigin: {APP}\r\naccess-control-request-method: POST\r\n\
          access-control-request-headers: content-type\r\nconnection: close\r\n\r\n"
     );
     let text = exchange(preflight.clone()).await;
@@ -1190,7 +1190,7 @@ async fn browsers_are_served_as_cors_says() {
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
     let post_from = |origin: &str| {
         format!(
-            "POST / HTTP/1.1\r\nhost: x\r\norigin: {origin}\r\ncontent-type: application/json\r\n\
+            "POST / HTTP/1.1\r\nhost: localhost\r\norigin: {origin}\r\ncontent-type: application/json\r\n\
              content-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         )
@@ -1212,7 +1212,7 @@ async fn browsers_are_served_as_cors_says() {
     assert!(!text.contains("access-control-allow-origin"), "{text}");
     let upgrade = |origin: &str| {
         format!(
-            "GET / HTTP/1.1\r\nhost: x\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+            "GET / HTTP/1.1\r\nhost: localhost\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
              sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
              origin: {origin}\r\n\r\n"
         )
@@ -1260,7 +1260,7 @@ async fn long_answers_are_gzipped_for_clients_that_accept_it() {
     // Head (lowercased, `date` left out) and body bytes of one answer.
     let exchange = |body: String, accept: &'static str| async move {
         let raw = format!(
-            "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{accept}\
+            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n{accept}\
              content-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );
@@ -1331,4 +1331,62 @@ async fn long_answers_are_gzipped_for_clients_that_accept_it() {
         "{:?}",
         answers.iter().find(|a| !a["result"].is_string())
     );
+}
+
+/// `--vhosts`: by default the port answers to `localhost` and the
+/// loopback addresses only (a rebound page's `Host: attacker.example` gets
+/// 403, its WebSocket upgrade too); `--vhosts '*'` answers to any; a list
+/// naming a port is refused at start.
+#[tokio::test]
+async fn hosts_are_served_as_vhosts_says() {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
+    let ask = |addr: SocketAddr, raw: String| async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(raw.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got))
+            .await
+            .expect("answered")
+            .unwrap();
+        String::from_utf8(got).unwrap().to_ascii_lowercase()
+    };
+    let post = |host: &str| {
+        format!(
+            "POST / HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let upgrade = |host: &str| {
+        format!(
+            "GET / HTTP/1.1\r\nhost: {host}\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+             sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+    };
+    let args = |a: &[&str]| config::Config::from_args(a.iter().map(|s| s.to_string()));
+    let gw = start(args(&[]).unwrap()).await;
+    let local = format!("localhost:{}", gw.addr.port());
+    let text = ask(gw.addr, post("attacker.example")).await;
+    assert!(text.starts_with("http/1.1 403"), "{text}");
+    assert!(text.contains("host not allowed"), "{text}");
+    let text = ask(gw.addr, upgrade("attacker.example")).await;
+    assert!(text.starts_with("http/1.1 403"), "{text}");
+    for host in [local.as_str(), "127.0.0.1", "[::1]:8545"] {
+        let text = ask(gw.addr, post(host)).await;
+        assert!(text.starts_with("http/1.1 200"), "{host}: {text}");
+        assert!(text.ends_with(r#""result":"0x7a69"}"#), "{text}");
+    }
+    let any = start(args(&["--vhosts", "*"]).unwrap()).await;
+    for host in ["attacker.example", local.as_str()] {
+        let text = ask(any.addr, post(host)).await;
+        assert!(text.starts_with("http/1.1 200"), "{host}: {text}");
+    }
+    let listed = start(args(&["--vhosts", "node.example.org,localhost"]).unwrap()).await;
+    let text = ask(listed.addr, post("NODE.example.org:443")).await;
+    assert!(text.starts_with("http/1.1 200"), "{text}");
+    let text = ask(listed.addr, post("127.0.0.1")).await;
+    assert!(text.starts_with("http/1.1 403"), "{text}");
+    let refused = args(&["--vhosts", "localhost:8545"]);
+    assert!(refused.unwrap_err().contains("--vhosts: not a host name"));
+    assert!(config::USAGE.contains("--vhosts LIST"));
 }

@@ -137,7 +137,7 @@ async fn until_refused(gw: &GatewayChild) {
 async fn post(addr: SocketAddr, body: &str) -> Option<(u16, String)> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -316,7 +316,7 @@ async fn a_client_leaving_during_the_drain_is_no_abandoned_call() {
     let mut leaving = TcpStream::connect(gw.addr()).await.unwrap();
     let body = r#"{"jsonrpc":"2.0","id":8,"method":"eth_blockNumber"}"#;
     let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
     leaving.write_all(request.as_bytes()).await.unwrap();
@@ -364,7 +364,7 @@ fn shutdown_grace_is_an_option() {
 /// `GET path` on a connection of its own: the status and the body.
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = Vec::new();
     tokio::time::timeout(HANG, stream.read_to_end(&mut response))
@@ -838,7 +838,7 @@ async fn health_reuses_what_forwards_learned() {
 async fn post_to(addr: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        "POST {path} HTTP/1.1\r\nhost: localhost\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = Vec::new();

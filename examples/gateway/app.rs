@@ -165,11 +165,14 @@ impl App {
     }
 }
 
-/// `http` with the `--cors` policy and `--gzip` threshold, if given.
+/// `http` with the `--vhosts` list, and the `--cors` policy and `--gzip`
+/// threshold if given.
 fn with_http_options<S: Send + Sync + 'static, K>(
     mut http: HttpService<S, K>,
     config: &Config,
 ) -> HttpService<S, K> {
+    // Upgrades on the port go through the HTTP service's check too.
+    http = http.allowed_hosts(config.vhosts.clone());
     if let Some(cors) = &config.cors {
         http = http.cors(cors.clone());
     }

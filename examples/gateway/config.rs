@@ -52,6 +52,14 @@ usage: gateway [options]
                         from it accepted); repeat for several, * for any.
                         Without it browsers' cross-origin calls are refused;
                         with it, other pages' preflights and upgrades get 403
+  --vhosts LIST         the host names the port answers to, comma-separated
+                        (default localhost,127.0.0.1,::1; * for any), as
+                        geth's --http.vhosts: HTTP requests and WebSocket
+                        upgrades whose Host (port aside) is not listed get
+                        403, so that a web page whose domain was made to
+                        resolve to this address (DNS rebinding) cannot call
+                        it. Listening on another address, list the names
+                        clients reach it by (or *)
   --gzip BYTES          compress answers of at least BYTES with gzip for
                         clients that accept it (Accept-Encoding: gzip, as
                         web3.py, ethers and curl --compressed send), as geth
@@ -160,6 +168,8 @@ pub struct Config {
     pub ipc: Option<PathBuf>,
     /// The origins browsers may call from (`--cors`); `None`: CORS off.
     pub cors: Option<rpcwire::server::cors::Cors>,
+    /// The host names the port answers to (`--vhosts`).
+    pub vhosts: rpcwire::server::hosts::AllowedHosts,
     /// Answers of at least this many bytes are gzip-compressed for
     /// clients that accept it (`--gzip`); `None`: never.
     pub gzip_above: Option<usize>,
@@ -171,6 +181,15 @@ pub struct Config {
     pub archives: Vec<String>,
     /// How many recent blocks' state the `--upstream`s keep.
     pub state_blocks: u64,
+}
+
+/// `--vhosts`' default: geth's `localhost`, and the loopback addresses
+/// the gateway listens on by default, as clients given
+/// `http://127.0.0.1:8545` send them.
+pub const DEFAULT_VHOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+fn default_vhosts() -> rpcwire::server::hosts::AllowedHosts {
+    rpcwire::server::hosts::AllowedHosts::list(DEFAULT_VHOSTS).expect("valid host names")
 }
 
 impl Default for Config {
@@ -194,6 +213,7 @@ impl Default for Config {
             metrics: None,
             ipc: None,
             cors: None,
+            vhosts: default_vhosts(),
             gzip_above: None,
             cache_bytes: DEFAULT_CACHE_BYTES,
             finalized_every: DEFAULT_FINALIZED_EVERY,
@@ -278,6 +298,13 @@ impl Config {
                     c.ipc = Some(PathBuf::from(v));
                 }
                 "--cors" => origins.push(value()?),
+                "--vhosts" => {
+                    let v = value()?;
+                    let hosts = rpcwire::server::hosts::AllowedHosts::list(
+                        v.split(',').filter(|h| !h.trim().is_empty()),
+                    );
+                    c.vhosts = hosts.map_err(|e| format!("--vhosts: {e}"))?;
+                }
                 "--gzip" => c.gzip_above = Some(bytes(number(value()?)?)),
                 "--cache-bytes" => c.cache_bytes = bytes(number(value()?)?),
                 "--finalized-every" => {

@@ -14,6 +14,7 @@
 //! | an upgrade request that is not valid (no key) | `400`, a -32600 body saying why |
 //! | an upgrade request for another `Sec-WebSocket-Version` | `426` with `Sec-WebSocket-Version: 13`, a -32600 body |
 //! | a valid upgrade past the [`WsServer`]'s connection limit | `503`, a -32000 body with the limit |
+//! | an upgrade for a host the HTTP service's [`allowed_hosts`](HttpService::allowed_hosts) does not list (or, HTTP/1.1, without one `Host`) | `403` (`400`), a -32600 body, as for a `POST` (see [`hosts`](super::hosts)) |
 //! | an upgrade from an `Origin` the HTTP service's [`Cors`](super::cors::Cors) policy or the WebSocket server's [`origins`](WsServer::origins) does not allow | `403`, a -32600 body naming the origin |
 //! | anything else | the [`HttpService`]'s answer (see [`super::http`]) |
 //!
@@ -120,6 +121,10 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
     /// Answers an upgrade request with `101` and serves the upgraded
     /// connection on a task of its own.
     fn upgrade<B>(&self, mut req: Request<B>) -> Response<ResponseBody> {
+        // A rebound page's upgrade says its own domain in `Host`.
+        if let Some(refused) = self.http.refuse_host(&req) {
+            return refused;
+        }
         // Browsers do not preflight upgrades: the `Origin` is checked here.
         let headers = req.headers();
         if let Some(origin) = self.http.refuses(headers).or(self.ws.refuses(headers)) {

@@ -9,10 +9,11 @@
 //! of that buffer, and writes the reply behind a head it composes in room
 //! left in front of the reply, in one write. Anything else (HTTP/2's
 //! preface, HTTP/1.0, another method, a WebSocket upgrade, a chunked body,
-//! `Content-Type` that is not JSON, a body past the limit, a head httparse
+//! `Content-Type` that is not JSON, a body past the limit, a `Host` the
+//! service's allowlist refuses (or none, or two), a head httparse
 //! refuses or one past the head limit) hands the connection, with every
 //! byte read so far, to hyper's connection, which answers as it always did
-//! (405, 415, 413, 431, 400, the upgrade): the two serve one connection in
+//! (405, 415, 413, 403, 431, 400, the upgrade): the two serve one connection in
 //! turn, never at once.
 //!
 //! Why: on the gateway's load test, hyper's server connection (its
@@ -61,6 +62,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Interval, Sleep};
 
 use super::LimitKind;
+use super::hosts::AllowedHosts;
 use super::http::{
     AcceptEncoding, ConnConfig, ConnectionKit, GZIP_OFF_THREAD, H2_PREFACE, HttpService, Signal,
 };
@@ -240,6 +242,7 @@ impl Own {
                 .next_head(
                     http.max_body(),
                     http.cors_enabled(),
+                    http.host_check(),
                     http.gzip_above().is_some(),
                     kit,
                 )
@@ -265,12 +268,13 @@ impl Own {
         &mut self,
         max_body: usize,
         cors: bool,
+        hosts: Option<&AllowedHosts>,
         gzip: bool,
         kit: &ConnectionKit,
     ) -> Result<Head, Leave> {
         loop {
             if !self.buf.is_empty() {
-                match parse_head(&self.buf, max_body, cors, gzip) {
+                match parse_head(&self.buf, max_body, cors, hosts, gzip) {
                     // A head past the limit that arrived whole (the buffer,
                     // grown for an earlier body, can take far more than the
                     // limit in one read): hyper decides, reading it in its
@@ -758,7 +762,13 @@ impl Watch {
 
 /// Reads the request head at the front of `buf`: complete and answerable
 /// here, partial, or for hyper.
-fn parse_head(buf: &[u8], max_body: usize, cors: bool, gzip: bool) -> Parsed {
+fn parse_head(
+    buf: &[u8],
+    max_body: usize,
+    cors: bool,
+    hosts: Option<&AllowedHosts>,
+    gzip: bool,
+) -> Parsed {
     // Left uninitialized: httparse writes the ones it returns (an
     // initialized array would be 1 KiB written per request).
     let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -781,6 +791,7 @@ fn parse_head(buf: &[u8], max_body: usize, cors: bool, gzip: bool) -> Parsed {
     // The first `Content-Type` is the one that counts, as `HeaderMap::get`
     // reads it on hyper's path.
     let (mut length, mut json) = (None, None);
+    let mut host_seen = false;
     for field in req.headers.iter() {
         let (name, value) = (field.name.as_bytes(), field.value);
         if name.eq_ignore_ascii_case(b"content-length") {
@@ -813,6 +824,15 @@ fn parse_head(buf: &[u8], max_body: usize, cors: bool, gzip: bool) -> Parsed {
             head.expects_continue = true;
         } else if gzip && name.eq_ignore_ascii_case(b"accept-encoding") {
             head.accept_encoding.read(value);
+        } else if let Some(hosts) = hosts
+            && name.eq_ignore_ascii_case(b"host")
+        {
+            // A host not listed, or a second `Host`: hyper's path refuses
+            // the request.
+            if host_seen || !hosts.allows(value) {
+                return Parsed::Other;
+            }
+            host_seen = true;
         } else if cors && name.eq_ignore_ascii_case(b"origin") {
             // A browser's call: hyper's path applies the CORS policy.
             return Parsed::Other;
@@ -821,6 +841,11 @@ fn parse_head(buf: &[u8], max_body: usize, cors: bool, gzip: bool) -> Parsed {
         {
             return Parsed::Other;
         }
+    }
+    // No `Host` (HTTP/1.1, the only version answered here): hyper's path
+    // answers 400.
+    if hosts.is_some() && !host_seen {
+        return Parsed::Other;
     }
     match length {
         Some(n) if json == Some(true) && n <= max_body => {
@@ -1020,7 +1045,7 @@ mod tests {
                 "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}\r\n{{}}"
             )
         };
-        let complete = |text: &str| match parse_head(text.as_bytes(), 100, false, false) {
+        let complete = |text: &str| match parse_head(text.as_bytes(), 100, false, None, false) {
             Parsed::Complete(h) => Some((h.len, h.content_length, h.close, h.expects_continue)),
             _ => None,
         };
@@ -1064,7 +1089,7 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    parse_head(other.as_bytes(), 100, false, false),
+                    parse_head(other.as_bytes(), 100, false, None, false),
                     Parsed::Other
                 ),
                 "{other:?}"
@@ -1073,7 +1098,7 @@ mod tests {
         for cut in 0..plain.len() - 2 {
             assert!(
                 matches!(
-                    parse_head(&plain.as_bytes()[..cut], 100, false, false),
+                    parse_head(&plain.as_bytes()[..cut], 100, false, None, false),
                     Parsed::Partial
                 ),
                 "{cut}"

@@ -37,6 +37,7 @@
 //! | the body is not valid JSON | `200`, the -32700 reply |
 //! | any other method (`GET`, `OPTIONS`…) | `405`, `Allow: POST`, a -32600 body |
 //! | with a [`Cors`] policy ([`HttpService::cors`]): a browser's preflight, or a request from another origin | see [`cors`](super::cors): `204` with the CORS headers, `Access-Control-Allow-Origin` on the answer, or `403` for an origin not allowed |
+//! | with a `Host` allowlist ([`HttpService::allowed_hosts`]): a request for a host not listed, or an HTTP/1.1 request without one `Host` | see [`hosts`](super::hosts): `403` (`400`), a -32600 body, before anything else and before the body is read |
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
@@ -64,7 +65,8 @@
 //! bodies as [`LimitKind::BodyTimeout`], idle connections closed as
 //! [`LimitKind::Idle`], HTTP/2 clients the `h2` crate cuts off for abuse
 //! (rapid reset, floods; `GOAWAY` with `ENHANCE_YOUR_CALM`) as
-//! [`LimitKind::Flood`]),
+//! [`LimitKind::Flood`], requests the `Host` allowlist refuses as
+//! [`LimitKind::Host`]),
 //! and [`Metrics::render`] is the text a `/metrics` endpoint returns (mount
 //! it next to the service, in axum or in a `tower` router of your own).
 
@@ -99,6 +101,7 @@ use tower_service::Service;
 
 use super::cors::Cors;
 use super::h1::LazyHeaders;
+use super::hosts::AllowedHosts;
 use super::{LimitKind, Limits, Metrics, Shutdown};
 use crate::conn::{Connection, Context};
 use crate::dispatch::{Dispatcher, SyncOnly};
@@ -164,6 +167,8 @@ pub struct HttpService<S = (), K = SyncOnly> {
     shared: Arc<Shared<S, K>>,
     peer: Option<SocketAddr>,
     cors: Option<Arc<Cors>>,
+    /// [`HttpService::allowed_hosts`]'s list; `None`: no check.
+    hosts: Option<Arc<AllowedHosts>>,
     /// [`HttpService::gzip`]'s threshold.
     gzip_above: Option<usize>,
 }
@@ -185,6 +190,7 @@ impl<S, K> Clone for HttpService<S, K> {
             shared: Arc::clone(&self.shared),
             peer: self.peer,
             cors: self.cors.clone(),
+            hosts: self.hosts.clone(),
             gzip_above: self.gzip_above,
         }
     }
@@ -224,6 +230,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             }),
             peer: None,
             cors: None,
+            hosts: None,
             gzip_above: None,
         }
     }
@@ -245,6 +252,58 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     pub fn cors(mut self, cors: Cors) -> Self {
         self.cors = Some(Arc::new(cors));
         self
+    }
+
+    /// The same service, answering only requests for these host names
+    /// (`Host`, or HTTP/2's `:authority`; the port is not compared): the
+    /// defence against DNS rebinding, geth's `--http.vhosts`. Others get
+    /// `403` before their body is read, HTTP/1.1 requests without one
+    /// `Host` `400`; see [`hosts`](super::hosts) for what is answered how,
+    /// and why there is no check by default (geth's is `localhost`): turn
+    /// it on for a server on a loopback or private address that browsers
+    /// can reach.
+    ///
+    /// ```
+    /// # use rpcwire::{Call, Dispatcher, server::{Limits, hosts::AllowedHosts, http::HttpService}};
+    /// let d = Dispatcher::builder(())
+    ///     .method("eth_chainId", |call: Call<'_, ()>| call.reply.str("0x1"))
+    ///     .build()?;
+    /// let service = HttpService::new(d, &Limits::default(), None)
+    ///     .allowed_hosts(AllowedHosts::list(["localhost", "127.0.0.1", "::1"])?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.hosts = (!hosts.is_any()).then(|| Arc::new(hosts));
+        self
+    }
+
+    /// The `Host` allowlist, when there is one (rpcwire's own HTTP/1.1
+    /// loop hands requests it refuses to hyper's path, which answers them).
+    pub(super) fn host_check(&self) -> Option<&AllowedHosts> {
+        self.hosts.as_deref()
+    }
+
+    /// The answer to a request the `Host` allowlist refuses (counted), or
+    /// `None` when it may be served.
+    pub(super) fn refuse_host<B>(&self, req: &Request<B>) -> Option<Response<ResponseBody>> {
+        let hosts = self.hosts.as_ref()?;
+        let response = match host_of(req) {
+            Ok(Some(host)) if hosts.allows(host) => return None,
+            Ok(Some(host)) => json_response(
+                StatusCode::FORBIDDEN,
+                Bytes::from(super::hosts::forbidden_body(host)),
+            ),
+            // No browser sends a request without a host.
+            Ok(None) => return None,
+            Err(()) => json_response(
+                StatusCode::BAD_REQUEST,
+                Bytes::from_static(super::hosts::NO_HOST_BODY),
+            ),
+        };
+        if let Some(m) = &self.shared.metrics {
+            m.limit_hit(LimitKind::Host);
+        }
+        Some(closing(response))
     }
 
     /// The same service, compressing answers of at least `min_len` bytes
@@ -406,6 +465,17 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
 
     /// Answers one request (what [`Service::call`] does).
     fn respond<B: Body>(&self, req: Request<B>) -> ResponseFuture<S, K, B> {
+        // A request for a host not listed: answered at once, its body not
+        // read (the connection closes after the answer).
+        if let Some(response) = self.refuse_host(&req) {
+            return ResponseFuture {
+                body: req.into_body(),
+                state: State::Ready(Some(response)),
+                shared: Arc::clone(&self.shared),
+                allow_origin: None,
+                gzip: None,
+            };
+        }
         let (parts, body) = req.into_parts();
         let shared = Arc::clone(&self.shared);
         // A request refused before its body is read: the body (up to the
@@ -1137,6 +1207,26 @@ fn no_content() -> Response<ResponseBody> {
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     response
+}
+
+/// The host a request is for: its target's authority (HTTP/2's
+/// `:authority`, an absolute-form target), else its `Host`; `Ok(None)`
+/// for an HTTP/1.0 or HTTP/2 request naming none, `Err` for an HTTP/1.1
+/// request without exactly one `Host` (RFC 9112 §3.2, which a server must
+/// answer `400`).
+fn host_of<B>(req: &Request<B>) -> Result<Option<&[u8]>, ()> {
+    let mut hosts = req.headers().get_all(http::header::HOST).iter();
+    let (first, more) = (hosts.next(), hosts.next().is_some());
+    if req.version() == http::Version::HTTP_11 && (first.is_none() || more) {
+        return Err(());
+    }
+    if let Some(authority) = req.uri().authority() {
+        return Ok(Some(authority.as_str().as_bytes()));
+    }
+    if more {
+        return Err(());
+    }
+    Ok(first.map(HeaderValue::as_bytes))
 }
 
 /// `response`, saying the connection closes after it (HTTP/1.1; hyper

@@ -31,6 +31,9 @@ pub mod cors;
 mod h1;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+pub mod hosts;
+#[cfg(feature = "http")]
+#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
 pub mod http;
 pub mod stream;
 pub mod subscriptions;
@@ -146,6 +149,11 @@ pub enum LimitKind {
     /// `SETTINGS_MAX_HEADER_LIST_SIZE` (a CONTINUATION flood: `h2` does
     /// not tell these apart).
     Flood,
+    /// An HTTP request refused by the `Host` allowlist
+    /// (`HttpService::allowed_hosts`, feature `http`):
+    /// its host not listed (`403`), or an HTTP/1.1 request without one
+    /// `Host` (`400`).
+    Host,
 }
 
 impl LimitKind {
@@ -159,6 +167,7 @@ impl LimitKind {
             LimitKind::Header => "header",
             LimitKind::BodyTimeout => "body_timeout",
             LimitKind::Flood => "flood",
+            LimitKind::Host => "host",
         }
     }
 }

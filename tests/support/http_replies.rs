@@ -58,7 +58,7 @@ pub fn summary(responses: &[RawResponse], closed: bool) -> String {
 /// last.
 pub fn request(head: &str, body: &str) -> String {
     format!(
-        "POST / HTTP/1.1\r\nhost: x\r\n{head}content-length: {}\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nhost: localhost\r\n{head}content-length: {}\r\n\r\n{body}",
         body.len()
     )
 }

@@ -52,7 +52,7 @@ pub async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
 pub async fn post_close(addr: std::net::SocketAddr, body: &str) -> (u16, String) {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
-        "POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();

@@ -1,0 +1,240 @@
+//! Which host names a server answers to: the `Host` allowlist that stops
+//! DNS rebinding (feature `http`), geth's `--http.vhosts`.
+//!
+//! A web page cannot call a server on `127.0.0.1` across origins without
+//! CORS allowing it, but it can make its own domain resolve to
+//! `127.0.0.1` once loaded (DNS rebinding): the browser then sends the
+//! page's calls as same-origin requests, with no preflight, to the local
+//! server, and lets the page read the answers. What gives such a request
+//! away is its `Host`: the attacker's domain. A server that lists the
+//! names it is reached by (`localhost`, its own domain) refuses the rest.
+//!
+//! With an [`AllowedHosts`] set on
+//! [`HttpService::allowed_hosts`](super::http::HttpService::allowed_hosts):
+//!
+//! | request | answer |
+//! | --- | --- |
+//! | its host listed (`Host`, or the request target's authority: HTTP/2's `:authority`, an absolute-form target), any port, any case | as without the check |
+//! | its host not listed | `403`, a -32600 body naming the host, before the body is read (the connection closes after it); counted as [`LimitKind::Host`](super::LimitKind::Host) |
+//! | HTTP/1.1 without `Host`, or with more than one | `400`, a -32600 body (RFC 9112 §3.2); counted the same |
+//! | HTTP/1.0 or HTTP/2 naming no host | as without the check: no browser sends one, so it cannot be a rebound page's (geth lets them through too) |
+//! | a WebSocket upgrade on a combined port (`server::combined`) | the same, before the upgrade |
+//!
+//! Without one (the default) the host is not looked at. geth's default is
+//! `localhost`, which suits a node on a workstation; a library serves
+//! behind proxies, load balancers and container networks that reach it by
+//! names it cannot know, and turning the check on by default would refuse
+//! them after an upgrade. Turn it on for a server on a loopback or private
+//! address that browsers on the same machine or network can reach (a
+//! development node, a wallet's or signer's local endpoint): list the
+//! names clients use (`localhost`, `127.0.0.1`, `::1`, the server's own
+//! domain). A server that answers to any name (public endpoints, behind a
+//! proxy that checks it) needs none.
+
+use std::net::Ipv6Addr;
+
+/// The host names a server answers to; see the [module docs](self).
+///
+/// ```
+/// use rpcwire::server::hosts::AllowedHosts;
+/// let hosts = AllowedHosts::list(["localhost", "127.0.0.1", "::1"])?;
+/// assert!(hosts.allows(b"localhost:8545"));
+/// assert!(hosts.allows(b"LOCALHOST"));
+/// assert!(hosts.allows(b"[::1]:8545"));
+/// assert!(!hosts.allows(b"attacker.example"));
+/// assert!(AllowedHosts::list(["*"])?.allows(b"attacker.example"));
+/// # Ok::<(), rpcwire::server::hosts::InvalidHost>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct AllowedHosts {
+    /// `None`: any host. Names in lower case; IPv6 literals without
+    /// brackets, in their shortest form.
+    hosts: Option<Vec<Box<str>>>,
+}
+
+/// A name given to [`AllowedHosts::list`] that is not a host name: empty,
+/// with a port (ports are not compared), or with bytes no host has.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InvalidHost(pub String);
+
+impl std::fmt::Display for InvalidHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "not a host name (localhost, 127.0.0.1, ::1, example.org; no port, no scheme): {:?}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidHost {}
+
+impl AllowedHosts {
+    /// Any host: the same as no check.
+    pub fn any() -> AllowedHosts {
+        AllowedHosts { hosts: None }
+    }
+
+    /// Only these host names (`localhost`, `127.0.0.1`, `::1` or `[::1]`,
+    /// `node.example.org`), compared without regard to case or port.
+    /// `"*"` in the list allows any.
+    pub fn list<I, H>(hosts: I) -> Result<AllowedHosts, InvalidHost>
+    where
+        I: IntoIterator<Item = H>,
+        H: AsRef<str>,
+    {
+        let mut list = Vec::new();
+        for host in hosts {
+            let given = host.as_ref().trim();
+            if given == "*" {
+                return Ok(AllowedHosts::any());
+            }
+            let bare = given
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(given);
+            let name = if let Ok(v6) = bare.parse::<Ipv6Addr>() {
+                v6.to_string()
+            } else if !bare.is_empty()
+                && bare
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+            {
+                bare.to_ascii_lowercase()
+            } else {
+                return Err(InvalidHost(given.to_owned()));
+            };
+            list.push(name.into());
+        }
+        Ok(AllowedHosts { hosts: Some(list) })
+    }
+
+    /// Whether any host is allowed (no check).
+    pub fn is_any(&self) -> bool {
+        self.hosts.is_none()
+    }
+
+    /// Whether a request for `host` (a `Host` header's value or a target's
+    /// authority: `name`, `name:port`, `[v6]`, `[v6]:port`) is allowed.
+    pub fn allows(&self, host: &[u8]) -> bool {
+        let Some(list) = &self.hosts else {
+            return true;
+        };
+        match host_name(host) {
+            Some(Name::Plain(name)) => list.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name)),
+            Some(Name::V6(addr)) => {
+                let addr = addr.to_string();
+                list.iter().any(|h| **h == *addr)
+            }
+            None => false,
+        }
+    }
+}
+
+/// A host's name without its port.
+enum Name<'a> {
+    Plain(&'a [u8]),
+    V6(Ipv6Addr),
+}
+
+/// `host`'s name, or `None` when it is not `name[:port]` or `[v6][:port]`
+/// (a port being digits, possibly none, as RFC 3986 allows).
+fn host_name(host: &[u8]) -> Option<Name<'_>> {
+    let port_ok = |port: &[u8]| port.iter().all(u8::is_ascii_digit);
+    if let Some(rest) = host.strip_prefix(b"[") {
+        let end = rest.iter().position(|&b| b == b']')?;
+        let (inside, after) = (&rest[..end], &rest[end + 1..]);
+        if !after.is_empty() && !after.strip_prefix(b":").is_some_and(port_ok) {
+            return None;
+        }
+        let addr = std::str::from_utf8(inside).ok()?.parse().ok()?;
+        return Some(Name::V6(addr));
+    }
+    let (name, port) = match host.iter().position(|&b| b == b':') {
+        Some(i) => (&host[..i], &host[i + 1..]),
+        None => (host, &b""[..]),
+    };
+    (!name.is_empty() && port_ok(port)).then_some(Name::Plain(name))
+}
+
+/// The body of the `403` for a request whose host is not listed.
+pub(crate) fn forbidden_body(host: &[u8]) -> String {
+    let host = String::from_utf8_lossy(host);
+    let host = serde_json::to_string(&host).unwrap_or_else(|_| "null".into());
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32600,\"message\":\"Invalid Request\",\
+         \"data\":{{\"reason\":\"host not allowed\",\"host\":{host}}}}}}}"
+    )
+}
+
+/// The body of the `400` for an HTTP/1.1 request without one `Host`.
+pub(crate) const NO_HOST_BODY: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"an HTTP/1.1 request needs exactly one Host header"}}}"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_when_given() {
+        for bad in [
+            "",
+            "localhost:8545",
+            "http://localhost",
+            "a b",
+            "[::1]:8545",
+            "[::1",
+            "a/b",
+        ] {
+            assert_eq!(
+                AllowedHosts::list([bad]).unwrap_err(),
+                InvalidHost(bad.into()),
+                "{bad:?}"
+            );
+        }
+        assert!(AllowedHosts::list(["a.org", "*"]).unwrap().is_any());
+        assert!(!AllowedHosts::list(["a.org"]).unwrap().is_any());
+    }
+
+    #[test]
+    fn hosts_match_without_port_or_case() {
+        let hosts = AllowedHosts::list(["Localhost", "127.0.0.1", "[0:0:0:0:0:0:0:1]"]).unwrap();
+        for good in [
+            &b"localhost"[..],
+            b"LOCALHOST:8545",
+            b"localhost:",
+            b"127.0.0.1:1",
+            b"[::1]",
+            b"[::1]:8545",
+            b"[0::1]:80",
+        ] {
+            assert!(hosts.allows(good), "{}", String::from_utf8_lossy(good));
+        }
+        for bad in [
+            &b""[..],
+            b":8545",
+            b"localhost.attacker.example",
+            b"attacker.example:8545",
+            b"localhost:85x",
+            b"localhost:8545:1",
+            b"[::1]x",
+            b"[::2]:8545",
+            b"[::1",
+            b"::1",
+            b"127.0.0.2",
+        ] {
+            assert!(!hosts.allows(bad), "{}", String::from_utf8_lossy(bad));
+        }
+        let v6 = AllowedHosts::list(["::1"]).unwrap();
+        assert!(v6.allows(b"[::1]:8545"));
+    }
+
+    #[test]
+    fn the_refusal_names_the_host_as_json() {
+        let body = forbidden_body(b"a\"b.example");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], -32600);
+        assert_eq!(v["error"]["data"]["host"], "a\"b.example");
+        let v: serde_json::Value = serde_json::from_slice(NO_HOST_BODY).unwrap();
+        assert_eq!(v["error"]["code"], -32600);
+    }
+}

@@ -1,0 +1,286 @@
+//! The `Host` allowlist (`HttpService::allowed_hosts`, the defence against
+//! DNS rebinding): requests for listed hosts served, with any port and in
+//! any case, IPv6 literals too; others refused `403` before their body is
+//! read and counted; HTTP/1.1 without one `Host` refused `400`; `*` checks
+//! nothing. On rpcwire's own HTTP/1.1 loop and on hyper's path, over
+//! HTTP/2, and for WebSocket upgrades on the port serving both. Raw HTTP
+//! over 127.0.0.1; deadlines only detect hangs.
+
+#[path = "support/http_replies.rs"]
+#[allow(dead_code)]
+mod http_replies;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http_replies::{RawResponse, responses_of};
+use rpcwire::server::combined::Combined;
+use rpcwire::server::hosts::AllowedHosts;
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::ws::WsServer;
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const HANG: Duration = Duration::from_secs(10);
+const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"count"}"#;
+
+struct TestServer {
+    addr: SocketAddr,
+    calls: Arc<AtomicUsize>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown.trigger();
+    }
+}
+
+/// HTTP and WebSocket on one port, the HTTP service given `hosts`, on
+/// rpcwire's own HTTP/1.1 loop or on hyper's path alone.
+async fn start(hosts: &[&str], own_http1: bool) -> TestServer {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let d = Dispatcher::builder(Arc::clone(&calls))
+        .method("count", |call: Call<'_, Arc<AtomicUsize>>| {
+            let n = call.state.fetch_add(1, Ordering::SeqCst) + 1;
+            call.reply.u64(n as u64)
+        })
+        .build()
+        .unwrap();
+    let limits = Limits::default();
+    let metrics = Arc::new(Metrics::default());
+    let http = HttpService::new(d.clone(), &limits, Some(Arc::clone(&metrics)))
+        .allowed_hosts(AllowedHosts::list(hosts).unwrap());
+    let shutdown = Shutdown::new();
+    let ws = WsServer::new(d).shutdown(shutdown.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Server::new(limits).own_http1(own_http1);
+    tokio::spawn(server.serve(listener, Combined::new(http, ws), shutdown.clone()));
+    TestServer {
+        addr,
+        calls,
+        metrics,
+        shutdown,
+    }
+}
+
+/// Writes `raw` and reads until `n` whole responses came.
+async fn exchange(stream: &mut TcpStream, raw: &[u8], n: usize) -> Vec<RawResponse> {
+    stream.write_all(raw).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(HANG, async {
+        loop {
+            let responses = responses_of(&got);
+            let whole = responses.iter().filter(|r| r.0 != "<rest>").count();
+            if whole >= n && !responses.iter().any(|r| r.0 == "<rest>") {
+                return responses;
+            }
+            let read = stream.read(&mut buf).await.unwrap();
+            assert!(read > 0, "closed early: {:?}", responses_of(&got));
+            got.extend_from_slice(&buf[..read]);
+        }
+    })
+    .await
+    .expect("the server answers")
+}
+
+/// Whether the server closes `stream` (its end of stream, or a reset,
+/// read within the hang guard).
+async fn closed(stream: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 64];
+    matches!(
+        tokio::time::timeout(HANG, stream.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+fn post(host: Option<&str>) -> String {
+    let host = host.map_or(String::new(), |h| format!("host: {h}\r\n"));
+    format!(
+        "POST / HTTP/1.1\r\n{host}content-type: application/json\r\ncontent-length: {}\r\n\r\n{CALL}",
+        CALL.len()
+    )
+}
+
+async fn one(addr: SocketAddr, raw: &str) -> RawResponse {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    exchange(&mut stream, raw.as_bytes(), 1).await.remove(0)
+}
+
+const LOCAL: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+#[tokio::test]
+async fn listed_hosts_are_served_with_any_port_and_case() {
+    for own in [true, false] {
+        let server = start(&LOCAL, own).await;
+        let port = server.addr.port();
+        let hosts = [
+            "localhost".to_string(),
+            format!("localhost:{port}"),
+            "LocalHost:8545".to_string(),
+            format!("127.0.0.1:{port}"),
+            "[::1]".to_string(),
+            "[::1]:8545".to_string(),
+            "[0:0::1]:8545".to_string(),
+        ];
+        // One after another on one connection: each served, none closes it.
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        for host in &hosts {
+            let r = exchange(&mut stream, post(Some(host)).as_bytes(), 1).await;
+            assert_eq!(r[0].0, "200 OK", "own loop {own}, {host}: {r:?}");
+        }
+        assert_eq!(server.calls.load(Ordering::SeqCst), hosts.len());
+        assert_eq!(server.metrics.limit_count(LimitKind::Host), 0);
+    }
+}
+
+#[tokio::test]
+async fn other_hosts_are_refused_before_their_body_is_read() {
+    for own in [true, false] {
+        let server = start(&LOCAL, own).await;
+        for host in [
+            "attacker.example",
+            "attacker.example:8545",
+            "localhost.attacker.example",
+            "127.0.0.2",
+            "[::2]:8545",
+            "",
+        ] {
+            let r = one(server.addr, &post(Some(host))).await;
+            assert_eq!(r.0, "403 Forbidden", "own loop {own}, {host}: {r:?}");
+            let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+            assert_eq!(v["error"]["code"], -32600, "{v}");
+            assert_eq!(v["error"]["data"]["reason"], "host not allowed", "{v}");
+            assert_eq!(v["error"]["data"]["host"], host, "{v}");
+        }
+        // A head announcing 5 MiB (within the size limit) and no body:
+        // answered at once, the connection closed.
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let head = "POST / HTTP/1.1\r\nhost: attacker.example\r\ncontent-type: application/json\r\n\
+                    content-length: 5242880\r\n\r\n";
+        let r = exchange(&mut stream, head.as_bytes(), 1).await;
+        assert_eq!(r[0].0, "403 Forbidden", "own loop {own}: {r:?}");
+        assert!(closed(&mut stream).await, "own loop {own}");
+        // After a served request on the same connection (the own loop
+        // hands the connection over for it).
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let raw = format!("{}{}", post(Some("localhost")), post(Some("evil.example")));
+        let r = exchange(&mut stream, raw.as_bytes(), 2).await;
+        assert_eq!(r[0].0, "200 OK", "own loop {own}: {r:?}");
+        assert_eq!(r[1].0, "403 Forbidden", "own loop {own}: {r:?}");
+        assert!(closed(&mut stream).await, "own loop {own}");
+        assert_eq!(server.calls.load(Ordering::SeqCst), 1, "own loop {own}");
+        assert_eq!(server.metrics.limit_count(LimitKind::Host), 8);
+    }
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request without `Host`, or with two, is
+/// answered 400. HTTP/1.0 needs none (no browser sends one without).
+#[tokio::test]
+async fn http11_without_one_host_is_a_bad_request() {
+    for own in [true, false] {
+        let server = start(&LOCAL, own).await;
+        let r = one(server.addr, &post(None)).await;
+        assert_eq!(r.0, "400 Bad Request", "own loop {own}: {r:?}");
+        let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{v}");
+        let two = post(Some("localhost")).replace(
+            "host: localhost\r\n",
+            "host: localhost\r\nhost: localhost\r\n",
+        );
+        let r = one(server.addr, &two).await;
+        assert_eq!(r.0, "400 Bad Request", "own loop {own}: {r:?}");
+        let old = post(None).replace("HTTP/1.1", "HTTP/1.0");
+        let r = one(server.addr, &old).await;
+        assert_eq!(r.0, "200 OK", "own loop {own}: {r:?}");
+        assert_eq!(server.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(server.metrics.limit_count(LimitKind::Host), 2);
+    }
+}
+
+#[tokio::test]
+async fn a_star_allows_any_host() {
+    for own in [true, false] {
+        let server = start(&["localhost", "*"], own).await;
+        for host in [Some("attacker.example:1"), Some("localhost"), None] {
+            let r = one(server.addr, &post(host)).await;
+            assert_eq!(r.0, "200 OK", "own loop {own}, {host:?}: {r:?}");
+        }
+        assert_eq!(server.metrics.limit_count(LimitKind::Host), 0);
+    }
+}
+
+/// HTTP/2 names the host in `:authority`.
+#[tokio::test]
+async fn http2_authorities_are_checked() {
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let server = start(&LOCAL, true).await;
+    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<bytes::Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let post = |uri: &str| {
+        http::Request::post(uri)
+            .header("content-type", "application/json")
+            .body(Full::new(bytes::Bytes::from_static(CALL.as_bytes())))
+            .unwrap()
+    };
+    for uri in [
+        "http://localhost/",
+        "http://LOCALHOST:8545/",
+        "http://[::1]:8545/",
+    ] {
+        let r = sender.send_request(post(uri)).await.unwrap();
+        assert_eq!(r.status(), 200, "{uri}");
+    }
+    let r = sender
+        .send_request(post("http://attacker.example:8545/"))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let body = r.into_body().collect().await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["data"]["host"], "attacker.example:8545", "{v}");
+    assert_eq!(server.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(server.metrics.limit_count(LimitKind::Host), 1);
+}
+
+fn upgrade(host: &str) -> String {
+    format!(
+        "GET / HTTP/1.1\r\nhost: {host}\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+         sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+}
+
+/// A rebound page's WebSocket upgrade names its own domain too.
+#[tokio::test]
+async fn websocket_upgrades_are_checked() {
+    for own in [true, false] {
+        let server = start(&LOCAL, own).await;
+        let r = one(server.addr, &upgrade("attacker.example")).await;
+        assert_eq!(r.0, "403 Forbidden", "own loop {own}: {r:?}");
+        assert!(r.2.contains("host not allowed"), "{r:?}");
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let host = format!("localhost:{}", server.addr.port());
+        stream.write_all(upgrade(&host).as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(HANG, stream.read_exact(&mut head))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert_eq!(&head, b"HTTP/1.1 101", "own loop {own}");
+        assert_eq!(server.metrics.limit_count(LimitKind::Host), 1);
+    }
+}
