@@ -147,6 +147,36 @@ impl<'a> Id<'a> {
         Id { raw }
     }
 
+    /// An id from its JSON text, checked: `raw` must be exactly one JSON
+    /// number, string or `null`, with nothing around it (as a parser keeps
+    /// an id), else `None`. For ids kept as bytes past the message they
+    /// came in (a gateway's map from its upstream ids back to its
+    /// clients'), to be written again with the [`peer`](crate::peer)
+    /// writers.
+    ///
+    /// ```
+    /// use rpcwire::Id;
+    /// let kept: Vec<u8> = br#""req-\u0041""#.to_vec();
+    /// let id = Id::from_json(&kept).unwrap();
+    /// let mut out = Vec::new();
+    /// rpcwire::peer::write_response_raw(&mut out, id, b"\"0x1\"");
+    /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":"req-\u0041","result":"0x1"}"#);
+    ///
+    /// assert!(Id::from_json(b"1e3").is_some());
+    /// assert!(Id::from_json(b" 1").is_none());
+    /// assert!(Id::from_json(b"{}").is_none());
+    /// assert!(Id::from_json(b"\"unterminated").is_none());
+    /// ```
+    pub fn from_json(raw: &'a [u8]) -> Option<Id<'a>> {
+        let end = match raw.first()? {
+            b'"' => scan::scan_string(raw, 1).ok()?.end,
+            b'n' => scan::scan_literal(raw, 0, b"null").ok()?,
+            b'-' | b'0'..=b'9' => scan::scan_number(raw, 0).ok()?,
+            _ => return None,
+        };
+        (end == raw.len()).then_some(Id { raw })
+    }
+
     /// The id's JSON text, exactly as received: echo these bytes.
     #[inline]
     pub fn as_bytes(&self) -> &'a [u8] {

@@ -392,3 +392,72 @@ fn every_prefix_of_a_valid_message_is_partial() {
         Ok(Status::Partial)
     ));
 }
+
+/// `Id::from_json` takes exactly the ids a parser would keep (one JSON
+/// number, string or `null`, nothing around it), so a gateway can write
+/// back ids it kept as bytes; the answer for each text agrees with
+/// serde_json reading it as one value of those kinds, and an id it takes
+/// is echoed byte for byte.
+#[test]
+fn ids_kept_as_bytes_are_checked_and_written_back_as_they_were() {
+    let texts: &[&[u8]] = &[
+        b"0",
+        b"7",
+        b"-0",
+        b"-12",
+        b"1.5",
+        b"1e3",
+        b"2E-7",
+        b"18446744073709551616",
+        b"null",
+        b"\"\"",
+        b"\"a\"",
+        b"\"\\u0041\\n\"",
+        "\"é€😀\"".as_bytes(),
+        b"01",
+        b"-",
+        b"1.",
+        b".5",
+        b"+1",
+        b"1e",
+        b"0x1",
+        b"nul",
+        b"nulll",
+        b"true",
+        b"false",
+        b"[]",
+        b"{}",
+        b"\"a",
+        b"\"\\x\"",
+        b"\"\x01\"",
+        b"\"\xff\"",
+        b" 1",
+        b"1 ",
+        b"\"a\" ",
+        b"",
+        b"NaN",
+        b"\"a\"\"b\"",
+    ];
+    for text in texts {
+        let by_serde = serde_json::from_slice::<Value>(text)
+            .is_ok_and(|v| v.is_number() || v.is_string() || v.is_null())
+            && !text.first().is_some_and(u8::is_ascii_whitespace)
+            && !text.last().is_some_and(u8::is_ascii_whitespace);
+        let id = rpcwire::Id::from_json(text);
+        assert_eq!(id.is_some(), by_serde, "{}", String::from_utf8_lossy(text));
+        if let Some(id) = id {
+            assert_eq!(id.as_bytes(), *text);
+            let mut out = Vec::new();
+            rpcwire::peer::write_response_raw(&mut out, id, b"true");
+            let arena = rpcwire::bumpalo::Bump::new();
+            let rpcwire::response::ResponseMessage::Single(answer) =
+                rpcwire::parse_response(&out, &arena).unwrap()
+            else {
+                panic!("one response");
+            };
+            assert_eq!(answer.id().as_bytes(), *text);
+        }
+    }
+    // Past what serde_json reads as a number, still a number.
+    assert!(rpcwire::Id::from_json(b"1e400").is_some());
+}
