@@ -14,6 +14,7 @@ mod combined_server;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 #[path = "support/http_replies.rs"]
+#[allow(dead_code)]
 mod http_replies;
 
 use std::net::SocketAddr;

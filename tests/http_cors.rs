@@ -16,19 +16,16 @@ mod http_replies;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use combined_server::{CombinedServer, StartCombined};
-use http_replies::{RawResponse, request, responses_of};
+use http_replies::{RawResponse, exchange, one, request};
 use rpcwire::server::cors::Cors;
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Dispatcher};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const HANG: Duration = Duration::from_secs(10);
 const APP: &str = "https://app.example.org";
 const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"count"}"#;
 
@@ -74,32 +71,6 @@ async fn start(cors: Option<Cors>, own_http1: bool) -> TestServer {
         calls,
         shutdown,
     }
-}
-
-/// Writes `raw` on `stream` and reads until `n` whole responses came.
-async fn exchange(stream: &mut TcpStream, raw: &str, n: usize) -> Vec<RawResponse> {
-    stream.write_all(raw.as_bytes()).await.unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(HANG, async {
-        loop {
-            let responses = responses_of(&got);
-            let whole = responses.iter().filter(|r| r.0 != "<rest>").count();
-            if whole >= n && !responses.iter().any(|r| r.0 == "<rest>") {
-                return responses;
-            }
-            let read = stream.read(&mut buf).await.unwrap();
-            assert!(read > 0, "closed early: {:?}", responses_of(&got));
-            got.extend_from_slice(&buf[..read]);
-        }
-    })
-    .await
-    .expect("the server answers")
-}
-
-async fn one(addr: SocketAddr, raw: &str) -> RawResponse {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    exchange(&mut stream, raw, 1).await.remove(0)
 }
 
 fn header<'r>(response: &'r RawResponse, name: &str) -> Option<&'r str> {

@@ -10,6 +10,7 @@
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 #[path = "support/http_replies.rs"]
+#[allow(dead_code)]
 mod http_replies;
 
 use std::net::SocketAddr;

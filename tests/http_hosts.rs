@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http_replies::{RawResponse, responses_of};
+use http_replies::{exchange, one};
 use rpcwire::server::combined::Combined;
 use rpcwire::server::hosts::AllowedHosts;
 use rpcwire::server::http::{HttpService, Server};
@@ -70,27 +70,6 @@ async fn start(hosts: &[&str], own_http1: bool) -> TestServer {
     }
 }
 
-/// Writes `raw` and reads until `n` whole responses came.
-async fn exchange(stream: &mut TcpStream, raw: &[u8], n: usize) -> Vec<RawResponse> {
-    stream.write_all(raw).await.unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    tokio::time::timeout(HANG, async {
-        loop {
-            let responses = responses_of(&got);
-            let whole = responses.iter().filter(|r| r.0 != "<rest>").count();
-            if whole >= n && !responses.iter().any(|r| r.0 == "<rest>") {
-                return responses;
-            }
-            let read = stream.read(&mut buf).await.unwrap();
-            assert!(read > 0, "closed early: {:?}", responses_of(&got));
-            got.extend_from_slice(&buf[..read]);
-        }
-    })
-    .await
-    .expect("the server answers")
-}
-
 /// Whether the server closes `stream` (its end of stream, or a reset,
 /// read within the hang guard).
 async fn closed(stream: &mut TcpStream) -> bool {
@@ -107,11 +86,6 @@ fn post(host: Option<&str>) -> String {
         "POST / HTTP/1.1\r\n{host}content-type: application/json\r\ncontent-length: {}\r\n\r\n{CALL}",
         CALL.len()
     )
-}
-
-async fn one(addr: SocketAddr, raw: &str) -> RawResponse {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    exchange(&mut stream, raw.as_bytes(), 1).await.remove(0)
 }
 
 const LOCAL: [&str; 3] = ["localhost", "127.0.0.1", "::1"];

@@ -1,6 +1,6 @@
 //! Reading raw HTTP/1.1 responses off a connection and summing them up
 //! for comparison (rpcwire's own HTTP/1.1 loop against hyper), shared by
-//! tests/http.rs and tests/http_h1_edges.rs.
+//! the HTTP test files.
 
 /// A response as compared: status, headers but `date` (lowercased,
 /// sorted), body.
@@ -61,4 +61,40 @@ pub fn request(head: &str, body: &str) -> String {
         "POST / HTTP/1.1\r\nhost: localhost\r\n{head}content-length: {}\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// How long [`exchange`] waits for the server: a hang guard, never a
+/// measurement.
+const EXCHANGE_HANG: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Writes `raw` on `stream` and reads until `n` whole responses came.
+pub async fn exchange(
+    stream: &mut tokio::net::TcpStream,
+    raw: impl AsRef<[u8]>,
+    n: usize,
+) -> Vec<RawResponse> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(raw.as_ref()).await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    tokio::time::timeout(EXCHANGE_HANG, async {
+        loop {
+            let responses = responses_of(&got);
+            let whole = responses.iter().filter(|r| r.0 != "<rest>").count();
+            if whole >= n && !responses.iter().any(|r| r.0 == "<rest>") {
+                return responses;
+            }
+            let read = stream.read(&mut buf).await.unwrap();
+            assert!(read > 0, "closed early: {:?}", responses_of(&got));
+            got.extend_from_slice(&buf[..read]);
+        }
+    })
+    .await
+    .expect("the server answers")
+}
+
+/// `raw` on a new connection to `addr`: its one response.
+pub async fn one(addr: std::net::SocketAddr, raw: &str) -> RawResponse {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    exchange(&mut stream, raw, 1).await.remove(0)
 }
