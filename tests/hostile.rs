@@ -173,6 +173,20 @@ struct Seen {
     resets: AtomicUsize,
 }
 
+impl Seen {
+    /// The GOAWAY's error code plus one once the server sent one, or 0
+    /// if none came within the hang guard.
+    async fn goaway_within_guard(&self) -> u32 {
+        let _ = tokio::time::timeout(HANG, async {
+            while self.goaway.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        self.goaway.load(Ordering::SeqCst)
+    }
+}
+
 /// A raw HTTP/2 client: the preface and an empty SETTINGS sent, the
 /// server's SETTINGS read and acknowledged; `settings` are the client's.
 async fn raw_h2(addr: SocketAddr, settings: &[(u16, u32)]) -> TcpStream {
@@ -415,15 +429,9 @@ async fn h2_rapid_reset_is_cut_off_and_others_are_served() {
         }
         sent += 100;
     }
-    let _ = tokio::time::timeout(HANG, async {
-        while seen.goaway.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let goaway = seen.goaway_within_guard().await;
     srv.serves_others().await;
     let peak = peak_since(base);
-    let goaway = seen.goaway.load(Ordering::SeqCst);
     eprintln!(
         "rapid reset: {sent} streams sent, goaway {:?}, peak {peak}, live +{}, frames seen {}, limits {}",
         goaway.checked_sub(1),
@@ -527,15 +535,9 @@ async fn h2_continuation_flood_is_cut_off() {
             break;
         }
     }
-    let _ = tokio::time::timeout(HANG, async {
-        while seen.goaway.load(Ordering::SeqCst) == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    let goaway = seen.goaway_within_guard().await;
     srv.serves_others().await;
     let peak = peak_since(base);
-    let goaway = seen.goaway.load(Ordering::SeqCst);
     eprintln!(
         "continuation flood: {sent} bytes sent, goaway {:?}, peak {peak}, header limit hits {}, flood {}",
         goaway.checked_sub(1),
