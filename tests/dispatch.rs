@@ -60,6 +60,14 @@ fn spec_dispatcher() -> Dispatcher<State> {
         .unwrap()
 }
 
+/// `d`'s reply to a request (id 1) of `method` with `params` (raw JSON).
+fn call_with(d: &Dispatcher<()>, method: &str, params: &str) -> Value {
+    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
+    let mut out = Vec::new();
+    d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+    serde_json::from_slice(&out).unwrap()
+}
+
 fn run(d: &Dispatcher<State>, input: &[u8]) -> Option<Value> {
     let mut conn = Connection::new();
     let mut out = Vec::new();
@@ -855,12 +863,7 @@ fn positional_params_into_a_struct_read_as_a_tuple_does() {
         })
         .build()
         .unwrap();
-    let ask = |method: &str, params: &str| -> Value {
-        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
-        let mut out = Vec::new();
-        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
-        serde_json::from_slice(&out).unwrap()
-    };
+    let ask = |method: &str, params: &str| call_with(&d, method, params);
     for (params, want) in [
         (r#"["ada","us",3]"#, "ada@us/3"),
         (r#"["ada","us"]"#, "ada@us/10"),
@@ -928,12 +931,7 @@ fn a_borrowed_str_without_an_arena_is_the_servers_error() {
         })
         .build()
         .unwrap();
-    let ask = |method: &str, params: &str| -> Value {
-        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
-        let mut out = Vec::new();
-        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
-        serde_json::from_slice(&out).unwrap()
-    };
+    let ask = |method: &str, params: &str| call_with(&d, method, params);
     assert_eq!(ask("view", r#"["ab"]"#)["result"], 2);
     assert_eq!(ask("arena", r#"["a\u0062"]"#)["result"], 2);
     let r = ask("view", r#"["a\u0062"]"#);
