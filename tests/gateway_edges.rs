@@ -1264,13 +1264,7 @@ async fn long_answers_are_gzipped_for_clients_that_accept_it() {
              content-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
         );
-        let mut stream = TcpStream::connect(gw.addr).await.unwrap();
-        stream.write_all(raw.as_bytes()).await.unwrap();
-        let mut got = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got))
-            .await
-            .expect("answered")
-            .unwrap();
+        let got = send_until_closed(gw.addr, &raw).await;
         let split = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
         let head = String::from_utf8(got[..split].to_vec())
             .unwrap()
@@ -1341,13 +1335,7 @@ async fn long_answers_are_gzipped_for_clients_that_accept_it() {
 async fn hosts_are_served_as_vhosts_says() {
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
     let ask = |addr: SocketAddr, raw: String| async move {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream.write_all(raw.as_bytes()).await.unwrap();
-        let mut got = Vec::new();
-        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got))
-            .await
-            .expect("answered")
-            .unwrap();
+        let got = send_until_closed(addr, &raw).await;
         String::from_utf8(got).unwrap().to_ascii_lowercase()
     };
     let post = |host: &str| {
@@ -1389,4 +1377,17 @@ async fn hosts_are_served_as_vhosts_says() {
     let refused = args(&["--vhosts", "localhost:8545"]);
     assert!(refused.unwrap_err().contains("--vhosts: not a host name"));
     assert!(config::USAGE.contains("--vhosts LIST"));
+}
+
+/// Writes `raw` on a new connection to `addr` and reads until the server
+/// closes it (a hang guard of ten seconds, never a measurement).
+async fn send_until_closed(addr: SocketAddr, raw: &str) -> Vec<u8> {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut got))
+        .await
+        .expect("answered")
+        .unwrap();
+    got
 }
