@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use combined_server::{CombinedServer, StartCombined};
-use http_replies::{RawResponse, exchange, one, request};
+use http_replies::{RawResponse, exchange, h2_client, one, request};
 use rpcwire::server::cors::Cors;
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::ws::WsServer;
@@ -386,16 +386,8 @@ async fn pipelined_browser_and_plain_requests_are_answered_in_order() {
 #[tokio::test]
 async fn http2_requests_follow_the_policy() {
     use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     let server = start(Some(Cors::origins([APP]).unwrap()), true).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<bytes::Bytes>>(
-        TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = h2_client(server.addr).await;
     let post = |origin: &str| {
         http::Request::post("/")
             .header("origin", origin)

@@ -4,10 +4,15 @@
 //! 127.0.0.1; deadlines only detect hangs.
 #![cfg(feature = "http")]
 
+#[path = "support/http_replies.rs"]
+#[allow(dead_code)]
+mod http_replies;
+
 use std::io::Read as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use http_replies::h2_client;
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Dispatcher};
@@ -291,16 +296,8 @@ async fn compressed_and_plain_answers_share_a_connection() {
 #[tokio::test]
 async fn http2_answers_are_compressed_too() {
     use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     let server = start(Some(MIN_LEN), true).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<bytes::Bytes>>(
-        TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = h2_client(server.addr).await;
     let request = http::Request::post("/")
         .header("content-type", "application/json")
         .header("accept-encoding", "gzip")

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http_replies::{exchange, one};
+use http_replies::{exchange, h2_client, one};
 use rpcwire::server::combined::Combined;
 use rpcwire::server::hosts::AllowedHosts;
 use rpcwire::server::http::{HttpService, Server};
@@ -195,16 +195,8 @@ async fn a_star_allows_any_host() {
 #[tokio::test]
 async fn http2_authorities_are_checked() {
     use http_body_util::{BodyExt, Full};
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     let server = start(&LOCAL, true).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::handshake::<_, _, Full<bytes::Bytes>>(
-        TokioExecutor::new(),
-        TokioIo::new(stream),
-    )
-    .await
-    .unwrap();
-    tokio::spawn(conn);
+    let mut sender = h2_client(server.addr).await;
     let post = |uri: &str| {
         http::Request::post(uri)
             .header("content-type", "application/json")

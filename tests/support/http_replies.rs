@@ -98,3 +98,19 @@ pub async fn one(addr: std::net::SocketAddr, raw: &str) -> RawResponse {
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     exchange(&mut stream, raw, 1).await.remove(0)
 }
+
+/// An HTTP/2 client connection (prior knowledge, as `h2c`) to `addr`,
+/// its connection task spawned.
+pub async fn h2_client(
+    addr: std::net::SocketAddr,
+) -> hyper::client::conn::http2::SendRequest<http_body_util::Full<bytes::Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
+}
