@@ -1359,7 +1359,7 @@ async fn hosts_are_served_as_vhosts_says() {
     assert!(text.contains("host not allowed"), "{text}");
     let text = ask(gw.addr, upgrade("attacker.example")).await;
     assert!(text.starts_with("http/1.1 403"), "{text}");
-    for host in [local.as_str(), "127.0.0.1", "[::1]:8545"] {
+    for host in [local.as_str(), "127.0.0.1", "[::1]:8545", "192.0.2.7"] {
         let text = ask(gw.addr, post(host)).await;
         assert!(text.starts_with("http/1.1 200"), "{host}: {text}");
         assert!(text.ends_with(r#""result":"0x7a69"}"#), "{text}");
@@ -1372,8 +1372,10 @@ async fn hosts_are_served_as_vhosts_says() {
     let listed = start(args(&["--vhosts", "node.example.org,localhost"]).unwrap()).await;
     let text = ask(listed.addr, post("NODE.example.org:443")).await;
     assert!(text.starts_with("http/1.1 200"), "{text}");
-    let text = ask(listed.addr, post("127.0.0.1")).await;
+    let text = ask(listed.addr, post("other.example.org")).await;
     assert!(text.starts_with("http/1.1 403"), "{text}");
+    let text = ask(listed.addr, post("127.0.0.1")).await;
+    assert!(text.starts_with("http/1.1 200"), "{text}");
     let refused = args(&["--vhosts", "localhost:8545"]);
     assert!(refused.unwrap_err().contains("--vhosts: not a host name"));
     assert!(config::USAGE.contains("--vhosts LIST"));

@@ -53,13 +53,13 @@ usage: gateway [options]
                         Without it browsers' cross-origin calls are refused;
                         with it, other pages' preflights and upgrades get 403
   --vhosts LIST         the host names the port answers to, comma-separated
-                        (default localhost,127.0.0.1,::1; * for any), as
-                        geth's --http.vhosts: HTTP requests and WebSocket
-                        upgrades whose Host (port aside) is not listed get
-                        403, so that a web page whose domain was made to
-                        resolve to this address (DNS rebinding) cannot call
-                        it. Listening on another address, list the names
-                        clients reach it by (or *)
+                        (default localhost; * for any), as geth's
+                        --http.vhosts: HTTP requests and WebSocket upgrades
+                        whose Host (port aside) is neither listed nor an IP
+                        address get 403, so that a web page whose domain was
+                        made to resolve to this address (DNS rebinding)
+                        cannot call it. Behind a proxy or a DNS name, list
+                        the names clients reach it by (or *)
   --gzip BYTES          compress answers of at least BYTES with gzip for
                         clients that accept it (Accept-Encoding: gzip, as
                         web3.py, ethers and curl --compressed send), as geth
@@ -183,10 +183,10 @@ pub struct Config {
     pub state_blocks: u64,
 }
 
-/// `--vhosts`' default: geth's `localhost`, and the loopback addresses
-/// the gateway listens on by default, as clients given
-/// `http://127.0.0.1:8545` send them.
-pub const DEFAULT_VHOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+/// `--vhosts`' default: geth's `localhost` (addresses, such as the
+/// `127.0.0.1` clients given `http://127.0.0.1:8545` send, are always
+/// served).
+pub const DEFAULT_VHOSTS: [&str; 1] = ["localhost"];
 
 fn default_vhosts() -> rpcwire::server::hosts::AllowedHosts {
     rpcwire::server::hosts::AllowedHosts::list(DEFAULT_VHOSTS).expect("valid host names")

@@ -15,6 +15,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | its host listed (`Host`, or the request target's authority: HTTP/2's `:authority`, an absolute-form target), any port, any case | as without the check |
+//! | its host an IP address (`127.0.0.1`, `[::1]`, `192.0.2.7:8545`), listed or not | as without the check: rebinding needs a name, so a request naming an address is not a rebound page's (geth lets them through too) |
 //! | its host not listed | `403`, a -32600 body naming the host, before the body is read (the connection closes after it); counted as [`LimitKind::Host`](super::LimitKind::Host) |
 //! | HTTP/1.1 without `Host`, or with more than one | `400`, a -32600 body (RFC 9112 §3.2); counted the same |
 //! | HTTP/1.0 or HTTP/2 naming no host | as without the check: no browser sends one, so it cannot be a rebound page's (geth lets them through too) |
@@ -27,8 +28,8 @@
 //! them after an upgrade. Turn it on for a server on a loopback or private
 //! address that browsers on the same machine or network can reach (a
 //! development node, a wallet's or signer's local endpoint): list the
-//! names clients use (`localhost`, `127.0.0.1`, `::1`, the server's own
-//! domain). A server that answers to any name (public endpoints, behind a
+//! names clients use (`localhost`, the server's own domain; addresses
+//! need no listing). A server that answers to any name (public endpoints, behind a
 //! proxy that checks it) needs none.
 
 use std::net::Ipv6Addr;
@@ -37,9 +38,11 @@ use std::net::Ipv6Addr;
 ///
 /// ```
 /// use rpcwire::server::hosts::AllowedHosts;
-/// let hosts = AllowedHosts::list(["localhost", "127.0.0.1", "::1"])?;
+/// let hosts = AllowedHosts::list(["localhost"])?;
 /// assert!(hosts.allows(b"localhost:8545"));
 /// assert!(hosts.allows(b"LOCALHOST"));
+/// // Addresses are not names a page can rebind: always allowed.
+/// assert!(hosts.allows(b"127.0.0.1:8545"));
 /// assert!(hosts.allows(b"[::1]:8545"));
 /// assert!(!hosts.allows(b"attacker.example"));
 /// assert!(AllowedHosts::list(["*"])?.allows(b"attacker.example"));
@@ -115,26 +118,32 @@ impl AllowedHosts {
     }
 
     /// Whether a request for `host` (a `Host` header's value or a target's
-    /// authority: `name`, `name:port`, `[v6]`, `[v6]:port`) is allowed.
+    /// authority: `name`, `name:port`, `[v6]`, `[v6]:port`) is allowed:
+    /// a listed name, or any IP address (DNS rebinding needs a name).
     pub fn allows(&self, host: &[u8]) -> bool {
         let Some(list) = &self.hosts else {
             return true;
         };
         match host_name(host) {
-            Some(Name::Plain(name)) => list.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name)),
-            Some(Name::V6(addr)) => {
-                let addr = addr.to_string();
-                list.iter().any(|h| **h == *addr)
+            Some(Name::Plain(name)) => {
+                is_ipv4(name) || list.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name))
             }
+            Some(Name::V6) => true,
             None => false,
         }
     }
 }
 
+/// Whether `name` is an IPv4 address in dotted form (`127.0.0.1`).
+fn is_ipv4(name: &[u8]) -> bool {
+    std::str::from_utf8(name).is_ok_and(|s| s.parse::<std::net::Ipv4Addr>().is_ok())
+}
+
 /// A host's name without its port.
 enum Name<'a> {
     Plain(&'a [u8]),
-    V6(Ipv6Addr),
+    /// An IPv6 literal (any is allowed: rebinding needs a name).
+    V6,
 }
 
 /// `host`'s name, or `None` when it is not `name[:port]` or `[v6][:port]`
@@ -147,8 +156,8 @@ fn host_name(host: &[u8]) -> Option<Name<'_>> {
         if !after.is_empty() && !after.strip_prefix(b":").is_some_and(port_ok) {
             return None;
         }
-        let addr = std::str::from_utf8(inside).ok()?.parse().ok()?;
-        return Some(Name::V6(addr));
+        std::str::from_utf8(inside).ok()?.parse::<Ipv6Addr>().ok()?;
+        return Some(Name::V6);
     }
     let (name, port) = match host.iter().position(|&b| b == b':') {
         Some(i) => (&host[..i], &host[i + 1..]),
@@ -206,6 +215,10 @@ mod tests {
             b"[::1]",
             b"[::1]:8545",
             b"[0::1]:80",
+            // Addresses, listed or not.
+            b"[::2]:8545",
+            b"127.0.0.2",
+            b"192.0.2.7:8545",
         ] {
             assert!(hosts.allows(good), "{}", String::from_utf8_lossy(good));
         }
@@ -217,10 +230,13 @@ mod tests {
             b"localhost:85x",
             b"localhost:8545:1",
             b"[::1]x",
-            b"[::2]:8545",
             b"[::1",
             b"::1",
-            b"127.0.0.2",
+            // Not addresses: names (a page can rebind them).
+            b"127.0.0.256",
+            b"127.1",
+            b"0x7f.0.0.1",
+            b"1.2.3.4.example",
         ] {
             assert!(!hosts.allows(bad), "{}", String::from_utf8_lossy(bad));
         }
