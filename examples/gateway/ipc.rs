@@ -15,14 +15,17 @@
 //! socket is 0600 too, made so between `bind` and `listen`: a client of
 //! another user cannot connect in between (geth's `chmod` after `listen`
 //! leaves a moment when the umask's permissions hold). It is bound under
-//! a temporary name and linked to the path once it listens, so that
-//! gateways starting at once on one path never take each other's socket
-//! for a stale one ([`listen`]); such names left by gateways killed while
-//! starting are removed by the next ([`remove_leftovers`]). Missing
-//! directories of the path are made 0751, as geth makes them.
+//! a temporary name and linked to the path once it listens; gateways
+//! starting or stopping at once on one path take turns, holding a lock
+//! on its directory, so that none takes another's socket for a stale one
+//! ([`listen`], [`DirLock`]); temporary names left by gateways killed
+//! while starting are removed by the next ([`remove_leftovers`]).
+//! Missing directories of the path are made 0751, as geth makes them.
 
 use std::fmt;
+use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -52,6 +55,10 @@ impl Socket {
     /// Removes the socket file if it is still the one bound. Idempotent;
     /// call it before `std::process::exit`, which runs no destructors.
     pub fn remove(&self) {
+        // Held from the look to the removal: a gateway starting now may
+        // have found this socket stale (its listener closed) and be about
+        // to put its own at the path.
+        let _turn = DirLock::take(&self.path);
         if let Ok(m) = std::fs::symlink_metadata(&self.path)
             && (m.dev(), m.ino()) == self.id
         {
@@ -76,12 +83,14 @@ impl Drop for Socket {
 ///
 /// The socket is bound, made 0600 and listening under a temporary name
 /// in the same directory (`.<pid in hex>`) before it appears at `path`
-/// by `link`, which fails when anything is there: two gateways starting
-/// at once on one path cannot both take it, and neither can take the
-/// other's live socket for a stale one (probing, then removing, then
-/// binding left a moment in which the second removed the first's socket
-/// and bound its own). A listener keeps listening when its first name
+/// by `link`, which fails when anything is there: no process ever finds
+/// the path empty while a socket is replaced, nor a socket there that
+/// does not listen yet. A listener keeps listening when its first name
 /// is unlinked: the temporary name is removed before this returns.
+/// Probing what is at the path, removing it when stale and linking are
+/// done holding the directory's [`DirLock`]: two gateways starting at
+/// once on one path cannot both take it, and neither can take the
+/// other's live socket for a stale one.
 pub fn listen(
     path: &Path,
 ) -> Result<(tokio::net::UnixListener, Socket), Box<dyn std::error::Error>> {
@@ -119,7 +128,10 @@ pub fn listen(
     std::fs::set_permissions(&tmp.0, std::fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("--ipc {shown}: {e}"))?;
     socket.listen(1024)?;
-    take(path, &tmp.0)?;
+    {
+        let _turn = DirLock::take(path);
+        take(path, &tmp.0)?;
+    }
     // From here on the file at `path` is ours: removed on every way out.
     let file = Socket {
         path: path.to_path_buf(),
@@ -133,8 +145,9 @@ pub fn listen(
 
 /// Links the listening socket at `tmp` to `path`: at once when nothing
 /// is there; after removing a stale socket when one is (twice more at
-/// most, when other gateways starting at the same time race for it);
-/// never over a live one or anything but a socket.
+/// most, when a process that takes no [`DirLock`] races for the path);
+/// never over a live one or anything but a socket. Called holding the
+/// directory's lock.
 fn take(path: &Path, tmp: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let shown = path.display();
     for _ in 0..3 {
@@ -164,7 +177,7 @@ fn take(path: &Path, tmp: &Path) -> Result<(), Box<dyn std::error::Error>> {
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 remove_stale(path, (m.dev(), m.ino()))?;
             }
-            // Gone since it was looked at (another gateway moved it aside).
+            // Gone since it was looked at (removed by its owner).
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(format!("--ipc {shown}: cannot tell whether it is in use: {e}").into());
@@ -178,71 +191,114 @@ fn take(path: &Path, tmp: &Path) -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Removes the stale socket `stale` (device, inode) from `path`, and
-/// nothing else: another gateway starting now may have removed it and
-/// linked its live socket there since it was probed. Moved aside first
-/// (`rename` moves whatever is there at that instant), then removed if
-/// it is the one probed, else put back.
+/// nothing else: called holding the directory's [`DirLock`], so no other
+/// gateway has put its socket there since the probe; the file is looked
+/// at again for a process that takes no lock (it is then left, and
+/// `take` probes whatever is there).
 fn remove_stale(path: &Path, stale: (u64, u64)) -> Result<(), Box<dyn std::error::Error>> {
-    let shown = path.display();
-    let aside = sibling(path, "stale.tmp");
-    match std::fs::rename(path, &aside) {
-        Ok(()) => {}
-        // Removed by another gateway already.
+    let there = match std::fs::symlink_metadata(path) {
+        Ok(m) => (m.dev(), m.ino()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("--ipc {shown}: removing the stale socket: {e}").into()),
+        Err(e) => return Err(format!("--ipc {}: {e}", path.display()).into()),
+    };
+    if there == stale {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(
+                    format!("--ipc {}: removing the stale socket: {e}", path.display()).into(),
+                );
+            }
+        }
     }
-    let moved = std::fs::symlink_metadata(&aside).map(|m| (m.dev(), m.ino()));
-    if moved.as_ref().is_ok_and(|&id| id != stale) {
-        // Another gateway's socket, linked after the probe: put back.
-        // (Failing only if a third one linked its own meanwhile, which
-        // then serves the path.)
-        let _ = std::fs::hard_link(&aside, path);
-    }
-    let _ = std::fs::remove_file(&aside);
     Ok(())
 }
 
-/// A name in `path`'s directory for this process: `PATH.<pid>.<what>`.
-fn sibling(path: &Path, what: &str) -> PathBuf {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{}.{what}", std::process::id()));
-    path.with_file_name(name)
+/// An exclusive `flock(2)` on the directory holding a socket's path,
+/// held while a gateway looks at what is at the path and replaces or
+/// removes it. Without it, a gateway could move a stale socket aside (or
+/// remove it) just as another, having done so first, linked its live
+/// one there: one gateway then served a socket no longer reachable at
+/// the path while it said it served there (seen once in CI, eight
+/// gateways started at once on a stale socket's path). Released when
+/// dropped, and by the kernel when the process dies (a gateway killed
+/// holding it blocks nobody).
+///
+/// The directory itself is locked, so no lock file is left beside the
+/// socket. A directory this user cannot open (execute permission only)
+/// is not locked, nor one some other program keeps locked for more than
+/// [`DirLock::PATIENCE`] (a gateway holds it for a few system calls):
+/// such gateways then take turns only as `link` makes them, which a live
+/// socket never loses to (its probe connects) but a stale one's removal
+/// may race.
+struct DirLock {
+    _held: Option<File>,
+}
+
+impl DirLock {
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+    fn take(path: &Path) -> DirLock {
+        let Ok(dir) = File::open(directory(path)) else {
+            return DirLock { _held: None };
+        };
+        let deadline = std::time::Instant::now() + Self::PATIENCE;
+        loop {
+            // SAFETY: `dir` owns the open descriptor for the whole call;
+            // flock(2) reads and writes no memory of this process.
+            if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return DirLock { _held: Some(dir) };
+            }
+            let busy = match io::Error::last_os_error().kind() {
+                io::ErrorKind::WouldBlock => true,
+                io::ErrorKind::Interrupted => false,
+                _ => return DirLock { _held: None },
+            };
+            if busy {
+                if std::time::Instant::now() >= deadline {
+                    return DirLock { _held: None };
+                }
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+    }
+}
+
+/// The directory holding `path` (`.` for a bare file name).
+fn directory(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 /// Removes, from `path`'s directory, the sockets that gateways killed
-/// while starting left there: under a temporary name (`.<pid in hex>`,
-/// [`Temporary`]; between `bind` and `link`) or moved aside from `path`
-/// (`PATH.<pid>.stale.tmp`, [`remove_stale`]). Each would stay for ever:
+/// while starting left there under a temporary name (`.<pid in hex>`,
+/// [`Temporary`]; between `bind` and `link`). Each would stay for ever:
 /// only a process with that id looks at that name again.
 ///
-/// Only names of exactly those forms (the pid written as this code
-/// writes it, no leading zero), only sockets (a file or a symbolic link
-/// of that name is left, and a link is never followed), only when no
-/// process with that id runs (`/proc/<pid>`; on systems without `/proc`
-/// nothing is removed, as nothing can be told) and nobody listens there
-/// (a program of another kind that happens to use such a name keeps a
+/// Only names of exactly that form (the pid written as this code writes
+/// it, no leading zero), only sockets (a file or a symbolic link of that
+/// name is left, and a link is never followed), only when no process
+/// with that id runs (`/proc/<pid>`; on systems without `/proc` nothing
+/// is removed, as nothing can be told) and nobody listens there (a
+/// program of another kind that happens to use such a name keeps a
 /// socket it serves). A gateway starting now in the same directory runs,
 /// so its temporary is left. The temporary name does not name `path`
 /// (it must stay short to fit a socket's address), so one left by a
 /// gateway on another path of the directory is removed too: a file of
 /// the same kind, as stale.
 fn remove_leftovers(path: &Path) {
-    let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
-        return;
-    };
     if !Path::new("/proc/self").exists() {
         return;
     }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = std::fs::read_dir(directory(path)) else {
         return;
     };
     for entry in entries.flatten() {
         let file = entry.file_name();
-        let Some(pid) = file.to_str().and_then(|f| leftover_pid(name, f)) else {
+        let Some(pid) = file.to_str().and_then(leftover_pid) else {
             continue;
         };
         if Path::new(&format!("/proc/{pid}")).exists() {
@@ -266,29 +322,19 @@ fn remove_leftovers(path: &Path) {
     }
 }
 
-/// The process id in `file`, when it is the name of a temporary of a
-/// gateway on the path named `name` ([`remove_leftovers`]): `.<pid in
-/// hex>` or `<name>.<pid>.stale.tmp`, each pid as it is written here.
-fn leftover_pid(name: &str, file: &str) -> Option<u32> {
-    fn pid(digits: &str, radix: u32) -> Option<u32> {
-        let canonical = !digits.is_empty()
-            && !digits.starts_with('0')
-            && digits.bytes().all(|b| match radix {
-                16 => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
-                _ => b.is_ascii_digit(),
-            });
-        canonical
-            .then(|| u32::from_str_radix(digits, radix).ok())
-            .flatten()
-    }
-    if let Some(hex) = file.strip_prefix('.') {
-        return pid(hex, 16);
-    }
-    let decimal = file
-        .strip_prefix(name)?
-        .strip_prefix('.')?
-        .strip_suffix(".stale.tmp")?;
-    pid(decimal, 10)
+/// The process id in `file`, when it is a gateway's temporary name
+/// ([`remove_leftovers`]): `.<pid in hex>`, the pid as [`Temporary`]
+/// writes it (lower case, no leading zero).
+fn leftover_pid(file: &str) -> Option<u32> {
+    let hex = file.strip_prefix('.')?;
+    let canonical = !hex.is_empty()
+        && !hex.starts_with('0')
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    canonical
+        .then(|| u32::from_str_radix(hex, 16).ok())
+        .flatten()
 }
 
 /// The temporary name the socket is bound at, removed when dropped.
