@@ -1,7 +1,8 @@
 //! Hostile HTTP/2 and WebSocket clients against running servers on
 //! 127.0.0.1, written frame by frame, while a well-behaved client on
 //! another connection keeps being served: bodies that announce the limit
-//! and send two bytes, streams at the cap holding bodies just under the
+//! and send two bytes (on HTTP/2 streams and HTTP/1.1 connections),
+//! streams at the cap holding bodies just under the
 //! limit, rapid reset, PING / SETTINGS / CONTINUATION floods, a client
 //! that gives the server no flow-control window; a WebSocket message in
 //! one-byte frames, empty continuation frames, bad close codes, a frame
@@ -599,6 +600,74 @@ async fn h2_a_client_that_gives_no_window_is_closed_as_idle() {
         seen.goaway.load(Ordering::SeqCst).checked_sub(1)
     );
     drop(w);
+    srv.stop().await;
+}
+
+/// The same attack on HTTP/1.1 (served by rpcwire's own loop): a head
+/// announcing the limit, then two bytes of body. The loop reserved the
+/// whole announced length as soon as the body was awaited, so each such
+/// connection held `max_message_len` of heap for a few bytes of traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h1_bodies_announcing_the_limit_cost_what_arrived_not_what_was_announced() {
+    let _serial = SERIAL.lock().await;
+    const CONNECTIONS: usize = 64;
+    const LIMIT: usize = 1 << 20;
+    let srv = start_http(Limits {
+        max_message_len: LIMIT,
+        ..Limits::default()
+    })
+    .await;
+    let base = start_peak();
+    let mut held = Vec::new();
+    for _ in 0..CONNECTIONS {
+        let mut tcp = TcpStream::connect(srv.addr).await.unwrap();
+        let head = format!(
+            "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {LIMIT}\r\n\r\n[ "
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        held.push(tcp);
+    }
+    heap_settled().await;
+    srv.serves_others().await;
+    let peak = peak_since(base);
+    eprintln!("{CONNECTIONS} HTTP/1.1 bodies announcing {LIMIT} bytes, 2 sent: peak {peak}");
+    // 64 connections x 1 MiB announced: 64 MiB reserved for 128 bytes.
+    assert!(
+        peak < 4 << 20,
+        "{peak} bytes of heap at the peak for {CONNECTIONS} connections of 2 bytes of body each"
+    );
+    // The bodies, once they arrive, are still read and answered: the
+    // first one, a batch of one call padded with spaces to the limit.
+    let call = r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":["whole"]}]"#;
+    let body = format!("{call}{}", " ".repeat(LIMIT - 2 - call.len()));
+    let mut reply = Vec::new();
+    let tcp = &mut held[0];
+    tcp.write_all(body.as_bytes()).await.unwrap();
+    let mut chunk = [0u8; 4096];
+    while !reply.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(HANG, tcp.read(&mut chunk))
+            .await
+            .expect("an answer")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&reply));
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    while !reply.ends_with(b"]") {
+        let n = tokio::time::timeout(HANG, tcp.read(&mut chunk))
+            .await
+            .expect("the reply's body")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&reply));
+        reply.extend_from_slice(&chunk[..n]);
+    }
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.ends_with(r#"[{"jsonrpc":"2.0","id":1,"result":"whole"}]"#),
+        "{text}"
+    );
+    drop(held);
     srv.stop().await;
 }
 

@@ -546,9 +546,16 @@ impl Own {
     }
 
     /// Reads what the socket has (at least 1 byte, or 0 at its end), with
-    /// room for `want` bytes in all when more than a read's worth.
+    /// room for up to `want` bytes in all: growing with what arrived (at
+    /// most doubling what the buffer holds), never by the whole of what a
+    /// `Content-Length` announces, so that a client announcing the limit
+    /// and sending a few bytes holds a read's worth of heap, not the
+    /// limit's (the doubling keeps a large body's copies linear).
     async fn fill(&mut self, phase: Phase, want: usize) -> Result<usize, Stop> {
-        let room = want.saturating_sub(self.buf.len()).max(READ_CHUNK);
+        let room = want
+            .saturating_sub(self.buf.len())
+            .min(self.buf.len())
+            .max(READ_CHUNK);
         if self.buf.capacity() - self.buf.len() < room / 2 {
             self.buf.reserve(room);
         }
