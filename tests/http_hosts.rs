@@ -3,8 +3,10 @@
 //! any case, IPv6 literals too; others refused `403` before their body is
 //! read and counted; HTTP/1.1 without one `Host` refused `400`; `*` checks
 //! nothing. On rpcwire's own HTTP/1.1 loop and on hyper's path, over
-//! HTTP/2, and for WebSocket upgrades on the port serving both. Raw HTTP
-//! over 127.0.0.1; deadlines only detect hangs.
+//! HTTP/2, for WebSocket upgrades on the port serving both, and for the
+//! opening handshakes of a WebSocket server on a port of its own
+//! (`WsServer::allowed_hosts`). Raw HTTP over 127.0.0.1; deadlines only
+//! detect hangs.
 
 #[path = "support/http_replies.rs"]
 #[allow(dead_code)]
@@ -252,4 +254,85 @@ async fn websocket_upgrades_are_checked() {
         assert_eq!(&head, b"HTTP/1.1 101", "own loop {own}");
         assert_eq!(server.metrics.limit_count(LimitKind::Host), 1);
     }
+}
+
+/// A WebSocket server on a port of its own (`WsServer::serve`) checks its
+/// opening handshakes' `Host` as the HTTP service checks requests: listed
+/// names and addresses upgraded, other names `403`, no `Host` or two
+/// `400`, each refusal counted and no connection served for it.
+#[tokio::test]
+async fn a_websocket_server_of_its_own_checks_hosts() {
+    let d = Dispatcher::builder(())
+        .method("ping", |call: Call<'_, ()>| call.reply.str("pong"))
+        .build()
+        .unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let shutdown = Shutdown::new();
+    let ws = WsServer::new(d)
+        .metrics(Arc::clone(&metrics))
+        .shutdown(shutdown.clone())
+        .allowed_hosts(AllowedHosts::list(LOCAL).unwrap());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = tokio::spawn(async move { ws.serve(listener).await });
+
+    let refused = [
+        (
+            upgrade("attacker.example"),
+            "403 Forbidden",
+            "host not allowed",
+        ),
+        (
+            upgrade("localhost.attacker.example:80"),
+            "403 Forbidden",
+            "host not allowed",
+        ),
+        (
+            upgrade("").replace("host: \r\n", ""),
+            "400 Bad Request",
+            "exactly one Host",
+        ),
+        (
+            upgrade("localhost").replace(
+                "host: localhost\r\n",
+                "host: localhost\r\nhost: localhost\r\n",
+            ),
+            "400 Bad Request",
+            "exactly one Host",
+        ),
+    ];
+    for (n, (raw, status, why)) in refused.iter().enumerate() {
+        let r = one(addr, raw).await;
+        assert_eq!(r.0, *status, "{raw:?}: {r:?}");
+        assert!(r.2.contains(why), "{r:?}");
+        let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{r:?}");
+        assert_eq!(metrics.limit_count(LimitKind::Host), n as u64 + 1);
+    }
+    let body = one(addr, &upgrade("attacker.example")).await.2;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["data"]["host"], "attacker.example", "{body}");
+
+    for host in [
+        format!("localhost:{}", addr.port()),
+        "LOCALHOST".to_string(),
+        addr.to_string(),
+        "[::1]:8545".to_string(),
+    ] {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(upgrade(&host).as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(HANG, stream.read_exact(&mut head))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert_eq!(&head, b"HTTP/1.1 101", "{host}");
+    }
+    assert_eq!(metrics.limit_count(LimitKind::Host), 5);
+    shutdown.trigger();
+    tokio::time::timeout(HANG, served)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
 }

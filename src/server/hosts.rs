@@ -1,5 +1,6 @@
 //! Which host names a server answers to: the `Host` allowlist that stops
-//! DNS rebinding (feature `http`), geth's `--http.vhosts`.
+//! DNS rebinding (features `http` and `ws`), geth's `--http.vhosts` and
+//! `--ws.origins`' companion for hosts.
 //!
 //! A web page cannot call a server on `127.0.0.1` across origins without
 //! CORS allowing it, but it can make its own domain resolve to
@@ -9,8 +10,10 @@
 //! away is its `Host`: the attacker's domain. A server that lists the
 //! names it is reached by (`localhost`, its own domain) refuses the rest.
 //!
-//! With an [`AllowedHosts`] set on
-//! [`HttpService::allowed_hosts`](super::http::HttpService::allowed_hosts):
+//! With an [`AllowedHosts`] set on `HttpService::allowed_hosts` (feature
+//! `http`) or `WsServer::allowed_hosts` (feature `ws`, a WebSocket server
+//! on a port of its own: its opening handshakes are checked as an HTTP
+//! request is):
 //!
 //! | request | answer |
 //! | --- | --- |
@@ -19,7 +22,7 @@
 //! | its host not listed | `403`, a -32600 body naming the host, before the body is read (the connection closes after it); counted as [`LimitKind::Host`](super::LimitKind::Host) |
 //! | HTTP/1.1 without `Host`, or with more than one | `400`, a -32600 body (RFC 9112 §3.2); counted the same |
 //! | HTTP/1.0 or HTTP/2 naming no host | as without the check: no browser sends one, so it cannot be a rebound page's (geth lets them through too) |
-//! | a WebSocket upgrade on a combined port (`server::combined`) | the same, before the upgrade |
+//! | a WebSocket upgrade on a combined port (`server::combined`), or an opening handshake on a `WsServer`'s own port | the same, before the upgrade |
 //!
 //! Without one (the default) the host is not looked at. geth's default is
 //! `localhost`, which suits a node on a workstation; a library serves

@@ -29,8 +29,8 @@ pub mod combined;
 pub mod cors;
 #[cfg(feature = "http")]
 mod h1;
-#[cfg(feature = "http")]
-#[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+#[cfg(any(feature = "http", feature = "ws"))]
+#[cfg_attr(docsrs, doc(cfg(any(feature = "http", feature = "ws"))))]
 pub mod hosts;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -149,8 +149,8 @@ pub enum LimitKind {
     /// `SETTINGS_MAX_HEADER_LIST_SIZE` (a CONTINUATION flood: `h2` does
     /// not tell these apart).
     Flood,
-    /// An HTTP request refused by the `Host` allowlist
-    /// (`HttpService::allowed_hosts`, feature `http`):
+    /// An HTTP request or WebSocket handshake refused by the `Host`
+    /// allowlist (`HttpService::allowed_hosts`, `WsServer::allowed_hosts`):
     /// its host not listed (`403`), or an HTTP/1.1 request without one
     /// `Host` (`400`).
     Host,

@@ -131,6 +131,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes, http};
 
 use super::cors::Cors;
+use super::hosts::AllowedHosts;
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::dispatch::engine::ReplyGate;
@@ -200,6 +201,8 @@ pub struct WsServer<S = (), K = SyncOnly> {
     handshake_timeout: Duration,
     /// The pages allowed to open connections; `None`: any.
     origins: Option<Arc<Cors>>,
+    /// The host names handshakes may name; `None`: any.
+    hosts: Option<Arc<AllowedHosts>>,
 }
 
 impl<S, K> Clone for WsServer<S, K> {
@@ -213,6 +216,7 @@ impl<S, K> Clone for WsServer<S, K> {
             subscriptions: self.subscriptions.clone(),
             handshake_timeout: self.handshake_timeout,
             origins: self.origins.clone(),
+            hosts: self.hosts.clone(),
         }
     }
 }
@@ -240,6 +244,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             subscriptions: SubscriptionConfig::default(),
             handshake_timeout: Duration::from_secs(10),
             origins: None,
+            hosts: None,
         }
     }
 
@@ -294,6 +299,29 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// ```
     pub fn origins(mut self, cors: Cors) -> Self {
         self.origins = Some(Arc::new(cors));
+        self
+    }
+
+    /// Only opening handshakes naming one of `hosts` (in `Host`, any
+    /// port, any case) or an IP address are served: a page that made its
+    /// own domain resolve to this server's address (DNS rebinding) names
+    /// that domain, and gets `403` with a -32600 body naming it; a
+    /// handshake without one `Host` gets `400`. Both are counted as
+    /// [`LimitKind::Host`]. See [`hosts`](super::hosts) for when to turn
+    /// it on (a server on a loopback or private address that browsers can
+    /// reach); unlike [`origins`](WsServer::origins) it also guards against
+    /// pages whose origin is allowed but whose name is not this server's.
+    /// Default: any host. On a combined port (`server::combined`) the
+    /// HTTP service's list applies to upgrades.
+    ///
+    /// ```
+    /// # use rpcwire::{Call, Dispatcher, server::{hosts::AllowedHosts, ws::WsServer}};
+    /// # let d = Dispatcher::builder(()).method("ping", |c: Call<'_, ()>| c.reply.str("pong")).build()?;
+    /// let server = WsServer::new(d).allowed_hosts(AllowedHosts::list(["localhost"])?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.hosts = (!hosts.is_any()).then(|| Arc::new(hosts));
         self
     }
 
@@ -414,14 +442,16 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     {
         let opening = tokio::time::timeout(
             self.handshake_timeout,
-            open(&mut io, self.origins.as_deref()),
+            open(&mut io, self.origins.as_deref(), self.hosts.as_deref()),
         )
         .await;
         let (headers, early) = match opening {
             Ok(Ok(opened)) => opened,
             Ok(Err(e)) => {
-                if matches!(e.0, Kind::HeadTooLarge) {
-                    self.count(LimitKind::Header);
+                match e.0 {
+                    Kind::HeadTooLarge => self.count(LimitKind::Header),
+                    Kind::Host(_) => self.count(LimitKind::Host),
+                    _ => {}
                 }
                 return Err(e);
             }
@@ -581,6 +611,7 @@ const HEAD_TOO_LARGE: &str = "the request head is too large";
 async fn open<T>(
     io: &mut T,
     origins: Option<&Cors>,
+    hosts: Option<&AllowedHosts>,
 ) -> Result<(http::HeaderMap, Vec<u8>), HandshakeError>
 where
     T: AsyncRead + AsyncWrite + Unpin,
@@ -621,6 +652,27 @@ where
             }
         }
     };
+    if let Some(hosts) = hosts {
+        let mut named = request.headers().get_all(http::header::HOST).iter();
+        let refused = match (named.next(), named.next()) {
+            (Some(host), None) if hosts.allows(host.as_bytes()) => None,
+            (Some(host), None) => Some((
+                403,
+                super::hosts::forbidden_body(host.as_bytes()),
+                HOST_REFUSED,
+            )),
+            // RFC 6455 §4.1: a handshake sends one `Host`.
+            _ => Some((
+                400,
+                String::from_utf8_lossy(super::hosts::NO_HOST_BODY).into_owned(),
+                NO_ONE_HOST,
+            )),
+        };
+        if let Some((status, body, why)) = refused {
+            let _ = io.write_all(&http_error(status, &body, None)).await;
+            return Err(HandshakeError(Kind::Host(why)));
+        }
+    }
     if let Some(origin) = origins.and_then(|o| o.refuses(request.headers())) {
         let body = super::cors::forbidden_body(origin);
         let _ = io.write_all(&http_error(403, &body, None)).await;
@@ -697,6 +749,10 @@ fn refusal(status: u16, reason: &str, extra: Option<&str>) -> Vec<u8> {
 
 /// Why a handshake from a page of an origin not allowed failed.
 const ORIGIN_REFUSED: &str = "origin not allowed";
+/// Why a handshake naming a host not allowed failed.
+const HOST_REFUSED: &str = "host not allowed";
+/// Why a handshake without one `Host` failed, under a host allowlist.
+const NO_ONE_HOST: &str = "an opening handshake needs exactly one Host header";
 
 /// An HTTP error response with a JSON `body`, closing the connection.
 fn http_error(status: u16, body: &str, extra: Option<&str>) -> Vec<u8> {
@@ -745,6 +801,8 @@ enum Kind {
     Invalid(&'static str),
     /// A request head past [`MAX_HANDSHAKE_HEAD`].
     HeadTooLarge,
+    /// Refused by the host allowlist.
+    Host(&'static str),
     Rejected(tungstenite::Error),
 }
 
@@ -762,6 +820,7 @@ impl std::fmt::Display for HandshakeError {
             Kind::Io(e) => write!(f, "the WebSocket handshake failed: {e}"),
             Kind::Invalid(reason) => write!(f, "not a WebSocket handshake: {reason}"),
             Kind::HeadTooLarge => write!(f, "not a WebSocket handshake: {HEAD_TOO_LARGE}"),
+            Kind::Host(reason) => write!(f, "WebSocket handshake refused: {reason}"),
             Kind::Rejected(e) => write!(f, "not a WebSocket handshake: {e}"),
         }
     }
@@ -1556,7 +1615,7 @@ mod tests {
         let (client, mut server) = tokio::io::duplex(1);
         HEAD_PARSED.with(|parsed| parsed.set(0));
         let opened = async move {
-            let opened = open(&mut server, None).await;
+            let opened = open(&mut server, None, None).await;
             drop(server);
             opened
         };
