@@ -235,6 +235,19 @@ fn upgrade(host: &str) -> String {
     )
 }
 
+/// The first 12 bytes (version and status) of the answer to an upgrade
+/// for `host` sent to `addr`.
+async fn upgrade_status(addr: SocketAddr, host: &str) -> [u8; 12] {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(upgrade(host).as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    tokio::time::timeout(HANG, stream.read_exact(&mut head))
+        .await
+        .expect("answered")
+        .unwrap();
+    head
+}
+
 /// A rebound page's WebSocket upgrade names its own domain too.
 #[tokio::test]
 async fn websocket_upgrades_are_checked() {
@@ -243,14 +256,8 @@ async fn websocket_upgrades_are_checked() {
         let r = one(server.addr, &upgrade("attacker.example")).await;
         assert_eq!(r.0, "403 Forbidden", "own loop {own}: {r:?}");
         assert!(r.2.contains("host not allowed"), "{r:?}");
-        let mut stream = TcpStream::connect(server.addr).await.unwrap();
         let host = format!("localhost:{}", server.addr.port());
-        stream.write_all(upgrade(&host).as_bytes()).await.unwrap();
-        let mut head = [0u8; 12];
-        tokio::time::timeout(HANG, stream.read_exact(&mut head))
-            .await
-            .expect("answered")
-            .unwrap();
+        let head = upgrade_status(server.addr, &host).await;
         assert_eq!(&head, b"HTTP/1.1 101", "own loop {own}");
         assert_eq!(server.metrics.limit_count(LimitKind::Host), 1);
     }
@@ -319,14 +326,11 @@ async fn a_websocket_server_of_its_own_checks_hosts() {
         addr.to_string(),
         "[::1]:8545".to_string(),
     ] {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        stream.write_all(upgrade(&host).as_bytes()).await.unwrap();
-        let mut head = [0u8; 12];
-        tokio::time::timeout(HANG, stream.read_exact(&mut head))
-            .await
-            .expect("answered")
-            .unwrap();
-        assert_eq!(&head, b"HTTP/1.1 101", "{host}");
+        assert_eq!(
+            &upgrade_status(addr, &host).await,
+            b"HTTP/1.1 101",
+            "{host}"
+        );
     }
     assert_eq!(metrics.limit_count(LimitKind::Host), 5);
     shutdown.trigger();
