@@ -250,16 +250,12 @@ impl DirLock {
             if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
                 return DirLock { _held: Some(dir) };
             }
-            let busy = match io::Error::last_os_error().kind() {
-                io::ErrorKind::WouldBlock => true,
-                io::ErrorKind::Interrupted => false,
-                _ => return DirLock { _held: None },
-            };
-            if busy {
-                if std::time::Instant::now() >= deadline {
-                    return DirLock { _held: None };
+            match io::Error::last_os_error().kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
                 }
-                std::thread::sleep(std::time::Duration::from_millis(2));
+                _ => return DirLock { _held: None },
             }
         }
     }

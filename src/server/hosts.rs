@@ -137,6 +137,36 @@ impl AllowedHosts {
     }
 }
 
+/// Why [`AllowedHosts::refuses`] refuses a request.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Refusal<'r> {
+    /// Its host, not listed: `403`.
+    NotListed(&'r [u8]),
+    /// HTTP/1.1 without exactly one `Host` (RFC 9112 §3.2): `400`.
+    NoOneHost,
+}
+
+impl AllowedHosts {
+    /// Why `req` (an HTTP request, or a WebSocket opening handshake) is
+    /// refused, or `None` when it may be served: the host is its target's
+    /// authority (HTTP/2's `:authority`, an absolute-form target), else its
+    /// `Host`. An HTTP/1.0 or HTTP/2 request naming none is served: no
+    /// browser sends one, so it cannot be a rebound page's.
+    pub(crate) fn refuses<'r, B>(&self, req: &'r http::Request<B>) -> Option<Refusal<'r>> {
+        let mut named = req.headers().get_all(http::header::HOST).iter();
+        let (first, more) = (named.next(), named.next().is_some());
+        if req.version() == http::Version::HTTP_11 && (first.is_none() || more) {
+            return Some(Refusal::NoOneHost);
+        }
+        let host = match req.uri().authority() {
+            Some(authority) => authority.as_str().as_bytes(),
+            None if more => return Some(Refusal::NoOneHost),
+            None => first?.as_bytes(),
+        };
+        (!self.allows(host)).then_some(Refusal::NotListed(host))
+    }
+}
+
 /// Whether `name` is an IPv4 address in dotted form (`127.0.0.1`), as
 /// `Ipv4Addr`'s parser reads one: four decimal parts of one to three
 /// digits, each at most 255, none with a leading zero. Checked by hand:
@@ -200,7 +230,7 @@ pub(crate) fn forbidden_body(host: &[u8]) -> String {
 }
 
 /// The body of the `400` for an HTTP/1.1 request without one `Host`.
-pub(crate) const NO_HOST_BODY: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"an HTTP/1.1 request needs exactly one Host header"}}}"#;
+pub(crate) const NO_HOST_BODY: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"an HTTP/1.1 request needs exactly one Host header"}}}"#;
 
 #[cfg(test)]
 mod tests {
@@ -320,7 +350,7 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(v["error"]["code"], -32600);
         assert_eq!(v["error"]["data"]["host"], "a\"b.example");
-        let v: serde_json::Value = serde_json::from_slice(NO_HOST_BODY).unwrap();
+        let v: serde_json::Value = serde_json::from_str(NO_HOST_BODY).unwrap();
         assert_eq!(v["error"]["code"], -32600);
     }
 }

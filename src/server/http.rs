@@ -101,7 +101,7 @@ use tower_service::Service;
 
 use super::cors::Cors;
 use super::h1::LazyHeaders;
-use super::hosts::AllowedHosts;
+use super::hosts::{AllowedHosts, Refusal};
 use super::{LimitKind, Limits, Metrics, Shutdown};
 use crate::conn::{Connection, Context};
 use crate::dispatch::{Dispatcher, SyncOnly};
@@ -286,18 +286,14 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     /// The answer to a request the `Host` allowlist refuses (counted), or
     /// `None` when it may be served.
     pub(super) fn refuse_host<B>(&self, req: &Request<B>) -> Option<Response<ResponseBody>> {
-        let hosts = self.hosts.as_ref()?;
-        let response = match host_of(req) {
-            Ok(Some(host)) if hosts.allows(host) => return None,
-            Ok(Some(host)) => json_response(
+        let response = match self.hosts.as_ref()?.refuses(req)? {
+            Refusal::NotListed(host) => json_response(
                 StatusCode::FORBIDDEN,
                 Bytes::from(super::hosts::forbidden_body(host)),
             ),
-            // No browser sends a request without a host.
-            Ok(None) => return None,
-            Err(()) => json_response(
+            Refusal::NoOneHost => json_response(
                 StatusCode::BAD_REQUEST,
-                Bytes::from_static(super::hosts::NO_HOST_BODY),
+                Bytes::from_static(super::hosts::NO_HOST_BODY.as_bytes()),
             ),
         };
         if let Some(m) = &self.shared.metrics {
@@ -1207,26 +1203,6 @@ fn no_content() -> Response<ResponseBody> {
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     response
-}
-
-/// The host a request is for: its target's authority (HTTP/2's
-/// `:authority`, an absolute-form target), else its `Host`; `Ok(None)`
-/// for an HTTP/1.0 or HTTP/2 request naming none, `Err` for an HTTP/1.1
-/// request without exactly one `Host` (RFC 9112 §3.2, which a server must
-/// answer `400`).
-fn host_of<B>(req: &Request<B>) -> Result<Option<&[u8]>, ()> {
-    let mut hosts = req.headers().get_all(http::header::HOST).iter();
-    let (first, more) = (hosts.next(), hosts.next().is_some());
-    if req.version() == http::Version::HTTP_11 && (first.is_none() || more) {
-        return Err(());
-    }
-    if let Some(authority) = req.uri().authority() {
-        return Ok(Some(authority.as_str().as_bytes()));
-    }
-    if more {
-        return Err(());
-    }
-    Ok(first.map(HeaderValue::as_bytes))
 }
 
 /// `response`, saying the connection closes after it (HTTP/1.1; hyper

@@ -131,7 +131,7 @@ use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message, Utf8Bytes, http};
 
 use super::cors::Cors;
-use super::hosts::AllowedHosts;
+use super::hosts::{AllowedHosts, Refusal};
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::dispatch::engine::ReplyGate;
@@ -652,26 +652,14 @@ where
             }
         }
     };
-    if let Some(hosts) = hosts {
-        let mut named = request.headers().get_all(http::header::HOST).iter();
-        let refused = match (named.next(), named.next()) {
-            (Some(host), None) if hosts.allows(host.as_bytes()) => None,
-            (Some(host), None) => Some((
-                403,
-                super::hosts::forbidden_body(host.as_bytes()),
-                HOST_REFUSED,
-            )),
+    if let Some(refused) = hosts.and_then(|h| h.refuses(&request)) {
+        let (status, body, why) = match refused {
+            Refusal::NotListed(host) => (403, super::hosts::forbidden_body(host), HOST_REFUSED),
             // RFC 6455 §4.1: a handshake sends one `Host`.
-            _ => Some((
-                400,
-                String::from_utf8_lossy(super::hosts::NO_HOST_BODY).into_owned(),
-                NO_ONE_HOST,
-            )),
+            Refusal::NoOneHost => (400, super::hosts::NO_HOST_BODY.to_owned(), NO_ONE_HOST),
         };
-        if let Some((status, body, why)) = refused {
-            let _ = io.write_all(&http_error(status, &body, None)).await;
-            return Err(HandshakeError(Kind::Host(why)));
-        }
+        let _ = io.write_all(&http_error(status, &body, None)).await;
+        return Err(HandshakeError(Kind::Host(why)));
     }
     if let Some(origin) = origins.and_then(|o| o.refuses(request.headers())) {
         let body = super::cors::forbidden_body(origin);
