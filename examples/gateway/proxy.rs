@@ -175,20 +175,22 @@ async fn forward(call: AsyncCall<Gateway>) -> Forwarded {
 /// cache when kept there, else forwarded, and the result kept when it can
 /// no longer change (see [`crate::cache`]).
 async fn forward_cached(call: AsyncCall<Gateway>, method: &'static Method) -> Forwarded {
+    // `method.name` is the call's method (the name it was routed by),
+    // without `call.method()`'s UTF-8 check.
     let state = &call.state;
     let running = state.calls.enter();
     // Forwarded in place, not through `forward`: see `InFlight::enter`.
     let outcome = match (&state.cache, cache::keep(method, call.params.as_ref())) {
         (Some(cache), Some(keep)) => {
-            let key = cache::key(call.method(), params(&call));
+            let key = cache::key(method.name, params(&call));
             if let Some(result) = cache.get(&key) {
                 running.finish();
                 return Forwarded(Ok(Answer(result)));
             }
-            let forwarded = state.up.forward_from(call.method(), params(&call));
+            let forwarded = state.up.forward_from(method.name, params(&call));
             forward_and_keep(&call, cache, keep, key, forwarded).await
         }
-        _ => state.up.forward(call.method(), params(&call)).await,
+        _ => state.up.forward(method.name, params(&call)).await,
     };
     running.finish();
     Forwarded(outcome)
@@ -240,7 +242,7 @@ async fn forward_state(call: AsyncCall<Gateway>, method: &'static Method) -> For
     // the dispatcher's box for every call.
     let outcome = match (&state.cache, cache::keep(method, call.params.as_ref())) {
         (Some(cache), Some(keep)) => {
-            let key = cache::key(call.method(), params(&call));
+            let key = cache::key(method.name, params(&call));
             if let Some(result) = cache.get(&key) {
                 running.finish();
                 return Forwarded(Ok(Answer(result)));
@@ -262,18 +264,18 @@ async fn route_state(
 ) -> (Result<Answer, RpcError>, bool) {
     let up = &call.state.up;
     let Some(archive) = &call.state.archive else {
-        return up.forward_from(call.method(), params(call)).await;
+        return up.forward_from(method.name, params(call)).await;
     };
     if archive.route(up, method, call.params.as_ref()).await == Route::Archive {
         archive.count_routed();
-        return archive.forward(call.method(), params(call)).await;
+        return archive.forward(method.name, params(call)).await;
     }
-    let (outcome, first) = up.forward_from(call.method(), params(call)).await;
+    let (outcome, first) = up.forward_from(method.name, params(call)).await;
     match &outcome {
         // Once: the archive's answer, whatever it is, is the call's.
         Err(e) if archive::missing_state(e) => {
             archive.count_retried();
-            archive.forward(call.method(), params(call)).await
+            archive.forward(method.name, params(call)).await
         }
         _ => (outcome, first),
     }

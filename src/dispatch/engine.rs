@@ -82,10 +82,13 @@ type Span = tracing::Span;
 #[cfg(not(feature = "tracing"))]
 type Span = ();
 
-fn span_of(method: &str, id: Option<&[u8]>) -> Span {
+/// A call's span, `method` as it was validated (UTF-8): read as text only
+/// with the `tracing` feature (the check cost ~130 instructions per call
+/// on the gateway's path without it).
+fn span_of(method: &[u8], id: Option<&[u8]>) -> Span {
     #[cfg(feature = "tracing")]
     {
-        super::call_span(method, id)
+        super::call_span(core::str::from_utf8(method).unwrap_or_default(), id)
     }
     #[cfg(not(feature = "tracing"))]
     {
@@ -322,7 +325,7 @@ where
     Arc::new(move |call| -> Pin<Box<dyn PendingCall>> {
         // `()` without the `tracing` feature.
         #[cfg_attr(not(feature = "tracing"), allow(clippy::let_unit_value))]
-        let span = span_of(call.method(), call.id());
+        let span = span_of(&call.method, call.id());
         #[cfg(feature = "tracing")]
         let fut = span.in_scope(|| handler(call));
         #[cfg(not(feature = "tracing"))]
@@ -1998,10 +2001,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
             .and_then(|t| w.queued.unwrap_or(now).checked_add(t));
         // Its span names the call, as the handler's would have.
         let answer_now = |e: RpcError| -> Pin<Box<dyn PendingCall>> {
-            let method = core::str::from_utf8(&w.method).unwrap_or_default();
             Box::pin(Pending {
                 fut: std::future::ready(Err::<Done, RpcError>(e)),
-                span: span_of(method, w.id.as_deref()),
+                span: span_of(&w.method, w.id.as_deref()),
             })
         };
         let mut subs = Vec::new();
@@ -2329,8 +2331,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
             #[cfg(feature = "tracing")]
             {
-                let method = core::str::from_utf8(&w.method).unwrap_or_default();
-                super::record_outcome(&span_of(method, w.id.as_deref()), outcome);
+                super::record_outcome(&span_of(&w.method, w.id.as_deref()), outcome);
             }
             if let Some(observer) = &self.observer {
                 let method = core::str::from_utf8(&w.method).ok();
