@@ -476,6 +476,23 @@ fn misbehave() -> Script {
                 ok.len()
             )
             .into_bytes()),
+            // Lengths that are not digits only: a sign, a no-break space
+            // (U+00A0) after the digits.
+            "cl-plus" | "cl-nbsp" => {
+                let mut b = http("200 OK", &ok);
+                let at = b
+                    .windows(16)
+                    .position(|w| w == b"content-length: ")
+                    .unwrap()
+                    + 16;
+                let (at, odd) = if mode == "cl-plus" {
+                    (at, &b"+"[..])
+                } else {
+                    (at + ok.len().to_string().len(), "\u{a0}".as_bytes())
+                };
+                b.splice(at..at, odd.iter().copied());
+                w(b)
+            }
             "close-mid" => {
                 let b = http("200 OK", &ok);
                 vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
@@ -495,6 +512,8 @@ fn misbehave() -> Script {
 const BROKEN: &[&str] = &[
     "cl-short",
     "cl-conflict",
+    "cl-plus",
+    "cl-nbsp",
     "cl-long-close",
     "cl-long-hang",
     "chunk-short",
@@ -548,6 +567,8 @@ async fn misbehaviour(hyper_client: bool) -> Vec<String> {
         ("bare-lf", 0, ""),
         ("cl-twice", 0, ""),
         ("cl-conflict", -32603, ""),
+        ("cl-plus", -32603, ""),
+        ("cl-nbsp", -32603, ""),
         ("no-length-close", 0, ""),
         ("204-keep", -32603, ""),
         ("cl-then-te", 0, ""),

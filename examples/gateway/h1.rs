@@ -426,17 +426,18 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
         // Lengths first: most headers are none of these three.
         let name = h.name.as_bytes();
         if name.len() == 14 && name.eq_ignore_ascii_case(b"content-length") {
-            let len = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .ok_or_else(|| failed("a bad Content-Length"))?;
+            let len = digits(h.value).ok_or_else(|| failed("a bad Content-Length"))?;
             // With `Transfer-Encoding: chunked` too, chunked rules, the
             // order of the two aside (RFC 9112 6.3; the later header once
             // won), and the connection, whose framing is in doubt, closes.
-            if matches!(framing, Framing::Chunked) {
-                close = true;
-            } else {
-                framing = Framing::Length(len);
+            match framing {
+                Framing::Chunked => close = true,
+                // Two lengths that differ: which one frames the body is
+                // anyone's guess (the last one once won).
+                Framing::Length(before) if before != len => {
+                    return Err(failed("two different Content-Length values"));
+                }
+                _ => framing = Framing::Length(len),
             }
         } else if name.len() == 17 && name.eq_ignore_ascii_case(b"transfer-encoding") {
             if h.value.eq_ignore_ascii_case(b"chunked") {
@@ -469,4 +470,17 @@ enum Framing {
     Length(usize),
     Chunked,
     Close,
+}
+
+/// A `Content-Length` value (httparse trimmed its blanks): digits only
+/// (RFC 9110 8.6), no overflow. `str::parse` once took `+5`, and values
+/// ending in Unicode blanks such as U+00A0, which `str::trim` removed.
+fn digits(value: &[u8]) -> Option<usize> {
+    if value.is_empty() {
+        return None;
+    }
+    value.iter().try_fold(0usize, |n, &b| {
+        let digit = b.is_ascii_digit().then(|| usize::from(b - b'0'))?;
+        n.checked_mul(10)?.checked_add(digit)
+    })
 }
