@@ -815,6 +815,110 @@ async fn bytes_pass_through_unchanged() {
     }
 }
 
+/// The reply to `v` (request `n` of a [`sized_script`] upstream): its
+/// status and body, whose length is `params[0]`, padded with a letter of
+/// its own; `params[1]` is the shape: a result, or an error object with a
+/// 200 or a 500.
+fn sized_reply(n: usize, v: &Value) -> (&'static str, String) {
+    let len = v["params"][0].as_u64().unwrap() as usize;
+    let shape = v["params"][1].as_str().unwrap();
+    let id = &v["id"];
+    let frame = |pad: &str| match shape {
+        "result" => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"{pad}"}}"#),
+        _ => format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32000,"message":"m","data":"{pad}"}}}}"#
+        ),
+    };
+    let letter = (b'a' + (n % 26) as u8) as char;
+    let body = frame(&letter.to_string().repeat(len - frame("").len()));
+    let status = if shape == "error-500" {
+        "500 Internal Server Error"
+    } else {
+        "200 OK"
+    };
+    (status, body)
+}
+
+/// Answers every call with its [`sized_reply`].
+fn sized_script() -> Script {
+    Arc::new(|n, v| {
+        let (status, body) = sized_reply(n, v);
+        vec![Step::Write(http(status, &body))]
+    })
+}
+
+/// Replies either side of the size the gateway's client reads in place
+/// (16 KiB of body; larger ones are split off its buffer), results and
+/// error objects, with a 2xx and a failed status, come back byte for byte
+/// one after another on one pooled connection; and each request, built in
+/// that connection's buffer, goes out whole and alone, a short one after a
+/// long one included (no bytes left from the request or reply before),
+/// and a request too large for the buffer to be kept with the idle
+/// connection.
+#[tokio::test]
+async fn replies_around_the_in_place_size_and_requests_in_a_reused_buffer() {
+    const SMALL: usize = 16 * 1024;
+    for hyper_client in [false, true] {
+        let (up, log) = scripted(sized_script()).await;
+        let gw = start(proxy_config(up, hyper_client)).await;
+        let mut n = 0;
+        for (len, request_pad) in [
+            (200, 3000),
+            (SMALL, 0),
+            (SMALL + 1, 5000),
+            (40_000, 10),
+            (300, 0),
+            (SMALL - 1, 2000),
+            // A request past what a pooled connection's buffer keeps.
+            (300, 100_000),
+            (250, 1),
+        ] {
+            for shape in ["result", "error", "error-500"] {
+                let params = format!(r#"[{len},"{shape}","{}"]"#, "p".repeat(request_pad));
+                let (status, text) = post(
+                    gw.addr,
+                    &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"sized","params":{params}}}"#),
+                )
+                .await;
+                assert_eq!(status, 200, "{text}");
+                let (v, raw) = {
+                    let log = log.lock().unwrap();
+                    (log[n].1.clone(), log[n].2.clone())
+                };
+                let sent = format!(
+                    r#"{{"jsonrpc":"2.0","id":{},"method":"sized","params":{params}}}"#,
+                    v["id"]
+                );
+                assert!(
+                    raw == sent.as_bytes(),
+                    "hyper {hyper_client}, call {n}: sent {:?}",
+                    String::from_utf8_lossy(&raw[..raw.len().min(120)])
+                );
+                // The upstream's result or error object, byte for byte,
+                // under the client's id.
+                let (_, body) = sized_reply(n, &v);
+                let member = if shape == "result" { "result" } else { "error" };
+                let (_, inner) = body.split_once(&format!(r#""{member}":"#)).unwrap();
+                let expected = format!(r#"{{"jsonrpc":"2.0","id":{n},"{member}":{inner}"#);
+                assert!(
+                    text == expected,
+                    "hyper {hyper_client}, {len} bytes, {shape}: got {} bytes: {}",
+                    text.len(),
+                    &text[..text.len().min(120)]
+                );
+                n += 1;
+            }
+        }
+        if !hyper_client {
+            let log = log.lock().unwrap();
+            assert!(
+                log.iter().all(|(conn, _, _)| *conn == log[0].0),
+                "the pooled connection was not reused throughout"
+            );
+        }
+    }
+}
+
 /// A 204 or 304 reply has no body (RFC 9112 6.3): the call gets a clear
 /// error at once, and the connection, whose reply ended with its head,
 /// goes on (the gateway's client read on until the connection closed, so

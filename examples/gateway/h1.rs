@@ -31,9 +31,18 @@ use crate::upstream::Decimal;
 const MAX_IDLE: Duration = Duration::from_secs(30);
 /// At most this many idle connections are kept per worker.
 const POOL_CAP: usize = 1024;
-/// Replies up to this size are copied out of the connection's buffer;
-/// larger ones are split off it without a copy.
+/// Replies up to this size are read where they lie in the connection's
+/// buffer (only the part kept is copied out); larger ones are split off it
+/// without a copy.
 const SMALL: usize = 16 * 1024;
+
+/// A new connection's buffer's size.
+const START_BUFFER: usize = 8192;
+/// A connection's buffer grown past this (by a large request, or a large
+/// chunk of a reply) is not kept with the idle connection: the pool, up to
+/// [`POOL_CAP`] connections per worker, would hold on to that much for
+/// each.
+const KEPT_BUFFER: usize = 64 * 1024;
 
 /// Header lines a reply head may have (hyper's limit: replies through CDNs
 /// and load balancers carry dozens).
@@ -77,14 +86,50 @@ pub struct H1Pool {
 
 struct Conn {
     stream: TcpStream,
+    /// The request as it is written, then the reply as it is read: one
+    /// buffer, reused by every exchange on the connection (it goes with
+    /// the connection, so a call dropped half-way, whose connection is
+    /// dropped too, leaves nothing in it for a later call).
     buf: BytesMut,
     since: Instant,
 }
 
-/// A reply: its status and body.
-pub struct H1Reply {
-    pub status: u16,
-    pub body: Bytes,
+/// A reply's body, as [`H1Pool::post`]'s reader sees it.
+pub enum Body<'a> {
+    /// Still in the connection's buffer (a small reply): what is kept of
+    /// it is copied out, one allocation for the part kept instead of one
+    /// for the whole body and one more to share it.
+    InPlace(&'a [u8]),
+    /// A body of its own (a large reply split off the buffer, a chunked
+    /// one, a WebSocket message): what is kept of it is a shared slice.
+    Shared(&'a Bytes),
+}
+
+impl Body<'_> {
+    /// The body's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Body::InPlace(b) => b,
+            Body::Shared(b) => b,
+        }
+    }
+
+    /// `part`, a slice of [`bytes`](Body::bytes), as bytes of its own.
+    pub fn keep(&self, part: &[u8]) -> Bytes {
+        match self {
+            Body::InPlace(_) => Bytes::copy_from_slice(part),
+            Body::Shared(b) => b.slice_ref(part),
+        }
+    }
+}
+
+/// Where [`exchange`] left a reply's body.
+enum BodyAt {
+    /// The first `len` bytes of the connection's buffer.
+    Buffer(usize),
+    /// Apart from it: split off it (a large reply, one read to the close),
+    /// or gathered from its chunks.
+    Split(Bytes),
 }
 
 impl H1Pool {
@@ -126,23 +171,24 @@ impl H1Pool {
         })
     }
 
-    /// The room a request's head takes at most ([`post`](H1Pool::post)).
-    pub fn head_room(&self) -> usize {
-        self.head.len() + 20 + 4
-    }
-
-    /// Writes the head for the body that follows `room` bytes in `request`
-    /// right before it; returns the request, head and body.
-    fn put_head<'r>(&self, request: &'r mut [u8], room: usize) -> &'r [u8] {
-        let length = Decimal::new((request.len() - room) as u64);
+    /// Puts the request for the body `write_body` writes in `buf` (emptied
+    /// first); returns where in `buf` it starts. The body is written first,
+    /// after room for the longest head, and the head (whose length it
+    /// gives) right before it: the request is built once, in place.
+    fn put_request(&self, buf: &mut BytesMut, write_body: impl Fn(&mut BytesMut)) -> usize {
+        let room = self.head.len() + 20 + 4;
+        buf.clear();
+        buf.resize(room, 0);
+        write_body(buf);
+        let length = Decimal::new((buf.len() - room) as u64);
         let digits = length.as_bytes();
         let start = room - (self.head.len() + digits.len() + 4);
         let mut put = start;
         for part in [&self.head[..], digits, b"\r\n\r\n"] {
-            request[put..put + part.len()].copy_from_slice(part);
+            buf[put..put + part.len()].copy_from_slice(part);
             put += part.len();
         }
-        &request[start..]
+        start
     }
 
     /// This worker's idle connections, under the pool's lock.
@@ -181,6 +227,9 @@ impl H1Pool {
     /// idle time is counted from then: a little early, never late).
     fn checkin(&self, mut conn: Conn, now: Instant) {
         conn.since = now;
+        if conn.buf.capacity() > KEPT_BUFFER {
+            conn.buf = BytesMut::with_capacity(START_BUFFER);
+        }
         self.with_idle(|idle| {
             if idle.len() < POOL_CAP {
                 idle.push(conn);
@@ -188,21 +237,23 @@ impl H1Pool {
         });
     }
 
-    /// POSTs `body` (JSON) and reads the reply, at most `max` bytes of
-    /// body. A request is sent again (once, on a new connection) only when
-    /// writing it failed on a kept-alive connection the server had closed:
-    /// a request that was written may have been read, and a call that may
-    /// have reached the upstream is never sent twice (it may be a
-    /// transaction). A connection that ends after the request was written,
-    /// with nothing back, is an error for that call.
-    pub async fn post(
+    /// POSTs the body (JSON) `write_body` writes and reads the reply, at
+    /// most `max` bytes of body; returns what `read` makes of the reply's
+    /// status and body. `read` runs before the connection goes back to the
+    /// pool, so that a small reply is read where it lies in the
+    /// connection's buffer. A request is sent again (once, on a new
+    /// connection) only when writing it failed on a kept-alive connection
+    /// the server had closed: a request that was written may have been
+    /// read, and a call that may have reached the upstream is never sent
+    /// twice (it may be a transaction). A connection that ends after the
+    /// request was written, with nothing back, is an error for that call.
+    pub async fn post<R>(
         &self,
-        request: &mut [u8],
-        room: usize,
+        write_body: impl Fn(&mut BytesMut),
         max: usize,
         now: Instant,
-    ) -> Result<H1Reply, H1Error> {
-        let request = self.put_head(request, room);
+        read: impl FnOnce(u16, Body<'_>) -> R,
+    ) -> Result<R, H1Error> {
         for _ in 0..2 {
             let (mut conn, reused) = match self.checkout(now) {
                 Some(c) => (c, true),
@@ -213,18 +264,25 @@ impl H1Pool {
                     let _ = stream.set_nodelay(true);
                     let conn = Conn {
                         stream,
-                        buf: BytesMut::with_capacity(8192),
+                        buf: BytesMut::with_capacity(START_BUFFER),
                         since: now,
                     };
                     (conn, false)
                 }
             };
-            match exchange(&mut conn, request, max).await {
-                Ok((reply, keep)) => {
+            // Built in the connection's buffer (again on a new connection
+            // when the pooled one was found closed).
+            let start = self.put_request(&mut conn.buf, &write_body);
+            match exchange(&mut conn, start, max).await {
+                Ok((status, body, keep)) => {
+                    let outcome = match body {
+                        BodyAt::Buffer(len) => read(status, Body::InPlace(&conn.buf[..len])),
+                        BodyAt::Split(body) => read(status, Body::Shared(&body)),
+                    };
                     if keep {
                         self.checkin(conn, now);
                     }
-                    return Ok(reply);
+                    return Ok(outcome);
                 }
                 Err(Exchange::Stale) if reused => {
                     // The server closed its idle connections: the others
@@ -268,19 +326,21 @@ async fn fill(conn: &mut Conn) -> Result<bool, Exchange> {
     }
 }
 
-/// One request and its reply; whether the connection may be reused.
+/// One request (in the connection's buffer from `start` on) and its
+/// reply: its status, where its body is, and whether the connection may be
+/// reused.
 async fn exchange(
     conn: &mut Conn,
-    request: &[u8],
+    start: usize,
     max: usize,
-) -> Result<(H1Reply, bool), Exchange> {
-    conn.buf.clear();
-    if let Err(e) = conn.stream.write_all(request).await {
+) -> Result<(u16, BodyAt, bool), Exchange> {
+    if let Err(e) = conn.stream.write_all(&conn.buf[start..]).await {
         return Err(match e.kind() {
             io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Exchange::Stale,
             _ => failed(format!("connection lost: {e}")),
         });
     }
+    conn.buf.clear();
     // The head.
     let Head {
         status,
@@ -324,14 +384,12 @@ async fn exchange(
                 }
             }
             if len <= SMALL {
-                // Copied: the connection's buffer stays unshared, reused
-                // as it is by the next exchange.
-                let body = Bytes::copy_from_slice(&conn.buf[..len]);
-                conn.buf.advance(len);
-                body
-            } else {
-                conn.buf.split_to(len).freeze()
+                // Left in place: the connection's buffer stays unshared,
+                // reused as it is by the next exchange (which empties it).
+                let keep = !close && conn.buf.len() == len;
+                return Ok((status, BodyAt::Buffer(len), keep));
             }
+            BodyAt::Split(conn.buf.split_to(len).freeze())
         }
         Framing::Chunked => {
             let mut body = BytesMut::new();
@@ -375,7 +433,7 @@ async fn exchange(
                     Err(_) => return Err(failed("a bad chunk in the reply")),
                 }
             }
-            body.freeze()
+            BodyAt::Split(body.freeze())
         }
         Framing::Close => {
             while fill(conn).await? {
@@ -383,12 +441,11 @@ async fn exchange(
                     return Err(too_large());
                 }
             }
-            let body = conn.buf.split().freeze();
-            return Ok((H1Reply { status, body }, false));
+            return Ok((status, BodyAt::Split(conn.buf.split().freeze()), false));
         }
     };
     let keep = !close && conn.buf.is_empty();
-    Ok((H1Reply { status, body }, keep))
+    Ok((status, body, keep))
 }
 
 /// What the exchange needs from a reply's head.

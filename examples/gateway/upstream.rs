@@ -29,7 +29,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
-use rpcwire::bytes::Bytes;
+use rpcwire::bytes::{BufMut, Bytes};
 use rpcwire::eth::codes::REQUEST_TIMEOUT;
 use rpcwire::message::{Incoming, Message as RpcMessage};
 use rpcwire::response::ResponseMessage;
@@ -40,7 +40,7 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::config::Config;
 use crate::errors;
-use crate::h1::{H1Error, H1Pool};
+use crate::h1::{Body, H1Error, H1Pool};
 
 /// How long an upstream that failed rests before it is tried first again.
 pub const REST: Duration = Duration::from_secs(2);
@@ -57,16 +57,13 @@ const SILENT: &str = "the WebSocket upstream stopped answering pings";
 /// default): a larger one ends the connection.
 const WS_MIN_MESSAGE: usize = 64 << 20;
 
-/// An upstream's answer to one call: its `result`, a slice of the reply
-/// body (no copy).
+/// An upstream's answer to one call: its `result`, copied out of a small
+/// reply, a slice of a large one.
 #[derive(Clone, Debug)]
 pub struct Answer(pub Bytes);
 
 /// The upstreams and how they are reached.
 pub struct Upstreams {
-    /// Room left in front of an HTTP request's body for the longest of the
-    /// upstreams' heads.
-    head_room: usize,
     /// The `--upstream` list, in the order given (`http://` and `ws://`).
     http: Vec<HttpUpstream>,
     client: Client<HttpConnector, Full<Bytes>>,
@@ -298,13 +295,7 @@ impl Upstreams {
             .pool_idle_timeout(Duration::from_secs(60))
             .pool_max_idle_per_host(1024)
             .build(connector);
-        let head_room = http
-            .iter()
-            .filter_map(|u| u.h1.as_ref().map(H1Pool::head_room))
-            .max()
-            .unwrap_or(0);
         Ok(Upstreams {
-            head_room,
             http,
             client,
             ws,
@@ -326,7 +317,7 @@ impl Upstreams {
         if reply.len() > self.reply_limit() {
             return Err(RpcError::too_large());
         }
-        read_answer(&self.parser, reply, id, name)
+        read_answer(&self.parser, Body::Shared(&reply), id, name)
     }
 
     /// The largest reply read: `--max-response` and room for the envelope
@@ -475,7 +466,9 @@ impl Upstreams {
         params: Option<&[u8]>,
     ) -> (Result<Answer, RpcError>, bool) {
         let id = self.next_id();
-        let mut body = request_body_after(self.head_room, id, method, params);
+        // The request is built where it goes: in the HTTP connection's
+        // buffer ([`H1Pool::post`]), in a WebSocket message of its own.
+        let call = Call { id, method, params };
         if self.http.is_empty() {
             let Some(ws) = &self.ws else {
                 return (Err(errors::no_upstream()), false);
@@ -489,7 +482,7 @@ impl Upstreams {
             };
             // Boxed, as hyper's client below: the common path's future
             // (moved into the dispatcher's box at each call) stays small.
-            let reply = Box::pin(ws.call(id, body, None)).await;
+            let reply = Box::pin(ws.call(id, call.body(), None)).await;
             guard.armed = false;
             let answer = reply.and_then(|reply| self.read(reply, id, &ws.name));
             self.note_answer(&answer, started);
@@ -521,13 +514,12 @@ impl Upstreams {
             };
             let outcome = match &up.ws {
                 // Boxed: the common path's future stays small.
-                Some(ws) => Box::pin(self.post_ws(ws, id, &body[self.head_room..])).await,
-                None => self.post(up, id, &mut body, now).await,
+                Some(ws) => Box::pin(self.post_ws(ws, &call, &up.name)).await,
+                None => self.post(up, &call, now).await,
             };
             guard.armed = false;
             match outcome {
-                Ok(reply) => {
-                    let answer = read_answer(&self.parser, reply, id, &up.name);
+                Ok(answer) => {
                     self.note_answer(&answer, now);
                     let answer = answer.inspect_err(|e| {
                         if e.raw_object().is_none() {
@@ -564,15 +556,10 @@ impl Upstreams {
         (Err(last.unwrap_or_else(errors::no_upstream)), false)
     }
 
-    /// POSTs the request in `request` (the call with gateway id `id`),
-    /// after [`head_room`](Upstreams::head_room) bytes left for its head.
-    async fn post(
-        &self,
-        up: &HttpUpstream,
-        id: u64,
-        request: &mut [u8],
-        now: Instant,
-    ) -> Result<Bytes, Failure> {
+    /// POSTs `call` to `up` and reads the reply: the call's outcome (its
+    /// result, the upstream's error object, or a malformed reply), or the
+    /// failure of the exchange.
+    async fn post(&self, up: &HttpUpstream, call: &Call<'_>, now: Instant) -> Posted {
         let _permit = match up.exchanges.try_enter() {
             Some(permit) => permit,
             // Boxed: the common path's future stays small (it is boxed by
@@ -582,13 +569,15 @@ impl Upstreams {
         };
         if let Some(h1) = &up.h1 {
             let max = self.reply_limit();
-            return match h1.post(request, self.head_room, max, now).await {
-                Ok(reply) => {
-                    if !(200..300).contains(&reply.status) {
-                        return failed_status(&self.parser, reply.status, reply.body, id);
-                    }
-                    Ok(reply.body)
+            // Read while a small reply is still in the connection's buffer.
+            let read = |status: u16, body: Body<'_>| {
+                if !(200..300).contains(&status) {
+                    return failed_status(&self.parser, status, body, call.id);
                 }
+                Ok(read_answer(&self.parser, body, call.id, &up.name))
+            };
+            return match h1.post(|out| call.write(out), max, now, read).await {
+                Ok(outcome) => outcome,
                 Err(H1Error::Connect(e)) => {
                     Err(Failure::Connect(format!("connection failed: {e}")))
                 }
@@ -596,15 +585,16 @@ impl Upstreams {
                 Err(H1Error::Other(reason)) => Err(Failure::Other(reason)),
             };
         }
-        Box::pin(self.post_hyper(up, id, &request[self.head_room..])).await
+        Box::pin(self.post_hyper(up, call)).await
     }
 
-    /// Sends the request `body` (carrying id `id`) over a `ws://`
-    /// upstream's connection, made if there is none.
-    async fn post_ws(&self, ws: &WsUpstream, id: u64, body: &[u8]) -> Result<Bytes, Failure> {
+    /// Sends `call` over a `ws://` upstream's connection (`name`), made if
+    /// there is none, and reads the reply as [`post`](Upstreams::post)
+    /// does.
+    async fn post_ws(&self, ws: &WsUpstream, call: &Call<'_>, name: &str) -> Posted {
         let conn = ws.connection().await.map_err(Failure::WsConnect)?;
         let reply = conn
-            .call(id, body.to_vec(), None, self.timeout)
+            .call(call.id, call.body(), None, self.timeout)
             .await
             .map_err(Failure::Ws)?;
         // A WebSocket message is read whole: one past the limit is
@@ -612,15 +602,20 @@ impl Upstreams {
         if reply.len() > self.reply_limit() {
             return Err(Failure::TooLarge);
         }
-        Ok(reply)
+        Ok(read_answer(
+            &self.parser,
+            Body::Shared(&reply),
+            call.id,
+            name,
+        ))
     }
 
     /// [`post`](Upstreams::post) with hyper-util's pooled client (`--client
     /// hyper`).
-    async fn post_hyper(&self, up: &HttpUpstream, id: u64, body: &[u8]) -> Result<Bytes, Failure> {
+    async fn post_hyper(&self, up: &HttpUpstream, call: &Call<'_>) -> Posted {
         let request = http::Request::post(up.uri.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Full::new(Bytes::copy_from_slice(body)))
+            .body(Full::new(Bytes::from(call.body())))
             .map_err(|e| Failure::Other(e.to_string()))?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| {
@@ -643,9 +638,14 @@ impl Upstreams {
                 })?
                 .to_bytes();
             if !status.is_success() {
-                return failed_status(&self.parser, status, body, id);
+                return failed_status(&self.parser, status, Body::Shared(&body), call.id);
             }
-            Ok(body)
+            Ok(read_answer(
+                &self.parser,
+                Body::Shared(&body),
+                call.id,
+                &up.name,
+            ))
         };
         exchange.await
     }
@@ -668,6 +668,10 @@ fn source_text(e: &dyn std::error::Error) -> String {
     text
 }
 
+/// A call sent upstream: its outcome as the reply gave it, or the failure
+/// of the exchange.
+type Posted = Result<Result<Answer, RpcError>, Failure>;
+
 enum Failure {
     /// No connection could be made: the request was not sent.
     Connect(String),
@@ -681,35 +685,49 @@ enum Failure {
 
 /// `{"jsonrpc":"2.0","id":N,"method":…,"params":…}`, the params copied.
 pub fn request_body(id: u64, method: &str, params: Option<&[u8]>) -> Vec<u8> {
-    request_body_after(0, id, method, params)
+    Call { id, method, params }.body()
 }
 
-/// [`request_body`] after `room` bytes left for an HTTP head
-/// ([`H1Pool::post`] writes it there: the request goes out in one buffer,
-/// built once).
-fn request_body_after(room: usize, id: u64, method: &str, params: Option<&[u8]>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(room + 64 + method.len() + params.map_or(0, <[u8]>::len));
-    out.resize(room, 0);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    out.extend_from_slice(Decimal::new(id).as_bytes());
-    out.extend_from_slice(b",\"method\":");
-    if method
-        .bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
-    {
-        out.push(b'"');
-        out.extend_from_slice(method.as_bytes());
-        out.push(b'"');
-    } else {
-        // Escapes as needed (a method name is a JSON string).
-        let _ = serde_json::to_writer(&mut out, method);
+/// One call as it goes upstream, under the gateway's id.
+struct Call<'a> {
+    id: u64,
+    method: &'a str,
+    /// Raw JSON, sent as it is.
+    params: Option<&'a [u8]>,
+}
+
+impl Call<'_> {
+    /// The request in a buffer of its own ([`request_body`]).
+    fn body(&self) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(64 + self.method.len() + self.params.map_or(0, <[u8]>::len));
+        self.write(&mut out);
+        out
     }
-    if let Some(params) = params {
-        out.extend_from_slice(b",\"params\":");
-        out.extend_from_slice(params);
+
+    /// Appends the request to `out`.
+    fn write(&self, out: &mut impl BufMut) {
+        out.put_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+        out.put_slice(Decimal::new(self.id).as_bytes());
+        out.put_slice(b",\"method\":");
+        let method = self.method;
+        if method
+            .bytes()
+            .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b < 0x7f)
+        {
+            out.put_u8(b'"');
+            out.put_slice(method.as_bytes());
+            out.put_u8(b'"');
+        } else {
+            // Escapes as needed (a method name is a JSON string).
+            let _ = serde_json::to_writer(out.writer(), method);
+        }
+        if let Some(params) = self.params {
+            out.put_slice(b",\"params\":");
+            out.put_slice(params);
+        }
+        out.put_u8(b'}');
     }
-    out.push(b'}');
-    out
 }
 
 /// Rests an upstream whose call was dropped at the per-request deadline.
@@ -778,8 +796,13 @@ impl Decimal {
 }
 
 /// Reads the upstream's reply to the call with gateway id `id`.
-pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result<Answer, RpcError> {
-    match read_reply(parser, &reply, id) {
+pub fn read_answer(
+    parser: &Parser,
+    reply: Body<'_>,
+    id: u64,
+    name: &str,
+) -> Result<Answer, RpcError> {
+    match read_reply(parser, reply, id) {
         Ok(outcome) => outcome,
         Err(reason) => Err(errors::malformed(name, &reason)),
     }
@@ -788,9 +811,13 @@ pub fn read_answer(parser: &Parser, reply: Bytes, id: u64, name: &str) -> Result
 /// [`read_answer`]'s reading: the call's outcome (its result, or the
 /// upstream's error object), or why the reply is no JSON-RPC response to
 /// the call.
-fn read_reply(parser: &Parser, reply: &Bytes, id: u64) -> Result<Result<Answer, RpcError>, String> {
+fn read_reply(
+    parser: &Parser,
+    reply: Body<'_>,
+    id: u64,
+) -> Result<Result<Answer, RpcError>, String> {
     let arena = rpcwire::bumpalo::Bump::new();
-    let response = match parser.parse_response(reply, &arena) {
+    let response = match parser.parse_response(reply.bytes(), &arena) {
         Ok(ResponseMessage::Single(r)) => r,
         Ok(ResponseMessage::Batch(_)) => {
             return Err("a batch in reply to a single request".into());
@@ -811,7 +838,7 @@ fn read_reply(parser: &Parser, reply: &Bytes, id: u64) -> Result<Result<Answer, 
         ));
     }
     match response.result() {
-        Ok(result) => Ok(Ok(Answer(reply.slice_ref(result.as_bytes())))),
+        Ok(result) => Ok(Ok(Answer(reply.keep(result.as_bytes())))),
         Err(error) => {
             // The whole error object, byte for byte.
             let code = error.code().clamp(i32::MIN as i64, i32::MAX as i64) as i32;
@@ -829,16 +856,14 @@ fn read_reply(parser: &Parser, reply: &Bytes, id: u64) -> Result<Result<Answer, 
 fn failed_status(
     parser: &Parser,
     status: impl std::fmt::Display,
-    body: Bytes,
+    body: Body<'_>,
     id: u64,
-) -> Result<Bytes, Failure> {
-    if !looks_like_json(&body) {
+) -> Posted {
+    if !looks_like_json(body.bytes()) {
         return Err(Failure::Other(format!("HTTP status {status}")));
     }
-    match read_reply(parser, &body, id) {
-        Ok(_) => Ok(body),
-        Err(reason) => Err(Failure::Other(format!("HTTP status {status}: {reason}"))),
-    }
+    read_reply(parser, body, id)
+        .map_err(|reason| Failure::Other(format!("HTTP status {status}: {reason}")))
 }
 
 /// The WebSocket upstream: one connection, made when first needed and
