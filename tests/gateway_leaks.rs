@@ -706,3 +706,75 @@ async fn gateway_with_hyper_client_leaves_nothing_behind() {
     let _serial = SERIAL.lock().await;
     gateway_soak(true).await;
 }
+
+// ------------------------------------------------- pooled connections' memory
+
+/// A kept-alive upstream answering every call with a result (a hex
+/// string) of as many bytes as its first param says, at least 2.
+async fn sized_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
+                    let call: Value = serde_json::from_slice(&body).unwrap();
+                    let len = call["params"][0].as_u64().unwrap() as usize;
+                    let result = format!("0x{}", "ab".repeat(len.saturating_sub(2) / 2));
+                    let reply = json!({"jsonrpc": "2.0", "id": call["id"], "result": result});
+                    if s.write_all(&http_reply(&reply.to_string())).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A large upstream reply (split off the pooled connection's buffer, not
+/// copied) is freed once its answer has gone to the client: the idle
+/// connection does not keep its allocation alive until its next exchange
+/// (what was left of the buffer shared it, with a small capacity that the
+/// pool's check of oversized buffers did not see).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooled_upstream_connection_keeps_no_large_reply_alive() {
+    let _serial = SERIAL.lock().await;
+    const LARGE: usize = 4 << 20;
+    let up = sized_upstream().await;
+    let gw = start(config::Config {
+        upstreams: vec![format!("http://{up}")],
+        ..Default::default()
+    })
+    .await;
+    let call = |len: usize| {
+        let addr = gw.addr;
+        async move {
+            let body =
+                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{len}]}}"#);
+            let (status, reply) = http_request::post_close(addr, &body).await;
+            assert_eq!(status, 200);
+            assert!(reply.len() > len, "{}", &reply[..reply.len().min(200)]);
+        }
+    };
+    let settled = || async {
+        // The client's connection task ends after its reply is written.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        counting_alloc::live()
+    };
+    // A large reply and a small one first: the pooled connection, the
+    // runtime's and the allocator's caches are made before the heap is
+    // read, and the connection's buffer is back to its small size.
+    call(LARGE).await;
+    call(100).await;
+    let before = settled().await;
+    call(LARGE).await;
+    // Before the fix, the idle connection held the whole reply (4 MiB)
+    // until its next exchange; a hang guard, not a measurement, bounds the
+    // wait for the client's connection to let go of its copy.
+    let freed = wait_until(|| counting_alloc::live() < before + LARGE / 4).await;
+    let held = counting_alloc::live().saturating_sub(before);
+    assert!(freed, "{held} bytes still live after the call");
+    drop(gw);
+}

@@ -389,7 +389,16 @@ async fn exchange(
                 let keep = !close && conn.buf.len() == len;
                 return Ok((status, BodyAt::Buffer(len), keep));
             }
-            BodyAt::Split(conn.buf.split_to(len).freeze())
+            let body = conn.buf.split_to(len).freeze();
+            // What is left of the buffer shares the reply's allocation
+            // (its capacity reads small): a pooled connection keeping it
+            // would keep the whole reply alive while it waits. Anything
+            // left in it (bytes past the reply) keeps the connection from
+            // reuse anyway.
+            if conn.buf.is_empty() {
+                conn.buf = BytesMut::with_capacity(START_BUFFER);
+            }
+            BodyAt::Split(body)
         }
         Framing::Chunked => {
             let mut body = BytesMut::new();
