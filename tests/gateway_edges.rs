@@ -115,6 +115,12 @@ fn http(status: &str, body: &str) -> Vec<u8> {
     .into_bytes()
 }
 
+/// Where the `content-length` value starts in a reply made by [`http`].
+fn length_at(reply: &[u8]) -> usize {
+    const NAME: &[u8] = b"content-length: ";
+    reply.windows(NAME.len()).position(|w| w == NAME).unwrap() + NAME.len()
+}
+
 /// A JSON-RPC result for request `v`.
 fn result_for(v: &Value, result: &str) -> String {
     format!(r#"{{"jsonrpc":"2.0","id":{},"result":{result}}}"#, v["id"])
@@ -358,11 +364,7 @@ fn misbehave() -> Script {
             )),
             "cl-short" => {
                 let mut b = http("200 OK", &ok);
-                let at = b
-                    .windows(16)
-                    .position(|w| w == b"content-length: ")
-                    .unwrap()
-                    + 16;
+                let at = length_at(&b);
                 let digits = ok.len().to_string();
                 let shorter = format!("{:0width$}", ok.len() - 3, width = digits.len());
                 b.splice(at..at + digits.len(), shorter.bytes());
@@ -370,22 +372,14 @@ fn misbehave() -> Script {
             }
             "cl-long-close" => {
                 let mut b = http("200 OK", &ok);
-                let at = b
-                    .windows(16)
-                    .position(|w| w == b"content-length: ")
-                    .unwrap()
-                    + 16;
+                let at = length_at(&b);
                 let digits = ok.len().to_string();
                 b.splice(at..at + digits.len(), (ok.len() + 10).to_string().bytes());
                 vec![Step::Write(b), Step::Close]
             }
             "cl-long-hang" => {
                 let mut b = http("200 OK", &ok);
-                let at = b
-                    .windows(16)
-                    .position(|w| w == b"content-length: ")
-                    .unwrap()
-                    + 16;
+                let at = length_at(&b);
                 let digits = ok.len().to_string();
                 b.splice(at..at + digits.len(), (ok.len() + 10).to_string().bytes());
                 vec![Step::Write(b), Step::Sleep(1500)]
@@ -480,11 +474,7 @@ fn misbehave() -> Script {
             // (U+00A0) after the digits.
             "cl-plus" | "cl-nbsp" => {
                 let mut b = http("200 OK", &ok);
-                let at = b
-                    .windows(16)
-                    .position(|w| w == b"content-length: ")
-                    .unwrap()
-                    + 16;
+                let at = length_at(&b);
                 let (at, odd) = if mode == "cl-plus" {
                     (at, &b"+"[..])
                 } else {
