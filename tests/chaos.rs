@@ -671,6 +671,7 @@ async fn h1_post(
 ) -> (u16, hyper::HeaderMap, Bytes) {
     sender.ready().await.expect("the connection usable");
     let mut req = hyper::Request::post(format!("http://{addr}{path}"))
+        .header("host", addr.to_string())
         .header("content-type", "application/json");
     for (k, v) in headers {
         req = req.header(*k, *v);

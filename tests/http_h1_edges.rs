@@ -438,13 +438,14 @@ async fn hand_overs_midway_through_pipelines_cut_anywhere() {
     let call = || request(JSON, BLOCK_NUMBER);
     let last = || request(CLOSE, BLOCK_NUMBER);
     let te_and_cl = format!(
-        "POST / HTTP/1.1\r\n{JSON}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n{n:x}\r\n{BLOCK_NUMBER}\r\n0\r\n\r\n"
+        "POST / HTTP/1.1\r\nhost: x\r\n{JSON}content-length: 3\r\ntransfer-encoding: chunked\r\n\r\n{n:x}\r\n{BLOCK_NUMBER}\r\n0\r\n\r\n"
     );
     let http10 = format!(
         "POST / HTTP/1.0\r\n{JSON}connection: keep-alive\r\ncontent-length: {n}\r\n\r\n{BLOCK_NUMBER}"
     );
-    let absolute =
-        format!("POST http://x/ HTTP/1.1\r\n{JSON}content-length: {n}\r\n\r\n{BLOCK_NUMBER}");
+    let absolute = format!(
+        "POST http://x/ HTTP/1.1\r\nhost: x\r\n{JSON}content-length: {n}\r\n\r\n{BLOCK_NUMBER}"
+    );
     let get = "GET / HTTP/1.1\r\nhost: x\r\n\r\n".to_owned();
     let options = "OPTIONS * HTTP/1.1\r\nhost: x\r\n\r\n".to_owned();
     let conversations: Vec<String> = [

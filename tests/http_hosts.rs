@@ -46,6 +46,12 @@ impl Drop for TestServer {
 /// HTTP and WebSocket on one port, the HTTP service given `hosts`, on
 /// rpcwire's own HTTP/1.1 loop or on hyper's path alone.
 async fn start(hosts: &[&str], own_http1: bool) -> TestServer {
+    start_with(Some(AllowedHosts::list(hosts).unwrap()), own_http1).await
+}
+
+/// [`start`], the HTTP service given `hosts` when there are some, else
+/// left as built (no allowlist).
+async fn start_with(hosts: Option<AllowedHosts>, own_http1: bool) -> TestServer {
     let calls = Arc::new(AtomicUsize::new(0));
     let d = Dispatcher::builder(Arc::clone(&calls))
         .method("count", |call: Call<'_, Arc<AtomicUsize>>| {
@@ -56,8 +62,10 @@ async fn start(hosts: &[&str], own_http1: bool) -> TestServer {
         .unwrap();
     let limits = Limits::default();
     let metrics = Arc::new(Metrics::default());
-    let http = HttpService::new(d.clone(), &limits, Some(Arc::clone(&metrics)))
-        .allowed_hosts(AllowedHosts::list(hosts).unwrap());
+    let mut http = HttpService::new(d.clone(), &limits, Some(Arc::clone(&metrics)));
+    if let Some(hosts) = hosts {
+        http = http.allowed_hosts(hosts);
+    }
     let shutdown = Shutdown::new();
     let ws = WsServer::new(d).shutdown(shutdown.clone());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -184,15 +192,86 @@ async fn http11_without_one_host_is_a_bad_request() {
     }
 }
 
+/// RFC 9112 §3.2 binds every server, not only one with an allowlist: an
+/// HTTP/1.1 request without `Host`, or with two, is answered 400 (as Go's
+/// net/http, geth's server, does), on the own loop, on hyper's path (a
+/// chunked body, which the own loop hands over), after a request served
+/// on the same connection, and for a WebSocket upgrade on the same port.
+/// HTTP/1.0 needs none; names are not checked.
+#[tokio::test]
+async fn without_an_allowlist_http11_still_needs_one_host() {
+    for own in [true, false] {
+        let server = start_with(None, own).await;
+        let two = post(Some("localhost")).replace(
+            "host: localhost\r\n",
+            "host: localhost\r\nhost: localhost\r\n",
+        );
+        let chunked = format!(
+            "POST / HTTP/1.1\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n\
+             {:x}\r\n{CALL}\r\n0\r\n\r\n",
+            CALL.len()
+        );
+        for raw in [post(None), two, chunked] {
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            let r = exchange(&mut stream, raw.as_bytes(), 1).await;
+            assert_eq!(r[0].0, "400 Bad Request", "own loop {own}, {raw:?}: {r:?}");
+            let v: serde_json::Value = serde_json::from_str(&r[0].2).unwrap();
+            assert_eq!(v["error"]["code"], -32600, "{v}");
+            assert_eq!(
+                v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
+                "{v}"
+            );
+            assert!(closed(&mut stream).await, "own loop {own}, {raw:?}");
+        }
+        // Served first (by the own loop, when on), then refused.
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let raw = format!("{}{}", post(Some("localhost")), post(None));
+        let r = exchange(&mut stream, raw.as_bytes(), 2).await;
+        assert_eq!(r[0].0, "200 OK", "own loop {own}: {r:?}");
+        assert_eq!(r[1].0, "400 Bad Request", "own loop {own}: {r:?}");
+        assert!(closed(&mut stream).await, "own loop {own}");
+        // HTTP/1.0 without `Host`, and any name: served.
+        let old = post(None).replace("HTTP/1.1", "HTTP/1.0");
+        let r = one(server.addr, &old).await;
+        assert_eq!(r.0, "200 OK", "own loop {own}: {r:?}");
+        let r = one(server.addr, &post(Some("attacker.example"))).await;
+        assert_eq!(r.0, "200 OK", "own loop {own}: {r:?}");
+        // A WebSocket upgrade without one `Host`.
+        let none = upgrade("").replace("host: \r\n", "");
+        let two = upgrade("localhost").replace(
+            "host: localhost\r\n",
+            "host: localhost\r\nhost: localhost\r\n",
+        );
+        for raw in [none, two] {
+            let r = one(server.addr, &raw).await;
+            assert_eq!(r.0, "400 Bad Request", "own loop {own}, {raw:?}: {r:?}");
+            assert!(r.2.contains("exactly one Host"), "{r:?}");
+        }
+        assert_eq!(
+            &upgrade_status(server.addr, "localhost").await,
+            b"HTTP/1.1 101"
+        );
+        assert_eq!(server.calls.load(Ordering::SeqCst), 3, "own loop {own}");
+        assert_eq!(
+            server.metrics.limit_count(LimitKind::Host),
+            6,
+            "own loop {own}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_star_allows_any_host() {
     for own in [true, false] {
         let server = start(&["localhost", "*"], own).await;
-        for host in [Some("attacker.example:1"), Some("localhost"), None] {
-            let r = one(server.addr, &post(host)).await;
+        for host in ["attacker.example:1", "localhost"] {
+            let r = one(server.addr, &post(Some(host))).await;
             assert_eq!(r.0, "200 OK", "own loop {own}, {host:?}: {r:?}");
         }
         assert_eq!(server.metrics.limit_count(LimitKind::Host), 0);
+        // No list, but still a server: HTTP/1.1 needs one `Host`.
+        let r = one(server.addr, &post(None)).await;
+        assert_eq!(r.0, "400 Bad Request", "own loop {own}: {r:?}");
     }
 }
 
@@ -339,4 +418,102 @@ async fn a_websocket_server_of_its_own_checks_hosts() {
         .expect("stops")
         .unwrap()
         .unwrap();
+}
+
+/// A WebSocket server on a port of its own, without an allowlist, is the
+/// HTTP server of its opening handshakes (HTTP/1.1 requests): one without
+/// `Host`, or with two, gets `400` (RFC 9112 §3.2; RFC 6455 §4.1 asks for
+/// one too), counted; any name is upgraded.
+#[tokio::test]
+async fn a_websocket_server_without_an_allowlist_needs_one_host() {
+    let d = Dispatcher::builder(())
+        .method("ping", |call: Call<'_, ()>| call.reply.str("pong"))
+        .build()
+        .unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let shutdown = Shutdown::new();
+    let ws = WsServer::new(d)
+        .metrics(Arc::clone(&metrics))
+        .shutdown(shutdown.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let served = tokio::spawn(async move { ws.serve(listener).await });
+
+    let none = upgrade("").replace("host: \r\n", "");
+    let two = upgrade("localhost").replace(
+        "host: localhost\r\n",
+        "host: localhost\r\nhost: localhost\r\n",
+    );
+    for (n, raw) in [none, two].iter().enumerate() {
+        let r = one(addr, raw).await;
+        assert_eq!(r.0, "400 Bad Request", "{raw:?}: {r:?}");
+        let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{r:?}");
+        assert_eq!(
+            v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
+            "{r:?}"
+        );
+        assert_eq!(metrics.limit_count(LimitKind::Host), n as u64 + 1);
+    }
+    for host in ["localhost", "attacker.example"] {
+        assert_eq!(&upgrade_status(addr, host).await, b"HTTP/1.1 101", "{host}");
+    }
+    assert_eq!(metrics.limit_count(LimitKind::Host), 2);
+    shutdown.trigger();
+    tokio::time::timeout(HANG, served)
+        .await
+        .expect("stops")
+        .unwrap()
+        .unwrap();
+}
+
+/// A service in tower layers (a `Fn(SocketAddr) -> service` given to
+/// `serve`) is not one the server knows: the server itself answers an
+/// HTTP/1.1 request without one `Host` `400` before the layers see it,
+/// counted in the server's metrics, on hyper's path (the only one for such
+/// a service).
+#[tokio::test]
+async fn a_layered_service_gets_the_rule_from_the_server() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let d = Dispatcher::builder(Arc::clone(&calls))
+        .method("count", |call: Call<'_, Arc<AtomicUsize>>| {
+            let n = call.state.fetch_add(1, Ordering::SeqCst) + 1;
+            call.reply.u64(n as u64)
+        })
+        .build()
+        .unwrap();
+    let limits = Limits::default();
+    let metrics = Arc::new(Metrics::default());
+    let service = HttpService::new(d, &limits, None);
+    let make = move |peer| {
+        tower::ServiceBuilder::new()
+            .concurrency_limit(8)
+            .service(service.clone().with_peer_addr(peer))
+    };
+    let shutdown = Shutdown::new();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = Server::new(limits).metrics(Arc::clone(&metrics));
+    tokio::spawn(server.serve(listener, make, shutdown.clone()));
+    let two = post(Some("localhost")).replace(
+        "host: localhost\r\n",
+        "host: localhost\r\nhost: localhost\r\n",
+    );
+    for raw in [post(None), two] {
+        let r = one(addr, &raw).await;
+        assert_eq!(r.0, "400 Bad Request", "{raw:?}: {r:?}");
+        let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
+        assert_eq!(v["error"]["code"], -32600, "{v}");
+        assert_eq!(
+            v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
+            "{v}"
+        );
+    }
+    let r = one(addr, &post(None).replace("HTTP/1.1", "HTTP/1.0")).await;
+    assert_eq!(r.0, "200 OK", "{r:?}");
+    let r = one(addr, &post(Some("localhost"))).await;
+    assert_eq!(r.0, "200 OK", "{r:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(metrics.limit_count(LimitKind::Host), 2);
+    shutdown.trigger();
 }

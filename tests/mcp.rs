@@ -1169,6 +1169,7 @@ async fn http_list_changed_on_the_get_stream() {
             .unwrap();
     tokio::spawn(conn);
     let req = hyper::Request::get(format!("http://{a}/mcp"))
+        .header("host", a.to_string())
         .header("accept", "text/event-stream")
         .header("mcp-session-id", &sid)
         .body(http_body_util::Empty::<Bytes>::new())

@@ -314,6 +314,51 @@ async fn http_invalid_messages_are_400_not_202() {
     }
 }
 
+/// RFC 9112 §3.2: the endpoint's server answers an HTTP/1.1 request
+/// without `Host`, or with two, `400` (as rpcwire's HTTP and WebSocket
+/// servers do); HTTP/1.0 needs none. Over a raw socket: hyper's client
+/// would add nothing, but every other one sends `Host`.
+#[tokio::test]
+async fn http_an_http11_request_without_one_host_is_a_bad_request() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = http_server(server()).await;
+    let raw = |version: &str, hosts: &str| {
+        format!(
+            "POST /mcp {version}\r\n{hosts}accept: application/json, text/event-stream\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{INIT}",
+            INIT.len()
+        )
+    };
+    let host = format!("host: {}\r\n", h.addr);
+    for (request, status) in [
+        (raw("HTTP/1.1", ""), "400"),
+        (raw("HTTP/1.1", &host.repeat(2)), "400"),
+        (raw("HTTP/1.0", ""), "200"),
+        (raw("HTTP/1.1", &host), "200"),
+    ] {
+        let mut tcp = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
+            .await
+            .expect("answered and closed")
+            .unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        assert_eq!(answer.get(9..12), Some(status), "{request:?}: {answer}");
+        if status == "400" {
+            // (The body may come chunked: the JSON between its braces.)
+            let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+            let json = &body[body.find('{').unwrap()..=body.rfind('}').unwrap()];
+            let v: Value = serde_json::from_str(json).unwrap();
+            assert_eq!(v["error"]["code"], -32600, "{answer}");
+            assert_eq!(
+                v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
+                "{answer}"
+            );
+        }
+    }
+}
+
 /// A `notifications/cancelled` can reach the server before the request it
 /// names: they travel on different HTTP requests (and connections), so
 /// the request's body may still be arriving, or its task not yet started,

@@ -682,7 +682,10 @@ async fn a_bad_handshake_gets_an_http_answer() {
     );
     // A head past 64 KiB, still going (all of it read before the answer,
     // so that the close is not a reset).
-    let huge = format!("GET / HTTP/1.1\r\nX-Pad: {}\r\n", "p".repeat(66_000));
+    let huge = format!(
+        "GET / HTTP/1.1\r\nHost: localhost\r\nX-Pad: {}\r\n",
+        "p".repeat(66_000)
+    );
     assert!(
         http_answer(server.addr, &huge)
             .await

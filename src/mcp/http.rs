@@ -6,6 +6,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | an `Origin` header that is not a localhost origin (`localhost`, `127.0.0.1`, `[::1]`, any scheme and port) or one of [`HttpConfig::allowed_origins`] | 403, a JSON-RPC error without id |
+//! | an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2), to [`serve`] ([`Endpoint::handle`] leaves it to its server) | 400, -32600, then the connection closes |
 //! | `POST` whose `Accept` does not take both `application/json` and `text/event-stream` (`*/*`, `application/*`, `text/*` count) | 406 |
 //! | `POST` whose `Content-Type` is not `application/json` | 415 |
 //! | a body over [`HttpConfig::max_body`] | 413 |
@@ -343,7 +344,9 @@ impl std::fmt::Debug for Body {
 /// accepting; connections already open finish on their own), at most
 /// [`HttpConfig::max_connections`] at once, each request head within
 /// [`HttpConfig::header_timeout`] and each body within
-/// [`HttpConfig::body_timeout`].
+/// [`HttpConfig::body_timeout`]. An HTTP/1.1 request without one `Host`
+/// is answered `400` here, before the endpoint sees it (RFC 9112 §3.2 asks
+/// it of the server, as rpcwire's HTTP servers do).
 pub async fn serve(
     endpoint: Endpoint,
     listener: TcpListener,
@@ -379,9 +382,15 @@ pub async fn serve(
         let endpoint = endpoint.clone();
         let http1 = http1.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let endpoint = endpoint.clone();
-                async move { Ok::<_, Infallible>(endpoint.handle(req).await) }
+                async move {
+                    // The server's rule, as rpcwire's HTTP servers apply it.
+                    if crate::server::hosts::lacks_one_host(&req) {
+                        return Ok::<_, Infallible>(no_one_host());
+                    }
+                    Ok(endpoint.handle(req).await)
+                }
             });
             let _ = http1
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
@@ -478,6 +487,17 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Body> {
         hyper::header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    r
+}
+
+/// The answer to an HTTP/1.1 request without one `Host`: what rpcwire's
+/// HTTP servers answer (`server::hosts`), closing the connection (the body
+/// is not read).
+fn no_one_host() -> Response<Body> {
+    let body = crate::server::hosts::NO_HOST_BODY.as_bytes().to_vec();
+    let mut r = json_response(StatusCode::BAD_REQUEST, body);
+    r.headers_mut()
+        .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
     r
 }
 

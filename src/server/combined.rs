@@ -14,7 +14,8 @@
 //! | an upgrade request that is not valid (no key) | `400`, a -32600 body saying why |
 //! | an upgrade request for another `Sec-WebSocket-Version` | `426` with `Sec-WebSocket-Version: 13`, a -32600 body |
 //! | a valid upgrade past the [`WsServer`]'s connection limit | `503`, a -32000 body with the limit |
-//! | an upgrade for a host the HTTP service's [`allowed_hosts`](HttpService::allowed_hosts) does not list (or, HTTP/1.1, without one `Host`) | `403` (`400`), a -32600 body, as for a `POST` (see [`hosts`](super::hosts)) |
+//! | an upgrade for a host the HTTP service's [`allowed_hosts`](HttpService::allowed_hosts) does not list | `403`, a -32600 body, as for a `POST` (see [`hosts`](super::hosts)) |
+//! | served by [`serve`] (or a [`Server`]), allowlist or not: an upgrade without one `Host` (none, or two) | `400`, a -32600 body, as for a `POST` |
 //! | an upgrade from an `Origin` the HTTP service's [`Cors`](super::cors::Cors) policy or the WebSocket server's [`origins`](WsServer::origins) does not allow | `403`, a -32600 body naming the origin |
 //! | anything else | the [`HttpService`]'s answer (see [`super::http`]) |
 //!
@@ -248,7 +249,14 @@ impl<S: Send + Sync + 'static, K: 'static> PerConnection for Combined<S, K> {
     type Service = Combined<S, K>;
 
     fn for_peer(&self, peer: SocketAddr) -> Self::Service {
-        self.clone().with_peer_addr(peer)
+        let mut service = self.clone().with_peer_addr(peer);
+        // Its HTTP service answers for the server (upgrades included).
+        service.http = service.http.on_server();
+        service
+    }
+
+    fn answers_host_rule(&self) -> bool {
+        true
     }
 
     fn serve_own_http1(

@@ -9,12 +9,12 @@
 //! of that buffer, and writes the reply behind a head it composes in room
 //! left in front of the reply, in one write. Anything else (HTTP/2's
 //! preface, HTTP/1.0, another method, a WebSocket upgrade, a chunked body,
-//! `Content-Type` that is not JSON, a body past the limit, a `Host` the
-//! service's allowlist refuses (or none, or two), a head httparse
-//! refuses or one past the head limit) hands the connection, with every
-//! byte read so far, to hyper's connection, which answers as it always did
-//! (405, 415, 413, 403, 431, 400, the upgrade): the two serve one connection in
-//! turn, never at once.
+//! `Content-Type` that is not JSON, a body past the limit, no `Host` or
+//! two (allowlist or not), a `Host` the service's allowlist refuses, a
+//! head httparse refuses or one past the head limit) hands the
+//! connection, with every byte read so far, to hyper's connection, which
+//! answers as it always did (405, 415, 413, 403, 431, 400, the upgrade):
+//! the two serve one connection in turn, never at once.
 //!
 //! Why: on the gateway's load test, hyper's server connection (its
 //! dispatcher, body channel, header maps in and out, response encoding)
@@ -831,12 +831,10 @@ fn parse_head(
             head.expects_continue = true;
         } else if gzip && name.eq_ignore_ascii_case(b"accept-encoding") {
             head.accept_encoding.read(value);
-        } else if let Some(hosts) = hosts
-            && name.eq_ignore_ascii_case(b"host")
-        {
-            // A host not listed, or a second `Host`: hyper's path refuses
-            // the request.
-            if host_seen || !hosts.allows(value) {
+        } else if name.eq_ignore_ascii_case(b"host") {
+            // A second `Host` (allowlist or not), or a host not listed:
+            // hyper's path refuses the request.
+            if host_seen || hosts.is_some_and(|hosts| !hosts.allows(value)) {
                 return Parsed::Other;
             }
             host_seen = true;
@@ -849,9 +847,9 @@ fn parse_head(
             return Parsed::Other;
         }
     }
-    // No `Host` (HTTP/1.1, the only version answered here): hyper's path
-    // answers 400.
-    if hosts.is_some() && !host_seen {
+    // No `Host` (HTTP/1.1, the only version answered here), allowlist or
+    // not: hyper's path answers 400 (`hosts::lacks_one_host`).
+    if !host_seen {
         return Parsed::Other;
     }
     match length {

@@ -20,15 +20,24 @@
 //! | its host listed (`Host`, or the request target's authority: HTTP/2's `:authority`, an absolute-form target), any port, any case | as without the check |
 //! | its host an IP address (`127.0.0.1`, `[::1]`, `192.0.2.7:8545`), listed or not | as without the check: rebinding needs a name, so a request naming an address is not a rebound page's (geth lets them through too) |
 //! | its host not listed | `403`, a -32600 body naming the host, before the body is read (the connection closes after it); counted as [`LimitKind::Host`](super::LimitKind::Host) |
-//! | HTTP/1.1 without `Host`, or with more than one | `400`, a -32600 body (RFC 9112 §3.2); counted the same |
+//! | HTTP/1.1 without `Host`, or with more than one | `400`, a -32600 body (RFC 9112 §3.2); counted the same; with no allowlist too (below) |
 //! | HTTP/1.0 or HTTP/2 naming no host | as without the check: no browser sends one, so it cannot be a rebound page's (geth lets them through too) |
 //! | a WebSocket upgrade on a combined port (`server::combined`), or an opening handshake on a `WsServer`'s own port | the same, before the upgrade |
 //!
-//! Without one (the default) the host is not looked at. geth's default is
-//! `localhost`, which suits a node on a workstation; a library serves
-//! behind proxies, load balancers and container networks that reach it by
-//! names it cannot know, and turning the check on by default would refuse
-//! them after an upgrade. Turn it on for a server on a loopback or private
+//! Without one (the default) the host's name is not looked at. An
+//! HTTP/1.1 request without one `Host` (none, or two) still gets the `400`
+//! (counted as [`LimitKind::Host`](super::LimitKind::Host): in the
+//! service's metrics, or the server's for a service in tower layers) from
+//! every server of rpcwire's (`http::serve` and `Server`, on its own
+//! HTTP/1.1 loop or hyper's path, WebSocket upgrades on a combined port
+//! included; a `WsServer`'s own port; MCP's Streamable HTTP `serve`): RFC
+//! 9112 §3.2 asks it of any server, as Go's net/http (geth's) does. A
+//! service mounted in another server (axum), or called in memory, leaves
+//! that rule to that server. geth's default list is `localhost`, which
+//! suits a node on a workstation; a library serves behind proxies, load
+//! balancers and container networks that reach it by names it cannot
+//! know, and turning the check on by default would refuse them after an
+//! upgrade. Turn it on for a server on a loopback or private
 //! address that browsers on the same machine or network can reach (a
 //! development node, a wallet's or signer's local endpoint): list the
 //! names clients use (`localhost`, the server's own domain; addresses
@@ -137,7 +146,23 @@ impl AllowedHosts {
     }
 }
 
+/// Whether `req` is an HTTP/1.1 request without exactly one `Host`, which
+/// a server must answer `400` (RFC 9112 §3.2), allowlist or not: the one
+/// rule every server of rpcwire's applies (its own HTTP/1.1 loop hands such
+/// a request to hyper's path, which applies it; a WebSocket server to its
+/// opening handshakes; MCP's Streamable HTTP server), as Go's net/http
+/// (geth's) does. HTTP/1.0 needs no `Host`, and HTTP/2 names the host in
+/// `:authority`.
+pub(crate) fn lacks_one_host<B>(req: &http::Request<B>) -> bool {
+    if req.version() != http::Version::HTTP_11 {
+        return false;
+    }
+    let mut named = req.headers().get_all(http::header::HOST).iter();
+    named.next().is_none() || named.next().is_some()
+}
+
 /// Why [`AllowedHosts::refuses`] refuses a request.
+#[cfg(any(feature = "http", feature = "ws"))]
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Refusal<'r> {
     /// Its host, not listed: `403`.
@@ -146,18 +171,24 @@ pub(crate) enum Refusal<'r> {
     NoOneHost,
 }
 
+#[cfg(any(feature = "http", feature = "ws"))]
 impl AllowedHosts {
     /// Why `req` (an HTTP request, or a WebSocket opening handshake) is
-    /// refused, or `None` when it may be served: the host is its target's
-    /// authority (HTTP/2's `:authority`, an absolute-form target), else its
-    /// `Host`. An HTTP/1.0 or HTTP/2 request naming none is served: no
-    /// browser sends one, so it cannot be a rebound page's.
+    /// refused, or `None` when it may be served: first [`lacks_one_host`]
+    /// (so that `AllowedHosts::any().refuses` is that rule alone), then
+    /// the host, its target's authority (HTTP/2's `:authority`, an
+    /// absolute-form target), else its `Host`. An HTTP/1.0 or HTTP/2
+    /// request naming none is served: no browser sends one, so it cannot
+    /// be a rebound page's.
     pub(crate) fn refuses<'r, B>(&self, req: &'r http::Request<B>) -> Option<Refusal<'r>> {
-        let mut named = req.headers().get_all(http::header::HOST).iter();
-        let (first, more) = (named.next(), named.next().is_some());
-        if req.version() == http::Version::HTTP_11 && (first.is_none() || more) {
+        if lacks_one_host(req) {
             return Some(Refusal::NoOneHost);
         }
+        if self.is_any() {
+            return None;
+        }
+        let mut named = req.headers().get_all(http::header::HOST).iter();
+        let (first, more) = (named.next(), named.next().is_some());
         let host = match req.uri().authority() {
             Some(authority) => authority.as_str().as_bytes(),
             None if more => return Some(Refusal::NoOneHost),
@@ -220,6 +251,7 @@ fn host_name(host: &[u8]) -> Option<Name<'_>> {
 }
 
 /// The body of the `403` for a request whose host is not listed.
+#[cfg(any(feature = "http", feature = "ws"))]
 pub(crate) fn forbidden_body(host: &[u8]) -> String {
     let host = String::from_utf8_lossy(host);
     let host = serde_json::to_string(&host).unwrap_or_else(|_| "null".into());
@@ -229,7 +261,8 @@ pub(crate) fn forbidden_body(host: &[u8]) -> String {
     )
 }
 
-/// The body of the `400` for an HTTP/1.1 request without one `Host`.
+/// The body of the `400` for an HTTP/1.1 request without one `Host` (see
+/// [`lacks_one_host`]).
 pub(crate) const NO_HOST_BODY: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"an HTTP/1.1 request needs exactly one Host header"}}}"#;
 
 #[cfg(test)]
@@ -344,6 +377,41 @@ mod tests {
         }
     }
 
+    /// With no allowlist, the refusal is the RFC's rule alone: HTTP/1.1
+    /// needs exactly one `Host`, other versions none, and no name is
+    /// refused.
+    #[cfg(any(feature = "http", feature = "ws"))]
+    #[test]
+    fn without_a_list_only_http11_without_one_host_is_refused() {
+        let request = |version, hosts: &[&str]| {
+            let mut r = http::Request::builder().uri("/").version(version);
+            for h in hosts {
+                r = r.header("host", *h);
+            }
+            r.body(()).unwrap()
+        };
+        let any = AllowedHosts::any();
+        let v11 = http::Version::HTTP_11;
+        for (version, hosts, refused) in [
+            (v11, &[][..], true),
+            (v11, &["a.example", "a.example"][..], true),
+            (v11, &["attacker.example"][..], false),
+            (http::Version::HTTP_10, &[][..], false),
+            (http::Version::HTTP_10, &["a", "b"][..], false),
+            (http::Version::HTTP_2, &[][..], false),
+        ] {
+            let req = request(version, hosts);
+            assert_eq!(lacks_one_host(&req), refused, "{version:?} {hosts:?}");
+            let why = any.refuses(&req);
+            assert_eq!(
+                why,
+                refused.then_some(Refusal::NoOneHost),
+                "{version:?} {hosts:?}"
+            );
+        }
+    }
+
+    #[cfg(any(feature = "http", feature = "ws"))]
     #[test]
     fn the_refusal_names_the_host_as_json() {
         let body = forbidden_body(b"a\"b.example");

@@ -38,6 +38,7 @@
 //! | any other method (`GET`, `OPTIONS`…) | `405`, `Allow: POST`, a -32600 body |
 //! | with a [`Cors`] policy ([`HttpService::cors`]): a browser's preflight, or a request from another origin | see [`cors`](super::cors): `204` with the CORS headers, `Access-Control-Allow-Origin` on the answer, or `403` for an origin not allowed |
 //! | with a `Host` allowlist ([`HttpService::allowed_hosts`]): a request for a host not listed, or an HTTP/1.1 request without one `Host` | see [`hosts`](super::hosts): `403` (`400`), a -32600 body, before anything else and before the body is read |
+//! | served by [`serve`] (or [`Server`]), allowlist or not: an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2) | `400`, the same -32600 body, before anything else (in tower layers: before they see it); the connection closes after it. Mounted in another server (axum) or called in memory, the service leaves that to its server |
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
@@ -65,8 +66,8 @@
 //! bodies as [`LimitKind::BodyTimeout`], idle connections closed as
 //! [`LimitKind::Idle`], HTTP/2 clients the `h2` crate cuts off for abuse
 //! (rapid reset, floods; `GOAWAY` with `ENHANCE_YOUR_CALM`) as
-//! [`LimitKind::Flood`], requests the `Host` allowlist refuses as
-//! [`LimitKind::Host`]),
+//! [`LimitKind::Flood`], requests refused for their `Host` (by the
+//! allowlist, or HTTP/1.1 without one) as [`LimitKind::Host`]),
 //! and [`Metrics::render`] is the text a `/metrics` endpoint returns (mount
 //! it next to the service, in axum or in a `tower` router of your own).
 
@@ -169,6 +170,13 @@ pub struct HttpService<S = (), K = SyncOnly> {
     cors: Option<Arc<Cors>>,
     /// [`HttpService::allowed_hosts`]'s list; `None`: no check.
     hosts: Option<Arc<AllowedHosts>>,
+    /// Whether rpcwire's server serves it (set by
+    /// [`PerConnection::for_peer`]): it then answers for the server what
+    /// RFC 9112 asks of any (an HTTP/1.1 request without one `Host`:
+    /// `400`), counted in its metrics as the allowlist's refusals are. A
+    /// service mounted in another server (axum), or called in memory
+    /// (`oneshot`, as in a test, with no `Host`), leaves that to its server.
+    for_server: bool,
     /// [`HttpService::gzip`]'s threshold.
     gzip_above: Option<usize>,
 }
@@ -191,6 +199,7 @@ impl<S, K> Clone for HttpService<S, K> {
             peer: self.peer,
             cors: self.cors.clone(),
             hosts: self.hosts.clone(),
+            for_server: self.for_server,
             gzip_above: self.gzip_above,
         }
     }
@@ -231,6 +240,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             peer: None,
             cors: None,
             hosts: None,
+            for_server: false,
             gzip_above: None,
         }
     }
@@ -258,7 +268,8 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     /// (`Host`, or HTTP/2's `:authority`; the port is not compared): the
     /// defence against DNS rebinding, geth's `--http.vhosts`. Others get
     /// `403` before their body is read, HTTP/1.1 requests without one
-    /// `Host` `400`; see [`hosts`](super::hosts) for what is answered how,
+    /// `Host` `400` (which [`serve`] answers without a list too); see
+    /// [`hosts`](super::hosts) for what is answered how,
     /// and why there is no check by default (geth's is `localhost`): turn
     /// it on for a server on a loopback or private address that browsers
     /// can reach.
@@ -278,15 +289,28 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     }
 
     /// The `Host` allowlist, when there is one (rpcwire's own HTTP/1.1
-    /// loop hands requests it refuses to hyper's path, which answers them).
+    /// loop hands requests it refuses, and any without one `Host`, to
+    /// hyper's path, which answers them).
     pub(super) fn host_check(&self) -> Option<&AllowedHosts> {
         self.hosts.as_deref()
     }
 
-    /// The answer to a request the `Host` allowlist refuses (counted), or
-    /// `None` when it may be served.
+    /// The same service, served by rpcwire's server (see `for_server`).
+    pub(super) fn on_server(mut self) -> Self {
+        self.for_server = true;
+        self
+    }
+
+    /// The answer to a request refused for its `Host` (counted): by the
+    /// allowlist, or, served by rpcwire's server, an HTTP/1.1 request
+    /// without one (`hosts::lacks_one_host`); `None` when it may be served.
     pub(super) fn refuse_host<B>(&self, req: &Request<B>) -> Option<Response<ResponseBody>> {
-        let response = match self.hosts.as_ref()?.refuses(req)? {
+        let refused = match &self.hosts {
+            Some(hosts) => hosts.refuses(req)?,
+            None if self.for_server && super::hosts::lacks_one_host(req) => Refusal::NoOneHost,
+            None => return None,
+        };
+        let response = match refused {
             Refusal::NotListed(host) => json_response(
                 StatusCode::FORBIDDEN,
                 Bytes::from(super::hosts::forbidden_body(host)),
@@ -1317,6 +1341,16 @@ pub trait PerConnection: Send + 'static {
     /// The service for a connection from `peer`.
     fn for_peer(&self, peer: SocketAddr) -> Self::Service;
 
+    /// Whether the service [`for_peer`](PerConnection::for_peer) gives
+    /// answers an HTTP/1.1 request without one `Host` itself (rpcwire's
+    /// own services do, counting it in their metrics); the server answers
+    /// it for any other (`400`, counted in the server's metrics). Not for
+    /// use outside rpcwire.
+    #[doc(hidden)]
+    fn answers_host_rule(&self) -> bool {
+        false
+    }
+
     /// Serves a connection from `peer` with rpcwire's own HTTP/1.1 loop,
     /// when the service is one of rpcwire's own (without layers around
     /// it), or gives the stream back for hyper. Not for use outside
@@ -1379,7 +1413,7 @@ impl ConnectionKit {
             if let super::h1::Ended::HandOver(stream, read, header_deadline) =
                 super::h1::serve(stream, &http, &kit).await
             {
-                serve_connection(kit, stream, read, header_deadline, service).await;
+                serve_connection(kit, stream, read, header_deadline, service, false).await;
             }
         })
     }
@@ -1388,7 +1422,11 @@ impl ConnectionKit {
 impl<S: Send + Sync + 'static, K: 'static> PerConnection for HttpService<S, K> {
     type Service = HttpService<S, K>;
     fn for_peer(&self, peer: SocketAddr) -> Self::Service {
-        self.clone().with_peer_addr(peer)
+        self.clone().with_peer_addr(peer).on_server()
+    }
+
+    fn answers_host_rule(&self) -> bool {
+        true
     }
 
     fn serve_own_http1(
@@ -1643,6 +1681,7 @@ impl Server {
                         Bytes::new(),
                         None,
                         make.for_peer(peer),
+                        !make.answers_host_rule(),
                     )),
                 };
                 tokio::spawn(async move {
@@ -1744,6 +1783,7 @@ async fn serve_connection<Svc, B>(
     read: Bytes,
     header_deadline: Option<tokio::time::Instant>,
     service: Svc,
+    host_rule: bool,
 ) where
     Svc: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
     Svc::Future: Send + 'static,
@@ -1777,6 +1817,7 @@ async fn serve_connection<Svc, B>(
     let service = Counted {
         inner: service,
         activity: Arc::clone(&activity),
+        host_rule: host_rule.then(|| Arc::clone(&config)),
     };
     // With upgrades: a service may answer `101` and take the connection
     // over (WebSocket on the same port, `server::combined`); for every
@@ -2157,6 +2198,12 @@ impl AsyncWrite for Tracked {
 struct Counted<Svc> {
     inner: Svc,
     activity: Arc<Activity>,
+    /// For a service that is not one of rpcwire's own (which answer it
+    /// themselves, see [`PerConnection::answers_host_rule`]): the server's
+    /// settings, to answer what RFC 9112 asks of the server (an HTTP/1.1
+    /// request without one `Host`: `400`) before the service sees it, and
+    /// count it in the server's metrics.
+    host_rule: Option<Arc<ConnConfig>>,
 }
 
 impl<Svc, B> hyper::service::Service<Request<Incoming>> for Counted<Svc>
@@ -2178,11 +2225,20 @@ where
         if !activity.served.load(Ordering::Relaxed) {
             activity.served.store(true, Ordering::Relaxed);
         }
-        CountedFuture {
-            state: Oneshot::Waiting {
+        let state = if let Some(config) = &self.host_rule
+            && super::hosts::lacks_one_host(&req)
+        {
+            // Counted as the allowlist counts the same refusal.
+            config.hit(LimitKind::Host);
+            Oneshot::NoOneHost
+        } else {
+            Oneshot::Waiting {
                 service: self.inner.clone(),
                 req: Some(req),
-            },
+            }
+        };
+        CountedFuture {
+            state,
             active: Some(ActiveGuard(Arc::clone(&self.activity))),
         }
     }
@@ -2213,6 +2269,8 @@ pin_project_lite::pin_project! {
     enum Oneshot<Svc, F> {
         Waiting { service: Svc, req: Option<Request<Incoming>> },
         Called { #[pin] future: F },
+        /// Refused without calling the service: [`no_one_host`].
+        NoOneHost,
     }
 }
 
@@ -2243,6 +2301,10 @@ where
                         Err(_) => service_failed(),
                     }));
                 }
+                OneshotProj::NoOneHost => {
+                    this.active.take();
+                    return Poll::Ready(Ok(no_one_host()));
+                }
             }
         }
     }
@@ -2253,10 +2315,28 @@ where
 /// close an HTTP/1.1 connection without a word (the client's other
 /// requests on it lost too) and reset an HTTP/2 stream.
 fn service_failed<B>() -> Response<Served<B>> {
+    served_error(StatusCode::INTERNAL_SERVER_ERROR, SERVICE_FAILED)
+}
+
+/// The server's answer to an HTTP/1.1 request without one `Host`
+/// ([`hosts::lacks_one_host`](super::hosts::lacks_one_host)) for a service
+/// not of rpcwire's own: `400`, the body and the close rpcwire's services
+/// answer it with ([`HttpService::refuse_host`]).
+fn no_one_host<B>() -> Response<Served<B>> {
+    let body = super::hosts::NO_HOST_BODY.as_bytes();
+    let mut response = served_error(StatusCode::BAD_REQUEST, body);
+    response
+        .headers_mut()
+        .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// A response of [`serve`]'s own: `status`, a JSON `body`.
+fn served_error<B>(status: StatusCode, body: &'static [u8]) -> Response<Served<B>> {
     let mut response = Response::new(Served::Failed {
-        body: Some(Bytes::from_static(SERVICE_FAILED)),
+        body: Some(Bytes::from_static(body)),
     });
-    *response.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+    *response.status_mut() = status;
     response
         .headers_mut()
         .insert(CONTENT_TYPE, APPLICATION_JSON);
@@ -2267,7 +2347,7 @@ const SERVICE_FAILED: &[u8] = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32
 
 pin_project_lite::pin_project! {
     /// A response body as [`serve`] gives it to hyper: the service's, or
-    /// [`service_failed`]'s.
+    /// one of its own ([`service_failed`]'s, [`no_one_host`]'s).
     #[project = ServedProj]
     enum Served<B> {
         Service { #[pin] body: B },

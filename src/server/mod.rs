@@ -29,8 +29,13 @@ pub mod combined;
 pub mod cors;
 #[cfg(feature = "http")]
 mod h1;
-#[cfg(any(feature = "http", feature = "ws"))]
-#[cfg_attr(docsrs, doc(cfg(any(feature = "http", feature = "ws"))))]
+// With `mcp` too: its Streamable HTTP server applies `hosts`' rule for
+// HTTP/1.1 requests without one `Host`.
+#[cfg(any(feature = "http", feature = "ws", feature = "mcp"))]
+#[cfg_attr(
+    docsrs,
+    doc(cfg(any(feature = "http", feature = "ws", feature = "mcp")))
+)]
 pub mod hosts;
 #[cfg(feature = "http")]
 #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
@@ -149,10 +154,11 @@ pub enum LimitKind {
     /// `SETTINGS_MAX_HEADER_LIST_SIZE` (a CONTINUATION flood: `h2` does
     /// not tell these apart).
     Flood,
-    /// An HTTP request or WebSocket handshake refused by the `Host`
-    /// allowlist (`HttpService::allowed_hosts`, `WsServer::allowed_hosts`):
-    /// its host not listed (`403`), or an HTTP/1.1 request without one
-    /// `Host` (`400`).
+    /// An HTTP request or WebSocket handshake refused for its `Host`: by
+    /// the allowlist (`HttpService::allowed_hosts`,
+    /// `WsServer::allowed_hosts`), its host not listed (`403`); or, by any
+    /// of rpcwire's HTTP and WebSocket servers, allowlist or not, an
+    /// HTTP/1.1 request without one `Host` (`400`).
     Host,
 }
 

@@ -306,11 +306,12 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// port, any case) or an IP address are served: a page that made its
     /// own domain resolve to this server's address (DNS rebinding) names
     /// that domain, and gets `403` with a -32600 body naming it; a
-    /// handshake without one `Host` gets `400`. Both are counted as
-    /// [`LimitKind::Host`]. See [`hosts`](super::hosts) for when to turn
-    /// it on (a server on a loopback or private address that browsers can
-    /// reach); unlike [`origins`](WsServer::origins) it also guards against
-    /// pages whose origin is allowed but whose name is not this server's.
+    /// handshake without one `Host` gets `400` (without a list too: RFC
+    /// 9112 §3.2). Both are counted as [`LimitKind::Host`]. See
+    /// [`hosts`](super::hosts) for when to turn it on (a server on a
+    /// loopback or private address that browsers can reach); unlike
+    /// [`origins`](WsServer::origins) it also guards against pages whose
+    /// origin is allowed but whose name is not this server's.
     /// Default: any host. On a combined port (`server::combined`) the
     /// HTTP service's list applies to upgrades.
     ///
@@ -652,7 +653,10 @@ where
             }
         }
     };
-    if let Some(refused) = hosts.and_then(|h| h.refuses(&request)) {
+    // A handshake without one `Host` is refused with a list or without
+    // (`hosts::lacks_one_host`): this is its HTTP server.
+    let any = AllowedHosts::any();
+    if let Some(refused) = hosts.unwrap_or(&any).refuses(&request) {
         let (status, body, why) = match refused {
             Refusal::NotListed(host) => (403, super::hosts::forbidden_body(host), HOST_REFUSED),
             // RFC 6455 §4.1: a handshake sends one `Host`.
@@ -739,7 +743,8 @@ fn refusal(status: u16, reason: &str, extra: Option<&str>) -> Vec<u8> {
 const ORIGIN_REFUSED: &str = "origin not allowed";
 /// Why a handshake naming a host not allowed failed.
 const HOST_REFUSED: &str = "host not allowed";
-/// Why a handshake without one `Host` failed, under a host allowlist.
+/// Why a handshake without one `Host` failed (with an allowlist or
+/// without).
 const NO_ONE_HOST: &str = "an opening handshake needs exactly one Host header";
 
 /// An HTTP error response with a JSON `body`, closing the connection.
@@ -789,7 +794,7 @@ enum Kind {
     Invalid(&'static str),
     /// A request head past [`MAX_HANDSHAKE_HEAD`].
     HeadTooLarge,
-    /// Refused by the host allowlist.
+    /// Refused for its `Host`: by the allowlist, or none or two.
     Host(&'static str),
     Rejected(tungstenite::Error),
 }
