@@ -49,17 +49,22 @@ async fn start(hosts: &[&str], own_http1: bool) -> TestServer {
     start_with(Some(AllowedHosts::list(hosts).unwrap()), own_http1).await
 }
 
-/// [`start`], the HTTP service given `hosts` when there are some, else
-/// left as built (no allowlist).
-async fn start_with(hosts: Option<AllowedHosts>, own_http1: bool) -> TestServer {
-    let calls = Arc::new(AtomicUsize::new(0));
-    let d = Dispatcher::builder(Arc::clone(&calls))
+/// A dispatcher whose `count` answers how many calls `calls` has seen.
+fn counting(calls: &Arc<AtomicUsize>) -> Dispatcher<Arc<AtomicUsize>> {
+    Dispatcher::builder(Arc::clone(calls))
         .method("count", |call: Call<'_, Arc<AtomicUsize>>| {
             let n = call.state.fetch_add(1, Ordering::SeqCst) + 1;
             call.reply.u64(n as u64)
         })
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// [`start`], the HTTP service given `hosts` when there are some, else
+/// left as built (no allowlist).
+async fn start_with(hosts: Option<AllowedHosts>, own_http1: bool) -> TestServer {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let d = counting(&calls);
     let limits = Limits::default();
     let metrics = Arc::new(Metrics::default());
     let mut http = HttpService::new(d.clone(), &limits, Some(Arc::clone(&metrics)));
@@ -342,25 +347,51 @@ async fn websocket_upgrades_are_checked() {
     }
 }
 
-/// A WebSocket server on a port of its own (`WsServer::serve`) checks its
-/// opening handshakes' `Host` as the HTTP service checks requests: listed
-/// names and addresses upgraded, other names `403`, no `Host` or two
-/// `400`, each refusal counted and no connection served for it.
-#[tokio::test]
-async fn a_websocket_server_of_its_own_checks_hosts() {
+/// A `WsServer` on a port of its own answering `ping`, with `hosts` as its
+/// allowlist: its address, its metrics, and what stops it (and checks it
+/// stopped cleanly).
+async fn ws_server(
+    hosts: Option<AllowedHosts>,
+) -> (
+    std::net::SocketAddr,
+    Arc<Metrics>,
+    impl FnOnce() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+) {
     let d = Dispatcher::builder(())
         .method("ping", |call: Call<'_, ()>| call.reply.str("pong"))
         .build()
         .unwrap();
     let metrics = Arc::new(Metrics::default());
     let shutdown = Shutdown::new();
-    let ws = WsServer::new(d)
+    let mut ws = WsServer::new(d)
         .metrics(Arc::clone(&metrics))
-        .shutdown(shutdown.clone())
-        .allowed_hosts(AllowedHosts::list(LOCAL).unwrap());
+        .shutdown(shutdown.clone());
+    if let Some(hosts) = hosts {
+        ws = ws.allowed_hosts(hosts);
+    }
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let served = tokio::spawn(async move { ws.serve(listener).await });
+    let stop = move || -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>> {
+        Box::pin(async move {
+            shutdown.trigger();
+            tokio::time::timeout(HANG, served)
+                .await
+                .expect("stops")
+                .unwrap()
+                .unwrap();
+        })
+    };
+    (addr, metrics, stop)
+}
+
+/// A WebSocket server on a port of its own (`WsServer::serve`) checks its
+/// opening handshakes' `Host` as the HTTP service checks requests: listed
+/// names and addresses upgraded, other names `403`, no `Host` or two
+/// `400`, each refusal counted and no connection served for it.
+#[tokio::test]
+async fn a_websocket_server_of_its_own_checks_hosts() {
+    let (addr, metrics, stop) = ws_server(Some(AllowedHosts::list(LOCAL).unwrap())).await;
 
     let refused = [
         (
@@ -412,12 +443,7 @@ async fn a_websocket_server_of_its_own_checks_hosts() {
         );
     }
     assert_eq!(metrics.limit_count(LimitKind::Host), 5);
-    shutdown.trigger();
-    tokio::time::timeout(HANG, served)
-        .await
-        .expect("stops")
-        .unwrap()
-        .unwrap();
+    stop().await;
 }
 
 /// A WebSocket server on a port of its own, without an allowlist, is the
@@ -426,18 +452,7 @@ async fn a_websocket_server_of_its_own_checks_hosts() {
 /// one too), counted; any name is upgraded.
 #[tokio::test]
 async fn a_websocket_server_without_an_allowlist_needs_one_host() {
-    let d = Dispatcher::builder(())
-        .method("ping", |call: Call<'_, ()>| call.reply.str("pong"))
-        .build()
-        .unwrap();
-    let metrics = Arc::new(Metrics::default());
-    let shutdown = Shutdown::new();
-    let ws = WsServer::new(d)
-        .metrics(Arc::clone(&metrics))
-        .shutdown(shutdown.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let served = tokio::spawn(async move { ws.serve(listener).await });
+    let (addr, metrics, stop) = ws_server(None).await;
 
     let none = upgrade("").replace("host: \r\n", "");
     let two = upgrade("localhost").replace(
@@ -459,12 +474,7 @@ async fn a_websocket_server_without_an_allowlist_needs_one_host() {
         assert_eq!(&upgrade_status(addr, host).await, b"HTTP/1.1 101", "{host}");
     }
     assert_eq!(metrics.limit_count(LimitKind::Host), 2);
-    shutdown.trigger();
-    tokio::time::timeout(HANG, served)
-        .await
-        .expect("stops")
-        .unwrap()
-        .unwrap();
+    stop().await;
 }
 
 /// A service in tower layers (a `Fn(SocketAddr) -> service` given to
@@ -475,13 +485,7 @@ async fn a_websocket_server_without_an_allowlist_needs_one_host() {
 #[tokio::test]
 async fn a_layered_service_gets_the_rule_from_the_server() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let d = Dispatcher::builder(Arc::clone(&calls))
-        .method("count", |call: Call<'_, Arc<AtomicUsize>>| {
-            let n = call.state.fetch_add(1, Ordering::SeqCst) + 1;
-            call.reply.u64(n as u64)
-        })
-        .build()
-        .unwrap();
+    let d = counting(&calls);
     let limits = Limits::default();
     let metrics = Arc::new(Metrics::default());
     let service = HttpService::new(d, &limits, None);
