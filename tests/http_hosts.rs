@@ -49,6 +49,26 @@ async fn start(hosts: &[&str], own_http1: bool) -> TestServer {
     start_with(Some(AllowedHosts::list(hosts).unwrap()), own_http1).await
 }
 
+/// `raw`, a request for `localhost`, with its `Host` line twice.
+fn two_hosts(raw: &str) -> String {
+    raw.replace(
+        "host: localhost\r\n",
+        "host: localhost\r\nhost: localhost\r\n",
+    )
+}
+
+/// The answer to an HTTP/1.1 request without one `Host` (`status` line,
+/// `body`): `400` with the -32600 body saying why; `context` names the case.
+fn assert_needs_one_host(status: &str, body: &str, context: &str) {
+    assert_eq!(status, "400 Bad Request", "{context}");
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(v["error"]["code"], -32600, "{context}: {v}");
+    assert_eq!(
+        v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
+        "{context}: {v}"
+    );
+}
+
 /// A dispatcher whose `count` answers how many calls `calls` has seen.
 fn counting(calls: &Arc<AtomicUsize>) -> Dispatcher<Arc<AtomicUsize>> {
     Dispatcher::builder(Arc::clone(calls))
@@ -183,10 +203,7 @@ async fn http11_without_one_host_is_a_bad_request() {
         assert_eq!(r.0, "400 Bad Request", "own loop {own}: {r:?}");
         let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
         assert_eq!(v["error"]["code"], -32600, "{v}");
-        let two = post(Some("localhost")).replace(
-            "host: localhost\r\n",
-            "host: localhost\r\nhost: localhost\r\n",
-        );
+        let two = two_hosts(&post(Some("localhost")));
         let r = one(server.addr, &two).await;
         assert_eq!(r.0, "400 Bad Request", "own loop {own}: {r:?}");
         let old = post(None).replace("HTTP/1.1", "HTTP/1.0");
@@ -207,10 +224,7 @@ async fn http11_without_one_host_is_a_bad_request() {
 async fn without_an_allowlist_http11_still_needs_one_host() {
     for own in [true, false] {
         let server = start_with(None, own).await;
-        let two = post(Some("localhost")).replace(
-            "host: localhost\r\n",
-            "host: localhost\r\nhost: localhost\r\n",
-        );
+        let two = two_hosts(&post(Some("localhost")));
         let chunked = format!(
             "POST / HTTP/1.1\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n\
              {:x}\r\n{CALL}\r\n0\r\n\r\n",
@@ -219,13 +233,7 @@ async fn without_an_allowlist_http11_still_needs_one_host() {
         for raw in [post(None), two, chunked] {
             let mut stream = TcpStream::connect(server.addr).await.unwrap();
             let r = exchange(&mut stream, raw.as_bytes(), 1).await;
-            assert_eq!(r[0].0, "400 Bad Request", "own loop {own}, {raw:?}: {r:?}");
-            let v: serde_json::Value = serde_json::from_str(&r[0].2).unwrap();
-            assert_eq!(v["error"]["code"], -32600, "{v}");
-            assert_eq!(
-                v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
-                "{v}"
-            );
+            assert_needs_one_host(&r[0].0, &r[0].2, &format!("own loop {own}, {raw:?}: {r:?}"));
             assert!(closed(&mut stream).await, "own loop {own}, {raw:?}");
         }
         // Served first (by the own loop, when on), then refused.
@@ -243,10 +251,7 @@ async fn without_an_allowlist_http11_still_needs_one_host() {
         assert_eq!(r.0, "200 OK", "own loop {own}: {r:?}");
         // A WebSocket upgrade without one `Host`.
         let none = upgrade("").replace("host: \r\n", "");
-        let two = upgrade("localhost").replace(
-            "host: localhost\r\n",
-            "host: localhost\r\nhost: localhost\r\n",
-        );
+        let two = two_hosts(&upgrade("localhost"));
         for raw in [none, two] {
             let r = one(server.addr, &raw).await;
             assert_eq!(r.0, "400 Bad Request", "own loop {own}, {raw:?}: {r:?}");
@@ -410,10 +415,7 @@ async fn a_websocket_server_of_its_own_checks_hosts() {
             "exactly one Host",
         ),
         (
-            upgrade("localhost").replace(
-                "host: localhost\r\n",
-                "host: localhost\r\nhost: localhost\r\n",
-            ),
+            two_hosts(&upgrade("localhost")),
             "400 Bad Request",
             "exactly one Host",
         ),
@@ -455,19 +457,10 @@ async fn a_websocket_server_without_an_allowlist_needs_one_host() {
     let (addr, metrics, stop) = ws_server(None).await;
 
     let none = upgrade("").replace("host: \r\n", "");
-    let two = upgrade("localhost").replace(
-        "host: localhost\r\n",
-        "host: localhost\r\nhost: localhost\r\n",
-    );
+    let two = two_hosts(&upgrade("localhost"));
     for (n, raw) in [none, two].iter().enumerate() {
         let r = one(addr, raw).await;
-        assert_eq!(r.0, "400 Bad Request", "{raw:?}: {r:?}");
-        let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
-        assert_eq!(v["error"]["code"], -32600, "{r:?}");
-        assert_eq!(
-            v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
-            "{r:?}"
-        );
+        assert_needs_one_host(&r.0, &r.2, &format!("{raw:?}: {r:?}"));
         assert_eq!(metrics.limit_count(LimitKind::Host), n as u64 + 1);
     }
     for host in ["localhost", "attacker.example"] {
@@ -499,19 +492,10 @@ async fn a_layered_service_gets_the_rule_from_the_server() {
     let addr = listener.local_addr().unwrap();
     let server = Server::new(limits).metrics(Arc::clone(&metrics));
     tokio::spawn(server.serve(listener, make, shutdown.clone()));
-    let two = post(Some("localhost")).replace(
-        "host: localhost\r\n",
-        "host: localhost\r\nhost: localhost\r\n",
-    );
+    let two = two_hosts(&post(Some("localhost")));
     for raw in [post(None), two] {
         let r = one(addr, &raw).await;
-        assert_eq!(r.0, "400 Bad Request", "{raw:?}: {r:?}");
-        let v: serde_json::Value = serde_json::from_str(&r.2).unwrap();
-        assert_eq!(v["error"]["code"], -32600, "{v}");
-        assert_eq!(
-            v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
-            "{v}"
-        );
+        assert_needs_one_host(&r.0, &r.2, &format!("{raw:?}: {r:?}"));
     }
     let r = one(addr, &post(None).replace("HTTP/1.1", "HTTP/1.0")).await;
     assert_eq!(r.0, "200 OK", "{r:?}");
