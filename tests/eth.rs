@@ -242,6 +242,49 @@ fn data_rules() {
     });
 }
 
+/// DATA params decoded one after another keep the arena at about the
+/// size of what they decode: a reader that sizes its output from the end
+/// of the params first (the last element's fast path) gives those bytes
+/// back when the value is not the last one, so the arena does not grow
+/// with the square of the params' length. Long values (the AVX2 path) and
+/// short ones, and refused values, which keep nothing.
+#[test]
+fn data_params_keep_the_arena_to_what_they_decode() {
+    for digits in [64usize, 66, 2_000] {
+        let one = format!("\"0x{}\"", "ab".repeat(digits / 2));
+        let params = format!("[{}]", vec![one.as_str(); 300].join(","));
+        with_params(&params, |p| {
+            let arena = bumpalo::Bump::new();
+            let mut values = EthParams::new(Some(p));
+            let mut decoded = 0;
+            for i in 0..300 {
+                let bytes = values.next_bytes_in("data", &arena).expect("DATA");
+                assert!(bytes.iter().all(|&b| b == 0xab), "value {i}");
+                decoded += bytes.len();
+            }
+            values.finish().expect("no more params");
+            assert_eq!(decoded, 300 * digits / 2);
+            assert!(
+                arena.allocated_bytes() < 4 * decoded + 64 * 1024,
+                "{digits} digits: the arena holds {} bytes for {decoded} decoded",
+                arena.allocated_bytes()
+            );
+        });
+        // A refused value (a bad digit at its end) gives back what it took.
+        let bad = format!("[\"0x{}zz\", 1]", "ab".repeat(digits / 2));
+        with_params(&bad, |p| {
+            let arena = bumpalo::Bump::with_capacity(64 * 1024);
+            let room = arena.chunk_capacity();
+            let refused = EthParams::new(Some(p)).next_bytes_in("data", &arena);
+            assert_eq!(
+                outcome(refused.map(<[u8]>::to_vec)),
+                Err("invalid hex digit")
+            );
+            assert_eq!(arena.chunk_capacity(), room, "{digits} digits");
+        });
+    }
+}
+
 #[test]
 fn fixed_size_data() {
     let a = "0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97";

@@ -11,7 +11,7 @@ use super::block::{BlockId, BlockNumberOrTag};
 use super::call::CallRequest;
 use super::filter::LogFilter;
 use super::hex;
-use super::walk::Elements;
+use super::walk::{self, Elements};
 use crate::dispatch::RpcError;
 use crate::json::{Kind, RawJson};
 use crate::request::Params;
@@ -567,11 +567,9 @@ fn bytes_in<'a, 'b>(v: RawJson<'a>, arena: &'b Bump) -> Result<&'b [u8], Invalid
     if raw.len() >= 2
         && raw[0] == b'"'
         && let Ok(digits) = hex::data_digits(&raw[1..raw.len() - 1])
+        && let Ok(out) = hex::decode_digits_in(digits, arena)
     {
-        let out = arena.alloc_slice_fill_copy(digits.len() / 2, 0u8);
-        if hex::decode_digits(digits, out).is_ok() {
-            return Ok(out);
-        }
+        return Ok(out);
     }
     // Refused, or written with escapes: the checking path says which.
     Ok(Hex::parse(v)?.decode_in(arena))
@@ -907,25 +905,43 @@ impl<'a> EthParams<'a> {
     }
 
     /// The next parameter as DATA decoded into `arena`:
-    /// `required(name)?.bytes_in(arena)`, the string's end found with one
-    /// `memchr` for its closing quote (the decoding checks every digit).
+    /// `required(name)?.bytes_in(arena)`. The last parameter (a signed
+    /// transaction, say) is decoded in one pass, its end known from the
+    /// end of the params; an earlier one's end is found with one `memchr`
+    /// for its closing quote (the decoding checks every digit).
     #[inline]
     pub fn next_bytes_in<'b>(
         &mut self,
         name: &'static str,
         arena: &'b Bump,
     ) -> Result<&'b [u8], Invalid<'a>> {
-        if let Some((buf, start)) = self.peek()
-            && buf.get(start..start + 3) == Some(b"\"0x")
-            && let Some(len) = memchr::memchr(b'"', &buf[start + 3..])
-            && len % 2 == 0
+        let Some((buf, start)) = self.peek() else {
+            return self.required(name)?.bytes_in(arena);
+        };
+        if buf.get(start..start + 3) != Some(b"\"0x") {
+            return self.required(name)?.bytes_in(arena);
+        }
+        // The last element (`eth_sendRawTransaction`'s only one) ends at
+        // the array's last quote: when everything from `0x` to there is
+        // hex digits, no quote lies between, so that quote closes this
+        // string and one pass both finds the end and decodes.
+        if let Some(close) = walk::last_string_end(buf)
+            && let Some(digits) = buf.get(start + 3..close)
+            && digits.len() % 2 == 0
         {
-            let digits = &buf[start + 3..start + 3 + len];
-            let out = arena.alloc_slice_fill_copy(len / 2, 0u8);
-            if hex::decode_digits(digits, out).is_ok() {
-                self.advance(start + len + 4);
+            // Refused when this is not the last element (and its bytes
+            // given back to the arena).
+            if let Ok(out) = hex::decode_digits_in(digits, arena) {
+                self.advance(close + 1);
                 return Ok(out);
             }
+        }
+        if let Some(len) = memchr::memchr(b'"', &buf[start + 3..])
+            && len % 2 == 0
+            && let Ok(out) = hex::decode_digits_in(&buf[start + 3..start + 3 + len], arena)
+        {
+            self.advance(start + len + 4);
+            return Ok(out);
         }
         self.required(name)?.bytes_in(arena)
     }

@@ -53,6 +53,16 @@ impl<'a> Elements<'a> {
     }
 }
 
+/// Where the closing quote of a validated array's last element is, when
+/// that element is a string: the array's last byte is `]`, and the quote
+/// is the last byte before it that is not whitespace.
+#[inline(always)]
+pub(crate) fn last_string_end(array: &[u8]) -> Option<usize> {
+    let inner = array.get(..array.len().checked_sub(1)?)?;
+    let end = inner.iter().rposition(|&b| !crate::scan::is_ws(b))?;
+    (inner[end] == b'"').then_some(end)
+}
+
 impl<'a> Iterator for Elements<'a> {
     type Item = RawJson<'a>;
 

@@ -1,8 +1,9 @@
 //! The `eth_hex` fuzz target's check, also run by `tests/fuzz_corpus.rs`:
 //! any bytes, written as a DATA string in a request's params, decode through
 //! the `eth` layer's readers exactly as a digit-by-digit reference decodes
-//! them (addresses, hashes, and data of any length into the arena), and a
-//! string that is not DATA is refused, never decoded.
+//! them (addresses, hashes, and data of any length into the arena, as the
+//! last element or before another), and a string that is not DATA is
+//! refused, never decoded.
 
 use rpcwire::eth::EthParams;
 
@@ -46,6 +47,36 @@ pub fn check(data: &[u8]) {
         .ok()
         .map(<[u8]>::to_vec);
     assert_eq!(bytes, want, "data");
+    // Not the last element: the end is the string's own quote, and a
+    // later element's quote must not be taken for it.
+    let mut message = br#"{"jsonrpc":"2.0","id":1,"method":"m","params":["0x"#.to_vec();
+    message.extend_from_slice(data);
+    message.extend_from_slice(br#"", "0x"#);
+    message.extend_from_slice(data);
+    message.extend_from_slice(br#"" ]}"#);
+    let params = rpcwire::parse(&message, &arena)
+        .expect("a valid request")
+        .into_single()
+        .and_then(|e| e.request())
+        .expect("a request")
+        .params();
+    let mut both = EthParams::new(params);
+    let first = both.next_bytes_in("first", &arena).ok().map(<[u8]>::to_vec);
+    assert_eq!(first, want, "data before another element");
+    if want.is_some() {
+        let second = both
+            .next_bytes_in("second", &arena)
+            .ok()
+            .map(<[u8]>::to_vec);
+        assert_eq!(second, want, "data after another element");
+        assert!(both.finish().is_ok());
+    }
+    let through_param = EthParams::new(params)
+        .required("p")
+        .and_then(|p| p.bytes_in(&arena))
+        .ok()
+        .map(<[u8]>::to_vec);
+    assert_eq!(through_param, want, "data through a Param");
     assert_eq!(
         address.map(|a| a.to_vec()),
         want.clone().filter(|w| w.len() == 20),
