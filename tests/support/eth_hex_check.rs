@@ -6,6 +6,7 @@
 //! refused, never decoded.
 
 use rpcwire::eth::EthParams;
+use rpcwire::request::Params;
 
 /// The bytes of `digits` as hex, or `None` if any is not a hex digit or the
 /// count is odd.
@@ -18,6 +19,16 @@ fn reference(digits: &[u8]) -> Option<Vec<u8>> {
         .chunks(2)
         .map(|p| Some(value(p[0])? << 4 | value(p[1])?))
         .collect()
+}
+
+/// The params of `message`, a valid request.
+fn params_of<'a>(message: &'a [u8], arena: &'a bumpalo::Bump) -> Option<Params<'a>> {
+    rpcwire::parse(message, arena)
+        .expect("a valid request")
+        .into_single()
+        .and_then(|e| e.request())
+        .expect("a request")
+        .params()
 }
 
 pub fn check(data: &[u8]) {
@@ -33,12 +44,7 @@ pub fn check(data: &[u8]) {
     message.extend_from_slice(data);
     message.extend_from_slice(br#""]}"#);
     let arena = bumpalo::Bump::new();
-    let params = rpcwire::parse(&message, &arena)
-        .expect("a valid request")
-        .into_single()
-        .and_then(|e| e.request())
-        .expect("a request")
-        .params();
+    let params = params_of(&message, &arena);
     let want = reference(data);
     let address = EthParams::new(params).next_address("a").ok();
     let hash = EthParams::new(params).next_hash("h").ok();
@@ -54,12 +60,7 @@ pub fn check(data: &[u8]) {
     message.extend_from_slice(br#"", "0x"#);
     message.extend_from_slice(data);
     message.extend_from_slice(br#"" ]}"#);
-    let params = rpcwire::parse(&message, &arena)
-        .expect("a valid request")
-        .into_single()
-        .and_then(|e| e.request())
-        .expect("a request")
-        .params();
+    let params = params_of(&message, &arena);
     let mut both = EthParams::new(params);
     let first = both.next_bytes_in("first", &arena).ok().map(<[u8]>::to_vec);
     assert_eq!(first, want, "data before another element");
