@@ -42,6 +42,7 @@
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
+//! | served by [`serve`] (or [`Server`]), an HTTP/2 stream whose body would take the bodies its connection holds past [`Limits::max_connection_body_bytes`] | `503`, a -32600 body with `data.limit`, as soon as the chunk that would pass it arrives (the other streams go on) |
 //! | served by [`serve`] in tower layers, a layer fails the request (its timeout, a load shedder) | `500`, a -32603 body; the connection serves on |
 //!
 //! A message that gets no reply is answered `204` with an empty body, not
@@ -67,7 +68,9 @@
 //! [`LimitKind::Idle`], HTTP/2 clients the `h2` crate cuts off for abuse
 //! (rapid reset, floods; `GOAWAY` with `ENHANCE_YOUR_CALM`) as
 //! [`LimitKind::Flood`], requests refused for their `Host` (by the
-//! allowlist, or HTTP/1.1 without one) as [`LimitKind::Host`]),
+//! allowlist, or HTTP/1.1 without one) as [`LimitKind::Host`], HTTP/2
+//! streams refused for their connection's body budget as
+//! [`LimitKind::ConnectionBodyBytes`]),
 //! and [`Metrics::render`] is the text a `/metrics` endpoint returns (mount
 //! it next to the service, in axum or in a `tower` router of your own).
 
@@ -496,7 +499,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 gzip: None,
             };
         }
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let shared = Arc::clone(&self.shared);
         // A request refused before its body is read: the body (up to the
         // size limit) is read and dropped first, so that the connection
@@ -591,6 +594,10 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         let peer = self
             .peer
             .or_else(|| parts.extensions.get::<SocketAddr>().copied());
+        let share = BodyShare {
+            budget: parts.extensions.remove::<ConnectionBodies>().map(|c| c.0),
+            bytes: 0,
+        };
         ResponseFuture {
             body,
             state: State::Reading {
@@ -600,6 +607,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 hint: hint as usize,
                 request: Some((parts.headers, peer)),
                 deadline: None,
+                share,
             },
             shared,
             allow_origin,
@@ -669,6 +677,20 @@ impl<S, K> Shared<S, K> {
         if pool.len() < POOL_CAP {
             pool.push(conn);
         }
+    }
+
+    /// The `503` for an HTTP/2 stream whose body would take its
+    /// connection's past `limit` ([`Limits::max_connection_body_bytes`]),
+    /// counted.
+    fn refuse_over_budget(&self, limit: usize) -> Response<ResponseBody> {
+        if let Some(m) = &self.metrics {
+            m.limit_hit(LimitKind::ConnectionBodyBytes);
+        }
+        let body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32600,\"message\":\"Invalid Request\",\
+             \"data\":{{\"reason\":\"request bodies of this connection over their limit\",\"limit\":{limit}}}}}}}"
+        );
+        json_response(StatusCode::SERVICE_UNAVAILABLE, Bytes::from(body))
     }
 
     fn refuse_too_large(&self) -> Response<ResponseBody> {
@@ -749,6 +771,63 @@ pin_project_lite::pin_project! {
     }
 }
 
+/// The request-body bytes one HTTP/2 connection's streams hold, and its
+/// limit ([`Limits::max_connection_body_bytes`], at least one body of
+/// [`Limits::max_message_len`]), shared by its streams' requests.
+#[derive(Debug)]
+struct BodyBudget {
+    held: AtomicUsize,
+    limit: usize,
+}
+
+/// A request's way to its connection's [`BodyBudget`]: put in the
+/// extensions of each HTTP/2 request by the server ([`Counted`]), taken
+/// out by the [`HttpService`] that reads the body, in whatever layers
+/// there are between them. Private: only the server can give one.
+#[derive(Clone, Debug)]
+struct ConnectionBodies(Arc<BodyBudget>);
+
+/// The bytes of its connection's [`BodyBudget`] one body holds, given
+/// back when it is dropped: the body answered, refused, cut off by a
+/// reset, or its response dropped (hyper drops it when the client resets
+/// the stream). `budget` is `None` for a request not counted (HTTP/1, a
+/// server other than rpcwire's).
+#[derive(Debug, Default)]
+struct BodyShare {
+    budget: Option<Arc<BodyBudget>>,
+    bytes: usize,
+}
+
+impl BodyShare {
+    /// Takes `n` more bytes, or answers the limit they would pass
+    /// (nothing taken).
+    fn take(&mut self, n: usize) -> Result<(), usize> {
+        let Some(budget) = &self.budget else {
+            return Ok(());
+        };
+        // Checked before it is added: an addition undone after would have
+        // other streams refused meanwhile for bytes never held.
+        budget
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                held.checked_add(n).filter(|&t| t <= budget.limit)
+            })
+            .map_err(|_| budget.limit)?;
+        self.bytes += n;
+        Ok(())
+    }
+}
+
+impl Drop for BodyShare {
+    fn drop(&mut self) {
+        if let Some(budget) = &self.budget
+            && self.bytes > 0
+        {
+            budget.held.fetch_sub(self.bytes, Ordering::Relaxed);
+        }
+    }
+}
+
 /// [`HttpService::gzip`] for one request: the threshold, and whether the
 /// client accepts gzip.
 #[derive(Clone, Copy, Debug)]
@@ -772,6 +851,8 @@ enum State {
         /// Armed the first time the body is not all there: a body that
         /// comes with its head costs no timer.
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+        /// What of its connection's budget the body holds (HTTP/2).
+        share: BodyShare,
     },
     /// Reading the rest of the body of a refused request (at most `left`
     /// more bytes), dropping it, before the answer `then`: a body past the
@@ -790,6 +871,8 @@ enum State {
         out: Vec<u8>,
         /// The message, kept alive while its calls run.
         _input: Bytes,
+        /// Its share of the connection's budget, given back with it.
+        _share: BodyShare,
     },
     /// Compressing a large reply on tokio's blocking pool
     /// ([`gzip_packed`]); dropped, the compression's result is dropped.
@@ -855,6 +938,7 @@ where
                     hint,
                     request,
                     deadline,
+                    share,
                 } => {
                     let frame = match this.body.as_mut().poll_frame(cx) {
                         Poll::Ready(frame) => frame,
@@ -883,6 +967,14 @@ where
                                     deadline: deadline.take(),
                                     then: Some(shared.refuse_too_large()),
                                 };
+                                continue;
+                            }
+                            if let Err(limit) = share.take(n) {
+                                // Answered now, not when other streams give
+                                // their share back: they may never (a client
+                                // holding them open), and the client learns
+                                // at once that this stream went unserved.
+                                *this.state = State::Ready(Some(shared.refuse_over_budget(limit)));
                                 continue;
                             }
                             if first.is_empty() {
@@ -926,6 +1018,7 @@ where
                                 conn: Some(conn),
                                 out,
                                 _input: input,
+                                _share: std::mem::take(share),
                             };
                         }
                     }
@@ -1591,7 +1684,10 @@ impl Server {
     ///   another such period (counted as [`LimitKind::Idle`]).
     /// * HTTP/2 streams per connection are capped at
     ///   [`Limits::max_in_flight`] (0 counts as 1, as on the stream
-    ///   transports: 0 streams would refuse every HTTP/2 request).
+    ///   transports: 0 streams would refuse every HTTP/2 request), and the
+    ///   bytes of request bodies they hold together at
+    ///   [`Limits::max_connection_body_bytes`] (a stream past it is
+    ///   answered `503`, counted as [`LimitKind::ConnectionBodyBytes`]).
     /// * On shutdown the listener is closed at once (new connections are
     ///   refused), idle connections close, requests in flight are answered
     ///   and their replies written whole; connections still busy after
@@ -1636,6 +1732,10 @@ impl Server {
                 idle: self.limits.idle_timeout.max(Duration::from_millis(10)),
                 header_timeout: self.header_read_timeout,
                 metrics: self.metrics.clone(),
+                body_budget: self
+                    .limits
+                    .max_connection_body_bytes
+                    .max(self.limits.max_message_len),
             }),
             max_header_bytes: self.max_header_bytes,
             shutdown: shutdown.clone(),
@@ -1705,6 +1805,8 @@ pub(super) struct ConnConfig {
     /// How long a request head may take.
     pub(super) header_timeout: Duration,
     metrics: Option<Arc<Metrics>>,
+    /// An HTTP/2 connection's [`BodyBudget`] limit.
+    body_budget: usize,
 }
 
 impl ConnConfig {
@@ -1818,6 +1920,8 @@ async fn serve_connection<Svc, B>(
         inner: service,
         activity: Arc::clone(&activity),
         host_rule: host_rule.then(|| Arc::clone(&config)),
+        bodies: std::sync::OnceLock::new(),
+        body_budget: config.body_budget,
     };
     // With upgrades: a service may answer `101` and take the connection
     // over (WebSocket on the same port, `server::combined`); for every
@@ -2204,6 +2308,10 @@ struct Counted<Svc> {
     /// request without one `Host`: `400`) before the service sees it, and
     /// count it in the server's metrics.
     host_rule: Option<Arc<ConnConfig>>,
+    /// The connection's [`BodyBudget`], made at its first HTTP/2 request.
+    bodies: std::sync::OnceLock<ConnectionBodies>,
+    /// Its limit.
+    body_budget: usize,
 }
 
 impl<Svc, B> hyper::service::Service<Request<Incoming>> for Counted<Svc>
@@ -2215,7 +2323,16 @@ where
     type Error = Infallible;
     type Future = CountedFuture<Svc, Svc::Future>;
 
-    fn call(&self, req: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        if req.version() == http::Version::HTTP_2 {
+            let bodies = self.bodies.get_or_init(|| {
+                ConnectionBodies(Arc::new(BodyBudget {
+                    held: AtomicUsize::new(0),
+                    limit: self.body_budget,
+                }))
+            });
+            req.extensions_mut().insert(bodies.clone());
+        }
         let activity = &self.activity;
         activity.active.fetch_add(1, Ordering::Relaxed);
         activity.head.store(false, Ordering::Relaxed);

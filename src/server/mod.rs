@@ -70,13 +70,28 @@ pub struct Limits {
     /// has read the server's settings gets those refused
     /// (`REFUSED_STREAM`, which clients retry), and the refusals are not
     /// counted. Each HTTP/2 stream's body is read whole before it is
-    /// dispatched, as an HTTP/1.1 request's is, so one HTTP/2 connection
-    /// may hold up to `max_in_flight` × [`max_message_len`](Self::max_message_len)
-    /// bytes of bodies (1.25 GiB at the defaults, against one body per
-    /// HTTP/1.1 connection), but only as they arrive (an announced
-    /// `Content-Length` reserves nothing ahead): lower either for a
-    /// server open to HTTP/2 clients it does not trust.
+    /// dispatched, as an HTTP/1.1 request's is: what the bodies of one
+    /// HTTP/2 connection's streams hold together is bounded by
+    /// [`max_connection_body_bytes`](Self::max_connection_body_bytes), not
+    /// by this times [`max_message_len`](Self::max_message_len), and is
+    /// counted only as it arrives (an announced `Content-Length` reserves
+    /// nothing ahead).
     pub max_in_flight: usize,
+    /// The bytes of request bodies one HTTP/2 connection may hold at once,
+    /// across its streams (default 32 MiB: six bodies of the default
+    /// [`max_message_len`](Self::max_message_len); never less than one
+    /// body of that limit, whatever is set). A body counts from its first
+    /// byte until its calls are answered (their params are slices of
+    /// it), or until its stream is refused or reset. A stream whose next
+    /// chunk would take its connection past this is answered at once with
+    /// `503` and a -32600 body naming the limit (counted as
+    /// [`LimitKind::ConnectionBodyBytes`]); the connection's other streams
+    /// go on. An HTTP/1.1 connection holds one body at a time, at most
+    /// `max_message_len`, and is not concerned. Enforced for the bodies an
+    /// `HttpService` reads (under tower layers or not, or in a `Combined`)
+    /// when rpcwire's HTTP server (`server::http::serve`, `Server`) serves
+    /// it with these limits, not by another server it is mounted in (axum).
+    pub max_connection_body_bytes: usize,
     /// Replies and notifications queued for one client that does not read
     /// (default 1024 messages). A full queue drops notifications for that
     /// client (counted) and stops reading its requests.
@@ -116,6 +131,7 @@ impl Default for Limits {
             max_connections: 10_000,
             max_message_len: crate::Parser::DEFAULT_MAX_MESSAGE_LEN,
             max_in_flight: 256,
+            max_connection_body_bytes: 32 << 20,
             max_queued: 1024,
             idle_timeout: Duration::from_secs(120),
             shutdown_grace: Duration::from_secs(10),
@@ -160,6 +176,9 @@ pub enum LimitKind {
     /// of rpcwire's HTTP and WebSocket servers, allowlist or not, an
     /// HTTP/1.1 request without one `Host` (`400`).
     Host,
+    /// [`Limits::max_connection_body_bytes`]: an HTTP/2 stream refused
+    /// (`503`) because the bodies its connection holds would pass it.
+    ConnectionBodyBytes,
 }
 
 impl LimitKind {
@@ -174,6 +193,7 @@ impl LimitKind {
             LimitKind::BodyTimeout => "body_timeout",
             LimitKind::Flood => "flood",
             LimitKind::Host => "host",
+            LimitKind::ConnectionBodyBytes => "connection_body_bytes",
         }
     }
 }

@@ -1,0 +1,347 @@
+//! The request-body bytes one HTTP/2 connection may make the server hold
+//! ([`Limits::max_connection_body_bytes`]), with a client of the `h2` crate
+//! over 127.0.0.1 that sends each stream's body up to its last bytes in
+//! one DATA frame and keeps the stream open. Before the budget, one
+//! connection could hold `max_in_flight` x `max_message_len` bytes of
+//! bodies (1.25 GiB at the defaults): every stream here was held, none
+//! answered.
+
+use std::future::poll_fn;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::future::{BoxFuture, FutureExt, select_all};
+use h2::client::SendRequest;
+use http::{Request, StatusCode};
+use rpcwire::dispatch::AsyncCall;
+use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::{Call, Dispatcher, RpcError};
+use serde_json::Value;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+/// A guard against hangs, never a measure.
+const HANG: Duration = Duration::from_secs(20);
+/// What each stream sends before it stops, in one DATA frame (under the
+/// 16 KiB frame size): a stream's share of the budget is all of it or
+/// none, so how the server's tasks interleave does not change how many
+/// fit.
+const HELD: usize = 16_000;
+/// Room for two streams' [`HELD`] bytes and their last bytes, not three.
+const BUDGET: usize = 40_000;
+const STREAMS: usize = 8;
+const FIT: usize = BUDGET / HELD;
+/// The body's last bytes, sent with its end.
+const TAIL: &[u8] = b"\"]}";
+
+/// `wait`'s calls: each says it started, and waits for `go`.
+#[derive(Default)]
+struct St {
+    started: Notify,
+    go: Notify,
+}
+
+struct Srv {
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    state: Arc<St>,
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start() -> Srv {
+    let limits = Limits {
+        max_message_len: 32 * 1024,
+        max_connection_body_bytes: BUDGET,
+        ..Limits::default()
+    };
+    let metrics = Arc::new(Metrics::default());
+    let d = Dispatcher::builder(St::default())
+        .method("len", |call: Call<'_, St>| {
+            let (s,): (String,) = call.decode()?;
+            Ok::<_, RpcError>(s.len())
+        })
+        .async_method("wait", |call: AsyncCall<St>| async move {
+            let (s,): (String,) = call.decode()?;
+            call.state.started.notify_one();
+            call.state.go.notified().await;
+            Ok::<_, RpcError>(s.len())
+        })
+        .observer(metrics.clone())
+        .build()
+        .unwrap();
+    let state = d.state().clone();
+    let service = HttpService::new(d, &limits, Some(metrics.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).metrics(metrics.clone());
+    let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
+    Srv {
+        addr,
+        metrics,
+        state,
+        shutdown,
+        task,
+    }
+}
+
+impl Srv {
+    async fn client(&self) -> SendRequest<Bytes> {
+        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        client
+    }
+
+    fn refused(&self) -> u64 {
+        self.metrics.limit_count(LimitKind::ConnectionBodyBytes)
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(HANG, self.task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+    }
+}
+
+/// A stream's body up to its last bytes: a call of `len` whose string
+/// fills it to [`HELD`] bytes.
+fn held_part(id: usize) -> Bytes {
+    call_part(id, "len")
+}
+
+/// [`held_part`], calling `method`.
+fn call_part(id: usize, method: &str) -> Bytes {
+    let mut body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":[""#);
+    body.extend(std::iter::repeat_n('x', HELD - body.len()));
+    Bytes::from(body)
+}
+
+/// What `len` answers for [`held_part`]`(id)`.
+fn padding(id: usize) -> usize {
+    padding_of(id, "len")
+}
+
+/// What `method` answers for [`call_part`]`(id, method)`.
+fn padding_of(id: usize, method: &str) -> usize {
+    HELD - format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":[""#).len()
+}
+
+type Answer = (StatusCode, Value);
+
+/// A stream whose body was sent but for its [`TAIL`].
+struct Open {
+    id: usize,
+    body: h2::SendStream<Bytes>,
+    answer: BoxFuture<'static, (usize, Answer)>,
+}
+
+async fn read_answer(response: h2::client::ResponseFuture) -> Answer {
+    let response = response.await.expect("an answer");
+    let status = response.status();
+    let mut body = response.into_body();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.expect("the answer's body");
+        let _ = body.flow_control().release_capacity(chunk.len());
+        bytes.extend_from_slice(&chunk);
+    }
+    (status, serde_json::from_slice(&bytes).expect("a JSON body"))
+}
+
+/// Opens a stream and sends its [`held_part`] in one DATA frame, its
+/// flow-control window waited for first (so that it is not split).
+async fn open(client: &SendRequest<Bytes>, id: usize) -> Open {
+    open_with(client, id, held_part(id)).await
+}
+
+/// [`open`], sending `part`.
+async fn open_with(client: &SendRequest<Bytes>, id: usize, part: Bytes) -> Open {
+    let mut client = client.clone().ready().await.unwrap();
+    let request = Request::post("http://127.0.0.1/")
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.reserve_capacity(HELD);
+    while body.capacity() < HELD {
+        poll_fn(|cx| body.poll_capacity(cx))
+            .await
+            .expect("the stream open")
+            .unwrap();
+    }
+    body.send_data(part, false).unwrap();
+    Open {
+        id,
+        body,
+        answer: async move { (id, read_answer(response).await) }.boxed(),
+    }
+}
+
+/// The answer to a stream refused for the connection's budget.
+fn assert_refused((status, v): &Answer) {
+    assert_eq!(*status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    assert_eq!(
+        v["error"]["data"]["reason"], "request bodies of this connection over their limit",
+        "{v}"
+    );
+    assert_eq!(v["error"]["data"]["limit"], BUDGET, "{v}");
+    assert_eq!(v["id"], Value::Null, "{v}");
+}
+
+/// [`STREAMS`] streams hold [`HELD`] bytes each, open: all but [`FIT`] of
+/// them are answered `503` while the others are still open, and those,
+/// once their bodies end, are answered. Returns after every stream ended.
+async fn round(client: &SendRequest<Bytes>, first_id: usize) {
+    let mut open_streams = Vec::new();
+    for id in first_id..first_id + STREAMS {
+        open_streams.push(open(client, id).await);
+    }
+    let (mut bodies, mut answers): (Vec<_>, Vec<_>) = open_streams
+        .into_iter()
+        .map(|o| ((o.id, o.body), o.answer))
+        .unzip();
+    for _ in 0..STREAMS - FIT {
+        let ((id, answer), _, rest) = tokio::time::timeout(HANG, select_all(answers))
+            .await
+            .expect("the streams past the budget are answered while the others are open");
+        assert_refused(&answer);
+        bodies.retain(|(b, _)| *b != id);
+        answers = rest;
+    }
+    assert_eq!(bodies.len(), FIT);
+    for (_, body) in &mut bodies {
+        body.send_data(Bytes::from_static(TAIL), true).unwrap();
+    }
+    for answer in answers {
+        let (id, (status, v)) = tokio::time::timeout(HANG, answer)
+            .await
+            .expect("the streams within the budget are answered");
+        assert_eq!(status, StatusCode::OK, "stream {id}: {v}");
+        assert_eq!(v["id"], id, "{v}");
+        assert_eq!(v["result"], padding(id), "{v}");
+    }
+}
+
+/// Streams past the budget are refused at once, the others served when
+/// their bodies end; and the budget is whole again after: a second round
+/// of the same shape on the same connection fits as many.
+#[tokio::test]
+async fn h2_streams_past_the_connection_body_budget_are_refused_at_once() {
+    let srv = start().await;
+    let client = srv.client().await;
+    round(&client, 0).await;
+    assert_eq!(srv.refused(), (STREAMS - FIT) as u64);
+    round(&client, 100).await;
+    assert_eq!(srv.refused(), 2 * (STREAMS - FIT) as u64);
+    srv.stop().await;
+}
+
+/// A client that resets its streams mid-body gives their share back: the
+/// round after them fits as many streams as on a fresh connection.
+#[tokio::test]
+async fn h2_streams_reset_mid_body_give_their_budget_back() {
+    let srv = start().await;
+    let client = srv.client().await;
+    let mut reset = Vec::new();
+    for id in 0..FIT {
+        reset.push(open(&client, id).await);
+    }
+    for o in &mut reset {
+        o.body.send_reset(h2::Reason::CANCEL);
+    }
+    drop(reset);
+    // A whole request after the resets: answered once the server has read
+    // them (one connection's frames are read in order).
+    let mut small = open_small(&client).await;
+    small
+        .body
+        .send_data(Bytes::from_static(TAIL), true)
+        .unwrap();
+    let (_, (status, v)) = tokio::time::timeout(HANG, small.answer)
+        .await
+        .expect("the connection serves on");
+    assert_eq!(status, StatusCode::OK, "{v}");
+    round(&client, 100).await;
+    assert_eq!(srv.refused(), (STREAMS - FIT) as u64);
+    srv.stop().await;
+}
+
+/// A stream with a short body but for its [`TAIL`].
+async fn open_small(client: &SendRequest<Bytes>) -> Open {
+    let mut client = client.clone().ready().await.unwrap();
+    let request = Request::post("http://127.0.0.1/")
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    let (response, mut body) = client.send_request(request, false).unwrap();
+    body.send_data(
+        Bytes::from_static(br#"{"jsonrpc":"2.0","id":50,"method":"len","params":["ab"#),
+        false,
+    )
+    .unwrap();
+    Open {
+        id: 50,
+        body,
+        answer: async move { (50, read_answer(response).await) }.boxed(),
+    }
+}
+
+/// A body whose call is still running holds its share (the call's params
+/// are slices of it): with one such call waiting, one more stream fits,
+/// not two; once the call is answered, its share is back.
+#[tokio::test]
+async fn h2_bodies_of_running_calls_hold_their_share() {
+    let srv = start().await;
+    let client = srv.client().await;
+    let mut running = open_with(&client, 1, call_part(1, "wait")).await;
+    running
+        .body
+        .send_data(Bytes::from_static(TAIL), true)
+        .unwrap();
+    tokio::time::timeout(HANG, srv.state.started.notified())
+        .await
+        .expect("the call runs");
+    let (mut bodies, answers): (Vec<_>, Vec<_>) = [open(&client, 2).await, open(&client, 3).await]
+        .into_iter()
+        .map(|o| ((o.id, o.body), o.answer))
+        .unzip();
+    let ((id, refused), _, rest) = tokio::time::timeout(HANG, select_all(answers))
+        .await
+        .expect("the stream past the budget is answered");
+    assert_refused(&refused);
+    assert_eq!(srv.refused(), 1);
+    srv.state.go.notify_one();
+    let (_, (status, v)) = tokio::time::timeout(HANG, running.answer)
+        .await
+        .expect("the call is answered");
+    assert_eq!(
+        (status, &v["result"]),
+        (StatusCode::OK, &padding_of(1, "wait").into()),
+        "{v}"
+    );
+    // The running call's share is back: the open stream and a new one fit.
+    let (_, mut body) = bodies.drain(..).find(|(b, _)| *b != id).unwrap();
+    let mut third = open(&client, 4).await;
+    body.send_data(Bytes::from_static(TAIL), true).unwrap();
+    third
+        .body
+        .send_data(Bytes::from_static(TAIL), true)
+        .unwrap();
+    for answer in rest.into_iter().chain([third.answer]) {
+        let (id, (status, v)) = tokio::time::timeout(HANG, answer)
+            .await
+            .expect("the streams within the budget are answered");
+        assert_eq!(status, StatusCode::OK, "stream {id}: {v}");
+        assert_eq!(v["result"], padding(id), "{v}");
+    }
+    assert_eq!(srv.refused(), 1);
+    srv.stop().await;
+}
