@@ -63,9 +63,11 @@
 //!
 //! Hex is decoded and encoded by const-hex (SIMD, chosen at run time),
 //! except QUANTITY parsing, where a table lookup per digit is faster for
-//! such short strings, and DATA of 16 to 64 digits (addresses, hashes) on
+//! such short strings, DATA of 16 to 64 digits (addresses, hashes) on
 //! x86_64, which an inlined SSE2 decoder reads (see the `hex` group of
-//! `benches/eth_decode.rs`).
+//! `benches/eth_decode.rs`), and longer DATA decoded into an arena on
+//! x86_64 with AVX2 (call data, signed transactions), which an AVX2
+//! decoder writes straight into the arena's fresh bytes.
 
 mod block;
 mod call;
