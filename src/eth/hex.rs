@@ -244,9 +244,10 @@ mod avx2 {
         };
         let mut at = 0;
         while at + 64 <= len {
-            let (low, low_ok) = nibble_pairs(at_digit(at));
-            let (high, high_ok) = nibble_pairs(at_digit(at + 32));
-            if _mm256_movemask_epi8(_mm256_and_si256(low_ok, high_ok)) != -1 {
+            let (low, low_bad) = nibble_pairs(at_digit(at));
+            let (high, high_bad) = nibble_pairs(at_digit(at + 32));
+            let bad = _mm256_or_si256(low_bad, high_bad);
+            if _mm256_testz_si256(bad, bad) == 0 {
                 return false;
             }
             // `packus` interleaves the two inputs' 128-bit halves; the
@@ -260,8 +261,8 @@ mod avx2 {
         while at < len {
             // The last 32 digits when fewer than 32 remain past `at`.
             let from = at.min(len - 32);
-            let (pairs, ok) = nibble_pairs(at_digit(from));
-            if _mm256_movemask_epi8(ok) != -1 {
+            let (pairs, bad) = nibble_pairs(at_digit(from));
+            if _mm256_testz_si256(bad, bad) == 0 {
                 return false;
             }
             let bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0b11_01_10_00);
@@ -275,29 +276,52 @@ mod avx2 {
 
     /// Thirty-two hex digits as sixteen 16-bit lanes, each `high << 4 |
     /// low` of its digit pair, and a mask with all bits set where a byte
-    /// is a hex digit.
+    /// is not a hex digit.
+    ///
+    /// Each byte is split into its nibbles, and each nibble looked up in a
+    /// 16-entry table (`vpshufb`): the high nibble says which class the
+    /// byte could be in (3: a digit; 4 or 6: a letter), the low one which
+    /// classes it fits (digits 0-9, letters 1-6); a byte is a hex digit
+    /// when the two share a class. Ten operations a vector, against
+    /// thirteen for comparing the byte with the digit and letter ranges.
     #[inline(always)]
     fn nibble_pairs(v: __m256i) -> (__m256i, __m256i) {
+        const DIGIT: i8 = 1;
+        const LETTER: i8 = 2;
         // SAFETY: register-only AVX2 intrinsics; every caller runs with
         // AVX2 enabled (`decode` is its only caller).
         unsafe {
-            // Digits: `b - '0'` at most 9 (unsigned). Letters: `(b | 0x20)
-            // - 'a'` at most 5, for `A-F` and `a-f` only.
-            let digit = _mm256_sub_epi8(v, _mm256_set1_epi8(b'0' as i8));
-            let is_digit = _mm256_cmpeq_epi8(_mm256_min_epu8(digit, _mm256_set1_epi8(9)), digit);
-            let letter = _mm256_sub_epi8(
-                _mm256_or_si256(v, _mm256_set1_epi8(0x20)),
-                _mm256_set1_epi8(b'a' as i8),
+            let nibble = _mm256_set1_epi8(0x0f);
+            let low = _mm256_and_si256(v, nibble);
+            let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+            // `vpshufb` looks up within each 128-bit half: both halves
+            // hold the same table.
+            #[rustfmt::skip]
+            let high_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
+                0, 0, 0, DIGIT, LETTER, 0, LETTER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, DIGIT, LETTER, 0, LETTER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ), high);
+            const BOTH: i8 = DIGIT | LETTER;
+            #[rustfmt::skip]
+            let low_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
+                DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
+                DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
+            ), low);
+            let bad = _mm256_cmpeq_epi8(
+                _mm256_and_si256(high_class, low_class),
+                _mm256_setzero_si256(),
             );
-            let is_letter = _mm256_cmpeq_epi8(_mm256_min_epu8(letter, _mm256_set1_epi8(5)), letter);
-            let value = _mm256_or_si256(
-                _mm256_and_si256(is_digit, digit),
-                _mm256_and_si256(is_letter, _mm256_add_epi8(letter, _mm256_set1_epi8(10))),
-            );
+            // A letter's value is its low nibble plus 9 (`a` and `A`: 1).
+            #[rustfmt::skip]
+            let letter_offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
+                0, 0, 0, 0, 9, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, 0, 9, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ), high);
+            let value = _mm256_add_epi8(low, letter_offset);
             // Unsigned nibble times signed weight, adjacent pairs summed:
             // the first digit of a pair weighs 16, the second 1.
             let pairs = _mm256_maddubs_epi16(value, _mm256_set1_epi16(0x0110));
-            (pairs, _mm256_or_si256(is_digit, is_letter))
+            (pairs, bad)
         }
     }
 }
