@@ -37,11 +37,13 @@ const FIT: usize = BUDGET / HELD;
 /// The body's last bytes, sent with its end.
 const TAIL: &[u8] = b"\"]}";
 
-/// `wait`'s calls: each says it started, and waits for `go`.
+/// `wait`'s calls: each says it started, and waits for `go`; `linger`'s
+/// also say when they end.
 #[derive(Default)]
 struct St {
     started: Notify,
     go: Notify,
+    ended: Notify,
 }
 
 struct Srv {
@@ -68,6 +70,13 @@ async fn start() -> Srv {
             let (s,): (String,) = call.decode()?;
             call.state.started.notify_one();
             call.state.go.notified().await;
+            Ok::<_, RpcError>(s.len())
+        })
+        .async_method("linger", |call: AsyncCall<St>| async move {
+            let (s,): (String,) = call.decode()?;
+            call.state.started.notify_one();
+            call.state.go.notified().await;
+            call.state.ended.notify_one();
             Ok::<_, RpcError>(s.len())
         })
         .observer(metrics.clone())
@@ -118,7 +127,19 @@ fn held_part(id: usize) -> Bytes {
 
 /// [`held_part`], calling `method`.
 fn call_part(id: usize, method: &str) -> Bytes {
-    let mut body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":[""#);
+    padded(format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":[""#
+    ))
+}
+
+/// A notification of `method` padded to [`HELD`] bytes, as [`call_part`].
+fn notification_part(method: &str) -> Bytes {
+    padded(format!(
+        r#"{{"jsonrpc":"2.0","method":"{method}","params":[""#
+    ))
+}
+
+fn padded(mut body: String) -> Bytes {
     body.extend(std::iter::repeat_n('x', HELD - body.len()));
     Bytes::from(body)
 }
@@ -151,6 +172,9 @@ async fn read_answer(response: h2::client::ResponseFuture) -> Answer {
         let chunk = chunk.expect("the answer's body");
         let _ = body.flow_control().release_capacity(chunk.len());
         bytes.extend_from_slice(&chunk);
+    }
+    if bytes.is_empty() {
+        return (status, Value::Null); // A 204.
     }
     (status, serde_json::from_slice(&bytes).expect("a JSON body"))
 }
@@ -342,6 +366,84 @@ async fn h2_bodies_of_running_calls_hold_their_share() {
         assert_eq!(status, StatusCode::OK, "stream {id}: {v}");
         assert_eq!(v["result"], padding(id), "{v}");
     }
+    assert_eq!(srv.refused(), 1);
+    srv.stop().await;
+}
+
+/// Two streams holding [`HELD`] bytes each, open: when the budget has
+/// room for one of them only, the other is answered `503` at once (its
+/// body not ended). The open ones are then ended and must be answered
+/// `200`. Returns how many were refused.
+async fn two_streams(client: &SendRequest<Bytes>, first_id: usize, room_for_one: bool) -> usize {
+    let (mut bodies, mut answers): (Vec<_>, Vec<_>) = [
+        open(client, first_id).await,
+        open(client, first_id + 1).await,
+    ]
+    .into_iter()
+    .map(|o| ((o.id, o.body), o.answer))
+    .unzip();
+    let mut refused = 0;
+    if room_for_one {
+        // Waited for before any body ends: an ended body could be answered
+        // and give its share back before the other's bytes are read.
+        let ((id, answer), _, rest) = tokio::time::timeout(HANG, select_all(answers))
+            .await
+            .expect("the stream past the budget is answered while the other is open");
+        assert_refused(&answer);
+        bodies.retain(|(b, _)| *b != id);
+        answers = rest;
+        refused += 1;
+    }
+    for (_, body) in &mut bodies {
+        body.send_data(Bytes::from_static(TAIL), true).unwrap();
+    }
+    for answer in answers {
+        let (id, (status, v)) = tokio::time::timeout(HANG, answer)
+            .await
+            .expect("the streams within the budget are answered");
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            refused += 1;
+            continue;
+        }
+        assert_eq!(status, StatusCode::OK, "stream {id}: {v}");
+        assert_eq!(v["result"], padding(id), "{v}");
+    }
+    refused
+}
+
+/// An async notification still running after its request's `204` keeps
+/// the body's share (its params are slices of the body, kept alive by the
+/// call): with it running, one more stream fits, not two; once it ends,
+/// two fit. Before, the share went back with the `204`, and the call's
+/// bytes were held uncounted (no stream was refused: the first wait here
+/// timed out).
+#[tokio::test]
+async fn h2_async_notifications_running_after_the_answer_hold_their_share() {
+    let srv = start().await;
+    let client = srv.client().await;
+    let mut note = open_with(&client, 1, notification_part("linger")).await;
+    note.body.send_data(Bytes::from_static(TAIL), true).unwrap();
+    tokio::time::timeout(HANG, srv.state.started.notified())
+        .await
+        .expect("the notification runs");
+    let (_, (status, v)) = tokio::time::timeout(HANG, note.answer)
+        .await
+        .expect("the notification is answered while it runs");
+    assert_eq!((status, v), (StatusCode::NO_CONTENT, Value::Null));
+    assert_eq!(two_streams(&client, 10, true).await, 1);
+    assert_eq!(srv.refused(), 1);
+    srv.state.go.notify_one();
+    // `ended` is notified in the call's last poll, and the test's runtime
+    // has one thread: the test runs on only after the task that drove the
+    // call (and gave its share back) has returned.
+    tokio::time::timeout(HANG, srv.state.ended.notified())
+        .await
+        .expect("the notification ends");
+    assert_eq!(
+        two_streams(&client, 20, false).await,
+        0,
+        "the share is back"
+    );
     assert_eq!(srv.refused(), 1);
     srv.stop().await;
 }

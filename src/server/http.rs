@@ -482,7 +482,8 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         K: 'static,
     {
         if let Some(conn) = scratch {
-            self.shared.release(conn);
+            // HTTP/1.1 bodies are not counted against a budget.
+            self.shared.release(conn, BodyShare::default());
         }
     }
 
@@ -635,8 +636,12 @@ impl<S, K> Shared<S, K> {
     }
 
     /// Gives scratch back once the reply is out. Calls still running (async
-    /// notifications) are driven to their end on a task of their own first.
-    fn release(self: &Arc<Self>, mut conn: Connection)
+    /// notifications) are driven to their end on a task of their own first,
+    /// and `share`, the body's part of its connection's budget, goes with
+    /// them: their params are slices of the body, which they keep alive, so
+    /// its bytes are held until they end (or are dropped), not until the
+    /// reply.
+    fn release(self: &Arc<Self>, mut conn: Connection, share: BodyShare)
     where
         S: Send + Sync + 'static,
         K: 'static,
@@ -647,6 +652,7 @@ impl<S, K> Shared<S, K> {
             };
             let shared = Arc::clone(self);
             rt.spawn(async move {
+                let _share = share;
                 std::future::poll_fn(|cx| {
                     let mut sink = Vec::new();
                     loop {
@@ -871,8 +877,9 @@ enum State {
         out: Vec<u8>,
         /// The message, kept alive while its calls run.
         _input: Bytes,
-        /// Its share of the connection's budget, given back with it.
-        _share: BodyShare,
+        /// Its share of the connection's budget, handed on with calls
+        /// still running after the reply ([`Shared::release`]).
+        share: BodyShare,
     },
     /// Compressing a large reply on tokio's blocking pool
     /// ([`gzip_packed`]); dropped, the compression's result is dropped.
@@ -1018,7 +1025,7 @@ where
                                 conn: Some(conn),
                                 out,
                                 _input: input,
-                                _share: std::mem::take(share),
+                                share: std::mem::take(share),
                             };
                         }
                     }
@@ -1053,7 +1060,9 @@ where
                         None => *this.state = State::Ready(then.take()),
                     }
                 }
-                State::Dispatching { conn, out, .. } => {
+                State::Dispatching {
+                    conn, out, share, ..
+                } => {
                     let c = conn.as_mut().expect("connection present while dispatching");
                     while c.messages_in_flight() > 0 {
                         if c.poll_replies(&shared.dispatcher, cx, out).is_pending() {
@@ -1062,7 +1071,7 @@ where
                     }
                     let conn = conn.take().expect("connection present while dispatching");
                     let out = std::mem::take(out);
-                    this.shared.release(conn);
+                    this.shared.release(conn, std::mem::take(share));
                     let response = match *this.gzip {
                         _ if out.is_empty() => no_content(),
                         Some(gzip) if out.len() >= gzip.min_len && gzip.accepted => {

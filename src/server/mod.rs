@@ -81,9 +81,10 @@ pub struct Limits {
     /// across its streams (default 32 MiB: six bodies of the default
     /// [`max_message_len`](Self::max_message_len); never less than one
     /// body of that limit, whatever is set). A body counts from its first
-    /// byte until its calls are answered (their params are slices of
-    /// it), or until its stream is refused or reset. A stream whose next
-    /// chunk would take its connection past this is answered at once with
+    /// byte until its calls end (their params are slices of it; async
+    /// notifications still running after the reply included), or until
+    /// its stream is refused or reset. A stream whose next chunk would
+    /// take its connection past this is answered at once with
     /// `503` and a -32600 body naming the limit (counted as
     /// [`LimitKind::ConnectionBodyBytes`]); the connection's other streams
     /// go on. An HTTP/1.1 connection holds one body at a time, at most
