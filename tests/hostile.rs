@@ -2,8 +2,8 @@
 //! 127.0.0.1, written frame by frame, while a well-behaved client on
 //! another connection keeps being served: bodies that announce the limit
 //! and send two bytes (on HTTP/2 streams and HTTP/1.1 connections),
-//! streams at the cap holding bodies just under the
-//! limit, rapid reset, PING / SETTINGS / CONTINUATION floods, a client
+//! streams holding bodies just under the limit past their connection's
+//! body budget, rapid reset, PING / SETTINGS / CONTINUATION floods, a client
 //! that gives the server no flow-control window; a WebSocket message in
 //! one-byte frames, empty continuation frames, bad close codes, a frame
 //! cut off midway. Heap is measured with a counting allocator (this binary
@@ -323,17 +323,30 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
-/// The bound that holds: an HTTP/2 connection holds at most
-/// `max_in_flight` bodies, each under `max_message_len`, and no more
-/// (streams past the cap are refused).
+/// The bound that holds: the request bodies one HTTP/2 connection's
+/// streams hold together are capped by `max_connection_body_bytes`, far
+/// below `max_in_flight` x `max_message_len` here (64 streams of bodies
+/// just under 256 KiB, 16 MiB, against a 1 MiB budget): the streams past
+/// the budget are answered `503` while the others hold their bodies open,
+/// and the heap stays near the budget. Before the budget, every stream's
+/// body was held (the heap grew past 16 MiB, no stream was answered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn h2_bodies_held_per_connection_are_bounded_by_streams_times_the_limit() {
+async fn h2_bodies_held_per_connection_are_bounded_by_the_connection_body_budget() {
     let _serial = SERIAL.lock().await;
-    const STREAMS: usize = 8;
+    const STREAMS: usize = 64;
     const LIMIT: usize = 256 * 1024;
+    const BUDGET: usize = 1 << 20;
+    static SPACES: [u8; 16 * 1024] = [b' '; 16 * 1024];
+    // Just under the limit, in 16 KiB pieces of static memory.
+    const BODY: usize = (LIMIT - 1) / SPACES.len() * SPACES.len();
+    // The bodies the budget holds whole: every other stream is refused
+    // (a partial body's next piece either fits or is refused), however
+    // the pieces of the streams interleave.
+    const FIT: usize = BUDGET / BODY;
     let srv = start_http(Limits {
         max_message_len: LIMIT,
         max_in_flight: STREAMS,
+        max_connection_body_bytes: BUDGET,
         ..Limits::default()
     })
     .await;
@@ -345,12 +358,11 @@ async fn h2_bodies_held_per_connection_are_bounded_by_streams_times_the_limit() 
     .await
     .unwrap();
     tokio::spawn(conn);
-    static SPACES: [u8; 16 * 1024] = [b' '; 16 * 1024];
     let base = start_peak();
-    let mut bodies = Vec::new();
+    let (answered, mut answers) = tokio::sync::mpsc::unbounded_channel();
     let mut calls = Vec::new();
-    // Twice the cap: the rest wait for a place.
-    for _ in 0..2 * STREAMS {
+    let mut bodies = Vec::new();
+    for _ in 0..STREAMS {
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
         let body = ChannelBody(rx);
         let request = Request::post("/")
@@ -358,14 +370,17 @@ async fn h2_bodies_held_per_connection_are_bounded_by_streams_times_the_limit() 
             .body(body)
             .unwrap();
         let mut sender = sender.clone();
+        let answered = answered.clone();
         calls.push(tokio::spawn(async move {
             sender.ready().await.ok()?;
-            sender.send_request(request).await.ok()
+            let response = sender.send_request(request).await.ok()?;
+            let status = response.status();
+            let body = response.into_body().collect().await.ok()?.to_bytes();
+            answered.send((status, body)).ok()
         }));
-        // Just under the limit, in 16 KiB pieces of static memory.
         let feed = tokio::spawn(async move {
             let mut sent = 0;
-            while sent + SPACES.len() < LIMIT {
+            while sent < BODY {
                 if tx.send(Bytes::from_static(&SPACES)).await.is_err() {
                     return None;
                 }
@@ -375,22 +390,40 @@ async fn h2_bodies_held_per_connection_are_bounded_by_streams_times_the_limit() 
         });
         bodies.push(feed);
     }
+    for _ in 0..STREAMS - FIT {
+        let (status, body) = tokio::time::timeout(HANG, answers.recv())
+            .await
+            .expect("the streams past the budget are answered while the others are open")
+            .unwrap();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{v}");
+        assert_eq!(v["error"]["data"]["limit"], BUDGET, "{v}");
+    }
     heap_settled().await;
     srv.serves_others().await;
     let peak = peak_since(base);
-    let bound = STREAMS * LIMIT;
     eprintln!(
-        "{} streams of {LIMIT}-byte bodies, {STREAMS} served at once: peak {peak}",
-        2 * STREAMS
+        "{STREAMS} streams of {BODY}-byte bodies on one connection, a {BUDGET}-byte budget: peak {peak}"
     );
+    // The held bodies (each in a buffer at most twice its length, and
+    // copied once as it grows) and the connection's HTTP/2 receive window
+    // (1 MiB by default), against 16 MiB for every body held.
     assert!(
-        peak < bound + (2 << 20),
-        "{peak} bytes of heap at the peak, past {STREAMS} x {LIMIT} = {bound} (+ 2 MiB)"
+        peak < 4 * BUDGET + (2 << 20),
+        "{peak} bytes of heap at the peak, past 4 x the {BUDGET}-byte budget (+ 2 MiB)"
     );
-    // And the bound is what the server reached: it is the real figure.
+    // And the budget is what the server reached: it is the real figure.
     assert!(
-        peak > bound / 2,
+        peak > BUDGET / 2,
         "{peak} bytes of heap at the peak: the bodies were not read"
+    );
+    // Exactly those: the streams not refused end up with their bodies
+    // whole, at most FIT of them; and at least FIT, since the last refusal
+    // found the budget within a piece of full, and the stream refused gave
+    // back less than one body of it.
+    assert_eq!(
+        srv.metrics.limit_count(LimitKind::ConnectionBodyBytes),
+        (STREAMS - FIT) as u64
     );
     for c in calls {
         c.abort();
