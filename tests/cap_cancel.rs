@@ -20,7 +20,7 @@ use rpcwire::dispatch::{AsyncCall, CancelledReply, WithAsync};
 use rpcwire::frame::Lines;
 use rpcwire::server::stream::serve_tcp;
 use rpcwire::server::ws::WsServer;
-use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -174,7 +174,7 @@ async fn a_cancellation_at_the_cap_reaches_its_call_over_tcp() {
             dispatcher(Arc::clone(&state), protocol),
             Lines::new,
             limits(),
-            Arc::new(Metrics::default()),
+            None,
             shutdown.clone(),
         ));
         let (r, w) = TcpStream::connect(addr).await.unwrap().into_split();

@@ -192,9 +192,9 @@ async fn start(kind: Kind, own_http1: bool) -> Running {
                 .start_on(listener)
                 .task
         }
-        Kind::Lines => tokio::spawn(serve_tcp(listener, d, Lines::new, l, m, s)),
-        Kind::Lsp => tokio::spawn(serve_tcp(listener, d, Lsp::new, l, m, s)),
-        Kind::Concat => tokio::spawn(serve_tcp(listener, d, Concatenated::new, l, m, s)),
+        Kind::Lines => tokio::spawn(serve_tcp(listener, d, Lines::new, l, Some(m), s)),
+        Kind::Lsp => tokio::spawn(serve_tcp(listener, d, Lsp::new, l, Some(m), s)),
+        Kind::Concat => tokio::spawn(serve_tcp(listener, d, Concatenated::new, l, Some(m), s)),
         Kind::Mcp => {
             let config = HttpConfig {
                 max_body: MAX_MESSAGE,

@@ -281,7 +281,7 @@ async fn stream_connections_that_end_abruptly_leave_nothing_behind() {
         dispatcher(lab.clone(), metrics.clone()),
         Lines::new,
         limits(),
-        metrics.clone(),
+        Some(metrics.clone()),
         shutdown.clone(),
     ));
 

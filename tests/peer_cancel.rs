@@ -16,7 +16,7 @@ use rpcwire::dispatch::{AsyncCall, CancelledReply, DispatcherBuilder, WithAsync}
 use rpcwire::frame::Lines;
 use rpcwire::peer::{Outbound, SendError};
 use rpcwire::server::stream::serve_tcp;
-use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Context, Dispatcher, RpcError};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -85,7 +85,7 @@ async fn serve(d: Dispatcher<(), WithAsync>) -> (SocketAddr, Shutdown) {
         d,
         Lines::new,
         Limits::default(),
-        Arc::new(Metrics::default()),
+        None,
         shutdown.clone(),
     ));
     (addr, shutdown)

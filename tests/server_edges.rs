@@ -167,7 +167,7 @@ async fn tcp_and_http_servers_triggered_before_they_first_run_stop() {
         dispatcher(metrics.clone()),
         Lines::new,
         Limits::default(),
-        metrics.clone(),
+        Some(metrics.clone()),
         shutdown.clone(),
     ));
     shutdown.trigger();
@@ -282,7 +282,7 @@ async fn a_batch_subscription_over_tcp_is_announced_first() {
         dispatcher(metrics.clone()),
         Lines::new,
         Limits::default(),
-        metrics,
+        Some(metrics),
         shutdown.clone(),
     ));
     let stream = TcpStream::connect(addr).await.unwrap();
@@ -393,7 +393,7 @@ async fn a_tcp_server_with_no_connection_limit_serves() {
         dispatcher(metrics.clone()),
         Lines::new,
         limits,
-        metrics.clone(),
+        Some(metrics.clone()),
         shutdown.clone(),
     ));
     let stream = TcpStream::connect(addr).await.unwrap();
@@ -433,7 +433,7 @@ async fn subscriptions_over_a_tcp_connection() {
         dispatcher(metrics.clone()),
         Lines::new,
         Limits::default(),
-        metrics.clone(),
+        Some(metrics.clone()),
         shutdown.clone(),
     ));
     let before = WATCHED_ENDED.load(Ordering::SeqCst);

@@ -283,7 +283,7 @@ impl Server {
             d,
             framer,
             limits,
-            metrics.clone(),
+            Some(metrics.clone()),
             shutdown.clone(),
         ));
         Server {
@@ -406,7 +406,7 @@ async fn lsp_framing_over_a_unix_socket() {
         dispatcher(),
         Lsp::new,
         Limits::default(),
-        metrics.clone(),
+        Some(metrics.clone()),
         shutdown.clone(),
     ));
     let (r, mut w) = UnixStream::connect(&path).await.unwrap().into_split();

@@ -78,7 +78,7 @@ async fn start(via: Via, cap: usize, idle_timeout: Duration) -> TestServer {
                 d,
                 Lines::new,
                 limits,
-                Arc::clone(&metrics),
+                Some(Arc::clone(&metrics)),
                 shutdown.clone(),
             ));
             Addr::Tcp(addr)
@@ -97,7 +97,7 @@ async fn start(via: Via, cap: usize, idle_timeout: Duration) -> TestServer {
                 d,
                 Lines::new,
                 limits,
-                Arc::clone(&metrics),
+                Some(Arc::clone(&metrics)),
                 shutdown.clone(),
             ));
             Addr::Unix(path)

@@ -3,14 +3,13 @@
 //! rpcwire `serve_tcp` server, answers matched by the driver's reading.
 #![cfg(feature = "server")]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::Lines;
 use rpcwire::peer::{Peer, PeerError};
 use rpcwire::server::stream::{CloseReason, Driver, serve_tcp};
-use rpcwire::server::{Limits, Metrics, Shutdown};
+use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
@@ -51,7 +50,7 @@ async fn listen() -> (std::net::SocketAddr, Shutdown) {
         server(),
         Lines::new,
         limits,
-        Arc::new(Metrics::default()),
+        None,
         shutdown.clone(),
     ));
     (addr, shutdown)

@@ -199,7 +199,7 @@ async fn kept_by_idle_connections(two: impl Fn(usize) -> String) -> usize {
         idle_dispatcher(),
         Lines::new,
         Limits::default(),
-        metrics,
+        Some(metrics),
         shutdown.clone(),
     ));
     let kept = kept_while_idle(async |ask| {

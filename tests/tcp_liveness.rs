@@ -46,7 +46,7 @@ async fn start(limits: Limits) -> (SocketAddr, Arc<Metrics>, Shutdown) {
         dispatcher(),
         Lines::new,
         limits,
-        metrics.clone(),
+        Some(metrics.clone()),
         shutdown.clone(),
     ));
     (addr, metrics, shutdown)
@@ -147,7 +147,7 @@ async fn a_subscriber_that_stops_reading_is_closed_as_idle() {
         d,
         Lines::new,
         short_idle(),
-        metrics.clone(),
+        Some(metrics.clone()),
         Shutdown::new(),
     ));
     let subscribe =
@@ -385,7 +385,7 @@ async fn a_unix_socket_subscriber_that_goes_away_frees_its_subscription() {
         d,
         Lines::new,
         Limits::default(),
-        metrics.clone(),
+        Some(metrics.clone()),
         shutdown.clone(),
     ));
     for _ in 0..3 {

@@ -151,9 +151,7 @@ impl App {
         let max = limits.max_message_len;
         let framer = move || Concatenated::new().max_frame(max);
         // Connections counted with the port's when metrics are served.
-        let metrics = self
-            .ops
-            .map_or_else(Default::default, |o| Arc::clone(&o.metrics));
+        let metrics = self.ops.map(|o| Arc::clone(&o.metrics));
         match self.servers {
             Servers::Proxy(_, _, d) => {
                 serve_unix(listener, d, framer, limits, metrics, shutdown).await

@@ -1549,9 +1549,10 @@ where
 /// `TcpListener::bind`'s 128 (`tokio::net::TcpSocket::listen`): past it,
 /// new connections wait for the client to retry, a second or more.
 ///
-/// `metrics` counts connections and limits; calls are counted by the
-/// dispatcher, given the same [`Metrics`] as its observer
-/// ([`DispatcherBuilder::observer`](crate::dispatch::DispatcherBuilder::observer)).
+/// `metrics`, if given, counts connections and limits (`None`: they are
+/// counted nowhere, as with [`http::serve`](super::http::serve)); calls
+/// are counted by the dispatcher, given the same [`Metrics`] as its
+/// observer ([`DispatcherBuilder::observer`](crate::dispatch::DispatcherBuilder::observer)).
 ///
 /// ```
 /// use rpcwire::frame::Lines;
@@ -1568,7 +1569,7 @@ where
 ///     .build()?;
 /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
 /// let addr = listener.local_addr()?;
-/// let server = tokio::spawn(serve_tcp(listener, d, Lines::new, Limits::default(), metrics.clone(), shutdown.clone()));
+/// let server = tokio::spawn(serve_tcp(listener, d, Lines::new, Limits::default(), Some(metrics.clone()), shutdown.clone()));
 ///
 /// let mut client = BufReader::new(tokio::net::TcpStream::connect(addr).await?);
 /// client.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"whoami\"}\n").await?;
@@ -1587,7 +1588,7 @@ pub async fn serve_tcp<S, K, F, M>(
     dispatcher: Dispatcher<S, K>,
     framer: M,
     limits: Limits,
-    metrics: Arc<Metrics>,
+    metrics: Option<Arc<Metrics>>,
     shutdown: Shutdown,
 ) where
     S: Send + Sync + 'static,
@@ -1638,7 +1639,7 @@ pub async fn serve_tcp<S, K, F, M>(
 /// let _ = std::fs::remove_file(&path);
 /// let listener = tokio::net::UnixListener::bind(&path)?;
 /// let shutdown = Shutdown::new();
-/// let server = tokio::spawn(serve_unix(listener, d, Concatenated::new, Limits::default(), Default::default(), shutdown.clone()));
+/// let server = tokio::spawn(serve_unix(listener, d, Concatenated::new, Limits::default(), None, shutdown.clone()));
 ///
 /// let mut client = tokio::net::UnixStream::connect(&path).await?;
 /// client.write_all(br#"{"jsonrpc":"2.0","id":1,"method":"uid"}"#).await?;
@@ -1659,7 +1660,7 @@ pub async fn serve_unix<S, K, F, M>(
     dispatcher: Dispatcher<S, K>,
     framer: M,
     limits: Limits,
-    metrics: Arc<Metrics>,
+    metrics: Option<Arc<Metrics>>,
     shutdown: Shutdown,
 ) where
     S: Send + Sync + 'static,
@@ -1694,7 +1695,7 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
     dispatcher: Dispatcher<S, K>,
     mut framer: M,
     limits: Limits,
-    metrics: Arc<Metrics>,
+    metrics: Option<Arc<Metrics>>,
     shutdown: Shutdown,
 ) where
     A: FnMut(&mut TaskContext<'_>) -> Poll<io::Result<(T, ContextBuilder)>>,
@@ -1730,16 +1731,20 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
             }
         };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            metrics.limit_hit(LimitKind::Connections);
+            if let Some(m) = &metrics {
+                m.limit_hit(LimitKind::Connections);
+            }
             drop(stream);
             continue;
         };
-        let open = metrics.connection();
-        let driver = Driver::new(framer())
+        let open = metrics.as_ref().map(|m| m.connection());
+        let mut driver = Driver::new(framer())
             .limits(limits.clone())
             .context(context)
-            .metrics(Arc::clone(&metrics))
             .shutdown(shutdown.clone());
+        if let Some(m) = &metrics {
+            driver = driver.metrics(Arc::clone(m));
+        }
         let served = serve(stream, driver, dispatcher.clone());
         connections.spawn(async move {
             // An error ends this connection only: the client is gone.
