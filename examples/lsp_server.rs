@@ -395,7 +395,7 @@ async fn main() -> std::io::Result<()> {
     let (server, dispatcher) = language_server(stop.clone());
     let limits = Limits::default();
     let framer = Lsp::new().max_frame(limits.max_message_len);
-    let reason = serve_stdio(dispatcher, framer, limits, Default::default(), stop).await?;
+    let reason = serve_stdio(dispatcher, framer, limits, None, stop).await?;
     let code = server.exit_status();
     eprintln!("lsp_server: stopped ({reason:?}), status {code}");
     // At once: tokio's stdin reader is a blocking thread the runtime would

@@ -71,14 +71,7 @@ async fn main() -> std::io::Result<()> {
     eprintln!("stdio_server: ready, one JSON-RPC message per line on stdin");
     let limits = Limits::default();
     let framer = Lines::new().max_frame(limits.max_message_len);
-    let reason = serve_stdio(
-        calculator(),
-        framer,
-        limits,
-        Default::default(),
-        Shutdown::new(),
-    )
-    .await?;
+    let reason = serve_stdio(calculator(), framer, limits, None, Shutdown::new()).await?;
     eprintln!("stdio_server: stopped ({reason:?})");
     Ok(())
 }

@@ -1487,7 +1487,9 @@ fn too_large_reply(limit: usize, out: &mut Replies) {
 ///
 /// Only JSON-RPC goes to stdout; log to stderr. Handlers see the transport
 /// `"stdio"`. [`Limits::idle_timeout`] does not apply: the client owns the
-/// process and may stay quiet as long as it likes.
+/// process and may stay quiet as long as it likes. The connection, its
+/// limit hits and its buffers are counted in `metrics` when given (as
+/// [`serve_tcp`] counts them).
 ///
 /// tokio reads stdin on a blocking thread that cannot be interrupted: after
 /// a shutdown that leaves stdin open, exit the process rather than wait for
@@ -1507,7 +1509,7 @@ fn too_large_reply(limit: usize, out: &mut Replies) {
 ///     eprintln!("ready"); // logs on stderr: stdout is the protocol's
 ///     let limits = Limits::default();
 ///     let framer = Lines::new().max_frame(limits.max_message_len);
-///     serve_stdio(d, framer, limits, Default::default(), Shutdown::new()).await?;
+///     serve_stdio(d, framer, limits, None, Shutdown::new()).await?;
 ///     Ok(())
 /// }
 /// ```
@@ -1515,20 +1517,23 @@ pub async fn serve_stdio<S, K, F>(
     dispatcher: Dispatcher<S, K>,
     framer: F,
     limits: Limits,
-    metrics: Arc<Metrics>,
+    metrics: Option<Arc<Metrics>>,
     shutdown: Shutdown,
 ) -> io::Result<CloseReason>
 where
     S: Send + Sync + 'static,
     F: Framer,
 {
-    let _open = metrics.connection();
-    Driver::new(framer)
+    let _open = metrics.as_ref().map(|m| m.connection());
+    let mut driver = Driver::new(framer)
         .limits(limits)
         .idle_timeout(None)
         .context(Context::builder().transport("stdio"))
-        .metrics(metrics)
-        .shutdown(shutdown)
+        .shutdown(shutdown);
+    if let Some(metrics) = metrics {
+        driver = driver.metrics(metrics);
+    }
+    driver
         .run(&dispatcher, tokio::io::stdin(), tokio::io::stdout())
         .await
 }
