@@ -187,12 +187,7 @@ async fn open(client: &SendRequest<Bytes>, id: usize) -> Open {
 
 /// [`open`], sending `part`.
 async fn open_with(client: &SendRequest<Bytes>, id: usize, part: Bytes) -> Open {
-    let mut client = client.clone().ready().await.unwrap();
-    let request = Request::post("http://127.0.0.1/")
-        .header("content-type", "application/json")
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
+    let (response, mut body) = post(client).await;
     body.reserve_capacity(HELD);
     while body.capacity() < HELD {
         poll_fn(|cx| body.poll_capacity(cx))
@@ -224,15 +219,31 @@ fn assert_refused((status, v): &Answer) {
 /// them are answered `503` while the others are still open, and those,
 /// once their bodies end, are answered. Returns after every stream ended.
 async fn round(client: &SendRequest<Bytes>, first_id: usize) {
+    let refused = settle(client, first_id..first_id + STREAMS, STREAMS - FIT, false).await;
+    assert_eq!(refused, STREAMS - FIT);
+}
+
+/// Opens a stream holding [`HELD`] bytes for each of `ids`, waits for
+/// `at_once` of them to be answered `503` while all are open (before any
+/// body ends: an ended body could be answered and give its share back
+/// before another's bytes are read), then ends the others' bodies; they
+/// must be answered `200` (or, with `late_refusals`, `503`). Returns how
+/// many were refused.
+async fn settle(
+    client: &SendRequest<Bytes>,
+    ids: std::ops::Range<usize>,
+    at_once: usize,
+    late_refusals: bool,
+) -> usize {
     let mut open_streams = Vec::new();
-    for id in first_id..first_id + STREAMS {
+    for id in ids {
         open_streams.push(open(client, id).await);
     }
     let (mut bodies, mut answers): (Vec<_>, Vec<_>) = open_streams
         .into_iter()
         .map(|o| ((o.id, o.body), o.answer))
         .unzip();
-    for _ in 0..STREAMS - FIT {
+    for _ in 0..at_once {
         let ((id, answer), _, rest) = tokio::time::timeout(HANG, select_all(answers))
             .await
             .expect("the streams past the budget are answered while the others are open");
@@ -240,18 +251,29 @@ async fn round(client: &SendRequest<Bytes>, first_id: usize) {
         bodies.retain(|(b, _)| *b != id);
         answers = rest;
     }
-    assert_eq!(bodies.len(), FIT);
     for (_, body) in &mut bodies {
         body.send_data(Bytes::from_static(TAIL), true).unwrap();
     }
+    at_once + assert_served(answers, late_refusals).await
+}
+
+/// Waits for `answers`, each a `200` with the result its id's body asks
+/// for (or, with `refusals`, a `503`); returns how many were `503`.
+async fn assert_served(answers: Vec<BoxFuture<'static, (usize, Answer)>>, refusals: bool) -> usize {
+    let mut refused = 0;
     for answer in answers {
         let (id, (status, v)) = tokio::time::timeout(HANG, answer)
             .await
             .expect("the streams within the budget are answered");
+        if refusals && status == StatusCode::SERVICE_UNAVAILABLE {
+            refused += 1;
+            continue;
+        }
         assert_eq!(status, StatusCode::OK, "stream {id}: {v}");
         assert_eq!(v["id"], id, "{v}");
         assert_eq!(v["result"], padding(id), "{v}");
     }
+    refused
 }
 
 /// Streams past the budget are refused at once, the others served when
@@ -266,6 +288,16 @@ async fn h2_streams_past_the_connection_body_budget_are_refused_at_once() {
     round(&client, 100).await;
     assert_eq!(srv.refused(), 2 * (STREAMS - FIT) as u64);
     srv.stop().await;
+}
+
+/// A JSON POST on a new stream of `client`, its body left open.
+async fn post(client: &SendRequest<Bytes>) -> (h2::client::ResponseFuture, h2::SendStream<Bytes>) {
+    let mut client = client.clone().ready().await.unwrap();
+    let request = Request::post("http://127.0.0.1/")
+        .header("content-type", "application/json")
+        .body(())
+        .unwrap();
+    client.send_request(request, false).unwrap()
 }
 
 /// A client that resets its streams mid-body gives their share back: the
@@ -300,12 +332,7 @@ async fn h2_streams_reset_mid_body_give_their_budget_back() {
 
 /// A stream with a short body but for its [`TAIL`].
 async fn open_small(client: &SendRequest<Bytes>) -> Open {
-    let mut client = client.clone().ready().await.unwrap();
-    let request = Request::post("http://127.0.0.1/")
-        .header("content-type", "application/json")
-        .body(())
-        .unwrap();
-    let (response, mut body) = client.send_request(request, false).unwrap();
+    let (response, mut body) = post(client).await;
     body.send_data(
         Bytes::from_static(br#"{"jsonrpc":"2.0","id":50,"method":"len","params":["ab"#),
         false,
@@ -359,13 +386,8 @@ async fn h2_bodies_of_running_calls_hold_their_share() {
         .body
         .send_data(Bytes::from_static(TAIL), true)
         .unwrap();
-    for answer in rest.into_iter().chain([third.answer]) {
-        let (id, (status, v)) = tokio::time::timeout(HANG, answer)
-            .await
-            .expect("the streams within the budget are answered");
-        assert_eq!(status, StatusCode::OK, "stream {id}: {v}");
-        assert_eq!(v["result"], padding(id), "{v}");
-    }
+    let answers = rest.into_iter().chain([third.answer]).collect();
+    assert_eq!(assert_served(answers, false).await, 0);
     assert_eq!(srv.refused(), 1);
     srv.stop().await;
 }
@@ -375,40 +397,7 @@ async fn h2_bodies_of_running_calls_hold_their_share() {
 /// body not ended). The open ones are then ended and must be answered
 /// `200`. Returns how many were refused.
 async fn two_streams(client: &SendRequest<Bytes>, first_id: usize, room_for_one: bool) -> usize {
-    let (mut bodies, mut answers): (Vec<_>, Vec<_>) = [
-        open(client, first_id).await,
-        open(client, first_id + 1).await,
-    ]
-    .into_iter()
-    .map(|o| ((o.id, o.body), o.answer))
-    .unzip();
-    let mut refused = 0;
-    if room_for_one {
-        // Waited for before any body ends: an ended body could be answered
-        // and give its share back before the other's bytes are read.
-        let ((id, answer), _, rest) = tokio::time::timeout(HANG, select_all(answers))
-            .await
-            .expect("the stream past the budget is answered while the other is open");
-        assert_refused(&answer);
-        bodies.retain(|(b, _)| *b != id);
-        answers = rest;
-        refused += 1;
-    }
-    for (_, body) in &mut bodies {
-        body.send_data(Bytes::from_static(TAIL), true).unwrap();
-    }
-    for answer in answers {
-        let (id, (status, v)) = tokio::time::timeout(HANG, answer)
-            .await
-            .expect("the streams within the budget are answered");
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            refused += 1;
-            continue;
-        }
-        assert_eq!(status, StatusCode::OK, "stream {id}: {v}");
-        assert_eq!(v["result"], padding(id), "{v}");
-    }
-    refused
+    settle(client, first_id..first_id + 2, room_for_one as usize, true).await
 }
 
 /// An async notification still running after its request's `204` keeps
