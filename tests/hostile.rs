@@ -12,6 +12,8 @@
 
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/served_http.rs"]
+mod served_http;
 #[path = "support/ws_frame.rs"]
 mod ws_frame;
 
@@ -25,11 +27,12 @@ use counting_alloc::{CountingAlloc, live, peak_since, start_peak};
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rpcwire::server::http::{HttpService, Server};
+use rpcwire::server::http::HttpService;
 use rpcwire::server::ws::WsServer;
-use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::server::{LimitKind, Limits, Metrics};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::Value;
+use served_http::{ServedHttp, serve_http};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use ws_frame::client_frame;
@@ -60,27 +63,12 @@ fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<()> {
 // ---------------------------------------------------------------------------
 // HTTP/2
 
-struct Http {
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    shutdown: Shutdown,
-    task: tokio::task::JoinHandle<()>,
-}
+type Http = ServedHttp;
 
 async fn start_http(limits: Limits) -> Http {
     let metrics = Arc::new(Metrics::default());
     let service = HttpService::new(dispatcher(metrics.clone()), &limits, Some(metrics.clone()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let server = Server::new(limits).metrics(metrics.clone());
-    let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
-    Http {
-        addr,
-        metrics,
-        shutdown,
-        task,
-    }
+    serve_http(service, limits, metrics).await
 }
 
 impl Http {
@@ -109,11 +97,7 @@ impl Http {
     }
 
     async fn stop(self) {
-        self.shutdown.trigger();
-        tokio::time::timeout(HANG, self.task)
-            .await
-            .expect("the server stops")
-            .unwrap();
+        self.stop_within(HANG).await;
     }
 }
 

@@ -6,8 +6,10 @@
 //! bodies (1.25 GiB at the defaults): every stream here was held, none
 //! answered.
 
+#[path = "support/served_http.rs"]
+mod served_http;
+
 use std::future::poll_fn;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,11 +18,12 @@ use futures_util::future::{BoxFuture, FutureExt, select_all};
 use h2::client::SendRequest;
 use http::{Request, StatusCode};
 use rpcwire::dispatch::AsyncCall;
-use rpcwire::server::http::{HttpService, Server};
-use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
+use rpcwire::server::http::HttpService;
+use rpcwire::server::{LimitKind, Limits, Metrics};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::Value;
-use tokio::net::{TcpListener, TcpStream};
+use served_http::{ServedHttp, serve_http};
+use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
 /// A guard against hangs, never a measure.
@@ -37,8 +40,8 @@ const FIT: usize = BUDGET / HELD;
 /// The body's last bytes, sent with its end.
 const TAIL: &[u8] = b"\"]}";
 
-/// `wait`'s calls: each says it started, and waits for `go`; `linger`'s
-/// also say when they end.
+/// `wait`'s calls: each says it started, waits for `go`, and says when
+/// it ends.
 #[derive(Default)]
 struct St {
     started: Notify,
@@ -47,11 +50,8 @@ struct St {
 }
 
 struct Srv {
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
+    served: ServedHttp,
     state: Arc<St>,
-    shutdown: Shutdown,
-    task: tokio::task::JoinHandle<()>,
 }
 
 async fn start() -> Srv {
@@ -70,12 +70,6 @@ async fn start() -> Srv {
             let (s,): (String,) = call.decode()?;
             call.state.started.notify_one();
             call.state.go.notified().await;
-            Ok::<_, RpcError>(s.len())
-        })
-        .async_method("linger", |call: AsyncCall<St>| async move {
-            let (s,): (String,) = call.decode()?;
-            call.state.started.notify_one();
-            call.state.go.notified().await;
             call.state.ended.notify_one();
             Ok::<_, RpcError>(s.len())
         })
@@ -84,38 +78,28 @@ async fn start() -> Srv {
         .unwrap();
     let state = d.state().clone();
     let service = HttpService::new(d, &limits, Some(metrics.clone()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let server = Server::new(limits).metrics(metrics.clone());
-    let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
     Srv {
-        addr,
-        metrics,
+        served: serve_http(service, limits, metrics).await,
         state,
-        shutdown,
-        task,
     }
 }
 
 impl Srv {
     async fn client(&self) -> SendRequest<Bytes> {
-        let tcp = TcpStream::connect(self.addr).await.unwrap();
+        let tcp = TcpStream::connect(self.served.addr).await.unwrap();
         let (client, connection) = h2::client::handshake(tcp).await.unwrap();
         tokio::spawn(connection);
         client
     }
 
     fn refused(&self) -> u64 {
-        self.metrics.limit_count(LimitKind::ConnectionBodyBytes)
+        self.served
+            .metrics
+            .limit_count(LimitKind::ConnectionBodyBytes)
     }
 
     async fn stop(self) {
-        self.shutdown.trigger();
-        tokio::time::timeout(HANG, self.task)
-            .await
-            .expect("the server stops")
-            .unwrap();
+        self.served.stop_within(HANG).await;
     }
 }
 
@@ -410,7 +394,7 @@ async fn two_streams(client: &SendRequest<Bytes>, first_id: usize, room_for_one:
 async fn h2_async_notifications_running_after_the_answer_hold_their_share() {
     let srv = start().await;
     let client = srv.client().await;
-    let mut note = open_with(&client, 1, notification_part("linger")).await;
+    let mut note = open_with(&client, 1, notification_part("wait")).await;
     note.body.send_data(Bytes::from_static(TAIL), true).unwrap();
     tokio::time::timeout(HANG, srv.state.started.notified())
         .await
