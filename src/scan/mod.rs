@@ -502,18 +502,15 @@ pub(crate) fn skip_string_trusted(buf: &[u8], pos: usize) -> usize {
 pub(crate) fn skip_string_trusted_escaped(buf: &[u8], mut pos: usize) -> (usize, bool) {
     let mut escaped = false;
     loop {
-        let stop = arch::find_string_stop(buf, pos);
-        match buf.get(stop.at) {
-            Some(b'"') => return (stop.at + 1, escaped),
+        let at = arch::find_quote_or_backslash(buf, pos);
+        match buf.get(at) {
+            Some(b'"') => return (at + 1, escaped),
             // Skip the escaped byte; for `\u` the four hex digits are plain
             // content for the next scan.
-            Some(b'\\') => {
+            Some(_) => {
                 escaped = true;
-                pos = stop.at + 2;
+                pos = at + 2;
             }
-            // A control byte cannot be in validated input; step over it so
-            // the walk still ends on any input.
-            Some(_) => pos = stop.at + 1,
             None => return (buf.len(), escaped),
         }
         if pos >= buf.len() {

@@ -55,15 +55,48 @@ fn ascii_stops(v: uint8x16_t) -> uint8x16_t {
     }
 }
 
+/// Quotes and backslashes only: the trusted walks' stops.
+#[inline(always)]
+fn quotes_or_backslashes(v: uint8x16_t) -> uint8x16_t {
+    // SAFETY: NEON is baseline on aarch64 (see above); registers only.
+    unsafe {
+        vorrq_u8(
+            vceqq_u8(v, vdupq_n_u8(b'"')),
+            vceqq_u8(v, vdupq_n_u8(b'\\')),
+        )
+    }
+}
+
 #[inline(always)]
 pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
+    first_stop(buf, start, ascii_stops, naive::find_ascii_stop)
+}
+
+#[inline(always)]
+pub(crate) fn find_quote_or_backslash(buf: &[u8], start: usize) -> usize {
+    first_stop(
+        buf,
+        start,
+        quotes_or_backslashes,
+        naive::find_quote_or_backslash,
+    )
+}
+
+/// The first byte at or after `start` that `stops` flags, 16 bytes a step.
+#[inline(always)]
+fn first_stop(
+    buf: &[u8],
+    start: usize,
+    stops: impl Fn(uint8x16_t) -> uint8x16_t,
+    tail: fn(&[u8], usize) -> usize,
+) -> usize {
     let len = buf.len();
     let ptr = buf.as_ptr();
     let mut pos = start;
     while pos + 16 <= len {
         // SAFETY: `pos + 16 <= len`, so the 16 bytes read are inside `buf`.
         let v = unsafe { vld1q_u8(ptr.add(pos)) };
-        let mask = nibble_mask(ascii_stops(v));
+        let mask = nibble_mask(stops(v));
         if mask != 0 {
             return pos + (mask.trailing_zeros() / 4) as usize;
         }
@@ -73,13 +106,13 @@ pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
         return len;
     }
     if len < 16 {
-        return naive::find_ascii_stop(buf, pos);
+        return tail(buf, pos);
     }
     let base = len - 16;
     let seen = (pos - base) as u32 * 4;
     // SAFETY: `len >= 16`, so `base..len` is inside `buf`.
     let v = unsafe { vld1q_u8(ptr.add(base)) };
-    let mask = nibble_mask(ascii_stops(v)) >> seen;
+    let mask = nibble_mask(stops(v)) >> seen;
     if mask != 0 {
         pos + (mask.trailing_zeros() / 4) as usize
     } else {

@@ -80,6 +80,27 @@ pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
     }
 }
 
+/// Finds the first `"` or `\` in `buf[start..]`, or `buf.len()`: the
+/// kernel of walks over text the scanner already validated (a string there
+/// ends at its first quote that no backslash escapes, and holds no control
+/// byte to look for).
+#[inline(always)]
+pub(crate) fn find_quote_or_backslash(buf: &[u8], start: usize) -> usize {
+    debug_assert!(start <= buf.len());
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86_64::find_quote_or_backslash(buf, start)
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        aarch64::find_quote_or_backslash(buf, start)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        swar::find_quote_or_backslash(buf, start)
+    }
+}
+
 /// An ASCII-kernel backend's entry point.
 #[cfg(test)]
 type AsciiBackend = fn(&[u8], usize) -> usize;
@@ -137,6 +158,20 @@ mod tests {
                 "backend {name}, start {start}, buf {buf:?}"
             );
         }
+        let want = naive::find_quote_or_backslash(buf, start);
+        for (name, f) in [
+            (
+                "swar",
+                swar::find_quote_or_backslash as fn(&[u8], usize) -> usize,
+            ),
+            ("dispatch", find_quote_or_backslash),
+        ] {
+            assert_eq!(
+                f(buf, start),
+                want,
+                "trusted backend {name}, start {start}, buf {buf:?}"
+            );
+        }
         let want = naive::find_ascii_stop(buf, start);
         for (name, f) in ascii_backends() {
             assert_eq!(
@@ -172,6 +207,36 @@ mod tests {
                         for start in [0, 1, len / 3, len / 3 + 1, len / 2] {
                             check_all(&buf, start.min(len));
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn trusted_kernel_past_its_avx2_switch() {
+        // The trusted kernel moves to AVX2 after 272 bytes: a quote or a
+        // backslash at every position of buffers long enough to reach it
+        // and its tail, from starts that shift the 64-byte steps; control
+        // and non-ASCII bytes around are content to it.
+        let mut buf = Vec::new();
+        for len in (0..420usize).step_by(7).chain(400..420) {
+            for at in (0..len).chain([len]) {
+                for stop in [b'"', b'\\'] {
+                    buf.clear();
+                    buf.extend((0..len).map(|i| [b'a', 0x01, 0xc3, b'\n'][i % 4]));
+                    if at < len {
+                        buf[at] = stop;
+                    }
+                    for start in [0, 1, 15, 17, 63, at.saturating_sub(3)] {
+                        let start = start.min(len);
+                        let want = naive::find_quote_or_backslash(&buf, start);
+                        assert_eq!(
+                            find_quote_or_backslash(&buf, start),
+                            want,
+                            "{len} {at} {start}"
+                        );
+                        assert_eq!(swar::find_quote_or_backslash(&buf, start), want);
                     }
                 }
             }

@@ -26,3 +26,12 @@ pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
         .position(|&b| b == b'"' || b == b'\\' || !(0x20..0x80).contains(&b))
         .map_or(buf.len(), |i| start + i)
 }
+
+/// The first `"` or `\` at or after `start`, or `buf.len()`.
+#[inline]
+pub(crate) fn find_quote_or_backslash(buf: &[u8], start: usize) -> usize {
+    buf.iter()
+        .skip(start)
+        .position(|&b| b == b'"' || b == b'\\')
+        .map_or(buf.len(), |i| start + i)
+}

@@ -63,3 +63,16 @@ pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
     }
     naive::find_ascii_stop(buf, pos)
 }
+
+pub(crate) fn find_quote_or_backslash(buf: &[u8], start: usize) -> usize {
+    let mut pos = start;
+    while let Some(chunk) = buf.get(pos..pos + 8) {
+        let x = u64::from_le_bytes(chunk.try_into().unwrap());
+        let stops = zero_bytes(x ^ (LO * b'"' as u64)) | zero_bytes(x ^ (LO * b'\\' as u64));
+        if stops != 0 {
+            return pos + (stops.trailing_zeros() / 8) as usize;
+        }
+        pos += 8;
+    }
+    naive::find_quote_or_backslash(buf, pos)
+}

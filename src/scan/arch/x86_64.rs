@@ -54,6 +54,144 @@ pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
     sse2::<true, true>(buf, start).at
 }
 
+/// Bytes of one string the trusted walk scans with SSE2 before switching
+/// to AVX2 (a multiple of 64 past the first 16).
+const TRUSTED_AVX2_AFTER: usize = 16 + 4 * 64;
+
+/// The first `"` or `\` at or after `start`, or `buf.len()`: the kernel of
+/// the walks over text the scanner already validated, where control and
+/// non-ASCII bytes need no attention. The first 16 bytes (member names)
+/// are one vector; then 64 bytes a step, four vectors and one branch, so
+/// that a 42-byte address or a 66-byte hash is one more step, not three or
+/// four (and no call into the AVX2 loop, which waits for long data).
+#[inline(always)]
+pub(crate) fn find_quote_or_backslash(buf: &[u8], start: usize) -> usize {
+    let len = buf.len();
+    let ptr = buf.as_ptr();
+    let mut pos = start;
+    if pos + 16 <= len {
+        // SAFETY: `pos + 16 <= len`: the 16 bytes read are inside `buf`.
+        let mask = quote_or_backslash_mask(unsafe { _mm_loadu_si128(ptr.add(pos).cast()) });
+        if mask != 0 {
+            return pos + mask.trailing_zeros() as usize;
+        }
+        pos += 16;
+        while pos + 64 <= len {
+            if pos - start >= TRUSTED_AVX2_AFTER && avx2_available() {
+                // SAFETY: the CPU has AVX2 (checked just above).
+                return unsafe { quote_or_backslash_avx2(buf, pos) };
+            }
+            let [a, b, c, d] = [0, 16, 32, 48].map(|at| {
+                // SAFETY: `pos + 64 <= len` and `at <= 48`: the 16 bytes read
+                // are inside `buf`.
+                quotes_or_backslashes(unsafe { _mm_loadu_si128(ptr.add(pos + at).cast()) })
+            });
+            // SAFETY: SSE2 is baseline on x86_64; registers only.
+            let any =
+                unsafe { _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(a, b), _mm_or_si128(c, d))) };
+            if any != 0 {
+                // SAFETY: as above.
+                let mask = unsafe {
+                    (_mm_movemask_epi8(a) as u32 as u64)
+                        | (_mm_movemask_epi8(b) as u32 as u64) << 16
+                        | (_mm_movemask_epi8(c) as u32 as u64) << 32
+                        | (_mm_movemask_epi8(d) as u32 as u64) << 48
+                };
+                return pos + mask.trailing_zeros() as usize;
+            }
+            pos += 64;
+        }
+    }
+    find_quote_or_backslash_tail(buf, pos)
+}
+
+/// The end of [`find_quote_or_backslash`]: 16 bytes a step, then the
+/// last bytes.
+#[inline(always)]
+fn find_quote_or_backslash_tail(buf: &[u8], mut pos: usize) -> usize {
+    let len = buf.len();
+    let ptr = buf.as_ptr();
+    while pos + 16 <= len {
+        // SAFETY: `pos + 16 <= len`.
+        let mask = quote_or_backslash_mask(unsafe { _mm_loadu_si128(ptr.add(pos).cast()) });
+        if mask != 0 {
+            return pos + mask.trailing_zeros() as usize;
+        }
+        pos += 16;
+    }
+    if pos == len {
+        return len;
+    }
+    if len < 16 {
+        return naive::find_quote_or_backslash(buf, pos);
+    }
+    // The last bytes: the last 16 of the input, the lanes before `pos`
+    // shifted out (they were scanned, or precede `start`).
+    let base = len - 16;
+    // SAFETY: `len >= 16`, so `base..len` is inside `buf`.
+    let mask =
+        quote_or_backslash_mask(unsafe { _mm_loadu_si128(ptr.add(base).cast()) }) >> (pos - base);
+    if mask != 0 {
+        pos + mask.trailing_zeros() as usize
+    } else {
+        len
+    }
+}
+
+/// `0xff` in each lane of `v` holding `"` or `\`.
+#[inline(always)]
+fn quotes_or_backslashes(v: __m128i) -> __m128i {
+    // SAFETY: SSE2 is baseline on x86_64; registers only.
+    unsafe {
+        _mm_or_si128(
+            _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8)),
+            _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8)),
+        )
+    }
+}
+
+#[inline(always)]
+fn quote_or_backslash_mask(v: __m128i) -> u64 {
+    // SAFETY: SSE2 is baseline on x86_64; registers only.
+    unsafe { _mm_movemask_epi8(quotes_or_backslashes(v)) as u32 as u64 }
+}
+
+/// [`find_quote_or_backslash`] for long data, 64 bytes a step in two
+/// vectors.
+///
+/// # Safety
+///
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+unsafe fn quote_or_backslash_avx2(buf: &[u8], start: usize) -> usize {
+    let ptr = buf.as_ptr();
+    let mut pos = start;
+    let stops = |v: __m256i| {
+        _mm256_or_si256(
+            _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'"' as i8)),
+            _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'\\' as i8)),
+        )
+    };
+    while pos + 64 <= buf.len() {
+        // SAFETY: `pos + 64 <= len`: both 32-byte loads are inside `buf`.
+        let (a, b) = unsafe {
+            (
+                stops(_mm256_loadu_si256(ptr.add(pos).cast())),
+                stops(_mm256_loadu_si256(ptr.add(pos + 32).cast())),
+            )
+        };
+        let any = _mm256_or_si256(a, b);
+        if _mm256_testz_si256(any, any) == 0 {
+            let mask = (_mm256_movemask_epi8(a) as u32 as u64)
+                | (_mm256_movemask_epi8(b) as u32 as u64) << 32;
+            return pos + mask.trailing_zeros() as usize;
+        }
+        pos += 64;
+    }
+    // Fewer than 64 bytes left: the SSE2 kernel's tail loop finishes.
+    find_quote_or_backslash_tail(buf, pos)
+}
+
 /// SSE2 alone, for tests of the backend.
 #[cfg(test)]
 pub(crate) fn find_string_stop_sse2_only(buf: &[u8], start: usize) -> Stop {
