@@ -5,8 +5,9 @@
 //!
 //! | request | answer |
 //! | --- | --- |
+//! | with [`HttpConfig::allowed_hosts`] (none by default): its host (an absolute-form target's authority, else `Host`) a name not listed; IP addresses are served | 403, -32600 without id, `data.host` naming it, then the connection closes: as rpcwire's JSON-RPC HTTP server answers it (see [`hosts`](crate::server::hosts)); checked first once the path matched (any method, with a session or not), before the body is read |
 //! | an `Origin` header that is not a localhost origin (`localhost`, `127.0.0.1`, `[::1]`, any scheme and port) or one of [`HttpConfig::allowed_origins`] | 403, a JSON-RPC error without id |
-//! | an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2), to [`serve`] ([`Endpoint::handle`] leaves it to its server) | 400, -32600, then the connection closes |
+//! | an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2), to [`serve`] ([`Endpoint::handle`] leaves it to its server, unless [`HttpConfig::allowed_hosts`] is set) | 400, -32600, then the connection closes |
 //! | `POST` whose `Accept` does not take both `application/json` and `text/event-stream` (`*/*`, `application/*`, `text/*` count) | 406 |
 //! | `POST` whose `Content-Type` is not `application/json` | 415 |
 //! | a body over [`HttpConfig::max_body`] | 413 |
@@ -85,6 +86,7 @@ use super::{
 };
 use crate::RpcError;
 use crate::peer::{Outbound, Peer, SendError};
+use crate::server::hosts::{AllowedHosts, Refusal};
 
 /// The header carrying the session id (initialize lifecycle).
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -104,6 +106,33 @@ pub struct HttpConfig {
     /// (`https://app.example`). Every other `Origin` is refused with 403:
     /// the defence against DNS rebinding that the specification requires.
     pub allowed_origins: Vec<String>,
+    /// The host names the endpoint answers to (a request's `Host`, or its
+    /// target's authority when it has one; any port, any case; IP
+    /// addresses always), or `None` (the default, the same as
+    /// `Some(AllowedHosts::any())`): any, as everywhere in rpcwire. Others
+    /// get `403`, a -32600 body naming the host, as from rpcwire's
+    /// JSON-RPC HTTP server; see [`hosts`](crate::server::hosts) for what is
+    /// answered how, why there is no check by default, and when to turn it
+    /// on (an endpoint on a loopback or private address that browsers can
+    /// reach). The check behind the official MCP SDKs' DNS-rebinding
+    /// protection: a page of an attacker's domain that makes the domain
+    /// resolve to `127.0.0.1` once loaded (DNS rebinding) reaches the
+    /// endpoint with same-origin requests, which
+    /// [`allowed_origins`](HttpConfig::allowed_origins) cannot always
+    /// tell apart (browsers send no `Origin` on some, a same-origin `GET`
+    /// among them); each carries the attacker's name in `Host`.
+    ///
+    /// ```
+    /// use rpcwire::mcp::http::HttpConfig;
+    /// use rpcwire::server::hosts::AllowedHosts;
+    /// let config = HttpConfig {
+    ///     allowed_hosts: Some(AllowedHosts::list(["localhost"])?),
+    ///     ..HttpConfig::default()
+    /// };
+    /// # let _ = config;
+    /// # Ok::<(), rpcwire::server::hosts::InvalidHost>(())
+    /// ```
+    pub allowed_hosts: Option<AllowedHosts>,
     /// The largest request body, in bytes (default 4 MiB); larger ones are
     /// 413.
     pub max_body: usize,
@@ -136,6 +165,7 @@ impl Default for HttpConfig {
         HttpConfig {
             path: "/mcp".into(),
             allowed_origins: Vec::new(),
+            allowed_hosts: None,
             max_body: 4 << 20,
             max_sessions: 10_000,
             max_connections: 10_000,
@@ -501,6 +531,24 @@ fn no_one_host() -> Response<Body> {
     r
 }
 
+/// The answer to a request [`HttpConfig::allowed_hosts`] refuses, as
+/// rpcwire's HTTP servers give it (`HttpService::allowed_hosts`): `403`
+/// naming the host, or, for an HTTP/1.1 request without one `Host` (which
+/// [`serve`] answers before), `400`; the connection closes (the body is
+/// not read).
+fn host_refused(refused: Refusal<'_>) -> Response<Body> {
+    match refused {
+        Refusal::NotListed(host) => {
+            let body = crate::server::hosts::forbidden_body(host).into_bytes();
+            let mut r = json_response(StatusCode::FORBIDDEN, body);
+            r.headers_mut()
+                .insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+            r
+        }
+        Refusal::NoOneHost => no_one_host(),
+    }
+}
+
 fn status_only(status: StatusCode) -> Response<Body> {
     let mut r = Response::new(Body::Full(None));
     *r.status_mut() = status;
@@ -731,6 +779,16 @@ impl Endpoint {
         let config = &self.inner.config;
         if req.uri().path() != config.path {
             return status_only(StatusCode::NOT_FOUND);
+        }
+        // Before anything else, as rpcwire's HTTP servers check it: a
+        // rebound page's request may carry no `Origin`.
+        if let Some(refused) = config
+            .allowed_hosts
+            .as_ref()
+            .filter(|hosts| !hosts.is_any())
+            .and_then(|hosts| hosts.refuses(&req))
+        {
+            return host_refused(refused);
         }
         if !origin_ok(
             req.headers().get(hyper::header::ORIGIN),

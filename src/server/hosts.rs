@@ -1,6 +1,6 @@
 //! Which host names a server answers to: the `Host` allowlist that stops
-//! DNS rebinding (features `http` and `ws`), geth's `--http.vhosts` and
-//! `--ws.origins`' companion for hosts.
+//! DNS rebinding (features `http`, `ws` and `mcp`), geth's `--http.vhosts`
+//! and `--ws.origins`' companion for hosts.
 //!
 //! A web page cannot call a server on `127.0.0.1` across origins without
 //! CORS allowing it, but it can make its own domain resolve to
@@ -11,15 +11,17 @@
 //! names it is reached by (`localhost`, its own domain) refuses the rest.
 //!
 //! With an [`AllowedHosts`] set on `HttpService::allowed_hosts` (feature
-//! `http`) or `WsServer::allowed_hosts` (feature `ws`, a WebSocket server
+//! `http`), `WsServer::allowed_hosts` (feature `ws`, a WebSocket server
 //! on a port of its own: its opening handshakes are checked as an HTTP
-//! request is):
+//! request is) or MCP's `HttpConfig::allowed_hosts` (feature `mcp`, its
+//! Streamable HTTP endpoint, whose own `Origin` check misses requests that
+//! carry none):
 //!
 //! | request | answer |
 //! | --- | --- |
 //! | its host listed (`Host`, or the request target's authority: HTTP/2's `:authority`, an absolute-form target), any port, any case | as without the check |
 //! | its host an IP address (`127.0.0.1`, `[::1]`, `192.0.2.7:8545`), listed or not | as without the check: rebinding needs a name, so a request naming an address is not a rebound page's (geth lets them through too) |
-//! | its host not listed | `403`, a -32600 body naming the host, before the body is read (the connection closes after it); counted as [`LimitKind::Host`](super::LimitKind::Host) |
+//! | its host not listed | `403`, a -32600 body naming the host, before the body is read (the connection closes after it); counted as [`LimitKind::Host`](super::LimitKind::Host) (MCP's endpoint keeps no metrics) |
 //! | HTTP/1.1 without `Host`, or with more than one | `400`, a -32600 body (RFC 9112 §3.2); counted the same; with no allowlist too (below) |
 //! | HTTP/1.0 or HTTP/2 naming no host | as without the check: no browser sends one, so it cannot be a rebound page's (geth lets them through too) |
 //! | a WebSocket upgrade on a combined port (`server::combined`), or an opening handshake on a `WsServer`'s own port | the same, before the upgrade |
@@ -162,7 +164,6 @@ pub(crate) fn lacks_one_host<B>(req: &http::Request<B>) -> bool {
 }
 
 /// Why [`AllowedHosts::refuses`] refuses a request.
-#[cfg(any(feature = "http", feature = "ws"))]
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Refusal<'r> {
     /// Its host, not listed: `403`.
@@ -171,7 +172,6 @@ pub(crate) enum Refusal<'r> {
     NoOneHost,
 }
 
-#[cfg(any(feature = "http", feature = "ws"))]
 impl AllowedHosts {
     /// Why `req` (an HTTP request, or a WebSocket opening handshake) is
     /// refused, or `None` when it may be served: first [`lacks_one_host`]
@@ -251,7 +251,6 @@ fn host_name(host: &[u8]) -> Option<Name<'_>> {
 }
 
 /// The body of the `403` for a request whose host is not listed.
-#[cfg(any(feature = "http", feature = "ws"))]
 pub(crate) fn forbidden_body(host: &[u8]) -> String {
     let host = String::from_utf8_lossy(host);
     let host = serde_json::to_string(&host).unwrap_or_else(|_| "null".into());
@@ -380,7 +379,6 @@ mod tests {
     /// With no allowlist, the refusal is the RFC's rule alone: HTTP/1.1
     /// needs exactly one `Host`, other versions none, and no name is
     /// refused.
-    #[cfg(any(feature = "http", feature = "ws"))]
     #[test]
     fn without_a_list_only_http11_without_one_host_is_refused() {
         let request = |version, hosts: &[&str]| {
@@ -411,7 +409,6 @@ mod tests {
         }
     }
 
-    #[cfg(any(feature = "http", feature = "ws"))]
     #[test]
     fn the_refusal_names_the_host_as_json() {
         let body = forbidden_body(b"a\"b.example");
