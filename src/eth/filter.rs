@@ -6,8 +6,9 @@ use alloy_primitives::{Address, B256};
 use super::block::{BlockNumberOrTag, match_key};
 use super::decode::{EthValue, Invalid, Reason, Site};
 use super::hex;
-use super::walk::{Elements, Members};
+use super::walk::{Elements, Members, skip_value};
 use crate::json::{Kind, RawJson};
+use crate::scan::skip_ws;
 
 /// A log filter, borrowed from the message: `fromBlock`, `toBlock`,
 /// `blockHash`, `address` (one or many) and `topics` (up to four positions,
@@ -42,6 +43,81 @@ pub struct LogFilter<'a> {
     topics: Option<RawJson<'a>>,
     object: RawJson<'a>,
     site: Site,
+    /// `address` when it is one address, decoded by the walk that found
+    /// its end.
+    one_address: Option<Address>,
+    /// The leading topic positions the walk decoded while it found the
+    /// array's end.
+    read_topics: ReadTopics,
+}
+
+/// The leading positions of a filter's `topics` that [`LogFilter`]'s walk
+/// decoded while it looked for the array's end (single hashes and
+/// `null`s, the common shapes), so that the array is walked once, not
+/// once to find its end and again when the topics are asked for. The
+/// first position of another shape (alternatives, text the fast path does
+/// not take) and the ones after it are read by [`Topics`] as they are
+/// reached, errors included.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ReadTopics {
+    hashes: [B256; 4],
+    /// Bit `i` set: position `i` is `null`.
+    nulls: u8,
+    /// Positions read, at most four.
+    count: u8,
+    /// Where the positions not read start, as an index into the array's
+    /// text (its `]` when all were read); 0 when nothing was read.
+    rest: u32,
+}
+
+/// Reads the topics array whose `[` is at `buf[start]` (validated text):
+/// its leading hashes and `null`s decoded, and the index after it.
+#[inline]
+fn read_topics(buf: &[u8], start: usize) -> (ReadTopics, usize) {
+    let mut read = ReadTopics::default();
+    let mut pos = skip_ws(buf, start + 1);
+    while read.count < 4 {
+        let end = if let Some((h, end)) = hex::fixed_at::<32>(buf, pos) {
+            read.hashes[read.count as usize] = B256::from(h);
+            end
+        } else if buf.get(pos) == Some(&b'n') {
+            // Validated text: the literal `null`.
+            read.nulls |= 1 << read.count;
+            pos + 4
+        } else {
+            break;
+        };
+        read.count += 1;
+        let separator = skip_ws(buf, end);
+        if buf.get(separator) != Some(&b',') {
+            // The array's `]`.
+            read.rest = (separator - start) as u32;
+            return (read, separator + 1);
+        }
+        pos = skip_ws(buf, separator + 1);
+    }
+    read.rest = (pos - start) as u32;
+    // The rest of the array, from the element at `pos` (or its `]`).
+    if buf.get(pos) == Some(&b']') {
+        return (read, pos + 1);
+    }
+    loop {
+        let separator = skip_ws(buf, skip_value(buf, pos));
+        if buf.get(separator) != Some(&b',') {
+            return (read, (separator + 1).min(buf.len()));
+        }
+        pos = skip_ws(buf, separator + 1);
+    }
+}
+
+/// The members a filter reads.
+#[derive(Clone, Copy)]
+enum Member {
+    FromBlock,
+    ToBlock,
+    BlockHash,
+    Address,
+    Topics,
 }
 
 impl<'a> LogFilter<'a> {
@@ -67,18 +143,45 @@ impl<'a> LogFilter<'a> {
             topics: None,
             object: RawJson::from_validated(&buf[start..start + 1]),
             site,
+            one_address: None,
+            read_topics: ReadTopics::default(),
         };
         let mut walk = Members::at(buf, start);
-        for (key, value) in walk.by_ref() {
-            let slot = match_key(key, |k| {
+        while let Some((key, value_start)) = walk.next_name() {
+            let member = match_key(key, |k| {
                 Some(match k {
-                    b"fromBlock" => (&mut f.from_block, "fromBlock"),
-                    b"toBlock" => (&mut f.to_block, "toBlock"),
-                    b"blockHash" => (&mut f.block_hash, "blockHash"),
-                    b"address" => (&mut f.address, "address"),
-                    b"topics" => (&mut f.topics, "topics"),
+                    b"fromBlock" => Member::FromBlock,
+                    b"toBlock" => Member::ToBlock,
+                    b"blockHash" => Member::BlockHash,
+                    b"address" => Member::Address,
+                    b"topics" => Member::Topics,
                     _ => return None,
                 })
+            });
+            // Addresses and topics are decoded where their end is found.
+            let value_end = match member {
+                Some(Member::Address) => match hex::fixed_at::<20>(buf, value_start) {
+                    Some((a, end)) => {
+                        f.one_address = Some(Address::from(a));
+                        end
+                    }
+                    None => skip_value(buf, value_start),
+                },
+                Some(Member::Topics) if buf.get(value_start) == Some(&b'[') => {
+                    let (read, end) = read_topics(buf, value_start);
+                    f.read_topics = read;
+                    end
+                }
+                _ => skip_value(buf, value_start),
+            };
+            walk.value_ended(value_end);
+            let value = RawJson::from_validated(&buf[value_start..value_end]);
+            let slot = member.map(|m| match m {
+                Member::FromBlock => (&mut f.from_block, "fromBlock"),
+                Member::ToBlock => (&mut f.to_block, "toBlock"),
+                Member::BlockHash => (&mut f.block_hash, "blockHash"),
+                Member::Address => (&mut f.address, "address"),
+                Member::Topics => (&mut f.topics, "topics"),
             });
             if let Some((slot, name)) = slot
                 && slot.replace(value).is_some()
@@ -137,6 +240,12 @@ impl<'a> LogFilter<'a> {
     /// list).
     pub fn addresses(&self) -> Result<Addresses<'a>, Invalid<'a>> {
         let site = self.site;
+        if let Some(a) = self.one_address {
+            return Ok(Addresses {
+                inner: AddressesInner::Read(a),
+                site,
+            });
+        }
         let inner = match self.address.filter(|v| !v.is_null()) {
             None => AddressesInner::None,
             Some(v) => match v.kind() {
@@ -158,9 +267,17 @@ impl<'a> LogFilter<'a> {
     /// absent or `null`.
     pub fn topics(&self) -> Result<Topics<'a>, Invalid<'a>> {
         let site = self.site;
+        let read = self.read_topics;
         let values = match self.topics.filter(|v| !v.is_null()) {
             None => None,
-            Some(v) if v.kind() == Kind::Array => Some((v, Elements::new(v))),
+            Some(v) if v.kind() == Kind::Array => {
+                let from = if read.rest == 0 {
+                    1
+                } else {
+                    read.rest as usize
+                };
+                Some((v, Elements::at(v, from)))
+            }
             Some(v) => {
                 return Err(Invalid::new(Reason::NotTopics, v)
                     .in_field("topics")
@@ -169,6 +286,7 @@ impl<'a> LogFilter<'a> {
         };
         Ok(Topics {
             values,
+            read,
             seen: 0,
             site,
         })
@@ -185,6 +303,8 @@ pub struct Addresses<'a> {
 #[derive(Clone, Debug)]
 enum AddressesInner<'a> {
     None,
+    /// One address, decoded by the filter's walk.
+    Read(Address),
     One(RawJson<'a>),
     Many(Elements<'a>),
 }
@@ -202,6 +322,11 @@ impl<'a> Iterator for Addresses<'a> {
     fn next(&mut self) -> Option<Self::Item> {
         let v = match &mut self.inner {
             AddressesInner::None => return None,
+            AddressesInner::Read(a) => {
+                let a = *a;
+                self.inner = AddressesInner::None;
+                return Some(Ok(a));
+            }
             AddressesInner::One(v) => {
                 let v = *v;
                 self.inner = AddressesInner::None;
@@ -228,6 +353,8 @@ impl<'a> Iterator for Addresses<'a> {
 pub struct Topics<'a> {
     /// The array (for errors) and its walk.
     values: Option<(RawJson<'a>, Elements<'a>)>,
+    /// The leading positions the filter's walk decoded, given first.
+    read: ReadTopics,
     seen: u8,
     site: Site,
 }
@@ -283,6 +410,15 @@ impl<'a> Iterator for Topics<'a> {
 
     fn next(&mut self) -> Option<Self::Item> {
         let (array, values) = self.values.as_mut()?;
+        if self.seen < self.read.count {
+            let at = self.seen;
+            self.seen += 1;
+            return Some(Ok(if self.read.nulls >> at & 1 == 1 {
+                TopicFilter::Any
+            } else {
+                TopicFilter::One(self.read.hashes[at as usize])
+            }));
+        }
         let site = self.site;
         let fail = |e: Invalid<'a>| e.in_field("topics").at_site(site);
         let (buf, start) = values.peek()?;
@@ -329,5 +465,99 @@ impl<'a> Iterator for Topics<'a> {
             }
             _ => Err(fail(Invalid::new(Reason::NotTopics, v))),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every position and address as the filter gives them, errors
+    /// included.
+    fn read_all<'a>(f: &LogFilter<'a>) -> String {
+        let topics: Vec<String> = match f.topics() {
+            Ok(t) => t
+                .map(|t| match t {
+                    Ok(TopicFilter::AnyOf(set)) => format!("{:?}", set.collect::<Vec<_>>()),
+                    other => format!("{other:?}"),
+                })
+                .collect(),
+            Err(e) => vec![format!("{e:?}")],
+        };
+        let addresses: Vec<String> = match f.addresses() {
+            Ok(a) => a.map(|a| format!("{a:?}")).collect(),
+            Err(e) => vec![format!("{e:?}")],
+        };
+        format!("{topics:?} {addresses:?}")
+    }
+
+    #[test]
+    fn what_the_walk_decodes_reads_as_the_text_does() {
+        // The filter's walk decodes an address and the leading topic
+        // positions; with those forgotten, the same filter must read the
+        // same from the text.
+        let h = format!("\"0x{}\"", "ab".repeat(32));
+        let a = format!("\"0x{}\"", "cd".repeat(20));
+        let bad = format!("\"0x{}\"", "zz".repeat(32));
+        let short = "\"0x12\"";
+        let positions = [
+            String::new(),
+            h.clone(),
+            format!("{h},null"),
+            format!("null,{h}"),
+            format!("{h}, null , {h}"),
+            format!("{h},[{h},{h}],{h}"),
+            format!("[null,{h}]"),
+            format!("{h},{h},{h},{h}"),
+            format!("{h},{h},{h},{h},{h}"),
+            "null,null,null,null,null".to_string(),
+            format!("{h},{bad},{h}"),
+            bad.clone(),
+            format!("{h},{short}"),
+            format!("{h},[]"),
+            format!(" {h} "),
+        ];
+        let addresses = [
+            None,
+            Some(a.clone()),
+            Some(format!("[{a},{a}]")),
+            Some(short.to_string()),
+            Some("null".to_string()),
+            Some(format!(" {a} ")),
+        ];
+        let mut checked = 0;
+        for topics in &positions {
+            for address in &addresses {
+                for topics_first in [false, true] {
+                    let t = format!("\"topics\":[{topics}]");
+                    let mut members = vec![t, "\"fromBlock\":\"0x1\"".to_string()];
+                    if let Some(address) = address {
+                        members.push(format!("\"address\" : {address}"));
+                    }
+                    if topics_first {
+                        members.reverse();
+                    }
+                    let text = format!("[{{{}}}]", members.join(","));
+                    let msg = format!(
+                        r#"{{"jsonrpc":"2.0","id":1,"method":"eth_getLogs","params":{text}}}"#
+                    );
+                    let arena = bumpalo::Bump::new();
+                    let parsed = crate::parse(msg.as_bytes(), &arena).unwrap();
+                    let p = parsed.into_single().unwrap().request().unwrap().params();
+                    let mut ps = super::super::EthParams::new(p);
+                    let f = ps.next_log_filter("filter").unwrap();
+                    let mut plain = f;
+                    plain.read_topics = ReadTopics::default();
+                    plain.one_address = None;
+                    assert_eq!(read_all(&f), read_all(&plain), "{text}");
+                    // And through the slow path (`log_filter` on the value).
+                    let mut ps = super::super::EthParams::new(p);
+                    let g = ps.required("filter").unwrap().log_filter().unwrap();
+                    assert_eq!(read_all(&g), read_all(&plain), "{text}");
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, positions.len() * addresses.len() * 2);
     }
 }

@@ -25,9 +25,15 @@ pub(crate) struct Elements<'a> {
 
 impl<'a> Elements<'a> {
     pub(crate) fn new(array: RawJson<'a>) -> Self {
+        Elements::at(array, 1)
+    }
+
+    /// The elements of `array` from index `pos` on: just after its `[`
+    /// or a comma.
+    pub(crate) fn at(array: RawJson<'a>, pos: usize) -> Self {
         Elements {
             buf: array.as_bytes(),
-            pos: 1,
+            pos,
         }
     }
 
@@ -104,13 +110,13 @@ impl<'a> Members<'a> {
     pub(crate) fn end(&self) -> Option<usize> {
         (self.end != 0).then_some(self.end)
     }
-}
 
-impl<'a> Iterator for Members<'a> {
-    type Item = (JsonStr<'a>, RawJson<'a>);
-
-    #[inline]
-    fn next(&mut self) -> Option<Self::Item> {
+    /// The next member's name and the index where its value starts, for
+    /// callers that read the value themselves (decoding it as they find
+    /// its end) and then say where it ended with
+    /// [`value_ended`](Members::value_ended).
+    #[inline(always)]
+    pub(crate) fn next_name(&mut self) -> Option<(JsonStr<'a>, usize)> {
         let buf = self.buf;
         let key_start = skip_ws(buf, self.pos);
         if buf.get(key_start) != Some(&b'"') {
@@ -123,16 +129,35 @@ impl<'a> Iterator for Members<'a> {
         }
         let (key_end, escaped) = skip_string_trusted_escaped(buf, key_start + 1);
         let key = JsonStr::from_content(&buf[key_start + 1..key_end - 1], escaped);
-        let value_start = skip_ws(buf, skip_ws(buf, key_end) + 1);
-        let value_end = skip_value(buf, value_start);
-        let separator = skip_ws(buf, value_end);
-        if buf.get(separator) == Some(&b'}') {
+        Some((key, skip_ws(buf, skip_ws(buf, key_end) + 1)))
+    }
+
+    /// Continues after the value [`next_name`](Members::next_name) pointed
+    /// at, which ended at `value_end`.
+    #[inline(always)]
+    pub(crate) fn value_ended(&mut self, value_end: usize) {
+        let separator = skip_ws(self.buf, value_end);
+        if self.buf.get(separator) == Some(&b'}') {
             self.end = separator + 1;
-            self.pos = buf.len();
+            self.pos = self.buf.len();
         } else {
             self.pos = separator + 1;
         }
-        Some((key, RawJson::from_validated(&buf[value_start..value_end])))
+    }
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (JsonStr<'a>, RawJson<'a>);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        let (key, value_start) = self.next_name()?;
+        let value_end = skip_value(self.buf, value_start);
+        self.value_ended(value_end);
+        Some((
+            key,
+            RawJson::from_validated(&self.buf[value_start..value_end]),
+        ))
     }
 }
 
