@@ -983,10 +983,13 @@ impl<'a> EthParams<'a> {
                 param: Some(name),
                 position,
             };
-            let (call, end) = CallRequest::parse_at(buf, start, site)
-                .map_err(|e| e.at(name, position as usize))?;
-            self.advance(end);
-            return Ok(call);
+            let mut end = 0;
+            let mut call = CallRequest::parse_at(buf, start, site, &mut end);
+            match &mut call {
+                Ok(_) => self.advance(end),
+                Err(e) => *e = e.at(name, position as usize),
+            }
+            return call;
         }
         self.required(name)?.call_request()
     }
@@ -1003,10 +1006,13 @@ impl<'a> EthParams<'a> {
                 param: Some(name),
                 position,
             };
-            let (filter, end) =
-                LogFilter::parse_at(buf, start, site).map_err(|e| e.at(name, position as usize))?;
-            self.advance(end);
-            return Ok(filter);
+            let mut end = 0;
+            let mut filter = LogFilter::parse_at(buf, start, site, &mut end);
+            match &mut filter {
+                Ok(_) => self.advance(end),
+                Err(e) => *e = e.at(name, position as usize),
+            }
+            return filter;
         }
         self.required(name)?.log_filter()
     }

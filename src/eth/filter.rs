@@ -125,16 +125,19 @@ impl<'a> LogFilter<'a> {
         if v.kind() != Kind::Object {
             return Err(Invalid::new(Reason::NotObject, v).at_site(site));
         }
-        Ok(LogFilter::parse_at(v.as_bytes(), 0, site)?.0)
+        LogFilter::parse_at(v.as_bytes(), 0, site, &mut 0)
     }
 
     /// Reads the object whose `{` is at `buf[start]` in one walk, and
-    /// returns the index after it too.
+    /// sets `end` to the index after it (given apart, as
+    /// `CallRequest::parse_at` does, so that the view is not copied on
+    /// its way out).
     pub(crate) fn parse_at(
         buf: &'a [u8],
         start: usize,
         site: Site,
-    ) -> Result<(Self, usize), Invalid<'a>> {
+        end: &mut usize,
+    ) -> Result<Self, Invalid<'a>> {
         let mut f = LogFilter {
             from_block: None,
             to_block: None,
@@ -191,13 +194,13 @@ impl<'a> LogFilter<'a> {
                     .at_site(site));
             }
         }
-        let end = walk.end().unwrap_or(buf.len());
-        f.object = RawJson::from_validated(&buf[start..end]);
+        *end = walk.end().unwrap_or(buf.len());
+        f.object = RawJson::from_validated(&buf[start..*end]);
         let set = |m: Option<RawJson<'_>>| m.is_some_and(|v| !v.is_null());
         if set(f.block_hash) && (set(f.from_block) || set(f.to_block)) {
             return Err(Invalid::new(Reason::HashWithRange, f.object).at_site(site));
         }
-        Ok((f, end))
+        Ok(f)
     }
 
     /// The whole object, raw.
