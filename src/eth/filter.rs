@@ -253,7 +253,8 @@ impl<'a> LogFilter<'a> {
             None => AddressesInner::None,
             Some(v) => match v.kind() {
                 Kind::String => AddressesInner::One(v),
-                Kind::Array if Elements::new(v).next().is_none() => AddressesInner::None,
+                // `[]`: found at its first byte, without walking an element.
+                Kind::Array if Elements::new(v).peek().is_none() => AddressesInner::None,
                 Kind::Array => AddressesInner::Many(Elements::new(v)),
                 _ => {
                     return Err(Invalid::new(Reason::NotAddresses, v)
@@ -444,7 +445,7 @@ impl<'a> Iterator for Topics<'a> {
                 // No alternatives, or a `null` among them, matches anything
                 // (geth: "empty rule set == wildcard"); hex strings hold no
                 // `n`, so most arrays are ruled out at once.
-                if alternatives.clone().next().is_none() {
+                if alternatives.clone().peek().is_none() {
                     Ok(TopicFilter::Any)
                 } else if memchr::memchr(b'n', v.as_bytes()).is_some()
                     && alternatives.clone().any(|t| t.is_null())
