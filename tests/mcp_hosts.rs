@@ -4,13 +4,13 @@
 //! with `mcp::http::serve` on loopback, requests written by hand over TCP
 //! (a client library would name the host it connected to).
 
-use std::time::Duration;
-
 use rpcwire::mcp::http::{Endpoint, HttpConfig};
 use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
 use rpcwire::server::hosts::AllowedHosts;
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[path = "support/http_request.rs"]
+mod http_request;
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 
@@ -74,18 +74,7 @@ async fn raw(addr: std::net::SocketAddr, head: &str, body: &str) -> Answer {
         "{head}content-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
-    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    tcp.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), tcp.read_to_end(&mut answer))
-        .await
-        .expect("answered and closed within 10 s")
-        .unwrap();
-    let raw = String::from_utf8(answer).unwrap();
-    let status = raw
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("not an HTTP answer: {raw:?}"));
+    let (status, raw) = http_request::exchange(addr, &request).await;
     let end = raw.find("\r\n\r\n").expect("a whole head");
     let (head, body) = (raw[..end].to_ascii_lowercase(), &raw[end + 4..]);
     let json = match (body.find('{'), body.rfind('}')) {

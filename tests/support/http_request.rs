@@ -16,6 +16,7 @@ use tokio::net::TcpStream;
 /// One request off `s`: its body, with `buf` keeping what was read past
 /// it (the next pipelined request); `None` at the end of the connection
 /// or on an error.
+#[allow(dead_code)]
 pub async fn read_request_buffered(s: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Vec<u8>> {
     let mut chunk = [0u8; 4096];
     loop {
@@ -50,11 +51,21 @@ pub async fn read_request(s: &mut TcpStream) -> Option<Vec<u8>> {
 /// body. The gateway tests' client.
 #[allow(dead_code)]
 pub async fn post_close(addr: std::net::SocketAddr, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!(
         "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     );
+    let (status, text) = exchange(addr, &request).await;
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, body.to_string())
+}
+
+/// Writes `request` (a whole request that asks for `connection: close`)
+/// to `addr` on a connection of its own and reads the answer to the end
+/// of the connection: its status and its whole text.
+#[allow(dead_code)]
+pub async fn exchange(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = Vec::new();
     // A hang guard, not a measurement.
@@ -70,6 +81,5 @@ pub async fn post_close(addr: std::net::SocketAddr, body: &str) -> (u16, String)
         .get(9..12)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, body.to_string())
+    (status, text)
 }
