@@ -246,6 +246,25 @@ pub(crate) fn decode_digits(digits: &[u8], out: &mut [u8]) -> Result<(), Reason>
     const_hex::decode_to_slice(digits, out).map_err(|_| Reason::InvalidDigit)
 }
 
+/// Exactly `2 * N` digits into `N` bytes, for the fixed sizes (addresses,
+/// hashes, storage keys). With AVX2 and 16 to 32 bytes, two vectors and
+/// no loop: the general decoder's loop exits, taken after a different
+/// count for each size a message mixes, were among the branches an
+/// `eth_call` decode mispredicted most.
+#[inline(always)]
+pub(crate) fn decode_array<const N: usize>(digits: &[u8]) -> Result<[u8; N], Reason> {
+    debug_assert_eq!(digits.len(), 2 * N);
+    #[cfg(target_arch = "x86_64")]
+    if (16..=32).contains(&N) && digits.len() == 2 * N && crate::scan::arch::avx2_available() {
+        // SAFETY: the CPU has AVX2 (checked just above); `digits` holds
+        // `2 * N` digits and `N` is within 16..=32, as the kernel needs.
+        return unsafe { avx2::decode_array::<N>(digits) }.ok_or(Reason::InvalidDigit);
+    }
+    let mut out = [0u8; N];
+    decode_digits(digits, &mut out)?;
+    Ok(out)
+}
+
 /// Up to this many digits (a hash's 64) the inlined SSE2 decoder does the
 /// work; longer data goes to const-hex, whose AVX2 loop wins there.
 #[cfg(target_arch = "x86_64")]
@@ -337,6 +356,47 @@ mod avx2 {
             at = from + 32;
         }
         true
+    }
+
+    /// Checks and decodes exactly `2 * N` digits (`N` from 16 to 32) in
+    /// two vectors, the first 32 digits and the last 32 (overlapping when
+    /// `N < 32`); `None` when a byte is not a hex digit.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX2, and `digits.len() == 2 * N`.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn decode_array<const N: usize>(digits: &[u8]) -> Option<[u8; N]> {
+        debug_assert!((16..=32).contains(&N));
+        debug_assert_eq!(digits.len(), 2 * N);
+        // SAFETY: `digits` holds `2 * N >= 32` bytes, so both 32-byte
+        // loads (at 0 and at `2 * N - 32`) are inside it; `loadu` has no
+        // alignment requirement.
+        let (first, last) = unsafe {
+            (
+                _mm256_loadu_si256(digits.as_ptr().cast()),
+                _mm256_loadu_si256(digits.as_ptr().add(2 * N - 32).cast()),
+            )
+        };
+        let (first, first_bad) = nibble_pairs(first);
+        let (last, last_bad) = nibble_pairs(last);
+        let bad = _mm256_or_si256(first_bad, last_bad);
+        if _mm256_testz_si256(bad, bad) == 0 {
+            return None;
+        }
+        // Low half: the first 16 bytes; high half: the last 16.
+        let bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(first, last), 0b11_01_10_00);
+        let mut out = [0u8; N];
+        // SAFETY: `out` holds `N >= 16` bytes: the stores write bytes
+        // `0..16` and `N - 16..N`.
+        unsafe {
+            _mm_storeu_si128(out.as_mut_ptr().cast(), _mm256_castsi256_si128(bytes));
+            _mm_storeu_si128(
+                out.as_mut_ptr().add(N - 16).cast(),
+                _mm256_extracti128_si256::<1>(bytes),
+            );
+        }
+        Some(out)
     }
 
     /// Thirty-two hex digits as sixteen 16-bit lanes, each `high << 4 |
@@ -470,9 +530,7 @@ pub(crate) fn data_array<const N: usize>(s: &[u8]) -> Result<[u8; N], Reason> {
     if digits.len() != 2 * N {
         return Err(Reason::Length);
     }
-    let mut out = [0u8; N];
-    decode_digits(digits, &mut out)?;
-    Ok(out)
+    decode_array(digits)
 }
 
 /// A DATA string of exactly `N` bytes starting at
@@ -488,8 +546,7 @@ pub(crate) fn fixed_at<const N: usize>(buf: &[u8], start: usize) -> Option<([u8;
     if s[0] != b'"' || s[1] != b'0' || s[2] != b'x' || s[end - start - 1] != b'"' {
         return None;
     }
-    let mut out = [0u8; N];
-    decode_digits(&s[3..3 + 2 * N], &mut out).ok()?;
+    let out = decode_array(&s[3..3 + 2 * N]).ok()?;
     Some((out, end))
 }
 
@@ -639,6 +696,19 @@ mod tests {
     /// past 64 digits) against a byte-at-a-time reference, on valid digits
     /// of both cases and with each byte value put at each position (up to
     /// 80 digits; past that at the edges of the vectors and steps).
+    /// [`decode_array`] for the sizes it has a kernel for (its first and
+    /// last, and the address's and hash's), `None` for other lengths.
+    fn fixed_size(digits: &[u8]) -> Option<Result<Vec<u8>, Reason>> {
+        Some(match digits.len() {
+            32 => decode_array::<16>(digits).map(|a| a.to_vec()),
+            34 => decode_array::<17>(digits).map(|a| a.to_vec()),
+            40 => decode_array::<20>(digits).map(|a| a.to_vec()),
+            62 => decode_array::<31>(digits).map(|a| a.to_vec()),
+            64 => decode_array::<32>(digits).map(|a| a.to_vec()),
+            _ => return None,
+        })
+    }
+
     #[test]
     fn short_data_decodes_like_the_reference() {
         let reference = |digits: &[u8]| -> Option<Vec<u8>> {
@@ -668,6 +738,9 @@ mod tests {
                 assert_eq!(decode_digits(&digits, &mut out), Ok(()), "{len}");
                 assert_eq!(Some(out.clone()), reference(&digits));
                 assert_eq!(decode_digits_in(&digits, &arena), Ok(&out[..]), "{len}");
+                if let Some(array) = fixed_size(&digits) {
+                    assert_eq!(array, Ok(out.clone()), "{len}");
+                }
                 // Every byte value at a few positions (all of them in the
                 // first round of the shorter lengths).
                 let positions: Vec<usize> = if round == 0 && len <= 80 {
@@ -707,6 +780,9 @@ mod tests {
                             if let Some(bytes) = &want {
                                 assert_eq!(&sse2_out, bytes, "sse2 {len} {at} {b:#x}");
                             }
+                        }
+                        if let Some(array) = fixed_size(&digits) {
+                            assert_eq!(array.ok(), want, "array {len} {at} {b:#x}");
                         }
                         match want {
                             Some(bytes) => {
