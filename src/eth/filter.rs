@@ -70,11 +70,14 @@ struct ReadTopics {
     rest: u32,
 }
 
-/// Reads the topics array whose `[` is at `buf[start]` (validated text):
-/// its leading hashes and `null`s decoded, and the index after it.
+/// Reads the topics array whose `[` is at `buf[start]` (validated text)
+/// into `read` (as found: its leading hashes and `null`s decoded) and
+/// returns the index after it. (`read` is filled in place: returned with
+/// the index, its 136 bytes were copied by a `memcpy` call.)
 #[inline]
-fn read_topics(buf: &[u8], start: usize) -> (ReadTopics, usize) {
-    let mut read = ReadTopics::default();
+fn read_topics(buf: &[u8], start: usize, read: &mut ReadTopics) -> usize {
+    // A second `topics` member (refused as a duplicate) starts afresh.
+    (read.count, read.nulls) = (0, 0);
     let mut pos = skip_ws(buf, start + 1);
     while read.count < 4 {
         let end = if let Some((h, end)) = hex::fixed_at::<32>(buf, pos) {
@@ -92,19 +95,19 @@ fn read_topics(buf: &[u8], start: usize) -> (ReadTopics, usize) {
         if buf.get(separator) != Some(&b',') {
             // The array's `]`.
             read.rest = (separator - start) as u32;
-            return (read, separator + 1);
+            return separator + 1;
         }
         pos = skip_ws(buf, separator + 1);
     }
     read.rest = (pos - start) as u32;
     // The rest of the array, from the element at `pos` (or its `]`).
     if buf.get(pos) == Some(&b']') {
-        return (read, pos + 1);
+        return pos + 1;
     }
     loop {
         let separator = skip_ws(buf, skip_value(buf, pos));
         if buf.get(separator) != Some(&b',') {
-            return (read, (separator + 1).min(buf.len()));
+            return (separator + 1).min(buf.len());
         }
         pos = skip_ws(buf, separator + 1);
     }
@@ -171,9 +174,7 @@ impl<'a> LogFilter<'a> {
                     None => skip_value(buf, value_start),
                 },
                 Some(Member::Topics) if buf.get(value_start) == Some(&b'[') => {
-                    let (read, end) = read_topics(buf, value_start);
-                    f.read_topics = read;
-                    end
+                    read_topics(buf, value_start, &mut f.read_topics)
                 }
                 _ => skip_value(buf, value_start),
             };
