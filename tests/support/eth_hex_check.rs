@@ -3,7 +3,9 @@
 //! the `eth` layer's readers exactly as a digit-by-digit reference decodes
 //! them (addresses, hashes, and data of any length into the arena, as the
 //! last element or before another), and a string that is not DATA is
-//! refused, never decoded.
+//! refused, never decoded. The same string, with and without its `0x`,
+//! read as a block id reads alike through the fused reader and the
+//! general one.
 
 use rpcwire::eth::EthParams;
 use rpcwire::request::Params;
@@ -48,6 +50,11 @@ pub fn check(data: &[u8]) {
     let want = reference(data);
     let address = EthParams::new(params).next_address("a").ok();
     let hash = EthParams::new(params).next_hash("h").ok();
+    block_ids_agree(params);
+    let mut bare = br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[""#.to_vec();
+    bare.extend_from_slice(data);
+    bare.extend_from_slice(br#""]}"#);
+    block_ids_agree(params_of(&bare, &arena));
     let bytes = EthParams::new(params)
         .next_bytes_in("b", &arena)
         .ok()
@@ -88,4 +95,15 @@ pub fn check(data: &[u8]) {
         want.filter(|w| w.len() == 32),
         "hash"
     );
+}
+
+/// `next_block_id` (tags and numbers matched where they lie) and
+/// `optional(..).block_id()` (the general reader) agree.
+fn block_ids_agree(params: Option<Params<'_>>) {
+    let fused = EthParams::new(params).next_block_id("b");
+    let general = EthParams::new(params)
+        .optional("b")
+        .map(|p| p.block_id())
+        .transpose();
+    assert_eq!(fused.ok(), general.ok(), "block id");
 }
