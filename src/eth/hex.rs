@@ -308,9 +308,9 @@ mod avx2 {
     use core::arch::x86_64::*;
 
     /// Checks and decodes `digits` (an even number, at least 32) into the
-    /// `digits.len() / 2` bytes at `out`; `false` at the first vector
-    /// holding a byte that is not a hex digit (the bytes at `out` are then
-    /// partly written).
+    /// `digits.len() / 2` bytes at `out`; `false` when a byte is not a
+    /// hex digit (found after all of them are decoded: the bytes at `out`
+    /// are then written, with meaningless values).
     ///
     /// # Safety
     ///
@@ -327,13 +327,15 @@ mod avx2 {
             unsafe { _mm256_loadu_si256(digits.as_ptr().add(i).cast()) }
         };
         let mut at = 0;
+        // The bytewise minimum of every vector's classes: a zero byte
+        // somewhere means a byte that is not a hex digit. Checked once at
+        // the end (a refused value's partly written bytes are the
+        // caller's to drop), not at every step.
+        let mut classes = _mm256_set1_epi8(-1);
         while at + 64 <= len {
-            let (low, low_bad) = nibble_pairs(at_digit(at));
-            let (high, high_bad) = nibble_pairs(at_digit(at + 32));
-            let bad = _mm256_or_si256(low_bad, high_bad);
-            if _mm256_testz_si256(bad, bad) == 0 {
-                return false;
-            }
+            let (low, low_classes) = nibble_pairs(at_digit(at));
+            let (high, high_classes) = nibble_pairs(at_digit(at + 32));
+            classes = _mm256_min_epu8(classes, _mm256_min_epu8(low_classes, high_classes));
             // `packus` interleaves the two inputs' 128-bit halves; the
             // permute puts the 32 bytes back in order.
             let bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(low, high), 0b11_01_10_00);
@@ -345,17 +347,16 @@ mod avx2 {
         while at < len {
             // The last 32 digits when fewer than 32 remain past `at`.
             let from = at.min(len - 32);
-            let (pairs, bad) = nibble_pairs(at_digit(from));
-            if _mm256_testz_si256(bad, bad) == 0 {
-                return false;
-            }
+            let (pairs, pair_classes) = nibble_pairs(at_digit(from));
+            classes = _mm256_min_epu8(classes, pair_classes);
             let bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0b11_01_10_00);
             // SAFETY: bytes `from / 2 .. from / 2 + 16` of `out`, within
             // its `len / 2` since `from + 32 <= len`.
             unsafe { _mm_storeu_si128(out.add(from / 2).cast(), _mm256_castsi256_si128(bytes)) };
             at = from + 32;
         }
-        true
+        let bad = _mm256_cmpeq_epi8(classes, _mm256_setzero_si256());
+        _mm256_testz_si256(bad, bad) == 1
     }
 
     /// Checks and decodes exactly `2 * N` digits (`N` from 16 to 32) in
@@ -378,9 +379,10 @@ mod avx2 {
                 _mm256_loadu_si256(digits.as_ptr().add(2 * N - 32).cast()),
             )
         };
-        let (first, first_bad) = nibble_pairs(first);
-        let (last, last_bad) = nibble_pairs(last);
-        let bad = _mm256_or_si256(first_bad, last_bad);
+        let (first, first_classes) = nibble_pairs(first);
+        let (last, last_classes) = nibble_pairs(last);
+        let classes = _mm256_min_epu8(first_classes, last_classes);
+        let bad = _mm256_cmpeq_epi8(classes, _mm256_setzero_si256());
         if _mm256_testz_si256(bad, bad) == 0 {
             return None;
         }
@@ -400,15 +402,16 @@ mod avx2 {
     }
 
     /// Thirty-two hex digits as sixteen 16-bit lanes, each `high << 4 |
-    /// low` of its digit pair, and a mask with all bits set where a byte
+    /// low` of its digit pair, and each byte's classes: zero where the byte
     /// is not a hex digit.
     ///
     /// Each byte is split into its nibbles, and each nibble looked up in a
     /// 16-entry table (`vpshufb`): the high nibble says which class the
     /// byte could be in (3: a digit; 4 or 6: a letter), the low one which
     /// classes it fits (digits 0-9, letters 1-6); a byte is a hex digit
-    /// when the two share a class. Ten operations a vector, against
-    /// thirteen for comparing the byte with the digit and letter ranges.
+    /// when the two share a class. Nine operations a vector, against
+    /// thirteen for comparing the byte with the digit and letter ranges
+    /// (the callers compare the classes with zero once, for all vectors).
     #[inline(always)]
     fn nibble_pairs(v: __m256i) -> (__m256i, __m256i) {
         const DIGIT: i8 = 1;
@@ -432,10 +435,7 @@ mod avx2 {
                 DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
                 DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
             ), low);
-            let bad = _mm256_cmpeq_epi8(
-                _mm256_and_si256(high_class, low_class),
-                _mm256_setzero_si256(),
-            );
+            let classes = _mm256_and_si256(high_class, low_class);
             // A letter's value is its low nibble plus 9 (`a` and `A`: 1).
             #[rustfmt::skip]
             let letter_offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
@@ -446,7 +446,7 @@ mod avx2 {
             // Unsigned nibble times signed weight, adjacent pairs summed:
             // the first digit of a pair weighs 16, the second 1.
             let pairs = _mm256_maddubs_epi16(value, _mm256_set1_epi16(0x0110));
-            (pairs, bad)
+            (pairs, classes)
         }
     }
 }
