@@ -59,6 +59,23 @@ members! {
     Proofs = b"proofs",
 }
 
+/// [`member_of`] with the names nearly every call object holds tested
+/// first, one after another: the `match` branches on the name's length
+/// through a jump table, an indirect branch that a mix of `to` (2 bytes),
+/// `data` and `from` (4) kept mispredicting.
+#[inline(always)]
+fn common_member_of(key: &[u8]) -> Option<Member> {
+    if key == b"to" {
+        Some(Member::To)
+    } else if key == b"data" {
+        Some(Member::Data)
+    } else if key == b"from" {
+        Some(Member::From)
+    } else {
+        member_of(key)
+    }
+}
+
 /// A call object (geth's `TransactionArgs`, alloy's `TransactionRequest`),
 /// borrowed from the message: the members are found in one pass over the
 /// object and kept raw; each accessor decodes its member on request and
@@ -113,7 +130,7 @@ impl<'a> CallRequest<'a> {
         };
         let mut walk = Members::at(buf, start);
         for (key, value) in walk.by_ref() {
-            if let Some(m) = match_key(key, member_of)
+            if let Some(m) = match_key(key, common_member_of)
                 && call.members[m as usize].replace(value).is_some()
             {
                 return Err(
