@@ -154,15 +154,23 @@ impl<'a> LogFilter<'a> {
         };
         let mut walk = Members::at(buf, start);
         while let Some((key, value_start)) = walk.next_name() {
+            // One name after another, not a `match`: its jump on the
+            // name's length mispredicted as the members came in the
+            // clients' different orders.
             let member = match_key(key, |k| {
-                Some(match k {
-                    b"fromBlock" => Member::FromBlock,
-                    b"toBlock" => Member::ToBlock,
-                    b"blockHash" => Member::BlockHash,
-                    b"address" => Member::Address,
-                    b"topics" => Member::Topics,
-                    _ => return None,
-                })
+                if k == b"topics" {
+                    Some(Member::Topics)
+                } else if k == b"address" {
+                    Some(Member::Address)
+                } else if k == b"fromBlock" {
+                    Some(Member::FromBlock)
+                } else if k == b"toBlock" {
+                    Some(Member::ToBlock)
+                } else if k == b"blockHash" {
+                    Some(Member::BlockHash)
+                } else {
+                    None
+                }
             });
             // Addresses and topics are decoded where their end is found.
             let value_end = match member {
