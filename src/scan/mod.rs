@@ -378,52 +378,53 @@ pub(crate) fn skip_value(
         let Some(&b) = buf.get(pos) else {
             return eof(buf);
         };
-        match b {
-            b'"' => {
-                pos = scan_string(buf, pos + 1)?.end;
-                // Runs of strings are most of Ethereum's params (addresses,
-                // hashes, calldata, block tags): in compact JSON (or with
-                // one space after separators), go from one to the next
-                // without the general loop's turnaround.
-                if level > 0 {
-                    let is_array = kinds >> (level - 1) & 1 == 1;
-                    loop {
-                        // `,"` (compact) or `, "` (web3.py's separators).
-                        if buf.get(pos) != Some(&b',') {
-                            break;
+        // A string first (most values of Ethereum's params), then the
+        // containers, then the rest: conditional branches, where one
+        // `match` on the first byte was a jump table, an indirect branch
+        // per value that the mix of strings, objects and numbers kept
+        // mispredicting.
+        if b == b'"' {
+            pos = scan_string(buf, pos + 1)?.end;
+            // Runs of strings are most of Ethereum's params (addresses,
+            // hashes, calldata, block tags): in compact JSON (or with
+            // one space after separators), go from one to the next
+            // without the general loop's turnaround.
+            if level > 0 {
+                let is_array = kinds >> (level - 1) & 1 == 1;
+                loop {
+                    // `,"` (compact) or `, "` (web3.py's separators).
+                    if buf.get(pos) != Some(&b',') {
+                        break;
+                    }
+                    let next = if buf.get(pos + 1) == Some(&b' ') {
+                        pos + 2
+                    } else {
+                        pos + 1
+                    };
+                    if buf.get(next) != Some(&b'"') {
+                        break;
+                    }
+                    pos = scan_string(buf, next + 1)?.end;
+                    if !is_array {
+                        // That was a member name: its value follows.
+                        pos = skip_ws(buf, pos);
+                        match buf.get(pos) {
+                            Some(b':') => pos = skip_ws(buf, pos + 1),
+                            Some(_) => return err(ErrorKind::ExpectedColon, pos),
+                            None => return eof(buf),
                         }
-                        let next = if buf.get(pos + 1) == Some(&b' ') {
-                            pos + 2
-                        } else {
-                            pos + 1
-                        };
-                        if buf.get(next) != Some(&b'"') {
-                            break;
+                        if buf.get(pos) != Some(&b'"') {
+                            continue 'value;
                         }
-                        pos = scan_string(buf, next + 1)?.end;
-                        if !is_array {
-                            // That was a member name: its value follows.
-                            pos = skip_ws(buf, pos);
-                            match buf.get(pos) {
-                                Some(b':') => pos = skip_ws(buf, pos + 1),
-                                Some(_) => return err(ErrorKind::ExpectedColon, pos),
-                                None => return eof(buf),
-                            }
-                            if buf.get(pos) != Some(&b'"') {
-                                continue 'value;
-                            }
-                            pos = scan_string(buf, pos + 1)?.end;
-                        }
+                        pos = scan_string(buf, pos + 1)?.end;
                     }
                 }
             }
-            b'-' | b'0'..=b'9' => {
-                // In an array (branch-free: `&`, not `&&`).
-                let in_array = (level != 0) & (kinds >> (level.wrapping_sub(1) & 63) & 1 == 1);
-                pos = scan_numbers(buf, pos, in_array)?;
-            }
-            b'{' | b'[' if level == 64 => pos = skip_value(buf, pos, depth + level, max_depth)?,
-            b'{' | b'[' => {
+        } else if b | 0x20 == b'{' {
+            // `{` or `[` (`| 0x20` maps `[` to `{`, no other byte).
+            if level == 64 {
+                pos = skip_value(buf, pos, depth + level, max_depth)?;
+            } else {
                 if depth + level >= max_depth {
                     return err(ErrorKind::TooDeep { limit: max_depth }, pos);
                 }
@@ -449,10 +450,18 @@ pub(crate) fn skip_value(
                     None => return eof(buf),
                 }
             }
-            b't' => pos = scan_literal(buf, pos, b"true")?,
-            b'f' => pos = scan_literal(buf, pos, b"false")?,
-            b'n' => pos = scan_literal(buf, pos, b"null")?,
-            _ => return err(ErrorKind::ExpectedValue, pos),
+        } else {
+            match b {
+                b'-' | b'0'..=b'9' => {
+                    // In an array (branch-free: `&`, not `&&`).
+                    let in_array = (level != 0) & (kinds >> (level.wrapping_sub(1) & 63) & 1 == 1);
+                    pos = scan_numbers(buf, pos, in_array)?;
+                }
+                b't' => pos = scan_literal(buf, pos, b"true")?,
+                b'f' => pos = scan_literal(buf, pos, b"false")?,
+                b'n' => pos = scan_literal(buf, pos, b"null")?,
+                _ => return err(ErrorKind::ExpectedValue, pos),
+            }
         }
         // A value just ended: close containers until one continues.
         loop {
