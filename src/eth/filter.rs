@@ -36,11 +36,9 @@ use crate::scan::skip_ws;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LogFilter<'a> {
-    from_block: Option<RawJson<'a>>,
-    to_block: Option<RawJson<'a>>,
-    block_hash: Option<RawJson<'a>>,
-    address: Option<RawJson<'a>>,
-    topics: Option<RawJson<'a>>,
+    /// The members' raw values, indexed by [`Member`] (an array, so that
+    /// the walk stores a value without branching on which member it is).
+    members: [Option<RawJson<'a>>; MEMBERS],
     object: RawJson<'a>,
     site: Site,
     /// `address` when it is one address, decoded by the walk that found
@@ -123,6 +121,11 @@ enum Member {
     Topics,
 }
 
+const MEMBERS: usize = 5;
+
+/// The members' wire names, indexed by [`Member`].
+const MEMBER_NAMES: [&str; MEMBERS] = ["fromBlock", "toBlock", "blockHash", "address", "topics"];
+
 impl<'a> LogFilter<'a> {
     pub(crate) fn parse(v: RawJson<'a>, site: Site) -> Result<Self, Invalid<'a>> {
         if v.kind() != Kind::Object {
@@ -142,11 +145,7 @@ impl<'a> LogFilter<'a> {
         end: &mut usize,
     ) -> Result<Self, Invalid<'a>> {
         let mut f = LogFilter {
-            from_block: None,
-            to_block: None,
-            block_hash: None,
-            address: None,
-            topics: None,
+            members: [None; MEMBERS],
             object: RawJson::from_validated(&buf[start..start + 1]),
             site,
             one_address: None,
@@ -188,25 +187,20 @@ impl<'a> LogFilter<'a> {
             };
             walk.value_ended(value_end);
             let value = RawJson::from_validated(&buf[value_start..value_end]);
-            let slot = member.map(|m| match m {
-                Member::FromBlock => (&mut f.from_block, "fromBlock"),
-                Member::ToBlock => (&mut f.to_block, "toBlock"),
-                Member::BlockHash => (&mut f.block_hash, "blockHash"),
-                Member::Address => (&mut f.address, "address"),
-                Member::Topics => (&mut f.topics, "topics"),
-            });
-            if let Some((slot, name)) = slot
-                && slot.replace(value).is_some()
+            if let Some(m) = member
+                && f.members[m as usize].replace(value).is_some()
             {
                 return Err(Invalid::new(Reason::DuplicateMember, value)
-                    .in_field(name)
+                    .in_field(MEMBER_NAMES[m as usize])
                     .at_site(site));
             }
         }
         *end = walk.end().unwrap_or(buf.len());
         f.object = RawJson::from_validated(&buf[start..*end]);
         let set = |m: Option<RawJson<'_>>| m.is_some_and(|v| !v.is_null());
-        if set(f.block_hash) && (set(f.from_block) || set(f.to_block)) {
+        let [from, to, hash] = [Member::FromBlock, Member::ToBlock, Member::BlockHash]
+            .map(|m| set(f.members[m as usize]));
+        if hash && (from || to) {
             return Err(Invalid::new(Reason::HashWithRange, f.object).at_site(site));
         }
         Ok(f)
@@ -220,31 +214,30 @@ impl<'a> LogFilter<'a> {
     #[inline(always)]
     fn decode<T>(
         &self,
-        member: Option<RawJson<'a>>,
-        name: &'static str,
+        member: Member,
         f: impl FnOnce(RawJson<'a>) -> Result<T, Invalid<'a>>,
     ) -> Result<Option<T>, Invalid<'a>> {
-        match member.filter(|v| !v.is_null()) {
+        match self.members[member as usize].filter(|v| !v.is_null()) {
             None => Ok(None),
             Some(v) => f(v)
                 .map(Some)
-                .map_err(|e| e.in_field(name).at_site(self.site)),
+                .map_err(|e| e.in_field(MEMBER_NAMES[member as usize]).at_site(self.site)),
         }
     }
 
     /// `fromBlock`.
     pub fn from_block(&self) -> Result<Option<BlockNumberOrTag>, Invalid<'a>> {
-        self.decode(self.from_block, "fromBlock", EthValue::block_number)
+        self.decode(Member::FromBlock, EthValue::block_number)
     }
 
     /// `toBlock`.
     pub fn to_block(&self) -> Result<Option<BlockNumberOrTag>, Invalid<'a>> {
-        self.decode(self.to_block, "toBlock", EthValue::block_number)
+        self.decode(Member::ToBlock, EthValue::block_number)
     }
 
     /// `blockHash` (EIP-234).
     pub fn block_hash(&self) -> Result<Option<B256>, Invalid<'a>> {
-        self.decode(self.block_hash, "blockHash", EthValue::hash)
+        self.decode(Member::BlockHash, EthValue::hash)
     }
 
     /// `address`: one address or an array of them; empty when absent,
@@ -258,7 +251,7 @@ impl<'a> LogFilter<'a> {
                 site,
             });
         }
-        let inner = match self.address.filter(|v| !v.is_null()) {
+        let inner = match self.members[Member::Address as usize].filter(|v| !v.is_null()) {
             None => AddressesInner::None,
             Some(v) => match v.kind() {
                 Kind::String => AddressesInner::One(v),
@@ -281,7 +274,7 @@ impl<'a> LogFilter<'a> {
     pub fn topics(&self) -> Result<Topics<'a>, Invalid<'a>> {
         let site = self.site;
         let read = self.read_topics;
-        let values = match self.topics.filter(|v| !v.is_null()) {
+        let values = match self.members[Member::Topics as usize].filter(|v| !v.is_null()) {
             None => None,
             Some(v) if v.kind() == Kind::Array => {
                 let from = if read.rest == 0 {
