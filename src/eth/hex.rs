@@ -405,44 +405,46 @@ mod avx2 {
     /// low` of its digit pair, and each byte's classes: zero where the byte
     /// is not a hex digit.
     ///
-    /// Each byte is split into its nibbles, and each nibble looked up in a
-    /// 16-entry table (`vpshufb`): the high nibble says which class the
-    /// byte could be in (3: a digit; 4 or 6: a letter), the low one which
-    /// classes it fits (digits 0-9, letters 1-6); a byte is a hex digit
-    /// when the two share a class. Nine operations a vector, against
-    /// thirteen for comparing the byte with the digit and letter ranges
-    /// (the callers compare the classes with zero once, for all vectors).
+    /// One 16-entry table (`vpshufb`) indexed by the high nibble gives
+    /// what to add to the byte to make its value (`'0'` is 0x30, `'A'`
+    /// 0x41, `'a'` 0x61: 0xd0, 0xc9 and 0xa9, mod 256) and, in the same
+    /// byte, the classes it could be in: bit 4 (0x10) is set in the
+    /// digits' offset only, bit 0 in the letters' only, neither in the 0
+    /// of every other high nibble. A second table, indexed by the low
+    /// nibble (`vpshufb` reads the byte itself: a byte with its top bit
+    /// set looks up 0), gives the classes that nibble fits (digits 0-9,
+    /// letters 1-6). A byte is a hex digit when the two share a class.
+    /// Seven operations a vector (the callers compare the classes with
+    /// zero once, for all vectors); a table for the value and another for
+    /// the class of the high nibble took nine.
     #[inline(always)]
     fn nibble_pairs(v: __m256i) -> (__m256i, __m256i) {
-        const DIGIT: i8 = 1;
-        const LETTER: i8 = 2;
+        const DIGIT: i8 = 0x10;
+        const LETTER: i8 = 0x01;
+        const BOTH: i8 = DIGIT | LETTER;
+        // Offsets whose class bits are as above: 0xd0 has bit 4 and not
+        // bit 0, 0xc9 and 0xa9 bit 0 and not bit 4.
+        const TO_DIGIT: i8 = 0xd0_u8 as i8;
+        const TO_UPPER: i8 = 0xc9_u8 as i8;
+        const TO_LOWER: i8 = 0xa9_u8 as i8;
         // SAFETY: register-only AVX2 intrinsics; every caller runs with
-        // AVX2 enabled (`decode` is its only caller).
+        // AVX2 enabled.
         unsafe {
-            let nibble = _mm256_set1_epi8(0x0f);
-            let low = _mm256_and_si256(v, nibble);
-            let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+            let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
             // `vpshufb` looks up within each 128-bit half: both halves
             // hold the same table.
             #[rustfmt::skip]
-            let high_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
-                0, 0, 0, DIGIT, LETTER, 0, LETTER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                0, 0, 0, DIGIT, LETTER, 0, LETTER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            let offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
+                0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
             ), high);
-            const BOTH: i8 = DIGIT | LETTER;
             #[rustfmt::skip]
             let low_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
                 DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
                 DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
-            ), low);
-            let classes = _mm256_and_si256(high_class, low_class);
-            // A letter's value is its low nibble plus 9 (`a` and `A`: 1).
-            #[rustfmt::skip]
-            let letter_offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
-                0, 0, 0, 0, 9, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                0, 0, 0, 0, 9, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            ), high);
-            let value = _mm256_add_epi8(low, letter_offset);
+            ), v);
+            let classes = _mm256_and_si256(offset, low_class);
+            let value = _mm256_add_epi8(v, offset);
             // Unsigned nibble times signed weight, adjacent pairs summed:
             // the first digit of a pair weighs 16, the second 1.
             let pairs = _mm256_maddubs_epi16(value, _mm256_set1_epi16(0x0110));
