@@ -1462,3 +1462,39 @@ fn the_catalogue_names_no_block_for_a_range_of_plain_numbers() {
     let m = rpcwire::eth::catalogue::lookup("debug_getModifiedAccountsByNumber").unwrap();
     assert!(m.block.position().is_none(), "{:?}", m.block);
 }
+
+/// A fused reader (`next_*`) that refuses a value consumes it, as
+/// `required` and `optional` do: what the handler reads next, and
+/// `finish`'s verdict, do not depend on which reader refused.
+#[test]
+fn refused_values_are_consumed_by_every_reader() {
+    type Reader = fn(&mut EthParams<'_>) -> Result<(), &'static str>;
+    let cases: [(&str, Reader); 3] = [
+        (r#"{"to":"0x1","to":"0x2"}"#, |p| {
+            outcome(p.next_call_request("c").map(|_| ()))
+        }),
+        (
+            r#"{"blockHash":"0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b","fromBlock":"0x1"}"#,
+            |p| outcome(p.next_log_filter("f").map(|_| ())),
+        ),
+        (r#"{"blockNumber":"0x1","blockHash":"0x1"}"#, |p| {
+            outcome(p.next_block_id("b").map(|_| ()))
+        }),
+    ];
+    for (first, fused_reader) in cases {
+        with_params(&format!(r#"[{first},"latest","safe"]"#), |params| {
+            let mut fused = EthParams::new(Some(params));
+            let mut general = EthParams::new(Some(params));
+            assert!(fused_reader(&mut fused).is_err(), "{first}");
+            general.optional("v");
+            assert_eq!(
+                outcome(fused.next_block_id("b")),
+                Ok(Some(BlockId::Tag(eth::BlockTag::Latest))),
+                "{first}"
+            );
+            general.optional("b");
+            assert_eq!(outcome(fused.finish()), Err("too many params"), "{first}");
+            assert_eq!(outcome(general.finish()), Err("too many params"), "{first}");
+        });
+    }
+}

@@ -6,6 +6,9 @@ mod dispatch_check;
 #[cfg(feature = "eth")]
 #[path = "support/eth_hex_check.rs"]
 mod eth_hex_check;
+#[cfg(feature = "eth")]
+#[path = "support/eth_params_check.rs"]
+mod eth_params_check;
 #[path = "support/exercise.rs"]
 mod exercise;
 #[path = "support/frame_check.rs"]
@@ -70,6 +73,15 @@ fn dispatch_target_corpus() {
 fn eth_hex_target_corpus() {
     for (name, input) in corpus("eth_hex") {
         let r = std::panic::catch_unwind(|| eth_hex_check::check(&input));
+        assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+#[cfg(feature = "eth")]
+#[test]
+fn eth_params_target_corpus() {
+    for (name, input) in corpus("eth_params") {
+        let r = std::panic::catch_unwind(|| eth_params_check::check(&input));
         assert!(r.is_ok(), "{name} fails");
     }
 }

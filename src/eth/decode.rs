@@ -959,10 +959,17 @@ impl<'a> EthParams<'a> {
                 return Ok(Some(BlockId::from(b)));
             }
             if buf[start] == b'{' {
-                let (id, end) = BlockId::parse_object_at(buf, start)
-                    .map_err(|e| e.at(name, position as usize))?;
+                // Refused or not, the value is consumed, as `optional`
+                // consumes it.
+                let (id, end) = match BlockId::parse_object_at(buf, start) {
+                    Ok((id, end)) => (Ok(Some(id)), end),
+                    Err(e) => (
+                        Err(e.at(name, position as usize)),
+                        walk::skip_value(buf, start),
+                    ),
+                };
                 self.advance(end);
-                return Ok(Some(id));
+                return id;
             }
         }
         self.optional(name).map(|p| p.block_id()).transpose()
@@ -987,7 +994,11 @@ impl<'a> EthParams<'a> {
             let mut call = CallRequest::parse_at(buf, start, site, &mut end);
             match &mut call {
                 Ok(_) => self.advance(end),
-                Err(e) => *e = e.at(name, position as usize),
+                // Consumed, as `required` consumes a value it refuses.
+                Err(e) => {
+                    *e = e.at(name, position as usize);
+                    self.advance(walk::skip_value(buf, start));
+                }
             }
             return call;
         }
@@ -1010,7 +1021,11 @@ impl<'a> EthParams<'a> {
             let mut filter = LogFilter::parse_at(buf, start, site, &mut end);
             match &mut filter {
                 Ok(_) => self.advance(end),
-                Err(e) => *e = e.at(name, position as usize),
+                // Consumed, as `required` consumes a value it refuses.
+                Err(e) => {
+                    *e = e.at(name, position as usize);
+                    self.advance(walk::skip_value(buf, start));
+                }
             }
             return filter;
         }
