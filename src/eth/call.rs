@@ -7,6 +7,7 @@ use bumpalo::Bump;
 
 use super::block::match_key;
 use super::decode::{EthValue, Hex, Invalid, Reason, Site};
+use super::hex;
 use super::walk::{Elements, Members};
 use crate::json::{Kind, RawJson};
 
@@ -179,12 +180,26 @@ impl<'a> CallRequest<'a> {
 
     /// `from`: the sender.
     pub fn from(&self) -> Result<Option<Address>, Invalid<'a>> {
-        self.decode(Member::From, EthValue::address)
+        self.address(Member::From)
     }
 
     /// `to`: the recipient; `None` (absent or `null`) creates a contract.
     pub fn to(&self) -> Result<Option<Address>, Invalid<'a>> {
-        self.decode(Member::To, EthValue::address)
+        self.address(Member::To)
+    }
+
+    /// An address member, read as `next_address` reads one (the digits
+    /// decoded where they lie) when it is plain, else by the general
+    /// decoder, which also explains refusals.
+    #[inline(always)]
+    fn address(&self, m: Member) -> Result<Option<Address>, Invalid<'a>> {
+        if let Some(v) = self.members[m as usize]
+            && let Some((a, end)) = hex::fixed_at::<20>(v.as_bytes(), 0)
+            && end == v.as_bytes().len()
+        {
+            return Ok(Some(Address::from(a)));
+        }
+        self.decode(m, EthValue::address)
     }
 
     /// `gas`: the gas limit.
