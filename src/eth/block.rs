@@ -416,7 +416,7 @@ mod tests {
             texts.push(format!("\"0x{hex}g\""));
             texts.push(format!("\"0x{hex}\\u0030\""));
         }
-        texts.extend(["\"0x\"", "\"0x0\"", "\"\"", "\"0x0\"", "null", "{}", "7"].map(String::from));
+        texts.extend(["\"0x\"", "\"0x0\"", "\"\"", "null", "{}", "7"].map(String::from));
         for text in &texts {
             let content = text
                 .strip_prefix('"')

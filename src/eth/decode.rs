@@ -959,17 +959,13 @@ impl<'a> EthParams<'a> {
                 return Ok(Some(BlockId::from(b)));
             }
             if buf[start] == b'{' {
-                // Refused or not, the value is consumed, as `optional`
-                // consumes it.
-                let (id, end) = match BlockId::parse_object_at(buf, start) {
-                    Ok((id, end)) => (Ok(Some(id)), end),
-                    Err(e) => (
-                        Err(e.at(name, position as usize)),
-                        walk::skip_value(buf, start),
-                    ),
+                return match BlockId::parse_object_at(buf, start) {
+                    Ok((id, end)) => {
+                        self.advance(end);
+                        Ok(Some(id))
+                    }
+                    Err(e) => Err(self.refused(e, buf, start, name, position)),
                 };
-                self.advance(end);
-                return id;
             }
         }
         self.optional(name).map(|p| p.block_id()).transpose()
@@ -994,11 +990,7 @@ impl<'a> EthParams<'a> {
             let mut call = CallRequest::parse_at(buf, start, site, &mut end);
             match &mut call {
                 Ok(_) => self.advance(end),
-                // Consumed, as `required` consumes a value it refuses.
-                Err(e) => {
-                    *e = e.at(name, position as usize);
-                    self.advance(walk::skip_value(buf, start));
-                }
+                Err(e) => *e = self.refused(*e, buf, start, name, position),
             }
             return call;
         }
@@ -1021,15 +1013,27 @@ impl<'a> EthParams<'a> {
             let mut filter = LogFilter::parse_at(buf, start, site, &mut end);
             match &mut filter {
                 Ok(_) => self.advance(end),
-                // Consumed, as `required` consumes a value it refuses.
-                Err(e) => {
-                    *e = e.at(name, position as usize);
-                    self.advance(walk::skip_value(buf, start));
-                }
+                Err(e) => *e = self.refused(*e, buf, start, name, position),
             }
             return filter;
         }
         self.required(name)?.log_filter()
+    }
+
+    /// A fused reader refused the value at `buf[start]`: it is consumed,
+    /// as `required` and `optional` consume a value they refuse, and the
+    /// error names the parameter.
+    #[cold]
+    fn refused(
+        &mut self,
+        e: Invalid<'a>,
+        buf: &'a [u8],
+        start: usize,
+        name: &'static str,
+        position: u32,
+    ) -> Invalid<'a> {
+        self.advance(walk::skip_value(buf, start));
+        e.at(name, position as usize)
     }
 
     /// Checks that no params are left (geth refuses extra params).
