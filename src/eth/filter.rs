@@ -66,6 +66,11 @@ struct ReadTopics {
     /// Where the positions not read start, as an index into the array's
     /// text (its `]` when all were read); 0 when nothing was read.
     rest: u32,
+    /// Where each of the first four positions ends (the index after its
+    /// value in the array's text; 0: not recorded), so that [`Topics`]
+    /// takes a position the walk did not decode (an array of
+    /// alternatives) without walking it again to find its end.
+    ends: [u32; 4],
 }
 
 /// Reads the topics array whose `[` is at `buf[start]` (validated text)
@@ -75,7 +80,7 @@ struct ReadTopics {
 #[inline]
 fn read_topics(buf: &[u8], start: usize, read: &mut ReadTopics) -> usize {
     // A second `topics` member (refused as a duplicate) starts afresh.
-    (read.count, read.nulls) = (0, 0);
+    (read.count, read.nulls, read.ends) = (0, 0, [0; 4]);
     let mut pos = skip_ws(buf, start + 1);
     while read.count < 4 {
         let end = if let Some((h, end)) = hex::fixed_at::<32>(buf, pos) {
@@ -102,8 +107,15 @@ fn read_topics(buf: &[u8], start: usize, read: &mut ReadTopics) -> usize {
     if buf.get(pos) == Some(&b']') {
         return pos + 1;
     }
+    let mut position = read.count as usize;
     loop {
-        let separator = skip_ws(buf, skip_value(buf, pos));
+        let value_end = skip_value(buf, pos);
+        if let Some(end) = read.ends.get_mut(position) {
+            // (A 4 GiB array is not recorded: it is walked again.)
+            *end = u32::try_from(value_end - start).unwrap_or(0);
+        }
+        position += 1;
+        let separator = skip_ws(buf, value_end);
         if buf.get(separator) != Some(&b',') {
             return (separator + 1).min(buf.len());
         }
@@ -438,7 +450,14 @@ impl<'a> Iterator for Topics<'a> {
             values.resume(end);
             return Some(Ok(TopicFilter::One(B256::from(h))));
         }
-        let v = values.next()?;
+        let v = match self.read.ends[usize::from(self.seen - 1)] {
+            0 => values.next()?,
+            end => {
+                let end = end as usize;
+                values.resume(end);
+                RawJson::from_validated(&buf[start..end])
+            }
+        };
         Some(match v.kind() {
             Kind::Null => Ok(TopicFilter::Any),
             Kind::String => v.hash().map(TopicFilter::One).map_err(fail),
@@ -500,8 +519,9 @@ mod tests {
     #[test]
     fn what_the_walk_decodes_reads_as_the_text_does() {
         // The filter's walk decodes an address and the leading topic
-        // positions; with those forgotten, the same filter must read the
-        // same from the text.
+        // positions, and records where the other positions end; with
+        // those forgotten, the same filter must read the same from the
+        // text.
         let h = format!("\"0x{}\"", "ab".repeat(32));
         let a = format!("\"0x{}\"", "cd".repeat(20));
         let bad = format!("\"0x{}\"", "zz".repeat(32));
