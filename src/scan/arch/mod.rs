@@ -185,11 +185,12 @@ mod tests {
     #[test]
     fn every_length_alignment_and_stop_position() {
         // A stop byte of each kind at every position, in buffers of every
-        // length up to 3 AVX2 unrolls, from every start offset; with and
-        // without a non-ASCII byte before or after the stop.
+        // length up to past the switch to AVX2 (80 bytes in), a whole AVX2
+        // step and a tail, from every start offset; with and without a
+        // non-ASCII byte before or after the stop.
         let stops = [b'"', b'\\', 0x00, 0x1f, b'\n'];
         let mut buf = Vec::new();
-        for len in 0..140usize {
+        for len in 0..176usize {
             for &stop in &stops {
                 for at in (0..len).chain([len]) {
                     buf.clear();
