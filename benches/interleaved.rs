@@ -49,6 +49,8 @@ mod interleave;
 mod peers;
 #[path = "support/round_trip.rs"]
 mod round_trip;
+#[path = "support/router_sets.rs"]
+mod router_sets;
 
 use interleave::{Contestant, compare};
 
@@ -211,6 +213,55 @@ fn round_trip(name: &str, msgs: &[&[u8]]) {
     );
 }
 
+/// Method lookup (`router.rs`'s cases): rpcwire's `Router` against
+/// `FxHashMap<&str, _>` and std's `HashMap`, each pass summing the values
+/// found (1000 for a miss) and checking the sum.
+fn router(label: &str, table: &[String], names: &[String]) {
+    let router =
+        rpcwire::router::Router::new(table.iter().enumerate().map(|(i, m)| (m.as_str(), i)))
+            .unwrap();
+    let fx: rustc_hash::FxHashMap<&str, usize> = table
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.as_str(), i))
+        .collect();
+    let std_map: std::collections::HashMap<&str, usize> = table
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.as_str(), i))
+        .collect();
+    let copies = router_sets::Copies::of(names);
+    let names = copies.sequence();
+    let expect: usize = names
+        .iter()
+        .map(|n| fx.get(n).copied().unwrap_or(1000))
+        .sum();
+    // Generic, not `dyn`: each contestant's lookup inlined in its loop.
+    fn pass<'a>(
+        names: &'a [&'a str],
+        expect: usize,
+        get: impl Fn(&str) -> Option<usize> + 'a,
+    ) -> impl FnMut() + 'a {
+        move || {
+            let sum: usize = names
+                .iter()
+                .map(|n| get(black_box(n)).unwrap_or(1000))
+                .sum();
+            assert_eq!(sum, expect);
+        }
+    }
+    let bytes = names.iter().map(|n| n.len()).sum();
+    let mut all = vec![
+        Contestant::new("rpcwire", pass(&names, expect, |n| router.get(n).copied())),
+        Contestant::new("fxhashmap", pass(&names, expect, |n| fx.get(n).copied())),
+        Contestant::new(
+            "std_hashmap",
+            pass(&names, expect, |n| std_map.get(n).copied()),
+        ),
+    ];
+    compare(&format!("router/{label}"), names.len(), bytes, &mut all);
+}
+
 fn total(msgs: &[&[u8]]) -> usize {
     msgs.iter().map(|m| m.len()).sum()
 }
@@ -337,5 +388,16 @@ fn main() {
         each_layout(name, make, stream, &wanted, &mut |n, msgs| {
             round_trip(n, msgs)
         });
+    }
+    let router_wanted = |label: &str| wanted(&format!("router/{label}"));
+    if ["hits", "misses", "2000_hits", "2000_misses"]
+        .iter()
+        .any(|l| router_wanted(l))
+    {
+        for (label, table, names) in router_sets::cases() {
+            if router_wanted(label) {
+                router(label, &table, &names);
+            }
+        }
     }
 }
