@@ -61,11 +61,11 @@ use tokio::io::{AsyncReadExt, AsyncWrite, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Interval, Sleep};
 
-use super::LimitKind;
-use super::hosts::AllowedHosts;
+use super::hosts::{AllowedHosts, HostMemo};
 use super::http::{
     AcceptEncoding, ConnConfig, ConnectionKit, GZIP_OFF_THREAD, H2_PREFACE, HttpService, Signal,
 };
+use super::{LimitKind, eq_ignore_case};
 use crate::conn::{Connection, LazyExtension};
 
 /// The most headers a request head may have on this path (more: hyper's
@@ -180,6 +180,7 @@ where
         served: false,
         client: Client::Sending,
         config: Arc::clone(&kit.config),
+        host: HostMemo::default(),
     };
     // Per-request scratch, kept between requests; outside `Own` so that it
     // is lent to the dispatcher in place, not moved out and back.
@@ -221,6 +222,8 @@ struct Own {
     served: bool,
     client: Client,
     config: Arc<ConnConfig>,
+    /// The host the allowlist last let through on this connection.
+    host: HostMemo,
 }
 
 impl Own {
@@ -274,7 +277,7 @@ impl Own {
     ) -> Result<Head, Leave> {
         loop {
             if !self.buf.is_empty() {
-                match parse_head(&self.buf, max_body, cors, hosts, gzip) {
+                match parse_head(&self.buf, max_body, cors, hosts, &mut self.host, gzip) {
                     // A head past the limit that arrived whole (the buffer,
                     // grown for an earlier body, can take far more than the
                     // limit in one read): hyper decides, reading it in its
@@ -774,6 +777,7 @@ fn parse_head(
     max_body: usize,
     cors: bool,
     hosts: Option<&AllowedHosts>,
+    host_memo: &mut HostMemo,
     gzip: bool,
 ) -> Parsed {
     // Left uninitialized: httparse writes the ones it returns (an
@@ -801,7 +805,7 @@ fn parse_head(
     let mut host_seen = false;
     for field in req.headers.iter() {
         let (name, value) = (field.name.as_bytes(), field.value);
-        if name.eq_ignore_ascii_case(b"content-length") {
+        if eq_ignore_case(name, b"content-length") {
             let Some(n) = parse_length(value) else {
                 return Parsed::Other;
             };
@@ -809,41 +813,39 @@ fn parse_head(
                 return Parsed::Other;
             }
             length = Some(n);
-        } else if name.eq_ignore_ascii_case(b"content-type") {
+        } else if eq_ignore_case(name, b"content-type") {
             json = json.or(Some(super::http::is_json_content_type(value)));
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        } else if eq_ignore_case(name, b"connection") {
             // hyper reads the tokens of a value that is a `str` (visible
             // ASCII: httparse let no other control byte but tab through),
             // and none of another.
             let readable = value.is_ascii();
             for token in value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
-                if readable && token.eq_ignore_ascii_case(b"close") {
+                if readable && eq_ignore_case(token, b"close") {
                     head.close = true;
-                } else if token.eq_ignore_ascii_case(b"upgrade") {
+                } else if eq_ignore_case(token, b"upgrade") {
                     return Parsed::Other;
                 }
             }
-        } else if name.eq_ignore_ascii_case(b"expect") {
-            if !value.trim_ascii().eq_ignore_ascii_case(b"100-continue") {
+        } else if eq_ignore_case(name, b"expect") {
+            if !eq_ignore_case(value.trim_ascii(), b"100-continue") {
                 return Parsed::Other;
             }
             head.expects_continue = true;
-        } else if gzip && name.eq_ignore_ascii_case(b"accept-encoding") {
+        } else if gzip && eq_ignore_case(name, b"accept-encoding") {
             head.accept_encoding.read(value);
-        } else if name.eq_ignore_ascii_case(b"host") {
+        } else if eq_ignore_case(name, b"host") {
             // A second `Host` (allowlist or not), or a host not listed:
             // hyper's path refuses the request.
-            if host_seen || hosts.is_some_and(|hosts| !hosts.allows(value)) {
+            if host_seen || hosts.is_some_and(|hosts| !host_memo.allows(hosts, value)) {
                 return Parsed::Other;
             }
             host_seen = true;
-        } else if cors && name.eq_ignore_ascii_case(b"origin") {
+        } else if cors && eq_ignore_case(name, b"origin") {
             // A browser's call: hyper's path applies the CORS policy.
             return Parsed::Other;
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
-            || name.eq_ignore_ascii_case(b"upgrade")
-        {
+        } else if eq_ignore_case(name, b"transfer-encoding") || eq_ignore_case(name, b"upgrade") {
             return Parsed::Other;
         }
     }
@@ -1050,7 +1052,14 @@ mod tests {
                 "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}\r\n{{}}"
             )
         };
-        let complete = |text: &str| match parse_head(text.as_bytes(), 100, false, None, false) {
+        let complete = |text: &str| match parse_head(
+            text.as_bytes(),
+            100,
+            false,
+            None,
+            &mut HostMemo::default(),
+            false,
+        ) {
             Parsed::Complete(h) => Some((h.len, h.content_length, h.close, h.expects_continue)),
             _ => None,
         };
@@ -1094,7 +1103,14 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    parse_head(other.as_bytes(), 100, false, None, false),
+                    parse_head(
+                        other.as_bytes(),
+                        100,
+                        false,
+                        None,
+                        &mut HostMemo::default(),
+                        false
+                    ),
                     Parsed::Other
                 ),
                 "{other:?}"
@@ -1103,7 +1119,14 @@ mod tests {
         for cut in 0..plain.len() - 2 {
             assert!(
                 matches!(
-                    parse_head(&plain.as_bytes()[..cut], 100, false, None, false),
+                    parse_head(
+                        &plain.as_bytes()[..cut],
+                        100,
+                        false,
+                        None,
+                        &mut HostMemo::default(),
+                        false,
+                    ),
                     Parsed::Partial
                 ),
                 "{cut}"

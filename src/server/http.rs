@@ -1311,7 +1311,7 @@ pub(super) fn is_json_content_type(value: &[u8]) -> bool {
         b"application/jsonrequest",
     ]
     .iter()
-    .any(|t| essence.eq_ignore_ascii_case(t))
+    .any(|t| super::eq_ignore_case(essence, t))
 }
 
 const APPLICATION_JSON: HeaderValue = HeaderValue::from_static("application/json");
