@@ -178,12 +178,19 @@ impl<'a> CallRequest<'a> {
         }
     }
 
+    // The accessors are `#[inline]`, as `LogFilter`'s are: across crates
+    // each returned its `Result<Option<_>, Invalid>` through memory
+    // (callgrind, `eth_call` with them inlined: about 9% fewer
+    // instructions a decode).
+
     /// `from`: the sender.
+    #[inline]
     pub fn from(&self) -> Result<Option<Address>, Invalid<'a>> {
         self.address(Member::From)
     }
 
     /// `to`: the recipient; `None` (absent or `null`) creates a contract.
+    #[inline]
     pub fn to(&self) -> Result<Option<Address>, Invalid<'a>> {
         self.address(Member::To)
     }
@@ -203,41 +210,49 @@ impl<'a> CallRequest<'a> {
     }
 
     /// `gas`: the gas limit.
+    #[inline]
     pub fn gas(&self) -> Result<Option<u64>, Invalid<'a>> {
         self.decode(Member::Gas, EthValue::quantity_u64)
     }
 
     /// `gasPrice` (legacy and EIP-2930 transactions), in wei.
+    #[inline]
     pub fn gas_price(&self) -> Result<Option<u128>, Invalid<'a>> {
         self.decode(Member::GasPrice, EthValue::quantity_u128)
     }
 
     /// `maxFeePerGas` (EIP-1559), in wei.
+    #[inline]
     pub fn max_fee_per_gas(&self) -> Result<Option<u128>, Invalid<'a>> {
         self.decode(Member::MaxFeePerGas, EthValue::quantity_u128)
     }
 
     /// `maxPriorityFeePerGas` (EIP-1559), in wei.
+    #[inline]
     pub fn max_priority_fee_per_gas(&self) -> Result<Option<u128>, Invalid<'a>> {
         self.decode(Member::MaxPriorityFeePerGas, EthValue::quantity_u128)
     }
 
     /// `maxFeePerBlobGas` (EIP-4844), in wei.
+    #[inline]
     pub fn max_fee_per_blob_gas(&self) -> Result<Option<u128>, Invalid<'a>> {
         self.decode(Member::MaxFeePerBlobGas, EthValue::quantity_u128)
     }
 
     /// `value`, in wei.
+    #[inline]
     pub fn value(&self) -> Result<Option<U256>, Invalid<'a>> {
         self.decode(Member::Value, EthValue::quantity_u256)
     }
 
     /// `nonce`.
+    #[inline]
     pub fn nonce(&self) -> Result<Option<u64>, Invalid<'a>> {
         self.decode(Member::Nonce, EthValue::quantity_u64)
     }
 
     /// `chainId`.
+    #[inline]
     pub fn chain_id(&self) -> Result<Option<u64>, Invalid<'a>> {
         self.decode(Member::ChainId, EthValue::quantity_u64)
     }
@@ -271,6 +286,7 @@ impl<'a> CallRequest<'a> {
 
     /// The call data decoded into `arena`, checked and decoded in one pass
     /// (`input`, else `data`; when both are given they must be equal).
+    #[inline]
     pub fn input_in<'b>(&self, arena: &'b Bump) -> Result<Option<&'b [u8]>, Invalid<'a>>
     where
         'a: 'b,

@@ -237,17 +237,25 @@ impl<'a> LogFilter<'a> {
         }
     }
 
+    // The accessors are `#[inline]`: called across crates, each returned
+    // its `Result<Option<_>, Invalid>` (about 80 bytes) through memory to
+    // the handler, which read it back (callgrind, `eth_getLogs` with them
+    // inlined: 2,474 -> 2,298 instructions a decode).
+
     /// `fromBlock`.
+    #[inline]
     pub fn from_block(&self) -> Result<Option<BlockNumberOrTag>, Invalid<'a>> {
         self.decode(Member::FromBlock, EthValue::block_number)
     }
 
     /// `toBlock`.
+    #[inline]
     pub fn to_block(&self) -> Result<Option<BlockNumberOrTag>, Invalid<'a>> {
         self.decode(Member::ToBlock, EthValue::block_number)
     }
 
     /// `blockHash` (EIP-234).
+    #[inline]
     pub fn block_hash(&self) -> Result<Option<B256>, Invalid<'a>> {
         self.decode(Member::BlockHash, EthValue::hash)
     }
@@ -255,6 +263,7 @@ impl<'a> LogFilter<'a> {
     /// `address`: one address or an array of them; empty when absent,
     /// `null` or `[]` (no filter on the address, as geth reads an empty
     /// list).
+    #[inline]
     pub fn addresses(&self) -> Result<Addresses<'a>, Invalid<'a>> {
         let site = self.site;
         if let Some(a) = self.one_address {
@@ -283,6 +292,7 @@ impl<'a> LogFilter<'a> {
     /// `topics`: one [`TopicFilter`] per position, at most four (a fifth
     /// position is an error when the iteration reaches it); empty when
     /// absent or `null`.
+    #[inline]
     pub fn topics(&self) -> Result<Topics<'a>, Invalid<'a>> {
         let site = self.site;
         let read = self.read_topics;
@@ -337,6 +347,7 @@ impl<'a> Addresses<'a> {
 impl<'a> Iterator for Addresses<'a> {
     type Item = Result<Address, Invalid<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let v = match &mut self.inner {
             AddressesInner::None => return None,
@@ -409,6 +420,7 @@ impl Eq for TopicSet<'_> {}
 impl<'a> Iterator for TopicSet<'a> {
     type Item = Result<B256, Invalid<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let (buf, start) = self.values.peek()?;
         if let Some((h, end)) = hex::fixed_at::<32>(buf, start) {
@@ -426,6 +438,7 @@ impl<'a> Iterator for TopicSet<'a> {
 impl<'a> Iterator for Topics<'a> {
     type Item = Result<TopicFilter<'a>, Invalid<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let (array, values) = self.values.as_mut()?;
         if self.seen < self.read.count {
