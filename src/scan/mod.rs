@@ -13,6 +13,7 @@
 //! offset in the message.
 
 pub(crate) mod arch;
+mod number_run;
 
 use crate::error::{Error, ErrorKind};
 
@@ -279,9 +280,38 @@ fn scan_numbers(buf: &[u8], pos: usize, run: bool) -> Result<usize, Error> {
 /// registers to the loop state. Its result fits two registers (an `Error`
 /// would be returned through memory); the caller's cold path builds the
 /// error.
+///
+/// In a run, after its first two numbers (arrays of one or two numbers
+/// never pay for it), whole windows of numbers are taken by
+/// [`number_run::validated_to_comma`] where the CPU has a classifier; what
+/// it leaves (an exponent, the last number before the `]`) is taken here,
+/// and the masks are tried again after it (after eight numbers if they
+/// took nothing).
 #[inline(never)]
-fn number_run_end(buf: &[u8], mut pos: usize, run: bool) -> Result<usize, usize> {
+fn number_run_end(buf: &[u8], pos: usize, run: bool) -> Result<usize, usize> {
+    number_run_end_in(buf, pos, run, true)
+}
+
+/// [`number_run_end`], with the masks or (tests' reference) without.
+#[inline(always)]
+fn number_run_end_in(buf: &[u8], mut pos: usize, run: bool, masks: bool) -> Result<usize, usize> {
+    let mut before_masks: u32 = 2;
     loop {
+        if run && masks {
+            if before_masks == 0 {
+                before_masks = 8;
+                if let Some(comma) = number_run::validated_to_comma(buf, pos) {
+                    before_masks = 0;
+                    let next = comma + 1 + (buf.get(comma + 1) == Some(&b' ')) as usize;
+                    if !matches!(buf.get(next), Some(b'-' | b'0'..=b'9')) {
+                        return Ok(comma);
+                    }
+                    pos = next;
+                }
+            } else {
+                before_masks -= 1;
+            }
+        }
         pos += (buf.get(pos) == Some(&b'-')) as usize;
         match buf.get(pos) {
             Some(b'0') => pos += 1,

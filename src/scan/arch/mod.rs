@@ -1,5 +1,4 @@
-//! The one SIMD kernel of the crate: find where a run of plain string content
-//! ends.
+//! The string kernel: find where a run of plain string content ends.
 //!
 //! Inside a JSON string, only three kinds of byte need attention: the closing
 //! quote, a backslash that starts an escape, and a raw control byte (< 0x20),
@@ -15,6 +14,9 @@
 //!   AVX2 loop for long strings when the CPU has it, detected at run time.
 //! * `aarch64`: NEON (part of the aarch64 baseline).
 //! * anything else: eight bytes at a time in a `u64` (SWAR).
+//!
+//! x86_64 with AVX2 also classifies the bytes of runs of numbers for
+//! `scan::number_run` (elsewhere the scalar number grammar does it all).
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -24,7 +26,7 @@ pub(crate) mod swar;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86_64::{avx2_available, scan_text_avx2};
+pub(crate) use x86_64::{avx2_available, number_run_avx2, scan_text_avx2};
 
 /// Where a run of plain string content ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

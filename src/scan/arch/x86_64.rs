@@ -34,6 +34,7 @@ use core::arch::x86_64::*;
 
 use super::{Stop, naive};
 use crate::error::{Error, ErrorKind};
+use crate::scan::number_run::{NumberClasses, run_last_comma};
 use crate::scan::{ScannedStr, scan_escape, scan_text_portable, validate_utf8};
 
 /// Bytes of one string scanned with SSE2 before switching to AVX2: five
@@ -595,4 +596,75 @@ fn hex_digits(v: __m256i) -> u32 {
         within(v, b'0', b'9'),
         within(lower, b'a', b'f'),
     )) as u32
+}
+
+/// The six classes of a 64-byte window of a run of numbers
+/// ([`NumberClasses`]), from two 32-byte vectors.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn number_classes_avx2(window: &[u8; 64]) -> NumberClasses {
+    let ptr = window.as_ptr();
+    // SAFETY: `window` is 64 bytes: both 32-byte loads are inside it.
+    let (lo, hi) = unsafe {
+        (
+            _mm256_loadu_si256(ptr.cast()),
+            _mm256_loadu_si256(ptr.add(32).cast()),
+        )
+    };
+    let bits = |lo: __m256i, hi: __m256i| {
+        (_mm256_movemask_epi8(lo) as u32 as u64) | (_mm256_movemask_epi8(hi) as u32 as u64) << 32
+    };
+    let is = |byte: u8| {
+        let b = _mm256_set1_epi8(byte as i8);
+        bits(_mm256_cmpeq_epi8(lo, b), _mm256_cmpeq_epi8(hi, b))
+    };
+    // Digits with two signed compares: bytes >= 0x80 are negative, so
+    // never above `'0' - 1`.
+    let digits = |v: __m256i| {
+        _mm256_and_si256(
+            _mm256_cmpgt_epi8(v, _mm256_set1_epi8(b'0' as i8 - 1)),
+            _mm256_cmpgt_epi8(_mm256_set1_epi8(b'9' as i8 + 1), v),
+        )
+    };
+    NumberClasses {
+        digit: bits(digits(lo), digits(hi)),
+        zero: is(b'0'),
+        minus: is(b'-'),
+        dot: is(b'.'),
+        comma: is(b','),
+        space: is(b' '),
+    }
+}
+
+/// [`run_last_comma`] with AVX2 classes.
+///
+/// # Safety
+///
+/// The CPU must support AVX2.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn number_run_avx2(buf: &[u8], start: usize) -> Option<usize> {
+    run_last_comma(buf, start, |window| number_classes_avx2(window))
+}
+
+#[cfg(test)]
+mod number_tests {
+    use super::*;
+
+    #[test]
+    fn avx2_classes_are_the_bytes_classes() {
+        if !avx2_available() {
+            return;
+        }
+        // Every byte value at every position, among digits and separators.
+        let base: [u8; 64] = *b"-0.5,12,0,-3.25, 7.0,100,-0,8.125,0.0,4,-6.5,33,2.5,9,1.75,6,xx]";
+        for at in 0..64 {
+            for byte in 0..=255u8 {
+                let mut w = base;
+                w[at] = byte;
+                // SAFETY: the CPU has AVX2 (checked above).
+                let got = unsafe { number_classes_avx2(&w) };
+                assert_eq!(got, NumberClasses::of(&w), "byte {byte:#x} at {at}");
+            }
+        }
+    }
 }
