@@ -170,20 +170,23 @@ fn params(call: &AsyncCall<Gateway>) -> Option<&[u8]> {
 // the argument and as the local it is moved into), and the call is 136
 // bytes. The dispatcher boxes each call's future: under 1 KiB it comes
 // from the allocator's per-thread cache, above it through the general
-// path (`-Zprint-type-sizes`: `forward` went from 1,152 bytes to 968).
+// path (`-Zprint-type-sizes`: `forward` went from 1,152 bytes to 984).
 
 #[allow(clippy::manual_async_fn, reason = "an `async fn` keeps the call twice")]
 fn forward(call: AsyncCall<Gateway>) -> impl Future<Output = Forwarded> + Send {
-    async move {
-        let running = call.state.calls.enter();
-        let (outcome, _) = call
-            .state
-            .up
-            .forward_from(call.method(), params(&call))
-            .await;
-        running.finish();
-        Forwarded(outcome)
-    }
+    async move { Forwarded(forward_counted(&call).await) }
+}
+
+/// Forwards `call` as it came, counted among the calls in flight.
+async fn forward_counted(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError> {
+    let running = call.state.calls.enter();
+    let (outcome, _) = call
+        .state
+        .up
+        .forward_from(call.method(), params(call))
+        .await;
+    running.finish();
+    outcome
 }
 
 /// A catalogued method whose results can be final: answered from the
@@ -197,27 +200,49 @@ fn forward_cached(
     async move {
         // `method.name` is the call's method (the name it was routed by),
         // without `call.method()`'s UTF-8 check.
-        let state = &call.state;
-        let running = state.calls.enter();
+        let up = &call.state.up;
         // Forwarded in place, not through `forward`: see `InFlight::enter`.
-        let outcome = match (&state.cache, cache::keep(method, call.params.as_ref())) {
-            (Some(cache), Some(keep)) => {
-                let key = cache::key(method.name, params(&call));
-                if let Some(result) = cache.get(&key) {
-                    running.finish();
-                    return Forwarded(Ok(Answer(result)));
-                }
-                let forwarded = state.up.forward_from(method.name, params(&call));
-                // Boxed: a call whose result may be kept (its block given
-                // by number or hash) waits for the finality of its block
-                // too, a future of 2.6 KiB that every other call of the
-                // method would carry in its box.
+        let running = call.state.calls.enter();
+        let lookup = look_up(&call, method);
+        let outcome = match lookup {
+            Lookup::Kept(answer) => Ok(answer),
+            // Boxed: a call whose result may be kept (its block given by
+            // number or hash) waits for the finality of its block too, a
+            // future of 2.6 KiB that every other call of the method would
+            // carry in its box.
+            Lookup::Keep(cache, keep, key) => {
+                let forwarded = up.forward_from(method.name, params(&call));
                 Box::pin(forward_and_keep(&call, cache, keep, key, forwarded)).await
             }
-            _ => state.up.forward_from(method.name, params(&call)).await.0,
+            Lookup::Pass => {
+                // Dropped (it holds nothing): not kept in the future
+                // across the wait.
+                drop(lookup);
+                up.forward_from(method.name, params(&call)).await.0
+            }
         };
         running.finish();
         Forwarded(outcome)
+    }
+}
+
+/// What the cache says of a call: its kept answer; or that its answer, once
+/// forwarded, may be kept (under `key`, as `Keep` says); or nothing.
+enum Lookup<'a> {
+    Kept(Answer),
+    Keep(&'a Cache, Keep, Vec<u8>),
+    Pass,
+}
+
+fn look_up<'a>(call: &'a AsyncCall<Gateway>, method: &Method) -> Lookup<'a> {
+    let (Some(cache), Some(keep)) = (&call.state.cache, cache::keep(method, call.params.as_ref()))
+    else {
+        return Lookup::Pass;
+    };
+    let key = cache::key(method.name, params(call));
+    match cache.get(&key) {
+        Some(result) => Lookup::Kept(Answer(result)),
+        None => Lookup::Keep(cache, keep, key),
     }
 }
 
@@ -266,21 +291,16 @@ fn forward_state(
     method: &'static Method,
 ) -> impl Future<Output = Forwarded> + Send {
     async move {
-        let state = &call.state;
-        let running = state.calls.enter();
+        let running = call.state.calls.enter();
         // Boxed: the head's ask and the retry make a large future, kept off
         // the dispatcher's box for every call.
-        let outcome = match (&state.cache, cache::keep(method, call.params.as_ref())) {
-            (Some(cache), Some(keep)) => {
-                let key = cache::key(method.name, params(&call));
-                if let Some(result) = cache.get(&key) {
-                    running.finish();
-                    return Forwarded(Ok(Answer(result)));
-                }
+        let outcome = match look_up(&call, method) {
+            Lookup::Kept(answer) => Ok(answer),
+            Lookup::Keep(cache, keep, key) => {
                 let routed = Box::pin(route_state(&call, method));
                 Box::pin(forward_and_keep(&call, cache, keep, key, routed)).await
             }
-            _ => Box::pin(route_state(&call, method)).await.0,
+            Lookup::Pass => Box::pin(route_state(&call, method)).await.0,
         };
         running.finish();
         Forwarded(outcome)
@@ -347,13 +367,7 @@ fn cached(
         if plain && let Some(answer) = slot(&call.state).get() {
             return Forwarded(Ok(answer.clone()));
         }
-        let running = call.state.calls.enter();
-        let (outcome, _) = call
-            .state
-            .up
-            .forward_from(call.method(), params(&call))
-            .await;
-        running.finish();
+        let outcome = forward_counted(&call).await;
         if plain && let Ok(answer) = &outcome {
             let _ = slot(&call.state).set(answer.clone());
         }
