@@ -1508,3 +1508,130 @@ async fn send_until_closed(addr: SocketAddr, raw: &str) -> Vec<u8> {
         .unwrap();
     got
 }
+
+// The client's reply heads: the plain reader against httparse.
+
+/// Reply heads as nodes and the proxies in front of them write them:
+/// anvil and reth (hyper), geth (net/http), nginx with a chunked body,
+/// a load balancer's 503 that closes, a 204.
+const REPLY_HEADS: [&str; 6] = [
+    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nvary: origin, access-control-request-method, access-control-request-headers\r\naccess-control-allow-origin: *\r\ncontent-length: 39\r\ndate: Wed, 02 Dec 2026 17:13:03 GMT\r\n\r\n",
+    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nVary: Origin\r\nDate: Wed, 02 Dec 2026 17:13:03 GMT\r\nContent-Length: 39\r\n\r\n",
+    "HTTP/1.1 200 OK\r\nServer: nginx/1.24.0\r\nDate: Wed, 02 Dec 2026 17:13:03 GMT\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n",
+    "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 19\r\nconnection: close\r\ncontent-type: text/plain\r\n\r\n",
+    "HTTP/1.1 204 No Content\r\nDate: Wed, 02 Dec 2026 17:13:03 GMT\r\n\r\n",
+    "HTTP/1.1 200 OK\r\ncontent-length: 39\r\nContent-Length: 39\r\nconnection: keep-alive, Close\r\n\r\n",
+];
+
+fn head_outcome(head: Result<Option<h1::Head>, h1::Exchange>) -> String {
+    match head {
+        Ok(Some(h)) => format!("{} {} {:?} {}", h.status, h.len, h.framing, h.close),
+        Ok(None) => "partial".into(),
+        Err(h1::Exchange::Failed(e)) => format!("{e:?}"),
+        Err(h1::Exchange::Stale) => "stale".into(),
+    }
+}
+
+/// A reply head's status, length and fields.
+type HeadReading = Option<(u16, usize, Vec<(Vec<u8>, Vec<u8>)>)>;
+
+/// httparse's reading of a complete `HTTP/1.1` head.
+fn httparse_head_reading(buf: &[u8]) -> HeadReading {
+    let mut headers = [const { std::mem::MaybeUninit::uninit() }; h1::MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    let Ok(httparse::Status::Complete(len)) = httparse::ParserConfig::default()
+        .parse_response_with_uninit_headers(&mut response, buf, &mut headers)
+    else {
+        return None;
+    };
+    let fields = response.headers.iter();
+    let fields = fields.map(|h| (h.name.as_bytes().to_vec(), h.value.to_vec()));
+    let code = response.code.filter(|_| response.version == Some(1))?;
+    Some((code, len, fields.collect()))
+}
+
+/// Whatever the plain reader takes, httparse reads alike, and the two
+/// paths decide alike on everything.
+fn check_head(buf: &[u8]) -> bool {
+    let mut fields = Vec::new();
+    let plain = h1::read_plain_head(buf, |n, v| fields.push((n.to_vec(), v.to_vec())));
+    let text = String::from_utf8_lossy(buf);
+    if let Some((status, len)) = plain {
+        assert_eq!(
+            Some((status, len, fields)),
+            httparse_head_reading(buf),
+            "{text:?}"
+        );
+    }
+    assert_eq!(
+        head_outcome(h1::parse_head(buf)),
+        head_outcome(h1::parse_head_httparse(buf)),
+        "{text:?}"
+    );
+    plain.is_some()
+}
+
+#[test]
+fn reply_heads_are_read_as_httparse_reads_them() {
+    let mut taken = 0;
+    for head in REPLY_HEADS {
+        let head = head.as_bytes();
+        assert!(check_head(head));
+        let mut with_body = head.to_vec();
+        with_body.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"0x0\"}");
+        assert!(check_head(&with_body));
+        for at in 0..head.len() {
+            for b in 0..=255u8 {
+                let mut replaced = head.to_vec();
+                replaced[at] = b;
+                taken += usize::from(check_head(&replaced));
+                let mut inserted = head.to_vec();
+                inserted.insert(at, b);
+                taken += usize::from(check_head(&inserted));
+            }
+            let mut removed = head.to_vec();
+            removed.remove(at);
+            check_head(&removed);
+            assert!(!check_head(&head[..at]), "{at}");
+        }
+    }
+    assert!(taken > 50_000, "{taken}");
+}
+
+#[test]
+fn reply_heads_of_other_shapes_are_left_to_httparse() {
+    for other in [
+        "HTTP/1.0 200 OK\r\ncontent-length: 2\r\n\r\n",
+        "HTTP/1.1 200\r\ncontent-length: 2\r\n\r\n",
+        "HTTP/1.1 200 OK\ncontent-length: 2\n\n",
+        "HTTP/1.1 200 OK\r\ncontent-length: 2 \r\n\r\n",
+        "HTTP/1.1 200 OK\r\nx-empty:\r\ncontent-length: 2\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nx-a: a\r\n b\r\ncontent-length: 2\r\n\r\n",
+        "HTTP/1.1 200 Gr\u{fc}\u{df}e\r\ncontent-length: 2\r\n\r\n",
+        "HTTP/1.1 2000 OK\r\ncontent-length: 2\r\n\r\n",
+    ] {
+        assert_eq!(
+            h1::read_plain_head(other.as_bytes(), |_, _| {}),
+            None,
+            "{other:?}"
+        );
+        check_head(other.as_bytes());
+    }
+    let mut many = String::from("HTTP/1.1 200 OK\r\n");
+    for i in 0..h1::MAX_HEADERS {
+        many += &format!("x-{i}: {i}\r\n");
+    }
+    assert!(check_head(format!("{many}\r\n").as_bytes()));
+    assert_eq!(
+        h1::read_plain_head(format!("{many}x-last: 1\r\n\r\n").as_bytes(), |_, _| {}),
+        None
+    );
+    for len in 1..40 {
+        let head = format!(
+            "HTTP/1.1 200 {}\r\nx-long: {}\r\n\r\n",
+            "r".repeat(len),
+            "v".repeat(len)
+        );
+        assert!(check_head(head.as_bytes()), "{len}");
+    }
+}

@@ -13,7 +13,8 @@
 //! It speaks exactly what a JSON-RPC upstream needs: `POST` with a
 //! `Content-Length` body; replies with `Content-Length`, `chunked`, or
 //! delimited by the close; `Connection: close` honoured. Response heads are
-//! parsed with httparse (hyper's parser).
+//! read in one pass when written the plain way nodes write them
+//! ([`read_plain_fields`]), by httparse (hyper's parser) otherwise.
 
 use std::cell::Cell;
 use std::io;
@@ -21,6 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use rpcwire::bytes::{Buf, Bytes, BytesMut};
+use rpcwire::server::http::read_plain_fields;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -46,7 +48,7 @@ const KEPT_BUFFER: usize = 64 * 1024;
 
 /// Header lines a reply head may have (hyper's limit: replies through CDNs
 /// and load balancers carry dozens).
-const MAX_HEADERS: usize = 100;
+pub(crate) const MAX_HEADERS: usize = 100;
 
 /// What went wrong with an exchange.
 #[derive(Debug)]
@@ -304,7 +306,7 @@ impl H1Pool {
     }
 }
 
-enum Exchange {
+pub(crate) enum Exchange {
     /// Nothing came back at all (a kept-alive connection the server closed).
     Stale,
     Failed(H1Error),
@@ -458,21 +460,31 @@ async fn exchange(
 }
 
 /// What the exchange needs from a reply's head.
-struct Head {
-    status: u16,
+pub(crate) struct Head {
+    pub(crate) status: u16,
     /// The head's length, blank line included.
-    len: usize,
-    framing: Framing,
-    close: bool,
+    pub(crate) len: usize,
+    pub(crate) framing: Framing,
+    pub(crate) close: bool,
 }
 
-/// Parses a reply head, `None` while it is incomplete. A plain function, so
-/// that httparse's header array lives on the stack, not in every exchange's
-/// future (which is boxed and moved per call).
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
+/// Parses a reply head, `None` while it is incomplete: the plain shape
+/// nodes write in one pass ([`read_plain_head`]), any other by httparse.
+pub(crate) fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
     if buf.is_empty() {
         return Ok(None);
     }
+    let mut fields = HeadFields::new(false);
+    if let Some((status, len)) = read_plain_head(buf, |name, value| fields.take(name, value)) {
+        return fields.finish(status, len).map(Some);
+    }
+    parse_head_httparse(buf)
+}
+
+/// [`parse_head`] by httparse alone. A plain function, so that httparse's
+/// header array lives on the stack, not in every exchange's future (which
+/// is boxed and moved per call).
+pub(crate) fn parse_head_httparse(buf: &[u8]) -> Result<Option<Head>, Exchange> {
     // Left uninitialized: httparse writes the ones it returns.
     let mut headers = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
@@ -485,54 +497,126 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, Exchange> {
         Ok(httparse::Status::Partial) => return Ok(None),
         Err(e) => return Err(failed(format!("not an HTTP reply: {e}"))),
     };
-    let status = response.code.unwrap_or(0);
-    let mut framing = Framing::Close;
-    let mut close = response.version == Some(0);
+    let mut fields = HeadFields::new(response.version == Some(0));
     for h in response.headers.iter() {
+        fields.take(h.name.as_bytes(), h.value);
+        if fields.error.is_some() {
+            break;
+        }
+    }
+    fields.finish(response.code.unwrap_or(0), len).map(Some)
+}
+
+/// What a reply head's fields say about its body and its connection, read
+/// one field at a time.
+struct HeadFields {
+    framing: Framing,
+    close: bool,
+    /// The first field that makes the reply unreadable: the rest are not
+    /// read.
+    error: Option<&'static str>,
+}
+
+impl HeadFields {
+    fn new(close: bool) -> Self {
+        HeadFields {
+            framing: Framing::Close,
+            close,
+            error: None,
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, name: &[u8], value: &[u8]) {
+        if self.error.is_some() {
+            return;
+        }
         // Lengths first: most headers are none of these three.
-        let name = h.name.as_bytes();
         if name.len() == 14 && name.eq_ignore_ascii_case(b"content-length") {
-            let len = digits(h.value).ok_or_else(|| failed("a bad Content-Length"))?;
+            let Some(len) = digits(value) else {
+                self.error = Some("a bad Content-Length");
+                return;
+            };
             // With `Transfer-Encoding: chunked` too, chunked rules, the
             // order of the two aside (RFC 9112 6.3; the later header once
             // won), and the connection, whose framing is in doubt, closes.
-            match framing {
-                Framing::Chunked => close = true,
+            match self.framing {
+                Framing::Chunked => self.close = true,
                 // Two lengths that differ: which one frames the body is
                 // anyone's guess (the last one once won).
                 Framing::Length(before) if before != len => {
-                    return Err(failed("two different Content-Length values"));
+                    self.error = Some("two different Content-Length values");
                 }
-                _ => framing = Framing::Length(len),
+                _ => self.framing = Framing::Length(len),
             }
         } else if name.len() == 17 && name.eq_ignore_ascii_case(b"transfer-encoding") {
-            if h.value.eq_ignore_ascii_case(b"chunked") {
-                close = close || matches!(framing, Framing::Length(_));
-                framing = Framing::Chunked;
+            if value.eq_ignore_ascii_case(b"chunked") {
+                self.close = self.close || matches!(self.framing, Framing::Length(_));
+                self.framing = Framing::Chunked;
             }
         } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
             // A list of tokens (`keep-alive, close`), `close` among them.
-            close = close
-                || h.value
+            self.close = self.close
+                || value
                     .split(|b| *b == b',')
                     .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"));
         }
     }
-    // 204 and 304 have no body whatever the headers say (RFC 9112 6.3):
-    // read on to the close, the call waited out its timeout.
-    if status == 204 || status == 304 {
-        framing = Framing::Length(0);
+
+    /// The head of `len` bytes with `status` these fields make.
+    fn finish(self, status: u16, len: usize) -> Result<Head, Exchange> {
+        if let Some(reason) = self.error {
+            return Err(failed(reason));
+        }
+        // 204 and 304 have no body whatever the headers say (RFC 9112
+        // 6.3): read on to the close, the call waited out its timeout.
+        let framing = match status {
+            204 | 304 => Framing::Length(0),
+            _ => self.framing,
+        };
+        Ok(Head {
+            status,
+            len,
+            framing,
+            close: self.close,
+        })
     }
-    Ok(Some(Head {
-        status,
-        len,
-        framing,
-        close,
-    }))
 }
 
-#[derive(Clone, Copy)]
-enum Framing {
+/// Reads a reply head written the way nodes write it (`HTTP/1.1`, a
+/// status, a reason of visible ASCII, then fields as
+/// [`read_plain_fields`] reads them), handing each field to `field` in
+/// order, as httparse reads it; returns the status and the head's length.
+/// `None` for a head of any other shape or not yet whole: httparse reads it
+/// from the start (fields handed over are to be forgotten). The tests hold
+/// it to httparse's reading on every byte at every position of real
+/// nodes' heads. Callgrind, under the load test: the reply head went from
+/// about 1,770 instructions a forwarded request to 1,520.
+#[inline]
+pub(crate) fn read_plain_head<'b>(
+    buf: &'b [u8],
+    field: impl FnMut(&'b [u8], &'b [u8]),
+) -> Option<(u16, usize)> {
+    let line = buf.get(..13)?;
+    let code = &line[9..12];
+    if !line.starts_with(b"HTTP/1.1 ") || !code.iter().all(u8::is_ascii_digit) || line[12] != b' ' {
+        return None;
+    }
+    let status = code.iter().fold(0, |n, &d| n * 10 + u16::from(d - b'0'));
+    // The reason: a few words.
+    let reason = buf[13..]
+        .iter()
+        .position(|&b| !matches!(b, b'\t' | b' '..=b'~'))?
+        + 13;
+    if buf[reason] != b'\r' || *buf.get(reason + 1)? != b'\n' {
+        return None;
+    }
+    let len = read_plain_fields(buf, reason + 2, MAX_HEADERS, field)?;
+    Some((status, len))
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Framing {
     Length(usize),
     Chunked,
     Close,

@@ -68,6 +68,8 @@ use super::http::{
 use super::{LimitKind, eq_ignore_case};
 use crate::conn::{Connection, LazyExtension};
 
+pub(super) mod plain_head;
+
 /// The most headers a request head may have on this path (more: hyper's
 /// path, which takes up to 100).
 const MAX_HEADERS: usize = 32;
@@ -780,6 +782,23 @@ fn parse_head(
     host_memo: &mut HostMemo,
     gzip: bool,
 ) -> Parsed {
+    // The shape clients write, read in one pass; httparse for any other.
+    let mut fields = HeadFields::new(cors, hosts, host_memo, gzip);
+    if let Some(len) = plain_head::read_plain_head(buf, |name, value| fields.take(name, value)) {
+        return fields.finish(len, max_body);
+    }
+    parse_head_httparse(buf, max_body, cors, hosts, host_memo, gzip)
+}
+
+/// [`parse_head`] by httparse alone.
+fn parse_head_httparse(
+    buf: &[u8],
+    max_body: usize,
+    cors: bool,
+    hosts: Option<&AllowedHosts>,
+    host_memo: &mut HostMemo,
+    gzip: bool,
+) -> Parsed {
     // Left uninitialized: httparse writes the ones it returns (an
     // initialized array would be 1 KiB written per request).
     let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -792,29 +811,68 @@ fn parse_head(
     if req.method != Some("POST") || req.version != Some(1) || !plain_target(req.path) {
         return Parsed::Other;
     }
-    let mut head = Head {
-        len,
-        content_length: 0,
-        close: false,
-        expects_continue: false,
-        accept_encoding: AcceptEncoding::default(),
-    };
-    // The first `Content-Type` is the one that counts, as `HeaderMap::get`
-    // reads it on hyper's path.
-    let (mut length, mut json) = (None, None);
-    let mut host_seen = false;
+    let mut head = HeadFields::new(cors, hosts, host_memo, gzip);
     for field in req.headers.iter() {
-        let (name, value) = (field.name.as_bytes(), field.value);
+        head.take(field.name.as_bytes(), field.value);
+        if head.other {
+            return Parsed::Other;
+        }
+    }
+    head.finish(len, max_body)
+}
+
+/// What a request head's fields say, read one field at a time.
+struct HeadFields<'h> {
+    cors: bool,
+    hosts: Option<&'h AllowedHosts>,
+    host_memo: &'h mut HostMemo,
+    gzip: bool,
+    /// A field that only hyper's path answers: the rest are not read.
+    other: bool,
+    length: Option<usize>,
+    /// The first `Content-Type` is the one that counts, as `HeaderMap::get`
+    /// reads it on hyper's path.
+    json: Option<bool>,
+    host_seen: bool,
+    close: bool,
+    expects_continue: bool,
+    accept_encoding: AcceptEncoding,
+}
+
+impl<'h> HeadFields<'h> {
+    fn new(
+        cors: bool,
+        hosts: Option<&'h AllowedHosts>,
+        host_memo: &'h mut HostMemo,
+        gzip: bool,
+    ) -> Self {
+        HeadFields {
+            cors,
+            hosts,
+            host_memo,
+            gzip,
+            other: false,
+            length: None,
+            json: None,
+            host_seen: false,
+            close: false,
+            expects_continue: false,
+            accept_encoding: AcceptEncoding::default(),
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, name: &[u8], value: &[u8]) {
+        if self.other {
+            return;
+        }
         if eq_ignore_case(name, b"content-length") {
-            let Some(n) = parse_length(value) else {
-                return Parsed::Other;
-            };
-            if length.is_some_and(|l| l != n) {
-                return Parsed::Other;
+            match parse_length(value) {
+                Some(n) if self.length.is_none_or(|l| l == n) => self.length = Some(n),
+                _ => self.other = true,
             }
-            length = Some(n);
         } else if eq_ignore_case(name, b"content-type") {
-            json = json.or(Some(super::http::is_json_content_type(value)));
+            self.json = self.json.or(Some(super::http::is_json_content_type(value)));
         } else if eq_ignore_case(name, b"connection") {
             // hyper reads the tokens of a value that is a `str` (visible
             // ASCII: httparse let no other control byte but tab through),
@@ -823,43 +881,54 @@ fn parse_head(
             for token in value.split(|&b| b == b',') {
                 let token = token.trim_ascii();
                 if readable && eq_ignore_case(token, b"close") {
-                    head.close = true;
+                    self.close = true;
                 } else if eq_ignore_case(token, b"upgrade") {
-                    return Parsed::Other;
+                    self.other = true;
                 }
             }
         } else if eq_ignore_case(name, b"expect") {
             if !eq_ignore_case(value.trim_ascii(), b"100-continue") {
-                return Parsed::Other;
+                self.other = true;
             }
-            head.expects_continue = true;
-        } else if gzip && eq_ignore_case(name, b"accept-encoding") {
-            head.accept_encoding.read(value);
+            self.expects_continue = true;
+        } else if self.gzip && eq_ignore_case(name, b"accept-encoding") {
+            self.accept_encoding.read(value);
         } else if eq_ignore_case(name, b"host") {
             // A second `Host` (allowlist or not), or a host not listed:
             // hyper's path refuses the request.
-            if host_seen || hosts.is_some_and(|hosts| !host_memo.allows(hosts, value)) {
-                return Parsed::Other;
+            if self.host_seen
+                || self
+                    .hosts
+                    .is_some_and(|hosts| !self.host_memo.allows(hosts, value))
+            {
+                self.other = true;
             }
-            host_seen = true;
-        } else if cors && eq_ignore_case(name, b"origin") {
+            self.host_seen = true;
+        } else if self.cors && eq_ignore_case(name, b"origin") {
             // A browser's call: hyper's path applies the CORS policy.
-            return Parsed::Other;
+            self.other = true;
         } else if eq_ignore_case(name, b"transfer-encoding") || eq_ignore_case(name, b"upgrade") {
+            self.other = true;
+        }
+    }
+
+    /// The head of `len` bytes these fields make.
+    fn finish(self, len: usize, max_body: usize) -> Parsed {
+        // No `Host` (HTTP/1.1, the only version answered here), allowlist
+        // or not: hyper's path answers 400 (`hosts::lacks_one_host`).
+        if self.other || !self.host_seen {
             return Parsed::Other;
         }
-    }
-    // No `Host` (HTTP/1.1, the only version answered here), allowlist or
-    // not: hyper's path answers 400 (`hosts::lacks_one_host`).
-    if !host_seen {
-        return Parsed::Other;
-    }
-    match length {
-        Some(n) if json == Some(true) && n <= max_body => {
-            head.content_length = n;
-            Parsed::Complete(head)
+        match self.length {
+            Some(n) if self.json == Some(true) && n <= max_body => Parsed::Complete(Head {
+                len,
+                content_length: n,
+                close: self.close,
+                expects_continue: self.expects_continue,
+                accept_encoding: self.accept_encoding,
+            }),
+            _ => Parsed::Other,
         }
-        _ => Parsed::Other,
     }
 }
 
@@ -1132,6 +1201,56 @@ mod tests {
                 "{cut}"
             );
         }
+    }
+
+    #[test]
+    fn plain_heads_are_answered_as_httparse_reads_them() {
+        // Every byte at every position of real clients' heads (with a
+        // `Connection: Upgrade`, a second `Host` and an `Origin` among
+        // them), under each setting that changes how fields are read: the
+        // plain reader and httparse's path decide alike.
+        let outcome = |parsed: Parsed| match parsed {
+            Parsed::Complete(h) => format!(
+                "complete {} {} {} {} {:?}",
+                h.len, h.content_length, h.close, h.expects_continue, h.accept_encoding
+            ),
+            Parsed::Partial => "partial".into(),
+            Parsed::Other => "other".into(),
+        };
+        let listed = AllowedHosts::list(["127.0.0.1", "localhost"]).unwrap();
+        let mut heads: Vec<String> = plain_head::tests::HEADS
+            .iter()
+            .map(|h| h.to_string())
+            .collect();
+        for extra in [
+            "Connection: Upgrade\r\n",
+            "Host: y\r\n",
+            "Origin: http://x\r\n",
+            "Expect: 100-continue\r\n",
+            "Connection: close\r\n",
+        ] {
+            heads.push(heads[0].replacen("\r\n", &format!("\r\n{extra}"), 1));
+        }
+        let mut complete = 0;
+        for head in &heads {
+            for at in 0..head.len() {
+                for b in 0..=255u8 {
+                    let mut changed = head.as_bytes().to_vec();
+                    changed[at] = b;
+                    for (cors, hosts, gzip) in [(false, None, false), (true, Some(&listed), true)] {
+                        let mut memo = HostMemo::default();
+                        let ours = outcome(parse_head(&changed, 100, cors, hosts, &mut memo, gzip));
+                        let mut memo = HostMemo::default();
+                        let theirs = outcome(parse_head_httparse(
+                            &changed, 100, cors, hosts, &mut memo, gzip,
+                        ));
+                        assert_eq!(ours, theirs, "{:?}", String::from_utf8_lossy(&changed));
+                        complete += usize::from(ours.starts_with("complete"));
+                    }
+                }
+            }
+        }
+        assert!(complete > 10_000, "{complete}");
     }
 
     #[test]

@@ -110,6 +110,8 @@ use super::{LimitKind, Limits, Metrics, Shutdown};
 use crate::conn::{Connection, Context};
 use crate::dispatch::{Dispatcher, SyncOnly};
 
+pub use super::h1::plain_head::read_plain_fields;
+
 /// The body of every response [`HttpService`] gives: the whole reply, in
 /// one buffer.
 pub type ResponseBody = Full<Bytes>;
