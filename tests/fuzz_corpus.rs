@@ -13,6 +13,9 @@ mod eth_params_check;
 mod exercise;
 #[path = "support/frame_check.rs"]
 mod frame_check;
+#[cfg(feature = "http")]
+#[path = "support/http_head_check.rs"]
+mod http_head_check;
 #[path = "support/oracle.rs"]
 mod oracle;
 #[cfg(feature = "async")]
@@ -171,5 +174,14 @@ fn frame_check_on_generated_streams() {
             "case {case}: {:?}",
             String::from_utf8_lossy(&data)
         );
+    }
+}
+
+#[cfg(feature = "http")]
+#[test]
+fn http_head_target_corpus() {
+    for (name, input) in corpus("http_head") {
+        let r = std::panic::catch_unwind(|| http_head_check::check(&input));
+        assert!(r.is_ok(), "{name} fails");
     }
 }
