@@ -787,18 +787,11 @@ fn parse_head(
     if let Some(len) = plain_head::read_plain_head(buf, |name, value| fields.take(name, value)) {
         return fields.finish(len, max_body);
     }
-    parse_head_httparse(buf, max_body, cors, hosts, host_memo, gzip)
+    parse_head_httparse(buf, max_body, fields.fresh())
 }
 
-/// [`parse_head`] by httparse alone.
-fn parse_head_httparse(
-    buf: &[u8],
-    max_body: usize,
-    cors: bool,
-    hosts: Option<&AllowedHosts>,
-    host_memo: &mut HostMemo,
-    gzip: bool,
-) -> Parsed {
+/// [`parse_head`] by httparse alone, the fields read into `head` (fresh).
+fn parse_head_httparse(buf: &[u8], max_body: usize, mut head: HeadFields<'_>) -> Parsed {
     // Left uninitialized: httparse writes the ones it returns (an
     // initialized array would be 1 KiB written per request).
     let mut fields = [const { MaybeUninit::uninit() }; MAX_HEADERS];
@@ -811,7 +804,6 @@ fn parse_head_httparse(
     if req.method != Some("POST") || req.version != Some(1) || !plain_target(req.path) {
         return Parsed::Other;
     }
-    let mut head = HeadFields::new(cors, hosts, host_memo, gzip);
     for field in req.headers.iter() {
         head.take(field.name.as_bytes(), field.value);
         if head.other {
@@ -859,6 +851,11 @@ impl<'h> HeadFields<'h> {
             expects_continue: false,
             accept_encoding: AcceptEncoding::default(),
         }
+    }
+
+    /// The same settings, nothing read yet.
+    fn fresh(self) -> Self {
+        HeadFields::new(self.cors, self.hosts, self.host_memo, self.gzip)
     }
 
     #[inline]
@@ -1241,9 +1238,8 @@ mod tests {
                         let mut memo = HostMemo::default();
                         let ours = outcome(parse_head(&changed, 100, cors, hosts, &mut memo, gzip));
                         let mut memo = HostMemo::default();
-                        let theirs = outcome(parse_head_httparse(
-                            &changed, 100, cors, hosts, &mut memo, gzip,
-                        ));
+                        let fields = HeadFields::new(cors, hosts, &mut memo, gzip);
+                        let theirs = outcome(parse_head_httparse(&changed, 100, fields));
                         assert_eq!(ours, theirs, "{:?}", String::from_utf8_lossy(&changed));
                         complete += usize::from(ours.starts_with("complete"));
                     }
