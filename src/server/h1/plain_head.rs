@@ -1,17 +1,20 @@
-//! The request heads JSON-RPC clients send, read without httparse.
+//! The HTTP/1.1 heads clients and nodes send, read without httparse.
 //!
 //! Nearly every head this loop answers is written one way: `POST`, an
 //! origin-form target, `HTTP/1.1`, then `Name: value` lines ending in CR LF.
-//! [`read_plain_head`] reads exactly that shape in one pass (names through a
-//! table, values eight bytes a step) and gives up, returning `None`, at the
-//! first byte of any other: a bare LF, a blank before a colon or at a
-//! value's end, an empty value, a byte outside visible ASCII, more than
+//! [`read_plain_head`] reads exactly that shape in one pass (names and
+//! values eight bytes a step) and gives up, returning `None`, at the first
+//! byte of any other: a bare LF, a blank before a colon or at a value's
+//! end, an empty value, a byte outside visible ASCII, more than
 //! [`MAX_HEADERS`] fields, a head not yet whole. httparse then reads the
 //! head from the start and decides as it always did. Whatever the plain
 //! reader accepts, httparse reads the same way (the same length, the same
 //! names and values in the same order): the tests hold it to that on every
-//! byte at every position of real clients' heads. Callgrind: the gateway's
-//! request head (wrk's) took httparse about 600 instructions.
+//! byte at every position of real clients' heads, and the `http_head` fuzz
+//! target on any bytes. [`read_plain_fields`] is its fields' part, public
+//! for reply heads (the gateway's upstream client reads them with it).
+//! Callgrind, the gateway under load: the request head with its fields'
+//! reading 1,565 -> 991 instructions.
 
 use super::MAX_HEADERS;
 
