@@ -49,65 +49,34 @@ pub struct LogFilter<'a> {
     read_topics: ReadTopics,
 }
 
-/// The leading positions of a filter's `topics` that [`LogFilter`]'s walk
-/// decoded while it looked for the array's end (single hashes and
-/// `null`s, the common shapes), so that the array is walked once, not
-/// once to find its end and again when the topics are asked for. The
-/// first position of another shape (alternatives, text the fast path does
-/// not take) and the ones after it are read by [`Topics`] as they are
-/// reached, errors included.
+/// Where a filter's first four `topics` positions end, as [`LogFilter`]'s
+/// walk found them while it looked for the array's end, so that
+/// [`Topics`] takes each position without walking it again (an array of
+/// alternatives, or text the hash reader refuses and the general reader
+/// then reports). The hashes themselves are decoded as they are reached:
+/// decoded by the walk, four of them made the filter 128 bytes larger, and
+/// it is moved several times on its way to the handler (callgrind,
+/// `eth_getLogs`: 2,298 -> 2,275 instructions a decode, `memcpy` 151 -> 29;
+/// 4.31x-4.47x -> 4.64x-4.67x against the serde tuple, alternated).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct ReadTopics {
-    hashes: [B256; 4],
-    /// Bit `i` set: position `i` is `null`.
-    nulls: u8,
-    /// Positions read, at most four.
-    count: u8,
-    /// Where the positions not read start, as an index into the array's
-    /// text (its `]` when all were read); 0 when nothing was read.
-    rest: u32,
-    /// Where each of the first four positions ends (the index after its
-    /// value in the array's text; 0: not recorded), so that [`Topics`]
-    /// takes a position the walk did not decode (an array of
-    /// alternatives) without walking it again to find its end.
+    /// The index after each position's value in the array's text (0: not
+    /// recorded).
     ends: [u32; 4],
 }
 
-/// Reads the topics array whose `[` is at `buf[start]` (validated text)
-/// into `read` (as found: its leading hashes and `null`s decoded) and
-/// returns the index after it. (`read` is filled in place: returned with
-/// the index, its 136 bytes were copied by a `memcpy` call.)
+/// Reads the topics array whose `[` is at `buf[start]` (validated text),
+/// recording in `read` where its first positions end, and returns the
+/// index after it.
 #[inline]
 fn read_topics(buf: &[u8], start: usize, read: &mut ReadTopics) -> usize {
     // A second `topics` member (refused as a duplicate) starts afresh.
-    (read.count, read.nulls, read.ends) = (0, 0, [0; 4]);
+    read.ends = [0; 4];
     let mut pos = skip_ws(buf, start + 1);
-    while read.count < 4 {
-        let end = if let Some((h, end)) = hex::fixed_at::<32>(buf, pos) {
-            read.hashes[read.count as usize] = B256::from(h);
-            end
-        } else if buf.get(pos) == Some(&b'n') {
-            // Validated text: the literal `null`.
-            read.nulls |= 1 << read.count;
-            pos + 4
-        } else {
-            break;
-        };
-        read.count += 1;
-        let separator = skip_ws(buf, end);
-        if buf.get(separator) != Some(&b',') {
-            // The array's `]`.
-            read.rest = (separator - start) as u32;
-            return separator + 1;
-        }
-        pos = skip_ws(buf, separator + 1);
-    }
-    read.rest = (pos - start) as u32;
-    // The rest of the array, from the element at `pos` (or its `]`).
     if buf.get(pos) == Some(&b']') {
         return pos + 1;
     }
-    let mut position = read.count as usize;
+    let mut position = 0;
     loop {
         let value_end = skip_value(buf, pos);
         if let Some(end) = read.ends.get_mut(position) {
@@ -298,14 +267,7 @@ impl<'a> LogFilter<'a> {
         let read = self.read_topics;
         let values = match self.members[Member::Topics as usize].filter(|v| !v.is_null()) {
             None => None,
-            Some(v) if v.kind() == Kind::Array => {
-                let from = if read.rest == 0 {
-                    1
-                } else {
-                    read.rest as usize
-                };
-                Some((v, Elements::at(v, from)))
-            }
+            Some(v) if v.kind() == Kind::Array => Some((v, Elements::new(v))),
             Some(v) => {
                 return Err(Invalid::new(Reason::NotTopics, v)
                     .in_field("topics")
@@ -382,7 +344,7 @@ impl<'a> Iterator for Addresses<'a> {
 pub struct Topics<'a> {
     /// The array (for errors) and its walk.
     values: Option<(RawJson<'a>, Elements<'a>)>,
-    /// The leading positions the filter's walk decoded, given first.
+    /// Where the filter's walk found the first positions to end.
     read: ReadTopics,
     seen: u8,
     site: Site,
@@ -441,15 +403,6 @@ impl<'a> Iterator for Topics<'a> {
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         let (array, values) = self.values.as_mut()?;
-        if self.seen < self.read.count {
-            let at = self.seen;
-            self.seen += 1;
-            return Some(Ok(if self.read.nulls >> at & 1 == 1 {
-                TopicFilter::Any
-            } else {
-                TopicFilter::One(self.read.hashes[at as usize])
-            }));
-        }
         let site = self.site;
         let fail = |e: Invalid<'a>| e.in_field("topics").at_site(site);
         let (buf, start) = values.peek()?;
