@@ -44,8 +44,7 @@ pub struct LogFilter<'a> {
     /// `address` when it is one address, decoded by the walk that found
     /// its end.
     one_address: Option<Address>,
-    /// The leading topic positions the walk decoded while it found the
-    /// array's end.
+    /// Where the walk found the first topic positions to end.
     read_topics: ReadTopics,
 }
 
@@ -484,10 +483,9 @@ mod tests {
 
     #[test]
     fn what_the_walk_decodes_reads_as_the_text_does() {
-        // The filter's walk decodes an address and the leading topic
-        // positions, and records where the other positions end; with
-        // those forgotten, the same filter must read the same from the
-        // text.
+        // The filter's walk decodes an address and records where the
+        // first topic positions end; with those forgotten, the same
+        // filter must read the same from the text.
         let h = format!("\"0x{}\"", "ab".repeat(32));
         let a = format!("\"0x{}\"", "cd".repeat(20));
         let bad = format!("\"0x{}\"", "zz".repeat(32));
