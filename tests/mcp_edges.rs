@@ -352,7 +352,8 @@ async fn http_an_http11_request_without_one_host_is_a_bad_request() {
             let v: Value = serde_json::from_str(json).unwrap();
             assert_eq!(v["error"]["code"], -32600, "{answer}");
             assert_eq!(
-                v["error"]["data"]["reason"], "an HTTP/1.1 request needs exactly one Host header",
+                v["error"]["data"]["reason"],
+                "an HTTP/1.1 request needs exactly one Host header, with a valid host",
                 "{answer}"
             );
         }

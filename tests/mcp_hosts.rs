@@ -241,7 +241,7 @@ async fn http_without_an_allowlist_any_host_is_served() {
 #[tokio::test]
 async fn http_without_one_host_an_http11_request_is_still_a_bad_request() {
     let s = serve(Some(AllowedHosts::list(["localhost"]).unwrap())).await;
-    let no_host = "an HTTP/1.1 request needs exactly one Host header";
+    let no_host = "an HTTP/1.1 request needs exactly one Host header, with a valid host";
     let a = post(s.addr, "", "", INIT).await;
     assert_eq!(a.status, 400, "{}", a.raw);
     assert_eq!(a.json.as_ref().unwrap()["error"]["code"], -32600);

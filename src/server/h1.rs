@@ -891,12 +891,13 @@ impl<'h> HeadFields<'h> {
         } else if self.gzip && eq_ignore_case(name, b"accept-encoding") {
             self.accept_encoding.read(value);
         } else if eq_ignore_case(name, b"host") {
-            // A second `Host` (allowlist or not), or a host not listed:
-            // hyper's path refuses the request.
+            // A second `Host` (allowlist or not), one whose value is not a
+            // host, or a host not listed: hyper's path refuses the request.
             if self.host_seen
-                || self
-                    .hosts
-                    .is_some_and(|hosts| !self.host_memo.allows(hosts, value))
+                || match self.hosts {
+                    Some(hosts) => !self.host_memo.allows(hosts, value),
+                    None => !super::hosts::is_host_value(value),
+                }
             {
                 self.other = true;
             }
@@ -916,14 +917,19 @@ impl<'h> HeadFields<'h> {
         if self.other || !self.host_seen {
             return Parsed::Other;
         }
+        // The head and body's whole length must fit a `usize` too: on a
+        // 32-bit target, under a limit near `usize::MAX`, it could wrap and
+        // frame the body shorter than its `Content-Length`.
         match self.length {
-            Some(n) if self.json == Some(true) && n <= max_body => Parsed::Complete(Head {
-                len,
-                content_length: n,
-                close: self.close,
-                expects_continue: self.expects_continue,
-                accept_encoding: self.accept_encoding,
-            }),
+            Some(n) if self.json == Some(true) && n <= max_body && len.checked_add(n).is_some() => {
+                Parsed::Complete(Head {
+                    len,
+                    content_length: n,
+                    close: self.close,
+                    expects_continue: self.expects_continue,
+                    accept_encoding: self.accept_encoding,
+                })
+            }
             _ => Parsed::Other,
         }
     }
@@ -1151,6 +1157,21 @@ mod tests {
         );
         let past = (u128::try_from(usize::MAX).unwrap() + 3).to_string();
         assert_eq!(parse_length(past.as_bytes()), None);
+        // A head and body whose lengths add past `usize::MAX` (a 32-bit
+        // target under a limit near it) go to hyper, which refuses them,
+        // rather than wrapping into a short body.
+        fn fields(memo: &mut HostMemo) -> HeadFields<'_> {
+            let mut f = HeadFields::new(false, None, memo, false);
+            f.take(b"host", b"x");
+            f.take(b"content-type", b"application/json");
+            f.take(b"content-length", b"2");
+            f
+        }
+        let mut memo = HostMemo::default();
+        let near = fields(&mut memo).finish(usize::MAX - 2, usize::MAX);
+        assert!(matches!(near, Parsed::Complete(_)));
+        let past = fields(&mut memo).finish(usize::MAX - 1, usize::MAX);
+        assert!(matches!(past, Parsed::Other));
         for other in [
             post(""),
             post("Content-Length: 2\r\nContent-Length: 3\r\n"),

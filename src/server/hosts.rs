@@ -27,7 +27,7 @@
 //! | a WebSocket upgrade on a combined port (`server::combined`), or an opening handshake on a `WsServer`'s own port | the same, before the upgrade |
 //!
 //! Without one (the default) the host's name is not looked at. An
-//! HTTP/1.1 request without one `Host` (none, or two) still gets the `400`
+//! HTTP/1.1 request without one valid `Host` (none, or two) still gets the `400`
 //! (counted as [`LimitKind::Host`](super::LimitKind::Host): in the
 //! service's metrics, or the server's for a service in tower layers) from
 //! every server of rpcwire's (`http::serve` and `Server`, on its own
@@ -172,13 +172,14 @@ impl HostMemo {
     /// Longer hosts are checked every time.
     const CAPACITY: usize = 63;
 
-    /// [`AllowedHosts::allows`], remembering the last host it allowed.
+    /// [`AllowedHosts::allows`] for a valid `Host` value
+    /// ([`is_host_value`]), remembering the last host it allowed.
     pub(crate) fn allows(&mut self, hosts: &AllowedHosts, host: &[u8]) -> bool {
         let kept = usize::from(self.len);
         if kept != 0 && kept == host.len() && self.bytes[..kept] == *host {
             return true;
         }
-        let allowed = hosts.allows(host);
+        let allowed = is_host_value(host) && hosts.allows(host);
         if allowed && !host.is_empty() && host.len() <= Self::CAPACITY {
             self.bytes[..host.len()].copy_from_slice(host);
             self.len = host.len() as u8;
@@ -187,19 +188,68 @@ impl HostMemo {
     }
 }
 
-/// Whether `req` is an HTTP/1.1 request without exactly one `Host`, which
+/// Whether `req` is an HTTP/1.1 request without exactly one valid `Host`, which
 /// a server must answer `400` (RFC 9112 §3.2), allowlist or not: the one
 /// rule every server of rpcwire's applies (its own HTTP/1.1 loop hands such
 /// a request to hyper's path, which applies it; a WebSocket server to its
 /// opening handshakes; MCP's Streamable HTTP server), as Go's net/http
 /// (geth's) does. HTTP/1.0 needs no `Host`, and HTTP/2 names the host in
 /// `:authority`.
+/// A `Host` whose value is not `uri-host [ ":" port ]` counts as none
+/// (the RFC's "invalid field value", also `400`).
 pub(crate) fn lacks_one_host<B>(req: &http::Request<B>) -> bool {
     if req.version() != http::Version::HTTP_11 {
         return false;
     }
     let mut named = req.headers().get_all(http::header::HOST).iter();
-    named.next().is_none() || named.next().is_some()
+    match (named.next(), named.next()) {
+        (Some(host), None) => !is_host_value(host.as_bytes()),
+        _ => true,
+    }
+}
+
+/// Whether `value` is a `Host` field's value as RFC 9112 §3.2 defines it:
+/// `uri-host [ ":" port ]` (RFC 3986: an IP literal in brackets, or a
+/// reg-name of unreserved characters, sub-delimiters and `%` escapes,
+/// which an IPv4 address is too; the port digits), or empty. A space, a
+/// second `:` outside brackets, `@`, `/` or a control byte make it
+/// invalid.
+pub(crate) fn is_host_value(value: &[u8]) -> bool {
+    fn plain(b: u8) -> bool {
+        b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b)
+    }
+    let (host, port) = if let Some(inner) = value.strip_prefix(b"[") {
+        let Some(close) = inner.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &inner[..close];
+        if literal.is_empty() || !literal.iter().all(|&b| plain(b) || b == b':') {
+            return false;
+        }
+        (&[][..], &inner[close + 1..])
+    } else {
+        let colon = value.iter().position(|&b| b == b':').unwrap_or(value.len());
+        (&value[..colon], &value[colon..])
+    };
+    let port_ok = match port.split_first() {
+        None => true,
+        Some((b':', digits)) => digits.iter().all(u8::is_ascii_digit),
+        Some(_) => false,
+    };
+    let mut rest = host;
+    while let Some((&b, tail)) = rest.split_first() {
+        rest = if b == b'%' {
+            match tail {
+                [h, l, more @ ..] if h.is_ascii_hexdigit() && l.is_ascii_hexdigit() => more,
+                _ => return false,
+            }
+        } else if plain(b) {
+            tail
+        } else {
+            return false;
+        };
+    }
+    port_ok
 }
 
 /// Why [`AllowedHosts::refuses`] refuses a request.
@@ -207,7 +257,7 @@ pub(crate) fn lacks_one_host<B>(req: &http::Request<B>) -> bool {
 pub(crate) enum Refusal<'r> {
     /// Its host, not listed: `403`.
     NotListed(&'r [u8]),
-    /// HTTP/1.1 without exactly one `Host` (RFC 9112 §3.2): `400`.
+    /// HTTP/1.1 without exactly one valid `Host` (RFC 9112 §3.2): `400`.
     NoOneHost,
 }
 
@@ -299,9 +349,9 @@ pub(crate) fn forbidden_body(host: &[u8]) -> String {
     )
 }
 
-/// The body of the `400` for an HTTP/1.1 request without one `Host` (see
+/// The body of the `400` for an HTTP/1.1 request without one valid `Host` (see
 /// [`lacks_one_host`]).
-pub(crate) const NO_HOST_BODY: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"an HTTP/1.1 request needs exactly one Host header"}}}"#;
+pub(crate) const NO_HOST_BODY: &str = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"an HTTP/1.1 request needs exactly one Host header, with a valid host"}}}"#;
 
 #[cfg(test)]
 mod tests {
@@ -472,6 +522,11 @@ mod tests {
             (v11, &[][..], true),
             (v11, &["a.example", "a.example"][..], true),
             (v11, &["attacker.example"][..], false),
+            (v11, &["a b"][..], true),
+            (v11, &["a.example:8545"][..], false),
+            (v11, &["a.example:85x"][..], true),
+            (v11, &["[::1]:8545"][..], false),
+            (v11, &[""][..], false),
             (http::Version::HTTP_10, &[][..], false),
             (http::Version::HTTP_10, &["a", "b"][..], false),
             (http::Version::HTTP_2, &[][..], false),
@@ -484,6 +539,45 @@ mod tests {
                 refused.then_some(Refusal::NoOneHost),
                 "{version:?} {hosts:?}"
             );
+        }
+    }
+
+    #[test]
+    fn host_values_follow_the_rfc_grammar() {
+        for good in [
+            "",
+            "localhost",
+            "localhost:",
+            "127.0.0.1:8545",
+            "a-b.example_1~",
+            "x,y",
+            "%41.example",
+            "[::1]",
+            "[::ffff:127.0.0.1]:80",
+            "[v1.fe80::a+en1]",
+        ] {
+            assert!(is_host_value(good.as_bytes()), "{good:?}");
+        }
+        for bad in [
+            "a b",
+            "x, y",
+            " a",
+            "a:b:c",
+            "a:80:80",
+            "a:-1",
+            "user@a",
+            "a/b",
+            "a%4",
+            "a%zz",
+            "[::1",
+            "[]",
+            "[::1]x",
+            "[::1]:8x",
+            "[a b]",
+            "a\tb",
+            "\u{e9}.example",
+        ] {
+            assert!(!is_host_value(bad.as_bytes()), "{bad:?}");
         }
     }
 

@@ -37,7 +37,7 @@
 //! | the body is not valid JSON | `200`, the -32700 reply |
 //! | any other method (`GET`, `OPTIONS`…) | `405`, `Allow: POST`, a -32600 body |
 //! | with a [`Cors`] policy ([`HttpService::cors`]): a browser's preflight, or a request from another origin | see [`cors`](super::cors): `204` with the CORS headers, `Access-Control-Allow-Origin` on the answer, or `403` for an origin not allowed |
-//! | with a `Host` allowlist ([`HttpService::allowed_hosts`]): a request for a host not listed, or an HTTP/1.1 request without one `Host` | see [`hosts`](super::hosts): `403` (`400`), a -32600 body, before anything else and before the body is read |
+//! | with a `Host` allowlist ([`HttpService::allowed_hosts`]): a request for a host not listed, or an HTTP/1.1 request without one valid `Host` | see [`hosts`](super::hosts): `403` (`400`), a -32600 body, before anything else and before the body is read |
 //! | served by [`serve`] (or [`Server`]), allowlist or not: an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2) | `400`, the same -32600 body, before anything else (in tower layers: before they see it); the connection closes after it. Mounted in another server (axum) or called in memory, the service leaves that to its server |
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
@@ -177,7 +177,7 @@ pub struct HttpService<S = (), K = SyncOnly> {
     hosts: Option<Arc<AllowedHosts>>,
     /// Whether rpcwire's server serves it (set by
     /// [`PerConnection::for_peer`]): it then answers for the server what
-    /// RFC 9112 asks of any (an HTTP/1.1 request without one `Host`:
+    /// RFC 9112 asks of any (an HTTP/1.1 request without one valid `Host`:
     /// `400`), counted in its metrics as the allowlist's refusals are. A
     /// service mounted in another server (axum), or called in memory
     /// (`oneshot`, as in a test, with no `Host`), leaves that to its server.
@@ -294,7 +294,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     }
 
     /// The `Host` allowlist, when there is one (rpcwire's own HTTP/1.1
-    /// loop hands requests it refuses, and any without one `Host`, to
+    /// loop hands requests it refuses, and any without one valid `Host`, to
     /// hyper's path, which answers them).
     pub(super) fn host_check(&self) -> Option<&AllowedHosts> {
         self.hosts.as_deref()
@@ -1446,7 +1446,7 @@ pub trait PerConnection: Send + 'static {
     fn for_peer(&self, peer: SocketAddr) -> Self::Service;
 
     /// Whether the service [`for_peer`](PerConnection::for_peer) gives
-    /// answers an HTTP/1.1 request without one `Host` itself (rpcwire's
+    /// answers an HTTP/1.1 request without one valid `Host` itself (rpcwire's
     /// own services do, counting it in their metrics); the server answers
     /// it for any other (`400`, counted in the server's metrics). Not for
     /// use outside rpcwire.
@@ -2316,7 +2316,7 @@ struct Counted<Svc> {
     /// For a service that is not one of rpcwire's own (which answer it
     /// themselves, see [`PerConnection::answers_host_rule`]): the server's
     /// settings, to answer what RFC 9112 asks of the server (an HTTP/1.1
-    /// request without one `Host`: `400`) before the service sees it, and
+    /// request without one valid `Host`: `400`) before the service sees it, and
     /// count it in the server's metrics.
     host_rule: Option<Arc<ConnConfig>>,
     /// The connection's [`BodyBudget`], made at its first HTTP/2 request.
@@ -2446,7 +2446,7 @@ fn service_failed<B>() -> Response<Served<B>> {
     served_error(StatusCode::INTERNAL_SERVER_ERROR, SERVICE_FAILED)
 }
 
-/// The server's answer to an HTTP/1.1 request without one `Host`
+/// The server's answer to an HTTP/1.1 request without one valid `Host`
 /// ([`hosts::lacks_one_host`](super::hosts::lacks_one_host)) for a service
 /// not of rpcwire's own: `400`, the body and the close rpcwire's services
 /// answer it with ([`HttpService::refuse_host`]).

@@ -30,7 +30,7 @@ pub mod cors;
 #[cfg(feature = "http")]
 mod h1;
 // With `mcp` too: its Streamable HTTP server applies `hosts`' rule for
-// HTTP/1.1 requests without one `Host`.
+// HTTP/1.1 requests without one valid `Host`.
 #[cfg(any(feature = "http", feature = "ws", feature = "mcp"))]
 #[cfg_attr(
     docsrs,
@@ -175,7 +175,7 @@ pub enum LimitKind {
     /// the allowlist (`HttpService::allowed_hosts`,
     /// `WsServer::allowed_hosts`), its host not listed (`403`); or, by any
     /// of rpcwire's HTTP and WebSocket servers, allowlist or not, an
-    /// HTTP/1.1 request without one `Host` (`400`).
+    /// HTTP/1.1 request without one valid `Host` (`400`).
     Host,
     /// [`Limits::max_connection_body_bytes`]: an HTTP/2 stream refused
     /// (`503`) because the bodies its connection holds would pass it.

@@ -745,7 +745,7 @@ const ORIGIN_REFUSED: &str = "origin not allowed";
 const HOST_REFUSED: &str = "host not allowed";
 /// Why a handshake without one `Host` failed (with an allowlist or
 /// without).
-const NO_ONE_HOST: &str = "an opening handshake needs exactly one Host header";
+const NO_ONE_HOST: &str = "an opening handshake needs exactly one Host header, with a valid host";
 
 /// An HTTP error response with a JSON `body`, closing the connection.
 fn http_error(status: u16, body: &str, extra: Option<&str>) -> Vec<u8> {
