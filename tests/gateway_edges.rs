@@ -488,6 +488,40 @@ fn misbehave() -> Script {
                 vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
             }
             "late" => vec![Step::Sleep(900), Step::Write(http("200 OK", &ok))],
+            // A chunk-size line that never ends: 20 KB of extension, no
+            // CR, then nothing.
+            "chunk-line-endless" => vec![
+                Step::Write(
+                    format!(
+                        "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n1;{}",
+                        "a".repeat(20_000)
+                    )
+                    .into_bytes(),
+                ),
+                Step::Sleep(1500),
+            ],
+            // A transfer coding besides (or instead of) chunked.
+            "te-gzip-chunked" | "te-gzip" => {
+                let coding = if mode == "te-gzip" {
+                    "gzip"
+                } else {
+                    "gzip, chunked"
+                };
+                let b = chunked(&ok, ok.len(), "\r\n");
+                let b = String::from_utf8(b).unwrap().replace("chunked", coding);
+                vec![Step::Write(b.into_bytes()), Step::Sleep(1500)]
+            }
+            // Interim replies without end before the final one.
+            "interim-flood" => {
+                let mut b = b"HTTP/1.1 100 Continue\r\n\r\n".repeat(1000);
+                b.extend_from_slice(&http("200 OK", &ok));
+                w(b)
+            }
+            // A length the upstream never sends (a terabyte), then nothing.
+            "cl-huge-hang" => vec![
+                Step::Write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000000000\r\n\r\n{".to_vec()),
+                Step::Sleep(1500),
+            ],
             "head-only-close" => vec![
                 Step::Write(b"HTTP/1.1 200 OK\r\ncontent-type: app".to_vec()),
                 Step::Close,
@@ -512,6 +546,11 @@ const BROKEN: &[&str] = &[
     "close-mid",
     "late",
     "head-only-close",
+    "chunk-line-endless",
+    "te-gzip-chunked",
+    "te-gzip",
+    "interim-flood",
+    "cl-huge-hang",
 ];
 
 /// Each entry of a split batch meets its own misbehaviour: each gets a
@@ -1122,6 +1161,8 @@ async fn the_largest_limits_mean_no_limit() {
             u64::MAX.to_string(),
             "--max-body".into(),
             u64::MAX.to_string(),
+            "--timeout".into(),
+            "400".into(),
         ];
         if hyper_client {
             args.extend(["--client".into(), "hyper".into()]);
@@ -1139,6 +1180,68 @@ async fn the_largest_limits_mean_no_limit() {
             json!(["ok", long]),
             "hyper {hyper_client}: {r}"
         );
+        // A reply head claiming a terabyte (within "no limit"), then
+        // nothing: the call times out, and the gateway goes on (its own
+        // client once reserved the whole length before any byte came, and
+        // the failed allocation aborted the process).
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":2,"method":"eth_call","params":["cl-huge-hang"]}"#,
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32002, "hyper {hyper_client}: {r}");
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":3,"method":"eth_call","params":["ok"]}"#,
+        )
+        .await;
+        assert_eq!(
+            r["result"]["ok"],
+            json!(["ok"]),
+            "hyper {hyper_client}: {r}"
+        );
+    }
+}
+
+/// Replies the gateway's own client cannot read are refused as soon as
+/// that is known, not waited on until the call's timeout (400 ms here):
+/// a chunk-size line that never ends (it was buffered without bound), a
+/// transfer coding other than chunked (`gzip, chunked` was read to the
+/// close; hyper's client reads the chunks and hands the coded body on),
+/// interim replies without end. Each connection is dropped, and the pool
+/// goes on.
+#[tokio::test]
+async fn unreadable_framing_is_refused_at_once() {
+    let (up, log) = scripted(misbehave()).await;
+    let gw = start(proxy_config(up, false)).await;
+    for (n, (mode, piece)) in [
+        ("chunk-line-endless", "chunk-size line longer than 4096"),
+        ("te-gzip-chunked", "Transfer-Encoding other than chunked"),
+        ("te-gzip", "Transfer-Encoding other than chunked"),
+        ("interim-flood", "more than 32 interim"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let r = call(
+            gw.addr,
+            &format!(r#"{{"jsonrpc":"2.0","id":{n},"method":"eth_call","params":["{mode}"]}}"#),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32603, "{mode}: {r}");
+        assert!(r["error"].to_string().contains(piece), "{mode}: {r}");
+        let r = call(
+            gw.addr,
+            &format!(r#"{{"jsonrpc":"2.0","id":"k{n}","method":"eth_call","params":["ok"]}}"#),
+        )
+        .await;
+        assert_eq!(r["result"]["ok"], json!(["ok"]), "after {mode}: {r}");
+    }
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 8);
+    for pair in log.chunks(2) {
+        let (bad, next) = (&pair[0], &pair[1]);
+        assert_ne!(bad.0, next.0, "reused after {}", bad.1);
     }
 }
 

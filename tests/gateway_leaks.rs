@@ -710,7 +710,8 @@ async fn gateway_with_hyper_client_leaves_nothing_behind() {
 // ------------------------------------------------- pooled connections' memory
 
 /// A kept-alive upstream answering every call with a result (a hex
-/// string) of as many bytes as its first param says, at least 2.
+/// string) of as many bytes as its first param says, at least 2; in one
+/// chunk when the second param is `"chunked"` (as geth writes a reply).
 async fn sized_upstream() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -723,7 +724,17 @@ async fn sized_upstream() -> SocketAddr {
                     let len = call["params"][0].as_u64().unwrap() as usize;
                     let result = format!("0x{}", "ab".repeat(len.saturating_sub(2) / 2));
                     let reply = json!({"jsonrpc": "2.0", "id": call["id"], "result": result});
-                    if s.write_all(&http_reply(&reply.to_string())).await.is_err() {
+                    let reply = reply.to_string();
+                    let bytes = if call["params"][1] == "chunked" {
+                        format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{reply}\r\n0\r\n\r\n",
+                            reply.len()
+                        )
+                        .into_bytes()
+                    } else {
+                        http_reply(&reply)
+                    };
+                    if s.write_all(&bytes).await.is_err() {
                         return;
                     }
                 }
@@ -737,11 +748,26 @@ async fn sized_upstream() -> SocketAddr {
 /// copied) is freed once its answer has gone to the client: the idle
 /// connection does not keep its allocation alive until its next exchange
 /// (what was left of the buffer shared it, with a small capacity that the
-/// pool's check of oversized buffers did not see).
+/// pool's check of oversized buffers did not see). The same for a reply in
+/// one large chunk: the chunk filled the connection's buffer, which was
+/// then consumed from the front and read small to that check.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pooled_upstream_connection_keeps_no_large_reply_alive() {
+    for framing in ["length", "chunked"] {
+        pooled_connection_keeps_no_large_reply(framing).await;
+    }
+}
+
+async fn pooled_connection_keeps_no_large_reply(framing: &'static str) {
     let _serial = SERIAL.lock().await;
-    const LARGE: usize = 4 << 20;
+    // A size whose chunk leaves the grown buffer nearly full (the
+    // condition for the old check to miss it: its capacity, consumed from
+    // the front, then read under 64 KiB).
+    let large: usize = if framing == "chunked" {
+        3_110_000
+    } else {
+        4 << 20
+    };
     let up = sized_upstream().await;
     let gw = start(config::Config {
         upstreams: vec![format!("http://{up}")],
@@ -751,8 +777,9 @@ async fn a_pooled_upstream_connection_keeps_no_large_reply_alive() {
     let call = |len: usize| {
         let addr = gw.addr;
         async move {
-            let body =
-                format!(r#"{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{len}]}}"#);
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{len},"{framing}"]}}"#
+            );
             let (status, reply) = http_request::post_close(addr, &body).await;
             assert_eq!(status, 200);
             assert!(reply.len() > len, "{}", &reply[..reply.len().min(200)]);
@@ -763,18 +790,25 @@ async fn a_pooled_upstream_connection_keeps_no_large_reply_alive() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         counting_alloc::live()
     };
-    // A large reply and a small one first: the pooled connection, the
-    // runtime's and the allocator's caches are made before the heap is
-    // read, and the connection's buffer is back to its small size.
-    call(LARGE).await;
+    // A small reply first: the pooled connection is made.
+    call(100).await;
+    let base = settled().await;
+    // A large reply and a small one on that connection: the runtime's and
+    // the allocator's caches are made before the heap is read, and the
+    // connection's buffer is back to its small size. Before the fix for
+    // chunked replies, the pooled connection kept the buffer the chunk had
+    // filled, through every later exchange.
+    call(large).await;
     call(100).await;
     let before = settled().await;
-    call(LARGE).await;
+    let kept = before.saturating_sub(base);
+    assert!(kept < large / 4, "{framing}: {kept} bytes kept by the pool");
+    call(large).await;
     // Before the fix, the idle connection held the whole reply (4 MiB)
     // until its next exchange; a hang guard, not a measurement, bounds the
     // wait for the client's connection to let go of its copy.
-    let freed = wait_until(|| counting_alloc::live() < before + LARGE / 4).await;
+    let freed = wait_until(|| counting_alloc::live() < before + large / 4).await;
     let held = counting_alloc::live().saturating_sub(before);
-    assert!(freed, "{held} bytes still live after the call");
+    assert!(freed, "{framing}: {held} bytes still live after the call");
     drop(gw);
 }

@@ -17,6 +17,7 @@
 //! ([`read_plain_fields`]), by httparse (hyper's parser) otherwise.
 
 use std::cell::Cell;
+use std::collections::VecDeque;
 use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -45,6 +46,18 @@ const START_BUFFER: usize = 8192;
 /// [`POOL_CAP`] connections per worker, would hold on to that much for
 /// each.
 const KEPT_BUFFER: usize = 64 * 1024;
+
+/// A chunk-size line (the size, its extensions) longer than this is
+/// refused: nothing else bounds how much of a line that never ends is
+/// buffered (hyper allows 16 KiB of extensions in a whole body).
+const MAX_CHUNK_LINE: usize = 4096;
+/// Interim (1xx) replies skipped before the final one; past this many the
+/// reply is refused rather than read until the call's timeout.
+const MAX_INTERIM: usize = 32;
+/// A reply's body is not reserved in the connection's buffer past this
+/// before its bytes arrive: a `Content-Length` is the upstream's word, and
+/// the limit may be as high as 1 TiB (no limit).
+const MAX_RESERVE: usize = 1 << 20;
 
 /// Header lines a reply head may have (hyper's limit: replies through CDNs
 /// and load balancers carry dozens).
@@ -82,8 +95,9 @@ pub struct H1Pool {
     /// `POST <path> HTTP/1.1`, `Host`, `Content-Type` and the start of
     /// `Content-Length: `.
     head: Vec<u8>,
-    /// Idle connections, per worker ([`set_worker`]).
-    idle: Mutex<Vec<Vec<Conn>>>,
+    /// Idle connections, per worker ([`set_worker`]), the most recently
+    /// used at the back (taken first), the longest idle at the front.
+    idle: Mutex<Vec<VecDeque<Conn>>>,
 }
 
 struct Conn {
@@ -194,11 +208,11 @@ impl H1Pool {
     }
 
     /// This worker's idle connections, under the pool's lock.
-    fn with_idle<R>(&self, f: impl FnOnce(&mut Vec<Conn>) -> R) -> R {
+    fn with_idle<R>(&self, f: impl FnOnce(&mut VecDeque<Conn>) -> R) -> R {
         let worker = WORKER.with(Cell::get);
         let mut all = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if all.len() <= worker {
-            all.resize_with(worker + 1, Vec::new);
+            all.resize_with(worker + 1, VecDeque::new);
         }
         f(&mut all[worker])
     }
@@ -209,7 +223,7 @@ impl H1Pool {
     /// is sent on it.
     fn checkout(&self, now: Instant) -> Option<Conn> {
         self.with_idle(|idle| {
-            while let Some(conn) = idle.pop() {
+            while let Some(conn) = idle.pop_back() {
                 let fresh = now.saturating_duration_since(conn.since) < MAX_IDLE;
                 // An idle connection has nothing to read: an end, or bytes
                 // nobody asked for, rule it out.
@@ -233,8 +247,18 @@ impl H1Pool {
             conn.buf = BytesMut::with_capacity(START_BUFFER);
         }
         self.with_idle(|idle| {
+            // Connections left idle past `MAX_IDLE` are closed from the
+            // front, where the longest idle wait: taken last-in first-out,
+            // those left at the bottom after a burst would otherwise keep
+            // their sockets (and buffers) for as long as the pool lives.
+            while idle
+                .front()
+                .is_some_and(|c| now.saturating_duration_since(c.since) >= MAX_IDLE)
+            {
+                idle.pop_front();
+            }
             if idle.len() < POOL_CAP {
-                idle.push(conn);
+                idle.push_back(conn);
             }
         });
     }
@@ -289,7 +313,7 @@ impl H1Pool {
                 Err(Exchange::Stale) if reused => {
                     // The server closed its idle connections: the others
                     // pooled with this one are likely closed too.
-                    self.with_idle(Vec::clear);
+                    self.with_idle(VecDeque::clear);
                     continue;
                 }
                 Err(Exchange::Stale) => {
@@ -349,24 +373,33 @@ async fn exchange(
         len: head_len,
         framing,
         close,
-    } = loop {
-        match parse_head(&conn.buf)? {
-            Some(head) if (100..200).contains(&head.status) => {
-                // An interim reply (100 Continue): skip it.
-                conn.buf.advance(head.len);
-            }
-            Some(head) => break head,
-            None => {
-                if conn.buf.len() > 64 * 1024 {
-                    return Err(failed("a reply head larger than 64 KiB"));
+    } = {
+        let mut interim = 0;
+        loop {
+            match parse_head(&conn.buf)? {
+                Some(head) if (100..200).contains(&head.status) => {
+                    // An interim reply (100 Continue): skip it.
+                    interim += 1;
+                    if interim > MAX_INTERIM {
+                        return Err(failed(format!(
+                            "more than {MAX_INTERIM} interim (1xx) replies"
+                        )));
+                    }
+                    conn.buf.advance(head.len);
                 }
-                let had = !conn.buf.is_empty();
-                if !fill(conn).await? {
-                    return Err(failed(if had {
-                        "the connection closed in the middle of the reply"
-                    } else {
-                        "the connection closed before any reply"
-                    }));
+                Some(head) => break head,
+                None => {
+                    if conn.buf.len() > 64 * 1024 {
+                        return Err(failed("a reply head larger than 64 KiB"));
+                    }
+                    let had = !conn.buf.is_empty();
+                    if !fill(conn).await? {
+                        return Err(failed(if had {
+                            "the connection closed in the middle of the reply"
+                        } else {
+                            "the connection closed before any reply"
+                        }));
+                    }
                 }
             }
         }
@@ -380,7 +413,9 @@ async fn exchange(
                 return Err(too_large());
             }
             while conn.buf.len() < len {
-                conn.buf.reserve(len - conn.buf.len());
+                // Grown as the bytes come (doubling), not all at once on
+                // the upstream's word.
+                conn.buf.reserve((len - conn.buf.len()).min(MAX_RESERVE));
                 if !fill(conn).await? {
                     return Err(cut());
                 }
@@ -437,12 +472,24 @@ async fn exchange(
                         }
                     }
                     Ok(httparse::Status::Partial) => {
+                        if conn.buf.len() > MAX_CHUNK_LINE {
+                            return Err(failed(format!(
+                                "a chunk-size line longer than {MAX_CHUNK_LINE} bytes"
+                            )));
+                        }
                         if !fill(conn).await? {
                             return Err(cut());
                         }
                     }
                     Err(_) => return Err(failed("a bad chunk in the reply")),
                 }
+            }
+            // The chunks went through the connection's buffer, which grew
+            // for the largest and was consumed from the front: its
+            // capacity reads small, so the pool's check of oversized
+            // buffers would not see it.
+            if body.len() > SMALL && conn.buf.is_empty() {
+                conn.buf = BytesMut::with_capacity(START_BUFFER);
             }
             BodyAt::Split(body.freeze())
         }
@@ -550,10 +597,16 @@ impl HeadFields {
                 _ => self.framing = Framing::Length(len),
             }
         } else if name.len() == 17 && name.eq_ignore_ascii_case(b"transfer-encoding") {
-            if value.eq_ignore_ascii_case(b"chunked") {
-                self.close = self.close || matches!(self.framing, Framing::Length(_));
-                self.framing = Framing::Chunked;
+            // Only `chunked` is read: a body with another transfer coding
+            // (`gzip, chunked`) cannot be, and one not ending in `chunked`
+            // would be read to the close, which a kept-alive upstream
+            // never sends (the call waited out its timeout).
+            if !value.trim_ascii().eq_ignore_ascii_case(b"chunked") {
+                self.error = Some("a Transfer-Encoding other than chunked");
+                return;
             }
+            self.close = self.close || matches!(self.framing, Framing::Length(_));
+            self.framing = Framing::Chunked;
         } else if name.len() == 10 && name.eq_ignore_ascii_case(b"connection") {
             // A list of tokens (`keep-alive, close`), `close` among them.
             self.close = self.close
@@ -633,4 +686,43 @@ fn digits(value: &[u8]) -> Option<usize> {
         let digit = b.is_ascii_digit().then(|| usize::from(b - b'0'))?;
         n.checked_mul(10)?.checked_add(digit)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connections idle past [`MAX_IDLE`] are closed as others are pooled,
+    /// not only when they are taken: the pool is taken from the top, and
+    /// those left at the bottom after a burst kept their sockets (and
+    /// buffers) for as long as the pool lived.
+    #[tokio::test]
+    async fn connections_idle_too_long_are_closed_as_others_are_pooled() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = H1Pool::new(&format!("http://{addr}/")).unwrap();
+        let conn = || async {
+            Conn {
+                stream: TcpStream::connect(addr).await.unwrap(),
+                buf: BytesMut::new(),
+                since: Instant::now(),
+            }
+        };
+        let start = Instant::now();
+        pool.checkin(conn().await, start);
+        pool.checkin(conn().await, start + Duration::from_secs(1));
+        let nearly = MAX_IDLE - Duration::from_millis(1);
+        pool.checkin(conn().await, start + nearly);
+        assert_eq!(
+            pool.with_idle(|idle| idle.len()),
+            3,
+            "none idle long enough yet"
+        );
+        pool.checkin(conn().await, start + MAX_IDLE + Duration::from_millis(1500));
+        assert_eq!(
+            pool.with_idle(|idle| idle.len()),
+            2,
+            "the two oldest closed"
+        );
+    }
 }
