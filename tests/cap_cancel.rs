@@ -3,7 +3,8 @@
 //! `cancel_notification`: LSP's `$/cancelRequest {id}`, answered -32800;
 //! MCP's `notifications/cancelled {requestId}`, not answered): the call is
 //! cancelled at once, not once a slot frees (which, with calls that run
-//! until cancelled, is never). Over the stream transport (TCP) and
+//! until cancelled, is never); a request still held at the cap is
+//! answered as cancelled and never starts. Over the stream transport (TCP) and
 //! WebSocket, on loopback; deadlines only detect hangs.
 #![cfg(feature = "ws")]
 
@@ -160,6 +161,36 @@ async fn check(protocol: Protocol, via: &str, state: &State, client: &mut Client
         "{what}"
     );
     assert_eq!(state.started.load(Ordering::SeqCst), 1, "{what}");
+
+    // A request held at the cap (read, not started) and cancelled there is
+    // answered as a cancelled call and never starts. It once started when
+    // the call ahead of it ended, and ran whole (for good, here).
+    client.send(request(3, "forever")).await;
+    wait_until(state, &format!("{what}: 3 started"), |s| {
+        s.started.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    client.send(request(4, "forever")).await;
+    client.send(protocol.cancel(4)).await;
+    if let Protocol::Lsp = protocol {
+        let reply = client.recv().await;
+        assert_eq!(reply["id"], 4, "{what}: {reply}");
+        assert_eq!(reply["error"]["code"], -32800, "{what}: {reply}");
+    }
+    client.send(protocol.cancel(3)).await;
+    if let Protocol::Lsp = protocol {
+        let reply = client.recv().await;
+        assert_eq!(reply["id"], 3, "{what}: {reply}");
+        assert_eq!(reply["error"]["code"], -32800, "{what}: {reply}");
+    }
+    client.send(request(5, "echo")).await;
+    assert_eq!(
+        client.recv().await,
+        json!({"jsonrpc": "2.0", "id": 5, "result": [5]}),
+        "{what}: the held request cancelled, not started"
+    );
+    assert_eq!(state.started.load(Ordering::SeqCst), 2, "{what}");
+    assert_eq!(state.dropped.load(Ordering::SeqCst), 2, "{what}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -172,3 +172,49 @@ async fn a_driver_dropped_without_running_closes_its_peer() {
     let answer = tokio::time::timeout(HANG, pending).await.unwrap().unwrap();
     assert_eq!(answer.unwrap_err(), PeerError::Closed);
 }
+
+/// Two rpcwire drivers pipelining requests whose replies are large: each
+/// side's output fills with what the other has not read yet. A side with
+/// requests of its own waiting for answers reads on regardless (answers
+/// make no output), so neither waits on the other. They once did for good:
+/// at a full output the client stopped reading, the server could not write
+/// its replies and stopped reading too (997 of 1000 requests timed out).
+/// Found by a review. In memory (a 64 KiB pipe), where no kernel buffer
+/// hides the wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_drivers_pipelining_large_replies_do_not_wait_on_each_other() {
+    let server = Dispatcher::builder(())
+        .method("big", |c: Call<'_, ()>| {
+            let (n, _pad): (usize, String) = c.decode()?;
+            Ok::<_, RpcError>("y".repeat(n))
+        })
+        .build()
+        .unwrap();
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(b);
+        Driver::new(Lines::new()).run(&server, r, w).await
+    });
+    let mut driver = Driver::new(Lines::new());
+    let peer = driver.peer();
+    let run = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(a);
+        let client = Dispatcher::builder(()).build().unwrap();
+        driver.run(&client, r, w).await
+    });
+    let pad = "x".repeat(8 * 1024);
+    let calls: Vec<_> = (0..1000)
+        .map(|_| {
+            let (peer, pad) = (peer.clone(), pad.clone());
+            tokio::spawn(async move { peer.request("big", Some(&(64 * 1024, pad)), HANG).await })
+        })
+        .collect();
+    for call in calls {
+        let answer = call.await.unwrap().expect("answered, not timed out");
+        assert_eq!(answer.decode::<String>().unwrap().len(), 64 * 1024);
+    }
+    assert_eq!(peer.pending(), 0);
+    drop(peer);
+    run.abort();
+    served.abort();
+}

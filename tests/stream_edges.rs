@@ -793,3 +793,53 @@ async fn notifications_sent_before_a_reply_precede_it_when_the_output_is_full() 
         "notes at {notes:?}, the reply at {reply}"
     );
 }
+
+/// At `max_in_flight: 1`, a call that makes no reply (an async
+/// notification) frees its slot without writing anything: the request held
+/// behind it starts then, not at the next message or timer. It once waited
+/// for ever under `timeout(None)` (and for the dispatcher's timeout
+/// otherwise), because only a written reply counted as the driver's
+/// progress. Found by a review.
+#[tokio::test]
+async fn a_request_held_behind_a_notification_starts_when_it_ends() {
+    let d = Dispatcher::builder(())
+        .async_method("didChange", |_: AsyncCall<()>| async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<(), RpcError>(())
+        })
+        .method("hover", |c: Call<'_, ()>| c.reply.u64(1))
+        .timeout(None)
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let run = tokio::spawn(async move {
+        Driver::new(Lines::new())
+            .limits(limits)
+            .idle_timeout(None)
+            .run(&d, sr, sw)
+            .await
+    });
+    let (cr, mut cw) = tokio::io::split(client);
+    let mut lines = tokio::io::BufReader::new(cr).lines();
+    for _ in 0..3 {
+        cw.write_all(
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"didChange\"}\n\
+              {\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"hover\"}\n",
+        )
+        .await
+        .unwrap();
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("the held request answered once the notification ended")
+            .unwrap()
+            .unwrap();
+        assert_eq!(line, r#"{"jsonrpc":"2.0","id":1,"result":1}"#);
+    }
+    cw.shutdown().await.unwrap();
+    assert_eq!(run.await.unwrap().unwrap(), CloseReason::Eof);
+}

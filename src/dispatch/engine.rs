@@ -244,7 +244,9 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// rpcwire's stream and WebSocket transports act on it as soon as they
     /// read it, also at their cap on messages in flight
     /// (`server::Limits::max_in_flight`), where the other messages wait for
-    /// calls to finish (its handler still runs in its turn).
+    /// calls to finish (its handler still runs in its turn); a request
+    /// still waiting there is answered as a cancelled call would be and
+    /// never starts.
     ///
     /// Either side may cancel in these protocols, so the same notification
     /// goes the other way too: a request a handler sends its client
@@ -582,17 +584,23 @@ impl Connection {
     /// [`start`](Connection::start) would (LSP's -32800 written to `out`).
     /// The message itself is left to the caller, who starts it in its
     /// turn: its call gone, it only reaches its handler, if one is
-    /// registered, and a request read before it and still held is
-    /// cancelled then. Returns whether `input` was such a notice.
+    /// registered. A single request the caller still holds (`held`: read,
+    /// not started) with the id named, when no call has it, is taken out
+    /// of `held` and returned, answered as a started one would be: it
+    /// would otherwise start once a slot frees and run whole, its notice
+    /// held behind it (for good at a cap of one, with calls that run until
+    /// cancelled). Returns whether `input` was such a notice, and the
+    /// request taken.
     #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn cancel_ahead<S, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
         input: &[u8],
+        held: &mut VecDeque<Bytes>,
         out: &mut B,
-    ) -> bool {
+    ) -> (bool, Option<Bytes>) {
         let Some(by) = &dispatcher.inner.cancel_by else {
-            return false;
+            return (false, None);
         };
         // Its own message, as `start` reads one (nothing else uses the
         // arena between messages).
@@ -610,16 +618,49 @@ impl Connection {
             _ => None,
         };
         let found = target.is_some();
+        let mut unheld = None;
         if let Some(target) = target {
-            self.engine
-                .cancel_answering(target.as_bytes(), by.reply, out);
+            let id = target.as_bytes();
+            if self.engine.has_call(id) {
+                self.engine.cancel_answering(id, by.reply, out);
+            } else if !held.is_empty() {
+                // Owned: the held messages are parsed in the same arena.
+                let id: smallvec::SmallVec<[u8; 32]> = id.into();
+                let reply = by.reply;
+                unheld = self.take_held(dispatcher, &id, held);
+                if unheld.is_some() && reply == CancelledReply::Error {
+                    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+                    out.extend_from_slice(&id);
+                    write_error_tail(out, REQUEST_CANCELLED, "Request cancelled", None);
+                }
+            }
         }
         if out.len() > mark {
             out.end_reply();
         }
         self.engine.flush_complete(out, self.max_retained);
         self.end_message();
-        found
+        (found, unheld)
+    }
+
+    /// Takes the first single request with id `id` out of `held`.
+    fn take_held<S, K>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        id: &[u8],
+        held: &mut VecDeque<Bytes>,
+    ) -> Option<Bytes> {
+        let at = held.iter().position(|frame| {
+            self.arena.reset();
+            match dispatcher.inner.parser.parse_incoming(frame, &self.arena) {
+                Ok(Message::Single(item)) => matches!(
+                    item.as_entry(),
+                    Some(Entry::Request(r)) if r.id().is_some_and(|i| i.as_bytes() == id)
+                ),
+                _ => false,
+            }
+        })?;
+        held.remove(at)
     }
 }
 
@@ -1498,6 +1539,14 @@ impl Engine {
             kept += buf.capacity();
             kept <= keep
         });
+    }
+
+    /// Whether a running or waiting call has request id `id`.
+    fn has_call(&self, id: &[u8]) -> bool {
+        self.slots
+            .iter()
+            .any(|s| s.task.as_ref().is_some_and(|t| t.id.as_deref() == Some(id)))
+            || self.waiting.iter().any(|w| w.id.as_deref() == Some(id))
     }
 
     fn cancel(&mut self, id: &[u8]) -> bool {

@@ -715,6 +715,7 @@ pub(crate) async fn accept_backoff(e: &std::io::Error) {
 /// loops compare header names and values with it on every request, where
 /// the byte-by-byte comparison cost about 200 instructions a request).
 #[inline]
+#[cfg_attr(not(feature = "http"), allow(dead_code))] // for the HTTP loops
 pub(crate) fn eq_ignore_case(have: &[u8], lower: &[u8]) -> bool {
     debug_assert!(lower.is_ascii() && !lower.iter().any(u8::is_ascii_uppercase));
     let n = have.len();

@@ -887,11 +887,13 @@ where
     /// which must be read for those calls to finish (else each would hang
     /// until its timeout, and the connection with it). Answers are taken
     /// at once; other messages are held, in order, up to about
-    /// [`MAX_HELD`] bytes, and started as calls finish.
+    /// [`MAX_HELD`] bytes, and started as calls finish. A full output does
+    /// not stop it: answers make no output, and the other side may be
+    /// waiting for room to write them before it reads what fills ours (two
+    /// peers pipelining requests with large replies to each other would
+    /// otherwise wait on each other for good).
     fn awaits_answers(&self) -> bool {
-        self.held_bytes < self.max_message_len.min(MAX_HELD)
-            && !self.output_full()
-            && self.conn.awaits_client_answers()
+        self.held_bytes < self.max_message_len.min(MAX_HELD) && self.conn.awaits_client_answers()
     }
 
     /// Whether reading goes on at the in-flight limit: for answers
@@ -927,12 +929,13 @@ where
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
-            if self
-                .conn
-                .cancel_ahead(self.dispatcher, &frame, &mut self.replies)
-            {
-                self.queue_replies();
+            let (_, unheld) =
+                self.conn
+                    .cancel_ahead(self.dispatcher, &frame, &mut self.held, &mut self.replies);
+            if let Some(request) = unheld {
+                self.held_bytes -= request.len() + HELD_OVERHEAD;
             }
+            self.queue_replies();
             self.held_bytes += frame.len() + HELD_OVERHEAD;
             self.held.push_back(frame);
         } else {
@@ -1202,7 +1205,10 @@ where
                 self.queue_replies();
                 true
             }
-            Poll::Pending => false,
+            // A call that makes no reply (a notification) finished: its
+            // slot is free for a held message, which the next round starts
+            // (no wake will come for it).
+            Poll::Pending => self.in_flight() < in_flight,
         }
     }
 

@@ -1393,8 +1393,15 @@ where
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
-            self.conn
-                .cancel_ahead(&self.server.dispatcher, &input, &mut self.replies);
+            let (_, unheld) = self.conn.cancel_ahead(
+                &self.server.dispatcher,
+                &input,
+                &mut self.held,
+                &mut self.replies,
+            );
+            if let Some(request) = unheld {
+                self.held_bytes -= request.len() + HELD_OVERHEAD;
+            }
             self.held_bytes += input.len() + HELD_OVERHEAD;
             self.held.push_back(Bytes::copy_from_slice(&input));
             return Ok(());
