@@ -66,6 +66,8 @@ struct FakeWs {
     addr: SocketAddr,
     log: Log,
     push: Arc<Mutex<Vec<mpsc::UnboundedSender<Act>>>>,
+    /// Close frames of ours the gateway answered with its own.
+    closes_answered: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl FakeWs {
@@ -116,6 +118,8 @@ async fn fake_ws(script: Script) -> FakeWs {
     let log: Log = Arc::default();
     let push: Arc<Mutex<Vec<mpsc::UnboundedSender<Act>>>> = Arc::default();
     let (log2, push2) = (Arc::clone(&log), Arc::clone(&push));
+    let closes_answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let answered = Arc::clone(&closes_answered);
     tokio::spawn(async move {
         loop {
             let Ok((tcp, _)) = listener.accept().await else {
@@ -131,6 +135,7 @@ async fn fake_ws(script: Script) -> FakeWs {
                 push.len() - 1
             };
             let (log, script) = (Arc::clone(&log2), Arc::clone(&script));
+            let answered = Arc::clone(&answered);
             tokio::spawn(async move {
                 loop {
                     let act = tokio::select! {
@@ -155,7 +160,11 @@ async fn fake_ws(script: Script) -> FakeWs {
                         Some(Act::Close) => {
                             let _ = ws.close(None).await;
                             // Drains until the peer's close.
-                            while let Some(Ok(_)) = ws.next().await {}
+                            while let Some(Ok(m)) = ws.next().await {
+                                if m.is_close() {
+                                    answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                }
+                            }
                             return;
                         }
                         Some(Act::Freeze) => {
@@ -173,7 +182,12 @@ async fn fake_ws(script: Script) -> FakeWs {
             });
         }
     });
-    FakeWs { addr, log, push }
+    FakeWs {
+        addr,
+        log,
+        push,
+        closes_answered,
+    }
 }
 
 fn reply(v: &Value, result: Value) -> Act {
@@ -829,4 +843,26 @@ async fn an_upstream_subscription_id_with_escapes_is_relayed() {
     assert_eq!(next(&mut ws).await["result"], true);
     let (_, unsub) = up.wait_for("eth_unsubscribe", 1).await.remove(0);
     assert_eq!(unsub["params"], json!(["0xab"]));
+}
+
+/// An upstream that closes its WebSocket gets the gateway's close frame
+/// back (RFC 6455 5.5.1) and the TCP connection ends: it was never
+/// answered (the gateway's writer only woke for requests to send), and
+/// the socket stayed in CLOSE-WAIT. Found by a review.
+#[tokio::test]
+async fn an_upstream_close_frame_is_answered() {
+    let up = fake_ws(node()).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    assert_eq!(rpc(gw.addr, "eth_blockNumber").await["result"], "0x10");
+    up.act(Act::Close);
+    let deadline = tokio::time::Instant::now() + HANG;
+    while up.closes_answered.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway never answered the upstream's close frame"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Later calls go over a new connection.
+    assert_eq!(rpc(gw.addr, "eth_blockNumber").await["result"], "0x11");
 }

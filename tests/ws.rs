@@ -1710,3 +1710,37 @@ async fn handlers_read_the_handshake_headers_through_rpcwire_http() {
     shutdown.trigger();
     task.await.unwrap().unwrap();
 }
+
+/// A client whose TCP connection ends without a close frame left: the
+/// connection ends as `Client`, and no close frame (once a 1002 "protocol
+/// error") is written into a socket nobody reads. Found by a review.
+#[tokio::test]
+async fn a_client_gone_without_a_close_frame_closed_it() {
+    let server = WsServer::new(
+        Dispatcher::builder(())
+            .method("ping", |c: Call<'_, ()>| c.reply.str("pong"))
+            .build()
+            .unwrap(),
+    );
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let serving =
+        tokio::spawn(async move { server.serve_connection(server_io, Context::builder()).await });
+    let (mut read, mut write) = tokio::io::split(client_io);
+    let request = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    write.write_all(&client_frame(1, request)).await.unwrap();
+    let reply = br#"{"jsonrpc":"2.0","id":1,"result":"pong"}"#;
+    let mut got = vec![0u8; 2 + reply.len()];
+    read.read_exact(&mut got).await.unwrap();
+    assert_eq!((got[0], usize::from(got[1])), (0x81, reply.len()));
+    assert_eq!(&got[2..], reply);
+    // Its input ends, no close frame sent.
+    write.shutdown().await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("the connection ends at once")
+        .unwrap();
+    assert_eq!(reason, CloseReason::Client);
+    let mut after = Vec::new();
+    read.read_to_end(&mut after).await.unwrap();
+    assert!(after.is_empty(), "written after the client left: {after:?}");
+}

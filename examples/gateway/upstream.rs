@@ -46,6 +46,9 @@ use crate::h1::{Body, H1Error, H1Pool};
 pub const REST: Duration = Duration::from_secs(2);
 /// How long connecting to a WebSocket upstream may take.
 const WS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long closing a WebSocket upstream's connection (the close frame
+/// written and flushed) may take.
+const WS_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// For how many call timeouts an `eth_subscribe` whose caller left is
 /// remembered, in case the upstream subscribes after all (it is then
 /// unsubscribed at once); an upstream that answers later than that has
@@ -1054,8 +1057,20 @@ impl WsUpstream {
             silent: AtomicBool::new(false),
             ended: Arc::new(tokio::sync::Notify::new()),
         });
+        // Dropped by the reader when the upstream's side ends: the writer
+        // then closes ours, which sends the reply to the upstream's close
+        // frame (queued by tungstenite, written only by the write half) and
+        // ends the TCP connection.
+        let (read_done, mut reader_ended) = tokio::sync::oneshot::channel::<()>();
         let writer = tokio::spawn(async move {
-            while let Some(first) = rx.recv().await {
+            loop {
+                let first = tokio::select! {
+                    first = rx.recv() => match first {
+                        Some(first) => first,
+                        None => break,
+                    },
+                    _ = &mut reader_ended => break,
+                };
                 // Everything queued goes out in one flush.
                 let mut ok = write.feed(first).await.is_ok();
                 while ok && let Ok(more) = rx.try_recv() {
@@ -1065,10 +1080,12 @@ impl WsUpstream {
                     break;
                 }
             }
-            let _ = write.close().await;
+            // Bounded: an upstream that stopped reading cannot hold it.
+            let _ = tokio::time::timeout(WS_CLOSE_TIMEOUT, write.close()).await;
         });
         let reader = Arc::clone(&conn);
         let reading = tokio::spawn(async move {
+            let _read_done = read_done;
             while let Some(frame) = read.next().await {
                 reader.heard.store(reader.since_born(), Ordering::Relaxed);
                 let bytes = match frame {

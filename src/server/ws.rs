@@ -1583,6 +1583,12 @@ fn reason_of(e: &tungstenite::Error) -> CloseReason {
     use tungstenite::Error;
     match e {
         Error::Capacity(_) => CloseReason::MessageTooLarge,
+        // The TCP connection ended without a close frame: the client left
+        // (nothing can be told to it, and a 1002 would be written into a
+        // socket nobody reads).
+        Error::Protocol(tungstenite::error::ProtocolError::ResetWithoutClosingHandshake) => {
+            CloseReason::Client
+        }
         Error::Utf8(_) | Error::Protocol(_) => CloseReason::Protocol,
         Error::ConnectionClosed | Error::AlreadyClosed => CloseReason::Client,
         _ => CloseReason::Io,
