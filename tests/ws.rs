@@ -1744,3 +1744,51 @@ async fn a_client_gone_without_a_close_frame_closed_it() {
     read.read_to_end(&mut after).await.unwrap();
     assert!(after.is_empty(), "written after the client left: {after:?}");
 }
+
+/// A message refused for its size while the client is still sending it:
+/// the -32600 and the 1009 close reach the client whole, and the
+/// connection ends cleanly, not with a reset that would discard what the
+/// client had not read yet (a review thought the rest of the frame was
+/// left unread; it is read and dropped until the close, as this shows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_message_still_being_sent_gets_its_reply_and_close() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        max_message_len: 64 * 1024,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    for _ in 0..3 {
+        let raw = raw_client(server.addr).await;
+        let (mut read, mut write) = raw.into_split();
+        let payload = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"echo","params":["{}"]}}"#,
+            "a".repeat(4 << 20)
+        );
+        let frame = client_frame(1, payload.as_bytes());
+        let sending = tokio::spawn(async move {
+            // Cut short by the server's close: not an error here.
+            let _ = write.write_all(&frame).await;
+            write
+        });
+        // Lets the server see the header and refuse the message while the
+        // rest is on its way.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut data = Vec::new();
+        let read_result = tokio::time::timeout(PATIENCE, read.read_to_end(&mut data))
+            .await
+            .expect("the server closed in time");
+        let text = String::from_utf8_lossy(&data);
+        assert!(
+            text.contains(r#""code":-32600"#),
+            "the -32600 reply lost ({read_result:?}): {text:?}"
+        );
+        assert!(
+            data.windows(4).any(|w| w[0] == 0x88 && w[2..4] == 1009u16.to_be_bytes()),
+            "the 1009 close frame lost ({read_result:?}): {data:?}"
+        );
+        assert!(read_result.is_ok(), "{read_result:?}");
+        drop(sending.await.unwrap());
+    }
+    server.stop().await;
+}
