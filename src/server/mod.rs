@@ -121,8 +121,14 @@ pub struct Limits {
     /// long sent data (replies, notifications) may go unacknowledged
     /// (`TCP_USER_TIMEOUT`), which finds a client that vanished while
     /// data was on its way (else found when retransmission gives up, about
-    /// 15 minutes). `None` leaves the system's settings (keepalive off, on
-    /// Linux). Unix sockets and stdio have no such probe.
+    /// 15 minutes). The kernel applies that bound to data held back by a
+    /// closed receive window too: a client that keeps reading, but more
+    /// slowly than its subscriptions produce, so that its window stays
+    /// closed for that long, is disconnected (`ETIMEDOUT`) as a vanished
+    /// one would be; give such clients a longer interval, or `None`, and
+    /// let [`idle_timeout`](Limits::idle_timeout) judge them by the writes
+    /// that go through. `None` leaves the system's settings (keepalive
+    /// off, on Linux). Unix sockets and stdio have no such probe.
     pub tcp_keepalive: Option<Duration>,
 }
 
