@@ -1784,7 +1784,8 @@ async fn an_oversized_message_still_being_sent_gets_its_reply_and_close() {
             "the -32600 reply lost ({read_result:?}): {text:?}"
         );
         assert!(
-            data.windows(4).any(|w| w[0] == 0x88 && w[2..4] == 1009u16.to_be_bytes()),
+            data.windows(4)
+                .any(|w| w[0] == 0x88 && w[2..4] == 1009u16.to_be_bytes()),
             "the 1009 close frame lost ({read_result:?}): {data:?}"
         );
         assert!(read_result.is_ok(), "{read_result:?}");
