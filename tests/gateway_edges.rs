@@ -36,6 +36,19 @@ async fn call(addr: SocketAddr, body: &str) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
+/// Calls the scripted upstream's `"ok"` mode with `id` (raw JSON) and
+/// asserts it was answered with its own echo: the gateway goes on after
+/// whatever `context` did.
+async fn assert_ok_call(addr: SocketAddr, id: &str, context: &str) {
+    let r = call(
+        addr,
+        &format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_call","params":["ok"]}}"#),
+    )
+    .await;
+    assert_eq!(r["result"]["ok"], json!(["ok"]), "{context}: {r}");
+    assert_eq!(r["id"].to_string(), id, "{context}: {r}");
+}
+
 /// One step of a scripted upstream's answer.
 enum Step {
     Write(Vec<u8>),
@@ -769,12 +782,7 @@ async fn a_chunk_not_ended_by_crlf_is_refused() {
         assert_eq!(r["error"]["code"], -32603, "hyper {hyper_client}: {r}");
         assert!(r["error"]["data"]["reason"].is_string(), "{r}");
         // The next call goes on a new connection and gets its own answer.
-        let r = call(
-            gw.addr,
-            r#"{"jsonrpc":"2.0","id":8,"method":"eth_call","params":["ok"]}"#,
-        )
-        .await;
-        assert_eq!(r["result"]["ok"], json!(["ok"]), "{r}");
+        assert_ok_call(gw.addr, "8", &format!("hyper {hyper_client}")).await;
         let log = log.lock().unwrap();
         assert_ne!(
             log[0].0, log[1].0,
@@ -967,12 +975,7 @@ async fn a_reply_without_a_body_by_its_status_is_not_waited_on() {
             .await;
             assert_eq!(r["error"]["code"], -32603, "hyper {hyper_client}: {r}");
         }
-        let r = call(
-            gw.addr,
-            r#"{"jsonrpc":"2.0","id":9,"method":"eth_call","params":["ok"]}"#,
-        )
-        .await;
-        assert_eq!(r["result"]["ok"], json!(["ok"]), "{r}");
+        assert_ok_call(gw.addr, "9", &format!("hyper {hyper_client}")).await;
     }
 }
 
@@ -1190,16 +1193,7 @@ async fn the_largest_limits_mean_no_limit() {
         )
         .await;
         assert_eq!(r["error"]["code"], -32002, "hyper {hyper_client}: {r}");
-        let r = call(
-            gw.addr,
-            r#"{"jsonrpc":"2.0","id":3,"method":"eth_call","params":["ok"]}"#,
-        )
-        .await;
-        assert_eq!(
-            r["result"]["ok"],
-            json!(["ok"]),
-            "hyper {hyper_client}: {r}"
-        );
+        assert_ok_call(gw.addr, "3", &format!("hyper {hyper_client}")).await;
     }
 }
 
@@ -1230,12 +1224,7 @@ async fn unreadable_framing_is_refused_at_once() {
         .await;
         assert_eq!(r["error"]["code"], -32603, "{mode}: {r}");
         assert!(r["error"].to_string().contains(piece), "{mode}: {r}");
-        let r = call(
-            gw.addr,
-            &format!(r#"{{"jsonrpc":"2.0","id":"k{n}","method":"eth_call","params":["ok"]}}"#),
-        )
-        .await;
-        assert_eq!(r["result"]["ok"], json!(["ok"]), "after {mode}: {r}");
+        assert_ok_call(gw.addr, &format!(r#""k{n}""#), &format!("after {mode}")).await;
     }
     let log = log.lock().unwrap();
     assert_eq!(log.len(), 8);
@@ -1269,16 +1258,7 @@ async fn an_ipv6_upstream_without_a_port_is_port_80() {
         };
         let (up, _) = scripted_on(listener, misbehave());
         let gw = start(proxy_config(up, hyper_client)).await;
-        let r = call(
-            gw.addr,
-            r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":["ok"]}"#,
-        )
-        .await;
-        assert_eq!(
-            r["result"]["ok"],
-            json!(["ok"]),
-            "hyper {hyper_client}: {r}"
-        );
+        assert_ok_call(gw.addr, "1", &format!("hyper {hyper_client}")).await;
     }
 }
 
