@@ -793,3 +793,92 @@ async fn http_a_session_that_ends_tells_the_client_to_drop_what_it_asked() {
     );
     assert_eq!(call.next().await, None);
 }
+
+// ------------------------------------------------ what a session keeps
+
+/// `initialize`'s `capabilities` are kept for the session's life (a tool
+/// reads them through `ToolContext::client_capabilities`): a client
+/// declaring megabytes of them held several times that in every session.
+/// Past 64 KiB they are refused with -32602 naming the limit, and no
+/// session is made.
+#[tokio::test]
+async fn http_initialize_refuses_oversized_capabilities() {
+    let h = http_server(server()).await;
+    let big = format!(r#"{{"experimental":{{"x":[{}0]}}}}"#, "0,".repeat(40_000));
+    let initialize = format!(
+        r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{big},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    );
+    let a = post(h.addr, &[], &initialize).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let r = a.json();
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["field"], "capabilities", "{r}");
+    assert_eq!(r["error"]["data"]["limit"], 65536, "{r}");
+    assert!(a.headers.get("mcp-session-id").is_none());
+    // Ordinary capabilities still make a session.
+    http_session_with(h.addr, r#"{"sampling":{},"roots":{"listChanged":true}}"#).await;
+}
+
+/// A POST whose JSON is no request (`method` not a string) but carries an
+/// id was answered 200 with the dispatcher's -32600, skipping the
+/// session checks; the module's table and the spec ("MUST return an HTTP
+/// error status code") say 400, as for the same message without id.
+#[tokio::test]
+async fn http_an_invalid_request_with_an_id_is_400() {
+    let h = http_server(server()).await;
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+        r#"{"jsonrpc":"2.0","id":"a","method":null,"params":{}}"#,
+    ] {
+        let a = post(h.addr, &[], body).await;
+        assert_eq!(a.status, 400, "{body}: {}", a.body);
+        assert_eq!(a.json()["error"]["code"], -32600, "{body}: {}", a.body);
+    }
+}
+
+/// A page size meant as "no paging" (`usize::MAX`) overflowed on the
+/// second page's end: a panic, caught as -32603. Past the last tool the
+/// page is just the rest.
+#[tokio::test]
+async fn tools_list_with_an_unbounded_page_size_pages_without_overflow() {
+    let server = McpServer::builder("pages", "1.0.0")
+        .page_size(usize::MAX)
+        .tool(Tool::new(
+            "a",
+            json!({"type": "object"}),
+            |_: Value, _cx: ToolContext| async { Ok(ToolOutput::text("a")) },
+        ))
+        .tool(Tool::new(
+            "b",
+            json!({"type": "object"}),
+            |_: Value, _cx: ToolContext| async { Ok(ToolOutput::text("b")) },
+        ))
+        .build()
+        .unwrap();
+    let mut conn = server.connection("memory");
+    send(&server, &mut conn, INIT).await;
+    let all = send(
+        &server,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    )
+    .await;
+    assert_eq!(
+        all["result"]["tools"].as_array().map(Vec::len),
+        Some(2),
+        "{all}"
+    );
+    assert!(all["result"].get("nextCursor").is_none(), "{all}");
+    let later = send(
+        &server,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"p1"}}"#,
+    )
+    .await;
+    assert_eq!(
+        later["result"]["tools"].as_array().map(Vec::len),
+        Some(1),
+        "{later}"
+    );
+    assert_eq!(later["result"]["tools"][0]["name"], "b", "{later}");
+}

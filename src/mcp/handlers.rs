@@ -267,9 +267,14 @@ struct Empty<'a> {
 struct InitializeParams<'a> {
     #[serde(borrow, default)]
     protocol_version: Option<Cow<'a, str>>,
-    #[serde(default)]
-    capabilities: Option<Value>,
+    #[serde(borrow, default)]
+    capabilities: Option<&'a RawValue>,
 }
+
+/// The most JSON text of `initialize`'s `capabilities` a session keeps
+/// (clients declare a few hundred bytes; a session keeps them, as a
+/// `Value` several times their size, for its whole life).
+const MAX_CAPABILITIES_LEN: usize = 64 * 1024;
 
 /// The revision `initialize` answers for `requested`: the same one when it
 /// is ours, else, for any other dated revision (earlier or later), the
@@ -324,8 +329,35 @@ fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
         ));
     };
     let version = negotiate(&requested)?;
+    let capabilities = match params.capabilities {
+        Some(raw) if raw.get().len() > MAX_CAPABILITIES_LEN => {
+            #[derive(Serialize)]
+            struct Data {
+                field: &'static str,
+                limit: usize,
+                len: usize,
+            }
+            return Err(field_error(
+                "Invalid params: capabilities too large",
+                &Data {
+                    field: "capabilities",
+                    limit: MAX_CAPABILITIES_LEN,
+                    len: raw.get().len(),
+                },
+            ));
+        }
+        Some(raw) => Some(Arc::new(serde_json::from_str::<Value>(raw.get()).map_err(
+            |e| {
+                field_error(
+                    "Invalid params: capabilities",
+                    &serde_json::json!({"field": "capabilities", "reason": e.to_string()}),
+                )
+            },
+        )?)),
+        None => None,
+    };
     if let Some(session) = session_of(call.ctx) {
-        session.initialize(version, params.capabilities.map(Arc::new));
+        session.initialize(version, capabilities);
     }
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -494,7 +526,9 @@ fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
             )
         })?,
     };
-    let end = (start + inner.page_size).min(registry.tools.len());
+    let end = start
+        .saturating_add(inner.page_size)
+        .min(registry.tools.len());
     let tools: Vec<&RawValue> = registry.tools[start..end]
         .iter()
         .map(|t| &*t.listing)

@@ -857,6 +857,11 @@ impl Endpoint {
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         let mut changes = self.inner.server.inner().changes.subscribe();
         let mut ended = session.ended.subscribe();
+        // Ended between the lookup and the subscription: the change is
+        // already seen, so `changed()` would never fire.
+        if *ended.borrow() {
+            return status_only(StatusCode::NOT_FOUND);
+        }
         let stream_id = session.next_stream.fetch_add(1, Ordering::Relaxed);
         session.streams().push((stream_id, tx.clone()));
         let entry = StreamEntry {
@@ -878,7 +883,11 @@ impl Endpoint {
                                 continue;
                             }
                             let event = Bytes::from_static(b"event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n\n");
-                            if tx.send(event).await.is_err() {
+                            // Not awaited: a client that stops reading
+                            // would hold this task (and its session) past
+                            // the session's end. With 16 queued, it has
+                            // list_changed to read already.
+                            if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(event) {
                                 return;
                             }
                         }
@@ -964,15 +973,11 @@ impl Endpoint {
             // JSON that is not a request (a method that is not a string):
             // the dispatcher answers it (-32600, with its id).
             Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() => {
-                #[derive(Deserialize)]
-                struct IdOnly<'a> {
-                    #[serde(borrow, default, deserialize_with = "present")]
-                    id: Option<&'a RawValue>,
-                }
-                let id = serde_json::from_slice::<IdOnly<'_>>(&body)
-                    .ok()
-                    .and_then(|p| p.id);
-                return self.run(body.clone(), None, None, id, &parts.headers).await;
+                // Not a request, so 400 whatever its id (the dispatcher's
+                // -32600 names the id): run as a message without one.
+                return self
+                    .run(body.clone(), None, None, None, &parts.headers)
+                    .await;
             }
             Err(_) => {
                 return rpc_error(
@@ -1213,6 +1218,7 @@ impl Endpoint {
         if let Some(i) = &id_bytes {
             match session_state.register(i) {
                 Registered::Run(rx) => cancel = Some(rx),
+                Registered::Untracked => {}
                 // Cancelled before it got here: not run, no reply.
                 Registered::Cancelled => return sse_response(Body::Full(None)),
                 Registered::InUse => {

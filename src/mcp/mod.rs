@@ -11,7 +11,10 @@
 //!   client asks for another dated revision (earlier or later: the spec's
 //!   "MUST respond with another protocol version it supports"), and -32602
 //!   with `data.supported` (and `data.requested`) for a version that is not
-//!   a revision. `ping` and `logging/setLevel` are answered
+//!   a revision. The client's `capabilities` are kept for the session
+//!   (a tool reads them with [`ToolContext::client_capabilities`]): more
+//!   than 64 KiB of them are -32602 with `data.limit`. `ping` and
+//!   `logging/setLevel` are answered
 //!   at any time; other requests of this lifecycle before `initialize` get
 //!   -32600.
 //! * `2026-07-28`: no handshake. A request whose `_meta` carries

@@ -43,7 +43,21 @@ struct Inner {
 /// How many early cancellations and ended ids a session keeps.
 const KEPT: usize = 16;
 
+/// Whether `id` (JSON text) is one a request can carry: a string or a
+/// number, within the parser's default id limit
+/// ([`Parser::DEFAULT_MAX_ID_LEN`](crate::Parser::DEFAULT_MAX_ID_LEN)).
+/// Only such ids are kept for later: anything else names no request (the
+/// dispatcher refuses it), and keeping it would let a client park
+/// megabytes in the session.
+fn is_request_id(id: &[u8]) -> bool {
+    id.len() <= crate::Parser::DEFAULT_MAX_ID_LEN as usize
+        && matches!(id.first(), Some(b'"' | b'-' | b'0'..=b'9'))
+}
+
 fn keep(list: &mut VecDeque<Box<[u8]>>, id: &[u8]) {
+    if !is_request_id(id) {
+        return;
+    }
     if list.len() >= KEPT {
         list.pop_front();
     }
@@ -58,6 +72,9 @@ pub(crate) enum Registered {
     Cancelled,
     /// A call of the session with this id is running: refused.
     InUse,
+    /// An id no request can carry: the dispatcher refuses the message;
+    /// nothing to cancel.
+    Untracked,
 }
 
 impl SessionState {
@@ -105,7 +122,9 @@ impl SessionState {
     }
 
     /// A client asked to cancel the call with this id: fires its waiter
-    /// (HTTP), or queues it for the transport's loop (stdio).
+    /// (HTTP), or queues it for the transport's loop (stdio). An id no
+    /// request can carry (an object, or past the id limit) is ignored
+    /// ("invalid cancellation notifications SHOULD be ignored").
     pub(crate) fn request_cancel(&self, id: &[u8]) {
         let mut g = lock(&self.inner);
         if let Some(tx) = g.waiters.remove(id) {
@@ -134,6 +153,11 @@ impl SessionState {
             keep(&mut g.finished, id);
             return Registered::Cancelled;
         }
+        // An id no request can carry is refused by the dispatcher at once:
+        // nothing could cancel it, and it is not kept.
+        if !is_request_id(id) {
+            return Registered::Untracked;
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         g.waiters.insert(id.into(), tx);
         Registered::Run(rx)
@@ -145,5 +169,38 @@ impl SessionState {
         let mut g = lock(&self.inner);
         g.waiters.remove(id);
         keep(&mut g.finished, id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A `requestId` no request can carry was kept for a request that
+    /// might come (16 per session, of any size): megabytes a client could
+    /// park in every session.
+    #[test]
+    fn only_request_ids_are_kept() {
+        let s = SessionState::default();
+        let long = format!("\"{}\"", "x".repeat(2000));
+        for id in [r#"{"a":1}"#, "[1]", "null", "true", long.as_str()] {
+            s.request_cancel(id.as_bytes());
+            s.unregister(id.as_bytes());
+            assert!(
+                matches!(s.register(id.as_bytes()), Registered::Untracked),
+                "{id}"
+            );
+            s.unregister(id.as_bytes());
+        }
+        assert!(s.take_cancels().is_empty());
+        let g = lock(&s.inner);
+        assert!(g.finished.is_empty(), "{:?}", g.finished);
+        assert!(g.waiters.is_empty());
+        drop(g);
+        // Plain ids still are.
+        for id in ["\"a\"", "7", "-1"] {
+            s.request_cancel(id.as_bytes());
+        }
+        assert_eq!(s.take_cancels().len(), 3);
     }
 }
