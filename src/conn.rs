@@ -433,6 +433,35 @@ impl Connection {
         self.context.peer().is_some_and(|peer| peer.pending() > 0)
     }
 
+    /// Whether a transport at its in-flight limit starts `message` rather
+    /// than holding it: it holds only answers (they start no call), or it
+    /// answers a request the handlers wait for, whatever requests it also
+    /// holds (a mixed batch): held behind the asking call, which holds its
+    /// slot until the answer comes, it would wait for good. A client gets
+    /// past the limit that way by at most one batch per request the
+    /// handlers sent it.
+    #[cfg(feature = "server")]
+    pub(crate) fn starts_at_limit(
+        &self,
+        message: &crate::message::Message<'_, crate::message::Incoming<'_>>,
+    ) -> bool {
+        use crate::message::{Incoming, Message};
+        let Some(peer) = self.context.peer().filter(|peer| peer.pending() > 0) else {
+            return false;
+        };
+        match message {
+            Message::Single(incoming) => incoming.is_response(),
+            Message::Batch(batch) => {
+                let items = batch.as_slice();
+                items.iter().all(Incoming::is_response)
+                    || items
+                        .iter()
+                        .filter_map(Incoming::response_id)
+                        .any(|id| peer.awaits(id))
+            }
+        }
+    }
+
     /// Bytes the per-message arena holds now.
     pub fn arena_bytes(&self) -> usize {
         self.arena.allocated_bytes()

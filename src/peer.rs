@@ -287,8 +287,17 @@ impl<T> PendingTable<T> {
         id
     }
 
+    /// Takes the next id of the table's own counter, for a request to be
+    /// entered with [`insert_as`](Self::insert_as) once written.
+    pub(crate) fn reserve(&mut self) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        id
+    }
+
     /// Registers `waiter` under `id`, an id allocated elsewhere (peers that
-    /// share one id space); the table's own counter is not used.
+    /// share one id space, or [`reserve`](Self::reserve)); the table's own
+    /// counter is not used.
     pub(crate) fn insert_as(&mut self, id: u64, waiter: T, deadline: Option<Instant>) {
         self.entries.insert(id, (waiter, deadline));
     }
@@ -299,6 +308,11 @@ impl<T> PendingTable<T> {
     pub fn take(&mut self, id: Id<'_>) -> Option<T> {
         let id = id.as_u64()?;
         self.entries.remove(&id).map(|(w, _)| w)
+    }
+
+    /// Whether a request with `id` waits for its response.
+    pub(crate) fn contains(&self, id: Id<'_>) -> bool {
+        id.as_u64().is_some_and(|id| self.entries.contains_key(&id))
     }
 
     /// Forgets the request `id` (cancelled by this side); returns its waiter.
@@ -677,7 +691,9 @@ impl Peer {
     /// why none came (call [`expire`](Peer::expire) for deadlines when not
     /// using `request`, feature `async`). Returns the id it was sent with;
     /// [`PeerError::Closed`] once the peer is [closed](Peer::close) (nothing
-    /// is sent, `on_answer` is not called).
+    /// is sent, `on_answer` is not called). Either `on_answer` runs or this
+    /// returns an error, never both: a send that fails after a `close` on
+    /// another thread already told `on_answer` is not reported again.
     ///
     /// A request this side gives up on before its answer came (its
     /// deadline passed in [`expire`](Peer::expire), [`cancel`](Peer::cancel),
@@ -797,14 +813,24 @@ impl Peer {
     }
 
     /// Enters `waiter` in the table and sends the request `write` makes
-    /// with its id.
+    /// with its id. The message is written first, so that the entry is in
+    /// the table only while it is sent: a `close`, `cancel` or `expire`
+    /// running meanwhile (another thread) finds it for no longer than that.
+    /// The outcome is told once: when such a call took the waiter (and told
+    /// it why) before a failed send, the send's error is not returned too.
     fn start(
         &self,
         waiter: Waiter,
         deadline: Option<Instant>,
         write: impl FnOnce(&mut Vec<u8>, u64) -> Result<(), PeerError>,
     ) -> Result<u64, PeerError> {
-        let id = {
+        let id = match &self.inner.ids {
+            Some(ids) => ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            None => self.lock().reserve(),
+        };
+        let mut out = Vec::with_capacity(64);
+        write(&mut out, id)?;
+        {
             // Checked under the lock: a `close` that runs between the check
             // and the insert would miss the new entry, whose waiter would
             // then wait for ever.
@@ -814,21 +840,16 @@ impl Peer {
                 drop(waiter);
                 return Err(PeerError::Closed);
             }
-            match &self.inner.ids {
-                Some(ids) => {
-                    let id = ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    table.insert_as(id, waiter, deadline);
-                    id
-                }
-                None => table.insert(waiter, deadline),
-            }
-        };
-        let mut out = Vec::with_capacity(64);
-        let sent = write(&mut out, id).and_then(|()| self.send(out));
-        if let Err(e) = sent {
+            table.insert_as(id, waiter, deadline);
+        }
+        if let Err(e) = self.send(out) {
             // Dropped (not called) after the lock is released: what the
             // waiter owns may use the peer when it goes.
             let unsent = self.lock().cancel(id);
+            if unsent.is_none() {
+                // Told already, by whoever took it.
+                return Ok(id);
+            }
             drop(unsent);
             return Err(e);
         }
@@ -1110,6 +1131,11 @@ impl Peer {
     /// How many requests wait for an answer.
     pub fn pending(&self) -> usize {
         self.lock().len()
+    }
+
+    /// Whether the request with `id` waits for its response.
+    pub(crate) fn awaits(&self, id: Id<'_>) -> bool {
+        self.lock().contains(id)
     }
 
     /// Matches an incoming response to its request; `false` if none waits

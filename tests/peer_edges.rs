@@ -827,3 +827,54 @@ fn a_peer_dropped_without_close_tells_its_waiters() {
         ]
     );
 }
+
+/// A request is in the pending table while it is sent: a `close` that
+/// runs then (another thread; here the outbound itself) tells its waiter
+/// `Closed`. When the send then failed too, `request_with` also returned
+/// the send's error, so a caller counting outcomes heard of the request
+/// twice. The outcome is now told once: through `on_answer` when it ran,
+/// else by the error.
+#[test]
+fn a_request_closed_while_it_is_sent_is_reported_once() {
+    struct Wire(std::sync::OnceLock<Peer>);
+    impl Outbound for Wire {
+        fn send(&self, _: Bytes) -> Result<(), SendError> {
+            self.0.get().expect("set").close();
+            Err(SendError::Full)
+        }
+    }
+    let wire = Arc::new(Wire(std::sync::OnceLock::new()));
+    let peer = Peer::new(wire.clone());
+    assert!(wire.0.set(peer.clone()).is_ok());
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let keep = Arc::clone(&heard);
+    let r = peer.request_with_raw("m", None, None, move |a| {
+        keep.lock().unwrap().push(a.err());
+    });
+    let heard = heard.lock().unwrap();
+    assert_eq!(
+        heard.len() + usize::from(r.is_err()),
+        1,
+        "on_answer heard {heard:?} and request_with returned {r:?}"
+    );
+    assert_eq!(peer.pending(), 0);
+}
+
+/// A send that fails with nothing else going on is the caller's error,
+/// and `on_answer` is not called.
+#[test]
+fn a_request_that_cannot_be_sent_is_an_error_and_nothing_else() {
+    struct Full;
+    impl Outbound for Full {
+        fn send(&self, _: Bytes) -> Result<(), SendError> {
+            Err(SendError::Full)
+        }
+    }
+    let peer = Peer::new(Arc::new(Full));
+    let heard = Arc::new(Mutex::new(0));
+    let keep = Arc::clone(&heard);
+    let r = peer.request_with_raw("m", None, None, move |_| *keep.lock().unwrap() += 1);
+    assert_eq!(r, Err(PeerError::Send(SendError::Full)));
+    assert_eq!(*heard.lock().unwrap(), 0);
+    assert_eq!(peer.pending(), 0);
+}

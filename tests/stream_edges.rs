@@ -677,6 +677,77 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
     }
 }
 
+/// A client may answer the handler's request in a batch that also holds
+/// a request of its own (a mixed batch, which the parser reads in one
+/// pass). At the in-flight limit only batches of answers alone were let
+/// through: the mixed one was held behind the asking call, which held the
+/// only slot waiting for the answer inside it, so it hung until its peer
+/// timeout. A frame that answers a request the handlers wait for now runs
+/// at once, its requests with it.
+#[tokio::test]
+async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
+    let d = Dispatcher::builder(())
+        .async_method("ask", |call: AsyncCall<()>| async move {
+            let peer = call.ctx.peer().expect("two-way").clone();
+            let answer = peer
+                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+                .await
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            answer
+                .decode::<Value>()
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
+        .method("add", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            c.reply.u64(a + b)
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move {
+        Driver::new(Lines::new())
+            .limits(limits)
+            .run(&d, sr, sw)
+            .await
+    });
+    let (cr, mut cw) = tokio::io::split(client);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let ping: Value =
+            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}},
+            {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]}
+        ]);
+        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let line = replies.next_line().await.unwrap().expect("a message");
+            got.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("the asking call hung: its answer was held behind max_in_flight");
+    // The asking call's result, and the batch's reply (an array of one).
+    let asked = got.iter().find(|v| v["id"] == 1).expect("ask answered");
+    assert_eq!(asked["result"], json!({"pong": 1}), "{got:?}");
+    let batch = got.iter().find(|v| v.is_array()).expect("batch answered");
+    assert_eq!(batch, &json!([{"jsonrpc": "2.0", "id": 2, "result": 3}]));
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
 /// Bytes a framer cannot resynchronise after (concatenated JSON's stray
 /// byte, a malformed LSP header) get a -32700 reply, and the dispatcher's
 /// observer counts it as it counts the parser's -32700 (it was counted

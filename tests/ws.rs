@@ -564,6 +564,42 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
     }
 }
 
+/// The answer may come in a batch that also holds a request of the
+/// client's own (a mixed batch): held at the limit behind the asking call,
+/// which held the only slot waiting for it, the call hung until its peer
+/// timeout. A message that answers a request the handlers wait for now
+/// runs at once, its requests with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
+    let _heap = HEAP.read().await;
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut ws = connect(server.addr).await;
+    send(&mut ws, req(1, "ask", json!([])).to_string()).await;
+    let talk = async {
+        let ping = next_json(&mut ws).await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 7}},
+            req(2, "echo", json!([2]))
+        ]);
+        send(&mut ws, batch.to_string()).await;
+        [next_json(&mut ws).await, next_json(&mut ws).await]
+    };
+    let got = tokio::time::timeout(PATIENCE, talk)
+        .await
+        .expect("the asking call hung: its answer was held behind max_in_flight");
+    let asked = got.iter().find(|m| m["id"] == 1).expect("ask answered");
+    assert_eq!(asked["result"], json!({"pong": 7}), "{got:?}");
+    let batch = got.iter().find(|m| m.is_array()).expect("batch answered");
+    assert_eq!(batch, &json!([{"jsonrpc": "2.0", "id": 2, "result": [2]}]));
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
 /// What the server holds while it reads on at the in-flight limit for
 /// answers is bounded: a client that, instead of answering, floods
 /// requests (and empty messages, which cost no payload) is held up to

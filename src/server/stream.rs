@@ -909,14 +909,12 @@ where
             || (self.held_bytes < self.max_message_len.min(WATCH_HELD) && !self.output_full())
     }
 
-    /// Whether `frame` holds only responses (answers to the handlers'
-    /// requests), which start no call.
-    fn only_answers(&mut self, frame: &[u8]) -> bool {
-        use crate::message::{Incoming, Message};
+    /// Whether `frame` starts at the in-flight limit: answers to the
+    /// handlers' requests ([`Connection::starts_at_limit`]).
+    fn starts_at_limit(&mut self, frame: &[u8]) -> bool {
         self.arena.reset();
         match self.dispatcher.parser().parse_incoming(frame, &self.arena) {
-            Ok(Message::Single(incoming)) => incoming.is_response(),
-            Ok(Message::Batch(batch)) => batch.as_slice().iter().all(Incoming::is_response),
+            Ok(message) => self.conn.starts_at_limit(&message),
             Err(_) => false,
         }
     }
@@ -925,7 +923,7 @@ where
     /// at the limit (answers to the handlers' requests excepted).
     fn take_frame(&mut self, frame: Bytes) {
         if (self.backpressured() || !self.held.is_empty())
-            && !(self.conn.awaits_client_answers() && self.only_answers(&frame))
+            && !(self.conn.awaits_client_answers() && self.starts_at_limit(&frame))
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).

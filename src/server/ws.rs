@@ -1288,10 +1288,9 @@ where
             || self.held_bytes < self.server.limits.max_message_len.min(WATCH_HELD)
     }
 
-    /// Whether `input` holds only responses (answers to the handlers'
-    /// requests), which start no call.
-    fn only_answers(&self, input: &[u8]) -> bool {
-        use crate::message::{Incoming, Message};
+    /// Whether `input` starts at the in-flight limit: answers to the
+    /// handlers' requests ([`Connection::starts_at_limit`]).
+    fn starts_at_limit(&self, input: &[u8]) -> bool {
         // Only read at the limit: a scratch arena of its own, given back
         // at once.
         let arena = bumpalo::Bump::new();
@@ -1301,8 +1300,7 @@ where
             .parser()
             .parse_incoming(input, &arena)
         {
-            Ok(Message::Single(incoming)) => incoming.is_response(),
-            Ok(Message::Batch(batch)) => batch.as_slice().iter().all(Incoming::is_response),
+            Ok(message) => self.conn.starts_at_limit(&message),
             Err(_) => false,
         }
     }
@@ -1389,7 +1387,7 @@ where
             Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
         if (self.at_limit() || !self.held.is_empty())
-            && !(self.conn.awaits_client_answers() && self.only_answers(&input))
+            && !(self.conn.awaits_client_answers() && self.starts_at_limit(&input))
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
