@@ -311,6 +311,7 @@ impl<T> PendingTable<T> {
     }
 
     /// Whether a request with `id` waits for its response.
+    #[cfg(feature = "server")]
     pub(crate) fn contains(&self, id: Id<'_>) -> bool {
         id.as_u64().is_some_and(|id| self.entries.contains_key(&id))
     }
@@ -1134,6 +1135,7 @@ impl Peer {
     }
 
     /// Whether the request with `id` waits for its response.
+    #[cfg(feature = "server")]
     pub(crate) fn awaits(&self, id: Id<'_>) -> bool {
         self.lock().contains(id)
     }
