@@ -591,6 +591,32 @@ async fn a_fallback_upstreams_answers_are_not_cached() {
     assert_eq!(state.cache.as_ref().unwrap().stats().entries, 0);
 }
 
+/// `eth_chainId` and `net_version` are answered locally after the first
+/// upstream's answer, not a fallback's: a fallback's (the first upstream
+/// down, perhaps another chain) was kept for the process's life, and
+/// every wallet told that chain id. Answered by the fallback, each call
+/// is forwarded again; once the first upstream answers, kept.
+#[tokio::test]
+async fn a_fallback_upstreams_chain_id_is_not_kept() {
+    let down = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down_addr = down.local_addr().unwrap();
+    drop(down);
+    let node = Node::start(0x10).await;
+    let (gw, _state) = start_app(config(&[down_addr, node.addr])).await;
+    for method in ["eth_chainId", "net_version"] {
+        for id in 0..3 {
+            let reply = rpc(gw.addr, json!(id), method, &json!([])).await;
+            assert!(reply.contains("result"), "{reply}");
+        }
+        assert_eq!(node.count(method, &json!([])), 3, "{method}");
+    }
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "eth_chainId", &json!([])).await;
+    }
+    assert_eq!(node.count("eth_chainId", &json!([])), 4);
+}
+
 /// `/metrics` shows the cache's hits, misses, entries and bytes.
 #[tokio::test]
 async fn metrics_show_the_cache() {

@@ -1718,3 +1718,35 @@ fn reply_heads_of_other_shapes_are_left_to_httparse() {
         assert!(check_head(head.as_bytes()), "{len}");
     }
 }
+
+/// Subscription methods other than `eth_subscribe` / `eth_unsubscribe`
+/// (the catalogue's `debug_subscribe` once `--allow debug_` lifts its
+/// deny, any unknown `*_subscribe`) were forwarded: over a WebSocket
+/// upstream their subscriptions belonged to the gateway's connection, so
+/// their notifications reached nobody and nothing ever ended them. They
+/// are refused with -32601, and the upstream hears nothing of them.
+#[tokio::test]
+async fn subscription_methods_the_gateway_cannot_relay_are_refused() {
+    let (up, log) = scripted(misbehave()).await;
+    let mut config = proxy_config(up, false);
+    config.deny.clear();
+    let gw = start(config).await;
+    for method in [
+        "debug_subscribe",
+        "debug_unsubscribe",
+        "parity_subscribe",
+        "shh_unsubscribe",
+    ] {
+        let r = call(
+            gw.addr,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":["newHeads"]}}"#),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32601, "{method}: {r}");
+        assert_eq!(r["error"]["data"]["method"], method, "{r}");
+        assert!(r["error"]["data"]["reason"].is_string(), "{r}");
+    }
+    assert!(log.lock().unwrap().is_empty());
+    // Other methods still go to the upstream.
+    assert_ok_call(gw.addr, "2", "after the refusals").await;
+}

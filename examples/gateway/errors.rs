@@ -74,6 +74,17 @@ pub fn notification_too_large(upstream: &str, limit: usize) -> RpcError {
     }))
 }
 
+/// -32601: a subscription method other than `eth_subscribe` /
+/// `eth_unsubscribe`. Forwarded over the shared upstream WebSocket, its
+/// subscription would belong to the gateway's connection: its
+/// notifications would reach nobody, and nothing would ever end it.
+pub fn unrelayed_subscription(method: &str) -> RpcError {
+    RpcError::new(METHOD_NOT_FOUND, "method not supported").with_data(&serde_json::json!({
+        "method": method,
+        "reason": "this gateway relays subscriptions of eth_subscribe only",
+    }))
+}
+
 /// -32601: the policy denies `method`, by `rule`.
 pub fn denied(method: &str, rule: &str) -> RpcError {
     RpcError::new(METHOD_NOT_FOUND, "method not allowed").with_data(&serde_json::json!({

@@ -8,6 +8,7 @@
 //! | names starting with a denied prefix (`admin_`, `personal_`, `debug_` by default) | denied: -32601, `data.rule` naming the rule |
 //! | the catalogue's methods whose results can be final (by block, by transaction, constant) | answered from the response cache ([`crate::cache`]) when kept there, else forwarded (and kept once final) |
 //! | with `--archive`, the catalogue's methods that read state at their block | the same, forwarded to the archive nodes for old blocks ([`crate::archive`]) |
+//! | subscription methods other than `eth_subscribe` / `eth_unsubscribe` (the catalogue's `debug_subscribe`, any unknown `*_subscribe` or `*_unsubscribe`) | -32601 with `data.reason`: their subscriptions would belong to the gateway's upstream connection, reach nobody and never end |
 //! | the rest of the catalogue's methods | forwarded (registered, so routed through the perfect-hash table) |
 //! | anything else | forwarded by the fallback, after the deny check |
 //!
@@ -179,14 +180,20 @@ fn forward(call: AsyncCall<Gateway>) -> impl Future<Output = Forwarded> + Send {
 
 /// Forwards `call` as it came, counted among the calls in flight.
 async fn forward_counted(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError> {
+    forward_counted_from(call).await.0
+}
+
+/// [`forward_counted`], and whether the first upstream answered
+/// ([`Upstreams::forward_from`](crate::upstream::Upstreams::forward_from)).
+async fn forward_counted_from(call: &AsyncCall<Gateway>) -> (Result<Answer, RpcError>, bool) {
     let running = call.state.calls.enter();
-    let (outcome, _) = call
+    let forwarded = call
         .state
         .up
         .forward_from(call.method(), params(call))
         .await;
     running.finish();
-    outcome
+    forwarded
 }
 
 /// A catalogued method whose results can be final: answered from the
@@ -334,13 +341,15 @@ async fn route_state(
 
 fn fallback(call: AsyncCall<Gateway>) -> impl Future<Output = Forwarded> + Send {
     // Either the answer or `forward`'s future, not both in one.
-    match call.state.denied(call.method()) {
-        Some(rule) => Either::Left(std::future::ready(Forwarded(Err(errors::denied(
-            call.method(),
-            rule,
-        ))))),
-        None => Either::Right(forward(call)),
-    }
+    let method = call.method();
+    let refused = match call.state.denied(method) {
+        Some(rule) => errors::denied(method, rule),
+        None if method.ends_with("_subscribe") || method.ends_with("_unsubscribe") => {
+            errors::unrelayed_subscription(method)
+        }
+        None => return Either::Right(forward(call)),
+    };
+    Either::Left(std::future::ready(Forwarded(Err(refused))))
 }
 
 /// No params, or an empty array (`[[]]`, brackets and spaces only too,
@@ -355,8 +364,10 @@ fn no_params(p: Option<&OwnedParams>) -> bool {
     })
 }
 
-/// Answers from `slot` once an upstream answered (only calls without
-/// params: anything else is the upstream's to judge).
+/// Answers from `slot` once the first upstream answered (only calls
+/// without params: anything else is the upstream's to judge). A
+/// fallback's answer is passed on, not kept: as for the response cache,
+/// nothing checks that a fallback serves the same chain.
 #[allow(clippy::manual_async_fn, reason = "an `async fn` keeps the call twice")]
 fn cached(
     call: AsyncCall<Gateway>,
@@ -367,8 +378,11 @@ fn cached(
         if plain && let Some(answer) = slot(&call.state).get() {
             return Forwarded(Ok(answer.clone()));
         }
-        let outcome = forward_counted(&call).await;
-        if plain && let Ok(answer) = &outcome {
+        let (outcome, from_first) = forward_counted_from(&call).await;
+        if plain
+            && from_first
+            && let Ok(answer) = &outcome
+        {
             let _ = slot(&call.state).set(answer.clone());
         }
         Forwarded(outcome)
@@ -498,6 +512,10 @@ pub fn dispatcher(
             let rule = rule.clone();
             b = b.method(m.name, move |c: Call<'_, Gateway>| {
                 Err::<(), _>(errors::denied(c.method(), &rule))
+            });
+        } else if m.access == catalogue::Access::Subscription {
+            b = b.method(m.name, |c: Call<'_, Gateway>| {
+                Err::<(), _>(errors::unrelayed_subscription(c.method()))
             });
         } else if archives && m.reads_state() {
             b = b.async_method(m.name, move |call| forward_state(call, m));
