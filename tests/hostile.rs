@@ -401,13 +401,18 @@ async fn h2_bodies_held_per_connection_are_bounded_by_the_connection_body_budget
         peak > BUDGET / 2,
         "{peak} bytes of heap at the peak: the bodies were not read"
     );
-    // Exactly those: the streams not refused end up with their bodies
-    // whole, at most FIT of them; and at least FIT, since the last refusal
-    // found the budget within a piece of full, and the stream refused gave
-    // back less than one body of it.
-    assert_eq!(
-        srv.metrics.limit_count(LimitKind::ConnectionBodyBytes),
-        (STREAMS - FIT) as u64
+    // Those, or one more: the streams not refused end up with their
+    // bodies whole, at most FIT of them. Usually exactly FIT, but the
+    // pieces the server reads are HTTP/2 DATA frames, which flow control
+    // may split below the client's 16 KiB writes when the machine is busy
+    // (seen once in CI: 61 refusals), and a refusal that finds the budget
+    // full with smaller pieces held can leave room for less than one more
+    // body.
+    let refused = srv.metrics.limit_count(LimitKind::ConnectionBodyBytes);
+    assert!(
+        (STREAMS - FIT) as u64 <= refused && refused <= (STREAMS - FIT + 1) as u64,
+        "{refused} streams refused, {} expected (or one more)",
+        STREAMS - FIT
     );
     for c in calls {
         c.abort();

@@ -591,17 +591,10 @@ async fn shutdown_flushes_a_reply_written_at_the_end_of_the_grace() {
     drop(client);
 }
 
-/// A handler that asks its client something (LSP's
-/// `workspace/configuration`, MCP's sampling) while the connection is at
-/// `max_in_flight` gets the answer: the client's responses are read and
-/// delivered while further requests wait (reading once stopped at the
-/// limit, so the answers were never read and every such call hung until its
-/// peer timeout). Lines and concatenated JSON (framed by the parser), each
-/// with two asking calls at a limit of two and a request pipelined behind
-/// them, which runs once they are done.
-#[tokio::test]
-async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
-    let d = Dispatcher::builder(())
+/// `ask` asks the client (`client/ping`, through the connection's peer)
+/// and replies with its answer's result; `add` adds two numbers.
+fn asking_dispatcher() -> D {
+    Dispatcher::builder(())
         .async_method("ask", |call: AsyncCall<()>| async move {
             let peer = call.ctx.peer().expect("two-way").clone();
             let answer = peer
@@ -617,7 +610,20 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
             c.reply.u64(a + b)
         })
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// A handler that asks its client something (LSP's
+/// `workspace/configuration`, MCP's sampling) while the connection is at
+/// `max_in_flight` gets the answer: the client's responses are read and
+/// delivered while further requests wait (reading once stopped at the
+/// limit, so the answers were never read and every such call hung until its
+/// peer timeout). Lines and concatenated JSON (framed by the parser), each
+/// with two asking calls at a limit of two and a request pipelined behind
+/// them, which runs once they are done.
+#[tokio::test]
+async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
+    let d = asking_dispatcher();
     for concatenated in [false, true] {
         let limits = Limits {
             max_in_flight: 2,
@@ -686,23 +692,7 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
 /// at once, its requests with it.
 #[tokio::test]
 async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
-    let d = Dispatcher::builder(())
-        .async_method("ask", |call: AsyncCall<()>| async move {
-            let peer = call.ctx.peer().expect("two-way").clone();
-            let answer = peer
-                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-                .await
-                .map_err(|e| RpcError::internal(e.to_string()))?;
-            answer
-                .decode::<Value>()
-                .map_err(|e| RpcError::internal(e.to_string()))
-        })
-        .method("add", |c: Call<'_, ()>| {
-            let (a, b): (u64, u64) = c.decode()?;
-            c.reply.u64(a + b)
-        })
-        .build()
-        .unwrap();
+    let d = asking_dispatcher();
     let limits = Limits {
         max_in_flight: 1,
         ..Limits::default()
