@@ -439,14 +439,16 @@ impl Connection {
     /// holds (a mixed batch): held behind the asking call, which holds its
     /// slot until the answer comes, it would wait for good. A client gets
     /// past the limit that way by at most one batch per request the
-    /// handlers sent it.
+    /// handlers sent it. The drivers ask only while
+    /// [`awaits_client_answers`](Self::awaits_client_answers), before
+    /// parsing the message.
     #[cfg(feature = "server")]
     pub(crate) fn starts_at_limit(
         &self,
         message: &crate::message::Message<'_, crate::message::Incoming<'_>>,
     ) -> bool {
         use crate::message::{Incoming, Message};
-        let Some(peer) = self.context.peer().filter(|peer| peer.pending() > 0) else {
+        let Some(peer) = self.context.peer() else {
             return false;
         };
         match message {
