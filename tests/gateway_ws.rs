@@ -51,6 +51,9 @@ enum Act {
     /// Stops reading and writing, the connection left open: a silent
     /// network partition (not even pongs come back).
     Freeze,
+    /// Stops reading (so no pongs either) but sends this notification
+    /// every 20 ms: a node whose reading side is stuck.
+    Deaf(Message),
 }
 
 /// A request the fake upstream read: which connection (0, 1, …) and the
@@ -170,6 +173,12 @@ async fn fake_ws(script: Script) -> FakeWs {
                         Some(Act::Freeze) => {
                             std::future::pending::<()>().await;
                         }
+                        Some(Act::Deaf(m)) => loop {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            if ws.send(m.clone()).await.is_err() {
+                                return;
+                            }
+                        },
                         Some(Act::Reset) => {
                             // Linger 0 on a socket about to close: a reset, nothing to block on.
                             #[allow(deprecated)]
@@ -633,6 +642,91 @@ async fn a_silent_upstream_is_found_by_pings_and_replaced() {
     .await;
     assert_eq!(next(&mut ws).await["result"], "0x11");
     assert_eq!(up.connections(), 2);
+}
+
+/// An upstream that stops reading but goes on sending notifications is
+/// found dead by its pings too: only pongs and replies show that it reads
+/// (its notifications kept the connection alive, and every call on it
+/// waited for its timeout).
+#[tokio::test]
+async fn an_upstream_that_stops_reading_but_notifies_is_found_by_pings() {
+    let up = fake_ws(Arc::new(|conn, v| {
+        match v["method"].as_str().unwrap_or("") {
+            "deaf" => match notification("0xa0b0", json!({"number":"0x2"})) {
+                Act::Send(m) => vec![Act::Deaf(m)],
+                _ => unreachable!(),
+            },
+            _ => node()(conn, v),
+        }
+    }))
+    .await;
+    // The call timeout (60 s) is far past the test's deadline.
+    let gw = start(ws_config_pinging(&[up.url()], 60_000, 100)).await;
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"deaf"})).await;
+    let (mut answered, mut ended, mut relayed) = (false, false, 0);
+    while !answered || !ended {
+        let m = next(&mut ws).await;
+        if m["method"] == "eth_subscription" {
+            assert_eq!(m["params"]["subscription"], sub.as_str(), "{m}");
+            if m["params"]["result"].is_object() {
+                assert!(!ended, "relayed after its end: {m}");
+                relayed += 1;
+                continue;
+            }
+            let reason = &m["params"]["error"]["data"]["reason"];
+            assert!(reason.as_str().unwrap().contains("pings"), "{m}");
+            ended = true;
+        } else {
+            assert_eq!(m["id"], 2, "{m}");
+            let reason = &m["error"]["data"]["reason"];
+            assert!(reason.as_str().unwrap().contains("pings"), "{m}");
+            answered = true;
+        }
+    }
+    // Its notifications were relayed meanwhile.
+    assert!(relayed > 0);
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":3,"method":"eth_blockNumber"}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["result"], "0x11");
+}
+
+/// Requests for an upstream that stopped reading (its connection open,
+/// no pings to find it) wait in a bounded queue: once it holds 16 MiB,
+/// further calls fail at once with a reason, instead of each waiting for
+/// its timeout with its request kept in an unbounded queue.
+#[tokio::test]
+async fn calls_to_an_upstream_that_stopped_reading_fail_once_the_queue_is_full() {
+    let up = fake_ws(Arc::new(|conn, v| {
+        match v["method"].as_str().unwrap_or("") {
+            "freeze" => vec![Act::Freeze],
+            _ => node()(conn, v),
+        }
+    }))
+    .await;
+    let gw = start(ws_config(&[up.url()], 60_000)).await;
+    let mut ws = client(gw.addr).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":1,"method":"freeze"})).await;
+    up.wait_for("freeze", 1).await;
+    // 3 MiB each: 16 MiB queued and the sockets' buffers full well before
+    // the last (each call's request is sent to the upstream as it comes).
+    let big = "ab".repeat(3 << 19);
+    for id in 10..30 {
+        send(
+            &mut ws,
+            json!({"jsonrpc":"2.0","id":id,"method":"eth_call","params":[{"data":big}]}),
+        )
+        .await;
+    }
+    let m = next(&mut ws).await;
+    assert!((10..30).contains(&m["id"].as_u64().unwrap()), "{m}");
+    assert_eq!(m["error"]["code"], -32603, "{m}");
+    let reason = m["error"]["data"]["reason"].as_str().unwrap();
+    assert!(reason.contains("not reading"), "{m}");
 }
 
 /// An `eth_subscribe` the upstream does not answer before its caller's

@@ -30,9 +30,9 @@ usage: gateway [options]
   --upstream-connections N
                         HTTP calls in flight per upstream, each on a
                         connection of its own (default 128); more wait
-  --ws-ping MS          ping the WebSocket upstream this often; one silent for
-                        two of these is closed and reconnected (default
-                        20000; 0: never)
+  --ws-ping MS          ping the WebSocket upstream this often; one that sends
+                        no pong and no reply for two of these is closed and
+                        reconnected (default 20000; 0: never)
   --allow PREFIX        lift a default deny (admin_, personal_, debug_)
   --deny PREFIX         also deny methods starting with PREFIX
   --max-body BYTES      largest request (default 5242880)

@@ -59,6 +59,14 @@ const SILENT: &str = "the WebSocket upstream stopped answering pings";
 /// The largest message read from a WebSocket upstream at least (tungstenite's
 /// default): a larger one ends the connection.
 const WS_MIN_MESSAGE: usize = 64 << 20;
+/// The most bytes of requests queued for a WebSocket upstream's writer
+/// (one request larger than this is sent when nothing else waits): past
+/// it, calls fail at once. An upstream that stopped reading with its
+/// connection open otherwise let every call's request wait in an
+/// unbounded queue, kept even after its caller had timed out.
+const WS_QUEUE_BYTES: usize = 16 << 20;
+/// Why a connection whose writes failed was closed.
+const WRITE_FAILED: &str = "writing to the WebSocket connection failed";
 
 /// An upstream's answer to one call: its `result`, copied out of a small
 /// reply, a slice of a large one.
@@ -893,10 +901,11 @@ pub struct WsUpstream {
     attempts: AtomicU64,
     failure: Mutex<Option<RpcError>>,
     /// How often an idle connection is pinged (`--ws-ping`); a connection
-    /// from which nothing (not even a pong) arrives for two of these is
+    /// from which neither a pong nor a reply arrives for two of these is
     /// closed as dead: a silent network partition otherwise left its
     /// subscriptions waiting for good and its calls to time out one by
-    /// one.
+    /// one. Notifications do not count: a node whose reading side is
+    /// stuck still sends them.
     ping: Option<Duration>,
 }
 
@@ -913,6 +922,9 @@ pub enum EndRelay {
 /// One live WebSocket connection to the upstream.
 pub struct WsConn {
     out: mpsc::UnboundedSender<Message>,
+    /// Bytes of requests in `out` and the writer's hands, bounded by
+    /// [`WS_QUEUE_BYTES`].
+    queued: AtomicUsize,
     pending: Mutex<HashMap<u64, Waiter>>,
     /// Upstream subscription id -> the client's sink.
     subs: Mutex<HashMap<Box<str>, Sink>>,
@@ -1042,6 +1054,7 @@ impl WsUpstream {
         let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
         let conn = Arc::new(WsConn {
             out: tx,
+            queued: AtomicUsize::new(0),
             pending: Mutex::new(HashMap::new()),
             subs: Mutex::new(HashMap::new()),
             ups: Mutex::new(HashMap::new()),
@@ -1062,7 +1075,28 @@ impl WsUpstream {
         // frame (queued by tungstenite, written only by the write half) and
         // ends the TCP connection.
         let (read_done, mut reader_ended) = tokio::sync::oneshot::channel::<()>();
+        let reader = Arc::clone(&conn);
+        let reading = tokio::spawn(async move {
+            let _read_done = read_done;
+            while let Some(frame) = read.next().await {
+                let bytes = match frame {
+                    Ok(Message::Text(t)) => Bytes::from(t),
+                    Ok(Message::Binary(b)) => b,
+                    Ok(Message::Pong(_)) => {
+                        reader.heard();
+                        continue;
+                    }
+                    Ok(Message::Close(_)) | Err(_) => break,
+                    Ok(_) => continue,
+                };
+                reader.route(bytes);
+            }
+            reader.close("the WebSocket connection closed");
+        });
+        let conn_of_writer = Arc::downgrade(&conn);
+        let stop_reading = reading.abort_handle();
         let writer = tokio::spawn(async move {
+            let mut failed = false;
             loop {
                 let first = tokio::select! {
                     first = rx.recv() => match first {
@@ -1072,31 +1106,33 @@ impl WsUpstream {
                     _ = &mut reader_ended => break,
                 };
                 // Everything queued goes out in one flush.
+                let mut sent = first.len();
                 let mut ok = write.feed(first).await.is_ok();
                 while ok && let Ok(more) = rx.try_recv() {
+                    sent += more.len();
                     ok = write.feed(more).await.is_ok();
                 }
-                if !ok || write.flush().await.is_err() {
+                ok = ok && write.flush().await.is_ok();
+                if let Some(conn) = conn_of_writer.upgrade() {
+                    conn.queued.fetch_sub(sent, Ordering::AcqRel);
+                }
+                if !ok {
+                    failed = true;
                     break;
                 }
             }
+            if failed {
+                // The reader may wait on a socket that only fails for
+                // writes: the connection stayed the live one, and every
+                // call on it failed until the upstream's side ended.
+                stop_reading.abort();
+                if let Some(conn) = conn_of_writer.upgrade() {
+                    conn.close(WRITE_FAILED);
+                }
+                return;
+            }
             // Bounded: an upstream that stopped reading cannot hold it.
             let _ = tokio::time::timeout(WS_CLOSE_TIMEOUT, write.close()).await;
-        });
-        let reader = Arc::clone(&conn);
-        let reading = tokio::spawn(async move {
-            let _read_done = read_done;
-            while let Some(frame) = read.next().await {
-                reader.heard.store(reader.since_born(), Ordering::Relaxed);
-                let bytes = match frame {
-                    Ok(Message::Text(t)) => Bytes::from(t),
-                    Ok(Message::Binary(b)) => b,
-                    Ok(Message::Close(_)) | Err(_) => break,
-                    Ok(_) => continue,
-                };
-                reader.route(bytes);
-            }
-            reader.close("the WebSocket connection closed");
         });
         if let Some(every) = self.ping {
             tokio::spawn(keep_alive(
@@ -1158,6 +1194,7 @@ async fn keep_alive(
             conn.close(SILENT);
             return;
         }
+        // Not counted in `queued`: no length, and one per interval.
         let _ = conn.out.send(Message::Ping(Bytes::new()));
     }
 }
@@ -1200,11 +1237,8 @@ impl WsConn {
         lock(&self.pending).insert(id, waiter);
         let _guard = PendingGuard { conn: self, id };
         let text = String::from_utf8(body).map_err(|_| RpcError::internal("request not UTF-8"))?;
-        if self.closed.load(Ordering::Acquire) || self.out.send(Message::text(text)).is_err() {
-            return Err(errors::upstream_failed(
-                &self.name,
-                "the WebSocket connection closed",
-            ));
+        if let Err(why) = self.send(text, true) {
+            return Err(errors::upstream_failed(&self.name, why));
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
@@ -1237,6 +1271,35 @@ impl WsConn {
         ups.remove(&down);
         lock(&self.subs).remove(&up);
         EndRelay::Ended(up)
+    }
+
+    /// Queues `text` for the writer. A call's request (`bounded`) is
+    /// refused while [`WS_QUEUE_BYTES`] of others wait; the gateway's own
+    /// unsubscribes, a few bytes each, always go.
+    fn send(&self, text: String, bounded: bool) -> Result<(), &'static str> {
+        const CLOSED: &str = "the WebSocket connection closed";
+        if self.closed.load(Ordering::Acquire) {
+            return Err(CLOSED);
+        }
+        let len = text.len();
+        let before = self.queued.fetch_add(len, Ordering::AcqRel);
+        if bounded && before > 0 && before + len > WS_QUEUE_BYTES {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            return Err(
+                "the WebSocket upstream is not reading its requests (the queue of requests to send is full)",
+            );
+        }
+        if self.out.send(Message::text(text)).is_err() {
+            self.queued.fetch_sub(len, Ordering::AcqRel);
+            return Err(CLOSED);
+        }
+        Ok(())
+    }
+
+    /// Something came that proves the upstream reads what it is sent (a
+    /// pong, a reply): its notifications alone do not.
+    fn heard(&self) {
+        self.heard.store(self.since_born(), Ordering::Relaxed);
     }
 
     /// Milliseconds since the connection was made.
@@ -1285,6 +1348,7 @@ impl WsConn {
         for item in items {
             match item {
                 Incoming::Response(r) => {
+                    self.heard();
                     let Some(id) = std::str::from_utf8(r.id().as_bytes())
                         .ok()
                         .and_then(|s| s.parse::<u64>().ok())
@@ -1321,8 +1385,11 @@ impl WsConn {
                                         &self.name,
                                         "eth_subscribe answered with a subscription id already relayed to another subscription",
                                     ));
-                                } else {
-                                    self.register(up.into(), sink);
+                                } else if !self.register(up.into(), sink) {
+                                    outcome = Err(errors::upstream_failed(
+                                        &self.name,
+                                        "the WebSocket connection closed before the subscription was made",
+                                    ));
                                 }
                             }
                             let _ = tx.send(outcome);
@@ -1377,9 +1444,22 @@ impl WsConn {
 
     /// Relays the upstream subscription `up` to `sink`, until the client's
     /// side closes (it unsubscribed, or left): then unsubscribes upstream.
-    fn register(self: &Arc<Self>, up: Box<str>, sink: Sink) {
-        lock(&self.ups).insert(sink.id(), up.clone());
-        lock(&self.subs).insert(up.clone(), sink.clone());
+    /// `false` when the connection has closed meanwhile (nothing is
+    /// registered: [`WsConn::close`] has ended the relays already, and one
+    /// added after it would wait for notifications that never come).
+    #[must_use]
+    fn register(self: &Arc<Self>, up: Box<str>, sink: Sink) -> bool {
+        {
+            // Both locked, in `end_relay`'s order, around the check:
+            // `close` marks the connection before it drains them.
+            let mut ups = lock(&self.ups);
+            let mut subs = lock(&self.subs);
+            if self.closed.load(Ordering::Acquire) {
+                return false;
+            }
+            ups.insert(sink.id(), up.clone());
+            subs.insert(up.clone(), sink.clone());
+        }
         let conn = Arc::downgrade(self);
         tokio::spawn(async move {
             sink.closed().await;
@@ -1389,6 +1469,7 @@ impl WsConn {
                 conn.forget(&up);
             }
         });
+        true
     }
 
     /// Drops the relay of `up` and unsubscribes upstream (the reply is
@@ -1402,7 +1483,7 @@ impl WsConn {
         let params = serde_json::to_vec(&[up]).unwrap_or_default();
         let body = request_body(id, "eth_unsubscribe", Some(&params));
         if let Ok(text) = String::from_utf8(body) {
-            let _ = self.out.send(Message::text(text));
+            let _ = self.send(text, false);
         }
     }
 
