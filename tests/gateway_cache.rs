@@ -44,6 +44,9 @@ struct Node {
     /// Its answers for the finalized block wait until it has seen this
     /// many other requests (0: at once).
     hold: Arc<AtomicU64>,
+    /// When set, the next block it answers is replaced at once (its era
+    /// moves on; blocks of a later era carry `"era"`) and finalized.
+    reorg_after_block: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Node {
@@ -53,18 +56,42 @@ impl Node {
         let log: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
         let finalized = Arc::new(AtomicU64::new(finalized));
         let hold = Arc::new(AtomicU64::new(0));
+        let reorg = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let era = Arc::new(AtomicU64::new(0));
         let (seen, fin, held) = (Arc::clone(&log), Arc::clone(&finalized), Arc::clone(&hold));
+        let reorg_after_block = Arc::clone(&reorg);
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
                 let (seen, fin, held) = (Arc::clone(&seen), Arc::clone(&fin), Arc::clone(&held));
+                let (reorg, era) = (Arc::clone(&reorg), Arc::clone(&era));
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
                         let v: Value = serde_json::from_slice(&body).unwrap();
                         let method = v["method"].as_str().unwrap().to_string();
                         let params = v.get("params").cloned().unwrap_or(Value::Null);
+                        let finality = params == json!(["finalized", false]);
+                        let mut block = None;
+                        if !finality {
+                            // Answered, then (with `reorg`) replaced and
+                            // finalized, before it is logged: a held
+                            // finality answer then says so.
+                            let current = era.load(Ordering::SeqCst);
+                            block = Some(answer(
+                                &method,
+                                &params,
+                                fin.load(Ordering::SeqCst),
+                                current,
+                            ));
+                            if method == "eth_getBlockByNumber"
+                                && reorg.swap(false, Ordering::SeqCst)
+                            {
+                                era.fetch_add(1, Ordering::SeqCst);
+                                fin.store(0x10, Ordering::SeqCst);
+                            }
+                        }
                         seen.lock().unwrap().push((method.clone(), params.clone()));
-                        if params == json!(["finalized", false]) {
+                        if finality {
                             // Until the others came (10 s: a hang guard).
                             let others = || {
                                 let log = seen.lock().unwrap();
@@ -80,7 +107,10 @@ impl Node {
                             }
                         }
                         let mut reply = json!({"jsonrpc":"2.0","id":v["id"]});
-                        match answer(&method, &params, fin.load(Ordering::SeqCst)) {
+                        let outcome = block.unwrap_or_else(|| {
+                            answer(&method, &params, fin.load(Ordering::SeqCst), 0)
+                        });
+                        match outcome {
                             Ok(result) => reply["result"] = result,
                             Err(error) => reply["error"] = error,
                         }
@@ -98,6 +128,7 @@ impl Node {
             log,
             finalized,
             hold,
+            reorg_after_block,
         }
     }
 
@@ -119,8 +150,8 @@ impl Node {
     }
 }
 
-/// The fake node's answers.
-fn answer(method: &str, params: &Value, finalized: u64) -> Result<Value, Value> {
+/// The fake node's answers; blocks of an `era` past 0 say so.
+fn answer(method: &str, params: &Value, finalized: u64, era: u64) -> Result<Value, Value> {
     let quantity = |n: u64| format!("{n:#x}");
     match method {
         "eth_getBlockByNumber" => match params[0].as_str().unwrap() {
@@ -130,7 +161,11 @@ fn answer(method: &str, params: &Value, finalized: u64) -> Result<Value, Value> 
             n => {
                 // `params[2]`, when given, pads the block to that many bytes.
                 let pad = params.get(2).and_then(Value::as_u64).unwrap_or(0);
-                Ok(json!({"number": n, "pad": "x".repeat(pad as usize)}))
+                let mut block = json!({"number": n, "pad": "x".repeat(pad as usize)});
+                if era > 0 {
+                    block["era"] = json!(era);
+                }
+                Ok(block)
             }
         },
         "eth_getBlockByHash" => Ok(json!({"hash": params[0], "number": "0x3"})),
@@ -184,12 +219,20 @@ async fn rpc(addr: SocketAddr, id: Value, method: &str, params: &Value) -> Strin
     post(addr, &body.to_string()).await
 }
 
+/// One call at a block, so that the gateway learns the finalized block: a
+/// result is kept only when its block was known final before the call.
+async fn learn_finality(addr: SocketAddr) {
+    let params = json!(["0x1", false]);
+    rpc(addr, json!("learn"), "eth_getBlockByNumber", &params).await;
+}
+
 /// A second identical call at a final block is answered without reaching
 /// the upstream, with its own id, byte for byte the reply a forward gives.
 #[tokio::test]
 async fn a_final_block_is_answered_from_the_cache_with_the_callers_id() {
     let node = Node::start(0x10).await;
     let (gw, state) = start_app(config(&[node.addr])).await;
+    learn_finality(gw.addr).await;
     let params = json!(["0x5", false]);
     let first = rpc(gw.addr, json!(1), "eth_getBlockByNumber", &params).await;
     assert_eq!(
@@ -257,6 +300,33 @@ async fn moving_tags_and_absent_blocks_always_reach_the_upstream() {
         assert_eq!(node.count(method, params), 2, "{method} {params}");
     }
     assert_eq!(node.finalized_asked(), 0);
+}
+
+/// An answer given while its block could still be replaced is not kept,
+/// although the block is final when asked a moment later: the node answers
+/// block 0x5, then replaces and finalizes it before it answers the
+/// finality request made alongside (which kept the replaced block's
+/// answer for the process's life). The next calls get the final block's
+/// answer, kept from the second call on.
+#[tokio::test]
+async fn an_answer_from_before_its_block_was_final_is_not_kept() {
+    let node = Node::start(0x4).await;
+    node.hold.store(1, Ordering::SeqCst);
+    node.reorg_after_block.store(true, Ordering::SeqCst);
+    let (gw, state) = start_app(config::Config {
+        finalized_every: Duration::ZERO,
+        ..config(&[node.addr])
+    })
+    .await;
+    let params = json!(["0x5", false]);
+    let replaced = rpc(gw.addr, json!(1), "eth_getBlockByNumber", &params).await;
+    assert!(!replaced.contains("era"), "{replaced}");
+    assert_eq!(state.cache.as_ref().unwrap().finality.known(), Some(0x10));
+    for id in 2..5 {
+        let reply = rpc(gw.addr, json!(id), "eth_getBlockByNumber", &params).await;
+        assert!(reply.contains(r#""era":1"#), "{reply}");
+    }
+    assert_eq!(node.count("eth_getBlockByNumber", &params), 2);
 }
 
 /// A block above the finalized one reaches the upstream every time.
@@ -327,10 +397,11 @@ async fn a_receipt_is_cached_once_its_block_is_final() {
     .await;
     let receipt = |n: u8| json!([format!("0x{}{n:02x}", "00".repeat(31))]);
     let method = "eth_getTransactionReceipt";
+    // The first learns that block 0x5 is final; the second is kept.
     for id in 0..3 {
         rpc(gw.addr, json!(id), method, &receipt(1)).await;
     }
-    assert_eq!(node.count(method, &receipt(1)), 1, "in block 0x5: final");
+    assert_eq!(node.count(method, &receipt(1)), 2, "in block 0x5: final");
     for id in 0..3 {
         let reply = rpc(gw.addr, json!(id), method, &receipt(2)).await;
         assert!(reply.contains(r#""result":null"#), "{reply}");
@@ -345,13 +416,13 @@ async fn a_receipt_is_cached_once_its_block_is_final() {
         "in block 0x20: not final"
     );
     // The chain finalizes block 0x20; once the interval passed, the next
-    // call learns it and keeps the receipt.
+    // call learns it, and the one after it keeps the receipt.
     node.finalized.store(0x30, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(120)).await;
     for id in 0..3 {
         rpc(gw.addr, json!(id), method, &receipt(3)).await;
     }
-    assert_eq!(node.count(method, &receipt(3)), 4);
+    assert_eq!(node.count(method, &receipt(3)), 5);
     assert_eq!(state.cache.as_ref().unwrap().finality.known(), Some(0x30));
 }
 
@@ -521,6 +592,7 @@ fn transaction_blocks_and_keys() {
 async fn a_batch_mixes_hits_and_forwards_in_order() {
     let node = Node::start(0x10).await;
     let (gw, _state) = start_app(config(&[node.addr])).await;
+    learn_finality(gw.addr).await;
     let cached = json!(["0x5", false]);
     rpc(gw.addr, json!(0), "eth_getBlockByNumber", &cached).await;
     let before = node.total();
@@ -548,11 +620,14 @@ async fn a_burst_asks_for_the_finalized_block_once() {
     let addr = gw.addr;
     blocks_at_once(addr, 10..50u64).await;
     assert_eq!(node.finalized_asked(), 1);
-    // All of them were kept.
-    for n in 10..50u64 {
-        let params = json!([format!("{n:#x}"), false]);
-        rpc(addr, json!(n), "eth_getBlockByNumber", &params).await;
-        assert_eq!(node.count("eth_getBlockByNumber", &params), 1);
+    // None of them was kept (asked before their blocks were known final);
+    // the same calls again are, once each.
+    for round in [2, 2] {
+        for n in 10..50u64 {
+            let params = json!([format!("{n:#x}"), false]);
+            rpc(addr, json!(n), "eth_getBlockByNumber", &params).await;
+            assert_eq!(node.count("eth_getBlockByNumber", &params), round);
+        }
     }
     // Above it: asked no more within the interval.
     for id in 0..5 {
@@ -636,6 +711,7 @@ async fn metrics_show_the_cache() {
         addr,
         shutdown: shutdown.clone(),
     };
+    learn_finality(addr).await;
     let params = json!(["0x5", false]);
     for id in 0..3 {
         rpc(addr, json!(id), "eth_getBlockByNumber", &params).await;
@@ -647,7 +723,8 @@ async fn metrics_show_the_cache() {
             .unwrap_or_else(|| panic!("no {name}: {text}"))
     };
     assert_eq!(sample("gateway_cache_hits_total"), 2.0);
-    assert_eq!(sample("gateway_cache_misses_total"), 1.0);
+    // The first call's and `learn_finality`'s.
+    assert_eq!(sample("gateway_cache_misses_total"), 2.0);
     assert_eq!(sample("gateway_cache_entries"), 1.0);
     let entry = "eth_getBlockByNumber\0[\"0x5\",false]".len()
         + r#"{"number":"0x5","pad":""}"#.len()

@@ -9,9 +9,14 @@
 //! | --- | --- |
 //! | constant (`web3_sha3`; `eth_chainId` and `net_version` keep their own slot) | always |
 //! | by block, the block named by hash (or `{"blockHash":…}`) | at once (but for `requireCanonical: true`, which a reorg can turn into an error) |
-//! | by block, the block named by number (or `{"blockNumber":…}`) | the number is at or below the finalized block |
-//! | by block, a log filter | `blockHash`, or `fromBlock` and `toBlock` both numbers, `toBlock` final |
-//! | by transaction hash | the result's `blockNumber` is at or below the finalized block |
+//! | by block, the block named by number (or `{"blockNumber":…}`) | the number is at or below the finalized block known before the call was sent |
+//! | by block, a log filter | `blockHash`, or `fromBlock` and `toBlock` both numbers, `toBlock` final as above |
+//! | by transaction hash | the result's `blockNumber` is at or below the finalized block known before the call was sent |
+//!
+//! "Known before the call was sent": an answer given while its block could
+//! still be replaced is never kept, even when the block is final by the
+//! time the answer arrives (the call that learns the finalized block is
+//! forwarded and not kept; the calls after it are).
 //!
 //! `latest`, `safe`, `pending`, `finalized`, `earliest` (with history
 //! expiry, the first block a node still keeps: it moves when history is

@@ -256,6 +256,14 @@ fn look_up<'a>(call: &'a AsyncCall<Gateway>, method: &Method) -> Lookup<'a> {
 /// Forwards a call the cache did not hold (with `forwarded`: the outcome,
 /// and whether the first upstream of the list that served it answered),
 /// and keeps its result if final.
+///
+/// A result is kept only when its block was known final before the call
+/// was sent: an answer given while the block could still be replaced, and
+/// kept because the block was final when asked a moment later, could be
+/// the replaced block's for the process's life (the finalized block was
+/// asked alongside the forward, and a receipt's after it). A block not
+/// known final yet is asked about alongside (at most once per
+/// `--finalized-every`), so that the calls after this one find it kept.
 async fn forward_and_keep(
     call: &AsyncCall<Gateway>,
     cache: &Cache,
@@ -264,12 +272,14 @@ async fn forward_and_keep(
     forwarded: impl Future<Output = (Result<Answer, RpcError>, bool)>,
 ) -> Result<Answer, RpcError> {
     let up = &call.state.up;
+    let known_before = cache.finality.known();
+    let final_before = |n: u64| known_before.is_some_and(|f| n <= f);
     let ((outcome, first), block_final) = match keep {
-        // Whether the block is final, learnt while the call is forwarded.
-        Keep::Final(n) => {
-            let (forwarded, is_final) = tokio::join!(forwarded, cache.finality.is_final(up, n));
-            (forwarded, is_final)
-        }
+        Keep::Final(n) if final_before(n) => (forwarded.await, true),
+        Keep::Final(n) => (
+            tokio::join!(forwarded, cache.finality.is_final(up, n)).0,
+            false,
+        ),
         _ => (forwarded.await, true),
     };
     let Ok(answer) = &outcome else {
@@ -280,8 +290,13 @@ async fn forward_and_keep(
     }
     if keep == Keep::ByTransaction {
         match cache::block_of(&answer.0) {
-            Some(b) if cache.finality.is_final(up, b).await => {}
-            _ => return outcome,
+            Some(b) if final_before(b) => {}
+            Some(b) => {
+                // Learnt for the next call; this answer is not kept.
+                cache.finality.is_final(up, b).await;
+                return outcome;
+            }
+            None => return outcome,
         }
     }
     cache.insert(key, &answer.0);
