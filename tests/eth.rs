@@ -481,6 +481,38 @@ fn block_ids_in_every_form() {
         let theirs: alloy_rpc_types_eth::BlockId = serde_json::from_str(json).unwrap();
         assert_eq!(to_alloy(*want), theirs, "{json}");
     }
+    // A member given as `null` is absent, as geth reads the object (and
+    // as a log filter's and a call object's are read); alloy refuses
+    // these.
+    let by_hash = |require_canonical| BlockId::Hash {
+        hash,
+        require_canonical,
+    };
+    let with_nulls = [
+        (
+            format!(r#"{{"blockHash":"{h}","blockNumber":null}}"#),
+            by_hash(None),
+        ),
+        (
+            format!(r#"{{"blockHash":"{h}","requireCanonical":null}}"#),
+            by_hash(None),
+        ),
+        (
+            r#"{"blockNumber":"0x10","blockHash":null}"#.to_string(),
+            BlockId::Number(16),
+        ),
+    ];
+    for (json, want) in &with_nulls {
+        assert_eq!(with_value(json, |v| v.block_id().unwrap()), *want, "{json}");
+        with_params(&format!("[{json}]"), |p| {
+            let mut values = EthParams::new(Some(p));
+            assert_eq!(
+                values.next_block_id("block").unwrap(),
+                Some(*want),
+                "{json}"
+            );
+        });
+    }
     let bad: &[(&str, &str)] = &[
         (
             r#""Latest""#,
@@ -501,6 +533,10 @@ fn block_ids_in_every_form() {
         ("true", "not a block tag, number, hash or EIP-1898 object"),
         ("[]", "not a block tag, number, hash or EIP-1898 object"),
         ("{}", "neither blockHash nor blockNumber"),
+        (
+            r#"{"blockNumber":null}"#,
+            "neither blockHash nor blockNumber",
+        ),
         (
             r#"{"blockNumber":"0x1","requireCanonical":true}"#,
             "requireCanonical without blockHash",

@@ -329,6 +329,11 @@ impl BlockId {
         }
         let end = walk.end().unwrap_or(buf.len());
         let v = object(end);
+        // A member given as `null` is absent, as in a log filter and a
+        // call object, and as geth reads this object (`{"blockHash":…,
+        // "blockNumber":null}` was refused as naming both).
+        let [number, hash, canonical] =
+            [number, hash, canonical].map(|m| m.filter(|m| m.as_bytes() != b"null"));
         let id = match (number, hash, canonical) {
             (Some(_), Some(_), _) => Err(Invalid::new(Reason::HashAndNumber, v)),
             (Some(_), None, Some(_)) => Err(Invalid::new(Reason::CanonicalWithNumber, v)),

@@ -924,10 +924,15 @@ impl<'a> EthParams<'a> {
         // The last element (`eth_sendRawTransaction`'s only one) ends at
         // the array's last quote: when everything from `0x` to there is
         // hex digits, no quote lies between, so that quote closes this
-        // string and one pass both finds the end and decodes.
+        // string and one pass both finds the end and decodes. Only with a
+        // decoder that stops soon after a bad digit: an earlier element
+        // is refused at its closing quote, not after the rest of the
+        // params (work that, for each of many DATA params read in turn,
+        // grew with the square of their count).
         if let Some(close) = walk::last_string_end(buf)
             && let Some(digits) = buf.get(start + 3..close)
             && digits.len() % 2 == 0
+            && hex::stops_at_a_bad_digit(digits.len())
         {
             // Refused when this is not the last element (and its bytes
             // given back to the arena).

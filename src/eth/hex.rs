@@ -223,7 +223,13 @@ pub(crate) fn check_digits(digits: &[u8]) -> Result<(), Reason> {
 /// holds exactly half as many bytes.
 #[inline]
 pub(crate) fn decode_digits(digits: &[u8], out: &mut [u8]) -> Result<(), Reason> {
-    debug_assert_eq!(digits.len(), 2 * out.len());
+    // Checked in release builds too: the kernel below writes through a
+    // raw pointer what `digits` holds, half its length.
+    assert_eq!(
+        digits.len(),
+        2 * out.len(),
+        "DATA digits and bytes disagree"
+    );
     // const-hex strips a `0x` it finds at the front; digits never start
     // with one (`x` is not a digit), but such input must fail, not be
     // stripped: it is checked here.
@@ -270,6 +276,22 @@ pub(crate) fn decode_array<const N: usize>(digits: &[u8]) -> Result<[u8; N], Rea
 #[cfg(target_arch = "x86_64")]
 const SHORT_DIGITS: usize = 64;
 
+/// Whether [`decode_digits_in`] checks and decodes `digits` digits in one
+/// pass that stops within a few hundred bytes of the first byte that is
+/// not a digit (long data on x86_64 with AVX2): only then may a caller
+/// hand it more than the value (everything up to the params' last quote)
+/// to save finding the value's end first. Elsewhere the output is zeroed
+/// and the whole input checked before a refusal, work in the length given.
+#[inline]
+pub(crate) fn stops_at_a_bad_digit(digits: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if digits > SHORT_DIGITS {
+        return crate::scan::arch::avx2_available();
+    }
+    let _ = digits;
+    false
+}
+
 /// Decodes `digits` (an even number, already counted) into a new slice of
 /// `arena`. Long data on x86_64 with AVX2 is written straight into the
 /// arena's fresh bytes, checked and decoded in one pass without zeroing
@@ -309,8 +331,8 @@ mod avx2 {
 
     /// Checks and decodes `digits` (an even number, at least 32) into the
     /// `digits.len() / 2` bytes at `out`; `false` when a byte is not a
-    /// hex digit (found after all of them are decoded: the bytes at `out`
-    /// are then written, with meaningless values).
+    /// hex digit (found within [`CHECK_EVERY`] digits of it: the bytes at
+    /// `out` are then partly written, with meaningless values).
     ///
     /// # Safety
     ///
@@ -328,9 +350,14 @@ mod avx2 {
         };
         let mut at = 0;
         // The bytewise minimum of every vector's classes: a zero byte
-        // somewhere means a byte that is not a hex digit. Checked once at
-        // the end (a refused value's partly written bytes are the
-        // caller's to drop), not at every step.
+        // somewhere means a byte that is not a hex digit. Checked every
+        // `CHECK_EVERY` digits and at the end (a refused value's partly
+        // written bytes are the caller's to drop), not at every step: the
+        // caller that tries a parameter as the params' last one hands in
+        // everything up to the params' last quote, and one that is not
+        // the last is refused at its closing quote, not after decoding
+        // the rest (a handler reading many DATA params decoded the rest of
+        // the params for each, quadratic work).
         let mut classes = _mm256_set1_epi8(-1);
         while at + 64 <= len {
             let (low, low_classes) = nibble_pairs(at_digit(at));
@@ -343,6 +370,12 @@ mod avx2 {
             // `len / 2` since `at + 64 <= len`.
             unsafe { _mm256_storeu_si256(out.add(at / 2).cast(), bytes) };
             at += 64;
+            if at.is_multiple_of(CHECK_EVERY) {
+                let bad = _mm256_cmpeq_epi8(classes, _mm256_setzero_si256());
+                if _mm256_testz_si256(bad, bad) == 0 {
+                    return false;
+                }
+            }
         }
         while at < len {
             // The last 32 digits when fewer than 32 remain past `at`.
@@ -358,6 +391,10 @@ mod avx2 {
         let bad = _mm256_cmpeq_epi8(classes, _mm256_setzero_si256());
         _mm256_testz_si256(bad, bad) == 1
     }
+
+    /// How many digits [`decode`] reads between two checks for a byte that
+    /// is not a digit (a multiple of its 64-digit step).
+    pub(super) const CHECK_EVERY: usize = 1024;
 
     /// Checks and decodes exactly `2 * N` digits (`N` from 16 to 32) in
     /// two vectors, the first 32 digits and the last 32 (overlapping when
@@ -725,8 +762,15 @@ mod tests {
         let alphabet = b"0123456789abcdefABCDEF";
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         let arena = bumpalo::Bump::new();
-        // Past 80 digits every even count modulo 64 once, in two rounds.
-        for len in (16..=80).step_by(2).chain((82..=274).step_by(6)) {
+        // Past 80 digits every even count modulo 64 once, in two rounds;
+        // then counts around the long kernel's checks (every
+        // `avx2::CHECK_EVERY` digits).
+        let around_checks = [1022, 1024, 1026, 1088, 2046, 2048, 2050, 3074];
+        for len in (16..=80)
+            .step_by(2)
+            .chain((82..=274).step_by(6))
+            .chain(around_checks)
+        {
             for round in 0..if len <= 80 { 4 } else { 2 } {
                 let mut digits: Vec<u8> = (0..len)
                     .map(|_| {
@@ -760,6 +804,12 @@ mod tests {
                         128,
                         len.saturating_sub(33),
                         len.saturating_sub(32),
+                        1023,
+                        1024,
+                        1025,
+                        2047,
+                        2048,
+                        2049,
                     ];
                     let mut at: Vec<usize> = edges.into_iter().filter(|&i| i < len).collect();
                     at.extend([len / 2, len - 2, len - 1]);
