@@ -593,8 +593,41 @@ async fn shutdown_flushes_a_reply_written_at_the_end_of_the_grace() {
 
 /// `ask` asks the client (`client/ping`, through the connection's peer)
 /// and replies with its answer's result; `add` adds two numbers.
+type Served = tokio::task::JoinHandle<io::Result<CloseReason>>;
+type ClientWriter = tokio::io::WriteHalf<tokio::io::DuplexStream>;
+type ClientLines =
+    tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>;
+
+/// `d` served over newline-delimited JSON at one call in flight: the
+/// server's task, and the client's writer and lines read.
+fn serve_one_call_at_a_time(d: D) -> (Served, ClientWriter, ClientLines) {
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move {
+        Driver::new(Lines::new())
+            .limits(limits)
+            .run(&d, sr, sw)
+            .await
+    });
+    let (cr, cw) = tokio::io::split(client);
+    (served, cw, tokio::io::BufReader::new(cr).lines())
+}
+
 fn asking_dispatcher() -> D {
-    Dispatcher::builder(())
+    asking_dispatcher_with(|b| b)
+}
+
+/// [`asking_dispatcher`], its builder changed by `more` first.
+fn asking_dispatcher_with(
+    more: impl FnOnce(
+        rpcwire::dispatch::DispatcherBuilder<(), rpcwire::dispatch::SyncOnly>,
+    ) -> rpcwire::dispatch::DispatcherBuilder<(), rpcwire::dispatch::SyncOnly>,
+) -> D {
+    more(Dispatcher::builder(()))
         .async_method("ask", |call: AsyncCall<()>| async move {
             let peer = call.ctx.peer().expect("two-way").clone();
             let answer = peer
@@ -683,6 +716,76 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
     }
 }
 
+/// While a handler waits for its client's answer at the in-flight limit,
+/// up to 5 MiB of messages are held; a cancel notice among them is looked
+/// up in the held ones. It was done by parsing every held message again
+/// for each notice: 15,000 held requests and 15,000 notices naming none
+/// of them took about 10^8 parses (minutes), a client's way to pin a
+/// worker. Each held request's id is now read once, when it is held. Then
+/// a notice naming a held request still takes it out (-32800 at once),
+/// and the others run in order once the answer comes.
+#[tokio::test]
+async fn cancel_notices_against_many_held_messages_cost_a_lookup_each() {
+    const HELD: u64 = 15_000;
+    let d = asking_dispatcher_with(|b| {
+        b.cancel_notification(
+            "$/cancelRequest",
+            "id",
+            rpcwire::dispatch::CancelledReply::Error,
+        )
+    });
+    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let ping: Value = serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(ping["method"], "client/ping", "{ping}");
+    let mut held = Vec::new();
+    for id in 1..=HELD {
+        held.extend_from_slice(
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"add\",\"params\":[{id},1]}}\n")
+                .as_bytes(),
+        );
+    }
+    for n in 0..HELD {
+        held.extend_from_slice(
+            format!("{{\"jsonrpc\":\"2.0\",\"method\":\"$/cancelRequest\",\"params\":{{\"id\":\"none-{n}\"}}}}\n").as_bytes(),
+        );
+    }
+    held.extend_from_slice(
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"$/cancelRequest\",\"params\":{\"id\":7}}\n",
+    );
+    let talk = async {
+        cw.write_all(&held).await.unwrap();
+        let cancelled: Value =
+            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(cancelled["id"], 7, "{cancelled}");
+        assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
+        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": 1});
+        cw.write_all(format!("{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        let mut next = 0;
+        while next <= HELD {
+            let v: Value =
+                serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+            if next == 7 {
+                next += 1;
+            }
+            assert_eq!(v["id"], next, "{v}");
+            if next > 0 {
+                assert_eq!(v["result"], next + 1, "{v}");
+            }
+            next += 1;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), talk)
+        .await
+        .expect("held messages and notices handled (it took minutes)");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
 /// A client may answer the handler's request in a batch that also holds
 /// a request of its own (a mixed batch, which the parser reads in one
 /// pass). At the in-flight limit only batches of answers alone were let
@@ -693,20 +796,7 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
 #[tokio::test]
 async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
     let d = asking_dispatcher();
-    let limits = Limits {
-        max_in_flight: 1,
-        ..Limits::default()
-    };
-    let (client, server) = tokio::io::duplex(64 * 1024);
-    let (sr, sw) = tokio::io::split(server);
-    let served = tokio::spawn(async move {
-        Driver::new(Lines::new())
-            .limits(limits)
-            .run(&d, sr, sw)
-            .await
-    });
-    let (cr, mut cw) = tokio::io::split(client);
-    let mut replies = tokio::io::BufReader::new(cr).lines();
+    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
     cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
         .await
         .unwrap();

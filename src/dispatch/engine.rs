@@ -46,6 +46,7 @@ use crate::message::{Incoming, Message};
 use crate::request::{Entry, Id, Params};
 use crate::{Status, lock};
 
+use super::held::{HeldId, HeldMessages};
 use super::reply::{poll_reply, write_error_reply, write_error_tail};
 
 /// An async handler, erased: it makes the call's future, boxed with what
@@ -575,64 +576,63 @@ impl Connection {
         self.engine.cancel(id)
     }
 
-    /// Carries out at once the cancellation `input` asks for, if it is the
-    /// dispatcher's [`cancel_notification`](DispatcherBuilder::cancel_notification):
-    /// for the transports that hold what a client sends past its cap on
-    /// messages in flight, where the notice would otherwise wait behind
-    /// the very calls it names (for good, with calls that run until
-    /// cancelled). The call is cancelled and answered as
-    /// [`start`](Connection::start) would (LSP's -32800 written to `out`).
-    /// The message itself is left to the caller, who starts it in its
-    /// turn: its call gone, it only reaches its handler, if one is
-    /// registered. A single request the caller still holds (`held`: read,
-    /// not started) with the id named, when no call has it, is taken out
-    /// of `held` and returned, answered as a started one would be: it
-    /// would otherwise start once a slot frees and run whole, its notice
-    /// held behind it (for good at a cap of one, with calls that run until
-    /// cancelled). Returns whether `input` was such a notice, and the
-    /// request taken.
+    /// Holds `frame` (read past the cap on calls in flight, not started)
+    /// at the end of `held`, and carries out at once the cancellation it
+    /// asks for, if it is the dispatcher's
+    /// [`cancel_notification`](DispatcherBuilder::cancel_notification): for
+    /// the transports that hold what a client sends past its cap, where
+    /// the notice would otherwise wait behind the very calls it names (for
+    /// good, with calls that run until cancelled). The call is cancelled
+    /// and answered as [`start`](Connection::start) would (LSP's -32800
+    /// written to `out`). The notice itself is held like any message and
+    /// started in its turn: its call gone, it only reaches its handler, if
+    /// one is registered. A single request still held with the id named,
+    /// when no call has it, is taken out of `held` and returned, answered
+    /// as a started one would be: it would otherwise start once a slot
+    /// frees and run whole, its notice held behind it (for good at a cap
+    /// of one, with calls that run until cancelled).
     #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
-    pub(crate) fn cancel_ahead<S, K, B: ReplyBuf>(
+    pub(crate) fn hold<S, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
-        input: &[u8],
-        held: &mut VecDeque<Bytes>,
+        frame: Bytes,
+        held: &mut HeldMessages,
         out: &mut B,
-    ) -> (bool, Option<Bytes>) {
+    ) {
         let Some(by) = &dispatcher.inner.cancel_by else {
-            return (false, None);
+            held.push_back(frame, None);
+            return;
         };
         // Its own message, as `start` reads one (nothing else uses the
         // arena between messages).
         self.begin_message();
         let mark = out.len();
-        let target = match dispatcher.inner.parser.parse_incoming(input, &self.arena) {
+        let mut own_id: Option<HeldId> = None;
+        let target = match dispatcher.inner.parser.parse_incoming(&frame, &self.arena) {
             Ok(Message::Single(item)) => match item.as_entry() {
                 Some(entry @ Entry::Request(r))
                     if entry.reply_id().is_none() && r.method() == &*by.method =>
                 {
                     r.params().and_then(|p| p.get(&by.id_member))
                 }
+                Some(Entry::Request(r)) => {
+                    // Read once here, so that a notice finds it by a
+                    // lookup.
+                    own_id = r.id().map(|id| id.as_bytes().into());
+                    None
+                }
                 _ => None,
             },
             _ => None,
         };
-        let found = target.is_some();
-        let mut unheld = None;
         if let Some(target) = target {
             let id = target.as_bytes();
             if self.engine.has_call(id) {
                 self.engine.cancel_answering(id, by.reply, out);
-            } else if !held.is_empty() {
-                // Owned: the held messages are parsed in the same arena.
-                let id: smallvec::SmallVec<[u8; 32]> = id.into();
-                let reply = by.reply;
-                unheld = self.take_held(dispatcher, &id, held);
-                if unheld.is_some() && reply == CancelledReply::Error {
-                    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-                    out.extend_from_slice(&id);
-                    write_error_tail(out, REQUEST_CANCELLED, "Request cancelled", None);
-                }
+            } else if held.take(id).is_some() && by.reply == CancelledReply::Error {
+                out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+                out.extend_from_slice(id);
+                write_error_tail(out, REQUEST_CANCELLED, "Request cancelled", None);
             }
         }
         if out.len() > mark {
@@ -640,27 +640,7 @@ impl Connection {
         }
         self.engine.flush_complete(out, self.max_retained);
         self.end_message();
-        (found, unheld)
-    }
-
-    /// Takes the first single request with id `id` out of `held`.
-    fn take_held<S, K>(
-        &mut self,
-        dispatcher: &Dispatcher<S, K>,
-        id: &[u8],
-        held: &mut VecDeque<Bytes>,
-    ) -> Option<Bytes> {
-        let at = held.iter().position(|frame| {
-            self.arena.reset();
-            match dispatcher.inner.parser.parse_incoming(frame, &self.arena) {
-                Ok(Message::Single(item)) => matches!(
-                    item.as_entry(),
-                    Some(Entry::Request(r)) if r.id().is_some_and(|i| i.as_bytes() == id)
-                ),
-                _ => false,
-            }
-        })?;
-        held.remove(at)
+        held.push_back(frame, own_id);
     }
 }
 

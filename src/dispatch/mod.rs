@@ -17,6 +17,8 @@ mod call;
 #[cfg(feature = "async")]
 pub(crate) mod engine;
 mod error;
+#[cfg(feature = "async")]
+pub(crate) mod held;
 mod reply;
 
 use std::cell::Cell;

@@ -184,6 +184,7 @@ use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::dispatch::ReplyBuf;
 use crate::dispatch::engine::ReplyGate;
+use crate::dispatch::held::HeldMessages;
 use crate::frame::{FrameError, Framer, Step};
 use crate::{Connection, Context, ContextBuilder, Dispatcher};
 
@@ -344,10 +345,6 @@ const MAX_HELD: usize = crate::frame::DEFAULT_MAX_FRAME;
 /// read then only to see it leave (a reset, the end of its input), so a
 /// little is enough; every connection at its cap may hold this much.
 const WATCH_HELD: usize = 64 * 1024;
-/// What holding one message costs beyond its bytes (its place in the
-/// list), counted against [`MAX_HELD`] so that the smallest messages (`{}`)
-/// cannot make the list many times the bound.
-const HELD_OVERHEAD: usize = 64;
 /// Rounds of work in one poll before yielding to other tasks.
 const ROUNDS_PER_POLL: usize = 32;
 
@@ -565,8 +562,7 @@ impl<F: Framer> Driver<F> {
             parser_frames,
             framing: false,
             parsed: Bytes::new(),
-            held: VecDeque::new(),
-            held_bytes: 0,
+            held: HeldMessages::default(),
             arena: bumpalo::Bump::new(),
             reason: CloseReason::Eof,
             calls_dropped: false,
@@ -762,10 +758,9 @@ struct Io<'d, S, K, F, R, W> {
     /// (reading on to watch the client, or for its answers to its
     /// handlers' requests) that are not only answers: started in order as
     /// calls finish.
-    held: VecDeque<Bytes>,
-    /// Their bytes: past [`WATCH_HELD`] ([`MAX_HELD`] while answers are
+    /// Past [`WATCH_HELD`] bytes of them ([`MAX_HELD`] while answers are
     /// awaited; at most [`Limits::max_message_len`]), nothing more is read.
-    held_bytes: usize,
+    held: HeldMessages,
     /// Scratch for telling answers from calls while reading on.
     arena: bumpalo::Bump,
     /// Why the connection ends, once `input` is not `Open`.
@@ -893,7 +888,7 @@ where
     /// peers pipelining requests with large replies to each other would
     /// otherwise wait on each other for good).
     fn awaits_answers(&self) -> bool {
-        self.held_bytes < self.max_message_len.min(MAX_HELD) && self.conn.awaits_client_answers()
+        self.held.bytes() < self.max_message_len.min(MAX_HELD) && self.conn.awaits_client_answers()
     }
 
     /// Whether reading goes on at the in-flight limit: for answers
@@ -906,7 +901,7 @@ where
     /// not buffered).
     fn reads_at_limit(&self) -> bool {
         self.awaits_answers()
-            || (self.held_bytes < self.max_message_len.min(WATCH_HELD) && !self.output_full())
+            || (self.held.bytes() < self.max_message_len.min(WATCH_HELD) && !self.output_full())
     }
 
     /// Whether `frame` starts at the in-flight limit: answers to the
@@ -927,15 +922,9 @@ where
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
-            let (_, unheld) =
-                self.conn
-                    .cancel_ahead(self.dispatcher, &frame, &mut self.held, &mut self.replies);
-            if let Some(request) = unheld {
-                self.held_bytes -= request.len() + HELD_OVERHEAD;
-            }
+            self.conn
+                .hold(self.dispatcher, frame, &mut self.held, &mut self.replies);
             self.queue_replies();
-            self.held_bytes += frame.len() + HELD_OVERHEAD;
-            self.held.push_back(frame);
         } else {
             self.start_message(frame);
         }
@@ -946,7 +935,6 @@ where
         let mut progress = false;
         while !self.held.is_empty() && !self.backpressured() {
             if let Some(frame) = self.held.pop_front() {
-                self.held_bytes -= frame.len() + HELD_OVERHEAD;
                 self.start_message(frame);
                 progress = true;
             }
@@ -969,8 +957,11 @@ where
                         self.rbuf = BytesMut::from(&self.rbuf[..]);
                     }
                     self.take_frame(head.slice(range));
-                    if self.framing {
-                        // Back to framing by parsing, from here.
+                    // Back to framing by parsing, from here; but not while
+                    // the calls are at their limit: each return to parsing
+                    // copied the rest of the buffer back for the framer,
+                    // once per message held (the framer frames in place).
+                    if self.framing && !self.backpressured() {
                         self.framing = false;
                         self.framer.skip(0);
                     }
@@ -1132,7 +1123,6 @@ where
         if reason == CloseReason::Shutdown {
             // Not started: as the messages not read yet.
             self.held.clear();
-            self.held_bytes = 0;
         }
         if self.input != Input::Stopped {
             self.input = Input::Stopped;

@@ -135,6 +135,7 @@ use super::hosts::{AllowedHosts, Refusal};
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::dispatch::engine::ReplyGate;
+use crate::dispatch::held::HeldMessages;
 use crate::dispatch::{ReplyBuf, SyncOnly};
 use crate::{Connection, ContextBuilder, Dispatcher};
 
@@ -170,9 +171,6 @@ const MAX_HELD: usize = crate::Parser::DEFAULT_MAX_MESSAGE_LEN;
 /// reset) and to answer its pings, so a little is enough; every connection
 /// at its cap may hold this much.
 const WATCH_HELD: usize = 64 << 10;
-/// What a held message costs besides its payload (its place in the queue
-/// and its allocation), so that empty messages are bounded too.
-const HELD_OVERHEAD: usize = 64;
 
 /// A JSON-RPC server over WebSocket; see the [module docs](self).
 ///
@@ -535,8 +533,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             shutdown: Box::pin(async move { shutdown.triggered().await }),
             drain: None,
             invalid_utf8: false,
-            held: VecDeque::new(),
-            held_bytes: 0,
+            held: HeldMessages::default(),
         };
         let reason = std::future::poll_fn(|cx| driver.poll_open(cx)).await;
         driver.close(reason).await;
@@ -1116,11 +1113,11 @@ struct Driver<'s, S, K, T> {
     /// requests) that are not only answers: started in order as calls
     /// finish. Each is a copy, so that it does not keep tungstenite's read
     /// buffer alive.
-    held: VecDeque<Bytes>,
-    /// What they cost ([`HELD_OVERHEAD`] each besides their bytes): past
-    /// [`WATCH_HELD`] ([`MAX_HELD`] while answers are awaited; at most
+    ///
+    /// What they cost (`HeldMessages::bytes`): past [`WATCH_HELD`]
+    /// ([`MAX_HELD`] while answers are awaited; at most
     /// [`Limits::max_message_len`]), nothing more is read.
-    held_bytes: usize,
+    held: HeldMessages,
 }
 
 impl<S, K, T> Driver<'_, S, K, T>
@@ -1136,7 +1133,6 @@ where
             self.drain = Some(Box::pin(tokio::time::sleep(grace)));
             // Not started: as the messages not read yet.
             self.held.clear();
-            self.held_bytes = 0;
         }
         if let Some(drain) = &mut self.drain
             && drain.as_mut().poll(cx).is_ready()
@@ -1205,7 +1201,6 @@ where
             } else if self.write_ready && !self.held.is_empty() && !self.at_limit() {
                 // Held messages first, one a turn as those read are.
                 if let Some(input) = self.held.pop_front() {
-                    self.held_bytes -= input.len() + HELD_OVERHEAD;
                     self.conn
                         .start(&self.server.dispatcher, &input, &mut self.replies);
                     progress = true;
@@ -1272,7 +1267,7 @@ where
     ///
     /// [`Context::peer`]: crate::Context::peer
     fn awaits_answers(&self) -> bool {
-        self.held_bytes < self.server.limits.max_message_len.min(MAX_HELD)
+        self.held.bytes() < self.server.limits.max_message_len.min(MAX_HELD)
             && self.conn.awaits_client_answers()
     }
 
@@ -1285,7 +1280,7 @@ where
     /// that: a client pipelining without end is not buffered).
     fn reads_at_limit(&self) -> bool {
         self.awaits_answers()
-            || self.held_bytes < self.server.limits.max_message_len.min(WATCH_HELD)
+            || self.held.bytes() < self.server.limits.max_message_len.min(WATCH_HELD)
     }
 
     /// Whether `input` starts at the in-flight limit: answers to the
@@ -1391,17 +1386,12 @@ where
         {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
-            let (_, unheld) = self.conn.cancel_ahead(
+            self.conn.hold(
                 &self.server.dispatcher,
-                &input,
+                Bytes::copy_from_slice(&input),
                 &mut self.held,
                 &mut self.replies,
             );
-            if let Some(request) = unheld {
-                self.held_bytes -= request.len() + HELD_OVERHEAD;
-            }
-            self.held_bytes += input.len() + HELD_OVERHEAD;
-            self.held.push_back(Bytes::copy_from_slice(&input));
             return Ok(());
         }
         self.conn

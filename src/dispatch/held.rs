@@ -1,0 +1,170 @@
+//! Messages a transport holds, read but not started, while its connection
+//! is at its cap on calls in flight.
+//!
+//! A cancellation notice read meanwhile ([`cancel_notification`]) may name
+//! a request among them, which is then taken out of the queue and answered
+//! as cancelled instead of being started once a slot frees. Finding it is
+//! a map lookup: each held single request's id is read once, when it is
+//! held (a search that parsed every held message for each notice made a
+//! client's run of notices naming no held request cost the square of their
+//! count: about 40,000 small messages fit in the bound).
+//!
+//! [`cancel_notification`]: crate::dispatch::DispatcherBuilder::cancel_notification
+
+use std::collections::{HashMap, VecDeque};
+
+use bytes::Bytes;
+use smallvec::SmallVec;
+
+/// What holding one message costs besides its bytes and its id's (its
+/// place in the queue and in the map), counted in [`HeldMessages::bytes`]
+/// so that the smallest messages (`{}`) cannot make the queue many times
+/// its bound.
+pub(crate) const HELD_OVERHEAD: usize = 64;
+
+/// A held single request's id, as its JSON text.
+pub(crate) type HeldId = SmallVec<[u8; 16]>;
+
+/// The messages held, in order, with the ids of the single requests among
+/// them.
+#[derive(Debug, Default)]
+pub(crate) struct HeldMessages {
+    /// In order; `None` for a message a cancellation took (dropped when it
+    /// reaches the front), with the id it was held under.
+    queue: VecDeque<(Option<Bytes>, Option<HeldId>)>,
+    /// The position (counted from the first message ever held) of the
+    /// queue's front.
+    front: u64,
+    /// Per id, the positions of the held requests that carry it, oldest
+    /// first.
+    by_id: HashMap<HeldId, VecDeque<u64>>,
+    /// Messages held (not taken).
+    live: usize,
+    /// What they cost: their bytes, twice their ids' (in the queue and in
+    /// the map) and [`HELD_OVERHEAD`] each.
+    bytes: usize,
+}
+
+fn cost(frame: &Bytes, id: Option<&HeldId>) -> usize {
+    frame.len() + HELD_OVERHEAD + 2 * id.map_or(0, |id| id.len())
+}
+
+impl HeldMessages {
+    /// Holds `frame`, a single request with id `id` (its JSON text) when
+    /// `id` is given, last in order.
+    pub(crate) fn push_back(&mut self, frame: Bytes, id: Option<HeldId>) {
+        self.bytes += cost(&frame, id.as_ref());
+        self.live += 1;
+        if let Some(id) = &id {
+            let at = self.front + self.queue.len() as u64;
+            self.by_id.entry(id.clone()).or_default().push_back(at);
+        }
+        self.queue.push_back((Some(frame), id));
+    }
+
+    /// The first message held, taken out.
+    pub(crate) fn pop_front(&mut self) -> Option<Bytes> {
+        while let Some((frame, id)) = self.queue.pop_front() {
+            let at = self.front;
+            self.front += 1;
+            let Some(frame) = frame else { continue };
+            if let Some(id) = &id {
+                self.forget(id, at);
+            }
+            self.bytes -= cost(&frame, id.as_ref());
+            self.live -= 1;
+            return Some(frame);
+        }
+        None
+    }
+
+    /// The first held single request with id `id` (its JSON text), taken
+    /// out.
+    pub(crate) fn take(&mut self, id: &[u8]) -> Option<Bytes> {
+        let positions = self.by_id.get_mut(id)?;
+        let at = positions.pop_front()?;
+        if positions.is_empty() {
+            self.by_id.remove(id);
+        }
+        let (frame, held_id) = self.queue.get_mut((at - self.front) as usize)?;
+        let frame = frame.take()?;
+        let held_id = held_id.take();
+        self.bytes -= cost(&frame, held_id.as_ref());
+        self.live -= 1;
+        Some(frame)
+    }
+
+    fn forget(&mut self, id: &[u8], at: u64) {
+        if let Some(positions) = self.by_id.get_mut(id) {
+            // Positions leave in order: the front's is first.
+            if positions.front() == Some(&at) {
+                positions.pop_front();
+            }
+            if positions.is_empty() {
+                self.by_id.remove(id);
+            }
+        }
+    }
+
+    /// Whether nothing is held.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// What the messages held cost, in bytes (see [`HELD_OVERHEAD`]).
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Drops every message held.
+    pub(crate) fn clear(&mut self) {
+        self.front += self.queue.len() as u64;
+        self.queue.clear();
+        self.by_id.clear();
+        self.live = 0;
+        self.bytes = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(text: &str) -> Option<HeldId> {
+        Some(text.as_bytes().into())
+    }
+
+    #[test]
+    fn requests_are_taken_by_id_and_the_rest_keep_their_order() {
+        let mut held = HeldMessages::default();
+        let frames = ["a", "b", "c", "d", "e"].map(|f| Bytes::from_static(f.as_bytes()));
+        held.push_back(frames[0].clone(), id("1"));
+        held.push_back(frames[1].clone(), None);
+        held.push_back(frames[2].clone(), id("\"x\""));
+        held.push_back(frames[3].clone(), id("1"));
+        held.push_back(frames[4].clone(), id("2"));
+        let all = held.bytes();
+        assert_eq!(all, 5 * (1 + HELD_OVERHEAD) + 2 * (1 + 3 + 1 + 1));
+        assert_eq!(held.take(b"9"), None);
+        // The first of two with one id, then the second.
+        assert_eq!(held.take(b"1"), Some(frames[0].clone()));
+        assert_eq!(held.take(b"\"x\""), Some(frames[2].clone()));
+        assert_eq!(held.bytes(), all - 2 * (1 + HELD_OVERHEAD) - 2 * (1 + 3));
+        assert_eq!(held.pop_front(), Some(frames[1].clone()));
+        assert_eq!(held.take(b"1"), Some(frames[3].clone()));
+        assert_eq!(held.take(b"1"), None);
+        assert!(!held.is_empty());
+        assert_eq!(held.pop_front(), Some(frames[4].clone()));
+        assert_eq!(held.take(b"2"), None, "started: not held any more");
+        assert!(held.is_empty());
+        assert_eq!(held.bytes(), 0);
+        assert_eq!(held.pop_front(), None);
+        assert!(held.by_id.is_empty());
+        // Positions go on counting after a clear.
+        held.push_back(frames[0].clone(), id("1"));
+        held.clear();
+        held.push_back(frames[1].clone(), id("1"));
+        assert_eq!(held.take(b"1"), Some(frames[1].clone()));
+        assert!(held.is_empty());
+    }
+}
