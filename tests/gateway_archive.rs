@@ -617,7 +617,7 @@ async fn metrics_count_routed_and_retried_calls() {
     assert!(text.contains(&up), "{text}");
 }
 
-/// The missing-state messages of geth, reth, erigon, nethermind and anvil
+/// The missing-state messages of geth, reth, erigon, nethermind, besu and anvil
 /// (as their sources write them), and messages that are not.
 #[test]
 fn the_clients_words_for_missing_state() {
@@ -629,6 +629,7 @@ fn the_clients_words_for_missing_state() {
         "old data not available due to pruning: requested block 6134861, history is available from block 25247999",
         "No state available for block 0x3f9e020290502d1d41f4b5519e7d456f0935dea980ec310935206cac8239117e (15659481)",
         "BlockOutOfRangeError: block height is 10 but requested was 1",
+        "World state unavailable",
     ] {
         assert!(archive::says_missing_state(m), "{m}");
     }

@@ -170,6 +170,87 @@ async fn calldata_pays_the_eip7623_floor() {
     );
 }
 
+/// Osaka's per-transaction gas cap (EIP-7825) and geth's transaction size
+/// limit hold, in geth's words: a transaction with more than 2^24 gas is
+/// refused (it was mined up to the block's 30M), and so is a signed
+/// transaction over 128 KiB (one of megabytes of calldata was kept for
+/// the chain's life); the estimate stops at the cap too. With a fee cap,
+/// the estimate is bounded by what the sender's balance pays for past the
+/// value, as geth's estimator bounds it (it answered 21,000 for a sender
+/// whose send was then refused for its fee), and a value of the whole
+/// balance is "insufficient funds for transfer".
+#[tokio::test]
+async fn the_gas_cap_the_size_limit_and_fee_bounded_estimates() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    let to = Address::repeat_byte(0x42);
+    let over_cap = TxEip1559 {
+        gas_limit: 20_000_000,
+        ..eip1559(0, to, 1)
+    };
+    let (code, message) = error(&send(a, &sign(over_cap, key(0))).await);
+    assert_eq!(code, -32000);
+    assert_eq!(
+        message,
+        "transaction gas limit too high (cap: 16777216, tx: 20000000)"
+    );
+    let oversized = TxEip1559 {
+        gas_limit: 2_000_000,
+        input: ABytes::from(vec![0u8; 140_000]),
+        ..eip1559(0, to, 1)
+    };
+    let raw = sign(oversized, key(0));
+    let (code, message) = error(&send(a, &raw).await);
+    assert_eq!(code, -32000);
+    let size = raw.len() / 2 - 1;
+    assert_eq!(
+        message,
+        format!("oversized data: transaction size {size}, limit 131072")
+    );
+    assert_eq!(
+        rpc(a, "eth_blockNumber", json!([])).await["result"],
+        "0x0",
+        "a refused transaction was mined"
+    );
+    // 1.7 MB of zeros: a floor of 17,021,000 gas, past the cap.
+    let zeros = ABytes::from(vec![0u8; 1_700_000]);
+    let est = rpc(
+        a,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "data": zeros}]),
+    )
+    .await;
+    assert_eq!(
+        error(&est).1,
+        "gas required exceeds allowance (16777216)",
+        "{est}"
+    );
+
+    let all = balance(a, address(0)).await;
+    let gwei = 1_000_000_000u128;
+    let estimate = |value: u128| {
+        let call = json!({"from": address(0), "to": to, "value": format!("{value:#x}"), "maxFeePerGas": format!("{gwei:#x}")});
+        rpc(a, "eth_estimateGas", json!([call]))
+    };
+    assert_eq!(
+        error(&estimate(all).await).1,
+        "insufficient funds for transfer"
+    );
+    // Enough for 20,000 gas at the fee cap, not 21,000.
+    assert_eq!(
+        error(&estimate(all - 20_000 * gwei).await).1,
+        "gas required exceeds allowance (20000)"
+    );
+    assert_eq!(
+        quantity(&estimate(all - 21_000 * gwei).await["result"]),
+        21_000
+    );
+    // Without a fee cap the value alone is checked.
+    let call = json!({"from": address(0), "to": to, "value": format!("{all:#x}")});
+    let r = rpc(a, "eth_estimateGas", json!([call])).await;
+    assert_eq!(quantity(&r["result"]), 21_000, "{r}");
+}
+
 /// `eth_getLogs` checks its filter's addresses and topics, as anvil and
 /// geth do: a malformed address or topic, or a fifth topic position, is
 /// -32602 (the chain once read neither and answered `[]` to any of them);

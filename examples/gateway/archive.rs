@@ -309,6 +309,7 @@ async fn ask_head(full: &Upstreams) -> Option<u64> {
 /// | reth | `state at block #N is pruned` (storage-errors, `ProviderError::StateAtBlockPruned`) |
 /// | erigon | `old data not available due to pruning` (`state.PrunedError`, HistoryReaderV3) |
 /// | nethermind | `No state available for block <hash> (<number>)` (`GetStateFailureResult`, -32002/-32001) |
+/// | besu | `World state unavailable` (-32000, `RpcErrorType.WORLD_STATE_UNAVAILABLE`) |
 /// | anvil `--prune-history` | `BlockOutOfRangeError: block height is H but requested was N` (-32602; only for N below H: above, the block is not mined yet) |
 ///
 /// An upstream's error object only (the gateway's own errors are not the
@@ -346,13 +347,15 @@ pub fn says_missing_state(message: &str) -> bool {
     if m.contains("revert") {
         return false;
     }
-    // geth (hash-based; path-based; its tracers), erigon, nethermind.
+    // geth (hash-based; path-based; its tracers), erigon, nethermind,
+    // besu.
     if [
         "missing trie node",
         "historical state",
         "required historical state unavailable",
         "old data not available due to pruning",
         "no state available for block",
+        "world state unavailable",
     ]
     .iter()
     .any(|p| m.starts_with(p))

@@ -89,6 +89,14 @@ pub const PRIORITY_FEE: u128 = 1_000_000_000;
 pub const GAS_LIMIT: u64 = 30_000_000;
 /// The gas of a plain value transfer.
 pub const TRANSFER_GAS: u64 = 21_000;
+/// The most gas one transaction may carry (EIP-7825, Osaka's rules,
+/// which the chain follows: geth refuses more with "transaction gas limit
+/// too high", and its estimates stop there).
+pub const MAX_TX_GAS: u64 = 1 << 24;
+/// The largest signed transaction taken (geth's transaction pool limit,
+/// four slots of 32 KiB): every transaction is kept for the chain's life,
+/// and one of 2.6 MB of calldata was taken whole.
+pub const MAX_TX_SIZE: usize = 4 * 32 * 1024;
 
 /// One account's history: (block, balance, nonce) after each change.
 #[derive(Default)]
@@ -245,6 +253,12 @@ impl Chain {
                 "transaction could not be decoded: empty transaction data",
             ));
         }
+        if raw.len() > MAX_TX_SIZE {
+            return Err(server_error(format!(
+                "oversized data: transaction size {}, limit {MAX_TX_SIZE}",
+                raw.len()
+            )));
+        }
         // Exact: bytes after the transaction are an error, as geth's
         // decoder says ("input contains more than one value").
         let tx = TxEnvelope::decode_2718_exact(raw)
@@ -300,6 +314,12 @@ impl Chain {
         let used = intrinsic.max(floor);
         if tx.gas_limit() > GAS_LIMIT {
             return Err(server_error("exceeds block gas limit"));
+        }
+        if tx.gas_limit() > MAX_TX_GAS {
+            return Err(server_error(format!(
+                "transaction gas limit too high (cap: {MAX_TX_GAS}, tx: {})",
+                tx.gas_limit()
+            )));
         }
         if let Some(tip) = tx.max_priority_fee_per_gas()
             && tip > tx.max_fee_per_gas()

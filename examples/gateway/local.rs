@@ -167,18 +167,32 @@ fn estimate_gas(c: C<'_>) -> Answer {
     check_no_code(&overrides, to)?;
     c.state.check_block(block)?;
     check_fees(&call)?;
-    if let (Some(from), Some(value)) = (call.from()?, call.value()?) {
+    // The most the estimate may answer, as geth's estimator bounds it: a
+    // gas limit given, the per-transaction cap (EIP-7825), and with a fee
+    // cap what the sender's balance pays for past the value (an estimate
+    // that the send then refused for its fee was answered).
+    let mut allowance = call.gas()?.unwrap_or(u64::MAX).min(chain::MAX_TX_GAS);
+    let fee_cap = match call.gas_price()? {
+        Some(price) => Some(price),
+        None => call.max_fee_per_gas()?,
+    }
+    .filter(|&cap| cap > 0);
+    if let Some(from) = call.from()? {
         let balance = balance_of(&c, &overrides, from, block)?;
-        if balance < value {
+        let given = call.value()?;
+        let value = given.unwrap_or_default();
+        // With a fee cap a value given must leave something for the fee.
+        if balance < value || (fee_cap.is_some() && given.is_some() && balance == value) {
             return Err(server_error("insufficient funds for transfer"));
+        }
+        if let Some(cap) = fee_cap {
+            let paid_for = (balance - value) / U256::from(cap);
+            allowance = allowance.min(u64::try_from(paid_for).unwrap_or(u64::MAX));
         }
     }
     let input = call.input_in(c.arena)?.unwrap_or_default();
     let gas = call_gas(&call, input)?;
-    // A gas limit given is the most the estimate may answer (geth's words).
-    if let Some(allowance) = call.gas()?
-        && allowance < gas
-    {
+    if allowance < gas {
         return Err(server_error(format!(
             "gas required exceeds allowance ({allowance})"
         )));
