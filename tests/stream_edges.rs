@@ -994,3 +994,60 @@ async fn a_request_held_behind_a_notification_starts_when_it_ends() {
     cw.shutdown().await.unwrap();
     assert_eq!(run.await.unwrap().unwrap(), CloseReason::Eof);
 }
+
+/// A handler that triggers the shutdown (LSP's `exit`) ends the input
+/// where it stands: the messages after it in the same read are not
+/// started (they ran, and were answered, before the driver next looked at
+/// the signal). Lines, and concatenated JSON (framed by the parser).
+#[tokio::test]
+async fn messages_after_one_that_shuts_down_are_not_started() {
+    for concatenated in [false, true] {
+        let shutdown = Shutdown::new();
+        let signal = shutdown.clone();
+        let d = Dispatcher::builder(())
+            .method("stop", move |c: Call<'_, ()>| {
+                signal.trigger();
+                c.reply.u64(0)
+            })
+            .method("add", |c: Call<'_, ()>| {
+                let (a, b): (u64, u64) = c.decode()?;
+                c.reply.u64(a + b)
+            })
+            .build()
+            .unwrap();
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (sr, sw) = tokio::io::split(server);
+        let served = tokio::spawn(async move {
+            if concatenated {
+                let driver = Driver::new(Concatenated::new()).shutdown(shutdown);
+                driver.run(&d, sr, sw).await
+            } else {
+                let driver = Driver::new(Lines::new()).shutdown(shutdown);
+                driver.run(&d, sr, sw).await
+            }
+        });
+        let (cr, mut cw) = tokio::io::split(client);
+        let sep = if concatenated { "" } else { "\n" };
+        let input = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}}{sep}{{"jsonrpc":"2.0","id":2,"method":"stop"}}{sep}{{"jsonrpc":"2.0","id":3,"method":"add","params":[3,4]}}{sep}{{"jsonrpc":"2.0","id":4,"method":"add","params":[5,6]}}{sep}"#
+        );
+        cw.write_all(input.as_bytes()).await.unwrap();
+        let mut replies = tokio::io::BufReader::new(cr).lines();
+        let mut ids = Vec::new();
+        let read = async {
+            while let Some(line) = replies.next_line().await.unwrap() {
+                let v: Value = serde_json::from_str(&line).unwrap();
+                ids.push(v["id"].as_u64().unwrap());
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("the connection closed");
+        assert_eq!(ids, [1, 2], "concatenated {concatenated}");
+        assert_eq!(
+            served.await.unwrap().unwrap(),
+            CloseReason::Shutdown,
+            "concatenated {concatenated}"
+        );
+    }
+}

@@ -613,6 +613,9 @@ impl Outbound for Outbox {
 #[derive(Clone, Debug)]
 pub struct Shutdown {
     tx: Arc<tokio::sync::watch::Sender<bool>>,
+    /// The same, for [`is_triggered`](Shutdown::is_triggered) without a
+    /// lock: the stream driver asks after every message it starts.
+    triggered: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Default for Shutdown {
@@ -625,7 +628,10 @@ impl Shutdown {
     /// A shutdown signal not yet triggered.
     pub fn new() -> Self {
         let (tx, _) = tokio::sync::watch::channel(false);
-        Shutdown { tx: Arc::new(tx) }
+        Shutdown {
+            tx: Arc::new(tx),
+            triggered: Arc::default(),
+        }
     }
 
     /// Starts the shutdown. Kept even when no server waits for it yet (a
@@ -635,12 +641,14 @@ impl Shutdown {
         // `send` drops the value when no receiver exists (none does
         // between waits: `triggered` subscribes only while it waits);
         // `send_replace` always stores it.
+        self.triggered
+            .store(true, std::sync::atomic::Ordering::Release);
         self.tx.send_replace(true);
     }
 
     /// Whether it was triggered.
     pub fn is_triggered(&self) -> bool {
-        *self.tx.borrow()
+        self.triggered.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Completes when the shutdown is triggered.

@@ -533,6 +533,7 @@ impl<F: Framer> Driver<F> {
         let mut conn = dispatcher.connection(context);
         conn.set_reply_gate(gate);
         let idle_timeout = self.idle_timeout.unwrap_or(Some(self.limits.idle_timeout));
+        let shutdown_signal = self.shutdown.clone();
         let shutdown = self
             .shutdown
             .map(|s| -> Pin<Box<dyn Future<Output = ()> + Send>> {
@@ -574,6 +575,7 @@ impl<F: Framer> Driver<F> {
             messages_at_idle_check: 0,
             grace_extended: false,
             shutdown,
+            shutdown_signal,
             grace: None,
             peaks: Peaks::default(),
         };
@@ -783,6 +785,10 @@ struct Io<'d, S, K, F, R, W> {
     /// or for replies still being written).
     grace_extended: bool,
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// The same signal, asked after each message started: a handler that
+    /// triggers it (LSP's `exit`) ends the input there, not after the rest
+    /// of what was read (messages behind `exit` in the same read ran).
+    shutdown_signal: Option<Shutdown>,
     /// The shutdown's deadline: for the calls in flight, then for writing
     /// their replies.
     grace: Option<Pin<Box<Sleep>>>,
@@ -927,6 +933,8 @@ where
             self.queue_replies();
         } else {
             self.start_message(frame);
+            // Stops the input (and so the framing) when it asked to.
+            self.shutdown_triggered();
         }
     }
 
@@ -937,6 +945,9 @@ where
             if let Some(frame) = self.held.pop_front() {
                 self.start_message(frame);
                 progress = true;
+                if self.shutdown_triggered() {
+                    return true;
+                }
             }
         }
         while self.input != Input::Stopped && (!self.backpressured() || self.reads_at_limit()) {
@@ -1059,6 +1070,9 @@ where
                     self.peaks.messages_read += 1;
                     self.queue_replies();
                     started = true;
+                    // Stops the input (the loop's next turn) when it
+                    // asked to.
+                    self.shutdown_triggered();
                 }
                 None => {
                     self.framing = true;
@@ -1338,15 +1352,34 @@ where
         }
     }
 
+    /// The shutdown was triggered: no more input, the grace starts.
+    fn shut_down(&mut self) {
+        self.shutdown = None;
+        self.shutdown_signal = None;
+        self.stop(CloseReason::Shutdown);
+        self.grace = Some(Box::pin(tokio::time::sleep(self.shutdown_grace)));
+    }
+
+    /// Whether the shutdown was triggered since the last look (by a
+    /// handler that just ran, say), and if so shuts down.
+    fn shutdown_triggered(&mut self) -> bool {
+        let triggered = self
+            .shutdown_signal
+            .as_ref()
+            .is_some_and(Shutdown::is_triggered);
+        if triggered {
+            self.shut_down();
+        }
+        triggered
+    }
+
     /// Watches the shutdown signal and its deadlines; returns a reason to
     /// end at once.
     fn poll_signals(&mut self, cx: &mut TaskContext<'_>) -> Option<CloseReason> {
         if let Some(signal) = self.shutdown.as_mut()
             && signal.as_mut().poll(cx).is_ready()
         {
-            self.shutdown = None;
-            self.stop(CloseReason::Shutdown);
-            self.grace = Some(Box::pin(tokio::time::sleep(self.shutdown_grace)));
+            self.shut_down();
         }
         let calls_done = self.calls_dropped || self.in_flight() == 0;
         let grace = self.grace.as_mut()?;
