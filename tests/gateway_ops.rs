@@ -684,6 +684,59 @@ async fn metrics_count_failovers() {
     assert_eq!(at("gateway_upstream_up", live, ""), 1.0, "{text}");
 }
 
+/// Upstreams that share a `host:port` (one node over HTTP and WebSocket,
+/// two routes of one proxy) are told apart in `/metrics` and `/health`:
+/// each series had the label `upstream="host:port"` twice, which
+/// Prometheus refuses as duplicate samples.
+#[tokio::test]
+async fn upstreams_on_one_address_get_distinct_names() {
+    let names = |urls: &[&str]| {
+        let urls: Vec<String> = urls.iter().map(|u| u.to_string()).collect();
+        upstream::distinct_names(&urls)
+    };
+    assert_eq!(
+        names(&["http://a:1", "http://b:1/x", "ws://user:pw@c:2/"]),
+        ["a:1", "b:1", "c:2"]
+    );
+    assert_eq!(
+        names(&["http://n:8545", "ws://n:8545", "http://m:1"]),
+        ["http://n:8545", "ws://n:8545", "m:1"]
+    );
+    assert_eq!(
+        names(&["http://u:p@n:1/a?key=1", "http://n:1/b"]),
+        ["http://n:1/a", "http://n:1/b"]
+    );
+    assert_eq!(
+        names(&["http://n:1", "http://n:1"]),
+        ["http://n:1 #1", "http://n:1 #2"]
+    );
+
+    let (live, _task) = by_method().await;
+    let (gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{live}/a"), format!("http://{live}/b")],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    let (_, body) = post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(body.contains("0x10"), "{body}");
+    let (_, text) = get(ops, "/metrics").await;
+    for path in ["a", "b"] {
+        let series = format!(r#"gateway_upstream_up{{upstream="http://{live}/{path}"}}"#);
+        assert_eq!(sample(&text, &series), 1.0, "{text}");
+    }
+    let ups = text
+        .lines()
+        .filter(|l| l.starts_with("gateway_upstream_up{"))
+        .count();
+    assert_eq!(ups, 2, "{text}");
+}
+
 /// `/health` is 200 while the only upstream answers and 503, saying why,
 /// once it is gone (as soon as the upstream's state, kept a second, is
 /// found again); the built-in chain is always healthy.

@@ -227,11 +227,7 @@ impl Signals {
 }
 
 fn upstreams(config: &config::Config) -> String {
-    let mut names: Vec<String> = config
-        .upstreams
-        .iter()
-        .map(|u| upstream::display_name(u))
-        .collect();
+    let mut names = upstream::distinct_names(&config.upstreams);
     if let Some(ws) = &config.upstream_ws {
         names.push(format!("{} (WebSocket)", upstream::display_name(ws)));
     }

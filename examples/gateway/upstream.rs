@@ -249,6 +249,47 @@ pub fn display_name(url: &str) -> String {
         .to_string()
 }
 
+/// Names for `urls` that tell them apart, in order: `host:port`; where
+/// two share it, the URL without credentials, query or fragment
+/// (`ws://n:8545`, `http://n:8545/a`); and where even those are alike,
+/// that and its place in the list (`… #2`). `/metrics` labels each
+/// upstream's series by its name: two alike made duplicate series, which
+/// Prometheus refuses, and `/health` listed the same name twice.
+pub fn distinct_names(urls: &[String]) -> Vec<String> {
+    let count = |names: &[String], name: &str| names.iter().filter(|n| *n == name).count();
+    let short: Vec<String> = urls.iter().map(|u| display_name(u)).collect();
+    let long: Vec<String> = urls
+        .iter()
+        .zip(&short)
+        .map(|(url, name)| {
+            let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+            let path = rest
+                .split(['?', '#'])
+                .next()
+                .unwrap_or("")
+                .split_once('/')
+                .map_or("", |(_, p)| p);
+            match (scheme, path) {
+                ("", "") => name.clone(),
+                ("", p) => format!("{name}/{p}"),
+                (s, "") => format!("{s}://{name}"),
+                (s, p) => format!("{s}://{name}/{p}"),
+            }
+        })
+        .collect();
+    (0..urls.len())
+        .map(|i| {
+            if count(&short, &short[i]) == 1 {
+                short[i].clone()
+            } else if count(&long, &long[i]) == 1 {
+                long[i].clone()
+            } else {
+                format!("{} #{}", long[i], i + 1)
+            }
+        })
+        .collect()
+}
+
 impl Upstreams {
     /// From the `--upstream` URLs (http:// ones are HTTP upstreams; a
     /// ws:// one is the WebSocket upstream if `--upstream-ws` is not
@@ -262,7 +303,7 @@ impl Upstreams {
         let ws_upstream =
             |url: String| Arc::new(WsUpstream::new(url, timeout, max_response, ws_ping));
         let mut ws = upstream_ws.map(|url| ws_upstream(url.into()));
-        for url in urls {
+        for (url, name) in urls.iter().zip(distinct_names(urls)) {
             let uri: http::Uri = url
                 .parse()
                 .map_err(|e| format!("bad upstream URL {url}: {e}"))?;
@@ -283,7 +324,7 @@ impl Upstreams {
             http.push(HttpUpstream {
                 uri,
                 h1,
-                name: display_name(url),
+                name,
                 rest_until: AtomicU64::new(0),
                 ws: via_ws,
                 exchanges: ExchangeCap::new(config.upstream_connections),
