@@ -637,15 +637,11 @@ async fn metrics_count_forwards_by_outcome() {
     assert!(text.contains("rpcwire_connections_open "), "{text}");
 }
 
-/// A call that fails over counts a connection failure for the upstream
-/// it left and a failover for the one that took it.
-#[tokio::test]
-async fn metrics_count_failovers() {
-    let refusing = refusing::refusing();
-    let dead = refusing.addr;
-    let (live, _task) = by_method().await;
+/// A gateway in front of `upstreams`: its `/metrics` text after one
+/// `eth_blockNumber` forwarded (answered `0x10`).
+async fn metrics_after_one_call(upstreams: Vec<String>) -> String {
     let (gw, ops) = start_with_ops(config::Config {
-        upstreams: vec![format!("http://{dead}"), format!("http://{live}")],
+        upstreams,
         timeout: Duration::from_secs(10),
         ..Default::default()
     })
@@ -657,7 +653,18 @@ async fn metrics_count_failovers() {
     .await
     .unwrap();
     assert!(body.contains("0x10"), "{body}");
-    let (_, text) = get(ops, "/metrics").await;
+    get(ops, "/metrics").await.1
+}
+
+/// A call that fails over counts a connection failure for the upstream
+/// it left and a failover for the one that took it.
+#[tokio::test]
+async fn metrics_count_failovers() {
+    let refusing = refusing::refusing();
+    let dead = refusing.addr;
+    let (live, _task) = by_method().await;
+    let text =
+        metrics_after_one_call(vec![format!("http://{dead}"), format!("http://{live}")]).await;
     let at = |family: &str, up: SocketAddr, extra: &str| {
         sample(&text, &format!(r#"{family}{{upstream="{up}"{extra}}}"#))
     };
@@ -712,20 +719,8 @@ async fn upstreams_on_one_address_get_distinct_names() {
     );
 
     let (live, _task) = by_method().await;
-    let (gw, ops) = start_with_ops(config::Config {
-        upstreams: vec![format!("http://{live}/a"), format!("http://{live}/b")],
-        timeout: Duration::from_secs(10),
-        ..Default::default()
-    })
-    .await;
-    let (_, body) = post(
-        gw.addr,
-        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
-    )
-    .await
-    .unwrap();
-    assert!(body.contains("0x10"), "{body}");
-    let (_, text) = get(ops, "/metrics").await;
+    let text =
+        metrics_after_one_call(vec![format!("http://{live}/a"), format!("http://{live}/b")]).await;
     for path in ["a", "b"] {
         let series = format!(r#"gateway_upstream_up{{upstream="http://{live}/{path}"}}"#);
         assert_eq!(sample(&text, &series), 1.0, "{text}");
