@@ -86,7 +86,8 @@ impl HeldMessages {
         if positions.is_empty() {
             self.by_id.remove(id);
         }
-        let (frame, held_id) = self.queue.get_mut((at - self.front) as usize)?;
+        let index = usize::try_from(at.checked_sub(self.front)?).ok()?;
+        let (frame, held_id) = self.queue.get_mut(index)?;
         let frame = frame.take()?;
         let held_id = held_id.take();
         self.bytes -= cost(&frame, held_id.as_ref());
