@@ -1116,10 +1116,8 @@ fn spec_violation(k: K, v: &Value) -> Option<String> {
                 }),
                 _ => None,
             }),
-        (K::BlockId, Value::Object(m)) => m
-            .get("blockNumber")
-            .and_then(|n| scalar(K::BlockNum, n))
-            .or_else(|| m.get("blockHash").and_then(|h| scalar(K::Hash, h))),
+        (K::BlockId, Value::Object(m)) => member(K::BlockNum, m.get("blockNumber"))
+            .or_else(|| member(K::Hash, m.get("blockHash"))),
         (K::Call | K::Filter | K::Bool | K::Floats, _) => None,
         (K::BlockId, Value::String(_)) | (_, _) => scalar(k, v),
     }
@@ -1250,6 +1248,23 @@ fn looser(k: K, raw: &str) -> Option<(&'static str, String)> {
                         format!("{{{}}}", members.join(",")),
                     )
                 })
+        }
+        // geth's BlockNumberOrHash (Go's encoding/json) reads a `null`
+        // member of the EIP-1898 object as absent, as rpcwire does; alloy
+        // refuses it.
+        K::BlockId => {
+            let kept: Vec<String> = entries
+                .0
+                .iter()
+                .filter(|(_, v)| v.get() != "null")
+                .map(|(key, v)| format!("{}:{}", serde_json::to_string(key).unwrap(), v.get()))
+                .collect();
+            (kept.len() < entries.0.len()).then(|| {
+                (
+                    "null member of an EIP-1898 object",
+                    format!("{{{}}}", kept.join(",")),
+                )
+            })
         }
         _ => None,
     }

@@ -587,10 +587,10 @@ impl Connection {
     /// written to `out`). The notice itself is held like any message and
     /// started in its turn: its call gone, it only reaches its handler, if
     /// one is registered. A single request still held with the id named,
-    /// when no call has it, is taken out of `held` and returned, answered
-    /// as a started one would be: it would otherwise start once a slot
-    /// frees and run whole, its notice held behind it (for good at a cap
-    /// of one, with calls that run until cancelled).
+    /// when no call has it, is taken out of `held` (never started) and
+    /// answered as a started one would be: it would otherwise start once a
+    /// slot frees and run whole, its notice held behind it (for good at a
+    /// cap of one, with calls that run until cancelled).
     #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn hold<S, K, B: ReplyBuf>(
         &mut self,
