@@ -594,6 +594,40 @@ async fn shutdown_flushes_a_reply_written_at_the_end_of_the_grace() {
 /// `ask` asks the client (`client/ping`, through the connection's peer)
 /// and replies with its answer's result; `add` adds two numbers.
 type Served = tokio::task::JoinHandle<io::Result<CloseReason>>;
+
+/// `d` served over newline-delimited JSON, or concatenated JSON (framed by
+/// the parser), with `limits` and `shutdown`: the server's task, and the
+/// client's two halves.
+fn serve_framed<K: Send + Sync + 'static>(
+    d: Dispatcher<(), K>,
+    concatenated: bool,
+    limits: Limits,
+    shutdown: Option<Shutdown>,
+) -> (
+    Served,
+    ClientWriter,
+    tokio::io::ReadHalf<tokio::io::DuplexStream>,
+) {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move {
+        if concatenated {
+            let mut driver = Driver::new(Concatenated::new()).limits(limits);
+            if let Some(s) = shutdown {
+                driver = driver.shutdown(s);
+            }
+            driver.run(&d, sr, sw).await
+        } else {
+            let mut driver = Driver::new(Lines::new()).limits(limits);
+            if let Some(s) = shutdown {
+                driver = driver.shutdown(s);
+            }
+            driver.run(&d, sr, sw).await
+        }
+    });
+    let (cr, cw) = tokio::io::split(client);
+    (served, cw, cr)
+}
 type ClientWriter = tokio::io::WriteHalf<tokio::io::DuplexStream>;
 type ClientLines =
     tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>;
@@ -605,15 +639,7 @@ fn serve_one_call_at_a_time(d: D) -> (Served, ClientWriter, ClientLines) {
         max_in_flight: 1,
         ..Limits::default()
     };
-    let (client, server) = tokio::io::duplex(64 * 1024);
-    let (sr, sw) = tokio::io::split(server);
-    let served = tokio::spawn(async move {
-        Driver::new(Lines::new())
-            .limits(limits)
-            .run(&d, sr, sw)
-            .await
-    });
-    let (cr, cw) = tokio::io::split(client);
+    let (served, cw, cr) = serve_framed(d, false, limits, None);
     (served, cw, tokio::io::BufReader::new(cr).lines())
 }
 
@@ -662,19 +688,7 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
             max_in_flight: 2,
             ..Limits::default()
         };
-        let (client, server) = tokio::io::duplex(64 * 1024);
-        let (sr, sw) = tokio::io::split(server);
-        let d = d.clone();
-        let served = tokio::spawn(async move {
-            if concatenated {
-                let driver = Driver::new(Concatenated::new()).limits(limits);
-                driver.run(&d, sr, sw).await
-            } else {
-                let driver = Driver::new(Lines::new()).limits(limits);
-                driver.run(&d, sr, sw).await
-            }
-        });
-        let (cr, mut cw) = tokio::io::split(client);
+        let (served, mut cw, cr) = serve_framed(d.clone(), concatenated, limits, None);
         let mut replies = tokio::io::BufReader::new(cr).lines();
         let sep: &[u8] = if concatenated { b"" } else { b"\n" };
         let mut send = Vec::new();
@@ -1015,18 +1029,8 @@ async fn messages_after_one_that_shuts_down_are_not_started() {
             })
             .build()
             .unwrap();
-        let (client, server) = tokio::io::duplex(64 * 1024);
-        let (sr, sw) = tokio::io::split(server);
-        let served = tokio::spawn(async move {
-            if concatenated {
-                let driver = Driver::new(Concatenated::new()).shutdown(shutdown);
-                driver.run(&d, sr, sw).await
-            } else {
-                let driver = Driver::new(Lines::new()).shutdown(shutdown);
-                driver.run(&d, sr, sw).await
-            }
-        });
-        let (cr, mut cw) = tokio::io::split(client);
+        let limits = Limits::default();
+        let (served, mut cw, cr) = serve_framed(d, concatenated, limits, Some(shutdown));
         let sep = if concatenated { "" } else { "\n" };
         let input = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}}{sep}{{"jsonrpc":"2.0","id":2,"method":"stop"}}{sep}{{"jsonrpc":"2.0","id":3,"method":"add","params":[3,4]}}{sep}{{"jsonrpc":"2.0","id":4,"method":"add","params":[5,6]}}{sep}"#
