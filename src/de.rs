@@ -64,12 +64,17 @@ pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(
 }
 
 /// The params as a whole, as JSON-RPC clients send them: `()` (and a unit
-/// struct) accepts `[]`, which is how many clients send "no params" (and
-/// what absent params decode as); a tuple, tuple struct or struct read from
-/// an array whose trailing values are missing reads them as `null`, so
-/// trailing `Option`s may be left out (`[1]` into `(u64, Option<u64>)`, as
-/// geth reads optional arguments), and a missing required one is "invalid
-/// length". Nested values are read as serde_json reads them.
+/// struct) accepts `[]` and `{}`, the ways clients send "no params" (`[]`
+/// is also what absent params decode as); a tuple, tuple struct or struct
+/// read from an array whose trailing values are missing reads them as
+/// `null`, so trailing `Option`s may be left out (`[1]` into `(u64,
+/// Option<u64>)`, as geth reads optional arguments), and a missing
+/// required one is "invalid length". A field whose type takes `null`
+/// (`Option`, `serde_json::Value`, `()`) therefore takes it when left out
+/// of positional params, not its `#[serde(default)]` (serde applies a
+/// default only when the array ends, and it never ends early here);
+/// by-name params (an object) get the default as serde gives it. Nested
+/// values are read as serde_json reads them.
 struct Top<D> {
     inner: D,
 }
@@ -126,7 +131,7 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
     forward_common!(this, visitor => visitor);
 
     fn deserialize_unit<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_seq(NoParams(visitor))
+        self.inner.deserialize_any(NoParams(visitor))
     }
 
     fn deserialize_unit_struct<V: Visitor<'a>>(
@@ -134,7 +139,7 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_seq(NoParams(visitor))
+        self.inner.deserialize_any(NoParams(visitor))
     }
 
     fn deserialize_newtype_struct<V: Visitor<'a>>(
@@ -208,7 +213,7 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
     }
 }
 
-/// A unit visitor that takes an empty array for "no params".
+/// A unit visitor that takes an empty array or object for "no params".
 struct NoParams<V>(V);
 
 impl<'a, V: Visitor<'a>> Visitor<'a> for NoParams<V> {
@@ -221,6 +226,20 @@ impl<'a, V: Visitor<'a>> Visitor<'a> for NoParams<V> {
     fn visit_seq<A: de::SeqAccess<'a>>(self, mut seq: A) -> Result<V::Value, A::Error> {
         let mut len = 0;
         while seq.next_element::<de::IgnoredAny>()?.is_some() {
+            len += 1;
+        }
+        if len > 0 {
+            return Err(de::Error::invalid_length(len, &self));
+        }
+        self.0.visit_unit()
+    }
+
+    fn visit_map<A: de::MapAccess<'a>>(self, mut map: A) -> Result<V::Value, A::Error> {
+        let mut len = 0;
+        while map
+            .next_entry::<de::IgnoredAny, de::IgnoredAny>()?
+            .is_some()
+        {
             len += 1;
         }
         if len > 0 {

@@ -376,6 +376,18 @@ fn absent_params_decode_into_unit_and_optional_tuples() {
         assert_eq!(reply("unit", params)["result"], "none", "{params}");
         assert_eq!(reply("opt", params)["result"], Value::Null, "{params}");
     }
+    // `{}` is "no params" too (clients that send params by name send it;
+    // it was "invalid type: map, expected no params"); a non-empty object
+    // is not.
+    for params in [r#","params":{}"#, r#","params":{ }"#] {
+        assert_eq!(reply("unit", params)["result"], "none", "{params}");
+    }
+    let r = reply("unit", r#","params":{"a":1}"#);
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "invalid length 1, expected no params"
+    );
     assert_eq!(reply("opt", r#","params":[7]"#)["result"], 7);
     assert_eq!(reply("view", r#","params":[]"#)["result"], Value::Null);
     assert_eq!(

@@ -929,6 +929,10 @@ fn a_borrowed_str_without_an_arena_is_the_servers_error() {
             let (s,): (&str,) = c.params.unwrap().decode_in(c.arena)?;
             Ok::<_, RpcError>(s.len())
         })
+        .method("number", |c: Call<'_, ()>| {
+            let (n,): (u64,) = c.params.unwrap().decode()?;
+            Ok::<_, RpcError>(n)
+        })
         .build()
         .unwrap();
     let ask = |method: &str, params: &str| call_with(&d, method, params);
@@ -938,7 +942,14 @@ fn a_borrowed_str_without_an_arena_is_the_servers_error() {
     assert_eq!(r["error"]["code"], -32603, "{r}");
     let reason = r["error"]["data"]["reason"].as_str().unwrap();
     assert!(reason.contains("Params::decode_in"), "{reason}");
-    // The client's own mistake is still its own.
+    // The client's own mistake is still its own, whatever its string says.
+    for params in [
+        r#"["expected a borrowed string"]"#,
+        r#"["\", expected a borrowed string"]"#,
+    ] {
+        let r = ask("number", params);
+        assert_eq!(r["error"]["code"], -32602, "{params}: {r}");
+    }
     let r = ask("view", "[5]");
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert_eq!(

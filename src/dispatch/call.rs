@@ -115,14 +115,18 @@ impl<'a, S> Call<'a, S> {
     /// `#[serde(borrow)]`) work for every string, escaped or not (escaped
     /// ones are decoded into the per-message arena), and `&RawValue` keeps a
     /// value raw. Absent params decode as `[]`, so `()`, `Vec<_>` and
-    /// all-optional tuples accept a call without params. A tuple's trailing
-    /// values may be left out, as geth reads optional arguments: they read
-    /// as `null`, so an `Option` is `None` and a required one is "invalid
-    /// length". A struct takes named params (`{"name": …}`) and positional
-    /// ones (`["ada"]`, its fields in order) alike, the positional ones read
-    /// as a tuple's (trailing `Option` and `#[serde(default)]` fields may
-    /// be left out). A failure is -32602 with serde's reason and the byte
-    /// offset in the message in `data`.
+    /// all-optional tuples accept a call without params (`()` takes `{}`
+    /// too). A tuple's trailing values may be left out, as geth reads
+    /// optional arguments: they read as `null`, so an `Option` is `None`
+    /// and a required one is "invalid length". A struct takes named params
+    /// (`{"name": …}`) and positional ones (`["ada"]`, its fields in order)
+    /// alike, the positional ones read as a tuple's (trailing `Option` and
+    /// `#[serde(default)]` fields may be left out). A field left out of
+    /// positional params whose type takes `null` (an `Option`, a
+    /// `serde_json::Value`) reads that `null`, not its
+    /// `#[serde(default = …)]`: give such a default to a type that does not
+    /// take `null`, or send the params by name. A failure is -32602 with
+    /// serde's reason and the byte offset in the message in `data`.
     ///
     /// ```
     /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
@@ -191,12 +195,7 @@ impl<'a> Params<'a> {
     /// `eth_getLogs` filter.
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
         crate::de::from_slice(self.as_bytes()).map_err(|e| {
-            let text = e.to_string();
-            // serde's words for a valid string it could only lend for a
-            // moment (it had escapes): the client's params were fine.
-            if text.starts_with("invalid type: string ")
-                && text.contains("expected a borrowed string")
-            {
+            if only_lent_for_a_moment(&e.to_string()) {
                 return RpcError::internal_because(
                     "the handler decoded a `&str` from a string with escapes without an \
                      arena (Params::decode); decode with Call::decode or Params::decode_in",
@@ -211,4 +210,31 @@ impl<'a> Params<'a> {
     pub fn decode_in<T: Deserialize<'a>>(&self, arena: &'a Bump) -> Result<T, RpcError> {
         crate::de::from_slice_in(self.as_bytes(), arena).map_err(|e| params_error(&e, None))
     }
+}
+
+/// Whether `message` is serde's for a valid string that serde_json could
+/// only lend for a moment (it had escapes) where a `&str` was wanted:
+/// `invalid type: string "…", expected a borrowed string`, the string
+/// written with Rust's escapes. The client's params were fine then. The
+/// quoted string is the client's and is read to its closing quote, so
+/// that a string that merely says "expected a borrowed string" (a client's
+/// `["expected a borrowed string"]` into a number) stays the client's
+/// error.
+fn only_lent_for_a_moment(message: &str) -> bool {
+    let Some(quoted) = message.strip_prefix("invalid type: string \"") else {
+        return false;
+    };
+    let mut chars = quoted.char_indices();
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '"' => {
+                return quoted[at + 1..].starts_with(", expected a borrowed string");
+            }
+            _ => {}
+        }
+    }
+    false
 }
