@@ -194,6 +194,13 @@ fn config(upstreams: &[SocketAddr]) -> config::Config {
     }
 }
 
+/// An address on 127.0.0.1 where nothing listens (an upstream that is
+/// down).
+async fn a_closed_port() -> SocketAddr {
+    let down = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    down.local_addr().unwrap()
+}
+
 /// A gateway in this process, and its forwarding state (the cache's
 /// counts).
 async fn start_app(config: config::Config) -> (Gateway, Arc<proxy::Gateway>) {
@@ -646,9 +653,7 @@ async fn a_burst_asks_for_the_finalized_block_once() {
 /// nothing checks that it serves the same chain.
 #[tokio::test]
 async fn a_fallback_upstreams_answers_are_not_cached() {
-    let down = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let down_addr = down.local_addr().unwrap();
-    drop(down);
+    let down_addr = a_closed_port().await;
     let node = Node::start(0x10).await;
     let (gw, state) = start_app(config(&[down_addr, node.addr])).await;
     for params in [json!(["0x5", false]), json!([hash(0xab), false])] {
@@ -673,9 +678,7 @@ async fn a_fallback_upstreams_answers_are_not_cached() {
 /// is forwarded again; once the first upstream answers, kept.
 #[tokio::test]
 async fn a_fallback_upstreams_chain_id_is_not_kept() {
-    let down = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let down_addr = down.local_addr().unwrap();
-    drop(down);
+    let down_addr = a_closed_port().await;
     let node = Node::start(0x10).await;
     let (gw, _state) = start_app(config(&[down_addr, node.addr])).await;
     for method in ["eth_chainId", "net_version"] {

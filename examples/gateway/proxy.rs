@@ -275,8 +275,7 @@ async fn forward_and_keep(
     let known_before = cache.finality.known();
     let final_before = |n: u64| known_before.is_some_and(|f| n <= f);
     let ((outcome, first), block_final) = match keep {
-        Keep::Final(n) if final_before(n) => (forwarded.await, true),
-        Keep::Final(n) => (
+        Keep::Final(n) if !final_before(n) => (
             tokio::join!(forwarded, cache.finality.is_final(up, n)).0,
             false,
         ),
