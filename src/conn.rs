@@ -471,7 +471,8 @@ impl Connection {
 
     /// How many incoming responses matched no pending request (or arrived
     /// on a connection that sent none, or were invalid). They are never
-    /// answered.
+    /// answered. An invalid one whose id is pending also ends that request
+    /// with [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse).
     pub fn unmatched_responses(&self) -> u64 {
         self.unmatched.get()
     }
@@ -507,8 +508,17 @@ impl Connection {
 
     /// Hands an incoming response to the peer's pending table.
     pub(crate) fn deliver(&self, input: Option<&Bytes>, response: crate::message::Incoming<'_>) {
+        use crate::message::Incoming;
         let matched = match (self.context.peer(), response) {
-            (Some(peer), crate::message::Incoming::Response(r)) => peer.complete(input, r),
+            (Some(peer), Incoming::Response(r)) => peer.complete(input, r),
+            (Some(peer), Incoming::InvalidResponse(r)) => {
+                // The request it answers is over: waiting on would only end
+                // at its deadline (or never, without one). Still counted.
+                if let Some(id) = r.id() {
+                    peer.fail(id, crate::peer::PeerError::InvalidResponse(r.error()));
+                }
+                false
+            }
             _ => false,
         };
         if !matched {

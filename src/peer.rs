@@ -20,7 +20,8 @@
 //! the dispatcher hands each one to the connection's peer and never answers
 //! it. A response whose id matches no pending request is counted
 //! ([`Connection::unmatched_responses`](crate::Connection::unmatched_responses)),
-//! not answered.
+//! not answered; an invalid response to a pending id ends that request with
+//! [`PeerError::InvalidResponse`].
 
 use std::collections::HashMap;
 use std::fmt;
@@ -413,6 +414,11 @@ pub enum PeerError {
     Send(SendError),
     /// The params could not be serialized.
     Params,
+    /// The other side answered with an object that is not a valid
+    /// response (both `result` and `error`, a `"jsonrpc"` other than
+    /// `"2.0"`, an error object without its code, ...): what was wrong
+    /// with it. The request is over; its answer cannot be read.
+    InvalidResponse(crate::Error),
 }
 
 impl fmt::Display for PeerError {
@@ -423,6 +429,7 @@ impl fmt::Display for PeerError {
             PeerError::Closed => f.write_str("the connection closed"),
             PeerError::Send(e) => e.fmt(f),
             PeerError::Params => f.write_str("the params could not be serialized"),
+            PeerError::InvalidResponse(e) => write!(f, "the answer was not a valid response: {e}"),
         }
     }
 }
@@ -1147,6 +1154,16 @@ impl Peer {
             return false;
         };
         waiter(Ok(OwnedResponse::from_response(input, response)));
+        true
+    }
+
+    /// Fails the pending request `id` with `error` (its answer was not a
+    /// valid response). Returns whether it was pending.
+    pub(crate) fn fail(&self, id: Id<'_>, error: PeerError) -> bool {
+        let Some(waiter) = self.lock().take(id) else {
+            return false;
+        };
+        waiter(Err(error));
         true
     }
 

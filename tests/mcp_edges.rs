@@ -538,6 +538,34 @@ async fn http_the_clients_answer_reaches_the_tool_that_asked() {
     assert_eq!(a.status, 404, "{}", a.body);
 }
 
+/// A client's answer that is not a valid response (here both `result` and
+/// `error`) went to the dispatcher, which never answers a response: the
+/// tool that asked waited out its whole timeout (an hour here). It now
+/// ends that request at once, and the POST is 400 with a -32600 of no id
+/// (the MCP transport's "cannot accept the input").
+#[tokio::test]
+async fn http_an_invalid_answer_ends_the_request_it_answers() {
+    let h = http_server(asking_server()).await;
+    let sid = http_session(h.addr).await;
+    let hs = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &hs, &ask("c1")).await;
+    let id = asked(&mut call).await;
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"result":{{}},"error":{{"code":-1,"message":"both"}}}}"#
+    );
+    let a = post(h.addr, &hs, &body).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.json()["error"]["code"], -32600, "{}", a.body);
+    assert_eq!(a.json()["id"], Value::Null, "{}", a.body);
+    let told = tokio::time::timeout(Duration::from_secs(10), told(&mut call, "c1"))
+        .await
+        .expect("the tool still waits for an answer");
+    assert!(told.starts_with("no answer: InvalidResponse"), "{told}");
+}
+
 /// When a session ends (`DELETE`, or evicted past `max_sessions`), no
 /// answer can reach its calls any more (their client's POSTs get 404): a
 /// tool waiting for one waited out its whole timeout. Its request now fails

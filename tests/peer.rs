@@ -143,6 +143,52 @@ fn responses_are_matched_and_never_answered() {
     assert_eq!(conn.unmatched_responses(), 1);
 }
 
+/// An invalid answer to a pending request ends that request at once: it
+/// waited before until its deadline, or for ever without one.
+#[test]
+fn an_invalid_answer_to_a_pending_request_fails_it() {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let d = Dispatcher::builder(()).build().unwrap();
+    let mut conn = Connection::with_context(ctx);
+    let outcome = Arc::new(Mutex::new(Vec::new()));
+    let mut ask = || {
+        let o = outcome.clone();
+        peer.request_with("roots/list", None::<&()>, None, move |r| {
+            o.lock()
+                .unwrap()
+                .push(r.map(|a| a.result().map(<[u8]>::to_vec).ok()));
+        })
+        .unwrap()
+    };
+    let (a, b, c) = (ask(), ask(), ask());
+    assert_eq!(peer.pending(), 3);
+    let input = format!(
+        r#"[{{"jsonrpc":"2.0","id":{a},"result":1,"error":{{"code":1,"message":"both"}}}},
+            {{"jsonrpc":"1.0","id":{b},"result":2}},
+            {{"jsonrpc":"2.0","id":{c},"result":3}}]"#
+    );
+    let mut out = Vec::new();
+    assert!(!d.handle(input.as_bytes(), &mut conn, &mut out));
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    assert_eq!(peer.pending(), 0);
+    let outcome = outcome.lock().unwrap();
+    assert_eq!(outcome.len(), 3);
+    for failed in &outcome[..2] {
+        let Err(PeerError::InvalidResponse(e)) = failed else {
+            panic!("{failed:?}");
+        };
+        assert!(
+            PeerError::InvalidResponse(*e)
+                .to_string()
+                .starts_with("the answer was not a valid response: "),
+        );
+    }
+    assert_eq!(outcome[2], Ok(Some(b"3".to_vec())));
+    assert_eq!(conn.unmatched_responses(), 2);
+}
+
 #[test]
 fn pending_requests_time_out_and_cancel() {
     let sent = Arc::new(Sent::default());

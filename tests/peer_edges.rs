@@ -135,11 +135,14 @@ fn late_duplicate_and_malformed_responses_are_reported_not_matched() {
     }
     assert_eq!(conn.unmatched_responses(), 2);
     assert_eq!(peer.pending(), 1);
-    // Both result and error, or neither: never answered.
+    // Both result and error: never answered, counted, and the request it
+    // names is over (it waited on for an answer that would not come).
     let both =
         format!(r#"{{"jsonrpc":"2.0","id":{c},"result":1,"error":{{"code":1,"message":"x"}}}}"#);
     assert!(feed(&d, &mut conn, &both).is_empty());
     assert_eq!(conn.unmatched_responses(), 3);
+    assert_eq!(peer.pending(), 0);
+    let c = ask(&peer, &answers, None);
     // An error response with id null: not answered, counted.
     assert!(
         feed(
@@ -158,9 +161,14 @@ fn late_duplicate_and_malformed_responses_are_reported_not_matched() {
     assert!(feed(&d, &mut conn, &real).is_empty());
     assert_eq!(conn.unmatched_responses(), 5, "the duplicate is counted");
     let got = answers.lock().unwrap().clone();
-    assert_eq!(got.len(), 3);
+    assert_eq!(got.len(), 4);
+    assert!(
+        matches!(&got[2].1, Err(e) if e.starts_with("the answer was not a valid response")),
+        "{:?}",
+        got[2]
+    );
     assert_eq!(
-        got[2],
+        got[3],
         (c, Ok("error -32000 dénied \"x\"".as_bytes().to_vec()))
     );
 }
@@ -186,7 +194,9 @@ fn mixed_batches_answer_only_their_requests() {
                {"jsonrpc":"2.0","id":"s2","error":{"code":-32601,"message":"Method not found","data":{"method":"nope"}}}])
     );
     assert_eq!(conn.unmatched_responses(), 2);
-    assert_eq!(peer.pending(), 1);
+    // The invalid answer ended request b.
+    assert_eq!(peer.pending(), 0);
+    let b = ask(&peer, &answers, None);
     // A batch of responses (and notifications) only: no reply at all.
     let only = format!(
         r#"[{{"jsonrpc":"2.0","id":{b},"result":"B"}},{{"jsonrpc":"2.0","id":5,"result":0}},{{"jsonrpc":"2.0","method":"ping"}}]"#

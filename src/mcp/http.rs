@@ -85,7 +85,7 @@ use super::{
     write_batch_refusal,
 };
 use crate::RpcError;
-use crate::peer::{Outbound, Peer, SendError};
+use crate::peer::{Outbound, Peer, PeerError, SendError};
 use crate::server::hosts::{AllowedHosts, Refusal};
 
 /// The header carrying the session id (initialize lifecycle).
@@ -267,18 +267,36 @@ impl HttpSession {
         }
     }
 
-    /// Hands the responses in `body` (one message) to the calls that sent
-    /// their requests; answers nobody waits for are dropped.
-    fn answer(&self, body: &Bytes) {
+    /// Hands the response in `body` (one message) to the call that sent
+    /// its request; answers nobody waits for are dropped. An invalid
+    /// response ends the request it names (its answer cannot be read, and
+    /// waiting on would last until the request's deadline); what was wrong
+    /// with it is returned.
+    fn answer(&self, body: &Bytes) -> Result<(), crate::Error> {
+        use crate::message::{Incoming, Message};
         let arena = bumpalo::Bump::new();
         // Batches were refused before (400).
-        let Ok(crate::response::ResponseMessage::Single(r)) = crate::parse_response(body, &arena)
-        else {
-            return;
+        let Message::Single(incoming) = crate::Parser::new().parse_incoming(body, &arena)? else {
+            return Ok(());
         };
-        let peers: Vec<Peer> = self.asking().peers.iter().map(|(_, p)| p.clone()).collect();
+        let peers =
+            || -> Vec<Peer> { self.asking().peers.iter().map(|(_, p)| p.clone()).collect() };
         // Ids are the session's: one peer at most waits for each.
-        let _ = peers.iter().any(|p| p.complete(Some(body), r));
+        match incoming {
+            Incoming::Response(r) => {
+                let _ = peers().iter().any(|p| p.complete(Some(body), r));
+                Ok(())
+            }
+            Incoming::InvalidResponse(r) => {
+                if let Some(id) = r.id() {
+                    let failed = PeerError::InvalidResponse(r.error());
+                    let _ = peers().iter().any(|p| p.fail(id, failed));
+                }
+                Err(r.error())
+            }
+            // Only response-shaped bodies are brought here.
+            Incoming::Request(_) | Incoming::Invalid(_) => Ok(()),
+        }
     }
 
     fn streams(&self) -> std::sync::MutexGuard<'_, Vec<(u64, mpsc::Sender<Bytes>)>> {
@@ -488,6 +506,12 @@ impl Peek<'_> {
             && self.jsonrpc.as_deref() == Some("2.0")
             && self.id.is_some()
             && (self.result.is_some() != self.error.is_some())
+    }
+
+    /// An object that would be a response, valid or not: `result` or
+    /// `error` and no `method`, as the dispatcher tells them apart.
+    fn looks_like_response(&self) -> bool {
+        self.method.is_none() && (self.result.is_some() || self.error.is_some())
     }
 }
 
@@ -998,7 +1022,7 @@ impl Endpoint {
         let Some(method) = peek.method.as_deref() else {
             // A response to a request a call sent the client, or garbage
             // that the dispatcher answers (400).
-            if peek.is_response() {
+            if peek.is_response() || peek.looks_like_response() {
                 return self.post_response(&body, &parts.headers);
             }
             return self
@@ -1123,8 +1147,19 @@ impl Endpoint {
                 &RpcError::new(crate::codes::INVALID_REQUEST, "Session not found"),
             );
         };
-        session.answer(body);
-        status_only(StatusCode::ACCEPTED)
+        match session.answer(body) {
+            Ok(()) => status_only(StatusCode::ACCEPTED),
+            // The transport's "cannot accept the input": 400, with an error
+            // of no id (answering a response under its id could start a
+            // loop between two peers).
+            Err(e) => {
+                let mut data = Vec::new();
+                e.write_data(&mut data);
+                let error = RpcError::new(e.code(), e.message())
+                    .with_raw_data(String::from_utf8_lossy(&data));
+                rpc_error(StatusCode::BAD_REQUEST, None, &error)
+            }
+        }
     }
 
     async fn post_legacy(
