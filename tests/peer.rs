@@ -153,7 +153,7 @@ fn an_invalid_answer_to_a_pending_request_fails_it() {
     let d = Dispatcher::builder(()).build().unwrap();
     let mut conn = Connection::with_context(ctx);
     let outcome = Arc::new(Mutex::new(Vec::new()));
-    let mut ask = || {
+    let ask = || {
         let o = outcome.clone();
         peer.request_with("roots/list", None::<&()>, None, move |r| {
             o.lock()
