@@ -545,3 +545,99 @@ async fn combined_websocket_handlers_see_the_upgrade_headers() {
     shutdown.trigger();
     tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
 }
+
+/// `Duration::MAX` is how a user says "never" (as the dispatcher's
+/// timeout takes it): every server took it, and every connection's task
+/// then panicked adding it to the clock ("overflow when adding duration
+/// to instant"): the HTTP server's idle, header and body clocks, the
+/// WebSocket server's shutdown wait. Each serves and stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn servers_told_never_to_time_out_serve_and_stop() {
+    let never = Limits {
+        idle_timeout: Duration::MAX,
+        shutdown_grace: Duration::MAX,
+        body_timeout: Duration::MAX,
+        tcp_keepalive: Some(Duration::MAX),
+        ..Limits::default()
+    };
+    let request = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#;
+    let answer = r#"{"jsonrpc":"2.0","id":1,"result":"0x1b4"}"#;
+    for own in [true, false] {
+        let metrics = Arc::new(Metrics::default());
+        let service = HttpService::new(dispatcher(metrics.clone()), &never, None);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let server = Server::new(never.clone())
+            .header_read_timeout(Duration::MAX)
+            .own_http1(own);
+        let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
+        // The body after its head: the body clock starts.
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            request.len()
+        );
+        s.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut got = String::new();
+        let _ = tokio::time::timeout(
+            PATIENCE,
+            tokio::io::AsyncReadExt::read_to_string(&mut s, &mut got),
+        )
+        .await
+        .expect("an answer or a close in time");
+        assert!(
+            got.starts_with("HTTP/1.1 200") && got.ends_with(answer),
+            "own loop {own}: {got:?}"
+        );
+        shutdown.trigger();
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("the HTTP server stops")
+            .expect("the HTTP server did not panic");
+    }
+
+    let (addr, _, shutdown, task) = start_ws(never.clone(), SubscriptionConfig::default()).await;
+    let mut ws = connect(addr).await;
+    ws.send(Message::text(request)).await.unwrap();
+    assert_eq!(
+        next_json(&mut ws).await,
+        serde_json::from_str::<Value>(answer).unwrap()
+    );
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the WebSocket server stops")
+        .expect("the WebSocket server did not panic")
+        .unwrap();
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(serve_tcp(
+        listener,
+        dispatcher(Arc::new(Metrics::default())),
+        Lines::new,
+        never,
+        None,
+        shutdown.clone(),
+    ));
+    let (r, mut w) = TcpStream::connect(addr).await.unwrap().into_split();
+    // A call still running when the shutdown comes: its grace clock starts.
+    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sleep\",\"params\":[200]}\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    shutdown.trigger();
+    let mut line = String::new();
+    let _ = tokio::time::timeout(PATIENCE, BufReader::new(r).read_line(&mut line))
+        .await
+        .expect("an answer or a close in time");
+    assert_eq!(line, "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":200}\n");
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the TCP server stops")
+        .expect("the TCP server did not panic");
+}

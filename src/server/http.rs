@@ -237,7 +237,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             shared: Arc::new(Shared {
                 dispatcher,
                 max_body,
-                body_timeout: limits.body_timeout,
+                body_timeout: limits.body_timeout.min(super::NEVER),
                 metrics,
                 too_large: Bytes::from(too_large),
                 pool: Mutex::new(Vec::new()),
@@ -1624,7 +1624,7 @@ impl Server {
     /// A server enforcing `limits`.
     pub fn new(limits: Limits) -> Self {
         Server {
-            limits,
+            limits: limits.clocked(),
             metrics: None,
             header_read_timeout: Self::DEFAULT_HEADER_READ_TIMEOUT,
             max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
@@ -1647,7 +1647,7 @@ impl Server {
     /// connection waiting for its next request is under
     /// [`Limits::idle_timeout`] instead.
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
-        self.header_read_timeout = timeout;
+        self.header_read_timeout = timeout.min(super::NEVER);
         self
     }
 

@@ -132,6 +132,26 @@ pub struct Limits {
     pub tcp_keepalive: Option<Duration>,
 }
 
+/// The longest a server's clock is set for: "never" in practice (30
+/// years, as tokio's own far future), so that a wait of `Duration::MAX`,
+/// the usual way to say "never", cannot overflow the clock when added to
+/// it.
+pub(crate) const NEVER: Duration = Duration::from_secs(30 * 365 * 86_400);
+
+impl Limits {
+    /// These limits with every wait at most [`NEVER`]: the servers add them
+    /// to the clock.
+    pub(crate) fn clocked(self) -> Limits {
+        Limits {
+            idle_timeout: self.idle_timeout.min(NEVER),
+            shutdown_grace: self.shutdown_grace.min(NEVER),
+            body_timeout: self.body_timeout.min(NEVER),
+            tcp_keepalive: self.tcp_keepalive.map(|t| t.min(NEVER)),
+            ..self
+        }
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {

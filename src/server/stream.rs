@@ -372,14 +372,14 @@ impl<F: Framer> Driver<F> {
     /// The limits enforced ([`Limits::max_connections`] is the accept
     /// loop's and is not used here).
     pub fn limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
+        self.limits = limits.clocked();
         self
     }
 
     /// Overrides [`Limits::idle_timeout`]; `None` never closes an idle
     /// connection ([`serve_stdio`] does that: its client owns the process).
     pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.idle_timeout = Some(timeout);
+        self.idle_timeout = Some(timeout.map(|t| t.min(super::NEVER)));
         self
     }
 

@@ -249,7 +249,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// The limits every connection is served with.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.places = Places::new(&limits);
-        self.limits = limits;
+        self.limits = limits.clocked();
         self
     }
 
@@ -278,7 +278,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// do not hold a place (counted as [`LimitKind::Header`], as the HTTP
     /// server counts a request head that does not arrive in time).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
-        self.handshake_timeout = timeout;
+        self.handshake_timeout = timeout.min(super::NEVER);
         self
     }
 
