@@ -1519,3 +1519,51 @@ async fn async_notifications_of_a_batch_start_in_their_turn_as_requests_do() {
     );
     assert_eq!(*d.state().lock().unwrap(), ["a", "b", "c", "d"]);
 }
+
+/// A call past its deadline whose expiry was not yet handled (the timer
+/// fired, nobody polled) when another call started: the timer was moved
+/// to the new call's later deadline, so the first was answered a whole
+/// timeout late, with the second. It is answered at the next poll.
+#[tokio::test]
+async fn a_call_started_after_a_deadline_passed_does_not_delay_its_expiry() {
+    use std::future::poll_fn;
+    use std::task::Poll;
+    let d = Dispatcher::builder(())
+        .async_method("slow", |_c: AsyncCall<()>| {
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .timeout(Some(Duration::from_millis(300)))
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"slow"}"#),
+        &mut out,
+    );
+    poll_fn(|cx| {
+        let _ = conn.poll_replies(&d, cx, &mut out);
+        Poll::Ready(())
+    })
+    .await;
+    assert!(out.is_empty());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"slow"}"#),
+        &mut out,
+    );
+    // One poll, at once: call 1 is over.
+    poll_fn(|cx| {
+        let _ = conn.poll_replies(&d, cx, &mut out);
+        Poll::Ready(())
+    })
+    .await;
+    let text = String::from_utf8(out).unwrap();
+    let first = text.lines().next().unwrap_or_default();
+    let first: Value = serde_json::from_str(first).unwrap_or(Value::Null);
+    assert_eq!(first["id"], 1, "{text:?}");
+    assert_eq!(first["error"]["message"], "Request timed out", "{text:?}");
+    assert!(!text.contains(r#""id":2"#), "{text:?}");
+}

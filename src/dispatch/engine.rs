@@ -1645,11 +1645,14 @@ impl Engine {
     }
 
     /// Makes the timer fire no later than `deadline`, a call's launched
-    /// at `now`. Left alone when it is set for an earlier deadline still to
-    /// come: the later ones are found when it fires. Without a runtime
-    /// with timers there is no timer, and no call times out.
-    fn cover(&mut self, deadline: Instant, now: Instant) {
-        if self.timer_at.is_some_and(|at| at <= deadline && now < at) {
+    /// at `now`. Left alone when it is set for an earlier deadline, even
+    /// one past: the later ones are found when it fires (moving a timer
+    /// that fired and is not yet handled would keep the calls it was set
+    /// for running until the new deadline; a timer left from calls that
+    /// have all ended costs one scan, which sets it anew). Without a
+    /// runtime with timers there is no timer, and no call times out.
+    fn cover(&mut self, deadline: Instant) {
+        if self.timer_at.is_some_and(|at| at <= deadline) {
             return;
         }
         match self.timer.as_mut() {
@@ -1695,7 +1698,7 @@ impl Engine {
         else {
             return;
         };
-        self.cover(deadline, Instant::now());
+        self.cover(deadline);
         // Polled now that it is set, as `expire` does after a reset, so
         // that it wakes the task: no call's launch follows to poll it.
         if !self.timer_polled && self.timer_fired() {
@@ -2083,7 +2086,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             subs,
         });
         if let Some(deadline) = deadline {
-            engine.cover(deadline, now);
+            engine.cover(deadline);
         }
         Some(index)
     }
