@@ -1829,3 +1829,112 @@ async fn an_oversized_message_still_being_sent_gets_its_reply_and_close() {
     }
     server.stop().await;
 }
+
+/// A dispatcher for the duplex tests below: `sub` subscribes and its
+/// producer raises `ended` when its sink closes; `flood` subscribes and
+/// sends 4,000 notifications of 1 KiB; `sleep [ms]` is async.
+fn duplex_dispatcher(ended: Arc<AtomicBool>) -> Dispatcher<(), WithAsync> {
+    Dispatcher::builder(())
+        .method("sub", move |c: Call<'_, ()>| {
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            let ended = ended.clone();
+            tokio::spawn(async move {
+                sink.closed().await;
+                ended.store(true, Ordering::SeqCst);
+            });
+            Ok::<_, RpcError>(id)
+        })
+        .method("flood", |c: Call<'_, ()>| {
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            tokio::spawn(async move {
+                let text = "x".repeat(1024);
+                for _ in 0..4000 {
+                    if sink.send(&text).is_err() {
+                        return;
+                    }
+                }
+                sink.closed().await;
+            });
+            Ok::<_, RpcError>(id)
+        })
+        .async_method("sleep", |c: AsyncCall<()>| async move {
+            let (ms,): (u64,) = c.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(ms)
+        })
+        .build()
+        .unwrap()
+}
+
+/// A connection's future dropped by its caller (a `select!` or a timeout
+/// of the user's own) left its subscriptions open: their producers waited
+/// on `closed()` for ever. The stream driver closed them; so does the
+/// WebSocket driver now. Found by a review.
+#[tokio::test]
+async fn a_dropped_connection_closes_its_subscriptions() {
+    let _shared = HEAP.read().await;
+    let ended = Arc::new(AtomicBool::new(false));
+    let server = WsServer::new(duplex_dispatcher(ended.clone()));
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    let (mut read, mut write) = tokio::io::split(client_io);
+    write
+        .write_all(&client_frame(
+            1,
+            br#"{"jsonrpc":"2.0","id":1,"method":"sub"}"#,
+        ))
+        .await
+        .unwrap();
+    let serving = server.serve_connection(server_io, Context::builder());
+    // Served until its reply is read, then dropped.
+    let reading = async {
+        let mut head = [0u8; 2];
+        read.read_exact(&mut head).await.unwrap();
+        let mut reply = vec![0u8; usize::from(head[1])];
+        read.read_exact(&mut reply).await.unwrap();
+        reply
+    };
+    let reply = tokio::select! {
+        _ = serving => panic!("the connection ended"),
+        reply = reading => reply,
+    };
+    let reply: Value = serde_json::from_slice(&reply).unwrap();
+    assert!(reply["result"].is_string(), "{reply}");
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while !ended.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the producer is told its subscription ended");
+}
+
+/// A client that stops reading while its connection is at its cap of
+/// calls in flight: the calls that finished were never collected (the
+/// socket refused the replies), so the connection stayed "paused" and was
+/// never closed as idle, against the module's word. Found by a review.
+#[tokio::test]
+async fn a_client_that_stops_reading_at_the_cap_is_closed_as_idle() {
+    let _shared = HEAP.read().await;
+    let server =
+        WsServer::new(duplex_dispatcher(Arc::new(AtomicBool::new(false)))).limits(Limits {
+            max_in_flight: 1,
+            idle_timeout: Duration::from_millis(300),
+            ..Limits::default()
+        });
+    let (client_io, server_io) = tokio::io::duplex(16 * 1024);
+    let serving =
+        tokio::spawn(async move { server.serve_connection(server_io, Context::builder()).await });
+    let (_read, mut write) = tokio::io::split(client_io);
+    for request in [
+        &br#"{"jsonrpc":"2.0","id":1,"method":"flood"}"#[..],
+        br#"{"jsonrpc":"2.0","id":2,"method":"sleep","params":[100]}"#,
+    ] {
+        write.write_all(&client_frame(1, request)).await.unwrap();
+    }
+    // Never read.
+    let reason = tokio::time::timeout(Duration::from_secs(10), serving)
+        .await
+        .expect("closed within a few idle timeouts")
+        .unwrap();
+    assert_eq!(reason, CloseReason::Idle);
+}

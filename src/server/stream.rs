@@ -585,11 +585,11 @@ impl<F: Framer> Driver<F> {
     }
 }
 
-/// What goes with a connection served by [`Driver::run`], when it ends or
-/// its future is dropped.
-struct Ends {
-    subs: Subscriptions,
-    context: Context,
+/// What goes with a connection served by [`Driver::run`] (or by the
+/// WebSocket driver), when it ends or its future is dropped.
+pub(super) struct Ends {
+    pub(super) subs: Subscriptions,
+    pub(super) context: Context,
 }
 
 impl Drop for Ends {

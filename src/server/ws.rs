@@ -512,6 +512,12 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             .outbound(Arc::new(outbox))
             .extension(subs.clone())
             .build();
+        // However the connection ends, this future dropped before it
+        // finishes included (a `select!` or a timeout of the caller's).
+        let _ends = super::stream::Ends {
+            subs: subs.clone(),
+            context: ctx.clone(),
+        };
         let mut conn = self.dispatcher.connection(ctx);
         conn.set_reply_gate(gate);
         let tick = (self.limits.idle_timeout / 2).max(Duration::from_millis(1));
@@ -1483,7 +1489,10 @@ where
         self.ticker.as_mut().reset(next);
         // Frames unread because this server stopped reading (its cap on
         // calls in flight) are not the client's silence.
-        let paused = self.at_limit() && !self.awaits_answers();
+        // A socket that refuses writes is not such a pause: finished calls
+        // are not collected then (their replies have nowhere to go), so the
+        // cap would hold for as long as the client does not read.
+        let paused = self.write_ready && self.at_limit() && !self.awaits_answers();
         if std::mem::take(&mut self.heard) || paused {
             self.silent = 0;
             // Not read any more (held messages at their bound): the end of
