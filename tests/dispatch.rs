@@ -957,3 +957,39 @@ fn a_borrowed_str_without_an_arena_is_the_servers_error() {
         "invalid type: integer `5`, expected a borrowed string"
     );
 }
+
+/// A notification's handler wrote into a buffer of limit 0, so every
+/// `Reply` write failed "too large": a handler that writes its result and
+/// then does its work (`let done = call.reply.str("ok")?; commit();`)
+/// stopped at the `?` and never did it. Every write succeeds for a
+/// notification now, and nothing is written. Found by a review.
+#[test]
+fn a_notification_s_handler_runs_past_its_reply() {
+    let d = Dispatcher::builder(AtomicUsize::new(0))
+        .method("log", |call: Call<'_, AtomicUsize>| {
+            let done = call.reply.str("ok")?;
+            call.state.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(done)
+        })
+        .method("big", |call: Call<'_, AtomicUsize>| {
+            let done = call.reply.json(&vec![7u8; 1 << 20])?;
+            call.state.fetch_add(10, Ordering::SeqCst);
+            Ok::<_, RpcError>(done)
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"log"}"#, &mut conn, &mut out);
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#);
+    assert_eq!(d.state().load(Ordering::SeqCst), 1);
+    out.clear();
+    for input in [
+        &br#"{"jsonrpc":"2.0","method":"log"}"#[..],
+        br#"[{"jsonrpc":"2.0","method":"log"},{"jsonrpc":"2.0","method":"big"}]"#,
+    ] {
+        assert!(!d.handle(input, &mut conn, &mut out));
+        assert!(out.is_empty());
+    }
+    assert_eq!(d.state().load(Ordering::SeqCst), 13);
+}

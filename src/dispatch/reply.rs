@@ -144,17 +144,6 @@ impl ReplyBuf for bytes::BytesMut {
     }
 }
 
-/// A buffer that keeps nothing: where a notification's handler writes.
-pub(crate) struct Discard;
-
-impl ReplyBuf for Discard {
-    fn len(&self) -> usize {
-        0
-    }
-    fn extend_from_slice(&mut self, _: &[u8]) {}
-    fn truncate(&mut self, _: usize) {}
-}
-
 /// Proof that a handler wrote a result: only [`Reply`]'s methods make one.
 #[must_use = "return the Done from the handler"]
 #[derive(Debug)]
@@ -173,7 +162,9 @@ pub(crate) fn done() -> Done {
 /// Writes are bounded by the response size limit: a result that would make
 /// the reply larger is refused before it is buffered (`json` stops
 /// streaming), and the handler's reply becomes the "response too large"
-/// error. A notification's handler writes into nothing.
+/// error. A notification's handler writes into nothing: every write
+/// succeeds (a `json` value is not even serialized), so work a handler
+/// does after writing its result runs for a notification as for a request.
 ///
 /// ```
 /// # use rpcwire::{Call, Dispatcher, Connection};
@@ -198,6 +189,9 @@ pub struct Reply<'a> {
 pub(crate) enum Sink<'a> {
     Vec(&'a mut Vec<u8>),
     Dyn(&'a mut dyn ReplyBuf),
+    /// A notification's: nothing is written, and every write succeeds (a
+    /// handler's work after its reply still runs).
+    Discard,
 }
 
 impl<'a> Sink<'a> {
@@ -220,6 +214,7 @@ impl<'a> Sink<'a> {
         match self {
             Sink::Vec(v) => v.len(),
             Sink::Dyn(d) => d.len(),
+            Sink::Discard => 0,
         }
     }
 
@@ -229,6 +224,7 @@ impl<'a> Sink<'a> {
         match self {
             Sink::Vec(v) => v.truncate(len),
             Sink::Dyn(d) => d.truncate(len),
+            Sink::Discard => {}
         }
     }
 
@@ -238,6 +234,7 @@ impl<'a> Sink<'a> {
         match self {
             Sink::Vec(v) => Sink::Vec(v),
             Sink::Dyn(d) => Sink::Dyn(&mut **d),
+            Sink::Discard => Sink::Discard,
         }
     }
 }
@@ -255,6 +252,7 @@ impl<'a> Reply<'a> {
         match self.sink {
             Sink::Vec(v) => put_in(v, limit, |b| f(b)),
             Sink::Dyn(mut d) => put_in(&mut d, limit, |b| f(b)),
+            Sink::Discard => Ok(Done(())),
         }
     }
 
@@ -262,10 +260,9 @@ impl<'a> Reply<'a> {
     /// for it, e.g. bytes an upstream node answered with).
     pub fn raw(self, json: &[u8]) -> Result<Done, RpcError> {
         let (len, limit) = (self.len(), self.limit);
-        if len + json.len() > limit {
-            return Err(RpcError::too_large());
-        }
         match self.sink {
+            Sink::Discard => {}
+            _ if len + json.len() > limit => return Err(RpcError::too_large()),
             Sink::Vec(v) => {
                 grow_within(v, json.len(), limit);
                 v.extend_from_slice(json)
@@ -288,12 +285,17 @@ impl<'a> Reply<'a> {
         let outcome = match self.sink {
             Sink::Vec(v) => serialize_into(v, limit, value),
             Sink::Dyn(d) => serialize_into(d, limit, value),
+            // Not even serialized: nobody reads it.
+            Sink::Discard => Ok(()),
         };
         outcome.map(|()| Done(()))
     }
 
     /// A JSON string, escaped as needed.
     pub fn str(self, s: &str) -> Result<Done, RpcError> {
+        if let Sink::Discard = self.sink {
+            return Ok(Done(()));
+        }
         let len = self.len();
         if len + s.len() + 2 > self.limit {
             return Err(RpcError::too_large());
@@ -310,6 +312,7 @@ impl<'a> Reply<'a> {
             return match self.sink {
                 Sink::Vec(v) => capped_string(v, limit, s),
                 Sink::Dyn(d) => capped_string(d, limit, s),
+                Sink::Discard => Ok(Done(())),
             };
         }
         self.put(|b| b.string(s))
