@@ -980,7 +980,11 @@ fn a_notification_s_handler_runs_past_its_reply() {
         .unwrap();
     let mut conn = Connection::new();
     let mut out = Vec::new();
-    d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"log"}"#, &mut conn, &mut out);
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"log"}"#,
+        &mut conn,
+        &mut out,
+    );
     assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"ok"}"#);
     assert_eq!(d.state().load(Ordering::SeqCst), 1);
     out.clear();

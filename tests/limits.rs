@@ -387,3 +387,45 @@ async fn async_replies_bounded() {
     assert!((10..=12).contains(&ok), "{ok} results fit in 25 MB");
     assert!(r[199]["error"]["code"] == -32000);
 }
+
+/// The reply buffer's capacity stays within the response limit: a result
+/// written to exactly fit left the buffer full, and the batch's next small
+/// write (a `,`, the next entry's head, a `]`, a short string) doubled it,
+/// to 1.2 MB under a 1 MB limit. Found by a review.
+#[test]
+fn a_batch_reply_buffer_never_grows_past_the_limit() {
+    const LIMIT: usize = 1_000_000;
+    let big = "y".repeat(600_000);
+    let d = rpcwire::Dispatcher::builder(big)
+        .max_response_len(LIMIT)
+        .method("big", |c: rpcwire::Call<'_, String>| {
+            c.reply.raw(format!("\"{}\"", c.state).as_bytes())
+        })
+        .method("small", |c: rpcwire::Call<'_, String>| c.reply.str("x"))
+        .method("n", |c: rpcwire::Call<'_, String>| c.reply.u64(7))
+        .build()
+        .unwrap();
+    for input in [
+        &br#"[{"jsonrpc":"2.0","id":1,"method":"big"},{"jsonrpc":"2.0","id":2,"method":"small"}]"#
+            [..],
+        br#"[{"jsonrpc":"2.0","id":1,"method":"big"},{"jsonrpc":"2.0","id":2,"method":"n"}]"#,
+        br#"[{"jsonrpc":"2.0","id":1,"method":"small"},{"jsonrpc":"2.0","id":2,"method":"big"}]"#,
+        br#"{"jsonrpc":"2.0","id":1,"method":"big"}"#,
+    ] {
+        let mut conn = rpcwire::Connection::new();
+        let mut out = Vec::new();
+        d.handle(input, &mut conn, &mut out);
+        let reply: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            reply.as_array().map_or(1, Vec::len),
+            1 + (input[0] == b'[') as usize
+        );
+        assert!(
+            out.capacity() <= LIMIT,
+            "{}: {} bytes in a buffer of {}",
+            String::from_utf8_lossy(input),
+            out.len(),
+            out.capacity()
+        );
+    }
+}

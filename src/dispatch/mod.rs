@@ -696,6 +696,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
     ) {
         let scope = Scope::new(conn, message);
         let mut any = false;
+        // The buffer grows within the limit from here: a reply that filled
+        // its allowance leaves it full, and the next separator would double
+        // it.
+        let most = out.len().saturating_add(budget.limit());
         for item in items {
             let Some(entry) = item.as_entry() else {
                 conn.deliver(bytes, *item);
@@ -709,6 +713,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             };
             let too_large_len = self.too_large.len_for(id);
             let allowance = budget.allowance(too_large_len);
+            reply::grow_within(out, too_large_len + 1, most);
             out.push(if any { b',' } else { b'[' });
             any = true;
             let (len, outcome) = if budget.is_over() {
@@ -722,6 +727,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             budget.commit(too_large_len, len, outcome);
         }
         if any {
+            reply::grow_within(out, 1, most);
             out.push(b']');
         }
     }

@@ -264,7 +264,9 @@ impl<'a> Reply<'a> {
             Sink::Discard => {}
             _ if len + json.len() > limit => return Err(RpcError::too_large()),
             Sink::Vec(v) => {
-                grow_within(v, json.len(), limit);
+                // With the `}` that follows every result (a `Vec` sized to
+                // the result alone would double for that byte).
+                grow_within(v, json.len() + 1, limit.saturating_add(1));
                 v.extend_from_slice(json)
             }
             Sink::Dyn(d) => d.extend_from_slice(json),
@@ -315,7 +317,11 @@ impl<'a> Reply<'a> {
                 Sink::Discard => Ok(Done(())),
             };
         }
-        self.put(|b| b.string(s))
+        let mut reply = self;
+        if let Sink::Vec(v) = &mut reply.sink {
+            grow_within(*v, s.len() + 3, reply.limit.saturating_add(1));
+        }
+        reply.put(|b| b.string(s))
     }
 
     /// An unsigned integer.
@@ -768,6 +774,8 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
             return std::task::Poll::Pending;
         }
         std::task::Poll::Ready(Ok(Done(()))) => {
+            // A result that filled its allowance leaves the buffer full.
+            grow_within(out, 1, limit.saturating_add(1));
             out.push(b'}');
             return std::task::Poll::Ready((out.len() - start, Outcome::Result));
         }
