@@ -214,7 +214,10 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     }
 
     /// The largest reply written, in bytes (default 25 MB, as geth), an
-    /// upper bound on what is buffered as well as on what is sent.
+    /// upper bound on what is buffered as well as on what is sent (with
+    /// async calls in a batch, on each of two buffers: a reply that is ready
+    /// before its turn waits in a buffer of its own, then is copied into
+    /// place, so a batch's replies may hold up to twice the limit).
     ///
     /// A result that would make the reply larger is refused as it is
     /// written (a [`Reply`] stops writing, `Reply::json` stops streaming),
