@@ -641,3 +641,83 @@ async fn servers_told_never_to_time_out_serve_and_stop() {
         .expect("the TCP server stops")
         .expect("the TCP server did not panic");
 }
+
+/// Async notifications still running when their request's `204` went
+/// out ran on tasks of their own, outside the connection's count: one
+/// keep-alive connection sending notifications one after another ran all
+/// of them at once (200 under a cap of 8), each holding its body. The
+/// calls a connection left running now count against the dispatcher's
+/// `max_in_flight` for that connection: past it, a request's answer waits
+/// for its own calls (so at most the cap, and the calls of the request
+/// being answered, run). On rpcwire's HTTP/1.1 loop and on hyper's alike.
+/// Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_left_running_over_http_count_against_the_cap() {
+    const CAP: usize = 8;
+    #[derive(Default)]
+    struct Running {
+        now: AtomicUsize,
+        peak: AtomicUsize,
+    }
+    for own in [true, false] {
+        let running = Arc::new(Running::default());
+        let d = Dispatcher::builder(running.clone())
+            .max_in_flight(CAP)
+            .async_method("note", |c: AsyncCall<Arc<Running>>| async move {
+                let now = c.state.now.fetch_add(1, Ordering::SeqCst) + 1;
+                c.state.peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                c.state.now.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, RpcError>(())
+            })
+            .build()
+            .unwrap();
+        let limits = Limits::default();
+        let service = HttpService::new(d, &limits, None);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn(Server::new(limits).own_http1(own).serve(
+            listener,
+            service,
+            shutdown.clone(),
+        ));
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let body = r#"{"jsonrpc":"2.0","method":"note"}"#;
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        for _ in 0..40 {
+            s.write_all(request.as_bytes()).await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                tokio::time::timeout(
+                    PATIENCE,
+                    tokio::io::AsyncReadExt::read_exact(&mut s, &mut byte),
+                )
+                .await
+                .expect("an answer in time")
+                .unwrap();
+                head.push(byte[0]);
+            }
+            assert!(
+                head.starts_with(b"HTTP/1.1 204"),
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
+        }
+        let peak = running.peak.load(Ordering::SeqCst);
+        assert!(
+            peak <= CAP + 1,
+            "own loop {own}: {peak} notifications ran at once"
+        );
+        assert!(peak >= CAP / 2, "own loop {own}: only {peak} ran at once");
+        shutdown.trigger();
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+    }
+}

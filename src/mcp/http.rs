@@ -39,7 +39,7 @@
 //! each answer with the session's `Mcp-Session-Id`, and it reaches the
 //! call that asked (an answer no call waits for is dropped, still 202).
 //! When the session ends (`DELETE`, or evicted), requests still waiting
-//! fail at once with [`PeerError::Closed`](crate::peer::PeerError::Closed).
+//! fail at once with [`PeerError::Closed`].
 //! A request sent to the client (through
 //! [`ToolContext::ask_client`](super::ToolContext::ask_client) or the
 //! call's raw [`Peer`]) that the call stops waiting for (its timeout, the

@@ -49,7 +49,14 @@
 //! `200` with `null` (as jsonrpsee does): `null` is not a JSON-RPC response,
 //! and a client parsing the body as one would fail. Async handlers of
 //! notifications keep running after the `204` (bounded by the dispatcher's
-//! timeout).
+//! timeout), and count against the dispatcher's `max_in_flight` for their
+//! connection: once a connection has that many left running, a request's
+//! answer waits for its own calls to end (so at most the cap, and the
+//! calls of the request being answered, run; each holds its body). A
+//! service not given its peer's address
+//! ([`with_peer_addr`](HttpService::with_peer_addr), which rpcwire's
+//! server calls for each connection), mounted in another server, does not
+//! count them.
 //!
 //! Handlers see the request's headers and the client's address in their
 //! [`Context`]: [`header(&call.ctx, "user-agent")`](header) for one header,
@@ -184,6 +191,52 @@ pub struct HttpService<S = (), K = SyncOnly> {
     for_server: bool,
     /// [`HttpService::gzip`]'s threshold.
     gzip_above: Option<usize>,
+    /// The async calls this connection's requests left running after their
+    /// replies went (set by [`with_peer_addr`](HttpService::with_peer_addr),
+    /// which makes the service a connection's).
+    lingering: Option<Arc<Lingering>>,
+}
+
+/// Async calls (notifications) a connection's requests left running after
+/// their replies went, on tasks of their own: counted against the
+/// dispatcher's `max_in_flight` for that connection, as the stream and
+/// WebSocket drivers count theirs. Past it, a request's answer waits for
+/// its own calls (the client's next request then waits for that answer).
+#[derive(Debug, Default)]
+pub(super) struct Lingering(AtomicUsize);
+
+impl Lingering {
+    /// Whether `calls` more would pass `cap`.
+    fn full(&self, calls: usize, cap: usize) -> bool {
+        self.0.load(Ordering::Acquire).saturating_add(calls) > cap
+    }
+}
+
+/// A task's part of its connection's [`Lingering`] count, given back as its
+/// calls end (and whole if the task is dropped).
+struct Held {
+    lingering: Arc<Lingering>,
+    calls: usize,
+}
+
+impl Held {
+    fn new(lingering: Arc<Lingering>, calls: usize) -> Held {
+        lingering.0.fetch_add(calls, Ordering::AcqRel);
+        Held { lingering, calls }
+    }
+
+    /// The task's calls still running are `calls` (never more than before).
+    fn set(&mut self, calls: usize) {
+        let ended = self.calls.saturating_sub(calls);
+        self.lingering.0.fetch_sub(ended, Ordering::AcqRel);
+        self.calls -= ended;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.lingering.0.fetch_sub(self.calls, Ordering::AcqRel);
+    }
 }
 
 struct Shared<S, K> {
@@ -206,6 +259,7 @@ impl<S, K> Clone for HttpService<S, K> {
             hosts: self.hosts.clone(),
             for_server: self.for_server,
             gzip_above: self.gzip_above,
+            lingering: self.lingering.clone(),
         }
     }
 }
@@ -247,6 +301,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             hosts: None,
             for_server: false,
             gzip_above: None,
+            lingering: None,
         }
     }
 
@@ -394,6 +449,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     /// instead.
     pub fn with_peer_addr(mut self, peer: SocketAddr) -> Self {
         self.peer = Some(peer);
+        self.lingering = Some(Arc::default());
         self
     }
 
@@ -450,8 +506,13 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 .build();
         }
         conn.start(&shared.dispatcher, &body, out);
+        let cap = shared.dispatcher.inner.max_in_flight;
+        let lingering = self.lingering.as_deref();
         std::future::poll_fn(|cx| {
-            while conn.messages_in_flight() > 0 {
+            while conn.messages_in_flight() > 0
+                || (conn.in_flight() > 0
+                    && lingering.is_some_and(|l| l.full(conn.in_flight(), cap)))
+            {
                 if conn.poll_replies(&shared.dispatcher, cx, out).is_pending() {
                     return Poll::Pending;
                 }
@@ -485,7 +546,8 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     {
         if let Some(conn) = scratch {
             // HTTP/1.1 bodies are not counted against a budget.
-            self.shared.release(conn, BodyShare::default());
+            self.shared
+                .release(conn, BodyShare::default(), self.lingering.clone());
         }
     }
 
@@ -500,6 +562,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 shared: Arc::clone(&self.shared),
                 allow_origin: None,
                 gzip: None,
+                lingering: self.lingering.clone(),
             };
         }
         let (mut parts, body) = req.into_parts();
@@ -525,6 +588,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 shared: Arc::clone(&self.shared),
                 allow_origin: None,
                 gzip: None,
+                lingering: self.lingering.clone(),
             }
         };
         // A browser's call from another origin: answered by the CORS
@@ -592,6 +656,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 shared: Arc::clone(&self.shared),
                 allow_origin,
                 gzip: None,
+                lingering: self.lingering.clone(),
             };
         }
         let peer = self
@@ -615,6 +680,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             shared,
             allow_origin,
             gzip,
+            lingering: self.lingering.clone(),
         }
     }
 }
@@ -643,8 +709,12 @@ impl<S, K> Shared<S, K> {
     /// them: their params are slices of the body, which they keep alive, so
     /// its bytes are held until they end (or are dropped), not until the
     /// reply.
-    fn release(self: &Arc<Self>, mut conn: Connection, share: BodyShare)
-    where
+    fn release(
+        self: &Arc<Self>,
+        mut conn: Connection,
+        share: BodyShare,
+        lingering: Option<Arc<Lingering>>,
+    ) where
         S: Send + Sync + 'static,
         K: 'static,
     {
@@ -653,12 +723,16 @@ impl<S, K> Shared<S, K> {
                 return; // No executor: dropping it cancels them.
             };
             let shared = Arc::clone(self);
+            let mut held = lingering.map(|l| Held::new(l, conn.in_flight()));
             rt.spawn(async move {
                 let _share = share;
                 std::future::poll_fn(|cx| {
                     let mut sink = Vec::new();
                     loop {
                         let progress = conn.poll_replies(&shared.dispatcher, cx, &mut sink);
+                        if let Some(held) = held.as_mut() {
+                            held.set(conn.in_flight());
+                        }
                         if conn.in_flight() == 0 {
                             return Poll::Ready(());
                         }
@@ -776,6 +850,8 @@ pin_project_lite::pin_project! {
         allow_origin: Option<(Option<HeaderValue>, bool)>,
         // Whether the reply may be compressed (`HttpService::gzip`).
         gzip: Option<Gzip>,
+        // The connection's calls left running (`HttpService::lingering`).
+        lingering: Option<Arc<Lingering>>,
     }
 }
 
@@ -1066,14 +1142,22 @@ where
                     conn, out, share, ..
                 } => {
                     let c = conn.as_mut().expect("connection present while dispatching");
-                    while c.messages_in_flight() > 0 {
+                    let cap = shared.dispatcher.inner.max_in_flight;
+                    while c.messages_in_flight() > 0
+                        || (c.in_flight() > 0
+                            && this
+                                .lingering
+                                .as_deref()
+                                .is_some_and(|l| l.full(c.in_flight(), cap)))
+                    {
                         if c.poll_replies(&shared.dispatcher, cx, out).is_pending() {
                             return Poll::Pending;
                         }
                     }
                     let conn = conn.take().expect("connection present while dispatching");
                     let out = std::mem::take(out);
-                    this.shared.release(conn, std::mem::take(share));
+                    this.shared
+                        .release(conn, std::mem::take(share), this.lingering.clone());
                     let response = match *this.gzip {
                         _ if out.is_empty() => no_content(),
                         Some(gzip) if out.len() >= gzip.min_len && gzip.accepted => {

@@ -87,8 +87,10 @@ pub struct Limits {
     /// take its connection past this is answered at once with
     /// `503` and a -32600 body naming the limit (counted as
     /// [`LimitKind::ConnectionBodyBytes`]); the connection's other streams
-    /// go on. An HTTP/1.1 connection holds one body at a time, at most
-    /// `max_message_len`, and is not concerned. Enforced for the bodies an
+    /// go on. An HTTP/1.1 connection reads one body at a time, at most
+    /// `max_message_len`, and is not concerned (async notifications left
+    /// running after their `204` keep theirs, at most the dispatcher's
+    /// `max_in_flight` of them: see [`http`]). Enforced for the bodies an
     /// `HttpService` reads (under tower layers or not, or in a `Combined`)
     /// when rpcwire's HTTP server (`server::http::serve`, `Server`) serves
     /// it with these limits, not by another server it is mounted in (axum).
