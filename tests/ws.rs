@@ -1938,3 +1938,62 @@ async fn a_client_that_stops_reading_at_the_cap_is_closed_as_idle() {
         .unwrap();
     assert_eq!(reason, CloseReason::Idle);
 }
+
+/// A call waiting for its client's answer when a graceful shutdown
+/// begins: nothing was read any more, answers included, so the call could
+/// not finish and was dropped at the end of the grace period, its reply
+/// lost. Answers are still read while calls wait for them (other messages
+/// are dropped, as those not read yet). Found by a review.
+#[tokio::test]
+async fn a_call_waiting_for_its_client_finishes_during_a_graceful_shutdown() {
+    let d = Dispatcher::builder(())
+        .async_method("ask", |c: AsyncCall<()>| async move {
+            let peer = c.ctx.peer().expect("two-way").clone();
+            let answer = peer
+                .request("client/ping", None::<&()>, Duration::from_secs(60))
+                .await
+                .map_err(RpcError::from)?;
+            Ok::<_, RpcError>(String::from_utf8_lossy(answer.result().unwrap()).into_owned())
+        })
+        .method("ping", |c: Call<'_, ()>| c.reply.str("pong"))
+        .build()
+        .unwrap();
+    let server = WsServer::new(d).limits(Limits {
+        shutdown_grace: Duration::from_secs(20),
+        ..Limits::default()
+    });
+    let shutdown = server.shutdown_signal().clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { server.serve(listener).await });
+    let mut ws = connect(addr).await;
+    send(&mut ws, r#"{"jsonrpc":"2.0","id":1,"method":"ask"}"#).await;
+    let asked = next_json(&mut ws).await;
+    assert_eq!(asked["method"], "client/ping", "{asked}");
+    shutdown.trigger();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A new request is not served; the answer is taken.
+    send(&mut ws, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    send(
+        &mut ws,
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":"pong"}}"#,
+            asked["id"]
+        ),
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let reply = next_json(&mut ws).await;
+    assert_eq!(reply, json!({"jsonrpc":"2.0","id":1,"result":"\"pong\""}));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "answered only at the end of the grace period"
+    );
+    let (code, _) = close_frame(&mut ws).await;
+    assert_eq!(code, CloseCode::Away);
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the server stops")
+        .unwrap()
+        .unwrap();
+}

@@ -78,7 +78,9 @@
 //!   1001 and counted as [`LimitKind::Idle`]. A client that stops reading
 //!   is not read either, so it goes silent and is closed the same way.
 //! * Graceful shutdown ([`Shutdown`]): the server stops accepting and
-//!   reading, lets the calls in flight finish and writes their replies
+//!   reading (but for answers to requests its calls sent the client and
+//!   wait for; other messages read then are dropped), lets the calls in
+//!   flight finish and writes their replies
 //!   (within [`Limits::shutdown_grace`]), sends a close frame (1001), and
 //!   waits a moment for the client's. Only whole messages are written; a
 //!   client that does not read may be cut off.
@@ -1197,21 +1199,30 @@ where
                     Err(reason) => return Poll::Ready(reason),
                 }
             }
-            if self.drain.is_some() {
-                if self.conn.in_flight() == 0
-                    && self.conn.messages_in_flight() == 0
-                    && self.replies.is_empty()
-                {
-                    return Poll::Ready(CloseReason::Shutdown);
-                }
-            } else if self.write_ready && !self.held.is_empty() && !self.at_limit() {
+            let draining = self.drain.is_some();
+            if draining
+                && self.conn.in_flight() == 0
+                && self.conn.messages_in_flight() == 0
+                && self.replies.is_empty()
+            {
+                return Poll::Ready(CloseReason::Shutdown);
+            }
+            // Shutting down, only answers to the handlers' requests are
+            // read (the calls waiting for them can then end in the grace
+            // period): see `on_message`.
+            let reads = if draining {
+                self.conn.awaits_client_answers()
+            } else {
+                !self.at_limit() || self.reads_at_limit()
+            };
+            if !draining && self.write_ready && !self.held.is_empty() && !self.at_limit() {
                 // Held messages first, one a turn as those read are.
                 if let Some(input) = self.held.pop_front() {
                     self.conn
                         .start(&self.server.dispatcher, &input, &mut self.replies);
                     progress = true;
                 }
-            } else if self.write_ready && (!self.at_limit() || self.reads_at_limit()) {
+            } else if self.write_ready && reads {
                 let next = self.ws.poll_next_unpin(cx);
                 self.read_blocked = next.is_pending();
                 match next {
@@ -1387,6 +1398,15 @@ where
             Message::Ping(data) => return self.send(cx, Message::Pong(data)),
             Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
+        if self.drain.is_some() {
+            // Shutting down: answers are taken, other messages dropped (as
+            // those not read yet are).
+            if self.conn.awaits_client_answers() && self.starts_at_limit(&input) {
+                self.conn
+                    .start(&self.server.dispatcher, &input, &mut self.replies);
+            }
+            return Ok(());
+        }
         if (self.at_limit() || !self.held.is_empty())
             && !(self.conn.awaits_client_answers() && self.starts_at_limit(&input))
         {
