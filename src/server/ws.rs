@@ -1589,6 +1589,20 @@ where
             // Read until the client's close (tungstenite answers it and
             // ends the stream); messages still arriving are dropped.
             while let Some(Ok(_)) = ws.next().await {}
+            if reason == CloseReason::MessageTooLarge {
+                // tungstenite ended its stream at the refused frame's
+                // header, leaving the rest of the frame unread: a socket
+                // closed with data unread sends a reset, which cuts the
+                // client's write short and may overtake the reply and the
+                // close. This side ends (the client reads that after the
+                // close), and what the client still sends is dropped until
+                // its end.
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let raw = ws.get_mut();
+                let _ = raw.shutdown().await;
+                let mut dropped = [0u8; 8192];
+                while matches!(raw.read(&mut dropped).await, Ok(n) if n > 0) {}
+            }
             Ok::<(), tungstenite::Error>(())
         })
         .await;
