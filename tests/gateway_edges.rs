@@ -1337,6 +1337,43 @@ async fn exchanges_in_flight_per_upstream_are_capped() {
     }
 }
 
+/// Without `--cors` no page may open a WebSocket (browsers do not
+/// preflight upgrades, and the HTTP side refuses their preflights): every
+/// page's upgrade was taken, so any page the user visited could call the
+/// gateway over `ws://127.0.0.1:8545` (found by a review). Programs, which
+/// send no `Origin`, are served.
+#[tokio::test]
+async fn without_cors_no_page_opens_a_websocket() {
+    let gw = start(config::Config::from_args(std::iter::empty()).unwrap()).await;
+    for origin in [
+        Some("http://localhost:5173"),
+        Some("https://evil.example"),
+        None,
+    ] {
+        let mut raw = String::from(
+            "GET / HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: Upgrade\r\nupgrade: websocket\r\n\
+             sec-websocket-version: 13\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n",
+        );
+        if let Some(origin) = origin {
+            raw.push_str(&format!("origin: {origin}\r\n"));
+        }
+        raw.push_str("\r\n");
+        let mut stream = TcpStream::connect(gw.addr).await.unwrap();
+        stream.write_all(raw.as_bytes()).await.unwrap();
+        let mut head = [0u8; 12];
+        tokio::time::timeout(Duration::from_secs(10), stream.read_exact(&mut head))
+            .await
+            .expect("answered")
+            .unwrap();
+        let want: &[u8] = if origin.is_some() {
+            b"HTTP/1.1 403"
+        } else {
+            b"HTTP/1.1 101"
+        };
+        assert_eq!(&head[..], want, "{origin:?}");
+    }
+}
+
 /// `--cors`: a dapp's page of a listed origin may call the gateway from a
 /// browser (preflight answered, `Access-Control-Allow-Origin` on the
 /// answer, its WebSocket upgrade accepted); other pages get 403; clients

@@ -72,7 +72,7 @@ impl App {
                 HttpService::new(d.clone(), &limits, metrics.clone()),
                 config,
             );
-            let ws = ws_server(d.clone(), limits, metrics, shutdown);
+            let ws = ws_server(d.clone(), limits, metrics, config, shutdown);
             return Ok(App {
                 gateway,
                 servers: Servers::Proxy(http, ws, d),
@@ -102,7 +102,7 @@ impl App {
             config,
         );
         // Subscriptions: the chain's newHeads.
-        let ws = ws_server(d.clone(), limits, metrics, shutdown);
+        let ws = ws_server(d.clone(), limits, metrics, config, shutdown);
         Ok(App {
             servers: Servers::Local(http, ws, d),
             ops,
@@ -180,14 +180,22 @@ fn with_http_options<S: Send + Sync + 'static, K>(
     http
 }
 
-/// The WebSocket server of dispatcher `d`, with subscriptions.
+/// The WebSocket server of dispatcher `d`, with subscriptions, taking
+/// upgrades from the pages `--cors` lists: from none without it (as the
+/// HTTP side refuses their preflights), where the server's default would
+/// take every page's (browsers do not preflight upgrades).
 fn ws_server<S: Send + Sync + 'static, K: 'static>(
     d: Dispatcher<S, K>,
     limits: Limits,
     metrics: Option<Arc<Metrics>>,
+    config: &Config,
     shutdown: &Shutdown,
 ) -> WsServer<S, K> {
+    let origins = config.cors.clone().unwrap_or_else(|| {
+        rpcwire::server::cors::Cors::origins(std::iter::empty::<&str>()).expect("no origin")
+    });
     let ws = WsServer::new(d)
+        .origins(origins)
         .limits(limits)
         .subscriptions(SubscriptionConfig::default())
         .shutdown(shutdown.clone());

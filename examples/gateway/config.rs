@@ -50,8 +50,9 @@ usage: gateway [options]
                         from a browser (CORS preflights answered,
                         Access-Control-Allow-Origin sent; WebSocket upgrades
                         from it accepted); repeat for several, * for any.
-                        Without it browsers' cross-origin calls are refused;
-                        with it, other pages' preflights and upgrades get 403
+                        Without it browsers' cross-origin calls and
+                        WebSocket upgrades are refused; with it, other
+                        pages' preflights and upgrades get 403
   --vhosts LIST         the host names the port answers to, comma-separated
                         (default localhost; * for any), as geth's
                         --http.vhosts: HTTP requests and WebSocket upgrades
