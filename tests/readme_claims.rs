@@ -620,6 +620,17 @@ fn the_gateway_options_the_readme_names_exist_with_its_defaults() {
     )
     .unwrap();
     assert_eq!(c.deny, ["admin_", "personal_"], "--allow lifts one");
+    // A value that is no rule lifted nothing, silently (found by a review):
+    // refused now.
+    for lifts_nothing in ["debug", "debug_traceTransaction", "eth_"] {
+        let refused = Config::from_args(["--allow".into(), lifts_nothing.into()].into_iter());
+        assert!(
+            refused
+                .unwrap_err()
+                .starts_with(&format!("--allow {lifts_nothing}: no deny rule is")),
+            "{lifts_nothing}"
+        );
+    }
 }
 
 // `McpServerBuilder::call_timeout`: "A call past it is answered with

@@ -33,7 +33,8 @@ usage: gateway [options]
   --ws-ping MS          ping the WebSocket upstream this often; one that sends
                         no pong and no reply for two of these is closed and
                         reconnected (default 20000; 0: never)
-  --allow PREFIX        lift a default deny (admin_, personal_, debug_)
+  --allow PREFIX        lift a deny rule, named as it is (admin_,
+                        personal_, debug_); any other value is refused
   --deny PREFIX         also deny methods starting with PREFIX
   --max-body BYTES      largest request (default 5242880)
   --max-batch N         longest batch (default 1000)
@@ -260,7 +261,17 @@ impl Config {
                 "--timeout" => c.timeout = Duration::from_millis(number(value()?)?.max(1)),
                 "--allow" => {
                     let v = value()?;
+                    let rules = c.deny.len();
                     c.deny.retain(|d| *d != v);
+                    // A value that lifts nothing (`debug` for `debug_`, one
+                    // method of a denied family) would leave the deny in
+                    // place without a word.
+                    if c.deny.len() == rules {
+                        return Err(format!(
+                            "--allow {v}: no deny rule is {v:?} (the rules: {})",
+                            c.deny.join(", ")
+                        ));
+                    }
                 }
                 "--deny" => c.deny.push(value()?),
                 "--max-body" => c.max_body = bytes(number(value()?)?),

@@ -55,10 +55,19 @@ pub struct Limits {
     pub max_connections: usize,
     /// The largest message (HTTP body, WebSocket message, frame) accepted,
     /// in bytes (default 5 MiB, as the parser): larger ones are answered
-    /// with -32600 (HTTP: 413) before they are buffered.
+    /// with -32600 (HTTP: 413) before they are buffered. The dispatcher's
+    /// parser has a limit of its own
+    /// ([`Parser::max_message_len`](crate::Parser::max_message_len), also
+    /// 5 MiB by default), which a message must pass too: for larger
+    /// messages raise both (`DispatcherBuilder::parser`).
     pub max_message_len: usize,
     /// Messages of one connection being handled at once (pipelining;
-    /// default 256; 0 is taken as 1 by every server). Past it the server stops reading from that client
+    /// default 256; 0 is taken as 1 by every server). The dispatcher's
+    /// own cap on a connection's async calls running at once
+    /// ([`max_in_flight`](crate::dispatch::DispatcherBuilder::max_in_flight),
+    /// default 64) applies within them: calls past it wait for a slot (and
+    /// their timeout runs while they wait), so raising this one alone
+    /// does not run more calls at once. Past it the server stops reading from that client
     /// until replies drain: backpressure, not errors (the stream and
     /// WebSocket transports read on, holding the requests, while handlers
     /// wait for that client's answers to their own requests; both read on
