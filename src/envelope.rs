@@ -103,6 +103,14 @@ impl Parser {
     /// The largest message accepted, in bytes (default 5 MiB). A larger one
     /// is rejected before any byte is read, with -32600.
     ///
+    /// What is measured is the input handed to [`parse`](Parser::parse)
+    /// (and `parse_incoming`, `parse_response`), whitespace around the
+    /// message included; [`parse_prefix`](Parser::parse_prefix) measures
+    /// from the input's start to the message's end, so whitespace after it
+    /// does not count. The transports hand over what their framing cuts:
+    /// a line without its line break, an HTTP body whole, a concatenated
+    /// stream's value from its first byte.
+    ///
     /// Why: the parser's work is linear in the input; this bounds it.
     pub const fn max_message_len(mut self, bytes: usize) -> Self {
         self.max_message_len = bytes;
@@ -674,7 +682,10 @@ fn decode_escaped_method<'a>(mut r: Request<'a>, input: &'a [u8], arena: &'a Bum
             Entry::Request(r)
         }
         None => {
-            let at = r.method.as_ptr() as usize - input.as_ptr() as usize;
+            // At the escape itself, as the offset of every other error.
+            let content = r.method.as_bytes();
+            let at = content.as_ptr() as usize - input.as_ptr() as usize
+                + crate::scan::lone_surrogate_at(content).unwrap_or(0);
             Entry::Invalid(InvalidRequest {
                 id: r.id.unwrap_or(Id::NULL),
                 error: Error::new(ErrorKind::LoneSurrogate(Member::Method), at),

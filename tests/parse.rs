@@ -1415,3 +1415,28 @@ fn fast_and_general_paths_agree() {
         .unwrap_err();
     assert_eq!(e.limit(), Some(1));
 }
+
+/// The error for a method with an unpaired surrogate escape points at the
+/// escape, as every other error's offset points where the problem is: it
+/// pointed at the text's first byte. Found by a review.
+#[test]
+fn an_unpaired_surrogate_in_a_method_is_reported_where_it_is() {
+    for (input, at) in [
+        (r#"{"jsonrpc":"2.0","id":1,"method":"ab\ud800"}"#, 36),
+        (r#"{"jsonrpc":"2.0","id":1,"method":"\u0061\udc00x"}"#, 40),
+        (
+            r#"{"jsonrpc": "2.0", "method": "\ud800\u0041", "id": 1}"#,
+            30,
+        ),
+    ] {
+        assert_eq!(&input[at..at + 2], "\\u", "{input}");
+        let arena = bumpalo::Bump::new();
+        let message = rpcwire::Parser::new()
+            .parse(input.as_bytes(), &arena)
+            .unwrap();
+        let entry = message.into_single().unwrap();
+        let invalid = entry.invalid().expect("an invalid request");
+        assert_eq!(invalid.error().offset(), at, "{input}");
+        assert_eq!(invalid.id().as_bytes(), b"1");
+    }
+}

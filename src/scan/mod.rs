@@ -639,6 +639,19 @@ pub(crate) fn unescaped_len(content: &[u8]) -> Option<usize> {
     Some(len)
 }
 
+/// Where the first unpaired surrogate escape starts in validated string
+/// content, if it holds one.
+pub(crate) fn lone_surrogate_at(content: &[u8]) -> Option<usize> {
+    let mut decoder = Unescaped::new(content);
+    let mut chunk = [0u8; 4];
+    while let Some(piece) = decoder.next_piece(&mut chunk) {
+        if let Err(at) = piece {
+            return Some(at);
+        }
+    }
+    None
+}
+
 /// Compares validated string content to `want` as decoded text, without
 /// allocating.
 pub(crate) fn unescaped_eq(content: &[u8], escaped: bool, want: &[u8]) -> bool {
