@@ -910,3 +910,73 @@ async fn tools_list_with_an_unbounded_page_size_pages_without_overflow() {
     );
     assert_eq!(later["result"]["tools"][0]["name"], "b", "{later}");
 }
+
+/// Over stdio, a last line without its newline was answered into the
+/// replies buffer at the end of input, and a call that finished just then
+/// was framed with it as one line: two replies on one line, which a line
+/// client cannot read (the race hit most runs). Each reply is a line now.
+/// Found by a review.
+#[tokio::test]
+async fn stdio_replies_at_the_end_of_input_are_one_per_line() {
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for round in 0..20 {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let g = gate.clone();
+        let server = McpServer::builder("t", "1")
+            .tool(Tool::new(
+                "gate",
+                json!({"type": "object"}),
+                move |_, _cx: ToolContext| {
+                    let g = g.clone();
+                    async move {
+                        g.notified().await;
+                        Ok(ToolOutput::text("opened"))
+                    }
+                },
+            ))
+            .build()
+            .unwrap();
+        let (client, served) = tokio::io::duplex(1 << 16);
+        let (mut from_server, mut to_server) = tokio::io::split(client);
+        let (sr, sw) = tokio::io::split(served);
+        let serving = tokio::spawn(async move { server.serve_stream(sr, sw).await });
+        to_server
+            .write_all(
+                concat!(
+                    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+                    "\n",
+                    r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+                    "\n",
+                    r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"gate","arguments":{}}}"#,
+                    "\n",
+                    r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        for _ in 0..5 {
+            tokio::task::yield_now().await;
+        }
+        gate.notify_one();
+        to_server.shutdown().await.unwrap();
+        let mut out = String::new();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            from_server.read_to_string(&mut out),
+        )
+        .await
+        .expect("the server ends")
+        .unwrap();
+        serving.await.unwrap().unwrap();
+        let mut ids = Vec::new();
+        for line in out.lines() {
+            let reply: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("round {round}: not one message a line ({e}): {line}"));
+            ids.push(reply["id"].clone());
+        }
+        ids.sort_by_key(|id| id.as_u64());
+        assert_eq!(ids, [json!(0), json!(1), json!(2)], "round {round}: {out}");
+    }
+}

@@ -137,6 +137,12 @@ impl McpServer {
                             let line = input.split().freeze().slice(range);
                             framer.reset();
                             self.start_line(&line, &mut conn, &mut replies);
+                            // Its reply now, as each line's above: a call
+                            // finishing next would be framed with it.
+                            while let Ok(note) = notes.try_recv() {
+                                push_line(&mut wire, &note);
+                            }
+                            frame_replies(&mut replies, 1, &mut wire);
                         }
                     }
                 }
