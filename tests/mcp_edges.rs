@@ -862,6 +862,45 @@ async fn http_an_invalid_request_with_an_id_is_400() {
         assert_eq!(a.status, 400, "{body}: {}", a.body);
         assert_eq!(a.json()["error"]["code"], -32600, "{body}: {}", a.body);
     }
+    // Inside a session, an id of the wrong type, another version, params
+    // neither array nor object: each was 200 (with `id: null` for the
+    // first two, which left the client waiting). Found by a review.
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    for (body, id) in [
+        (
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":true,"method":"tools/list"}"#,
+            Value::Null,
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/list"}"#,
+            json!(1),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":"x"}"#,
+            json!(1),
+        ),
+    ] {
+        let a = post(h.addr, &headers, body).await;
+        assert_eq!(a.status, 400, "{body}: {}", a.body);
+        assert_eq!(a.json()["error"]["code"], -32600, "{body}: {}", a.body);
+        assert_eq!(a.json()["id"], id, "{body}: {}", a.body);
+    }
+    // A valid one is served as ever.
+    let a = post(
+        h.addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
 }
 
 /// A page size meant as "no paging" (`usize::MAX`) overflowed on the

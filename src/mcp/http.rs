@@ -600,6 +600,29 @@ fn rpc_error(status: StatusCode, id: Option<&RawValue>, error: &RpcError) -> Res
     json_response(status, body)
 }
 
+/// The `400` for a message with an id that is no valid request (an id of
+/// the wrong type, a `"jsonrpc"` other than `"2.0"`, params neither array
+/// nor object, ...): its -32600 under the id the parser read (`null` when
+/// the id itself is wrong). The transport answers input it cannot accept
+/// with an HTTP error status; a 200 with an error of id `null` would leave
+/// the client waiting for its request's answer.
+fn refuse_invalid(parser: &crate::Parser, body: &[u8]) -> Option<Response<Body>> {
+    use crate::message::Message;
+    use crate::request::Entry;
+    let arena = bumpalo::Bump::new();
+    let Ok(Message::Single(Entry::Invalid(invalid))) = parser.parse(body, &arena) else {
+        return None;
+    };
+    let error = invalid.error();
+    let mut data = Vec::new();
+    error.write_data(&mut data);
+    let reply =
+        RpcError::new(error.code(), error.message()).with_raw_data(String::from_utf8_lossy(&data));
+    let id =
+        RawValue::from_string(String::from_utf8_lossy(invalid.id().as_bytes()).into_owned()).ok();
+    Some(rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &reply))
+}
+
 fn bad_request(reason: &'static str) -> Response<Body> {
     rpc_error(
         StatusCode::BAD_REQUEST,
@@ -1228,6 +1251,11 @@ impl Endpoint {
     ) -> Response<Body> {
         let _ = headers;
         let server = self.inner.server.clone();
+        if id.is_some()
+            && let Some(refused) = refuse_invalid(&server.dispatcher.inner.parser, &body)
+        {
+            return refused;
+        }
         let session_state = session.unwrap_or_default();
         let (tx, mut rx) = mpsc::channel::<Event>(64);
         let peer = Peer::with_ids(
