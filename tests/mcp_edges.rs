@@ -1019,3 +1019,56 @@ async fn stdio_replies_at_the_end_of_input_are_one_per_line() {
         assert_eq!(ids, [json!(0), json!(1), json!(2)], "round {round}: {out}");
     }
 }
+
+/// `max_in_flight` ("calls of one connection running at once; more wait")
+/// held over stdio, but over HTTP each POST is a connection of its own to
+/// the dispatcher: 20 calls of one session ran at once under a cap of 2.
+/// A session's requests now wait for a place. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_a_session_runs_at_most_max_in_flight_calls_at_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n, p) = (now.clone(), peak.clone());
+    let server = McpServer::builder("t", "1")
+        .max_in_flight(2)
+        .tool(Tool::new(
+            "slow",
+            json!({"type": "object"}),
+            move |_, _cx: ToolContext| {
+                let (n, p) = (n.clone(), p.clone());
+                async move {
+                    p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("done"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(server).await;
+    let sid = http_session(h.addr).await;
+    let mut calls = Vec::new();
+    for i in 0..12 {
+        let (addr, sid) = (h.addr, sid.clone());
+        calls.push(tokio::spawn(async move {
+            let headers = [
+                ("mcp-session-id", sid.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":{i},"method":"tools/call","params":{{"name":"slow","arguments":{{}}}}}}"#
+            );
+            post(addr, &headers, &body).await
+        }));
+    }
+    for call in calls {
+        let a = call.await.unwrap();
+        assert_eq!(a.status, 200, "{}", a.body);
+        assert!(a.body.contains("done"), "{}", a.body);
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= 2, "{peak} calls of one session ran at once");
+    assert_eq!(peak, 2);
+}

@@ -213,11 +213,18 @@ struct HttpSession {
     /// The ids of the requests the session's calls send the client, one
     /// count for all of them (each answer must name one call's request).
     request_ids: Arc<AtomicU64>,
+    /// Its requests running at once, at most the server's `max_in_flight`
+    /// (each POST is a connection of its own to the dispatcher, whose cap
+    /// counts per connection): more wait for a place.
+    calls: Arc<tokio::sync::Semaphore>,
 }
 
 impl HttpSession {
-    fn new(state: Arc<SessionState>, used: u64) -> HttpSession {
+    fn new(state: Arc<SessionState>, used: u64, max_in_flight: usize) -> HttpSession {
         HttpSession {
+            calls: Arc::new(tokio::sync::Semaphore::new(
+                max_in_flight.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             state,
             ended: tokio::sync::watch::channel(false).0,
             used: AtomicU64::new(used),
@@ -1204,7 +1211,8 @@ impl Endpoint {
                 // Answered with a result: the session exists from now on.
                 self.make_room();
                 let used = self.inner.ticks.fetch_add(1, Ordering::Relaxed);
-                let session = Arc::new(HttpSession::new(state, used));
+                let max_in_flight = self.inner.server.dispatcher.inner.max_in_flight;
+                let session = Arc::new(HttpSession::new(state, used, max_in_flight));
                 self.sessions_lock().insert(session_id.clone(), session);
                 if let Ok(v) = HeaderValue::from_str(&session_id) {
                     response.headers_mut().insert(SESSION_HEADER, v);
@@ -1256,6 +1264,12 @@ impl Endpoint {
         {
             return refused;
         }
+        // A request of a session waits for a place among its calls (not a
+        // notification: a cancellation must get through to a full session).
+        let place = match asking {
+            Some(session) if id.is_some() => Arc::clone(&session.calls).acquire_owned().await.ok(),
+            _ => None,
+        };
         let session_state = session.unwrap_or_default();
         let (tx, mut rx) = mpsc::channel::<Event>(64);
         let peer = Peer::with_ids(
@@ -1300,6 +1314,7 @@ impl Endpoint {
         let task = async move {
             // Ends the listing when the call ends, however it does.
             let _listed = listed;
+            let _place = place;
             let mut conn = server.dispatcher.connection(ctx);
             let mut out = Vec::new();
             // Cancellations this message asks for reach their calls through
