@@ -827,8 +827,9 @@ async fn http_a_session_that_ends_tells_the_client_to_drop_what_it_asked() {
 /// `initialize`'s `capabilities` are kept for the session's life (a tool
 /// reads them through `ToolContext::client_capabilities`): a client
 /// declaring megabytes of them held several times that in every session.
-/// Past 64 KiB they are refused with -32602 naming the limit, and no
-/// session is made.
+/// Past 16 KiB they are refused with -32602 naming the limit, and no
+/// session is made; so are more than 1,024 values in less text (64 KiB
+/// of `[0,0,...]` were kept as about 1 MiB a session; found by a review).
 #[tokio::test]
 async fn http_initialize_refuses_oversized_capabilities() {
     let h = http_server(server()).await;
@@ -841,7 +842,16 @@ async fn http_initialize_refuses_oversized_capabilities() {
     let r = a.json();
     assert_eq!(r["error"]["code"], -32602, "{r}");
     assert_eq!(r["error"]["data"]["field"], "capabilities", "{r}");
-    assert_eq!(r["error"]["data"]["limit"], 65536, "{r}");
+    assert_eq!(r["error"]["data"]["limit"], 16384, "{r}");
+    assert!(a.headers.get("mcp-session-id").is_none());
+    let many = format!(r#"{{"experimental":{{"x":[{}0]}}}}"#, "0,".repeat(2_000));
+    let initialize = format!(
+        r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{many},"clientInfo":{{"name":"t","version":"1"}}}}}}"#
+    );
+    let a = post(h.addr, &[], &initialize).await;
+    let r = a.json();
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["limit_values"], 1024, "{r}");
     assert!(a.headers.get("mcp-session-id").is_none());
     // Ordinary capabilities still make a session.
     http_session_with(h.addr, r#"{"sampling":{},"roots":{"listChanged":true}}"#).await;

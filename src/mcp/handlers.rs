@@ -274,7 +274,31 @@ struct InitializeParams<'a> {
 /// The most JSON text of `initialize`'s `capabilities` a session keeps
 /// (clients declare a few hundred bytes; a session keeps them, as a
 /// `Value` several times their size, for its whole life).
-const MAX_CAPABILITIES_LEN: usize = 64 * 1024;
+const MAX_CAPABILITIES_LEN: usize = 16 * 1024;
+
+/// The most JSON values in them: a `Value` takes 32 bytes and more each,
+/// so text of tiny values (`[0,0,...]`) would be kept at 16 times its
+/// size (about 1 MiB a session for 64 KiB, across thousands of
+/// sessions). With both bounds a session keeps at most about 64 KiB.
+const MAX_CAPABILITY_VALUES: usize = 1024;
+
+/// How many JSON values `v` holds, itself included (stops counting past
+/// `most`).
+fn values_in(v: &Value, most: usize) -> usize {
+    let mut count = 1;
+    let children: Box<dyn Iterator<Item = &Value>> = match v {
+        Value::Array(a) => Box::new(a.iter()),
+        Value::Object(o) => Box::new(o.values()),
+        _ => return 1,
+    };
+    for child in children {
+        count += values_in(child, most.saturating_sub(count));
+        if count > most {
+            break;
+        }
+    }
+    count
+}
 
 /// The revision `initialize` answers for `requested`: the same one when it
 /// is ours, else, for any other dated revision (earlier or later), the
@@ -346,14 +370,25 @@ fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
                 },
             ));
         }
-        Some(raw) => Some(Arc::new(serde_json::from_str::<Value>(raw.get()).map_err(
-            |e| {
+        Some(raw) => {
+            let value = serde_json::from_str::<Value>(raw.get()).map_err(|e| {
                 field_error(
                     "Invalid params: capabilities",
                     &serde_json::json!({"field": "capabilities", "reason": e.to_string()}),
                 )
-            },
-        )?)),
+            })?;
+            if values_in(&value, MAX_CAPABILITY_VALUES) > MAX_CAPABILITY_VALUES {
+                return Err(field_error(
+                    "Invalid params: capabilities too large",
+                    &serde_json::json!({
+                        "field": "capabilities",
+                        "reason": "too many values",
+                        "limit_values": MAX_CAPABILITY_VALUES,
+                    }),
+                ));
+            }
+            Some(Arc::new(value))
+        }
         None => None,
     };
     if let Some(session) = session_of(call.ctx) {

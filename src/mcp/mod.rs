@@ -13,7 +13,8 @@
 //!   with `data.supported` (and `data.requested`) for a version that is not
 //!   a revision. The client's `capabilities` are kept for the session
 //!   (a tool reads them with [`ToolContext::client_capabilities`]): more
-//!   than 64 KiB of them are -32602 with `data.limit`. `ping` and
+//!   than 16 KiB of them, or more than 1,024 JSON values, are -32602 with
+//!   `data.limit` (`data.limit_values`). `ping` and
 //!   `logging/setLevel` are answered
 //!   at any time; other requests of this lifecycle before `initialize` get
 //!   -32600.
