@@ -1082,3 +1082,56 @@ async fn http_a_session_runs_at_most_max_in_flight_calls_at_once() {
     assert!(peak <= 2, "{peak} calls of one session ran at once");
     assert_eq!(peak, 2);
 }
+
+/// `tools/list` pages: a tool removed before the page a client reads next
+/// made that page start one tool too far (the cursor was an offset), so
+/// the client's listing silently lacked a tool. The cursor names the last
+/// tool listed, and the next page goes on after it. Found by a review.
+#[tokio::test]
+async fn tools_list_pages_survive_a_removal_between_pages() {
+    let tool = |name: &str| {
+        Tool::new(
+            name,
+            json!({"type": "object"}),
+            |_, _cx: ToolContext| async { Ok(ToolOutput::text("")) },
+        )
+    };
+    let s = McpServer::builder("pages", "1.0.0")
+        .page_size(2)
+        .tool(tool("a"))
+        .tool(tool("b"))
+        .tool(tool("c"))
+        .tool(tool("d"))
+        .build()
+        .unwrap();
+    let mut conn = s.connection("memory");
+    let (first, cursor) = list_page(&s, &mut conn, None).await;
+    assert_eq!(first, ["a", "b"]);
+    assert!(s.remove_tool("a"));
+    let (second, cursor) = list_page(&s, &mut conn, cursor).await;
+    assert_eq!(second, ["c", "d"], "a tool skipped");
+    assert_eq!(cursor, None);
+}
+
+/// One `tools/list` page (revision 2026-07-28, no handshake): the tools'
+/// names and the next cursor (as JSON text).
+async fn list_page(
+    s: &McpServer,
+    conn: &mut rpcwire::Connection,
+    cursor: Option<String>,
+) -> (Vec<String>, Option<String>) {
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+    let cursor = cursor.map_or(String::new(), |c| format!(r#""cursor":{c},"#));
+    let msg =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{cursor}{meta}}}}}"#);
+    let mut out = Vec::new();
+    s.handle(&bytes::Bytes::from(msg), conn, &mut out).await;
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    let names = r["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    (names, r["result"].get("nextCursor").map(|c| c.to_string()))
+}

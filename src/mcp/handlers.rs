@@ -533,10 +533,34 @@ fn discover(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
 
 // --------------------------------------------------------------- tools/list
 
-/// A `tools/list` cursor: the offset of the page, written `p<offset>`.
-fn parse_cursor(cursor: &str, len: usize) -> Option<usize> {
-    let n: usize = cursor.strip_prefix('p')?.parse().ok()?;
-    (n <= len && cursor.len() > 1 && !cursor[1..].starts_with('+')).then_some(n)
+/// A `tools/list` cursor: where the next page starts, written
+/// `p<offset>` or `p<offset>:<name>`, `name` the last tool listed. The page
+/// goes on after that tool wherever it is now (a tool removed before it
+/// would otherwise make the next page skip one); without it, or when it
+/// is gone, at the offset.
+fn parse_cursor(cursor: &str, registry: &super::Registry) -> Option<usize> {
+    let rest = cursor.strip_prefix('p')?;
+    let (offset, after) = match rest.split_once(':') {
+        Some((offset, name)) => (offset, Some(name)),
+        None => (rest, None),
+    };
+    if offset.is_empty() || offset.starts_with('+') {
+        return None;
+    }
+    let n: usize = offset.parse().ok()?;
+    let len = registry.tools.len();
+    if let Some(i) = after.and_then(|name| registry.position(name)) {
+        return Some(i + 1);
+    }
+    (n <= len).then_some(n)
+}
+
+/// The cursor of the page after `tools[..end]`.
+fn cursor_after(tools: &[Arc<super::ToolEntry>], end: usize) -> String {
+    match end.checked_sub(1).and_then(|last| tools.get(last)) {
+        Some(last) => format!("p{end}:{}", last.tool.name()),
+        None => format!("p{end}"),
+    }
 }
 
 fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
@@ -546,7 +570,7 @@ fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
     let registry = inner.registry();
     let start = match params.cursor.as_deref() {
         None => 0,
-        Some(c) => parse_cursor(c, registry.tools.len()).ok_or_else(|| {
+        Some(c) => parse_cursor(c, &registry).ok_or_else(|| {
             #[derive(Serialize)]
             struct Data<'a> {
                 field: &'static str,
@@ -579,7 +603,7 @@ fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
         #[serde(flatten, skip_serializing_if = "Option::is_none")]
         cache: Option<Cache>,
     }
-    let next_cursor = (end < registry.tools.len()).then(|| format!("p{end}"));
+    let next_cursor = (end < registry.tools.len()).then(|| cursor_after(&registry.tools, end));
     call.reply.json(&ListToolsResult {
         stamp: stamp(era, inner),
         tools,
@@ -965,11 +989,26 @@ mod tests {
 
     #[test]
     fn cursors() {
-        assert_eq!(parse_cursor("p0", 3), Some(0));
-        assert_eq!(parse_cursor("p3", 3), Some(3));
-        assert_eq!(parse_cursor("p4", 3), None);
-        assert_eq!(parse_cursor("p+1", 3), None);
-        assert_eq!(parse_cursor("x", 3), None);
-        assert_eq!(parse_cursor("p", 3), None);
+        let entry = |name: &str| {
+            let tool = super::super::Tool::new(
+                name,
+                serde_json::json!({"type": "object"}),
+                |_, _| async { Ok(super::super::ToolOutput::text("")) },
+            );
+            Arc::new(super::super::ToolEntry::new(tool).unwrap())
+        };
+        let registry = super::super::Registry::from_list(vec![entry("a"), entry("b"), entry("c")]);
+        assert_eq!(parse_cursor("p0", &registry), Some(0));
+        assert_eq!(parse_cursor("p3", &registry), Some(3));
+        assert_eq!(parse_cursor("p4", &registry), None);
+        assert_eq!(parse_cursor("p+1", &registry), None);
+        assert_eq!(parse_cursor("x", &registry), None);
+        assert_eq!(parse_cursor("p", &registry), None);
+        assert_eq!(parse_cursor("p:a", &registry), None);
+        // After the tool named, wherever it is; else at the offset.
+        assert_eq!(parse_cursor("p2:a", &registry), Some(1));
+        assert_eq!(parse_cursor("p2:gone", &registry), Some(2));
+        assert_eq!(parse_cursor("p9:c", &registry), Some(3));
+        assert_eq!(cursor_after(&registry.tools, 2), "p2:b");
     }
 }

@@ -240,6 +240,11 @@ impl Registry {
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.index.get(name).map(|&i| &self.tools[i])
     }
+
+    /// Where the tool `name` is in the listing.
+    pub(crate) fn position(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
 }
 
 /// The server's name and version, as `serverInfo` shows them.
