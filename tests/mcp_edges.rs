@@ -1135,3 +1135,44 @@ async fn list_page(
         .collect();
     (names, r["result"].get("nextCursor").map(|c| c.to_string()))
 }
+
+/// Over HTTP, a call sent as a notification was dropped as soon as it
+/// started (its connection ended with the 202), where stdio runs it to
+/// its end: its 202 now comes once it is done, as the module says.
+/// Found by a review.
+#[tokio::test]
+async fn http_a_notification_s_call_runs_to_its_end() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let done = Arc::new(AtomicUsize::new(0));
+    let d = done.clone();
+    let server = McpServer::builder("t", "1")
+        .tool(Tool::new(
+            "slow",
+            json!({"type": "object"}),
+            move |_, _cx: ToolContext| {
+                let d = d.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    d.fetch_add(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("done"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(server).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let a = post(
+        h.addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"slow","arguments":{}}}"#,
+    )
+    .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    assert_eq!(done.load(Ordering::SeqCst), 1, "the call was dropped");
+}

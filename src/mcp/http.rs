@@ -607,6 +607,20 @@ fn rpc_error(status: StatusCode, id: Option<&RawValue>, error: &RpcError) -> Res
     json_response(status, body)
 }
 
+/// [`poll_drain`](super::poll_drain), which also waits for calls that
+/// write no reply (a notification's).
+fn poll_calls(
+    conn: &mut crate::Connection,
+    dispatcher: &crate::Dispatcher<super::ServerInner, crate::dispatch::WithAsync>,
+    cx: &mut TaskContext<'_>,
+    out: &mut Vec<u8>,
+) -> Poll<usize> {
+    match conn.poll_replies(dispatcher, cx, out) {
+        Poll::Pending if conn.messages_in_flight() == 0 && conn.in_flight() == 0 => Poll::Ready(0),
+        other => other,
+    }
+}
+
 /// The `400` for a message with an id that is no valid request (an id of
 /// the wrong type, a `"jsonrpc"` other than `"2.0"`, params neither array
 /// nor object, ...): its -32600 under the id the parser read (`null` when
@@ -1321,9 +1335,11 @@ impl Endpoint {
             // the session (their waiters, or the early ones it keeps for
             // requests still on their way).
             conn.start(&server.dispatcher, &body, &mut out);
-            while conn.messages_in_flight() > 0 {
+            // A notification's async call too: its 202 goes once it is
+            // done (dropping the connection here would drop the call).
+            while conn.messages_in_flight() > 0 || conn.in_flight() > 0 {
                 tokio::select! {
-                    _ = std::future::poll_fn(|cx| super::poll_drain(&mut conn, &server.dispatcher, cx, &mut out)) => {}
+                    _ = std::future::poll_fn(|cx| poll_calls(&mut conn, &server.dispatcher, cx, &mut out)) => {}
                     _ = async { cancel.as_mut().expect("guarded").await }, if cancel.is_some() => {
                         cancel = None;
                         if let Some(i) = &id_bytes { conn.cancel(i); }
