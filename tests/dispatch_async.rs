@@ -1537,29 +1537,21 @@ async fn a_call_started_after_a_deadline_passed_does_not_delay_its_expiry() {
         .unwrap();
     let mut conn = Connection::new();
     let mut out = Vec::new();
-    conn.start(
-        &d,
-        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"slow"}"#),
-        &mut out,
-    );
-    poll_fn(|cx| {
-        let _ = conn.poll_replies(&d, cx, &mut out);
-        Poll::Ready(())
-    })
-    .await;
-    assert!(out.is_empty());
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    conn.start(
-        &d,
-        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"slow"}"#),
-        &mut out,
-    );
-    // One poll, at once: call 1 is over.
-    poll_fn(|cx| {
-        let _ = conn.poll_replies(&d, cx, &mut out);
-        Poll::Ready(())
-    })
-    .await;
+    // Call 1, then (its deadline past, unhandled) call 2, each polled once
+    // at once: the second poll must find call 1 over.
+    for id in [1, 2] {
+        let call = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"slow"}}"#);
+        conn.start(&d, &Bytes::from(call), &mut out);
+        poll_fn(|cx| {
+            let _ = conn.poll_replies(&d, cx, &mut out);
+            Poll::Ready(())
+        })
+        .await;
+        if id == 1 {
+            assert!(out.is_empty());
+            tokio::time::sleep(Duration::from_millis(400)).await;
+        }
+    }
     let text = String::from_utf8(out).unwrap();
     let first = text.lines().next().unwrap_or_default();
     let first: Value = serde_json::from_str(first).unwrap_or(Value::Null);
