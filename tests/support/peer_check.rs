@@ -294,6 +294,10 @@ struct OutReq {
     quiet: bool,
     /// The outcomes of responses sent while it could match.
     answers: Vec<Value>,
+    /// An invalid answer came while it could match: it ended with
+    /// `PeerError::InvalidResponse` (no notice owed: the other side
+    /// answered).
+    invalid: bool,
 }
 
 /// An incoming request with an id.
@@ -603,6 +607,14 @@ impl<'d> Run<'d> {
             (Some(a), Some(o)) if o.state == State::Maybe => {
                 o.state = State::Gone;
                 o.answers.push(a);
+                *hi += 1;
+            }
+            // An invalid answer is counted as matching nothing, and ends
+            // the request it names if that is still in the table.
+            (None, Some(o)) if matches!(o.state, State::Pending | State::Maybe) => {
+                o.state = State::Gone;
+                o.invalid = true;
+                *lo += 1;
                 *hi += 1;
             }
             _ => {
@@ -991,6 +1003,10 @@ impl<'d> Run<'d> {
             Err(PeerError::Send(_)) => {
                 assert_eq!(o.state, State::Gone, "request {id} refused, yet pending");
             }
+            Err(PeerError::InvalidResponse(_)) => {
+                assert!(o.invalid, "request {id} ended by an invalid answer never sent");
+                o.state = State::Gone;
+            }
             Err(e) => {
                 assert_ne!(
                     o.state,
@@ -1064,6 +1080,7 @@ impl<'d> Run<'d> {
                     noticed: false,
                     quiet: false,
                     answers: Vec::new(),
+                    invalid: false,
                 },
             );
             return;
