@@ -497,8 +497,6 @@ struct Peek<'a> {
     method: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     params: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    jsonrpc: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "present")]
     result: Option<&'a RawValue>,
     #[serde(borrow, default, deserialize_with = "present")]
@@ -506,17 +504,10 @@ struct Peek<'a> {
 }
 
 impl Peek<'_> {
-    /// A JSON-RPC response: version 2.0, an id, and a result or an error.
-    fn is_response(&self) -> bool {
-        self.method.is_none()
-            && self.params.is_none()
-            && self.jsonrpc.as_deref() == Some("2.0")
-            && self.id.is_some()
-            && (self.result.is_some() != self.error.is_some())
-    }
-
-    /// An object that would be a response, valid or not: `result` or
-    /// `error` and no `method`, as the dispatcher tells them apart.
+    /// An object that is a response, valid or not: `result` or `error` and
+    /// no `method`, as the dispatcher tells them apart (the session reads
+    /// it: a valid one goes to the call that asked, an invalid one ends
+    /// that call's request and is refused).
     fn looks_like_response(&self) -> bool {
         self.method.is_none() && (self.result.is_some() || self.error.is_some())
     }
@@ -634,14 +625,18 @@ fn refuse_invalid(parser: &crate::Parser, body: &[u8]) -> Option<Response<Body>>
     let Ok(Message::Single(Entry::Invalid(invalid))) = parser.parse(body, &arena) else {
         return None;
     };
-    let error = invalid.error();
-    let mut data = Vec::new();
-    error.write_data(&mut data);
-    let reply =
-        RpcError::new(error.code(), error.message()).with_raw_data(String::from_utf8_lossy(&data));
+    let reply = refusal(invalid.error());
     let id =
         RawValue::from_string(String::from_utf8_lossy(invalid.id().as_bytes()).into_owned()).ok();
     Some(rpc_error(StatusCode::BAD_REQUEST, id.as_deref(), &reply))
+}
+
+/// The error answering a message the parser refused: its code, message
+/// and `data` (the reason, and the limit for a limit's refusal).
+fn refusal(e: crate::Error) -> RpcError {
+    let mut data = Vec::new();
+    e.write_data(&mut data);
+    RpcError::new(e.code(), e.message()).with_raw_data(String::from_utf8_lossy(&data))
 }
 
 fn bad_request(reason: &'static str) -> Response<Body> {
@@ -1066,7 +1061,7 @@ impl Endpoint {
         let Some(method) = peek.method.as_deref() else {
             // A response to a request a call sent the client, or garbage
             // that the dispatcher answers (400).
-            if peek.is_response() || peek.looks_like_response() {
+            if peek.looks_like_response() {
                 return self.post_response(&body, &parts.headers);
             }
             return self
@@ -1196,13 +1191,7 @@ impl Endpoint {
             // The transport's "cannot accept the input": 400, with an error
             // of no id (answering a response under its id could start a
             // loop between two peers).
-            Err(e) => {
-                let mut data = Vec::new();
-                e.write_data(&mut data);
-                let error = RpcError::new(e.code(), e.message())
-                    .with_raw_data(String::from_utf8_lossy(&data));
-                rpc_error(StatusCode::BAD_REQUEST, None, &error)
-            }
+            Err(e) => rpc_error(StatusCode::BAD_REQUEST, None, &refusal(e)),
         }
     }
 

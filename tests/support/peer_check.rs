@@ -1004,7 +1004,10 @@ impl<'d> Run<'d> {
                 assert_eq!(o.state, State::Gone, "request {id} refused, yet pending");
             }
             Err(PeerError::InvalidResponse(_)) => {
-                assert!(o.invalid, "request {id} ended by an invalid answer never sent");
+                assert!(
+                    o.invalid,
+                    "request {id} ended by an invalid answer never sent"
+                );
                 o.state = State::Gone;
             }
             Err(e) => {
