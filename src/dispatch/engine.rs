@@ -2195,7 +2195,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let mut outcome = None;
         let finished = match task.target {
-            None => match poll(Sink::Discard, 0) {
+            None => match poll(Sink::Dyn(&mut super::reply::Discard), usize::MAX) {
                 Poll::Ready(r) => {
                     outcome = Some(super::notification_outcome(r.map(|_| ())));
                     true

@@ -45,7 +45,7 @@ use crate::message::{Incoming, Message};
 use crate::request::{Entry, Id, Request};
 use crate::router::{BuildError, Router};
 use reply::{
-    write_error_reply, write_message_error, write_method_not_found_tail, write_reply,
+    Discard, write_error_reply, write_message_error, write_method_not_found_tail, write_reply,
     write_request_error_tail,
 };
 
@@ -951,7 +951,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             && let Some(Handler::Sync(h)) = self.lookup(req.method())
         {
             let started = self.observer.as_ref().map(|_| Instant::now());
-            let outcome = self.invoke(h, req, scope, Sink::Discard, 0);
+            let outcome = self.invoke(h, req, scope, Sink::Dyn(&mut Discard), usize::MAX);
             #[cfg(feature = "async")]
             if let Some(gate) = scope.gate {
                 gate.keep_fresh();
