@@ -676,16 +676,14 @@ fn has_escapes(r: &Request<'_>) -> bool {
 
 #[cold]
 fn decode_escaped_method<'a>(mut r: Request<'a>, input: &'a [u8], arena: &'a Bump) -> Entry<'a> {
-    match JsonStr::from_content(r.method.as_bytes(), true).decode_in(arena) {
-        Some(method) => {
+    match JsonStr::from_content(r.method.as_bytes(), true).decode_or_surrogate_at(arena) {
+        Ok(method) => {
             r.method = method;
             Entry::Request(r)
         }
-        None => {
+        Err(surrogate) => {
             // At the escape itself, as the offset of every other error.
-            let content = r.method.as_bytes();
-            let at = content.as_ptr() as usize - input.as_ptr() as usize
-                + crate::scan::lone_surrogate_at(content).unwrap_or(0);
+            let at = r.method.as_ptr() as usize - input.as_ptr() as usize + surrogate;
             Entry::Invalid(InvalidRequest {
                 id: r.id.unwrap_or(Id::NULL),
                 error: Error::new(ErrorKind::LoneSurrogate(Member::Method), at),
@@ -1092,7 +1090,7 @@ pub(crate) fn read_member_name(
 
 #[cold]
 fn classify_escaped_name(content: &[u8], members: &[MemberName]) -> Name {
-    if scan::unescaped_len(content).is_none() {
+    if scan::unescaped_len(content).is_err() {
         return Name::Undecodable;
     }
     members

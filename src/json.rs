@@ -292,16 +292,29 @@ impl<'a> JsonStr<'a> {
     where
         'a: 'b,
     {
+        self.decode_or_surrogate_at(arena).ok()
+    }
+
+    /// [`decode_in`](Self::decode_in), or where in the content the first
+    /// unpaired surrogate escape starts.
+    pub(crate) fn decode_or_surrogate_at<'b>(
+        &self,
+        arena: &'b bumpalo::Bump,
+    ) -> Result<&'b str, usize>
+    where
+        'a: 'b,
+    {
         if !self.escaped {
-            return Some(scan::validated_str(self.content));
+            return Ok(scan::validated_str(self.content));
         }
         // Reserve what the decoded text needs, not the escaped length: a
         // string of `\u` escapes decodes to a sixth of its size.
         let mut out =
             bumpalo::collections::Vec::with_capacity_in(scan::unescaped_len(self.content)?, arena);
-        scan::unescape(self.content, &mut out).ok()?;
-        // Unescaping validated UTF-8 yields UTF-8; checked, not assumed.
-        core::str::from_utf8(out.into_bump_slice()).ok()
+        scan::unescape(self.content, &mut out)?;
+        // Unescaping validated UTF-8 yields UTF-8; checked, not assumed
+        // (never fails: an offset of 0 if it did).
+        core::str::from_utf8(out.into_bump_slice()).map_err(|_| 0)
     }
 
     /// The decoded text, borrowed if there is nothing to decode. `None` if

@@ -627,29 +627,16 @@ pub(crate) fn unescape(content: &[u8], out: &mut impl Extend<u8>) -> Result<(), 
     Ok(())
 }
 
-/// The length of validated string content once its escapes are decoded, or
-/// `None` if it holds an unpaired surrogate escape.
-pub(crate) fn unescaped_len(content: &[u8]) -> Option<usize> {
+/// The length of validated string content once its escapes are decoded,
+/// or where its first unpaired surrogate escape starts.
+pub(crate) fn unescaped_len(content: &[u8]) -> Result<usize, usize> {
     let mut decoder = Unescaped::new(content);
     let mut chunk = [0u8; 4];
     let mut len = 0;
     while let Some(piece) = decoder.next_piece(&mut chunk) {
-        len += piece.ok()?.len();
+        len += piece?.len();
     }
-    Some(len)
-}
-
-/// Where the first unpaired surrogate escape starts in validated string
-/// content, if it holds one.
-pub(crate) fn lone_surrogate_at(content: &[u8]) -> Option<usize> {
-    let mut decoder = Unescaped::new(content);
-    let mut chunk = [0u8; 4];
-    while let Some(piece) = decoder.next_piece(&mut chunk) {
-        if let Err(at) = piece {
-            return Some(at);
-        }
-    }
-    None
+    Ok(len)
 }
 
 /// Compares validated string content to `want` as decoded text, without
