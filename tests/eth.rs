@@ -565,6 +565,12 @@ fn block_ids_in_every_form() {
         |v| v.block_id().unwrap_err().reason(),
     );
     assert_eq!(e, "not a boolean");
+    // A hash of the wrong size says which size it needs, as every fixed-size
+    // value does.
+    let e = with_value(r#"{"blockHash":"0x1234"}"#, |v| {
+        v.block_id().unwrap_err().expected_len()
+    });
+    assert_eq!(e, Some(32));
 
     // Block numbers: tags and numbers only.
     assert_eq!(

@@ -4,7 +4,7 @@ use core::fmt;
 
 use alloy_primitives::B256;
 
-use super::decode::{Invalid, Reason, text};
+use super::decode::{Invalid, Reason, fixed, text};
 use super::hex;
 use crate::json::{JsonStr, Kind, RawJson};
 
@@ -341,7 +341,7 @@ impl BlockId {
                 .map(BlockId::from)
                 .map_err(|e| e.in_field("blockNumber")),
             (None, Some(h), c) => Ok(BlockId::Hash {
-                hash: text(h, hex::data_array::<32>)
+                hash: fixed::<32>(h)
                     .map(B256::from)
                     .map_err(|e| e.in_field("blockHash"))?,
                 require_canonical: match c {

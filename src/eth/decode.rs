@@ -427,7 +427,7 @@ fn escaped_text<'a, T>(
 /// Like [`text`], for fixed-size DATA: a wrong size carries the expected
 /// byte count.
 #[inline(always)]
-fn fixed<'a, const N: usize>(v: RawJson<'a>) -> Result<[u8; N], Invalid<'a>> {
+pub(super) fn fixed<'a, const N: usize>(v: RawJson<'a>) -> Result<[u8; N], Invalid<'a>> {
     text(v, hex::data_array::<N>).map_err(|e| {
         if e.reason == Reason::Length {
             Invalid::length(N, v)
