@@ -808,6 +808,47 @@ async fn policy_local_forward_deny() {
     assert_eq!(seen.calls.load(Ordering::SeqCst), calls);
 }
 
+/// A `--deny` rule covers every method it names: the ones the gateway
+/// answers itself (`eth_chainId`, `net_version`, the subscriptions) were
+/// registered before the rules were read and stayed served, and the
+/// built-in chain read no rule at all. Found by a review.
+#[tokio::test]
+async fn deny_rules_cover_local_answers_and_the_built_in_chain() {
+    let (up, _) = echo_upstream().await;
+    let mut config = proxy_config(&[up]);
+    config.deny.extend(["net_".into(), "eth_chainId".into()]);
+    let gw = start(config).await;
+    for (method, rule) in [
+        ("net_version", "deny net_*"),
+        ("eth_chainId", "deny eth_chainId*"),
+    ] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#);
+        let r = call(gw.addr, &body).await;
+        assert_eq!(r["error"]["code"], -32601, "{r}");
+        assert_eq!(r["error"]["data"]["rule"], rule, "{r}");
+    }
+
+    let mut config = config::Config::default();
+    config.deny.push("eth_sendRawTransaction".into());
+    let gw = start(config).await;
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x00"]}"#,
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    assert_eq!(
+        r["error"]["data"]["rule"], "deny eth_sendRawTransaction*",
+        "{r}"
+    );
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+    )
+    .await;
+    assert_eq!(r["result"], "0x7a69", "{r}");
+}
+
 #[tokio::test]
 async fn limits_body_batch_and_response() {
     let (up, _) = echo_upstream().await;

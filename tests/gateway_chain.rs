@@ -339,6 +339,18 @@ async fn fee_history_reports_the_tips_paid() {
         assert_eq!(code, -32602, "{bad}: {r}");
         assert!(message.contains("invalid reward percentile"), "{message}");
     }
+    // At most 100 percentiles, as geth: the answer is built whole, a reward
+    // per block and percentile (a body of zeros asked for millions).
+    let r = rpc(a, "eth_feeHistory", json!(["0x2", "latest", vec![0; 101]])).await;
+    let (code, message) = error(&r);
+    assert_eq!(code, -32602, "{r}");
+    assert!(message.contains("over the query limit 100"), "{message}");
+    let r = rpc(a, "eth_feeHistory", json!(["0x2", "latest", vec![0; 100]])).await;
+    assert_eq!(
+        r["result"]["reward"][1].as_array().unwrap().len(),
+        100,
+        "{r}"
+    );
     // Equal neighbours are allowed (reth and anvil take them).
     let r = rpc(a, "eth_feeHistory", json!(["0x1", "latest", [50, 50]])).await;
     assert_eq!(

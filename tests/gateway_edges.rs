@@ -1475,6 +1475,26 @@ async fn browsers_are_served_as_cors_says() {
     assert!(refused.unwrap_err().contains("--cors: not a web origin"));
 }
 
+/// Flags whose values could only fail later are refused at once: an
+/// `--upstream-ws` that is not `ws://` (every subscription then failed at
+/// run time), and limits of 0 (every request, batch or reply refused).
+/// Found by a review.
+#[test]
+fn flags_that_could_only_fail_later_are_refused() {
+    let parse = |args: &[&str]| config::Config::from_args(args.iter().map(|s| s.to_string()));
+    let e = parse(&["--upstream-ws", "http://127.0.0.1:8546"]).unwrap_err();
+    assert!(
+        e.contains("--upstream-ws http://127.0.0.1:8546: a ws:// URL"),
+        "{e}"
+    );
+    for flag in ["--max-body", "--max-batch", "--max-response"] {
+        let e = parse(&[flag, "0"]).unwrap_err();
+        assert!(e.starts_with(&format!("{flag}: at least 1")), "{e}");
+        assert!(parse(&[flag, "1"]).is_ok(), "{flag}");
+    }
+    assert!(parse(&["--upstream-ws", "ws://127.0.0.1:8546"]).is_ok());
+}
+
 /// `--gzip BYTES`: a long answer (a batch of balances) comes compressed to
 /// a client that accepts gzip and as it is to one that does not; a short
 /// one is never compressed.

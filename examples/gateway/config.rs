@@ -247,6 +247,12 @@ impl Config {
             let number = |v: String| -> Result<u64, String> {
                 v.parse().map_err(|_| format!("{name}: not a number: {v}"))
             };
+            let positive = |v: String| -> Result<u64, String> {
+                match number(v)? {
+                    0 => Err(format!("{name}: at least 1 (0 would refuse everything)")),
+                    n => Ok(n),
+                }
+            };
             match name.as_str() {
                 "--listen" => {
                     let v = value()?;
@@ -274,9 +280,12 @@ impl Config {
                     }
                 }
                 "--deny" => c.deny.push(value()?),
-                "--max-body" => c.max_body = bytes(number(value()?)?),
-                "--max-batch" => c.max_batch = number(value()?)?.min(u32::MAX as u64) as u32,
-                "--max-response" => c.max_response = bytes(number(value()?)?),
+                // A limit of 0 would refuse every request, batch or reply.
+                "--max-body" => c.max_body = bytes(positive(value()?)?),
+                "--max-batch" => {
+                    c.max_batch = positive(value()?)?.min(u32::MAX as u64) as u32;
+                }
+                "--max-response" => c.max_response = bytes(positive(value()?)?),
                 "--chain-id" => c.chain_id = number(value()?)?,
                 "--client" => {
                     c.hyper_client = match value()?.as_str() {
@@ -336,7 +345,12 @@ impl Config {
             let cors = rpcwire::server::cors::Cors::origins(&origins);
             c.cors = Some(cors.map_err(|e| format!("--cors: {e}"))?);
         }
-        for u in c.upstreams.iter().chain(&c.upstream_ws) {
+        if let Some(u) = c.upstream_ws.as_ref().filter(|u| !u.starts_with("ws://")) {
+            return Err(format!(
+                "--upstream-ws {u}: a ws:// URL (subscriptions need a WebSocket; this example has no TLS)"
+            ));
+        }
+        for u in &c.upstreams {
             if !(u.starts_with("http://") || u.starts_with("ws://")) {
                 return Err(format!(
                     "unsupported upstream URL {u}: http:// and ws:// only (this example has no TLS)"

@@ -78,6 +78,10 @@ fn max_priority_fee(c: C<'_>) -> Answer {
     c.reply.quantity(PRIORITY_FEE)
 }
 
+/// The most reward percentiles one `eth_feeHistory` may ask for (geth's
+/// `maxQueryLimit`).
+const MAX_REWARD_PERCENTILES: usize = 100;
+
 fn fee_history(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let count = p.required("blockCount")?;
@@ -92,6 +96,13 @@ fn fee_history(c: C<'_>) -> Answer {
             .map_err(|_| RpcError::invalid_params("rewardPercentiles: an array of numbers"))?,
         None => Vec::new(),
     };
+    // geth's bound: the answer holds a reward per block and percentile,
+    // built whole under the chain's lock.
+    if percentiles.len() > MAX_REWARD_PERCENTILES {
+        return Err(RpcError::invalid_params(format!(
+            "invalid reward percentile: over the query limit {MAX_REWARD_PERCENTILES}"
+        )));
+    }
     // geth's rule (each in [0, 100], increasing), with equal neighbours
     // allowed as reth and anvil allow them.
     for (i, &p) in percentiles.iter().enumerate() {
@@ -496,6 +507,29 @@ fn listening(c: C<'_>) -> Answer {
     c.reply.bool(true)
 }
 
+/// Registers `name`, or its refusal when a `--deny` rule names it (as in
+/// front of an upstream).
+fn serve<F, R>(
+    b: DispatcherBuilder<Arc<Chain>, SyncOnly>,
+    deny: &[String],
+    name: &'static str,
+    handler: F,
+) -> DispatcherBuilder<Arc<Chain>, SyncOnly>
+where
+    F: Fn(C<'_>) -> R + Send + Sync + 'static,
+    R: rpcwire::dispatch::IntoResponse,
+{
+    match deny.iter().find(|rule| name.starts_with(rule.as_str())) {
+        Some(rule) => {
+            let rule = rule.clone();
+            b.method(name, move |c: C<'_>| {
+                Err::<(), _>(crate::errors::denied(c.method(), &rule))
+            })
+        }
+        None => b.method(name, handler),
+    }
+}
+
 /// The built-in chain's dispatcher, reporting its calls to `observer`.
 pub fn dispatcher(
     chain: Arc<Chain>,
@@ -505,30 +539,36 @@ pub fn dispatcher(
     let mut b: DispatcherBuilder<Arc<Chain>, SyncOnly> = Dispatcher::builder(chain)
         .parser(config.parser())
         .max_response_len(config.max_response)
-        .too_large_code(rpcwire::eth::codes::RESPONSE_TOO_LARGE)
-        .method("eth_chainId", chain_id)
-        .method("net_version", net_version)
-        .method("net_listening", listening)
-        .method("web3_clientVersion", client_version)
-        .method("eth_blockNumber", block_number)
-        .method("eth_getBalance", get_balance)
-        .method("eth_getTransactionCount", get_transaction_count)
-        .method("eth_gasPrice", gas_price)
-        .method("eth_maxPriorityFeePerGas", max_priority_fee)
-        .method("eth_feeHistory", fee_history)
-        .method("eth_estimateGas", estimate_gas)
-        .method("eth_call", call)
-        .method("eth_getCode", get_code)
-        .method("eth_getBlockByNumber", get_block_by_number)
-        .method("eth_getBlockByHash", get_block_by_hash)
-        .method("eth_getTransactionByHash", get_transaction_by_hash)
-        .method("eth_getTransactionReceipt", get_transaction_receipt)
-        .method("eth_getLogs", get_logs)
-        .method("eth_sendRawTransaction", send_raw_transaction)
-        .method("eth_subscribe", subscribe)
-        .method("eth_unsubscribe", unsubscribe)
-        .method("eth_accounts", accounts)
-        .method("eth_syncing", syncing);
+        .too_large_code(rpcwire::eth::codes::RESPONSE_TOO_LARGE);
+    let deny = &config.deny[..];
+    b = serve(b, deny, "eth_chainId", chain_id);
+    b = serve(b, deny, "net_version", net_version);
+    b = serve(b, deny, "net_listening", listening);
+    b = serve(b, deny, "web3_clientVersion", client_version);
+    b = serve(b, deny, "eth_blockNumber", block_number);
+    b = serve(b, deny, "eth_getBalance", get_balance);
+    b = serve(b, deny, "eth_getTransactionCount", get_transaction_count);
+    b = serve(b, deny, "eth_gasPrice", gas_price);
+    b = serve(b, deny, "eth_maxPriorityFeePerGas", max_priority_fee);
+    b = serve(b, deny, "eth_feeHistory", fee_history);
+    b = serve(b, deny, "eth_estimateGas", estimate_gas);
+    b = serve(b, deny, "eth_call", call);
+    b = serve(b, deny, "eth_getCode", get_code);
+    b = serve(b, deny, "eth_getBlockByNumber", get_block_by_number);
+    b = serve(b, deny, "eth_getBlockByHash", get_block_by_hash);
+    b = serve(b, deny, "eth_getTransactionByHash", get_transaction_by_hash);
+    b = serve(
+        b,
+        deny,
+        "eth_getTransactionReceipt",
+        get_transaction_receipt,
+    );
+    b = serve(b, deny, "eth_getLogs", get_logs);
+    b = serve(b, deny, "eth_sendRawTransaction", send_raw_transaction);
+    b = serve(b, deny, "eth_subscribe", subscribe);
+    b = serve(b, deny, "eth_unsubscribe", unsubscribe);
+    b = serve(b, deny, "eth_accounts", accounts);
+    b = serve(b, deny, "eth_syncing", syncing);
     if let Some(observer) = observer {
         b = b.observer(observer);
     }

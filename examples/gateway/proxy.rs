@@ -510,19 +510,33 @@ pub fn dispatcher(
         // upstream that let it pass rests.
         .timeout(Some(config.timeout))
         .max_in_flight(1024)
-        .async_method("eth_chainId", chain_id)
-        .async_method("net_version", net_version)
-        .async_method("eth_subscribe", subscribe)
-        .async_method("eth_unsubscribe", unsubscribe)
         .async_fallback(fallback);
+    let denies = |name: &str| deny_rules.iter().find(|p| name.starts_with(p.as_str()));
+    // Answered here or relayed, unless a rule denies them (then refused in
+    // the loop below, as any method the catalogue names).
+    if denies("eth_chainId").is_none() {
+        b = b.async_method("eth_chainId", chain_id);
+    }
+    if denies("net_version").is_none() {
+        b = b.async_method("net_version", net_version);
+    }
+    if denies("eth_subscribe").is_none() {
+        b = b.async_method("eth_subscribe", subscribe);
+    }
+    if denies("eth_unsubscribe").is_none() {
+        b = b.async_method("eth_unsubscribe", unsubscribe);
+    }
     for m in catalogue::METHODS {
-        if matches!(
-            m.name,
-            "eth_chainId" | "net_version" | "eth_subscribe" | "eth_unsubscribe"
-        ) {
+        let denied = denies(m.name);
+        if denied.is_none()
+            && matches!(
+                m.name,
+                "eth_chainId" | "net_version" | "eth_subscribe" | "eth_unsubscribe"
+            )
+        {
             continue;
         }
-        if let Some(rule) = deny_rules.iter().find(|p| m.name.starts_with(p.as_str())) {
+        if let Some(rule) = denied {
             let rule = rule.clone();
             b = b.method(m.name, move |c: Call<'_, Gateway>| {
                 Err::<(), _>(errors::denied(c.method(), &rule))
