@@ -18,7 +18,7 @@ mod corpus;
 #[path = "support/round_trip.rs"]
 mod round_trip;
 
-use round_trip::{jsonrpsee_module, ready, rpcwire_dispatcher, serde_fx};
+use round_trip::{jsonrpsee_module, rpcwire_dispatcher, serde_fx};
 
 /// Runs `f` on message `i`, `i + 1`, ... of `msgs` (wrapping), one per
 /// iteration, checking the length of each reply against `expect`.
@@ -68,7 +68,7 @@ fn bench_round_trip(c: &mut Criterion) {
             let mut b = Vec::new();
             serde_fx::handle(m, &fx, &mut String::new(), &mut b);
             let mut c = Vec::new();
-            ready(jsonrpsee_module::handle(&module, m, &mut c));
+            jsonrpsee_module::handle(&module, m, &mut c);
             let a_json: serde_json::Value = serde_json::from_slice(&a).unwrap();
             assert_eq!(
                 a_json,
@@ -99,9 +99,9 @@ fn bench_round_trip(c: &mut Criterion) {
                 serde_fx::handle(m, &fx, &mut scratch, out)
             }))
         });
-        g.bench_function("jsonrpsee_raw_json_request", |b| {
+        g.bench_function("jsonrpsee_rpc_service", |b| {
             b.iter(round_robin(msgs, &rpsee, |m, out| {
-                ready(jsonrpsee_module::handle(&module, m, out))
+                jsonrpsee_module::handle(&module, m, out)
             }))
         });
         g.finish();

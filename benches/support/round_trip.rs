@@ -7,9 +7,9 @@
 //!   the hand-rolled shape a gateway writes today, in its fastest correct
 //!   form: a batch is read into `Vec<Request>` in one pass, and only if that
 //!   fails split into raw elements to answer each on its own;
-//! * (b) jsonrpsee's `RpcModule::raw_json_request` with the same methods
-//!   registered (a batch is split into its elements, each sent through
-//!   `raw_json_request`, and the replies joined, as jsonrpsee's server does).
+//! * (b) jsonrpsee's `RpcModule` with the same methods registered, called as
+//!   jsonrpsee's server calls it once a body is read (`RpcService::call`;
+//!   a batch's replies joined by its `BatchResponseBuilder`).
 #![allow(dead_code)]
 
 use rpcwire::eth::EthReply;
@@ -159,6 +159,8 @@ pub mod serde_fx {
 pub mod jsonrpsee_module {
     use super::*;
     use jsonrpsee::RpcModule;
+    use jsonrpsee::core::server::{BatchResponseBuilder, MethodCallback, MethodResponse};
+    use jsonrpsee::types::{ErrorCode, ErrorObject, Params, Request};
 
     pub fn module() -> RpcModule<u64> {
         let mut m = RpcModule::new(STATE);
@@ -172,34 +174,51 @@ pub mod jsonrpsee_module {
         m
     }
 
-    pub async fn handle(m: &RpcModule<u64>, input: &[u8], out: &mut Vec<u8>) {
-        let text = std::str::from_utf8(input).unwrap();
-        if text.trim_start().starts_with('[') {
-            let elements: Vec<&RawValue> = serde_json::from_str(text).unwrap();
-            out.push(b'[');
-            for (i, e) in elements.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                let (reply, _rx) = m.raw_json_request(e.get(), 1).await.unwrap();
-                out.extend_from_slice(reply.get().as_bytes());
+    /// jsonrpsee-server's default response size limit (10 MiB).
+    const MAX_RESPONSE: usize = 10 * 1024 * 1024;
+
+    /// What jsonrpsee's server does with a request body once read
+    /// (`handle_rpc_call`, then `RpcService::call` for each request, and a
+    /// `BatchResponseBuilder` for a batch), without its HTTP and tower
+    /// layers: a request is read into `jsonrpsee::types::Request`, its
+    /// method looked up by name, its synchronous callback called.
+    /// (`RpcModule::raw_json_request`, measured here before, is a test
+    /// helper that also makes a channel and a subscription permit per call.)
+    pub fn handle(m: &RpcModule<u64>, input: &[u8], out: &mut Vec<u8>) {
+        let first = input.iter().find(|b| !b.is_ascii_whitespace());
+        if first == Some(&b'[') {
+            let unchecked: Vec<&RawValue> = serde_json::from_slice(input).unwrap();
+            let mut batch = Vec::with_capacity(unchecked.len());
+            for call in unchecked {
+                batch.push(serde_json::from_str::<Request>(call.get()).unwrap());
             }
-            out.push(b']');
+            let mut builder = BatchResponseBuilder::new_with_limit(MAX_RESPONSE);
+            for req in batch {
+                builder.append(call(m, req)).unwrap();
+            }
+            let reply = MethodResponse::from_batch(builder.finish());
+            out.extend_from_slice(reply.as_json().get().as_bytes());
         } else {
-            let (reply, _rx) = m.raw_json_request(text, 1).await.unwrap();
-            out.extend_from_slice(reply.get().as_bytes());
+            let req: Request = serde_json::from_slice(input).unwrap();
+            out.extend_from_slice(call(m, req).as_json().get().as_bytes());
         }
     }
-}
 
-/// Polls a future that completes without waiting (jsonrpsee answers a
-/// synchronous method without I/O), so no runtime's `block_on` is measured
-/// with it.
-pub fn ready<F: std::future::Future>(fut: F) -> F::Output {
-    let mut fut = std::pin::pin!(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match fut.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(v) => v,
-        std::task::Poll::Pending => panic!("a synchronous method completes at once"),
+    fn call(m: &RpcModule<u64>, req: Request<'_>) -> MethodResponse {
+        let Request {
+            id,
+            method,
+            params,
+            extensions,
+            ..
+        } = req;
+        let params = Params::new(params.as_ref().map(|p| p.get()));
+        match m.method_with_name(&method) {
+            Some((_, MethodCallback::Sync(callback))) => {
+                callback(id, params, MAX_RESPONSE, extensions)
+            }
+            None => MethodResponse::error(id, ErrorObject::from(ErrorCode::MethodNotFound)),
+            Some(_) => unreachable!("only synchronous methods are registered"),
+        }
     }
 }
