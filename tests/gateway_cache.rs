@@ -209,14 +209,47 @@ async fn start_app(config: config::Config) -> (Gateway, Arc<proxy::Gateway>) {
     let shutdown = rpcwire::server::Shutdown::new();
     let app = app::App::new(&config, &shutdown).unwrap();
     let state = Arc::clone(app.gateway().expect("forwarding"));
+    lock(&STATES).push((addr, Arc::clone(&state)));
     tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
     (Gateway { addr, shutdown }, state)
 }
 
-/// POSTs `body`; the reply's body, as sent (a `200`).
+/// The gateways started, by address, for [`post`] to settle.
+static STATES: Mutex<Vec<(SocketAddr, Arc<proxy::Gateway>)>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Waits for the gateway's task learning the finalized block, if one runs:
+/// answers do not wait for it, and each test's next call should see what
+/// it learnt (10 s: a hang guard).
+async fn settle(state: &proxy::Gateway) {
+    let Some(cache) = &state.cache else {
+        return;
+    };
+    for _ in 0..2000 {
+        if !cache.finality.is_learning() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("the finalized block was still being learnt after 10 s");
+}
+
+/// POSTs `body`; the reply's body, as sent (a `200`), once the gateway
+/// learnt what the call made it ask ([`settle`]).
 async fn post(addr: SocketAddr, body: &str) -> String {
     let (status, body) = post_close(addr, body).await;
     assert_eq!(status, 200, "{body}");
+    let state = lock(&STATES)
+        .iter()
+        .rev()
+        .find(|(a, _)| *a == addr)
+        .map(|(_, s)| Arc::clone(s));
+    if let Some(state) = state {
+        settle(&state).await;
+    }
     body
 }
 
@@ -616,6 +649,36 @@ async fn a_batch_mixes_hits_and_forwards_in_order() {
     );
     assert_eq!(node.total() - before, 1);
     assert_eq!(node.count("eth_getBalance", &fresh), 1);
+}
+
+/// An answer in hand never waits for the finalized block's ask: a fresh
+/// receipt (its block above the finalized one) and a call at a recent
+/// block waited for that ask, made alongside under a lock, so a node slow
+/// to answer it made answers that had arrived time out (-32002). The node
+/// here holds that answer for 10 s; the gateway's timeout is 1 s. Found by
+/// a review; the test failed before.
+#[tokio::test]
+async fn a_slow_finality_ask_delays_no_answer() {
+    let node = Node::start(0x1).await;
+    node.hold.store(u64::MAX, Ordering::SeqCst);
+    let (gw, _state) = start_app(config::Config {
+        timeout: Duration::from_secs(1),
+        ..config(&[node.addr])
+    })
+    .await;
+    let receipt = json!([format!("0x{}03", "00".repeat(31))]);
+    for (method, params) in [
+        ("eth_getTransactionReceipt", receipt),
+        ("eth_getBlockByNumber", json!(["0x5", false])),
+    ] {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":method,"params":params});
+        // Not `post`: that waits for what the gateway learns.
+        let (status, reply) = post_close(gw.addr, &body.to_string()).await;
+        assert_eq!(status, 200, "{reply}");
+        let reply: Value = serde_json::from_str(&reply).unwrap();
+        assert!(reply["result"].is_object(), "{method}: {reply}");
+    }
+    assert_eq!(node.finalized_asked(), 1);
 }
 
 /// A burst of cacheable calls while the finalized block is not known yet

@@ -64,7 +64,7 @@
 //! upstream round trip a hit saves.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -414,6 +414,8 @@ pub struct Finality {
     /// check alone would let each waiter ask in turn, a queue of upstream
     /// requests).
     asks: AtomicU64,
+    /// Whether a task is learning it ([`Finality::start_learning`]).
+    learning: AtomicBool,
 }
 
 impl Finality {
@@ -423,7 +425,40 @@ impl Finality {
             known: AtomicU64::new(0),
             asked: tokio::sync::Mutex::new(None),
             asks: AtomicU64::new(0),
+            learning: AtomicBool::new(false),
         }
+    }
+
+    /// Whether a task should be started to learn whether block `n` is
+    /// final: not when it is known final, while another task learns, or
+    /// within `every` of the last ask (a task would find nothing to do:
+    /// most calls above the finalized block come there). If so, the caller
+    /// starts it and calls [`done_learning`](Finality::done_learning) when
+    /// it ends.
+    pub fn start_learning(&self, n: u64) -> bool {
+        if self.known().is_some_and(|f| n <= f) {
+            return false;
+        }
+        // Held: an ask is under way.
+        let Ok(asked) = self.asked.try_lock() else {
+            return false;
+        };
+        if asked.is_some_and(|at| at.elapsed() < self.every) {
+            return false;
+        }
+        drop(asked);
+        !self.learning.swap(true, Ordering::AcqRel)
+    }
+
+    /// A learning task ended.
+    pub fn done_learning(&self) {
+        self.learning.store(false, Ordering::Release);
+    }
+
+    /// Whether a learning task runs.
+    #[cfg_attr(not(test), allow(dead_code, reason = "the tests wait on it"))]
+    pub fn is_learning(&self) -> bool {
+        self.learning.load(Ordering::Acquire)
     }
 
     /// The finalized block as known now, without asking.

@@ -260,10 +260,10 @@ fn look_up<'a>(call: &'a AsyncCall<Gateway>, method: &Method) -> Lookup<'a> {
 /// A result is kept only when its block was known final before the call
 /// was sent: an answer given while the block could still be replaced, and
 /// kept because the block was final when asked a moment later, could be
-/// the replaced block's for the process's life (the finalized block was
-/// asked alongside the forward, and a receipt's after it). A block not
-/// known final yet is asked about alongside (at most once per
-/// `--finalized-every`), so that the calls after this one find it kept.
+/// the replaced block's for the process's life. A block not known final
+/// yet is asked about in a task of its own ([`learn_finality`], at most
+/// once per `--finalized-every`), so that the calls after this one find
+/// it kept; the answer in hand never waits for that ask.
 async fn forward_and_keep(
     call: &AsyncCall<Gateway>,
     cache: &Cache,
@@ -271,16 +271,16 @@ async fn forward_and_keep(
     key: Vec<u8>,
     forwarded: impl Future<Output = (Result<Answer, RpcError>, bool)>,
 ) -> Result<Answer, RpcError> {
-    let up = &call.state.up;
     let known_before = cache.finality.known();
     let final_before = |n: u64| known_before.is_some_and(|f| n <= f);
-    let ((outcome, first), block_final) = match keep {
-        Keep::Final(n) if !final_before(n) => (
-            tokio::join!(forwarded, cache.finality.is_final(up, n)).0,
-            false,
-        ),
-        _ => (forwarded.await, true),
+    let block_final = match keep {
+        Keep::Final(n) if !final_before(n) => {
+            learn_finality(&call.state, n);
+            false
+        }
+        _ => true,
     };
+    let (outcome, first) = forwarded.await;
     let Ok(answer) = &outcome else {
         return outcome;
     };
@@ -292,7 +292,7 @@ async fn forward_and_keep(
             Some(b) if final_before(b) => {}
             Some(b) => {
                 // Learnt for the next call; this answer is not kept.
-                cache.finality.is_final(up, b).await;
+                learn_finality(&call.state, b);
                 return outcome;
             }
             None => return outcome,
@@ -300,6 +300,37 @@ async fn forward_and_keep(
     }
     cache.insert(key, &answer.0);
     outcome
+}
+
+/// Learns whether block `n` is final, for the calls after this one, in a
+/// task of its own: the ask is an upstream round trip under a lock, and a
+/// slow one held answers already in hand (fresh receipts, calls on recent
+/// blocks) until they timed out. One such task at a time; its answer, the
+/// finalized block, covers the other calls' blocks too.
+fn learn_finality(state: &Arc<Gateway>, n: u64) {
+    let Some(cache) = &state.cache else {
+        return;
+    };
+    if !cache.finality.start_learning(n) {
+        return;
+    }
+    /// Ends the learning however the task ends (a runtime shut down
+    /// drops it unfinished).
+    struct Learning(Arc<Gateway>);
+    impl Drop for Learning {
+        fn drop(&mut self) {
+            if let Some(cache) = &self.0.cache {
+                cache.finality.done_learning();
+            }
+        }
+    }
+    let learning = Learning(Arc::clone(state));
+    tokio::spawn(async move {
+        let state = &learning.0;
+        if let Some(cache) = &state.cache {
+            cache.finality.is_final(&state.up, n).await;
+        }
+    });
 }
 
 /// A catalogued method reading state at its block, with `--archive`:
