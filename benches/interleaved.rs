@@ -286,12 +286,15 @@ fn total(msgs: &[&[u8]]) -> usize {
 /// Builds a corpus (when its comparison is wanted).
 type MakeCorpus = fn() -> Vec<Vec<u8>>;
 
-/// The messages of the `mcp` corpus that hold free text (a byte >= 0x80 or
-/// a backslash), or those that do not.
+/// The messages of an MCP stream that hold free text (a byte >= 0x80 or
+/// a backslash), or those that do not: 20,000 of them, as every corpus
+/// (the stream is made long enough; the `mcp` corpus is its start).
 fn mcp_part(text: bool) -> Vec<Vec<u8>> {
     let is_text = |m: &Vec<u8>| m.iter().any(|&b| b >= 0x80 || b == b'\\');
-    let mut all = corpus::mcp_stream(17, 20_000);
+    let mut all = corpus::mcp_stream(17, 50_000);
     all.retain(|m| is_text(m) == text);
+    assert!(all.len() >= 20_000, "{} messages", all.len());
+    all.truncate(20_000);
     all
 }
 

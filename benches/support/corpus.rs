@@ -14,9 +14,13 @@
 //! * web3.py: `json.dumps` separators (`": "`, `", "`), ids from 0;
 //! * web3.js: UUID string ids;
 //! * indexers: numeric ids above 2^53, their own method mix (logs, blocks,
-//!   receipts), calls pinned to block numbers.
+//!   receipts), calls pinned to block numbers;
+//! * scripts and ad-hoc tools (Go's `map[string]any`, Python's
+//!   `sort_keys`, `jq`): members sorted (`id`, `jsonrpc`, `method`,
+//!   `params`), one in four pretty-printed over lines with a trailing
+//!   newline: shapes off rpcwire's straight-line paths, 5% of the traffic.
 //!
-//! Small "hot" corpora (the first few hundred messages of a stream, replayed)
+//! Small "hot" corpora (the last few hundred messages of a stream, replayed)
 //! exist only to show how much a repeated corpus flatters a parser.
 #![allow(dead_code)]
 
@@ -31,34 +35,38 @@ pub enum Style {
     Web3Py,
     Web3Js,
     Indexer,
+    Scripted,
 }
 
 impl Style {
-    pub const ALL: [Style; 5] = [
+    pub const ALL: [Style; 6] = [
         Style::Viem,
         Style::Ethers,
         Style::Web3Py,
         Style::Web3Js,
         Style::Indexer,
+        Style::Scripted,
     ];
 }
 
 /// Share of each client among single requests at a public gateway, percent.
 pub const SINGLE_CLIENTS: &[(Style, u64)] = &[
-    (Style::Viem, 35),
-    (Style::Ethers, 25),
+    (Style::Viem, 32),
+    (Style::Ethers, 23),
     (Style::Web3Py, 12),
     (Style::Web3Js, 13),
     (Style::Indexer, 15),
+    (Style::Scripted, 5),
 ];
 
-/// Clients of successive batches (a batch comes from one client): 7 viem, 6
-/// ethers, 2 web3.py, 2 web3.js, 3 indexers in every 20, interleaved.
+/// Clients of successive batches (a batch comes from one client): 6 viem, 6
+/// ethers, 2 web3.py, 2 web3.js, 3 indexers and a script in every 20,
+/// interleaved.
 pub const BATCH_CLIENTS: [Style; 20] = {
     use Style::*;
     [
-        Viem, Ethers, Indexer, Viem, Web3Py, Ethers, Viem, Web3Js, Ethers, Indexer, Viem, Ethers,
-        Viem, Web3Py, Ethers, Viem, Indexer, Web3Js, Ethers, Viem,
+        Viem, Ethers, Indexer, Viem, Web3Py, Ethers, Viem, Web3Js, Ethers, Indexer, Scripted,
+        Ethers, Viem, Web3Py, Ethers, Viem, Indexer, Web3Js, Ethers, Viem,
     ]
 };
 
@@ -502,6 +510,19 @@ pub fn eth_request_for(
         Style::Web3Js => {
             let p = params.unwrap_or_else(|| "[]".into());
             format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"{method}\",\"params\":{p}}}")
+        }
+        Style::Scripted => {
+            let p = params.unwrap_or_else(|| "[]".into());
+            let request = format!(
+                "{{\"id\":{id},\"jsonrpc\":\"2.0\",\"method\":\"{method}\",\"params\":{p}}}"
+            );
+            if rng.chance(1, 4) {
+                // serde_json's map sorts the params' objects' members too.
+                let value: serde_json::Value = serde_json::from_str(&request).unwrap();
+                serde_json::to_string_pretty(&value).unwrap() + "\n"
+            } else {
+                request
+            }
         }
     }
 }

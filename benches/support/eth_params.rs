@@ -296,7 +296,7 @@ pub fn messages(method: &str, seed: u64, n: usize) -> Vec<Vec<u8>> {
                 Style::Web3Js => format!(
                     "{{\"jsonrpc\":\"2.0\",\"id\":\"{i:08x}-0000-4000-8000-000000000000\",\"method\":\"{method}\",\"params\":{p}}}"
                 ),
-                Style::Indexer => format!(
+                Style::Indexer | Style::Scripted => format!(
                     "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{method}\",\"params\":{p}}}",
                     (1u64 << 53) + i as u64
                 ),
