@@ -384,8 +384,22 @@ async fn eth_call_checks_funds_gas_and_fees() {
             "insufficient funds for gas * price + value",
         ),
         (
-            json!({"from": poor, "to": to, "gasPrice": "0x1"}),
+            json!({"from": poor, "to": to, "gasPrice": "0x3b9aca00"}),
             "insufficient funds for gas * price + value",
+        ),
+        // A fee given under the base fee (1 gwei), as geth refuses it (the
+        // send would be refused so); a gas price with EIP-1559 fields.
+        (
+            json!({"from": address(0), "to": to, "gasPrice": "0x1"}),
+            "max fee per gas less than block base fee",
+        ),
+        (
+            json!({"from": address(0), "to": to, "maxFeePerGas": "0x1"}),
+            "max fee per gas less than block base fee",
+        ),
+        (
+            json!({"from": address(0), "to": to, "gasPrice": "0x3b9aca00", "maxFeePerGas": "0x3b9aca00"}),
+            "both gasPrice and (maxFeePerGas or maxPriorityFeePerGas) specified",
         ),
         (
             json!({"from": address(0), "to": to, "value": format!("{:#x}", U256::MAX)}),
@@ -420,6 +434,20 @@ async fn eth_call_checks_funds_gas_and_fees() {
         let r = rpc(a, "eth_call", json!([call, "latest"])).await;
         assert_eq!(r["result"], "0x", "{call}: {r}");
     }
+    // `eth_estimateGas` checks the fees as the send will (it answered
+    // 0x5208 for a transfer the send then refused).
+    let r = rpc(
+        a,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "value": "0x1", "maxFeePerGas": "0x1"}]),
+    )
+    .await;
+    let (code, message) = error(&r);
+    assert_eq!(code, -32000, "{r}");
+    assert!(
+        message.starts_with("max fee per gas less than block base fee"),
+        "{message}"
+    );
     // `eth_estimateGas` with a gas limit below what the call needs: geth's
     // "gas required exceeds allowance".
     let r = rpc(

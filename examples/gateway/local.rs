@@ -153,14 +153,36 @@ fn call_gas(call: &CallRequest<'_>, input: &[u8]) -> Result<u64, RpcError> {
     Ok(calldata_gas(input, keys).max(chain::floor_gas(input)))
 }
 
-/// geth's check of a call's fees: the tip may not exceed the fee cap.
+/// geth's checks of a call's fees (`eth_call`, `eth_estimateGas`): a gas
+/// price and the EIP-1559 fields are not both given; and when any fee is
+/// given (geth skips the checks for a call with none), the tip may not
+/// exceed the fee cap and the fee cap (a gas price is both) may not be
+/// under the block's base fee, as a transaction sent would be refused.
 fn check_fees(call: &CallRequest<'_>) -> Result<(), RpcError> {
-    if let (Some(tip), Some(cap)) = (call.max_priority_fee_per_gas()?, call.max_fee_per_gas()?)
-        && tip > cap
-    {
+    let price = call.gas_price()?;
+    let (tip, cap) = (call.max_priority_fee_per_gas()?, call.max_fee_per_gas()?);
+    if price.is_some() && (tip.is_some() || cap.is_some()) {
+        return Err(server_error(
+            "both gasPrice and (maxFeePerGas or maxPriorityFeePerGas) specified",
+        ));
+    }
+    let (tip, cap) = match price {
+        Some(price) => (price, price),
+        None => (tip.unwrap_or(0), cap.unwrap_or(0)),
+    };
+    if tip == 0 && cap == 0 {
+        return Ok(());
+    }
+    let from = call.from()?.unwrap_or_default();
+    if tip > cap {
         return Err(server_error(format!(
-            "max priority fee per gas higher than max fee per gas: address {}, maxPriorityFeePerGas: {tip}, maxFeePerGas: {cap}",
-            call.from()?.unwrap_or_default()
+            "max priority fee per gas higher than max fee per gas: address {from}, maxPriorityFeePerGas: {tip}, maxFeePerGas: {cap}"
+        )));
+    }
+    if cap < u128::from(chain::BASE_FEE) {
+        return Err(server_error(format!(
+            "max fee per gas less than block base fee: address {from}, maxFeePerGas: {cap}, baseFee: {}",
+            chain::BASE_FEE
         )));
     }
     Ok(())
