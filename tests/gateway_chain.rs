@@ -284,6 +284,36 @@ async fn get_logs_checks_addresses_and_topics() {
     }
 }
 
+/// The chain keeps every transaction for its life, so what it keeps in all
+/// is bounded (`--chain-tx-bytes`): past it, a send is refused with a
+/// clear error and nothing else changes; the dev keys are public, and
+/// sends of 128 KiB each once grew its memory without end. Found by a
+/// review.
+#[tokio::test]
+async fn the_transactions_kept_are_bounded() {
+    let one = sign(eip1559(0, Address::repeat_byte(9), 1), key(1));
+    let size = (one.len() - 2) / 2;
+    let gw = start(config::Config {
+        chain_tx_bytes: 2 * size + size / 2,
+        ..config::Config::default()
+    })
+    .await;
+    let a = gw.addr;
+    for nonce in 0..2 {
+        let r = send(a, &sign(eip1559(nonce, Address::repeat_byte(9), 1), key(1))).await;
+        assert!(r["result"].is_string(), "{r}");
+    }
+    let r = send(a, &sign(eip1559(2, Address::repeat_byte(9), 1), key(1))).await;
+    let (code, message) = error(&r);
+    assert_eq!(code, -32000, "{r}");
+    assert!(
+        message.starts_with("the built-in chain is full"),
+        "{message}"
+    );
+    let r = rpc(a, "eth_getTransactionCount", json!([address(1), "latest"])).await;
+    assert_eq!(r["result"], "0x2", "{r}");
+}
+
 /// `eth_feeHistory`: the rewards are the tips the blocks' transactions
 /// paid (0 for an empty block, as anvil and geth answer), not a constant 1
 /// gwei; percentiles out of [0, 100] or decreasing are refused (geth's
@@ -825,7 +855,7 @@ async fn the_tip_goes_to_the_zero_address_and_the_base_fee_is_burned() {
 #[test]
 fn ended_head_subscriptions_are_not_kept_between_blocks() {
     use rpcwire::server::subscriptions::{SubscriptionConfig, Subscriptions};
-    let chain = chain::Chain::new(31337);
+    let chain = chain::Chain::new(31337, config::DEFAULT_CHAIN_TX_BYTES);
     let subs = Subscriptions::new(SubscriptionConfig::default(), None);
     let (_, live) = subs.subscribe().unwrap();
     chain.watch_heads(live.clone());

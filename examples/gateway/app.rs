@@ -79,7 +79,7 @@ impl App {
                 ops,
             });
         }
-        let chain = Arc::new(Chain::new(config.chain_id));
+        let chain = Arc::new(Chain::new(config.chain_id, config.chain_tx_bytes));
         if let Some(every) = config.block_time {
             let (chain, stop) = (Arc::clone(&chain), shutdown.clone());
             tokio::spawn(async move {

@@ -151,11 +151,17 @@ struct State {
     heads: Vec<Sink>,
     /// `heads.len()` when closed subscriptions were last taken out of it.
     heads_pruned: usize,
+    /// The bytes of the signed transactions in `txs`.
+    tx_bytes: usize,
 }
 
 /// The chain; every method takes its lock once, briefly.
 pub struct Chain {
     chain_id: u64,
+    /// The most `State::tx_bytes` may reach: every transaction is kept for
+    /// the chain's life, so clients (the dev keys are public) could grow
+    /// its memory without end.
+    tx_budget: usize,
     state: Mutex<State>,
 }
 
@@ -168,7 +174,9 @@ fn now() -> u64 {
 
 impl Chain {
     /// A chain with the dev accounts funded and a genesis block.
-    pub fn new(chain_id: u64) -> Chain {
+    /// The chain `chain_id`, keeping at most `tx_budget` bytes of signed
+    /// transactions.
+    pub fn new(chain_id: u64, tx_budget: usize) -> Chain {
         let mut accounts = HashMap::new();
         for (address, _) in DEV_ACCOUNTS {
             let address: Address = address.parse().expect("a valid address");
@@ -183,10 +191,12 @@ impl Chain {
             txs: HashMap::new(),
             heads: Vec::new(),
             heads_pruned: 0,
+            tx_bytes: 0,
         };
         state.mine(Vec::new(), Vec::new(), now());
         Chain {
             chain_id,
+            tx_budget,
             state: Mutex::new(state),
         }
     }
@@ -340,6 +350,12 @@ impl Chain {
         if s.txs.contains_key(&hash) {
             return Err(server_error("already known"));
         }
+        if s.tx_bytes.saturating_add(raw.len()) > self.tx_budget {
+            return Err(server_error(format!(
+                "the built-in chain is full: it keeps {} bytes of transactions at most (--chain-tx-bytes); restart it",
+                self.tx_budget
+            )));
+        }
         let head = s.head();
         let (balance, nonce) = s
             .accounts
@@ -398,6 +414,7 @@ impl Chain {
             let (miner_balance, miner_nonce) = miner.at(number);
             miner.set(number, miner_balance + tip, miner_nonce);
         }
+        s.tx_bytes += raw.len();
         s.txs.insert(
             hash,
             Mined {

@@ -41,6 +41,8 @@ usage: gateway [options]
   --max-response BYTES  largest reply (default 25000000)
   --chain-id N          the built-in chain's id (default 31337)
   --block-time SECS     the built-in chain also mines an empty block this often
+  --chain-tx-bytes BYTES  the signed transactions the built-in chain keeps,
+                        in all (default 67108864); past it, sends are refused
   --client h1|hyper     the HTTP upstream client: the gateway's own pooled
                         HTTP/1.1 client (default), or hyper-util's
   --threads N           workers, each a one-thread runtime with its own
@@ -134,6 +136,10 @@ fn bytes(n: u64) -> usize {
     usize::try_from(n.min(MAX_BYTES)).unwrap_or(usize::MAX >> 2)
 }
 
+/// `--chain-tx-bytes`' default: 64 MiB (about 600,000 transfers; the
+/// decoded transactions and receipts kept with them take about twice
+/// that).
+pub const DEFAULT_CHAIN_TX_BYTES: usize = 64 << 20;
 /// `--cache-bytes`' default: 64 MiB.
 pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 /// `--finalized-every`'s default: about half an Ethereum slot.
@@ -155,6 +161,9 @@ pub struct Config {
     pub max_batch: u32,
     pub max_response: usize,
     pub chain_id: u64,
+    /// The bytes of signed transactions the built-in chain keeps in all
+    /// (it keeps each for its life); past them, sends are refused.
+    pub chain_tx_bytes: usize,
     pub block_time: Option<Duration>,
     pub threads: usize,
     pub hyper_client: bool,
@@ -206,6 +215,7 @@ impl Default for Config {
             max_batch: rpcwire::Parser::DEFAULT_MAX_BATCH_LEN,
             max_response: rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN,
             chain_id: 31337,
+            chain_tx_bytes: DEFAULT_CHAIN_TX_BYTES,
             block_time: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             hyper_client: false,
@@ -287,6 +297,7 @@ impl Config {
                 }
                 "--max-response" => c.max_response = bytes(positive(value()?)?),
                 "--chain-id" => c.chain_id = number(value()?)?,
+                "--chain-tx-bytes" => c.chain_tx_bytes = bytes(number(value()?)?),
                 "--client" => {
                     c.hyper_client = match value()?.as_str() {
                         "hyper" => true,
