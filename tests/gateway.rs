@@ -1314,6 +1314,14 @@ async fn the_built_in_chain_takes_signed_transfers() {
         rpc(a, "eth_getCode", json!([to, "latest"])).await["result"],
         "0x"
     );
+    // Storage reads zero (no contract can be deployed): `cast storage`,
+    // ethers' `getStorage` and viem's `getStorageAt` got -32601.
+    assert_eq!(
+        rpc(a, "eth_getStorageAt", json!([to, "0x0", "latest"])).await["result"],
+        format!("0x{}", "0".repeat(64))
+    );
+    let r = rpc(a, "eth_getStorageAt", json!([to, "0xzz", "latest"])).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
     assert_eq!(
         rpc(
             a,

@@ -372,6 +372,21 @@ fn get_code(c: C<'_>) -> Answer {
     c.reply.data(&[])
 }
 
+/// Every slot of every account reads zero: no contract can be deployed
+/// (no EVM), and a transfer writes no storage.
+fn get_storage_at(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    p.required("address")?.address()?;
+    p.required("storageSlot")?.storage_key()?;
+    let block = block_or_latest(&mut p)?;
+    p.finish()?;
+    c.state.check_block(block)?;
+    c.reply.raw(ZERO_WORD)
+}
+
+/// A storage slot's zero value, as geth writes it: 32 bytes.
+const ZERO_WORD: &[u8] = b"\"0x0000000000000000000000000000000000000000000000000000000000000000\"";
+
 fn get_block_by_number(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let block = p.required("blockNumber")?.block_number()?;
@@ -576,6 +591,7 @@ pub fn dispatcher(
     b = serve(b, deny, "eth_estimateGas", estimate_gas);
     b = serve(b, deny, "eth_call", call);
     b = serve(b, deny, "eth_getCode", get_code);
+    b = serve(b, deny, "eth_getStorageAt", get_storage_at);
     b = serve(b, deny, "eth_getBlockByNumber", get_block_by_number);
     b = serve(b, deny, "eth_getBlockByHash", get_block_by_hash);
     b = serve(b, deny, "eth_getTransactionByHash", get_transaction_by_hash);
