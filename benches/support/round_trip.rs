@@ -10,6 +10,12 @@
 //! * (b) jsonrpsee's `RpcModule` with the same methods registered, called as
 //!   jsonrpsee's server calls it once a body is read (`RpcService::call`;
 //!   a batch's replies joined by its `BatchResponseBuilder`).
+//!
+//! Each writes the quantity as its users would: rpcwire through its `eth`
+//! writer (`EthReply::quantity`, no formatting machinery), the peers through
+//! `format!("0x{:x}")` and serde. That difference is part of the measured
+//! lead (a serde user can write hex by hand too); the parse and routing
+//! comparisons without it are `--bench parse` and `--bench router`.
 #![allow(dead_code)]
 
 use rpcwire::eth::EthReply;
