@@ -1,6 +1,6 @@
 //! Any bytes as a DATA string: the `eth` readers (the inlined SSE2 decoder
-//! for 16 to 64 digits, const-hex beyond) agree with a digit-by-digit
-//! reference.
+//! for addresses and hashes, the AVX2 one for longer data where the CPU has
+//! it, const-hex elsewhere) agree with a digit-by-digit reference.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -337,11 +337,14 @@ mod avx2 {
     /// # Safety
     ///
     /// The CPU has AVX2, and `out` is valid for writes of
-    /// `digits.len() / 2` bytes.
+    /// `digits.len() / 2` bytes. (Fewer than 32 digits, or an odd number,
+    /// are refused: the loads and stores below count on both.)
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn decode(digits: &[u8], out: *mut u8) -> bool {
-        debug_assert!(digits.len() >= 32 && digits.len().is_multiple_of(2));
         let len = digits.len();
+        if len < 32 || !len.is_multiple_of(2) {
+            return false;
+        }
         let at_digit = |i: usize| {
             debug_assert!(i + 32 <= len);
             // SAFETY: `i + 32 <= len`, so the 32 bytes are in `digits`;
@@ -454,7 +457,8 @@ mod avx2 {
     /// Seven operations a vector (the callers compare the classes with
     /// zero once, for all vectors); a table for the value and another for
     /// the class of the high nibble took nine.
-    #[inline(always)]
+    #[inline]
+    #[target_feature(enable = "avx2")]
     fn nibble_pairs(v: __m256i) -> (__m256i, __m256i) {
         const DIGIT: i8 = 0x10;
         const LETTER: i8 = 0x01;
@@ -464,29 +468,25 @@ mod avx2 {
         const TO_DIGIT: i8 = 0xd0_u8 as i8;
         const TO_UPPER: i8 = 0xc9_u8 as i8;
         const TO_LOWER: i8 = 0xa9_u8 as i8;
-        // SAFETY: register-only AVX2 intrinsics; every caller runs with
-        // AVX2 enabled.
-        unsafe {
-            let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
-            // `vpshufb` looks up within each 128-bit half: both halves
-            // hold the same table.
-            #[rustfmt::skip]
-            let offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
-                0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            ), high);
-            #[rustfmt::skip]
-            let low_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
-                DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
-                DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
-            ), v);
-            let classes = _mm256_and_si256(offset, low_class);
-            let value = _mm256_add_epi8(v, offset);
-            // Unsigned nibble times signed weight, adjacent pairs summed:
-            // the first digit of a pair weighs 16, the second 1.
-            let pairs = _mm256_maddubs_epi16(value, _mm256_set1_epi16(0x0110));
-            (pairs, classes)
-        }
+        let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+        // `vpshufb` looks up within each 128-bit half: both halves
+        // hold the same table.
+        #[rustfmt::skip]
+        let offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
+            0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ), high);
+        #[rustfmt::skip]
+        let low_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
+            DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
+            DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
+        ), v);
+        let classes = _mm256_and_si256(offset, low_class);
+        let value = _mm256_add_epi8(v, offset);
+        // Unsigned nibble times signed weight, adjacent pairs summed:
+        // the first digit of a pair weighs 16, the second 1.
+        let pairs = _mm256_maddubs_epi16(value, _mm256_set1_epi16(0x0110));
+        (pairs, classes)
     }
 }
 

@@ -14,8 +14,9 @@ use core::arch::aarch64::*;
 
 use super::{Stop, naive};
 
-// NEON is part of the aarch64 baseline (`cfg(target_feature = "neon")` is
-// always true there), so these intrinsics exist on every aarch64 CPU. The
+// This module is built only with `target_feature = "neon"` (the aarch64
+// baseline; a build that turns it off takes the portable backend), so these
+// intrinsics exist on every CPU the build runs on. The
 // helpers are not `#[target_feature]` functions so that they inline into the
 // parser's loops.
 

@@ -12,13 +12,14 @@
 //!
 //! * `x86_64`: SSE2 (part of the x86_64 baseline, so always present), with an
 //!   AVX2 loop for long strings when the CPU has it, detected at run time.
-//! * `aarch64`: NEON (part of the aarch64 baseline).
+//! * `aarch64`: NEON (part of the aarch64 baseline; a build with NEON
+//!   turned off, `-C target-feature=-neon`, takes the portable one).
 //! * anything else: eight bytes at a time in a `u64` (SWAR).
 //!
 //! x86_64 with AVX2 also classifies the bytes of runs of numbers for
 //! `scan::number_run` (elsewhere the scalar number grammar does it all).
 
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
 mod aarch64;
 pub(crate) mod naive;
 #[allow(dead_code)] // The portable backend is used off x86_64/aarch64, and in tests.
@@ -51,11 +52,14 @@ pub(crate) fn find_string_stop(buf: &[u8], start: usize) -> Stop {
     {
         x86_64::find_string_stop(buf, start)
     }
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     {
         aarch64::find_string_stop(buf, start)
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_feature = "neon")
+    )))]
     {
         swar::find_string_stop(buf, start)
     }
@@ -72,11 +76,14 @@ pub(crate) fn find_ascii_stop(buf: &[u8], start: usize) -> usize {
     {
         x86_64::find_ascii_stop(buf, start)
     }
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     {
         aarch64::find_ascii_stop(buf, start)
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_feature = "neon")
+    )))]
     {
         swar::find_ascii_stop(buf, start)
     }
@@ -93,11 +100,14 @@ pub(crate) fn find_quote_or_backslash(buf: &[u8], start: usize) -> usize {
     {
         x86_64::find_quote_or_backslash(buf, start)
     }
-    #[cfg(target_arch = "aarch64")]
+    #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
     {
         aarch64::find_quote_or_backslash(buf, start)
     }
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(not(any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_feature = "neon")
+    )))]
     {
         swar::find_quote_or_backslash(buf, start)
     }
