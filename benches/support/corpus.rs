@@ -1362,6 +1362,22 @@ pub fn hot(corpus: &[Vec<u8>], n: usize) -> Vec<Vec<u8>> {
     corpus[corpus.len() - n.min(corpus.len())..].to_vec()
 }
 
+/// `msgs` as a line-delimited transport carries them (stdio, TCP): a
+/// message written over several lines (a script's pretty-printed one) is
+/// written on one, its members in the same order.
+pub fn one_line(msgs: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    msgs.into_iter()
+        .map(|m| {
+            if m.contains(&b'\n') {
+                let value: serde_json::Value = serde_json::from_slice(&m).unwrap();
+                serde_json::to_vec(&value).unwrap()
+            } else {
+                m
+            }
+        })
+        .collect()
+}
+
 /// Total size of a corpus in bytes.
 pub fn bytes(corpus: &[Vec<u8>]) -> usize {
     corpus.iter().map(Vec::len).sum()
