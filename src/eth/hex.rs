@@ -363,8 +363,10 @@ mod avx2 {
         // the params for each, quadratic work).
         let mut classes = _mm256_set1_epi8(-1);
         while at + 64 <= len {
-            let (low, low_classes) = nibble_pairs(at_digit(at));
-            let (high, high_classes) = nibble_pairs(at_digit(at + 32));
+            // SAFETY: this function runs with AVX2 enabled.
+            let (low, low_classes) = unsafe { nibble_pairs(at_digit(at)) };
+            // SAFETY: as above.
+            let (high, high_classes) = unsafe { nibble_pairs(at_digit(at + 32)) };
             classes = _mm256_min_epu8(classes, _mm256_min_epu8(low_classes, high_classes));
             // `packus` interleaves the two inputs' 128-bit halves; the
             // permute puts the 32 bytes back in order.
@@ -383,7 +385,8 @@ mod avx2 {
         while at < len {
             // The last 32 digits when fewer than 32 remain past `at`.
             let from = at.min(len - 32);
-            let (pairs, pair_classes) = nibble_pairs(at_digit(from));
+            // SAFETY: this function runs with AVX2 enabled.
+            let (pairs, pair_classes) = unsafe { nibble_pairs(at_digit(from)) };
             classes = _mm256_min_epu8(classes, pair_classes);
             let bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(pairs, pairs), 0b11_01_10_00);
             // SAFETY: bytes `from / 2 .. from / 2 + 16` of `out`, within
@@ -419,8 +422,10 @@ mod avx2 {
                 _mm256_loadu_si256(digits.as_ptr().add(2 * N - 32).cast()),
             )
         };
-        let (first, first_classes) = nibble_pairs(first);
-        let (last, last_classes) = nibble_pairs(last);
+        // SAFETY: this function runs with AVX2 enabled.
+        let (first, first_classes) = unsafe { nibble_pairs(first) };
+        // SAFETY: as above.
+        let (last, last_classes) = unsafe { nibble_pairs(last) };
         let classes = _mm256_min_epu8(first_classes, last_classes);
         let bad = _mm256_cmpeq_epi8(classes, _mm256_setzero_si256());
         if _mm256_testz_si256(bad, bad) == 0 {
@@ -457,9 +462,14 @@ mod avx2 {
     /// Seven operations a vector (the callers compare the classes with
     /// zero once, for all vectors); a table for the value and another for
     /// the class of the high nibble took nine.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn nibble_pairs(v: __m256i) -> (__m256i, __m256i) {
+    ///
+    /// # Safety
+    ///
+    /// The CPU has AVX2. (Not a `#[target_feature]` function: those cannot
+    /// be `inline(always)`, and this runs once or twice per vector inside
+    /// the decoders' loops.)
+    #[inline(always)]
+    unsafe fn nibble_pairs(v: __m256i) -> (__m256i, __m256i) {
         const DIGIT: i8 = 0x10;
         const LETTER: i8 = 0x01;
         const BOTH: i8 = DIGIT | LETTER;
@@ -468,25 +478,29 @@ mod avx2 {
         const TO_DIGIT: i8 = 0xd0_u8 as i8;
         const TO_UPPER: i8 = 0xc9_u8 as i8;
         const TO_LOWER: i8 = 0xa9_u8 as i8;
-        let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
-        // `vpshufb` looks up within each 128-bit half: both halves
-        // hold the same table.
-        #[rustfmt::skip]
-        let offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
-            0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-            0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        ), high);
-        #[rustfmt::skip]
-        let low_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
-            DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
-            DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
-        ), v);
-        let classes = _mm256_and_si256(offset, low_class);
-        let value = _mm256_add_epi8(v, offset);
-        // Unsigned nibble times signed weight, adjacent pairs summed:
-        // the first digit of a pair weighs 16, the second 1.
-        let pairs = _mm256_maddubs_epi16(value, _mm256_set1_epi16(0x0110));
-        (pairs, classes)
+        // SAFETY: register-only AVX2 intrinsics; the caller vouches for
+        // AVX2 (this function's contract).
+        unsafe {
+            let high = _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+            // `vpshufb` looks up within each 128-bit half: both halves
+            // hold the same table.
+            #[rustfmt::skip]
+            let offset = _mm256_shuffle_epi8(_mm256_setr_epi8(
+                0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0, 0, 0, TO_DIGIT, TO_UPPER, 0, TO_LOWER, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            ), high);
+            #[rustfmt::skip]
+            let low_class = _mm256_shuffle_epi8(_mm256_setr_epi8(
+                DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
+                DIGIT, BOTH, BOTH, BOTH, BOTH, BOTH, BOTH, DIGIT, DIGIT, DIGIT, 0, 0, 0, 0, 0, 0,
+            ), v);
+            let classes = _mm256_and_si256(offset, low_class);
+            let value = _mm256_add_epi8(v, offset);
+            // Unsigned nibble times signed weight, adjacent pairs summed:
+            // the first digit of a pair weighs 16, the second 1.
+            let pairs = _mm256_maddubs_epi16(value, _mm256_set1_epi16(0x0110));
+            (pairs, classes)
+        }
     }
 }
 
