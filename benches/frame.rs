@@ -231,9 +231,8 @@ fn bench_frame(c: &mut Criterion) {
     let mut line = Vec::with_capacity(4096);
 
     // Before timing: every contestant frames every message (serde_json's
-    // and `BufRead`'s counts), rpcwire's framed parses digest as parsing
-    // each message alone does, and its framers alone give each message's
-    // bytes.
+    // and `BufRead`'s counts), and rpcwire's framed parses digest as parsing
+    // each message alone does, its frames holding each message's bytes.
     let parsed: usize = msgs
         .iter()
         .map(|m| {
@@ -242,31 +241,32 @@ fn bench_frame(c: &mut Criterion) {
         })
         .sum();
     let lengths: usize = msgs.iter().map(Vec::len).sum();
+    // What `framer` cuts from `stream`: the digest of each frame parsed,
+    // and the frames' bytes.
+    fn framed<F: Framer>(
+        framer: &mut F,
+        stream: &[u8],
+        buf: &mut Vec<u8>,
+        arena: &mut bumpalo::Bump,
+    ) -> (usize, usize) {
+        let (mut digest, mut bytes) = (0, 0);
+        drive(framer, stream, buf, |f| {
+            arena.reset();
+            digest += peers::rpcwire_digest(f, arena);
+            bytes += f.len();
+        });
+        (digest, bytes)
+    }
     let mut framer = Concatenated::new();
-    let mut digest = 0;
-    drive(&mut framer, &concat, &mut buf, |f| {
-        arena.reset();
-        digest += peers::rpcwire_digest(f, &arena);
-    });
-    assert_eq!(digest, parsed);
+    let framed_concat = framed(&mut framer, &concat, &mut buf, &mut arena);
+    assert_eq!(framed_concat, (parsed, lengths));
+    let framed_lines = framed(&mut Lines::new(), &lines, &mut buf, &mut arena);
+    assert_eq!(framed_lines, (parsed, lengths));
     assert_eq!(
         drive_prefix(&mut framer, &concat, &mut buf, &mut arena),
         (MESSAGES, parsed)
     );
     assert_eq!(serde_stream(&concat, &mut buf).0, MESSAGES);
-    let mut framed = 0;
-    drive(&mut framer, &concat, &mut buf, |f| framed += f.len());
-    assert_eq!(framed, lengths);
-    let mut lines_framer = Lines::new();
-    let mut digest = 0;
-    drive(&mut lines_framer, &lines, &mut buf, |f| {
-        arena.reset();
-        digest += peers::rpcwire_digest(f, &arena);
-    });
-    assert_eq!(digest, parsed);
-    let mut framed = 0;
-    drive(&mut lines_framer, &lines, &mut buf, |f| framed += f.len());
-    assert_eq!(framed, lengths);
     let raw = |l: &[u8]| serde_json::from_slice::<&RawValue>(l).unwrap().get().len();
     assert_eq!(read_lines(&lines, &mut line, raw).0, MESSAGES);
 
