@@ -173,9 +173,8 @@ fn now() -> u64 {
 }
 
 impl Chain {
-    /// A chain with the dev accounts funded and a genesis block.
-    /// The chain `chain_id`, keeping at most `tx_budget` bytes of signed
-    /// transactions.
+    /// The chain `chain_id`, with the dev accounts funded and a genesis
+    /// block, keeping at most `tx_budget` bytes of signed transactions.
     pub fn new(chain_id: u64, tx_budget: usize) -> Chain {
         let mut accounts = HashMap::new();
         for (address, _) in DEV_ACCOUNTS {
