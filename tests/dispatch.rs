@@ -314,6 +314,19 @@ fn response_size_limit() {
     );
 }
 
+/// A value whose serialization writes a sequence's first element, then
+/// fails.
+struct FailsHalfway;
+
+impl serde::Serialize for FailsHalfway {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = s.serialize_seq(None)?;
+        seq.serialize_element("a part written first")?;
+        Err(S::Error::custom("the disk went away"))
+    }
+}
+
 #[test]
 fn a_panicking_handler_fails_only_its_own_request() {
     let d = Dispatcher::builder(State::default())
@@ -322,8 +335,9 @@ fn a_panicking_handler_fails_only_its_own_request() {
         })
         .method("ok", |call: Call<'_, State>| call.reply.bool(true))
         .method("half", |call: Call<'_, State>| {
-            // Writes part of a result, then fails: the part is cut off.
-            let _ = call.reply;
+            // Writes part of a result (a sequence's first element), then
+            // fails: the part is cut off, and the reply is the error alone.
+            assert!(call.reply.json(&FailsHalfway).is_err());
             Err::<(), _>(
                 RpcError::new(-32000, "execution reverted").with_raw_data(r#""0x08c379a0""#),
             )

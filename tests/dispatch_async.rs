@@ -752,6 +752,7 @@ async fn a_call_that_waits_past_its_deadline_is_not_run() {
         std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
     }
     let replies: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(replies.as_array().unwrap().len(), 2, "{replies}");
     for (i, reply) in replies.as_array().unwrap().iter().enumerate() {
         assert_eq!(reply["id"], i + 1, "{replies}");
         assert_eq!(reply["error"]["message"], "Request timed out", "{replies}");

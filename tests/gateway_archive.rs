@@ -664,6 +664,12 @@ fn anvil() -> Option<PathBuf> {
 #[tokio::test]
 async fn anvil_prune_history_errors_are_retried_on_the_archive() {
     let Some(anvil) = anvil() else {
+        // CI installs anvil for the interop step, then runs this test
+        // again with the variable set: there a skip is a failure.
+        assert!(
+            std::env::var_os("RPCWIRE_REQUIRE_ANVIL").is_none(),
+            "RPCWIRE_REQUIRE_ANVIL is set and anvil is missing"
+        );
         eprintln!(
             "skipped: no anvil at target/interop-gateway/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil \
              (bash tests/interop/gateway/run.sh installs it)"
