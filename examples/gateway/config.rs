@@ -194,6 +194,16 @@ pub struct Config {
     pub state_blocks: u64,
 }
 
+/// The `--deny` rule (a method-name prefix) that `method` falls under, if
+/// any: the one check the proxy, its relayed methods and the built-in
+/// chain all make.
+pub fn deny_rule<'r>(rules: &'r [String], method: &str) -> Option<&'r str> {
+    rules
+        .iter()
+        .find(|rule| method.starts_with(rule.as_str()))
+        .map(String::as_str)
+}
+
 /// `--vhosts`' default: geth's `localhost` (addresses, such as the
 /// `127.0.0.1` clients given `http://127.0.0.1:8545` send, are always
 /// served).

@@ -556,9 +556,9 @@ where
     F: Fn(C<'_>) -> R + Send + Sync + 'static,
     R: rpcwire::dispatch::IntoResponse,
 {
-    match deny.iter().find(|rule| name.starts_with(rule.as_str())) {
+    match crate::config::deny_rule(deny, name) {
         Some(rule) => {
-            let rule = rule.clone();
+            let rule = rule.to_owned();
             b.method(name, move |c: C<'_>| {
                 Err::<(), _>(crate::errors::denied(c.method(), &rule))
             })

@@ -32,7 +32,7 @@ use rpcwire::{Call, Dispatcher};
 
 use crate::archive::{self, Archive, Route};
 use crate::cache::{self, Cache, Keep};
-use crate::config::Config;
+use crate::config::{self, Config};
 use crate::errors;
 use crate::upstream::{Answer, EndRelay, Upstreams, request_body};
 
@@ -140,10 +140,7 @@ impl Drop for Running<'_> {
 impl Gateway {
     /// The deny rule `method` falls under, if any.
     fn denied(&self, method: &str) -> Option<&str> {
-        self.deny
-            .iter()
-            .find(|p| method.starts_with(p.as_str()))
-            .map(String::as_str)
+        config::deny_rule(&self.deny, method)
     }
 }
 
@@ -528,7 +525,6 @@ pub fn dispatcher(
         chain_id: OnceLock::new(),
         net_version: OnceLock::new(),
     };
-    let deny_rules: Arc<[String]> = config.deny.clone().into();
     let archives = !config.archives.is_empty();
     let mut b = Dispatcher::builder(gateway)
         .parser(config.parser())
@@ -542,7 +538,7 @@ pub fn dispatcher(
         .timeout(Some(config.timeout))
         .max_in_flight(1024)
         .async_fallback(fallback);
-    let denies = |name: &str| deny_rules.iter().find(|p| name.starts_with(p.as_str()));
+    let denies = |name: &str| config::deny_rule(&config.deny, name);
     // Answered here or relayed, unless a rule denies them (then refused in
     // the loop below, as any method the catalogue names).
     if denies("eth_chainId").is_none() {
@@ -568,7 +564,7 @@ pub fn dispatcher(
             continue;
         }
         if let Some(rule) = denied {
-            let rule = rule.clone();
+            let rule = rule.to_owned();
             b = b.method(m.name, move |c: Call<'_, Gateway>| {
                 Err::<(), _>(errors::denied(c.method(), &rule))
             });
