@@ -35,8 +35,9 @@
 #
 # Environment: PROFILE=release|debug (default debug), FEATURES (cargo's
 # feature flags for the build, default --all-features), INTEROP_PORT (the
-# first of three loopback ports, default 28545, below the
-# kernel's ephemeral range so that no outgoing connection holds them),
+# first of three loopback ports, default a random one from 20000 to 31997,
+# below the kernel's ephemeral range so that no outgoing connection holds
+# them, and not one fixed port that a second run on the host would meet),
 # CARGO_TARGET_DIR (where cargo puts the gateway, default target/).
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
@@ -44,7 +45,7 @@ ROOT="$PWD"
 HERE="$ROOT/tests/interop/gateway"
 WORK="$ROOT/target/interop-gateway"
 PROFILE="${PROFILE:-debug}"
-PORT="${INTEROP_PORT:-28545}"
+PORT="${INTEROP_PORT:-$(( 20000 + RANDOM % 11998 ))}"
 ANVIL_PORT=$PORT
 GW_PORT=$((PORT + 1))
 CHAIN_PORT=$((PORT + 2))
@@ -138,14 +139,19 @@ ACCOUNT0=0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266
 ACCOUNT1=0x70997970C51812dc3A010C7d01b50e0d17dc79C8
 EMITTER=0x600d600c600039600d6000f3602a600052600160206000a100
 
-# same NAME ARGS...: `cast ARGS -r GATEWAY` and `cast ARGS -r ANVIL` print
-# the same (JSON compared as JSON).
-same() {
-    local name=$1; shift
+# same NAME ARGS...: `cast ARGS -r GATEWAY` and `cast ARGS -r ANVIL` both
+# succeed and print the same (JSON compared as JSON).
+same() { compare 0 "$@"; }
+# same_error NAME ARGS...: both fail, with the same message (the node's
+# error passed through).
+same_error() { compare 1 "$@"; }
+# compare FAILS NAME ARGS...: `same` (FAILS 0) or `same_error` (FAILS 1).
+compare() {
+    local fails=$1 name=$2; shift 2
     local g n
     g=$("$CAST" "$@" -r "$GW" 2>&1); local gs=$?
     n=$("$CAST" "$@" -r "$NODE" 2>&1); local ns=$?
-    if [ $gs -eq $ns ] && "$PY" -c '
+    if [ $gs -eq $ns ] && [ $((gs != 0)) = "$fails" ] && "$PY" -c '
 import json, sys
 a, b = sys.argv[1], sys.argv[2]
 try:
@@ -161,7 +167,8 @@ anvil ($ns):   $n"
 
 # tally NAME STATUS LOG: adds the counts of a client run's closing line
 # ("N passed, M failed") to ours; a run that ended without one (a crash, a
-# timeout) or exited non-zero with no failure counted is one failure.
+# timeout), passed nothing, or exited non-zero with no failure counted is
+# one failure.
 tally() {
     local line p f
     line=$(tail -n 1 "$3")
@@ -169,7 +176,7 @@ tally() {
     f=$(echo "$line" | sed -n 's/.* \([0-9]*\) passed, \([0-9]*\) failed$/\2/p')
     passed=$((passed + ${p:-0}))
     failed=$((failed + ${f:-0}))
-    if [ -z "$p" ] || { [ "$2" -ne 0 ] && [ "${f:-0}" = 0 ]; }; then
+    if [ -z "$p" ] || [ "$p" = 0 ] || { [ "$2" -ne 0 ] && [ "${f:-0}" = 0 ]; }; then
         fail "$1 (exit $2)"
     fi
 }
@@ -218,7 +225,7 @@ same block-latest block latest --json
 same block-1-full block 1 --full --json
 same fee-history rpc eth_feeHistory 0x4 latest '[25,75]'
 same client-version client
-same error-passthrough rpc eth_getTransactionCount "$ACCOUNT0" 0xffffff
+same_error error-passthrough rpc eth_getTransactionCount "$ACCOUNT0" 0xffffff
 # Over WebSocket on the gateway's own port.
 g=$("$CAST" block-number -r "ws://127.0.0.1:$GW_PORT" 2>&1); n=$("$CAST" block-number -r "$NODE" 2>&1)
 [ "$g" = "$n" ] && ok "cast/block-number over ws://" || fail "cast/block-number over ws://" "$g / $n"
@@ -268,7 +275,7 @@ echo "=== cast against the built-in chain"
 c() { "$CAST" "$@" -r "$CHAIN" 2>&1; }
 [ "$(c chain-id)" = 31337 ] && ok "builtin/chain-id" || fail "builtin/chain-id" "$(c chain-id)"
 start=$(c block-number)
-[ -n "$start" ] && ok "builtin/block-number ($start)" || fail "builtin/block-number"
+[[ "$start" =~ ^[0-9]+$ ]] && ok "builtin/block-number ($start)" || fail "builtin/block-number" "$start"
 [ "$(c balance "$ACCOUNT0")" = 10000000000000000000000 ] && ok "builtin/balance" \
     || fail "builtin/balance" "$(c balance "$ACCOUNT0")"
 out=$("$CAST" send --json --private-key "$KEY0" -r "$CHAIN" "$ACCOUNT1" --value 1ether 2>&1)
@@ -289,8 +296,8 @@ echo "$out" | grep -q "not supported by the built-in chain" && ok "builtin/deplo
 # Over its --ipc socket: the same answers as over HTTP.
 for args in chain-id block-number "balance $ACCOUNT1"; do
     # shellcheck disable=SC2086
-    i=$("$CAST" $args -r "$CHAIN_IPC" 2>&1); h=$(c $args)
-    [ -n "$i" ] && [ "$i" = "$h" ] && ok "builtin/${args%% *} over ipc" || fail "builtin/${args%% *} over ipc" "ipc: $i / http: $h"
+    i=$("$CAST" $args -r "$CHAIN_IPC" 2>&1); is=$?; h=$(c $args); hs=$?
+    [ $is -eq 0 ] && [ $hs -eq 0 ] && [ -n "$i" ] && [ "$i" = "$h" ] && ok "builtin/${args%% *} over ipc" || fail "builtin/${args%% *} over ipc" "ipc: $i / http: $h"
 done
 
 echo "=== web3.py against the built-in chain"
