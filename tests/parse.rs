@@ -1440,3 +1440,28 @@ fn an_unpaired_surrogate_in_a_method_is_reported_where_it_is() {
         assert_eq!(invalid.id().as_bytes(), b"1");
     }
 }
+
+/// CI's emulated-CPU steps name the CPU they emulate in
+/// `RPCWIRE_EXPECT_CPU`, so that a step whose emulator showed the tests
+/// another CPU (a qemu whose `qemu64` model gained AVX2, a runner left
+/// unset) fails rather than passing on the host's SIMD paths. Unset, as
+/// in `cargo test`, there is nothing to check.
+#[test]
+fn the_cpu_is_the_one_ci_emulates() {
+    let Ok(expected) = std::env::var("RPCWIRE_EXPECT_CPU") else {
+        return;
+    };
+    match expected.as_str() {
+        #[cfg(target_arch = "x86_64")]
+        "x86_64-no-avx2" => assert!(
+            !std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("sse2"),
+            "expected an x86_64 with SSE2 and no AVX2"
+        ),
+        #[cfg(target_arch = "aarch64")]
+        "aarch64-neon" => assert!(std::arch::is_aarch64_feature_detected!("neon")),
+        other => panic!(
+            "RPCWIRE_EXPECT_CPU={other}, but this is {} (x86_64-no-avx2 and aarch64-neon are known)",
+            std::env::consts::ARCH
+        ),
+    }
+}
