@@ -9,6 +9,8 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/eventually.rs"]
+mod eventually;
 #[path = "support/http_request.rs"]
 mod http_request;
 
@@ -448,7 +450,10 @@ async fn a_timed_out_subscribe_is_unsubscribed_upstream() {
     let (_ws, r) = subscribe_new_heads(gw.addr).await;
     assert_eq!(r["error"]["code"], -32002, "{r}");
     // The upstream's late answer (a subscription id) arrives at 600 ms.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    eventually::eventually("the late subscription unsubscribed", || {
+        unsubscribed.load(Ordering::SeqCst) > 0
+    })
+    .await;
     assert_eq!(
         unsubscribed.load(Ordering::SeqCst),
         1,
@@ -751,7 +756,10 @@ async fn batches_split_and_merge_in_request_order_with_ids_byte_for_byte() {
     assert_eq!(r[3]["error"]["data"]["rule"], "deny personal_*");
     assert_eq!(r[4]["result"]["echo"][1], "last");
     // The notification was forwarded too (and its reply dropped).
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    eventually::eventually("the notification forwarded", || {
+        seen.calls.load(Ordering::SeqCst) >= 5
+    })
+    .await;
     assert_eq!(seen.calls.load(Ordering::SeqCst), 5);
 }
 

@@ -14,6 +14,8 @@ include!("support/gateway_example.rs");
 mod counting_alloc;
 #[path = "support/http_request.rs"]
 mod http_request;
+#[path = "support/refusing.rs"]
+mod refusing;
 
 #[global_allocator]
 static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
@@ -192,13 +194,6 @@ fn config(upstreams: &[SocketAddr]) -> config::Config {
         finalized_every: Duration::from_secs(600),
         ..Default::default()
     }
-}
-
-/// An address on 127.0.0.1 where nothing listens (an upstream that is
-/// down).
-async fn a_closed_port() -> SocketAddr {
-    let down = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    down.local_addr().unwrap()
 }
 
 /// A gateway in this process, and its forwarding state (the cache's
@@ -716,9 +711,10 @@ async fn a_burst_asks_for_the_finalized_block_once() {
 /// nothing checks that it serves the same chain.
 #[tokio::test]
 async fn a_fallback_upstreams_answers_are_not_cached() {
-    let down_addr = a_closed_port().await;
+    // An upstream that is down (refuses for as long as `down` lives).
+    let down = refusing::refusing();
     let node = Node::start(0x10).await;
-    let (gw, state) = start_app(config(&[down_addr, node.addr])).await;
+    let (gw, state) = start_app(config(&[down.addr, node.addr])).await;
     for params in [json!(["0x5", false]), json!([hash(0xab), false])] {
         let method = if params[0].as_str().unwrap().len() == 66 {
             "eth_getBlockByHash"
@@ -741,9 +737,10 @@ async fn a_fallback_upstreams_answers_are_not_cached() {
 /// is forwarded again; once the first upstream answers, kept.
 #[tokio::test]
 async fn a_fallback_upstreams_chain_id_is_not_kept() {
-    let down_addr = a_closed_port().await;
+    // An upstream that is down (refuses for as long as `down` lives).
+    let down = refusing::refusing();
     let node = Node::start(0x10).await;
-    let (gw, _state) = start_app(config(&[down_addr, node.addr])).await;
+    let (gw, _state) = start_app(config(&[down.addr, node.addr])).await;
     for method in ["eth_chainId", "net_version"] {
         for id in 0..3 {
             let reply = rpc(gw.addr, json!(id), method, &json!([])).await;

@@ -8,6 +8,8 @@
 
 include!("support/gateway_example.rs");
 
+#[path = "support/eventually.rs"]
+mod eventually;
 #[path = "support/http_request.rs"]
 mod http_request;
 
@@ -16,6 +18,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use eventually::eventually;
 use http_request::{post_close as post, read_request};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -284,8 +287,21 @@ async fn odd_batches() {
     assert_eq!(r[0]["result"]["ok"], json!(["a"]));
     assert_eq!(r[1]["error"]["code"], -32600);
     assert_eq!(r[2]["result"]["ok"], json!(["b"]));
+    // The four notifications were forwarded (their replies dropped), as
+    // were the two calls; the denied notification was not.
+    let forwarded = || -> Vec<String> {
+        let mut params: Vec<String> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, v, _)| v["params"][0].as_str().unwrap_or("?").to_owned())
+            .collect();
+        params.sort();
+        params
+    };
+    eventually("the notifications forwarded", || forwarded().len() >= 6).await;
+    assert_eq!(forwarded(), ["a", "b", "n1", "n2", "n3", "n4"]);
     // Every entry denied or reserved: answered here, nothing forwarded.
-    tokio::time::sleep(Duration::from_millis(100)).await;
     let sent = log.lock().unwrap().len();
     let r = call(
         gw.addr,
@@ -303,8 +319,17 @@ async fn odd_batches() {
     let five = [r#"{"jsonrpc":"2.0","id":1,"method":"eth_call"}"#; 5].join(",");
     let r = call(gw.addr, &format!("[{five}]")).await;
     assert_eq!(r["error"]["code"], -32600, "{r}");
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert_eq!(log.lock().unwrap().len(), sent);
+    // A call after them is the next the upstream sees: nothing of theirs
+    // went before it.
+    let r = call(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":9,"method":"eth_call","params":["after"]}"#,
+    )
+    .await;
+    assert_eq!(r["result"]["ok"], json!(["after"]), "{r}");
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), sent + 1);
+    assert_eq!(log[sent].1["params"][0], "after");
 }
 
 /// How the misbehaving upstream answers a call whose `params[0]` is the
