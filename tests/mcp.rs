@@ -1124,6 +1124,84 @@ async fn http_sessions() {
     );
 }
 
+/// Ending a session (`DELETE`) cancels the calls still running on it: their
+/// handlers' futures are dropped, and their POSTs' streams end without a
+/// reply. They ran on, unanswerable, for as long as their handlers liked.
+#[tokio::test]
+async fn http_session_end_cancels_its_running_calls() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    struct CountsDrop(Arc<AtomicUsize>);
+    impl Drop for CountsDrop {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let (on_start, on_drop) = (Arc::clone(&started), Arc::clone(&dropped));
+    let s = McpServer::builder("t", "1")
+        .tool(Tool::new(
+            "held",
+            json!({"type": "object"}),
+            move |_: Value, _| {
+                let on_start = Arc::clone(&on_start);
+                let guard = CountsDrop(Arc::clone(&on_drop));
+                async move {
+                    let _guard = guard;
+                    on_start.fetch_add(1, Ordering::SeqCst);
+                    std::future::pending::<()>().await;
+                    Ok(ToolOutput::text("never"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(s).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let other = http_session(a).await;
+    let held = |sid: &str, id: u64| {
+        let sid = sid.to_owned();
+        tokio::spawn(async move {
+            post(a, &[("mcp-session-id", &sid)], &call_msg(id, "held", "{}")).await
+        })
+    };
+    let calls = [held(&sid, 7), held(&sid, 8)];
+    let elsewhere = held(&other, 7);
+    let wait_for = |what: &'static str, counter: &Arc<AtomicUsize>, n: usize| {
+        let counter = Arc::clone(counter);
+        async move {
+            tokio::time::timeout(Duration::from_secs(10), async {
+                while counter.load(Ordering::SeqCst) < n {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
+        }
+    };
+    wait_for("the three calls to start", &started, 3).await;
+    assert_eq!(dropped.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        request(a, "DELETE", &[("mcp-session-id", &sid)], "")
+            .await
+            .status,
+        200
+    );
+    for call in calls {
+        let r = tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("the ended session's call stopped")
+            .unwrap();
+        assert_eq!(r.status, 200);
+        assert!(r.events().is_empty(), "{}", r.body);
+    }
+    wait_for("the ended session's handlers dropped", &dropped, 2).await;
+    // The other session's call runs on.
+    assert!(!elsewhere.is_finished());
+    assert_eq!(dropped.load(Ordering::SeqCst), 2);
+    drop(h);
+}
+
 #[tokio::test]
 async fn http_cancellation_in_a_session() {
     let h = http_server(server()).await;

@@ -22,7 +22,7 @@
 //! | a request whose call sends progress or log notifications before its result | 200, `text/event-stream`: the notifications, then the response, then the stream ends |
 //! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the newest still read, not to each) |
 //! | `GET` or `DELETE` without `Mcp-Session-Id` | 405 |
-//! | `DELETE` with a session | 200, the session ends |
+//! | `DELETE` with a session | 200, the session ends: its calls still running are cancelled (their POSTs' streams end without a reply) |
 //! | any other method | 405 |
 //!
 //! The initialize lifecycle (2025-06-18, 2025-11-25): a successful
@@ -192,6 +192,15 @@ struct EndpointInner {
     ticks: AtomicU64,
 }
 
+/// Why a session ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// Its client sent `DELETE`: done with it and its calls.
+    Deleted,
+    /// Past `max_sessions`, as the one unused for longest.
+    Evicted,
+}
+
 struct HttpSession {
     state: Arc<SessionState>,
     /// Fires when the session ends (`DELETE`), closing its GET streams.
@@ -261,9 +270,18 @@ impl HttpSession {
     }
 
     /// Ends the session: its GET streams close, and its calls' requests to
-    /// the client fail at once (no answer can reach them any more).
-    fn end(&self) {
+    /// the client fail at once (no answer can reach them any more). When
+    /// its client ended it, its running calls are cancelled first (their
+    /// POSTs end with no reply, as for `notifications/cancelled`); the
+    /// calls of an evicted session run on, and their POSTs, if still
+    /// open, get their replies.
+    fn end(&self, ending: Ending) {
         let _ = self.ended.send(true);
+        if ending == Ending::Deleted {
+            // Before the peers close: a call then sees its cancellation,
+            // not its requests failing, whichever it is polled for first.
+            self.state.end();
+        }
         let peers = {
             let mut calls = self.asking();
             calls.ended = true;
@@ -814,7 +832,7 @@ impl Endpoint {
             let Some(session) = oldest.and_then(|id| sessions.remove(&id)) else {
                 return;
             };
-            session.end();
+            session.end(Ending::Evicted);
         }
     }
 
@@ -897,7 +915,7 @@ impl Endpoint {
         }
         match self.sessions_lock().remove(id) {
             Some(session) => {
-                session.end();
+                session.end(Ending::Deleted);
                 status_only(StatusCode::OK)
             }
             None => status_only(StatusCode::NOT_FOUND),
@@ -1328,7 +1346,10 @@ impl Endpoint {
             // done (dropping the connection here would drop the call).
             while conn.messages_in_flight() > 0 || conn.in_flight() > 0 {
                 tokio::select! {
-                    _ = std::future::poll_fn(|cx| poll_calls(&mut conn, &server.dispatcher, cx, &mut out)) => {}
+                    // A cancellation first: one that comes with the call's
+                    // end (its session deleted as its requests to the
+                    // client fail) wins, whatever order they are seen in.
+                    biased;
                     _ = async { cancel.as_mut().expect("guarded").await }, if cancel.is_some() => {
                         cancel = None;
                         if let Some(i) = &id_bytes { conn.cancel(i); }
@@ -1338,6 +1359,7 @@ impl Endpoint {
                         if let Some(i) = &id_bytes { conn.cancel(i); }
                         break;
                     }
+                    _ = std::future::poll_fn(|cx| poll_calls(&mut conn, &server.dispatcher, cx, &mut out)) => {}
                 }
             }
             if let Some(i) = &id_bytes {

@@ -38,6 +38,9 @@ struct Inner {
     /// cancellation that comes after its call ended is dropped, not kept
     /// for a request that will not come.
     finished: VecDeque<Box<[u8]>>,
+    /// The session ended (HTTP `DELETE`, or evicted): its running calls
+    /// were cancelled, and a call registering late is not run.
+    ended: bool,
 }
 
 /// How many early cancellations and ended ids a session keeps.
@@ -143,6 +146,9 @@ impl SessionState {
     /// unless it is not to run.
     pub(crate) fn register(&self, id: &[u8]) -> Registered {
         let mut g = lock(&self.inner);
+        if g.ended {
+            return Registered::Cancelled;
+        }
         if g.waiters.contains_key(id) {
             // Replacing the running call's waiter would cancel it, and its
             // end would take this one's with it.
@@ -163,6 +169,21 @@ impl SessionState {
         Registered::Run(rx)
     }
 
+    /// The session ended: cancels every call still running on it (their
+    /// client said it is done with them) and refuses to run any call that
+    /// registers later (one that found the session just before it ended).
+    pub(crate) fn end(&self) {
+        let waiters = {
+            let mut g = lock(&self.inner);
+            g.ended = true;
+            g.cancels.clear();
+            std::mem::take(&mut g.waiters)
+        };
+        for (_, cancel) in waiters {
+            let _ = cancel.send(());
+        }
+    }
+
     /// Forgets a call registered with [`register`](Self::register): it
     /// ended.
     pub(crate) fn unregister(&self, id: &[u8]) {
@@ -175,6 +196,22 @@ impl SessionState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A session's end cancels its running calls and refuses to run one
+    /// that registers after it (a request that found the session just
+    /// before its `DELETE`).
+    #[test]
+    fn the_end_cancels_running_calls_and_refuses_late_ones() {
+        let s = SessionState::default();
+        let Registered::Run(mut running) = s.register(b"1") else {
+            panic!("a fresh id runs");
+        };
+        s.request_cancel(b"2");
+        s.end();
+        assert_eq!(running.try_recv(), Ok(()));
+        assert!(matches!(s.register(b"3"), Registered::Cancelled));
+        assert!(s.take_cancels().is_empty());
+    }
 
     /// A `requestId` no request can carry was kept for a request that
     /// might come (16 per session, of any size): megabytes a client could
