@@ -1538,7 +1538,7 @@ async fn the_built_in_chain_sends_new_heads() {
 
     // Other kinds: geth's -32601; over HTTP, no notifications.
     ws.send(Message::text(
-        r#"{"jsonrpc":"2.0","id":4,"method":"eth_subscribe","params":["logs",{}]}"#,
+        r#"{"jsonrpc":"2.0","id":4,"method":"eth_subscribe","params":["syncing"]}"#,
     ))
     .await
     .unwrap();
@@ -1546,6 +1546,213 @@ async fn the_built_in_chain_sends_new_heads() {
     assert_eq!(r["error"]["code"], -32601, "{r}");
     let r = rpc(gw.addr, "eth_subscribe", json!(["newHeads"])).await;
     assert_eq!(r["error"]["code"], -32601, "{r}");
+}
+
+/// The built-in chain's `newPendingTransactions` subscription sends each
+/// accepted transaction's hash (or, with geth's `true`, the transaction,
+/// as `eth_getTransactionByHash` has it) before its block's header; a
+/// `logs` subscription is accepted, its filter checked, and stays quiet
+/// (nothing emits logs). Both were -32601, so ethers'
+/// `WebSocketProvider.on("pending")` and contract event listeners failed.
+#[tokio::test]
+async fn the_built_in_chain_sends_pending_transactions() {
+    let gw = start(config::Config::default()).await;
+    let (mut ws, answer) = subscribe_new_heads(gw.addr).await;
+    let heads = answer["result"].as_str().unwrap().to_owned();
+    async fn call(ws: &mut WsClient, id: u64, method: &str, params: Value) -> Value {
+        let request = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
+        ws.send(Message::text(request.to_string())).await.unwrap();
+        read_json(ws).await
+    }
+    let subscribe = async |ws: &mut WsClient, id: u64, params: Value| {
+        call(ws, id, "eth_subscribe", params).await
+    };
+    let r = subscribe(&mut ws, 2, json!(["newPendingTransactions"])).await;
+    let hashes = r["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    let r = subscribe(&mut ws, 3, json!(["newPendingTransactions", true])).await;
+    let full = r["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    let r = subscribe(
+        &mut ws,
+        4,
+        json!(["logs", {"address": Address::repeat_byte(8)}]),
+    )
+    .await;
+    let logs = r["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    // A logs filter is read as eth_getLogs reads one.
+    let r = subscribe(&mut ws, 5, json!(["logs", {"address": "0x12"}])).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = subscribe(&mut ws, 6, json!(["newPendingTransactions", "yes"])).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    let r = send(
+        gw.addr,
+        &sign(eip1559(0, Address::repeat_byte(8), 1, 31337), key(0)),
+    )
+    .await;
+    let hash = r["result"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let tx = rpc(gw.addr, "eth_getTransactionByHash", json!([hash])).await["result"].clone();
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        let note = read_json(&mut ws).await;
+        assert_eq!(note["method"], "eth_subscription", "{note}");
+        got.push(note["params"].clone());
+    }
+    assert_eq!(got[0], json!({"subscription": hashes, "result": hash}));
+    assert_eq!(got[1], json!({"subscription": full, "result": tx}));
+    assert_eq!(got[2]["subscription"], heads);
+    assert_eq!(got[2]["result"]["number"], "0x1");
+    // Nothing for the logs subscription: the next message is a reply.
+    let r = subscribe(&mut ws, 7, json!(["newHeads"])).await;
+    assert_eq!(r["id"], 7, "{r}");
+    for id in [&hashes, &full, &logs] {
+        let r = call(&mut ws, 8, "eth_unsubscribe", json!([id])).await;
+        assert_eq!(r["result"], true, "{r}");
+    }
+}
+
+/// The built-in chain's filters, as geth's: a block filter reports the
+/// hashes of the blocks mined since it was made or last polled, a pending
+/// transaction filter their transactions' hashes (or with `fullTx` the
+/// transactions), a log filter nothing (nothing emits logs); each poll
+/// moves on; `eth_getFilterLogs` serves log filters only;
+/// `eth_uninstallFilter` is `true` once; an id naming no filter is
+/// -32000 "filter not found". They were -32601, so ethers' polling
+/// `JsonRpcProvider.on("pending")` and contract listeners failed on it.
+#[tokio::test]
+async fn the_built_in_chain_keeps_filters() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    let new = async |method: &str, params: Value| {
+        let r = rpc(a, method, params).await;
+        r["result"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{method}: {r}"))
+            .to_owned()
+    };
+    let blocks = new("eth_newBlockFilter", json!([])).await;
+    let pending = new("eth_newPendingTransactionFilter", json!([])).await;
+    let full = new("eth_newPendingTransactionFilter", json!([true])).await;
+    let logs = new(
+        "eth_newFilter",
+        json!([{"fromBlock": "0x0", "topics": [null]}]),
+    )
+    .await;
+    assert_eq!(
+        [&blocks, &pending, &full, &logs]
+            .into_iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        4
+    );
+    let changes = async |id: &str| rpc(a, "eth_getFilterChanges", json!([id])).await;
+    // Nothing mined yet.
+    for id in [&blocks, &pending, &full, &logs] {
+        assert_eq!(changes(id).await["result"], json!([]));
+    }
+    let mut sent = Vec::new();
+    for nonce in 0..2 {
+        let r = send(
+            a,
+            &sign(eip1559(nonce, Address::repeat_byte(8), 1, 31337), key(0)),
+        )
+        .await;
+        sent.push(
+            r["result"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{r}"))
+                .to_owned(),
+        );
+    }
+    let mut block_hashes = Vec::new();
+    let mut txs = Vec::new();
+    for (n, hash) in sent.iter().enumerate() {
+        let block = rpc(
+            a,
+            "eth_getBlockByNumber",
+            json!([format!("{:#x}", n + 1), false]),
+        )
+        .await;
+        block_hashes.push(block["result"]["hash"].clone());
+        txs.push(rpc(a, "eth_getTransactionByHash", json!([hash])).await["result"].clone());
+    }
+    assert_eq!(changes(&blocks).await["result"], json!(block_hashes));
+    assert_eq!(changes(&pending).await["result"], json!(sent));
+    assert_eq!(changes(&full).await["result"], json!(txs));
+    assert_eq!(changes(&logs).await["result"], json!([]));
+    // Polled: only what comes after.
+    assert_eq!(changes(&blocks).await["result"], json!([]));
+    let r = send(
+        a,
+        &sign(eip1559(2, Address::repeat_byte(8), 1, 31337), key(0)),
+    )
+    .await;
+    let third = r["result"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    assert_eq!(changes(&pending).await["result"], json!([third]));
+    assert_eq!(
+        changes(&blocks).await["result"].as_array().map(Vec::len),
+        Some(1)
+    );
+
+    // eth_getFilterLogs: log filters only.
+    let r = rpc(a, "eth_getFilterLogs", json!([logs])).await;
+    assert_eq!(r["result"], json!([]), "{r}");
+    let r = rpc(a, "eth_getFilterLogs", json!([blocks])).await;
+    assert_eq!(
+        (r["error"]["code"].clone(), err_msg(&r)),
+        (json!(-32000), "filter not found".to_string()),
+        "{r}"
+    );
+    // Uninstalled once; then not found.
+    for want in [true, false] {
+        let r = rpc(a, "eth_uninstallFilter", json!([blocks])).await;
+        assert_eq!(r["result"], want, "{r}");
+    }
+    let r = changes(&blocks).await;
+    assert_eq!(err_msg(&r), "filter not found", "{r}");
+    // Ids naming nothing, and params that are not ids.
+    for id in [json!("0x1"), json!("nope"), json!("")] {
+        let r = changes(id.as_str().unwrap()).await;
+        assert_eq!(r["error"]["code"], -32000, "{id}: {r}");
+    }
+    for params in [json!([]), json!([5]), json!([logs, 1])] {
+        let r = rpc(a, "eth_getFilterChanges", params.clone()).await;
+        assert_eq!(r["error"]["code"], -32602, "{params}: {r}");
+    }
+    // Log filters are checked as eth_getLogs' are; a reversed range is
+    // geth's -32000.
+    let r = rpc(a, "eth_newFilter", json!([{"address": "0x12"}])).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = rpc(
+        a,
+        "eth_newFilter",
+        json!([{"fromBlock": "0x5", "toBlock": "0x4"}]),
+    )
+    .await;
+    assert_eq!(
+        (r["error"]["code"].clone(), err_msg(&r)),
+        (
+            json!(-32000),
+            "invalid from and to block combination".to_string()
+        ),
+        "{r}"
+    );
+    // A range past the head is waited for, not refused.
+    let r = rpc(a, "eth_newFilter", json!([{"fromBlock": "0x100"}])).await;
+    assert!(r["result"].is_string(), "{r}");
+    let r = rpc(a, "eth_newBlockFilter", json!([1])).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
 }
 
 /// An error reply's message.

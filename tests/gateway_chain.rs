@@ -880,3 +880,49 @@ fn ended_head_subscriptions_are_not_kept_between_blocks() {
     assert_eq!(live.queued(), 1);
     assert_eq!(chain.watch_heads(subs.subscribe().unwrap().1), 2);
 }
+
+/// A filter unpolled for its timeout (geth's five minutes; here made
+/// short) is removed: polling it is "filter not found", and it no longer
+/// counts against the bound of [`chain::MAX_FILTERS`], past which a new
+/// filter is refused while none has expired. Polling restarts the clock;
+/// `eth_getFilterLogs` does not (as in geth).
+#[test]
+fn filters_expire_unpolled_and_are_bounded() {
+    use chain::{Chain, FilterKind, MAX_FILTERS};
+    use std::time::Duration;
+    let timeout = Duration::from_secs(1);
+    let chain = Chain::new(31337, config::DEFAULT_CHAIN_TX_BYTES).with_filter_timeout(timeout);
+    let polled = chain.new_filter(FilterKind::Blocks).unwrap().to_string();
+    let unpolled = chain.new_filter(FilterKind::Logs).unwrap().to_string();
+    let mut filled = 2;
+    while filled < MAX_FILTERS {
+        chain.new_filter(FilterKind::Blocks).unwrap();
+        filled += 1;
+    }
+    let refused = chain.new_filter(FilterKind::Blocks).unwrap_err();
+    assert_eq!(refused.code(), -32000);
+    assert!(
+        refused.message().starts_with("too many filters"),
+        "{}",
+        refused.message()
+    );
+    // Kept alive by polls (each well within the timeout); the other
+    // filters are not polled.
+    let started = std::time::Instant::now();
+    while started.elapsed() < timeout * 2 {
+        chain.mine_empty();
+        let changes = chain.filter_changes(&polled).unwrap();
+        assert!(changes.starts_with("[\"0x"), "{changes}");
+        std::thread::sleep(timeout / 10);
+    }
+    assert_eq!(
+        chain.filter_logs(&unpolled).unwrap_err().message(),
+        "filter not found"
+    );
+    assert!(!chain.uninstall_filter(&unpolled));
+    // The expired ones make room.
+    let fresh = chain.new_filter(FilterKind::PendingTransactions { full: false });
+    assert!(fresh.is_ok(), "{fresh:?}");
+    assert_eq!(chain.filter_changes(&polled).unwrap(), "[]");
+    assert!(chain.uninstall_filter(&polled));
+}

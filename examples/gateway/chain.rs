@@ -9,8 +9,16 @@
 //! balance, intrinsic gas and Prague's calldata floor), with geth's error
 //! messages. There is no EVM: a contract creation or a transaction to a
 //! precompile is refused, `eth_call` answers `0x` (every account is an
-//! externally owned one), and nothing emits logs. Over WebSocket,
-//! `eth_subscribe("newHeads")` sends each block's header as it is mined.
+//! externally owned one), and nothing emits logs. Over WebSocket (or
+//! IPC), `eth_subscribe("newHeads")` sends each block's header as it is
+//! mined and `newPendingTransactions` each accepted transaction's hash (or
+//! the transaction); `logs` is accepted and, as nothing emits logs, quiet.
+//! Clients polling over HTTP get geth's filters (`eth_newBlockFilter`,
+//! `eth_newPendingTransactionFilter`, `eth_newFilter`,
+//! `eth_getFilterChanges`, `eth_getFilterLogs`, `eth_uninstallFilter`):
+//! each keeps a cursor (the last block it reported), not a backlog, so
+//! a filter costs the same however long it goes unpolled, and one unpolled
+//! for five minutes is removed, as geth does.
 //!
 //! Block hashes are real header hashes (keccak of the RLP header) with real
 //! transaction and receipt roots; the state root is not a trie root (a
@@ -19,7 +27,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use alloy_consensus::transaction::SignerRecoverable;
 use alloy_consensus::{
@@ -31,7 +39,7 @@ use rpcwire::RpcError;
 use rpcwire::dispatch::{Done, Reply};
 use rpcwire::eth::codes::server_error;
 use rpcwire::eth::{Address, B256, BlockId, BlockNumberOrTag, BlockTag, U256};
-use rpcwire::server::subscriptions::Sink;
+use rpcwire::server::subscriptions::{Sink, SubscriptionId};
 
 /// anvil's first ten dev accounts (from its default mnemonic), with their
 /// private keys, so that `cast send --private-key` works against both.
@@ -130,6 +138,82 @@ struct Block {
     txs: Vec<B256>,
 }
 
+/// The subscriptions to one kind of event. Each is dropped the first time
+/// a send finds it closed (unsubscribed, or its client left), or when the
+/// list has doubled since it was last pruned ([`Watchers::add`]).
+#[derive(Default)]
+struct Watchers {
+    sinks: Vec<Sink>,
+    /// `sinks.len()` when closed subscriptions were last taken out.
+    pruned: usize,
+}
+
+impl Watchers {
+    /// Adds `sink`; returns how many the list holds now.
+    fn add(&mut self, sink: Sink) -> usize {
+        // Closed ones are also dropped here once the list has doubled since
+        // it was last pruned (a constant cost per subscription, amortized):
+        // between events (none without `--block-time` or a transaction) a
+        // client subscribing and unsubscribing in a loop grew it, each
+        // holding its connection's registry, without bound.
+        if self.sinks.len() >= (2 * self.pruned).max(64) {
+            self.sinks.retain(|sink| !sink.is_closed());
+            self.pruned = self.sinks.len();
+        }
+        self.sinks.push(sink);
+        self.sinks.len()
+    }
+
+    /// Sends `result` (JSON text, made only when someone listens) to every
+    /// open subscription. Called under the chain's lock, so that events go
+    /// out in order; a send only queues, it never waits for the client.
+    fn send(&mut self, result: impl FnOnce() -> String) {
+        if self.sinks.is_empty() {
+            return;
+        }
+        let result = result();
+        self.sinks
+            .retain(|sink| sink.send_raw(result.as_bytes()).is_ok());
+        self.pruned = self.sinks.len();
+    }
+}
+
+/// What a filter reports on `eth_getFilterChanges`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FilterKind {
+    /// `eth_newBlockFilter`: the hashes of the blocks mined since.
+    Blocks,
+    /// `eth_newPendingTransactionFilter`: the transactions accepted since
+    /// (each is mined at once, so those of the blocks mined since): their
+    /// hashes, or with `full` the transactions.
+    PendingTransactions { full: bool },
+    /// `eth_newFilter`: the matching logs since; none (nothing emits logs).
+    Logs,
+}
+
+/// How long a filter lives unpolled (geth's default).
+pub const FILTER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The most filters installed at once (geth has no bound; each costs a
+/// few dozen bytes here, and the bound keeps a client creating them in a
+/// loop from growing the chain's memory for the five minutes they live).
+pub const MAX_FILTERS: usize = 10_000;
+
+struct Filter {
+    kind: FilterKind,
+    /// The head when it was made or last polled: its changes are the
+    /// blocks after it.
+    seen: u64,
+    /// When it was made or last polled for changes.
+    polled: Instant,
+}
+
+/// geth's answer to an id naming no filter (unknown, uninstalled, expired,
+/// or of the wrong kind for `eth_getFilterLogs`).
+fn filter_not_found() -> RpcError {
+    server_error("filter not found")
+}
+
 struct Mined {
     tx: TxEnvelope,
     from: Address,
@@ -145,12 +229,17 @@ struct State {
     blocks: Vec<Block>,
     by_hash: HashMap<B256, u64>,
     txs: HashMap<B256, Mined>,
-    /// The `newHeads` subscriptions; each is dropped the first time a
-    /// send finds it closed (unsubscribed, or its client left), or when
-    /// the list has doubled since it was last pruned ([`Chain::watch_heads`]).
-    heads: Vec<Sink>,
-    /// `heads.len()` when closed subscriptions were last taken out of it.
-    heads_pruned: usize,
+    /// The `newHeads` subscriptions.
+    heads: Watchers,
+    /// The `newPendingTransactions` subscriptions: hashes, and (`true`)
+    /// whole transactions.
+    pending_hashes: Watchers,
+    pending_full: Watchers,
+    /// The `logs` subscriptions: none is ever sent anything (nothing emits
+    /// logs), but each lives while its sink does.
+    logs: Watchers,
+    /// The installed filters, by id.
+    filters: HashMap<u128, Filter>,
     /// The bytes of the signed transactions in `txs`.
     tx_bytes: usize,
 }
@@ -163,6 +252,9 @@ pub struct Chain {
     /// its memory without end.
     tx_budget: usize,
     state: Mutex<State>,
+    /// How long a filter lives unpolled: [`FILTER_TIMEOUT`], shorter in
+    /// tests.
+    filter_timeout: Duration,
 }
 
 fn now() -> u64 {
@@ -188,8 +280,11 @@ impl Chain {
             blocks: Vec::new(),
             by_hash: HashMap::new(),
             txs: HashMap::new(),
-            heads: Vec::new(),
-            heads_pruned: 0,
+            heads: Watchers::default(),
+            pending_hashes: Watchers::default(),
+            pending_full: Watchers::default(),
+            logs: Watchers::default(),
+            filters: HashMap::new(),
             tx_bytes: 0,
         };
         state.mine(Vec::new(), Vec::new(), now());
@@ -197,7 +292,15 @@ impl Chain {
             chain_id,
             tx_budget,
             state: Mutex::new(state),
+            filter_timeout: FILTER_TIMEOUT,
         }
+    }
+
+    /// The chain with filters living `timeout` unpolled (tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub fn with_filter_timeout(mut self, timeout: Duration) -> Chain {
+        self.filter_timeout = timeout;
+        self
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -223,18 +326,105 @@ impl Chain {
     /// on goes to `sink`, until it closes. Returns how many subscriptions
     /// the chain holds now.
     pub fn watch_heads(&self, sink: Sink) -> usize {
+        self.lock().heads.add(sink)
+    }
+
+    /// A `newPendingTransactions` subscription: every transaction accepted
+    /// from now on goes to `sink` as its hash, or with `full` whole, until
+    /// it closes. Returns how many such subscriptions the chain holds.
+    pub fn watch_pending(&self, sink: Sink, full: bool) -> usize {
         let mut s = self.lock();
-        // Closed ones are also dropped here once the list has doubled since
-        // it was last pruned (a constant cost per subscription, amortized):
-        // between blocks (none without `--block-time` or a transaction) a
-        // client subscribing and unsubscribing in a loop grew it, each
-        // holding its connection's registry, without bound.
-        if s.heads.len() >= (2 * s.heads_pruned).max(64) {
-            s.heads.retain(|sink| !sink.is_closed());
-            s.heads_pruned = s.heads.len();
+        if full {
+            s.pending_full.add(sink)
+        } else {
+            s.pending_hashes.add(sink)
         }
-        s.heads.push(sink);
-        s.heads.len()
+    }
+
+    /// A `logs` subscription: quiet, as nothing emits logs, but open until
+    /// unsubscribed. Returns how many such subscriptions the chain holds.
+    pub fn watch_logs(&self, sink: Sink) -> usize {
+        self.lock().logs.add(sink)
+    }
+
+    /// Installs a filter reporting what comes after the current head.
+    pub fn new_filter(&self, kind: FilterKind) -> Result<SubscriptionId, RpcError> {
+        let mut s = self.lock();
+        if s.filters.len() >= MAX_FILTERS {
+            // Expired ones are only found when polled, or here.
+            let timeout = self.filter_timeout;
+            s.filters.retain(|_, f| f.polled.elapsed() < timeout);
+            if s.filters.len() >= MAX_FILTERS {
+                return Err(server_error(format!(
+                    "too many filters: {MAX_FILTERS} installed; uninstall some (eth_uninstallFilter) or leave them unpolled for {} s",
+                    timeout.as_secs()
+                )));
+            }
+        }
+        let id = SubscriptionId::random();
+        let filter = Filter {
+            kind,
+            seen: s.head(),
+            polled: Instant::now(),
+        };
+        s.filters.insert(id.as_u128(), filter);
+        Ok(id)
+    }
+
+    /// `eth_getFilterChanges`: what the filter `id` reports since it was
+    /// made or last polled (a JSON array); the poll restarts its clock.
+    pub fn filter_changes(&self, id: &str) -> Result<String, RpcError> {
+        let mut s = self.lock();
+        let head = s.head();
+        let filter = s.live_filter(id, self.filter_timeout)?;
+        let from = filter.seen + 1;
+        filter.seen = head;
+        filter.polled = Instant::now();
+        let kind = filter.kind;
+        let mut o = String::from("[");
+        let item = |o: &mut String, json: &str| {
+            if o.len() > 1 {
+                o.push(',');
+            }
+            o.push_str(json);
+        };
+        for b in &s.blocks[from as usize..] {
+            match kind {
+                FilterKind::Blocks => item(&mut o, &hex(b.hash.as_slice())),
+                FilterKind::PendingTransactions { full: false } => {
+                    for t in &b.txs {
+                        item(&mut o, &hex(t.as_slice()));
+                    }
+                }
+                FilterKind::PendingTransactions { full: true } => {
+                    for t in &b.txs {
+                        item(&mut o, &s.tx_json(&s.txs[t]));
+                    }
+                }
+                FilterKind::Logs => break,
+            }
+        }
+        o.push(']');
+        Ok(o)
+    }
+
+    /// `eth_getFilterLogs`: every log the log filter `id` matches: none
+    /// (nothing emits logs). Other filters are "not found", as in geth;
+    /// this does not restart the filter's clock (geth's does not either).
+    pub fn filter_logs(&self, id: &str) -> Result<String, RpcError> {
+        let mut s = self.lock();
+        match s.live_filter(id, self.filter_timeout)?.kind {
+            FilterKind::Logs => Ok("[]".into()),
+            _ => Err(filter_not_found()),
+        }
+    }
+
+    /// `eth_uninstallFilter`: whether a filter `id` was installed.
+    pub fn uninstall_filter(&self, id: &str) -> bool {
+        let mut s = self.lock();
+        let timeout = self.filter_timeout;
+        s.live_filter(id, timeout).is_ok()
+            && SubscriptionId::parse(id).is_some_and(|id| s.filters.remove(&id.as_u128()).is_some())
     }
 
     /// Balance and nonce of `address` at `block`.
@@ -613,6 +803,25 @@ impl State {
         self.blocks.len() as u64 - 1
     }
 
+    /// The filter `id` names, unless it expired (then removed).
+    fn live_filter(&mut self, id: &str, timeout: Duration) -> Result<&mut Filter, RpcError> {
+        let key = SubscriptionId::parse(id)
+            .ok_or_else(filter_not_found)?
+            .as_u128();
+        let expired = self
+            .filters
+            .get(&key)
+            .ok_or_else(filter_not_found)?
+            .polled
+            .elapsed()
+            >= timeout;
+        if expired {
+            self.filters.remove(&key);
+            return Err(filter_not_found());
+        }
+        Ok(self.filters.get_mut(&key).expect("just found"))
+    }
+
     fn resolve(&self, block: BlockId) -> Result<u64, RpcError> {
         let head = self.head();
         match block {
@@ -712,14 +921,17 @@ impl State {
             size,
             txs: tx_hashes,
         });
-        if !self.heads.is_empty() {
-            // Sent under the chain's lock, so that heads go out in block
-            // order; a send only queues, it never waits for the client.
-            let head = header_json(&self.blocks[number as usize]);
-            self.heads
-                .retain(|sink| sink.send_raw(head.as_bytes()).is_ok());
-            self.heads_pruned = self.heads.len();
+        // A transaction's notification before its block's header, as a
+        // node's pool sees it first.
+        let block = &self.blocks[number as usize];
+        for t in &block.txs {
+            self.pending_hashes.send(|| hex(t.as_slice()));
+            let mined = &self.txs[t];
+            let full = &mut self.pending_full;
+            full.send(|| tx_json_of(&self.blocks, mined));
         }
+        self.heads
+            .send(|| header_json(&self.blocks[number as usize]));
     }
 
     fn block_json(&self, b: &Block, full: bool) -> String {
@@ -744,72 +956,77 @@ impl State {
     }
 
     fn tx_json(&self, m: &Mined) -> String {
-        let tx = &m.tx;
-        let mut o = String::with_capacity(700);
-        o.push('{');
-        kv(&mut o, "hash", &hex(tx.tx_hash().as_slice()));
-        kv(&mut o, "type", &qty(tx.tx_type() as u8 as u128));
-        if let Some(id) = tx.chain_id() {
-            kv(&mut o, "chainId", &qty(id as u128));
-        }
-        kv(&mut o, "nonce", &qty(tx.nonce() as u128));
-        kv(
-            &mut o,
-            "blockHash",
-            &hex(self.blocks[m.block as usize].hash.as_slice()),
-        );
-        kv(&mut o, "blockNumber", &qty(m.block as u128));
-        kv(&mut o, "transactionIndex", &qty(m.index as u128));
-        kv(&mut o, "from", &hex(m.from.as_slice()));
-        match tx.to() {
-            Some(to) => kv(&mut o, "to", &hex(to.as_slice())),
-            None => kv(&mut o, "to", "null"),
-        }
-        kv(&mut o, "value", &qty_u256(tx.value()));
-        kv(&mut o, "gas", &qty(tx.gas_limit() as u128));
-        kv(&mut o, "input", &hex(tx.input()));
-        match tx {
-            TxEnvelope::Eip1559(_) => {
-                kv(&mut o, "maxFeePerGas", &qty(tx.max_fee_per_gas()));
-                let tip = tx.max_priority_fee_per_gas().unwrap_or_default();
-                kv(&mut o, "maxPriorityFeePerGas", &qty(tip));
-                kv(&mut o, "gasPrice", &qty(m.effective_gas_price));
-            }
-            _ => kv(&mut o, "gasPrice", &qty(tx.gas_price().unwrap_or_default())),
-        }
-        if let Some(list) = tx.access_list() {
-            o.push_str("\"accessList\":[");
-            for (i, item) in list.iter().enumerate() {
-                let _ = write!(
-                    o,
-                    "{}{{\"address\":{},\"storageKeys\":[",
-                    if i > 0 { "," } else { "" },
-                    hex(item.address.as_slice())
-                );
-                for (j, k) in item.storage_keys.iter().enumerate() {
-                    let _ = write!(o, "{}{}", if j > 0 { "," } else { "" }, hex(k.as_slice()));
-                }
-                o.push_str("]}");
-            }
-            o.push_str("],");
-        }
-        let sig = tx.signature();
-        let parity = sig.v() as u128;
-        let v = match (tx, tx.chain_id()) {
-            (TxEnvelope::Legacy(_), Some(id)) => id as u128 * 2 + 35 + parity,
-            (TxEnvelope::Legacy(_), None) => 27 + parity,
-            _ => {
-                kv(&mut o, "yParity", &qty(parity));
-                parity
-            }
-        };
-        kv(&mut o, "v", &qty(v));
-        kv(&mut o, "r", &qty_u256(sig.r()));
-        o.push_str("\"s\":");
-        o.push_str(&qty_u256(sig.s()));
-        o.push('}');
-        o
+        tx_json_of(&self.blocks, m)
     }
+}
+
+/// A mined transaction's JSON (`eth_getTransactionByHash`).
+fn tx_json_of(blocks: &[Block], m: &Mined) -> String {
+    let tx = &m.tx;
+    let mut o = String::with_capacity(700);
+    o.push('{');
+    kv(&mut o, "hash", &hex(tx.tx_hash().as_slice()));
+    kv(&mut o, "type", &qty(tx.tx_type() as u8 as u128));
+    if let Some(id) = tx.chain_id() {
+        kv(&mut o, "chainId", &qty(id as u128));
+    }
+    kv(&mut o, "nonce", &qty(tx.nonce() as u128));
+    kv(
+        &mut o,
+        "blockHash",
+        &hex(blocks[m.block as usize].hash.as_slice()),
+    );
+    kv(&mut o, "blockNumber", &qty(m.block as u128));
+    kv(&mut o, "transactionIndex", &qty(m.index as u128));
+    kv(&mut o, "from", &hex(m.from.as_slice()));
+    match tx.to() {
+        Some(to) => kv(&mut o, "to", &hex(to.as_slice())),
+        None => kv(&mut o, "to", "null"),
+    }
+    kv(&mut o, "value", &qty_u256(tx.value()));
+    kv(&mut o, "gas", &qty(tx.gas_limit() as u128));
+    kv(&mut o, "input", &hex(tx.input()));
+    match tx {
+        TxEnvelope::Eip1559(_) => {
+            kv(&mut o, "maxFeePerGas", &qty(tx.max_fee_per_gas()));
+            let tip = tx.max_priority_fee_per_gas().unwrap_or_default();
+            kv(&mut o, "maxPriorityFeePerGas", &qty(tip));
+            kv(&mut o, "gasPrice", &qty(m.effective_gas_price));
+        }
+        _ => kv(&mut o, "gasPrice", &qty(tx.gas_price().unwrap_or_default())),
+    }
+    if let Some(list) = tx.access_list() {
+        o.push_str("\"accessList\":[");
+        for (i, item) in list.iter().enumerate() {
+            let _ = write!(
+                o,
+                "{}{{\"address\":{},\"storageKeys\":[",
+                if i > 0 { "," } else { "" },
+                hex(item.address.as_slice())
+            );
+            for (j, k) in item.storage_keys.iter().enumerate() {
+                let _ = write!(o, "{}{}", if j > 0 { "," } else { "" }, hex(k.as_slice()));
+            }
+            o.push_str("]}");
+        }
+        o.push_str("],");
+    }
+    let sig = tx.signature();
+    let parity = sig.v() as u128;
+    let v = match (tx, tx.chain_id()) {
+        (TxEnvelope::Legacy(_), Some(id)) => id as u128 * 2 + 35 + parity,
+        (TxEnvelope::Legacy(_), None) => 27 + parity,
+        _ => {
+            kv(&mut o, "yParity", &qty(parity));
+            parity
+        }
+    };
+    kv(&mut o, "v", &qty(v));
+    kv(&mut o, "r", &qty_u256(sig.r()));
+    o.push_str("\"s\":");
+    o.push_str(&qty_u256(sig.s()));
+    o.push('}');
+    o
 }
 
 /// A block's header as `newHeads` sends it: the block's fields without

@@ -8,13 +8,14 @@ use rpcwire::codes::METHOD_NOT_FOUND;
 use rpcwire::dispatch::{DispatcherBuilder, Done, Observer, SyncOnly};
 use rpcwire::eth::codes::server_error;
 use rpcwire::eth::{
-    BlockId, BlockNumberOrTag, BlockTag, CallRequest, EthParams, EthReply, TopicFilter, U256,
+    BlockId, BlockNumberOrTag, BlockTag, CallRequest, EthParams, EthReply, LogFilter, TopicFilter,
+    U256,
 };
 use rpcwire::json::Kind;
 use rpcwire::server::subscriptions::Subscriptions;
 use rpcwire::{Call, Dispatcher, RpcError};
 
-use crate::chain::{self, Chain, PRIORITY_FEE, calldata_gas, raw};
+use crate::chain::{self, Chain, FilterKind, PRIORITY_FEE, calldata_gas, raw};
 use crate::config::Config;
 
 type C<'a> = Call<'a, Arc<Chain>>;
@@ -469,8 +470,15 @@ fn get_logs(c: C<'_>) -> Answer {
             return Err(RpcError::invalid_params("invalid block range params"));
         }
     }
-    // Every address and topic is read (the decoders are lazy): a malformed
-    // one, or a fifth topic position, is -32602 even with no logs to match.
+    read_addresses_and_topics(&filter)?;
+    // Value transfers emit no logs.
+    c.reply.raw(b"[]")
+}
+
+/// Reads every address and topic of a log filter (the decoders are lazy):
+/// a malformed one, or a fifth topic position, is -32602 even with no logs
+/// to match.
+fn read_addresses_and_topics(filter: &LogFilter<'_>) -> Result<(), RpcError> {
     for address in filter.addresses()? {
         address?;
     }
@@ -481,8 +489,72 @@ fn get_logs(c: C<'_>) -> Answer {
             }
         }
     }
-    // Value transfers emit no logs.
-    c.reply.raw(b"[]")
+    Ok(())
+}
+
+/// A log filter for `eth_newFilter` or a `logs` subscription, checked as
+/// geth checks one: its addresses and topics, and two block numbers in
+/// reverse order refused (a range past the head is not: it is waited for).
+fn read_log_filter(filter: &LogFilter<'_>) -> Result<(), RpcError> {
+    if let (Some(BlockNumberOrTag::Number(from)), Some(BlockNumberOrTag::Number(to))) =
+        (filter.from_block()?, filter.to_block()?)
+        && from > to
+    {
+        return Err(server_error("invalid from and to block combination"));
+    }
+    read_addresses_and_topics(filter)
+}
+
+fn new_block_filter(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
+    let id = c.state.new_filter(FilterKind::Blocks)?;
+    c.reply.str(&id.to_string())
+}
+
+/// `eth_newPendingTransactionFilter`, with geth's optional `fullTx`.
+fn new_pending_transaction_filter(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let full = p.optional("fullTx").map(|v| v.boolean()).transpose()?;
+    p.finish()?;
+    let kind = FilterKind::PendingTransactions {
+        full: full.unwrap_or(false),
+    };
+    let id = c.state.new_filter(kind)?;
+    c.reply.str(&id.to_string())
+}
+
+fn new_filter(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let filter = p.required("filter")?.log_filter()?;
+    p.finish()?;
+    read_log_filter(&filter)?;
+    let id = c.state.new_filter(FilterKind::Logs)?;
+    c.reply.str(&id.to_string())
+}
+
+/// The one parameter of the filter methods: a filter id (a string; one
+/// naming no filter is geth's "filter not found").
+fn filter_id<'a>(params: Option<rpcwire::request::Params<'a>>) -> Result<&'a str, RpcError> {
+    let mut p = EthParams::new(params);
+    let id = p.required("filterId")?.value();
+    p.finish()?;
+    id.as_str()
+        .ok_or_else(|| RpcError::invalid_params("filterId: a string"))
+}
+
+fn get_filter_changes(c: C<'_>) -> Answer {
+    let changes = c.state.filter_changes(filter_id(c.params)?)?;
+    raw(c.reply, &changes)
+}
+
+fn get_filter_logs(c: C<'_>) -> Answer {
+    let logs = c.state.filter_logs(filter_id(c.params)?)?;
+    raw(c.reply, &logs)
+}
+
+fn uninstall_filter(c: C<'_>) -> Answer {
+    let id = filter_id(c.params)?;
+    c.reply.bool(c.state.uninstall_filter(id))
 }
 
 fn send_raw_transaction(c: C<'_>) -> Answer {
@@ -493,31 +565,62 @@ fn send_raw_transaction(c: C<'_>) -> Answer {
     EthReply::hash(c.reply, &hash)
 }
 
-/// `eth_subscribe`, over WebSocket or `--ipc`: `newHeads` only (the chain has no
-/// pool for `newPendingTransactions`, and nothing emits `logs`), which
-/// viem's `watchBlocks` / `watchBlockNumber` and ethers' `on("block")` use
-/// on a WebSocket (or IPC) transport.
+/// What an `eth_subscribe` asks for.
+enum Subscription {
+    NewHeads,
+    NewPendingTransactions {
+        full: bool,
+    },
+    /// Quiet: nothing emits logs.
+    Logs,
+}
+
+/// `eth_subscribe`, over WebSocket or `--ipc`: `newHeads` (viem's
+/// `watchBlocks` / `watchBlockNumber`, ethers' `on("block")`),
+/// `newPendingTransactions` (each accepted transaction's hash, or with
+/// geth's `true` the transaction: ethers' `on("pending")`) and `logs`
+/// (its filter checked; nothing emits logs, so it stays quiet).
 fn subscribe(c: C<'_>) -> Answer {
     let subs = Subscriptions::of(c.ctx)?;
     let mut p = EthParams::new(c.params);
-    match p.required("subscriptionName")?.value().as_str() {
-        Some("newHeads") => {}
+    let kind = match p.required("subscriptionName")?.value().as_str() {
+        Some("newHeads") => Subscription::NewHeads,
+        Some("newPendingTransactions") => {
+            let full = p.optional("fullTx").map(|v| v.boolean()).transpose()?;
+            Subscription::NewPendingTransactions {
+                full: full.unwrap_or(false),
+            }
+        }
+        Some("logs") => {
+            if let Some(filter) = p.optional("filter") {
+                read_log_filter(&filter.log_filter()?)?;
+            }
+            Subscription::Logs
+        }
         // geth's answer to a kind it does not have.
         Some(kind) => {
             return Err(RpcError::new(
                 METHOD_NOT_FOUND,
-                format!(
-                    "no \"{kind}\" subscription in eth namespace (the built-in chain has newHeads only)"
-                ),
+                format!("no \"{kind}\" subscription in eth namespace"),
             ));
         }
         None => return Err(RpcError::invalid_params("subscriptionName: a string")),
-    }
+    };
     p.finish()?;
     let (id, sink) = subs.subscribe()?;
-    c.state.watch_heads(sink);
+    match kind {
+        Subscription::NewHeads => {
+            c.state.watch_heads(sink);
+        }
+        Subscription::NewPendingTransactions { full } => {
+            c.state.watch_pending(sink, full);
+        }
+        Subscription::Logs => {
+            c.state.watch_logs(sink);
+        }
+    }
     // Answered at once (a synchronous handler): the client has the id
-    // before the first head.
+    // before the first event.
     c.reply.str(&id.to_string())
 }
 
@@ -603,6 +706,17 @@ pub fn dispatcher(
     );
     b = serve(b, deny, "eth_getLogs", get_logs);
     b = serve(b, deny, "eth_sendRawTransaction", send_raw_transaction);
+    b = serve(b, deny, "eth_newBlockFilter", new_block_filter);
+    b = serve(
+        b,
+        deny,
+        "eth_newPendingTransactionFilter",
+        new_pending_transaction_filter,
+    );
+    b = serve(b, deny, "eth_newFilter", new_filter);
+    b = serve(b, deny, "eth_getFilterChanges", get_filter_changes);
+    b = serve(b, deny, "eth_getFilterLogs", get_filter_logs);
+    b = serve(b, deny, "eth_uninstallFilter", uninstall_filter);
     b = serve(b, deny, "eth_subscribe", subscribe);
     b = serve(b, deny, "eth_unsubscribe", unsubscribe);
     b = serve(b, deny, "eth_accounts", accounts);

@@ -329,9 +329,10 @@ function provider(url) {
     return { p, payloads };
 }
 
-// How many of ethers' eth_subscribe calls on `p` were answered with an id
-// (its `on` resolves before that), and how many of its eth_unsubscribe
-// calls were answered (its `off` sends one without waiting for it, and
+// How many of ethers' eth_subscribe (or filter-making) calls on `p` were
+// answered with an id (its `on` resolves before that), and how many of its
+// eth_unsubscribe (eth_uninstallFilter) calls were answered `true` (its
+// `off` sends one without waiting for it, and
 // `destroy` cancels it if unanswered, a rejection ethers leaves
 // unhandled): functions to poll.
 function subscribed(p) {
@@ -341,8 +342,11 @@ function subscribed(p) {
     p.on("debug", (e) => {
         if (e.action === "sendRpcPayload") {
             for (const x of [e.payload].flat()) {
-                if (x.method === "eth_subscribe") subscribes.add(x.id);
-                if (x.method === "eth_unsubscribe") unsubscribes.add(x.id);
+                // Filters (polling over HTTP) count as subscriptions.
+                if (["eth_subscribe", "eth_newPendingTransactionFilter", "eth_newFilter"].includes(x.method)) {
+                    subscribes.add(x.id);
+                }
+                if (["eth_unsubscribe", "eth_uninstallFilter"].includes(x.method)) unsubscribes.add(x.id);
             }
         } else if (e.action === "receiveRpcResult") {
             for (const x of [e.result].flat()) {
@@ -510,8 +514,23 @@ async function viemBuiltin(gw) {
         unwatch();
         check("viem/watchBlockNumber (polling)", seen, numbers);
     });
-    // WebSocket: newHeads, the built-in chain's only subscription; a
-    // transfer makes the head.
+    // geth's filters, polled by hand: a block filter and a pending
+    // transaction filter see the transfer; uninstalled once.
+    await step("viem/filters", async () => {
+        const blocks = await g.createBlockFilter();
+        const pending = await g.createPendingTransactionFilter();
+        const r = await transfer(gw, 1n);
+        same("viem/getFilterChanges (block filter)", await g.getFilterChanges({ filter: blocks }), [r.blockHash]);
+        same("viem/getFilterChanges (pending filter)", await g.getFilterChanges({ filter: pending }), [r.transactionHash]);
+        same("viem/getFilterChanges again: nothing new", await g.getFilterChanges({ filter: blocks }), []);
+        const events = await g.createEventFilter({ address: ACCOUNT1, fromBlock: 0n });
+        same("viem/getFilterLogs (transfers emit none)", await g.getFilterLogs({ filter: events }), []);
+        same("viem/uninstallFilter", await g.uninstallFilter({ filter: blocks }), true);
+        same("viem/uninstallFilter again", await g.uninstallFilter({ filter: blocks }), false);
+        await g.uninstallFilter({ filter: pending });
+        await g.uninstallFilter({ filter: events });
+    });
+    // WebSocket: newHeads; a transfer makes the head.
     await step("viem/ws watchBlocks", async () => {
         const w = client(webSocket(wsUrl(gw), { reconnect: false, timeout: 10_000 }));
         const rpcClient = await w.transport.getRpcClient();
@@ -586,7 +605,45 @@ async function ethersBuiltin(gw) {
         await g.off("block");
         check('ethers/on("block") (polling)', seen, { got, block: r.blockNumber });
     });
+    // Polling (HTTP): ethers watches the pool through
+    // eth_newPendingTransactionFilter and eth_getFilterChanges.
+    await step('ethers/on("pending") (polling filter)', async () => {
+        const answered = subscribed(g);
+        const got = [];
+        await g.on("pending", (h) => got.push(h));
+        check("ethers/eth_newPendingTransactionFilter answered", await until(() => answered() === 1));
+        const w = new Wallet(KEY0, g);
+        const tx = await w.sendTransaction({ to: ACCOUNT1, value: 1n });
+        await tx.wait(1, 15_000);
+        const seen = await until(() => got.includes(tx.hash), 5_000);
+        await g.off("pending");
+        check('ethers/on("pending") (polling filter)', seen, { got, sent: tx.hash });
+        check("ethers/off: eth_uninstallFilter", await until(() => answered.unsubscribed() === 1));
+        check(
+            'ethers/on("pending") used a filter',
+            payloads.some((x) => [x].flat().some((m) => m.method === "eth_newPendingTransactionFilter")),
+            payloads.map((x) => [x].flat().map((m) => m.method)),
+        );
+    });
     g.destroy();
+    await step('ethers/ws on("pending")', async () => {
+        const ws = new WebSocketProvider(wsUrl(gw), undefined, { cacheTimeout: -1 });
+        const answered = subscribed(ws);
+        try {
+            const got = [];
+            await ws.on("pending", (h) => got.push(h));
+            check("ethers/ws eth_subscribe newPendingTransactions answered", await until(() => answered() === 1));
+            const w = new Wallet(KEY0, ws);
+            const tx = await w.sendTransaction({ to: ACCOUNT1, value: 1n });
+            await tx.wait(1, 15_000);
+            const seen = await until(() => got.includes(tx.hash), 5_000);
+            check('ethers/ws on("pending"): eth_subscribe newPendingTransactions', seen, { got, sent: tx.hash });
+            await ws.off("pending");
+            check("ethers/ws off: eth_unsubscribe", await until(() => answered.unsubscribed() === 1));
+        } finally {
+            await ws.destroy();
+        }
+    });
     await step("ethers/WebSocketProvider", async () => {
         const ws = new WebSocketProvider(wsUrl(gw), undefined, { cacheTimeout: -1 });
         const answered = subscribed(ws);
