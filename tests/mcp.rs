@@ -1497,6 +1497,74 @@ async fn http_meta_revisions_and_invalid_requests() {
 /// Past `max_sessions`, a new session ends the one unused for longest
 /// (its client gets 404): sessions nobody ended cannot lock new clients
 /// out (an `initialize` past the limit was once 503 until a restart).
+/// A session with nothing running for `session_idle_timeout` ends: its
+/// client gets 404 (and starts anew, as with the official Python SDK's
+/// server, whose default of 30 minutes this is). One with a GET stream
+/// open or a call running is not idle, and one used again restarts its
+/// clock. Sessions their clients forgot were kept until `max_sessions`
+/// pushed them out.
+#[tokio::test]
+async fn http_idle_sessions_expire() {
+    let timeout = Duration::from_millis(400);
+    let config = HttpConfig {
+        session_idle_timeout: Some(timeout),
+        ..HttpConfig::default()
+    };
+    let h = http_server_with(server(), config).await;
+    let a = h.addr;
+    let [idle, streaming, calling, used] = [
+        http_session(a).await,
+        http_session(a).await,
+        http_session(a).await,
+        http_session(a).await,
+    ];
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let (_get_connection, get) = mcp_http::send(
+        a,
+        "GET",
+        &[
+            ("accept", "text/event-stream"),
+            ("mcp-session-id", &streaming),
+        ],
+        "",
+    )
+    .await;
+    assert_eq!(get.status(), 200);
+    let call = {
+        let sid = calling.clone();
+        tokio::spawn(async move {
+            post(
+                a,
+                &[("mcp-session-id", &sid)],
+                &call_msg(7, "wait", r#"{"ms":1500}"#),
+            )
+            .await
+        })
+    };
+    // `used` is used every 100 ms; the others not at all, for three times
+    // the timeout.
+    let started = tokio::time::Instant::now();
+    while started.elapsed() < timeout * 3 {
+        assert_eq!(
+            post(a, &[("mcp-session-id", &used)], list).await.status,
+            200
+        );
+        tokio::time::sleep(timeout / 4).await;
+    }
+    assert!(!call.is_finished(), "the held call ended early");
+    assert_eq!(
+        post(a, &[("mcp-session-id", &idle)], list).await.status,
+        404
+    );
+    for sid in [&streaming, &calling, &used] {
+        assert_eq!(post(a, &[("mcp-session-id", sid)], list).await.status, 200);
+    }
+    let r = call.await.unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("waited"), "{}", r.body);
+    drop(get);
+}
+
 #[tokio::test]
 async fn http_sessions_past_the_limit_evict_the_one_unused_longest() {
     let config = HttpConfig {

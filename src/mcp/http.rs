@@ -28,7 +28,9 @@
 //! The initialize lifecycle (2025-06-18, 2025-11-25): a successful
 //! `initialize` (a `POST` without session) returns a new `Mcp-Session-Id`
 //! header; every later request must carry it (400 without, 404 when unknown
-//! or ended). An `MCP-Protocol-Version` header naming a revision this layer
+//! or ended). A session ends on `DELETE`, when pushed out past
+//! [`HttpConfig::max_sessions`], or after
+//! [`HttpConfig::session_idle_timeout`] (30 minutes) with nothing running. An `MCP-Protocol-Version` header naming a revision this layer
 //! does not speak is 400 (a request without the header is served in the
 //! session's revision). `notifications/cancelled` stops the named call of
 //! the session, whose response stream then ends without a reply.
@@ -64,7 +66,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll};
 
@@ -136,11 +138,22 @@ pub struct HttpConfig {
     /// The largest request body, in bytes (default 4 MiB); larger ones are
     /// 413.
     pub max_body: usize,
-    /// Sessions open at once (default 10,000). Sessions do not expire on a
-    /// clock: a new one past the limit ends the session unused for longest
-    /// (its client gets 404 and, as the specification says, starts a new
-    /// one), so that sessions nobody ended cannot lock new clients out.
+    /// Sessions open at once (default 10,000). A new one past the limit
+    /// ends the session unused for longest (its client gets 404 and, as
+    /// the specification says, starts a new one), so that sessions nobody
+    /// ended cannot lock new clients out, even before they expire
+    /// ([`session_idle_timeout`](HttpConfig::session_idle_timeout)).
     pub max_sessions: usize,
+    /// How long a session may go with no request in flight (no call
+    /// running, no GET stream open) before it ends (default 30 minutes,
+    /// as the official Python SDK's server; `None`: never), so that
+    /// sessions their clients forgot do not hold their memory until
+    /// [`max_sessions`](HttpConfig::max_sessions) pushes them out. Its
+    /// client then gets 404 and starts a new session. Idle sessions are
+    /// looked for as requests arrive (at most every tenth of the timeout,
+    /// and every 10 s), so an endpoint with no traffic keeps them, at no
+    /// cost, until its next request.
+    pub session_idle_timeout: Option<std::time::Duration>,
     /// Connections [`serve`] serves at once (default 10,000); one more is
     /// closed at once, so that clients that never finish cannot take every
     /// file descriptor.
@@ -168,6 +181,7 @@ impl Default for HttpConfig {
             allowed_hosts: None,
             max_body: 4 << 20,
             max_sessions: 10_000,
+            session_idle_timeout: Some(std::time::Duration::from_secs(30 * 60)),
             max_connections: 10_000,
             header_timeout: std::time::Duration::from_secs(30),
             body_timeout: std::time::Duration::from_secs(30),
@@ -190,6 +204,10 @@ struct EndpointInner {
     sessions: Mutex<HashMap<String, Arc<HttpSession>>>,
     /// A counter that orders session uses (no clock read per request).
     ticks: AtomicU64,
+    /// When the endpoint was made: the origin of the sessions' idle clocks.
+    epoch: std::time::Instant,
+    /// When (ms after `epoch`) idle sessions are next looked for.
+    next_reap: AtomicU64,
 }
 
 /// Why a session ended.
@@ -199,6 +217,8 @@ enum Ending {
     Deleted,
     /// Past `max_sessions`, as the one unused for longest.
     Evicted,
+    /// Idle for `session_idle_timeout` (nothing of it running).
+    Expired,
 }
 
 struct HttpSession {
@@ -208,6 +228,14 @@ struct HttpSession {
     /// When it was last used: a tick of the endpoint's session clock
     /// (`EndpointInner::ticks`), for evicting the one unused for longest.
     used: AtomicU64,
+    /// Its calls running and GET streams open: while any is, it is not
+    /// idle.
+    busy: AtomicUsize,
+    /// When (ms after `epoch`) it was last looked up or last stopped being
+    /// busy: its idle clock.
+    active: AtomicU64,
+    /// The endpoint's `epoch`.
+    epoch: std::time::Instant,
     /// Its open GET streams, oldest first, by a number of their own: a
     /// message goes to one of them (the newest whose client still reads:
     /// a client that opens another stream has often lost the one before
@@ -229,8 +257,16 @@ struct HttpSession {
 }
 
 impl HttpSession {
-    fn new(state: Arc<SessionState>, used: u64, max_in_flight: usize) -> HttpSession {
+    fn new(
+        state: Arc<SessionState>,
+        used: u64,
+        max_in_flight: usize,
+        epoch: std::time::Instant,
+    ) -> HttpSession {
         HttpSession {
+            busy: AtomicUsize::new(0),
+            active: AtomicU64::new(millis_since(epoch)),
+            epoch,
             calls: Arc::new(tokio::sync::Semaphore::new(
                 max_in_flight.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
@@ -251,7 +287,34 @@ impl HttpSession {
 
     /// Lists a call's peer, until the returned guard goes; a session that
     /// ended closes it at once.
+    /// Restarts the idle clock.
+    fn touch(&self) {
+        self.active
+            .store(millis_since(self.epoch), Ordering::Relaxed);
+    }
+
+    /// A call started or a GET stream opened: not idle until it ends.
+    fn busy(&self) {
+        self.busy.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A call or GET stream ended; the idle clock starts when the last one
+    /// does.
+    fn unbusy(&self) {
+        self.touch();
+        self.busy.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether it has had nothing running for `timeout` at `now` (ms
+    /// after `epoch`).
+    fn idle_for(&self, timeout: std::time::Duration, now: u64) -> bool {
+        self.busy.load(Ordering::Acquire) == 0
+            && now.saturating_sub(self.active.load(Ordering::Relaxed))
+                >= u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)
+    }
+
     fn enlist(self: &Arc<Self>, peer: &Peer) -> Asking {
+        self.busy();
         let key = self.next_call.fetch_add(1, Ordering::Relaxed);
         let ended = {
             let mut calls = self.asking();
@@ -360,6 +423,7 @@ impl Drop for Asking {
     fn drop(&mut self) {
         if let Some((session, key)) = &self.session {
             session.asking().peers.retain(|(k, _)| k != key);
+            session.unbusy();
         }
         self.peer.close();
     }
@@ -374,7 +438,13 @@ struct StreamEntry {
 impl Drop for StreamEntry {
     fn drop(&mut self) {
         self.session.streams().retain(|(id, _)| *id != self.id);
+        self.session.unbusy();
     }
+}
+
+/// Milliseconds from `epoch` to now.
+fn millis_since(epoch: std::time::Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// The body of every answer: a whole body, or a stream fed by a call.
@@ -797,6 +867,8 @@ impl Endpoint {
                 config,
                 sessions: Mutex::new(HashMap::new()),
                 ticks: AtomicU64::new(0),
+                epoch: std::time::Instant::now(),
+                next_reap: AtomicU64::new(0),
             }),
         }
     }
@@ -817,7 +889,42 @@ impl Endpoint {
         let session = self.sessions_lock().get(id).cloned()?;
         let tick = self.inner.ticks.fetch_add(1, Ordering::Relaxed);
         session.used.store(tick, Ordering::Relaxed);
+        session.touch();
         Some(session)
+    }
+
+    /// Ends the sessions idle for `session_idle_timeout`, when it is time
+    /// to look (at most every tenth of the timeout, and every 10 s: one
+    /// pass over the sessions under their lock).
+    fn reap_idle(&self) {
+        let Some(timeout) = self.inner.config.session_idle_timeout else {
+            return;
+        };
+        let now = millis_since(self.inner.epoch);
+        let next = self.inner.next_reap.load(Ordering::Relaxed);
+        let every = u64::try_from((timeout / 10).as_millis())
+            .unwrap_or(u64::MAX)
+            .clamp(1, 10_000);
+        if now < next
+            || self
+                .inner
+                .next_reap
+                .compare_exchange(next, now + every, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let mut expired = Vec::new();
+        self.sessions_lock().retain(|_, session| {
+            let idle = session.idle_for(timeout, now);
+            if idle {
+                expired.push(Arc::clone(session));
+            }
+            !idle
+        });
+        for session in expired {
+            session.end(Ending::Expired);
+        }
     }
 
     /// Makes room for one more session: past `max_sessions`, the one unused
@@ -861,6 +968,7 @@ impl Endpoint {
         if req.uri().path() != config.path {
             return status_only(StatusCode::NOT_FOUND);
         }
+        self.reap_idle();
         // Before anything else, as rpcwire's HTTP servers check it: a
         // rebound page's request may carry no `Origin`.
         if let Some(refused) = config
@@ -945,6 +1053,7 @@ impl Endpoint {
         }
         let stream_id = session.next_stream.fetch_add(1, Ordering::Relaxed);
         session.streams().push((stream_id, tx.clone()));
+        session.busy();
         let entry = StreamEntry {
             session,
             id: stream_id,
@@ -1233,7 +1342,12 @@ impl Endpoint {
                 self.make_room();
                 let used = self.inner.ticks.fetch_add(1, Ordering::Relaxed);
                 let max_in_flight = self.inner.server.dispatcher.inner.max_in_flight;
-                let session = Arc::new(HttpSession::new(state, used, max_in_flight));
+                let session = Arc::new(HttpSession::new(
+                    state,
+                    used,
+                    max_in_flight,
+                    self.inner.epoch,
+                ));
                 self.sessions_lock().insert(session_id.clone(), session);
                 if let Ok(v) = HeaderValue::from_str(&session_id) {
                     response.headers_mut().insert(SESSION_HEADER, v);
