@@ -562,6 +562,23 @@ async function viemBuiltin(gw) {
     });
 }
 
+// ethers' on("pending") on provider `p`: once its subscription (or filter)
+// is answered, a transfer; whether its hash came, and `off` answered
+// (`ends` is the method that ends it: eth_unsubscribe or
+// eth_uninstallFilter).
+async function pendingSeen(p, ends) {
+    const answered = subscribed(p);
+    const got = [];
+    await p.on("pending", (h) => got.push(h));
+    check(`ethers/on("pending") answered`, await until(() => answered() === 1));
+    const tx = await new Wallet(KEY0, p).sendTransaction({ to: ACCOUNT1, value: 1n });
+    await tx.wait(1, 15_000);
+    const seen = await until(() => got.includes(tx.hash), 5_000);
+    await p.off("pending");
+    check(`ethers/off("pending"): ${ends}`, await until(() => answered.unsubscribed() === 1));
+    return { seen, got, sent: tx.hash };
+}
+
 async function ethersBuiltin(gw) {
     const { p: g, payloads } = provider(gw);
     await step("ethers/getNetwork", async () => same("ethers/getNetwork", (await g.getNetwork()).chainId, 31337n));
@@ -608,17 +625,8 @@ async function ethersBuiltin(gw) {
     // Polling (HTTP): ethers watches the pool through
     // eth_newPendingTransactionFilter and eth_getFilterChanges.
     await step('ethers/on("pending") (polling filter)', async () => {
-        const answered = subscribed(g);
-        const got = [];
-        await g.on("pending", (h) => got.push(h));
-        check("ethers/eth_newPendingTransactionFilter answered", await until(() => answered() === 1));
-        const w = new Wallet(KEY0, g);
-        const tx = await w.sendTransaction({ to: ACCOUNT1, value: 1n });
-        await tx.wait(1, 15_000);
-        const seen = await until(() => got.includes(tx.hash), 5_000);
-        await g.off("pending");
-        check('ethers/on("pending") (polling filter)', seen, { got, sent: tx.hash });
-        check("ethers/off: eth_uninstallFilter", await until(() => answered.unsubscribed() === 1));
+        const seen = await pendingSeen(g, "eth_uninstallFilter");
+        check('ethers/on("pending") (polling filter)', seen.seen, seen);
         check(
             'ethers/on("pending") used a filter',
             payloads.some((x) => [x].flat().some((m) => m.method === "eth_newPendingTransactionFilter")),
@@ -628,18 +636,9 @@ async function ethersBuiltin(gw) {
     g.destroy();
     await step('ethers/ws on("pending")', async () => {
         const ws = new WebSocketProvider(wsUrl(gw), undefined, { cacheTimeout: -1 });
-        const answered = subscribed(ws);
         try {
-            const got = [];
-            await ws.on("pending", (h) => got.push(h));
-            check("ethers/ws eth_subscribe newPendingTransactions answered", await until(() => answered() === 1));
-            const w = new Wallet(KEY0, ws);
-            const tx = await w.sendTransaction({ to: ACCOUNT1, value: 1n });
-            await tx.wait(1, 15_000);
-            const seen = await until(() => got.includes(tx.hash), 5_000);
-            check('ethers/ws on("pending"): eth_subscribe newPendingTransactions', seen, { got, sent: tx.hash });
-            await ws.off("pending");
-            check("ethers/ws off: eth_unsubscribe", await until(() => answered.unsubscribed() === 1));
+            const seen = await pendingSeen(ws, "eth_unsubscribe");
+            check('ethers/ws on("pending"): eth_subscribe newPendingTransactions', seen.seen, seen);
         } finally {
             await ws.destroy();
         }
