@@ -272,6 +272,18 @@ def builtin(gw_url):
         got = b.execute()
     check("batch", got[1] == before + 10**18 and got[2] == nonce + 1, got)
     check("get_logs empty", g.eth.get_logs({"fromBlock": 0}) == [])
+    # geth's filters, as web3.py polls them: a block filter and a pending
+    # transaction filter see the next transfer; uninstalled once.
+    blocks = g.eth.filter("latest")
+    pending = g.eth.filter("pending")
+    receipt = send_value(g, nonce + 1, ACCOUNT1, 1)
+    check("block filter", blocks.get_new_entries() == [receipt.blockHash], receipt.blockHash)
+    check("pending filter", pending.get_new_entries() == [receipt.transactionHash], receipt.transactionHash)
+    check("block filter: nothing new", blocks.get_new_entries() == [])
+    events = g.eth.filter({"fromBlock": 0, "address": ACCOUNT1})
+    check("log filter: get_all_entries (transfers emit none)", events.get_all_entries() == [])
+    check("uninstall_filter", g.eth.uninstall_filter(blocks.filter_id) is True)
+    check("uninstall_filter again", g.eth.uninstall_filter(blocks.filter_id) is False)
 
 
 def run(part, *args):
