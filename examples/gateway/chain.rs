@@ -200,6 +200,8 @@ pub const FILTER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub const MAX_FILTERS: usize = 10_000;
 
 struct Filter {
+    /// Its id's value (the key it is kept under).
+    key: u128,
     kind: FilterKind,
     /// The head when it was made or last polled: its changes are the
     /// blocks after it.
@@ -356,13 +358,14 @@ impl Chain {
             s.filters.retain(|_, f| f.polled.elapsed() < timeout);
             if s.filters.len() >= MAX_FILTERS {
                 return Err(server_error(format!(
-                    "too many filters: {MAX_FILTERS} installed; uninstall some (eth_uninstallFilter) or leave them unpolled for {} s",
+                    "too many filters: {MAX_FILTERS} installed (eth_uninstallFilter removes one; one unpolled for {} s expires)",
                     timeout.as_secs()
                 )));
             }
         }
         let id = SubscriptionId::random();
         let filter = Filter {
+            key: id.as_u128(),
             kind,
             seen: s.head(),
             polled: Instant::now(),
@@ -422,9 +425,12 @@ impl Chain {
     /// `eth_uninstallFilter`: whether a filter `id` was installed.
     pub fn uninstall_filter(&self, id: &str) -> bool {
         let mut s = self.lock();
-        let timeout = self.filter_timeout;
-        s.live_filter(id, timeout).is_ok()
-            && SubscriptionId::parse(id).is_some_and(|id| s.filters.remove(&id.as_u128()).is_some())
+        // An expired filter is gone already (removed by the lookup).
+        let Ok(filter) = s.live_filter(id, self.filter_timeout) else {
+            return false;
+        };
+        let key = filter.key;
+        s.filters.remove(&key).is_some()
     }
 
     /// Balance and nonce of `address` at `block`.

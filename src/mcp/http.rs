@@ -30,7 +30,8 @@
 //! header; every later request must carry it (400 without, 404 when unknown
 //! or ended). A session ends on `DELETE`, when pushed out past
 //! [`HttpConfig::max_sessions`], or after
-//! [`HttpConfig::session_idle_timeout`] (30 minutes) with nothing running. An `MCP-Protocol-Version` header naming a revision this layer
+//! [`HttpConfig::session_idle_timeout`] (30 minutes) with nothing running.
+//! An `MCP-Protocol-Version` header naming a revision this layer
 //! does not speak is 400 (a request without the header is served in the
 //! session's revision). `notifications/cancelled` stops the named call of
 //! the session, whose response stream then ends without a reply.

@@ -38,7 +38,7 @@ struct Inner {
     /// cancellation that comes after its call ended is dropped, not kept
     /// for a request that will not come.
     finished: VecDeque<Box<[u8]>>,
-    /// The session ended (HTTP `DELETE`, or evicted): its running calls
+    /// Its client ended the session (HTTP `DELETE`): its running calls
     /// were cancelled, and a call registering late is not run.
     ended: bool,
 }
