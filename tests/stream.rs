@@ -920,6 +920,61 @@ async fn graceful_shutdown_lets_a_slow_call_finish_and_writes_its_reply_whole() 
     assert!(TcpStream::connect(addr).await.is_err());
 }
 
+/// At a shutdown, a call waiting for its client's answer gets it: the
+/// driver reads on for answers through the grace period (as the WebSocket
+/// driver does), drops the other messages it reads then (a new request
+/// gets no reply), and ends once no answer is awaited. It stopped reading
+/// at once, so the call failed (`PeerError::Closed`) with its answer on
+/// the way. With each framer: the parser-framed path and the framer's.
+async fn a_shutdown_reads_the_answers_calls_wait_for(
+    framing: Framing,
+    framer: fn() -> Box<dyn Framer + Send>,
+) {
+    let server = Server::tcp(framer, Limits::default()).await;
+    let (r, mut w) = server.connect().await.into_split();
+    let mut messages = Messages::new(r, framing);
+    w.write_all(&framed(framing, &[request(1, "ask_client", json!([]))]))
+        .await
+        .unwrap();
+    let asked = messages.expect().await;
+    assert_eq!(asked["method"], "client/ping", "{asked}");
+    server.shutdown.trigger();
+    // The driver's task takes the signal as it wakes; what follows must
+    // come after (were it taken first, request 2 would be answered).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer =
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"pong": true}}))
+            .unwrap();
+    w.write_all(&framed(
+        framing,
+        &[request(2, "add", json!([1, 2])), answer],
+    ))
+    .await
+    .unwrap();
+    let reply = messages.expect().await;
+    assert_eq!(reply["id"], 1, "{framing:?}: {reply}");
+    assert_eq!(
+        reply["result"],
+        json!({"pong": true}),
+        "{framing:?}: {reply}"
+    );
+    messages.expect_end().await;
+    tokio::time::timeout(PATIENCE, server.task)
+        .await
+        .expect("the server stops once the call is answered")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_reads_answers_with_each_framer() {
+    a_shutdown_reads_the_answers_calls_wait_for(Framing::Lines, || Box::new(Lines::new())).await;
+    a_shutdown_reads_the_answers_calls_wait_for(Framing::Concatenated, || {
+        Box::new(Concatenated::new())
+    })
+    .await;
+    a_shutdown_reads_the_answers_calls_wait_for(Framing::Lsp, || Box::new(Lsp::new())).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shutdown_grace_bounds_a_call_that_never_finishes() {
     let d = dispatcher();

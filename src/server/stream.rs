@@ -71,12 +71,16 @@
 //!   not one (a message cut short) get the parser's -32700, or with LSP
 //!   framing (a frame shorter than its `Content-Length`) are dropped
 //!   ([`Framer::finish`]).
-//!   On [`Shutdown`] it stops reading, lets the calls in flight finish
-//!   within [`Limits::shutdown_grace`], writes their replies whole, and
-//!   closes; messages read but not started yet (pipelined behind the
-//!   calls in flight) are not run and get no answer, as if they had not
-//!   been read: as with an HTTP/1.1 server closing a pipelined
-//!   connection, a client resends what was not answered. A connection idle for [`Limits::idle_timeout`] is closed and
+//!   On [`Shutdown`] it stops taking messages, lets the calls in flight
+//!   finish within [`Limits::shutdown_grace`], writes their replies
+//!   whole, and closes; messages read but not started yet (pipelined
+//!   behind the calls in flight) are not run and get no answer, as if
+//!   they had not been read: as with an HTTP/1.1 server closing a
+//!   pipelined connection, a client resends what was not answered. While
+//!   handlers wait for their client's answers to their requests
+//!   ([`Context::peer`]), it reads on for those answers (as the WebSocket
+//!   driver does), dropping the other messages it reads, so that those
+//!   calls can finish within the grace. A connection idle for [`Limits::idle_timeout`] is closed and
 //!   counted ([`LimitKind::Idle`]); one that runs calls or holds
 //!   subscriptions is not idle (its client may wait long for a
 //!   notification, and a stream has no ping) unless notifications wait
@@ -567,6 +571,7 @@ impl<F: Framer> Driver<F> {
             arena: bumpalo::Bump::new(),
             reason: CloseReason::Eof,
             calls_dropped: false,
+            draining: false,
             closing: false,
             paused: false,
             idle_timeout,
@@ -769,6 +774,10 @@ struct Io<'d, S, K, F, R, W> {
     reason: CloseReason,
     /// The shutdown grace passed: calls in flight were dropped.
     calls_dropped: bool,
+    /// Shut down while handlers wait for their client's answers to their
+    /// requests: reading goes on for those answers (other messages read
+    /// are dropped, as those not read yet are) until none is awaited.
+    draining: bool,
     /// Everything is done: shutting the writer down.
     closing: bool,
     /// Reading is stopped for backpressure.
@@ -923,6 +932,16 @@ where
     /// Starts a framed message, or holds it while the calls in flight are
     /// at the limit (answers to the handlers' requests excepted).
     fn take_frame(&mut self, frame: Bytes) {
+        if self.draining {
+            if self.starts_at_limit(&frame) {
+                self.start_message(frame);
+            } else {
+                // Dropped: no call starts once shut down.
+                self.peaks.messages_read += 1;
+            }
+            self.drained();
+            return;
+        }
         if (self.backpressured() || !self.held.is_empty())
             && !(self.conn.awaits_client_answers() && self.starts_at_limit(&frame))
         {
@@ -940,6 +959,7 @@ where
 
     /// Frames the bytes buffered and starts each message, while allowed.
     fn take_messages(&mut self) -> bool {
+        self.drained();
         let mut progress = false;
         while !self.held.is_empty() && !self.backpressured() {
             if let Some(frame) = self.held.pop_front() {
@@ -950,7 +970,9 @@ where
                 }
             }
         }
-        while self.input != Input::Stopped && (!self.backpressured() || self.reads_at_limit()) {
+        while self.input != Input::Stopped
+            && (self.draining || !self.backpressured() || self.reads_at_limit())
+        {
             if self.parser_frames && !self.framing {
                 progress |= self.take_parsed();
                 // At the end of the input the framer decides what is left,
@@ -972,7 +994,7 @@ where
                     // the calls are at their limit: each return to parsing
                     // copied the rest of the buffer back for the framer,
                     // once per message held (the framer frames in place).
-                    if self.framing && !self.backpressured() {
+                    if self.framing && !self.draining && !self.backpressured() {
                         self.framing = false;
                         self.framer.skip(0);
                     }
@@ -1037,6 +1059,11 @@ where
         let mut started = false;
         let mut blocked = false;
         loop {
+            if self.draining {
+                // Shut down by a handler of a message just started: the
+                // framer takes the rest, telling answers from the others.
+                break;
+            }
             if self.input == Input::Stopped {
                 blocked = true;
                 break;
@@ -1288,7 +1315,7 @@ where
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> io::Result<bool> {
         if self.input != Input::Open
             || !self.wants_bytes
-            || (self.backpressured() && !self.reads_at_limit())
+            || (!self.draining && self.backpressured() && !self.reads_at_limit())
         {
             return Ok(false);
         }
@@ -1352,12 +1379,42 @@ where
         }
     }
 
-    /// The shutdown was triggered: no more input, the grace starts.
+    /// The shutdown was triggered: no more messages are taken, the grace
+    /// starts. While handlers wait for their client's answers, the input
+    /// is still read for those (as the WebSocket driver does): their calls
+    /// can then finish within the grace rather than fail at once.
     fn shut_down(&mut self) {
         self.shutdown = None;
         self.shutdown_signal = None;
-        self.stop(CloseReason::Shutdown);
         self.grace = Some(Box::pin(tokio::time::sleep(self.shutdown_grace)));
+        if self.input == Input::Open && self.conn.awaits_client_answers() {
+            self.draining = true;
+            self.reason = CloseReason::Shutdown;
+            // Not started: as the messages not read yet.
+            self.held.clear();
+            // Every message goes through the framer from here, which
+            // tells answers from the rest (`take_frame`); bytes the parser
+            // paused on go back in front of the buffer, where the framer
+            // starts afresh (`Framer::skip` was called for them).
+            if !self.parsed.is_empty() {
+                let mut joined = BytesMut::from(&self.parsed[..]);
+                joined.extend_from_slice(&self.rbuf);
+                self.rbuf = joined;
+                self.parsed = Bytes::new();
+            }
+            self.framing = true;
+        } else {
+            self.stop(CloseReason::Shutdown);
+        }
+    }
+
+    /// Draining, and no answer is awaited any more (the calls that waited
+    /// finished, or were dropped at the grace's end): nothing more is read.
+    fn drained(&mut self) {
+        if self.draining && !self.conn.awaits_client_answers() {
+            self.draining = false;
+            self.stop(CloseReason::Shutdown);
+        }
     }
 
     /// Whether the shutdown was triggered since the last look (by a
