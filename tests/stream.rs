@@ -108,6 +108,25 @@ fn dispatcher() -> D {
                 .decode::<Value>()
                 .map_err(|e| RpcError::internal(e.to_string()))
         })
+        .async_method("ask_client_twice", |call: AsyncCall<State>| async move {
+            let peer = call
+                .ctx
+                .peer()
+                .ok_or_else(|| RpcError::internal("one-way"))?;
+            let mut answers = Vec::new();
+            for turn in ["first", "second"] {
+                let answer = peer
+                    .request("client/ping", Some(&json!([turn])), Duration::from_secs(30))
+                    .await
+                    .map_err(|e| RpcError::internal(e.to_string()))?;
+                answers.push(
+                    answer
+                        .decode::<Value>()
+                        .map_err(|e| RpcError::internal(e.to_string()))?,
+                );
+            }
+            Ok::<_, RpcError>(answers)
+        })
         .build()
         .unwrap()
 }
@@ -965,6 +984,51 @@ async fn a_shutdown_reads_the_answers_calls_wait_for(
         .unwrap();
 }
 
+/// Draining, a call that got its answer and asks its client again still
+/// gets the second answer: reading pauses between (nothing is awaited)
+/// and resumes, and the input stops only once no call runs.
+async fn a_shutdown_reads_a_second_question_s_answer(
+    framing: Framing,
+    framer: fn() -> Box<dyn Framer + Send>,
+) {
+    let server = Server::tcp(framer, Limits::default()).await;
+    let (r, mut w) = server.connect().await.into_split();
+    let mut messages = Messages::new(r, framing);
+    w.write_all(&framed(
+        framing,
+        &[request(1, "ask_client_twice", json!([]))],
+    ))
+    .await
+    .unwrap();
+    let answer = |asked: &Value, result: Value| {
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": result})).unwrap()
+    };
+    let first = messages.expect().await;
+    assert_eq!(first["params"], json!(["first"]), "{first}");
+    server.shutdown.trigger();
+    // As above: the signal is taken before what follows.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    w.write_all(&framed(framing, &[answer(&first, json!(1))]))
+        .await
+        .unwrap();
+    let second = messages.expect().await;
+    assert_eq!(second["params"], json!(["second"]), "{framing:?}: {second}");
+    w.write_all(&framed(
+        framing,
+        &[request(2, "add", json!([1, 2])), answer(&second, json!(2))],
+    ))
+    .await
+    .unwrap();
+    let reply = messages.expect().await;
+    assert_eq!(reply["id"], 1, "{framing:?}: {reply}");
+    assert_eq!(reply["result"], json!([1, 2]), "{framing:?}: {reply}");
+    messages.expect_end().await;
+    tokio::time::timeout(PATIENCE, server.task)
+        .await
+        .expect("the server stops once the call is answered")
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_reads_answers_with_each_framer() {
     a_shutdown_reads_the_answers_calls_wait_for(Framing::Lines, || Box::new(Lines::new())).await;
@@ -973,6 +1037,12 @@ async fn a_shutdown_reads_answers_with_each_framer() {
     })
     .await;
     a_shutdown_reads_the_answers_calls_wait_for(Framing::Lsp, || Box::new(Lsp::new())).await;
+    a_shutdown_reads_a_second_question_s_answer(Framing::Lines, || Box::new(Lines::new())).await;
+    a_shutdown_reads_a_second_question_s_answer(Framing::Concatenated, || {
+        Box::new(Concatenated::new())
+    })
+    .await;
+    a_shutdown_reads_a_second_question_s_answer(Framing::Lsp, || Box::new(Lsp::new())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1315,6 +1315,7 @@ where
     fn poll_read(&mut self, cx: &mut TaskContext<'_>) -> io::Result<bool> {
         if self.input != Input::Open
             || !self.wants_bytes
+            || (self.draining && !self.conn.awaits_client_answers())
             || (!self.draining && self.backpressured() && !self.reads_at_limit())
         {
             return Ok(false);
@@ -1408,10 +1409,12 @@ where
         }
     }
 
-    /// Draining, and no answer is awaited any more (the calls that waited
-    /// finished, or were dropped at the grace's end): nothing more is read.
+    /// Draining, no answer awaited and no call running any more (the
+    /// calls finished, or were dropped at the grace's end): nothing more
+    /// is read. While calls run, one may still ask its client something
+    /// (reading resumes for that answer).
     fn drained(&mut self) {
-        if self.draining && !self.conn.awaits_client_answers() {
+        if self.draining && !self.conn.awaits_client_answers() && self.in_flight() == 0 {
             self.draining = false;
             self.stop(CloseReason::Shutdown);
         }
