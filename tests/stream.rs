@@ -942,86 +942,53 @@ async fn graceful_shutdown_lets_a_slow_call_finish_and_writes_its_reply_whole() 
 /// At a shutdown, a call waiting for its client's answer gets it: the
 /// driver reads on for answers through the grace period (as the WebSocket
 /// driver does), drops the other messages it reads then (a new request
-/// gets no reply), and ends once no answer is awaited. It stopped reading
-/// at once, so the call failed (`PeerError::Closed`) with its answer on
-/// the way. With each framer: the parser-framed path and the framer's.
+/// gets no reply), and ends once no answer is awaited and no call runs (a
+/// call that asks again after its first answer gets the second). It
+/// stopped reading at once, so the call failed (`PeerError::Closed`) with
+/// its answer on the way. With each framer: the parser-framed path and
+/// the framer's; the call asks once (`ask_client`) or twice.
 async fn a_shutdown_reads_the_answers_calls_wait_for(
     framing: Framing,
     framer: fn() -> Box<dyn Framer + Send>,
+    twice: bool,
 ) {
     let server = Server::tcp(framer, Limits::default()).await;
     let (r, mut w) = server.connect().await.into_split();
     let mut messages = Messages::new(r, framing);
-    w.write_all(&framed(framing, &[request(1, "ask_client", json!([]))]))
+    let method = if twice {
+        "ask_client_twice"
+    } else {
+        "ask_client"
+    };
+    w.write_all(&framed(framing, &[request(1, method, json!([]))]))
         .await
         .unwrap();
-    let asked = messages.expect().await;
+    let answer = |asked: &Value, result: Value| {
+        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": result})).unwrap()
+    };
+    let mut asked = messages.expect().await;
     assert_eq!(asked["method"], "client/ping", "{asked}");
     server.shutdown.trigger();
     // The driver's task takes the signal as it wakes; what follows must
     // come after (were it taken first, request 2 would be answered).
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let answer =
-        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"pong": true}}))
+    if twice {
+        w.write_all(&framed(framing, &[answer(&asked, json!(1))]))
+            .await
             .unwrap();
+        asked = messages.expect().await;
+        assert_eq!(asked["params"], json!(["second"]), "{framing:?}: {asked}");
+    }
     w.write_all(&framed(
         framing,
-        &[request(2, "add", json!([1, 2])), answer],
+        &[request(2, "add", json!([1, 2])), answer(&asked, json!(2))],
     ))
     .await
     .unwrap();
     let reply = messages.expect().await;
+    let want = if twice { json!([1, 2]) } else { json!(2) };
     assert_eq!(reply["id"], 1, "{framing:?}: {reply}");
-    assert_eq!(
-        reply["result"],
-        json!({"pong": true}),
-        "{framing:?}: {reply}"
-    );
-    messages.expect_end().await;
-    tokio::time::timeout(PATIENCE, server.task)
-        .await
-        .expect("the server stops once the call is answered")
-        .unwrap();
-}
-
-/// Draining, a call that got its answer and asks its client again still
-/// gets the second answer: reading pauses between (nothing is awaited)
-/// and resumes, and the input stops only once no call runs.
-async fn a_shutdown_reads_a_second_question_s_answer(
-    framing: Framing,
-    framer: fn() -> Box<dyn Framer + Send>,
-) {
-    let server = Server::tcp(framer, Limits::default()).await;
-    let (r, mut w) = server.connect().await.into_split();
-    let mut messages = Messages::new(r, framing);
-    w.write_all(&framed(
-        framing,
-        &[request(1, "ask_client_twice", json!([]))],
-    ))
-    .await
-    .unwrap();
-    let answer = |asked: &Value, result: Value| {
-        serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": result})).unwrap()
-    };
-    let first = messages.expect().await;
-    assert_eq!(first["params"], json!(["first"]), "{first}");
-    server.shutdown.trigger();
-    // As above: the signal is taken before what follows.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    w.write_all(&framed(framing, &[answer(&first, json!(1))]))
-        .await
-        .unwrap();
-    let second = messages.expect().await;
-    assert_eq!(second["params"], json!(["second"]), "{framing:?}: {second}");
-    w.write_all(&framed(
-        framing,
-        &[request(2, "add", json!([1, 2])), answer(&second, json!(2))],
-    ))
-    .await
-    .unwrap();
-    let reply = messages.expect().await;
-    assert_eq!(reply["id"], 1, "{framing:?}: {reply}");
-    assert_eq!(reply["result"], json!([1, 2]), "{framing:?}: {reply}");
+    assert_eq!(reply["result"], want, "{framing:?}: {reply}");
     messages.expect_end().await;
     tokio::time::timeout(PATIENCE, server.task)
         .await
@@ -1031,18 +998,22 @@ async fn a_shutdown_reads_a_second_question_s_answer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_reads_answers_with_each_framer() {
-    a_shutdown_reads_the_answers_calls_wait_for(Framing::Lines, || Box::new(Lines::new())).await;
-    a_shutdown_reads_the_answers_calls_wait_for(Framing::Concatenated, || {
-        Box::new(Concatenated::new())
-    })
-    .await;
-    a_shutdown_reads_the_answers_calls_wait_for(Framing::Lsp, || Box::new(Lsp::new())).await;
-    a_shutdown_reads_a_second_question_s_answer(Framing::Lines, || Box::new(Lines::new())).await;
-    a_shutdown_reads_a_second_question_s_answer(Framing::Concatenated, || {
-        Box::new(Concatenated::new())
-    })
-    .await;
-    a_shutdown_reads_a_second_question_s_answer(Framing::Lsp, || Box::new(Lsp::new())).await;
+    for twice in [false, true] {
+        a_shutdown_reads_the_answers_calls_wait_for(
+            Framing::Lines,
+            || Box::new(Lines::new()),
+            twice,
+        )
+        .await;
+        a_shutdown_reads_the_answers_calls_wait_for(
+            Framing::Concatenated,
+            || Box::new(Concatenated::new()),
+            twice,
+        )
+        .await;
+        a_shutdown_reads_the_answers_calls_wait_for(Framing::Lsp, || Box::new(Lsp::new()), twice)
+            .await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
