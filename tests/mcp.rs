@@ -11,8 +11,11 @@ use rpcwire::mcp::http::HttpConfig;
 use rpcwire::mcp::{Content, LogLevel, McpServer, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
+#[path = "support/eventually.rs"]
+mod eventually;
 #[path = "support/mcp_http.rs"]
 mod mcp_http;
+use eventually::eventually;
 use mcp_http::{
     CT, JSON_SSE, asking_server, http_server, http_server_with, http_session, in_memory as send,
     post, request,
@@ -1167,19 +1170,10 @@ async fn http_session_end_cancels_its_running_calls() {
     };
     let calls = [held(&sid, 7), held(&sid, 8)];
     let elsewhere = held(&other, 7);
-    let wait_for = |what: &'static str, counter: &Arc<AtomicUsize>, n: usize| {
-        let counter = Arc::clone(counter);
-        async move {
-            tokio::time::timeout(Duration::from_secs(10), async {
-                while counter.load(Ordering::SeqCst) < n {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-            })
-            .await
-            .unwrap_or_else(|_| panic!("timed out waiting for {what}"));
-        }
-    };
-    wait_for("the three calls to start", &started, 3).await;
+    eventually("the three calls to start", || {
+        started.load(Ordering::SeqCst) >= 3
+    })
+    .await;
     assert_eq!(dropped.load(Ordering::SeqCst), 0);
     assert_eq!(
         request(a, "DELETE", &[("mcp-session-id", &sid)], "")
@@ -1195,7 +1189,10 @@ async fn http_session_end_cancels_its_running_calls() {
         assert_eq!(r.status, 200);
         assert!(r.events().is_empty(), "{}", r.body);
     }
-    wait_for("the ended session's handlers dropped", &dropped, 2).await;
+    eventually("the ended session's handlers dropped", || {
+        dropped.load(Ordering::SeqCst) >= 2
+    })
+    .await;
     // The other session's call runs on.
     assert!(!elsewhere.is_finished());
     assert_eq!(dropped.load(Ordering::SeqCst), 2);

@@ -15,8 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+#[path = "support/eventually.rs"]
+mod eventually;
 #[path = "support/example_binary.rs"]
 mod example_binary;
+use eventually::eventually;
 
 use example_binary::example_binary;
 use rpcwire::dispatch::{AsyncCall, WithAsync};
@@ -328,17 +331,6 @@ impl Server {
             .unwrap();
         self.metrics
     }
-}
-
-/// Waits until `cond` holds (checked every few milliseconds).
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let waited = tokio::time::timeout(PATIENCE, async {
-        while !cond() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await;
-    assert!(waited.is_ok(), "timed out waiting for {what}");
 }
 
 #[cfg(unix)]

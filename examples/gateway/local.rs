@@ -505,22 +505,30 @@ fn read_log_filter(filter: &LogFilter<'_>) -> Result<(), RpcError> {
     read_addresses_and_topics(filter)
 }
 
+/// geth's optional `fullTx` (`newPendingTransactions` filters and
+/// subscriptions): whole transactions rather than hashes.
+fn full_tx(p: &mut EthParams<'_>) -> Result<bool, RpcError> {
+    let full = p.optional("fullTx").map(|v| v.boolean()).transpose()?;
+    Ok(full.unwrap_or(false))
+}
+
+/// Installs a filter of `kind` and answers its id.
+fn install_filter(c: C<'_>, kind: FilterKind) -> Answer {
+    let id = c.state.new_filter(kind)?;
+    c.reply.str(&id.to_string())
+}
+
 fn new_block_filter(c: C<'_>) -> Answer {
     EthParams::new(c.params).finish()?;
-    let id = c.state.new_filter(FilterKind::Blocks)?;
-    c.reply.str(&id.to_string())
+    install_filter(c, FilterKind::Blocks)
 }
 
 /// `eth_newPendingTransactionFilter`, with geth's optional `fullTx`.
 fn new_pending_transaction_filter(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
-    let full = p.optional("fullTx").map(|v| v.boolean()).transpose()?;
+    let full = full_tx(&mut p)?;
     p.finish()?;
-    let kind = FilterKind::PendingTransactions {
-        full: full.unwrap_or(false),
-    };
-    let id = c.state.new_filter(kind)?;
-    c.reply.str(&id.to_string())
+    install_filter(c, FilterKind::PendingTransactions { full })
 }
 
 fn new_filter(c: C<'_>) -> Answer {
@@ -528,8 +536,7 @@ fn new_filter(c: C<'_>) -> Answer {
     let filter = p.required("filter")?.log_filter()?;
     p.finish()?;
     read_log_filter(&filter)?;
-    let id = c.state.new_filter(FilterKind::Logs)?;
-    c.reply.str(&id.to_string())
+    install_filter(c, FilterKind::Logs)
 }
 
 /// The one parameter of the filter methods: a filter id (a string; one
@@ -585,12 +592,9 @@ fn subscribe(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let kind = match p.required("subscriptionName")?.value().as_str() {
         Some("newHeads") => Subscription::NewHeads,
-        Some("newPendingTransactions") => {
-            let full = p.optional("fullTx").map(|v| v.boolean()).transpose()?;
-            Subscription::NewPendingTransactions {
-                full: full.unwrap_or(false),
-            }
-        }
+        Some("newPendingTransactions") => Subscription::NewPendingTransactions {
+            full: full_tx(&mut p)?,
+        },
         Some("logs") => {
             if let Some(filter) = p.optional("filter") {
                 read_log_filter(&filter.log_filter()?)?;

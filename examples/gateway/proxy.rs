@@ -137,13 +137,6 @@ impl Drop for Running<'_> {
     }
 }
 
-impl Gateway {
-    /// The deny rule `method` falls under, if any.
-    fn denied(&self, method: &str) -> Option<&str> {
-        config::deny_rule(&self.deny, method)
-    }
-}
-
 /// A forwarded call's outcome: the upstream's `result` bytes (written as
 /// they are; the dispatcher writes the client's id around them), or an
 /// error (an upstream's error object passes through as [`RpcError::raw`]).
@@ -384,7 +377,7 @@ async fn route_state(
 fn fallback(call: AsyncCall<Gateway>) -> impl Future<Output = Forwarded> + Send {
     // Either the answer or `forward`'s future, not both in one.
     let method = call.method();
-    let refused = match call.state.denied(method) {
+    let refused = match config::deny_rule(&call.state.deny, method) {
         Some(rule) => errors::denied(method, rule),
         None if method.ends_with("_subscribe") || method.ends_with("_unsubscribe") => {
             errors::unrelayed_subscription(method)

@@ -80,7 +80,8 @@
 //!   handlers wait for their client's answers to their requests
 //!   ([`Context::peer`]), it reads on for those answers (as the WebSocket
 //!   driver does), dropping the other messages it reads, so that those
-//!   calls can finish within the grace. A connection idle for [`Limits::idle_timeout`] is closed and
+//!   calls can finish within the grace.
+//!   A connection idle for [`Limits::idle_timeout`] is closed and
 //!   counted ([`LimitKind::Idle`]); one that runs calls or holds
 //!   subscriptions is not idle (its client may wait long for a
 //!   notification, and a stream has no ping) unless notifications wait
@@ -1049,10 +1050,8 @@ where
             // Not reached (nothing is read while bytes wait here), but
             // correct: the waiting bytes come first.
             (false, false) => {
-                let mut joined = BytesMut::from(&self.parsed[..]);
-                joined.extend_from_slice(&self.rbuf.split());
-                self.parsed = Bytes::new();
-                joined.freeze()
+                self.rejoin_parsed();
+                self.rbuf.split().freeze()
             }
         };
         let mut at = 0;
@@ -1123,6 +1122,18 @@ where
             self.rbuf.extend_from_slice(&rest);
         }
         started
+    }
+
+    /// Puts the bytes the one-pass parser paused on (`parsed`) back in
+    /// front of those read since (`rbuf`).
+    fn rejoin_parsed(&mut self) {
+        if self.parsed.is_empty() {
+            return;
+        }
+        let mut joined = BytesMut::from(&self.parsed[..]);
+        joined.extend_from_slice(&self.rbuf);
+        self.rbuf = joined;
+        self.parsed = Bytes::new();
     }
 
     /// Starts one framed message (or refuses it, over the message limit).
@@ -1394,15 +1405,10 @@ where
             // Not started: as the messages not read yet.
             self.held.clear();
             // Every message goes through the framer from here, which
-            // tells answers from the rest (`take_frame`); bytes the parser
-            // paused on go back in front of the buffer, where the framer
-            // starts afresh (`Framer::skip` was called for them).
-            if !self.parsed.is_empty() {
-                let mut joined = BytesMut::from(&self.parsed[..]);
-                joined.extend_from_slice(&self.rbuf);
-                self.rbuf = joined;
-                self.parsed = Bytes::new();
-            }
+            // tells answers from the rest (`take_frame`); it starts afresh
+            // on the bytes the parser paused on (`Framer::skip` was called
+            // for them).
+            self.rejoin_parsed();
             self.framing = true;
         } else {
             self.stop(CloseReason::Shutdown);

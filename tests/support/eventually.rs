@@ -5,8 +5,9 @@
 use std::time::Duration;
 
 /// How long [`eventually`] waits before it fails: far beyond any wait
-/// that passes, so that only a condition that never comes reaches it.
-pub const PATIENCE: Duration = Duration::from_secs(10);
+/// that passes (on a loaded CI host too), so that only a condition that
+/// never comes reaches it.
+pub const PATIENCE: Duration = Duration::from_secs(60);
 
 /// Waits until `done` holds; panics naming `what` after [`PATIENCE`].
 pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
