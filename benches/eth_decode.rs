@@ -27,6 +27,10 @@
 //! does, against const-hex on the padded digits) and addresses (40 digits:
 //! the library (const-hex after its checks) against bare const-hex and a
 //! table per digit).
+//!
+//! `ETH_RATIOS=<passes>` prints paired ratios instead (see `paired_ratios`),
+//! and `ETH_PROFILE=<method>` runs one decoder alone for a profiler (see
+//! `profile_loop`).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -423,6 +427,17 @@ fn rpcwire_request(method: &str, msg: &[u8], arena: &bumpalo::Bump) -> Sum {
     ours_decode(method, req.params().unwrap(), arena)
 }
 
+/// The params of each message, read by rpcwire's envelope parser.
+fn params_of<'a>(messages: &'a [Vec<u8>], arena: &'a bumpalo::Bump) -> Vec<Params<'a>> {
+    messages
+        .iter()
+        .map(|m| {
+            let entry = rpcwire::parse(m, arena).unwrap().into_single().unwrap();
+            entry.request().unwrap().params().unwrap()
+        })
+        .collect()
+}
+
 /// Paired ratios, robust to a shared machine's load: chunk by chunk (8
 /// messages, each touched first as in `eth_params`), rpcwire, jsonrpsee
 /// and the serde tuple decode the same messages back to back (then the
@@ -440,19 +455,7 @@ fn paired_ratios(passes: usize) {
         }
         let messages = eth_params::messages(method, 0xe7 + k as u64, N);
         let parse_arena = bumpalo::Bump::new();
-        let params: Vec<Params<'_>> = messages
-            .iter()
-            .map(|m| {
-                rpcwire::parse(m, &parse_arena)
-                    .unwrap()
-                    .into_single()
-                    .unwrap()
-                    .request()
-                    .unwrap()
-                    .params()
-                    .unwrap()
-            })
-            .collect();
+        let params = params_of(&messages, &parse_arena);
         let texts: Vec<&str> = params.iter().map(|p| p.as_json()).collect();
         check_fully(method, &params, &texts, &messages);
         let want: Vec<Sum> = texts.iter().map(|t| jsonrpsee_decode(method, t)).collect();
@@ -558,27 +561,59 @@ fn paired_ratios(passes: usize) {
     }
 }
 
+/// One decoder alone over the corpus of `method`, for a profiler
+/// (`perf record`, `valgrind --tool=callgrind`): `ETH_PROFILE=<method>`,
+/// `ETH_WHO=jsonrpsee` for jsonrpsee's side (rpcwire's otherwise),
+/// `ETH_REPS=<passes>` (default 200). Each chunk of 8 messages is touched
+/// first, as in `eth_params`; prints the time per message.
+fn profile_loop(method: &str) {
+    let k = eth_params::METHODS
+        .iter()
+        .position(|m| *m == method)
+        .expect("ETH_PROFILE=<one of the four methods>");
+    let messages = eth_params::messages(method, 0xe7 + k as u64, N);
+    let parse_arena = bumpalo::Bump::new();
+    let params = params_of(&messages, &parse_arena);
+    let texts: Vec<&str> = params.iter().map(|p| p.as_json()).collect();
+    let jsonrpsee = std::env::var("ETH_WHO").is_ok_and(|w| w == "jsonrpsee");
+    let passes: usize =
+        std::env::var("ETH_REPS").map_or(200, |r| r.parse().expect("ETH_REPS=<passes>"));
+    let mut arena = bumpalo::Bump::with_capacity(64 * 1024);
+    let mut fold = 0u64;
+    let start = std::time::Instant::now();
+    for _ in 0..passes {
+        for (i, p) in params.iter().enumerate() {
+            if i % CHUNK == 0 {
+                for m in &messages[i..(i + CHUNK).min(N)] {
+                    touch(m);
+                }
+            }
+            arena.reset();
+            let s = if jsonrpsee {
+                jsonrpsee_decode(method, black_box(texts[i]))
+            } else {
+                ours_decode(method, black_box(*p), &arena)
+            };
+            fold = fold.wrapping_add(s.0);
+        }
+    }
+    let per = start.elapsed().as_nanos() as f64 / (passes * N) as f64;
+    println!("{method}: {per:.1} ns/message (fold {fold:x})");
+}
+
 fn bench_methods(c: &mut Criterion) {
     if let Ok(rounds) = std::env::var("ETH_RATIOS") {
         paired_ratios(rounds.parse().expect("ETH_RATIOS=<rounds>"));
         return;
     }
+    if let Ok(method) = std::env::var("ETH_PROFILE") {
+        profile_loop(&method);
+        return;
+    }
     for (k, method) in eth_params::METHODS.iter().enumerate() {
         let messages = eth_params::messages(method, 0xe7 + k as u64, N);
         let parse_arena = bumpalo::Bump::new();
-        let params: Vec<Params<'_>> = messages
-            .iter()
-            .map(|m| {
-                rpcwire::parse(m, &parse_arena)
-                    .unwrap()
-                    .into_single()
-                    .unwrap()
-                    .request()
-                    .unwrap()
-                    .params()
-                    .unwrap()
-            })
-            .collect();
+        let params = params_of(&messages, &parse_arena);
         let texts: Vec<&str> = params.iter().map(|p| p.as_json()).collect();
         check_fully(method, &params, &texts, &messages);
         let want: Vec<Sum> = texts.iter().map(|t| jsonrpsee_decode(method, t)).collect();
@@ -711,7 +746,7 @@ fn const_hex_quantity(raw: &[u8]) -> Option<u64> {
 }
 
 fn bench_hex(c: &mut Criterion) {
-    if std::env::var("ETH_RATIOS").is_ok() {
+    if std::env::var("ETH_RATIOS").is_ok() || std::env::var("ETH_PROFILE").is_ok() {
         return;
     }
     let mut g = c.benchmark_group("hex");

@@ -955,23 +955,32 @@ impl<'a> EthParams<'a> {
     /// `null`, which the execution API reads as `latest`):
     /// `optional(name).map(|p| p.block_id()).transpose()`, with tags and
     /// numbers read in one pass.
-    #[inline]
+    #[inline(always)]
     pub fn next_block_id(&mut self, name: &'static str) -> Result<Option<BlockId>, Invalid<'a>> {
+        if let Some((buf, start)) = self.peek()
+            && let Some((b, end)) = super::block::block_at(buf, start)
+        {
+            self.advance(end);
+            return Ok(Some(BlockId::from(b)));
+        }
+        self.next_block_id_slow(name)
+    }
+
+    /// [`next_block_id`](Self::next_block_id) past a tag or number: an
+    /// object, `null`, an absent parameter or an error.
+    #[inline(never)]
+    fn next_block_id_slow(&mut self, name: &'static str) -> Result<Option<BlockId>, Invalid<'a>> {
         let position = self.position;
-        if let Some((buf, start)) = self.peek() {
-            if let Some((b, end)) = super::block::block_at(buf, start) {
-                self.advance(end);
-                return Ok(Some(BlockId::from(b)));
-            }
-            if buf[start] == b'{' {
-                return match BlockId::parse_object_at(buf, start) {
-                    Ok((id, end)) => {
-                        self.advance(end);
-                        Ok(Some(id))
-                    }
-                    Err(e) => Err(self.refused(e, buf, start, name, position)),
-                };
-            }
+        if let Some((buf, start)) = self.peek()
+            && buf[start] == b'{'
+        {
+            return match BlockId::parse_object_at(buf, start) {
+                Ok((id, end)) => {
+                    self.advance(end);
+                    Ok(Some(id))
+                }
+                Err(e) => Err(self.refused(e, buf, start, name, position)),
+            };
         }
         self.optional(name).map(|p| p.block_id()).transpose()
     }
@@ -1042,7 +1051,20 @@ impl<'a> EthParams<'a> {
     }
 
     /// Checks that no params are left (geth refuses extra params).
+    #[inline]
     pub fn finish(mut self) -> Result<(), Invalid<'a>> {
+        // Positional params read to their end, or none given: the common
+        // case, without the refusal's code in line.
+        let done = match self.values.as_mut() {
+            Some(values) => values.peek().is_none(),
+            None => !self.named,
+        };
+        if done { Ok(()) } else { self.refuse_rest() }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn refuse_rest(mut self) -> Result<(), Invalid<'a>> {
         match self.values.as_mut().and_then(Iterator::next) {
             None if !self.named => Ok(()),
             None => Err(Invalid::absent(Reason::NotPositional)),
