@@ -120,28 +120,43 @@ fn fixed_then_cut<B: ReplyBuf + ?Sized, const N: usize>(out: &mut B, buf: &[u8; 
     out.truncate(at + len);
 }
 
-/// Appends `bytes`; short ones (ids) without a `memcpy` call: they are
-/// moved into a fixed buffer with overlapping word loads, as the router's
-/// keys are.
+/// Appends `bytes`; short ones (ids) without a `memcpy` call: their bytes
+/// are gathered into one integer with overlapping word loads, as the
+/// router's keys are, and appended whole. (Gathered into a stack buffer by
+/// pieces and copied from there in one 16-byte load, they waited for the
+/// pieces' stores: a store-forwarding stall in every reply.)
 #[inline(always)]
 pub(crate) fn small<B: ReplyBuf + ?Sized>(out: &mut B, bytes: &[u8]) {
     let n = bytes.len();
-    let mut buf = [0u8; 16];
-    if n > 16 {
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let quad = |at: usize| {
+        let mut q = [0u8; 4];
+        q.copy_from_slice(&bytes[at..at + 4]);
+        u32::from_le_bytes(q) as u64
+    };
+    let byte = |at: usize| (bytes[at] as u64) << (8 * at);
+    // Bytes 0..8 and 8..16, each in a word.
+    let (low, high) = if n > 16 {
         out.extend_from_slice(bytes);
         return;
-    } else if n >= 8 {
-        buf[..8].copy_from_slice(&bytes[..8]);
-        buf[n - 8..n].copy_from_slice(&bytes[n - 8..]);
+    } else if n > 8 {
+        // The last word's bytes past the first word's.
+        (word(0), word(n - 8) >> (8 * (16 - n)))
+    } else if n == 8 {
+        (word(0), 0)
     } else if n >= 4 {
-        buf[..4].copy_from_slice(&bytes[..4]);
-        buf[n - 4..n].copy_from_slice(&bytes[n - 4..]);
+        (quad(0) | quad(n - 4) << (8 * (n - 4)), 0)
     } else if n > 0 {
-        buf[0] = bytes[0];
-        buf[n / 2] = bytes[n / 2];
-        buf[n - 1] = bytes[n - 1];
-    }
-    fixed_then_cut(out, &buf, n);
+        (byte(0) | byte(n / 2) | byte(n - 1), 0)
+    } else {
+        (0, 0)
+    };
+    let gathered = low as u128 | (high as u128) << 64;
+    fixed_then_cut(out, &gathered.to_le_bytes(), n);
 }
 
 /// `"0x…"`: two lowercase hex digits per byte (an Ethereum DATA).
