@@ -1873,7 +1873,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     return self.refuse_whole(out);
                 };
                 let (Entry::Request(r), true) = (entry, is_async) else {
-                    self.answer(entry, id, scope, out, budget.allowance(too_large_len));
+                    self.answer(&entry, id, scope, out, budget.allowance(too_large_len));
                     return;
                 };
                 let m = engine.open_message(input, false, budget, &self.too_large);
@@ -1940,7 +1940,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                         self.report_unrun(entry.request().map(|r| r.method()), Some(id));
                     }
                     msg.decide_batch_entry(k, false, |into, id, allowance, _| {
-                        self.answer(entry, id, scope, into, allowance)
+                        self.answer(&entry, id, scope, into, allowance)
                     });
                 }
             }
@@ -2175,15 +2175,17 @@ impl<S: Send + Sync + 'static> Shared<S> {
         });
         let call = task.call.as_mut();
         let quiet = self.quiet;
-        let poll = |sink: Sink<'_>, limit: usize| {
+        let poll = |sink: &mut Sink<'_>, limit: usize| {
             let mut ready = None;
             let outer = gate.map(|(gate, seq)| gate.enter(seq));
-            let r = guard_panics(quiet, || match call.poll_reply(&mut cx, sink, limit) {
-                Poll::Ready(r) => {
-                    ready = Some(());
-                    r
+            let r = guard_panics(quiet, || {
+                match call.poll_reply(&mut cx, sink.reborrow(), limit) {
+                    Poll::Ready(r) => {
+                        ready = Some(());
+                        r
+                    }
+                    Poll::Pending => Ok(done_marker()),
                 }
-                Poll::Pending => Ok(done_marker()),
             });
             drop(outer);
             match ready {
@@ -2195,7 +2197,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let mut outcome = None;
         let finished = match task.target {
-            None => match poll(Sink::Dyn(&mut super::reply::Discard), usize::MAX) {
+            None => match poll(&mut Sink::Dyn(&mut super::reply::Discard), usize::MAX) {
                 Poll::Ready(r) => {
                     outcome = Some(super::notification_outcome(r.map(|_| ())));
                     true

@@ -74,7 +74,7 @@ pub enum WithAsync {}
 /// (with a [`Reply`] over `sink`, bounded by `limit`), and writes the
 /// returned value through a second one.
 pub(crate) type SyncFn<S> =
-    dyn Fn(Invocation<'_, S>, Sink<'_>, usize) -> Result<Done, RpcError> + Send + Sync;
+    dyn Fn(Invocation<'_, S>, &mut Sink<'_>, usize) -> Result<Done, RpcError> + Send + Sync;
 
 pub(crate) enum Handler<S> {
     Sync(Box<SyncFn<S>>),
@@ -337,7 +337,8 @@ where
     R: IntoResponse,
 {
     Box::new(
-        move |inv: Invocation<'_, S>, mut sink: Sink<'_>, limit: usize| {
+        // The sink by reference (see `reply::poll_reply`).
+        move |inv: Invocation<'_, S>, sink: &mut Sink<'_>, limit: usize| {
             let at = sink.len();
             let returned = handler(inv.into_call(Reply::new(sink.reborrow(), limit)));
             if !R::WRITTEN_BY_HANDLER {
@@ -345,7 +346,7 @@ where
                 // `Done` and returned a value: the value is the answer.
                 sink.truncate(at);
             }
-            returned.into_response(Reply::new(sink, limit))
+            returned.into_response(Reply::new(sink.reborrow(), limit))
         },
     )
 }
@@ -674,7 +675,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 let Some((budget, too_large_len)) = self.single_budget(id) else {
                     return self.refuse_whole(out);
                 };
-                self.answer(entry, id, scope, out, budget.allowance(too_large_len));
+                self.answer(&entry, id, scope, out, budget.allowance(too_large_len));
             }
             Ok(Message::Batch(batch)) => {
                 let items = batch.as_slice();
@@ -725,7 +726,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 self.report_unrun(entry.request().map(|r| r.method()), Some(id));
                 (too_large_len, Outcome::TooLarge)
             } else {
-                self.answer(entry, id, scope, out, allowance)
+                self.answer(&entry, id, scope, out, allowance)
             };
             budget.commit(too_large_len, len, outcome);
         }
@@ -806,7 +807,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
     #[inline]
     pub(crate) fn answer<B: ReplyBuf>(
         &self,
-        entry: Entry<'_>,
+        entry: &Entry<'_>,
         id: Id<'_>,
         scope: Scope<'_>,
         out: &mut B,
@@ -827,7 +828,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
     #[inline(always)]
     fn answer_observed<B: ReplyBuf>(
         &self,
-        entry: Entry<'_>,
+        entry: &Entry<'_>,
         id: Id<'_>,
         scope: Scope<'_>,
         out: &mut B,
@@ -897,7 +898,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
     #[inline(always)]
     fn answer_unobserved<B: ReplyBuf>(
         &self,
-        entry: Entry<'_>,
+        entry: &Entry<'_>,
         id: Id<'_>,
         scope: Scope<'_>,
         out: &mut B,
@@ -951,7 +952,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             && let Some(Handler::Sync(h)) = self.lookup(req.method())
         {
             let started = self.observer.as_ref().map(|_| Instant::now());
-            let outcome = self.invoke(h, req, scope, Sink::Dyn(&mut Discard), usize::MAX);
+            let outcome = self.invoke(h, &req, scope, &mut Sink::Dyn(&mut Discard), usize::MAX);
             #[cfg(feature = "async")]
             if let Some(gate) = scope.gate {
                 gate.keep_fresh();
@@ -992,9 +993,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
     fn invoke(
         &self,
         h: &SyncFn<S>,
-        req: Request<'_>,
+        req: &Request<'_>,
         scope: Scope<'_>,
-        sink: Sink<'_>,
+        sink: &mut Sink<'_>,
         limit: usize,
     ) -> Result<Done, RpcError> {
         let inv = Invocation {

@@ -740,7 +740,7 @@ pub(crate) fn write_reply<B: ReplyBuf>(
     id: Id<'_>,
     allowance: usize,
     too_large: &TooLarge,
-    run: impl FnOnce(Sink<'_>, usize) -> Result<Done, RpcError>,
+    run: impl FnOnce(&mut Sink<'_>, usize) -> Result<Done, RpcError>,
 ) -> (usize, Outcome) {
     match poll_reply(out, id, allowance, too_large, |sink, limit| {
         std::task::Poll::Ready(run(sink, limit))
@@ -758,7 +758,7 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
     id: Id<'_>,
     allowance: usize,
     too_large: &TooLarge,
-    run: impl FnOnce(Sink<'_>, usize) -> std::task::Poll<Result<Done, RpcError>>,
+    run: impl FnOnce(&mut Sink<'_>, usize) -> std::task::Poll<Result<Done, RpcError>>,
 ) -> std::task::Poll<(usize, Outcome)> {
     let start = out.len();
     out.extend_from_slice(HEAD_PREFIX);
@@ -769,7 +769,10 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
     // (`usize::MAX`) the allowance is as large, and `out` need not start
     // empty (rpcwire's HTTP/1.1 loop keeps room for the head in front).
     let limit = start.saturating_add(allowance).saturating_sub(1);
-    match run(Sink::of(out), limit) {
+    // The sink by reference down to the handler: passed by value, it was
+    // copied at each call in one 16-byte load over the two 8-byte stores
+    // that had just written it, a load that waited for them.
+    match run(&mut Sink::of(out), limit) {
         std::task::Poll::Pending => {
             out.truncate(start);
             return std::task::Poll::Pending;
