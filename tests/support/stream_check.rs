@@ -29,6 +29,16 @@
 //! `later` is ready when first polled), so with the sync dispatcher both
 //! runs must write the same bytes; with the async one, the same replies in
 //! any order (they are written as they complete).
+//!
+//! Two handlers reach the driver's two-way and shutdown paths. `stop`
+//! (every dispatcher) triggers the run's shutdown: the driver starts
+//! nothing after it and ends once what runs is answered. `ask` (the async
+//! dispatchers) asks the client `client/ping` with its params (ids count
+//! from 1 per connection, so an input can carry the answer) and replies
+//! with the answer's result. Whether an answer arrives before or after the
+//! question depends on how the reads cut the stream, so a stream that
+//! names `ask` is checked for valid, framed output, bounded buffers and a
+//! driver that returns, not for the same replies in both runs.
 #![allow(dead_code)]
 
 use std::cell::Cell;
@@ -40,8 +50,8 @@ use std::task::{Context, Poll};
 
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::{Concatenated, Framer, Lines, Lsp, Step};
-use rpcwire::server::Limits;
 use rpcwire::server::stream::{CloseReason, Driver};
+use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Dispatcher, Parser, RpcError};
 use serde_json::value::RawValue;
 
@@ -67,6 +77,17 @@ pub fn dispatchers() -> Dispatchers {
         let v: Option<(serde_json::Value,)> = c.decode().ok();
         Ok::<_, RpcError>(v.map_or(serde_json::Value::from("later"), |(v,)| v))
     };
+    let ask = |c: AsyncCall<()>| async move {
+        let peer = c.ctx.peer().ok_or_else(|| RpcError::internal("one-way"))?;
+        let params = c.params.as_ref().map(|p| &p.as_bytes()[..]);
+        let answer = peer
+            .request_raw("client/ping", params, std::time::Duration::from_secs(1))
+            .await
+            .map_err(|e| RpcError::new(-32000, e.to_string()))?;
+        answer
+            .decode::<serde_json::Value>()
+            .map_err(|e| RpcError::new(-32001, e.to_string()))
+    };
     Dispatchers {
         sync: methods(Dispatcher::builder(()))
             .method("later", later)
@@ -78,10 +99,12 @@ pub fn dispatchers() -> Dispatchers {
             .unwrap(),
         with_async: methods(Dispatcher::builder(()))
             .async_method("later", later_async)
+            .async_method("ask", ask)
             .build()
             .unwrap(),
         with_async_tight: tight(methods(Dispatcher::builder(())))
             .async_method("later", later_async)
+            .async_method("ask", ask)
             .build()
             .unwrap(),
     }
@@ -107,10 +130,20 @@ fn methods<K>(
             let (n,): (usize,) = c.decode()?;
             Ok::<_, RpcError>("x".repeat(n.min(1 << 16)))
         })
+        .method("stop", |_c: Call<'_, ()>| {
+            STOP.with(|stop| {
+                if let Some(s) = &*stop.borrow() {
+                    s.trigger();
+                }
+            });
+            Ok::<_, RpcError>(true)
+        })
         .max_response_len(4096)
 }
 
 thread_local! {
+    /// The shutdown of the run in progress, which `stop` triggers.
+    static STOP: std::cell::RefCell<Option<Shutdown>> = const { std::cell::RefCell::new(None) };
     /// One runtime per thread, its clock paused: nothing here sleeps, so
     /// the clock moves only when every task waits, which is how a driver
     /// that hangs shows (its idle timeout fires).
@@ -367,9 +400,12 @@ fn run<F: Framer, K: 'static>(
     sizes: &[ReadSize],
 ) -> Outcome {
     let work = Rc::new(Work::default());
+    let shutdown = Shutdown::new();
+    STOP.with(|stop| *stop.borrow_mut() = Some(shutdown.clone()));
     let driver = Driver::new(framer)
         .limits(config.limits.clone())
-        .max_pending_output(config.max_pending_output);
+        .max_pending_output(config.max_pending_output)
+        .shutdown(shutdown);
     let stats = driver.stats();
     let reader = Reader {
         data: stream,
@@ -490,10 +526,39 @@ pub fn check(ds: &Dispatchers, data: &[u8]) {
         split_replies(config.framer, &a.out).unwrap_or_else(|e| panic!("{e}\n{}", what()));
     let replies_b =
         split_replies(config.framer, &b.out).unwrap_or_else(|e| panic!("{e}\n{}", what()));
-    for r in replies_a.iter().chain(&replies_b) {
-        if let Err(e) = check_reply(r) {
-            panic!("{e}: {}\n{}", String::from_utf8_lossy(r), what());
+    if std::env::var_os("STREAM_CHECK_SHOW").is_some() {
+        eprintln!("{}", what());
+    }
+    // Questions to the client (`ask`'s) and notices about them travel
+    // with the replies; each is checked as what it is.
+    let mut counts = [0u64; 2];
+    for (k, replies) in [&replies_a, &replies_b].into_iter().enumerate() {
+        for r in replies {
+            match check_outgoing(r) {
+                Ok(Outgoing::Reply) => counts[k] += 1,
+                Ok(Outgoing::ToClient) => {}
+                Err(e) => panic!("{e}: {}\n{}", String::from_utf8_lossy(r), what()),
+            }
         }
+    }
+    // Every message gets at most one reply, a framing error that closes
+    // the stream one more.
+    for (o, n) in [(&a, counts[0]), (&b, counts[1])] {
+        assert!(
+            n <= o.messages_read + 1,
+            "{n} replies to {} messages\n{}",
+            o.messages_read,
+            what()
+        );
+    }
+    for (o, replies) in [(&a, &replies_a), (&b, &replies_b)] {
+        check_memory(&config, o, replies, max_frame, max_header, stream.len())
+            .unwrap_or_else(|e| panic!("{e}\n{}", what()));
+    }
+    if config.with_async && stream.windows(5).any(|w| w == b"\"ask\"") {
+        // Whether the client's answer came before its question depends on
+        // the reads: checked above, not compared.
+        return;
     }
     assert_eq!(
         (a.reason, a.messages_read),
@@ -509,19 +574,6 @@ pub fn check(ds: &Dispatchers, data: &[u8]) {
         assert!(sa == sb, "the runs answer differently\n{}", what());
     } else {
         assert!(a.out == b.out, "the runs write different bytes\n{}", what());
-    }
-    // Every message gets at most one reply, a framing error that closes
-    // the stream one more.
-    assert!(
-        replies_a.len() as u64 <= a.messages_read + 1,
-        "{} replies to {} messages\n{}",
-        replies_a.len(),
-        a.messages_read,
-        what()
-    );
-    for (o, replies) in [(&a, &replies_a), (&b, &replies_b)] {
-        check_memory(&config, o, replies, max_frame, max_header, stream.len())
-            .unwrap_or_else(|e| panic!("{e}\n{}", what()));
     }
 }
 
@@ -630,6 +682,43 @@ fn split_replies(framer: Choice, out: &[u8]) -> Result<Vec<&[u8]>, String> {
         rest = after;
     }
     Ok(replies)
+}
+
+/// What the driver wrote: a reply, or a message of its own to the client.
+enum Outgoing {
+    Reply,
+    ToClient,
+}
+
+/// A reply, or a request or notification to the client (an object with
+/// `"jsonrpc":"2.0"` and a string `method`, an integer id if any).
+fn check_outgoing(message: &[u8]) -> Result<Outgoing, String> {
+    if message.first() == Some(&b'{') {
+        let members: std::collections::BTreeMap<String, &RawValue> =
+            serde_json::from_slice(message).map_err(|e| format!("not a JSON object: {e}"))?;
+        if let Some(method) = members.get("method") {
+            if members.get("jsonrpc").map(|v| v.get()) != Some("\"2.0\"") {
+                return Err("a message to the client without \"jsonrpc\":\"2.0\"".into());
+            }
+            if !method.get().starts_with('"') {
+                return Err("a message to the client whose method is not a string".into());
+            }
+            if members
+                .get("id")
+                .is_some_and(|id| id.get().parse::<u64>().is_err())
+            {
+                return Err("a question to the client whose id is not a number".into());
+            }
+            if members
+                .keys()
+                .any(|k| !matches!(k.as_str(), "jsonrpc" | "id" | "method" | "params"))
+            {
+                return Err("a member a request does not have".into());
+            }
+            return Ok(Outgoing::ToClient);
+        }
+    }
+    check_reply(message).map(|()| Outgoing::Reply)
 }
 
 /// One reply: a JSON-RPC 2.0 response, or a non-empty array of them.
