@@ -266,7 +266,7 @@ pub(crate) fn decode_array<const N: usize>(digits: &[u8]) -> Result<[u8; N], Rea
         // `2 * N` digits and `N` is within 16..=32, as the kernel needs.
         let all = unsafe { avx2::decode_array::<N>(digits) }.ok_or(Reason::InvalidDigit)?;
         let mut out = [0u8; N];
-        out.copy_from_slice(&all[..N]);
+        out.copy_from_slice(&all.0[..N]);
         return Ok(out);
     }
     let mut out = [0u8; N];
@@ -415,7 +415,7 @@ mod avx2 {
     ///
     /// The CPU has AVX2, and `digits.len() == 2 * N`.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn decode_array<const N: usize>(digits: &[u8]) -> Option<[u8; 32]> {
+    pub(super) unsafe fn decode_array<const N: usize>(digits: &[u8]) -> Option<Aligned32> {
         debug_assert!((16..=32).contains(&N));
         debug_assert_eq!(digits.len(), 2 * N);
         // SAFETY: `digits` holds `2 * N >= 32` bytes, so both 32-byte
@@ -448,11 +448,18 @@ mod avx2 {
         let down = unsafe { _mm_loadu_si128(SHIFT_DOWN.as_ptr().add(32 - N).cast()) };
         let high = _mm_shuffle_epi8(_mm256_extracti128_si256::<1>(bytes), down);
         let bytes = _mm256_inserti128_si256::<1>(bytes, high);
-        let mut all = [0u8; 32];
+        let mut all = Aligned32([0u8; 32]);
         // SAFETY: `all` holds 32 bytes.
-        unsafe { _mm256_storeu_si256(all.as_mut_ptr().cast(), bytes) };
+        unsafe { _mm256_storeu_si256(all.0.as_mut_ptr().cast(), bytes) };
         Some(all)
     }
+
+    /// 32 bytes on a 32-byte boundary: the kernel's one store never
+    /// straddles two cache lines (a split store is not forwarded to the
+    /// loads that follow it; with the `Option`'s tag in front, the bytes
+    /// sat at an odd address).
+    #[repr(C, align(32))]
+    pub(super) struct Aligned32(pub(super) [u8; 32]);
 
     /// Shuffle indices that move a vector's bytes down: the 16 from
     /// `SHIFT_DOWN[k]` move byte `k` to the first place (and zero the
