@@ -56,6 +56,8 @@ pub(crate) enum Reason {
     TooMany,
     NotPositional,
     BadEscape,
+    /// An object of 4 GiB or more, which a view cannot index.
+    ObjectTooLarge,
 }
 
 impl Reason {
@@ -92,6 +94,7 @@ impl Reason {
             Reason::TooMany => "too many params",
             Reason::NotPositional => "params must be an array",
             Reason::BadEscape => "invalid escape",
+            Reason::ObjectTooLarge => "object of 4 GiB or more",
         }
     }
 }
