@@ -21,9 +21,6 @@ macro_rules! members {
 
         const COUNT: usize = [$(stringify!($variant)),*].len();
 
-        /// Every member, in declaration order (`MEMBERS[m as usize] == m`).
-        const MEMBERS: [Member; COUNT] = [$(Member::$variant),*];
-
         const NAMES: [&str; COUNT] = [$(
             match core::str::from_utf8($wire) {
                 Ok(s) => s,
@@ -183,7 +180,13 @@ impl<'a> CallRequest<'a> {
     /// The member's raw value, `null` included.
     #[inline(always)]
     fn member(&self, m: Member) -> Option<RawJson<'a>> {
-        let Span { at, len } = self.members[m as usize];
+        self.member_at(m as usize)
+    }
+
+    /// [`member`](Self::member) by the member's index.
+    #[inline(always)]
+    fn member_at(&self, k: usize) -> Option<RawJson<'a>> {
+        let Span { at, len } = self.members[k];
         if len == 0 {
             return None;
         }
@@ -386,7 +389,7 @@ impl core::fmt::Debug for CallRequest<'_> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let mut d = f.debug_struct("CallRequest");
         for (k, name) in NAMES.iter().enumerate() {
-            if let Some(v) = self.member(MEMBERS[k]) {
+            if let Some(v) = self.member_at(k) {
                 d.field(name, &v);
             }
         }
