@@ -126,9 +126,10 @@ pub(crate) fn scan_string(buf: &[u8], pos: usize) -> Result<ScannedStr, Error> {
 /// reported). `escaped` and `non_ascii` say what the string held before
 /// `pos` (`non_ascii` from `from` on).
 ///
-/// With AVX2, the content is classified 32 bytes at a time and every
-/// escape in a block is handled from the block's masks; otherwise (and for
-/// the last bytes of the input) by [`scan_text_portable`].
+/// With AVX2, the content is classified 32 bytes at a time, every
+/// escape in a block is handled from the block's masks and UTF-8 is
+/// checked block by block as it goes; otherwise (and for the last bytes
+/// of the input) by [`scan_text_portable`].
 #[inline(never)]
 pub(crate) fn scan_text(
     buf: &[u8],
@@ -947,6 +948,69 @@ mod tests {
         let cut = &ok.as_bytes()[..emoji + 2];
         let e = skip_value(cut, 0, 0, 128).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Eof, "{e:?}");
+    }
+
+    /// The string scan's UTF-8 verdict against std's, for every sequence of
+    /// three bytes (four after a four-byte lead) drawn from the bytes at the
+    /// edges of UTF-8's ranges (leads, continuations, overlong forms,
+    /// surrogates, past U+10FFFF, cut sequences), at each position of the
+    /// first two 32-byte blocks of a string that starts with a non-ASCII
+    /// character, after a `\u` escape that runs past a block or not.
+    #[test]
+    fn utf8_verdicts_agree_with_std_at_every_position() {
+        const EDGES: [u8; 26] = [
+            b'a', 0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xe1, 0xec,
+            0xed, 0xee, 0xef, 0xf0, 0xf1, 0xf3, 0xf4, 0xf5, 0xf7, 0xf8, 0xfe, 0xff,
+        ];
+        let check = |head: &[u8], seq: &[u8]| {
+            let mut msg = b"\"\xc3\xa9".to_vec();
+            msg.extend_from_slice(head);
+            msg.extend_from_slice(seq);
+            msg.extend_from_slice(b"z\"");
+            let content_end = msg.len() - 1;
+            // Room after the string, so that the vector loop reads it whole.
+            msg.extend_from_slice(&[b' '; 64]);
+            let want = match core::str::from_utf8(&msg[1..content_end]) {
+                Ok(_) => Ok(content_end + 1),
+                Err(e) => Err((ErrorKind::InvalidUtf8, 1 + e.valid_up_to())),
+            };
+            let got = skip_value(&msg, 0, 0, 128).map_err(|e| (e.kind(), e.offset()));
+            assert_eq!(got, want, "{:x?}", &msg[..content_end + 1]);
+        };
+        // The sequence at the first block's start, across its seam with
+        // the second, and inside the second.
+        let mut fillers: Vec<Vec<u8>> = [0, 1, 2, 26, 27, 28, 29, 30, 31, 35]
+            .into_iter()
+            .map(|k| vec![b'a'; k])
+            .collect();
+        // A `\u00e8` that ends past the first block, then the sequence.
+        for k in 24..30 {
+            let mut head = vec![b'a'; k];
+            head.extend_from_slice(b"\\u00e8");
+            fillers.push(head);
+        }
+        for head in &fillers {
+            for &a in &EDGES {
+                for &b in &EDGES {
+                    for &c in &EDGES {
+                        check(head, &[a, b, c]);
+                    }
+                }
+            }
+        }
+        // Four-byte leads and what follows them, across the seam.
+        for k in [28, 29] {
+            let head = vec![b'a'; k];
+            for &a in &EDGES[17..] {
+                for &b in &EDGES {
+                    for &c in &EDGES {
+                        for &d in &EDGES {
+                            check(&head, &[a, b, c, d]);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The AVX2 text loop against the portable one (and the string scan's

@@ -465,6 +465,13 @@ pub(crate) unsafe fn scan_text_avx2(
     mut non_ascii: bool,
 ) -> Result<ScannedStr, Error> {
     let ptr = buf.as_ptr();
+    // UTF-8 is checked block by block as the string is classified, when
+    // everything before `pos` is known to be ASCII (every caller's case):
+    // a string's bytes are then read once, where a check after its end
+    // read them again through a call (a tenth of an MCP message's parse).
+    // Otherwise, or when the check fails (to find where and why), the
+    // content is validated once the string ends, as before.
+    let mut utf8 = Utf8Blocks::new(!non_ascii);
     while pos + 32 <= buf.len() {
         // SAFETY: `pos + 32 <= buf.len()`: the 32 bytes read are inside `buf`.
         let v = unsafe { _mm256_loadu_si256(ptr.add(pos).cast()) };
@@ -500,9 +507,10 @@ pub(crate) unsafe fn scan_text_avx2(
             if controls & inside == 0 && unusual == 0 {
                 escaped |= backslashes & inside != 0;
                 non_ascii |= high & inside != 0;
+                utf8.block(v, high & inside, closing.trailing_zeros());
                 if closing != 0 {
                     let at = pos + closing.trailing_zeros() as usize;
-                    if non_ascii {
+                    if non_ascii && !utf8.valid() {
                         validate_utf8(buf, from, at)?;
                     }
                     return Ok(ScannedStr {
@@ -518,6 +526,7 @@ pub(crate) unsafe fn scan_text_avx2(
             if stops == 0 {
                 // The whole block is content.
                 non_ascii |= high != 0;
+                utf8.block(v, high, 32);
                 pos += 32;
                 break;
             }
@@ -527,7 +536,8 @@ pub(crate) unsafe fn scan_text_avx2(
             let escape = match buf[at] {
                 b'\\' => scan_escape(buf, at),
                 b'"' => {
-                    if non_ascii {
+                    utf8.block(v, high & ((1u32 << lane) - 1), lane);
+                    if non_ascii && !utf8.valid() {
                         validate_utf8(buf, from, at)?;
                     }
                     return Ok(ScannedStr {
@@ -551,7 +561,9 @@ pub(crate) unsafe fn scan_text_avx2(
             let taken = after - pos;
             if taken >= 32 {
                 // A `\uXXXX` running past the block: the rest of the block
-                // is the escape (ASCII); go on from its end.
+                // is the escape (ASCII); go on from its end, after ASCII.
+                utf8.block(v, high, 32);
+                utf8.after_ascii();
                 pos = after;
                 break;
             }
@@ -559,6 +571,200 @@ pub(crate) unsafe fn scan_text_avx2(
         }
     }
     scan_text_portable(buf, from, pos, escaped, non_ascii)
+}
+
+/// UTF-8 validation of a string's content 32 bytes at a time, with three
+/// nibble lookups per block (the method of Keiser and Lemire, "Validating
+/// UTF-8 in less than one instruction per byte", 2021): a byte and the
+/// one before it index tables whose bits name the errors each allows
+/// (an overlong form, a surrogate, a code point past U+10FFFF, a lead
+/// without its continuations, a stray continuation); a bit left in all
+/// three is an error. Continuations two and three bytes after a lead are
+/// checked apart, from the bytes two and three back.
+///
+/// Blocks are given in order; bytes past the content are zeroed, so a
+/// sequence cut by the string's end is an error (a lead followed by 0).
+struct Utf8Blocks {
+    /// Whether every byte before the first block is ASCII; if not, the
+    /// caller checks the whole content itself.
+    usable: bool,
+    /// The previous block's bytes (zero: ASCII).
+    prev: __m256i,
+    /// Whether `prev` held a byte >= 0x80 (else the next block's check
+    /// can be skipped when it holds none either).
+    prev_high: bool,
+    /// Error bits gathered from every block.
+    error: __m256i,
+}
+
+// Error bits of the lookups (two errors that never share a lead share bit 6).
+const TOO_SHORT: u8 = 1 << 0; // a lead, then no continuation
+const TOO_LONG: u8 = 1 << 1; // ASCII, then a continuation
+const OVERLONG_3: u8 = 1 << 2; // E0 80..9F
+const TOO_LARGE: u8 = 1 << 3; // F4 90..BF, F5..FF 90..BF
+const SURROGATE: u8 = 1 << 4; // ED A0..BF
+const OVERLONG_2: u8 = 1 << 5; // C0 or C1, then a continuation
+const TOO_LARGE_1000: u8 = 1 << 6; // F5..FF 80..8F
+const OVERLONG_4: u8 = 1 << 6; // F0 80..8F
+const TWO_CONTS: u8 = 1 << 7; // a continuation after a continuation
+/// The errors that any byte before the pair allows.
+const CARRY: u8 = TOO_SHORT | TOO_LONG | TWO_CONTS;
+
+/// By the high nibble of the byte before.
+const FIRST_HIGH: [u8; 16] = [
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TOO_LONG,
+    TWO_CONTS,
+    TWO_CONTS,
+    TWO_CONTS,
+    TWO_CONTS,
+    TOO_SHORT | OVERLONG_2,
+    TOO_SHORT,
+    TOO_SHORT | OVERLONG_3 | SURROGATE,
+    TOO_SHORT | TOO_LARGE | TOO_LARGE_1000 | OVERLONG_4,
+];
+
+/// By the low nibble of the byte before.
+const FIRST_LOW: [u8; 16] = [
+    CARRY | OVERLONG_3 | OVERLONG_2 | OVERLONG_4,
+    CARRY | OVERLONG_2,
+    CARRY,
+    CARRY,
+    CARRY | TOO_LARGE,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000 | SURROGATE,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+    CARRY | TOO_LARGE | TOO_LARGE_1000,
+];
+
+/// By the high nibble of the byte itself.
+const SECOND_HIGH: [u8; 16] = [
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE_1000 | OVERLONG_4,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | OVERLONG_3 | TOO_LARGE,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,
+    TOO_LONG | OVERLONG_2 | TWO_CONTS | SURROGATE | TOO_LARGE,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+    TOO_SHORT,
+];
+
+/// 32 lanes of `0xff` then 32 of zero: loaded from `32 - n`, the mask of
+/// the first `n` lanes.
+static FIRST_LANES: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 0;
+    while i < 32 {
+        t[i] = 0xff;
+        i += 1;
+    }
+    t
+};
+
+impl Utf8Blocks {
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn new(usable: bool) -> Self {
+        Utf8Blocks {
+            usable,
+            prev: _mm256_setzero_si256(),
+            prev_high: false,
+            error: _mm256_setzero_si256(),
+        }
+    }
+
+    /// The next block: its first `content` lanes (at most 32) are the
+    /// string's; `high` has a bit for each of those that is >= 0x80.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block(&mut self, v: __m256i, high: u32, content: u32) {
+        if high == 0 && !self.prev_high {
+            self.prev = _mm256_setzero_si256();
+            return;
+        }
+        debug_assert!(content <= 32);
+        // SAFETY: `32 - content + 32 <= 64` bytes of `FIRST_LANES`.
+        let keep =
+            unsafe { _mm256_loadu_si256(FIRST_LANES.as_ptr().add(32 - content as usize).cast()) };
+        let cur = _mm256_and_si256(v, keep);
+        self.error = _mm256_or_si256(self.error, utf8_errors(self.prev, cur));
+        self.prev = cur;
+        self.prev_high = high != 0;
+    }
+
+    /// The next block follows bytes that are ASCII: the rest of an
+    /// escape that ran past the last block. (That block ended inside the
+    /// escape, so no sequence stays open: it was checked whole.)
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn after_ascii(&mut self) {
+        self.prev = _mm256_setzero_si256();
+        self.prev_high = false;
+    }
+
+    /// Whether everything given was valid UTF-8 (after the last block,
+    /// whose bytes past the content were zeroed).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn valid(&self) -> bool {
+        self.usable && _mm256_testz_si256(self.error, self.error) == 1
+    }
+}
+
+/// The error bits of block `cur`, whose bytes follow those of `prev`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn utf8_errors(prev: __m256i, cur: __m256i) -> __m256i {
+    // SAFETY: each table holds 16 bytes.
+    let table =
+        |t: &[u8; 16]| unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr().cast())) };
+    let low_nibbles = _mm256_set1_epi8(0x0f);
+    let high_nibble = |x: __m256i| _mm256_and_si256(_mm256_srli_epi16::<4>(x), low_nibbles);
+    // The 32 bytes before `cur`'s lanes, shifted in from `prev`: the last
+    // 16 of `prev` and the first 16 of `cur`.
+    let seam = _mm256_permute2x128_si256::<0x21>(prev, cur);
+    let before1 = _mm256_alignr_epi8::<15>(cur, seam);
+    let before2 = _mm256_alignr_epi8::<14>(cur, seam);
+    let before3 = _mm256_alignr_epi8::<13>(cur, seam);
+    let pairs = _mm256_and_si256(
+        _mm256_and_si256(
+            _mm256_shuffle_epi8(table(&FIRST_HIGH), high_nibble(before1)),
+            _mm256_shuffle_epi8(table(&FIRST_LOW), _mm256_and_si256(before1, low_nibbles)),
+        ),
+        _mm256_shuffle_epi8(table(&SECOND_HIGH), high_nibble(cur)),
+    );
+    // Lanes two after a three- or four-byte lead (>= 0xE0), or three
+    // after a four-byte lead (>= 0xF0), must be continuations: their top
+    // bit, against `TWO_CONTS` (a continuation after one), which is an
+    // error exactly where it is not required.
+    let third = _mm256_subs_epu8(before2, _mm256_set1_epi8((0xe0u8 - 0x80) as i8));
+    let fourth = _mm256_subs_epu8(before3, _mm256_set1_epi8((0xf0u8 - 0x80) as i8));
+    let required = _mm256_and_si256(
+        _mm256_or_si256(third, fourth),
+        _mm256_set1_epi8(0x80u8 as i8),
+    );
+    _mm256_xor_si256(required, pairs)
 }
 
 /// The lanes of `v` holding a byte that may follow a backslash as a
