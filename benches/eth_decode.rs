@@ -30,7 +30,8 @@
 //!
 //! `ETH_RATIOS=<passes>` prints paired ratios instead (see `paired_ratios`),
 //! and `ETH_PROFILE=<method>` runs one decoder alone for a profiler (see
-//! `profile_loop`).
+//! `profile_loop`); with either, `ETH_LEN=<min>..<max>` keeps the messages
+//! of that many bytes (see `sized_messages`).
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -438,6 +439,40 @@ fn params_of<'a>(messages: &'a [Vec<u8>], arena: &'a bumpalo::Bump) -> Vec<Param
         .collect()
 }
 
+/// The corpus of the `k`th method, or with `ETH_LEN=<min>..<max>` (bytes
+/// per message, either end optional) the first `N` messages of that size
+/// from a longer run of the same generator: where a decoder's lead is
+/// made or lost (small calls against large call data, say). Only for
+/// `ETH_RATIOS` and `ETH_PROFILE`.
+fn sized_messages(method: &str, k: usize) -> Vec<Vec<u8>> {
+    let seed = 0xe7 + k as u64;
+    let Ok(range) = std::env::var("ETH_LEN") else {
+        return eth_params::messages(method, seed, N);
+    };
+    let (min, max) = range
+        .split_once("..")
+        .expect("ETH_LEN=<min>..<max>, either end optional");
+    let bound = |s: &str, none: usize| {
+        if s.is_empty() {
+            none
+        } else {
+            s.parse().expect("a byte count")
+        }
+    };
+    let (min, max) = (bound(min, 0), bound(max, usize::MAX));
+    let picked: Vec<Vec<u8>> = eth_params::messages(method, seed, 16 * N)
+        .into_iter()
+        .filter(|m| (min..max).contains(&m.len()))
+        .take(N)
+        .collect();
+    assert_eq!(
+        picked.len(),
+        N,
+        "fewer than {N} {method} messages in {min}..{max} bytes"
+    );
+    picked
+}
+
 /// Paired ratios, robust to a shared machine's load: chunk by chunk (8
 /// messages, each touched first as in `eth_params`), rpcwire, jsonrpsee
 /// and the serde tuple decode the same messages back to back (then the
@@ -453,7 +488,7 @@ fn paired_ratios(passes: usize) {
         if only.as_deref().is_some_and(|m| m != *method) {
             continue;
         }
-        let messages = eth_params::messages(method, 0xe7 + k as u64, N);
+        let messages = sized_messages(method, k);
         let parse_arena = bumpalo::Bump::new();
         let params = params_of(&messages, &parse_arena);
         let texts: Vec<&str> = params.iter().map(|p| p.as_json()).collect();
@@ -571,7 +606,7 @@ fn profile_loop(method: &str) {
         .iter()
         .position(|m| *m == method)
         .expect("ETH_PROFILE=<one of the four methods>");
-    let messages = eth_params::messages(method, 0xe7 + k as u64, N);
+    let messages = sized_messages(method, k);
     let parse_arena = bumpalo::Bump::new();
     let params = params_of(&messages, &parse_arena);
     let texts: Vec<&str> = params.iter().map(|p| p.as_json()).collect();
