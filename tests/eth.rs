@@ -1153,6 +1153,56 @@ fn eth_reply_through_the_dispatcher() {
     }
 }
 
+/// The fixed-size writers (quantity, address, hash) write in place when
+/// their longest form fits the limit and through a buffer when only the
+/// value does: at every limit around the reply's size, the reply is the
+/// same or a too-large error, the same in a `Vec` and a `BytesMut`, and
+/// whole from the first limit that allows it on.
+#[test]
+fn fixed_size_writers_at_every_limit() {
+    type Writer = fn(Call<'_, ()>) -> Result<rpcwire::dispatch::Done, RpcError>;
+    let writers: [(&str, Writer); 5] = [
+        ("q", |c| EthReply::quantity(c.reply, 0x1b4)),
+        ("q_max", |c| EthReply::quantity(c.reply, u128::MAX)),
+        ("q256", |c| c.reply.quantity_u256(U256::from(7u8) << 200)),
+        ("addr", |c| c.reply.address(&Address::from([0xab; 20]))),
+        ("hash", |c| c.reply.hash(&B256::from([0xcd; 32]))),
+    ];
+    let dispatcher = |limit: usize| {
+        let mut b = Dispatcher::builder(()).max_response_len(limit);
+        for (name, w) in writers {
+            b = b.method(name, w);
+        }
+        b.build().unwrap()
+    };
+    let msg = |m: &str| format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+    let roomy = dispatcher(1 << 20);
+    for (name, _) in writers {
+        let mut want = Vec::new();
+        roomy.handle(msg(name).as_bytes(), &mut Connection::new(), &mut want);
+        let v: Value = serde_json::from_slice(&want).unwrap();
+        assert!(v["result"].is_string(), "{name}: {v}");
+        let mut answered = 0;
+        for limit in want.len() - 1..want.len() + 100 {
+            let d = dispatcher(limit);
+            let mut out = Vec::new();
+            d.handle(msg(name).as_bytes(), &mut Connection::new(), &mut out);
+            let mut framed = rpcwire::bytes::BytesMut::new();
+            d.handle(msg(name).as_bytes(), &mut Connection::new(), &mut framed);
+            assert_eq!(&framed[..], &out[..], "{name} at {limit}");
+            if out == want {
+                assert!(limit >= want.len());
+                answered += 1;
+            } else {
+                let v: Value = serde_json::from_slice(&out).unwrap();
+                assert_eq!(v["error"]["code"], -32000, "{name} at {limit}: {v}");
+                assert_eq!(answered, 0, "{name} refused at {limit} after answering");
+            }
+        }
+        assert!(answered > 0, "{name}");
+    }
+}
+
 // ---- codes ----------------------------------------------------------------
 
 #[test]

@@ -130,16 +130,12 @@ mod sealed {
 impl EthReply for Reply<'_> {
     #[inline]
     fn quantity(self, v: u128) -> Result<Done, RpcError> {
-        let mut buf = [0u8; 36];
-        let n = quantity_text(v, &mut buf);
-        self.raw(&buf[..n])
+        self.small::<36>(|buf| quantity_text(v, buf))
     }
 
     #[inline]
     fn quantity_u256(self, v: U256) -> Result<Done, RpcError> {
-        let mut buf = [0u8; 68];
-        let n = quantity_u256_text(&v, &mut buf);
-        self.raw(&buf[..n])
+        self.small::<68>(|buf| quantity_u256_text(&v, buf))
     }
 
     fn data(self, bytes: &[u8]) -> Result<Done, RpcError> {
@@ -155,16 +151,12 @@ impl EthReply for Reply<'_> {
 
     #[inline]
     fn address(self, a: &Address) -> Result<Done, RpcError> {
-        let mut buf = [0u8; 44];
-        let n = hex::encode_quoted(a.as_slice(), &mut buf);
-        self.raw(&buf[..n])
+        self.small::<44>(|buf| hex::encode_quoted(a.as_slice(), buf))
     }
 
     #[inline]
     fn hash(self, h: &B256) -> Result<Done, RpcError> {
-        let mut buf = [0u8; 68];
-        let n = hex::encode_quoted(h.as_slice(), &mut buf);
-        self.raw(&buf[..n])
+        self.small::<68>(|buf| hex::encode_quoted(h.as_slice(), buf))
     }
 }
 
