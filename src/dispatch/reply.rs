@@ -267,6 +267,7 @@ impl<'a> Reply<'a> {
     /// form fits the limit (no buffer on the stack copied after, through a
     /// call to `memcpy` whose loads waited for the buffer's stores: about
     /// a tenth of a quantity's round trip), else through a buffer.
+    #[cfg(feature = "eth")]
     #[inline(always)]
     pub(crate) fn small<const N: usize>(
         self,

@@ -704,9 +704,10 @@ impl Utf8Blocks {
             return;
         }
         debug_assert!(content <= 32);
-        // SAFETY: `32 - content + 32 <= 64` bytes of `FIRST_LANES`.
-        let keep =
-            unsafe { _mm256_loadu_si256(FIRST_LANES.as_ptr().add(32 - content as usize).cast()) };
+        let content = content.min(32) as usize;
+        // SAFETY: the 32 bytes from `32 - content` (0 to 32) are within
+        // `FIRST_LANES`' 64.
+        let keep = unsafe { _mm256_loadu_si256(FIRST_LANES.as_ptr().add(32 - content).cast()) };
         let cur = _mm256_and_si256(v, keep);
         self.error = _mm256_or_si256(self.error, utf8_errors(self.prev, cur));
         self.prev = cur;
