@@ -270,24 +270,21 @@ impl<'a> Reply<'a> {
     #[cfg(feature = "eth")]
     #[inline(always)]
     pub(crate) fn small<const N: usize>(
-        self,
+        mut self,
         write: impl FnOnce(&mut [u8; N]) -> usize,
     ) -> Result<Done, RpcError> {
         let limit = self.limit;
-        if let Sink::Vec(v) = self.sink {
+        if let Sink::Vec(v) = &mut self.sink
+            && v.len() + N <= limit
+        {
             let at = v.len();
-            if at + N <= limit {
-                grow_within(v, N + 1, limit.saturating_add(1));
-                v.extend_from_slice(&[0u8; N]);
-                let room: &mut [u8; N] = (&mut v[at..at + N]).try_into().expect("N bytes");
-                let n = write(room);
-                debug_assert!(n <= N);
-                v.truncate(at + n);
-                return Ok(Done(()));
-            }
-            let mut buf = [0u8; N];
-            let n = write(&mut buf);
-            return Reply::new(Sink::Vec(v), limit).raw(&buf[..n]);
+            grow_within(*v, N + 1, limit.saturating_add(1));
+            v.extend_from_slice(&[0u8; N]);
+            let room: &mut [u8; N] = (&mut v[at..at + N]).try_into().expect("N bytes");
+            let n = write(room);
+            debug_assert!(n <= N);
+            v.truncate(at + n);
+            return Ok(Done(()));
         }
         let mut buf = [0u8; N];
         let n = write(&mut buf);
