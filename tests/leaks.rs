@@ -184,7 +184,11 @@ const WORK_SEEN: [usize; 3] = [2, 1, 1];
 /// before an upgrade): [`WORK`]'s batch with sleeps of 1 ms, since the
 /// cycle waits for its answer (at 30 ms, hundreds of cycles spent most of
 /// the soaks' time waiting here).
-const ANSWERED: &str = r#"[{"jsonrpc":"2.0","id":2,"method":"sleep","params":[1]},{"jsonrpc":"2.0","id":3,"method":"sleep","params":[1]},{"jsonrpc":"2.0","id":4,"method":"big","params":[50000]}]"#;
+fn answered() -> String {
+    let batch = WORK[1].replace(r#""sleep","params":[30]"#, r#""sleep","params":[1]"#);
+    assert_ne!(batch, WORK[1]);
+    batch
+}
 /// Sent after [`WORK`]: past the in-flight limit ([`limits`]), read on
 /// while `ask` waits for the client's answer, and held.
 const HELD: &str = r#"{"jsonrpc":"2.0","id":6,"method":"big","params":[1000]}"#;
@@ -392,8 +396,8 @@ async fn http_soak(own_http1: bool) {
                 drop(cut);
                 let mut tcp = TcpStream::connect(addr).await.unwrap();
                 // A whole exchange first: the connection is kept alive.
-                let batch = ANSWERED;
-                tcp.write_all(post(batch, batch.len()).as_bytes())
+                let batch = answered();
+                tcp.write_all(post(&batch, batch.len()).as_bytes())
                     .await
                     .unwrap();
                 assert!(read_response(&mut tcp).await.starts_with("HTTP/1.1 200"));
@@ -478,8 +482,8 @@ async fn upgraded_connections_on_the_http_port_leave_nothing_behind() {
                 let mut tcp = TcpStream::connect(addr).await.unwrap();
                 // A call over HTTP, then the upgrade on the same
                 // connection (kept alive).
-                let batch = ANSWERED;
-                tcp.write_all(post(batch, batch.len()).as_bytes())
+                let batch = answered();
+                tcp.write_all(post(&batch, batch.len()).as_bytes())
                     .await
                     .unwrap();
                 assert!(read_response(&mut tcp).await.starts_with("HTTP/1.1 200"));
