@@ -1184,7 +1184,7 @@ async fn a_client_that_never_reads_costs_bounded_memory() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let tcp = raw_client_on(socket.connect(server.addr).await.unwrap()).await;
-    let (_unread, writer) = tcp.into_split();
+    let (unread, writer) = tcp.into_split();
     let base = counting_alloc::start_peak();
     // Requests, pipelined, never a reply read: 200 MiB offered.
     let chunk: Vec<u8> = (0..1000)
@@ -1202,7 +1202,11 @@ async fn a_client_that_never_reads_costs_bounded_memory() {
         call(&mut other, req(1, "eth_blockNumber", json!([]))).await["id"],
         1
     );
+    // The flooding client leaves (a shutdown would otherwise wait its
+    // grace period for replies it never reads).
     flood.abort();
+    let _ = flood.await;
+    drop(unread);
     other.close(None).await.unwrap();
     server.stop().await;
 }
@@ -1391,7 +1395,7 @@ async fn a_client_that_pings_and_never_reads_costs_bounded_memory() {
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let tcp = raw_client_on(socket.connect(server.addr).await.unwrap()).await;
-    let (_unread, writer) = tcp.into_split();
+    let (unread, writer) = tcp.into_split();
     let base = counting_alloc::start_peak();
     // Pings of 125 bytes (the most a control frame holds), never a pong
     // read: 200 MiB offered.
@@ -1405,7 +1409,11 @@ async fn a_client_that_pings_and_never_reads_costs_bounded_memory() {
         call(&mut other, req(1, "eth_blockNumber", json!([]))).await["id"],
         1
     );
+    // The flooding client leaves (a shutdown would otherwise wait its
+    // grace period for replies it never reads).
     flood.abort();
+    let _ = flood.await;
+    drop(unread);
     other.close(None).await.unwrap();
     server.stop().await;
 }
