@@ -293,6 +293,17 @@ async fn flood_within_2_mib(
     flood
 }
 
+/// Ends a flood from [`flood_within_2_mib`] and drops the client's read
+/// half after its write half: the client has left (its socket is closed).
+async fn flooding_client_leaves(
+    flood: tokio::task::JoinHandle<tokio::net::tcp::OwnedWriteHalf>,
+    unread: tokio::net::tcp::OwnedReadHalf,
+) {
+    flood.abort();
+    let _ = flood.await;
+    drop(unread);
+}
+
 fn req(id: u64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
@@ -673,9 +684,7 @@ async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
     let flood = flood_within_2_mib(writer, chunk, base).await;
     assert_eq!(server.metrics.connections_open(), 1);
     // The client leaves.
-    flood.abort();
-    let _ = flood.await;
-    drop(unread);
+    flooding_client_leaves(flood, unread).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while server.metrics.connections_open() > 0 {
         assert!(
@@ -1204,9 +1213,7 @@ async fn a_client_that_never_reads_costs_bounded_memory() {
     );
     // The flooding client leaves (a shutdown would otherwise wait its
     // grace period for replies it never reads).
-    flood.abort();
-    let _ = flood.await;
-    drop(unread);
+    flooding_client_leaves(flood, unread).await;
     other.close(None).await.unwrap();
     server.stop().await;
 }
@@ -1411,9 +1418,7 @@ async fn a_client_that_pings_and_never_reads_costs_bounded_memory() {
     );
     // The flooding client leaves (a shutdown would otherwise wait its
     // grace period for replies it never reads).
-    flood.abort();
-    let _ = flood.await;
-    drop(unread);
+    flooding_client_leaves(flood, unread).await;
     other.close(None).await.unwrap();
     server.stop().await;
 }
