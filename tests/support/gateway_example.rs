@@ -1,6 +1,6 @@
 // The gateway example's modules, compiled into an integration test (an
 // example has no library to link against), and a gateway started on a
-// port of its own. Included at the root of each gateway test file with
+// port of its own. Included at the root of the gateway test binaries with
 // `include!`, as the modules must sit at the crate root (the example's
 // code names them `crate::config`, `crate::upstream`, ...).
 

@@ -9,19 +9,14 @@
 //! 127.0.0.1; deadlines only detect hangs (the gateway's timeout is a
 //! minute, far past them).
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/http_request.rs"]
-mod http_request;
+use super::*;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::http_request::{json_200, read_request_buffered};
 use futures_util::SinkExt;
-use http_request::{json_200, read_request_buffered};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

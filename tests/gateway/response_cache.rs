@@ -6,26 +6,14 @@
 //! counts what reaches it; counts are the assertions, sleeps only let a
 //! refresh interval pass.
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/counting_alloc.rs"]
-mod counting_alloc;
-#[path = "support/http_request.rs"]
-mod http_request;
-#[path = "support/refusing.rs"]
-mod refusing;
-
-#[global_allocator]
-static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
+use super::*;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_request::{json_200, post_close, read_request_buffered};
+use crate::http_request::{json_200, post_close, read_request_buffered};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;

@@ -7,19 +7,14 @@
 //! what reaches them; counts are the assertions. One test runs a real
 //! anvil with `--prune-history` when the interop run installed it.
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/http_request.rs"]
-mod http_request;
+use super::*;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http_request::{json_200, post_close, read_request_buffered};
+use crate::http_request::{json_200, post_close, read_request_buffered};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};

@@ -5,12 +5,7 @@
 //! garbage, binary frames, pings, replies past the limit, ids never used).
 //! Everything on 127.0.0.1; deadlines only detect hangs.
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/refusing.rs"]
-mod refusing;
+use super::*;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

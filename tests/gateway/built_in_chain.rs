@@ -4,12 +4,7 @@
 //! history, and `eth_call`'s checks. Each test runs a gateway on 127.0.0.1
 //! and stops it; transactions are signed here with anvil's dev keys.
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/http_request.rs"]
-mod http_request;
+use super::*;
 
 use std::net::SocketAddr;
 
@@ -19,7 +14,7 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use serde_json::{Value, json};
 
-use http_request::post_close;
+use crate::http_request::post_close;
 
 /// One JSON-RPC call over HTTP/1.1; the reply, parsed.
 async fn rpc(addr: SocketAddr, method: &str, params: Value) -> Value {
@@ -29,38 +24,9 @@ async fn rpc(addr: SocketAddr, method: &str, params: Value) -> Value {
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
 
-fn key(i: usize) -> B256 {
-    chain::DEV_ACCOUNTS[i].1.parse().unwrap()
-}
-
-fn address(i: usize) -> Address {
-    chain::DEV_ACCOUNTS[i].0.parse().unwrap()
-}
-
-fn sign<T: SignableTransaction<alloy_primitives::Signature>>(tx: T, key: B256) -> String
-where
-    TxEnvelope: From<alloy_consensus::Signed<T>>,
-{
-    let sig = sign_message(key, tx.signature_hash()).unwrap();
-    let envelope = TxEnvelope::from(tx.into_signed(sig));
-    format!(
-        "0x{}",
-        alloy_primitives::hex::encode(envelope.encoded_2718())
-    )
-}
-
+/// A transfer on the built-in chain (chain id 31337).
 fn eip1559(nonce: u64, to: Address, value: u128) -> TxEip1559 {
-    TxEip1559 {
-        chain_id: 31337,
-        nonce,
-        gas_limit: 21_000,
-        max_fee_per_gas: 3_000_000_000,
-        max_priority_fee_per_gas: 1_000_000_000,
-        to: TxKind::Call(to),
-        value: U256::from(value),
-        access_list: Default::default(),
-        input: ABytes::new(),
-    }
+    super::eip1559(nonce, to, value, 31337)
 }
 
 async fn send(addr: SocketAddr, raw: &str) -> Value {

@@ -4,22 +4,15 @@
 //! late or cut replies), with the pooled connection checked after each.
 //! Everything on 127.0.0.1, every server started and stopped by its test.
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/eventually.rs"]
-mod eventually;
-#[path = "support/http_request.rs"]
-mod http_request;
+use super::*;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use eventually::eventually;
-use http_request::{post_close as post, read_request};
+use crate::eventually::eventually;
+use crate::http_request::{post_close as post, read_request};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};

@@ -5,17 +5,7 @@
 //! transfer flow with transactions signed here. Everything on 127.0.0.1,
 //! every server started and stopped by its test.
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/eventually.rs"]
-mod eventually;
-#[path = "support/http_request.rs"]
-mod http_request;
-
-#[path = "support/refusing.rs"]
-mod refusing;
+use super::*;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -23,12 +13,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use alloy_consensus::crypto::secp256k1::sign_message;
-use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEnvelope, TxLegacy};
-use alloy_eips::eip2718::Encodable2718;
+use crate::http_request::{json_200, post_close as post, read_request};
+use alloy_consensus::{TxEip1559, TxEip2930, TxEnvelope, TxLegacy};
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use futures_util::{SinkExt, StreamExt};
-use http_request::{json_200, post_close as post, read_request};
 use rpcwire::dispatch::AsyncCall;
 use rpcwire::server::Shutdown;
 use rpcwire::server::http::HttpService;
@@ -1094,40 +1082,6 @@ where
 // The built-in chain.
 
 const KEY0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
-
-fn key(i: usize) -> B256 {
-    chain::DEV_ACCOUNTS[i].1.parse().unwrap()
-}
-
-fn address(i: usize) -> Address {
-    chain::DEV_ACCOUNTS[i].0.parse().unwrap()
-}
-
-fn sign<T: SignableTransaction<alloy_primitives::Signature>>(tx: T, key: B256) -> String
-where
-    TxEnvelope: From<alloy_consensus::Signed<T>>,
-{
-    let sig = sign_message(key, tx.signature_hash()).unwrap();
-    let envelope = TxEnvelope::from(tx.into_signed(sig));
-    format!(
-        "0x{}",
-        alloy_primitives::hex::encode(envelope.encoded_2718())
-    )
-}
-
-fn eip1559(nonce: u64, to: Address, value: u128, chain_id: u64) -> TxEip1559 {
-    TxEip1559 {
-        chain_id,
-        nonce,
-        gas_limit: 21_000,
-        max_fee_per_gas: 3_000_000_000,
-        max_priority_fee_per_gas: 1_000_000_000,
-        to: TxKind::Call(to),
-        value: U256::from(value),
-        access_list: Default::default(),
-        input: ABytes::new(),
-    }
-}
 
 async fn send(addr: SocketAddr, raw: &str) -> Value {
     call(

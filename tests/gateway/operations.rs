@@ -4,19 +4,7 @@
 //! upstreams that answer when the test says so. Everything on 127.0.0.1;
 //! deadlines only detect hangs.
 
-#![allow(dead_code)]
-
-include!("support/gateway_example.rs");
-
-#[path = "support/example_binary.rs"]
-mod example_binary;
-#[path = "support/gateway_child.rs"]
-mod gateway_child;
-#[path = "support/http_request.rs"]
-mod http_request;
-
-#[path = "support/refusing.rs"]
-mod refusing;
+use super::*;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -30,8 +18,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use gateway_child::GatewayChild;
-use http_request::{json_200, read_request};
+use crate::gateway_child::GatewayChild;
+use crate::http_request::{json_200, read_request};
 
 /// Long enough to mean "it hangs", never a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
