@@ -1,5 +1,5 @@
 //! The gateway example's tests (`examples/gateway`): one test binary, its
-//! modules compiled into it once. As eight binaries, each compiled the
+//! modules compiled into it once. As nine binaries, eight compiled the
 //! example's 7,500 lines again, a fifth of the test suite's build.
 //! Everything on 127.0.0.1, every server started and stopped by its test.
 //!
@@ -32,6 +32,8 @@ mod archive_routing;
 mod built_in_chain;
 mod forwarding;
 mod hostile_inputs;
+#[cfg(unix)]
+mod ipc;
 mod operations;
 mod response_cache;
 mod ws_upstream;

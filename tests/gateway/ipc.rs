@@ -6,13 +6,6 @@
 //! and left as it was, the file removed at exit. Deadlines only detect
 //! hangs.
 
-#![cfg(unix)]
-
-#[path = "support/example_binary.rs"]
-mod example_binary;
-#[path = "support/gateway_child.rs"]
-mod gateway_child;
-
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -22,8 +15,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::UnixStream;
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 
-use example_binary::example_binary;
-use gateway_child::GatewayChild;
+use crate::example_binary::example_binary;
+use crate::gateway_child::GatewayChild;
 
 /// Long enough to mean "it hangs", never a timing assertion.
 const HANG: Duration = Duration::from_secs(20);
