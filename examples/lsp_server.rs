@@ -360,7 +360,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The service: its state (`stop` is triggered by `exit`) and its
 /// dispatcher, for any stream driver with [`Lsp`] framing (the process's
-/// stdio in `main`; an in-memory pipe in `tests/lsp.rs`, which includes
+/// stdio in `main`; an in-memory pipe in `tests/transports/lsp.rs`, which includes
 /// this file).
 pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, WithAsync>) {
     let server = Arc::new(Server {

@@ -1872,7 +1872,7 @@ async fn half_close_mid_body_gets_400() {
 
 /// A client that sends whole requests, then half-closes (as `curl` and
 /// scripts that pipe requests do): the loop answers every request it has;
-/// hyper's path answers them too (tests/http_abandon.rs). The end of
+/// hyper's path answers them too (tests/transports/http_abandon.rs). The end of
 /// stream read while a call ran gets an interim `100 Continue` (how the
 /// loop tells a half-close from a client that left), once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

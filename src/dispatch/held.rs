@@ -49,6 +49,9 @@ fn cost(frame: &Bytes, id: Option<&HeldId>) -> usize {
     frame.len() + HELD_OVERHEAD + 2 * id.map_or(0, |id| id.len())
 }
 
+// The dispatcher's engine holds messages and takes out those a notice
+// cancels; only the transports (feature `server`) start and drop them.
+#[cfg_attr(not(feature = "server"), allow(dead_code))]
 impl HeldMessages {
     /// Holds `frame`, a single request with id `id` (its JSON text) when
     /// `id` is given, last in order.

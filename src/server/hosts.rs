@@ -152,6 +152,7 @@ impl AllowedHosts {
 /// client names the same host on every request, and comparing it with the
 /// one before is a few instructions, where the check (the port, the list,
 /// an IPv4 literal) took about 300.
+#[cfg(feature = "http")]
 #[derive(Clone, Copy)]
 pub(crate) struct HostMemo {
     /// The length of the host kept; 0: none.
@@ -159,6 +160,7 @@ pub(crate) struct HostMemo {
     bytes: [u8; HostMemo::CAPACITY],
 }
 
+#[cfg(feature = "http")]
 impl Default for HostMemo {
     fn default() -> Self {
         HostMemo {
@@ -168,6 +170,7 @@ impl Default for HostMemo {
     }
 }
 
+#[cfg(feature = "http")]
 impl HostMemo {
     /// Longer hosts are checked every time.
     const CAPACITY: usize = 63;

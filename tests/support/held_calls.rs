@@ -1,6 +1,6 @@
 //! Calls that run until the test releases them or their client leaves,
 //! counted: what the tests of clients that leave while calls run observe
-//! (tests/http_abandon.rs, ws_abandon.rs, stream_abandon.rs,
+//! (tests/transports/http_abandon.rs, ws_abandon.rs, stream_abandon.rs,
 //! cap_cancel.rs).
 #![allow(dead_code)]
 

@@ -1,6 +1,7 @@
-//! Streamable HTTP from the client's side for the MCP tests (tests/mcp.rs,
-//! tests/mcp_edges.rs): a server on loopback, requests with hyper's client,
-//! answers with their SSE events read as EventSource reads them.
+//! Streamable HTTP from the client's side for the MCP tests
+//! (tests/transports/mcp.rs, mcp_edges.rs): a server on loopback, requests
+//! with hyper's client, answers with their SSE events read as EventSource
+//! reads them.
 #![allow(dead_code)]
 
 use bytes::Bytes;

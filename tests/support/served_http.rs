@@ -1,5 +1,5 @@
 //! An `HttpService` served by rpcwire's `Server` on a loopback port, and
-//! its stop: what the HTTP/2 tests (tests/hostile.rs, tests/http2_budget.rs)
+//! its stop: what the HTTP/2 tests (tests/hostile.rs, tests/transports/http2_budget.rs)
 //! start before each test.
 
 use std::net::SocketAddr;

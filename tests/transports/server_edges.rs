@@ -2,12 +2,9 @@
 //! across transports, over loopback with real clients. Every server
 //! listens on 127.0.0.1 port 0; time bounds are generous deadlines that
 //! only tell a hang, never measurements.
-#![cfg(all(feature = "ws", feature = "http"))]
 
-#[path = "support/combined_server.rs"]
-mod combined_server;
-#[path = "support/http_request.rs"]
-mod http_request;
+use crate::combined_server;
+use crate::http_request;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

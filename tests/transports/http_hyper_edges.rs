@@ -18,9 +18,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-#[path = "support/http_replies.rs"]
-#[allow(dead_code)]
-mod http_replies;
+use crate::http_replies;
 use http_replies::{request, responses_of, summary};
 
 const HANG: Duration = Duration::from_secs(30);

@@ -8,10 +8,8 @@
 //! HTTP port's upgrade alike. Everything on 127.0.0.1; deadlines only
 //! detect hangs.
 
-#[path = "support/combined_server.rs"]
-mod combined_server;
-#[path = "support/held_calls.rs"]
-mod held_calls;
+use crate::combined_server;
+use crate::held_calls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

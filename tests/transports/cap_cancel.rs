@@ -6,10 +6,8 @@
 //! until cancelled, is never); a request still held at the cap is
 //! answered as cancelled and never starts. Over the stream transport (TCP) and
 //! WebSocket, on loopback; deadlines only detect hangs.
-#![cfg(feature = "ws")]
 
-#[path = "support/held_calls.rs"]
-mod held_calls;
+use crate::held_calls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -5,10 +5,8 @@
 //! given back. A client that only goes quiet, or only shuts down its
 //! sending side (a half-close, which the stream transports answer), keeps
 //! its calls. Everything on loopback; deadlines only detect hangs.
-#![cfg(feature = "server")]
 
-#[path = "support/held_calls.rs"]
-mod held_calls;
+use crate::held_calls;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

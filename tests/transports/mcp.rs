@@ -11,10 +11,8 @@ use rpcwire::mcp::http::HttpConfig;
 use rpcwire::mcp::{Content, LogLevel, McpServer, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
-#[path = "support/eventually.rs"]
-mod eventually;
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
+use crate::eventually;
+use crate::mcp_http;
 use eventually::eventually;
 use mcp_http::{
     CT, JSON_SSE, asking_server, http_server, http_server_with, http_session, in_memory as send,

@@ -6,8 +6,7 @@
 //! bodies (1.25 GiB at the defaults): every stream here was held, none
 //! answered.
 
-#[path = "support/served_http.rs"]
-mod served_http;
+use crate::served_http;
 
 use std::future::poll_fn;
 use std::sync::Arc;

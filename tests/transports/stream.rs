@@ -4,7 +4,6 @@
 //! and graceful shutdown with calls in flight. Every server listens on
 //! 127.0.0.1 or a Unix socket in a temporary directory, and is stopped by
 //! its test.
-#![cfg(feature = "server")]
 
 use std::io;
 use std::net::SocketAddr;
@@ -15,10 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-#[path = "support/eventually.rs"]
-mod eventually;
-#[path = "support/example_binary.rs"]
-mod example_binary;
+use crate::eventually;
+use crate::example_binary;
 use eventually::eventually;
 
 use example_binary::example_binary;

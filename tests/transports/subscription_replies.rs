@@ -7,7 +7,6 @@
 //! `Subscriptions::len()` is 0, its producer sees its sink closed), none
 //! of its notifications reach the client, and it does not hold the place
 //! a later subscription needs under `max_per_connection = 1`.
-#![cfg(all(feature = "ws", feature = "server"))]
 
 use std::net::SocketAddr;
 use std::sync::Arc;

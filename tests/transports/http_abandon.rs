@@ -5,8 +5,7 @@
 //! after its request is still answered. Everything on 127.0.0.1;
 //! deadlines only detect hangs.
 
-#[path = "support/held_calls.rs"]
-mod held_calls;
+use crate::held_calls;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -16,16 +16,15 @@
 //!   builds for `cargo test` (examples are built with the tests, though
 //!   Cargo gives tests no path to them: it is found beside the test's own
 //!   executable). When it is missing or older than one of its sources
-//!   (`cargo test --test lsp` builds no examples), those tests fail and
+//!   (`cargo test --test transports` builds no examples), those tests fail and
 //!   say how to build it, rather than check nothing or an old build;
 //!   `tests/interop/lsp/run.sh` drives the binary with vscode-jsonrpc too.
 //!
 //! Deadlines only detect hangs; nothing measures time.
 
-#[path = "support/example_binary.rs"]
-mod example_binary;
+use crate::example_binary;
 #[allow(dead_code)]
-#[path = "../examples/lsp_server.rs"]
+#[path = "../../examples/lsp_server.rs"]
 mod lsp_server;
 
 use std::collections::HashMap;

@@ -7,11 +7,8 @@
 //! HTTP/1.1 loop (which hands browsers' requests to hyper's path) and on
 //! hyper's path alike. Raw HTTP over 127.0.0.1; deadlines only detect hangs.
 
-#[path = "support/combined_server.rs"]
-mod combined_server;
-#[path = "support/http_replies.rs"]
-#[allow(dead_code)]
-mod http_replies;
+use crate::combined_server;
+use crate::http_replies;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

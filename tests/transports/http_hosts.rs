@@ -8,9 +8,7 @@
 //! (`WsServer::allowed_hosts`). Raw HTTP over 127.0.0.1; deadlines only
 //! detect hangs.
 
-#[path = "support/http_replies.rs"]
-#[allow(dead_code)]
-mod http_replies;
+use crate::http_replies;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

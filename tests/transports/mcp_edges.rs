@@ -6,8 +6,7 @@ use std::time::Duration;
 use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
 
-#[path = "support/mcp_http.rs"]
-mod mcp_http;
+use crate::mcp_http;
 use mcp_http::{
     OpenPost, asking_server, http_server, http_session, http_session_with, in_memory as send, post,
     request,

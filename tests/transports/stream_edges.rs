@@ -5,7 +5,6 @@
 //! the limits, notifications as traffic for the idle timer, and graceful
 //! shutdown writing a reply made within the grace whole. The four findings
 //! of a review are among them (each failed before its fix).
-#![cfg(feature = "server")]
 
 use std::collections::VecDeque;
 use std::io;

@@ -9,8 +9,7 @@ use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
 use rpcwire::server::hosts::AllowedHosts;
 use serde_json::{Value, json};
 
-#[path = "support/http_request.rs"]
-mod http_request;
+use crate::http_request;
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
 

@@ -1,7 +1,6 @@
 //! The client's side of the stream transports: a `Driver` on a real TCP
 //! loopback connection, its requests sent with `Driver::peer` to an
 //! rpcwire `serve_tcp` server, answers matched by the driver's reading.
-#![cfg(feature = "server")]
 
 use std::time::Duration;
 

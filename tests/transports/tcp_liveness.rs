@@ -2,7 +2,6 @@
 //! idle (its client waits for notifications, and line-delimited JSON has
 //! no ping), and a client that vanishes without a FIN or a reset is found
 //! by TCP keepalive probes. Over loopback; time bounds only tell a hang.
-#![cfg(feature = "server")]
 
 use std::net::SocketAddr;
 use std::sync::Arc;
