@@ -9,18 +9,18 @@
 //! 127.0.0.1; deadlines only detect hangs (the gateway's timeout is a
 //! minute, far past them).
 
-use super::*;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::http_request::{json_200, read_request_buffered};
 use futures_util::SinkExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
+
+use super::*;
+use crate::http_request::{json_200, read_request_buffered};
 
 /// Long enough to mean "it hangs"; far below the gateway's timeout.
 const HANG: Duration = Duration::from_secs(10);

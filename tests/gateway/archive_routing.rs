@@ -7,17 +7,17 @@
 //! what reaches them; counts are the assertions. One test runs a real
 //! anvil with `--prune-history` when the interop run installed it.
 
-use super::*;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::http_request::{json_200, post_close, read_request_buffered};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+use crate::http_request::{json_200, post_close, read_request_buffered};
 
 const ADDR: &str = "0x00000000000000000000000000000000000000ff";
 /// The full node's head, and the blocks of state it keeps.

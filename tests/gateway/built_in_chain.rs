@@ -4,8 +4,6 @@
 //! history, and `eth_call`'s checks. Each test runs a gateway on 127.0.0.1
 //! and stops it; transactions are signed here with anvil's dev keys.
 
-use super::*;
-
 use std::net::SocketAddr;
 
 use alloy_consensus::crypto::secp256k1::sign_message;
@@ -14,6 +12,7 @@ use alloy_eips::eip2718::Encodable2718;
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use serde_json::{Value, json};
 
+use super::*;
 use crate::http_request::post_close;
 
 /// One JSON-RPC call over HTTP/1.1; the reply, parsed.

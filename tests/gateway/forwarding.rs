@@ -5,15 +5,12 @@
 //! transfer flow with transactions signed here. Everything on 127.0.0.1,
 //! every server started and stopped by its test.
 
-use super::*;
-
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::http_request::{json_200, post_close as post, read_request};
 use alloy_consensus::{TxEip1559, TxEip2930, TxEnvelope, TxLegacy};
 use alloy_primitives::{Address, B256, Bytes as ABytes, TxKind, U256};
 use futures_util::{SinkExt, StreamExt};
@@ -25,6 +22,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
+
+use super::*;
+use crate::http_request::{json_200, post_close as post, read_request};
 
 /// A gateway with `workers` workers, as the example runs by default: this
 /// runtime's and `workers - 1` threads of their own, each with a listening

@@ -4,18 +4,18 @@
 //! late or cut replies), with the pooled connection checked after each.
 //! Everything on 127.0.0.1, every server started and stopped by its test.
 
-use super::*;
-
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::eventually::eventually;
-use crate::http_request::{post_close as post, read_request};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use super::*;
+use crate::eventually::eventually;
+use crate::http_request::{post_close as post, read_request};
 
 fn proxy_config(upstream: SocketAddr, hyper_client: bool) -> config::Config {
     config::Config {

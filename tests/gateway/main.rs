@@ -1,6 +1,7 @@
 //! The gateway example's tests (`examples/gateway`): one test binary, its
 //! modules compiled into it once. As nine binaries, eight compiled the
-//! example's 7,500 lines again, a fifth of the test suite's build.
+//! example's 7,500 lines again, more than a quarter of the test suite's
+//! build.
 //! Everything on 127.0.0.1, every server started and stopped by its test.
 //!
 //! The soak that reads the whole process's heap is a binary of its own

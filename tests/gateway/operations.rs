@@ -4,8 +4,6 @@
 //! upstreams that answer when the test says so. Everything on 127.0.0.1;
 //! deadlines only detect hangs.
 
-use super::*;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +16,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
+use super::*;
 use crate::gateway_child::GatewayChild;
 use crate::http_request::{json_200, read_request};
 

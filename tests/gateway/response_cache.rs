@@ -6,17 +6,17 @@
 //! counts what reaches it; counts are the assertions, sleeps only let a
 //! refresh interval pass.
 
-use super::*;
-
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::http_request::{json_200, post_close, read_request_buffered};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
+
+use super::*;
+use crate::http_request::{json_200, post_close, read_request_buffered};
 
 const ADDR: &str = "0x00000000000000000000000000000000000000ff";
 /// A block hash the fake upstream knows.

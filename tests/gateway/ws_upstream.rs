@@ -5,8 +5,6 @@
 //! garbage, binary frames, pings, replies past the limit, ids never used).
 //! Everything on 127.0.0.1; deadlines only detect hangs.
 
-use super::*;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,6 +14,8 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::Message;
+
+use super::*;
 
 /// Long enough to mean "it hangs", never a timing assertion.
 const HANG: Duration = Duration::from_secs(10);

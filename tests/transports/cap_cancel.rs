@@ -7,14 +7,11 @@
 //! answered as cancelled and never starts. Over the stream transport (TCP) and
 //! WebSocket, on loopback; deadlines only detect hangs.
 
-use crate::held_calls;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures_util::{SinkExt, StreamExt};
-use held_calls::{HANG, State, hold, wait_until};
 use rpcwire::dispatch::{AsyncCall, CancelledReply, WithAsync};
 use rpcwire::frame::Lines;
 use rpcwire::server::stream::serve_tcp;
@@ -25,6 +22,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
+
+use crate::held_calls::{HANG, State, hold, wait_until};
 
 /// The protocol whose cancellation the dispatcher knows.
 #[derive(Clone, Copy, Debug)]

@@ -6,8 +6,6 @@
 //! bodies (1.25 GiB at the defaults): every stream here was held, none
 //! answered.
 
-use crate::served_http;
-
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,9 +19,10 @@ use rpcwire::server::http::HttpService;
 use rpcwire::server::{LimitKind, Limits, Metrics};
 use rpcwire::{Call, Dispatcher, RpcError};
 use serde_json::Value;
-use served_http::{ServedHttp, serve_http};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
+
+use crate::served_http::{ServedHttp, serve_http};
 
 /// A guard against hangs, never a measure.
 const HANG: Duration = Duration::from_secs(20);

@@ -5,20 +5,19 @@
 //! after its request is still answered. Everything on 127.0.0.1;
 //! deadlines only detect hangs.
 
-use crate::held_calls;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use held_calls::{HANG, State, hold, wait_until};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Dispatcher, RpcError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::held_calls::{HANG, State, hold, wait_until};
 
 fn dispatcher(state: Arc<State>) -> Dispatcher<Arc<State>, WithAsync> {
     Dispatcher::builder(state)

@@ -7,21 +7,19 @@
 //! HTTP/1.1 loop (which hands browsers' requests to hyper's path) and on
 //! hyper's path alike. Raw HTTP over 127.0.0.1; deadlines only detect hangs.
 
-use crate::combined_server;
-use crate::http_replies;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use combined_server::{CombinedServer, StartCombined};
-use http_replies::{RawResponse, exchange, h2_client, one, request};
 use rpcwire::server::cors::Cors;
 use rpcwire::server::http::{HttpService, Server};
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Dispatcher};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::combined_server::{CombinedServer, StartCombined};
+use crate::http_replies::{RawResponse, exchange, h2_client, one, request};
 
 const APP: &str = "https://app.example.org";
 const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"count"}"#;

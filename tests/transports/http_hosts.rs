@@ -8,14 +8,11 @@
 //! (`WsServer::allowed_hosts`). Raw HTTP over 127.0.0.1; deadlines only
 //! detect hangs.
 
-use crate::http_replies;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use http_replies::{exchange, h2_client, one};
 use rpcwire::server::combined::Combined;
 use rpcwire::server::hosts::AllowedHosts;
 use rpcwire::server::http::{HttpService, Server};
@@ -24,6 +21,8 @@ use rpcwire::server::{LimitKind, Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::http_replies::{exchange, h2_client, one};
 
 const HANG: Duration = Duration::from_secs(10);
 const CALL: &str = r#"{"jsonrpc":"2.0","id":7,"method":"count"}"#;

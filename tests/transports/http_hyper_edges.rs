@@ -18,8 +18,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::http_replies;
-use http_replies::{request, responses_of, summary};
+use crate::http_replies::{request, responses_of, summary};
 
 const HANG: Duration = Duration::from_secs(30);
 const TIMEOUT_CODE: i32 = -32002;

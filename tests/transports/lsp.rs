@@ -22,15 +22,12 @@
 //!
 //! Deadlines only detect hangs; nothing measures time.
 
-use crate::example_binary;
 #[allow(dead_code)]
 #[path = "../../examples/lsp_server.rs"]
 mod lsp_server;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-
-use example_binary::example_binary;
 use std::time::Duration;
 
 use rpcwire::Context;
@@ -39,6 +36,8 @@ use rpcwire::server::Shutdown;
 use rpcwire::server::stream::{CloseReason, Driver};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+
+use crate::example_binary::example_binary;
 
 /// Longer than any step can take: reaching it means a hang.
 const HANG: Duration = Duration::from_secs(60);

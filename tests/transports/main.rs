@@ -1,7 +1,7 @@
 //! The transports' tests (stream, HTTP, WebSocket, MCP, LSP), one test
-//! binary: as 21 binaries, each linked and compiled its own copy of the
+//! binary: as 21 binaries, each compiled and linked its own copy of the
 //! servers' generic code (tokio, hyper, tungstenite, rpcwire's drivers),
-//! a third of the test suite's build. Each module is one former file, under
+//! a quarter of the test suite's build. Each module is one former file, under
 //! the features it needs. Everything on 127.0.0.1, every server started
 //! and stopped by its test.
 //!

@@ -10,15 +10,14 @@ use bytes::Bytes;
 use rpcwire::mcp::http::HttpConfig;
 use rpcwire::mcp::{Content, LogLevel, McpServer, Tool, ToolContext, ToolError, ToolOutput};
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::eventually;
+use crate::eventually::eventually;
 use crate::mcp_http;
-use eventually::eventually;
-use mcp_http::{
+use crate::mcp_http::{
     CT, JSON_SSE, asking_server, http_server, http_server_with, http_session, in_memory as send,
     post, request,
 };
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 const MODERN_META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
 

@@ -7,7 +7,7 @@ use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
 
 use crate::mcp_http;
-use mcp_http::{
+use crate::mcp_http::{
     OpenPost, asking_server, http_server, http_session, http_session_with, in_memory as send, post,
     request,
 };

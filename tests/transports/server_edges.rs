@@ -3,15 +3,11 @@
 //! listens on 127.0.0.1 port 0; time bounds are generous deadlines that
 //! only tell a hang, never measurements.
 
-use crate::combined_server;
-use crate::http_request;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use combined_server::{CombinedServer, StartCombined};
 use futures_util::{SinkExt, StreamExt};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::Lines;
@@ -25,9 +21,11 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use http_request::post_close;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::combined_server::{CombinedServer, StartCombined};
+use crate::http_request::post_close;
 
 /// Producers of `watched` subscriptions that saw their subscription end.
 static WATCHED_ENDED: AtomicUsize = AtomicUsize::new(0);

@@ -14,11 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::eventually;
-use crate::example_binary;
-use eventually::eventually;
-
-use example_binary::example_binary;
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::{Concatenated, Framer, Lines, Lsp};
 #[cfg(unix)]
@@ -33,6 +28,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+
+use crate::eventually::eventually;
+use crate::example_binary::example_binary;
 
 /// A bound for waits that should take well under a second: a test that
 /// hangs fails instead.

@@ -6,21 +6,20 @@
 //! sending side (a half-close, which the stream transports answer), keeps
 //! its calls. Everything on loopback; deadlines only detect hangs.
 
-use crate::held_calls;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use held_calls::{HANG, State, dispatcher, wait_until};
 use rpcwire::frame::Lines;
 use rpcwire::server::stream::{serve_tcp, serve_unix};
 use rpcwire::server::{Limits, Metrics, Shutdown};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+
+use crate::held_calls::{HANG, State, dispatcher, wait_until};
 
 /// Where the server listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,24 +8,22 @@
 //! HTTP port's upgrade alike. Everything on 127.0.0.1; deadlines only
 //! detect hangs.
 
-use crate::combined_server;
-use crate::held_calls;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
-use combined_server::StartCombined;
 use futures_util::{SinkExt, StreamExt};
-use held_calls::{HANG, State, dispatcher, wait_until};
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown};
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use crate::combined_server::StartCombined;
+use crate::held_calls::{HANG, State, dispatcher, wait_until};
 
 type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
