@@ -83,6 +83,17 @@ pub async fn wait_until(state: &State, what: &str, done: impl Fn(&State) -> bool
     }
 }
 
+/// After a client at its cap of `cap` held calls left with more requests
+/// pipelined: its `cap` calls are dropped, and nothing past them was ever
+/// started.
+pub async fn dropped_at_the_cap(state: &State, cap: usize, what: &str) {
+    wait_until(state, &format!("{what}: dropped"), |st| {
+        st.dropped.load(Ordering::SeqCst) == cap
+    })
+    .await;
+    assert_eq!(state.started.load(Ordering::SeqCst), cap, "{what}");
+}
+
 /// A dispatcher with `wait` (a held call) and `echo` (its params back),
 /// counting calls in `metrics`.
 pub fn dispatcher(state: Arc<State>, metrics: Arc<Metrics>) -> Dispatcher<Arc<State>, WithAsync> {

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 
-use crate::held_calls::{HANG, State, dispatcher, wait_until};
+use crate::held_calls::{HANG, State, dispatcher, dropped_at_the_cap, wait_until};
 
 /// Where the server listens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,12 +223,7 @@ async fn a_left_client_s_calls_are_dropped(via: Via, cap: usize, extra: usize, l
         (Leave::Reset, Client::Unix(_)) => unreachable!("a TCP reset"),
         (Leave::Close, client) => drop(client),
     }
-    wait_until(&server.state, &format!("{what}: dropped"), |st| {
-        st.dropped.load(Ordering::SeqCst) == cap
-    })
-    .await;
-    // The pipelined requests were never started.
-    assert_eq!(server.state.started.load(Ordering::SeqCst), cap, "{what}");
+    dropped_at_the_cap(&server.state, cap, &what).await;
     the_place_is_given_back(&server, &what).await;
 }
 

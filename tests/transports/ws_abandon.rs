@@ -23,7 +23,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use crate::combined_server::StartCombined;
-use crate::held_calls::{HANG, State, dispatcher, wait_until};
+use crate::held_calls::{HANG, State, dispatcher, dropped_at_the_cap, wait_until};
 
 type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -205,12 +205,7 @@ async fn a_left_client_s_calls_are_dropped(via: Via, cap: usize, leave: Leave) {
             tokio::spawn(async move { while let Some(Ok(_)) = ws.next().await {} });
         }
     }
-    wait_until(&server.state, &format!("{what}: dropped"), |st| {
-        st.dropped.load(Ordering::SeqCst) == cap
-    })
-    .await;
-    // The pipelined requests were never started.
-    assert_eq!(server.state.started.load(Ordering::SeqCst), cap, "{what}");
+    dropped_at_the_cap(&server.state, cap, &what).await;
     the_place_is_given_back(&server, &what).await;
 }
 
