@@ -483,33 +483,41 @@ pub(crate) unsafe fn scan_text_avx2(
                 as u32;
         let high = _mm256_movemask_epi8(v) as u32;
         let backslashes = _mm256_movemask_epi8(backslash) as u32;
-        // Free text's common case, decided from the masks: single
-        // backslashes (none escaping another, none in the last lane), so
-        // each escapes the byte after it, inside the block.
-        if backslashes != 0 && backslashes & (backslashes << 1 | 1 << 31) == 0 {
-            let escapes = backslashes << 1;
-            let closing = _mm256_movemask_epi8(quote) as u32 & !escapes;
-            // The lanes before the closing quote (all, if it is not here).
-            let inside = ((1u64 << closing.trailing_zeros()) - 1) as u32;
-            let controls = _mm256_movemask_epi8(control) as u32;
-            // Every escape there one of `\" \\ \/ \b \f \n \r \t`, or `\u`
-            // with its four hex digits in the block, and no raw control
-            // byte: the block needs nothing more. Otherwise (a bad escape,
-            // a `\u` cut by the block's end, a control byte) the loop below
-            // takes it stop by stop, reporting errors in order.
-            let mut unusual = (backslashes & inside) << 1 & !simple_escapes(v);
+        // Free text's common case, decided from the masks: every escape
+        // in the block is checked at once, up to the first one the masks
+        // cannot vouch for (a backslash escaping another, an escape cut by
+        // the block's end, a bad one): the block is taken up to there and
+        // the next starts at that backslash. (Taken whole or not at all,
+        // text dense with `\u` escapes, as Python's `json.dumps` writes,
+        // went stop by stop in most blocks: one escape in six bytes puts a
+        // `\u` across nearly every block's end.)
+        if backslashes != 0 {
+            // Lanes `k` where `k` and `k + 1` are both backslashes.
+            let doubled = backslashes & backslashes >> 1;
+            // The escaped lanes (`k + 1` for a backslash at `k`) that are
+            // not a two-byte escape or a `\u` with four hex digits here.
+            let mut unusual = backslashes << 1 & !simple_escapes(v);
             if unusual != 0 {
                 let hex = hex_digits(v);
                 let four_hex_after = hex >> 1 & hex >> 2 & hex >> 3 & hex >> 4;
                 let u = _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(b'u' as i8)));
                 unusual &= !(u as u32 & four_hex_after);
             }
-            if controls & inside == 0 && unusual == 0 {
+            // A backslash in the last lane escapes the next block's first.
+            let limit = (doubled | unusual >> 1 | backslashes & 1 << 31).trailing_zeros();
+            // Before `limit` every backslash is a single, good escape:
+            // the quotes after them are content.
+            let closing =
+                (_mm256_movemask_epi8(quote) as u32 & !(backslashes << 1)).trailing_zeros();
+            let end = closing.min(limit);
+            let inside = ((1u64 << end) - 1) as u32;
+            let controls = _mm256_movemask_epi8(control) as u32;
+            if controls & inside == 0 && (closing < limit || limit > 0) {
                 escaped |= backslashes & inside != 0;
                 non_ascii |= high & inside != 0;
-                utf8.block(v, high & inside, closing.trailing_zeros());
-                if closing != 0 {
-                    let at = pos + closing.trailing_zeros() as usize;
+                utf8.block(v, high & inside, end);
+                if closing < limit {
+                    let at = pos + closing as usize;
                     if non_ascii && !utf8.valid() {
                         validate_utf8(buf, from, at)?;
                     }
@@ -518,7 +526,12 @@ pub(crate) unsafe fn scan_text_avx2(
                         escaped,
                     });
                 }
-                pos += 32;
+                if limit < 32 {
+                    // The block's content ended at a backslash (ASCII):
+                    // a sequence cut there was refused in this block.
+                    utf8.after_ascii();
+                }
+                pos += limit as usize;
                 continue;
             }
         }
