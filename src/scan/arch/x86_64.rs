@@ -444,12 +444,14 @@ unsafe fn avx2<const ASCII: bool>(buf: &[u8], start: usize, mut non_ascii: bool)
 
 /// [`crate::scan::scan_text`] in 32-byte blocks, each loaded once and
 /// classified into masks (quotes, backslashes, control bytes, bytes >=
-/// 0x80). A block whose backslashes are single and not in its last lane is
-/// decided from the masks alone: each backslash escapes the next byte, the
-/// closing quote is the first quote not escaped, and the escaped bytes
-/// before it must be two-byte escapes or `u` with four hex digits after it
-/// in the block. Any other block is taken stop by stop: each escape checked
-/// where the stop mask puts it and the mask's bits up to its end cleared.
+/// 0x80). A block with backslashes is decided from the masks alone up to
+/// the first backslash that is doubled, in the last lane, or not followed
+/// by a two-byte escape or `u` and four hex digits in the block: before
+/// it, each backslash escapes the next byte and the closing quote is the
+/// first quote not escaped. The block is taken up to there (the next one
+/// starts at that backslash) or, when that backslash is its first byte,
+/// stop by stop: each escape checked where the stop mask puts it and the
+/// mask's bits up to its end cleared, as a block without backslashes is.
 /// The last bytes of the input (fewer than 32) are finished by the portable
 /// loop.
 ///
