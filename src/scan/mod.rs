@@ -1131,6 +1131,55 @@ mod tests {
         }
     }
 
+    /// Text dense with escapes (`\u` every six bytes, as Python's
+    /// `json.dumps` writes non-ASCII text), at every alignment against the
+    /// 32-byte blocks, then an escape the masks cannot vouch for (doubled,
+    /// cut, bad) or an error: the block loop takes each block up to such a
+    /// backslash and must agree with the portable loop on every verdict
+    /// and offset.
+    #[test]
+    fn escape_dense_text_at_every_alignment() {
+        let tails: &[&[u8]] = &[
+            b"\"",
+            b"\\\\x\"",
+            b"\\\\\\\\\"",
+            b"\\u00e9\"",
+            b"\\uD83D\\uDE00\"",
+            b"\\u12G4\"",
+            b"\\x\"",
+            b"\\",
+            b"\\u00",
+            b"\x01\"",
+            b"\xc3\\n\"",
+            b"\xe6\x9d\xb1\\n\"",
+            b"\xe6\x9d\\n\"",
+        ];
+        let key = |r: Result<ScannedStr, Error>| {
+            r.map(|s| (s.end, s.escaped))
+                .map_err(|e| (e.kind(), e.offset()))
+        };
+        let mut buf = Vec::new();
+        for lead in 0..40 {
+            for escapes in [1, 5, 6, 11, 12] {
+                for tail in tails {
+                    for escape in [&b"\\u00e9"[..], b"\\n", "\u{e9}\\t".as_bytes()] {
+                        buf.clear();
+                        buf.push(b'"');
+                        buf.extend(std::iter::repeat_n(b'a', lead));
+                        for _ in 0..escapes {
+                            buf.extend_from_slice(escape);
+                        }
+                        buf.extend_from_slice(tail);
+                        buf.extend_from_slice(&[b' '; 40]);
+                        let want = key(scan_text_portable(&buf, 1, 1, false, false));
+                        assert_eq!(key(scan_text(&buf, 1, 1, false, false)), want, "{buf:?}");
+                        assert_eq!(key(scan_string(&buf, 1)), want, "{buf:?}");
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn depth_limit_counts_containers() {
         let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
