@@ -514,7 +514,9 @@ pub(crate) unsafe fn scan_text_avx2(
             let end = closing.min(limit);
             let inside = ((1u64 << end) - 1) as u32;
             let controls = _mm256_movemask_epi8(control) as u32;
-            if controls & inside == 0 && (closing < limit || limit > 0) {
+            // (A block that starts at such a backslash goes stop by stop
+            // below, as does one with a control byte before `end`.)
+            if controls & inside == 0 && limit > 0 {
                 escaped |= backslashes & inside != 0;
                 non_ascii |= high & inside != 0;
                 utf8.block(v, high & inside, end);
