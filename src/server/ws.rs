@@ -1269,10 +1269,15 @@ where
         Poll::Pending
     }
 
-    /// Whether the messages in flight are at [`Limits::max_in_flight`]
-    /// (0 taken as 1, as the other servers take it): no more are started.
+    /// Whether the calls (async notifications included) or messages in
+    /// flight, whichever more, are at [`Limits::max_in_flight`] (0 taken
+    /// as 1, as the other servers take it): no more are started. An async
+    /// notification holds no message slot: counted by messages alone, a
+    /// client's stream of them was read without end, each queued with its
+    /// input (hundreds of MiB), as the stream driver counts both.
     fn at_limit(&self) -> bool {
-        self.conn.messages_in_flight() >= self.server.limits.max_in_flight.max(1)
+        let in_flight = self.conn.messages_in_flight().max(self.conn.in_flight());
+        in_flight >= self.server.limits.max_in_flight.max(1)
     }
 
     /// Whether reading goes on at the in-flight limit: handlers wait for

@@ -716,3 +716,66 @@ async fn notifications_left_running_over_http_count_against_the_cap() {
             .unwrap();
     }
 }
+
+/// An async notification holds no message slot: the WebSocket driver
+/// counted messages alone against `Limits::max_in_flight`, so a client's
+/// stream of notifications was read without end and every one started or
+/// queued with its input (a review's reproduction: 40,000 of 16 KiB, RSS
+/// 3 -> 656 MiB). Calls count too now, as the stream driver counts them:
+/// past the limit the connection is not read until calls finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn async_notifications_over_websocket_count_against_the_limit() {
+    const LIMIT: usize = 4;
+    #[derive(Default)]
+    struct Running {
+        now: AtomicUsize,
+        peak: AtomicUsize,
+        done: AtomicUsize,
+    }
+    let running = Arc::new(Running::default());
+    let d = Dispatcher::builder(running.clone())
+        .async_method("note", |c: AsyncCall<Arc<Running>>| async move {
+            let now = c.state.now.fetch_add(1, Ordering::SeqCst) + 1;
+            c.state.peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            c.state.now.fetch_sub(1, Ordering::SeqCst);
+            c.state.done.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, RpcError>(())
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: LIMIT,
+        ..Limits::default()
+    };
+    let server = WsServer::new(d).limits(limits);
+    let shutdown = server.shutdown_signal().clone();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { server.serve(listener).await });
+    let mut ws = connect(addr).await;
+    for _ in 0..40 {
+        ws.send(Message::text(r#"{"jsonrpc":"2.0","method":"note"}"#))
+            .await
+            .unwrap();
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while running.done.load(Ordering::SeqCst) < 40 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the 40 notifications ran in time"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let peak = running.peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= LIMIT,
+        "{peak} notifications ran at once under a limit of {LIMIT}"
+    );
+    assert!(peak >= LIMIT / 2, "only {peak} ran at once");
+    shutdown.trigger();
+    drop(ws);
+    let _ = tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the server stops");
+}
