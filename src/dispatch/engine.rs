@@ -551,6 +551,19 @@ impl Connection {
         self.engine.messages_in_flight()
     }
 
+    /// What counts against [`Limits::max_in_flight`] on a connection that
+    /// reads on while calls run: calls (async notifications included) or
+    /// messages in flight, whichever more. An async notification holds no
+    /// message slot, and a message with several calls holds one: counted
+    /// by either alone, a client could start work or queue input without
+    /// bound.
+    ///
+    /// [`Limits::max_in_flight`]: crate::Limits::max_in_flight
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
+    pub(crate) fn slots_in_use(&self) -> usize {
+        self.messages_in_flight().max(self.in_flight())
+    }
+
     /// Forgets the task waker the last [`poll_replies`](Connection::poll_replies)
     /// registered, when no call is in flight: the calls the next
     /// [`start`](Connection::start) launches then do not wake the task

@@ -872,10 +872,9 @@ where
         }
     }
 
-    /// Calls (async, notifications included) or messages in flight,
-    /// whichever more.
+    /// The connection's [slots in use](Connection::slots_in_use).
     fn in_flight(&self) -> usize {
-        self.conn.messages_in_flight().max(self.conn.in_flight())
+        self.conn.slots_in_use()
     }
 
     fn output_full(&self) -> bool {

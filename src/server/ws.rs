@@ -1269,15 +1269,13 @@ where
         Poll::Pending
     }
 
-    /// Whether the calls (async notifications included) or messages in
-    /// flight, whichever more, are at [`Limits::max_in_flight`] (0 taken
-    /// as 1, as the other servers take it): no more are started. An async
-    /// notification holds no message slot: counted by messages alone, a
-    /// client's stream of them was read without end, each queued with its
-    /// input (hundreds of MiB), as the stream driver counts both.
+    /// Whether the connection's [slots in use] are at
+    /// [`Limits::max_in_flight`] (0 taken as 1, as the other servers take
+    /// it): no more are started.
+    ///
+    /// [slots in use]: Connection::slots_in_use
     fn at_limit(&self) -> bool {
-        let in_flight = self.conn.messages_in_flight().max(self.conn.in_flight());
-        in_flight >= self.server.limits.max_in_flight.max(1)
+        self.conn.slots_in_use() >= self.server.limits.max_in_flight.max(1)
     }
 
     /// Whether reading goes on at the in-flight limit: handlers wait for

@@ -637,6 +637,26 @@ async fn servers_told_never_to_time_out_serve_and_stop() {
         .expect("the TCP server did not panic");
 }
 
+/// Counts the calls that run at once, the most that ever did, and those
+/// done: a handler's state in the tests of `max_in_flight`.
+#[derive(Default)]
+struct Running {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+    done: AtomicUsize,
+}
+
+impl Running {
+    /// Runs for `time`, counted.
+    async fn hold(&self, time: Duration) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(time).await;
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        self.done.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// Async notifications still running when their request's `204` went
 /// out ran on tasks of their own, outside the connection's count: one
 /// keep-alive connection sending notifications one after another ran all
@@ -649,20 +669,12 @@ async fn servers_told_never_to_time_out_serve_and_stop() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn notifications_left_running_over_http_count_against_the_cap() {
     const CAP: usize = 8;
-    #[derive(Default)]
-    struct Running {
-        now: AtomicUsize,
-        peak: AtomicUsize,
-    }
     for own in [true, false] {
         let running = Arc::new(Running::default());
         let d = Dispatcher::builder(running.clone())
             .max_in_flight(CAP)
             .async_method("note", |c: AsyncCall<Arc<Running>>| async move {
-                let now = c.state.now.fetch_add(1, Ordering::SeqCst) + 1;
-                c.state.peak.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                c.state.now.fetch_sub(1, Ordering::SeqCst);
+                c.state.hold(Duration::from_millis(300)).await;
                 Ok::<_, RpcError>(())
             })
             .build()
@@ -726,20 +738,10 @@ async fn notifications_left_running_over_http_count_against_the_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn async_notifications_over_websocket_count_against_the_limit() {
     const LIMIT: usize = 4;
-    #[derive(Default)]
-    struct Running {
-        now: AtomicUsize,
-        peak: AtomicUsize,
-        done: AtomicUsize,
-    }
     let running = Arc::new(Running::default());
     let d = Dispatcher::builder(running.clone())
         .async_method("note", |c: AsyncCall<Arc<Running>>| async move {
-            let now = c.state.now.fetch_add(1, Ordering::SeqCst) + 1;
-            c.state.peak.fetch_max(now, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            c.state.now.fetch_sub(1, Ordering::SeqCst);
-            c.state.done.fetch_add(1, Ordering::SeqCst);
+            c.state.hold(Duration::from_millis(100)).await;
             Ok::<_, RpcError>(())
         })
         .build()
