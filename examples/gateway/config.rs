@@ -27,6 +27,11 @@ usage: gateway [options]
                         archive, and any a full node answers 'missing
                         trie node' (or the like) are retried there
   --timeout MS          per-request upstream timeout (default 30000)
+  --connect-timeout MS  how long making a connection to an upstream may take
+                        (the TCP connect, and a ws:// upstream's upgrade):
+                        past it the call moves to the next upstream, as
+                        when a connection is refused (default: 2000, or
+                        half of --timeout if that is less)
   --upstream-connections N
                         HTTP calls in flight per upstream, each on a
                         connection of its own (default 128); more wait
@@ -156,6 +161,9 @@ pub struct Config {
     pub upstreams: Vec<String>,
     pub upstream_ws: Option<String>,
     pub timeout: Duration,
+    /// How long making a connection to an upstream may take (`None`:
+    /// [`Config::connect_timeout`]'s default).
+    pub connect_timeout: Option<Duration>,
     pub deny: Vec<String>,
     pub max_body: usize,
     pub max_batch: u32,
@@ -194,6 +202,9 @@ pub struct Config {
     pub state_blocks: u64,
 }
 
+/// How long making a connection to an upstream may take by default.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The `--deny` rule (a method-name prefix) that `method` falls under, if
 /// any: the one check the proxy, its relayed methods and the built-in
 /// chain all make.
@@ -220,6 +231,7 @@ impl Default for Config {
             upstreams: Vec::new(),
             upstream_ws: None,
             timeout: Duration::from_secs(30),
+            connect_timeout: None,
             deny: ["admin_", "personal_", "debug_"].map(String::from).to_vec(),
             max_body: rpcwire::Parser::DEFAULT_MAX_MESSAGE_LEN,
             max_batch: rpcwire::Parser::DEFAULT_MAX_BATCH_LEN,
@@ -246,6 +258,21 @@ impl Default for Config {
 }
 
 impl Config {
+    /// How long making a connection to an upstream may take: the TCP
+    /// connect (and a `ws://` upstream's upgrade). It is shorter than the
+    /// call's timeout so that an upstream that drops connection attempts
+    /// without a word (a host gone from the network, a full listen queue)
+    /// costs a call part of its time, not all of it: the call moves on to
+    /// the next upstream, as after a refused connection. By default
+    /// [`CONNECT_TIMEOUT`], or half of `--timeout` if that is less;
+    /// `--connect-timeout` sets it, at most `--timeout`.
+    pub fn connect_timeout(&self) -> Duration {
+        match self.connect_timeout {
+            Some(t) => t.min(self.timeout),
+            None => CONNECT_TIMEOUT.min(self.timeout / 2),
+        }
+    }
+
     /// Reads the command line; `Err` carries the message to print.
     pub fn from_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         let mut c = Config::default();
@@ -285,6 +312,9 @@ impl Config {
                 "--archive" => c.archives.push(value()?),
                 "--state-blocks" => c.state_blocks = number(value()?)?,
                 "--timeout" => c.timeout = Duration::from_millis(number(value()?)?.max(1)),
+                "--connect-timeout" => {
+                    c.connect_timeout = Some(Duration::from_millis(number(value()?)?.max(1)));
+                }
                 "--allow" => {
                     let v = value()?;
                     let rules = c.deny.len();

@@ -98,6 +98,11 @@ pub struct H1Pool {
     /// Idle connections, per worker ([`set_worker`]), the most recently
     /// used at the back (taken first), the longest idle at the front.
     idle: Mutex<Vec<VecDeque<Conn>>>,
+    /// How long a new connection's TCP connect may take: an upstream
+    /// that drops connection attempts silently fails the attempt at this
+    /// deadline (the caller moves on to the next upstream), not at the
+    /// call's.
+    connect_timeout: Duration,
 }
 
 struct Conn {
@@ -150,7 +155,7 @@ enum BodyAt {
 
 impl H1Pool {
     /// For `http://host:port/path`.
-    pub fn new(url: &str) -> Result<H1Pool, String> {
+    pub fn new(url: &str, connect_timeout: Duration) -> Result<H1Pool, String> {
         let rest = url
             .strip_prefix("http://")
             .ok_or_else(|| format!("not an http:// URL: {url}"))?;
@@ -184,6 +189,7 @@ impl H1Pool {
             authority,
             head,
             idle: Mutex::new(Vec::new()),
+            connect_timeout,
         })
     }
 
@@ -284,8 +290,18 @@ impl H1Pool {
             let (mut conn, reused) = match self.checkout(now) {
                 Some(c) => (c, true),
                 None => {
-                    let stream = TcpStream::connect(&self.authority)
+                    let connect = TcpStream::connect(&self.authority);
+                    let stream = tokio::time::timeout(self.connect_timeout, connect)
                         .await
+                        .map_err(|_| {
+                            H1Error::Connect(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!(
+                                    "no connection within {} ms",
+                                    self.connect_timeout.as_millis()
+                                ),
+                            ))
+                        })?
                         .map_err(H1Error::Connect)?;
                     let _ = stream.set_nodelay(true);
                     let conn = Conn {
@@ -700,7 +716,7 @@ mod tests {
     async fn connections_idle_too_long_are_closed_as_others_are_pooled() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let pool = H1Pool::new(&format!("http://{addr}/")).unwrap();
+        let pool = H1Pool::new(&format!("http://{addr}/"), Duration::from_secs(2)).unwrap();
         let conn = || async {
             Conn {
                 stream: TcpStream::connect(addr).await.unwrap(),

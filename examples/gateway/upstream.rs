@@ -44,8 +44,6 @@ use crate::h1::{Body, H1Error, H1Pool};
 
 /// How long an upstream that failed rests before it is tried first again.
 pub const REST: Duration = Duration::from_secs(2);
-/// How long connecting to a WebSocket upstream may take.
-const WS_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long closing a WebSocket upstream's connection (the close frame
 /// written and flushed) may take.
 const WS_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -83,6 +81,9 @@ pub struct Upstreams {
     pub ws: Option<Arc<WsUpstream>>,
     ids: AtomicU64,
     timeout: Duration,
+    /// [`Config::connect_timeout`]: named in the reason of a connect that
+    /// ran out of it.
+    connect_timeout: Duration,
     parser: Parser,
     max_response: usize,
     epoch: Instant,
@@ -299,9 +300,17 @@ impl Upstreams {
         let upstream_ws = config.upstream_ws.as_deref();
         let (timeout, max_response) = (config.timeout, config.max_response);
         let (hyper_client, ws_ping) = (config.hyper_client, config.ws_ping);
+        let connect_timeout = config.connect_timeout();
         let mut http = Vec::new();
-        let ws_upstream =
-            |url: String| Arc::new(WsUpstream::new(url, timeout, max_response, ws_ping));
+        let ws_upstream = |url: String| {
+            Arc::new(WsUpstream::new(
+                url,
+                timeout,
+                connect_timeout,
+                max_response,
+                ws_ping,
+            ))
+        };
         let mut ws = upstream_ws.map(|url| ws_upstream(url.into()));
         for (url, name) in urls.iter().zip(distinct_names(urls)) {
             let uri: http::Uri = url
@@ -319,7 +328,7 @@ impl Upstreams {
             let h1 = if hyper_client || via_ws.is_some() {
                 None
             } else {
-                Some(H1Pool::new(url)?)
+                Some(H1Pool::new(url, connect_timeout)?)
             };
             http.push(HttpUpstream {
                 uri,
@@ -341,7 +350,7 @@ impl Upstreams {
         }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(timeout));
+        connector.set_connect_timeout(Some(connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(Duration::from_secs(60))
@@ -353,6 +362,7 @@ impl Upstreams {
             ws,
             ids: AtomicU64::new(1),
             timeout,
+            connect_timeout,
             parser: reply_parser(max_response),
             max_response,
             epoch: Instant::now(),
@@ -671,7 +681,12 @@ impl Upstreams {
             .map_err(|e| Failure::Other(e.to_string()))?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| {
-                if e.is_connect() {
+                if e.is_connect() && timed_out(&e) {
+                    Failure::Connect(format!(
+                        "connection failed: no connection within {} ms",
+                        self.connect_timeout.as_millis()
+                    ))
+                } else if e.is_connect() {
                     Failure::Connect(format!("connection failed: {}", source_text(&e)))
                 } else {
                     Failure::Other(format!("connection lost: {}", source_text(&e)))
@@ -709,6 +724,21 @@ fn looks_like_json(body: &[u8]) -> bool {
 
 /// The text of an error and its sources (hyper's top-level messages are
 /// terse: "client error (Connect)").
+/// Whether an I/O error in `e`'s chain is a timeout (hyper-util's connect
+/// deadline, in the reason as `deadline has elapsed`).
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn source_text(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -925,6 +955,8 @@ pub struct WsUpstream {
     pub name: String,
     conn: tokio::sync::Mutex<Option<Arc<WsConn>>>,
     timeout: Duration,
+    /// How long making the connection may take ([`Config::connect_timeout`]).
+    connect_timeout: Duration,
     /// `--max-response`.
     max_response: usize,
     parser: Parser,
@@ -1021,6 +1053,7 @@ impl WsUpstream {
     fn new(
         url: String,
         timeout: Duration,
+        connect_timeout: Duration,
         max_response: usize,
         ping: Option<Duration>,
     ) -> WsUpstream {
@@ -1032,6 +1065,7 @@ impl WsUpstream {
             url,
             conn: tokio::sync::Mutex::new(None),
             timeout,
+            connect_timeout,
             max_response,
             // Every message the connection reads is matched to its call,
             // even one past `--max-response` (the caller answers -32003):
@@ -1081,7 +1115,7 @@ impl WsUpstream {
             .max_frame_size(Some(self.max_message));
         let connect =
             tokio_tungstenite::connect_async_with_config(self.url.as_str(), Some(config), false);
-        let (ws, _) = match tokio::time::timeout(WS_CONNECT_TIMEOUT, connect).await {
+        let (ws, _) = match tokio::time::timeout(self.connect_timeout, connect).await {
             Ok(Ok(ws)) => ws,
             Ok(Err(e)) => {
                 return Err(errors::upstream_failed(
@@ -1089,7 +1123,15 @@ impl WsUpstream {
                     &format!("WebSocket connection failed: {e}"),
                 ));
             }
-            Err(_) => return Err(errors::upstream_timeout(&self.name, WS_CONNECT_TIMEOUT)),
+            Err(_) => {
+                return Err(errors::upstream_failed(
+                    &self.name,
+                    &format!(
+                        "no WebSocket connection within {} ms",
+                        self.connect_timeout.as_millis()
+                    ),
+                ));
+            }
         };
         let (mut write, mut read) = ws.split();
         let (tx, mut rx) = mpsc::unbounded_channel::<Message>();

@@ -646,6 +646,97 @@ async fn a_dead_upstream_fails_over_to_the_next_without_resending() {
     assert_eq!(r["result"]["echo"], json!([0]), "{r}");
 }
 
+/// An upstream that drops connection attempts without a word (a host gone
+/// from the network) fails its calls over at `--connect-timeout`, as a
+/// refusing one does at once: the connect had no deadline of its own, so
+/// every call waited out `--timeout` and was answered -32002 although the
+/// next upstream was up. Over the own client, hyper's and a ws:// upstream
+/// alike. Found by a review.
+#[tokio::test]
+async fn an_upstream_that_drops_connection_attempts_fails_over_at_the_connect_timeout() {
+    let silent = refusing::silent();
+    let (good, seen) = echo_upstream().await;
+    let mut calls = 0;
+    for (scheme, hyper_client) in [("http", false), ("http", true), ("ws", false)] {
+        let config = config::Config {
+            upstreams: vec![
+                format!("{scheme}://{}", silent.addr),
+                format!("http://{good}"),
+            ],
+            // Far longer than the connect's deadline: a call that waited
+            // for the connect would be answered -32002.
+            timeout: Duration::from_secs(20),
+            connect_timeout: Some(Duration::from_millis(300)),
+            hyper_client,
+            ..Default::default()
+        };
+        let gw = start(config).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#,
+        )
+        .await;
+        assert_eq!(
+            r["result"]["echo"],
+            json!([0]),
+            "{scheme} hyper {hyper_client}: {r}"
+        );
+        calls += 1;
+        assert_eq!(seen.calls.load(Ordering::SeqCst), calls);
+        // Alone, the silent upstream's calls fail at the connect's
+        // deadline with a reason, not at the call's with -32002.
+        let config = config::Config {
+            upstreams: vec![format!("{scheme}://{}", silent.addr)],
+            timeout: Duration::from_secs(20),
+            connect_timeout: Some(Duration::from_millis(300)),
+            hyper_client,
+            ..Default::default()
+        };
+        let gw = start(config).await;
+        let r = call(
+            gw.addr,
+            r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":[0]}"#,
+        )
+        .await;
+        assert_eq!(r["id"], 2);
+        assert_eq!(
+            r["error"]["code"], -32603,
+            "{scheme} hyper {hyper_client}: {r}"
+        );
+        assert_eq!(r["error"]["message"], "upstream unavailable", "{r}");
+        let reason = r["error"]["data"]["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("within 300 ms"),
+            "{scheme} hyper {hyper_client}: {r}"
+        );
+    }
+}
+
+#[test]
+fn the_connect_timeout_is_shorter_than_the_call_s() {
+    let with = |timeout_ms: u64, connect_ms: Option<u64>| {
+        config::Config {
+            timeout: Duration::from_millis(timeout_ms),
+            connect_timeout: connect_ms.map(Duration::from_millis),
+            ..Default::default()
+        }
+        .connect_timeout()
+    };
+    assert_eq!(with(30_000, None), Duration::from_secs(2));
+    assert_eq!(with(1_000, None), Duration::from_millis(500));
+    assert_eq!(with(30_000, Some(5_000)), Duration::from_secs(5));
+    assert_eq!(with(1_000, Some(5_000)), Duration::from_secs(1));
+    let parsed = config::Config::from_args(
+        ["--timeout", "9000", "--connect-timeout", "700"]
+            .map(String::from)
+            .into_iter(),
+    );
+    assert_eq!(
+        parsed.unwrap().connect_timeout(),
+        Duration::from_millis(700)
+    );
+}
+
 #[tokio::test]
 async fn two_clients_with_one_id_get_their_own_answers() {
     let (up, seen) = echo_upstream().await;
