@@ -28,7 +28,7 @@
 //! on a numbered block arrives and it was last asked for (answered or
 //! not) more than [`HEAD_FRESH`] ago; calls arriving while it is asked
 //! wait for that answer (as [`crate::cache::Finality`] does for the
-//! finalized block); never in the background. Until it is known (or when asking fails), numbered
+//! finalized block), at most [`HEAD_ASK_TIMEOUT`]; never in the background. Until it is known (or when asking fails), numbered
 //! calls go to the full nodes, the missing-state retry covering them.
 //! Without `--archive` none of this runs: no head is asked.
 
@@ -49,6 +49,8 @@ use crate::upstream::{Answer, Upstreams};
 /// to know whether it is recent, and a second off (a block is 12 s on
 /// mainnet) moves the line by a block at most.
 pub const HEAD_FRESH: Duration = Duration::from_secs(1);
+/// How long asking the full nodes for the head may take, at most.
+pub const HEAD_ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The archive nodes and what routing to them needs.
 pub struct Archive {
@@ -286,9 +288,17 @@ impl Head {
 }
 
 /// The full nodes' `eth_blockNumber`: the first's, or the one that serves
-/// in its place while it rests (the calls go to that one then).
+/// in its place while it rests (the calls go to that one then); `None`
+/// when none answers within [`HEAD_ASK_TIMEOUT`] (or half the call's
+/// timeout if that is less). The calls waiting for it then go by the head
+/// known: a full node that let the ask hang made them wait out their own
+/// timeouts, calls the archive could have answered.
 async fn ask_head(full: &Upstreams) -> Option<u64> {
-    let answer = full.forward("eth_blockNumber", None).await.ok()?;
+    let within = HEAD_ASK_TIMEOUT.min(full.timeout() / 2);
+    let answer = tokio::time::timeout(within, full.forward("eth_blockNumber", None))
+        .await
+        .ok()?
+        .ok()?;
     let q: &str = serde_json::from_slice(&answer.0).ok()?;
     let digits = q.strip_prefix("0x")?;
     if digits.is_empty() || digits.len() > 16 {

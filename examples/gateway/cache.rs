@@ -485,7 +485,15 @@ impl Finality {
         {
             return false;
         }
-        let learnt = ask_finalized(up).await;
+        // A deadline of its own: the ask runs in a task no dispatcher
+        // deadline drops, under the lock every later ask takes, and an
+        // upstream's reply that never came stopped the caching of newly
+        // final blocks until a restart. One that ran out counts as an ask
+        // (the next comes after `every`).
+        let learnt = tokio::time::timeout(up.timeout(), ask_finalized(up))
+            .await
+            .ok()
+            .flatten();
         *asked = Some(Instant::now());
         self.asks.fetch_add(1, Ordering::Release);
         if let Some(f) = learnt {

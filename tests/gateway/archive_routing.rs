@@ -473,6 +473,30 @@ async fn a_head_that_cannot_be_learnt_is_not_asked_for_every_call() {
     assert_eq!(archive.count("eth_getBalance"), 10);
 }
 
+/// A full node that never answers `eth_blockNumber` (its other calls
+/// answered) holds an old block's call for the head ask's deadline only:
+/// the call then goes by the head known (none: to the full node, whose
+/// missing-state answer is retried on the archive). The ask had no
+/// deadline of its own, so such calls waited out their timeout (-32002)
+/// although the archive could answer. Found by a review; the test failed
+/// before.
+#[tokio::test]
+async fn a_head_ask_never_answered_holds_calls_for_its_deadline_only() {
+    let full = Node::full(Duration::from_secs(3600)).await;
+    let archive = Node::archive().await;
+    let gw = start(config::Config {
+        // The head ask's deadline is half of it (under HEAD_ASK_TIMEOUT).
+        timeout: Duration::from_secs(2),
+        ..config(&full, Some(archive.addr))
+    })
+    .await;
+    for _ in 0..3 {
+        assert_eq!(balance(gw.addr, json!("0x1")).await, ARCHIVE);
+    }
+    assert!(full.heads_asked() >= 1);
+    assert_eq!(archive.count("eth_getBalance"), 3);
+}
+
 #[tokio::test]
 async fn an_archive_that_is_down_fails_only_its_calls() {
     let full = Node::full(Duration::ZERO).await;

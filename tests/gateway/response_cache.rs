@@ -37,6 +37,9 @@ struct Node {
     /// When set, the next block it answers is replaced at once (its era
     /// moves on; blocks of a later era carry `"era"`) and finalized.
     reorg_after_block: Arc<std::sync::atomic::AtomicBool>,
+    /// When set, the next ask for the finalized block is never answered
+    /// (its connection stays open, silent).
+    stall_next_finality: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Node {
@@ -50,10 +53,13 @@ impl Node {
         let era = Arc::new(AtomicU64::new(0));
         let (seen, fin, held) = (Arc::clone(&log), Arc::clone(&finalized), Arc::clone(&hold));
         let reorg_after_block = Arc::clone(&reorg);
+        let stall = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stall_next_finality = Arc::clone(&stall);
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
                 let (seen, fin, held) = (Arc::clone(&seen), Arc::clone(&fin), Arc::clone(&held));
                 let (reorg, era) = (Arc::clone(&reorg), Arc::clone(&era));
+                let stall = Arc::clone(&stall);
                 tokio::spawn(async move {
                     let mut buf = Vec::new();
                     while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
@@ -81,6 +87,9 @@ impl Node {
                             }
                         }
                         seen.lock().unwrap().push((method.clone(), params.clone()));
+                        if finality && stall.swap(false, Ordering::SeqCst) {
+                            std::future::pending::<()>().await;
+                        }
                         if finality {
                             // Until the others came (10 s: a hang guard).
                             let others = || {
@@ -119,6 +128,7 @@ impl Node {
             finalized,
             hold,
             reorg_after_block,
+            stall_next_finality,
         }
     }
 
@@ -662,6 +672,45 @@ async fn a_slow_finality_ask_delays_no_answer() {
         assert!(reply["result"].is_object(), "{method}: {reply}");
     }
     assert_eq!(node.finalized_asked(), 1);
+}
+
+/// An ask for the finalized block whose answer never comes ends at the
+/// gateway's timeout and counts as an ask: the next, after
+/// `--finalized-every`, is answered and final blocks are kept again. It
+/// had no deadline: the task held the lock every later ask takes, and
+/// caching of newly final blocks stopped until a restart. Found by a
+/// review; the test failed before (the task still ran after 10 s).
+#[tokio::test]
+async fn a_finality_ask_never_answered_stops_no_caching() {
+    let node = Node::start(0x10).await;
+    node.stall_next_finality.store(true, Ordering::SeqCst);
+    let (gw, _state) = start_app(config::Config {
+        timeout: Duration::from_millis(500),
+        finalized_every: Duration::from_millis(100),
+        ..config(&[node.addr])
+    })
+    .await;
+    let params = json!(["0x5", false]);
+    // Answered while the ask stalls; `post` waits until the task ends.
+    let r = rpc(gw.addr, json!(1), "eth_getBlockByNumber", &params).await;
+    assert!(r.contains(r#""number":"0x5""#), "{r}");
+    assert_eq!(node.finalized_asked(), 1);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Asked again, answered: the block is known final from then on.
+    rpc(gw.addr, json!(2), "eth_getBlockByNumber", &params).await;
+    assert_eq!(node.finalized_asked(), 2);
+    rpc(gw.addr, json!(3), "eth_getBlockByNumber", &params).await;
+    assert_eq!(node.count("eth_getBlockByNumber", &params), 3);
+    let r = rpc(gw.addr, json!(4), "eth_getBlockByNumber", &params).await;
+    assert!(
+        r.contains(r#""id":4"#) && r.contains(r#""number":"0x5""#),
+        "{r}"
+    );
+    assert_eq!(
+        node.count("eth_getBlockByNumber", &params),
+        3,
+        "a final block's second call after the stall is answered from the cache"
+    );
 }
 
 /// A burst of cacheable calls while the finalized block is not known yet
