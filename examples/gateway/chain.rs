@@ -18,7 +18,8 @@
 //! `eth_getFilterChanges`, `eth_getFilterLogs`, `eth_uninstallFilter`):
 //! each keeps a cursor (the last block it reported), not a backlog, so
 //! a filter costs the same however long it goes unpolled, and one unpolled
-//! for five minutes is removed, as geth does.
+//! for five minutes is removed, as geth does. At most [`MAX_FILTERS`] are
+//! installed, [`MAX_FILTERS_PER_CLIENT`] by one client address.
 //!
 //! Block hashes are real header hashes (keccak of the RLP header) with real
 //! transaction and receipt roots; the state root is not a trie root (a
@@ -26,6 +27,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -199,9 +201,18 @@ pub const FILTER_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// loop from growing the chain's memory for the five minutes they live).
 pub const MAX_FILTERS: usize = 10_000;
 
+/// The most filters one client (one IP address; the IPC socket's clients
+/// count as one) has installed at once: a client creating them in a loop
+/// fills its own share, not the room every client shares. A client, not
+/// a connection: filters are polled over HTTP, where a client may use a
+/// new connection for every request, and outlive connections.
+pub const MAX_FILTERS_PER_CLIENT: usize = MAX_FILTERS / 4;
+
 struct Filter {
     /// Its id's value (the key it is kept under).
     key: u128,
+    /// The client that installed it (`None`: over IPC).
+    owner: Option<IpAddr>,
     kind: FilterKind,
     /// The head when it was made or last polled: its changes are the
     /// blocks after it.
@@ -242,6 +253,8 @@ struct State {
     logs: Watchers,
     /// The installed filters, by id.
     filters: HashMap<u128, Filter>,
+    /// How many of `filters` each client installed (no entry: none).
+    filters_by_owner: HashMap<Option<IpAddr>, usize>,
     /// The bytes of the signed transactions in `txs`.
     tx_bytes: usize,
 }
@@ -287,6 +300,7 @@ impl Chain {
             pending_full: Watchers::default(),
             logs: Watchers::default(),
             filters: HashMap::new(),
+            filters_by_owner: HashMap::new(),
             tx_bytes: 0,
         };
         state.mine(Vec::new(), Vec::new(), now());
@@ -349,16 +363,32 @@ impl Chain {
         self.lock().logs.add(sink)
     }
 
-    /// Installs a filter reporting what comes after the current head.
-    pub fn new_filter(&self, kind: FilterKind) -> Result<SubscriptionId, RpcError> {
+    /// Installs a filter reporting what comes after the current head, for
+    /// the client at `owner` (`None`: over IPC). At most [`MAX_FILTERS`]
+    /// are installed at once, [`MAX_FILTERS_PER_CLIENT`] by one client.
+    pub fn new_filter(
+        &self,
+        kind: FilterKind,
+        owner: Option<IpAddr>,
+    ) -> Result<SubscriptionId, RpcError> {
         let mut s = self.lock();
-        if s.filters.len() >= MAX_FILTERS {
-            // Expired ones are only found when polled, or here.
-            let timeout = self.filter_timeout;
-            s.filters.retain(|_, f| f.polled.elapsed() < timeout);
+        let timeout = self.filter_timeout;
+        let full = |s: &State| {
             if s.filters.len() >= MAX_FILTERS {
+                Some(("", MAX_FILTERS))
+            } else if s.filters_by_owner.get(&owner).copied().unwrap_or(0) >= MAX_FILTERS_PER_CLIENT
+            {
+                Some((" by this client", MAX_FILTERS_PER_CLIENT))
+            } else {
+                None
+            }
+        };
+        if full(&s).is_some() {
+            // Expired ones are only found when polled, or here.
+            s.remove_filters(|f| f.polled.elapsed() >= timeout);
+            if let Some((whose, most)) = full(&s) {
                 return Err(server_error(format!(
-                    "too many filters: {MAX_FILTERS} installed (eth_uninstallFilter removes one; one unpolled for {} s expires)",
+                    "too many filters: {most} installed{whose} (eth_uninstallFilter removes one; one unpolled for {} s expires)",
                     timeout.as_secs()
                 )));
             }
@@ -366,11 +396,13 @@ impl Chain {
         let id = SubscriptionId::random();
         let filter = Filter {
             key: id.as_u128(),
+            owner,
             kind,
             seen: s.head(),
             polled: Instant::now(),
         };
         s.filters.insert(id.as_u128(), filter);
+        *s.filters_by_owner.entry(owner).or_insert(0) += 1;
         Ok(id)
     }
 
@@ -430,7 +462,7 @@ impl Chain {
             return false;
         };
         let key = filter.key;
-        s.filters.remove(&key).is_some()
+        s.remove_filter(key)
     }
 
     /// Balance and nonce of `address` at `block`.
@@ -809,6 +841,40 @@ impl State {
         self.blocks.len() as u64 - 1
     }
 
+    /// Removes the filter kept under `key`, counted off its owner's;
+    /// whether there was one.
+    fn remove_filter(&mut self, key: u128) -> bool {
+        let Some(filter) = self.filters.remove(&key) else {
+            return false;
+        };
+        self.count_off(filter.owner, 1);
+        true
+    }
+
+    /// Removes the filters `gone` picks, each counted off its owner's.
+    fn remove_filters(&mut self, gone: impl Fn(&Filter) -> bool) {
+        let mut removed: HashMap<Option<IpAddr>, usize> = HashMap::new();
+        self.filters.retain(|_, f| {
+            let remove = gone(f);
+            if remove {
+                *removed.entry(f.owner).or_insert(0) += 1;
+            }
+            !remove
+        });
+        for (owner, n) in removed {
+            self.count_off(owner, n);
+        }
+    }
+
+    fn count_off(&mut self, owner: Option<IpAddr>, n: usize) {
+        if let Some(count) = self.filters_by_owner.get_mut(&owner) {
+            *count -= n;
+            if *count == 0 {
+                self.filters_by_owner.remove(&owner);
+            }
+        }
+    }
+
     /// The filter `id` names, unless it expired (then removed).
     fn live_filter(&mut self, id: &str, timeout: Duration) -> Result<&mut Filter, RpcError> {
         let key = SubscriptionId::parse(id)
@@ -822,7 +888,7 @@ impl State {
             .elapsed()
             >= timeout;
         if expired {
-            self.filters.remove(&key);
+            self.remove_filter(key);
             return Err(filter_not_found());
         }
         Ok(self.filters.get_mut(&key).expect("just found"))

@@ -514,7 +514,8 @@ fn full_tx(p: &mut EthParams<'_>) -> Result<bool, RpcError> {
 
 /// Installs a filter of `kind` and answers its id.
 fn install_filter(c: C<'_>, kind: FilterKind) -> Answer {
-    let id = c.state.new_filter(kind)?;
+    let owner = c.ctx.peer_addr().map(|a| a.ip());
+    let id = c.state.new_filter(kind, owner)?;
     c.reply.str(&id.to_string())
 }
 

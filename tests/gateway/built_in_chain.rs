@@ -848,26 +848,52 @@ fn ended_head_subscriptions_are_not_kept_between_blocks() {
 
 /// A filter unpolled for its timeout (geth's five minutes; here made
 /// short) is removed: polling it is "filter not found", and it no longer
-/// counts against the bound of [`chain::MAX_FILTERS`], past which a new
+/// counts against the bounds of [`chain::MAX_FILTERS`] and of
+/// [`chain::MAX_FILTERS_PER_CLIENT`] (its client's), past which a new
 /// filter is refused while none has expired. Polling restarts the clock;
 /// `eth_getFilterLogs` does not (as in geth).
 #[test]
 fn filters_expire_unpolled_and_are_bounded() {
-    use chain::{Chain, FilterKind, MAX_FILTERS};
+    use chain::{Chain, FilterKind, MAX_FILTERS, MAX_FILTERS_PER_CLIENT};
     use std::time::Duration;
+    let client = |n: u8| Some(std::net::IpAddr::from([127, 0, 0, n]));
     let timeout = Duration::from_secs(1);
     let chain = Chain::new(31337, config::DEFAULT_CHAIN_TX_BYTES).with_filter_timeout(timeout);
-    let polled = chain.new_filter(FilterKind::Blocks).unwrap().to_string();
-    let unpolled = chain.new_filter(FilterKind::Logs).unwrap().to_string();
-    let mut filled = 2;
-    while filled < MAX_FILTERS {
-        chain.new_filter(FilterKind::Blocks).unwrap();
-        filled += 1;
+    let polled = chain
+        .new_filter(FilterKind::Blocks, client(1))
+        .unwrap()
+        .to_string();
+    let unpolled = chain
+        .new_filter(FilterKind::Logs, client(1))
+        .unwrap()
+        .to_string();
+    // One client fills its share and no more ...
+    for _ in 2..MAX_FILTERS_PER_CLIENT {
+        chain.new_filter(FilterKind::Blocks, client(1)).unwrap();
     }
-    let refused = chain.new_filter(FilterKind::Blocks).unwrap_err();
+    let refused = chain.new_filter(FilterKind::Blocks, client(1)).unwrap_err();
     assert_eq!(refused.code(), -32000);
     assert!(
-        refused.message().starts_with("too many filters"),
+        refused.message().starts_with(&format!(
+            "too many filters: {MAX_FILTERS_PER_CLIENT} installed by this client"
+        )),
+        "{}",
+        refused.message()
+    );
+    // ... the others theirs, up to the bound of all (IPC's clients count
+    // as one).
+    let others = [client(2), client(3), None];
+    for owner in others {
+        for _ in 0..MAX_FILTERS_PER_CLIENT {
+            chain.new_filter(FilterKind::Blocks, owner).unwrap();
+        }
+    }
+    assert_eq!(others.len() + 1, MAX_FILTERS / MAX_FILTERS_PER_CLIENT);
+    let refused = chain.new_filter(FilterKind::Blocks, client(4)).unwrap_err();
+    assert!(
+        refused
+            .message()
+            .starts_with(&format!("too many filters: {MAX_FILTERS} installed (")),
         "{}",
         refused.message()
     );
@@ -885,9 +911,73 @@ fn filters_expire_unpolled_and_are_bounded() {
         "filter not found"
     );
     assert!(!chain.uninstall_filter(&unpolled));
-    // The expired ones make room.
-    let fresh = chain.new_filter(FilterKind::PendingTransactions { full: false });
-    assert!(fresh.is_ok(), "{fresh:?}");
+    // The expired ones make room: the first client's share is free again
+    // but for the filter it polled (each removal counted off its owner).
+    let mut installed = 0;
+    while chain
+        .new_filter(FilterKind::PendingTransactions { full: false }, client(1))
+        .is_ok()
+    {
+        installed += 1;
+    }
+    assert_eq!(installed, MAX_FILTERS_PER_CLIENT - 1);
     assert_eq!(chain.filter_changes(&polled).unwrap(), "[]");
     assert!(chain.uninstall_filter(&polled));
+    assert!(chain.new_filter(FilterKind::Blocks, client(1)).is_ok());
+    assert!(chain.new_filter(FilterKind::Blocks, client(4)).is_ok());
+}
+
+/// A client creating filters in a loop fills its own share
+/// ([`chain::MAX_FILTERS_PER_CLIENT`]), not the room all clients share:
+/// another client (another address) still gets filters. Over HTTP, the
+/// client known by its connection's address. The cap was one for all
+/// clients. Found by a review.
+#[tokio::test]
+async fn one_client_s_filters_leave_room_for_the_others() {
+    use chain::MAX_FILTERS_PER_CLIENT;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw = start(config::Config::default()).await;
+    // `body` POSTed from `from` (a loopback address); the reply, parsed.
+    let post_from = |from: [u8; 4], body: String| async move {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from((from, 0)))
+            .unwrap_or_else(|e| panic!("bind {from:?}: {e}"));
+        let mut s = socket.connect(gw.addr).await.unwrap();
+        let request = format!(
+            "POST / HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).await.unwrap();
+        let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        serde_json::from_str::<Value>(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+    };
+    let filters = |n: usize| {
+        let batch: Vec<Value> = (0..n)
+            .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"eth_newBlockFilter"}))
+            .collect();
+        Value::from(batch).to_string()
+    };
+    let mut installed = 0;
+    while installed < MAX_FILTERS_PER_CLIENT {
+        let n = (MAX_FILTERS_PER_CLIENT - installed).min(1000);
+        let replies = post_from([127, 0, 0, 1], filters(n)).await;
+        for r in replies.as_array().unwrap() {
+            assert!(r["result"].is_string(), "{r}");
+        }
+        installed += n;
+    }
+    let r = post_from([127, 0, 0, 1], filters(1)).await;
+    assert_eq!(r[0]["error"]["code"], -32000, "{r}");
+    let message = r[0]["error"]["message"].as_str().unwrap();
+    assert!(message.contains("installed by this client"), "{message}");
+    let r = post_from([127, 0, 0, 2], filters(1)).await;
+    assert!(r[0]["result"].is_string(), "{r}");
+    // Its filter works.
+    let id = r[0]["result"].clone();
+    let r = rpc(gw.addr, "eth_getFilterChanges", json!([id])).await;
+    assert_eq!(r["result"], json!([]), "{r}");
 }
