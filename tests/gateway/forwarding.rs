@@ -658,11 +658,9 @@ async fn an_upstream_that_drops_connection_attempts_fails_over_at_the_connect_ti
     let (good, seen) = echo_upstream().await;
     let mut calls = 0;
     for (scheme, hyper_client) in [("http", false), ("http", true), ("ws", false)] {
-        let config = config::Config {
-            upstreams: vec![
-                format!("{scheme}://{}", silent.addr),
-                format!("http://{good}"),
-            ],
+        let silent_url = format!("{scheme}://{}", silent.addr);
+        let config = |upstreams: Vec<String>| config::Config {
+            upstreams,
             // Far longer than the connect's deadline: a call that waited
             // for the connect would be answered -32002.
             timeout: Duration::from_secs(20),
@@ -670,7 +668,9 @@ async fn an_upstream_that_drops_connection_attempts_fails_over_at_the_connect_ti
             hyper_client,
             ..Default::default()
         };
-        let gw = start(config).await;
+        let both = config(vec![silent_url.clone(), format!("http://{good}")]);
+        let alone = config(vec![silent_url]);
+        let gw = start(both).await;
         let r = call(
             gw.addr,
             r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[0]}"#,
@@ -685,14 +685,7 @@ async fn an_upstream_that_drops_connection_attempts_fails_over_at_the_connect_ti
         assert_eq!(seen.calls.load(Ordering::SeqCst), calls);
         // Alone, the silent upstream's calls fail at the connect's
         // deadline with a reason, not at the call's with -32002.
-        let config = config::Config {
-            upstreams: vec![format!("{scheme}://{}", silent.addr)],
-            timeout: Duration::from_secs(20),
-            connect_timeout: Some(Duration::from_millis(300)),
-            hyper_client,
-            ..Default::default()
-        };
-        let gw = start(config).await;
+        let gw = start(alone).await;
         let r = call(
             gw.addr,
             r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":[0]}"#,
