@@ -591,6 +591,9 @@ struct PeerInner {
     /// [`Peer::close`] was called: no answer can come any more. Set and
     /// read under `pending`'s lock.
     closed: std::sync::atomic::AtomicBool,
+    /// A request was ever sent with a deadline: until then
+    /// [`Peer::next_deadline`] answers without the lock.
+    deadlines: std::sync::atomic::AtomicBool,
     /// Where request ids come from when several peers share one id space
     /// (their answers come back on one channel that must tell whose they
     /// are: an MCP HTTP session's calls); `None`: the table's own counter.
@@ -639,6 +642,7 @@ impl Peer {
                 outbound,
                 pending: Mutex::new(PendingTable::new()),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                deadlines: std::sync::atomic::AtomicBool::new(false),
                 ids,
                 cancel_notice: std::sync::OnceLock::new(),
             }),
@@ -696,8 +700,13 @@ impl Peer {
     }
 
     /// Sends a request; `on_answer` runs once with its response, or with
-    /// why none came (call [`expire`](Peer::expire) for deadlines when not
-    /// using `request`, feature `async`). Returns the id it was sent with;
+    /// why none came. A `deadline` is kept by whoever calls
+    /// [`expire`](Peer::expire): rpcwire's stream (TCP, IPC, stdio) and
+    /// WebSocket drivers do, at [`next_deadline`](Peer::next_deadline); a
+    /// transport of one's own must. A request without one waits until its
+    /// answer, a [`cancel`](Peer::cancel) or the connection's end (and
+    /// keeps the connection from being closed as idle meanwhile). Returns
+    /// the id it was sent with;
     /// [`PeerError::Closed`] once the peer is [closed](Peer::close) (nothing
     /// is sent, `on_answer` is not called). Either `on_answer` runs or this
     /// returns an error, never both: a send that fails after a `close` on
@@ -838,6 +847,11 @@ impl Peer {
         };
         let mut out = Vec::with_capacity(64);
         write(&mut out, id)?;
+        if deadline.is_some() {
+            self.inner
+                .deadlines
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
         {
             // Checked under the lock: a `close` that runs between the check
             // and the insert would miss the new entry, whose waiter would
@@ -1061,6 +1075,39 @@ impl Peer {
             w(Err(PeerError::Timeout));
         }
         n
+    }
+
+    /// The earliest deadline of a pending request, if any: when a transport
+    /// should call [`expire`](Peer::expire) next. rpcwire's stream and
+    /// WebSocket drivers arm a timer on it; a transport of one's own
+    /// does the same. Cheap (no lock) on a peer that never sent a request
+    /// with a deadline.
+    ///
+    /// ```
+    /// use rpcwire::peer::Peer;
+    /// use std::{sync::Arc, time::{Duration, Instant}};
+    /// # use rpcwire::{bytes::Bytes, peer::{Outbound, SendError}};
+    /// # struct Wire;
+    /// # impl Outbound for Wire {
+    /// #     fn send(&self, _: Bytes) -> Result<(), SendError> { Ok(()) }
+    /// # }
+    /// let peer = Peer::new(Arc::new(Wire));
+    /// assert_eq!(peer.next_deadline(), None);
+    /// let soon = Instant::now() + Duration::from_secs(1);
+    /// peer.request_with_raw("ping", None, Some(soon), |_| {})?;
+    /// peer.request_with_raw("ping", None, None, |_| {})?;
+    /// assert_eq!(peer.next_deadline(), Some(soon));
+    /// # Ok::<(), rpcwire::peer::PeerError>(())
+    /// ```
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if !self
+            .inner
+            .deadlines
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return None;
+        }
+        self.lock().next_deadline()
     }
 
     /// Tells the other side this side gave up on its request `id`, if the

@@ -46,6 +46,47 @@ pub mod subscriptions;
 #[cfg_attr(docsrs, doc(cfg(feature = "ws")))]
 pub mod ws;
 
+/// The timer a connection driver keeps for its peer's request deadlines
+/// ([`Peer::request_with`](crate::peer::Peer::request_with)): armed on
+/// [`Peer::next_deadline`](crate::peer::Peer::next_deadline), it fails
+/// the requests whose deadline passed ([`Peer::expire`](crate::peer::Peer::expire)),
+/// which then tell their waiters and the client (the protocol's
+/// cancellation). Without it a request no answer came for waited for ever,
+/// holding its entry and keeping its connection from ever idling out.
+#[derive(Default)]
+pub(crate) struct PeerDeadlines {
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl PeerDeadlines {
+    /// Expires what is due and arms the timer (with `cx`'s waker) on the
+    /// next deadline. A driver calls it as it is polled and before it
+    /// waits: a request made meanwhile is sent through the driver, which
+    /// wakes it, so its deadline is seen at the next wait.
+    pub(crate) fn poll(&mut self, conn: &crate::Connection, cx: &mut std::task::Context<'_>) {
+        let Some(peer) = conn.context().peer() else {
+            return;
+        };
+        while let Some(next) = peer.next_deadline() {
+            let next = tokio::time::Instant::from_std(next);
+            let timer = match &mut self.timer {
+                Some(timer) => {
+                    if timer.deadline() != next {
+                        timer.as_mut().reset(next);
+                    }
+                    timer
+                }
+                None => self.timer.insert(Box::pin(tokio::time::sleep_until(next))),
+            };
+            if timer.as_mut().poll(cx).is_pending() {
+                return;
+            }
+            peer.expire(std::time::Instant::now());
+        }
+        self.timer = None;
+    }
+}
+
 /// Limits a server enforces. Each is a defence against one kind of abuse;
 /// every breach gets a clear error and is counted in [`Metrics`].
 #[derive(Clone, Debug)]

@@ -577,6 +577,7 @@ impl<F: Framer> Driver<F> {
             paused: false,
             idle_timeout,
             idle: idle_timeout.map(|t| Box::pin(tokio::time::sleep(t))),
+            peer_deadlines: super::PeerDeadlines::default(),
             last_activity: Instant::now(),
             messages_at_idle_check: 0,
             grace_extended: false,
@@ -785,6 +786,8 @@ struct Io<'d, S, K, F, R, W> {
     paused: bool,
     idle_timeout: Option<Duration>,
     idle: Option<Pin<Box<Sleep>>>,
+    /// The peer's request deadlines.
+    peer_deadlines: super::PeerDeadlines,
     /// When a message last arrived whole, a reply was made, or bytes were
     /// written (messages are counted as they arrive, `peaks.messages_read`,
     /// and noticed by the idle timer: no clock read per message).
@@ -825,6 +828,7 @@ where
         if let Some(reason) = self.poll_signals(cx) {
             return Poll::Ready(Ok(reason));
         }
+        self.peer_deadlines.poll(&self.conn, cx);
         for _ in 0..ROUNDS_PER_POLL {
             let mut progress = self.take_messages();
             progress |= self.poll_engine(cx);
@@ -838,6 +842,7 @@ where
             }
             if !progress {
                 self.release_idle_buffers();
+                self.peer_deadlines.poll(&self.conn, cx);
                 return match self.poll_idle(cx)? {
                     Some(reason) => Poll::Ready(Ok(reason)),
                     None => Poll::Pending,

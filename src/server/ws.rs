@@ -538,6 +538,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             silent: 0,
             tick,
             ticker: Box::pin(tokio::time::sleep(tick)),
+            peer_deadlines: super::PeerDeadlines::default(),
             shutdown: Box::pin(async move { shutdown.triggered().await }),
             drain: None,
             invalid_utf8: false,
@@ -1111,6 +1112,8 @@ struct Driver<'s, S, K, T> {
     silent: u8,
     tick: Duration,
     ticker: Pin<Box<Sleep>>,
+    /// The peer's request deadlines.
+    peer_deadlines: super::PeerDeadlines,
     shutdown: Pin<Box<dyn Future<Output = ()> + Send + 's>>,
     /// Set when the shutdown started: the end of the grace period.
     drain: Option<Pin<Box<Sleep>>>,
@@ -1152,6 +1155,7 @@ where
                 return Poll::Ready(reason);
             }
         }
+        self.peer_deadlines.poll(&self.conn, cx);
         if !self.write_ready {
             match self.ws.poll_ready_unpin(cx) {
                 Poll::Ready(Ok(())) => self.write_ready = true,
@@ -1266,6 +1270,7 @@ where
             }
         }
         self.release_idle_buffers(cx);
+        self.peer_deadlines.poll(&self.conn, cx);
         Poll::Pending
     }
 

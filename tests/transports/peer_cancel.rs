@@ -388,3 +388,132 @@ async fn mcp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
     );
     c.late_answer_is_ignored(&asked, 1).await;
 }
+
+/// A dispatcher whose `progress` asks the client
+/// `window/workDoneProgress/create` with `request_with` and a deadline
+/// `params.ms` away (fire and forget, as an LSP server reporting progress
+/// does), telling `heard` how it ended, and answers `"asked"` at once.
+fn asking_with_a_deadline(heard: Arc<std::sync::Mutex<Vec<String>>>) -> Dispatcher<(), WithAsync> {
+    let b = Dispatcher::builder(())
+        .method("progress", move |c: Call<'_, ()>| {
+            let ms = c
+                .params
+                .and_then(|p| serde_json::from_slice::<Value>(p.as_bytes()).ok())
+                .and_then(|v| v["ms"].as_u64())
+                .unwrap_or(0);
+            let deadline = std::time::Instant::now() + Duration::from_millis(ms);
+            let heard = Arc::clone(&heard);
+            c.ctx
+                .peer()
+                .expect("two-way")
+                .request_with_raw(
+                    "window/workDoneProgress/create",
+                    Some(br#"{"token":"t"}"#),
+                    Some(deadline),
+                    move |answer| {
+                        let how = match answer {
+                            Ok(_) => "answered".to_string(),
+                            Err(e) => e.to_string(),
+                        };
+                        heard.lock().unwrap().push(how);
+                    },
+                )
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            c.reply.str("asked")
+        })
+        .async_method("noop", |_c: AsyncCall<()>| async { Ok::<_, RpcError>(()) });
+    lsp_cancel(b).build().unwrap()
+}
+
+/// A request sent with `request_with` and a deadline, over rpcwire's
+/// stream server: when the client does not answer, the deadline fails it
+/// (the waiter hears "no response before the deadline", the client gets
+/// `$/cancelRequest`), and the connection, silent since, is then closed
+/// by its idle timeout. Nothing called `Peer::expire` on the built-in
+/// drivers: the request waited for ever, and as a request awaiting its
+/// answer it kept the connection from ever idling out. Found by a review.
+#[tokio::test]
+async fn a_request_with_a_deadline_expires_on_the_stream_server() {
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(600),
+        ..Limits::default()
+    };
+    tokio::spawn(serve_tcp(
+        listener,
+        asking_with_a_deadline(Arc::clone(&heard)),
+        Lines::new,
+        limits,
+        None,
+        shutdown.clone(),
+    ));
+    let mut c = Client::connect(addr).await;
+    c.send(r#"{"jsonrpc":"2.0","id":1,"method":"progress","params":{"ms":100}}"#)
+        .await;
+    let (asked, reply) = c.note_and_reply().await;
+    assert_eq!(asked["method"], "window/workDoneProgress/create", "{asked}");
+    assert_eq!(reply, json!({"jsonrpc":"2.0","id":1,"result":"asked"}));
+    assert_eq!(
+        c.recv().await,
+        json!({"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":asked["id"]}})
+    );
+    assert_eq!(*heard.lock().unwrap(), ["no response before the deadline"]);
+    // Silent since: closed as idle (an end of stream, not a hang).
+    let end = tokio::time::timeout(Duration::from_secs(10), c.lines.next_line())
+        .await
+        .expect("the idle connection closed within 10 s (hang guard)");
+    assert!(matches!(end, Ok(None)), "{end:?}");
+    shutdown.trigger();
+}
+
+/// The same over rpcwire's WebSocket server: the deadline fails the
+/// request and the client gets `$/cancelRequest`.
+#[cfg(feature = "ws")]
+#[tokio::test]
+async fn a_request_with_a_deadline_expires_on_the_websocket_server() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let heard = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let server = rpcwire::server::ws::WsServer::new(asking_with_a_deadline(Arc::clone(&heard)));
+    let shutdown = server.shutdown_signal().clone();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { server.serve(listener).await });
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"progress","params":{"ms":100}}"#,
+    ))
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a message within 10 s (hang guard)")
+            .expect("open")
+            .unwrap();
+        if let Message::Text(t) = m {
+            got.push(serde_json::from_str::<Value>(t.as_str()).unwrap());
+        }
+    }
+    let asked = got
+        .iter()
+        .find(|m| m["method"] == "window/workDoneProgress/create")
+        .expect("the request");
+    assert!(
+        got.contains(&json!({"jsonrpc":"2.0","id":1,"result":"asked"})),
+        "{got:?}"
+    );
+    assert_eq!(
+        got[2],
+        json!({"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":asked["id"]}}),
+        "{got:?}"
+    );
+    assert_eq!(*heard.lock().unwrap(), ["no response before the deadline"]);
+    shutdown.trigger();
+}
