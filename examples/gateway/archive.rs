@@ -28,7 +28,7 @@
 //! on a numbered block arrives and it was last asked for (answered or
 //! not) more than [`HEAD_FRESH`] ago; calls arriving while it is asked
 //! wait for that answer (as [`crate::cache::Finality`] does for the
-//! finalized block), at most [`HEAD_ASK_TIMEOUT`]; never in the background. Until it is known (or when asking fails), numbered
+//! finalized block), for a bounded time (`ask_head`); never in the background. Until it is known (or when asking fails), numbered
 //! calls go to the full nodes, the missing-state retry covering them.
 //! Without `--archive` none of this runs: no head is asked.
 
@@ -289,12 +289,16 @@ impl Head {
 
 /// The full nodes' `eth_blockNumber`: the first's, or the one that serves
 /// in its place while it rests (the calls go to that one then); `None`
-/// when none answers within [`HEAD_ASK_TIMEOUT`] (or half the call's
-/// timeout if that is less). The calls waiting for it then go by the head
+/// when none answers within the connect deadline plus
+/// [`HEAD_ASK_TIMEOUT`], at most three quarters of the call's timeout
+/// (the call waiting for it keeps time to run): past a first full node
+/// that takes no connection, the next is asked. The calls waiting for it then go by the head
 /// known: a full node that let the ask hang made them wait out their own
 /// timeouts, calls the archive could have answered.
 async fn ask_head(full: &Upstreams) -> Option<u64> {
-    let within = HEAD_ASK_TIMEOUT.min(full.timeout() / 2);
+    // Longer than a connect may take: equal, the ask ended as the first
+    // node's connect gave up, and the next node was never asked.
+    let within = (full.connect_timeout() + HEAD_ASK_TIMEOUT).min(full.timeout() * 3 / 4);
     let answer = tokio::time::timeout(within, full.forward("eth_blockNumber", None))
         .await
         .ok()?

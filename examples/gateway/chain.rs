@@ -208,6 +208,9 @@ pub const MAX_FILTERS: usize = 10_000;
 /// new connection for every request, and outlive connections.
 pub const MAX_FILTERS_PER_CLIENT: usize = MAX_FILTERS / 4;
 
+/// How often at most a full filter table is swept for expired filters.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
 struct Filter {
     /// Its id's value (the key it is kept under).
     key: u128,
@@ -255,6 +258,8 @@ struct State {
     filters: HashMap<u128, Filter>,
     /// How many of `filters` each client installed (no entry: none).
     filters_by_owner: HashMap<Option<IpAddr>, usize>,
+    /// When the expired filters were last swept out.
+    swept: Option<Instant>,
     /// The bytes of the signed transactions in `txs`.
     tx_bytes: usize,
 }
@@ -301,6 +306,7 @@ impl Chain {
             logs: Watchers::default(),
             filters: HashMap::new(),
             filters_by_owner: HashMap::new(),
+            swept: None,
             tx_bytes: 0,
         };
         state.mine(Vec::new(), Vec::new(), now());
@@ -383,15 +389,18 @@ impl Chain {
                 None
             }
         };
-        if full(&s).is_some() {
-            // Expired ones are only found when polled, or here.
+        // Expired ones are only found when polled, or here, at most once a
+        // second: a client at its cap asking again and again would
+        // otherwise scan every filter under the chain's lock each time.
+        if full(&s).is_some() && s.swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+            s.swept = Some(Instant::now());
             s.remove_filters(|f| f.polled.elapsed() >= timeout);
-            if let Some((whose, most)) = full(&s) {
-                return Err(server_error(format!(
-                    "too many filters: {most} installed{whose} (eth_uninstallFilter removes one; one unpolled for {} s expires)",
-                    timeout.as_secs()
-                )));
-            }
+        }
+        if let Some((whose, most)) = full(&s) {
+            return Err(server_error(format!(
+                "too many filters: {most} installed{whose} (eth_uninstallFilter removes one; one unpolled for {} s expires)",
+                timeout.as_secs()
+            )));
         }
         let id = SubscriptionId::random();
         let filter = Filter {

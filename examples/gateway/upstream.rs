@@ -394,6 +394,11 @@ impl Upstreams {
         self.timeout
     }
 
+    /// How long making a connection may take ([`Config::connect_timeout`]).
+    pub fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
     /// The upstreams in the order given, with their state and failures
     /// (the WebSocket upstream alone when there is no `--upstream` list).
     pub fn states(&self) -> Vec<UpstreamState<'_>> {
@@ -722,8 +727,6 @@ fn looks_like_json(body: &[u8]) -> bool {
     matches!(body.trim_ascii_start().first(), Some(b'{' | b'['))
 }
 
-/// The text of an error and its sources (hyper's top-level messages are
-/// terse: "client error (Connect)").
 /// Whether an I/O error in `e`'s chain is a timeout (hyper-util's connect
 /// deadline, in the reason as `deadline has elapsed`).
 fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
@@ -739,6 +742,8 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
+/// The text of an error and its sources (hyper's top-level messages are
+/// terse: "client error (Connect)").
 fn source_text(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -968,8 +973,9 @@ pub struct WsUpstream {
     max_message: usize,
     /// Connection attempts made, and the last one's error if it failed:
     /// callers that waited for `conn` while an attempt was made take its
-    /// outcome, instead of each making one of its own in turn (5 s each
-    /// against a node that never answers the handshake, so that callers
+    /// outcome, instead of each making one of its own in turn (each up to
+    /// `--connect-timeout` against a node that never answers the
+    /// handshake, so that callers
     /// behind a few reached the per-request timeout unanswered).
     attempts: AtomicU64,
     failure: Mutex<Option<RpcError>>,

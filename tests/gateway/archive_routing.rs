@@ -485,8 +485,8 @@ async fn a_head_ask_never_answered_holds_calls_for_its_deadline_only() {
     let full = Node::full(Duration::from_secs(3600)).await;
     let archive = Node::archive().await;
     let gw = start(config::Config {
-        // The head ask's deadline is half of it (under HEAD_ASK_TIMEOUT).
-        timeout: Duration::from_secs(2),
+        // The head ask's deadline is three quarters of it.
+        timeout: Duration::from_secs(4),
         ..config(&full, Some(archive.addr))
     })
     .await;
@@ -495,6 +495,31 @@ async fn a_head_ask_never_answered_holds_calls_for_its_deadline_only() {
     }
     assert!(full.heads_asked() >= 1);
     assert_eq!(archive.count("eth_getBalance"), 3);
+}
+
+/// With a first full node that takes no connection, the head ask fails
+/// over to the second within its deadline (longer than a connect's): it
+/// once gave up as the first node's connect did, and the second was never
+/// asked. Found by a review.
+#[tokio::test]
+async fn a_head_ask_fails_over_past_a_full_node_that_takes_no_connection() {
+    let silent = crate::refusing::silent();
+    let full = Node::full(Duration::ZERO).await;
+    let archive = Node::archive().await;
+    let gw = start(config::Config {
+        upstreams: vec![
+            format!("http://{}", silent.addr),
+            format!("http://{}", full.addr),
+        ],
+        // Its defaults: connects 1 s (as the old head ask), the head ask
+        // 1.5 s.
+        timeout: Duration::from_secs(2),
+        ..config(&full, Some(archive.addr))
+    })
+    .await;
+    assert_eq!(balance(gw.addr, json!("0x1")).await, ARCHIVE);
+    assert_eq!(full.heads_asked(), 1);
+    assert_eq!(archive.count("eth_getBalance"), 1);
 }
 
 #[tokio::test]

@@ -566,18 +566,23 @@ async fn a_dead_websocket_upstream_fails_over_to_the_next() {
 /// A `ws://` upstream that takes the TCP connection and never answers the
 /// WebSocket handshake, in front of a live one, with calls arriving
 /// together: each fails over to the live one once the connect attempt
-/// gives up (5 s), rather than waiting in turn behind the others' attempts
-/// (one at a time, 5 s each) until the per-request timeout.
+/// gives up (`--connect-timeout`, here 3 s), rather than waiting in turn
+/// behind the others' attempts (one at a time, 3 s each) until the
+/// per-request timeout.
 #[tokio::test]
 async fn calls_waiting_on_a_hanging_handshake_fail_over_together() {
     // Listens, never accepts: connections complete, handshakes never do.
     let silent = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let up = fake_ws(node()).await;
-    let gw = start(ws_config(
-        &[format!("ws://{}", silent.local_addr().unwrap()), up.url()],
-        // Under `next`'s deadline; past two connect attempts.
-        9_000,
-    ))
+    let gw = start(config::Config {
+        connect_timeout: Some(Duration::from_secs(3)),
+        ..ws_config(
+            &[format!("ws://{}", silent.local_addr().unwrap()), up.url()],
+            // Under `next`'s deadline; short of four connect attempts in
+            // turn (12 s).
+            9_000,
+        )
+    })
     .await;
     let calls: Vec<_> = (0..4)
         .map(|_| tokio::spawn(rpc(gw.addr, "eth_blockNumber")))
