@@ -63,6 +63,38 @@ pub(crate) trait LazyExtension: Any + Send + Sync {
 }
 
 impl Context {
+    /// The request entry (valid or not) `item` is, or `None` if it belongs
+    /// to the peer's pending table: a response, valid or not, or an object
+    /// with `"jsonrpc":"2.0"` and an id the handlers wait for but neither
+    /// `method` nor `result` nor `error` (a broken answer: answering it
+    /// -32600 would leave its request waiting and send the client an error
+    /// for its own answer). The dispatchers read every item through this.
+    #[inline(always)]
+    pub(crate) fn entry_of<'a>(
+        &self,
+        item: &crate::message::Incoming<'a>,
+    ) -> Option<crate::request::Entry<'a>> {
+        use crate::message::Incoming;
+        use crate::request::Entry;
+        match *item {
+            Incoming::Request(r) => Some(Entry::Request(r)),
+            Incoming::Invalid(i) if self.is_bare_answer(&i) => None,
+            Incoming::Invalid(i) => Some(Entry::Invalid(i)),
+            Incoming::Response(_) | Incoming::InvalidResponse(_) => None,
+        }
+    }
+
+    /// Whether an invalid request is only an id the peer's handlers wait
+    /// on (it lacks `method`, the one thing a request needs past a valid
+    /// envelope): see [`entry_of`](Self::entry_of).
+    #[cold]
+    pub(crate) fn is_bare_answer(&self, invalid: &crate::request::InvalidRequest<'_>) -> bool {
+        use crate::error::{ErrorKind, Member};
+        invalid.error().kind() == ErrorKind::Missing(Member::Method)
+            && !invalid.id().is_null()
+            && self.peer().is_some_and(|peer| peer.awaits(invalid.id()))
+    }
+
     /// A builder for a context.
     pub fn builder() -> ContextBuilder {
         ContextBuilder {
@@ -451,15 +483,18 @@ impl Connection {
         let Some(peer) = self.context.peer() else {
             return false;
         };
+        let answers = |item: &Incoming<'_>| match item {
+            Incoming::Invalid(i) => self.context.is_bare_answer(i),
+            _ => item.response_id().is_some_and(|id| peer.awaits(id)),
+        };
         match message {
-            Message::Single(incoming) => incoming.is_response(),
+            Message::Single(incoming) => self.context.entry_of(incoming).is_none(),
             Message::Batch(batch) => {
                 let items = batch.as_slice();
-                items.iter().all(Incoming::is_response)
-                    || items
-                        .iter()
-                        .filter_map(Incoming::response_id)
-                        .any(|id| peer.awaits(id))
+                items
+                    .iter()
+                    .all(|item| self.context.entry_of(item).is_none())
+                    || items.iter().any(answers)
             }
         }
     }
@@ -472,7 +507,9 @@ impl Connection {
     /// How many incoming responses matched no pending request (or arrived
     /// on a connection that sent none, or were invalid). They are never
     /// answered. An invalid one whose id is pending also ends that request
-    /// with [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse).
+    /// with [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse),
+    /// as does an object with `"jsonrpc":"2.0"` and a pending id but no
+    /// `method`, `result` or `error`.
     pub fn unmatched_responses(&self) -> u64 {
         self.unmatched.get()
     }
@@ -517,6 +554,14 @@ impl Connection {
                 if let Some(id) = r.id() {
                     peer.fail(id, crate::peer::PeerError::InvalidResponse(r.error()));
                 }
+                false
+            }
+            (Some(peer), Incoming::Invalid(i)) => {
+                // A bare answer (`entry_of`): it lacks what any response
+                // needs.
+                let missing = crate::error::ErrorKind::Missing(crate::error::Member::Result);
+                let error = crate::Error::new(missing, i.error().offset());
+                peer.fail(i.id(), crate::peer::PeerError::InvalidResponse(error));
                 false
             }
             _ => false,

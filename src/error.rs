@@ -116,7 +116,6 @@ impl Error {
         Error { offset, kind }
     }
 
-    #[cfg(test)]
     pub(crate) fn kind(&self) -> ErrorKind {
         self.kind
     }

@@ -189,6 +189,107 @@ fn an_invalid_answer_to_a_pending_request_fails_it() {
     assert_eq!(conn.unmatched_responses(), 2);
 }
 
+/// An answer with an id and nothing else (no `result`, no `error`) read
+/// as a request without `method`: it was answered -32600 under the id the
+/// handlers waited on, and their request waited on. An object with only an
+/// awaited id now ends that request as an invalid answer, unanswered, in a
+/// single message and in a batch, on the sync and the async path; the same
+/// object with an id nobody waits for is still an invalid request.
+#[cfg(feature = "async")]
+#[tokio::test]
+async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let d = Dispatcher::builder(())
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .build()
+        .unwrap();
+    let with_async = Dispatcher::builder(())
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .async_method("later", |_: rpcwire::dispatch::AsyncCall<()>| async {
+            Ok::<_, RpcError>(7)
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::with_context(ctx);
+    let outcome = Arc::new(Mutex::new(Vec::new()));
+    let ask = || {
+        let o = outcome.clone();
+        peer.request_with("roots/list", None::<&()>, None, move |r| {
+            o.lock().unwrap().push(r.map(|_| ()));
+        })
+        .unwrap()
+    };
+    let failed_as_missing_result = |outcome: &Arc<Mutex<Vec<Result<(), PeerError>>>>| {
+        let got = outcome.lock().unwrap().pop().expect("the request ended");
+        let Err(e @ PeerError::InvalidResponse(_)) = got else {
+            panic!("{got:?}");
+        };
+        assert!(e.to_string().contains("missing member 'result'"), "{e}");
+    };
+
+    // Alone: no reply.
+    let a = ask();
+    let mut out = Vec::new();
+    let bare = format!(r#"{{"jsonrpc":"2.0","id":{a}}}"#);
+    assert!(!d.handle(bare.as_bytes(), &mut conn, &mut out));
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    assert_eq!(peer.pending(), 0);
+    failed_as_missing_result(&outcome);
+
+    // In a batch with a request, an unawaited bare id and a `params`-only
+    // one: only the request and the unawaited id are answered.
+    let b = ask();
+    let unknown = b + 1000;
+    let batch = format!(
+        r#"[{{"jsonrpc":"2.0","id":{b},"params":[]}},{{"jsonrpc":"2.0","id":1,"method":"ping"}},{{"jsonrpc":"2.0","id":{unknown}}}]"#
+    );
+    out.clear();
+    assert!(d.handle(batch.as_bytes(), &mut conn, &mut out));
+    let replies: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        replies,
+        json!([{"jsonrpc":"2.0","id":1,"result":"pong"},
+            {"jsonrpc":"2.0","id":unknown,"error":{"code":-32600,"message":"Invalid Request","data":replies[1]["error"]["data"]}}]),
+        "{replies}"
+    );
+    assert!(
+        replies[1]["error"]["data"]
+            .to_string()
+            .contains("missing member 'method'"),
+        "{replies}"
+    );
+    assert_eq!(peer.pending(), 0);
+    failed_as_missing_result(&outcome);
+
+    // The async path, a batch that awaits an entry.
+    let c = ask();
+    let batch =
+        format!(r#"[{{"jsonrpc":"2.0","id":2,"method":"later"}},{{"jsonrpc":"2.0","id":{c}}}]"#);
+    out.clear();
+    with_async
+        .handle_async(&Bytes::from(batch), &mut conn, &mut out)
+        .await;
+    let replies: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(replies, json!([{"jsonrpc":"2.0","id":2,"result":7}]));
+    assert_eq!(peer.pending(), 0);
+    failed_as_missing_result(&outcome);
+    // And alone on the async path.
+    let e = ask();
+    out.clear();
+    with_async
+        .handle_async(
+            &Bytes::from(format!(r#"{{"jsonrpc":"2.0","id":{e}}}"#)),
+            &mut conn,
+            &mut out,
+        )
+        .await;
+    assert!(out.is_empty(), "{}", String::from_utf8_lossy(&out));
+    failed_as_missing_result(&outcome);
+    assert_eq!(conn.unmatched_responses(), 4);
+}
+
 #[test]
 fn pending_requests_time_out_and_cancel() {
     let sent = Arc::new(Sent::default());

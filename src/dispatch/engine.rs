@@ -1862,7 +1862,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let batch = match parsed {
             Message::Single(item) => {
-                let Some(entry) = item.as_entry() else {
+                let Some(entry) = conn.context.entry_of(&item) else {
                     return conn.deliver(Some(input), item);
                 };
                 // Routed once here (launch routes again, by bytes).
@@ -1899,7 +1899,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             Message::Batch(batch) => batch,
         };
         let items = batch.as_slice();
-        let Some(budget) = self.batch_budget(items) else {
+        let Some(budget) = self.batch_budget(items, &conn.context) else {
             return self.refuse_whole(out);
         };
         if !items.iter().any(is_async) {
@@ -1911,7 +1911,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let mut outer = engine.enter(Some(m));
         let mut k = 0;
         for item in items {
-            let Some(entry) = item.as_entry() else {
+            let Some(entry) = conn.context.entry_of(item) else {
                 // A response's waiter (`Peer::request_with`) is no handler
                 // code of this batch: what it subscribes must not be kept
                 // or closed with how an entry here is answered.

@@ -666,7 +666,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         match self.parser.parse_incoming(input, scope.arena) {
             Err(e) => self.message_error(out, e),
             Ok(Message::Single(item)) => {
-                let Some(entry) = item.as_entry() else {
+                let Some(entry) = conn.context.entry_of(&item) else {
                     return conn.deliver(bytes, item);
                 };
                 let Some(id) = entry.reply_id() else {
@@ -679,7 +679,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
             Ok(Message::Batch(batch)) => {
                 let items = batch.as_slice();
-                let Some(budget) = self.batch_budget(items) else {
+                let Some(budget) = self.batch_budget(items, &conn.context) else {
                     return self.refuse_whole(out);
                 };
                 self.answer_batch(items, budget, input, bytes, conn, out);
@@ -705,7 +705,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         // it.
         let most = out.len().saturating_add(budget.limit());
         for item in items {
-            let Some(entry) = item.as_entry() else {
+            let Some(entry) = conn.context.entry_of(item) else {
                 conn.deliver(bytes, *item);
                 continue;
             };
@@ -760,10 +760,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
 
     /// The budget of a batch: room held for every reply's too-large form.
     /// `None` if even those would pass the limit.
-    pub(crate) fn batch_budget(&self, items: &[Incoming<'_>]) -> Option<Budget> {
+    pub(crate) fn batch_budget(&self, items: &[Incoming<'_>], ctx: &Context) -> Option<Budget> {
         let mut budget = Budget::new(self.max_response_len, true);
         for item in items {
-            if let Some(id) = item.as_entry().and_then(|e| e.reply_id()) {
+            if let Some(id) = ctx.entry_of(item).and_then(|e| e.reply_id()) {
                 budget.hold(self.too_large.len_for(id));
             }
         }

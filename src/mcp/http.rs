@@ -383,9 +383,38 @@ impl HttpSession {
                 }
                 Err(r.error())
             }
+            // A bare answer (`"jsonrpc"` and an id, nothing else a
+            // message needs): it ends the request it names, as an invalid
+            // response does.
+            Incoming::Invalid(i) => {
+                let missing = crate::error::ErrorKind::Missing(crate::error::Member::Result);
+                let error = crate::Error::new(missing, i.error().offset());
+                let _ = peers()
+                    .iter()
+                    .any(|p| p.fail(i.id(), PeerError::InvalidResponse(error)));
+                Err(error)
+            }
             // Only response-shaped bodies are brought here.
-            Incoming::Request(_) | Incoming::Invalid(_) => Ok(()),
+            Incoming::Request(_) => Ok(()),
         }
+    }
+
+    /// Whether `body` is a bare answer to a request a call of this session
+    /// waits for: `"jsonrpc":"2.0"` and that id, no `method`, `result` or
+    /// `error` (the dispatcher would answer it -32600 and the call would
+    /// wait on).
+    fn is_bare_answer(&self, body: &[u8]) -> bool {
+        use crate::message::{Incoming, Message};
+        let arena = bumpalo::Bump::new();
+        let Ok(Message::Single(Incoming::Invalid(i))) =
+            crate::Parser::new().parse_incoming(body, &arena)
+        else {
+            return false;
+        };
+        let asking = self.asking();
+        i.error().kind() == crate::error::ErrorKind::Missing(crate::error::Member::Method)
+            && !i.id().is_null()
+            && asking.peers.iter().any(|(_, p)| p.awaits(i.id()))
     }
 
     fn streams(&self) -> std::sync::MutexGuard<'_, Vec<(u64, mpsc::Sender<Bytes>)>> {
@@ -1189,7 +1218,9 @@ impl Endpoint {
         let Some(method) = peek.method.as_deref() else {
             // A response to a request a call sent the client, or garbage
             // that the dispatcher answers (400).
-            if peek.looks_like_response() {
+            if peek.looks_like_response()
+                || (peek.id.is_some() && self.bare_answer(&body, &parts.headers))
+            {
                 return self.post_response(&body, &parts.headers);
             }
             return self
@@ -1300,6 +1331,15 @@ impl Endpoint {
 
     /// A response to a request a call of the session sent: handed to that
     /// call, 202 (also when no call waits for it any more).
+    /// Whether `body`, which has an id and no `method`, `result` or
+    /// `error`, answers a request a call of the session named in `headers`
+    /// waits for.
+    fn bare_answer(&self, body: &[u8], headers: &HeaderMap) -> bool {
+        header(headers, SESSION_HEADER)
+            .and_then(|id| self.session(id))
+            .is_some_and(|session| session.is_bare_answer(body))
+    }
+
     fn post_response(&self, body: &Bytes, headers: &HeaderMap) -> Response<Body> {
         if let Some(refused) = Self::refuse_version_header(headers, None) {
             return refused;

@@ -565,6 +565,34 @@ async fn http_an_invalid_answer_ends_the_request_it_answers() {
     assert!(told.starts_with("no answer: InvalidResponse"), "{told}");
 }
 
+/// A client's answer with the id and nothing else (no `result`, no
+/// `error`) went to the dispatcher as a request without `method`: -32600
+/// under the id, and the tool waited on. It ends the request as an invalid
+/// answer does; the same body with an id nobody waits for is still
+/// answered as an invalid request.
+#[tokio::test]
+async fn http_a_bare_answer_ends_the_request_it_answers() {
+    let h = http_server(asking_server()).await;
+    let sid = http_session(h.addr).await;
+    let hs = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let mut call = OpenPost::new(h.addr, &hs, &ask("c1")).await;
+    let id = asked(&mut call).await;
+    let stray = post(h.addr, &hs, r#"{"jsonrpc":"2.0","id":"nobody-asked"}"#).await;
+    assert_eq!(stray.json()["error"]["code"], -32600, "{}", stray.body);
+    assert_eq!(stray.json()["id"], "nobody-asked", "{}", stray.body);
+    let a = post(h.addr, &hs, &format!(r#"{{"jsonrpc":"2.0","id":{id}}}"#)).await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(a.json()["error"]["code"], -32600, "{}", a.body);
+    assert_eq!(a.json()["id"], Value::Null, "{}", a.body);
+    let told = tokio::time::timeout(Duration::from_secs(10), told(&mut call, "c1"))
+        .await
+        .expect("the tool still waits for an answer");
+    assert!(told.starts_with("no answer: InvalidResponse"), "{told}");
+}
+
 /// When a session ends (`DELETE`, or evicted past `max_sessions`), no
 /// answer can reach its calls any more (their client's POSTs get 404): a
 /// tool waiting for one waited out its whole timeout. The call's stream,
