@@ -465,38 +465,64 @@ impl Connection {
         self.context.peer().is_some_and(|peer| peer.pending() > 0)
     }
 
-    /// Whether a transport at its in-flight limit starts `message` rather
-    /// than holding it: it holds only answers (they start no call), or it
-    /// answers a request the handlers wait for, whatever requests it also
-    /// holds (a mixed batch): held behind the asking call, which holds its
-    /// slot until the answer comes, it would wait for good. A client gets
-    /// past the limit that way by at most one batch per request the
-    /// handlers sent it. The drivers ask only while
-    /// [`awaits_client_answers`](Self::awaits_client_answers), before
-    /// parsing the message.
+    /// Gives up on every request the handlers wait on the client to
+    /// answer ([`PeerError::Backlog`](crate::peer::PeerError::Backlog),
+    /// each announced with the protocol's cancellation); whether there was
+    /// one. For a transport that stops reading at its bound on held
+    /// messages: the answers may be behind what it no longer reads.
     #[cfg(feature = "server")]
-    pub(crate) fn starts_at_limit(
+    pub(crate) fn give_up_on_answers(&self) -> bool {
+        self.context
+            .peer()
+            .is_some_and(|peer| peer.give_up_all(crate::peer::PeerError::Backlog) > 0)
+    }
+
+    /// What a transport at its in-flight limit does with `message` (read
+    /// from `input`), asked only while
+    /// [`awaits_client_answers`](Self::awaits_client_answers): it starts a
+    /// message of answers only (it starts no call). A batch that mixes
+    /// requests with an answer the handlers wait for has its answers
+    /// delivered now (held behind the asking call, which holds its slot
+    /// until its answer comes, they would wait for good) and its requests
+    /// held like any others: starting it whole let a client past the limit
+    /// by a batch of any length per request the handlers sent it. Anything
+    /// else is held whole.
+    #[cfg(feature = "server")]
+    pub(crate) fn take_answers_at_limit(
         &self,
         message: &crate::message::Message<'_, crate::message::Incoming<'_>>,
-    ) -> bool {
+        input: &Bytes,
+    ) -> AtLimit {
         use crate::message::{Incoming, Message};
         let Some(peer) = self.context.peer() else {
-            return false;
+            return AtLimit::Hold;
         };
         let answers = |item: &Incoming<'_>| match item {
             Incoming::Invalid(i) => self.context.is_bare_answer(i),
             _ => item.response_id().is_some_and(|id| peer.awaits(id)),
         };
-        match message {
-            Message::Single(incoming) => self.context.entry_of(incoming).is_none(),
-            Message::Batch(batch) => {
-                let items = batch.as_slice();
-                items
-                    .iter()
-                    .all(|item| self.context.entry_of(item).is_none())
-                    || items.iter().any(answers)
+        let items = match message {
+            Message::Single(item) if self.context.entry_of(item).is_none() => {
+                return AtLimit::Start;
+            }
+            Message::Single(_) => return AtLimit::Hold,
+            Message::Batch(batch) => batch.as_slice(),
+        };
+        if items
+            .iter()
+            .all(|item| self.context.entry_of(item).is_none())
+        {
+            return AtLimit::Start;
+        }
+        if !items.iter().any(answers) {
+            return AtLimit::Hold;
+        }
+        for item in items {
+            if self.context.entry_of(item).is_none() {
+                self.deliver(Some(input), *item);
             }
         }
+        AtLimit::HoldAnswered
     }
 
     /// Bytes the per-message arena holds now.
@@ -546,6 +572,11 @@ impl Connection {
     /// Hands an incoming response to the peer's pending table.
     pub(crate) fn deliver(&self, input: Option<&Bytes>, response: crate::message::Incoming<'_>) {
         use crate::message::Incoming;
+        #[cfg(feature = "async")]
+        if self.engine.answers_taken {
+            // Delivered when the message was held.
+            return;
+        }
         let matched = match (self.context.peer(), response) {
             (Some(peer), Incoming::Response(r)) => peer.complete(input, r),
             (Some(peer), Incoming::InvalidResponse(r)) => {
@@ -570,6 +601,20 @@ impl Connection {
             self.unmatched.set(self.unmatched.get() + 1);
         }
     }
+}
+
+/// What a transport at its in-flight limit does with a message
+/// ([`Connection::take_answers_at_limit`]).
+#[cfg(feature = "server")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtLimit {
+    /// Start it now: it holds only answers.
+    Start,
+    /// Hold it until a slot frees.
+    Hold,
+    /// Hold it; its answers were delivered (start it with
+    /// [`Connection::start_held`]).
+    HoldAnswered,
 }
 
 impl fmt::Debug for Connection {

@@ -312,7 +312,6 @@ impl<T> PendingTable<T> {
     }
 
     /// Whether a request with `id` waits for its response.
-    #[cfg(feature = "server")]
     pub(crate) fn contains(&self, id: Id<'_>) -> bool {
         id.as_u64().is_some_and(|id| self.entries.contains_key(&id))
     }
@@ -419,6 +418,13 @@ pub enum PeerError {
     /// `"2.0"`, an error object without its code, ...): what was wrong
     /// with it. The request is over; its answer cannot be read.
     InvalidResponse(crate::Error),
+    /// The other side sent more than the connection holds (messages read
+    /// while its calls are at their in-flight limit) without this answer:
+    /// rpcwire's stream and WebSocket drivers give up on the requests
+    /// that wait then, rather than stop reading with the answer maybe
+    /// behind what they cannot take (their calls, holding the slots,
+    /// would wait for good).
+    Backlog,
 }
 
 impl fmt::Display for PeerError {
@@ -430,6 +436,9 @@ impl fmt::Display for PeerError {
             PeerError::Send(e) => e.fmt(f),
             PeerError::Params => f.write_str("the params could not be serialized"),
             PeerError::InvalidResponse(e) => write!(f, "the answer was not a valid response: {e}"),
+            PeerError::Backlog => {
+                f.write_str("the other side sent more than the connection holds before it answered")
+            }
         }
     }
 }
@@ -555,6 +564,7 @@ impl CancelNotice {
                 match why {
                     PeerError::Timeout => "no response before the deadline",
                     PeerError::Closed => "the connection or session ended",
+                    PeerError::Backlog => "more was sent than is held before the answer",
                     _ => "the sender no longer waits for it",
                 },
             );
@@ -1183,13 +1193,29 @@ impl Peer {
         }
     }
 
+    /// Fails every pending request with `why`, each announced to the
+    /// other side first (as [`expire`](Peer::expire) does); returns how
+    /// many. The peer stays open.
+    #[cfg(feature = "server")]
+    pub(crate) fn give_up_all(&self, why: PeerError) -> usize {
+        let mut given_up = Vec::new();
+        self.lock().clear(|id, w| given_up.push((id, w)));
+        for (id, _) in &given_up {
+            self.announce(*id, why);
+        }
+        let n = given_up.len();
+        for (_, w) in given_up {
+            w(Err(why));
+        }
+        n
+    }
+
     /// How many requests wait for an answer.
     pub fn pending(&self) -> usize {
         self.lock().len()
     }
 
     /// Whether the request with `id` waits for its response.
-    #[cfg(feature = "server")]
     pub(crate) fn awaits(&self, id: Id<'_>) -> bool {
         self.lock().contains(id)
     }

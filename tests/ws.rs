@@ -103,6 +103,19 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
                 .decode::<Value>()
                 .map_err(|e| RpcError::internal(e.to_string()))
         })
+        // `ask`, then a notification that the answer came, then the gate.
+        .async_method("ask_then_gate", |c: AsyncCall<Arc<Lab>>| async move {
+            let peer = c.ctx.peer().expect("two-way").clone();
+            let answer = peer
+                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+                .await
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            c.ctx.notify("answered", &json!([]));
+            c.state.gate.notified().await;
+            answer
+                .decode::<Value>()
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
         .async_method("gate", |c: AsyncCall<Arc<Lab>>| async move {
             c.state.gate.notified().await;
             Ok::<_, RpcError>("opened")
@@ -578,8 +591,8 @@ async fn answers_from_the_client_are_read_at_the_in_flight_limit() {
 /// The answer may come in a batch that also holds a request of the
 /// client's own (a mixed batch): held at the limit behind the asking call,
 /// which held the only slot waiting for it, the call hung until its peer
-/// timeout. A message that answers a request the handlers wait for now
-/// runs at once, its requests with it.
+/// timeout. The answers of a message that answers a request the handlers
+/// wait for are now taken at once (its requests are held in their turn).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
     let _heap = HEAP.read().await;
@@ -607,6 +620,114 @@ async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
     assert_eq!(asked["result"], json!({"pong": 7}), "{got:?}");
     let batch = got.iter().find(|m| m.is_array()).expect("batch answered");
     assert_eq!(batch, &json!([{"jsonrpc": "2.0", "id": 2, "result": [2]}]));
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+/// The mixed batch's requests are held like any others: only its answer
+/// is taken at once. It ran whole, so a client got past the limit by a
+/// batch of any length per request the handlers sent it. Here the asking
+/// call, once answered, says so and waits for the gate, holding the only
+/// slot: the batch's request waits (it was answered first, before the
+/// asking call had even heard its answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_batch_at_the_in_flight_limit_runs_its_requests_in_their_turn() {
+    let _heap = HEAP.read().await;
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut ws = connect(server.addr).await;
+    send(&mut ws, req(1, "ask_then_gate", json!([])).to_string()).await;
+    let talk = async {
+        let ping = next_json(&mut ws).await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 7}},
+            req(2, "echo", json!([2])),
+            req(3, "echo", json!([3]))
+        ]);
+        send(&mut ws, batch.to_string()).await;
+        let first = next_json(&mut ws).await;
+        assert_eq!(first["method"], "answered", "{first}");
+        server.lab.gate.notify_one();
+        [next_json(&mut ws).await, next_json(&mut ws).await]
+    };
+    let got = tokio::time::timeout(PATIENCE, talk)
+        .await
+        .expect("the asking call hung");
+    assert_eq!(got[0]["id"], 1, "{got:?}");
+    assert_eq!(got[0]["result"], json!({"pong": 7}), "{got:?}");
+    assert_eq!(
+        got[1],
+        json!([{"jsonrpc": "2.0", "id": 2, "result": [2]}, {"jsonrpc": "2.0", "id": 3, "result": [3]}])
+    );
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
+/// A client that sends more than the connection holds at the in-flight
+/// limit before it answers the handler's request: reading stopped at the
+/// bound with the answer behind it, and the asking call, holding the only
+/// slot, waited for good (an hour here). The server now gives up on the
+/// request (the handler hears `PeerError::Backlog`, the limit is
+/// counted); its call ends, and every held request runs in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_held_bound_a_request_awaiting_its_answer_is_given_up() {
+    const SENT: u64 = 2_000;
+    let _heap = HEAP.read().await;
+    let limits = Limits {
+        max_in_flight: 1,
+        max_message_len: 64 << 10,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut ws = connect(server.addr).await;
+    send(&mut ws, req(1, "ask", json!([])).to_string()).await;
+    let ping = next_json(&mut ws).await;
+    assert_eq!(ping["method"], "client/ping", "{ping}");
+    let (mut tx, mut rx) = ws.split();
+    // The requests, then the answer, sent while the replies are read (the
+    // server stops reading at its bound).
+    let writer = tokio::spawn(async move {
+        for id in 2..SENT + 2 {
+            tx.send(Message::text(req(id, "echo", json!([id])).to_string()))
+                .await
+                .unwrap();
+        }
+        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": 1});
+        tx.send(Message::text(answer.to_string())).await.unwrap();
+        tx
+    });
+    let mut next = async || -> Value {
+        loop {
+            let message = tokio::time::timeout(PATIENCE, rx.next())
+                .await
+                .expect("a message in time: the asking call waited for good")
+                .expect("the connection open")
+                .unwrap();
+            if let Message::Text(t) = message {
+                return serde_json::from_str(t.as_str()).unwrap();
+            }
+        }
+    };
+    let asked = next().await;
+    assert_eq!(asked["id"], 1, "{asked}");
+    assert!(
+        asked["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("sent more than the connection holds"),
+        "{asked}"
+    );
+    for id in 2..SENT + 2 {
+        let v = next().await;
+        assert_eq!(v, json!({"jsonrpc": "2.0", "id": id, "result": [id]}));
+    }
+    assert_eq!(server.metrics.limit_count(LimitKind::Held), 1);
+    let tx = writer.await.unwrap();
+    let mut ws = tx.reunite(rx).unwrap();
     ws.close(None).await.unwrap();
     server.stop().await;
 }

@@ -46,7 +46,7 @@ use crate::message::{Incoming, Message};
 use crate::request::{Entry, Id, Params};
 use crate::{Status, lock};
 
-use super::held::{HeldId, HeldMessages};
+use super::held::{HeldFrame, HeldId, HeldMessages};
 use super::reply::{poll_reply, write_error_reply, write_error_tail};
 
 /// An async handler, erased: it makes the call's future, boxed with what
@@ -476,6 +476,21 @@ impl Connection {
         self.finish_start(out, mark);
     }
 
+    /// [`start`](Connection::start) for a message the transport held at
+    /// its in-flight limit: one whose answers were delivered when it was
+    /// held ([`HeldFrame::answers_taken`]) runs only its requests.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
+    pub(crate) fn start_held<S: Send + Sync + 'static, K, B: ReplyBuf>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        held: &HeldFrame,
+        out: &mut B,
+    ) {
+        self.engine.answers_taken = held.answers_taken;
+        self.start(dispatcher, &held.frame, out);
+        self.engine.answers_taken = false;
+    }
+
     /// [`start`](Connection::start) for the message at the front of
     /// `input`, which may hold only part of it, or more than it
     /// ([`Parser::parse_prefix`](crate::Parser::parse_prefix)): a complete,
@@ -603,15 +618,22 @@ impl Connection {
     /// when no call has it, is taken out of `held` (never started) and
     /// answered as a started one would be: it would otherwise start once a
     /// slot frees and run whole, its notice held behind it (for good at a
-    /// cap of one, with calls that run until cancelled).
+    /// cap of one, with calls that run until cancelled). `answers_taken`:
+    /// the answers among its items were delivered already
+    /// ([`HeldFrame::answers_taken`]).
     #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn hold<S, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
         frame: Bytes,
+        answers_taken: bool,
         held: &mut HeldMessages,
         out: &mut B,
     ) {
+        let frame = HeldFrame {
+            frame,
+            answers_taken,
+        };
         let Some(by) = &dispatcher.inner.cancel_by else {
             held.push_back(frame, None);
             return;
@@ -621,7 +643,11 @@ impl Connection {
         self.begin_message();
         let mark = out.len();
         let mut own_id: Option<HeldId> = None;
-        let target = match dispatcher.inner.parser.parse_incoming(&frame, &self.arena) {
+        let target = match dispatcher
+            .inner
+            .parser
+            .parse_incoming(&frame.frame, &self.arena)
+        {
             Ok(Message::Single(item)) => match item.as_entry() {
                 Some(entry @ Entry::Request(r))
                     if entry.reply_id().is_none() && r.method() == &*by.method =>
@@ -1143,6 +1169,10 @@ pub(crate) struct Engine {
     /// The runtime has no time driver (built without `enable_time`): as
     /// outside a runtime, no call times out.
     no_timers: bool,
+    /// The message being started was held at the in-flight limit after
+    /// its answers were delivered ([`Connection::take_answers_at_limit`]):
+    /// they are not delivered again.
+    pub(crate) answers_taken: bool,
     /// Shared with the connection's subscriptions (rpcwire's WebSocket and
     /// stream transports): which messages still wait for their reply.
     pub(crate) gate: Option<Arc<ReplyGate>>,
@@ -1393,6 +1423,7 @@ impl Default for Engine {
             timer_wake: None,
             timer_polled: false,
             no_timers: false,
+            answers_taken: false,
             gate: None,
             cancelled: Vec::new(),
         }

@@ -31,7 +31,7 @@ pub(crate) type HeldId = SmallVec<[u8; 16]>;
 pub(crate) struct HeldMessages {
     /// In order; `None` for a message a cancellation took (dropped when it
     /// reaches the front), with the id it was held under.
-    queue: VecDeque<(Option<Bytes>, Option<HeldId>)>,
+    queue: VecDeque<(Option<HeldFrame>, Option<HeldId>)>,
     /// The position (counted from the first message ever held) of the
     /// queue's front.
     front: u64,
@@ -49,14 +49,24 @@ fn cost(frame: &Bytes, id: Option<&HeldId>) -> usize {
     frame.len() + HELD_OVERHEAD + 2 * id.map_or(0, |id| id.len())
 }
 
+/// A held message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct HeldFrame {
+    pub(crate) frame: Bytes,
+    /// The answers among its items (a batch's) were handed to the pending
+    /// table when it was held: starting it runs only its requests
+    /// ([`Connection::start_held`](crate::Connection::start_held)).
+    pub(crate) answers_taken: bool,
+}
+
 // The dispatcher's engine holds messages and takes out those a notice
 // cancels; only the transports (feature `server`) start and drop them.
 #[cfg_attr(not(feature = "server"), allow(dead_code))]
 impl HeldMessages {
     /// Holds `frame`, a single request with id `id` (its JSON text) when
     /// `id` is given, last in order.
-    pub(crate) fn push_back(&mut self, frame: Bytes, id: Option<HeldId>) {
-        self.bytes += cost(&frame, id.as_ref());
+    pub(crate) fn push_back(&mut self, frame: HeldFrame, id: Option<HeldId>) {
+        self.bytes += cost(&frame.frame, id.as_ref());
         self.live += 1;
         if let Some(id) = &id {
             let at = self.front + self.queue.len() as u64;
@@ -66,7 +76,7 @@ impl HeldMessages {
     }
 
     /// The first message held, taken out.
-    pub(crate) fn pop_front(&mut self) -> Option<Bytes> {
+    pub(crate) fn pop_front(&mut self) -> Option<HeldFrame> {
         while let Some((frame, id)) = self.queue.pop_front() {
             let at = self.front;
             self.front += 1;
@@ -74,7 +84,7 @@ impl HeldMessages {
             if let Some(id) = &id {
                 self.forget(id, at);
             }
-            self.bytes -= cost(&frame, id.as_ref());
+            self.bytes -= cost(&frame.frame, id.as_ref());
             self.live -= 1;
             return Some(frame);
         }
@@ -91,7 +101,7 @@ impl HeldMessages {
         }
         let index = usize::try_from(at.checked_sub(self.front)?).ok()?;
         let (frame, held_id) = self.queue.get_mut(index)?;
-        let frame = frame.take()?;
+        let frame = frame.take()?.frame;
         let held_id = held_id.take();
         self.bytes -= cost(&frame, held_id.as_ref());
         self.live -= 1;
@@ -138,15 +148,22 @@ mod tests {
         Some(text.as_bytes().into())
     }
 
+    fn whole(frame: &Bytes) -> HeldFrame {
+        HeldFrame {
+            frame: frame.clone(),
+            answers_taken: false,
+        }
+    }
+
     #[test]
     fn requests_are_taken_by_id_and_the_rest_keep_their_order() {
         let mut held = HeldMessages::default();
         let frames = ["a", "b", "c", "d", "e"].map(|f| Bytes::from_static(f.as_bytes()));
-        held.push_back(frames[0].clone(), id("1"));
-        held.push_back(frames[1].clone(), None);
-        held.push_back(frames[2].clone(), id("\"x\""));
-        held.push_back(frames[3].clone(), id("1"));
-        held.push_back(frames[4].clone(), id("2"));
+        held.push_back(whole(&frames[0]), id("1"));
+        held.push_back(whole(&frames[1]), None);
+        held.push_back(whole(&frames[2]), id("\"x\""));
+        held.push_back(whole(&frames[3]), id("1"));
+        held.push_back(whole(&frames[4]), id("2"));
         let all = held.bytes();
         assert_eq!(all, 5 * (1 + HELD_OVERHEAD) + 2 * (1 + 3 + 1 + 1));
         assert_eq!(held.take(b"9"), None);
@@ -154,20 +171,20 @@ mod tests {
         assert_eq!(held.take(b"1"), Some(frames[0].clone()));
         assert_eq!(held.take(b"\"x\""), Some(frames[2].clone()));
         assert_eq!(held.bytes(), all - 2 * (1 + HELD_OVERHEAD) - 2 * (1 + 3));
-        assert_eq!(held.pop_front(), Some(frames[1].clone()));
+        assert_eq!(held.pop_front(), Some(whole(&frames[1])));
         assert_eq!(held.take(b"1"), Some(frames[3].clone()));
         assert_eq!(held.take(b"1"), None);
         assert!(!held.is_empty());
-        assert_eq!(held.pop_front(), Some(frames[4].clone()));
+        assert_eq!(held.pop_front(), Some(whole(&frames[4])));
         assert_eq!(held.take(b"2"), None, "started: not held any more");
         assert!(held.is_empty());
         assert_eq!(held.bytes(), 0);
         assert_eq!(held.pop_front(), None);
         assert!(held.by_id.is_empty());
         // Positions go on counting after a clear.
-        held.push_back(frames[0].clone(), id("1"));
+        held.push_back(whole(&frames[0]), id("1"));
         held.clear();
-        held.push_back(frames[1].clone(), id("1"));
+        held.push_back(whole(&frames[1]), id("1"));
         assert_eq!(held.take(b"1"), Some(frames[1].clone()));
         assert!(held.is_empty());
     }

@@ -258,6 +258,11 @@ pub enum LimitKind {
     /// [`Limits::max_connection_body_bytes`]: an HTTP/2 stream refused
     /// (`503`) because the bodies its connection holds would pass it.
     ConnectionBodyBytes,
+    /// A stream or WebSocket client sent more than its connection holds
+    /// while the handlers' requests to it awaited their answers (see
+    /// [`PeerError::Backlog`](crate::peer::PeerError::Backlog)): those
+    /// requests were given up on.
+    Held,
 }
 
 impl LimitKind {
@@ -273,6 +278,7 @@ impl LimitKind {
             LimitKind::Flood => "flood",
             LimitKind::Host => "host",
             LimitKind::ConnectionBodyBytes => "connection_body_bytes",
+            LimitKind::Held => "held",
         }
     }
 }

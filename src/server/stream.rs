@@ -187,9 +187,10 @@ use tokio::time::{Instant, Sleep};
 
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
+use crate::conn::AtLimit;
 use crate::dispatch::ReplyBuf;
 use crate::dispatch::engine::ReplyGate;
-use crate::dispatch::held::HeldMessages;
+use crate::dispatch::held::{HeldFrame, HeldMessages};
 use crate::frame::{FrameError, Framer, Step};
 use crate::{Connection, Context, ContextBuilder, Dispatcher};
 
@@ -902,8 +903,9 @@ where
     /// which must be read for those calls to finish (else each would hang
     /// until its timeout, and the connection with it). Answers are taken
     /// at once; other messages are held, in order, up to about
-    /// [`MAX_HELD`] bytes, and started as calls finish. A full output does
-    /// not stop it: answers make no output, and the other side may be
+    /// [`MAX_HELD`] bytes (past that the requests are given up on:
+    /// [`give_up_on_answers`](Self::give_up_on_answers)), and started as
+    /// calls finish. A full output does not stop it: answers make no output, and the other side may be
     /// waiting for room to write them before it reads what fills ours (two
     /// peers pipelining requests with large replies to each other would
     /// otherwise wait on each other for good).
@@ -924,13 +926,17 @@ where
             || (self.held.bytes() < self.max_message_len.min(WATCH_HELD) && !self.output_full())
     }
 
-    /// Whether `frame` starts at the in-flight limit: answers to the
-    /// handlers' requests ([`Connection::starts_at_limit`]).
-    fn starts_at_limit(&mut self, frame: &[u8]) -> bool {
+    /// What to do with `frame` at the in-flight limit
+    /// ([`Connection::take_answers_at_limit`]): answers to the handlers'
+    /// requests are taken now.
+    fn at_limit(&mut self, frame: &Bytes) -> AtLimit {
+        if !self.conn.awaits_client_answers() {
+            return AtLimit::Hold;
+        }
         self.arena.reset();
         match self.dispatcher.parser().parse_incoming(frame, &self.arena) {
-            Ok(message) => self.conn.starts_at_limit(&message),
-            Err(_) => false,
+            Ok(message) => self.conn.take_answers_at_limit(&message, frame),
+            Err(_) => AtLimit::Hold,
         }
     }
 
@@ -938,27 +944,37 @@ where
     /// at the limit (answers to the handlers' requests excepted).
     fn take_frame(&mut self, frame: Bytes) {
         if self.draining {
-            if self.starts_at_limit(&frame) {
+            if self.at_limit(&frame) == AtLimit::Start {
                 self.start_message(frame);
             } else {
-                // Dropped: no call starts once shut down.
+                // Dropped (its answers taken): no call starts once shut
+                // down.
                 self.peaks.messages_read += 1;
             }
             self.drained();
             return;
         }
-        if (self.backpressured() || !self.held.is_empty())
-            && !(self.conn.awaits_client_answers() && self.starts_at_limit(&frame))
-        {
-            // A cancellation reaches the call it names now, not once a
-            // slot frees (never, for calls that run until cancelled).
-            self.conn
-                .hold(self.dispatcher, frame, &mut self.held, &mut self.replies);
-            self.queue_replies();
+        let action = if self.backpressured() || !self.held.is_empty() {
+            self.at_limit(&frame)
         } else {
+            AtLimit::Start
+        };
+        if action == AtLimit::Start {
             self.start_message(frame);
             // Stops the input (and so the framing) when it asked to.
             self.shutdown_triggered();
+        } else {
+            // A cancellation reaches the call it names now, not once a
+            // slot frees (never, for calls that run until cancelled).
+            let answers_taken = action == AtLimit::HoldAnswered;
+            self.conn.hold(
+                self.dispatcher,
+                frame,
+                answers_taken,
+                &mut self.held,
+                &mut self.replies,
+            );
+            self.queue_replies();
         }
     }
 
@@ -967,8 +983,8 @@ where
         self.drained();
         let mut progress = false;
         while !self.held.is_empty() && !self.backpressured() {
-            if let Some(frame) = self.held.pop_front() {
-                self.start_message(frame);
+            if let Some(held) = self.held.pop_front() {
+                self.start_held(held);
                 progress = true;
                 if self.shutdown_triggered() {
                     return true;
@@ -1034,7 +1050,32 @@ where
                 }
             }
         }
+        if !self.draining
+            && self.input != Input::Stopped
+            && self.backpressured()
+            && !self.reads_at_limit()
+        {
+            progress |= self.give_up_on_answers();
+        }
         progress
+    }
+
+    /// Reading stopped at the in-flight limit with the held messages at
+    /// their bound ([`awaits_answers`](Self::awaits_answers)): if handlers
+    /// still wait for the client's answers, which may be behind what is
+    /// not read, their requests are given up on
+    /// ([`PeerError::Backlog`](crate::peer::PeerError::Backlog), each
+    /// announced with the protocol's cancellation): else the asking calls,
+    /// holding their slots, and the connection with them, would wait for
+    /// good (an LSP client sending a few large `didChange`s before it
+    /// answers `workspace/configuration`). Their calls then end, and the
+    /// held messages start in their turn.
+    fn give_up_on_answers(&mut self) -> bool {
+        let given_up = self.conn.give_up_on_answers();
+        if given_up {
+            self.limit_hit(LimitKind::Held);
+        }
+        given_up
     }
 
     /// Reads and frames the messages buffered in one pass (a framer whose
@@ -1142,12 +1183,22 @@ where
 
     /// Starts one framed message (or refuses it, over the message limit).
     fn start_message(&mut self, frame: Bytes) {
+        self.start_held(HeldFrame {
+            frame,
+            answers_taken: false,
+        });
+    }
+
+    /// [`start_message`](Self::start_message) for a message held at the
+    /// in-flight limit.
+    fn start_held(&mut self, held: HeldFrame) {
         self.peaks.messages_read += 1;
-        if frame.len() > self.max_message_len {
+        if held.frame.len() > self.max_message_len {
             self.limit_hit(LimitKind::MessageLen);
             too_large_reply(self.max_message_len, &mut self.replies);
         } else {
-            self.conn.start(self.dispatcher, &frame, &mut self.replies);
+            self.conn
+                .start_held(self.dispatcher, &held, &mut self.replies);
         }
         self.queue_replies();
     }

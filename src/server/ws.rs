@@ -136,6 +136,7 @@ use super::cors::Cors;
 use super::hosts::{AllowedHosts, Refusal};
 use super::subscriptions::{SubscriptionConfig, Subscriptions};
 use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
+use crate::conn::AtLimit;
 use crate::dispatch::engine::ReplyGate;
 use crate::dispatch::held::HeldMessages;
 use crate::dispatch::{ReplyBuf, SyncOnly};
@@ -1221,9 +1222,9 @@ where
             };
             if !draining && self.write_ready && !self.held.is_empty() && !self.at_limit() {
                 // Held messages first, one a turn as those read are.
-                if let Some(input) = self.held.pop_front() {
+                if let Some(held) = self.held.pop_front() {
                     self.conn
-                        .start(&self.server.dispatcher, &input, &mut self.replies);
+                        .start_held(&self.server.dispatcher, &held, &mut self.replies);
                     progress = true;
                 }
             } else if self.write_ready && reads {
@@ -1240,6 +1241,8 @@ where
                     Poll::Ready(None) => return Poll::Ready(CloseReason::Client),
                     Poll::Pending => {}
                 }
+            } else if !draining && !reads {
+                progress |= self.give_up_on_answers();
             }
             if !progress && self.write_ready {
                 // About to wait: register for the outbox and the
@@ -1288,7 +1291,9 @@ where
     /// must be read for those calls to finish (else each would hang until
     /// its timeout, and the connection with it). Answers are taken at
     /// once; other messages are held, in order, up to about [`MAX_HELD`]
-    /// bytes, and started as calls finish.
+    /// bytes (past that the requests are given up on:
+    /// [`give_up_on_answers`](Self::give_up_on_answers)), and started as
+    /// calls finish.
     ///
     /// [`Context::peer`]: crate::Context::peer
     fn awaits_answers(&self) -> bool {
@@ -1308,9 +1313,30 @@ where
             || self.held.bytes() < self.server.limits.max_message_len.min(WATCH_HELD)
     }
 
-    /// Whether `input` starts at the in-flight limit: answers to the
-    /// handlers' requests ([`Connection::starts_at_limit`]).
-    fn starts_at_limit(&self, input: &[u8]) -> bool {
+    /// Reading stopped at the in-flight limit with the held messages at
+    /// their bound ([`awaits_answers`](Self::awaits_answers)): if handlers
+    /// still wait for the client's answers, which may be behind what is
+    /// not read, their requests are given up on
+    /// ([`PeerError::Backlog`](crate::peer::PeerError::Backlog), each
+    /// announced with the protocol's cancellation): else the asking calls,
+    /// holding their slots, and the connection with them, would wait for
+    /// good. Their calls then end, and the held messages start in their
+    /// turn.
+    fn give_up_on_answers(&mut self) -> bool {
+        let given_up = self.conn.give_up_on_answers();
+        if given_up {
+            self.server.count(LimitKind::Held);
+        }
+        given_up
+    }
+
+    /// What to do with `input` at the in-flight limit
+    /// ([`Connection::take_answers_at_limit`]): answers to the handlers'
+    /// requests are taken now.
+    fn at_limit_action(&self, input: &Bytes) -> AtLimit {
+        if !self.conn.awaits_client_answers() {
+            return AtLimit::Hold;
+        }
         // Only read at the limit: a scratch arena of its own, given back
         // at once.
         let arena = bumpalo::Bump::new();
@@ -1320,8 +1346,8 @@ where
             .parser()
             .parse_incoming(input, &arena)
         {
-            Ok(message) => self.conn.starts_at_limit(&message),
-            Err(_) => false,
+            Ok(message) => self.conn.take_answers_at_limit(&message, input),
+            Err(_) => AtLimit::Hold,
         }
     }
 
@@ -1409,20 +1435,24 @@ where
         if self.drain.is_some() {
             // Shutting down: answers are taken, other messages dropped (as
             // those not read yet are).
-            if self.conn.awaits_client_answers() && self.starts_at_limit(&input) {
+            if self.at_limit_action(&input) == AtLimit::Start {
                 self.conn
                     .start(&self.server.dispatcher, &input, &mut self.replies);
             }
             return Ok(());
         }
-        if (self.at_limit() || !self.held.is_empty())
-            && !(self.conn.awaits_client_answers() && self.starts_at_limit(&input))
-        {
+        let action = if self.at_limit() || !self.held.is_empty() {
+            self.at_limit_action(&input)
+        } else {
+            AtLimit::Start
+        };
+        if action != AtLimit::Start {
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
             self.conn.hold(
                 &self.server.dispatcher,
                 Bytes::copy_from_slice(&input),
+                action == AtLimit::HoldAnswered,
                 &mut self.held,
                 &mut self.replies,
             );

@@ -804,8 +804,8 @@ async fn cancel_notices_against_many_held_messages_cost_a_lookup_each() {
 /// pass). At the in-flight limit only batches of answers alone were let
 /// through: the mixed one was held behind the asking call, which held the
 /// only slot waiting for the answer inside it, so it hung until its peer
-/// timeout. A frame that answers a request the handlers wait for now runs
-/// at once, its requests with it.
+/// timeout. The answers of a frame that answers a request the handlers
+/// wait for are now taken at once (its requests are held in their turn).
 #[tokio::test]
 async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
     let d = asking_dispatcher();
@@ -837,6 +837,161 @@ async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
     assert_eq!(asked["result"], json!({"pong": 1}), "{got:?}");
     let batch = got.iter().find(|v| v.is_array()).expect("batch answered");
     assert_eq!(batch, &json!([{"jsonrpc": "2.0", "id": 2, "result": 3}]));
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
+/// The mixed batch's requests are held like any others: only its answer
+/// is taken at once. It ran whole, so a client got past the limit by a
+/// batch of any length per request the handlers sent it. Here the asking
+/// call, once answered, says so and waits for a gate, holding the only
+/// slot: the batch's requests wait (they were answered first, before the
+/// asking call had even heard its answer).
+#[tokio::test]
+async fn a_mixed_batch_at_the_in_flight_limit_runs_its_requests_in_their_turn() {
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let d = Dispatcher::builder(())
+        .async_method("ask_then_gate", {
+            let gate = gate.clone();
+            move |call: AsyncCall<()>| {
+                let gate = gate.clone();
+                async move {
+                    let peer = call.ctx.peer().expect("two-way").clone();
+                    let answer = peer
+                        .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+                        .await
+                        .map_err(|e| RpcError::internal(e.to_string()))?;
+                    call.ctx.notify("answered", &json!([]));
+                    gate.notified().await;
+                    answer
+                        .decode::<Value>()
+                        .map_err(|e| RpcError::internal(e.to_string()))
+                }
+            }
+        })
+        .method("add", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            c.reply.u64(a + b)
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let (served, mut cw, cr) = serve_framed(d, false, limits, None);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask_then_gate\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let mut next = async || -> Value {
+            serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
+        };
+        let ping = next().await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}},
+            {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]},
+            {"jsonrpc": "2.0", "id": 3, "method": "add", "params": [3, 4]}
+        ]);
+        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
+        let first = next().await;
+        assert_eq!(first["method"], "answered", "{first}");
+        gate.notify_one();
+        [next().await, next().await]
+    };
+    let got = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("the asking call hung");
+    assert_eq!(got[0]["id"], 1, "{got:?}");
+    assert_eq!(got[0]["result"], json!({"pong": 1}), "{got:?}");
+    assert_eq!(
+        got[1],
+        json!([{"jsonrpc": "2.0", "id": 2, "result": 3}, {"jsonrpc": "2.0", "id": 3, "result": 7}])
+    );
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
+/// A client that sends more than the connection holds at the in-flight
+/// limit before it answers the handler's request (an LSP client's large
+/// `didChange`s before its `workspace/configuration` answer): reading
+/// stopped at the bound with the answer behind it, and the asking call,
+/// holding the only slot, waited for good. The server now gives up on
+/// the request (announced with the protocol's cancellation; the handler
+/// hears `PeerError::Backlog`); its call ends, and every held request runs
+/// in order; the late answer is ignored.
+#[tokio::test]
+async fn past_the_held_bound_a_request_awaiting_its_answer_is_given_up() {
+    const SENT: u64 = 2_000;
+    let d = asking_dispatcher_with(|b| {
+        b.cancel_notification(
+            "$/cancelRequest",
+            "id",
+            rpcwire::dispatch::CancelledReply::Error,
+        )
+    });
+    let limits = Limits {
+        max_in_flight: 1,
+        max_message_len: 64 << 10,
+        ..Limits::default()
+    };
+    let (served, mut cw, cr) = serve_framed(d, false, limits, None);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let mut next = async || -> Value {
+        serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
+    };
+    let talk = async {
+        let ping = next().await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        // About 250 KB of requests, then the answer, written while the
+        // replies are read (the server stops reading at its bound).
+        let writer = tokio::spawn(async move {
+            let mut flood = Vec::new();
+            for id in 2..SENT + 2 {
+                flood.extend_from_slice(
+                    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"add\",\"params\":[{id},1]}}\n")
+                        .as_bytes(),
+                );
+            }
+            flood.extend_from_slice(
+                format!(
+                    "{}\n",
+                    json!({"jsonrpc": "2.0", "id": ping["id"], "result": 1})
+                )
+                .as_bytes(),
+            );
+            cw.write_all(&flood).await.unwrap();
+            (cw, ping["id"].clone())
+        });
+        let cancel = next().await;
+        assert_eq!(cancel["method"], "$/cancelRequest", "{cancel}");
+        let asked = next().await;
+        assert_eq!(asked["id"], 1, "{asked}");
+        assert_eq!(asked["error"]["code"], -32603, "{asked}");
+        assert!(
+            asked["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("sent more than the connection holds"),
+            "{asked}"
+        );
+        for id in 2..SENT + 2 {
+            let v = next().await;
+            assert_eq!(v["id"], id, "{v}");
+            assert_eq!(v["result"], id + 1, "{v}");
+        }
+        let (cw, ping_id) = writer.await.unwrap();
+        assert_eq!(cancel["params"]["id"], ping_id, "{cancel}");
+        cw
+    };
+    let mut cw = tokio::time::timeout(Duration::from_secs(30), talk)
+        .await
+        .expect("the asking call waited for an answer the server no longer read");
     cw.shutdown().await.unwrap();
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
