@@ -264,6 +264,32 @@ impl Parser {
         self.read_message::<Incoming<'a>>(input, arena, false, &mut 0)
     }
 
+    /// Reads each object element of the batch `input` alone, handing
+    /// `f` those that read as a single message: for a batch the parser
+    /// refused whole (past [`max_batch_len`](Parser::max_batch_len)), whose
+    /// answers to this side's requests are still owed to their waiters.
+    /// Stops at the first element that is not valid JSON.
+    pub(crate) fn for_each_element_alone<'a>(
+        &self,
+        input: &'a [u8],
+        arena: &'a Bump,
+        mut f: impl FnMut(Incoming<'a>),
+    ) {
+        let pos = scan::skip_ws(input, 0);
+        if input.get(pos) != Some(&b'[') {
+            return;
+        }
+        let _ = for_each_element(input, pos, self.max_depth, |p| {
+            let end = scan::skip_value(input, p, 1, self.max_depth)?;
+            if input[p] == b'{'
+                && let Ok(Message::Single(item)) = self.parse_incoming(&input[p..end], arena)
+            {
+                f(item);
+            }
+            Ok(end)
+        });
+    }
+
     /// Parses the message at the front of `input`, which may hold only part
     /// of it, or more than it: the incremental form of
     /// [`parse_incoming`](Parser::parse_incoming), for framers.

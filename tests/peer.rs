@@ -290,6 +290,91 @@ async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
     assert_eq!(conn.unmatched_responses(), 4);
 }
 
+/// A batch refused whole (past the parser's batch limit, or one whose
+/// too-large replies alone would pass the response limit) runs none of
+/// its requests; the answers in it were dropped with them, and the
+/// requests they answer waited on (for good without a deadline). They are
+/// delivered; the batch is still refused, on the sync and async paths.
+#[cfg(feature = "async")]
+#[tokio::test]
+async fn answers_in_a_batch_refused_whole_still_reach_their_requests() {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let mut conn = Connection::with_context(ctx);
+    let outcome = Arc::new(Mutex::new(Vec::new()));
+    let ask = || {
+        let o = outcome.clone();
+        peer.request_with("roots/list", None::<&()>, None, move |r| {
+            o.lock()
+                .unwrap()
+                .push(r.map(|a| a.result().map(<[u8]>::to_vec).ok()));
+        })
+        .unwrap()
+    };
+    let short_batches = Dispatcher::builder(())
+        .parser(Parser::new().max_batch_len(2))
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .build()
+        .unwrap();
+    let small_replies = Dispatcher::builder(())
+        .max_response_len(60)
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .build()
+        .unwrap();
+    let small_async_replies = Dispatcher::builder(())
+        .max_response_len(60)
+        .async_method("later", |_: rpcwire::dispatch::AsyncCall<()>| async {
+            Ok::<_, RpcError>(7)
+        })
+        .build()
+        .unwrap();
+    let long_id = "x".repeat(40);
+    let mut out = Vec::new();
+    for round in 0..3 {
+        let a = ask();
+        out.clear();
+        match round {
+            0 => short_batches.handle(
+                format!(
+                    r#"[{{"jsonrpc":"2.0","id":1,"method":"ping"}},{{"jsonrpc":"2.0","id":2,"method":"ping"}},{{"jsonrpc":"2.0","id":{a},"result":0}}]"#
+                )
+                .as_bytes(),
+                &mut conn,
+                &mut out,
+            ),
+            1 => small_replies.handle(
+                format!(
+                    r#"[{{"jsonrpc":"2.0","id":{a},"result":1}},{{"jsonrpc":"2.0","id":"{long_id}","method":"ping"}}]"#
+                )
+                .as_bytes(),
+                &mut conn,
+                &mut out,
+            ),
+            _ => {
+                small_async_replies
+                    .handle_async(
+                        &Bytes::from(format!(
+                            r#"[{{"jsonrpc":"2.0","id":{a},"result":2}},{{"jsonrpc":"2.0","id":"{long_id}","method":"later"}}]"#
+                        )),
+                        &mut conn,
+                        &mut out,
+                    )
+                    .await
+            }
+        };
+        let reply: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(reply["id"], Value::Null, "round {round}: {reply}");
+        assert!(reply["error"]["code"].is_i64(), "round {round}: {reply}");
+        assert_eq!(peer.pending(), 0, "round {round}: {reply}");
+        assert_eq!(
+            outcome.lock().unwrap().pop(),
+            Some(Ok(Some(round.to_string().into_bytes()))),
+            "round {round}"
+        );
+    }
+}
+
 #[test]
 fn pending_requests_time_out_and_cancel() {
     let sent = Arc::new(Sent::default());

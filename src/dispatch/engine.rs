@@ -476,6 +476,25 @@ impl Connection {
         self.finish_start(out, mark);
     }
 
+    /// [`take_answers_at_limit`](Connection::take_answers_at_limit) for a
+    /// message the parser refused with `error`: a batch past the batch
+    /// limit, refused whole in its turn, has its answers delivered now.
+    #[cfg(feature = "server")]
+    pub(crate) fn take_refused_answers_at_limit<S: Send + Sync + 'static, K>(
+        &self,
+        dispatcher: &Dispatcher<S, K>,
+        error: crate::Error,
+        input: &Bytes,
+    ) -> crate::conn::AtLimit {
+        dispatcher
+            .inner
+            .deliver_refused_answers(error, input, Some(input), self);
+        match error.kind() {
+            crate::error::ErrorKind::BatchTooLarge { .. } => crate::conn::AtLimit::HoldAnswered,
+            _ => crate::conn::AtLimit::Hold,
+        }
+    }
+
     /// [`start`](Connection::start) for a message the transport held at
     /// its in-flight limit: one whose answers were delivered when it was
     /// held ([`HeldFrame::answers_taken`]) runs only its requests.
@@ -1869,7 +1888,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let (parsed, input) = match prefix {
             None => match self.parser.parse_incoming(input, &conn.arena) {
                 Ok(m) => (m, input),
-                Err(e) => return self.message_error(out, e),
+                Err(e) => {
+                    self.deliver_refused_answers(e, input, Some(input), conn);
+                    return self.message_error(out, e);
+                }
             },
             Some(len) => match self.parser.parse_prefix(input, &conn.arena) {
                 Ok(Status::Complete((m, n))) => {
@@ -1931,6 +1953,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let items = batch.as_slice();
         let Some(budget) = self.batch_budget(items, &conn.context) else {
+            super::deliver_answers(items, Some(input), conn);
             return self.refuse_whole(out);
         };
         if !items.iter().any(is_async) {

@@ -652,6 +652,17 @@ impl<'a> Scope<'a> {
     }
 }
 
+/// Hands the answers among `items` (a batch answered whole with an
+/// error, whose requests do not run) to the pending table.
+#[cold]
+pub(crate) fn deliver_answers(items: &[Incoming<'_>], bytes: Option<&Bytes>, conn: &Connection) {
+    for item in items {
+        if conn.context.entry_of(item).is_none() {
+            conn.deliver(bytes, *item);
+        }
+    }
+}
+
 impl<S: Send + Sync + 'static> Shared<S> {
     /// Parses `input` and answers everything in it synchronously (no async
     /// handler may be reached: only `SyncOnly` dispatchers call this).
@@ -664,7 +675,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
     ) {
         let scope = Scope::new(conn, input);
         match self.parser.parse_incoming(input, scope.arena) {
-            Err(e) => self.message_error(out, e),
+            Err(e) => {
+                self.deliver_refused_answers(e, input, bytes, conn);
+                self.message_error(out, e)
+            }
             Ok(Message::Single(item)) => {
                 let Some(entry) = conn.context.entry_of(&item) else {
                     return conn.deliver(bytes, item);
@@ -680,6 +694,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             Ok(Message::Batch(batch)) => {
                 let items = batch.as_slice();
                 let Some(budget) = self.batch_budget(items, &conn.context) else {
+                    deliver_answers(items, bytes, conn);
                     return self.refuse_whole(out);
                 };
                 self.answer_batch(items, budget, input, bytes, conn, out);
@@ -734,6 +749,28 @@ impl<S: Send + Sync + 'static> Shared<S> {
             reply::grow_within(out, 1, most);
             out.push(b']');
         }
+    }
+
+    /// Hands the answers of a batch the parser refused whole (past the
+    /// batch limit) to the pending table: refused, its requests do not
+    /// run, but the answers the handlers wait for are not lost with them
+    /// (each request would wait until its deadline, or for good).
+    #[cold]
+    pub(crate) fn deliver_refused_answers(
+        &self,
+        error: crate::Error,
+        input: &[u8],
+        bytes: Option<&Bytes>,
+        conn: &Connection,
+    ) {
+        if !matches!(error.kind(), crate::error::ErrorKind::BatchTooLarge { .. })
+            || conn.context.peer().is_none_or(|peer| peer.pending() == 0)
+        {
+            return;
+        }
+        let arena = Bump::new();
+        self.parser
+            .for_each_element_alone(input, &arena, |item| deliver_answers(&[item], bytes, conn));
     }
 
     /// The budget of a single request answered with `id`, and the length of

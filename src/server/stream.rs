@@ -936,7 +936,9 @@ where
         self.arena.reset();
         match self.dispatcher.parser().parse_incoming(frame, &self.arena) {
             Ok(message) => self.conn.take_answers_at_limit(&message, frame),
-            Err(_) => AtLimit::Hold,
+            Err(e) => self
+                .conn
+                .take_refused_answers_at_limit(self.dispatcher, e, frame),
         }
     }
 

@@ -1347,7 +1347,9 @@ where
             .parse_incoming(input, &arena)
         {
             Ok(message) => self.conn.take_answers_at_limit(&message, input),
-            Err(_) => AtLimit::Hold,
+            Err(e) => self
+                .conn
+                .take_refused_answers_at_limit(&self.server.dispatcher, e, input),
         }
     }
 

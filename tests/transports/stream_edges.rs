@@ -914,6 +914,45 @@ async fn a_mixed_batch_at_the_in_flight_limit_runs_its_requests_in_their_turn() 
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
+/// An answer inside a batch past the parser's batch limit, at the
+/// in-flight limit: the batch was held whole behind the asking call, which
+/// held the only slot waiting for that answer (for good). Its answers are
+/// delivered at once; the batch is refused whole in its turn.
+#[tokio::test]
+async fn an_answer_inside_a_batch_past_the_batch_limit_is_delivered() {
+    let d = asking_dispatcher_with(|b| b.parser(Parser::new().max_batch_len(2)));
+    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let ping: Value =
+            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]},
+            {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}},
+            {"jsonrpc": "2.0", "id": 3, "method": "add", "params": [3, 4]}
+        ]);
+        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let line = replies.next_line().await.unwrap().expect("a message");
+            got.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("the asking call hung: its answer was held with the refused batch");
+    assert_eq!(got[0]["id"], 1, "{got:?}");
+    assert_eq!(got[0]["result"], json!({"pong": 1}), "{got:?}");
+    assert_eq!(got[1]["id"], Value::Null, "{got:?}");
+    assert_eq!(got[1]["error"]["code"], -32600, "{got:?}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
 /// A client that sends more than the connection holds at the in-flight
 /// limit before it answers the handler's request (an LSP client's large
 /// `didChange`s before its `workspace/configuration` answer): reading
