@@ -441,11 +441,15 @@ impl Upstreams {
 
     /// Whether some upstream answers: `eth_chainId` forwarded as a call
     /// would be (the healthy upstreams first, failing over), within
-    /// `within` and the per-request timeout. An upstream that answers with
-    /// an error object of its own answers all the same. `Err` says why
-    /// none did.
+    /// `within` (at least the connect deadline and a second more: a first
+    /// upstream that takes no connection costs that deadline before the
+    /// next is asked) and the per-request timeout. An upstream that
+    /// answers with an error object of its own answers all the same. `Err`
+    /// says why none did.
     pub async fn probe(&self, within: Duration) -> Result<(), String> {
-        let within = within.min(self.timeout);
+        let within = within
+            .max(self.connect_timeout + Duration::from_secs(1))
+            .min(self.timeout);
         match tokio::time::timeout(within, self.forward("eth_chainId", None)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) if e.raw_object().is_some() => Ok(()),
@@ -549,12 +553,25 @@ impl Upstreams {
             };
             // Boxed, as hyper's client below: the common path's future
             // (moved into the dispatcher's box at each call) stays small.
-            let reply = Box::pin(ws.call(id, call.body(), None)).await;
+            // A connection that cannot be made is counted as `connect`,
+            // as over HTTP.
+            let reply = Box::pin(async {
+                let conn = ws.connection().await.map_err(|e| (e, true))?;
+                let reply = conn.call(id, call.body(), None, self.timeout).await;
+                reply.map_err(|e| (e, false))
+            })
+            .await;
             guard.armed = false;
+            let (reply, unconnected) = match reply {
+                Ok(reply) => (Ok(reply), false),
+                Err((e, unconnected)) => (Err(e), unconnected),
+            };
             let answer = reply.and_then(|reply| self.read(reply, id, &ws.name));
             self.note_answer(&answer, started);
             if let Err(e) = &answer {
-                if e.raw_object().is_none() && e.message() == errors::MALFORMED {
+                if unconnected {
+                    UpstreamStats::count(&self.ws_stats.connect);
+                } else if e.raw_object().is_none() && e.message() == errors::MALFORMED {
                     UpstreamStats::count(&self.ws_stats.malformed);
                 } else {
                     self.ws_stats.failed(e);

@@ -678,6 +678,58 @@ async fn metrics_count_failovers() {
     assert_eq!(at("gateway_upstream_up", live, ""), 1.0, "{text}");
 }
 
+/// A WebSocket upstream alone (`--upstream-ws`, no HTTP one) that takes
+/// no connection: the call fails, counted as a connection failure (it was
+/// counted as a failed exchange, as if the request may have been sent).
+#[tokio::test]
+async fn metrics_count_a_websocket_upstream_that_takes_no_connection_as_connect() {
+    let refusing = refusing::refusing();
+    let dead = refusing.addr;
+    let (gw, ops) = start_with_ops(config::Config {
+        upstream_ws: Some(format!("ws://{dead}")),
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    let (_, body) = post(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+    )
+    .await
+    .unwrap();
+    assert!(body.contains("WebSocket connection failed"), "{body}");
+    let text = get(ops, "/metrics").await.1;
+    let failures = |kind: &str| {
+        sample(
+            &text,
+            &format!(r#"gateway_upstream_failures_total{{upstream="{dead}",kind="{kind}"}}"#),
+        )
+    };
+    assert_eq!(failures("connect"), 1.0, "{text}");
+    assert_eq!(failures("exchange"), 0.0, "{text}");
+}
+
+/// `/health` behind a first upstream that takes no connection, with a
+/// connect deadline past the probe's 5 s: the probe gave up before the
+/// forward failed over to the live second upstream (503 for a gateway
+/// that serves). It now waits for the connect deadline and a second more.
+#[tokio::test]
+async fn health_waits_out_a_long_connect_deadline_to_fail_over() {
+    let silent = refusing::silent();
+    let (live, _task) = by_method().await;
+    let (_gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{}", silent.addr), format!("http://{live}")],
+        timeout: Duration::from_secs(20),
+        connect_timeout: Some(Duration::from_millis(5_500)),
+        ..Default::default()
+    })
+    .await;
+    let (status, body) = tokio::time::timeout(HANG, get(ops, "/health"))
+        .await
+        .expect("/health answered");
+    assert_eq!(status, 200, "{body}");
+}
+
 /// Upstreams that share a `host:port` (one node over HTTP and WebSocket,
 /// two routes of one proxy) are told apart in `/metrics` and `/health`:
 /// each series had the label `upstream="host:port"` twice, which
