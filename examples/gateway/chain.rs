@@ -284,6 +284,24 @@ fn now() -> u64 {
         .unwrap_or(0)
 }
 
+/// The client an address stands for, as filters are counted: an IPv4
+/// address itself (an IPv4-mapped IPv6 one too), and for IPv6 its /64
+/// network: one host is commonly given a whole /64, so counting by
+/// address would let it take every filter in turn. Clients behind one
+/// proxy or NAT share an address, and so a share: the gateway sees no
+/// further.
+pub fn client_of(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !(u128::from(u64::MAX)),
+            )),
+        },
+    }
+}
+
 impl Chain {
     /// The chain `chain_id`, with the dev accounts funded and a genesis
     /// block, keeping at most `tx_budget` bytes of signed transactions.
@@ -371,12 +389,14 @@ impl Chain {
 
     /// Installs a filter reporting what comes after the current head, for
     /// the client at `owner` (`None`: over IPC). At most [`MAX_FILTERS`]
-    /// are installed at once, [`MAX_FILTERS_PER_CLIENT`] by one client.
+    /// are installed at once, [`MAX_FILTERS_PER_CLIENT`] by one client
+    /// ([`client_of`]: an IPv6 client is its /64).
     pub fn new_filter(
         &self,
         kind: FilterKind,
         owner: Option<IpAddr>,
     ) -> Result<SubscriptionId, RpcError> {
+        let owner = owner.map(client_of);
         let mut s = self.lock();
         let timeout = self.filter_timeout;
         let full = |s: &State| {

@@ -927,6 +927,38 @@ fn filters_expire_unpolled_and_are_bounded() {
     assert!(chain.new_filter(FilterKind::Blocks, client(4)).is_ok());
 }
 
+/// Filters are counted per client, and an IPv6 client is its /64 (one
+/// host commonly holds a whole /64: counted by address, it could take
+/// every filter from addresses of its own); an IPv4-mapped address is the
+/// IPv4 client. Over the chain's API (the tests' connections are IPv4
+/// loopback only).
+#[test]
+fn an_ipv6_client_is_counted_by_its_64() {
+    use chain::{Chain, FilterKind, MAX_FILTERS_PER_CLIENT, client_of};
+    use std::net::IpAddr;
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert_eq!(client_of(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
+    assert_eq!(client_of(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
+    assert_eq!(client_of(ip("192.0.2.7")), ip("192.0.2.7"));
+    let chain = Chain::new(1, 1 << 20);
+    for i in 0..MAX_FILTERS_PER_CLIENT {
+        // A new address of the /64 for each.
+        let from = ip(&format!("2001:db8:1:2::{:x}", i + 1));
+        chain.new_filter(FilterKind::Blocks, Some(from)).unwrap();
+    }
+    let refused = chain
+        .new_filter(FilterKind::Blocks, Some(ip("2001:db8:1:2:ffff::9")))
+        .unwrap_err();
+    assert!(
+        refused.message().contains("by this client"),
+        "{}",
+        refused.message()
+    );
+    chain
+        .new_filter(FilterKind::Blocks, Some(ip("2001:db8:1:3::1")))
+        .expect("another /64 is another client");
+}
+
 /// A client creating filters in a loop fills its own share
 /// ([`chain::MAX_FILTERS_PER_CLIENT`]), not the room all clients share:
 /// another client (another address) still gets filters. Over HTTP, the
