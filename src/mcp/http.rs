@@ -587,8 +587,13 @@ impl McpServer {
 }
 
 /// A per-request outbound queue: notifications of the call, then its
-/// reply, as SSE events or one JSON body.
-struct CallOutbound(mpsc::Sender<Event>);
+/// reply, as SSE events or one JSON body. Each message sent also wakes the
+/// call's task (`sent`), which then sees the deadline of a request just
+/// made ([`Peer::next_deadline`]).
+struct CallOutbound {
+    events: mpsc::Sender<Event>,
+    sent: Arc<tokio::sync::Notify>,
+}
 
 enum Event {
     Note(Bytes),
@@ -597,10 +602,13 @@ enum Event {
 
 impl Outbound for CallOutbound {
     fn send(&self, message: Bytes) -> Result<(), SendError> {
-        self.0.try_send(Event::Note(message)).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => SendError::Full,
-            mpsc::error::TrySendError::Closed(_) => SendError::Closed,
-        })
+        self.sent.notify_one();
+        self.events
+            .try_send(Event::Note(message))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => SendError::Full,
+                mpsc::error::TrySendError::Closed(_) => SendError::Closed,
+            })
     }
 }
 
@@ -1448,8 +1456,12 @@ impl Endpoint {
         };
         let session_state = session.unwrap_or_default();
         let (tx, mut rx) = mpsc::channel::<Event>(64);
+        let sent = Arc::new(tokio::sync::Notify::new());
         let peer = Peer::with_ids(
-            Arc::new(CallOutbound(tx.clone())),
+            Arc::new(CallOutbound {
+                events: tx.clone(),
+                sent: Arc::clone(&sent),
+            }),
             asking.map(|s| Arc::clone(&s.request_ids)),
         );
         let listed = match asking {
@@ -1462,6 +1474,9 @@ impl Endpoint {
                 None
             }
         };
+        // Its requests' deadlines (`Peer::request_with`) are kept while
+        // the call runs (when it ends, the listing's end closes the peer).
+        let expiring = peer.clone();
         let ctx = McpServer::context_with("http", session_state.clone())
             .peer(peer)
             .build();
@@ -1515,6 +1530,17 @@ impl Endpoint {
                         break;
                     }
                     _ = std::future::poll_fn(|cx| poll_calls(&mut conn, &server.dispatcher, cx, &mut out)) => {}
+                    _ = async {
+                        match expiring.next_deadline() {
+                            Some(due) => tokio::time::sleep_until(due.into()).await,
+                            None => std::future::pending().await,
+                        }
+                    } => {
+                        expiring.expire(std::time::Instant::now());
+                    }
+                    // A message sent (maybe a request with a deadline):
+                    // the deadline above is read again.
+                    _ = sent.notified() => {}
                 }
             }
             if let Some(i) = &id_bytes {

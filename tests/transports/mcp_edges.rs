@@ -565,6 +565,63 @@ async fn http_an_invalid_answer_ends_the_request_it_answers() {
     assert!(told.starts_with("no answer: InvalidResponse"), "{told}");
 }
 
+/// A tool's request to the client with a deadline of its own
+/// (`Peer::request_with`, the callback form) over Streamable HTTP: nothing
+/// expired it while the call ran, so a client that never answered left the
+/// tool waiting for good. It now expires at its deadline: the client is
+/// told (`notifications/cancelled`) and the callback hears `Timeout`.
+#[tokio::test]
+async fn http_a_request_with_a_deadline_expires_while_its_call_runs() {
+    let server = McpServer::builder("deadlines", "1.0.0")
+        .tool(Tool::new(
+            "ask-until",
+            json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                let peer = cx.connection().peer().expect("two-way").clone();
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let deadline = std::time::Instant::now() + Duration::from_millis(100);
+                peer.request_with(
+                    "sampling/createMessage",
+                    Some(&json!({"messages": []})),
+                    Some(deadline),
+                    move |answer| {
+                        let _ = tx.send(answer.err());
+                    },
+                )
+                .map_err(|e| rpcwire::RpcError::internal(e.to_string()))?;
+                let heard = rx.await.expect("the callback ran");
+                Ok(ToolOutput::text(format!("no answer: {heard:?}")))
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(server).await;
+    let sid = http_session_with(h.addr, r#"{"sampling":{}}"#).await;
+    let hs = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let body = r#"{"jsonrpc":"2.0","id":"d1","method":"tools/call","params":{"name":"ask-until","arguments":{}}}"#;
+    let mut call = OpenPost::new(h.addr, &hs, body).await;
+    assert_eq!(call.status, 200);
+    let talk = async {
+        let asked = call.next().await.unwrap();
+        assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+        let note = call.next().await.unwrap();
+        assert_eq!(note["method"], "notifications/cancelled", "{note}");
+        assert_eq!(note["params"]["requestId"], asked["id"], "{note}");
+        call.next().await.unwrap()
+    };
+    let reply = tokio::time::timeout(Duration::from_secs(10), talk)
+        .await
+        .expect("the request never expired: the tool still waits");
+    assert_eq!(reply["id"], "d1", "{reply}");
+    assert_eq!(
+        reply["result"]["content"][0]["text"], "no answer: Some(Timeout)",
+        "{reply}"
+    );
+}
+
 /// A client's answer with the id and nothing else (no `result`, no
 /// `error`) went to the dispatcher as a request without `method`: -32600
 /// under the id, and the tool waited on. It ends the request as an invalid
