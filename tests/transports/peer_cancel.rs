@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 
 /// LSP's cancellation: `$/cancelRequest` with `{"id": ..}`, a cancelled
 /// call answered -32800.
-fn lsp_cancel(b: DispatcherBuilder<(), WithAsync>) -> DispatcherBuilder<(), WithAsync> {
+fn lsp_cancel<K>(b: DispatcherBuilder<(), K>) -> DispatcherBuilder<(), K> {
     b.cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
 }
 
@@ -393,7 +393,7 @@ async fn mcp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
 /// `window/workDoneProgress/create` with `request_with` and a deadline
 /// `params.ms` away (fire and forget, as an LSP server reporting progress
 /// does), telling `heard` how it ended, and answers `"asked"` at once.
-fn asking_with_a_deadline(heard: Arc<std::sync::Mutex<Vec<String>>>) -> Dispatcher<(), WithAsync> {
+fn asking_with_a_deadline(heard: Arc<std::sync::Mutex<Vec<String>>>) -> Dispatcher<()> {
     let b = Dispatcher::builder(())
         .method("progress", move |c: Call<'_, ()>| {
             let ms = c
@@ -420,8 +420,7 @@ fn asking_with_a_deadline(heard: Arc<std::sync::Mutex<Vec<String>>>) -> Dispatch
                 )
                 .map_err(|e| RpcError::internal(e.to_string()))?;
             c.reply.str("asked")
-        })
-        .async_method("noop", |_c: AsyncCall<()>| async { Ok::<_, RpcError>(()) });
+        });
     lsp_cancel(b).build().unwrap()
 }
 
