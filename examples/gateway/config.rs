@@ -31,7 +31,8 @@ usage: gateway [options]
                         (the TCP connect, and a ws:// upstream's upgrade):
                         past it the call moves to the next upstream, as
                         when a connection is refused (default: 2000, or
-                        half of --timeout if that is less)
+                        half of --timeout if that is less; under 1000 it
+                        ends before the kernel's first SYN retry)
   --upstream-connections N
                         HTTP calls in flight per upstream, each on a
                         connection of its own (default 128); more wait
