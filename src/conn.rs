@@ -65,10 +65,16 @@ pub(crate) trait LazyExtension: Any + Send + Sync {
 impl Context {
     /// The request entry (valid or not) `item` is, or `None` if it belongs
     /// to the peer's pending table: a response, valid or not, or an object
-    /// with `"jsonrpc":"2.0"` and an id the handlers wait for but neither
-    /// `method` nor `result` nor `error` (a broken answer: answering it
-    /// -32600 would leave its request waiting and send the client an error
-    /// for its own answer). The dispatchers read every item through this.
+    /// with `"jsonrpc":"2.0"` and an id this side gave one of its requests
+    /// but neither `method` nor `result` nor `error` (a broken answer:
+    /// answering it -32600 would send the client an error for its own
+    /// answer, and leave the request waiting). The dispatchers read every
+    /// item through this.
+    ///
+    /// What an item is never turns from an answer into a request while a
+    /// message is read (a request's reply budget is reserved by one pass
+    /// and spent by the next, and a held message is read again when it
+    /// starts): an id once given stays given, answered or not.
     #[inline(always)]
     pub(crate) fn entry_of<'a>(
         &self,
@@ -84,15 +90,14 @@ impl Context {
         }
     }
 
-    /// Whether an invalid request is only an id the peer's handlers wait
-    /// on (it lacks `method`, the one thing a request needs past a valid
-    /// envelope): see [`entry_of`](Self::entry_of).
+    /// Whether an invalid request is only an id the peer gave one of its
+    /// requests (it lacks `method`, the one thing a request needs past a
+    /// valid envelope): see [`entry_of`](Self::entry_of).
     #[cold]
     pub(crate) fn is_bare_answer(&self, invalid: &crate::request::InvalidRequest<'_>) -> bool {
         use crate::error::{ErrorKind, Member};
         invalid.error().kind() == ErrorKind::Missing(Member::Method)
-            && !invalid.id().is_null()
-            && self.peer().is_some_and(|peer| peer.awaits(invalid.id()))
+            && self.peer().is_some_and(|peer| peer.issued(invalid.id()))
     }
 
     /// A builder for a context.
@@ -535,7 +540,8 @@ impl Connection {
     /// answered. An invalid one whose id is pending also ends that request
     /// with [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse),
     /// as does an object with `"jsonrpc":"2.0"` and a pending id but no
-    /// `method`, `result` or `error`.
+    /// `method`, `result` or `error` (one with an id this side gave and
+    /// that no longer waits is counted too, and not answered).
     pub fn unmatched_responses(&self) -> u64 {
         self.unmatched.get()
     }

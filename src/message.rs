@@ -83,11 +83,11 @@ pub enum Incoming<'a> {
     /// A valid response to a request this side sent: matched to it, never
     /// answered.
     Response(Response<'a>),
-    /// Neither a valid request nor a response: answered with -32600. On a
-    /// connection whose handlers wait for the id of one that has
-    /// `"jsonrpc":"2.0"` and no `method`, `result` or `error`, the
-    /// dispatcher takes it for a broken answer instead: it ends that
-    /// request with an invalid-response error and is not answered.
+    /// Neither a valid request nor a response: answered with -32600. One
+    /// that has `"jsonrpc":"2.0"` and no `method`, `result` or `error`,
+    /// with an id this side gave one of its requests, the dispatcher takes
+    /// for a broken answer instead: it ends that request (if it still
+    /// waits) with an invalid-response error and is not answered.
     Invalid(InvalidRequest<'a>),
     /// An object with `result` or `error` and no `method` that is not a
     /// valid response: reported, never answered (answering a response with

@@ -312,6 +312,7 @@ impl<T> PendingTable<T> {
     }
 
     /// Whether a request with `id` waits for its response.
+    #[cfg(feature = "server")]
     pub(crate) fn contains(&self, id: Id<'_>) -> bool {
         id.as_u64().is_some_and(|id| self.entries.contains_key(&id))
     }
@@ -1215,7 +1216,21 @@ impl Peer {
         self.lock().len()
     }
 
+    /// Whether `id` is one this side gave a request (answered or not): ids
+    /// are given in order from 1.
+    pub(crate) fn issued(&self, id: Id<'_>) -> bool {
+        let Some(id) = id.as_u64() else {
+            return false;
+        };
+        let next = match &self.inner.ids {
+            Some(ids) => ids.load(std::sync::atomic::Ordering::Relaxed),
+            None => self.lock().next,
+        };
+        (1..next).contains(&id)
+    }
+
     /// Whether the request with `id` waits for its response.
+    #[cfg(feature = "server")]
     pub(crate) fn awaits(&self, id: Id<'_>) -> bool {
         self.lock().contains(id)
     }

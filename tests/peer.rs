@@ -290,6 +290,70 @@ async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
     assert_eq!(conn.unmatched_responses(), 4);
 }
 
+/// Two answers to one request in a batch, the second a bare one: the
+/// first ends the request, and the second, read as a request once its id
+/// no longer waited, had no room reserved in the reply's budget (the
+/// budget counted it as an answer): a subtraction that overflowed (a panic
+/// in debug builds, a reply past the limit in release). An id this side
+/// gave stays an answer's for the whole message: neither is answered.
+#[cfg(feature = "async")]
+#[tokio::test]
+async fn two_answers_to_one_request_in_a_batch_are_both_answers() {
+    let sent = Arc::new(Sent::default());
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    let mut conn = Connection::with_context(ctx);
+    let d = Dispatcher::builder(())
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .build()
+        .unwrap();
+    let with_async = Dispatcher::builder(())
+        .async_method("later", |_: rpcwire::dispatch::AsyncCall<()>| async {
+            Ok::<_, RpcError>(7)
+        })
+        .build()
+        .unwrap();
+    let ask = || {
+        peer.request_with("roots/list", None::<&()>, None, |_| {})
+            .unwrap()
+    };
+    let mut out = Vec::new();
+    for first in [r#""result":1"#, ""] {
+        let a = ask();
+        let first = if first.is_empty() {
+            format!(r#"{{"jsonrpc":"2.0","id":{a}}}"#)
+        } else {
+            format!(r#"{{"jsonrpc":"2.0","id":{a},{first}}}"#)
+        };
+        let bare = format!(r#"{{"jsonrpc":"2.0","id":{a}}}"#);
+        out.clear();
+        let batch = format!(r#"[{first},{bare},{{"jsonrpc":"2.0","id":"p","method":"ping"}}]"#);
+        d.handle(batch.as_bytes(), &mut conn, &mut out);
+        let reply: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            reply,
+            json!([{"jsonrpc":"2.0","id":"p","result":"pong"}]),
+            "{batch}"
+        );
+        assert_eq!(peer.pending(), 0, "{batch}");
+        let a = ask();
+        let batch = format!(
+            r#"[{{"jsonrpc":"2.0","id":{a}}},{{"jsonrpc":"2.0","id":{a}}},{{"jsonrpc":"2.0","id":"l","method":"later"}}]"#
+        );
+        out.clear();
+        with_async
+            .handle_async(&Bytes::from(batch.clone()), &mut conn, &mut out)
+            .await;
+        let reply: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            reply,
+            json!([{"jsonrpc":"2.0","id":"l","result":7}]),
+            "{batch}"
+        );
+        assert_eq!(peer.pending(), 0, "{batch}");
+    }
+}
+
 /// A batch refused whole (past the parser's batch limit, or one whose
 /// too-large replies alone would pass the response limit) runs none of
 /// its requests; the answers in it were dropped with them, and the

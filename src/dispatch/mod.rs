@@ -768,6 +768,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
         {
             return;
         }
+        #[cfg(feature = "async")]
+        if conn.engine.answers_taken {
+            // Held at the in-flight limit, its answers went then.
+            return;
+        }
         let arena = Bump::new();
         self.parser
             .for_each_element_alone(input, &arena, |item| deliver_answers(&[item], bytes, conn));

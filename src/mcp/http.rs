@@ -400,9 +400,9 @@ impl HttpSession {
     }
 
     /// Whether `body` is a bare answer to a request a call of this session
-    /// waits for: `"jsonrpc":"2.0"` and that id, no `method`, `result` or
-    /// `error` (the dispatcher would answer it -32600 and the call would
-    /// wait on).
+    /// sent: `"jsonrpc":"2.0"` and an id the session gave, no `method`,
+    /// `result` or `error` (the dispatcher would answer the client's own
+    /// answer -32600, and the call would wait on).
     fn is_bare_answer(&self, body: &[u8]) -> bool {
         use crate::message::{Incoming, Message};
         let arena = bumpalo::Bump::new();
@@ -411,10 +411,9 @@ impl HttpSession {
         else {
             return false;
         };
-        let asking = self.asking();
+        let given = 1..self.request_ids.load(Ordering::Relaxed);
         i.error().kind() == crate::error::ErrorKind::Missing(crate::error::Member::Method)
-            && !i.id().is_null()
-            && asking.peers.iter().any(|(_, p)| p.awaits(i.id()))
+            && i.id().as_u64().is_some_and(|id| given.contains(&id))
     }
 
     fn streams(&self) -> std::sync::MutexGuard<'_, Vec<(u64, mpsc::Sender<Bytes>)>> {
@@ -1337,17 +1336,17 @@ impl Endpoint {
         self.run(body, None, None, id, headers).await
     }
 
-    /// A response to a request a call of the session sent: handed to that
-    /// call, 202 (also when no call waits for it any more).
     /// Whether `body`, which has an id and no `method`, `result` or
     /// `error`, answers a request a call of the session named in `headers`
-    /// waits for.
+    /// sent.
     fn bare_answer(&self, body: &[u8], headers: &HeaderMap) -> bool {
         header(headers, SESSION_HEADER)
             .and_then(|id| self.session(id))
             .is_some_and(|session| session.is_bare_answer(body))
     }
 
+    /// A response to a request a call of the session sent: handed to that
+    /// call, 202 (also when no call waits for it any more).
     fn post_response(&self, body: &Bytes, headers: &HeaderMap) -> Response<Body> {
         if let Some(refused) = Self::refuse_version_header(headers, None) {
             return refused;
@@ -1536,7 +1535,9 @@ impl Endpoint {
                             None => std::future::pending().await,
                         }
                     } => {
-                        expiring.expire(std::time::Instant::now());
+                        // Tokio's clock, which the timer above keeps (it
+                        // may be paused in tests).
+                        expiring.expire(tokio::time::Instant::now().into_std());
                     }
                     // A message sent (maybe a request with a deadline):
                     // the deadline above is read again.

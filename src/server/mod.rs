@@ -81,9 +81,45 @@ impl PeerDeadlines {
             if timer.as_mut().poll(cx).is_pending() {
                 return;
             }
-            peer.expire(std::time::Instant::now());
+            // Tokio's clock, which the timer keeps (it may be paused).
+            peer.expire(tokio::time::Instant::now().into_std());
         }
         self.timer = None;
+    }
+}
+
+/// How long a stream or WebSocket driver's reading may stay stopped at its
+/// bound on held messages, with its handlers waiting for the client's
+/// answers, before it gives up on their requests
+/// ([`PeerError::Backlog`](crate::peer::PeerError::Backlog)): a call in
+/// flight may end meanwhile, its slot start the held messages, and reading
+/// go on to the answers.
+pub(crate) const HELD_STALL_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The timer of a driver stalled at its bound on held messages
+/// ([`HELD_STALL_GRACE`]).
+#[derive(Default)]
+pub(crate) struct HeldStall {
+    timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl HeldStall {
+    /// Whether the driver, `stalled` now, has been so for the grace (the
+    /// timer, armed with `cx`'s waker when the stall began, fired). A
+    /// driver not stalled drops the timer: the next stall starts anew.
+    pub(crate) fn is_over(&mut self, stalled: bool, cx: &mut std::task::Context<'_>) -> bool {
+        if !stalled {
+            self.timer = None;
+            return false;
+        }
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(HELD_STALL_GRACE)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return false;
+        }
+        self.timer = None;
+        true
     }
 }
 

@@ -579,6 +579,7 @@ impl<F: Framer> Driver<F> {
             idle_timeout,
             idle: idle_timeout.map(|t| Box::pin(tokio::time::sleep(t))),
             peer_deadlines: super::PeerDeadlines::default(),
+            held_stall: super::HeldStall::default(),
             last_activity: Instant::now(),
             messages_at_idle_check: 0,
             grace_extended: false,
@@ -789,6 +790,8 @@ struct Io<'d, S, K, F, R, W> {
     idle: Option<Pin<Box<Sleep>>>,
     /// The peer's request deadlines.
     peer_deadlines: super::PeerDeadlines,
+    /// Reading stopped at the held messages' bound with answers awaited.
+    held_stall: super::HeldStall,
     /// When a message last arrived whole, a reply was made, or bytes were
     /// written (messages are counted as they arrive, `peaks.messages_read`,
     /// and noticed by the idle timer: no clock read per message).
@@ -842,6 +845,10 @@ where
                 return self.poll_close(cx);
             }
             if !progress {
+                let stalled = self.stalled_at_held_bound();
+                if self.held_stall.is_over(stalled, cx) && self.give_up_on_answers() {
+                    continue;
+                }
                 self.release_idle_buffers();
                 self.peer_deadlines.poll(&self.conn, cx);
                 return match self.poll_idle(cx)? {
@@ -1052,20 +1059,25 @@ where
                 }
             }
         }
-        if !self.draining
-            && self.input != Input::Stopped
-            && self.backpressured()
-            && !self.reads_at_limit()
-        {
-            progress |= self.give_up_on_answers();
-        }
         progress
     }
 
+    /// Whether reading stopped at the in-flight limit with the held
+    /// messages at their bound while handlers wait for the client's
+    /// answers ([`give_up_on_answers`](Self::give_up_on_answers)).
+    fn stalled_at_held_bound(&mut self) -> bool {
+        !self.draining
+            && self.input != Input::Stopped
+            && self.backpressured()
+            && !self.reads_at_limit()
+            && self.conn.awaits_client_answers()
+    }
+
     /// Reading stopped at the in-flight limit with the held messages at
-    /// their bound ([`awaits_answers`](Self::awaits_answers)): if handlers
-    /// still wait for the client's answers, which may be behind what is
-    /// not read, their requests are given up on
+    /// their bound ([`awaits_answers`](Self::awaits_answers)) for
+    /// [`HELD_STALL_GRACE`](super::HELD_STALL_GRACE): if handlers still
+    /// wait for the client's answers, which may be behind what is not
+    /// read, their requests are given up on
     /// ([`PeerError::Backlog`](crate::peer::PeerError::Backlog), each
     /// announced with the protocol's cancellation): else the asking calls,
     /// holding their slots, and the connection with them, would wait for

@@ -540,6 +540,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             tick,
             ticker: Box::pin(tokio::time::sleep(tick)),
             peer_deadlines: super::PeerDeadlines::default(),
+            held_stall: super::HeldStall::default(),
             shutdown: Box::pin(async move { shutdown.triggered().await }),
             drain: None,
             invalid_utf8: false,
@@ -1115,6 +1116,8 @@ struct Driver<'s, S, K, T> {
     ticker: Pin<Box<Sleep>>,
     /// The peer's request deadlines.
     peer_deadlines: super::PeerDeadlines,
+    /// Reading stopped at the held messages' bound with answers awaited.
+    held_stall: super::HeldStall,
     shutdown: Pin<Box<dyn Future<Output = ()> + Send + 's>>,
     /// Set when the shutdown started: the end of the grace period.
     drain: Option<Pin<Box<Sleep>>>,
@@ -1241,7 +1244,9 @@ where
                     Poll::Ready(None) => return Poll::Ready(CloseReason::Client),
                     Poll::Pending => {}
                 }
-            } else if !draining && !reads {
+            }
+            let stalled = !draining && !reads && self.conn.awaits_client_answers();
+            if self.held_stall.is_over(stalled, cx) {
                 progress |= self.give_up_on_answers();
             }
             if !progress && self.write_ready {
@@ -1314,9 +1319,10 @@ where
     }
 
     /// Reading stopped at the in-flight limit with the held messages at
-    /// their bound ([`awaits_answers`](Self::awaits_answers)): if handlers
-    /// still wait for the client's answers, which may be behind what is
-    /// not read, their requests are given up on
+    /// their bound ([`awaits_answers`](Self::awaits_answers)) for
+    /// [`HELD_STALL_GRACE`](super::HELD_STALL_GRACE): if handlers still
+    /// wait for the client's answers, which may be behind what is not
+    /// read, their requests are given up on
     /// ([`PeerError::Backlog`](crate::peer::PeerError::Backlog), each
     /// announced with the protocol's cancellation): else the asking calls,
     /// holding their slots, and the connection with them, would wait for

@@ -537,11 +537,14 @@ async fn http_the_clients_answer_reaches_the_tool_that_asked() {
     assert_eq!(a.status, 404, "{}", a.body);
 }
 
-/// A client's answer that is not a valid response (here both `result` and
+/// A client's answer that is not a valid response (both `result` and
 /// `error`) went to the dispatcher, which never answers a response: the
 /// tool that asked waited out its whole timeout (an hour here). It now
 /// ends that request at once, and the POST is 400 with a -32600 of no id
-/// (the MCP transport's "cannot accept the input").
+/// (the MCP transport's "cannot accept the input"). So does an answer
+/// with the id and nothing else (no `result`, no `error`: it was read as
+/// a request without `method`, -32600 under the id, and the tool waited
+/// on); with an id nobody waits for, that is still an invalid request.
 #[tokio::test]
 async fn http_an_invalid_answer_ends_the_request_it_answers() {
     let h = http_server(asking_server()).await;
@@ -550,19 +553,31 @@ async fn http_an_invalid_answer_ends_the_request_it_answers() {
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
     ];
-    let mut call = OpenPost::new(h.addr, &hs, &ask("c1")).await;
-    let id = asked(&mut call).await;
-    let body = format!(
-        r#"{{"jsonrpc":"2.0","id":{id},"result":{{}},"error":{{"code":-1,"message":"both"}}}}"#
-    );
-    let a = post(h.addr, &hs, &body).await;
-    assert_eq!(a.status, 400, "{}", a.body);
-    assert_eq!(a.json()["error"]["code"], -32600, "{}", a.body);
-    assert_eq!(a.json()["id"], Value::Null, "{}", a.body);
-    let told = tokio::time::timeout(Duration::from_secs(10), told(&mut call, "c1"))
-        .await
-        .expect("the tool still waits for an answer");
-    assert!(told.starts_with("no answer: InvalidResponse"), "{told}");
+    let stray = post(h.addr, &hs, r#"{"jsonrpc":"2.0","id":"nobody-asked"}"#).await;
+    assert_eq!(stray.json()["error"]["code"], -32600, "{}", stray.body);
+    assert_eq!(stray.json()["id"], "nobody-asked", "{}", stray.body);
+    let both = |id: &Value| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"result":{{}},"error":{{"code":-1,"message":"both"}}}}"#
+        )
+    };
+    let bare = |id: &Value| format!(r#"{{"jsonrpc":"2.0","id":{id}}}"#);
+    for broken in [&both as &dyn Fn(&Value) -> String, &bare] {
+        let mut call = OpenPost::new(h.addr, &hs, &ask("c1")).await;
+        let id = asked(&mut call).await;
+        let body = broken(&id);
+        let a = post(h.addr, &hs, &body).await;
+        assert_eq!(a.status, 400, "{body}: {}", a.body);
+        assert_eq!(a.json()["error"]["code"], -32600, "{body}: {}", a.body);
+        assert_eq!(a.json()["id"], Value::Null, "{body}: {}", a.body);
+        let told = tokio::time::timeout(Duration::from_secs(10), told(&mut call, "c1"))
+            .await
+            .unwrap_or_else(|_| panic!("{body}: the tool still waits for an answer"));
+        assert!(
+            told.starts_with("no answer: InvalidResponse"),
+            "{body}: {told}"
+        );
+    }
 }
 
 /// A tool's request to the client with a deadline of its own
@@ -620,34 +635,6 @@ async fn http_a_request_with_a_deadline_expires_while_its_call_runs() {
         reply["result"]["content"][0]["text"], "no answer: Some(Timeout)",
         "{reply}"
     );
-}
-
-/// A client's answer with the id and nothing else (no `result`, no
-/// `error`) went to the dispatcher as a request without `method`: -32600
-/// under the id, and the tool waited on. It ends the request as an invalid
-/// answer does; the same body with an id nobody waits for is still
-/// answered as an invalid request.
-#[tokio::test]
-async fn http_a_bare_answer_ends_the_request_it_answers() {
-    let h = http_server(asking_server()).await;
-    let sid = http_session(h.addr).await;
-    let hs = [
-        ("mcp-session-id", sid.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
-    let mut call = OpenPost::new(h.addr, &hs, &ask("c1")).await;
-    let id = asked(&mut call).await;
-    let stray = post(h.addr, &hs, r#"{"jsonrpc":"2.0","id":"nobody-asked"}"#).await;
-    assert_eq!(stray.json()["error"]["code"], -32600, "{}", stray.body);
-    assert_eq!(stray.json()["id"], "nobody-asked", "{}", stray.body);
-    let a = post(h.addr, &hs, &format!(r#"{{"jsonrpc":"2.0","id":{id}}}"#)).await;
-    assert_eq!(a.status, 400, "{}", a.body);
-    assert_eq!(a.json()["error"]["code"], -32600, "{}", a.body);
-    assert_eq!(a.json()["id"], Value::Null, "{}", a.body);
-    let told = tokio::time::timeout(Duration::from_secs(10), told(&mut call, "c1"))
-        .await
-        .expect("the tool still waits for an answer");
-    assert!(told.starts_with("no answer: InvalidResponse"), "{told}");
 }
 
 /// When a session ends (`DELETE`, or evicted past `max_sessions`), no

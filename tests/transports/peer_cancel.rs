@@ -394,33 +394,32 @@ async fn mcp_a_request_sent_before_the_client_sent_anything_is_cancelled_too() {
 /// `params.ms` away (fire and forget, as an LSP server reporting progress
 /// does), telling `heard` how it ended, and answers `"asked"` at once.
 fn asking_with_a_deadline(heard: Arc<std::sync::Mutex<Vec<String>>>) -> Dispatcher<()> {
-    let b = Dispatcher::builder(())
-        .method("progress", move |c: Call<'_, ()>| {
-            let ms = c
-                .params
-                .and_then(|p| serde_json::from_slice::<Value>(p.as_bytes()).ok())
-                .and_then(|v| v["ms"].as_u64())
-                .unwrap_or(0);
-            let deadline = std::time::Instant::now() + Duration::from_millis(ms);
-            let heard = Arc::clone(&heard);
-            c.ctx
-                .peer()
-                .expect("two-way")
-                .request_with_raw(
-                    "window/workDoneProgress/create",
-                    Some(br#"{"token":"t"}"#),
-                    Some(deadline),
-                    move |answer| {
-                        let how = match answer {
-                            Ok(_) => "answered".to_string(),
-                            Err(e) => e.to_string(),
-                        };
-                        heard.lock().unwrap().push(how);
-                    },
-                )
-                .map_err(|e| RpcError::internal(e.to_string()))?;
-            c.reply.str("asked")
-        });
+    let b = Dispatcher::builder(()).method("progress", move |c: Call<'_, ()>| {
+        let ms = c
+            .params
+            .and_then(|p| serde_json::from_slice::<Value>(p.as_bytes()).ok())
+            .and_then(|v| v["ms"].as_u64())
+            .unwrap_or(0);
+        let deadline = std::time::Instant::now() + Duration::from_millis(ms);
+        let heard = Arc::clone(&heard);
+        c.ctx
+            .peer()
+            .expect("two-way")
+            .request_with_raw(
+                "window/workDoneProgress/create",
+                Some(br#"{"token":"t"}"#),
+                Some(deadline),
+                move |answer| {
+                    let how = match answer {
+                        Ok(_) => "answered".to_string(),
+                        Err(e) => e.to_string(),
+                    };
+                    heard.lock().unwrap().push(how);
+                },
+            )
+            .map_err(|e| RpcError::internal(e.to_string()))?;
+        c.reply.str("asked")
+    });
     lsp_cancel(b).build().unwrap()
 }
 

@@ -914,6 +914,134 @@ async fn a_mixed_batch_at_the_in_flight_limit_runs_its_requests_in_their_turn() 
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
+/// Reading stopped at the held messages' bound while a handler waits for
+/// its client's answer, but another call in flight is about to end: its
+/// slot starts the held messages, reading goes on, and the answer comes.
+/// The server gave up on the request at once, as if nothing could free a
+/// slot; it now waits a grace (`HELD_STALL_GRACE`, 1 s) first.
+#[tokio::test]
+async fn at_the_held_bound_a_slot_about_to_free_spares_the_awaited_answer() {
+    const SENT: u64 = 2_000;
+    let d = Dispatcher::builder(())
+        .async_method("sleep", |call: AsyncCall<()>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(ms)
+        })
+        .async_method("ask", |call: AsyncCall<()>| async move {
+            let peer = call.ctx.peer().expect("two-way").clone();
+            let answer = peer
+                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+                .await
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            answer
+                .decode::<Value>()
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
+        .method("add", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            c.reply.u64(a + b)
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: 2,
+        max_message_len: 64 << 10,
+        ..Limits::default()
+    };
+    let (served, mut cw, cr) = serve_framed(d, false, limits, None);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sleep\",\"params\":[300]}\n{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ask\"}\n",
+    )
+    .await
+    .unwrap();
+    let mut next = async || -> Value {
+        serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
+    };
+    let talk = async {
+        let ping = next().await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let writer = tokio::spawn(async move {
+            let mut flood = Vec::new();
+            for id in 3..SENT + 3 {
+                flood.extend_from_slice(
+                    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"add\",\"params\":[{id},1]}}\n")
+                        .as_bytes(),
+                );
+            }
+            flood.extend_from_slice(
+                format!(
+                    "{}\n",
+                    json!({"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}})
+                )
+                .as_bytes(),
+            );
+            cw.write_all(&flood).await.unwrap();
+            cw
+        });
+        let mut got = Vec::new();
+        while got.len() < SENT as usize + 2 {
+            got.push(next().await);
+        }
+        (writer.await.unwrap(), got)
+    };
+    let (mut cw, got) = tokio::time::timeout(Duration::from_secs(30), talk)
+        .await
+        .expect("the calls hung");
+    let asked = got.iter().find(|v| v["id"] == 2).expect("ask answered");
+    assert_eq!(asked["result"], json!({"pong": 1}), "{asked}");
+    let slept = got.iter().find(|v| v["id"] == 1).expect("sleep answered");
+    assert_eq!(slept["result"], 300, "{slept}");
+    let added: Vec<u64> = got
+        .iter()
+        .filter(|v| v["id"].as_u64().is_some_and(|id| id > 2))
+        .map(|v| v["result"].as_u64().unwrap())
+        .collect();
+    assert_eq!(added, (3..SENT + 3).map(|id| id + 1).collect::<Vec<_>>());
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
+/// A mixed batch at the in-flight limit whose answer is a bare one (JS
+/// `JSON.stringify` of a result left `undefined`): taken when the batch
+/// was held, it was read again when the batch started, its id no longer
+/// awaited, and answered -32600 under the id of the client's own answer.
+/// It stays an answer: the batch's reply holds only its request's.
+#[tokio::test]
+async fn a_held_batch_s_bare_answer_is_not_answered_when_it_starts() {
+    let d = asking_dispatcher();
+    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let ping: Value =
+            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": ping["id"]},
+            {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]}
+        ]);
+        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let line = replies.next_line().await.unwrap().expect("a message");
+            got.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("the asking call hung");
+    let asked = got.iter().find(|v| v["id"] == 1).expect("ask answered");
+    assert_eq!(asked["error"]["code"], -32603, "{got:?}");
+    let batch = got.iter().find(|v| v.is_array()).expect("batch answered");
+    assert_eq!(batch, &json!([{"jsonrpc": "2.0", "id": 2, "result": 3}]));
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
 /// An answer inside a batch past the parser's batch limit, at the
 /// in-flight limit: the batch was held whole behind the asking call, which
 /// held the only slot waiting for that answer (for good). Its answers are
