@@ -94,6 +94,7 @@ impl Context {
     /// requests (it lacks `method`, the one thing a request needs past a
     /// valid envelope): see [`entry_of`](Self::entry_of).
     #[cold]
+    #[inline(never)]
     pub(crate) fn is_bare_answer(&self, invalid: &crate::request::InvalidRequest<'_>) -> bool {
         use crate::error::{ErrorKind, Member};
         invalid.error().kind() == ErrorKind::Missing(Member::Method)

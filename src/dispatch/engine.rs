@@ -1888,10 +1888,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let (parsed, input) = match prefix {
             None => match self.parser.parse_incoming(input, &conn.arena) {
                 Ok(m) => (m, input),
-                Err(e) => {
-                    self.deliver_refused_answers(e, input, Some(input), conn);
-                    return self.message_error(out, e);
-                }
+                Err(e) => return self.refuse_message(e, input, Some(input), conn, out),
             },
             Some(len) => match self.parser.parse_prefix(input, &conn.arena) {
                 Ok(Status::Complete((m, n))) => {
@@ -1915,9 +1912,15 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let batch = match parsed {
             Message::Single(item) => {
-                let Some(entry) = conn.context.entry_of(&item) else {
+                // `entry_of`, in `handle_sync`'s shape (see there).
+                let Some(entry) = item.as_entry() else {
                     return conn.deliver(Some(input), item);
                 };
+                if let Entry::Invalid(i) = entry
+                    && conn.context.is_bare_answer(&i)
+                {
+                    return conn.deliver(Some(input), item);
+                }
                 // Routed once here (launch routes again, by bytes).
                 let is_async = is_async(&item);
                 let Some(id) = entry.reply_id() else {
