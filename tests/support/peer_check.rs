@@ -595,6 +595,19 @@ impl<'d> Run<'d> {
         }
     }
 
+    /// [`response`](Self::response) to `id`, but for some of the invalid
+    /// kind, when `id` is one this side sent, a bare answer instead (JS's
+    /// `JSON.stringify` of a result left `undefined`: `"jsonrpc"` and the
+    /// id alone), as invalid: the dispatcher takes it for a broken answer,
+    /// never a request to answer.
+    fn bare_or_response(&mut self, id: u64, kind: u8) -> (String, Option<Value>) {
+        let (msg, answer) = self.response(&id.to_string(), kind);
+        if kind % 5 == 3 && kind % 2 == 1 && self.outs.contains_key(&id) {
+            return (format!(r#"{{"jsonrpc":"2.0","id":{id}}}"#), answer);
+        }
+        (msg, answer)
+    }
+
     /// Models delivering `answer` to request `id`: `lo` counts the
     /// responses sure to match nothing, `hi` those that may not.
     fn deliver(&mut self, id: u64, answer: Option<Value>, lo: &mut u64, hi: &mut u64) {
@@ -649,7 +662,7 @@ impl<'d> Run<'d> {
             return;
         }
         let id = self.pick_out(target);
-        let (msg, answer) = self.response(&id.to_string(), kind);
+        let (msg, answer) = self.bare_or_response(id, kind);
         let (mut lo, mut hi) = (0, 0);
         self.deliver(id, answer, &mut lo, &mut hi);
         self.feed(msg.into_bytes(), lo, hi);
@@ -739,7 +752,7 @@ impl<'d> Run<'d> {
                     if asked && !self.outs.contains_key(&id) {
                         id = u64::MAX;
                     }
-                    let (msg, answer) = self.response(&id.to_string(), b);
+                    let (msg, answer) = self.bare_or_response(id, b);
                     self.deliver(id, answer.clone(), &mut lo, &mut hi);
                     entries.push(msg.clone());
                     last_response = Some((id, msg, answer));
