@@ -1912,15 +1912,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let batch = match parsed {
             Message::Single(item) => {
-                // `entry_of`, in `handle_sync`'s shape (see there).
-                let Some(entry) = item.as_entry() else {
+                let Some(entry) = conn.context.entry_of(&item) else {
                     return conn.deliver(Some(input), item);
                 };
-                if let Entry::Invalid(i) = entry
-                    && conn.context.is_bare_answer(&i)
-                {
-                    return conn.deliver(Some(input), item);
-                }
                 // Routed once here (launch routes again, by bytes).
                 let is_async = is_async(&item);
                 let Some(id) = entry.reply_id() else {

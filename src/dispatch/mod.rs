@@ -677,17 +677,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
         match self.parser.parse_incoming(input, scope.arena) {
             Err(e) => self.refuse_message(e, input, bytes, conn, out),
             Ok(Message::Single(item)) => {
-                // `entry_of`, written so that a request takes `as_entry`'s
-                // path (inlined here, `entry_of`'s shape cost a single
-                // message's round trip 7% on an AVX-512 AMD host).
-                let Some(entry) = item.as_entry() else {
+                let Some(entry) = conn.context.entry_of(&item) else {
                     return conn.deliver(bytes, item);
                 };
-                if let Entry::Invalid(i) = entry
-                    && conn.context.is_bare_answer(&i)
-                {
-                    return conn.deliver(bytes, item);
-                }
                 let Some(id) = entry.reply_id() else {
                     return self.notify(entry, scope);
                 };
