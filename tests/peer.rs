@@ -33,6 +33,29 @@ impl Sent {
     }
 }
 
+/// A connection whose context has a peer sending through `sent`, and
+/// that peer.
+fn two_way(sent: &Arc<Sent>) -> (rpcwire::peer::Peer, Connection) {
+    let ctx = Context::builder().outbound(sent.clone()).build();
+    let peer = ctx.peer().unwrap().clone();
+    (peer, Connection::with_context(ctx))
+}
+
+/// How the requests [`ask_into`] sent ended: each result's JSON text
+/// (`None` for an error object), or why no answer came.
+type Outcomes = Arc<Mutex<Vec<Result<Option<Vec<u8>>, PeerError>>>>;
+
+/// Sends `roots/list` through `peer`; how it ends goes to `outcome`.
+fn ask_into(peer: &rpcwire::peer::Peer, outcome: &Outcomes) -> u64 {
+    let o = outcome.clone();
+    peer.request_with("roots/list", None::<&()>, None, move |r| {
+        o.lock()
+            .unwrap()
+            .push(r.map(|a| a.result().map(<[u8]>::to_vec).ok()));
+    })
+    .unwrap()
+}
+
 #[test]
 fn a_mixed_batch_is_classified_in_one_pass() {
     let arena = bumpalo::Bump::new();
@@ -147,21 +170,10 @@ fn responses_are_matched_and_never_answered() {
 /// waited before until its deadline, or for ever without one.
 #[test]
 fn an_invalid_answer_to_a_pending_request_fails_it() {
-    let sent = Arc::new(Sent::default());
-    let ctx = Context::builder().outbound(sent.clone()).build();
-    let peer = ctx.peer().unwrap().clone();
+    let (peer, mut conn) = two_way(&Arc::default());
     let d = Dispatcher::builder(()).build().unwrap();
-    let mut conn = Connection::with_context(ctx);
-    let outcome = Arc::new(Mutex::new(Vec::new()));
-    let ask = || {
-        let o = outcome.clone();
-        peer.request_with("roots/list", None::<&()>, None, move |r| {
-            o.lock()
-                .unwrap()
-                .push(r.map(|a| a.result().map(<[u8]>::to_vec).ok()));
-        })
-        .unwrap()
-    };
+    let outcome = Outcomes::default();
+    let ask = || ask_into(&peer, &outcome);
     let (a, b, c) = (ask(), ask(), ask());
     assert_eq!(peer.pending(), 3);
     let input = format!(
@@ -198,9 +210,7 @@ fn an_invalid_answer_to_a_pending_request_fails_it() {
 #[cfg(feature = "async")]
 #[tokio::test]
 async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
-    let sent = Arc::new(Sent::default());
-    let ctx = Context::builder().outbound(sent.clone()).build();
-    let peer = ctx.peer().unwrap().clone();
+    let (peer, mut conn) = two_way(&Arc::default());
     let d = Dispatcher::builder(())
         .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
         .build()
@@ -212,16 +222,9 @@ async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
         })
         .build()
         .unwrap();
-    let mut conn = Connection::with_context(ctx);
-    let outcome = Arc::new(Mutex::new(Vec::new()));
-    let ask = || {
-        let o = outcome.clone();
-        peer.request_with("roots/list", None::<&()>, None, move |r| {
-            o.lock().unwrap().push(r.map(|_| ()));
-        })
-        .unwrap()
-    };
-    let failed_as_missing_result = |outcome: &Arc<Mutex<Vec<Result<(), PeerError>>>>| {
+    let outcome = Outcomes::default();
+    let ask = || ask_into(&peer, &outcome);
+    let failed_as_missing_result = |outcome: &Outcomes| {
         let got = outcome.lock().unwrap().pop().expect("the request ended");
         let Err(e @ PeerError::InvalidResponse(_)) = got else {
             panic!("{got:?}");
@@ -299,10 +302,7 @@ async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
 #[cfg(feature = "async")]
 #[tokio::test]
 async fn two_answers_to_one_request_in_a_batch_are_both_answers() {
-    let sent = Arc::new(Sent::default());
-    let ctx = Context::builder().outbound(sent.clone()).build();
-    let peer = ctx.peer().unwrap().clone();
-    let mut conn = Connection::with_context(ctx);
+    let (peer, mut conn) = two_way(&Arc::default());
     let d = Dispatcher::builder(())
         .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
         .build()
@@ -313,10 +313,7 @@ async fn two_answers_to_one_request_in_a_batch_are_both_answers() {
         })
         .build()
         .unwrap();
-    let ask = || {
-        peer.request_with("roots/list", None::<&()>, None, |_| {})
-            .unwrap()
-    };
+    let ask = || ask_into(&peer, &Outcomes::default());
     let mut out = Vec::new();
     for first in [r#""result":1"#, ""] {
         let a = ask();
@@ -362,20 +359,9 @@ async fn two_answers_to_one_request_in_a_batch_are_both_answers() {
 #[cfg(feature = "async")]
 #[tokio::test]
 async fn answers_in_a_batch_refused_whole_still_reach_their_requests() {
-    let sent = Arc::new(Sent::default());
-    let ctx = Context::builder().outbound(sent.clone()).build();
-    let peer = ctx.peer().unwrap().clone();
-    let mut conn = Connection::with_context(ctx);
-    let outcome = Arc::new(Mutex::new(Vec::new()));
-    let ask = || {
-        let o = outcome.clone();
-        peer.request_with("roots/list", None::<&()>, None, move |r| {
-            o.lock()
-                .unwrap()
-                .push(r.map(|a| a.result().map(<[u8]>::to_vec).ok()));
-        })
-        .unwrap()
-    };
+    let (peer, mut conn) = two_way(&Arc::default());
+    let outcome = Outcomes::default();
+    let ask = || ask_into(&peer, &outcome);
     let short_batches = Dispatcher::builder(())
         .parser(Parser::new().max_batch_len(2))
         .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))

@@ -627,10 +627,21 @@ async fn metrics_count_forwards_by_outcome() {
 /// A gateway in front of `upstreams`: its `/metrics` text after one
 /// `eth_blockNumber` forwarded (answered `0x10`).
 async fn metrics_after_one_call(upstreams: Vec<String>) -> String {
-    let (gw, ops) = start_with_ops(config::Config {
+    let (body, text) = answer_and_metrics(config::Config {
         upstreams,
-        timeout: Duration::from_secs(10),
         ..Default::default()
+    })
+    .await;
+    assert!(body.contains("0x10"), "{body}");
+    text
+}
+
+/// A gateway with `config` (a 10 s timeout): the answer to one
+/// `eth_blockNumber`, and its `/metrics` text after.
+async fn answer_and_metrics(config: config::Config) -> (String, String) {
+    let (gw, ops) = start_with_ops(config::Config {
+        timeout: Duration::from_secs(10),
+        ..config
     })
     .await;
     let (_, body) = post(
@@ -639,8 +650,7 @@ async fn metrics_after_one_call(upstreams: Vec<String>) -> String {
     )
     .await
     .unwrap();
-    assert!(body.contains("0x10"), "{body}");
-    get(ops, "/metrics").await.1
+    (body, get(ops, "/metrics").await.1)
 }
 
 /// A call that fails over counts a connection failure for the upstream
@@ -685,20 +695,12 @@ async fn metrics_count_failovers() {
 async fn metrics_count_a_websocket_upstream_that_takes_no_connection_as_connect() {
     let refusing = refusing::refusing();
     let dead = refusing.addr;
-    let (gw, ops) = start_with_ops(config::Config {
+    let (body, text) = answer_and_metrics(config::Config {
         upstream_ws: Some(format!("ws://{dead}")),
-        timeout: Duration::from_secs(10),
         ..Default::default()
     })
     .await;
-    let (_, body) = post(
-        gw.addr,
-        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
-    )
-    .await
-    .unwrap();
     assert!(body.contains("WebSocket connection failed"), "{body}");
-    let text = get(ops, "/metrics").await.1;
     let failures = |kind: &str| {
         sample(
             &text,

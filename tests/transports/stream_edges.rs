@@ -654,14 +654,7 @@ fn asking_dispatcher_with(
 ) -> D {
     more(Dispatcher::builder(()))
         .async_method("ask", |call: AsyncCall<()>| async move {
-            let peer = call.ctx.peer().expect("two-way").clone();
-            let answer = peer
-                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-                .await
-                .map_err(|e| RpcError::internal(e.to_string()))?;
-            answer
-                .decode::<Value>()
-                .map_err(|e| RpcError::internal(e.to_string()))
+            ask_the_client(&call.ctx).await
         })
         .method("add", |c: Call<'_, ()>| {
             let (a, b): (u64, u64) = c.decode()?;
@@ -669,6 +662,75 @@ fn asking_dispatcher_with(
         })
         .build()
         .unwrap()
+}
+
+/// `ask`'s body: `client/ping` through the connection's peer, the
+/// answer's result decoded.
+async fn ask_the_client(ctx: &rpcwire::Context) -> Result<Value, RpcError> {
+    let peer = ctx.peer().expect("two-way").clone();
+    let answer = peer
+        .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))?;
+    answer
+        .decode::<Value>()
+        .map_err(|e| RpcError::internal(e.to_string()))
+}
+
+/// `d` at one call in flight: `ask` (id 1), then, once its request to
+/// the client is read, the batch `batch` makes of that request's id; the
+/// next two messages the client reads. Ends the connection after.
+async fn answered_in_a_batch(d: D, batch: impl FnOnce(&Value) -> Value, hung: &str) -> Vec<Value> {
+    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let ping: Value =
+            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let batch = batch(&ping["id"]);
+        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let line = replies.next_line().await.unwrap().expect("a message");
+            got.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect(hung);
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+    got
+}
+
+/// `add` requests with ids `ids` (about 125 bytes held each), then the
+/// answer to `ping` with `result`, written from a task of their own (the
+/// server stops reading at its bound on held messages, while the caller
+/// reads the replies); the task hands the writer back.
+fn flood_then_answer(
+    mut cw: ClientWriter,
+    ids: std::ops::Range<u64>,
+    ping: Value,
+    result: Value,
+) -> tokio::task::JoinHandle<ClientWriter> {
+    tokio::spawn(async move {
+        let mut flood = Vec::new();
+        for id in ids {
+            flood.extend_from_slice(
+                format!(
+                    "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"add\",\"params\":[{id},1]}}\n"
+                )
+                .as_bytes(),
+            );
+        }
+        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": result});
+        flood.extend_from_slice(format!("{answer}\n").as_bytes());
+        cw.write_all(&flood).await.unwrap();
+        cw
+    })
 }
 
 /// A handler that asks its client something (LSP's
@@ -808,37 +870,22 @@ async fn cancel_notices_against_many_held_messages_cost_a_lookup_each() {
 /// wait for are now taken at once (its requests are held in their turn).
 #[tokio::test]
 async fn an_answer_inside_a_mixed_batch_is_read_at_the_in_flight_limit() {
-    let d = asking_dispatcher();
-    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
-    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
-        .await
-        .unwrap();
-    let talk = async {
-        let ping: Value =
-            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
-        assert_eq!(ping["method"], "client/ping", "{ping}");
-        let batch = json!([
-            {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}},
-            {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]}
-        ]);
-        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            let line = replies.next_line().await.unwrap().expect("a message");
-            got.push(serde_json::from_str::<Value>(&line).unwrap());
-        }
-        got
-    };
-    let got = tokio::time::timeout(Duration::from_secs(20), talk)
-        .await
-        .expect("the asking call hung: its answer was held behind max_in_flight");
+    let got = answered_in_a_batch(
+        asking_dispatcher(),
+        |ping| {
+            json!([
+                {"jsonrpc": "2.0", "id": ping, "result": {"pong": 1}},
+                {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]}
+            ])
+        },
+        "the asking call hung: its answer was held behind max_in_flight",
+    )
+    .await;
     // The asking call's result, and the batch's reply (an array of one).
     let asked = got.iter().find(|v| v["id"] == 1).expect("ask answered");
     assert_eq!(asked["result"], json!({"pong": 1}), "{got:?}");
     let batch = got.iter().find(|v| v.is_array()).expect("batch answered");
     assert_eq!(batch, &json!([{"jsonrpc": "2.0", "id": 2, "result": 3}]));
-    cw.shutdown().await.unwrap();
-    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
 /// The mixed batch's requests are held like any others: only its answer
@@ -856,16 +903,10 @@ async fn a_mixed_batch_at_the_in_flight_limit_runs_its_requests_in_their_turn() 
             move |call: AsyncCall<()>| {
                 let gate = gate.clone();
                 async move {
-                    let peer = call.ctx.peer().expect("two-way").clone();
-                    let answer = peer
-                        .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-                        .await
-                        .map_err(|e| RpcError::internal(e.to_string()))?;
+                    let answer = ask_the_client(&call.ctx).await;
                     call.ctx.notify("answered", &json!([]));
                     gate.notified().await;
                     answer
-                        .decode::<Value>()
-                        .map_err(|e| RpcError::internal(e.to_string()))
                 }
             }
         })
@@ -929,14 +970,7 @@ async fn at_the_held_bound_a_slot_about_to_free_spares_the_awaited_answer() {
             Ok::<_, RpcError>(ms)
         })
         .async_method("ask", |call: AsyncCall<()>| async move {
-            let peer = call.ctx.peer().expect("two-way").clone();
-            let answer = peer
-                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-                .await
-                .map_err(|e| RpcError::internal(e.to_string()))?;
-            answer
-                .decode::<Value>()
-                .map_err(|e| RpcError::internal(e.to_string()))
+            ask_the_client(&call.ctx).await
         })
         .method("add", |c: Call<'_, ()>| {
             let (a, b): (u64, u64) = c.decode()?;
@@ -962,24 +996,7 @@ async fn at_the_held_bound_a_slot_about_to_free_spares_the_awaited_answer() {
     let talk = async {
         let ping = next().await;
         assert_eq!(ping["method"], "client/ping", "{ping}");
-        let writer = tokio::spawn(async move {
-            let mut flood = Vec::new();
-            for id in 3..SENT + 3 {
-                flood.extend_from_slice(
-                    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"add\",\"params\":[{id},1]}}\n")
-                        .as_bytes(),
-                );
-            }
-            flood.extend_from_slice(
-                format!(
-                    "{}\n",
-                    json!({"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}})
-                )
-                .as_bytes(),
-            );
-            cw.write_all(&flood).await.unwrap();
-            cw
-        });
+        let writer = flood_then_answer(cw, 3..SENT + 3, ping, json!({"pong": 1}));
         let mut got = Vec::new();
         while got.len() < SENT as usize + 2 {
             got.push(next().await);
@@ -1010,36 +1027,21 @@ async fn at_the_held_bound_a_slot_about_to_free_spares_the_awaited_answer() {
 /// It stays an answer: the batch's reply holds only its request's.
 #[tokio::test]
 async fn a_held_batch_s_bare_answer_is_not_answered_when_it_starts() {
-    let d = asking_dispatcher();
-    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
-    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
-        .await
-        .unwrap();
-    let talk = async {
-        let ping: Value =
-            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
-        assert_eq!(ping["method"], "client/ping", "{ping}");
-        let batch = json!([
-            {"jsonrpc": "2.0", "id": ping["id"]},
-            {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]}
-        ]);
-        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            let line = replies.next_line().await.unwrap().expect("a message");
-            got.push(serde_json::from_str::<Value>(&line).unwrap());
-        }
-        got
-    };
-    let got = tokio::time::timeout(Duration::from_secs(20), talk)
-        .await
-        .expect("the asking call hung");
+    let got = answered_in_a_batch(
+        asking_dispatcher(),
+        |ping| {
+            json!([
+                {"jsonrpc": "2.0", "id": ping},
+                {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]}
+            ])
+        },
+        "the asking call hung",
+    )
+    .await;
     let asked = got.iter().find(|v| v["id"] == 1).expect("ask answered");
     assert_eq!(asked["error"]["code"], -32603, "{got:?}");
     let batch = got.iter().find(|v| v.is_array()).expect("batch answered");
     assert_eq!(batch, &json!([{"jsonrpc": "2.0", "id": 2, "result": 3}]));
-    cw.shutdown().await.unwrap();
-    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
 /// An answer inside a batch past the parser's batch limit, at the
@@ -1048,37 +1050,22 @@ async fn a_held_batch_s_bare_answer_is_not_answered_when_it_starts() {
 /// delivered at once; the batch is refused whole in its turn.
 #[tokio::test]
 async fn an_answer_inside_a_batch_past_the_batch_limit_is_delivered() {
-    let d = asking_dispatcher_with(|b| b.parser(Parser::new().max_batch_len(2)));
-    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
-    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
-        .await
-        .unwrap();
-    let talk = async {
-        let ping: Value =
-            serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
-        assert_eq!(ping["method"], "client/ping", "{ping}");
-        let batch = json!([
-            {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]},
-            {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}},
-            {"jsonrpc": "2.0", "id": 3, "method": "add", "params": [3, 4]}
-        ]);
-        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
-        let mut got = Vec::new();
-        while got.len() < 2 {
-            let line = replies.next_line().await.unwrap().expect("a message");
-            got.push(serde_json::from_str::<Value>(&line).unwrap());
-        }
-        got
-    };
-    let got = tokio::time::timeout(Duration::from_secs(20), talk)
-        .await
-        .expect("the asking call hung: its answer was held with the refused batch");
+    let got = answered_in_a_batch(
+        asking_dispatcher_with(|b| b.parser(Parser::new().max_batch_len(2))),
+        |ping| {
+            json!([
+                {"jsonrpc": "2.0", "id": 2, "method": "add", "params": [1, 2]},
+                {"jsonrpc": "2.0", "id": ping, "result": {"pong": 1}},
+                {"jsonrpc": "2.0", "id": 3, "method": "add", "params": [3, 4]}
+            ])
+        },
+        "the asking call hung: its answer was held with the refused batch",
+    )
+    .await;
     assert_eq!(got[0]["id"], 1, "{got:?}");
     assert_eq!(got[0]["result"], json!({"pong": 1}), "{got:?}");
     assert_eq!(got[1]["id"], Value::Null, "{got:?}");
     assert_eq!(got[1]["error"]["code"], -32600, "{got:?}");
-    cw.shutdown().await.unwrap();
-    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
 /// A client that sends more than the connection holds at the in-flight
@@ -1117,24 +1104,8 @@ async fn past_the_held_bound_a_request_awaiting_its_answer_is_given_up() {
         assert_eq!(ping["method"], "client/ping", "{ping}");
         // About 250 KB of requests, then the answer, written while the
         // replies are read (the server stops reading at its bound).
-        let writer = tokio::spawn(async move {
-            let mut flood = Vec::new();
-            for id in 2..SENT + 2 {
-                flood.extend_from_slice(
-                    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"add\",\"params\":[{id},1]}}\n")
-                        .as_bytes(),
-                );
-            }
-            flood.extend_from_slice(
-                format!(
-                    "{}\n",
-                    json!({"jsonrpc": "2.0", "id": ping["id"], "result": 1})
-                )
-                .as_bytes(),
-            );
-            cw.write_all(&flood).await.unwrap();
-            (cw, ping["id"].clone())
-        });
+        let ping_id = ping["id"].clone();
+        let writer = flood_then_answer(cw, 2..SENT + 2, ping, json!(1));
         let cancel = next().await;
         assert_eq!(cancel["method"], "$/cancelRequest", "{cancel}");
         let asked = next().await;
@@ -1152,7 +1123,7 @@ async fn past_the_held_bound_a_request_awaiting_its_answer_is_given_up() {
             assert_eq!(v["id"], id, "{v}");
             assert_eq!(v["result"], id + 1, "{v}");
         }
-        let (cw, ping_id) = writer.await.unwrap();
+        let cw = writer.await.unwrap();
         assert_eq!(cancel["params"]["id"], ping_id, "{cancel}");
         cw
     };
