@@ -383,6 +383,7 @@ pub trait Outbound: Send + Sync {
 
 /// Why an outbound message was not queued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SendError {
     /// The connection's queue is full: the client reads too slowly.
     Full,
@@ -402,7 +403,10 @@ impl fmt::Display for SendError {
 impl std::error::Error for SendError {}
 
 /// Why an outbound request got no response.
+///
+/// New reasons may be added (as `Backlog` was): match with a `_` arm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PeerError {
     /// No response before the deadline.
     Timeout,

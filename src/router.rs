@@ -40,6 +40,7 @@ use std::sync::Arc;
 
 /// Why a router could not be built.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum BuildError {
     /// The same method name was registered twice.
     Duplicate(String),
