@@ -935,9 +935,11 @@ where
 
     /// What to do with `frame` at the in-flight limit
     /// ([`Connection::take_answers_at_limit`]): answers to the handlers'
-    /// requests are taken now.
+    /// requests are taken now. A frame over the message limit is refused
+    /// whole, unread, when it starts, as it would be at any other time:
+    /// answers inside it are not taken either.
     fn at_limit(&mut self, frame: &Bytes) -> AtLimit {
-        if !self.conn.awaits_client_answers() {
+        if !self.conn.awaits_client_answers() || frame.len() > self.max_message_len {
             return AtLimit::Hold;
         }
         self.arena.reset();

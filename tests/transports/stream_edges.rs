@@ -1068,6 +1068,62 @@ async fn an_answer_inside_a_batch_past_the_batch_limit_is_delivered() {
     assert_eq!(got[1]["error"]["code"], -32600, "{got:?}");
 }
 
+/// A frame over `Limits::max_message_len` (the framer's own limit higher)
+/// is refused whole, unread, whenever it arrives: an answer inside it is
+/// not delivered at the in-flight limit either (it was taken then, and
+/// dropped at any other time). The asking call ends by its deadline, and
+/// the frame is answered -32600 once it starts.
+#[tokio::test]
+async fn an_answer_in_a_frame_over_the_message_limit_is_refused_with_it() {
+    let d: D = Dispatcher::builder(())
+        .async_method("ask", |call: AsyncCall<()>| async move {
+            let peer = call.ctx.peer().expect("two-way").clone();
+            match peer
+                .request("client/ping", Some(&json!([])), Duration::from_millis(300))
+                .await
+            {
+                Ok(answer) => answer
+                    .decode::<Value>()
+                    .map_err(|e| RpcError::internal(e.to_string())),
+                Err(e) => Err(RpcError::internal(format!("{e:?}"))),
+            }
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: 1,
+        max_message_len: 256,
+        ..Limits::default()
+    };
+    let (served, mut cw, cr) = serve_framed(d, false, limits, None);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let mut next = async || -> Value {
+            serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
+        };
+        let ping = next().await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": "x".repeat(400)});
+        cw.write_all(format!("{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        (next().await, next().await)
+    };
+    let (asked, refused) = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("the asking call outlived its deadline");
+    assert_eq!(asked["id"], 1, "{asked}");
+    assert_eq!(asked["error"]["message"], "Timeout", "{asked}");
+    assert_eq!(refused["id"], Value::Null, "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert_eq!(refused["error"]["data"]["limit"], 256, "{refused}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
 /// A client that sends more than the connection holds at the in-flight
 /// limit before it answers the handler's request (an LSP client's large
 /// `didChange`s before its `workspace/configuration` answer): reading
