@@ -428,7 +428,9 @@ pub enum PeerError {
     /// rpcwire's stream and WebSocket drivers give up on the requests
     /// that wait then, rather than stop reading with the answer maybe
     /// behind what they cannot take (their calls, holding the slots,
-    /// would wait for good).
+    /// would wait for good). Asking again at once, while the held messages
+    /// still wait for a slot, ends the same way after the same grace:
+    /// return instead, so that they can run.
     Backlog,
 }
 
