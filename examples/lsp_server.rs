@@ -10,7 +10,7 @@
 //!   the documents' text in memory.
 //! * `example/wordCount` (`{"uri": …, "configurationTimeoutMs": …}`) first
 //!   asks the client `workspace/configuration` for the section `example` (a
-//!   server-to-client request, through [`rpcwire::Peer`]), waiting at most
+//!   server-to-client request, through [`rpcwire::peer::Peer`]), waiting at most
 //!   `configurationTimeoutMs` (default 10 s, at most 10 min), then counts
 //!   the document's words of at least `minWordLength` characters (from that
 //!   answer, 1 when the client has none) and logs the count with
@@ -27,7 +27,8 @@
 //!   way.
 //!
 //! Requests other than `initialize` before `initialize` get -32002
-//! (`ServerNotInitialized`); requests after `shutdown` get -32600.
+//! (`ServerNotInitialized`); requests after `shutdown` (`initialize` and
+//! `shutdown` again among them) get -32600.
 //!
 //! Logs go to stderr: stdout carries only LSP frames.
 //!
@@ -187,6 +188,12 @@ struct ExampleConfig {
 }
 
 fn initialize(call: Call<'_, Arc<Server>>) -> Result<Value, RpcError> {
+    if call.state.shutdown_requested.load(Ordering::Acquire) {
+        return Err(RpcError::new(
+            INVALID_REQUEST,
+            "the server is shutting down",
+        ));
+    }
     call.state.initialized.store(true, Ordering::Release);
     Ok(json!({
         "capabilities": {
@@ -229,6 +236,7 @@ fn did_close(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
 }
 
 fn shutdown(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    call.state.check_ready()?;
     call.state.shutdown_requested.store(true, Ordering::Release);
     log(call.ctx, "shutdown requested");
     Ok(())

@@ -233,6 +233,12 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(c: &mut Client<R, 
         .call(json!(1), "example/wordCount", json!({"uri": URI}))
         .await;
     assert_eq!(code(&early), -32002, "before initialize: {early}");
+    let early_shutdown = c.call(json!("s"), "shutdown", Value::Null).await;
+    assert_eq!(
+        code(&early_shutdown),
+        -32002,
+        "before initialize: {early_shutdown}"
+    );
 
     let init = c
         .call(
@@ -361,6 +367,10 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(c: &mut Client<R, 
         .call(json!(12), "example/wordCount", json!({"uri": URI}))
         .await;
     assert_eq!(code(&late), -32600, "after shutdown: {late}");
+    for (id, method) in [(13, "shutdown"), (14, "initialize")] {
+        let again = c.call(json!(id), method, json!({})).await;
+        assert_eq!(code(&again), -32600, "{method} after shutdown: {again}");
+    }
     c.notify("exit", Value::Null).await;
 }
 
