@@ -1,5 +1,6 @@
-//! rpcwire's main demo: a tiny Ethereum-flavoured JSON-RPC node answering
-//! the kinds of messages real clients send, with nothing else to install.
+//! rpcwire's core demo (the gateway is the main one): a tiny
+//! Ethereum-flavoured JSON-RPC node answering the kinds of messages real
+//! clients send, with nothing else to install.
 //!
 //! ```text
 //! cargo run --example demo

@@ -90,7 +90,9 @@
 //!   JSON-RPC over `POST` on hyper 1.x (HTTP/1.1 keep-alive, HTTP/2), and a
 //!   server with connection limits, timeouts and graceful shutdown; adds
 //!   `hyper`, `hyper-util`, `http` (re-exported as `rpcwire::http`),
-//!   `http-body(-util)`, `tower-service`, `httparse` and `httpdate`.
+//!   `http-body(-util)`, `tower-service`, `httparse`, `httpdate`, `h2`
+//!   (already built for hyper: to tell an HTTP/2 client it cut off for
+//!   abuse) and `flate2` (gzip answers).
 //! * `ws`: the WebSocket transport (`server::ws`, on tokio-tungstenite):
 //!   pipelining, server-pushed notifications and `eth_subscribe`-style
 //!   subscriptions, pings and idle close, graceful shutdown; serves a
