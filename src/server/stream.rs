@@ -933,6 +933,17 @@ where
             || (self.held.bytes() < self.max_message_len.min(WATCH_HELD) && !self.output_full())
     }
 
+    /// Whether framing goes on at the in-flight limit: while reading does
+    /// ([`reads_at_limit`](Self::reads_at_limit)), and past the held
+    /// messages' bound over what was read already while handlers await
+    /// answers (an answer read with the messages that filled the bound
+    /// would otherwise wait behind them unframed, and its request be given
+    /// up on). What that frames is taken or held as at the limit; the
+    /// bound is passed by at most what one read brought.
+    fn frames_at_limit(&self) -> bool {
+        self.reads_at_limit() || self.conn.awaits_client_answers()
+    }
+
     /// What to do with `frame` at the in-flight limit
     /// ([`Connection::take_answers_at_limit`]): answers to the handlers'
     /// requests are taken now. A frame over the message limit is refused
@@ -1003,7 +1014,7 @@ where
             }
         }
         while self.input != Input::Stopped
-            && (self.draining || !self.backpressured() || self.reads_at_limit())
+            && (self.draining || !self.backpressured() || self.frames_at_limit())
         {
             if self.parser_frames && !self.framing {
                 progress |= self.take_parsed();
@@ -1131,7 +1142,7 @@ where
             if self.backpressured() {
                 // Read on (for answers, or to watch the client) through
                 // the framer, which takes over from here.
-                self.framing = self.reads_at_limit();
+                self.framing = self.frames_at_limit();
                 blocked = !self.framing;
                 break;
             }

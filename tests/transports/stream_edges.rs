@@ -1068,6 +1068,49 @@ async fn an_answer_inside_a_batch_past_the_batch_limit_is_delivered() {
     assert_eq!(got[1]["error"]["code"], -32600, "{got:?}");
 }
 
+/// An answer read with the message that takes the held messages past
+/// their bound (one read brought both): reading stops there, but what was
+/// read is still framed, so the answer is taken (it waited behind the
+/// held messages unframed, and the asking call was given up on after the
+/// grace, `PeerError::Backlog`, with its answer already in hand).
+#[tokio::test]
+async fn an_answer_read_with_the_message_that_fills_the_held_bound_is_taken() {
+    let pad = " ".repeat(40 << 10);
+    let add = |id: u64| {
+        format!("{{\"jsonrpc\":\"2.0\",{pad}\"id\":{id},\"method\":\"add\",\"params\":[{id},1]}}\n")
+    };
+    // The second request's end and the answer arrive in one read.
+    let burst = add(2) + &add(3) + "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"pong\":1}}\n";
+    let limits = Limits {
+        max_in_flight: 1,
+        max_message_len: 64 << 10,
+        ..Limits::default()
+    };
+    let pieces = vec![
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n".to_vec(),
+        burst.into_bytes(),
+    ];
+    let run = tokio::time::timeout(
+        Duration::from_secs(20),
+        drive(&asking_dispatcher(), Lines::new(), limits, pieces),
+    )
+    .await
+    .expect("the driver hung");
+    let got = values(&run.out);
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[0]["method"], "client/ping", "{got:?}");
+    assert_eq!(got[0]["id"], 1, "{got:?}");
+    assert_eq!(got[1]["id"], 1, "{got:?}");
+    assert_eq!(
+        got[1]["result"],
+        json!({"pong": 1}),
+        "the answer was left unread: {got:?}"
+    );
+    assert_eq!(got[2]["result"], 3, "{got:?}");
+    assert_eq!(got[3]["result"], 4, "{got:?}");
+    assert_eq!(run.metrics.limit_count(LimitKind::Held), 0);
+}
+
 /// A frame over `Limits::max_message_len` (the framer's own limit higher)
 /// is refused whole, unread, whenever it arrives: an answer inside it is
 /// not delivered at the in-flight limit either (it was taken then, and
