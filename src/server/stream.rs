@@ -1474,14 +1474,19 @@ where
     }
 
     /// The shutdown was triggered: no more messages are taken, the grace
-    /// starts. While handlers wait for their client's answers, the input
-    /// is still read for those (as the WebSocket driver does): their calls
-    /// can then finish within the grace rather than fail at once.
+    /// starts. While handlers wait for their client's answers, or calls
+    /// that may still ask run, the input is still read for those answers
+    /// (as the WebSocket driver does): their calls can then finish within
+    /// the grace rather than fail at once.
     fn shut_down(&mut self) {
         self.shutdown = None;
         self.shutdown_signal = None;
         self.grace = Some(Box::pin(tokio::time::sleep(self.shutdown_grace)));
-        if self.input == Input::Open && self.conn.awaits_client_answers() {
+        // Calls still running on a two-way connection may ask their client
+        // something within the grace, as under the WebSocket driver: read
+        // on for those answers too.
+        let may_ask = self.conn.context().peer().is_some() && self.in_flight() > 0;
+        if self.input == Input::Open && (self.conn.awaits_client_answers() || may_ask) {
             self.draining = true;
             self.reason = CloseReason::Shutdown;
             // Not started: as the messages not read yet.

@@ -90,43 +90,35 @@ fn dispatcher() -> D {
             c.reply.json(&sent)
         })
         .async_method("ask_client", |call: AsyncCall<State>| async move {
-            let peer = call
-                .ctx
-                .peer()
-                .ok_or_else(|| RpcError::internal("one-way"))?;
-            let answer = peer
-                .request(
-                    "client/ping",
-                    Some(&json!(["hello"])),
-                    Duration::from_secs(30),
-                )
-                .await
-                .map_err(|e| RpcError::internal(e.to_string()))?;
-            answer
-                .decode::<Value>()
-                .map_err(|e| RpcError::internal(e.to_string()))
+            ping_the_client(&call.ctx, "hello").await
         })
         .async_method("ask_client_twice", |call: AsyncCall<State>| async move {
-            let peer = call
-                .ctx
-                .peer()
-                .ok_or_else(|| RpcError::internal("one-way"))?;
             let mut answers = Vec::new();
             for turn in ["first", "second"] {
-                let answer = peer
-                    .request("client/ping", Some(&json!([turn])), Duration::from_secs(30))
-                    .await
-                    .map_err(|e| RpcError::internal(e.to_string()))?;
-                answers.push(
-                    answer
-                        .decode::<Value>()
-                        .map_err(|e| RpcError::internal(e.to_string()))?,
-                );
+                answers.push(ping_the_client(&call.ctx, turn).await?);
             }
             Ok::<_, RpcError>(answers)
         })
+        .async_method("ask_client_after", |call: AsyncCall<State>| async move {
+            let (ms,): (u64,) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ping_the_client(&call.ctx, "later").await
+        })
         .build()
         .unwrap()
+}
+
+/// `client/ping` with `[what]` through the connection's peer, the answer's
+/// result decoded.
+async fn ping_the_client(ctx: &rpcwire::Context, what: &str) -> Result<Value, RpcError> {
+    let peer = ctx.peer().ok_or_else(|| RpcError::internal("one-way"))?;
+    let answer = peer
+        .request("client/ping", Some(&json!([what])), Duration::from_secs(30))
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))?;
+    answer
+        .decode::<Value>()
+        .map_err(|e| RpcError::internal(e.to_string()))
 }
 
 // ---------------------------------------------------------------------------
@@ -1001,6 +993,44 @@ async fn a_shutdown_reads_answers_with_each_framer() {
         a_shutdown_reads_the_answers_calls_wait_for(Framing::Lsp, || Box::new(Lsp::new()), twice)
             .await;
     }
+}
+
+/// A call running at a shutdown that asks its client something only
+/// afterwards (within the grace) gets the answer, as the WebSocket driver
+/// reads on for it: the stream driver read on only when an answer was
+/// awaited at the moment of the shutdown, and otherwise closed the peer,
+/// so the call's request failed at once (`PeerError::Closed`), never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_asks_after_the_shutdown_gets_its_answer() {
+    let server = Server::tcp(|| Box::new(Lines::new()), Limits::default()).await;
+    let (r, mut w) = server.connect().await.into_split();
+    let mut messages = Messages::new(r, Framing::Lines);
+    w.write_all(&framed(
+        Framing::Lines,
+        &[request(1, "ask_client_after", json!([300]))],
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.shutdown.trigger();
+    let asked = messages.expect().await;
+    assert_eq!(asked["method"], "client/ping", "{asked}");
+    assert_eq!(asked["params"], json!(["later"]), "{asked}");
+    let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": "pong"});
+    w.write_all(&framed(
+        Framing::Lines,
+        &[serde_json::to_vec(&answer).unwrap()],
+    ))
+    .await
+    .unwrap();
+    let reply = messages.expect().await;
+    assert_eq!(reply["id"], 1, "{reply}");
+    assert_eq!(reply["result"], "pong", "{reply}");
+    messages.expect_end().await;
+    tokio::time::timeout(PATIENCE, server.task)
+        .await
+        .expect("the server stops once the call is answered")
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
