@@ -63,47 +63,6 @@ pub(crate) trait LazyExtension: Any + Send + Sync {
 }
 
 impl Context {
-    /// The request entry (valid or not) `item` is, or `None` if it belongs
-    /// to the peer's pending table: a response, valid or not, or an object
-    /// with `"jsonrpc":"2.0"` and an id this side gave one of its requests
-    /// but neither `method` nor `result` nor `error` (a broken answer:
-    /// answering it -32600 would send the client an error for its own
-    /// answer, and leave the request waiting). The dispatchers read every
-    /// item through this.
-    ///
-    /// What an item is never turns from an answer into a request while a
-    /// message is read (a request's reply budget is reserved by one pass
-    /// and spent by the next, and a held message is read again when it
-    /// starts): an id once given stays given, answered or not.
-    #[inline(always)]
-    pub(crate) fn entry_of<'a>(
-        &self,
-        item: &crate::message::Incoming<'a>,
-    ) -> Option<crate::request::Entry<'a>> {
-        // `as_entry` first, the invalid entry checked after: a request
-        // takes `as_entry`'s path (as a guarded `match` this cost a single
-        // message's round trip 7% on an AVX-512 AMD host, instructions
-        // unchanged).
-        let entry = item.as_entry()?;
-        if let crate::request::Entry::Invalid(i) = entry
-            && self.is_bare_answer(&i)
-        {
-            return None;
-        }
-        Some(entry)
-    }
-
-    /// Whether an invalid request is only an id the peer gave one of its
-    /// requests (it lacks `method`, the one thing a request needs past a
-    /// valid envelope): see [`entry_of`](Self::entry_of).
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn is_bare_answer(&self, invalid: &crate::request::InvalidRequest<'_>) -> bool {
-        use crate::error::{ErrorKind, Member};
-        invalid.error().kind() == ErrorKind::Missing(Member::Method)
-            && self.peer().is_some_and(|peer| peer.issued(invalid.id()))
-    }
-
     /// A builder for a context.
     pub fn builder() -> ContextBuilder {
         ContextBuilder {
@@ -413,12 +372,71 @@ pub struct Connection {
     pub(crate) max_retained: usize,
     /// Responses that matched no pending request.
     unmatched: std::cell::Cell<u64>,
+    /// The ids the message being read may answer.
+    pub(crate) given: GivenIds,
     #[cfg(feature = "async")]
     pub(crate) engine: crate::dispatch::engine::Engine,
     /// The engine's reply gate, beside it so that handlers can be given it
     /// while the engine is borrowed.
     #[cfg(feature = "async")]
     pub(crate) gate: Option<std::sync::Arc<crate::dispatch::engine::ReplyGate>>,
+}
+
+/// The peer's [`ids_given_below`](Peer::ids_given_below) when the
+/// message being read was read (a held one: when it was held): its items
+/// are bare answers only to those ids, not to ids given while it waited
+/// or ran (a request its own first entry sent). Apart from the engine, so
+/// that the dispatchers read items through it while they drive the
+/// engine.
+#[derive(Debug, Default)]
+pub(crate) struct GivenIds(std::cell::Cell<u64>);
+
+impl GivenIds {
+    /// The request entry (valid or not) `item` is, or `None` if it belongs
+    /// to the peer's pending table: a response, valid or not, or an object
+    /// with `"jsonrpc":"2.0"` and an id this side had given one of its
+    /// requests when the message was read but neither `method` nor `result` nor `error` (a broken answer:
+    /// answering it -32600 would send the client an error for its own
+    /// answer, and leave the request waiting). The dispatchers read every
+    /// item through this.
+    ///
+    /// What an item is never changes while a message is read (a request's
+    /// reply budget is reserved by one pass and spent by the next, and a
+    /// held message is read again when it starts): it is judged against
+    /// the ids given when the message was read
+    /// ([`Connection::note_ids_given`]), answered or not.
+    #[inline(always)]
+    pub(crate) fn entry_of<'a>(
+        &self,
+        item: &crate::message::Incoming<'a>,
+    ) -> Option<crate::request::Entry<'a>> {
+        // `as_entry` first, the invalid entry checked after: a request
+        // takes `as_entry`'s path (as a guarded `match` this cost a single
+        // message's round trip 7% on an AVX-512 AMD host, instructions
+        // unchanged).
+        let entry = item.as_entry()?;
+        if let crate::request::Entry::Invalid(i) = entry
+            && self.is_bare_answer(&i)
+        {
+            return None;
+        }
+        Some(entry)
+    }
+
+    /// Whether an invalid request is only an id the peer had given one of
+    /// its requests when the message was read (it lacks `method`, the one
+    /// thing a request needs past a valid envelope): see
+    /// [`entry_of`](Self::entry_of).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn is_bare_answer(&self, invalid: &crate::request::InvalidRequest<'_>) -> bool {
+        use crate::error::{ErrorKind, Member};
+        invalid.error().kind() == ErrorKind::Missing(Member::Method)
+            && invalid
+                .id()
+                .as_u64()
+                .is_some_and(|id| (1..self.0.get()).contains(&id))
+    }
 }
 
 impl Default for Connection {
@@ -443,6 +461,7 @@ impl Connection {
             arena: Bump::new(),
             max_retained: Self::DEFAULT_MAX_RETAINED,
             unmatched: std::cell::Cell::new(0),
+            given: GivenIds(std::cell::Cell::new(0)),
             #[cfg(feature = "async")]
             engine: Default::default(),
             #[cfg(feature = "async")]
@@ -506,28 +525,27 @@ impl Connection {
         let Some(peer) = self.context.peer() else {
             return AtLimit::Hold;
         };
+        // Read now: its items answer the ids given so far.
+        self.note_ids_given();
         let answers = |item: &Incoming<'_>| match item {
-            Incoming::Invalid(i) => self.context.is_bare_answer(i),
+            Incoming::Invalid(i) => self.given.is_bare_answer(i),
             _ => item.response_id().is_some_and(|id| peer.awaits(id)),
         };
         let items = match message {
-            Message::Single(item) if self.context.entry_of(item).is_none() => {
+            Message::Single(item) if self.given.entry_of(item).is_none() => {
                 return AtLimit::Start;
             }
             Message::Single(_) => return AtLimit::Hold,
             Message::Batch(batch) => batch.as_slice(),
         };
-        if items
-            .iter()
-            .all(|item| self.context.entry_of(item).is_none())
-        {
+        if items.iter().all(|item| self.given.entry_of(item).is_none()) {
             return AtLimit::Start;
         }
         if !items.iter().any(answers) {
             return AtLimit::Hold;
         }
         for item in items {
-            if self.context.entry_of(item).is_none() {
+            if self.given.entry_of(item).is_none() {
                 self.deliver(Some(input), *item);
             }
         }
@@ -550,10 +568,35 @@ impl Connection {
         self.unmatched.get()
     }
 
-    /// Readies the arena for a message.
+    /// Readies the arena for a message read now.
     #[inline]
     pub(crate) fn begin_message(&mut self) {
         self.arena.reset();
+        self.note_ids_given();
+    }
+
+    /// Notes the ids this side has given its requests so far: the
+    /// message being read may answer those
+    /// ([`GivenIds`]).
+    #[inline]
+    pub(crate) fn note_ids_given(&self) {
+        if let Some(peer) = self.context.peer() {
+            self.given.0.set(peer.ids_given_below());
+        }
+    }
+
+    /// The ids noted by [`note_ids_given`](Self::note_ids_given) (0 on a
+    /// connection without a peer).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // held messages
+    pub(crate) fn ids_given_below(&self) -> u64 {
+        self.given.0.get()
+    }
+
+    /// Reads a held message's items against the ids given when it was
+    /// held ([`note_ids_given`](Self::note_ids_given) noted those of now).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // held messages
+    pub(crate) fn read_as_when_held(&self, ids_given_below: u64) {
+        self.given.0.set(ids_given_below);
     }
 
     /// Gives the arena's memory back if the message made it grow past the

@@ -288,16 +288,8 @@ impl<T> PendingTable<T> {
         id
     }
 
-    /// Takes the next id of the table's own counter, for a request to be
-    /// entered with [`insert_as`](Self::insert_as) once written.
-    pub(crate) fn reserve(&mut self) -> u64 {
-        let id = self.next;
-        self.next += 1;
-        id
-    }
-
     /// Registers `waiter` under `id`, an id allocated elsewhere (peers that
-    /// share one id space, or [`reserve`](Self::reserve)); the table's own
+    /// share one id space, or a peer's own counter); the table's own
     /// counter is not used.
     pub(crate) fn insert_as(&mut self, id: u64, waiter: T, deadline: Option<Instant>) {
         self.entries.insert(id, (waiter, deadline));
@@ -611,10 +603,11 @@ struct PeerInner {
     /// A request was ever sent with a deadline: until then
     /// [`Peer::next_deadline`] answers without the lock.
     deadlines: std::sync::atomic::AtomicBool,
-    /// Where request ids come from when several peers share one id space
-    /// (their answers come back on one channel that must tell whose they
-    /// are: an MCP HTTP session's calls); `None`: the table's own counter.
-    ids: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Where request ids come from, given in order from 1: shared when
+    /// several peers share one id space (their answers come back on one
+    /// channel that must tell whose they are: an MCP HTTP session's
+    /// calls). Read without the lock by [`Peer::ids_given_below`].
+    ids: Arc<std::sync::atomic::AtomicU64>,
     /// How the other side is told of a request this side gives up on;
     /// learnt from the dispatcher of the connection (plain JSON-RPC has
     /// no such notification: unset, nothing is sent).
@@ -660,7 +653,7 @@ impl Peer {
                 pending: Mutex::new(PendingTable::new()),
                 closed: std::sync::atomic::AtomicBool::new(false),
                 deadlines: std::sync::atomic::AtomicBool::new(false),
-                ids,
+                ids: ids.unwrap_or_else(|| Arc::new(std::sync::atomic::AtomicU64::new(1))),
                 cancel_notice: std::sync::OnceLock::new(),
             }),
         }
@@ -858,10 +851,10 @@ impl Peer {
         deadline: Option<Instant>,
         write: impl FnOnce(&mut Vec<u8>, u64) -> Result<(), PeerError>,
     ) -> Result<u64, PeerError> {
-        let id = match &self.inner.ids {
-            Some(ids) => ids.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            None => self.lock().reserve(),
-        };
+        let id = self
+            .inner
+            .ids
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut out = Vec::with_capacity(64);
         write(&mut out, id)?;
         if deadline.is_some() {
@@ -1222,17 +1215,10 @@ impl Peer {
         self.lock().len()
     }
 
-    /// Whether `id` is one this side gave a request (answered or not): ids
-    /// are given in order from 1.
-    pub(crate) fn issued(&self, id: Id<'_>) -> bool {
-        let Some(id) = id.as_u64() else {
-            return false;
-        };
-        let next = match &self.inner.ids {
-            Some(ids) => ids.load(std::sync::atomic::Ordering::Relaxed),
-            None => self.lock().next,
-        };
-        (1..next).contains(&id)
+    /// The first id this side has not given a request yet: every id from
+    /// 1 below it was given (answered or not).
+    pub(crate) fn ids_given_below(&self) -> u64 {
+        self.inner.ids.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the request with `id` waits for its response.

@@ -471,6 +471,16 @@ impl Connection {
         out: &mut B,
     ) {
         self.begin_message();
+        self.start_begun(dispatcher, input, out);
+    }
+
+    /// [`start`](Connection::start) past [`begin_message`](Connection::begin_message).
+    fn start_begun<S: Send + Sync + 'static, K, B: ReplyBuf>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        input: &Bytes,
+        out: &mut B,
+    ) {
         let mark = out.len();
         dispatcher.inner.start(input, self, out, None);
         self.finish_start(out, mark);
@@ -486,6 +496,7 @@ impl Connection {
         error: crate::Error,
         input: &Bytes,
     ) -> crate::conn::AtLimit {
+        self.note_ids_given();
         dispatcher
             .inner
             .deliver_refused_answers(error, input, Some(input), self);
@@ -506,7 +517,9 @@ impl Connection {
         out: &mut B,
     ) {
         self.engine.answers_taken = held.answers_taken;
-        self.start(dispatcher, &held.frame, out);
+        self.begin_message();
+        self.read_as_when_held(held.ids_given_below);
+        self.start_begun(dispatcher, &held.frame, out);
         self.engine.answers_taken = false;
     }
 
@@ -649,9 +662,13 @@ impl Connection {
         held: &mut HeldMessages,
         out: &mut B,
     ) {
+        // Read now: its items answer the ids given so far, not those given
+        // while it waits.
+        self.note_ids_given();
         let frame = HeldFrame {
             frame,
             answers_taken,
+            ids_given_below: self.ids_given_below(),
         };
         let Some(by) = &dispatcher.inner.cancel_by else {
             held.push_back(frame, None);
@@ -1912,7 +1929,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let batch = match parsed {
             Message::Single(item) => {
-                let Some(entry) = conn.context.entry_of(&item) else {
+                let Some(entry) = conn.given.entry_of(&item) else {
                     return conn.deliver(Some(input), item);
                 };
                 // Routed once here (launch routes again, by bytes).
@@ -1949,7 +1966,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             Message::Batch(batch) => batch,
         };
         let items = batch.as_slice();
-        let Some(budget) = self.batch_budget(items, &conn.context) else {
+        let Some(budget) = self.batch_budget(items, &conn.given) else {
             super::deliver_answers(items, Some(input), conn);
             return self.refuse_whole(out);
         };
@@ -1962,7 +1979,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let mut outer = engine.enter(Some(m));
         let mut k = 0;
         for item in items {
-            let Some(entry) = conn.context.entry_of(item) else {
+            let Some(entry) = conn.given.entry_of(item) else {
                 // A response's waiter (`Peer::request_with`) is no handler
                 // code of this batch: what it subscribes must not be kept
                 // or closed with how an entry here is answered.

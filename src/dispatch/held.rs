@@ -57,6 +57,10 @@ pub(crate) struct HeldFrame {
     /// table when it was held: starting it runs only its requests
     /// ([`Connection::start_held`](crate::Connection::start_held)).
     pub(crate) answers_taken: bool,
+    /// The peer's ids given when it was read
+    /// ([`Connection::note_ids_given`](crate::Connection::note_ids_given)):
+    /// its items are read against those when it starts.
+    pub(crate) ids_given_below: u64,
 }
 
 // The dispatcher's engine holds messages and takes out those a notice
@@ -152,6 +156,7 @@ mod tests {
         HeldFrame {
             frame: frame.clone(),
             answers_taken: false,
+            ids_given_below: 0,
         }
     }
 

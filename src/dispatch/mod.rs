@@ -657,7 +657,7 @@ impl<'a> Scope<'a> {
 #[cold]
 pub(crate) fn deliver_answers(items: &[Incoming<'_>], bytes: Option<&Bytes>, conn: &Connection) {
     for item in items {
-        if conn.context.entry_of(item).is_none() {
+        if conn.given.entry_of(item).is_none() {
             conn.deliver(bytes, *item);
         }
     }
@@ -677,7 +677,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         match self.parser.parse_incoming(input, scope.arena) {
             Err(e) => self.refuse_message(e, input, bytes, conn, out),
             Ok(Message::Single(item)) => {
-                let Some(entry) = conn.context.entry_of(&item) else {
+                let Some(entry) = conn.given.entry_of(&item) else {
                     return conn.deliver(bytes, item);
                 };
                 let Some(id) = entry.reply_id() else {
@@ -690,7 +690,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
             Ok(Message::Batch(batch)) => {
                 let items = batch.as_slice();
-                let Some(budget) = self.batch_budget(items, &conn.context) else {
+                let Some(budget) = self.batch_budget(items, &conn.given) else {
                     deliver_answers(items, bytes, conn);
                     return self.refuse_whole(out);
                 };
@@ -717,7 +717,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         // it.
         let most = out.len().saturating_add(budget.limit());
         for item in items {
-            let Some(entry) = conn.context.entry_of(item) else {
+            let Some(entry) = conn.given.entry_of(item) else {
                 conn.deliver(bytes, *item);
                 continue;
             };
@@ -816,10 +816,14 @@ impl<S: Send + Sync + 'static> Shared<S> {
 
     /// The budget of a batch: room held for every reply's too-large form.
     /// `None` if even those would pass the limit.
-    pub(crate) fn batch_budget(&self, items: &[Incoming<'_>], ctx: &Context) -> Option<Budget> {
+    pub(crate) fn batch_budget(
+        &self,
+        items: &[Incoming<'_>],
+        given: &crate::conn::GivenIds,
+    ) -> Option<Budget> {
         let mut budget = Budget::new(self.max_response_len, true);
         for item in items {
-            if let Some(id) = ctx.entry_of(item).and_then(|e| e.reply_id()) {
+            if let Some(id) = given.entry_of(item).and_then(|e| e.reply_id()) {
                 budget.hold(self.too_large.len_for(id));
             }
         }

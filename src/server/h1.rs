@@ -233,7 +233,7 @@ impl Own {
         &mut self,
         http: &HttpService<S, K>,
         kit: &ConnectionKit,
-        scratch: &mut Option<Connection>,
+        scratch: &mut Option<Box<Connection>>,
     ) -> Result<(), Leave>
     where
         S: Send + Sync + 'static,
@@ -399,7 +399,7 @@ impl Own {
         &mut self,
         head: &Head,
         http: &HttpService<S, K>,
-        scratch: &mut Option<Connection>,
+        scratch: &mut Option<Box<Connection>>,
     ) -> Result<bool, Leave>
     where
         S: Send + Sync + 'static,

@@ -246,8 +246,12 @@ struct Shared<S, K> {
     metrics: Option<Arc<Metrics>>,
     /// The 413 body (it names the limit).
     too_large: Bytes,
-    /// Idle per-request scratch.
-    pool: Mutex<Vec<Connection>>,
+    /// Idle per-request scratch, boxed: it moves into each request's
+    /// state and back (a pointer, not the connection's few hundred bytes,
+    /// which made the waiting state clippy's `large_enum_variant`), and
+    /// the boxes are reused as the connections are.
+    #[allow(clippy::vec_box)]
+    pool: Mutex<Vec<Box<Connection>>>,
 }
 
 impl<S, K> Clone for HttpService<S, K> {
@@ -482,7 +486,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     /// given back with [`release`](HttpService::release).
     pub(super) async fn answer(
         &self,
-        scratch: &mut Option<Connection>,
+        scratch: &mut Option<Box<Connection>>,
         headers: LazyHeaders,
         body: Bytes,
         out: &mut Vec<u8>,
@@ -539,7 +543,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     }
 
     /// Gives a connection's scratch back to the service's pool.
-    pub(super) fn release(&self, scratch: Option<Connection>)
+    pub(super) fn release(&self, scratch: Option<Box<Connection>>)
     where
         S: Send + Sync + 'static,
         K: 'static,
@@ -688,7 +692,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
 impl<S, K> Shared<S, K> {
     /// Per-request scratch (a pooled connection, or a new one) whose
     /// context shows this request's headers and peer.
-    fn checkout(&self, headers: HeaderMap, peer: Option<SocketAddr>) -> Connection {
+    fn checkout(&self, headers: HeaderMap, peer: Option<SocketAddr>) -> Box<Connection> {
         let mut conn = self.take_scratch();
         // Refilled in place when no handler kept it.
         if let Err(headers) = conn.context.refill(peer, headers) {
@@ -698,9 +702,9 @@ impl<S, K> Shared<S, K> {
     }
 
     /// Per-request scratch from the pool, or a new one.
-    fn take_scratch(&self) -> Connection {
+    fn take_scratch(&self) -> Box<Connection> {
         let pooled = super::lock(&self.pool).pop();
-        pooled.unwrap_or_else(|| Connection::new().max_retained(POOL_RETAINED))
+        pooled.unwrap_or_else(|| Box::new(Connection::new().max_retained(POOL_RETAINED)))
     }
 
     /// Gives scratch back once the reply is out. Calls still running (async
@@ -711,7 +715,7 @@ impl<S, K> Shared<S, K> {
     /// reply.
     fn release(
         self: &Arc<Self>,
-        mut conn: Connection,
+        mut conn: Box<Connection>,
         share: BodyShare,
         lingering: Option<Arc<Lingering>>,
     ) where
@@ -749,7 +753,7 @@ impl<S, K> Shared<S, K> {
         self.park(conn);
     }
 
-    fn park(&self, mut conn: Connection) {
+    fn park(&self, mut conn: Box<Connection>) {
         // The request's headers go now, not when the scratch is reused
         // (`HeaderMap::new` allocates nothing).
         if conn.context.refill(None, HeaderMap::new()).is_err() {
@@ -951,7 +955,7 @@ enum State {
     },
     /// Waiting for async calls.
     Dispatching {
-        conn: Option<Connection>,
+        conn: Option<Box<Connection>>,
         out: Vec<u8>,
         /// The message, kept alive while its calls run.
         _input: Bytes,

@@ -1210,22 +1210,25 @@ where
 
     /// Starts one framed message (or refuses it, over the message limit).
     fn start_message(&mut self, frame: Bytes) {
-        self.start_held(HeldFrame {
-            frame,
-            answers_taken: false,
-        });
+        self.start_frame(&frame, None);
     }
 
     /// [`start_message`](Self::start_message) for a message held at the
     /// in-flight limit.
     fn start_held(&mut self, held: HeldFrame) {
+        self.start_frame(&held.frame, Some(&held));
+    }
+
+    fn start_frame(&mut self, frame: &Bytes, held: Option<&HeldFrame>) {
         self.peaks.messages_read += 1;
-        if held.frame.len() > self.max_message_len {
+        if frame.len() > self.max_message_len {
             self.limit_hit(LimitKind::MessageLen);
             too_large_reply(self.max_message_len, &mut self.replies);
-        } else {
+        } else if let Some(held) = held {
             self.conn
-                .start_held(self.dispatcher, &held, &mut self.replies);
+                .start_held(self.dispatcher, held, &mut self.replies);
+        } else {
+            self.conn.start(self.dispatcher, frame, &mut self.replies);
         }
         self.queue_replies();
     }

@@ -677,6 +677,11 @@ async fn ask_the_client(ctx: &rpcwire::Context) -> Result<Value, RpcError> {
         .map_err(|e| RpcError::internal(e.to_string()))
 }
 
+/// The next message the client reads.
+async fn next_message(replies: &mut ClientLines) -> Value {
+    serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
+}
+
 /// `d` at one call in flight: `ask` (id 1), then, once its request to
 /// the client is read, the batch `batch` makes of that request's id; the
 /// next two messages the client reads. Ends the connection after.
@@ -926,10 +931,7 @@ async fn a_mixed_batch_at_the_in_flight_limit_runs_its_requests_in_their_turn() 
         .await
         .unwrap();
     let talk = async {
-        let mut next = async || -> Value {
-            serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
-        };
-        let ping = next().await;
+        let ping = next_message(&mut replies).await;
         assert_eq!(ping["method"], "client/ping", "{ping}");
         let batch = json!([
             {"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}},
@@ -937,10 +939,13 @@ async fn a_mixed_batch_at_the_in_flight_limit_runs_its_requests_in_their_turn() 
             {"jsonrpc": "2.0", "id": 3, "method": "add", "params": [3, 4]}
         ]);
         cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
-        let first = next().await;
+        let first = next_message(&mut replies).await;
         assert_eq!(first["method"], "answered", "{first}");
         gate.notify_one();
-        [next().await, next().await]
+        [
+            next_message(&mut replies).await,
+            next_message(&mut replies).await,
+        ]
     };
     let got = tokio::time::timeout(Duration::from_secs(20), talk)
         .await
@@ -990,16 +995,13 @@ async fn at_the_held_bound_a_slot_about_to_free_spares_the_awaited_answer() {
     )
     .await
     .unwrap();
-    let mut next = async || -> Value {
-        serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
-    };
     let talk = async {
-        let ping = next().await;
+        let ping = next_message(&mut replies).await;
         assert_eq!(ping["method"], "client/ping", "{ping}");
         let writer = flood_then_answer(cw, 3..SENT + 3, ping, json!({"pong": 1}));
         let mut got = Vec::new();
         while got.len() < SENT as usize + 2 {
-            got.push(next().await);
+            got.push(next_message(&mut replies).await);
         }
         (writer.await.unwrap(), got)
     };
@@ -1066,6 +1068,96 @@ async fn an_answer_inside_a_batch_past_the_batch_limit_is_delivered() {
     assert_eq!(got[0]["result"], json!({"pong": 1}), "{got:?}");
     assert_eq!(got[1]["id"], Value::Null, "{got:?}");
     assert_eq!(got[1]["error"]["code"], -32600, "{got:?}");
+}
+
+/// An object with an id but no `method`, `result` or `error` is a bare
+/// answer only to an id this side had given when the message was read:
+/// in `[ask, {"id":1}]`, `ask` (started in its turn) gives id 1 to its
+/// request before the second item is read, which was then taken for that
+/// request's broken answer (the request failed, the client's item got no
+/// reply). It is the client's invalid request, answered -32600, and the
+/// request gets its real answer.
+#[tokio::test]
+async fn an_item_is_no_answer_to_an_id_its_own_batch_gave() {
+    let (served, mut cw, cr) = serve_framed(asking_dispatcher(), false, Limits::default(), None);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(
+        b"[{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"ask\"},{\"jsonrpc\":\"2.0\",\"id\":1}]\n",
+    )
+    .await
+    .unwrap();
+    let talk = async {
+        let ping = next_message(&mut replies).await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        assert_eq!(ping["id"], 1, "{ping}");
+        let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {"pong": 1}});
+        cw.write_all(format!("{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        next_message(&mut replies).await
+    };
+    let reply = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("hung");
+    assert_eq!(reply[0]["id"], "a", "{reply}");
+    assert_eq!(reply[0]["result"], json!({"pong": 1}), "{reply}");
+    assert_eq!(reply[1]["id"], 1, "{reply}");
+    assert_eq!(reply[1]["error"]["code"], -32600, "{reply}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
+/// The same for a batch held at the in-flight limit, its answers taken
+/// then: read while id 1 alone was given, its `{"id":2}` is the client's
+/// invalid request, although the asking call gave id 2 to its second
+/// request before the batch started (it went unanswered, taken for an
+/// answer already delivered).
+#[tokio::test]
+async fn a_held_batch_is_read_against_the_ids_given_when_it_was_held() {
+    let d: D = Dispatcher::builder(())
+        .async_method("ask_twice", |call: AsyncCall<()>| async move {
+            let first = ask_the_client(&call.ctx).await?;
+            let second = ask_the_client(&call.ctx).await?;
+            Ok::<_, RpcError>(json!([first, second]))
+        })
+        .build()
+        .unwrap();
+    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":\"t\",\"method\":\"ask_twice\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let ping = next_message(&mut replies).await;
+        assert_eq!(ping["id"], 1, "{ping}");
+        let batch = json!([
+            {"jsonrpc": "2.0", "id": 1, "result": "one"},
+            {"jsonrpc": "2.0", "id": 2}
+        ]);
+        cw.write_all(format!("{batch}\n").as_bytes()).await.unwrap();
+        let ping = next_message(&mut replies).await;
+        assert_eq!(ping["id"], 2, "{ping}");
+        let answer = json!({"jsonrpc": "2.0", "id": 2, "result": "two"});
+        cw.write_all(format!("{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        (
+            next_message(&mut replies).await,
+            next_message(&mut replies).await,
+        )
+    };
+    let (asked, held) = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("hung");
+    assert_eq!(asked["id"], "t", "{asked}");
+    assert_eq!(asked["result"], json!(["one", "two"]), "{asked}");
+    assert_eq!(
+        held,
+        json!([{"jsonrpc": "2.0", "id": 2, "error": held[0]["error"]}]),
+        "{held}"
+    );
+    assert_eq!(held[0]["error"]["code"], -32600, "{held}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
 /// An answer read with the message that takes the held messages past
@@ -1144,16 +1236,16 @@ async fn an_answer_in_a_frame_over_the_message_limit_is_refused_with_it() {
         .await
         .unwrap();
     let talk = async {
-        let mut next = async || -> Value {
-            serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
-        };
-        let ping = next().await;
+        let ping = next_message(&mut replies).await;
         assert_eq!(ping["method"], "client/ping", "{ping}");
         let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": "x".repeat(400)});
         cw.write_all(format!("{answer}\n").as_bytes())
             .await
             .unwrap();
-        (next().await, next().await)
+        (
+            next_message(&mut replies).await,
+            next_message(&mut replies).await,
+        )
     };
     let (asked, refused) = tokio::time::timeout(Duration::from_secs(20), talk)
         .await
@@ -1195,19 +1287,16 @@ async fn past_the_held_bound_a_request_awaiting_its_answer_is_given_up() {
     cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
         .await
         .unwrap();
-    let mut next = async || -> Value {
-        serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
-    };
     let talk = async {
-        let ping = next().await;
+        let ping = next_message(&mut replies).await;
         assert_eq!(ping["method"], "client/ping", "{ping}");
         // About 250 KB of requests, then the answer, written while the
         // replies are read (the server stops reading at its bound).
         let ping_id = ping["id"].clone();
         let writer = flood_then_answer(cw, 2..SENT + 2, ping, json!(1));
-        let cancel = next().await;
+        let cancel = next_message(&mut replies).await;
         assert_eq!(cancel["method"], "$/cancelRequest", "{cancel}");
-        let asked = next().await;
+        let asked = next_message(&mut replies).await;
         assert_eq!(asked["id"], 1, "{asked}");
         assert_eq!(asked["error"]["code"], -32603, "{asked}");
         assert!(
@@ -1218,7 +1307,7 @@ async fn past_the_held_bound_a_request_awaiting_its_answer_is_given_up() {
             "{asked}"
         );
         for id in 2..SENT + 2 {
-            let v = next().await;
+            let v = next_message(&mut replies).await;
             assert_eq!(v["id"], id, "{v}");
             assert_eq!(v["result"], id + 1, "{v}");
         }
