@@ -374,7 +374,15 @@ impl Parser {
         prefix: bool,
         end: &mut usize,
     ) -> Result<Message<'a, T>, Error> {
-        scan::prefetch(input);
+        // A prefix is read from a stream's buffer, in address order after
+        // the message before it: the CPU's prefetcher is ahead there, and
+        // the rest of the buffer (what follows the message) is no reason
+        // to ask for a page.
+        scan::prefetch(if prefix {
+            &input[..input.len().min(scan::PREFIX_PREFETCH_BYTES)]
+        } else {
+            input
+        });
         let pos = skip_ws(input, 0);
         match input.get(pos) {
             Some(b'{') => {

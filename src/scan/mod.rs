@@ -40,6 +40,11 @@ pub(crate) fn is_ws(b: u8) -> bool {
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 const PREFETCH_BYTES: usize = 4096;
 
+/// What [`prefetch`] is given of a stream's buffer read as a prefix
+/// ([`Parser::parse_prefix`](crate::Parser::parse_prefix)): as much as
+/// before session 44.
+pub(crate) const PREFIX_PREFETCH_BYTES: usize = 512;
+
 /// Asks the CPU to start loading the cache lines of `input`'s first
 /// [`PREFETCH_BYTES`] now, all at once. The parser's reads depend on each
 /// other (where one value ends says where the next read goes), so a message
