@@ -374,6 +374,9 @@ pub struct Connection {
     unmatched: std::cell::Cell<u64>,
     /// The ids the message being read may answer.
     pub(crate) given: GivenIds,
+    /// The ids given when the transport last read
+    /// ([`note_read`](Self::note_read)); `None`: when a message starts.
+    ids_at_read: std::cell::Cell<Option<u64>>,
     #[cfg(feature = "async")]
     pub(crate) engine: crate::dispatch::engine::Engine,
     /// The engine's reply gate, beside it so that handlers can be given it
@@ -462,6 +465,7 @@ impl Connection {
             max_retained: Self::DEFAULT_MAX_RETAINED,
             unmatched: std::cell::Cell::new(0),
             given: GivenIds(std::cell::Cell::new(0)),
+            ids_at_read: std::cell::Cell::new(None),
             #[cfg(feature = "async")]
             engine: Default::default(),
             #[cfg(feature = "async")]
@@ -575,13 +579,29 @@ impl Connection {
         self.note_ids_given();
     }
 
-    /// Notes the ids this side has given its requests so far: the
-    /// message being read may answer those
-    /// ([`GivenIds`]).
+    /// Notes the ids this side had given its requests when the message
+    /// being read arrived: those it may answer ([`GivenIds`]). That is
+    /// when the transport last read ([`note_read`](Self::note_read)), not
+    /// when the message starts: a message read with others may start after
+    /// a handler of one before it gave an id, which the client could not
+    /// have known.
     #[inline]
     pub(crate) fn note_ids_given(&self) {
         if let Some(peer) = self.context.peer() {
-            self.given.0.set(peer.ids_given_below());
+            let given = self
+                .ids_at_read
+                .get()
+                .unwrap_or_else(|| peer.ids_given_below());
+            self.given.0.set(given);
+        }
+    }
+
+    /// The transport is about to read: what it reads answers at most the
+    /// ids given so far ([`note_ids_given`](Self::note_ids_given)).
+    #[cfg(feature = "server")]
+    pub(crate) fn note_read(&self) {
+        if let Some(peer) = self.context.peer() {
+            self.ids_at_read.set(Some(peer.ids_given_below()));
         }
     }
 

@@ -986,6 +986,17 @@ where
             // Stops the input (and so the framing) when it asked to.
             self.shutdown_triggered();
         } else {
+            if frame.len() > self.max_message_len {
+                // Refused whole when it starts, unread: not a cancellation
+                // either.
+                let frame = HeldFrame {
+                    frame,
+                    answers_taken: false,
+                    ids_given_below: 0,
+                };
+                self.held.push_back(frame, None);
+                return;
+            }
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
             let answers_taken = action == AtLimit::HoldAnswered;
@@ -1419,6 +1430,7 @@ where
         if self.rbuf.capacity() - self.rbuf.len() < MIN_READ_ROOM {
             self.rbuf.reserve(READ_CHUNK);
         }
+        self.conn.note_read();
         // `read_buf` is a thin future over `poll_read`: polling a new one
         // each time loses nothing.
         let read = std::pin::pin!(self.reader.read_buf(&mut self.rbuf));

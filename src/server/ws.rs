@@ -1231,6 +1231,7 @@ where
                     progress = true;
                 }
             } else if self.write_ready && reads {
+                self.conn.note_read();
                 let next = self.ws.poll_next_unpin(cx);
                 self.read_blocked = next.is_pending();
                 match next {

@@ -1107,6 +1107,53 @@ async fn an_item_is_no_answer_to_an_id_its_own_batch_gave() {
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
+/// The same across messages read together: `{"id":1}` arrived in the
+/// read that brought `ask`, before `ask` gave id 1 to its request, so it
+/// is the client's invalid request (-32600) although it starts after
+/// that. It was read against the ids given when it started, taken for
+/// that request's broken answer.
+#[tokio::test]
+async fn a_message_is_read_against_the_ids_given_when_it_arrived() {
+    let (served, mut cw, cr) = serve_framed(asking_dispatcher(), false, Limits::default(), None);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(
+        b"[{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"ask\"}]\n{\"jsonrpc\":\"2.0\",\"id\":1}\n",
+    )
+    .await
+    .unwrap();
+    let talk = async {
+        let mut got = vec![
+            next_message(&mut replies).await,
+            next_message(&mut replies).await,
+        ];
+        let ping = got
+            .iter()
+            .find(|v| v["method"] == "client/ping")
+            .expect("the request")
+            .clone();
+        assert_eq!(ping["id"], 1, "{got:?}");
+        let answer = json!({"jsonrpc": "2.0", "id": 1, "result": {"pong": 1}});
+        cw.write_all(format!("{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        got.push(next_message(&mut replies).await);
+        got
+    };
+    let got = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("hung");
+    let refused = got
+        .iter()
+        .find(|v| v.get("error").is_some())
+        .expect("the -32600");
+    assert_eq!(refused["id"], 1, "{got:?}");
+    assert_eq!(refused["error"]["code"], -32600, "{got:?}");
+    assert_eq!(got[2][0]["id"], "a", "{got:?}");
+    assert_eq!(got[2][0]["result"], json!({"pong": 1}), "{got:?}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
 /// The same for a batch held at the in-flight limit, its answers taken
 /// then: read while id 1 alone was given, its `{"id":2}` is the client's
 /// invalid request, although the asking call gave id 2 to its second
@@ -1156,6 +1203,56 @@ async fn a_held_batch_is_read_against_the_ids_given_when_it_was_held() {
         "{held}"
     );
     assert_eq!(held[0]["error"]["code"], -32600, "{held}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
+/// A cancellation notice over `Limits::max_message_len`, read at the
+/// in-flight limit, is refused whole like any frame over it: it does not
+/// cancel the call it names (it did, read for its target when held).
+#[tokio::test]
+async fn a_cancel_notice_over_the_message_limit_cancels_nothing() {
+    let d = asking_dispatcher_with(|b| {
+        b.cancel_notification(
+            "$/cancelRequest",
+            "id",
+            rpcwire::dispatch::CancelledReply::Error,
+        )
+    });
+    let limits = Limits {
+        max_in_flight: 1,
+        max_message_len: 256,
+        ..Limits::default()
+    };
+    let (served, mut cw, cr) = serve_framed(d, false, limits, None);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let ping = next_message(&mut replies).await;
+        assert_eq!(ping["method"], "client/ping", "{ping}");
+        let pad = " ".repeat(300);
+        let cancel = format!(
+            "{{\"jsonrpc\":\"2.0\",{pad}\"method\":\"$/cancelRequest\",\"params\":{{\"id\":1}}}}\n"
+        );
+        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}});
+        cw.write_all(format!("{cancel}{answer}\n").as_bytes())
+            .await
+            .unwrap();
+        (
+            next_message(&mut replies).await,
+            next_message(&mut replies).await,
+        )
+    };
+    let (asked, refused) = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .expect("hung");
+    assert_eq!(asked["id"], 1, "{asked}");
+    assert_eq!(asked["result"], json!({"pong": 1}), "cancelled: {asked}");
+    assert_eq!(refused["id"], Value::Null, "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert_eq!(refused["error"]["data"]["limit"], 256, "{refused}");
     cw.shutdown().await.unwrap();
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
