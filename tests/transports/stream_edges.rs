@@ -1219,6 +1219,26 @@ async fn a_cancel_notice_over_the_message_limit_cancels_nothing() {
             rpcwire::dispatch::CancelledReply::Error,
         )
     });
+    let asked = over_the_message_limit_at_the_in_flight_limit(d, |ping| {
+        let pad = " ".repeat(300);
+        let cancel = format!(
+            "{{\"jsonrpc\":\"2.0\",{pad}\"method\":\"$/cancelRequest\",\"params\":{{\"id\":1}}}}"
+        );
+        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}});
+        format!("{cancel}\n{answer}\n")
+    })
+    .await;
+    assert_eq!(asked["result"], json!({"pong": 1}), "cancelled: {asked}");
+}
+
+/// At one call in flight, `d`'s `ask` (id 1) asks the client; once its
+/// request is read, the client writes `then(&request)`, which holds a
+/// frame over `Limits::max_message_len` (256 bytes); `ask`'s reply is
+/// returned, and the frame's -32600 (with the limit) checked after it.
+async fn over_the_message_limit_at_the_in_flight_limit(
+    d: D,
+    then: impl FnOnce(&Value) -> String,
+) -> Value {
     let limits = Limits {
         max_in_flight: 1,
         max_message_len: 256,
@@ -1232,14 +1252,7 @@ async fn a_cancel_notice_over_the_message_limit_cancels_nothing() {
     let talk = async {
         let ping = next_message(&mut replies).await;
         assert_eq!(ping["method"], "client/ping", "{ping}");
-        let pad = " ".repeat(300);
-        let cancel = format!(
-            "{{\"jsonrpc\":\"2.0\",{pad}\"method\":\"$/cancelRequest\",\"params\":{{\"id\":1}}}}\n"
-        );
-        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}});
-        cw.write_all(format!("{cancel}{answer}\n").as_bytes())
-            .await
-            .unwrap();
+        cw.write_all(then(&ping).as_bytes()).await.unwrap();
         (
             next_message(&mut replies).await,
             next_message(&mut replies).await,
@@ -1249,12 +1262,12 @@ async fn a_cancel_notice_over_the_message_limit_cancels_nothing() {
         .await
         .expect("hung");
     assert_eq!(asked["id"], 1, "{asked}");
-    assert_eq!(asked["result"], json!({"pong": 1}), "cancelled: {asked}");
     assert_eq!(refused["id"], Value::Null, "{refused}");
     assert_eq!(refused["error"]["code"], -32600, "{refused}");
     assert_eq!(refused["error"]["data"]["limit"], 256, "{refused}");
     cw.shutdown().await.unwrap();
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+    asked
 }
 
 /// An answer read with the message that takes the held messages past
@@ -1322,38 +1335,12 @@ async fn an_answer_in_a_frame_over_the_message_limit_is_refused_with_it() {
         })
         .build()
         .unwrap();
-    let limits = Limits {
-        max_in_flight: 1,
-        max_message_len: 256,
-        ..Limits::default()
-    };
-    let (served, mut cw, cr) = serve_framed(d, false, limits, None);
-    let mut replies = tokio::io::BufReader::new(cr).lines();
-    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
-        .await
-        .unwrap();
-    let talk = async {
-        let ping = next_message(&mut replies).await;
-        assert_eq!(ping["method"], "client/ping", "{ping}");
+    let asked = over_the_message_limit_at_the_in_flight_limit(d, |ping| {
         let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": "x".repeat(400)});
-        cw.write_all(format!("{answer}\n").as_bytes())
-            .await
-            .unwrap();
-        (
-            next_message(&mut replies).await,
-            next_message(&mut replies).await,
-        )
-    };
-    let (asked, refused) = tokio::time::timeout(Duration::from_secs(20), talk)
-        .await
-        .expect("the asking call outlived its deadline");
-    assert_eq!(asked["id"], 1, "{asked}");
+        format!("{answer}\n")
+    })
+    .await;
     assert_eq!(asked["error"]["message"], "Timeout", "{asked}");
-    assert_eq!(refused["id"], Value::Null, "{refused}");
-    assert_eq!(refused["error"]["code"], -32600, "{refused}");
-    assert_eq!(refused["error"]["data"]["limit"], 256, "{refused}");
-    cw.shutdown().await.unwrap();
-    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
 
 /// A client that sends more than the connection holds at the in-flight
