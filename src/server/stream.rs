@@ -935,13 +935,16 @@ where
 
     /// Whether framing goes on at the in-flight limit: while reading does
     /// ([`reads_at_limit`](Self::reads_at_limit)), and past the held
-    /// messages' bound over what was read already while handlers await
+    /// messages' bound, over what was read already, while handlers await
     /// answers (an answer read with the messages that filled the bound
     /// would otherwise wait behind them unframed, and its request be given
-    /// up on). What that frames is taken or held as at the limit; the
-    /// bound is passed by at most what one read brought.
+    /// up on): up to the bound again. What that frames is taken or held as
+    /// at the limit, so that the held messages cost at most twice their
+    /// bound (a read of the smallest messages holds thousands of them).
     fn frames_at_limit(&self) -> bool {
-        self.reads_at_limit() || self.conn.awaits_client_answers()
+        self.reads_at_limit()
+            || (self.held.bytes() < 2 * self.max_message_len.min(MAX_HELD)
+                && self.conn.awaits_client_answers())
     }
 
     /// What to do with `frame` at the in-flight limit
