@@ -60,6 +60,8 @@ struct Lab {
     flood_closed: AtomicBool,
     /// The `ticks` producer saw its subscription end.
     ticks_stopped: AtomicBool,
+    /// `ask_and_tell` got its answer.
+    answered: tokio::sync::Notify,
 }
 
 fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, WithAsync> {
@@ -99,6 +101,18 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
                 .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
                 .await
                 .map_err(|e| RpcError::internal(e.to_string()))?;
+            answer
+                .decode::<Value>()
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
+        // `ask`, telling the test (not the client) when the answer came.
+        .async_method("ask_and_tell", |c: AsyncCall<Arc<Lab>>| async move {
+            let peer = c.ctx.peer().expect("two-way").clone();
+            let answer = peer
+                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+                .await
+                .map_err(|e| RpcError::internal(e.to_string()))?;
+            c.state.answered.notify_one();
             answer
                 .decode::<Value>()
                 .map_err(|e| RpcError::internal(e.to_string()))
@@ -736,6 +750,47 @@ async fn past_the_held_bound_a_request_awaiting_its_answer_is_given_up() {
 /// answers is bounded: a client that, instead of answering, floods
 /// requests (and empty messages, which cost no payload) is held up to
 /// about `max_message_len` bytes, then no longer read.
+/// A client that writes before it reads (its answer to the handler's
+/// request behind requests whose large replies it has not read yet): the
+/// server, its socket taking no more writes, read nothing more, so the
+/// answer waited behind replies that waited for the client, and both
+/// sides for good. Answers are now read while the socket takes no
+/// writes (the other messages held), and the asking call ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_read_while_the_socket_takes_no_writes() {
+    let _heap = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = slow_client(server.addr).await;
+    send(&mut ws, req(1, "ask_and_tell", json!([])).to_string()).await;
+    for id in 2..42 {
+        send(&mut ws, req(id, "big", json!([256 << 10])).to_string()).await;
+    }
+    // The server's writes stop (the client reads nothing) before the
+    // answer comes; its request's id is the connection's first.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc": "2.0", "id": 1, "result": "pong"}).to_string(),
+    )
+    .await;
+    tokio::time::timeout(Duration::from_secs(10), server.lab.answered.notified())
+        .await
+        .expect("the answer was not read while the server's writes waited");
+    // Everything is answered once the client reads.
+    let mut ids = Vec::new();
+    while ids.len() < 41 {
+        let m = next_json(&mut ws).await;
+        if m["method"] != "client/ping" {
+            assert!(m.get("error").is_none(), "{}", m["id"]);
+            ids.push(m["id"].as_u64().unwrap());
+        }
+    }
+    ids.sort();
+    assert_eq!(ids, (1..42).collect::<Vec<u64>>());
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_held_at_the_in_flight_limit_are_bounded() {
     let _alone = HEAP.write().await;

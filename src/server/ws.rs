@@ -56,9 +56,11 @@
 //!   exception keeps calls from waiting on themselves: while handlers
 //!   wait for their client's answers
 //!   ([`Context::peer`](crate::Context::peer)) at the in-flight limit,
-//!   reading goes on further; answers are delivered at once, and the other
-//!   messages are held in order (up to about `max_message_len` bytes,
-//!   5 MiB at most) until calls finish. Buffers: the message being read
+//!   reading goes on further, at the limit and while the socket takes no
+//!   writes (the client may be writing its answers before it reads ours);
+//!   answers are delivered at once, and the other messages are held in
+//!   order (up to about `max_message_len` bytes, 5 MiB at most) until
+//!   calls finish and the socket takes writes. Buffers: the message being read
 //!   (at most `max_message_len`), those held, an 8 KiB read buffer, the
 //!   write buffer (32 KiB plus the message being written), the replies of
 //!   the calls in flight, the [`Outbox`] ([`Limits::max_queued`] messages)
@@ -543,6 +545,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             held_stall: super::HeldStall::default(),
             shutdown: Box::pin(async move { shutdown.triggered().await }),
             drain: None,
+            pong: None,
             invalid_utf8: false,
             held: HeldMessages::default(),
         };
@@ -1123,6 +1126,9 @@ struct Driver<'s, S, K, T> {
     drain: Option<Pin<Box<Sleep>>>,
     /// The client sent a text message that is not UTF-8.
     invalid_utf8: bool,
+    /// A ping read while the socket took no writes: answered once it does
+    /// (the latest only, as RFC 6455 allows).
+    pong: Option<Bytes>,
     /// Messages read while the calls in flight were at the limit (reading
     /// on to watch the client, or for its answers to its handlers'
     /// requests) that are not only answers: started in order as calls
@@ -1178,13 +1184,48 @@ where
                     Err(reason) => return Poll::Ready(reason),
                 }
             }
+            if self.write_ready
+                && let Some(data) = self.pong.take()
+                && let Err(reason) = self.send(cx, Message::Pong(data))
+            {
+                return Poll::Ready(reason);
+            }
             if let Err(reason) = self.send_replies(cx) {
                 return Poll::Ready(reason);
             }
+            turns += 1;
             if !self.write_ready {
+                // The socket takes nothing: the client may be writing its
+                // answers to the handlers' requests before it reads ours
+                // (two peers pipelining large replies to each other would
+                // wait on each other for good), so those are still read
+                // while awaited; other messages are held (`on_message`),
+                // up to the held bound.
+                let for_answers = if self.drain.is_some() {
+                    self.conn.awaits_client_answers()
+                } else {
+                    self.awaits_answers()
+                };
+                if for_answers {
+                    let mut moved = match self.read_next(cx) {
+                        Ok(read) => read,
+                        Err(reason) => return Poll::Ready(reason),
+                    };
+                    // The calls go on meanwhile: an answer read lets its
+                    // call end (its reply waits with the others).
+                    moved |= self
+                        .conn
+                        .poll_replies(&self.server.dispatcher, cx, &mut self.replies)
+                        .is_ready();
+                    if moved && turns <= TURNS_PER_POLL {
+                        continue;
+                    }
+                    if moved {
+                        cx.waker().wake_by_ref();
+                    }
+                }
                 break;
             }
-            turns += 1;
             if turns > TURNS_PER_POLL {
                 // Let other connections run; come back at once.
                 cx.waker().wake_by_ref();
@@ -1231,19 +1272,9 @@ where
                     progress = true;
                 }
             } else if self.write_ready && reads {
-                self.conn.note_read();
-                let next = self.ws.poll_next_unpin(cx);
-                self.read_blocked = next.is_pending();
-                match next {
-                    Poll::Ready(Some(Ok(message))) => {
-                        progress = true;
-                        if let Err(reason) = self.on_message(cx, message) {
-                            return Poll::Ready(reason);
-                        }
-                    }
-                    Poll::Ready(Some(Err(e))) => return Poll::Ready(self.read_error(&e)),
-                    Poll::Ready(None) => return Poll::Ready(CloseReason::Client),
-                    Poll::Pending => {}
+                match self.read_next(cx) {
+                    Ok(read) => progress |= read,
+                    Err(reason) => return Poll::Ready(reason),
                 }
             }
             let stalled = !draining && !reads && self.conn.awaits_client_answers();
@@ -1438,6 +1469,10 @@ where
             // would have its pongs buffered without bound. Sending it as
             // a message of ours takes the place of that one and counts
             // as a write (reading stops while the socket takes nothing).
+            Message::Ping(data) if !self.write_ready => {
+                self.pong = Some(data);
+                return Ok(());
+            }
             Message::Ping(data) => return self.send(cx, Message::Pong(data)),
             Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
@@ -1450,7 +1485,9 @@ where
             }
             return Ok(());
         }
-        let action = if self.at_limit() || !self.held.is_empty() {
+        // Past the limit, or while the socket takes nothing (read then
+        // only for answers): the others wait.
+        let action = if self.at_limit() || !self.held.is_empty() || !self.write_ready {
             self.at_limit_action(&input)
         } else {
             AtLimit::Start
@@ -1470,6 +1507,20 @@ where
         self.conn
             .start(&self.server.dispatcher, &input, &mut self.replies);
         Ok(())
+    }
+
+    /// Reads the next message, if one is there, and takes it
+    /// ([`on_message`](Self::on_message)); whether one was.
+    fn read_next(&mut self, cx: &mut TaskContext<'_>) -> Result<bool, CloseReason> {
+        self.conn.note_read();
+        let next = self.ws.poll_next_unpin(cx);
+        self.read_blocked = next.is_pending();
+        match next {
+            Poll::Ready(Some(Ok(message))) => self.on_message(cx, message).map(|()| true),
+            Poll::Ready(Some(Err(e))) => Err(self.read_error(&e)),
+            Poll::Ready(None) => Err(CloseReason::Client),
+            Poll::Pending => Ok(false),
+        }
     }
 
     /// Sends the complete replies while the sink takes them.
