@@ -64,6 +64,19 @@ struct Lab {
     answered: tokio::sync::Notify,
 }
 
+/// `client/ping` through the connection's peer, the answer's result
+/// decoded.
+async fn ask_the_client(ctx: &rpcwire::Context) -> Result<Value, RpcError> {
+    let peer = ctx.peer().expect("two-way").clone();
+    let answer = peer
+        .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
+        .await
+        .map_err(|e| RpcError::internal(e.to_string()))?;
+    answer
+        .decode::<Value>()
+        .map_err(|e| RpcError::internal(e.to_string()))
+}
+
 fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, WithAsync> {
     Dispatcher::builder(lab)
         .observer(metrics)
@@ -96,39 +109,20 @@ fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, With
         // Asks the client (through the connection's peer) and replies with
         // its answer's result: MCP sampling, LSP workspace/configuration.
         .async_method("ask", |c: AsyncCall<Arc<Lab>>| async move {
-            let peer = c.ctx.peer().expect("two-way").clone();
-            let answer = peer
-                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-                .await
-                .map_err(|e| RpcError::internal(e.to_string()))?;
-            answer
-                .decode::<Value>()
-                .map_err(|e| RpcError::internal(e.to_string()))
+            ask_the_client(&c.ctx).await
         })
         // `ask`, telling the test (not the client) when the answer came.
         .async_method("ask_and_tell", |c: AsyncCall<Arc<Lab>>| async move {
-            let peer = c.ctx.peer().expect("two-way").clone();
-            let answer = peer
-                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-                .await
-                .map_err(|e| RpcError::internal(e.to_string()))?;
+            let answer = ask_the_client(&c.ctx).await?;
             c.state.answered.notify_one();
-            answer
-                .decode::<Value>()
-                .map_err(|e| RpcError::internal(e.to_string()))
+            Ok::<_, RpcError>(answer)
         })
         // `ask`, then a notification that the answer came, then the gate.
         .async_method("ask_then_gate", |c: AsyncCall<Arc<Lab>>| async move {
-            let peer = c.ctx.peer().expect("two-way").clone();
-            let answer = peer
-                .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-                .await
-                .map_err(|e| RpcError::internal(e.to_string()))?;
+            let answer = ask_the_client(&c.ctx).await?;
             c.ctx.notify("answered", &json!([]));
             c.state.gate.notified().await;
-            answer
-                .decode::<Value>()
-                .map_err(|e| RpcError::internal(e.to_string()))
+            Ok::<_, RpcError>(answer)
         })
         .async_method("gate", |c: AsyncCall<Arc<Lab>>| async move {
             c.state.gate.notified().await;
