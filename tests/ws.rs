@@ -12,11 +12,14 @@
 //! share it, so that nothing else runs meanwhile.
 #![cfg(feature = "ws")]
 
+#[path = "support/asking.rs"]
+mod asking;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 #[path = "support/ws_frame.rs"]
 mod ws_frame;
 
+use asking::ask_the_client;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
@@ -62,19 +65,6 @@ struct Lab {
     ticks_stopped: AtomicBool,
     /// `ask_and_tell` got its answer.
     answered: tokio::sync::Notify,
-}
-
-/// `client/ping` through the connection's peer, the answer's result
-/// decoded.
-async fn ask_the_client(ctx: &rpcwire::Context) -> Result<Value, RpcError> {
-    let peer = ctx.peer().expect("two-way").clone();
-    let answer = peer
-        .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-        .await
-        .map_err(|e| RpcError::internal(e.to_string()))?;
-    answer
-        .decode::<Value>()
-        .map_err(|e| RpcError::internal(e.to_string()))
 }
 
 fn dispatcher(lab: Arc<Lab>, metrics: Arc<Metrics>) -> Dispatcher<Arc<Lab>, WithAsync> {

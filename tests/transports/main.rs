@@ -13,6 +13,8 @@
 
 // What the modules share, each under the features its code needs.
 #[cfg(all(feature = "http", feature = "ws"))]
+#[path = "../support/asking.rs"]
+mod asking;
 #[path = "../support/combined_server.rs"]
 mod combined_server;
 #[path = "../support/eventually.rs"]

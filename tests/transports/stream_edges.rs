@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::asking::ask_the_client;
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::frame::{Concatenated, Framer, Lines, Lsp, Step};
 use rpcwire::server::stream::{CloseReason, Driver};
@@ -662,19 +663,6 @@ fn asking_dispatcher_with(
         })
         .build()
         .unwrap()
-}
-
-/// `ask`'s body: `client/ping` through the connection's peer, the
-/// answer's result decoded.
-async fn ask_the_client(ctx: &rpcwire::Context) -> Result<Value, RpcError> {
-    let peer = ctx.peer().expect("two-way").clone();
-    let answer = peer
-        .request("client/ping", Some(&json!([])), Duration::from_secs(3600))
-        .await
-        .map_err(|e| RpcError::internal(e.to_string()))?;
-    answer
-        .decode::<Value>()
-        .map_err(|e| RpcError::internal(e.to_string()))
 }
 
 /// The next message the client reads.
