@@ -566,8 +566,12 @@ impl Connection {
     /// answered. An invalid one whose id is pending also ends that request
     /// with [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse),
     /// as does an object with `"jsonrpc":"2.0"` and a pending id but no
-    /// `method`, `result` or `error` (one with an id this side gave and
-    /// that no longer waits is counted too, and not answered).
+    /// `method`, `result` or `error` (one with an id this side had given
+    /// when the message was read, and that no longer waits, is counted
+    /// too, and not answered). Not counted: responses inside a batch
+    /// refused whole (past the batch limit) while no request waited (the
+    /// batch is not read item by item then), nor those a transport drops
+    /// unread while shutting down.
     pub fn unmatched_responses(&self) -> u64 {
         self.unmatched.get()
     }
