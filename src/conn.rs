@@ -398,10 +398,10 @@ impl GivenIds {
     /// The request entry (valid or not) `item` is, or `None` if it belongs
     /// to the peer's pending table: a response, valid or not, or an object
     /// with `"jsonrpc":"2.0"` and an id this side had given one of its
-    /// requests when the message was read but neither `method` nor `result` nor `error` (a broken answer:
-    /// answering it -32600 would send the client an error for its own
-    /// answer, and leave the request waiting). The dispatchers read every
-    /// item through this.
+    /// requests when the message was read but neither `method` nor
+    /// `result` nor `error` (a broken answer: answering it -32600 would
+    /// send the client an error for its own answer, and leave the request
+    /// waiting). The dispatchers read every item through this.
     ///
     /// What an item is never changes while a message is read (a request's
     /// reply budget is reserved by one pass and spent by the next, and a
@@ -529,7 +529,7 @@ impl Connection {
         let Some(peer) = self.context.peer() else {
             return AtLimit::Hold;
         };
-        // Read now: its items answer the ids given so far.
+        // Its items answer the ids given when it was read.
         self.note_ids_given();
         let answers = |item: &Incoming<'_>| match item {
             Incoming::Invalid(i) => self.given.is_bare_answer(i),
