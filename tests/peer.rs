@@ -41,6 +41,25 @@ fn two_way(sent: &Arc<Sent>) -> (rpcwire::peer::Peer, Connection) {
     (peer, Connection::with_context(ctx))
 }
 
+/// A dispatcher with `ping` (answers `"pong"`), and one with `ping` and
+/// the async `later` (answers 7).
+#[cfg(feature = "async")]
+fn ping_and_later() -> (Dispatcher<()>, Dispatcher<(), rpcwire::dispatch::WithAsync>) {
+    let ping = |_: Call<()>| Ok::<_, RpcError>("pong");
+    let d = Dispatcher::builder(())
+        .method("ping", ping)
+        .build()
+        .unwrap();
+    let with_async = Dispatcher::builder(())
+        .method("ping", ping)
+        .async_method("later", |_: rpcwire::dispatch::AsyncCall<()>| async {
+            Ok::<_, RpcError>(7)
+        })
+        .build()
+        .unwrap();
+    (d, with_async)
+}
+
 /// How the requests [`ask_into`] sent ended: each result's JSON text
 /// (`None` for an error object), or why no answer came.
 type Outcomes = Arc<Mutex<Vec<Result<Option<Vec<u8>>, PeerError>>>>;
@@ -211,17 +230,7 @@ fn an_invalid_answer_to_a_pending_request_fails_it() {
 #[tokio::test]
 async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
     let (peer, mut conn) = two_way(&Arc::default());
-    let d = Dispatcher::builder(())
-        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
-        .build()
-        .unwrap();
-    let with_async = Dispatcher::builder(())
-        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
-        .async_method("later", |_: rpcwire::dispatch::AsyncCall<()>| async {
-            Ok::<_, RpcError>(7)
-        })
-        .build()
-        .unwrap();
+    let (d, with_async) = ping_and_later();
     let outcome = Outcomes::default();
     let ask = || ask_into(&peer, &outcome);
     let failed_as_missing_result = |outcome: &Outcomes| {
@@ -303,16 +312,7 @@ async fn a_bare_answer_to_a_pending_request_fails_it_unanswered() {
 #[tokio::test]
 async fn two_answers_to_one_request_in_a_batch_are_both_answers() {
     let (peer, mut conn) = two_way(&Arc::default());
-    let d = Dispatcher::builder(())
-        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
-        .build()
-        .unwrap();
-    let with_async = Dispatcher::builder(())
-        .async_method("later", |_: rpcwire::dispatch::AsyncCall<()>| async {
-            Ok::<_, RpcError>(7)
-        })
-        .build()
-        .unwrap();
+    let (d, with_async) = ping_and_later();
     let ask = || ask_into(&peer, &Outcomes::default());
     let mut out = Vec::new();
     for first in [r#""result":1"#, ""] {
