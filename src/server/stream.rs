@@ -1027,8 +1027,16 @@ where
                 }
             }
         }
+        // Shutting down, what was read is framed only while answers are
+        // awaited (the rest dropped): calls that may still ask keep the
+        // input open, but the messages behind the shutdown are not taken,
+        // as none would be after a stop.
         while self.input != Input::Stopped
-            && (self.draining || !self.backpressured() || self.frames_at_limit())
+            && if self.draining {
+                self.conn.awaits_client_answers()
+            } else {
+                !self.backpressured() || self.frames_at_limit()
+            }
         {
             if self.parser_frames && !self.framing {
                 progress |= self.take_parsed();
