@@ -1027,22 +1027,17 @@ where
                 }
             }
         }
-        // Shutting down, what was read is framed only while answers are
-        // awaited (the rest dropped): calls that may still ask keep the
-        // input open, but the messages behind the shutdown are not taken,
-        // as none would be after a stop.
-        while self.input != Input::Stopped
-            && if self.draining {
-                self.conn.awaits_client_answers()
-            } else {
-                !self.backpressured() || self.frames_at_limit()
-            }
-        {
+        while self.frames_more() {
             if self.parser_frames && !self.framing {
                 progress |= self.take_parsed();
                 // At the end of the input the framer decides what is left,
                 // as it does without parsing.
                 if !self.framing && (self.input == Input::Open || self.backpressured()) {
+                    break;
+                }
+                // A message just parsed may have shut down (its handler
+                // asked to): the framer goes on only if it still would.
+                if !self.frames_more() {
                     break;
                 }
             }
@@ -1095,6 +1090,20 @@ where
             }
         }
         progress
+    }
+
+    /// Whether [`take_messages`](Self::take_messages) frames more of what
+    /// was read. Shutting down, only while answers are awaited (the rest
+    /// is dropped): calls that may still ask keep the input open, but the
+    /// messages behind the shutdown are not taken, as none would be after
+    /// a stop.
+    fn frames_more(&mut self) -> bool {
+        self.input != Input::Stopped
+            && if self.draining {
+                self.conn.awaits_client_answers()
+            } else {
+                !self.backpressured() || self.frames_at_limit()
+            }
     }
 
     /// Whether reading stopped at the in-flight limit with the held

@@ -1607,3 +1607,54 @@ async fn messages_after_one_that_shuts_down_are_not_started() {
         );
     }
 }
+
+/// The same with a call still running, which keeps the input open through
+/// the grace (a two-way connection: the call may ask its client
+/// something): what follows the message that shut down is not framed
+/// either, so bytes there that are no message close nothing and get no
+/// -32700. The parser read the `stop` message and shut down, and the
+/// framer then took over and framed the rest: the run ended with a
+/// framing error, or not, as the reads had cut the stream (found by the
+/// `stream` fuzz target).
+#[tokio::test]
+async fn a_shutdown_with_a_call_running_frames_nothing_after_it() {
+    let shutdown = Shutdown::new();
+    let signal = shutdown.clone();
+    let d = Dispatcher::builder(())
+        .method("stop", move |c: Call<'_, ()>| {
+            signal.trigger();
+            c.reply.u64(0)
+        })
+        .async_method("slow", |call: AsyncCall<()>| async move {
+            let (v, ms): (Value, u64) = call.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(v)
+        })
+        .build()
+        .unwrap();
+    let (served, mut cw, cr) = serve_framed(d, true, Limits::default(), Some(shutdown));
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"slow","params":["done",100]}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"stop"}"#,
+        r#""not a message"{"jsonrpc":"2.0","id":3,"method":"stop"}"#,
+    );
+    cw.write_all(input.as_bytes()).await.unwrap();
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    let mut seen = Vec::new();
+    let read = async {
+        while let Some(line) = replies.next_line().await.unwrap() {
+            seen.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the connection closed");
+    assert_eq!(
+        seen,
+        [
+            json!({"jsonrpc": "2.0", "id": 2, "result": 0}),
+            json!({"jsonrpc": "2.0", "id": 1, "result": "done"}),
+        ]
+    );
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Shutdown);
+}
