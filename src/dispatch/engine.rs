@@ -669,6 +669,7 @@ impl Connection {
             frame,
             answers_taken,
             ids_given_below: self.ids_given_below(),
+            refused: None,
         };
         let Some(by) = &dispatcher.inner.cancel_by else {
             held.push_back(frame, None);

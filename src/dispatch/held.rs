@@ -16,6 +16,8 @@ use std::collections::{HashMap, VecDeque};
 use bytes::Bytes;
 use smallvec::SmallVec;
 
+use crate::frame::FrameError;
+
 /// What holding one message costs besides its bytes and its id's (its
 /// place in the queue and in the map), counted in [`HeldMessages::bytes`]
 /// so that the smallest messages (`{}`) cannot make the queue many times
@@ -61,6 +63,19 @@ pub(crate) struct HeldFrame {
     /// ([`Connection::note_ids_given`](crate::Connection::note_ids_given)):
     /// its items are read against those when it starts.
     pub(crate) ids_given_below: u64,
+    /// Bytes the transport's framer refused there (`frame` is empty): the
+    /// refusal is answered in its turn, after the messages read before it,
+    /// or dropped with them at a shutdown.
+    pub(crate) refused: Option<HeldRefusal>,
+}
+
+/// A framer's refusal held in order ([`HeldFrame::refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldRefusal {
+    pub(crate) error: FrameError,
+    /// The framer gave up there: the connection closes once it is
+    /// answered.
+    pub(crate) closes: bool,
 }
 
 // The dispatcher's engine holds messages and takes out those a notice
@@ -157,6 +172,7 @@ mod tests {
             frame: frame.clone(),
             answers_taken: false,
             ids_given_below: 0,
+            refused: None,
         }
     }
 

@@ -190,7 +190,7 @@ use super::{LimitKind, Limits, Metrics, Outbox, Shutdown};
 use crate::conn::AtLimit;
 use crate::dispatch::ReplyBuf;
 use crate::dispatch::engine::ReplyGate;
-use crate::dispatch::held::{HeldFrame, HeldMessages};
+use crate::dispatch::held::{HeldFrame, HeldMessages, HeldRefusal};
 use crate::frame::{FrameError, Framer, Step};
 use crate::{Connection, Context, ContextBuilder, Dispatcher};
 
@@ -207,7 +207,9 @@ pub enum CloseReason {
     /// Nothing happened for [`Limits::idle_timeout`]: no message arrived
     /// whole, no call ran, no byte could be written.
     Idle,
-    /// [`Shutdown`] was triggered.
+    /// [`Shutdown`] was triggered (by the server, or by a handler of a
+    /// message read before the end of the input or before bytes the framer
+    /// refused, which are then dropped unanswered).
     Shutdown,
 }
 
@@ -996,6 +998,7 @@ where
                     frame,
                     answers_taken: false,
                     ids_given_below: 0,
+                    refused: None,
                 };
                 self.held.push_back(frame, None);
                 return;
@@ -1016,6 +1019,10 @@ where
 
     /// Frames the bytes buffered and starts each message, while allowed.
     fn take_messages(&mut self) -> bool {
+        // A call that ended since the last look (an async handler, which
+        // ran in `poll_engine`) may have shut down: nothing held starts
+        // after that.
+        self.shutdown_triggered();
         self.drained();
         let mut progress = false;
         while !self.held.is_empty() && !self.backpressured() {
@@ -1078,13 +1085,11 @@ where
                 }
                 Step::Garbage { consumed, error } => {
                     self.rbuf.advance(consumed);
-                    self.peaks.messages_read += 1;
-                    self.refused(error);
+                    self.refuse_in_turn(error, false);
                     progress = true;
                 }
                 Step::Close(error) => {
-                    self.refused(error);
-                    self.stop(CloseReason::Framing(error));
+                    self.refuse_in_turn(error, true);
                     progress = true;
                 }
             }
@@ -1247,7 +1252,10 @@ where
     /// [`start_message`](Self::start_message) for a message held at the
     /// in-flight limit.
     fn start_held(&mut self, held: HeldFrame) {
-        self.start_frame(&held.frame, Some(&held));
+        match held.refused {
+            Some(refusal) => self.refuse_now(refusal),
+            None => self.start_frame(&held.frame, Some(&held)),
+        }
     }
 
     fn start_frame(&mut self, frame: &Bytes, held: Option<&HeldFrame>) {
@@ -1262,6 +1270,50 @@ where
             self.conn.start(self.dispatcher, frame, &mut self.replies);
         }
         self.queue_replies();
+    }
+
+    /// Answers bytes the framer refused (and, when it `closes`, ends the
+    /// connection), in their turn: behind held messages they are held too,
+    /// so that a message held before them that shuts down drops them, as
+    /// it would have had the reads stopped short of them. Shutting down,
+    /// they are dropped as the messages around them are.
+    fn refuse_in_turn(&mut self, error: FrameError, closes: bool) {
+        if self.draining {
+            if closes {
+                self.stop(CloseReason::Shutdown);
+            } else {
+                self.peaks.messages_read += 1;
+            }
+        } else if !self.held.is_empty() {
+            let refusal = HeldFrame {
+                frame: Bytes::new(),
+                answers_taken: false,
+                ids_given_below: 0,
+                refused: Some(HeldRefusal { error, closes }),
+            };
+            self.held.push_back(refusal, None);
+            if closes {
+                // Nothing more can be framed; the reason is the refusal's
+                // once it is answered (or the shutdown's, if a held
+                // message asks for one first).
+                self.input = Input::Stopped;
+                self.close_peer();
+            }
+        } else {
+            self.refuse_now(HeldRefusal { error, closes });
+        }
+    }
+
+    fn refuse_now(&mut self, HeldRefusal { error, closes }: HeldRefusal) {
+        if closes {
+            self.refused(error);
+            // Held, it stopped the input already and left the reason open.
+            self.reason = CloseReason::Framing(error);
+            self.stop(self.reason);
+        } else {
+            self.peaks.messages_read += 1;
+            self.refused(error);
+        }
     }
 
     /// Answers a message the framer refused.
@@ -1296,6 +1348,11 @@ where
             self.input = Input::Stopped;
             self.reason = reason;
             self.close_peer();
+        } else if reason == CloseReason::Shutdown && self.reason == CloseReason::Eof {
+            // The input had ended (or the framer given up behind held
+            // messages, its refusal not answered yet), and a message read
+            // before that shut down: the shutdown ends the connection.
+            self.reason = reason;
         }
     }
 
@@ -1456,8 +1513,8 @@ where
         let read = std::pin::pin!(self.reader.read_buf(&mut self.rbuf));
         match read.poll(cx) {
             Poll::Ready(Ok(0)) => {
+                // The reason stays: `Eof` unless shutting down already.
                 self.input = Input::Eof;
-                self.reason = CloseReason::Eof;
                 if self.in_flight() > 0 {
                     // A half-close (answered) or a close (nobody to
                     // answer)? A Unix socket tells.

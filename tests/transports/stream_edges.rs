@@ -1658,3 +1658,268 @@ async fn a_shutdown_with_a_call_running_frames_nothing_after_it() {
     );
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Shutdown);
 }
+
+/// `drive` with a shutdown signal (which the dispatcher's `stop` triggers):
+/// the bytes written, the close reason and the messages counted.
+async fn drive_with_shutdown<F: Framer, K: Send + Sync + 'static>(
+    d: &Dispatcher<(), K>,
+    framer: F,
+    limits: Limits,
+    shutdown: Shutdown,
+    pieces: Vec<Vec<u8>>,
+) -> (String, CloseReason, u64) {
+    let mut out = Vec::new();
+    let driver = Driver::new(framer).limits(limits).shutdown(shutdown);
+    let stats = driver.stats();
+    let reason = driver.run(d, Pieces::new(pieces), &mut out).await.unwrap();
+    (
+        String::from_utf8(out).unwrap(),
+        reason,
+        stats.messages_read(),
+    )
+}
+
+/// `later` (async, ready when first polled) and `stop` (sync, triggers
+/// `signal`).
+fn later_and_stop(signal: Shutdown) -> D {
+    Dispatcher::builder(())
+        .async_method("later", |_: AsyncCall<()>| async { Ok::<_, RpcError>(0) })
+        .method("stop", move |c: Call<'_, ()>| {
+            signal.trigger();
+            c.reply.u64(1)
+        })
+        .build()
+        .unwrap()
+}
+
+/// Bytes the framer refuses behind a `stop` held at the in-flight limit
+/// are refused in their turn, after it: so it drops them, as when the
+/// reads stopped short of them. They were answered as soon as framed (a
+/// -32600 for Lines' over-long line, counted; a -32700 closing the run as
+/// `Framing` for concatenated JSON), or never, as the reads had cut the
+/// stream (found by a review).
+#[tokio::test]
+async fn refused_bytes_behind_a_held_shutdown_are_dropped_with_it() {
+    let limits = || Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let later = br#"{"jsonrpc":"2.0","id":1,"method":"later"}"#.to_vec();
+    let stop = br#"{"jsonrpc":"2.0","id":2,"method":"stop"}"#.to_vec();
+    let expected = (
+        concat!(
+            r#"{"jsonrpc":"2.0","id":1,"result":0}"#,
+            "\n",
+            r#"{"jsonrpc":"2.0","id":2,"result":1}"#,
+            "\n"
+        )
+        .to_string(),
+        CloseReason::Shutdown,
+        2,
+    );
+    // Lines: an over-long line (refused, the stream goes on).
+    let head = [later.clone(), b"\n".to_vec()].concat();
+    let tail = [
+        stop.clone(),
+        b"\n".to_vec(),
+        vec![b'x'; 200],
+        b"\n".to_vec(),
+    ]
+    .concat();
+    for pieces in [
+        vec![[head.clone(), tail.clone()].concat()],
+        vec![head, tail],
+    ] {
+        let cut = pieces.len() > 1;
+        let s = Shutdown::new();
+        let d = later_and_stop(s.clone());
+        let run = drive_with_shutdown(&d, Lines::new().max_frame(100), limits(), s, pieces).await;
+        assert_eq!(run, expected, "lines, cut after `later`: {cut}");
+    }
+    // Concatenated JSON: bytes it cannot go on after (the run closes).
+    let tail = [stop, br#""junk""#.to_vec()].concat();
+    for pieces in [
+        vec![[later.clone(), tail.clone()].concat()],
+        vec![later.clone(), tail],
+    ] {
+        let cut = pieces.len() > 1;
+        let s = Shutdown::new();
+        let d = later_and_stop(s.clone());
+        let run = drive_with_shutdown(&d, Concatenated::new(), limits(), s, pieces).await;
+        assert_eq!(run, expected, "concatenated, cut after `later`: {cut}");
+    }
+}
+
+/// Refused bytes behind held messages that do not shut down are answered
+/// after them, in order, and a framer that gives up closes the run with
+/// its error once the held messages are answered.
+#[tokio::test]
+async fn refused_bytes_behind_held_messages_are_answered_after_them() {
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let d = later_and_stop(Shutdown::new());
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"later"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"later"}"#,
+        r#""junk""#,
+    );
+    let (out, reason, read) = drive_with_shutdown(
+        &d,
+        Concatenated::new(),
+        limits,
+        Shutdown::new(),
+        vec![input.into()],
+    )
+    .await;
+    let replies = values(out.as_bytes());
+    assert_eq!(replies.len(), 3, "{out}");
+    assert_eq!(replies[0]["id"], 1, "{out}");
+    assert_eq!(replies[1]["id"], 2, "{out}");
+    assert_eq!(replies[2]["error"]["code"], -32700, "{out}");
+    assert!(
+        matches!(reason, CloseReason::Framing(e) if e.code() == -32700),
+        "{reason:?}"
+    );
+    assert_eq!(read, 2);
+}
+
+/// A call that shut down as it ended (an async handler) stops what is
+/// held behind it at the in-flight limit: the held message was started and
+/// answered, the driver looking at the signal only after the next start
+/// (found by a review).
+#[tokio::test]
+async fn nothing_held_starts_after_an_async_handler_shut_down() {
+    let s = Shutdown::new();
+    let signal = s.clone();
+    let d = Dispatcher::builder(())
+        .async_method("stop", move |_: AsyncCall<()>| {
+            let signal = signal.clone();
+            async move {
+                signal.trigger();
+                Ok::<_, RpcError>(1)
+            }
+        })
+        .method("add", |c: Call<'_, ()>| c.reply.u64(3))
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    };
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"stop"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"add"}"#,
+        "\n",
+    );
+    let run = drive_with_shutdown(&d, Lines::new(), limits, s, vec![input.into()]).await;
+    assert_eq!(
+        run,
+        (
+            format!("{}\n", r#"{"jsonrpc":"2.0","id":1,"result":1}"#),
+            CloseReason::Shutdown,
+            1
+        )
+    );
+}
+
+/// Shutting down while a call awaits its client's answer, the driver
+/// frames on for the answer only: bytes there the framer refuses are
+/// dropped as the other messages are, and a framer that gives up ends the
+/// drain as a shutdown. Before, Lines answered an over-long line after the
+/// shutdown (a -32600), and concatenated JSON wrote a -32700 and closed as
+/// `Framing` (found by a review).
+#[tokio::test]
+async fn refused_bytes_read_while_draining_for_an_answer_are_dropped() {
+    for concatenated in [false, true] {
+        let shutdown = Shutdown::new();
+        let signal = shutdown.clone();
+        let d = Dispatcher::builder(())
+            .method("stop", move |c: Call<'_, ()>| {
+                signal.trigger();
+                c.reply.u64(0)
+            })
+            .async_method("ask", |call: AsyncCall<()>| async move {
+                ask_the_client(&call.ctx).await
+            })
+            .build()
+            .unwrap();
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let (sr, sw) = tokio::io::split(server);
+        let served = tokio::spawn(async move {
+            if concatenated {
+                let driver = Driver::new(Concatenated::new()).shutdown(shutdown);
+                driver.run(&d, sr, sw).await
+            } else {
+                let driver = Driver::new(Lines::new().max_frame(100)).shutdown(shutdown);
+                driver.run(&d, sr, sw).await
+            }
+        });
+        let (cr, mut cw) = tokio::io::split(client);
+        cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+            .await
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(cr).lines();
+        let asked = next_message(&mut lines).await;
+        assert_eq!(asked["method"], "client/ping", "{asked}");
+        let answer = json!({"jsonrpc": "2.0", "id": asked["id"], "result": "pong"});
+        let junk = if concatenated {
+            "\"junk\"".to_string()
+        } else {
+            "x".repeat(200)
+        };
+        let input =
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"stop\"}}\n{junk}\n{answer}\n");
+        cw.write_all(input.as_bytes()).await.unwrap();
+        let mut seen = Vec::new();
+        let read = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                seen.push(serde_json::from_str::<Value>(&line).unwrap());
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), read)
+            .await
+            .expect("the connection closed");
+        let reason = served.await.unwrap().unwrap();
+        assert_eq!(seen[0], json!({"jsonrpc": "2.0", "id": 2, "result": 0}));
+        if concatenated {
+            // Nothing after bytes the framer gave up on is read: the
+            // answer is lost with them, and the call fails.
+            assert_eq!(seen.len(), 2, "{seen:?}");
+            assert_eq!(seen[1]["id"], 1, "{seen:?}");
+            assert!(seen[1]["error"].is_object(), "{seen:?}");
+        } else {
+            assert_eq!(
+                seen[1..],
+                [json!({"jsonrpc": "2.0", "id": 1, "result": "pong"})],
+                "{seen:?}"
+            );
+        }
+        assert_eq!(reason, CloseReason::Shutdown, "concatenated {concatenated}");
+    }
+}
+
+/// A connection shut down ends as `Shutdown`, also when its client then
+/// closes its side while a call runs, or when the message that shut down
+/// was the last, unterminated, one: the end of the input overwrote the
+/// reason, or (read after it) kept it from being set (found by a review).
+#[tokio::test]
+async fn a_shutdown_is_the_reason_whatever_the_end_of_the_input() {
+    let s = Shutdown::new();
+    let d = later_and_stop(s.clone());
+    let input = concat!(
+        r#"{"jsonrpc":"2.0","id":1,"method":"later"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"stop"}"#,
+    );
+    let (out, reason, read) =
+        drive_with_shutdown(&d, Lines::new(), Limits::default(), s, vec![input.into()]).await;
+    assert_eq!((reason, read), (CloseReason::Shutdown, 2), "{out}");
+    let ids: Vec<Value> = values(out.as_bytes())
+        .iter()
+        .map(|v| v["id"].clone())
+        .collect();
+    assert_eq!(ids, [json!(1), json!(2)]);
+}
