@@ -2174,3 +2174,65 @@ async fn a_call_waiting_for_its_client_finishes_during_a_graceful_shutdown() {
         .unwrap()
         .unwrap();
 }
+
+/// A handler that triggers the shutdown ends the input where it stands,
+/// as under the stream driver: `add`, sent in the same write after
+/// `stop`, was started and answered, the driver looking at the signal
+/// only when next polled (found by a review).
+#[tokio::test]
+async fn a_message_after_one_that_shuts_down_is_not_started() {
+    let _shared = HEAP.read().await;
+    let signal: Arc<std::sync::OnceLock<Shutdown>> = Arc::default();
+    let stop_signal = signal.clone();
+    let d = Dispatcher::builder(())
+        .method("stop", move |c: Call<'_, ()>| {
+            stop_signal.get().unwrap().trigger();
+            c.reply.u64(0)
+        })
+        .method("add", |c: Call<'_, ()>| c.reply.u64(3))
+        .build()
+        .unwrap();
+    let server = Arc::new(WsServer::new(d));
+    signal.set(server.shutdown_signal().clone()).ok().unwrap();
+    let (client, io) = tokio::io::duplex(64 * 1024);
+    let s = server.clone();
+    let task = tokio::spawn(async move { s.serve_connection(io, Context::builder()).await });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let mut bytes = client_frame(1, br#"{"jsonrpc":"2.0","id":1,"method":"stop"}"#);
+    bytes.extend(client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":2,"method":"add"}"#,
+    ));
+    cw.write_all(&bytes).await.unwrap();
+    // The server's frames (short, unmasked) up to its close frame.
+    let mut data = Vec::new();
+    let texts = loop {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(PATIENCE, cr.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "the server closed without a close frame");
+        data.extend_from_slice(&buf[..n]);
+        let (mut at, mut texts, mut closed) = (0, Vec::new(), false);
+        while at + 2 <= data.len() {
+            let (opcode, len) = (data[at] & 0x0f, (data[at + 1] & 0x7f) as usize);
+            if at + 2 + len > data.len() {
+                break;
+            }
+            match opcode {
+                1 => texts.push(String::from_utf8(data[at + 2..at + 2 + len].to_vec()).unwrap()),
+                8 => closed = true,
+                _ => {}
+            }
+            at += 2 + len;
+        }
+        if closed {
+            break texts;
+        }
+    };
+    cw.write_all(&client_frame(8, &[3, 232])).await.unwrap();
+    let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+    assert_eq!(reason, CloseReason::Shutdown);
+    assert_eq!(texts, [r#"{"jsonrpc":"2.0","id":1,"result":0}"#]);
+}

@@ -1147,13 +1147,19 @@ where
     K: 'static,
     T: AsyncRead + AsyncWrite + Unpin,
 {
+    /// The shutdown was triggered: the grace starts, and only answers to
+    /// the handlers' requests are read from here.
+    fn start_drain(&mut self) {
+        let grace = self.server.limits.shutdown_grace;
+        self.drain = Some(Box::pin(tokio::time::sleep(grace)));
+        // Not started: as the messages not read yet.
+        self.held.clear();
+    }
+
     /// Drives the open connection until it must close, and says why.
     fn poll_open(&mut self, cx: &mut TaskContext<'_>) -> Poll<CloseReason> {
         if self.drain.is_none() && self.shutdown.as_mut().poll(cx).is_ready() {
-            let grace = self.server.limits.shutdown_grace;
-            self.drain = Some(Box::pin(tokio::time::sleep(grace)));
-            // Not started: as the messages not read yet.
-            self.held.clear();
+            self.start_drain();
         }
         if let Some(drain) = &mut self.drain
             && drain.as_mut().poll(cx).is_ready()
@@ -1247,6 +1253,11 @@ where
                     Ok(sent) => progress |= sent,
                     Err(reason) => return Poll::Ready(reason),
                 }
+            }
+            if self.drain.is_none() && self.server.shutdown.is_triggered() {
+                // By a handler that just ran (or ended): nothing read
+                // after its message starts, as with the stream driver.
+                self.start_drain();
             }
             let draining = self.drain.is_some();
             if draining
