@@ -38,7 +38,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Data, OpCode};
 use tokio_tungstenite::tungstenite::{Message, http};
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
-use ws_frame::client_frame;
+use ws_frame::{client_frame, server_frames};
 
 #[global_allocator]
 static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
@@ -1004,23 +1004,7 @@ async fn read_frames_until_eof(tcp: &mut TcpStream) -> Vec<(u8, Vec<u8>)> {
         .await
         .expect("the server closed in time")
         .ok();
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while at + 2 <= data.len() {
-        let opcode = data[at] & 0x0f;
-        let (len, head) = match data[at + 1] & 0x7f {
-            126 => (u16::from_be_bytes([data[at + 2], data[at + 3]]) as usize, 4),
-            127 => (
-                u64::from_be_bytes(data[at + 2..at + 10].try_into().unwrap()) as usize,
-                10,
-            ),
-            n => (n as usize, 2),
-        };
-        let start = at + head;
-        frames.push((opcode, data[start..start + len].to_vec()));
-        at = start + len;
-    }
-    frames
+    server_frames(&data)
 }
 
 #[tokio::test]
@@ -2204,35 +2188,262 @@ async fn a_message_after_one_that_shuts_down_is_not_started() {
         br#"{"jsonrpc":"2.0","id":2,"method":"add"}"#,
     ));
     cw.write_all(&bytes).await.unwrap();
-    // The server's frames (short, unmasked) up to its close frame.
-    let mut data = Vec::new();
-    let texts = loop {
-        let mut buf = [0u8; 4096];
-        let n = tokio::time::timeout(PATIENCE, cr.read(&mut buf))
-            .await
-            .unwrap()
-            .unwrap();
-        assert!(n > 0, "the server closed without a close frame");
-        data.extend_from_slice(&buf[..n]);
-        let (mut at, mut texts, mut closed) = (0, Vec::new(), false);
-        while at + 2 <= data.len() {
-            let (opcode, len) = (data[at] & 0x0f, (data[at + 1] & 0x7f) as usize);
-            if at + 2 + len > data.len() {
-                break;
-            }
-            match opcode {
-                1 => texts.push(String::from_utf8(data[at + 2..at + 2 + len].to_vec()).unwrap()),
-                8 => closed = true,
-                _ => {}
-            }
-            at += 2 + len;
-        }
-        if closed {
-            break texts;
-        }
-    };
+    let (texts, close) = texts_and_close(&frames_until_close(&mut cr).await);
+    assert_eq!(close, Some(1001));
     cw.write_all(&client_frame(8, &[3, 232])).await.unwrap();
     let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
     assert_eq!(reason, CloseReason::Shutdown);
     assert_eq!(texts, [r#"{"jsonrpc":"2.0","id":1,"result":0}"#]);
+}
+
+/// The server's frames (unmasked) up to and with its close frame, or to
+/// the end of the stream: (opcode, payload).
+async fn frames_until_close(cr: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<(u8, Vec<u8>)> {
+    let mut data = Vec::new();
+    loop {
+        let mut buf = [0u8; 8192];
+        let n = tokio::time::timeout(PATIENCE, cr.read(&mut buf))
+            .await
+            .expect("the server hung")
+            .unwrap_or(0);
+        data.extend_from_slice(&buf[..n]);
+        let frames = server_frames(&data);
+        if n == 0 || frames.iter().any(|f| f.0 == 8) {
+            return frames;
+        }
+    }
+}
+
+/// The text frames among `frames`, and the close frame's code.
+fn texts_and_close(frames: &[(u8, Vec<u8>)]) -> (Vec<String>, Option<u16>) {
+    let texts = frames
+        .iter()
+        .filter(|f| f.0 == 1)
+        .map(|f| String::from_utf8(f.1.clone()).unwrap())
+        .collect();
+    let close = frames
+        .iter()
+        .find(|f| f.0 == 8)
+        .map(|f| u16::from_be_bytes([f.1[0], f.1[1]]));
+    (texts, close)
+}
+
+/// The next server frame, a short text one (the `client/ping` request).
+async fn short_text(cr: &mut (impl tokio::io::AsyncRead + Unpin)) -> Value {
+    let mut head = [0u8; 2];
+    tokio::time::timeout(PATIENCE, cr.read_exact(&mut head))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((head[0] & 0x0f, head[1] & 0x7f < 126), (1, true));
+    let mut body = vec![0u8; (head[1] & 0x7f) as usize];
+    cr.read_exact(&mut body).await.unwrap();
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// A connection over a duplex pipe whose `ask` (id 1) waits for its
+/// client's answer, and the shutdown triggered once the client has the
+/// question: the client's halves, the connection's task and its metrics.
+async fn draining_for_an_answer(
+    limits: Limits,
+) -> (
+    tokio::io::ReadHalf<tokio::io::DuplexStream>,
+    tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    tokio::task::JoinHandle<CloseReason>,
+    Arc<Metrics>,
+) {
+    let d = Dispatcher::builder(())
+        .async_method("ask", |c: AsyncCall<()>| async move {
+            ask_the_client(&c.ctx).await
+        })
+        .method("ping", |c: Call<'_, ()>| c.reply.str("pong"))
+        .build()
+        .unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits {
+        shutdown_grace: Duration::from_secs(20),
+        ..limits
+    };
+    let server = Arc::new(WsServer::new(d).limits(limits).metrics(metrics.clone()));
+    let shutdown = server.shutdown_signal().clone();
+    let (client, io) = tokio::io::duplex(1 << 20);
+    let task = tokio::spawn(async move { server.serve_connection(io, Context::builder()).await });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    cw.write_all(&client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":1,"method":"ask"}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(short_text(&mut cr).await["method"], "client/ping");
+    shutdown.trigger();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    (cr, cw, task, metrics)
+}
+
+/// Draining for an answer, what cannot be read is dropped as the other
+/// messages read then are, and the connection ends as the shutdown (1001),
+/// as the stream driver's does: an oversized message got its -32600 and a
+/// 1009 (counted as a limit hit), text that is not UTF-8 a 1007, and the
+/// client's close frame made it end as `Client` (found by a review).
+#[tokio::test]
+async fn what_the_client_sends_while_draining_ends_it_as_the_shutdown() {
+    let _shared = HEAP.read().await;
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":["{}"]}}"#,
+        "x".repeat(2000)
+    );
+    for (what, frame) in [
+        ("an oversized message", client_frame(1, big.as_bytes())),
+        ("text that is not UTF-8", client_frame(1, b"\xff\xfe")),
+        ("a close frame", client_frame(8, &[3, 232])),
+    ] {
+        let limits = Limits {
+            max_message_len: 1024,
+            ..Limits::default()
+        };
+        let (mut cr, mut cw, task, metrics) = draining_for_an_answer(limits).await;
+        cw.write_all(&frame).await.unwrap();
+        let (texts, close) = texts_and_close(&frames_until_close(&mut cr).await);
+        let _ = cw.write_all(&client_frame(8, &[3, 232])).await;
+        let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+        // The call waiting for its answer fails as the connection ends.
+        let replies: Vec<Value> = texts
+            .iter()
+            .map(|t| serde_json::from_str(t).unwrap())
+            .collect();
+        assert!(replies.iter().all(|r| r["id"] == 1), "{what}: {texts:?}");
+        if what != "a close frame" {
+            assert_eq!(close, Some(1001), "{what}");
+        }
+        assert_eq!(reason, CloseReason::Shutdown, "{what}");
+        assert_eq!(metrics.limit_count(LimitKind::MessageLen), 0, "{what}");
+    }
+}
+
+/// An async handler that shuts down while the socket takes no writes (the
+/// driver reading on only for answers): a cancellation notice read with
+/// the answer that let it end is dropped, as every message read after the
+/// shutdown is; it cancelled the call it named, answered -32800 after the
+/// shutdown (found by a review).
+#[tokio::test]
+async fn nothing_read_after_an_async_handler_shut_down_is_acted_on() {
+    use rpcwire::dispatch::CancelledReply;
+    let _shared = HEAP.read().await;
+    let signal: Arc<std::sync::OnceLock<Shutdown>> = Arc::default();
+    let stop_signal = signal.clone();
+    let d = Dispatcher::builder(())
+        .async_method("ask", |c: AsyncCall<()>| async move {
+            ask_the_client(&c.ctx).await
+        })
+        .async_method("stop_on_answer", move |c: AsyncCall<()>| {
+            let stop_signal = stop_signal.clone();
+            async move {
+                ask_the_client(&c.ctx).await?;
+                stop_signal.get().unwrap().trigger();
+                Ok::<_, RpcError>(0)
+            }
+        })
+        .method("big", |c: Call<'_, ()>| c.reply.str(&"x".repeat(200 << 10)))
+        .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+        .build()
+        .unwrap();
+    let server = Arc::new(WsServer::new(d).limits(Limits {
+        shutdown_grace: Duration::from_millis(500),
+        ..Limits::default()
+    }));
+    signal.set(server.shutdown_signal().clone()).ok().unwrap();
+    let (client, io) = tokio::io::duplex(8 << 10);
+    let task = tokio::spawn(async move { server.serve_connection(io, Context::builder()).await });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    cw.write_all(&client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":1,"method":"ask"}"#,
+    ))
+    .await
+    .unwrap();
+    short_text(&mut cr).await;
+    cw.write_all(&client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":3,"method":"stop_on_answer"}"#,
+    ))
+    .await
+    .unwrap();
+    let asked = short_text(&mut cr).await;
+    // A reply the client does not read yet: the socket takes no writes.
+    cw.write_all(&client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":2,"method":"big"}"#,
+    ))
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let answer = format!(r#"{{"jsonrpc":"2.0","id":{},"result":1}}"#, asked["id"]);
+    let mut bytes = client_frame(1, answer.as_bytes());
+    bytes.extend(client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":1}}"#,
+    ));
+    cw.write_all(&bytes).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (texts, close) = texts_and_close(&frames_until_close(&mut cr).await);
+    let _ = cw.write_all(&client_frame(8, &[3, 232])).await;
+    let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+    assert_eq!((close, reason), (Some(1001), CloseReason::Shutdown));
+    let replies: Vec<Value> = texts
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+    let ids: Vec<&Value> = replies.iter().map(|r| &r["id"]).collect();
+    assert!(ids.contains(&&json!(3)), "{ids:?}");
+    // Call 1 fails as the connection ends (its answer never came), but is
+    // not cancelled.
+    for r in replies.iter().filter(|r| r["id"] == 1) {
+        assert_ne!(r["error"]["code"], -32800, "{r}");
+    }
+}
+
+/// A handler that shuts down while a call runs for good: the connection
+/// ends after the grace (the drain's timer, made inside the driver's
+/// loop, is polled).
+#[tokio::test]
+async fn a_shutdown_by_a_handler_ends_after_the_grace_with_a_call_running_for_good() {
+    let _shared = HEAP.read().await;
+    let signal: Arc<std::sync::OnceLock<Shutdown>> = Arc::default();
+    let stop_signal = signal.clone();
+    let d = Dispatcher::builder(())
+        .async_method("forever", |_: AsyncCall<()>| {
+            std::future::pending::<Result<(), RpcError>>()
+        })
+        .method("stop", move |c: Call<'_, ()>| {
+            stop_signal.get().unwrap().trigger();
+            c.reply.u64(0)
+        })
+        .build()
+        .unwrap();
+    let server = Arc::new(WsServer::new(d).limits(Limits {
+        shutdown_grace: Duration::from_millis(300),
+        ..Limits::default()
+    }));
+    signal.set(server.shutdown_signal().clone()).ok().unwrap();
+    let (client, io) = tokio::io::duplex(1 << 20);
+    let task = tokio::spawn(async move { server.serve_connection(io, Context::builder()).await });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    let mut bytes = client_frame(1, br#"{"jsonrpc":"2.0","id":1,"method":"forever"}"#);
+    bytes.extend(client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":2,"method":"stop"}"#,
+    ));
+    cw.write_all(&bytes).await.unwrap();
+    let (texts, close) = texts_and_close(&frames_until_close(&mut cr).await);
+    assert_eq!(
+        (texts, close),
+        (
+            vec![r#"{"jsonrpc":"2.0","id":2,"result":0}"#.to_string()],
+            Some(1001)
+        )
+    );
+    let _ = cw.write_all(&client_frame(8, &[3, 232])).await;
+    let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+    assert_eq!(reason, CloseReason::Shutdown);
 }

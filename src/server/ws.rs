@@ -41,6 +41,12 @@
 //!   cannot continue: the rest of the frame would have to be read to find
 //!   the next one, which is what the limit refuses to do. Counted as
 //!   [`LimitKind::MessageLen`].
+//! * Such a close (1009), a protocol error's (1002, 1007) and the client's
+//!   own close end the connection at once, as RFC 6455 fails a
+//!   connection: the calls in flight and the messages held at the
+//!   in-flight cap are dropped unanswered (the stream transports, which
+//!   have no such rule, answer them first). During a graceful shutdown
+//!   they end it as the shutdown (1001), unanswered.
 //! * Backpressure, so that memory per connection is bounded: at
 //!   [`Limits::max_in_flight`] messages waiting for replies no more are
 //!   started, and the server reads on only a little: the messages read
@@ -547,6 +553,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             drain: None,
             pong: None,
             invalid_utf8: false,
+            unread_frame: false,
             held: HeldMessages::default(),
         };
         let reason = std::future::poll_fn(|cx| driver.poll_open(cx)).await;
@@ -1126,6 +1133,9 @@ struct Driver<'s, S, K, T> {
     drain: Option<Pin<Box<Sleep>>>,
     /// The client sent a text message that is not UTF-8.
     invalid_utf8: bool,
+    /// Draining, an oversized frame was refused from its header: its rest
+    /// is unread on the socket.
+    unread_frame: bool,
     /// A ping read while the socket took no writes: answered once it does
     /// (the latest only, as RFC 6455 allows).
     pong: Option<Bytes>,
@@ -1182,6 +1192,12 @@ where
         let mut turns = 0;
         loop {
             let mut progress = false;
+            if self.drain.is_none() && self.server.shutdown.is_triggered() {
+                // By a handler that just ran (or ended): nothing read
+                // after its message is acted on, as with the stream
+                // driver.
+                self.start_drain();
+            }
             // Messages handlers queued before their replies go first (an MCP
             // progress notification precedes the result).
             if !self.outbox.is_empty() {
@@ -1253,11 +1269,6 @@ where
                     Ok(sent) => progress |= sent,
                     Err(reason) => return Poll::Ready(reason),
                 }
-            }
-            if self.drain.is_none() && self.server.shutdown.is_triggered() {
-                // By a handler that just ran (or ended): nothing read
-                // after its message starts, as with the stream driver.
-                self.start_drain();
             }
             let draining = self.drain.is_some();
             if draining
@@ -1474,6 +1485,7 @@ where
         let input = match message {
             Message::Text(text) => Bytes::from(text),
             Message::Binary(bytes) => bytes,
+            Message::Close(_) if self.drain.is_some() => return Err(CloseReason::Shutdown),
             Message::Close(_) => return Err(CloseReason::Client),
             // tungstenite queued the pong already, out of sight of the
             // writer's backpressure: a client that pings and never reads
@@ -1528,7 +1540,19 @@ where
         self.read_blocked = next.is_pending();
         match next {
             Poll::Ready(Some(Ok(message))) => self.on_message(cx, message).map(|()| true),
-            Poll::Ready(Some(Err(e))) => Err(self.read_error(&e)),
+            Poll::Ready(Some(Err(e))) => match self.read_error(&e) {
+                // Draining: what cannot be read is dropped, as the messages
+                // read then are; the connection ends as the shutdown. (A
+                // socket that failed ends as it is.)
+                reason @ (CloseReason::MessageTooLarge | CloseReason::Protocol)
+                    if self.drain.is_some() =>
+                {
+                    self.unread_frame = reason == CloseReason::MessageTooLarge;
+                    Err(CloseReason::Shutdown)
+                }
+                reason => Err(reason),
+            },
+            Poll::Ready(None) if self.drain.is_some() => Err(CloseReason::Shutdown),
             Poll::Ready(None) => Err(CloseReason::Client),
             Poll::Pending => Ok(false),
         }
@@ -1681,6 +1705,7 @@ where
         let limit = self.server.limits.max_message_len;
         let ws = &mut self.ws;
         let replies = &mut self.replies;
+        let unread_frame = self.unread_frame;
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
             if let Some(close) = close {
                 while let Some(reply) = replies.next() {
@@ -1698,7 +1723,7 @@ where
             // Read until the client's close (tungstenite answers it and
             // ends the stream); messages still arriving are dropped.
             while let Some(Ok(_)) = ws.next().await {}
-            if reason == CloseReason::MessageTooLarge {
+            if reason == CloseReason::MessageTooLarge || unread_frame {
                 // tungstenite ended its stream at the refused frame's
                 // header, leaving the rest of the frame unread: a socket
                 // closed with data unread sends a reset, which cuts the
