@@ -64,7 +64,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tower_service::Service;
 
 use super::http::{
-    ConnectionKit, HttpService, OwnConnection, PerConnection, ResponseBody, ResponseFuture, Server,
+    ConnectionKit, HttpService, Lingering, OwnConnection, PerConnection, ResponseBody,
+    ResponseFuture, Server,
 };
 use super::ws::{
     WsServer, asks_another_version, bad_upgrade_body, is_upgrade_request, upgrade_response,
@@ -264,8 +265,15 @@ impl<S: Send + Sync + 'static, K: 'static> PerConnection for Combined<S, K> {
         peer: SocketAddr,
         stream: TcpStream,
         kit: &ConnectionKit,
+        lingering: &Arc<Lingering>,
     ) -> Result<OwnConnection, TcpStream> {
-        let service = self.for_peer(peer);
+        let service = self.for_peer_on_server(peer, lingering);
         Ok(kit.own_http1(stream, service.http.clone(), service))
+    }
+
+    fn for_peer_on_server(&self, peer: SocketAddr, lingering: &Arc<Lingering>) -> Self::Service {
+        let mut service = self.for_peer(peer);
+        service.http = service.http.lingering_in(lingering);
+        service
     }
 }

@@ -243,6 +243,11 @@ impl Own {
         // connection's start.
         self.watch.arm(kit.config.header_timeout);
         loop {
+            // A shutdown already triggered: nothing more is started on a
+            // connection that was answered (pipelined bytes included).
+            if self.served && (self.watch.stopping || kit.shutdown.is_triggered()) {
+                return Err(Leave::Close);
+            }
             let head = self
                 .next_head(
                     http.max_body(),
@@ -253,7 +258,7 @@ impl Own {
                 )
                 .await?;
             self.rest_of_body(&head, http).await?;
-            if self.answer(&head, http, scratch).await? {
+            if self.answer(&head, http, scratch, &kit.shutdown).await? {
                 return Err(Leave::Close);
             }
             // Waiting for the next request: the scratch does not keep what
@@ -400,6 +405,7 @@ impl Own {
         head: &Head,
         http: &HttpService<S, K>,
         scratch: &mut Option<Box<Connection>>,
+        shutdown: &super::Shutdown,
     ) -> Result<bool, Leave>
     where
         S: Send + Sync + 'static,
@@ -464,7 +470,7 @@ impl Own {
             self.write(&PROBE[sent..]).await?;
             self.client = Client::Ended { sent: PROBE.len() };
         }
-        let close = head.close || self.watch.stopping;
+        let close = head.close || self.watch.stopping || shutdown.is_triggered();
         let extras = HeadExtras {
             close,
             vary_origin: http.cors_varies(),

@@ -202,13 +202,65 @@ pub struct HttpService<S = (), K = SyncOnly> {
 /// dispatcher's `max_in_flight` for that connection, as the stream and
 /// WebSocket drivers count theirs. Past it, a request's answer waits for
 /// its own calls (the client's next request then waits for that answer).
+///
+/// Under [`Server::serve`] the connection's place among
+/// [`Limits::max_connections`] is held until they end, and at the end of
+/// the shutdown grace they are dropped: `serve` returns with none running.
+#[doc(hidden)]
 #[derive(Debug, Default)]
-pub(super) struct Lingering(AtomicUsize);
+pub struct Lingering {
+    calls: AtomicUsize,
+    /// Woken as the count reaches zero.
+    ended: tokio::sync::Notify,
+    /// Set (and `ended` woken) when the server drops them.
+    dropped: AtomicBool,
+}
 
 impl Lingering {
     /// Whether `calls` more would pass `cap`.
     fn full(&self, calls: usize, cap: usize) -> bool {
-        self.0.load(Ordering::Acquire).saturating_add(calls) > cap
+        self.calls.load(Ordering::Acquire).saturating_add(calls) > cap
+    }
+
+    fn end(&self, calls: usize) {
+        if calls > 0 && self.calls.fetch_sub(calls, Ordering::AcqRel) == calls {
+            self.ended.notify_waiters();
+        }
+    }
+
+    /// Completes once no call runs, the calls dropped when `hard_stop`
+    /// is triggered (the end of the server's shutdown grace).
+    async fn all_ended(&self, hard_stop: &Shutdown) {
+        let hard = hard_stop.triggered();
+        tokio::pin!(hard);
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.calls.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            tokio::select! {
+                _ = &mut ended => {}
+                _ = &mut hard, if !self.dropped.load(Ordering::Acquire) => {
+                    self.dropped.store(true, Ordering::Release);
+                    self.ended.notify_waiters();
+                }
+            }
+        }
+    }
+
+    /// Completes when the server drops the calls.
+    async fn dropped(&self) {
+        loop {
+            let ended = self.ended.notified();
+            tokio::pin!(ended);
+            ended.as_mut().enable();
+            if self.dropped.load(Ordering::Acquire) {
+                return;
+            }
+            ended.await;
+        }
     }
 }
 
@@ -221,21 +273,21 @@ struct Held {
 
 impl Held {
     fn new(lingering: Arc<Lingering>, calls: usize) -> Held {
-        lingering.0.fetch_add(calls, Ordering::AcqRel);
+        lingering.calls.fetch_add(calls, Ordering::AcqRel);
         Held { lingering, calls }
     }
 
     /// The task's calls still running are `calls` (never more than before).
     fn set(&mut self, calls: usize) {
         let ended = self.calls.saturating_sub(calls);
-        self.lingering.0.fetch_sub(ended, Ordering::AcqRel);
         self.calls -= ended;
+        self.lingering.end(ended);
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.lingering.0.fetch_sub(self.calls, Ordering::AcqRel);
+        self.lingering.end(self.calls);
     }
 }
 
@@ -454,6 +506,13 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     pub fn with_peer_addr(mut self, peer: SocketAddr) -> Self {
         self.peer = Some(peer);
         self.lingering = Some(Arc::default());
+        self
+    }
+
+    /// The async calls its requests leave running counted in
+    /// `lingering`, a server's ([`PerConnection::for_peer_on_server`]).
+    pub(super) fn lingering_in(mut self, lingering: &Arc<Lingering>) -> Self {
+        self.lingering = Some(Arc::clone(lingering));
         self
     }
 
@@ -727,10 +786,11 @@ impl<S, K> Shared<S, K> {
                 return; // No executor: dropping it cancels them.
             };
             let shared = Arc::clone(self);
+            let watched = lingering.clone();
             let mut held = lingering.map(|l| Held::new(l, conn.in_flight()));
             rt.spawn(async move {
                 let _share = share;
-                std::future::poll_fn(|cx| {
+                let run = std::future::poll_fn(|cx| {
                     let mut sink = Vec::new();
                     loop {
                         let progress = conn.poll_replies(&shared.dispatcher, cx, &mut sink);
@@ -744,9 +804,19 @@ impl<S, K> Shared<S, K> {
                             return Poll::Pending;
                         }
                     }
-                })
-                .await;
-                shared.park(conn);
+                });
+                let dropped = async {
+                    match &watched {
+                        Some(lingering) => lingering.dropped().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    _ = run => shared.park(conn),
+                    // The server's shutdown grace is over: the calls go
+                    // with the scratch.
+                    _ = dropped => {}
+                }
             });
             return;
         }
@@ -1553,9 +1623,20 @@ pub trait PerConnection: Send + 'static {
         peer: SocketAddr,
         stream: TcpStream,
         kit: &ConnectionKit,
+        lingering: &Arc<Lingering>,
     ) -> Result<OwnConnection, TcpStream> {
-        let _ = (peer, kit);
+        let _ = (peer, kit, lingering);
         Err(stream)
+    }
+
+    /// [`for_peer`](PerConnection::for_peer), the async calls its requests
+    /// leave running counted in `lingering` (the server waits for them,
+    /// and drops them at the end of its shutdown grace). Not for use
+    /// outside rpcwire: only its own services leave calls running.
+    #[doc(hidden)]
+    fn for_peer_on_server(&self, peer: SocketAddr, lingering: &Arc<Lingering>) -> Self::Service {
+        let _ = lingering;
+        self.for_peer(peer)
     }
 }
 
@@ -1626,9 +1707,14 @@ impl<S: Send + Sync + 'static, K: 'static> PerConnection for HttpService<S, K> {
         peer: SocketAddr,
         stream: TcpStream,
         kit: &ConnectionKit,
+        lingering: &Arc<Lingering>,
     ) -> Result<OwnConnection, TcpStream> {
-        let service = self.for_peer(peer);
+        let service = self.for_peer_on_server(peer, lingering);
         Ok(kit.own_http1(stream, service.clone(), service))
+    }
+
+    fn for_peer_on_server(&self, peer: SocketAddr, lingering: &Arc<Lingering>) -> Self::Service {
+        self.for_peer(peer).lingering_in(lingering)
     }
 }
 
@@ -1789,9 +1875,15 @@ impl Server {
     ///   answered `503`, counted as [`LimitKind::ConnectionBodyBytes`]).
     /// * On shutdown the listener is closed at once (new connections are
     ///   refused), idle connections close, requests in flight are answered
-    ///   and their replies written whole; connections still busy after
-    ///   [`Limits::shutdown_grace`] are dropped. The future completes when
-    ///   every connection is closed.
+    ///   and their replies written whole, saying `connection: close`
+    ///   (requests pipelined behind them are not started); connections
+    ///   still busy after [`Limits::shutdown_grace`] are dropped. Async
+    ///   notifications left running after their `204` (rpcwire's own
+    ///   services) keep their connection's place until they end, and are
+    ///   dropped with the busy connections. The future completes when
+    ///   every connection is closed and no such call runs (a service
+    ///   wrapped by the caller, through a closure, leaves its calls to the
+    ///   dispatcher's timeout).
     pub async fn serve<M, B>(self, listener: TcpListener, make: M, shutdown: Shutdown)
     where
         M: PerConnection,
@@ -1867,8 +1959,9 @@ impl Server {
                 };
                 super::accepted(&stream, self.limits.tcp_keepalive);
                 let guard = self.metrics.as_ref().map(|m| m.connection());
+                let lingering = Arc::new(Lingering::default());
                 let own = if self.own_http1 {
-                    make.serve_own_http1(peer, stream, &kit)
+                    make.serve_own_http1(peer, stream, &kit, &lingering)
                 } else {
                     Err(stream)
                 };
@@ -1879,12 +1972,17 @@ impl Server {
                         stream,
                         Bytes::new(),
                         None,
-                        make.for_peer(peer),
+                        make.for_peer_on_server(peer, &lingering),
                         !make.answers_host_rule(),
                     )),
                 };
+                let hard_stop = hard_stop.clone();
                 tokio::spawn(async move {
                     task.await;
+                    // Its async notifications still running keep its
+                    // place, so that the shutdown waits for them (and
+                    // drops them at the end of its grace).
+                    lingering.all_ended(&hard_stop).await;
                     drop((guard, permit));
                 });
             }
@@ -1932,6 +2030,10 @@ struct Activity {
     h2: AtomicBool,
     /// The last request dispatched was HTTP/1.0 (which no 1xx may answer).
     http10: AtomicBool,
+    /// The server's graceful shutdown: once triggered, each HTTP/1 response
+    /// says `connection: close`, so that hyper starts nothing pipelined
+    /// behind it (it looks at its own graceful shutdown only when polled).
+    shutdown: Option<Shutdown>,
 }
 
 impl Activity {
@@ -2000,7 +2102,10 @@ async fn serve_connection<Svc, B>(
         hard_stop,
         ..
     } = kit;
-    let activity = Arc::new(Activity::default());
+    let activity = Arc::new(Activity {
+        shutdown: Some(shutdown.clone()),
+        ..Activity::default()
+    });
     let socket = Arc::new(Mutex::new(Socket {
         stream,
         pipelined: BytesMut::new(),
@@ -2511,11 +2616,23 @@ where
                 }
                 OneshotProj::Called { future } => {
                     let out = ready!(future.poll(cx));
-                    this.active.take();
-                    return Poll::Ready(Ok(match out {
+                    let mut response = match out {
                         Ok(response) => response.map(|body| Served::Service { body }),
                         Err(_) => service_failed(),
-                    }));
+                    };
+                    if let Some(ActiveGuard(activity)) = this.active.take().as_ref()
+                        && !activity.h2.load(Ordering::Relaxed)
+                        && response.status() != StatusCode::SWITCHING_PROTOCOLS
+                        && activity
+                            .shutdown
+                            .as_ref()
+                            .is_some_and(Shutdown::is_triggered)
+                    {
+                        response
+                            .headers_mut()
+                            .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                    }
+                    return Poll::Ready(Ok(response));
                 }
                 OneshotProj::NoOneHost => {
                     this.active.take();

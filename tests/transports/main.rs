@@ -51,6 +51,8 @@ mod http_cors;
 mod http_hosts;
 #[cfg(feature = "http")]
 mod http_hyper_edges;
+#[cfg(feature = "http")]
+mod http_shutdown;
 mod lsp;
 #[cfg(feature = "mcp")]
 mod mcp;
