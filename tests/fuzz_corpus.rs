@@ -13,6 +13,9 @@ mod eth_params_check;
 mod exercise;
 #[path = "support/frame_check.rs"]
 mod frame_check;
+#[cfg(feature = "server")]
+#[path = "support/fuzz_rpc.rs"]
+mod fuzz_rpc;
 #[cfg(feature = "http")]
 #[path = "support/http_head_check.rs"]
 mod http_head_check;
@@ -24,6 +27,9 @@ mod peer_check;
 #[cfg(feature = "server")]
 #[path = "support/stream_check.rs"]
 mod stream_check;
+#[cfg(feature = "ws")]
+#[path = "support/ws_check.rs"]
+mod ws_check;
 
 use std::path::Path;
 
@@ -117,6 +123,17 @@ fn stream_target_corpus() {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             stream_check::check(&d, &input)
         }));
+        assert!(r.is_ok(), "{name} fails");
+    }
+}
+
+#[cfg(feature = "ws")]
+#[test]
+fn ws_target_corpus() {
+    let d = ws_check::dispatchers();
+    for (name, input) in corpus("ws") {
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ws_check::check(&d, &input)));
         assert!(r.is_ok(), "{name} fails");
     }
 }

@@ -9,6 +9,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
+#[path = "../../tests/support/fuzz_rpc.rs"]
+mod fuzz_rpc;
 #[path = "../../tests/support/stream_check.rs"]
 mod stream_check;
 
