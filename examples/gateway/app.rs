@@ -207,19 +207,22 @@ fn ws_server<S: Send + Sync + 'static, K: 'static>(
 
 /// Starts `n` more workers serving `app` on `addr` (which a socket from
 /// [`shared_listener`] holds), each a thread running a one-thread runtime
-/// with a listening socket of its own. They stop at `shutdown`.
+/// with a listening socket of its own. They stop at `shutdown`, and each
+/// keeps its runtime up until every one has drained ([`AllDrained`]).
 pub fn spawn_workers(
     app: &App,
     addr: SocketAddr,
     n: usize,
     limits: &Limits,
     shutdown: &Shutdown,
+    all_drained: &AllDrained,
 ) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
     let mut workers = Vec::with_capacity(n);
     for i in 1..=n {
         // Bound here, before the caller says it listens.
         let listener = shared_listener(addr)?.into_std()?;
         let (app, limits, shutdown) = (app.clone(), limits.clone(), shutdown.clone());
+        let all_drained = all_drained.clone();
         let worker = std::thread::Builder::new()
             .name(format!("gateway-worker-{i}"))
             .spawn(move || {
@@ -229,11 +232,43 @@ pub fn spawn_workers(
                         Ok(listener) => app.run(listener, limits, shutdown).await,
                         Err(e) => eprintln!("gateway worker {i}: {e}"),
                     }
+                    all_drained.drained().await;
                 })
             })?;
         workers.push(worker);
     }
     Ok(workers)
+}
+
+/// The workers' drains, waited for together: a worker's runtime also runs
+/// tasks the others use (the upstream's shared WebSocket connection, its
+/// reader and writer, started on the runtime of the worker whose client
+/// called first), so none ends before every worker, and the main runtime,
+/// has drained. A worker with nothing to drain that ended at once cut that
+/// connection under the calls of the others still draining.
+#[derive(Clone, Debug)]
+pub struct AllDrained {
+    left: Arc<std::sync::atomic::AtomicUsize>,
+    done: Shutdown,
+}
+
+impl AllDrained {
+    /// For `runtimes` runtimes, each of which calls [`drained`](Self::drained)
+    /// once.
+    pub fn new(runtimes: usize) -> Self {
+        AllDrained {
+            left: Arc::new(std::sync::atomic::AtomicUsize::new(runtimes)),
+            done: Shutdown::new(),
+        }
+    }
+
+    /// This runtime drained: waits for the others to.
+    pub async fn drained(&self) {
+        if self.left.fetch_sub(1, std::sync::atomic::Ordering::AcqRel) == 1 {
+            self.done.trigger();
+        }
+        self.done.triggered().await;
+    }
 }
 
 /// A tokio runtime on the current thread, with I/O and timers.

@@ -113,7 +113,9 @@ fn main() {
         let mut limits = config.limits();
         // The connection limit is the gateway's, shared out.
         limits.max_connections = limits.max_connections.div_ceil(workers);
-        let others = app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown)?;
+        let all_drained = app::AllDrained::new(workers);
+        let others =
+            app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown, &all_drained)?;
         if let (Some(at), Some(ops)) = (config.metrics, app.ops()) {
             let listener = tokio::net::TcpListener::bind(at).await?;
             let at = listener.local_addr()?;
@@ -135,16 +137,24 @@ fn main() {
             if workers == 1 { "" } else { "s" }
         );
         app.run(listener, limits, shutdown).await;
-        // Waited for off this runtime: blocking it in `join` while another
-        // worker still drained left the signal task unpolled, and a second
-        // signal unheard.
+        // Its connections drained as the port's, in the same grace.
+        #[cfg(unix)]
+        let ipc = match ipc {
+            Some((file, served)) => {
+                let _ = served.await;
+                Some(file)
+            }
+            None => None,
+        };
+        // Then the workers': off this runtime's thread (blocking it while
+        // another worker still drained left the signal task unpolled, and
+        // a second signal unheard).
+        all_drained.drained().await;
         for worker in others {
             let _ = tokio::task::spawn_blocking(move || worker.join()).await;
         }
-        // Its connections drained as the port's, in the same grace.
         #[cfg(unix)]
-        if let Some((file, served)) = ipc {
-            let _ = served.await;
+        if let Some(file) = ipc {
             file.remove();
         }
         let abandoned = gateway.map_or(0, |g| g.calls.abandoned());

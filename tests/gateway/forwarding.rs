@@ -36,8 +36,13 @@ async fn start_workers(config: config::Config, workers: usize) -> Gateway {
     let shutdown = Shutdown::new();
     let app = app::App::new(&config, &shutdown).unwrap();
     let limits = config.limits();
-    app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown).unwrap();
-    tokio::spawn(app.run(listener, limits, shutdown.clone()));
+    let all_drained = app::AllDrained::new(workers);
+    app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown, &all_drained).unwrap();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        app.run(listener, limits, stop).await;
+        all_drained.drained().await;
+    });
     Gateway { addr, shutdown }
 }
 

@@ -952,3 +952,137 @@ async fn no_metrics_without_the_option() {
             .is_err()
     );
 }
+
+// ---------------------------------------------------------------------------
+// Workers sharing an upstream connection.
+
+/// A WebSocket upstream: `eth_chainId` answered at once (`"0x1"`),
+/// `eth_blockNumber` held (counted in `held`) until `release` says so,
+/// then answered `"0x2a"`.
+async fn held_ws_upstream() -> (
+    SocketAddr,
+    tokio::sync::watch::Sender<bool>,
+    Arc<AtomicUsize>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (release, released) = tokio::sync::watch::channel(false);
+    let held = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&held);
+    tokio::spawn(async move {
+        while let Ok((s, _)) = listener.accept().await {
+            let (released, count) = (released.clone(), Arc::clone(&count));
+            tokio::spawn(async move {
+                let Ok(ws) = tokio_tungstenite::accept_async(s).await else {
+                    return;
+                };
+                let (mut write, mut read) = ws.split();
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+                tokio::spawn(async move {
+                    while let Some(m) = rx.recv().await {
+                        if write.send(Message::text(m)).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+                while let Some(Ok(m)) = read.next().await {
+                    let Message::Text(t) = m else { continue };
+                    let v: Value = serde_json::from_str(&t).unwrap();
+                    let (id, tx) = (v["id"].clone(), tx.clone());
+                    if v["method"] == "eth_blockNumber" {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        let mut released = released.clone();
+                        tokio::spawn(async move {
+                            let _ = released.wait_for(|r| *r).await;
+                            let _ = tx
+                                .send(json!({"jsonrpc":"2.0","id":id,"result":"0x2a"}).to_string());
+                        });
+                    } else {
+                        let _ =
+                            tx.send(json!({"jsonrpc":"2.0","id":id,"result":"0x1"}).to_string());
+                    }
+                }
+            });
+        }
+    });
+    (addr, release, held)
+}
+
+/// A call in flight at SIGTERM over the `ws://` upstream is answered when
+/// the upstream answers within the grace, whichever worker holds it. The
+/// upstream's one shared WebSocket connection is made on the runtime of
+/// the worker whose client called first; that worker, with nothing left
+/// to drain, ended its runtime at once and the connection's reader and
+/// writer with it: a call of another worker (here the `--ipc` client's,
+/// on the main runtime) waited for a reply nothing read, past the grace,
+/// and the gateway exited 3 with the call unanswered (found by a review;
+/// every runtime now stays up until all have drained, `AllDrained`).
+/// Which worker the first client lands on is the kernel's choice
+/// (SO_REUSEPORT), so this tries a few gateways.
+#[tokio::test]
+async fn a_drain_answers_calls_over_a_ws_upstream_connection_another_worker_made() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = std::env::temp_dir().join(format!("rpcwire-gateway-drain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut failed = Vec::new();
+    for round in 0..6 {
+        let (up, release, held) = held_ws_upstream().await;
+        let path = dir.join(format!("gw{round}.ipc"));
+        let upstream = format!("ws://{up}");
+        let mut gw = GatewayChild::start(
+            2,
+            &[
+                "--upstream",
+                &upstream,
+                "--ipc",
+                path.to_str().unwrap(),
+                "--shutdown-grace",
+                "3000",
+            ],
+        )
+        .await;
+        // The upstream connection, made by the worker that takes this
+        // client.
+        let (status, body) = post(
+            gw.addr(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#,
+        )
+        .await
+        .expect("answered");
+        assert_eq!((status, body.contains("0x1")), (200, true), "{body}");
+        // A call held upstream from the IPC socket (the main runtime's).
+        let ipc = tokio::net::UnixStream::connect(&path).await.unwrap();
+        let (read, mut write) = ipc.into_split();
+        write
+            .write_all(br#"{"jsonrpc":"2.0","id":7,"method":"eth_blockNumber"}"#)
+            .await
+            .unwrap();
+        tokio::time::timeout(HANG, async {
+            while held.load(Ordering::SeqCst) < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("hang: the call did not reach the upstream");
+        gw.signal("TERM");
+        until_refused(&gw).await;
+        // The idle worker has ended by now.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        release.send_replace(true);
+        let mut lines = tokio::io::BufReader::new(read).lines();
+        let line = tokio::time::timeout(HANG, lines.next_line())
+            .await
+            .expect("hang: the IPC call");
+        let status = gw.exit_status().await;
+        let answered = matches!(&line, Ok(Some(l)) if l.contains("0x2a"));
+        if !answered || status.code() != Some(0) {
+            failed.push(format!(
+                "round {round}: reply {line:?}, {status}, {:?}",
+                gw.final_log().await
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failed.is_empty(), "{failed:#?}");
+}
