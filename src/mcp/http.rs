@@ -172,6 +172,10 @@ pub struct HttpConfig {
     /// client that vanished without closing (its GET stream open) is
     /// found: as [`Limits::tcp_keepalive`](crate::server::Limits::tcp_keepalive).
     pub tcp_keepalive: Option<std::time::Duration>,
+    /// How long [`serve`]'s connections have, once it is told to stop, to
+    /// finish the requests they are answering (default 10 s, as
+    /// [`Limits::shutdown_grace`](crate::server::Limits::shutdown_grace)).
+    pub shutdown_grace: std::time::Duration,
 }
 
 impl Default for HttpConfig {
@@ -187,6 +191,7 @@ impl Default for HttpConfig {
             header_timeout: std::time::Duration::from_secs(30),
             body_timeout: std::time::Duration::from_secs(30),
             tcp_keepalive: Some(crate::server::DEFAULT_TCP_KEEPALIVE),
+            shutdown_grace: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -220,6 +225,9 @@ enum Ending {
     Evicted,
     /// Idle for `session_idle_timeout` (nothing of it running).
     Expired,
+    /// [`serve`] was told to stop: as [`Evicted`](Ending::Evicted), its
+    /// calls finish within the grace.
+    Stopped,
 }
 
 struct HttpSession {
@@ -512,24 +520,32 @@ impl std::fmt::Debug for Body {
     }
 }
 
-/// Serves `endpoint` on `listener` until `shutdown` completes (then stops
-/// accepting; connections already open finish on their own), at most
+/// Serves `endpoint` on `listener` until `shutdown` completes, at most
 /// [`HttpConfig::max_connections`] at once, each request head within
 /// [`HttpConfig::header_timeout`] and each body within
 /// [`HttpConfig::body_timeout`]. An HTTP/1.1 request without one `Host`
 /// is answered `400` here, before the endpoint sees it (RFC 9112 §3.2 asks
 /// it of the server, as rpcwire's HTTP servers do).
+///
+/// Then it drains: accepting stops; every session ends (its GET streams
+/// close; its calls' requests to the client fail, as when a session is
+/// pushed out); each connection finishes the request it is answering, its
+/// reply saying `connection: close`, and reads no more; connections still
+/// open after [`HttpConfig::shutdown_grace`] are dropped with their calls.
+/// It returns once no connection is left.
 pub async fn serve(
     endpoint: Endpoint,
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     let config = &endpoint.inner.config;
-    let places = Arc::new(tokio::sync::Semaphore::new(
-        config
-            .max_connections
-            .clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
-    ));
+    let max_connections = config
+        .max_connections
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS)
+        .min(u32::MAX as usize);
+    let places = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    // What the connections are told: 0 serve, 1 finish and close, 2 drop.
+    let (stage, _) = tokio::sync::watch::channel(0u8);
     let mut http1 = hyper::server::conn::http1::Builder::new();
     http1
         .timer(hyper_util::rt::TokioTimer::new())
@@ -544,7 +560,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = &mut shutdown => return Ok(()),
+            _ = &mut shutdown => break,
         };
         let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
             drop(stream);
@@ -553,6 +569,7 @@ pub async fn serve(
         crate::server::accepted(&stream, config.tcp_keepalive);
         let endpoint = endpoint.clone();
         let http1 = http1.clone();
+        let mut told = stage.subscribe();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let endpoint = endpoint.clone();
@@ -564,12 +581,39 @@ pub async fn serve(
                     Ok(endpoint.handle(req).await)
                 }
             });
-            let _ = http1
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+            let conn = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            let mut closing = false;
+            loop {
+                tokio::select! {
+                    _ = conn.as_mut() => break,
+                    changed = told.changed() => {
+                        if changed.is_err() || *told.borrow_and_update() >= 2 {
+                            break;
+                        }
+                        if !closing {
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                    }
+                }
+            }
             drop(place);
         });
     }
+    drop(listener);
+    stage.send_replace(1);
+    endpoint.end_sessions();
+    let all = max_connections as u32;
+    let grace = endpoint.inner.config.shutdown_grace;
+    if tokio::time::timeout(grace, places.acquire_many(all))
+        .await
+        .is_err()
+    {
+        stage.send_replace(2);
+        let _ = places.acquire_many(all).await;
+    }
+    Ok(())
 }
 
 impl McpServer {
@@ -961,6 +1005,14 @@ impl Endpoint {
         });
         for session in expired {
             session.end(Ending::Expired);
+        }
+    }
+
+    /// Ends every session ([`serve`] stopping).
+    fn end_sessions(&self) {
+        let ended: Vec<_> = self.sessions_lock().drain().map(|(_, s)| s).collect();
+        for session in ended {
+            session.end(Ending::Stopped);
         }
     }
 

@@ -1249,3 +1249,154 @@ async fn http_a_notification_s_call_runs_to_its_end() {
     assert_eq!(a.status, 202, "{}", a.body);
     assert_eq!(done.load(Ordering::SeqCst), 1, "the call was dropped");
 }
+
+// ---------------------------------------------------------------------------
+// Streamable HTTP's `serve` stopping.
+
+/// A stateless (2026-07-28) `tools/call` of `tool`, as raw HTTP/1.1
+/// without `connection: close` (kept alive).
+fn kept_alive_call(tool: &str, id: u32) -> String {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{}},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+    );
+    format!(
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\nmcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\nmcp-name: {tool}\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Reads one response (head and a content-length or chunked body, read
+/// until the reply's id shows) or `None` when the connection closed first.
+async fn response_with_id(s: &mut tokio::net::TcpStream, id: u32) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let want = format!("\"id\":{id}");
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if text.contains(&want) {
+            return Some(text);
+        }
+        match tokio::time::timeout(Duration::from_secs(10), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("hang: {text}"),
+        }
+    }
+}
+
+/// Once `serve`'s shutdown future completed, a kept-alive connection is
+/// closed: `serve` returned with it still open, and a new `tools/call` on
+/// it was started and answered after the server had stopped (found by a
+/// review).
+#[tokio::test]
+async fn serve_stopped_starts_nothing_more_on_a_kept_alive_connection() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncWriteExt;
+    let started = Arc::new(AtomicUsize::new(0));
+    let s2 = started.clone();
+    let server = McpServer::builder("t", "1")
+        .tool(Tool::new(
+            "count",
+            json!({"type": "object"}),
+            move |_, _cx: ToolContext| {
+                let s = s2.clone();
+                async move {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("counted"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(rpcwire::mcp::http::serve(
+        rpcwire::mcp::http::Endpoint::new(server, rpcwire::mcp::http::HttpConfig::default()),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(kept_alive_call("count", 1).as_bytes())
+        .await
+        .unwrap();
+    response_with_id(&mut conn, 1)
+        .await
+        .expect("answered before the stop");
+    assert_eq!(started.load(Ordering::SeqCst), 1);
+
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("serve returns")
+        .unwrap()
+        .unwrap();
+    // The server has stopped: new connections are refused...
+    assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    // ...but the kept-alive one still starts work.
+    let _ = conn.write_all(kept_alive_call("count", 2).as_bytes()).await;
+    let after = response_with_id(&mut conn, 2).await;
+    assert_eq!(
+        (after, started.load(Ordering::SeqCst)),
+        (None, 1),
+        "a call was started and answered after serve returned"
+    );
+}
+
+/// A call running when `serve` is told to stop finishes within the grace:
+/// its reply comes, saying `connection: close`, the connection closes,
+/// and `serve` returns after it.
+#[tokio::test]
+async fn serve_stopping_lets_a_running_call_finish_and_close() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = McpServer::builder("t", "1")
+        .tool(Tool::new(
+            "slow",
+            json!({"type": "object"}),
+            |_, _cx: ToolContext| async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(ToolOutput::text("finished"))
+            },
+        ))
+        .build()
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(rpcwire::mcp::http::serve(
+        rpcwire::mcp::http::Endpoint::new(server, rpcwire::mcp::http::HttpConfig::default()),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(kept_alive_call("slow", 1).as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stop.send(()).unwrap();
+    let reply = response_with_id(&mut conn, 1)
+        .await
+        .expect("the running call's reply");
+    assert!(reply.contains("finished"), "{reply}");
+    assert!(
+        reply.to_ascii_lowercase().contains("connection: close"),
+        "{reply}"
+    );
+    // Then the end of the connection.
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut rest))
+        .await
+        .expect("the connection closes")
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), served)
+        .await
+        .expect("serve returns")
+        .unwrap()
+        .unwrap();
+}
