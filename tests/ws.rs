@@ -2159,6 +2159,27 @@ async fn a_call_waiting_for_its_client_finishes_during_a_graceful_shutdown() {
         .unwrap();
 }
 
+/// `d` served with `limits` on one in-memory connection (a duplex pipe
+/// of `pipe` bytes), its server's shutdown signal put in `signal` for the
+/// handlers: the client's halves and the connection's task.
+fn serve_in_memory<K: Send + Sync + 'static>(
+    d: Dispatcher<(), K>,
+    limits: Limits,
+    pipe: usize,
+    signal: &std::sync::OnceLock<Shutdown>,
+) -> (
+    tokio::io::ReadHalf<tokio::io::DuplexStream>,
+    tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    tokio::task::JoinHandle<CloseReason>,
+) {
+    let server = Arc::new(WsServer::new(d).limits(limits));
+    signal.set(server.shutdown_signal().clone()).ok().unwrap();
+    let (client, io) = tokio::io::duplex(pipe);
+    let task = tokio::spawn(async move { server.serve_connection(io, Context::builder()).await });
+    let (cr, cw) = tokio::io::split(client);
+    (cr, cw, task)
+}
+
 /// A handler that triggers the shutdown ends the input where it stands,
 /// as under the stream driver: `add`, sent in the same write after
 /// `stop`, was started and answered, the driver looking at the signal
@@ -2176,12 +2197,7 @@ async fn a_message_after_one_that_shuts_down_is_not_started() {
         .method("add", |c: Call<'_, ()>| c.reply.u64(3))
         .build()
         .unwrap();
-    let server = Arc::new(WsServer::new(d));
-    signal.set(server.shutdown_signal().clone()).ok().unwrap();
-    let (client, io) = tokio::io::duplex(64 * 1024);
-    let s = server.clone();
-    let task = tokio::spawn(async move { s.serve_connection(io, Context::builder()).await });
-    let (mut cr, mut cw) = tokio::io::split(client);
+    let (mut cr, mut cw, task) = serve_in_memory(d, Limits::default(), 64 << 10, &signal);
     let mut bytes = client_frame(1, br#"{"jsonrpc":"2.0","id":1,"method":"stop"}"#);
     bytes.extend(client_frame(
         1,
@@ -2348,14 +2364,11 @@ async fn nothing_read_after_an_async_handler_shut_down_is_acted_on() {
         .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
         .build()
         .unwrap();
-    let server = Arc::new(WsServer::new(d).limits(Limits {
+    let limits = Limits {
         shutdown_grace: Duration::from_millis(500),
         ..Limits::default()
-    }));
-    signal.set(server.shutdown_signal().clone()).ok().unwrap();
-    let (client, io) = tokio::io::duplex(8 << 10);
-    let task = tokio::spawn(async move { server.serve_connection(io, Context::builder()).await });
-    let (mut cr, mut cw) = tokio::io::split(client);
+    };
+    let (mut cr, mut cw, task) = serve_in_memory(d, limits, 8 << 10, &signal);
     cw.write_all(&client_frame(
         1,
         br#"{"jsonrpc":"2.0","id":1,"method":"ask"}"#,
@@ -2421,14 +2434,11 @@ async fn a_shutdown_by_a_handler_ends_after_the_grace_with_a_call_running_for_go
         })
         .build()
         .unwrap();
-    let server = Arc::new(WsServer::new(d).limits(Limits {
+    let limits = Limits {
         shutdown_grace: Duration::from_millis(300),
         ..Limits::default()
-    }));
-    signal.set(server.shutdown_signal().clone()).ok().unwrap();
-    let (client, io) = tokio::io::duplex(1 << 20);
-    let task = tokio::spawn(async move { server.serve_connection(io, Context::builder()).await });
-    let (mut cr, mut cw) = tokio::io::split(client);
+    };
+    let (mut cr, mut cw, task) = serve_in_memory(d, limits, 1 << 20, &signal);
     let mut bytes = client_frame(1, br#"{"jsonrpc":"2.0","id":1,"method":"forever"}"#);
     bytes.extend(client_frame(
         1,

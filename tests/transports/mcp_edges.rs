@@ -1265,6 +1265,28 @@ fn kept_alive_call(tool: &str, id: u32) -> String {
     )
 }
 
+/// `server` served by Streamable HTTP's `serve` on a port of its own until
+/// the returned sender says stop: its address, the sender, `serve`'s task.
+async fn serve_until_told(
+    server: McpServer,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(rpcwire::mcp::http::serve(
+        rpcwire::mcp::http::Endpoint::new(server, rpcwire::mcp::http::HttpConfig::default()),
+        listener,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    (addr, stop, served)
+}
+
 /// Reads one response (head and a content-length or chunked body, read
 /// until the reply's id shows) or `None` when the connection closed first.
 async fn response_with_id(s: &mut tokio::net::TcpStream, id: u32) -> Option<String> {
@@ -1310,16 +1332,7 @@ async fn serve_stopped_starts_nothing_more_on_a_kept_alive_connection() {
         ))
         .build()
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(rpcwire::mcp::http::serve(
-        rpcwire::mcp::http::Endpoint::new(server, rpcwire::mcp::http::HttpConfig::default()),
-        listener,
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let (addr, stop, served) = serve_until_told(server).await;
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     conn.write_all(kept_alive_call("count", 1).as_bytes())
         .await
@@ -1364,16 +1377,7 @@ async fn serve_stopping_lets_a_running_call_finish_and_close() {
         ))
         .build()
         .unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(rpcwire::mcp::http::serve(
-        rpcwire::mcp::http::Endpoint::new(server, rpcwire::mcp::http::HttpConfig::default()),
-        listener,
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let (addr, stop, served) = serve_until_told(server).await;
     let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
     conn.write_all(kept_alive_call("slow", 1).as_bytes())
         .await
