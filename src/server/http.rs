@@ -231,6 +231,10 @@ impl Lingering {
     /// Completes once no call runs, the calls dropped when `hard_stop`
     /// is triggered (the end of the server's shutdown grace).
     async fn all_ended(&self, hard_stop: &Shutdown) {
+        if self.calls.load(Ordering::Acquire) == 0 {
+            // The common case: no subscription to the signal.
+            return;
+        }
         let hard = hard_stop.triggered();
         tokio::pin!(hard);
         loop {
@@ -814,9 +818,11 @@ impl<S, K> Shared<S, K> {
                 tokio::select! {
                     _ = run => shared.park(conn),
                     // The server's shutdown grace is over: the calls go
-                    // with the scratch.
-                    _ = dropped => {}
+                    // with the scratch, before their count does (the
+                    // server waits for that).
+                    _ = dropped => drop(conn),
                 }
+                drop(held);
             });
             return;
         }
