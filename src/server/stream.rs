@@ -80,7 +80,10 @@
 //!   handlers wait for their client's answers to their requests
 //!   ([`Context::peer`]), it reads on for those answers (as the WebSocket
 //!   driver does), dropping the other messages it reads, so that those
-//!   calls can finish within the grace.
+//!   calls can finish within the grace. In both cases the server's own
+//!   messages (notifications, subscriptions' events) go on only while
+//!   calls run: once none does, the subscriptions end (their producers
+//!   see it) and the connection closes when what was queued is written.
 //!   A connection idle for [`Limits::idle_timeout`] is closed and
 //!   counted ([`LimitKind::Idle`]); one that runs calls or holds
 //!   subscriptions is not idle (its client may wait long for a
@@ -1425,7 +1428,20 @@ where
         }
     }
 
+    /// Nothing more is taken and every call has ended (or was dropped):
+    /// messages of the server's own made from here on (notifications,
+    /// subscriptions' events) would only hold the connection open, as long
+    /// as something produces them as fast as the client reads.
+    fn calls_over(&self) -> bool {
+        self.input == Input::Stopped
+            && self.held.is_empty()
+            && (self.calls_dropped || self.in_flight() == 0)
+    }
+
     fn poll_outbox(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        if self.calls_over() {
+            return false;
+        }
         let mut any = false;
         while !self.output_full() {
             match self.outbox.poll_recv(cx) {
@@ -1448,6 +1464,11 @@ where
     /// (after the replies queued before them: a subscription's id is
     /// written before its first notification).
     fn poll_subscriptions(&mut self, cx: &mut TaskContext<'_>) -> bool {
+        if self.calls_over() {
+            // Their producers see it (`Sink::closed`, `send` failing).
+            self.subs.close_all();
+            return false;
+        }
         let mut any = false;
         while !self.output_full() {
             match self.subs.poll_next(cx) {
@@ -1550,11 +1571,7 @@ where
     /// Every message taken is answered, every call finished (or dropped at
     /// the end of the shutdown grace), everything written and flushed.
     fn is_done(&self) -> bool {
-        self.input == Input::Stopped
-            && self.held.is_empty()
-            && (self.calls_dropped || self.in_flight() == 0)
-            && self.out.is_empty()
-            && !self.out.unflushed
+        self.calls_over() && self.out.is_empty() && !self.out.unflushed
     }
 
     fn poll_close(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<CloseReason>> {

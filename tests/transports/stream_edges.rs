@@ -1923,3 +1923,108 @@ async fn a_shutdown_is_the_reason_whatever_the_end_of_the_input() {
         .collect();
     assert_eq!(ids, [json!(1), json!(2)]);
 }
+
+/// A subscription whose producer sends as fast as it can until the
+/// subscription ends (a firehose: pending transactions, a relay), on one
+/// in-memory connection with `shutdown` and a long grace; the client
+/// subscribes and reads the first notifications. The client's reader, its
+/// writer, the driver's task, and whether the producer still runs.
+async fn firehose(
+    shutdown: Shutdown,
+) -> (
+    tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+    tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    Served,
+    Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use tokio::io::AsyncBufReadExt;
+    let producing = Arc::new(AtomicBool::new(false));
+    let running = Arc::clone(&producing);
+    let d = Dispatcher::builder(())
+        .method("flood", move |call: Call<'_, ()>| {
+            let (id, sink) =
+                rpcwire::server::subscriptions::Subscriptions::of(call.ctx)?.subscribe()?;
+            let running = Arc::clone(&running);
+            running.store(true, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while sink.send(&i).is_ok() {
+                    i += 1;
+                }
+                running.store(false, Ordering::SeqCst);
+            });
+            Ok::<_, RpcError>(id.to_string())
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        shutdown_grace: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let (served, mut cw, cr) = serve_framed(d, false, limits, Some(shutdown));
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"flood\"}\n")
+        .await
+        .unwrap();
+    let mut cr = tokio::io::BufReader::new(cr);
+    let mut line = String::new();
+    for _ in 0..100 {
+        line.clear();
+        cr.read_line(&mut line).await.unwrap();
+    }
+    (cr, cw, served, producing)
+}
+
+/// Reads to the end, a line a millisecond: slower than the producer.
+fn read_slowly(
+    mut cr: tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+) -> tokio::task::JoinHandle<()> {
+    use tokio::io::AsyncBufReadExt;
+    tokio::spawn(async move {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if !matches!(cr.read_line(&mut line).await, Ok(n) if n > 0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+}
+
+/// Once nothing more is taken and no call runs, the server's own messages
+/// stop and the subscriptions end (their producers see it): a shutdown
+/// with no call running, or the end of the client's input (an MCP client
+/// closing stdin), ends the connection once what was queued is read. A
+/// subscription producing as fast as its client reads held it open, for
+/// twice the grace at a shutdown and for good at the end of the input
+/// (the idle timer never fired: every write was activity), its producer
+/// running on (found by a review). The deadlines only detect that hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_does_not_hold_an_ended_connection_open() {
+    use std::sync::atomic::Ordering;
+    for at_shutdown in [true, false] {
+        let shutdown = Shutdown::new();
+        let (cr, mut cw, served, producing) = firehose(shutdown.clone()).await;
+        let reader = read_slowly(cr);
+        if at_shutdown {
+            shutdown.trigger();
+        } else {
+            cw.shutdown().await.unwrap();
+        }
+        let reason = tokio::time::timeout(Duration::from_secs(30), served)
+            .await
+            .unwrap_or_else(|_| panic!("held open (at shutdown: {at_shutdown})"))
+            .unwrap()
+            .unwrap();
+        let expected = if at_shutdown {
+            CloseReason::Shutdown
+        } else {
+            CloseReason::Eof
+        };
+        assert_eq!(reason, expected);
+        let _ = tokio::time::timeout(Duration::from_secs(30), reader).await;
+        crate::eventually::eventually("the producer stops", || !producing.load(Ordering::SeqCst))
+            .await;
+    }
+}
