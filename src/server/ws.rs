@@ -91,7 +91,9 @@
 //!   flight finish and writes their replies
 //!   (within [`Limits::shutdown_grace`]), sends a close frame (1001), and
 //!   waits a moment for the client's. Only whole messages are written; a
-//!   client that does not read may be cut off.
+//!   client that does not read may be cut off. The server's own messages
+//!   (notifications, subscriptions' events) go on while calls run; the
+//!   subscriptions end with the connection (their producers see it).
 //!
 //! # Why tokio-tungstenite
 //!
