@@ -665,6 +665,20 @@ fn asking_dispatcher_with(
         .unwrap()
 }
 
+/// Every message the client reads until the connection closes.
+async fn to_the_end(replies: &mut ClientLines) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let read = async {
+        while let Some(line) = replies.next_line().await.unwrap() {
+            seen.push(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("the connection closed");
+    seen
+}
+
 /// The next message the client reads.
 async fn next_message(replies: &mut ClientLines) -> Value {
     serde_json::from_str(&replies.next_line().await.unwrap().expect("a message")).unwrap()
@@ -1639,16 +1653,7 @@ async fn a_shutdown_with_a_call_running_frames_nothing_after_it() {
         r#""not a message"{"jsonrpc":"2.0","id":3,"method":"stop"}"#,
     );
     cw.write_all(input.as_bytes()).await.unwrap();
-    let mut replies = tokio::io::BufReader::new(cr).lines();
-    let mut seen = Vec::new();
-    let read = async {
-        while let Some(line) = replies.next_line().await.unwrap() {
-            seen.push(serde_json::from_str::<Value>(&line).unwrap());
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(20), read)
-        .await
-        .expect("the connection closed");
+    let seen = to_the_end(&mut tokio::io::BufReader::new(cr).lines()).await;
     assert_eq!(
         seen,
         [
@@ -1873,15 +1878,7 @@ async fn refused_bytes_read_while_draining_for_an_answer_are_dropped() {
         let input =
             format!("{{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"stop\"}}\n{junk}\n{answer}\n");
         cw.write_all(input.as_bytes()).await.unwrap();
-        let mut seen = Vec::new();
-        let read = async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                seen.push(serde_json::from_str::<Value>(&line).unwrap());
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(20), read)
-            .await
-            .expect("the connection closed");
+        let seen = to_the_end(&mut lines).await;
         let reason = served.await.unwrap().unwrap();
         assert_eq!(seen[0], json!({"jsonrpc": "2.0", "id": 2, "result": 0}));
         if concatenated {
