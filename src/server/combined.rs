@@ -114,8 +114,12 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
 
     /// The same service, telling handlers (HTTP and WebSocket alike) that
     /// requests come from `peer`.
-    pub fn with_peer_addr(mut self, peer: SocketAddr) -> Self {
-        self.http = self.http.with_peer_addr(peer);
+    pub fn with_peer_addr(self, peer: SocketAddr) -> Self {
+        self.on_connection(peer, Arc::default())
+    }
+
+    fn on_connection(mut self, peer: SocketAddr, lingering: Arc<Lingering>) -> Self {
+        self.http = self.http.on_connection(peer, lingering);
         self.peer = Some(peer);
         self
     }
@@ -250,10 +254,7 @@ impl<S: Send + Sync + 'static, K: 'static> PerConnection for Combined<S, K> {
     type Service = Combined<S, K>;
 
     fn for_peer(&self, peer: SocketAddr) -> Self::Service {
-        let mut service = self.clone().with_peer_addr(peer);
-        // Its HTTP service answers for the server (upgrades included).
-        service.http = service.http.on_server();
-        service
+        self.for_peer_on_server(peer, &Arc::default())
     }
 
     fn answers_host_rule(&self) -> bool {
@@ -272,8 +273,9 @@ impl<S: Send + Sync + 'static, K: 'static> PerConnection for Combined<S, K> {
     }
 
     fn for_peer_on_server(&self, peer: SocketAddr, lingering: &Arc<Lingering>) -> Self::Service {
-        let mut service = self.for_peer(peer);
-        service.http = service.http.lingering_in(lingering);
+        let mut service = self.clone().on_connection(peer, Arc::clone(lingering));
+        // Its HTTP service answers for the server (upgrades included).
+        service.http = service.http.on_server();
         service
     }
 }

@@ -507,16 +507,16 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     /// ([`Context::peer_addr`]). [`serve`] makes one per connection; mounted
     /// elsewhere, a `SocketAddr` in the request's extensions is used
     /// instead.
-    pub fn with_peer_addr(mut self, peer: SocketAddr) -> Self {
-        self.peer = Some(peer);
-        self.lingering = Some(Arc::default());
-        self
+    pub fn with_peer_addr(self, peer: SocketAddr) -> Self {
+        self.on_connection(peer, Arc::default())
     }
 
-    /// The async calls its requests leave running counted in
-    /// `lingering`, a server's ([`PerConnection::for_peer_on_server`]).
-    pub(super) fn lingering_in(mut self, lingering: &Arc<Lingering>) -> Self {
-        self.lingering = Some(Arc::clone(lingering));
+    /// [`with_peer_addr`](HttpService::with_peer_addr), the async calls its
+    /// requests leave running counted in `lingering`, a server's
+    /// ([`PerConnection::for_peer_on_server`]).
+    pub(super) fn on_connection(mut self, peer: SocketAddr, lingering: Arc<Lingering>) -> Self {
+        self.peer = Some(peer);
+        self.lingering = Some(lingering);
         self
     }
 
@@ -1720,7 +1720,9 @@ impl<S: Send + Sync + 'static, K: 'static> PerConnection for HttpService<S, K> {
     }
 
     fn for_peer_on_server(&self, peer: SocketAddr, lingering: &Arc<Lingering>) -> Self::Service {
-        self.for_peer(peer).lingering_in(lingering)
+        self.clone()
+            .on_connection(peer, Arc::clone(lingering))
+            .on_server()
     }
 }
 
