@@ -612,6 +612,10 @@ struct PeerInner {
     /// learnt from the dispatcher of the connection (plain JSON-RPC has
     /// no such notification: unset, nothing is sent).
     cancel_notice: std::sync::OnceLock<Arc<CancelNotice>>,
+    /// The driver that keeps the deadlines, woken when a request with one
+    /// is made (from outside its poll: a client, spawned work).
+    #[cfg(feature = "async")]
+    deadline_waker: futures_util::task::AtomicWaker,
 }
 
 impl Drop for PeerInner {
@@ -655,6 +659,8 @@ impl Peer {
                 deadlines: std::sync::atomic::AtomicBool::new(false),
                 ids: ids.unwrap_or_else(|| Arc::new(std::sync::atomic::AtomicU64::new(1))),
                 cancel_notice: std::sync::OnceLock::new(),
+                #[cfg(feature = "async")]
+                deadline_waker: futures_util::task::AtomicWaker::new(),
             }),
         }
     }
@@ -873,6 +879,10 @@ impl Peer {
                 return Err(PeerError::Closed);
             }
             table.insert_as(id, waiter, deadline);
+        }
+        #[cfg(feature = "async")]
+        if deadline.is_some() {
+            self.inner.deadline_waker.wake();
         }
         if let Err(e) = self.send(out) {
             // Dropped (not called) after the lock is released: what the
@@ -1118,6 +1128,12 @@ impl Peer {
             return None;
         }
         self.lock().next_deadline()
+    }
+
+    /// Registers the waker of whoever keeps the deadlines.
+    #[cfg(feature = "server")]
+    pub(crate) fn register_deadline_waker(&self, waker: &std::task::Waker) {
+        self.inner.deadline_waker.register(waker);
     }
 
     /// Tells the other side this side gave up on its request `id`, if the

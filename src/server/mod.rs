@@ -67,6 +67,7 @@ impl PeerDeadlines {
         let Some(peer) = conn.context().peer() else {
             return;
         };
+        peer.register_deadline_waker(cx.waker());
         while let Some(next) = peer.next_deadline() {
             let next = tokio::time::Instant::from_std(next);
             let timer = match &mut self.timer {

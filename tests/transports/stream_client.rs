@@ -217,3 +217,42 @@ async fn two_drivers_pipelining_large_replies_do_not_wait_on_each_other() {
     run.abort();
     served.abort();
 }
+
+/// A request with a deadline made from outside the driver (as a client
+/// does, through `Driver::peer`) while the driver's output is full, the
+/// other side reading nothing: the driver, waiting to write, still keeps
+/// the new deadline. It did not look at the outbox while its output was
+/// full, so nothing woke it for the request, and with no idle timeout
+/// the request waited for ever (with one, up to that timeout late).
+/// Found by a review.
+#[tokio::test]
+async fn a_deadline_set_while_the_output_is_full_still_passes() {
+    // The other side never reads: a 64-byte pipe is full at once.
+    let (client_io, _unread) = tokio::io::duplex(64);
+    let mut driver = Driver::new(Lines::new())
+        .max_pending_output(1)
+        .idle_timeout(None);
+    let peer = driver.peer();
+    let (r, w) = tokio::io::split(client_io);
+    let run = tokio::spawn(async move {
+        let client = Dispatcher::builder(()).build().unwrap();
+        driver.run(&client, r, w).await
+    });
+    let fill = format!("[\"{}\"]", "x".repeat(4096));
+    peer.notify_raw("fill", fill.as_bytes()).unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let (told, heard) = tokio::sync::oneshot::channel();
+    let deadline = std::time::Instant::now() + Duration::from_millis(50);
+    peer.request_with_raw("q", None, Some(deadline), move |answer| {
+        let _ = told.send(answer.err());
+    })
+    .unwrap();
+    let why = tokio::time::timeout(HANG, heard).await;
+    assert_eq!(
+        why.expect("the deadline passed unnoticed").unwrap(),
+        Some(PeerError::Timeout)
+    );
+    assert_eq!(peer.pending(), 0);
+    run.abort();
+}
