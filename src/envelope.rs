@@ -877,16 +877,18 @@ impl Envelope {
         let bit = 1u16 << member as u8;
         if self.seen & bit != 0 {
             // A gateway and its upstream must never read different methods
-            // from one message: any repeated envelope member voids the id too.
-            // A member of one side only concerns that side's reading (a
+            // from one message: a repeated member of a request voids the id
+            // too. A member of one side only concerns that side's reading (a
             // request's `result` is an unknown member, ignored as `parse`
-            // ignores it).
-            let side = match member {
-                Member::Method | Member::Params => Side::Request,
-                Member::Result | Member::Error => Side::Response,
-                _ => Side::Both,
+            // ignores it). A response's repeated `result` or `error` leaves
+            // its id readable: the request it answers ends, as with any
+            // other invalid answer, rather than waiting for one to come.
+            let (side, voids_id) = match member {
+                Member::Method | Member::Params => (Side::Request, true),
+                Member::Result | Member::Error => (Side::Response, false),
+                _ => (Side::Both, true),
             };
-            self.problem(side, ErrorKind::Duplicate(member), at, true);
+            self.problem(side, ErrorKind::Duplicate(member), at, voids_id);
         }
         self.seen |= bit;
     }

@@ -174,7 +174,9 @@ fn a_member_of_the_other_side_written_twice_is_ignored() {
         parser.parse_incoming(response, &arena),
         Ok(Message::Single(Incoming::Response(r))) if r.id().as_bytes() == b"1"
     ));
-    // Repeated members of the object's own side stay invalid, id null.
+    // Repeated members of the object's own side stay invalid: a request's
+    // with id null, a response's with its id (the request it answers ends,
+    // rather than waiting for an answer that will not come).
     for (input, request) in [
         (
             &br#"{"jsonrpc":"2.0","id":1,"method":"m","method":"n"}"#[..],
@@ -185,12 +187,26 @@ fn a_member_of_the_other_side_written_twice_is_ignored() {
             true,
         ),
         (br#"{"jsonrpc":"2.0","id":1,"result":1,"result":2}"#, false),
+        (
+            br#"{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"},"error":{"code":2,"message":"y"}}"#,
+            false,
+        ),
     ] {
         match parser.parse_incoming(input, &arena).unwrap() {
             Message::Single(Incoming::Invalid(i)) if request => assert!(i.id().is_null()),
-            Message::Single(Incoming::InvalidResponse(r)) if !request => assert!(r.id().is_none()),
+            Message::Single(Incoming::InvalidResponse(r)) if !request => {
+                assert_eq!(r.id().map(|id| id.as_bytes()), Some(&b"1"[..]))
+            }
             other => panic!("{}: {other:?}", String::from_utf8_lossy(input)),
         }
+    }
+    // A repeated id still voids it: which request it answers is unknown.
+    match parser
+        .parse_incoming(br#"{"jsonrpc":"2.0","id":1,"id":2,"result":1}"#, &arena)
+        .unwrap()
+    {
+        Message::Single(Incoming::InvalidResponse(r)) => assert!(r.id().is_none()),
+        other => panic!("{other:?}"),
     }
 }
 

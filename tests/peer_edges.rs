@@ -173,6 +173,31 @@ fn late_duplicate_and_malformed_responses_are_reported_not_matched() {
     );
 }
 
+/// An answer with its `result` or its `error` twice ends the request it
+/// names as invalid, as every other invalid answer to a pending id does;
+/// it was counted as unmatched and the request waited for ever (the
+/// repeated member made the id unreadable). Found by a review.
+#[test]
+fn an_answer_with_a_repeated_result_or_error_ends_its_request() {
+    for body in [
+        r#""result":1,"result":2"#,
+        r#""error":{"code":1,"message":"x"},"error":{"code":2,"message":"y"}"#,
+    ] {
+        let (d, mut conn, peer, _sent) = two_way();
+        let answers = Answers::default();
+        let id = ask(&peer, &answers, None);
+        let input = format!(r#"{{"jsonrpc":"2.0","id":{id},{body}}}"#);
+        assert!(feed(&d, &mut conn, &input).is_empty());
+        assert_eq!(peer.pending(), 0, "{input}");
+        let got = answers.lock().unwrap().clone();
+        assert!(
+            matches!(&got[..], [(i, Err(e))] if *i == id && e.starts_with("the answer was not a valid response")),
+            "{input}: {got:?}"
+        );
+        assert_eq!(conn.unmatched_responses(), 1, "{input}");
+    }
+}
+
 #[test]
 fn mixed_batches_answer_only_their_requests() {
     let (d, mut conn, peer, _) = two_way();
