@@ -22,8 +22,9 @@
 //!   client sends `$/cancelRequest` for it: it is then answered with LSP's
 //!   `RequestCancelled` (-32800), as LSP requires every request to be
 //!   answered.
-//! * `shutdown` answers `null`; `exit` ends the process, with status 0 after
-//!   `shutdown`, 1 without (as LSP says). The end of stdin ends it the same
+//! * `shutdown` answers `null`; `exit` ends the process at once (calls
+//!   still running are dropped), with status 0 after `shutdown`, 1 without
+//!   (as LSP says). The end of stdin ends it the same
 //!   way.
 //!
 //! Requests other than `initialize` before `initialize` get -32002
@@ -396,12 +397,23 @@ pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, 
     (server, dispatcher)
 }
 
+/// The limits the process serves with: the defaults, without a shutdown
+/// grace. `exit` ends the process at once, as LSP means it to (a client
+/// waits a moment for its server to exit, then kills it): calls still
+/// running are dropped, not waited for.
+pub fn stdio_limits() -> Limits {
+    Limits {
+        shutdown_grace: Duration::ZERO,
+        ..Limits::default()
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     eprintln!("lsp_server: ready, LSP frames on stdin");
     let stop = Shutdown::new();
     let (server, dispatcher) = language_server(stop.clone());
-    let limits = Limits::default();
+    let limits = stdio_limits();
     let framer = Lsp::new().max_frame(limits.max_message_len);
     let reason = serve_stdio(dispatcher, framer, limits, None, stop).await?;
     let code = server.exit_status();

@@ -495,6 +495,7 @@ where
     let stop = Shutdown::new();
     let (server, dispatcher) = lsp_server::language_server(stop.clone());
     let reason = Driver::new(Lsp::new())
+        .limits(lsp_server::stdio_limits())
         .idle_timeout(None)
         .context(Context::builder().transport("stdio"))
         .shutdown(stop)
@@ -551,6 +552,36 @@ async fn in_process_exit_without_shutdown_is_status_1() {
         .unwrap();
     assert_eq!(reason.unwrap(), CloseReason::Shutdown);
     assert_eq!(state.exit_status(), 1);
+}
+
+/// `exit` with a call still running ends the server at once: the call is
+/// dropped, not waited for. It waited for the whole shutdown grace (10 s,
+/// a call with a peer may still ask its client something), where an
+/// editor gives its server a moment before it kills it. Found by a
+/// review. On tokio's paused clock: the grace shows as time that passed.
+#[tokio::test(start_paused = true)]
+async fn in_process_exit_with_a_call_running_ends_at_once() {
+    let (client, served) = tokio::io::duplex(64 * 1024);
+    let (server_read, server_write) = tokio::io::split(served);
+    let server = tokio::spawn(async move { in_process(server_read, server_write).await });
+    let (client_read, client_write) = tokio::io::split(client);
+    let mut c = Client::new(client_read, client_write);
+    c.call(json!(1), "initialize", json!({})).await;
+    c.request(json!(2), "example/slow", json!({"ms": 600_000}))
+        .await;
+    c.logged("example/slow: waiting 600000 ms").await;
+    let answer = c.call(json!(3), "shutdown", Value::Null).await;
+    assert_eq!(answer["result"], Value::Null, "{answer}");
+    let exit = tokio::time::Instant::now();
+    c.notify("exit", Value::Null).await;
+    let (state, reason) = tokio::time::timeout(HANG, server)
+        .await
+        .expect("hang")
+        .unwrap();
+    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
+    assert_eq!(state.exit_status(), 0);
+    let waited = exit.elapsed();
+    assert!(waited < Duration::from_secs(1), "exit waited {waited:?}");
 }
 
 #[tokio::test]
