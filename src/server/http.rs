@@ -98,7 +98,8 @@ use futures_util::task::AtomicWaker;
 use http::header::{
     ACCEPT_ENCODING, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
     ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS,
-    ACCESS_CONTROL_REQUEST_METHOD, ALLOW, CONTENT_ENCODING, CONTENT_TYPE, ORIGIN, VARY,
+    ACCESS_CONTROL_REQUEST_METHOD, ALLOW, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN,
+    VARY,
 };
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body::Body;
@@ -443,6 +444,11 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         if let Some(m) = &self.shared.metrics {
             m.limit_hit(LimitKind::Host);
         }
+        let response = if req.method() == Method::HEAD {
+            headers_only(response)
+        } else {
+            response
+        };
         Some(closing(response))
     }
 
@@ -639,7 +645,13 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         // stays usable for the next request whatever the pace the body
         // came at (hyper would keep it only if the body had all arrived
         // by the time the answer went out).
+        let head = parts.method == Method::HEAD;
         let early = |body: B, response: Response<ResponseBody>| {
+            let response = if head {
+                headers_only(response)
+            } else {
+                response
+            };
             let state = if body.is_end_stream() {
                 State::Ready(Some(response))
             } else {
@@ -1488,6 +1500,20 @@ fn json_response(status: StatusCode, body: Bytes) -> Response<ResponseBody> {
     response
         .headers_mut()
         .insert(CONTENT_TYPE, APPLICATION_JSON);
+    response
+}
+
+/// `response` as the answer to a `HEAD`: its headers, with the length its
+/// content would have, and no content. hyper leaves the content out of an
+/// HTTP/1 answer to `HEAD` itself, but sends it over HTTP/2, where a
+/// client then resets the stream (RFC 9113 8.1.1) and never sees the
+/// status.
+fn headers_only(mut response: Response<ResponseBody>) -> Response<ResponseBody> {
+    let len = response.body().size_hint().lower();
+    response
+        .headers_mut()
+        .insert(CONTENT_LENGTH, HeaderValue::from(len));
+    *response.body_mut() = Full::new(Bytes::new());
     response
 }
 

@@ -459,6 +459,59 @@ async fn h2_statuses_and_limit_counts() {
     srv.stop().await;
 }
 
+/// A `HEAD` over HTTP/2 is answered with the headers a `GET` would get
+/// (405, `allow: POST`, the length of the refusal) and no content, as is
+/// one for a host not listed (403). The refusal's JSON went out in DATA
+/// frames, which the client's h2 takes as a protocol error: it reset the
+/// stream and the caller never saw the status. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_head_is_answered_without_content() {
+    let _s = SERIAL.lock().await;
+    let srv = start(Limits::default(), true).await;
+    let mut sender = h2::<Full<Bytes>>(srv.addr).await;
+    let get = sender
+        .send_request(Request::get("/").body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    let refusal = get.into_body().collect().await.unwrap().to_bytes();
+    let head = sender
+        .send_request(Request::head("/").body(Full::new(Bytes::new())).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 405);
+    assert_eq!(head.headers()["allow"], "POST");
+    assert_eq!(
+        head.headers()["content-length"],
+        refusal.len().to_string().as_str()
+    );
+    let content = head.into_body().collect().await.expect("no reset");
+    assert!(content.to_bytes().is_empty());
+    srv.stop().await;
+
+    // A host not listed.
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits::default();
+    let hosts = rpcwire::server::hosts::AllowedHosts::list(["rpc.example"]).unwrap();
+    let service = HttpService::new(dispatcher(metrics.clone(), None), &limits, Some(metrics))
+        .allowed_hosts(hosts);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(Server::new(limits).serve(listener, service, shutdown.clone()));
+    let mut sender = h2::<Full<Bytes>>(addr).await;
+    let head = Request::head("http://elsewhere.example/")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let head = sender.send_request(head).await.unwrap();
+    assert_eq!(head.status(), 403);
+    assert_ne!(head.headers()["content-length"], "0");
+    let content = head.into_body().collect().await.expect("no reset");
+    assert!(content.to_bytes().is_empty());
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
 // ---------------------------------------------------------------------------
 // hyper's HTTP/1.1: Expect 100-continue past the limit, trailers.
 
