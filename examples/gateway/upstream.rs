@@ -235,8 +235,19 @@ const ENVELOPE_ROOM: usize = 1024;
 /// The parser of upstream replies, for results up to `max_response`.
 fn reply_parser(max_response: usize) -> Parser {
     Parser::new()
+        // As deep as the parser reads (1,024 levels): the default (128)
+        // keeps a server's handlers from recursing on a client's params,
+        // but results are passed on as they are, and geth's `callTracer`
+        // writes two levels per nested call (a transaction whose calls
+        // nest 64 deep was "malformed", and hung over a WebSocket).
+        .max_depth(u32::MAX)
         .max_message_len(max_response.saturating_add(ENVELOPE_ROOM))
         .max_batch_len(u32::MAX)
+}
+
+/// The id of one of the gateway's own requests to a WebSocket upstream.
+fn upstream_id(id: &[u8]) -> Option<u64> {
+    std::str::from_utf8(id).ok()?.parse().ok()
 }
 
 /// `host:port` of a URL, for error messages.
@@ -1455,10 +1466,7 @@ impl WsConn {
             match item {
                 Incoming::Response(r) => {
                     self.heard();
-                    let Some(id) = std::str::from_utf8(r.id().as_bytes())
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                    else {
+                    let Some(id) = upstream_id(r.id().as_bytes()) else {
                         continue;
                     };
                     let Some(waiter) = lock(&self.pending).remove(&id) else {
@@ -1510,6 +1518,27 @@ impl WsConn {
                                 self.forget(&up);
                             }
                         }
+                    }
+                }
+                Incoming::InvalidResponse(_) | Incoming::Invalid(_) => {
+                    // An invalid answer that names a waiting call (both
+                    // `result` and `error`, no `jsonrpc`, neither `result`
+                    // nor `error`; an upstream sends no requests with ids):
+                    // the call reads it and fails as malformed, as over
+                    // HTTP. It waited for its timeout, blamed on a slow
+                    // upstream.
+                    let id = match item {
+                        Incoming::InvalidResponse(r) => r.id(),
+                        Incoming::Invalid(i) => Some(i.id()),
+                        _ => None,
+                    };
+                    let Some(id) = id.and_then(|id| upstream_id(id.as_bytes())) else {
+                        continue;
+                    };
+                    self.heard();
+                    let waiter = lock(&self.pending).remove(&id);
+                    if let Some(Waiter::Call(tx) | Waiter::Subscribe(tx, _)) = waiter {
+                        let _ = tx.send(Ok(frame.clone()));
                     }
                 }
                 Incoming::Request(n) if n.id().is_none() => {

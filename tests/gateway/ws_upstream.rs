@@ -960,3 +960,114 @@ async fn an_upstream_close_frame_is_answered() {
     // Later calls go over a new connection.
     assert_eq!(rpc(gw.addr, "eth_blockNumber").await["result"], "0x11");
 }
+
+/// Invalid answers that name the call's id (beside the result an `error`
+/// of `null`, as JSON-RPC 1.0 servers and some proxies write; both
+/// `result` and `error`; no `jsonrpc`; neither `result` nor `error`): the
+/// call fails at once as malformed, as over HTTP. They were dropped
+/// unread, and the call waited for its timeout (then reported as the
+/// upstream's slowness, -32002). An `eth_subscribe` answered so too.
+/// Found by a review.
+#[tokio::test]
+async fn an_invalid_answer_naming_a_call_fails_it_at_once() {
+    let forms = [
+        r#""result":"0x1","error":null"#,
+        r#""result":"0x1","error":{"code":1,"message":"x"}"#,
+        r#""jsonrpc":"1.0","result":"0x1""#,
+    ];
+    let broken = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let turn = Arc::clone(&broken);
+    let up = fake_ws(Arc::new(move |_, v| {
+        let n = turn.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let body = match forms.get(n) {
+            Some(form) if form.contains("jsonrpc") => format!(r#"{{"id":{},{form}}}"#, v["id"]),
+            Some(form) => format!(r#"{{"jsonrpc":"2.0","id":{},{form}}}"#, v["id"]),
+            None => format!(r#"{{"jsonrpc":"2.0","id":{}}}"#, v["id"]),
+        };
+        vec![Act::Send(Message::text(body))]
+    }))
+    .await;
+    // A timeout past the client's wait: an answer that came from it is
+    // a hang.
+    let gw = start(ws_config(&[up.url()], 60_000)).await;
+    let mut ws = client(gw.addr).await;
+    for id in 1..=4u64 {
+        let method = if id == 4 {
+            "eth_subscribe"
+        } else {
+            "eth_blockNumber"
+        };
+        send(
+            &mut ws,
+            json!({"jsonrpc":"2.0","id":id,"method":method,"params":[]}),
+        )
+        .await;
+        let r = next(&mut ws).await;
+        assert_eq!(r["id"], id, "{r}");
+        assert_eq!(r["error"]["message"], "upstream reply malformed", "{r}");
+    }
+}
+
+/// An upstream's valid answer nested deeper than a server's default limit
+/// on requests (128 levels) is passed on: geth's `callTracer` writes two
+/// levels per nested call, so a transaction whose calls nest 70 deep
+/// (the EVM allows 1,024) is 142 levels. It was refused as malformed
+/// over HTTP, and dropped unread over a WebSocket (the call waited for
+/// its timeout). Found by a review.
+#[tokio::test]
+async fn a_deeply_nested_result_is_passed_on_over_both_transports() {
+    let mut trace = String::new();
+    let call =
+        r#"{"type":"CALL","from":"0x01","to":"0x02","gas":"0x1","gasUsed":"0x1","input":"0x""#;
+    for _ in 0..70 {
+        trace.push_str(call);
+        trace.push_str(r#","calls":["#);
+    }
+    trace.push_str(call);
+    trace.push('}');
+    trace.push_str(&"]}".repeat(70));
+    let answer = {
+        let trace = trace.clone();
+        move |v: &Value| format!(r#"{{"jsonrpc":"2.0","id":{},"result":{trace}}}"#, v["id"])
+    };
+    let ws_answer = answer.clone();
+    let ws_up = fake_ws(Arc::new(move |_, v| {
+        vec![Act::Send(Message::text(ws_answer(v)))]
+    }))
+    .await;
+    let http_up = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let http_addr = http_up.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = http_up.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                while let Some(body) = crate::http_request::read_request(&mut s).await {
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    let reply = crate::http_request::json_200(&answer(&v));
+                    if tokio::io::AsyncWriteExt::write_all(&mut s, reply.as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let request = r#"{"jsonrpc":"2.0","id":1,"method":"debug_traceTransaction","params":["0xabababababababababababababababababababababababababababababababab",{"tracer":"callTracer"}]}"#;
+    let want = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{trace}}}"#);
+    for up in [format!("http://{http_addr}"), ws_up.url()] {
+        let gw = start(config::Config {
+            // `--allow debug_`.
+            deny: vec![],
+            ..ws_config(std::slice::from_ref(&up), 60_000)
+        })
+        .await;
+        let (status, reply) =
+            tokio::time::timeout(HANG, crate::http_request::post_close(gw.addr, request))
+                .await
+                .unwrap_or_else(|_| panic!("{up}: the gateway hangs"));
+        assert_eq!(status, 200, "{up}: {reply}");
+        assert_eq!(reply, want, "{up}");
+    }
+}
