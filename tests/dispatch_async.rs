@@ -1560,3 +1560,59 @@ async fn a_call_started_after_a_deadline_passed_does_not_delay_its_expiry() {
     assert_eq!(first["error"]["message"], "Request timed out", "{text:?}");
     assert!(!text.contains(r#""id":2"#), "{text:?}");
 }
+
+/// An async call is polled once as it is started, as a batch entry is:
+/// what its handler does up to its first `.await` comes before the
+/// handlers of the messages started after it (a notification's too), and
+/// a call ready at once is answered by `start`, as a sync one is, its
+/// reply marked once. Single calls were first polled by the next
+/// `poll_replies`, after every message of the read had started: an LSP
+/// request pipelined ahead of `shutdown` saw the server shut down. Found
+/// by a review.
+#[tokio::test]
+async fn an_async_call_runs_up_to_its_first_await_as_it_is_started() {
+    type Log = std::sync::Mutex<Vec<&'static str>>;
+    let d = Dispatcher::builder(Log::default())
+        .async_method("first", |call: AsyncCall<Log>| async move {
+            call.state.lock().unwrap().push("first");
+            tokio::task::yield_now().await;
+            Ok::<_, RpcError>(1)
+        })
+        .async_method("ready", |call: AsyncCall<Log>| async move {
+            call.state.lock().unwrap().push("ready");
+            Ok::<_, RpcError>(2)
+        })
+        .method("second", |c: Call<'_, Log>| {
+            c.state.lock().unwrap().push("second");
+            c.reply.u64(3)
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Marked::default();
+    let messages: [&[u8]; 4] = [
+        br#"{"jsonrpc":"2.0","id":1,"method":"first"}"#,
+        br#"{"jsonrpc":"2.0","id":2,"method":"ready"}"#,
+        br#"{"jsonrpc":"2.0","method":"first"}"#,
+        br#"{"jsonrpc":"2.0","id":3,"method":"second"}"#,
+    ];
+    for m in messages {
+        conn.start(&d, &Bytes::from_static(m), &mut out);
+    }
+    assert_eq!(
+        *d.state().lock().unwrap(),
+        ["first", "ready", "first", "second"]
+    );
+    let at_once = out.replies();
+    assert_eq!(
+        at_once,
+        [
+            json!({"jsonrpc":"2.0","id":2,"result":2}),
+            json!({"jsonrpc":"2.0","id":3,"result":3})
+        ]
+    );
+    while conn.messages_in_flight() > 0 {
+        std::future::poll_fn(|cx| conn.poll_replies(&d, cx, &mut out)).await;
+    }
+    assert_eq!(out.replies(), [json!({"jsonrpc":"2.0","id":1,"result":1})]);
+}

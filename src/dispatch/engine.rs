@@ -453,8 +453,8 @@ impl Drop for Abandon<'_> {
 #[cfg_attr(docsrs, doc(cfg(feature = "async")))]
 impl Connection {
     /// Reads one message and answers what can be answered at once (writing
-    /// complete replies to `out`); async entries start running, a batch's
-    /// polled once in their turn (a batch whose async futures are all
+    /// complete replies to `out`); async calls start running, each polled
+    /// once in its turn (a call, or a batch whose async futures are all
     /// ready then is answered here, as a sync one). Their other
     /// replies come out of [`poll_replies`](Connection::poll_replies), each
     /// as it completes: the pipelined form of
@@ -547,7 +547,8 @@ impl Connection {
     }
 
     fn finish_start<B: ReplyBuf>(&mut self, out: &mut B, mark: usize) {
-        if out.len() > mark {
+        let ended = self.engine.ended_at.take() == Some(out.len());
+        if out.len() > mark && !ended {
             out.end_reply();
         }
         // A batch whose async entries were all decided at once (past the
@@ -1210,6 +1211,9 @@ pub(crate) struct Engine {
     /// its answers were delivered ([`Connection::take_answers_at_limit`]):
     /// they are not delivered again.
     pub(crate) answers_taken: bool,
+    /// Where `out` ended when the single message being started was answered
+    /// by an async call ready at once: its reply is ended already.
+    ended_at: Option<usize>,
     /// Shared with the connection's subscriptions (rpcwire's WebSocket and
     /// stream transports): which messages still wait for their reply.
     pub(crate) gate: Option<Arc<ReplyGate>>,
@@ -1461,6 +1465,7 @@ impl Default for Engine {
             timer_polled: false,
             no_timers: false,
             answers_taken: false,
+            ended_at: None,
             gate: None,
             cancelled: Vec::new(),
         }
@@ -1765,7 +1770,7 @@ impl Engine {
     /// front of the queue, the earliest of the queued calls' (they count
     /// from arrival, and the queue is in arrival order). The running
     /// calls' deadlines alone did not do while a call that arrived later
-    /// could run first (see [`launch`](Shared::launch)): a queued call
+    /// could run first (see [`launch_unpolled`](Shared::launch_unpolled)): a queued call
     /// whose deadline came before all of theirs was answered only when
     /// something else woke the task. With calls started in arrival order
     /// the running calls' deadlines come first; this keeps the queue's
@@ -1945,7 +1950,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     return match (entry, is_async) {
                         (Entry::Request(r), true) => {
                             let w = waiting(input, r, None);
-                            self.launch(engine, w, scope.ctx)
+                            self.start_in_turn(engine, w, scope.ctx, out)
                         }
                         _ => self.notify(entry, scope),
                     };
@@ -1962,7 +1967,18 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 msg.replies.push(ReplyState::Pending(id_range(input, id)));
                 msg.sealed = true;
                 let w = waiting(input, r, Some((m, 0)));
-                return self.launch(engine, w, scope.ctx);
+                // In its turn, as a batch entry: what it does before its
+                // first `.await` comes before the handlers of the messages
+                // read after it (with several in one read, their sync
+                // handlers ran first: an LSP request pipelined ahead of
+                // `shutdown` saw the server shut down).
+                self.start_in_turn(engine, w, scope.ctx, out);
+                if engine.msgs[m].as_ref().is_some_and(Msg::is_complete) {
+                    // Answered at once, as a sync request: its reply is
+                    // in `out` and ended.
+                    engine.ended_at = Some(out.len());
+                }
+                return;
             }
             Message::Batch(batch) => batch,
         };
@@ -2033,23 +2049,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
         conn.engine.msgs[m].as_mut().expect("live").sealed = true;
     }
 
-    /// Starts an async call that just arrived if a slot under the cap is
-    /// free and no call waits for one, else queues it: calls start in
-    /// arrival order. A slot freed outside a poll (a cancellation) is the
-    /// queue's front's, which the next poll starts; checking the cap alone
-    /// gave it to whichever call arrived first after it. A call started
-    /// is polled first by the next poll of the engine.
-    fn launch(&self, engine: &mut Engine, w: Waiting, ctx: &Context) {
-        if let Some(index) = self.launch_unpolled(engine, w, ctx) {
-            engine.ready.push(index);
-        }
-    }
-
-    /// Starts a batch entry's async call as [`launch`](Self::launch) does
-    /// and polls it first now, in its turn, not after the whole batch is
-    /// read: the handlers' code before their first `.await` runs in the
-    /// batch's order, notifications' as requests'. Pending, it is polled
-    /// again when woken.
+    /// Starts an async call as [`launch_unpolled`](Self::launch_unpolled) does and polls it
+    /// first now, in its turn, not after the whole batch (or every message
+    /// of a read) is started: the handlers' code before their first
+    /// `.await` runs in the order the calls came, notifications' as
+    /// requests'. Pending, it is polled again when woken.
     fn start_in_turn<B: ReplyBuf>(
         &self,
         engine: &mut Engine,
@@ -2062,15 +2066,19 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         self.poll_slot(engine, index, out);
         // Its deadline's timer is armed now: no poll of the engine need
-        // follow (a transport may wait to be woken, and `launch` no longer
-        // wakes it), and an unpolled timer wakes nobody.
+        // follow (a transport may wait to be woken, and nothing else wakes
+        // it), and an unpolled timer wakes nobody.
         if engine.slots[index].task.is_some() && !engine.timer_polled && engine.timer_fired() {
             engine.ready.waker.wake();
         }
     }
 
-    /// [`launch`](Self::launch), leaving the first poll of a call started
-    /// (its slot, returned) to the caller.
+    /// Starts an async call that just arrived if a slot under the cap is
+    /// free and no call waits for one, else queues it: calls start in
+    /// arrival order. A slot freed outside a poll (a cancellation) is the
+    /// queue's front's, which the next poll starts; checking the cap alone
+    /// gave it to whichever call arrived first after it. The first poll of
+    /// a call started (its slot, returned) is left to the caller.
     fn launch_unpolled(&self, engine: &mut Engine, mut w: Waiting, ctx: &Context) -> Option<usize> {
         if engine.running >= self.max_in_flight || !engine.waiting.is_empty() {
             w.queued = Some(Instant::now());

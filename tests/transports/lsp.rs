@@ -97,6 +97,18 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Client<R, W> {
         self.writer.flush().await.unwrap();
     }
 
+    /// Sends `messages` in one write, as a pipe often delivers them.
+    async fn send_together(&mut self, messages: &[Value]) {
+        let mut frames = Vec::new();
+        for message in messages {
+            let body = serde_json::to_vec(message).unwrap();
+            frames.extend(format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes());
+            frames.extend(body);
+        }
+        self.writer.write_all(&frames).await.unwrap();
+        self.writer.flush().await.unwrap();
+    }
+
     async fn notify(&mut self, method: &str, params: Value) {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await;
@@ -552,6 +564,29 @@ async fn in_process_exit_without_shutdown_is_status_1() {
         .unwrap();
     assert_eq!(reason.unwrap(), CloseReason::Shutdown);
     assert_eq!(state.exit_status(), 1);
+}
+
+/// A request sent before `shutdown`, in the same write, is served: LSP
+/// refuses only the requests that come after it. The async handler's
+/// check ran at its first poll, after the sync `shutdown` handler of the
+/// message behind it, and it was refused (-32600, "the server is shutting
+/// down"). Found by a review.
+#[tokio::test]
+async fn in_process_a_request_pipelined_ahead_of_shutdown_is_served() {
+    in_process_conversation(async |c| {
+        c.call(json!(1), "initialize", json!({})).await;
+        c.send_together(&[
+            json!({"jsonrpc": "2.0", "id": 2, "method": "example/slow", "params": {"ms": 1}}),
+            json!({"jsonrpc": "2.0", "id": 3, "method": "shutdown"}),
+        ])
+        .await;
+        let slow = c.response(json!(2)).await;
+        assert_eq!(slow["result"], json!({"waited": 1}), "{slow}");
+        let shutdown = c.response(json!(3)).await;
+        assert_eq!(shutdown["result"], Value::Null, "{shutdown}");
+        c.notify("exit", Value::Null).await;
+    })
+    .await;
 }
 
 /// `exit` with a call still running ends the server at once: the call is
