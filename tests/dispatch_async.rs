@@ -1616,3 +1616,63 @@ async fn an_async_call_runs_up_to_its_first_await_as_it_is_started() {
     }
     assert_eq!(out.replies(), [json!({"jsonrpc":"2.0","id":1,"result":1})]);
 }
+
+/// A call that waited for a slot is polled as the poll that gives it one
+/// starts it: its handler's code up to the first `.await` comes before
+/// the handlers of messages started after that poll. It was left to the
+/// next poll, and a batch entry and a sync request read meanwhile ran
+/// first. Found by a review.
+#[tokio::test]
+async fn a_call_started_from_the_queue_runs_before_later_arrivals() {
+    type Log = std::sync::Mutex<Vec<&'static str>>;
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let opened = Arc::clone(&gate);
+    let d = Dispatcher::builder(Log::default())
+        .max_in_flight(2)
+        .async_method("gate", move |_call: AsyncCall<Log>| {
+            let opened = Arc::clone(&opened);
+            async move {
+                opened.notified().await;
+                Ok::<_, RpcError>(0)
+            }
+        })
+        .async_method("logged", |call: AsyncCall<Log>| async move {
+            let id = match call.id() {
+                Some(b"3") => "3",
+                _ => "4",
+            };
+            call.state.lock().unwrap().push(id);
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(0)
+        })
+        .method("sync_logged", |call: Call<'_, Log>| {
+            call.state.lock().unwrap().push("5");
+            call.reply.u64(5)
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for m in [
+        r#"{"jsonrpc":"2.0","id":1,"method":"gate"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"gate"}"#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"logged"}"#,
+    ] {
+        conn.start(&d, &Bytes::from_static(m.as_bytes()), &mut out);
+    }
+    assert!(conn.poll_replies(&d, &mut cx, &mut out).is_pending());
+    assert!(d.state().lock().unwrap().is_empty(), "3 waits for a slot");
+    gate.notify_waiters();
+    assert_eq!(
+        conn.poll_replies(&d, &mut cx, &mut out),
+        std::task::Poll::Ready(2)
+    );
+    for m in [
+        r#"[{"jsonrpc":"2.0","id":4,"method":"logged"}]"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"sync_logged"}"#,
+    ] {
+        conn.start(&d, &Bytes::from_static(m.as_bytes()), &mut out);
+    }
+    assert_eq!(*d.state().lock().unwrap(), ["3", "4", "5"]);
+}

@@ -2204,15 +2204,25 @@ impl<S: Send + Sync + 'static> Shared<S> {
         engine.woken = woken;
         written += self.expire(cx, engine, out);
         written += self.expire_waiting(engine, out);
+        let mut started = false;
         while engine.running < self.max_in_flight
             && let Some(w) = engine.waiting.pop_front()
         {
             if let Some(index) = self.run(engine, w, &conn.context) {
-                // Polled first by the next poll of the engine.
-                engine.ready.push(index);
+                // Polled now, in its turn: what the handler does before
+                // its first `.await` comes before the handlers of messages
+                // a transport starts after this poll (they ran first when
+                // it was left to the next poll).
+                written += self.poll_slot(engine, index, out);
+                started |= engine.slots[index].task.is_some();
             }
         }
         let engine = &mut conn.engine;
+        // The deadlines of the calls started and still running: their
+        // timer is polled, else it wakes nobody.
+        if started && !engine.timer_polled && engine.timer_fired() {
+            cx.waker().wake_by_ref();
+        }
         if let Some(timeout) = self.timeout {
             engine.cover_front(timeout, cx);
         }
