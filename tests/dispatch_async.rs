@@ -1676,3 +1676,47 @@ async fn a_call_started_from_the_queue_runs_before_later_arrivals() {
     }
     assert_eq!(*d.state().lock().unwrap(), ["3", "4", "5"]);
 }
+
+/// Async notifications through `handle_async` alone, batch after batch,
+/// past the cap: they run, and those waiting for a slot start before the
+/// next message does, so the queue holds one message's worth at most.
+/// Only messages waiting for replies drove the connection: notifications
+/// past the cap were never started, and the queue (each entry holding its
+/// message's bytes) grew with every batch. Found by a review.
+#[tokio::test(start_paused = true)]
+async fn handle_async_runs_async_notifications_and_bounds_their_queue() {
+    let done = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&done);
+    let d = Dispatcher::builder(())
+        .max_in_flight(4)
+        .async_method("note", move |_call: AsyncCall<()>| {
+            let done = Arc::clone(&counted);
+            async move {
+                tokio::task::yield_now().await;
+                done.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, RpcError>(())
+            }
+        })
+        .method("ping", |call: Call<'_, ()>| call.reply.str("pong"))
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let note = r#"{"jsonrpc":"2.0","method":"note"}"#;
+    let batch = Bytes::from(format!("[{}]", vec![note; 100].join(",")));
+    let ping = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+    for round in 1..=50 {
+        let mut out = Vec::new();
+        assert!(!d.handle_async(&batch, &mut conn, &mut out).await);
+        // This batch's, and at most the cap of the last one's running.
+        assert!(
+            conn.in_flight() <= 104,
+            "round {round}: {}",
+            conn.in_flight()
+        );
+        let mut out = Vec::new();
+        assert!(d.handle_async(&ping, &mut conn, &mut out).await);
+        assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":"pong"}"#);
+        assert!(conn.in_flight() <= 4, "round {round}: {}", conn.in_flight());
+    }
+    assert!(done.load(Ordering::SeqCst) >= 5000 - 4);
+}

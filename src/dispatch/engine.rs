@@ -365,7 +365,11 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     ///
     /// Async notifications keep running after the reply is written, as
     /// long as the connection is driven (the next `handle_async`, or
-    /// [`Connection::poll_replies`]); they never hold a reply back.
+    /// [`Connection::poll_replies`]); they never hold a reply back. Those
+    /// an earlier message left waiting for a slot (past `max_in_flight`)
+    /// start before the next message does: its `handle_async` waits for
+    /// that, so that however fast messages come, the calls waiting hold
+    /// no more than one message's worth.
     ///
     /// Dropping the future before it finishes (a timeout around it, a
     /// client gone) drops the calls still running for the reply, their
@@ -378,6 +382,22 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
         out: &mut B,
     ) -> bool {
         let start = out.len();
+        if conn.in_flight() > 0 {
+            // What earlier messages left running goes on, and the calls
+            // they left waiting start first. (Only driven while messages
+            // waited for replies, notifications past the cap were never
+            // started, and the queue grew with every message.)
+            std::future::poll_fn(|cx| {
+                // Nothing is written: no message waits for its reply.
+                let _ = conn.poll_replies(self, cx, out);
+                if conn.engine.waiting.is_empty() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
         conn.start(self, input, out);
         let replying = Abandon(conn);
         while replying.0.engine.messages_in_flight() > 0 {
