@@ -12,6 +12,11 @@ use crate::server::Outbox;
 /// How long calls still running may finish after the input closed.
 const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// Bytes of requests held while calls are at the cap: past them, input is
+/// no longer read (the client's writes wait), as the stream transports'
+/// bound on held messages.
+const HELD_BYTES: usize = 64 * 1024;
+
 impl McpServer {
     /// Serves one client over the process's stdin and stdout until stdin
     /// closes: one JSON-RPC message per line, nothing but MCP messages on
@@ -29,6 +34,12 @@ impl McpServer {
     /// after the progress and log notifications its call sent; sessions of
     /// the initialize lifecycle are sent `notifications/tools/list_changed`
     /// when the tools change.
+    ///
+    /// At most [`max_in_flight`](super::McpServerBuilder::max_in_flight)
+    /// calls run; requests past them wait, in order, and once 64 KiB of
+    /// them wait no more input is read (the client's writes wait).
+    /// Notifications (`notifications/cancelled` among them) and answers
+    /// to the server's own requests are taken as they come meanwhile.
     pub async fn serve_stream<R, W>(&self, mut reader: R, mut writer: W) -> std::io::Result<()>
     where
         R: AsyncRead + Unpin,
@@ -53,12 +64,30 @@ impl McpServer {
         let mut wire = Vec::with_capacity(4 * 1024);
         let mut eof = false;
         let mut deadline = None;
+        let mut held = Held::default();
+        let cap = self.dispatcher.inner.max_in_flight;
         loop {
+            // Requests held at the cap, as slots free.
+            while conn.in_flight() < cap
+                && let Some(line) = held.take()
+            {
+                self.start_line(&line, &mut conn, &mut replies);
+                while let Ok(note) = notes.try_recv() {
+                    push_line(&mut wire, &note);
+                }
+                frame_replies(&mut replies, 1, &mut wire);
+            }
             // Every complete line received.
             loop {
                 match framer.next_frame(&input) {
                     Step::Frame { range, consumed } => {
                         let line = input.split_to(consumed).freeze().slice(range);
+                        if !held.is_empty() || conn.in_flight() >= cap {
+                            if self.takes_a_slot(&line) {
+                                held.hold(line);
+                                continue;
+                            }
+                        }
                         self.start_line(&line, &mut conn, &mut replies);
                         while let Ok(note) = notes.try_recv() {
                             push_line(&mut wire, &note);
@@ -112,7 +141,7 @@ impl McpServer {
                 wire.clear();
             }
             if eof {
-                if conn.messages_in_flight() == 0 {
+                if conn.messages_in_flight() == 0 && held.is_empty() {
                     return Ok(());
                 }
                 let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + DRAIN_GRACE);
@@ -120,9 +149,14 @@ impl McpServer {
                     return Ok(());
                 }
             }
-            let busy = conn.messages_in_flight() > 0;
+            if !held.is_empty() && conn.in_flight() < cap {
+                // A slot freed meanwhile (a call cancelled): its request.
+                continue;
+            }
+            let busy = conn.messages_in_flight() > 0 || !held.is_empty();
+            let reading = !eof && held.bytes < HELD_BYTES;
             tokio::select! {
-                read = reader.read_buf(&mut input), if !eof => {
+                read = reader.read_buf(&mut input), if reading => {
                     if read? == 0 {
                         eof = true;
                         // No answer to a request sent to the client can
@@ -136,17 +170,35 @@ impl McpServer {
                         if let Some(range) = framer.finish(&input) {
                             let line = input.split().freeze().slice(range);
                             framer.reset();
-                            self.start_line(&line, &mut conn, &mut replies);
-                            // Its reply now, as each line's above: a call
-                            // finishing next would be framed with it.
-                            while let Ok(note) = notes.try_recv() {
-                                push_line(&mut wire, &note);
+                            if (!held.is_empty() || conn.in_flight() >= cap)
+                                && self.takes_a_slot(&line)
+                            {
+                                held.hold(line);
+                            } else {
+                                self.start_line(&line, &mut conn, &mut replies);
+                                // Its reply now, as each line's above: a
+                                // call finishing next would be framed with it.
+                                while let Ok(note) = notes.try_recv() {
+                                    push_line(&mut wire, &note);
+                                }
+                                frame_replies(&mut replies, 1, &mut wire);
                             }
-                            frame_replies(&mut replies, 1, &mut wire);
                         }
                     }
                 }
-                n = std::future::poll_fn(|cx| super::poll_drain(&mut conn, dispatcher, cx, &mut replies)), if busy => {
+                n = std::future::poll_fn(|cx| {
+                    if held.is_empty() {
+                        return super::poll_drain(&mut conn, dispatcher, cx, &mut replies);
+                    }
+                    match conn.poll_replies(dispatcher, cx, &mut replies) {
+                        // A slot freed without a reply (a notification
+                        // ended): the next held request's.
+                        std::task::Poll::Pending if conn.in_flight() < cap => {
+                            std::task::Poll::Ready(0)
+                        }
+                        other => other,
+                    }
+                }), if busy => {
                     // What the calls sent before they finished goes first.
                     while let Ok(note) = notes.try_recv() {
                         push_line(&mut wire, &note);
@@ -169,6 +221,20 @@ impl McpServer {
         }
     }
 
+    /// Whether a line waits for a slot when calls are at the cap: a
+    /// request does (or what may be one: a batch, a line that is not
+    /// JSON-RPC, answered in its turn); a notification or an answer to
+    /// the server's own request does not (a tool may be waiting for it).
+    fn takes_a_slot(&self, line: &Bytes) -> bool {
+        use crate::message::{Incoming, Message};
+        let arena = bumpalo::Bump::new();
+        match self.dispatcher.inner.parser.parse_incoming(line, &arena) {
+            Ok(Message::Single(Incoming::Request(r))) => r.id().is_some(),
+            Ok(Message::Single(Incoming::Response(_) | Incoming::InvalidResponse(_))) => false,
+            _ => true,
+        }
+    }
+
     /// Starts one line's message; answers written at once go to `replies`.
     fn start_line(&self, line: &Bytes, conn: &mut crate::Connection, replies: &mut Vec<u8>) {
         if is_batch(line) {
@@ -177,6 +243,30 @@ impl McpServer {
         }
         conn.start(&self.dispatcher, line, replies);
         apply_cancels(conn);
+    }
+}
+
+/// Requests read while calls were at the cap, in order.
+#[derive(Default)]
+struct Held {
+    lines: std::collections::VecDeque<Bytes>,
+    bytes: usize,
+}
+
+impl Held {
+    fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    fn hold(&mut self, line: Bytes) {
+        self.bytes += line.len();
+        self.lines.push_back(line);
+    }
+
+    fn take(&mut self) -> Option<Bytes> {
+        let line = self.lines.pop_front()?;
+        self.bytes -= line.len();
+        Some(line)
     }
 }
 

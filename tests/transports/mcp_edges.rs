@@ -1404,3 +1404,77 @@ async fn serve_stopping_lets_a_running_call_finish_and_close() {
         .unwrap()
         .unwrap();
 }
+
+/// Over stdio, calls past `max_in_flight` wait in order and, once 64 KiB
+/// of them wait, input is no longer read: the client's writes wait. A
+/// `notifications/cancelled` still reaches a running call meanwhile, and
+/// the slot it frees goes to the request held first. Every line was read
+/// and queued however many calls were waiting (18 MB of heap for 4 MB of
+/// pipelined calls, each line's start scanning the queue). Found by a
+/// review. On tokio's paused clock: a write that waits is one the
+/// runtime, idle, gives up on.
+#[tokio::test(start_paused = true)]
+async fn stdio_pipelined_calls_past_the_cap_are_held_and_then_not_read() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let server = McpServer::builder("held", "1")
+        .max_in_flight(2)
+        .tool(Tool::new(
+            "never",
+            json!({"type": "object"}),
+            |_, _| async {
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::text(""))
+            },
+        ))
+        .tool(Tool::new(
+            "quick",
+            json!({"type": "object"}),
+            |_, _| async { Ok(ToolOutput::text("quick")) },
+        ))
+        .build()
+        .unwrap();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let mut lines = BufReader::new(from_server).lines();
+    let call = |id: u64, tool: &str| {
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{}}}}}}\n"
+        )
+    };
+    let mut start = String::from(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+"#,
+    );
+    start += &call(1, "never");
+    start += &call(2, "never");
+    start += &call(3, "quick");
+    to_server.write_all(start.as_bytes()).await.unwrap();
+    let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(init["id"], 0, "{init}");
+    // 3 waits for a slot; cancelling 1 gives it one.
+    let waits = tokio::time::timeout(Duration::from_secs(5), lines.next_line()).await;
+    assert!(waits.is_err(), "answered at the cap: {waits:?}");
+    to_server
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}\n")
+        .await
+        .unwrap();
+    let quick: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(quick["id"], 3, "{quick}");
+    assert_eq!(quick["result"]["content"][0]["text"], "quick", "{quick}");
+    // A flood of calls past the cap: read up to the bound, then not.
+    let flood: String = (100..20_000u64).map(|id| call(id, "never")).collect();
+    let written = tokio::time::timeout(
+        Duration::from_secs(60),
+        to_server.write_all(flood.as_bytes()),
+    )
+    .await;
+    assert!(
+        written.is_err(),
+        "{} bytes of calls past the cap were all read",
+        flood.len()
+    );
+    served.abort();
+}
