@@ -1720,3 +1720,59 @@ async fn handle_async_runs_async_notifications_and_bounds_their_queue() {
     }
     assert!(done.load(Ordering::SeqCst) >= 5000 - 4);
 }
+
+/// A handler's future whose drop panics (one owning a tokio runtime does,
+/// in an async context), ended before it finished, past its deadline or
+/// cancelled: the panic stays with the call, as its polls' do, and its
+/// entry is answered. The future was dropped outside the engine's guard,
+/// and the panic took down the task driving the connection. Found by a
+/// review.
+#[tokio::test(start_paused = true)]
+async fn a_handler_future_that_panics_as_it_is_dropped_takes_nothing_down() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("dropped in an async context");
+        }
+    }
+    let d = Dispatcher::builder(())
+        .timeout(Some(Duration::from_millis(100)))
+        .quiet_panics(true)
+        .async_method("held", |_call: AsyncCall<()>| async move {
+            let _owned = PanicsOnDrop;
+            std::future::pending::<()>().await;
+            Ok::<_, RpcError>(0)
+        })
+        .cancel_notification(
+            "$/cancelRequest",
+            "id",
+            rpcwire::dispatch::CancelledReply::Error,
+        )
+        .build()
+        .unwrap();
+    let driving = tokio::spawn(async move {
+        let mut conn = Connection::new();
+        let mut timed_out = Vec::new();
+        let input = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"held"}"#);
+        d.handle_async(&input, &mut conn, &mut timed_out).await;
+        let mut cancelled = Vec::new();
+        conn.start(
+            &d,
+            &Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"held"}"#),
+            &mut cancelled,
+        );
+        let cancel = br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":2}}"#;
+        conn.start(&d, &Bytes::from_static(cancel), &mut cancelled);
+        (timed_out, cancelled)
+    });
+    let (timed_out, cancelled) = driving.await.expect("the driving task lives");
+    let timed_out: Value = serde_json::from_slice(&timed_out).unwrap();
+    assert_eq!(timed_out["id"], 1);
+    assert_eq!(
+        timed_out["error"]["message"], "Request timed out",
+        "{timed_out}"
+    );
+    let cancelled: Value = serde_json::from_slice(&cancelled).unwrap();
+    assert_eq!(cancelled["id"], 2);
+    assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
+}

@@ -1048,7 +1048,7 @@ type Target = Option<(usize, usize)>;
 
 /// A running call.
 struct Task {
-    call: Pin<Box<dyn PendingCall>>,
+    call: HandlerFuture,
     target: Target,
     /// The request id, for cancellation by id.
     id: Option<Bytes>,
@@ -1058,6 +1058,41 @@ struct Task {
     /// Subscriptions its handler code opened, settled when it is answered
     /// (closed if it never is).
     subs: Vec<u128>,
+}
+
+/// A call's future, with [`DispatcherBuilder::quiet_panics`] for its drop.
+struct HandlerFuture {
+    fut: Pin<Box<dyn PendingCall>>,
+    quiet: bool,
+}
+
+/// What is left of a call whose future was dropped.
+struct Dropped;
+
+impl PendingCall for Dropped {
+    fn poll_reply(
+        self: Pin<&mut Self>,
+        _: &mut TaskContext<'_>,
+        _: Sink<'_>,
+        _: usize,
+    ) -> Poll<Result<Done, RpcError>> {
+        Poll::Pending
+    }
+
+    fn answered(&self, _: Outcome) {}
+}
+
+impl Drop for HandlerFuture {
+    /// A call ended before it finished (past its deadline, cancelled, its
+    /// message abandoned) drops its future here, running the drops of what
+    /// the handler's code held: a panic there is the handler's, kept from
+    /// the connection's task as its polls' are (a future owning a runtime
+    /// panics when dropped in an async context). (`Dropped` is a ZST: its
+    /// box does not allocate.)
+    fn drop(&mut self) {
+        let fut = std::mem::replace(&mut self.fut, Box::pin(Dropped));
+        let _ = super::catch_handler_panic(self.quiet, move || drop(fut));
+    }
 }
 
 /// An async entry waiting for a free slot.
@@ -1685,7 +1720,7 @@ impl Engine {
                 // Its slot is the queue's front's: started by the next poll.
                 self.ready.waker.wake();
             }
-            task.call.answered(Outcome::Error(REQUEST_CANCELLED));
+            task.call.fut.answered(Outcome::Error(REQUEST_CANCELLED));
             self.cancelled.push(Cancelled {
                 method: task.method,
                 id: task.id,
@@ -2187,7 +2222,10 @@ impl<S: Send + Sync + 'static> Shared<S> {
             }
         };
         engine.slots[index].task = Some(Task {
-            call,
+            call: HandlerFuture {
+                fut: call,
+                quiet: self.quiet,
+            },
             target: w.target,
             id: w.id,
             method: w.method,
@@ -2293,7 +2331,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 .map_or(0, |msg| msg.seq);
             (gate, seq)
         });
-        let call = task.call.as_mut();
+        let call = task.call.fut.as_mut();
         let quiet = self.quiet;
         let poll = |sink: &mut Sink<'_>, limit: usize| {
             let mut ready = None;
@@ -2439,7 +2477,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     written += 1;
                 }
             }
-            task.call.answered(outcome);
+            task.call.fut.answered(outcome);
             if let Some(observer) = &self.observer {
                 let method = core::str::from_utf8(&task.method).ok();
                 let id = task.id.as_deref().map(Id::from_validated);
