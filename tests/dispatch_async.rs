@@ -1776,3 +1776,62 @@ async fn a_handler_future_that_panics_as_it_is_dropped_takes_nothing_down() {
     assert_eq!(cancelled["id"], 2);
     assert_eq!(cancelled["error"]["code"], -32800, "{cancelled}");
 }
+
+/// A call woken several times between two polls of the engine is polled
+/// once, as an executor coalesces wakes: each wake was listed, and the
+/// call polled once per wake (a `join_all` of n pending children, woken by
+/// k of them, polled its children about k * n times). Found by a review.
+#[tokio::test]
+async fn a_call_woken_many_times_between_polls_is_polled_once() {
+    use std::sync::Mutex;
+    type Senders = Mutex<Vec<tokio::sync::oneshot::Sender<()>>>;
+    let polls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&polls);
+    let d = Dispatcher::builder(Senders::default())
+        .async_method("fan_out", move |call: AsyncCall<Senders>| {
+            let mut children = Vec::new();
+            for _ in 0..8 {
+                let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+                call.state.lock().unwrap().push(tx);
+                children.push(rx);
+            }
+            let all = futures_util::future::join_all(children);
+            let polls = Arc::clone(&counted);
+            let mut all = Box::pin(all);
+            std::future::poll_fn(move |cx| {
+                polls.fetch_add(1, Ordering::SeqCst);
+                all.as_mut().poll(cx).map(|_| Ok::<_, RpcError>(0))
+            })
+        })
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    conn.start(
+        &d,
+        &Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"fan_out"}"#),
+        &mut out,
+    );
+    assert!(conn.poll_replies(&d, &mut cx, &mut out).is_pending());
+    let before = polls.load(Ordering::SeqCst);
+    // Four children answer before the engine's next poll: four wakes.
+    let mut senders = std::mem::take(&mut *d.state().lock().unwrap());
+    for tx in senders.drain(..4) {
+        tx.send(()).unwrap();
+    }
+    assert!(conn.poll_replies(&d, &mut cx, &mut out).is_pending());
+    assert_eq!(
+        polls.load(Ordering::SeqCst) - before,
+        1,
+        "polled once per wake"
+    );
+    for tx in senders {
+        tx.send(()).unwrap();
+    }
+    assert_eq!(
+        conn.poll_replies(&d, &mut cx, &mut out),
+        std::task::Poll::Ready(1)
+    );
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":0}"#);
+}

@@ -973,6 +973,11 @@ impl std::fmt::Debug for Cancellation {
 struct SlotShared {
     index: usize,
     ready: Arc<ReadyList>,
+    /// On the ready list, not polled since: woken again, it is not listed
+    /// again. (Each wake was listed, and a call woken k times between two
+    /// polls of the engine was polled k times: a `join_all` of n pending
+    /// children, woken by k of them, polled its children k * n times.)
+    listed: AtomicBool,
 }
 
 impl Wake for SlotShared {
@@ -981,7 +986,9 @@ impl Wake for SlotShared {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.ready.push(self.index);
+        if !self.listed.swap(true, Ordering::AcqRel) {
+            self.ready.push(self.index);
+        }
     }
 }
 
@@ -1027,8 +1034,9 @@ impl Wake for TimerWake {
 
 struct Slot {
     task: Option<Task>,
-    /// Wakes the engine for this slot (its `SlotShared`).
+    /// Wakes the engine for this slot (its `shared`).
     waker: Waker,
+    shared: Arc<SlotShared>,
     /// The running call's cancellation state (the last call's when free).
     cancel: Arc<CancelState>,
 }
@@ -1874,10 +1882,12 @@ impl Engine {
         let shared = Arc::new(SlotShared {
             index,
             ready: Arc::clone(&self.ready),
+            listed: AtomicBool::new(false),
         });
         self.slots.push(Slot {
             task: None,
-            waker: Waker::from(shared),
+            waker: Waker::from(Arc::clone(&shared)),
+            shared,
             cancel: Arc::default(),
         });
         index
@@ -2318,6 +2328,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let Some(slot) = engine.slots.get_mut(index) else {
             return 0;
         };
+        // Before the poll: a wake during it lists the slot again.
+        slot.shared.listed.store(false, Ordering::Release);
         let waker = slot.waker.clone();
         let Some(task) = slot.task.as_mut() else {
             return 0;
