@@ -82,11 +82,10 @@ impl McpServer {
                 match framer.next_frame(&input) {
                     Step::Frame { range, consumed } => {
                         let line = input.split_to(consumed).freeze().slice(range);
-                        if !held.is_empty() || conn.in_flight() >= cap {
-                            if self.takes_a_slot(&line) {
-                                held.hold(line);
-                                continue;
-                            }
+                        if (!held.is_empty() || conn.in_flight() >= cap) && self.takes_a_slot(&line)
+                        {
+                            held.hold(line);
+                            continue;
                         }
                         self.start_line(&line, &mut conn, &mut replies);
                         while let Ok(note) = notes.try_recv() {
