@@ -516,31 +516,47 @@ where
     (server, reason)
 }
 
-/// Serves the example in this process over an in-memory pipe, has
-/// `conversation` talk to it (bounded by [`HANG`]), and checks the server
-/// then stopped as after `shutdown` and `exit`, everything it wrote read.
-async fn in_process_conversation(
-    conversation: impl AsyncFnOnce(
-        &mut Client<
-            tokio::io::ReadHalf<tokio::io::DuplexStream>,
-            tokio::io::WriteHalf<tokio::io::DuplexStream>,
-        >,
-    ),
-) {
+/// The example served in this process (`in_process`), until it stops.
+type Serving = tokio::task::JoinHandle<(
+    std::sync::Arc<lsp_server::Server>,
+    std::io::Result<CloseReason>,
+)>;
+
+/// A client on an in-memory pipe.
+type PipeClient = Client<
+    tokio::io::ReadHalf<tokio::io::DuplexStream>,
+    tokio::io::WriteHalf<tokio::io::DuplexStream>,
+>;
+
+/// The example served in this process on an in-memory pipe, and a client.
+fn served_in_process() -> (Serving, PipeClient) {
     let (client, served) = tokio::io::duplex(64 * 1024);
     let (server_read, server_write) = tokio::io::split(served);
     let server = tokio::spawn(async move { in_process(server_read, server_write).await });
     let (client_read, client_write) = tokio::io::split(client);
-    let mut c = Client::new(client_read, client_write);
+    (server, Client::new(client_read, client_write))
+}
+
+/// Waits for the server to stop (at most [`HANG`]); checks it stopped as
+/// told to, and returns its exit status.
+async fn stopped(server: Serving) -> i32 {
+    let (state, reason) = tokio::time::timeout(HANG, server)
+        .await
+        .expect("hang")
+        .unwrap();
+    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
+    state.exit_status()
+}
+
+/// Serves the example in this process over an in-memory pipe, has
+/// `conversation` talk to it (bounded by [`HANG`]), and checks the server
+/// then stopped as after `shutdown` and `exit`, everything it wrote read.
+async fn in_process_conversation(conversation: impl AsyncFnOnce(&mut PipeClient)) {
+    let (server, mut c) = served_in_process();
     tokio::time::timeout(HANG, conversation(&mut c))
         .await
         .expect("hang");
-    let (state, reason) = tokio::time::timeout(HANG, server)
-        .await
-        .expect("hang: exit did not stop the server")
-        .unwrap();
-    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
-    assert_eq!(state.exit_status(), 0);
+    assert_eq!(stopped(server).await, 0);
     // Everything written was read: the output ends after the last frame.
     assert_eq!(c.read().await, None);
 }
@@ -552,18 +568,9 @@ async fn in_process_session() {
 
 #[tokio::test]
 async fn in_process_exit_without_shutdown_is_status_1() {
-    let (client, served) = tokio::io::duplex(64 * 1024);
-    let (server_read, server_write) = tokio::io::split(served);
-    let server = tokio::spawn(async move { in_process(server_read, server_write).await });
-    let (client_read, client_write) = tokio::io::split(client);
-    let mut c = Client::new(client_read, client_write);
+    let (server, mut c) = served_in_process();
     c.notify("exit", Value::Null).await;
-    let (state, reason) = tokio::time::timeout(HANG, server)
-        .await
-        .expect("hang")
-        .unwrap();
-    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
-    assert_eq!(state.exit_status(), 1);
+    assert_eq!(stopped(server).await, 1);
 }
 
 /// A request sent before `shutdown`, in the same write, is served: LSP
@@ -596,11 +603,7 @@ async fn in_process_a_request_pipelined_ahead_of_shutdown_is_served() {
 /// review. On tokio's paused clock: the grace shows as time that passed.
 #[tokio::test(start_paused = true)]
 async fn in_process_exit_with_a_call_running_ends_at_once() {
-    let (client, served) = tokio::io::duplex(64 * 1024);
-    let (server_read, server_write) = tokio::io::split(served);
-    let server = tokio::spawn(async move { in_process(server_read, server_write).await });
-    let (client_read, client_write) = tokio::io::split(client);
-    let mut c = Client::new(client_read, client_write);
+    let (server, mut c) = served_in_process();
     c.call(json!(1), "initialize", json!({})).await;
     c.request(json!(2), "example/slow", json!({"ms": 600_000}))
         .await;
@@ -609,12 +612,7 @@ async fn in_process_exit_with_a_call_running_ends_at_once() {
     assert_eq!(answer["result"], Value::Null, "{answer}");
     let exit = tokio::time::Instant::now();
     c.notify("exit", Value::Null).await;
-    let (state, reason) = tokio::time::timeout(HANG, server)
-        .await
-        .expect("hang")
-        .unwrap();
-    assert_eq!(reason.unwrap(), CloseReason::Shutdown);
-    assert_eq!(state.exit_status(), 0);
+    assert_eq!(stopped(server).await, 0);
     let waited = exit.elapsed();
     assert!(waited < Duration::from_secs(1), "exit waited {waited:?}");
 }
