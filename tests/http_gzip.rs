@@ -698,3 +698,27 @@ async fn a_client_leaving_while_its_answer_is_compressed_harms_nothing() {
     }
     assert_eq!(PANICS.load(Ordering::SeqCst), 0);
 }
+
+/// A request body in a content coding is refused with 415, saying which
+/// coding is taken, on both paths, and the connection serves on; one
+/// marked `identity` is read. The coded bytes were parsed as JSON (a
+/// -32700 naming no cause). Found by a review.
+#[tokio::test]
+async fn a_request_body_in_a_content_coding_is_415() {
+    for own in [true, false] {
+        let server = start(None, own).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let raw = post("content-encoding: gzip\r\n", SHORT)
+            + &post("content-encoding: identity\r\n", SHORT);
+        let answers = exchange(&mut stream, &raw, 2).await;
+        assert_eq!(answers[0].status, 415, "own loop {own}: {:?}", answers[0]);
+        assert_eq!(
+            answers[0].header("accept-encoding"),
+            Some("identity"),
+            "own loop {own}"
+        );
+        assert_eq!(answers[0].json()["error"]["code"], -32600, "own loop {own}");
+        assert_eq!(answers[1].status, 200, "own loop {own}: {:?}", answers[1]);
+        assert_eq!(answers[1].json()["result"], "0x1", "own loop {own}");
+    }
+}

@@ -913,6 +913,9 @@ impl<'h> HeadFields<'h> {
             self.other = true;
         } else if eq_ignore_case(name, b"transfer-encoding") || eq_ignore_case(name, b"upgrade") {
             self.other = true;
+        } else if eq_ignore_case(name, b"content-encoding") && !super::http::is_identity(value) {
+            // A coded body: hyper's path refuses it (415).
+            self.other = true;
         }
     }
 

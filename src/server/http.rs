@@ -725,6 +725,14 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         {
             return early(body, unsupported_media_type());
         }
+        if parts
+            .headers
+            .get_all(CONTENT_ENCODING)
+            .iter()
+            .any(|coding| !is_identity(coding.as_bytes()))
+        {
+            return early(body, unsupported_encoding());
+        }
         // hyper's bodies know their `Content-Length`: refuse before reading.
         let hint = body.size_hint().lower();
         if hint > shared.max_body as u64 {
@@ -1586,6 +1594,27 @@ fn unsupported_media_type() -> Response<ResponseBody> {
             br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"unsupported Content-Type: use application/json"}}}"#,
         ),
     )
+}
+
+/// The `415` for a request body in a content coding (`gzip`, ...): it is
+/// not decoded, and read as JSON it was a bare -32700 that named no cause
+/// (RFC 9110 15.5.16: the answer says which codings are taken).
+fn unsupported_encoding() -> Response<ResponseBody> {
+    let mut response = json_response(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request","data":{"reason":"unsupported Content-Encoding: send the body uncompressed"}}}"#,
+        ),
+    );
+    response
+        .headers_mut()
+        .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
+    response
+}
+
+/// Whether a `Content-Encoding` value is `identity` (no coding).
+pub(super) fn is_identity(coding: &[u8]) -> bool {
+    coding.trim_ascii().eq_ignore_ascii_case(b"identity")
 }
 
 /// Polls the body's deadline, armed (`timeout` from now) the first time
