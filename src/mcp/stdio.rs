@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::mpsc::Receiver;
 
 use super::{McpServer, SessionHandle, SessionState, apply_cancels, is_batch, write_batch_refusal};
 use crate::frame::{Concatenated, Framer, Lines, Step};
@@ -64,35 +65,27 @@ impl McpServer {
         let mut wire = Vec::with_capacity(4 * 1024);
         let mut eof = false;
         let mut deadline = None;
-        let mut held = Held::default();
-        let cap = self.dispatcher.inner.max_in_flight;
+        let mut held = Held::new(self.dispatcher.inner.max_in_flight);
         loop {
             // Requests held at the cap, as slots free.
-            while conn.in_flight() < cap
+            while conn.in_flight() < held.cap
                 && let Some(line) = held.take()
             {
-                self.start_line(&line, &mut conn, &mut replies);
-                while let Ok(note) = notes.try_recv() {
-                    push_line(&mut wire, &note);
-                }
-                frame_replies(&mut replies, 1, &mut wire);
+                self.answer_line(&line, &mut conn, &mut replies, &mut notes, &mut wire);
             }
             // Every complete line received.
             loop {
                 match framer.next_frame(&input) {
                     Step::Frame { range, consumed } => {
                         let line = input.split_to(consumed).freeze().slice(range);
-                        if (!held.is_empty() || conn.in_flight() >= cap) && self.takes_a_slot(&line)
-                        {
-                            held.hold(line);
-                            continue;
-                        }
-                        self.start_line(&line, &mut conn, &mut replies);
-                        while let Ok(note) = notes.try_recv() {
-                            push_line(&mut wire, &note);
-                        }
-                        // One message, so at most one reply.
-                        frame_replies(&mut replies, 1, &mut wire);
+                        self.take_line(
+                            line,
+                            &mut held,
+                            &mut conn,
+                            &mut replies,
+                            &mut notes,
+                            &mut wire,
+                        );
                     }
                     Step::NeedMore { consumed } => {
                         input.advance(consumed);
@@ -148,7 +141,7 @@ impl McpServer {
                     return Ok(());
                 }
             }
-            if !held.is_empty() && conn.in_flight() < cap {
+            if !held.is_empty() && conn.in_flight() < held.cap {
                 // A slot freed meanwhile (a call cancelled): its request.
                 continue;
             }
@@ -169,19 +162,7 @@ impl McpServer {
                         if let Some(range) = framer.finish(&input) {
                             let line = input.split().freeze().slice(range);
                             framer.reset();
-                            if (!held.is_empty() || conn.in_flight() >= cap)
-                                && self.takes_a_slot(&line)
-                            {
-                                held.hold(line);
-                            } else {
-                                self.start_line(&line, &mut conn, &mut replies);
-                                // Its reply now, as each line's above: a
-                                // call finishing next would be framed with it.
-                                while let Ok(note) = notes.try_recv() {
-                                    push_line(&mut wire, &note);
-                                }
-                                frame_replies(&mut replies, 1, &mut wire);
-                            }
+                            self.take_line(line, &mut held, &mut conn, &mut replies, &mut notes, &mut wire);
                         }
                     }
                 }
@@ -192,7 +173,7 @@ impl McpServer {
                     match conn.poll_replies(dispatcher, cx, &mut replies) {
                         // A slot freed without a reply (a notification
                         // ended): the next held request's.
-                        std::task::Poll::Pending if conn.in_flight() < cap => {
+                        std::task::Poll::Pending if conn.in_flight() < held.cap => {
                             std::task::Poll::Ready(0)
                         }
                         other => other,
@@ -218,6 +199,43 @@ impl McpServer {
                 _ = sleep_until(deadline), if eof => {}
             }
         }
+    }
+
+    /// Starts `line`'s message, or holds it: a request waits while calls
+    /// are at the cap, or others wait before it.
+    fn take_line(
+        &self,
+        line: Bytes,
+        held: &mut Held,
+        conn: &mut crate::Connection,
+        replies: &mut Vec<u8>,
+        notes: &mut Receiver<Bytes>,
+        wire: &mut Vec<u8>,
+    ) {
+        if (!held.is_empty() || conn.in_flight() >= held.cap) && self.takes_a_slot(&line) {
+            held.hold(line);
+        } else {
+            self.answer_line(&line, conn, replies, notes, wire);
+        }
+    }
+
+    /// Starts `line`'s message; what it answers at once goes to `wire`
+    /// now, after the messages its call sent (a call finishing next would
+    /// be framed with it).
+    fn answer_line(
+        &self,
+        line: &Bytes,
+        conn: &mut crate::Connection,
+        replies: &mut Vec<u8>,
+        notes: &mut Receiver<Bytes>,
+        wire: &mut Vec<u8>,
+    ) {
+        self.start_line(line, conn, replies);
+        while let Ok(note) = notes.try_recv() {
+            push_line(wire, &note);
+        }
+        // One message, so at most one reply.
+        frame_replies(replies, 1, wire);
     }
 
     /// Whether a line waits for a slot when calls are at the cap: a
@@ -246,13 +264,22 @@ impl McpServer {
 }
 
 /// Requests read while calls were at the cap, in order.
-#[derive(Default)]
 struct Held {
     lines: std::collections::VecDeque<Bytes>,
     bytes: usize,
+    /// The dispatcher's `max_in_flight`.
+    cap: usize,
 }
 
 impl Held {
+    fn new(cap: usize) -> Held {
+        Held {
+            lines: Default::default(),
+            bytes: 0,
+            cap,
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.lines.is_empty()
     }
