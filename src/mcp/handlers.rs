@@ -91,6 +91,13 @@ impl Era {
     fn is_modern(self) -> bool {
         matches!(self, Era::Modern(_))
     }
+
+    /// Whether arguments that break a tool's input schema are answered as
+    /// a tool result with `isError` (2025-11-25 on) rather than -32602
+    /// (2025-06-18, whose "Error Handling" lists them as protocol errors).
+    fn argument_errors_are_results(self) -> bool {
+        !matches!(self, Era::Legacy("2025-06-18"))
+    }
 }
 
 pub(crate) fn session_of(ctx: &Context) -> Option<&Arc<SessionState>> {
@@ -856,7 +863,20 @@ fn start_tool(
     if !entry.input.is_valid(&args)
         && let Err(e) = entry.input.validate(&args)
     {
-        return Err(violation(name, &e));
+        let refused = violation(name, &e);
+        if !era.argument_errors_are_results() {
+            return Err(refused);
+        }
+        // From 2025-11-25 (SEP-1303) arguments that break the schema are
+        // the tool's error, told to the model in its result, so that it
+        // can correct them; the details of `data` follow the message.
+        let text = match refused.data() {
+            Some(data) => format!("{}\n{data}", refused.message()),
+            None => refused.message().to_owned(),
+        };
+        let output: super::tool::ToolFuture =
+            Box::pin(std::future::ready(Ok(ToolOutput::error(text))));
+        return Ok((entry, output, era, None));
     }
     let log = match era {
         Era::Modern(level) => LogFilter::Request(level),

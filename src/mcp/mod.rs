@@ -40,12 +40,14 @@
 //! [`Tool`]s have a name, a title, a description, an input JSON Schema,
 //! optionally an output schema and annotations. `tools/call` checks the
 //! arguments against the input schema (with the `jsonschema` crate) before
-//! the tool runs, and answers a violation with -32602 whose `data` names
+//! the tool runs. Under 2025-06-18 a violation is -32602 whose `data` names
 //! what failed: `{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}`
 //! for a value outside an `enum`, `{"field":"project_dir","reason":"required property is missing"}`
-//! for a missing one, `{"field":…,"reason":…,"received":…}` otherwise. An
-//! unknown tool is -32602 too. A failure of the tool itself is a result with
-//! `isError: true`.
+//! for a missing one, `{"field":…,"reason":…,"received":…}` otherwise. From
+//! 2025-11-25 on (SEP-1303: the model should see what to correct) it is a
+//! result with `isError: true` whose text is that message and that `data`.
+//! An unknown tool is -32602 in every revision. A failure of the tool itself
+//! is a result with `isError: true`.
 //!
 //! ```
 //! use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};

@@ -393,7 +393,8 @@ async fn tools_list_shows_the_definitions() {
 #[tokio::test]
 async fn tools_call_checks_arguments_first() {
     let s = server();
-    let mut conn = initialized(&s, "2025-11-25").await;
+    // 2025-06-18 lists bad arguments among the protocol errors.
+    let mut conn = initialized(&s, "2025-06-18").await;
     let mut out = Vec::new();
     let msg = call_msg(1, "build-app", r#"{"project_dir":"/p","arch":"ARM"}"#);
     s.handle(&Bytes::from(msg.into_bytes()), &mut conn, &mut out)
@@ -524,6 +525,76 @@ async fn tools_call_results() {
             {"type": "resource", "resource": {"uri": "file:///b.txt", "mimeType": "text/plain", "text": "bee"}}
         ])
     );
+}
+
+/// From 2025-11-25 (SEP-1303) arguments that break the input schema are a
+/// tool result with `isError`, its text naming what to correct; the tool
+/// does not run, and an unknown tool stays a protocol error.
+#[tokio::test]
+async fn bad_arguments_are_a_tool_error_from_2025_11_25() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&ran);
+    let s = McpServer::builder("test-server", "9.9.9")
+        .tool(
+            Tool::new(
+                "build-app",
+                json!({
+                    "type": "object",
+                    "properties": {"arch": {"type": "string", "enum": ["arm64", "x86_64"]}},
+                    "required": ["project_dir", "arch"]
+                }),
+                move |_args: Value, _cx: ToolContext| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move { Ok(ToolOutput::structured(json!({"status": "ok"}))) }
+                },
+            )
+            .output_schema(json!({"type": "object", "required": ["status"]})),
+        )
+        .build()
+        .unwrap();
+    let mut legacy = initialized(&s, "2025-11-25").await;
+    let mut modern = s.connection("memory");
+    for (id, args, says) in [
+        (
+            1,
+            r#"{"project_dir":"/p","arch":"ARM"}"#,
+            r#"Invalid arguments for tool build-app: arch must be one of ["arm64","x86_64"]
+{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}"#,
+        ),
+        (
+            2,
+            r#"{"arch":"arm64"}"#,
+            r#"Invalid arguments for tool build-app: missing required property 'project_dir'
+{"field":"project_dir","reason":"required property is missing"}"#,
+        ),
+    ] {
+        let r = send(&s, &mut legacy, &call_msg(id, "build-app", args)).await;
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        assert_eq!(
+            r["result"]["content"],
+            json!([{"type": "text", "text": says}]),
+            "{r}"
+        );
+        assert!(r["result"].get("structuredContent").is_none(), "{r}");
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"build-app","arguments":{args},{MODERN_META}}}}}"#
+        );
+        let r = send(&s, &mut modern, &msg).await;
+        assert_eq!(r["result"]["resultType"], "complete", "{r}");
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        assert_eq!(r["result"]["content"][0]["text"], says, "{r}");
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the tool never ran");
+    let r = send(&s, &mut legacy, &call_msg(3, "nope", "{}")).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let r = send(
+        &s,
+        &mut legacy,
+        &call_msg(4, "build-app", r#"{"project_dir":"/p","arch":"arm64"}"#),
+    )
+    .await;
+    assert_eq!(r["result"]["structuredContent"]["status"], "ok", "{r}");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
 }
 
 #[tokio::test]
@@ -1085,7 +1156,7 @@ async fn http_sessions() {
         .map(|e| e["params"]["progress"].as_f64().unwrap())
         .collect();
     assert_eq!(progress, [1.0, 2.0, 3.0]);
-    // Schema errors over HTTP are JSON-RPC errors with status 200.
+    // Schema errors over HTTP (2025-11-25) are tool errors with status 200.
     let r = post(
         a,
         &[("mcp-session-id", &sid)],
@@ -1093,9 +1164,12 @@ async fn http_sessions() {
     )
     .await;
     assert_eq!(r.status, 200);
-    assert_eq!(
-        r.json()["error"]["data"],
-        json!({"field":"arch","expected":["arm64","x86_64"],"received":"ARM"})
+    let answer = r.json();
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.ends_with(r#"{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}"#),
+        "{text}"
     );
     // A response from the client: 202.
     assert_eq!(

@@ -105,20 +105,24 @@ const before = logs.length;
 await client.callTool({ name: 'build-app', arguments: { project_dir: '/tmp/app', arch: 'arm64' } });
 check('logging/setLevel filters', logs.length === before, logs.slice(before));
 
-// arch "ARM".
-let r = await expectError(client.callTool({ name: 'build-app', arguments: { project_dir: '/tmp/app', arch: 'ARM' } }));
-console.log(`    arch=ARM -> code ${r.code}, data ${JSON.stringify(r.data)}, result ${JSON.stringify(r.result)}`);
-check('arch=ARM is -32602', r.code === -32602, r);
-check('arch=ARM data', equal(r.data, { field: 'arch', expected: ['arm64', 'x86_64'], received: 'ARM' }), r.data);
+// Arguments that break the schema: from 2025-11-25 (SEP-1303) a tool result
+// with isError whose text names what to correct.
+let bad = await client.callTool({ name: 'build-app', arguments: { project_dir: '/tmp/app', arch: 'ARM' } });
+let text = bad.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+console.log(`    arch=ARM -> isError ${bad.isError}, text ${JSON.stringify(text)}`);
+check('arch=ARM is a tool error', bad.isError === true && bad.structuredContent === undefined, bad);
+check('arch=ARM names the field and the choices',
+  text.endsWith('{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}'), text);
 
 // Missing project_dir.
-r = await expectError(client.callTool({ name: 'build-app', arguments: { arch: 'arm64' } }));
-console.log(`    no project_dir -> code ${r.code}, data ${JSON.stringify(r.data)}`);
-check('missing project_dir is -32602', r.code === -32602, r);
-check('missing project_dir names the field', r.data?.field === 'project_dir', r.data);
+bad = await client.callTool({ name: 'build-app', arguments: { arch: 'arm64' } });
+text = bad.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+console.log(`    no project_dir -> isError ${bad.isError}, text ${JSON.stringify(text)}`);
+check('missing project_dir is a tool error', bad.isError === true, bad);
+check('missing project_dir names the field', text.includes("missing required property 'project_dir'"), text);
 
 // Unknown tool.
-r = await expectError(client.callTool({ name: 'no-such-tool', arguments: {} }));
+let r = await expectError(client.callTool({ name: 'no-such-tool', arguments: {} }));
 console.log(`    unknown tool -> code ${r.code}, data ${JSON.stringify(r.data)}`);
 check('unknown tool is -32602', r.code === -32602, r);
 

@@ -131,18 +131,21 @@ async def run(binary, transport, url, mode):
             await client.call_tool("build-app", {"project_dir": "/tmp/app", "arch": "arm64"})
             check("logging/setLevel filters", len(logs) == before, logs[before:])
 
-        # arch "ARM": -32602 with exact data.
-        code, data, res = await expect_error(
-            client.call_tool("build-app", {"project_dir": "/tmp/app", "arch": "ARM"}))
-        print(f"    arch=ARM -> code {code}, data {data}, result {res}", flush=True)
-        check("arch=ARM is -32602", code == -32602, (code, res))
-        check("arch=ARM data", data == {"field": "arch", "expected": ["arm64", "x86_64"], "received": "ARM"}, data)
+        # Arguments that break the schema: from 2025-11-25 (SEP-1303) a tool
+        # result with isError whose text names what to correct.
+        result = await client.call_tool("build-app", {"project_dir": "/tmp/app", "arch": "ARM"})
+        text = "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+        print(f"    arch=ARM -> isError {result.is_error}, text {text!r}", flush=True)
+        check("arch=ARM is a tool error", result.is_error and result.structured_content is None, result)
+        check("arch=ARM names the field and the choices",
+              text.endswith('{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}'), text)
 
         # Missing project_dir.
-        code, data, res = await expect_error(client.call_tool("build-app", {"arch": "x86_64"}))
-        print(f"    no project_dir -> code {code}, data {data}", flush=True)
-        check("missing project_dir is -32602", code == -32602, (code, res))
-        check("missing project_dir names the field", isinstance(data, dict) and data.get("field") == "project_dir", data)
+        result = await client.call_tool("build-app", {"arch": "x86_64"})
+        text = "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+        print(f"    no project_dir -> isError {result.is_error}, text {text!r}", flush=True)
+        check("missing project_dir is a tool error", result.is_error, result)
+        check("missing project_dir names the field", "missing required property 'project_dir'" in text, text)
 
         # Unknown tool.
         code, data, res = await expect_error(client.call_tool("no-such-tool", {}))
