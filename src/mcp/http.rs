@@ -34,7 +34,12 @@
 //! An `MCP-Protocol-Version` header naming a revision this layer
 //! does not speak is 400 (a request without the header is served in the
 //! session's revision). `notifications/cancelled` stops the named call of
-//! the session, whose response stream then ends without a reply.
+//! the session, whose response stream then ends without a reply. A client
+//! that closes a call's response stream has not cancelled it (the
+//! transport's rule): the call runs on, its reply dropped, until it ends,
+//! is cancelled, or its session ends (deleted or evicted). A call outside a
+//! session (2026-07-28) has no other way to be cancelled: closing its
+//! stream stops it.
 //!
 //! A tool's requests to the client (sampling, elicitation, `roots/list`,
 //! `ping`, through [`Context::peer`](crate::Context::peer)) go out on its
@@ -345,8 +350,8 @@ impl HttpSession {
     /// the client fail at once (no answer can reach them any more). When
     /// its client ended it, its running calls are cancelled first (their
     /// POSTs end with no reply, as for `notifications/cancelled`); the
-    /// calls of an evicted session run on, and their POSTs, if still
-    /// open, get their replies.
+    /// calls of an evicted session run on while their POSTs are open, and
+    /// get their replies (a call whose POST closed stops).
     fn end(&self, ending: Ending) {
         let _ = self.ended.send(true);
         if ending == Ending::Deleted {
@@ -1533,6 +1538,7 @@ impl Endpoint {
             .build();
         let id_bytes: Option<Box<[u8]>> = id.map(|i| i.get().as_bytes().into());
         let is_request = id_bytes.is_some();
+        let mut session_ended = asking.map(|s| s.ended.subscribe());
         let mut cancel = None;
         if let Some(i) = &id_bytes {
             match session_state.register(i) {
@@ -1563,6 +1569,7 @@ impl Endpoint {
             // the session (their waiters, or the early ones it keeps for
             // requests still on their way).
             conn.start(&server.dispatcher, &body, &mut out);
+            let mut stream_closed = false;
             // A notification's async call too: its 202 goes once it is
             // done (dropping the connection here would drop the call).
             while conn.messages_in_flight() > 0 || conn.in_flight() > 0 {
@@ -1575,8 +1582,20 @@ impl Endpoint {
                         cancel = None;
                         if let Some(i) = &id_bytes { conn.cancel(i); }
                     }
-                    _ = tx.closed() => {
-                        // The client closed the response stream: cancelled.
+                    // The client closed the response stream. Disconnection
+                    // is not cancellation (the transport's "SHOULD NOT be
+                    // interpreted as the client cancelling"): a session's
+                    // call runs on, its reply dropped, until it ends, its
+                    // client cancels it or its session ends (deleted, or
+                    // evicted: below). Without a session nothing could
+                    // ever cancel it, so it stops at once.
+                    _ = tx.closed(), if !stream_closed => stream_closed = true,
+                    _ = async {
+                        if let Some(ended) = session_ended.as_mut() {
+                            // An error: the session is gone, ended too.
+                            let _ = ended.wait_for(|ended| *ended).await;
+                        }
+                    }, if stream_closed => {
                         if let Some(i) = &id_bytes { conn.cancel(i); }
                         break;
                     }

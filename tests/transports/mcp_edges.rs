@@ -1478,3 +1478,105 @@ async fn stdio_pipelined_calls_past_the_cap_are_held_and_then_not_read() {
     );
     served.abort();
 }
+
+/// A tool that runs until it is cancelled, counting itself while it runs.
+fn holding_server(running: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> McpServer {
+    use std::sync::atomic::Ordering;
+    struct Running(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let running = std::sync::Arc::clone(running);
+    McpServer::builder("edges", "1.0.0")
+        .tool(Tool::new(
+            "hold",
+            json!({"type": "object"}),
+            move |_, _cx: ToolContext| {
+                running.fetch_add(1, Ordering::SeqCst);
+                let guard = Running(std::sync::Arc::clone(&running));
+                async move {
+                    let _guard = guard;
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                    Ok(ToolOutput::text("held"))
+                }
+            },
+        ))
+        .build()
+        .unwrap()
+}
+
+/// A POST of `body` in session `sid` on a connection of its own, left
+/// unread (the call's stream sends nothing before its reply).
+async fn raw_call(addr: std::net::SocketAddr, sid: &str, body: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: localhost\r\naccept: application/json, text/event-stream\r\ncontent-type: application/json\r\nmcp-session-id: {sid}\r\nmcp-protocol-version: 2025-11-25\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    s
+}
+
+/// Closing a call's response stream does not cancel it (Streamable HTTP:
+/// "Disconnection SHOULD NOT be interpreted as the client cancelling its
+/// request"): a session's call runs on until its client cancels it, or
+/// until its session ends (evicted here). It was cancelled at once.
+#[tokio::test]
+async fn a_closed_response_stream_does_not_cancel_a_session_call() {
+    use crate::eventually::eventually;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let running = std::sync::Arc::new(AtomicUsize::new(0));
+    let h = mcp_http::http_server_with(
+        holding_server(&running),
+        rpcwire::mcp::http::HttpConfig {
+            max_sessions: 2,
+            ..Default::default()
+        },
+    )
+    .await;
+    let sid = http_session(h.addr).await;
+    let hs = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let hold = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"hold","arguments":{{}}}}}}"#
+        )
+    };
+
+    let call = raw_call(h.addr, &sid, &hold(7)).await;
+    eventually("the call to start", || running.load(Ordering::SeqCst) == 1).await;
+    drop(call);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(running.load(Ordering::SeqCst), 1, "the call runs on");
+    let n = post(
+        h.addr,
+        &hs,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+    )
+    .await;
+    assert_eq!(n.status, 202);
+    eventually("the cancelled call to stop", || {
+        running.load(Ordering::SeqCst) == 0
+    })
+    .await;
+
+    // Its session pushed out by two newer ones (max_sessions 2): the call,
+    // whose client is gone, stops.
+    let call = raw_call(h.addr, &sid, &hold(8)).await;
+    eventually("the call to start", || running.load(Ordering::SeqCst) == 1).await;
+    drop(call);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(running.load(Ordering::SeqCst), 1, "the call runs on");
+    let _newer = http_session(h.addr).await;
+    let _newest = http_session(h.addr).await;
+    assert_eq!(post(h.addr, &hs, &hold(9)).await.status, 404, "evicted");
+    eventually("the evicted session's call to stop", || {
+        running.load(Ordering::SeqCst) == 0
+    })
+    .await;
+}
