@@ -191,23 +191,24 @@ impl HostMemo {
     }
 }
 
-/// Whether `req` is an HTTP/1.1 request without exactly one valid `Host`, which
-/// a server must answer `400` (RFC 9112 §3.2), allowlist or not: the one
+/// Whether `req` is a request a server must answer `400` for its `Host`
+/// (RFC 9112 §3.2), allowlist or not: an HTTP/1.1 request without one, and
+/// a request of any HTTP/1 version with more than one or one whose value is
+/// not `uri-host [ ":" port ]` (the RFC's "invalid field value"). The one
 /// rule every server of rpcwire's applies (its own HTTP/1.1 loop hands such
 /// a request to hyper's path, which applies it; a WebSocket server to its
 /// opening handshakes; MCP's Streamable HTTP server), as Go's net/http
 /// (geth's) does. HTTP/1.0 needs no `Host`, and HTTP/2 names the host in
 /// `:authority`.
-/// A `Host` whose value is not `uri-host [ ":" port ]` counts as none
-/// (the RFC's "invalid field value", also `400`).
 pub(crate) fn lacks_one_host<B>(req: &http::Request<B>) -> bool {
-    if req.version() != http::Version::HTTP_11 {
+    if req.version() > http::Version::HTTP_11 {
         return false;
     }
     let mut named = req.headers().get_all(http::header::HOST).iter();
     match (named.next(), named.next()) {
+        (None, _) => req.version() == http::Version::HTTP_11,
         (Some(host), None) => !is_host_value(host.as_bytes()),
-        _ => true,
+        (Some(_), Some(_)) => true,
     }
 }
 
@@ -531,7 +532,9 @@ mod tests {
             (v11, &["[::1]:8545"][..], false),
             (v11, &[""][..], false),
             (http::Version::HTTP_10, &[][..], false),
-            (http::Version::HTTP_10, &["a", "b"][..], false),
+            (http::Version::HTTP_10, &["a", "b"][..], true),
+            (http::Version::HTTP_10, &["a b"][..], true),
+            (http::Version::HTTP_10, &["a.example"][..], false),
             (http::Version::HTTP_2, &[][..], false),
         ] {
             let req = request(version, hosts);

@@ -250,6 +250,14 @@ async fn without_an_allowlist_http11_still_needs_one_host() {
         assert_eq!(r.0, "200 OK", "own loop {own}: {r:?}");
         let r = one(server.addr, &post(Some("attacker.example"))).await;
         assert_eq!(r.0, "200 OK", "own loop {own}: {r:?}");
+        // But HTTP/1.0 with two, or an invalid one: 400 too (the RFC's
+        // "any request message"; Go's net/http alike).
+        let two = two_hosts(&post(Some("localhost")));
+        for raw in [two, post(Some("a b")), post(Some("x, y"))] {
+            let raw = raw.replace("HTTP/1.1", "HTTP/1.0");
+            let r = one(server.addr, &raw).await;
+            assert_eq!(r.0, "400 Bad Request", "own loop {own}, {raw:?}: {r:?}");
+        }
         // A WebSocket upgrade without one `Host`.
         let none = upgrade("").replace("host: \r\n", "");
         let two = two_hosts(&upgrade("localhost"));
@@ -265,7 +273,7 @@ async fn without_an_allowlist_http11_still_needs_one_host() {
         assert_eq!(server.calls.load(Ordering::SeqCst), 3, "own loop {own}");
         assert_eq!(
             server.metrics.limit_count(LimitKind::Host),
-            8,
+            11,
             "own loop {own}"
         );
     }
