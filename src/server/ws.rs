@@ -184,6 +184,9 @@ const MAX_HELD: usize = crate::Parser::DEFAULT_MAX_MESSAGE_LEN;
 /// reset) and to answer its pings, so a little is enough; every connection
 /// at its cap may hold this much.
 const WATCH_HELD: usize = 64 << 10;
+/// What a ping read while the socket takes no writes counts at least
+/// against [`WATCH_HELD`] (`Driver::pongs_buffered`).
+const PONG_FLOOR: usize = 64;
 
 /// A JSON-RPC server over WebSocket; see the [module docs](self).
 ///
@@ -554,6 +557,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             shutdown: Box::pin(async move { shutdown.triggered().await }),
             drain: None,
             pong: None,
+            pongs_buffered: 0,
             invalid_utf8: false,
             unread_frame: false,
             held: HeldMessages::default(),
@@ -1141,6 +1145,11 @@ struct Driver<'s, S, K, T> {
     /// A ping read while the socket took no writes: answered once it does
     /// (the latest only, as RFC 6455 allows).
     pong: Option<Bytes>,
+    /// What the pings read since the socket last took every write cost in
+    /// pongs tungstenite buffers (it moves its own pong into its write
+    /// buffer at each read, blocked socket or not): past [`WATCH_HELD`]
+    /// nothing more is read until the socket takes writes again.
+    pongs_buffered: usize,
     /// Messages read while the calls in flight were at the limit (reading
     /// on to watch the client, or for its answers to its handlers'
     /// requests) that are not only answers: started in order as calls
@@ -1186,7 +1195,11 @@ where
         self.peer_deadlines.poll(&self.conn, cx);
         if !self.write_ready {
             match self.ws.poll_ready_unpin(cx) {
-                Poll::Ready(Ok(())) => self.write_ready = true,
+                Poll::Ready(Ok(())) => {
+                    self.write_ready = true;
+                    // Flushed: tungstenite's pongs went with the rest.
+                    self.pongs_buffered = 0;
+                }
                 Poll::Ready(Err(e)) => return Poll::Ready(reason_of(&e)),
                 Poll::Pending => {}
             }
@@ -1226,7 +1239,7 @@ where
                 // while awaited; other messages are held (`on_message`),
                 // up to the held bound.
                 let for_answers = if self.drain.is_some() {
-                    self.conn.awaits_client_answers()
+                    self.pongs_buffered < WATCH_HELD && self.conn.awaits_client_answers()
                 } else {
                     self.awaits_answers()
                 };
@@ -1359,6 +1372,7 @@ where
     /// [`Context::peer`]: crate::Context::peer
     fn awaits_answers(&self) -> bool {
         self.held.bytes() < self.server.limits.max_message_len.min(MAX_HELD)
+            && self.pongs_buffered < WATCH_HELD
             && self.conn.awaits_client_answers()
     }
 
@@ -1495,6 +1509,9 @@ where
             // a message of ours takes the place of that one and counts
             // as a write (reading stops while the socket takes nothing).
             Message::Ping(data) if !self.write_ready => {
+                // A frame's head and payload, with a floor for the
+                // smallest (a flood of empty pings costs as much).
+                self.pongs_buffered += (data.len() + 2).max(PONG_FLOOR);
                 self.pong = Some(data);
                 return Ok(());
             }
