@@ -2457,3 +2457,84 @@ async fn a_shutdown_by_a_handler_ends_after_the_grace_with_a_call_running_for_go
     let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
     assert_eq!(reason, CloseReason::Shutdown);
 }
+
+/// `Limits::idle_timeout` closes a connection with no traffic. A message
+/// still arriving (bytes every 100 ms, 2 s in all against an idle timeout
+/// of 600 ms) is traffic: the driver heard from its client only when a
+/// whole message was read, and cut the upload off as idle (a ping, then
+/// close 1001). Found by a review.
+#[tokio::test]
+async fn a_client_uploading_a_large_message_is_not_idle() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(600),
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut tcp = raw_client(server.addr).await;
+    let request = req(7, "echo", json!(["y".repeat(100_000)])).to_string();
+    let frame = client_frame(0x1, request.as_bytes());
+    for piece in frame.chunks(5_000) {
+        tcp.write_all(piece).await.expect("the server reads on");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let reply = raw_call_reply(&mut tcp).await;
+    assert_eq!(reply["id"], 7, "{reply}");
+    assert_eq!(reply["result"][0].as_str().map(str::len), Some(100_000));
+    assert_eq!(server.metrics.limit_count(LimitKind::Idle), 0);
+    server.stop().await;
+}
+
+/// The same for a reply the client reads steadily (64 KiB every 50 ms,
+/// about 1.6 s for 2 MB against an idle timeout of 600 ms): the server,
+/// its socket full, read nothing meanwhile and took that for its client's
+/// silence, cutting the reply off. Found by a review. (Over an in-memory
+/// pipe of 64 KiB: what a kernel's socket buffers hold once the server
+/// has written it all, it cannot tell from bytes nobody reads, so their
+/// drain must take less than the idle timeout.)
+#[tokio::test]
+async fn a_client_downloading_a_large_reply_is_not_idle() {
+    let _shared = HEAP.read().await;
+    let metrics = Arc::new(Metrics::default());
+    let server = WsServer::new(dispatcher(Arc::new(Lab::default()), metrics.clone()))
+        .metrics(metrics.clone())
+        .limits(Limits {
+            idle_timeout: Duration::from_millis(600),
+            ..Limits::default()
+        });
+    let (mut client, server_io) = tokio::io::duplex(64 << 10);
+    let serving =
+        tokio::spawn(async move { server.serve_connection(server_io, Context::builder()).await });
+    let n = 2_000_000;
+    let request = req(7, "big", json!([n])).to_string();
+    client
+        .write_all(&client_frame(0x1, request.as_bytes()))
+        .await
+        .unwrap();
+    let mut data = Vec::new();
+    let mut buf = vec![0u8; 64 << 10];
+    let whole = tokio::time::timeout(PATIENCE, async {
+        loop {
+            match client.read(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(got) => data.extend_from_slice(&buf[..got]),
+            }
+            if server_frames(&data).iter().any(|(op, _)| *op == 0x1) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        whole,
+        "{} bytes read before the connection ended",
+        data.len()
+    );
+    let frames = server_frames(&data);
+    assert!(frames.iter().any(|(op, p)| *op == 0x1 && p.len() > n));
+    assert_eq!(metrics.limit_count(LimitKind::Idle), 0);
+    drop(client);
+    let _ = tokio::time::timeout(PATIENCE, serving).await;
+}

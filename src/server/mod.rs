@@ -187,7 +187,12 @@ pub struct Limits {
     /// client (counted) and stops reading its requests.
     pub max_queued: usize,
     /// A connection with no traffic for this long is closed (default 120 s;
-    /// WebSocket pings count as traffic; a stream connection running calls
+    /// WebSocket pings count as traffic, and so do a message's bytes still
+    /// arriving and a reply's still being read (after the socket pushed
+    /// back), so a long upload or download is not idle (what the kernel's
+    /// buffers still hold once all is written, which the server cannot
+    /// tell from bytes nobody reads, must drain within it); a stream
+    /// connection running calls
     /// or holding subscriptions is not idle, unless notifications wait for
     /// a client that does not read them).
     pub idle_timeout: Duration,

@@ -953,6 +953,14 @@ struct Watched<T> {
     /// A frame or a write past [`KEEP_IDLE`] went through since this
     /// stream was made: tungstenite's buffers grew.
     large: bool,
+    /// A write waited for the socket.
+    write_waited: bool,
+    /// Since the driver last looked (`Driver::on_tick`), bytes came from
+    /// the client, or a write that had waited went through (the client
+    /// read): a transfer in progress, a message or a reply longer than the
+    /// idle timeout, is not silence. A write that never waited proves
+    /// nothing (the kernel takes it whether the client reads or not).
+    client_moved: bool,
 }
 
 impl<T> Watched<T> {
@@ -962,9 +970,23 @@ impl<T> Watched<T> {
             io: Some(io),
             frames: FrameWalk::default(),
             large: false,
+            write_waited: false,
+            client_moved: false,
         };
         watched.large = watched.frames.walk(early);
         watched
+    }
+
+    /// Notes a write's outcome for [`client_moved`](Self::client_moved).
+    fn note_write(&mut self, written: &Poll<io::Result<usize>>) {
+        match written {
+            Poll::Pending => self.write_waited = true,
+            Poll::Ready(Ok(n)) if *n > 0 && self.write_waited => {
+                self.write_waited = false;
+                self.client_moved = true;
+            }
+            _ => {}
+        }
     }
 
     fn io(&mut self) -> io::Result<Pin<&mut T>>
@@ -988,7 +1010,9 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         let before = buf.filled().len();
         let read = this.io()?.poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = read {
-            this.large |= this.frames.walk(&buf.filled()[before..]);
+            let fresh = &buf.filled()[before..];
+            this.client_moved |= !fresh.is_empty();
+            this.large |= this.frames.walk(fresh);
         }
         read
     }
@@ -1003,7 +1027,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
         let this = self.get_mut();
         // tungstenite writes its whole write buffer each time.
         this.large |= buf.len() > KEEP_IDLE;
-        this.io()?.poll_write(cx, buf)
+        let written = this.io()?.poll_write(cx, buf);
+        this.note_write(&written);
+        written
     }
 
     fn poll_write_vectored(
@@ -1013,7 +1039,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
         this.large |= bufs.iter().map(|b| b.len()).sum::<usize>() > KEEP_IDLE;
-        this.io()?.poll_write_vectored(cx, bufs)
+        let written = this.io()?.poll_write_vectored(cx, bufs);
+        this.note_write(&written);
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -1665,7 +1693,8 @@ where
         // are not collected then (their replies have nowhere to go), so the
         // cap would hold for as long as the client does not read.
         let paused = self.write_ready && self.at_limit() && !self.awaits_answers();
-        if std::mem::take(&mut self.heard) || paused {
+        let moved = std::mem::take(&mut self.ws.get_mut().client_moved);
+        if std::mem::take(&mut self.heard) || moved || paused {
             self.silent = 0;
             // Not read any more (held messages at their bound): the end of
             // the stream waits behind what the client sent, but a client
