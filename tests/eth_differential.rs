@@ -1034,9 +1034,11 @@ fn spec(k: K, s: &str) -> Option<&'static str> {
         K::Q128 => quantity(s, 128),
         K::Q256 => quantity(s, 256),
         // geth's `decodeHash` and reth's `JsonStorageKey`: up to 64 digits,
-        // leading zeros allowed (a 32-byte word is the usual form).
+        // leading zeros allowed (a 32-byte word is the usual form), `0x`
+        // alone slot 0 (the spec's `bytesMax32`).
         K::Slot => match quantity(s, 256) {
             Some("leading zeros") if s.len() <= 66 => None,
+            Some("0x alone") => None,
             Some("leading zeros") => Some("too large"),
             other => other,
         },

@@ -14,7 +14,9 @@ use crate::json::{JsonStr, Kind, RawJson};
 /// specification have them (alloy also accepts other cases).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum BlockTag {
-    /// `"earliest"`: the genesis block.
+    /// `"earliest"`: the first block the node has (the genesis block, or
+    /// since history expiry the first block it keeps: geth answers its
+    /// history pruning cutoff, which moves as it prunes).
     Earliest,
     /// `"finalized"`: the most recent finalized block.
     Finalized,
@@ -59,12 +61,6 @@ impl BlockTag {
             _ => return None,
         })
     }
-
-    /// Whether the block the tag names moves with the chain: every tag but
-    /// `earliest` (a gateway caches by number or hash, not by these).
-    pub const fn moves(self) -> bool {
-        !matches!(self, BlockTag::Earliest)
-    }
 }
 
 impl fmt::Display for BlockTag {
@@ -93,7 +89,8 @@ impl BlockNumberOrTag {
     pub fn number(self) -> Option<u64> {
         match self {
             BlockNumberOrTag::Number(n) => Some(n),
-            BlockNumberOrTag::Tag(BlockTag::Earliest) => Some(0),
+            // `earliest` included: not block 0 on a node that expired
+            // history.
             BlockNumberOrTag::Tag(_) => None,
         }
     }
@@ -371,11 +368,11 @@ impl BlockId {
         Ok((id, end))
     }
 
-    /// The block number, if the id is one (`earliest` is 0).
+    /// The block number, if the id is one (not for `earliest`: block 0
+    /// only on a node that keeps all history).
     pub fn number(self) -> Option<u64> {
         match self {
             BlockId::Number(n) => Some(n),
-            BlockId::Tag(BlockTag::Earliest) => Some(0),
             _ => None,
         }
     }
@@ -388,11 +385,11 @@ impl BlockId {
         }
     }
 
-    /// Whether the id names one block for good (a number, a hash, or
-    /// `earliest`), as opposed to a tag that moves with the chain: the
-    /// first condition for caching a result by block.
+    /// Whether the id names one block for good (a number or a hash), as
+    /// opposed to a tag, whose block can change (`earliest` too, with
+    /// history expiry): the first condition for caching a result by block.
     pub fn is_pinned(self) -> bool {
-        !matches!(self, BlockId::Tag(t) if t.moves())
+        !matches!(self, BlockId::Tag(_))
     }
 }
 

@@ -254,6 +254,11 @@ impl<'a> CallRequest<'a> {
     }
 
     /// `gasPrice` (legacy and EIP-2930 transactions), in wei.
+    ///
+    /// The fee members are read into a `u128`, as alloy's
+    /// `TransactionRequest` has them: a fee past 128 bits (the spec's
+    /// `uint` has no width, and geth reads up to 256) is refused with
+    /// "more than 128 bits". No chain's fee comes near.
     #[inline]
     pub fn gas_price(&self) -> Result<Option<u128>, Invalid<'a>> {
         self.decode(Member::GasPrice, EthValue::quantity_u128)
@@ -295,10 +300,11 @@ impl<'a> CallRequest<'a> {
         self.decode(Member::ChainId, EthValue::quantity_u64)
     }
 
-    /// `type`: the EIP-2718 transaction type.
+    /// `type`: the EIP-2718 transaction type, the spec's `byte` (`0x2` or
+    /// `0x02`; a longer QUANTITY is read too, up to 255).
     pub fn tx_type(&self) -> Result<Option<u8>, Invalid<'a>> {
         self.decode(Member::Type, |v| {
-            let t = v.quantity_u64()?;
+            let t = super::decode::text(v, hex::type_byte)?;
             u8::try_from(t).map_err(|_| Invalid::new(Reason::Overflow8, v))
         })
     }

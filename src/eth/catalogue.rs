@@ -118,10 +118,11 @@ pub enum Cache {
     /// changes something.
     Never,
     /// Immutable once its block is final: when the block parameter names a
-    /// number at or below the finalized block (or `earliest`); when it
-    /// names a hash, as soon as the result is found (a hash names one block
-    /// for good). For a filter, `toBlock` (or `blockHash`) decides. Tags
-    /// that move (`latest`, `safe`, `pending`, absent) are not cacheable.
+    /// number at or below the finalized block; when it names a hash, as
+    /// soon as the result is found (a hash names one block for good). For a
+    /// filter, `toBlock` (or `blockHash`) decides. Tags (`latest`, `safe`,
+    /// `pending`, `finalized`, `earliest`, which history expiry moves) and
+    /// an absent block are not cacheable.
     ByBlock,
     /// Keyed by a transaction hash: immutable once the result is not
     /// `null` and the block it names (`blockNumber` in the result) is

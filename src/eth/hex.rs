@@ -138,9 +138,10 @@ pub(crate) fn quantity_limbs<const L: usize>(s: &[u8]) -> Result<[u64; L], Reaso
     limbs(quantity_digits(s)?)
 }
 
-/// A storage key (`eth_getStorageAt`'s slot): `0x` and 1 to 64 hex digits,
-/// leading zeros allowed, as geth and reth read it (clients send both
-/// the QUANTITY form, `0x0`, and the 32-byte DATA form, `0x00…00`).
+/// A storage key (`eth_getStorageAt`'s slot): `0x` and up to 64 hex
+/// digits, leading zeros allowed, as geth and reth read it (clients send
+/// both the QUANTITY form, `0x0`, and the 32-byte DATA form, `0x00…00`;
+/// `0x` alone is slot 0, as geth, alloy and the spec's `bytesMax32` have it).
 #[inline]
 pub(crate) fn storage_key_limbs(s: &[u8]) -> Result<[u64; 4], Reason> {
     match s {
@@ -150,9 +151,21 @@ pub(crate) fn storage_key_limbs(s: &[u8]) -> Result<[u64; 4], Reason> {
             }
             Err(Reason::KeyTooLong)
         }
-        [b'0', b'x', digits @ ..] if !digits.is_empty() => limbs(digits),
-        [b'0', b'x'] => Err(Reason::EmptyQuantity),
+        [b'0', b'x', digits @ ..] => limbs(digits),
         _ => Err(Reason::MissingPrefix),
+    }
+}
+
+/// A transaction's `type`: the spec's `byte` (`0x` and one or two hex
+/// digits, leading zero allowed: `0x02`, as alloy reads it), or a
+/// QUANTITY.
+#[inline]
+pub(crate) fn type_byte(s: &[u8]) -> Result<u64, Reason> {
+    match s {
+        [b'0', b'x', digits @ ..] if (1..=2).contains(&digits.len()) => {
+            limbs::<1>(digits).map(|[b]| b)
+        }
+        _ => quantity_u64(s),
     }
 }
 
