@@ -47,8 +47,10 @@ usage: gateway [options]
   --max-response BYTES  largest reply (default 25000000)
   --chain-id N          the built-in chain's id (default 31337)
   --block-time SECS     the built-in chain also mines an empty block this often
-  --chain-tx-bytes BYTES  the signed transactions the built-in chain keeps,
-                        in all (default 67108864); past it, sends are refused
+  --chain-tx-bytes BYTES  the memory the built-in chain's transactions take,
+                        in all: their signed bytes and 2.5 KiB each kept
+                        with them (default 67108864, about 24,000
+                        transfers); past it, sends are refused
   --client h1|hyper     the HTTP upstream client: the gateway's own pooled
                         HTTP/1.1 client (default), or hyper-util's
   --threads N           workers, each a one-thread runtime with its own
@@ -142,9 +144,9 @@ fn bytes(n: u64) -> usize {
     usize::try_from(n.min(MAX_BYTES)).unwrap_or(usize::MAX >> 2)
 }
 
-/// `--chain-tx-bytes`' default: 64 MiB (about 600,000 transfers; the
-/// decoded transactions and receipts kept with them take about twice
-/// that).
+/// `--chain-tx-bytes`' default: 64 MiB (about 24,000 transfers, each
+/// counted as its signed bytes and what is kept with them,
+/// `chain::KEPT_PER_TRANSACTION`).
 pub const DEFAULT_CHAIN_TX_BYTES: usize = 64 << 20;
 /// `--cache-bytes`' default: 64 MiB.
 pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;

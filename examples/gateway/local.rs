@@ -86,8 +86,14 @@ const MAX_REWARD_PERCENTILES: usize = 100;
 fn fee_history(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let count = p.required("blockCount")?;
-    // A QUANTITY, or (as geth also takes) a plain number.
-    let count = match count.value().as_u64() {
+    // A QUANTITY, or (geth's `DecimalOrHex`) a plain number or a string of
+    // decimal digits.
+    let decimal = count
+        .value()
+        .as_str()
+        .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|t| t.parse::<u64>().ok());
+    let count = match count.value().as_u64().or(decimal) {
         Some(n) => n,
         None => count.quantity_u64()?,
     };
@@ -205,13 +211,22 @@ fn estimate_gas(c: C<'_>) -> Answer {
     // gas limit given, the per-transaction cap (EIP-7825), and with a fee
     // cap what the sender's balance pays for past the value (an estimate
     // that the send then refused for its fee was answered).
-    let mut allowance = call.gas()?.unwrap_or(u64::MAX).min(chain::MAX_TX_GAS);
+    // A gas limit under a transfer's is not one (geth's estimator takes
+    // the block's limit then).
+    let mut allowance = call
+        .gas()?
+        .filter(|&g| g >= chain::TRANSFER_GAS)
+        .unwrap_or(u64::MAX)
+        .min(chain::MAX_TX_GAS);
     let fee_cap = match call.gas_price()? {
         Some(price) => Some(price),
         None => call.max_fee_per_gas()?,
     }
     .filter(|&cap| cap > 0);
-    if let Some(from) = call.from()? {
+    // Without `from`, the zero address pays, as in `eth_call` (and geth's
+    // estimator, whose attempts then fail on its balance).
+    {
+        let from = call.from()?.unwrap_or_default();
         let balance = balance_of(&c, &overrides, from, block)?;
         let given = call.value()?;
         let value = given.unwrap_or_default();

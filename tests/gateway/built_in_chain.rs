@@ -258,8 +258,9 @@ async fn get_logs_checks_addresses_and_topics() {
 async fn the_transactions_kept_are_bounded() {
     let one = sign(eip1559(0, Address::repeat_byte(9), 1), key(1));
     let size = (one.len() - 2) / 2;
+    let cost = size + chain::KEPT_PER_TRANSACTION;
     let gw = start(config::Config {
-        chain_tx_bytes: 2 * size + size / 2,
+        chain_tx_bytes: 2 * cost + cost / 2,
         ..config::Config::default()
     })
     .await;
@@ -277,6 +278,35 @@ async fn the_transactions_kept_are_bounded() {
     );
     let r = rpc(a, "eth_getTransactionCount", json!([address(1), "latest"])).await;
     assert_eq!(r["result"], "0x2", "{r}");
+}
+
+/// `--chain-tx-bytes` bounds what the chain holds, not only the signed
+/// bytes: a transfer's 112 signed bytes were counted, and the chain kept
+/// 2.1-2.6 KB for each (its block, decoded envelope, maps, histories), 23
+/// times the budget in all (1.5 GiB at the default). Found by a review.
+#[test]
+fn the_chain_s_memory_stays_near_its_transaction_budget() {
+    use alloy_primitives::hex;
+    let budget = 256 * 1024;
+    let raws: Vec<Vec<u8>> = (0..4000u64)
+        .map(|i| {
+            let signed = sign(crate::eip1559(i, Address::repeat_byte(9), 1, 31337), key(1));
+            hex::decode(&signed[2..]).unwrap()
+        })
+        .collect();
+    let chain = chain::Chain::new(31337, budget);
+    let (held, sent) = crate::counting_alloc::held_after(|| {
+        raws.iter()
+            .take_while(|r| chain.send_raw(r).is_ok())
+            .count()
+    });
+    assert!(sent < raws.len(), "the budget was reached");
+    assert!(sent > 50, "{sent} transfers sent");
+    assert!(
+        held as usize <= budget + budget / 2,
+        "{sent} transfers within a {budget}-byte budget hold {held} bytes ({:.1}x the budget)",
+        held as f64 / budget as f64
+    );
 }
 
 /// `eth_feeHistory`: the rewards are the tips the blocks' transactions
@@ -308,6 +338,18 @@ async fn fee_history_reports_the_tips_paid() {
     let r = send(a, &sign(tx, key(2))).await;
     assert!(r["result"].is_string(), "{r}");
 
+    // The count as geth's `DecimalOrHex` takes it: a QUANTITY, a number, or
+    // a string of decimal digits (refused as "missing 0x prefix").
+    for count in [json!("0x3"), json!(3), json!("3")] {
+        let r = rpc(a, "eth_feeHistory", json!([count, "latest", [10]])).await;
+        assert_eq!(
+            r["result"]["baseFeePerGas"].as_array().map(Vec::len),
+            Some(4),
+            "{count}: {r}"
+        );
+    }
+    let r = rpc(a, "eth_feeHistory", json!(["3x", "latest", [10]])).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
     let r = rpc(a, "eth_feeHistory", json!(["0x3", "latest", [10, 50, 90]])).await;
     let h = &r["result"];
     assert_eq!(h["oldestBlock"], "0x0", "{r}");
@@ -443,12 +485,33 @@ async fn eth_call_checks_funds_gas_and_fees() {
         message.starts_with("max fee per gas less than block base fee"),
         "{message}"
     );
+    // A gas limit under a transfer's is no limit to geth's estimator (it
+    // takes the block's; this was "gas required exceeds allowance").
+    let r = rpc(
+        a,
+        "eth_estimateGas",
+        json!([{"from": address(0), "to": to, "gas": "0x5000"}]),
+    )
+    .await;
+    assert_eq!(r["result"], "0x5208", "{r}");
+    // Without `from` the zero address pays (it has nothing here), as in
+    // `eth_call`: the funds were not checked at all.
+    let no_from = json!({"to": to, "value": "0x1"});
+    for method in ["eth_call", "eth_estimateGas"] {
+        let r = rpc(a, method, json!([no_from])).await;
+        let (code, message) = error(&r);
+        assert_eq!(code, -32000, "{method}: {r}");
+        assert!(
+            message.contains("insufficient funds"),
+            "{method}: {message}"
+        );
+    }
     // `eth_estimateGas` with a gas limit below what the call needs: geth's
     // "gas required exceeds allowance".
     let r = rpc(
         a,
         "eth_estimateGas",
-        json!([{"from": address(0), "to": to, "gas": "0x5000"}]),
+        json!([{"from": address(0), "to": to, "gas": "0x5208", "data": "0x1234"}]),
     )
     .await;
     let (code, message) = error(&r);
