@@ -779,13 +779,15 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
     // Everything up to the tool's own future happens in a plain function:
     // the decoded params and their arena are gone before the first await,
     // so this future holds only what the result needs.
-    let (entry, tool, era, client_capabilities) = start_tool(&call)?;
+    let (entry, tool, era, client_capabilities, over) = start_tool(&call)?;
     let server = Arc::clone(&call.state);
     drop(call);
     let output = match tool.await {
         Ok(o) => o,
         Err(e) => ToolOutput::error(e.message()),
     };
+    // Over: a progress sent from here on would follow the result.
+    drop(over);
     let name = entry.tool.name();
     if let Some(input) = &output.input_required {
         return input_required(name, input, era, client_capabilities.as_deref(), &server);
@@ -830,6 +832,7 @@ fn start_tool(
         super::tool::ToolFuture,
         Era,
         Option<Arc<Value>>,
+        Option<super::tool::CallOver>,
     ),
     RpcError,
 > {
@@ -876,7 +879,7 @@ fn start_tool(
         };
         let output: super::tool::ToolFuture =
             Box::pin(std::future::ready(Ok(ToolOutput::error(text))));
-        return Ok((entry, output, era, None));
+        return Ok((entry, output, era, None, None));
     }
     let log = match era {
         Era::Modern(level) => LogFilter::Request(level),
@@ -910,10 +913,12 @@ fn start_tool(
             client_capabilities: client_capabilities.clone(),
             input_responses: params.input_responses,
             request_state: params.request_state.map(Cow::into_owned),
+            done: Default::default(),
         }),
     };
+    let over = super::tool::CallOver(Arc::clone(&cx.inner));
     let tool = (entry.tool.handler)(args, cx);
-    Ok((entry, tool, era, client_capabilities))
+    Ok((entry, tool, era, client_capabilities, Some(over)))
 }
 
 /// The answer of a tool that needs the client's input first (2026-07-28's

@@ -547,6 +547,22 @@ pub(crate) struct CallScope {
     /// and its state.
     pub(crate) input_responses: Option<serde_json::Map<String, Value>>,
     pub(crate) request_state: Option<String>,
+    /// The call is over (answered, cancelled or dropped): no progress is
+    /// sent after ("progress notifications MUST stop after completion"),
+    /// though a clone of its context may outlive it.
+    pub(crate) done: std::sync::atomic::AtomicBool,
+}
+
+/// Marks its call over when dropped: when the tool's future ends or is
+/// dropped, before its result is written.
+pub(crate) struct CallOver(pub(crate) Arc<CallScope>);
+
+impl Drop for CallOver {
+    fn drop(&mut self) {
+        self.0
+            .done
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 impl ToolContext {
@@ -557,13 +573,14 @@ impl ToolContext {
 
     /// Sends `notifications/progress` for this call, if the client asked for
     /// progress. `progress` must increase from one notification to the
-    /// next (the protocol requires it): a value that does not is not sent.
-    /// Returns whether the notification was queued.
+    /// next (the protocol requires it): a value that does not is not sent,
+    /// and nor is any once the call is over (a clone of the context kept by
+    /// a task of the tool's). Returns whether the notification was queued.
     pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) -> bool {
         let Some(token) = &self.inner.progress_token else {
             return false;
         };
-        if !progress.is_finite() {
+        if !progress.is_finite() || self.inner.done.load(std::sync::atomic::Ordering::Acquire) {
             return false;
         }
         {

@@ -679,6 +679,43 @@ impl Pipe {
     }
 }
 
+/// "Progress notifications MUST stop after completion": a clone of a
+/// tool's context that outlives its call (a task of the tool's) sends no
+/// progress once the call is answered. It did, after the result.
+#[tokio::test]
+async fn stdio_no_progress_after_the_call_is_over() {
+    let kept: Arc<std::sync::Mutex<Option<ToolContext>>> = Default::default();
+    let keeping = Arc::clone(&kept);
+    let s = McpServer::builder("test-server", "9.9.9")
+        .tool(Tool::new(
+            "keeps",
+            json!({"type": "object"}),
+            move |_, cx: ToolContext| {
+                *keeping.lock().unwrap() = Some(cx.clone());
+                async move {
+                    assert!(cx.progress(1.0, None, None), "sent while the call runs");
+                    Ok(ToolOutput::text("done"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"keeps","arguments":{},"_meta":{"progressToken":"t"}}}"#).await;
+    assert_eq!(p.recv().await["params"]["progress"], 1.0);
+    assert_eq!(p.recv().await["result"]["content"][0]["text"], "done");
+    let cx = kept.lock().unwrap().take().expect("the tool ran");
+    assert!(cx.wants_progress());
+    assert!(
+        !cx.progress(2.0, None, None),
+        "sent after the call was answered"
+    );
+    // Nothing follows the result but the answer to the next request.
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(p.recv().await["id"], 2);
+}
+
 #[tokio::test]
 async fn stdio_progress_and_logs_come_before_the_reply() {
     let s = server();
