@@ -543,8 +543,9 @@ fn discover(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
 /// A `tools/list` cursor: where the next page starts, written
 /// `p<offset>` or `p<offset>:<name>`, `name` the last tool listed. The page
 /// goes on after that tool wherever it is now (a tool removed before it
-/// would otherwise make the next page skip one); without it, or when it
-/// is gone, at the offset.
+/// would otherwise make the next page skip one); when it is gone itself,
+/// where it stood (the tools after it moved up by one), and at the end if
+/// the list shrank past it; without a name, at the offset.
 fn parse_cursor(cursor: &str, registry: &super::Registry) -> Option<usize> {
     let rest = cursor.strip_prefix('p')?;
     let (offset, after) = match rest.split_once(':') {
@@ -556,10 +557,11 @@ fn parse_cursor(cursor: &str, registry: &super::Registry) -> Option<usize> {
     }
     let n: usize = offset.parse().ok()?;
     let len = registry.tools.len();
-    if let Some(i) = after.and_then(|name| registry.position(name)) {
-        return Some(i + 1);
+    match after.map(|name| registry.position(name)) {
+        Some(Some(i)) => Some(i + 1),
+        Some(None) => Some(n.saturating_sub(1).min(len)),
+        None => (n <= len).then_some(n),
     }
-    (n <= len).then_some(n)
 }
 
 /// The cursor of the page after `tools[..end]`.
@@ -1032,8 +1034,12 @@ mod tests {
         assert_eq!(parse_cursor("p:a", &registry), None);
         // After the tool named, wherever it is; else at the offset.
         assert_eq!(parse_cursor("p2:a", &registry), Some(1));
-        assert_eq!(parse_cursor("p2:gone", &registry), Some(2));
         assert_eq!(parse_cursor("p9:c", &registry), Some(3));
+        // The tool named is gone: where it stood (what followed it moved
+        // up: starting at the offset skipped one), at the end past it (a
+        // shrunk list refused the cursor).
+        assert_eq!(parse_cursor("p2:gone", &registry), Some(1));
+        assert_eq!(parse_cursor("p9:gone", &registry), Some(3));
         assert_eq!(cursor_after(&registry.tools, 2), "p2:b");
     }
 }
