@@ -280,10 +280,12 @@ impl<'a, V: Visitor<'a>> Visitor<'a> for Padded<V> {
                 extra += 1;
             }
             if extra > 0 {
+                // What the visitor read, not `len`: a struct's field list
+                // names its aliases too.
                 return Err(de::Error::custom(format_args!(
                     "too many params: {} given, at most {} expected",
                     padded.given + extra,
-                    self.len
+                    padded.read
                 )));
             }
         }

@@ -511,7 +511,8 @@ fn params_errors_point_into_the_message() {
             .starts_with("invalid type: integer `2`"),
         "{data}"
     );
-    // The offset is in the message, where the bad value starts.
+    // The offset is in the message, where decoding stopped: the bad
+    // value's last byte (a one-byte value here).
     let at = data["offset"].as_u64().unwrap() as usize;
     assert_eq!(&msg[at..at + 1], "2", "{data}");
 }
@@ -1010,4 +1011,61 @@ fn a_notification_s_handler_runs_past_its_reply() {
         assert!(out.is_empty());
     }
     assert_eq!(d.state().load(Ordering::SeqCst), 13);
+}
+
+/// Positional params into a struct with a `#[serde(alias)]`: serde lists
+/// the aliases among its fields, and the refusal of too many params said
+/// "2 given, at most 2 expected". Found by a review.
+#[test]
+fn too_many_positional_params_count_the_fields_not_their_aliases() {
+    #[derive(Deserialize)]
+    struct One {
+        #[serde(alias = "x")]
+        a: u64,
+    }
+    let d = Dispatcher::builder(())
+        .method("one", |c: Call<'_, ()>| {
+            let v: One = c.decode()?;
+            Ok::<_, RpcError>(v.a)
+        })
+        .build()
+        .unwrap();
+    let r = call_with(&d, "one", "[1,2]");
+    assert_eq!(
+        r["error"]["data"]["reason"], "too many params: 2 given, at most 1 expected",
+        "{r}"
+    );
+    assert_eq!(call_with(&d, "one", "[7]")["result"], 7);
+    assert_eq!(call_with(&d, "one", r#"{"x":8}"#)["result"], 8);
+}
+
+/// A `Serialize` that ignores a write the response limit refused (it
+/// skips an element that failed) got `Ok` back from serde_json, and the
+/// reply went out with a hole: `"result":[","b"]`. It is the too-large
+/// error, as any result past the limit. Found by a review.
+#[test]
+fn a_result_whose_serializer_ignores_a_refused_write_is_too_large() {
+    use serde::ser::{SerializeSeq, Serializer};
+    struct BestEffort(Vec<String>);
+    impl serde::Serialize for BestEffort {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for x in &self.0 {
+                let _ = seq.serialize_element(x);
+            }
+            seq.end()
+        }
+    }
+    let d = Dispatcher::builder(())
+        .max_response_len(200)
+        .method("m", |c: Call<'_, ()>| {
+            let (n,): (usize,) = c.decode()?;
+            c.reply.json(&BestEffort(vec!["a".repeat(n), "b".into()]))
+        })
+        .build()
+        .unwrap();
+    let r = call_with(&d, "m", "[300]");
+    assert_eq!(r["error"]["message"], "Response too large", "{r}");
+    assert_eq!(r["result"], Value::Null);
+    assert_eq!(call_with(&d, "m", "[3]")["result"], json!(["aaa", "b"]));
 }

@@ -126,7 +126,9 @@ impl<'a, S> Call<'a, S> {
     /// `serde_json::Value`) reads that `null`, not its
     /// `#[serde(default = …)]`: give such a default to a type that does not
     /// take `null`, or send the params by name. A failure is -32602 with
-    /// serde's reason and the byte offset in the message in `data`.
+    /// serde's reason and the byte offset in the message in `data`: where
+    /// decoding stopped, at the last byte of a value of the wrong type or
+    /// where the syntax broke (serde_json's position).
     ///
     /// ```
     /// use rpcwire::{Call, Connection, Dispatcher, RpcError};

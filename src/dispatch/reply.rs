@@ -543,7 +543,13 @@ fn serialize_into<B: ReplyBuf + ?Sized, T: Serialize + ?Sized>(
         over: false,
     };
     match serde_json::to_writer(&mut w, value) {
-        Ok(()) => Ok(()),
+        // A `Serialize` that ignores a refused write (skipping an element
+        // that failed) gets `Ok` back with a hole in the text: refused.
+        Ok(()) if !w.over => Ok(()),
+        Ok(()) => {
+            w.out.truncate(at);
+            Err(RpcError::too_large())
+        }
         Err(e) => {
             let over = w.over;
             w.out.truncate(at);
