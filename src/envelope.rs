@@ -55,6 +55,10 @@ impl Default for Parser {
     }
 }
 
+/// How deep a response refused for its depth is read again to find the
+/// request it answers ([`Parser::for_each_refused_answer`]).
+const DEEP_ANSWER: u32 = 1024;
+
 impl Parser {
     /// Default nesting limit: 128 levels, the message itself counted.
     pub const DEFAULT_MAX_DEPTH: u32 = 128;
@@ -264,30 +268,51 @@ impl Parser {
         self.read_message::<Incoming<'a>>(input, arena, false, &mut 0)
     }
 
-    /// Reads each object element of the batch `input` alone, handing
-    /// `f` those that read as a single message: for a batch the parser
-    /// refused whole (past [`max_batch_len`](Parser::max_batch_len)), whose
-    /// answers to this side's requests are still owed to their waiters.
-    /// Stops at the first element that is not valid JSON.
-    pub(crate) fn for_each_element_alone<'a>(
+    /// For a message the parser refused whole (a batch past
+    /// [`max_batch_len`](Parser::max_batch_len), or a message nested past
+    /// [`max_depth`](Parser::max_depth)), whose answers to this side's
+    /// requests are still owed to their waiters: hands `f` each object
+    /// element of a batch (the message itself when it is no batch) that
+    /// reads as a single message, and `too_deep` the id of each response
+    /// nested past the limit (read again allowing [`DEEP_ANSWER`] levels):
+    /// its request is over, its answer unreadable. Stops at the first
+    /// element that is not valid JSON.
+    pub(crate) fn for_each_refused_answer<'a>(
         &self,
         input: &'a [u8],
         arena: &'a Bump,
         mut f: impl FnMut(Incoming<'a>),
+        mut too_deep: impl FnMut(Id<'a>),
     ) {
-        let pos = scan::skip_ws(input, 0);
-        if input.get(pos) != Some(&b'[') {
-            return;
-        }
-        let _ = for_each_element(input, pos, self.max_depth, |p| {
-            let end = scan::skip_value(input, p, 1, self.max_depth)?;
-            if input[p] == b'{'
-                && let Ok(Message::Single(item)) = self.parse_incoming(&input[p..end], arena)
-            {
-                f(item);
+        let deep = Parser {
+            max_depth: self.max_depth.max(DEEP_ANSWER),
+            ..*self
+        };
+        let mut one = |object: &'a [u8]| match self.parse_incoming(object, arena) {
+            Ok(Message::Single(item)) => f(item),
+            Err(e) if matches!(e.kind(), ErrorKind::TooDeep { .. }) => {
+                if let Ok(Message::Single(Incoming::Response(r))) =
+                    deep.parse_incoming(object, arena)
+                {
+                    too_deep(r.id());
+                }
             }
-            Ok(end)
-        });
+            _ => {}
+        };
+        let pos = scan::skip_ws(input, 0);
+        match input.get(pos) {
+            Some(b'[') => {
+                let _ = for_each_element(input, pos, deep.max_depth, |p| {
+                    let end = scan::skip_value(input, p, 1, deep.max_depth)?;
+                    if input[p] == b'{' {
+                        one(&input[p..end]);
+                    }
+                    Ok(end)
+                });
+            }
+            Some(b'{') => one(input),
+            _ => {}
+        }
     }
 
     /// Parses the message at the front of `input`, which may hold only part

@@ -425,6 +425,59 @@ async fn answers_in_a_batch_refused_whole_still_reach_their_requests() {
     }
 }
 
+/// A message nested past the depth limit is refused whole; the answers
+/// in it were lost with it, and the request answered too deep waited (for
+/// good without a deadline). The answers within the limit are delivered,
+/// the one too deep fails its request as invalid, a single too-deep
+/// answer too; the message is still refused.
+#[test]
+fn answers_in_a_message_refused_as_too_deep_still_end_their_requests() {
+    let (peer, mut conn) = two_way(&Arc::default());
+    let outcome = Outcomes::default();
+    let d = Dispatcher::builder(())
+        .parser(Parser::new().max_depth(8))
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .build()
+        .unwrap();
+    let deep = format!("{}1{}", "[".repeat(10), "]".repeat(10));
+    let (fine, too_deep) = (ask_into(&peer, &outcome), ask_into(&peer, &outcome));
+    let mut out = Vec::new();
+    d.handle(
+        format!(
+            r#"[{{"jsonrpc":"2.0","id":{fine},"result":5}},{{"jsonrpc":"2.0","id":{too_deep},"result":{deep}}},{{"jsonrpc":"2.0","id":9,"method":"ping"}}]"#
+        )
+        .as_bytes(),
+        &mut conn,
+        &mut out,
+    );
+    let reply: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(reply["error"]["code"], -32700, "{reply}");
+    assert_eq!(peer.pending(), 0);
+    let ended = std::mem::take(&mut *outcome.lock().unwrap());
+    assert_eq!(ended.len(), 2, "{ended:?}");
+    assert!(ended.contains(&Ok(Some(b"5".to_vec()))), "{ended:?}");
+    assert!(
+        ended
+            .iter()
+            .any(|e| matches!(e, Err(PeerError::InvalidResponse(_)))),
+        "{ended:?}"
+    );
+    // Alone.
+    let alone = ask_into(&peer, &outcome);
+    out.clear();
+    d.handle(
+        format!(r#"{{"jsonrpc":"2.0","id":{alone},"result":{deep}}}"#).as_bytes(),
+        &mut conn,
+        &mut out,
+    );
+    assert_eq!(peer.pending(), 0);
+    let ended = std::mem::take(&mut *outcome.lock().unwrap());
+    assert!(
+        matches!(ended.as_slice(), [Err(PeerError::InvalidResponse(_))]),
+        "{ended:?}"
+    );
+}
+
 #[test]
 fn pending_requests_time_out_and_cancel() {
     let sent = Arc::new(Sent::default());

@@ -508,7 +508,8 @@ impl Connection {
 
     /// [`take_answers_at_limit`](Connection::take_answers_at_limit) for a
     /// message the parser refused with `error`: a batch past the batch
-    /// limit, refused whole in its turn, has its answers delivered now.
+    /// limit or a message nested past the depth limit, refused whole in its
+    /// turn, has its answers delivered now.
     #[cfg(feature = "server")]
     pub(crate) fn take_refused_answers_at_limit<S: Send + Sync + 'static, K>(
         &self,
@@ -521,7 +522,8 @@ impl Connection {
             .inner
             .deliver_refused_answers(error, input, Some(input), self);
         match error.kind() {
-            crate::error::ErrorKind::BatchTooLarge { .. } => crate::conn::AtLimit::HoldAnswered,
+            crate::error::ErrorKind::BatchTooLarge { .. }
+            | crate::error::ErrorKind::TooDeep { .. } => crate::conn::AtLimit::HoldAnswered,
             _ => crate::conn::AtLimit::Hold,
         }
     }

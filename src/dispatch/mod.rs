@@ -765,10 +765,12 @@ impl<S: Send + Sync + 'static> Shared<S> {
         self.message_error(out, e);
     }
 
-    /// Hands the answers of a batch the parser refused whole (past the
-    /// batch limit) to the pending table: refused, its requests do not
-    /// run, but the answers the handlers wait for are not lost with them
-    /// (each request would wait until its deadline, or for good).
+    /// Hands the answers of a message the parser refused whole (a batch
+    /// past the batch limit, a message nested past the depth limit) to the
+    /// pending table: refused, its requests do not run, but the answers the
+    /// handlers wait for are not lost with it (each request would wait
+    /// until its deadline, or for good); an answer nested too deep to read
+    /// fails its request with [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse).
     #[cold]
     pub(crate) fn deliver_refused_answers(
         &self,
@@ -777,19 +779,30 @@ impl<S: Send + Sync + 'static> Shared<S> {
         bytes: Option<&Bytes>,
         conn: &Connection,
     ) {
-        if !matches!(error.kind(), crate::error::ErrorKind::BatchTooLarge { .. })
-            || conn.context.peer().is_none_or(|peer| peer.pending() == 0)
-        {
+        use crate::error::ErrorKind;
+        if !matches!(
+            error.kind(),
+            ErrorKind::BatchTooLarge { .. } | ErrorKind::TooDeep { .. }
+        ) {
             return;
         }
+        let Some(peer) = conn.context.peer().filter(|peer| peer.pending() > 0) else {
+            return;
+        };
         #[cfg(feature = "async")]
         if conn.engine.answers_taken {
             // Held at the in-flight limit, its answers went then.
             return;
         }
         let arena = Bump::new();
-        self.parser
-            .for_each_element_alone(input, &arena, |item| deliver_answers(&[item], bytes, conn));
+        self.parser.for_each_refused_answer(
+            input,
+            &arena,
+            |item| deliver_answers(&[item], bytes, conn),
+            |id| {
+                peer.fail(id, crate::peer::PeerError::InvalidResponse(error));
+            },
+        );
     }
 
     /// The budget of a single request answered with `id`, and the length of
