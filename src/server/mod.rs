@@ -698,6 +698,10 @@ fn push_label_value(out: &mut String, value: &str) {
 pub struct Outbox {
     tx: tokio::sync::mpsc::Sender<Bytes>,
     metrics: Option<Arc<Metrics>>,
+    /// Messages the writer took from the outbox past its output's limit
+    /// (the stream driver's, to keep them ahead of a reply): they count
+    /// against the capacity until the output drains below its limit.
+    spilled: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Outbox {
@@ -707,14 +711,40 @@ impl Outbox {
         capacity: usize,
         metrics: Option<Arc<Metrics>>,
     ) -> (Outbox, tokio::sync::mpsc::Receiver<Bytes>) {
+        let (outbox, rx, _) = Outbox::spilling(capacity, metrics);
+        (outbox, rx)
+    }
+
+    /// [`new`](Outbox::new), and the count of messages the writer took
+    /// past its output's limit, which the outbox's capacity includes.
+    pub(crate) fn spilling(
+        capacity: usize,
+        metrics: Option<Arc<Metrics>>,
+    ) -> (
+        Outbox,
+        tokio::sync::mpsc::Receiver<Bytes>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
         let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
-        (Outbox { tx, metrics }, rx)
+        let spilled = Arc::default();
+        let outbox = Outbox {
+            tx,
+            metrics,
+            spilled: Arc::clone(&spilled),
+        };
+        (outbox, rx, spilled)
     }
 }
 
 impl Outbound for Outbox {
     fn send(&self, message: Bytes) -> Result<(), SendError> {
-        match self.tx.try_send(message) {
+        let spilled = self.spilled.load(std::sync::atomic::Ordering::Relaxed);
+        let sent = if spilled > 0 && spilled >= self.tx.capacity() {
+            Err(tokio::sync::mpsc::error::TrySendError::Full(message))
+        } else {
+            self.tx.try_send(message)
+        };
+        match sent {
             Ok(()) => Ok(()),
             Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
                 if let Some(m) = &self.metrics {

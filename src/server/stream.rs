@@ -313,6 +313,8 @@ pub struct Driver<F> {
 struct Outgoing {
     peer: crate::peer::Peer,
     rx: Option<mpsc::Receiver<Bytes>>,
+    /// The outbox's count of messages taken past the output's limit.
+    spilled: Arc<AtomicUsize>,
 }
 
 impl Drop for Outgoing {
@@ -490,10 +492,12 @@ impl<F: Framer> Driver<F> {
     /// ```
     pub fn peer(&mut self) -> crate::peer::Peer {
         let made = self.outbound.get_or_insert_with(|| {
-            let (outbox, rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
+            let (outbox, rx, spilled) =
+                Outbox::spilling(self.limits.max_queued, self.metrics.clone());
             Outgoing {
                 peer: crate::peer::Peer::new(Arc::new(outbox)),
                 rx: Some(rx),
+                spilled,
             }
         });
         made.peer.clone()
@@ -523,10 +527,12 @@ impl<F: Framer> Driver<F> {
     {
         // The peer handed out by `peer()`, else one made now.
         let mut outbound = self.outbound;
-        let made = (outbound.as_mut()).and_then(|m| Some((m.peer.clone(), m.rx.take()?)));
-        let (peer, outbox_rx) = made.unwrap_or_else(|| {
-            let (outbox, rx) = Outbox::new(self.limits.max_queued, self.metrics.clone());
-            (crate::peer::Peer::new(Arc::new(outbox)), rx)
+        let made = (outbound.as_mut())
+            .and_then(|m| Some((m.peer.clone(), m.rx.take()?, Arc::clone(&m.spilled))));
+        let (peer, outbox_rx, spilled) = made.unwrap_or_else(|| {
+            let (outbox, rx, spilled) =
+                Outbox::spilling(self.limits.max_queued, self.metrics.clone());
+            (crate::peer::Peer::new(Arc::new(outbox)), rx, spilled)
         });
         let gate = Arc::new(ReplyGate::default());
         let subs = Subscriptions::with_gate(
@@ -568,6 +574,7 @@ impl<F: Framer> Driver<F> {
             replies: Replies::default(),
             out: Output::default(),
             outbox: outbox_rx,
+            spilled,
             subs: subs.clone(),
             input: Input::Open,
             wants_bytes: true,
@@ -754,6 +761,12 @@ struct Io<'d, S, K, F, R, W> {
     replies: Replies,
     out: Output,
     outbox: mpsc::Receiver<Bytes>,
+    /// Messages taken from the outbox past the output's limit, ahead of a
+    /// reply (`queue_replies`): the outbox counts them against its
+    /// capacity until the output drains below its limit, so that handlers
+    /// refilling it between replies cannot grow the output by
+    /// `max_queued` messages per reply.
+    spilled: Arc<AtomicUsize>,
     /// The connection's subscriptions, whose notifications are framed
     /// while the output has room (their own buffers and slow-subscriber
     /// policy apply meanwhile).
@@ -1375,13 +1388,17 @@ where
     /// past the output's limit: the replies go in regardless (their calls
     /// ran), and notifications left behind would follow them (an MCP
     /// client drops progress that comes after its call's result). The
-    /// outbox holds at most `max_queued` messages, so the output stays
-    /// bounded.
+    /// outbox holds at most `max_queued` messages, those taken past the
+    /// limit counted (`spilled`) until the output drains, so the output
+    /// stays bounded.
     fn queue_replies(&mut self) {
         if self.replies.ends.is_empty() {
             return;
         }
         while let Ok(message) = self.outbox.try_recv() {
+            if self.output_full() {
+                self.spilled.fetch_add(1, Ordering::Relaxed);
+            }
             self.out.push(&self.framer, &message);
             self.peaks.messages_queued += 1;
         }
@@ -1441,6 +1458,11 @@ where
     fn poll_outbox(&mut self, cx: &mut TaskContext<'_>) -> bool {
         if self.calls_over() {
             return false;
+        }
+        if !self.output_full() && self.spilled.load(Ordering::Relaxed) > 0 {
+            // Below the limit again: what was taken past it is counted
+            // there now.
+            self.spilled.store(0, Ordering::Relaxed);
         }
         let mut any = false;
         while !self.output_full() {

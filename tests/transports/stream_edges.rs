@@ -2025,3 +2025,66 @@ async fn a_subscription_does_not_hold_an_ended_connection_open() {
             .await;
     }
 }
+
+/// `Driver::max_pending_output`: past it, replies of calls already running
+/// are still queued with the notifications their handlers sent before
+/// them, "so the output can pass it by at most their size and
+/// `Limits::max_queued` notifications". The outbox went into the output
+/// whole before each reply, and handlers refilled it between replies: with
+/// a client that never reads, each reply brought up to `max_queued` more,
+/// and the output grew to about `max_in_flight * max_queued`
+/// notifications (16 MB here against a bound of 0.5 MB). Found by a
+/// review.
+#[tokio::test]
+async fn notifications_past_the_output_limit_are_bounded_by_max_queued() {
+    const NOTE: usize = 4096;
+    const CALLS: u64 = 64;
+    let d = Dispatcher::builder(())
+        .async_method("chatty", |call: AsyncCall<()>| async move {
+            // Notifications as fast as the outbox takes them, then the
+            // result.
+            let (ms,): (u64,) = call.decode()?;
+            let until = tokio::time::Instant::now() + Duration::from_millis(ms);
+            let note = "n".repeat(NOTE);
+            while tokio::time::Instant::now() < until {
+                let _ = call.ctx.notify("progress", &[&note]);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Ok::<_, RpcError>(ms)
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: CALLS as usize,
+        max_queued: 64,
+        ..Limits::default()
+    };
+    let max_pending_output = 256 << 10;
+    let (client, server) = tokio::io::duplex(64 << 10);
+    let driver = Driver::new(Lines::new())
+        .limits(limits.clone())
+        .max_pending_output(max_pending_output);
+    let stats = driver.stats();
+    let served = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(server);
+        let _ = driver.run(&d, r, w).await;
+    });
+    // Never read.
+    let (_unread, mut writer) = tokio::io::split(client);
+    let mut calls = Vec::new();
+    for i in 0..CALLS {
+        let call = json!({"jsonrpc": "2.0", "id": i, "method": "chatty", "params": [100 + 20 * i]});
+        calls.extend_from_slice(format!("{call}\n").as_bytes());
+    }
+    writer.write_all(&calls).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100 + 20 * CALLS + 500)).await;
+    let peak = stats.peak_output_bytes();
+    served.abort();
+    // The limit, the replies (small) and `max_queued` notifications.
+    let bound = max_pending_output + limits.max_queued * (NOTE + 64) + CALLS as usize * 64;
+    assert!(
+        peak <= bound,
+        "output peaked at {peak} bytes ({} notifications' worth), bound {bound}",
+        peak / NOTE
+    );
+}
