@@ -188,13 +188,14 @@ pub struct Limits {
     pub max_queued: usize,
     /// A connection with no traffic for this long is closed (default 120 s;
     /// WebSocket pings count as traffic, and so do a message's bytes still
-    /// arriving and a reply's still being read (after the socket pushed
-    /// back), so a long upload or download is not idle (what the kernel's
-    /// buffers still hold once all is written, which the server cannot
-    /// tell from bytes nobody reads, must drain within it); a stream
-    /// connection running calls
-    /// or holding subscriptions is not idle, unless notifications wait for
-    /// a client that does not read them).
+    /// arriving (on a stream connection, from 4 KiB per idle period: a
+    /// byte trickled now and then does not hold it) and a reply's still
+    /// being read (after the socket pushed back), so a long upload or
+    /// download is not idle (what the kernel's buffers still hold once all
+    /// is written, which the server cannot tell from bytes nobody reads,
+    /// must drain within it); a stream connection running calls or
+    /// holding subscriptions is not idle, unless notifications wait for a
+    /// client that does not read them).
     pub idle_timeout: Duration,
     /// How long a graceful shutdown waits for calls in flight (default
     /// 10 s).

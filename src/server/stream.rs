@@ -341,6 +341,9 @@ impl<F> fmt::Debug for Driver<F> {
 const READ_CHUNK: usize = 64 * 1024;
 /// Read only when at least this much room is free, else make more.
 const MIN_READ_ROOM: usize = 4 * 1024;
+/// Bytes read between two looks of the idle timer (an idle timeout apart)
+/// that make a message still arriving count as traffic.
+const UPLOADING: u64 = 4 * 1024;
 /// A frame this large gets a read buffer to itself: small messages read
 /// after it do not keep its memory alive while they are handled.
 const LARGE_FRAME: usize = 64 * 1024;
@@ -594,6 +597,7 @@ impl<F: Framer> Driver<F> {
             held_stall: super::HeldStall::default(),
             last_activity: Instant::now(),
             messages_at_idle_check: 0,
+            bytes_at_idle_check: 0,
             grace_extended: false,
             shutdown,
             shutdown_signal,
@@ -816,6 +820,8 @@ struct Io<'d, S, K, F, R, W> {
     last_activity: Instant,
     /// The messages read in all when the idle timer last looked.
     messages_at_idle_check: u64,
+    /// The bytes read in all when the idle timer last looked.
+    bytes_at_idle_check: u64,
     /// The shutdown grace was extended once (for calls dropped at its end,
     /// or for replies still being written).
     grace_extended: bool,
@@ -1731,6 +1737,14 @@ where
             let read = self.stats.messages_read() + self.peaks.messages_read;
             let arrived = read != self.messages_at_idle_check;
             self.messages_at_idle_check = read;
+            // A message still arriving is traffic too (a long upload is not
+            // idle), from [`UPLOADING`] bytes since the last look: a client
+            // trickling a byte now and then to hold its connection is.
+            let bytes = self.stats.bytes_read() + self.peaks.bytes_read;
+            let uploading = bytes - self.bytes_at_idle_check >= UPLOADING;
+            if uploading || arrived {
+                self.bytes_at_idle_check = bytes;
+            }
             // Requests of this side waiting for answers are not idleness
             // either (a client waiting for a slow call; their own
             // timeouts bound them).
@@ -1738,7 +1752,7 @@ where
                 || self.conn.in_flight() > 0
                 || self.conn.awaits_client_answers();
             let waiting = !self.subs.is_empty() && self.out.is_empty() && self.subs.queued() == 0;
-            if arrived || busy || waiting {
+            if arrived || uploading || busy || waiting {
                 self.last_activity = now;
             }
             let mut deadline = self.last_activity + timeout;

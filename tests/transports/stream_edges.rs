@@ -2088,3 +2088,56 @@ async fn notifications_past_the_output_limit_are_bounded_by_max_queued() {
         peak / NOTE
     );
 }
+
+/// `Limits::idle_timeout`: a message's bytes still arriving are traffic
+/// ("a long upload ... is not idle"). The stream driver counted whole
+/// messages only: a 100 KB message sent over 2 s (5 KB every 100 ms)
+/// against an idle timeout of 600 ms was cut off as idle, unanswered.
+/// Found by a review. (A byte trickled now and then still is idle:
+/// `slowloris_is_closed_by_the_idle_timeout_while_others_are_served`.)
+#[tokio::test]
+async fn a_client_uploading_a_large_message_is_not_idle() {
+    let metrics = Arc::new(Metrics::default());
+    let d = Dispatcher::builder(())
+        .method("len", |c: Call<'_, ()>| {
+            let (s,): (String,) = c.decode()?;
+            Ok::<_, RpcError>(s.len())
+        })
+        .build()
+        .unwrap();
+    let (client, server) = tokio::io::duplex(64 << 10);
+    let driver = Driver::new(Lines::new())
+        .limits(Limits {
+            idle_timeout: Duration::from_millis(600),
+            ..Limits::default()
+        })
+        .metrics(metrics.clone());
+    let served = tokio::spawn(async move {
+        let (r, w) = tokio::io::split(server);
+        driver.run(&d, r, w).await
+    });
+    let (reader, mut writer) = tokio::io::split(client);
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "len", "params": ["y".repeat(100_000)]});
+    let line = format!("{call}\n");
+    for piece in line.as_bytes().chunks(5_000) {
+        writer.write_all(piece).await.expect("the server reads on");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut reply = String::new();
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::io::BufReader::new(reader).read_line(&mut reply),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        metrics.limit_count(LimitKind::Idle),
+        0,
+        "closed as idle mid-upload"
+    );
+    let reply: Value = serde_json::from_str(&reply).expect("a reply");
+    assert_eq!(reply["result"], 100_000);
+    drop(writer);
+    let _ = tokio::time::timeout(Duration::from_secs(30), served).await;
+}
