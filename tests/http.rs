@@ -2258,3 +2258,42 @@ async fn over_the_limit_body_arriving_late() {
     }
     assert_eq!(seen[0], seen[1], "\nown:   {}\nhyper: {}", seen[0], seen[1]);
 }
+
+/// A client that pipelines a slow call and an HTTP/1.0 one and
+/// half-closes: the own loop saw the end of its stream while answering
+/// the first (a half-close: its probe got no reset) and handed the second
+/// to hyper, whose side took the end of stream it saw again for a close
+/// (no probe may be sent on HTTP/1.0) and dropped the call. What the loop
+/// knew goes with the connection: both are answered, as on hyper's path.
+/// Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_keeps_what_the_loop_knew_of_a_half_closed_client() {
+    let _serial = SERIAL.lock().await;
+    let slow = r#"{"jsonrpc":"2.0","id":2,"method":"slow","params":[300,3]}"#;
+    let conversation = format!(
+        "{}POST / HTTP/1.0\r\n{JSON}content-length: {}\r\n\r\n{slow}",
+        request(JSON, &slow.replace("\"id\":2", "\"id\":1")),
+        slow.len()
+    );
+    let mut seen = Vec::new();
+    for own in [true, false] {
+        let server = TestServer::start_with(small_limits(), |s| s.own_http1(own)).await;
+        let (raw, closed) = converse_until(
+            server.addr,
+            conversation.as_bytes(),
+            usize::MAX,
+            true,
+            Duration::from_secs(5),
+        )
+        .await;
+        let responses = responses_of(&raw);
+        seen.push(summary(&responses, closed));
+        assert!(
+            responses.iter().any(|r| r.2.contains("\"id\":2")),
+            "own loop {own}: {}",
+            seen.last().unwrap()
+        );
+        server.stop().await;
+    }
+    assert_eq!(seen[0], seen[1], "\nown:   {}\nhyper: {}", seen[0], seen[1]);
+}

@@ -1441,3 +1441,80 @@ async fn differ(
     }
     None
 }
+
+/// A graceful shutdown that begins while the first request's head comes
+/// in lets it finish and answers it (`connection: close`), on both paths.
+/// When the own loop found the head was hyper's (a GET, a content type not
+/// JSON, a chunked body) and handed it over after the shutdown began,
+/// hyper was told to shut down before it had read the request, which
+/// closed the connection with no answer. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_request_handed_to_hyper_during_a_shutdown_is_answered() {
+    let _serial = SERIAL.lock().await;
+    let n = BLOCK_NUMBER.len();
+    let requests = [
+        "GET / HTTP/1.1\r\nhost: x\r\nx-pad: ppppppppppppppppppppppppppppppp\r\n\r\n".to_owned(),
+        request("content-type: text/plain\r\n", BLOCK_NUMBER),
+        format!(
+            "POST / HTTP/1.1\r\nhost: x\r\n{JSON}transfer-encoding: chunked\r\n\r\n{n:x}\r\n{BLOCK_NUMBER}\r\n0\r\n\r\n"
+        ),
+    ];
+    for first in &requests {
+        let mut seen = Vec::new();
+        for own in [true, false] {
+            let server = TestServer::start(small_limits(), 25_000_000, |s| s.own_http1(own)).await;
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            let (a, b) = first.as_bytes().split_at(30);
+            stream.write_all(a).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            server.shutdown.trigger();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let _ = stream.write_all(b).await;
+            let mut raw = Vec::new();
+            let _ = tokio::time::timeout(HANG, stream.read_to_end(&mut raw)).await;
+            seen.push(summary(&responses_of(&raw), true));
+            server.stop().await;
+        }
+        assert!(!seen[1].is_empty(), "{first:?}: hyper answers");
+        assert_eq!(
+            seen[0], seen[1],
+            "{first:?}:\nown:   {}\nhyper: {}",
+            seen[0], seen[1]
+        );
+    }
+}
+
+/// A client that never reads its reply: after one idle period nothing more
+/// is started, after another the connection is dropped, on both paths
+/// (`Server::serve`'s "dropped if it still cannot finish ... after another
+/// such period"). The own loop dropped it after one. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_nobody_reads_is_dropped_after_two_idle_periods() {
+    let _serial = SERIAL.lock().await;
+    let idle = Duration::from_millis(1000);
+    let limits = Limits {
+        idle_timeout: idle,
+        ..Limits::default()
+    };
+    let asks = r#"{"jsonrpc":"2.0","id":2,"method":"big","params":[20000000]}"#;
+    let mut open_at = Vec::new();
+    for own in [true, false] {
+        let server = TestServer::start(limits.clone(), 25_000_000, |s| s.own_http1(own)).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream
+            .write_all(request(JSON, asks).as_bytes())
+            .await
+            .unwrap();
+        tokio::time::sleep(idle * 17 / 10).await;
+        let open_then = server.metrics.connections_open();
+        tokio::time::sleep(idle * 2).await;
+        open_at.push((own, open_then, server.metrics.connections_open()));
+        drop(stream);
+        server.stop().await;
+    }
+    assert_eq!(
+        open_at,
+        [(true, 1, 0), (false, 1, 0)],
+        "(own loop, connections open 1.7 and 3.7 idle periods after a reply nobody reads)"
+    );
+}

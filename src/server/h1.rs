@@ -88,10 +88,11 @@ pub(super) enum Ended {
     /// Closed (or to be dropped): nothing more to do.
     Closed,
     /// For hyper: the socket, the bytes read from it not yet answered,
-    /// and the header deadline already running (for the first request, or
-    /// for a head that did not arrive whole), which hyper's side keeps
-    /// rather than starting a new one.
-    HandOver(TcpStream, Bytes, Option<Instant>),
+    /// the header deadline already running (for the first request, or for
+    /// a head that did not arrive whole), which hyper's side keeps rather
+    /// than starting a new one, and what the loop knew of the client's
+    /// side (a half-close it saw and probed is not seen again as a close).
+    HandOver(TcpStream, Bytes, Option<Instant>, Client),
 }
 
 /// Why a wait ended without its I/O.
@@ -193,7 +194,7 @@ where
         Ok(()) => Ended::Closed,
         Err(Leave::HandOver) => {
             let header_deadline = conn.watch.armed.then(|| conn.watch.deadline.deadline());
-            Ended::HandOver(conn.stream, conn.buf.freeze(), header_deadline)
+            Ended::HandOver(conn.stream, conn.buf.freeze(), header_deadline, conn.client)
         }
         Err(Leave::Close) => {
             let _ = poll_fn(|cx| Pin::new(&mut conn.stream).poll_shutdown(cx)).await;
@@ -588,10 +589,13 @@ impl Own {
         Ok(n)
     }
 
-    /// Writes all of `bytes`; a hard stop or a client that takes nothing
-    /// for two idle ticks drops the connection.
+    /// Writes all of `bytes`; a hard stop drops the connection, and so does
+    /// a client that takes nothing for two idle periods (after the first,
+    /// nothing more is started: as hyper's path shuts down gracefully
+    /// then, and drops the connection after another).
     async fn write(&mut self, bytes: &[u8]) -> Result<(), Leave> {
         let mut at = 0;
+        let mut idle_once = false;
         while at < bytes.len() {
             let written = self
                 .wait(Phase::Write, |own, cx| {
@@ -605,6 +609,14 @@ impl Own {
                 }
                 // Closed, failed, or a signal: nothing more can be sent.
                 Ok(_) => return Err(Leave::Drop),
+                Err(Stop::Idle) if !idle_once => {
+                    idle_once = true;
+                    self.watch.stopping = true;
+                    self.watch.quiet = 0;
+                    // Its timers polled again at the next wait, so that
+                    // the next tick wakes it.
+                    self.watch.signal.fired.store(true, Ordering::Relaxed);
+                }
                 Err(stop) => return Err(self.leave(stop, Phase::Write)),
             }
         }

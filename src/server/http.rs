@@ -1744,10 +1744,15 @@ impl ConnectionKit {
     {
         let kit = self.clone();
         Box::pin(async move {
-            if let super::h1::Ended::HandOver(stream, read, header_deadline) =
+            if let super::h1::Ended::HandOver(stream, read, header_deadline, client) =
                 super::h1::serve(stream, &http, &kit).await
             {
-                serve_connection(kit, stream, read, header_deadline, service, false).await;
+                let handed = HandedOver {
+                    read,
+                    header_deadline,
+                    client,
+                };
+                serve_connection(kit, stream, handed, service, false).await;
             }
         })
     }
@@ -2033,8 +2038,7 @@ impl Server {
                     Err(stream) => Either::Right(serve_connection(
                         kit.clone(),
                         stream,
-                        Bytes::new(),
-                        None,
+                        HandedOver::default(),
                         make.for_peer_on_server(peer, &lingering),
                         !make.answers_host_rule(),
                     )),
@@ -2126,6 +2130,25 @@ impl Wake for Signal {
     }
 }
 
+/// What rpcwire's own HTTP/1.1 loop hands hyper's side with a connection:
+/// the bytes read and not answered, the header deadline already running,
+/// and what it knew of the client's side.
+struct HandedOver {
+    read: Bytes,
+    header_deadline: Option<tokio::time::Instant>,
+    client: super::h1::Client,
+}
+
+impl Default for HandedOver {
+    fn default() -> Self {
+        HandedOver {
+            read: Bytes::new(),
+            header_deadline: None,
+            client: super::h1::Client::Sending,
+        }
+    }
+}
+
 /// How a connection ended, when it ended on our side.
 enum End {
     Hyper(Result<(), BoxError>),
@@ -2140,14 +2163,12 @@ enum End {
 /// and on HTTP/1 from the first byte of each later request head to its
 /// dispatch: a kept-alive connection waiting for its next request is under
 /// the idle timer only (hyper's own header timer, which also runs while a
-/// connection waits, is off). `read` holds bytes already read from
-/// `stream`, and `header_deadline` a header deadline already running
-/// (rpcwire's own loop hands over a connection with both).
+/// connection waits, is off). `handed` is what rpcwire's own loop hands
+/// over with a connection (nothing for a fresh one).
 async fn serve_connection<Svc, B>(
     kit: ConnectionKit,
     stream: TcpStream,
-    read: Bytes,
-    header_deadline: Option<tokio::time::Instant>,
+    handed: HandedOver,
     service: Svc,
     host_rule: bool,
 ) where
@@ -2165,6 +2186,16 @@ async fn serve_connection<Svc, B>(
         hard_stop,
         ..
     } = kit;
+    let HandedOver {
+        read,
+        header_deadline,
+        client,
+    } = handed;
+    // A request handed over is answered whole in a graceful shutdown that
+    // began while its head came in (as on hyper's path): hyper has to read
+    // it before it is told to shut down, which would otherwise cancel the
+    // connection that has not read its request yet.
+    let mut handed_a_request = !read.is_empty();
     let activity = Arc::new(Activity {
         shutdown: Some(shutdown.clone()),
         ..Activity::default()
@@ -2172,10 +2203,10 @@ async fn serve_connection<Svc, B>(
     let socket = Arc::new(Mutex::new(Socket {
         stream,
         pipelined: BytesMut::new(),
-        client: super::h1::Client::Sending,
+        client,
         reset: None,
         hyper_reading: false,
-        end_seen: false,
+        end_seen: client != super::h1::Client::Sending,
     }));
     let io = TokioIo::new(Tracked {
         socket: Arc::clone(&socket),
@@ -2225,13 +2256,19 @@ async fn serve_connection<Svc, B>(
             if hard.as_mut().poll(&mut scx).is_ready() {
                 return Poll::Ready(End::Dropped);
             }
-            if !graceful && stop.as_mut().poll(&mut scx).is_ready() {
+            if !graceful && !handed_a_request && stop.as_mut().poll(&mut scx).is_ready() {
                 conn.as_mut().graceful_shutdown();
                 graceful = true;
             }
         }
         if let Poll::Ready(done) = conn.as_mut().poll(cx) {
             return Poll::Ready(End::Hyper(done));
+        }
+        if handed_a_request {
+            // Read now: the shutdown is looked at from the next poll.
+            handed_a_request = false;
+            signal.fired.store(true, Ordering::Release);
+            cx.waker().wake_by_ref();
         }
         if activity.active.load(Ordering::Relaxed) > 0 && !activity.h2.load(Ordering::Relaxed) {
             match watch_client(&socket, &activity, cx) {
