@@ -5,14 +5,8 @@
 //! HTTP/1.1 keep-alive) do not keep the buffers of their largest message.
 #![cfg(feature = "server")]
 
-#[cfg(feature = "ws")]
-#[path = "support/asking.rs"]
-mod asking;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
-#[cfg(feature = "ws")]
-#[path = "support/ws_frame.rs"]
-mod ws_frame;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -466,99 +460,4 @@ where
         }
         writer
     })
-}
-
-/// A WebSocket client that never reads, whose `ask` call waits for its
-/// answer while the server's socket takes no writes, floods pings. The
-/// server reads on then (for the answer), and tungstenite moves each ping's
-/// pong into its write buffer at its next read, blocked socket or not: the
-/// heap grew by a pong per ping (100 MB for 64 MiB of pings). Past a bound
-/// of buffered pongs the server stops reading until the socket takes
-/// writes again.
-#[cfg(feature = "ws")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn websocket_pings_while_writes_block_cost_bounded_heap() {
-    use rpcwire::dispatch::{AsyncCall, WithAsync};
-    use rpcwire::server::ws::WsServer;
-    use tokio::io::AsyncReadExt;
-
-    let _serial = SERIAL.lock().await;
-    let d: Dispatcher<(), WithAsync> = Dispatcher::builder(())
-        .method("big", |c: Call<'_, ()>| {
-            let (n,): (usize,) = c.decode()?;
-            c.reply.str(&"x".repeat(n))
-        })
-        .async_method("ask", |c: AsyncCall<()>| async move {
-            asking::ask_the_client(&c.ctx).await
-        })
-        .build()
-        .unwrap();
-    let server = WsServer::new(d);
-    let shutdown = server.shutdown_signal().clone();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { server.serve(listener).await });
-
-    let socket = tokio::net::TcpSocket::new_v4().unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    let mut tcp = socket.connect(addr).await.unwrap();
-    tcp.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").await.unwrap();
-    let mut head = Vec::new();
-    while !head.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8];
-        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1);
-        head.push(byte[0]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 101"));
-    let (unread, mut writer) = tcp.into_split();
-    let call = |id: u64, method: &str, params: &str| {
-        let text =
-            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#);
-        ws_frame::client_frame(0x1, text.as_bytes())
-    };
-    writer.write_all(&call(1, "ask", "[]")).await.unwrap();
-    // Replies the client never reads: the server's writes block.
-    for id in 2..20 {
-        writer
-            .write_all(&call(id, "big", "[1048576]"))
-            .await
-            .unwrap();
-    }
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-
-    let base = start_peak();
-    // 125-byte pings, up to 64 MiB offered, until the server stops reading.
-    let one = ws_frame::client_frame(0x9, &[b'p'; 125]);
-    let chunk: Vec<u8> = (0..1000).flat_map(|_| one.clone()).collect();
-    let written = Arc::new(AtomicUsize::new(0));
-    let flooding = tokio::spawn({
-        let written = written.clone();
-        async move {
-            while written.load(Ordering::SeqCst) < 64 << 20 {
-                if writer.write_all(&chunk).await.is_err() {
-                    break;
-                }
-                written.fetch_add(chunk.len(), Ordering::SeqCst);
-            }
-        }
-    });
-    let mut last = usize::MAX;
-    let mut still = 0;
-    let give_up = tokio::time::Instant::now() + Duration::from_secs(60);
-    while still < 5 && tokio::time::Instant::now() < give_up {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let now = written.load(Ordering::SeqCst);
-        still = if now == last { still + 1 } else { 0 };
-        last = now;
-    }
-    let peak = peak_since(base);
-    let offered = written.load(Ordering::SeqCst);
-    flooding.abort();
-    drop(unread);
-    shutdown.trigger();
-    assert!(
-        peak < 4 << 20,
-        "peak heap growth {peak} bytes after {offered} bytes of pings"
-    );
-    assert!(offered < 16 << 20, "{offered} bytes of pings read");
 }

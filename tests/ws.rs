@@ -1567,6 +1567,43 @@ async fn a_client_that_pings_and_never_reads_costs_bounded_memory() {
     server.stop().await;
 }
 
+/// The same while a handler waits for the client's answer and the
+/// server's socket takes no writes: the server reads on then (for the
+/// answer), and tungstenite moved each ping's pong into its write buffer
+/// at its next read, blocked socket or not (100 MB of heap for 64 MiB of
+/// pings). Past a bound of buffered pongs reading stops until the socket
+/// takes writes again. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_while_an_answer_is_awaited_and_writes_block_cost_bounded_memory() {
+    let _alone = HEAP.write().await;
+    let server = start_default().await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut tcp = raw_client_on(socket.connect(server.addr).await.unwrap()).await;
+    tcp.write_all(&client_frame(
+        0x1,
+        req(1, "ask", json!([])).to_string().as_bytes(),
+    ))
+    .await
+    .unwrap();
+    // Replies the client never reads: the server's writes block.
+    for id in 2..20 {
+        let big = req(id, "big", json!([1 << 20])).to_string();
+        tcp.write_all(&client_frame(0x1, big.as_bytes()))
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (unread, writer) = tcp.into_split();
+    let base = counting_alloc::start_peak();
+    let chunk: Vec<u8> = (0..1000)
+        .flat_map(|_| client_frame(0x9, &[b'p'; 125]))
+        .collect();
+    let flood = flood_within_2_mib(writer, chunk, base).await;
+    flooding_client_leaves(flood, unread).await;
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_connections_opened_and_dropped() {
     let _shared = HEAP.read().await;

@@ -955,13 +955,19 @@ struct Watched<T> {
     large: bool,
     /// A write waited for the socket.
     write_waited: bool,
-    /// Since the driver last looked (`Driver::on_tick`), bytes came from
-    /// the client, or a write that had waited went through (the client
-    /// read): a transfer in progress, a message or a reply longer than the
-    /// idle timeout, is not silence. A write that never waited proves
-    /// nothing (the kernel takes it whether the client reads or not).
-    client_moved: bool,
+    /// Since the driver last looked (`Driver::on_tick`), the bytes that
+    /// came from the client and those of writes that had waited for the
+    /// socket (the client read): from [`MOVING`] a tick, a transfer in
+    /// progress (a message or a reply longer than the idle timeout) is not
+    /// silence. A write that never waited proves nothing (the kernel takes
+    /// it whether the client reads or not), nor does the server's own ping
+    /// getting through (2 bytes).
+    client_moved: usize,
 }
+
+/// Bytes a transfer moves between two idle ticks that make it traffic
+/// (`Watched::client_moved`).
+const MOVING: usize = 4 << 10;
 
 impl<T> Watched<T> {
     /// `io`, whose stream starts with `early` (bytes already read from it).
@@ -971,7 +977,7 @@ impl<T> Watched<T> {
             frames: FrameWalk::default(),
             large: false,
             write_waited: false,
-            client_moved: false,
+            client_moved: 0,
         };
         watched.large = watched.frames.walk(early);
         watched
@@ -983,7 +989,7 @@ impl<T> Watched<T> {
             Poll::Pending => self.write_waited = true,
             Poll::Ready(Ok(n)) if *n > 0 && self.write_waited => {
                 self.write_waited = false;
-                self.client_moved = true;
+                self.client_moved += n;
             }
             _ => {}
         }
@@ -1011,7 +1017,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         let read = this.io()?.poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = read {
             let fresh = &buf.filled()[before..];
-            this.client_moved |= !fresh.is_empty();
+            this.client_moved += fresh.len();
             this.large |= this.frames.walk(fresh);
         }
         read
@@ -1693,7 +1699,7 @@ where
         // are not collected then (their replies have nowhere to go), so the
         // cap would hold for as long as the client does not read.
         let paused = self.write_ready && self.at_limit() && !self.awaits_answers();
-        let moved = std::mem::take(&mut self.ws.get_mut().client_moved);
+        let moved = std::mem::take(&mut self.ws.get_mut().client_moved) >= MOVING;
         if std::mem::take(&mut self.heard) || moved || paused {
             self.silent = 0;
             // Not read any more (held messages at their bound): the end of
