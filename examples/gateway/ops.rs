@@ -249,7 +249,7 @@ async fn render_upstreams(gateway: &Gateway, out: &mut String) {
     if let Some(archive) = &gateway.archive {
         render_archive(archive, out);
     }
-    let relayed = gateway.up.relayed_subscriptions().await;
+    let relayed = gateway.up.relayed_subscriptions();
     let _ = writeln!(
         out,
         "# TYPE gateway_subscriptions_relayed gauge\ngateway_subscriptions_relayed {relayed}"

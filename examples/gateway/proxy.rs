@@ -481,7 +481,7 @@ async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError
         return Ok(FALSE);
     };
     let conn = match up.ws.as_ref() {
-        Some(ws) => ws.current().await,
+        Some(ws) => ws.current(),
         None => None,
     };
     let ended = conn
@@ -498,7 +498,7 @@ async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError
     let id = up.next_id();
     let params = serde_json::to_vec(&[&**upstream_id]).unwrap_or_default();
     let body = request_body(id, "eth_unsubscribe", Some(&params));
-    let reply = conn.call(id, body, None, up.timeout()).await?;
+    let reply = conn.unsubscribe(id, body, up.timeout()).await?;
     up.read(reply, id, conn.name())
 }
 

@@ -443,9 +443,9 @@ impl Upstreams {
     }
 
     /// Subscriptions relayed from the WebSocket upstream now.
-    pub async fn relayed_subscriptions(&self) -> usize {
+    pub fn relayed_subscriptions(&self) -> usize {
         match &self.ws {
-            Some(ws) => ws.current().await.map_or(0, |c| c.relayed()),
+            Some(ws) => ws.current().map_or(0, |c| c.relayed()),
             None => 0,
         }
     }
@@ -987,6 +987,10 @@ pub struct WsUpstream {
     url: String,
     pub name: String,
     conn: tokio::sync::Mutex<Option<Arc<WsConn>>>,
+    /// The connection last made, for [`current`](Self::current), which
+    /// must not wait behind `conn`'s lock: it is held through a connection
+    /// attempt (up to `--connect-timeout`).
+    live: Mutex<Option<Arc<WsConn>>>,
     timeout: Duration,
     /// How long making the connection may take ([`Config::connect_timeout`]).
     connect_timeout: Duration,
@@ -1098,6 +1102,7 @@ impl WsUpstream {
             name: display_name(&url),
             url,
             conn: tokio::sync::Mutex::new(None),
+            live: Mutex::new(None),
             timeout,
             connect_timeout,
             max_response,
@@ -1112,11 +1117,10 @@ impl WsUpstream {
         }
     }
 
-    /// The live connection, if there is one (none is made).
-    pub async fn current(&self) -> Option<Arc<WsConn>> {
-        self.conn
-            .lock()
-            .await
+    /// The live connection, if there is one (none is made, and none being
+    /// made is waited for: while one is, no relay can exist).
+    pub fn current(&self) -> Option<Arc<WsConn>> {
+        lock(&self.live)
             .as_ref()
             .filter(|c| !c.closed.load(Ordering::Acquire))
             .cloned()
@@ -1260,6 +1264,7 @@ impl WsUpstream {
             ));
         }
         *slot = Some(Arc::clone(&conn));
+        *lock(&self.live) = Some(Arc::clone(&conn));
         Ok(conn)
     }
 
@@ -1346,6 +1351,30 @@ impl WsConn {
         subscribe: Option<Sink>,
         timeout: Duration,
     ) -> Result<Bytes, RpcError> {
+        self.call_queued(id, body, subscribe, timeout, true).await
+    }
+
+    /// [`call`](Self::call) for a client's `eth_unsubscribe`, sent even
+    /// past the queue's bound as the gateway's own unsubscribes are (a few
+    /// bytes): its relay has ended already, so a refusal would leave the
+    /// upstream subscription running for the connection's life.
+    pub async fn unsubscribe(
+        &self,
+        id: u64,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Bytes, RpcError> {
+        self.call_queued(id, body, None, timeout, false).await
+    }
+
+    async fn call_queued(
+        &self,
+        id: u64,
+        body: Vec<u8>,
+        subscribe: Option<Sink>,
+        timeout: Duration,
+        bounded: bool,
+    ) -> Result<Bytes, RpcError> {
         let (tx, rx) = oneshot::channel();
         let waiter = match subscribe {
             Some(sink) => Waiter::Subscribe(tx, sink),
@@ -1354,7 +1383,7 @@ impl WsConn {
         lock(&self.pending).insert(id, waiter);
         let _guard = PendingGuard { conn: self, id };
         let text = String::from_utf8(body).map_err(|_| RpcError::internal("request not UTF-8"))?;
-        if let Err(why) = self.send(text, true) {
+        if let Err(why) = self.send(text, bounded) {
             return Err(errors::upstream_failed(&self.name, why));
         }
         match tokio::time::timeout(timeout, rx).await {

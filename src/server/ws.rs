@@ -872,6 +872,27 @@ pub fn is_upgrade_request<B>(request: &http::Request<B>) -> bool {
 pub fn upgrade_response<B>(
     request: &http::Request<B>,
 ) -> Result<http::Response<()>, HandshakeError> {
+    let mut lines = request.headers().get_all(http::header::CONNECTION).iter();
+    if let (Some(_), Some(_)) = (lines.next(), lines.next()) {
+        // Lines of a list field are one list (RFC 9110 §5.3), which
+        // tungstenite, reading the first line only, would refuse.
+        let joined: Vec<&[u8]> = request
+            .headers()
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .map(http::HeaderValue::as_bytes)
+            .collect();
+        let mut merged = http::Request::new(());
+        *merged.method_mut() = request.method().clone();
+        *merged.uri_mut() = request.uri().clone();
+        *merged.version_mut() = request.version();
+        *merged.headers_mut() = request.headers().clone();
+        if let Ok(one) = http::HeaderValue::from_bytes(&joined.join(&b", "[..])) {
+            merged.headers_mut().insert(http::header::CONNECTION, one);
+        }
+        return tungstenite::handshake::server::create_response_with_body(&merged, || ())
+            .map_err(|e| HandshakeError(Kind::Rejected(e)));
+    }
     tungstenite::handshake::server::create_response_with_body(request, || ())
         .map_err(|e| HandshakeError(Kind::Rejected(e)))
 }

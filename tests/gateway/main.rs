@@ -37,6 +37,7 @@ mod hostile_inputs;
 mod ipc;
 mod operations;
 mod response_cache;
+mod ws_relay;
 mod ws_upstream;
 
 // The built-in chain's dev accounts (anvil's), and transactions signed
