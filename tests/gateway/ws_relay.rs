@@ -11,42 +11,15 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 
+use super::ws_upstream::{WsClient, client, next, send, subscribe};
 use super::*;
 
 const HANG: Duration = Duration::from_secs(15);
 
-type WsClient = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
-
-async fn ws_client(addr: SocketAddr) -> WsClient {
-    tokio_tungstenite::connect_async(format!("ws://{addr}"))
-        .await
-        .unwrap()
-        .0
-}
-
-async fn ws_send(ws: &mut WsClient, v: Value) {
-    ws.send(Message::text(v.to_string())).await.unwrap();
-}
-
-async fn ws_next(ws: &mut WsClient) -> Value {
-    loop {
-        let m = tokio::time::timeout(HANG, ws.next())
-            .await
-            .expect("a message before the deadline")
-            .expect("open")
-            .unwrap();
-        if let Ok(text) = m.to_text()
-            && !text.is_empty()
-        {
-            return serde_json::from_str(text).unwrap();
-        }
-    }
-}
-
 /// The reply with id `id`, skipping everything else.
 async fn ws_reply(ws: &mut WsClient, id: u64) -> Value {
     loop {
-        let m = ws_next(ws).await;
+        let m = next(ws).await;
         if m["id"] == id {
             return m;
         }
@@ -119,23 +92,15 @@ async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
         ..Default::default()
     })
     .await;
-    let mut ws = ws_client(gw.addr).await;
-    ws_send(
-        &mut ws,
-        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
-    )
-    .await;
-    let sub = ws_reply(&mut ws, 1).await["result"]
-        .as_str()
-        .expect("subscribed")
-        .to_string();
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
     // The upstream stops reading for a while; 60 MiB of calls fill the
     // sockets' buffers and the 16 MiB queue.
-    ws_send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     let big = "ab".repeat(3 << 19);
     for id in 10..30 {
-        ws_send(
+        send(
             &mut ws,
             json!({"jsonrpc":"2.0","id":id,"method":"eth_call","params":[{"data":big}]}),
         )
@@ -146,29 +111,24 @@ async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
     // call, so smaller than an `eth_unsubscribe` too.
     for k in (0..=21).rev() {
         let data = "a".repeat(1 << k);
-        ws_send(
+        send(
             &mut ws,
             json!({"jsonrpc":"2.0","id":200 + k,"method":"eth_call","params":[{"data":data}]}),
         )
         .await;
     }
-    ws_send(
+    send(
         &mut ws,
         json!({"jsonrpc":"2.0","id":99,"method":"eth_unsubscribe","params":[sub]}),
     )
     .await;
-    let r = loop {
-        let m = ws_next(&mut ws).await;
-        if m["id"] == 99 {
-            break m;
-        }
-    };
+    let r = ws_reply(&mut ws, 99).await;
     eprintln!("eth_unsubscribe answered: {r}");
     // The upstream reads again; a call after everything queued is
     // answered once the queue has drained.
     // (Calls are refused until the upstream reads again.)
     for id in 100.. {
-        ws_send(
+        send(
             &mut ws,
             json!({"jsonrpc":"2.0","id":id,"method":"eth_blockNumber"}),
         )
@@ -252,30 +212,22 @@ async fn an_unsubscribe_does_not_wait_for_a_connection_attempt() {
         ..Default::default()
     })
     .await;
-    let mut a = ws_client(gw.addr).await;
-    ws_send(
-        &mut a,
-        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
-    )
-    .await;
-    let sub = ws_reply(&mut a, 1).await["result"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let mut a = client(gw.addr).await;
+    let sub = subscribe(&mut a, 1).await;
     close.send(()).unwrap();
     // The subscription ends with an error notification.
-    let n = ws_next(&mut a).await;
+    let n = next(&mut a).await;
     assert!(n["params"]["error"].is_object(), "{n}");
     // Another client's call makes a new connection, whose handshake hangs.
-    let mut b = ws_client(gw.addr).await;
-    ws_send(
+    let mut b = client(gw.addr).await;
+    send(
         &mut b,
         json!({"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}),
     )
     .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = tokio::time::Instant::now();
-    ws_send(
+    send(
         &mut a,
         json!({"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":[sub]}),
     )

@@ -223,21 +223,22 @@ fn node() -> Script {
     })
 }
 
-type WsClient = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
+pub(super) type WsClient =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
 
-async fn client(addr: SocketAddr) -> WsClient {
+pub(super) async fn client(addr: SocketAddr) -> WsClient {
     tokio_tungstenite::connect_async(format!("ws://{addr}"))
         .await
         .unwrap()
         .0
 }
 
-async fn send(ws: &mut WsClient, v: Value) {
+pub(super) async fn send(ws: &mut WsClient, v: Value) {
     ws.send(Message::text(v.to_string())).await.unwrap();
 }
 
 /// The next JSON message, at most [`HANG`] away.
-async fn next(ws: &mut WsClient) -> Value {
+pub(super) async fn next(ws: &mut WsClient) -> Value {
     loop {
         let m = tokio::time::timeout(HANG, ws.next())
             .await
@@ -253,7 +254,7 @@ async fn next(ws: &mut WsClient) -> Value {
 }
 
 /// Subscribes to newHeads with id `id`; the gateway's subscription id.
-async fn subscribe(ws: &mut WsClient, id: u64) -> String {
+pub(super) async fn subscribe(ws: &mut WsClient, id: u64) -> String {
     send(
         ws,
         json!({"jsonrpc":"2.0","id":id,"method":"eth_subscribe","params":["newHeads"]}),
