@@ -389,8 +389,8 @@ impl Chain {
         }
     }
 
-    /// A `logs` subscription: quiet, as nothing emits logs, but open until
-    /// unsubscribed. Returns how many such subscriptions the chain holds.
+    /// A `logs` or `syncing` subscription: quiet, as nothing emits logs and
+    /// the chain never syncs, but open until unsubscribed. Returns how many such subscriptions the chain holds.
     pub fn watch_logs(&self, sink: Sink) -> usize {
         self.lock().logs.add(sink)
     }
@@ -611,9 +611,10 @@ impl Chain {
         }
         let hash = *tx.tx_hash();
         let mut s = self.lock();
-        if s.txs.contains_key(&hash) {
-            return Err(server_error("already known"));
-        }
+        // A transaction sent again was mined when first sent: its nonce is
+        // used, so it is "nonce too low" below, as geth answers for a mined
+        // transaction ("already known" is for one still in its pool, which
+        // the built-in chain never holds).
         let kept = raw.len() + KEPT_PER_TRANSACTION;
         if s.tx_bytes.saturating_add(kept) > self.tx_budget {
             return Err(server_error(format!(

@@ -596,13 +596,17 @@ enum Subscription {
     },
     /// Quiet: nothing emits logs.
     Logs,
+    /// Quiet: the chain is never syncing (geth sends nothing until its
+    /// sync status changes).
+    Syncing,
 }
 
 /// `eth_subscribe`, over WebSocket or `--ipc`: `newHeads` (viem's
 /// `watchBlocks` / `watchBlockNumber`, ethers' `on("block")`),
 /// `newPendingTransactions` (each accepted transaction's hash, or with
-/// geth's `true` the transaction: ethers' `on("pending")`) and `logs`
-/// (its filter checked; nothing emits logs, so it stays quiet).
+/// geth's `true` the transaction: ethers' `on("pending")`), `logs`
+/// (its filter checked; nothing emits logs, so it stays quiet) and
+/// `syncing` (quiet too: the chain never syncs).
 fn subscribe(c: C<'_>) -> Answer {
     let subs = Subscriptions::of(c.ctx)?;
     let mut p = EthParams::new(c.params);
@@ -617,6 +621,7 @@ fn subscribe(c: C<'_>) -> Answer {
             }
             Subscription::Logs
         }
+        Some("syncing") => Subscription::Syncing,
         // geth's answer to a kind it does not have.
         Some(kind) => {
             return Err(RpcError::new(
@@ -635,7 +640,7 @@ fn subscribe(c: C<'_>) -> Answer {
         Subscription::NewPendingTransactions { full } => {
             c.state.watch_pending(sink, full);
         }
-        Subscription::Logs => {
+        Subscription::Logs | Subscription::Syncing => {
             c.state.watch_logs(sink);
         }
     }

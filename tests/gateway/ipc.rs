@@ -296,7 +296,7 @@ async fn new_heads_over_ipc_on_the_built_in_chain() {
     assert_eq!(again["result"], false, "{again}");
 
     // A kind the chain does not have: geth's answer.
-    let unknown = c.call(4, "eth_subscribe", json!(["syncing"])).await;
+    let unknown = c.call(4, "eth_subscribe", json!(["newBlocks"])).await;
     assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
 
     // A subscriber still connected at SIGTERM: the drain closes it, the
