@@ -1162,8 +1162,14 @@ where
                                 *this.state = State::Ready(Some(shared.refuse_over_budget(limit)));
                                 continue;
                             }
-                            if first.is_empty() {
-                                // `Bytes` hands itself over without a copy.
+                            if first.is_empty() && rest.is_empty() && this.body.is_end_stream() {
+                                // The whole body in one chunk: `Bytes` hands
+                                // itself over without a copy. A first chunk
+                                // with more to come is copied like the rest:
+                                // a slice of the connection's read buffer
+                                // (hyper's HTTP/2 DATA frames are) kept while
+                                // the rest comes would pin all of that buffer
+                                // for a few counted bytes.
                                 *first = data.copy_to_bytes(n);
                             } else {
                                 if rest.capacity() - rest.len() < n {

@@ -418,3 +418,131 @@ async fn h2_async_notifications_running_after_the_answer_hold_their_share() {
     assert_eq!(srv.refused(), 1);
     srv.stop().await;
 }
+
+/// A body's chunks, as hyper hands them out: each a slice of the buffer
+/// it read them into. Past the last chunk the body ends (`ends`) or waits
+/// for more for ever.
+struct Chunks {
+    chunks: std::collections::VecDeque<Bytes>,
+    ends: bool,
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match self.chunks.pop_front() {
+            Some(chunk) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(chunk)))),
+            None if self.ends => std::task::Poll::Ready(None),
+            None => std::task::Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ends && self.chunks.is_empty()
+    }
+}
+
+/// A read buffer that says when it is freed.
+struct ReadBuffer {
+    bytes: Vec<u8>,
+    freed: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl AsRef<[u8]> for ReadBuffer {
+    fn as_ref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+impl Drop for ReadBuffer {
+    fn drop(&mut self) {
+        self.freed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The first chunk of a body with more to come is copied, not kept as
+/// the slice of the connection's read buffer it came in: kept, a few
+/// bytes counted against the connection's body budget pinned all of
+/// h2's buffer (with other frames between two DATA frames, about 8 KiB
+/// per counted byte) until the body ended. A body that comes whole in
+/// one chunk is still taken without a copy, and answered.
+#[tokio::test]
+async fn a_first_chunk_does_not_pin_the_buffer_it_was_read_into() {
+    use tower::{Service, ServiceExt};
+    let d = Dispatcher::builder(St::default())
+        .method("len", |call: Call<'_, St>| {
+            let (s,): (String,) = call.decode()?;
+            Ok::<_, RpcError>(s.len())
+        })
+        .build()
+        .unwrap();
+    let mut service = HttpService::new(d, &Limits::default(), None);
+    let message = br#"{"jsonrpc":"2.0","id":1,"method":"len","params":["abc"]}"#;
+    // The connection's read buffer: the body's first bytes, then other
+    // frames' bytes.
+    let read_buffer = |freed: &Arc<std::sync::atomic::AtomicBool>| {
+        let mut bytes = message.to_vec();
+        bytes.resize(64 * 1024, b' ');
+        Bytes::from_owner(ReadBuffer {
+            bytes,
+            freed: freed.clone(),
+        })
+    };
+    let request = |chunks: Vec<Bytes>, ends: bool| {
+        Request::post("/")
+            .header("content-type", "application/json")
+            .body(Chunks {
+                chunks: chunks.into(),
+                ends,
+            })
+            .unwrap()
+    };
+
+    // More to come: the first 20 bytes are read, then the body waits.
+    let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let buffer = read_buffer(&freed);
+    let mut answer = ServiceExt::<Request<Chunks>>::ready(&mut service)
+        .await
+        .unwrap()
+        .call(request(vec![buffer.slice(..20)], false));
+    assert!(
+        futures_util::poll!(&mut answer).is_pending(),
+        "a body still coming was answered"
+    );
+    drop(buffer);
+    assert!(
+        freed.load(std::sync::atomic::Ordering::SeqCst),
+        "the body's first chunk pinned the buffer it was read into"
+    );
+    drop(answer);
+
+    // The same body whole, in two chunks, and in one: answered alike.
+    for split in [Some(20), None] {
+        let freed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let buffer = read_buffer(&freed);
+        let chunks = match split {
+            Some(at) => vec![buffer.slice(..at), buffer.slice(at..message.len())],
+            None => vec![buffer.slice(..message.len())],
+        };
+        drop(buffer);
+        let response = ServiceExt::<Request<Chunks>>::ready(&mut service)
+            .await
+            .unwrap()
+            .call(request(chunks, true))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let reply: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(reply["result"], 3, "{reply} ({split:?})");
+        assert!(freed.load(std::sync::atomic::Ordering::SeqCst));
+    }
+}
