@@ -66,7 +66,7 @@ fn bench_round_trip(c: &mut Criterion) {
             let mut a = Vec::new();
             d.handle(m, &mut arena, &mut a);
             let mut b = Vec::new();
-            serde_fx::handle(m, &fx, &mut String::new(), &mut b);
+            serde_fx::handle(m, &fx, &mut b);
             let mut c = Vec::new();
             jsonrpsee_module::handle(&module, m, &mut c);
             let a_json: serde_json::Value = serde_json::from_slice(&a).unwrap();
@@ -93,10 +93,9 @@ fn bench_round_trip(c: &mut Criterion) {
                 d.handle(m, &mut arena, out);
             }))
         });
-        let mut scratch = String::new();
         g.bench_function("serde_json_fxhashmap", |b| {
             b.iter(round_robin(msgs, &theirs, |m, out| {
-                serde_fx::handle(m, &fx, &mut scratch, out)
+                serde_fx::handle(m, &fx, out)
             }))
         });
         g.bench_function("jsonrpsee_rpc_service", |b| {

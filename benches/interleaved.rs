@@ -134,8 +134,8 @@ fn parse(name: &str, msgs: &[&[u8]], batches: bool) {
 
 /// Responses, as a gateway reads its upstreams' replies: rpcwire's
 /// `parse_response` against serde_json into the jsonrpsee-types / alloy
-/// shape (raw id and result, the error object's members) and simd-json's
-/// tape.
+/// shape (raw id and result, the error object's members), sonic-rs into
+/// the same shape with `LazyValue`s, and simd-json's tape.
 fn responses(name: &str, msgs: &[&[u8]]) {
     let raw: Vec<usize> = msgs.iter().map(|m| peers::serde_json_response(m)).collect();
     let dom: Vec<usize> = msgs
@@ -155,6 +155,10 @@ fn responses(name: &str, msgs: &[&[u8]]) {
         Contestant::new(
             "serde_json_raw",
             digest_pass(msgs, &raw, peers::serde_json_response),
+        ),
+        Contestant::new(
+            "sonic_rs_lazy",
+            digest_pass(msgs, &raw, peers::sonic_rs_response),
         ),
         Contestant::new(
             "simd_json_tape",
@@ -191,8 +195,7 @@ fn round_trip(name: &str, msgs: &[&[u8]]) {
     let ours = replies(&mut |m, out| {
         d.handle(m, &mut conn, out);
     });
-    let mut scratch = String::new();
-    let theirs = replies(&mut |m, out| round_trip::serde_fx::handle(m, &fx, &mut scratch, out));
+    let theirs = replies(&mut |m, out| round_trip::serde_fx::handle(m, &fx, out));
     let rpsee = replies(&mut |m, out| round_trip::jsonrpsee_module::handle(&module, m, out));
     for (i, ours) in ours.iter().enumerate() {
         let value = |r: &[u8]| serde_json::from_slice::<serde_json::Value>(r).unwrap();
@@ -212,7 +215,7 @@ fn round_trip(name: &str, msgs: &[&[u8]]) {
         Contestant::new(
             "serde_json_fxhashmap",
             reply_pass(msgs, theirs, |m, out| {
-                round_trip::serde_fx::handle(m, &fx, &mut scratch, out)
+                round_trip::serde_fx::handle(m, &fx, out)
             }),
         ),
         Contestant::new(

@@ -288,6 +288,45 @@ pub fn serde_json_response(input: &[u8]) -> usize {
     r.id.get().len() + outcome
 }
 
+/// sonic-rs's side of [`serde_json_response`]: the same shape, with
+/// `LazyValue`s for the raw members (as for requests).
+#[derive(Deserialize)]
+pub struct SonicResponse<'a> {
+    #[serde(borrow)]
+    pub jsonrpc: Cow<'a, str>,
+    #[serde(borrow)]
+    pub id: sonic_rs::LazyValue<'a>,
+    #[serde(borrow, default)]
+    pub result: Option<sonic_rs::LazyValue<'a>>,
+    #[serde(borrow, default)]
+    pub error: Option<SonicErrorObject<'a>>,
+}
+
+#[derive(Deserialize)]
+pub struct SonicErrorObject<'a> {
+    pub code: i64,
+    #[serde(borrow)]
+    pub message: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub data: Option<sonic_rs::LazyValue<'a>>,
+}
+
+/// [`serde_json_response`]'s digest, from sonic-rs.
+pub fn sonic_rs_response(input: &[u8]) -> usize {
+    let r: SonicResponse = sonic_rs::from_slice(input).unwrap();
+    assert_eq!(r.jsonrpc, "2.0");
+    let outcome = match (r.result, r.error) {
+        (Some(result), None) => result.as_raw_str().len(),
+        (None, Some(e)) => {
+            e.code.unsigned_abs() as usize
+                + e.message.len()
+                + e.data.map_or(0, |d| d.as_raw_str().len())
+        }
+        _ => panic!("a response has a result or an error"),
+    };
+    r.id.as_raw_str().len() + outcome
+}
+
 /// rpcwire's side of [`serde_json_response`]'s digest.
 pub fn rpcwire_response_digest(input: &[u8], arena: &bumpalo::Bump) -> usize {
     let rpcwire::response::ResponseMessage::Single(r) =

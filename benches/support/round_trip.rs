@@ -12,12 +12,15 @@
 //!   a batch's replies joined by its `BatchResponseBuilder`).
 //!
 //! Each writes the quantity as its users would: rpcwire through its `eth`
-//! writer (`EthReply::quantity`, no formatting machinery), the peers through
-//! `format!("0x{:x}")` and serde. That difference is part of the measured
-//! lead (a serde user can write hex by hand too); the parse and routing
-//! comparisons without it are `--bench parse` and `--bench router`.
+//! writer (`EthReply::quantity`), the peers by returning alloy's `U64`, as
+//! reth's jsonrpsee methods do (ruint serializes it from a stack buffer:
+//! no heap, no `format!`; a `format!("0x{:x}")` per call, measured here
+//! before, cost jsonrpsee an allocation its Ethereum users do not pay).
+//! The parse and routing comparisons without the handlers are `--bench
+//! parse` and `--bench router`.
 #![allow(dead_code)]
 
+use alloy_primitives::U64;
 use rpcwire::eth::EthReply;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -57,7 +60,7 @@ pub mod serde_fx {
     struct Response<'a> {
         jsonrpc: &'static str,
         id: &'a RawValue,
-        result: &'a str,
+        result: U64,
     }
 
     #[derive(Serialize)]
@@ -73,12 +76,11 @@ pub mod serde_fx {
         error: ErrorBody<'a>,
     }
 
-    pub type Handler = fn(Option<&RawValue>, &u64, &mut String);
+    pub type Handler = fn(Option<&RawValue>, &u64) -> U64;
 
-    fn quantity(params: Option<&RawValue>, state: &u64, out: &mut String) {
-        use std::fmt::Write;
+    fn quantity(params: Option<&RawValue>, state: &u64) -> U64 {
         let len = params.map_or(0, |p| p.get().len()) as u64;
-        let _ = write!(out, "0x{:x}", state + len);
+        U64::from(state + len)
     }
 
     pub fn methods() -> rustc_hash::FxHashMap<&'static str, Handler> {
@@ -91,21 +93,18 @@ pub mod serde_fx {
     fn one(
         req: &Request<'_>,
         methods: &rustc_hash::FxHashMap<&'static str, Handler>,
-        scratch: &mut String,
         out: &mut Vec<u8>,
     ) {
         let Some(id) = req.id else { return };
         assert_eq!(req.jsonrpc, "2.0", "the corpus is valid");
         match methods.get(req.method.as_ref()) {
             Some(handler) => {
-                scratch.clear();
-                handler(req.params, &STATE, scratch);
                 serde_json::to_writer(
                     &mut *out,
                     &Response {
                         jsonrpc: "2.0",
                         id,
-                        result: scratch,
+                        result: handler(req.params, &STATE),
                     },
                 )
                 .unwrap();
@@ -128,7 +127,6 @@ pub mod serde_fx {
     pub fn handle(
         input: &[u8],
         methods: &rustc_hash::FxHashMap<&'static str, Handler>,
-        scratch: &mut String,
         out: &mut Vec<u8>,
     ) {
         let first = input.iter().find(|b| !b.is_ascii_whitespace()).copied();
@@ -140,7 +138,7 @@ pub mod serde_fx {
                     if i > 0 {
                         out.push(b',');
                     }
-                    one(req, methods, scratch, out);
+                    one(req, methods, out);
                 }
             } else {
                 // ...else entry by entry (the corpus never gets here).
@@ -150,13 +148,13 @@ pub mod serde_fx {
                         out.push(b',');
                     }
                     let req: Request = serde_json::from_str(e.get()).unwrap();
-                    one(&req, methods, scratch, out);
+                    one(&req, methods, out);
                 }
             }
             out.push(b']');
         } else {
             let req: Request = serde_json::from_slice(input).unwrap();
-            one(&req, methods, scratch, out);
+            one(&req, methods, out);
         }
     }
 }
@@ -173,7 +171,8 @@ pub mod jsonrpsee_module {
         for (name, _) in corpus::ETH_MIX {
             m.register_method(name, |params, state, _| {
                 let len = params.as_str().map_or(0, str::len) as u64;
-                format!("0x{:x}", state + len)
+                // reth's shape: `RpcResult<U64>`.
+                Ok::<_, jsonrpsee::types::ErrorObjectOwned>(U64::from(state + len))
             })
             .unwrap();
         }
