@@ -179,7 +179,7 @@ fn wait() -> Tool {
             "required": ["ms"]
         }),
         |args: Value, cx: ToolContext| async move {
-            let ms = args["ms"].as_u64().unwrap_or(0);
+            let ms = whole_number(&args["ms"]).unwrap_or(0);
             // Says on stderr when the call is dropped before it finished.
             struct Guard(bool);
             impl Drop for Guard {
@@ -242,7 +242,7 @@ fn ask_model() -> Tool {
         |args: Value, cx: ToolContext| async move {
             // The answer to an earlier round (2026-07-28).
             if let Some(result) = cx.input_response("answer") {
-                return Ok(answered(result));
+                return answered(result);
             }
             let params = json!({
                 "messages": [{
@@ -259,7 +259,7 @@ fn ask_model() -> Tool {
             }
             // Refused, with nothing sent, when the client did not declare
             // sampling.
-            let timeout_ms = args["timeoutMs"].as_u64().unwrap_or(ASK_TIMEOUT_MS);
+            let timeout_ms = whole_number(&args["timeoutMs"]).unwrap_or(ASK_TIMEOUT_MS);
             let asked = cx
                 .ask_client(
                     "sampling/createMessage",
@@ -279,7 +279,7 @@ fn ask_model() -> Tool {
                 Err(e) => return Err(e.into()),
             };
             match answer.result() {
-                Ok(result) => Ok(answered(&serde_json::from_slice(result)?)),
+                Ok(result) => answered(&serde_json::from_slice(result)?),
                 Err(e) => Err(ToolError::new(format!(
                     "the client declined ({}): {}",
                     e.code, e.message
@@ -291,12 +291,35 @@ fn ask_model() -> Tool {
     .description("Asks the client's model a question (sampling) and returns its answer.")
 }
 
-/// The tool's result from sampling's result.
-fn answered(result: &Value) -> ToolOutput {
-    ToolOutput::structured(json!({
-        "answer": result["content"]["text"],
-        "model": result["model"],
-    }))
+/// The tool's result from sampling's result: its text (`content` a text
+/// block, or from 2025-11-25 on a list of blocks holding one) and the
+/// model. Anything else is the tool's error, not an empty answer.
+fn answered(result: &Value) -> Result<ToolOutput, ToolError> {
+    let is_text = |block: &&Value| block["type"] == "text" && block["text"].is_string();
+    let text = match &result["content"] {
+        Value::Array(blocks) => blocks.iter().find(is_text),
+        block => Some(block).filter(is_text),
+    };
+    match (text, result["model"].as_str()) {
+        (Some(text), Some(model)) => Ok(ToolOutput::structured(json!({
+            "answer": text["text"],
+            "model": model,
+        }))),
+        _ => Err(ToolError::new(format!(
+            "the client's answer is not a sampling result with text: {result}"
+        ))),
+    }
+}
+
+/// A whole number the schema let through: JSON Schema's `integer` takes
+/// `1500.0` too (Python clients send floats).
+fn whole_number(value: &Value) -> Option<u64> {
+    value.as_u64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+            .map(|f| f as u64)
+    })
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -948,14 +948,10 @@ fn input_required(
         )));
     }
     for request in input.requests.values() {
-        let needs = request["method"]
-            .as_str()
-            .and_then(super::tool::capability_for);
-        if let Some(capability) = needs
-            && client_capabilities
-                .and_then(|c| c.get(capability))
-                .is_none_or(|v| !v.is_object())
-        {
+        let needs = request["method"].as_str().and_then(|method| {
+            super::tool::undeclared_capability(method, request.get("params"), client_capabilities)
+        });
+        if let Some(capability) = needs {
             let output = ToolOutput::error(format!(
                 "tool {name} needs the client's {capability} capability, which it did not declare"
             ));

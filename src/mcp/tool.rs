@@ -329,12 +329,50 @@ impl InputRequest {
     }
 }
 
-/// The client capability a request from server to client needs.
-pub(crate) fn capability_for(method: &str) -> Option<&'static str> {
+/// The client capability a request from server to client needs that
+/// `client` (its declared capabilities) lacks, as a dotted path, or `None`
+/// when it may be sent. From 2025-11-25 on a capability's members narrow
+/// it: `elicitation: {}` is form mode only (URL mode needs
+/// `elicitation.url`; a client listing its modes needs `elicitation.form`
+/// for a form), and sampling with `tools` or `toolChoice` needs
+/// `sampling.tools` (the spec's MUST NOTs for servers; clients of earlier
+/// revisions declare neither, and have neither feature).
+pub(crate) fn undeclared_capability(
+    method: &str,
+    params: Option<&Value>,
+    client: Option<&Value>,
+) -> Option<&'static str> {
+    let declared = |path: &[&str]| {
+        client
+            .and_then(|c| path.iter().try_fold(c, |v, member| v.get(*member)))
+            .is_some_and(Value::is_object)
+    };
+    let param = |name: &str| params.and_then(|p| p.get(name));
     match method {
-        "sampling/createMessage" => Some("sampling"),
-        "elicitation/create" => Some("elicitation"),
-        "roots/list" => Some("roots"),
+        "sampling/createMessage" => {
+            if !declared(&["sampling"]) {
+                Some("sampling")
+            } else if (param("tools").is_some() || param("toolChoice").is_some())
+                && !declared(&["sampling", "tools"])
+            {
+                Some("sampling.tools")
+            } else {
+                None
+            }
+        }
+        "elicitation/create" => {
+            if !declared(&["elicitation"]) {
+                return Some("elicitation");
+            }
+            if param("mode").and_then(Value::as_str) == Some("url") {
+                return (!declared(&["elicitation", "url"])).then_some("elicitation.url");
+            }
+            let lists_modes = client
+                .and_then(|c| c.get("elicitation"))
+                .is_some_and(|e| e.get("form").is_some() || e.get("url").is_some());
+            (lists_modes && !declared(&["elicitation", "form"])).then_some("elicitation.form")
+        }
+        "roots/list" => (!declared(&["roots"])).then_some("roots"),
         _ => None,
     }
 }
@@ -583,6 +621,9 @@ impl ToolContext {
         if !progress.is_finite() || self.inner.done.load(std::sync::atomic::Ordering::Acquire) {
             return false;
         }
+        // A total that is not a number is left out (serde_json would write
+        // `null`, which clients' schemas refuse).
+        let total = total.filter(|t| t.is_finite());
         {
             let mut last = self
                 .inner
@@ -706,8 +747,12 @@ impl ToolContext {
     ///
     /// Refused without sending anything when the protocol forbids it: in
     /// the 2026-07-28 revision (which has no requests from server to
-    /// client: a tool answers [`ToolOutput::input_required`] there), or when the client did not declare the capability the
-    /// method needs (`sampling`, `elicitation`, `roots`). Over Streamable
+    /// client: a tool answers [`ToolOutput::input_required`] there), when
+    /// the client did not declare the capability the method needs
+    /// (`sampling`, `elicitation`, `roots`) or the part of it its params
+    /// need (`sampling.tools` for `tools` or `toolChoice`,
+    /// `elicitation.url` for URL mode), or once the call is over
+    /// ([`AskError::CallOver`]). Over Streamable
     /// HTTP the request goes on the call's own event stream and the
     /// client's answer comes back in a POST of the session; a session that
     /// ends fails the wait at once ([`PeerError::Closed`]).
@@ -751,11 +796,19 @@ impl ToolContext {
             if self.inner.version == super::MODERN_VERSION {
                 return Err(AskError::NotInThisRevision);
             }
-            if let Some(capability) = capability_for(method)
-                && self
-                    .client_capabilities()
-                    .and_then(|c| c.get(capability))
-                    .is_none_or(|v| !v.is_object())
+            if self.inner.done.load(std::sync::atomic::Ordering::Acquire) || self.is_cancelled() {
+                return Err(AskError::CallOver);
+            }
+            // Only these two look into their params (a copy, on a path
+            // that waits for a person or a model anyway).
+            let params_seen = match method {
+                "sampling/createMessage" | "elicitation/create" => {
+                    serde_json::to_value(params).ok()
+                }
+                _ => None,
+            };
+            if let Some(capability) =
+                undeclared_capability(method, params_seen.as_ref(), self.client_capabilities())
             {
                 return Err(AskError::NotDeclared(capability));
             }
@@ -780,8 +833,14 @@ pub enum AskError {
     /// revision's way).
     NotInThisRevision,
     /// The client did not declare the capability the method needs
-    /// (`sampling`, `elicitation`, `roots`); nothing was sent.
+    /// (`sampling`, `elicitation`, `roots`), or the part of it the params
+    /// need (`sampling.tools`, `elicitation.url`, `elicitation.form`);
+    /// nothing was sent.
     NotDeclared(&'static str),
+    /// The call is over (answered, or cancelled): a request for it would
+    /// reach the client unrelated to anything it waits for (a clone of the
+    /// context kept by a task of the tool's); nothing was sent.
+    CallOver,
     /// The transport has no way back to the client.
     NoWayBack,
     /// Sent, and no response came (timeout, cancellation, the connection
@@ -797,6 +856,7 @@ impl fmt::Display for AskError {
             }
             AskError::NotDeclared(c) => write!(f, "the client did not declare the {c} capability"),
             AskError::NoWayBack => f.write_str("this transport cannot reach the client"),
+            AskError::CallOver => f.write_str("the tool call is over"),
             AskError::Peer(e) => write!(f, "the client did not answer: {e}"),
         }
     }

@@ -57,6 +57,8 @@ mod lsp;
 #[cfg(feature = "mcp")]
 mod mcp;
 #[cfg(feature = "mcp")]
+mod mcp_asking;
+#[cfg(feature = "mcp")]
 mod mcp_edges;
 #[cfg(feature = "mcp")]
 mod mcp_hosts;
