@@ -578,6 +578,7 @@ impl<F: Framer> Driver<F> {
             out: Output::default(),
             outbox: outbox_rx,
             spilled,
+            outbox_taken_at_end: false,
             subs: subs.clone(),
             input: Input::Open,
             wants_bytes: true,
@@ -771,6 +772,10 @@ struct Io<'d, S, K, F, R, W> {
     /// refilling it between replies cannot grow the output by
     /// `max_queued` messages per reply.
     spilled: Arc<AtomicUsize>,
+    /// What the outbox held when the calls were over was taken (once): a
+    /// notification a call sent before it ended goes out, even with no
+    /// reply after it (a notification's call) or once the input ended.
+    outbox_taken_at_end: bool,
     /// The connection's subscriptions, whose notifications are framed
     /// while the output has room (their own buffers and slow-subscriber
     /// policy apply meanwhile).
@@ -864,6 +869,9 @@ where
             progress |= self.poll_subscriptions(cx);
             progress |= self.poll_write(cx)?;
             progress |= self.poll_read(cx)?;
+            if self.take_outbox_at_end() {
+                continue;
+            }
             if self.is_done() {
                 self.closing = true;
                 return self.poll_close(cx);
@@ -993,12 +1001,27 @@ where
     /// at the limit (answers to the handlers' requests excepted).
     fn take_frame(&mut self, frame: Bytes) {
         if self.draining {
-            if self.at_limit(&frame) == AtLimit::Start {
-                self.start_message(frame);
-            } else {
-                // Dropped (its answers taken): no call starts once shut
-                // down.
-                self.peaks.messages_read += 1;
+            match self.at_limit(&frame) {
+                AtLimit::Start => self.start_message(frame),
+                action => {
+                    // Dropped (its answers taken): no call starts once shut
+                    // down. A cancellation still reaches the call it names
+                    // (LSP's -32800 answers it within the grace, rather
+                    // than nothing once the grace ends).
+                    self.peaks.messages_read += 1;
+                    if frame.len() <= self.max_message_len {
+                        let answers_taken = action == AtLimit::HoldAnswered;
+                        let mut dropped = HeldMessages::default();
+                        self.conn.hold(
+                            self.dispatcher,
+                            frame,
+                            answers_taken,
+                            &mut dropped,
+                            &mut self.replies,
+                        );
+                        self.queue_replies();
+                    }
+                }
             }
             self.drained();
             return;
@@ -1459,6 +1482,27 @@ where
         self.input == Input::Stopped
             && self.held.is_empty()
             && (self.calls_dropped || self.in_flight() == 0)
+    }
+
+    /// Once the calls are over ([`calls_over`](Self::calls_over)), takes
+    /// what the outbox holds, once: messages calls sent before they ended
+    /// (at most `max_queued`). Later ones would only hold the connection
+    /// open ([`poll_outbox`](Self::poll_outbox) takes no more).
+    fn take_outbox_at_end(&mut self) -> bool {
+        if self.outbox_taken_at_end || !self.calls_over() {
+            return false;
+        }
+        self.outbox_taken_at_end = true;
+        let mut any = false;
+        while let Ok(message) = self.outbox.try_recv() {
+            self.out.push(&self.framer, &message);
+            self.peaks.messages_queued += 1;
+            any = true;
+        }
+        if any {
+            self.note_output();
+        }
+        any
     }
 
     fn poll_outbox(&mut self, cx: &mut TaskContext<'_>) -> bool {

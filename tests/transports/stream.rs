@@ -1597,3 +1597,131 @@ async fn concatenated_json_one_pass_pauses_for_backpressure_and_loses_nothing() 
         assert_eq!(got, &outputs[0]);
     }
 }
+
+/// Serves `d` over an in-memory pipe: the client writes `input`, closes
+/// its side, and reads all the server writes until it closes.
+async fn exchange_to_the_end<K: Send + Sync + 'static>(
+    d: Dispatcher<(), K>,
+    input: &[u8],
+) -> String {
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move { Driver::new(Lines::new()).run(&d, sr, sw).await });
+    let (mut cr, mut cw) = tokio::io::split(client);
+    cw.write_all(input).await.unwrap();
+    cw.shutdown().await.unwrap();
+    let mut got = String::new();
+    tokio::time::timeout(Duration::from_secs(10), cr.read_to_string(&mut got))
+        .await
+        .expect("the server closes")
+        .unwrap();
+    served.await.unwrap().unwrap();
+    got
+}
+
+/// A notification a call sends before it ends goes out when the client's
+/// input has ended too, with no reply behind it (a notification's call),
+/// from an async handler still running at the end of the input or a sync
+/// one run on a last line without its newline: both were lost (the
+/// outbox was not read once the calls were over).
+#[tokio::test]
+async fn what_a_call_sends_before_the_end_of_input_is_written() {
+    let done = "{\"jsonrpc\":\"2.0\",\"method\":\"done\",\"params\":{\"ok\":true}}\n";
+    let d: Dispatcher<(), WithAsync> = Dispatcher::builder(())
+        .async_method("work", |c: AsyncCall<()>| async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(c.ctx.notify("done", &json!({"ok": true})), "queued");
+            Ok::<_, RpcError>(())
+        })
+        .build()
+        .unwrap();
+    let got = exchange_to_the_end(d, b"{\"jsonrpc\":\"2.0\",\"method\":\"work\"}\n").await;
+    assert_eq!(got, done, "an async notification's own notification");
+    for input in [
+        &b"{\"jsonrpc\":\"2.0\",\"method\":\"work\"}"[..],
+        &b"{\"jsonrpc\":\"2.0\",\"method\":\"work\"}\n"[..],
+    ] {
+        let d: Dispatcher<()> = Dispatcher::builder(())
+            .method("work", |c: Call<'_, ()>| {
+                assert!(c.ctx.notify("done", &json!({"ok": true})), "queued");
+                Ok::<_, RpcError>(())
+            })
+            .build()
+            .unwrap();
+        let got = exchange_to_the_end(d, input).await;
+        assert_eq!(got, done, "after {:?}", String::from_utf8_lossy(input));
+    }
+}
+
+/// A cancellation read while shutting down (read on for the answers a
+/// call awaits) still reaches the call it names: LSP's -32800 answers it
+/// within the grace (it was dropped, and the call with it at the grace's
+/// end, unanswered).
+#[tokio::test]
+async fn a_cancellation_read_while_shutting_down_reaches_its_call() {
+    use rpcwire::dispatch::CancelledReply;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let d: Dispatcher<(), WithAsync> = Dispatcher::builder(())
+        .timeout(None)
+        .async_method("ask", |c: AsyncCall<()>| async move {
+            let peer = c.ctx.peer().unwrap();
+            let r = peer
+                .request(
+                    "workspace/configuration",
+                    None::<&()>,
+                    Duration::from_secs(60),
+                )
+                .await;
+            r.map(|_| "answered")
+                .map_err(|e| RpcError::internal(e.to_string()))
+        })
+        .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+        .build()
+        .unwrap();
+    let shutdown = Shutdown::new();
+    let limits = Limits {
+        shutdown_grace: Duration::from_secs(30),
+        ..Limits::default()
+    };
+    let (client, server) = tokio::io::duplex(1 << 16);
+    let (sr, sw) = tokio::io::split(server);
+    let driver = Driver::new(Lines::new())
+        .limits(limits)
+        .shutdown(shutdown.clone());
+    let served = tokio::spawn(async move { driver.run(&d, sr, sw).await });
+    let (cr, mut cw) = tokio::io::split(client);
+    let mut lines = BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let asked: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(asked["method"], "workspace/configuration");
+    shutdown.trigger();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"$/cancelRequest\",\"params\":{\"id\":7}}\n")
+        .await
+        .unwrap();
+    // Within the 30 s grace (a guard against a hang, not a measure); the
+    // server tells the client to drop what the cancelled call asked.
+    let mut before = Vec::new();
+    let reply = loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("the cancelled call is answered before the grace ends")
+            .unwrap()
+            .unwrap();
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message.get("method").is_none() {
+            break message;
+        }
+        before.push(message);
+    };
+    assert_eq!(reply["id"], 7, "{reply}");
+    assert_eq!(reply["error"]["code"], -32800, "{reply}");
+    assert_eq!(
+        before,
+        [json!({"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":asked["id"]}})]
+    );
+    // Nothing left: the connection closes.
+    assert_eq!(lines.next_line().await.unwrap(), None);
+    served.await.unwrap().unwrap();
+}
