@@ -109,6 +109,7 @@ pub fn keep(method: &Method, params: Option<&OwnedParams>) -> Option<Keep> {
                 BlockParam::Id(p) => by_id(at(p)?.block_id().ok()?),
                 BlockParam::Number(p) => by_number(at(p)?.block_number().ok()?),
                 BlockParam::Hash(p) => at(p)?.hash().ok().map(|_| Keep::Always),
+                BlockParam::Filter(p) if method.name == "trace_filter" => by_trace_filter(at(p)?),
                 BlockParam::Filter(p) => by_filter(at(p)?),
                 BlockParam::StateContext(p) => {
                     let context = at(p)?.as_params().filter(|c| c.is_object())?;
@@ -138,9 +139,39 @@ fn by_number(b: BlockNumberOrTag) -> Option<Keep> {
     by_id(b.into())
 }
 
-/// A log filter (`eth_getLogs`, `trace_filter`): by its `blockHash`, or by
-/// its range when both ends are numbers (an absent end is `latest`).
+/// Whether the object `v` has only members named exactly as in `names`
+/// (no escapes), each at most once. What else a node reads into a known
+/// member must not be missed here: geth's Go decoder matches names
+/// without regard to case and keeps the last of repeated ones, so
+/// `{"toBlock":"0x2","ToBlock":"latest"}` ends at `latest` there.
+fn only_members(v: RawJson<'_>, names: &[&str]) -> bool {
+    let Some(object) = v.as_params().filter(|o| o.is_object()) else {
+        return false;
+    };
+    let mut seen = 0u32;
+    object.entries().all(|(key, _)| {
+        let Some(at) = key
+            .as_str()
+            .and_then(|k| names.iter().position(|n| *n == k))
+        else {
+            return false;
+        };
+        let first = seen & (1 << at) == 0;
+        seen |= 1 << at;
+        first
+    })
+}
+
+/// A log filter (`eth_getLogs`): by its `blockHash`, or by its range when
+/// both ends are numbers (an absent end is `latest`); only a filter whose
+/// members are all known, as written.
 fn by_filter(v: RawJson<'_>) -> Option<Keep> {
+    if !only_members(
+        v,
+        &["fromBlock", "toBlock", "blockHash", "address", "topics"],
+    ) {
+        return None;
+    }
     let filter = v.log_filter().ok()?;
     if filter.block_hash().ok()?.is_some() {
         return Some(Keep::Always);
@@ -152,6 +183,30 @@ fn by_filter(v: RawJson<'_>) -> Option<Keep> {
     let from = number(filter.from_block().ok()??)?;
     let to = number(filter.to_block().ok()??)?;
     Some(Keep::Final(from.max(to)))
+}
+
+/// `trace_filter`'s filter: by its range when both ends are numbers. It
+/// has no `blockHash` (erigon's and reth's filters: an unknown member,
+/// ignored there, so the range is open to the head).
+fn by_trace_filter(v: RawJson<'_>) -> Option<Keep> {
+    let known = [
+        "fromBlock",
+        "toBlock",
+        "fromAddress",
+        "toAddress",
+        "after",
+        "count",
+        "mode",
+    ];
+    if !only_members(v, &known) {
+        return None;
+    }
+    let filter = v.as_params()?;
+    let number = |name| match filter.get(name)?.block_number().ok()? {
+        BlockNumberOrTag::Number(n) => Some(n),
+        BlockNumberOrTag::Tag(_) => None,
+    };
+    Some(Keep::Final(number("fromBlock")?.max(number("toBlock")?)))
 }
 
 /// The key of a call: the method, and after a NUL (no catalogued name

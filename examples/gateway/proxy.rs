@@ -414,9 +414,13 @@ fn cached(
             return Forwarded(Ok(answer.clone()));
         }
         let (outcome, from_first) = forward_counted_from(&call).await;
+        // Kept only as a string (`"0x1"`, `"1"`): a `null` (a node that
+        // does not know its chain yet) or anything else is passed on, not
+        // served for the life of the process.
         if plain
             && from_first
             && let Ok(answer) = &outcome
+            && answer.0.first() == Some(&b'"')
         {
             let _ = slot(&call.state).set(answer.clone());
         }

@@ -89,7 +89,8 @@ pub enum BlockParam {
     /// A block hash at this position.
     Hash(u8),
     /// Inside the filter object at this position: `fromBlock` / `toBlock`,
-    /// or `blockHash` ([`LogFilter`](super::LogFilter)).
+    /// or `blockHash` ([`LogFilter`](super::LogFilter); `trace_filter`'s
+    /// filter has no `blockHash`).
     Filter(u8),
     /// Inside the state-context object at this position (reth's
     /// `eth_callMany`, `debug_traceCallMany`): its `blockNumber` member, a

@@ -911,3 +911,104 @@ async fn blocks_at_once(addr: SocketAddr, numbers: std::ops::Range<u64>) {
         assert!(reply.contains("result"), "{reply}");
     }
 }
+
+/// A log filter is kept only when its members are all known, as written:
+/// geth reads filters with Go's decoder, which matches member names
+/// without regard to case and keeps the last of repeated ones, so
+/// `{"toBlock":"0x2","ToBlock":"latest"}` ends at `latest` there (it was
+/// kept as final, by `toBlock` alone). The same range without the extra
+/// member is kept.
+#[tokio::test]
+async fn a_filter_with_a_member_the_node_may_read_otherwise_is_not_kept() {
+    let node = Node::start(0x10).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    learn_finality(gw.addr).await;
+    let odd = [
+        json!([{"fromBlock": "0x1", "toBlock": "0x2", "ToBlock": "latest"}]),
+        json!([{"fromBlock": "0x1", "toBlock": "0x2", "extra": 1}]),
+    ];
+    for params in &odd {
+        for id in 0..3 {
+            rpc(gw.addr, json!(id), "eth_getLogs", params).await;
+        }
+        assert_eq!(node.count("eth_getLogs", params), 3, "{params} was kept");
+    }
+    let plain = json!([{"fromBlock": "0x1", "toBlock": "0x2"}]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "eth_getLogs", &plain).await;
+    }
+    assert_eq!(
+        node.count("eth_getLogs", &plain),
+        1,
+        "a final range was not kept"
+    );
+}
+
+/// `trace_filter`'s filter has no `blockHash` (erigon's, reth's: fromBlock,
+/// toBlock, fromAddress, toAddress, after, count, mode): one given is
+/// ignored by the node and the range is open to the head, so it is not
+/// kept (it was kept at once, for good). Kept: a range of two numbers.
+#[tokio::test]
+async fn trace_filter_is_kept_by_its_range_only() {
+    let node = Node::start(0x10).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    learn_finality(gw.addr).await;
+    let by_hash = json!([{"blockHash": hash(0xab), "toAddress": [ADDR]}]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "trace_filter", &by_hash).await;
+    }
+    assert_eq!(node.count("trace_filter", &by_hash), 3, "kept by a hash");
+    let by_range =
+        json!([{"fromBlock": "0x1", "toBlock": "0x2", "toAddress": [ADDR], "count": 10}]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "trace_filter", &by_range).await;
+    }
+    assert_eq!(
+        node.count("trace_filter", &by_range),
+        1,
+        "a final range was not kept"
+    );
+}
+
+/// A first upstream that answers `eth_chainId` with `null` (a node that
+/// does not know its chain id yet) is not believed for the process's life
+/// (its `null` was kept and served to every client); the chain id that
+/// follows is kept.
+#[tokio::test]
+async fn a_null_chain_id_is_not_kept() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&calls);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    // `null` first, then the chain id.
+                    let result = match seen.fetch_add(1, Ordering::SeqCst) {
+                        0 => Value::Null,
+                        _ => json!("0x1"),
+                    };
+                    let reply = json!({"jsonrpc":"2.0","id":v["id"],"result":result}).to_string();
+                    if s.write_all(json_200(&reply).as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (gw, _state) = start_app(config(&[addr])).await;
+    let first = rpc(gw.addr, json!(1), "eth_chainId", &json!([])).await;
+    assert!(first.contains(r#""result":null"#), "{first}");
+    for id in 2..5 {
+        let next = rpc(gw.addr, json!(id), "eth_chainId", &json!([])).await;
+        assert_eq!(
+            next,
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":"0x1"}}"#)
+        );
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2, "the chain id was not kept");
+}
