@@ -23,7 +23,8 @@
 //! not answered; an invalid response to a pending id ends that request with
 //! [`PeerError::InvalidResponse`].
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 #[cfg(feature = "async")]
@@ -262,6 +263,12 @@ impl<B: ReplyBuf + ?Sized> std::io::Write for Appender<'_, B> {
 pub struct PendingTable<T> {
     next: u64,
     entries: HashMap<u64, (T, Option<Instant>)>,
+    /// The deadlines, earliest on top: the next one without a scan of
+    /// every pending request (the drivers ask at each poll). An entry
+    /// whose request was answered or cancelled stays until it reaches the
+    /// top (then dropped) or the heap is compacted; the top is always a
+    /// pending request's.
+    deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
 }
 
 impl<T> Default for PendingTable<T> {
@@ -276,6 +283,41 @@ impl<T> PendingTable<T> {
         PendingTable {
             next: 1,
             entries: HashMap::new(),
+            deadlines: BinaryHeap::new(),
+        }
+    }
+
+    /// Whether the heap entry `(deadline, id)` is a pending request's.
+    fn is_due(&self, deadline: Instant, id: u64) -> bool {
+        self.entries
+            .get(&id)
+            .is_some_and(|(_, d)| *d == Some(deadline))
+    }
+
+    /// Notes `id`'s deadline; past twice the pending requests (and some
+    /// slack), the entries of requests no longer pending are dropped in
+    /// place (amortised: no allocation once the heap has its size).
+    fn push_deadline(&mut self, id: u64, deadline: Option<Instant>) {
+        let Some(deadline) = deadline else {
+            return;
+        };
+        if self.deadlines.len() >= 2 * self.entries.len() + 64 {
+            let entries = &self.entries;
+            self.deadlines.retain(|Reverse((d, id))| {
+                entries.get(id).is_some_and(|(_, due)| *due == Some(*d))
+            });
+        }
+        self.deadlines.push(Reverse((deadline, id)));
+    }
+
+    /// Drops the top entries of requests no longer pending, so that the
+    /// top is a pending request's.
+    fn settle_deadlines(&mut self) {
+        while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
+            if self.is_due(deadline, id) {
+                break;
+            }
+            self.deadlines.pop();
         }
     }
 
@@ -285,6 +327,7 @@ impl<T> PendingTable<T> {
         let id = self.next;
         self.next += 1;
         self.entries.insert(id, (waiter, deadline));
+        self.push_deadline(id, deadline);
         id
     }
 
@@ -293,6 +336,9 @@ impl<T> PendingTable<T> {
     /// counter is not used.
     pub(crate) fn insert_as(&mut self, id: u64, waiter: T, deadline: Option<Instant>) {
         self.entries.insert(id, (waiter, deadline));
+        self.push_deadline(id, deadline);
+        // A request replaced under the same id leaves its deadline behind.
+        self.settle_deadlines();
     }
 
     /// The waiter for the response with `id`, removed; `None` for an id this
@@ -300,7 +346,9 @@ impl<T> PendingTable<T> {
     /// as the integers this table wrote).
     pub fn take(&mut self, id: Id<'_>) -> Option<T> {
         let id = id.as_u64()?;
-        self.entries.remove(&id).map(|(w, _)| w)
+        let (waiter, _) = self.entries.remove(&id)?;
+        self.settle_deadlines();
+        Some(waiter)
     }
 
     /// Whether a request with `id` waits for its response.
@@ -311,29 +359,37 @@ impl<T> PendingTable<T> {
 
     /// Forgets the request `id` (cancelled by this side); returns its waiter.
     pub fn cancel(&mut self, id: u64) -> Option<T> {
-        self.entries.remove(&id).map(|(w, _)| w)
+        let (waiter, _) = self.entries.remove(&id)?;
+        self.settle_deadlines();
+        Some(waiter)
     }
 
     /// Removes every request whose deadline is at or before `now`, calling
-    /// `expired` with each id and waiter; returns how many expired.
+    /// `expired` with each id and waiter (earliest deadline first); returns
+    /// how many expired.
     pub fn expire(&mut self, now: Instant, mut expired: impl FnMut(u64, T)) -> usize {
-        let ids: Vec<u64> = self
-            .entries
-            .iter()
-            .filter(|(_, (_, d))| d.is_some_and(|d| d <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in &ids {
-            if let Some((w, _)) = self.entries.remove(id) {
-                expired(*id, w);
+        let mut count = 0;
+        while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop();
+            if self.is_due(deadline, id)
+                && let Some((waiter, _)) = self.entries.remove(&id)
+            {
+                expired(id, waiter);
+                count += 1;
             }
         }
-        ids.len()
+        self.settle_deadlines();
+        count
     }
 
     /// The earliest deadline of a pending request.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.entries.values().filter_map(|(_, d)| *d).min()
+        self.deadlines
+            .peek()
+            .map(|Reverse((deadline, _))| *deadline)
     }
 
     /// How many requests wait for an answer.
@@ -349,6 +405,7 @@ impl<T> PendingTable<T> {
     /// Removes every pending request (the connection closed), calling
     /// `closed` with each.
     pub fn clear(&mut self, mut closed: impl FnMut(u64, T)) {
+        self.deadlines.clear();
         for (id, (w, _)) in self.entries.drain() {
             closed(id, w);
         }
@@ -1275,5 +1332,85 @@ impl fmt::Debug for Peer {
         f.debug_struct("Peer")
             .field("pending", &self.pending())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// The deadline heap agrees with a scan of the pending requests through
+    /// inserts, answers, cancellations, replacements and expiries in a
+    /// pseudo-random order, expires earliest first, and stays within twice
+    /// the pending requests (plus slack) however many were answered.
+    #[test]
+    fn deadlines_agree_with_a_scan_and_stay_bounded() {
+        let start = Instant::now();
+        let mut table: PendingTable<u64> = PendingTable::new();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut random = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut now = start;
+        for step in 0..20_000u64 {
+            match random(10) {
+                0..=4 => {
+                    let deadline =
+                        (random(4) != 0).then(|| now + Duration::from_millis(random(5_000)));
+                    table.insert(step, deadline);
+                }
+                5 | 6 => {
+                    let id = random(table.next);
+                    let text = id.to_string();
+                    let _ = table.take(Id::from_json(text.as_bytes()).unwrap());
+                }
+                7 => {
+                    let _ = table.cancel(random(table.next));
+                }
+                8 => {
+                    let id = random(table.next);
+                    table.insert_as(id, step, Some(now + Duration::from_millis(random(5_000))));
+                }
+                _ => {
+                    now += Duration::from_millis(random(200));
+                    let due: Vec<u64> = table
+                        .entries
+                        .iter()
+                        .filter(|(_, (_, d))| d.is_some_and(|d| d <= now))
+                        .map(|(id, _)| *id)
+                        .collect();
+                    let deadline_of: HashMap<u64, Option<Instant>> =
+                        table.entries.iter().map(|(id, (_, d))| (*id, *d)).collect();
+                    let mut expired = Vec::new();
+                    table.expire(now, |id, _| expired.push(id));
+                    assert!(
+                        expired
+                            .windows(2)
+                            .all(|w| deadline_of[&w[0]] <= deadline_of[&w[1]]),
+                        "step {step}: not earliest first"
+                    );
+                    for id in &expired {
+                        assert!(!table.entries.contains_key(id));
+                    }
+                    let mut sorted_due = due.clone();
+                    sorted_due.sort_unstable();
+                    let mut sorted = expired.clone();
+                    sorted.sort_unstable();
+                    assert_eq!(sorted, sorted_due, "step {step}");
+                }
+            }
+            let scanned = table.entries.values().filter_map(|(_, d)| *d).min();
+            assert_eq!(table.next_deadline(), scanned, "step {step}");
+            assert!(
+                table.deadlines.len() <= 2 * table.entries.len() + 65,
+                "step {step}: {} deadlines for {} pending",
+                table.deadlines.len(),
+                table.entries.len()
+            );
+        }
     }
 }
