@@ -2134,3 +2134,33 @@ pub(crate) fn error_data(error: &[u8]) -> Option<&[u8]> {
     }
     None
 }
+
+/// The parsers next to an unreadable page, on every truncation of a few
+/// messages: a read past the slice faults.
+#[cfg(all(test, target_os = "linux"))]
+mod at_page_edges {
+    use crate::guard_page::Guarded;
+
+    #[test]
+    fn parsers_read_nothing_past_their_input() {
+        let mut guarded = Guarded::new();
+        let arena = bumpalo::Bump::new();
+        let messages = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0x00000000000000000000000000000000000000ab","data":"0xdeadbeef"},"latest"]}"#,
+            r#"[{"jsonrpc":"2.0","id":"a\u00e9","method":"m\u0031","params":[1,2,3,-0.5,1e3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26]},{"jsonrpc":"2.0","method":"x"}]"#,
+            r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32000,"message":"execution reverted: \u00e9\u00e9 ééééééééééééééééééééééééééééééééé","data":"0x08c379a0"}}"#,
+            r#"{"jsonrpc":"2.0","id":7,"result":"0x0000000000000000000000000000000000000000000000000000000000000001"}"#,
+        ];
+        for message in messages {
+            let message = message.as_bytes();
+            for len in 0..=message.len() {
+                let buf = guarded.at_end(&message[..len]);
+                let _ = crate::parse(buf, &arena);
+                let _ = crate::parse_response(buf, &arena);
+                let _ = crate::Parser::new().parse_prefix(buf, &arena);
+                let _ = crate::Parser::new().parse_incoming(buf, &arena);
+                let _ = crate::Id::from_json(buf);
+            }
+        }
+    }
+}

@@ -134,6 +134,8 @@ mod error;
 #[cfg_attr(docsrs, doc(cfg(feature = "eth")))]
 pub mod eth;
 pub mod frame;
+#[cfg(all(test, target_os = "linux"))]
+mod guard_page;
 pub mod json;
 #[cfg(feature = "mcp")]
 #[cfg_attr(docsrs, doc(cfg(feature = "mcp")))]

@@ -956,3 +956,50 @@ mod tests {
         assert_eq!(&out[..n], b"\"0x1b4\"");
     }
 }
+
+/// The hex kernels next to an unreadable page: a read past the slice
+/// faults; their answers checked against const-hex.
+#[cfg(all(test, target_os = "linux"))]
+mod at_page_edges {
+    use super::*;
+    use crate::guard_page::Guarded;
+
+    #[test]
+    fn hex_kernels_read_nothing_past_their_slice() {
+        let mut guarded = Guarded::new();
+        let arena = bumpalo::Bump::new();
+        for len in 0..=600usize {
+            for bad in [None, Some(0), Some(len / 2), Some(len.saturating_sub(1))] {
+                let mut digits: Vec<u8> = (0..len)
+                    .map(|i| b"0123456789abcdefABCDEF"[i % 22])
+                    .collect();
+                let bad = bad.filter(|&b| b < len);
+                if let Some(b) = bad {
+                    digits[b] = b'g';
+                }
+                let d = guarded.at_end(&digits);
+                let want = (len % 2 == 0 && bad.is_none()).then(|| const_hex::decode(d).unwrap());
+                if len % 2 == 0 {
+                    let mut out = vec![0u8; len / 2];
+                    let got = decode_digits(d, &mut out).ok().map(|()| out);
+                    assert_eq!(got, want, "decode_digits, {len} digits");
+                    let got = decode_digits_in(d, &arena).ok().map(|o| o.to_vec());
+                    assert_eq!(got, want, "decode_digits_in, {len} digits");
+                }
+                let _ = fixed_at::<20>(d, 0);
+                let _ = fixed_at::<32>(d, 0);
+                let _ = quantity_u64(d);
+                let _ = quantity_limbs::<4>(d);
+                macro_rules! arrays {
+                    ($($n:literal)*) => {$(
+                        if len == 2 * $n {
+                            let got = decode_array::<$n>(d).ok().map(|a| a.to_vec());
+                            assert_eq!(got, want, "decode_array::<{}>", $n);
+                        }
+                    )*};
+                }
+                arrays!(1 8 15 16 17 20 24 31 32);
+            }
+        }
+    }
+}

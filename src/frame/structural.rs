@@ -947,3 +947,30 @@ mod tests {
         assert_eq!(escaped_bits(u64::MAX, true), (0x5555_5555_5555_5555, true));
     }
 }
+
+/// The structural scan next to an unreadable page: a read past the slice
+/// faults.
+#[cfg(all(test, target_os = "linux"))]
+mod at_page_edges {
+    use super::*;
+    use crate::guard_page::Guarded;
+
+    #[test]
+    fn the_scan_reads_nothing_past_its_slice() {
+        let mut guarded = Guarded::new();
+        let message = r#"{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"0xab","data":"0x\"}\\"},"latest"]} [1,[2]]
+{"a":"\u00e9é"}"#;
+        let input = message.repeat(4).into_bytes();
+        for len in 0..=input.len() {
+            let buf = guarded.at_end(&input[..len]);
+            for pos in [0, 1, len / 2, len.saturating_sub(1), len] {
+                let pos = pos.min(len);
+                let mut state = State::default();
+                let mut ends = [0; MAX_ENDS + 32];
+                let _ = scan(&mut state, buf, pos, &mut ends, MAX_ENDS);
+                let mut newline_ends = [0; NEWLINE_BATCH + 64];
+                let _ = newlines(buf, pos, &mut newline_ends);
+            }
+        }
+    }
+}

@@ -1254,3 +1254,201 @@ mod tests {
         assert!(unescaped_eq(b"plain", false, b"plain"));
     }
 }
+
+/// The kernels next to an unreadable page: a read past the slice faults.
+#[cfg(all(test, target_os = "linux"))]
+mod at_page_edges {
+    use super::*;
+    use crate::guard_page::Guarded;
+
+    /// Where a string whose content starts at `buf[pos]` ends (after its
+    /// quote), byte by byte, or `Err` where `scan_string` must refuse it.
+    fn string_end(buf: &[u8], pos: usize) -> Result<usize, ()> {
+        let mut i = pos;
+        loop {
+            match buf.get(i) {
+                None => return Err(()),
+                Some(b'"') => break,
+                Some(b'\\') => match buf.get(i + 1) {
+                    Some(b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => i += 2,
+                    Some(b'u') => {
+                        let digits = buf.get(i + 2..i + 6).ok_or(())?;
+                        if !digits.iter().all(u8::is_ascii_hexdigit) {
+                            return Err(());
+                        }
+                        i += 6;
+                    }
+                    _ => return Err(()),
+                },
+                Some(&b) if b < 0x20 => return Err(()),
+                Some(_) => i += 1,
+            }
+        }
+        std::str::from_utf8(&buf[pos..i]).map_err(|_| ())?;
+        Ok(i + 1)
+    }
+
+    /// Every kernel from every start; the string scanners' answers checked.
+    fn every_kernel_from_every_start(buf: &[u8]) {
+        for start in 0..=buf.len() {
+            let _ = arch::find_string_stop(buf, start);
+            let _ = arch::find_ascii_stop(buf, start);
+            let _ = arch::find_quote_or_backslash(buf, start);
+            let _ = skip_string_trusted(buf, start);
+            let _ = skip_value_trusted(buf, start);
+            let _ = skip_value(buf, start, 0, 128);
+            let _ = number_run_end(buf, start, true);
+            let _ = number_run::validated_to_comma(buf, start);
+            let want = string_end(buf, start);
+            let got = scan_string(buf, start).map(|s| s.end).map_err(|_| ());
+            assert_eq!(got, want, "string from {start} in {buf:?}");
+            if start < buf.len() {
+                let got = scan_text(buf, start, start, false, false)
+                    .map(|s| s.end)
+                    .map_err(|_| ());
+                assert_eq!(got, want, "text from {start} in {buf:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn scanners_read_nothing_past_their_slice() {
+        let mut guarded = Guarded::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let pieces: &[&[u8]] = &[
+            b"\"",
+            b"\\",
+            b"\\u00e9",
+            b"\\n",
+            b"\xc3\xa9",
+            b"\xe2\x82\xac",
+            b"\xf0\x9f\x98\x80",
+            b"\xc3",
+            b"\x80",
+            b"\x01",
+            b"1",
+            b"-",
+            b",",
+            b".",
+            b"[",
+            b"]",
+            b"{",
+            b"}",
+            b":",
+            b" ",
+            b"\\\\",
+            b"\\u12",
+            b"\xed\xa0\x80",
+            b"0",
+        ];
+        for round in 0..1500 {
+            let len = (next() % 160) as usize;
+            let mut buf = Vec::new();
+            while buf.len() < len {
+                if next() % 3 != 0 {
+                    buf.push(b'a' + (next() % 3) as u8);
+                } else {
+                    buf.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
+                }
+            }
+            buf.truncate(len);
+            if round % 2 == 0 {
+                every_kernel_from_every_start(guarded.at_end(&buf));
+            } else {
+                every_kernel_from_every_start(guarded.at_start(&buf));
+            }
+        }
+        for len in 0..=160 {
+            for fill in [b'a', b'1', 0xc3, b'\\', b'"'] {
+                every_kernel_from_every_start(guarded.at_end(&vec![fill; len]));
+            }
+        }
+        // Runs long enough for the AVX2 loops, which take over only after
+        // a few hundred bytes, ending at every offset of their blocks.
+        for len in 161..=1200 {
+            for fill in [b'a', b'1', 0xc3] {
+                let mut buf = vec![fill; len];
+                buf[0] = b'"';
+                let buf = guarded.at_end(&buf);
+                for start in [0, 1] {
+                    let _ = arch::find_string_stop(buf, start);
+                    let _ = arch::find_ascii_stop(buf, start);
+                    let _ = arch::find_quote_or_backslash(buf, start);
+                    let _ = skip_string_trusted(buf, start);
+                    let _ = skip_value(buf, start, 0, 128);
+                    let _ = number_run_end(buf, start, true);
+                    let _ = number_run::validated_to_comma(buf, start);
+                    let want = string_end(buf, start);
+                    assert_eq!(scan_string(buf, start).map(|s| s.end).map_err(|_| ()), want);
+                    let got = scan_text(buf, start, start, false, false).map(|s| s.end);
+                    assert_eq!(got.map_err(|_| ()), want);
+                }
+            }
+        }
+    }
+
+    /// The string scanner's UTF-8 check (an AVX2 one past ASCII) agrees
+    /// with std's on strings of escapes, multi-byte characters and
+    /// invalid bytes.
+    #[test]
+    fn strings_are_checked_as_std_checks_utf8() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let pieces: &[&[u8]] = &[
+            b"\xc3\xa9",
+            b"\xe2\x82\xac",
+            b"\xf0\x9f\x98\x80",
+            b"\xf4\x8f\xbf\xbf",
+            b"\xed\x9f\xbf",
+            b"\xee\x80\x80",
+            b"\\u00e9",
+            b"\\n",
+            b"\\\\",
+            b"\\\"",
+            b"a",
+            b"bb",
+            b"ccc",
+        ];
+        let invalid: &[u8] = &[
+            0x80, 0xbf, 0xc0, 0xc1, 0xc2, 0xe0, 0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff, 0xa0, 0x90,
+            0x8f,
+        ];
+        for _ in 0..40_000 {
+            let mut buf = vec![b'"'];
+            for _ in 0..next() % 120 {
+                if next() % 100 < 3 {
+                    buf.push(invalid[(next() % invalid.len() as u64) as usize]);
+                } else {
+                    buf.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
+                }
+            }
+            buf.push(b'"');
+            buf.extend_from_slice(&[b' '; 40][..(next() % 40) as usize]);
+            let mut end = 1;
+            while buf[end] != b'"' {
+                end += match (buf[end], buf[end + 1]) {
+                    (b'\\', b'u') => 6,
+                    (b'\\', _) => 2,
+                    _ => 1,
+                };
+            }
+            let valid = std::str::from_utf8(&buf[1..end]).is_ok();
+            let got = scan_string(&buf, 1);
+            assert_eq!(got.is_ok(), valid, "{buf:x?} {got:?}");
+            if let Ok(s) = got {
+                assert_eq!(s.end, end + 1);
+            }
+        }
+    }
+}
