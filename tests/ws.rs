@@ -2375,12 +2375,13 @@ async fn what_the_client_sends_while_draining_ends_it_as_the_shutdown() {
 }
 
 /// An async handler that shuts down while the socket takes no writes (the
-/// driver reading on only for answers): a cancellation notice read with
-/// the answer that let it end is dropped, as every message read after the
-/// shutdown is; it cancelled the call it named, answered -32800 after the
-/// shutdown (found by a review).
+/// driver reading on only for answers): of what is read with the answer
+/// that let it end, only a cancellation is acted on, ending the call it
+/// names with -32800 within the grace (session 48: the drain finishes the
+/// calls in flight, and a cancelled one is finished; a call is started by
+/// nothing read after the shutdown).
 #[tokio::test]
-async fn nothing_read_after_an_async_handler_shut_down_is_acted_on() {
+async fn only_cancellations_read_after_an_async_handler_shut_down_are_acted_on() {
     use rpcwire::dispatch::CancelledReply;
     let _shared = HEAP.read().await;
     let signal: Arc<std::sync::OnceLock<Shutdown>> = Arc::default();
@@ -2446,11 +2447,10 @@ async fn nothing_read_after_an_async_handler_shut_down_is_acted_on() {
         .collect();
     let ids: Vec<&Value> = replies.iter().map(|r| &r["id"]).collect();
     assert!(ids.contains(&&json!(3)), "{ids:?}");
-    // Call 1 fails as the connection ends (its answer never came), but is
-    // not cancelled.
-    for r in replies.iter().filter(|r| r["id"] == 1) {
-        assert_ne!(r["error"]["code"], -32800, "{r}");
-    }
+    // Call 1, cancelled, is answered so.
+    let cancelled: Vec<&Value> = replies.iter().filter(|r| r["id"] == 1).collect();
+    assert_eq!(cancelled.len(), 1, "{replies:?}");
+    assert_eq!(cancelled[0]["error"]["code"], -32800, "{replies:?}");
 }
 
 /// A handler that shuts down while a call runs for good: the connection
@@ -2574,4 +2574,132 @@ async fn a_client_downloading_a_large_reply_is_not_idle() {
     assert_eq!(metrics.limit_count(LimitKind::Idle), 0);
     drop(client);
     let _ = tokio::time::timeout(PATIENCE, serving).await;
+}
+
+/// An async notification's call (no reply) that sends a notification
+/// through its context and ends during the drain: the notification is
+/// written before the close frame (it was dropped: the drain ended with
+/// the outbox unread).
+#[tokio::test]
+async fn what_an_async_notifications_call_sent_is_written_while_draining() {
+    let _shared = HEAP.read().await;
+    let signal: Arc<std::sync::OnceLock<Shutdown>> = Arc::default();
+    let d = Dispatcher::builder(())
+        .async_method("work", |c: AsyncCall<()>| async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            assert!(c.ctx.notify("done", &json!({"ok": true})), "queued");
+            Ok::<_, RpcError>(())
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        shutdown_grace: Duration::from_secs(20),
+        ..Limits::default()
+    };
+    let (mut cr, mut cw, task) = serve_in_memory(d, limits, 64 << 10, &signal);
+    cw.write_all(&client_frame(1, br#"{"jsonrpc":"2.0","method":"work"}"#))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    signal.get().unwrap().trigger();
+    let (texts, close) = texts_and_close(&frames_until_close(&mut cr).await);
+    let _ = cw.write_all(&client_frame(8, &[3, 232])).await;
+    let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+    assert_eq!((close, reason), (Some(1001), CloseReason::Shutdown));
+    assert_eq!(
+        texts,
+        [r#"{"jsonrpc":"2.0","method":"done","params":{"ok":true}}"#],
+        "the notification sent before the call ended"
+    );
+}
+
+/// A cancellation notification read during the drain (read on for the
+/// answer the call awaits) reaches the call it names: LSP's -32800 within
+/// the grace (it was dropped, and the call unanswered at the grace's end).
+#[tokio::test]
+async fn a_cancellation_read_while_draining_reaches_its_call() {
+    use rpcwire::dispatch::CancelledReply;
+    let _shared = HEAP.read().await;
+    let signal: Arc<std::sync::OnceLock<Shutdown>> = Arc::default();
+    let d = Dispatcher::builder(())
+        .timeout(None)
+        .async_method("ask", |c: AsyncCall<()>| async move {
+            ask_the_client(&c.ctx).await
+        })
+        .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
+        .build()
+        .unwrap();
+    let limits = Limits {
+        shutdown_grace: Duration::from_secs(30),
+        ..Limits::default()
+    };
+    let (mut cr, mut cw, task) = serve_in_memory(d, limits, 64 << 10, &signal);
+    cw.write_all(&client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":7,"method":"ask"}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(short_text(&mut cr).await["method"], "client/ping");
+    signal.get().unwrap().trigger();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    cw.write_all(&client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","method":"$/cancelRequest","params":{"id":7}}"#,
+    ))
+    .await
+    .unwrap();
+    let (texts, close) = texts_and_close(&frames_until_close(&mut cr).await);
+    let _ = cw.write_all(&client_frame(8, &[3, 232])).await;
+    let reason = tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
+    assert_eq!((close, reason), (Some(1001), CloseReason::Shutdown));
+    let replies: Vec<Value> = texts
+        .iter()
+        .map(|t| serde_json::from_str(t).unwrap())
+        .collect();
+    // The server tells the client to drop what the call asked, then the
+    // call's own answer.
+    assert_eq!(replies.len(), 2, "{texts:?}");
+    assert_eq!(replies[0]["method"], "$/cancelRequest", "{texts:?}");
+    assert_eq!(replies[1]["id"], 7, "{texts:?}");
+    assert_eq!(replies[1]["error"]["code"], -32800, "{texts:?}");
+}
+
+/// Draining, the driver reads nothing (no answer is awaited), so a client
+/// that answers every ping, waiting for a slow call, looked silent and was
+/// closed as idle, its call cut off, well within the grace: the idle
+/// timeout does not apply while draining (the grace bounds it).
+#[tokio::test]
+async fn a_drain_longer_than_the_idle_timeout_lets_the_call_finish() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(400),
+        shutdown_grace: Duration::from_secs(20),
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut ws = connect(server.addr).await;
+    send(&mut ws, req(1, "sleep", json!([2000])).to_string()).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    server.shutdown.trigger();
+    // The client reads on (its library answers the server's pings).
+    let mut got = Vec::new();
+    let close = loop {
+        match tokio::time::timeout(PATIENCE, ws.next()).await.unwrap() {
+            Some(Ok(Message::Text(t))) => got.push(t.as_str().to_owned()),
+            Some(Ok(Message::Close(frame))) => {
+                break frame.map(|f| (f.code, f.reason.as_str().to_owned()));
+            }
+            Some(Ok(_)) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(
+        (got, close, server.metrics.limit_count(LimitKind::Idle)),
+        (
+            vec![r#"{"jsonrpc":"2.0","id":1,"result":2000}"#.to_owned()],
+            Some((CloseCode::Away, "server shutting down".to_owned())),
+            0
+        )
+    );
 }

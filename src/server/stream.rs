@@ -79,8 +79,9 @@
 //!   pipelined connection, a client resends what was not answered. While
 //!   handlers wait for their client's answers to their requests
 //!   ([`Context::peer`]), it reads on for those answers (as the WebSocket
-//!   driver does), dropping the other messages it reads, so that those
-//!   calls can finish within the grace. In both cases the server's own
+//!   driver does), dropping the other messages it reads (a cancellation
+//!   still reaches the call it names), so that those calls can finish
+//!   within the grace. In both cases the server's own
 //!   messages (notifications, subscriptions' events) go on only while
 //!   calls run: once none does, the subscriptions end (their producers
 //!   see it) and the connection closes when what was queued is written.
@@ -807,7 +808,8 @@ struct Io<'d, S, K, F, R, W> {
     calls_dropped: bool,
     /// Shut down while handlers wait for their client's answers to their
     /// requests: reading goes on for those answers (other messages read
-    /// are dropped, as those not read yet are) until none is awaited.
+    /// are dropped, as those not read yet are, once their cancellations
+    /// reached their calls) until none is awaited.
     draining: bool,
     /// Everything is done: shutting the writer down.
     closing: bool,

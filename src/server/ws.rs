@@ -87,9 +87,11 @@
 //!   is not read either, so it goes silent and is closed the same way.
 //! * Graceful shutdown ([`Shutdown`]): the server stops accepting and
 //!   reading (but for answers to requests its calls sent the client and
-//!   wait for; other messages read then are dropped), lets the calls in
-//!   flight finish and writes their replies
-//!   (within [`Limits::shutdown_grace`]), sends a close frame (1001), and
+//!   wait for; other messages read then are dropped, but a cancellation
+//!   still reaches the call it names), lets the calls in flight finish
+//!   and writes their replies and what they sent before they ended
+//!   (within [`Limits::shutdown_grace`]; the idle timeout does not apply
+//!   then), sends a close frame (1001), and
 //!   waits a moment for the client's. Only whole messages are written; a
 //!   client that does not read may be cut off. The server's own messages
 //!   (notifications, subscriptions' events) go on while calls run; the
@@ -1345,6 +1347,7 @@ where
                 && self.conn.in_flight() == 0
                 && self.conn.messages_in_flight() == 0
                 && self.replies.is_empty()
+                && self.outbox.is_empty()
             {
                 return Poll::Ready(CloseReason::Shutdown);
             }
@@ -1575,10 +1578,24 @@ where
         };
         if self.drain.is_some() {
             // Shutting down: answers are taken, other messages dropped (as
-            // those not read yet are).
-            if self.at_limit_action(&input) == AtLimit::Start {
-                self.conn
-                    .start(&self.server.dispatcher, &input, &mut self.replies);
+            // those not read yet are), a cancellation after it reached the
+            // call it names (the call is ended by the client, as the drain
+            // wants: LSP's -32800 goes out within the grace).
+            match self.at_limit_action(&input) {
+                AtLimit::Start => {
+                    self.conn
+                        .start(&self.server.dispatcher, &input, &mut self.replies);
+                }
+                action => {
+                    let mut dropped = HeldMessages::default();
+                    self.conn.hold(
+                        &self.server.dispatcher,
+                        Bytes::copy_from_slice(&input),
+                        action == AtLimit::HoldAnswered,
+                        &mut dropped,
+                        &mut self.replies,
+                    );
+                }
             }
             return Ok(());
         }
@@ -1714,6 +1731,11 @@ where
     fn on_tick(&mut self, cx: &mut TaskContext<'_>) -> Option<CloseReason> {
         let next = Instant::now() + self.tick;
         self.ticker.as_mut().reset(next);
+        if self.drain.is_some() {
+            // Draining, the client is not read (its pongs neither): the
+            // grace bounds the connection.
+            return None;
+        }
         // Frames unread because this server stopped reading (its cap on
         // calls in flight) are not the client's silence.
         // A socket that refuses writes is not such a pause: finished calls
