@@ -19,9 +19,11 @@
 //!   at any time; other requests of this lifecycle before `initialize` get
 //!   -32600.
 //! * `2026-07-28`: no handshake. A request whose `_meta` carries
-//!   `io.modelcontextprotocol/protocolVersion` is served on its own: the
-//!   version must be `2026-07-28` (else -32022 `UnsupportedProtocolVersion`
-//!   with `data.supported` and `data.requested`),
+//!   `io.modelcontextprotocol/protocolVersion` `2026-07-28` is served on
+//!   its own (a version rpcwire does not know is -32022
+//!   `UnsupportedProtocolVersion` with `data.supported` and
+//!   `data.requested`; an earlier revision named there is served as the
+//!   session is, and before `initialize` is -32600),
 //!   `io.modelcontextprotocol/clientCapabilities` must be an object (else
 //!   -32602), `io.modelcontextprotocol/logLevel` opts in to log messages.
 //!   Clients open with `server/discover`. Every result carries `resultType`

@@ -134,7 +134,13 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
         // Browsers do not preflight upgrades: the `Origin` is checked here.
         let headers = req.headers();
         if let Some(origin) = self.http.refuses(headers).or(self.ws.refuses(headers)) {
-            return super::http::forbidden_origin(origin);
+            let mut refused = super::http::forbidden_origin(origin);
+            if self.http.varies_with_origin() {
+                refused
+                    .headers_mut()
+                    .append(http::header::VARY, http::HeaderValue::from_static("origin"));
+            }
+            return refused;
         }
         let response = match upgrade_response(&req) {
             Ok(r) => r,

@@ -509,6 +509,11 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         self.cors.as_ref()?.refuses(headers)
     }
 
+    /// Whether answers vary with `Origin` (the CORS policy lists origins).
+    pub(super) fn varies_with_origin(&self) -> bool {
+        self.cors.as_ref().is_some_and(|cors| cors.varies())
+    }
+
     /// The same service, telling handlers that requests come from `peer`
     /// ([`Context::peer_addr`]). [`serve`] makes one per connection; mounted
     /// elsewhere, a `SocketAddr` in the request's extensions is used
@@ -690,7 +695,13 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                     return early(body, preflight(cors, allowed, &parts.headers));
                 }
                 Some(allowed) => allow_origin = Some((Some(allowed), cors.varies())),
-                None if asks => return early(body, forbidden_origin(origin)),
+                None if asks => {
+                    // Varies with `Origin` too, as every answer while
+                    // origins are listed.
+                    let mut refused = early(body, forbidden_origin(origin));
+                    refused.allow_origin = allow_origin;
+                    return refused;
+                }
                 // Served without the header, which a browser does not let
                 // the page read: a page cannot send this request without a
                 // preflight (JSON is not a "simple" content type), and

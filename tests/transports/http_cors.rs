@@ -286,6 +286,11 @@ async fn websocket_upgrades_from_other_origins_are_refused() {
     let r = one(addr, &upgrade(Some("https://evil.example"))).await;
     assert_eq!(r.0, "403 Forbidden", "{r:?}");
     assert!(r.2.contains("origin not allowed"), "{r:?}");
+    // Varies with `Origin`, as every answer while origins are listed.
+    assert!(
+        header(&r, "vary").is_some_and(|v| v.contains("origin")),
+        "{r:?}"
+    );
     for origin in [Some(APP), None] {
         let r = one(addr, &upgrade(origin)).await;
         assert_eq!(r.0, "101 Switching Protocols", "{origin:?}: {r:?}");
@@ -433,4 +438,19 @@ fn a_listed_default_port_matches_what_browsers_send() {
     assert!(cors.allows(b"http://localhost:8080"));
     assert!(!cors.allows(b"http://app.example.org"));
     assert!(!cors.allows(b"https://localhost"));
+}
+
+/// A refused preflight (403) varies with `Origin` too, as every answer
+/// while origins are listed (README, `server::cors`): it had no `Vary`.
+#[tokio::test]
+async fn refused_preflights_vary_with_origin_too() {
+    for own in [true, false] {
+        let server = start(Some(Cors::origins([APP]).unwrap()), own).await;
+        let r = one(server.addr, &preflight("https://evil.example")).await;
+        assert_eq!(r.0, "403 Forbidden", "own loop {own}: {r:?}");
+        assert!(
+            header(&r, "vary").is_some_and(|v| v.contains("origin")),
+            "own loop {own}: no Vary: Origin on the refused preflight: {r:?}"
+        );
+    }
 }

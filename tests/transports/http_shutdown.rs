@@ -121,11 +121,24 @@ async fn a_shutdown_while_a_reply_is_written_starts_nothing_after_it() {
         let (addr, shutdown, task) = start(own).await;
         let mut stream = TcpStream::connect(addr).await.unwrap();
         stream.write_all(pipeline.as_bytes()).await.unwrap();
-        // The reply fills the socket's buffers; the client does not read.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The reply's head arrives (its writing began: the shutdown comes
+        // after it, however slow the host), then the reply fills the
+        // socket's buffers while the client does not read.
+        let mut raw = Vec::new();
+        let mut buf = vec![0u8; 1024];
+        while !raw.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = tokio::time::timeout(Duration::from_secs(20), stream.read(&mut buf))
+                .await
+                .expect("the reply's head")
+                .unwrap();
+            assert!(n > 0, "closed before the reply's head");
+            raw.extend_from_slice(&buf[..n]);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
         shutdown.trigger();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let (raw, closed) = read_all(&mut stream).await;
+        let (rest, closed) = read_all(&mut stream).await;
+        raw.extend_from_slice(&rest);
         let responses = responses_of(&raw);
         let statuses: Vec<String> = responses
             .iter()

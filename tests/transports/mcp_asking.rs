@@ -202,10 +202,14 @@ async fn ask_client_after_the_call_is_over_sends_nothing() {
         .unwrap();
     let mut p = Pipe::new(&s);
     p.init(r#"{"sampling":{}}"#).await;
-    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"keeps","arguments":{}}}"#).await;
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"keeps","arguments":{},"_meta":{"progressToken":"t"}}}"#).await;
     assert_eq!(p.recv().await["id"], 1);
     let cx = kept.lock().unwrap().take().expect("the tool ran");
-    assert!(!cx.progress(1.0, None, None) || !cx.wants_progress());
+    assert!(cx.wants_progress());
+    assert!(
+        !cx.progress(1.0, None, None),
+        "progress queued after the call was over"
+    );
     let asked = tokio::spawn(async move {
         cx.ask_client(
             "sampling/createMessage",
