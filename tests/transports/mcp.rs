@@ -638,14 +638,16 @@ fn bad_schemas_are_refused() {
 
 // ---------------------------------------------------------------- stdio
 
-struct Pipe {
-    tx: tokio::io::DuplexStream,
+/// A stdio client of `server` over in-memory pipes (also used by
+/// `mcp_asking.rs`).
+pub(super) struct Pipe {
+    pub(super) tx: tokio::io::DuplexStream,
     rx: tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    pub(super) task: tokio::task::JoinHandle<std::io::Result<()>>,
 }
 
 impl Pipe {
-    fn new(server: &McpServer) -> Pipe {
+    pub(super) fn new(server: &McpServer) -> Pipe {
         let (client_w, server_r) = tokio::io::duplex(1 << 16);
         let (server_w, client_r) = tokio::io::duplex(1 << 16);
         let s = server.clone();
@@ -657,12 +659,12 @@ impl Pipe {
         }
     }
 
-    async fn send(&mut self, msg: &str) {
+    pub(super) async fn send(&mut self, msg: &str) {
         self.tx.write_all(msg.as_bytes()).await.unwrap();
         self.tx.write_all(b"\n").await.unwrap();
     }
 
-    async fn recv(&mut self) -> Value {
+    pub(super) async fn recv(&mut self) -> Value {
         let line = tokio::time::timeout(Duration::from_secs(5), self.rx.next_line())
             .await
             .expect("a message within 5 s")
@@ -671,8 +673,13 @@ impl Pipe {
         serde_json::from_str(&line).unwrap()
     }
 
-    async fn init(&mut self, version: &str) {
-        self.send(&format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{{}}}}}}"#)).await;
+    pub(super) async fn init(&mut self, version: &str) {
+        self.init_with(version, "{}").await;
+    }
+
+    /// Initializes in `version`, the client declaring `capabilities`.
+    pub(super) async fn init_with(&mut self, version: &str, capabilities: &str) {
+        self.send(&format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{version}","capabilities":{capabilities}}}}}"#)).await;
         assert_eq!(self.recv().await["result"]["protocolVersion"], version);
         self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
             .await;

@@ -9,44 +9,7 @@ use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-struct Pipe {
-    tx: tokio::io::DuplexStream,
-    rx: tokio::io::Lines<BufReader<tokio::io::DuplexStream>>,
-}
-
-impl Pipe {
-    fn new(server: &McpServer) -> Pipe {
-        let (client_w, server_r) = tokio::io::duplex(1 << 16);
-        let (server_w, client_r) = tokio::io::duplex(1 << 16);
-        let s = server.clone();
-        tokio::spawn(async move { s.serve_stream(server_r, server_w).await });
-        Pipe {
-            tx: client_w,
-            rx: BufReader::new(client_r).lines(),
-        }
-    }
-
-    async fn send(&mut self, msg: &str) {
-        self.tx.write_all(msg.as_bytes()).await.unwrap();
-        self.tx.write_all(b"\n").await.unwrap();
-    }
-
-    async fn recv(&mut self) -> Value {
-        let line = tokio::time::timeout(Duration::from_secs(5), self.rx.next_line())
-            .await
-            .expect("a message within 5 s")
-            .unwrap()
-            .expect("a line");
-        serde_json::from_str(&line).unwrap()
-    }
-
-    async fn init(&mut self, caps: &str) {
-        self.send(&format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{caps},"clientInfo":{{"name":"t","version":"1"}}}}}}"#)).await;
-        assert_eq!(self.recv().await["id"], 0);
-        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
-            .await;
-    }
-}
+use super::mcp::Pipe;
 
 /// A tool that asks the client `method` with `params` via `ask_client`.
 fn asking(name: &'static str, method: &'static str, params: Value) -> Tool {
@@ -73,7 +36,7 @@ fn asking(name: &'static str, method: &'static str, params: Value) -> Tool {
 /// `None` when the client was asked (and answered with an error).
 async fn ask_as(s: &McpServer, caps: &str, tool: &str, method: &str) -> Option<String> {
     let mut p = Pipe::new(s);
-    p.init(caps).await;
+    p.init_with("2025-11-25", caps).await;
     p.send(&format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{tool}","arguments":{{}}}}}}"#
     ))
@@ -201,7 +164,7 @@ async fn ask_client_after_the_call_is_over_sends_nothing() {
         .build()
         .unwrap();
     let mut p = Pipe::new(&s);
-    p.init(r#"{"sampling":{}}"#).await;
+    p.init_with("2025-11-25", r#"{"sampling":{}}"#).await;
     p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"keeps","arguments":{},"_meta":{"progressToken":"t"}}}"#).await;
     assert_eq!(p.recv().await["id"], 1);
     let cx = kept.lock().unwrap().take().expect("the tool ran");
@@ -245,7 +208,7 @@ async fn progress_with_a_non_finite_total_sends_no_null() {
         .build()
         .unwrap();
     let mut p = Pipe::new(&s);
-    p.init("{}").await;
+    p.init_with("2025-11-25", "{}").await;
     p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"p","arguments":{},"_meta":{"progressToken":"t"}}}"#).await;
     let m = p.recv().await;
     assert_eq!(m["method"], "notifications/progress", "{m}");
