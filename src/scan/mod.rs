@@ -1261,6 +1261,16 @@ mod at_page_edges {
     use super::*;
     use crate::guard_page::Guarded;
 
+    /// A xorshift generator from `x` (not zero).
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
     /// Where a string whose content starts at `buf[pos]` ends (after its
     /// quote), byte by byte, or `Err` where `scan_string` must refuse it.
     fn string_end(buf: &[u8], pos: usize) -> Result<usize, ()> {
@@ -1314,13 +1324,7 @@ mod at_page_edges {
     #[test]
     fn scanners_read_nothing_past_their_slice() {
         let mut guarded = Guarded::new();
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1du64);
         let pieces: &[&[u8]] = &[
             b"\"",
             b"\\",
@@ -1351,7 +1355,7 @@ mod at_page_edges {
             let len = (next() % 160) as usize;
             let mut buf = Vec::new();
             while buf.len() < len {
-                if next() % 3 != 0 {
+                if !next().is_multiple_of(3) {
                     buf.push(b'a' + (next() % 3) as u8);
                 } else {
                     buf.extend_from_slice(pieces[(next() % pieces.len() as u64) as usize]);
@@ -1398,13 +1402,7 @@ mod at_page_edges {
     /// invalid bytes.
     #[test]
     fn strings_are_checked_as_std_checks_utf8() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15u64);
         let pieces: &[&[u8]] = &[
             b"\xc3\xa9",
             b"\xe2\x82\xac",

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::tungstenite::Message;
 
-use super::ws_upstream::{WsClient, client, next, send, subscribe};
+use super::ws_upstream::{WsClient, client, next, send, send_big_calls, subscribe};
 use super::*;
 
 const HANG: Duration = Duration::from_secs(15);
@@ -98,14 +98,7 @@ async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
     // sockets' buffers and the 16 MiB queue.
     send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let big = "ab".repeat(3 << 19);
-    for id in 10..30 {
-        send(
-            &mut ws,
-            json!({"jsonrpc":"2.0","id":id,"method":"eth_call","params":[{"data":big}]}),
-        )
-        .await;
-    }
+    send_big_calls(&mut ws).await;
     // Then calls of 2 MiB, 1 MiB, ... 1 byte of data, each queued if it
     // fits: the room left in the queue ends smaller than the smallest
     // call, so smaller than an `eth_unsubscribe` too.

@@ -238,6 +238,19 @@ pub(super) async fn send(ws: &mut WsClient, v: Value) {
 }
 
 /// The next JSON message, at most [`HANG`] away.
+/// Twenty `eth_call`s (ids 10 to 29) of 3 MiB of data each: 60 MiB, past
+/// the gateway's 16 MiB upstream queue and the sockets' buffers.
+pub(super) async fn send_big_calls(ws: &mut WsClient) {
+    let big = "ab".repeat(3 << 19);
+    for id in 10..30 {
+        send(
+            ws,
+            json!({"jsonrpc":"2.0","id":id,"method":"eth_call","params":[{"data":big}]}),
+        )
+        .await;
+    }
+}
+
 pub(super) async fn next(ws: &mut WsClient) -> Value {
     loop {
         let m = tokio::time::timeout(HANG, ws.next())
@@ -715,14 +728,7 @@ async fn calls_to_an_upstream_that_stopped_reading_fail_once_the_queue_is_full()
     up.wait_for("freeze", 1).await;
     // 3 MiB each: 16 MiB queued and the sockets' buffers full well before
     // the last (each call's request is sent to the upstream as it comes).
-    let big = "ab".repeat(3 << 19);
-    for id in 10..30 {
-        send(
-            &mut ws,
-            json!({"jsonrpc":"2.0","id":id,"method":"eth_call","params":[{"data":big}]}),
-        )
-        .await;
-    }
+    send_big_calls(&mut ws).await;
     let m = next(&mut ws).await;
     assert!((10..30).contains(&m["id"].as_u64().unwrap()), "{m}");
     assert_eq!(m["error"]["code"], -32603, "{m}");
