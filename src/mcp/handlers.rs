@@ -130,6 +130,9 @@ pub(crate) fn unsupported_version(requested: &str) -> RpcError {
 /// Decides a request's revision: its `_meta` (2026-07-28), or the session's
 /// negotiated one (which must exist unless `before_init` allows it).
 fn era(meta: Option<&Meta<'_>>, ctx: &Context, before_init: bool) -> Result<Era, RpcError> {
+    if let Some(token) = meta.and_then(|m| m.progress_token) {
+        check_progress_token(token)?;
+    }
     if let Some(meta) = meta
         && let Some(version) = meta.protocol_version.as_deref()
     {
@@ -177,6 +180,35 @@ fn era(meta: Option<&Meta<'_>>, ctx: &Context, before_init: bool) -> Result<Era,
             ))
         }
     }
+}
+
+/// "Progress tokens MUST be a string or integer value" (the spec's
+/// progress utility; the TypeScript SDK refuses others as invalid params):
+/// a token of another type would be echoed in every progress notification
+/// and refused by the client's schema there.
+fn check_progress_token(token: &RawValue) -> Result<(), RpcError> {
+    let text = token.get().trim();
+    let integer = || {
+        serde_json::from_str::<serde_json::Number>(text)
+            .is_ok_and(|n| n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0))
+    };
+    if text.starts_with('"') || integer() {
+        return Ok(());
+    }
+    #[derive(Serialize)]
+    struct Data<'a> {
+        field: &'static str,
+        expected: &'static str,
+        received: &'a RawValue,
+    }
+    Err(field_error(
+        "Invalid params: a progress token is a string or an integer",
+        &Data {
+            field: "_meta.progressToken",
+            expected: "string or integer",
+            received: token,
+        },
+    ))
 }
 
 fn bad_level(name: &str, in_meta: bool) -> RpcError {

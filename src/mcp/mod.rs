@@ -117,8 +117,8 @@ use crate::{Connection, Context, Dispatcher};
 
 pub(crate) use session::SessionState;
 pub use tool::{
-    AskError, Content, EmbeddedResource, InputRequest, LogLevel, Tool, ToolAnnotations,
-    ToolContext, ToolError, ToolOutput,
+    AskError, Content, EmbeddedResource, InputRequest, LogLevel, ResourceBody, Tool,
+    ToolAnnotations, ToolContext, ToolError, ToolOutput,
 };
 
 /// The revision of the protocol without `initialize` (per-request `_meta`).

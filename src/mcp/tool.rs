@@ -236,14 +236,43 @@ impl Content {
             resource: EmbeddedResource {
                 uri: uri.into(),
                 mime_type,
-                text: Some(text.into()),
-                blob: None,
+                body: ResourceBody::Text { text: text.into() },
+            },
+        }
+    }
+
+    /// An embedded binary resource (`blob` already base64).
+    pub fn embedded_blob(
+        uri: impl Into<String>,
+        mime_type: Option<String>,
+        blob: impl Into<String>,
+    ) -> Content {
+        Content::Resource {
+            resource: EmbeddedResource {
+                uri: uri.into(),
+                mime_type,
+                body: ResourceBody::Blob { blob: blob.into() },
             },
         }
     }
 }
 
-/// The contents of an embedded resource: text or a base64 blob.
+/// An embedded resource: its URI, MIME type and contents, text or a base64
+/// blob (exactly one: the protocol's `TextResourceContents` or
+/// `BlobResourceContents`).
+///
+/// ```
+/// use rpcwire::mcp::{Content, EmbeddedResource, ResourceBody};
+///
+/// let logo = Content::Resource {
+///     resource: EmbeddedResource {
+///         uri: "file:///logo.png".into(),
+///         mime_type: Some("image/png".into()),
+///         body: ResourceBody::Blob { blob: "iVBORw0KGgo=".into() },
+///     },
+/// };
+/// assert_eq!(logo, Content::embedded_blob("file:///logo.png", Some("image/png".into()), "iVBORw0KGgo="));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct EmbeddedResource {
     /// The resource's URI.
@@ -251,12 +280,26 @@ pub struct EmbeddedResource {
     /// Its MIME type.
     #[serde(rename = "mimeType", skip_serializing_if = "Option::is_none")]
     pub mime_type: Option<String>,
+    /// Its contents.
+    #[serde(flatten)]
+    pub body: ResourceBody,
+}
+
+/// The contents of an [`EmbeddedResource`]: written as its `text` or its
+/// `blob` member.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(untagged)]
+pub enum ResourceBody {
     /// Text contents.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    /// Binary contents, base64.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub blob: Option<String>,
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Binary contents.
+    Blob {
+        /// The bytes, base64-encoded.
+        blob: String,
+    },
 }
 
 /// What a tool returns: content blocks, optional structured content, and
@@ -667,6 +710,13 @@ impl ToolContext {
 
     /// Sends `notifications/message` at `level` if the client's level lets
     /// it through. Returns whether it was queued.
+    ///
+    /// Under 2026-07-28 the level is the request's own
+    /// (`_meta["io.modelcontextprotocol/logLevel"]`) and its messages belong
+    /// to the request: none is sent once the call is over (a clone of the
+    /// context kept by a task of the tool's). Under the initialize
+    /// lifecycle the level is the session's (`logging/setLevel`) and a
+    /// message is the session's: such a clone may still log.
     pub fn log<D: Serialize + ?Sized>(
         &self,
         level: LogLevel,
@@ -674,6 +724,11 @@ impl ToolContext {
         data: &D,
     ) -> bool {
         if self.log_level().is_none_or(|min| level < min) {
+            return false;
+        }
+        if matches!(self.inner.log, LogFilter::Request(_))
+            && self.inner.done.load(std::sync::atomic::Ordering::Acquire)
+        {
             return false;
         }
         #[derive(Serialize)]

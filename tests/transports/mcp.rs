@@ -95,7 +95,8 @@ fn server() -> McpServer {
                 .with(Content::image("aGk=", "image/png"))
                 .with(Content::audio("aGk=", "audio/wav"))
                 .with(Content::resource_link("file:///a.txt", "a.txt"))
-                .with(Content::embedded_text("file:///b.txt", Some("text/plain".into()), "bee")))
+                .with(Content::embedded_text("file:///b.txt", Some("text/plain".into()), "bee"))
+                .with(Content::embedded_blob("file:///c.bin", None, "AAE=")))
         }))
         .build()
         .unwrap()
@@ -522,7 +523,8 @@ async fn tools_call_results() {
             {"type": "image", "data": "aGk=", "mimeType": "image/png"},
             {"type": "audio", "data": "aGk=", "mimeType": "audio/wav"},
             {"type": "resource_link", "uri": "file:///a.txt", "name": "a.txt"},
-            {"type": "resource", "resource": {"uri": "file:///b.txt", "mimeType": "text/plain", "text": "bee"}}
+            {"type": "resource", "resource": {"uri": "file:///b.txt", "mimeType": "text/plain", "text": "bee"}},
+            {"type": "resource", "resource": {"uri": "file:///c.bin", "blob": "AAE="}}
         ])
     );
 }
@@ -616,6 +618,43 @@ async fn set_level_validates() {
     )
     .await;
     assert_eq!(r["error"]["code"], -32602);
+}
+
+/// "Progress tokens MUST be a string or integer value": another type is
+/// -32602 naming the field (it was echoed in every progress notification,
+/// where the client's schema refuses it); a string or an integer is echoed
+/// as sent.
+#[tokio::test]
+async fn progress_tokens_are_strings_or_integers() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let call = |token: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"build-app","arguments":{{"project_dir":"/p","arch":"arm64"}},"_meta":{{"progressToken":{token}}}}}}}"#
+        )
+    };
+    for bad in [r#"{"a":1}"#, "[1]", "true", "1.5"] {
+        let r = send(&s, &mut conn, &call(bad)).await;
+        assert_eq!(r["error"]["code"], -32602, "{bad}: {r}");
+        assert_eq!(r["error"]["data"]["field"], "_meta.progressToken", "{r}");
+        assert_eq!(
+            r["error"]["data"]["received"],
+            serde_json::from_str::<Value>(bad).unwrap(),
+            "{r}"
+        );
+    }
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    for (token, echoed) in [("7", json!(7)), (r#""t-1""#, json!("t-1"))] {
+        p.send(&call(token)).await;
+        let first = p.recv().await;
+        assert_eq!(
+            first["method"], "notifications/progress",
+            "{token}: {first}"
+        );
+        assert_eq!(first["params"]["progressToken"], echoed, "{first}");
+        while p.recv().await.get("id").is_none() {}
+    }
 }
 
 #[test]
@@ -721,6 +760,64 @@ async fn stdio_no_progress_after_the_call_is_over() {
     // Nothing follows the result but the answer to the next request.
     p.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
     assert_eq!(p.recv().await["id"], 2);
+}
+
+/// Under 2026-07-28 a request opts in to log messages for itself
+/// (`_meta` logLevel): a clone of its tool's context kept past the call
+/// logs nothing then (it did, after the result). Under the initialize
+/// lifecycle the level is the session's, and such a clone still logs.
+#[tokio::test]
+async fn stdio_request_scoped_logs_stop_when_the_call_is_over() {
+    let kept: Arc<std::sync::Mutex<Option<ToolContext>>> = Default::default();
+    let keeping = Arc::clone(&kept);
+    let s = McpServer::builder("test-server", "9.9.9")
+        .tool(Tool::new(
+            "keeps",
+            json!({"type": "object"}),
+            move |_, cx: ToolContext| {
+                *keeping.lock().unwrap() = Some(cx.clone());
+                async move {
+                    assert!(
+                        cx.log(LogLevel::Info, None, "running"),
+                        "sent while the call runs"
+                    );
+                    Ok(ToolOutput::text("done"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let mut p = Pipe::new(&s);
+    p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"keeps","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug"}}}"#).await;
+    assert_eq!(p.recv().await["params"]["data"], "running");
+    assert_eq!(p.recv().await["result"]["content"][0]["text"], "done");
+    let cx = kept.lock().unwrap().take().expect("the tool ran");
+    assert_eq!(cx.log_level(), Some(LogLevel::Debug));
+    assert!(
+        !cx.log(LogLevel::Error, None, "late"),
+        "sent after the call was answered"
+    );
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(
+        p.recv().await["id"],
+        2,
+        "nothing between the result and the next answer"
+    );
+
+    // The session's level: the kept clone's message is the session's.
+    p.init("2025-11-25").await;
+    p.send(r#"{"jsonrpc":"2.0","id":3,"method":"logging/setLevel","params":{"level":"info"}}"#)
+        .await;
+    assert_eq!(p.recv().await["id"], 3);
+    p.send(r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"keeps","arguments":{}}}"#)
+        .await;
+    assert_eq!(p.recv().await["params"]["data"], "running");
+    assert_eq!(p.recv().await["id"], 4);
+    let cx = kept.lock().unwrap().take().expect("the tool ran");
+    assert!(cx.log(LogLevel::Error, None, "late"));
+    let late = p.recv().await;
+    assert_eq!(late["method"], "notifications/message", "{late}");
+    assert_eq!(late["params"]["data"], "late", "{late}");
 }
 
 #[tokio::test]
