@@ -106,7 +106,9 @@ impl Cors {
     /// `https://app.example.org`, `http://localhost:3000`; compared
     /// without regard to case; a scheme's default port, which browsers
     /// leave out, is dropped: `https://app.example.org:443` is
-    /// `https://app.example.org`). `"*"` in the list allows any.
+    /// `https://app.example.org`; an IPv6 literal in any of its forms:
+    /// `http://[0:0::1]:8545` is `http://[::1]:8545`). `"*"` in the list
+    /// allows any.
     pub fn origins<I, O>(origins: I) -> Result<Cors, InvalidOrigin>
     where
         I: IntoIterator<Item = O>,
@@ -118,10 +120,13 @@ impl Cors {
             if origin == "*" {
                 return Ok(Cors::any());
             }
-            if !is_origin(origin) {
+            let Some(origin) = is_origin(origin)
+                .then(|| as_browsers_write(origin))
+                .flatten()
+            else {
                 return Err(InvalidOrigin(origin.to_owned()));
-            }
-            list.push(without_default_port(origin).as_bytes().into());
+            };
+            list.push(without_default_port(&origin).as_bytes().into());
         }
         Ok(Cors {
             origins: Some(list),
@@ -228,6 +233,45 @@ fn without_default_port(origin: &str) -> &str {
     origin.strip_suffix(default).unwrap_or(origin)
 }
 
+/// `origin` as a browser writes it in `Origin`: an IPv6 literal in the
+/// URL standard's form (`http://[0:0::1]` is sent as `http://[::1]`, hex
+/// in lower case, the first longest run of zero groups compressed, never
+/// dotted), the rest as given. `None` for a bracketed host that is not an
+/// IPv6 address.
+fn as_browsers_write(origin: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return Some(origin.into());
+    };
+    let Some((inside, after)) = rest.strip_prefix('[').and_then(|r| r.split_once(']')) else {
+        return Some(origin.into());
+    };
+    let groups = inside.parse::<std::net::Ipv6Addr>().ok()?.segments();
+    // The longest run of at least two zero groups, the first of equals.
+    let (mut best, mut run) = ((0, 0), (0, 0));
+    for (i, &g) in groups.iter().enumerate() {
+        run = if g == 0 {
+            (run.0, i + 1)
+        } else {
+            (i + 1, i + 1)
+        };
+        if run.1 - run.0 > best.1 - best.0 {
+            best = run;
+        }
+    }
+    let hex = |gs: &[u16]| {
+        gs.iter()
+            .map(|g| format!("{g:x}"))
+            .collect::<Vec<_>>()
+            .join(":")
+    };
+    let host = if best.1 - best.0 >= 2 {
+        format!("{}::{}", hex(&groups[..best.0]), hex(&groups[best.1..]))
+    } else {
+        hex(&groups)
+    };
+    Some(format!("{scheme}://[{host}]{after}").into())
+}
+
 /// The body of the `403` for a request from an origin that may not call.
 pub(crate) fn forbidden_body(origin: &HeaderValue) -> String {
     let origin = String::from_utf8_lossy(origin.as_bytes());
@@ -255,6 +299,8 @@ mod tests {
             "https://u@a.org",
             "https://a.org:80:80",
             "http://[::1",
+            "http://[localhost]",
+            "http://[::1::2]:80",
         ] {
             assert_eq!(
                 Cors::origins([bad]).unwrap_err(),
@@ -270,6 +316,25 @@ mod tests {
         assert!(!cors.allows(b"null"));
         let v6 = Cors::origins(["http://[::1]:8545", "http://[::1]"]).unwrap();
         assert!(v6.allows(b"http://[::1]:8545") && v6.allows(b"http://[::1]"));
+        // Listed in any form, matched in the one browsers send.
+        let v6 = Cors::origins([
+            "http://[0:0:0:0:0:0:0:1]:8545",
+            "https://[2001:DB8:0:0:1:0:0:1]:443",
+            "http://[::ffff:192.0.2.1]",
+            "http://[1:0:2:0:3:0:4:0]",
+            "http://[0:0:1:0:0:0:0:0]",
+        ])
+        .unwrap();
+        for sent in [
+            "http://[::1]:8545",
+            "https://[2001:db8::1:0:0:1]",
+            "http://[::ffff:c000:201]",
+            "http://[1:0:2:0:3:0:4:0]",
+            "http://[0:0:1::]",
+        ] {
+            assert!(v6.allows(sent.as_bytes()), "{sent}");
+        }
+        assert!(!v6.allows(b"http://[::1]:8546"));
         assert!(
             Cors::origins(["https://a.org", "*"])
                 .unwrap()

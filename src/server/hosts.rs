@@ -19,7 +19,7 @@
 //!
 //! | request | answer |
 //! | --- | --- |
-//! | its host listed (`Host`, or the request target's authority: HTTP/2's `:authority`, an absolute-form target), any port, any case | as without the check |
+//! | its host listed (`Host`, or the request target's authority: HTTP/2's `:authority`, an absolute-form target), any port, any case, with or without the root's trailing dot (`localhost.`) | as without the check |
 //! | its host an IP address (`127.0.0.1`, `[::1]`, `192.0.2.7:8545`), listed or not | as without the check: rebinding needs a name, so a request naming an address is not a rebound page's (geth lets them through too) |
 //! | its host not listed | `403`, a -32600 body naming the host, before the body is read (the connection closes after it); counted as [`LimitKind::Host`](super::LimitKind::Host) (MCP's endpoint keeps no metrics) |
 //! | HTTP/1.1 without `Host`, or with more than one | `400`, a -32600 body (RFC 9112 §3.2); counted the same; with no allowlist too (below) |
@@ -110,14 +110,15 @@ impl AllowedHosts {
                 .strip_prefix('[')
                 .and_then(|h| h.strip_suffix(']'))
                 .unwrap_or(given);
+            let plain = without_root_dot(bare.as_bytes());
             let name = if let Ok(v6) = bare.parse::<Ipv6Addr>() {
                 v6.to_string()
-            } else if !bare.is_empty()
-                && bare
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+            } else if !plain.is_empty()
+                && plain
+                    .iter()
+                    .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
             {
-                bare.to_ascii_lowercase()
+                String::from_utf8_lossy(plain).to_ascii_lowercase()
             } else {
                 return Err(InvalidHost(given.to_owned()));
             };
@@ -140,6 +141,7 @@ impl AllowedHosts {
         };
         match host_name(host) {
             Some(Name::Plain(name)) => {
+                let name = without_root_dot(name);
                 list.iter().any(|h| h.as_bytes().eq_ignore_ascii_case(name)) || is_ipv4(name)
             }
             Some(Name::V6) => true,
@@ -316,6 +318,15 @@ fn is_ipv4(name: &[u8]) -> bool {
     parts == 4
 }
 
+/// A name without the root's trailing dot: `localhost.` is the fully
+/// qualified form of `localhost`, the same host to DNS.
+fn without_root_dot(name: &[u8]) -> &[u8] {
+    match name {
+        [rest @ .., b'.'] if !rest.is_empty() => rest,
+        _ => name,
+    }
+}
+
 /// A host's name without its port.
 enum Name<'a> {
     Plain(&'a [u8]),
@@ -423,9 +434,20 @@ mod tests {
 
     #[test]
     fn hosts_match_without_port_or_case() {
-        let hosts = AllowedHosts::list(["Localhost", "127.0.0.1", "[0:0:0:0:0:0:0:1]"]).unwrap();
+        let hosts = AllowedHosts::list([
+            "Localhost",
+            "127.0.0.1",
+            "[0:0:0:0:0:0:0:1]",
+            "node.example.org.",
+        ])
+        .unwrap();
         for good in [
             &b"localhost"[..],
+            // The fully qualified forms name the same hosts.
+            b"localhost.",
+            b"localhost.:8545",
+            b"node.example.org",
+            b"node.example.org.:443",
             b"LOCALHOST:8545",
             b"localhost:",
             b"127.0.0.1:1",
@@ -443,6 +465,8 @@ mod tests {
             &b""[..],
             b":8545",
             b"localhost.attacker.example",
+            b"localhost..",
+            b".",
             b"attacker.example:8545",
             b"localhost:85x",
             b"localhost:8545:1",
