@@ -196,8 +196,10 @@ fn by_id(id: BlockId) -> At {
     }
 }
 
-/// `trace_filter`'s range: by its oldest end (`fromBlock`, absent:
-/// `latest`), the blocks it replays.
+/// `trace_filter`'s range: by its oldest end, the blocks it replays. An
+/// absent `fromBlock` is block 0 to erigon and reth, the nodes that serve
+/// `trace_filter` today (OpenEthereum read it as `latest`): only an
+/// archive holds the state that range replays.
 fn by_filter(v: RawJson<'_>) -> At {
     let Ok(filter) = v.log_filter() else {
         return At::Unknown;
@@ -206,7 +208,7 @@ fn by_filter(v: RawJson<'_>) -> At {
         return At::Unknown;
     }
     match filter.from_block() {
-        Ok(None) => At::Recent,
+        Ok(None) => At::Earliest,
         Ok(Some(b)) => by_id(BlockId::from(b)),
         Err(_) => At::Unknown,
     }

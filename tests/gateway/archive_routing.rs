@@ -316,6 +316,29 @@ async fn earliest_goes_to_the_archive_without_asking_the_head() {
     assert_eq!(full.heads_asked(), 0);
 }
 
+/// `trace_filter` replays the blocks of its range: one starting at an old
+/// block, or with no `fromBlock` (block 0 to erigon and reth), is the
+/// archive's; one starting among the latest stays on the full node.
+#[tokio::test]
+async fn trace_filter_goes_by_the_start_of_its_range() {
+    let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
+    let gw = start(config(&full, Some(archive.addr))).await;
+    for (filter, answer) in [
+        (json!({"toBlock": quantity(HEAD)}), ARCHIVE),
+        (
+            json!({"fromBlock": quantity(3), "toBlock": quantity(4)}),
+            ARCHIVE,
+        ),
+        (json!({"fromBlock": quantity(HEAD - 1)}), FULL),
+        (json!({"fromBlock": "latest", "count": 5}), FULL),
+    ] {
+        let reply = call(gw.addr, "trace_filter", json!([filter])).await;
+        assert_eq!(reply["result"], answer, "{filter}: {reply}");
+    }
+    assert_eq!(archive.count("trace_filter"), 2);
+    assert_eq!(full.count("trace_filter"), 2);
+}
+
 #[tokio::test]
 async fn methods_that_read_no_state_stay_on_the_full_node() {
     let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
