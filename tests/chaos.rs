@@ -985,12 +985,19 @@ async fn soak(kind: Kind, own_http1: bool, seed: u64) {
     let sockets_before = sockets();
     let tasks = tokio::runtime::Handle::current().metrics();
     let server = start(kind, own_http1).await;
-    let open = || server.metrics.as_ref().map_or(0, |m| m.connections_open());
+    // MCP's endpoint counts no connections: its sockets past the
+    // listener's are its connections.
+    let open = || {
+        server.metrics.as_ref().map_or_else(
+            || sockets().saturating_sub(sockets_before + 1),
+            |m| m.connections_open(),
+        )
+    };
     let detail = || {
-        server
-            .metrics
-            .as_ref()
-            .map_or(String::new(), |m| m.render())
+        server.metrics.as_ref().map_or_else(
+            || format!("{} sockets, {sockets_before} before", sockets()),
+            |m| m.render(),
+        )
     };
     let rss0 = rss_kib();
     let calls = phase(server.addr, kind, seed).await;
