@@ -2338,7 +2338,8 @@ async fn draining_for_an_answer(
 /// messages read then are, and the connection ends as the shutdown (1001),
 /// as the stream driver's does: an oversized message got its -32600 and a
 /// 1009 (counted as a limit hit), text that is not UTF-8 a 1007, and the
-/// client's close frame made it end as `Client` (found by a review).
+/// client's close frame made it end as `Client` (found by a review); the
+/// client's close is answered with its own code.
 #[tokio::test]
 async fn what_the_client_sends_while_draining_ends_it_as_the_shutdown() {
     let _shared = HEAP.read().await;
@@ -2366,6 +2367,11 @@ async fn what_the_client_sends_while_draining_ends_it_as_the_shutdown() {
         assert!(texts.is_empty(), "{what}: {texts:?}");
         if what != "a close frame" {
             assert_eq!(close, Some(1001), "{what}");
+        } else {
+            // RFC 6455 §5.5.1: answered with a close (it was not: the
+            // shutdown's own close, refused after the client's, ended the
+            // wait for the answer).
+            assert_eq!(close, Some(1000), "the client's close is answered");
         }
         assert_eq!(reason, CloseReason::Shutdown, "{what}");
         assert_eq!(metrics.limit_count(LimitKind::MessageLen), 0, "{what}");

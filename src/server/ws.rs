@@ -562,6 +562,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             pongs_buffered: 0,
             invalid_utf8: false,
             unread_frame: false,
+            client_closed: false,
             held: HeldMessages::default(),
         };
         let reason = std::future::poll_fn(|cx| driver.poll_open(cx)).await;
@@ -1199,6 +1200,9 @@ struct Driver<'s, S, K, T> {
     /// Draining, an oversized frame was refused from its header: its rest
     /// is unread on the socket.
     unread_frame: bool,
+    /// Draining, the client's close frame was read (the connection ends
+    /// as the shutdown, and tungstenite answers that close).
+    client_closed: bool,
     /// A ping read while the socket took no writes: answered once it does
     /// (the latest only, as RFC 6455 allows).
     pong: Option<Bytes>,
@@ -1559,7 +1563,10 @@ where
         let input = match message {
             Message::Text(text) => Bytes::from(text),
             Message::Binary(bytes) => bytes,
-            Message::Close(_) if self.drain.is_some() => return Err(CloseReason::Shutdown),
+            Message::Close(_) if self.drain.is_some() => {
+                self.client_closed = true;
+                return Err(CloseReason::Shutdown);
+            }
             Message::Close(_) => return Err(CloseReason::Client),
             // tungstenite queued the pong already, out of sight of the
             // writer's backpressure: a client that pings and never reads
@@ -1787,6 +1794,9 @@ where
         };
         let close = match reason {
             CloseReason::Io => return,
+            // tungstenite answers the client's close (it refuses to send
+            // anything after it, so ours would end the wait unanswered).
+            _ if self.client_closed => None,
             CloseReason::Client => None,
             CloseReason::Idle => Some(frame(CloseCode::Away, "idle timeout")),
             CloseReason::Shutdown => Some(frame(CloseCode::Away, "server shutting down")),
