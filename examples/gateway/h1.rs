@@ -376,19 +376,30 @@ async fn exchange(
     start: usize,
     max: usize,
 ) -> Result<(u16, BodyAt, bool), Exchange> {
-    if let Err(e) = conn.stream.write_all(&conn.buf[start..]).await {
-        return Err(match e.kind() {
-            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Exchange::Stale,
-            _ => failed(format!("connection lost: {e}")),
-        });
-    }
+    let written = conn.stream.write_all(&conn.buf[start..]).await;
     conn.buf.clear();
+    // A server may answer before it has read the whole request and stop
+    // reading (geth's 413 on the Content-Length, then a reset): the write
+    // fails, and the answer is in the socket's receive queue. Only when
+    // nothing came back did the server close without answering.
+    let answered_early = match written {
+        Ok(()) => false,
+        Err(e) => match fill(conn).await {
+            Ok(true) => true,
+            _ => {
+                return Err(match e.kind() {
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => Exchange::Stale,
+                    _ => failed(format!("connection lost: {e}")),
+                });
+            }
+        },
+    };
     // The head.
     let Head {
         status,
         len: head_len,
         framing,
-        close,
+        mut close,
     } = {
         let mut interim = 0;
         loop {
@@ -421,6 +432,9 @@ async fn exchange(
         }
     };
     conn.buf.advance(head_len);
+    // The rest of the request is still unread by the server: the
+    // connection cannot carry another.
+    close |= answered_early;
     let too_large = || Exchange::Failed(H1Error::TooLarge);
     let cut = || failed("the connection closed in the middle of the reply");
     let body = match framing {

@@ -1825,3 +1825,61 @@ async fn subscription_methods_the_gateway_cannot_relay_are_refused() {
     // Other methods still go to the upstream.
     assert_ok_call(gw.addr, "2", "after the refusals").await;
 }
+
+/// An upstream that answers before it has read the whole request and
+/// resets the connection (geth's 413 on the Content-Length, then Go's
+/// reset): its answer reaches the client through both HTTP clients, and
+/// the request is not sent again. The gateway's own client took the
+/// failed write for a closed connection: "the connection closed before
+/// any reply", the request written a second time on a reused connection
+/// (found by a review).
+#[tokio::test]
+async fn an_answer_before_the_request_is_read_reaches_the_client() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    let heads = Arc::new(Mutex::new(0usize));
+    let counted = Arc::clone(&heads);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let counted = Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                *counted.lock().unwrap() += 1;
+                let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"request too large"}}"#;
+                let reply = format!(
+                    "HTTP/1.1 413 Request Entity Too Large\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = s.write_all(reply.as_bytes()).await;
+                // Closed with most of the body unread: a reset.
+            });
+        }
+    });
+    for hyper_client in [true, false] {
+        *heads.lock().unwrap() = 0;
+        let mut config = proxy_config(up, hyper_client);
+        config.timeout = Duration::from_secs(5);
+        let gw = start(config).await;
+        // Larger than the loopback socket's buffers: the write fails.
+        let big = "ab".repeat(2_400_000);
+        let r = call(
+            gw.addr,
+            &format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"eth_sendRawTransaction","params":["0x{big}"]}}"#
+            ),
+        )
+        .await;
+        assert_eq!(
+            r["error"]["message"], "request too large",
+            "hyper {hyper_client}: {r}"
+        );
+        assert_eq!(*heads.lock().unwrap(), 1, "hyper {hyper_client}: sent once");
+    }
+}
