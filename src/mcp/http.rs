@@ -222,7 +222,7 @@ struct EndpointInner {
 }
 
 /// Why a session ended.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Ending {
     /// Its client sent `DELETE`: done with it and its calls.
     Deleted,
@@ -237,8 +237,12 @@ enum Ending {
 
 struct HttpSession {
     state: Arc<SessionState>,
-    /// Fires when the session ends (`DELETE`), closing its GET streams.
-    ended: tokio::sync::watch::Sender<bool>,
+    /// Says how the session ended, when it does (closing its GET
+    /// streams). Set with `send_replace`: a plain `send` with nobody
+    /// subscribed stores nothing, and a subscriber that comes after the
+    /// end (a GET that found the session just before a `DELETE`) would
+    /// read it as running for good.
+    ended: tokio::sync::watch::Sender<Option<Ending>>,
     /// When it was last used: a tick of the endpoint's session clock
     /// (`EndpointInner::ticks`), for evicting the one unused for longest.
     used: AtomicU64,
@@ -285,7 +289,7 @@ impl HttpSession {
                 max_in_flight.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
             )),
             state,
-            ended: tokio::sync::watch::channel(false).0,
+            ended: tokio::sync::watch::channel(None).0,
             used: AtomicU64::new(used),
             streams: Mutex::new(Vec::new()),
             next_stream: AtomicU64::new(0),
@@ -353,7 +357,7 @@ impl HttpSession {
     /// calls of an evicted session run on while their POSTs are open, and
     /// get their replies (a call whose POST closed stops).
     fn end(&self, ending: Ending) {
-        let _ = self.ended.send(true);
+        self.ended.send_replace(Some(ending));
         if ending == Ending::Deleted {
             // Before the peers close: a call then sees its cancellation,
             // not its requests failing, whichever it is polled for first.
@@ -853,27 +857,44 @@ fn origin_ok(origin: Option<&HeaderValue>, allowed: &[String]) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1")
 }
 
-/// Which of JSON and SSE an `Accept` header takes.
+/// Which of JSON and SSE an `Accept` header takes. The most specific range
+/// that names a type decides it (RFC 9110 §12.5.1), and `q=0` is "not
+/// acceptable": `*/*, application/json;q=0` takes SSE only.
 fn accepts(headers: &HeaderMap) -> (bool, bool) {
-    let (mut json, mut sse) = (false, false);
+    // For each type: how specific its best range was (0: none, 1: `*/*`,
+    // 2: `type/*`, 3: exact) and whether that range accepts it.
+    let (mut json, mut sse) = ((0, false), (0, false));
+    let take = |best: &mut (u8, bool), specific: u8, accepted: bool| {
+        // Of equally specific ranges, one that accepts wins.
+        if specific > best.0 || (specific == best.0 && accepted) {
+            *best = (specific, accepted);
+        }
+    };
     for value in headers.get_all(hyper::header::ACCEPT) {
         let Ok(value) = value.to_str() else { continue };
         for item in value.split(',') {
-            let media = item
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
+            let mut parts = item.split(';');
+            let media = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            let refused = parts.any(|p| {
+                let (name, value) = p.split_once('=').unwrap_or((p, ""));
+                name.trim().eq_ignore_ascii_case("q")
+                    && value.trim().parse::<f32>().is_ok_and(|q| q == 0.0)
+            });
+            let accepted = !refused;
             match media.as_str() {
-                "*/*" => (json, sse) = (true, true),
-                "application/json" | "application/*" => json = true,
-                "text/event-stream" | "text/*" => sse = true,
+                "*/*" => {
+                    take(&mut json, 1, accepted);
+                    take(&mut sse, 1, accepted);
+                }
+                "application/*" => take(&mut json, 2, accepted),
+                "application/json" => take(&mut json, 3, accepted),
+                "text/*" => take(&mut sse, 2, accepted),
+                "text/event-stream" => take(&mut sse, 3, accepted),
                 _ => {}
             }
         }
     }
-    (json, sse)
+    (json.1, sse.1)
 }
 
 /// Decodes a header value that may use the `=?base64?…?=` form.
@@ -1142,7 +1163,7 @@ impl Endpoint {
         let mut ended = session.ended.subscribe();
         // Ended between the lookup and the subscription: the change is
         // already seen, so `changed()` would never fire.
-        if *ended.borrow() {
+        if ended.borrow().is_some() {
             return status_only(StatusCode::NOT_FOUND);
         }
         let stream_id = session.next_stream.fetch_add(1, Ordering::Relaxed);
@@ -1520,16 +1541,15 @@ impl Endpoint {
             }),
             asking.map(|s| Arc::clone(&s.request_ids)),
         );
-        let listed = match asking {
-            Some(session) => Some(session.enlist(&peer)),
-            None => {
-                // No session (revision 2026-07-28, which has no requests
-                // from the server, or a message outside one): no answer
-                // could reach the call, so requests fail at once.
-                peer.close();
-                None
-            }
-        };
+        let listed = asking.map(|session| session.enlist(&peer));
+        if asking.is_none() || id.is_none() {
+            // No session (revision 2026-07-28, which has no requests from
+            // the server, or a message outside one), or a message without
+            // id, answered by a 202 that carries nothing: no request could
+            // reach the client, so its call's requests fail at once (they
+            // waited for their timeout, the 202 held back with them).
+            peer.close();
+        }
         // Its requests' deadlines (`Peer::request_with`) are kept while
         // the call runs (when it ends, the listing's end closes the peer).
         let expiring = peer.clone();
@@ -1539,6 +1559,7 @@ impl Endpoint {
         let id_bytes: Option<Box<[u8]>> = id.map(|i| i.get().as_bytes().into());
         let is_request = id_bytes.is_some();
         let mut session_ended = asking.map(|s| s.ended.subscribe());
+        let mut session_deleted = session_ended.clone();
         let mut cancel = None;
         if let Some(i) = &id_bytes {
             match session_state.register(i) {
@@ -1590,10 +1611,21 @@ impl Endpoint {
                     // evicted: below). Without a session nothing could
                     // ever cancel it, so it stops at once.
                     _ = tx.closed(), if !stream_closed => stream_closed = true,
+                    // A notification's call (a `tools/call` without id) of
+                    // a session its client deletes stops as the session's
+                    // requests do (they are cancelled through their ids).
+                    _ = async {
+                        if let Some(ended) = session_deleted.as_mut()
+                            && ended.wait_for(|e| *e == Some(Ending::Deleted)).await.is_ok()
+                        {
+                            return;
+                        }
+                        std::future::pending::<()>().await
+                    }, if !is_request => break,
                     _ = async {
                         if let Some(ended) = session_ended.as_mut() {
                             // An error: the session is gone, ended too.
-                            let _ = ended.wait_for(|ended| *ended).await;
+                            let _ = ended.wait_for(Option::is_some).await;
                         }
                     }, if stream_closed => {
                         if let Some(i) = &id_bytes { conn.cancel(i); }
@@ -1732,6 +1764,59 @@ mod tests {
             Some(&HeaderValue::from_static("https://app.example")),
             &["https://app.example".into()]
         ));
+    }
+
+    #[test]
+    fn accept_takes_the_most_specific_range_and_q_zero_refuses() {
+        let takes = |accept: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                hyper::header::ACCEPT,
+                HeaderValue::from_str(accept).unwrap(),
+            );
+            accepts(&headers)
+        };
+        assert_eq!(takes("application/json, text/event-stream"), (true, true));
+        assert_eq!(takes("*/*"), (true, true));
+        assert_eq!(takes("application/*;q=0.5, text/*"), (true, true));
+        // RFC 9110 §12.5.1: q=0 is "not acceptable".
+        assert_eq!(
+            takes("application/json;q=0, text/event-stream"),
+            (false, true)
+        );
+        assert_eq!(takes("application/json; Q=0.000"), (false, false));
+        assert_eq!(takes("*/*, application/json;q=0"), (false, true));
+        assert_eq!(takes("*/*;q=0, text/event-stream"), (false, true));
+        assert_eq!(takes("application/json;q=0.001"), (true, false));
+        assert_eq!(takes("text/plain"), (false, false));
+    }
+
+    /// A GET that found its session just before a `DELETE` ended it
+    /// subscribes after the end: it must read the session as ended (a
+    /// plain watch `send` with nobody subscribed stored nothing, and the
+    /// stream opened on the deleted session for good). Found by a review.
+    #[test]
+    fn an_ended_session_reads_as_ended_to_a_late_subscriber() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _entered = rt.enter();
+        let server = McpServer::builder("t", "1").build().unwrap();
+        let endpoint = Endpoint::new(server, HttpConfig::default());
+        let session = Arc::new(HttpSession::new(
+            Arc::new(SessionState::default()),
+            0,
+            4,
+            endpoint.inner.epoch,
+        ));
+        endpoint
+            .sessions_lock()
+            .insert("s".into(), Arc::clone(&session));
+        let found = endpoint.session("s").expect("listed");
+        let removed = endpoint.sessions_lock().remove("s").unwrap();
+        removed.end(Ending::Deleted);
+        let ended = found.ended.subscribe();
+        assert_eq!(*ended.borrow(), Some(Ending::Deleted));
     }
 
     #[test]

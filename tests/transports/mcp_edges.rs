@@ -43,10 +43,12 @@ const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"p
 
 // ----------------------------------------------------------------- HTTP
 
-/// A progress token is echoed as the client wrote it, and JSON may span
-/// lines (whitespace between tokens): every line of an SSE event's data
-/// needs its own `data:` field, or the event's data is cut at the first
-/// line break and the rest is read as a field of its own.
+/// A progress token is echoed as the client wrote it, in events whose
+/// data holds line breaks only as JSON escapes (a message with `\n`).
+/// Tokens that could span lines (objects and arrays, whitespace between
+/// their tokens) are refused since session 49 (the spec allows strings and
+/// integers); `sse_event`'s unit test checks that JSON spanning lines
+/// gives each line its `data:` field.
 #[tokio::test]
 async fn http_sse_events_stay_whole_when_the_json_spans_lines() {
     let h = http_server(server()).await;
@@ -55,7 +57,7 @@ async fn http_sse_events_stay_whole_when_the_json_spans_lines() {
         ("mcp-session-id", sid.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
     ];
-    for token in ["{\"a\":\n1}", "[\r\n1,\r2\n]", "\"plain\"", "7"] {
+    for token in ["\"plain\"", "7", "\"two\\nlines\"", "-12"] {
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"steps","arguments":{{"n":3}},"_meta":{{"progressToken":{token}}}}}}}"#
         );
@@ -1579,4 +1581,89 @@ async fn a_closed_response_stream_does_not_cancel_a_session_call() {
         running.load(Ordering::SeqCst) == 0
     })
     .await;
+}
+
+/// A `tools/call` sent as a notification is answered by a 202 that
+/// carries nothing, so a request its tool sends the client could never be
+/// seen: it fails at once, and the 202 goes as the tool ends. It was sent
+/// into the void, and the tool and its POST waited for the ask's timeout
+/// (an hour here). Found by a review.
+#[tokio::test]
+async fn a_notifications_call_cannot_ask_the_client() {
+    let h = http_server(asking_server()).await;
+    let sid = http_session_with(h.addr, r#"{"sampling":{}}"#).await;
+    let session = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let a = tokio::time::timeout(
+        Duration::from_secs(20),
+        post(
+            h.addr,
+            &session,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"ask-politely","arguments":{}}}"#,
+        ),
+    )
+    .await
+    .expect("the 202 once the tool ends, not after its ask's timeout");
+    assert_eq!(a.status, 202, "{}", a.body);
+    assert_eq!(a.body, "");
+}
+
+/// `DELETE` cancels the session's running calls: a call sent as a
+/// notification too (its tool ran on for as long as it took, holding the
+/// deleted session's memory and its POST). Found by a review.
+#[tokio::test]
+async fn delete_cancels_a_call_sent_as_a_notification() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    struct Running(Arc<AtomicUsize>);
+    impl Drop for Running {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let running = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&running);
+    let holding = McpServer::builder("r", "1")
+        .tool(Tool::new(
+            "hold",
+            json!({"type": "object"}),
+            move |_, _cx: ToolContext| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let guard = Running(Arc::clone(&counted));
+                async move {
+                    let _guard = guard;
+                    tokio::time::sleep(Duration::from_secs(600)).await;
+                    Ok(ToolOutput::text("held"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(holding).await;
+    let sid = http_session(h.addr).await;
+    let body = r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"hold","arguments":{}}}"#;
+    let (addr, kept_sid) = (h.addr, sid.clone());
+    let notification = tokio::spawn(async move {
+        let session = [
+            ("mcp-session-id", kept_sid.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ];
+        let headers = [mcp_http::JSON_SSE, mcp_http::CT, session[0], session[1]];
+        mcp_http::send(addr, "POST", &headers, body)
+            .await
+            .1
+            .status()
+    });
+    crate::eventually::eventually("the call to start", || running.load(Ordering::SeqCst) == 1)
+        .await;
+    let deleted = request(h.addr, "DELETE", &[("mcp-session-id", &sid)], "").await;
+    assert_eq!(deleted.status, 200);
+    let status = tokio::time::timeout(Duration::from_secs(20), notification)
+        .await
+        .expect("the notification's POST answered once its call stopped")
+        .unwrap();
+    assert_eq!(status, 202);
+    assert_eq!(running.load(Ordering::SeqCst), 0, "the tool was dropped");
 }
