@@ -646,6 +646,37 @@ impl Connection {
         self.engine.release_buffers(keep);
     }
 
+    /// Whether a message refused unread as too large is an answer, read
+    /// from its start: `buf` holds it from its first byte, maybe after
+    /// whitespace, and at least `limit` bytes of it (the limit it passed).
+    /// Only those are read, so that the answer does not depend on how
+    /// reads cut the stream. An answer is an object whose `id` comes
+    /// before its `result` or `error`, as JSON-RPC libraries write them. Its request, if one waits, ends at once with
+    /// [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse)
+    /// (the parser's "message too large"): it waited for its deadline, or
+    /// for good without one. An answer is not answered: the transport
+    /// writes no -32600 for it. Only on a connection with a peer (one that
+    /// sends requests); an answer whose id comes after its result cannot
+    /// be told from a request and is refused as one.
+    #[cfg(feature = "server")]
+    pub(crate) fn refused_answer(&self, buf: &[u8], limit: usize) -> bool {
+        let Some(peer) = self.context.peer() else {
+            return false;
+        };
+        // Its id is near its start: what lies beyond is not looked at.
+        const HEAD: usize = 64 << 10;
+        let start = crate::scan::skip_ws(buf, 0);
+        let head = &buf[start..buf.len().min(start + limit.min(HEAD))];
+        let Some(id) = crate::peer::answer_id_in_head(head) else {
+            return false;
+        };
+        let error = crate::Error::new(crate::error::ErrorKind::MessageTooLarge, limit);
+        if !peer.fail(id, crate::peer::PeerError::InvalidResponse(error)) {
+            self.unmatched.set(self.unmatched.get() + 1);
+        }
+        true
+    }
+
     /// Hands an incoming response to the peer's pending table.
     pub(crate) fn deliver(&self, input: Option<&Bytes>, response: crate::message::Incoming<'_>) {
         use crate::message::Incoming;

@@ -1335,10 +1335,84 @@ impl fmt::Debug for Peer {
     }
 }
 
+/// The id of the answer whose first bytes are `head`: an object whose
+/// `id` member comes before its `result` or `error`, with no `method`
+/// before them. Read as far as its members are whole; `None` when what was
+/// read does not say.
+pub(crate) fn answer_id_in_head(head: &[u8]) -> Option<Id<'_>> {
+    use crate::scan::{scan_string, skip_value, skip_ws};
+    if head.first() != Some(&b'{') {
+        return None;
+    }
+    let (mut id, mut answer) = (None, false);
+    let mut pos = 1;
+    loop {
+        pos = skip_ws(head, pos);
+        if head.get(pos) != Some(&b'"') {
+            return None;
+        }
+        let name_end = scan_string(head, pos + 1).ok()?.end;
+        let name = &head[pos + 1..name_end - 1];
+        pos = skip_ws(head, name_end);
+        if head.get(pos) != Some(&b':') {
+            return None;
+        }
+        pos = skip_ws(head, pos + 1);
+        match name {
+            b"method" => return None,
+            b"result" | b"error" => answer = true,
+            _ => {}
+        }
+        if answer && id.is_some() {
+            return id;
+        }
+        let end = skip_value(head, pos, 1, 64).ok()?;
+        if name == b"id" {
+            id = Some(Id::from_json(&head[pos..end])?);
+        }
+        pos = skip_ws(head, end);
+        match head.get(pos) {
+            Some(b',') => pos += 1,
+            _ => return None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn an_answer_s_id_is_read_from_its_start() {
+        let id = |head: &str| answer_id_in_head(head.as_bytes()).map(|i| i.as_bytes().to_vec());
+        for (head, want) in [
+            (r#"{"jsonrpc":"2.0","id":7,"result":"xxxx"#, Some(&b"7"[..])),
+            (
+                r#"{"id":"a-1","jsonrpc":"2.0","error":{"code":-1,"mess"#,
+                Some(b"\"a-1\""),
+            ),
+            (
+                "{ \"jsonrpc\" : \"2.0\" , \"id\" : 12 , \"result\" : [",
+                Some(b"12"),
+            ),
+            // Not told by what was read, or not an answer.
+            (r#"{"jsonrpc":"2.0","result":"xxxx"#, None),
+            (r#"{"jsonrpc":"2.0","result":1,"id":7}"#, None),
+            (r#"{"jsonrpc":"2.0","id":7,"method":"x","params":["#, None),
+            (r#"{"method":"x","id":7,"result":1"#, None),
+            (r#"{"jsonrpc":"2.0","id":7"#, None),
+            (r#"{"jsonrpc":"2.0","id":[7],"result":1"#, None),
+            (r#"[{"jsonrpc":"2.0","id":7,"result":1"#, None),
+            (r#"{"jsonrpc":"2.0","id":12"#, None),
+            // The caller skips what comes before the message.
+            ("Content-Length: 9\r\n\r\n{\"id\":3,\"result\":{", None),
+            (" {\"id\":3,\"result\":{", None),
+            ("", None),
+        ] {
+            assert_eq!(id(head).as_deref(), want, "{head:?}");
+        }
+    }
 
     /// The deadline heap agrees with a scan of the pending requests through
     /// inserts, answers, cancellations, replacements and expiries in a

@@ -76,6 +76,9 @@ pub(crate) struct HeldRefusal {
     /// The framer gave up there: the connection closes once it is
     /// answered.
     pub(crate) closes: bool,
+    /// It was an answer (`Connection::refused_answer`): counted, not
+    /// answered.
+    pub(crate) answer: bool,
 }
 
 // The dispatcher's engine holds messages and takes out those a notice

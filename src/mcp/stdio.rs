@@ -92,9 +92,16 @@ impl McpServer {
                         break;
                     }
                     Step::Garbage { consumed, error } => {
+                        // An answer too large to read (a sampling result)
+                        // ends the request it answers, and is not answered.
+                        let answer = error
+                            .limit()
+                            .is_some_and(|l| conn.refused_answer(&input, l));
                         input.advance(consumed);
-                        error.write_reply(&mut wire);
-                        wire.push(b'\n');
+                        if !answer {
+                            error.write_reply(&mut wire);
+                            wire.push(b'\n');
+                        }
                     }
                     Step::Close(error) => {
                         error.write_reply(&mut wire);

@@ -1002,6 +1002,15 @@ where
     /// Starts a framed message, or holds it while the calls in flight are
     /// at the limit (answers to the handlers' requests excepted).
     fn take_frame(&mut self, frame: Bytes) {
+        if frame.len() > self.max_message_len
+            && self.conn.refused_answer(&frame, self.max_message_len)
+        {
+            // An answer too large to read: its request ended, and an
+            // answer is not answered (nor held: it starts nothing).
+            self.peaks.messages_read += 1;
+            self.limit_hit(LimitKind::MessageLen);
+            return;
+        }
         if self.draining {
             match self.at_limit(&frame) {
                 AtLimit::Start => self.start_message(frame),
@@ -1131,12 +1140,14 @@ where
                     break;
                 }
                 Step::Garbage { consumed, error } => {
+                    let answer = self.refused_answer(&error);
                     self.rbuf.advance(consumed);
-                    self.refuse_in_turn(error, false);
+                    self.refuse_in_turn(error, false, answer);
                     progress = true;
                 }
                 Step::Close(error) => {
-                    self.refuse_in_turn(error, true);
+                    let answer = self.refused_answer(&error);
+                    self.refuse_in_turn(error, true, answer);
                     progress = true;
                 }
             }
@@ -1324,7 +1335,7 @@ where
     /// so that a message held before them that shuts down drops them, as
     /// it would have had the reads stopped short of them. Shutting down,
     /// they are dropped as the messages around them are.
-    fn refuse_in_turn(&mut self, error: FrameError, closes: bool) {
+    fn refuse_in_turn(&mut self, error: FrameError, closes: bool, answer: bool) {
         if self.draining {
             if closes {
                 self.stop(CloseReason::Shutdown);
@@ -1336,7 +1347,11 @@ where
                 frame: Bytes::new(),
                 answers_taken: false,
                 ids_given_below: 0,
-                refused: Some(HeldRefusal { error, closes }),
+                refused: Some(HeldRefusal {
+                    error,
+                    closes,
+                    answer,
+                }),
             };
             self.held.push_back(refusal, None);
             if closes {
@@ -1347,24 +1362,45 @@ where
                 self.close_peer();
             }
         } else {
-            self.refuse_now(HeldRefusal { error, closes });
+            self.refuse_now(HeldRefusal {
+                error,
+                closes,
+                answer,
+            });
         }
     }
 
-    fn refuse_now(&mut self, HeldRefusal { error, closes }: HeldRefusal) {
+    fn refuse_now(&mut self, refusal: HeldRefusal) {
+        let HeldRefusal { error, closes, .. } = refusal;
         if closes {
-            self.refused(error);
+            self.refused(refusal);
             // Held, it stopped the input already and left the reason open.
             self.reason = CloseReason::Framing(error);
             self.stop(self.reason);
         } else {
             self.peaks.messages_read += 1;
-            self.refused(error);
+            self.refused(refusal);
         }
     }
 
-    /// Answers a message the framer refused.
-    fn refused(&mut self, error: FrameError) {
+    /// Whether a message the framer refuses as too large, starting at the
+    /// front of the read buffer, is an answer to a request of this side
+    /// ([`Connection::refused_answer`]: its request ends now).
+    fn refused_answer(&self, error: &FrameError) -> bool {
+        match error.limit() {
+            Some(limit) if !error.is_header_too_large() => {
+                self.conn.refused_answer(&self.rbuf, limit)
+            }
+            _ => false,
+        }
+    }
+
+    /// Answers a message the framer refused (an answer only counted).
+    fn refused(&mut self, HeldRefusal { error, answer, .. }: HeldRefusal) {
+        if answer {
+            self.limit_hit(LimitKind::MessageLen);
+            return;
+        }
         if error.is_header_too_large() {
             self.limit_hit(LimitKind::Header);
         } else if error.is_too_large() {

@@ -857,6 +857,40 @@ async fn stdio_progress_and_logs_come_before_the_reply() {
     p.task.await.unwrap().unwrap();
 }
 
+/// A client's answer too large to read (a sampling result past the line
+/// limit) ends the request it answers at once, and is not answered: the
+/// tool hears it and its reply follows. It got a -32600 with `id: null`
+/// (an answer answered) and the tool waited for its deadline (an hour).
+#[tokio::test]
+async fn stdio_an_answer_too_large_to_read_ends_its_request() {
+    let s = asking_server();
+    let mut p = Pipe::new(&s);
+    p.init_with("2025-11-25", r#"{"sampling":{}}"#).await;
+    p.send(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask-client","arguments":{}}}"#)
+        .await;
+    let asked = loop {
+        let m = p.recv().await;
+        if m["method"] == "sampling/createMessage" {
+            break m;
+        }
+    };
+    let huge = "x".repeat(rpcwire::frame::DEFAULT_MAX_FRAME);
+    let answer = format!(
+        r#"{{"jsonrpc":"2.0","id":{},"result":{{"role":"assistant","content":{{"type":"text","text":"{huge}"}}}}}}"#,
+        asked["id"]
+    );
+    p.send(&answer).await;
+    let reply = loop {
+        let m = p.recv().await;
+        if m.get("method").is_none() {
+            break m;
+        }
+    };
+    assert_eq!(reply["id"], 2, "the first answer is the call's: {reply}");
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("no answer: InvalidResponse"), "{reply}");
+}
+
 #[tokio::test]
 async fn stdio_requests_to_the_client_fail_when_its_input_ends() {
     let s = asking_server();
