@@ -470,6 +470,13 @@ impl<F: Framer> Driver<F> {
     /// waiting for a slow answer is not closed by the idle timeout (the
     /// requests' own timeouts bound the wait).
     ///
+    /// Taking the peer turns the idle timeout off unless
+    /// [`idle_timeout`](Driver::idle_timeout) sets one: the side that sends
+    /// requests of its own is usually the client, whose connection is
+    /// quiet while it waits for notifications (an `eth_subscribe` to rare
+    /// logs) that live on the other side, out of this driver's sight. It
+    /// was closed as idle after [`Limits::idle_timeout`] without one.
+    ///
     /// ```
     /// use rpcwire::frame::Lines;
     /// use rpcwire::server::stream::Driver;
@@ -495,6 +502,7 @@ impl<F: Framer> Driver<F> {
     /// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
     /// ```
     pub fn peer(&mut self) -> crate::peer::Peer {
+        self.idle_timeout.get_or_insert(None);
         let made = self.outbound.get_or_insert_with(|| {
             let (outbox, rx, spilled) =
                 Outbox::spilling(self.limits.max_queued, self.metrics.clone());

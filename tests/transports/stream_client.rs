@@ -256,3 +256,66 @@ async fn a_deadline_set_while_the_output_is_full_still_passes() {
     assert_eq!(peer.pending(), 0);
     run.abort();
 }
+
+/// A client's subscriptions live on the server, out of its driver's
+/// sight: taking the peer turns the idle timeout off unless one is set
+/// (a client quiet while it waits for rare notifications was closed as
+/// idle after `Limits::idle_timeout`, its subscription with it). Set after
+/// `peer()`, one still applies. Found by a review.
+#[tokio::test]
+async fn a_client_waiting_for_notifications_is_not_closed_as_idle() {
+    use rpcwire::server::subscriptions::Subscriptions;
+    let server = Dispatcher::builder(())
+        .method("eth_subscribe", |c: Call<'_, ()>| {
+            let (id, sink) = Subscriptions::of(c.ctx)?.subscribe()?;
+            // Rare events: none here.
+            tokio::spawn(async move { sink.closed().await });
+            Ok::<_, RpcError>(id)
+        })
+        .build()
+        .unwrap();
+    let server = std::sync::Arc::new(server);
+    for explicit in [false, true] {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let d = std::sync::Arc::clone(&server);
+        tokio::spawn(async move {
+            let (r, w) = tokio::io::split(server_io);
+            Driver::new(Lines::new()).run(&*d, r, w).await
+        });
+        let limits = Limits {
+            idle_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        let mut driver = Driver::new(Lines::new()).limits(limits);
+        let peer = driver.peer();
+        if explicit {
+            driver = driver.idle_timeout(Some(Duration::from_millis(200)));
+        }
+        let run = tokio::spawn(async move {
+            let (r, w) = tokio::io::split(client_io);
+            let client = Dispatcher::builder(())
+                .method("eth_subscription", |_: Call<'_, ()>| Ok::<_, RpcError>(()))
+                .build()
+                .unwrap();
+            driver.run(&client, r, w).await
+        });
+        let id = peer
+            .request("eth_subscribe", Some(&["logs"]), HANG)
+            .await
+            .unwrap()
+            .decode::<String>()
+            .unwrap();
+        assert!(id.starts_with("0x"), "{id}");
+        if explicit {
+            let closed = tokio::time::timeout(HANG, run).await.unwrap().unwrap();
+            assert_eq!(closed.unwrap(), CloseReason::Idle);
+        } else {
+            tokio::time::sleep(Duration::from_millis(800)).await;
+            assert!(
+                !run.is_finished(),
+                "closed as idle: {:?}",
+                run.await.unwrap()
+            );
+        }
+    }
+}
