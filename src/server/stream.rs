@@ -58,7 +58,9 @@
 //!   calls run. A client that only goes quiet keeps its calls.
 //! * **Answers bad input and carries on.** A message the framer refuses
 //!   (over its size limit) gets its error reply with `id: null` and is
-//!   counted ([`LimitKind::MessageLen`]); bytes the framer cannot
+//!   counted ([`LimitKind::MessageLen`]), unless its start shows an
+//!   answer (`{"jsonrpc":"2.0","id":7,"result":…`): that ends the request
+//!   it answers (`PeerError::InvalidResponse`) and is not answered; bytes the framer cannot
 //!   resynchronise after are answered, then the connection closes once the
 //!   calls in flight are answered.
 //! * **Closes cleanly.** At the end of the input it answers every message
