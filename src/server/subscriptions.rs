@@ -637,6 +637,12 @@ impl Registry {
         if entry.open {
             state.open -= 1;
         }
+        if entry.in_ready {
+            // Listed ids are skipped only by a writer that finds something
+            // queued: with nothing queued they stayed, one per ended
+            // subscription, for the connection's life.
+            state.ready.retain(|&listed| listed != id);
+        }
         self.publish(&state);
         drop(state);
         entry.signal.close();
@@ -676,16 +682,23 @@ impl Registry {
         if full(entry.queue.len(), state.queued, state.queued_bytes) {
             match self.config.policy {
                 SlowPolicy::DropOldest => {
+                    let own_bytes: usize = entry.queue.iter().map(Bytes::len).sum();
+                    let others = state.queued - entry.queue.len();
+                    if full(0, others, state.queued_bytes - own_bytes) {
+                        // The connection's queue is full of other
+                        // subscriptions' notifications: even with all of
+                        // this one's gone the new one would not fit, so it
+                        // is the one dropped (emptying the queue for it
+                        // lost the queued ones and it too).
+                        drop(guard);
+                        self.count(LimitKind::Queue);
+                        return Ok(());
+                    }
                     // This subscription's oldest notifications make room
                     // for the new one, as many as it takes.
                     while full(entry.queue.len(), state.queued, state.queued_bytes) {
                         let Some(old) = entry.queue.pop_front() else {
-                            // The connection's queue is full of other
-                            // subscriptions' notifications: this one is
-                            // the oldest of its own.
-                            drop(guard);
-                            self.count(LimitKind::Queue);
-                            return Ok(());
+                            break;
                         };
                         state.queued -= 1;
                         state.queued_bytes -= old.len();
@@ -920,6 +933,50 @@ struct NotSupported {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Ended subscriptions leave nothing behind: their ids stayed in the
+    /// ready list while nothing else was queued, 16 bytes each for the
+    /// connection's life (found by a review).
+    #[test]
+    fn ended_subscriptions_do_not_pile_up_in_the_ready_list() {
+        let subs = Subscriptions::new(SubscriptionConfig::default(), None);
+        for _ in 0..10_000 {
+            let (id, sink) = subs.subscribe().unwrap();
+            sink.send(&1).unwrap();
+            assert!(subs.unsubscribe_id(id));
+            // The writer looks: nothing is queued.
+            assert!(subs.try_next().is_none());
+        }
+        assert_eq!((subs.len(), subs.queued()), (0, 0));
+        let ready = lock(&subs.inner.state).ready.len();
+        assert_eq!(
+            ready, 0,
+            "ids of ended subscriptions kept in the ready list"
+        );
+    }
+
+    /// `DropOldest` drops this subscription's oldest notifications only
+    /// when that makes room: with the connection's bytes held by other
+    /// subscriptions, the new one is dropped and the queued ones kept (the
+    /// queue was emptied, then the new one dropped too; found by a review).
+    #[test]
+    fn drop_oldest_keeps_a_queue_it_cannot_make_room_with() {
+        let config = SubscriptionConfig {
+            max_queued_bytes: 2000,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, None);
+        let (_, a) = subs.subscribe().unwrap();
+        let (_, b) = subs.subscribe().unwrap();
+        for i in 0..5 {
+            a.send(&format!("{i}{}", "x".repeat(199))).unwrap();
+        }
+        b.send(&1).unwrap();
+        b.send(&2).unwrap();
+        assert_eq!(b.queued(), 2);
+        b.send(&"y".repeat(900)).unwrap();
+        assert_eq!(b.queued(), 2, "b lost its queued notifications");
+    }
 
     fn drain(subs: &Subscriptions) -> Vec<serde_json::Value> {
         std::iter::from_fn(|| subs.try_next())
