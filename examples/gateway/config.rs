@@ -280,6 +280,7 @@ impl Config {
     pub fn from_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
         let mut c = Config::default();
         let mut origins = Vec::new();
+        let mut chain_options = Vec::new();
         while let Some(arg) = args.next() {
             let (name, inline) = match arg.split_once('=') {
                 Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
@@ -332,15 +333,28 @@ impl Config {
                         ));
                     }
                 }
-                "--deny" => c.deny.push(value()?),
+                "--deny" => {
+                    let v = value()?;
+                    // An empty prefix matches every method.
+                    if v.is_empty() {
+                        return Err("--deny: an empty prefix would deny every method".to_string());
+                    }
+                    c.deny.push(v);
+                }
                 // A limit of 0 would refuse every request, batch or reply.
                 "--max-body" => c.max_body = bytes(positive(value()?)?),
                 "--max-batch" => {
                     c.max_batch = positive(value()?)?.min(u32::MAX as u64) as u32;
                 }
                 "--max-response" => c.max_response = bytes(positive(value()?)?),
-                "--chain-id" => c.chain_id = number(value()?)?,
-                "--chain-tx-bytes" => c.chain_tx_bytes = bytes(number(value()?)?),
+                "--chain-id" => {
+                    c.chain_id = number(value()?)?;
+                    chain_options.push("--chain-id");
+                }
+                "--chain-tx-bytes" => {
+                    c.chain_tx_bytes = bytes(number(value()?)?);
+                    chain_options.push("--chain-tx-bytes");
+                }
                 "--client" => {
                     c.hyper_client = match value()?.as_str() {
                         "hyper" => true,
@@ -390,7 +404,8 @@ impl Config {
                 }
                 "--threads" => c.threads = number(value()?)?.max(1) as usize,
                 "--block-time" => {
-                    c.block_time = Some(Duration::from_secs(number(value()?)?.max(1)))
+                    c.block_time = Some(Duration::from_secs(number(value()?)?.max(1)));
+                    chain_options.push("--block-time");
                 }
                 _ => return Err(format!("unknown option: {arg}\n\n{USAGE}")),
             }
@@ -398,6 +413,24 @@ impl Config {
         if !origins.is_empty() {
             let cors = rpcwire::server::cors::Cors::origins(&origins);
             c.cors = Some(cors.map_err(|e| format!("--cors: {e}"))?);
+        }
+        if c.proxies() {
+            // The built-in chain's options mean nothing in front of
+            // upstreams: taken without a word, they changed nothing.
+            if let Some(flag) = chain_options.first() {
+                return Err(format!(
+                    "{flag}: an option of the built-in chain, which --upstream replaces (the upstream's chain is served)"
+                ));
+            }
+        }
+        for (flag, url) in c
+            .upstreams
+            .iter()
+            .map(|u| ("--upstream", u))
+            .chain(c.upstream_ws.iter().map(|u| ("--upstream-ws", u)))
+            .chain(c.archives.iter().map(|u| ("--archive", u)))
+        {
+            check_url(flag, url)?;
         }
         if let Some(u) = c.upstream_ws.as_ref().filter(|u| !u.starts_with("ws://")) {
             return Err(format!(
@@ -446,4 +479,27 @@ impl Config {
             .max_message_len(self.max_body)
             .max_batch_len(self.max_batch)
     }
+}
+
+/// An upstream URL the clients can use: a host, and a port in range if
+/// one is given (`http://` and `http://127.0.0.1:99999` got past the
+/// scheme check: the first failed the start with status 1, the second
+/// started and failed every call).
+fn check_url(flag: &str, url: &str) -> Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{flag} {url}: not a URL: {e}"))?;
+    let Some(authority) = uri.authority().filter(|a| !a.host().is_empty()) else {
+        return Err(format!("{flag} {url}: no host"));
+    };
+    let port = authority.as_str().rsplit_once(':').filter(|(host, _)| {
+        // An IPv6 literal's colons are inside its brackets.
+        !host.starts_with('[') || host.ends_with(']')
+    });
+    if let Some((_, port)) = port
+        && port.parse::<u16>().is_err()
+    {
+        return Err(format!("{flag} {url}: port {port:?} is not 0 to 65535"));
+    }
+    Ok(())
 }

@@ -39,13 +39,15 @@ use rpcwire::server::Shutdown;
 fn main() {
     let config = match config::Config::from_args(std::env::args().skip(1)) {
         Ok(c) => c,
+        // The usage text asked for goes to standard output (`--help |
+        // less`), errors to standard error.
+        Err(message) if message.starts_with("rpcwire gateway") => {
+            println!("{message}");
+            std::process::exit(0);
+        }
         Err(message) => {
             eprintln!("{message}");
-            std::process::exit(if message.starts_with("rpcwire gateway") {
-                0
-            } else {
-                2
-            });
+            std::process::exit(2);
         }
     };
     // A worker per core by default, each a one-thread runtime with a
@@ -58,7 +60,10 @@ fn main() {
     let workers = config.threads.max(1);
     let runtime = app::one_thread_runtime();
     let outcome = runtime.block_on(async move {
-        let listener = app::shared_listener(app::claim_port(config.listen)?)?;
+        // The error names the option: `--listen` and `--metrics` fail alike.
+        let listen = |e: std::io::Error| format!("--listen {}: {e}", config.listen);
+        let listener = app::shared_listener(app::claim_port(config.listen).map_err(listen)?)
+            .map_err(listen)?;
         let addr = listener.local_addr()?;
         let mode = if config.proxies() {
             format!("forwarding to {}", upstreams(&config))
@@ -117,7 +122,9 @@ fn main() {
         let others =
             app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown, &all_drained)?;
         if let (Some(at), Some(ops)) = (config.metrics, app.ops()) {
-            let listener = tokio::net::TcpListener::bind(at).await?;
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| format!("--metrics {at}: {e}"))?;
             let at = listener.local_addr()?;
             // Up through the drain (`/health` says it drains, the last
             // counters can be scraped): its stop is never triggered, the

@@ -445,7 +445,7 @@ async fn help_lists_ipc() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
-    let text = String::from_utf8(out.stderr).unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("--ipc PATH"), "{text}");
 }
 

@@ -1086,3 +1086,108 @@ async fn a_drain_answers_calls_over_a_ws_upstream_connection_another_worker_made
     let _ = std::fs::remove_dir_all(&dir);
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// The gateway binary with `args`: its exit status (`None` if it still
+/// served after `wait`: then killed), standard output and error.
+fn run_binary(args: &[&str], wait: Duration) -> (Option<i32>, String, String) {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(crate::example_binary::example_binary("gateway", "gateway"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s.code();
+        }
+        if start.elapsed() > wait {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let text = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+    (status, text(out.stdout), text(out.stderr))
+}
+
+/// A command line the gateway cannot serve exits with status 2 and says
+/// why: an upstream URL without a host or with a port out of range (the
+/// first failed the start with status 1, the second started and failed
+/// every call), the built-in chain's options beside `--upstream` (taken
+/// without a word, they changed nothing), an empty `--deny` prefix (it
+/// denied every method). Found by a review.
+#[test]
+fn a_command_line_it_cannot_serve_is_refused() {
+    let parse = |args: &[&str]| config::Config::from_args(args.iter().map(|a| a.to_string()));
+    let up = ["--upstream", "http://127.0.0.1:8545"];
+    for (args, says) in [
+        (&["--upstream", "http://"][..], "--upstream http://"),
+        (&["--upstream", "http://127.0.0.1:99999"][..], "99999"),
+        (&["--upstream", "ws://[::1]:70000"][..], "70000"),
+        (
+            &[up[0], up[1], "--upstream-ws", "ws://"][..],
+            "--upstream-ws",
+        ),
+        (
+            &[up[0], up[1], "--archive", "http://:8545"][..],
+            "--archive",
+        ),
+        (&[up[0], up[1], "--chain-id", "1"][..], "--chain-id"),
+        (&[up[0], up[1], "--block-time", "2"][..], "--block-time"),
+        (
+            &["--upstream-ws", "ws://h:1", "--chain-tx-bytes", "9"][..],
+            "--chain-tx-bytes",
+        ),
+        (&["--deny", ""][..], "--deny"),
+    ] {
+        let refused = parse(args).expect_err(&format!("{args:?} taken"));
+        assert!(refused.contains(says), "{args:?}: {refused}");
+    }
+    for args in [
+        &["--upstream", "http://[::1]:8545"][..],
+        &["--upstream", "http://node.example:8545/path?k=1"][..],
+        &["--chain-id", "1", "--block-time", "2"][..],
+    ] {
+        assert!(parse(args).is_ok(), "{args:?}");
+    }
+    let (status, _, stderr) = run_binary(&["--upstream", "http://"], HANG);
+    assert_eq!(status, Some(2), "{stderr}");
+}
+
+/// `--help` prints the usage on standard output (`--help | less` showed
+/// nothing) and exits 0; a port that cannot be bound is named by its
+/// option (`--listen` and `--metrics` failed alike with the OS's words
+/// alone). Found by a review.
+#[test]
+fn help_goes_to_stdout_and_a_busy_port_is_named() {
+    let (status, stdout, _) = run_binary(&["--help"], HANG);
+    assert_eq!(status, Some(0));
+    assert!(stdout.contains("--listen"), "stdout: {stdout:?}");
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = busy.local_addr().unwrap().to_string();
+    for (args, names) in [
+        (
+            vec![
+                "--listen",
+                "127.0.0.1:0",
+                "--threads",
+                "1",
+                "--metrics",
+                &at,
+            ],
+            "--metrics",
+        ),
+        (vec!["--listen", &at, "--threads", "1"], "--listen"),
+    ] {
+        let (status, _, stderr) = run_binary(&args, HANG);
+        assert_eq!(status, Some(1), "{stderr}");
+        assert!(
+            stderr.contains(&format!("{names} {at}")),
+            "which port? {stderr}"
+        );
+    }
+}
