@@ -13,7 +13,8 @@
 //! Upstream choice: first healthy. Calls go to the first upstream in the
 //! order given that is not resting; an upstream that refuses a connection,
 //! resets one, or times out rests for [`REST`]. A call whose connection
-//! could not be made (so nothing was sent) moves on to the next upstream;
+//! could not be made, or that a WebSocket upstream's full queue refused
+//! (so nothing was sent), moves on to the next upstream;
 //! a call that may have reached an upstream is never sent twice (it may be
 //! a transaction), it fails with a clear error instead. First-healthy
 //! rather than round-robin keeps filters (`eth_newFilter` then
@@ -689,9 +690,14 @@ impl Upstreams {
     async fn post_ws(&self, ws: &WsUpstream, call: &Call<'_>, name: &str) -> Posted {
         let conn = ws.connection().await.map_err(Failure::WsConnect)?;
         let reply = conn
-            .call(call.id, call.body(), None, self.timeout)
+            .try_call(call.id, call.body(), self.timeout)
             .await
-            .map_err(Failure::Ws)?;
+            .map_err(|e| match e {
+                // Nothing was sent: the next upstream may take it, as when
+                // no connection could be made (it failed, unsent).
+                WsCallError::Unsent(e) => Failure::WsConnect(e),
+                WsCallError::Failed(e) => Failure::Ws(e),
+            })?;
         // A WebSocket message is read whole: one past the limit is
         // -32003, as over HTTP.
         if reply.len() > self.reply_limit() {
@@ -1345,6 +1351,24 @@ impl Drop for PendingGuard<'_> {
     }
 }
 
+/// Why a call over a WebSocket upstream got no reply.
+pub enum WsCallError {
+    /// The request was never sent: the connection closed, or the
+    /// upstream stopped reading (its queue of requests is full).
+    Unsent(RpcError),
+    /// It was sent and no reply came, or it could not be sent as text:
+    /// what the client is told.
+    Failed(RpcError),
+}
+
+impl WsCallError {
+    fn into_rpc(self) -> RpcError {
+        match self {
+            WsCallError::Unsent(e) | WsCallError::Failed(e) => e,
+        }
+    }
+}
+
 impl WsConn {
     /// Sends a request and waits for its reply, at most `timeout`.
     pub async fn call(
@@ -1354,7 +1378,21 @@ impl WsConn {
         subscribe: Option<Sink>,
         timeout: Duration,
     ) -> Result<Bytes, RpcError> {
-        self.call_queued(id, body, subscribe, timeout, true).await
+        self.call_queued(id, body, subscribe, timeout, true)
+            .await
+            .map_err(WsCallError::into_rpc)
+    }
+
+    /// [`call`](Self::call), saying whether the request was never sent
+    /// (the connection closed, or the upstream stopped reading: its queue
+    /// is full), so that another upstream may take it.
+    pub async fn try_call(
+        &self,
+        id: u64,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Bytes, WsCallError> {
+        self.call_queued(id, body, None, timeout, true).await
     }
 
     /// [`call`](Self::call) for a client's `eth_unsubscribe`, sent even
@@ -1367,7 +1405,9 @@ impl WsConn {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Bytes, RpcError> {
-        self.call_queued(id, body, None, timeout, false).await
+        self.call_queued(id, body, None, timeout, false)
+            .await
+            .map_err(WsCallError::into_rpc)
     }
 
     async fn call_queued(
@@ -1377,7 +1417,7 @@ impl WsConn {
         subscribe: Option<Sink>,
         timeout: Duration,
         bounded: bool,
-    ) -> Result<Bytes, RpcError> {
+    ) -> Result<Bytes, WsCallError> {
         let (tx, rx) = oneshot::channel();
         let waiter = match subscribe {
             Some(sink) => Waiter::Subscribe(tx, sink),
@@ -1385,11 +1425,14 @@ impl WsConn {
         };
         lock(&self.pending).insert(id, waiter);
         let _guard = PendingGuard { conn: self, id };
-        let text = String::from_utf8(body).map_err(|_| RpcError::internal("request not UTF-8"))?;
+        let text = String::from_utf8(body)
+            .map_err(|_| WsCallError::Failed(RpcError::internal("request not UTF-8")))?;
         if let Err(why) = self.send(text, bounded) {
-            return Err(errors::upstream_failed(&self.name, why));
+            return Err(WsCallError::Unsent(errors::upstream_failed(
+                &self.name, why,
+            )));
         }
-        match tokio::time::timeout(timeout, rx).await {
+        let outcome = match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(errors::upstream_failed(
                 &self.name,
@@ -1400,7 +1443,8 @@ impl WsConn {
                 },
             )),
             Err(_) => Err(errors::upstream_timeout(&self.name, timeout)),
-        }
+        };
+        outcome.map_err(WsCallError::Failed)
     }
 
     /// Ends the relay of the client's subscription `down` if `release`

@@ -736,6 +736,36 @@ async fn calls_to_an_upstream_that_stopped_reading_fail_once_the_queue_is_full()
     assert!(reason.contains("not reading"), "{m}");
 }
 
+/// A call a WebSocket upstream cannot take (it stopped reading: its queue
+/// is full) was never sent, so it goes to the next upstream, as when no
+/// connection could be made. It failed with "not reading" although a
+/// second upstream was up (found by a review).
+#[tokio::test]
+async fn a_call_an_upstream_cannot_queue_goes_to_the_next() {
+    let frozen = fake_ws(Arc::new(|conn, v| {
+        match v["method"].as_str().unwrap_or("") {
+            "freeze" => vec![Act::Freeze],
+            _ => node()(conn, v),
+        }
+    }))
+    .await;
+    let answering: Script = Arc::new(|conn, v| match v["method"].as_str().unwrap_or("") {
+        "eth_call" => vec![reply(v, json!("0xfrom-second"))],
+        _ => node()(conn, v),
+    });
+    let second = fake_ws(answering).await;
+    let gw = start(ws_config(&[frozen.url(), second.url()], 60_000)).await;
+    let mut ws = client(gw.addr).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":1,"method":"freeze"})).await;
+    frozen.wait_for("freeze", 1).await;
+    send_big_calls(&mut ws).await;
+    // The first answer is a refused call's (the queued ones wait for the
+    // frozen upstream until the timeout): the second upstream's.
+    let m = next(&mut ws).await;
+    assert!((10..30).contains(&m["id"].as_u64().unwrap()), "{m}");
+    assert_eq!(m["result"], "0xfrom-second", "{m}");
+}
+
 /// An `eth_subscribe` the upstream does not answer before its caller's
 /// timeout is remembered for a while, so that a late subscription is
 /// unsubscribed at once; but not for ever (every unanswered one was kept
