@@ -1456,10 +1456,15 @@ impl Endpoint {
         is_request: bool,
         headers: &HeaderMap,
     ) -> Response<Body> {
-        if let Some(refused) = Self::refuse_version_header(headers, id) {
+        // `initialize` negotiates in its body: a client offering a later
+        // revision (its header saying so too) gets the server's counter-
+        // offer, not a 400 (the header is for the requests after it; the
+        // Python SDK's server exempts it as well).
+        let initialize = method == "initialize" && is_request;
+        if !initialize && let Some(refused) = Self::refuse_version_header(headers, id) {
             return refused;
         }
-        if method == "initialize" && is_request {
+        if initialize {
             let state = Arc::new(SessionState::default());
             let session_id = new_session_id();
             let mut response = self.run(body, Some(state.clone()), None, id, headers).await;

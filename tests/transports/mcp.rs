@@ -1678,6 +1678,24 @@ async fn http_2026_disconnect_cancels() {
     panic!("the call kept running after the client disconnected");
 }
 
+/// `initialize` negotiates in its body: a client offering a later revision,
+/// its `MCP-Protocol-Version` header saying the same, gets the server's
+/// counter-offer (it got a 400 for the header); the requests after it are
+/// held to the header.
+#[tokio::test]
+async fn http_initialize_negotiates_whatever_its_version_header_says() {
+    let h = http_server(server()).await;
+    let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2099-01-01","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let r = post(h.addr, &[("mcp-protocol-version", "2099-01-01")], init).await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let offered = r.json()["result"]["protocolVersion"].clone();
+    assert!(
+        offered == "2025-11-25" || offered == "2025-06-18",
+        "{}",
+        r.body
+    );
+}
+
 /// Every request of a session is held to a supported MCP-Protocol-Version
 /// ("MUST respond with 400 Bad Request"): GET and DELETE too (they once
 /// ignored it, and DELETE ended the session).
