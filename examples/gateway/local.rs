@@ -207,6 +207,20 @@ fn estimate_gas(c: C<'_>) -> Answer {
     check_no_code(&overrides, to)?;
     c.state.check_block(block)?;
     check_fees(&call)?;
+    // What a send of it would refuse, the estimate refuses too: an estimate
+    // for a blob or set-code transaction was answered, and its send then
+    // refused.
+    let kind = match call.tx_type()? {
+        Some(kind) => kind,
+        None if call.authorization_list().is_some() => 4,
+        None if call.blob_versioned_hashes()?.next().is_some() => 3,
+        None => 0,
+    };
+    if kind > 2 {
+        return Err(server_error(format!(
+            "transaction type not supported by the built-in chain: {kind}"
+        )));
+    }
     // The most the estimate may answer, as geth's estimator bounds it: a
     // gas limit given, the per-transaction cap (EIP-7825), and with a fee
     // cap what the sender's balance pays for past the value (an estimate

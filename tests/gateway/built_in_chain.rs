@@ -135,6 +135,42 @@ async fn calldata_pays_the_eip7623_floor() {
     );
 }
 
+/// An estimate for a transaction the chain would not take (EIP-4844 blobs,
+/// EIP-7702 authorizations; named by `type` or by their fields) is refused
+/// as its send is: it was answered with a transfer's gas. Found by a review.
+#[tokio::test]
+async fn estimates_for_transaction_types_it_does_not_take_are_refused() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    let to = address(1);
+    let hash = format!("0x01{}", "00".repeat(31));
+    for (tx, kind) in [
+        (json!({"from": address(0), "to": to, "type": "0x3"}), "3"),
+        (
+            json!({"from": address(0), "to": to, "blobVersionedHashes": [hash]}),
+            "3",
+        ),
+        (
+            json!({"from": address(0), "to": to, "authorizationList": []}),
+            "4",
+        ),
+    ] {
+        let est = rpc(a, "eth_estimateGas", json!([tx])).await;
+        let message = est["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.ends_with(&format!("not supported by the built-in chain: {kind}")),
+            "{tx}: {est}"
+        );
+    }
+    for tx in [
+        json!({"from": address(0), "to": to, "type": "0x2"}),
+        json!({"from": address(0), "to": to, "blobVersionedHashes": []}),
+    ] {
+        let est = rpc(a, "eth_estimateGas", json!([tx])).await;
+        assert_eq!(quantity(&est["result"]), 21_000, "{tx}: {est}");
+    }
+}
+
 /// Osaka's per-transaction gas cap (EIP-7825) and geth's transaction size
 /// limit hold, in geth's words: a transaction with more than 2^24 gas is
 /// refused (it was mined up to the block's 30M), and so is a signed
