@@ -29,7 +29,7 @@ struct Data<'a> {
 /// -32002: the WebSocket upstream took longer than the timeout (HTTP
 /// calls are bounded by the dispatcher's own per-request timeout).
 pub fn upstream_timeout(upstream: &str, timeout: Duration) -> RpcError {
-    RpcError::new(REQUEST_TIMEOUT, "request timed out").with_data(&Data {
+    RpcError::new(REQUEST_TIMEOUT, "Request timed out").with_data(&Data {
         upstream,
         reason: "the upstream did not answer in time",
         timeout_ms: Some(timeout.as_millis() as u64),
