@@ -647,8 +647,9 @@ impl Connection {
     }
 
     /// Whether a message refused unread as too large is an answer, read
-    /// from its start: `buf` holds it from its first byte, maybe after
-    /// whitespace, and at least `limit` bytes of it (the limit it passed).
+    /// from its start: `buf` holds it from its first byte (whitespace
+    /// included, as the framer counts it), and at least `limit` bytes of
+    /// it (the limit it passed).
     /// Only those are read, so that the answer does not depend on how
     /// reads cut the stream. An answer is an object whose `id` comes
     /// before its `result` or `error`, as JSON-RPC libraries write them. Its request, if one waits, ends at once with
@@ -665,8 +666,8 @@ impl Connection {
         };
         // Its id is near its start: what lies beyond is not looked at.
         const HEAD: usize = 64 << 10;
-        let start = crate::scan::skip_ws(buf, 0);
-        let head = &buf[start..buf.len().min(start + limit.min(HEAD))];
+        let head = &buf[..buf.len().min(limit.min(HEAD))];
+        let head = &head[crate::scan::skip_ws(head, 0)..];
         let Some(id) = crate::peer::answer_id_in_head(head) else {
             return false;
         };

@@ -228,6 +228,18 @@ pub trait Framer {
         let _ = consumed;
         self.reset();
     }
+
+    /// After a [`Step::Garbage`] that refused a message as too large
+    /// (`error`, having consumed `consumed` bytes of the buffer it was
+    /// given): where in that buffer the refused message starts, if the
+    /// framer says ([`Lines`] does; default `None`). A two-way transport
+    /// reads the message's first bytes there for the id of an answer, so
+    /// that the request it answers ends at once rather than at its
+    /// deadline (an answer too large to read is not answered).
+    fn refused_start(&self, error: &FrameError, consumed: usize) -> Option<usize> {
+        let _ = (error, consumed);
+        None
+    }
 }
 
 impl<F: Framer + ?Sized> Framer for &mut F {
@@ -252,6 +264,9 @@ impl<F: Framer + ?Sized> Framer for &mut F {
     fn skip(&mut self, consumed: usize) {
         (**self).skip(consumed)
     }
+    fn refused_start(&self, error: &FrameError, consumed: usize) -> Option<usize> {
+        (**self).refused_start(error, consumed)
+    }
 }
 
 impl<F: Framer + ?Sized> Framer for Box<F> {
@@ -275,6 +290,9 @@ impl<F: Framer + ?Sized> Framer for Box<F> {
     }
     fn skip(&mut self, consumed: usize) {
         (**self).skip(consumed)
+    }
+    fn refused_start(&self, error: &FrameError, consumed: usize) -> Option<usize> {
+        (**self).refused_start(error, consumed)
     }
 }
 

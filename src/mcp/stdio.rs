@@ -94,9 +94,15 @@ impl McpServer {
                     Step::Garbage { consumed, error } => {
                         // An answer too large to read (a sampling result)
                         // ends the request it answers, and is not answered.
-                        let answer = error
-                            .limit()
-                            .is_some_and(|l| conn.refused_answer(&input, l));
+                        let answer = match (
+                            error.limit(),
+                            framer
+                                .refused_start(&error, consumed)
+                                .and_then(|at| input.get(at..)),
+                        ) {
+                            (Some(limit), Some(message)) => conn.refused_answer(message, limit),
+                            _ => false,
+                        };
                         input.advance(consumed);
                         if !answer {
                             error.write_reply(&mut wire);

@@ -1150,14 +1150,13 @@ where
                     break;
                 }
                 Step::Garbage { consumed, error } => {
-                    let answer = self.refused_answer(&error);
+                    let answer = self.refused_answer(&error, consumed);
                     self.rbuf.advance(consumed);
                     self.refuse_in_turn(error, false, answer);
                     progress = true;
                 }
                 Step::Close(error) => {
-                    let answer = self.refused_answer(&error);
-                    self.refuse_in_turn(error, true, answer);
+                    self.refuse_in_turn(error, true, false);
                     progress = true;
                 }
             }
@@ -1393,13 +1392,15 @@ where
         }
     }
 
-    /// Whether a message the framer refuses as too large, starting at the
-    /// front of the read buffer, is an answer to a request of this side
-    /// ([`Connection::refused_answer`]: its request ends now).
-    fn refused_answer(&self, error: &FrameError) -> bool {
-        match error.limit() {
-            Some(limit) if !error.is_header_too_large() => {
-                self.conn.refused_answer(&self.rbuf, limit)
+    /// Whether a message the framer refuses as too large is an answer to
+    /// a request of this side ([`Connection::refused_answer`]: its request
+    /// ends now), read where the framer says it starts
+    /// ([`Framer::refused_start`]).
+    fn refused_answer(&self, error: &FrameError, consumed: usize) -> bool {
+        let start = self.framer.refused_start(error, consumed);
+        match (error.limit(), start.and_then(|at| self.rbuf.get(at..))) {
+            (Some(limit), Some(message)) if !error.is_header_too_large() => {
+                self.conn.refused_answer(message, limit)
             }
             _ => false,
         }
