@@ -1835,3 +1835,58 @@ async fn a_call_woken_many_times_between_polls_is_polled_once() {
     );
     assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":0}"#);
 }
+
+/// A transport polling only when woken: call 1 ends before its deadline,
+/// and the timer set for that deadline fires later with no call running.
+/// Call 2, started after that, is still answered at its own deadline: the
+/// spent timer kept call 1's deadline, so call 2's launch left it alone
+/// and nothing woke the task again (found by a review).
+#[tokio::test]
+async fn a_timer_left_from_an_ended_call_still_wakes_for_the_next_call() {
+    let d = Dispatcher::builder(())
+        .async_method("quick", |_c: AsyncCall<()>| async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok::<_, RpcError>(1)
+        })
+        .async_method("hang", |_c: AsyncCall<()>| async {
+            std::future::pending::<Result<(), RpcError>>().await
+        })
+        .timeout(Some(Duration::from_millis(50)))
+        .build()
+        .unwrap();
+    let wake = Arc::new(TaskWake(tokio::sync::Notify::new()));
+    let waker = std::task::Waker::from(Arc::clone(&wake));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    assert!(conn.poll_replies(&d, &mut cx, &mut out).is_pending());
+    let quick = Bytes::from_static(br#"{"jsonrpc":"2.0","id":1,"method":"quick"}"#);
+    conn.start(&d, &quick, &mut out);
+    while conn.messages_in_flight() > 0 {
+        wake.0.notified().await;
+        let _ = conn.poll_replies(&d, &mut cx, &mut out);
+    }
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":1}"#);
+    out.clear();
+    // Past call 1's deadline: its timer fires with nothing running, and
+    // the transport polls for that wake.
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::timeout(Duration::from_secs(5), wake.0.notified())
+        .await
+        .expect("the timer woke the task");
+    let _ = conn.poll_replies(&d, &mut cx, &mut out);
+    let hang = Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"hang"}"#);
+    conn.start(&d, &hang, &mut out);
+    assert!(out.is_empty());
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while conn.messages_in_flight() > 0 {
+            wake.0.notified().await;
+            let _ = conn.poll_replies(&d, &mut cx, &mut out);
+        }
+    })
+    .await
+    .expect("call 2's deadline never woke the transport's task");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["id"], 2, "{v}");
+    assert_eq!(v["error"]["message"], "Request timed out", "{v}");
+}

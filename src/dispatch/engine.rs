@@ -2460,6 +2460,12 @@ impl<S: Send + Sync + 'static> Shared<S> {
             return 0;
         };
         if engine.running == 0 {
+            // The timer covers no call: its deadline is forgotten, so that
+            // the next launch sets it anew. Kept, a deadline past (its call
+            // ended before it) made the next launch's `cover` leave the
+            // fired timer alone, and the next call never timed out for a
+            // transport that polls only when woken.
+            engine.timer_at = None;
             return 0;
         }
         // Set at each launch to come no later than the call's deadline
