@@ -915,3 +915,58 @@ async fn ws_a_frame_cut_off_midway_is_closed_as_idle() {
     assert!(srv.metrics.limit_count(LimitKind::Idle) >= 1);
     srv.task.abort();
 }
+
+/// An HTTP/2 reply waiting for a window the client never gives is held in
+/// the buffer it was written in: its doubling growth left up to twice the
+/// reply's size, so 16 held 1 MiB answers pinned about 34 MiB; they hold
+/// what they are (the buffer shrunk before it is handed on). A review
+/// found the growth; the bound on what one connection's held replies may
+/// take in all is not in place (see the notes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_replies_waiting_for_a_window_hold_their_size_only() {
+    let _serial = SERIAL.lock().await;
+    const STREAMS: u32 = 16;
+    const ANSWER: usize = 1 << 20;
+    let srv = start_http(Limits {
+        max_in_flight: STREAMS as usize,
+        max_message_len: 1 << 20,
+        ..Limits::default()
+    })
+    .await;
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: no answer byte may be sent.
+    let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
+    let (r, mut w) = tcp.into_split();
+    let seen = watch(r);
+    heap_settled().await;
+    let before = live();
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[{ANSWER}]}}"#);
+    let mut out = Vec::new();
+    for i in 0..STREAMS {
+        let id = 2 * i + 1;
+        out.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            id,
+            &post_block(Some(body.len())),
+        ));
+        out.extend(frame(DATA, END_STREAM, id, body.as_bytes()));
+    }
+    w.write_all(&out).await.unwrap();
+    // Every answer's head is sent (headers need no window): all are held.
+    tokio::time::timeout(HANG, async {
+        while seen.headers.load(Ordering::SeqCst) < STREAMS as usize {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every stream answered");
+    heap_settled().await;
+    let held = live().saturating_sub(before);
+    let answers = STREAMS as usize * (ANSWER + 64);
+    assert!(
+        held < answers + answers / 4,
+        "{held} bytes held for {STREAMS} answers of {ANSWER} bytes"
+    );
+    drop(w);
+    srv.stop().await;
+}

@@ -1272,7 +1272,14 @@ where
                         }
                     }
                     let conn = conn.take().expect("connection present while dispatching");
-                    let out = std::mem::take(out);
+                    let mut out = std::mem::take(out);
+                    // The reply waits for the client to read it (an HTTP/2
+                    // stream, for its window) in the buffer it was written
+                    // in, whose doubling growth left up to twice its size:
+                    // given back (a large block shrinks in place).
+                    if out.capacity() - out.len() > 4096 {
+                        out.shrink_to_fit();
+                    }
                     this.shared
                         .release(conn, std::mem::take(share), this.lingering.clone());
                     let response = match *this.gzip {
