@@ -970,3 +970,64 @@ async fn h2_replies_waiting_for_a_window_hold_their_size_only() {
     drop(w);
     srv.stop().await;
 }
+
+/// A client that gives no window and opens many streams, each a small
+/// request for a large answer, while it pings (traffic: never idle): what
+/// one connection's replies hold unread is bounded by its budget
+/// (`Limits::max_connection_body_bytes`); the streams past it are answered
+/// `503` at once. Every reply was held whole: 64 answers of 1 MiB held
+/// 134 MB for 12 KB of requests (found by a review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_replies_held_per_connection_are_bounded() {
+    let _serial = SERIAL.lock().await;
+    const STREAMS: u32 = 64;
+    const ANSWER: usize = 1 << 20;
+    let srv = start_http(Limits {
+        max_in_flight: STREAMS as usize,
+        max_message_len: 1 << 20,
+        max_connection_body_bytes: 4 << 20,
+        idle_timeout: Duration::from_millis(400),
+        ..Limits::default()
+    })
+    .await;
+    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: no answer byte may be sent.
+    let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
+    let (r, mut w) = tcp.into_split();
+    let seen = watch(r);
+    heap_settled().await;
+    let before = live();
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[{ANSWER}]}}"#);
+    let mut out = Vec::new();
+    for i in 0..STREAMS {
+        let id = 2 * i + 1;
+        out.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            id,
+            &post_block(Some(body.len())),
+        ));
+        out.extend(frame(DATA, END_STREAM, id, body.as_bytes()));
+    }
+    w.write_all(&out).await.unwrap();
+    let answered = async {
+        while seen.headers.load(Ordering::SeqCst) < STREAMS as usize {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(HANG, answered)
+        .await
+        .expect("every stream answered (held, or refused with 503)");
+    // A PING every 100 ms for 2 s (five idle timeouts): the answers stay
+    // held as long as it pings.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        w.write_all(&frame(PING, 0, 0, &[0; 8])).await.unwrap();
+    }
+    let held = live().saturating_sub(before);
+    assert!(
+        held < 8 << 20,
+        "{held} bytes of heap held for one HTTP/2 connection's {STREAMS} requests"
+    );
+    drop(w);
+    srv.stop().await;
+}

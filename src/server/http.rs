@@ -43,6 +43,7 @@
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
 //! | served by [`serve`] (or [`Server`]), an HTTP/2 stream whose body would take the bodies its connection holds past [`Limits::max_connection_body_bytes`] | `503`, a -32600 body with `data.limit`, as soon as the chunk that would pass it arrives (the other streams go on) |
+//! | served by [`serve`] (or [`Server`]), an HTTP/2 reply that would take what its connection holds unwritten (bodies, and replies waiting for the client's window) past the same limit, while others are held | `503`, a -32000 "Response too large" body with `data.limit` (its call has run) |
 //! | served by [`serve`] in tower layers, a layer fails the request (its timeout, a load shedder) | `500`, a -32603 body; the connection serves on |
 //!
 //! A message that gets no reply is answered `204` with an empty body, not
@@ -2646,12 +2647,14 @@ impl<Svc, B> hyper::service::Service<Request<Incoming>> for Counted<Svc>
 where
     Svc: Service<Request<Incoming>, Response = Response<B>> + Clone,
     Svc::Error: Into<BoxError>,
+    B: Body,
 {
     type Response = Response<Served<B>>;
     type Error = Infallible;
     type Future = CountedFuture<Svc, Svc::Future>;
 
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
+        let mut replies = None;
         if req.version() == http::Version::HTTP_2 {
             let bodies = self.bodies.get_or_init(|| {
                 ConnectionBodies(Arc::new(BodyBudget {
@@ -2659,6 +2662,7 @@ where
                     limit: self.body_budget,
                 }))
             });
+            replies = Some(Arc::clone(&bodies.0));
             req.extensions_mut().insert(bodies.clone());
         }
         let activity = &self.activity;
@@ -2685,6 +2689,7 @@ where
         CountedFuture {
             state,
             active: Some(ActiveGuard(Arc::clone(&self.activity))),
+            replies,
         }
     }
 }
@@ -2706,6 +2711,9 @@ pin_project_lite::pin_project! {
         #[pin]
         state: Oneshot<Svc, F>,
         active: Option<ActiveGuard>,
+        // HTTP/2: the connection's budget, which its replies count against
+        // until hyper takes their bytes.
+        replies: Option<Arc<BodyBudget>>,
     }
 }
 
@@ -2722,6 +2730,7 @@ pin_project_lite::pin_project! {
 impl<Svc, B> Future for CountedFuture<Svc, Svc::Future>
 where
     Svc: Service<Request<Incoming>, Response = Response<B>>,
+    B: Body,
 {
     type Output = Result<Response<Served<B>>, Infallible>;
 
@@ -2741,7 +2750,13 @@ where
                 OneshotProj::Called { future } => {
                     let out = ready!(future.poll(cx));
                     let mut response = match out {
-                        Ok(response) => response.map(|body| Served::Service { body }),
+                        Ok(response) => match this.replies.take() {
+                            Some(budget) => held_reply(response, budget),
+                            None => response.map(|body| Served::Service {
+                                body,
+                                held: BodyShare::default(),
+                            }),
+                        },
                         Err(_) => service_failed(),
                     };
                     if let Some(ActiveGuard(activity)) = this.active.take().as_ref()
@@ -2765,6 +2780,42 @@ where
             }
         }
     }
+}
+
+/// An HTTP/2 reply counted against its connection's budget until hyper
+/// takes its bytes: a client that gives no window (or reads nothing) held
+/// every reply of its streams, up to `max_in_flight` times the response
+/// limit on one connection. One that would take the connection past the
+/// budget (unless nothing else is held) is answered `503` instead; the
+/// call has run (as for a reply past the response limit).
+fn held_reply<B: Body>(response: Response<B>, budget: Arc<BodyBudget>) -> Response<Served<B>> {
+    let hint = response.body().size_hint();
+    let len = hint.exact().unwrap_or(hint.lower());
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    let taken = budget
+        .held
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+            let total = held.checked_add(len)?;
+            (held == 0 || total <= budget.limit).then_some(total)
+        })
+        .is_ok();
+    if !taken {
+        let body = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32000,\"message\":\"Response too large\",\"data\":{{\"reason\":\"the replies this connection holds unread would pass its limit\",\"limit\":{}}}}}}}",
+            budget.limit
+        );
+        let mut refused = Response::new(Served::Failed {
+            body: Some(Bytes::from(body)),
+        });
+        *refused.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+        refused.headers_mut().insert(CONTENT_TYPE, APPLICATION_JSON);
+        return refused;
+    }
+    let held = BodyShare {
+        budget: Some(budget),
+        bytes: len,
+    };
+    response.map(|body| Served::Service { body, held })
 }
 
 /// The answer to a request the service failed (an error of a layer around
@@ -2807,7 +2858,14 @@ pin_project_lite::pin_project! {
     /// one of its own ([`service_failed`]'s, [`no_one_host`]'s).
     #[project = ServedProj]
     enum Served<B> {
-        Service { #[pin] body: B },
+        Service {
+            #[pin]
+            body: B,
+            // What of its connection's budget the reply holds (HTTP/2):
+            // given back once hyper takes its bytes (when the stream has
+            // a window for them) or drops it.
+            held: BodyShare,
+        },
         Failed { body: Option<Bytes> },
     }
 }
@@ -2821,9 +2879,20 @@ impl<B: Body> Body for Served<B> {
         cx: &mut TaskContext<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         match self.project() {
-            ServedProj::Service { body } => body
-                .poll_frame(cx)
-                .map(|frame| frame.map(|r| r.map(|f| f.map_data(ServedData::Service)))),
+            ServedProj::Service { body, held } => {
+                let frame = ready!(body.poll_frame(cx));
+                // The share goes with the first data: hyper hands it to h2,
+                // which keeps it until it is written (for a window the
+                // client may never give).
+                Poll::Ready(frame.map(|r| {
+                    r.map(|f| {
+                        f.map_data(|data| ServedData::Service {
+                            data,
+                            _held: std::mem::take(held),
+                        })
+                    })
+                }))
+            }
             ServedProj::Failed { body } => Poll::Ready(
                 body.take()
                     .map(|b| Ok(http_body::Frame::data(ServedData::Failed(b)))),
@@ -2833,14 +2902,14 @@ impl<B: Body> Body for Served<B> {
 
     fn is_end_stream(&self) -> bool {
         match self {
-            Served::Service { body } => body.is_end_stream(),
+            Served::Service { body, .. } => body.is_end_stream(),
             Served::Failed { body } => body.is_none(),
         }
     }
 
     fn size_hint(&self) -> http_body::SizeHint {
         match self {
-            Served::Service { body } => body.size_hint(),
+            Served::Service { body, .. } => body.size_hint(),
             Served::Failed { body } => {
                 http_body::SizeHint::with_exact(body.as_ref().map_or(0, |b| b.len() as u64))
             }
@@ -2850,42 +2919,47 @@ impl<B: Body> Body for Served<B> {
 
 /// The data of a [`Served`] body.
 enum ServedData<D> {
-    Service(D),
+    /// The service's data, and what of its connection's budget it holds
+    /// (HTTP/2: given back when h2 has written it and drops it).
+    Service {
+        data: D,
+        _held: BodyShare,
+    },
     Failed(Bytes),
 }
 
 impl<D: Buf> Buf for ServedData<D> {
     fn remaining(&self) -> usize {
         match self {
-            ServedData::Service(d) => d.remaining(),
+            ServedData::Service { data: d, .. } => d.remaining(),
             ServedData::Failed(b) => b.remaining(),
         }
     }
 
     fn chunk(&self) -> &[u8] {
         match self {
-            ServedData::Service(d) => d.chunk(),
+            ServedData::Service { data: d, .. } => d.chunk(),
             ServedData::Failed(b) => b.chunk(),
         }
     }
 
     fn chunks_vectored<'a>(&'a self, dst: &mut [io::IoSlice<'a>]) -> usize {
         match self {
-            ServedData::Service(d) => d.chunks_vectored(dst),
+            ServedData::Service { data: d, .. } => d.chunks_vectored(dst),
             ServedData::Failed(b) => b.chunks_vectored(dst),
         }
     }
 
     fn advance(&mut self, n: usize) {
         match self {
-            ServedData::Service(d) => d.advance(n),
+            ServedData::Service { data: d, .. } => d.advance(n),
             ServedData::Failed(b) => b.advance(n),
         }
     }
 
     fn copy_to_bytes(&mut self, len: usize) -> Bytes {
         match self {
-            ServedData::Service(d) => d.copy_to_bytes(len),
+            ServedData::Service { data: d, .. } => d.copy_to_bytes(len),
             ServedData::Failed(b) => b.copy_to_bytes(len),
         }
     }

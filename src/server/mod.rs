@@ -181,6 +181,14 @@ pub struct Limits {
     /// `HttpService` reads (under tower layers or not, or in a `Combined`)
     /// when rpcwire's HTTP server (`server::http::serve`, `Server`) serves
     /// it with these limits, not by another server it is mounted in (axum).
+    ///
+    /// The replies of an HTTP/2 connection count against the same budget
+    /// until they are written to its socket (a client that gives no
+    /// window, or reads nothing, holds them): a reply that would take the
+    /// connection past it, while others are held, is answered `503` with
+    /// a "Response too large" body naming the limit (its call has run, as
+    /// for a reply past the response limit). Served by `serve` or
+    /// `Server`, with any service.
     pub max_connection_body_bytes: usize,
     /// Replies and notifications queued for one client that does not read
     /// (default 1024 messages). A full queue drops notifications for that
