@@ -649,10 +649,10 @@ impl Connection {
     /// Whether a message refused unread as too large is an answer, read
     /// from its start: `buf` holds it from its first byte (whitespace
     /// included, as the framer counts it), and at least `limit` bytes of
-    /// it (the limit it passed).
-    /// Only those are read, so that the answer does not depend on how
-    /// reads cut the stream. An answer is an object whose `id` comes
-    /// before its `result` or `error`, as JSON-RPC libraries write them. Its request, if one waits, ends at once with
+    /// it (the limit it passed). Only those are read, so that the answer
+    /// does not depend on how reads cut the stream. An answer is an object
+    /// whose `id` comes before its `result` or `error`, as JSON-RPC
+    /// libraries write them. Its request, if one waits, ends at once with
     /// [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse)
     /// (the parser's "message too large"): it waited for its deadline, or
     /// for good without one. An answer is not answered: the transport

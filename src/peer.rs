@@ -1339,6 +1339,7 @@ impl fmt::Debug for Peer {
 /// `id` member comes before its `result` or `error`, with no `method`
 /// before them. Read as far as its members are whole; `None` when what was
 /// read does not say.
+#[cfg(feature = "server")]
 pub(crate) fn answer_id_in_head(head: &[u8]) -> Option<Id<'_>> {
     use crate::scan::{scan_string, skip_value, skip_ws};
     if head.first() != Some(&b'{') {
@@ -1383,6 +1384,7 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    #[cfg(feature = "server")]
     #[test]
     fn an_answer_s_id_is_read_from_its_start() {
         let id = |head: &str| answer_id_in_head(head.as_bytes()).map(|i| i.as_bytes().to_vec());

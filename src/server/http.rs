@@ -2712,7 +2712,7 @@ pin_project_lite::pin_project! {
         state: Oneshot<Svc, F>,
         active: Option<ActiveGuard>,
         // HTTP/2: the connection's budget, which its replies count against
-        // until hyper takes their bytes.
+        // until h2 has written them.
         replies: Option<Arc<BodyBudget>>,
     }
 }
@@ -2782,8 +2782,8 @@ where
     }
 }
 
-/// An HTTP/2 reply counted against its connection's budget until hyper
-/// takes its bytes: a client that gives no window (or reads nothing) held
+/// An HTTP/2 reply counted against its connection's budget until h2 has
+/// written it: a client that gives no window (or reads nothing) held
 /// every reply of its streams, up to `max_in_flight` times the response
 /// limit on one connection. One that would take the connection past the
 /// budget (unless nothing else is held) is answered `503` instead; the
@@ -2862,8 +2862,8 @@ pin_project_lite::pin_project! {
             #[pin]
             body: B,
             // What of its connection's budget the reply holds (HTTP/2):
-            // given back once hyper takes its bytes (when the stream has
-            // a window for them) or drops it.
+            // it goes with the reply's data to h2, given back once that is
+            // written or dropped.
             held: BodyShare,
         },
         Failed { body: Option<Bytes> },

@@ -60,9 +60,9 @@
 //!   (over its size limit) gets its error reply with `id: null` and is
 //!   counted ([`LimitKind::MessageLen`]), unless its start shows an
 //!   answer (`{"jsonrpc":"2.0","id":7,"result":…`): that ends the request
-//!   it answers (`PeerError::InvalidResponse`) and is not answered; bytes the framer cannot
-//!   resynchronise after are answered, then the connection closes once the
-//!   calls in flight are answered.
+//!   it answers (`PeerError::InvalidResponse`) and is not answered. Bytes
+//!   the framer cannot resynchronise after are answered, then the
+//!   connection closes once the calls in flight are answered.
 //! * **Closes cleanly.** At the end of the input it answers every message
 //!   read, writes everything, and returns ([`CloseReason::Eof`]): an MCP
 //!   server on stdio exits when its client closes stdin, replies delivered
