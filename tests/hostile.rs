@@ -916,12 +916,49 @@ async fn ws_a_frame_cut_off_midway_is_closed_as_idle() {
     srv.task.abort();
 }
 
+/// An HTTP/2 connection to `srv` that gives no window
+/// (`SETTINGS_INITIAL_WINDOW_SIZE` 0: no answer byte may be sent), with
+/// `streams` requests for answers of `answer` bytes, once every stream is
+/// answered (headers need no window: each answer is held, or refused):
+/// its writer, and the live heap before the requests.
+async fn answers_held_for_no_window(
+    srv: &Http,
+    streams: u32,
+    answer: usize,
+) -> (tokio::net::tcp::OwnedWriteHalf, usize) {
+    let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
+    let (r, mut w) = tcp.into_split();
+    let seen = watch(r);
+    heap_settled().await;
+    let before = live();
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[{answer}]}}"#);
+    let mut out = Vec::new();
+    for i in 0..streams {
+        let id = 2 * i + 1;
+        out.extend(frame(
+            HEADERS,
+            END_HEADERS,
+            id,
+            &post_block(Some(body.len())),
+        ));
+        out.extend(frame(DATA, END_STREAM, id, body.as_bytes()));
+    }
+    w.write_all(&out).await.unwrap();
+    tokio::time::timeout(HANG, async {
+        while seen.headers.load(Ordering::SeqCst) < streams as usize {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("every stream answered");
+    (w, before)
+}
+
 /// An HTTP/2 reply waiting for a window the client never gives is held in
 /// the buffer it was written in: its doubling growth left up to twice the
 /// reply's size, so 16 held 1 MiB answers pinned about 34 MiB; they hold
-/// what they are (the buffer shrunk before it is handed on). A review
-/// found the growth; the bound on what one connection's held replies may
-/// take in all is not in place (see the notes).
+/// what they are (the buffer shrunk before it is handed on). Found by a
+/// review.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_replies_waiting_for_a_window_hold_their_size_only() {
     let _serial = SERIAL.lock().await;
@@ -933,33 +970,7 @@ async fn h2_replies_waiting_for_a_window_hold_their_size_only() {
         ..Limits::default()
     })
     .await;
-    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: no answer byte may be sent.
-    let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
-    let (r, mut w) = tcp.into_split();
-    let seen = watch(r);
-    heap_settled().await;
-    let before = live();
-    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[{ANSWER}]}}"#);
-    let mut out = Vec::new();
-    for i in 0..STREAMS {
-        let id = 2 * i + 1;
-        out.extend(frame(
-            HEADERS,
-            END_HEADERS,
-            id,
-            &post_block(Some(body.len())),
-        ));
-        out.extend(frame(DATA, END_STREAM, id, body.as_bytes()));
-    }
-    w.write_all(&out).await.unwrap();
-    // Every answer's head is sent (headers need no window): all are held.
-    tokio::time::timeout(HANG, async {
-        while seen.headers.load(Ordering::SeqCst) < STREAMS as usize {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("every stream answered");
+    let (w, before) = answers_held_for_no_window(&srv, STREAMS, ANSWER).await;
     heap_settled().await;
     let held = live().saturating_sub(before);
     let answers = STREAMS as usize * (ANSWER + 64);
@@ -981,7 +992,6 @@ async fn h2_replies_waiting_for_a_window_hold_their_size_only() {
 async fn h2_replies_held_per_connection_are_bounded() {
     let _serial = SERIAL.lock().await;
     const STREAMS: u32 = 64;
-    const ANSWER: usize = 1 << 20;
     let srv = start_http(Limits {
         max_in_flight: STREAMS as usize,
         max_message_len: 1 << 20,
@@ -990,33 +1000,7 @@ async fn h2_replies_held_per_connection_are_bounded() {
         ..Limits::default()
     })
     .await;
-    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: no answer byte may be sent.
-    let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
-    let (r, mut w) = tcp.into_split();
-    let seen = watch(r);
-    heap_settled().await;
-    let before = live();
-    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[{ANSWER}]}}"#);
-    let mut out = Vec::new();
-    for i in 0..STREAMS {
-        let id = 2 * i + 1;
-        out.extend(frame(
-            HEADERS,
-            END_HEADERS,
-            id,
-            &post_block(Some(body.len())),
-        ));
-        out.extend(frame(DATA, END_STREAM, id, body.as_bytes()));
-    }
-    w.write_all(&out).await.unwrap();
-    let answered = async {
-        while seen.headers.load(Ordering::SeqCst) < STREAMS as usize {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(HANG, answered)
-        .await
-        .expect("every stream answered (held, or refused with 503)");
+    let (mut w, before) = answers_held_for_no_window(&srv, STREAMS, 1 << 20).await;
     // A PING every 100 ms for 2 s (five idle timeouts): the answers stay
     // held as long as it pings.
     for _ in 0..20 {

@@ -725,11 +725,12 @@ impl Pipe {
     }
 }
 
-/// "Progress notifications MUST stop after completion": a clone of a
-/// tool's context that outlives its call (a task of the tool's) sends no
-/// progress once the call is answered. It did, after the result.
-#[tokio::test]
-async fn stdio_no_progress_after_the_call_is_over() {
+/// A server whose tool `keeps` keeps a clone of its context (as a task of
+/// the tool's would), does `during` with it while the call runs, and
+/// answers "done"; the kept context.
+fn keeping_server(
+    during: fn(&ToolContext),
+) -> (McpServer, Arc<std::sync::Mutex<Option<ToolContext>>>) {
     let kept: Arc<std::sync::Mutex<Option<ToolContext>>> = Default::default();
     let keeping = Arc::clone(&kept);
     let s = McpServer::builder("test-server", "9.9.9")
@@ -739,13 +740,24 @@ async fn stdio_no_progress_after_the_call_is_over() {
             move |_, cx: ToolContext| {
                 *keeping.lock().unwrap() = Some(cx.clone());
                 async move {
-                    assert!(cx.progress(1.0, None, None), "sent while the call runs");
+                    during(&cx);
                     Ok(ToolOutput::text("done"))
                 }
             },
         ))
         .build()
         .unwrap();
+    (s, kept)
+}
+
+/// "Progress notifications MUST stop after completion": a clone of a
+/// tool's context that outlives its call (a task of the tool's) sends no
+/// progress once the call is answered. It did, after the result.
+#[tokio::test]
+async fn stdio_no_progress_after_the_call_is_over() {
+    let (s, kept) = keeping_server(|cx| {
+        assert!(cx.progress(1.0, None, None), "sent while the call runs");
+    });
     let mut p = Pipe::new(&s);
     p.init("2025-11-25").await;
     p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"keeps","arguments":{},"_meta":{"progressToken":"t"}}}"#).await;
@@ -768,25 +780,12 @@ async fn stdio_no_progress_after_the_call_is_over() {
 /// lifecycle the level is the session's, and such a clone still logs.
 #[tokio::test]
 async fn stdio_request_scoped_logs_stop_when_the_call_is_over() {
-    let kept: Arc<std::sync::Mutex<Option<ToolContext>>> = Default::default();
-    let keeping = Arc::clone(&kept);
-    let s = McpServer::builder("test-server", "9.9.9")
-        .tool(Tool::new(
-            "keeps",
-            json!({"type": "object"}),
-            move |_, cx: ToolContext| {
-                *keeping.lock().unwrap() = Some(cx.clone());
-                async move {
-                    assert!(
-                        cx.log(LogLevel::Info, None, "running"),
-                        "sent while the call runs"
-                    );
-                    Ok(ToolOutput::text("done"))
-                }
-            },
-        ))
-        .build()
-        .unwrap();
+    let (s, kept) = keeping_server(|cx| {
+        assert!(
+            cx.log(LogLevel::Info, None, "running"),
+            "sent while the call runs"
+        );
+    });
     let mut p = Pipe::new(&s);
     p.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"keeps","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/logLevel":"debug"}}}"#).await;
     assert_eq!(p.recv().await["params"]["data"], "running");
