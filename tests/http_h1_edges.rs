@@ -1518,3 +1518,81 @@ async fn a_reply_nobody_reads_is_dropped_after_two_idle_periods() {
         "(own loop, connections open 1.7 and 3.7 idle periods after a reply nobody reads)"
     );
 }
+
+/// The dispatcher's `max_in_flight` is one connection's, over HTTP/2
+/// too: 32 streams of one connection, a call each, run at most the cap
+/// at once, the others waiting for a slot (each stream had a cap of its
+/// own: all 32 ran under a cap of 2; found by a review). A stream reset
+/// while it waits or runs gives its slots back (the last requests are
+/// served).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_streams_share_their_connection_s_call_cap() {
+    let _serial = SERIAL.lock().await;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const CAP: usize = 2;
+    const STREAMS: usize = 32;
+    #[derive(Default)]
+    struct Running {
+        now: AtomicUsize,
+        peak: AtomicUsize,
+    }
+    let running = Arc::new(Running::default());
+    let d = Dispatcher::builder(running.clone())
+        .max_in_flight(CAP)
+        .async_method("hold", |c: AsyncCall<Arc<Running>>| async move {
+            // Counted down when the call ends or is dropped (its stream
+            // reset).
+            struct Ends(Arc<Running>);
+            impl Drop for Ends {
+                fn drop(&mut self) {
+                    self.0.now.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+            let n = c.state.now.fetch_add(1, Ordering::SeqCst) + 1;
+            c.state.peak.fetch_max(n, Ordering::SeqCst);
+            let _ends = Ends(Arc::clone(&c.state));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, RpcError>(())
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        max_in_flight: STREAMS,
+        ..Limits::default()
+    };
+    let service = HttpService::new(d, &limits, None);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(Server::new(limits).serve(listener, service, shutdown.clone()));
+    let sender = http_replies::h2_client(addr).await;
+    let call = |i: usize| {
+        let mut sender = sender.clone();
+        async move {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"hold"}}"#);
+            let req = http::Request::post(format!("http://{addr}/"))
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                .unwrap();
+            sender.ready().await.unwrap();
+            sender.send_request(req).await.unwrap().status()
+        }
+    };
+    // Streams given up on while they wait or run: reset by the client.
+    let abandoned: Vec<_> = (0..8).map(|i| tokio::spawn(call(100 + i))).collect();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for a in abandoned {
+        a.abort();
+    }
+    let calls: Vec<_> = (0..STREAMS).map(|i| tokio::spawn(call(i))).collect();
+    for c in calls {
+        assert_eq!(tokio::time::timeout(HANG, c).await.unwrap().unwrap(), 200);
+    }
+    shutdown.trigger();
+    task.await.unwrap();
+    let peak = running.peak.load(Ordering::SeqCst);
+    assert!(
+        peak <= CAP,
+        "{peak} calls of one HTTP/2 connection ran at once under a cap of {CAP}"
+    );
+}

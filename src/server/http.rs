@@ -974,6 +974,68 @@ pin_project_lite::pin_project! {
 struct BodyBudget {
     held: AtomicUsize,
     limit: usize,
+    /// The async calls the connection's streams run, against the
+    /// dispatcher's `max_in_flight` (each stream has a scratch
+    /// `Connection` of its own, whose cap alone let one connection run
+    /// `max_concurrent_streams` times it).
+    calls: AtomicUsize,
+    /// Woken as calls end, for the streams waiting for a slot.
+    freed: Arc<tokio::sync::Notify>,
+}
+
+/// A stream's calls counted among its HTTP/2 connection's
+/// ([`BodyBudget::calls`]), given back when it is dropped (its stream
+/// reset, its response dropped).
+#[derive(Debug, Default)]
+struct CountedCalls {
+    budget: Option<Arc<BodyBudget>>,
+    calls: usize,
+}
+
+impl CountedCalls {
+    fn set(&mut self, calls: usize) {
+        if let Some(budget) = &self.budget {
+            budget.recount(self.calls, calls);
+            self.calls = calls;
+        }
+    }
+}
+
+impl Drop for CountedCalls {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
+impl BodyBudget {
+    fn new(limit: usize) -> BodyBudget {
+        BodyBudget {
+            held: AtomicUsize::new(0),
+            limit,
+            calls: AtomicUsize::new(0),
+            freed: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
+
+    /// Takes a slot for a stream about to start its calls, if fewer than
+    /// `cap` run.
+    fn admit(&self, cap: usize) -> bool {
+        self.calls
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                (c < cap).then_some(c + 1)
+            })
+            .is_ok()
+    }
+
+    /// A stream's count moves from `from` to `to` calls.
+    fn recount(&self, from: usize, to: usize) {
+        if to > from {
+            self.calls.fetch_add(to - from, Ordering::AcqRel);
+        } else if from > to {
+            self.calls.fetch_sub(from - to, Ordering::AcqRel);
+            self.freed.notify_waiters();
+        }
+    }
 }
 
 /// A request's way to its connection's [`BodyBudget`]: put in the
@@ -1062,6 +1124,14 @@ enum State {
         then: Option<Response<ResponseBody>>,
     },
     /// Waiting for async calls.
+    /// A whole body of an HTTP/2 stream waiting for a slot among its
+    /// connection's calls ([`BodyBudget::admit`]).
+    Queued {
+        input: Bytes,
+        request: Option<(HeaderMap, Option<SocketAddr>)>,
+        share: BodyShare,
+        wait: Option<Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+    },
     Dispatching {
         conn: Option<Box<Connection>>,
         out: Vec<u8>,
@@ -1070,6 +1140,8 @@ enum State {
         /// Its share of the connection's budget, handed on with calls
         /// still running after the reply ([`Shared::release`]).
         share: BodyShare,
+        /// Its calls counted among its connection's (HTTP/2).
+        counted: CountedCalls,
     },
     /// Compressing a large reply on tokio's blocking pool
     /// ([`gzip_packed`]); dropped, the compression's result is dropped.
@@ -1092,6 +1164,7 @@ impl<S, K, B> std::fmt::Debug for ResponseFuture<S, K, B> {
         let state = match self.state {
             State::Reading { .. } => "reading",
             State::Draining { .. } => "draining",
+            State::Queued { .. } => "queued",
             State::Dispatching { .. } => "dispatching",
             State::Compressing(_) => "compressing",
             State::Ready(_) => "ready",
@@ -1213,15 +1286,11 @@ where
                             } else {
                                 std::mem::take(rest).freeze()
                             };
-                            let (headers, peer) = request.take().unwrap_or_default();
-                            let mut conn = shared.checkout(headers, peer);
-                            let mut out = Vec::with_capacity(input.len().clamp(128, 64 * 1024));
-                            conn.start(&shared.dispatcher, &input, &mut out);
-                            *this.state = State::Dispatching {
-                                conn: Some(conn),
-                                out,
-                                _input: input,
+                            *this.state = State::Queued {
+                                input,
+                                request: Some(request.take().unwrap_or_default()),
                                 share: std::mem::take(share),
+                                wait: None,
                             };
                         }
                     }
@@ -1256,8 +1325,57 @@ where
                         None => *this.state = State::Ready(then.take()),
                     }
                 }
+                State::Queued {
+                    input,
+                    request,
+                    share,
+                    wait,
+                } => {
+                    let cap = shared.dispatcher.inner.max_in_flight;
+                    let budget = share.budget.clone();
+                    if let Some(budget) = &budget {
+                        // An HTTP/2 stream starts once its connection runs
+                        // fewer calls than the cap (the cap is the
+                        // connection's, as over HTTP/1.1 and WebSocket).
+                        loop {
+                            let waiting = wait.get_or_insert_with(|| {
+                                Box::pin(Arc::clone(&budget.freed).notified_owned())
+                            });
+                            // Registered before the look: a call ending
+                            // between them wakes it.
+                            waiting.as_mut().enable();
+                            if budget.admit(cap) {
+                                *wait = None;
+                                break;
+                            }
+                            if waiting.as_mut().poll(cx).is_pending() {
+                                return Poll::Pending;
+                            }
+                            *wait = None;
+                        }
+                    }
+                    let (headers, peer) = request.take().unwrap_or_default();
+                    let mut conn = shared.checkout(headers, peer);
+                    let input = std::mem::take(input);
+                    let mut out = Vec::with_capacity(input.len().clamp(128, 64 * 1024));
+                    conn.start(&shared.dispatcher, &input, &mut out);
+                    // The slot taken stands for the calls it started.
+                    let mut counted = CountedCalls { budget, calls: 1 };
+                    counted.set(conn.in_flight());
+                    *this.state = State::Dispatching {
+                        conn: Some(conn),
+                        out,
+                        _input: input,
+                        share: std::mem::take(share),
+                        counted,
+                    };
+                }
                 State::Dispatching {
-                    conn, out, share, ..
+                    conn,
+                    out,
+                    share,
+                    counted,
+                    ..
                 } => {
                     let c = conn.as_mut().expect("connection present while dispatching");
                     let cap = shared.dispatcher.inner.max_in_flight;
@@ -1268,10 +1386,15 @@ where
                                 .as_deref()
                                 .is_some_and(|l| l.full(c.in_flight(), cap)))
                     {
-                        if c.poll_replies(&shared.dispatcher, cx, out).is_pending() {
+                        let polled = c.poll_replies(&shared.dispatcher, cx, out);
+                        counted.set(c.in_flight());
+                        if polled.is_pending() {
                             return Poll::Pending;
                         }
                     }
+                    // Calls left running after the reply are the
+                    // lingering ones, counted there.
+                    counted.set(0);
                     let conn = conn.take().expect("connection present while dispatching");
                     let mut out = std::mem::take(out);
                     // The reply waits for the client to read it (an HTTP/2
@@ -2656,12 +2779,9 @@ where
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
         let mut replies = None;
         if req.version() == http::Version::HTTP_2 {
-            let bodies = self.bodies.get_or_init(|| {
-                ConnectionBodies(Arc::new(BodyBudget {
-                    held: AtomicUsize::new(0),
-                    limit: self.body_budget,
-                }))
-            });
+            let bodies = self
+                .bodies
+                .get_or_init(|| ConnectionBodies(Arc::new(BodyBudget::new(self.body_budget))));
             replies = Some(Arc::clone(&bodies.0));
             req.extensions_mut().insert(bodies.clone());
         }

@@ -156,7 +156,10 @@ pub struct Limits {
     /// `h2` crate enforces: a client that opens more streams before it
     /// has read the server's settings gets those refused
     /// (`REFUSED_STREAM`, which clients retry), and the refusals are not
-    /// counted. Each HTTP/2 stream's body is read whole before it is
+    /// counted. The dispatcher's cap is the connection's on HTTP/2 too
+    /// (served by `server::http::serve` or `Server`): a stream whose body
+    /// is in waits while its connection's streams run that many async
+    /// calls. Each HTTP/2 stream's body is read whole before it is
     /// dispatched, as an HTTP/1.1 request's is: what the bodies of one
     /// HTTP/2 connection's streams hold together is bounded by
     /// [`max_connection_body_bytes`](Self::max_connection_body_bytes), not
