@@ -1337,15 +1337,16 @@ where
                         // An HTTP/2 stream starts once its connection runs
                         // fewer calls than the cap (the cap is the
                         // connection's, as over HTTP/1.1 and WebSocket).
-                        loop {
+                        // A slot free at once (the common case) costs no
+                        // registration.
+                        while !budget.admit(cap) {
                             let waiting = wait.get_or_insert_with(|| {
                                 Box::pin(Arc::clone(&budget.freed).notified_owned())
                             });
-                            // Registered before the look: a call ending
-                            // between them wakes it.
+                            // Registered, then looked again: a call ending
+                            // between the two looks wakes it.
                             waiting.as_mut().enable();
                             if budget.admit(cap) {
-                                *wait = None;
                                 break;
                             }
                             if waiting.as_mut().poll(cx).is_pending() {
@@ -1353,6 +1354,7 @@ where
                             }
                             *wait = None;
                         }
+                        *wait = None;
                     }
                     let (headers, peer) = request.take().unwrap_or_default();
                     let mut conn = shared.checkout(headers, peer);
