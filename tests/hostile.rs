@@ -591,23 +591,7 @@ async fn h2_a_client_that_gives_no_window_is_closed_as_idle() {
         ..Limits::default()
     })
     .await;
-    // SETTINGS_INITIAL_WINDOW_SIZE (4) = 0.
-    let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
-    let (r, mut w) = tcp.into_split();
-    let seen = watch(r);
-    let body = br#"{"jsonrpc":"2.0","id":1,"method":"big","params":[100000]}"#;
-    let mut out = Vec::new();
-    for i in 0..8u32 {
-        let id = 2 * i + 1;
-        out.extend(frame(
-            HEADERS,
-            END_HEADERS,
-            id,
-            &post_block(Some(body.len())),
-        ));
-        out.extend(frame(DATA, END_STREAM, id, body));
-    }
-    w.write_all(&out).await.unwrap();
+    let (w, seen, _) = answers_held_for_no_window(&srv, 8, 100_000).await;
     srv.serves_others().await;
     tokio::time::timeout(HANG, async {
         while srv.metrics.limit_count(LimitKind::Idle) == 0 {
@@ -920,12 +904,13 @@ async fn ws_a_frame_cut_off_midway_is_closed_as_idle() {
 /// (`SETTINGS_INITIAL_WINDOW_SIZE` 0: no answer byte may be sent), with
 /// `streams` requests for answers of `answer` bytes, once every stream is
 /// answered (headers need no window: each answer is held, or refused):
-/// its writer, and the live heap before the requests.
+/// its writer, what it has seen of the server, and the live heap before
+/// the requests.
 async fn answers_held_for_no_window(
     srv: &Http,
     streams: u32,
     answer: usize,
-) -> (tokio::net::tcp::OwnedWriteHalf, usize) {
+) -> (tokio::net::tcp::OwnedWriteHalf, Arc<Seen>, usize) {
     let tcp = raw_h2(srv.addr, &[(4, 0)]).await;
     let (r, mut w) = tcp.into_split();
     let seen = watch(r);
@@ -951,7 +936,7 @@ async fn answers_held_for_no_window(
     })
     .await
     .expect("every stream answered");
-    (w, before)
+    (w, seen, before)
 }
 
 /// An HTTP/2 reply waiting for a window the client never gives is held in
@@ -970,7 +955,7 @@ async fn h2_replies_waiting_for_a_window_hold_their_size_only() {
         ..Limits::default()
     })
     .await;
-    let (w, before) = answers_held_for_no_window(&srv, STREAMS, ANSWER).await;
+    let (w, _, before) = answers_held_for_no_window(&srv, STREAMS, ANSWER).await;
     heap_settled().await;
     let held = live().saturating_sub(before);
     let answers = STREAMS as usize * (ANSWER + 64);
@@ -1000,7 +985,7 @@ async fn h2_replies_held_per_connection_are_bounded() {
         ..Limits::default()
     })
     .await;
-    let (mut w, before) = answers_held_for_no_window(&srv, STREAMS, 1 << 20).await;
+    let (mut w, _, before) = answers_held_for_no_window(&srv, STREAMS, 1 << 20).await;
     // A PING every 100 ms for 2 s (five idle timeouts): the answers stay
     // held as long as it pings.
     for _ in 0..20 {

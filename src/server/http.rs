@@ -2926,12 +2926,7 @@ fn held_reply<B: Body>(response: Response<B>, budget: Arc<BodyBudget>) -> Respon
             "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32000,\"message\":\"Response too large\",\"data\":{{\"reason\":\"the replies this connection holds unread would pass its limit\",\"limit\":{}}}}}}}",
             budget.limit
         );
-        let mut refused = Response::new(Served::Failed {
-            body: Some(Bytes::from(body)),
-        });
-        *refused.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
-        refused.headers_mut().insert(CONTENT_TYPE, APPLICATION_JSON);
-        return refused;
+        return served_error(StatusCode::SERVICE_UNAVAILABLE, body);
     }
     let held = BodyShare {
         budget: Some(budget),
@@ -2962,9 +2957,9 @@ fn no_one_host<B>() -> Response<Served<B>> {
 }
 
 /// A response of [`serve`]'s own: `status`, a JSON `body`.
-fn served_error<B>(status: StatusCode, body: &'static [u8]) -> Response<Served<B>> {
+fn served_error<B>(status: StatusCode, body: impl Into<Bytes>) -> Response<Served<B>> {
     let mut response = Response::new(Served::Failed {
-        body: Some(Bytes::from_static(body)),
+        body: Some(body.into()),
     });
     *response.status_mut() = status;
     response
