@@ -977,23 +977,7 @@ const HANDSHAKE: &str = "GET / HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket
 
 async fn raw_client_on(mut tcp: TcpStream) -> TcpStream {
     tcp.write_all(HANDSHAKE.as_bytes()).await.unwrap();
-    let mut got = Vec::new();
-    while !got.ends_with(b"\r\n\r\n") {
-        let mut byte = [0u8];
-        assert_eq!(
-            tcp.read(&mut byte).await.unwrap(),
-            1,
-            "the handshake answered"
-        );
-        got.push(byte[0]);
-    }
-    let response = String::from_utf8(got).unwrap();
-    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
-    assert!(
-        response.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
-        "{response}"
-    );
-    tcp
+    raw_client_on_answered(tcp).await
 }
 
 /// Reads server frames (unmasked) until the connection ends: (opcode,
@@ -2706,4 +2690,157 @@ async fn a_drain_longer_than_the_idle_timeout_lets_the_call_finish() {
             0
         )
     );
+}
+
+/// A masked client frame with `fin` as given (a fragment unless final):
+/// `len` announced, `payload` (possibly less, or none) sent after it.
+fn fragment(fin: bool, opcode: u8, len: usize, payload: &[u8]) -> Vec<u8> {
+    let mut frame = vec![if fin { 0x80 } else { 0 } | opcode, 0x80 | 127];
+    frame.extend_from_slice(&(len as u64).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// A message sent in fragments is refused from the header of the fragment
+/// that takes it past the limit, as a single frame is, after the message
+/// before it is answered. tungstenite checks a message's size only as it
+/// adds a fragment read whole: the server waited for the payload of a
+/// fragment its header already put past the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragments_past_the_limit_are_refused_from_their_header() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        max_message_len: 1000,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    // Under the limit in three fragments: served.
+    let mut raw = raw_client(server.addr).await;
+    let call = req(1, "echo", json!(["x".repeat(900)])).to_string();
+    let (a, rest) = call.as_bytes().split_at(300);
+    let (b, c) = rest.split_at(300);
+    let mut bytes = fragment(false, 0x1, a.len(), a);
+    bytes.extend(fragment(false, 0x0, b.len(), b));
+    bytes.extend(fragment(true, 0x0, c.len(), c));
+    raw.write_all(&bytes).await.unwrap();
+    assert_eq!(raw_call_reply(&mut raw).await["id"], 1);
+    // A request, then a message whose second fragment's header says 1200
+    // bytes in all; that fragment's payload is never sent.
+    let mut bytes = client_frame(
+        0x1,
+        req(2, "eth_blockNumber", json!([])).to_string().as_bytes(),
+    );
+    bytes.extend(fragment(false, 0x1, 600, &[b' '; 600]));
+    bytes.extend(fragment(true, 0x0, 600, &[]));
+    raw.write_all(&bytes).await.unwrap();
+    let frames = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut frames = Vec::new();
+        loop {
+            let frame = read_server_frame(&mut raw).await;
+            let close = frame.1 == 0x8;
+            frames.push(frame);
+            if close {
+                return frames;
+            }
+        }
+    })
+    .await
+    .expect("refused without the fragment's payload");
+    let texts: Vec<Value> = frames
+        .iter()
+        .filter(|f| f.1 == 0x1)
+        .map(|f| serde_json::from_slice(&f.2).unwrap())
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(texts[0]["id"], 2);
+    assert_eq!(texts[1]["error"]["code"], -32600);
+    assert_eq!(texts[1]["error"]["data"]["limit"], 1000);
+    let close = &frames.last().unwrap().2;
+    assert_eq!(u16::from_be_bytes([close[0], close[1]]), 1009);
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 1);
+    server.stop().await;
+}
+
+/// A fragment that takes its message past the limit is not read: a
+/// 4 MiB continuation of a 1 KiB first fragment under a 4 MiB limit was
+/// read whole (and copied) before tungstenite refused the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fragments_past_the_limit_are_not_read() {
+    let _alone = HEAP.write().await;
+    const MAX: usize = 4 << 20;
+    let limits = Limits {
+        max_message_len: MAX,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let raw = raw_client(server.addr).await;
+    let mut bytes = fragment(false, 0x1, 1024, &[b' '; 1024]);
+    bytes.extend(fragment(true, 0x0, MAX, &vec![b' '; MAX]));
+    let base = counting_alloc::start_peak();
+    let (mut read, mut write) = raw.into_split();
+    let sending = tokio::spawn(async move { write.write_all(&bytes).await });
+    let frames = read_frames_until_eof_of(&mut read).await;
+    let peak = counting_alloc::peak_since(base);
+    let _ = sending.await;
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.0 == 0x1 && String::from_utf8_lossy(&f.1).contains("-32600")),
+        "{frames:?}"
+    );
+    assert!(peak < 1 << 20, "peak heap {peak} bytes");
+    server.stop().await;
+}
+
+/// Server frames until the connection ends, from a read half.
+async fn read_frames_until_eof_of(read: &mut tokio::net::tcp::OwnedReadHalf) -> Vec<(u8, Vec<u8>)> {
+    let mut data = Vec::new();
+    tokio::time::timeout(PATIENCE, read.read_to_end(&mut data))
+        .await
+        .expect("the server closed in time")
+        .ok();
+    server_frames(&data)
+}
+
+/// An opening handshake with 70 header fields (proxies add many) is
+/// accepted, as hyper's combined port accepts it; past 100 it is refused
+/// as a head too large (`431`), not as "not an HTTP request" (`400`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshakes_with_many_fields_are_accepted_up_to_100() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let with_fields = |n: usize| {
+        let extra: String = (0..n).map(|i| format!("X-H{i}: v\r\n")).collect();
+        HANDSHAKE.replace("\r\n\r\n", &format!("\r\n{extra}\r\n"))
+    };
+    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    tcp.write_all(with_fields(70).as_bytes()).await.unwrap();
+    let mut tcp = raw_client_on_answered(tcp).await;
+    assert_eq!(
+        raw_call(&mut tcp, req(3, "eth_blockNumber", json!([]))).await["id"],
+        3
+    );
+    let got = http_answer(server.addr, &with_fields(120)).await;
+    assert!(got.starts_with("HTTP/1.1 431"), "{got}");
+    assert_eq!(server.metrics.limit_count(LimitKind::Header), 1);
+    server.stop().await;
+}
+
+/// Reads the server's answer to a [`HANDSHAKE`] (with any fields added)
+/// already written on `tcp`: a `101` with its key's accept value.
+async fn raw_client_on_answered(mut tcp: TcpStream) -> TcpStream {
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8];
+        assert_eq!(tcp.read(&mut byte).await.unwrap(), 1, "answered: {got:?}");
+        got.push(byte[0]);
+    }
+    let response = String::from_utf8(got).unwrap();
+    assert!(response.starts_with("HTTP/1.1 101"), "{response}");
+    assert!(
+        response.contains("s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
+        "{response}"
+    );
+    tcp
 }

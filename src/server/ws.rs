@@ -35,7 +35,9 @@
 //!   WebSocket protocol error (RFC 6455 closes with 1007); in a binary
 //!   message it is just invalid JSON (-32700).
 //! * A message larger than [`Limits::max_message_len`] is refused from its
-//!   frame header, before its payload is read: the server answers with
+//!   frame header, before its payload is read (a message sent in
+//!   fragments, from the header of the fragment that takes it past the
+//!   limit, after the messages before it are answered): the server answers with
 //!   -32600, `id: null`, `data.limit` (as for an over-long HTTP body), then
 //!   closes the connection with 1009 (Message Too Big). The connection
 //!   cannot continue: the rest of the frame would have to be read to find
@@ -67,7 +69,8 @@
 //!   answers are delivered at once, and the other messages are held in
 //!   order (up to about `max_message_len` bytes, 5 MiB at most) until
 //!   calls finish and the socket takes writes. Buffers: the message being read
-//!   (at most `max_message_len`), those held, an 8 KiB read buffer, the
+//!   (at most `max_message_len`; a message sent in fragments, up to twice
+//!   that while tungstenite copies a fragment out of its read buffer), those held, an 8 KiB read buffer, the
 //!   write buffer (32 KiB plus the message being written), the replies of
 //!   the calls in flight, the [`Outbox`] ([`Limits::max_queued`] messages)
 //!   and the subscriptions' buffers. A connection that waits for its client with
@@ -124,6 +127,7 @@
 //! HTTP handshake itself.
 
 use std::collections::VecDeque;
+use std::fmt;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -442,7 +446,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     /// A request that is not a valid upgrade is answered as an HTTP server
     /// answers it (RFC 6455 §4.2.2): `426` with the version this server
     /// speaks for another `Sec-WebSocket-Version`, `400` with a -32600 body
-    /// saying why otherwise, `431` for a head past 64 KiB (counted as
+    /// saying why otherwise, `431` for a head past 64 KiB or 100 fields (counted as
     /// [`LimitKind::Header`], as is a handshake past the
     /// [`handshake_timeout`](WsServer::handshake_timeout)).
     ///
@@ -478,7 +482,8 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             }
         };
         // Frames the client sent right behind its request are the stream's.
-        let io = Watched::new(io, &early);
+        let mut early = early;
+        let io = Watched::new(io, &mut early, self.limits.max_message_len);
         let ws =
             WebSocketStream::from_partially_read(io, early, Role::Server, Some(self.ws_config()))
                 .await;
@@ -493,7 +498,7 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     where
         T: AsyncRead + AsyncWrite + Unpin + Send,
     {
-        let io = Watched::new(io, &[]);
+        let io = Watched::new(io, &mut Vec::new(), self.limits.max_message_len);
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(self.ws_config())).await;
         self.drive(ws, ctx).await
     }
@@ -670,11 +675,11 @@ where
         match read_request(&buf) {
             Ok(Some(request)) => break request,
             Ok(None) if buf.len() < MAX_HANDSHAKE_HEAD => {}
-            Ok(None) => {
+            Ok(None) | Err(Unread::TooManyFields) => {
                 let _ = io.write_all(&refusal(431, HEAD_TOO_LARGE, None)).await;
                 return Err(HandshakeError(Kind::HeadTooLarge));
             }
-            Err(reason) => {
+            Err(Unread::Invalid(reason)) => {
                 let _ = io.write_all(&refusal(400, reason, None)).await;
                 return Err(HandshakeError(Kind::Invalid(reason)));
             }
@@ -731,17 +736,32 @@ fn ends_head(bytes: &[u8]) -> bool {
         .any(|at| matches!(bytes[at + 1..], [b'\n', ..] | [b'\r', b'\n', ..]))
 }
 
+/// Header fields a handshake may have: as many as hyper allows (the
+/// combined port's handshakes are read by hyper), past which the head is
+/// refused as too large (`431`).
+const MAX_HANDSHAKE_FIELDS: usize = 100;
+
+/// Why a handshake's head was refused.
+#[derive(Debug, PartialEq)]
+enum Unread {
+    /// More than [`MAX_HANDSHAKE_FIELDS`] header fields.
+    TooManyFields,
+    /// Not HTTP.
+    Invalid(&'static str),
+}
+
 /// The request whose head is at the front of `buf` and the head's length;
 /// `None` while it is incomplete.
-fn read_request(buf: &[u8]) -> Result<Option<(http::Request<()>, usize)>, &'static str> {
+fn read_request(buf: &[u8]) -> Result<Option<(http::Request<()>, usize)>, Unread> {
     #[cfg(test)]
     tests::HEAD_PARSED.with(|parsed| parsed.set(parsed.get() + buf.len()));
-    let mut fields = [httparse::EMPTY_HEADER; 64];
+    let mut fields = [httparse::EMPTY_HEADER; MAX_HANDSHAKE_FIELDS];
     let mut parsed = httparse::Request::new(&mut fields);
     let len = match parsed.parse(buf) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return Ok(None),
-        Err(_) => return Err("not an HTTP request"),
+        Err(httparse::Error::TooManyHeaders) => return Err(Unread::TooManyFields),
+        Err(_) => return Err(Unread::Invalid("not an HTTP request")),
     };
     let mut request = http::Request::builder()
         .method(parsed.method.unwrap_or_default())
@@ -756,7 +776,7 @@ fn read_request(buf: &[u8]) -> Result<Option<(http::Request<()>, usize)>, &'stat
     }
     match request.body(()) {
         Ok(request) => Ok(Some((request, len))),
-        Err(_) => Err("not an HTTP request"),
+        Err(_) => Err(Unread::Invalid("not an HTTP request")),
     }
 }
 
@@ -819,7 +839,8 @@ enum Kind {
     Io(io::Error),
     /// Not an HTTP request.
     Invalid(&'static str),
-    /// A request head past [`MAX_HANDSHAKE_HEAD`].
+    /// A request head past [`MAX_HANDSHAKE_HEAD`] or
+    /// [`MAX_HANDSHAKE_FIELDS`].
     HeadTooLarge,
     /// Refused for its `Host`: by the allowlist, or none or two.
     Host(&'static str),
@@ -994,16 +1015,20 @@ struct Watched<T> {
 const MOVING: usize = 4 << 10;
 
 impl<T> Watched<T> {
-    /// `io`, whose stream starts with `early` (bytes already read from it).
-    fn new(io: T, early: &[u8]) -> Self {
+    /// `io`, whose stream starts with `early` (bytes already read from it,
+    /// cut where a message past `max_message_len` starts), for messages of
+    /// at most `max_message_len` bytes.
+    fn new(io: T, early: &mut Vec<u8>, max_message_len: usize) -> Self {
         let mut watched = Watched {
             io: Some(io),
-            frames: FrameWalk::default(),
+            frames: FrameWalk::new(max_message_len),
             large: false,
             write_waited: false,
             client_moved: 0,
         };
-        watched.large = watched.frames.walk(early);
+        let walked = watched.frames.walk(early);
+        watched.large = walked.large;
+        early.truncate(walked.passed);
         watched
     }
 
@@ -1037,12 +1062,23 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
         buf: &mut tokio::io::ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.frames.refused {
+            return Poll::Ready(Err(io::Error::other(FragmentsTooLarge)));
+        }
         let before = buf.filled().len();
         let read = this.io()?.poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = read {
             let fresh = &buf.filled()[before..];
             this.client_moved += fresh.len();
-            this.large |= this.frames.walk(fresh);
+            let walked = this.frames.walk(fresh);
+            this.large |= walked.large;
+            // What precedes the refused frame is read (the messages before
+            // it are answered); the next read fails. None of it: this one
+            // fails (read as nothing, it would be an end of stream).
+            buf.set_filled(before + walked.passed);
+            if this.frames.refused && walked.passed == 0 {
+                return Poll::Ready(Err(io::Error::other(FragmentsTooLarge)));
+            }
         }
         read
     }
@@ -1087,10 +1123,27 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Watched<T> {
     }
 }
 
+/// What [`Watched`]'s reads fail with once a data frame's header took its
+/// message past the size limit: tungstenite refuses a frame past it from
+/// its header, but a message's fragments only as it adds each one read
+/// whole, which held twice the limit (the message so far and the
+/// fragment) before the refusal.
+#[derive(Debug)]
+struct FragmentsTooLarge;
+
+impl fmt::Display for FragmentsTooLarge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a fragmented message larger than the size limit")
+    }
+}
+
+impl std::error::Error for FragmentsTooLarge {}
+
 /// Follows the frame headers in the bytes read from a client (RFC 6455
-/// §5.2), to tell when they end between two messages. Only the lengths
-/// and the fragmentation are read: tungstenite checks the rest.
-#[derive(Default)]
+/// §5.2), to tell when they end between two messages, and to refuse a
+/// message past the size limit from the header that takes it there. Only
+/// the lengths and the fragmentation are read: tungstenite checks the
+/// rest.
 struct FrameWalk {
     /// The header being read, `have` bytes of it so far (at most 14: two,
     /// an extended length of eight, a mask of four).
@@ -1101,41 +1154,89 @@ struct FrameWalk {
     /// A data frame without its final bit was read, and no final
     /// continuation frame since.
     fragmented: bool,
+    /// The payload of the message being read, its frames so far.
+    message: u64,
+    /// The largest message payload let through.
+    max: u64,
+    /// A data frame's header took its message past `max`: nothing from
+    /// that header on is passed.
+    refused: bool,
+}
+
+/// What [`FrameWalk::walk`] found in the bytes it was given.
+struct Walked {
+    /// A frame's payload is larger than half [`KEEP_IDLE`] (tungstenite's
+    /// read buffer grows to hold a whole frame).
+    large: bool,
+    /// How many of the bytes to pass on: all, or those before the header
+    /// of the frame that took its message past the limit.
+    passed: usize,
 }
 
 impl FrameWalk {
-    /// Follows `bytes`, the next ones read; whether a frame's payload is
-    /// larger than half [`KEEP_IDLE`] (tungstenite's read buffer grows to
-    /// hold a whole frame).
-    fn walk(&mut self, mut bytes: &[u8]) -> bool {
+    fn new(max_message_len: usize) -> Self {
+        FrameWalk {
+            head: [0; 14],
+            have: 0,
+            left: 0,
+            fragmented: false,
+            message: 0,
+            max: max_message_len.max(1) as u64,
+            refused: false,
+        }
+    }
+
+    /// Follows `bytes`, the next ones read.
+    fn walk(&mut self, bytes: &[u8]) -> Walked {
         let mut large = false;
-        while !bytes.is_empty() {
+        let mut at = 0;
+        // Where the header being read starts in `bytes` (0 if it started
+        // in an earlier read).
+        let mut header_at = 0;
+        while at < bytes.len() {
             if self.left > 0 {
-                let n = bytes
-                    .len()
-                    .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+                let n = (bytes.len() - at).min(usize::try_from(self.left).unwrap_or(usize::MAX));
                 self.left -= n as u64;
-                bytes = &bytes[n..];
+                at += n;
                 continue;
             }
-            self.head[self.have] = bytes[0];
+            if self.have == 0 {
+                header_at = at;
+            }
+            self.head[self.have] = bytes[at];
             self.have += 1;
-            bytes = &bytes[1..];
+            at += 1;
             if let Some(len) = self.header_len() {
                 let (fin, opcode) = (self.head[0] & 0x80 != 0, self.head[0] & 0x0f);
                 match opcode {
-                    // Text or binary: a fragmented message starts unless
+                    // Text or binary: a message starts, fragmented unless
                     // final.
-                    0x1 | 0x2 => self.fragmented = !fin,
-                    0x0 if fin => self.fragmented = false,
+                    0x1 | 0x2 => {
+                        self.fragmented = !fin;
+                        self.message = len;
+                    }
+                    0x0 => {
+                        self.fragmented &= !fin;
+                        self.message = self.message.saturating_add(len);
+                    }
                     _ => {}
+                }
+                if opcode <= 0x2 && self.message > self.max {
+                    self.refused = true;
+                    return Walked {
+                        large,
+                        passed: header_at,
+                    };
                 }
                 large |= len > (KEEP_IDLE / 2) as u64;
                 self.have = 0;
                 self.left = len;
             }
         }
-        large
+        Walked {
+            large,
+            passed: bytes.len(),
+        }
     }
 
     /// The payload length, once the header is whole.
@@ -1537,7 +1638,7 @@ where
             return;
         };
         let fresh = WebSocketStream::from_raw_socket(
-            Watched::new(io, &[]),
+            Watched::new(io, &mut Vec::new(), self.server.limits.max_message_len),
             Role::Server,
             Some(self.server.ws_config()),
         );
@@ -1838,11 +1939,14 @@ where
                 // close. This side ends (the client reads that after the
                 // close), and what the client still sends is dropped until
                 // its end.
+                // Read from the socket itself: `Watched` fails every read
+                // past a refused header.
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                let raw = ws.get_mut();
-                let _ = raw.shutdown().await;
-                let mut dropped = [0u8; 8192];
-                while matches!(raw.read(&mut dropped).await, Ok(n) if n > 0) {}
+                if let Some(raw) = ws.get_mut().io.as_mut() {
+                    let _ = raw.shutdown().await;
+                    let mut dropped = [0u8; 8192];
+                    while matches!(raw.read(&mut dropped).await, Ok(n) if n > 0) {}
+                }
             }
             Ok::<(), tungstenite::Error>(())
         })
@@ -1855,6 +1959,9 @@ fn reason_of(e: &tungstenite::Error) -> CloseReason {
     use tungstenite::Error;
     match e {
         Error::Capacity(_) => CloseReason::MessageTooLarge,
+        Error::Io(e) if e.get_ref().is_some_and(|e| e.is::<FragmentsTooLarge>()) => {
+            CloseReason::MessageTooLarge
+        }
         // The TCP connection ended without a close frame: the client left
         // (nothing can be told to it, and a 1002 would be written into a
         // socket nobody reads).
