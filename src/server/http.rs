@@ -511,6 +511,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
     }
 
     /// Whether answers vary with `Origin` (the CORS policy lists origins).
+    #[cfg(feature = "ws")]
     pub(super) fn varies_with_origin(&self) -> bool {
         self.cors.as_ref().is_some_and(|cors| cors.varies())
     }
