@@ -1269,6 +1269,48 @@ fn geth_codes() {
         assert_eq!(codes::revert_reason(output), None);
     }
     assert_eq!(codes::execution_reverted(&[]).data(), Some("\"0x\""));
+    // Panic(uint256), as geth words it (execution-apis'
+    // `call-revert-abi-panic`: "execution reverted: assert(false)").
+    let panic = |code: U256| {
+        let mut out = vec![0x4e, 0x48, 0x7b, 0x71];
+        out.extend_from_slice(&code.to_be_bytes::<32>());
+        codes::execution_reverted(&out)
+    };
+    for (code, reason) in [
+        (U256::from(0x01), "assert(false)"),
+        (U256::from(0x00), "generic panic"),
+        (U256::from(0x11), "arithmetic underflow or overflow"),
+        (U256::from(0x12), "division or modulo by zero"),
+        (
+            U256::from(0x32),
+            "out-of-bounds access of an array or bytesN",
+        ),
+        (U256::from(0x51), "uninitialized function"),
+        (U256::from(0x99), "unknown panic code: 0x99"),
+        (U256::from(0x101), "unknown panic code: 0x101"),
+        (
+            U256::from(1) << 200,
+            "unknown panic code: 0x100000000000000000000000000000000000000000000000000",
+        ),
+    ] {
+        let e = panic(code);
+        assert_eq!(e.message(), format!("execution reverted: {reason}"));
+        assert_eq!(e.code(), 3);
+    }
+    // A panic selector without its whole word: no reason.
+    assert_eq!(
+        codes::execution_reverted(&[0x4e, 0x48, 0x7b, 0x71, 0, 1]).message(),
+        "execution reverted"
+    );
+    // An Error(string) reason that is not UTF-8: kept, as geth keeps it
+    // (its JSON shows U+FFFD for the bytes).
+    let mut bad = out.clone();
+    bad[4 + 64] = 0xff;
+    assert_eq!(
+        codes::execution_reverted(&bad).message(),
+        "execution reverted: \u{fffd}wnable: caller is not the owner"
+    );
+    assert_eq!(codes::revert_reason(&bad), None);
 }
 
 // ---- catalogue ------------------------------------------------------------

@@ -380,6 +380,19 @@ async fn bad_params_name_what_to_fix() {
             "[2]".to_owned(),
             json!({"param":"transaction","position":0,"reason":"not a string","received":2}),
         ),
+        // A number past f64's range is shown as a string of its text: as
+        // it stood, serde_json refused the whole reply ("number out of
+        // range"), a batch's too.
+        (
+            "eth_getBalance",
+            format!(r#"["{A}",1e400]"#),
+            json!({"param":"blockNumber","position":1,"reason":"not a block tag, number, hash or EIP-1898 object","received":"1e400"}),
+        ),
+        (
+            "eth_call",
+            format!(r#"[{{"to":"{A}","gas":[-2E308,1]}}]"#),
+            json!({"param":"transaction","position":0,"field":"gas","reason":"not a string","received":"[-2E308,1]"}),
+        ),
     ];
     for (method, params, want) in cases {
         assert_eq!(

@@ -41,12 +41,32 @@ pub fn request_timeout() -> RpcError {
 }
 
 /// geth's revert error: code 3, the revert output as DATA in `data`, and
-/// the message `execution reverted`, followed by `: <reason>` when the
-/// output is a Solidity `Error(string)` whose reason is valid UTF-8.
+/// the message `execution reverted`, followed by `: <reason>` as geth
+/// gives it: the reason of a Solidity `Error(string)` (bytes that are not
+/// UTF-8 replaced by U+FFFD), or what a `Panic(uint256)` code means
+/// (`assert(false)`, `division or modulo by zero`, ..., else
+/// `unknown panic code: 0x..`).
+///
+/// ```
+/// # use rpcwire::eth::codes::execution_reverted;
+/// let mut output = vec![0x4e, 0x48, 0x7b, 0x71];
+/// output.extend_from_slice(&[0; 31]);
+/// output.push(0x12);
+/// assert_eq!(
+///     execution_reverted(&output).message(),
+///     "execution reverted: division or modulo by zero"
+/// );
+/// ```
 pub fn execution_reverted(output: &[u8]) -> RpcError {
-    let message = match revert_reason(output) {
-        Some(reason) => format!("execution reverted: {reason}"),
-        None => "execution reverted".to_owned(),
+    let message = if let Some(reason) = error_string(output) {
+        format!("execution reverted: {}", String::from_utf8_lossy(reason))
+    } else if let Some(code) = output
+        .strip_prefix(&PANIC_SELECTOR)
+        .and_then(|b| b.get(..32))
+    {
+        format!("execution reverted: {}", panic_reason(code))
+    } else {
+        "execution reverted".to_owned()
     };
     let mut data = Vec::with_capacity(2 * output.len() + 4);
     super::write::data(&mut data, output);
@@ -54,8 +74,48 @@ pub fn execution_reverted(output: &[u8]) -> RpcError {
         .with_raw_data(String::from_utf8(data).expect("hex is ASCII"))
 }
 
-/// The reason of an ABI-encoded `Error(string)` (selector `0x08c379a0`).
+/// `Panic(uint256)`'s selector: what Solidity reverts with on a failed
+/// `assert`, an overflow, a division by zero and the like.
+const PANIC_SELECTOR: [u8; 4] = [0x4e, 0x48, 0x7b, 0x71];
+
+/// What a `Panic(uint256)` code (a big-endian word) means, in geth's
+/// words.
+fn panic_reason(word: &[u8]) -> std::borrow::Cow<'static, str> {
+    let small = word[..31].iter().all(|&b| b == 0);
+    let known = match word[31] {
+        0x00 => "generic panic",
+        0x01 => "assert(false)",
+        0x11 => "arithmetic underflow or overflow",
+        0x12 => "division or modulo by zero",
+        0x21 => "enum overflow",
+        0x22 => "invalid encoded storage byte array accessed",
+        0x31 => "out-of-bounds array access; popping on an empty array",
+        0x32 => "out-of-bounds access of an array or bytesN",
+        0x41 => "out of memory",
+        0x51 => "uninitialized function",
+        _ => "",
+    };
+    if small && !known.is_empty() {
+        return known.into();
+    }
+    // As Go's `%#x` of the number: no leading zeros.
+    let digits = const_hex::encode(word);
+    let digits = digits.trim_start_matches('0');
+    format!(
+        "unknown panic code: 0x{}",
+        if digits.is_empty() { "0" } else { digits }
+    )
+    .into()
+}
+
+/// The reason of an ABI-encoded `Error(string)` (selector `0x08c379a0`),
+/// if it is UTF-8.
 pub fn revert_reason(output: &[u8]) -> Option<&str> {
+    core::str::from_utf8(error_string(output)?).ok()
+}
+
+/// The bytes of an ABI-encoded `Error(string)`'s reason.
+fn error_string(output: &[u8]) -> Option<&[u8]> {
     let body = output.strip_prefix(&[0x08, 0xc3, 0x79, 0xa0])?;
     let word = |at: usize| -> Option<usize> {
         let w = body.get(at..at.checked_add(32)?)?;
@@ -68,6 +128,5 @@ pub fn revert_reason(output: &[u8]) -> Option<&str> {
     let offset = word(0)?;
     let len = word(offset)?;
     let start = offset.checked_add(32)?;
-    let text = body.get(start..start.checked_add(len)?)?;
-    core::str::from_utf8(text).ok()
+    body.get(start..start.checked_add(len)?)
 }

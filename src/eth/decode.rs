@@ -266,15 +266,14 @@ impl<'a> Invalid<'a> {
             let raw = received.as_json();
             const KEEP: usize = 64;
             let whole = raw.len() <= KEEP + 2;
-            if whole && !lone_surrogate(raw.as_bytes()) {
+            if whole && strictly_readable(raw.as_bytes()) {
                 data.extend_from_slice(raw.as_bytes());
             } else {
                 // A JSON string of the value's first characters (of its
                 // content, for a string), cut on a character boundary. A
-                // short value written with an escape of half a surrogate
-                // pair (which the request's JSON may hold, but which
-                // strict parsers such as serde_json refuse, failing the
-                // whole reply) is shown the same way, uncut.
+                // short value strict parsers such as serde_json refuse
+                // (which the request's JSON may hold, and which would fail
+                // the whole reply) is shown the same way, uncut.
                 let text = if received.kind() == Kind::String {
                     &raw[1..raw.len() - 1]
                 } else {
@@ -308,9 +307,44 @@ impl<'a> Invalid<'a> {
     }
 }
 
+/// Whether strict parsers (serde_json, Go's `encoding/json`) read `json`,
+/// valid JSON text, back: no escape of half a surrogate pair, no number
+/// past f64's range (`1e400`).
+#[cold]
+fn strictly_readable(json: &[u8]) -> bool {
+    !lone_surrogate(json) && numbers_are_finite(json)
+}
+
+/// Whether every number in JSON text is within f64's range.
+fn numbers_are_finite(json: &[u8]) -> bool {
+    let mut i = 0;
+    let mut in_string = false;
+    while let Some(&b) = json.get(i) {
+        i += 1;
+        match b {
+            b'\\' if in_string => i += 1,
+            b'"' => in_string = !in_string,
+            b'-' | b'0'..=b'9' if !in_string => {
+                let start = i - 1;
+                while json
+                    .get(i)
+                    .is_some_and(|b| matches!(b, b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-'))
+                {
+                    i += 1;
+                }
+                let number = core::str::from_utf8(&json[start..i]).unwrap_or("");
+                if !number.parse::<f64>().is_ok_and(f64::is_finite) {
+                    return false;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
 /// Whether JSON text holds a `\u` escape of half a surrogate pair without
 /// its other half.
-#[cold]
 fn lone_surrogate(json: &[u8]) -> bool {
     let unit = |at: usize| -> Option<u16> {
         let hex = json.get(at..at + 4)?;
@@ -1080,7 +1114,22 @@ impl<'a> EthParams<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::lone_surrogate;
+    use super::{lone_surrogate, numbers_are_finite};
+
+    #[test]
+    fn numbers_past_f64_are_found() {
+        for (json, finite) in [
+            ("1e400", false),
+            ("-1E309", false),
+            ("1.5e300", true),
+            ("123456789012345678901234567890", true),
+            (r#"[1,{"a":"1e400"},2e308]"#, false),
+            (r#"["1e400","\"1e999"]"#, true),
+            (r#"{"a\"":1e-400}"#, true),
+        ] {
+            assert_eq!(numbers_are_finite(json.as_bytes()), finite, "{json}");
+        }
+    }
 
     #[test]
     fn lone_surrogates_are_found() {
