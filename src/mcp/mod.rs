@@ -539,12 +539,13 @@ pub(crate) fn poll_drain<B: ReplyBuf>(
     }
 }
 
-/// Carries out the cancellations the last message asked for.
-pub(crate) fn apply_cancels(conn: &mut Connection) {
+/// Carries out the cancellations the last message asked for; returns the
+/// ids no call started has (a request held at the cap may have one).
+pub(crate) fn apply_cancels(conn: &mut Connection) -> Vec<Box<[u8]>> {
     let Some(session) = conn.context().extension::<SessionHandle>().cloned() else {
-        return;
+        return Vec::new();
     };
-    for id in session.0.take_cancels() {
-        conn.cancel(&id);
-    }
+    let mut ids = session.0.take_cancels();
+    ids.retain(|id| !conn.cancel(id));
+    ids
 }

@@ -71,7 +71,14 @@ impl McpServer {
             while conn.in_flight() < held.cap
                 && let Some(line) = held.take()
             {
-                self.answer_line(&line, &mut conn, &mut replies, &mut notes, &mut wire);
+                self.answer_line(
+                    &line,
+                    &mut held,
+                    &mut conn,
+                    &mut replies,
+                    &mut notes,
+                    &mut wire,
+                );
             }
             // Every complete line received.
             loop {
@@ -225,10 +232,11 @@ impl McpServer {
         notes: &mut Receiver<Bytes>,
         wire: &mut Vec<u8>,
     ) {
-        if (!held.is_empty() || conn.in_flight() >= held.cap) && self.takes_a_slot(&line) {
-            held.hold(line);
-        } else {
-            self.answer_line(&line, conn, replies, notes, wire);
+        match self.takes_a_slot(&line) {
+            Slot::Takes(id) if !held.is_empty() || conn.in_flight() >= held.cap => {
+                held.hold(line, id);
+            }
+            _ => self.answer_line(&line, held, conn, replies, notes, wire),
         }
     }
 
@@ -238,12 +246,13 @@ impl McpServer {
     fn answer_line(
         &self,
         line: &Bytes,
+        held: &mut Held,
         conn: &mut crate::Connection,
         replies: &mut Vec<u8>,
         notes: &mut Receiver<Bytes>,
         wire: &mut Vec<u8>,
     ) {
-        self.start_line(line, conn, replies);
+        self.start_line(line, held, conn, replies);
         while let Ok(note) = notes.try_recv() {
             push_line(wire, &note);
         }
@@ -255,30 +264,50 @@ impl McpServer {
     /// request does (or what may be one: a batch, a line that is not
     /// JSON-RPC, answered in its turn); a notification or an answer to
     /// the server's own request does not (a tool may be waiting for it).
-    fn takes_a_slot(&self, line: &Bytes) -> bool {
+    fn takes_a_slot(&self, line: &Bytes) -> Slot {
         use crate::message::{Incoming, Message};
         let arena = bumpalo::Bump::new();
         match self.dispatcher.inner.parser.parse_incoming(line, &arena) {
-            Ok(Message::Single(Incoming::Request(r))) => r.id().is_some(),
-            Ok(Message::Single(Incoming::Response(_) | Incoming::InvalidResponse(_))) => false,
-            _ => true,
+            Ok(Message::Single(Incoming::Request(r))) => match r.id() {
+                Some(id) => Slot::Takes(Some(id.as_bytes().into())),
+                None => Slot::Free,
+            },
+            Ok(Message::Single(Incoming::Response(_) | Incoming::InvalidResponse(_))) => Slot::Free,
+            _ => Slot::Takes(None),
         }
     }
 
     /// Starts one line's message; answers written at once go to `replies`.
-    fn start_line(&self, line: &Bytes, conn: &mut crate::Connection, replies: &mut Vec<u8>) {
+    /// A cancellation of a request still held takes it out unanswered, as
+    /// one of a running call drops the call.
+    fn start_line(
+        &self,
+        line: &Bytes,
+        held: &mut Held,
+        conn: &mut crate::Connection,
+        replies: &mut Vec<u8>,
+    ) {
         if is_batch(line) {
             write_batch_refusal(replies);
             return;
         }
         conn.start(&self.dispatcher, line, replies);
-        apply_cancels(conn);
+        for id in apply_cancels(conn) {
+            held.forget(&id);
+        }
     }
 }
 
-/// Requests read while calls were at the cap, in order.
+/// Whether a line waits for a slot at the cap ([`McpServer::takes_a_slot`]).
+enum Slot {
+    /// It does; the request's id, if it is a single request.
+    Takes(Option<Box<[u8]>>),
+    Free,
+}
+
+/// Requests read while calls were at the cap, in order, with their ids.
 struct Held {
-    lines: std::collections::VecDeque<Bytes>,
+    lines: std::collections::VecDeque<(Bytes, Option<Box<[u8]>>)>,
     bytes: usize,
     /// The dispatcher's `max_in_flight`.
     cap: usize,
@@ -297,15 +326,27 @@ impl Held {
         self.lines.is_empty()
     }
 
-    fn hold(&mut self, line: Bytes) {
+    fn hold(&mut self, line: Bytes, id: Option<Box<[u8]>>) {
         self.bytes += line.len();
-        self.lines.push_back(line);
+        self.lines.push_back((line, id));
     }
 
     fn take(&mut self) -> Option<Bytes> {
-        let line = self.lines.pop_front()?;
+        let (line, _) = self.lines.pop_front()?;
         self.bytes -= line.len();
         Some(line)
+    }
+
+    /// Takes out the first request held with id `id` (its JSON text).
+    fn forget(&mut self, id: &[u8]) {
+        if let Some(at) = self
+            .lines
+            .iter()
+            .position(|(_, i)| i.as_deref() == Some(id))
+        {
+            let (line, _) = self.lines.remove(at).expect("found");
+            self.bytes -= line.len();
+        }
     }
 }
 

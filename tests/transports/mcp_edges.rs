@@ -1667,3 +1667,86 @@ async fn delete_cancels_a_call_sent_as_a_notification() {
     assert_eq!(status, 202);
     assert_eq!(running.load(Ordering::SeqCst), 0, "the tool was dropped");
 }
+
+/// A stdio session's input: `initialize` (with `capabilities`) and
+/// `notifications/initialized`, then `rest`.
+fn stdio_session(capabilities: &str, rest: &str) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{capabilities},\"clientInfo\":{{\"name\":\"t\",\"version\":\"1\"}}}}}}\n\
+         {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{rest}"
+    )
+}
+
+fn stdio_call(id: u64, tool: &str) -> String {
+    format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{}}}}}}\n"
+    )
+}
+
+/// Over stdio, a request held past `max_in_flight` and then cancelled is
+/// taken out unanswered, its tool never run (MCP: a cancelled request is
+/// not processed further nor answered). The cancellation reached only
+/// calls already started: the held request ran once a slot freed and was
+/// answered.
+#[tokio::test(start_paused = true)]
+async fn stdio_cancelling_a_held_request_drops_it() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let ran = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&ran);
+    let server = McpServer::builder("held", "1")
+        .max_in_flight(1)
+        .tool(Tool::new(
+            "never",
+            json!({"type": "object"}),
+            |_, _| async {
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::text(""))
+            },
+        ))
+        .tool(Tool::new("work", json!({"type": "object"}), move |_, _| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { Ok(ToolOutput::text("worked")) }
+        }))
+        .build()
+        .unwrap();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let mut lines = BufReader::new(from_server).lines();
+    let cancel = |id: u64| {
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{id}}}}}\n"
+        )
+    };
+    // 1 runs and holds the only slot, 2 is held and cancelled, 1 is
+    // cancelled (its slot frees), 3 runs.
+    let rest = [
+        stdio_call(1, "never"),
+        stdio_call(2, "work"),
+        cancel(2),
+        cancel(1),
+        stdio_call(3, "work"),
+    ]
+    .concat();
+    to_server
+        .write_all(stdio_session("{}", &rest).as_bytes())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    loop {
+        let v: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        ids.push(v["id"].clone());
+        if v["id"] == 3 {
+            break;
+        }
+    }
+    assert_eq!(ids, vec![json!(0), json!(3)], "replies");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the cancelled request's tool ran"
+    );
+    served.abort();
+}
