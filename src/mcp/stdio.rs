@@ -18,6 +18,11 @@ const DRAIN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 /// bound on held messages.
 const HELD_BYTES: usize = 64 * 1024;
 
+/// The bound on held requests while tools wait for the client's answers,
+/// which may come behind them (as the stream transports'): past it, and a
+/// second later, the tools' requests are given up on.
+const HELD_BYTES_ASKING: usize = crate::frame::DEFAULT_MAX_FRAME;
+
 impl McpServer {
     /// Serves one client over the process's stdin and stdout until stdin
     /// closes: one JSON-RPC message per line, nothing but MCP messages on
@@ -38,9 +43,13 @@ impl McpServer {
     ///
     /// At most [`max_in_flight`](super::McpServerBuilder::max_in_flight)
     /// calls run; requests past them wait, in order, and once 64 KiB of
-    /// them wait no more input is read (the client's writes wait).
+    /// them wait no more input is read (the client's writes wait), unless
+    /// tools wait for the client's answers: then up to 5 MiB, past which
+    /// (for a second) the tools' requests fail
+    /// ([`PeerError::Backlog`](crate::peer::PeerError::Backlog)).
     /// Notifications (`notifications/cancelled` among them) and answers
-    /// to the server's own requests are taken as they come meanwhile.
+    /// to the server's own requests are taken as they come meanwhile; a
+    /// cancelled request still waiting is dropped unanswered.
     pub async fn serve_stream<R, W>(&self, mut reader: R, mut writer: W) -> std::io::Result<()>
     where
         R: AsyncRead + Unpin,
@@ -66,6 +75,9 @@ impl McpServer {
         let mut eof = false;
         let mut deadline = None;
         let mut held = Held::new(self.dispatcher.inner.max_in_flight);
+        // When the tools' requests are given up on: a grace after reading
+        // stopped at the held bound with tools waiting for answers.
+        let mut give_up_at = None;
         loop {
             // Requests held at the cap, as slots free.
             while conn.in_flight() < held.cap
@@ -166,7 +178,18 @@ impl McpServer {
                 continue;
             }
             let busy = conn.messages_in_flight() > 0 || !held.is_empty();
-            let reading = !eof && held.bytes < HELD_BYTES;
+            let asking = conn.awaits_client_answers();
+            let bound = if asking {
+                HELD_BYTES_ASKING
+            } else {
+                HELD_BYTES
+            };
+            let reading = !eof && held.bytes < bound;
+            if eof || !asking || reading {
+                give_up_at = None;
+            } else if give_up_at.is_none() {
+                give_up_at = Some(tokio::time::Instant::now() + crate::server::HELD_STALL_GRACE);
+            }
             tokio::select! {
                 read = reader.read_buf(&mut input), if reading => {
                     if read? == 0 {
@@ -217,6 +240,10 @@ impl McpServer {
                     }
                 }
                 _ = sleep_until(deadline), if eof => {}
+                _ = sleep_until(give_up_at), if give_up_at.is_some() => {
+                    give_up_at = None;
+                    conn.give_up_on_answers();
+                }
             }
         }
     }

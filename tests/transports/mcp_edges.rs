@@ -1750,3 +1750,93 @@ async fn stdio_cancelling_a_held_request_drops_it() {
     );
     served.abort();
 }
+
+/// A stdio server whose `ask` tool asks the client for its roots (30 s
+/// deadline) and says how that went, and whose `quick` tool answers at
+/// once; one call at a time.
+fn stdio_asking_server() -> McpServer {
+    McpServer::builder("held", "1")
+        .max_in_flight(1)
+        .tool(Tool::new(
+            "ask",
+            json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                let asked = cx
+                    .ask_client("roots/list", &json!({}), Duration::from_secs(30))
+                    .await;
+                Ok(ToolOutput::text(match asked {
+                    Ok(_) => "answered".to_string(),
+                    Err(e) => format!("no answer: {e:?}"),
+                }))
+            },
+        ))
+        .tool(Tool::new(
+            "quick",
+            json!({"type": "object"}),
+            |_, _| async { Ok(ToolOutput::text("quick")) },
+        ))
+        .build()
+        .unwrap()
+}
+
+/// Sends `ask` over stdio, then `quick` calls (`flood` bytes of them) and
+/// the answer to the tool's question; returns the text of `ask`'s reply
+/// and how long it took (paused time).
+async fn ask_behind_held_calls(flood: usize) -> (String, Duration) {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let server = stdio_asking_server();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(1 << 20);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let mut lines = BufReader::new(from_server).lines();
+    let start = stdio_session(r#"{"roots":{}}"#, &stdio_call(1, "ask"));
+    to_server.write_all(start.as_bytes()).await.unwrap();
+    let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(init["id"], 0, "{init}");
+    let asked: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    let mut calls = String::new();
+    let mut id = 100;
+    while calls.len() < flood {
+        calls += &stdio_call(id, "quick");
+        id += 1;
+    }
+    let answer = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"result\":{{\"roots\":[]}}}}\n",
+        asked["id"]
+    );
+    let writer = tokio::spawn(async move {
+        let _ = to_server.write_all(calls.as_bytes()).await;
+        let _ = to_server.write_all(answer.as_bytes()).await;
+        to_server
+    });
+    let t0 = tokio::time::Instant::now();
+    let reply = loop {
+        let v: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        if v["id"] == 1 {
+            break v;
+        }
+    };
+    writer.abort();
+    served.abort();
+    let text = reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (text, t0.elapsed())
+}
+
+/// Over stdio, a client's answer behind more than 64 KiB of requests
+/// held at the cap is read while a tool waits for it (reading stopped at
+/// 64 KiB, and the tool's question failed at its 30 s deadline, the
+/// session stalled meanwhile); past 5 MiB of them, the question is given
+/// up on a second later.
+#[tokio::test(start_paused = true)]
+async fn stdio_answers_behind_held_calls_are_read() {
+    let (text, _) = ask_behind_held_calls(100 * 1024).await;
+    assert_eq!(text, "answered");
+    let (text, took) = ask_behind_held_calls(6 << 20).await;
+    assert!(text.contains("Backlog"), "{text}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+}
