@@ -278,6 +278,10 @@ impl Framer for Concatenated {
             ..Concatenated::new().max_frame(self.max_frame)
         };
     }
+
+    fn refused_start(&self, error: &FrameError, consumed: usize) -> Option<usize> {
+        super::refused_start_in_buf(self.stream, error, consumed)
+    }
 }
 
 #[cfg(test)]

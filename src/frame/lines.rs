@@ -235,11 +235,7 @@ impl Framer for Lines {
     }
 
     fn refused_start(&self, error: &FrameError, consumed: usize) -> Option<usize> {
-        // `stream` moved past the `consumed` bytes; the error's offset is
-        // where the refused line starts.
-        let buf_start = self.stream.checked_sub(consumed as u64)?;
-        let start = error.offset().checked_sub(buf_start)?;
-        usize::try_from(start).ok().filter(|_| error.is_too_large())
+        super::refused_start_in_buf(self.stream, error, consumed)
     }
 }
 

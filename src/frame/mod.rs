@@ -232,7 +232,8 @@ pub trait Framer {
     /// After a [`Step::Garbage`] that refused a message as too large
     /// (`error`, having consumed `consumed` bytes of the buffer it was
     /// given): where in that buffer the refused message starts, if the
-    /// framer says ([`Lines`] does; default `None`). A two-way transport
+    /// framer says ([`Lines`] and [`Concatenated`] do; [`Lsp`] refuses a
+    /// message from its header, before its body is read; default `None`). A two-way transport
     /// reads the message's first bytes there for the id of an answer, so
     /// that the request it answers ends at once rather than at its
     /// deadline (an answer too large to read is not answered).
@@ -240,6 +241,15 @@ pub trait Framer {
         let _ = (error, consumed);
         None
     }
+}
+
+/// [`Framer::refused_start`] for a framer whose errors give the stream
+/// offset where the refused message starts, and whose `stream` (the
+/// offset of the buffer's first byte) has moved past the `consumed` bytes.
+fn refused_start_in_buf(stream: u64, error: &FrameError, consumed: usize) -> Option<usize> {
+    let buf_start = stream.checked_sub(consumed as u64)?;
+    let start = error.offset().checked_sub(buf_start)?;
+    usize::try_from(start).ok().filter(|_| error.is_too_large())
 }
 
 impl<F: Framer + ?Sized> Framer for &mut F {

@@ -60,7 +60,11 @@
 //!   (over its size limit) gets its error reply with `id: null` and is
 //!   counted ([`LimitKind::MessageLen`]), unless its start shows an
 //!   answer (`{"jsonrpc":"2.0","id":7,"result":…`): that ends the request
-//!   it answers (`PeerError::InvalidResponse`) and is not answered. Bytes
+//!   it answers (`PeerError::InvalidResponse`) and is not answered (with
+//!   [`Lines`](crate::frame::Lines) and
+//!   [`Concatenated`](crate::frame::Concatenated) framing;
+//!   [`Lsp`](crate::frame::Lsp) refuses a message from its header, before
+//!   its body, with the answer's id, is read). Bytes
 //!   the framer cannot resynchronise after are answered, then the
 //!   connection closes once the calls in flight are answered.
 //! * **Closes cleanly.** At the end of the input it answers every message

@@ -187,6 +187,9 @@ impl<F: Framer> Framer for FramerFirst<F> {
     fn finish(&mut self, buf: &[u8]) -> Option<std::ops::Range<usize>> {
         self.0.finish(buf)
     }
+    fn refused_start(&self, error: &rpcwire::frame::FrameError, consumed: usize) -> Option<usize> {
+        self.0.refused_start(error, consumed)
+    }
 }
 
 /// Reads and writes done, shared with the run's guard against livelock.

@@ -1317,77 +1317,94 @@ async fn an_answer_read_with_the_message_that_fills_the_held_bound_is_taken() {
 
 /// An answer too large to read: a frame over `Limits::max_message_len`
 /// (the framer's own limit higher), read at the in-flight limit or not, or
-/// a line over the framer's limit, refused before it is buffered. Its id,
-/// ahead of its result, is read from its start: the request it answers
-/// ends at once with `PeerError::InvalidResponse` (message too large), not
-/// at its deadline (an hour here: it waited that long, or a second
-/// request's 300 ms, at the in-flight limit for good), and nothing answers
-/// it (it got a -32600 with `id: null`: an answer answered).
+/// a message over the framer's limit, refused before it is buffered, with
+/// newline framing and concatenated values. Its id, ahead of its result,
+/// is read from its start: the request it answers ends at once with
+/// `PeerError::InvalidResponse` (message too large), not at its deadline
+/// (an hour here: it waited that long, or a second request's 300 ms, at
+/// the in-flight limit for good), and nothing answers it (it got a -32600
+/// with `id: null`: an answer answered; with concatenated values until
+/// `Concatenated` said where a refused value starts).
 #[tokio::test]
 async fn an_answer_too_large_to_read_ends_its_request_at_once() {
     for (framer_limit, in_flight) in [(None, 1), (None, 8), (Some(256), 1), (Some(256), 8)] {
-        let case = format!("framer limit {framer_limit:?}, {in_flight} in flight");
-        let limits = Limits {
-            max_in_flight: in_flight,
-            max_message_len: 256,
-            ..Limits::default()
+        let case = format!("lines, framer limit {framer_limit:?}, {in_flight} in flight");
+        let framer = match framer_limit {
+            Some(limit) => Lines::new().max_frame(limit),
+            None => Lines::new(),
         };
-        let (client, server) = tokio::io::duplex(64 * 1024);
-        let (sr, sw) = tokio::io::split(server);
-        let d = asking_dispatcher();
-        let metrics = Arc::new(Metrics::default());
-        let counted = metrics.clone();
-        let served = tokio::spawn(async move {
-            let framer = match framer_limit {
-                Some(limit) => Lines::new().max_frame(limit),
-                None => Lines::new(),
-            };
-            let driver = Driver::new(framer).limits(limits).metrics(counted);
-            driver.run(&d, sr, sw).await
-        });
-        let (cr, mut cw) = tokio::io::split(client);
-        let mut replies = tokio::io::BufReader::new(cr).lines();
-        cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        answer_too_large_to_read(framer, in_flight, &case).await;
+        let case = format!("concatenated, framer limit {framer_limit:?}, {in_flight} in flight");
+        let framer = match framer_limit {
+            Some(limit) => Concatenated::new().max_frame(limit),
+            None => Concatenated::new(),
+        };
+        answer_too_large_to_read(framer, in_flight, &case).await;
+    }
+}
+
+/// One case of [`an_answer_too_large_to_read_ends_its_request_at_once`].
+async fn answer_too_large_to_read<F: Framer + Send + 'static>(
+    framer: F,
+    in_flight: usize,
+    case: &str,
+) {
+    let limits = Limits {
+        max_in_flight: in_flight,
+        max_message_len: 256,
+        ..Limits::default()
+    };
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let d = asking_dispatcher();
+    let metrics = Arc::new(Metrics::default());
+    let counted = metrics.clone();
+    let served = tokio::spawn(async move {
+        let driver = Driver::new(framer).limits(limits).metrics(counted);
+        driver.run(&d, sr, sw).await
+    });
+    let (cr, mut cw) = tokio::io::split(client);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let talk = async {
+        let ping = next_message(&mut replies).await;
+        assert_eq!(ping["method"], "client/ping", "{case}: {ping}");
+        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": "x".repeat(4000)});
+        let add = r#"{"jsonrpc":"2.0","id":2,"method":"add","params":[1,2]}"#;
+        cw.write_all(format!("{answer}\n{add}\n").as_bytes())
             .await
             .unwrap();
-        let talk = async {
-            let ping = next_message(&mut replies).await;
-            assert_eq!(ping["method"], "client/ping", "{case}: {ping}");
-            let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": "x".repeat(4000)});
-            let add = r#"{"jsonrpc":"2.0","id":2,"method":"add","params":[1,2]}"#;
-            cw.write_all(format!("{answer}\n{add}\n").as_bytes())
-                .await
-                .unwrap();
-            (
-                next_message(&mut replies).await,
-                next_message(&mut replies).await,
-            )
-        };
-        let (first, second) = tokio::time::timeout(Duration::from_secs(20), talk)
-            .await
-            .unwrap_or_else(|_| panic!("{case}: the asking call waited for its deadline"));
-        // In the order they end (with room for both, `add` may be first).
-        let (asked, added) = if first["id"] == 1 {
-            (first, second)
-        } else {
-            (second, first)
-        };
-        assert_eq!(asked["id"], 1, "{case}: {asked}");
-        assert_eq!(asked["error"]["code"], -32603, "{case}: {asked}");
-        let why = asked["error"]["message"].as_str().unwrap();
-        assert!(
-            why.contains("not a valid response") && why.contains("larger than the size limit"),
-            "{case}: {asked}"
-        );
-        assert_eq!(
-            added,
-            json!({"jsonrpc": "2.0", "id": 2, "result": 3}),
-            "{case}: no reply to the answer"
-        );
-        assert_eq!(metrics.limit_count(LimitKind::MessageLen), 1, "{case}");
-        cw.shutdown().await.unwrap();
-        assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof, "{case}");
-    }
+        (
+            next_message(&mut replies).await,
+            next_message(&mut replies).await,
+        )
+    };
+    let (first, second) = tokio::time::timeout(Duration::from_secs(20), talk)
+        .await
+        .unwrap_or_else(|_| panic!("{case}: the asking call waited for its deadline"));
+    // In the order they end (with room for both, `add` may be first).
+    let (asked, added) = if first["id"] == 1 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(asked["id"], 1, "{case}: {asked}");
+    assert_eq!(asked["error"]["code"], -32603, "{case}: {asked}");
+    let why = asked["error"]["message"].as_str().unwrap();
+    assert!(
+        why.contains("not a valid response") && why.contains("larger than the size limit"),
+        "{case}: {asked}"
+    );
+    assert_eq!(
+        added,
+        json!({"jsonrpc": "2.0", "id": 2, "result": 3}),
+        "{case}: no reply to the answer"
+    );
+    assert_eq!(metrics.limit_count(LimitKind::MessageLen), 1, "{case}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof, "{case}");
 }
 
 /// A client that sends more than the connection holds at the in-flight
