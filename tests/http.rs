@@ -2297,3 +2297,51 @@ async fn a_hand_over_keeps_what_the_loop_knew_of_a_half_closed_client() {
     }
     assert_eq!(seen[0], seen[1], "\nown:   {}\nhyper: {}", seen[0], seen[1]);
 }
+
+/// A request refused from its head (`405`, `415`) that waits for a
+/// `100 Continue` before sending its body gets the refusal at once, and
+/// the connection closes (RFC 9110 §10.1.1): the refusal read the body
+/// first, so hyper sent `100 Continue` and the client sent its body only
+/// to have it dropped. One that sends its body at once anyway still reads
+/// its refusal (no reset cuts it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_from_the_head_do_not_ask_for_the_body() {
+    let _serial = SERIAL.lock().await;
+    let server = TestServer::start(Limits::default()).await;
+    for (method, content_type, status) in [
+        ("PUT", JSON, "405"),
+        ("GET", JSON, "405"),
+        ("POST", "content-type: text/plain\r\n", "415"),
+    ] {
+        let head = format!(
+            "{method} / HTTP/1.1\r\nhost: x\r\n{content_type}expect: 100-continue\r\ncontent-length: 5\r\n\r\n"
+        );
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut got = Vec::new();
+        tokio::time::timeout(HANG, stream.read_to_end(&mut got))
+            .await
+            .expect("answered and closed without the body")
+            .unwrap();
+        let got = String::from_utf8_lossy(&got);
+        assert!(
+            got.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{method}: {got}"
+        );
+        assert!(got.contains("\r\nconnection: close\r\n"), "{method}: {got}");
+    }
+    let body = "x".repeat(100_000);
+    for _ in 0..10 {
+        let request = format!(
+            "PUT / HTTP/1.1\r\nhost: x\r\n{JSON}expect: 100-continue\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let _ = stream.write_all(request.as_bytes()).await;
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(HANG, stream.read_to_end(&mut got)).await;
+        let got = String::from_utf8_lossy(&got);
+        assert!(got.starts_with("HTTP/1.1 405 "), "{got}");
+    }
+    server.stop().await;
+}

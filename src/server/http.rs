@@ -46,6 +46,12 @@
 //! | served by [`serve`] (or [`Server`]), an HTTP/2 reply that would take what its connection holds unwritten (bodies, and replies waiting for the client's window) past the same limit, while others are held | `503`, a -32000 "Response too large" body with `data.limit` (its call has run) |
 //! | served by [`serve`] in tower layers, a layer fails the request (its timeout, a load shedder) | `500`, a -32603 body; the connection serves on |
 //!
+//! A request refused from its head (`405`, `415`, the CORS and `Host`
+//! refusals) has its body read and dropped first, so that the connection
+//! serves on, unless it waits for a `100 Continue` to send it
+//! (`Expect: 100-continue`): the refusal then comes at once, and the
+//! connection closes after it.
+//!
 //! A message that gets no reply is answered `204` with an empty body, not
 //! `200` with `null` (as jsonrpsee does): `null` is not a JSON-RPC response,
 //! and a client parsing the body as one would fail. Async handlers of
@@ -652,7 +658,17 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         // stays usable for the next request whatever the pace the body
         // came at (hyper would keep it only if the body had all arrived
         // by the time the answer went out).
+        // Unless the client waits for a `100 Continue` to send it (RFC 9110
+        // §10.1.1): the refusal is the final answer it waits for instead
+        // (reading the body made hyper send the `100` first, and the client
+        // send a body only to have it dropped), and, the body never sent,
+        // the connection closes after it.
         let head = parts.method == Method::HEAD;
+        let waits_to_send = parts.headers.get_all(http::header::EXPECT).iter().any(|v| {
+            v.as_bytes()
+                .trim_ascii()
+                .eq_ignore_ascii_case(b"100-continue")
+        });
         let early = |body: B, response: Response<ResponseBody>| {
             let response = if head {
                 headers_only(response)
@@ -661,6 +677,8 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             };
             let state = if body.is_end_stream() {
                 State::Ready(Some(response))
+            } else if waits_to_send {
+                State::Ready(Some(closing(response)))
             } else {
                 State::Draining {
                     left: shared.max_body,
