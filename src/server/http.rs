@@ -46,9 +46,8 @@
 //! | served by [`serve`] (or [`Server`]), an HTTP/2 reply that would take what its connection holds unwritten (bodies, and replies waiting for the client's window) past the same limit, while others are held | `503`, a -32000 "Response too large" body with `data.limit` (its call has run) |
 //! | served by [`serve`] in tower layers, a layer fails the request (its timeout, a load shedder) | `500`, a -32603 body; the connection serves on |
 //!
-//! A request refused from its head (`405`, `415`, the CORS and `Host`
-//! refusals) has its body read and dropped first, so that the connection
-//! serves on, unless it waits for a `100 Continue` to send it
+//! A request refused from its head (`405`, `415`, the CORS refusals) has
+//! its body read and dropped first, so that the connection serves on, unless it waits for a `100 Continue` to send it
 //! (`Expect: 100-continue`): the refusal then comes at once, and the
 //! connection closes after it.
 //!
