@@ -2844,3 +2844,26 @@ async fn raw_client_on_answered(mut tcp: TcpStream) -> TcpStream {
     );
     tcp
 }
+
+/// Responses that answer no request of the server's are counted in the
+/// metrics (`rpcwire_unmatched_responses_total`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmatched_responses_are_counted_in_the_metrics() {
+    let _shared = HEAP.read().await;
+    let server = start_default().await;
+    let mut ws = connect(server.addr).await;
+    send(&mut ws, r#"{"jsonrpc":"2.0","id":5,"result":"stray"}"#).await;
+    send(
+        &mut ws,
+        r#"[{"jsonrpc":"2.0","id":6,"result":1},{"jsonrpc":"2.0","id":7,"error":{"code":1,"message":"x"}}]"#,
+    )
+    .await;
+    // Answered in order after them: they were read.
+    assert_eq!(
+        call(&mut ws, req(8, "eth_blockNumber", json!([]))).await["result"],
+        "0x1b4"
+    );
+    assert_eq!(server.metrics.unmatched_response_count(), 3);
+    ws.close(None).await.unwrap();
+    server.stop().await;
+}

@@ -124,6 +124,31 @@ impl HeldStall {
     }
 }
 
+/// What a driver has reported of its connection's unmatched responses
+/// ([`Connection::unmatched_responses`](crate::Connection::unmatched_responses))
+/// to [`Metrics`].
+#[derive(Default)]
+pub(crate) struct UnmatchedSeen(u64);
+
+impl UnmatchedSeen {
+    /// Reports to `metrics` what `conn` counted since the last report.
+    #[inline]
+    pub(crate) fn report(&mut self, conn: &crate::Connection, metrics: Option<&Metrics>) {
+        let now = conn.unmatched_responses();
+        if now != self.0 {
+            if let Some(m) = metrics {
+                m.unmatched_responses(now.saturating_sub(self.0));
+            }
+            self.0 = now;
+        }
+    }
+
+    /// The connection's state was made anew (its count starts at zero).
+    pub(crate) fn restart(&mut self) {
+        self.0 = 0;
+    }
+}
+
 /// Limits a server enforces. Each is a defence against one kind of abuse;
 /// every breach gets a clear error and is counted in [`Metrics`].
 #[derive(Clone, Debug)]
@@ -341,7 +366,8 @@ impl LimitKind {
 /// dispatcher does not have under one label, [`UNKNOWN_METHOD`], and the
 /// calls its [fallback](crate::dispatch::DispatcherBuilder::fallback)
 /// answers under another, [`OTHER_METHOD`]: names a client chooses never
-/// become labels), errors per code, limits hit, connections (each transport counts its own: an
+/// become labels), errors per code, limits hit, responses read that
+/// answer no request (the stream and WebSocket servers'), connections (each transport counts its own: an
 /// HTTP connection upgraded to WebSocket on a combined port counts once as
 /// each). Install it as the dispatcher's
 /// [`Observer`] (it counts calls) and hand it to
@@ -389,6 +415,7 @@ pub struct Metrics {
     connections_open: AtomicUsize,
     connections_total: AtomicU64,
     call_nanos: AtomicU64,
+    unmatched_responses: AtomicU64,
 }
 
 /// One dispatcher's methods and their counters.
@@ -411,6 +438,7 @@ impl Default for Metrics {
             connections_open: AtomicUsize::new(0),
             connections_total: AtomicU64::new(0),
             call_nanos: AtomicU64::new(0),
+            unmatched_responses: AtomicU64::new(0),
         }
     }
 }
@@ -481,6 +509,19 @@ impl Metrics {
             Some(slot) => self.codes[slot].load(Ordering::Relaxed),
             None => lock(&self.errors).get(&code).copied().unwrap_or(0),
         }
+    }
+
+    /// Counts `n` responses a two-way transport read that answer no request
+    /// of its side (an unknown id, one answered already or given up on):
+    /// a client confused about ids, or replaying answers.
+    pub fn unmatched_responses(&self, n: u64) {
+        self.unmatched_responses.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// How many responses answered no request (as
+    /// `rpcwire_unmatched_responses_total` in [`render`](Metrics::render)).
+    pub fn unmatched_response_count(&self) -> u64 {
+        self.unmatched_responses.load(Ordering::Relaxed)
     }
 
     /// A connection opened; the guard closes it when dropped.
@@ -567,6 +608,11 @@ impl Metrics {
             out,
             "# TYPE rpcwire_call_seconds_total counter\nrpcwire_call_seconds_total {:.6}",
             self.call_nanos.load(Ordering::Relaxed) as f64 / 1e9
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE rpcwire_unmatched_responses_total counter\nrpcwire_unmatched_responses_total {}",
+            self.unmatched_responses.load(Ordering::Relaxed)
         );
         out
     }

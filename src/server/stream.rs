@@ -619,6 +619,7 @@ impl<F: Framer> Driver<F> {
             shutdown_signal,
             grace: None,
             peaks: Peaks::default(),
+            unmatched: super::UnmatchedSeen::default(),
         };
         let result = std::future::poll_fn(|cx| io.poll(cx)).await;
         drop(ends);
@@ -855,6 +856,8 @@ struct Io<'d, S, K, F, R, W> {
     /// their replies.
     grace: Option<Pin<Box<Sleep>>>,
     peaks: Peaks,
+    /// What of `conn`'s unmatched responses `metrics` has.
+    unmatched: super::UnmatchedSeen,
 }
 
 impl<S, K, F, R, W> Io<'_, S, K, F, R, W>
@@ -1781,6 +1784,8 @@ where
             // Calls still running at the deadline are dropped (a new
             // connection state, same context).
             let gate = self.conn.reply_gate();
+            self.unmatched.report(&self.conn, self.metrics.as_deref());
+            self.unmatched.restart();
             self.conn = Connection::with_context(self.conn.context().clone());
             if let Some(gate) = gate {
                 // What the dropped calls subscribed was closed with them
@@ -1871,6 +1876,7 @@ where
 
     /// Publishes the counters.
     fn publish(&mut self) {
+        self.unmatched.report(&self.conn, self.metrics.as_deref());
         let s = &self.stats;
         let p = &mut self.peaks;
         let r = Ordering::Relaxed;

@@ -569,8 +569,15 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
             unread_frame: false,
             client_closed: false,
             held: HeldMessages::default(),
+            unmatched: super::UnmatchedSeen::default(),
         };
-        let reason = std::future::poll_fn(|cx| driver.poll_open(cx)).await;
+        let reason = std::future::poll_fn(|cx| {
+            let polled = driver.poll_open(cx);
+            let metrics = driver.server.metrics.as_deref();
+            driver.unmatched.report(&driver.conn, metrics);
+            polled
+        })
+        .await;
         driver.close(reason).await;
         reason
     }
@@ -1322,6 +1329,8 @@ struct Driver<'s, S, K, T> {
     /// ([`MAX_HELD`] while answers are awaited; at most
     /// [`Limits::max_message_len`]), nothing more is read.
     held: HeldMessages,
+    /// What of `conn`'s unmatched responses the metrics have.
+    unmatched: super::UnmatchedSeen,
 }
 
 impl<S, K, T> Driver<'_, S, K, T>

@@ -2203,3 +2203,47 @@ async fn a_client_uploading_a_large_message_is_not_idle() {
     drop(writer);
     let _ = tokio::time::timeout(Duration::from_secs(30), served).await;
 }
+
+/// Responses that answer no request of the server's (an unknown id, one
+/// answered already) are counted in the metrics, as
+/// `rpcwire_unmatched_responses_total` (only on the connection before, which
+/// no metric showed).
+#[tokio::test]
+async fn unmatched_responses_are_counted_in_the_metrics() {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let d = asking_dispatcher();
+    let metrics = Arc::new(Metrics::default());
+    let counted = metrics.clone();
+    let served = tokio::spawn(async move {
+        Driver::new(Lines::new())
+            .metrics(counted)
+            .run(&d, sr, sw)
+            .await
+    });
+    let (cr, mut cw) = tokio::io::split(client);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let ping = next_message(&mut replies).await;
+    assert_eq!(ping["method"], "client/ping", "{ping}");
+    let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": {"pong": 1}});
+    // Its answer, the same again, one for an id never used, and a batch
+    // of two more.
+    let input = format!(
+        "{answer}\n{answer}\n{{\"jsonrpc\":\"2.0\",\"id\":\"nope\",\"result\":1}}\n\
+         [{{\"jsonrpc\":\"2.0\",\"id\":70,\"result\":1}},{{\"jsonrpc\":\"2.0\",\"id\":71,\"error\":{{\"code\":1,\"message\":\"x\"}}}}]\n"
+    );
+    cw.write_all(input.as_bytes()).await.unwrap();
+    let asked = next_message(&mut replies).await;
+    assert_eq!(asked["id"], 1, "{asked}");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+    assert_eq!(metrics.unmatched_response_count(), 4);
+    assert!(
+        metrics
+            .render()
+            .contains("\nrpcwire_unmatched_responses_total 4\n")
+    );
+}
