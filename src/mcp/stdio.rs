@@ -259,7 +259,7 @@ impl McpServer {
         notes: &mut Receiver<Bytes>,
         wire: &mut Vec<u8>,
     ) {
-        match self.takes_a_slot(&line) {
+        match self.takes_a_slot(&line, conn) {
             Slot::Takes(id) if !held.is_empty() || conn.in_flight() >= held.cap => {
                 held.hold(line, id);
             }
@@ -289,17 +289,31 @@ impl McpServer {
 
     /// Whether a line waits for a slot when calls are at the cap: a
     /// request does (or what may be one: a batch, a line that is not
-    /// JSON-RPC, answered in its turn); a notification or an answer to
-    /// the server's own request does not (a tool may be waiting for it).
-    fn takes_a_slot(&self, line: &Bytes) -> Slot {
+    /// JSON-RPC, answered in its turn), and a call sent as a notification
+    /// (`tools/call` without an id runs as a call does, and past the cap
+    /// would wait in the dispatcher's queue, unbounded); the protocol's
+    /// notifications (`notifications/cancelled` among them) and answers to
+    /// the server's own requests, broken ones too, do not (a tool may be
+    /// waiting for them).
+    fn takes_a_slot(&self, line: &Bytes, conn: &crate::Connection) -> Slot {
         use crate::message::{Incoming, Message};
         let arena = bumpalo::Bump::new();
         match self.dispatcher.inner.parser.parse_incoming(line, &arena) {
             Ok(Message::Single(Incoming::Request(r))) => match r.id() {
                 Some(id) => Slot::Takes(Some(id.as_bytes().into())),
-                None => Slot::Free,
+                None if r.method().starts_with("notifications/") => Slot::Free,
+                None => Slot::Takes(None),
             },
             Ok(Message::Single(Incoming::Response(_) | Incoming::InvalidResponse(_))) => Slot::Free,
+            Ok(Message::Single(Incoming::Invalid(i))) => {
+                // Against the ids given when it was read.
+                conn.note_ids_given();
+                if conn.given.is_bare_answer(&i) {
+                    Slot::Free
+                } else {
+                    Slot::Takes(None)
+                }
+            }
             _ => Slot::Takes(None),
         }
     }
@@ -395,9 +409,11 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
+/// Appends `message` as one line: a message a tool wrote raw
+/// (`Peer::notify_raw`), pretty-printed, would otherwise be cut in lines
+/// that are not messages.
 fn push_line(wire: &mut Vec<u8>, message: &[u8]) {
-    wire.extend_from_slice(message);
-    wire.push(b'\n');
+    Lines::new().encode(message, wire);
 }
 
 /// Moves `n` complete replies (written back to back) from `replies` to

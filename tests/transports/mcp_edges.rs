@@ -1840,3 +1840,133 @@ async fn stdio_answers_behind_held_calls_are_read() {
     assert!(text.contains("Backlog"), "{text}");
     assert!(took < Duration::from_secs(5), "{took:?}");
 }
+
+/// Over stdio, `tools/call` sent as a notification past the cap is held
+/// as a request is (and reading stops past 64 KiB of them): it was
+/// started at once and waited in the dispatcher's queue, so that 20 MiB
+/// of them were all read and queued (about 60 MiB). Found by a review.
+#[tokio::test(start_paused = true)]
+async fn stdio_calls_sent_as_notifications_past_the_cap_are_bounded() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let server = McpServer::builder("held", "1")
+        .max_in_flight(2)
+        .tool(Tool::new(
+            "never",
+            json!({"type": "object"}),
+            |_, _| async {
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::text(""))
+            },
+        ))
+        .build()
+        .unwrap();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let mut lines = BufReader::new(from_server).lines();
+    to_server
+        .write_all(stdio_session("{}", "").as_bytes())
+        .await
+        .unwrap();
+    let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(init["id"], 0, "{init}");
+    let one = "{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{\"name\":\"never\",\"arguments\":{}}}\n";
+    let flood = one.repeat((20 << 20) / one.len());
+    let written = tokio::time::timeout(
+        Duration::from_secs(60),
+        to_server.write_all(flood.as_bytes()),
+    )
+    .await;
+    assert!(
+        written.is_err(),
+        "20 MiB of calls past the cap were all read"
+    );
+    served.abort();
+}
+
+/// Over stdio, at the cap, a broken answer to a tool's question (an
+/// object with the id the server gave and nothing else) ends the question
+/// at once, as below the cap: it was held behind the very call waiting
+/// for it, until the question's 30 s deadline. Found by a review.
+#[tokio::test(start_paused = true)]
+async fn stdio_a_broken_answer_at_the_cap_ends_its_question_at_once() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let server = stdio_asking_server();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let mut lines = BufReader::new(from_server).lines();
+    let start = stdio_session(r#"{"roots":{}}"#, &stdio_call(1, "ask"));
+    to_server.write_all(start.as_bytes()).await.unwrap();
+    let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(init["id"], 0, "{init}");
+    let asked: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(asked["method"], "roots/list", "{asked}");
+    let t0 = tokio::time::Instant::now();
+    let broken = format!("{{\"jsonrpc\":\"2.0\",\"id\":{}}}\n", asked["id"]);
+    to_server.write_all(broken.as_bytes()).await.unwrap();
+    let reply = loop {
+        let v: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+        if v["id"] == 1 {
+            break v;
+        }
+        assert_ne!(v["id"], asked["id"], "the answer was answered: {v}");
+    };
+    let text = reply["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("InvalidResponse"), "{text}");
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    served.abort();
+}
+
+/// Over stdio, a message a tool writes raw, pretty-printed, goes out on
+/// one line (its newlines as spaces, as the stream transports write it):
+/// it went out as written, cut in lines that are not messages. Found by
+/// a review.
+#[tokio::test]
+async fn stdio_raw_messages_with_newlines_stay_one_line() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let server = McpServer::builder("raw", "1")
+        .tool(Tool::new(
+            "raw",
+            json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                let peer = cx.connection().peer().expect("stdio has a way back");
+                peer.notify_raw(
+                    "notifications/message",
+                    b"{\n  \"level\": \"info\",\r\n  \"data\": \"pretty\"\n}",
+                )
+                .unwrap();
+                Ok(ToolOutput::text("done"))
+            },
+        ))
+        .build()
+        .unwrap();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let mut lines = BufReader::new(from_server).lines();
+    to_server
+        .write_all(stdio_session("{}", &stdio_call(1, "raw")).as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .expect("a line")
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_str(&line)
+            .unwrap_or_else(|e| panic!("a line that is not a message: {line:?}: {e}"));
+        let done = v["id"] == 1;
+        got.push(v);
+        if done {
+            break;
+        }
+    }
+    assert_eq!(got[1]["params"]["data"], "pretty", "{got:?}");
+    served.abort();
+}
