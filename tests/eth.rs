@@ -1311,6 +1311,18 @@ fn geth_codes() {
         "execution reverted: \u{fffd}wnable: caller is not the owner"
     );
     assert_eq!(codes::revert_reason(&bad), None);
+    // Byte by byte, as Go's encoding/json: a cut sequence (E2 82) is two.
+    let reason: &[u8] = &[b'a', 0xe2, 0x82, b'b'];
+    let mut cut = vec![0x08, 0xc3, 0x79, 0xa0];
+    cut.extend_from_slice(&U256::from(32).to_be_bytes::<32>());
+    cut.extend_from_slice(&U256::from(reason.len()).to_be_bytes::<32>());
+    let mut padded = reason.to_vec();
+    padded.resize(32, 0);
+    cut.extend_from_slice(&padded);
+    assert_eq!(
+        codes::execution_reverted(&cut).message(),
+        "execution reverted: a\u{fffd}\u{fffd}b"
+    );
 }
 
 // ---- catalogue ------------------------------------------------------------

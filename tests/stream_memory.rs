@@ -461,3 +461,85 @@ where
         writer
     })
 }
+
+/// MCP over stdio holds requests past its cap as copies: a held line was
+/// a slice of the read chunk it came in, which it kept whole (a client
+/// interleaving 4 KB notifications with the calls it has held kept about
+/// 90 times what the held lines count: 94 MiB for 1 MiB of them, up to
+/// about 470 MiB at the 5 MiB bound while a tool waits for an answer).
+/// Found by a review.
+#[cfg(feature = "mcp")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_stdio_held_requests_keep_no_read_chunks() {
+    use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
+    use serde_json::json;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let _serial = SERIAL.lock().await;
+    let server = McpServer::builder("held", "1")
+        .max_in_flight(1)
+        .tool(Tool::new(
+            "ask",
+            json!({"type": "object"}),
+            |_, cx: ToolContext| async move {
+                let _ = cx
+                    .ask_client("roots/list", &json!({}), Duration::from_secs(300))
+                    .await;
+                Ok(ToolOutput::text("done"))
+            },
+        ))
+        .tool(Tool::new(
+            "quick",
+            json!({"type": "object"}),
+            |_, _| async { Ok(ToolOutput::text("quick")) },
+        ))
+        .build()
+        .unwrap();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(1 << 20);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let (asked_tx, asked_rx) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn(async move {
+        let mut lines = BufReader::new(from_server).lines();
+        let mut asked_tx = Some(asked_tx);
+        while let Ok(Some(line)) = lines.next_line().await {
+            if line.contains("roots/list")
+                && let Some(tx) = asked_tx.take()
+            {
+                let _ = tx.send(());
+            }
+        }
+    });
+    let call = |id: u64, tool: &str| {
+        format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{}}}}}}\n"
+        )
+    };
+    let start = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{{\"roots\":{{}}}},\"clientInfo\":{{\"name\":\"t\",\"version\":\"1\"}}}}}}\n\
+         {{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}}\n{}",
+        call(1, "ask")
+    );
+    to_server.write_all(start.as_bytes()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), asked_rx)
+        .await
+        .unwrap()
+        .unwrap();
+    let pad = format!(
+        "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/pad\",\"params\":{{\"p\":\"{}\"}}}}\n",
+        "a".repeat(4000)
+    );
+    let mut input = String::new();
+    for i in 0..12_000u64 {
+        input += &call(100 + i, "quick");
+        input += &pad;
+    }
+    let base = start_peak();
+    to_server.write_all(input.as_bytes()).await.unwrap();
+    drop(input);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let peak = peak_since(base);
+    served.abort();
+    reader.abort();
+    assert!(peak < 16 << 20, "peak heap {} MiB", peak >> 20);
+}

@@ -2867,3 +2867,31 @@ async fn unmatched_responses_are_counted_in_the_metrics() {
     ws.close(None).await.unwrap();
     server.stop().await;
 }
+
+/// A continuation frame with no fragmented message open is a protocol
+/// error (1002), as tungstenite refuses it, not a message past the limit:
+/// the frame walk added it to the message before it. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stray_continuation_is_a_protocol_error() {
+    let _shared = HEAP.read().await;
+    let limits = Limits {
+        max_message_len: 1000,
+        ..Limits::default()
+    };
+    let server = start(limits, SubscriptionConfig::default()).await;
+    let mut raw = raw_client(server.addr).await;
+    let call = req(1, "echo", json!(["x".repeat(850)])).to_string();
+    raw.write_all(&client_frame(0x1, call.as_bytes()))
+        .await
+        .unwrap();
+    assert_eq!(raw_call_reply(&mut raw).await["id"], 1);
+    raw.write_all(&fragment(true, 0x0, 200, &[b' '; 200]))
+        .await
+        .unwrap();
+    let frames = read_frames_until_eof(&mut raw).await;
+    let (opcode, payload) = frames.last().unwrap();
+    assert_eq!(*opcode, 0x8, "{frames:?}");
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1002);
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 0);
+    server.stop().await;
+}

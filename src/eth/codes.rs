@@ -43,7 +43,7 @@ pub fn request_timeout() -> RpcError {
 /// geth's revert error: code 3, the revert output as DATA in `data`, and
 /// the message `execution reverted`, followed by `: <reason>` as geth
 /// gives it: the reason of a Solidity `Error(string)` (bytes that are not
-/// UTF-8 replaced by U+FFFD), or what a `Panic(uint256)` code means
+/// UTF-8 replaced by U+FFFD, byte by byte), or what a `Panic(uint256)` code means
 /// (`assert(false)`, `division or modulo by zero`, ..., else
 /// `unknown panic code: 0x..`).
 ///
@@ -59,7 +59,7 @@ pub fn request_timeout() -> RpcError {
 /// ```
 pub fn execution_reverted(output: &[u8]) -> RpcError {
     let message = if let Some(reason) = error_string(output) {
-        format!("execution reverted: {}", String::from_utf8_lossy(reason))
+        format!("execution reverted: {}", lossy_as_go(reason))
     } else if let Some(code) = output
         .strip_prefix(&PANIC_SELECTOR)
         .and_then(|b| b.get(..32))
@@ -72,6 +72,27 @@ pub fn execution_reverted(output: &[u8]) -> RpcError {
     super::write::data(&mut data, output);
     RpcError::new(EXECUTION_REVERTED, message)
         .with_raw_data(String::from_utf8(data).expect("hex is ASCII"))
+}
+
+/// `bytes` as text, each byte that is not part of UTF-8 replaced by
+/// U+FFFD, as Go's `encoding/json` writes a string (geth's message):
+/// `String::from_utf8_lossy` replaces a cut sequence once.
+fn lossy_as_go(mut bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len());
+    loop {
+        match core::str::from_utf8(bytes) {
+            Ok(rest) => {
+                text.push_str(rest);
+                return text;
+            }
+            Err(e) => {
+                let (valid, rest) = bytes.split_at(e.valid_up_to());
+                text.push_str(core::str::from_utf8(valid).expect("checked"));
+                text.push('\u{fffd}');
+                bytes = &rest[1..];
+            }
+        }
+    }
 }
 
 /// `Panic(uint256)`'s selector: what Solidity reverts with on a failed

@@ -37,7 +37,7 @@
 //! * A message larger than [`Limits::max_message_len`] is refused from its
 //!   frame header, before its payload is read (a message sent in
 //!   fragments, from the header of the fragment that takes it past the
-//!   limit, after the messages before it are answered): the server answers with
+//!   limit, after the messages before it are read): the server answers with
 //!   -32600, `id: null`, `data.limit` (as for an over-long HTTP body), then
 //!   closes the connection with 1009 (Message Too Big). The connection
 //!   cannot continue: the rest of the frame would have to be read to find
@@ -1222,10 +1222,13 @@ impl FrameWalk {
                         self.fragmented = !fin;
                         self.message = len;
                     }
-                    0x0 => {
-                        self.fragmented &= !fin;
+                    // A continuation of nothing is tungstenite's to refuse
+                    // (1002), not a message past the limit.
+                    0x0 if self.fragmented => {
+                        self.fragmented = !fin;
                         self.message = self.message.saturating_add(len);
                     }
+                    0x0 => self.message = 0,
                     _ => {}
                 }
                 if opcode <= 0x2 && self.message > self.max {
