@@ -186,6 +186,11 @@ impl<'a> Params<'a> {
     /// gives one). A `&str` field given a string written with escapes,
     /// which only [`decode_in`](Params::decode_in) can lend, is the
     /// handler's error, not the client's: -32603, `data.reason` saying so.
+    /// Where serde words the failure its own way (a `&str` inside a
+    /// `#[serde(untagged)]` enum: "data did not match any variant"), it is
+    /// not told apart, and the answer is -32602: decode types that borrow
+    /// with [`decode_in`](Params::decode_in) or
+    /// [`Call::decode`](crate::Call::decode).
     ///
     /// serde_json reads the params in place, at every size. simd-json was
     /// measured against it (`cargo bench --features peers --bench decode`; simd-json needs a
