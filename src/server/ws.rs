@@ -1080,7 +1080,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
             let walked = this.frames.walk(fresh);
             this.large |= walked.large;
             // What precedes the refused frame is read (the messages before
-            // it are answered); the next read fails. None of it: this one
+            // it are started); the next read fails. None of it: this one
             // fails (read as nothing, it would be an end of stream).
             buf.set_filled(before + walked.passed);
             if this.frames.refused && walked.passed == 0 {
