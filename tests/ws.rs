@@ -218,6 +218,16 @@ async fn start(limits: Limits, subscriptions: SubscriptionConfig) -> Running {
     }
 }
 
+/// A server whose messages may be `max_message_len` bytes, the other
+/// limits their defaults.
+async fn start_with_max_message_len(max_message_len: usize) -> Running {
+    let limits = Limits {
+        max_message_len,
+        ..Limits::default()
+    };
+    start(limits, SubscriptionConfig::default()).await
+}
+
 async fn start_default() -> Running {
     start(Limits::default(), SubscriptionConfig::default()).await
 }
@@ -474,11 +484,7 @@ async fn text_that_is_not_utf8_closes_with_1007() {
 #[tokio::test]
 async fn oversized_messages_are_refused_before_they_are_read() {
     let _shared = HEAP.read().await;
-    let limits = Limits {
-        max_message_len: 1024,
-        ..Limits::default()
-    };
-    let server = start(limits, SubscriptionConfig::default()).await;
+    let server = start_with_max_message_len(1024).await;
     let mut ws = connect(server.addr).await;
     // At the limit: served.
     let head = r#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[""#;
@@ -1969,11 +1975,7 @@ async fn a_client_gone_without_a_close_frame_closed_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_message_still_being_sent_gets_its_reply_and_close() {
     let _shared = HEAP.read().await;
-    let limits = Limits {
-        max_message_len: 64 * 1024,
-        ..Limits::default()
-    };
-    let server = start(limits, SubscriptionConfig::default()).await;
+    let server = start_with_max_message_len(64 * 1024).await;
     for _ in 0..3 {
         let raw = raw_client(server.addr).await;
         let (mut read, mut write) = raw.into_split();
@@ -2710,11 +2712,7 @@ fn fragment(fin: bool, opcode: u8, len: usize, payload: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fragments_past_the_limit_are_refused_from_their_header() {
     let _shared = HEAP.read().await;
-    let limits = Limits {
-        max_message_len: 1000,
-        ..Limits::default()
-    };
-    let server = start(limits, SubscriptionConfig::default()).await;
+    let server = start_with_max_message_len(1000).await;
     // Under the limit in three fragments: served.
     let mut raw = raw_client(server.addr).await;
     let call = req(1, "echo", json!(["x".repeat(900)])).to_string();
@@ -2769,11 +2767,7 @@ async fn fragments_past_the_limit_are_refused_from_their_header() {
 async fn fragments_past_the_limit_are_not_read() {
     let _alone = HEAP.write().await;
     const MAX: usize = 4 << 20;
-    let limits = Limits {
-        max_message_len: MAX,
-        ..Limits::default()
-    };
-    let server = start(limits, SubscriptionConfig::default()).await;
+    let server = start_with_max_message_len(MAX).await;
     let raw = raw_client(server.addr).await;
     let mut bytes = fragment(false, 0x1, 1024, &[b' '; 1024]);
     bytes.extend(fragment(true, 0x0, MAX, &vec![b' '; MAX]));
@@ -2874,11 +2868,7 @@ async fn unmatched_responses_are_counted_in_the_metrics() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stray_continuation_is_a_protocol_error() {
     let _shared = HEAP.read().await;
-    let limits = Limits {
-        max_message_len: 1000,
-        ..Limits::default()
-    };
-    let server = start(limits, SubscriptionConfig::default()).await;
+    let server = start_with_max_message_len(1000).await;
     let mut raw = raw_client(server.addr).await;
     let call = req(1, "echo", json!(["x".repeat(850)])).to_string();
     raw.write_all(&client_frame(0x1, call.as_bytes()))

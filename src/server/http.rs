@@ -663,11 +663,15 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         // send a body only to have it dropped), and, the body never sent,
         // the connection closes after it.
         let head = parts.method == Method::HEAD;
-        let waits_to_send = parts.headers.get_all(http::header::EXPECT).iter().any(|v| {
-            v.as_bytes()
-                .trim_ascii()
-                .eq_ignore_ascii_case(b"100-continue")
-        });
+        // Read only for a refusal: not on every request's way.
+        let headers = &parts.headers;
+        let waits_to_send = || {
+            headers.get_all(http::header::EXPECT).iter().any(|v| {
+                v.as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"100-continue")
+            })
+        };
         let early = |body: B, response: Response<ResponseBody>| {
             let response = if head {
                 headers_only(response)
@@ -676,7 +680,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             };
             let state = if body.is_end_stream() {
                 State::Ready(Some(response))
-            } else if waits_to_send {
+            } else if waits_to_send() {
                 State::Ready(Some(closing(response)))
             } else {
                 State::Draining {

@@ -1417,17 +1417,10 @@ async fn serve_stopping_lets_a_running_call_finish_and_close() {
 /// runtime, idle, gives up on.
 #[tokio::test(start_paused = true)]
 async fn stdio_pipelined_calls_past_the_cap_are_held_and_then_not_read() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     let server = McpServer::builder("held", "1")
         .max_in_flight(2)
-        .tool(Tool::new(
-            "never",
-            json!({"type": "object"}),
-            |_, _| async {
-                std::future::pending::<()>().await;
-                Ok(ToolOutput::text(""))
-            },
-        ))
+        .tool(never_tool())
         .tool(Tool::new(
             "quick",
             json!({"type": "object"}),
@@ -1435,11 +1428,7 @@ async fn stdio_pipelined_calls_past_the_cap_are_held_and_then_not_read() {
         ))
         .build()
         .unwrap();
-    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
-    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
-    let served =
-        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
-    let mut lines = BufReader::new(from_server).lines();
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 64 * 1024);
     let call = |id: u64, tool: &str| {
         format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{}}}}}}\n"
@@ -1677,6 +1666,37 @@ fn stdio_session(capabilities: &str, rest: &str) -> String {
     )
 }
 
+/// A tool that runs until it is cancelled.
+fn never_tool() -> Tool {
+    Tool::new("never", json!({"type": "object"}), |_, _| async {
+        std::future::pending::<()>().await;
+        Ok(ToolOutput::text(""))
+    })
+}
+
+/// `server` serving stdio's framing over in-memory pipes (64 KiB of room
+/// for what the client writes, `output` bytes for the server's): the
+/// client's write end, the server's lines, and its task.
+fn stdio_pipes(
+    server: McpServer,
+    output: usize,
+) -> (
+    tokio::io::DuplexStream,
+    tokio::io::Lines<tokio::io::BufReader<tokio::io::DuplexStream>>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let (to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(output);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    (
+        to_server,
+        tokio::io::BufReader::new(from_server).lines(),
+        served,
+    )
+}
+
 fn stdio_call(id: u64, tool: &str) -> String {
     format!(
         "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools/call\",\"params\":{{\"name\":\"{tool}\",\"arguments\":{{}}}}}}\n"
@@ -1691,30 +1711,19 @@ fn stdio_call(id: u64, tool: &str) -> String {
 #[tokio::test(start_paused = true)]
 async fn stdio_cancelling_a_held_request_drops_it() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     let ran = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = std::sync::Arc::clone(&ran);
     let server = McpServer::builder("held", "1")
         .max_in_flight(1)
-        .tool(Tool::new(
-            "never",
-            json!({"type": "object"}),
-            |_, _| async {
-                std::future::pending::<()>().await;
-                Ok(ToolOutput::text(""))
-            },
-        ))
+        .tool(never_tool())
         .tool(Tool::new("work", json!({"type": "object"}), move |_, _| {
             counted.fetch_add(1, Ordering::SeqCst);
             async { Ok(ToolOutput::text("worked")) }
         }))
         .build()
         .unwrap();
-    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
-    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
-    let served =
-        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
-    let mut lines = BufReader::new(from_server).lines();
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 64 * 1024);
     let cancel = |id: u64| {
         format!(
             "{{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{{\"requestId\":{id}}}}}\n"
@@ -1783,13 +1792,9 @@ fn stdio_asking_server() -> McpServer {
 /// the answer to the tool's question; returns the text of `ask`'s reply
 /// and how long it took (paused time).
 async fn ask_behind_held_calls(flood: usize) -> (String, Duration) {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     let server = stdio_asking_server();
-    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
-    let (server_output, from_server) = tokio::io::duplex(1 << 20);
-    let served =
-        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
-    let mut lines = BufReader::new(from_server).lines();
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 1 << 20);
     let start = stdio_session(r#"{"roots":{}}"#, &stdio_call(1, "ask"));
     to_server.write_all(start.as_bytes()).await.unwrap();
     let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
@@ -1847,24 +1852,13 @@ async fn stdio_answers_behind_held_calls_are_read() {
 /// of them were all read and queued (about 60 MiB). Found by a review.
 #[tokio::test(start_paused = true)]
 async fn stdio_calls_sent_as_notifications_past_the_cap_are_bounded() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     let server = McpServer::builder("held", "1")
         .max_in_flight(2)
-        .tool(Tool::new(
-            "never",
-            json!({"type": "object"}),
-            |_, _| async {
-                std::future::pending::<()>().await;
-                Ok(ToolOutput::text(""))
-            },
-        ))
+        .tool(never_tool())
         .build()
         .unwrap();
-    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
-    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
-    let served =
-        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
-    let mut lines = BufReader::new(from_server).lines();
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 64 * 1024);
     to_server
         .write_all(stdio_session("{}", "").as_bytes())
         .await
@@ -1891,13 +1885,9 @@ async fn stdio_calls_sent_as_notifications_past_the_cap_are_bounded() {
 /// for it, until the question's 30 s deadline. Found by a review.
 #[tokio::test(start_paused = true)]
 async fn stdio_a_broken_answer_at_the_cap_ends_its_question_at_once() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     let server = stdio_asking_server();
-    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
-    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
-    let served =
-        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
-    let mut lines = BufReader::new(from_server).lines();
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 64 * 1024);
     let start = stdio_session(r#"{"roots":{}}"#, &stdio_call(1, "ask"));
     to_server.write_all(start.as_bytes()).await.unwrap();
     let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
@@ -1926,7 +1916,7 @@ async fn stdio_a_broken_answer_at_the_cap_ends_its_question_at_once() {
 /// a review.
 #[tokio::test]
 async fn stdio_raw_messages_with_newlines_stay_one_line() {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    use tokio::io::AsyncWriteExt;
     let server = McpServer::builder("raw", "1")
         .tool(Tool::new(
             "raw",
@@ -1943,11 +1933,7 @@ async fn stdio_raw_messages_with_newlines_stay_one_line() {
         ))
         .build()
         .unwrap();
-    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
-    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
-    let served =
-        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
-    let mut lines = BufReader::new(from_server).lines();
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 64 * 1024);
     to_server
         .write_all(stdio_session("{}", &stdio_call(1, "raw")).as_bytes())
         .await
