@@ -47,6 +47,7 @@ pub struct Parser {
     max_message_len: usize,
     max_batch_len: u32,
     max_id_len: u32,
+    null_ids: bool,
 }
 
 impl Default for Parser {
@@ -77,6 +78,7 @@ impl Parser {
             max_message_len: Self::DEFAULT_MAX_MESSAGE_LEN,
             max_batch_len: Self::DEFAULT_MAX_BATCH_LEN,
             max_id_len: Self::DEFAULT_MAX_ID_LEN,
+            null_ids: true,
         }
     }
 
@@ -145,6 +147,36 @@ impl Parser {
     pub const fn max_id_len(mut self, bytes: u32) -> Self {
         self.max_id_len = bytes;
         self
+    }
+
+    /// Whether a request may carry `"id": null` (default `true`, as
+    /// JSON-RPC 2.0 allows). With `false`, such a request is invalid:
+    /// answered with -32600, `id: null` and `data` saying why, and not run.
+    /// Responses keep reading `"id": null` (the answer to a message whose
+    /// id could not be read).
+    ///
+    /// Why: protocols on JSON-RPC may forbid null ids (MCP: "the ID MUST
+    /// NOT be `null`"); a client sending one cannot tell its answer from
+    /// the answer to a message that could not be read.
+    ///
+    /// ```
+    /// use rpcwire::request::Entry;
+    /// let arena = rpcwire::bumpalo::Bump::new();
+    /// let parser = rpcwire::Parser::new().allow_null_ids(false);
+    /// let msg = parser.parse(br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#, &arena)?;
+    /// let Some(Entry::Invalid(bad)) = msg.into_single() else { panic!() };
+    /// assert_eq!(bad.error().code(), -32600);
+    /// # Ok::<(), rpcwire::Error>(())
+    /// ```
+    pub const fn allow_null_ids(mut self, allowed: bool) -> Self {
+        self.null_ids = allowed;
+        self
+    }
+
+    /// Whether requests may carry `"id": null`
+    /// ([`allow_null_ids`](Parser::allow_null_ids)).
+    pub const fn null_ids_allowed(&self) -> bool {
+        self.null_ids
     }
 
     /// The configured depth limit.
@@ -1973,7 +2005,13 @@ fn read_id(
     let end = match first {
         b'"' => scan::scan_string(input, at + 1)?.end,
         b'-' | b'0'..=b'9' => scan::scan_number(input, at)?,
-        b'n' => scan::scan_literal(input, at, b"null")?,
+        b'n' => {
+            let end = scan::scan_literal(input, at, b"null")?;
+            if !parser.null_ids {
+                env.problem(Side::Request, ErrorKind::NullId, at, false);
+            }
+            end
+        }
         _ => {
             let end = scan::skip_value(input, at, inner, parser.max_depth)?;
             env.problem(Side::Both, ErrorKind::WrongType(Member::Id), at, true);

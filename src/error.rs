@@ -105,6 +105,8 @@ pub(crate) enum ErrorKind {
     Duplicate(Member),
     WrongVersion,
     WrongType(Member),
+    /// `"id": null` where the parser refuses it.
+    NullId,
     BothResultAndError,
     LoneSurrogate(Member),
     UndecodableName,
@@ -151,7 +153,7 @@ impl Error {
                 Category::Limit
             }
             NotObjectOrArray | EmptyBatch | NotObject | Missing(_) | Duplicate(_)
-            | WrongVersion | WrongType(_) | BothResultAndError | LoneSurrogate(_)
+            | WrongVersion | WrongType(_) | NullId | BothResultAndError | LoneSurrogate(_)
             | UndecodableName => Category::Envelope,
         }
     }
@@ -310,6 +312,7 @@ impl fmt::Display for Reason {
                 m.name(),
                 expected(m)
             ),
+            NullId => f.write_str("'id' must not be null (a string or a number)"),
             BothResultAndError => f.write_str("response has both 'result' and 'error'"),
             LoneSurrogate(m) => write!(f, "member '{}' has an unpaired surrogate escape", m.name()),
             UndecodableName => f.write_str("a member name has an unpaired surrogate escape"),

@@ -1465,3 +1465,75 @@ fn the_cpu_is_the_one_ci_emulates() {
         ),
     }
 }
+
+/// `allow_null_ids(false)` (MCP: "the ID MUST NOT be `null`") makes a
+/// request with `"id": null` invalid on every reading that takes requests,
+/// with `id: null` and a reason; a notification, a response with a null
+/// id (the answer to an unreadable message) and other ids read as ever.
+#[test]
+fn a_parser_refusing_null_ids_refuses_them_in_requests_only() {
+    use rpcwire::message::{Incoming, Status};
+    use rpcwire::response::ResponseMessage;
+    let strict = Parser::new().allow_null_ids(false);
+    assert!(Parser::new().null_ids_allowed() && !strict.null_ids_allowed());
+    let arena = Bump::new();
+    let refused = |entry: &Entry<'_>| match entry {
+        Entry::Invalid(bad) => {
+            assert!(bad.id().is_null());
+            assert_eq!(bad.error().code(), INVALID_REQUEST);
+            let mut data = Vec::new();
+            bad.error().write_data(&mut data);
+            let data = String::from_utf8(data).unwrap();
+            assert!(data.contains("must not be null"), "{data}");
+            true
+        }
+        _ => false,
+    };
+    for input in [
+        &br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#[..],
+        br#"{"id" : null, "jsonrpc":"2.0","method":"ping","params":[]}"#,
+        br#"{"jsonrpc":"2.0","method":"ping","params":{},"id":null}"#,
+    ] {
+        let text = String::from_utf8_lossy(input);
+        let entry = strict.parse(input, &arena).unwrap().into_single().unwrap();
+        assert!(refused(&entry), "{text}: {entry:?}");
+        let default = Parser::new().parse(input, &arena).unwrap().into_single();
+        assert!(default.unwrap().request().is_some(), "{text}");
+        match strict.parse_incoming(input, &arena).unwrap() {
+            Message::Single(Incoming::Invalid(i)) => assert!(i.id().is_null(), "{text}"),
+            other => panic!("{text}: {other:?}"),
+        }
+        match strict.parse_prefix(input, &arena).unwrap() {
+            Status::Complete((Message::Single(Incoming::Invalid(_)), n)) => {
+                assert_eq!(n, input.len())
+            }
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+    // In a batch, only that entry.
+    let batch = br#"[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":null,"method":"b"},{"jsonrpc":"2.0","method":"c"}]"#;
+    let Message::Batch(entries) = strict.parse(batch, &arena).unwrap() else {
+        panic!("a batch")
+    };
+    let entries: Vec<_> = entries.collect();
+    assert_eq!(entries[0].request().unwrap().method(), "a");
+    assert!(refused(&entries[1]));
+    assert!(entries[2].request().unwrap().is_notification());
+    // Responses with a null id stay responses.
+    let answer = br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
+    assert!(matches!(
+        strict.parse_response(answer, &arena),
+        Ok(ResponseMessage::Single(_))
+    ));
+    assert!(matches!(
+        strict.parse_incoming(answer, &arena),
+        Ok(Message::Single(Incoming::Response(_)))
+    ));
+    // A string "null" is an id like any other.
+    let named = br#"{"jsonrpc":"2.0","id":"null","method":"ping"}"#;
+    let entry = strict.parse(named, &arena).unwrap().into_single().unwrap();
+    assert_eq!(
+        entry.request().unwrap().id().unwrap().as_bytes(),
+        b"\"null\""
+    );
+}

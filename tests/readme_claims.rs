@@ -214,6 +214,25 @@ fn unreadable_ids_and_envelopes_answer_with_a_null_id() {
     assert_eq!(reply(&d, &fits)["result"], 1);
 }
 
+// "`id: null` | a request (not a notification), answered with `id: null`;
+// with `Parser::allow_null_ids(false)` (the MCP layer's setting: MCP
+// forbids null ids) -32600, `id: null`, not run".
+#[test]
+fn null_ids_are_requests_unless_the_parser_refuses_them() {
+    let input = r#"{"jsonrpc":"2.0","id":null,"method":"count"}"#;
+    let (d, runs) = default_node();
+    let v = reply(&d, input);
+    assert_eq!((&v["id"], &v["result"]), (&Value::Null, &json!(1)), "{v}");
+    let (strict, strict_runs) = node(
+        Parser::new().allow_null_ids(false),
+        rpcwire::dispatch::DEFAULT_MAX_RESPONSE_LEN,
+    );
+    let v = reply(&strict, input);
+    assert_eq!((code(&v), &v["id"]), (-32600, &Value::Null), "{v}");
+    assert_eq!(strict_runs.load(Ordering::SeqCst), 0);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 // "member names with escapes (`"\u006dethod"`) | compared after
 // unescaping"; "method names written with `\u` escapes decoded".
 #[test]

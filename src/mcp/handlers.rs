@@ -28,6 +28,8 @@ pub(crate) fn dispatcher(
     max_in_flight: usize,
 ) -> Result<Dispatcher<ServerInner, WithAsync>, BuildError> {
     Dispatcher::builder(inner)
+        // MCP: "the ID MUST NOT be `null`".
+        .parser(crate::Parser::new().allow_null_ids(false))
         .method("initialize", initialize)
         .method("ping", ping)
         .method("server/discover", discover)

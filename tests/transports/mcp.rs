@@ -1742,16 +1742,20 @@ async fn http_meta_revisions_and_invalid_requests() {
     assert_eq!(r.json()["id"], 1, "{}", r.body);
     let r = post(a, &in_session, r#"{"jsonrpc":"2.0","id":1,"method":"#).await;
     assert_eq!(r.json()["error"]["code"], -32700, "{}", r.body);
-    // A null id makes a request, not a notification: answered, as over
-    // stdio (it was once taken for a notification, 202 and no answer).
+    // A null id makes a request, not a notification: answered (it was
+    // once taken for a notification, 202 and no answer), and refused, as
+    // over stdio: MCP says "the ID MUST NOT be `null`" (it was served).
     let r = post(
         a,
         &in_session,
         r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
     )
     .await;
-    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.json()["id"], Value::Null, "{}", r.body);
+    assert_eq!(r.json()["error"]["code"], -32600, "{}", r.body);
+    let reason = r.json()["error"]["data"]["reason"].clone();
+    assert!(reason.as_str().unwrap().contains("null"), "{}", r.body);
 }
 
 /// Past `max_sessions`, a new session ends the one unused for longest

@@ -1956,3 +1956,38 @@ async fn stdio_raw_messages_with_newlines_stay_one_line() {
     assert_eq!(got[1]["params"]["data"], "pretty", "{got:?}");
     served.abort();
 }
+
+/// MCP: "Unlike base JSON-RPC, the ID MUST NOT be `null`". A request with
+/// `"id": null` was served over stdio (the dispatcher reads a null id as
+/// a request, as JSON-RPC allows); it is -32600 now, not run, and the
+/// session goes on. Found by a review.
+#[tokio::test]
+async fn stdio_a_request_with_a_null_id_is_refused() {
+    use tokio::io::AsyncWriteExt;
+    let (mut to_server, mut lines, served) = stdio_pipes(server(), 64 * 1024);
+    let rest = concat!(
+        r#"{"jsonrpc":"2.0","id":null,"method":"tools/list"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":7,"method":"ping"}"#,
+        "\n",
+    );
+    to_server
+        .write_all(stdio_session("{}", rest).as_bytes())
+        .await
+        .unwrap();
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+            .await
+            .expect("a line")
+            .unwrap()
+            .unwrap();
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next().await["id"], 0);
+    let refused = next().await;
+    assert_eq!(refused["id"], Value::Null, "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(refused.get("result").is_none(), "{refused}");
+    assert_eq!(next().await["id"], 7);
+    served.abort();
+}
