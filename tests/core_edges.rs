@@ -246,9 +246,48 @@ fn quiet_panics_cover_the_synchronous_part_of_async_handlers() {
         .unwrap()
         .block_on(d.handle_async(&bytes::Bytes::from(batch), &mut Connection::new(), &mut out));
     let calls = HOOK_CALLS.load(Ordering::SeqCst);
+    // A quiet dispatcher's handler that runs another quiet dispatcher and
+    // then panics: the inner run cleared the thread's flag on its way
+    // out, so the outer handler's panic reached the hook (the flag is now
+    // restored, not cleared). Found by a review.
+    let inner = Dispatcher::builder(())
+        .quiet_panics(true)
+        .method("ok", |c: Call<'_, ()>| c.reply.u64(1))
+        .build()
+        .unwrap();
+    let outer = Dispatcher::builder(())
+        .quiet_panics(true)
+        .method(
+            "nested",
+            move |_c: Call<'_, ()>| -> Result<rpcwire::dispatch::Done, RpcError> {
+                let mut out = Vec::new();
+                let ok = br#"{"jsonrpc":"2.0","id":1,"method":"ok"}"#;
+                inner.handle(ok, &mut Connection::new(), &mut out);
+                assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":1}"#);
+                panic!("after the inner dispatcher")
+            },
+        )
+        .build()
+        .unwrap();
+    let mut nested = Vec::new();
+    outer.handle(
+        br#"{"jsonrpc":"2.0","id":2,"method":"nested"}"#,
+        &mut Connection::new(),
+        &mut nested,
+    );
+    let nested_calls = HOOK_CALLS.load(Ordering::SeqCst) - calls;
     // The hook installed by the quiet dispatcher wraps ours: put the
     // previous one back, so that a failure below is reported.
     std::panic::set_hook(previous);
+    let v: Value = serde_json::from_slice(&nested).unwrap();
+    assert_eq!(
+        v["error"]["data"]["panic"], "after the inner dispatcher",
+        "{v}"
+    );
+    assert_eq!(
+        nested_calls, 0,
+        "a nested quiet dispatcher unquieted its caller"
+    );
     let r: Value = serde_json::from_slice(&out).unwrap();
     assert!(
         r.as_array()

@@ -1152,13 +1152,14 @@ pub(crate) fn guard_panics(
 /// skipped for it (see [`DispatcherBuilder::quiet_panics`]).
 #[inline(always)]
 pub(crate) fn catch_handler_panic<R>(quiet: bool, f: impl FnOnce() -> R) -> std::thread::Result<R> {
-    if quiet {
-        QUIET.with(|q| q.set(true));
+    if !quiet {
+        return catch_unwind(AssertUnwindSafe(f));
     }
+    // Restored, not cleared: a quiet handler may run another quiet
+    // dispatcher and panic after it returns.
+    let was_quiet = QUIET.with(|q| q.replace(true));
     let outcome = catch_unwind(AssertUnwindSafe(f));
-    if quiet {
-        QUIET.with(|q| q.set(false));
-    }
+    QUIET.with(|q| q.set(was_quiet));
     outcome
 }
 
