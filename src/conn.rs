@@ -576,6 +576,15 @@ impl Connection {
         self.unmatched.get()
     }
 
+    /// The unmatched responses counted since the last call, for a server
+    /// that lends one connection to request after request (HTTP's pooled
+    /// scratch) and reports each request's to its metrics.
+    #[cfg(feature = "http")]
+    #[inline]
+    pub(crate) fn take_unmatched_responses(&self) -> u64 {
+        self.unmatched.take()
+    }
+
     /// Readies the arena for a message read now.
     #[inline]
     pub(crate) fn begin_message(&mut self) {

@@ -2345,3 +2345,43 @@ async fn refusals_from_the_head_do_not_ask_for_the_body() {
     }
     server.stop().await;
 }
+
+/// Responses posted over HTTP answer nothing (HTTP has no way back): they
+/// are counted in `rpcwire_unmatched_responses_total`, on rpcwire's own
+/// HTTP/1.1 loop and on hyper's path alike, as the stream and WebSocket
+/// servers count theirs (HTTP's were counted on a pooled scratch
+/// connection no metric showed).
+#[tokio::test]
+async fn posted_responses_are_counted_as_unmatched() {
+    let _serial = SERIAL.lock().await;
+    let own = TestServer::start(Limits::default()).await;
+    let hyper = TestServer::start_with(Limits::default(), |s| s.own_http1(false)).await;
+    let post = |body: &str, last: bool| {
+        let close = if last { "connection: close\r\n" } else { "" };
+        format!(
+            "POST / HTTP/1.1\r\nhost: x\r\n{JSON}{close}content-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let conversation = [
+        post(r#"{"jsonrpc":"2.0","id":9,"result":1}"#, false),
+        post(
+            r#"[{"jsonrpc":"2.0","id":"a","error":{"code":1,"message":"x"}},{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"},{"jsonrpc":"2.0","id":3,"result":null}]"#,
+            false,
+        ),
+        post(BLOCK_NUMBER, true),
+    ]
+    .concat();
+    for server in [&own, &hyper] {
+        let replies =
+            responses_of(&converse(server.addr, conversation.as_bytes(), usize::MAX).await);
+        assert_eq!(replies.len(), 3, "{replies:?}");
+        assert_eq!(server.metrics.unmatched_response_count(), 3);
+        assert_eq!(
+            counter(&server.metrics, "rpcwire_unmatched_responses_total"),
+            3
+        );
+    }
+    own.stop().await;
+    hyper.stop().await;
+}

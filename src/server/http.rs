@@ -605,6 +605,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             Poll::Ready(())
         })
         .await;
+        shared.report_unmatched(conn);
         // The request's head goes now (it holds the connection's read
         // buffer), and calls still running (async notifications) go with
         // the scratch to a task of their own.
@@ -907,6 +908,19 @@ impl<S, K> Shared<S, K> {
              \"data\":{{\"reason\":\"request bodies of this connection over their limit\",\"limit\":{limit}}}}}}}"
         );
         json_response(StatusCode::SERVICE_UNAVAILABLE, Bytes::from(body))
+    }
+
+    /// Counts in the metrics the responses `conn`'s last request carried
+    /// that answered nothing (HTTP has no way back: every response posted
+    /// is one).
+    #[inline]
+    fn report_unmatched(&self, conn: &Connection) {
+        let unmatched = conn.take_unmatched_responses();
+        if unmatched > 0
+            && let Some(m) = &self.metrics
+        {
+            m.unmatched_responses(unmatched);
+        }
     }
 
     fn refuse_too_large(&self) -> Response<ResponseBody> {
@@ -1420,6 +1434,7 @@ where
                     // lingering ones, counted there.
                     counted.set(0);
                     let conn = conn.take().expect("connection present while dispatching");
+                    shared.report_unmatched(&conn);
                     let mut out = std::mem::take(out);
                     // The reply waits for the client to read it (an HTTP/2
                     // stream, for its window) in the buffer it was written
