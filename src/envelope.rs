@@ -917,6 +917,9 @@ pub(crate) struct Envelope {
     message: Option<(Span, bool)>,
     /// The whole error object (its `data` is found in it when asked for).
     error: Option<Span>,
+    /// The id is `null` and the parser refuses that in a request: the
+    /// request's last check, so that any other problem is told first.
+    null_id_refused: bool,
     /// The first problem of each side (see [`Side`]).
     common: Option<Problem>,
     request: Option<Problem>,
@@ -1015,6 +1018,12 @@ impl Envelope {
         let Some(method) = self.method.get() else {
             return invalid(missing(Member::Method));
         };
+        if self.null_id_refused {
+            return invalid(Problem {
+                error: Error::new(ErrorKind::NullId, self.id.start),
+                voids_id: false,
+            });
+        }
         Entry::Request(Request {
             method: scan::validated_str(method.of(input)),
             id,
@@ -1843,6 +1852,7 @@ pub(crate) fn read_object_from(
         code: response.error.map(|e| e.code),
         message: response.error.map(|e| (e.message, e.escaped)),
         error: response.error.map(|e| e.raw),
+        null_id_refused: false,
         common: None,
         request: None,
         response: None,
@@ -2007,9 +2017,7 @@ fn read_id(
         b'-' | b'0'..=b'9' => scan::scan_number(input, at)?,
         b'n' => {
             let end = scan::scan_literal(input, at, b"null")?;
-            if !parser.null_ids {
-                env.problem(Side::Request, ErrorKind::NullId, at, false);
-            }
+            env.null_id_refused = !parser.null_ids;
             end
         }
         _ => {

@@ -144,6 +144,37 @@ pub fn exercise(input: &[u8]) {
         }
         responses_agree(&parser, input, &arena);
     }
+    null_ids_refused_alike(input, &arena);
+}
+
+/// A parser refusing null ids reads `input` as the default one does, but
+/// for requests with `"id": null`, which it reads as invalid with id null.
+fn null_ids_refused_alike(input: &[u8], arena: &bumpalo::Bump) {
+    let strict = rpcwire::Parser::new().allow_null_ids(false);
+    let reading = |e: Entry<'_>| match e {
+        Entry::Request(r) if r.id().is_some_and(|id| id.is_null()) => "refused".to_owned(),
+        Entry::Request(r) => format!("{:?} {:?} {:?}", r.id(), r.method(), r.params()),
+        Entry::Invalid(i) => format!("invalid {:?} {}", i.id(), i.error()),
+    };
+    let strict_reading = |e: Entry<'_>| match e {
+        Entry::Invalid(i) if i.error().to_string().contains("must not be null") => {
+            assert!(i.id().is_null());
+            "refused".to_owned()
+        }
+        other => reading(other),
+    };
+    let all = |m: Result<Message<'_, Entry<'_>>, rpcwire::Error>,
+               one: &dyn Fn(Entry<'_>) -> String| {
+        match m {
+            Ok(Message::Single(e)) => vec![one(e)],
+            Ok(Message::Batch(b)) => b.map(one).collect(),
+            Err(e) => vec![e.to_string()],
+        }
+    };
+    assert_eq!(
+        all(strict.parse(input, arena), &strict_reading),
+        all(rpcwire::Parser::new().parse(input, arena), &reading),
+    );
 }
 
 /// `json` with a tab after every `{` and `,` outside strings.
