@@ -21,6 +21,9 @@
 //! for five minutes is removed, as geth does. At most [`MAX_FILTERS`] are
 //! installed, [`MAX_FILTERS_PER_CLIENT`] by one client address.
 //!
+//! `safe` and `finalized` are 32 and 64 blocks behind the head, as on
+//! anvil; `pending` is the head.
+//!
 //! Block hashes are real header hashes (keccak of the RLP header) with real
 //! transaction and receipt roots; the state root is not a trie root (a
 //! digest of the block's transactions), which no client checks.
@@ -87,6 +90,10 @@ pub const DEV_ACCOUNTS: [(&str, &str); 10] = [
         "0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
     ),
 ];
+
+/// How far `safe` lags the head, in blocks (anvil's epoch); `finalized`
+/// lags twice as far.
+pub const SAFE_DEPTH: u64 = 32;
 
 /// Each dev account's starting balance: 10,000 ETH, as anvil.
 pub const DEV_BALANCE_WEI: u128 = 10_000 * 1_000_000_000_000_000_000;
@@ -937,6 +944,10 @@ impl State {
         let head = self.head();
         match block {
             BlockId::Tag(BlockTag::Earliest) => Ok(0),
+            // As anvil: one epoch (32 blocks) behind the head, two for
+            // finalized.
+            BlockId::Tag(BlockTag::Safe) => Ok(head.saturating_sub(SAFE_DEPTH)),
+            BlockId::Tag(BlockTag::Finalized) => Ok(head.saturating_sub(2 * SAFE_DEPTH)),
             BlockId::Tag(_) => Ok(head),
             BlockId::Number(n) if n <= head => Ok(n),
             BlockId::Number(n) => Err(server_error(format!(

@@ -1112,3 +1112,48 @@ async fn one_client_s_filters_leave_room_for_the_others() {
     let r = rpc(gw.addr, "eth_getFilterChanges", json!([id])).await;
     assert_eq!(r["result"], json!([]), "{r}");
 }
+
+/// `safe` and `finalized` lag the head as on anvil (32 and 64 blocks,
+/// never before the genesis block): they were the head, so a client asking
+/// for a finalized balance got the latest one. Found by a review (anvil
+/// 1.7 at head 100: safe 68, finalized 36).
+#[test]
+fn safe_and_finalized_lag_the_head_as_on_anvil() {
+    use rpcwire::eth::{BlockId, BlockTag};
+    let chain = chain::Chain::new(31337, config::DEFAULT_CHAIN_TX_BYTES);
+    let at = |tag| chain.check_block(BlockId::Tag(tag)).unwrap();
+    for _ in 0..3 {
+        chain.mine_empty();
+    }
+    assert_eq!((at(BlockTag::Safe), at(BlockTag::Finalized)), (0, 0));
+    while chain.head() < 100 {
+        chain.mine_empty();
+    }
+    assert_eq!(at(BlockTag::Latest), 100);
+    assert_eq!((at(BlockTag::Safe), at(BlockTag::Finalized)), (68, 36));
+    let finalized = chain
+        .block_json(BlockId::Tag(BlockTag::Finalized), false)
+        .unwrap();
+    let finalized: Value = serde_json::from_str(&finalized).unwrap();
+    assert_eq!(finalized["number"], "0x24");
+}
+
+/// Over the wire: a balance asked for at `finalized` is the one before
+/// the transfers of the last blocks.
+#[tokio::test]
+async fn a_finalized_balance_is_the_one_before_recent_transfers() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    let before = balance(a, address(5)).await;
+    for nonce in 0..3 {
+        let r = send(a, &sign(eip1559(nonce, address(6), 1), key(5))).await;
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    for tag in ["safe", "finalized"] {
+        let block = rpc(a, "eth_getBlockByNumber", json!([tag, false])).await;
+        assert_eq!(block["result"]["number"], "0x0", "{tag}: {block}");
+        let at = rpc(a, "eth_getBalance", json!([address(5), tag])).await;
+        assert_eq!(quantity(&at["result"]), before, "{tag}: {at}");
+    }
+    assert!(balance(a, address(5)).await < before);
+}
