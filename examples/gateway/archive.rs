@@ -174,9 +174,18 @@ fn block_of(method: &Method, params: Option<&OwnedParams>) -> At {
                 .map_or(At::Unknown, |b| by_id(BlockId::from(b))),
         },
         BlockParam::StateContext(p) => {
-            let Some(context) = at(p).and_then(|c| c.as_params()).filter(|c| c.is_object()) else {
+            let Some(raw) = at(p) else {
                 return At::Recent;
             };
+            let Some(context) = raw.as_params().filter(|c| c.is_object()) else {
+                return At::Recent;
+            };
+            // A member Go's decoder may read as the block too (see
+            // `crate::cache::only_members`): the full nodes, with the
+            // missing-state retry.
+            if !crate::cache::only_members(raw, &crate::cache::STATE_CONTEXT_MEMBERS) {
+                return At::Unknown;
+            }
             match context.get("blockNumber") {
                 None => At::Recent,
                 Some(v) => v.block_id().map_or(At::Unknown, by_id),

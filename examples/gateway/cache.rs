@@ -112,8 +112,14 @@ pub fn keep(method: &Method, params: Option<&OwnedParams>) -> Option<Keep> {
                 BlockParam::Filter(p) if method.name == "trace_filter" => by_trace_filter(at(p)?),
                 BlockParam::Filter(p) => by_filter(at(p)?),
                 BlockParam::StateContext(p) => {
-                    let context = at(p)?.as_params().filter(|c| c.is_object())?;
-                    by_id(context.get("blockNumber")?.block_id().ok()?)
+                    // erigon's `StateContext`: what else Go's decoder reads
+                    // as its block (`BlockNumber`, a repeated member) must
+                    // not be missed.
+                    let context = at(p)?;
+                    if !only_members(context, &STATE_CONTEXT_MEMBERS) {
+                        return None;
+                    }
+                    by_id(context.as_params()?.get("blockNumber")?.block_id().ok()?)
                 }
             }
         }
@@ -139,12 +145,15 @@ fn by_number(b: BlockNumberOrTag) -> Option<Keep> {
     by_id(b.into())
 }
 
+/// The members of erigon's state context (`eth_callMany`'s second param).
+pub const STATE_CONTEXT_MEMBERS: [&str; 2] = ["blockNumber", "transactionIndex"];
+
 /// Whether the object `v` has only members named exactly as in `names`
 /// (no escapes), each at most once. What else a node reads into a known
 /// member must not be missed here: geth's Go decoder matches names
 /// without regard to case and keeps the last of repeated ones, so
 /// `{"toBlock":"0x2","ToBlock":"latest"}` ends at `latest` there.
-fn only_members(v: RawJson<'_>, names: &[&str]) -> bool {
+pub fn only_members(v: RawJson<'_>, names: &[&str]) -> bool {
     let Some(object) = v.as_params().filter(|o| o.is_object()) else {
         return false;
     };

@@ -808,3 +808,29 @@ async fn anvil_prune_history_errors_are_retried_on_the_archive() {
     assert_eq!(future["code"], -32602, "{future}");
     assert_eq!(archive.count("eth_getBalance"), 2);
 }
+
+/// `eth_callMany` on an old block goes to the archive; a state context
+/// Go's decoder may read as another block (`BlockNumber`, a repeated
+/// `blockNumber`) stays on the full nodes, with the missing-state retry,
+/// rather than being routed by its first `blockNumber` (found by a
+/// review).
+#[tokio::test]
+async fn a_state_context_is_routed_by_its_block_only_when_unambiguous() {
+    let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
+    let gw = start(config(&full, Some(archive.addr))).await;
+    let bundle = json!([{"transactions": []}]);
+    let old = call(
+        gw.addr,
+        "eth_callMany",
+        json!([bundle, {"blockNumber": quantity(3)}]),
+    )
+    .await;
+    assert_eq!(old["result"], ARCHIVE, "{old}");
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"eth_callMany","params":[{bundle},{{"blockNumber":"{}","BlockNumber":"latest"}}]}}"#,
+        quantity(3)
+    );
+    let odd = post(gw.addr, &body).await;
+    assert_eq!(odd["result"], FULL, "{odd}");
+    assert_eq!(archive.calls(), 1);
+}

@@ -1012,3 +1012,41 @@ async fn a_null_chain_id_is_not_kept() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 2, "the chain id was not kept");
 }
+
+/// `eth_callMany`'s state context (erigon's `StateContext`, read by Go's
+/// decoder: names matched without regard to case, the last of repeated
+/// ones kept) is kept by its `blockNumber` only when its members are
+/// exactly `blockNumber` and `transactionIndex`: with `BlockNumber` or a
+/// second `blockNumber` naming `latest` it was kept as block 1's answer
+/// for good. Found by a review.
+#[tokio::test]
+async fn a_state_context_the_node_may_read_as_latest_is_not_kept() {
+    let node = Node::start(0x10).await;
+    let (gw, _state) = start_app(config(&[node.addr])).await;
+    learn_finality(gw.addr).await;
+    let bundle = json!([{"transactions": []}]);
+    for context in [
+        r#"{"blockNumber":"0x1","BlockNumber":"latest"}"#,
+        r#"{"blockNumber":"0x1","blockNumber":"latest"}"#,
+    ] {
+        let body = |id: u32| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"eth_callMany","params":[{bundle},{context}]}}"#
+            )
+        };
+        let before = node.total();
+        for id in 0..3 {
+            post(gw.addr, &body(id)).await;
+        }
+        assert_eq!(node.total() - before, 3, "{context} was kept as block 1's");
+    }
+    let plain = json!([bundle, {"blockNumber": "0x1", "transactionIndex": 0}]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "eth_callMany", &plain).await;
+    }
+    assert_eq!(
+        node.count("eth_callMany", &plain),
+        1,
+        "a final context was not kept"
+    );
+}
