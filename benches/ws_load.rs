@@ -484,7 +484,7 @@ impl Server {
 /// The child: one server on 127.0.0.1 port 0 (printed), until killed.
 fn serve(name: &str) {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(env_or("CLIENT_THREADS", 2))
+        .worker_threads(env_or("SERVER_THREADS", 2))
         .enable_all()
         .build()
         .unwrap();

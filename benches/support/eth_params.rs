@@ -3,14 +3,16 @@
 //! `eth_sendRawTransaction` requests in the styles of viem (compact, `data`
 //! before `to`, lowercase hex), ethers v6 (`method` first, `jsonrpc` last,
 //! lowercase hex) and web3.py (`": "` / `", "` separators, EIP-55
-//! checksummed addresses), mixed in one stream.
+//! checksummed addresses), web3.js (UUID ids), indexers (ids above 2^53)
+//! and scripts (members sorted, some pretty-printed), mixed in one stream
+//! in the shares of the singles' corpus.
 //!
 //! Deterministic (a fixed seed gives the same bytes), and every message is
 //! distinct. Needs `super::corpus` (`Rng`, `Style`) and alloy-primitives
 //! (EIP-55 checksums).
 #![allow(dead_code)]
 
-use super::corpus::{Rng, Style};
+use super::corpus::{Rng, SINGLE_CLIENTS, Style};
 
 /// The four methods the benchmark decodes.
 pub const METHODS: [&str; 4] = [
@@ -20,12 +22,11 @@ pub const METHODS: [&str; 4] = [
     "eth_sendRawTransaction",
 ];
 
+/// The client of the next message, in the shares of the singles' corpus
+/// ([`SINGLE_CLIENTS`]): scripts' sorted and pretty-printed messages
+/// included, shapes off the decoders' straight-line readers.
 fn style_of(rng: &mut Rng) -> Style {
-    match rng.below(10) {
-        0..=4 => Style::Viem,
-        5..=7 => Style::Ethers,
-        _ => Style::Web3Py,
-    }
+    rng.pick(SINGLE_CLIENTS)
 }
 
 /// An address as the style writes it: lowercase, or EIP-55 for web3.py.
@@ -291,15 +292,28 @@ pub fn messages(method: &str, seed: u64, n: usize) -> Vec<Vec<u8>> {
                     "{{\"jsonrpc\":\"2.0\",\"method\":\"{method}\",\"params\":{p},\"id\":{}}}",
                     i + 1
                 )),
-                // The styles this generator does not pick (`style_of`), in
-                // their envelope shapes all the same.
                 Style::Web3Js => format!(
                     "{{\"jsonrpc\":\"2.0\",\"id\":\"{i:08x}-0000-4000-8000-000000000000\",\"method\":\"{method}\",\"params\":{p}}}"
                 ),
-                Style::Indexer | Style::Scripted => format!(
+                Style::Indexer => format!(
                     "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{method}\",\"params\":{p}}}",
                     (1u64 << 53) + i as u64
                 ),
+                // Go maps and Python's `sort_keys`: every object's members
+                // sorted (serde_json's map sorts them), one message in four
+                // pretty-printed over lines.
+                Style::Scripted => {
+                    let value: serde_json::Value = serde_json::from_str(&format!(
+                        "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{method}\",\"params\":{p}}}",
+                        i + 1
+                    ))
+                    .unwrap();
+                    if rng.chance(1, 4) {
+                        serde_json::to_string_pretty(&value).unwrap() + "\n"
+                    } else {
+                        value.to_string()
+                    }
+                }
             };
             msg.into_bytes()
         })

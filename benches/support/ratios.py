@@ -4,20 +4,29 @@
     cargo bench --bench parse && python3 benches/support/ratios.py parse
 
 Reads target/criterion/*/*/new/{benchmark,estimates,sample}.json (the latest
-run of each benchmark) and prints, for every group whose name starts with the
+run of each benchmark; `$CARGO_TARGET_DIR` is honoured) and prints, for every group whose name starts with the
 given prefix (`parse/`, `round_trip/`, `router/`, `decode/`), rpcwire's
 median time per iteration, its throughput, and the ratio of each peer's
 median time to rpcwire's (above 1: rpcwire is faster), the fastest peer
 first; in brackets the same ratio from each benchmark's fastest sample, which
 on a shared, noisy machine is the least disturbed one. `loop_only` (a
-baseline, not a peer) is shown apart. With --json, prints the same as JSON
+baseline, not a peer) is shown apart; a peer whose latest result is from
+another run than rpcwire's (after a filtered run) is left out, with a
+warning. With --json, prints the same as JSON
 (for collecting several runs).
 """
 import json
 import os
 import sys
 
-root = os.path.join(os.path.dirname(__file__), "..", "..", "target", "criterion")
+target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(
+    os.path.dirname(__file__), "..", "..", "target"
+)
+root = os.path.join(target, "criterion")
+# A group's benchmarks run one after another: a peer whose result is older
+# than rpcwire's by more than this is from another run (a filtered run
+# updates only what it ran) and is left out, with a warning.
+SAME_RUN_SECONDS = 15 * 60
 prefix = next((a for a in sys.argv[1:] if not a.startswith("--")), "")
 groups = {}
 for dirpath, _, files in os.walk(root):
@@ -38,6 +47,7 @@ for dirpath, _, files in os.walk(root):
         "min_ns": fastest_sample,
         "bytes": tp.get("Bytes"),
         "elements": tp.get("Elements"),
+        "written": os.path.getmtime(os.path.join(dirpath, "estimates.json")),
     }
 
 out = {}
@@ -46,7 +56,14 @@ for name in sorted(groups):
     if "rpcwire" not in g:
         continue
     ours = g["rpcwire"]["ns"]
-    others = {k: v for k, v in g.items() if k not in ("rpcwire", "loop_only")}
+    others = {}
+    for k, v in g.items():
+        if k in ("rpcwire", "loop_only"):
+            continue
+        if abs(v["written"] - g["rpcwire"]["written"]) > SAME_RUN_SECONDS:
+            print(f"warning: {name}/{k} is from another run than rpcwire's; left out", file=sys.stderr)
+            continue
+        others[k] = v
     peers = {k: v["ns"] / ours for k, v in others.items()}
     by_min = {k: v["min_ns"] / g["rpcwire"]["min_ns"] for k, v in others.items()}
     fastest = max(peers, key=lambda k: 1 / peers[k]) if peers else None
