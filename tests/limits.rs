@@ -434,3 +434,58 @@ fn a_batch_reply_buffer_never_grows_past_the_limit() {
         );
     }
 }
+
+/// "`max_response_len`: an upper bound" held for every reply but the one
+/// to a message that cannot be read at all (-32700, -32600 for `[]` or a
+/// batch past its limit, nesting past the depth limit: 122-171 bytes,
+/// written unchecked): under a limit of 150 they passed it. They fall back
+/// to the too-large error now, and a limit is at least
+/// `MIN_RESPONSE_LEN`, room for that error. Found by a review.
+#[test]
+fn replies_to_unreadable_messages_stay_within_the_response_limit() {
+    use rpcwire::dispatch::MIN_RESPONSE_LEN;
+    let deep = "[".repeat(200);
+    let long_batch = format!(
+        "[{}]",
+        vec!["{\"jsonrpc\":\"2.0\",\"method\":\"m\"}"; 1001].join(",")
+    );
+    for limit in [MIN_RESPONSE_LEN, 150, 170] {
+        let d = Dispatcher::builder(())
+            .max_response_len(limit)
+            .build()
+            .unwrap();
+        for msg in ["5", "[]", "{", "[1,", deep.as_str(), long_batch.as_str()] {
+            let mut out = Vec::new();
+            d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+            let shown = String::from_utf8_lossy(&out);
+            assert!(out.len() <= limit, "{} bytes > {limit}: {shown}", out.len());
+            let v: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["id"], Value::Null, "{shown}");
+            assert!(v["error"]["code"].is_i64(), "{shown}");
+        }
+    }
+    // Under a roomy limit, the error itself, with its reason.
+    let d = Dispatcher::builder(())
+        .max_response_len(4096)
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    d.handle(b"5", &mut Connection::new(), &mut out);
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["error"]["code"], -32600);
+    assert!(v["error"]["data"]["reason"].is_string(), "{v}");
+    // Below the floor, the floor.
+    let d = Dispatcher::builder(())
+        .max_response_len(10)
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    d.handle(deep.as_bytes(), &mut Connection::new(), &mut out);
+    assert!(
+        out.len() <= MIN_RESPONSE_LEN,
+        "{}",
+        String::from_utf8_lossy(&out)
+    );
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["error"]["data"]["limit"], MIN_RESPONSE_LEN);
+}

@@ -368,11 +368,18 @@ fn replies_past_the_limit() {
     assert!(v.is_object(), "one error: {v}");
     assert_eq!((code(&v), &v["id"]), (-32000, &Value::Null));
     assert_eq!(runs.load(Ordering::SeqCst), 0);
-    // A single request too (its error reply alone past a 50-byte limit).
-    let (d, runs) = node(Parser::new(), 50);
-    let v = reply(&d, r#"{"jsonrpc":"2.0","id":7,"method":"count"}"#);
+    // A single request too (its error reply alone, with its 100-byte id,
+    // past the smallest limit, 128 bytes).
+    let (d, runs) = node(Parser::new(), 128);
+    let v = reply(
+        &d,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":"{}","method":"count"}}"#,
+            "i".repeat(98)
+        ),
+    );
     assert_eq!((code(&v), &v["id"]), (-32000, &Value::Null), "{v}");
-    assert_eq!(v["error"]["data"]["limit"], 50);
+    assert_eq!(v["error"]["data"]["limit"], 128);
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 

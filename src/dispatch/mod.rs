@@ -45,8 +45,7 @@ use crate::message::{Incoming, Message};
 use crate::request::{Entry, Id, Request};
 use crate::router::{BuildError, Router};
 use reply::{
-    Discard, write_error_reply, write_message_error, write_method_not_found_tail, write_reply,
-    write_request_error_tail,
+    Discard, write_error_reply, write_method_not_found_tail, write_reply, write_request_error_tail,
 };
 
 /// Marks a dispatcher whose methods are all synchronous: it has
@@ -239,9 +238,14 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// (their size is known: ids are bounded by
     /// [`Parser::max_id_len`]); a message (a batch, or a single request)
     /// whose error replies alone would pass the limit is answered with one
-    /// too-large error, `id: null`, and nothing runs.
+    /// too-large error, `id: null`, and nothing runs. The reply to a
+    /// message that cannot be read at all (-32700, a batch past its limit)
+    /// is held to the limit too, falling back to that error.
+    ///
+    /// At least [`MIN_RESPONSE_LEN`] (128 bytes, room for that error
+    /// whatever its code and limit): a smaller value is taken as it.
     pub fn max_response_len(mut self, bytes: usize) -> Self {
-        self.max_response_len = bytes;
+        self.max_response_len = bytes.max(MIN_RESPONSE_LEN);
         self
     }
 
@@ -621,6 +625,10 @@ pub trait Observer: Send + Sync + 'static {
 
 /// Default response size limit: 25 MB, as geth.
 pub const DEFAULT_MAX_RESPONSE_LEN: usize = 25 * 1000 * 1000;
+/// The smallest response size limit
+/// ([`DispatcherBuilder::max_response_len`]): room for the too-large error
+/// with `id: null` whatever its code and limit (at most 124 bytes).
+pub const MIN_RESPONSE_LEN: usize = 128;
 /// Default cap on the async handlers of one connection running at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
 /// Default per-request timeout of async handlers.
@@ -1040,15 +1048,17 @@ impl<S: Send + Sync + 'static> Shared<S> {
     /// Writes the reply to a message that could not be read, and reports
     /// it.
     pub(crate) fn message_error<B: ReplyBuf>(&self, out: &mut B, e: crate::Error) {
-        write_message_error(out, e);
+        // Held to the response limit too (its `data` is up to ~180 bytes).
+        let (_, outcome) = write_error_reply(
+            out,
+            Id::NULL,
+            self.max_response_len,
+            &self.too_large,
+            e.code(),
+            |o| write_request_error_tail(o, e),
+        );
         if let Some(observer) = &self.observer {
-            self.report(
-                observer,
-                None,
-                None,
-                Outcome::Error(e.code()),
-                Instant::now(),
-            );
+            self.report(observer, None, None, outcome, Instant::now());
         }
     }
 

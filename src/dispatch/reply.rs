@@ -903,14 +903,6 @@ pub(crate) fn write_request_error_tail<B: ReplyBuf + ?Sized>(out: &mut B, e: Err
     out.extend_from_slice(b"}}");
 }
 
-/// The whole reply to a message that could not be read: one error, `id:
-/// null`.
-pub(crate) fn write_message_error<B: ReplyBuf + ?Sized>(out: &mut B, e: Error) {
-    out.extend_from_slice(HEAD_PREFIX);
-    out.extend_from_slice(b"null");
-    write_request_error_tail(out, e);
-}
-
 /// The error tail for an unknown method, naming it in `data`.
 pub(crate) fn write_method_not_found_tail<B: ReplyBuf + ?Sized>(out: &mut B, method: &str) {
     out.extend_from_slice(b",\"error\":{\"code\":");
