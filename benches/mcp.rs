@@ -11,7 +11,7 @@
 //! and its `"status":"ok"`.
 //!
 //! The tool is `build-app` (`project_dir`, `arch` enum, `configuration`
-//! enum). rpcwire checks the arguments against the JSON Schema
+//! enum); every call's arguments are distinct (its own `project_dir`). rpcwire checks the arguments against the JSON Schema
 //! (`jsonschema`); the rmcp server decodes them into a typed struct with
 //! serde (how rmcp tools take arguments), and a second rmcp variant also
 //! checks them against the same schema with `jsonschema`, for the same work.
@@ -192,8 +192,7 @@ impl Driver {
             ("x86_64", "Debug")
         };
         format!(
-            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"build-app","arguments":{{"project_dir":"/work/app{}","configuration":"{configuration}","arch":"{arch}"}}}}}}"#,
-            i % 97
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"build-app","arguments":{{"project_dir":"/work/app{i}","configuration":"{configuration}","arch":"{arch}"}}}}}}"#
         )
     }
 
