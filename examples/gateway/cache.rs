@@ -18,6 +18,9 @@
 //! time the answer arrives (the call that learns the finalized block is
 //! forwarded and not kept; the calls after it are).
 //!
+//! A block's traces with a transaction's entry in error (a tracer's
+//! timeout on a busy node) are not kept either ([`is_whole`]).
+//!
 //! `latest`, `safe`, `pending`, `finalized`, `earliest` (with history
 //! expiry, the first block a node still keeps: it moves when history is
 //! pruned further) and an absent block param are never kept, nor params the decoders refuse (forwarded as they are: the
@@ -44,7 +47,10 @@
 //!
 //! "Final" is the node's word: a dev chain that rewrites its history
 //! (anvil's `anvil_reset`, `evm_revert`) makes kept results stale, so run
-//! the gateway in front of one with `--cache-bytes 0`.
+//! the gateway in front of one with `--cache-bytes 0`. anvil also ends
+//! `eth_feeHistory`'s base fees with its next block's, whatever the newest
+//! block asked for (geth and reth with that block's successor's): another
+//! reason.
 //!
 //! The key is the method name and the params' bytes as the client sent
 //! them, with no canonicalisation: `["0x1",false]` and `[ "0x1", false ]`
@@ -611,6 +617,27 @@ pub fn block_of(result: &[u8]) -> Option<u64> {
         Number::Quantity(q) => quantity(q),
         Number::Plain(n) => Some(n),
     }
+}
+
+/// Whether `method`'s `result` is whole, as the next call would get it:
+/// a block's traces (`debug_traceBlockByNumber`, `…ByHash`,
+/// `debug_traceBadBlock`) with a transaction's entry in error are not (geth
+/// gives each transaction its own deadline, a JavaScript tracer's default
+/// 5 s: `{"txHash":…,"error":"execution timeout"}` in an answer that
+/// succeeds, where a less busy node traces it whole). Other results are.
+pub fn is_whole(method: &str, result: &[u8]) -> bool {
+    if !matches!(
+        method,
+        "debug_traceBlockByNumber" | "debug_traceBlockByHash" | "debug_traceBadBlock"
+    ) {
+        return true;
+    }
+    #[derive(serde::Deserialize)]
+    struct Traced {
+        error: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_slice::<Vec<Traced>>(result)
+        .is_ok_and(|traces| traces.iter().all(|t| t.error.is_none()))
 }
 
 /// A QUANTITY (`0x1b4`) that fits in a `u64`.

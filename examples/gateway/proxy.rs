@@ -209,7 +209,7 @@ fn forward_cached(
             // carry in its box.
             Lookup::Keep(cache, keep, key) => {
                 let forwarded = up.forward_from(method.name, params(&call));
-                Box::pin(forward_and_keep(&call, cache, keep, key, forwarded)).await
+                Box::pin(forward_and_keep(&call, method, cache, keep, key, forwarded)).await
             }
             Lookup::Pass => {
                 // Dropped (it holds nothing): not kept in the future
@@ -256,6 +256,7 @@ fn look_up<'a>(call: &'a AsyncCall<Gateway>, method: &Method) -> Lookup<'a> {
 /// it kept; the answer in hand never waits for that ask.
 async fn forward_and_keep(
     call: &AsyncCall<Gateway>,
+    method: &'static Method,
     cache: &Cache,
     keep: Keep,
     key: Vec<u8>,
@@ -274,7 +275,11 @@ async fn forward_and_keep(
     let Ok(answer) = &outcome else {
         return outcome;
     };
-    if !first || !block_final || &answer.0[..] == b"null" {
+    if !first
+        || !block_final
+        || &answer.0[..] == b"null"
+        || !cache::is_whole(method.name, &answer.0)
+    {
         return outcome;
     }
     if keep == Keep::ByTransaction {
@@ -340,7 +345,7 @@ fn forward_state(
             Lookup::Kept(answer) => Ok(answer),
             Lookup::Keep(cache, keep, key) => {
                 let routed = Box::pin(route_state(&call, method));
-                Box::pin(forward_and_keep(&call, cache, keep, key, routed)).await
+                Box::pin(forward_and_keep(&call, method, cache, keep, key, routed)).await
             }
             Lookup::Pass => Box::pin(route_state(&call, method)).await.0,
         };
