@@ -543,3 +543,55 @@ async fn mcp_stdio_held_requests_keep_no_read_chunks() {
     reader.abort();
     assert!(peak < 16 << 20, "peak heap {} MiB", peak >> 20);
 }
+
+/// Messages held at the in-flight cap were slices of their read chunk, so
+/// each kept the whole chunk: one `{}` per 64 KiB of blank lines (66 bytes
+/// counted against the 64 KiB held bound) held about 65 MB. Held messages
+/// are copies now, as MCP stdio's held lines are. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_messages_do_not_pin_their_read_chunks() {
+    use rpcwire::dispatch::AsyncCall;
+    let _serial = SERIAL.lock().await;
+    let d = Dispatcher::builder(())
+        .async_method("block", |_call: AsyncCall<()>| async move {
+            std::future::pending::<()>().await;
+            Ok::<_, rpcwire::RpcError>(0)
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (stream, _) = listener.accept().await.unwrap();
+    let driver = Driver::new(Lines::new()).limits(Limits {
+        max_in_flight: 1,
+        ..Limits::default()
+    });
+    let stats = driver.stats();
+    let server = tokio::spawn(async move {
+        let mut stream = stream;
+        let (r, w) = stream.split();
+        driver.run(&d, r, w).await
+    });
+    let (client_r, mut client_w) = client.into_split();
+    client_w
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"block\"}\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let base = start_peak();
+    // One small message per 64 KiB, the rest blank lines.
+    let mut chunk = b"{}\n".to_vec();
+    chunk.resize(64 * 1024, b'\n');
+    let flood = flood(client_w, chunk, 2000);
+    let read = until_reading_stops(&stats, Duration::from_millis(200)).await;
+    let peak = peak_since(base);
+    flood.abort();
+    server.abort();
+    drop(client_r);
+    assert!(
+        peak < 2 << 20,
+        "peak heap growth {peak} bytes ({read} bytes read)"
+    );
+}

@@ -87,7 +87,10 @@ pub(crate) struct HeldRefusal {
 impl HeldMessages {
     /// Holds `frame`, a single request with id `id` (its JSON text) when
     /// `id` is given, last in order.
-    pub(crate) fn push_back(&mut self, frame: HeldFrame, id: Option<HeldId>) {
+    pub(crate) fn push_back(&mut self, mut frame: HeldFrame, id: Option<HeldId>) {
+        // A copy: a frame sliced from its read chunk keeps the whole chunk
+        // (64 KiB for a `{}`), which the bound on held bytes would not see.
+        frame.frame = Bytes::copy_from_slice(&frame.frame);
         self.bytes += cost(&frame.frame, id.as_ref());
         self.live += 1;
         if let Some(id) = &id {
