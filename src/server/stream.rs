@@ -1358,7 +1358,10 @@ where
             } else {
                 self.peaks.messages_read += 1;
             }
-        } else if !self.held.is_empty() {
+        } else if !self.held.is_empty() || self.backpressured() {
+            // Held at the limit too (read on while answers are awaited):
+            // answered at once, a client that reads nothing grew the
+            // output past every bound, a refusal at a time.
             let refusal = HeldFrame {
                 frame: Bytes::new(),
                 answers_taken: false,

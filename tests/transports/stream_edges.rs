@@ -2247,3 +2247,57 @@ async fn unmatched_responses_are_counted_in_the_metrics() {
             .contains("\nrpcwire_unmatched_responses_total 4\n")
     );
 }
+
+/// Bytes the framer refuses, read while a handler awaits its client's
+/// answer (reading goes on past the in-flight cap), were answered at once
+/// even with the output full: a client that reads nothing and sends
+/// over-long lines grew the output without bound (4 MB, 27,555 replies
+/// past `max_queued` 16 and a 16 KiB `max_pending_output`). They are held
+/// in turn now, against the held bound, as the messages around them.
+/// Found by a review.
+#[tokio::test]
+async fn refusals_read_while_answers_are_awaited_do_not_grow_the_output() {
+    let d = asking_dispatcher();
+    let limits = Limits {
+        max_in_flight: 1,
+        max_queued: 16,
+        max_message_len: 256,
+        ..Limits::default()
+    };
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let (sr, sw) = tokio::io::split(server);
+    let driver = Driver::new(Lines::new().max_frame(256))
+        .limits(limits)
+        .max_pending_output(16 * 1024);
+    let stats = driver.stats();
+    let served = tokio::spawn(async move { driver.run(&d, sr, sw).await });
+    let (cr, mut cw) = tokio::io::split(client);
+    let mut replies = tokio::io::BufReader::new(cr).lines();
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let ping = next_message(&mut replies).await;
+    assert_eq!(ping["method"], "client/ping", "{ping}");
+    // The client no longer reads; it sends over-long lines (8 MB).
+    let mut line = vec![b'x'; 300];
+    line.push(b'\n');
+    let chunk = line.repeat(1000);
+    let flood = tokio::spawn(async move {
+        for _ in 0..28 {
+            if cw.write_all(&chunk).await.is_err() {
+                break;
+            }
+        }
+        cw
+    });
+    let _ = tokio::time::timeout(Duration::from_secs(3), flood).await;
+    let (bytes, messages) = (
+        stats.pending_output_bytes(),
+        stats.pending_output_messages(),
+    );
+    served.abort();
+    assert!(
+        bytes < 1 << 20 && messages < 1024,
+        "{bytes} bytes, {messages} messages of output held for a client that reads nothing"
+    );
+}
