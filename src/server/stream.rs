@@ -97,7 +97,8 @@
 //!   notification, and a stream has no ping) unless notifications wait
 //!   for it and none could be written for that long (a client that
 //!   stopped reading), and a TCP client that vanished without closing is
-//!   found by [`Limits::tcp_keepalive`].
+//!   found by [`Limits::tcp_keepalive`]. Closing, the writer's shutdown
+//!   (a TLS close_notify) has [`Limits::shutdown_grace`] to finish.
 //!
 //! ```
 //! use rpcwire::frame::Lines;
@@ -606,6 +607,7 @@ impl<F: Framer> Driver<F> {
             calls_dropped: false,
             draining: false,
             closing: false,
+            close_deadline: None,
             paused: false,
             idle_timeout,
             idle: idle_timeout.map(|t| Box::pin(tokio::time::sleep(t))),
@@ -828,6 +830,8 @@ struct Io<'d, S, K, F, R, W> {
     draining: bool,
     /// Everything is done: shutting the writer down.
     closing: bool,
+    /// When the writer's shutdown is given up on (see `poll_close`).
+    close_deadline: Option<Pin<Box<Sleep>>>,
     /// Reading is stopped for backpressure.
     paused: bool,
     idle_timeout: Option<Duration>,
@@ -1707,8 +1711,18 @@ where
 
     fn poll_close(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<CloseReason>> {
         // A client that is gone cannot be told more: errors do not matter.
-        match Pin::new(&mut self.writer).poll_shutdown(cx) {
-            Poll::Ready(_) => Poll::Ready(Ok(self.reason)),
+        if Pin::new(&mut self.writer).poll_shutdown(cx).is_ready() {
+            return Poll::Ready(Ok(self.reason));
+        }
+        // A shutdown that never ends (a TLS close_notify waiting for room
+        // a client that reads nothing never makes) has the grace: neither
+        // the idle timer nor a shutdown's grace runs any more.
+        let shutdown_grace = self.shutdown_grace;
+        let give_up = self
+            .close_deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(shutdown_grace)));
+        match give_up.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Ok(self.reason)),
             Poll::Pending => Poll::Pending,
         }
     }

@@ -2301,3 +2301,41 @@ async fn refusals_read_while_answers_are_awaited_do_not_grow_the_output() {
         "{bytes} bytes, {messages} messages of output held for a client that reads nothing"
     );
 }
+
+/// A writer whose shutdown never completes (a TLS close_notify waiting for
+/// room a client that reads nothing never makes) held `run` for ever once
+/// its work was done: neither the idle timeout nor a shutdown's grace ran
+/// any more. The close step has the shutdown grace now. Found by a review.
+#[tokio::test]
+async fn a_writer_that_never_shuts_down_does_not_hold_the_driver() {
+    struct NeverShutdown(Vec<u8>);
+    impl tokio::io::AsyncWrite for NeverShutdown {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            b: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.0.extend_from_slice(b);
+            Poll::Ready(Ok(b.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+    let d = dispatcher();
+    let driver = Driver::new(Lines::new()).limits(Limits {
+        idle_timeout: Duration::from_millis(100),
+        shutdown_grace: Duration::from_millis(100),
+        ..Limits::default()
+    });
+    let input = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"add\",\"params\":[1,2]}\n".to_vec();
+    let run = driver.run(&d, Pieces::new(vec![input]), NeverShutdown(Vec::new()));
+    let ended = tokio::time::timeout(Duration::from_secs(3), run).await;
+    assert!(
+        matches!(ended, Ok(Ok(CloseReason::Eof))),
+        "run never returned: {ended:?}"
+    );
+}
