@@ -158,7 +158,11 @@ pub struct Limits {
     pub max_connections: usize,
     /// The largest message (HTTP body, WebSocket message, frame) accepted,
     /// in bytes (default 5 MiB, as the parser): larger ones are answered
-    /// with -32600 (HTTP: 413) before they are buffered. The dispatcher's
+    /// with -32600 (HTTP: 413), over HTTP and WebSocket before they are
+    /// buffered. Stream transports ([`stream`]) refuse a message before it
+    /// is buffered at their framer's limit (`max_frame`, default 5 MiB),
+    /// and one past this limit but within the framer's once it is framed:
+    /// give both the same value. The dispatcher's
     /// parser has a limit of its own
     /// ([`Parser::max_message_len`](crate::Parser::max_message_len), also
     /// 5 MiB by default), which a message must pass too: for larger
