@@ -315,22 +315,15 @@ async fn messages_held_at_the_in_flight_limit_are_bounded() {
         })
         .build()
         .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap())
-        .await
-        .unwrap();
-    let (stream, _) = listener.accept().await.unwrap();
-    let driver = Driver::new(Lines::new()).limits(Limits {
-        max_in_flight: 1,
-        max_message_len: 64 << 10,
-        ..Limits::default()
-    });
-    let stats = driver.stats();
-    let server = tokio::spawn(async move {
-        let mut stream = stream;
-        let (r, w) = stream.split();
-        driver.run(&d, r, w).await
-    });
+    let (client, server, stats) = served_by_lines(
+        d,
+        Limits {
+            max_in_flight: 1,
+            max_message_len: 64 << 10,
+            ..Limits::default()
+        },
+    )
+    .await;
     let (client_r, mut client_w) = client.into_split();
     client_w
         .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ask\"}\n")
@@ -386,22 +379,15 @@ async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
         })
         .build()
         .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap())
-        .await
-        .unwrap();
-    let (stream, _) = listener.accept().await.unwrap();
-    let driver = Driver::new(Lines::new()).limits(Limits {
-        max_in_flight: 1,
-        idle_timeout: Duration::from_millis(400),
-        ..Limits::default()
-    });
-    let stats = driver.stats();
-    let server = tokio::spawn(async move {
-        let mut stream = stream;
-        let (r, w) = stream.split();
-        driver.run(&d, r, w).await
-    });
+    let (client, server, stats) = served_by_lines(
+        d,
+        Limits {
+            max_in_flight: 1,
+            idle_timeout: Duration::from_millis(400),
+            ..Limits::default()
+        },
+    )
+    .await;
     let base = start_peak();
     let mut chunk = b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"block\"}\n".to_vec();
     for i in 1..1000 {
@@ -430,6 +416,31 @@ async fn a_client_pipelining_at_its_cap_is_read_boundedly_and_seen_leaving() {
         .unwrap();
     assert!(ended.is_err(), "{ended:?}");
     assert_eq!(dropped.load(Ordering::SeqCst), 1);
+}
+
+/// `d` served by a stream driver (newline framing) with `limits` over a
+/// loopback TCP connection: the client's end, the server's task and its
+/// counters.
+async fn served_by_lines<S: Send + Sync + 'static>(
+    d: Dispatcher<S, rpcwire::dispatch::WithAsync>,
+    limits: Limits,
+) -> (
+    TcpStream,
+    tokio::task::JoinHandle<std::io::Result<rpcwire::server::stream::CloseReason>>,
+    Arc<ConnectionStats>,
+) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(listener.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (mut stream, _) = listener.accept().await.unwrap();
+    let driver = Driver::new(Lines::new()).limits(limits);
+    let stats = driver.stats();
+    let server = tokio::spawn(async move {
+        let (r, w) = stream.split();
+        driver.run(&d, r, w).await
+    });
+    (client, server, stats)
 }
 
 /// The bytes the server has read once it stopped reading: when two
@@ -559,21 +570,14 @@ async fn held_messages_do_not_pin_their_read_chunks() {
         })
         .build()
         .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let client = TcpStream::connect(listener.local_addr().unwrap())
-        .await
-        .unwrap();
-    let (stream, _) = listener.accept().await.unwrap();
-    let driver = Driver::new(Lines::new()).limits(Limits {
-        max_in_flight: 1,
-        ..Limits::default()
-    });
-    let stats = driver.stats();
-    let server = tokio::spawn(async move {
-        let mut stream = stream;
-        let (r, w) = stream.split();
-        driver.run(&d, r, w).await
-    });
+    let (client, server, stats) = served_by_lines(
+        d,
+        Limits {
+            max_in_flight: 1,
+            ..Limits::default()
+        },
+    )
+    .await;
     let (client_r, mut client_w) = client.into_split();
     client_w
         .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"block\"}\n")
