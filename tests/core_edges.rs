@@ -503,3 +503,42 @@ fn absent_params_decode_into_unit_and_optional_tuples() {
             }
         });
 }
+
+/// A `Done` is `'static`: one kept from another call (here a
+/// notification's) and returned by a handler that wrote nothing made the
+/// reply `"result":}`, no JSON. Such a handler is answered -32603 now.
+/// Found by a review.
+#[test]
+fn a_done_returned_without_writing_is_an_internal_error() {
+    use rpcwire::dispatch::Done;
+    static KEPT: Mutex<Option<Done>> = Mutex::new(None);
+    let _serial = serial();
+    let d = Dispatcher::builder(())
+        .method("keep", |c: Call<'_, ()>| {
+            *KEPT.lock().unwrap() = Some(c.reply.null()?);
+            Ok::<_, RpcError>(0)
+        })
+        .method("reuse", |_c: Call<'_, ()>| {
+            KEPT.lock()
+                .unwrap()
+                .take()
+                .ok_or_else(|| RpcError::internal("none kept"))
+        })
+        .build()
+        .unwrap();
+    let (mut conn, mut out) = (Connection::new(), Vec::new());
+    d.handle(br#"{"jsonrpc":"2.0","method":"keep"}"#, &mut conn, &mut out);
+    assert!(out.is_empty());
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"reuse"}"#,
+        &mut conn,
+        &mut out,
+    );
+    let reply: Value = serde_json::from_slice(&out)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)));
+    assert_eq!(
+        (&reply["id"], &reply["error"]["code"]),
+        (&serde_json::json!(1), &serde_json::json!(-32603)),
+        "{reply}"
+    );
+}

@@ -807,10 +807,15 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
     // The sink by reference down to the handler: passed by value, it was
     // copied at each call in one 16-byte load over the two 8-byte stores
     // that had just written it, a load that waited for them.
-    match run(&mut Sink::of(out), limit) {
+    let e = match run(&mut Sink::of(out), limit) {
         std::task::Poll::Pending => {
             out.truncate(start);
             return std::task::Poll::Pending;
+        }
+        // A `Done` is `'static`: one kept from another call proves nothing
+        // was written here, and `"result":}` is no JSON.
+        std::task::Poll::Ready(Ok(Done(()))) if out.len() == after_id + RESULT_KEY.len() => {
+            RpcError::internal("the handler returned without writing a result")
         }
         std::task::Poll::Ready(Ok(Done(()))) => {
             // A result that filled its allowance leaves the buffer full.
@@ -818,30 +823,29 @@ pub(crate) fn poll_reply<B: ReplyBuf>(
             out.push(b'}');
             return std::task::Poll::Ready((out.len() - start, Outcome::Result));
         }
-        std::task::Poll::Ready(Err(e)) => {
-            out.truncate(after_id);
-            // The error's message and `data` are the handler's, of any
-            // size: written capped, so that one past the allowance is never
-            // buffered whole.
-            let mut capped = Capped::new(&mut *out, start.saturating_add(allowance));
-            if let Some(object) = e.raw_object() {
-                capped.extend_from_slice(b",\"error\":");
-                capped.extend_from_slice(object);
-                capped.push(b'}');
-            } else if !e.is_too_large() {
-                write_error_tail(
-                    &mut capped,
-                    e.code(),
-                    e.message(),
-                    e.data().map(str::as_bytes),
-                );
-            } else {
-                capped.over = true;
-            }
-            if !capped.over {
-                return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
-            }
-        }
+        std::task::Poll::Ready(Err(e)) => e,
+    };
+    out.truncate(after_id);
+    // The error's message and `data` are the handler's, of any size:
+    // written capped, so that one past the allowance is never buffered
+    // whole.
+    let mut capped = Capped::new(&mut *out, start.saturating_add(allowance));
+    if let Some(object) = e.raw_object() {
+        capped.extend_from_slice(b",\"error\":");
+        capped.extend_from_slice(object);
+        capped.push(b'}');
+    } else if !e.is_too_large() {
+        write_error_tail(
+            &mut capped,
+            e.code(),
+            e.message(),
+            e.data().map(str::as_bytes),
+        );
+    } else {
+        capped.over = true;
+    }
+    if !capped.over {
+        return std::task::Poll::Ready((out.len() - start, Outcome::Error(e.code())));
     }
     out.truncate(start);
     too_large.write(out, id);
