@@ -76,7 +76,9 @@
 //!   and the subscriptions' buffers. A connection that waits for its client with
 //!   nothing in hand gives back the buffers a large message made grow
 //!   (past 64 KiB), so that idle connections do not each keep the size of
-//!   the largest message they once read or wrote.
+//!   the largest message they once read or wrote; until then, small
+//!   messages are copied out of the grown buffer, so that the calls
+//!   running on them do not keep it.
 //! * Server-initiated messages: the connection's [`Context`](crate::Context)
 //!   is two-way. Its [`Peer`](crate::peer::Peer) writes to a bounded
 //!   [`Outbox`] ([`Limits::max_queued`] messages; a full outbox refuses
@@ -1695,6 +1697,15 @@ where
             }
             Message::Ping(data) => return self.send(cx, Message::Pong(data)),
             Message::Pong(_) | Message::Frame(_) => return Ok(()),
+        };
+        // A message read after a large one is a slice of tungstenite's read
+        // buffer, grown to the large one's size, which a call running on
+        // it would keep (a 100-byte call, a megabyte): small ones are
+        // copied until `release_idle_buffers` makes the stream anew.
+        let input = if self.ws.get_ref().large && input.len() <= KEEP_IDLE / 2 {
+            Bytes::copy_from_slice(&input)
+        } else {
+            input
         };
         if self.drain.is_some() {
             // Shutting down: answers are taken, other messages dropped (as
