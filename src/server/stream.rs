@@ -38,6 +38,10 @@
 //!   client that sends without reading fills its own socket buffers, not
 //!   the server's memory. The read buffer never holds more than about one
 //!   message (the framer's limit; match it to [`Limits::max_message_len`]).
+//!   An async call's params are a slice of the read chunk its message
+//!   came in (no copy): while it runs it keeps that chunk, at most 64 KiB
+//!   for messages smaller than that (a larger one gets a buffer of its
+//!   own), so up to 64 KiB per call in flight.
 //!   One exception keeps calls from waiting on themselves: while handlers
 //!   wait for their client's answers ([`Context::peer`]) at the in-flight
 //!   limit, reading goes on further; answers are delivered at once, and the
