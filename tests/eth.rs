@@ -1195,7 +1195,10 @@ fn fixed_size_writers_at_every_limit() {
         }
         b.build().unwrap()
     };
-    let msg = |m: &str| format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"}}"#);
+    // A long id: every reply passes the smallest response limit (128
+    // bytes), so the limits below are the ones tried, not that floor.
+    let id = "i".repeat(100);
+    let msg = |m: &str| format!(r#"{{"jsonrpc":"2.0","id":"{id}","method":"{m}"}}"#);
     let roomy = dispatcher(1 << 20);
     for (name, _) in writers {
         let mut want = Vec::new();
@@ -1220,6 +1223,7 @@ fn fixed_size_writers_at_every_limit() {
             }
         }
         assert!(answered > 0, "{name}");
+        assert!(answered < 101, "{name} never refused");
     }
 }
 

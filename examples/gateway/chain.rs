@@ -95,6 +95,17 @@ pub const DEV_ACCOUNTS: [(&str, &str); 10] = [
 /// lags twice as far.
 pub const SAFE_DEPTH: u64 = 32;
 
+/// The block `tag` names at `head`: as anvil, `safe` one epoch (32
+/// blocks) behind the head and `finalized` two; `pending` the head.
+pub fn tag_number(tag: BlockTag, head: u64) -> u64 {
+    match tag {
+        BlockTag::Earliest => 0,
+        BlockTag::Safe => head.saturating_sub(SAFE_DEPTH),
+        BlockTag::Finalized => head.saturating_sub(2 * SAFE_DEPTH),
+        BlockTag::Latest | BlockTag::Pending => head,
+    }
+}
+
 /// Each dev account's starting balance: 10,000 ETH, as anvil.
 pub const DEV_BALANCE_WEI: u128 = 10_000 * 1_000_000_000_000_000_000;
 /// The base fee of every block (1 gwei, anvil's first base fee); kept
@@ -943,12 +954,7 @@ impl State {
     fn resolve(&self, block: BlockId) -> Result<u64, RpcError> {
         let head = self.head();
         match block {
-            BlockId::Tag(BlockTag::Earliest) => Ok(0),
-            // As anvil: one epoch (32 blocks) behind the head, two for
-            // finalized.
-            BlockId::Tag(BlockTag::Safe) => Ok(head.saturating_sub(SAFE_DEPTH)),
-            BlockId::Tag(BlockTag::Finalized) => Ok(head.saturating_sub(2 * SAFE_DEPTH)),
-            BlockId::Tag(_) => Ok(head),
+            BlockId::Tag(tag) => Ok(tag_number(tag, head)),
             BlockId::Number(n) if n <= head => Ok(n),
             BlockId::Number(n) => Err(server_error(format!(
                 "block number {n:#x} is beyond the head ({head:#x})"

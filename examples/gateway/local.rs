@@ -475,8 +475,8 @@ fn get_logs(c: C<'_>) -> Answer {
     } else {
         let number = |b: Option<BlockNumberOrTag>| match b {
             Some(BlockNumberOrTag::Number(n)) => n,
-            Some(BlockNumberOrTag::Tag(BlockTag::Earliest)) => 0,
-            _ => head,
+            Some(BlockNumberOrTag::Tag(tag)) => crate::chain::tag_number(tag, head),
+            None => head,
         };
         let (from_block, to_block) = (filter.from_block()?, filter.to_block()?);
         // As the execution-apis conformance tests (eth_getLogs/filter-error-*)

@@ -1157,3 +1157,24 @@ async fn a_finalized_balance_is_the_one_before_recent_transfers() {
     }
     assert!(balance(a, address(5)).await < before);
 }
+
+/// `eth_getLogs` reads `safe` and `finalized` as the other methods do:
+/// its own resolver still read them as the head, so a range from
+/// `finalized` to an earlier block was refused as reversed. Found by the
+/// review of this session's diff.
+#[tokio::test]
+async fn get_logs_resolves_tags_as_the_other_methods_do() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    for nonce in 0..3 {
+        let r = send(a, &sign(eip1559(nonce, address(6), 1), key(5))).await;
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    for filter in [
+        json!({"fromBlock": "finalized", "toBlock": "0x1"}),
+        json!({"fromBlock": "earliest", "toBlock": "safe"}),
+    ] {
+        let r = rpc(a, "eth_getLogs", json!([filter])).await;
+        assert_eq!(r["result"], json!([]), "{filter}: {r}");
+    }
+}
