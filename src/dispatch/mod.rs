@@ -240,7 +240,11 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// whose error replies alone would pass the limit is answered with one
     /// too-large error, `id: null`, and nothing runs. The reply to a
     /// message that cannot be read at all (-32700, a batch past its limit)
-    /// is held to the limit too, falling back to that error.
+    /// is held to the limit too, falling back to that error. Not held to
+    /// it: the refusals a transport writes itself before a message reaches
+    /// the dispatcher (a frame or body past the transport's size limit,
+    /// bytes its framer cannot read, HTTP's 4xx bodies), fixed texts with
+    /// `id: null` of at most 256 bytes.
     ///
     /// At least [`MIN_RESPONSE_LEN`] (128 bytes, room for that error
     /// whatever its code and limit): a smaller value is taken as it.

@@ -235,6 +235,34 @@ impl std::error::Error for FrameError {}
 mod tests {
     use super::*;
 
+    /// `DispatcherBuilder::max_response_len` says a transport's own
+    /// refusals are at most 256 bytes: every kind, at the largest offset
+    /// and limit.
+    #[test]
+    fn replies_fit_in_256_bytes() {
+        let kinds = [
+            Kind::TooLarge { limit: usize::MAX },
+            Kind::HeaderTooLarge { limit: usize::MAX },
+            Kind::MalformedHeader,
+            Kind::MissingHeaders,
+            Kind::MissingLength,
+            Kind::InvalidLength,
+            Kind::ConflictingLength,
+            Kind::UnexpectedByte(0xff),
+        ];
+        for kind in kinds {
+            let mut out = Vec::new();
+            FrameError::new(kind, u64::MAX).write_reply(&mut out);
+            assert!(
+                out.len() <= 256,
+                "{} bytes: {}",
+                out.len(),
+                String::from_utf8_lossy(&out)
+            );
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap();
+        }
+    }
+
     #[test]
     fn messages_codes_and_data() {
         // (error, Display, code, data)
