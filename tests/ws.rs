@@ -510,9 +510,7 @@ async fn oversized_messages_are_refused_before_they_are_read() {
     frame.extend_from_slice(&[0, 0, 0, 0]);
     raw.write_all(&frame).await.unwrap();
     let frames = read_frames_until_eof(&mut raw).await;
-    let (opcode, payload) = frames.last().unwrap();
-    assert_eq!(*opcode, 0x8);
-    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1009);
+    assert_eq!(last_close(&frames).0, 1009);
     assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 2);
     server.stop().await;
 }
@@ -988,6 +986,14 @@ async fn raw_client_on(mut tcp: TcpStream) -> TcpStream {
 
 /// Reads server frames (unmasked) until the connection ends: (opcode,
 /// payload) each.
+/// The code and reason of the close frame that ends `frames` (asserted to
+/// be one).
+fn last_close(frames: &[(u8, Vec<u8>)]) -> (u16, &[u8]) {
+    let (opcode, payload) = frames.last().expect("a frame");
+    assert_eq!(*opcode, 0x8, "not a close frame last: {frames:?}");
+    (u16::from_be_bytes([payload[0], payload[1]]), &payload[2..])
+}
+
 async fn read_frames_until_eof(tcp: &mut TcpStream) -> Vec<(u8, Vec<u8>)> {
     let mut data = Vec::new();
     tokio::time::timeout(PATIENCE, tcp.read_to_end(&mut data))
@@ -1034,10 +1040,7 @@ async fn the_server_pings_and_closes_a_silent_client() {
     let mut dead = raw_client(server.addr).await;
     let frames = read_frames_until_eof(&mut dead).await;
     assert_eq!(frames[0].0, 0x9, "a ping first");
-    let (opcode, payload) = frames.last().unwrap();
-    assert_eq!(*opcode, 0x8);
-    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1001);
-    assert_eq!(&payload[2..], b"idle timeout");
+    assert_eq!(last_close(&frames), (1001, &b"idle timeout"[..]));
     assert_eq!(server.metrics.limit_count(LimitKind::Idle), 1);
     dead_checked.store(true, Ordering::SeqCst);
     // The live one was never closed.
@@ -2879,9 +2882,7 @@ async fn a_stray_continuation_is_a_protocol_error() {
         .await
         .unwrap();
     let frames = read_frames_until_eof(&mut raw).await;
-    let (opcode, payload) = frames.last().unwrap();
-    assert_eq!(*opcode, 0x8, "{frames:?}");
-    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1002);
+    assert_eq!(last_close(&frames).0, 1002);
     assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 0);
     server.stop().await;
 }
