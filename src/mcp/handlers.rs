@@ -672,14 +672,110 @@ struct CallParams<'a> {
     request_state: Option<Cow<'a, str>>,
 }
 
+/// The most bytes of a refused value's JSON text, and of a violation's
+/// description, an error's `data` carries: a refused argument can be as
+/// large as the message (megabytes), and echoing it whole, escaped again in
+/// the message, the `data` and, from 2025-11-25, the result's text block,
+/// made a reply several times the request.
+const MAX_ECHO_LEN: usize = 256;
+
+/// The dotted name of the field a schema error is about: the JSON Pointer
+/// of its instance with each segment unescaped (`~1` is `/`, `~0` is `~`),
+/// so that a property `a/b` is named as sent.
+fn field_path(pointer: &str) -> String {
+    let mut path = String::with_capacity(pointer.len());
+    for (i, segment) in pointer.split('/').skip(1).enumerate() {
+        if i > 0 {
+            path.push('.');
+        }
+        path.push_str(&segment.replace("~1", "/").replace("~0", "~"));
+    }
+    path
+}
+
+/// `text` cut to at most [`MAX_ECHO_LEN`] bytes (at a character boundary),
+/// with `…` when it was cut.
+fn clipped(mut text: String) -> String {
+    if text.len() > MAX_ECHO_LEN {
+        let mut end = MAX_ECHO_LEN;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push('…');
+    }
+    text
+}
+
+/// A refused value, as an error's `data` shows it: whole when its JSON text
+/// is short, else the start of that text with `…` in `received` and the
+/// text's length in `receivedLength` (as the Ethereum decoders' errors).
+#[derive(Serialize)]
+struct Received<'a> {
+    received: Shown<'a>,
+    #[serde(rename = "receivedLength", skip_serializing_if = "Option::is_none")]
+    received_length: Option<usize>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Shown<'a> {
+    Whole(&'a Value),
+    Prefix(String),
+}
+
+impl<'a> Received<'a> {
+    fn of(value: &'a Value) -> Received<'a> {
+        /// Counts every byte and keeps the first `MAX_ECHO_LEN + 1`: a
+        /// large value is measured, not copied.
+        struct Measured {
+            start: Vec<u8>,
+            len: usize,
+        }
+        impl std::io::Write for Measured {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                let room = (MAX_ECHO_LEN + 1).saturating_sub(self.start.len());
+                self.start
+                    .extend_from_slice(&bytes[..bytes.len().min(room)]);
+                self.len += bytes.len();
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut text = Measured {
+            start: Vec::with_capacity(MAX_ECHO_LEN + 1),
+            len: 0,
+        };
+        // Writing a `Value` into a writer that takes everything cannot fail.
+        let _ = serde_json::to_writer(&mut text, value);
+        if text.len <= MAX_ECHO_LEN {
+            return Received {
+                received: Shown::Whole(value),
+                received_length: None,
+            };
+        }
+        // Serialized JSON is UTF-8; the cut may split a character, which
+        // `clipped` steps back from (a lossy decode turns the split bytes
+        // into one replacement character, cut with the rest).
+        let start = String::from_utf8_lossy(&text.start).into_owned();
+        Received {
+            received: Shown::Prefix(clipped(start)),
+            received_length: Some(text.len),
+        }
+    }
+}
+
 /// Turns a schema violation into -32602 whose `data` names what failed.
+///
+/// The value is shown once, in `data` and bounded ([`Received`]); the
+/// message and `reason` describe the violation without it
+/// (`jsonschema`'s masked text), so a reply's size does not follow the
+/// refused value's.
 fn violation(tool: &str, e: &jsonschema::ValidationError<'_>) -> RpcError {
     use jsonschema::error::ValidationErrorKind as K;
-    let path = e
-        .instance_path()
-        .as_str()
-        .trim_start_matches('/')
-        .replace('/', ".");
+    let path = field_path(e.instance_path().as_str());
     let field = |name: Option<&str>| -> String {
         match (path.is_empty(), name) {
             (true, Some(n)) => n.to_owned(),
@@ -693,7 +789,8 @@ fn violation(tool: &str, e: &jsonschema::ValidationError<'_>) -> RpcError {
     struct Expected<'a> {
         field: String,
         expected: &'a Value,
-        received: &'a Value,
+        #[serde(flatten)]
+        received: Received<'a>,
     }
     #[derive(Serialize)]
     struct Missing {
@@ -704,36 +801,41 @@ fn violation(tool: &str, e: &jsonschema::ValidationError<'_>) -> RpcError {
     struct Other<'a> {
         field: String,
         reason: String,
-        received: &'a Value,
+        #[serde(flatten)]
+        received: Received<'a>,
     }
     let message = |summary: &str| format!("Invalid arguments for tool {tool}: {summary}");
     match e.kind() {
         K::Enum { options } => {
             let f = field(None);
-            RpcError::invalid_params(message(&format!("{f} must be one of {options}"))).with_data(
-                &Expected {
+            RpcError::invalid_params(message(&clipped(format!("{f} must be one of {options}"))))
+                .with_data(&Expected {
                     field: f,
                     expected: options,
-                    received: e.instance(),
-                },
-            )
+                    received: Received::of(e.instance()),
+                })
         }
         K::Required { property } => {
             let name = property
                 .as_str()
                 .map_or_else(|| property.to_string(), str::to_owned);
             let f = field(Some(&name));
-            RpcError::invalid_params(message(&format!("missing required property '{f}'")))
-                .with_data(&Missing {
-                    field: f,
-                    reason: "required property is missing",
-                })
+            RpcError::invalid_params(message(&clipped(format!(
+                "missing required property '{f}'"
+            ))))
+            .with_data(&Missing {
+                field: f,
+                reason: "required property is missing",
+            })
         }
-        _ => RpcError::invalid_params(message(&e.to_string())).with_data(&Other {
-            field: field(None),
-            reason: e.to_string(),
-            received: e.instance(),
-        }),
+        _ => {
+            let reason = clipped(e.masked().to_string());
+            RpcError::invalid_params(message(&reason)).with_data(&Other {
+                field: field(None),
+                reason,
+                received: Received::of(e.instance()),
+            })
+        }
     }
 }
 
@@ -845,8 +947,8 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
         };
         if let Err(e) = schema.validate(structured) {
             let data = serde_json::json!({
-                "field": e.instance_path().as_str(),
-                "reason": e.to_string(),
+                "field": field_path(e.instance_path().as_str()),
+                "reason": clipped(e.masked().to_string()),
             });
             return Err(RpcError::internal(format!(
                 "tool {name} returned structuredContent that breaks its outputSchema"

@@ -45,7 +45,12 @@
 //! the tool runs. Under 2025-06-18 a violation is -32602 whose `data` names
 //! what failed: `{"field":"arch","expected":["arm64","x86_64"],"received":"ARM"}`
 //! for a value outside an `enum`, `{"field":"project_dir","reason":"required property is missing"}`
-//! for a missing one, `{"field":…,"reason":…,"received":…}` otherwise. From
+//! for a missing one, `{"field":…,"reason":…,"received":…}` otherwise. A
+//! `received` value whose JSON text passes 256 bytes is shown as the start
+//! of that text, ending in `…`, with its length in `receivedLength`, so
+//! that a reply stays small whatever the client sent. `pattern`s are
+//! matched by the linear-time `regex` engine: a schema with lookarounds or
+//! backreferences is refused when the server is built. From
 //! 2025-11-25 on (SEP-1303: the model should see what to correct) it is a
 //! result with `isError: true` whose text is that message and that `data`.
 //! An unknown tool is -32602 in every revision. A failure of the tool itself
@@ -194,8 +199,15 @@ impl ToolEntry {
         if let Some(s) = &tool.def.output_schema {
             object_schema(s, "outputSchema")?;
         }
+        // Patterns run on the linear-time `regex` engine: on the default
+        // backtracking one a pattern with a backreference took up to a
+        // million steps for each string a client sent (seconds for a call
+        // of a few KiB, twice: `is_valid`, then `validate` to say why).
+        // Lookarounds and backreferences are refused here instead.
         let compile = |schema: &Value, which: &str| {
-            jsonschema::validator_for(schema)
+            jsonschema::options()
+                .with_pattern_options(jsonschema::PatternOptions::regex())
+                .build(schema)
                 .map_err(|e| BuildError(format!("tool {name}: invalid {which}: {e}")))
         };
         let input = compile(&tool.def.input_schema, "inputSchema")?;

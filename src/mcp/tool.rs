@@ -68,7 +68,9 @@ impl Tool {
     /// A tool named `name` whose `arguments` must match `input_schema` (a
     /// JSON Schema object with `"type": "object"`, as MCP requires, else
     /// the server is not built; 2020-12 unless it names another dialect in
-    /// `$schema`), run by `handler`.
+    /// `$schema`; its `pattern`s without lookarounds or backreferences, so
+    /// that checking a client's arguments takes time linear in them), run
+    /// by `handler`.
     pub fn new<F, Fut>(name: impl Into<String>, input_schema: Value, handler: F) -> Tool
     where
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,

@@ -657,6 +657,105 @@ async fn progress_tokens_are_strings_or_integers() {
     }
 }
 
+/// A server with one tool `t` of input schema `schema`.
+fn server_with_schema(schema: Value) -> McpServer {
+    McpServer::builder("x", "1")
+        .tool(Tool::new("t", schema, |_, _| async {
+            Ok(ToolOutput::text("ran"))
+        }))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_refused_argument_is_shown_once_and_bounded() {
+    let s = server_with_schema(json!({"type":"object","properties":{"n":{"type":"integer"}}}));
+    // A 2 MB string of escaped quotes: echoed whole three times, each
+    // escaped again (and once more in the 2025-11-25 text block), the
+    // reply was 5 to 8 times the request.
+    let huge = format!(r#"{{"n":"{}"}}"#, "\\\"".repeat(1_000_000));
+    for version in ["2025-06-18", "2025-11-25"] {
+        let mut conn = initialized(&s, version).await;
+        let msg = call_msg(1, "t", &huge);
+        let mut out = Vec::new();
+        s.handle(&Bytes::from(msg.clone().into_bytes()), &mut conn, &mut out)
+            .await;
+        assert!(out.len() < 2048, "{version}: {} byte reply", out.len());
+        let r: Value = serde_json::from_slice(&out).unwrap();
+        let data = if version == "2025-06-18" {
+            assert_eq!(r["error"]["code"], -32602, "{r}");
+            r["error"]["data"].clone()
+        } else {
+            assert_eq!(r["result"]["isError"], true, "{r}");
+            let text = r["result"]["content"][0]["text"].as_str().unwrap();
+            serde_json::from_str(text.lines().last().unwrap()).unwrap()
+        };
+        assert_eq!(data["field"], "n", "{data}");
+        // The JSON text of the value: its quotes and an escaped quote for
+        // each of its 1,000,000 characters.
+        assert_eq!(data["receivedLength"], 2 + 2 * 1_000_000, "{data}");
+        let shown = data["received"].as_str().unwrap();
+        assert!(
+            shown.starts_with(r#""\"\""#) && shown.ends_with('…'),
+            "{shown}"
+        );
+        assert!(shown.len() < 300, "{shown}");
+        assert!(data["reason"].as_str().unwrap().len() < 300, "{data}");
+    }
+    // A short value is still shown whole, without a length.
+    let mut conn = initialized(&s, "2025-06-18").await;
+    let r = send(&s, &mut conn, &call_msg(2, "t", r#"{"n":[1,2]}"#)).await;
+    assert_eq!(r["error"]["data"]["received"], json!([1, 2]), "{r}");
+    assert!(r["error"]["data"].get("receivedLength").is_none(), "{r}");
+}
+
+#[tokio::test]
+async fn a_field_is_named_as_sent_not_as_a_json_pointer() {
+    let s = server_with_schema(json!({"type":"object","properties":{
+        "a/b":{"type":"integer"},
+        "x~y":{"enum":[1]},
+        "o":{"type":"object","properties":{"p/q":{"type":"string"}}}}}));
+    let mut conn = initialized(&s, "2025-06-18").await;
+    let r = send(&s, &mut conn, &call_msg(1, "t", r#"{"a/b":"s"}"#)).await;
+    assert_eq!(r["error"]["data"]["field"], "a/b", "{r}");
+    let r = send(&s, &mut conn, &call_msg(2, "t", r#"{"x~y":2}"#)).await;
+    assert_eq!(r["error"]["data"]["field"], "x~y", "{r}");
+    let r = send(&s, &mut conn, &call_msg(3, "t", r#"{"o":{"p/q":1}}"#)).await;
+    assert_eq!(r["error"]["data"]["field"], "o.p/q", "{r}");
+}
+
+#[tokio::test]
+async fn patterns_match_in_linear_time() {
+    // On the backtracking engine this pattern took up to a million steps
+    // for each string (seconds for this call): it is refused instead.
+    let e = McpServer::builder("x", "1")
+        .tool(Tool::new(
+            "t",
+            json!({"type":"object","properties":{"s":{"type":"string","pattern":"^(x+x+)+\\1y$"}}}),
+            |_, _| async { Ok(ToolOutput::text("")) },
+        ))
+        .build()
+        .unwrap_err();
+    assert!(e.to_string().contains("inputSchema"), "{e}");
+    // Ordinary patterns work, and a long hostile string is refused at once.
+    let s = server_with_schema(json!({"type":"object","properties":{
+        "xs":{"type":"array","items":{"type":"string","pattern":"^(x+x+)+y$"}}}}));
+    let mut conn = initialized(&s, "2025-06-18").await;
+    let items: Vec<String> = (0..200)
+        .map(|i| format!("\"{}{}\"", "x".repeat(40 + i), "z"))
+        .collect();
+    let r = send(
+        &s,
+        &mut conn,
+        &call_msg(1, "t", &format!(r#"{{"xs":[{}]}}"#, items.join(","))),
+    )
+    .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["field"], "xs.0", "{r}");
+    let r = send(&s, &mut conn, &call_msg(2, "t", r#"{"xs":["xxxy"]}"#)).await;
+    assert_eq!(r["result"]["content"][0]["text"], "ran", "{r}");
+}
+
 #[test]
 fn bad_schemas_are_refused() {
     let e = McpServer::builder("x", "1")
