@@ -84,33 +84,54 @@ struct Lint {
     lines: u64,
     trailing: u64,
     findings: Vec<String>,
+    /// Directory entries looked at, text or not.
+    visited: u64,
+    /// Bytes read, text or not.
+    read: u64,
+    /// The scan stopped at one of the caps below.
+    truncated: bool,
 }
 
-const MAX_FILES: u64 = 5_000;
+/// Caps on one call's work, whatever the directory holds: entries looked
+/// at (binary files, folders and unreadable ones too) and bytes read.
+const MAX_ENTRIES: u64 = 20_000;
+const MAX_BYTES_READ: u64 = 64 << 20;
 const MAX_FILE_LEN: u64 = 1 << 20;
 
 /// Counts lines and lines with trailing whitespace in the text files under
-/// `dir` (hidden folders, `target` and `node_modules` skipped).
-fn lint(dir: &Path, root: &Path, acc: &mut Lint) -> std::io::Result<()> {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)?.filter_map(Result::ok).collect();
+/// `dir` (hidden folders, `target` and `node_modules` skipped; a folder or
+/// file that cannot be read is skipped too).
+fn lint(dir: &Path, root: &Path, acc: &mut Lint) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries
+        .filter_map(Result::ok)
+        .take((MAX_ENTRIES - acc.visited) as usize + 1)
+        .collect();
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
-        if acc.files >= MAX_FILES {
-            return Ok(());
+        if acc.visited >= MAX_ENTRIES || acc.read >= MAX_BYTES_READ {
+            acc.truncated = true;
+            return;
         }
+        acc.visited += 1;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let kind = entry.file_type()?;
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
         let path = entry.path();
         if kind.is_dir() {
             if name.starts_with('.') || name == "target" || name == "node_modules" {
                 continue;
             }
-            lint(&path, root, acc)?;
-        } else if kind.is_file() && entry.metadata()?.len() <= MAX_FILE_LEN {
+            lint(&path, root, acc);
+        } else if kind.is_file() && entry.metadata().is_ok_and(|m| m.len() <= MAX_FILE_LEN) {
             let Ok(bytes) = std::fs::read(&path) else {
                 continue;
             };
+            acc.read += bytes.len() as u64;
             if bytes.contains(&0) {
                 continue; // binary
             }
@@ -130,7 +151,6 @@ fn lint(dir: &Path, root: &Path, acc: &mut Lint) -> std::io::Result<()> {
             }
         }
     }
-    Ok(())
 }
 
 fn lint_check() -> Tool {
@@ -142,13 +162,21 @@ fn lint_check() -> Tool {
             let scan_root = root.clone();
             let found = tokio::task::spawn_blocking(move || {
                 let mut acc = Lint::default();
-                lint(&scan_root, &scan_root, &mut acc).map(|()| acc)
+                lint(&scan_root, &scan_root, &mut acc);
+                acc
             })
             .await
-            .map_err(|e| ToolError::new(e.to_string()))??;
+            .map_err(|e| ToolError::new(e.to_string()))?;
             let summary = format!(
-                "{} files, {} lines, {} with trailing whitespace",
-                found.files, found.lines, found.trailing
+                "{} files, {} lines, {} with trailing whitespace{}",
+                found.files,
+                found.lines,
+                found.trailing,
+                if found.truncated {
+                    " (stopped early: too many entries or bytes)"
+                } else {
+                    ""
+                }
             );
             Ok(ToolOutput::structured(json!({
                 "root": root.display().to_string(),
@@ -156,6 +184,7 @@ fn lint_check() -> Tool {
                 "lines": found.lines,
                 "trailing_whitespace": found.trailing,
                 "findings": found.findings,
+                "truncated": found.truncated,
             }))
             .with(Content::text(summary)))
         },

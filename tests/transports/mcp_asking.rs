@@ -230,8 +230,14 @@ struct Child {
 
 impl Child {
     async fn start() -> Child {
+        Child::start_in(&std::env::current_dir().unwrap()).await
+    }
+
+    /// The example, run in `dir` (where `lint-check` scans).
+    async fn start_in(dir: &std::path::Path) -> Child {
         let bin = crate::example_binary::example_binary("mcp_server", "mcp");
         let mut child = tokio::process::Command::new(bin)
+            .current_dir(dir)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
@@ -294,6 +300,32 @@ async fn example_wait_honours_an_integer_written_as_a_float() {
         "{totals:?}"
     );
     let _ = c.child.kill().await;
+}
+
+/// The example's `lint-check` bounds its work by every entry it looks at
+/// and every byte it reads: it capped only the text files it counted, so a
+/// folder of binaries was read whole, however large.
+#[tokio::test]
+async fn example_lint_check_is_bounded_by_what_it_reads() {
+    let dir = std::env::temp_dir().join(format!("rpcwire-lint-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("z")).unwrap();
+    // Two text files, and a folder of 20,001 binaries read after them.
+    std::fs::write(dir.join("one.txt"), "trailing \nclean\n").unwrap();
+    std::fs::write(dir.join("two.txt"), "x\n").unwrap();
+    for i in 0..20_001 {
+        std::fs::write(dir.join(format!("z/{i:05}.bin")), b"\0bin").unwrap();
+    }
+    let mut c = Child::start_in(&dir).await;
+    c.send(r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"lint-check","arguments":{}}}"#).await;
+    let reply = c.recv().await;
+    let found = &reply["result"]["structuredContent"];
+    assert_eq!(found["files"], 2, "{reply}");
+    assert_eq!(found["lines"], 3, "{reply}");
+    assert_eq!(found["trailing_whitespace"], 1, "{reply}");
+    assert_eq!(found["truncated"], true, "{reply}");
+    let _ = c.child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The example's `ask-model` reads the text of a sampling result (`content`
