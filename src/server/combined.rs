@@ -133,21 +133,25 @@ impl<S: Send + Sync + 'static, K: 'static> Combined<S, K> {
         }
         // Browsers do not preflight upgrades: the `Origin` is checked here.
         let headers = req.headers();
-        if let Some(origin) = self.http.refuses(headers).or(self.ws.refuses(headers)) {
-            let mut refused = super::http::forbidden_origin(origin);
+        // Every answer but the switch says it varies with `Origin` while
+        // the HTTP service lists origins, as the service's own do.
+        let refused = |mut response: Response<ResponseBody>| {
             if self.http.varies_with_origin() {
-                refused
+                response
                     .headers_mut()
                     .append(http::header::VARY, http::HeaderValue::from_static("origin"));
             }
-            return refused;
+            response
+        };
+        if let Some(origin) = self.http.refuses(headers).or(self.ws.refuses(headers)) {
+            return refused(super::http::forbidden_origin(origin));
         }
         let response = match upgrade_response(&req) {
             Ok(r) => r,
-            Err(e) => return bad_upgrade(&req, &e.to_string()),
+            Err(e) => return refused(bad_upgrade(&req, &e.to_string())),
         };
         let Some(place) = self.ws.place() else {
-            return too_many_connections(self.ws.connection_limit());
+            return refused(too_many_connections(self.ws.connection_limit()));
         };
         let on_upgrade = hyper::upgrade::on(&mut req);
         let (parts, _) = req.into_parts();

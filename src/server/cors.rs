@@ -25,7 +25,7 @@
 //! | request | answer |
 //! | --- | --- |
 //! | no `Origin` (curl, servers, other nodes) | as without CORS (plus `Vary: Origin` when origins are listed, as on every answer then: a cache between browsers and the server must not hand one origin's answer to another) |
-//! | `OPTIONS` preflight from an allowed origin | `204`, `Access-Control-Allow-Origin`, `-Allow-Methods: POST`, `-Allow-Headers` (those asked for), `-Max-Age` |
+//! | `OPTIONS` preflight from an allowed origin | `204`, `Access-Control-Allow-Origin`, `-Allow-Methods: POST, OPTIONS`, `-Allow-Headers` (those asked for), `-Max-Age` |
 //! | a request from an allowed origin | as without CORS, plus `Access-Control-Allow-Origin` (and `Vary: Origin` unless any origin is allowed) |
 //! | a preflight or WebSocket upgrade from any other origin | `403`, a -32600 body naming the origin |
 //! | a request from any other origin | as without CORS (and `Vary: Origin`): no `Access-Control-Allow-Origin`, so a browser does not let the page read it (a page cannot send it without a preflight, refused above; browser extensions, which send their own `Origin` and are not held to CORS, are served as other clients, as geth serves them) |
@@ -106,7 +106,8 @@ impl Cors {
     /// `https://app.example.org`, `http://localhost:3000`; compared
     /// without regard to case; a scheme's default port, which browsers
     /// leave out, is dropped: `https://app.example.org:443` is
-    /// `https://app.example.org`; an IPv6 literal in any of its forms:
+    /// `https://app.example.org`; a port is a number: `:03000` is `:3000`,
+    /// and one past 65535 is refused; an IPv6 literal in any of its forms:
     /// `http://[0:0::1]:8545` is `http://[::1]:8545`). `"*"` in the list
     /// allows any.
     pub fn origins<I, O>(origins: I) -> Result<Cors, InvalidOrigin>
@@ -123,6 +124,7 @@ impl Cors {
             let Some(origin) = is_origin(origin)
                 .then(|| as_browsers_write(origin))
                 .flatten()
+                .and_then(|o| with_port_as_a_number(&o))
             else {
                 return Err(InvalidOrigin(origin.to_owned()));
             };
@@ -218,6 +220,26 @@ fn is_origin(origin: &str) -> bool {
             .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'?' | b'#' | b'@'))
 }
 
+/// `origin` (checked by [`is_origin`]) with its port, if any, written as a
+/// browser writes it: a number without leading zeros (`:03000` is
+/// `:3000`, `:0443` is `:443`, which [`without_default_port`] then
+/// drops). `None` for a port past 65535.
+fn with_port_as_a_number(origin: &str) -> Option<String> {
+    let (scheme, rest) = origin.split_once("://")?;
+    let host_end = match rest.strip_prefix('[') {
+        Some(v6) => v6.find(']')? + 2,
+        None => rest.find(':').unwrap_or(rest.len()),
+    };
+    let (host, port) = rest.split_at(host_end);
+    match port.strip_prefix(':') {
+        Some(digits) => {
+            let port: u16 = digits.parse().ok()?;
+            Some(format!("{scheme}://{host}:{port}"))
+        }
+        None => Some(origin.to_owned()),
+    }
+}
+
 /// `origin` without its scheme's default port: browsers serialize an
 /// origin without it, so a listed `https://a.org:443` would otherwise
 /// match no `Origin` ever sent.
@@ -301,6 +323,8 @@ mod tests {
             "http://[::1",
             "http://[localhost]",
             "http://[::1::2]:80",
+            "http://localhost:65536",
+            "http://[::1]:99999",
         ] {
             assert_eq!(
                 Cors::origins([bad]).unwrap_err(),
@@ -335,6 +359,23 @@ mod tests {
             assert!(v6.allows(sent.as_bytes()), "{sent}");
         }
         assert!(!v6.allows(b"http://[::1]:8546"));
+        // Ports as browsers write them: numbers, the default one left out.
+        let zeros = Cors::origins([
+            "http://localhost:03000",
+            "https://a.org:0443",
+            "http://[::1]:08545",
+            "http://b.org:00",
+        ])
+        .unwrap();
+        for sent in [
+            "http://localhost:3000",
+            "https://a.org",
+            "http://[::1]:8545",
+            "http://b.org:0",
+        ] {
+            assert!(zeros.allows(sent.as_bytes()), "{sent}");
+        }
+        assert!(!zeros.allows(b"http://localhost:03000"));
         assert!(
             Cors::origins(["https://a.org", "*"])
                 .unwrap()

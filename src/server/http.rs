@@ -450,11 +450,17 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         if let Some(m) = &self.shared.metrics {
             m.limit_hit(LimitKind::Host);
         }
-        let response = if req.method() == Method::HEAD {
+        let mut response = if req.method() == Method::HEAD {
             headers_only(response)
         } else {
             response
         };
+        // As every answer while origins are listed (the module `cors`).
+        if self.cors_varies() {
+            response
+                .headers_mut()
+                .append(VARY, HeaderValue::from_static("origin"));
+        }
         Some(closing(response))
     }
 

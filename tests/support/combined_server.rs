@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use rpcwire::Dispatcher;
 use rpcwire::server::cors::Cors;
+use rpcwire::server::hosts::AllowedHosts;
 use rpcwire::server::http::HttpService;
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown, combined};
@@ -31,6 +32,7 @@ pub struct StartCombined<S, K> {
     /// Given to the HTTP service (limit hits) and its server (connections).
     http_metrics: Option<Arc<Metrics>>,
     cors: Option<Cors>,
+    hosts: Option<AllowedHosts>,
     /// The WebSocket side; its shutdown signal is the port's.
     ws: WsServer<S, K>,
 }
@@ -55,7 +57,14 @@ impl<S: Send + Sync + 'static, K: 'static> StartCombined<S, K> {
             http_limits: Limits::default(),
             http_metrics: None,
             cors: None,
+            hosts: None,
         }
+    }
+
+    /// The HTTP service's `Host` allowlist (upgrades pass it too).
+    pub fn allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.hosts = Some(hosts);
+        self
     }
 
     /// `limits` on both sides.
@@ -131,6 +140,9 @@ impl<S: Send + Sync + 'static, K: 'static> StartCombined<S, K> {
         );
         if let Some(cors) = self.cors {
             http = http.cors(cors);
+        }
+        if let Some(hosts) = self.hosts {
+            http = http.allowed_hosts(hosts);
         }
         let shutdown = self.ws.shutdown_signal().clone();
         let task = tokio::spawn(combined::serve(

@@ -298,6 +298,59 @@ async fn websocket_upgrades_from_other_origins_are_refused() {
     shutdown.trigger();
 }
 
+/// The refusals before the CORS policy (a `Host` not listed, no `Host`, an
+/// upgrade the WebSocket side refuses) vary with `Origin` too, as every
+/// answer while origins are listed: they lacked the header.
+#[tokio::test]
+async fn refusals_of_hosts_and_upgrades_vary_with_origin_too() {
+    let d = dispatcher(Arc::new(AtomicUsize::new(0)));
+    let limits = Limits {
+        max_connections: 1,
+        ..Limits::default()
+    };
+    let CombinedServer { addr, shutdown, .. } = StartCombined::new(d)
+        .cors(Cors::origins([APP]).unwrap())
+        .allowed_hosts(rpcwire::server::hosts::AllowedHosts::list(["localhost", "x"]).unwrap())
+        .ws_limits(limits)
+        .start()
+        .await;
+    let origin = format!("origin: {APP}\r\ncontent-type: application/json\r\n");
+    let other_host = request(&origin, CALL).replace("host: localhost", "host: attacker.example");
+    assert!(other_host.contains("attacker.example"));
+    let no_host = request(&origin, CALL).replace("host: localhost\r\n", "");
+    let old_version = upgrade(Some(APP)).replace("version: 13", "version: 8");
+    let cases = [
+        (other_host, "403 Forbidden"),
+        (no_host, "400 Bad Request"),
+        (old_version, "426 Upgrade Required"),
+    ];
+    for (raw, status) in cases {
+        let r = one(addr, &raw).await;
+        assert_eq!(r.0, status, "{raw}: {r:?}");
+        assert!(
+            header(&r, "vary").is_some_and(|v| v.contains("origin")),
+            "{raw}: {r:?}"
+        );
+    }
+    // Past the WebSocket side's connection limit: 503.
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    first
+        .write_all(upgrade(Some(APP)).as_bytes())
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    first.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 101");
+    let r = one(addr, &upgrade(Some(APP))).await;
+    assert_eq!(r.0, "503 Service Unavailable", "{r:?}");
+    assert!(
+        header(&r, "vary").is_some_and(|v| v.contains("origin")),
+        "{r:?}"
+    );
+    shutdown.trigger();
+}
+
 /// A WebSocket server on a listener of its own, given `origins`, refuses
 /// handshakes from other pages' origins and accepts its own and those of
 /// programs (no `Origin`); on a port serving both, the WebSocket server's
