@@ -24,12 +24,16 @@
 //!   answered.
 //! * `shutdown` answers `null`; `exit` ends the process at once (calls
 //!   still running are dropped), with status 0 after `shutdown`, 1 without
-//!   (as LSP says). The end of stdin ends it the same
-//!   way.
+//!   (as LSP says). The end of stdin ends it the same way, once calls
+//!   still running have had a second to answer ([`END_OF_INPUT_GRACE`]:
+//!   one waiting on the client fails at once and its answer goes out, a
+//!   long `example/slow` is dropped), so that the server does not outlive
+//!   an editor that crashed.
 //!
 //! Requests other than `initialize` before `initialize` get -32002
 //! (`ServerNotInitialized`); requests after `shutdown` (`initialize` and
-//! `shutdown` again among them) get -32600.
+//! `shutdown` again among them) get -32600; methods the server does not
+//! have, the same, and -32601 in between.
 //!
 //! Logs go to stderr: stdout carries only LSP frames.
 //!
@@ -61,7 +65,7 @@ use std::time::Duration;
 use rpcwire::dispatch::{AsyncCall, CancelledReply, WithAsync};
 use rpcwire::frame::Lsp;
 use rpcwire::peer::{DecodeError, PeerError};
-use rpcwire::server::stream::serve_stdio;
+use rpcwire::server::stream::Driver;
 use rpcwire::server::{Limits, Shutdown};
 use rpcwire::{Call, Context, Dispatcher, RpcError};
 use serde::Deserialize;
@@ -243,6 +247,21 @@ fn shutdown(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
     Ok(())
 }
 
+/// A method this server does not have: the lifecycle's errors as for any
+/// request, else -32601 naming it (notifications get no answer either way).
+fn unknown_method(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    call.state.check_ready()?;
+    #[derive(serde::Serialize)]
+    struct Data<'a> {
+        method: &'a str,
+    }
+    Err(
+        RpcError::new(rpcwire::codes::METHOD_NOT_FOUND, "Method not found").with_data(&Data {
+            method: call.method(),
+        }),
+    )
+}
+
 fn exit(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
     let code = call.state.lsp_exit_code();
     call.state.exit_code.store(code, Ordering::Release);
@@ -389,6 +408,9 @@ pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, 
         .method("exit", exit)
         .async_method("example/wordCount", word_count)
         .async_method("example/slow", slow)
+        // Names of no method here: LSP's lifecycle first (-32002 before
+        // `initialize`, -32600 after `shutdown`), then -32601.
+        .fallback(unknown_method)
         .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
         // The client decides how long a call may take (it cancels).
         .timeout(None)
@@ -408,6 +430,53 @@ pub fn stdio_limits() -> Limits {
     }
 }
 
+/// How long calls still running may answer once the input has ended (the
+/// client went away, or closed its side without `exit`): a call that waits
+/// on the client fails at once, and its answer goes out; one that could
+/// run for minutes (`example/slow`) is dropped, and the process exits,
+/// rather than outlive an editor that crashed.
+pub const END_OF_INPUT_GRACE: Duration = Duration::from_secs(1);
+
+/// `input`, triggering `stop` [`END_OF_INPUT_GRACE`] after it ends.
+pub struct EndOfInputStops<R> {
+    input: R,
+    stop: Shutdown,
+    ended: bool,
+}
+
+impl<R> EndOfInputStops<R> {
+    pub fn new(input: R, stop: Shutdown) -> Self {
+        EndOfInputStops {
+            input,
+            stop,
+            ended: false,
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EndOfInputStops<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.input).poll_read(cx, buf);
+        let at_end = matches!(polled, std::task::Poll::Ready(Ok(())))
+            && buf.filled().len() == before
+            && buf.remaining() > 0;
+        if at_end && !self.ended {
+            self.ended = true;
+            let stop = self.stop.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(END_OF_INPUT_GRACE).await;
+                stop.trigger();
+            });
+        }
+        polled
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     eprintln!("lsp_server: ready, LSP frames on stdin");
@@ -415,7 +484,19 @@ async fn main() -> std::io::Result<()> {
     let (server, dispatcher) = language_server(stop.clone());
     let limits = stdio_limits();
     let framer = Lsp::new().max_frame(limits.max_message_len);
-    let reason = serve_stdio(dispatcher, framer, limits, None, stop).await?;
+    // `serve_stdio`'s driver, with an input that ends calls still running
+    // shortly after it ends.
+    let reason = Driver::new(framer)
+        .limits(limits)
+        .idle_timeout(None)
+        .context(rpcwire::Context::builder().transport("stdio"))
+        .shutdown(stop.clone())
+        .run(
+            &dispatcher,
+            EndOfInputStops::new(tokio::io::stdin(), stop),
+            tokio::io::stdout(),
+        )
+        .await?;
     let code = server.exit_status();
     eprintln!("lsp_server: stopped ({reason:?}), status {code}");
     // At once: tokio's stdin reader is a blocking thread the runtime would

@@ -704,6 +704,61 @@ async fn child_process_abandoned_configuration_is_cancelled() {
     child_conversation(async |c| abandoned_configuration(c).await).await;
 }
 
+/// The end of the server's input ends the process as `exit` does, once
+/// calls still running have had `END_OF_INPUT_GRACE` to answer: it waited
+/// for every call, so a long `example/slow` (or one of `u64::MAX` ms) kept
+/// an editor's orphaned server alive. Found by a review.
+#[tokio::test]
+async fn child_process_end_of_input_does_not_wait_for_long_calls() {
+    let (mut child, mut c) = child_client();
+    let init = c.call(json!(1), "initialize", json!({})).await;
+    assert!(init.get("result").is_some(), "{init}");
+    c.request(json!(2), "example/slow", json!({"ms": u64::MAX}))
+        .await;
+    c.logged(&format!("example/slow: waiting {} ms", u64::MAX))
+        .await;
+    let mut reader = c.into_reader();
+    // `into_reader` dropped the client's writer: the server's input ends.
+    let mut rest = Vec::new();
+    tokio::time::timeout(HANG, reader.read_to_end(&mut rest))
+        .await
+        .expect("hang: the output did not end")
+        .unwrap();
+    // The call is dropped, as at `exit` (it logs that it was); no answer.
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.is_empty() || rest.ends_with(r#"{"message":"example/slow: cancelled","type":3}}"#),
+        "{rest}"
+    );
+    assert!(!rest.contains(r#""id":2"#), "{rest}");
+    let status = exit_status(&mut child).await;
+    // No `shutdown` came: LSP's status 1.
+    assert_eq!(status.code(), Some(1), "{status}");
+}
+
+/// Methods the example does not have follow LSP's lifecycle as its own
+/// do: -32002 before `initialize`, -32601 between, -32600 after
+/// `shutdown` (they were -32601 throughout). Found by a review.
+#[tokio::test]
+async fn unknown_methods_follow_the_lifecycle() {
+    in_process_conversation(async |c| {
+        let early = c.call(json!(1), "textDocument/hover", json!({})).await;
+        assert_eq!(code(&early), -32002, "{early}");
+        c.call(json!(2), "initialize", json!({})).await;
+        let unknown = c.call(json!(3), "textDocument/hover", json!({})).await;
+        assert_eq!(code(&unknown), -32601, "{unknown}");
+        assert_eq!(unknown["error"]["data"]["method"], "textDocument/hover");
+        // An unknown notification gets no answer: the next answer is 4's.
+        c.notify("textDocument/didSave", json!({})).await;
+        let down = c.call(json!(4), "shutdown", Value::Null).await;
+        assert_eq!(down["result"], Value::Null, "{down}");
+        let late = c.call(json!(5), "textDocument/hover", json!({})).await;
+        assert_eq!(code(&late), -32600, "{late}");
+        c.notify("exit", Value::Null).await;
+    })
+    .await;
+}
+
 /// The end of the server's input is the third way it gives up on its
 /// `workspace/configuration`.
 #[tokio::test]
