@@ -12,7 +12,7 @@ use rpcwire::frame::Concatenated;
 use rpcwire::server::http::HttpService;
 #[cfg(unix)]
 use rpcwire::server::stream::serve_unix;
-use rpcwire::server::subscriptions::SubscriptionConfig;
+use rpcwire::server::subscriptions::{SlowPolicy, SubscriptionConfig};
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown, combined};
 use tokio::net::{TcpListener, TcpSocket};
@@ -197,7 +197,14 @@ fn ws_server<S: Send + Sync + 'static, K: 'static>(
     let ws = WsServer::new(d)
         .origins(origins)
         .limits(limits)
-        .subscriptions(SubscriptionConfig::default())
+        // A client that falls behind has its subscription ended with a
+        // -32005 error notification: a gap in `logs` or pending
+        // transactions, dropped in silence, is worse than an end the
+        // client sees and resubscribes after (geth ends such a connection).
+        .subscriptions(SubscriptionConfig {
+            policy: SlowPolicy::Close,
+            ..SubscriptionConfig::default()
+        })
         .shutdown(shutdown.clone());
     match metrics {
         Some(m) => ws.metrics(m),

@@ -74,6 +74,32 @@ pub fn notification_too_large(upstream: &str, limit: usize) -> RpcError {
     }))
 }
 
+/// The error an upstream ended a subscription with (`params.error` of its
+/// last notification), passed on as it came (`code`, `message`, `data`)
+/// when it is a JSON-RPC error object; else -32603 naming the upstream.
+pub fn subscription_ended_upstream(upstream: &str, error: &[u8]) -> RpcError {
+    #[derive(serde::Deserialize)]
+    struct Upstream<'a> {
+        code: i32,
+        message: String,
+        #[serde(borrow, default)]
+        data: Option<&'a serde_json::value::RawValue>,
+    }
+    match serde_json::from_slice::<Upstream<'_>>(error) {
+        Ok(e) => {
+            let error = RpcError::new(e.code, e.message);
+            match e.data {
+                Some(data) => error.with_raw_data(data.get()),
+                None => error,
+            }
+        }
+        Err(_) => RpcError::new(INTERNAL_ERROR, "Internal error").with_data(&serde_json::json!({
+            "upstream": upstream,
+            "reason": "the upstream ended the subscription with an error that is not a JSON-RPC error object",
+        })),
+    }
+}
+
 /// -32601: a subscription method other than `eth_subscribe` /
 /// `eth_unsubscribe`. Forwarded over the shared upstream WebSocket, its
 /// subscription would belong to the gateway's connection: its

@@ -666,12 +666,13 @@ fn subscribe(c: C<'_>) -> Answer {
 fn unsubscribe(c: C<'_>) -> Answer {
     let subs = Subscriptions::of(c.ctx)?;
     let mut p = EthParams::new(c.params);
-    let id = p.required("subscriptionId")?.value();
+    // A string, as geth and the relaying gateway require (-32602 for any
+    // other value; a number was answered `false`).
+    let id = p.required("subscriptionId")?.str_in(c.arena)?;
     p.finish()?;
     // The chain drops the sink at its next block, or when it next prunes
     // its list of them.
-    c.reply
-        .bool(id.as_str().is_some_and(|id| subs.unsubscribe(id)))
+    c.reply.bool(subs.unsubscribe(id))
 }
 
 fn accounts(c: C<'_>) -> Answer {

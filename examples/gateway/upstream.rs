@@ -1555,10 +1555,21 @@ impl WsConn {
                         Waiter::Subscribe(tx, sink) => {
                             let mut outcome = Ok(frame.clone());
                             if let Ok(result) = r.result()
+                                && result.as_json_str().is_none()
+                            {
+                                // A subscription made under an id that is
+                                // not a string: the call fails (the caller
+                                // refuses it), and the subscription is
+                                // ended, or it would notify for the life of
+                                // the connection.
+                                self.unsubscribe_raw(result.as_bytes());
+                            }
+                            if let Ok(result) = r.result()
                                 && let Some(id) = result.as_json_str()
                             {
                                 let Some(up) = id.decode() else {
                                     // Not text (an unpaired surrogate).
+                                    self.unsubscribe_raw(result.as_bytes());
                                     let reason =
                                         "eth_subscribe answered with an id that is no text";
                                     let _ = tx.send(Err(errors::malformed(&self.name, reason)));
@@ -1619,9 +1630,26 @@ impl WsConn {
                 }
                 Incoming::Request(n) if n.id().is_none() => {
                     let Some(params) = n.params() else { continue };
-                    let (Some(sub), Some(result)) =
-                        (params.get("subscription"), params.get("result"))
-                    else {
+                    let Some(sub) = params.get("subscription") else {
+                        continue;
+                    };
+                    let Some(result) = params.get("result") else {
+                        // The upstream ended the subscription with an error
+                        // (a gateway in front, jsonrpsee): the client is
+                        // told so, as when the connection drops (it was
+                        // skipped, the relay kept for ever in silence).
+                        if let Some(error) = params.get("error")
+                            && let Some(up) = sub.as_json_str().and_then(|s| s.decode())
+                        {
+                            let removed = lock(&self.subs).remove(&*up);
+                            if let Some(sink) = removed {
+                                lock(&self.ups).remove(&sink.id());
+                                sink.close_with_error(&errors::subscription_ended_upstream(
+                                    &self.name,
+                                    error.as_bytes(),
+                                ));
+                            }
+                        }
                         continue;
                     };
                     // Escapes decoded: the id as the upstream's answer to
@@ -1690,9 +1718,24 @@ impl WsConn {
         if let Some(sink) = removed {
             lock(&self.ups).remove(&sink.id());
         }
-        let id = self.own_ids.fetch_add(1, Ordering::Relaxed);
         let params = serde_json::to_vec(&[up]).unwrap_or_default();
-        let body = request_body(id, "eth_unsubscribe", Some(&params));
+        self.unsubscribe_params(&params);
+    }
+
+    /// Unsubscribes upstream the subscription whose id is the JSON value
+    /// `id`, as the upstream wrote it (one no relay can hold).
+    fn unsubscribe_raw(&self, id: &[u8]) {
+        let mut params = Vec::with_capacity(id.len() + 2);
+        params.push(b'[');
+        params.extend_from_slice(id);
+        params.push(b']');
+        self.unsubscribe_params(&params);
+    }
+
+    /// Sends `eth_unsubscribe` with `params`, answered to nobody.
+    fn unsubscribe_params(&self, params: &[u8]) {
+        let id = self.own_ids.fetch_add(1, Ordering::Relaxed);
+        let body = request_body(id, "eth_unsubscribe", Some(params));
         if let Ok(text) = String::from_utf8(body) {
             let _ = self.send(text, false);
         }

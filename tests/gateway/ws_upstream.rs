@@ -1178,3 +1178,150 @@ async fn a_request_behind_an_unanswered_one_is_not_held_by_nagle() {
         "requests waited {waits:?} before reaching the upstream"
     );
 }
+
+/// An upstream that ends a subscription with an error notification
+/// (`params.error`, as a gateway in front of a node or jsonrpsee sends)
+/// has the client told, under its own id, with the upstream's error; the
+/// relay is gone (it was skipped, and the client waited in silence).
+/// Found by a review.
+#[tokio::test]
+async fn an_upstream_error_notification_ends_the_client_s_subscription() {
+    let up = fake_ws(node()).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    up.act(notification("0xa0b0", json!({"number":"0x1"})));
+    assert_eq!(next(&mut ws).await["params"]["result"]["number"], "0x1");
+    up.act(Act::Send(Message::text(
+        json!({"jsonrpc":"2.0","method":"eth_subscription","params":{
+            "subscription":"0xa0b0",
+            "error":{"code":-32005,"message":"subscriber too slow","data":{"queued":7}}}})
+        .to_string(),
+    )));
+    let end = next(&mut ws).await;
+    assert_eq!(
+        end,
+        json!({"jsonrpc":"2.0","method":"eth_subscription","params":{
+            "subscription": sub,
+            "error":{"code":-32005,"message":"subscriber too slow","data":{"queued":7}}}}),
+    );
+    // Nothing more for that id; the connection serves on.
+    up.act(notification("0xa0b0", json!({"number":"0x2"})));
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}),
+    )
+    .await;
+    let r = next(&mut ws).await;
+    assert_eq!(r["id"], 2, "{r}");
+}
+
+/// Two gateways in a row: the inner one's upstream drops, it ends its
+/// client's subscription with an error notification, and the outer one
+/// passes that on to its own client.
+#[tokio::test]
+async fn chained_gateways_pass_on_the_end_of_a_subscription() {
+    let up = fake_ws(node()).await;
+    let inner = start(ws_config(&[up.url()], 3000)).await;
+    let outer = start(ws_config(&[format!("ws://{}", inner.addr)], 3000)).await;
+    let mut ws = client(outer.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    up.act(notification("0xa0b0", json!("0x1")));
+    assert_eq!(next(&mut ws).await["params"]["result"], "0x1");
+    up.act(Act::Close);
+    let end = next(&mut ws).await;
+    assert_eq!(end["params"]["subscription"], sub.as_str(), "{end}");
+    assert!(end["params"]["error"]["code"].is_i64(), "{end}");
+}
+
+/// A client that reads nothing while its `logs` subscription floods is
+/// told its subscription ended (-32005) after the notifications queued
+/// for it, with no gap before: they were dropped oldest first, in
+/// silence (1,030 of 4,000 delivered, no sign of the rest). Found by a
+/// review.
+#[tokio::test]
+async fn a_slow_client_s_subscription_ends_instead_of_skipping() {
+    let up = fake_ws(node()).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    let mut ws = client(gw.addr).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["logs",{}]}),
+    )
+    .await;
+    let sub = next(&mut ws).await["result"].as_str().unwrap().to_string();
+    let pad = "f".repeat(20_000);
+    const N: u64 = 2000;
+    for i in 0..N {
+        up.act(notification("0xa0b0", json!({"logIndex": i, "data": pad})));
+    }
+    // 40 MB sent while the client reads nothing: past the connection's
+    // 16 MiB of queued notifications.
+    up.wait_for("eth_unsubscribe", 1).await;
+    let mut seen = Vec::new();
+    let end = loop {
+        let v = next(&mut ws).await;
+        assert_eq!(v["params"]["subscription"], sub.as_str());
+        if v["params"]["error"].is_object() {
+            break v;
+        }
+        seen.push(v["params"]["result"]["logIndex"].as_u64().unwrap());
+    };
+    assert_eq!(end["params"]["error"]["code"], -32005, "{end}");
+    assert!(
+        !seen.is_empty() && (seen.len() as u64) < N,
+        "{}",
+        seen.len()
+    );
+    assert!(
+        seen.iter().enumerate().all(|(i, &n)| n == i as u64),
+        "a gap in what was delivered"
+    );
+}
+
+/// An upstream that answers `eth_subscribe` with an id that is not a
+/// string has made a subscription nobody can name: the client is refused
+/// and the subscription ended upstream (it notified for the life of the
+/// connection). Found by a review.
+#[tokio::test]
+async fn a_subscription_under_a_non_string_id_is_ended_upstream() {
+    let script: Script = Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "eth_subscribe" => vec![reply(v, json!(7))],
+        "eth_unsubscribe" => vec![reply(v, json!(true))],
+        _ => vec![],
+    });
+    let up = fake_ws(script).await;
+    let gw = start(ws_config(&[up.url()], 3000)).await;
+    let mut ws = client(gw.addr).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
+    )
+    .await;
+    let r = next(&mut ws).await;
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    let unsubscribed = up.wait_for("eth_unsubscribe", 1).await;
+    assert_eq!(unsubscribed[0].1["params"], json!([7]));
+}
+
+/// The built-in chain's `eth_unsubscribe` takes a string id, as geth and
+/// the relaying gateway: another value is -32602 (it was `false`).
+#[tokio::test]
+async fn the_chain_s_unsubscribe_takes_a_string_id() {
+    let gw = start(config::Config::default()).await;
+    let mut ws = client(gw.addr).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_unsubscribe","params":[1]}),
+    )
+    .await;
+    let r = next(&mut ws).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert_eq!(r["error"]["data"]["param"], "subscriptionId", "{r}");
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":2,"method":"eth_unsubscribe","params":["0x1"]}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["result"], false);
+}
