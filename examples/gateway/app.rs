@@ -230,11 +230,15 @@ pub fn spawn_workers(
         let listener = shared_listener(addr)?.into_std()?;
         let (app, limits, shutdown) = (app.clone(), limits.clone(), shutdown.clone());
         let all_drained = all_drained.clone();
+        // Built here, so that a worker that cannot have one (out of file
+        // descriptors) fails the start: one that panicked on its own
+        // thread never drained, and a stop waited for it for ever.
+        let runtime = one_thread_runtime()?;
         let worker = std::thread::Builder::new()
             .name(format!("gateway-worker-{i}"))
             .spawn(move || {
                 crate::h1::set_worker(i);
-                one_thread_runtime().block_on(async move {
+                runtime.block_on(async move {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => app.run(listener, limits, shutdown).await,
                         Err(e) => eprintln!("gateway worker {i}: {e}"),
@@ -279,11 +283,10 @@ impl AllDrained {
 }
 
 /// A tokio runtime on the current thread, with I/O and timers.
-pub fn one_thread_runtime() -> tokio::runtime::Runtime {
+pub fn one_thread_runtime() -> std::io::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("a tokio runtime")
 }
 
 /// Claims `addr` for this gateway: binds it once without `SO_REUSEPORT`,

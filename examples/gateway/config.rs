@@ -54,7 +54,8 @@ usage: gateway [options]
   --client h1|hyper     the HTTP upstream client: the gateway's own pooled
                         HTTP/1.1 client (default), or hyper-util's
   --threads N           workers, each a one-thread runtime with its own
-                        listening socket on the port (default: one per core)
+                        listening socket on the port (default: one per
+                        core; at most 1024)
   --shutdown-grace MS   how long a shutdown waits for requests in flight
                         (default 10000)
   --cors ORIGIN         let pages of ORIGIN (https://app.example.org) call
@@ -156,6 +157,11 @@ pub const DEFAULT_FINALIZED_EVERY: Duration = Duration::from_secs(6);
 /// `--state-blocks`' default: geth's full node keeps the state of the
 /// last 128 blocks.
 pub const DEFAULT_STATE_BLOCKS: u64 = 128;
+
+/// The most workers `--threads` starts: each is a thread with a runtime
+/// and a listening socket, and a count past the machine's cores only
+/// splits the same work.
+const MAX_THREADS: usize = 1024;
 
 /// What the gateway is run with.
 #[derive(Clone, Debug)]
@@ -402,7 +408,13 @@ impl Config {
                 "--shutdown-grace" => {
                     c.shutdown_grace = Duration::from_millis(number(value()?)?);
                 }
-                "--threads" => c.threads = number(value()?)?.max(1) as usize,
+                "--threads" => {
+                    let n = number(value()?)?;
+                    if n > MAX_THREADS as u64 {
+                        return Err(format!("--threads {n}: at most {MAX_THREADS}"));
+                    }
+                    c.threads = (n as usize).max(1);
+                }
                 "--block-time" => {
                     c.block_time = Some(Duration::from_secs(number(value()?)?.max(1)));
                     chain_options.push("--block-time");
@@ -492,6 +504,13 @@ fn check_url(flag: &str, url: &str) -> Result<(), String> {
     let Some(authority) = uri.authority().filter(|a| !a.host().is_empty()) else {
         return Err(format!("{flag} {url}: no host"));
     };
+    // Refused here rather than when the first request is sent (the port
+    // claimed, status 1): neither upstream client sends credentials.
+    if authority.as_str().contains('@') {
+        return Err(format!(
+            "{flag} {url}: user info (user:password@) is not supported"
+        ));
+    }
     let port = authority.as_str().rsplit_once(':').filter(|(host, _)| {
         // An IPv6 literal's colons are inside its brackets.
         !host.starts_with('[') || host.ends_with(']')

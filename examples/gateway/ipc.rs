@@ -95,6 +95,14 @@ pub fn listen(
     path: &Path,
 ) -> Result<(tokio::net::UnixListener, Socket), Box<dyn std::error::Error>> {
     let shown = path.display();
+    // The lengths first (the path's own, then its temporary name's): a
+    // path refused changes nothing on disk (its directories were made
+    // before it was refused).
+    address(path, path)?;
+    address(
+        path,
+        &path.with_file_name(format!(".{:x}", std::process::id())),
+    )?;
     match std::fs::symlink_metadata(path) {
         Ok(m) if !m.file_type().is_socket() => return Err(not_a_socket(path, &m).into()),
         // Probed once the socket listens (`link` says it is taken).
@@ -112,8 +120,6 @@ pub fn listen(
         }
         Err(e) => return Err(format!("--ipc {shown}: {e}").into()),
     }
-    // The path's own length first: the message an operator can act on.
-    address(path, path)?;
     remove_leftovers(path);
     let tmp = Temporary::new(path)?;
     let at = address(path, &tmp.0)?;
@@ -165,9 +171,9 @@ fn take(path: &Path, tmp: &Path) -> Result<(), Box<dyn std::error::Error>> {
         if !m.file_type().is_socket() {
             return Err(not_a_socket(path, &m).into());
         }
-        match std::os::unix::net::UnixStream::connect(path) {
+        match probe(path) {
             // As a port another program listens on: status 1.
-            Ok(_) => {
+            Ok(()) => {
                 return Err(format!(
                     "--ipc {shown}: another process serves this socket; not replaced"
                 )
@@ -188,6 +194,23 @@ fn take(path: &Path, tmp: &Path) -> Result<(), Box<dyn std::error::Error>> {
         format!("--ipc {shown}: other processes keep replacing the socket there; not replaced")
             .into(),
     )
+}
+
+/// Whether a process listens on the socket at `path`: `Ok` when one
+/// does, `ConnectionRefused` when none does (a stale file). The connect
+/// does not block: to a live server whose backlog is full (busy or stuck)
+/// a blocking one waited for ever, before the signals were acted on, so
+/// the gateway hung silently and could not be stopped; a full backlog
+/// (`EAGAIN`) says a process listens.
+fn probe(path: &Path) -> io::Result<()> {
+    let socket = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None)?;
+    socket.set_nonblocking(true)?;
+    match socket.connect(&socket2::SockAddr::unix(path)?) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes the stale socket `stale` (device, inode) from `path`, and
@@ -308,7 +331,7 @@ fn remove_leftovers(path: &Path) {
         if !m.file_type().is_socket() {
             continue;
         }
-        match std::os::unix::net::UnixStream::connect(&at) {
+        match probe(&at) {
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 let _ = std::fs::remove_file(&at);
             }

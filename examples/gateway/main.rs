@@ -58,7 +58,13 @@ fn main() {
     // sixteen). The services are built once and shared.
     // `--threads 1` runs everything on the main thread.
     let workers = config.threads.max(1);
-    let runtime = app::one_thread_runtime();
+    let runtime = match app::one_thread_runtime() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("gateway: a tokio runtime: {e}");
+            std::process::exit(1);
+        }
+    };
     let outcome = runtime.block_on(async move {
         // The error names the option: `--listen` and `--metrics` fail alike.
         let listen = |e: std::io::Error| format!("--listen {}: {e}", config.listen);
@@ -120,7 +126,8 @@ fn main() {
         limits.max_connections = limits.max_connections.div_ceil(workers);
         let all_drained = app::AllDrained::new(workers);
         let others =
-            app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown, &all_drained)?;
+            app::spawn_workers(&app, addr, workers - 1, &limits, &shutdown, &all_drained)
+                .map_err(|e| format!("starting {workers} workers (--threads): {e}"))?;
         if let (Some(at), Some(ops)) = (config.metrics, app.ops()) {
             let listener = tokio::net::TcpListener::bind(at)
                 .await

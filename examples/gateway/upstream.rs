@@ -263,31 +263,22 @@ pub fn display_name(url: &str) -> String {
 }
 
 /// Names for `urls` that tell them apart, in order: `host:port`; where
-/// two share it, the URL without credentials, query or fragment
-/// (`ws://n:8545`, `http://n:8545/a`); and where even those are alike,
-/// that and its place in the list (`… #2`). `/metrics` labels each
-/// upstream's series by its name: two alike made duplicate series, which
-/// Prometheus refuses, and `/health` listed the same name twice.
+/// two share it, with the scheme (`http://n:8545`, `ws://n:8545`); and
+/// where even those are alike, that and its place in the list (`… #2`).
+/// Never the path, the query or user info: a provider's path holds the
+/// API key (`/v3/<key>`), and these names are in `/metrics`, `/health`
+/// and the errors clients get. `/metrics` labels each upstream's series by
+/// its name: two alike made duplicate series, which Prometheus refuses,
+/// and `/health` listed the same name twice.
 pub fn distinct_names(urls: &[String]) -> Vec<String> {
     let count = |names: &[String], name: &str| names.iter().filter(|n| *n == name).count();
     let short: Vec<String> = urls.iter().map(|u| display_name(u)).collect();
     let long: Vec<String> = urls
         .iter()
         .zip(&short)
-        .map(|(url, name)| {
-            let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-            let path = rest
-                .split(['?', '#'])
-                .next()
-                .unwrap_or("")
-                .split_once('/')
-                .map_or("", |(_, p)| p);
-            match (scheme, path) {
-                ("", "") => name.clone(),
-                ("", p) => format!("{name}/{p}"),
-                (s, "") => format!("{s}://{name}"),
-                (s, p) => format!("{s}://{name}/{p}"),
-            }
+        .map(|(url, name)| match url.split_once("://") {
+            Some((scheme, _)) => format!("{scheme}://{name}"),
+            None => name.clone(),
         })
         .collect();
     (0..urls.len())

@@ -517,6 +517,73 @@ async fn a_path_too_long_for_a_unix_socket_is_refused_clearly() {
     assert!(!path.exists());
 }
 
+/// A path refused as too long changes nothing on disk: its missing
+/// directories were made before the length was checked, and left behind.
+/// Found by a review.
+#[tokio::test]
+async fn a_path_refused_as_too_long_makes_no_directories() {
+    let dir = Dir::new("long-dirs");
+    let missing = dir.join(&"x".repeat(120));
+    let path = missing.join("gw.ipc");
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert_eq!(gw.exit_status().await.code(), Some(2), "{:?}", gw.log());
+    assert!(!missing.exists(), "a refused path's directory was made");
+}
+
+/// A live socket at the path whose server's backlog is full (a busy or
+/// stuck node) is refused at once as served by another process: the
+/// probe's blocking connect waited for ever, before the signals were acted
+/// on, so the gateway hung silently and could not be stopped. Found by a
+/// review.
+#[tokio::test]
+async fn a_live_socket_with_a_full_backlog_is_refused_not_waited_for() {
+    let dir = Dir::new("backlog");
+    let path = dir.join("busy.ipc");
+    let server = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+    server
+        .bind(&socket2::SockAddr::unix(&path).unwrap())
+        .unwrap();
+    server.listen(0).unwrap();
+    let mut queued = Vec::new();
+    loop {
+        let c = socket2::Socket::new(socket2::Domain::UNIX, socket2::Type::STREAM, None).unwrap();
+        c.set_nonblocking(true).unwrap();
+        if c.connect(&socket2::SockAddr::unix(&path).unwrap()).is_err() {
+            break;
+        }
+        queued.push(c);
+        assert!(queued.len() < 10_000, "the backlog never filled");
+    }
+    let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
+    assert!(gw.listening.is_none(), "{:?}", gw.log());
+    let status = tokio::time::timeout(HANG, gw.exit_status())
+        .await
+        .expect("hang: the gateway neither refused the path nor started");
+    assert_eq!(status.code(), Some(1), "{:?}", gw.log());
+    let log = gw.final_log().await;
+    assert!(
+        log.iter()
+            .any(|l| l.contains("another process serves this socket")),
+        "{log:?}"
+    );
+    assert!(is_socket(&path), "the live socket was touched");
+}
+
+/// `--threads` past its bound is a command-line error before anything is
+/// bound: it aborted after the socket file was made, and left it.
+#[tokio::test]
+async fn an_out_of_range_thread_count_leaves_no_socket_file() {
+    let dir = Dir::new("threads");
+    let path = dir.join("gw.ipc");
+    let mut gw = GatewayChild::start(
+        1,
+        &["--threads", "100000000000", "--ipc", path.to_str().unwrap()],
+    )
+    .await;
+    assert_eq!(gw.exit_status().await.code(), Some(2), "{:?}", gw.log());
+    assert!(!path.exists());
+}
+
 /// A path of the longest length a Unix socket's address holds (107 bytes
 /// on Linux, 103 on macOS and the BSDs) serves: the temporary name the socket is bound at before it
 /// is linked there must fit as well as the path does (a geth-style

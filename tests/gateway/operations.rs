@@ -735,7 +735,9 @@ async fn health_waits_out_a_long_connect_deadline_to_fail_over() {
 /// Upstreams that share a `host:port` (one node over HTTP and WebSocket,
 /// two routes of one proxy) are told apart in `/metrics` and `/health`:
 /// each series had the label `upstream="host:port"` twice, which
-/// Prometheus refuses as duplicate samples.
+/// Prometheus refuses as duplicate samples. By scheme and place, never by
+/// path: a provider's path holds the API key, and the names are in the
+/// errors clients get (found by a review).
 #[tokio::test]
 async fn upstreams_on_one_address_get_distinct_names() {
     let names = |urls: &[&str]| {
@@ -750,9 +752,14 @@ async fn upstreams_on_one_address_get_distinct_names() {
         names(&["http://n:8545", "ws://n:8545", "http://m:1"]),
         ["http://n:8545", "ws://n:8545", "m:1"]
     );
+    // Never the path (a provider's API key) or user info: places instead.
     assert_eq!(
-        names(&["http://u:p@n:1/a?key=1", "http://n:1/b"]),
-        ["http://n:1/a", "http://n:1/b"]
+        names(&[
+            "http://u:p@n:1/v3/KEY?key=1",
+            "http://n:1/b",
+            "ws://n:1/KEY2"
+        ]),
+        ["http://n:1 #1", "http://n:1 #2", "ws://n:1"]
     );
     assert_eq!(
         names(&["http://n:1", "http://n:1"]),
@@ -762,10 +769,11 @@ async fn upstreams_on_one_address_get_distinct_names() {
     let (live, _task) = by_method().await;
     let text =
         metrics_after_one_call(vec![format!("http://{live}/a"), format!("http://{live}/b")]).await;
-    for path in ["a", "b"] {
-        let series = format!(r#"gateway_upstream_up{{upstream="http://{live}/{path}"}}"#);
+    for place in [1, 2] {
+        let series = format!(r#"gateway_upstream_up{{upstream="http://{live} #{place}"}}"#);
         assert_eq!(sample(&text, &series), 1.0, "{text}");
     }
+    assert!(!text.contains("/a") && !text.contains("/b"), "{text}");
     let ups = text
         .lines()
         .filter(|l| l.starts_with("gateway_upstream_up{"))
@@ -1143,6 +1151,16 @@ fn a_command_line_it_cannot_serve_is_refused() {
             "--chain-tx-bytes",
         ),
         (&["--deny", ""][..], "--deny"),
+        // User info: refused by the clients when the first request was
+        // sent, after the start (status 1, the option unnamed).
+        (&["--upstream", "http://u:p@127.0.0.1:1"][..], "--upstream"),
+        (
+            &[up[0], up[1], "--upstream-ws", "ws://u@h:1"][..],
+            "--upstream-ws",
+        ),
+        // A count that aborted the process (an allocation of terabytes).
+        (&["--threads", "100000000000"][..], "--threads"),
+        (&["--threads", "1025"][..], "--threads"),
     ] {
         let refused = parse(args).expect_err(&format!("{args:?} taken"));
         assert!(refused.contains(says), "{args:?}: {refused}");
@@ -1154,8 +1172,93 @@ fn a_command_line_it_cannot_serve_is_refused() {
     ] {
         assert!(parse(args).is_ok(), "{args:?}");
     }
-    let (status, _, stderr) = run_binary(&["--upstream", "http://"], HANG);
-    assert_eq!(status, Some(2), "{stderr}");
+    for args in [
+        &["--upstream", "http://"][..],
+        &["--upstream", "http://u:p@127.0.0.1:1"][..],
+        &["--threads", "18446744073709551615"][..],
+    ] {
+        let (status, _, stderr) = run_binary(args, HANG);
+        assert_eq!(status, Some(2), "{args:?}: {stderr}");
+    }
+}
+
+/// A worker whose runtime cannot be built (file descriptors run out)
+/// fails the start (status 1, naming `--threads`); it panicked on its own
+/// thread, the gateway said it listened with all its workers, and a stop
+/// then waited for the dead one for ever. Found by a review.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_worker_that_cannot_start_fails_the_start_and_never_hangs_a_stop() {
+    use std::os::unix::process::CommandExt;
+    use tokio::io::AsyncBufReadExt;
+    let binary = crate::example_binary::example_binary("gateway", "gateway");
+    let mut refused = 0;
+    for limit in (14..=30).step_by(2) {
+        let mut cmd = tokio::process::Command::new(&binary);
+        cmd.args([
+            "--listen",
+            "127.0.0.1:0",
+            "--threads",
+            "4",
+            "--shutdown-grace",
+            "200",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+        // SAFETY: between fork and exec only `setrlimit` runs, which is
+        // async-signal-safe, on a value of this stack.
+        unsafe {
+            cmd.as_std_mut().pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: limit,
+                    rlim_max: limit,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let mut log = Vec::new();
+        let listening = tokio::time::timeout(HANG, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let up = line.starts_with("gateway listening");
+                log.push(line);
+                if up {
+                    return true;
+                }
+            }
+            false
+        })
+        .await
+        .expect("hang: neither listening nor refused");
+        if !listening {
+            let status = tokio::time::timeout(HANG, child.wait())
+                .await
+                .expect("hang")
+                .unwrap();
+            assert_eq!(status.code(), Some(1), "limit {limit}: {log:?}");
+            if log.iter().any(|l| l.contains("--threads")) {
+                refused += 1;
+            }
+            continue;
+        }
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let pid = child.id().unwrap();
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        let exited = tokio::time::timeout(HANG, child.wait()).await;
+        assert!(
+            exited.is_ok(),
+            "limit {limit}: still running after SIGTERM (grace 200 ms): {log:?}"
+        );
+    }
+    // Some limit let the main runtime start and not every worker.
+    assert!(refused > 0, "no limit tried failed at the workers");
 }
 
 /// `--help` prints the usage on standard output (`--help | less` showed
