@@ -1062,10 +1062,14 @@ impl Endpoint {
     /// server does not speak (on every request of a session: POST, GET and
     /// DELETE alike).
     fn refuse_version_header(headers: &HeaderMap, id: Option<&RawValue>) -> Option<Response<Body>> {
-        let v = header(headers, VERSION_HEADER)?;
+        // Present but not visible ASCII is an invalid version, not an
+        // absent one (it was served under the session's revision).
+        let raw = headers.get(VERSION_HEADER)?;
+        let v = raw.to_str().unwrap_or("");
         if SUPPORTED_VERSIONS.contains(&v) {
             return None;
         }
+        let v = String::from_utf8_lossy(raw.as_bytes());
         Some(rpc_error(
             StatusCode::BAD_REQUEST,
             id,
@@ -1280,9 +1284,7 @@ impl Endpoint {
             Err(_) if serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_ok() => {
                 // Not a request, so 400 whatever its id (the dispatcher's
                 // -32600 names the id): run as a message without one.
-                return self
-                    .run(body.clone(), None, None, None, &parts.headers)
-                    .await;
+                return self.run(body.clone(), None, None, None, false).await;
             }
             Err(_) => {
                 return rpc_error(
@@ -1308,9 +1310,7 @@ impl Endpoint {
             {
                 return self.post_response(&body, &parts.headers);
             }
-            return self
-                .run(body.clone(), None, None, None, &parts.headers)
-                .await;
+            return self.run(body.clone(), None, None, None, false).await;
         };
         let is_request = peek.id.is_some();
         match modern_version {
@@ -1411,7 +1411,7 @@ impl Endpoint {
                     .with_data(&serde_json::json!({"method": method})),
             );
         }
-        self.run(body, None, None, id, headers).await
+        self.run(body, None, None, id, false).await
     }
 
     /// Whether `body`, which has an id and no `method`, `result` or
@@ -1467,7 +1467,7 @@ impl Endpoint {
         if initialize {
             let state = Arc::new(SessionState::default());
             let session_id = new_session_id();
-            let mut response = self.run(body, Some(state.clone()), None, id, headers).await;
+            let mut response = self.run(body, Some(state.clone()), None, id, false).await;
             if state.version().is_some() {
                 // Answered with a result: the session exists from now on.
                 self.make_room();
@@ -1489,7 +1489,7 @@ impl Endpoint {
         let Some(session_id) = header(headers, SESSION_HEADER) else {
             if method == "ping" || method == "server/discover" {
                 // Harmless without a session: answered statelessly.
-                return self.run(body, None, None, id, headers).await;
+                return self.run(body, None, None, id, false).await;
             }
             return bad_request("Bad Request: Mcp-Session-Id header is required");
         };
@@ -1500,12 +1500,18 @@ impl Endpoint {
                 &RpcError::new(crate::codes::INVALID_REQUEST, "Session not found"),
             );
         };
+        // Every message that starts a call takes a place among the
+        // session's calls: a `tools/call` sent without an id runs as one
+        // too (past the cap, and on after its client had gone, as nothing
+        // can cancel it), and only notifications of the protocol skip the
+        // queue, so that a cancellation reaches a full session.
+        let takes_place = id.is_some() || !method.starts_with("notifications/");
         self.run(
             body,
             Some(session.state.clone()),
             Some(&session),
             id,
-            headers,
+            takes_place,
         )
         .await
     }
@@ -1521,19 +1527,17 @@ impl Endpoint {
         session: Option<Arc<SessionState>>,
         asking: Option<&Arc<HttpSession>>,
         id: Option<&RawValue>,
-        headers: &HeaderMap,
+        takes_place: bool,
     ) -> Response<Body> {
-        let _ = headers;
         let server = self.inner.server.clone();
         if id.is_some()
             && let Some(refused) = refuse_invalid(&server.dispatcher.inner.parser, &body)
         {
             return refused;
         }
-        // A request of a session waits for a place among its calls (not a
-        // notification: a cancellation must get through to a full session).
+        // A call of a session waits for a place among its calls.
         let place = match asking {
-            Some(session) if id.is_some() => Arc::clone(&session.calls).acquire_owned().await.ok(),
+            Some(session) if takes_place => Arc::clone(&session.calls).acquire_owned().await.ok(),
             _ => None,
         };
         let session_state = session.unwrap_or_default();

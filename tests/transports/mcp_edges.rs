@@ -1991,3 +1991,103 @@ async fn stdio_a_request_with_a_null_id_is_refused() {
     assert_eq!(next().await["id"], 7);
     served.abort();
 }
+
+/// `tools/call` sent without an id (a notification) runs as a call, so it
+/// takes a place among its session's calls like a request: such calls
+/// skipped the cap (12 ran at once under a cap of 2) and ran on after
+/// their client had gone. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_calls_sent_as_notifications_keep_the_session_s_cap() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (now, peak, ran) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (n, p, r) = (now.clone(), peak.clone(), ran.clone());
+    let server = McpServer::builder("t", "1")
+        .max_in_flight(2)
+        .tool(Tool::new(
+            "slow",
+            json!({"type": "object"}),
+            move |_, _cx: ToolContext| {
+                let (n, p, r) = (n.clone(), p.clone(), r.clone());
+                async move {
+                    p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    n.fetch_sub(1, Ordering::SeqCst);
+                    r.fetch_add(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("done"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(server).await;
+    let sid = http_session(h.addr).await;
+    let mut calls = Vec::new();
+    for _ in 0..12 {
+        let (addr, sid) = (h.addr, sid.clone());
+        calls.push(tokio::spawn(async move {
+            let headers = [
+                ("mcp-session-id", sid.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            // Abandoned after 50 ms: the client is gone.
+            let _ = tokio::time::timeout(
+                Duration::from_millis(50),
+                post(
+                    addr,
+                    &headers,
+                    r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"slow","arguments":{}}}"#,
+                ),
+            )
+            .await;
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    crate::eventually::eventually("two calls ran", || ran.load(Ordering::SeqCst) >= 2).await;
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(
+        (1..=2).contains(&peak),
+        "{peak} calls of one session ran at once under a cap of 2"
+    );
+}
+
+/// An `MCP-Protocol-Version` header that is not visible ASCII is an
+/// invalid version (400, as the spec asks), not an absent one: the request
+/// was served under the session's revision. Found by a review.
+#[tokio::test]
+async fn http_an_undecodable_version_header_is_400() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = http_server(server()).await;
+    let sid = http_session(h.addr).await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let mut raw = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {}\r\naccept: application/json, text/event-stream\r\n\
+         content-type: application/json\r\nmcp-session-id: {sid}\r\nconnection: close\r\n\
+         content-length: {}\r\nmcp-protocol-version: 2025-11-25",
+        h.addr,
+        body.len()
+    )
+    .into_bytes();
+    raw.push(0xff);
+    raw.extend_from_slice(b"\r\n\r\n");
+    raw.extend_from_slice(body.as_bytes());
+    let mut s = tokio::net::TcpStream::connect(h.addr).await.unwrap();
+    s.write_all(&raw).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut answer))
+        .await
+        .expect("hang")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("unsupported MCP-Protocol-Version"),
+        "{answer}"
+    );
+}
