@@ -1596,3 +1596,62 @@ async fn h2_streams_share_their_connection_s_call_cap() {
         "{peak} calls of one HTTP/2 connection ran at once under a cap of {CAP}"
     );
 }
+
+/// A reply before a close reaches the client whole when the client sent
+/// more behind the request the server closes on (a request pipelined
+/// behind a `connection: close` one, the CRLF some clients send after a
+/// body): the socket was dropped with those bytes unread, and the kernel's
+/// reset discarded the reply's tail (200,036 bytes cut at 127,869, with
+/// `ECONNRESET`), on both paths. The close now lingers (RFC 9112 §9.6).
+/// Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_before_a_close_is_not_cut_by_a_reset() {
+    let _serial = SERIAL.lock().await;
+    let big = r#"{"jsonrpc":"2.0","id":1,"method":"big","params":[200000]}"#;
+    let whole = r#"{"jsonrpc":"2.0","id":1,"result":""}"#.len() + 200_000;
+    for own in [true, false] {
+        for behind in [request(JSON, &"p".repeat(200_000)), "\r\n".to_string()] {
+            let server =
+                TestServer::start(Limits::default(), 25_000_000, |s| s.own_http1(own)).await;
+            let mut stream = TcpStream::connect(server.addr).await.unwrap();
+            stream
+                .write_all(request(CLOSE, big).as_bytes())
+                .await
+                .unwrap();
+            let (mut read, mut write) = stream.split();
+            let writing = async {
+                // After the server has read the first request.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let _ = write.write_all(behind.as_bytes()).await;
+            };
+            let reading = async {
+                // The reply waits in the socket's buffers meanwhile.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let mut raw = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                let end = loop {
+                    match read.read(&mut buf).await {
+                        Ok(0) => break Ok(()),
+                        Ok(n) => raw.extend_from_slice(&buf[..n]),
+                        Err(e) => break Err(e.kind()),
+                    }
+                };
+                (raw, end)
+            };
+            let (_, (raw, end)) =
+                tokio::time::timeout(HANG, async { tokio::join!(writing, reading) })
+                    .await
+                    .expect("hang");
+            drop(stream);
+            server.stop().await;
+            let body_len = responses_of(&raw).first().map_or(0, |r| r.2.len());
+            assert_eq!(
+                (end, body_len),
+                (Ok(()), whole),
+                "own loop {own}, {} bytes behind: read {} bytes",
+                behind.len(),
+                raw.len()
+            );
+        }
+    }
+}

@@ -197,7 +197,7 @@ where
             Ended::HandOver(conn.stream, conn.buf.freeze(), header_deadline, conn.client)
         }
         Err(Leave::Close) => {
-            let _ = poll_fn(|cx| Pin::new(&mut conn.stream).poll_shutdown(cx)).await;
+            super::http::close_lingering(conn.stream, &kit.hard_stop).await;
             Ended::Closed
         }
         Err(Leave::Drop) => Ended::Closed,

@@ -2417,8 +2417,9 @@ async fn serve_connection<Svc, B>(
     // With upgrades: a service may answer `101` and take the connection
     // over (WebSocket on the same port, `server::combined`); for every
     // other response this is the same as `serve_connection`.
-    let conn = builder.serve_connection_with_upgrades(io, service);
-    tokio::pin!(conn);
+    // Boxed, so that it can be dropped (with the socket it holds) before
+    // the close lingers.
+    let mut conn = Box::pin(builder.serve_connection_with_upgrades(io, service));
     let stop = shutdown.triggered();
     tokio::pin!(stop);
     let hard = hard_stop.triggered();
@@ -2507,10 +2508,63 @@ async fn serve_connection<Svc, B>(
         Poll::Pending
     })
     .await;
+    drop(conn);
+    let linger = matches!(end, End::Hyper(_));
     match end {
         End::Hyper(Err(e)) => classify(&config, &*e),
         End::HeaderTimeout => config.hit(LimitKind::Header),
         End::Hyper(Ok(())) | End::Dropped => {}
+    }
+    // hyper closed the connection (not a timeout, nor one dropped at the
+    // hard stop) and no upgrade took the socket over: the close lingers.
+    if linger && let Ok(socket) = Arc::try_unwrap(socket) {
+        let socket = socket.into_inner().unwrap_or_else(|e| e.into_inner());
+        close_lingering(socket.stream, &hard_stop).await;
+    }
+}
+
+/// How long a closing connection reads what its client still sends
+/// ([`close_lingering`]).
+const LINGER: Duration = Duration::from_secs(2);
+/// The most a closing connection reads and discards.
+const LINGER_BYTES: usize = 64 << 20;
+
+/// Closes an HTTP connection in stages (RFC 9112 §9.6): the write side
+/// first (a `FIN` after the last reply), then what the client still sends
+/// is read and discarded until its own close, for at most [`LINGER`] and
+/// [`LINGER_BYTES`], unless the hard stop comes first. Dropping the socket
+/// with bytes unread (a request pipelined behind a `connection: close`
+/// one, the CRLF some clients send after a body, the rest of a body
+/// refused with 413) made the kernel answer with a reset, which discarded
+/// the part of the last reply not yet sent: a 200 KB reply arrived cut at
+/// 128 KB, with `ECONNRESET`.
+pub(super) async fn close_lingering(mut stream: TcpStream, hard_stop: &Shutdown) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if hard_stop.is_triggered() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let until = tokio::time::sleep(LINGER);
+    tokio::pin!(until);
+    let hard = hard_stop.triggered();
+    tokio::pin!(hard);
+    let mut scratch = vec![0u8; 4096];
+    let mut left = LINGER_BYTES;
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut hard => return,
+            () = &mut until => return,
+            read = stream.read(&mut scratch) => match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    left = left.saturating_sub(n);
+                    if left == 0 {
+                        return;
+                    }
+                }
+            },
+        }
     }
 }
 
