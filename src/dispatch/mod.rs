@@ -472,6 +472,14 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
     /// batch entries (with the id when it could be read), -32601 for unknown
     /// methods (and every `rpc.` method but an opted-in `rpc.discover`),
     /// replies in request order, within the response size limit.
+    ///
+    /// Only on a dispatcher without async methods: one with them
+    /// (`Dispatcher<S, WithAsync>`, feature `async`) is driven by
+    /// `handle_async`, which takes the message as [`bytes::Bytes`] (its
+    /// async handlers keep slices of it), not `&[u8]`:
+    /// `d.handle_async(&Bytes::from_static(b"..."), &mut conn, &mut out).await`,
+    /// or `Bytes::copy_from_slice(input)` for bytes read into a buffer of
+    /// your own.
     pub fn handle<B: ReplyBuf>(&self, input: &[u8], conn: &mut Connection, out: &mut B) -> bool {
         conn.begin_message();
         #[cfg(feature = "async")]
