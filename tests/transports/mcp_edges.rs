@@ -1105,33 +1105,53 @@ async fn stdio_replies_at_the_end_of_input_are_one_per_line() {
     }
 }
 
-/// `max_in_flight` ("calls of one connection running at once; more wait")
-/// held over stdio, but over HTTP each POST is a connection of its own to
-/// the dispatcher: 20 calls of one session ran at once under a cap of 2.
-/// A session's requests now wait for a place. Found by a review.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http_a_session_runs_at_most_max_in_flight_calls_at_once() {
+/// A server whose sessions run at most two calls at once, with one tool,
+/// `slow`, that takes `takes`: the most calls that ran at once, and how
+/// many finished.
+fn counting_slow_tool(
+    takes: Duration,
+) -> (
+    McpServer,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let (now, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let (n, p) = (now.clone(), peak.clone());
+    let (now, peak, ran) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (p, r) = (Arc::clone(&peak), Arc::clone(&ran));
     let server = McpServer::builder("t", "1")
         .max_in_flight(2)
         .tool(Tool::new(
             "slow",
             json!({"type": "object"}),
             move |_, _cx: ToolContext| {
-                let (n, p) = (n.clone(), p.clone());
+                let (n, p, r) = (Arc::clone(&now), Arc::clone(&p), Arc::clone(&r));
                 async move {
                     p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(takes).await;
                     n.fetch_sub(1, Ordering::SeqCst);
+                    r.fetch_add(1, Ordering::SeqCst);
                     Ok(ToolOutput::text("done"))
                 }
             },
         ))
         .build()
         .unwrap();
+    (server, peak, ran)
+}
+
+/// `max_in_flight` ("calls of one connection running at once; more wait")
+/// held over stdio, but over HTTP each POST is a connection of its own to
+/// the dispatcher: 20 calls of one session ran at once under a cap of 2.
+/// A session's requests now wait for a place. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_a_session_runs_at_most_max_in_flight_calls_at_once() {
+    use std::sync::atomic::Ordering;
+    let (server, peak, _) = counting_slow_tool(Duration::from_millis(100));
     let h = http_server(server).await;
     let sid = http_session(h.addr).await;
     let mut calls = Vec::new();
@@ -1998,32 +2018,8 @@ async fn stdio_a_request_with_a_null_id_is_refused() {
 /// their client had gone. Found by a review.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_calls_sent_as_notifications_keep_the_session_s_cap() {
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let (now, peak, ran) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let (n, p, r) = (now.clone(), peak.clone(), ran.clone());
-    let server = McpServer::builder("t", "1")
-        .max_in_flight(2)
-        .tool(Tool::new(
-            "slow",
-            json!({"type": "object"}),
-            move |_, _cx: ToolContext| {
-                let (n, p, r) = (n.clone(), p.clone(), r.clone());
-                async move {
-                    p.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    n.fetch_sub(1, Ordering::SeqCst);
-                    r.fetch_add(1, Ordering::SeqCst);
-                    Ok(ToolOutput::text("done"))
-                }
-            },
-        ))
-        .build()
-        .unwrap();
+    use std::sync::atomic::Ordering;
+    let (server, peak, ran) = counting_slow_tool(Duration::from_millis(300));
     let h = http_server(server).await;
     let sid = http_session(h.addr).await;
     let mut calls = Vec::new();
