@@ -1069,3 +1069,102 @@ fn a_result_whose_serializer_ignores_a_refused_write_is_too_large() {
     assert_eq!(r["result"], Value::Null);
     assert_eq!(call_with(&d, "m", "[3]")["result"], json!(["aaa", "b"]));
 }
+
+/// JSON a handler hands over as text is checked where the check is off
+/// the hot path: an error object made with `RpcError::raw` that is not
+/// one (`"error":not json` was written as it was) is -32603 saying so,
+/// and `with_raw_data` text that is not JSON (`"data":}`) is attached as
+/// a string. Every reply is then valid JSON with exactly one of `result`
+/// and `error`. Found by a review.
+#[test]
+fn text_handed_over_as_json_never_makes_an_invalid_reply() {
+    use rpcwire::dispatch::Done;
+    let d = Dispatcher::builder(())
+        .method(
+            "raw_not_json",
+            |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+                Err(RpcError::raw(1, &b"not json"[..]))
+            },
+        )
+        .method(
+            "raw_no_message",
+            |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+                Err(RpcError::raw(1, &br#"{"code":1}"#[..]))
+            },
+        )
+        .method(
+            "raw_code_not_integer",
+            |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+                Err(RpcError::raw(1, &br#"{"code":"1","message":"m"}"#[..]))
+            },
+        )
+        .method("raw_ok", |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+            Err(RpcError::raw(
+                3,
+                &br#"{"code":3,"message":"reverted","data":"0x"}"#[..],
+            ))
+        })
+        .method("data_empty", |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+            Err(RpcError::internal("x").with_raw_data(""))
+        })
+        .method("data_open", |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+            Err(RpcError::internal("x").with_raw_data("{oops"))
+        })
+        .method("data_ok", |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+            Err(RpcError::internal("x").with_raw_data(r#" [1, {"a": null}] "#))
+        })
+        .build()
+        .unwrap();
+    let answer = |method: &str| -> Value {
+        let input = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#);
+        let (mut conn, mut out) = (Connection::new(), Vec::new());
+        d.handle(input.as_bytes(), &mut conn, &mut out);
+        let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| {
+            panic!(
+                "{method}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out)
+            )
+        });
+        assert!(
+            v.get("result").is_none() && v["error"].is_object(),
+            "{method}: {v}"
+        );
+        v["error"].clone()
+    };
+    for method in ["raw_not_json", "raw_no_message", "raw_code_not_integer"] {
+        let e = answer(method);
+        assert_eq!(e["code"], -32603, "{method}: {e}");
+        assert!(
+            e["data"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("raw error object"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        answer("raw_ok"),
+        json!({"code":3,"message":"reverted","data":"0x"})
+    );
+    assert_eq!(answer("data_empty")["data"], "");
+    assert_eq!(answer("data_open")["data"], "{oops");
+    assert_eq!(answer("data_ok")["data"], json!([1, {"a": null}]));
+    // `Reply::raw` stays unchecked in release builds (the zero-copy path of
+    // a result already read); with debug assertions an invalid one fails
+    // the handler, answered -32603, instead of spoiling the reply.
+    if cfg!(debug_assertions) {
+        let d = Dispatcher::builder(())
+            .method("open", |c: Call<'_, ()>| c.reply.raw(b"{"))
+            .quiet_panics(true)
+            .build()
+            .unwrap();
+        let (mut conn, mut out) = (Connection::new(), Vec::new());
+        d.handle(
+            br#"{"jsonrpc":"2.0","id":1,"method":"open"}"#,
+            &mut conn,
+            &mut out,
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["error"]["code"], -32603, "{v}");
+    }
+}

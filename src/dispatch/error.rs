@@ -50,6 +50,20 @@ struct ErrorParts {
     raw: Option<Box<[u8]>>,
 }
 
+/// Whether `object` is a JSON-RPC error object: one JSON object with an
+/// integer `code` and a string `message` (other members are its own).
+fn is_error_object(object: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Members<'a> {
+        code: serde_json::Number,
+        #[serde(borrow)]
+        message: &'a serde_json::value::RawValue,
+    }
+    crate::scan::is_one_value(object)
+        && serde_json::from_slice::<Members<'_>>(object)
+            .is_ok_and(|m| (m.code.is_i64() || m.code.is_u64()) && m.message.get().starts_with('"'))
+}
+
 impl RpcError {
     /// An error with any code; -32000 to -32099 are for server-defined
     /// errors.
@@ -65,17 +79,31 @@ impl RpcError {
 
     /// An error whose whole `error` object is already JSON (an upstream
     /// node's error, passed on byte for byte, `data` included); `code` is
-    /// its code, for observers. Not checked: the caller vouches that
-    /// `object` is a valid JSON-RPC error object.
+    /// its code, for observers. Checked once here: `object` must be a JSON
+    /// object with an integer `code` and a string `message` (JSON-RPC
+    /// 2.0, 5.1); anything else becomes -32603 whose `data` says so (it was
+    /// written into the reply as it was, `"error":not json`).
     ///
     /// ```
     /// let upstream = br#"{"code":3,"message":"execution reverted","data":"0x08c379a0"}"#;
     /// let e = rpcwire::RpcError::raw(3, &upstream[..]);
     /// assert_eq!(e.raw_object(), Some(&upstream[..]));
+    /// let e = rpcwire::RpcError::raw(3, &b"not json"[..]);
+    /// assert_eq!((e.code(), e.raw_object()), (-32603, None));
     /// ```
     pub fn raw(code: i32, object: impl Into<Box<[u8]>>) -> Self {
+        let object = object.into();
+        if !is_error_object(&object) {
+            #[derive(Serialize)]
+            struct Refused {
+                reason: &'static str,
+            }
+            return RpcError::new(INTERNAL_ERROR, "Internal error").with_data(&Refused {
+                reason: "a raw error object that is not a JSON-RPC error object (a JSON object with an integer code and a string message)",
+            });
+        }
         let mut e = RpcError::new(code, "");
-        e.0.raw = Some(object.into());
+        e.0.raw = Some(object);
         e
     }
 
@@ -118,10 +146,24 @@ impl RpcError {
         self
     }
 
-    /// Attaches `data` that is already JSON, unchecked.
+    /// Attaches `data` that is already JSON. Checked once here: text that
+    /// is not one JSON value is attached as a JSON string of that text
+    /// instead (it was written as it was: `"data":}` for an empty one).
+    ///
+    /// ```
+    /// let e = rpcwire::RpcError::internal("x").with_raw_data(r#"{"gas":21000}"#);
+    /// assert_eq!(e.data(), Some(r#"{"gas":21000}"#));
+    /// let e = rpcwire::RpcError::internal("x").with_raw_data("{oops");
+    /// assert_eq!(e.data(), Some(r#""{oops""#));
+    /// ```
     pub fn with_raw_data(mut self, json: impl Into<Box<str>>) -> Self {
-        self.0.data = Some(json.into());
-        self
+        let json = json.into();
+        if crate::scan::is_one_value(json.as_bytes()) {
+            self.0.data = Some(json);
+            self
+        } else {
+            self.with_data(&*json)
+        }
     }
 
     /// The code.

@@ -291,9 +291,21 @@ impl<'a> Reply<'a> {
         self.raw(&buf[..n])
     }
 
-    /// Pre-serialized JSON, copied as is (not validated: the caller vouches
-    /// for it, e.g. bytes an upstream node answered with).
+    /// Pre-serialized JSON, copied as is: the zero-copy way to answer with
+    /// bytes already known to be one JSON value (an upstream node's result
+    /// its response parser read, a constant). Not validated in release
+    /// builds: bytes that are not one JSON value make an invalid reply (and
+    /// spoil a whole batch's array). Builds with debug assertions check it
+    /// (the handler then fails, caught as a panic: -32603). For JSON of
+    /// unknown origin use [`raw_json`](Reply::raw_json) with a value the
+    /// parser read, or [`json`](Reply::json).
     pub fn raw(self, json: &[u8]) -> Result<Done, RpcError> {
+        // Empty is the handler that wrote nothing, answered -32603 later.
+        debug_assert!(
+            json.is_empty() || crate::scan::is_one_value(json),
+            "Reply::raw needs one JSON value: {:?}",
+            String::from_utf8_lossy(&json[..json.len().min(64)])
+        );
         let (len, limit) = (self.len(), self.limit);
         if len + json.len() > limit {
             return Err(RpcError::too_large());

@@ -543,6 +543,18 @@ pub(crate) fn skip_value(
     }
 }
 
+/// Whether `bytes` is exactly one JSON value (RFC 8259), whitespace
+/// around it allowed, nested at most [`MAX_DEPTH_LIMIT`] deep: the check
+/// of JSON a caller hands over as text (an error's data, a raw error
+/// object, a raw result in debug builds).
+pub(crate) fn is_one_value(bytes: &[u8]) -> bool {
+    let start = skip_ws(bytes, 0);
+    match skip_value(bytes, start, 0, MAX_DEPTH_LIMIT) {
+        Ok(end) => skip_ws(bytes, end) == bytes.len(),
+        Err(_) => false,
+    }
+}
+
 /// Index just past the closing quote of the validated string whose content
 /// starts at `pos`.
 #[inline(always)]
