@@ -639,7 +639,7 @@ pub trait Observer: Send + Sync + 'static {
 pub const DEFAULT_MAX_RESPONSE_LEN: usize = 25 * 1000 * 1000;
 /// The smallest response size limit
 /// ([`DispatcherBuilder::max_response_len`]): room for the too-large error
-/// with `id: null` whatever its code and limit (at most 124 bytes).
+/// with `id: null` whatever its code and limit (at most 125 bytes: code `i32::MIN`, limit `u64::MAX`).
 pub const MIN_RESPONSE_LEN: usize = 128;
 /// Default cap on the async handlers of one connection running at once.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
