@@ -1655,3 +1655,33 @@ async fn a_reply_before_a_close_is_not_cut_by_a_reset() {
         }
     }
 }
+
+/// The lingering close lets a quiet client go after a short wait: a
+/// client that keeps its idle kept-alive connection open, neither reading
+/// nor closing (a connection pool), held every graceful shutdown for the
+/// whole linger (2 s). The bound is far above the quiet wait (200 ms) and
+/// below the linger: a hang guard for that case, not a measurement. Found
+/// by the review of this session's diff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_idle_client_does_not_hold_a_shutdown_for_the_linger() {
+    let _serial = SERIAL.lock().await;
+    for own in [true, false] {
+        let server = TestServer::start(Limits::default(), 25_000_000, |s| s.own_http1(own)).await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        let call = r#"{"jsonrpc":"2.0","id":1,"method":"big","params":[10]}"#;
+        stream
+            .write_all(request(JSON, call).as_bytes())
+            .await
+            .unwrap();
+        let mut buf = vec![0u8; 4096];
+        assert!(stream.read(&mut buf).await.unwrap() > 0);
+        let started = std::time::Instant::now();
+        server.stop().await;
+        let took = started.elapsed();
+        drop(stream);
+        assert!(
+            took < Duration::from_millis(1500),
+            "own loop {own}: the shutdown took {took:?}"
+        );
+    }
+}

@@ -2526,13 +2526,19 @@ async fn serve_connection<Svc, B>(
 /// How long a closing connection reads what its client still sends
 /// ([`close_lingering`]).
 const LINGER: Duration = Duration::from_secs(2);
+/// How long a closing connection waits for more from its client once it
+/// sent nothing: a client that is quiet (an idle kept-alive connection, a
+/// pool that neither reads nor closes) is let go after this, not after
+/// [`LINGER`] (which held every graceful shutdown 2 s for such a client).
+const LINGER_QUIET: Duration = Duration::from_millis(200);
 /// The most a closing connection reads and discards.
 const LINGER_BYTES: usize = 64 << 20;
 
 /// Closes an HTTP connection in stages (RFC 9112 §9.6): the write side
 /// first (a `FIN` after the last reply), then what the client still sends
 /// is read and discarded until its own close, for at most [`LINGER`] and
-/// [`LINGER_BYTES`], unless the hard stop comes first. Dropping the socket
+/// [`LINGER_BYTES`], and no longer than [`LINGER_QUIET`] after the last
+/// bytes it sent, unless the hard stop comes first. Dropping the socket
 /// with bytes unread (a request pipelined behind a `connection: close`
 /// one, the CRLF some clients send after a body, the rest of a body
 /// refused with 413) made the kernel answer with a reset, which discarded
@@ -2548,6 +2554,8 @@ pub(super) async fn close_lingering(mut stream: TcpStream, hard_stop: &Shutdown)
     tokio::pin!(until);
     let hard = hard_stop.triggered();
     tokio::pin!(hard);
+    let quiet = tokio::time::sleep(LINGER_QUIET);
+    tokio::pin!(quiet);
     let mut scratch = vec![0u8; 4096];
     let mut left = LINGER_BYTES;
     loop {
@@ -2555,6 +2563,7 @@ pub(super) async fn close_lingering(mut stream: TcpStream, hard_stop: &Shutdown)
             biased;
             () = &mut hard => return,
             () = &mut until => return,
+            () = &mut quiet => return,
             read = stream.read(&mut scratch) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
@@ -2562,6 +2571,9 @@ pub(super) async fn close_lingering(mut stream: TcpStream, hard_stop: &Shutdown)
                     if left == 0 {
                         return;
                     }
+                    quiet
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + LINGER_QUIET);
                 }
             },
         }
