@@ -776,13 +776,16 @@ impl<'a> Received<'a> {
 fn violation(tool: &str, e: &jsonschema::ValidationError<'_>) -> RpcError {
     use jsonschema::error::ValidationErrorKind as K;
     let path = field_path(e.instance_path().as_str());
+    // Bounded as the value is: the path holds member names the client
+    // chose (under `additionalProperties` or `patternProperties`), a 1 MB
+    // one echoed whole twice.
     let field = |name: Option<&str>| -> String {
-        match (path.is_empty(), name) {
+        clipped(match (path.is_empty(), name) {
             (true, Some(n)) => n.to_owned(),
             (false, Some(n)) => format!("{path}.{n}"),
             (true, None) => "arguments".to_owned(),
             (false, None) => path.clone(),
-        }
+        })
     };
     // Structs, so that the members keep this order on the wire.
     #[derive(Serialize)]
@@ -947,7 +950,7 @@ async fn call_tool(call: AsyncCall<ServerInner>) -> Result<CallAnswer, RpcError>
         };
         if let Err(e) = schema.validate(structured) {
             let data = serde_json::json!({
-                "field": field_path(e.instance_path().as_str()),
+                "field": clipped(field_path(e.instance_path().as_str())),
                 "reason": clipped(e.masked().to_string()),
             });
             return Err(RpcError::internal(format!(

@@ -702,6 +702,23 @@ async fn a_refused_argument_is_shown_once_and_bounded() {
         assert!(shown.len() < 300, "{shown}");
         assert!(data["reason"].as_str().unwrap().len() < 300, "{data}");
     }
+    // A member name the client chose is bounded as the value is.
+    let s = server_with_schema(json!({"type":"object","properties":{
+        "m":{"type":"object","additionalProperties":{"type":"integer"}}}}));
+    let mut conn = initialized(&s, "2025-06-18").await;
+    let long = "k".repeat(1_000_000);
+    let msg = call_msg(3, "t", &format!(r#"{{"m":{{"{long}":"s"}}}}"#));
+    let mut out = Vec::new();
+    s.handle(&Bytes::from(msg.into_bytes()), &mut conn, &mut out)
+        .await;
+    assert!(out.len() < 2048, "{} byte reply", out.len());
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    let field = r["error"]["data"]["field"].as_str().unwrap();
+    assert!(
+        field.starts_with("m.kkk") && field.ends_with('…'),
+        "{field}"
+    );
+    let s = server_with_schema(json!({"type":"object","properties":{"n":{"type":"integer"}}}));
     // A short value is still shown whole, without a length.
     let mut conn = initialized(&s, "2025-06-18").await;
     let r = send(&s, &mut conn, &call_msg(2, "t", r#"{"n":[1,2]}"#)).await;
