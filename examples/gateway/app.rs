@@ -11,7 +11,7 @@ use rpcwire::dispatch::{Observer, SyncOnly, WithAsync};
 use rpcwire::frame::Concatenated;
 use rpcwire::server::http::HttpService;
 #[cfg(unix)]
-use rpcwire::server::stream::serve_unix;
+use rpcwire::server::stream::serve_unix_with;
 use rpcwire::server::subscriptions::{SlowPolicy, SubscriptionConfig};
 use rpcwire::server::ws::WsServer;
 use rpcwire::server::{Limits, Metrics, Shutdown, combined};
@@ -152,12 +152,14 @@ impl App {
         let framer = move || Concatenated::new().max_frame(max);
         // Connections counted with the port's when metrics are served.
         let metrics = self.ops.map(|o| Arc::clone(&o.metrics));
+        // Slow subscribers are told, as over WebSocket (`ws_server`).
+        let subs = slow_subscribers_told();
         match self.servers {
             Servers::Proxy(_, _, d) => {
-                serve_unix(listener, d, framer, limits, metrics, shutdown).await
+                serve_unix_with(listener, d, framer, limits, metrics, shutdown, subs).await
             }
             Servers::Local(_, _, d) => {
-                serve_unix(listener, d, framer, limits, metrics, shutdown).await
+                serve_unix_with(listener, d, framer, limits, metrics, shutdown, subs).await
             }
         }
     }
@@ -197,18 +199,23 @@ fn ws_server<S: Send + Sync + 'static, K: 'static>(
     let ws = WsServer::new(d)
         .origins(origins)
         .limits(limits)
-        // A client that falls behind has its subscription ended with a
-        // -32005 error notification: a gap in `logs` or pending
-        // transactions, dropped in silence, is worse than an end the
-        // client sees and resubscribes after (geth ends such a connection).
-        .subscriptions(SubscriptionConfig {
-            policy: SlowPolicy::Close,
-            ..SubscriptionConfig::default()
-        })
+        .subscriptions(slow_subscribers_told())
         .shutdown(shutdown.clone());
     match metrics {
         Some(m) => ws.metrics(m),
         None => ws,
+    }
+}
+
+/// The subscriptions of the gateway's WebSocket and IPC clients: a client
+/// that falls behind has its subscription ended with a -32005 error
+/// notification. A gap in `logs` or pending transactions, dropped in
+/// silence, is worse than an end the client sees and resubscribes after
+/// (geth ends such a connection).
+fn slow_subscribers_told() -> SubscriptionConfig {
+    SubscriptionConfig {
+        policy: SlowPolicy::Close,
+        ..SubscriptionConfig::default()
     }
 }
 

@@ -2050,6 +2050,39 @@ pub async fn serve_tcp<S, K, F, M>(
     F: Framer + Send + 'static,
     M: FnMut() -> F,
 {
+    let subscriptions = SubscriptionConfig::default();
+    serve_tcp_with(
+        listener,
+        dispatcher,
+        framer,
+        limits,
+        metrics,
+        shutdown,
+        subscriptions,
+    )
+    .await;
+}
+
+/// [`serve_tcp`], each connection's subscriptions behaving as
+/// `subscriptions` says (its slow-client policy, buffers and
+/// notification method; [`serve_tcp`] gives every connection
+/// [`SubscriptionConfig::default`], whose slow clients lose the oldest
+/// notifications: [`SlowPolicy::Close`](super::subscriptions::SlowPolicy::Close)
+/// ends their subscriptions with an error instead).
+pub async fn serve_tcp_with<S, K, F, M>(
+    listener: tokio::net::TcpListener,
+    dispatcher: Dispatcher<S, K>,
+    framer: M,
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: Shutdown,
+    subscriptions: SubscriptionConfig,
+) where
+    S: Send + Sync + 'static,
+    K: 'static,
+    F: Framer + Send + 'static,
+    M: FnMut() -> F,
+{
     // The loop owns the listener: dropping it refuses new connections.
     let keepalive = limits.tcp_keepalive;
     let accept = move |cx: &mut TaskContext<'_>| {
@@ -2063,7 +2096,13 @@ pub async fn serve_tcp<S, K, F, M>(
         let (r, w) = stream.split();
         driver.run(&d, r, w).await
     };
-    accept_loop(accept, serve, dispatcher, framer, limits, metrics, shutdown).await;
+    let every = EveryConnection {
+        limits,
+        metrics,
+        shutdown,
+        subscriptions,
+    };
+    accept_loop(accept, serve, dispatcher, framer, every).await;
 }
 
 /// Serves JSON-RPC on every connection a Unix-domain socket `listener`
@@ -2122,6 +2161,37 @@ pub async fn serve_unix<S, K, F, M>(
     F: Framer + Send + 'static,
     M: FnMut() -> F,
 {
+    let subscriptions = SubscriptionConfig::default();
+    serve_unix_with(
+        listener,
+        dispatcher,
+        framer,
+        limits,
+        metrics,
+        shutdown,
+        subscriptions,
+    )
+    .await;
+}
+
+/// [`serve_unix`], each connection's subscriptions behaving as
+/// `subscriptions` says (as [`serve_tcp_with`]).
+#[cfg(unix)]
+#[cfg_attr(docsrs, doc(cfg(unix)))]
+pub async fn serve_unix_with<S, K, F, M>(
+    listener: tokio::net::UnixListener,
+    dispatcher: Dispatcher<S, K>,
+    framer: M,
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: Shutdown,
+    subscriptions: SubscriptionConfig,
+) where
+    S: Send + Sync + 'static,
+    K: 'static,
+    F: Framer + Send + 'static,
+    M: FnMut() -> F,
+{
     // The loop owns the listener: dropping it refuses new connections.
     let accept = move |cx: &mut TaskContext<'_>| {
         listener.poll_accept(cx).map_ok(|(stream, addr)| {
@@ -2136,21 +2206,33 @@ pub async fn serve_unix<S, K, F, M>(
         let (r, w) = stream.split();
         driver.run(&d, r, w).await
     };
-    accept_loop(accept, serve, dispatcher, framer, limits, metrics, shutdown).await;
+    let every = EveryConnection {
+        limits,
+        metrics,
+        shutdown,
+        subscriptions,
+    };
+    accept_loop(accept, serve, dispatcher, framer, every).await;
 }
 
 /// The accept loop shared by [`serve_tcp`] and [`serve_unix`]: accepts
 /// with `accept`, refuses connections past the limit, serves each on a task
 /// of its own with `serve`, and on shutdown stops accepting and waits for
 /// the connections to close.
+/// What the stream servers give every connection they accept.
+struct EveryConnection {
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+    shutdown: Shutdown,
+    subscriptions: SubscriptionConfig,
+}
+
 async fn accept_loop<T, A, V, Fut, S, K, F, M>(
     mut accept: A,
     serve: V,
     dispatcher: Dispatcher<S, K>,
     mut framer: M,
-    limits: Limits,
-    metrics: Option<Arc<Metrics>>,
-    shutdown: Shutdown,
+    every: EveryConnection,
 ) where
     A: FnMut(&mut TaskContext<'_>) -> Poll<io::Result<(T, ContextBuilder)>>,
     V: Fn(T, Driver<F>, Dispatcher<S, K>) -> Fut,
@@ -2160,6 +2242,12 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
     F: Framer,
     M: FnMut() -> F,
 {
+    let EveryConnection {
+        limits,
+        metrics,
+        shutdown,
+        subscriptions,
+    } = every;
     // A semaphore holds at most `MAX_PERMITS`: a larger limit (`usize::MAX`
     // for "no limit") is that many, not a panic.
     let max_connections = limits
@@ -2195,7 +2283,8 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
         let mut driver = Driver::new(framer())
             .limits(limits.clone())
             .context(context)
-            .shutdown(shutdown.clone());
+            .shutdown(shutdown.clone())
+            .subscriptions(subscriptions.clone());
         if let Some(m) = &metrics {
             driver = driver.metrics(Arc::clone(m));
         }

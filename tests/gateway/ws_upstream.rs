@@ -1325,3 +1325,65 @@ async fn the_chain_s_unsubscribe_takes_a_string_id() {
     .await;
     assert_eq!(next(&mut ws).await["result"], false);
 }
+
+/// The same over the gateway's IPC socket: its clients' subscriptions end
+/// with -32005 too (they kept the library's default, dropping the oldest
+/// in silence: 895 of 2,000 delivered). Found by the review of this
+/// session's diff.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_slow_ipc_client_s_subscription_ends_instead_of_skipping() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+    let up = fake_ws(node()).await;
+    let cfg = ws_config(&[up.url()], 3000);
+    let dir = std::env::temp_dir().join(format!("rpcwire-gw-slow-ipc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("gw.ipc");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let shutdown = rpcwire::server::Shutdown::new();
+    let app = app::App::new(&cfg, &shutdown).unwrap();
+    tokio::spawn(app.serve_ipc(listener, cfg.limits(), shutdown.clone()));
+    let stream = tokio::net::UnixStream::connect(&path).await.unwrap();
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    write
+        .write_all(br#"{"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["logs",{}]}"#)
+        .await
+        .unwrap();
+    let first: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    let sub = first["result"].as_str().unwrap().to_string();
+    let pad = "f".repeat(20_000);
+    const N: u64 = 2000;
+    for i in 0..N {
+        up.act(notification("0xa0b0", json!({"logIndex": i, "data": pad})));
+    }
+    // 40 MB while the client reads nothing: past its 16 MiB.
+    up.wait_for("eth_unsubscribe", 1).await;
+    let mut seen = Vec::new();
+    let end = loop {
+        let line = tokio::time::timeout(HANG, lines.next_line())
+            .await
+            .expect("hang")
+            .unwrap()
+            .expect("a line");
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(v["params"]["subscription"], sub.as_str());
+        if v["params"]["error"].is_object() {
+            break v;
+        }
+        seen.push(v["params"]["result"]["logIndex"].as_u64().unwrap());
+    };
+    shutdown.trigger();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(end["params"]["error"]["code"], -32005, "{end}");
+    assert!(
+        !seen.is_empty() && (seen.len() as u64) < N,
+        "{}",
+        seen.len()
+    );
+    assert!(
+        seen.iter().enumerate().all(|(i, &n)| n == i as u64),
+        "a gap in what was delivered"
+    );
+}
