@@ -28,7 +28,8 @@
 //!   still running have had a second to answer ([`END_OF_INPUT_GRACE`]:
 //!   one waiting on the client fails at once and its answer goes out, a
 //!   long `example/slow` is dropped), so that the server does not outlive
-//!   an editor that crashed.
+//!   an editor that crashed; on Unix it also stops when the process that
+//!   started it is gone (LSP's rule), which it checks every second.
 //!
 //! Requests other than `initialize` before `initialize` get -32002
 //! (`ServerNotInitialized`); requests after `shutdown` (`initialize` and
@@ -477,10 +478,32 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EndOfInputStops<R
     }
 }
 
+/// Stops the server once the process that started it is gone (LSP: "if
+/// the parent process is not alive then the server should exit"), looked
+/// at every second: an editor that crashed while the driver had paused
+/// reading (its calls at the cap, 64 KiB of messages held) left the end of
+/// its input unread, and the server alive for ever.
+#[cfg(unix)]
+fn stop_when_orphaned(stop: Shutdown) {
+    let parent = std::os::unix::process::parent_id();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if std::os::unix::process::parent_id() != parent {
+                eprintln!("lsp_server: the process that started it is gone; stopping");
+                stop.trigger();
+                return;
+            }
+        }
+    });
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     eprintln!("lsp_server: ready, LSP frames on stdin");
     let stop = Shutdown::new();
+    #[cfg(unix)]
+    stop_when_orphaned(stop.clone());
     let (server, dispatcher) = language_server(stop.clone());
     let limits = stdio_limits();
     let framer = Lsp::new().max_frame(limits.max_message_len);

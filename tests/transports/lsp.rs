@@ -812,3 +812,61 @@ async fn child_process_end_of_input_cancels_the_held_configuration() {
     // No `shutdown` came: LSP's status 1.
     assert_eq!(status.code(), Some(1), "{status}");
 }
+
+/// The example stops once the process that started it is gone, even while
+/// its input stays open and unread (an editor that crashed while the
+/// driver had paused reading, its calls at the cap): the end of input was
+/// its only way out. Found by the review of this session's diff.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn child_process_stops_when_its_parent_is_gone() {
+    use tokio::io::AsyncBufReadExt;
+    let binary = example_binary("lsp_server", "server");
+    // A shell starts the example in the background (its stdin the pipe
+    // this test keeps open), says its pid, and exits.
+    let mut shell = tokio::process::Command::new("sh")
+        .arg("-c")
+        // The pipe through fd 3: a background job's stdin is /dev/null
+        // before any redirection of its own.
+        .arg(r#"exec 3<&0; "$0" <&3 3<&- > /dev/null 2>&1 & echo $!; sleep 0.2"#)
+        .arg(&binary)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let keep_open = shell.stdin.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(shell.stdout.take().unwrap()).lines();
+    let pid: u32 = lines
+        .next_line()
+        .await
+        .unwrap()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    shell.wait().await.unwrap();
+    // Gone, or a zombie its new parent has not reaped yet.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    let stopped = tokio::time::timeout(HANG, async {
+        while running() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    if stopped.is_err() {
+        let _ = std::process::Command::new("kill")
+            .arg(pid.to_string())
+            .status();
+    }
+    drop(keep_open);
+    assert!(
+        stopped.is_ok(),
+        "the example outlived the process that started it"
+    );
+}
