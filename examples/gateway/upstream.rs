@@ -1545,44 +1545,43 @@ impl WsConn {
                         }
                         Waiter::Subscribe(tx, sink) => {
                             let mut outcome = Ok(frame.clone());
-                            if let Ok(result) = r.result()
-                                && result.as_json_str().is_none()
-                            {
+                            let made = r.result().ok();
+                            match made.map(|result| (result, result.as_json_str())) {
                                 // A subscription made under an id that is
                                 // not a string: the call fails (the caller
                                 // refuses it), and the subscription is
                                 // ended, or it would notify for the life of
                                 // the connection.
-                                self.unsubscribe_raw(result.as_bytes());
-                            }
-                            if let Ok(result) = r.result()
-                                && let Some(id) = result.as_json_str()
-                            {
-                                let Some(up) = id.decode() else {
-                                    // Not text (an unpaired surrogate).
-                                    self.unsubscribe_raw(result.as_bytes());
-                                    let reason =
-                                        "eth_subscribe answered with an id that is no text";
-                                    let _ = tx.send(Err(errors::malformed(&self.name, reason)));
-                                    continue;
-                                };
-                                if lock(&self.subs).contains_key(&*up) {
-                                    // Another client's relay (an upstream
-                                    // that shares identical subscriptions,
-                                    // or a bug): taking it over left that
-                                    // client silent, and an unsubscribe by
-                                    // either ended both. Refused, and not
-                                    // unsubscribed (the id is in use).
-                                    outcome = Err(errors::malformed(
-                                        &self.name,
-                                        "eth_subscribe answered with a subscription id already relayed to another subscription",
-                                    ));
-                                } else if !self.register(up.into(), sink) {
-                                    outcome = Err(errors::upstream_failed(
-                                        &self.name,
-                                        "the WebSocket connection closed before the subscription was made",
-                                    ));
+                                Some((result, None)) => self.unsubscribe_raw(result.as_bytes()),
+                                Some((result, Some(id))) => {
+                                    let Some(up) = id.decode() else {
+                                        // Not text (an unpaired surrogate).
+                                        self.unsubscribe_raw(result.as_bytes());
+                                        let reason =
+                                            "eth_subscribe answered with an id that is no text";
+                                        let _ = tx.send(Err(errors::malformed(&self.name, reason)));
+                                        continue;
+                                    };
+                                    if lock(&self.subs).contains_key(&*up) {
+                                        // Another client's relay (an upstream
+                                        // that shares identical subscriptions,
+                                        // or a bug): taking it over left that
+                                        // client silent, and an unsubscribe by
+                                        // either ended both. Refused, and not
+                                        // unsubscribed (the id is in use).
+                                        outcome = Err(errors::malformed(
+                                            &self.name,
+                                            "eth_subscribe answered with a subscription id already relayed to another subscription",
+                                        ));
+                                    } else if !self.register(up.into(), sink) {
+                                        outcome = Err(errors::upstream_failed(
+                                            &self.name,
+                                            "the WebSocket connection closed before the subscription was made",
+                                        ));
+                                    }
                                 }
+                                // An error: passed on to the caller as it came.
+                                None => {}
                             }
                             let _ = tx.send(outcome);
                         }
