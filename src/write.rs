@@ -6,6 +6,17 @@ use crate::scan::arch;
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
+/// The largest index at most `at` (and at most `text`'s length) where a
+/// character of `text` starts: where to cut a text shown in part.
+#[cfg(any(feature = "eth", feature = "mcp"))]
+pub(crate) fn char_floor(text: &str, at: usize) -> usize {
+    let mut at = at.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    at
+}
+
 /// Appends `s` as a JSON string, quotes included, escaping `"`, `\` and
 /// control characters. Runs without escapes are copied whole.
 pub(crate) fn string<B: ReplyBuf + ?Sized>(out: &mut B, s: &str) {

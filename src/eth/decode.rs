@@ -279,14 +279,11 @@ impl<'a> Invalid<'a> {
                 } else {
                     raw
                 };
-                let mut cut = if whole {
+                let cut = if whole {
                     text.len()
                 } else {
-                    KEEP.min(text.len())
+                    crate::write::char_floor(text, KEEP)
                 };
-                while !text.is_char_boundary(cut) {
-                    cut -= 1;
-                }
                 let mut shown = String::with_capacity(cut + 3);
                 shown.push_str(&text[..cut]);
                 if !whole {

@@ -697,11 +697,7 @@ fn field_path(pointer: &str) -> String {
 /// with `…` when it was cut.
 fn clipped(mut text: String) -> String {
     if text.len() > MAX_ECHO_LEN {
-        let mut end = MAX_ECHO_LEN;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        text.truncate(crate::write::char_floor(&text, MAX_ECHO_LEN));
         text.push('…');
     }
     text
