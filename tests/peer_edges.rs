@@ -264,6 +264,43 @@ async fn mixed_batches_through_the_async_engine() {
     assert!(out.is_empty());
 }
 
+/// A client-side waiter that panics (it unwraps an answer a hostile server
+/// made an error) unwinds through `handle_async` while a batch is half
+/// read: the connection goes on with its next message, the half-read
+/// batch abandoned (it was left open, and every later message waited for
+/// it for ever).
+#[tokio::test(start_paused = true)]
+async fn a_waiter_panicking_mid_batch_leaves_the_connection_usable() {
+    use futures_util::FutureExt;
+    let sent = Arc::new(Sent::default());
+    let d: Dispatcher<(), WithAsync> = Dispatcher::builder(())
+        .async_method("a", |_c: AsyncCall<()>| async { Ok::<_, RpcError>(1) })
+        .build()
+        .unwrap();
+    let mut conn = d.connection(Context::builder().outbound(sent.clone()).build());
+    let peer = conn.context().peer().unwrap().clone();
+    let id = peer
+        .request_with_raw("q", None, None, |answer| {
+            answer.unwrap().decode::<u64>().unwrap();
+        })
+        .unwrap();
+    let batch = Bytes::from(format!(
+        r#"[{{"jsonrpc":"2.0","id":1,"method":"a"}},{{"jsonrpc":"2.0","id":{id},"error":{{"code":-1,"message":"no"}}}}]"#
+    ));
+    let mut out = Vec::new();
+    let run = std::panic::AssertUnwindSafe(d.handle_async(&batch, &mut conn, &mut out));
+    assert!(run.catch_unwind().await.is_err(), "the waiter panicked");
+    assert_eq!(conn.messages_in_flight(), 0, "the half-read batch is abandoned");
+    let next = Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"a"}"#);
+    let mut out = Vec::new();
+    let answered =
+        tokio::time::timeout(Duration::from_secs(5), d.handle_async(&next, &mut conn, &mut out))
+            .await;
+    assert_eq!(answered, Ok(true), "the next message is answered");
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v, json!({"jsonrpc":"2.0","id":2,"result":1}));
+}
+
 // ---------------------------------------------------------------------------
 // Cancellation.
 

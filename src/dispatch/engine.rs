@@ -398,8 +398,11 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
             })
             .await;
         }
-        conn.start(self, input, out);
+        // Guarded from the start: a response's waiter (`Peer::request_with`)
+        // that panics while a batch is half read unwinds through here, and
+        // the batch, left open, would have every later message wait for it.
         let replying = Abandon(conn);
+        replying.0.start(self, input, out);
         while replying.0.engine.messages_in_flight() > 0 {
             std::future::poll_fn(|cx| replying.0.poll_replies(self, cx, out)).await;
         }
