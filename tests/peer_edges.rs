@@ -290,12 +290,18 @@ async fn a_waiter_panicking_mid_batch_leaves_the_connection_usable() {
     let mut out = Vec::new();
     let run = std::panic::AssertUnwindSafe(d.handle_async(&batch, &mut conn, &mut out));
     assert!(run.catch_unwind().await.is_err(), "the waiter panicked");
-    assert_eq!(conn.messages_in_flight(), 0, "the half-read batch is abandoned");
+    assert_eq!(
+        conn.messages_in_flight(),
+        0,
+        "the half-read batch is abandoned"
+    );
     let next = Bytes::from_static(br#"{"jsonrpc":"2.0","id":2,"method":"a"}"#);
     let mut out = Vec::new();
-    let answered =
-        tokio::time::timeout(Duration::from_secs(5), d.handle_async(&next, &mut conn, &mut out))
-            .await;
+    let answered = tokio::time::timeout(
+        Duration::from_secs(5),
+        d.handle_async(&next, &mut conn, &mut out),
+    )
+    .await;
     assert_eq!(answered, Ok(true), "the next message is answered");
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v, json!({"jsonrpc":"2.0","id":2,"result":1}));

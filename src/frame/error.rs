@@ -63,6 +63,10 @@ pub(crate) enum Kind {
     /// A byte that cannot start a message (concatenated JSON: anything but
     /// whitespace, `{` or `[`); the offset is the byte's.
     UnexpectedByte(u8),
+    /// The input ended inside a message whose framing says it goes on (an
+    /// LSP header section or body shorter than its `Content-Length`); the
+    /// offset is where the message starts.
+    CutShort,
 }
 
 impl FrameError {
@@ -179,6 +183,7 @@ impl FrameError {
             Kind::InvalidLength => "invalid Content-Length value",
             Kind::ConflictingLength => "conflicting Content-Length headers",
             Kind::UnexpectedByte(_) => "unexpected byte between messages",
+            Kind::CutShort => "message cut short by the end of the input",
         }
     }
 }

@@ -92,6 +92,8 @@ use core::ops::Range;
 
 pub use concat::Concatenated;
 pub use error::FrameError;
+#[cfg(feature = "server")]
+pub(crate) use error::Kind as FrameErrorKind;
 pub use lines::Lines;
 pub use lsp::Lsp;
 
@@ -179,7 +181,10 @@ pub trait Framer {
     /// last line without its newline is a message (`printf '{...}' |
     /// server`), and a message cut short gets the parser's -32700 rather
     /// than vanishing. [`Lsp`] returns `None`: its frames end where their
-    /// `Content-Length` says, so the leftover is a frame cut short.
+    /// `Content-Length` says, so the leftover is a frame cut short, which
+    /// the stream [`Driver`](crate::server::stream::Driver) answers with a
+    /// -32700 (`"message cut short by the end of the input"`) when it is
+    /// more than whitespace.
     ///
     /// ```
     /// use rpcwire::frame::{Framer, Lines, Step};

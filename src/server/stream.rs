@@ -78,8 +78,9 @@
 //!   LSP client that closes stdin to say "exit" gets the replies it asked
 //!   for).
 //!   A last line without its `\n` is a message too; bytes left that are
-//!   not one (a message cut short) get the parser's -32700, or with LSP
-//!   framing (a frame shorter than its `Content-Length`) are dropped
+//!   not one (a message cut short) get the parser's -32700, and with LSP
+//!   framing (a frame shorter than its `Content-Length`) a -32700 whose
+//!   `data` says `"message cut short by the end of the input"`
 //!   ([`Framer::finish`]).
 //!   On [`Shutdown`] it stops taking messages, lets the calls in flight
 //!   finish within [`Limits::shutdown_grace`], writes their replies
@@ -206,7 +207,7 @@ use crate::conn::AtLimit;
 use crate::dispatch::ReplyBuf;
 use crate::dispatch::engine::ReplyGate;
 use crate::dispatch::held::{HeldFrame, HeldMessages, HeldRefusal};
-use crate::frame::{FrameError, Framer, Step};
+use crate::frame::{FrameError, FrameErrorKind, Framer, Step};
 use crate::{Connection, Context, ContextBuilder, Dispatcher};
 
 /// Why a connection ended (when it ended without an I/O error).
@@ -1158,6 +1159,18 @@ where
                         if let Some(range) = self.framer.finish(&self.rbuf) {
                             let rest = self.rbuf.split().freeze();
                             self.take_frame(rest.slice(range));
+                            progress = true;
+                        } else if let Some(at) =
+                            self.rbuf.iter().position(|b| !crate::scan::is_ws(*b))
+                        {
+                            // A frame its framing says goes on (LSP's
+                            // `Content-Length`): answered, not dropped
+                            // unseen, as a cut line gets the parser's -32700.
+                            let read = self.stats.bytes_read() + self.peaks.bytes_read;
+                            let offset = read - (self.rbuf.len() - at) as u64;
+                            self.rbuf.clear();
+                            let error = FrameError::new(FrameErrorKind::CutShort, offset);
+                            self.refuse_in_turn(error, false, false);
                             progress = true;
                         }
                         self.close_peer();

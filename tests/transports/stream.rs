@@ -1212,21 +1212,50 @@ async fn reading_pauses_while_max_in_flight_calls_run() {
     assert_eq!(ids, (0..100).collect::<Vec<_>>());
 }
 
+/// An LSP frame shorter than its `Content-Length` (a client that died
+/// mid-write), its body or its header section cut, is answered with a
+/// -32700 that says so and where it started, not dropped unseen.
 #[tokio::test]
-async fn the_end_of_input_drops_a_message_cut_short_and_closes() {
+async fn the_end_of_input_answers_a_message_cut_short_and_closes() {
     let d = dispatcher();
-    let mut input = framed(Framing::Lsp, &[request(1, "slow", json!([1, 10]))]);
-    input.extend_from_slice(b"Content-Length: 100\r\n\r\n{\"jsonrpc\"");
+    for tail in [
+        &b"Content-Length: 100\r\n\r\n{\"jsonrpc\""[..],
+        b"Content-Length: 60\r\nContent-Ty",
+        b"Content-Length: 6",
+    ] {
+        let mut input = framed(Framing::Lsp, &[request(1, "add", json!([1, 0]))]);
+        let first = input.len();
+        input.extend_from_slice(tail);
+        let mut out = CountingWriter::default();
+        let driver = Driver::new(Lsp::new());
+        let stats = driver.stats();
+        let reason = driver.run(&d, &input[..], &mut out).await.unwrap();
+        assert_eq!(reason, CloseReason::Eof);
+        let mut replies = Messages::new(&out.bytes[..], Framing::Lsp);
+        assert_eq!(replies.expect().await["result"], 1);
+        let cut = replies.expect().await;
+        let at = first + tail.iter().position(|b| !b.is_ascii_whitespace()).unwrap();
+        assert_eq!(
+            cut,
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error",
+                "data":{"reason":"message cut short by the end of the input","offset":at}}}),
+        );
+        replies.expect_end().await;
+        assert_eq!(stats.messages_read(), 2);
+        assert_eq!(stats.pending_output_bytes(), 0);
+    }
+    // Blanks alone after the last frame are no message.
+    let mut input = framed(Framing::Lsp, &[request(1, "add", json!([1, 0]))]);
+    input.extend_from_slice(b"  ");
     let mut out = CountingWriter::default();
-    let driver = Driver::new(Lsp::new());
-    let stats = driver.stats();
-    let reason = driver.run(&d, &input[..], &mut out).await.unwrap();
+    let reason = Driver::new(Lsp::new())
+        .run(&d, &input[..], &mut out)
+        .await
+        .unwrap();
     assert_eq!(reason, CloseReason::Eof);
     let mut replies = Messages::new(&out.bytes[..], Framing::Lsp);
     assert_eq!(replies.expect().await["result"], 1);
     replies.expect_end().await;
-    assert_eq!(stats.messages_read(), 1);
-    assert_eq!(stats.pending_output_bytes(), 0);
 }
 
 #[tokio::test]
