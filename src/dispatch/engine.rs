@@ -662,6 +662,16 @@ impl Connection {
         self.engine.cancel(id)
     }
 
+    /// Cancels every call running or waiting, answering each single
+    /// request in `out` with [`REQUEST_CANCELLED`] and `data` (a JSON
+    /// value): for a transport that stops waiting for them. Returns how
+    /// many replies were written to `out`; a batch's reply comes out of
+    /// [`poll_replies`](Connection::poll_replies).
+    #[cfg(feature = "mcp")]
+    pub(crate) fn cancel_all_answering<B: ReplyBuf>(&mut self, data: &[u8], out: &mut B) -> usize {
+        self.engine.cancel_all_answering(data, out)
+    }
+
     /// Holds `frame` (read past the cap on calls in flight, not started)
     /// at the end of `held`, and carries out at once the cancellation it
     /// asks for, if it is the dispatcher's
@@ -1691,6 +1701,34 @@ impl Engine {
             self.cancelled_reply(m, k, running);
         }
         true
+    }
+
+    /// Cancels every call running or waiting for a slot (their
+    /// cancellations fire), each single request answered in `out` with
+    /// [`REQUEST_CANCELLED`] and `data`, a batch's entries in its reply;
+    /// returns how many replies were written to `out`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))] // for MCP's stdio
+    fn cancel_all_answering<B: ReplyBuf>(&mut self, data: &[u8], out: &mut B) -> usize {
+        let ids: Vec<Bytes> = (self.slots.iter())
+            .filter_map(|s| s.task.as_ref()?.id.clone())
+            .chain(self.waiting.iter().filter_map(|w| w.id.clone()))
+            .collect();
+        let mut written = 0;
+        for id in ids {
+            let Some((Some((m, k)), running)) = self.take_call(&id) else {
+                continue;
+            };
+            let msg = self.msgs[m].as_mut().expect("a call's message is live");
+            if msg.batch {
+                self.cancelled_reply(m, k, running);
+                continue;
+            }
+            write_single_error(msg, k, out, REQUEST_CANCELLED, |o| {
+                write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", Some(data))
+            });
+            written += 1;
+        }
+        written
     }
 
     /// Cancels the call with request id `id` as [`cancel`](Self::cancel)

@@ -34,7 +34,10 @@ impl McpServer {
 
     /// Serves one client over a byte stream pair in stdio's framing (one
     /// message per line), until `reader` reaches its end. Replies to calls
-    /// still running then are written if they come within two seconds.
+    /// still running then, or waiting behind `max_in_flight`, are written
+    /// if they come within two seconds; every request still unanswered
+    /// then is answered with -32800 (`Request cancelled`, its `data`
+    /// saying why), its call cancelled.
     ///
     /// Replies are written as calls finish (calls run concurrently), each
     /// after the progress and log notifications its call sent; sessions of
@@ -170,6 +173,15 @@ impl McpServer {
                 }
                 let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + DRAIN_GRACE);
                 if tokio::time::Instant::now() >= d {
+                    self.give_up_at_the_end(
+                        &mut held,
+                        &mut conn,
+                        &mut replies,
+                        &mut notes,
+                        &mut wire,
+                    );
+                    writer.write_all(&wire).await?;
+                    writer.flush().await?;
                     return Ok(());
                 }
             }
@@ -245,6 +257,53 @@ impl McpServer {
                     conn.give_up_on_answers();
                 }
             }
+        }
+    }
+
+    /// The grace after the input's end is over: every request not
+    /// answered yet, running, waiting for a slot or held, is answered with
+    /// -32800 saying so (the client may still read: it closed only its
+    /// side), rather than left without an answer.
+    fn give_up_at_the_end(
+        &self,
+        held: &mut Held,
+        conn: &mut crate::Connection,
+        replies: &mut Vec<u8>,
+        notes: &mut Receiver<Bytes>,
+        wire: &mut Vec<u8>,
+    ) {
+        const DATA: &[u8] =
+            br#"{"reason":"the input ended and the request was not answered within 2 s"}"#;
+        while let Some((line, id)) = held.lines.pop_front() {
+            held.bytes -= line.len();
+            match id {
+                Some(id) => {
+                    replies.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+                    replies.extend_from_slice(&id);
+                    replies.extend_from_slice(
+                        br#","error":{"code":-32800,"message":"Request cancelled","data":"#,
+                    );
+                    replies.extend_from_slice(DATA);
+                    replies.extend_from_slice(b"}}");
+                    frame_replies(replies, 1, wire);
+                }
+                // What is answered at once (a line that is no request, a
+                // batch's refusal), or a call sent as a notification,
+                // cancelled below with the rest.
+                None => self.answer_line(&line, held, conn, replies, notes, wire),
+            }
+        }
+        let n = conn.cancel_all_answering(DATA, replies);
+        frame_replies(replies, n, wire);
+        // A batch's reply, complete now.
+        let dispatcher = &self.dispatcher;
+        if let Some(n) = futures_util::FutureExt::now_or_never(std::future::poll_fn(|cx| {
+            super::poll_drain(conn, dispatcher, cx, replies)
+        })) {
+            frame_replies(replies, n, wire);
+        }
+        while let Ok(note) = notes.try_recv() {
+            push_line(wire, &note);
         }
     }
 

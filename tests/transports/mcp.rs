@@ -1336,6 +1336,56 @@ async fn stdio_answers_a_last_line_without_its_newline_then_exits() {
     }
 }
 
+/// The input ends with calls running and requests waiting behind the cap:
+/// what finishes within the 2 s grace is answered as usual, and every
+/// request still unanswered then, running or never started, gets -32800
+/// saying why instead of nothing.
+#[tokio::test(start_paused = true)]
+async fn stdio_answers_every_request_at_the_end_of_input() {
+    let s = McpServer::builder("t", "1")
+        .max_in_flight(1)
+        .tool(Tool::new(
+            "wait",
+            json!({"type": "object"}),
+            |args: Value, _cx| async move {
+                tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap())).await;
+                Ok(ToolOutput::text("waited"))
+            },
+        ))
+        .build()
+        .unwrap();
+    let mut p = Pipe::new(&s);
+    p.init("2025-11-25").await;
+    for (id, ms) in [(1, 1500), (2, 1500), (3, 10)] {
+        p.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"wait","arguments":{{"ms":{ms}}}}}}}"#)).await;
+    }
+    p.tx.shutdown().await.unwrap();
+    let first = p.recv().await;
+    assert_eq!(
+        (
+            first["id"].clone(),
+            first["result"]["content"][0]["text"].clone()
+        ),
+        (json!(1), json!("waited")),
+        "{first}"
+    );
+    let mut rest = vec![p.recv().await, p.recv().await];
+    rest.sort_by_key(|r| r["id"].as_u64());
+    for (reply, id) in rest.iter().zip([2, 3]) {
+        assert_eq!(reply["id"], id, "{reply}");
+        assert_eq!(reply["error"]["code"], -32800, "{reply}");
+        assert_eq!(
+            reply["error"]["data"]["reason"],
+            "the input ended and the request was not answered within 2 s"
+        );
+    }
+    tokio::time::timeout(Duration::from_secs(5), p.task)
+        .await
+        .expect("the loop ends after its grace")
+        .unwrap()
+        .unwrap();
+}
+
 // ----------------------------------------------------------------- HTTP
 
 #[tokio::test]
