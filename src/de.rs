@@ -270,7 +270,21 @@ impl<'a, V: Visitor<'a>> Visitor<'a> for Padded<V> {
             given: 0,
             len: self.len,
         };
-        let value = self.inner.visit_seq(&mut padded)?;
+        let value = match self.inner.visit_seq(&mut padded) {
+            Ok(value) => value,
+            Err(PadError::Inner(e)) => return Err(e),
+            // The visitor counted the `null`s padded in; the client sent
+            // `given` values (serde_json: "invalid length 0, expected a
+            // tuple of size 2" for `[]`).
+            Err(PadError::Length { len, expected }) => {
+                let len = if padded.read > padded.given {
+                    padded.given
+                } else {
+                    len
+                };
+                return Err(de::Error::invalid_length(len, &expected.as_str()));
+            }
+        };
         // Values past the tuple: counted and refused here, since
         // serde_json would refuse them as "trailing characters", which
         // says nothing a client can act on.
@@ -324,16 +338,83 @@ impl<'a, T: DeserializeSeed<'a>> DeserializeSeed<'a> for Lent<'_, T> {
     }
 }
 
+/// The errors of a [`PaddedSeq`]'s visitor: its own "invalid length" kept
+/// apart (only on the failure path is the expectation written out), so
+/// that [`Padded`] can count the values the client sent, not the `null`s
+/// padded in; every other error is the inner sequence's own, made as it
+/// makes it.
+enum PadError<E> {
+    Inner(E),
+    Length { len: usize, expected: String },
+}
+
+impl<E: de::Error> de::Error for PadError<E> {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        PadError::Inner(E::custom(msg))
+    }
+    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        PadError::Inner(E::invalid_type(unexp, exp))
+    }
+    fn invalid_value(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        PadError::Inner(E::invalid_value(unexp, exp))
+    }
+    fn invalid_length(len: usize, exp: &dyn de::Expected) -> Self {
+        PadError::Length {
+            len,
+            expected: exp.to_string(),
+        }
+    }
+    fn unknown_variant(variant: &str, expected: &'static [&'static str]) -> Self {
+        PadError::Inner(E::unknown_variant(variant, expected))
+    }
+    fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
+        PadError::Inner(E::unknown_field(field, expected))
+    }
+    fn missing_field(field: &'static str) -> Self {
+        PadError::Inner(E::missing_field(field))
+    }
+    fn duplicate_field(field: &'static str) -> Self {
+        PadError::Inner(E::duplicate_field(field))
+    }
+}
+
+impl<E: fmt::Display> fmt::Display for PadError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PadError::Inner(e) => e.fmt(f),
+            PadError::Length { len, expected } => {
+                write!(f, "invalid length {len}, expected {expected}")
+            }
+        }
+    }
+}
+
+impl<E: fmt::Debug> fmt::Debug for PadError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PadError::Inner(e) => e.fmt(f),
+            PadError::Length { len, expected } => f
+                .debug_struct("Length")
+                .field("len", len)
+                .field("expected", expected)
+                .finish(),
+        }
+    }
+}
+
+impl<E: std::error::Error> std::error::Error for PadError<E> {}
+
 impl<'a, A: de::SeqAccess<'a>> de::SeqAccess<'a> for PaddedSeq<A> {
-    type Error = A::Error;
+    type Error = PadError<A::Error>;
 
     fn next_element_seed<T: DeserializeSeed<'a>>(
         &mut self,
         seed: T,
-    ) -> Result<Option<T::Value>, A::Error> {
+    ) -> Result<Option<T::Value>, Self::Error> {
         let mut seed = Some(seed);
         if let Some(inner) = self.inner.as_mut() {
-            if let Some(value) = inner.next_element_seed(Lent(&mut seed))? {
+            let next = inner.next_element_seed(Lent(&mut seed));
+            if let Some(value) = next.map_err(PadError::Inner)? {
                 self.read += 1;
                 self.given += 1;
                 return Ok(Some(value));

@@ -927,6 +927,57 @@ fn positional_params_into_a_struct_read_as_a_tuple_does() {
     assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"result":[5,0,null]}"#);
 }
 
+/// A required value missing after optional ones left out: the reason
+/// counts the values the client sent, as serde_json's does, not the
+/// `null`s the params rules padded in for the optional ones (`[]` into
+/// `(Option<String>, u64)` was "invalid length 1").
+#[test]
+fn a_missing_positional_param_is_counted_as_the_client_sent_it() {
+    #[derive(Deserialize, Debug)]
+    struct Lookup {
+        name: Option<String>,
+        limit: u64,
+    }
+    let d = Dispatcher::builder(())
+        .method("tuple", |c: Call<'_, ()>| {
+            let (name, limit): (Option<String>, u64) = c.decode()?;
+            Ok::<_, RpcError>(format!("{name:?} {limit}"))
+        })
+        .method("struct", |c: Call<'_, ()>| {
+            let l: Lookup = c.decode()?;
+            Ok::<_, RpcError>(format!("{l:?}"))
+        })
+        .method("view", |c: Call<'_, ()>| {
+            let (name, limit): (Option<&str>, u64) = c.params.unwrap().decode()?;
+            Ok::<_, RpcError>(format!("{name:?} {limit}"))
+        })
+        .build()
+        .unwrap();
+    for (method, params, sent, what) in [
+        ("tuple", "[]", 0, "a tuple of size 2"),
+        ("tuple", "[null]", 1, "a tuple of size 2"),
+        ("struct", "[]", 0, "struct Lookup with 2 elements"),
+        ("view", "[]", 0, "a tuple of size 2"),
+    ] {
+        let r = call_with(&d, method, params);
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let want = format!("invalid length {sent}, expected {what}");
+        assert_eq!(r["error"]["data"]["reason"], want, "{method} {params}");
+        if method == "tuple" {
+            // serde_json's own words for the same array.
+            let theirs = serde_json::from_str::<(Option<String>, u64)>(params).unwrap_err();
+            assert!(theirs.to_string().starts_with(&want), "{theirs}");
+        }
+    }
+    // Values of the wrong type are still serde's own words.
+    let r = call_with(&d, "tuple", r#"["a","b"]"#);
+    assert_eq!(
+        r["error"]["data"]["reason"],
+        "invalid type: string \"b\", expected u64"
+    );
+    assert_eq!(call_with(&d, "tuple", r#"[null,3]"#)["result"], "None 3");
+}
+
 /// `Params::decode` (no arena) cannot lend a `&str` field a string written
 /// with escapes; that is the handler's choice of decoder, not a fault in
 /// the client's params, yet it was answered -32602 "Invalid params" with
