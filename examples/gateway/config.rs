@@ -304,9 +304,11 @@ impl Config {
             let number = |v: String| -> Result<u64, String> {
                 v.parse().map_err(|_| format!("{name}: not a number: {v}"))
             };
+            // 0 would refuse every request, batch or reply, time every
+            // call out, leave no worker: refused, not quietly raised.
             let positive = |v: String| -> Result<u64, String> {
                 match number(v)? {
-                    0 => Err(format!("{name}: at least 1 (0 would refuse everything)")),
+                    0 => Err(format!("{name}: at least 1, not 0")),
                     n => Ok(n),
                 }
             };
@@ -321,9 +323,9 @@ impl Config {
                 "--upstream-ws" => c.upstream_ws = Some(value()?),
                 "--archive" => c.archives.push(value()?),
                 "--state-blocks" => c.state_blocks = number(value()?)?,
-                "--timeout" => c.timeout = Duration::from_millis(number(value()?)?.max(1)),
+                "--timeout" => c.timeout = Duration::from_millis(positive(value()?)?),
                 "--connect-timeout" => {
-                    c.connect_timeout = Some(Duration::from_millis(number(value()?)?.max(1)));
+                    c.connect_timeout = Some(Duration::from_millis(positive(value()?)?));
                 }
                 "--allow" => {
                     let v = value()?;
@@ -347,7 +349,6 @@ impl Config {
                     }
                     c.deny.push(v);
                 }
-                // A limit of 0 would refuse every request, batch or reply.
                 "--max-body" => c.max_body = bytes(positive(value()?)?),
                 "--max-batch" => {
                     c.max_batch = positive(value()?)?.min(u32::MAX as u64) as u32;
@@ -369,7 +370,11 @@ impl Config {
                     }
                 }
                 "--upstream-connections" => {
-                    c.upstream_connections = number(value()?)?.clamp(1, 1 << 20) as usize;
+                    let n = positive(value()?)?;
+                    if n > 1 << 20 {
+                        return Err(format!("--upstream-connections {n}: at most {}", 1 << 20));
+                    }
+                    c.upstream_connections = n as usize;
                 }
                 "--ws-ping" => {
                     let ms = number(value()?)?;
@@ -409,14 +414,14 @@ impl Config {
                     c.shutdown_grace = Duration::from_millis(number(value()?)?);
                 }
                 "--threads" => {
-                    let n = number(value()?)?;
+                    let n = positive(value()?)?;
                     if n > MAX_THREADS as u64 {
                         return Err(format!("--threads {n}: at most {MAX_THREADS}"));
                     }
-                    c.threads = (n as usize).max(1);
+                    c.threads = n as usize;
                 }
                 "--block-time" => {
-                    c.block_time = Some(Duration::from_secs(number(value()?)?.max(1)));
+                    c.block_time = Some(Duration::from_secs(positive(value()?)?));
                     chain_options.push("--block-time");
                 }
                 _ => return Err(format!("unknown option: {arg}\n\n{USAGE}")),

@@ -1161,6 +1161,23 @@ fn a_command_line_it_cannot_serve_is_refused() {
         // A count that aborted the process (an allocation of terabytes).
         (&["--threads", "100000000000"][..], "--threads"),
         (&["--threads", "1025"][..], "--threads"),
+        // A 0 that was quietly raised to 1: said, as for the limits.
+        (&["--threads", "0"][..], "--threads: at least 1, not 0"),
+        (&["--timeout", "0"][..], "--timeout: at least 1, not 0"),
+        (
+            &["--connect-timeout", "0"][..],
+            "--connect-timeout: at least 1",
+        ),
+        (&["--block-time", "0"][..], "--block-time: at least 1"),
+        (&["--max-body", "0"][..], "--max-body: at least 1"),
+        (
+            &["--upstream-connections", "0"][..],
+            "--upstream-connections: at least 1",
+        ),
+        (
+            &["--upstream-connections", "1048577"][..],
+            "at most 1048576",
+        ),
     ] {
         let refused = parse(args).expect_err(&format!("{args:?} taken"));
         assert!(refused.contains(says), "{args:?}: {refused}");
