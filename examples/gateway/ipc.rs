@@ -115,8 +115,24 @@ pub fn listen(
                     .recursive(true)
                     .mode(0o751)
                     .create(dir)
-                    .map_err(|e| format!("--ipc {shown}: making {}: {e}", dir.display()))?;
+                    .map_err(|e| -> Box<dyn std::error::Error> {
+                        let what = format!("--ipc {shown}: making {}: {e}", dir.display());
+                        match e.kind() {
+                            // A file where a directory of the path goes:
+                            // the command line's to change.
+                            io::ErrorKind::NotADirectory | io::ErrorKind::AlreadyExists => {
+                                Refused(what).into()
+                            }
+                            _ => what.into(),
+                        }
+                    })?;
             }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+            return Err(Refused(format!(
+                "--ipc {shown}: a part of the path before its name is not a directory"
+            ))
+            .into());
         }
         Err(e) => return Err(format!("--ipc {shown}: {e}").into()),
     }

@@ -411,6 +411,18 @@ async fn anything_but_a_stale_socket_is_refused_and_left_alone() {
     );
     assert_eq!(std::fs::read(&file).unwrap(), b"precious");
 
+    // Under the regular file: the command line's fault too (was status 1).
+    for under in [file.join("gw.ipc"), file.join("node").join("gw.ipc")] {
+        let mut gw = GatewayChild::start(1, &["--ipc", under.to_str().unwrap()]).await;
+        assert_eq!(gw.exit_status().await.code(), Some(2), "{:?}", gw.log());
+        let log = gw.final_log().await;
+        assert!(
+            log.iter().any(|l| l.contains("is not a directory")),
+            "{log:?}"
+        );
+        assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+    }
+
     let sub = dir.join("a-dir");
     std::fs::create_dir(&sub).unwrap();
     let mut gw = GatewayChild::start(1, &["--ipc", sub.to_str().unwrap()]).await;
