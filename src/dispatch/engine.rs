@@ -1726,6 +1726,7 @@ impl Engine {
             write_single_error(msg, k, out, REQUEST_CANCELLED, |o| {
                 write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", Some(data))
             });
+            out.end_reply();
             written += 1;
         }
         written

@@ -254,6 +254,7 @@ mod tests {
             Kind::InvalidLength,
             Kind::ConflictingLength,
             Kind::UnexpectedByte(0xff),
+            Kind::CutShort,
         ];
         for kind in kinds {
             let mut out = Vec::new();

@@ -274,6 +274,10 @@ impl McpServer {
     ) {
         const DATA: &[u8] =
             br#"{"reason":"the input ended and the request was not answered within 2 s"}"#;
+        // What the calls sent before they are given up on comes first.
+        while let Ok(note) = notes.try_recv() {
+            push_line(wire, &note);
+        }
         while let Some((line, id)) = held.lines.pop_front() {
             held.bytes -= line.len();
             match id {
@@ -287,9 +291,11 @@ impl McpServer {
                     replies.extend_from_slice(b"}}");
                     frame_replies(replies, 1, wire);
                 }
-                // What is answered at once (a line that is no request, a
-                // batch's refusal), or a call sent as a notification,
-                // cancelled below with the rest.
+                // A call sent as a notification is owed nothing: not
+                // started now, to be given up on at once.
+                None if self.is_notification(&line) => {}
+                // What is answered at once: a line that is no request, a
+                // batch's refusal.
                 None => self.answer_line(&line, held, conn, replies, notes, wire),
             }
         }
@@ -347,6 +353,14 @@ impl McpServer {
         }
         // One message, so at most one reply.
         frame_replies(replies, 1, wire);
+    }
+
+    /// Whether `line` is a request without an id.
+    fn is_notification(&self, line: &Bytes) -> bool {
+        use crate::message::{Incoming, Message};
+        let arena = bumpalo::Bump::new();
+        let parsed = self.dispatcher.inner.parser.parse_incoming(line, &arena);
+        matches!(parsed, Ok(Message::Single(Incoming::Request(r))) if r.id().is_none())
     }
 
     /// Whether a line waits for a slot when calls are at the cap: a

@@ -1342,23 +1342,37 @@ async fn stdio_answers_a_last_line_without_its_newline_then_exits() {
 /// saying why instead of nothing.
 #[tokio::test(start_paused = true)]
 async fn stdio_answers_every_request_at_the_end_of_input() {
+    let started = Arc::new(AtomicUsize::new(0));
+    let counted = started.clone();
     let s = McpServer::builder("t", "1")
         .max_in_flight(1)
         .tool(Tool::new(
             "wait",
             json!({"type": "object"}),
-            |args: Value, _cx| async move {
-                tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap())).await;
-                Ok(ToolOutput::text("waited"))
+            move |args: Value, _cx| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap())).await;
+                    Ok(ToolOutput::text("waited"))
+                }
             },
         ))
         .build()
         .unwrap();
     let mut p = Pipe::new(&s);
     p.init("2025-11-25").await;
+    let call = |id: &str, ms: u64| {
+        format!(
+            r#"{{"jsonrpc":"2.0",{id}"method":"tools/call","params":{{"name":"wait","arguments":{{"ms":{ms}}}}}}}"#
+        )
+    };
     for (id, ms) in [(1, 1500), (2, 1500), (3, 10)] {
-        p.send(&format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"wait","arguments":{{"ms":{ms}}}}}}}"#)).await;
+        p.send(&call(&format!(r#""id":{id},"#), ms)).await;
     }
+    // Held behind them too: a call sent as a notification (owed nothing,
+    // never started) and an invalid request (answered at once).
+    p.send(&call("", 10)).await;
+    p.send(r#"{"jsonrpc":"2.0","id":4,"method":5}"#).await;
     p.tx.shutdown().await.unwrap();
     let first = p.recv().await;
     assert_eq!(
@@ -1369,7 +1383,7 @@ async fn stdio_answers_every_request_at_the_end_of_input() {
         (json!(1), json!("waited")),
         "{first}"
     );
-    let mut rest = vec![p.recv().await, p.recv().await];
+    let mut rest = vec![p.recv().await, p.recv().await, p.recv().await];
     rest.sort_by_key(|r| r["id"].as_u64());
     for (reply, id) in rest.iter().zip([2, 3]) {
         assert_eq!(reply["id"], id, "{reply}");
@@ -1379,11 +1393,17 @@ async fn stdio_answers_every_request_at_the_end_of_input() {
             "the input ended and the request was not answered within 2 s"
         );
     }
+    assert_eq!(
+        (rest[2]["id"].clone(), rest[2]["error"]["code"].clone()),
+        (json!(4), json!(-32600))
+    );
     tokio::time::timeout(Duration::from_secs(5), p.task)
         .await
         .expect("the loop ends after its grace")
         .unwrap()
         .unwrap();
+    // Calls 1 and 2 ran; 3 and the notification never started.
+    assert_eq!(started.load(Ordering::SeqCst), 2);
 }
 
 // ----------------------------------------------------------------- HTTP
