@@ -982,13 +982,17 @@ fn theirs(k: K, raw: &str) -> Result<Val, String> {
 /// lowercase block tags), or `None` if it is.
 fn spec(k: K, s: &str) -> Option<&'static str> {
     let hex = |d: &str| d.bytes().all(|b| b.is_ascii_hexdigit());
+    // geth's hexutil: `0x` or `0X`; an empty string is a QUANTITY's zero
+    // and DATA's no bytes.
+    fn prefixed(s: &str) -> Option<&str> {
+        s.strip_prefix("0x").or_else(|| s.strip_prefix("0X"))
+    }
     let quantity = |s: &str, bits: usize| -> Option<&'static str> {
-        let Some(d) = s.strip_prefix("0x") else {
-            return Some(if s.starts_with("0X") {
-                "0X prefix"
-            } else {
-                "no 0x prefix"
-            });
+        if s.is_empty() {
+            return None;
+        }
+        let Some(d) = prefixed(s) else {
+            return Some("no 0x prefix");
         };
         if d.is_empty() {
             Some("0x alone")
@@ -1003,12 +1007,13 @@ fn spec(k: K, s: &str) -> Option<&'static str> {
         }
     };
     let data = |s: &str, len: Option<usize>| -> Option<&'static str> {
-        let Some(d) = s.strip_prefix("0x") else {
-            return Some(if s.starts_with("0X") {
-                "0X prefix"
-            } else {
-                "no 0x prefix"
-            });
+        let d = if s.is_empty() {
+            ""
+        } else {
+            let Some(d) = prefixed(s) else {
+                return Some("no 0x prefix");
+            };
+            d
         };
         if d.len() % 2 == 1 {
             Some("odd length")
@@ -1025,6 +1030,9 @@ fn spec(k: K, s: &str) -> Option<&'static str> {
             None
         } else if BlockTag::from_bytes(s.to_ascii_lowercase().as_bytes()).is_some() {
             Some("tag not lowercase")
+        } else if s.is_empty() {
+            // geth's `DecodeUint64`: a block number is never empty.
+            Some("no 0x prefix")
         } else {
             quantity(s, 64)
         }
@@ -1055,7 +1063,10 @@ fn spec(k: K, s: &str) -> Option<&'static str> {
 
 /// The spec model's value for a scalar that passes [`spec`].
 fn spec_value(k: K, s: &str) -> Val {
-    let q = |s: &str| U256::from_str_radix(&s[2..], 16).unwrap();
+    let q = |s: &str| match s {
+        "" => U256::ZERO,
+        s => U256::from_str_radix(&s[2..], 16).unwrap(),
+    };
     let d = |s: &str| {
         (2..s.len())
             .step_by(2)
@@ -1175,13 +1186,12 @@ fn stricter(k: K, e: &eth::Invalid<'_>) -> Option<&'static str> {
         // address".
         (Value::Null, K::Addr) if k == K::Filter => Some("null in the filter's address list"),
         (Value::String(s), kind) => match spec(kind, s)? {
-            // ruint (U64/U128/U256) reads decimal, `0X`, `0o`, `0b`, an
-            // empty string as 0 and skips `_`; alloy's block numbers
-            // lowercase the text and parse with `from_str_radix`, which
-            // takes leading zeros and a `+` sign; const-hex takes DATA
-            // without a prefix or with `0X`. geth (hexutil) and the spec
-            // refuse all of it; rpcwire follows them.
-            "0X prefix" => Some("0X prefix"),
+            // ruint (U64/U128/U256) reads decimal, `0o`, `0b` and skips
+            // `_`; alloy's block numbers lowercase the text and parse with
+            // `from_str_radix`, which takes leading zeros and a `+` sign;
+            // const-hex takes DATA without a prefix. geth (hexutil) and
+            // the spec refuse all of it; rpcwire follows them. (`0X` and
+            // an empty QUANTITY or DATA all three read: so does rpcwire.)
             "no 0x prefix" => Some("no 0x prefix"),
             "0x alone" => Some("QUANTITY 0x alone"),
             "leading zeros" => Some("QUANTITY with leading zeros"),
@@ -1715,4 +1725,127 @@ fn found_disagreements() {
             run_case(m, Some(params), walk_fused, &mut stats);
         }
     }
+}
+
+/// Reads `json` as the only param of a message, for `f`.
+fn with_one<T>(json: &str, f: impl FnOnce(rpcwire::json::RawJson<'_>) -> T) -> T {
+    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":[{json}]}}"#);
+    let arena = bumpalo::Bump::new();
+    let parsed = rpcwire::parse(msg.as_bytes(), &arena).unwrap();
+    let request = parsed.into_single().unwrap().request().unwrap();
+    f(request.params().unwrap().nth(0).unwrap())
+}
+
+/// `0X` is a prefix to geth's hexutil (`bytesHave0xPrefix`) and to alloy:
+/// rpcwire refused it everywhere ("missing 0x prefix"), on the premise
+/// that geth did. Found by a review; every kind, where alloy reads it.
+#[test]
+fn an_upper_case_0x_prefix_is_read_as_geth_and_alloy_read_it() {
+    use rpcwire::eth::EthValue as _;
+    let a = format!("0X{}", "ab".repeat(20));
+    let h = format!("0X{}", "cd".repeat(32));
+    let cases: Vec<(&str, K, String)> = vec![
+        ("eth_getBalance", K::Addr, format!(r#"["{a}","latest"]"#)),
+        (
+            "eth_getBalance",
+            K::BlockId,
+            format!(r#"["0x{}","0X10"]"#, "ab".repeat(20)),
+        ),
+        (
+            "eth_getBalance",
+            K::BlockId,
+            format!(r#"["0x{}","{h}"]"#, "ab".repeat(20)),
+        ),
+        ("eth_feeHistory", K::Q64, r#"["0X4","latest"]"#.to_string()),
+        (
+            "eth_sendRawTransaction",
+            K::Data,
+            r#"["0X02f8"]"#.to_string(),
+        ),
+        (
+            "eth_call",
+            K::Call,
+            format!(r#"[{{"to":"{a}","value":"0XDE0B6B3A7640000"}}]"#),
+        ),
+        (
+            "eth_getLogs",
+            K::Filter,
+            format!(r#"[{{"fromBlock":"0X1","address":"{a}","topics":["{h}"]}}]"#),
+        ),
+    ];
+    for (method, k, params) in &cases {
+        let m = METHODS.iter().find(|m| m.name == *method).unwrap();
+        let i = m.params.iter().position(|p| p.1 == *k).unwrap();
+        let list: Vec<Box<RawValue>> = serde_json::from_str(params).unwrap();
+        let want = theirs(*k, list[i].get()).expect("alloy reads it");
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
+        let arena = bumpalo::Bump::new();
+        let parsed = rpcwire::parse(msg.as_bytes(), &arena).unwrap();
+        let mut ps = EthParams::new(parsed.into_single().unwrap().request().unwrap().params());
+        for _ in 0..i {
+            ps.required("skip").unwrap();
+        }
+        let got = ps.required(m.params[i].0).and_then(|p| ours(*k, p));
+        assert_eq!(got.map_err(|e| e.reason()), Ok(want), "{method} {params}");
+    }
+    let slot = with_one(r#""0X1""#, |v| v.storage_key().map_err(|e| e.reason()));
+    assert_eq!(slot, Ok(U256::from(1)));
+}
+
+/// An empty string is a QUANTITY's zero and DATA's no bytes to geth's
+/// hexutil (`checkText`: "empty strings are allowed") and to alloy; a
+/// block number, an address or a hash stays refused, as geth refuses
+/// them. Found by a review.
+#[test]
+fn an_empty_quantity_or_data_is_read_as_geth_and_alloy_read_it() {
+    use rpcwire::eth::EthValue as _;
+    assert_eq!(
+        with_one(r#""""#, |v| v.quantity_u64().map_err(|e| e.reason())),
+        Ok(0)
+    );
+    assert_eq!(
+        with_one(r#""""#, |v| v.quantity_u256().map_err(|e| e.reason())),
+        Ok(U256::ZERO)
+    );
+    assert_eq!(serde_json::from_str::<U64>(r#""""#).unwrap(), U64::ZERO);
+    let data = with_one(r#""""#, |v| {
+        v.data().map(|h| h.to_vec()).map_err(|e| e.reason())
+    });
+    assert_eq!(data, Ok(vec![]));
+    assert_eq!(
+        serde_json::from_str::<Bytes>(r#""""#).unwrap(),
+        Bytes::new()
+    );
+    let slot = with_one(r#""""#, |v| v.storage_key().map_err(|e| e.reason()));
+    assert_eq!(slot, Ok(U256::ZERO));
+    let call =
+        r#"{"to":"0x0000000000000000000000000000000000000001","gas":"","value":"","input":""}"#;
+    let want = theirs(K::Call, call).expect("alloy reads it");
+    let got = with_one(call, |v| {
+        v.call_request().and_then(ours_call).map_err(|e| e.reason())
+    });
+    assert_eq!(got, Ok(want));
+    // Refused, as geth refuses them.
+    assert!(with_one(r#""""#, |v| v.address().is_err()));
+    assert!(with_one(r#""""#, |v| v.hash().is_err()));
+    assert!(with_one(r#""""#, |v| v.block_id().is_err()));
+    assert!(with_one(r#""""#, |v| v.block_number().is_err()));
+}
+
+/// `"type": "0x"` matches the spec's `byte` pattern
+/// (`^0x([0-9a-fA-F]?){1,2}$`), and alloy reads it as 0.
+#[test]
+fn a_transaction_type_of_0x_alone_is_the_specs_byte() {
+    use rpcwire::eth::EthValue as _;
+    let call = r#"{"to":"0x0000000000000000000000000000000000000001","type":"0x"}"#;
+    let Ok(Val::Call(c)) = theirs(K::Call, call) else {
+        panic!("alloy reads it");
+    };
+    assert_eq!(c.tx_type, Some(0));
+    let ours = with_one(call, |v| {
+        v.call_request()
+            .and_then(|c| c.tx_type())
+            .map_err(|e| e.reason())
+    });
+    assert_eq!(ours, Ok(Some(0)));
 }

@@ -114,6 +114,11 @@ fn number_or_tag(not_hex: Reason) -> impl Fn(&[u8]) -> Result<BlockNumberOrTag, 
         if let Some(tag) = BlockTag::from_bytes(s) {
             return Ok(BlockNumberOrTag::Tag(tag));
         }
+        // A QUANTITY's `""` is zero; a block number's is nothing (geth's
+        // `DecodeUint64`).
+        if s.is_empty() {
+            return Err(not_hex);
+        }
         match hex::quantity_u64(s) {
             Ok(n) => Ok(BlockNumberOrTag::Number(n)),
             Err(Reason::MissingPrefix) => Err(not_hex),
@@ -577,9 +582,11 @@ mod tests {
                         }
                         (None, Some(Ok(w))) => {
                             // Declined only for what the fast path leaves
-                            // to the general one: more than 16 digits.
+                            // to the general one: more than 16 digits, or
+                            // a `0X` prefix.
                             assert!(
-                                matches!(w, BlockNumberOrTag::Number(_)) && text.len() > 21,
+                                matches!(w, BlockNumberOrTag::Number(_))
+                                    && (text.len() > 21 || text.starts_with("\"0X")),
                                 "{buf}: declined {w:?}"
                             );
                         }

@@ -507,7 +507,8 @@ impl<'a> Hex<'a> {
         let text = &raw[1..raw.len() - 1];
         Ok(Hex {
             text,
-            escaped: text.len() != 2 + 2 * len,
+            // Unescaped, the text is its prefix and digits, or empty.
+            escaped: !text.is_empty() && text.len() != 2 + 2 * len,
             len,
         })
     }
@@ -532,7 +533,7 @@ impl<'a> Hex<'a> {
 
     /// The hex digits, without `0x` (`None` if written with escapes).
     pub fn digits(&self) -> Option<&'a [u8]> {
-        (!self.escaped).then(|| &self.text[2..])
+        (!self.escaped).then(|| digits_of(self.text))
     }
 
     /// Decodes into `out`, which must be exactly [`len`](Hex::len) bytes.
@@ -543,9 +544,9 @@ impl<'a> Hex<'a> {
     pub fn decode_to_slice(&self, out: &mut [u8]) {
         assert_eq!(out.len(), self.len, "Hex::decode_to_slice: wrong size");
         let ok = if self.escaped {
-            self.unescaped(|s| hex::decode_digits(&s[2..], out))
+            self.unescaped(|s| hex::decode_digits(digits_of(s), out))
         } else {
-            hex::decode_digits(&self.text[2..], out)
+            hex::decode_digits(digits_of(self.text), out)
         };
         ok.expect("checked when the Hex was made");
     }
@@ -591,6 +592,13 @@ impl fmt::Debug for Hex<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Hex({})", String::from_utf8_lossy(self.text))
     }
+}
+
+/// The digits of checked DATA text: after its `0x` or `0X`, or none for
+/// the empty string.
+#[inline]
+fn digits_of(text: &[u8]) -> &[u8] {
+    text.get(2..).unwrap_or_default()
 }
 
 /// Decodes DATA into `arena` in one pass: the digits are checked as they

@@ -48,17 +48,20 @@ static HEX_VALUE: [u8; 256] = {
     t
 };
 
-/// The digits of a QUANTITY (`^0x(0|[1-9a-fA-F][0-9a-fA-F]*)$`), after
-/// checking the prefix and the leading digit; the digits themselves are
-/// checked as they are folded.
+/// The digits of a QUANTITY (`^0[xX](0|[1-9a-fA-F][0-9a-fA-F]*)$`),
+/// after checking the prefix and the leading digit; the digits themselves
+/// are checked as they are folded. As geth's hexutil reads a QUANTITY:
+/// `0X` is a prefix too, and an empty string is zero (block numbers,
+/// which geth reads otherwise, refuse it before they get here).
 #[inline(always)]
 pub(crate) fn quantity_digits(s: &[u8]) -> Result<&[u8], Reason> {
     match s {
-        [b'0', b'x', digits @ ..] => match digits {
+        [b'0', b'x' | b'X', digits @ ..] => match digits {
             [] => Err(Reason::EmptyQuantity),
             [b'0', _, ..] => Err(Reason::LeadingZeros),
             _ => Ok(digits),
         },
+        [] => Ok(&[]),
         _ => Err(Reason::MissingPrefix),
     }
 }
@@ -141,30 +144,30 @@ pub(crate) fn quantity_limbs<const L: usize>(s: &[u8]) -> Result<[u64; L], Reaso
 /// A storage key (`eth_getStorageAt`'s slot): `0x` and up to 64 hex
 /// digits, leading zeros allowed, as geth and reth read it (clients send
 /// both the QUANTITY form, `0x0`, and the 32-byte DATA form, `0x00…00`;
-/// `0x` alone is slot 0, as geth, alloy and the spec's `bytesMax32` have it).
+/// `0x` alone is slot 0, as geth, alloy and the spec's `bytesMax32` have
+/// it; `0X` and an empty string as geth's `decodeHash` reads them).
 #[inline]
 pub(crate) fn storage_key_limbs(s: &[u8]) -> Result<[u64; 4], Reason> {
     match s {
-        [b'0', b'x', digits @ ..] if digits.len() > 64 => {
+        [b'0', b'x' | b'X', digits @ ..] if digits.len() > 64 => {
             if digits.iter().any(|&d| HEX_VALUE[d as usize] & 0x80 != 0) {
                 return Err(Reason::InvalidDigit);
             }
             Err(Reason::KeyTooLong)
         }
-        [b'0', b'x', digits @ ..] => limbs(digits),
+        [b'0', b'x' | b'X', digits @ ..] => limbs(digits),
+        [] => Ok([0; 4]),
         _ => Err(Reason::MissingPrefix),
     }
 }
 
-/// A transaction's `type`: the spec's `byte` (`0x` and one or two hex
-/// digits, leading zero allowed: `0x02`, as alloy reads it), or a
-/// QUANTITY.
+/// A transaction's `type`: the spec's `byte` (`0x` and up to two hex
+/// digits, leading zero allowed: `0x02`; `0x` alone is 0, as the spec's
+/// pattern and alloy have it), or a QUANTITY.
 #[inline]
 pub(crate) fn type_byte(s: &[u8]) -> Result<u64, Reason> {
     match s {
-        [b'0', b'x', digits @ ..] if (1..=2).contains(&digits.len()) => {
-            limbs::<1>(digits).map(|[b]| b)
-        }
+        [b'0', b'x' | b'X', digits @ ..] if digits.len() <= 2 => limbs::<1>(digits).map(|[b]| b),
         _ => quantity_u64(s),
     }
 }
@@ -212,12 +215,15 @@ pub(crate) fn quantity_u128(s: &[u8]) -> Result<u128, Reason> {
 }
 
 /// The hex digits of a DATA value (`0x` and an even number of digits), the
-/// digits not yet checked.
+/// digits not yet checked. As geth's hexutil reads DATA: `0X` is a prefix
+/// too, and an empty string is no bytes (a fixed size, an address's or a
+/// hash's, then refuses it for its length).
 #[inline(always)]
 pub(crate) fn data_digits(s: &[u8]) -> Result<&[u8], Reason> {
     match s {
-        [b'0', b'x', digits @ ..] if digits.len() % 2 == 0 => Ok(digits),
-        [b'0', b'x', ..] => Err(Reason::OddLength),
+        [b'0', b'x' | b'X', digits @ ..] if digits.len() % 2 == 0 => Ok(digits),
+        [b'0', b'x' | b'X', ..] => Err(Reason::OddLength),
+        [] => Ok(&[]),
         _ => Err(Reason::MissingPrefix),
     }
 }
@@ -738,18 +744,23 @@ mod tests {
             ("0xDeadBeef", 0xdead_beef),
             ("0xffffffffffffffff", u64::MAX),
             ("0x1000000000000000", 1 << 60),
+            // As geth's hexutil reads them.
+            ("0X1", 1),
+            ("0XaB", 0xab),
+            ("", 0),
         ];
         for &(s, v) in ok {
             assert_eq!(quantity_u64(s.as_bytes()), Ok(v), "{s}");
             assert_eq!(quantity_u128(s.as_bytes()), Ok(v as u128), "{s}");
         }
         let bad: &[(&str, Reason)] = &[
-            ("", Reason::MissingPrefix),
             ("0", Reason::MissingPrefix),
             ("1", Reason::MissingPrefix),
             ("x1", Reason::MissingPrefix),
-            ("0X1", Reason::MissingPrefix),
+            ("X1", Reason::MissingPrefix),
             ("0x", Reason::EmptyQuantity),
+            ("0X", Reason::EmptyQuantity),
+            ("0X01", Reason::LeadingZeros),
             ("0x00", Reason::LeadingZeros),
             ("0x01", Reason::LeadingZeros),
             ("0x0g", Reason::LeadingZeros),

@@ -7,13 +7,15 @@
 //! parameter a [`BlockId`], and the call object and the log filter become
 //! borrowed views ([`CallRequest`], [`LogFilter`]) whose members are
 //! decoded on request. Nothing allocates (DATA decodes into the
-//! per-message arena), and every rule of the execution API is enforced:
+//! per-message arena), and every rule of the execution API is enforced,
+//! with geth's readings where it is looser (its hexutil takes a `0X`
+//! prefix, and an empty string as a QUANTITY's zero or DATA's no bytes):
 //!
 //! | value | accepted | refused (reason) |
 //! | --- | --- | --- |
-//! | QUANTITY | `0x0`, `0x1b4`, `0xDEAD` | `0x` (empty), `0x01` (leading zeros), `1b4` (missing prefix), `0xg` (invalid digit), 17 digits into `u64` / 65 into `U256` (more than N bits), `27` (not a string) |
-//! | DATA | `0x`, `0x00ff` | `0xabc` (odd number of digits), a 19-byte address (wrong length) |
-//! | block id | `latest` and the other tags, `0x10`, a 66-character hash, `{"blockHash":…,"requireCanonical":true}`, `{"blockNumber":…}` | `Latest`, `{"blockHash":…,"blockNumber":…}` |
+//! | QUANTITY | `0x0`, `0x1b4`, `0xDEAD`, `0X1b4`, `""` (zero) | `0x` (empty), `0x01` (leading zeros), `1b4` (missing prefix), `0xg` (invalid digit), 17 digits into `u64` / 65 into `U256` (more than N bits), `27` (not a string) |
+//! | DATA | `0x`, `0x00ff`, `0X00ff`, `""` (no bytes) | `0xabc` (odd number of digits), a 19-byte address (wrong length), `""` for an address or a hash |
+//! | block id | `latest` and the other tags, `0x10`, a 66-character hash, `{"blockHash":…,"requireCanonical":true}`, `{"blockNumber":…}` | `Latest`, `""`, `{"blockHash":…,"blockNumber":…}` |
 //!
 //! A refusal is [`Invalid`]: with `?` in a handler it becomes -32602 with
 //! `data` naming the parameter, e.g.
