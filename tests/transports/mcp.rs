@@ -1383,7 +1383,7 @@ async fn stdio_answers_every_request_at_the_end_of_input() {
         (json!(1), json!("waited")),
         "{first}"
     );
-    let mut rest = vec![p.recv().await, p.recv().await, p.recv().await];
+    let mut rest = [p.recv().await, p.recv().await, p.recv().await];
     rest.sort_by_key(|r| r["id"].as_u64());
     for (reply, id) in rest.iter().zip([2, 3]) {
         assert_eq!(reply["id"], id, "{reply}");
