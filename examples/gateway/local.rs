@@ -41,6 +41,7 @@ fn net_version(c: C<'_>) -> Answer {
 }
 
 fn client_version(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
     c.reply.str(concat!(
         "rpcwire-gateway/v",
         env!("CARGO_PKG_VERSION"),
@@ -72,10 +73,12 @@ fn get_transaction_count(c: C<'_>) -> Answer {
 }
 
 fn gas_price(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
     c.reply.quantity(chain::BASE_FEE as u128 + PRIORITY_FEE)
 }
 
 fn max_priority_fee(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
     c.reply.quantity(PRIORITY_FEE)
 }
 
@@ -160,6 +163,17 @@ fn call_gas(call: &CallRequest<'_>, input: &[u8]) -> Result<u64, RpcError> {
     Ok(calldata_gas(input, keys).max(chain::floor_gas(input)))
 }
 
+/// geth's check of a call's `chainId` (`eth_call`, `eth_estimateGas`): a
+/// call made for another chain is refused, not simulated here.
+fn check_chain_id(call: &CallRequest<'_>, chain_id: u64) -> Result<(), RpcError> {
+    match call.chain_id()? {
+        Some(have) if have != chain_id => Err(server_error(format!(
+            "chainId does not match node's (have={have}, want={chain_id})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// geth's checks of a call's fees (`eth_call`, `eth_estimateGas`): a gas
 /// price and the EIP-1559 fields are not both given; and when any fee is
 /// given (geth skips the checks for a call with none), the tip may not
@@ -206,6 +220,7 @@ fn estimate_gas(c: C<'_>) -> Answer {
     };
     check_no_code(&overrides, to)?;
     c.state.check_block(block)?;
+    check_chain_id(&call, c.state.chain_id())?;
     check_fees(&call)?;
     // What a send of it would refuse, the estimate refuses too: an estimate
     // for a blob or set-code transaction was answered, and its send then
@@ -369,6 +384,7 @@ fn call(c: C<'_>) -> Answer {
             )));
         }
     }
+    check_chain_id(&call, c.state.chain_id())?;
     check_fees(&call)?;
     let price = match call.gas_price()? {
         Some(price) => price,
@@ -676,14 +692,17 @@ fn unsubscribe(c: C<'_>) -> Answer {
 }
 
 fn accounts(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
     c.reply.raw(b"[]")
 }
 
 fn syncing(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
     c.reply.bool(false)
 }
 
 fn listening(c: C<'_>) -> Answer {
+    EthParams::new(c.params).finish()?;
     c.reply.bool(true)
 }
 

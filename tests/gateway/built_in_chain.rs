@@ -1178,3 +1178,57 @@ async fn get_logs_resolves_tags_as_the_other_methods_do() {
         assert_eq!(r["result"], json!([]), "{filter}: {r}");
     }
 }
+
+/// A call made for another chain is refused, as geth's `CallDefaults`
+/// refuses it (and anvil, -32003): it was simulated as if for this one,
+/// so a client set up for the wrong network saw a success. Found by a
+/// review (differential against anvil).
+#[tokio::test]
+async fn a_call_for_another_chain_is_refused() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    let to = Address::repeat_byte(1);
+    for method in ["eth_call", "eth_estimateGas"] {
+        let own = rpc(
+            a,
+            method,
+            json!([{"to": to, "chainId": "0x7a69"}, "latest"]),
+        )
+        .await;
+        assert!(own.get("result").is_some(), "{method}: {own}");
+        let foreign = rpc(a, method, json!([{"to": to, "chainId": "0x1"}, "latest"])).await;
+        assert_eq!(
+            error(&foreign),
+            (
+                -32000,
+                "chainId does not match node's (have=1, want=31337)".to_string()
+            ),
+            "{method}"
+        );
+    }
+}
+
+/// Methods without params refuse one, as `eth_chainId` did already (and
+/// geth and anvil, -32602): six answered `[1]` as if it were `[]`. Found by
+/// a review.
+#[tokio::test]
+async fn methods_without_params_refuse_extra_params() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    for method in [
+        "eth_chainId",
+        "eth_blockNumber",
+        "net_version",
+        "eth_gasPrice",
+        "eth_maxPriorityFeePerGas",
+        "eth_accounts",
+        "eth_syncing",
+        "net_listening",
+        "web3_clientVersion",
+    ] {
+        let r = rpc(a, method, json!([1])).await;
+        assert_eq!(error(&r).0, -32602, "{method}: {r}");
+        let r = rpc(a, method, json!([])).await;
+        assert!(r.get("result").is_some(), "{method}: {r}");
+    }
+}
