@@ -98,6 +98,10 @@ fn fee_history(c: C<'_>) -> Answer {
         .and_then(|t| t.parse::<u64>().ok());
     let count = match count.value().as_u64().or(decimal) {
         Some(n) => n,
+        // geth's `DecodeUint64`: no empty string (a QUANTITY's zero).
+        None if count.value().as_str() == Some("") => {
+            return Err(RpcError::invalid_params("blockCount: empty hex string"));
+        }
         None => count.quantity_u64()?,
     };
     let newest = p.required("newestBlock")?.block_number()?;
@@ -163,29 +167,27 @@ fn call_gas(call: &CallRequest<'_>, input: &[u8]) -> Result<u64, RpcError> {
     Ok(calldata_gas(input, keys).max(chain::floor_gas(input)))
 }
 
-/// geth's check of a call's `chainId` (`eth_call`, `eth_estimateGas`): a
-/// call made for another chain is refused, not simulated here.
-fn check_chain_id(call: &CallRequest<'_>, chain_id: u64) -> Result<(), RpcError> {
-    match call.chain_id()? {
-        Some(have) if have != chain_id => Err(server_error(format!(
-            "chainId does not match node's (have={have}, want={chain_id})"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-/// geth's checks of a call's fees (`eth_call`, `eth_estimateGas`): a gas
-/// price and the EIP-1559 fields are not both given; and when any fee is
-/// given (geth skips the checks for a call with none), the tip may not
-/// exceed the fee cap and the fee cap (a gas price is both) may not be
-/// under the block's base fee, as a transaction sent would be refused.
-fn check_fees(call: &CallRequest<'_>) -> Result<(), RpcError> {
+/// geth's checks of a call's fees and chain (`eth_call`,
+/// `eth_estimateGas`), in its order: a gas price and the EIP-1559 fields
+/// are not both given; a `chainId` is this chain's (a call made for
+/// another is refused, not simulated here); and when any fee is given
+/// (geth skips the checks for a call with none), the tip may not exceed
+/// the fee cap and the fee cap (a gas price is both) may not be under the
+/// block's base fee, as a transaction sent would be refused.
+fn check_fees(call: &CallRequest<'_>, chain_id: u64) -> Result<(), RpcError> {
     let price = call.gas_price()?;
     let (tip, cap) = (call.max_priority_fee_per_gas()?, call.max_fee_per_gas()?);
     if price.is_some() && (tip.is_some() || cap.is_some()) {
         return Err(server_error(
             "both gasPrice and (maxFeePerGas or maxPriorityFeePerGas) specified",
         ));
+    }
+    if let Some(have) = call.chain_id()?
+        && have != chain_id
+    {
+        return Err(server_error(format!(
+            "chainId does not match node's (have={have}, want={chain_id})"
+        )));
     }
     let (tip, cap) = match price {
         Some(price) => (price, price),
@@ -220,8 +222,7 @@ fn estimate_gas(c: C<'_>) -> Answer {
     };
     check_no_code(&overrides, to)?;
     c.state.check_block(block)?;
-    check_chain_id(&call, c.state.chain_id())?;
-    check_fees(&call)?;
+    check_fees(&call, c.state.chain_id())?;
     // What a send of it would refuse, the estimate refuses too: an estimate
     // for a blob or set-code transaction was answered, and its send then
     // refused.
@@ -368,6 +369,9 @@ fn call(c: C<'_>) -> Answer {
     };
     check_no_code(&overrides, to)?;
     c.state.check_block(block)?;
+    // geth's order: its `CallDefaults` (mixed fees, chainId), its fee
+    // checks, then the gas.
+    check_fees(&call, c.state.chain_id())?;
     let input = call.input_in(c.arena)?.unwrap_or_default();
     let keys = access_list_keys(&call)?;
     let intrinsic = calldata_gas(input, keys);
@@ -384,8 +388,6 @@ fn call(c: C<'_>) -> Answer {
             )));
         }
     }
-    check_chain_id(&call, c.state.chain_id())?;
-    check_fees(&call)?;
     let price = match call.gas_price()? {
         Some(price) => price,
         None => call.max_fee_per_gas()?.unwrap_or(0),

@@ -471,8 +471,9 @@ pub(super) fn fixed<'a, const N: usize>(v: RawJson<'a>) -> Result<[u8; N], Inval
     })
 }
 
-/// DATA: `0x` and an even number of hex digits, borrowed from the message
-/// and checked, not yet decoded. [`len`](Hex::len) is the byte count.
+/// DATA: `0x` (or `0X`) and an even number of hex digits, or the empty
+/// string (no bytes, as geth reads it), borrowed from the message and
+/// checked, not yet decoded. [`len`](Hex::len) is the byte count.
 ///
 /// ```
 /// use rpcwire::eth::EthValue;
@@ -519,19 +520,19 @@ impl<'a> Hex<'a> {
         self.len
     }
 
-    /// Whether it is `"0x"`.
+    /// Whether it holds no bytes (`"0x"`, or `""`).
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// The text, `0x` included, as the client wrote it (`None` if it was
-    /// written with escapes).
+    /// The text, its `0x` or `0X` included, as the client wrote it (`None`
+    /// if it was written with escapes).
     pub fn as_str(&self) -> Option<&'a str> {
         (!self.escaped).then(|| core::str::from_utf8(self.text).expect("hex digits are ASCII"))
     }
 
-    /// The hex digits, without `0x` (`None` if written with escapes).
+    /// The hex digits, without the prefix (`None` if written with escapes).
     pub fn digits(&self) -> Option<&'a [u8]> {
         (!self.escaped).then(|| digits_of(self.text))
     }
@@ -757,10 +758,10 @@ decoders! {
     fn quantity_u128() -> u128 = |v, _: Site| text(v, hex::quantity_u128);
     /// A QUANTITY of at most 256 bits (values and balances, in wei).
     fn quantity_u256() -> U256 = |v, _: Site| u256(v);
-    /// A storage key (`eth_getStorageAt`'s slot) as a number: `0x` and 1
+    /// A storage key (`eth_getStorageAt`'s slot) as a number: `0x` and up
     /// to 64 hex digits, leading zeros allowed, so that both forms clients
     /// send are read (the QUANTITY `0x1` and the 32-byte DATA `0x00…01`),
-    /// as geth and reth read them.
+    /// as geth and reth read them (`0x` alone and `""` are slot 0).
     fn storage_key() -> U256 = |v, _: Site| text(v, hex::storage_key_limbs).map(U256::from_limbs);
     /// DATA, checked and borrowed (decode it with [`Hex`]'s methods).
     fn data() -> Hex<'a> = |v, _: Site| Hex::parse(v);

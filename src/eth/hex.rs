@@ -214,10 +214,10 @@ pub(crate) fn quantity_u128(s: &[u8]) -> Result<u128, Reason> {
     Ok(((hi as u128) << 64) | lo as u128)
 }
 
-/// The hex digits of a DATA value (`0x` and an even number of digits), the
-/// digits not yet checked. As geth's hexutil reads DATA: `0X` is a prefix
-/// too, and an empty string is no bytes (a fixed size, an address's or a
-/// hash's, then refuses it for its length).
+/// The hex digits of a DATA value, not yet checked: after `0x` or `0X`
+/// (an even number), or none for the empty string, as geth's hexutil
+/// reads DATA (a fixed size, an address's or a hash's, then refuses `""`
+/// for its length).
 #[inline(always)]
 pub(crate) fn data_digits(s: &[u8]) -> Result<&[u8], Reason> {
     match s {

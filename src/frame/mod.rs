@@ -182,9 +182,9 @@ pub trait Framer {
     /// server`), and a message cut short gets the parser's -32700 rather
     /// than vanishing. [`Lsp`] returns `None`: its frames end where their
     /// `Content-Length` says, so the leftover is a frame cut short, which
-    /// the stream [`Driver`](crate::server::stream::Driver) answers with a
-    /// -32700 (`"message cut short by the end of the input"`) when it is
-    /// more than whitespace.
+    /// the stream driver (`server::stream::Driver`, feature `server`)
+    /// answers with a -32700 (`"message cut short by the end of the
+    /// input"`) when it is more than whitespace.
     ///
     /// ```
     /// use rpcwire::frame::{Framer, Lines, Step};

@@ -1205,7 +1205,33 @@ async fn a_call_for_another_chain_is_refused() {
             ),
             "{method}"
         );
+        // In geth's order: after mixed fees, before the gas.
+        let low = json!([{"to": to, "chainId": "0x1", "gas": "0x1"}, "latest"]);
+        let r = rpc(a, method, low).await;
+        assert!(
+            error(&r).1.starts_with("chainId does not match"),
+            "{method}: {r}"
+        );
+        let mixed = json!([{"to": to, "chainId": "0x1", "gasPrice": "0x1", "maxFeePerGas": "0x1"}]);
+        let r = rpc(a, method, mixed).await;
+        assert!(error(&r).1.starts_with("both gasPrice"), "{method}: {r}");
     }
+}
+
+/// `eth_feeHistory`'s `blockCount` is read as geth's `DecodeUint64` reads
+/// it: no empty string (a QUANTITY's `""` is zero elsewhere); `0X4` is 4.
+#[tokio::test]
+async fn an_empty_fee_history_block_count_is_refused() {
+    let gw = start(config::Config::default()).await;
+    let a = gw.addr;
+    let r = rpc(a, "eth_feeHistory", json!(["", "latest"])).await;
+    assert_eq!(error(&r).0, -32602, "{r}");
+    let r = rpc(a, "eth_feeHistory", json!(["0X1", "latest"])).await;
+    assert_eq!(
+        r["result"]["gasUsedRatio"].as_array().map(Vec::len),
+        Some(1),
+        "{r}"
+    );
 }
 
 /// Methods without params refuse one, as `eth_chainId` did already (and
