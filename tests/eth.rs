@@ -369,7 +369,8 @@ fn refusals_name_the_param() {
         ),
         (
             r#"["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97","latest",true]"#,
-            json!({"param":"extra","position":2,"reason":"too many params","received":true}),
+            // At its position, unnamed (no parameter has it).
+            json!({"position":2,"reason":"too many params","received":true}),
         ),
         (
             r#"["0x4838b106fce9647bdf1e7877bf73ce8b0bad5f97",{"blockHash":"0x88df016429689c079f3b2f6ad39fa052532c56795b733da78a91ebe6a713944b","blockNumber":"0x1"}]"#,

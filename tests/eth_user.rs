@@ -342,7 +342,7 @@ async fn bad_params_name_what_to_fix() {
         (
             "eth_getBalance",
             format!(r#"["{A}","latest",5]"#),
-            json!({"param":"extra","position":2,"reason":"too many params","received":5}),
+            json!({"position":2,"reason":"too many params","received":5}),
         ),
         (
             "eth_getBalance",

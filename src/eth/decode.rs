@@ -1111,8 +1111,11 @@ impl<'a> EthParams<'a> {
         match self.values.as_mut().and_then(Iterator::next) {
             None if !self.named => Ok(()),
             None => Err(Invalid::absent(Reason::NotPositional)),
+            // At its position; no name: no parameter has it.
             Some(extra) => {
-                Err(Invalid::new(Reason::TooMany, extra).at("extra", self.position as usize))
+                let mut e = Invalid::new(Reason::TooMany, extra);
+                e.position = Some(self.position);
+                Err(e)
             }
         }
     }
