@@ -2927,3 +2927,82 @@ async fn small_calls_behind_large_messages_do_not_keep_them() {
     drop(tcp);
     server.stop().await;
 }
+
+/// A client that stops reading does not stall its calls' handlers: they
+/// run on, their notifications past the outbox refused (`notify` answers
+/// `false`, counted as the queue's limit), as on the stream transports.
+/// The driver polled the calls only while they awaited the client's
+/// answers: a handler notifying in a loop froze at its first full queue,
+/// never saw a refusal, and its work (and its timeout) waited for the
+/// client. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_does_not_stall_its_handlers() {
+    type Outcome = Arc<std::sync::Mutex<Option<(u64, u64)>>>;
+    let done: Outcome = Arc::default();
+    let d = Dispatcher::builder(done.clone())
+        .timeout(None)
+        .async_method("work", |c: AsyncCall<Outcome>| async move {
+            let pad = "x".repeat(4096);
+            let (mut queued, mut refused) = (0, 0);
+            for k in 0..5000u64 {
+                if c.ctx.notify("progress", &json!({"k": k, "pad": pad})) {
+                    queued += 1;
+                } else {
+                    refused += 1;
+                }
+                tokio::task::yield_now().await;
+            }
+            *c.state.lock().unwrap() = Some((queued, refused));
+            Ok::<_, RpcError>("done")
+        })
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics = Arc::new(Metrics::default());
+    let limits = Limits {
+        max_queued: 64,
+        ..Limits::default()
+    };
+    let server = WsServer::new(d).limits(limits).metrics(metrics.clone());
+    tokio::spawn(async move { server.serve(listener).await });
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    ws.send(Message::text(r#"{"jsonrpc":"2.0","id":1,"method":"work"}"#))
+        .await
+        .unwrap();
+    // The client reads nothing; the handler's loop ends long before this
+    // bound (a hang guard only).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let outcome = loop {
+        if let Some(outcome) = *done.lock().unwrap() {
+            break outcome;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the handler never ran to its end while the client did not read"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (queued, refused) = outcome;
+    assert!(refused > 0, "{outcome:?}");
+    assert_eq!(queued + refused, 5000);
+    assert_eq!(metrics.limit_count(LimitKind::Queue), refused);
+    // Reading now: what was queued, then the reply.
+    let mut notes = 0;
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a message")
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&m.into_data()).unwrap();
+        if v["id"] == 1 {
+            assert_eq!(v["result"], "done");
+            break;
+        }
+        notes += 1;
+    }
+    assert_eq!(notes, queued);
+}

@@ -1419,23 +1419,31 @@ where
                 } else {
                     self.awaits_answers()
                 };
+                let mut moved = false;
                 if for_answers {
-                    let mut moved = match self.read_next(cx) {
+                    moved = match self.read_next(cx) {
                         Ok(read) => read,
                         Err(reason) => return Poll::Ready(reason),
                     };
-                    // The calls go on meanwhile: an answer read lets its
-                    // call end (its reply waits with the others).
+                }
+                // The calls go on meanwhile, as on the stream transports
+                // (their replies wait with the others; no message is
+                // started, so what waits is bounded by the calls in
+                // flight): a handler's notifications past the outbox are
+                // refused (`SendError::Full`), not its work stalled until
+                // the client reads (its timeout could not fire either),
+                // and an answer read lets its call end.
+                if self.conn.in_flight() > 0 || self.conn.messages_in_flight() > 0 {
                     moved |= self
                         .conn
                         .poll_replies(&self.server.dispatcher, cx, &mut self.replies)
                         .is_ready();
-                    if moved && turns <= TURNS_PER_POLL {
-                        continue;
-                    }
-                    if moved {
-                        cx.waker().wake_by_ref();
-                    }
+                }
+                if moved && turns <= TURNS_PER_POLL {
+                    continue;
+                }
+                if moved {
+                    cx.waker().wake_by_ref();
                 }
                 break;
             }
@@ -1869,9 +1877,9 @@ where
         }
         // Frames unread because this server stopped reading (its cap on
         // calls in flight) are not the client's silence.
-        // A socket that refuses writes is not such a pause: finished calls
-        // are not collected then (their replies have nowhere to go), so the
-        // cap would hold for as long as the client does not read.
+        // A socket that refuses writes is not such a pause: the replies of
+        // finished calls have nowhere to go, so the cap would hold for as
+        // long as the client does not read.
         let paused = self.write_ready && self.at_limit() && !self.awaits_answers();
         let moved = std::mem::take(&mut self.ws.get_mut().client_moved) >= MOVING;
         if std::mem::take(&mut self.heard) || moved || paused {
