@@ -370,6 +370,17 @@ pub(crate) fn negotiate(requested: &str) -> Result<&'static str, RpcError> {
 }
 
 fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
+    // A request ("the server MUST respond with its own capabilities"):
+    // sent as a notification, which gets no reply, it would commit the
+    // session to a revision and capabilities the client is never told.
+    // It changes nothing (as `notifications/initialized` sent with an id
+    // is refused); the error is only seen by observers.
+    if call.id().is_none() {
+        return Err(RpcError::new(
+            crate::codes::INVALID_REQUEST,
+            "initialize is a request: send it with an id",
+        ));
+    }
     let params: InitializeParams<'_> = match call.params {
         Some(_) => call.decode()?,
         None => InitializeParams {

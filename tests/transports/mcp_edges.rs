@@ -2087,3 +2087,56 @@ async fn http_an_undecodable_version_header_is_400() {
         "{answer}"
     );
 }
+
+/// `initialize` is a request: sent without an id (a notification, which
+/// gets no reply) it initializes no session and re-initializes none, as
+/// the server could not tell the client the revision it chose
+/// (lifecycle: "The client MUST initiate this phase by sending an
+/// initialize request"; "the server MUST respond with its own
+/// capabilities"). It initialized a fresh connection unseen, and switched
+/// a 2025-06-18 session to 2025-11-25's rules. Found by a review.
+#[tokio::test]
+async fn initialize_sent_as_a_notification_changes_no_session() {
+    let s = server();
+    let mut conn = s.connection("memory");
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2024-11-05","capabilities":{}}}"#,
+    )
+    .await;
+    assert_eq!(r, Value::Null, "{r}");
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    )
+    .await;
+    assert_eq!(
+        r["error"]["code"], -32600,
+        "served without a handshake: {r}"
+    );
+
+    let mut conn = s.connection("memory");
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"sampling":{}}}}"#,
+    )
+    .await;
+    assert_eq!(r["result"]["protocolVersion"], "2025-06-18");
+    let bad_call = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"steps","arguments":{}}}"#;
+    assert_eq!(send(&s, &mut conn, bad_call).await["error"]["code"], -32602);
+    let r = send(
+        &s,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#,
+    )
+    .await;
+    assert_eq!(r, Value::Null);
+    let r = send(&s, &mut conn, bad_call).await;
+    assert_eq!(
+        r["error"]["code"], -32602,
+        "the session's revision changed: {r}"
+    );
+}
