@@ -2385,3 +2385,212 @@ async fn posted_responses_are_counted_as_unmatched() {
     own.stop().await;
     hyper.stop().await;
 }
+
+/// HTTP/2 answers found wanting by a review of the HTTP/2 path, gzip and
+/// CORS: each test failed before its fix.
+mod h2_review {
+    use std::net::SocketAddr;
+    use std::pin::Pin;
+    use std::task::{Context as TaskContext, Poll};
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use http::{HeaderMap, Request, StatusCode};
+    use http_body_util::{BodyExt, Full};
+    use hyper::body::{Body, Frame};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use rpcwire::server::cors::Cors;
+    use rpcwire::server::hosts::AllowedHosts;
+    use rpcwire::server::http::{HttpService, Server};
+    use rpcwire::server::{Limits, Shutdown};
+    use rpcwire::{Call, Dispatcher, RpcError};
+    use tokio::net::{TcpListener, TcpStream};
+
+    const HANG: Duration = Duration::from_secs(20);
+    const ORIGIN: &str = "https://app.example.org";
+
+    fn dispatcher() -> Dispatcher<()> {
+        Dispatcher::builder(())
+            .method("big", |call: Call<'_, ()>| {
+                let (n,): (usize,) = call.decode()?;
+                Ok::<_, RpcError>("x".repeat(n))
+            })
+            .method("header", |call: Call<'_, ()>| {
+                let (name,): (String,) = call.decode()?;
+                let value = call
+                    .ctx
+                    .extension::<HeaderMap>()
+                    .and_then(|h| h.get(name.as_str()));
+                Ok::<_, RpcError>(value.map(|v| v.to_str().unwrap_or("").to_owned()))
+            })
+            .build()
+            .unwrap()
+    }
+
+    async fn start(
+        limits: Limits,
+        f: impl FnOnce(HttpService) -> HttpService,
+    ) -> (SocketAddr, Shutdown) {
+        let service = f(HttpService::new(dispatcher(), &limits, None));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        tokio::spawn(Server::new(limits).serve(listener, service, shutdown.clone()));
+        (addr, shutdown)
+    }
+
+    async fn h2<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
+    where
+        B: Body + Send + Unpin + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        sender
+    }
+
+    /// A request body fed through a channel (no `Content-Length`).
+    struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+    impl Body for ChannelBody {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut TaskContext<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            self.0.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    /// The 503 for a reply past the connection's budget keeps the
+    /// service's CORS headers, as the other error answers do: a browser
+    /// reads it only with them. It was a fresh answer without them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_reply_budget_503_keeps_the_cors_headers() {
+        let _serial = super::SERIAL.lock().await;
+        let limits = Limits {
+            max_message_len: 64 * 1024,
+            max_connection_body_bytes: 64 * 1024,
+            ..Limits::default()
+        };
+        let (addr, _shutdown) = start(limits, |s| s.cors(Cors::origins([ORIGIN]).unwrap())).await;
+        let mut sender = h2::<Full<Bytes>>(addr).await;
+        let call = |n: usize| {
+            Request::post("/")
+                .header("origin", ORIGIN)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(format!(
+                    r#"{{"jsonrpc":"2.0","id":1,"method":"big","params":[{n}]}}"#
+                ))))
+                .unwrap()
+        };
+        // 3 MiB, not read: past hyper's client stream window (2 MiB).
+        let held = tokio::time::timeout(HANG, sender.send_request(call(3 << 20)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(held.status(), 200);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let r = tokio::time::timeout(HANG, sender.send_request(call(100_000)))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let h = r.headers().clone();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.starts_with(br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32000"#));
+        assert_eq!(
+            h.get("access-control-allow-origin")
+                .map(|v| v.to_str().unwrap()),
+            Some(ORIGIN),
+            "{h:?}"
+        );
+        assert!(h.get_all("vary").iter().any(|v| v == "origin"), "{h:?}");
+        drop(held);
+    }
+
+    /// An HTTP/2 body past the limit is refused as it passes it, the
+    /// stream ended alone: it was read on for the limit again and
+    /// answered at the body timeout (30 s) when the client paused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_body_past_the_limit_is_refused_at_once() {
+        let _serial = super::SERIAL.lock().await;
+        let limits = Limits {
+            max_message_len: 1024,
+            ..Limits::default()
+        };
+        let (addr, _shutdown) = start(limits, |s| s).await;
+        let mut sender = h2::<ChannelBody>(addr).await;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tx.send(Bytes::from(vec![b' '; 2048])).await.unwrap();
+        let req = Request::post("/")
+            .header("content-type", "application/json")
+            .body(ChannelBody(rx))
+            .unwrap();
+        // A hang guard far under the body timeout (30 s).
+        let r = tokio::time::timeout(Duration::from_secs(10), sender.send_request(req))
+            .await
+            .expect("a 413 before the body timeout")
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        drop(tx);
+        // The connection serves on.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(Bytes::from_static(
+            br#"{"jsonrpc":"2.0","id":2,"method":"big","params":[3]}"#,
+        ))
+        .await
+        .unwrap();
+        drop(tx);
+        let req = Request::post("/")
+            .header("content-type", "application/json")
+            .body(ChannelBody(rx))
+            .unwrap();
+        let r = tokio::time::timeout(HANG, sender.send_request(req))
+            .await
+            .unwrap()
+            .unwrap();
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], br#"{"jsonrpc":"2.0","id":2,"result":"xxx"}"#);
+    }
+
+    /// Over HTTP/2 a `Host` beside `:authority` must be allowed too (RFC
+    /// 9113 §8.3.1: a request whose `Host` differs is malformed): a handler
+    /// read `Host` as a host the list never allowed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_host_beside_the_authority_must_be_allowed_too() {
+        let _serial = super::SERIAL.lock().await;
+        let hosts = AllowedHosts::list(["localhost"]).unwrap();
+        let (addr, _shutdown) = start(Limits::default(), |s| s.allowed_hosts(hosts)).await;
+        let mut sender = h2::<Full<Bytes>>(addr).await;
+        let ask = |host: &'static str| {
+            Request::post("http://localhost/")
+                .header("host", host)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from_static(
+                    br#"{"jsonrpc":"2.0","id":1,"method":"header","params":["host"]}"#,
+                )))
+                .unwrap()
+        };
+        let r = tokio::time::timeout(HANG, sender.send_request(ask("evil.example")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        let r = tokio::time::timeout(HANG, sender.send_request(ask("localhost")))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            &body[..],
+            br#"{"jsonrpc":"2.0","id":1,"result":"localhost"}"#
+        );
+    }
+}

@@ -272,7 +272,8 @@ impl AllowedHosts {
     /// refused, or `None` when it may be served: first [`lacks_one_host`]
     /// (so that `AllowedHosts::any().refuses` is that rule alone), then
     /// the host, its target's authority (HTTP/2's `:authority`, an
-    /// absolute-form target), else its `Host`. An HTTP/1.0 or HTTP/2
+    /// absolute-form target), else its `Host` (over HTTP/2, a `Host` sent
+    /// with `:authority` must be allowed too). An HTTP/1.0 or HTTP/2
     /// request naming none is served: no browser sends one, so it cannot
     /// be a rebound page's.
     pub(crate) fn refuses<'r, B>(&self, req: &'r http::Request<B>) -> Option<Refusal<'r>> {
@@ -285,6 +286,21 @@ impl AllowedHosts {
         let mut named = req.headers().get_all(http::header::HOST).iter();
         let (first, more) = (named.next(), named.next().is_some());
         let host = match req.uri().authority() {
+            // HTTP/2 with a `Host` too: a server "SHOULD treat a request as
+            // malformed" when they differ (RFC 9113 §8.3.1); a handler
+            // reading `Host` must not see a host the list never allowed.
+            // (An HTTP/1.1 absolute-form target's `Host` is ignored, RFC
+            // 9112 §3.2.2.)
+            Some(_)
+                if req.version() == http::Version::HTTP_2
+                    && let Some(named) = req
+                        .headers()
+                        .get_all(http::header::HOST)
+                        .iter()
+                        .find(|h| !self.allows(h.as_bytes())) =>
+            {
+                return Some(Refusal::NotListed(named.as_bytes()));
+            }
             Some(authority) => authority.as_str().as_bytes(),
             None if more => return Some(Refusal::NoOneHost),
             None => first?.as_bytes(),

@@ -41,7 +41,7 @@
 //! | served by [`serve`] (or [`Server`]), allowlist or not: an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2) | `400`, the same -32600 body, before anything else (in tower layers: before they see it); the connection closes after it. Mounted in another server (axum) or called in memory, the service leaves that to its server |
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
 //! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
-//! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed (chunked) body passes the limit |
+//! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed HTTP/2 body passes the limit; a chunked HTTP/1.1 body is read on (dropped) up to the limit again first, so that a client writing it to its end reads the `413` rather than a reset (at most until the body timeout), then the connection closes if it did not end |
 //! | served by [`serve`] (or [`Server`]), an HTTP/2 stream whose body would take the bodies its connection holds past [`Limits::max_connection_body_bytes`] | `503`, a -32600 body with `data.limit`, as soon as the chunk that would pass it arrives (the other streams go on) |
 //! | served by [`serve`] (or [`Server`]), an HTTP/2 reply that would take what its connection holds unwritten (bodies, and replies waiting for the client's window) past the same limit, while others are held | `503`, a -32000 "Response too large" body with `data.limit` (its call has run) |
 //! | served by [`serve`] in tower layers, a layer fails the request (its timeout, a load shedder) | `500`, a -32603 body; the connection serves on |
@@ -804,6 +804,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 request: Some((parts.headers, peer)),
                 deadline: None,
                 share,
+                http2: parts.version == http::Version::HTTP_2,
             },
             shared,
             allow_origin,
@@ -1153,6 +1154,9 @@ enum State {
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
         /// What of its connection's budget the body holds (HTTP/2).
         share: BodyShare,
+        /// An HTTP/2 stream: refused at once, its rest not read (the
+        /// stream ends alone, RFC 9113 §8.1).
+        http2: bool,
     },
     /// Reading the rest of the body of a refused request (at most `left`
     /// more bytes), dropping it, before the answer `then`: a body past the
@@ -1251,6 +1255,7 @@ where
                     request,
                     deadline,
                     share,
+                    http2,
                 } => {
                     let frame = match this.body.as_mut().poll_frame(cx) {
                         Poll::Ready(frame) => frame,
@@ -1270,10 +1275,18 @@ where
                                 continue;
                             }
                             *len += n;
+                            if *len > shared.max_body && *http2 {
+                                // At once: the stream ends alone (hyper
+                                // resets it once the 413 is sent), the
+                                // connection serves on.
+                                *this.state = State::Ready(Some(shared.refuse_too_large()));
+                                continue;
+                            }
                             if *len > shared.max_body {
-                                // Read on (discarding) up to the limit again,
-                                // so a client that finishes writing its body
-                                // reads the 413 instead of a reset.
+                                // HTTP/1.1: read on (discarding) up to the
+                                // limit again, so a client that finishes
+                                // writing its body reads the 413 instead of
+                                // a reset.
                                 *this.state = State::Draining {
                                     left: shared.max_body,
                                     deadline: deadline.take(),
@@ -3035,7 +3048,15 @@ fn held_reply<B: Body>(response: Response<B>, budget: Arc<BodyBudget>) -> Respon
             "{{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{{\"code\":-32000,\"message\":\"Response too large\",\"data\":{{\"reason\":\"the replies this connection holds unread would pass its limit\",\"limit\":{}}}}}}}",
             budget.limit
         );
-        return served_error(StatusCode::SERVICE_UNAVAILABLE, body);
+        let mut refused = served_error(StatusCode::SERVICE_UNAVAILABLE, body);
+        // The service's CORS headers stay: a browser reads the refusal
+        // only with them (as the other error answers carry them).
+        for (name, value) in response.headers() {
+            if name.as_str().starts_with("access-control-") || name == hyper::header::VARY {
+                refused.headers_mut().append(name.clone(), value.clone());
+            }
+        }
+        return refused;
     }
     let held = BodyShare {
         budget: Some(budget),
