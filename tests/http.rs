@@ -2390,14 +2390,12 @@ async fn posted_responses_are_counted_as_unmatched() {
 /// CORS: each test failed before its fix.
 mod h2_review {
     use std::net::SocketAddr;
-    use std::pin::Pin;
-    use std::task::{Context as TaskContext, Poll};
     use std::time::Duration;
 
     use bytes::Bytes;
     use http::{HeaderMap, Request, StatusCode};
     use http_body_util::{BodyExt, Full};
-    use hyper::body::{Body, Frame};
+    use hyper::body::Body;
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use rpcwire::server::cors::Cors;
     use rpcwire::server::hosts::AllowedHosts;
@@ -2405,6 +2403,8 @@ mod h2_review {
     use rpcwire::server::{Limits, Shutdown};
     use rpcwire::{Call, Dispatcher, RpcError};
     use tokio::net::{TcpListener, TcpStream};
+
+    use super::ChannelBody;
 
     const HANG: Duration = Duration::from_secs(20);
     const ORIGIN: &str = "https://app.example.org";
@@ -2452,19 +2452,6 @@ mod h2_review {
                 .unwrap();
         tokio::spawn(conn);
         sender
-    }
-
-    /// A request body fed through a channel (no `Content-Length`).
-    struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
-    impl Body for ChannelBody {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-        fn poll_frame(
-            mut self: Pin<&mut Self>,
-            cx: &mut TaskContext<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            self.0.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b))))
-        }
     }
 
     /// The 503 for a reply past the connection's budget keeps the
