@@ -562,6 +562,11 @@ pub async fn serve(
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
+            // The shutdown first: with connections waiting, an unbiased
+            // select took one after the shutdown had completed half the
+            // time (and served it).
+            biased;
+            _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok(a) => a,
                 Err(e) => {
@@ -569,7 +574,6 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = &mut shutdown => break,
         };
         let Ok(place) = Arc::clone(&places).try_acquire_owned() else {
             drop(stream);

@@ -371,8 +371,9 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
     }
 
     /// Accepts connections on `listener` until the shutdown is triggered,
-    /// each served in a task of its own; then waits for the connections to
-    /// close (at most [`Limits::shutdown_grace`] and a moment to close).
+    /// each served in a task of its own; then closes the listener and waits
+    /// for the connections to close (at most [`Limits::shutdown_grace`] and
+    /// a moment to close).
     ///
     /// Past [`Limits::max_connections`] open connections (counting those
     /// upgraded on an HTTP port, `server::combined`), new ones are closed
@@ -402,6 +403,9 @@ impl<S: Send + Sync + 'static, K: 'static> WsServer<S, K> {
                 let _ = server.accept_tcp(tcp, addr).await;
             });
         }
+        // Closed now, not when the drain ends: a client connecting during
+        // the grace is refused, not queued unserved in the backlog.
+        drop(listener);
         self.closed().await;
         Ok(())
     }

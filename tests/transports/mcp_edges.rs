@@ -2140,3 +2140,44 @@ async fn initialize_sent_as_a_notification_changes_no_session() {
         "the session's revision changed: {r}"
     );
 }
+
+/// MCP's `serve` takes no connection once its shutdown has completed: an
+/// unbiased select took one waiting in the backlog about half the time
+/// (and served it). Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_takes_no_connection_after_its_shutdown() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut answered = 0;
+    for _round in 0..10 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut clients = Vec::new();
+        for _ in 0..16 {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                .await
+                .unwrap();
+            clients.push(c);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let endpoint =
+            rpcwire::mcp::http::Endpoint::new(server(), rpcwire::mcp::http::HttpConfig::default());
+        // The shutdown has completed before serving starts.
+        let served = rpcwire::mcp::http::serve(endpoint, listener, std::future::ready(()));
+        tokio::time::timeout(Duration::from_secs(5), served)
+            .await
+            .expect("serve returns")
+            .unwrap();
+        for mut c in clients {
+            let mut buf = [0u8; 64];
+            let read = tokio::time::timeout(Duration::from_millis(200), c.read(&mut buf)).await;
+            if let Ok(Ok(n)) = read
+                && n > 0
+                && buf.starts_with(b"HTTP/1.1")
+            {
+                answered += 1;
+            }
+        }
+    }
+    assert_eq!(answered, 0, "connections answered after the shutdown");
+}
