@@ -13,25 +13,26 @@
 mod combined_server;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
+#[path = "support/h2_client.rs"]
+mod h2_client;
 #[path = "support/http_replies.rs"]
 #[allow(dead_code)]
 mod http_replies;
 
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 #[cfg(feature = "ws")]
 use combined_server::StartCombined;
 use counting_alloc::CountingAlloc;
+use h2_client::{ChannelBody, h2};
 use http::{HeaderMap, Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
 use http_replies::{RawResponse, request, responses_of, summary};
-use hyper::body::{Body, Frame};
+use hyper::body::Body;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rpcwire::dispatch::{AsyncCall, WithAsync};
 use rpcwire::server::http::{HttpService, Server};
@@ -224,20 +225,6 @@ where
 fn json_of(body: &[u8]) -> Value {
     serde_json::from_slice(body)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
-}
-
-/// A body fed through a channel, sent chunked.
-struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
-
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b))))
-    }
 }
 
 /// Writes `request` on a fresh socket and reads until the server closes.
@@ -556,12 +543,7 @@ async fn handlers_see_headers_peer_and_transport() {
 async fn http2_with_prior_knowledge() {
     let _serial = SERIAL.lock().await;
     let server = TestServer::start(Limits::default()).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let sender = h2::<Full<Bytes>>(server.addr).await;
     // Concurrent streams on one connection, a slow one among them.
     let mut calls = Vec::new();
     for i in 0..20u64 {
@@ -602,12 +584,7 @@ async fn http2_with_prior_knowledge() {
 async fn http2_bodies_past_the_limit_get_413() {
     let _serial = SERIAL.lock().await;
     let server = TestServer::start(small_limits()).await;
-    let stream = TcpStream::connect(server.addr).await.unwrap();
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let sender = h2::<Full<Bytes>>(server.addr).await;
     // Announced length.
     let mut full = sender.clone();
     let response = full.send_request(post(vec![b' '; 2000])).await.unwrap();
@@ -2395,16 +2372,14 @@ mod h2_review {
     use bytes::Bytes;
     use http::{HeaderMap, Request, StatusCode};
     use http_body_util::{BodyExt, Full};
-    use hyper::body::Body;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     use rpcwire::server::cors::Cors;
     use rpcwire::server::hosts::AllowedHosts;
     use rpcwire::server::http::{HttpService, Server};
     use rpcwire::server::{Limits, Shutdown};
     use rpcwire::{Call, Dispatcher, RpcError};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::net::TcpListener;
 
-    use super::ChannelBody;
+    use super::h2_client::{ChannelBody, h2};
 
     const HANG: Duration = Duration::from_secs(20);
     const ORIGIN: &str = "https://app.example.org";
@@ -2437,21 +2412,6 @@ mod h2_review {
         let shutdown = Shutdown::new();
         tokio::spawn(Server::new(limits).serve(listener, service, shutdown.clone()));
         (addr, shutdown)
-    }
-
-    async fn h2<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
-    where
-        B: Body + Send + Unpin + 'static,
-        B::Data: Send,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        let (sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        sender
     }
 
     /// The 503 for a reply past the connection's budget keeps the

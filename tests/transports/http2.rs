@@ -29,6 +29,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
+use crate::h2_client::{ChannelBody, h2};
+
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const HANG: Duration = Duration::from_secs(30);
 
@@ -123,35 +125,8 @@ fn post(body: impl Into<Bytes>) -> Request<Full<Bytes>> {
         .unwrap()
 }
 
-async fn h2<B>(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<B>
-where
-    B: Body + Send + Unpin + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
-    sender
-}
-
 fn json_of(b: &[u8]) -> Value {
     serde_json::from_slice(b).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(b)))
-}
-
-struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
-impl Body for ChannelBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        self.0.poll_recv(cx).map(|c| c.map(|b| Ok(Frame::data(b))))
-    }
 }
 
 fn chan_req(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Request<ChannelBody> {

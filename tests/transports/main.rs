@@ -21,6 +21,9 @@ mod combined_server;
 mod eventually;
 #[path = "../support/example_binary.rs"]
 mod example_binary;
+#[cfg(feature = "http")]
+#[path = "../support/h2_client.rs"]
+mod h2_client;
 #[path = "../support/held_calls.rs"]
 mod held_calls;
 #[cfg(feature = "http")]
