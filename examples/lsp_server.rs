@@ -438,6 +438,10 @@ pub fn stdio_limits() -> Limits {
 /// rather than outlive an editor that crashed.
 pub const END_OF_INPUT_GRACE: Duration = Duration::from_secs(1);
 
+/// How long the process waits, once served, for its last write to end
+/// (a client that reads nothing never lets it).
+const FINAL_WRITE: Duration = Duration::from_secs(1);
+
 /// `input`, triggering `stop` [`END_OF_INPUT_GRACE`] after it ends.
 pub struct EndOfInputStops<R> {
     input: R,
@@ -509,6 +513,7 @@ async fn main() -> std::io::Result<()> {
     let framer = Lsp::new().max_frame(limits.max_message_len);
     // `serve_stdio`'s driver, with an input that ends calls still running
     // shortly after it ends.
+    let mut out = rpcwire::server::stream::stdout();
     let reason = Driver::new(framer)
         .limits(limits)
         .idle_timeout(None)
@@ -517,9 +522,13 @@ async fn main() -> std::io::Result<()> {
         .run(
             &dispatcher,
             EndOfInputStops::new(tokio::io::stdin(), stop),
-            tokio::io::stdout(),
+            &mut out,
         )
         .await?;
+    // Without a shutdown grace the driver does not wait for its last
+    // write (a message a dropped call sent): it may still be under way on
+    // its blocking thread, which `exit` would cut short.
+    let _ = tokio::time::timeout(FINAL_WRITE, tokio::io::AsyncWriteExt::flush(&mut out)).await;
     let code = server.exit_status();
     eprintln!("lsp_server: stopped ({reason:?}), status {code}");
     // At once: tokio's stdin reader is a blocking thread the runtime would

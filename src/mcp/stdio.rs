@@ -28,7 +28,7 @@ impl McpServer {
     /// closes: one JSON-RPC message per line, nothing but MCP messages on
     /// stdout (log with `eprintln!` or a stderr logger).
     pub async fn serve_stdio(&self) -> std::io::Result<()> {
-        self.serve_stream(tokio::io::stdin(), tokio::io::stdout())
+        self.serve_stream(tokio::io::stdin(), crate::server::stream::stdout())
             .await
     }
 

@@ -210,6 +210,9 @@ use crate::dispatch::held::{HeldFrame, HeldMessages, HeldRefusal};
 use crate::frame::{FrameError, FrameErrorKind, Framer, Step};
 use crate::{Connection, Context, ContextBuilder, Dispatcher};
 
+mod stdout;
+pub use stdout::{Stdout, stdout};
+
 /// Why a connection ended (when it ended without an I/O error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -1955,7 +1958,10 @@ fn too_large_reply(limit: usize, out: &mut Replies) {
 ///
 /// tokio reads stdin on a blocking thread that cannot be interrupted: after
 /// a shutdown that leaves stdin open, exit the process rather than wait for
-/// the runtime to stop.
+/// the runtime to stop. Output goes through [`stdout()`], a frame per
+/// write, without std's line buffering; with a zero
+/// [`Limits::shutdown_grace`] the last write may still be under way when
+/// this returns.
 ///
 /// ```no_run
 /// use rpcwire::frame::Lines;
@@ -1995,9 +2001,7 @@ where
     if let Some(metrics) = metrics {
         driver = driver.metrics(metrics);
     }
-    driver
-        .run(&dispatcher, tokio::io::stdin(), tokio::io::stdout())
-        .await
+    driver.run(&dispatcher, tokio::io::stdin(), stdout()).await
 }
 
 /// Serves JSON-RPC on every connection `listener` accepts, each with a
