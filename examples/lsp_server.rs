@@ -504,10 +504,11 @@ fn stop_when_orphaned(stop: Shutdown) {
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    eprintln!("lsp_server: ready, LSP frames on stdin");
     let stop = Shutdown::new();
     #[cfg(unix)]
     stop_when_orphaned(stop.clone());
+    // After the parent is known: a parent gone before is not seen to go.
+    eprintln!("lsp_server: ready, LSP frames on stdin");
     let (server, dispatcher) = language_server(stop.clone());
     let limits = stdio_limits();
     let framer = Lsp::new().max_frame(limits.max_message_len);

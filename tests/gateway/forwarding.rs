@@ -551,7 +551,8 @@ async fn hanging_upstream(hyper_client: bool) {
     assert_eq!(r["id"], "h");
     assert_eq!(r["error"]["code"], -32002, "{r}");
     assert_eq!(r["error"]["data"]["timeout_ms"], 500);
-    assert!(started.elapsed() < Duration::from_secs(3));
+    // The 500 ms timeout, not the client's patience (a busy host has room).
+    assert!(started.elapsed() < Duration::from_secs(10));
     // A batch: the denied entry is answered at once, the hanging one times
     // out, in request order.
     let r = call(

@@ -200,8 +200,10 @@ async fn an_unsubscribe_does_not_wait_for_a_connection_attempt() {
     let (up, close) = upstream_that_hangs_after_the_first_connection().await;
     let gw = start(config::Config {
         upstreams: vec![format!("ws://{up}")],
-        // Connect timeout: 2 s (the default, under half of this).
-        timeout: Duration::from_secs(8),
+        // A connection attempt held for 10 s: the bound below has room for
+        // a busy host, and the bug (waiting for the attempt) exceeds it.
+        connect_timeout: Some(Duration::from_secs(10)),
+        timeout: Duration::from_secs(30),
         ..Default::default()
     })
     .await;
@@ -229,7 +231,7 @@ async fn an_unsubscribe_does_not_wait_for_a_connection_attempt() {
     let took = started.elapsed();
     assert_eq!(r["result"], false, "{r}");
     assert!(
-        took < Duration::from_millis(500),
+        took < Duration::from_secs(5),
         "eth_unsubscribe of an ended subscription took {took:?} (waited for another client's connection attempt)"
     );
 }

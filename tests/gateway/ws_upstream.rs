@@ -1113,7 +1113,9 @@ async fn a_deeply_nested_result_is_passed_on_over_both_transports() {
 /// for its answer goes out at once: with Nagle's algorithm on (the
 /// connection made without TCP_NODELAY) it waited for the upstream's
 /// delayed ACK, about 40 ms in every round (found by a review). The
-/// median of seven rounds, so that one slow scheduling cannot fail it.
+/// second fastest of nine rounds, so that slow scheduling on a busy host
+/// (a debug build, two cores shared with other tests) cannot fail it
+/// unless it slows all but one.
 #[tokio::test]
 async fn a_request_behind_an_unanswered_one_is_not_held_by_nagle() {
     use std::time::Instant;
@@ -1160,7 +1162,7 @@ async fn a_request_behind_an_unanswered_one_is_not_held_by_nagle() {
         rpc("warm").await;
     }
     let mut waits = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..9 {
         arrivals.lock().unwrap().clear();
         let slow = tokio::spawn(rpc("slow"));
         let slow_seen = || arrivals.lock().unwrap().iter().any(|(t, _)| t == "slow");
@@ -1174,7 +1176,7 @@ async fn a_request_behind_an_unanswered_one_is_not_held_by_nagle() {
     }
     waits.sort();
     assert!(
-        waits[3] < Duration::from_millis(25),
+        waits[1] < Duration::from_millis(25),
         "requests waited {waits:?} before reaching the upstream"
     );
 }

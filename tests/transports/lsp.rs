@@ -823,13 +823,21 @@ async fn child_process_stops_when_its_parent_is_gone() {
     use tokio::io::AsyncBufReadExt;
     let binary = example_binary("lsp_server", "server");
     // A shell starts the example in the background (its stdin the pipe
-    // this test keeps open), says its pid, and exits.
+    // this test keeps open), says its pid, waits until the example is
+    // ready (it has noted its parent then: a fixed 0.2 s was not always
+    // enough on a busy host), and exits.
+    let log = std::env::temp_dir().join(format!("rpcwire-lsp-orphan-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
     let mut shell = tokio::process::Command::new("sh")
         .arg("-c")
         // The pipe through fd 3: a background job's stdin is /dev/null
         // before any redirection of its own.
-        .arg(r#"exec 3<&0; "$0" <&3 3<&- > /dev/null 2>&1 & echo $!; sleep 0.2"#)
+        .arg(
+            r#"exec 3<&0; "$0" <&3 3<&- > /dev/null 2> "$1" & echo $!
+            until grep -q ready "$1" 2> /dev/null; do sleep 0.05; done"#,
+        )
         .arg(&binary)
+        .arg(&log)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -844,7 +852,10 @@ async fn child_process_stops_when_its_parent_is_gone() {
         .trim()
         .parse()
         .unwrap();
-    shell.wait().await.unwrap();
+    tokio::time::timeout(HANG, shell.wait())
+        .await
+        .expect("hang: the example never said it was ready")
+        .unwrap();
     // Gone, or a zombie its new parent has not reaped yet.
     let running = || {
         std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -865,6 +876,7 @@ async fn child_process_stops_when_its_parent_is_gone() {
             .status();
     }
     drop(keep_open);
+    let _ = std::fs::remove_file(&log);
     assert!(
         stopped.is_ok(),
         "the example outlived the process that started it"

@@ -1,6 +1,7 @@
 //! MCP edge cases found by probing the layer as an unusual client would:
 //! what the SDK clients never send, but a hostile or sloppy one may.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
@@ -1388,13 +1389,19 @@ async fn serve_stopped_starts_nothing_more_on_a_kept_alive_connection() {
 #[tokio::test]
 async fn serve_stopping_lets_a_running_call_finish_and_close() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let started = Arc::new(tokio::sync::Notify::new());
+    let started_in_tool = Arc::clone(&started);
     let server = McpServer::builder("t", "1")
         .tool(Tool::new(
             "slow",
             json!({"type": "object"}),
-            |_, _cx: ToolContext| async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                Ok(ToolOutput::text("finished"))
+            move |_, _cx: ToolContext| {
+                let started = Arc::clone(&started_in_tool);
+                async move {
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok(ToolOutput::text("finished"))
+                }
             },
         ))
         .build()
@@ -1404,7 +1411,11 @@ async fn serve_stopping_lets_a_running_call_finish_and_close() {
     conn.write_all(kept_alive_call("slow", 1).as_bytes())
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Running when told to stop (a fixed 50 ms left a busy host reading
+    // the request after it).
+    tokio::time::timeout(Duration::from_secs(30), started.notified())
+        .await
+        .expect("the call starts");
     stop.send(()).unwrap();
     let reply = response_with_id(&mut conn, 1)
         .await

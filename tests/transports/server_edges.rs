@@ -30,6 +30,9 @@ use crate::http_request::post_close;
 /// Producers of `watched` subscriptions that saw their subscription end.
 static WATCHED_ENDED: AtomicUsize = AtomicUsize::new(0);
 
+/// `sleep_noted` calls started (one test makes them).
+static SLEEPS_NOTED: AtomicUsize = AtomicUsize::new(0);
+
 /// Generous: only for not hanging forever, never a measurement.
 const PATIENCE: Duration = Duration::from_secs(30);
 
@@ -40,6 +43,13 @@ fn dispatcher(metrics: Arc<Metrics>) -> Dispatcher<(), WithAsync> {
         .observer(metrics)
         .method("eth_blockNumber", |c: Call<'_, ()>| c.reply.str("0x1b4"))
         .async_method("sleep", |c: AsyncCall<()>| async move {
+            let (ms,): (u64,) = c.decode()?;
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok::<_, RpcError>(ms)
+        })
+        // `sleep`, counted in `SLEEPS_NOTED` as it starts.
+        .async_method("sleep_noted", |c: AsyncCall<()>| async move {
+            SLEEPS_NOTED.fetch_add(1, Ordering::SeqCst);
             let (ms,): (u64,) = c.decode()?;
             tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok::<_, RpcError>(ms)
@@ -621,10 +631,15 @@ async fn servers_told_never_to_time_out_serve_and_stop() {
     ));
     let (r, mut w) = TcpStream::connect(addr).await.unwrap().into_split();
     // A call still running when the shutdown comes: its grace clock starts.
-    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sleep\",\"params\":[200]}\n")
+    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"sleep_noted\",\"params\":[200]}\n")
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Started (a fixed 50 ms left a busy host reading it after the
+    // trigger: not started, not answered).
+    crate::eventually::eventually("the call started", || {
+        SLEEPS_NOTED.load(Ordering::SeqCst) > 0
+    })
+    .await;
     shutdown.trigger();
     let mut line = String::new();
     let _ = tokio::time::timeout(PATIENCE, BufReader::new(r).read_line(&mut line))

@@ -42,6 +42,8 @@ struct State {
     started: Notify,
     /// `slow` and `forever` calls started.
     slow_calls: AtomicUsize,
+    /// Lets an `ask_client_after` call (notified as it starts) go on.
+    proceed: Notify,
 }
 
 type D = Dispatcher<State, WithAsync>;
@@ -100,8 +102,8 @@ fn dispatcher() -> D {
             Ok::<_, RpcError>(answers)
         })
         .async_method("ask_client_after", |call: AsyncCall<State>| async move {
-            let (ms,): (u64,) = call.decode()?;
-            tokio::time::sleep(Duration::from_millis(ms)).await;
+            call.state.started.notify_one();
+            call.state.proceed.notified().await;
             ping_the_client(&call.ctx, "later").await
         })
         .build()
@@ -1002,17 +1004,23 @@ async fn a_shutdown_reads_answers_with_each_framer() {
 /// so the call's request failed at once (`PeerError::Closed`), never sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_asks_after_the_shutdown_gets_its_answer() {
-    let server = Server::tcp(|| Box::new(Lines::new()), Limits::default()).await;
+    let d = dispatcher();
+    let server = Server::tcp_with(d.clone(), Lines::new, Limits::default()).await;
     let (r, mut w) = server.connect().await.into_split();
     let mut messages = Messages::new(r, Framing::Lines);
     w.write_all(&framed(
         Framing::Lines,
-        &[request(1, "ask_client_after", json!([300]))],
+        &[request(1, "ask_client_after", json!([]))],
     ))
     .await
     .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Running (a fixed sleep left a busy host reading the request after
+    // the trigger), then shut down, and only then does it ask.
+    tokio::time::timeout(PATIENCE, d.state().started.notified())
+        .await
+        .unwrap();
     server.shutdown.trigger();
+    d.state().proceed.notify_one();
     let asked = messages.expect().await;
     assert_eq!(asked["method"], "client/ping", "{asked}");
     assert_eq!(asked["params"], json!(["later"]), "{asked}");
