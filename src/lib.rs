@@ -47,10 +47,12 @@
 //!
 //! # Layers
 //!
-//! * scan (private): byte-level JSON grammar. Its one SIMD kernel (finding
-//!   the end of a run of string content) is chosen at run time: SSE2, then
-//!   AVX2 for long strings when the CPU has it, on x86_64; NEON on aarch64;
-//!   eight bytes at a time in a `u64` elsewhere.
+//! * scan (private): byte-level JSON grammar. Its SIMD kernels are chosen
+//!   at run time: the end of a run of string content (SSE2, then AVX2 for
+//!   long strings when the CPU has it, on x86_64; NEON on aarch64; eight
+//!   bytes at a time in a `u64` elsewhere), and on x86_64 with AVX2 a
+//!   32-byte text-block loop (UTF-8 checked as classified) and a 64-byte
+//!   number-run classifier.
 //! * envelope: [`Parser`] (limits) and its entry points [`parse`],
 //!   [`parse_response`], [`Parser::parse_incoming`] (two-way traffic) and
 //!   [`Parser::parse_prefix`] (incremental input); the results are in

@@ -83,9 +83,9 @@ fn invalid_json_anywhere_is_one_parse_error_with_where() {
 }
 
 // "nesting deeper than the limit | -32700, `data.limit`"; "a depth limit:
-// 128 levels, the message itself counted (so params may nest 126 levels
-// inside a request; `serde_json::Value` accepts 127 levels in all)": the
-// params array at level 2, 126 levels inside it.
+// 128 levels, the message itself counted (so a request's params may be 127
+// levels deep, the message's object the first of 128; ...)": the params
+// array at level 2, 126 levels inside it.
 #[test]
 fn depth_limit_counts_the_message_and_names_the_limit() {
     let (d, _) = default_node();

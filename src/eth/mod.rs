@@ -64,9 +64,10 @@
 //!   whether their results can be cached.
 //!
 //! Hex is decoded and encoded by const-hex (SIMD, chosen at run time),
-//! except QUANTITY parsing, where a table lookup per digit is faster for
-//! such short strings, DATA of 16 to 64 digits (addresses, hashes) on
-//! x86_64, which an inlined SSE2 decoder reads (see the `hex` group of
+//! except QUANTITY parsing, which folds eight digits at a time in a `u64`
+//! (faster for such short strings), DATA of 16 to 64 digits on x86_64
+//! (addresses and hashes by an AVX2 decoder when the CPU has it, else and
+//! below 32 digits by an inlined SSE2 one; see the `hex` group of
 //! `benches/eth_decode.rs`), and longer DATA decoded into an arena on
 //! x86_64 with AVX2 (call data, signed transactions), which an AVX2
 //! decoder writes straight into the arena's fresh bytes.

@@ -72,11 +72,12 @@
 //!   the framer cannot resynchronise after are answered, then the
 //!   connection closes once the calls in flight are answered.
 //! * **Closes cleanly.** At the end of the input it answers every message
-//!   read, writes everything, and returns ([`CloseReason::Eof`]): an MCP
-//!   server on stdio exits when its client closes stdin, replies delivered
-//!   (the calls still running then finish, within their own timeouts; an
-//!   LSP client that closes stdin to say "exit" gets the replies it asked
-//!   for).
+//!   read, writes everything, and returns ([`CloseReason::Eof`]): a
+//!   client that closes its input gets the replies it asked for (the
+//!   calls still running then finish, within their own timeouts; an LSP
+//!   client that closes stdin to say "exit" gets its replies). rpcwire's
+//!   MCP layer has a loop of its own for stdio: it gives running calls
+//!   2 s, then answers the requests still unanswered with -32800.
 //!   A last line without its `\n` is a message too; bytes left that are
 //!   not one (a message cut short) get the parser's -32700, and with LSP
 //!   framing (a frame shorter than its `Content-Length`) a -32700 whose
