@@ -438,10 +438,6 @@ pub fn stdio_limits() -> Limits {
 /// rather than outlive an editor that crashed.
 pub const END_OF_INPUT_GRACE: Duration = Duration::from_secs(1);
 
-/// How long the process waits, once served, for its last write to end
-/// (a client that reads nothing never lets it).
-const FINAL_WRITE: Duration = Duration::from_secs(1);
-
 /// `input`, triggering `stop` [`END_OF_INPUT_GRACE`] after it ends.
 pub struct EndOfInputStops<R> {
     input: R,
@@ -529,7 +525,12 @@ async fn main() -> std::io::Result<()> {
     // Without a shutdown grace the driver does not wait for its last
     // write (a message a dropped call sent): it may still be under way on
     // its blocking thread, which `exit` would cut short.
-    let _ = tokio::time::timeout(FINAL_WRITE, tokio::io::AsyncWriteExt::flush(&mut out)).await;
+    // (`serve_stdio` does the same.)
+    let _ = tokio::time::timeout(
+        rpcwire::server::stream::FINAL_WRITE,
+        tokio::io::AsyncWriteExt::flush(&mut out),
+    )
+    .await;
     let code = server.exit_status();
     eprintln!("lsp_server: stopped ({reason:?}), status {code}");
     // At once: tokio's stdin reader is a blocking thread the runtime would

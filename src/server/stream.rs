@@ -1959,10 +1959,10 @@ fn too_large_reply(limit: usize, out: &mut Replies) {
 ///
 /// tokio reads stdin on a blocking thread that cannot be interrupted: after
 /// a shutdown that leaves stdin open, exit the process rather than wait for
-/// the runtime to stop. Output goes through [`stdout()`], a frame per
-/// write, without std's line buffering; with a zero
-/// [`Limits::shutdown_grace`] the last write may still be under way when
-/// this returns.
+/// the runtime to stop. Output goes through [`stdout()`], frames whole per
+/// write, without std's line buffering. When the driver ends before its
+/// last write has (a zero [`Limits::shutdown_grace`], say), that write
+/// has [`FINAL_WRITE`] more before this returns.
 ///
 /// ```no_run
 /// use rpcwire::frame::Lines;
@@ -2002,8 +2002,18 @@ where
     if let Some(metrics) = metrics {
         driver = driver.metrics(metrics);
     }
-    driver.run(&dispatcher, tokio::io::stdin(), stdout()).await
+    let mut out = stdout();
+    let reason = driver.run(&dispatcher, tokio::io::stdin(), &mut out).await;
+    // A process that exits next would cut a write still under way on its
+    // blocking thread; a client that reads nothing bounds the wait.
+    let _ = tokio::time::timeout(FINAL_WRITE, tokio::io::AsyncWriteExt::flush(&mut out)).await;
+    reason
 }
+
+/// How long [`serve_stdio`] waits, once its driver has ended, for a
+/// write still under way (the driver gives up on one at the end of its
+/// shutdown grace).
+pub const FINAL_WRITE: Duration = Duration::from_secs(1);
 
 /// Serves JSON-RPC on every connection `listener` accepts, each with a
 /// framer from `framer` (called once per connection), until `shutdown` is

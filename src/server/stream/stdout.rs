@@ -6,23 +6,26 @@ use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
 
-/// The process's standard output, written without line buffering: each
-/// buffer the [driver](super::Driver) hands over (whole frames) reaches
-/// the file descriptor in one `write_all`, on a blocking thread, as
-/// `tokio::io::stdout()` does.
+/// The process's standard output, written without line buffering (on
+/// Unix): each buffer the [driver](super::Driver) hands over (whole
+/// frames, up to 2 MiB) reaches the file descriptor in one `write_all`,
+/// on a blocking thread, as `tokio::io::stdout()` does.
 ///
 /// `tokio::io::stdout()` writes through std's `Stdout`, whose
 /// `LineWriter` writes up to the last newline at once and keeps the rest
 /// until a flush: an LSP frame (`Content-Length: 52\r\n\r\n{...}`) went
 /// out as its header, and then its body at the flush, in a second system
 /// call. A process that exits in between (at the end of a zero shutdown
-/// grace, say) left its client a header without a body. Here a frame of
-/// up to `PIPE_BUF` (4 KiB) bytes written to a pipe arrives whole or not
-/// at all.
+/// grace, say) left its client a header without a body. Here a write of
+/// up to `PIPE_BUF` bytes to a pipe (4 KiB on Linux, 512 on macOS and the
+/// BSDs) arrives whole or not at all; a larger one can still be cut by an
+/// exit during it. Elsewhere than Unix, or if descriptor 1 cannot be
+/// duplicated, it is `tokio::io::stdout()`.
 ///
 /// A write handed over is done on a blocking thread: flush before the
 /// process exits (`std::process::exit` does not wait for it).
-/// [`serve_stdio`](super::serve_stdio) and MCP's stdio server use it.
+/// [`serve_stdio`](super::serve_stdio) (which flushes it before it
+/// returns) and MCP's stdio server use it.
 ///
 /// ```no_run
 /// use rpcwire::server::stream::{stdout, Driver};
