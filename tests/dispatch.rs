@@ -726,6 +726,50 @@ fn an_observer_sees_every_call() {
     );
 }
 
+/// The time a record gives is its call's: at least what the handler took
+/// (a handler that sleeps 20 ms) and at most the whole `handle`.
+#[test]
+fn an_observer_sees_how_long_each_call_took() {
+    use rpcwire::dispatch::{CallRecord, Observer};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    #[derive(Default)]
+    struct Log(Mutex<Vec<(String, Duration)>>);
+    impl Observer for Log {
+        fn on_call(&self, c: &CallRecord<'_>) {
+            let method = c.method.unwrap_or("").to_owned();
+            self.0.lock().unwrap().push((method, c.elapsed));
+        }
+    }
+    let log = Arc::new(Log::default());
+    let d = Dispatcher::builder(())
+        .observer(log.clone())
+        .method("quick", |c: Call<'_, ()>| c.reply.u64(1))
+        .method("sleepy", |c: Call<'_, ()>| {
+            std::thread::sleep(Duration::from_millis(20));
+            c.reply.u64(2)
+        })
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    let started = Instant::now();
+    d.handle(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"sleepy"},{"jsonrpc":"2.0","id":2,"method":"quick"}]"#,
+        &mut Connection::new(),
+        &mut out,
+    );
+    let whole = started.elapsed();
+    let got = log.0.lock().unwrap().clone();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!((got[0].0.as_str(), got[1].0.as_str()), ("sleepy", "quick"));
+    assert!(
+        got[0].1 >= Duration::from_millis(20) && got[0].1 <= whole,
+        "sleepy took {:?} of {whole:?}",
+        got[0].1
+    );
+    assert!(got[1].1 <= whole, "{got:?}");
+}
+
 /// The route of each record: a registered method by its position in the
 /// dispatcher's table (registration order, one table for every clone),
 /// `rpc.discover`, the fallback, or nothing.

@@ -504,7 +504,6 @@ async fn sync_dispatchers_run_through_handle_async_too() {
     let mut sync_out = Vec::new();
     d.handle(&msg, &mut Connection::new(), &mut sync_out);
     assert_eq!(out, sync_out);
-    let _ = Arc::new(());
 }
 
 /// A reply buffer that records where each reply ends, as a WebSocket

@@ -506,12 +506,12 @@ async fn shutdown_never_cuts_a_reply_made_within_the_grace() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Shutdown);
-    assert!(
-        got.is_empty() || got.ends_with(b"\n"),
-        "half a reply: {} bytes of {}",
-        got.len(),
-        1048576 + 36
-    );
+    // Whole: made within the grace, it is written (not dropped, nor cut).
+    assert_eq!(got.len(), 1048576 + 36 + 1, "a reply cut or missing");
+    assert_eq!(got.last(), Some(&b'\n'));
+    let reply: Value = serde_json::from_slice(&got).unwrap();
+    assert_eq!(reply["id"], 1);
+    assert_eq!(reply["result"], "z".repeat(1048576));
 }
 
 /// A writer whose flush takes `delay` from its first call (as a blocking
