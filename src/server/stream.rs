@@ -1891,7 +1891,13 @@ where
             let busy = self.conn.messages_in_flight() > 0
                 || self.conn.in_flight() > 0
                 || self.conn.awaits_client_answers();
-            let waiting = !self.subs.is_empty() && self.out.is_empty() && self.subs.queued() == 0;
+            // (A notification taken by a buffering writer that cannot
+            // flush it, a client that stopped reading behind a TLS
+            // stream or a `BufWriter`, is waiting too.)
+            let waiting = !self.subs.is_empty()
+                && self.out.is_empty()
+                && !self.out.unflushed
+                && self.subs.queued() == 0;
             if arrived || uploading || busy || waiting {
                 self.last_activity = now;
             }

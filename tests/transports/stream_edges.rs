@@ -342,6 +342,52 @@ async fn notifications_alone_are_not_idleness() {
     assert_eq!(out, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":2}\n");
 }
 
+/// A subscription's notification that a buffering writer took but cannot
+/// flush (a client that stopped reading, behind a `BufWriter` or a TLS
+/// stream) is one waiting for the client: the connection is closed as
+/// idle, as with a plain socket. Each look of the idle timer counted it as
+/// activity (only bytes not yet handed to the writer counted as
+/// waiting), and the connection stayed for ever. Found by a review.
+#[tokio::test]
+async fn a_notification_stuck_in_a_buffering_writer_is_idleness() {
+    let d = Dispatcher::builder(())
+        .method("sub", |call: Call<'_, ()>| {
+            let (id, sink) =
+                rpcwire::server::subscriptions::Subscriptions::of(call.ctx)?.subscribe()?;
+            tokio::spawn(async move {
+                let _ = sink.send(&"x".repeat(200));
+                sink.closed().await;
+            });
+            Ok::<_, RpcError>(id.to_string())
+        })
+        .build()
+        .unwrap();
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    // Room for the subscription's id, not for its notification.
+    let (client, server) = tokio::io::duplex(128);
+    let (sr, sw) = tokio::io::split(server);
+    let served = tokio::spawn(async move {
+        Driver::new(Lines::new())
+            .limits(limits)
+            .run(&d, sr, tokio::io::BufWriter::new(sw))
+            .await
+    });
+    let (_cr, mut cw) = tokio::io::split(client);
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"sub\"}\n")
+        .await
+        .unwrap();
+    // The client reads nothing.
+    let reason = tokio::time::timeout(Duration::from_secs(30), served)
+        .await
+        .expect("not closed as idle (idle timeout 300 ms)")
+        .unwrap()
+        .unwrap();
+    assert_eq!(reason, CloseReason::Idle);
+}
+
 /// An LSP header section past its limit: refused before more is buffered,
 /// answered, and counted as the header limit (`LimitKind::Header`; it was
 /// once counted as `MessageLen`).
