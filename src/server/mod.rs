@@ -238,7 +238,10 @@ pub struct Limits {
     /// client that does not read them).
     pub idle_timeout: Duration,
     /// How long a graceful shutdown waits for calls in flight (default
-    /// 10 s).
+    /// 10 s). On a stream connection the replies made by then have one
+    /// more grace to be written, and the writer's close (a TLS
+    /// close_notify) one more: at most three in all, for a client that
+    /// reads nothing.
     pub shutdown_grace: Duration,
     /// How long an HTTP request body may take to arrive once its head has
     /// (default 30 s): a client trickling its body is answered `408` and
