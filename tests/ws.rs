@@ -537,6 +537,45 @@ async fn a_live_client_at_the_in_flight_cap_is_not_closed_as_idle() {
     server.stop().await;
 }
 
+/// A client that stopped reading, its reply stuck half written (the rest
+/// in tungstenite's buffer, whose flush waits) and a call holding the
+/// only slot, is closed as idle: the idle timer took the connection for
+/// one paused at its cap (tungstenite stays ready for more messages
+/// while its flush waits), pinged it into the same buffer, and kept it
+/// for ever. Found by a review.
+#[tokio::test]
+async fn a_client_at_its_cap_whose_reply_cannot_be_flushed_is_idle() {
+    let _heap = HEAP.read().await;
+    let lab = Arc::new(Lab::default());
+    let server = WsServer::new(dispatcher(lab, Arc::new(Metrics::default()))).limits(Limits {
+        max_in_flight: 1,
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    let (client_io, server_io) = tokio::io::duplex(16 * 1024);
+    let serving =
+        tokio::spawn(async move { server.serve_connection(server_io, Context::builder()).await });
+    // The client keeps its reading half and never reads.
+    let (_read, mut write) = tokio::io::split(client_io);
+    let big = req(1, "big", json!([30_000])).to_string();
+    write
+        .write_all(&client_frame(1, big.as_bytes()))
+        .await
+        .unwrap();
+    // The 30 KB reply: 16 KiB taken by the pipe, the rest held.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let gate = req(2, "gate", json!([])).to_string();
+    write
+        .write_all(&client_frame(1, gate.as_bytes()))
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(30), serving)
+        .await
+        .expect("not closed as idle (idle timeout 300 ms)")
+        .unwrap();
+    assert_eq!(reason, CloseReason::Idle);
+}
+
 /// A handler that asks its client something (MCP sampling, LSP
 /// `workspace/configuration`) while the connection is at `max_in_flight`
 /// gets the answer: the client's responses are read and delivered while

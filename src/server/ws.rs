@@ -1883,8 +1883,11 @@ where
         // calls in flight) are not the client's silence.
         // A socket that refuses writes is not such a pause: the replies of
         // finished calls have nowhere to go, so the cap would hold for as
-        // long as the client does not read.
-        let paused = self.write_ready && self.at_limit() && !self.awaits_answers();
+        // long as the client does not read. Nor is one whose flush waits
+        // (tungstenite takes messages into its buffer and stays ready
+        // while the socket refuses what it holds).
+        let paused =
+            self.write_ready && !self.unflushed && self.at_limit() && !self.awaits_answers();
         let moved = std::mem::take(&mut self.ws.get_mut().client_moved) >= MOVING;
         if std::mem::take(&mut self.heard) || moved || paused {
             self.silent = 0;
