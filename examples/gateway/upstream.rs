@@ -1614,8 +1614,16 @@ impl WsConn {
                     };
                     self.heard();
                     let waiter = lock(&self.pending).remove(&id);
-                    if let Some(Waiter::Call(tx) | Waiter::Subscribe(tx, _)) = waiter {
-                        let _ = tx.send(Ok(frame.clone()));
+                    match waiter {
+                        Some(Waiter::Call(tx)) => {
+                            let _ = tx.send(Ok(frame.clone()));
+                        }
+                        Some(Waiter::Subscribe(tx, _)) => {
+                            self.unsubscribe_invalid_answer(&frame, id);
+                            let _ = tx.send(Ok(frame.clone()));
+                        }
+                        Some(Waiter::Abandoned) => self.unsubscribe_invalid_answer(&frame, id),
+                        None => {}
                     }
                 }
                 Incoming::Request(n) if n.id().is_none() => {
@@ -1709,6 +1717,39 @@ impl WsConn {
             lock(&self.ups).remove(&sink.id());
         }
         let params = serde_json::to_vec(&[up]).unwrap_or_default();
+        self.unsubscribe_params(&params);
+    }
+
+    /// An invalid answer to `eth_subscribe` (`result` beside `error`, a
+    /// wrong `jsonrpc`) may still have subscribed upstream: the `result`
+    /// of the answer with `id` in `frame`, unless no relay can be told
+    /// from it or one holds it, is unsubscribed. It ran on for the
+    /// connection's life, its notifications dropped (the caller is told
+    /// the answer was malformed). A cold path: `frame` is read again.
+    fn unsubscribe_invalid_answer(&self, frame: &[u8], id: u64) {
+        use serde_json::Value;
+        let Ok(value) = serde_json::from_slice::<Value>(frame) else {
+            return;
+        };
+        let answers = match &value {
+            Value::Array(items) => items.as_slice(),
+            one => std::slice::from_ref(one),
+        };
+        let Some(result) = answers
+            .iter()
+            .find(|a| a.get("id").and_then(Value::as_u64) == Some(id))
+            .and_then(|a| a.get("result"))
+        else {
+            return;
+        };
+        if result.is_null()
+            || result
+                .as_str()
+                .is_some_and(|up| lock(&self.subs).contains_key(up))
+        {
+            return;
+        }
+        let params = serde_json::to_vec(&[result]).unwrap_or_default();
         self.unsubscribe_params(&params);
     }
 

@@ -1387,3 +1387,40 @@ async fn a_slow_ipc_client_s_subscription_ends_instead_of_skipping() {
     let _ = std::fs::remove_dir_all(&dir);
     ended_after_a_prefix(&end, &seen);
 }
+
+/// An upstream that answers `eth_subscribe` invalidly but with a result
+/// (`result` beside `"error": null`; so a wrong `jsonrpc`) may have
+/// subscribed: the client is told the answer was malformed, and the
+/// upstream's subscription is unsubscribed (it ran on for the
+/// connection's life, its notifications dropped, one more at each retry).
+/// Found by a review.
+#[tokio::test]
+async fn an_invalid_answer_to_eth_subscribe_is_unsubscribed_upstream() {
+    for invalid in [
+        r#"{"jsonrpc":"2.0","id":ID,"result":"0xs","error":null}"#,
+        r#"{"jsonrpc":"1.0","id":ID,"result":"0xs"}"#,
+    ] {
+        let up = fake_ws(Arc::new(move |_, v| {
+            match v["method"].as_str().unwrap_or("") {
+                "eth_subscribe" => vec![Act::Send(Message::text(
+                    invalid.replace("ID", &v["id"].to_string()),
+                ))],
+                "eth_unsubscribe" => vec![reply(v, json!(true))],
+                _ => vec![],
+            }
+        }))
+        .await;
+        let gw = start(ws_config(&[up.url()], 3000)).await;
+        let mut ws = client(gw.addr).await;
+        send(
+            &mut ws,
+            json!({"jsonrpc":"2.0","id":1,"method":"eth_subscribe","params":["newHeads"]}),
+        )
+        .await;
+        let r = next(&mut ws).await;
+        assert!(r["error"].is_object(), "{invalid}: {r}");
+        let unsubscribed = up.wait_for("eth_unsubscribe", 1).await;
+        assert_eq!(unsubscribed.len(), 1, "{invalid}");
+        assert_eq!(unsubscribed[0].1["params"], json!(["0xs"]), "{invalid}");
+    }
+}
