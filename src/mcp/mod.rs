@@ -97,7 +97,8 @@
 //! * stdio ([`McpServer::serve_stdio`], or [`McpServer::serve_stream`] over
 //!   any byte stream): one message per line, only MCP messages on stdout,
 //!   returns when stdin closes (at most 2 s later: requests still
-//!   unanswered then get -32800, their calls cancelled). `notifications/cancelled` stops the call
+//!   unanswered then get -32800, their calls cancelled).
+//!   `notifications/cancelled` stops the call
 //!   ([`Connection::cancel`](crate::Connection::cancel)), which then sends
 //!   no reply; unknown ids are ignored.
 //! * Streamable HTTP ([`http`]).

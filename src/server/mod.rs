@@ -241,7 +241,8 @@ pub struct Limits {
     /// 10 s). On a stream connection the replies made by then have one
     /// more grace to be written, and the writer's close (a TLS
     /// close_notify) one more: at most three in all, for a client that
-    /// reads nothing.
+    /// reads nothing. On a WebSocket connection the close handshake has
+    /// 2 s more after the grace.
     pub shutdown_grace: Duration,
     /// How long an HTTP request body may take to arrive once its head has
     /// (default 30 s): a client trickling its body is answered `408` and
