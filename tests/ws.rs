@@ -562,7 +562,9 @@ async fn a_client_at_its_cap_whose_reply_cannot_be_flushed_is_idle() {
         .write_all(&client_frame(1, big.as_bytes()))
         .await
         .unwrap();
-    // The 30 KB reply: 16 KiB taken by the pipe, the rest held.
+    // The 30 KB reply: 16 KiB taken by the pipe, the rest held in
+    // tungstenite's write buffer (32 KiB: a reply past it would make the
+    // socket not write-ready, the other case, and test nothing here).
     tokio::time::sleep(Duration::from_millis(100)).await;
     let gate = req(2, "gate", json!([])).to_string();
     write

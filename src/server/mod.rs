@@ -234,8 +234,9 @@ pub struct Limits {
     /// download is not idle (what the kernel's buffers still hold once all
     /// is written, which the server cannot tell from bytes nobody reads,
     /// must drain within it); a stream connection running calls or
-    /// holding subscriptions is not idle, unless notifications wait for a
-    /// client that does not read them).
+    /// holding subscriptions is not idle, unless output (notifications,
+    /// or what a buffering writer holds) waits for a client that does not
+    /// read it).
     pub idle_timeout: Duration,
     /// How long a graceful shutdown waits for calls in flight (default
     /// 10 s). On a stream connection the replies made by then have one
