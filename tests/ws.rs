@@ -547,16 +547,9 @@ async fn a_live_client_at_the_in_flight_cap_is_not_closed_as_idle() {
 async fn a_client_at_its_cap_whose_reply_cannot_be_flushed_is_idle() {
     let _heap = HEAP.read().await;
     let lab = Arc::new(Lab::default());
-    let server = WsServer::new(dispatcher(lab, Arc::new(Metrics::default()))).limits(Limits {
-        max_in_flight: 1,
-        idle_timeout: Duration::from_millis(300),
-        ..Limits::default()
-    });
-    let (client_io, server_io) = tokio::io::duplex(16 * 1024);
-    let serving =
-        tokio::spawn(async move { server.serve_connection(server_io, Context::builder()).await });
     // The client keeps its reading half and never reads.
-    let (_read, mut write) = tokio::io::split(client_io);
+    let (serving, _read, mut write) =
+        serve_one_call_at_a_time(dispatcher(lab, Arc::new(Metrics::default())));
     let big = req(1, "big", json!([30_000])).to_string();
     write
         .write_all(&client_frame(1, big.as_bytes()))
@@ -2143,16 +2136,8 @@ async fn a_dropped_connection_closes_its_subscriptions() {
 #[tokio::test]
 async fn a_client_that_stops_reading_at_the_cap_is_closed_as_idle() {
     let _shared = HEAP.read().await;
-    let server =
-        WsServer::new(duplex_dispatcher(Arc::new(AtomicBool::new(false)))).limits(Limits {
-            max_in_flight: 1,
-            idle_timeout: Duration::from_millis(300),
-            ..Limits::default()
-        });
-    let (client_io, server_io) = tokio::io::duplex(16 * 1024);
-    let serving =
-        tokio::spawn(async move { server.serve_connection(server_io, Context::builder()).await });
-    let (_read, mut write) = tokio::io::split(client_io);
+    let (serving, _read, mut write) =
+        serve_one_call_at_a_time(duplex_dispatcher(Arc::new(AtomicBool::new(false))));
     for request in [
         &br#"{"jsonrpc":"2.0","id":1,"method":"flood"}"#[..],
         br#"{"jsonrpc":"2.0","id":2,"method":"sleep","params":[100]}"#,
@@ -2165,6 +2150,27 @@ async fn a_client_that_stops_reading_at_the_cap_is_closed_as_idle() {
         .expect("closed within a few idle timeouts")
         .unwrap();
     assert_eq!(reason, CloseReason::Idle);
+}
+
+/// Serves one connection of `d` over a 16 KiB in-memory pipe, one call
+/// at a time, idle after 300 ms; the client's reading and writing halves.
+fn serve_one_call_at_a_time<S: Send + Sync + 'static, K: Send + Sync + 'static>(
+    d: Dispatcher<S, K>,
+) -> (
+    tokio::task::JoinHandle<CloseReason>,
+    tokio::io::ReadHalf<tokio::io::DuplexStream>,
+    tokio::io::WriteHalf<tokio::io::DuplexStream>,
+) {
+    let server = WsServer::new(d).limits(Limits {
+        max_in_flight: 1,
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    let (client_io, server_io) = tokio::io::duplex(16 * 1024);
+    let serving =
+        tokio::spawn(async move { server.serve_connection(server_io, Context::builder()).await });
+    let (read, write) = tokio::io::split(client_io);
+    (serving, read, write)
 }
 
 /// A call waiting for its client's answer when a graceful shutdown
