@@ -1507,9 +1507,11 @@ impl Endpoint {
         // Every message that starts a call takes a place among the
         // session's calls: a `tools/call` sent without an id runs as one
         // too (past the cap, and on after its client had gone, as nothing
-        // can cancel it), and only notifications of the protocol skip the
-        // queue, so that a cancellation reaches a full session.
-        let takes_place = id.is_some() || !method.starts_with("notifications/");
+        // can cancel it). Notifications of the protocol skip the queue, so
+        // that a cancellation reaches a full session, and so does `ping`,
+        // which MCP says the receiver "MUST respond promptly" to.
+        let takes_place =
+            method != "ping" && (id.is_some() || !method.starts_with("notifications/"));
         self.run(
             body,
             Some(session.state.clone()),

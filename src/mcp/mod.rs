@@ -342,7 +342,8 @@ impl McpServerBuilder {
 
     /// Calls of one connection running at once (default 64); more wait.
     /// Over Streamable HTTP, requests of one session running at once
-    /// (calls without a session are not counted).
+    /// (calls without a session are not counted). `ping` never waits: it
+    /// is answered at once however many calls run.
     pub fn max_in_flight(mut self, n: usize) -> Self {
         self.max_in_flight = n;
         self

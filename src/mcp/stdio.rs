@@ -368,14 +368,17 @@ impl McpServer {
     /// JSON-RPC, answered in its turn), and a call sent as a notification
     /// (`tools/call` without an id runs as a call does, and past the cap
     /// would wait in the dispatcher's queue, unbounded); the protocol's
-    /// notifications (`notifications/cancelled` among them) and answers to
+    /// notifications (`notifications/cancelled` among them), answers to
     /// the server's own requests, broken ones too, do not (a tool may be
-    /// waiting for them).
+    /// waiting for them), and neither does `ping`, which MCP says the
+    /// receiver "MUST respond promptly" to: a client checking that the
+    /// server is alive would otherwise wait for a running call to end.
     fn takes_a_slot(&self, line: &Bytes, conn: &crate::Connection) -> Slot {
         use crate::message::{Incoming, Message};
         let arena = bumpalo::Bump::new();
         match self.dispatcher.inner.parser.parse_incoming(line, &arena) {
             Ok(Message::Single(Incoming::Request(r))) => match r.id() {
+                Some(_) if r.method() == "ping" => Slot::Free,
                 Some(id) => Slot::Takes(Some(id.as_bytes().into())),
                 None if r.method().starts_with("notifications/") => Slot::Free,
                 None => Slot::Takes(None),

@@ -1791,6 +1791,102 @@ async fn stdio_cancelling_a_held_request_drops_it() {
     served.abort();
 }
 
+/// MCP's `ping`: "The receiver MUST respond promptly". Over stdio a ping
+/// read while calls were at `max_in_flight` was held behind them (and
+/// behind requests already held) until a call ended: a client checking
+/// that the server is alive would have thought it gone. Found by a review.
+#[tokio::test(start_paused = true)]
+async fn stdio_ping_is_answered_while_calls_are_at_the_cap() {
+    use tokio::io::AsyncWriteExt;
+    let server = McpServer::builder("held", "1")
+        .max_in_flight(1)
+        .tool(never_tool())
+        .build()
+        .unwrap();
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 64 * 1024);
+    // 1 runs and holds the only slot, 2 is held, then the ping.
+    let rest = [
+        stdio_call(1, "never"),
+        stdio_call(2, "never"),
+        "{\"jsonrpc\":\"2.0\",\"id\":\"p\",\"method\":\"ping\"}\n".to_string(),
+    ]
+    .concat();
+    to_server
+        .write_all(stdio_session("{}", &rest).as_bytes())
+        .await
+        .unwrap();
+    let init: Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(init["id"], 0, "{init}");
+    // On the paused clock the runtime, idle, lets the 5 s pass at once if
+    // the ping waits.
+    let pong = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("the ping answered while the calls run")
+        .unwrap()
+        .unwrap();
+    let pong: Value = serde_json::from_str(&pong).unwrap();
+    assert_eq!(pong, json!({"jsonrpc": "2.0", "id": "p", "result": {}}));
+    served.abort();
+}
+
+/// [`stdio_ping_is_answered_while_calls_are_at_the_cap`] over Streamable
+/// HTTP: a session's ping waited for a place among its calls.
+#[tokio::test]
+async fn http_ping_is_answered_while_a_session_s_calls_are_at_the_cap() {
+    let started = Arc::new(tokio::sync::Notify::new());
+    let noted = Arc::clone(&started);
+    let server = McpServer::builder("held", "1")
+        .max_in_flight(1)
+        .tool(Tool::new(
+            "never",
+            json!({"type": "object"}),
+            move |_, _| {
+                noted.notify_one();
+                std::future::pending()
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(server).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let running = {
+        let (addr, headers) = (h.addr, headers.map(|(k, v)| (k, v.to_string())));
+        tokio::spawn(async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            post(
+                addr,
+                &headers,
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"never","arguments":{}}}"#,
+            )
+            .await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), started.notified())
+        .await
+        .expect("the call runs");
+    let pong = tokio::time::timeout(
+        Duration::from_secs(5),
+        post(
+            h.addr,
+            &headers,
+            r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#,
+        ),
+    )
+    .await
+    .expect("the ping answered while the call runs");
+    assert_eq!(pong.status, 200, "{}", pong.body);
+    assert_eq!(
+        pong.json(),
+        json!({"jsonrpc": "2.0", "id": 2, "result": {}})
+    );
+    running.abort();
+}
+
 /// A stdio server whose `ask` tool asks the client for its roots (30 s
 /// deadline) and says how that went, and whose `quick` tool answers at
 /// once; one call at a time.
