@@ -1193,6 +1193,27 @@ fn text_handed_over_as_json_never_makes_an_invalid_reply() {
                 Err(RpcError::raw(1, &br#"{"code":"1","message":"m"}"#[..]))
             },
         )
+        .method("raw_array", |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+            Err(RpcError::raw(3, &br#"[3,"execution reverted"]"#[..]))
+        })
+        .method(
+            "raw_repeated_member",
+            |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+                Err(RpcError::raw(
+                    1,
+                    &br#"{"code":1,"message":"m","data":1,"data":2}"#[..],
+                ))
+            },
+        )
+        .method(
+            "raw_code_past_i64",
+            |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+                Err(RpcError::raw(
+                    1,
+                    &br#"{"code":18446744073709551615,"message":"m"}"#[..],
+                ))
+            },
+        )
         .method("raw_ok", |_c: Call<'_, ()>| -> Result<Done, RpcError> {
             Err(RpcError::raw(
                 3,
@@ -1214,6 +1235,15 @@ fn text_handed_over_as_json_never_makes_an_invalid_reply() {
         let input = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"}}"#);
         let (mut conn, mut out) = (Connection::new(), Vec::new());
         d.handle(input.as_bytes(), &mut conn, &mut out);
+        let arena = rpcwire::bumpalo::Bump::new();
+        assert!(
+            matches!(
+                rpcwire::parse_response(&out, &arena),
+                Ok(rpcwire::response::ResponseMessage::Single(_))
+            ),
+            "{method}: the reply does not read back: {}",
+            String::from_utf8_lossy(&out)
+        );
         let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| {
             panic!(
                 "{method}: not JSON ({e}): {}",
@@ -1226,7 +1256,17 @@ fn text_handed_over_as_json_never_makes_an_invalid_reply() {
         );
         v["error"].clone()
     };
-    for method in ["raw_not_json", "raw_no_message", "raw_code_not_integer"] {
+    // An array in the members' order, a repeated member and a code past
+    // `i64` passed the check, and made replies this crate's own reader
+    // (and serde_json clients for the first) refused. Found by a review.
+    for method in [
+        "raw_not_json",
+        "raw_no_message",
+        "raw_code_not_integer",
+        "raw_array",
+        "raw_repeated_member",
+        "raw_code_past_i64",
+    ] {
         let e = answer(method);
         assert_eq!(e["code"], -32603, "{method}: {e}");
         assert!(

@@ -51,17 +51,25 @@ struct ErrorParts {
 }
 
 /// Whether `object` is a JSON-RPC error object: one JSON object with an
-/// integer `code` and a string `message` (other members are its own).
+/// integer `code` and a string `message` (other members are its own), as
+/// the crate's own reader ([`crate::parse_response`]) reads one: an array
+/// in the members' order, a repeated member or a `code` past `i64` made a
+/// reply that reader, and other clients, refused.
 fn is_error_object(object: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Members<'a> {
-        code: serde_json::Number,
-        #[serde(borrow)]
-        message: &'a serde_json::value::RawValue,
+    // One value, so that nothing after it can reach the envelope below.
+    if !crate::scan::is_one_value(object) {
+        return false;
     }
-    crate::scan::is_one_value(object)
-        && serde_json::from_slice::<Members<'_>>(object)
-            .is_ok_and(|m| (m.code.is_i64() || m.code.is_u64()) && m.message.get().starts_with('"'))
+    const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":0,"error":"#;
+    let mut reply = Vec::with_capacity(HEAD.len() + object.len() + 1);
+    reply.extend_from_slice(HEAD);
+    reply.extend_from_slice(object);
+    reply.push(b'}');
+    let arena = bumpalo::Bump::new();
+    matches!(
+        crate::parse_response(&reply, &arena),
+        Ok(crate::response::ResponseMessage::Single(r)) if r.is_error()
+    )
 }
 
 impl RpcError {
@@ -80,9 +88,11 @@ impl RpcError {
     /// An error whose whole `error` object is already JSON (an upstream
     /// node's error, passed on byte for byte, `data` included); `code` is
     /// its code, for observers. Checked once here: `object` must be a JSON
-    /// object with an integer `code` and a string `message` (JSON-RPC
-    /// 2.0, 5.1); anything else becomes -32603 whose `data` says so (it was
-    /// written into the reply as it was, `"error":not json`).
+    /// object with an integer `code` (within `i64`) and a string `message`
+    /// (JSON-RPC 2.0, 5.1), no member repeated, as
+    /// [`parse_response`](crate::parse_response) reads an error; anything
+    /// else becomes -32603 whose `data` says so (it was written into the
+    /// reply as it was, `"error":not json`).
     ///
     /// ```
     /// let upstream = br#"{"code":3,"message":"execution reverted","data":"0x08c379a0"}"#;
