@@ -153,6 +153,16 @@ mod scan;
 pub mod server;
 mod write;
 
+/// Fuzzing builds only (`--cfg fuzzing`, as `cargo fuzz` builds): turns
+/// the kernels chosen by run-time CPU detection (AVX2) off, or back on,
+/// for the whole process, so that the fuzz targets run the SSE2 paths of
+/// CPUs without AVX2 on a host that has it.
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub fn fuzzing_runtime_simd(on: bool) {
+    scan::arch::set_runtime_simd(on);
+}
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

@@ -3,13 +3,18 @@
 //! and concatenated JSON framing (and, for LSP, with the events of the whole
 //! input fed at once), and each step keeps the calling contract. Covers the
 //! SIMD structural scan and newline search on any input, cut anywhere.
+//! Each input runs with the AVX2 kernels and again without them
+//! (`common/kernels.rs`).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+
+#[path = "common/kernels.rs"]
+mod kernels;
 
 #[path = "../../tests/support/frame_check.rs"]
 mod frame_check;
 
 fuzz_target!(|data: &[u8]| {
-    frame_check::check(data);
+    kernels::with_and_without_runtime_simd(|| frame_check::check(data));
 });

@@ -546,7 +546,7 @@ mod x86 {
     /// the others; detection is cached by `std`).
     #[inline]
     pub(super) fn avx2_available() -> bool {
-        std::is_x86_feature_detected!("avx2")
+        crate::scan::arch::avx2_available()
             && std::is_x86_feature_detected!("popcnt")
             && std::is_x86_feature_detected!("bmi1")
             && std::is_x86_feature_detected!("pclmulqdq")
@@ -595,7 +595,7 @@ mod x86 {
 
     #[inline]
     pub(super) fn newlines(buf: &[u8], pos: usize, out: &mut Newlines) -> Found {
-        if std::is_x86_feature_detected!("avx2") {
+        if crate::scan::arch::avx2_available() {
             // SAFETY: the CPU has AVX2 (checked just above).
             unsafe { newlines_avx2(buf, pos, out) }
         } else {

@@ -29,6 +29,25 @@ mod x86_64;
 #[cfg(target_arch = "x86_64")]
 pub(crate) use x86_64::{avx2_available, number_run_avx2, scan_text_avx2};
 
+/// Fuzzing builds only (`--cfg fuzzing`): whether the kernels chosen by
+/// run-time detection (AVX2) are turned off, so that a fuzzing host with
+/// AVX2 also runs the SSE2 paths that CPUs without it take.
+#[cfg(fuzzing)]
+static RUNTIME_SIMD_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Fuzzing builds only: see [`crate::fuzzing_runtime_simd`].
+#[cfg(fuzzing)]
+pub(crate) fn set_runtime_simd(on: bool) {
+    RUNTIME_SIMD_OFF.store(!on, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Fuzzing builds only: whether run-time chosen kernels are turned off.
+#[cfg(fuzzing)]
+#[inline]
+pub(crate) fn runtime_simd_off() -> bool {
+    RUNTIME_SIMD_OFF.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Where a run of plain string content ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stop {

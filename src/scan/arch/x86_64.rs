@@ -45,6 +45,10 @@ const AVX2_AFTER: usize = 80;
 
 #[inline]
 pub(crate) fn avx2_available() -> bool {
+    #[cfg(fuzzing)]
+    if super::runtime_simd_off() {
+        return false;
+    }
     std::is_x86_feature_detected!("avx2")
 }
 
