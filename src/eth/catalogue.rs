@@ -120,10 +120,12 @@ pub enum Cache {
     Never,
     /// Immutable once its block is final: when the block parameter names a
     /// number at or below the finalized block; when it names a hash, as
-    /// soon as the result is found (a hash names one block for good). For a
-    /// filter, `toBlock` (or `blockHash`) decides. Tags (`latest`, `safe`,
-    /// `pending`, `finalized`, `earliest`, which history expiry moves) and
-    /// an absent block are not cacheable.
+    /// soon as the result is found (a hash names one block for good), but
+    /// not with `"requireCanonical": true` (EIP-1898), whose answer a reorg
+    /// turns into an error. For a filter, `toBlock` (or `blockHash`)
+    /// decides. Tags (`latest`, `safe`, `pending`, `finalized`,
+    /// `earliest`, which history expiry moves) and an absent block are not
+    /// cacheable.
     ByBlock,
     /// Keyed by a transaction hash: immutable once the result is not
     /// `null` and the block it names (`blockNumber` in the result) is
