@@ -487,7 +487,12 @@ const MAX_CODES: usize = 1000;
 impl Metrics {
     /// Counts a limit hit.
     pub fn limit_hit(&self, kind: LimitKind) {
-        *lock(&self.limits).entry(kind).or_default() += 1;
+        self.limit_hits(kind, 1);
+    }
+
+    /// Counts `n` hits of one limit at once.
+    pub(crate) fn limit_hits(&self, kind: LimitKind, n: u64) {
+        *lock(&self.limits).entry(kind).or_default() += n;
     }
 
     /// How often `kind` was hit.

@@ -655,8 +655,12 @@ impl Registry {
     }
 
     fn count(&self, kind: LimitKind) {
+        self.count_n(kind, 1);
+    }
+
+    fn count_n(&self, kind: LimitKind, n: u64) {
         if let Some(m) = &self.metrics {
-            m.limit_hit(kind);
+            m.limit_hits(kind, n);
         }
     }
 
@@ -695,15 +699,17 @@ impl Registry {
                         return Ok(());
                     }
                     // This subscription's oldest notifications make room
-                    // for the new one, as many as it takes.
+                    // for the new one, as many as it takes, each counted.
+                    let mut dropped = 0;
                     while full(entry.queue.len(), state.queued, state.queued_bytes) {
                         let Some(old) = entry.queue.pop_front() else {
                             break;
                         };
                         state.queued -= 1;
                         state.queued_bytes -= old.len();
+                        dropped += 1;
                     }
-                    hit = Some(LimitKind::Queue);
+                    hit = Some((LimitKind::Queue, dropped));
                 }
                 SlowPolicy::Close => {
                     entry.open = false;
@@ -718,7 +724,7 @@ impl Registry {
                             "{{\"buffer\":{capacity},\"maxQueued\":{max_queued},\"maxQueuedBytes\":{max_bytes}}}"
                         )),
                     );
-                    hit = Some(LimitKind::Subscription);
+                    hit = Some((LimitKind::Subscription, 1));
                     outcome = Err(SinkError::Closed);
                 }
             }
@@ -733,8 +739,8 @@ impl Registry {
         self.publish(state);
         drop(guard);
         self.writer.wake();
-        if let Some(kind) = hit {
-            self.count(kind);
+        if let Some((kind, n)) = hit {
+            self.count_n(kind, n);
         }
         outcome
     }
@@ -1045,6 +1051,27 @@ mod tests {
             .collect();
         assert_eq!(got, [7, 8, 9]);
         assert_eq!(metrics.limit_count(LimitKind::Queue), 7);
+    }
+
+    /// A notification that needs the room of several older ones drops
+    /// them all: each is counted (one count for all of them before; found
+    /// by a review).
+    #[test]
+    fn drop_oldest_counts_every_notification_it_drops() {
+        let metrics = Arc::new(Metrics::default());
+        let config = SubscriptionConfig {
+            max_queued_bytes: 1000,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, Some(metrics.clone()));
+        let (_, sink) = subs.subscribe().unwrap();
+        for i in 0..4 {
+            sink.send(&format!("{i}{}", "x".repeat(100))).unwrap();
+        }
+        assert_eq!(subs.queued(), 4);
+        sink.send(&"y".repeat(850)).unwrap();
+        assert_eq!(subs.queued(), 1, "the four older ones make room");
+        assert_eq!(metrics.limit_count(LimitKind::Queue), 4);
     }
 
     #[test]
