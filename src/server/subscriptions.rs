@@ -422,9 +422,10 @@ impl Subscriptions {
     /// since the client never learns its id. This holds for subscriptions
     /// opened in the handler's own code (not in a task it spawned) of a
     /// request. A notification's handler has no reply to carry an id, so
-    /// what it opens is kept whatever it returns (inside a batch that
-    /// waits for an async call, its notifications still wait for the
-    /// batch's reply, and are dropped with it if the batch is abandoned).
+    /// what it opens is kept whatever it returns (a synchronous one's,
+    /// inside a batch that waits for an async call, still waits for the
+    /// batch's reply and is dropped with it if the batch is abandoned; an
+    /// async notification handler's is written at once).
     pub fn subscribe(&self) -> Result<(SubscriptionId, Sink), RpcError> {
         let registry = &self.inner;
         let mut state = lock(&registry.state);
