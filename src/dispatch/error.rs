@@ -50,24 +50,40 @@ struct ErrorParts {
     raw: Option<Box<[u8]>>,
 }
 
-/// Whether `object` is a JSON-RPC error object: one JSON object with an
-/// integer `code` and a string `message` (other members are its own), as
-/// the crate's own reader ([`crate::parse_response`]) reads one: an array
-/// in the members' order, a repeated member or a `code` past `i64` made a
-/// reply that reader, and other clients, refused.
+/// Whether `object` is a JSON-RPC error object both serde_json clients
+/// and this crate's reader ([`crate::parse_response`]) read as one: one
+/// JSON object with an integer `code` and a string `message` (other
+/// members are its own), no member repeated.
 fn is_error_object(object: &[u8]) -> bool {
-    // One value, so that nothing after it can reach the envelope below.
-    if !crate::scan::is_one_value(object) {
+    // serde_json: one value and nothing after it, a `code` that is an
+    // integer of `i64` (`-0` reads as a float there), member names that
+    // are text (an unpaired surrogate escape is refused).
+    #[derive(serde::Deserialize)]
+    struct Members<'a> {
+        code: serde_json::Number,
+        #[serde(borrow)]
+        message: &'a serde_json::value::RawValue,
+    }
+    let serde_reads = serde_json::from_slice::<Members<'_>>(object)
+        .is_ok_and(|m| m.code.is_i64() && m.message.get().starts_with('"'));
+    if !serde_reads {
         return false;
     }
+    // This crate's reader, without its default size and depth limits (an
+    // upstream's error may be larger than a request): an object (serde's
+    // derive also takes an array in the members' order) whose members
+    // appear once each.
     const HEAD: &[u8] = br#"{"jsonrpc":"2.0","id":0,"error":"#;
     let mut reply = Vec::with_capacity(HEAD.len() + object.len() + 1);
     reply.extend_from_slice(HEAD);
     reply.extend_from_slice(object);
     reply.push(b'}');
+    let reader = crate::Parser::new()
+        .max_message_len(usize::MAX)
+        .max_depth(crate::scan::MAX_DEPTH_LIMIT);
     let arena = bumpalo::Bump::new();
     matches!(
-        crate::parse_response(&reply, &arena),
+        reader.parse_response(&reply, &arena),
         Ok(crate::response::ResponseMessage::Single(r)) if r.is_error()
     )
 }
@@ -88,9 +104,10 @@ impl RpcError {
     /// An error whose whole `error` object is already JSON (an upstream
     /// node's error, passed on byte for byte, `data` included); `code` is
     /// its code, for observers. Checked once here: `object` must be a JSON
-    /// object with an integer `code` (within `i64`) and a string `message`
-    /// (JSON-RPC 2.0, 5.1), no member repeated, as
-    /// [`parse_response`](crate::parse_response) reads an error; anything
+    /// object with an integer `code` (within `i64`, not `-0`) and a string
+    /// `message` (JSON-RPC 2.0, 5.1), no member repeated and every member
+    /// name text, as serde_json and [`parse_response`](crate::parse_response)
+    /// read an error (any size, nested less than 1,024 levels); anything
     /// else becomes -32603 whose `data` says so (it was written into the
     /// reply as it was, `"error":not json`).
     ///
