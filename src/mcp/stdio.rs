@@ -378,7 +378,7 @@ impl McpServer {
         let arena = bumpalo::Bump::new();
         match self.dispatcher.inner.parser.parse_incoming(line, &arena) {
             Ok(Message::Single(Incoming::Request(r))) => match r.id() {
-                Some(_) if r.method() == "ping" => Slot::Free,
+                _ if r.method() == "ping" => Slot::Free,
                 Some(id) => Slot::Takes(Some(id.as_bytes().into())),
                 None if r.method().starts_with("notifications/") => Slot::Free,
                 None => Slot::Takes(None),
