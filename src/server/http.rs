@@ -40,7 +40,7 @@
 //! | with a `Host` allowlist ([`HttpService::allowed_hosts`]): a request for a host not listed, or an HTTP/1.1 request without one valid `Host` | see [`hosts`](super::hosts): `403` (`400`), a -32600 body, before anything else and before the body is read |
 //! | served by [`serve`] (or [`Server`]), allowlist or not: an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2) | `400`, the same -32600 body, before anything else (in tower layers: before they see it); the connection closes after it. Mounted in another server (axum) or called in memory, the service leaves that to its server |
 //! | any other `Content-Type`, or none | `415`, a -32600 body |
-//! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes |
+//! | a body that has not all arrived [`Limits::body_timeout`] after it started | `408`, a -32600 body with `data.timeout_ms`, then the connection closes (HTTP/2: a GOAWAY, its other streams answered first) |
 //! | a body longer than [`Limits::max_message_len`] | `413`, a -32600 body with `data.limit`; refused from `Content-Length` before any of it is read, or as soon as a streamed HTTP/2 body passes the limit; a chunked HTTP/1.1 body is read on (dropped) up to the limit again first, so that a client writing it to its end reads the `413` rather than a reset (at most until the body timeout), then the connection closes if it did not end |
 //! | served by [`serve`] (or [`Server`]), an HTTP/2 stream whose body would take the bodies its connection holds past [`Limits::max_connection_body_bytes`] | `503`, a -32600 body with `data.limit`, as soon as the chunk that would pass it arrives (the other streams go on) |
 //! | served by [`serve`] (or [`Server`]), an HTTP/2 reply that would take what its connection holds unwritten (bodies, and replies waiting for the client's window) past the same limit, while others are held | `503`, a -32000 "Response too large" body with `data.limit` (its call has run) |
@@ -951,16 +951,26 @@ impl<S, K> Shared<S, K> {
     }
 
     /// The `408` for a body that did not arrive within
-    /// [`Limits::body_timeout`]; the connection closes after it.
+    /// [`Limits::body_timeout`]; the connection closes after it (HTTP/2,
+    /// which has no `connection: close`: [`EndsConnection`]).
     fn refuse_slow_body(&self) -> Response<ResponseBody> {
         let mut response = json_response(StatusCode::REQUEST_TIMEOUT, self.slow_body_reply());
         response.headers_mut().insert(
             http::header::CONNECTION,
             http::HeaderValue::from_static("close"),
         );
+        response.extensions_mut().insert(EndsConnection);
         response
     }
 }
+
+/// In a response's extensions: its connection ends after it. rpcwire's
+/// server shuts an HTTP/2 connection down (GOAWAY) on seeing it; HTTP/1.1
+/// has the response's `connection: close`. Only for the `408`: the other
+/// refusals that close an HTTP/1.1 connection do so because its body was
+/// not read, which an HTTP/2 stream's reset settles alone.
+#[derive(Clone, Copy, Debug)]
+struct EndsConnection;
 
 /// A context for an HTTP request from `peer`, but for its headers.
 fn context(peer: Option<SocketAddr>) -> crate::conn::ContextBuilder {
@@ -2188,7 +2198,8 @@ impl Server {
             .max_concurrent_streams(self.limits.max_in_flight.clamp(1, u32::MAX as usize) as u32)
             .max_header_list_size(self.max_header_bytes.min(u32::MAX as usize) as u32);
         let builder = Arc::new(builder);
-        let max_connections = self.limits.max_connections.min(u32::MAX as usize);
+        // 0 is 1, as on every server.
+        let max_connections = self.limits.max_connections.clamp(1, u32::MAX as usize);
         let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
         let hard_stop = Shutdown::new();
         let kit = ConnectionKit {
@@ -2303,6 +2314,11 @@ struct Activity {
     h2: AtomicBool,
     /// The last request dispatched was HTTP/1.0 (which no 1xx may answer).
     http10: AtomicBool,
+    /// An HTTP/2 response that ends its connection ([`EndsConnection`]:
+    /// the `408` of a body that did not arrive in time) was answered: the
+    /// connection shuts down gracefully (a GOAWAY, its other streams
+    /// answered), as an HTTP/1.1 one closes after it.
+    close_asked: AtomicBool,
     /// The server's graceful shutdown: once triggered, each HTTP/1 response
     /// says `connection: close`, so that hyper starts nothing pipelined
     /// behind it (it looks at its own graceful shutdown only when polled).
@@ -2467,6 +2483,11 @@ async fn serve_connection<Svc, B>(
                 conn.as_mut().graceful_shutdown();
                 graceful = true;
             }
+        }
+        // Set by a stream's task before hyper hands its response here.
+        if !graceful && activity.close_asked.load(Ordering::Acquire) {
+            conn.as_mut().graceful_shutdown();
+            graceful = true;
         }
         if let Poll::Ready(done) = conn.as_mut().poll(cx) {
             return Poll::Ready(End::Hyper(done));
@@ -3003,6 +3024,15 @@ where
                         },
                         Err(_) => service_failed(),
                     };
+                    if let Some(ActiveGuard(activity)) = this.active.as_ref()
+                        && activity.h2.load(Ordering::Relaxed)
+                        && response
+                            .extensions_mut()
+                            .remove::<EndsConnection>()
+                            .is_some()
+                    {
+                        activity.close_asked.store(true, Ordering::Release);
+                    }
                     if let Some(ActiveGuard(activity)) = this.active.take().as_ref()
                         && !activity.h2.load(Ordering::Relaxed)
                         && response.status() != StatusCode::SWITCHING_PROTOCOLS

@@ -154,7 +154,8 @@ impl UnmatchedSeen {
 #[derive(Clone, Debug)]
 pub struct Limits {
     /// Connections open at once (default 10,000); further connections are
-    /// refused (HTTP: closed at once; counted as `connections`).
+    /// refused (HTTP: closed at once; counted as `connections`). 0 is taken
+    /// as 1 by every server.
     pub max_connections: usize,
     /// The largest message (HTTP body, WebSocket message, frame) accepted,
     /// in bytes (default 5 MiB, as the parser): larger ones are answered
@@ -247,8 +248,9 @@ pub struct Limits {
     pub shutdown_grace: Duration,
     /// How long an HTTP request body may take to arrive once its head has
     /// (default 30 s): a client trickling its body is answered `408` and
-    /// disconnected (counted as [`LimitKind::BodyTimeout`]). A body that
-    /// comes with its head never starts the clock.
+    /// disconnected (HTTP/2: a GOAWAY, its other streams answered first;
+    /// counted as [`LimitKind::BodyTimeout`]). A body that comes with its
+    /// head never starts the clock.
     pub body_timeout: Duration,
     /// TCP keepalive on accepted connections (default 15 s, as Go's
     /// servers, geth's among them, set): after this long without traffic

@@ -2283,10 +2283,10 @@ async fn accept_loop<T, A, V, Fut, S, K, F, M>(
         subscriptions,
     } = every;
     // A semaphore holds at most `MAX_PERMITS`: a larger limit (`usize::MAX`
-    // for "no limit") is that many, not a panic.
+    // for "no limit") is that many, not a panic; 0 is 1, as on every server.
     let max_connections = limits
         .max_connections
-        .min(tokio::sync::Semaphore::MAX_PERMITS);
+        .clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
     let permits = Arc::new(tokio::sync::Semaphore::new(max_connections));
     let mut connections = JoinSet::new();
     let mut stop = std::pin::pin!(shutdown.triggered());

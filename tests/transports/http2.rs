@@ -434,6 +434,38 @@ async fn h2_statuses_and_limit_counts() {
     srv.stop().await;
 }
 
+/// After its `408` an HTTP/2 connection ends, as an HTTP/1.1 one does
+/// (the docs' "disconnected"): a GOAWAY, then the close. It served on, so
+/// that a client could stall one stream after another on it. The idle
+/// timeout (60 s) is far from the 5 s this waits. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_connection_ends_after_a_408() {
+    let _s = SERIAL.lock().await;
+    let limits = Limits {
+        body_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
+    let srv = start(limits, true).await;
+    let mut sender = h2::<ChannelBody>(srv.addr).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(Bytes::from_static(b"[")).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), sender.send_request(chan_req(rx)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 408);
+    drop(tx);
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while sender.ready().await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "the connection served on after its 408");
+    srv.stop().await;
+}
+
 /// A `HEAD` over HTTP/2 is answered with the headers a `GET` would get
 /// (405, `allow: POST`, the length of the refusal) and no content, as is
 /// one for a host not listed (403). The refusal's JSON went out in DATA

@@ -382,15 +382,23 @@ async fn a_batch_refused_whole_for_its_response_size_is_counted() {
 
 /// `Limits::max_connections` is "connections open at once": a server told
 /// "no limit" (`usize::MAX`) serves, as the WebSocket and HTTP servers do,
-/// instead of panicking in its accept loop.
+/// instead of panicking in its accept loop; and one told 0 serves one at a
+/// time, as every server takes 0 (it refused every connection, where the
+/// WebSocket and MCP servers took 0 as 1; found by a review).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tcp_server_with_no_connection_limit_serves() {
+async fn a_tcp_server_with_no_or_a_zero_connection_limit_serves() {
+    for max_connections in [usize::MAX, 0] {
+        a_tcp_server_serves_with(max_connections).await;
+    }
+}
+
+async fn a_tcp_server_serves_with(max_connections: usize) {
     let metrics = Arc::new(Metrics::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let limits = Limits {
-        max_connections: usize::MAX,
+        max_connections,
         ..Limits::default()
     };
     let task = tokio::spawn(serve_tcp(
@@ -419,6 +427,39 @@ async fn a_tcp_server_with_no_connection_limit_serves() {
         .await
         .expect("the server stops")
         .expect("the server did not panic");
+}
+
+/// [`a_tcp_server_with_no_or_a_zero_connection_limit_serves`] over HTTP,
+/// on both HTTP/1.1 paths: 0 connections at once is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_with_a_zero_connection_limit_serves() {
+    let zero = Limits {
+        max_connections: 0,
+        ..Limits::default()
+    };
+    for own in [true, false] {
+        let service = HttpService::new(dispatcher(Arc::new(Metrics::default())), &zero, None);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let server = Server::new(zero.clone()).own_http1(own);
+        let task = tokio::spawn(server.serve(listener, service, shutdown.clone()));
+        let (status, body) = post_close(
+            addr,
+            r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+        )
+        .await;
+        assert_eq!(status, 200, "own loop {own}: {body}");
+        assert!(
+            body.ends_with(r#""result":"0x1b4"}"#),
+            "own loop {own}: {body}"
+        );
+        shutdown.trigger();
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("the HTTP server stops")
+            .expect("the HTTP server did not panic");
+    }
 }
 
 /// Subscriptions over TCP / IPC, as geth and reth serve `eth_subscribe` on
