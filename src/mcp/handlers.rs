@@ -250,8 +250,33 @@ fn removed_in_modern(method: &str) -> RpcError {
 fn decode_plain<'a, S>(call: &Call<'a, S>) -> Result<Plain<'a>, RpcError> {
     match call.params {
         None => Ok(Plain::default()),
-        Some(_) => call.decode(),
+        Some(p) => {
+            object_params(&p)?;
+            call.decode()
+        }
     }
+}
+
+/// MCP's params are an object (`params?: { _meta?: ..., ... }` in every
+/// request of its schema): an array, which the core's decoder reads into a
+/// struct's fields by position, is -32602 (an array's first value was
+/// read as `_meta`, and echoed back as a progress token).
+fn object_params(params: &crate::request::Params<'_>) -> Result<(), RpcError> {
+    if params.is_object() {
+        return Ok(());
+    }
+    #[derive(Serialize)]
+    struct Data {
+        field: &'static str,
+        expected: &'static str,
+    }
+    Err(field_error(
+        "Invalid params: MCP params are an object",
+        &Data {
+            field: "params",
+            expected: "object",
+        },
+    ))
 }
 
 /// What a 2026-07-28 result adds: `resultType` and the server's identity.
@@ -382,7 +407,10 @@ fn initialize(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
         ));
     }
     let params: InitializeParams<'_> = match call.params {
-        Some(_) => call.decode()?,
+        Some(p) => {
+            object_params(&p)?;
+            call.decode()?
+        }
         None => InitializeParams {
             protocol_version: None,
             capabilities: None,
@@ -535,6 +563,9 @@ fn cancelled(call: Call<'_, ServerInner>) -> Result<(), RpcError> {
         request_id: Option<&'a RawValue>,
     }
     notification_only(&call)?;
+    if let Some(p) = &call.params {
+        object_params(p)?;
+    }
     let params: Params<'_> = call.decode()?;
     if let (Some(id), Some(session)) = (params.request_id, session_of(call.ctx)) {
         session.request_cancel(id.get().as_bytes());
@@ -988,6 +1019,7 @@ fn start_tool(
     let Some(raw) = call.params.as_ref() else {
         return Err(name_missing());
     };
+    object_params(&raw.view())?;
     let params: CallParams<'_> = raw.decode_in(&arena)?;
     let era = era(params.meta.as_ref(), &call.ctx, false)?;
     let Some(name) = params.name.as_deref() else {

@@ -10,10 +10,11 @@
 //! | an HTTP/1.1 request without `Host`, or with two (RFC 9112 §3.2), to [`serve`] ([`Endpoint::handle`] leaves it to its server, unless [`HttpConfig::allowed_hosts`] is set) | 400, -32600, then the connection closes |
 //! | `POST` whose `Accept` does not take both `application/json` and `text/event-stream` (`*/*`, `application/*`, `text/*` count) | 406 |
 //! | `POST` whose `Content-Type` is not `application/json` | 415 |
+//! | `POST` with a `Content-Encoding` other than `identity` | 415, -32600 with `data.reason`, `Accept-Encoding: identity` |
 //! | a body over [`HttpConfig::max_body`] | 413 |
 //! | a body that stops coming for [`HttpConfig::body_timeout`] | 408, -32600 with `data.timeout_ms`, then the connection closes |
 //! | a request head slower than [`HttpConfig::header_timeout`] | the connection closes |
-//! | a body that is not JSON | 400, -32700 |
+//! | a body that is not JSON | 400, -32700 with `data.offset` and `data.reason` |
 //! | a JSON array (a batch) | 400, one -32600 |
 //! | a notification, or a response (to a request a call of the session sent the client) | 202, no body |
 //! | JSON that is none of request, notification, response (`5`, `{}`, a wrong `jsonrpc`, a response without `result` or `error`) | 400, -32600 |
@@ -160,9 +161,9 @@ pub struct HttpConfig {
     /// and every 10 s), so an endpoint with no traffic keeps them, at no
     /// cost, until its next request.
     pub session_idle_timeout: Option<std::time::Duration>,
-    /// Connections [`serve`] serves at once (default 10,000); one more is
-    /// closed at once, so that clients that never finish cannot take every
-    /// file descriptor.
+    /// Connections [`serve`] serves at once (default 10,000; 0 is taken as
+    /// 1); one more is closed at once, so that clients that never finish
+    /// cannot take every file descriptor.
     pub max_connections: usize,
     /// How long a request's head may take to arrive (default 30 s), on a
     /// new connection and between the requests of a kept-alive one: a
@@ -1243,6 +1244,34 @@ impl Endpoint {
                 ),
             );
         }
+        // A compressed body is not read as JSON (as rpcwire's HTTP
+        // transport answers it: 415, send it uncompressed).
+        if req
+            .headers()
+            .get_all(hyper::header::CONTENT_ENCODING)
+            .iter()
+            .any(|coding| {
+                !coding
+                    .as_bytes()
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"identity")
+            })
+        {
+            let mut r = rpc_error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                None,
+                &RpcError::new(crate::codes::INVALID_REQUEST, "Invalid Request").with_data(
+                    &serde_json::json!({
+                        "reason": "unsupported Content-Encoding: send the body uncompressed"
+                    }),
+                ),
+            );
+            r.headers_mut().insert(
+                hyper::header::ACCEPT_ENCODING,
+                HeaderValue::from_static("identity"),
+            );
+            return r;
+        }
         let (parts, body) = req.into_parts();
         let collect = http_body_util::Limited::new(body, self.inner.config.max_body).collect();
         let Ok(collected) = tokio::time::timeout(self.inner.config.body_timeout, collect).await
@@ -1290,16 +1319,15 @@ impl Endpoint {
                 // -32600 names the id): run as a message without one.
                 return self.run(body.clone(), None, None, None, false).await;
             }
-            Err(_) => {
-                return rpc_error(
-                    StatusCode::BAD_REQUEST,
-                    None,
-                    &RpcError::new(crate::codes::PARSE_ERROR, "Parse error"),
-                );
-            }
+            // Not JSON: the dispatcher's -32700 says where and why, as on
+            // every other transport (400 here: no id).
+            Err(_) => return self.run(body.clone(), None, None, None, false).await,
         };
+        // An object's: serde's derive would read an array's values as the
+        // members (`[[..]]` as `_meta`), and MCP's params are an object.
         let params: PeekParams<'_> = peek
             .params
+            .filter(|p| p.get().starts_with('{'))
             .and_then(|p| serde_json::from_str(p.get()).ok())
             .unwrap_or_default();
         let modern_version =

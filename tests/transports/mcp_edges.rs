@@ -2288,3 +2288,98 @@ async fn serve_takes_no_connection_after_its_shutdown() {
     }
     assert_eq!(answered, 0, "connections answered after the shutdown");
 }
+
+/// MCP's params are an object. An array was read by position into the
+/// params' fields: over Streamable HTTP `[[1]]` made `1` the `_meta`'s
+/// protocol version, so a request of the session's revision got the
+/// 2026-07-28 header checks (400, -32020); everywhere, `tools/list` read
+/// `[null, "c"]` as a cursor, and an array's first value was echoed back
+/// as a progress token (deeper than serde_json reads, from params within
+/// the depth limit). Now -32602 naming `params`, on every transport, and
+/// the HTTP layer no longer reads an array's values as members. Found by
+/// a review.
+#[tokio::test]
+async fn params_that_are_an_array_are_refused_not_read_by_position() {
+    let server = server();
+    let mut conn = server.connection("memory");
+    send(
+        &server,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{}}}"#,
+    )
+    .await;
+    send(
+        &server,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    )
+    .await;
+    for (method, params) in [
+        ("tools/list", r#"[null,"c"]"#),
+        ("ping", r#"[{"progressToken":[[1]]}]"#),
+        ("tools/call", r#"["steps",{"n":1}]"#),
+    ] {
+        let r = send(
+            &server,
+            &mut conn,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#),
+        )
+        .await;
+        assert_eq!(r["error"]["code"], -32602, "{method}: {r}");
+        assert_eq!(r["error"]["data"]["field"], "params", "{method}: {r}");
+    }
+
+    let h = http_server(server).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let a = post(
+        h.addr,
+        &headers,
+        r#"{"jsonrpc":"2.0","id":2,"method":"nope","params":[[1]]}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(a.json()["error"]["code"], -32601, "{}", a.body);
+}
+
+/// Over Streamable HTTP a body that is not JSON got -32700 without the
+/// `data` (`offset`, `reason`) every other transport, MCP's stdio
+/// included, gives; and a compressed body was read as JSON (-32700) where
+/// rpcwire's HTTP transport answers 415 and asks for it uncompressed.
+/// Found by a review.
+#[tokio::test]
+async fn http_bodies_that_are_not_json_or_are_compressed_are_told_why() {
+    let h = http_server(server()).await;
+    let sid = http_session(h.addr).await;
+    let headers = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    for body in [
+        r#"{"jsonrpc":"2.0","id":1,]"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"ping"} x"#,
+    ] {
+        let a = post(h.addr, &headers, body).await;
+        assert_eq!(a.status, 400, "{}", a.body);
+        let e = &a.json()["error"];
+        assert_eq!(e["code"], -32700, "{body}: {e}");
+        assert!(e["data"]["offset"].is_u64(), "{body}: {e}");
+        assert!(e["data"]["reason"].is_string(), "{body}: {e}");
+    }
+    let gzip = [headers[0], headers[1], ("content-encoding", "gzip")];
+    let a = post(h.addr, &gzip, r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).await;
+    assert_eq!(a.status, 415, "{}", a.body);
+    assert_eq!(a.headers["accept-encoding"], "identity");
+    assert_eq!(a.json()["error"]["code"], -32600, "{}", a.body);
+    let identity = [headers[0], headers[1], ("content-encoding", "identity")];
+    let a = post(
+        h.addr,
+        &identity,
+        r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#,
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+}
