@@ -2206,6 +2206,7 @@ impl Server {
             builder,
             config: Arc::new(ConnConfig {
                 idle: self.limits.idle_timeout.max(Duration::from_millis(10)),
+                shutdown_grace: self.limits.shutdown_grace,
                 header_timeout: self.header_read_timeout,
                 metrics: self.metrics.clone(),
                 body_budget: self
@@ -2283,6 +2284,9 @@ impl Server {
 /// What every connection task shares.
 pub(super) struct ConnConfig {
     pub(super) idle: Duration,
+    /// How long a connection that ends after a response
+    /// ([`EndsConnection`]) gives its calls in flight.
+    pub(super) shutdown_grace: Duration,
     /// How long a request head may take.
     pub(super) header_timeout: Duration,
     metrics: Option<Arc<Metrics>>,
@@ -2463,6 +2467,8 @@ async fn serve_connection<Svc, B>(
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let (mut graceful, mut quiet, mut idle_closing) = (false, 0u32, false);
+    // Armed when a response ends the connection ([`EndsConnection`]).
+    let mut ending: Option<Pin<Box<tokio::time::Sleep>>> = None;
     // Timers and shutdown signals are polled with a waker of their own,
     // only when one of them fired: a wake-up for I/O costs no lock of the
     // shared shutdown channel and no timer registration.
@@ -2483,11 +2489,28 @@ async fn serve_connection<Svc, B>(
                 conn.as_mut().graceful_shutdown();
                 graceful = true;
             }
+            if ending
+                .as_mut()
+                .is_some_and(|ending| ending.as_mut().poll(&mut scx).is_ready())
+            {
+                return Poll::Ready(End::Dropped);
+            }
         }
         // Set by a stream's task before hyper hands its response here.
-        if !graceful && activity.close_asked.load(Ordering::Acquire) {
-            conn.as_mut().graceful_shutdown();
-            graceful = true;
+        if ending.is_none() && activity.close_asked.load(Ordering::Acquire) {
+            if !graceful {
+                conn.as_mut().graceful_shutdown();
+                graceful = true;
+            }
+            // h2 sends its final GOAWAY when the client answers the
+            // shutdown's PING: one that never does would keep the
+            // connection taking streams (and stalling them). Dropped once
+            // the calls in flight had their grace.
+            let mut deadline = Box::pin(tokio::time::sleep(config.shutdown_grace));
+            if deadline.as_mut().poll(&mut scx).is_ready() {
+                return Poll::Ready(End::Dropped);
+            }
+            ending = Some(deadline);
         }
         if let Poll::Ready(done) = conn.as_mut().poll(cx) {
             return Poll::Ready(End::Hyper(done));

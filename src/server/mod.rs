@@ -248,9 +248,10 @@ pub struct Limits {
     pub shutdown_grace: Duration,
     /// How long an HTTP request body may take to arrive once its head has
     /// (default 30 s): a client trickling its body is answered `408` and
-    /// disconnected (HTTP/2: a GOAWAY, its other streams answered first;
-    /// counted as [`LimitKind::BodyTimeout`]). A body that comes with its
-    /// head never starts the clock.
+    /// disconnected (HTTP/2: a GOAWAY, its other streams answered first
+    /// within [`shutdown_grace`](Limits::shutdown_grace); counted as
+    /// [`LimitKind::BodyTimeout`]). A body that comes with its head never
+    /// starts the clock.
     pub body_timeout: Duration,
     /// TCP keepalive on accepted connections (default 15 s, as Go's
     /// servers, geth's among them, set): after this long without traffic

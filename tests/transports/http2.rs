@@ -466,6 +466,99 @@ async fn h2_connection_ends_after_a_408() {
     srv.stop().await;
 }
 
+/// An HTTP/2 frame: its header (length, type, flags, stream) and payload.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let mut frame = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+    frame.extend_from_slice(&[kind, flags]);
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// A header field in HPACK's "literal without indexing, new name" form.
+fn hpack_literal(block: &mut Vec<u8>, name: &str, value: &str) {
+    block.push(0);
+    block.push(name.len() as u8);
+    block.extend_from_slice(name.as_bytes());
+    block.push(value.len() as u8);
+    block.extend_from_slice(value.as_bytes());
+}
+
+/// [`h2_connection_ends_after_a_408`] for a client that never answers the
+/// PING of the server's graceful shutdown: h2 sends its final GOAWAY only
+/// at the answer, so the connection went on taking streams, each stalled
+/// for a body timeout and answered 408, for as long as the client liked.
+/// It is dropped once the shutdown grace (1 s here) has passed since its
+/// first 408. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_connection_ended_by_a_408_is_dropped_if_its_client_ignores_the_ping() {
+    let _s = SERIAL.lock().await;
+    let limits = Limits {
+        body_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_secs(60),
+        shutdown_grace: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let srv = start(limits, true).await;
+    let (mut from_server, mut to_server) = TcpStream::connect(srv.addr).await.unwrap().into_split();
+    // The server's frames' types and flags, read on a task of their own;
+    // `None` once the connection is closed.
+    let (frames, mut frames_rx) = tokio::sync::mpsc::unbounded_channel::<Option<(u8, u8)>>();
+    tokio::spawn(async move {
+        loop {
+            let mut head = [0u8; 9];
+            if from_server.read_exact(&mut head).await.is_err() {
+                let _ = frames.send(None);
+                return;
+            }
+            let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+            let mut payload = vec![0u8; len];
+            if from_server.read_exact(&mut payload).await.is_err() {
+                let _ = frames.send(None);
+                return;
+            }
+            let _ = frames.send(Some((head[3], head[4])));
+        }
+    });
+    let mut preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    preface.extend(h2_frame(4, 0, 0, &[]));
+    to_server.write_all(&preface).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let mut stream = 1;
+    let closed = 'streams: loop {
+        if start.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+        // A stream whose body stalls after its first byte.
+        let mut block = Vec::new();
+        hpack_literal(&mut block, ":method", "POST");
+        hpack_literal(&mut block, ":scheme", "http");
+        hpack_literal(&mut block, ":path", "/");
+        hpack_literal(&mut block, ":authority", "localhost");
+        hpack_literal(&mut block, "content-type", "application/json");
+        let mut frames_out = h2_frame(1, 0x4, stream, &block);
+        frames_out.extend(h2_frame(0, 0, stream, b"["));
+        if to_server.write_all(&frames_out).await.is_err() {
+            break true;
+        }
+        stream += 2;
+        // What comes back within a second: SETTINGS acknowledged, PINGs
+        // never answered.
+        let window = tokio::time::Instant::now() + Duration::from_secs(1);
+        while let Ok(frame) = tokio::time::timeout_at(window, frames_rx.recv()).await {
+            match frame.flatten() {
+                None => break 'streams true,
+                Some((4, flags)) if flags & 1 == 0 => {
+                    let _ = to_server.write_all(&h2_frame(4, 1, 0, &[])).await;
+                }
+                Some(_) => {}
+            }
+        }
+    };
+    assert!(closed, "the connection took streams for 10 s after its 408");
+    srv.stop().await;
+}
+
 /// A `HEAD` over HTTP/2 is answered with the headers a `GET` would get
 /// (405, `allow: POST`, the length of the refusal) and no content, as is
 /// one for a host not listed (403). The refusal's JSON went out in DATA
