@@ -260,9 +260,10 @@ fn decode_plain<'a, S>(call: &Call<'a, S>) -> Result<Plain<'a>, RpcError> {
 /// MCP's params are an object (`params?: { _meta?: ..., ... }` in every
 /// request of its schema): an array, which the core's decoder reads into a
 /// struct's fields by position, is -32602 (an array's first value was
-/// read as `_meta`, and echoed back as a progress token).
+/// read as `_meta`, and echoed back as a progress token). An empty one is
+/// no params, as generic JSON-RPC clients send for a method without any.
 fn object_params(params: &crate::request::Params<'_>) -> Result<(), RpcError> {
-    if params.is_object() {
+    if params.is_object() || params.is_empty() {
         return Ok(());
     }
     #[derive(Serialize)]

@@ -2328,6 +2328,14 @@ async fn params_that_are_an_array_are_refused_not_read_by_position() {
         assert_eq!(r["error"]["code"], -32602, "{method}: {r}");
         assert_eq!(r["error"]["data"]["field"], "params", "{method}: {r}");
     }
+    // An empty array is no params, as generic JSON-RPC clients send.
+    let r = send(
+        &server,
+        &mut conn,
+        r#"{"jsonrpc":"2.0","id":2,"method":"ping","params":[]}"#,
+    )
+    .await;
+    assert_eq!(r["result"], json!({}), "{r}");
 
     let h = http_server(server).await;
     let sid = http_session(h.addr).await;
