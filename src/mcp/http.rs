@@ -1250,12 +1250,7 @@ impl Endpoint {
             .headers()
             .get_all(hyper::header::CONTENT_ENCODING)
             .iter()
-            .any(|coding| {
-                !coding
-                    .as_bytes()
-                    .trim_ascii()
-                    .eq_ignore_ascii_case(b"identity")
-            })
+            .any(|coding| !crate::server::is_identity(coding.as_bytes()))
         {
             let mut r = rpc_error(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -925,7 +925,7 @@ impl<'h> HeadFields<'h> {
             self.other = true;
         } else if eq_ignore_case(name, b"transfer-encoding") || eq_ignore_case(name, b"upgrade") {
             self.other = true;
-        } else if eq_ignore_case(name, b"content-encoding") && !super::http::is_identity(value) {
+        } else if eq_ignore_case(name, b"content-encoding") && !super::is_identity(value) {
             // A coded body: hyper's path refuses it (415).
             self.other = true;
         }

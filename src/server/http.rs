@@ -770,7 +770,7 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
             .headers
             .get_all(CONTENT_ENCODING)
             .iter()
-            .any(|coding| !is_identity(coding.as_bytes()))
+            .any(|coding| !super::is_identity(coding.as_bytes()))
         {
             return early(body, unsupported_encoding());
         }
@@ -1826,11 +1826,6 @@ fn unsupported_encoding() -> Response<ResponseBody> {
         .headers_mut()
         .insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
     response
-}
-
-/// Whether a `Content-Encoding` value is `identity` (no coding).
-pub(super) fn is_identity(coding: &[u8]) -> bool {
-    coding.trim_ascii().eq_ignore_ascii_case(b"identity")
 }
 
 /// Polls the body's deadline, armed (`timeout` from now) the first time

@@ -949,6 +949,13 @@ pub(crate) async fn accept_backoff(e: &std::io::Error) {
     }
 }
 
+/// Whether a `Content-Encoding` value is `identity` (no coding): the one
+/// request body coding rpcwire's HTTP servers (and MCP's) read.
+#[cfg_attr(not(any(feature = "http", feature = "mcp")), allow(dead_code))]
+pub(crate) fn is_identity(coding: &[u8]) -> bool {
+    coding.trim_ascii().eq_ignore_ascii_case(b"identity")
+}
+
 /// Whether `have` is `lower` (ASCII, no uppercase letter) in any ASCII
 /// case: `have.eq_ignore_ascii_case(lower)`, eight bytes a step (the HTTP
 /// loops compare header names and values with it on every request, where

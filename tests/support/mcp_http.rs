@@ -182,6 +182,15 @@ pub async fn post(addr: std::net::SocketAddr, extra: &[(&str, &str)], body: &str
     request(addr, "POST", &h, body).await
 }
 
+/// The headers every request of session `sid` carries (revision
+/// 2025-11-25).
+pub fn session_headers(sid: &str) -> [(&'static str, &str); 2] {
+    [
+        ("mcp-session-id", sid),
+        ("mcp-protocol-version", "2025-11-25"),
+    ]
+}
+
 pub async fn http_session(addr: std::net::SocketAddr) -> String {
     http_session_with(addr, "{}").await
 }

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::mcp_http;
 use crate::mcp_http::{
     OpenPost, asking_server, http_server, http_session, http_session_with, in_memory as send, post,
-    request,
+    request, session_headers,
 };
 
 fn server() -> McpServer {
@@ -1849,10 +1849,7 @@ async fn http_ping_is_answered_while_a_session_s_calls_are_at_the_cap() {
         .unwrap();
     let h = http_server(server).await;
     let sid = http_session(h.addr).await;
-    let headers = [
-        ("mcp-session-id", sid.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
+    let headers = session_headers(&sid);
     let running = {
         let (addr, headers) = (h.addr, headers.map(|(k, v)| (k, v.to_string())));
         tokio::spawn(async move {
@@ -2339,10 +2336,7 @@ async fn params_that_are_an_array_are_refused_not_read_by_position() {
 
     let h = http_server(server).await;
     let sid = http_session(h.addr).await;
-    let headers = [
-        ("mcp-session-id", sid.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
+    let headers = session_headers(&sid);
     let a = post(
         h.addr,
         &headers,
@@ -2362,10 +2356,7 @@ async fn params_that_are_an_array_are_refused_not_read_by_position() {
 async fn http_bodies_that_are_not_json_or_are_compressed_are_told_why() {
     let h = http_server(server()).await;
     let sid = http_session(h.addr).await;
-    let headers = [
-        ("mcp-session-id", sid.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
+    let headers = session_headers(&sid);
     for body in [
         r#"{"jsonrpc":"2.0","id":1,]"#,
         r#"{"jsonrpc":"2.0","id":1,"method":"ping"} x"#,
