@@ -46,7 +46,9 @@ use tokio::sync::Notify;
 #[global_allocator]
 static ALLOC: CountingAlloc = CountingAlloc;
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Shared by every test; taken exclusively by those that read the live
+/// heap (the allocator counts every thread's).
+static HEAP: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// Far above anything these tests wait for; only a hang reaches it.
 const HANG: Duration = Duration::from_secs(60);
@@ -242,7 +244,7 @@ const BLOCK_NUMBER: &str = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn single_calls_batches_and_notifications() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .build_http::<Full<Bytes>>();
@@ -317,7 +319,7 @@ async fn single_calls_batches_and_notifications() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn methods_and_content_types() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let (mut sender, _) = h1(server.addr).await;
     for method in ["GET", "PUT", "DELETE", "OPTIONS"] {
@@ -369,7 +371,7 @@ async fn methods_and_content_types() {
 /// hyper).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_request_with_a_late_body_keeps_the_connection() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let own = TestServer::start(Limits::default()).await;
     let hyper = TestServer::start_with(Limits::default(), |s| s.own_http1(false)).await;
     let n = BLOCK_NUMBER.len();
@@ -416,7 +418,7 @@ fn small_limits() -> Limits {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_past_the_limit_get_413_from_content_length() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(small_limits()).await;
 
     // At the limit: answered.
@@ -457,7 +459,7 @@ async fn bodies_past_the_limit_get_413_from_content_length() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_bodies_are_limited_while_streaming() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(small_limits()).await;
     let request = |rx| {
         Request::post("/")
@@ -519,7 +521,7 @@ async fn chunked_bodies_are_limited_while_streaming() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_see_headers_peer_and_transport() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let (mut sender, local) = h1(server.addr).await;
     let mut req = post(
@@ -541,7 +543,7 @@ async fn handlers_see_headers_peer_and_transport() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_with_prior_knowledge() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let sender = h2::<Full<Bytes>>(server.addr).await;
     // Concurrent streams on one connection, a slow one among them.
@@ -582,7 +584,7 @@ async fn http2_with_prior_knowledge() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http2_bodies_past_the_limit_get_413() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(small_limits()).await;
     let sender = h2::<Full<Bytes>>(server.addr).await;
     // Announced length.
@@ -622,7 +624,7 @@ async fn http2_bodies_past_the_limit_get_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keep_alive_reuses_one_connection() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let (mut sender, _) = h1(server.addr).await;
     for i in 0..50 {
@@ -653,7 +655,7 @@ async fn keep_alive_reuses_one_connection() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_posts_a_request_and_a_batch() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let found = std::process::Command::new("sh")
         .args(["-c", "command -v curl"])
         .output()
@@ -698,7 +700,7 @@ async fn curl_posts_a_request_and_a_batch() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_headers_get_431_and_the_server_goes_on() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let mut request = b"POST / HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n".to_vec();
     for i in 0..2000 {
@@ -739,7 +741,7 @@ async fn trickle(addr: SocketAddr, bytes: &[u8], pause: Duration) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_clients_are_dropped_and_others_served() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start_with(Limits::default(), |s| {
         s.header_read_timeout(Duration::from_millis(500))
     })
@@ -774,7 +776,7 @@ async fn slowloris_clients_are_dropped_and_others_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_trickled_past_the_body_timeout_gets_408_and_a_close() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let limits = Limits {
         body_timeout: Duration::from_millis(300),
         ..Limits::default()
@@ -831,7 +833,7 @@ async fn a_body_trickled_past_the_body_timeout_gets_408_and_a_close() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
-    let _serial = SERIAL.lock().await;
+    let _heap = HEAP.write().await;
     let limits = Limits {
         idle_timeout: Duration::from_millis(600),
         ..Limits::default()
@@ -889,7 +891,7 @@ async fn a_client_that_never_reads_costs_bounded_memory_and_is_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_alive_connection_left_idle_is_closed_and_counted() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let limits = Limits {
         idle_timeout: Duration::from_millis(300),
         ..Limits::default()
@@ -917,7 +919,7 @@ async fn a_kept_alive_connection_left_idle_is_closed_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_connections_opened_and_dropped() {
-    let _serial = SERIAL.lock().await;
+    let _heap = HEAP.write().await;
     let server = TestServer::start(Limits::default()).await;
     // Warm up what the runtime keeps (worker queues, timer wheel).
     let (mut sender, _) = h1(server.addr).await;
@@ -992,7 +994,7 @@ async fn ten_thousand_connections_opened_and_dropped() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_limit_are_refused_and_counted() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let limits = Limits {
         max_connections: 3,
         ..Limits::default()
@@ -1025,7 +1027,7 @@ async fn connections_past_the_limit_are_refused_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_the_call_in_flight_and_refuses_new_connections() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let state = server.service.dispatcher().state().clone();
     // An idle kept-alive connection, closed by the shutdown.
@@ -1079,7 +1081,7 @@ async fn graceful_shutdown_finishes_the_call_in_flight_and_refuses_new_connectio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_grace_bounds_a_call_that_outlives_it() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let limits = Limits {
         shutdown_grace: Duration::from_millis(200),
         ..Limits::default()
@@ -1106,7 +1108,7 @@ async fn shutdown_grace_bounds_a_call_that_outlives_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tower_layers_wrap_the_service() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let metrics = Arc::new(Metrics::default());
     let limits = Limits::default();
     let service = HttpService::new(dispatcher(metrics.clone()), &limits, Some(metrics.clone()));
@@ -1119,7 +1121,7 @@ async fn tower_layers_wrap_the_service() {
         seen2.lock().unwrap().push(peer);
         tower::ServiceBuilder::new()
             // Long enough for the quick calls on a busy host.
-            .timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(2))
             .concurrency_limit(8)
             .service(service.clone().with_peer_addr(peer))
     };
@@ -1160,7 +1162,7 @@ fn allocations_per_request_are_few() {
         .enable_all()
         .build()
         .unwrap();
-    let _serial = rt.block_on(SERIAL.lock());
+    let _shared = rt.block_on(HEAP.read());
     let metrics = Arc::new(Metrics::default());
     let limits = Limits::default();
     let mut service = HttpService::new(dispatcher(metrics), &limits, None)
@@ -1209,7 +1211,7 @@ fn own_http1_allocates_nothing_per_request() {
         .enable_all()
         .build()
         .unwrap();
-    let _serial = rt.block_on(SERIAL.lock());
+    let _shared = rt.block_on(HEAP.read());
     let server = rt.block_on(TestServer::start(Limits::default()));
     let request = request(
         "content-type: application/json\r\nuser-agent: test\r\n",
@@ -1396,7 +1398,7 @@ fn conversations() -> Vec<(&'static str, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_http1_answers_every_conversation_as_hyper_does() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let limits = small_limits();
     let own = TestServer::start(limits.clone()).await;
     let hyper = TestServer::start_with(limits, |s| s.own_http1(false)).await;
@@ -1429,7 +1431,7 @@ async fn answered_alike(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_http1_reads_bodies_larger_than_a_read_in_pieces() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let own = TestServer::start(Limits::default()).await;
     let hyper = TestServer::start_with(Limits::default(), |s| s.own_http1(false)).await;
     // A batch of 600 calls (about 30 KB, several reads' worth), pipelined
@@ -1468,7 +1470,7 @@ async fn own_http1_reads_bodies_larger_than_a_read_in_pieces() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_http1_sends_100_continue_when_the_body_waits_for_it() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     let mut stream = TcpStream::connect(server.addr).await.unwrap();
     let head = format!(
@@ -1504,7 +1506,7 @@ async fn own_http1_sends_100_continue_when_the_body_waits_for_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_upgrade_after_calls_on_one_connection() {
     use futures_util::{SinkExt, StreamExt};
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let (addr, shutdown, task) = start_combined(Limits::default()).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     for _ in 0..3 {
@@ -1566,7 +1568,7 @@ async fn start_combined(ws_limits: Limits) -> (SocketAddr, Shutdown, tokio::task
 #[cfg(feature = "ws")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrades_past_the_websocket_connection_limit_get_503() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let ws_limits = Limits {
         max_connections: 2,
         ..Limits::default()
@@ -1609,7 +1611,7 @@ async fn upgrades_past_the_websocket_connection_limit_get_503() {
 async fn combined_serve_waits_for_upgraded_connections() {
     use futures_util::{SinkExt, StreamExt};
     use tokio_tungstenite::tungstenite::Message;
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let d = dispatcher(Arc::new(Metrics::default()));
     let server = StartCombined::new(d.clone()).start().await;
     let (addr, shutdown, task) = (server.addr, server.shutdown, server.task);
@@ -1648,7 +1650,7 @@ async fn combined_serve_waits_for_upgraded_connections() {
 #[cfg(feature = "ws")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_upgrades_say_why() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let (addr, shutdown, task) = start_combined(Limits::default()).await;
     let upgrade = "GET / HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade, close\r\nsec-websocket-key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
     let version_8 = format!("{upgrade}sec-websocket-version: 8\r\n\r\n");
@@ -1721,7 +1723,7 @@ const CLOSE: &str = "content-type: application/json\r\nconnection: close\r\n";
 /// (`HeaderMap::get`); the loop once took the last.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_content_types_the_first_counts() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let conversation = request(
         "content-type: text/plain\r\ncontent-type: application/json\r\nconnection: close\r\n",
         BLOCK_NUMBER,
@@ -1741,7 +1743,7 @@ async fn two_content_types_the_first_counts() {
 /// to hyper (it once answered them all).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_targets_hyper_refuses_are_refused() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let mut conversations = Vec::new();
     for target in [
         &b"/\xff"[..],
@@ -1781,7 +1783,7 @@ async fn request_targets_hyper_refuses_are_refused() {
 /// (RFC 9110, 10.1.1: a server that has the body need not send it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_continue_with_the_body_already_sent_is_answered_at_once() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let (own, hyper) = pair(small_limits(), |s| s).await;
     let conversation = request(&format!("{CLOSE}expect: 100-continue\r\n"), BLOCK_NUMBER);
     let wait = Duration::from_secs(5);
@@ -1804,7 +1806,7 @@ async fn expect_continue_with_the_body_already_sent_is_answered_at_once() {
 /// wait as idle and closed without a word).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_body_gets_408_with_an_idle_timeout_below_the_body_timeout() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let limits = Limits {
         idle_timeout: Duration::from_millis(400),
         body_timeout: Duration::from_millis(2000),
@@ -1841,7 +1843,7 @@ async fn a_stalled_body_gets_408_with_an_idle_timeout_below_the_body_timeout() {
 /// `400`, as on hyper's path (the loop once closed without a word).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_mid_body_gets_400() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let mut conversation = request(JSON, BLOCK_NUMBER);
     conversation.truncate(conversation.len() - 10);
     let what = "half-close mid-body".to_owned();
@@ -1861,7 +1863,7 @@ async fn half_close_mid_body_gets_400() {
 /// loop tells a half-close from a client that left), once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_after_whole_requests_answers_them_all() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let own = TestServer::start(small_limits()).await;
     let slow = r#"{"jsonrpc":"2.0","id":2,"method":"slow","params":[200,3]}"#;
     let conversation = [request(JSON, BLOCK_NUMBER), request(JSON, slow)].concat();
@@ -1892,7 +1894,7 @@ async fn half_close_after_whole_requests_answers_them_all() {
 /// A head longer than `max_header_bytes` that arrives whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_complete_head_past_max_header_bytes() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let mut conversations = Vec::new();
     for size in [9_000usize, 12_000, 15_000, 40_000, 70_000, 200_000] {
         let pad = format!("x-pad: {}\r\n", "p".repeat(size));
@@ -1913,7 +1915,7 @@ async fn a_complete_head_past_max_header_bytes() {
 /// request pipelined behind it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_while_answering() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let slow = r#"{"jsonrpc":"2.0","id":2,"method":"slow","params":[300,3]}"#;
     let conversation = [request(JSON, slow), request(JSON, BLOCK_NUMBER)].concat();
     let mut seen = Vec::new();
@@ -1945,7 +1947,7 @@ async fn graceful_shutdown_while_answering() {
 /// Headers handlers see: duplicates, obs-text.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn headers_handlers_see() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"headers","params":["x-k"]}"#;
     let twice = request(&format!("{CLOSE}X-K: a\r\nx-k:   b  \r\n"), body);
     let mut latin = format!("POST / HTTP/1.1\r\nhost: x\r\n{CLOSE}x-k: ").into_bytes();
@@ -2063,7 +2065,7 @@ fn more_conversations() -> Vec<(&'static str, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_preface_after_a_call_closes_the_connection() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let (own, hyper) = pair(small_limits(), |s| s).await;
     let conversation = [
         request(JSON, BLOCK_NUMBER),
@@ -2102,7 +2104,7 @@ async fn an_h2_preface_after_a_call_closes_the_connection() {
 /// host: 400 ms was not always enough on a shared CI host).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_header_timer_keeps_running_through_a_hand_over() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let (own, hyper) = pair(small_limits(), |s| {
         s.header_read_timeout(Duration::from_millis(3000))
     })
@@ -2137,7 +2139,7 @@ async fn the_header_timer_keeps_running_through_a_hand_over() {
 /// moment apart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn split_at_every_byte() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let (own, hyper) = pair(small_limits(), |s| s).await;
     let slow = r#"{"jsonrpc":"2.0","id":2,"method":"eth_blockNumber"}"#;
     let conversation = [
@@ -2180,7 +2182,7 @@ async fn split_at_every_byte() {
 /// one is not, as on hyper's path (the loop once dropped the first too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_with_a_head_half_read() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let mut seen = Vec::new();
     for later in [false, true] {
         for own in [true, false] {
@@ -2220,7 +2222,7 @@ async fn graceful_shutdown_with_a_head_half_read() {
 /// A body over the limit arriving after its head, on both servers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_the_limit_body_arriving_late() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let mut seen = Vec::new();
     for own in [true, false] {
         let server = TestServer::start_with(small_limits(), |s| s.own_http1(own)).await;
@@ -2253,7 +2255,7 @@ async fn over_the_limit_body_arriving_late() {
 /// Found by a review.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_keeps_what_the_loop_knew_of_a_half_closed_client() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let slow = r#"{"jsonrpc":"2.0","id":2,"method":"slow","params":[300,3]}"#;
     let conversation = format!(
         "{}POST / HTTP/1.0\r\n{JSON}content-length: {}\r\n\r\n{slow}",
@@ -2291,7 +2293,7 @@ async fn a_hand_over_keeps_what_the_loop_knew_of_a_half_closed_client() {
 /// its refusal (no reset cuts it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refusals_from_the_head_do_not_ask_for_the_body() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let server = TestServer::start(Limits::default()).await;
     for (method, content_type, status) in [
         ("PUT", JSON, "405"),
@@ -2338,7 +2340,7 @@ async fn refusals_from_the_head_do_not_ask_for_the_body() {
 /// connection no metric showed).
 #[tokio::test]
 async fn posted_responses_are_counted_as_unmatched() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let own = TestServer::start(Limits::default()).await;
     let hyper = TestServer::start_with(Limits::default(), |s| s.own_http1(false)).await;
     let post = |body: &str, last: bool| {
@@ -2427,7 +2429,7 @@ mod h2_review {
     /// reads it only with them. It was a fresh answer without them.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_reply_budget_503_keeps_the_cors_headers() {
-        let _serial = super::SERIAL.lock().await;
+        let _shared = super::HEAP.read().await;
         let limits = Limits {
             max_message_len: 64 * 1024,
             max_connection_body_bytes: 64 * 1024,
@@ -2474,7 +2476,7 @@ mod h2_review {
     /// answered at the body timeout (30 s) when the client paused.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_streamed_body_past_the_limit_is_refused_at_once() {
-        let _serial = super::SERIAL.lock().await;
+        let _shared = super::HEAP.read().await;
         let limits = Limits {
             max_message_len: 1024,
             ..Limits::default()
@@ -2519,7 +2521,7 @@ mod h2_review {
     /// read `Host` as a host the list never allowed.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_host_beside_the_authority_must_be_allowed_too() {
-        let _serial = super::SERIAL.lock().await;
+        let _shared = super::HEAP.read().await;
         let hosts = AllowedHosts::list(["localhost"]).unwrap();
         let (addr, _shutdown) = start(Limits::default(), |s| s.allowed_hosts(hosts)).await;
         let mut sender = h2::<Full<Bytes>>(addr).await;

@@ -31,8 +31,9 @@ use tokio::net::{TcpListener, TcpStream};
 #[global_allocator]
 static ALLOC: counting_alloc::CountingAlloc = counting_alloc::CountingAlloc;
 
-/// Tests run one at a time: each starts two servers and compares them.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// Shared by every test; taken exclusively by those that read the live
+/// heap (the allocator counts every thread's).
+static HEAP: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// Far above anything these tests wait for; only a hang reaches it.
 const HANG: Duration = Duration::from_secs(60);
@@ -236,7 +237,7 @@ fn small_limits() -> Limits {
 /// refused as too large in release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_response_limit_answers_as_hyper_does() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let big = r#"{"jsonrpc":"2.0","id":2,"method":"big","params":[3000]}"#;
     let batch = format!("[{BLOCK_NUMBER},{big}]");
     let conversation = [
@@ -261,7 +262,7 @@ async fn no_response_limit_answers_as_hyper_does() {
 /// answered heads of any size there (hyper: 431).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_head_past_the_limit_behind_a_large_body_gets_431() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let limits = Limits {
         max_message_len: 4 << 20,
         ..Limits::default()
@@ -289,7 +290,7 @@ async fn a_head_past_the_limit_behind_a_large_body_gets_431() {
 /// hyper keeps the first only; the loop's map once had both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handlers_see_one_content_length_of_two_equal_ones() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let body = r#"{"jsonrpc":"2.0","id":5,"method":"headers","params":["content-length"]}"#;
     let n = body.len();
     let mut conversations = Vec::new();
@@ -315,7 +316,7 @@ async fn handlers_see_one_content_length_of_two_equal_ones() {
 /// `close, \xe9` and closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connection_values_past_ascii_close_nothing() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let mut conversations = Vec::new();
     // The last: where the loop hands over (an `upgrade` token).
     for value in [
@@ -350,7 +351,7 @@ async fn connection_values_past_ascii_close_nothing() {
 /// usual buffer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_body_s_buffer_is_not_kept_by_its_connection() {
-    let _serial = SERIAL.lock().await;
+    let _heap = HEAP.write().await;
     let limits = Limits {
         max_message_len: 4 << 20,
         ..Limits::default()
@@ -409,7 +410,7 @@ async fn kept_on_both_paths(limits: Limits, two: &str, results: usize) -> [usize
 /// for as long as it kept them open; hyper's path keeps no reply.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_reply_s_buffer_is_not_kept_by_its_connection() {
-    let _serial = SERIAL.lock().await;
+    let _heap = HEAP.write().await;
     let asks = r#"{"jsonrpc":"2.0","id":2,"method":"big","params":[400000]}"#;
     let two = [request(JSON, asks), request(JSON, BLOCK_NUMBER)].concat();
     let [own, hyper] = kept_on_both_paths(Limits::default(), &two, 1).await;
@@ -428,7 +429,7 @@ async fn a_large_reply_s_buffer_is_not_kept_by_its_connection() {
 /// once and in order, whatever the cut; answers as hyper's, sent whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_overs_midway_through_pipelines_cut_anywhere() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let n = BLOCK_NUMBER.len();
     let chunked = format!(
         "POST / HTTP/1.1\r\nhost: x\r\n{JSON}transfer-encoding: chunked\r\n\r\n{n:x}\r\n{BLOCK_NUMBER}\r\n0\r\n\r\n"
@@ -563,7 +564,7 @@ async fn trickle(stream: &mut TcpStream, bytes: &[u8], pause: Duration) -> usize
 /// at its first request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pri_method_is_not_http2_for_the_header_timer() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let head = format!(
         "POST / HTTP/1.1\r\nhost: x\r\n{JSON}x-pad: {}\r\n",
         "p".repeat(40)
@@ -611,7 +612,7 @@ async fn a_pri_method_is_not_http2_for_the_header_timer() {
 /// preface); the loop closed without a word on any `PRI * HTTP/2`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn almost_an_h2_preface_after_a_call_gets_400() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let call = request(JSON, BLOCK_NUMBER);
     let mut conversations = Vec::new();
     for tail in [
@@ -982,7 +983,7 @@ fn smuggling_vectors() -> Vec<(String, Vec<u8>)> {
 /// closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn smuggling_vectors_are_answered_as_hyper_does() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let pair = Pair::start(small_limits(), |s| s).await;
     let mut vectors = smuggling_vectors();
     // Each again behind a call the own loop answers: a later head, read
@@ -1006,7 +1007,7 @@ async fn smuggling_vectors_are_answered_as_hyper_does() {
 /// alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_continue_with_its_body_sent_is_answered_alike_but_for_the_100() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let pair = Pair::start(small_limits(), |s| s).await;
     let n = BLOCK_NUMBER.len();
     let conversation = format!(
@@ -1036,7 +1037,7 @@ async fn expect_continue_with_its_body_sent_is_answered_alike_but_for_the_100() 
 /// only once `100 Continue` came: both paths send it, then answer alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expect_continue_before_the_body_is_answered_alike() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let pair = Pair::start(small_limits(), |s| s).await;
     let n = BLOCK_NUMBER.len();
     let mut diffs = Vec::new();
@@ -1369,7 +1370,7 @@ async fn converse_in_pieces(
 /// conversation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generated_conversations_are_answered_as_hyper_does() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     for cors in [false, true] {
         let service = |limits: &Limits, metrics: Arc<Metrics>| {
@@ -1450,7 +1451,7 @@ async fn differ(
 /// closed the connection with no answer. Found by a review.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_first_request_handed_to_hyper_during_a_shutdown_is_answered() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let n = BLOCK_NUMBER.len();
     let requests = [
         "GET / HTTP/1.1\r\nhost: x\r\nx-pad: ppppppppppppppppppppppppppppppp\r\n\r\n".to_owned(),
@@ -1490,7 +1491,7 @@ async fn a_first_request_handed_to_hyper_during_a_shutdown_is_answered() {
 /// such period"). The own loop dropped it after one. Found by a review.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_nobody_reads_is_dropped_after_two_idle_periods() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let idle = Duration::from_millis(1000);
     let limits = Limits {
         idle_timeout: idle,
@@ -1533,7 +1534,7 @@ async fn a_reply_nobody_reads_is_dropped_after_two_idle_periods() {
 /// served).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_streams_share_their_connection_s_call_cap() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     use std::sync::atomic::{AtomicUsize, Ordering};
     const CAP: usize = 2;
     const STREAMS: usize = 32;
@@ -1612,7 +1613,7 @@ async fn h2_streams_share_their_connection_s_call_cap() {
 /// Found by a review.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_before_a_close_is_not_cut_by_a_reset() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     let big = r#"{"jsonrpc":"2.0","id":1,"method":"big","params":[200000]}"#;
     let whole = r#"{"jsonrpc":"2.0","id":1,"result":""}"#.len() + 200_000;
     for own in [true, false] {
@@ -1670,7 +1671,7 @@ async fn a_reply_before_a_close_is_not_cut_by_a_reset() {
 /// by the review of this session's diff.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_idle_client_does_not_hold_a_shutdown_for_the_linger() {
-    let _serial = SERIAL.lock().await;
+    let _shared = HEAP.read().await;
     for own in [true, false] {
         let server = TestServer::start(Limits::default(), 25_000_000, |s| s.own_http1(own)).await;
         let mut stream = TcpStream::connect(server.addr).await.unwrap();
