@@ -599,12 +599,17 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
         conn.start(&shared.dispatcher, &body, out);
         let cap = shared.dispatcher.inner.max_in_flight;
         let lingering = self.lingering.as_deref();
-        std::future::poll_fn(|cx| {
-            while conn.messages_in_flight() > 0
+        let waits = |conn: &Connection| {
+            conn.messages_in_flight() > 0
                 || (conn.in_flight() > 0
                     && lingering.is_some_and(|l| l.full(conn.in_flight(), cap)))
-            {
-                if conn.poll_replies(&shared.dispatcher, cx, out).is_pending() {
+        };
+        std::future::poll_fn(|cx| {
+            while waits(conn) {
+                // Asked again after a pending poll: calls that end with no
+                // reply (notifications) end in it, and nothing wakes the
+                // task after.
+                if conn.poll_replies(&shared.dispatcher, cx, out).is_pending() && waits(conn) {
                     return Poll::Pending;
                 }
             }
@@ -1446,16 +1451,19 @@ where
                 } => {
                     let c = conn.as_mut().expect("connection present while dispatching");
                     let cap = shared.dispatcher.inner.max_in_flight;
-                    while c.messages_in_flight() > 0
-                        || (c.in_flight() > 0
-                            && this
-                                .lingering
-                                .as_deref()
-                                .is_some_and(|l| l.full(c.in_flight(), cap)))
-                    {
+                    let lingering = this.lingering.as_deref();
+                    let waits = |c: &Connection| {
+                        c.messages_in_flight() > 0
+                            || (c.in_flight() > 0
+                                && lingering.is_some_and(|l| l.full(c.in_flight(), cap)))
+                    };
+                    while waits(c) {
                         let polled = c.poll_replies(&shared.dispatcher, cx, out);
                         counted.set(c.in_flight());
-                        if polled.is_pending() {
+                        // Asked again: calls that end with no reply
+                        // (notifications) end in a pending poll, and
+                        // nothing wakes the task after.
+                        if polled.is_pending() && waits(c) {
                             return Poll::Pending;
                         }
                     }

@@ -785,6 +785,77 @@ async fn notifications_left_running_over_http_count_against_the_cap() {
     }
 }
 
+/// A request waiting at the cap for its own calls (the connection's
+/// others left running fill it) was answered only when something else
+/// woke its task: its calls, notifications, end with no reply, and the
+/// dispatcher's poll reports only replies, so the wait went on after they
+/// ended (a run of the test above under load waited out its 30 s).
+/// Here each request's call holds 200 ms at a cap of 1: the second's
+/// answer comes once its own call ends, not at the client's next bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_waiting_at_the_cap_goes_when_its_own_calls_end() {
+    for own in [true, false] {
+        let running = Arc::new(Running::default());
+        let d = Dispatcher::builder(running.clone())
+            .max_in_flight(1)
+            .async_method("note", |c: AsyncCall<Arc<Running>>| async move {
+                c.state.hold(Duration::from_millis(200)).await;
+                Ok::<_, RpcError>(())
+            })
+            .build()
+            .unwrap();
+        let limits = Limits::default();
+        let service = HttpService::new(d, &limits, None);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn(Server::new(limits).own_http1(own).serve(
+            listener,
+            service,
+            shutdown.clone(),
+        ));
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        let body = r#"{"jsonrpc":"2.0","method":"note"}"#;
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        for n in 1..=3 {
+            s.write_all(request.as_bytes()).await.unwrap();
+            let mut head = Vec::new();
+            while !head.ends_with(b"\r\n\r\n") {
+                let mut byte = [0u8; 1];
+                // Far above the 200 ms a call holds; the client sends
+                // nothing more until the answer comes.
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    tokio::io::AsyncReadExt::read_exact(&mut s, &mut byte),
+                )
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "own loop {own}: request {n} unanswered, {} of its calls done",
+                        running.done.load(Ordering::SeqCst)
+                    )
+                })
+                .unwrap();
+                head.push(byte[0]);
+            }
+            assert!(
+                head.starts_with(b"HTTP/1.1 204"),
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
+        }
+        assert!(running.peak.load(Ordering::SeqCst) <= 2);
+        shutdown.trigger();
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+    }
+}
+
 /// An async notification holds no message slot: the WebSocket driver
 /// counted messages alone against `Limits::max_in_flight`, so a client's
 /// stream of notifications was read without end and every one started or
