@@ -805,8 +805,13 @@ fn refuse_invalid(parser: &crate::Parser, body: &[u8]) -> Option<Response<Body>>
     use crate::message::Message;
     use crate::request::Entry;
     let arena = bumpalo::Bump::new();
-    let Ok(Message::Single(Entry::Invalid(invalid))) = parser.parse(body, &arena) else {
-        return None;
+    let invalid = match parser.parse(body, &arena) {
+        Ok(Message::Single(Entry::Invalid(invalid))) => invalid,
+        // JSON serde_json's peek read but the parser refuses whole (nested
+        // past its depth: serde skips `params` without a depth limit),
+        // answered as a parse error is: 400, id null.
+        Err(e) => return Some(rpc_error(StatusCode::BAD_REQUEST, None, &refusal(e))),
+        Ok(_) => return None,
     };
     let reply = refusal(invalid.error());
     let id =

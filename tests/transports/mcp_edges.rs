@@ -2347,6 +2347,37 @@ async fn params_that_are_an_array_are_refused_not_read_by_position() {
     assert_eq!(a.json()["error"]["code"], -32601, "{}", a.body);
 }
 
+/// JSON nested past the parser's depth in a request's params was answered
+/// 200 with the dispatcher's refusal (id null): serde_json's peek at the
+/// envelope skips `params` with no depth limit, so the body passed as a
+/// request. Now 400, as every other body the parser refuses whole, with
+/// the refusal's `data`; with or without a session.
+#[tokio::test]
+async fn http_requests_nested_too_deep_get_400() {
+    let h = http_server(server()).await;
+    let sid = http_session(h.addr).await;
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    for (headers, method) in [
+        (session_headers(&sid).to_vec(), "ping"),
+        (session_headers(&sid).to_vec(), "tools/call"),
+        (Vec::new(), "initialize"),
+    ] {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"{method}","params":{{"a":{deep}}}}}"#);
+        let a = post(h.addr, &headers, &body).await;
+        assert_eq!(a.status, 400, "{method}: {}", a.body);
+        let e = &a.json()["error"];
+        assert!(e["code"].is_i64(), "{method}: {e}");
+        assert!(e["data"]["reason"].is_string(), "{method}: {e}");
+        assert_eq!(a.json()["id"], serde_json::Value::Null, "{}", a.body);
+    }
+    // Within the depth: answered.
+    let shallow = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    let body = format!(r#"{{"jsonrpc":"2.0","id":8,"method":"ping","params":{{"a":{shallow}}}}}"#);
+    let a = post(h.addr, &session_headers(&sid), &body).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+}
+
 /// Over Streamable HTTP a body that is not JSON got -32700 without the
 /// `data` (`offset`, `reason`) every other transport, MCP's stdio
 /// included, gives; and a compressed body was read as JSON (-32700) where
