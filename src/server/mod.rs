@@ -163,7 +163,8 @@ pub struct Limits {
     /// buffered. Stream transports ([`stream`]) refuse a message before it
     /// is buffered at their framer's limit (`max_frame`, default 5 MiB),
     /// and one past this limit but within the framer's once it is framed:
-    /// give both the same value. The dispatcher's
+    /// give both the same value. 0 refuses every message (WebSocket takes
+    /// it as 1 byte: no JSON-RPC message is that short). The dispatcher's
     /// parser has a limit of its own
     /// ([`Parser::max_message_len`](crate::Parser::max_message_len), also
     /// 5 MiB by default), which a message must pass too: for larger
@@ -237,7 +238,8 @@ pub struct Limits {
     /// must drain within it); a stream connection running calls or
     /// holding subscriptions is not idle, unless output (notifications,
     /// or what a buffering writer holds) waits for a client that does not
-    /// read it).
+    /// read it). 0 closes a connection as soon as it is idle (HTTP: after
+    /// 10 ms, the least its timer takes).
     pub idle_timeout: Duration,
     /// How long a graceful shutdown waits for calls in flight (default
     /// 10 s). On a stream connection the replies made by then have one
