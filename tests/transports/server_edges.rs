@@ -713,6 +713,81 @@ impl Running {
     }
 }
 
+/// An HTTP server (rpcwire's HTTP/1.1 loop, or hyper's) whose `note`
+/// notification holds for `hold`, at a dispatcher cap of `cap`.
+struct Notes {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+    running: Arc<Running>,
+}
+
+impl Notes {
+    async fn start(cap: usize, hold: Duration, own: bool) -> Notes {
+        let running = Arc::new(Running::default());
+        let d = Dispatcher::builder(running.clone())
+            .max_in_flight(cap)
+            .async_method("note", move |c: AsyncCall<Arc<Running>>| async move {
+                c.state.hold(hold).await;
+                Ok::<_, RpcError>(())
+            })
+            .build()
+            .unwrap();
+        let limits = Limits::default();
+        let service = HttpService::new(d, &limits, None);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn(Server::new(limits).own_http1(own).serve(
+            listener,
+            service,
+            shutdown.clone(),
+        ));
+        Notes {
+            addr,
+            shutdown,
+            task,
+            running,
+        }
+    }
+
+    /// Sends a `note` on `s` and reads its answer's head (a `204`), within
+    /// `patience`; `Err` if it did not come.
+    async fn send(
+        s: &mut TcpStream,
+        patience: Duration,
+    ) -> Result<(), tokio::time::error::Elapsed> {
+        let body = r#"{"jsonrpc":"2.0","method":"note"}"#;
+        let request = format!(
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(request.as_bytes()).await.unwrap();
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            tokio::time::timeout(patience, tokio::io::AsyncReadExt::read_exact(s, &mut byte))
+                .await?
+                .unwrap();
+            head.push(byte[0]);
+        }
+        assert!(
+            head.starts_with(b"HTTP/1.1 204"),
+            "{}",
+            String::from_utf8_lossy(&head)
+        );
+        Ok(())
+    }
+
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(PATIENCE, self.task)
+            .await
+            .expect("the server stops")
+            .unwrap();
+    }
+}
+
 /// Async notifications still running when their request's `204` went
 /// out ran on tasks of their own, outside the connection's count: one
 /// keep-alive connection sending notifications one after another ran all
@@ -726,62 +801,20 @@ impl Running {
 async fn notifications_left_running_over_http_count_against_the_cap() {
     const CAP: usize = 8;
     for own in [true, false] {
-        let running = Arc::new(Running::default());
-        let d = Dispatcher::builder(running.clone())
-            .max_in_flight(CAP)
-            .async_method("note", |c: AsyncCall<Arc<Running>>| async move {
-                c.state.hold(Duration::from_millis(300)).await;
-                Ok::<_, RpcError>(())
-            })
-            .build()
-            .unwrap();
-        let limits = Limits::default();
-        let service = HttpService::new(d, &limits, None);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let task = tokio::spawn(Server::new(limits).own_http1(own).serve(
-            listener,
-            service,
-            shutdown.clone(),
-        ));
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        let body = r#"{"jsonrpc":"2.0","method":"note"}"#;
-        let request = format!(
-            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
+        let notes = Notes::start(CAP, Duration::from_millis(300), own).await;
+        let mut s = TcpStream::connect(notes.addr).await.unwrap();
         for _ in 0..40 {
-            s.write_all(request.as_bytes()).await.unwrap();
-            let mut head = Vec::new();
-            while !head.ends_with(b"\r\n\r\n") {
-                let mut byte = [0u8; 1];
-                tokio::time::timeout(
-                    PATIENCE,
-                    tokio::io::AsyncReadExt::read_exact(&mut s, &mut byte),
-                )
+            Notes::send(&mut s, PATIENCE)
                 .await
-                .expect("an answer in time")
-                .unwrap();
-                head.push(byte[0]);
-            }
-            assert!(
-                head.starts_with(b"HTTP/1.1 204"),
-                "{}",
-                String::from_utf8_lossy(&head)
-            );
+                .expect("an answer in time");
         }
-        let peak = running.peak.load(Ordering::SeqCst);
+        let peak = notes.running.peak.load(Ordering::SeqCst);
         assert!(
             peak <= CAP + 1,
             "own loop {own}: {peak} notifications ran at once"
         );
         assert!(peak >= CAP / 2, "own loop {own}: only {peak} ran at once");
-        shutdown.trigger();
-        tokio::time::timeout(PATIENCE, task)
-            .await
-            .expect("the server stops")
-            .unwrap();
+        notes.stop().await;
     }
 }
 
@@ -795,64 +828,21 @@ async fn notifications_left_running_over_http_count_against_the_cap() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_waiting_at_the_cap_goes_when_its_own_calls_end() {
     for own in [true, false] {
-        let running = Arc::new(Running::default());
-        let d = Dispatcher::builder(running.clone())
-            .max_in_flight(1)
-            .async_method("note", |c: AsyncCall<Arc<Running>>| async move {
-                c.state.hold(Duration::from_millis(200)).await;
-                Ok::<_, RpcError>(())
-            })
-            .build()
-            .unwrap();
-        let limits = Limits::default();
-        let service = HttpService::new(d, &limits, None);
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = Shutdown::new();
-        let task = tokio::spawn(Server::new(limits).own_http1(own).serve(
-            listener,
-            service,
-            shutdown.clone(),
-        ));
-        let mut s = TcpStream::connect(addr).await.unwrap();
-        let body = r#"{"jsonrpc":"2.0","method":"note"}"#;
-        let request = format!(
-            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
+        let notes = Notes::start(1, Duration::from_millis(200), own).await;
+        let mut s = TcpStream::connect(notes.addr).await.unwrap();
         for n in 1..=3 {
-            s.write_all(request.as_bytes()).await.unwrap();
-            let mut head = Vec::new();
-            while !head.ends_with(b"\r\n\r\n") {
-                let mut byte = [0u8; 1];
-                // Far above the 200 ms a call holds; the client sends
-                // nothing more until the answer comes.
-                tokio::time::timeout(
-                    Duration::from_secs(10),
-                    tokio::io::AsyncReadExt::read_exact(&mut s, &mut byte),
-                )
-                .await
-                .unwrap_or_else(|_| {
-                    panic!(
-                        "own loop {own}: request {n} unanswered, {} of its calls done",
-                        running.done.load(Ordering::SeqCst)
-                    )
-                })
-                .unwrap();
-                head.push(byte[0]);
+            // Far above the 200 ms a call holds, and below the 10 s after
+            // which the connection's own timers woke the task anyway; the
+            // client sends nothing more until the answer comes.
+            if Notes::send(&mut s, Duration::from_secs(5)).await.is_err() {
+                panic!(
+                    "own loop {own}: request {n} unanswered, {} of its calls done",
+                    notes.running.done.load(Ordering::SeqCst)
+                );
             }
-            assert!(
-                head.starts_with(b"HTTP/1.1 204"),
-                "{}",
-                String::from_utf8_lossy(&head)
-            );
         }
-        assert!(running.peak.load(Ordering::SeqCst) <= 2);
-        shutdown.trigger();
-        tokio::time::timeout(PATIENCE, task)
-            .await
-            .expect("the server stops")
-            .unwrap();
+        assert!(notes.running.peak.load(Ordering::SeqCst) <= 2);
+        notes.stop().await;
     }
 }
 
