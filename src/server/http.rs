@@ -57,8 +57,9 @@
 //! notifications keep running after the `204` (bounded by the dispatcher's
 //! timeout), and count against the dispatcher's `max_in_flight` for their
 //! connection: once a connection has that many left running, a request's
-//! answer waits for its own calls to end (so at most the cap, and the
-//! calls of the request being answered, run; each holds its body). A
+//! answer waits until they leave room for its own calls, or its own calls
+//! end (so at most the cap, and the calls of the request being answered,
+//! run; each holds its body). A
 //! service not given its peer's address
 //! ([`with_peer_addr`](HttpService::with_peer_addr), which rpcwire's
 //! server calls for each connection), mounted in another server, does not
@@ -207,8 +208,9 @@ pub struct HttpService<S = (), K = SyncOnly> {
 /// Async calls (notifications) a connection's requests left running after
 /// their replies went, on tasks of their own: counted against the
 /// dispatcher's `max_in_flight` for that connection, as the stream and
-/// WebSocket drivers count theirs. Past it, a request's answer waits for
-/// its own calls (the client's next request then waits for that answer).
+/// WebSocket drivers count theirs. Past it, a request's answer waits until
+/// they leave room for its own calls, or its own calls end (the client's
+/// next request then waits for that answer).
 ///
 /// Under [`Server::serve`] the connection's place among
 /// [`Limits::max_connections`] is held until they end, and at the end of
@@ -217,8 +219,9 @@ pub struct HttpService<S = (), K = SyncOnly> {
 #[derive(Debug, Default)]
 pub struct Lingering {
     calls: AtomicUsize,
-    /// Woken as the count reaches zero.
-    ended: tokio::sync::Notify,
+    /// Woken as the count drops (a request waiting at the cap may go once
+    /// it is below, not only at zero).
+    ended: Arc<tokio::sync::Notify>,
     /// Set (and `ended` woken) when the server drops them.
     dropped: AtomicBool,
 }
@@ -230,8 +233,38 @@ impl Lingering {
     }
 
     fn end(&self, calls: usize) {
-        if calls > 0 && self.calls.fetch_sub(calls, Ordering::AcqRel) == calls {
+        if calls > 0 {
+            self.calls.fetch_sub(calls, Ordering::AcqRel);
             self.ended.notify_waiters();
+        }
+    }
+
+    /// Ready once `calls` more would no longer pass `cap`; pending, the
+    /// task is woken as the count drops (the calls the connection's other
+    /// tasks run end, and nothing else of the waiting request's wakes it).
+    /// `wait` keeps the registration between polls.
+    fn poll_room(
+        &self,
+        calls: usize,
+        cap: usize,
+        wait: &mut Option<Pin<Box<tokio::sync::futures::OwnedNotified>>>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<()> {
+        loop {
+            if !self.full(calls, cap) {
+                *wait = None;
+                return Poll::Ready(());
+            }
+            let w = wait.get_or_insert_with(|| Box::pin(Arc::clone(&self.ended).notified_owned()));
+            // Registered, then looked again: a call ending between the
+            // two looks wakes it.
+            w.as_mut().enable();
+            if !self.full(calls, cap) {
+                *wait = None;
+                return Poll::Ready(());
+            }
+            ready!(w.as_mut().poll(cx));
+            *wait = None;
         }
     }
 
@@ -604,12 +637,21 @@ impl<S: Send + Sync + 'static, K> HttpService<S, K> {
                 || (conn.in_flight() > 0
                     && lingering.is_some_and(|l| l.full(conn.in_flight(), cap)))
         };
+        let mut room = None;
         std::future::poll_fn(|cx| {
             while waits(conn) {
                 // Asked again after a pending poll: calls that end with no
                 // reply (notifications) end in it, and nothing wakes the
                 // task after.
                 if conn.poll_replies(&shared.dispatcher, cx, out).is_pending() && waits(conn) {
+                    // Waiting on the calls other tasks run too: woken as
+                    // they end.
+                    if conn.messages_in_flight() == 0
+                        && let Some(l) = lingering
+                        && l.poll_room(conn.in_flight(), cap, &mut room, cx).is_ready()
+                    {
+                        continue;
+                    }
                     return Poll::Pending;
                 }
             }
@@ -1203,6 +1245,9 @@ enum State {
         share: BodyShare,
         /// Its calls counted among its connection's (HTTP/2).
         counted: CountedCalls,
+        /// Registered to hear the connection's lingering calls end, while
+        /// waiting at the cap for them ([`Lingering::poll_room`]).
+        room: Option<Pin<Box<tokio::sync::futures::OwnedNotified>>>,
     },
     /// Compressing a large reply on tokio's blocking pool
     /// ([`gzip_packed`]); dropped, the compression's result is dropped.
@@ -1440,6 +1485,7 @@ where
                         _input: input,
                         share: std::mem::take(share),
                         counted,
+                        room: None,
                     };
                 }
                 State::Dispatching {
@@ -1447,6 +1493,7 @@ where
                     out,
                     share,
                     counted,
+                    room,
                     ..
                 } => {
                     let c = conn.as_mut().expect("connection present while dispatching");
@@ -1464,6 +1511,14 @@ where
                         // (notifications) end in a pending poll, and
                         // nothing wakes the task after.
                         if polled.is_pending() && waits(c) {
+                            // Waiting on the calls other tasks run too:
+                            // woken as they end.
+                            if c.messages_in_flight() == 0
+                                && let Some(l) = lingering
+                                && l.poll_room(c.in_flight(), cap, room, cx).is_ready()
+                            {
+                                continue;
+                            }
                             return Poll::Pending;
                         }
                     }

@@ -727,13 +727,20 @@ impl Notes {
         let running = Arc::new(Running::default());
         let d = Dispatcher::builder(running.clone())
             .max_in_flight(cap)
+            // Holds for `hold`, or for the milliseconds its params name.
             .async_method("note", move |c: AsyncCall<Arc<Running>>| async move {
-                c.state.hold(hold).await;
+                let named: Option<(u64,)> = c.decode().ok();
+                let time = named.map_or(hold, |(ms,)| Duration::from_millis(ms));
+                c.state.hold(time).await;
                 Ok::<_, RpcError>(())
             })
             .build()
             .unwrap();
-        let limits = Limits::default();
+        // Calls still running at the stop are dropped soon after it.
+        let limits = Limits {
+            shutdown_grace: Duration::from_millis(200),
+            ..Limits::default()
+        };
         let service = HttpService::new(d, &limits, None);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -757,7 +764,15 @@ impl Notes {
         s: &mut TcpStream,
         patience: Duration,
     ) -> Result<(), tokio::time::error::Elapsed> {
-        let body = r#"{"jsonrpc":"2.0","method":"note"}"#;
+        Notes::send_body(s, r#"{"jsonrpc":"2.0","method":"note"}"#, patience).await
+    }
+
+    /// [`send`](Notes::send) with this body.
+    async fn send_body(
+        s: &mut TcpStream,
+        body: &str,
+        patience: Duration,
+    ) -> Result<(), tokio::time::error::Elapsed> {
         let request = format!(
             "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
@@ -842,6 +857,34 @@ async fn an_answer_waiting_at_the_cap_goes_when_its_own_calls_end() {
             }
         }
         assert!(notes.running.peak.load(Ordering::SeqCst) <= 2);
+        notes.stop().await;
+    }
+}
+
+/// A request waiting at the cap only because its connection's calls
+/// left running fill it may go once those end (its own calls run on, as
+/// the first request's did); nothing woke it when they ended, so it
+/// waited for its own call (60 s here). Found by a review of the crate's
+/// waits for lost wakeups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_waiting_at_the_cap_goes_when_the_calls_left_running_end() {
+    for own in [true, false] {
+        let notes = Notes::start(1, Duration::from_secs(60), own).await;
+        let mut s = TcpStream::connect(notes.addr).await.unwrap();
+        // Answered at once, its call left running for 300 ms.
+        let first = r#"{"jsonrpc":"2.0","method":"note","params":[300]}"#;
+        Notes::send_body(&mut s, first, PATIENCE)
+            .await
+            .expect("the first answered");
+        // Its call (60 s) finds the cap full: answered once the first's
+        // ends, well within 8 s.
+        if Notes::send(&mut s, Duration::from_secs(8)).await.is_err() {
+            panic!(
+                "own loop {own}: the second unanswered 8 s on, {} calls done",
+                notes.running.done.load(Ordering::SeqCst)
+            );
+        }
+        drop(s);
         notes.stop().await;
     }
 }
