@@ -189,7 +189,10 @@ impl McpServer {
                 // A slot freed meanwhile (a call cancelled): its request.
                 continue;
             }
-            let busy = conn.messages_in_flight() > 0 || !held.is_empty();
+            // Calls sent as notifications (`tools/call` without an id) are
+            // driven too: their wakes reach this task, and only this poll
+            // moves them on.
+            let busy = conn.messages_in_flight() > 0 || conn.in_flight() > 0 || !held.is_empty();
             let asking = conn.awaits_client_answers();
             let bound = if asking {
                 HELD_BYTES_ASKING
@@ -222,13 +225,20 @@ impl McpServer {
                     }
                 }
                 n = std::future::poll_fn(|cx| {
-                    if held.is_empty() {
-                        return super::poll_drain(&mut conn, dispatcher, cx, &mut replies);
-                    }
+                    let answering = conn.messages_in_flight() > 0;
                     match conn.poll_replies(dispatcher, cx, &mut replies) {
+                        // The last message waiting ended with no reply (a
+                        // cancelled call writes none): the loop looks again.
+                        std::task::Poll::Pending
+                            if answering && conn.messages_in_flight() == 0 =>
+                        {
+                            std::task::Poll::Ready(0)
+                        }
                         // A slot freed without a reply (a notification
                         // ended): the next held request's.
-                        std::task::Poll::Pending if conn.in_flight() < held.cap => {
+                        std::task::Poll::Pending
+                            if !held.is_empty() && conn.in_flight() < held.cap =>
+                        {
                             std::task::Poll::Ready(0)
                         }
                         other => other,

@@ -2413,3 +2413,67 @@ async fn http_bodies_that_are_not_json_or_are_compressed_are_told_why() {
     .await;
     assert_eq!(a.status, 200, "{}", a.body);
 }
+
+/// Over stdio a `tools/call` sent as a notification (no id: no reply owed,
+/// no message slot) runs as a call does; but the loop polled the
+/// dispatcher only while a message waited for its reply or a request was
+/// held, so the call's wakes reached a task that never polled it: the
+/// tool stopped at its first `.await` until some request came. Found by a
+/// review of the crate's waits for lost wakeups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_a_tool_called_as_a_notification_runs_on() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let done = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&done);
+    let server = McpServer::builder("wake", "1")
+        .tool(Tool::new(
+            "slow",
+            json!({"type": "object"}),
+            move |_: Value, _: ToolContext| {
+                let counted = Arc::clone(&counted);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text("done"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let (mut to_server, server_input) = tokio::io::duplex(64 * 1024);
+    let (server_output, from_server) = tokio::io::duplex(64 * 1024);
+    let served =
+        tokio::spawn(async move { server.serve_stream(server_input, server_output).await });
+    let mut lines = tokio::io::BufReader::new(from_server).lines();
+    let session = concat!(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"slow","arguments":{}}}"#,
+        "\n",
+    );
+    to_server.write_all(session.as_bytes()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("initialize answered")
+        .unwrap()
+        .unwrap();
+    // The input stays open and nothing more comes: the tool's 100 ms
+    // sleep ends on its own (a bound far above it).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while done.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tool called as a notification never got past its first await"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(to_server);
+    tokio::time::timeout(Duration::from_secs(5), served)
+        .await
+        .expect("the server ends with its input")
+        .unwrap()
+        .unwrap();
+}
