@@ -219,9 +219,12 @@ pub struct HttpService<S = (), K = SyncOnly> {
 #[derive(Debug, Default)]
 pub struct Lingering {
     calls: AtomicUsize,
-    /// Woken as the count drops (a request waiting at the cap may go once
-    /// it is below, not only at zero).
-    ended: Arc<tokio::sync::Notify>,
+    /// Woken as the count reaches zero.
+    ended: tokio::sync::Notify,
+    /// Woken as the count drops: a request waiting at the cap may go once
+    /// it is below (apart from `ended`, whose waiters, one per task of
+    /// calls left running, need only zero).
+    room: Arc<tokio::sync::Notify>,
     /// Set (and `ended` woken) when the server drops them.
     dropped: AtomicBool,
 }
@@ -234,8 +237,11 @@ impl Lingering {
 
     fn end(&self, calls: usize) {
         if calls > 0 {
-            self.calls.fetch_sub(calls, Ordering::AcqRel);
-            self.ended.notify_waiters();
+            let before = self.calls.fetch_sub(calls, Ordering::AcqRel);
+            self.room.notify_waiters();
+            if before == calls {
+                self.ended.notify_waiters();
+            }
         }
     }
 
@@ -255,7 +261,7 @@ impl Lingering {
                 *wait = None;
                 return Poll::Ready(());
             }
-            let w = wait.get_or_insert_with(|| Box::pin(Arc::clone(&self.ended).notified_owned()));
+            let w = wait.get_or_insert_with(|| Box::pin(Arc::clone(&self.room).notified_owned()));
             // Registered, then looked again: a call ending between the
             // two looks wakes it.
             w.as_mut().enable();
