@@ -136,6 +136,21 @@ fn chan_req(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Request<ChannelBody> {
         .unwrap()
 }
 
+/// Sends a request whose body stops after its first byte, and waits for
+/// its `408`; returns the body's sender, still open.
+async fn stall_until_408(
+    sender: &mut hyper::client::conn::http2::SendRequest<ChannelBody>,
+) -> tokio::sync::mpsc::Sender<Bytes> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(Bytes::from_static(b"[")).await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), sender.send_request(chan_req(rx)))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(r.status(), 408);
+    tx
+}
+
 fn small(body_timeout_ms: u64) -> Limits {
     Limits {
         max_message_len: 1024,
@@ -422,13 +437,7 @@ async fn h2_statuses_and_limit_counts() {
     assert_eq!(srv.metrics.limit_count(LimitKind::MessageLen), 1);
     // 408 over h2.
     let mut s2 = h2::<ChannelBody>(srv.addr).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(Bytes::from_static(b"[")).await.unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(5), s2.send_request(chan_req(rx)))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(r.status(), 408);
+    let tx = stall_until_408(&mut s2).await;
     assert_eq!(srv.metrics.limit_count(LimitKind::BodyTimeout), 1);
     drop(tx);
     srv.stop().await;
@@ -448,13 +457,7 @@ async fn h2_connection_ends_after_a_408() {
     };
     let srv = start(limits, true).await;
     let mut sender = h2::<ChannelBody>(srv.addr).await;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(Bytes::from_static(b"[")).await.unwrap();
-    let r = tokio::time::timeout(Duration::from_secs(5), sender.send_request(chan_req(rx)))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(r.status(), 408);
+    let tx = stall_until_408(&mut sender).await;
     drop(tx);
     let ended = tokio::time::timeout(Duration::from_secs(5), async {
         while sender.ready().await.is_ok() {

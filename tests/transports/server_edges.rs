@@ -767,6 +767,17 @@ impl Notes {
         Notes::send_body(s, r#"{"jsonrpc":"2.0","method":"note"}"#, patience).await
     }
 
+    /// [`send`](Notes::send), failing the test with `what` and the calls
+    /// done so far if the answer does not come within `patience`.
+    async fn expect_answer(&self, s: &mut TcpStream, patience: Duration, what: &str) {
+        if Notes::send(s, patience).await.is_err() {
+            panic!(
+                "{what} unanswered {patience:?} on, {} calls done",
+                self.running.done.load(Ordering::SeqCst)
+            );
+        }
+    }
+
     /// [`send`](Notes::send) with this body.
     async fn send_body(
         s: &mut TcpStream,
@@ -849,12 +860,10 @@ async fn an_answer_waiting_at_the_cap_goes_when_its_own_calls_end() {
             // Far above the 200 ms a call holds, and below the 10 s after
             // which the connection's own timers woke the task anyway; the
             // client sends nothing more until the answer comes.
-            if Notes::send(&mut s, Duration::from_secs(5)).await.is_err() {
-                panic!(
-                    "own loop {own}: request {n} unanswered, {} of its calls done",
-                    notes.running.done.load(Ordering::SeqCst)
-                );
-            }
+            let what = format!("own loop {own}: request {n}");
+            notes
+                .expect_answer(&mut s, Duration::from_secs(5), &what)
+                .await;
         }
         assert!(notes.running.peak.load(Ordering::SeqCst) <= 2);
         notes.stop().await;
@@ -878,12 +887,10 @@ async fn an_answer_waiting_at_the_cap_goes_when_the_calls_left_running_end() {
             .expect("the first answered");
         // Its call (60 s) finds the cap full: answered once the first's
         // ends, well within 8 s.
-        if Notes::send(&mut s, Duration::from_secs(8)).await.is_err() {
-            panic!(
-                "own loop {own}: the second unanswered 8 s on, {} calls done",
-                notes.running.done.load(Ordering::SeqCst)
-            );
-        }
+        let what = format!("own loop {own}: the second");
+        notes
+            .expect_answer(&mut s, Duration::from_secs(8), &what)
+            .await;
         drop(s);
         notes.stop().await;
     }
