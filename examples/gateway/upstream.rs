@@ -1226,14 +1226,25 @@ impl WsUpstream {
                     },
                     _ = &mut reader_ended => break,
                 };
-                // Everything queued goes out in one flush.
-                let mut sent = first.len();
-                let mut ok = write.feed(first).await.is_ok();
-                while ok && let Ok(more) = rx.try_recv() {
-                    sent += more.len();
-                    ok = write.feed(more).await.is_ok();
-                }
-                ok = ok && write.flush().await.is_ok();
+                // Everything queued goes out in one flush. Raced against
+                // the reader's end: an upstream that stopped reading and
+                // then closed its side would otherwise hold this task and
+                // the socket for good, stuck in the flush (the reader has
+                // failed the calls; what is half written stays in
+                // tungstenite's buffer, ahead of the close below).
+                let sending = async {
+                    let mut sent = first.len();
+                    let mut ok = write.feed(first).await.is_ok();
+                    while ok && let Ok(more) = rx.try_recv() {
+                        sent += more.len();
+                        ok = write.feed(more).await.is_ok();
+                    }
+                    (ok && write.flush().await.is_ok(), sent)
+                };
+                let (ok, sent) = tokio::select! {
+                    done = sending => done,
+                    _ = &mut reader_ended => break,
+                };
                 if let Some(conn) = conn_of_writer.upgrade() {
                     conn.queued.fetch_sub(sent, Ordering::AcqRel);
                 }

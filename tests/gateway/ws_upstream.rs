@@ -1424,3 +1424,64 @@ async fn an_invalid_answer_to_eth_subscribe_is_unsubscribed_upstream() {
         assert_eq!(unsubscribed[0].1["params"], json!(["0xs"]), "{invalid}");
     }
 }
+
+/// The kernel's state of the TCP connection from `local` to `remote`
+/// (`/proc/net/tcp`: 1 is ESTABLISHED), `None` once it is gone.
+#[cfg(target_os = "linux")]
+fn tcp_state(local: SocketAddr, remote: SocketAddr) -> Option<u8> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
+    table.lines().skip(1).find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (port(fields[1]) == local.port() && port(fields[2]) == remote.port())
+            .then(|| u8::from_str_radix(fields[3], 16).unwrap())
+    })
+}
+
+/// An upstream that stops reading, so that the gateway's writer is stuck
+/// in a flush, and then closes its side (a close frame, its socket still
+/// open and unread): the gateway lets its connection go within the close
+/// timeout. Its writer waited in the flush for good, holding the task and
+/// the socket (ESTABLISHED for as long as the upstream lived), because
+/// only its wait for the next request heard the reader's end (found by a
+/// review).
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn an_upstream_that_closes_without_reading_releases_the_stuck_writer() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    let (close, closing) = tokio::sync::oneshot::channel::<()>();
+    let (told, gateway_side) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (tcp, peer) = listener.accept().await.unwrap();
+        let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+        // Reads nothing: the gateway's writes fill the sockets' buffers.
+        let _ = closing.await;
+        ws.send(Message::Close(None)).await.unwrap();
+        told.send(peer).unwrap();
+        std::future::pending::<()>().await;
+        drop(ws);
+    });
+    let gw = start(ws_config(&[format!("ws://{up}")], 60_000)).await;
+    let mut ws = client(gw.addr).await;
+    send_big_calls(&mut ws).await;
+    // Past the queue's 16 MiB the calls fail at once: the writer is stuck.
+    let m = next(&mut ws).await;
+    assert!(
+        m["error"]["data"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not reading"),
+        "{m}"
+    );
+    close.send(()).unwrap();
+    let gateway_side = gateway_side.await.unwrap();
+    let deadline = tokio::time::Instant::now() + HANG;
+    while tcp_state(gateway_side, up) == Some(1) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gateway still holds its connection to the closed upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
