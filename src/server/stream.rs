@@ -211,6 +211,8 @@ use crate::dispatch::held::{HeldFrame, HeldMessages, HeldRefusal};
 use crate::frame::{FrameError, FrameErrorKind, Framer, Step};
 use crate::{Connection, Context, ContextBuilder, Dispatcher};
 
+#[cfg(test)]
+mod shutdown_tests;
 mod stdout;
 pub use stdout::{Stdout, stdout};
 
@@ -629,6 +631,7 @@ impl<F: Framer> Driver<F> {
             shutdown,
             shutdown_signal,
             grace: None,
+            grace_unpolled: false,
             peaks: Peaks::default(),
             unmatched: super::UnmatchedSeen::default(),
         };
@@ -868,6 +871,10 @@ struct Io<'d, S, K, F, R, W> {
     /// The shutdown's deadline: for the calls in flight, then for writing
     /// their replies.
     grace: Option<Pin<Box<Sleep>>>,
+    /// The grace was started without a context to poll it with (the
+    /// shutdown seen through its flag, the watch dropped): the task must
+    /// poll once more, or nothing would wake it at the grace's end.
+    grace_unpolled: bool,
     peaks: Peaks,
     /// What of `conn`'s unmatched responses `metrics` has.
     unmatched: super::UnmatchedSeen,
@@ -883,6 +890,9 @@ where
     fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<io::Result<CloseReason>> {
         let r = self.poll_inner(cx);
         self.publish();
+        if r.is_pending() && std::mem::take(&mut self.grace_unpolled) {
+            cx.waker().wake_by_ref();
+        }
         r
     }
 
@@ -1757,6 +1767,7 @@ where
         self.shutdown = None;
         self.shutdown_signal = None;
         self.grace = Some(Box::pin(tokio::time::sleep(self.shutdown_grace)));
+        self.grace_unpolled = true;
         // Calls still running on a two-way connection may ask their client
         // something within the grace, as under the WebSocket driver: read
         // on for those answers too.
