@@ -65,7 +65,7 @@ use super::hosts::{AllowedHosts, HostMemo};
 use super::http::{
     AcceptEncoding, ConnConfig, ConnectionKit, GZIP_OFF_THREAD, H2_PREFACE, HttpService, Signal,
 };
-use super::{LimitKind, eq_ignore_case};
+use super::{LimitKind, Shutdown, eq_ignore_case};
 use crate::conn::{Connection, LazyExtension};
 
 pub(super) mod plain_head;
@@ -96,6 +96,7 @@ pub(super) enum Ended {
 }
 
 /// Why a wait ended without its I/O.
+#[derive(Debug)]
 enum Stop {
     /// The hard stop: drop the connection at once.
     Hard,
@@ -718,8 +719,12 @@ struct Watch {
 
 impl Watch {
     fn new(kit: &ConnectionKit) -> Watch {
-        let (stop, hard) = (kit.shutdown.clone(), kit.hard_stop.clone());
-        let period = kit.config.idle / 2;
+        Watch::watching(&kit.shutdown, &kit.hard_stop, kit.config.idle)
+    }
+
+    fn watching(shutdown: &Shutdown, hard_stop: &Shutdown, idle: Duration) -> Watch {
+        let (stop, hard) = (shutdown.clone(), hard_stop.clone());
+        let period = idle / 2;
         let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let signal = Arc::new(Signal {
@@ -774,6 +779,10 @@ impl Watch {
             )
             && self.deadline.as_mut().poll(&mut scx).is_ready()
         {
+            // The ticks are not polled this time, and one may have fired
+            // with the deadline (its wake spent): the next wait looks at
+            // them, or the idle limit of the 408's write would never come.
+            self.signal.fired.store(true, Ordering::Relaxed);
             return Poll::Ready(Stop::Deadline);
         }
         while self.ticks.poll_tick(&mut scx).is_ready() {
@@ -1137,6 +1146,35 @@ fn http_date() -> [u8; 29] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A deadline and an idle tick that fire in one turn: the deadline is
+    /// told (the body's 408 is written next) and the tick still counts,
+    /// so a client that never reads that 408 is dropped as idle. Its wake
+    /// was spent with the deadline's and the ticks were never polled
+    /// again: the write waited for good (found by a review).
+    #[tokio::test(start_paused = true)]
+    async fn idle_ticks_go_on_after_a_deadline_that_fired_with_one() {
+        let (stop, hard) = (Shutdown::new(), Shutdown::new());
+        // Ticks every second, the first one second from now.
+        let mut watch = Watch::watching(&stop, &hard, Duration::from_secs(2));
+        watch.arm(Duration::from_secs(1));
+        let mut cx = TaskContext::from_waker(Waker::noop());
+        assert!(watch.poll(&mut cx, Phase::Body).is_pending());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(matches!(
+            watch.poll(&mut cx, Phase::Body),
+            Poll::Ready(Stop::Deadline)
+        ));
+        let mut stopped = None;
+        for _ in 0..4 {
+            if let Poll::Ready(why) = watch.poll(&mut cx, Phase::Write) {
+                stopped = Some(why);
+                break;
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        assert!(matches!(stopped, Some(Stop::Idle)), "{stopped:?}");
+    }
 
     #[test]
     fn heads_this_loop_answers_and_those_it_hands_over() {
