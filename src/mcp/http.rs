@@ -657,6 +657,25 @@ enum Event {
     Reply(Vec<u8>),
 }
 
+/// The next event of a call; `None` once its task has ended and every
+/// event it left is taken. Not the channel's closing: a clone of the
+/// call's context that a tool keeps (handed to a task of its own, say)
+/// holds a sender for as long as it lives, and the POST waited for it
+/// (the 202 of a notification, the end of a cancelled call's stream).
+async fn next_event(
+    rx: &mut mpsc::Receiver<Event>,
+    ended: &mut Option<tokio::sync::oneshot::Receiver<()>>,
+) -> Option<Event> {
+    if let Some(task) = ended {
+        tokio::select! {
+            biased;
+            event = rx.recv() => return event,
+            _ = task => *ended = None,
+        }
+    }
+    rx.try_recv().ok()
+}
+
 impl Outbound for CallOutbound {
     fn send(&self, message: Bytes) -> Result<(), SendError> {
         self.sent.notify_one();
@@ -1576,6 +1595,9 @@ impl Endpoint {
         };
         let session_state = session.unwrap_or_default();
         let (tx, mut rx) = mpsc::channel::<Event>(64);
+        // Dropped when the call's task ends, however it does.
+        let (task_alive, task_ended) = tokio::sync::oneshot::channel::<()>();
+        let mut task_ended = Some(task_ended);
         let sent = Arc::new(tokio::sync::Notify::new());
         let peer = Peer::with_ids(
             Arc::new(CallOutbound {
@@ -1624,6 +1646,7 @@ impl Endpoint {
             }
         }
         let task = async move {
+            let _alive = task_alive;
             // Ends the listing when the call ends, however it does.
             let _listed = listed;
             let _place = place;
@@ -1705,7 +1728,7 @@ impl Endpoint {
             // id null): that input is not accepted, 400 ("the server MUST
             // return an HTTP error status code").
             let mut refusal = None;
-            while let Some(event) = rx.recv().await {
+            while let Some(event) = next_event(&mut rx, &mut task_ended).await {
                 if let Event::Reply(r) = event {
                     refusal = Some(r);
                 }
@@ -1715,7 +1738,7 @@ impl Endpoint {
                 None => status_only(StatusCode::ACCEPTED),
             };
         }
-        match rx.recv().await {
+        match next_event(&mut rx, &mut task_ended).await {
             Some(Event::Reply(reply)) => json_response(StatusCode::OK, reply),
             Some(Event::Note(first)) => {
                 let (sse_tx, sse_rx) = mpsc::channel::<Bytes>(64);
@@ -1723,7 +1746,7 @@ impl Endpoint {
                 tokio::spawn(async move {
                     loop {
                         tokio::select! {
-                            event = rx.recv() => match event {
+                            event = next_event(&mut rx, &mut task_ended) => match event {
                                 Some(Event::Note(n)) => { if sse_tx.send(sse_event(&n)).await.is_err() { return; } }
                                 Some(Event::Reply(r)) => { let _ = sse_tx.send(sse_event(&r)).await; return; }
                                 None => return,

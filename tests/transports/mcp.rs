@@ -1661,6 +1661,74 @@ async fn http_cancellation_in_a_session() {
     assert!(r.events().is_empty(), "{}", r.body);
 }
 
+/// A tool that keeps a clone of its context (for a task of its own, say):
+/// the POST of its call still ends when the call does, not when the clone
+/// goes. A cancelled request's stream ends without a reply, and a
+/// `tools/call` sent as a notification gets its 202. Both waited for the
+/// clone (held a sender of the call's events; found by a review).
+#[tokio::test]
+async fn http_a_kept_context_does_not_hold_its_call_post() {
+    let kept: Arc<std::sync::Mutex<Vec<ToolContext>>> = Default::default();
+    let keeping = Arc::clone(&kept);
+    let s = McpServer::builder("t", "1")
+        .tool(Tool::new(
+            "keeps",
+            json!({"type": "object"}),
+            move |args: Value, cx: ToolContext| {
+                keeping.lock().unwrap().push(cx.clone());
+                let wait = args["wait"].as_bool().unwrap_or(false);
+                async move {
+                    if wait {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(ToolOutput::text("done"))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(s).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let session = sid.clone();
+    let waiting = tokio::spawn(async move {
+        post(
+            a,
+            &[("mcp-session-id", &session)],
+            &call_msg(7, "keeps", r#"{"wait":true}"#),
+        )
+        .await
+    });
+    eventually("the call to start", || kept.lock().unwrap().len() == 1).await;
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 202);
+    let r = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the cancelled call's POST ended")
+        .unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.events().is_empty(), "{}", r.body);
+    // As a notification: answered once the call is done.
+    let r = tokio::time::timeout(
+        Duration::from_secs(10),
+        post(
+            a,
+            &[("mcp-session-id", &sid)],
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"keeps","arguments":{}}}"#,
+        ),
+    )
+    .await
+    .expect("the notification's 202");
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(kept.lock().unwrap().len(), 2, "both calls ran");
+    drop(h);
+}
+
 #[tokio::test]
 async fn http_list_changed_on_the_get_stream() {
     use http_body_util::BodyExt;
