@@ -68,6 +68,10 @@ impl McpServer {
         // dropped), requests the tools sent the client fail at once with
         // `PeerError::Closed` instead of waiting out their timeouts.
         let _closes_peer = ClosesPeer(ctx.peer().cloned());
+        // The deadlines of the tools' requests to the client
+        // (`Peer::request_with`), kept as the other transports keep them.
+        let peer = ctx.peer().cloned();
+        let mut peer_deadlines = crate::server::PeerDeadlines::default();
         let mut conn = self.dispatcher.connection(ctx);
         let mut changes = self.inner().changes.subscribe();
         let mut watching_changes = true;
@@ -261,6 +265,14 @@ impl McpServer {
                         Err(tokio::sync::broadcast::error::RecvError::Closed) => watching_changes = false,
                     }
                 }
+                _ = std::future::poll_fn(|cx| {
+                    // Expires what is due (its cancel notices and the
+                    // tools' wakes bring this loop round), then waits.
+                    if let Some(peer) = &peer {
+                        peer_deadlines.poll_peer(peer, cx);
+                    }
+                    std::task::Poll::<()>::Pending
+                }) => {}
                 _ = sleep_until(deadline), if eof => {}
                 _ = sleep_until(give_up_at), if give_up_at.is_some() => {
                     give_up_at = None;

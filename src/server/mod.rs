@@ -64,9 +64,14 @@ impl PeerDeadlines {
     /// waits: a request made meanwhile is sent through the driver, which
     /// wakes it, so its deadline is seen at the next wait.
     pub(crate) fn poll(&mut self, conn: &crate::Connection, cx: &mut std::task::Context<'_>) {
-        let Some(peer) = conn.context().peer() else {
-            return;
-        };
+        if let Some(peer) = conn.context().peer() {
+            self.poll_peer(peer, cx);
+        }
+    }
+
+    /// [`poll`](Self::poll) for `peer` itself, for a driver that holds its
+    /// connection elsewhere.
+    pub(crate) fn poll_peer(&mut self, peer: &crate::peer::Peer, cx: &mut std::task::Context<'_>) {
         peer.register_deadline_waker(cx.waker());
         while let Some(next) = peer.next_deadline() {
             let next = tokio::time::Instant::from_std(next);

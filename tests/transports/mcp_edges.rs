@@ -583,14 +583,11 @@ async fn http_an_invalid_answer_ends_the_request_it_answers() {
     }
 }
 
-/// A tool's request to the client with a deadline of its own
-/// (`Peer::request_with`, the callback form) over Streamable HTTP: nothing
-/// expired it while the call ran, so a client that never answered left the
-/// tool waiting for good. It now expires at its deadline: the client is
-/// told (`notifications/cancelled`) and the callback hears `Timeout`.
-#[tokio::test]
-async fn http_a_request_with_a_deadline_expires_while_its_call_runs() {
-    let server = McpServer::builder("deadlines", "1.0.0")
+/// A tool `ask-until` asking its client with a deadline of 100 ms
+/// (`Peer::request_with`, the callback form), answering what its callback
+/// heard.
+fn deadline_server() -> McpServer {
+    McpServer::builder("deadlines", "1.0.0")
         .tool(Tool::new(
             "ask-until",
             json!({"type": "object"}),
@@ -612,8 +609,51 @@ async fn http_a_request_with_a_deadline_expires_while_its_call_runs() {
             },
         ))
         .build()
+        .unwrap()
+}
+
+/// The same over stdio: nothing there expired the tools' requests to the
+/// client either (found by a review).
+#[tokio::test]
+async fn stdio_a_request_with_a_deadline_expires_while_its_call_runs() {
+    use tokio::io::AsyncWriteExt;
+    let (mut to_server, mut lines, served) = stdio_pipes(deadline_server(), 64 * 1024);
+    let call = "{\"jsonrpc\":\"2.0\",\"id\":\"d1\",\"method\":\"tools/call\",\"params\":{\"name\":\"ask-until\",\"arguments\":{}}}\n";
+    to_server
+        .write_all(stdio_session(r#"{"sampling":{}}"#, call).as_bytes())
+        .await
         .unwrap();
-    let h = http_server(server).await;
+    let mut next = async || -> Value {
+        serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap()
+    };
+    let talk = async {
+        assert_eq!(next().await["id"], 0, "initialize's reply");
+        let asked = next().await;
+        assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
+        let note = next().await;
+        assert_eq!(note["method"], "notifications/cancelled", "{note}");
+        assert_eq!(note["params"]["requestId"], asked["id"], "{note}");
+        next().await
+    };
+    let reply = tokio::time::timeout(Duration::from_secs(10), talk)
+        .await
+        .expect("the request never expired: the tool still waits");
+    assert_eq!(reply["id"], "d1", "{reply}");
+    assert_eq!(
+        reply["result"]["content"][0]["text"], "no answer: Some(Timeout)",
+        "{reply}"
+    );
+    served.abort();
+}
+
+/// A tool's request to the client with a deadline of its own
+/// (`Peer::request_with`, the callback form) over Streamable HTTP: nothing
+/// expired it while the call ran, so a client that never answered left the
+/// tool waiting for good. It now expires at its deadline: the client is
+/// told (`notifications/cancelled`) and the callback hears `Timeout`.
+#[tokio::test]
+async fn http_a_request_with_a_deadline_expires_while_its_call_runs() {
+    let h = http_server(deadline_server()).await;
     let sid = http_session_with(h.addr, r#"{"sampling":{}}"#).await;
     let hs = [
         ("mcp-session-id", sid.as_str()),
