@@ -1774,6 +1774,33 @@ fn stdio_call(id: u64, tool: &str) -> String {
     )
 }
 
+/// A stdio client that stops reading and then closes its side (its
+/// output pipe kept open, unread): the server returns within the grace
+/// after the input's end, as documented. It waited in its write for good,
+/// never reading the input's end (found by a review).
+#[tokio::test(start_paused = true)]
+async fn stdio_a_client_that_closes_without_reading_is_let_go() {
+    use tokio::io::AsyncWriteExt;
+    let server = McpServer::builder("unread", "1")
+        .tool(Tool::new("big", json!({"type": "object"}), |_, _| async {
+            Ok(ToolOutput::text("x".repeat(4096)))
+        }))
+        .build()
+        .unwrap();
+    // Room for 64 bytes of output: initialize's reply does not fit.
+    let (mut to_server, lines, served) = stdio_pipes(server, 64);
+    to_server
+        .write_all(stdio_session("{}", &stdio_call(1, "big")).as_bytes())
+        .await
+        .unwrap();
+    to_server.shutdown().await.unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(30), served)
+        .await
+        .expect("the server returned after the input's end");
+    ended.unwrap().unwrap();
+    drop(lines);
+}
+
 /// Over stdio, a request held past `max_in_flight` and then cancelled is
 /// taken out unanswered, its tool never run (MCP: a cancelled request is
 /// not processed further nor answered). The cancellation reached only
