@@ -191,9 +191,12 @@ impl McpServer {
             }
             if !wire.is_empty() {
                 let limit = if eof { deadline } else { None };
+                let unframed = input.len();
                 let out = write_out(&mut writer, &wire, &mut reader, &mut input, limit).await?;
                 wire.clear();
                 match out {
+                    // Lines read meanwhile are taken before any wait.
+                    Out::Written if input.len() > unframed => continue,
                     Out::Written => {}
                     // The client closed its input and took nothing more
                     // within the grace: it is gone.

@@ -1774,6 +1774,40 @@ fn stdio_call(id: u64, tool: &str) -> String {
     )
 }
 
+/// Lines read while a reply waits for the client to take it (the input
+/// is read on meanwhile, for its end) are answered once it has: the
+/// loop went on waiting for more input with them unread (a review of the
+/// change that reads on found the official Python SDK's client hanging).
+#[tokio::test(start_paused = true)]
+async fn stdio_lines_read_during_a_blocked_write_are_answered() {
+    use tokio::io::AsyncWriteExt;
+    let server = McpServer::builder("slow-reader", "1").build().unwrap();
+    // Room for 64 bytes of output: initialize's reply waits for the client.
+    let (mut to_server, mut lines, served) = stdio_pipes(server, 64);
+    to_server
+        .write_all(stdio_session("{}", "").as_bytes())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    to_server
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"ping\"}\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("a reply to every request")
+            .unwrap()
+            .unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        ids.push(v["id"].clone());
+    }
+    assert_eq!(ids, [json!(0), json!(5)]);
+    served.abort();
+}
+
 /// A stdio client that stops reading and then closes its side (its
 /// output pipe kept open, unread): the server returns within the grace
 /// after the input's end, as documented. It waited in its write for good,
