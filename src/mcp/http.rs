@@ -174,6 +174,13 @@ pub struct HttpConfig {
     /// is disconnected, instead of holding its connection (and its place
     /// among [`max_connections`](HttpConfig::max_connections)) forever.
     pub body_timeout: std::time::Duration,
+    /// How long [`serve`]'s writes may wait for a client that takes none
+    /// of what it is sent (default 30 s): past it the connection is
+    /// dropped, so that a client that stops reading a reply (a large
+    /// result, an event stream) while keeping its connection open does not
+    /// hold it, its call and its place among
+    /// [`max_connections`](HttpConfig::max_connections) for good.
+    pub write_timeout: std::time::Duration,
     /// TCP keepalive on [`serve`]'s connections (default 15 s), so that a
     /// client that vanished without closing (its GET stream open) is
     /// found: as [`Limits::tcp_keepalive`](crate::server::Limits::tcp_keepalive).
@@ -196,6 +203,7 @@ impl Default for HttpConfig {
             max_connections: 10_000,
             header_timeout: std::time::Duration::from_secs(30),
             body_timeout: std::time::Duration::from_secs(30),
+            write_timeout: std::time::Duration::from_secs(30),
             tcp_keepalive: Some(crate::server::DEFAULT_TCP_KEEPALIVE),
             shutdown_grace: std::time::Duration::from_secs(10),
         }
@@ -584,6 +592,7 @@ pub async fn serve(
         let endpoint = endpoint.clone();
         let http1 = http1.clone();
         let mut told = stage.subscribe();
+        let write_timeout = config.write_timeout;
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let endpoint = endpoint.clone();
@@ -595,6 +604,7 @@ pub async fn serve(
                     Ok(endpoint.handle(req).await)
                 }
             });
+            let stream = WriteDeadline::new(stream, write_timeout);
             let conn = http1.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             let mut closing = false;
@@ -628,6 +638,101 @@ pub async fn serve(
         let _ = places.acquire_many(all).await;
     }
     Ok(())
+}
+
+/// A connection whose writes wait for its client at most `limit` at a
+/// time: past it they fail (`TimedOut`), and hyper drops the connection.
+struct WriteDeadline<T> {
+    io: T,
+    limit: std::time::Duration,
+    /// Allocated at the first wait and reset at later ones.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Whether `timer` times the wait now going on.
+    waiting: bool,
+}
+
+impl<T> WriteDeadline<T> {
+    fn new(io: T, limit: std::time::Duration) -> Self {
+        WriteDeadline {
+            io,
+            limit,
+            timer: None,
+            waiting: false,
+        }
+    }
+
+    /// `r`, or the timeout's error when the write has waited too long.
+    fn timed<R>(
+        &mut self,
+        cx: &mut TaskContext<'_>,
+        r: Poll<std::io::Result<R>>,
+    ) -> Poll<std::io::Result<R>> {
+        if r.is_ready() {
+            self.waiting = false;
+            return r;
+        }
+        let due = tokio::time::Instant::now() + self.limit;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
+        if !std::mem::replace(&mut self.waiting, true) {
+            timer.as_mut().reset(due);
+        }
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took nothing within the write timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.timed(cx, r)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.timed(cx, r)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_flush(cx);
+        self.timed(cx, r)
+    }
+
+    fn poll_shutdown(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let r = Pin::new(&mut self.io).poll_shutdown(cx);
+        self.timed(cx, r)
+    }
 }
 
 impl McpServer {

@@ -2194,6 +2194,66 @@ async fn http_slow_heads_and_connections_past_the_limit_are_closed() {
     );
 }
 
+/// A client that stops reading a large reply while keeping its connection
+/// open does not hold the connection (and its place among
+/// `max_connections`) for good: past `write_timeout` of writes that go
+/// nowhere it is dropped, and the next client is served. The place was
+/// held until the client left (found by a review).
+#[tokio::test]
+async fn http_a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
+    let big = McpServer::builder("big", "1")
+        .tool(Tool::new("big", json!({"type": "object"}), |_, _| async {
+            Ok(ToolOutput::text("x".repeat(16 << 20)))
+        }))
+        .build()
+        .unwrap();
+    let config = HttpConfig {
+        write_timeout: Duration::from_millis(500),
+        max_connections: 1,
+        ..HttpConfig::default()
+    };
+    let http = http_server_with(big, config).await;
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"big","arguments":{{}},{MODERN_META}}}}}"#
+    );
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\nmcp-name: big\r\ncontent-length: {}\r\n\r\n{call}",
+        call.len()
+    );
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut unread = socket.connect(http.addr).await.unwrap();
+    unread.write_all(head.as_bytes()).await.unwrap();
+    // The only place is taken until the server lets the reader go: a
+    // request on another connection is refused until then.
+    let addr = http.addr;
+    let served =
+        async {
+            loop {
+                let next = tokio::time::timeout(
+                Duration::from_secs(2),
+                tokio::spawn(async move {
+                    let ping = format!(
+                        r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{{MODERN_META}}}}}"#
+                    );
+                    let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", "ping")];
+                    post(addr, &headers, &ping).await
+                }),
+            )
+            .await;
+                if let Ok(Ok(answer)) = next {
+                    return answer;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        };
+    let answer = tokio::time::timeout(Duration::from_secs(20), served)
+        .await
+        .expect("another client served once the reader was dropped");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    drop(unread);
+}
+
 /// A client that sends a request's head and part of its body, then nothing
 /// more, does not hold its connection (and its place among
 /// `max_connections`) forever: it gets a 408 once `body_timeout` has passed
