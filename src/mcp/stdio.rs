@@ -81,8 +81,6 @@ impl McpServer {
         let mut wire = Vec::with_capacity(4 * 1024);
         let mut eof = false;
         let mut deadline = None;
-        // The input's end, read and not yet acted on.
-        let mut input_ended = false;
         let mut held = Held::new(self.dispatcher.inner.max_in_flight);
         // When the tools' requests are given up on: a grace after reading
         // stopped at the held bound with tools waiting for answers.
@@ -140,31 +138,10 @@ impl McpServer {
                     Step::Close(error) => {
                         error.write_reply(&mut wire);
                         wire.push(b'\n');
-                        return final_write(&mut writer, &wire).await;
+                        writer.write_all(&wire).await?;
+                        writer.flush().await?;
+                        return Ok(());
                     }
-                }
-            }
-            if std::mem::take(&mut input_ended) {
-                eof = true;
-                // No answer to a request sent to the client can come any
-                // more.
-                if let Some(peer) = conn.context().peer() {
-                    peer.close();
-                }
-                deadline = Some(tokio::time::Instant::now() + DRAIN_GRACE);
-                // A last line without its newline is a message too (one
-                // cut short gets -32700).
-                if let Some(range) = framer.finish(&input) {
-                    let line = input.split().freeze().slice(range);
-                    framer.reset();
-                    self.take_line(
-                        line,
-                        &mut held,
-                        &mut conn,
-                        &mut replies,
-                        &mut notes,
-                        &mut wire,
-                    );
                 }
             }
             // Calls that finish when first polled (most tools) are answered
@@ -190,22 +167,9 @@ impl McpServer {
                 frame_replies(&mut replies, usize::MAX, &mut wire);
             }
             if !wire.is_empty() {
-                let limit = if eof { deadline } else { None };
-                let unframed = input.len();
-                let out = write_out(&mut writer, &wire, &mut reader, &mut input, limit).await?;
+                writer.write_all(&wire).await?;
+                writer.flush().await?;
                 wire.clear();
-                match out {
-                    // Lines read meanwhile are taken before any wait.
-                    Out::Written if input.len() > unframed => continue,
-                    Out::Written => {}
-                    // The client closed its input and took nothing more
-                    // within the grace: it is gone.
-                    Out::TooLate => return Ok(()),
-                    Out::InputEnded => {
-                        input_ended = true;
-                        continue;
-                    }
-                }
             }
             if eof {
                 if conn.messages_in_flight() == 0 && held.is_empty() {
@@ -220,7 +184,9 @@ impl McpServer {
                         &mut notes,
                         &mut wire,
                     );
-                    return final_write(&mut writer, &wire).await;
+                    writer.write_all(&wire).await?;
+                    writer.flush().await?;
+                    return Ok(());
                 }
             }
             if !held.is_empty() && conn.in_flight() < held.cap {
@@ -245,8 +211,22 @@ impl McpServer {
             }
             tokio::select! {
                 read = reader.read_buf(&mut input), if reading => {
-                    // Acted on at the top of the loop.
-                    input_ended = read? == 0;
+                    if read? == 0 {
+                        eof = true;
+                        // No answer to a request sent to the client can
+                        // come any more.
+                        if let Some(peer) = conn.context().peer() {
+                            peer.close();
+                        }
+                        deadline = Some(tokio::time::Instant::now() + DRAIN_GRACE);
+                        // A last line without its newline is a message too
+                        // (one cut short gets -32700).
+                        if let Some(range) = framer.finish(&input) {
+                            let line = input.split().freeze().slice(range);
+                            framer.reset();
+                            self.take_line(line, &mut held, &mut conn, &mut replies, &mut notes, &mut wire);
+                        }
+                    }
                 }
                 n = std::future::poll_fn(|cx| {
                     let answering = conn.messages_in_flight() > 0;
@@ -521,70 +501,6 @@ impl Drop for ClosesPeer {
             peer.close();
         }
     }
-}
-
-/// How a write of [`write_out`] ended.
-enum Out {
-    /// All of it went out.
-    Written,
-    /// All of it went out, and the input ended meanwhile.
-    InputEnded,
-    /// Not all of it went out before the grace after the input's end.
-    TooLate,
-}
-
-/// Writes `wire` whole and flushes it. A client that takes nothing is
-/// not waited for blindly: its input is still read meanwhile (up to
-/// [`HELD_BYTES`] not yet framed), so that one that stopped reading and
-/// then closed its side is seen to have gone, and the write then has
-/// [`DRAIN_GRACE`] more; `limit` is that grace's end when the input had
-/// already ended. The loop waited in the write for good.
-async fn write_out<R, W>(
-    writer: &mut W,
-    wire: &[u8],
-    reader: &mut R,
-    input: &mut BytesMut,
-    mut limit: Option<tokio::time::Instant>,
-) -> std::io::Result<Out>
-where
-    R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
-{
-    let out = async {
-        writer.write_all(wire).await?;
-        writer.flush().await
-    };
-    tokio::pin!(out);
-    let mut ended = false;
-    loop {
-        let reading = limit.is_none() && input.len() < HELD_BYTES;
-        tokio::select! {
-            biased;
-            done = &mut out => {
-                done?;
-                return Ok(if ended { Out::InputEnded } else { Out::Written });
-            }
-            read = reader.read_buf(input), if reading => {
-                if read? == 0 {
-                    ended = true;
-                    limit = Some(tokio::time::Instant::now() + DRAIN_GRACE);
-                }
-            }
-            _ = sleep_until(limit), if limit.is_some() => return Ok(Out::TooLate),
-        }
-    }
-}
-
-/// The last write, after which the loop returns: a client that takes
-/// none of it has [`FINAL_WRITE`](crate::server::stream::FINAL_WRITE).
-async fn final_write<W: AsyncWrite + Unpin>(writer: &mut W, wire: &[u8]) -> std::io::Result<()> {
-    let out = async {
-        writer.write_all(wire).await?;
-        writer.flush().await
-    };
-    tokio::time::timeout(crate::server::stream::FINAL_WRITE, out)
-        .await
-        .unwrap_or(Ok(()))
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
