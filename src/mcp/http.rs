@@ -762,23 +762,37 @@ enum Event {
     Reply(Vec<u8>),
 }
 
-/// The next event of a call; `None` once its task has ended and every
-/// event it left is taken. Not the channel's closing: a clone of the
-/// call's context that a tool keeps (handed to a task of its own, say)
-/// holds a sender for as long as it lives, and the POST waited for it
-/// (the 202 of a notification, the end of a cancelled call's stream).
-async fn next_event(
-    rx: &mut mpsc::Receiver<Event>,
-    ended: &mut Option<tokio::sync::oneshot::Receiver<()>>,
-) -> Option<Event> {
-    if let Some(task) = ended {
-        tokio::select! {
-            biased;
-            event = rx.recv() => return event,
-            _ = task => *ended = None,
+/// A call's events, as its POST's answer takes them.
+struct CallEvents {
+    rx: mpsc::Receiver<Event>,
+    /// Closed when the call's task ends, however it does.
+    task: Option<tokio::sync::oneshot::Receiver<()>>,
+    /// Events queued when the task ended: the last ones taken.
+    left: usize,
+}
+
+impl CallEvents {
+    /// The next event; `None` once the task has ended and what it had
+    /// queued is taken. Not the channel's closing: a clone of the call's
+    /// context that a tool keeps (handed to a task of its own, say) holds
+    /// a sender for as long as it lives, and the POST waited for it (the
+    /// 202 of a notification, the end of a cancelled call's stream); nor
+    /// what such a clone sends after the task ended.
+    async fn next(&mut self) -> Option<Event> {
+        if let Some(task) = &mut self.task {
+            tokio::select! {
+                biased;
+                // Everything the task sent is queued by then.
+                _ = task => {
+                    self.task = None;
+                    self.left = self.rx.len();
+                }
+                event = self.rx.recv() => return event,
+            }
         }
+        self.left = self.left.checked_sub(1)?;
+        self.rx.try_recv().ok()
     }
-    rx.try_recv().ok()
 }
 
 impl Outbound for CallOutbound {
@@ -1699,10 +1713,14 @@ impl Endpoint {
             _ => None,
         };
         let session_state = session.unwrap_or_default();
-        let (tx, mut rx) = mpsc::channel::<Event>(64);
+        let (tx, rx) = mpsc::channel::<Event>(64);
         // Dropped when the call's task ends, however it does.
         let (task_alive, task_ended) = tokio::sync::oneshot::channel::<()>();
-        let mut task_ended = Some(task_ended);
+        let mut events = CallEvents {
+            rx,
+            task: Some(task_ended),
+            left: 0,
+        };
         let sent = Arc::new(tokio::sync::Notify::new());
         let peer = Peer::with_ids(
             Arc::new(CallOutbound {
@@ -1833,7 +1851,7 @@ impl Endpoint {
             // id null): that input is not accepted, 400 ("the server MUST
             // return an HTTP error status code").
             let mut refusal = None;
-            while let Some(event) = next_event(&mut rx, &mut task_ended).await {
+            while let Some(event) = events.next().await {
                 if let Event::Reply(r) = event {
                     refusal = Some(r);
                 }
@@ -1843,7 +1861,7 @@ impl Endpoint {
                 None => status_only(StatusCode::ACCEPTED),
             };
         }
-        match next_event(&mut rx, &mut task_ended).await {
+        match events.next().await {
             Some(Event::Reply(reply)) => json_response(StatusCode::OK, reply),
             Some(Event::Note(first)) => {
                 let (sse_tx, sse_rx) = mpsc::channel::<Bytes>(64);
@@ -1851,7 +1869,7 @@ impl Endpoint {
                 tokio::spawn(async move {
                     loop {
                         tokio::select! {
-                            event = next_event(&mut rx, &mut task_ended) => match event {
+                            event = events.next() => match event {
                                 Some(Event::Note(n)) => { if sse_tx.send(sse_event(&n)).await.is_err() { return; } }
                                 Some(Event::Reply(r)) => { let _ = sse_tx.send(sse_event(&r)).await; return; }
                                 None => return,
