@@ -626,8 +626,16 @@ async fn stdio_a_request_with_a_deadline_expires_while_its_call_runs() {
     let mut next = async || -> Value {
         serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap()
     };
+    assert_eq!(next().await["id"], 0, "initialize's reply");
+    expect_expiry(next).await;
+    served.abort();
+}
+
+/// What the client of `deadline_server`'s call `d1` reads, message by
+/// message from `next`: the tool's request, its cancellation at the
+/// deadline, then the call's reply, whose callback heard `Timeout`.
+async fn expect_expiry(mut next: impl AsyncFnMut() -> Value) {
     let talk = async {
-        assert_eq!(next().await["id"], 0, "initialize's reply");
         let asked = next().await;
         assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
         let note = next().await;
@@ -643,7 +651,6 @@ async fn stdio_a_request_with_a_deadline_expires_while_its_call_runs() {
         reply["result"]["content"][0]["text"], "no answer: Some(Timeout)",
         "{reply}"
     );
-    served.abort();
 }
 
 /// A tool's request to the client with a deadline of its own
@@ -662,22 +669,7 @@ async fn http_a_request_with_a_deadline_expires_while_its_call_runs() {
     let body = r#"{"jsonrpc":"2.0","id":"d1","method":"tools/call","params":{"name":"ask-until","arguments":{}}}"#;
     let mut call = OpenPost::new(h.addr, &hs, body).await;
     assert_eq!(call.status, 200);
-    let talk = async {
-        let asked = call.next().await.unwrap();
-        assert_eq!(asked["method"], "sampling/createMessage", "{asked}");
-        let note = call.next().await.unwrap();
-        assert_eq!(note["method"], "notifications/cancelled", "{note}");
-        assert_eq!(note["params"]["requestId"], asked["id"], "{note}");
-        call.next().await.unwrap()
-    };
-    let reply = tokio::time::timeout(Duration::from_secs(10), talk)
-        .await
-        .expect("the request never expired: the tool still waits");
-    assert_eq!(reply["id"], "d1", "{reply}");
-    assert_eq!(
-        reply["result"]["content"][0]["text"], "no answer: Some(Timeout)",
-        "{reply}"
-    );
+    expect_expiry(async || call.next().await.unwrap()).await;
 }
 
 /// When a session ends (`DELETE`, or evicted past `max_sessions`), no
