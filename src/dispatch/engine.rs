@@ -381,6 +381,19 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
         conn: &mut Connection,
         out: &mut B,
     ) -> bool {
+        self.handle_async_then(input, conn, out, |_| {}).await
+    }
+
+    /// [`handle_async`](Self::handle_async), with `started` run on the
+    /// connection once the message has started (MCP carries out the
+    /// cancellations it asked for there).
+    pub(crate) async fn handle_async_then<B: ReplyBuf>(
+        &self,
+        input: &Bytes,
+        conn: &mut Connection,
+        out: &mut B,
+        started: impl FnOnce(&mut Connection),
+    ) -> bool {
         let start = out.len();
         if conn.in_flight() > 0 {
             // What earlier messages left running goes on, and the calls
@@ -403,8 +416,15 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
         // the batch, left open, would have every later message wait for it.
         let replying = Abandon(conn);
         replying.0.start(self, input, out);
+        started(replying.0);
         while replying.0.engine.messages_in_flight() > 0 {
-            std::future::poll_fn(|cx| replying.0.poll_replies(self, cx, out)).await;
+            std::future::poll_fn(|cx| match replying.0.poll_replies(self, cx, out) {
+                // The last message ended without a reply (a cancelled
+                // call writes none): nothing more will wake this task.
+                Poll::Pending if replying.0.engine.messages_in_flight() == 0 => Poll::Ready(0),
+                other => other,
+            })
+            .await;
         }
         out.len() > start
     }

@@ -461,13 +461,16 @@ impl McpServer {
             write_batch_refusal(out);
             return true;
         }
-        let start = out.len();
-        conn.start(&self.dispatcher, input, out);
-        apply_cancels(conn);
-        while conn.messages_in_flight() > 0 {
-            std::future::poll_fn(|cx| poll_drain(conn, &self.dispatcher, cx, out)).await;
-        }
-        out.len() > start
+        // The dispatcher's way: calls earlier messages left waiting for
+        // a slot start first, and a future dropped before the reply
+        // leaves nothing for the next message. (A copy of its older loop
+        // had neither: async notifications past the cap queued for ever,
+        // and a dropped `handle` left its reply for the next one's.)
+        self.dispatcher
+            .handle_async_then(input, conn, out, |conn| {
+                apply_cancels(conn);
+            })
+            .await
     }
 
     /// Adds a tool, or replaces the one of the same name, and tells the

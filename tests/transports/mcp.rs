@@ -391,6 +391,74 @@ async fn tools_list_shows_the_definitions() {
     assert!(r["result"].get("nextCursor").is_none());
 }
 
+/// `McpServer::handle`, the entry point of a transport of one's own,
+/// behaves as the dispatcher's `handle_async`: a future dropped before its
+/// reply (a timeout around it) leaves nothing for the next message, and
+/// `tools/call`s sent as notifications past `max_in_flight` start as
+/// slots free. It was a copy of an older loop: the dropped call's reply
+/// came out with the next message's (or the next waited for it), and the
+/// notifications past the cap were never started (found by a review).
+#[tokio::test(start_paused = true)]
+async fn handle_drops_what_a_dropped_future_left_and_starts_queued_notifications() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&ran);
+    let s = McpServer::builder("t", "1")
+        .max_in_flight(1)
+        .call_timeout(None)
+        .tool(Tool::new(
+            "never",
+            json!({"type": "object"}),
+            |_, _| async {
+                std::future::pending::<()>().await;
+                Ok(ToolOutput::text(""))
+            },
+        ))
+        .tool(Tool::new(
+            "count",
+            json!({"type": "object"}),
+            move |_, _| {
+                let counted = Arc::clone(&counted);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    Ok(ToolOutput::text(""))
+                }
+            },
+        ))
+        .build()
+        .unwrap();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let mut out = Vec::new();
+    let never = Bytes::from(call_msg(1, "never", "{}").into_bytes());
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        s.handle(&never, &mut conn, &mut out),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the call never ends");
+    assert_eq!(conn.messages_in_flight(), 0, "left behind");
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#).await;
+    assert_eq!(r["id"], 2, "{r}");
+    let note =
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"count","arguments":{}}}"#;
+    for _ in 0..10 {
+        let mut out = Vec::new();
+        let wrote = tokio::time::timeout(
+            Duration::from_secs(10),
+            s.handle(&Bytes::from(note), &mut conn, &mut out),
+        )
+        .await
+        .expect("handled");
+        assert!(!wrote, "{}", String::from_utf8_lossy(&out));
+    }
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#).await;
+    assert_eq!(r["id"], 3, "{r}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let r = send(&s, &mut conn, r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#).await;
+    assert_eq!(r["id"], 4, "{r}");
+    assert_eq!(ran.load(Ordering::SeqCst), 10, "every queued call ran");
+}
+
 #[tokio::test]
 async fn tools_call_checks_arguments_first() {
     let s = server();
