@@ -440,6 +440,43 @@ async fn cancelling_by_id() {
     );
 }
 
+/// `Connection::cancel` wakes the task waiting in `poll_replies`: what the
+/// cancel finished (here a batch's reply, complete once its cancelled
+/// entry has its -32800) is written at the next poll. Nothing woke it:
+/// a task polled only when woken wrote the reply at the cancelled call's
+/// deadline, or never without one (found by a review).
+#[test]
+fn a_cancel_wakes_the_task_waiting_for_replies() {
+    let d = Dispatcher::builder(())
+        .timeout(None)
+        .async_method("forever", |_call: AsyncCall<()>| {
+            std::future::pending::<Result<u64, RpcError>>()
+        })
+        .method("one", |c: rpcwire::Call<'_, ()>| c.reply.u64(1))
+        .build()
+        .unwrap();
+    let mut conn = d.connection(rpcwire::Context::builder().build());
+    let mut out = Vec::new();
+    conn.start(
+        &d,
+        &Bytes::from_static(
+            br#"[{"jsonrpc":"2.0","id":1,"method":"forever"},{"jsonrpc":"2.0","id":2,"method":"one"}]"#,
+        ),
+        &mut out,
+    );
+    let wakes = Arc::new(Wakes::default());
+    let waker = std::task::Waker::from(Arc::clone(&wakes));
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(conn.poll_replies(&d, &mut cx, &mut out).is_pending());
+    let before = wakes.count();
+    assert!(conn.cancel(b"1"));
+    assert!(wakes.count() > before, "the waiting task was not woken");
+    assert!(conn.poll_replies(&d, &mut cx, &mut out).is_ready());
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(r[0]["error"]["code"], -32800, "{r}");
+    assert_eq!(r[1]["result"], 1, "{r}");
+}
+
 #[tokio::test]
 async fn cancellation_reaches_work_the_handler_spawned() {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -679,7 +679,15 @@ impl Connection {
     /// `$/cancelRequest`, see [`DispatcherBuilder::cancel_notification`].)
     /// Returns whether such a call was found.
     pub fn cancel(&mut self, id: &[u8]) -> bool {
-        self.engine.cancel(id)
+        let found = self.engine.cancel(id);
+        if found {
+            // What it finished (a batch's reply now complete, a single
+            // request's end) is written or let go by the next
+            // `poll_replies`: a task waiting in one is told, or it waited
+            // for the cancelled call's deadline, or for ever.
+            self.engine.ready.waker.wake();
+        }
+        found
     }
 
     /// Cancels every call running or waiting, answering each single
