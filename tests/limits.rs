@@ -489,3 +489,68 @@ fn replies_to_unreadable_messages_stay_within_the_response_limit() {
     let v: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(v["error"]["data"]["limit"], MIN_RESPONSE_LEN);
 }
+
+/// Ready at its second poll (waking its task at the first): an async call
+/// that stays in flight until the connection is polled again.
+struct YieldOnce(bool);
+
+impl std::future::Future for YieldOnce {
+    type Output = ();
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if std::mem::replace(&mut self.0, true) {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    }
+}
+
+/// A burst of large batches in flight at once leaves a connection holding
+/// no more than `max_retained` of reply lists once answered: each
+/// message's list (an entry per request) was kept for the next message,
+/// all of them, for the connection's life (twenty batches of 1,000 here:
+/// about half a megabyte; at the transports' caps, megabytes; found by a
+/// review).
+#[test]
+fn a_burst_of_batches_keeps_reply_lists_within_max_retained() {
+    let _serial = serial();
+    let d = Dispatcher::builder(())
+        .max_in_flight(64)
+        .async_method("later", |_: rpcwire::dispatch::AsyncCall<()>| async {
+            YieldOnce(false).await;
+            Ok::<_, RpcError>(0)
+        })
+        .method("one", |c: Call<'_, ()>| c.reply.u64(1))
+        .build()
+        .unwrap();
+    let mut batch = String::from("[");
+    for i in 0..999 {
+        batch.push_str(&format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"one"}},"#));
+    }
+    batch.push_str(r#"{"jsonrpc":"2.0","id":999,"method":"later"}]"#);
+    let batch = bytes::Bytes::from(batch);
+    let keep = 64 << 10;
+    let mut conn = d
+        .connection(rpcwire::Context::builder().build())
+        .max_retained(keep);
+    let (held, answered) = counting_alloc::held_after(|| {
+        let mut out = Vec::new();
+        for _ in 0..20 {
+            conn.start(&d, &batch, &mut out);
+        }
+        assert_eq!(conn.messages_in_flight(), 20);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut answered = 0;
+        while conn.messages_in_flight() > 0 {
+            if let std::task::Poll::Ready(n) = conn.poll_replies(&d, &mut cx, &mut out) {
+                answered += n;
+            }
+        }
+        answered
+    });
+    assert_eq!(answered, 20);
+    assert!(held < 4 * keep as isize, "{held} bytes kept");
+}

@@ -1672,9 +1672,14 @@ impl Engine {
             buf.clear();
             self.buffers.push(buf);
         }
+        // The reply lists too (a burst of large batches kept one per
+        // message in flight, for good: megabytes at the transports' caps).
         let mut replies = msg.replies;
-        replies.clear();
-        self.reply_lists.push(replies);
+        let kept: usize = self.reply_lists.iter().map(Vec::capacity).sum();
+        if (kept + replies.capacity()) * std::mem::size_of::<ReplyState>() <= max_retained {
+            replies.clear();
+            self.reply_lists.push(replies);
+        }
     }
 
     /// Drops every message still waiting for its reply, with the calls
@@ -1709,6 +1714,11 @@ impl Engine {
         let mut kept = 0;
         self.buffers.retain(|buf| {
             kept += buf.capacity();
+            kept <= keep
+        });
+        let mut kept = 0;
+        self.reply_lists.retain(|list| {
+            kept += list.capacity() * std::mem::size_of::<ReplyState>();
             kept <= keep
         });
     }
