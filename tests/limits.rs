@@ -492,8 +492,10 @@ fn replies_to_unreadable_messages_stay_within_the_response_limit() {
 
 /// Ready at its second poll (waking its task at the first): an async call
 /// that stays in flight until the connection is polled again.
+#[cfg(feature = "async")]
 struct YieldOnce(bool);
 
+#[cfg(feature = "async")]
 impl std::future::Future for YieldOnce {
     type Output = ();
     fn poll(
@@ -514,6 +516,7 @@ impl std::future::Future for YieldOnce {
 /// all of them, for the connection's life (twenty batches of 1,000 here:
 /// about half a megabyte; at the transports' caps, megabytes; found by a
 /// review).
+#[cfg(feature = "async")]
 #[test]
 fn a_burst_of_batches_keeps_reply_lists_within_max_retained() {
     let _serial = serial();
