@@ -478,8 +478,10 @@ impl Connection {
     /// `\u` escapes) may need more while it is handled; afterwards the arena
     /// is given back and a fresh one is started, so a single message cannot
     /// pin memory for the life of the connection. The same cap applies,
-    /// apart from the arena, to the buffers async batches assemble their
-    /// replies in (feature `async`).
+    /// apart from the arena and from each other, to the buffers async
+    /// batches assemble their replies in and to the lists that track each
+    /// message's replies (feature `async`; the lists keep at least 1 KiB,
+    /// so that a single request's does not cost an allocation a message).
     pub fn max_retained(mut self, bytes: usize) -> Self {
         self.max_retained = bytes;
         self

@@ -206,32 +206,40 @@ fn an_async_handler_costs_one_allocation_its_future() {
             format!(r#"{{"jsonrpc":"2.0","id":{i},"method":"eth_chainId","params":[{i}]}}"#).len();
         inputs.push(buffer.split_to(len).freeze());
     }
-    let mut conn = rpcwire::Connection::new();
-    let mut out = Vec::new();
     let run = |msg: &bytes::Bytes, conn: &mut rpcwire::Connection, out: &mut Vec<u8>| {
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         let mut f = std::pin::pin!(d.handle_async(msg, conn, out));
         while f.as_mut().poll(&mut cx).is_pending() {}
     };
-    for msg in inputs.iter().take(10) {
-        out.clear();
-        run(msg, &mut conn, &mut out);
-    }
-    let (allocations, ()) = allocations_during(|| {
-        for msg in &inputs[10..] {
+    // A connection that keeps nothing between messages too: it kept no
+    // reply list either once they counted against `max_retained`, and
+    // each message allocated one (found by a review).
+    for conn in [
+        rpcwire::Connection::new(),
+        rpcwire::Connection::new().max_retained(0),
+    ] {
+        let mut conn = conn;
+        let mut out = Vec::new();
+        for msg in inputs.iter().take(10) {
             out.clear();
             run(msg, &mut conn, &mut out);
         }
-    });
-    assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&out).unwrap()["result"],
-        7 + 5
-    );
-    assert!(
-        allocations <= 990,
-        "{allocations} allocations for 990 async calls: at most one each"
-    );
-    assert!(allocations >= 990, "each future is boxed ({allocations})");
+        let (allocations, ()) = allocations_during(|| {
+            for msg in &inputs[10..] {
+                out.clear();
+                run(msg, &mut conn, &mut out);
+            }
+        });
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()["result"],
+            7 + 5
+        );
+        assert!(
+            allocations <= 990,
+            "{allocations} allocations for 990 async calls: at most one each"
+        );
+        assert!(allocations >= 990, "each future is boxed ({allocations})");
+    }
 }
 
 /// Two-way traffic: this side's requests and notifications written with the

@@ -1292,6 +1292,9 @@ impl Msg {
     }
 }
 
+/// Bytes of reply lists a connection keeps whatever its `max_retained`.
+const KEPT_REPLY_LISTS_FLOOR: usize = 1024;
+
 /// A connection's running calls; see the module docs.
 pub(crate) struct Engine {
     slots: Vec<Slot>,
@@ -1303,7 +1306,11 @@ pub(crate) struct Engine {
     ready: Arc<ReadyList>,
     woken: Vec<usize>,
     buffers: Vec<Vec<u8>>,
+    /// Reply lists (one entry a request) kept for the next messages,
+    /// within `max_retained` bytes, or [`KEPT_REPLY_LISTS_FLOOR`].
     reply_lists: Vec<Vec<ReplyState>>,
+    /// The entries `reply_lists` have room for, together.
+    reply_list_room: usize,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// The deadline `timer` is set for, while that is a call's.
     timer_at: Option<Instant>,
@@ -1565,6 +1572,7 @@ impl Default for Engine {
             woken: Vec::new(),
             buffers: Vec::new(),
             reply_lists: Vec::new(),
+            reply_list_room: 0,
             timer: None,
             timer_at: None,
             timer_wake: None,
@@ -1595,7 +1603,10 @@ impl Engine {
             batch,
             budget,
             too_large: too_large.clone(),
-            replies: self.reply_lists.pop().unwrap_or_default(),
+            replies: self.reply_lists.pop().map_or_else(Vec::new, |list| {
+                self.reply_list_room -= list.capacity();
+                list
+            }),
             next: 0,
             buf: self.buffers.pop().unwrap_or_default(),
             stage: self.buffers.pop().unwrap_or_default(),
@@ -1674,10 +1685,14 @@ impl Engine {
         }
         // The reply lists too (a burst of large batches kept one per
         // message in flight, for good: megabytes at the transports' caps).
+        // A floor, so that a connection that keeps nothing else still
+        // keeps a single request's list (it would be allocated again for
+        // every message).
         let mut replies = msg.replies;
-        let kept: usize = self.reply_lists.iter().map(Vec::capacity).sum();
-        if (kept + replies.capacity()) * std::mem::size_of::<ReplyState>() <= max_retained {
+        let room = self.reply_list_room + replies.capacity();
+        if room * std::mem::size_of::<ReplyState>() <= max_retained.max(KEPT_REPLY_LISTS_FLOOR) {
             replies.clear();
+            self.reply_list_room = room;
             self.reply_lists.push(replies);
         }
     }
@@ -1716,11 +1731,16 @@ impl Engine {
             kept += buf.capacity();
             kept <= keep
         });
-        let mut kept = 0;
+        let mut room = 0;
         self.reply_lists.retain(|list| {
-            kept += list.capacity() * std::mem::size_of::<ReplyState>();
-            kept <= keep
+            let kept = (room + list.capacity()) * std::mem::size_of::<ReplyState>()
+                <= keep.max(KEPT_REPLY_LISTS_FLOOR);
+            if kept {
+                room += list.capacity();
+            }
+            kept
         });
+        self.reply_list_room = room;
     }
 
     /// Whether a running or waiting call has request id `id`.

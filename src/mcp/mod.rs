@@ -451,6 +451,17 @@ impl McpServer {
     /// `out`: a JSON array gets one -32600 (no batches in MCP), anything
     /// else goes to the dispatcher. Returns whether a reply was written.
     /// Cancellations the message asked for are carried out on `conn`.
+    ///
+    /// As [`Dispatcher::handle_async`]: calls earlier messages left
+    /// waiting for a slot (`tools/call`s sent as notifications past
+    /// [`max_in_flight`](McpServerBuilder::max_in_flight)) start first,
+    /// and `handle` waits for that, `ping` included; dropping the future
+    /// before it finishes drops its call (the next message gets its own
+    /// reply only). A transport whose tools ask the client something
+    /// ([`ToolContext::ask_client`]), whose answer comes as a later
+    /// message, drives the connection itself instead, with
+    /// [`Connection::start`] and [`Connection::poll_replies`], as
+    /// [`serve_stream`](McpServer::serve_stream) does.
     pub async fn handle<B: ReplyBuf>(
         &self,
         input: &Bytes,
