@@ -755,6 +755,10 @@ impl McpServer {
 struct CallOutbound {
     events: mpsc::Sender<Event>,
     sent: Arc<tokio::sync::Notify>,
+    /// Whether what the call sends can reach its client: not for a
+    /// message without id, answered by a bare 202 (its notifications were
+    /// dropped while the tool was told they went out).
+    answerable: bool,
 }
 
 enum Event {
@@ -797,6 +801,9 @@ impl CallEvents {
 
 impl Outbound for CallOutbound {
     fn send(&self, message: Bytes) -> Result<(), SendError> {
+        if !self.answerable {
+            return Err(SendError::Closed);
+        }
         self.sent.notify_one();
         self.events
             .try_send(Event::Note(message))
@@ -1726,6 +1733,7 @@ impl Endpoint {
             Arc::new(CallOutbound {
                 events: tx.clone(),
                 sent: Arc::clone(&sent),
+                answerable: id.is_some(),
             }),
             asking.map(|s| Arc::clone(&s.request_ids)),
         );

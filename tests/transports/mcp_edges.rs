@@ -1662,6 +1662,61 @@ async fn a_notifications_call_cannot_ask_the_client() {
     assert_eq!(a.body, "");
 }
 
+/// A `tools/call` sent as a notification is answered by a bare 202: what
+/// its tool sends cannot reach the client, and the tool is told so
+/// (`progress` returns false). It returned true and the notification was
+/// dropped (found by a review).
+#[tokio::test]
+async fn a_notifications_call_is_told_its_notifications_go_nowhere() {
+    use std::sync::Mutex;
+    let told: Arc<Mutex<Option<bool>>> = Arc::default();
+    let telling = Arc::clone(&told);
+    let server = McpServer::builder("notes", "1")
+        .tool(Tool::new(
+            "reports",
+            json!({"type": "object"}),
+            move |_, cx: ToolContext| {
+                *telling.lock().unwrap() = Some(cx.progress(1.0, None, None));
+                async { Ok(ToolOutput::text("done")) }
+            },
+        ))
+        .build()
+        .unwrap();
+    let h = http_server(server).await;
+    let sid = http_session(h.addr).await;
+    let session = [
+        ("mcp-session-id", sid.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    let a = post(
+        h.addr,
+        &session,
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"reports","arguments":{},"_meta":{"progressToken":1}}}"#,
+    )
+    .await;
+    assert_eq!(a.status, 202, "{}", a.body);
+    assert_eq!(
+        *told.lock().unwrap(),
+        Some(false),
+        "progress reported as sent"
+    );
+    // The same call as a request: its progress goes out on its stream.
+    let r = post(
+        h.addr,
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"reports","arguments":{},"_meta":{"progressToken":1}}}"#,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(*told.lock().unwrap(), Some(true));
+    assert_eq!(
+        r.events()[0]["method"],
+        "notifications/progress",
+        "{}",
+        r.body
+    );
+}
+
 /// `DELETE` cancels the session's running calls: a call sent as a
 /// notification too (its tool ran on for as long as it took, holding the
 /// deleted session's memory and its POST). Found by a review.
