@@ -3086,3 +3086,76 @@ async fn the_listener_closes_when_the_shutdown_is_triggered() {
     );
     task.abort();
 }
+
+/// The shutdown's grace ends while the socket takes no writes (a client
+/// that reads slowly): the call's notifications still queued go out
+/// before its reply, as while the connection ran. The reply went out
+/// without them (found by a review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notifications_queued_at_the_grace_end_go_out_before_the_reply() {
+    let _shared = HEAP.read().await;
+    const NOTES: usize = 32;
+    let done = Arc::new(AtomicBool::new(false));
+    let d = Dispatcher::builder(Arc::clone(&done))
+        .async_method("burst", |c: AsyncCall<Arc<AtomicBool>>| async move {
+            let pad = "x".repeat(256 << 10);
+            for k in 0..NOTES {
+                assert!(
+                    c.ctx.notify("progress", &json!({"k": k, "pad": pad})),
+                    "queued"
+                );
+            }
+            c.state.store(true, Ordering::SeqCst);
+            Ok::<_, RpcError>("done")
+        })
+        .build()
+        .unwrap();
+    let shutdown = Shutdown::new();
+    let limits = Limits {
+        max_queued: 64,
+        shutdown_grace: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let server = WsServer::new(d).limits(limits).shutdown(shutdown.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { server.serve(listener).await });
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(addr).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{addr}/"), tcp)
+        .await
+        .unwrap();
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"burst"}"#,
+    ))
+    .await
+    .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !done.load(Ordering::SeqCst) {
+        assert!(tokio::time::Instant::now() < deadline, "the handler ran");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // 8 MiB queued, the client reading nothing: the grace ends with most
+    // of it unwritten.
+    shutdown.trigger();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let mut notes = 0;
+    loop {
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("a message")
+            .expect("the connection open")
+            .unwrap();
+        if m.is_close() {
+            panic!("closed after {notes} notifications, without the reply");
+        }
+        let v: Value = serde_json::from_slice(&m.into_data()).unwrap();
+        if v["id"] == 1 {
+            assert_eq!(v["result"], "done");
+            break;
+        }
+        notes += 1;
+    }
+    assert_eq!(notes, NOTES, "notifications before the reply");
+}

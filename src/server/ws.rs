@@ -1951,9 +1951,18 @@ where
         let limit = self.server.limits.max_message_len;
         let ws = &mut self.ws;
         let replies = &mut self.replies;
+        let outbox = &mut self.outbox;
         let unread_frame = self.unread_frame;
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
             if let Some(close) = close {
+                // What handlers sent before their replies goes first, as
+                // while the connection ran (a socket that took no writes
+                // when the grace ended left it in the outbox: the replies
+                // went out without it).
+                while let Ok(message) = outbox.try_recv() {
+                    let frame = Frame::message(message, OpCode::Data(Data::Text), true);
+                    ws.feed(Message::Frame(frame)).await?;
+                }
                 while let Some(reply) = replies.next() {
                     let frame = Frame::message(reply, OpCode::Data(Data::Text), true);
                     ws.feed(Message::Frame(frame)).await?;
