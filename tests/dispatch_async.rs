@@ -455,7 +455,7 @@ fn a_cancel_wakes_the_task_waiting_for_replies() {
         .method("one", |c: rpcwire::Call<'_, ()>| c.reply.u64(1))
         .build()
         .unwrap();
-    let mut conn = d.connection(rpcwire::Context::builder().build());
+    let mut conn = Connection::new();
     let mut out = Vec::new();
     conn.start(
         &d,

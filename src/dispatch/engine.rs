@@ -418,13 +418,7 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
         replying.0.start(self, input, out);
         started(replying.0);
         while replying.0.engine.messages_in_flight() > 0 {
-            std::future::poll_fn(|cx| match replying.0.poll_replies(self, cx, out) {
-                // The last message ended without a reply (a cancelled
-                // call writes none): nothing more will wake this task.
-                Poll::Pending if replying.0.engine.messages_in_flight() == 0 => Poll::Ready(0),
-                other => other,
-            })
-            .await;
+            std::future::poll_fn(|cx| replying.0.poll_until_drained(self, cx, out)).await;
         }
         out.len() > start
     }
@@ -617,6 +611,22 @@ impl Connection {
         out: &mut B,
     ) -> Poll<usize> {
         dispatcher.inner.poll(cx, self, out)
+    }
+
+    /// [`poll_replies`](Connection::poll_replies), also ready (with 0) when
+    /// no message waits for its reply any more: the last one may end
+    /// without one (a cancelled call writes none), and nothing would wake
+    /// a task waiting for it then.
+    pub(crate) fn poll_until_drained<S: Send + Sync + 'static, K, B: ReplyBuf>(
+        &mut self,
+        dispatcher: &Dispatcher<S, K>,
+        cx: &mut TaskContext<'_>,
+        out: &mut B,
+    ) -> Poll<usize> {
+        match self.poll_replies(dispatcher, cx, out) {
+            Poll::Pending if self.engine.messages_in_flight() == 0 => Poll::Ready(0),
+            other => other,
+        }
     }
 
     /// Shares `gate` with the connection's subscriptions (rpcwire's

@@ -562,10 +562,7 @@ pub(crate) fn poll_drain<B: ReplyBuf>(
     cx: &mut std::task::Context<'_>,
     out: &mut B,
 ) -> std::task::Poll<usize> {
-    match conn.poll_replies(dispatcher, cx, out) {
-        std::task::Poll::Pending if conn.messages_in_flight() == 0 => std::task::Poll::Ready(0),
-        other => other,
-    }
+    conn.poll_until_drained(dispatcher, cx, out)
 }
 
 /// Carries out the cancellations the last message asked for; returns the

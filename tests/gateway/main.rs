@@ -22,6 +22,9 @@ mod example_binary;
 mod gateway_child;
 #[path = "../support/http_request.rs"]
 mod http_request;
+#[cfg(target_os = "linux")]
+#[path = "../support/proc_tcp.rs"]
+mod proc_tcp;
 #[path = "../support/refusing.rs"]
 mod refusing;
 

@@ -1426,16 +1426,10 @@ async fn an_invalid_answer_to_eth_subscribe_is_unsubscribed_upstream() {
 }
 
 /// The kernel's state of the TCP connection from `local` to `remote`
-/// (`/proc/net/tcp`: 1 is ESTABLISHED), `None` once it is gone.
+/// (1 is ESTABLISHED), `None` once it is gone.
 #[cfg(target_os = "linux")]
 fn tcp_state(local: SocketAddr, remote: SocketAddr) -> Option<u8> {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (port(fields[1]) == local.port() && port(fields[2]) == remote.port())
-            .then(|| u8::from_str_radix(fields[3], 16).unwrap())
-    })
+    crate::proc_tcp::row(local, remote).map(|f| u8::from_str_radix(&f[3], 16).unwrap())
 }
 
 /// An upstream that stops reading, so that the gateway's writer is stuck

@@ -34,6 +34,9 @@ mod http_request;
 #[cfg(feature = "mcp")]
 #[path = "../support/mcp_http.rs"]
 mod mcp_http;
+#[cfg(target_os = "linux")]
+#[path = "../support/proc_tcp.rs"]
+mod proc_tcp;
 #[cfg(feature = "http")]
 #[path = "../support/served_http.rs"]
 mod served_http;

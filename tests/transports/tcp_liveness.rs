@@ -201,19 +201,12 @@ async fn a_subscriber_that_stops_reading_is_closed_as_idle() {
 /// clock ticks left before it fires.
 #[cfg(target_os = "linux")]
 fn server_side_timer(server: SocketAddr, client: SocketAddr) -> Option<(u8, u64)> {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let port = |field: &str| u16::from_str_radix(field.rsplit(':').next().unwrap(), 16).unwrap();
-    table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if port(fields[1]) != server.port() || port(fields[2]) != client.port() {
-            return None;
-        }
-        let (timer, when) = fields[5].split_once(':').unwrap();
-        Some((
-            u8::from_str_radix(timer, 16).unwrap(),
-            u64::from_str_radix(when, 16).unwrap(),
-        ))
-    })
+    let fields = crate::proc_tcp::row(server, client)?;
+    let (timer, when) = fields[5].split_once(':').unwrap();
+    Some((
+        u8::from_str_radix(timer, 16).unwrap(),
+        u64::from_str_radix(when, 16).unwrap(),
+    ))
 }
 
 /// Clock ticks per second in `/proc/net/tcp` (`USER_HZ`, 100 on Linux).
