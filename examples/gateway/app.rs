@@ -125,8 +125,12 @@ impl App {
     pub async fn run(self, listener: TcpListener, limits: Limits, shutdown: Shutdown) {
         let metrics = self.ops.map(|o| Arc::clone(&o.metrics));
         match self.servers {
-            Servers::Proxy(http, ws, _) => {
-                combined::serve(listener, http, ws, limits, metrics, shutdown).await
+            Servers::Proxy(http, ws, d) => {
+                // Each worker reaps its own pooled connections: a socket is
+                // closed by the runtime that registered it.
+                let reaper = tokio::spawn(Arc::clone(d.state()).reap_until(shutdown.clone()));
+                combined::serve(listener, http, ws, limits, metrics, shutdown).await;
+                reaper.abort();
             }
             Servers::Local(http, ws, _) => {
                 combined::serve(listener, http, ws, limits, metrics, shutdown).await

@@ -36,6 +36,8 @@ usage: gateway [options]
   --upstream-connections N
                         HTTP calls in flight per upstream, each on a
                         connection of its own (default 128); more wait
+  --upstream-idle MS    close a pooled HTTP connection to an upstream left
+                        idle this long (default 30000)
   --ws-ping MS          ping the WebSocket upstream this often; one that sends
                         no pong and no reply for two of these is closed and
                         reconnected (default 20000; 0: never)
@@ -186,6 +188,9 @@ pub struct Config {
     pub hyper_client: bool,
     /// How often a WebSocket upstream is pinged; `None` never.
     pub ws_ping: Option<Duration>,
+    /// How long a pooled HTTP connection to an upstream is kept idle
+    /// (`--upstream-idle`) before it is closed.
+    pub upstream_idle: Duration,
     /// HTTP exchanges in flight per upstream, at most.
     pub upstream_connections: usize,
     /// How long a graceful shutdown waits for requests in flight.
@@ -213,6 +218,11 @@ pub struct Config {
 
 /// How long making a connection to an upstream may take by default.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a pooled upstream connection is kept idle by default: under
+/// the idle limits of the servers in front of nodes (geth closes at 120 s,
+/// nginx's `keepalive_timeout` is 75 s), so the gateway closes first.
+pub const DEFAULT_UPSTREAM_IDLE: Duration = Duration::from_secs(30);
 
 /// The `--deny` rule (a method-name prefix) that `method` falls under, if
 /// any: the one check the proxy, its relayed methods and the built-in
@@ -251,6 +261,7 @@ impl Default for Config {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             hyper_client: false,
             ws_ping: Some(Duration::from_secs(20)),
+            upstream_idle: DEFAULT_UPSTREAM_IDLE,
             upstream_connections: 128,
             shutdown_grace: rpcwire::server::Limits::default().shutdown_grace,
             metrics: None,
@@ -375,6 +386,9 @@ impl Config {
                         return Err(format!("--upstream-connections {n}: at most {}", 1 << 20));
                     }
                     c.upstream_connections = n as usize;
+                }
+                "--upstream-idle" => {
+                    c.upstream_idle = Duration::from_millis(positive(value()?)?);
                 }
                 "--ws-ping" => {
                     let ms = number(value()?)?;

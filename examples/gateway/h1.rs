@@ -29,9 +29,6 @@ use tokio::net::TcpStream;
 
 use crate::upstream::Decimal;
 
-/// A pooled connection kept longer than this idle is closed rather than
-/// reused (servers close idle connections: geth after 120 s).
-const MAX_IDLE: Duration = Duration::from_secs(30);
 /// At most this many idle connections are kept per worker.
 const POOL_CAP: usize = 1024;
 /// Replies up to this size are read where they lie in the connection's
@@ -103,6 +100,10 @@ pub struct H1Pool {
     /// deadline (the caller moves on to the next upstream), not at the
     /// call's.
     connect_timeout: Duration,
+    /// A pooled connection left idle this long (`--upstream-idle`) is
+    /// closed rather than reused: servers close idle connections (geth
+    /// after 120 s), and one closed under a request costs a retry.
+    max_idle: Duration,
 }
 
 struct Conn {
@@ -155,7 +156,7 @@ enum BodyAt {
 
 impl H1Pool {
     /// For `http://host:port/path`.
-    pub fn new(url: &str, connect_timeout: Duration) -> Result<H1Pool, String> {
+    pub fn new(url: &str, connect_timeout: Duration, max_idle: Duration) -> Result<H1Pool, String> {
         let rest = url
             .strip_prefix("http://")
             .ok_or_else(|| format!("not an http:// URL: {url}"))?;
@@ -190,6 +191,7 @@ impl H1Pool {
             head,
             idle: Mutex::new(Vec::new()),
             connect_timeout,
+            max_idle,
         })
     }
 
@@ -230,19 +232,33 @@ impl H1Pool {
     fn checkout(&self, now: Instant) -> Option<Conn> {
         self.with_idle(|idle| {
             while let Some(conn) = idle.pop_back() {
-                let fresh = now.saturating_duration_since(conn.since) < MAX_IDLE;
-                // An idle connection has nothing to read: an end, or bytes
-                // nobody asked for, rule it out.
-                let quiet = matches!(
-                    conn.stream.try_read(&mut [0u8; 1]),
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock
-                );
-                if fresh && quiet {
+                if self.reusable(&conn, now) {
                     return Some(conn);
                 }
             }
             None
         })
+    }
+
+    /// Whether `conn`, idle, may still be used at `now`: not idle too
+    /// long, and with nothing to read (an end, or bytes nobody asked
+    /// for, rule it out). The read costs no system call unless the
+    /// reactor saw the socket readable.
+    fn reusable(&self, conn: &Conn, now: Instant) -> bool {
+        now.saturating_duration_since(conn.since) < self.max_idle
+            && matches!(
+                conn.stream.try_read(&mut [0u8; 1]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock
+            )
+    }
+
+    /// Closes this worker's idle connections that are idle too long or
+    /// that the server closed. Checkouts and checkins do it as traffic
+    /// comes; this is for when it stops: a pool of a burst's connections
+    /// otherwise kept every socket (in `CLOSE_WAIT` once the server's own
+    /// idle limit closed its end) until the next request.
+    pub fn reap(&self, now: Instant) {
+        self.with_idle(|idle| idle.retain(|conn| self.reusable(conn, now)));
     }
 
     /// Keeps `conn` for reuse; `now` is when its exchange started (its
@@ -253,13 +269,13 @@ impl H1Pool {
             conn.buf = BytesMut::with_capacity(START_BUFFER);
         }
         self.with_idle(|idle| {
-            // Connections left idle past `MAX_IDLE` are closed from the
+            // Connections left idle past `max_idle` are closed from the
             // front, where the longest idle wait: taken last-in first-out,
             // those left at the bottom after a burst would otherwise keep
             // their sockets (and buffers) for as long as the pool lives.
             while idle
                 .front()
-                .is_some_and(|c| now.saturating_duration_since(c.since) >= MAX_IDLE)
+                .is_some_and(|c| now.saturating_duration_since(c.since) >= self.max_idle)
             {
                 idle.pop_front();
             }
@@ -722,7 +738,9 @@ fn digits(value: &[u8]) -> Option<usize> {
 mod tests {
     use super::*;
 
-    /// Connections idle past [`MAX_IDLE`] are closed as others are pooled,
+    const MAX_IDLE: Duration = crate::config::DEFAULT_UPSTREAM_IDLE;
+
+    /// Connections idle past `max_idle` are closed as others are pooled,
     /// not only when they are taken: the pool is taken from the top, and
     /// those left at the bottom after a burst kept their sockets (and
     /// buffers) for as long as the pool lived.
@@ -730,7 +748,8 @@ mod tests {
     async fn connections_idle_too_long_are_closed_as_others_are_pooled() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let pool = H1Pool::new(&format!("http://{addr}/"), Duration::from_secs(2)).unwrap();
+        let pool =
+            H1Pool::new(&format!("http://{addr}/"), Duration::from_secs(2), MAX_IDLE).unwrap();
         let conn = || async {
             Conn {
                 stream: TcpStream::connect(addr).await.unwrap(),
@@ -754,5 +773,51 @@ mod tests {
             2,
             "the two oldest closed"
         );
+    }
+
+    /// With no traffic, `reap` closes what checkouts and checkins would
+    /// have: connections the server closed (at once) and connections idle
+    /// too long (at their limit), keeping the others.
+    #[tokio::test]
+    async fn reaping_closes_closed_and_expired_connections_without_traffic() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool =
+            H1Pool::new(&format!("http://{addr}/"), Duration::from_secs(2), MAX_IDLE).unwrap();
+        let start = Instant::now();
+        let mut served = Vec::new();
+        for _ in 0..3 {
+            let stream = TcpStream::connect(addr).await.unwrap();
+            served.push(listener.accept().await.unwrap().0);
+            let conn = Conn {
+                stream,
+                buf: BytesMut::new(),
+                since: start,
+            };
+            pool.checkin(conn, start);
+        }
+        // The server closes its end of the first connection; the reactor
+        // sees the end once this runtime polls it.
+        drop(served.remove(0));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        pool.reap(start + Duration::from_secs(1));
+        assert_eq!(
+            pool.with_idle(|idle| idle.len()),
+            2,
+            "the closed one reaped"
+        );
+        pool.reap(start + MAX_IDLE - Duration::from_millis(1));
+        assert_eq!(pool.with_idle(|idle| idle.len()), 2, "none expired yet");
+        pool.reap(start + MAX_IDLE);
+        assert_eq!(pool.with_idle(|idle| idle.len()), 0, "both expired");
+        // Reaped connections are closed: the server reads their end.
+        for mut s in served {
+            let mut b = [0u8; 1];
+            let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b))
+                .await
+                .expect("the reaped connection was closed")
+                .unwrap_or(0);
+            assert_eq!(n, 0);
+        }
     }
 }

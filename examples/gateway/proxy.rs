@@ -51,6 +51,33 @@ pub struct Gateway {
     net_version: OnceLock<Answer>,
 }
 
+impl Gateway {
+    /// Closes this worker's pooled upstream connections (the `--upstream`s'
+    /// and the archives') left idle too long or closed by their server.
+    pub fn reap_idle(&self, now: std::time::Instant) {
+        self.up.reap_idle(now);
+        if let Some(archive) = &self.archive {
+            archive.up.reap_idle(now);
+        }
+    }
+
+    /// Reaps this worker's idle upstream connections ([`reap_idle`]
+    /// (Self::reap_idle)) twice per `--upstream-idle` until `shutdown`, so
+    /// that none outlives its idle limit by more than half of it when
+    /// traffic stops.
+    pub async fn reap_until(self: Arc<Self>, shutdown: rpcwire::server::Shutdown) {
+        let every = (self.up.max_idle() / 2).max(std::time::Duration::from_millis(10));
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = ticks.tick() => self.reap_idle(std::time::Instant::now()),
+                _ = shutdown.triggered() => return,
+            }
+        }
+    }
+}
+
 /// The handlers running, and the ones a shutdown's grace cut short.
 ///
 /// The servers drop calls in two cases: their client left (at any time;

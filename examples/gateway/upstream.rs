@@ -76,6 +76,8 @@ pub struct Answer(pub Bytes);
 pub struct Upstreams {
     /// The `--upstream` list, in the order given (`http://` and `ws://`).
     http: Vec<HttpUpstream>,
+    /// `--upstream-idle`.
+    max_idle: Duration,
     client: Client<HttpConnector, Full<Bytes>>,
     /// The WebSocket upstream of `eth_subscribe` (shared with the list's
     /// entry when it is one of its `ws://` upstreams).
@@ -331,7 +333,7 @@ impl Upstreams {
             let h1 = if hyper_client || via_ws.is_some() {
                 None
             } else {
-                Some(H1Pool::new(url, connect_timeout)?)
+                Some(H1Pool::new(url, connect_timeout, config.upstream_idle)?)
             };
             http.push(HttpUpstream {
                 uri,
@@ -356,10 +358,11 @@ impl Upstreams {
         connector.set_connect_timeout(Some(connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(config.upstream_idle)
             .pool_max_idle_per_host(1024)
             .build(connector);
         Ok(Upstreams {
+            max_idle: config.upstream_idle,
             http,
             client,
             ws,
@@ -372,6 +375,22 @@ impl Upstreams {
             ws_stats: UpstreamStats::default(),
             answered: AtomicU64::new(0),
         })
+    }
+
+    /// Closes this worker's pooled HTTP connections that were left idle
+    /// too long or that their upstream closed (hyper-util's pool, with
+    /// `--client hyper`, has a timer of its own).
+    pub fn reap_idle(&self, now: Instant) {
+        for up in &self.http {
+            if let Some(pool) = &up.h1 {
+                pool.reap(now);
+            }
+        }
+    }
+
+    /// How long a pooled HTTP connection may be idle.
+    pub fn max_idle(&self) -> Duration {
+        self.max_idle
     }
 
     /// Reads the WebSocket upstream's reply to the call with gateway id

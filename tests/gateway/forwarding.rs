@@ -1812,3 +1812,53 @@ fn err_msg(r: &Value) -> String {
         .unwrap_or_default()
         .to_string()
 }
+
+/// Pooled upstream connections are closed once idle past
+/// `--upstream-idle` even when no request comes to take or return one
+/// (a burst's connections otherwise kept their sockets, in `CLOSE_WAIT`
+/// once the node's own idle limit closed its end, until the next call).
+#[tokio::test]
+async fn idle_upstream_connections_are_closed_when_traffic_stops() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    let open = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&open);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let open = Arc::clone(&counted);
+            open.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                while let Some(body) = read_request(&mut s).await {
+                    // Slow enough that the calls below overlap, each on a
+                    // connection of its own.
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    if s.write_all(json_200(&result_for(&v, "\"0x7\"")).as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    let config = config::Config {
+        upstream_idle: Duration::from_millis(300),
+        timeout: Duration::from_secs(10),
+        ..proxy_config(&[upstream])
+    };
+    let gw = start_workers(config, 1).await;
+    let calls = (0..4).map(|id| block_number(gw.addr, id));
+    for reply in futures_util::future::join_all(calls).await {
+        assert_eq!(reply["result"], "0x7", "{reply}");
+    }
+    assert_eq!(open.load(Ordering::SeqCst), 4, "four connections pooled");
+    eventually::eventually("the idle upstream connections to close", || {
+        open.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    // The pool starts again from nothing.
+    assert_eq!(block_number(gw.addr, 9).await["result"], "0x7");
+}
