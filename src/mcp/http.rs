@@ -106,7 +106,8 @@ pub const METHOD_HEADER: &str = "mcp-method";
 /// The header mirroring `params.name` of `tools/call` (2026-07-28).
 pub const NAME_HEADER: &str = "mcp-name";
 
-/// How the endpoint is served.
+/// How the endpoint is served. A wait of `Duration::MAX` means no limit
+/// (each is taken as at most thirty years).
 #[derive(Clone, Debug)]
 pub struct HttpConfig {
     /// The endpoint's path (default `/mcp`); other paths are 404.
@@ -1123,6 +1124,18 @@ fn header_mismatch(id: Option<&RawValue>, message: String) -> Response<Body> {
 impl Endpoint {
     /// The endpoint of `server`.
     pub fn new(server: McpServer, config: HttpConfig) -> Endpoint {
+        // `Duration::MAX`, the usual way to say "never", overflowed the
+        // clock where hyper and the write deadline add a limit to now.
+        let never = crate::server::NEVER;
+        let config = HttpConfig {
+            session_idle_timeout: config.session_idle_timeout.map(|t| t.min(never)),
+            header_timeout: config.header_timeout.min(never),
+            body_timeout: config.body_timeout.min(never),
+            write_timeout: config.write_timeout.min(never),
+            shutdown_grace: config.shutdown_grace.min(never),
+            tcp_keepalive: config.tcp_keepalive.map(|t| t.min(never)),
+            ..config
+        };
         Endpoint {
             inner: Arc::new(EndpointInner {
                 server,

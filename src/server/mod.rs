@@ -807,7 +807,10 @@ impl Outbox {
         tokio::sync::mpsc::Receiver<Bytes>,
         Arc<std::sync::atomic::AtomicUsize>,
     ) {
-        let (tx, rx) = tokio::sync::mpsc::channel(capacity.max(1));
+        // tokio's channel refuses (panics on) more than its semaphore's
+        // permits: `usize::MAX`, a natural "no limit", is that many.
+        let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
+        let (tx, rx) = tokio::sync::mpsc::channel(capacity);
         let spilled = Arc::default();
         let outbox = Outbox {
             tx,

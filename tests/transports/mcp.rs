@@ -2322,6 +2322,69 @@ async fn http_a_client_that_stops_reading_is_dropped_after_the_write_timeout() {
     drop(unread);
 }
 
+/// `Duration::MAX`, the usual way to say "never", is taken as no limit
+/// for every wait of `HttpConfig`: as a header timeout it overflowed
+/// hyper's clock on every connection's first request, and as a write
+/// timeout the deadline's clock once a client read slowly (the
+/// connection's task panicked and the client was cut off).
+#[tokio::test]
+async fn http_waits_of_duration_max_mean_no_limit() {
+    use tokio::io::AsyncReadExt;
+    const TEXT: usize = 1 << 20;
+    let big = McpServer::builder("big", "1")
+        .tool(Tool::new("big", json!({"type": "object"}), |_, _| async {
+            Ok(ToolOutput::text("y".repeat(TEXT)))
+        }))
+        .build()
+        .unwrap();
+    let config = HttpConfig {
+        session_idle_timeout: Some(Duration::MAX),
+        header_timeout: Duration::MAX,
+        body_timeout: Duration::MAX,
+        write_timeout: Duration::MAX,
+        tcp_keepalive: Some(Duration::MAX),
+        shutdown_grace: Duration::MAX,
+        ..HttpConfig::default()
+    };
+    let http = http_server_with(big, config).await;
+    let ping = format!(r#"{{"jsonrpc":"2.0","id":2,"method":"ping","params":{{{MODERN_META}}}}}"#);
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "ping"),
+    ];
+    let answer = post(http.addr, &headers, &ping).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // A reader slow enough that the server's writes wait.
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"big","arguments":{{}},{MODERN_META}}}}}"#
+    );
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\nmcp-name: big\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{call}",
+        call.len()
+    );
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut slow = socket.connect(http.addr).await.unwrap();
+    slow.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut got))
+        .await
+        .expect("the reply in time")
+        .unwrap();
+    let got = String::from_utf8_lossy(&got);
+    assert!(
+        got.starts_with("HTTP/1.1 200"),
+        "{}",
+        &got[..got.len().min(200)]
+    );
+    assert!(
+        got.contains(&"y".repeat(TEXT)),
+        "the whole result arrived ({} bytes)",
+        got.len()
+    );
+}
+
 /// A client that sends a request's head and part of its body, then nothing
 /// more, does not hold its connection (and its place among
 /// `max_connections`) forever: it gets a 408 once `body_timeout` has passed

@@ -948,3 +948,55 @@ async fn async_notifications_over_websocket_count_against_the_limit() {
         .await
         .expect("the server stops");
 }
+
+/// `Limits::max_queued` of `usize::MAX` (no limit) is served: tokio's
+/// channel under the outbox panics past its semaphore's permits, and every
+/// WebSocket and stream connection's task died as it opened.
+#[tokio::test]
+async fn max_queued_of_usize_max_is_served() {
+    let limits = Limits {
+        max_queued: usize::MAX,
+        ..Limits::default()
+    };
+    let (addr, _, shutdown, task) = start_ws(limits.clone(), SubscriptionConfig::default()).await;
+    let mut ws = connect(addr).await;
+    ws.send(Message::text(
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(next_json(&mut ws).await["result"], "0x1b4");
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+
+    let metrics = Arc::new(Metrics::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let tcp = tokio::spawn(serve_tcp(
+        listener,
+        dispatcher(metrics.clone()),
+        Lines::new,
+        limits,
+        Some(metrics),
+        shutdown.clone(),
+    ));
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (r, mut w) = stream.into_split();
+    w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"eth_blockNumber\"}\n")
+        .await
+        .unwrap();
+    let mut line = String::new();
+    tokio::time::timeout(PATIENCE, BufReader::new(r).read_line(&mut line))
+        .await
+        .expect("a reply in time")
+        .unwrap();
+    let reply: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+    assert_eq!(reply["result"], "0x1b4");
+    shutdown.trigger();
+    tokio::time::timeout(PATIENCE, tcp).await.unwrap().unwrap();
+}
