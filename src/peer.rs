@@ -501,8 +501,11 @@ impl fmt::Display for PeerError {
 
 impl std::error::Error for PeerError {}
 
-/// A response to a request this side sent, owned (its JSON slices share the
-/// message's buffer when the transport read it into `rpcwire::bytes::Bytes`).
+/// A response to a request this side sent, owned. A large `result` or
+/// `data` (at least [`SHARED_FROM`] bytes, and most of what the transport
+/// read with it) shares the transport's buffer when it read the message
+/// into `rpcwire::bytes::Bytes`; a smaller one is copied, so that keeping
+/// it does not keep the whole read buffer (64 KiB or more) alive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedResponse {
     outcome: Result<Bytes, OwnedError>,
@@ -523,8 +526,17 @@ impl OwnedResponse {
     }
 
     fn from_response(input: Option<&Bytes>, r: Response<'_>) -> Self {
+        // Shared, a value keeps the whole buffer it was read into: a
+        // client that kept many small answers, each read into a buffer of
+        // its own, held 64 KiB apiece.
         let own = |s: &[u8]| match input {
-            Some(b) if b.as_ptr_range().contains(&s.as_ptr()) => b.slice_ref(s),
+            Some(b)
+                if s.len() >= SHARED_FROM
+                    && s.len() >= b.len() / 2
+                    && b.as_ptr_range().contains(&s.as_ptr()) =>
+            {
+                b.slice_ref(s)
+            }
             _ => Bytes::copy_from_slice(s),
         };
         OwnedResponse {
@@ -542,6 +554,12 @@ impl OwnedResponse {
         }
     }
 }
+
+/// The smallest `result` or `data` an [`OwnedResponse`] shares with the
+/// buffer its message was read into rather than copies (a copy of this
+/// much costs under a microsecond; sharing keeps the buffer, at most twice
+/// the value, alive as long as the answer).
+pub const SHARED_FROM: usize = 16 * 1024;
 
 /// An error response's `error` member, owned.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1414,6 +1432,40 @@ mod tests {
         ] {
             assert_eq!(id(head).as_deref(), want, "{head:?}");
         }
+    }
+
+    /// Small answers are copied out of the buffer they were read into (a
+    /// kept one held the whole buffer); a large one that fills most of it
+    /// shares it.
+    #[test]
+    fn only_large_answers_share_the_read_buffer() {
+        let arena = bumpalo::Bump::new();
+        let within = |b: &Bytes, v: &[u8]| b.as_ptr_range().contains(&v.as_ptr());
+        let mut read = br#"{"jsonrpc":"2.0","id":1,"result":true}"#.to_vec();
+        read.resize(64 * 1024, b' ');
+        let read = Bytes::from(read);
+        let crate::response::ResponseMessage::Single(r) =
+            crate::envelope::parse_response(&read, &arena).unwrap()
+        else {
+            panic!("a single answer")
+        };
+        let small = OwnedResponse::from_response(Some(&read), r);
+        assert_eq!(small.result().unwrap(), b"true");
+        assert!(!within(&read, small.result().unwrap()), "copied");
+
+        let big = format!(r#""{}""#, "a".repeat(SHARED_FROM));
+        let read = Bytes::from(format!(
+            r#"{{"jsonrpc":"2.0","id":2,"error":{{"code":-1,"message":"m","data":{big}}}}}"#
+        ));
+        let crate::response::ResponseMessage::Single(r) =
+            crate::envelope::parse_response(&read, &arena).unwrap()
+        else {
+            panic!("a single answer")
+        };
+        let large = OwnedResponse::from_response(Some(&read), r);
+        let data = large.result().unwrap_err().data.clone().unwrap();
+        assert_eq!(&data[..], big.as_bytes());
+        assert!(within(&read, &data), "shared");
     }
 
     /// The deadline heap agrees with a scan of the pending requests through
