@@ -60,6 +60,45 @@ impl Default for Parser {
 /// request it answers ([`Parser::for_each_refused_answer`]).
 const DEEP_ANSWER: u32 = 1024;
 
+/// The id of `object`, an answer nested too deep to read even at
+/// [`DEEP_ANSWER`] levels: its top-level members are walked, each value
+/// skipped by counting brackets (no depth limit, no recursion), and the
+/// `id` taken when a `result` or an `error` is there and no `method`.
+/// `None` when the top level does not read as such an answer.
+fn unreadable_answer_id(object: &[u8]) -> Option<Id<'_>> {
+    if object.first() != Some(&b'{') {
+        return None;
+    }
+    let (mut id, mut answer) = (None, false);
+    let mut pos = 1;
+    loop {
+        pos = skip_ws(object, pos);
+        if object.get(pos) != Some(&b'"') {
+            return None;
+        }
+        let name_end = scan::scan_string(object, pos + 1).ok()?.end;
+        let name = &object[pos + 1..name_end - 1];
+        pos = skip_ws(object, name_end);
+        if object.get(pos) != Some(&b':') {
+            return None;
+        }
+        pos = skip_ws(object, pos + 1);
+        let end = scan::skip_value_trusted(object, pos);
+        match name {
+            b"method" => return None,
+            b"result" | b"error" => answer = true,
+            b"id" => id = Some(Id::from_json(object.get(pos..end)?)?),
+            _ => {}
+        }
+        pos = skip_ws(object, end);
+        match object.get(pos) {
+            Some(b',') => pos += 1,
+            Some(b'}') if answer => return id,
+            _ => return None,
+        }
+    }
+}
+
 impl Parser {
     /// Default nesting limit: 128 levels, the message itself counted.
     pub const DEFAULT_MAX_DEPTH: u32 = 128;
@@ -320,22 +359,35 @@ impl Parser {
             max_depth: self.max_depth.max(DEEP_ANSWER),
             ..*self
         };
+        let is_too_deep = |e: &Error| matches!(e.kind(), ErrorKind::TooDeep { .. });
         let mut one = |object: &'a [u8]| match self.parse_incoming(object, arena) {
             Ok(Message::Single(item)) => f(item),
-            Err(e) if matches!(e.kind(), ErrorKind::TooDeep { .. }) => {
-                if let Ok(Message::Single(Incoming::Response(r))) =
-                    deep.parse_incoming(object, arena)
-                {
-                    too_deep(r.id());
+            Err(e) if is_too_deep(&e) => match deep.parse_incoming(object, arena) {
+                Ok(Message::Single(Incoming::Response(r))) => too_deep(r.id()),
+                // Deeper still: its id read from its top level alone.
+                Err(e) if is_too_deep(&e) => {
+                    if let Some(id) = unreadable_answer_id(object) {
+                        too_deep(id);
+                    }
                 }
-            }
+                _ => {}
+            },
             _ => {}
         };
         let pos = scan::skip_ws(input, 0);
         match input.get(pos) {
             Some(b'[') => {
                 let _ = for_each_element(input, pos, deep.max_depth, |p| {
-                    let end = scan::skip_value(input, p, 1, deep.max_depth)?;
+                    let end = match scan::skip_value(input, p, 1, deep.max_depth) {
+                        Ok(end) => end,
+                        // Past even the deeper limit: its end found by
+                        // counting brackets, so that the answers after it
+                        // still reach their requests (a miscount, on JSON
+                        // that is not valid, can only lead to objects the
+                        // peer sent).
+                        Err(e) if is_too_deep(&e) => scan::skip_value_trusted(input, p),
+                        Err(e) => return Err(e),
+                    };
                     if input[p] == b'{' {
                         one(&input[p..end]);
                     }

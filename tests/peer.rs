@@ -478,6 +478,68 @@ fn answers_in_a_message_refused_as_too_deep_still_end_their_requests() {
     );
 }
 
+/// An answer nested past even the 1,024 levels a refused answer is read
+/// again with still ends its request (its id read from its top level,
+/// before or after its result), and the answers after it in the batch
+/// still reach theirs: the walk stopped at it, and they waited for their
+/// deadlines (for good without one).
+#[test]
+fn answers_nested_past_1024_levels_still_end_their_requests() {
+    let (peer, mut conn) = two_way(&Arc::default());
+    let outcome = Outcomes::default();
+    let d = Dispatcher::builder(())
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .build()
+        .unwrap();
+    let deep = format!("{}1{}", "[".repeat(1100), "]".repeat(1100));
+    let (first, last, after) = (
+        ask_into(&peer, &outcome),
+        ask_into(&peer, &outcome),
+        ask_into(&peer, &outcome),
+    );
+    let mut out = Vec::new();
+    d.handle(
+        format!(
+            r#"[{{"jsonrpc":"2.0","id":{first},"result":{deep}}},{{"result":{deep},"jsonrpc":"2.0","id":{last}}},{{"jsonrpc":"2.0","id":{after},"result":7}}]"#
+        )
+        .as_bytes(),
+        &mut conn,
+        &mut out,
+    );
+    assert_eq!(peer.pending(), 0);
+    let ended = std::mem::take(&mut *outcome.lock().unwrap());
+    assert_eq!(ended.len(), 3, "{ended:?}");
+    assert!(ended.contains(&Ok(Some(b"7".to_vec()))), "{ended:?}");
+    let invalid = ended
+        .iter()
+        .filter(|e| matches!(e, Err(PeerError::InvalidResponse(_))))
+        .count();
+    assert_eq!(invalid, 2, "{ended:?}");
+    // Alone; and a request nested as deep is no answer.
+    let alone = ask_into(&peer, &outcome);
+    for (message, pending) in [
+        (
+            format!(r#"{{"jsonrpc":"2.0","method":"ping","id":{alone},"params":{deep}}}"#),
+            1,
+        ),
+        (
+            format!(
+                r#"{{"jsonrpc":"2.0","error":{{"code":1,"message":"m","data":{deep}}},"id":{alone}}}"#
+            ),
+            0,
+        ),
+    ] {
+        out.clear();
+        d.handle(message.as_bytes(), &mut conn, &mut out);
+        assert_eq!(peer.pending(), pending, "{}", &message[..40]);
+    }
+    let ended = std::mem::take(&mut *outcome.lock().unwrap());
+    assert!(
+        matches!(ended.as_slice(), [Err(PeerError::InvalidResponse(_))]),
+        "{ended:?}"
+    );
+}
+
 #[test]
 fn pending_requests_time_out_and_cancel() {
     let sent = Arc::new(Sent::default());
