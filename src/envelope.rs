@@ -347,37 +347,51 @@ impl Parser {
     /// reads as a single message, and `too_deep` the id of each response
     /// nested past the limit (read again allowing [`DEEP_ANSWER`] levels):
     /// its request is over, its answer unreadable. Stops at the first
-    /// element that is not valid JSON.
+    /// element that is not valid JSON. Returns whether the message is
+    /// answers alone (valid or not, readable or not), which are never
+    /// answered.
     pub(crate) fn for_each_refused_answer<'a>(
         &self,
         input: &'a [u8],
         arena: &'a Bump,
         mut f: impl FnMut(Incoming<'a>),
         mut too_deep: impl FnMut(Id<'a>),
-    ) {
+    ) -> bool {
         let deep = Parser {
             max_depth: self.max_depth.max(DEEP_ANSWER),
             ..*self
         };
         let is_too_deep = |e: &Error| matches!(e.kind(), ErrorKind::TooDeep { .. });
+        // Whether `object` is an answer (handed on when it is readable).
         let mut one = |object: &'a [u8]| match self.parse_incoming(object, arena) {
-            Ok(Message::Single(item)) => f(item),
+            Ok(Message::Single(item)) => {
+                let answer = matches!(item, Incoming::Response(_) | Incoming::InvalidResponse(_));
+                f(item);
+                answer
+            }
             Err(e) if is_too_deep(&e) => match deep.parse_incoming(object, arena) {
-                Ok(Message::Single(Incoming::Response(r))) => too_deep(r.id()),
-                // Deeper still: its id read from its top level alone.
-                Err(e) if is_too_deep(&e) => {
-                    if let Some(id) = unreadable_answer_id(object) {
-                        too_deep(id);
-                    }
+                Ok(Message::Single(Incoming::Response(r))) => {
+                    too_deep(r.id());
+                    true
                 }
-                _ => {}
+                Ok(Message::Single(Incoming::InvalidResponse(_))) => true,
+                // Deeper still: its id read from its top level alone.
+                Err(e) if is_too_deep(&e) => match unreadable_answer_id(object) {
+                    Some(id) => {
+                        too_deep(id);
+                        true
+                    }
+                    None => false,
+                },
+                _ => false,
             },
-            _ => {}
+            _ => false,
         };
         let pos = scan::skip_ws(input, 0);
         match input.get(pos) {
             Some(b'[') => {
-                let _ = for_each_element(input, pos, deep.max_depth, |p| {
+                let mut only_answers = true;
+                let walked = for_each_element(input, pos, deep.max_depth, |p| {
                     let end = match scan::skip_value(input, p, 1, deep.max_depth) {
                         Ok(end) => end,
                         // Past even the deeper limit: its end found by
@@ -388,14 +402,13 @@ impl Parser {
                         Err(e) if is_too_deep(&e) => scan::skip_value_trusted(input, p),
                         Err(e) => return Err(e),
                     };
-                    if input[p] == b'{' {
-                        one(&input[p..end]);
-                    }
+                    only_answers &= input[p] == b'{' && one(&input[p..end]);
                     Ok(end)
                 });
+                only_answers && walked.is_ok()
             }
             Some(b'{') => one(input),
-            _ => {}
+            _ => false,
         }
     }
 

@@ -540,6 +540,64 @@ fn answers_nested_past_1024_levels_still_end_their_requests() {
     );
 }
 
+/// A message of answers alone refused whole (a batch past the batch
+/// limit, an answer nested past the depth limit) is not answered, whether
+/// or not its answers match requests: it got a -32600 or -32700 with
+/// `id: null`, answering answers. One that also holds a request is.
+#[test]
+fn answers_alone_refused_whole_are_not_answered() {
+    let (peer, mut conn) = two_way(&Arc::default());
+    let outcome = Outcomes::default();
+    let d = Dispatcher::builder(())
+        .parser(Parser::new().max_batch_len(2).max_depth(8))
+        .method("ping", |_: Call<()>| Ok::<_, RpcError>("pong"))
+        .build()
+        .unwrap();
+    let deep = format!("{}1{}", "[".repeat(10), "]".repeat(10));
+    let a = ask_into(&peer, &outcome);
+    let mut out = Vec::new();
+    for (message, answered) in [
+        // Past the batch limit: one matches, two are strangers (one broken).
+        (
+            format!(
+                r#"[{{"jsonrpc":"2.0","id":{a},"result":1}},{{"jsonrpc":"2.0","id":900,"result":2}},{{"jsonrpc":"2.0","id":901,"error":7}}]"#
+            ),
+            false,
+        ),
+        // Too deep, nobody waiting.
+        (format!(r#"{{"jsonrpc":"2.0","id":902,"result":{deep}}}"#), false),
+        (
+            format!(r#"[{{"jsonrpc":"2.0","id":903,"result":{deep}}}]"#),
+            false,
+        ),
+        // A request among them, or something else: answered.
+        (
+            r#"[{"jsonrpc":"2.0","id":904,"result":1},{"jsonrpc":"2.0","id":905,"result":2},{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.to_string(),
+            true,
+        ),
+        (
+            r#"[{"jsonrpc":"2.0","id":906,"result":1},{"jsonrpc":"2.0","id":907,"result":2},7]"#.to_string(),
+            true,
+        ),
+        (format!(r#"{{"jsonrpc":"2.0","id":908,"method":"ping","params":{deep}}}"#), true),
+    ] {
+        out.clear();
+        d.handle(message.as_bytes(), &mut conn, &mut out);
+        if answered {
+            let reply: Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(reply["id"], Value::Null, "{message}: {reply}");
+            assert!(reply["error"]["code"].is_i64(), "{message}: {reply}");
+        } else {
+            assert!(out.is_empty(), "{message}: {}", String::from_utf8_lossy(&out));
+        }
+    }
+    assert_eq!(peer.pending(), 0);
+    assert_eq!(
+        std::mem::take(&mut *outcome.lock().unwrap()),
+        [Ok(Some(b"1".to_vec()))]
+    );
+}
+
 #[test]
 fn pending_requests_time_out_and_cancel() {
     let sent = Arc::new(Sent::default());

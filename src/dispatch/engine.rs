@@ -535,7 +535,8 @@ impl Connection {
         input: &Bytes,
     ) -> crate::conn::AtLimit {
         self.note_ids_given();
-        dispatcher
+        // Whether it is answers alone is asked again when it is started.
+        let _ = dispatcher
             .inner
             .deliver_refused_answers(error, input, Some(input), self);
         match error.kind() {

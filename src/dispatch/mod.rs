@@ -770,7 +770,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
 
     /// Answers a message the parser refused with `e`; the answers inside
     /// a batch refused whole still reach their requests
-    /// ([`deliver_refused_answers`](Self::deliver_refused_answers)).
+    /// ([`deliver_refused_answers`](Self::deliver_refused_answers)), and a
+    /// message of answers alone is not answered (answering answers would
+    /// start a loop between two peers).
     #[cold]
     #[inline(never)]
     pub(crate) fn refuse_message<B: ReplyBuf>(
@@ -781,8 +783,9 @@ impl<S: Send + Sync + 'static> Shared<S> {
         conn: &Connection,
         out: &mut B,
     ) {
-        self.deliver_refused_answers(e, input, bytes, conn);
-        self.message_error(out, e);
+        if !self.deliver_refused_answers(e, input, bytes, conn) {
+            self.message_error(out, e);
+        }
     }
 
     /// Hands the answers of a message the parser refused whole (a batch
@@ -791,6 +794,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
     /// handlers wait for are not lost with it (each request would wait
     /// until its deadline, or for good); an answer nested too deep to read
     /// fails its request with [`PeerError::InvalidResponse`](crate::peer::PeerError::InvalidResponse).
+    /// Returns whether the message is answers alone.
     #[cold]
     pub(crate) fn deliver_refused_answers(
         &self,
@@ -798,31 +802,35 @@ impl<S: Send + Sync + 'static> Shared<S> {
         input: &[u8],
         bytes: Option<&Bytes>,
         conn: &Connection,
-    ) {
+    ) -> bool {
         use crate::error::ErrorKind;
         if !matches!(
             error.kind(),
             ErrorKind::BatchTooLarge { .. } | ErrorKind::TooDeep { .. }
         ) {
-            return;
+            return false;
         }
-        let Some(peer) = conn.context.peer().filter(|peer| peer.pending() > 0) else {
-            return;
-        };
+        let peer = conn.context.peer().filter(|peer| peer.pending() > 0);
+        // Held at the in-flight limit, its answers went then.
         #[cfg(feature = "async")]
-        if conn.engine.answers_taken {
-            // Held at the in-flight limit, its answers went then.
-            return;
-        }
+        let peer = peer.filter(|_| !conn.engine.answers_taken);
         let arena = Bump::new();
+        // Walked even with nothing to deliver: whether to answer depends
+        // on what the message holds.
         self.parser.for_each_refused_answer(
             input,
             &arena,
-            |item| deliver_answers(&[item], bytes, conn),
-            |id| {
-                peer.fail(id, crate::peer::PeerError::InvalidResponse(error));
+            |item| {
+                if peer.is_some() {
+                    deliver_answers(&[item], bytes, conn);
+                }
             },
-        );
+            |id| {
+                if let Some(peer) = &peer {
+                    peer.fail(id, crate::peer::PeerError::InvalidResponse(error));
+                }
+            },
+        )
     }
 
     /// The budget of a single request answered with `id`, and the length of
