@@ -125,6 +125,45 @@ fn reply(input: &str) -> Option<Value> {
     run(&spec_dispatcher(), input.as_bytes())
 }
 
+/// An unknown method's name is echoed in `data.method` up to 256 bytes
+/// (cut at a character boundary, `data.truncated` then): echoed whole, a
+/// long name made the -32601 larger than a small response limit, so the
+/// client got "Response too large" and the batch's later entries did not
+/// run.
+#[test]
+fn a_long_unknown_method_is_echoed_cut_and_the_batch_goes_on() {
+    let d = Dispatcher::builder(State::default())
+        .max_response_len(1024)
+        .method("eth_chainId", |c: Call<'_, State>| c.reply.str("0x1"))
+        .build()
+        .unwrap();
+    // Control characters (six-byte escapes in the reply), and a character
+    // of two bytes across the cut.
+    let long = format!(
+        "{}{}é{}",
+        "\\b".repeat(50),
+        "x".repeat(205),
+        "y".repeat(2000)
+    );
+    let batch = format!(
+        r#"[{{"jsonrpc":"2.0","id":1,"method":"{long}"}},{{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}}]"#
+    );
+    let replies = run(&d, batch.as_bytes()).expect("a reply");
+    assert_eq!(replies[0]["error"]["code"], -32601, "{replies}");
+    let echoed = replies[0]["error"]["data"]["method"].as_str().unwrap();
+    assert_eq!(echoed, format!("{}{}", "\u{8}".repeat(50), "x".repeat(205)));
+    assert_eq!(replies[0]["error"]["data"]["truncated"], true);
+    assert_eq!(replies[1]["result"], "0x1", "{replies}");
+    // Up to the bound, whole.
+    let name = "é".repeat(128);
+    let r = run(
+        &d,
+        format!(r#"{{"jsonrpc":"2.0","id":3,"method":"{name}"}}"#).as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r["error"]["data"], json!({ "method": name }));
+}
+
 #[test]
 fn errors_carry_data_that_helps() {
     let r = reply(r#"{"jsonrpc":"2.0","method":"nope","id":1}"#).unwrap();

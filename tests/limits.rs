@@ -192,7 +192,7 @@ fn text_of_unknown_written_length_is_capped_as_it_is_written() {
         );
     }
     // An unknown method's name, under a response limit below the message
-    // limit.
+    // limit: echoed cut, so the -32601 fits.
     let d = Dispatcher::builder(())
         .max_response_len(10_000)
         .build()
@@ -204,7 +204,8 @@ fn text_of_unknown_written_length_is_capped_as_it_is_written() {
     let mut out = Vec::new();
     d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
     let r: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(r["error"]["message"], "Response too large");
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+    assert_eq!(r["error"]["data"]["method"], "m".repeat(256));
     assert!(out.capacity() <= 10_000, "{} bytes", out.capacity());
     // What fits is written as before.
     let d = Dispatcher::builder(())
