@@ -14,7 +14,7 @@
 //! Larger sets use PTHash-style "hash and displace": the top bits of every
 //! name's 64-bit hash pick a bucket; buckets are placed largest first, each
 //! trying pilot values until all of its names land in free slots of a
-//! power-of-two table with at least 25% headroom. A lookup is then one
+//! power-of-two table of `n + n/4` slots rounded up. A lookup is then one
 //! multiply-shift away from its slot: `slot = ((hash ^ pilot[bucket]) * K) >>
 //! shift`. A dense array of one-byte tags (seven bits of each name's hash)
 //! beside the slots lets most misses stop before reading their slot, which
@@ -28,9 +28,10 @@
 //! multiplies, whatever the name's length. Large sets often hold names that
 //! agree there (`trace_getBlockByNumber`, `trace_getStateByNumber`): they are
 //! hashed on four words, which with the length hold every byte of a name of
-//! up to 32 bytes (see `words`), folded into one before one multiply. Only
-//! sets in which two names fold alike (two names over 32 bytes agreeing on
-//! all four words, say) hash every byte. Each slot keeps the name's length
+//! up to 32 bytes (see `words`), folded into one before one multiply. Sets
+//! in which two names fold alike (two names over 32 bytes agreeing on all
+//! four words, or, rarely, two shorter ones whose words the fold cancels)
+//! hash every byte: lookups stay exact either way, only slower. Each slot keeps the name's length
 //! and up to 32 of its bytes inline, so the comparison that makes the lookup
 //! exact reads the name storage only for the middle of names longer than 32
 //! bytes.
@@ -49,7 +50,8 @@ pub enum BuildError {
     Reserved(String),
     /// The empty string is not a method name.
     Empty,
-    /// More names than the table supports (2^31).
+    /// More names than the table supports: 2^31 - 1 names, or names of
+    /// about 4 GiB in all.
     TooMany,
 }
 
@@ -153,7 +155,8 @@ enum Hash {
     /// The length and the first and last eight bytes.
     Ends,
     /// The length and four words (every byte of names up to 32 bytes),
-    /// folded.
+    /// folded (a fold that can, rarely, make two such names alike: the
+    /// build then falls back to `Full`).
     Words,
     /// Every byte.
     Full,
@@ -405,7 +408,8 @@ impl<T> Router<T> {
         // 8 bytes and the last 8 xor the length, tell every name apart (two
         // names alike there hash alike under every seed: "a````````" and
         // "a```````", whose last words differ by `9 ^ 8`); else (length,
-        // four words), which does for every set of names up to 32 bytes.
+        // four words), which does for almost every set of names up to 32
+        // bytes (the fold can make two alike; then every byte).
         let mut keys: Vec<(u64, u64)> = (0..spans.len())
             .map(|i| {
                 let (first, last) = ends(name_of(i));
