@@ -124,7 +124,11 @@ pub enum SlowPolicy {
     /// Drop the oldest buffered notification to make room for the new one
     /// (counted as [`LimitKind::Queue`]): the client misses some, and still
     /// sees the latest. Right for state that supersedes itself (new heads,
-    /// prices).
+    /// prices). The oldest is this subscription's own when its
+    /// [`buffer`](SubscriptionConfig::buffer) is full; when the
+    /// connection's bounds are, it is taken from the subscription holding
+    /// the most of them, so that a flood on one (`logs`) does not starve a
+    /// quiet one (`newHeads`) of its latest.
     #[default]
     DropOldest,
     /// Close the subscription (counted as [`LimitKind::Subscription`]): the
@@ -328,6 +332,8 @@ struct State {
 
 struct Entry {
     queue: VecDeque<Bytes>,
+    /// The bytes of `queue`.
+    bytes: usize,
     /// Listed in `State::ready`.
     in_ready: bool,
     /// Accepting notifications; `false` once closed (then removed when its
@@ -455,6 +461,7 @@ impl Subscriptions {
             id.0,
             Entry {
                 queue: VecDeque::new(),
+                bytes: 0,
                 in_ready: false,
                 open: true,
                 signal: Arc::clone(&signal),
@@ -562,6 +569,7 @@ impl Subscriptions {
             };
             state.queued -= 1;
             state.queued_bytes -= message.len();
+            entry.bytes -= message.len();
             if !entry.queue.is_empty() {
                 state.ready.push_back(id);
             } else {
@@ -634,7 +642,7 @@ impl Registry {
             return false;
         };
         state.queued -= entry.queue.len();
-        state.queued_bytes -= entry.queue.iter().map(Bytes::len).sum::<usize>();
+        state.queued_bytes -= entry.bytes;
         if entry.open {
             state.open -= 1;
         }
@@ -687,30 +695,60 @@ impl Registry {
         if full(entry.queue.len(), state.queued, state.queued_bytes) {
             match self.config.policy {
                 SlowPolicy::DropOldest => {
-                    let own_bytes: usize = entry.queue.iter().map(Bytes::len).sum();
-                    let others = state.queued - entry.queue.len();
-                    if full(0, others, state.queued_bytes - own_bytes) {
-                        // The connection's queue is full of other
-                        // subscriptions' notifications: even with all of
-                        // this one's gone the new one would not fit, so it
-                        // is the one dropped (emptying the queue for it
-                        // lost the queued ones and it too).
-                        drop(guard);
-                        self.count(LimitKind::Queue);
-                        return Ok(());
-                    }
-                    // This subscription's oldest notifications make room
-                    // for the new one, as many as it takes, each counted.
+                    // Oldest notifications make room for the new one, as
+                    // many as it takes, each counted: this subscription's
+                    // own while its buffer is full, else those of the open
+                    // subscription holding the most of the connection's
+                    // bound (this one included). Only its own, a flood on
+                    // one subscription left another nothing to give up:
+                    // every new notification of the quiet one was dropped,
+                    // its client never saw its latest.
+                    let by_bytes = max_bytes > 0
+                        && state.queued_bytes.saturating_add(message.len()) > max_bytes;
                     let mut dropped = 0;
-                    while full(entry.queue.len(), state.queued, state.queued_bytes) {
-                        let Some(old) = entry.queue.pop_front() else {
+                    loop {
+                        let own = state.subs.get(&id.0).map_or(0, |e| e.queue.len());
+                        if !full(own, state.queued, state.queued_bytes) {
+                            break;
+                        }
+                        let victim = if own >= capacity {
+                            Some(id.0)
+                        } else {
+                            state
+                                .subs
+                                .iter()
+                                .filter(|(_, e)| e.open && !e.queue.is_empty())
+                                .max_by_key(|(_, e)| if by_bytes { e.bytes } else { e.queue.len() })
+                                .map(|(&k, _)| k)
+                        };
+                        // Nothing to give up (only closed subscriptions'
+                        // last notices queued): the new one goes in past
+                        // the bound, as one larger than it alone does.
+                        let Some(victim_key) = victim else {
                             break;
                         };
-                        state.queued -= 1;
-                        state.queued_bytes -= old.len();
-                        dropped += 1;
+                        let Some(victim) = state.subs.get_mut(&victim_key) else {
+                            break;
+                        };
+                        loop {
+                            let own_now = if victim_key == id.0 {
+                                victim.queue.len()
+                            } else {
+                                own
+                            };
+                            if !full(own_now, state.queued, state.queued_bytes) {
+                                break;
+                            }
+                            let Some(old) = victim.queue.pop_front() else {
+                                break;
+                            };
+                            victim.bytes -= old.len();
+                            state.queued -= 1;
+                            state.queued_bytes -= old.len();
+                            dropped += 1;
+                        }
                     }
-                    hit = Some((LimitKind::Queue, dropped));
+                    hit = (dropped > 0).then_some((LimitKind::Queue, dropped));
                 }
                 SlowPolicy::Close => {
                     entry.open = false;
@@ -730,7 +768,11 @@ impl Registry {
                 }
             }
         }
+        let Some(entry) = state.subs.get_mut(&id.0) else {
+            return Err(SinkError::Closed);
+        };
         state.queued_bytes += message.len();
+        entry.bytes += message.len();
         entry.queue.push_back(message);
         state.queued += 1;
         if !entry.in_ready {
@@ -762,6 +804,7 @@ impl Registry {
         entry.signal.close();
         if let Some(notice) = notice {
             state.queued_bytes += notice.len();
+            entry.bytes += notice.len();
             entry.queue.push_back(notice);
             state.queued += 1;
             if !entry.in_ready {
@@ -963,9 +1006,10 @@ mod tests {
     }
 
     /// `DropOldest` drops this subscription's oldest notifications only
-    /// when that makes room: with the connection's bytes held by other
-    /// subscriptions, the new one is dropped and the queued ones kept (the
-    /// queue was emptied, then the new one dropped too; found by a review).
+    /// when its own buffer is full: with the connection's bytes held by
+    /// another subscription, that one's oldest make room, and the queued
+    /// ones here are kept (the queue was once emptied, then the new one
+    /// dropped too; found by a review).
     #[test]
     fn drop_oldest_keeps_a_queue_it_cannot_make_room_with() {
         let config = SubscriptionConfig {
@@ -982,7 +1026,9 @@ mod tests {
         b.send(&2).unwrap();
         assert_eq!(b.queued(), 2);
         b.send(&"y".repeat(900)).unwrap();
-        assert_eq!(b.queued(), 2, "b lost its queued notifications");
+        assert_eq!(b.queued(), 3, "b lost its queued notifications");
+        assert!(a.queued() < 5, "a gave up its oldest");
+        assert!(subs.queued_bytes() <= 2000, "{}", subs.queued_bytes());
     }
 
     fn drain(subs: &Subscriptions) -> Vec<serde_json::Value> {
@@ -1093,18 +1139,47 @@ mod tests {
         for i in 0..5 {
             b.send(&i).unwrap();
         }
-        // b holds 2 of the 12: each send replaced its oldest.
-        assert_eq!((a.queued(), b.queued(), subs.queued()), (10, 2, 12));
-        // c has none to give up: its notification is the one dropped.
+        // Past the 12, a (holding the most) gave up its oldest for b's.
+        assert_eq!((a.queued(), b.queued(), subs.queued()), (7, 5, 12));
+        // And for c's: a quiet subscription still gets its latest through
+        // (it had nothing of its own to give up, and its notification was
+        // the one dropped).
         c.send(&0).unwrap();
-        assert_eq!((c.queued(), subs.queued()), (0, 12));
+        assert_eq!((c.queued(), a.queued(), subs.queued()), (1, 6, 12));
         assert_eq!(metrics.limit_count(LimitKind::Queue), 4);
+        let all = drain(&subs);
+        let results_of = |sink: &Sink| -> Vec<serde_json::Value> {
+            all.iter()
+                .filter(|n| n["params"]["subscription"] == sink.id().to_string())
+                .map(|n| n["params"]["result"].clone())
+                .collect()
+        };
+        assert_eq!(results_of(&a), [4, 5, 6, 7, 8, 9]);
+        assert_eq!(results_of(&b), [0, 1, 2, 3, 4]);
+        assert_eq!(results_of(&c), [0]);
+        // A subscription past its own buffer gives up its own oldest, even
+        // holding less than another.
+        let config = SubscriptionConfig {
+            buffer: 2,
+            max_queued: 100,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config, None);
+        let (_, a) = subs.subscribe().unwrap();
+        let (_, b) = subs.subscribe().unwrap();
+        for i in 0..2 {
+            a.send(&i).unwrap();
+        }
+        for i in 0..3 {
+            b.send(&i).unwrap();
+        }
+        assert_eq!((a.queued(), b.queued()), (2, 2));
         let b_results: Vec<_> = drain(&subs)
             .into_iter()
             .filter(|n| n["params"]["subscription"] == b.id().to_string())
             .map(|n| n["params"]["result"].clone())
             .collect();
-        assert_eq!(b_results, [3, 4]);
+        assert_eq!(b_results, [1, 2]);
         // With the close policy, the subscription that finds the connection
         // full is closed.
         let config = SubscriptionConfig {
@@ -1142,15 +1217,15 @@ mod tests {
         // Three of ~300 bytes fit: the rest replaced a's oldest.
         assert_eq!(subs.queued(), 3);
         assert_eq!(metrics.limit_count(LimitKind::Queue), 7);
-        // b has none to give up: its notification is the one dropped.
+        // b has none to give up: a's oldest makes room for it.
         b.send(&text(0)).unwrap();
-        assert_eq!((b.queued(), subs.queued()), (0, 3));
+        assert_eq!((a.queued(), b.queued(), subs.queued()), (2, 1, 3));
         assert_eq!(metrics.limit_count(LimitKind::Queue), 8);
         let results: Vec<_> = drain(&subs)
             .into_iter()
             .map(|n| n["params"]["result"].as_str().unwrap()[..1].to_string())
             .collect();
-        assert_eq!(results, ["7", "8", "9"]);
+        assert_eq!(results, ["8", "0", "9"]);
         assert_eq!(subs.queued_bytes(), 0);
         // One notification larger than the bound is taken when nothing
         // waits, and is the oldest the next one replaces.
