@@ -7,7 +7,7 @@
 //! curl -s http://127.0.0.1:8545/metrics
 //! ```
 //!
-//! Ctrl-C shuts it down gracefully.
+//! Ctrl-C (or SIGTERM) shuts it down gracefully.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -101,10 +101,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
         eprintln!("shutting down");
         stop.trigger();
     });
     serve(listener, make, limits, Some(metrics), shutdown).await;
     Ok(())
+}
+
+/// Resolves at Ctrl-C or, on Unix, at SIGTERM (what `docker stop`,
+/// systemd and Kubernetes send). A handler that cannot be installed waits
+/// for ever: taking its error for a signal stopped the server as it
+/// started.
+async fn stop_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
 }

@@ -7,9 +7,13 @@
 //! * `initialize` answers the server's capabilities; `initialized` is
 //!   acknowledged with a `window/logMessage`.
 //! * `textDocument/didOpen`, `didChange` (full text) and `didClose` keep
-//!   the documents' text in memory.
+//!   the documents' text in memory (before `initialize` they are dropped,
+//!   as LSP says, and a `didChange` of a document not open is ignored).
 //! * `example/wordCount` (`{"uri": …, "configurationTimeoutMs": …}`) first
-//!   asks the client `workspace/configuration` for the section `example` (a
+//!   asks the client `workspace/configuration` for the section `example`
+//!   (only a client that said in `initialize` it answers it:
+//!   `capabilities.workspace.configuration`; others get their count with
+//!   the default settings, and `configurationFallback` says why) (a
 //!   server-to-client request, through [`rpcwire::peer::Peer`]), waiting at most
 //!   `configurationTimeoutMs` (default 10 s, at most 10 min), then counts
 //!   the document's words of at least `minWordLength` characters (from that
@@ -88,6 +92,8 @@ pub struct Server {
     /// Open documents: URI to text.
     documents: Mutex<HashMap<String, String>>,
     initialized: AtomicBool,
+    /// The client said it answers `workspace/configuration`.
+    client_configuration: AtomicBool,
     shutdown_requested: AtomicBool,
     /// Triggered by `exit`: the stdio driver stops.
     stop: Shutdown,
@@ -200,6 +206,14 @@ fn initialize(call: Call<'_, Arc<Server>>) -> Result<Value, RpcError> {
             "the server is shutting down",
         ));
     }
+    // Only what is read of the params: the rest of a client's capabilities
+    // (and their shapes) is no reason to refuse it.
+    let params: Value = call.decode().unwrap_or(Value::Null);
+    let configuration =
+        params.pointer("/capabilities/workspace/configuration") == Some(&json!(true));
+    call.state
+        .client_configuration
+        .store(configuration, Ordering::Release);
     call.state.initialized.store(true, Ordering::Release);
     Ok(json!({
         "capabilities": {
@@ -217,6 +231,9 @@ fn initialized(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
 }
 
 fn did_open(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    if !call.state.initialized.load(Ordering::Acquire) {
+        return Ok(()); // LSP: notifications before `initialize` are dropped
+    }
     let p: DidOpen = call.decode()?;
     let doc = p.text_document;
     log(
@@ -228,9 +245,16 @@ fn did_open(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
 }
 
 fn did_change(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    if !call.state.initialized.load(Ordering::Acquire) {
+        return Ok(());
+    }
     let p: DidChange = call.decode()?;
     if let Some(last) = p.content_changes.into_iter().last() {
-        lock(&call.state.documents).insert(p.text_document.uri, last.text);
+        // A document not open is not made one: it would be kept until a
+        // `didClose` that never comes.
+        if let Some(text) = lock(&call.state.documents).get_mut(&p.text_document.uri) {
+            *text = last.text;
+        }
     }
     Ok(())
 }
@@ -287,6 +311,20 @@ async fn word_count(call: AsyncCall<Arc<Server>>) -> Result<Value, RpcError> {
             ),
         );
     }
+    // An unknown document is refused before the client is asked anything.
+    if !lock(&call.state.documents).contains_key(&uri) {
+        return Err(unknown_document(&uri));
+    }
+    if !call.state.client_configuration.load(Ordering::Acquire) {
+        let why = "the client does not answer workspace/configuration (its initialize did not say capabilities.workspace.configuration): default settings used".to_string();
+        return count_words(
+            &call.ctx,
+            &call.state,
+            uri,
+            ExampleConfig::default(),
+            Some(why),
+        );
+    }
     let peer = call
         .ctx
         .peer()
@@ -331,18 +369,33 @@ async fn word_count(call: AsyncCall<Arc<Server>>) -> Result<Value, RpcError> {
             return Err(RpcError::internal(format!("workspace/configuration: {e}")));
         }
     };
+    count_words(&call.ctx, &call.state, uri, config, fallback)
+}
+
+fn unknown_document(uri: &str) -> RpcError {
+    RpcError::invalid_params("unknown document").with_data(&json!({"uri": uri}))
+}
+
+/// Counts the words of document `uri` under `config`, logs the count, and
+/// answers it (with `fallback`, why the defaults were used, if they were).
+fn count_words(
+    ctx: &Context,
+    state: &Server,
+    uri: String,
+    config: ExampleConfig,
+    fallback: Option<String>,
+) -> Result<Value, RpcError> {
     let min = config.min_word_length.unwrap_or(1).max(1);
     let words = {
-        let docs = lock(&call.state.documents);
-        let text = docs.get(&uri).ok_or_else(|| {
-            RpcError::invalid_params("unknown document").with_data(&json!({"uri": uri}))
-        })?;
+        let docs = lock(&state.documents);
+        // Closed while the client was asked.
+        let text = docs.get(&uri).ok_or_else(|| unknown_document(&uri))?;
         text.split(|c: char| !c.is_alphanumeric())
             .filter(|w| w.chars().count() >= min)
             .count()
     };
     log(
-        &call.ctx,
+        ctx,
         format!("{uri}: {words} words of {min} or more characters"),
     );
     let mut result = json!({"uri": uri, "words": words, "minWordLength": min});
@@ -395,6 +448,7 @@ pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, 
     let server = Arc::new(Server {
         documents: Mutex::default(),
         initialized: AtomicBool::new(false),
+        client_configuration: AtomicBool::new(false),
         shutdown_requested: AtomicBool::new(false),
         stop,
         exit_code: AtomicI32::new(-1),

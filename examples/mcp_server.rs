@@ -128,10 +128,23 @@ fn lint(dir: &Path, root: &Path, acc: &mut Lint) {
             }
             lint(&path, root, acc);
         } else if kind.is_file() && entry.metadata().is_ok_and(|m| m.len() <= MAX_FILE_LEN) {
-            let Ok(bytes) = std::fs::read(&path) else {
+            // Read through `take`: a length of 0 in its metadata (files
+            // of /proc, such as /proc/self/pagemap's hundreds of GiB) or
+            // a file growing since is no bound.
+            let mut bytes = Vec::new();
+            let read = std::fs::File::open(&path).and_then(|f| {
+                std::io::Read::read_to_end(
+                    &mut std::io::Read::take(f, MAX_FILE_LEN + 1),
+                    &mut bytes,
+                )
+            });
+            if read.is_err() {
                 continue;
-            };
+            }
             acc.read += bytes.len() as u64;
+            if bytes.len() as u64 > MAX_FILE_LEN {
+                continue;
+            }
             if bytes.contains(&0) {
                 continue; // binary
             }
@@ -368,8 +381,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         match args.as_slice() {
             [flag, addr] if flag == "--http" => {
                 let addr: std::net::SocketAddr = addr.parse()?;
+                // Served until Ctrl-C or SIGTERM, then drained: calls in
+                // flight have `shutdown_grace` (10 s) to answer.
+                let listener = tokio::net::TcpListener::bind(addr).await?;
+                let addr = listener.local_addr()?;
                 eprintln!("mcp_server: Streamable HTTP on http://{addr}/mcp");
-                server.serve_http(addr).await?;
+                let endpoint = rpcwire::mcp::http::Endpoint::new(
+                    server,
+                    rpcwire::mcp::http::HttpConfig::default(),
+                );
+                rpcwire::mcp::http::serve(endpoint, listener, stop_signal()).await?;
+                eprintln!("mcp_server: stopped");
             }
             [] => {
                 eprintln!("mcp_server: stdio");
@@ -383,4 +405,30 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         Ok(())
     })
+}
+
+/// Resolves at Ctrl-C or, on Unix, at SIGTERM (what `docker stop`,
+/// systemd and Kubernetes send). A handler that cannot be installed waits
+/// for ever.
+async fn stop_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
 }

@@ -770,6 +770,19 @@ async fn http1(addr: &str, head: &str, body: &str) -> (String, String) {
 #[cfg(unix)]
 #[tokio::test]
 async fn the_http_server_example_answers_serves_metrics_and_stops_on_ctrl_c() {
+    http_server_example_stops_on("-INT").await;
+}
+
+// And on SIGTERM, what `docker stop`, systemd and Kubernetes send (it was
+// killed at once, its calls cut).
+#[cfg(unix)]
+#[tokio::test]
+async fn the_http_server_example_stops_gracefully_on_sigterm() {
+    http_server_example_stops_on("-TERM").await;
+}
+
+#[cfg(unix)]
+async fn http_server_example_stops_on(signal: &str) {
     use tokio::io::AsyncBufReadExt;
     const HANG: std::time::Duration = std::time::Duration::from_secs(60);
     let bin = example("http_server");
@@ -818,23 +831,81 @@ async fn the_http_server_example_answers_serves_metrics_and_stops_on_ctrl_c() {
         "{metrics}"
     );
 
-    // Ctrl-C: a graceful stop, status 0.
+    // A graceful stop, status 0.
     let pid = child.id().unwrap().to_string();
     let kill = std::process::Command::new("kill")
-        .args(["-INT", &pid])
+        .args([signal, &pid])
         .status()
         .unwrap();
     assert!(kill.success());
     let status = tokio::time::timeout(HANG, child.wait())
         .await
-        .expect("hang: Ctrl-C did not stop it")
+        .expect("hang: the signal did not stop it")
+        .unwrap();
+    assert!(status.success(), "{signal}: {status}");
+    let mut rest = Vec::new();
+    while let Ok(Some(l)) = stderr.next_line().await {
+        rest.push(l);
+    }
+    assert!(rest.iter().any(|l| l == "shutting down"), "{rest:?}");
+}
+
+// The MCP example over Streamable HTTP (`--http`) stops gracefully on
+// SIGTERM or Ctrl-C (it ran on a future that never ended, so it was
+// killed at once, its calls and event streams cut). Found by a review of
+// the examples.
+#[cfg(unix)]
+#[tokio::test]
+async fn the_mcp_example_over_http_stops_gracefully_on_sigterm() {
+    use tokio::io::AsyncBufReadExt;
+    const HANG: std::time::Duration = std::time::Duration::from_secs(60);
+    let bin = example("mcp_server");
+    assert!(
+        bin.exists(),
+        "{} is built by `cargo test --all-features`",
+        bin.display()
+    );
+    let mut child = tokio::process::Command::new(&bin)
+        .args(["--http", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = tokio::time::timeout(HANG, stderr.next_line())
+        .await
+        .expect("hang")
+        .unwrap()
+        .unwrap();
+    let addr = line
+        .strip_prefix("mcp_server: Streamable HTTP on http://")
+        .and_then(|r| r.strip_suffix("/mcp"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("where it listens: {line}"));
+    let (status, body) = http1(
+        &addr,
+        "POST /mcp HTTP/1.1\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    )
+    .await;
+    assert!(status.contains(" 200 "), "{status}: {body}");
+    assert!(body.contains("rpcwire-mcp-example"), "{body}");
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(HANG, child.wait())
+        .await
+        .expect("hang: SIGTERM did not stop it")
         .unwrap();
     assert!(status.success(), "{status}");
     let mut rest = Vec::new();
     while let Ok(Some(l)) = stderr.next_line().await {
         rest.push(l);
     }
-    assert!(rest.iter().any(|l| l == "shutting down"), "{rest:?}");
+    assert!(rest.iter().any(|l| l == "mcp_server: stopped"), "{rest:?}");
 }
 
 // "the response size ... bounds memory as well as bytes sent: ...

@@ -232,6 +232,59 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Client<R, W> {
     }
 }
 
+/// `initialize`'s params of a client that answers
+/// `workspace/configuration` (the server asks only such a client).
+fn configurable() -> Value {
+    json!({"capabilities": {"workspace": {"configuration": true}}})
+}
+
+/// A client that did not say it answers `workspace/configuration` is not
+/// asked (it answered -32601, and the count failed with -32603); it gets
+/// its count with the defaults, and why. Documents sent before
+/// `initialize` are dropped, and a `didChange` of a document not open
+/// opens none (each was kept until a `didClose` that never came). Found by
+/// a review of the examples.
+#[tokio::test]
+async fn in_process_a_client_without_configuration_is_not_asked() {
+    in_process_conversation(async |c| {
+        let open = |text: &str| {
+            json!({"textDocument": {"uri": URI, "languageId": "plaintext", "version": 1, "text": text}})
+        };
+        c.notify("textDocument/didOpen", open("too early")).await;
+        let init = c.call(json!(1), "initialize", json!({"capabilities": {}})).await;
+        assert!(init.get("result").is_some(), "{init}");
+        let closed = c
+            .call(json!(2), "example/wordCount", json!({"uri": URI}))
+            .await;
+        assert_eq!(code(&closed), -32602, "dropped before initialize: {closed}");
+        c.notify(
+            "textDocument/didChange",
+            json!({"textDocument": {"uri": URI, "version": 2}, "contentChanges": [{"text": "not open"}]}),
+        )
+        .await;
+        let still = c
+            .call(json!(3), "example/wordCount", json!({"uri": URI}))
+            .await;
+        assert_eq!(code(&still), -32602, "a change opens nothing: {still}");
+        c.notify("textDocument/didOpen", open(TEXT)).await;
+        c.config = json!({"minWordLength": 4});
+        let count = c
+            .call(json!(4), "example/wordCount", json!({"uri": URI}))
+            .await;
+        assert_eq!(count["result"]["words"], words(TEXT, 1), "{count}");
+        assert!(
+            count["result"]["configurationFallback"]
+                .as_str()
+                .is_some_and(|w| w.contains("does not answer workspace/configuration")),
+            "{count}"
+        );
+        assert!(c.config_requests.is_empty() && c.server_ids.is_empty(), "the client was asked");
+        c.call(json!(5), "shutdown", Value::Null).await;
+        c.notify("exit", Value::Null).await;
+    })
+    .await;
+}
+
 /// The error code of a response (panics on a result).
 fn code(response: &Value) -> i64 {
     response["error"]["code"]
@@ -394,7 +447,7 @@ async fn session<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(c: &mut Client<R, 
 async fn abandoned_configuration<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
     c: &mut Client<R, W>,
 ) {
-    let init = c.call(json!(1), "initialize", json!({})).await;
+    let init = c.call(json!(1), "initialize", configurable()).await;
     assert!(init.get("result").is_some(), "{init}");
     c.notify(
         "textDocument/didOpen",
@@ -581,7 +634,7 @@ async fn in_process_exit_without_shutdown_is_status_1() {
 #[tokio::test]
 async fn in_process_a_request_pipelined_ahead_of_shutdown_is_served() {
     in_process_conversation(async |c| {
-        c.call(json!(1), "initialize", json!({})).await;
+        c.call(json!(1), "initialize", configurable()).await;
         c.send_together(&[
             json!({"jsonrpc": "2.0", "id": 2, "method": "example/slow", "params": {"ms": 1}}),
             json!({"jsonrpc": "2.0", "id": 3, "method": "shutdown"}),
@@ -604,7 +657,7 @@ async fn in_process_a_request_pipelined_ahead_of_shutdown_is_served() {
 #[tokio::test(start_paused = true)]
 async fn in_process_exit_with_a_call_running_ends_at_once() {
     let (server, mut c) = served_in_process();
-    c.call(json!(1), "initialize", json!({})).await;
+    c.call(json!(1), "initialize", configurable()).await;
     c.request(json!(2), "example/slow", json!({"ms": 600_000}))
         .await;
     c.logged("example/slow: waiting 600000 ms").await;
@@ -684,7 +737,7 @@ async fn child_process_exit_without_shutdown_is_status_1() {
 #[tokio::test]
 async fn child_process_end_of_input_after_shutdown_is_status_0() {
     let (mut child, mut c) = child_client();
-    let init = c.call(json!(1), "initialize", json!({})).await;
+    let init = c.call(json!(1), "initialize", configurable()).await;
     assert!(init.get("result").is_some(), "{init}");
     let down = c.call(json!(2), "shutdown", Value::Null).await;
     assert_eq!(down["result"], Value::Null);
@@ -711,7 +764,7 @@ async fn child_process_abandoned_configuration_is_cancelled() {
 #[tokio::test]
 async fn child_process_end_of_input_does_not_wait_for_long_calls() {
     let (mut child, mut c) = child_client();
-    let init = c.call(json!(1), "initialize", json!({})).await;
+    let init = c.call(json!(1), "initialize", configurable()).await;
     assert!(init.get("result").is_some(), "{init}");
     c.request(json!(2), "example/slow", json!({"ms": u64::MAX}))
         .await;
@@ -744,7 +797,7 @@ async fn unknown_methods_follow_the_lifecycle() {
     in_process_conversation(async |c| {
         let early = c.call(json!(1), "textDocument/hover", json!({})).await;
         assert_eq!(code(&early), -32002, "{early}");
-        c.call(json!(2), "initialize", json!({})).await;
+        c.call(json!(2), "initialize", configurable()).await;
         let unknown = c.call(json!(3), "textDocument/hover", json!({})).await;
         assert_eq!(code(&unknown), -32601, "{unknown}");
         assert_eq!(unknown["error"]["data"]["method"], "textDocument/hover");
@@ -768,7 +821,7 @@ async fn child_process_end_of_input_cancels_the_held_configuration() {
     let stdin: Box<dyn AsyncWrite + Unpin + Send> = Box::new(child.stdin.take().unwrap());
     let stdout = child.stdout.take().unwrap();
     let mut c = Client::new(stdout, stdin);
-    let init = c.call(json!(1), "initialize", json!({})).await;
+    let init = c.call(json!(1), "initialize", configurable()).await;
     assert!(init.get("result").is_some(), "{init}");
     c.notify(
         "textDocument/didOpen",
