@@ -1250,9 +1250,10 @@ mod tests {
             &mut conn,
             &mut out,
         );
-        // Its -32601 reply (which echoes the name) is over the limit:
+        // Its -32601 reply (which echoes up to 256 bytes of the name, each
+        // control character as a six-byte escape) is over the limit:
         // answered too large, and still unknown.
-        let long_name = "n".repeat(990);
+        let long_name = "\\u0001".repeat(300);
         let refused = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{long_name}"}}"#);
         out.clear();
         d.handle(refused.as_bytes(), &mut conn, &mut out);
