@@ -1,5 +1,6 @@
-//! JSON-RPC 2.0 error codes: the five the specification defines, and the
-//! server-defined ones (-32000 to -32099) rpcwire answers with.
+//! JSON-RPC 2.0 error codes: the five the specification defines, the
+//! server-defined ones (-32000 to -32099) rpcwire answers with, and LSP's
+//! request-cancelled (-32800, outside both: LSP reserves it).
 
 /// "Parse error": the bytes are not one valid JSON value (also: nesting
 /// deeper than the parser's depth limit).

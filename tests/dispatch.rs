@@ -164,6 +164,38 @@ fn a_long_unknown_method_is_echoed_cut_and_the_batch_goes_on() {
     assert_eq!(r["error"]["data"], json!({ "method": name }));
 }
 
+/// Params a handler put in `Call::params` from text of its own are not
+/// in the message: a decoding error names no offset in it (the offset was
+/// the difference of two unrelated addresses, and a subtraction that
+/// overflowed in debug builds made the -32602 a -32603).
+#[test]
+fn params_from_elsewhere_get_no_offset_in_the_message() {
+    let d = Dispatcher::builder(State::default())
+        .method("rewritten", |mut c: Call<'_, State>| {
+            let text = c
+                .arena
+                .alloc_slice_copy(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":["no"]}"#);
+            let parsed =
+                rpcwire::parse(text, c.arena).map_err(|e| RpcError::internal(e.to_string()))?;
+            let rpcwire::message::Message::Single(rpcwire::request::Entry::Request(r)) = parsed
+            else {
+                return Err(RpcError::internal("not one request"));
+            };
+            c.params = r.params();
+            let (n,): (u64,) = c.decode()?;
+            Ok(n)
+        })
+        .build()
+        .unwrap();
+    let r = run(
+        &d,
+        br#"{"jsonrpc":"2.0","id":1,"method":"rewritten","params":[]}"#,
+    )
+    .unwrap();
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["data"].get("offset").is_none(), "{r}");
+}
+
 #[test]
 fn errors_carry_data_that_helps() {
     let r = reply(r#"{"jsonrpc":"2.0","method":"nope","id":1}"#).unwrap();

@@ -157,9 +157,13 @@ impl<'a, S> Call<'a, S> {
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
         let json = self.params.map_or(&b"[]"[..], |p| p.as_bytes());
         crate::de::from_slice_in(json, self.arena).map_err(|e| {
-            let offset = self.params.map(|p| {
-                let base = p.as_bytes().as_ptr() as usize - self.message.as_ptr() as usize;
-                base + crate::de::offset_of(json, e.line(), e.column())
+            // No offset for params a handler put there from elsewhere
+            // (`params` is a public field): they are not in the message.
+            let offset = self.params.and_then(|p| {
+                let base = (p.as_bytes().as_ptr() as usize)
+                    .checked_sub(self.message.as_ptr() as usize)
+                    .filter(|&base| base < self.message.len())?;
+                Some(base + crate::de::offset_of(json, e.line(), e.column()))
             });
             params_error(&e, offset)
         })
