@@ -375,6 +375,13 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     /// client gone) drops the calls still running for the reply, their
     /// [`Cancellation`] fired, and the reply: the connection's next
     /// message gets its own reply only.
+    ///
+    /// It reads nothing else meanwhile: a handler that asks the other
+    /// side something ([`Peer::request`](crate::peer::Peer::request)) and
+    /// waits for its answer waits out its timeout, the answer unread behind
+    /// this call. Two-way transports read on while calls run, with
+    /// [`Connection::start`] and [`Connection::poll_replies`] (see
+    /// [`connection`](Dispatcher::connection)).
     pub async fn handle_async<B: ReplyBuf>(
         &self,
         input: &Bytes,
@@ -433,6 +440,35 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     /// [`Connection::with_context`] learns it only when the dispatcher
     /// handles the connection's first message. rpcwire's transports make
     /// their connections here, and so can a transport of your own.
+    ///
+    /// # A transport of your own
+    ///
+    /// What rpcwire's transports do (`server::stream` is the reference),
+    /// and one of your own needs to:
+    ///
+    /// * Drive each connection with **one** dispatcher: a call queued by
+    ///   one is run by the handler the other has under its name, or by
+    ///   none (its reply is then never decided).
+    /// * Read on while calls run, when handlers may ask the other side
+    ///   something: [`Connection::start`] each message as it arrives,
+    ///   [`Connection::poll_replies`] for the replies as they complete.
+    ///   [`Dispatcher::handle_async`] reads nothing until its message is
+    ///   answered, so an answer its handler waits for stays unread. Bound
+    ///   what you read by [`Connection::in_flight`] and
+    ///   [`Connection::messages_in_flight`], keeping in mind that answers
+    ///   to this side's requests must still get through.
+    /// * Write what handlers send ([`Context::notify`](crate::Context::notify),
+    ///   the peer's requests, through your [`Outbound`](crate::peer::Outbound))
+    ///   before the replies polled after it: a call's progress then comes
+    ///   before its reply.
+    /// * Expire this side's requests: after each poll and each message
+    ///   sent, arm a timer at [`Peer::next_deadline`](crate::peer::Peer::next_deadline)
+    ///   and call [`Peer::expire`](crate::peer::Peer::expire) when it fires.
+    /// * At the input's end, wait for the calls with
+    ///   [`Connection::poll_until_drained`] (a message may end with no
+    ///   reply, and nothing wakes a task waiting in `poll_replies` then),
+    ///   and [`Peer::close`](crate::peer::Peer::close) the peer, so that
+    ///   requests still waiting for the other side fail at once.
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
@@ -616,9 +652,37 @@ impl Connection {
 
     /// [`poll_replies`](Connection::poll_replies), also ready (with 0) when
     /// no message waits for its reply any more: the last one may end
-    /// without one (a cancelled call writes none), and nothing would wake
-    /// a task waiting for it then.
-    pub(crate) fn poll_until_drained<S: Send + Sync + 'static, K, B: ReplyBuf>(
+    /// without one (a cancelled call, an async notification), and nothing
+    /// would wake a task waiting in `poll_replies` then. A transport
+    /// draining a connection at its input's end loops on it while
+    /// [`messages_in_flight`](Connection::messages_in_flight) is not 0.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use rpcwire::dispatch::AsyncCall;
+    /// use rpcwire::{Connection, Dispatcher, RpcError};
+    ///
+    /// let d = Dispatcher::builder(())
+    ///     .async_method("wait", |_: AsyncCall<()>| async {
+    ///         std::future::pending::<()>().await;
+    ///         Ok::<_, RpcError>(())
+    ///     })
+    ///     .build()?;
+    /// let mut conn = Connection::new();
+    /// let mut out = Vec::new();
+    /// let call = rpcwire::bytes::Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"method":"wait"}"#);
+    /// conn.start(&d, &call, &mut out);
+    /// // Cancelled, the call writes no reply.
+    /// assert!(conn.cancel(b"7"));
+    /// while conn.messages_in_flight() > 0 {
+    ///     std::future::poll_fn(|cx| conn.poll_until_drained(&d, cx, &mut out)).await;
+    /// }
+    /// assert!(out.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn poll_until_drained<S: Send + Sync + 'static, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
         cx: &mut TaskContext<'_>,
