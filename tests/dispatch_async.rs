@@ -1926,3 +1926,53 @@ async fn a_timer_left_from_an_ended_call_still_wakes_for_the_next_call() {
     assert_eq!(v["id"], 2, "{v}");
     assert_eq!(v["error"]["message"], "Request timed out", "{v}");
 }
+
+/// A call queued past the cap by one dispatcher and started when a slot
+/// frees by another that has no handler of its name (a connection driven
+/// by two) is answered -32603; it was left undecided, so its message
+/// never ended and every later `handle_async` on the connection waited
+/// for good. Found by a read-only review from a custom transport's side.
+#[tokio::test]
+async fn a_call_started_by_another_dispatcher_is_answered_not_lost() {
+    let first = Dispatcher::builder(())
+        .max_in_flight(1)
+        .async_method("work", |_: AsyncCall<()>| async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, RpcError>("done")
+        })
+        .build()
+        .unwrap();
+    let second = Dispatcher::builder(())
+        .method("other", |c: Call<'_, ()>| c.reply.str("x"))
+        .build()
+        .unwrap();
+    let mut conn = Connection::new();
+    let mut out = Vec::new();
+    for id in [1, 2] {
+        let msg = Bytes::from(format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"work"}}"#));
+        conn.start(&first, &msg, &mut out);
+    }
+    assert!(out.is_empty());
+    let drained = async {
+        while conn.messages_in_flight() > 0 {
+            std::future::poll_fn(|cx| conn.poll_until_drained(&second, cx, &mut out)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), drained)
+        .await
+        .expect("the queued call's message ends");
+    let text = String::from_utf8(out).unwrap();
+    let replies: Vec<Value> = text
+        .split_inclusive('}')
+        .collect::<String>()
+        .replace("}{", "}\n{")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The other dispatcher's cap (256) let the queued call start at once,
+    // before the first finished.
+    assert_eq!(replies.len(), 2, "{text}");
+    let of = |id: u64| replies.iter().find(|r| r["id"] == id).expect("a reply");
+    assert_eq!(of(1), &json!({"jsonrpc": "2.0", "id": 1, "result": "done"}));
+    assert_eq!(of(2)["error"]["code"], -32603, "{text}");
+}

@@ -2349,8 +2349,12 @@ impl<S: Send + Sync + 'static> Shared<S> {
             });
             return None;
         }
-        let Some(Handler::Async(handler)) = self.lookup_bytes(&w.method) else {
-            return None;
+        // None when another dispatcher queued the call (a connection driven
+        // by two): it is answered with an error below, not left undecided
+        // (its message would have waited for good).
+        let handler = match self.lookup_bytes(&w.method) {
+            Some(Handler::Async(handler)) => Some(handler),
+            _ => None,
         };
         let index = engine.slot();
         let cancel = engine.fresh_cancellation(index);
@@ -2391,22 +2395,31 @@ impl<S: Send + Sync + 'static> Shared<S> {
                 started = w.queued.unwrap_or(now).into_std();
                 answer_now(self.timeout_error(timeout))
             }
-            _ => {
-                // The handler itself may panic before returning a future:
-                // handler code too, so kept quiet as its polls are.
-                let outer = engine.enter(w.target.map(|(m, _)| m));
-                let made = super::catch_handler_panic(self.quiet, || handler(call));
-                drop(outer);
-                if let Some(gate) = engine.gate.as_deref()
-                    && gate.has_fresh()
-                {
-                    gate.take_fresh(&mut subs);
+            _ => match handler {
+                None => {
+                    drop(call);
+                    answer_now(RpcError::internal(
+                        "no async handler of this name here: the connection is driven by another dispatcher than the one that read the call",
+                    ))
                 }
-                match made {
-                    Ok(call) => call,
-                    Err(panic) => answer_now(panic_error(&*panic)),
+                Some(handler) => {
+                    // The handler itself may panic before returning a
+                    // future: handler code too, so kept quiet as its polls
+                    // are.
+                    let outer = engine.enter(w.target.map(|(m, _)| m));
+                    let made = super::catch_handler_panic(self.quiet, || handler(call));
+                    drop(outer);
+                    if let Some(gate) = engine.gate.as_deref()
+                        && gate.has_fresh()
+                    {
+                        gate.take_fresh(&mut subs);
+                    }
+                    match made {
+                        Ok(call) => call,
+                        Err(panic) => answer_now(panic_error(&*panic)),
+                    }
                 }
-            }
+            },
         };
         engine.slots[index].task = Some(Task {
             call: HandlerFuture {
