@@ -711,7 +711,11 @@ impl Registry {
                         if !full(own, state.queued, state.queued_bytes) {
                             break;
                         }
-                        let victim = if own >= capacity {
+                        // Its own buffer full: its own oldest, down to
+                        // below the buffer only (the connection's bounds
+                        // are for the largest holder to answer).
+                        let own_only = own >= capacity;
+                        let victim = if own_only {
                             Some(id.0)
                         } else {
                             state
@@ -721,22 +725,22 @@ impl Registry {
                                 .max_by_key(|(_, e)| if by_bytes { e.bytes } else { e.queue.len() })
                                 .map(|(&k, _)| k)
                         };
-                        // Nothing to give up (only closed subscriptions'
-                        // last notices queued): the new one goes in past
-                        // the bound, as one larger than it alone does.
-                        let Some(victim_key) = victim else {
-                            break;
-                        };
-                        let Some(victim) = state.subs.get_mut(&victim_key) else {
-                            break;
+                        let Some(victim) = victim.and_then(|k| state.subs.get_mut(&k)) else {
+                            // What fills the bounds is closed subscriptions'
+                            // last notifications, written out as they are:
+                            // the new one is the one dropped, so that the
+                            // bounds hold.
+                            drop(guard);
+                            self.count_n(LimitKind::Queue, dropped + 1);
+                            return Ok(());
                         };
                         loop {
-                            let own_now = if victim_key == id.0 {
-                                victim.queue.len()
+                            let enough = if own_only {
+                                victim.queue.len() < capacity
                             } else {
-                                own
+                                !full(own, state.queued, state.queued_bytes)
                             };
-                            if !full(own_now, state.queued, state.queued_bytes) {
+                            if enough {
                                 break;
                             }
                             let Some(old) = victim.queue.pop_front() else {
@@ -815,6 +819,11 @@ impl Registry {
             drop(guard);
             self.writer.wake();
         } else if entry.queue.is_empty() {
+            // Listed still when another's notification took its last one
+            // (drop-oldest), nothing would take the id off the list.
+            if entry.in_ready {
+                state.ready.retain(|&listed| listed != id.0);
+            }
             state.subs.remove(&id.0);
         }
     }
@@ -1197,6 +1206,68 @@ mod tests {
         assert_eq!(b.send(&0), Err(SinkError::Closed));
         assert!(!a.is_closed());
         assert_eq!(subs.queued(), 4, "a's three and b's final notice");
+    }
+
+    /// Drop-oldest's edges (a review of the change that made it take from
+    /// the largest holder): a subscription past its own buffer gives up
+    /// its own oldest only down to the buffer, the connection's bytes then
+    /// coming from the largest holder; closed subscriptions' queued
+    /// notifications are never taken, and when they alone fill the bounds
+    /// the new notification is the one dropped (the bounds hold); a
+    /// subscription whose last notification another took, then ended, is
+    /// off the ready list.
+    #[test]
+    fn drop_oldest_respects_buffers_closed_queues_and_the_ready_list() {
+        let metrics = Arc::new(Metrics::default());
+        let config = SubscriptionConfig {
+            buffer: 2,
+            max_queued_bytes: 2000,
+            ..Default::default()
+        };
+        let subs = Subscriptions::new(config.clone(), Some(metrics.clone()));
+        let (_, a) = subs.subscribe().unwrap();
+        let (_, b) = subs.subscribe().unwrap();
+        let text = |n: usize| "x".repeat(n);
+        a.send(&text(10)).unwrap();
+        a.send(&text(11)).unwrap();
+        b.send(&text(1500)).unwrap();
+        // (Each notification is its text and about 120 bytes of envelope.)
+        // a is at its buffer: its oldest goes, one only; then the bytes
+        // still pass the bound, and b (the largest) gives its up.
+        a.send(&text(200)).unwrap();
+        assert_eq!((a.queued(), b.queued()), (2, 0));
+        assert!(subs.queued_bytes() <= 2000, "{}", subs.queued_bytes());
+        assert_eq!(metrics.limit_count(LimitKind::Queue), 2);
+        let lengths: Vec<usize> = drain(&subs)
+            .iter()
+            .map(|n| n["params"]["result"].as_str().unwrap().len())
+            .collect();
+        assert_eq!(lengths, [11, 200]);
+
+        // Closed subscriptions' notifications fill the bounds.
+        let subs = Subscriptions::new(config.clone(), Some(metrics.clone()));
+        let (_, c) = subs.subscribe().unwrap();
+        let (_, d) = subs.subscribe().unwrap();
+        c.send(&text(1800)).unwrap();
+        c.close();
+        let before = metrics.limit_count(LimitKind::Queue);
+        d.send(&text(200)).unwrap();
+        assert_eq!(d.queued(), 0, "the new one dropped");
+        assert!(subs.queued_bytes() <= 2000, "{}", subs.queued_bytes());
+        assert_eq!(metrics.limit_count(LimitKind::Queue), before + 1);
+        assert_eq!(drain(&subs).len(), 1, "the closed one's notification");
+
+        // Emptied by another's push, then ended: off the ready list.
+        let subs = Subscriptions::new(config, None);
+        let (_, e) = subs.subscribe().unwrap();
+        let (_, f) = subs.subscribe().unwrap();
+        e.send(&text(900)).unwrap();
+        f.send(&text(900)).unwrap();
+        assert_eq!((e.queued(), f.queued()), (0, 1));
+        drop(e);
+        assert_eq!(lock(&subs.inner.state).ready.len(), 1, "f alone listed");
+        assert_eq!(drain(&subs).len(), 1);
+        assert_eq!(lock(&subs.inner.state).ready.len(), 0);
     }
 
     #[test]
