@@ -347,13 +347,15 @@ impl Parser {
     /// reads as a single message, and `too_deep` the id of each response
     /// nested past the limit (read again allowing [`DEEP_ANSWER`] levels):
     /// its request is over, its answer unreadable. Stops at the first
-    /// element that is not valid JSON. Returns whether the message is
-    /// answers alone (valid or not, readable or not), which are never
-    /// answered.
+    /// element that is not valid JSON, or, unless `whole`, at the first
+    /// that is not an answer (with nothing to deliver, only what the
+    /// message is matters). Returns whether the message is answers alone
+    /// (valid or not, readable or not), which are never answered.
     pub(crate) fn for_each_refused_answer<'a>(
         &self,
         input: &'a [u8],
         arena: &'a Bump,
+        whole: bool,
         mut f: impl FnMut(Incoming<'a>),
         mut too_deep: impl FnMut(Id<'a>),
     ) -> bool {
@@ -403,11 +405,15 @@ impl Parser {
                         Err(e) => return Err(e),
                     };
                     only_answers &= input[p] == b'{' && one(&input[p..end]);
+                    if !only_answers && !whole {
+                        // Not answers alone: nothing more to learn.
+                        return err(ErrorKind::ExpectedValue, p);
+                    }
                     Ok(end)
                 });
                 only_answers && walked.is_ok()
             }
-            Some(b'{') => one(input),
+            Some(b'{') => one(&input[pos..]),
             _ => false,
         }
     }

@@ -523,8 +523,9 @@ fn answers_nested_past_1024_levels_still_end_their_requests() {
             1,
         ),
         (
+            // Whitespace before it, as an HTTP body or a frame may have.
             format!(
-                r#"{{"jsonrpc":"2.0","error":{{"code":1,"message":"m","data":{deep}}},"id":{alone}}}"#
+                " \n{{\"jsonrpc\":\"2.0\",\"error\":{{\"code\":1,\"message\":\"m\",\"data\":{deep}}},\"id\":{alone}}}"
             ),
             0,
         ),

@@ -820,6 +820,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
         self.parser.for_each_refused_answer(
             input,
             &arena,
+            peer.is_some(),
             |item| {
                 if peer.is_some() {
                     deliver_answers(&[item], bytes, conn);
