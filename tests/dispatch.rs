@@ -132,36 +132,36 @@ fn reply(input: &str) -> Option<Value> {
 /// run.
 #[test]
 fn a_long_unknown_method_is_echoed_cut_and_the_batch_goes_on() {
+    // A limit that holds a -32601 with 256 bytes of name, beside another
+    // reply (the whole name of 300 control characters is 1,800 bytes).
     let d = Dispatcher::builder(State::default())
         .max_response_len(1024)
         .method("eth_chainId", |c: Call<'_, State>| c.reply.str("0x1"))
         .build()
         .unwrap();
-    // Control characters (six-byte escapes in the reply), and a character
-    // of two bytes across the cut.
-    let long = format!(
-        "{}{}é{}",
-        "\\b".repeat(50),
-        "x".repeat(205),
-        "y".repeat(2000)
+    let unknown = |d: &Dispatcher<State>, name: &str| {
+        let batch = format!(
+            r#"[{{"jsonrpc":"2.0","id":1,"method":"{name}"}},{{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}}]"#
+        );
+        let replies = run(d, batch.as_bytes()).expect("a reply");
+        assert_eq!(replies[0]["error"]["code"], -32601, "{replies}");
+        assert_eq!(replies[1]["result"], "0x1", "{replies}");
+        replies[0]["error"]["data"].clone()
+    };
+    // Control characters: six bytes each as written, so 42 of them fit.
+    let data = unknown(&d, &"\\b".repeat(300));
+    assert_eq!(
+        data,
+        json!({"method": "\u{8}".repeat(42), "truncated": true})
     );
-    let batch = format!(
-        r#"[{{"jsonrpc":"2.0","id":1,"method":"{long}"}},{{"jsonrpc":"2.0","id":2,"method":"eth_chainId"}}]"#
-    );
-    let replies = run(&d, batch.as_bytes()).expect("a reply");
-    assert_eq!(replies[0]["error"]["code"], -32601, "{replies}");
-    let echoed = replies[0]["error"]["data"]["method"].as_str().unwrap();
-    assert_eq!(echoed, format!("{}{}", "\u{8}".repeat(50), "x".repeat(205)));
-    assert_eq!(replies[0]["error"]["data"]["truncated"], true);
-    assert_eq!(replies[1]["result"], "0x1", "{replies}");
+    // A character of two bytes across the cut is left out whole.
+    let data = unknown(&d, &format!("{}é{}", "x".repeat(255), "y".repeat(2000)));
+    assert_eq!(data, json!({"method": "x".repeat(255), "truncated": true}));
     // Up to the bound, whole.
     let name = "é".repeat(128);
-    let r = run(
-        &d,
-        format!(r#"{{"jsonrpc":"2.0","id":3,"method":"{name}"}}"#).as_bytes(),
-    )
-    .unwrap();
-    assert_eq!(r["error"]["data"], json!({ "method": name }));
+    assert_eq!(unknown(&d, &name), json!({ "method": name }));
+    let quoted = "\\\"".repeat(128);
+    assert_eq!(unknown(&d, &quoted), json!({ "method": "\"".repeat(128) }));
 }
 
 /// Params a handler put in `Call::params` from text of its own are not

@@ -919,28 +919,46 @@ pub(crate) fn write_request_error_tail<B: ReplyBuf + ?Sized>(out: &mut B, e: Err
     out.extend_from_slice(b"}}");
 }
 
-/// The longest method name (in bytes, decoded) an unknown-method error
-/// echoes whole in `data.method`; a longer one is cut at a character
-/// boundary and `data.truncated` is `true`. Echoed whole, a long name (its
-/// control characters written as six-byte escapes) made the -32601 larger
-/// than a small response limit: the client got "Response too large"
-/// instead, and in a batch the entries after it were not run.
+/// The most bytes an unknown-method error writes of the name in
+/// `data.method` (between its quotes, escapes counted); a longer name is
+/// cut at a character boundary and `data.truncated` is `true`. Echoed
+/// whole, a long name (its control characters written as six-byte
+/// escapes) made the -32601 larger than a small response limit: the
+/// client got "Response too large" instead, and in a batch the entries
+/// after it were not run.
 pub(crate) const MAX_ECHOED_METHOD: usize = 256;
+
+/// The bytes `write::string` writes for `b`, a byte of a string.
+fn escaped_len(b: u8) -> usize {
+    match b {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' => 2,
+        0..=0x1f => 6,
+        _ => 1,
+    }
+}
 
 /// The error tail for an unknown method, naming it in `data`.
 pub(crate) fn write_method_not_found_tail<B: ReplyBuf + ?Sized>(out: &mut B, method: &str) {
     out.extend_from_slice(b",\"error\":{\"code\":");
     write::i64(out, METHOD_NOT_FOUND as i64);
     out.extend_from_slice(b",\"message\":\"Method not found\",\"data\":{\"method\":");
-    if method.len() <= MAX_ECHOED_METHOD {
-        write::string(out, method);
-        out.extend_from_slice(b"}}}");
-    } else {
-        let mut cut = MAX_ECHOED_METHOD;
-        while !method.is_char_boundary(cut) {
-            cut -= 1;
+    // Where the written length would pass the bound (none: it fits).
+    let mut written = 0;
+    let cut = method.bytes().position(|b| {
+        written += escaped_len(b);
+        written > MAX_ECHOED_METHOD
+    });
+    match cut {
+        None => {
+            write::string(out, method);
+            out.extend_from_slice(b"}}}");
         }
-        write::string(out, &method[..cut]);
-        out.extend_from_slice(b",\"truncated\":true}}}");
+        Some(mut cut) => {
+            while !method.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            write::string(out, &method[..cut]);
+            out.extend_from_slice(b",\"truncated\":true}}}");
+        }
     }
 }

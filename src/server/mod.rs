@@ -1250,10 +1250,16 @@ mod tests {
             &mut conn,
             &mut out,
         );
-        // Its -32601 reply (which echoes up to 256 bytes of the name, each
-        // control character as a six-byte escape) is over the limit:
-        // answered too large, and still unknown.
-        let long_name = "\\u0001".repeat(300);
+        // Its -32601 reply (which echoes up to 256 bytes of the name as
+        // written) is over a 300-byte limit: answered too large, and still
+        // unknown.
+        let d = crate::Dispatcher::builder(())
+            .method("eth_chainId", |c: crate::Call<'_, ()>| c.reply.str("0x1"))
+            .observer(metrics.clone())
+            .max_response_len(300)
+            .build()
+            .unwrap();
+        let long_name = "n".repeat(300);
         let refused = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{long_name}"}}"#);
         out.clear();
         d.handle(refused.as_bytes(), &mut conn, &mut out);
