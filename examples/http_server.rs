@@ -94,6 +94,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         metrics: service.metrics.clone(),
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
+    // Before it says where it listens: a stop signal from then on is
+    // caught.
+    let stopped = stop_signal();
     eprintln!(
         "JSON-RPC on http://{}/, metrics on /metrics",
         listener.local_addr()?
@@ -101,7 +104,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
     tokio::spawn(async move {
-        stop_signal().await;
+        stopped.await;
         eprintln!("shutting down");
         stop.trigger();
     });
@@ -109,29 +112,37 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// Resolves at Ctrl-C or, on Unix, at SIGTERM (what `docker stop`,
-/// systemd and Kubernetes send). A handler that cannot be installed waits
+/// Installs the handlers of Ctrl-C and, on Unix, SIGTERM (what `docker
+/// stop`, systemd and Kubernetes send) at once, so that a signal from then
+/// on stops the server gracefully rather than killing it, and returns what
+/// resolves at the first. A handler that cannot be installed is waited on
 /// for ever: taking its error for a signal stopped the server as it
 /// started.
-async fn stop_signal() {
-    let ctrl_c = async {
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        async move {
+            tokio::select! {
+                _ = wait(interrupt) => {}
+                _ = wait(terminate) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = terminate => {}
     }
 }

@@ -385,12 +385,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 // flight have `shutdown_grace` (10 s) to answer.
                 let listener = tokio::net::TcpListener::bind(addr).await?;
                 let addr = listener.local_addr()?;
+                // Before it says where it listens: a stop signal from
+                // then on is caught.
+                let stopped = stop_signal();
                 eprintln!("mcp_server: Streamable HTTP on http://{addr}/mcp");
                 let endpoint = rpcwire::mcp::http::Endpoint::new(
                     server,
                     rpcwire::mcp::http::HttpConfig::default(),
                 );
-                rpcwire::mcp::http::serve(endpoint, listener, stop_signal()).await?;
+                rpcwire::mcp::http::serve(endpoint, listener, stopped).await?;
                 eprintln!("mcp_server: stopped");
             }
             [] => {
@@ -407,28 +410,37 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     })
 }
 
-/// Resolves at Ctrl-C or, on Unix, at SIGTERM (what `docker stop`,
-/// systemd and Kubernetes send). A handler that cannot be installed waits
-/// for ever.
-async fn stop_signal() {
-    let ctrl_c = async {
+/// Installs the handlers of Ctrl-C and, on Unix, SIGTERM (what `docker
+/// stop`, systemd and Kubernetes send) at once, so that a signal from then
+/// on stops the server gracefully rather than killing it, and returns what
+/// resolves at the first. A handler that cannot be installed is waited on
+/// for ever: taking its error for a signal stopped the server as it
+/// started.
+fn stop_signal() -> impl std::future::Future<Output = ()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+            match s {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        async move {
+            tokio::select! {
+                _ = wait(interrupt) => {}
+                _ = wait(terminate) => {}
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut term) => {
-                term.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = terminate => {}
     }
 }

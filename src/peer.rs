@@ -557,8 +557,10 @@ impl OwnedResponse {
 
 /// The smallest `result` or `data` an [`OwnedResponse`] shares with the
 /// buffer its message was read into rather than copies (a copy of this
-/// much costs under a microsecond; sharing keeps the buffer, at most twice
-/// the value, alive as long as the answer).
+/// much costs under a microsecond). Shared, it keeps that buffer alive as
+/// long as the answer: the message, and whatever else the transport read
+/// into the same allocation (up to its read size, 64 KiB for the stream
+/// transports).
 pub const SHARED_FROM: usize = 16 * 1024;
 
 /// An error response's `error` member, owned.

@@ -66,7 +66,7 @@ impl Gateway {
     /// that none outlives its idle limit by more than half of it when
     /// traffic stops.
     pub async fn reap_until(self: Arc<Self>, shutdown: rpcwire::server::Shutdown) {
-        let every = (self.up.max_idle() / 2).max(std::time::Duration::from_millis(10));
+        let every = (self.up.max_idle() / 2).max(std::time::Duration::from_millis(1));
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

@@ -447,8 +447,8 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     /// and one of your own needs to:
     ///
     /// * Drive each connection with **one** dispatcher: a call queued by
-    ///   one is run by the handler the other has under its name, or by
-    ///   none (its reply is then never decided).
+    ///   one is run by the handler the other has under its name, or, when
+    ///   it has none, answered -32603.
     /// * Read on while calls run, when handlers may ask the other side
     ///   something: [`Connection::start`] each message as it arrives,
     ///   [`Connection::poll_replies`] for the replies as they complete.
