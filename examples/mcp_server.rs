@@ -411,9 +411,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Installs the handlers of Ctrl-C and, on Unix, SIGTERM (what `docker
-/// stop`, systemd and Kubernetes send) at once, so that a signal from then
-/// on stops the server gracefully rather than killing it, and returns what
-/// resolves at the first. A handler that cannot be installed is waited on
+/// stop`, systemd and Kubernetes send), so that a signal from then on
+/// stops the server gracefully rather than killing it, and returns what
+/// resolves at the first. On Unix both are installed at once; elsewhere
+/// Ctrl-C's when the future is first polled. A handler that cannot be installed is waited on
 /// for ever: taking its error for a signal stopped the server as it
 /// started.
 fn stop_signal() -> impl std::future::Future<Output = ()> {

@@ -654,10 +654,14 @@ async fn gateway_soak(hyper_client: bool) {
                 ws_side.live.lock().unwrap()
             )
         },
-        // The upstream WebSocket connection's tasks; with hyper's client,
-        // a task per pooled connection and the pool's idle reaper.
+        // The upstream WebSocket connection's tasks and the worker's
+        // reaper of idle pooled connections (started with the worker, it
+        // may not be running yet when the tasks are first counted); with
+        // hyper's client, a task per pooled connection and the pool's own
+        // idle reaper.
         || {
             UPSTREAM_WS_TASKS
+                + 1
                 + if hyper_client {
                     http_side.open.load(Ordering::SeqCst) + 1
                 } else {

@@ -164,7 +164,7 @@ pub struct SubscriptionConfig {
     /// finds its subscription full, so large notifications (logs, traces)
     /// cannot make a slow client cost `max_queued` times their size. One
     /// notification larger than the bound alone is still taken when
-    /// nothing else waits.
+    /// nothing else waits (so 0 means one notification at a time).
     pub max_queued_bytes: usize,
 }
 
@@ -703,8 +703,22 @@ impl Registry {
                     // one subscription left another nothing to give up:
                     // every new notification of the quiet one was dropped,
                     // its client never saw its latest.
-                    let by_bytes = max_bytes > 0
+                    let by_bytes = state.queued_bytes > 0
                         && state.queued_bytes.saturating_add(message.len()) > max_bytes;
+                    // What closed subscriptions hold is written out as it
+                    // is: when it alone fills the bounds, nothing the open
+                    // ones give up makes room, and the new notification
+                    // is the one dropped (before anything else is).
+                    let (closed, closed_bytes) = state
+                        .subs
+                        .values()
+                        .filter(|e| !e.open)
+                        .fold((0, 0), |(n, b), e| (n + e.queue.len(), b + e.bytes));
+                    if full(0, closed, closed_bytes) {
+                        drop(guard);
+                        self.count(LimitKind::Queue);
+                        return Ok(());
+                    }
                     let mut dropped = 0;
                     loop {
                         let own = state.subs.get(&id.0).map_or(0, |e| e.queue.len());
@@ -726,10 +740,10 @@ impl Registry {
                                 .map(|(&k, _)| k)
                         };
                         let Some(victim) = victim.and_then(|k| state.subs.get_mut(&k)) else {
-                            // What fills the bounds is closed subscriptions'
-                            // last notifications, written out as they are:
-                            // the new one is the one dropped, so that the
-                            // bounds hold.
+                            // Not reached (the closed ones alone leave room,
+                            // checked above); should it be, the new one is
+                            // dropped so that the bounds hold.
+                            self.publish(state);
                             drop(guard);
                             self.count_n(LimitKind::Queue, dropped + 1);
                             return Ok(());
@@ -1256,6 +1270,18 @@ mod tests {
         assert!(subs.queued_bytes() <= 2000, "{}", subs.queued_bytes());
         assert_eq!(metrics.limit_count(LimitKind::Queue), before + 1);
         assert_eq!(drain(&subs).len(), 1, "the closed one's notification");
+        // And what an open one holds is not given up for nothing: with
+        // the closed ones filling the bounds, only the new one goes.
+        let subs = Subscriptions::new(config.clone(), Some(metrics.clone()));
+        let (_, g) = subs.subscribe().unwrap();
+        let (_, h) = subs.subscribe().unwrap();
+        h.send(&text(10)).unwrap();
+        g.send(&text(1700)).unwrap();
+        g.close();
+        let before = metrics.limit_count(LimitKind::Queue);
+        h.send(&text(300)).unwrap();
+        assert_eq!(h.queued(), 1, "h kept what it had");
+        assert_eq!(metrics.limit_count(LimitKind::Queue), before + 1);
 
         // Emptied by another's push, then ended: off the ready list.
         let subs = Subscriptions::new(config, None);
