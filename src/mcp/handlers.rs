@@ -617,36 +617,26 @@ fn discover(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
 
 // --------------------------------------------------------------- tools/list
 
-/// A `tools/list` cursor: where the next page starts, written
-/// `p<offset>` or `p<offset>:<name>`, `name` the last tool listed. The page
-/// goes on after that tool wherever it is now (a tool removed before it
-/// would otherwise make the next page skip one); when it is gone itself,
-/// where it stood (the tools after it moved up by one), and at the end if
-/// the list shrank past it; without a name, at the offset.
+/// A `tools/list` cursor: where the next page starts, written `s<n>`,
+/// `n` the number ([`Registry::seqs`](super::Registry)) of the last tool
+/// listed. The page goes on with the first tool numbered after it: tools
+/// keep their order and numbers, and one added later comes at the end
+/// with a higher number, so whatever was added or removed between two
+/// pages no tool that stayed is skipped or listed twice (an offset, or a
+/// name looked up again, skipped tools when others went or one was
+/// removed and added back).
 fn parse_cursor(cursor: &str, registry: &super::Registry) -> Option<usize> {
-    let rest = cursor.strip_prefix('p')?;
-    let (offset, after) = match rest.split_once(':') {
-        Some((offset, name)) => (offset, Some(name)),
-        None => (rest, None),
-    };
-    if offset.is_empty() || offset.starts_with('+') {
+    let digits = cursor.strip_prefix('s')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    let n: usize = offset.parse().ok()?;
-    let len = registry.tools.len();
-    match after.map(|name| registry.position(name)) {
-        Some(Some(i)) => Some(i + 1),
-        Some(None) => Some(n.saturating_sub(1).min(len)),
-        None => (n <= len).then_some(n),
-    }
+    registry.after_seq(digits.parse().ok()?)
 }
 
-/// The cursor of the page after `tools[..end]`.
-fn cursor_after(tools: &[Arc<super::ToolEntry>], end: usize) -> String {
-    match end.checked_sub(1).and_then(|last| tools.get(last)) {
-        Some(last) => format!("p{end}:{}", last.tool.name()),
-        None => format!("p{end}"),
-    }
+/// The cursor of the page after `registry.tools[..end]` (`end > 0`).
+fn cursor_after(registry: &super::Registry, end: usize) -> String {
+    let last = end.checked_sub(1).and_then(|last| registry.seqs.get(last));
+    format!("s{}", last.copied().unwrap_or(0))
 }
 
 fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
@@ -689,7 +679,7 @@ fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
         #[serde(flatten, skip_serializing_if = "Option::is_none")]
         cache: Option<Cache>,
     }
-    let next_cursor = (end < registry.tools.len()).then(|| cursor_after(&registry.tools, end));
+    let next_cursor = (end < registry.tools.len()).then(|| cursor_after(&registry, end));
     call.reply.json(&ListToolsResult {
         stamp: stamp(era, inner),
         tools,
@@ -1200,21 +1190,72 @@ mod tests {
             Arc::new(super::super::ToolEntry::new(tool).unwrap())
         };
         let registry = super::super::Registry::from_list(vec![entry("a"), entry("b"), entry("c")]);
-        assert_eq!(parse_cursor("p0", &registry), Some(0));
-        assert_eq!(parse_cursor("p3", &registry), Some(3));
-        assert_eq!(parse_cursor("p4", &registry), None);
-        assert_eq!(parse_cursor("p+1", &registry), None);
-        assert_eq!(parse_cursor("x", &registry), None);
-        assert_eq!(parse_cursor("p", &registry), None);
-        assert_eq!(parse_cursor("p:a", &registry), None);
-        // After the tool named, wherever it is; else at the offset.
-        assert_eq!(parse_cursor("p2:a", &registry), Some(1));
-        assert_eq!(parse_cursor("p9:c", &registry), Some(3));
-        // The tool named is gone: where it stood (what followed it moved
-        // up: starting at the offset skipped one), at the end past it (a
-        // shrunk list refused the cursor).
-        assert_eq!(parse_cursor("p2:gone", &registry), Some(1));
-        assert_eq!(parse_cursor("p9:gone", &registry), Some(3));
-        assert_eq!(cursor_after(&registry.tools, 2), "p2:b");
+        assert_eq!(parse_cursor("s0", &registry), Some(0));
+        assert_eq!(parse_cursor("s1", &registry), Some(1));
+        assert_eq!(parse_cursor("s3", &registry), Some(3));
+        // Numbers never given, and other shapes: refused.
+        for forged in [
+            "s4",
+            "s99999999999999999999",
+            "s+1",
+            "s-1",
+            "s",
+            "x",
+            "p2:b",
+            " s1",
+        ] {
+            assert_eq!(parse_cursor(forged, &registry), None, "{forged}");
+        }
+        assert_eq!(cursor_after(&registry, 2), "s2");
+        // Pages of two while the list changes between them: no tool that
+        // stayed is skipped or listed twice (the name-and-offset cursor
+        // skipped c when a and b both went, and c and d when b was
+        // removed and added back).
+        let names = |r: &super::super::Registry, from: usize| -> Vec<String> {
+            r.tools[from..]
+                .iter()
+                .map(|t| t.tool.name().to_owned())
+                .collect()
+        };
+        let abcd = registry.with(
+            super::super::ToolEntry::new(super::super::Tool::new(
+                "d",
+                serde_json::json!({"type": "object"}),
+                |_, _| async { Ok(super::super::ToolOutput::text("")) },
+            ))
+            .unwrap(),
+        );
+        let cursor = cursor_after(&abcd, 2);
+        let gone = abcd.without("a").without("b");
+        assert_eq!(
+            names(&gone, parse_cursor(&cursor, &gone).unwrap()),
+            ["c", "d"]
+        );
+        let back = abcd.without("b").with(
+            super::super::ToolEntry::new(super::super::Tool::new(
+                "b",
+                serde_json::json!({"type": "object"}),
+                |_, _| async { Ok(super::super::ToolOutput::text("")) },
+            ))
+            .unwrap(),
+        );
+        assert_eq!(names(&back, 0), ["a", "c", "d", "b"]);
+        assert_eq!(
+            names(&back, parse_cursor(&cursor, &back).unwrap()),
+            ["c", "d", "b"]
+        );
+        // A tool replaced keeps its place.
+        let replaced = abcd.with(
+            super::super::ToolEntry::new(super::super::Tool::new(
+                "b",
+                serde_json::json!({"type": "object"}),
+                |_, _| async { Ok(super::super::ToolOutput::text("")) },
+            ))
+            .unwrap(),
+        );
+        assert_eq!(
+            names(&replaced, parse_cursor(&cursor, &replaced).unwrap()),
+            ["c", "d"]
+        );
     }
 }

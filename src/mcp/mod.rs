@@ -232,36 +232,71 @@ impl ToolEntry {
 #[derive(Default)]
 pub(crate) struct Registry {
     pub(crate) tools: Vec<Arc<ToolEntry>>,
+    /// Each tool's number in the order tools were added, increasing along
+    /// `tools` (a replaced tool keeps its place and number): a `tools/list`
+    /// cursor names the last one listed, and the next page starts right
+    /// after it, whatever was added or removed meanwhile.
+    pub(crate) seqs: Vec<u64>,
+    /// The number the next tool added gets.
+    next_seq: u64,
     index: HashMap<String, usize>,
 }
 
 impl Registry {
     fn with(&self, entry: ToolEntry) -> Registry {
-        let mut tools = self.tools.clone();
+        let (mut tools, mut seqs, mut next_seq) =
+            (self.tools.clone(), self.seqs.clone(), self.next_seq);
         let entry = Arc::new(entry);
         match self.index.get(entry.tool.name()) {
             Some(&i) => tools[i] = entry,
-            None => tools.push(entry),
+            None => {
+                tools.push(entry);
+                seqs.push(next_seq);
+                next_seq += 1;
+            }
         }
-        Registry::from_list(tools)
+        Registry::indexed(tools, seqs, next_seq)
     }
 
-    fn from_list(tools: Vec<Arc<ToolEntry>>) -> Registry {
+    /// This registry without the tool `name`.
+    fn without(&self, name: &str) -> Registry {
+        let (tools, seqs) = self
+            .tools
+            .iter()
+            .zip(&self.seqs)
+            .filter(|(t, _)| t.tool.name() != name)
+            .map(|(t, &s)| (Arc::clone(t), s))
+            .unzip();
+        Registry::indexed(tools, seqs, self.next_seq)
+    }
+
+    pub(crate) fn from_list(tools: Vec<Arc<ToolEntry>>) -> Registry {
+        let n = tools.len() as u64;
+        Registry::indexed(tools, (1..=n).collect(), n + 1)
+    }
+
+    fn indexed(tools: Vec<Arc<ToolEntry>>, seqs: Vec<u64>, next_seq: u64) -> Registry {
         let index = tools
             .iter()
             .enumerate()
             .map(|(i, t)| (t.tool.name().to_owned(), i))
             .collect();
-        Registry { tools, index }
+        Registry {
+            tools,
+            seqs,
+            next_seq,
+            index,
+        }
+    }
+
+    /// Where the page after the tool numbered `seq` starts; `None` for a
+    /// number never given (a forged cursor).
+    pub(crate) fn after_seq(&self, seq: u64) -> Option<usize> {
+        (seq < self.next_seq).then(|| self.seqs.partition_point(|&s| s <= seq))
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<ToolEntry>> {
         self.index.get(name).map(|&i| &self.tools[i])
-    }
-
-    /// Where the tool `name` is in the listing.
-    pub(crate) fn position(&self, name: &str) -> Option<usize> {
-        self.index.get(name).copied()
     }
 }
 
@@ -512,13 +547,7 @@ impl McpServer {
             if reg.get(name).is_none() {
                 false
             } else {
-                let list = reg
-                    .tools
-                    .iter()
-                    .filter(|t| t.tool.name() != name)
-                    .cloned()
-                    .collect();
-                *reg = Arc::new(Registry::from_list(list));
+                *reg = Arc::new(reg.without(name));
                 true
             }
         };

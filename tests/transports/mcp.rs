@@ -352,7 +352,7 @@ async fn tools_list_pages() {
         names,
         (0..10).map(|i| format!("t{i:02}")).collect::<Vec<_>>()
     );
-    for bad in ["nope", "p99", "p-1", ""] {
+    for bad in ["nope", "p99", "p-1", "", "s99", "s-1", "s"] {
         let r = send(
             &s,
             &mut conn,

@@ -1057,7 +1057,7 @@ async fn tools_list_with_an_unbounded_page_size_pages_without_overflow() {
     let later = send(
         &server,
         &mut conn,
-        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"p1"}}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"s1"}}"#,
     )
     .await;
     assert_eq!(
@@ -1236,9 +1236,22 @@ async fn tools_list_pages_survive_a_removal_between_pages() {
     let (first, cursor) = list_page(&s, &mut conn, None).await;
     assert_eq!(first, ["a", "b"]);
     assert!(s.remove_tool("a"));
-    let (second, cursor) = list_page(&s, &mut conn, cursor).await;
+    let (second, next) = list_page(&s, &mut conn, cursor.clone()).await;
     assert_eq!(second, ["c", "d"], "a tool skipped");
-    assert_eq!(cursor, None);
+    assert_eq!(next, None);
+    // The tool the cursor names goes too: c was skipped (the page started
+    // where b had stood, one too far).
+    assert!(s.remove_tool("b"));
+    let (second, _) = list_page(&s, &mut conn, cursor.clone()).await;
+    assert_eq!(second, ["c", "d"], "a tool skipped");
+    // It comes back (at the end): c and d were skipped (the page started
+    // after b, now last).
+    s.add_tool(tool("b")).unwrap();
+    let (second, next) = list_page(&s, &mut conn, cursor).await;
+    assert_eq!(second, ["c", "d"], "tools skipped");
+    let (third, next) = list_page(&s, &mut conn, next).await;
+    assert_eq!(third, ["b"]);
+    assert_eq!(next, None);
 }
 
 /// One `tools/list` page (revision 2026-07-28, no handshake): the tools'
