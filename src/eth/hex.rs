@@ -145,7 +145,10 @@ pub(crate) fn quantity_limbs<const L: usize>(s: &[u8]) -> Result<[u64; L], Reaso
 /// digits, leading zeros allowed, as geth and reth read it (clients send
 /// both the QUANTITY form, `0x0`, and the 32-byte DATA form, `0x00…00`;
 /// `0x` alone is slot 0, as geth, alloy and the spec's `bytesMax32` have
-/// it; `0X` and an empty string as geth's `decodeHash` reads them).
+/// it; `0X` and an empty string as geth's `decodeHash` reads them). Digits
+/// without a prefix are refused: geth's `decodeHash` reads `"10"` as hex
+/// (slot 16), reth's `JsonStorageKey` as decimal (slot 10), and the spec
+/// requires the prefix; a guess would read the wrong slot on one of them.
 #[inline]
 pub(crate) fn storage_key_limbs(s: &[u8]) -> Result<[u64; 4], Reason> {
     match s {
