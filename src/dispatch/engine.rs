@@ -455,8 +455,12 @@ impl<S: Send + Sync + 'static, K> Dispatcher<S, K> {
     ///   [`Dispatcher::handle_async`] reads nothing until its message is
     ///   answered, so an answer its handler waits for stays unread. Bound
     ///   what you read by [`Connection::in_flight`] and
-    ///   [`Connection::messages_in_flight`], keeping in mind that answers
-    ///   to this side's requests must still get through.
+    ///   [`Connection::messages_in_flight`]; at the bound, while the peer
+    ///   waits for answers ([`Peer::pending`](crate::peer::Peer::pending)),
+    ///   read on, `start` the messages that are answers (they are
+    ///   delivered at once, whatever the bound; [`Parser::parse_incoming`](crate::Parser::parse_incoming)
+    ///   tells them apart) and hold the others: else calls waiting for
+    ///   answers and answers waiting behind them wait for each other.
     /// * Write what handlers send ([`Context::notify`](crate::Context::notify),
     ///   the peer's requests, through your [`Outbound`](crate::peer::Outbound))
     ///   before the replies polled after it: a call's progress then comes
