@@ -781,28 +781,69 @@ async fn the_http_server_example_stops_gracefully_on_sigterm() {
     http_server_example_stops_on("-TERM").await;
 }
 
+/// Generous: only for not hanging forever, never a measurement.
 #[cfg(unix)]
-async fn http_server_example_stops_on(signal: &str) {
+const EXAMPLE_HANG: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// An example's stderr, line by line.
+#[cfg(unix)]
+type ExampleLog = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStderr>>;
+
+/// The example `name` started with `args`, and the first line it wrote to
+/// stderr (where it listens).
+#[cfg(unix)]
+async fn start_example(name: &str, args: &[&str]) -> (tokio::process::Child, ExampleLog, String) {
     use tokio::io::AsyncBufReadExt;
-    const HANG: std::time::Duration = std::time::Duration::from_secs(60);
-    let bin = example("http_server");
+    let bin = example(name);
     assert!(
         bin.exists(),
-        "{} is built by `cargo test --all-features` (or `cargo build --all-features --example http_server`)",
+        "{} is built by `cargo test --all-features` (or `cargo build --all-features --example {name}`)",
         bin.display()
     );
     let mut child = tokio::process::Command::new(&bin)
-        .arg("127.0.0.1:0")
+        .args(args)
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
         .unwrap();
     let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let line = tokio::time::timeout(HANG, stderr.next_line())
+    let line = tokio::time::timeout(EXAMPLE_HANG, stderr.next_line())
         .await
         .expect("hang")
         .unwrap()
         .unwrap();
+    (child, stderr, line)
+}
+
+/// Sends `signal` (`-TERM`, `-INT`) to `child`, checks that it exits with
+/// status 0, and returns the rest of what it wrote to stderr.
+#[cfg(unix)]
+async fn stop_example(
+    mut child: tokio::process::Child,
+    mut stderr: ExampleLog,
+    signal: &str,
+) -> Vec<String> {
+    let pid = child.id().unwrap().to_string();
+    let kill = std::process::Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = tokio::time::timeout(EXAMPLE_HANG, child.wait())
+        .await
+        .expect("hang: the signal did not stop it")
+        .unwrap();
+    assert!(status.success(), "{signal}: {status}");
+    let mut rest = Vec::new();
+    while let Ok(Some(l)) = stderr.next_line().await {
+        rest.push(l);
+    }
+    rest
+}
+
+#[cfg(unix)]
+async fn http_server_example_stops_on(signal: &str) {
+    let (child, stderr, line) = start_example("http_server", &["127.0.0.1:0"]).await;
     let addr = line
         .strip_prefix("JSON-RPC on http://")
         .and_then(|r| r.split_once('/'))
@@ -832,21 +873,7 @@ async fn http_server_example_stops_on(signal: &str) {
     );
 
     // A graceful stop, status 0.
-    let pid = child.id().unwrap().to_string();
-    let kill = std::process::Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(HANG, child.wait())
-        .await
-        .expect("hang: the signal did not stop it")
-        .unwrap();
-    assert!(status.success(), "{signal}: {status}");
-    let mut rest = Vec::new();
-    while let Ok(Some(l)) = stderr.next_line().await {
-        rest.push(l);
-    }
+    let rest = stop_example(child, stderr, signal).await;
     assert!(rest.iter().any(|l| l == "shutting down"), "{rest:?}");
 }
 
@@ -857,26 +884,7 @@ async fn http_server_example_stops_on(signal: &str) {
 #[cfg(unix)]
 #[tokio::test]
 async fn the_mcp_example_over_http_stops_gracefully_on_sigterm() {
-    use tokio::io::AsyncBufReadExt;
-    const HANG: std::time::Duration = std::time::Duration::from_secs(60);
-    let bin = example("mcp_server");
-    assert!(
-        bin.exists(),
-        "{} is built by `cargo test --all-features`",
-        bin.display()
-    );
-    let mut child = tokio::process::Command::new(&bin)
-        .args(["--http", "127.0.0.1:0"])
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let line = tokio::time::timeout(HANG, stderr.next_line())
-        .await
-        .expect("hang")
-        .unwrap()
-        .unwrap();
+    let (child, stderr, line) = start_example("mcp_server", &["--http", "127.0.0.1:0"]).await;
     let addr = line
         .strip_prefix("mcp_server: Streamable HTTP on http://")
         .and_then(|r| r.strip_suffix("/mcp"))
@@ -890,21 +898,7 @@ async fn the_mcp_example_over_http_stops_gracefully_on_sigterm() {
     .await;
     assert!(status.contains(" 200 "), "{status}: {body}");
     assert!(body.contains("rpcwire-mcp-example"), "{body}");
-    let pid = child.id().unwrap().to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let status = tokio::time::timeout(HANG, child.wait())
-        .await
-        .expect("hang: SIGTERM did not stop it")
-        .unwrap();
-    assert!(status.success(), "{status}");
-    let mut rest = Vec::new();
-    while let Ok(Some(l)) = stderr.next_line().await {
-        rest.push(l);
-    }
+    let rest = stop_example(child, stderr, "-TERM").await;
     assert!(rest.iter().any(|l| l == "mcp_server: stopped"), "{rest:?}");
 }
 
