@@ -1822,11 +1822,13 @@ async fn idle_upstream_connections_are_closed_when_traffic_stops() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = listener.local_addr().unwrap();
     let open = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&open);
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (counted, all) = (Arc::clone(&open), Arc::clone(&accepted));
     tokio::spawn(async move {
         while let Ok((mut s, _)) = listener.accept().await {
             let open = Arc::clone(&counted);
             open.fetch_add(1, Ordering::SeqCst);
+            all.fetch_add(1, Ordering::SeqCst);
             tokio::spawn(async move {
                 while let Some(body) = read_request(&mut s).await {
                     // Slow enough that the calls below overlap, each on a
@@ -1856,7 +1858,9 @@ async fn idle_upstream_connections_are_closed_when_traffic_stops() {
     for reply in futures_util::future::join_all(calls).await {
         assert_eq!(reply["result"], "0x7", "{reply}");
     }
-    assert_eq!(open.load(Ordering::SeqCst), 4, "four connections pooled");
+    // Counted as made (the reaper may already have closed one on a slow
+    // host).
+    assert_eq!(accepted.load(Ordering::SeqCst), 4, "four connections made");
     eventually::eventually("the idle upstream connections to close", || {
         open.load(Ordering::SeqCst) == 0
     })

@@ -862,7 +862,7 @@ async fn an_answer_waiting_at_the_cap_goes_when_its_own_calls_end() {
             // client sends nothing more until the answer comes.
             let what = format!("own loop {own}: request {n}");
             notes
-                .expect_answer(&mut s, Duration::from_secs(5), &what)
+                .expect_answer(&mut s, Duration::from_secs(8), &what)
                 .await;
         }
         assert!(notes.running.peak.load(Ordering::SeqCst) <= 2);
