@@ -201,7 +201,13 @@ impl Framer for Lines {
                 });
             }
             // A final `\r` may be the start of the line ending.
-            let pending = buf.len() - start - (buf.last() == Some(&b'\r')) as usize;
+            // Saturating: a caller that broke the contract (a `buf` not
+            // starting with what was left) must get meaningless answers,
+            // not an overflow.
+            let pending = buf
+                .len()
+                .saturating_sub(start)
+                .saturating_sub((buf.last() == Some(&b'\r')) as usize);
             if pending > self.max_frame {
                 self.discarding = true;
                 let error = self.too_large(start);
@@ -243,6 +249,22 @@ impl Framer for Lines {
 mod tests {
     use super::*;
     use crate::frame::tests::{Outcome, feed_whole, run};
+
+    /// A caller that breaks the contract gets answers, not a panic: after a
+    /// frame that left `"\n"`, a `"\r"` instead (the saved search
+    /// position then pointed past the new buffer's end, and the pending
+    /// length's subtraction overflowed; found by a read-only review).
+    #[test]
+    fn a_caller_breaking_the_contract_gets_no_overflow() {
+        let mut lines = Lines::new();
+        let consumed = match lines.next_frame(b"[1]\n\n") {
+            Step::Frame { consumed, .. } => consumed,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(consumed, 4);
+        let _ = lines.next_frame(b"\r");
+        let _ = lines.next_frame(b"");
+    }
 
     #[test]
     fn blank_lines_and_crlf() {
