@@ -226,6 +226,13 @@ pub const MAX_FILTERS: usize = 10_000;
 /// new connection for every request, and outlive connections.
 pub const MAX_FILTERS_PER_CLIENT: usize = MAX_FILTERS / 4;
 
+/// The most items (block hashes, transactions) one `eth_getFilterChanges`
+/// answers: the rest come with the next poll (the cursor stops at the last
+/// block whole in the answer). A filter of full transactions left unpolled
+/// rendered every transaction since (up to ~17 MB of JSON under the
+/// `--chain-tx-bytes` default) under the chain's one lock.
+pub const MAX_FILTER_CHANGES: usize = 1_000;
+
 /// How often at most a full filter table is swept for expired filters.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
@@ -462,23 +469,36 @@ impl Chain {
     }
 
     /// `eth_getFilterChanges`: what the filter `id` reports since it was
-    /// made or last polled (a JSON array); the poll restarts its clock.
+    /// made or last polled (a JSON array), at most [`MAX_FILTER_CHANGES`]
+    /// items of whole blocks (at least one block); the poll restarts its
+    /// clock.
     pub fn filter_changes(&self, id: &str) -> Result<String, RpcError> {
         let mut s = self.lock();
         let head = s.head();
         let filter = s.live_filter(id, self.filter_timeout)?;
         let from = filter.seen + 1;
-        filter.seen = head;
         filter.polled = Instant::now();
         let kind = filter.kind;
         let mut o = String::from("[");
+        let mut items = 0;
         let item = |o: &mut String, json: &str| {
             if o.len() > 1 {
                 o.push(',');
             }
             o.push_str(json);
         };
-        for b in &s.blocks[from as usize..] {
+        let mut seen = head;
+        for (n, b) in s.blocks.iter().enumerate().skip(from as usize) {
+            let in_block = match kind {
+                FilterKind::Blocks => 1,
+                FilterKind::PendingTransactions { .. } => b.txs.len(),
+                FilterKind::Logs => 0,
+            };
+            if items > 0 && items + in_block > MAX_FILTER_CHANGES {
+                seen = n as u64 - 1;
+                break;
+            }
+            items += in_block;
             match kind {
                 FilterKind::Blocks => item(&mut o, &hex(b.hash.as_slice())),
                 FilterKind::PendingTransactions { full: false } => {
@@ -495,6 +515,9 @@ impl Chain {
             }
         }
         o.push(']');
+        if let Ok(filter) = s.live_filter(id, self.filter_timeout) {
+            filter.seen = seen;
+        }
         Ok(o)
     }
 
