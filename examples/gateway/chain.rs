@@ -229,9 +229,15 @@ pub const MAX_FILTERS_PER_CLIENT: usize = MAX_FILTERS / 4;
 /// The most items (block hashes, transactions) one `eth_getFilterChanges`
 /// answers: the rest come with the next poll (the cursor stops at the last
 /// block whole in the answer). A filter of full transactions left unpolled
-/// rendered every transaction since (up to ~17 MB of JSON under the
-/// `--chain-tx-bytes` default) under the chain's one lock.
+/// rendered every transaction since under the chain's one lock (up to the
+/// whole `--chain-tx-bytes` budget, twice over as hex).
 pub const MAX_FILTER_CHANGES: usize = 1_000;
+
+/// The bytes of JSON past which one `eth_getFilterChanges` stops adding
+/// blocks (full transactions of up to 128 KiB each reach it long before
+/// [`MAX_FILTER_CHANGES`]); a block is always answered whole, and at least
+/// one.
+pub const MAX_FILTER_CHANGES_BYTES: usize = 1 << 20;
 
 /// How often at most a full filter table is swept for expired filters.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -242,8 +248,9 @@ struct Filter {
     /// The client that installed it (`None`: over IPC).
     owner: Option<IpAddr>,
     kind: FilterKind,
-    /// The head when it was made or last polled: its changes are the
-    /// blocks after it.
+    /// The last block it reported (the head when it was made): its changes
+    /// are the blocks after it. A poll capped by [`MAX_FILTER_CHANGES`]
+    /// leaves it below the head.
     seen: u64,
     /// When it was made or last polled for changes.
     polled: Instant,
@@ -478,7 +485,7 @@ impl Chain {
         let filter = s.live_filter(id, self.filter_timeout)?;
         let from = filter.seen + 1;
         filter.polled = Instant::now();
-        let kind = filter.kind;
+        let (kind, key) = (filter.kind, filter.key);
         let mut o = String::from("[");
         let mut items = 0;
         let item = |o: &mut String, json: &str| {
@@ -494,7 +501,9 @@ impl Chain {
                 FilterKind::PendingTransactions { .. } => b.txs.len(),
                 FilterKind::Logs => 0,
             };
-            if items > 0 && items + in_block > MAX_FILTER_CHANGES {
+            if items > 0
+                && (items + in_block > MAX_FILTER_CHANGES || o.len() > MAX_FILTER_CHANGES_BYTES)
+            {
                 seen = n as u64 - 1;
                 break;
             }
@@ -515,7 +524,7 @@ impl Chain {
             }
         }
         o.push(']');
-        if let Ok(filter) = s.live_filter(id, self.filter_timeout) {
+        if let Some(filter) = s.filters.get_mut(&key) {
             filter.seen = seen;
         }
         Ok(o)

@@ -251,8 +251,8 @@ mod tests {
     use crate::frame::tests::{Outcome, feed_whole, run};
 
     /// A caller that breaks the contract gets answers, not a panic: after a
-    /// frame that left `"\n"`, a `"\r"` instead (the saved search
-    /// position then pointed past the new buffer's end, and the pending
+    /// frame that left `"\n"`, a `"\r"` instead (the next line's start was
+    /// then the buffer's end, and with the trailing `\r` the pending
     /// length's subtraction overflowed; found by a read-only review).
     #[test]
     fn a_caller_breaking_the_contract_gets_no_overflow() {

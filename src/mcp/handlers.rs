@@ -624,7 +624,10 @@ fn discover(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
 /// with a higher number, so whatever was added or removed between two
 /// pages no tool that stayed is skipped or listed twice (an offset, or a
 /// name looked up again, skipped tools when others went or one was
-/// removed and added back).
+/// removed and added back). The numbers are the server process's: after
+/// a restart (or on another instance) a cursor of tools added at run time
+/// names another place or is refused (-32602), and the client lists
+/// again from the start.
 fn parse_cursor(cursor: &str, registry: &super::Registry) -> Option<usize> {
     let digits = cursor.strip_prefix('s')?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {

@@ -229,7 +229,6 @@ impl ToolEntry {
 }
 
 /// The tools, as one immutable snapshot (replaced whole on a change).
-#[derive(Default)]
 pub(crate) struct Registry {
     pub(crate) tools: Vec<Arc<ToolEntry>>,
     /// Each tool's number in the order tools were added, increasing along

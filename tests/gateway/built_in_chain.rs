@@ -1288,3 +1288,52 @@ fn filter_changes_come_in_bounded_polls_without_gaps() {
     chain.mine_empty();
     assert_eq!(poll().len(), 1, "the cursor at the head again");
 }
+
+/// Full transactions are capped by bytes too: large ones reach a megabyte
+/// of JSON long before 1,000 items (up to the whole transaction budget,
+/// twice over as hex, was rendered in one poll under the chain's lock).
+#[test]
+fn full_transaction_filter_changes_are_capped_by_bytes() {
+    use chain::{Chain, FilterKind, MAX_FILTER_CHANGES_BYTES};
+    let chain = Chain::new(31337, config::DEFAULT_CHAIN_TX_BYTES);
+    let id = chain
+        .new_filter(FilterKind::PendingTransactions { full: true }, None)
+        .unwrap()
+        .to_string();
+    // Transfers with 64 KiB of input each (about 128 KiB of JSON).
+    let sends = 12;
+    for nonce in 0..sends {
+        let tx = TxEip1559 {
+            chain_id: 31337,
+            nonce,
+            gas_limit: 5_000_000,
+            max_fee_per_gas: 3_000_000_000,
+            max_priority_fee_per_gas: 1_000_000_000,
+            to: TxKind::Call(address(1)),
+            value: U256::from(1),
+            input: ABytes::from(vec![1u8; 64 << 10]),
+            ..Default::default()
+        };
+        let raw = sign(tx, key(0));
+        let bytes = alloy_primitives::hex::decode(&raw[2..]).unwrap();
+        chain.send_raw(&bytes).unwrap();
+    }
+    let first = chain.filter_changes(&id).unwrap();
+    let first: Vec<Value> = serde_json::from_str(&first).unwrap();
+    assert!(first.len() < sends as usize, "capped: {}", first.len());
+    let room = MAX_FILTER_CHANGES_BYTES / (128 << 10) + 1;
+    assert!(first.len() <= room, "{} transactions", first.len());
+    let second: Vec<Value> = serde_json::from_str(&chain.filter_changes(&id).unwrap()).unwrap();
+    let nonces: Vec<u64> = first
+        .iter()
+        .chain(&second)
+        .map(|t| {
+            u64::from_str_radix(t["nonce"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap()
+        })
+        .collect();
+    assert_eq!(
+        nonces,
+        (0..sends).collect::<Vec<_>>(),
+        "none lost or repeated"
+    );
+}
