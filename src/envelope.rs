@@ -60,12 +60,26 @@ impl Default for Parser {
 /// request it answers ([`Parser::for_each_refused_answer`]).
 const DEEP_ANSWER: u32 = 1024;
 
-/// The id of `object`, an answer nested too deep to read even at
-/// [`DEEP_ANSWER`] levels: its top-level members are walked, each value
-/// skipped by counting brackets (no depth limit, no recursion), and the
-/// `id` taken when a `result` or an `error` is there and no `method`.
-/// `None` when the top level does not read as such an answer.
-fn unreadable_answer_id(object: &[u8]) -> Option<Id<'_>> {
+/// Where [`answer_id`] looks for an answer's `id`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdAt {
+    /// Before its `result` or `error`: the first bytes of an answer (its
+    /// value perhaps cut short) tell it.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
+    Head,
+    /// Anywhere among its top-level members, the object whole.
+    Anywhere,
+}
+
+/// The id of the answer `object`: an object with a `result` or an `error`
+/// and no `method`, its `id` where `at` says, read member by member at its
+/// top level, each value skipped by `skip` (`None`: it cannot be). `None`
+/// when its top level does not read as such an answer.
+pub(crate) fn answer_id<'a>(
+    object: &'a [u8],
+    at: IdAt,
+    skip: impl Fn(&'a [u8], usize) -> Option<usize>,
+) -> Option<Id<'a>> {
     if object.first() != Some(&b'{') {
         return None;
     }
@@ -83,17 +97,22 @@ fn unreadable_answer_id(object: &[u8]) -> Option<Id<'_>> {
             return None;
         }
         pos = skip_ws(object, pos + 1);
-        let end = scan::skip_value_trusted(object, pos);
         match name {
             b"method" => return None,
             b"result" | b"error" => answer = true,
-            b"id" => id = Some(Id::from_json(object.get(pos..end)?)?),
             _ => {}
+        }
+        if at == IdAt::Head && answer && id.is_some() {
+            return id;
+        }
+        let end = skip(object, pos)?;
+        if name == b"id" {
+            id = Some(Id::from_json(object.get(pos..end)?)?);
         }
         pos = skip_ws(object, end);
         match object.get(pos) {
             Some(b',') => pos += 1,
-            Some(b'}') if answer => return id,
+            Some(b'}') if at == IdAt::Anywhere && answer => return id,
             _ => return None,
         }
     }
@@ -377,14 +396,19 @@ impl Parser {
                     true
                 }
                 Ok(Message::Single(Incoming::InvalidResponse(_))) => true,
-                // Deeper still: its id read from its top level alone.
-                Err(e) if is_too_deep(&e) => match unreadable_answer_id(object) {
-                    Some(id) => {
-                        too_deep(id);
-                        true
+                // Deeper still: its id read from its top level alone, the
+                // values skipped by counting brackets (no depth limit, no
+                // recursion).
+                Err(e) if is_too_deep(&e) => {
+                    let skip = |o: &'a [u8], at| Some(scan::skip_value_trusted(o, at));
+                    match answer_id(object, IdAt::Anywhere, skip) {
+                        Some(id) => {
+                            too_deep(id);
+                            true
+                        }
+                        None => false,
                     }
-                    None => false,
-                },
+                }
                 _ => false,
             },
             _ => false,

@@ -1361,42 +1361,9 @@ impl fmt::Debug for Peer {
 /// read does not say.
 #[cfg(feature = "server")]
 pub(crate) fn answer_id_in_head(head: &[u8]) -> Option<Id<'_>> {
-    use crate::scan::{scan_string, skip_value, skip_ws};
-    if head.first() != Some(&b'{') {
-        return None;
-    }
-    let (mut id, mut answer) = (None, false);
-    let mut pos = 1;
-    loop {
-        pos = skip_ws(head, pos);
-        if head.get(pos) != Some(&b'"') {
-            return None;
-        }
-        let name_end = scan_string(head, pos + 1).ok()?.end;
-        let name = &head[pos + 1..name_end - 1];
-        pos = skip_ws(head, name_end);
-        if head.get(pos) != Some(&b':') {
-            return None;
-        }
-        pos = skip_ws(head, pos + 1);
-        match name {
-            b"method" => return None,
-            b"result" | b"error" => answer = true,
-            _ => {}
-        }
-        if answer && id.is_some() {
-            return id;
-        }
-        let end = skip_value(head, pos, 1, 64).ok()?;
-        if name == b"id" {
-            id = Some(Id::from_json(&head[pos..end])?);
-        }
-        pos = skip_ws(head, end);
-        match head.get(pos) {
-            Some(b',') => pos += 1,
-            _ => return None,
-        }
-    }
+    crate::envelope::answer_id(head, crate::envelope::IdAt::Head, |h, at| {
+        crate::scan::skip_value(h, at, 1, 64).ok()
+    })
 }
 
 #[cfg(test)]

@@ -48,6 +48,15 @@ pub(crate) fn string<B: ReplyBuf + ?Sized>(out: &mut B, s: &str) {
     out.push(b'"');
 }
 
+/// The bytes [`string`] writes for `b`, a byte of its text.
+pub(crate) fn escaped_len(b: u8) -> usize {
+    match b {
+        b'"' | b'\\' | b'\n' | b'\r' | b'\t' => 2,
+        0..=0x1f => 6,
+        _ => 1,
+    }
+}
+
 pub(crate) fn u64<B: ReplyBuf + ?Sized>(out: &mut B, v: u64) {
     let mut buf = [0u8; 20];
     let digits = crate::error::fmt_u64(v, &mut buf).len();

@@ -928,15 +928,6 @@ pub(crate) fn write_request_error_tail<B: ReplyBuf + ?Sized>(out: &mut B, e: Err
 /// after it were not run.
 pub(crate) const MAX_ECHOED_METHOD: usize = 256;
 
-/// The bytes `write::string` writes for `b`, a byte of a string.
-fn escaped_len(b: u8) -> usize {
-    match b {
-        b'"' | b'\\' | b'\n' | b'\r' | b'\t' => 2,
-        0..=0x1f => 6,
-        _ => 1,
-    }
-}
-
 /// The error tail for an unknown method, naming it in `data`.
 pub(crate) fn write_method_not_found_tail<B: ReplyBuf + ?Sized>(out: &mut B, method: &str) {
     out.extend_from_slice(b",\"error\":{\"code\":");
@@ -945,7 +936,7 @@ pub(crate) fn write_method_not_found_tail<B: ReplyBuf + ?Sized>(out: &mut B, met
     // Where the written length would pass the bound (none: it fits).
     let mut written = 0;
     let cut = method.bytes().position(|b| {
-        written += escaped_len(b);
+        written += write::escaped_len(b);
         written > MAX_ECHOED_METHOD
     });
     match cut {

@@ -113,6 +113,26 @@ async fn start_ws(
     (addr, metrics, shutdown, task)
 }
 
+/// A line-framed TCP server of [`dispatcher`] under `limits`, its
+/// metrics counted in `metrics`, on a port of its own.
+async fn start_tcp(
+    limits: Limits,
+    metrics: Arc<Metrics>,
+) -> (SocketAddr, Shutdown, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(serve_tcp(
+        listener,
+        dispatcher(metrics.clone()),
+        Lines::new,
+        limits,
+        Some(metrics),
+        shutdown.clone(),
+    ));
+    (addr, shutdown, task)
+}
+
 async fn connect(addr: SocketAddr) -> Client {
     let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
         .await
@@ -278,18 +298,7 @@ async fn an_async_subscribe_is_announced_before_its_notifications() {
 /// before its notifications.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_subscription_over_tcp_is_announced_first() {
-    let metrics = Arc::new(Metrics::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let task = tokio::spawn(serve_tcp(
-        listener,
-        dispatcher(metrics.clone()),
-        Lines::new,
-        Limits::default(),
-        Some(metrics),
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, task) = start_tcp(Limits::default(), Arc::default()).await;
     let stream = TcpStream::connect(addr).await.unwrap();
     let (r, mut w) = stream.into_split();
     let mut lines = BufReader::new(r).lines();
@@ -394,21 +403,11 @@ async fn a_tcp_server_with_no_or_a_zero_connection_limit_serves() {
 
 async fn a_tcp_server_serves_with(max_connections: usize) {
     let metrics = Arc::new(Metrics::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
     let limits = Limits {
         max_connections,
         ..Limits::default()
     };
-    let task = tokio::spawn(serve_tcp(
-        listener,
-        dispatcher(metrics.clone()),
-        Lines::new,
-        limits,
-        Some(metrics.clone()),
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, task) = start_tcp(limits, metrics.clone()).await;
     let stream = TcpStream::connect(addr).await.unwrap();
     let (r, mut w) = stream.into_split();
     w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"eth_blockNumber\"}\n")
@@ -471,17 +470,7 @@ async fn an_http_server_with_a_zero_connection_limit_serves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_over_a_tcp_connection() {
     let metrics = Arc::new(Metrics::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let task = tokio::spawn(serve_tcp(
-        listener,
-        dispatcher(metrics.clone()),
-        Lines::new,
-        Limits::default(),
-        Some(metrics.clone()),
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, task) = start_tcp(Limits::default(), metrics.clone()).await;
     let before = WATCHED_ENDED.load(Ordering::SeqCst);
     let stream = TcpStream::connect(addr).await.unwrap();
     let (r, mut w) = stream.into_split();
@@ -973,18 +962,7 @@ async fn max_queued_of_usize_max_is_served() {
         .unwrap()
         .unwrap();
 
-    let metrics = Arc::new(Metrics::default());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let tcp = tokio::spawn(serve_tcp(
-        listener,
-        dispatcher(metrics.clone()),
-        Lines::new,
-        limits,
-        Some(metrics),
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, tcp) = start_tcp(limits, Arc::default()).await;
     let stream = TcpStream::connect(addr).await.unwrap();
     let (r, mut w) = stream.into_split();
     w.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"eth_blockNumber\"}\n")
