@@ -24,7 +24,8 @@ impl<'a> Contestant<'a> {
 }
 
 /// How many rounds, and passes per contestant per round: `ROUNDS` (default
-/// 21) and `PASSES` (default 3) from the environment.
+/// 21) and `PASSES` (default 3) from the environment. `PROFILE=<name>`
+/// runs that contestant alone for as many passes, and prints nothing.
 pub fn settings() -> (usize, usize) {
     (env_or("ROUNDS", 21), env_or("PASSES", 3))
 }
@@ -42,6 +43,15 @@ fn env_or(name: &str, default: usize) -> usize {
 /// each round; min / median / max over the rounds.
 pub fn compare(name: &str, messages: usize, bytes: usize, contestants: &mut [Contestant<'_>]) {
     let (rounds, passes) = settings();
+    // `PROFILE=<contestant>`: only that contestant's passes, for a profiler.
+    if let Ok(only) = std::env::var("PROFILE") {
+        for c in contestants.iter_mut().filter(|c| c.name == only) {
+            for _ in 0..rounds * passes {
+                (c.pass)();
+            }
+        }
+        return;
+    }
     // Warm-up: one pass each.
     for c in contestants.iter_mut() {
         (c.pass)();
