@@ -40,8 +40,9 @@ fn dispatcher(node: Node) -> Dispatcher<Node> {
         })
         .method("eth_call", |call: Call<'_, Node>| {
             // Borrowed decoding: `to` and `data` point into the message (or,
-            // written with escapes, into the per-message arena).
-            let (tx, _block): (CallObject, &str) = call.decode()?;
+            // written with escapes, into the per-message arena). The block
+            // may be left out (`[{..}]`): a trailing `Option` reads as `None`.
+            let (tx, _block): (CallObject, Option<&str>) = call.decode()?;
             if !tx.to.starts_with("0x") || tx.to.len() != 42 {
                 return Err(RpcError::invalid_params("'to' must be a 20-byte address")
                     .with_data(&serde_json::json!({"field": "to", "received": tx.to})));
@@ -76,6 +77,10 @@ fn main() {
         (
             "web3.py eth_call",
             r#"{"jsonrpc": "2.0", "method": "eth_call", "params": [{"to": "0x6b175474e89094c44da98b954eedeac495271d0f", "data": "0x70a08231000000000000000000000000f39fd6e51aad88f6f4ce6ab8827279cfffb92266"}, "latest"], "id": "9f1c6a52-4d1e-4b7a-a8d5-0e5f3c2b1a90"}"#,
+        ),
+        (
+            "viem eth_call, the block left out",
+            r#"{"jsonrpc":"2.0","id":2,"method":"eth_call","params":[{"to":"0x6b175474e89094c44da98b954eedeac495271d0f","data":"0x70a08231000000000000000000000000f39fd6e51aad88f6f4ce6ab8827279cfffb92266"}]}"#,
         ),
         (
             "a batch: mine (a notification), read, unknown, invalid",
