@@ -18,11 +18,24 @@ use smallvec::SmallVec;
 
 use crate::frame::FrameError;
 
-/// What holding one message costs besides its bytes and its id's (its
-/// place in the queue and in the map), counted in [`HeldMessages::bytes`]
-/// so that the smallest messages (`{}`) cannot make the queue many times
-/// its bound.
-pub(crate) const HELD_OVERHEAD: usize = 64;
+/// What holding one message costs besides its bytes and its id's: its
+/// place in the queue, twice (a `VecDeque` doubles), counted in
+/// [`HeldMessages::bytes`] so that the smallest messages (`{}`) cannot make
+/// the queue many times its bound. (A flat 64 bytes undercounted the
+/// place, about 100 bytes on 64-bit targets: a flood of `{}` grew the
+/// queue to some 3 times the bound.)
+pub(crate) const HELD_OVERHEAD: usize = 2 * std::mem::size_of::<HeldSlot>();
+
+/// What holding a single request's id costs besides twice its text: its
+/// entry in the map by id, twice, and the list of its positions.
+const HELD_ID_OVERHEAD: usize =
+    2 * std::mem::size_of::<(HeldId, VecDeque<u64>)>() + 4 * std::mem::size_of::<u64>();
+
+/// Places the queue keeps when it empties: a burst's are given back.
+const HELD_KEPT: usize = 64;
+
+/// One place of the queue.
+type HeldSlot = (Option<HeldFrame>, Option<HeldId>);
 
 /// A held single request's id, as its JSON text.
 pub(crate) type HeldId = SmallVec<[u8; 16]>;
@@ -33,7 +46,7 @@ pub(crate) type HeldId = SmallVec<[u8; 16]>;
 pub(crate) struct HeldMessages {
     /// In order; `None` for a message a cancellation took (dropped when it
     /// reaches the front), with the id it was held under.
-    queue: VecDeque<(Option<HeldFrame>, Option<HeldId>)>,
+    queue: VecDeque<HeldSlot>,
     /// The position (counted from the first message ever held) of the
     /// queue's front.
     front: u64,
@@ -43,12 +56,12 @@ pub(crate) struct HeldMessages {
     /// Messages held (not taken).
     live: usize,
     /// What they cost: their bytes, twice their ids' (in the queue and in
-    /// the map) and [`HELD_OVERHEAD`] each.
+    /// the map), [`HELD_OVERHEAD`] each and the ids' places in the map.
     bytes: usize,
 }
 
 fn cost(frame: &Bytes, id: Option<&HeldId>) -> usize {
-    frame.len() + HELD_OVERHEAD + 2 * id.map_or(0, |id| id.len())
+    frame.len() + HELD_OVERHEAD + id.map_or(0, |id| 2 * id.len() + HELD_ID_OVERHEAD)
 }
 
 /// A held message.
@@ -111,6 +124,7 @@ impl HeldMessages {
             }
             self.bytes -= cost(&frame.frame, id.as_ref());
             self.live -= 1;
+            self.release();
             return Some(frame);
         }
         None
@@ -162,6 +176,24 @@ impl HeldMessages {
         self.by_id.clear();
         self.live = 0;
         self.bytes = 0;
+        self.release();
+    }
+
+    /// Gives back the places a burst made the queue and the map grow to,
+    /// once nothing is held (places of cancelled messages may remain until
+    /// they reach the front): a queue that once held a bound's worth of
+    /// `{}` kept its places (hundreds of KiB) for the connection's life.
+    pub(crate) fn release(&mut self) {
+        if self.live != 0 {
+            return;
+        }
+        if self.queue.capacity() > HELD_KEPT {
+            self.front += self.queue.len() as u64;
+            self.queue = VecDeque::new();
+        }
+        if self.by_id.capacity() > HELD_KEPT {
+            self.by_id = HashMap::new();
+        }
     }
 }
 
@@ -192,12 +224,18 @@ mod tests {
         held.push_back(whole(&frames[3]), id("1"));
         held.push_back(whole(&frames[4]), id("2"));
         let all = held.bytes();
-        assert_eq!(all, 5 * (1 + HELD_OVERHEAD) + 2 * (1 + 3 + 1 + 1));
+        assert_eq!(
+            all,
+            5 * (1 + HELD_OVERHEAD) + 2 * (1 + 3 + 1 + 1) + 4 * HELD_ID_OVERHEAD
+        );
         assert_eq!(held.take(b"9"), None);
         // The first of two with one id, then the second.
         assert_eq!(held.take(b"1"), Some(frames[0].clone()));
         assert_eq!(held.take(b"\"x\""), Some(frames[2].clone()));
-        assert_eq!(held.bytes(), all - 2 * (1 + HELD_OVERHEAD) - 2 * (1 + 3));
+        assert_eq!(
+            held.bytes(),
+            all - 2 * (1 + HELD_OVERHEAD) - 2 * (1 + 3) - 2 * HELD_ID_OVERHEAD
+        );
         assert_eq!(held.pop_front(), Some(whole(&frames[1])));
         assert_eq!(held.take(b"1"), Some(frames[3].clone()));
         assert_eq!(held.take(b"1"), None);
@@ -214,5 +252,42 @@ mod tests {
         held.push_back(whole(&frames[1]), id("1"));
         assert_eq!(held.take(b"1"), Some(frames[1].clone()));
         assert!(held.is_empty());
+    }
+
+    /// A burst held and then started (or dropped) leaves the queue and the
+    /// map near their floor: 100,000 `{}` kept about 10 MiB of places.
+    #[test]
+    fn places_of_a_burst_are_given_back() {
+        let mut held = HeldMessages::default();
+        let frame = Bytes::from_static(b"{}");
+        for round in 0..3 {
+            for n in 0..100_000 {
+                let text = n.to_string();
+                held.push_back(whole(&frame), id(&text));
+            }
+            assert!(held.queue.capacity() >= 100_000);
+            assert!(held.bytes() >= 100_000 * (2 + HELD_OVERHEAD + HELD_ID_OVERHEAD));
+            // One taken by a cancellation, the rest started or dropped.
+            assert_eq!(held.take(b"5"), Some(frame.clone()));
+            match round {
+                0 => while held.pop_front().is_some() {},
+                _ => held.clear(),
+            }
+            assert!(held.is_empty());
+            assert_eq!(held.bytes(), 0);
+            assert!(
+                held.queue.capacity() <= HELD_KEPT,
+                "{}",
+                held.queue.capacity()
+            );
+            assert!(
+                held.by_id.capacity() <= HELD_KEPT,
+                "{}",
+                held.by_id.capacity()
+            );
+        }
+        // Positions go on: a request held now is still found by its id.
+        held.push_back(whole(&frame), id("7"));
+        assert_eq!(held.take(b"7"), Some(frame.clone()));
     }
 }
