@@ -18,18 +18,14 @@ use smallvec::SmallVec;
 
 use crate::frame::FrameError;
 
-/// What holding one message costs besides its bytes and its id's: its
-/// place in the queue, twice (a `VecDeque` doubles), counted in
-/// [`HeldMessages::bytes`] so that the smallest messages (`{}`) cannot make
-/// the queue many times its bound. (A flat 64 bytes undercounted the
-/// place, about 100 bytes on 64-bit targets: a flood of `{}` grew the
-/// queue to some 3 times the bound.)
-pub(crate) const HELD_OVERHEAD: usize = 2 * std::mem::size_of::<HeldSlot>();
-
-/// What holding a single request's id costs besides twice its text: its
-/// entry in the map by id, twice, and the list of its positions.
-const HELD_ID_OVERHEAD: usize =
-    2 * std::mem::size_of::<(HeldId, VecDeque<u64>)>() + 4 * std::mem::size_of::<u64>();
+/// What holding one message costs besides its bytes and its id's (its
+/// place in the queue and in the map), counted in [`HeldMessages::bytes`]
+/// so that the smallest messages (`{}`) cannot make the queue many times
+/// its bound. (A place takes about 100 bytes on 64-bit targets, twice
+/// that as the queue doubles: a flood of `{}` makes the queue up to
+/// about 3 times the bound, given back once it drains. Counting that
+/// would hold a third as many small messages at a bound of a few KiB.)
+pub(crate) const HELD_OVERHEAD: usize = 64;
 
 /// Places the queue keeps when it empties: a burst's are given back.
 const HELD_KEPT: usize = 64;
@@ -56,12 +52,12 @@ pub(crate) struct HeldMessages {
     /// Messages held (not taken).
     live: usize,
     /// What they cost: their bytes, twice their ids' (in the queue and in
-    /// the map), [`HELD_OVERHEAD`] each and the ids' places in the map.
+    /// the map) and [`HELD_OVERHEAD`] each.
     bytes: usize,
 }
 
 fn cost(frame: &Bytes, id: Option<&HeldId>) -> usize {
-    frame.len() + HELD_OVERHEAD + id.map_or(0, |id| 2 * id.len() + HELD_ID_OVERHEAD)
+    frame.len() + HELD_OVERHEAD + 2 * id.map_or(0, |id| id.len())
 }
 
 /// A held message.
@@ -224,18 +220,12 @@ mod tests {
         held.push_back(whole(&frames[3]), id("1"));
         held.push_back(whole(&frames[4]), id("2"));
         let all = held.bytes();
-        assert_eq!(
-            all,
-            5 * (1 + HELD_OVERHEAD) + 2 * (1 + 3 + 1 + 1) + 4 * HELD_ID_OVERHEAD
-        );
+        assert_eq!(all, 5 * (1 + HELD_OVERHEAD) + 2 * (1 + 3 + 1 + 1));
         assert_eq!(held.take(b"9"), None);
         // The first of two with one id, then the second.
         assert_eq!(held.take(b"1"), Some(frames[0].clone()));
         assert_eq!(held.take(b"\"x\""), Some(frames[2].clone()));
-        assert_eq!(
-            held.bytes(),
-            all - 2 * (1 + HELD_OVERHEAD) - 2 * (1 + 3) - 2 * HELD_ID_OVERHEAD
-        );
+        assert_eq!(held.bytes(), all - 2 * (1 + HELD_OVERHEAD) - 2 * (1 + 3));
         assert_eq!(held.pop_front(), Some(whole(&frames[1])));
         assert_eq!(held.take(b"1"), Some(frames[3].clone()));
         assert_eq!(held.take(b"1"), None);
@@ -266,7 +256,7 @@ mod tests {
                 held.push_back(whole(&frame), id(&text));
             }
             assert!(held.queue.capacity() >= 100_000);
-            assert!(held.bytes() >= 100_000 * (2 + HELD_OVERHEAD + HELD_ID_OVERHEAD));
+            assert!(held.bytes() >= 100_000 * (2 + HELD_OVERHEAD));
             // One taken by a cancellation, the rest started or dropped.
             assert_eq!(held.take(b"5"), Some(frame.clone()));
             match round {
