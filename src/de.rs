@@ -774,6 +774,20 @@ impl<'a, A: de::VariantAccess<'a>> de::VariantAccess<'a> for Lending<'a, A> {
     }
 }
 
+/// The byte offset in `json` of what `e` is about: the last byte serde_json
+/// read, or, for an array or object of the wrong type (serde_json reports
+/// it before reading its bracket), the bracket.
+pub(crate) fn error_offset(json: &[u8], e: &serde_json::Error) -> usize {
+    let at = offset_of(json, e.line(), e.column());
+    let text = e.to_string();
+    let bracket = |b: u8| json.get(at + 1) == Some(&b);
+    // Column 0: nothing read on the line, the offset is the bracket's.
+    let container = e.column() > 0
+        && ((text.starts_with("invalid type: sequence") && bracket(b'['))
+            || (text.starts_with("invalid type: map") && bracket(b'{')));
+    at + usize::from(container)
+}
+
 /// The byte offset in `json` of serde_json's `line` and `column` (both
 /// counted from 1; column 0 means "before the first byte of the line").
 pub(crate) fn offset_of(json: &[u8], line: usize, column: usize) -> usize {

@@ -1315,6 +1315,12 @@ fn text_handed_over_as_json_never_makes_an_invalid_reply() {
             },
         )
         .method(
+            "raw_message_not_text",
+            |_c: Call<'_, ()>| -> Result<Done, RpcError> {
+                Err(RpcError::raw(1, &br#"{"code":1,"message":"\ud800"}"#[..]))
+            },
+        )
+        .method(
             "raw_code_negative_zero",
             |_c: Call<'_, ()>| -> Result<Done, RpcError> {
                 Err(RpcError::raw(1, &br#"{"code":-0,"message":"m"}"#[..]))
@@ -1377,6 +1383,9 @@ fn text_handed_over_as_json_never_makes_an_invalid_reply() {
         // crate's reader alone would take them (review of the fix).
         "raw_name_not_text",
         "raw_code_negative_zero",
+        // Nor a message with one (serde_json skips over it unchecked in
+        // a value it does not read as text).
+        "raw_message_not_text",
     ] {
         let e = answer(method);
         assert_eq!(e["code"], -32603, "{method}: {e}");
@@ -1413,4 +1422,131 @@ fn text_handed_over_as_json_never_makes_an_invalid_reply() {
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["error"]["code"], -32603, "{v}");
     }
+}
+
+/// A -32602's `data.reason` holds at most 256 bytes of serde's reason (cut
+/// at a character boundary, `data.truncated` then): serde quotes the
+/// client's value whole (`invalid type: string "…"`), and a long one made
+/// the error larger than a small response limit, so the client got
+/// "Response too large" and a batch's later entries did not run.
+#[test]
+fn a_long_params_error_is_cut_and_the_batch_goes_on() {
+    let d = Dispatcher::builder(())
+        .max_response_len(1024)
+        .method("n", |c: Call<'_, ()>| {
+            let (n,): (u64,) = c.decode()?;
+            Ok::<_, RpcError>(n)
+        })
+        .build()
+        .unwrap();
+    let long = "é\\n".repeat(2000);
+    let msg = format!(
+        r#"[{{"jsonrpc":"2.0","id":1,"method":"n","params":["{long}"]}},{{"jsonrpc":"2.0","id":2,"method":"n","params":[7]}}]"#
+    );
+    let mut out = Vec::new();
+    d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(r[0]["error"]["code"], -32602, "{r}");
+    let data = &r[0]["error"]["data"];
+    assert_eq!(data["truncated"], true, "{data}");
+    let reason = data["reason"].as_str().unwrap();
+    assert!(reason.starts_with("invalid type: string \"é"), "{reason}");
+    // At most 256 bytes as written (each `\n` written as two).
+    let written = serde_json::to_string(reason).unwrap().len() - 2;
+    assert!((200..=256).contains(&written), "{written}");
+    assert_eq!(r[1]["result"], 7, "{r}");
+    // A short reason is whole, without `truncated`.
+    out.clear();
+    let msg = r#"{"jsonrpc":"2.0","id":3,"method":"n","params":["x"]}"#;
+    d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    assert!(r["error"]["data"].get("truncated").is_none(), "{r}");
+}
+
+/// An array or object of the wrong type is pointed at by its bracket:
+/// serde_json reports it before reading the bracket, and the offset was
+/// the byte before it (a comma, a colon).
+#[test]
+fn params_errors_point_at_a_wrong_array_or_object_s_bracket() {
+    #[derive(Deserialize)]
+    struct A {
+        #[allow(dead_code)]
+        a: u64,
+    }
+    let d = Dispatcher::builder(())
+        .method("pair", |c: Call<'_, ()>| {
+            let (a, b): (u64, u64) = c.decode()?;
+            Ok::<_, RpcError>(a + b)
+        })
+        .method("named", |c: Call<'_, ()>| {
+            let A { a } = c.decode()?;
+            Ok::<_, RpcError>(a)
+        })
+        .build()
+        .unwrap();
+    for (method, params, bracket) in [
+        ("pair", "[1,[2]]", '['),
+        ("pair", "[1, {\"x\":2}]", '{'),
+        ("named", "{\"a\":[1]}", '['),
+        ("named", "{\"a\": {}}", '{'),
+    ] {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}","params":{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        let r: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let at = r["error"]["data"]["offset"].as_u64().unwrap() as usize;
+        assert_eq!(msg.as_bytes()[at] as char, bracket, "{params}: {r}");
+    }
+}
+
+/// `?` on a serde_json error: -32602 without serde's position (text the
+/// handler chose, not the client's message), and an I/O failure while
+/// reading (`from_reader`) the server's -32603; a `&[u8]` decoded from a
+/// string with escapes without an arena is the handler's error (-32603),
+/// as a `&str` is.
+#[test]
+fn serde_json_errors_convert_without_positions_and_io_as_internal() {
+    struct Failing;
+    impl std::io::Read for Failing {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "disk slow",
+            ))
+        }
+    }
+    let d = Dispatcher::builder(())
+        .method("own_text", |_: Call<'_, ()>| {
+            let n: u64 = serde_json::from_str("\n\n  \"x\"")?;
+            Ok::<_, RpcError>(n)
+        })
+        .method("reader", |_: Call<'_, ()>| {
+            let n: u64 = serde_json::from_reader(Failing)?;
+            Ok::<_, RpcError>(n)
+        })
+        .method("bytes", |c: Call<'_, ()>| {
+            let p = c.params.expect("params");
+            let (b,): (&[u8],) = p.decode()?;
+            Ok::<_, RpcError>(b.len())
+        })
+        .build()
+        .unwrap();
+    let ask = |m: &str, params: &str| {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}","params":{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    let r = ask("own_text", "[]");
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let reason = r["error"]["data"]["reason"].as_str().unwrap();
+    assert!(reason.starts_with("invalid type: string \"x\""), "{r}");
+    assert!(!reason.contains("line"), "{r}");
+    let r = ask("reader", "[]");
+    assert_eq!(r["error"]["code"], -32603, "{r}");
+    assert_eq!(r["error"]["data"]["kind"], "TimedOut", "{r}");
+    assert_eq!(ask("bytes", r#"["ab"]"#)["result"], 2);
+    let r = ask("bytes", r#"["a\u0062"]"#);
+    assert_eq!(r["error"]["code"], -32603, "{r}");
 }

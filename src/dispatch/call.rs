@@ -163,7 +163,7 @@ impl<'a, S> Call<'a, S> {
                 let base = (p.as_bytes().as_ptr() as usize)
                     .checked_sub(self.message.as_ptr() as usize)
                     .filter(|&base| base < self.message.len())?;
-                Some(base + crate::de::offset_of(json, e.line(), e.column()))
+                Some(base + crate::de::error_offset(json, &e))
             });
             params_error(&e, offset)
         })
@@ -232,6 +232,11 @@ impl<'a> Params<'a> {
 /// `["expected a borrowed string"]` into a number) stays the client's
 /// error.
 fn only_lent_for_a_moment(message: &str) -> bool {
+    // A `&[u8]` given a string with escapes (JSON has no byte arrays: no
+    // client can send what serde calls one).
+    if message.starts_with("invalid type: byte array, expected a borrowed byte array") {
+        return true;
+    }
     let Some(quoted) = message.strip_prefix("invalid type: string \"") else {
         return false;
     };

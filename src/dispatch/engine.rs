@@ -1026,7 +1026,7 @@ impl OwnedParams {
     fn error(&self, e: &serde_json::Error) -> RpcError {
         let at = self
             .offset
-            .map(|base| base + crate::de::offset_of(&self.json, e.line(), e.column()));
+            .map(|base| base + crate::de::error_offset(&self.json, &e));
         super::call::params_error(e, at)
     }
 }

@@ -58,14 +58,17 @@ fn is_error_object(object: &[u8]) -> bool {
     // serde_json: one value and nothing after it, a `code` that is an
     // integer of `i64` (`-0` reads as a float there), member names that
     // are text (an unpaired surrogate escape is refused).
+    // The message read as text: an unpaired surrogate escape in it, which
+    // serde_json passes over in a value it skips, fails a client reading
+    // it as a `String`.
     #[derive(serde::Deserialize)]
     struct Members<'a> {
         code: serde_json::Number,
         #[serde(borrow)]
-        message: &'a serde_json::value::RawValue,
+        #[allow(dead_code)]
+        message: Cow<'a, str>,
     }
-    let serde_reads = serde_json::from_slice::<Members<'_>>(object)
-        .is_ok_and(|m| m.code.is_i64() && m.message.get().starts_with('"'));
+    let serde_reads = serde_json::from_slice::<Members<'_>>(object).is_ok_and(|m| m.code.is_i64());
     if !serde_reads {
         return false;
     }
@@ -210,20 +213,37 @@ impl RpcError {
 
     /// -32602 for a value that could not be decoded, with the reason (and,
     /// when known, the byte offset in the message) in `data`.
+    /// -32602 with `reason` in `data` (at most [`MAX_ECHOED_REASON`]
+    /// bytes of it as written, `data.truncated` then: serde's reasons
+    /// quote the client's value whole, `invalid type: string "…"`, and a
+    /// long one made the error larger than a small response limit, so the
+    /// client got "Response too large" and a batch's later entries did not
+    /// run) and the offset in the message when known.
     pub(crate) fn params(reason: &str, offset: Option<usize>) -> Self {
         #[derive(Serialize)]
         struct Data<'a> {
             reason: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]
             offset: Option<usize>,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            truncated: bool,
         }
-        RpcError::invalid_params("Invalid params").with_data(&Data { reason, offset })
+        let cut = super::reply::echo_cut(reason, MAX_ECHOED_REASON);
+        RpcError::invalid_params("Invalid params").with_data(&Data {
+            reason: &reason[..cut.unwrap_or(reason.len())],
+            offset,
+            truncated: cut.is_some(),
+        })
     }
 
     pub(crate) fn internal_because(reason: &str) -> Self {
         RpcError::internal("Internal error").with_data(&super::reply::Reason { reason })
     }
 }
+
+/// The most bytes a -32602's `data.reason` holds, as written (escapes
+/// counted); see [`RpcError::params`].
+pub(crate) const MAX_ECHOED_REASON: usize = 256;
 
 impl fmt::Debug for RpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -244,9 +264,16 @@ impl fmt::Display for RpcError {
 impl std::error::Error for RpcError {}
 
 impl From<serde_json::Error> for RpcError {
-    /// A params decoding failure: -32602, with serde's explanation in `data`.
+    /// A params decoding failure: -32602, with serde's explanation in
+    /// `data` (without serde's "at line 1 column N", a position in text
+    /// the handler chose, which the client may never have written). An I/O
+    /// failure (`serde_json::from_reader`) is the server's: -32603 with
+    /// its kind, as [`From<std::io::Error>`](#impl-From<Error>-for-RpcError).
     fn from(e: serde_json::Error) -> Self {
-        RpcError::params(&e.to_string(), None)
+        if e.is_io() {
+            return std::io::Error::from(e).into();
+        }
+        super::call::params_error(&e, None)
     }
 }
 

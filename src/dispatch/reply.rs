@@ -928,26 +928,32 @@ pub(crate) fn write_request_error_tail<B: ReplyBuf + ?Sized>(out: &mut B, e: Err
 /// after it were not run.
 pub(crate) const MAX_ECHOED_METHOD: usize = 256;
 
+/// Where `text` is cut so that at most `max` bytes of it are written
+/// as a JSON string's content (escapes counted), at a character boundary;
+/// `None` when it fits whole.
+pub(crate) fn echo_cut(text: &str, max: usize) -> Option<usize> {
+    let mut written = 0;
+    let mut cut = text.bytes().position(|b| {
+        written += write::escaped_len(b);
+        written > max
+    })?;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Some(cut)
+}
+
 /// The error tail for an unknown method, naming it in `data`.
 pub(crate) fn write_method_not_found_tail<B: ReplyBuf + ?Sized>(out: &mut B, method: &str) {
     out.extend_from_slice(b",\"error\":{\"code\":");
     write::i64(out, METHOD_NOT_FOUND as i64);
     out.extend_from_slice(b",\"message\":\"Method not found\",\"data\":{\"method\":");
-    // Where the written length would pass the bound (none: it fits).
-    let mut written = 0;
-    let cut = method.bytes().position(|b| {
-        written += write::escaped_len(b);
-        written > MAX_ECHOED_METHOD
-    });
-    match cut {
+    match echo_cut(method, MAX_ECHOED_METHOD) {
         None => {
             write::string(out, method);
             out.extend_from_slice(b"}}}");
         }
-        Some(mut cut) => {
-            while !method.is_char_boundary(cut) {
-                cut -= 1;
-            }
+        Some(cut) => {
             write::string(out, &method[..cut]);
             out.extend_from_slice(b",\"truncated\":true}}}");
         }
