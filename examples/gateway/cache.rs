@@ -8,10 +8,20 @@
 //! | class | kept when |
 //! | --- | --- |
 //! | constant (`web3_sha3`; `eth_chainId` and `net_version` keep their own slot) | always |
-//! | by block, the block named by hash (or `{"blockHash":…}`) | at once (but for `requireCanonical: true`, which a reorg can turn into an error) |
+//! | by block, the block named by hash (or `{"blockHash":…}`) | the hash was learnt to be the canonical block of a number at or below the finalized block (not with `requireCanonical: true`, which a reorg can turn into an error) |
 //! | by block, the block named by number (or `{"blockNumber":…}`) | the number is at or below the finalized block known before the call was sent |
-//! | by block, a log filter | `blockHash`, or `fromBlock` and `toBlock` both numbers, `toBlock` final as above |
+//! | by block, a log filter | `blockHash` learnt as above, or `fromBlock` and `toBlock` both numbers, `toBlock` final as above |
 //! | by transaction hash | the result's `blockNumber` is at or below the finalized block known before the call was sent |
+//!
+//! A hash is learnt in a task of its own after a call names it (the call
+//! itself is forwarded and not kept): the first upstream's
+//! `eth_getBlockByHash [hash, false]` gives its number, and once that
+//! number is final, `eth_getBlockByNumber [number, false]` must name the
+//! same hash. Kept at once, an answer by hash was kept for the process's
+//! life even when the node did not know the block yet (answers such as
+//! `"0x"` or `[]` for an unknown block), or when the block was later
+//! reorganised away (reth forgets such blocks: its answers become `null`).
+//! What is learnt of at most [`HASHES_KEPT`] hashes is remembered.
 //!
 //! "Known before the call was sent": an answer given while its block could
 //! still be replaced is never kept, even when the block is final by the
@@ -77,7 +87,7 @@ use std::time::{Duration, Instant};
 use rpcwire::bytes::Bytes;
 use rpcwire::dispatch::OwnedParams;
 use rpcwire::eth::catalogue::{self, BlockParam, Method};
-use rpcwire::eth::{BlockId, BlockNumberOrTag, EthValue};
+use rpcwire::eth::{B256, BlockId, BlockNumberOrTag, EthValue};
 use rpcwire::json::RawJson;
 
 use crate::upstream::Upstreams;
@@ -98,6 +108,9 @@ pub enum Keep {
     Final(u64),
     /// Once the block the result names (`blockNumber`) is final.
     ByTransaction,
+    /// Once this block hash is learnt to be a final block's, canonical
+    /// ([`BlockHashes`]).
+    ByHash(B256),
 }
 
 /// Whether `method`'s call with `params` may be answered from the cache,
@@ -114,7 +127,7 @@ pub fn keep(method: &Method, params: Option<&OwnedParams>) -> Option<Keep> {
                 BlockParam::None => None,
                 BlockParam::Id(p) => by_id(at(p)?.block_id().ok()?),
                 BlockParam::Number(p) => by_number(at(p)?.block_number().ok()?),
-                BlockParam::Hash(p) => at(p)?.hash().ok().map(|_| Keep::Always),
+                BlockParam::Hash(p) => at(p)?.hash().ok().map(Keep::ByHash),
                 BlockParam::Filter(p) if method.name == "trace_filter" => by_trace_filter(at(p)?),
                 BlockParam::Filter(p) => by_filter(at(p)?),
                 BlockParam::StateContext(p) => {
@@ -138,7 +151,7 @@ fn by_id(id: BlockId) -> Option<Keep> {
             require_canonical: Some(true),
             ..
         } => None,
-        BlockId::Hash { .. } => Some(Keep::Always),
+        BlockId::Hash { hash, .. } => Some(Keep::ByHash(hash)),
         BlockId::Number(n) => Some(Keep::Final(n)),
         // `earliest` too: with history expiry it names the first block a
         // node still keeps (geth redefined it for pruned history), which
@@ -188,8 +201,8 @@ fn by_filter(v: RawJson<'_>) -> Option<Keep> {
         return None;
     }
     let filter = v.log_filter().ok()?;
-    if filter.block_hash().ok()?.is_some() {
-        return Some(Keep::Always);
+    if let Some(hash) = filter.block_hash().ok()? {
+        return Some(Keep::ByHash(hash));
     }
     let number = |b: BlockNumberOrTag| match b {
         BlockNumberOrTag::Number(n) => Some(n),
@@ -244,6 +257,109 @@ pub struct Cache {
     misses: AtomicU64,
     /// The finalized block, as far as the gateway knows it.
     pub finality: Finality,
+    /// What the gateway learnt of the block hashes calls named.
+    pub hashes: BlockHashes,
+}
+
+/// The most block hashes whose state [`BlockHashes`] remembers; past it,
+/// it forgets them all (and learns again what calls name).
+pub const HASHES_KEPT: usize = 4096;
+
+/// The most hashes learnt at once (each task asks the first upstream one
+/// or two questions).
+const HASHES_LEARNT_AT_ONCE: usize = 8;
+
+/// What is known of a block hash a call named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashState {
+    /// A task is learning it.
+    Learning,
+    /// The first upstream has it as block `number`, not final when asked:
+    /// asked again once the finalized block passes it.
+    Number(u64),
+    /// The canonical block of its number, which is final: results by it
+    /// may be kept.
+    Final,
+    /// Not the canonical block of its number, a final one: results by it
+    /// are never kept (the node may forget it).
+    Replaced,
+}
+
+/// The block hashes calls named, and what is known of them.
+#[derive(Default)]
+pub struct BlockHashes {
+    states: Mutex<HashMap<B256, HashState>>,
+}
+
+/// What to do about a hash a call named whose results are not known to
+/// be keepable yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HashStep {
+    /// Ask the first upstream for its number, then as [`HashStep::Check`].
+    Ask,
+    /// Its number is final: check that it is the canonical block's.
+    Check(u64),
+    /// Its number is not final yet: learn the finalized block.
+    AwaitFinality(u64),
+    /// Nothing now (being learnt, replaced, or too many learnt at once).
+    Nothing,
+}
+
+impl BlockHashes {
+    /// Whether results by `hash` may be kept.
+    pub fn is_final(&self, hash: &B256) -> bool {
+        lock(&self.states).get(hash) == Some(&HashState::Final)
+    }
+
+    /// What to do about `hash`, with `finalized` the finalized block
+    /// known; marks it [`HashState::Learning`] when a task is to start.
+    pub fn next_step(&self, hash: B256, finalized: Option<u64>) -> HashStep {
+        let mut states = lock(&self.states);
+        let learning = || {
+            states
+                .values()
+                .filter(|s| **s == HashState::Learning)
+                .count()
+        };
+        let step = match states.get(&hash) {
+            None => HashStep::Ask,
+            Some(HashState::Number(n)) if finalized.is_some_and(|f| *n <= f) => HashStep::Check(*n),
+            Some(HashState::Number(n)) => return HashStep::AwaitFinality(*n),
+            Some(_) => return HashStep::Nothing,
+        };
+        if learning() >= HASHES_LEARNT_AT_ONCE {
+            return HashStep::Nothing;
+        }
+        if states.len() >= HASHES_KEPT && !states.contains_key(&hash) {
+            // Forgotten, but for those being learnt (their tasks set them).
+            states.retain(|_, s| *s == HashState::Learning);
+        }
+        states.insert(hash, HashState::Learning);
+        step
+    }
+
+    /// What a task learnt of `hash` (`None`: nothing, asked again when a
+    /// call next names it).
+    pub fn learnt(&self, hash: B256, state: Option<HashState>) {
+        let mut states = lock(&self.states);
+        match state {
+            Some(state) => {
+                states.insert(hash, state);
+            }
+            None => {
+                states.remove(&hash);
+            }
+        }
+    }
+
+    /// How many hashes are being learnt.
+    #[cfg_attr(not(test), allow(dead_code, reason = "the tests wait on it"))]
+    pub fn learning(&self) -> usize {
+        lock(&self.states)
+            .values()
+            .filter(|s| **s == HashState::Learning)
+            .count()
+    }
 }
 
 /// What `/metrics` shows of the cache.
@@ -430,6 +546,7 @@ impl Cache {
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             finality: Finality::new(finalized_every),
+            hashes: BlockHashes::default(),
         }
     }
 
@@ -590,6 +707,40 @@ async fn ask_finalized(up: &Upstreams) -> Option<u64> {
     let answer = outcome.ok()?;
     let block: Option<Block<'_>> = serde_json::from_slice(&answer.0).ok()?;
     quantity(block?.number?)
+}
+
+/// The first upstream's block with `hash`: its number, when its answer
+/// names that hash (`None`: unknown there, another upstream answered, an
+/// error).
+pub async fn number_of_hash(up: &Upstreams, hash: B256) -> Option<u64> {
+    let params = format!("[\"{hash:#x}\",false]");
+    let (number, named) = block_header(up, "eth_getBlockByHash", &params).await?;
+    (named == hash).then_some(number)
+}
+
+/// The first upstream's canonical block `number`'s hash.
+pub async fn hash_of_number(up: &Upstreams, number: u64) -> Option<B256> {
+    let params = format!("[\"{number:#x}\",false]");
+    let (at, hash) = block_header(up, "eth_getBlockByNumber", &params).await?;
+    (at == number).then_some(hash)
+}
+
+/// The number and hash of the block `method` with `params` answers, from
+/// the first upstream only.
+async fn block_header(up: &Upstreams, method: &str, params: &str) -> Option<(u64, B256)> {
+    let (outcome, first) = up.forward_from(method, Some(params.as_bytes())).await;
+    if !first {
+        return None;
+    }
+    #[derive(serde::Deserialize)]
+    struct Header<'a> {
+        #[serde(borrow)]
+        number: &'a str,
+        hash: B256,
+    }
+    let answer = outcome.ok()?;
+    let header: Header<'_> = serde_json::from_slice::<Option<Header<'_>>>(&answer.0).ok()??;
+    Some((quantity(header.number)?, header.hash))
 }
 
 /// The block a transaction's result names (`blockNumber`: a QUANTITY, or

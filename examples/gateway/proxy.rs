@@ -26,6 +26,7 @@ use rpcwire::bytes::Bytes;
 use rpcwire::dispatch::{
     AsyncCall, Done, IntoResponse, Observer, OwnedParams, Reply, RpcError, WithAsync,
 };
+use rpcwire::eth::B256;
 use rpcwire::eth::catalogue::{self, Method};
 use rpcwire::server::subscriptions::{SubscriptionId, Subscriptions};
 use rpcwire::{Call, Dispatcher};
@@ -296,6 +297,10 @@ async fn forward_and_keep(
             learn_finality(&call.state, n);
             false
         }
+        Keep::ByHash(hash) if !cache.hashes.is_final(&hash) => {
+            learn_hash(&call.state, hash);
+            false
+        }
         _ => true,
     };
     let (outcome, first) = forwarded.await;
@@ -351,6 +356,67 @@ fn learn_finality(state: &Arc<Gateway>, n: u64) {
         let state = &learning.0;
         if let Some(cache) = &state.cache {
             cache.finality.is_final(&state.up, n).await;
+        }
+    });
+}
+
+/// Learns, for the calls after this one, whether block `hash` is the
+/// canonical block of a final number ([`cache::BlockHashes`]), in a task
+/// of its own as [`learn_finality`] does: its number first (the first
+/// upstream's `eth_getBlockByHash`), then, once that is final, the hash
+/// of the canonical block of that number.
+fn learn_hash(state: &Arc<Gateway>, hash: B256) {
+    let Some(cache) = &state.cache else {
+        return;
+    };
+    let number = match cache.hashes.next_step(hash, cache.finality.known()) {
+        cache::HashStep::Ask => None,
+        cache::HashStep::Check(n) => Some(n),
+        cache::HashStep::AwaitFinality(n) => return learn_finality(state, n),
+        cache::HashStep::Nothing => return,
+    };
+    /// What the task learnt; nothing if it ends otherwise (a runtime shut
+    /// down drops it unfinished), so that the next call asks again.
+    struct Learning(Arc<Gateway>, B256, Option<cache::HashState>);
+    impl Learning {
+        fn learnt(&mut self, state: cache::HashState) {
+            self.2 = Some(state);
+        }
+    }
+    impl Drop for Learning {
+        fn drop(&mut self) {
+            if let Some(cache) = &self.0.cache {
+                cache.hashes.learnt(self.1, self.2);
+            }
+        }
+    }
+    let mut learning = Learning(Arc::clone(state), hash, None);
+    tokio::spawn(async move {
+        let state = Arc::clone(&learning.0);
+        let (Some(cache), up) = (&state.cache, &state.up) else {
+            return;
+        };
+        let timeout = up.timeout();
+        let number = match number {
+            Some(n) => n,
+            None => match tokio::time::timeout(timeout, cache::number_of_hash(up, hash)).await {
+                Ok(Some(n)) => n,
+                _ => return,
+            },
+        };
+        if !cache.finality.known().is_some_and(|f| number <= f) {
+            learning.learnt(cache::HashState::Number(number));
+            drop(learning);
+            return learn_finality(&state, number);
+        }
+        if let Ok(Some(canonical)) =
+            tokio::time::timeout(timeout, cache::hash_of_number(up, number)).await
+        {
+            learning.learnt(if canonical == hash {
+                cache::HashState::Final
+            } else {
+                cache::HashState::Replaced
+            });
         }
     });
 }

@@ -162,12 +162,20 @@ fn answer(method: &str, params: &Value, finalized: u64, era: u64) -> Result<Valu
                 // `params[2]`, when given, pads the block to that many bytes.
                 let pad = params.get(2).and_then(Value::as_u64).unwrap_or(0);
                 let mut block = json!({"number": n, "pad": "x".repeat(pad as usize)});
+                if n == "0x3" {
+                    block["hash"] = json!(hash(0xab));
+                }
                 if era > 0 {
                     block["era"] = json!(era);
                 }
                 Ok(block)
             }
         },
+        // Block 3's hash is `hash(0xab)`; `hash(0xcd)` names a block 3
+        // that was replaced (a side chain's); `hash(0xee)` one it does
+        // not know (yet), for which calls by it are answered as geth
+        // answers some of them then (`"0x"`, `[]`), not `null`.
+        "eth_getBlockByHash" if params[0] == hash(0xee) => Ok(Value::Null),
         "eth_getBlockByHash" => Ok(json!({"hash": params[0], "number": "0x3"})),
         "eth_getBalance" => Ok(json!("0x1")),
         "eth_getLogs" => Ok(json!([])),
@@ -231,7 +239,7 @@ async fn settle(state: &proxy::Gateway) {
         return;
     };
     for _ in 0..2000 {
-        if !cache.finality.is_learning() {
+        if !cache.finality.is_learning() && cache.hashes.learning() == 0 {
             return;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -398,32 +406,98 @@ async fn a_block_above_the_finalized_one_reaches_the_upstream() {
     assert_eq!(node.count("eth_getLogs", &range), 1);
 }
 
-/// A block hash is cached at once (no finalized block needed); a hash
-/// whose answer is `null` is not; `requireCanonical: true` (a reorg can
-/// make it an error) is not.
+/// A result by block hash is kept once the hash is learnt to be the
+/// canonical block of a final number (the call that names it first is
+/// forwarded, and a task asks the node for the hash's number, then for
+/// that number's hash): a hash the node does not know (yet), or one of a
+/// block since replaced, is never kept; `requireCanonical: true` (a reorg
+/// can make it an error) is not. Kept at once, an answer for a block the
+/// node had not imported yet, or for one reorganised away, was served for
+/// the process's life.
 #[tokio::test]
-async fn a_block_hash_is_cached_at_once() {
-    let node = Node::start(u64::MAX).await;
+async fn a_block_hash_is_cached_once_canonical_and_final() {
+    let node = Node::start(0x10).await;
     let (gw, _state) = start_app(config(&[node.addr])).await;
-    let by_hash = [
-        ("eth_getBlockByHash", json!([hash(0xab), false])),
-        ("eth_getBalance", json!([ADDR, hash(0xab)])),
-        ("eth_getBalance", json!([ADDR, {"blockHash": hash(0xab)}])),
-        ("eth_getLogs", json!([{"blockHash": hash(0xab)}])),
-        ("web3_sha3", json!(["0x68656c6c6f"])),
-    ];
-    for (method, params) in &by_hash {
+    learn_finality(gw.addr).await;
+    let by = |h: u8| {
+        [
+            ("eth_getBlockByHash", json!([hash(h), false])),
+            ("eth_getBalance", json!([ADDR, hash(h)])),
+            ("eth_getBalance", json!([ADDR, {"blockHash": hash(h)}])),
+            ("eth_getLogs", json!([{"blockHash": hash(h)}])),
+        ]
+    };
+    // The first call by the hash is forwarded, and starts the learning
+    // (which asks `eth_getBlockByHash` itself); the others find it known.
+    for (k, (method, params)) in by(0xab).iter().enumerate() {
         for id in 0..3 {
             rpc(gw.addr, json!(id), method, params).await;
         }
-        assert_eq!(node.count(method, params), 1, "{method} {params}");
+        let forwarded = if k == 0 { 2 + 1 } else { 1 };
+        assert_eq!(node.count(method, params), forwarded, "{method} {params}");
     }
+    assert_eq!(node.count("eth_getBlockByNumber", &json!(["0x3", false])), 1);
+    // A replaced block and an unknown one: every call forwarded, each
+    // hash's number asked once per call that finds it unknown.
+    for h in [0xcd, 0xee] {
+        for (method, params) in &by(h) {
+            for id in 0..3 {
+                rpc(gw.addr, json!(id), method, params).await;
+            }
+            let asked = usize::from(*method == "eth_getBlockByHash" && h == 0xcd);
+            assert!(
+                node.count(method, params) >= 3 + asked,
+                "{method} {params}: {}",
+                node.count(method, params)
+            );
+        }
+    }
+    // Block 3 was checked once for 0xcd (found replaced, not asked again).
+    assert_eq!(node.count("eth_getBlockByNumber", &json!(["0x3", false])), 2);
     let canonical = json!([ADDR, {"blockHash": hash(0xab), "requireCanonical": true}]);
     for id in 0..2 {
         rpc(gw.addr, json!(id), "eth_getBalance", &canonical).await;
     }
     assert_eq!(node.count("eth_getBalance", &canonical), 2);
-    assert_eq!(node.finalized_asked(), 0);
+    // A constant is kept at once.
+    let sha = json!(["0x68656c6c6f"]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "web3_sha3", &sha).await;
+    }
+    assert_eq!(node.count("web3_sha3", &sha), 1);
+}
+
+/// A hash whose block is not final when it is learnt is kept once the
+/// finalized block passes its number (the finalized block asked again
+/// after `--finalized-every`), and not before.
+#[tokio::test]
+async fn a_block_hash_above_the_finalized_block_is_kept_once_final() {
+    let node = Node::start(0x2).await;
+    let (gw, state) = start_app(config::Config {
+        finalized_every: Duration::from_millis(200),
+        ..config(&[node.addr])
+    })
+    .await;
+    learn_finality(gw.addr).await;
+    let params = json!([ADDR, hash(0xab)]);
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "eth_getBalance", &params).await;
+    }
+    assert_eq!(node.count("eth_getBalance", &params), 3, "block 3 is not final");
+    assert_eq!(node.count("eth_getBlockByNumber", &json!(["0x3", false])), 0);
+    node.finalized.store(0x10, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // Learns the finalized block, then the hash's block, then keeps.
+    for id in 0..4 {
+        rpc(gw.addr, json!(id), "eth_getBalance", &params).await;
+        settle(&state).await;
+    }
+    let forwarded = node.count("eth_getBalance", &params);
+    assert!((4..=6).contains(&forwarded), "{forwarded}");
+    for id in 0..3 {
+        rpc(gw.addr, json!(id), "eth_getBalance", &params).await;
+    }
+    assert_eq!(node.count("eth_getBalance", &params), forwarded, "kept by now");
 }
 
 /// A receipt is cached once its block is final: not when `null`, not
@@ -771,7 +845,10 @@ async fn a_fallback_upstreams_answers_are_not_cached() {
             let reply = rpc(gw.addr, json!(id), method, &params).await;
             assert!(reply.contains("result"), "{reply}");
         }
-        assert_eq!(node.count(method, &params), 3, "{params}");
+        // By hash, the learning of the hash asks too (each time: only the
+        // first upstream's answer is taken).
+        let asked = if method == "eth_getBlockByHash" { 6 } else { 3 };
+        assert_eq!(node.count(method, &params), asked, "{params}");
     }
     assert_eq!(state.cache.as_ref().unwrap().stats().entries, 0);
 }
