@@ -436,7 +436,10 @@ async fn a_block_hash_is_cached_once_canonical_and_final() {
         let forwarded = if k == 0 { 2 + 1 } else { 1 };
         assert_eq!(node.count(method, params), forwarded, "{method} {params}");
     }
-    assert_eq!(node.count("eth_getBlockByNumber", &json!(["0x3", false])), 1);
+    assert_eq!(
+        node.count("eth_getBlockByNumber", &json!(["0x3", false])),
+        1
+    );
     // A replaced block and an unknown one: every call forwarded, each
     // hash's number asked once per call that finds it unknown.
     for h in [0xcd, 0xee] {
@@ -453,7 +456,10 @@ async fn a_block_hash_is_cached_once_canonical_and_final() {
         }
     }
     // Block 3 was checked once for 0xcd (found replaced, not asked again).
-    assert_eq!(node.count("eth_getBlockByNumber", &json!(["0x3", false])), 2);
+    assert_eq!(
+        node.count("eth_getBlockByNumber", &json!(["0x3", false])),
+        2
+    );
     let canonical = json!([ADDR, {"blockHash": hash(0xab), "requireCanonical": true}]);
     for id in 0..2 {
         rpc(gw.addr, json!(id), "eth_getBalance", &canonical).await;
@@ -483,8 +489,15 @@ async fn a_block_hash_above_the_finalized_block_is_kept_once_final() {
     for id in 0..3 {
         rpc(gw.addr, json!(id), "eth_getBalance", &params).await;
     }
-    assert_eq!(node.count("eth_getBalance", &params), 3, "block 3 is not final");
-    assert_eq!(node.count("eth_getBlockByNumber", &json!(["0x3", false])), 0);
+    assert_eq!(
+        node.count("eth_getBalance", &params),
+        3,
+        "block 3 is not final"
+    );
+    assert_eq!(
+        node.count("eth_getBlockByNumber", &json!(["0x3", false])),
+        0
+    );
     node.finalized.store(0x10, Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(250)).await;
     // Learns the finalized block, then the hash's block, then keeps.
@@ -497,7 +510,11 @@ async fn a_block_hash_above_the_finalized_block_is_kept_once_final() {
     for id in 0..3 {
         rpc(gw.addr, json!(id), "eth_getBalance", &params).await;
     }
-    assert_eq!(node.count("eth_getBalance", &params), forwarded, "kept by now");
+    assert_eq!(
+        node.count("eth_getBalance", &params),
+        forwarded,
+        "kept by now"
+    );
 }
 
 /// A receipt is cached once its block is final: not when `null`, not
