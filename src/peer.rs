@@ -242,8 +242,9 @@ impl<B: ReplyBuf + ?Sized> std::io::Write for Appender<'_, B> {
     }
 }
 
-/// Places the pending table keeps however few requests wait: below it
-/// the table never shrinks, so a steady trickle does not allocate.
+/// Places the pending table keeps however few requests wait: below
+/// twice it the table never shrinks, so a steady trickle does not
+/// allocate.
 const PENDING_KEPT: usize = 64;
 
 /// Requests this side sent and has not had answered: each under an id this
@@ -337,21 +338,26 @@ impl<T> PendingTable<T> {
     }
 
     /// Shrinks the map and the heap to twice what they hold once they use
-    /// a quarter of their room or less (and hold more than
-    /// [`PENDING_KEPT`] places): a connection that once had 100,000
-    /// requests out kept about 8 MiB of places for its life. Amortised: a
-    /// shrink moves `len` entries after at least `3 × len` removals.
+    /// a quarter of their room or less, never below [`PENDING_KEPT`]
+    /// places (the heap never below what [`compact_deadlines`] lets it
+    /// reach before compacting, so that a request pending on top of a
+    /// steady trickle makes it neither grow nor shrink): a connection
+    /// that once had 100,000 requests out kept about 8 MiB of places for
+    /// its life. Amortised: a shrink to twice `len` comes after at least
+    /// `len` removals since the last growth or shrink.
+    ///
+    /// [`compact_deadlines`]: PendingTable::compact_deadlines
     fn shrink(&mut self) {
-        let fits = |len: usize, capacity: usize| {
-            capacity <= PENDING_KEPT || len.saturating_mul(4) > capacity
-        };
-        if !fits(self.entries.len(), self.entries.capacity()) {
-            self.entries
-                .shrink_to((2 * self.entries.len()).max(PENDING_KEPT));
+        let floor = 2 * PENDING_KEPT;
+        let len = self.entries.len();
+        if self.entries.capacity() > floor && len.saturating_mul(4) <= self.entries.capacity() {
+            self.entries.shrink_to((2 * len).max(PENDING_KEPT));
         }
-        if !fits(self.deadlines.len(), self.deadlines.capacity()) {
-            self.deadlines
-                .shrink_to((2 * self.deadlines.len()).max(PENDING_KEPT));
+        let floor = floor.max(2 * (2 * len + 64));
+        let heap = self.deadlines.len();
+        if self.deadlines.capacity() > floor && heap.saturating_mul(4) <= self.deadlines.capacity()
+        {
+            self.deadlines.shrink_to((2 * heap).max(floor / 2));
         }
     }
 
@@ -1417,8 +1423,9 @@ mod tests {
                 .collect()
         };
         let small = |table: &PendingTable<u64>| {
+            // The heap keeps room for what it reaches between compactions.
             table.entries.capacity() <= 2 * PENDING_KEPT
-                && table.deadlines.capacity() <= 2 * PENDING_KEPT
+                && table.deadlines.capacity() <= 4 * PENDING_KEPT
         };
         let mut table = PendingTable::new();
         let answer = |id: u64| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":0}}"#);

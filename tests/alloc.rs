@@ -316,3 +316,32 @@ fn two_way_traffic_allocates_nothing_after_warm_up() {
         "{text}"
     );
 }
+
+/// The pending table under a steady trickle of requests with deadlines,
+/// one of them pending all along (a slow call on top of the deadline
+/// heap): nothing allocates once warm. Its shrinking after bursts once cut
+/// the heap below what it grows to between compactions: two allocations
+/// every 65 requests.
+#[test]
+fn the_pending_table_s_trickle_with_deadlines_allocates_nothing() {
+    use std::time::{Duration, Instant};
+    let now = Instant::now();
+    let mut table: rpcwire::peer::PendingTable<u64> = rpcwire::peer::PendingTable::new();
+    let slow = table.insert(0, Some(now + Duration::from_secs(1)));
+    let trickle = |rounds: u64, table: &mut rpcwire::peer::PendingTable<u64>| {
+        for n in 0..rounds {
+            // Answered out of order, a few at a time.
+            let ids: [u64; 4] = std::array::from_fn(|k| {
+                table.insert(n, Some(now + Duration::from_secs(60 + (n + k as u64) % 7)))
+            });
+            for id in ids.into_iter().rev() {
+                assert_eq!(table.cancel(id), Some(n));
+            }
+        }
+    };
+    trickle(1_000, &mut table);
+    let (allocations, ()) = allocations_during(|| trickle(10_000, &mut table));
+    assert_eq!(allocations, 0);
+    assert_eq!(table.len(), 1);
+    assert_eq!(table.cancel(slow), Some(0));
+}

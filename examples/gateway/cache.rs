@@ -102,7 +102,7 @@ pub const ENTRY_OVERHEAD: usize = 96;
 /// When a call's result may be kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keep {
-    /// Whatever the chain does (constants, pure functions, block hashes).
+    /// Whatever the chain does (constants, pure functions).
     Always,
     /// Once this block number is final.
     Final(u64),
@@ -269,13 +269,21 @@ pub const HASHES_KEPT: usize = 4096;
 /// or two questions).
 const HASHES_LEARNT_AT_ONCE: usize = 8;
 
+/// How long a hash the first upstream did not know (or an ask about it
+/// that failed) is not asked about again: a client naming a hash no
+/// node has, or the first upstream down, would otherwise cost an ask per
+/// call.
+const UNKNOWN_FOR: Duration = Duration::from_secs(2);
+
 /// What is known of a block hash a call named.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HashState {
     /// A task is learning it.
     Learning,
+    /// The first upstream did not know it (or did not answer) then.
+    Unknown(Instant),
     /// The first upstream has it as block `number`, not final when asked:
-    /// asked again once the finalized block passes it.
+    /// checked once the finalized block passes it.
     Number(u64),
     /// The canonical block of its number, which is final: results by it
     /// may be kept.
@@ -288,7 +296,14 @@ pub enum HashState {
 /// The block hashes calls named, and what is known of them.
 #[derive(Default)]
 pub struct BlockHashes {
-    states: Mutex<HashMap<B256, HashState>>,
+    inner: Mutex<Hashes>,
+}
+
+#[derive(Default)]
+struct Hashes {
+    states: HashMap<B256, HashState>,
+    /// How many of them are [`HashState::Learning`].
+    learning: usize,
 }
 
 /// What to do about a hash a call named whose results are not known to
@@ -301,64 +316,55 @@ pub enum HashStep {
     Check(u64),
     /// Its number is not final yet: learn the finalized block.
     AwaitFinality(u64),
-    /// Nothing now (being learnt, replaced, or too many learnt at once).
+    /// Nothing now (being learnt, replaced, unknown a moment ago, or too
+    /// many learnt at once).
     Nothing,
 }
 
 impl BlockHashes {
     /// Whether results by `hash` may be kept.
     pub fn is_final(&self, hash: &B256) -> bool {
-        lock(&self.states).get(hash) == Some(&HashState::Final)
+        lock(&self.inner).states.get(hash) == Some(&HashState::Final)
     }
 
     /// What to do about `hash`, with `finalized` the finalized block
-    /// known; marks it [`HashState::Learning`] when a task is to start.
+    /// known; marks it [`HashState::Learning`] when a task is to start
+    /// (which then calls [`learnt`](BlockHashes::learnt)).
     pub fn next_step(&self, hash: B256, finalized: Option<u64>) -> HashStep {
-        let mut states = lock(&self.states);
-        let learning = || {
-            states
-                .values()
-                .filter(|s| **s == HashState::Learning)
-                .count()
-        };
-        let step = match states.get(&hash) {
+        let mut inner = lock(&self.inner);
+        let step = match inner.states.get(&hash) {
             None => HashStep::Ask,
+            Some(HashState::Unknown(at)) if at.elapsed() >= UNKNOWN_FOR => HashStep::Ask,
             Some(HashState::Number(n)) if finalized.is_some_and(|f| *n <= f) => HashStep::Check(*n),
             Some(HashState::Number(n)) => return HashStep::AwaitFinality(*n),
             Some(_) => return HashStep::Nothing,
         };
-        if learning() >= HASHES_LEARNT_AT_ONCE {
+        if inner.learning >= HASHES_LEARNT_AT_ONCE {
             return HashStep::Nothing;
         }
-        if states.len() >= HASHES_KEPT && !states.contains_key(&hash) {
+        if inner.states.len() >= HASHES_KEPT && !inner.states.contains_key(&hash) {
             // Forgotten, but for those being learnt (their tasks set them).
-            states.retain(|_, s| *s == HashState::Learning);
+            inner.states.retain(|_, s| *s == HashState::Learning);
         }
-        states.insert(hash, HashState::Learning);
+        inner.states.insert(hash, HashState::Learning);
+        inner.learning += 1;
         step
     }
 
-    /// What a task learnt of `hash` (`None`: nothing, asked again when a
-    /// call next names it).
+    /// What a task learnt of `hash` (`None`: nothing, [`HashState::Unknown`]
+    /// from now).
     pub fn learnt(&self, hash: B256, state: Option<HashState>) {
-        let mut states = lock(&self.states);
-        match state {
-            Some(state) => {
-                states.insert(hash, state);
-            }
-            None => {
-                states.remove(&hash);
-            }
+        let mut inner = lock(&self.inner);
+        let state = state.unwrap_or(HashState::Unknown(Instant::now()));
+        if inner.states.insert(hash, state) == Some(HashState::Learning) {
+            inner.learning -= 1;
         }
     }
 
     /// How many hashes are being learnt.
     #[cfg_attr(not(test), allow(dead_code, reason = "the tests wait on it"))]
     pub fn learning(&self) -> usize {
-        lock(&self.states)
-            .values()
-            .filter(|s| **s == HashState::Learning)
-            .count()
+        lock(&self.inner).learning
     }
 }
 

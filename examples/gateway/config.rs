@@ -84,7 +84,9 @@ usage: gateway [options]
   --cache-bytes N       the response cache's bound in bytes (default 67108864,
                         64 MiB; 0: no cache). Only results that can never
                         change are kept: constants (web3_sha3), calls naming
-                        their block by hash, calls naming a block number at
+                        their block by hash once it is learnt to be the
+                        canonical block of a final number, calls naming a
+                        block number at
                         or below the finalized block (fromBlock and toBlock
                         for eth_getLogs), transactions (receipts, ...) whose
                         blockNumber is final; never a block tag (latest,

@@ -376,7 +376,7 @@ fn learn_hash(state: &Arc<Gateway>, hash: B256) {
         cache::HashStep::Nothing => return,
     };
     /// What the task learnt; nothing if it ends otherwise (a runtime shut
-    /// down drops it unfinished), so that the next call asks again.
+    /// down drops it unfinished): asked again after a moment.
     struct Learning(Arc<Gateway>, B256, Option<cache::HashState>);
     impl Learning {
         fn learnt(&mut self, state: cache::HashState) {
@@ -404,11 +404,13 @@ fn learn_hash(state: &Arc<Gateway>, hash: B256) {
                 _ => return,
             },
         };
-        if !cache.finality.known().is_some_and(|f| number <= f) {
+        if cache.finality.known().is_none_or(|f| number > f) {
             learning.learnt(cache::HashState::Number(number));
             drop(learning);
             return learn_finality(&state, number);
         }
+        // Its number is kept when the check fails: the next call checks.
+        learning.learnt(cache::HashState::Number(number));
         if let Ok(Some(canonical)) =
             tokio::time::timeout(timeout, cache::hash_of_number(up, number)).await
         {

@@ -1026,7 +1026,7 @@ impl OwnedParams {
     fn error(&self, e: &serde_json::Error) -> RpcError {
         let at = self
             .offset
-            .map(|base| base + crate::de::error_offset(&self.json, &e));
+            .map(|base| base + crate::de::error_offset(&self.json, e));
         super::call::params_error(e, at)
     }
 }
@@ -1375,11 +1375,6 @@ impl Msg {
 const KEPT_REPLY_LISTS_FLOOR: usize = 1024;
 
 /// A connection's running calls; see the module docs.
-/// Places the engine's queues keep when an idle connection gives back
-/// its buffers.
-#[cfg(feature = "server")]
-const KEPT_QUEUE_PLACES: usize = 64;
-
 pub(crate) struct Engine {
     slots: Vec<Slot>,
     free: Vec<usize>,
@@ -1826,12 +1821,12 @@ impl Engine {
         });
         self.reply_list_room = room;
         // The queue of calls that waited for a slot, and the list of calls
-        // cancelled by id: a batch of 1,000 async calls left about 150 kB
-        // of places.
-        if self.waiting.is_empty() && self.waiting.capacity() > KEPT_QUEUE_PLACES {
+        // cancelled by id, past `keep` bytes each: a batch of 1,000 async
+        // calls left about 150 kB of places.
+        if self.waiting.is_empty() && self.waiting.capacity() * size_of::<Waiting>() > keep {
             self.waiting = VecDeque::new();
         }
-        if self.cancelled.is_empty() && self.cancelled.capacity() > KEPT_QUEUE_PLACES {
+        if self.cancelled.is_empty() && self.cancelled.capacity() * size_of::<Cancelled>() > keep {
             self.cancelled = Vec::new();
         }
     }

@@ -211,9 +211,7 @@ impl RpcError {
         self.0.data.as_deref()
     }
 
-    /// -32602 for a value that could not be decoded, with the reason (and,
-    /// when known, the byte offset in the message) in `data`.
-    /// -32602 with `reason` in `data` (at most [`MAX_ECHOED_REASON`]
+    /// -32602 for a value that could not be decoded, with `reason` in `data` (at most [`MAX_ECHOED_REASON`]
     /// bytes of it as written, `data.truncated` then: serde's reasons
     /// quote the client's value whole, `invalid type: string "…"`, and a
     /// long one made the error larger than a small response limit, so the
