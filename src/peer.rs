@@ -274,7 +274,17 @@ pub struct PendingTable<T> {
     /// top (then dropped) or the heap is compacted; the top is always a
     /// pending request's.
     deadlines: BinaryHeap<Reverse<(Instant, u64)>>,
+    /// The most requests pending at once in the current window of
+    /// [`SHRINK_WINDOW`] removals, and the removals in it so far.
+    window_peak: usize,
+    window_removals: usize,
 }
+
+/// Removals after which the pending table looks at whether to shrink:
+/// it shrinks to what the window's peak needed, so that a count of
+/// requests in flight that moves within a window makes it neither grow
+/// nor shrink.
+const SHRINK_WINDOW: usize = 1024;
 
 impl<T> Default for PendingTable<T> {
     fn default() -> Self {
@@ -289,6 +299,8 @@ impl<T> PendingTable<T> {
             next: 1,
             entries: HashMap::new(),
             deadlines: BinaryHeap::new(),
+            window_peak: 0,
+            window_removals: 0,
         }
     }
 
@@ -323,9 +335,9 @@ impl<T> PendingTable<T> {
     }
 
     /// Drops the top entries of requests no longer pending, so that the
-    /// top is a pending request's; then gives back what a burst made the
-    /// table grow to.
-    fn settle_deadlines(&mut self) {
+    /// top is a pending request's; then, with `removed` requests just
+    /// removed, gives back what a burst made the table grow to.
+    fn settle_deadlines(&mut self, removed: usize) {
         while let Some(&Reverse((deadline, id))) = self.deadlines.peek() {
             if self.is_due(deadline, id) {
                 break;
@@ -334,30 +346,40 @@ impl<T> PendingTable<T> {
         }
         // A request that stays pending on top keeps the entries under it.
         self.compact_deadlines();
-        self.shrink();
+        self.shrink(removed);
     }
 
-    /// Shrinks the map and the heap to twice what they hold once they use
-    /// a quarter of their room or less, never below [`PENDING_KEPT`]
-    /// places (the heap never below what [`compact_deadlines`] lets it
-    /// reach before compacting, so that a request pending on top of a
-    /// steady trickle makes it neither grow nor shrink): a connection
-    /// that once had 100,000 requests out kept about 8 MiB of places for
-    /// its life. Amortised: a shrink to twice `len` comes after at least
-    /// `len` removals since the last growth or shrink.
-    ///
-    /// [`compact_deadlines`]: PendingTable::compact_deadlines
-    fn shrink(&mut self) {
-        let floor = 2 * PENDING_KEPT;
-        let len = self.entries.len();
-        if self.entries.capacity() > floor && len.saturating_mul(4) <= self.entries.capacity() {
-            self.entries.shrink_to((2 * len).max(PENDING_KEPT));
+    /// Every [`SHRINK_WINDOW`] removals, shrinks the map to four times the
+    /// most requests pending at once in the window, when that is an
+    /// eighth of its room or less (never below [`PENDING_KEPT`]
+    /// places), and the heap to what it reaches between compactions for
+    /// that map: a connection that once had 100,000 requests out kept
+    /// about 8 MiB of places for its life. Shrinking on the count pending
+    /// at the moment made a count moving between 20 and 60 grow and
+    /// shrink them over and over.
+    fn shrink(&mut self, removed: usize) {
+        self.window_removals += removed;
+        if self.window_removals < SHRINK_WINDOW {
+            return;
         }
-        let floor = floor.max(2 * (2 * len + 64));
-        let heap = self.deadlines.len();
-        if self.deadlines.capacity() > floor && heap.saturating_mul(4) <= self.deadlines.capacity()
+        self.window_removals = 0;
+        let peak = std::mem::replace(&mut self.window_peak, self.entries.len());
+        // Four times the peak: std's map grows (rather than rehashing
+        // in place) once its removed entries' marks leave it more than
+        // half full, so twice the peak grew back at once.
+        if self.entries.capacity() > 2 * PENDING_KEPT
+            && peak.saturating_mul(8) <= self.entries.capacity()
         {
-            self.deadlines.shrink_to((2 * heap).max(floor / 2));
+            self.entries.shrink_to((4 * peak).max(PENDING_KEPT));
+        }
+        // The heap keeps room for what it reaches between compactions
+        // while the map holds its places.
+        let keep = 2 * self.entries.capacity() + 64;
+        let heap = self.deadlines.len();
+        if self.deadlines.capacity() > 2 * keep
+            && heap.saturating_mul(4) <= self.deadlines.capacity()
+        {
+            self.deadlines.shrink_to((2 * heap).max(keep));
         }
     }
 
@@ -367,6 +389,7 @@ impl<T> PendingTable<T> {
         let id = self.next;
         self.next += 1;
         self.entries.insert(id, (waiter, deadline));
+        self.window_peak = self.window_peak.max(self.entries.len());
         self.push_deadline(id, deadline);
         id
     }
@@ -376,9 +399,10 @@ impl<T> PendingTable<T> {
     /// counter is not used.
     pub(crate) fn insert_as(&mut self, id: u64, waiter: T, deadline: Option<Instant>) {
         self.entries.insert(id, (waiter, deadline));
+        self.window_peak = self.window_peak.max(self.entries.len());
         self.push_deadline(id, deadline);
         // A request replaced under the same id leaves its deadline behind.
-        self.settle_deadlines();
+        self.settle_deadlines(0);
     }
 
     /// The waiter for the response with `id`, removed; `None` for an id this
@@ -387,7 +411,7 @@ impl<T> PendingTable<T> {
     pub fn take(&mut self, id: Id<'_>) -> Option<T> {
         let id = id.as_u64()?;
         let (waiter, _) = self.entries.remove(&id)?;
-        self.settle_deadlines();
+        self.settle_deadlines(1);
         Some(waiter)
     }
 
@@ -400,7 +424,7 @@ impl<T> PendingTable<T> {
     /// Forgets the request `id` (cancelled by this side); returns its waiter.
     pub fn cancel(&mut self, id: u64) -> Option<T> {
         let (waiter, _) = self.entries.remove(&id)?;
-        self.settle_deadlines();
+        self.settle_deadlines(1);
         Some(waiter)
     }
 
@@ -421,7 +445,7 @@ impl<T> PendingTable<T> {
                 count += 1;
             }
         }
-        self.settle_deadlines();
+        self.settle_deadlines(count);
         count
     }
 
@@ -1422,10 +1446,16 @@ mod tests {
                 .map(|n| table.insert(n, Some(now + Duration::from_secs(n % 100 + 1))))
                 .collect()
         };
-        let small = |table: &PendingTable<u64>| {
+        // What it gives back, it gives back within two windows of
+        // removals: a trickle after the burst.
+        let small = |table: &mut PendingTable<u64>| {
+            for _ in 0..2 * SHRINK_WINDOW {
+                let id = table.insert(0, None);
+                table.cancel(id);
+            }
             // The heap keeps room for what it reaches between compactions.
             table.entries.capacity() <= 2 * PENDING_KEPT
-                && table.deadlines.capacity() <= 4 * PENDING_KEPT
+                && table.deadlines.capacity() <= 2 * (2 * table.entries.capacity() + 64)
         };
         let mut table = PendingTable::new();
         let answer = |id: u64| format!(r#"{{"jsonrpc":"2.0","id":{id},"result":0}}"#);
@@ -1444,7 +1474,7 @@ mod tests {
         }
         assert_eq!(table.len(), 1);
         assert!(
-            small(&table),
+            small(&mut table),
             "{:?}",
             (table.entries.capacity(), table.deadlines.capacity())
         );
@@ -1453,7 +1483,7 @@ mod tests {
         for id in ids {
             assert!(table.cancel(id).is_some());
         }
-        assert!(small(&table));
+        assert!(small(&mut table));
         // Expired.
         burst(&mut table);
         assert_eq!(
@@ -1461,16 +1491,16 @@ mod tests {
             100_001
         );
         assert!(table.is_empty());
-        assert!(small(&table));
+        assert!(small(&mut table));
         // Closed.
         burst(&mut table);
         let mut closed = 0;
         table.clear(|_, _| closed += 1);
         assert_eq!(closed, 100_000);
-        assert!(small(&table));
+        assert!(small(&mut table));
         // The table still works, ids going on from where they were.
         let id = table.insert(7, None);
-        assert_eq!(id, 400_001);
+        assert_eq!(id, 400_001 + 4 * 2 * SHRINK_WINDOW as u64);
         assert_eq!(table.cancel(id), Some(7));
     }
 

@@ -409,8 +409,8 @@ fn learn_hash(state: &Arc<Gateway>, hash: B256) {
             drop(learning);
             return learn_finality(&state, number);
         }
-        // Its number is kept when the check fails: the next call checks.
-        learning.learnt(cache::HashState::Number(number));
+        // A check that fails leaves the hash unknown for a moment (then
+        // asked about from the start).
         if let Ok(Some(canonical)) =
             tokio::time::timeout(timeout, cache::hash_of_number(up, number)).await
         {
