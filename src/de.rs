@@ -31,9 +31,22 @@ pub(crate) fn from_slice_in<'a, T: de::Deserialize<'a>>(
             inner: &mut de,
             arena,
         },
+        absent: false,
     })?;
     de.end()?;
     Ok(value)
+}
+
+/// Decodes `T` for a message without params (or with `"params": null`):
+/// as `[]` (`()` and tuples of `Option`s take it), but an `Option` as
+/// the whole params is `None` and a map is empty.
+pub(crate) fn absent<'a, T: de::Deserialize<'a>>() -> Result<T, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_slice(b"[]");
+    // Not `end()`: an `Option` or a map leaves the `[]` unread.
+    T::deserialize(Top {
+        inner: &mut de,
+        absent: true,
+    })
 }
 
 /// Decodes `T` from `json`, one validated JSON value of any kind, as
@@ -58,7 +71,10 @@ pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(
     json: &'a [u8],
 ) -> Result<T, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_slice(json);
-    let value = T::deserialize(Top { inner: &mut de })?;
+    let value = T::deserialize(Top {
+        inner: &mut de,
+        absent: false,
+    })?;
     de.end()?;
     Ok(value)
 }
@@ -77,6 +93,11 @@ pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(
 /// values are read as serde_json reads them.
 struct Top<D> {
     inner: D,
+    /// The message has no params (or `"params": null`): read as `[]`,
+    /// but an `Option` as the whole params is `None` and a map (or a
+    /// struct with `#[serde(flatten)]`, which serde reads as one) is
+    /// empty, as serde_json reads `null` into an `Option`.
+    absent: bool,
 }
 
 /// Forwards each named `deserialize_*` method of a wrapping deserializer
@@ -116,9 +137,7 @@ macro_rules! forward_common {
             deserialize_string,
             deserialize_bytes,
             deserialize_byte_buf,
-            deserialize_option,
             deserialize_seq,
-            deserialize_map,
             deserialize_identifier,
             deserialize_ignored_any,
         );
@@ -129,6 +148,23 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
     type Error = D::Error;
 
     forward_common!(this, visitor => visitor);
+
+    fn deserialize_option<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        if self.absent {
+            return visitor.visit_none();
+        }
+        // Given params are `Some`, read by these rules too (a tuple's
+        // trailing `Option`s may be left out inside it as well).
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_map<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        if self.absent {
+            let empty = std::iter::empty::<((), ())>();
+            return visitor.visit_map(de::value::MapDeserializer::new(empty));
+        }
+        self.inner.deserialize_map(visitor)
+    }
 
     fn deserialize_unit<V: Visitor<'a>>(self, visitor: V) -> Result<V::Value, D::Error> {
         self.inner.deserialize_any(NoParams(visitor))
@@ -455,7 +491,8 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Lending<'a, D> {
     type Error = D::Error;
 
     forward_common!(this, visitor => Lend { inner: visitor, arena: this.arena });
-    forward_wrapped!(this, visitor => Lend { inner: visitor, arena: this.arena }; deserialize_unit);
+    forward_wrapped!(this, visitor => Lend { inner: visitor, arena: this.arena };
+        deserialize_unit, deserialize_option, deserialize_map);
 
     fn deserialize_unit_struct<V: Visitor<'a>>(
         self,

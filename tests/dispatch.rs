@@ -1550,3 +1550,59 @@ fn serde_json_errors_convert_without_positions_and_io_as_internal() {
     let r = ask("bytes", r#"["a\u0062"]"#);
     assert_eq!(r["error"]["code"], -32603, "{r}");
 }
+
+/// A call without params (or with `"params": null`) decodes into an
+/// `Option` as the whole params as `None` (serde_json reads `null` so)
+/// and into a map, or a struct with `#[serde(flatten)]`, as empty: they
+/// were read from `[]` ("invalid length 0" inside `Some`, "invalid type:
+/// sequence, expected a map"). Given params are `Some`, read by the same
+/// rules (a tuple's trailing `Option` left out).
+#[test]
+fn absent_params_are_none_for_an_option_and_empty_for_a_map() {
+    use std::collections::HashMap;
+    #[derive(Deserialize)]
+    struct Flat {
+        #[serde(flatten)]
+        rest: HashMap<String, Value>,
+    }
+    let d = Dispatcher::builder(())
+        .method("opt", |c: Call<'_, ()>| {
+            let p: Option<(u64, Option<u64>)> = c.decode()?;
+            Ok::<_, RpcError>(format!("{p:?}"))
+        })
+        .method("map", |c: Call<'_, ()>| {
+            let p: HashMap<String, u64> = c.decode()?;
+            Ok::<_, RpcError>(p.len())
+        })
+        .method("flat", |c: Call<'_, ()>| {
+            let p: Flat = c.decode()?;
+            Ok::<_, RpcError>(p.rest.len())
+        })
+        .build()
+        .unwrap();
+    let ask = |m: &str, params: &str| {
+        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"{params}}}"#);
+        let mut out = Vec::new();
+        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+        serde_json::from_slice::<Value>(&out).unwrap()
+    };
+    for absent in ["", r#","params":null"#] {
+        for (method, want) in [
+            ("opt", json!("None")),
+            ("map", json!(0)),
+            ("flat", json!(0)),
+        ] {
+            let r = ask(method, absent);
+            assert_eq!(r["result"], want, "{method} {absent}: {r}");
+        }
+    }
+    assert_eq!(ask("opt", r#","params":[1]"#)["result"], "Some((1, None))");
+    assert_eq!(
+        ask("opt", r#","params":[1,2]"#)["result"],
+        "Some((1, Some(2)))"
+    );
+    assert_eq!(ask("opt", r#","params":[]"#)["error"]["code"], -32602);
+    assert_eq!(ask("map", r#","params":{"a":1}"#)["result"], 1);
+    assert_eq!(ask("map", r#","params":[]"#)["error"]["code"], -32602);
+    assert_eq!(ask("flat", r#","params":{"a":1,"b":[2]}"#)["result"], 2);
+}

@@ -114,9 +114,11 @@ impl<'a, S> Call<'a, S> {
     /// `T` may borrow from the message: `&'a str` fields (with
     /// `#[serde(borrow)]`) work for every string, escaped or not (escaped
     /// ones are decoded into the per-message arena), and `&RawValue` keeps a
-    /// value raw. Absent params decode as `[]`, so `()`, `Vec<_>` and
-    /// all-optional tuples accept a call without params (`()` takes `{}`
-    /// too). A tuple's trailing values may be left out, as geth reads
+    /// value raw. Absent params (or `"params": null`) decode as `[]`, so
+    /// `()`, `Vec<_>` and all-optional tuples accept a call without params
+    /// (`()` takes `{}` too), but an `Option` as the whole params is
+    /// `None` then (as serde_json reads `null`) and a map (or a struct
+    /// with `#[serde(flatten)]`) is empty. A tuple's trailing values may be left out, as geth reads
     /// optional arguments: they read as `null`, so an `Option` is `None`
     /// and a required one is "invalid length". A struct takes named params
     /// (`{"name": …}`) and positional ones (`["ada"]`, its fields in order)
@@ -127,8 +129,9 @@ impl<'a, S> Call<'a, S> {
     /// `#[serde(default = …)]`: give such a default to a type that does not
     /// take `null`, or send the params by name. A failure is -32602 with
     /// serde's reason and the byte offset in the message in `data`: where
-    /// decoding stopped, at the last byte of a value of the wrong type or
-    /// where the syntax broke (serde_json's position).
+    /// decoding stopped, at the last byte of a value of the wrong type (an
+    /// array's or object's opening bracket) or where the syntax broke
+    /// (serde_json's position).
     ///
     /// ```
     /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
@@ -155,7 +158,10 @@ impl<'a, S> Call<'a, S> {
     /// # Ok::<(), rpcwire::router::BuildError>(())
     /// ```
     pub fn decode<T: Deserialize<'a>>(&self) -> Result<T, RpcError> {
-        let json = self.params.map_or(&b"[]"[..], |p| p.as_bytes());
+        let Some(params) = self.params else {
+            return crate::de::absent().map_err(|e| params_error(&e, None));
+        };
+        let json = params.as_bytes();
         crate::de::from_slice_in(json, self.arena).map_err(|e| {
             // No offset for params a handler put there from elsewhere
             // (`params` is a public field): they are not in the message.

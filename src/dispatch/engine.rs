@@ -958,7 +958,7 @@ impl<S> AsyncCall<S> {
     pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
         match &self.params {
             Some(p) => p.decode(),
-            None => crate::de::from_slice(b"[]").map_err(|e| super::call::params_error(&e, None)),
+            None => crate::de::absent().map_err(|e| super::call::params_error(&e, None)),
         }
     }
 }
