@@ -653,6 +653,9 @@ impl Connection {
         if self.arena.allocated_bytes() > keep {
             self.arena = Bump::new();
         }
+        if let Some(peer) = self.context.peer() {
+            peer.release_idle();
+        }
         #[cfg(feature = "async")]
         self.engine.release_buffers(keep);
     }

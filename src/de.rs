@@ -89,8 +89,12 @@ pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(
 /// (`Option`, `serde_json::Value`, `()`) therefore takes it when left out
 /// of positional params, not its `#[serde(default)]` (serde applies a
 /// default only when the array ends, and it never ends early here);
-/// by-name params (an object) get the default as serde gives it. Nested
-/// values are read as serde_json reads them.
+/// by-name params (an object) get the default as serde gives it. An
+/// `Option` as the whole params is `None` when they are absent and
+/// otherwise reads its content by these rules; a map is empty when they
+/// are absent. Nested values are read as serde_json reads them, and so is
+/// a newtype struct's content (`struct P(Option<X>)` reads absent params
+/// as `[]`: use `#[serde(transparent)]`).
 struct Top<D> {
     inner: D,
     /// The message has no params (or `"params": null`): read as `[]`,

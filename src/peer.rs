@@ -383,6 +383,33 @@ impl<T> PendingTable<T> {
         }
     }
 
+    /// Gives back what a burst made the table grow to now, keeping room
+    /// for four times the requests pending (at least [`PENDING_KEPT`]
+    /// places): for a connection going idle, since the table shrinks by
+    /// itself only as requests are answered (once per window of 1,024
+    /// answers), and one idle after a burst kept up to a couple of MiB.
+    ///
+    /// ```
+    /// use rpcwire::peer::PendingTable;
+    /// let mut table = PendingTable::new();
+    /// let ids: Vec<u64> = (0..10_000).map(|n| table.insert(n, None)).collect();
+    /// for id in ids {
+    ///     table.cancel(id);
+    /// }
+    /// table.shrink_to_fit(); // the connection idles
+    /// assert!(table.is_empty());
+    /// ```
+    pub fn shrink_to_fit(&mut self) {
+        self.compact_deadlines();
+        let len = self.entries.len();
+        self.entries.shrink_to((4 * len).max(PENDING_KEPT));
+        let keep = 2 * self.entries.capacity() + 64;
+        self.deadlines
+            .shrink_to((2 * self.deadlines.len()).max(keep));
+        self.window_peak = len;
+        self.window_removals = 0;
+    }
+
     /// Registers `waiter` under a new id, which it returns; the request is
     /// to be written with that id.
     pub fn insert(&mut self, waiter: T, deadline: Option<Instant>) -> u64 {
@@ -470,6 +497,8 @@ impl<T> PendingTable<T> {
     /// `closed` with each.
     pub fn clear(&mut self, mut closed: impl FnMut(u64, T)) {
         self.deadlines = BinaryHeap::new();
+        self.window_peak = 0;
+        self.window_removals = 0;
         for (id, (w, _)) in std::mem::take(&mut self.entries) {
             closed(id, w);
         }
@@ -1350,6 +1379,13 @@ impl Peer {
         }
     }
 
+    /// Gives back what a burst made the pending table grow to (the
+    /// connection idles).
+    #[cfg(feature = "server")]
+    pub(crate) fn release_idle(&self) {
+        crate::lock(&self.inner.pending).shrink_to_fit();
+    }
+
     /// Fails every pending request with `why`, each announced to the
     /// other side first (as [`expire`](Peer::expire) does); returns how
     /// many. The peer stays open.
@@ -1498,9 +1534,18 @@ mod tests {
         table.clear(|_, _| closed += 1);
         assert_eq!(closed, 100_000);
         assert!(small(&mut table));
+        // Drained and idle at once: given back when asked.
+        let ids = burst(&mut table);
+        for id in ids {
+            table.cancel(id);
+        }
+        assert!(table.entries.capacity() > 4 * PENDING_KEPT, "not yet");
+        table.shrink_to_fit();
+        assert!(table.entries.capacity() <= 2 * PENDING_KEPT);
+        assert!(table.deadlines.capacity() <= 2 * (2 * table.entries.capacity() + 64));
         // The table still works, ids going on from where they were.
         let id = table.insert(7, None);
-        assert_eq!(id, 400_001 + 4 * 2 * SHRINK_WINDOW as u64);
+        assert_eq!(id, 500_001 + 4 * 2 * SHRINK_WINDOW as u64);
         assert_eq!(table.cancel(id), Some(7));
     }
 

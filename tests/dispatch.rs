@@ -608,12 +608,7 @@ fn common_errors_convert_with_documented_codes() {
         })
         .build()
         .unwrap();
-    let ask = |m: &str, params: &str| {
-        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}","params":{params}}}"#);
-        let mut out = Vec::new();
-        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
-        serde_json::from_slice::<Value>(&out).unwrap()
-    };
+    let ask = |m: &str, params: &str| reply_to(&d, m, &format!(r#","params":{params}"#));
     let r = ask("io", "[]");
     assert_eq!(r["error"]["code"], -32603);
     assert_eq!(
@@ -1532,12 +1527,7 @@ fn serde_json_errors_convert_without_positions_and_io_as_internal() {
         })
         .build()
         .unwrap();
-    let ask = |m: &str, params: &str| {
-        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}","params":{params}}}"#);
-        let mut out = Vec::new();
-        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
-        serde_json::from_slice::<Value>(&out).unwrap()
-    };
+    let ask = |m: &str, params: &str| reply_to(&d, m, &format!(r#","params":{params}"#));
     let r = ask("own_text", "[]");
     assert_eq!(r["error"]["code"], -32602, "{r}");
     let reason = r["error"]["data"]["reason"].as_str().unwrap();
@@ -1580,12 +1570,7 @@ fn absent_params_are_none_for_an_option_and_empty_for_a_map() {
         })
         .build()
         .unwrap();
-    let ask = |m: &str, params: &str| {
-        let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{m}"{params}}}"#);
-        let mut out = Vec::new();
-        d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
-        serde_json::from_slice::<Value>(&out).unwrap()
-    };
+    let ask = |m: &str, params: &str| reply_to(&d, m, params);
     for absent in ["", r#","params":null"#] {
         for (method, want) in [
             ("opt", json!("None")),
@@ -1605,4 +1590,13 @@ fn absent_params_are_none_for_an_option_and_empty_for_a_map() {
     assert_eq!(ask("map", r#","params":{"a":1}"#)["result"], 1);
     assert_eq!(ask("map", r#","params":[]"#)["error"]["code"], -32602);
     assert_eq!(ask("flat", r#","params":{"a":1,"b":[2]}"#)["result"], 2);
+}
+
+/// `d`'s reply to a call (id 1) of `method`, `members` appended to the
+/// request (`,"params":[1]`, or nothing).
+fn reply_to(d: &Dispatcher<()>, method: &str, members: &str) -> Value {
+    let msg = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"{method}"{members}}}"#);
+    let mut out = Vec::new();
+    d.handle(msg.as_bytes(), &mut Connection::new(), &mut out);
+    serde_json::from_slice(&out).unwrap()
 }

@@ -936,9 +936,11 @@ impl<S> AsyncCall<S> {
         &self.cancel
     }
 
-    /// Decodes the params into an owned `T` (absent params as `[]`, read
-    /// as for [`Call::decode`](crate::Call::decode): `()` takes `[]`, a
-    /// tuple's missing trailing values read as `null`); a failure is -32602
+    /// Decodes the params into an owned `T`, read as for
+    /// [`Call::decode`](crate::Call::decode) (absent params as `[]`, but an
+    /// `Option` as the whole params is `None` and a map is empty; `()`
+    /// takes `[]`; a tuple's missing trailing values read as `null`); a
+    /// failure is -32602
     /// with the reason and the byte offset in the message in `data`.
     ///
     /// For types that borrow (`&'a str` fields), decode inside the future
