@@ -384,7 +384,7 @@ impl<T> PendingTable<T> {
     }
 
     /// Gives back what a burst made the table grow to now, keeping room
-    /// for four times the requests pending (at least [`PENDING_KEPT`]
+    /// for four times the requests pending (at least 64
     /// places): for a connection going idle, since the table shrinks by
     /// itself only as requests are answered (once per window of 1,024
     /// answers), and one idle after a burst kept up to a couple of MiB.
