@@ -699,20 +699,8 @@ impl Finality {
 /// The first upstream's finalized block; `None` when it does not say
 /// (another upstream answered, an error, `null`, no readable `number`).
 async fn ask_finalized(up: &Upstreams) -> Option<u64> {
-    let (outcome, first) = up
-        .forward_from("eth_getBlockByNumber", Some(br#"["finalized",false]"#))
-        .await;
-    if !first {
-        return None;
-    }
-    #[derive(serde::Deserialize)]
-    struct Block<'a> {
-        #[serde(borrow)]
-        number: Option<&'a str>,
-    }
-    let answer = outcome.ok()?;
-    let block: Option<Block<'_>> = serde_json::from_slice(&answer.0).ok()?;
-    quantity(block?.number?)
+    let (number, _) = block_header(up, "eth_getBlockByNumber", r#"["finalized",false]"#).await?;
+    Some(number)
 }
 
 /// The first upstream's block with `hash`: its number, when its answer
@@ -721,19 +709,20 @@ async fn ask_finalized(up: &Upstreams) -> Option<u64> {
 pub async fn number_of_hash(up: &Upstreams, hash: B256) -> Option<u64> {
     let params = format!("[\"{hash:#x}\",false]");
     let (number, named) = block_header(up, "eth_getBlockByHash", &params).await?;
-    (named == hash).then_some(number)
+    (named? == hash).then_some(number)
 }
 
 /// The first upstream's canonical block `number`'s hash.
 pub async fn hash_of_number(up: &Upstreams, number: u64) -> Option<B256> {
     let params = format!("[\"{number:#x}\",false]");
     let (at, hash) = block_header(up, "eth_getBlockByNumber", &params).await?;
-    (at == number).then_some(hash)
+    hash.filter(|_| at == number)
 }
 
-/// The number and hash of the block `method` with `params` answers, from
-/// the first upstream only.
-async fn block_header(up: &Upstreams, method: &str, params: &str) -> Option<(u64, B256)> {
+/// The number and (when readable) hash of the block `method` with
+/// `params` answers, from the first upstream only; `None` when another
+/// upstream answered, an error, `null`, or no readable `number`.
+async fn block_header(up: &Upstreams, method: &str, params: &str) -> Option<(u64, Option<B256>)> {
     let (outcome, first) = up.forward_from(method, Some(params.as_bytes())).await;
     if !first {
         return None;
@@ -741,12 +730,14 @@ async fn block_header(up: &Upstreams, method: &str, params: &str) -> Option<(u64
     #[derive(serde::Deserialize)]
     struct Header<'a> {
         #[serde(borrow)]
-        number: &'a str,
-        hash: B256,
+        number: Option<&'a str>,
+        #[serde(borrow)]
+        hash: Option<&'a str>,
     }
     let answer = outcome.ok()?;
     let header: Header<'_> = serde_json::from_slice::<Option<Header<'_>>>(&answer.0).ok()??;
-    Some((quantity(header.number)?, header.hash))
+    let hash = header.hash.and_then(|h| h.parse::<B256>().ok());
+    Some((quantity(header.number?)?, hash))
 }
 
 /// The block a transaction's result names (`blockNumber`: a QUANTITY, or

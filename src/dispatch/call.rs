@@ -118,8 +118,8 @@ impl<'a, S> Call<'a, S> {
     /// `()`, `Vec<_>` and all-optional tuples accept a call without params
     /// (`()` takes `{}` too), but an `Option` as the whole params is
     /// `None` then (as serde_json reads `null`) and a map (or a struct
-    /// with `#[serde(flatten)]`) is empty. A tuple's trailing values may be left out, as geth reads
-    /// optional arguments: they read as `null`, so an `Option` is `None`
+    /// with `#[serde(flatten)]`) is empty. A tuple's trailing values may
+    /// be left out, as geth reads optional arguments: they read as `null`, so an `Option` is `None`
     /// and a required one is "invalid length". A struct takes named params
     /// (`{"name": …}`) and positional ones (`["ada"]`, its fields in order)
     /// alike, the positional ones read as a tuple's (trailing `Option` and
@@ -165,12 +165,10 @@ impl<'a, S> Call<'a, S> {
         crate::de::from_slice_in(json, self.arena).map_err(|e| {
             // No offset for params a handler put there from elsewhere
             // (`params` is a public field): they are not in the message.
-            let offset = self.params.and_then(|p| {
-                let base = (p.as_bytes().as_ptr() as usize)
-                    .checked_sub(self.message.as_ptr() as usize)
-                    .filter(|&base| base < self.message.len())?;
-                Some(base + crate::de::error_offset(json, &e))
-            });
+            let offset = (json.as_ptr() as usize)
+                .checked_sub(self.message.as_ptr() as usize)
+                .filter(|&base| base < self.message.len())
+                .map(|base| base + crate::de::error_offset(json, &e));
             params_error(&e, offset)
         })
     }

@@ -940,8 +940,8 @@ impl<S> AsyncCall<S> {
     /// [`Call::decode`](crate::Call::decode) (absent params as `[]`, but an
     /// `Option` as the whole params is `None` and a map is empty; `()`
     /// takes `[]`; a tuple's missing trailing values read as `null`); a
-    /// failure is -32602
-    /// with the reason and the byte offset in the message in `data`.
+    /// failure is -32602 with the reason and the byte offset in the
+    /// message in `data`.
     ///
     /// For types that borrow (`&'a str` fields), decode inside the future
     /// from [`OwnedParams::decode_in`] with an arena the future owns:

@@ -56,11 +56,10 @@ struct ErrorParts {
 /// members are its own), no member repeated.
 fn is_error_object(object: &[u8]) -> bool {
     // serde_json: one value and nothing after it, a `code` that is an
-    // integer of `i64` (`-0` reads as a float there), member names that
-    // are text (an unpaired surrogate escape is refused).
-    // The message read as text: an unpaired surrogate escape in it, which
-    // serde_json passes over in a value it skips, fails a client reading
-    // it as a `String`.
+    // integer of `i64` (`-0` reads as a float there), member names and
+    // the message that are text (an unpaired surrogate escape is refused;
+    // serde_json passes over one in a value it skips, but a client reading
+    // the message as a `String` fails on it).
     #[derive(serde::Deserialize)]
     struct Members<'a> {
         code: serde_json::Number,
@@ -211,12 +210,13 @@ impl RpcError {
         self.0.data.as_deref()
     }
 
-    /// -32602 for a value that could not be decoded, with `reason` in `data` (at most [`MAX_ECHOED_REASON`]
-    /// bytes of it as written, `data.truncated` then: serde's reasons
-    /// quote the client's value whole, `invalid type: string "…"`, and a
-    /// long one made the error larger than a small response limit, so the
-    /// client got "Response too large" and a batch's later entries did not
-    /// run) and the offset in the message when known.
+    /// -32602 for a value that could not be decoded, with `reason` in
+    /// `data` (at most [`MAX_ECHOED_REASON`] bytes of it as written,
+    /// `data.truncated` then: serde's reasons quote the client's value
+    /// whole, `invalid type: string "…"`, and a long one made the error
+    /// larger than a small response limit, so the client got "Response too
+    /// large" and a batch's later entries did not run) and the offset in
+    /// the message when known.
     pub(crate) fn params(reason: &str, offset: Option<usize>) -> Self {
         #[derive(Serialize)]
         struct Data<'a> {

@@ -181,7 +181,7 @@ impl HeldMessages {
     /// once nothing is held (places of cancelled messages may remain until
     /// they reach the front): a queue that once held a bound's worth of
     /// `{}` kept its places (hundreds of KiB) for the connection's life.
-    pub(crate) fn release(&mut self) {
+    fn release(&mut self) {
         if self.live != 0 {
             return;
         }
