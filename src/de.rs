@@ -92,9 +92,9 @@ pub(crate) fn from_slice<'a, T: de::Deserialize<'a>>(
 /// by-name params (an object) get the default as serde gives it. An
 /// `Option` as the whole params is `None` when they are absent and
 /// otherwise reads its content by these rules; a map is empty when they
-/// are absent. Nested values are read as serde_json reads them, and so is
-/// a newtype struct's content (`struct P(Option<X>)` reads absent params
-/// as `[]`: use `#[serde(transparent)]`).
+/// are absent. A newtype struct's content is the params as a whole as
+/// well (`struct P(Option<X>)` is `P(None)` for absent params); nested
+/// values are read as serde_json reads them.
 struct Top<D> {
     inner: D,
     /// The message has no params (or `"params": null`): read as `[]`,
@@ -187,7 +187,14 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
         name: &'static str,
         visitor: V,
     ) -> Result<V::Value, D::Error> {
-        self.inner.deserialize_newtype_struct(name, visitor)
+        // serde_json's `RawValue` is a newtype struct under this name and
+        // takes the text only from serde_json itself.
+        if name == RAW_VALUE_TOKEN {
+            return self.inner.deserialize_newtype_struct(name, visitor);
+        }
+        // The content is the params as a whole too (`struct P((u64,
+        // Option<u64>))` takes `[1]` as the tuple does).
+        visitor.visit_newtype_struct(self)
     }
 
     fn deserialize_tuple<V: Visitor<'a>>(
@@ -252,6 +259,10 @@ impl<'a, D: Deserializer<'a>> Deserializer<'a> for Top<D> {
         self.inner.is_human_readable()
     }
 }
+
+/// The name under which serde_json's `RawValue` asks for its text (its
+/// `Deserialize` calls `deserialize_newtype_struct` with it).
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 /// A unit visitor that takes an empty array or object for "no params".
 struct NoParams<V>(V);
@@ -470,12 +481,33 @@ impl<'a, A: de::SeqAccess<'a>> de::SeqAccess<'a> for PaddedSeq<A> {
         // or, for a struct field with `#[serde(default)]`, takes its
         // default.
         Ok(seed
-            .deserialize(de::value::UnitDeserializer::<A::Error>::new())
+            .deserialize(de::value::UnitDeserializer::<NotNull>::new())
             .ok())
     }
 
     fn size_hint(&self) -> Option<usize> {
         Some(self.len.saturating_sub(self.read))
+    }
+}
+
+/// Why a padded-in `null` was refused: never shown (the visitor says what
+/// it expected instead), so it carries nothing, and a field whose default
+/// is taken when a `null` is refused (`#[serde(default)]` on a struct read
+/// from an array) costs no allocation, as serde_json's message would.
+#[derive(Debug)]
+struct NotNull;
+
+impl fmt::Display for NotNull {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("not null")
+    }
+}
+
+impl std::error::Error for NotNull {}
+
+impl de::Error for NotNull {
+    fn custom<T: fmt::Display>(_: T) -> Self {
+        NotNull
     }
 }
 

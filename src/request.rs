@@ -353,11 +353,27 @@ impl<'a> Params<'a> {
         }
     }
 
-    /// The value of the named member `name` (the first, if it repeats),
-    /// comparing names after unescaping.
+    /// The value of the named member `name`, comparing names after
+    /// unescaping; the last, if it repeats, as JavaScript's `JSON.parse`,
+    /// Go's `encoding/json` and `serde_json::Value` keep it, so a check
+    /// made here agrees with a node the params are forwarded to (a walk
+    /// over all the members). Go also matches names without regard to
+    /// case: to be sure what such a node reads, refuse unknown members.
+    ///
+    /// ```
+    /// let arena = rpcwire::bumpalo::Bump::new();
+    /// let msg = rpcwire::parse(
+    ///     br#"{"jsonrpc":"2.0","id":1,"method":"m","params":{"to":"0x1","to":"0x2"}}"#,
+    ///     &arena,
+    /// )?;
+    /// let params = msg.into_single().unwrap().request().unwrap().params().unwrap();
+    /// assert_eq!(params.get("to").unwrap().as_str(), Some("0x2"));
+    /// # Ok::<(), rpcwire::Error>(())
+    /// ```
     pub fn get(&self, name: &str) -> Option<RawJson<'a>> {
         self.entries()
-            .find(|(key, _)| key.eq_str(name))
+            .filter(|(key, _)| key.eq_str(name))
+            .last()
             .map(|(_, v)| v)
     }
 }

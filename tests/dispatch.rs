@@ -1592,6 +1592,50 @@ fn absent_params_are_none_for_an_option_and_empty_for_a_map() {
     assert_eq!(ask("flat", r#","params":{"a":1,"b":[2]}"#)["result"], 2);
 }
 
+/// A newtype struct around the params reads them by the params rules, as
+/// the type inside it would be read: `[1]` into `struct P((u64,
+/// Option<u64>))` was "invalid length 1" and absent params into
+/// `struct O(Option<(u64,)>)` were "invalid length 0" inside `Some`.
+/// serde_json's `RawValue` (a newtype struct to serde) still takes the
+/// params' text as it is.
+#[test]
+fn a_newtype_struct_around_the_params_reads_them_by_the_params_rules() {
+    #[derive(Deserialize)]
+    struct Pair((u64, Option<u64>));
+    #[derive(Deserialize)]
+    struct Maybe(Option<(u64,)>);
+    let d = Dispatcher::builder(())
+        .method("pair", |c: Call<'_, ()>| {
+            let Pair(p) = c.decode()?;
+            Ok::<_, RpcError>(format!("{p:?}"))
+        })
+        .method("maybe", |c: Call<'_, ()>| {
+            let Maybe(p) = c.decode()?;
+            Ok::<_, RpcError>(format!("{p:?}"))
+        })
+        .method("raw", |c: Call<'_, ()>| {
+            let p: &serde_json::value::RawValue = c.decode()?;
+            Ok::<_, RpcError>(p.get().to_owned())
+        })
+        .build()
+        .unwrap();
+    let ask = |m: &str, params: &str| reply_to(&d, m, params);
+    assert_eq!(ask("pair", r#","params":[1]"#)["result"], "(1, None)");
+    assert_eq!(ask("pair", r#","params":[1,2]"#)["result"], "(1, Some(2))");
+    let r = ask("pair", r#","params":[1,2,3]"#);
+    assert_eq!(
+        r["error"]["data"]["reason"], "too many params: 3 given, at most 2 expected",
+        "{r}"
+    );
+    assert_eq!(ask("maybe", "")["result"], "None");
+    assert_eq!(ask("maybe", r#","params":null"#)["result"], "None");
+    assert_eq!(ask("maybe", r#","params":[7]"#)["result"], "Some((7,))");
+    assert_eq!(
+        ask("raw", r#","params":[1, {"a":2}]"#)["result"],
+        r#"[1, {"a":2}]"#
+    );
+}
+
 /// `d`'s reply to a call (id 1) of `method`, `members` appended to the
 /// request (`,"params":[1]`, or nothing).
 fn reply_to(d: &Dispatcher<()>, method: &str, members: &str) -> Value {

@@ -123,7 +123,9 @@ impl<'a, S> Call<'a, S> {
     /// and a required one is "invalid length". A struct takes named params
     /// (`{"name": …}`) and positional ones (`["ada"]`, its fields in order)
     /// alike, the positional ones read as a tuple's (trailing `Option` and
-    /// `#[serde(default)]` fields may be left out). A field left out of
+    /// `#[serde(default)]` fields may be left out). A newtype struct
+    /// around the params (`struct P((u64, Option<u64>))`) reads them by
+    /// these rules too. A field left out of
     /// positional params whose type takes `null` (an `Option`, a
     /// `serde_json::Value`) reads that `null`, not its
     /// `#[serde(default = …)]`: give such a default to a type that does not
