@@ -212,11 +212,12 @@ impl RpcError {
 
     /// -32602 for a value that could not be decoded, with `reason` in
     /// `data` (at most [`MAX_ECHOED_REASON`] bytes of it as written,
-    /// `data.truncated` then: serde's reasons quote the client's value
-    /// whole, `invalid type: string "…"`, and a long one made the error
-    /// larger than a small response limit, so the client got "Response too
-    /// large" and a batch's later entries did not run) and the offset in
-    /// the message when known.
+    /// its middle left out for `…` and `data.truncated` then: serde's
+    /// reasons quote the client's value whole, `invalid type: string
+    /// "…", expected u64`, and a long one made the error larger than a
+    /// small response limit, so the client got "Response too large" and a
+    /// batch's later entries did not run; the end, what was expected, is
+    /// kept) and the offset in the message when known.
     pub(crate) fn params(reason: &str, offset: Option<usize>) -> Self {
         #[derive(Serialize)]
         struct Data<'a> {
@@ -226,11 +227,11 @@ impl RpcError {
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             truncated: bool,
         }
-        let cut = super::reply::echo_cut(reason, MAX_ECHOED_REASON);
+        let shortened = shorten_reason(reason);
         RpcError::invalid_params("Invalid params").with_data(&Data {
-            reason: &reason[..cut.unwrap_or(reason.len())],
+            reason: shortened.as_deref().unwrap_or(reason),
             offset,
-            truncated: cut.is_some(),
+            truncated: shortened.is_some(),
         })
     }
 
@@ -242,6 +243,40 @@ impl RpcError {
 /// The most bytes a -32602's `data.reason` holds, as written (escapes
 /// counted); see [`RpcError::params`].
 pub(crate) const MAX_ECHOED_REASON: usize = 256;
+
+/// The most bytes, as written, kept of a long reason's end: serde's
+/// `, expected …` (`, expected a borrowed string`, `, expected struct
+/// Transaction with 3 elements`).
+const KEPT_REASON_END: usize = 96;
+
+/// `reason` with its middle left out for `…` so that at most
+/// [`MAX_ECHOED_REASON`] bytes are written; `None` when it fits whole.
+fn shorten_reason(reason: &str) -> Option<String> {
+    use super::reply::echo_cut;
+    echo_cut(reason, MAX_ECHOED_REASON)?;
+    // The end: the last characters whose escapes fit in its share.
+    let mut end_written = 0;
+    let end_start = reason
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| {
+            let mut utf8 = [0; 4];
+            end_written += c
+                .encode_utf8(&mut utf8)
+                .bytes()
+                .map(crate::write::escaped_len)
+                .sum::<usize>();
+            end_written <= KEPT_REASON_END
+        })
+        .last()
+        .map_or(reason.len(), |(i, _)| i);
+    let end = &reason[end_start..];
+    let written = |text: &str| text.bytes().map(crate::write::escaped_len).sum::<usize>();
+    let room = MAX_ECHOED_REASON - written(end) - '…'.len_utf8();
+    let head = &reason[..end_start];
+    let head = &head[..echo_cut(head, room).unwrap_or(head.len())];
+    Some(format!("{head}…{end}"))
+}
 
 impl fmt::Debug for RpcError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
