@@ -372,6 +372,10 @@ pub struct Connection {
     pub(crate) max_retained: usize,
     /// Responses that matched no pending request.
     unmatched: std::cell::Cell<u64>,
+    /// The message being read (or the last one) is not JSON: a framer
+    /// that finds messages by their brackets cannot go on after it.
+    #[cfg(feature = "server")]
+    pub(crate) not_json: bool,
     /// The ids the message being read may answer.
     pub(crate) given: GivenIds,
     /// The ids given when the transport last read
@@ -464,6 +468,8 @@ impl Connection {
             arena: Bump::new(),
             max_retained: Self::DEFAULT_MAX_RETAINED,
             unmatched: std::cell::Cell::new(0),
+            #[cfg(feature = "server")]
+            not_json: false,
             given: GivenIds(std::cell::Cell::new(0)),
             ids_at_read: std::cell::Cell::new(None),
             #[cfg(feature = "async")]
@@ -591,6 +597,10 @@ impl Connection {
     #[inline]
     pub(crate) fn begin_message(&mut self) {
         self.arena.reset();
+        #[cfg(feature = "server")]
+        {
+            self.not_json = false;
+        }
         self.note_ids_given();
     }
 

@@ -53,7 +53,9 @@ fn code(v: &Value) -> i64 {
 }
 
 // README, the table: "not one valid JSON value (anywhere) | one -32700,
-// `id: null`, `data` says what and where".
+// `id: null`, `data` says what and where" (the close over concatenated JSON:
+// `tests/transports/stream_edges.rs`,
+// `a_message_that_is_not_json_ends_a_concatenated_stream`).
 #[test]
 fn invalid_json_anywhere_is_one_parse_error_with_where() {
     let (d, runs) = default_node();

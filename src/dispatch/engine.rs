@@ -610,7 +610,8 @@ impl Connection {
     /// same pass as it is read. Otherwise nothing is written and the
     /// caller frames the bytes another way: `None` for a message cut short
     /// by the end of `input`, or one that is not valid (which the parser
-    /// answers once it is framed).
+    /// answers once it is framed; [`not_json`](Connection::not_json) says
+    /// whether it is not even JSON).
     #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
     pub(crate) fn start_prefix<S: Send + Sync + 'static, K, B: ReplyBuf>(
         &mut self,
@@ -2168,7 +2169,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let (parsed, input) = match prefix {
             None => match self.parser.parse_incoming(input, &conn.arena) {
                 Ok(m) => (m, input),
-                Err(e) => return self.refuse_message(e, input, Some(input), conn, out),
+                Err(e) => {
+                    #[cfg(feature = "server")]
+                    {
+                        // A message cut short (the end of the input) is not
+                        // that: its framer found an end.
+                        conn.not_json =
+                            e.category() == crate::error::Category::Syntax && !e.is_eof();
+                    }
+                    return self.refuse_message(e, input, Some(input), conn, out);
+                }
             },
             Some(len) => match self.parser.parse_prefix(input, &conn.arena) {
                 Ok(Status::Complete((m, n))) => {
@@ -2176,7 +2186,15 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     message = input.slice(..n);
                     (m, &message)
                 }
-                _ => return,
+                Ok(Status::Partial) => return,
+                Err(_e) => {
+                    #[cfg(feature = "server")]
+                    {
+                        conn.not_json =
+                            _e.category() == crate::error::Category::Syntax && !_e.is_eof();
+                    }
+                    return;
+                }
             },
         };
         let scope = Scope {

@@ -28,7 +28,10 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 /// delimiter to look for): [`Step::Close`] (-32700). A value that grows past
 /// the size limit is reported at once as [`Step::Garbage`] (-32600); the
 /// structural scan then keeps running over its bytes, dropping them
-/// unbuffered, and framing resumes after its end.
+/// unbuffered, and framing resumes after its end. A message that is not
+/// JSON cannot be framed reliably either: its brackets or quotes may never
+/// balance ([`Framer::resynchronises`] is `false`), so the stream driver
+/// closes the connection after answering it.
 ///
 /// ```
 /// use rpcwire::frame::{Concatenated, Framer, Step};
@@ -263,6 +266,10 @@ impl Framer for Concatenated {
 
     fn parser_frames(&self) -> bool {
         true
+    }
+
+    fn resynchronises(&self) -> bool {
+        false
     }
 
     fn parsed_frame_limit(&self) -> usize {

@@ -246,6 +246,21 @@ pub trait Framer {
         let _ = (error, consumed);
         None
     }
+
+    /// Whether framing can go on after a message that is not JSON (default
+    /// `true`): messages delimited apart from their JSON, by a newline or
+    /// a `Content-Length`, are. [`Concatenated`] returns `false`: its next
+    /// message is found only by following this one's brackets and strings,
+    /// which bytes that are not JSON may leave open for good (`[1}` or an
+    /// unescaped quote, and every message after it is swallowed). The
+    /// stream transports' `Driver` (feature `server`) then answers the
+    /// first such message with -32700 and closes the connection
+    /// (`CloseReason::NotJson`), as geth does over IPC; it reads the
+    /// message with the parser to tell, since the framer may never find
+    /// its end.
+    fn resynchronises(&self) -> bool {
+        true
+    }
 }
 
 /// [`Framer::refused_start`] for a framer whose errors give the stream
@@ -282,6 +297,9 @@ impl<F: Framer + ?Sized> Framer for &mut F {
     fn refused_start(&self, error: &FrameError, consumed: usize) -> Option<usize> {
         (**self).refused_start(error, consumed)
     }
+    fn resynchronises(&self) -> bool {
+        (**self).resynchronises()
+    }
 }
 
 impl<F: Framer + ?Sized> Framer for Box<F> {
@@ -308,6 +326,9 @@ impl<F: Framer + ?Sized> Framer for Box<F> {
     }
     fn refused_start(&self, error: &FrameError, consumed: usize) -> Option<usize> {
         (**self).refused_start(error, consumed)
+    }
+    fn resynchronises(&self) -> bool {
+        (**self).resynchronises()
     }
 }
 

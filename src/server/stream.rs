@@ -229,6 +229,11 @@ pub enum CloseReason {
     /// Nothing happened for [`Limits::idle_timeout`]: no message arrived
     /// whole, no call ran, no byte could be written.
     Idle,
+    /// A message was not JSON with a framer that cannot find the next one
+    /// after it ([`Framer::resynchronises`]: concatenated JSON, as geth's
+    /// IPC): it was answered -32700, and so were the calls in flight;
+    /// nothing after it was read.
+    NotJson,
     /// [`Shutdown`] was triggered (by the server, or by a handler of a
     /// message read before the end of the input or before bytes the framer
     /// refused, which are then dropped unanswered).
@@ -611,6 +616,7 @@ impl<F: Framer> Driver<F> {
             wants_bytes: true,
             parser_frames,
             framing: false,
+            not_json_read: 0,
             parsed: Bytes::new(),
             held: HeldMessages::default(),
             arena: bumpalo::Bump::new(),
@@ -819,6 +825,10 @@ struct Io<'d, S, K, F, R, W> {
     /// ... but the framer is following the message at the front of `rbuf`
     /// (cut short when it was parsed, or not valid).
     framing: bool,
+    /// With a framer that cannot go on after bytes that are not JSON: the
+    /// bytes of the message it follows that the parser last read (see
+    /// [`take_not_json`](Io::take_not_json)).
+    not_json_read: usize,
     /// Bytes read and not yet taken when framing by parsing paused for
     /// backpressure; `rbuf` is empty meanwhile.
     parsed: Bytes,
@@ -1041,7 +1051,16 @@ where
 
     /// Starts a framed message, or holds it while the calls in flight are
     /// at the limit (answers to the handlers' requests excepted).
-    fn take_frame(&mut self, frame: Bytes) {
+    fn take_frame(&mut self, mut frame: Bytes) {
+        self.not_json_read = 0;
+        if frame.len() > self.max_message_len
+            && let Some(end) = self.not_json_end(&frame, 0)
+        {
+            // Not JSON within the limit, as the parser reading it in place
+            // finds: answered so, as it would be however the reads cut it
+            // (and then the connection closes).
+            frame.truncate(end);
+        }
         if frame.len() > self.max_message_len
             && self.conn.refused_answer(&frame, self.max_message_len)
         {
@@ -1165,6 +1184,10 @@ where
                 }
                 Step::NeedMore { consumed } => {
                     self.rbuf.advance(consumed);
+                    if self.take_not_json(0, self.input == Input::Eof) {
+                        progress = true;
+                        break;
+                    }
                     self.wants_bytes = true;
                     if self.input == Input::Eof {
                         self.input = Input::Stopped;
@@ -1192,6 +1215,14 @@ where
                     break;
                 }
                 Step::Garbage { consumed, error } => {
+                    // The refused message starts where the framer says,
+                    // or else (a framer of one's own) after the whitespace
+                    // in front of the bytes it was given.
+                    let start = self.framer.refused_start(&error, consumed);
+                    if error.is_too_large() && self.take_not_json(start.unwrap_or(0), true) {
+                        progress = true;
+                        break;
+                    }
                     let answer = self.refused_answer(&error, consumed);
                     self.rbuf.advance(consumed);
                     self.refuse_in_turn(error, false, answer);
@@ -1317,7 +1348,19 @@ where
                     // asked to.
                     self.shutdown_triggered();
                 }
+                None if self.conn.not_json && !self.framer.resynchronises() => {
+                    // Not JSON: the framer might never find its end. Taken
+                    // up to the limit and answered; nothing after it is
+                    // read.
+                    let frame = buffered.slice(at..end);
+                    at = buffered.len();
+                    self.take_frame(frame);
+                    self.stop_reading_after_not_json();
+                    started = true;
+                    break;
+                }
                 None => {
+                    self.not_json_read = end - at;
                     self.framing = true;
                     break;
                 }
@@ -1379,6 +1422,88 @@ where
             self.conn.start(self.dispatcher, frame, &mut self.replies);
         }
         self.queue_replies();
+        if self.conn.not_json && !self.framer.resynchronises() {
+            self.close_not_json();
+        }
+    }
+
+    /// The message just started was not JSON, with a framer that cannot
+    /// find the next one after it: nothing more is read or started
+    /// (messages framed behind it while the calls were at their limit are
+    /// dropped, as they would not have been read), and the connection ends
+    /// once the calls in flight are answered.
+    fn close_not_json(&mut self) {
+        self.held.clear();
+        self.rbuf.clear();
+        self.parsed = Bytes::new();
+        if !self.draining {
+            self.reason = CloseReason::NotJson;
+        }
+        self.stop_reading_after_not_json();
+    }
+
+    /// Stops reading after a message that is not JSON, taken but perhaps
+    /// held rather than started ([`close_not_json`](Self::close_not_json)
+    /// gives the reason once it starts).
+    fn stop_reading_after_not_json(&mut self) {
+        if self.input != Input::Stopped {
+            self.input = Input::Stopped;
+            self.close_peer();
+        }
+    }
+
+    /// Where the message at `start` of `bytes` is cut if the parser finds
+    /// it is not JSON within the message limit (a definite syntax error,
+    /// not a message cut short), with a framer that cannot go on after
+    /// such bytes ([`Framer::resynchronises`]); `None` otherwise.
+    fn not_json_end(&mut self, bytes: &[u8], start: usize) -> Option<usize> {
+        if self.framer.resynchronises() {
+            return None;
+        }
+        let limit = self.max_message_len.min(self.framer.parsed_frame_limit());
+        let end = bytes.len().min(start.saturating_add(limit));
+        self.arena.reset();
+        match self
+            .dispatcher
+            .parser()
+            .parse_prefix(&bytes[start..end], &self.arena)
+        {
+            Err(e) if e.category() == crate::error::Category::Syntax && !e.is_eof() => Some(end),
+            _ => None,
+        }
+    }
+
+    /// With a framer that cannot go on after bytes that are not JSON: if
+    /// the message it follows (at `start` in `rbuf`) is not JSON by the
+    /// parser's reading, takes it (up to the message limit: answered -32700,
+    /// after which the connection closes) and drops the rest. The parser
+    /// reads it again only once its bytes have grown fourfold since it last
+    /// did, unless `now` (the input ended, or the framer refuses the message
+    /// as too large), so that a message arriving a byte at a time is read
+    /// a logarithmic number of times: a message whose brackets or quotes
+    /// never balance (`[1}`, `["a"b"]`) swallows everything after it, and
+    /// only the parser can tell.
+    fn take_not_json(&mut self, start: usize, now: bool) -> bool {
+        if self.framer.resynchronises() {
+            return false;
+        }
+        let start = crate::scan::skip_ws(&self.rbuf, start);
+        let pending = self.rbuf.len().saturating_sub(start);
+        if pending == 0 || (!now && pending < self.not_json_read.saturating_mul(4)) {
+            return false;
+        }
+        self.not_json_read = pending;
+        let rbuf = std::mem::take(&mut self.rbuf);
+        let found = self.not_json_end(&rbuf, start);
+        self.rbuf = rbuf;
+        let Some(end) = found else {
+            return false;
+        };
+        let frame = self.rbuf.split_to(end).freeze().slice(start..);
+        self.rbuf.clear();
+        self.take_frame(frame);
+        self.stop_reading_after_not_json();
+        true
     }
 
     /// Answers bytes the framer refused (and, when it `closes`, ends the

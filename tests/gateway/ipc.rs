@@ -206,10 +206,10 @@ async fn calls_batches_and_values_across_writes() {
     assert!(!path.exists(), "the socket file outlived the gateway");
 }
 
-/// Bad JSON: a whole value that does not parse gets -32700 and the
-/// connection goes on; bytes that cannot start a value (no delimiter to
-/// resynchronise at) get -32700 and the connection closes, the calls
-/// before them answered.
+/// Bad JSON: a value that does not parse, or bytes that cannot start one,
+/// get -32700 and the connection closes (there is no delimiter to find the
+/// next message at: `[1}` would swallow every later one), the calls before
+/// them answered, as geth closes its IPC connections.
 #[tokio::test]
 async fn bad_json_is_answered_and_garbage_closes() {
     let dir = Dir::new("bad");
@@ -217,15 +217,21 @@ async fn bad_json_is_answered_and_garbage_closes() {
     let mut gw = GatewayChild::start(1, &["--ipc", path.to_str().unwrap()]).await;
     let mut c = Ipc::connect(&path).await;
 
-    c.send(r#"{"jsonrpc":"2.0","id":1,"method":}"#).await;
+    assert_eq!(
+        c.call(1, "eth_chainId", json!([])).await["result"],
+        "0x7a69"
+    );
+    c.send(&format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"eth_chainId","params":[1}}{}"#,
+        request(9, "eth_chainId")
+    ))
+    .await;
     let bad = c.reply().await;
     assert_eq!(bad["error"]["code"], -32700, "{bad}");
     assert_eq!(bad["id"], Value::Null);
-    assert_eq!(
-        c.call(2, "eth_chainId", json!([])).await["result"],
-        "0x7a69"
-    );
+    assert_eq!(c.next().await, None, "the connection closes after it");
 
+    let mut c = Ipc::connect(&path).await;
     c.send(&format!(
         "{} x{}",
         request(3, "eth_chainId"),

@@ -190,6 +190,9 @@ impl<F: Framer> Framer for FramerFirst<F> {
     fn refused_start(&self, error: &rpcwire::frame::FrameError, consumed: usize) -> Option<usize> {
         self.0.refused_start(error, consumed)
     }
+    fn resynchronises(&self) -> bool {
+        self.0.resynchronises()
+    }
 }
 
 /// Reads and writes done, shared with the run's guard against livelock.

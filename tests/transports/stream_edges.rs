@@ -100,6 +100,9 @@ impl Framer for FramerOnly {
     fn reset(&mut self) {
         self.0.reset()
     }
+    fn resynchronises(&self) -> bool {
+        self.0.resynchronises()
+    }
 }
 
 struct Run {
@@ -213,6 +216,10 @@ async fn split_at_every_byte_all_framers() {
         b"\n]{}",
         b"\xef\xbb\xbf{}",
         br#"{"jsonrpc":"2.0","id":5,"method":"add""#,
+        // Not JSON, whose brackets or quotes never balance, then more.
+        br#"{"jsonrpc":"2.0","id":5,"method":"add","params":[1}{"jsonrpc":"2.0","id":6,"method":"log"}"#,
+        br#"["x"y"] {"jsonrpc":"2.0","id":6,"method":"log"}"#,
+        br#"{"a":tru} {"jsonrpc":"2.0","id":6,"method":"log"}"#,
     ] {
         let mut cat = Vec::new();
         for (i, r) in REQS.iter().enumerate() {
@@ -260,6 +267,88 @@ async fn split_at_every_byte_all_framers() {
             String::from_utf8_lossy(&want.out)
         );
         assert_eq!((got.reason, got.read), (want.reason, want.read));
+    }
+}
+
+/// Concatenated JSON after a message that is not JSON: the framer finds
+/// the next message only by following brackets and quotes, which `[1}` or
+/// an unescaped quote leave open for good, so every later message was
+/// swallowed unanswered while the buffer grew to the size limit (then a
+/// -32600 and silence). The message is answered -32700 and the connection
+/// ends (`CloseReason::NotJson`), as geth does over IPC, without waiting
+/// for the client to close: its messages before are answered, those after
+/// are not read. Lines and LSP go on after such a message.
+#[tokio::test]
+async fn a_message_that_is_not_json_ends_a_concatenated_stream() {
+    let d = dispatcher();
+    let good = br#"{"jsonrpc":"2.0","id":1,"method":"add","params":[1,2]}"#;
+    let after = br#"{"jsonrpc":"2.0","id":7,"method":"add","params":[3,4]}"#;
+    for (broken, offset) in [
+        (
+            &br#"{"jsonrpc":"2.0","id":5,"method":"add","params":[1}"#[..],
+            50,
+        ),
+        (br#"["x"y"]"#, 4),
+        (br#"{"a":tru}"#, 8),
+        (
+            br#"{"jsonrpc":"2.0","id":5,"method":"add","params":[1,2]"#,
+            54,
+        ),
+    ] {
+        let stream = [&good[..], b"\n", broken, b"\n", after].concat();
+        // The client keeps its side open (a reader that never ends): the
+        // driver ends the connection itself.
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (read, mut write) = tokio::io::split(server);
+        let run = tokio::spawn(async move {
+            let d = dispatcher();
+            let mut out = Vec::new();
+            let reason = Driver::new(Concatenated::new())
+                .run(&d, read, &mut out)
+                .await
+                .unwrap();
+            write.write_all(&out).await.unwrap();
+            reason
+        });
+        client.write_all(&stream).await.unwrap();
+        let reason = tokio::time::timeout(Duration::from_secs(10), run)
+            .await
+            .expect("the driver ends by itself")
+            .unwrap();
+        assert_eq!(reason, CloseReason::NotJson);
+        drop(client);
+        // Every split of the stream ends alike, and so does the framer alone.
+        let want = drive(
+            &d,
+            FramerOnly(Concatenated::new()),
+            Limits::default(),
+            vec![stream.clone()],
+        )
+        .await;
+        let replies = values(&want.out);
+        assert_eq!(replies.len(), 2, "{}", String::from_utf8_lossy(&want.out));
+        assert_eq!(replies[0]["result"], 3);
+        assert_eq!(replies[1]["error"]["code"], -32700, "{}", replies[1]);
+        assert_eq!(replies[1]["id"], Value::Null);
+        assert_eq!(
+            replies[1]["error"]["data"]["offset"], offset,
+            "{}",
+            replies[1]
+        );
+        assert_eq!((want.reason, want.read), (CloseReason::NotJson, 2));
+        for pieces in every_split(&stream) {
+            let got = drive(&d, Concatenated::new(), Limits::default(), pieces).await;
+            assert_eq!(
+                String::from_utf8_lossy(&got.out),
+                String::from_utf8_lossy(&want.out)
+            );
+            assert_eq!((got.reason, got.read), (want.reason, want.read));
+        }
+        // Newline framing answers it and goes on.
+        let lines = drive(&d, Lines::new(), Limits::default(), vec![stream.clone()]).await;
+        let replies = values(&lines.out);
+        assert_eq!(replies.len(), 3, "{}", String::from_utf8_lossy(&lines.out));
+        assert_eq!(replies[2]["result"], 7);
     }
 }
 
