@@ -1046,9 +1046,34 @@ pub enum EndRelay {
     Ended(Box<str>),
 }
 
+/// A message for the upstream, in the writer's queue.
+struct Outgoing {
+    message: Message,
+    /// A call's request: set once the writer hands it to the socket; while
+    /// only the queue holds it (one reference), its caller has left (a
+    /// timeout, a client gone), and it is not sent: an `eth_sendTransaction`
+    /// timed out and retried elsewhere must not reach this upstream later.
+    written: Option<Arc<AtomicBool>>,
+}
+
+impl Outgoing {
+    /// Whether to write it: marks a call's request written, unless its
+    /// caller has left.
+    fn take_for_writing(&self) -> bool {
+        match &self.written {
+            None => true,
+            Some(written) if Arc::strong_count(written) > 1 => {
+                written.store(true, Ordering::Release);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
+
 /// One live WebSocket connection to the upstream.
 pub struct WsConn {
-    out: mpsc::UnboundedSender<Message>,
+    out: mpsc::UnboundedSender<Outgoing>,
     /// Bytes of requests in `out` and the writer's hands, bounded by
     /// [`WS_QUEUE_BYTES`].
     queued: AtomicUsize,
@@ -1191,7 +1216,7 @@ impl WsUpstream {
             }
         };
         let (mut write, mut read) = ws.split();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Message>();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Outgoing>();
         let conn = Arc::new(WsConn {
             out: tx,
             queued: AtomicUsize::new(0),
@@ -1252,11 +1277,15 @@ impl WsUpstream {
                 // failed the calls; what is half written stays in
                 // tungstenite's buffer, ahead of the close below).
                 let sending = async {
-                    let mut sent = first.len();
-                    let mut ok = write.feed(first).await.is_ok();
-                    while ok && let Ok(more) = rx.try_recv() {
-                        sent += more.len();
-                        ok = write.feed(more).await.is_ok();
+                    let mut sent = 0;
+                    let mut ok = true;
+                    let mut next = Some(first);
+                    while ok && let Some(item) = next.take() {
+                        sent += item.message.len();
+                        if item.take_for_writing() {
+                            ok = write.feed(item.message).await.is_ok();
+                        }
+                        next = rx.try_recv().ok();
                     }
                     (ok && write.flush().await.is_ok(), sent)
                 };
@@ -1347,7 +1376,10 @@ async fn keep_alive(
             return;
         }
         // Not counted in `queued`: no length, and one per interval.
-        let _ = conn.out.send(Message::Ping(Bytes::new()));
+        let _ = conn.out.send(Outgoing {
+            message: Message::Ping(Bytes::new()),
+            written: None,
+        });
     }
 }
 
@@ -1374,8 +1406,9 @@ impl Drop for PendingGuard<'_> {
 
 /// Why a call over a WebSocket upstream got no reply.
 pub enum WsCallError {
-    /// The request was never sent: the connection closed, or the
-    /// upstream stopped reading (its queue of requests is full).
+    /// The request was never sent: the connection closed (before it was
+    /// queued, or while it waited in the queue), or the upstream stopped
+    /// reading (its queue of requests is full).
     Unsent(RpcError),
     /// It was sent and no reply came, or it could not be sent as text:
     /// what the client is told.
@@ -1448,24 +1481,34 @@ impl WsConn {
         let _guard = PendingGuard { conn: self, id };
         let text = String::from_utf8(body)
             .map_err(|_| WsCallError::Failed(RpcError::internal("request not UTF-8")))?;
-        if let Err(why) = self.send(text, bounded) {
+        let written = Arc::new(AtomicBool::new(false));
+        if let Err(why) = self.send(text, bounded, Some(Arc::clone(&written))) {
             return Err(WsCallError::Unsent(errors::upstream_failed(
                 &self.name, why,
             )));
         }
-        let outcome = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(errors::upstream_failed(
-                &self.name,
-                if self.silent.load(Ordering::Acquire) {
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(outcome)) => outcome.map_err(WsCallError::Failed),
+            Ok(Err(_)) => {
+                let why = if self.silent.load(Ordering::Acquire) {
                     SILENT
                 } else {
                     "the WebSocket connection closed before the reply"
-                },
-            )),
-            Err(_) => Err(errors::upstream_timeout(&self.name, timeout)),
-        };
-        outcome.map_err(WsCallError::Failed)
+                };
+                let error = errors::upstream_failed(&self.name, why);
+                // Still queued when the connection ended: never sent, so
+                // the next upstream may take it.
+                Err(if written.load(Ordering::Acquire) {
+                    WsCallError::Failed(error)
+                } else {
+                    WsCallError::Unsent(error)
+                })
+            }
+            // The request, if still queued, is not sent now (`Outgoing`).
+            Err(_) => Err(WsCallError::Failed(errors::upstream_timeout(
+                &self.name, timeout,
+            ))),
+        }
     }
 
     /// Ends the relay of the client's subscription `down` if `release`
@@ -1489,8 +1532,14 @@ impl WsConn {
 
     /// Queues `text` for the writer. A call's request (`bounded`) is
     /// refused while [`WS_QUEUE_BYTES`] of others wait; the gateway's own
-    /// unsubscribes, a few bytes each, always go.
-    fn send(&self, text: String, bounded: bool) -> Result<(), &'static str> {
+    /// unsubscribes, a few bytes each, always go. `written` is a call's
+    /// flag (see [`Outgoing`]); the gateway's own messages have none.
+    fn send(
+        &self,
+        text: String,
+        bounded: bool,
+        written: Option<Arc<AtomicBool>>,
+    ) -> Result<(), &'static str> {
         const CLOSED: &str = "the WebSocket connection closed";
         if self.closed.load(Ordering::Acquire) {
             return Err(CLOSED);
@@ -1503,7 +1552,11 @@ impl WsConn {
                 "the WebSocket upstream is not reading its requests (the queue of requests to send is full)",
             );
         }
-        if self.out.send(Message::text(text)).is_err() {
+        let outgoing = Outgoing {
+            message: Message::text(text),
+            written,
+        };
+        if self.out.send(outgoing).is_err() {
             self.queued.fetch_sub(len, Ordering::AcqRel);
             return Err(CLOSED);
         }
@@ -1798,7 +1851,7 @@ impl WsConn {
         let id = self.own_ids.fetch_add(1, Ordering::Relaxed);
         let body = request_body(id, "eth_unsubscribe", Some(params));
         if let Ok(text) = String::from_utf8(body) {
-            let _ = self.send(text, false);
+            let _ = self.send(text, false, None);
         }
     }
 

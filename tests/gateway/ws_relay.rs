@@ -77,6 +77,23 @@ async fn pausing_upstream(pause_for: Duration) -> (SocketAddr, Arc<Mutex<Vec<Val
     (addr, log)
 }
 
+/// Calls `eth_blockNumber` (ids from 100) until the paused upstream
+/// answers: calls are refused or time out until it reads again.
+async fn until_the_upstream_reads_again(ws: &mut WsClient) {
+    for id in 100.. {
+        send(
+            ws,
+            json!({"jsonrpc":"2.0","id":id,"method":"eth_blockNumber"}),
+        )
+        .await;
+        if ws_reply(ws, id).await["result"] == "0x1" {
+            return;
+        }
+        assert!(id < 200, "the upstream never read again");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A client's `eth_unsubscribe` that finds the queue of requests to the
 /// upstream full (an upstream busy for a moment) ended the relay and the
 /// client's subscription, and then failed to send the upstream's
@@ -119,19 +136,7 @@ async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
     eprintln!("eth_unsubscribe answered: {r}");
     // The upstream reads again; a call after everything queued is
     // answered once the queue has drained.
-    // (Calls are refused until the upstream reads again.)
-    for id in 100.. {
-        send(
-            &mut ws,
-            json!({"jsonrpc":"2.0","id":id,"method":"eth_blockNumber"}),
-        )
-        .await;
-        if ws_reply(&mut ws, id).await["result"] == "0x1" {
-            break;
-        }
-        assert!(id < 200, "the upstream never read again");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    until_the_upstream_reads_again(&mut ws).await;
     // The client's unsubscribe reached the upstream while the client is
     // still there (once it leaves, the gateway unsubscribes what it had
     // anyway, which would hide a lost one).
@@ -150,6 +155,46 @@ async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
             .any(|v| v["params"] == json!(["0xsub"]))
     })
     .await;
+    drop(ws);
+}
+
+/// A request still queued for a WebSocket upstream when its caller left
+/// (its timeout) is not sent: the upstream, reading again, received every
+/// queued request after its caller had been told -32002, so a transaction
+/// the client then sent again elsewhere went out twice (found by a review).
+#[tokio::test]
+async fn a_request_whose_caller_left_is_not_sent_later() {
+    let (up, log) = pausing_upstream(Duration::from_secs(4)).await;
+    let gw = start(config::Config {
+        upstreams: vec![format!("ws://{up}")],
+        timeout: Duration::from_secs(1),
+        ..Default::default()
+    })
+    .await;
+    let mut ws = client(gw.addr).await;
+    // The upstream stops reading for 4 s; 60 MiB of calls fill the
+    // sockets' buffers and the queue, then a small call waits in it.
+    send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    send_big_calls(&mut ws).await;
+    let marker = format!("0x{}", "5a".repeat(20));
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":77,"method":"eth_getBalance","params":[marker, "0x1"]}),
+    )
+    .await;
+    let r = ws_reply(&mut ws, 77).await;
+    assert_eq!(r["error"]["code"], -32002, "timed out while queued: {r}");
+    until_the_upstream_reads_again(&mut ws).await;
+    let seen = log.lock().unwrap().clone();
+    assert!(
+        seen.iter().any(|v| v["method"] == "eth_blockNumber"),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|v| v["method"] == "eth_getBalance"),
+        "the timed-out request reached the upstream: {seen:?}"
+    );
     drop(ws);
 }
 
