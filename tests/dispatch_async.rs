@@ -971,6 +971,53 @@ async fn a_timeout_too_long_for_the_clock_is_no_deadline() {
     );
 }
 
+/// A handler sees its deadline, counted from the request's arrival: a call
+/// that waited 3 s for the one slot has 7 s of its 10 s left when it
+/// starts; without a timeout there is none. (A proxy gives the next hop
+/// what is left, and tells a drop at the deadline from its client
+/// leaving.)
+#[tokio::test(start_paused = true)]
+async fn a_handler_sees_its_deadline_counted_from_arrival() {
+    let left_ms = |call: &AsyncCall<()>| {
+        call.deadline().map_or(-1, |d| {
+            d.saturating_duration_since(tokio::time::Instant::now().into_std())
+                .as_millis() as i64
+        })
+    };
+    let d = Dispatcher::builder(())
+        .max_in_flight(1)
+        .timeout(Some(Duration::from_secs(10)))
+        .async_method("left", move |call: AsyncCall<()>| async move {
+            let left = left_ms(&call);
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            Ok::<_, RpcError>(left)
+        })
+        .build()
+        .unwrap();
+    let mut out = Vec::new();
+    let batch = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"left"},{"jsonrpc":"2.0","id":2,"method":"left"}]"#,
+    );
+    d.handle_async(&batch, &mut Connection::new(), &mut out)
+        .await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&out).unwrap(),
+        json!([{"jsonrpc":"2.0","id":1,"result":10_000},{"jsonrpc":"2.0","id":2,"result":7_000}])
+    );
+    let none = Dispatcher::builder(())
+        .timeout(None)
+        .async_method("left", move |call: AsyncCall<()>| async move {
+            Ok::<_, RpcError>(left_ms(&call))
+        })
+        .build()
+        .unwrap();
+    out.clear();
+    let single = Bytes::from_static(br#"{"jsonrpc":"2.0","id":3,"method":"left"}"#);
+    none.handle_async(&single, &mut Connection::new(), &mut out)
+        .await;
+    assert_eq!(out, br#"{"jsonrpc":"2.0","id":3,"result":-1}"#);
+}
+
 /// Calls that waited for a slot past their deadline are answered together,
 /// as soon as the deadline passes: each used to be given a slot first, with
 /// a future that only returned the timeout error, so that a poll cleared at

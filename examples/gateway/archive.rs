@@ -120,13 +120,15 @@ impl Archive {
     }
 
     /// Forwards to the archive nodes; the outcome, and whether the first
-    /// of them answered (what the cache may keep).
+    /// of them answered (what the cache may keep). `deadline`: as for
+    /// [`Upstreams::forward_from`].
     pub async fn forward(
         &self,
         method: &str,
         params: Option<&[u8]>,
+        deadline: Option<Instant>,
     ) -> (Result<Answer, RpcError>, bool) {
-        self.up.forward_from(method, params).await
+        self.up.forward_from(method, params, deadline).await
     }
 
     /// Counts a call routed to the archive by its block.

@@ -723,7 +723,7 @@ pub async fn hash_of_number(up: &Upstreams, number: u64) -> Option<B256> {
 /// `params` answers, from the first upstream only; `None` when another
 /// upstream answered, an error, `null`, or no readable `number`.
 async fn block_header(up: &Upstreams, method: &str, params: &str) -> Option<(u64, Option<B256>)> {
-    let (outcome, first) = up.forward_from(method, Some(params.as_bytes())).await;
+    let (outcome, first) = up.forward_from(method, Some(params.as_bytes()), None).await;
     if !first {
         return None;
     }

@@ -208,7 +208,7 @@ async fn forward_counted_from(call: &AsyncCall<Gateway>) -> (Result<Answer, RpcE
     let forwarded = call
         .state
         .up
-        .forward_from(call.method(), params(call))
+        .forward_from(call.method(), params(call), call.deadline())
         .await;
     running.finish();
     forwarded
@@ -236,14 +236,16 @@ fn forward_cached(
             // future of 2.6 KiB that every other call of the method would
             // carry in its box.
             Lookup::Keep(cache, keep, key) => {
-                let forwarded = up.forward_from(method.name, params(&call));
+                let forwarded = up.forward_from(method.name, params(&call), call.deadline());
                 Box::pin(forward_and_keep(&call, method, cache, keep, key, forwarded)).await
             }
             Lookup::Pass => {
                 // Dropped (it holds nothing): not kept in the future
                 // across the wait.
                 drop(lookup);
-                up.forward_from(method.name, params(&call)).await.0
+                up.forward_from(method.name, params(&call), call.deadline())
+                    .await
+                    .0
             }
         };
         running.finish();
@@ -457,18 +459,26 @@ async fn route_state(
 ) -> (Result<Answer, RpcError>, bool) {
     let up = &call.state.up;
     let Some(archive) = &call.state.archive else {
-        return up.forward_from(method.name, params(call)).await;
+        return up
+            .forward_from(method.name, params(call), call.deadline())
+            .await;
     };
     if archive.route(up, method, call.params.as_ref()).await == Route::Archive {
         archive.count_routed();
-        return archive.forward(method.name, params(call)).await;
+        return archive
+            .forward(method.name, params(call), call.deadline())
+            .await;
     }
-    let (outcome, first) = up.forward_from(method.name, params(call)).await;
+    let (outcome, first) = up
+        .forward_from(method.name, params(call), call.deadline())
+        .await;
     match &outcome {
         // Once: the archive's answer, whatever it is, is the call's.
         Err(e) if archive::missing_state(e) => {
             archive.count_retried();
-            archive.forward(method.name, params(call)).await
+            archive
+                .forward(method.name, params(call), call.deadline())
+                .await
         }
         _ => (outcome, first),
     }

@@ -546,17 +546,22 @@ impl Upstreams {
     /// (as [`RpcError::raw`]), or a clear error for a failure of the
     /// exchange.
     pub async fn forward(&self, method: &str, params: Option<&[u8]>) -> Result<Answer, RpcError> {
-        self.forward_from(method, params).await.0
+        self.forward_from(method, params, None).await.0
     }
 
     /// [`forward`](Upstreams::forward), and whether the first upstream
     /// (the first `--upstream`, or the WebSocket upstream when it is the
     /// only one) answered: what the response cache keeps, since nothing
-    /// checks that a fallback serves the same chain.
+    /// checks that a fallback serves the same chain. `deadline` is the
+    /// client's call's ([`AsyncCall::deadline`](rpcwire::dispatch::AsyncCall::deadline)),
+    /// if it forwards one: its future dropped then is a timeout of the
+    /// upstream it waited on, however long the call waited before it got
+    /// here (without one, a drop a timeout after forwarding began is).
     pub async fn forward_from(
         &self,
         method: &str,
         params: Option<&[u8]>,
+        deadline: Option<Instant>,
     ) -> (Result<Answer, RpcError>, bool) {
         let id = self.next_id();
         // The request is built where it goes: in the HTTP connection's
@@ -571,6 +576,7 @@ impl Upstreams {
                 stats: &self.ws_stats,
                 started,
                 timeout: self.timeout,
+                deadline,
                 armed: true,
             };
             // Boxed, as hyper's client below: the common path's future
@@ -616,6 +622,7 @@ impl Upstreams {
                 upstreams: self,
                 index: i,
                 started: now,
+                deadline,
                 armed: true,
             };
             let outcome = match &up.ws {
@@ -861,22 +868,32 @@ impl Call<'_> {
     }
 }
 
+/// Whether a call's future dropped now was dropped at its deadline (the
+/// per-request timeout), not because its client left: by the call's own
+/// deadline when known, which counts from the request's arrival (a call
+/// that waited for a slot, for the head's number, or on a full node
+/// before its archive retry, is dropped sooner after it got here), else a
+/// timeout after forwarding began.
+fn dropped_at_deadline(deadline: Option<Instant>, started: Instant, timeout: Duration) -> bool {
+    const MARGIN: Duration = Duration::from_millis(10);
+    match deadline {
+        Some(deadline) => Instant::now() + MARGIN >= deadline,
+        None => started.elapsed() + MARGIN >= timeout,
+    }
+}
+
 /// Rests an upstream whose call was dropped at the per-request deadline.
 struct RestOnDrop<'a> {
     upstreams: &'a Upstreams,
     index: usize,
     started: Instant,
+    deadline: Option<Instant>,
     armed: bool,
 }
 
 impl Drop for RestOnDrop<'_> {
     fn drop(&mut self) {
-        // Dropped at the deadline, not because its client left.
-        let timeout = self
-            .upstreams
-            .timeout
-            .saturating_sub(Duration::from_millis(10));
-        if self.armed && self.started.elapsed() >= timeout {
+        if self.armed && dropped_at_deadline(self.deadline, self.started, self.upstreams.timeout) {
             self.upstreams.rest(self.index);
             UpstreamStats::count(&self.upstreams.http[self.index].stats.timeout);
         }
@@ -889,13 +906,13 @@ struct TimeoutOnDrop<'a> {
     stats: &'a UpstreamStats,
     started: Instant,
     timeout: Duration,
+    deadline: Option<Instant>,
     armed: bool,
 }
 
 impl Drop for TimeoutOnDrop<'_> {
     fn drop(&mut self) {
-        let timeout = self.timeout.saturating_sub(Duration::from_millis(10));
-        if self.armed && self.started.elapsed() >= timeout {
+        if self.armed && dropped_at_deadline(self.deadline, self.started, self.timeout) {
             UpstreamStats::count(&self.stats.timeout);
         }
     }

@@ -912,6 +912,7 @@ pub struct AsyncCall<S> {
     method: Bytes,
     id: Option<Bytes>,
     cancel: Cancellation,
+    deadline: Option<std::time::Instant>,
 }
 
 impl<S> AsyncCall<S> {
@@ -935,6 +936,27 @@ impl<S> AsyncCall<S> {
     /// they live).
     pub fn cancellation(&self) -> &Cancellation {
         &self.cancel
+    }
+
+    /// When the dispatcher drops this call and answers it as timed out
+    /// ([`DispatcherBuilder::timeout`], counted from the request's
+    /// arrival, its wait for a slot included); `None` without a timeout.
+    /// A handler that passes the call on (a proxy) can give the next hop
+    /// only what is left, and tell its future dropped at the deadline from
+    /// one dropped because its client left (the [`cancellation`](Self::cancellation)
+    /// fires for both).
+    ///
+    /// ```
+    /// # use rpcwire::dispatch::AsyncCall;
+    /// async fn budget(call: AsyncCall<()>) -> Result<u64, rpcwire::RpcError> {
+    ///     let left = call
+    ///         .deadline()
+    ///         .map(|d| d.saturating_duration_since(std::time::Instant::now()));
+    ///     Ok(left.map_or(u64::MAX, |d| d.as_millis() as u64))
+    /// }
+    /// ```
+    pub fn deadline(&self) -> Option<std::time::Instant> {
+        self.deadline
     }
 
     /// Decodes the params into an owned `T`, read as for
@@ -2391,15 +2413,6 @@ impl<S: Send + Sync + 'static> Shared<S> {
         };
         let index = engine.slot();
         let cancel = engine.fresh_cancellation(index);
-        let call = AsyncCall {
-            params: w.params,
-            state: Arc::clone(&self.state),
-            ctx: ctx.clone(),
-            method: w.method.clone(),
-            id: w.id.clone(),
-            cancel,
-        };
-        engine.running += 1;
         // One clock reading for both (the same clock, but for tokio's
         // paused clock in tests).
         let now = Instant::now();
@@ -2409,6 +2422,16 @@ impl<S: Send + Sync + 'static> Shared<S> {
         let deadline = self
             .timeout
             .and_then(|t| w.queued.unwrap_or(now).checked_add(t));
+        let call = AsyncCall {
+            params: w.params,
+            state: Arc::clone(&self.state),
+            ctx: ctx.clone(),
+            method: w.method.clone(),
+            id: w.id.clone(),
+            cancel,
+            deadline: deadline.map(Instant::into_std),
+        };
+        engine.running += 1;
         // Its span names the call, as the handler's would have.
         let answer_now = |e: RpcError| -> Pin<Box<dyn PendingCall>> {
             Box::pin(Pending {

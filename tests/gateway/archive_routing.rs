@@ -581,6 +581,41 @@ async fn an_archive_that_is_down_fails_only_its_calls() {
     assert_eq!(full.count("eth_getBalance"), 2);
 }
 
+/// An archive node that takes calls and never answers is rested when a
+/// call times out on it, although the call spent part of its time before
+/// it got there (here asking the full node for the head): its deadline
+/// counts from its arrival. It was measured from when forwarding to the
+/// archive began, so such a drop did not count as the archive's timeout:
+/// every later call went to the hanging archive again and timed out, the
+/// second archive never tried (found by a review).
+#[tokio::test]
+async fn an_archive_that_hangs_is_rested_though_the_call_waited_first() {
+    let full = Node::full(Duration::from_millis(500)).await;
+    let hanging = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hanging_addr = hanging.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = hanging.accept().await {
+            held.push(s);
+        }
+    });
+    let archive = Node::archive().await;
+    let mut config = config(&full, None);
+    config.archives = vec![
+        format!("http://{hanging_addr}"),
+        format!("http://{}", archive.addr),
+    ];
+    config.timeout = Duration::from_secs(1);
+    let gw = start(config).await;
+    // The head is asked first (half a second), then the hanging archive
+    // until the deadline.
+    let e = balance(gw.addr, json!("0x1")).await;
+    assert_eq!(e["code"], -32002, "{e}");
+    // Rested: the next old call goes to the second archive.
+    assert_eq!(balance(gw.addr, json!("0x2")).await, ARCHIVE);
+    assert_eq!(archive.count("eth_getBalance"), 1);
+}
+
 #[tokio::test]
 async fn a_batch_of_old_and_recent_calls_is_split_and_merged_in_order() {
     let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
