@@ -1054,7 +1054,7 @@ where
     fn take_frame(&mut self, mut frame: Bytes) {
         self.not_json_read = 0;
         if frame.len() > self.max_message_len
-            && let Some(end) = self.not_json_end(&frame, 0)
+            && let Some(end) = self.not_json_end(&frame, 0, self.max_message_len)
         {
             // Not JSON within the limit, as the parser reading it in place
             // finds: answered so, as it would be however the reads cut it
@@ -1184,7 +1184,7 @@ where
                 }
                 Step::NeedMore { consumed } => {
                     self.rbuf.advance(consumed);
-                    if self.take_not_json(0, self.input == Input::Eof) {
+                    if self.take_not_json(0, self.input == Input::Eof, usize::MAX) {
                         progress = true;
                         break;
                     }
@@ -1218,8 +1218,12 @@ where
                     // The refused message starts where the framer says,
                     // or else (a framer of one's own) after the whitespace
                     // in front of the bytes it was given.
+                    // Read within the framer's limit, as the parser reads a
+                    // message in place (`Framer::parsed_frame_limit`).
                     let start = self.framer.refused_start(&error, consumed);
-                    if error.is_too_large() && self.take_not_json(start.unwrap_or(0), true) {
+                    if let Some(limit) = error.limit().filter(|_| error.is_too_large())
+                        && self.take_not_json(start.unwrap_or(0), true, limit)
+                    {
                         progress = true;
                         break;
                     }
@@ -1453,14 +1457,15 @@ where
     }
 
     /// Where the message at `start` of `bytes` is cut if the parser finds
-    /// it is not JSON within the message limit (a definite syntax error,
-    /// not a message cut short), with a framer that cannot go on after
-    /// such bytes ([`Framer::resynchronises`]); `None` otherwise.
-    fn not_json_end(&mut self, bytes: &[u8], start: usize) -> Option<usize> {
+    /// it is not JSON within `limit` bytes and the message limit (a
+    /// definite syntax error, not a message cut short), with a framer that
+    /// cannot go on after such bytes ([`Framer::resynchronises`]); `None`
+    /// otherwise.
+    fn not_json_end(&mut self, bytes: &[u8], start: usize, limit: usize) -> Option<usize> {
         if self.framer.resynchronises() {
             return None;
         }
-        let limit = self.max_message_len.min(self.framer.parsed_frame_limit());
+        let limit = self.max_message_len.min(limit);
         let end = bytes.len().min(start.saturating_add(limit));
         self.arena.reset();
         match self
@@ -1475,15 +1480,17 @@ where
 
     /// With a framer that cannot go on after bytes that are not JSON: if
     /// the message it follows (at `start` in `rbuf`) is not JSON by the
-    /// parser's reading, takes it (up to the message limit: answered -32700,
-    /// after which the connection closes) and drops the rest. The parser
+    /// parser's reading within `limit` bytes (the framer's, when it refused
+    /// the message as too large: where the parser, reading it in place,
+    /// stops) and the message limit, takes it (up to there: answered
+    /// -32700, after which the connection closes) and drops the rest. The parser
     /// reads it again only once its bytes have grown fourfold since it last
     /// did, unless `now` (the input ended, or the framer refuses the message
     /// as too large), so that a message arriving a byte at a time is read
     /// a logarithmic number of times: a message whose brackets or quotes
     /// never balance (`[1}`, `["a"b"]`) swallows everything after it, and
     /// only the parser can tell.
-    fn take_not_json(&mut self, start: usize, now: bool) -> bool {
+    fn take_not_json(&mut self, start: usize, now: bool, limit: usize) -> bool {
         if self.framer.resynchronises() {
             return false;
         }
@@ -1494,7 +1501,7 @@ where
         }
         self.not_json_read = pending;
         let rbuf = std::mem::take(&mut self.rbuf);
-        let found = self.not_json_end(&rbuf, start);
+        let found = self.not_json_end(&rbuf, start, limit);
         self.rbuf = rbuf;
         let Some(end) = found else {
             return false;
