@@ -869,16 +869,20 @@ impl Call<'_> {
 }
 
 /// Whether a call's future dropped now was dropped at its deadline (the
-/// per-request timeout), not because its client left: by the call's own
-/// deadline when known, which counts from the request's arrival (a call
-/// that waited for a slot, for the head's number, or on a full node
-/// before its archive retry, is dropped sooner after it got here), else a
-/// timeout after forwarding began.
+/// per-request timeout) after the upstream had its share of it, not
+/// because its client left: by the call's own deadline when known, which
+/// counts from the request's arrival (a call that asked the full node for
+/// the head, or waited on it before its archive retry, is dropped sooner
+/// after it got here), the upstream having had a quarter of the timeout at
+/// least (a call that waited for a slot until its last milliseconds says
+/// nothing of the upstream it then went to); else a timeout after
+/// forwarding began.
 fn dropped_at_deadline(deadline: Option<Instant>, started: Instant, timeout: Duration) -> bool {
     const MARGIN: Duration = Duration::from_millis(10);
+    let spent = started.elapsed() + MARGIN;
     match deadline {
-        Some(deadline) => Instant::now() + MARGIN >= deadline,
-        None => started.elapsed() + MARGIN >= timeout,
+        Some(deadline) => Instant::now() + MARGIN >= deadline && spent >= timeout / 4,
+        None => spent >= timeout,
     }
 }
 
@@ -975,7 +979,8 @@ fn read_reply(
     // An error with `id: null` is the spec's answer when the upstream could
     // not read the request's id (and what rate limiters send with 429): on
     // an HTTP exchange, which carries one call, it is that call's error,
-    // passed through. (A WebSocket reply reaches here only by its id.) A
+    // passed through (and on a WebSocket, when that call was the only one
+    // waiting: `WsConn::to_the_only_call`). A
     // result must carry the call's id.
     if response.id().as_bytes() != Decimal::new(id).as_bytes()
         && !(response.is_error() && response.id().as_bytes() == b"null")
@@ -1066,23 +1071,52 @@ pub enum EndRelay {
 /// A message for the upstream, in the writer's queue.
 struct Outgoing {
     message: Message,
-    /// A call's request: set once the writer hands it to the socket; while
-    /// only the queue holds it (one reference), its caller has left (a
-    /// timeout, a client gone), and it is not sent: an `eth_sendTransaction`
-    /// timed out and retried elsewhere must not reach this upstream later.
-    written: Option<Arc<AtomicBool>>,
+    /// A call's request: its [`Sending`] state, shared with the caller.
+    sending: Option<Arc<Sending>>,
+}
+
+/// Where a call's request is: queued, then either written (handed to the
+/// socket) or given up (its caller learnt it was never sent, or left), and
+/// never both, so that a request the caller may send elsewhere is not
+/// written here after all: an `eth_sendTransaction` timed out, or failed
+/// over when the connection ended, must not reach this upstream later.
+struct Sending(std::sync::atomic::AtomicU8);
+
+impl Sending {
+    const QUEUED: u8 = 0;
+    const WRITTEN: u8 = 1;
+    const GIVEN_UP: u8 = 2;
+
+    fn new() -> Sending {
+        Sending(std::sync::atomic::AtomicU8::new(Self::QUEUED))
+    }
+
+    /// The writer's side: whether to write it (it was not given up).
+    fn write(&self) -> bool {
+        self.move_from_queued(Self::WRITTEN)
+    }
+
+    /// The caller's side: whether it was never written (and now never
+    /// will be).
+    fn give_up(&self) -> bool {
+        self.move_from_queued(Self::GIVEN_UP)
+    }
+
+    fn move_from_queued(&self, to: u8) -> bool {
+        self.0
+            .compare_exchange(Self::QUEUED, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
 }
 
 impl Outgoing {
-    /// Whether to write it: marks a call's request written, unless its
-    /// caller has left.
+    /// Whether to write it: a call's request only if its caller has not
+    /// given up on it (and is still there: only the queue holding it means
+    /// it left).
     fn take_for_writing(&self) -> bool {
-        match &self.written {
+        match &self.sending {
             None => true,
-            Some(written) if Arc::strong_count(written) > 1 => {
-                written.store(true, Ordering::Release);
-                true
-            }
+            Some(sending) if Arc::strong_count(sending) > 1 => sending.write(),
             Some(_) => false,
         }
     }
@@ -1395,7 +1429,7 @@ async fn keep_alive(
         // Not counted in `queued`: no length, and one per interval.
         let _ = conn.out.send(Outgoing {
             message: Message::Ping(Bytes::new()),
-            written: None,
+            sending: None,
         });
     }
 }
@@ -1498,8 +1532,8 @@ impl WsConn {
         let _guard = PendingGuard { conn: self, id };
         let text = String::from_utf8(body)
             .map_err(|_| WsCallError::Failed(RpcError::internal("request not UTF-8")))?;
-        let written = Arc::new(AtomicBool::new(false));
-        if let Err(why) = self.send(text, bounded, Some(Arc::clone(&written))) {
+        let sending = Arc::new(Sending::new());
+        if let Err(why) = self.send(text, bounded, Some(Arc::clone(&sending))) {
             return Err(WsCallError::Unsent(errors::upstream_failed(
                 &self.name, why,
             )));
@@ -1513,18 +1547,21 @@ impl WsConn {
                     "the WebSocket connection closed before the reply"
                 };
                 let error = errors::upstream_failed(&self.name, why);
-                // Still queued when the connection ended: never sent, so
-                // the next upstream may take it.
-                Err(if written.load(Ordering::Acquire) {
-                    WsCallError::Failed(error)
-                } else {
+                // Still queued when the connection ended: never sent (nor
+                // to be), so the next upstream may take it.
+                Err(if sending.give_up() {
                     WsCallError::Unsent(error)
+                } else {
+                    WsCallError::Failed(error)
                 })
             }
-            // The request, if still queued, is not sent now (`Outgoing`).
-            Err(_) => Err(WsCallError::Failed(errors::upstream_timeout(
-                &self.name, timeout,
-            ))),
+            // The request, if still queued, is not sent now.
+            Err(_) => {
+                sending.give_up();
+                Err(WsCallError::Failed(errors::upstream_timeout(
+                    &self.name, timeout,
+                )))
+            }
         }
     }
 
@@ -1549,13 +1586,13 @@ impl WsConn {
 
     /// Queues `text` for the writer. A call's request (`bounded`) is
     /// refused while [`WS_QUEUE_BYTES`] of others wait; the gateway's own
-    /// unsubscribes, a few bytes each, always go. `written` is a call's
-    /// flag (see [`Outgoing`]); the gateway's own messages have none.
+    /// unsubscribes, a few bytes each, always go. `sending` is a call's
+    /// (see [`Sending`]); the gateway's own messages have none.
     fn send(
         &self,
         text: String,
         bounded: bool,
-        written: Option<Arc<AtomicBool>>,
+        sending: Option<Arc<Sending>>,
     ) -> Result<(), &'static str> {
         const CLOSED: &str = "the WebSocket connection closed";
         if self.closed.load(Ordering::Acquire) {
@@ -1571,7 +1608,7 @@ impl WsConn {
         }
         let outgoing = Outgoing {
             message: Message::text(text),
-            written,
+            sending,
         };
         if self.out.send(outgoing).is_err() {
             self.queued.fetch_sub(len, Ordering::AcqRel);
@@ -1620,6 +1657,23 @@ impl WsConn {
 
     /// One frame from the upstream: a reply to a waiting call, or a
     /// subscription notification to relay.
+    /// An error that names no call it answers (`"id": null`) goes to the
+    /// one call waiting, if only one waits, and is passed on as an HTTP
+    /// exchange's is: its caller learns at once instead of at its timeout.
+    /// (With more waiting, which one it answers is unknown.)
+    fn to_the_only_call(&self, frame: &Bytes) {
+        let mut pending = lock(&self.pending);
+        if pending.len() != 1 {
+            return;
+        }
+        let Some((&id, Waiter::Call(_))) = pending.iter().next() else {
+            return;
+        };
+        if let Some(Waiter::Call(tx)) = pending.remove(&id) {
+            let _ = tx.send(Ok(frame.clone()));
+        }
+    }
+
     fn route(self: &Arc<Self>, frame: Bytes) {
         let arena = rpcwire::bumpalo::Bump::new();
         let Ok(message) = self.parser.parse_incoming(&frame, &arena) else {
@@ -1634,6 +1688,13 @@ impl WsConn {
                 Incoming::Response(r) => {
                     self.heard();
                     let Some(id) = upstream_id(r.id().as_bytes()) else {
+                        // An error with `"id": null` (a rate limiter's, or
+                        // an upstream that could not read the request)
+                        // answers something this side sent; other ids not
+                        // ours are strays, ignored.
+                        if r.is_error() && r.id().as_bytes() == b"null" {
+                            self.to_the_only_call(&frame);
+                        }
                         continue;
                     };
                     let Some(waiter) = lock(&self.pending).remove(&id) else {

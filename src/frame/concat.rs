@@ -28,7 +28,10 @@ use super::{DEFAULT_MAX_FRAME, Framer, Step};
 /// delimiter to look for): [`Step::Close`] (-32700). A value that grows past
 /// the size limit is reported at once as [`Step::Garbage`] (-32600); the
 /// structural scan then keeps running over its bytes, dropping them
-/// unbuffered, and framing resumes after its end. A message that is not
+/// unbuffered, and framing resumes after its end, unless the value runs
+/// past [`max_skip`](Concatenated::max_skip) (64 MiB): then the stream is
+/// over ([`Step::Close`], -32600), since a value whose brackets never close
+/// would have every later byte dropped. A message that is not
 /// JSON cannot be framed reliably either: its brackets or quotes may never
 /// balance ([`Framer::resynchronises`] is `false`), so the stream driver
 /// closes the connection after answering it.
@@ -71,6 +74,10 @@ pub struct Concatenated {
     /// The value being read is over the limit: it is scanned to its end and
     /// dropped, not framed.
     discarding: bool,
+    /// The stream offset where the value being dropped starts.
+    discard_start: u64,
+    /// The longest value dropped rather than closing the stream.
+    max_skip: u64,
     /// Garbage was found: the stream is over.
     closed: Option<FrameError>,
     /// The largest value accepted.
@@ -104,6 +111,8 @@ impl Concatenated {
             batch: MAX_ENDS,
             ends_base: 0,
             discarding: false,
+            discard_start: 0,
+            max_skip: Self::DEFAULT_MAX_SKIP,
             closed: None,
             max_frame: DEFAULT_MAX_FRAME,
             stream: 0,
@@ -124,6 +133,37 @@ impl Concatenated {
     /// The configured frame size limit.
     pub const fn frame_limit(&self) -> usize {
         self.max_frame
+    }
+
+    /// Default for [`max_skip`](Concatenated::max_skip): 64 MiB, as
+    /// [`Lsp::DEFAULT_MAX_SKIP`](super::Lsp::DEFAULT_MAX_SKIP).
+    pub const DEFAULT_MAX_SKIP: u64 = 64 * 1024 * 1024;
+
+    /// The longest value, beyond [`max_frame`](Concatenated::max_frame),
+    /// that is refused and dropped (so the stream carries on) rather than
+    /// ending the stream (default 64 MiB): past it, the refusal
+    /// ([`Step::Garbage`]) is followed by [`Step::Close`].
+    ///
+    /// Why: a value is dropped until its brackets close, and bytes that are
+    /// not JSON may never close them (`["` and no closing quote): every
+    /// later message would be dropped unanswered.
+    pub const fn max_skip(mut self, bytes: u64) -> Self {
+        self.max_skip = bytes;
+        self
+    }
+
+    /// The refused value starting at stream offset `start` runs past
+    /// [`max_skip`](Concatenated::max_skip) (it is `len` bytes long so
+    /// far): the stream ends after its refusal.
+    fn past_skip(&self, start: u64, len: u64) -> Option<FrameError> {
+        (len > self.max_skip).then(|| {
+            FrameError::new(
+                Kind::TooLarge {
+                    limit: self.max_frame,
+                },
+                start,
+            )
+        })
     }
 
     #[inline]
@@ -180,7 +220,13 @@ impl Framer for Concatenated {
                 let end = (self.ends_base + self.ends[self.next] as u64 - self.stream) as usize;
                 self.next += 1;
                 if self.discarding {
-                    // The end of a refused value: carry on after it.
+                    // The end of a refused value: carry on after it, unless
+                    // it ran past the skip limit.
+                    let len = self.stream + end as u64 - self.discard_start;
+                    if let Some(error) = self.past_skip(self.discard_start, len) {
+                        self.closed = Some(error);
+                        return Step::Close(error);
+                    }
                     self.discarding = false;
                     base = end;
                     continue;
@@ -192,6 +238,8 @@ impl Framer for Concatenated {
                 }
                 if end - start > self.max_frame {
                     let error = self.too_large(start);
+                    // As if the reads had cut it: refused, then the end.
+                    self.closed = self.past_skip(error.offset(), (end - start) as u64);
                     return self.step(Step::Garbage {
                         consumed: end,
                         error,
@@ -224,6 +272,11 @@ impl Framer for Concatenated {
             }
             // No value ends in `buf[base..]`.
             if self.discarding {
+                let len = self.stream + buf.len() as u64 - self.discard_start;
+                if let Some(error) = self.past_skip(self.discard_start, len) {
+                    self.closed = Some(error);
+                    return Step::Close(error);
+                }
                 return self.step(Step::NeedMore {
                     consumed: buf.len(),
                 });
@@ -243,6 +296,8 @@ impl Framer for Concatenated {
                 // Refused before its end; the rest is scanned and dropped.
                 self.discarding = true;
                 let error = self.too_large(start);
+                self.discard_start = error.offset();
+                self.closed = self.past_skip(error.offset(), (buf.len() - start) as u64);
                 return self.step(Step::Garbage {
                     consumed: buf.len(),
                     error,
@@ -261,7 +316,9 @@ impl Framer for Concatenated {
     }
 
     fn reset(&mut self) {
-        *self = Concatenated::new().max_frame(self.max_frame);
+        *self = Concatenated::new()
+            .max_frame(self.max_frame)
+            .max_skip(self.max_skip);
     }
 
     fn parser_frames(&self) -> bool {
@@ -282,7 +339,9 @@ impl Framer for Concatenated {
             stream,
             scanned: stream,
             batch: 1,
-            ..Concatenated::new().max_frame(self.max_frame)
+            ..Concatenated::new()
+                .max_frame(self.max_frame)
+                .max_skip(self.max_skip)
         };
     }
 
@@ -403,6 +462,41 @@ mod tests {
                 consumed: 13
             }
         );
+    }
+
+    /// A refused value is dropped until its brackets close, and bytes that
+    /// are not JSON may never close them: past `max_skip` the stream ends
+    /// (after the refusal), however the reads cut it; a value that closes
+    /// within it is dropped and framing goes on. Every later message was
+    /// dropped for good before.
+    #[test]
+    fn a_refused_value_past_max_skip_ends_the_stream() {
+        let framer = || Concatenated::new().max_frame(8).max_skip(32);
+        let never_closes = b"[\"abcdefghijklmnopqrstuvwxyz [1] [2] [3] [4] [5] [6] [7] [8]";
+        let closes_in_time = b"[\"abcdefghijklmnopqrstuvwxyz\"] [1]";
+        for chunk in 1..=never_closes.len() {
+            let out = run(&mut framer(), never_closes, chunk);
+            assert_eq!(out.events, vec![Outcome::Garbage(-32600)], "chunk {chunk}");
+            let closed = out.closed.expect("closed");
+            assert_eq!(
+                (closed.offset(), closed.code()),
+                (0, -32600),
+                "chunk {chunk}"
+            );
+        }
+        for chunk in 1..=closes_in_time.len() {
+            let out = run(&mut framer(), closes_in_time, chunk);
+            assert_eq!(
+                out.events,
+                vec![Outcome::Garbage(-32600), Outcome::Frame(b"[1]".to_vec())],
+                "chunk {chunk}"
+            );
+            assert!(out.closed.is_none(), "chunk {chunk}");
+        }
+        // The limits survive a reset.
+        let mut json = framer();
+        json.reset();
+        assert!(run(&mut json, never_closes, 5).closed.is_some());
     }
 
     #[test]

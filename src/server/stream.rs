@@ -377,6 +377,11 @@ const KEEP_BUFFER: usize = 1 << 20;
 /// that once sent a large reply kept buffers of its size (up to 1 MiB
 /// each) while it idled, gigabytes over thousands of connections.
 const KEEP_IDLE: usize = 64 * 1024;
+
+/// Up to this many bytes, a message the framer follows is read by the
+/// parser after every read that added to it, to tell whether it is not
+/// JSON (see `Io::take_not_json`); past it, once its bytes have doubled.
+const NOT_JSON_EVERY_READ: usize = 4 * 1024;
 /// Messages held while reading on for answers at the in-flight limit, in
 /// bytes (at most [`Limits::max_message_len`], and never unbounded).
 const MAX_HELD: usize = crate::frame::DEFAULT_MAX_FRAME;
@@ -1118,6 +1123,11 @@ where
                 self.held.push_back(frame, None);
                 return;
             }
+            // Not JSON: nothing after it is read, as it would not be had
+            // it started at once (answers and cancellations behind it
+            // included); the connection ends once it is answered.
+            let not_json =
+                !self.framer.resynchronises() && self.not_json_end(&frame, 0, usize::MAX).is_some();
             // A cancellation reaches the call it names now, not once a
             // slot frees (never, for calls that run until cancelled).
             let answers_taken = action == AtLimit::HoldAnswered;
@@ -1129,6 +1139,9 @@ where
                 &mut self.replies,
             );
             self.queue_replies();
+            if not_json {
+                self.stop_reading_after_not_json();
+            }
         }
     }
 
@@ -1229,6 +1242,8 @@ where
                     }
                     let answer = self.refused_answer(&error, consumed);
                     self.rbuf.advance(consumed);
+                    // The framer drops that message; the next is new.
+                    self.not_json_read = 0;
                     self.refuse_in_turn(error, false, answer);
                     progress = true;
                 }
@@ -1483,11 +1498,14 @@ where
     /// parser's reading within `limit` bytes (the framer's, when it refused
     /// the message as too large: where the parser, reading it in place,
     /// stops) and the message limit, takes it (up to there: answered
-    /// -32700, after which the connection closes) and drops the rest. The parser
-    /// reads it again only once its bytes have grown fourfold since it last
-    /// did, unless `now` (the input ended, or the framer refuses the message
-    /// as too large), so that a message arriving a byte at a time is read
-    /// a logarithmic number of times: a message whose brackets or quotes
+    /// -32700, after which the connection closes) and drops the rest.
+    /// The parser reads it again after a read that added to it while it is
+    /// at most [`NOT_JSON_EVERY_READ`] bytes (a request a client sent in
+    /// two writes and waits on: answered at once), past that once its bytes
+    /// have doubled since it last did, and whenever `now` (the input ended,
+    /// or the framer refuses the message as too large): a message arriving
+    /// a byte at a time costs at most a few KiB of reading per read, or a
+    /// logarithmic number of readings. A message whose brackets or quotes
     /// never balance (`[1}`, `["a"b"]`) swallows everything after it, and
     /// only the parser can tell.
     fn take_not_json(&mut self, start: usize, now: bool, limit: usize) -> bool {
@@ -1496,7 +1514,11 @@ where
         }
         let start = crate::scan::skip_ws(&self.rbuf, start);
         let pending = self.rbuf.len().saturating_sub(start);
-        if pending == 0 || (!now && pending < self.not_json_read.saturating_mul(4)) {
+        let due = now
+            || (pending > self.not_json_read
+                && (pending <= NOT_JSON_EVERY_READ
+                    || pending >= self.not_json_read.saturating_mul(2)));
+        if pending == 0 || !due {
             return false;
         }
         self.not_json_read = pending;

@@ -616,6 +616,74 @@ async fn an_archive_that_hangs_is_rested_though_the_call_waited_first() {
     assert_eq!(archive.count("eth_getBalance"), 1);
 }
 
+/// A node answering every call as `answer` does, after `delay`.
+async fn slow_node(delay: Duration, answer: Answerer) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            let answer = Arc::clone(&answer);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while let Some(body) = read_request_buffered(&mut s, &mut buf).await {
+                    let v: Value = serde_json::from_slice(&body).unwrap();
+                    tokio::time::sleep(delay).await;
+                    let params = v.get("params").cloned().unwrap_or(Value::Null);
+                    let mut reply = json!({"jsonrpc":"2.0","id":v["id"]});
+                    match answer(v["method"].as_str().unwrap(), &params) {
+                        Ok(result) => reply["result"] = result,
+                        Err(error) => reply["error"] = error,
+                    }
+                    if s.write_all(json_200(&reply.to_string()).as_bytes())
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A call that spent most of its time before it got to the archive (the
+/// full node took 1.8 s of its 2 s to say it lacks the state) and is
+/// dropped at its deadline a moment into a healthy but not instant
+/// archive's answer says nothing of that archive: it is not rested (judged
+/// by the deadline alone it was: under load, healthy upstreams were rested
+/// and their traffic sent to fallbacks; found by a review). One that had a
+/// fair share of the time is (the test above).
+#[tokio::test]
+async fn a_call_dropped_a_moment_into_its_archive_call_does_not_rest_it() {
+    let full = slow_node(Duration::from_millis(1800), Arc::new(full_answer)).await;
+    let slow = slow_node(
+        Duration::from_millis(500),
+        Arc::new(|_: &str, _: &Value| Ok(json!(ARCHIVE))),
+    )
+    .await;
+    let mut config = config::Config {
+        upstreams: vec![format!("http://{full}")],
+        archives: vec![format!("http://{slow}")],
+        state_blocks: KEEP,
+        cache_bytes: 0,
+        timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    config.deny.clear();
+    let (gw, ops) = start_with_metrics(config).await;
+    let addr = gw.addr;
+    let e = balance(addr, json!({"blockHash": old_hash()})).await;
+    assert_eq!(e["code"], -32002, "{e}");
+    let text = ops.metrics().await;
+    assert!(
+        text.contains("\ngateway_archive_retries_total 1\n"),
+        "{text}"
+    );
+    let up = format!("gateway_archive_up{{upstream=\"{slow}\"}} 1");
+    assert!(text.contains(&up), "{text}");
+}
+
 #[tokio::test]
 async fn a_batch_of_old_and_recent_calls_is_split_and_merged_in_order() {
     let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
@@ -700,12 +768,9 @@ async fn the_archive_s_answers_on_final_blocks_are_cached() {
     assert_eq!(full.count("eth_getBalance"), hashed, "the by-hash calls");
 }
 
-/// The counters `/metrics` shows: calls sent to the archive by their
-/// block, and retried there after a missing-state error.
-#[tokio::test]
-async fn metrics_count_routed_and_retried_calls() {
-    let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
-    let mut config = config(&full, Some(archive.addr));
+/// Starts a gateway on `config` with `/metrics` on: the gateway and its
+/// operations side, which reads the metrics.
+async fn start_with_metrics(mut config: config::Config) -> (Gateway, Arc<ops::Ops>) {
     config.metrics = Some("127.0.0.1:0".parse().unwrap());
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -713,7 +778,17 @@ async fn metrics_count_routed_and_retried_calls() {
     let app = app::App::new(&config, &shutdown).unwrap();
     let ops = Arc::clone(app.ops().unwrap());
     tokio::spawn(app.run(listener, config.limits(), shutdown.clone()));
-    let _stop = Gateway { addr, shutdown };
+    (Gateway { addr, shutdown }, ops)
+}
+
+/// The counters `/metrics` shows: calls sent to the archive by their
+/// block, and retried there after a missing-state error.
+#[tokio::test]
+async fn metrics_count_routed_and_retried_calls() {
+    let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);
+    let config = config(&full, Some(archive.addr));
+    let (gw, ops) = start_with_metrics(config).await;
+    let addr = gw.addr;
     for block in [json!("0x1"), json!("0x2"), json!("earliest")] {
         assert_eq!(balance(addr, block).await, ARCHIVE);
     }

@@ -1045,6 +1045,40 @@ async fn an_invalid_answer_naming_a_call_fails_it_at_once() {
     }
 }
 
+/// An error naming no call (`"id": null`, as a rate limiter sends) reaches
+/// the one call waiting and is passed on at once, as over HTTP; the call
+/// waited for its timeout (found by a review). With two calls waiting,
+/// which one it answers is unknown: both wait for their own answers.
+#[tokio::test]
+async fn a_null_id_error_reaches_the_only_call_waiting() {
+    let up = fake_ws(Arc::new(|_, v| match v["method"].as_str().unwrap_or("") {
+        "eth_gasPrice" => vec![Act::Send(Message::text(
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limited"}}"#,
+        ))],
+        _ => vec![reply(v, json!("0x1"))],
+    }))
+    .await;
+    // A timeout past the client's wait: an answer that came from it is
+    // a hang.
+    let gw = start(ws_config(&[up.url()], 60_000)).await;
+    let mut ws = client(gw.addr).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":1,"method":"eth_gasPrice","params":[]}),
+    )
+    .await;
+    let r = next(&mut ws).await;
+    assert_eq!(r["id"], 1, "{r}");
+    assert_eq!(r["error"]["code"], -32005, "{r}");
+    assert_eq!(r["error"]["message"], "rate limited", "{r}");
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":2,"method":"eth_blockNumber","params":[]}),
+    )
+    .await;
+    assert_eq!(next(&mut ws).await["result"], "0x1");
+}
+
 /// An upstream's valid answer nested deeper than a server's default limit
 /// on requests (128 levels) is passed on: geth's `callTracer` writes two
 /// levels per nested call, so a transaction whose calls nest 70 deep

@@ -352,6 +352,74 @@ async fn a_message_that_is_not_json_ends_a_concatenated_stream() {
     }
 }
 
+/// Drives a connection whose client writes `pieces` (pausing between
+/// them) and then waits with its side open: why the driver ended it by
+/// itself, and what it wrote.
+async fn ended_by_the_driver(
+    framer: Concatenated,
+    limits: Limits,
+    pieces: &[&[u8]],
+) -> (CloseReason, Vec<u8>) {
+    let (mut client, server) = tokio::io::duplex(1 << 16);
+    let (read, mut write) = tokio::io::split(server);
+    let run = tokio::spawn(async move {
+        let d = dispatcher();
+        let mut out = Vec::new();
+        let reason = Driver::new(framer)
+            .limits(limits)
+            .run(&d, read, &mut out)
+            .await
+            .unwrap();
+        write.write_all(&out).await.unwrap();
+        (reason, out)
+    });
+    for piece in pieces {
+        client.write_all(piece).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ended = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("the driver ends the connection by itself")
+        .unwrap();
+    drop(client);
+    ended
+}
+
+/// A message that is not JSON sent in two writes, the second completing
+/// what shows it (a client that then waits for its answer): answered and
+/// closed at once. The parser read it again only once its bytes had grown
+/// fourfold, so such a client waited for the idle timeout; and after a
+/// message the framer refused as too large, the count of that message's
+/// bytes was kept, so the next one was not read for a long while either
+/// (found by a review).
+#[tokio::test]
+async fn a_message_that_is_not_json_sent_in_pieces_is_answered_at_once() {
+    let broken = br#"{"jsonrpc":"2.0","id":5,"method":"add","params":[1}"#;
+    let (first, rest) = broken.split_at(broken.len() - 1);
+    let (reason, out) =
+        ended_by_the_driver(Concatenated::new(), Limits::default(), &[first, rest]).await;
+    assert_eq!(reason, CloseReason::NotJson);
+    let replies = values(&out);
+    assert_eq!(replies.len(), 1, "{}", String::from_utf8_lossy(&out));
+    assert_eq!(replies[0]["error"]["data"]["offset"], 50, "{}", replies[0]);
+    // Behind a message refused as too large by the framer.
+    let large = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"add","params":["{}"]}}"#,
+        "z".repeat(1000)
+    );
+    let (reason, out) = ended_by_the_driver(
+        Concatenated::new().max_frame(256),
+        Limits::default(),
+        &[large.as_bytes(), first, rest],
+    )
+    .await;
+    assert_eq!(reason, CloseReason::NotJson);
+    let replies = values(&out);
+    assert_eq!(replies.len(), 2, "{}", String::from_utf8_lossy(&out));
+    assert_eq!(replies[0]["error"]["code"], -32600, "{}", replies[0]);
+    assert_eq!(replies[1]["error"]["code"], -32700, "{}", replies[1]);
+}
+
 /// `Concatenated::max_frame` holds however the reads cut the stream: a
 /// message over it is refused (it was once run when it arrived in one read,
 /// the parser-framing path applying only `Limits::max_message_len`).
