@@ -125,7 +125,7 @@ pub(crate) fn unsupported_version(requested: &str) -> RpcError {
     )
     .with_data(&Unsupported {
         supported: SUPPORTED_VERSIONS,
-        requested,
+        requested: &echoed(requested),
     })
 }
 
@@ -229,7 +229,7 @@ fn bad_level(name: &str, in_meta: bool) -> RpcError {
                 "level"
             },
             expected: LogLevel::ALL.map(LogLevel::as_str),
-            received: name,
+            received: &echoed(name),
         },
     )
 }
@@ -390,7 +390,7 @@ pub(crate) fn negotiate(requested: &str) -> Result<&'static str, RpcError> {
     Err(
         RpcError::invalid_params("Unsupported protocol version").with_data(&Unsupported {
             supported: LEGACY_VERSIONS,
-            requested,
+            requested: &echoed(requested),
         }),
     )
 }
@@ -659,7 +659,7 @@ fn list_tools(call: Call<'_, ServerInner>) -> Result<Done, RpcError> {
                 "Invalid cursor",
                 &Data {
                     field: "cursor",
-                    received: c,
+                    received: &echoed(c),
                 },
             )
         })?,
@@ -715,6 +715,19 @@ struct CallParams<'a> {
 /// made a reply several times the request.
 const MAX_ECHO_LEN: usize = 256;
 
+/// A client's string as an error echoes it (a tool's name, a cursor, a
+/// version, a log level): cut as [`clipped`] cuts, so that a reply stays
+/// small whatever the client sent (a 4 MiB tool name made an 8 MiB reply).
+pub(super) fn echoed(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.len() > MAX_ECHO_LEN {
+        std::borrow::Cow::Owned(clipped(
+            text[..crate::write::char_floor(text, MAX_ECHO_LEN + 4)].to_owned(),
+        ))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
 /// The dotted name of the field a schema error is about: the JSON Pointer
 /// of its instance with each segment unescaped (`~1` is `/`, `~0` is `~`),
 /// so that a property `a/b` is named as sent.
@@ -731,7 +744,7 @@ fn field_path(pointer: &str) -> String {
 
 /// `text` cut to at most [`MAX_ECHO_LEN`] bytes (at a character boundary),
 /// with `…` when it was cut.
-fn clipped(mut text: String) -> String {
+pub(super) fn clipped(mut text: String) -> String {
     if text.len() > MAX_ECHO_LEN {
         text.truncate(crate::write::char_floor(&text, MAX_ECHO_LEN));
         text.push('…');
@@ -1025,11 +1038,12 @@ fn start_tool(
             field: &'static str,
             received: &'a str,
         }
+        let name = echoed(name);
         return Err(field_error(
             format!("Unknown tool: {name}"),
             &Data {
                 field: "name",
-                received: name,
+                received: &name,
             },
         ));
     };
@@ -1041,7 +1055,10 @@ fn start_tool(
         && let Err(e) = entry.input.validate(&args)
     {
         let refused = violation(name, &e);
-        if !era.argument_errors_are_results() {
+        // `arguments` that are no object break the request's own schema
+        // (`CallToolRequest`), a protocol error in every revision: only
+        // arguments that break the tool's input schema are its error.
+        if !era.argument_errors_are_results() || !args.is_object() {
             return Err(refused);
         }
         // From 2025-11-25 (SEP-1303) arguments that break the schema are

@@ -190,6 +190,15 @@ pub struct HttpConfig {
     /// finish the requests they are answering (default 10 s, as
     /// [`Limits::shutdown_grace`](crate::server::Limits::shutdown_grace)).
     pub shutdown_grace: std::time::Duration,
+    /// How long a response may send nothing (default 15 s): a call whose
+    /// reply has not come by then is answered as an event stream, its
+    /// headers sent at once, and every event stream (a call's, the GET
+    /// stream) gets an SSE comment (`: keepalive`) whenever it has sent
+    /// nothing for this long. Proxies end a response that sends nothing
+    /// for a while (nginx's `proxy_read_timeout`: 60 s), and so do both
+    /// official SDK clients (read timeouts of 300 s): a long tool call
+    /// without progress notifications lost its result.
+    pub stream_keepalive: std::time::Duration,
 }
 
 impl Default for HttpConfig {
@@ -207,6 +216,7 @@ impl Default for HttpConfig {
             write_timeout: std::time::Duration::from_secs(30),
             tcp_keepalive: Some(crate::server::DEFAULT_TCP_KEEPALIVE),
             shutdown_grace: std::time::Duration::from_secs(10),
+            stream_keepalive: std::time::Duration::from_secs(15),
         }
     }
 }
@@ -1114,10 +1124,12 @@ fn new_session_id() -> String {
 }
 
 fn header_mismatch(id: Option<&RawValue>, message: String) -> Response<Body> {
+    // The message quotes the client's header values and params: cut, as
+    // the other errors' echoes are.
     rpc_error(
         StatusCode::BAD_REQUEST,
         id,
-        &RpcError::new(codes::HEADER_MISMATCH, message),
+        &RpcError::new(codes::HEADER_MISMATCH, super::handlers::clipped(message)),
     )
 }
 
@@ -1134,6 +1146,9 @@ impl Endpoint {
             write_timeout: config.write_timeout.min(never),
             shutdown_grace: config.shutdown_grace.min(never),
             tcp_keepalive: config.tcp_keepalive.map(|t| t.min(never)),
+            stream_keepalive: config
+                .stream_keepalive
+                .clamp(std::time::Duration::from_millis(1), never),
             ..config
         };
         Endpoint {
@@ -1345,13 +1360,22 @@ impl Endpoint {
             session,
             id: stream_id,
         };
+        let keepalive = self.inner.config.stream_keepalive;
         tokio::spawn(async move {
             // A comment first, so that the client sees the stream open.
             if tx.send(Bytes::from_static(b": open\n\n")).await.is_err() {
                 return;
             }
+            let mut quiet = keepalive_timer(keepalive);
             loop {
                 tokio::select! {
+                    _ = quiet.tick() => {
+                        // Not awaited, as below: a full queue has
+                        // something to send already.
+                        if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(Bytes::from_static(KEEPALIVE)) {
+                            return;
+                        }
+                    }
                     changed = changes.recv() => match changed {
                         Ok(()) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
                             // Every stream of the session hears of the
@@ -1882,30 +1906,55 @@ impl Endpoint {
                 None => status_only(StatusCode::ACCEPTED),
             };
         }
-        match events.next().await {
-            Some(Event::Reply(reply)) => json_response(StatusCode::OK, reply),
-            Some(Event::Note(first)) => {
-                let (sse_tx, sse_rx) = mpsc::channel::<Bytes>(64);
-                let _ = sse_tx.try_send(sse_event(&first));
-                tokio::spawn(async move {
-                    loop {
-                        tokio::select! {
-                            event = events.next() => match event {
-                                Some(Event::Note(n)) => { if sse_tx.send(sse_event(&n)).await.is_err() { return; } }
-                                Some(Event::Reply(r)) => { let _ = sse_tx.send(sse_event(&r)).await; return; }
-                                None => return,
-                            },
-                            // Dropping `rx` tells the call its stream closed.
-                            _ = sse_tx.closed() => return,
+        let keepalive = self.inner.config.stream_keepalive;
+        let first = match tokio::time::timeout(keepalive, events.next()).await {
+            Ok(Some(Event::Reply(reply))) => return json_response(StatusCode::OK, reply),
+            // Cancelled before anything was sent: an empty event stream.
+            Ok(None) => return sse_response(Body::Full(None)),
+            Ok(Some(Event::Note(first))) => sse_event(&first),
+            // Nothing yet: an event stream from now on, its headers and a
+            // comment sent at once.
+            Err(_) => Bytes::from_static(KEEPALIVE),
+        };
+        let (sse_tx, sse_rx) = mpsc::channel::<Bytes>(64);
+        let _ = sse_tx.try_send(first);
+        tokio::spawn(async move {
+            let mut quiet = keepalive_timer(keepalive);
+            loop {
+                tokio::select! {
+                    event = events.next() => match event {
+                        Some(Event::Note(n)) => {
+                            if sse_tx.send(sse_event(&n)).await.is_err() {
+                                return;
+                            }
+                            quiet.reset();
+                        }
+                        Some(Event::Reply(r)) => { let _ = sse_tx.send(sse_event(&r)).await; return; }
+                        None => return,
+                    },
+                    _ = quiet.tick() => {
+                        if sse_tx.send(Bytes::from_static(KEEPALIVE)).await.is_err() {
+                            return;
                         }
                     }
-                });
-                sse_response(Body::Stream(sse_rx))
+                    // Dropping `rx` tells the call its stream closed.
+                    _ = sse_tx.closed() => return,
+                }
             }
-            // Cancelled before anything was sent: an empty event stream.
-            None => sse_response(Body::Full(None)),
-        }
+        });
+        sse_response(Body::Stream(sse_rx))
     }
+}
+
+/// The SSE comment an event stream sends when it has sent nothing for
+/// [`HttpConfig::stream_keepalive`].
+const KEEPALIVE: &[u8] = b": keepalive\n\n";
+
+/// Ticks every `every`, the first one `every` from now.
+fn keepalive_timer(every: std::time::Duration) -> tokio::time::Interval {
+    let mut timer = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    timer
 }
 
 /// One SSE event carrying `json`. JSON may span lines (whitespace between

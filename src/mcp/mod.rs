@@ -53,8 +53,13 @@
 //! backreferences is refused when the server is built. From
 //! 2025-11-25 on (SEP-1303: the model should see what to correct) it is a
 //! result with `isError: true` whose text is that message and that `data`.
-//! An unknown tool is -32602 in every revision. A failure of the tool itself
-//! is a result with `isError: true`.
+//! An unknown tool, and `arguments` that are no object (they break the
+//! request's own schema), are -32602 in every revision; a tool name, cursor,
+//! log level or protocol version an error quotes is cut at 256 bytes too.
+//! A failure of the tool itself is a result with `isError: true`. Over
+//! Streamable HTTP a call answered within
+//! [`stream_keepalive`](http::HttpConfig::stream_keepalive) (15 s) gets a
+//! JSON response; a longer one an event stream, kept alive by comments.
 //!
 //! ```
 //! use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};

@@ -459,6 +459,43 @@ async fn handle_drops_what_a_dropped_future_left_and_starts_queued_notifications
     assert_eq!(ran.load(Ordering::SeqCst), 10, "every queued call ran");
 }
 
+/// A client's string echoed in an error (an unknown tool's name, a
+/// cursor, a log level, a protocol version) is cut at 256 bytes with `…`,
+/// as refused arguments are: a 100 KiB tool name made a reply twice that
+/// (in the message and in `data.received`); found by a review.
+#[tokio::test]
+async fn errors_echo_at_most_256_bytes_of_a_client_s_string() {
+    let s = server();
+    let mut conn = initialized(&s, "2025-11-25").await;
+    let long = "n".repeat(100 * 1024);
+    let r = send(&s, &mut conn, &call_msg(1, &long, "{}")).await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Unknown tool: nnn") && message.ends_with('…'),
+        "{message}"
+    );
+    assert!(message.len() < 300, "{}", message.len());
+    let received = r["error"]["data"]["received"].as_str().unwrap();
+    assert_eq!(received.len(), 256 + '…'.len_utf8());
+    // A cursor and a log level, each as long.
+    for (id, method, member) in [
+        (2, "tools/list", "cursor"),
+        (3, "logging/setLevel", "level"),
+    ] {
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{"{member}":"{long}"}}}}"#
+        );
+        let r = send(&s, &mut conn, &msg).await;
+        assert_eq!(r["error"]["code"], -32602, "{r}");
+        let received = r["error"]["data"]["received"].as_str().unwrap();
+        assert_eq!(received.len(), 256 + '…'.len_utf8(), "{method}");
+    }
+    // A short one is whole.
+    let r = send(&s, &mut conn, &call_msg(4, "nope", "{}")).await;
+    assert_eq!(r["error"]["data"]["received"], "nope");
+}
+
 #[tokio::test]
 async fn tools_call_checks_arguments_first() {
     let s = server();
@@ -657,6 +694,14 @@ async fn bad_arguments_are_a_tool_error_from_2025_11_25() {
     assert_eq!(ran.load(Ordering::SeqCst), 0, "the tool never ran");
     let r = send(&s, &mut legacy, &call_msg(3, "nope", "{}")).await;
     assert_eq!(r["error"]["code"], -32602, "{r}");
+    // `arguments` that are no object break the request's own schema: a
+    // protocol error still (they were a tool error; found by a review).
+    for args in ["[1]", "\"x\"", "5"] {
+        let r = send(&s, &mut legacy, &call_msg(5, "build-app", args)).await;
+        assert_eq!(r["error"]["code"], -32602, "{args}: {r}");
+        assert_eq!(r["error"]["data"]["field"], "arguments", "{args}: {r}");
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "the tool never ran");
     let r = send(
         &s,
         &mut legacy,
@@ -2150,6 +2195,71 @@ async fn http_idle_sessions_expire() {
     assert_eq!(r.status, 200);
     assert!(r.body.contains("waited"), "{}", r.body);
     drop(get);
+}
+
+/// A call whose reply has not come within `stream_keepalive` is answered
+/// as an event stream (its headers sent then), which gets an SSE comment
+/// whenever it has sent nothing for that long, as the GET stream does: a
+/// proxy (nginx: 60 s) or the SDK clients (300 s) ended a long tool call
+/// without progress, its result lost (found by a review).
+#[tokio::test]
+async fn http_quiet_streams_get_keepalive_comments() {
+    use http_body_util::BodyExt;
+    let config = HttpConfig {
+        stream_keepalive: Duration::from_millis(150),
+        ..HttpConfig::default()
+    };
+    let h = http_server_with(server(), config).await;
+    let a = h.addr;
+    let sid = http_session(a).await;
+    let started = tokio::time::Instant::now();
+    let (_connection, resp) = mcp_http::send(
+        a,
+        "POST",
+        &[mcp_http::JSON_SSE, mcp_http::CT, ("mcp-session-id", &sid)],
+        &call_msg(7, "wait", r#"{"ms":800}"#),
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_millis(700),
+        "the headers came with the reply, after {:?}",
+        started.elapsed()
+    );
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.matches(": keepalive\n\n").count() >= 2, "{body}");
+    let last = body.rsplit("data: ").next().unwrap();
+    let reply: Value = serde_json::from_str(last.trim()).unwrap();
+    assert_eq!(reply["id"], 7, "{body}");
+    assert!(reply["result"].to_string().contains("waited"), "{body}");
+    // A quick call is still plain JSON.
+    let r = post(
+        a,
+        &[("mcp-session-id", &sid)],
+        &call_msg(8, "lint-check", "{}"),
+    )
+    .await;
+    assert_eq!(r.content_type(), "application/json");
+    // The GET stream: its opening comment, then keepalives.
+    let (_get_connection, get) = mcp_http::send(
+        a,
+        "GET",
+        &[("accept", "text/event-stream"), ("mcp-session-id", &sid)],
+        "",
+    )
+    .await;
+    let mut body = get.into_body();
+    let mut seen = String::new();
+    while !seen.contains(": keepalive") {
+        let frame = tokio::time::timeout(Duration::from_secs(5), body.frame())
+            .await
+            .expect("a keepalive within 5 s")
+            .unwrap()
+            .unwrap();
+        seen.push_str(std::str::from_utf8(&frame.into_data().unwrap()).unwrap());
+    }
+    assert!(seen.starts_with(": open\n\n"), "{seen}");
 }
 
 #[tokio::test]
