@@ -606,6 +606,50 @@ async fn a_pri_method_is_not_http2_for_the_header_timer() {
     );
 }
 
+/// An empty line after a request (a client ending its body with a CRLF of
+/// its own) begins no head: RFC 9112 2.2 has a server ignore it. It armed
+/// the header timer, so the kept-alive connection was dropped at the
+/// header timeout as a slowloris (found by a review). Both paths: the
+/// next request, sent later than that, is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_line_between_requests_arms_no_header_timer() {
+    let _shared = HEAP.read().await;
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#;
+    let request = format!(
+        "POST / HTTP/1.1\r\nhost: x\r\n{JSON}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for own in [true, false] {
+        let server = TestServer::start(small_limits(), 25_000_000, |s| {
+            s.header_read_timeout(Duration::from_millis(300))
+                .own_http1(own)
+        })
+        .await;
+        let mut stream = TcpStream::connect(server.addr).await.unwrap();
+        for round in 0..2 {
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !got.ends_with(b"}") {
+                let n = tokio::time::timeout(HANG, stream.read(&mut buf))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert!(n > 0, "own loop {own}: closed in round {round}");
+                got.extend_from_slice(&buf[..n]);
+            }
+            assert!(
+                got.starts_with(b"HTTP/1.1 200"),
+                "{}",
+                String::from_utf8_lossy(&got)
+            );
+            stream.write_all(b"\r\n").await.unwrap();
+            tokio::time::sleep(Duration::from_millis(700)).await;
+        }
+        server.stop().await;
+    }
+}
+
 /// After a call, bytes that start like HTTP/2's preface but are not it
 /// (`PRI * HTTP/2.1`, `PRI * HTTP/2.0` with another tail): hyper's HTTP/1
 /// connection answers 400 (it closes without a word only on the whole

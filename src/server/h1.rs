@@ -285,6 +285,13 @@ impl Own {
         kit: &ConnectionKit,
     ) -> Result<Head, Leave> {
         loop {
+            if self.served && self.buf.iter().all(|&b| b == b'\r' || b == b'\n') {
+                // Empty lines before a request line are ignored (RFC 9112
+                // 2.2; some clients end a body with a CRLF of their own):
+                // no head has begun, so no header timer, as on hyper's
+                // path.
+                self.buf.clear();
+            }
             if !self.buf.is_empty() {
                 match parse_head(&self.buf, max_body, cors, hosts, &mut self.host, gzip) {
                     // A head past the limit that arrived whole (the buffer,

@@ -2898,8 +2898,11 @@ impl AsyncRead for Tracked {
         if !new.is_empty() {
             let activity = &self.activity;
             activity.touch();
+            // Empty lines before a request line begin no head (RFC 9112
+            // 2.2: ignored), so they arm no header timer.
             if activity.active.load(Ordering::Relaxed) == 0
                 && !activity.head.load(Ordering::Relaxed)
+                && new.iter().any(|&b| b != b'\r' && b != b'\n')
             {
                 activity.head.store(true, Ordering::Relaxed);
             }
