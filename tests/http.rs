@@ -1661,6 +1661,15 @@ async fn bad_upgrades_say_why() {
             .1
             .contains(&("sec-websocket-version".into(), "13".into()))
     );
+    // RFC 9110 15.5.22: a 426 names the protocol (it did not; found by a
+    // review).
+    assert!(
+        answer[0]
+            .1
+            .contains(&("upgrade".into(), "websocket".into())),
+        "{:?}",
+        answer[0].1
+    );
     assert!(answer[0].2.contains("-32600"));
     let no_key = "GET / HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade, close\r\nsec-websocket-version: 13\r\n\r\n";
     let answer = responses_of(&converse(addr, no_key.as_bytes(), usize::MAX).await);

@@ -911,6 +911,10 @@ async fn a_bad_handshake_gets_an_http_answer() {
         "{got}"
     );
     assert!(got.contains("\r\nsec-websocket-version: 13\r\n"), "{got}");
+    // RFC 9110 15.5.22: a 426 names the protocol (it did not; found by a
+    // review), and `Connection` lists `upgrade` beside it.
+    assert!(got.contains("\r\nupgrade: websocket\r\n"), "{got}");
+    assert!(got.contains("\r\nconnection: upgrade, close\r\n"), "{got}");
     let post = HANDSHAKE.replace("GET", "POST");
     assert!(
         http_answer(server.addr, &post)

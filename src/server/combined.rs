@@ -211,6 +211,11 @@ fn bad_upgrade<B>(request: &Request<B>, reason: &str) -> Response<ResponseBody> 
             "sec-websocket-version",
             http::HeaderValue::from_static("13"),
         );
+        // RFC 9110 15.5.22: a 426 names the protocol to upgrade to.
+        response.headers_mut().insert(
+            http::header::UPGRADE,
+            http::HeaderValue::from_static("websocket"),
+        );
         return response;
     }
     json_error(StatusCode::BAD_REQUEST, body)

@@ -719,7 +719,12 @@ where
         Ok(response) => response,
         Err(e) => {
             let refused = if asks_another_version(request.headers()) {
-                refusal(426, &e.to_string(), Some("sec-websocket-version: 13\r\n"))
+                // RFC 9110 15.5.22: a 426 names the protocol to upgrade to.
+                refusal(
+                    426,
+                    &e.to_string(),
+                    Some("sec-websocket-version: 13\r\nupgrade: websocket\r\n"),
+                )
             } else {
                 refusal(400, &e.to_string(), None)
             };
@@ -816,9 +821,12 @@ fn http_error(status: u16, body: &str, extra: Option<&str>) -> Vec<u8> {
         _ => "Bad Request",
     };
     format!(
-        "HTTP/1.1 {status} {reason_phrase}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}connection: close\r\n\r\n{body}",
+        "HTTP/1.1 {status} {reason_phrase}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{}connection: {}close\r\n\r\n{body}",
         body.len(),
-        extra.unwrap_or("")
+        extra.unwrap_or(""),
+        // A sender of `Upgrade` also lists it in `Connection` (RFC 9110
+        // 7.8).
+        if status == 426 { "upgrade, " } else { "" }
     )
     .into_bytes()
 }
