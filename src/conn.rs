@@ -593,6 +593,17 @@ impl Connection {
         self.unmatched.take()
     }
 
+    /// Notes why the message being read was refused: whether it is not
+    /// JSON (`not_json`), for the stream driver.
+    #[cfg(feature = "async")]
+    #[inline]
+    pub(crate) fn note_refused(&mut self, _error: &crate::Error) {
+        #[cfg(feature = "server")]
+        {
+            self.not_json = _error.is_not_json();
+        }
+    }
+
     /// Readies the arena for a message read now.
     #[inline]
     pub(crate) fn begin_message(&mut self) {

@@ -127,6 +127,14 @@ impl Error {
         self.kind == ErrorKind::Eof
     }
 
+    /// Whether the bytes are not JSON (a syntax error, not a message cut
+    /// short): a framer that finds messages by their brackets and quotes
+    /// cannot be trusted after them.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))] // the stream driver's
+    pub(crate) fn is_not_json(&self) -> bool {
+        self.category() == Category::Syntax && !self.is_eof()
+    }
+
     /// Byte offset in the input at which the problem was found.
     #[inline]
     pub fn offset(&self) -> usize {

@@ -533,6 +533,22 @@ async fn hand_overs_midway_through_pipelines_cut_anywhere() {
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
+/// Reads until what was read ends with `end`; fails if the server closes
+/// first (`when` says when, in the failure).
+async fn read_until(stream: &mut TcpStream, end: &[u8], when: &str) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !got.ends_with(end) {
+        let n = tokio::time::timeout(HANG, stream.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(n > 0, "closed {when}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
+}
+
 /// Sends `bytes` on `stream` one at a time, `pause` apart, until the
 /// server closes the connection or answers; returns how many were sent.
 async fn trickle(stream: &mut TcpStream, bytes: &[u8], pause: Duration) -> usize {
@@ -582,16 +598,7 @@ async fn a_pri_method_is_not_http2_for_the_header_timer() {
         ] {
             let mut stream = TcpStream::connect(server.addr).await.unwrap();
             stream.write_all(first.as_bytes()).await.unwrap();
-            let mut got = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !got.ends_with(b"use POST\"}}}") {
-                let n = tokio::time::timeout(HANG, stream.read(&mut buf))
-                    .await
-                    .unwrap()
-                    .unwrap();
-                assert!(n > 0, "closed after {first:?}");
-                got.extend_from_slice(&buf[..n]);
-            }
+            let got = read_until(&mut stream, b"use POST\"}}}", &format!("after {first:?}")).await;
             assert!(got.starts_with(b"HTTP/1.1 405"));
             // 100 ms apart, the head (never finished) would take 9 s: the
             // header timer (300 ms) ends it long before.
@@ -628,16 +635,12 @@ async fn an_empty_line_between_requests_arms_no_header_timer() {
         let mut stream = TcpStream::connect(server.addr).await.unwrap();
         for round in 0..2 {
             stream.write_all(request.as_bytes()).await.unwrap();
-            let mut got = Vec::new();
-            let mut buf = [0u8; 1024];
-            while !got.ends_with(b"}") {
-                let n = tokio::time::timeout(HANG, stream.read(&mut buf))
-                    .await
-                    .unwrap()
-                    .unwrap();
-                assert!(n > 0, "own loop {own}: closed in round {round}");
-                got.extend_from_slice(&buf[..n]);
-            }
+            let got = read_until(
+                &mut stream,
+                b"}",
+                &format!("own loop {own}: in round {round}"),
+            )
+            .await;
             assert!(
                 got.starts_with(b"HTTP/1.1 200"),
                 "{}",

@@ -2192,13 +2192,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             None => match self.parser.parse_incoming(input, &conn.arena) {
                 Ok(m) => (m, input),
                 Err(e) => {
-                    #[cfg(feature = "server")]
-                    {
-                        // A message cut short (the end of the input) is not
-                        // that: its framer found an end.
-                        conn.not_json =
-                            e.category() == crate::error::Category::Syntax && !e.is_eof();
-                    }
+                    conn.note_refused(&e);
                     return self.refuse_message(e, input, Some(input), conn, out);
                 }
             },
@@ -2209,12 +2203,8 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     (m, &message)
                 }
                 Ok(Status::Partial) => return,
-                Err(_e) => {
-                    #[cfg(feature = "server")]
-                    {
-                        conn.not_json =
-                            _e.category() == crate::error::Category::Syntax && !_e.is_eof();
-                    }
+                Err(e) => {
+                    conn.note_refused(&e);
                     return;
                 }
             },

@@ -1488,7 +1488,7 @@ where
             .parser()
             .parse_prefix(&bytes[start..end], &self.arena)
         {
-            Err(e) if e.category() == crate::error::Category::Syntax && !e.is_eof() => Some(end),
+            Err(e) if e.is_not_json() => Some(end),
             _ => None,
         }
     }
