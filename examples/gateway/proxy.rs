@@ -510,9 +510,12 @@ fn no_params(p: Option<&OwnedParams>) -> bool {
 }
 
 /// Answers from `slot` once the first upstream answered (only calls
-/// without params: anything else is the upstream's to judge). A
-/// fallback's answer is passed on, not kept: as for the response cache,
-/// nothing checks that a fallback serves the same chain.
+/// without params: anything else is the upstream's to judge), while it is
+/// the one calls go to. A fallback's answer is passed on, not kept: as for
+/// the response cache, nothing checks that a fallback serves the same
+/// chain, and this answer is the one clients learn a change of chain by
+/// (a kept one told them the first upstream's chain while every call went
+/// to a fallback on another).
 #[allow(clippy::manual_async_fn, reason = "an `async fn` keeps the call twice")]
 fn cached(
     call: AsyncCall<Gateway>,
@@ -520,7 +523,10 @@ fn cached(
 ) -> impl Future<Output = Forwarded> + Send {
     async move {
         let plain = no_params(call.params.as_ref());
-        if plain && let Some(answer) = slot(&call.state).get() {
+        if plain
+            && let Some(answer) = slot(&call.state).get()
+            && call.state.up.first_is_healthy()
+        {
             return Forwarded(Ok(answer.clone()));
         }
         let (outcome, from_first) = forward_counted_from(&call).await;
@@ -579,9 +585,8 @@ async fn subscribe_inner(call: &AsyncCall<Gateway>) -> Result<SubscriptionId, Rp
     }
 }
 
-/// `eth_unsubscribe`: stops the relay at once and unsubscribes upstream;
-/// answers with the upstream's answer (`false` for an id this client does
-/// not hold).
+/// `eth_unsubscribe`: stops the relay and unsubscribes upstream; `true`
+/// once the relay ended (`false` for an id this client does not hold).
 async fn unsubscribe(call: AsyncCall<Gateway>) -> Forwarded {
     Forwarded(call.state.calls.track(unsubscribe_inner(&call)).await)
 }
@@ -609,11 +614,12 @@ async fn unsubscribe_inner(call: &AsyncCall<Gateway>) -> Result<Answer, RpcError
             _ => FALSE,
         });
     };
-    let id = up.next_id();
-    let params = serde_json::to_vec(&[&**upstream_id]).unwrap_or_default();
-    let body = request_body(id, "eth_unsubscribe", Some(&params));
-    let reply = conn.unsubscribe(id, body, up.timeout()).await?;
-    up.read(reply, id, conn.name())
+    // Not waited for: the client's subscription is gone whatever the
+    // upstream says. Waited for, an upstream that stopped answering (or a
+    // connection lost meanwhile) gave the client -32002 or -32603 for a
+    // subscription that had ended, and `false` on its retry.
+    conn.unsubscribe_upstream(upstream_id);
+    Ok(Answer(Bytes::from_static(b"true")))
 }
 
 /// The forwarding dispatcher, reporting its calls to `observer`.

@@ -453,6 +453,20 @@ impl Upstreams {
             .collect()
     }
 
+    /// Whether calls go to the first upstream now (it is not resting; the
+    /// WebSocket upstream, when it is the only one, while its last
+    /// connection attempt succeeded): what answers learnt from it may be
+    /// given for.
+    pub fn first_is_healthy(&self) -> bool {
+        match self.http.first() {
+            Some(up) => up.rest_until.load(Ordering::Relaxed) <= self.now_ms(),
+            None => self
+                .ws
+                .as_ref()
+                .is_some_and(|ws| lock(&ws.failure).is_none()),
+        }
+    }
+
     /// Subscriptions relayed from the WebSocket upstream now.
     pub fn relayed_subscriptions(&self) -> usize {
         match &self.ws {
@@ -628,7 +642,7 @@ impl Upstreams {
             let outcome = match &up.ws {
                 // Boxed: the common path's future stays small.
                 Some(ws) => Box::pin(self.post_ws(ws, &call, &up.name)).await,
-                None => self.post(up, &call, now).await,
+                None => self.post(up, &call, &mut guard).await,
             };
             guard.armed = false;
             match outcome {
@@ -671,15 +685,30 @@ impl Upstreams {
 
     /// POSTs `call` to `up` and reads the reply: the call's outcome (its
     /// result, the upstream's error object, or a malformed reply), or the
-    /// failure of the exchange.
-    async fn post(&self, up: &HttpUpstream, call: &Call<'_>, now: Instant) -> Posted {
+    /// failure of the exchange. `guard` judges the upstream if the call is
+    /// dropped meanwhile.
+    async fn post(&self, up: &HttpUpstream, call: &Call<'_>, guard: &mut RestOnDrop<'_>) -> Posted {
         let _permit = match up.exchanges.try_enter() {
             Some(permit) => permit,
-            // Boxed: the common path's future stays small (it is boxed by
-            // the dispatcher with every call, and a tokio semaphore's wait
-            // in it pushed it past the allocator's fast size classes).
-            None => Box::pin(up.exchanges.enter()).await,
+            None => {
+                // A wait in the gateway's own queue for a place under
+                // `--upstream-connections` says nothing of the upstream: a
+                // call dropped there does not rest it, and its time with
+                // the upstream counts from its place (a saturated but
+                // healthy upstream was rested, its traffic sent to the
+                // fallbacks).
+                guard.armed = false;
+                // Boxed: the common path's future stays small (it is boxed
+                // by the dispatcher with every call, and a tokio
+                // semaphore's wait in it pushed it past the allocator's
+                // fast size classes).
+                let permit = Box::pin(up.exchanges.enter()).await;
+                guard.started = Instant::now();
+                guard.armed = true;
+                permit
+            }
         };
+        let now = guard.started;
         if let Some(h1) = &up.h1 {
             let max = self.reply_limit();
             // Read while a small reply is still in the connection's buffer.
@@ -890,6 +919,8 @@ fn dropped_at_deadline(deadline: Option<Instant>, started: Instant, timeout: Dur
 struct RestOnDrop<'a> {
     upstreams: &'a Upstreams,
     index: usize,
+    /// When the upstream got the call: when forwarding began, or when a
+    /// wait for an `--upstream-connections` place ended.
     started: Instant,
     deadline: Option<Instant>,
     armed: bool,
@@ -1500,19 +1531,14 @@ impl WsConn {
         self.call_queued(id, body, None, timeout, true).await
     }
 
-    /// [`call`](Self::call) for a client's `eth_unsubscribe`, sent even
-    /// past the queue's bound as the gateway's own unsubscribes are (a few
-    /// bytes): its relay has ended already, so a refusal would leave the
-    /// upstream subscription running for the connection's life.
-    pub async fn unsubscribe(
-        &self,
-        id: u64,
-        body: Vec<u8>,
-        timeout: Duration,
-    ) -> Result<Bytes, RpcError> {
-        self.call_queued(id, body, None, timeout, false)
-            .await
-            .map_err(WsCallError::into_rpc)
+    /// Unsubscribes the upstream subscription `up` (a client's
+    /// `eth_unsubscribe`, its relay ended), not waiting for the answer: sent
+    /// even past the queue's bound, as the gateway's own unsubscribes are (a
+    /// few bytes), since a refusal would leave the upstream subscription
+    /// running for the connection's life.
+    pub fn unsubscribe_upstream(&self, up: &str) {
+        let params = serde_json::to_vec(&[up]).unwrap_or_default();
+        self.unsubscribe_params(&params);
     }
 
     async fn call_queued(
@@ -1643,11 +1669,6 @@ impl WsConn {
                 pending.remove(&id);
             }
         }
-    }
-
-    /// The upstream's `host:port`.
-    pub fn name(&self) -> &str {
-        &self.name
     }
 
     /// Subscriptions relayed over this connection now.
@@ -1877,8 +1898,7 @@ impl WsConn {
         if let Some(sink) = removed {
             lock(&self.ups).remove(&sink.id());
         }
-        let params = serde_json::to_vec(&[up]).unwrap_or_default();
-        self.unsubscribe_params(&params);
+        self.unsubscribe_upstream(up);
     }
 
     /// An invalid answer to `eth_subscribe` (`result` beside `error`, a

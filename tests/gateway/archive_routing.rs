@@ -684,6 +684,59 @@ async fn a_call_dropped_a_moment_into_its_archive_call_does_not_rest_it() {
     assert!(text.contains(&up), "{text}");
 }
 
+/// A call that spent its time waiting for a place under
+/// `--upstream-connections` (the gateway's own queue) and is dropped at
+/// its deadline just after it got one, or before, says nothing of the
+/// upstream: a saturated but healthy upstream is not rested. Its time
+/// with the upstream was counted from when forwarding began, so under
+/// load the first upstream was rested and its traffic sent to the
+/// fallback (found by a review).
+#[tokio::test]
+async fn calls_dropped_while_waiting_for_an_upstream_place_do_not_rest_it() {
+    const SLOW: &str = "0x51";
+    let slow = slow_node(
+        Duration::from_millis(1800),
+        Arc::new(|_: &str, _: &Value| Ok(json!(SLOW))),
+    )
+    .await;
+    let fallback = slow_node(
+        Duration::ZERO,
+        Arc::new(|_: &str, _: &Value| Ok(json!("0xfa"))),
+    )
+    .await;
+    let config = config::Config {
+        upstreams: vec![format!("http://{slow}"), format!("http://{fallback}")],
+        upstream_connections: 1,
+        cache_bytes: 0,
+        timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let (gw, ops) = start_with_metrics(config).await;
+    let addr = gw.addr;
+    // The first takes the one place and is answered at 1.8 s; the second
+    // gets the place then and is dropped at its deadline (2 s) a moment
+    // later; the third never gets it.
+    let first = tokio::spawn(balance(addr, json!("latest")));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let others = [
+        tokio::spawn(balance(addr, json!("latest"))),
+        tokio::spawn(balance(addr, json!("latest"))),
+    ];
+    assert_eq!(first.await.unwrap(), SLOW);
+    for other in others {
+        let e = other.await.unwrap();
+        assert_eq!(e["code"], -32002, "{e}");
+    }
+    let text = ops.metrics().await;
+    let up = format!("gateway_upstream_up{{upstream=\"{slow}\"}} 1");
+    assert!(text.contains(&up), "{text}");
+    let timeouts =
+        format!("gateway_upstream_failures_total{{upstream=\"{slow}\",kind=\"timeout\"}} 0");
+    assert!(text.contains(&timeouts), "{text}");
+    // The next call still goes to it.
+    assert_eq!(balance(addr, json!("latest")).await, SLOW);
+}
+
 #[tokio::test]
 async fn a_batch_of_old_and_recent_calls_is_split_and_merged_in_order() {
     let (full, archive) = (Node::full(Duration::ZERO).await, Node::archive().await);

@@ -77,6 +77,38 @@ async fn pausing_upstream(pause_for: Duration) -> (SocketAddr, Arc<Mutex<Vec<Val
     (addr, log)
 }
 
+/// A gateway in front of a [`pausing_upstream`] (`pause_for`) with
+/// `timeout`, a client subscribed through it (id `"0xsub"` upstream), and
+/// the upstream then paused (reading nothing for `pause_for`).
+async fn subscribed_then_paused(
+    pause_for: Duration,
+    timeout: Duration,
+) -> (Gateway, WsClient, String, Arc<Mutex<Vec<Value>>>) {
+    let (up, log) = pausing_upstream(pause_for).await;
+    let gw = start(config::Config {
+        upstreams: vec![format!("ws://{up}")],
+        timeout,
+        ..Default::default()
+    })
+    .await;
+    let mut ws = client(gw.addr).await;
+    let sub = subscribe(&mut ws, 1).await;
+    send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    (gw, ws, sub, log)
+}
+
+/// Waits until the upstream was sent `eth_unsubscribe ["0xsub"]`.
+async fn upstream_told_unsubscribe(log: &Mutex<Vec<Value>>) {
+    crate::eventually::eventually("the upstream told eth_unsubscribe [\"0xsub\"]", || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|v| v["method"] == "eth_unsubscribe" && v["params"] == json!(["0xsub"]))
+    })
+    .await;
+}
+
 /// Calls `eth_blockNumber` (ids from 100) until the paused upstream
 /// answers: calls are refused or time out until it reads again.
 async fn until_the_upstream_reads_again(ws: &mut WsClient) {
@@ -94,6 +126,32 @@ async fn until_the_upstream_reads_again(ws: &mut WsClient) {
     }
 }
 
+/// A client's `eth_unsubscribe` is answered `true` once its relay has
+/// ended, whatever the upstream then does: it waited for the upstream's
+/// answer, so an upstream busy past the timeout gave the client -32002 for
+/// a subscription that had ended (and `false` on a retry; found by a
+/// review). The upstream is told all the same.
+#[tokio::test]
+async fn an_unsubscribe_is_answered_without_waiting_for_a_busy_upstream() {
+    let (_gw, mut ws, sub, log) =
+        subscribed_then_paused(Duration::from_secs(3), Duration::from_secs(1)).await;
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":3,"method":"eth_unsubscribe","params":[sub]}),
+    )
+    .await;
+    assert_eq!(ws_reply(&mut ws, 3).await["result"], true);
+    // Its retry: the subscription is gone.
+    send(
+        &mut ws,
+        json!({"jsonrpc":"2.0","id":4,"method":"eth_unsubscribe","params":[sub]}),
+    )
+    .await;
+    assert_eq!(ws_reply(&mut ws, 4).await["result"], false);
+    upstream_told_unsubscribe(&log).await;
+    drop(ws);
+}
+
 /// A client's `eth_unsubscribe` that finds the queue of requests to the
 /// upstream full (an upstream busy for a moment) ended the relay and the
 /// client's subscription, and then failed to send the upstream's
@@ -102,19 +160,10 @@ async fn until_the_upstream_reads_again(ws: &mut WsClient) {
 /// gateway's own unsubscribes do ("a few bytes each, always go").
 #[tokio::test]
 async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
-    let (up, log) = pausing_upstream(Duration::from_secs(4)).await;
-    let gw = start(config::Config {
-        upstreams: vec![format!("ws://{up}")],
-        timeout: Duration::from_secs(30),
-        ..Default::default()
-    })
-    .await;
-    let mut ws = client(gw.addr).await;
-    let sub = subscribe(&mut ws, 1).await;
     // The upstream stops reading for a while; 60 MiB of calls fill the
     // sockets' buffers and the 16 MiB queue.
-    send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_gw, mut ws, sub, log) =
+        subscribed_then_paused(Duration::from_secs(4), Duration::from_secs(30)).await;
     send_big_calls(&mut ws).await;
     // Then calls of 2 MiB, 1 MiB, ... 1 byte of data, each queued if it
     // fits: the room left in the queue ends smaller than the smallest
@@ -141,20 +190,7 @@ async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
     // still there (once it leaves, the gateway unsubscribes what it had
     // anyway, which would hide a lost one).
     assert_eq!(r["result"], true, "{r}");
-    let unsubscribed = || {
-        log.lock()
-            .unwrap()
-            .iter()
-            .filter(|v| v["method"] == "eth_unsubscribe")
-            .cloned()
-            .collect::<Vec<Value>>()
-    };
-    crate::eventually::eventually("the upstream told eth_unsubscribe [\"0xsub\"]", || {
-        unsubscribed()
-            .iter()
-            .any(|v| v["params"] == json!(["0xsub"]))
-    })
-    .await;
+    upstream_told_unsubscribe(&log).await;
     drop(ws);
 }
 
