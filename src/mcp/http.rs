@@ -24,7 +24,9 @@
 //! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the newest still read, not to each) |
 //! | `GET` or `DELETE` without `Mcp-Session-Id` | 405 |
 //! | `DELETE` with a session | 200, the session ends: its calls still running are cancelled (their POSTs' streams end without a reply) |
+//! | `OPTIONS` with `Origin` and `Access-Control-Request-Method` (a browser's CORS preflight) from an origin accepted above | 204, `Access-Control-Allow-Origin` (that origin), `-Allow-Methods: GET, POST, DELETE, OPTIONS`, `-Allow-Headers` (those asked for), `-Max-Age: 600` |
 //! | any other method | 405 |
+//! | any request above with an `Origin` accepted | also `Access-Control-Allow-Origin` (that origin), `Access-Control-Expose-Headers: mcp-session-id, mcp-protocol-version` (so that a page's client can read the session id), `Vary: origin` |
 //!
 //! The initialize lifecycle (2025-06-18, 2025-11-25): a successful
 //! `initialize` (a `POST` without session) returns a new `Mcp-Session-Id`
@@ -115,6 +117,9 @@ pub struct HttpConfig {
     /// Origins accepted besides localhost ones, compared exactly
     /// (`https://app.example`). Every other `Origin` is refused with 403:
     /// the defence against DNS rebinding that the specification requires.
+    /// Pages of accepted origins get CORS (a preflight answered, the
+    /// answers readable, `Mcp-Session-Id` exposed), so a client running in
+    /// a browser works.
     pub allowed_origins: Vec<String>,
     /// The host names the endpoint answers to (a request's `Host`, or its
     /// target's authority when it has one; any port, any case; IP
@@ -995,6 +1000,34 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The answer's headers a page's script may read besides the safelisted
+/// ones: the session id the client must send back, and the revision.
+const EXPOSED_HEADERS: &str = "mcp-session-id, mcp-protocol-version";
+
+/// The answer to a CORS preflight from an origin the endpoint accepts:
+/// the methods it serves, the headers asked for (a client sends
+/// `Mcp-Session-Id`, `MCP-Protocol-Version`, `Last-Event-ID`,
+/// `Authorization`, ... as its revision and setup need), kept for ten
+/// minutes.
+fn preflight(origin: &HeaderValue, request: &HeaderMap) -> Response<Body> {
+    let mut r = status_only(StatusCode::NO_CONTENT);
+    let headers = r.headers_mut();
+    headers.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+    headers.insert(
+        hyper::header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
+    );
+    if let Some(asked) = request.get(hyper::header::ACCESS_CONTROL_REQUEST_HEADERS) {
+        headers.insert(hyper::header::ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
+    }
+    headers.insert(
+        hyper::header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    headers.insert(hyper::header::VARY, HeaderValue::from_static("origin"));
+    r
+}
+
 /// Whether `Origin` is absent, a localhost origin, or allowed.
 fn origin_ok(origin: Option<&HeaderValue>, allowed: &[String]) -> bool {
     let Some(origin) = origin else {
@@ -1294,7 +1327,20 @@ impl Endpoint {
                 ),
             );
         }
-        match *req.method() {
+        // Past the check, a page of this origin may call: a browser
+        // client (the MCP Inspector's direct mode at localhost:6274, a
+        // web app at an allowed origin) needs CORS to send its POSTs and
+        // read the answers and the session id.
+        let origin = req.headers().get(hyper::header::ORIGIN).cloned();
+        if let Some(origin) = &origin
+            && req.method() == Method::OPTIONS
+            && req
+                .headers()
+                .contains_key(hyper::header::ACCESS_CONTROL_REQUEST_METHOD)
+        {
+            return preflight(origin, req.headers());
+        }
+        let mut response = match *req.method() {
             Method::POST => self.post(req).await,
             Method::GET => self.get(req),
             Method::DELETE => self.delete(req.headers()),
@@ -1306,7 +1352,17 @@ impl Endpoint {
                 );
                 r
             }
+        };
+        if let Some(origin) = origin {
+            let headers = response.headers_mut();
+            headers.insert(hyper::header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            headers.insert(
+                hyper::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(EXPOSED_HEADERS),
+            );
+            headers.append(hyper::header::VARY, HeaderValue::from_static("origin"));
         }
+        response
     }
 
     fn no_session_method() -> Response<Body> {

@@ -1567,6 +1567,83 @@ async fn http_endpoint_rules() {
     assert_eq!(request(a, "PUT", &[], "").await.status, 405);
 }
 
+/// A client running in a page (the MCP Inspector's direct mode at
+/// `localhost:6274`, a web app at an allowed origin) needs CORS: its
+/// preflight answered and the answers, with the session id, readable. The
+/// endpoint answered `OPTIONS` 405 and sent no CORS header, so no browser
+/// client could use it (found by a review). Origins refused stay 403.
+#[tokio::test]
+async fn http_pages_of_accepted_origins_get_cors() {
+    let config = HttpConfig {
+        allowed_origins: vec!["https://app.example".into()],
+        ..HttpConfig::default()
+    };
+    let h = http_server_with(server(), config).await;
+    let a = h.addr;
+    for origin in ["http://localhost:6274", "https://app.example"] {
+        let asked = "content-type, mcp-session-id, mcp-protocol-version";
+        let r = request(
+            a,
+            "OPTIONS",
+            &[
+                ("origin", origin),
+                ("access-control-request-method", "POST"),
+                ("access-control-request-headers", asked),
+            ],
+            "",
+        )
+        .await;
+        assert_eq!(r.status, 204, "{origin}: {}", r.body);
+        let header = |name: &str| r.headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+        assert_eq!(
+            header("access-control-allow-origin").as_deref(),
+            Some(origin)
+        );
+        assert_eq!(
+            header("access-control-allow-headers").as_deref(),
+            Some(asked)
+        );
+        let methods = header("access-control-allow-methods").unwrap();
+        for method in ["GET", "POST", "DELETE"] {
+            assert!(methods.contains(method), "{methods}");
+        }
+        assert!(header("access-control-max-age").is_some());
+        // The initialize itself: readable, its session id exposed.
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+        let r = post(a, &[("origin", origin)], init).await;
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert!(r.headers.contains_key("mcp-session-id"));
+        assert_eq!(r.headers["access-control-allow-origin"], origin);
+        let exposed = r.headers["access-control-expose-headers"].to_str().unwrap();
+        assert!(exposed.contains("mcp-session-id"), "{exposed}");
+        assert!(
+            r.headers
+                .get_all("vary")
+                .iter()
+                .any(|v| v.to_str().unwrap().eq_ignore_ascii_case("origin"))
+        );
+        // Errors too: a page's client reads why.
+        let r = post(a, &[("origin", origin)], "{nope").await;
+        assert_eq!(r.status, 400);
+        assert_eq!(r.headers["access-control-allow-origin"], origin);
+    }
+    // Another origin: refused, preflight and request alike.
+    let evil = [
+        ("origin", "https://evil.example"),
+        ("access-control-request-method", "POST"),
+    ];
+    let r = request(a, "OPTIONS", &evil, "").await;
+    assert_eq!(r.status, 403);
+    assert!(!r.headers.contains_key("access-control-allow-origin"));
+    // Without `Origin` (programs, not pages): no CORS headers; `OPTIONS`
+    // is no method the endpoint serves.
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let r = post(a, &[], ping).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.headers.contains_key("access-control-allow-origin"));
+    assert_eq!(request(a, "OPTIONS", &[], "").await.status, 405);
+}
+
 #[tokio::test]
 async fn http_sessions() {
     let h = http_server(server()).await;
