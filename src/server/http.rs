@@ -2391,6 +2391,8 @@ struct Activity {
     /// says `connection: close`, so that hyper starts nothing pipelined
     /// behind it (it looks at its own graceful shutdown only when polled).
     shutdown: Option<Shutdown>,
+    /// HTTP/2: the connection's [`BodyBudget`], made at its first request.
+    bodies: std::sync::OnceLock<ConnectionBodies>,
 }
 
 impl Activity {
@@ -2399,6 +2401,26 @@ impl Activity {
         if !self.touched.load(Ordering::Relaxed) {
             self.touched.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Bytes moved on the socket: traffic for the idle timer, except over
+    /// HTTP/2 while no request is being answered and its connection holds
+    /// no body and no reply unwritten. Frames then (a client's PINGs and
+    /// their acks, SETTINGS, WINDOW_UPDATEs) kept a connection that asked
+    /// for nothing open for good; HTTP/2's idle time counts from its last
+    /// stream, as Go's and nginx's servers count it.
+    #[inline]
+    fn touch_io(&self) {
+        if self.h2.load(Ordering::Relaxed)
+            && self.active.load(Ordering::Relaxed) == 0
+            && self
+                .bodies
+                .get()
+                .is_none_or(|b| b.0.held.load(Ordering::Relaxed) == 0)
+        {
+            return;
+        }
+        self.touch();
     }
 }
 
@@ -2508,7 +2530,6 @@ async fn serve_connection<Svc, B>(
         inner: service,
         activity: Arc::clone(&activity),
         host_rule: host_rule.then(|| Arc::clone(&config)),
-        bodies: std::sync::OnceLock::new(),
         body_budget: config.body_budget,
     };
     // With upgrades: a service may answer `101` and take the connection
@@ -2897,7 +2918,7 @@ impl AsyncRead for Tracked {
         let new = &buf.filled()[before..];
         if !new.is_empty() {
             let activity = &self.activity;
-            activity.touch();
+            activity.touch_io();
             // Empty lines before a request line begin no head (RFC 9112
             // 2.2: ignored), so they arm no header timer.
             if activity.active.load(Ordering::Relaxed) == 0
@@ -2938,7 +2959,7 @@ impl AsyncWrite for Tracked {
         let r = Pin::new(&mut socket.stream).poll_write(cx, buf);
         drop(socket);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+            self.activity.touch_io();
         }
         r
     }
@@ -2956,7 +2977,7 @@ impl AsyncWrite for Tracked {
         let r = Pin::new(&mut socket.stream).poll_write_vectored(cx, bufs);
         drop(socket);
         if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
-            self.activity.touch();
+            self.activity.touch_io();
         }
         r
     }
@@ -2995,9 +3016,7 @@ struct Counted<Svc> {
     /// request without one valid `Host`: `400`) before the service sees it, and
     /// count it in the server's metrics.
     host_rule: Option<Arc<ConnConfig>>,
-    /// The connection's [`BodyBudget`], made at its first HTTP/2 request.
-    bodies: std::sync::OnceLock<ConnectionBodies>,
-    /// Its limit.
+    /// The limit of the connection's [`BodyBudget`].
     body_budget: usize,
 }
 
@@ -3015,6 +3034,7 @@ where
         let mut replies = None;
         if req.version() == http::Version::HTTP_2 {
             let bodies = self
+                .activity
                 .bodies
                 .get_or_init(|| ConnectionBodies(Arc::new(BodyBudget::new(self.body_budget))));
             replies = Some(Arc::clone(&bodies.0));

@@ -331,6 +331,19 @@ async fn h2_graceful_shutdown_finishes_streams() {
     assert_eq!(srv.metrics.connections_open(), 0);
 }
 
+/// Waits (5 s at most) for the server's connections to close, and checks
+/// that one was closed as idle.
+async fn closed_as_idle(metrics: &Metrics, what: &str) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while metrics.connections_open() != 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect(what);
+    assert_eq!(metrics.limit_count(LimitKind::Idle), 1);
+}
+
 // An idle h2 connection with no streams: closed and counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_idle_connection_is_closed_and_counted() {
@@ -342,15 +355,40 @@ async fn h2_idle_connection_is_closed_and_counted() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let m = srv.metrics.clone();
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while m.connections_open() != 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("idle h2 connection closed");
-    assert_eq!(srv.metrics.limit_count(LimitKind::Idle), 1);
+    closed_as_idle(&srv.metrics, "idle h2 connection closed").await;
+    srv.stop().await;
+}
+
+/// A client that keeps its connection alive with PINGs (hyper's and
+/// gRPC's keepalive, every 100 ms here) but asks for nothing is idle: its
+/// connection is closed at the idle timeout. Every frame counted as
+/// traffic, so such a connection was never closed (found by a review).
+/// One whose request is being answered meanwhile is not (the PINGs go on
+/// through a call longer than the idle timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_pings_alone_do_not_keep_a_connection_open() {
+    let _s = SERIAL.lock().await;
+    let srv = start(small(5000), true).await;
+    let stream = TcpStream::connect(srv.addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(100))
+        .keep_alive_while_idle(true)
+        .handshake::<_, Full<Bytes>>(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let ended = tokio::spawn(conn);
+    // A call twice the idle timeout (600 ms) long: not idle meanwhile.
+    let r = sender
+        .send_request(post(
+            r#"{"jsonrpc":"2.0","id":1,"method":"hold","params":[1200]}"#,
+        ))
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(srv.metrics.limit_count(LimitKind::Idle), 0);
+    closed_as_idle(&srv.metrics, "a connection with PINGs alone closed as idle").await;
+    let _ = tokio::time::timeout(HANG, ended).await.unwrap();
     srv.stop().await;
 }
 
