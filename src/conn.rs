@@ -178,7 +178,8 @@ impl Context {
 
     /// Sends a notification to this connection's client; see
     /// [`Peer::notify`]. Returns whether it was queued (`false` on one-way
-    /// transports, or when the client's queue is full or closed).
+    /// transports, when the client's queue is full or closed, or when
+    /// `params` failed to serialize).
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};

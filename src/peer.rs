@@ -791,7 +791,10 @@ struct PeerInner {
 impl Drop for PeerInner {
     /// The last clone gone (a transport that never called
     /// [`Peer::close`]): no answer can come, and each waiter still hears
-    /// why, as `request_with` promises.
+    /// why, as `request_with` promises. A waiter that holds a clone of the
+    /// peer (or a `Context`) keeps it alive, so this never runs for it: a
+    /// transport of one's own calls `close` when its connection ends, as
+    /// rpcwire's do.
     fn drop(&mut self) {
         let table = self
             .pending
@@ -1154,27 +1157,33 @@ impl Peer {
         struct Forget<'p> {
             peer: &'p Peer,
             id: u64,
-            why: PeerError,
         }
         impl Drop for Forget<'_> {
             fn drop(&mut self) {
                 let waiter = self.peer.lock().cancel(self.id);
                 if let Some(waiter) = waiter {
-                    self.peer.announce(self.id, self.why);
+                    self.peer.announce(self.id, PeerError::Cancelled);
                     drop(waiter);
                 }
             }
         }
-        let mut forget = Forget {
-            peer: self,
-            id,
-            why: PeerError::Cancelled,
-        };
-        match tokio::time::timeout(timeout, rx).await {
+        let _forget = Forget { peer: self, id };
+        let mut rx = rx;
+        match tokio::time::timeout(timeout, &mut rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err(PeerError::Closed),
             Err(_) => {
-                forget.why = PeerError::Timeout;
+                let waiter = self.lock().cancel(id);
+                if waiter.is_none() {
+                    // Answered (or ended) as the time ran out: whoever took
+                    // the entry calls its waiter, or is about to, after the
+                    // table's lock. The answer was dropped (the other side
+                    // had done the work, a retry did it twice), and no
+                    // cancel notice told it so.
+                    return rx.await.unwrap_or(Err(PeerError::Timeout));
+                }
+                self.announce(id, PeerError::Timeout);
+                drop(waiter);
                 Err(PeerError::Timeout)
             }
         }
@@ -1328,7 +1337,10 @@ impl Peer {
     /// any more: the connection ended, or its input did). The other side
     /// is told of each, as [`request_with`](Peer::request_with) says, where
     /// it can still hear it (a client that only closed its input; an MCP
-    /// call's stream after its session ended).
+    /// call's stream after its session ended). A transport of one's own
+    /// must call it: dropping the last clone fails the pending requests
+    /// too, but a waiter holding a clone of the peer (or a `Context`)
+    /// keeps it from being dropped.
     ///
     /// ```
     /// use rpcwire::peer::{Peer, PeerError};
@@ -1470,6 +1482,48 @@ pub(crate) fn answer_id_in_head(head: &[u8]) -> Option<Id<'_>> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// An answer whose entry was taken from the table just as the wait's
+    /// time ran out (its waiter not yet called: that happens after the
+    /// table's lock) reaches the caller; it was dropped for a timeout.
+    /// The window is a few instructions on another thread; here the entry
+    /// is held outside the table from the start.
+    #[cfg(feature = "async")]
+    #[tokio::test]
+    async fn an_answer_taken_as_the_time_runs_out_is_not_lost() {
+        #[derive(Default)]
+        struct Wire(std::sync::Mutex<Vec<Bytes>>);
+        impl Outbound for Wire {
+            fn send(&self, message: Bytes) -> Result<(), SendError> {
+                self.0.lock().unwrap().push(message);
+                Ok(())
+            }
+        }
+        let wire = Arc::new(Wire::default());
+        let peer = Peer::new(wire.clone());
+        let taken: Arc<std::sync::Mutex<Option<Waiter>>> = Arc::default();
+        let answerer = Arc::clone(&taken);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let waiter = answerer.lock().unwrap().take().unwrap();
+            let text = Bytes::from_static(br#"{"jsonrpc":"2.0","id":7,"result":"late"}"#);
+            let arena = bumpalo::Bump::new();
+            let crate::response::ResponseMessage::Single(r) =
+                crate::envelope::parse_response(&text, &arena).unwrap()
+            else {
+                panic!("a single answer")
+            };
+            waiter(Ok(OwnedResponse::from_response(Some(&text), r)));
+        });
+        let answer = peer
+            .wait(Duration::from_millis(5), |waiter| {
+                *taken.lock().unwrap() = Some(waiter);
+                Ok(7)
+            })
+            .await;
+        assert_eq!(answer.unwrap().result().unwrap(), br#""late""#);
+        assert!(wire.0.lock().unwrap().is_empty(), "no cancel notice");
+    }
 
     /// A burst of requests answered (or cancelled, or expired, or closed)
     /// leaves the table near its floor, not at its peak: 100,000 requests
