@@ -212,9 +212,11 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// timeout error ([`timeout_code`](DispatcherBuilder::timeout_code),
     /// message "Request timed out"), `data` giving the timeout; one whose
     /// deadline passed while it waited is answered so without being run.
-    /// It affects that entry only. Deadlines need a
-    /// tokio runtime with its time driver; outside one, or in a runtime
-    /// built without `enable_time`, they are not enforced.
+    /// It affects that entry only. Dropping a running call at its deadline
+    /// needs a tokio runtime with its time driver; outside one, or in a
+    /// runtime built without `enable_time`, running calls are not dropped
+    /// (calls whose deadline passed while they waited for a slot are still
+    /// answered as timed out, unrun).
     pub fn timeout(mut self, timeout: Option<std::time::Duration>) -> Self {
         self.timeout = timeout;
         self
@@ -798,7 +800,7 @@ impl Connection {
     /// the answers among its items were delivered already
     /// ([`HeldFrame::answers_taken`]).
     #[cfg_attr(not(feature = "server"), allow(dead_code))] // for the transports
-    pub(crate) fn hold<S, K, B: ReplyBuf>(
+    pub(crate) fn hold<S: Send + Sync + 'static, K, B: ReplyBuf>(
         &mut self,
         dispatcher: &Dispatcher<S, K>,
         frame: Bytes,
@@ -849,10 +851,46 @@ impl Connection {
             let id = target.as_bytes();
             if self.engine.has_call(id) {
                 self.engine.cancel_answering(id, by.reply, out);
-            } else if held.take(id).is_some() && by.reply == CancelledReply::Error {
-                out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-                out.extend_from_slice(id);
-                write_error_tail(out, REQUEST_CANCELLED, "Request cancelled", None);
+            } else if let Some(taken) = held.take(id) {
+                // Answered and reported as a started call cancelled would
+                // be: within the size limit, and seen by the observer (it
+                // was written past both).
+                let inner = &dispatcher.inner;
+                let id = Id::from_validated(id);
+                let mut outcome = Some(Outcome::Error(REQUEST_CANCELLED));
+                if by.reply == CancelledReply::Error {
+                    if inner.single_budget(id).is_some() {
+                        let (_, written) = write_error_reply(
+                            out,
+                            id,
+                            inner.max_response_len,
+                            &inner.too_large,
+                            REQUEST_CANCELLED,
+                            |o| write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", None),
+                        );
+                        outcome = Some(written);
+                    } else {
+                        // Reported as it is written.
+                        inner.refuse_whole(out);
+                        outcome = None;
+                    }
+                }
+                if let (Some(observer), Some(outcome)) = (&inner.observer, outcome) {
+                    let method = match inner.parser.parse_incoming(&taken, &self.arena) {
+                        Ok(Message::Single(item)) => match item.as_entry() {
+                            Some(Entry::Request(r)) => Some(r.method()),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    inner.report(
+                        observer,
+                        method,
+                        Some(id),
+                        outcome,
+                        std::time::Instant::now(),
+                    );
+                }
             }
         }
         if out.len() > mark {
@@ -941,6 +979,9 @@ impl<S> AsyncCall<S> {
     /// When the dispatcher drops this call and answers it as timed out
     /// ([`DispatcherBuilder::timeout`], counted from the request's
     /// arrival, its wait for a slot included); `None` without a timeout.
+    /// Where running calls cannot be dropped (no tokio time driver: see
+    /// [`DispatcherBuilder::timeout`]) it is still given, as the time the
+    /// call was allowed.
     /// A handler that passes the call on (a proxy) can give the next hop
     /// only what is left, and tell its future dropped at the deadline from
     /// one dropped because its client left (the [`cancellation`](Self::cancellation)

@@ -228,7 +228,9 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     /// are decided: calls run concurrently and finish in any order, so a
     /// reply decided before the limit was crossed (an entry that finished
     /// earlier, an invalid entry, an unknown method) keeps its place, and
-    /// the entries not started by then are not run. A call already running
+    /// the requests not started by then are not run (a notification queued
+    /// for a slot before then still runs: it adds nothing to the reply; the
+    /// sync path runs none past the limit). A call already running
     /// when the limit is crossed keeps its reply if it fits the room held
     /// for it (it ran: a transaction sent, say), and so does one timed out
     /// or cancelled after (its timeout or cancellation error); an async

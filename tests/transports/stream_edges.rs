@@ -846,6 +846,18 @@ fn serve_one_call_at_a_time(d: D) -> (Served, ClientWriter, ClientLines) {
     (served, cw, tokio::io::BufReader::new(cr).lines())
 }
 
+/// Sends `ask` (id 0), which takes the one slot of
+/// [`serve_one_call_at_a_time`] until its `client/ping` (returned) is
+/// answered.
+async fn ask_at_the_limit(cw: &mut ClientWriter, replies: &mut ClientLines) -> Value {
+    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ask\"}\n")
+        .await
+        .unwrap();
+    let ping: Value = serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
+    assert_eq!(ping["method"], "client/ping", "{ping}");
+    ping
+}
+
 fn asking_dispatcher() -> D {
     asking_dispatcher_with(|b| b)
 }
@@ -1020,11 +1032,7 @@ async fn cancel_notices_against_many_held_messages_cost_a_lookup_each() {
         )
     });
     let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
-    cw.write_all(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"ask\"}\n")
-        .await
-        .unwrap();
-    let ping: Value = serde_json::from_str(&replies.next_line().await.unwrap().unwrap()).unwrap();
-    assert_eq!(ping["method"], "client/ping", "{ping}");
+    let ping = ask_at_the_limit(&mut cw, &mut replies).await;
     let mut held = Vec::new();
     for id in 1..=HELD {
         held.extend_from_slice(
@@ -1067,6 +1075,77 @@ async fn cancel_notices_against_many_held_messages_cost_a_lookup_each() {
     tokio::time::timeout(Duration::from_secs(60), talk)
         .await
         .expect("held messages and notices handled (it took minutes)");
+    cw.shutdown().await.unwrap();
+    assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
+}
+
+/// A held request taken out by a cancel notice is answered and reported
+/// as a started call cancelled is: the observer sees it (-32800, its
+/// method), and its reply keeps within the size limit (an id too long for
+/// the limit gets the one too-large error with `id: null`, as it would have
+/// had it run). Both were skipped (found by a review).
+#[tokio::test]
+async fn a_held_request_cancelled_is_reported_and_kept_within_the_limit() {
+    #[derive(Default)]
+    struct Log(std::sync::Mutex<Vec<(Option<String>, Option<i32>)>>);
+    impl rpcwire::dispatch::Observer for Log {
+        fn on_call(&self, call: &rpcwire::dispatch::CallRecord<'_>) {
+            self.0
+                .lock()
+                .unwrap()
+                .push((call.method.map(str::to_owned), call.code));
+        }
+    }
+    let log = Arc::new(Log::default());
+    let observer = Arc::clone(&log);
+    let d = asking_dispatcher_with(move |b| {
+        b.cancel_notification(
+            "$/cancelRequest",
+            "id",
+            rpcwire::dispatch::CancelledReply::Error,
+        )
+        .observer(observer)
+        .max_response_len(128)
+    });
+    let (served, mut cw, mut replies) = serve_one_call_at_a_time(d);
+    let ping = ask_at_the_limit(&mut cw, &mut replies).await;
+    let long = format!("\"{}\"", "x".repeat(100));
+    let mut held = Vec::new();
+    for id in ["7", long.as_str()] {
+        held.extend_from_slice(
+            format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"add\",\"params\":[1,1]}}\n")
+                .as_bytes(),
+        );
+    }
+    for id in ["7", long.as_str()] {
+        held.extend_from_slice(
+            format!("{{\"jsonrpc\":\"2.0\",\"method\":\"$/cancelRequest\",\"params\":{{\"id\":{id}}}}}\n")
+                .as_bytes(),
+        );
+    }
+    cw.write_all(&held).await.unwrap();
+    let next = |line: String| serde_json::from_str::<Value>(&line).unwrap();
+    let cancelled = next(replies.next_line().await.unwrap().unwrap());
+    assert_eq!(
+        (cancelled["id"].clone(), cancelled["error"]["code"].clone()),
+        (json!(7), json!(-32800)),
+        "{cancelled}"
+    );
+    let line = replies.next_line().await.unwrap().unwrap();
+    assert!(line.len() <= 128, "{line}");
+    let too_large = next(line);
+    assert_eq!(too_large["id"], Value::Null, "{too_large}");
+    assert_eq!(too_large["error"]["code"], -32000, "{too_large}");
+    {
+        let log = log.0.lock().unwrap();
+        assert!(log.contains(&(Some("add".into()), Some(-32800))), "{log:?}");
+        assert!(log.contains(&(None, Some(-32000))), "{log:?}");
+    }
+    let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": 1});
+    cw.write_all(format!("{answer}\n").as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(next(replies.next_line().await.unwrap().unwrap())["id"], 0);
     cw.shutdown().await.unwrap();
     assert_eq!(served.await.unwrap().unwrap(), CloseReason::Eof);
 }
