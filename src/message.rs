@@ -80,8 +80,9 @@ impl<T: Copy> ExactSizeIterator for Batch<'_, T> {}
 pub enum Incoming<'a> {
     /// A valid request or notification, to be run.
     Request(Request<'a>),
-    /// A valid response to a request this side sent: matched to it, never
-    /// answered.
+    /// A valid response, never answered: the connection's peer matches it
+    /// to the request of this side it answers (one that answers none is
+    /// counted as unmatched).
     Response(Response<'a>),
     /// Neither a valid request nor a response: answered with -32600. One
     /// that has `"jsonrpc":"2.0"` and no `method`, `result` or `error`,
