@@ -2055,6 +2055,78 @@ async fn an_oversized_message_still_being_sent_gets_its_reply_and_close() {
     server.stop().await;
 }
 
+/// A protocol error with more of the client's bytes behind it (here a
+/// frame with a reserved bit set, then 4 MiB more) is answered as an
+/// oversized frame is: the replies before it and the 1002 close reach
+/// the client, and what it still sends is read and dropped. The socket
+/// was closed with that data unread, so the kernel sent a reset, which
+/// cut the client's write short and could overtake the close (found by a
+/// review).
+#[tokio::test]
+async fn a_protocol_error_with_bytes_behind_it_gets_its_close() {
+    let _shared = HEAP.read().await;
+    let server = start_with_max_message_len(64 * 1024).await;
+    let raw = raw_client(server.addr).await;
+    let (mut read, mut write) = raw.into_split();
+    let mut bytes = client_frame(
+        1,
+        br#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[1]}"#,
+    );
+    let mut bad = client_frame(1, b"[]");
+    bad[0] |= 0x40; // RSV1, with no extension agreed: a protocol error.
+    bytes.extend_from_slice(&bad);
+    bytes.resize(bytes.len() + (4 << 20), b' ');
+    let sending = tokio::spawn(async move {
+        let sent = write.write_all(&bytes).await;
+        (write, sent)
+    });
+    let (texts, close) = texts_and_close(&frames_until_close(&mut read).await);
+    assert_eq!(close, Some(1002), "{texts:?}");
+    assert_eq!(texts.len(), 1, "{texts:?}");
+    assert!(texts[0].contains(r#""id":1"#), "{texts:?}");
+    let (_write, sent) = tokio::time::timeout(PATIENCE, sending)
+        .await
+        .expect("the client's write ended")
+        .unwrap();
+    assert!(sent.is_ok(), "cut by a reset: {sent:?}");
+    server.stop().await;
+}
+
+/// A control frame announcing more than 125 bytes (RFC 6455 5.5) is a
+/// protocol error, refused from its header: 1002, no JSON-RPC error, the
+/// message limit not counted. A ping announcing more than the message
+/// limit was answered as a message too large (-32600 and 1009), and one
+/// under it was read whole first (up to the limit, per connection).
+#[tokio::test]
+async fn a_control_frame_too_long_is_a_protocol_error() {
+    let _shared = HEAP.read().await;
+    let server = start_with_max_message_len(64 * 1024).await;
+    for len in [126, 128 * 1024] {
+        let raw = raw_client(server.addr).await;
+        let (mut read, mut write) = raw.into_split();
+        let mut bytes = client_frame(
+            1,
+            br#"{"jsonrpc":"2.0","id":1,"method":"echo","params":[1]}"#,
+        );
+        bytes.extend_from_slice(&client_frame(9, &vec![b'p'; len]));
+        let sending = tokio::spawn(async move {
+            let sent = write.write_all(&bytes).await;
+            (write, sent)
+        });
+        let (texts, close) = texts_and_close(&frames_until_close(&mut read).await);
+        assert_eq!(close, Some(1002), "{len}: {texts:?}");
+        assert_eq!(texts.len(), 1, "{len}: {texts:?}");
+        assert!(texts[0].contains(r#""id":1"#), "{texts:?}");
+        let (_write, sent) = tokio::time::timeout(PATIENCE, sending)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(sent.is_ok(), "{len}: {sent:?}");
+    }
+    assert_eq!(server.metrics.limit_count(LimitKind::MessageLen), 0);
+    server.stop().await;
+}
+
 /// A dispatcher for the duplex tests below: `sub` subscribes and its
 /// producer raises `ended` when its sink closes; `flood` subscribes and
 /// sends 4,000 notifications of 1 KiB; `sleep [ms]` is async.

@@ -93,7 +93,10 @@
 //! * Graceful shutdown ([`Shutdown`]): the server stops accepting and
 //!   reading (but for answers to requests its calls sent the client and
 //!   wait for; other messages read then are dropped, but a cancellation
-//!   still reaches the call it names), lets the calls in flight finish
+//!   still reaches the call it names; messages read before it and held
+//!   at [`Limits::max_in_flight`] are not run and get no answer either, as
+//!   on the stream transports: a client resends what was not answered),
+//!   lets the calls in flight finish
 //!   and writes their replies and what they sent before they ended
 //!   (within [`Limits::shutdown_grace`]; the idle timeout does not apply
 //!   then), sends a close frame (1001), and
@@ -1084,7 +1087,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if this.frames.refused {
-            return Poll::Ready(Err(io::Error::other(FragmentsTooLarge)));
+            return Poll::Ready(Err(this.frames.refusal()));
         }
         let before = buf.filled().len();
         let read = this.io()?.poll_read(cx, buf);
@@ -1098,7 +1101,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for Watched<T> {
             // fails (read as nothing, it would be an end of stream).
             buf.set_filled(before + walked.passed);
             if this.frames.refused && walked.passed == 0 {
-                return Poll::Ready(Err(io::Error::other(FragmentsTooLarge)));
+                return Poll::Ready(Err(this.frames.refusal()));
             }
         }
         read
@@ -1160,6 +1163,19 @@ impl fmt::Display for FragmentsTooLarge {
 
 impl std::error::Error for FragmentsTooLarge {}
 
+/// What [`Watched`]'s reads fail with once a control frame's header
+/// announced more than 125 bytes or no final bit.
+#[derive(Debug)]
+struct BadControlFrame;
+
+impl fmt::Display for BadControlFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a control frame longer than 125 bytes or fragmented")
+    }
+}
+
+impl std::error::Error for BadControlFrame {}
+
 /// Follows the frame headers in the bytes read from a client (RFC 6455
 /// §5.2), to tell when they end between two messages, and to refuse a
 /// message past the size limit from the header that takes it there. Only
@@ -1179,9 +1195,13 @@ struct FrameWalk {
     message: u64,
     /// The largest message payload let through.
     max: u64,
-    /// A data frame's header took its message past `max`: nothing from
+    /// A data frame's header took its message past `max`, or a control
+    /// frame's header broke RFC 6455 5.5 (`bad_control`): nothing from
     /// that header on is passed.
     refused: bool,
+    /// The refused header was a control frame's: longer than 125 bytes,
+    /// or fragmented (a protocol error, 1002, not a message too large).
+    bad_control: bool,
 }
 
 /// What [`FrameWalk::walk`] found in the bytes it was given.
@@ -1204,6 +1224,7 @@ impl FrameWalk {
             message: 0,
             max: max_message_len.max(1) as u64,
             refused: false,
+            bad_control: false,
         }
     }
 
@@ -1245,8 +1266,14 @@ impl FrameWalk {
                     0x0 => self.message = 0,
                     _ => {}
                 }
-                if opcode <= 0x2 && self.message > self.max {
+                // A control frame is at most 125 bytes and never fragmented
+                // (RFC 6455 5.5): refused from its header, as tungstenite
+                // would only once it had read (and reserved) the whole
+                // announced payload, up to the message limit.
+                let bad_control = opcode >= 0x8 && (len > 125 || !fin);
+                if bad_control || (opcode <= 0x2 && self.message > self.max) {
                     self.refused = true;
+                    self.bad_control = bad_control;
                     return Walked {
                         large,
                         passed: header_at,
@@ -1260,6 +1287,15 @@ impl FrameWalk {
         Walked {
             large,
             passed: bytes.len(),
+        }
+    }
+
+    /// What reads fail with once a header was refused.
+    fn refusal(&self) -> io::Error {
+        if self.bad_control {
+            io::Error::other(BadControlFrame)
+        } else {
+            io::Error::other(FragmentsTooLarge)
         }
     }
 
@@ -1322,8 +1358,9 @@ struct Driver<'s, S, K, T> {
     drain: Option<Pin<Box<Sleep>>>,
     /// The client sent a text message that is not UTF-8.
     invalid_utf8: bool,
-    /// Draining, an oversized frame was refused from its header: its rest
-    /// is unread on the socket.
+    /// Draining, a frame was refused (too large, from its header) or
+    /// could not be read (a protocol error): what follows is unread on
+    /// the socket.
     unread_frame: bool,
     /// Draining, the client's close frame was read (the connection ends
     /// as the shutdown, and tungstenite answers that close).
@@ -1786,10 +1823,8 @@ where
                 // Draining: what cannot be read is dropped, as the messages
                 // read then are; the connection ends as the shutdown. (A
                 // socket that failed ends as it is.)
-                reason @ (CloseReason::MessageTooLarge | CloseReason::Protocol)
-                    if self.drain.is_some() =>
-                {
-                    self.unread_frame = reason == CloseReason::MessageTooLarge;
+                CloseReason::MessageTooLarge | CloseReason::Protocol if self.drain.is_some() => {
+                    self.unread_frame = true;
                     Err(CloseReason::Shutdown)
                 }
                 reason => Err(reason),
@@ -1986,14 +2021,17 @@ where
             // Read until the client's close (tungstenite answers it and
             // ends the stream); messages still arriving are dropped.
             while let Some(Ok(_)) = ws.next().await {}
-            if reason == CloseReason::MessageTooLarge || unread_frame {
+            if matches!(reason, CloseReason::MessageTooLarge | CloseReason::Protocol)
+                || unread_frame
+            {
                 // tungstenite ended its stream at the refused frame's
-                // header, leaving the rest of the frame unread: a socket
-                // closed with data unread sends a reset, which cuts the
-                // client's write short and may overtake the reply and the
-                // close. This side ends (the client reads that after the
-                // close), and what the client still sends is dropped until
-                // its end.
+                // header (or at the frame it could not read: a protocol
+                // error), leaving what follows unread: a socket closed
+                // with data unread sends a reset, which cuts the client's
+                // write short and may overtake the replies and the close
+                // (its 1002 or 1007 lost). This side ends (the client reads
+                // that after the close), and what the client still sends
+                // is dropped until its end.
                 // Read from the socket itself: `Watched` fails every read
                 // past a refused header.
                 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -2016,6 +2054,9 @@ fn reason_of(e: &tungstenite::Error) -> CloseReason {
         Error::Capacity(_) => CloseReason::MessageTooLarge,
         Error::Io(e) if e.get_ref().is_some_and(|e| e.is::<FragmentsTooLarge>()) => {
             CloseReason::MessageTooLarge
+        }
+        Error::Io(e) if e.get_ref().is_some_and(|e| e.is::<BadControlFrame>()) => {
+            CloseReason::Protocol
         }
         // The TCP connection ended without a close frame: the client left
         // (nothing can be told to it, and a 1002 would be written into a
