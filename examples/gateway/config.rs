@@ -467,20 +467,23 @@ impl Config {
         }
         if let Some(u) = c.upstream_ws.as_ref().filter(|u| !u.starts_with("ws://")) {
             return Err(format!(
-                "--upstream-ws {u}: a ws:// URL (subscriptions need a WebSocket; this example has no TLS)"
+                "--upstream-ws {}: a ws:// URL (subscriptions need a WebSocket; this example has no TLS)",
+                shown_url(u)
             ));
         }
         for u in &c.upstreams {
             if !(u.starts_with("http://") || u.starts_with("ws://")) {
                 return Err(format!(
-                    "unsupported upstream URL {u}: http:// and ws:// only (this example has no TLS)"
+                    "unsupported upstream URL {}: http:// and ws:// only (this example has no TLS)",
+                    shown_url(u)
                 ));
             }
         }
         for u in &c.archives {
             if !u.starts_with("http://") {
                 return Err(format!(
-                    "unsupported archive URL {u}: http:// only (this example has no TLS)"
+                    "unsupported archive URL {}: http:// only (this example has no TLS)",
+                    shown_url(u)
                 ));
             }
         }
@@ -514,6 +517,23 @@ impl Config {
     }
 }
 
+/// `url` as errors show it: its scheme and `host:port`, without what may
+/// hold a secret (a provider's path or query carries the API key,
+/// `/v3/<key>`; user info a password), which is `…` when present. Start-up
+/// errors go to the operator's logs, kept apart from the keys as the
+/// gateway's other messages are (`upstream::display_name`).
+pub fn shown_url(url: &str) -> String {
+    let (scheme, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), url),
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    let hidden = authority.len() > host.len() || !matches!(&rest[end..], "" | "/");
+    format!("{scheme}{host}{}", if hidden { "…" } else { "" })
+}
+
 /// An upstream URL the clients can use: a host, and a port in range if
 /// one is given (`http://` and `http://127.0.0.1:99999` got past the
 /// scheme check: the first failed the start with status 1, the second
@@ -521,7 +541,8 @@ impl Config {
 fn check_url(flag: &str, url: &str) -> Result<(), String> {
     let uri: http::Uri = url
         .parse()
-        .map_err(|e| format!("{flag} {url}: not a URL: {e}"))?;
+        .map_err(|e| format!("{flag} {}: not a URL: {e}", shown_url(url)))?;
+    let url = shown_url(url);
     let Some(authority) = uri.authority().filter(|a| !a.host().is_empty()) else {
         return Err(format!("{flag} {url}: no host"));
     };

@@ -159,7 +159,7 @@ impl H1Pool {
     pub fn new(url: &str, connect_timeout: Duration, max_idle: Duration) -> Result<H1Pool, String> {
         let rest = url
             .strip_prefix("http://")
-            .ok_or_else(|| format!("not an http:// URL: {url}"))?;
+            .ok_or_else(|| format!("not an http:// URL: {}", crate::config::shown_url(url)))?;
         // The authority ends at the path, the query or the fragment (a key
         // in the query, `http://host:8545?key=…`, must not become part of
         // the address); the fragment is not sent.
@@ -171,7 +171,8 @@ impl H1Pool {
         };
         if authority.contains('@') {
             return Err(format!(
-                "user info in upstream URLs is not supported: {url}"
+                "user info in upstream URLs is not supported: {}",
+                crate::config::shown_url(url)
             ));
         }
         // A port is a colon after the host; an IPv6 literal's colons are

@@ -320,7 +320,7 @@ impl Upstreams {
         for (url, name) in urls.iter().zip(distinct_names(urls)) {
             let uri: http::Uri = url
                 .parse()
-                .map_err(|e| format!("bad upstream URL {url}: {e}"))?;
+                .map_err(|e| format!("bad upstream URL {}: {e}", crate::config::shown_url(url)))?;
             // A ws:// upstream takes its place in the list (it was once
             // taken out of it: calls never failed over to or from it, and
             // a second one was ignored); the first is also the

@@ -1513,6 +1513,44 @@ fn flags_that_could_only_fail_later_are_refused() {
     assert!(parse(&["--upstream-ws", "ws://127.0.0.1:8546"]).is_ok());
 }
 
+/// A refused upstream URL is named in the start-up error by its scheme and
+/// `host:port` alone: a provider's path or query holds the API key
+/// (`/v3/<key>`), user info a password, and the error goes to the
+/// operator's logs (it quoted the URL whole; found by a review).
+#[test]
+fn start_up_errors_name_upstreams_without_their_secrets() {
+    let parse = |args: &[&str]| config::Config::from_args(args.iter().map(|s| s.to_string()));
+    for (args, shown) in [
+        (
+            &["--upstream", "https://mainnet.example/v3/SECRETKEY"][..],
+            "https://mainnet.example…",
+        ),
+        (
+            &["--upstream-ws", "wss://node.example:8546?key=SECRETKEY"],
+            "wss://node.example:8546…",
+        ),
+        (
+            &["--archive", "https://archive.example/SECRETKEY"],
+            "https://archive.example…",
+        ),
+        (
+            &["--upstream", "http://user:SECRETKEY@node.example:8545"],
+            "http://node.example:8545…",
+        ),
+        (
+            &["--upstream", "http://node.example:99999/SECRETKEY"],
+            "http://node.example:99999…",
+        ),
+    ] {
+        let e = parse(args).unwrap_err();
+        assert!(!e.contains("SECRETKEY"), "{e}");
+        assert!(e.contains(shown), "{shown}: {e}");
+    }
+    // Nothing to hide: the URL as given.
+    let e = parse(&["--upstream", "https://node.example:8545"]).unwrap_err();
+    assert!(e.contains("https://node.example:8545:"), "{e}");
+}
+
 /// `--gzip BYTES`: a long answer (a batch of balances) comes compressed to
 /// a client that accepts gzip and as it is to one that does not; a short
 /// one is never compressed.
