@@ -1138,7 +1138,11 @@ async fn subscriptions_are_relayed_and_unsubscribed_upstream() {
     let r = read_json(&mut ws).await;
     assert_eq!(r["id"], 2);
     assert_eq!(r["result"], true);
-    assert_eq!(unsubscribed.load(Ordering::SeqCst), 1);
+    // The upstream is told, not waited for.
+    eventually::eventually("the upstream unsubscribed", || {
+        unsubscribed.load(Ordering::SeqCst) == 1
+    })
+    .await;
     heads.send(8).unwrap();
     // Nothing more is relayed; a second unsubscribe is false.
     ws.send(Message::text(unsub)).await.unwrap();
@@ -1186,7 +1190,10 @@ async fn unsubscribing_another_clients_subscription_leaves_it_running() {
     assert_eq!(unsubscribed.load(Ordering::SeqCst), 0);
     owner.send(Message::text(unsub)).await.unwrap();
     assert_eq!(read_json(&mut owner).await["result"], true);
-    assert_eq!(unsubscribed.load(Ordering::SeqCst), 1);
+    eventually::eventually("the upstream unsubscribed", || {
+        unsubscribed.load(Ordering::SeqCst) == 1
+    })
+    .await;
 }
 
 type WsClient = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<TcpStream>>;
