@@ -90,23 +90,24 @@ pub(crate) fn answer_id<'a>(
         if object.get(pos) != Some(&b'"') {
             return None;
         }
-        let name_end = scan::scan_string(object, pos + 1).ok()?.end;
-        let name = &object[pos + 1..name_end - 1];
-        pos = skip_ws(object, name_end);
+        let scanned = scan::scan_string(object, pos + 1).ok()?;
+        let name = &object[pos + 1..scanned.end - 1];
+        pos = skip_ws(object, scanned.end);
         if object.get(pos) != Some(&b':') {
             return None;
         }
         pos = skip_ws(object, pos + 1);
-        match name {
-            b"method" => return None,
-            b"result" | b"error" => answer = true,
-            _ => {}
+        // Decoded, as the parser reads names: `"\u0069d"` is `id`.
+        let is = |want: &[u8]| scan::unescaped_eq(name, scanned.escaped, want);
+        if is(b"method") {
+            return None;
         }
+        answer |= is(b"result") || is(b"error");
         if at == IdAt::Head && answer && id.is_some() {
             return id;
         }
         let end = skip(object, pos)?;
-        if name == b"id" {
+        if is(b"id") {
             id = Some(Id::from_json(object.get(pos..end)?)?);
         }
         pos = skip_ws(object, end);

@@ -1615,20 +1615,34 @@ async fn an_answer_too_large_to_read_ends_its_request_at_once() {
             Some(limit) => Lines::new().max_frame(limit),
             None => Lines::new(),
         };
-        answer_too_large_to_read(framer, in_flight, &case).await;
+        answer_too_large_to_read(framer, in_flight, false, &case).await;
         let case = format!("concatenated, framer limit {framer_limit:?}, {in_flight} in flight");
         let framer = match framer_limit {
             Some(limit) => Concatenated::new().max_frame(limit),
             None => Concatenated::new(),
         };
-        answer_too_large_to_read(framer, in_flight, &case).await;
+        answer_too_large_to_read(framer, in_flight, false, &case).await;
     }
 }
 
-/// One case of [`an_answer_too_large_to_read_ends_its_request_at_once`].
+/// The same with the answer's `id` member named with an escape
+/// (`"\u0069d"`), as the parser reads names: it was not found, so the
+/// answer was answered -32600 and its request waited for its deadline
+/// (found by a review).
+#[tokio::test]
+async fn an_answer_too_large_to_read_with_an_escaped_id_name_ends_its_request() {
+    for in_flight in [1, 8] {
+        let case = format!("lines, escaped id name, {in_flight} in flight");
+        answer_too_large_to_read(Lines::new(), in_flight, true, &case).await;
+    }
+}
+
+/// One case of [`an_answer_too_large_to_read_ends_its_request_at_once`]:
+/// with `escaped_id`, the answer's `id` member is named `"\u0069d"`.
 async fn answer_too_large_to_read<F: Framer + Send + 'static>(
     framer: F,
     in_flight: usize,
+    escaped_id: bool,
     case: &str,
 ) {
     let limits = Limits {
@@ -1653,7 +1667,11 @@ async fn answer_too_large_to_read<F: Framer + Send + 'static>(
     let talk = async {
         let ping = next_message(&mut replies).await;
         assert_eq!(ping["method"], "client/ping", "{case}: {ping}");
-        let answer = json!({"jsonrpc": "2.0", "id": ping["id"], "result": "x".repeat(4000)});
+        let mut answer =
+            json!({"jsonrpc": "2.0", "id": ping["id"], "result": "x".repeat(4000)}).to_string();
+        if escaped_id {
+            answer = answer.replace(r#""id":"#, r#""\u0069d":"#);
+        }
         let add = r#"{"jsonrpc":"2.0","id":2,"method":"add","params":[1,2]}"#;
         cw.write_all(format!("{answer}\n{add}\n").as_bytes())
             .await
