@@ -57,10 +57,7 @@
 //!
 //! "Final" is the node's word: a dev chain that rewrites its history
 //! (anvil's `anvil_reset`, `evm_revert`) makes kept results stale, so run
-//! the gateway in front of one with `--cache-bytes 0`. anvil also ends
-//! `eth_feeHistory`'s base fees with its next block's, whatever the newest
-//! block asked for (geth and reth with that block's successor's): another
-//! reason.
+//! the gateway in front of one with `--cache-bytes 0`.
 //!
 //! The key is the method name and the params' bytes as the client sent
 //! them, with no canonicalisation: `["0x1",false]` and `[ "0x1", false ]`

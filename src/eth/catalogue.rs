@@ -219,9 +219,14 @@ catalogue! {
     "eth_chainId" => None, Static, Read;
     "eth_coinbase" => None, Never, Read;
     "eth_config" => None, Never, Read;
-    "eth_createAccessList" => Id(1), ByBlock, Read, State;
+    // geth fills a call without fees or nonce from the node's price
+    // oracle and pool (`setDefaults`): the same params at a final block
+    // answer differently as those move.
+    "eth_createAccessList" => Id(1), Never, Read, State;
     "eth_estimateGas" => Id(1), ByBlock, Read, State;
-    "eth_feeHistory" => Number(1), ByBlock, Read;
+    // The window follows the head: geth drops the blocks older than its
+    // history (1,024 by default), so a later answer is shorter.
+    "eth_feeHistory" => Number(1), Never, Read;
     "eth_fillTransaction" => None, Never, Read;
     "eth_gasPrice" => None, Never, Read;
     "eth_getAccount" => Id(1), ByBlock, Read, State;
@@ -320,7 +325,8 @@ catalogue! {
     "debug_storageRangeAt" => Id(0), ByBlock, Read, State;
     // geth's `traceChain`, reth's chain tracing: a subscription.
     "debug_subscribe" => None, Never, Subscription;
-    "debug_traceBadBlock" => Hash(0), ByBlock, Read, State;
+    // geth keeps its last few rejected blocks only.
+    "debug_traceBadBlock" => Hash(0), Never, Read, State;
     "debug_traceBlock" => None, Never, Read, State;
     "debug_traceBlockByHash" => Hash(0), ByBlock, Read, State;
     "debug_traceBlockByNumber" => Number(0), ByBlock, Read, State;
