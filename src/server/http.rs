@@ -2214,7 +2214,10 @@ impl Server {
     /// * A connection with no traffic and no request being answered for
     ///   [`Limits::idle_timeout`] is shut down gracefully, and dropped if it
     ///   still cannot finish (a client that does not read its reply) after
-    ///   another such period (counted as [`LimitKind::Idle`]).
+    ///   another such period (counted as [`LimitKind::Idle`]). Over HTTP/2,
+    ///   frames count as traffic only while a request is being answered or
+    ///   a response body is still being sent: a client's PINGs (a
+    ///   keepalive) do not keep an otherwise quiet connection open.
     /// * HTTP/2 streams per connection are capped at
     ///   [`Limits::max_in_flight`] (0 counts as 1, as on the stream
     ///   transports: 0 streams would refuse every HTTP/2 request), and the
@@ -2393,6 +2396,9 @@ struct Activity {
     shutdown: Option<Shutdown>,
     /// HTTP/2: the connection's [`BodyBudget`], made at its first request.
     bodies: std::sync::OnceLock<ConnectionBodies>,
+    /// HTTP/2: response bodies not done yet (their streams still sending:
+    /// a download, an event stream), each counted by an [`OpenBody`].
+    open_bodies: AtomicUsize,
 }
 
 impl Activity {
@@ -2404,15 +2410,17 @@ impl Activity {
     }
 
     /// Bytes moved on the socket: traffic for the idle timer, except over
-    /// HTTP/2 while no request is being answered and its connection holds
-    /// no body and no reply unwritten. Frames then (a client's PINGs and
-    /// their acks, SETTINGS, WINDOW_UPDATEs) kept a connection that asked
-    /// for nothing open for good; HTTP/2's idle time counts from its last
-    /// stream, as Go's and nginx's servers count it.
+    /// HTTP/2 while no request is being answered, no response body is
+    /// still being sent and its connection holds no body and no reply
+    /// unwritten. Frames then (a client's PINGs and their acks, SETTINGS,
+    /// WINDOW_UPDATEs) kept a connection that asked for nothing open for
+    /// good; HTTP/2's idle time counts from its last stream, as Go's and
+    /// nginx's servers count it.
     #[inline]
     fn touch_io(&self) {
         if self.h2.load(Ordering::Relaxed)
             && self.active.load(Ordering::Relaxed) == 0
+            && self.open_bodies.load(Ordering::Relaxed) == 0
             && self
                 .bodies
                 .get()
@@ -3126,10 +3134,19 @@ where
                     let out = ready!(future.poll(cx));
                     let mut response = match out {
                         Ok(response) => match this.replies.take() {
-                            Some(budget) => held_reply(response, budget),
+                            // HTTP/2: its body counted as open until it is
+                            // done (the request's own count ends here).
+                            Some(budget) => {
+                                let open = this
+                                    .active
+                                    .as_ref()
+                                    .map(|ActiveGuard(a)| OpenBody::new(Arc::clone(a)));
+                                held_reply(response, budget, open)
+                            }
                             None => response.map(|body| Served::Service {
                                 body,
                                 held: BodyShare::default(),
+                                _open: None,
                             }),
                         },
                         Err(_) => service_failed(),
@@ -3172,7 +3189,11 @@ where
 /// limit on one connection. One that would take the connection past the
 /// budget (unless nothing else is held) is answered `503` instead; the
 /// call has run (as for a reply past the response limit).
-fn held_reply<B: Body>(response: Response<B>, budget: Arc<BodyBudget>) -> Response<Served<B>> {
+fn held_reply<B: Body>(
+    response: Response<B>,
+    budget: Arc<BodyBudget>,
+    open: Option<OpenBody>,
+) -> Response<Served<B>> {
     let hint = response.body().size_hint();
     let len = hint.exact().unwrap_or(hint.lower());
     let len = usize::try_from(len).unwrap_or(usize::MAX);
@@ -3202,7 +3223,31 @@ fn held_reply<B: Body>(response: Response<B>, budget: Arc<BodyBudget>) -> Respon
         budget: Some(budget),
         bytes: len,
     };
-    response.map(|body| Served::Service { body, held })
+    response.map(|body| Served::Service {
+        body,
+        held,
+        _open: open,
+    })
+}
+
+/// An HTTP/2 response body not done yet, counted in its connection's
+/// [`Activity::open_bodies`] until hyper drops it (sent whole, or its
+/// stream reset).
+struct OpenBody(Arc<Activity>);
+
+impl OpenBody {
+    fn new(activity: Arc<Activity>) -> OpenBody {
+        activity.open_bodies.fetch_add(1, Ordering::Relaxed);
+        OpenBody(activity)
+    }
+}
+
+impl Drop for OpenBody {
+    fn drop(&mut self) {
+        self.0.open_bodies.fetch_sub(1, Ordering::Relaxed);
+        // Its last frame may have been written with nothing else open.
+        self.0.touch();
+    }
 }
 
 /// The answer to a request the service failed (an error of a layer around
@@ -3252,6 +3297,8 @@ pin_project_lite::pin_project! {
             // it goes with the reply's data to h2, given back once that is
             // written or dropped.
             held: BodyShare,
+            // HTTP/2: the body counted as open while hyper holds it.
+            _open: Option<OpenBody>,
         },
         Failed { body: Option<Bytes> },
     }
@@ -3266,7 +3313,7 @@ impl<B: Body> Body for Served<B> {
         cx: &mut TaskContext<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         match self.project() {
-            ServedProj::Service { body, held } => {
+            ServedProj::Service { body, held, .. } => {
                 let frame = ready!(body.poll_frame(cx));
                 // The share goes with the first data: hyper hands it to h2,
                 // which keeps it until it is written (for a window the

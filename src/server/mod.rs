@@ -234,7 +234,8 @@ pub struct Limits {
     /// client (counted) and stops reading its requests.
     pub max_queued: usize,
     /// A connection with no traffic for this long is closed (default 120 s;
-    /// WebSocket pings count as traffic, and so do a message's bytes still
+    /// WebSocket pings count as traffic (HTTP/2 PINGs only while a request
+    /// or a response body is under way), and so do a message's bytes still
     /// arriving (on a stream connection, from 4 KiB per idle period: a
     /// byte trickled now and then does not hold it) and a reply's still
     /// being read (after the socket pushed back), so a long upload or

@@ -392,6 +392,52 @@ async fn h2_pings_alone_do_not_keep_a_connection_open() {
     srv.stop().await;
 }
 
+/// A response body streamed over HTTP/2 for longer than the idle timeout
+/// (a download, an event stream: here 12 chunks 100 ms apart, the idle
+/// timeout 300 ms), from a service of the user's own, is traffic: the
+/// connection is not closed as idle under it. The first form of the fix
+/// above counted frames only while a request was being answered, and a
+/// request's count ends with its response's head (found by a review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_a_streamed_body_keeps_its_connection_busy() {
+    use futures_util::StreamExt;
+    let _s = SERIAL.lock().await;
+    const CHUNKS: usize = 12;
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let metrics = Arc::new(Metrics::default());
+    let service = tower::service_fn(|_: Request<hyper::body::Incoming>| async {
+        let chunks = futures_util::stream::iter(0..CHUNKS).then(|i| async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(format!("chunk {i}\n"))))
+        });
+        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::StreamBody::new(
+            Box::pin(chunks),
+        )))
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).metrics(metrics.clone());
+    let task = tokio::spawn(server.serve(listener, move |_| service, shutdown.clone()));
+    let mut sender = h2::<Full<Bytes>>(addr).await;
+    let r = sender.send_request(post("")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let body = tokio::time::timeout(HANG, r.into_body().collect())
+        .await
+        .unwrap()
+        .expect("the whole body, not cut by an idle close")
+        .to_bytes();
+    assert_eq!(body.iter().filter(|&&b| b == b'\n').count(), CHUNKS);
+    assert_eq!(metrics.limit_count(LimitKind::Idle), 0);
+    // Then quiet: closed as idle.
+    closed_as_idle(&metrics, "the quiet connection closed").await;
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
 // ---------------------------------------------------------------------------
 // Metrics for batches, notifications, timeouts, oversize replies, over h2.
 
