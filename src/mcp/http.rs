@@ -24,9 +24,9 @@
 //! | `GET` with a session (initialize lifecycle), `Accept: text/event-stream` | 200, an SSE stream carrying `notifications/tools/list_changed` (a session may open several: each message goes to one of them, the newest still read, not to each) |
 //! | `GET` or `DELETE` without `Mcp-Session-Id` | 405 |
 //! | `DELETE` with a session | 200, the session ends: its calls still running are cancelled (their POSTs' streams end without a reply) |
-//! | `OPTIONS` with `Origin` and `Access-Control-Request-Method` (a browser's CORS preflight) from an origin accepted above | 204, `Access-Control-Allow-Origin` (that origin), `-Allow-Methods: GET, POST, DELETE, OPTIONS`, `-Allow-Headers` (those asked for), `-Max-Age: 600` |
+//! | `OPTIONS` with `Origin` and `Access-Control-Request-Method` (a browser's CORS preflight) from one of [`HttpConfig::allowed_origins`] | 204, `Access-Control-Allow-Origin` (that origin), `-Allow-Methods: GET, POST, DELETE, OPTIONS`, `-Allow-Headers` (those asked for), `-Max-Age: 600` |
 //! | any other method | 405 |
-//! | any request above with an `Origin` accepted | also `Access-Control-Allow-Origin` (that origin), `Access-Control-Expose-Headers: mcp-session-id, mcp-protocol-version` (so that a page's client can read the session id), `Vary: origin` |
+//! | any request above with an `Origin` of [`HttpConfig::allowed_origins`] | also `Access-Control-Allow-Origin` (that origin), `Access-Control-Expose-Headers: mcp-session-id, mcp-protocol-version` (so that a page's client can read the session id), `Vary: origin` (other localhost origins are served without CORS: a browser lets their pages send no JSON POST) |
 //!
 //! The initialize lifecycle (2025-06-18, 2025-11-25): a successful
 //! `initialize` (a `POST` without session) returns a new `Mcp-Session-Id`
@@ -117,9 +117,10 @@ pub struct HttpConfig {
     /// Origins accepted besides localhost ones, compared exactly
     /// (`https://app.example`). Every other `Origin` is refused with 403:
     /// the defence against DNS rebinding that the specification requires.
-    /// Pages of accepted origins get CORS (a preflight answered, the
-    /// answers readable, `Mcp-Session-Id` exposed), so a client running in
-    /// a browser works.
+    /// Pages of these origins (not other localhost ones) get CORS (a
+    /// preflight answered, the answers readable, `Mcp-Session-Id`
+    /// exposed), so a client running in a browser works: list
+    /// `http://localhost:6274` for the MCP Inspector's direct connection.
     pub allowed_origins: Vec<String>,
     /// The host names the endpoint answers to (a request's `Host`, or its
     /// target's authority when it has one; any port, any case; IP
@@ -1028,6 +1029,11 @@ fn preflight(origin: &HeaderValue, request: &HeaderMap) -> Response<Body> {
     r
 }
 
+/// Whether `origin` is one of `allowed` (compared exactly).
+fn listed(origin: &HeaderValue, allowed: &[String]) -> bool {
+    allowed.iter().any(|a| a.as_bytes() == origin.as_bytes())
+}
+
 /// Whether `Origin` is absent, a localhost origin, or allowed.
 fn origin_ok(origin: Option<&HeaderValue>, allowed: &[String]) -> bool {
     let Some(origin) = origin else {
@@ -1327,11 +1333,17 @@ impl Endpoint {
                 ),
             );
         }
-        // Past the check, a page of this origin may call: a browser
-        // client (the MCP Inspector's direct mode at localhost:6274, a
-        // web app at an allowed origin) needs CORS to send its POSTs and
-        // read the answers and the session id.
-        let origin = req.headers().get(hyper::header::ORIGIN).cloned();
+        // A page of a listed origin may call: a browser client (the MCP
+        // Inspector's direct mode at localhost:6274, a web app) needs CORS
+        // to send its POSTs and read the answers and the session id. Only
+        // listed ones: other local pages (any dev server's) are accepted
+        // past the DNS-rebinding check but not given CORS, so a browser
+        // lets them send no JSON POST.
+        let origin = req
+            .headers()
+            .get(hyper::header::ORIGIN)
+            .filter(|o| listed(o, &config.allowed_origins))
+            .cloned();
         if let Some(origin) = &origin
             && req.method() == Method::OPTIONS
             && req

@@ -1567,15 +1567,16 @@ async fn http_endpoint_rules() {
     assert_eq!(request(a, "PUT", &[], "").await.status, 405);
 }
 
-/// A client running in a page (the MCP Inspector's direct mode at
-/// `localhost:6274`, a web app at an allowed origin) needs CORS: its
-/// preflight answered and the answers, with the session id, readable. The
-/// endpoint answered `OPTIONS` 405 and sent no CORS header, so no browser
-/// client could use it (found by a review). Origins refused stay 403.
+/// A client running in a page of a listed origin (the MCP Inspector's
+/// direct mode at `localhost:6274`, a web app) needs CORS: its preflight
+/// answered and the answers, with the session id, readable. The endpoint
+/// answered `OPTIONS` 405 and sent no CORS header, so no browser client
+/// could use it (found by a review). Origins refused stay 403; other
+/// localhost pages get no CORS.
 #[tokio::test]
-async fn http_pages_of_accepted_origins_get_cors() {
+async fn http_pages_of_listed_origins_get_cors() {
     let config = HttpConfig {
-        allowed_origins: vec!["https://app.example".into()],
+        allowed_origins: vec!["https://app.example".into(), "http://localhost:6274".into()],
         ..HttpConfig::default()
     };
     let h = http_server_with(server(), config).await;
@@ -1627,6 +1628,19 @@ async fn http_pages_of_accepted_origins_get_cors() {
         assert_eq!(r.status, 400);
         assert_eq!(r.headers["access-control-allow-origin"], origin);
     }
+    // Another localhost page: served (past the rebinding check), without
+    // CORS, so a browser sends it no JSON POST.
+    let local = [
+        ("origin", "http://localhost:3000"),
+        ("access-control-request-method", "POST"),
+    ];
+    let r = request(a, "OPTIONS", &local, "").await;
+    assert_eq!(r.status, 405);
+    assert!(!r.headers.contains_key("access-control-allow-origin"));
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let r = post(a, &[("origin", "http://localhost:3000")], ping).await;
+    assert_eq!(r.status, 200);
+    assert!(!r.headers.contains_key("access-control-allow-origin"));
     // Another origin: refused, preflight and request alike.
     let evil = [
         ("origin", "https://evil.example"),
@@ -1637,7 +1651,6 @@ async fn http_pages_of_accepted_origins_get_cors() {
     assert!(!r.headers.contains_key("access-control-allow-origin"));
     // Without `Origin` (programs, not pages): no CORS headers; `OPTIONS`
     // is no method the endpoint serves.
-    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     let r = post(a, &[], ping).await;
     assert_eq!(r.status, 200);
     assert!(!r.headers.contains_key("access-control-allow-origin"));
