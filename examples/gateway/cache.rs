@@ -765,15 +765,15 @@ pub fn block_of(result: &[u8]) -> Option<u64> {
 }
 
 /// Whether `method`'s `result` is whole, as the next call would get it:
-/// a block's traces (`debug_traceBlockByNumber`, `…ByHash`,
-/// `debug_traceBadBlock`) with a transaction's entry in error are not (geth
+/// a block's traces (`debug_traceBlockByNumber`, `…ByHash`) with a
+/// transaction's entry in error are not (geth
 /// gives each transaction its own deadline, a JavaScript tracer's default
 /// 5 s: `{"txHash":…,"error":"execution timeout"}` in an answer that
 /// succeeds, where a less busy node traces it whole). Other results are.
 pub fn is_whole(method: &str, result: &[u8]) -> bool {
     if !matches!(
         method,
-        "debug_traceBlockByNumber" | "debug_traceBlockByHash" | "debug_traceBadBlock"
+        "debug_traceBlockByNumber" | "debug_traceBlockByHash"
     ) {
         return true;
     }

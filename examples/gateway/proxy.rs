@@ -3,7 +3,7 @@
 //!
 //! | methods | policy |
 //! | --- | --- |
-//! | `eth_chainId`, `net_version` | forwarded once, then answered from the first successful answer |
+//! | `eth_chainId`, `net_version` | forwarded until the first upstream answers, then answered from that answer, unless calls go to a fallback then |
 //! | `eth_subscribe`, `eth_unsubscribe` | relayed over the WebSocket upstream (to clients on WebSocket or `--ipc`; HTTP has no subscriptions) |
 //! | names starting with a denied prefix (`admin_`, `personal_`, `debug_` by default) | denied: -32601, `data.rule` naming the rule |
 //! | the catalogue's methods whose results can be final (by block, by transaction, constant) | answered from the response cache ([`crate::cache`]) when kept there, else forwarded (and kept once final) |
@@ -510,8 +510,8 @@ fn no_params(p: Option<&OwnedParams>) -> bool {
 }
 
 /// Answers from `slot` once the first upstream answered (only calls
-/// without params: anything else is the upstream's to judge), while it is
-/// the one calls go to. A fallback's answer is passed on, not kept: as for
+/// without params: anything else is the upstream's to judge), unless calls
+/// go to a fallback now. A fallback's answer is passed on, not kept: as for
 /// the response cache, nothing checks that a fallback serves the same
 /// chain, and this answer is the one clients learn a change of chain by
 /// (a kept one told them the first upstream's chain while every call went
@@ -525,7 +525,7 @@ fn cached(
         let plain = no_params(call.params.as_ref());
         if plain
             && let Some(answer) = slot(&call.state).get()
-            && call.state.up.first_is_healthy()
+            && !call.state.up.a_fallback_serves()
         {
             return Forwarded(Ok(answer.clone()));
         }

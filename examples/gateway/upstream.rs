@@ -453,17 +453,16 @@ impl Upstreams {
             .collect()
     }
 
-    /// Whether calls go to the first upstream now (it is not resting; the
-    /// WebSocket upstream, when it is the only one, while its last
-    /// connection attempt succeeded): what answers learnt from it may be
-    /// given for.
-    pub fn first_is_healthy(&self) -> bool {
-        match self.http.first() {
-            Some(up) => up.rest_until.load(Ordering::Relaxed) <= self.now_ms(),
-            None => self
-                .ws
-                .as_ref()
-                .is_some_and(|ws| lock(&ws.failure).is_none()),
+    /// Whether calls go to another upstream than the first now: it rests
+    /// and another does not (what answers learnt from the first may not be
+    /// given for; with one upstream, or all resting, calls still go to the
+    /// first).
+    pub fn a_fallback_serves(&self) -> bool {
+        let now = self.now_ms();
+        let healthy = |up: &HttpUpstream| up.rest_until.load(Ordering::Relaxed) <= now;
+        match self.http.split_first() {
+            Some((first, others)) => !healthy(first) && others.iter().any(healthy),
+            None => false,
         }
     }
 
@@ -570,7 +569,9 @@ impl Upstreams {
     /// client's call's ([`AsyncCall::deadline`](rpcwire::dispatch::AsyncCall::deadline)),
     /// if it forwards one: its future dropped then is a timeout of the
     /// upstream it waited on, however long the call waited before it got
-    /// here (without one, a drop a timeout after forwarding began is).
+    /// here (without one, a drop a timeout after the upstream got the call
+    /// is), unless it was waiting for an `--upstream-connections` place:
+    /// the upstream's time counts from then.
     pub async fn forward_from(
         &self,
         method: &str,

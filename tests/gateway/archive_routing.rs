@@ -693,9 +693,13 @@ async fn a_call_dropped_a_moment_into_its_archive_call_does_not_rest_it() {
 /// fallback (found by a review).
 #[tokio::test]
 async fn calls_dropped_while_waiting_for_an_upstream_place_do_not_rest_it() {
+    // The upstream takes 3.5 s of the 4 s timeout: the first call is
+    // answered, the second gets the place then and is dropped at its
+    // deadline half a second later (under a quarter of the timeout with
+    // the upstream), the third never gets it.
     const SLOW: &str = "0x51";
     let slow = slow_node(
-        Duration::from_millis(1800),
+        Duration::from_millis(3500),
         Arc::new(|_: &str, _: &Value| Ok(json!(SLOW))),
     )
     .await;
@@ -708,16 +712,21 @@ async fn calls_dropped_while_waiting_for_an_upstream_place_do_not_rest_it() {
         upstreams: vec![format!("http://{slow}"), format!("http://{fallback}")],
         upstream_connections: 1,
         cache_bytes: 0,
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(4),
         ..Default::default()
     };
     let (gw, ops) = start_with_metrics(config).await;
     let addr = gw.addr;
-    // The first takes the one place and is answered at 1.8 s; the second
-    // gets the place then and is dropped at its deadline (2 s) a moment
-    // later; the third never gets it.
     let first = tokio::spawn(balance(addr, json!("latest")));
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The others only once the first holds the place.
+    let holding = format!("gateway_upstream_requests_in_flight{{upstream=\"{slow}\"}} 1\n");
+    for tries in 0.. {
+        if ops.metrics().await.contains(&holding) {
+            break;
+        }
+        assert!(tries < 1000, "the first call never took the place");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let others = [
         tokio::spawn(balance(addr, json!("latest"))),
         tokio::spawn(balance(addr, json!("latest"))),

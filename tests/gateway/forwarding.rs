@@ -894,17 +894,11 @@ async fn policy_local_forward_deny() {
     assert_eq!(seen.calls.load(Ordering::SeqCst), calls);
 }
 
-/// `eth_chainId` (and `net_version`) answered by the gateway itself once
-/// the first upstream told it, only while calls go to that upstream: after
-/// failover to a fallback on another chain, the kept answer told clients
-/// the first upstream's chain while every call went to the fallback's (a
-/// wallet signed for one chain and sent to the other; found by a review).
-#[tokio::test]
-async fn the_chain_id_kept_is_not_given_while_a_fallback_serves() {
-    // Chain 1 for its first call; then it resets every connection (so it
-    // rests, and calls go to the fallback, chain 0x7a69).
+/// An upstream on chain 1 that answers its first call, then resets every
+/// connection (so it rests).
+async fn chain_one_then_resets() -> SocketAddr {
     let first = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let first_addr = first.local_addr().unwrap();
+    let addr = first.local_addr().unwrap();
     tokio::spawn(async move {
         let mut answered = false;
         while let Ok((mut s, _)) = first.accept().await {
@@ -919,28 +913,43 @@ async fn the_chain_id_kept_is_not_given_while_a_fallback_serves() {
                 let v: Value = serde_json::from_slice(&body).unwrap();
                 let reply = json!({"jsonrpc":"2.0","id":v["id"],"result":"0x1"});
                 let _ = s.write_all(json_200(&reply.to_string()).as_bytes()).await;
-                // Then closes, and every later connection is dropped.
             });
         }
     });
+    addr
+}
+
+/// `eth_chainId` (and `net_version`) answered by the gateway itself once
+/// the first upstream told it, but not while calls go to a fallback: then
+/// the kept answer told clients the first upstream's chain while every
+/// call went to the fallback's (a wallet signed for one chain and sent to
+/// the other; found by a review). With one upstream, resting or not, the
+/// kept answer stands (no other chain can serve).
+#[tokio::test]
+async fn the_chain_id_kept_is_not_given_while_a_fallback_serves() {
     let (fallback, _) = echo_upstream().await;
-    let gw = start(proxy_config(&[first_addr, fallback])).await;
     let chain_id = r#"{"jsonrpc":"2.0","id":1,"method":"eth_chainId"}"#;
-    assert_eq!(call(gw.addr, chain_id).await["result"], "0x1");
-    // The first upstream fails a call (sent, so not retried) and rests.
-    let r = call(
-        gw.addr,
-        r#"{"jsonrpc":"2.0","id":2,"method":"echo","params":[0]}"#,
-    )
-    .await;
-    assert_eq!(r["error"]["code"], -32603, "{r}");
-    let r = call(
-        gw.addr,
-        r#"{"jsonrpc":"2.0","id":3,"method":"echo","params":[0]}"#,
-    )
-    .await;
-    assert_eq!(r["result"]["echo"], json!([0]), "the fallback serves: {r}");
-    assert_eq!(call(gw.addr, chain_id).await["result"], "0x7a69");
+    let echo = |id: u64| format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"echo","params":[0]}}"#);
+    for with_fallback in [true, false] {
+        let first = chain_one_then_resets().await;
+        let upstreams = if with_fallback {
+            vec![first, fallback]
+        } else {
+            vec![first]
+        };
+        let gw = start(proxy_config(&upstreams)).await;
+        assert_eq!(call(gw.addr, chain_id).await["result"], "0x1");
+        // The first upstream fails a call (sent, so not retried) and rests.
+        let r = call(gw.addr, &echo(2)).await;
+        assert_eq!(r["error"]["code"], -32603, "{r}");
+        if with_fallback {
+            let r = call(gw.addr, &echo(3)).await;
+            assert_eq!(r["result"]["echo"], json!([0]), "the fallback serves: {r}");
+            assert_eq!(call(gw.addr, chain_id).await["result"], "0x7a69");
+        } else {
+            assert_eq!(call(gw.addr, chain_id).await["result"], "0x1");
+        }
+    }
 }
 
 /// A `--deny` rule covers every method it names: the ones the gateway
