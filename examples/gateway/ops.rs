@@ -4,11 +4,11 @@
 //! | request | answer |
 //! | --- | --- |
 //! | `GET /metrics` | the counters, in the Prometheus text format |
-//! | `GET /health` | `200` when some upstream answers (or the built-in chain serves), `503` otherwise; a short JSON body saying why |
+//! | `GET /health` | `200` when some upstream answers with a result (or the built-in chain serves), `503` otherwise (an error object to `eth_chainId`, a rate limiter's or an expired key's, included); a short JSON body saying why |
 //!
 //! `/health` asks the upstreams (an `eth_chainId`) only when nothing
-//! recent says how they are: a forward answered, or a probe ended, less
-//! than [`PROBE_FRESH`] ago stands, and probes arriving while one asks wait
+//! recent says how they are: a forward answered with a result, or a probe
+//! ended, less than [`PROBE_FRESH`] ago stands, and probes arriving while one asks wait
 //! for its outcome; so load balancers probing at will cost the node at
 //! most one request a second.
 //!

@@ -487,7 +487,16 @@ impl Upstreams {
             .min(self.timeout);
         match tokio::time::timeout(within, self.forward("eth_chainId", None)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) if e.raw_object().is_some() => Ok(()),
+            // A node answers `eth_chainId`: an error object is a rate
+            // limiter's, an expired key's, a proxy's in front of a node
+            // that is down.
+            Ok(Err(e)) if e.raw_object().is_some() => {
+                let object = e.raw_object().unwrap_or_default();
+                Err(format!(
+                    "eth_chainId answered with an error: {}",
+                    String::from_utf8_lossy(&object[..object.len().min(256)])
+                ))
+            }
             Ok(Err(e)) => Err(e
                 .data()
                 .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
@@ -506,8 +515,8 @@ impl Upstreams {
         }
     }
 
-    /// Whether some upstream answered a forward (a result or an error
-    /// object of its own) that started less than `within` ago.
+    /// Whether some upstream answered a forward with a result less than
+    /// `within` ago.
     pub fn answered_within(&self, within: Duration) -> bool {
         match self.answered.load(Ordering::Relaxed) {
             0 => false,
@@ -515,15 +524,20 @@ impl Upstreams {
         }
     }
 
-    /// Notes that an upstream answered the forward started at `started`
-    /// (its start: the forwarding path reads the clock once per call).
-    /// Written only when it moves the time on, so that calls at the same
+    /// Notes that an upstream answered a forward with a result, now.
+    /// Error objects do not count: a rate limiter's or an expired key's
+    /// (`429` or `401` with a JSON-RPC error) answers every call so, and
+    /// the probe tells a node's own errors apart. Stamped with the time of
+    /// the answer, not the call's start: calls that waited for an
+    /// `--upstream-connections` place or took seconds were stale stamps,
+    /// so `/health` probed behind them and said 503 under load. Written
+    /// only when it moves the time on, so that calls at the same
     /// millisecond on other workers leave the cache line alone.
-    fn note_answer(&self, outcome: &Result<Answer, RpcError>, started: Instant) {
-        if outcome.as_ref().is_err_and(|e| e.raw_object().is_none()) {
+    fn note_answer(&self, outcome: &Result<Answer, RpcError>) {
+        if outcome.is_err() {
             return;
         }
-        let at = started.duration_since(self.epoch).as_millis() as u64 + 1;
+        let at = self.now_ms() + 1;
         if self.answered.load(Ordering::Relaxed) < at {
             self.answered.fetch_max(at, Ordering::Relaxed);
         }
@@ -610,7 +624,7 @@ impl Upstreams {
                 Err((e, unconnected)) => (Err(e), unconnected),
             };
             let answer = reply.and_then(|reply| self.read(reply, id, &ws.name));
-            self.note_answer(&answer, started);
+            self.note_answer(&answer);
             if let Err(e) = &answer {
                 if unconnected {
                     UpstreamStats::count(&self.ws_stats.connect);
@@ -648,7 +662,7 @@ impl Upstreams {
             guard.armed = false;
             match outcome {
                 Ok(answer) => {
-                    self.note_answer(&answer, now);
+                    self.note_answer(&answer);
                     let answer = answer.inspect_err(|e| {
                         if e.raw_object().is_none() {
                             UpstreamStats::count(&up.stats.malformed);

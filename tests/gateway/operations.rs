@@ -830,6 +830,60 @@ async fn health_follows_the_upstream() {
     assert_eq!(status, 405);
 }
 
+/// An upstream that answers every call with an error object (a rate
+/// limiter's `429`, an expired key's `401`: `"id": null`) answers nothing:
+/// `/health` is 503, saying so. Error objects counted as answers, so such a
+/// gateway stayed healthy while it could serve no call (found by a review).
+#[tokio::test]
+async fn health_is_503_while_the_upstream_answers_only_errors() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                while crate::http_request::read_request_buffered(&mut s, &mut buf)
+                    .await
+                    .is_some()
+                {
+                    let body = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"rate limit exceeded"}}"#;
+                    let reply = format!(
+                        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if s.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let (gw, ops) = start_with_ops(config::Config {
+        upstreams: vec![format!("http://{upstream}")],
+        timeout: Duration::from_secs(10),
+        ..Default::default()
+    })
+    .await;
+    // Calls get the upstream's error, as it is.
+    let (status, body) = crate::http_request::post_close(
+        gw.addr,
+        r#"{"jsonrpc":"2.0","id":1,"method":"eth_blockNumber"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("-32005"), "{body}");
+    let (status, body) = get(ops, "/health").await;
+    assert_eq!(status, 503, "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("rate limit exceeded"),
+        "{v}"
+    );
+}
+
 /// An HTTP upstream that counts the connections it accepts and the
 /// requests it reads; answers each (`"0x10"`) when `answers`, else closes
 /// the connection on it unanswered (an upstream failing every exchange).
