@@ -88,7 +88,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .observer(metrics.clone())
     .build()?;
     let limits = Limits::default();
-    let rpc = HttpService::new(dispatcher, &limits, Some(metrics.clone()));
+    // Only requests naming this machine (IP addresses always pass): a page
+    // of another site that makes its name resolve to 127.0.0.1 (DNS
+    // rebinding) calls with same-origin requests, no preflight, which the
+    // `Host` it names gives away. List the names a deployment is reached by.
+    let hosts = rpcwire::server::hosts::AllowedHosts::list(["localhost"])?;
+    let rpc = HttpService::new(dispatcher, &limits, Some(metrics.clone())).allowed_hosts(hosts);
     let service = WithMetrics {
         rpc,
         metrics: metrics.clone(),

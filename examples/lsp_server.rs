@@ -575,7 +575,16 @@ async fn main() -> std::io::Result<()> {
             EndOfInputStops::new(tokio::io::stdin(), stop),
             &mut out,
         )
-        .await?;
+        .await;
+    let reason = match reason {
+        Ok(reason) => reason,
+        // Its output closed (the client stopped reading), say: status 1,
+        // at once (tokio's stdin reader, below).
+        Err(e) => {
+            eprintln!("lsp_server: {e}");
+            std::process::exit(1)
+        }
+    };
     // Without a shutdown grace the driver does not wait for its last
     // write (a message a dropped call sent): it may still be under way on
     // its blocking thread, which `exit` would cut short.

@@ -402,7 +402,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
             [] => {
                 eprintln!("mcp_server: stdio");
-                server.serve_stdio().await?;
+                if let Err(e) = server.serve_stdio().await {
+                    // Its output closed (the client stopped reading), say:
+                    // at once, since tokio's stdin reader is a blocking
+                    // thread the runtime would wait for while stdin stays
+                    // open.
+                    eprintln!("mcp_server: {e}");
+                    std::process::exit(1);
+                }
                 eprintln!("mcp_server: stdin closed, exiting");
             }
             _ => {

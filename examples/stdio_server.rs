@@ -67,11 +67,23 @@ fn calculator() -> Dispatcher<(), WithAsync> {
 }
 
 #[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn main() {
     eprintln!("stdio_server: ready, one JSON-RPC message per line on stdin");
     let limits = Limits::default();
     let framer = Lines::new().max_frame(limits.max_message_len);
-    let reason = serve_stdio(calculator(), framer, limits, None, Shutdown::new()).await?;
-    eprintln!("stdio_server: stopped ({reason:?})");
-    Ok(())
+    let code = match serve_stdio(calculator(), framer, limits, None, Shutdown::new()).await {
+        Ok(reason) => {
+            eprintln!("stdio_server: stopped ({reason:?})");
+            0
+        }
+        // Its output closed (the client stopped reading), say.
+        Err(e) => {
+            eprintln!("stdio_server: {e}");
+            1
+        }
+    };
+    // At once: tokio reads stdin on a blocking thread, which the runtime
+    // would wait for at its shutdown, for good while stdin stays open (a
+    // client that closed only the server's output).
+    std::process::exit(code)
 }

@@ -512,6 +512,35 @@ async fn stdio_server_answers_and_exits_cleanly_when_stdin_closes_mid_call() {
     assert!(logs.contains("stopped (Eof)"), "{logs}");
 }
 
+/// A client that closes the example's stdout but keeps its stdin open
+/// (it stopped reading): the next reply fails, and the process exits with
+/// status 1. It returned from `main` instead, and tokio's runtime then
+/// waited for its stdin reader (a blocking thread) for as long as stdin
+/// stayed open (found by a review of the examples).
+#[tokio::test]
+async fn stdio_server_exits_when_its_output_is_closed() {
+    let bin = example_binary("stdio_server", "server");
+    let mut child = tokio::process::Command::new(&bin)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    drop(child.stdout.take());
+    stdin
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"add\",\"params\":[2,3]}\n")
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(PATIENCE, child.wait())
+        .await
+        .expect("it exits with its stdin still open")
+        .unwrap();
+    assert_eq!(status.code(), Some(1), "{status}");
+    drop(stdin);
+}
+
 // ---------------------------------------------------------------------------
 // Hostile input.
 
