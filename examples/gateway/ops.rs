@@ -354,11 +354,25 @@ fn answer(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>
 /// gateway's shutdown, which `/health` reports while this goes on serving
 /// (the binary never triggers it: the endpoint ends with the process).
 pub async fn serve(listener: TcpListener, ops: Arc<Ops>, stop: Shutdown) {
+    // Short waits: with the RPC port's (a 120 s idle timeout, 30 s for a
+    // head), 64 connections left open by anything that reaches this port
+    // locked the load balancer's health checks out (each refused past the
+    // cap) for minutes at a time. Scrapers and checkers reconnect at no
+    // cost.
     let limits = Limits {
-        max_connections: 64,
+        max_connections: 256,
+        idle_timeout: OPS_IDLE,
+        body_timeout: OPS_IDLE,
         ..Limits::default()
     };
     let endpoint = Endpoint(ops);
     let make = move |_| endpoint.clone();
-    rpcwire::server::http::serve(listener, make, limits, None, stop).await;
+    rpcwire::server::http::Server::new(limits)
+        .header_read_timeout(OPS_IDLE)
+        .serve(listener, make, stop)
+        .await;
 }
+
+/// How long a connection to the operations port may stay idle, or take to
+/// send a request's head or body.
+const OPS_IDLE: Duration = Duration::from_secs(5);

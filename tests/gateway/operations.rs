@@ -830,6 +830,35 @@ async fn health_follows_the_upstream() {
     assert_eq!(status, 405);
 }
 
+/// The operations port lets idle connections go within seconds (a
+/// connection that sends nothing, one kept alive after its request): with
+/// the RPC port's waits (120 s idle, 30 s for a head) and 64 places,
+/// anything that reached the port could hold every place and lock the
+/// load balancer's health checks out for minutes (found by a review).
+#[tokio::test]
+async fn the_operations_port_lets_idle_connections_go() {
+    let (_chain, ops) = start_with_ops(config::Config::default()).await;
+    let silent = TcpStream::connect(ops).await.unwrap();
+    let mut kept = TcpStream::connect(ops).await.unwrap();
+    kept.write_all(b"GET /health HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let closed = |mut s: TcpStream| async move {
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got))
+            .await
+            .expect("closed within seconds")
+            .ok();
+        got
+    };
+    let (nothing, answered) = tokio::join!(closed(silent), closed(kept));
+    assert!(nothing.is_empty());
+    assert!(answered.starts_with(b"HTTP/1.1 200"), "{answered:?}");
+    // The port still answers.
+    let (status, _) = get(ops, "/health").await;
+    assert_eq!(status, 200);
+}
+
 /// An upstream that answers every call with an error object (a rate
 /// limiter's `429`, an expired key's `401`: `"id": null`) answers nothing:
 /// `/health` is 503, saying so. Error objects counted as answers, so such a
