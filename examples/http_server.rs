@@ -66,10 +66,14 @@ impl Service<Request<Incoming>> for WithMetrics {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr: SocketAddr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:8545".into())
-        .parse()?;
+    // `args_os`: `args` panics on an argument that is not Unicode.
+    let addr: SocketAddr = match std::env::args_os().nth(1) {
+        Some(arg) => arg
+            .into_string()
+            .map_err(|arg| format!("not an address: {arg:?}"))?
+            .parse()?,
+        None => "127.0.0.1:8545".parse()?,
+    };
     let metrics = Arc::new(Metrics::default());
     let dispatcher = Dispatcher::builder(Node {
         height: AtomicU64::new(0x1b4),

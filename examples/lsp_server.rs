@@ -206,6 +206,13 @@ fn initialize(call: Call<'_, Arc<Server>>) -> Result<Value, RpcError> {
             "the server is shutting down",
         ));
     }
+    // Sent once (LSP): a second would reset what the first agreed.
+    if call.state.initialized.load(Ordering::Acquire) {
+        return Err(RpcError::new(
+            INVALID_REQUEST,
+            "the server is already initialized",
+        ));
+    }
     // Only what is read of the params: the rest of a client's capabilities
     // (and their shapes) is no reason to refuse it.
     let params: Value = call.decode().unwrap_or(Value::Null);
@@ -225,12 +232,31 @@ fn initialize(call: Call<'_, Arc<Server>>) -> Result<Value, RpcError> {
     }))
 }
 
+/// A notification of the protocol sent with an id: no request the server
+/// has, answered as an unknown method is (the lifecycle's errors first).
+/// Its handler ran as if it were the notification, before `initialize`
+/// and after `shutdown` too.
+fn sent_as_request(call: &Call<'_, Arc<Server>>) -> Option<Result<(), RpcError>> {
+    call.id().is_some().then(|| unknown_method(call))
+}
+
 fn initialized(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
-    log(call.ctx, "initialized");
+    if let Some(answer) = sent_as_request(&call) {
+        return answer;
+    }
+    // Before `initialize` it is dropped, as every notification then: the
+    // log message would reach the client before the InitializeResult,
+    // which LSP forbids.
+    if call.state.initialized.load(Ordering::Acquire) {
+        log(call.ctx, "initialized");
+    }
     Ok(())
 }
 
 fn did_open(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    if let Some(answer) = sent_as_request(&call) {
+        return answer;
+    }
     if !call.state.initialized.load(Ordering::Acquire) {
         return Ok(()); // LSP: notifications before `initialize` are dropped
     }
@@ -245,6 +271,9 @@ fn did_open(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
 }
 
 fn did_change(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    if let Some(answer) = sent_as_request(&call) {
+        return answer;
+    }
     if !call.state.initialized.load(Ordering::Acquire) {
         return Ok(());
     }
@@ -260,6 +289,9 @@ fn did_change(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
 }
 
 fn did_close(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+    if let Some(answer) = sent_as_request(&call) {
+        return answer;
+    }
     let p: DidClose = call.decode()?;
     lock(&call.state.documents).remove(&p.text_document.uri);
     Ok(())
@@ -274,7 +306,7 @@ fn shutdown(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
 
 /// A method this server does not have: the lifecycle's errors as for any
 /// request, else -32601 naming it (notifications get no answer either way).
-fn unknown_method(call: Call<'_, Arc<Server>>) -> Result<(), RpcError> {
+fn unknown_method(call: &Call<'_, Arc<Server>>) -> Result<(), RpcError> {
     call.state.check_ready()?;
     #[derive(serde::Serialize)]
     struct Data<'a> {
@@ -465,7 +497,7 @@ pub fn language_server(stop: Shutdown) -> (Arc<Server>, Dispatcher<Arc<Server>, 
         .async_method("example/slow", slow)
         // Names of no method here: LSP's lifecycle first (-32002 before
         // `initialize`, -32600 after `shutdown`), then -32601.
-        .fallback(unknown_method)
+        .fallback(|call: Call<'_, Arc<Server>>| unknown_method(&call))
         .cancel_notification("$/cancelRequest", "id", CancelledReply::Error)
         // The client decides how long a call may take (it cancels).
         .timeout(None)

@@ -376,7 +376,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .tool(wait())
         .tool(ask_model())
         .build()?;
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // `args_os`: `args` panics on an argument that is not Unicode.
+    let Ok(args) = std::env::args_os()
+        .skip(1)
+        .map(std::ffi::OsString::into_string)
+        .collect::<Result<Vec<String>, _>>()
+    else {
+        eprintln!("usage: mcp_server [--http HOST:PORT]");
+        std::process::exit(2);
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -788,6 +788,27 @@ async fn the_http_server_example_stops_gracefully_on_sigterm() {
     http_server_example_stops_on("-TERM").await;
 }
 
+/// An argument that is not Unicode is refused with a message, not a
+/// panic (`std::env::args` panics on one; found by a review of the
+/// examples).
+#[cfg(unix)]
+#[test]
+fn the_http_examples_refuse_arguments_that_are_not_unicode() {
+    use std::os::unix::ffi::OsStrExt;
+    let arg = std::ffi::OsStr::from_bytes(b"127.0.0.1:\xff");
+    for (name, status) in [("http_server", 1), ("mcp_server", 2)] {
+        let bin = example(name);
+        let out = std::process::Command::new(&bin)
+            .arg(arg)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{name}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+    }
+}
+
 /// Generous: only for not hanging forever, never a measurement.
 #[cfg(unix)]
 const EXAMPLE_HANG: std::time::Duration = std::time::Duration::from_secs(60);

@@ -812,6 +812,33 @@ async fn unknown_methods_follow_the_lifecycle() {
     .await;
 }
 
+/// The protocol's notifications sent with an id (no requests of the
+/// protocol) follow the lifecycle as unknown methods do, and change
+/// nothing: before `initialize` `didClose` got `null`, after `shutdown`
+/// `didOpen` got `null` and kept the document; `initialized` before
+/// `initialize` logged to the client, and a second `initialize` reset the
+/// first (found by a review of the examples).
+#[tokio::test]
+async fn notifications_sent_as_requests_and_a_second_initialize_are_refused() {
+    in_process_conversation(async |c| {
+        let doc = json!({"textDocument": {"uri": "file:///a", "languageId": "text", "version": 1, "text": "a b c"}});
+        let early = c.call(json!(1), "textDocument/didClose", json!({"textDocument": {"uri": "file:///a"}})).await;
+        assert_eq!(code(&early), -32002, "{early}");
+        c.call(json!(2), "initialize", configurable()).await;
+        let again = c.call(json!(3), "initialize", configurable()).await;
+        assert_eq!(code(&again), -32600, "{again}");
+        let between = c.call(json!(4), "textDocument/didOpen", doc.clone()).await;
+        assert_eq!(code(&between), -32601, "{between}");
+        assert_eq!(between["error"]["data"]["method"], "textDocument/didOpen");
+        let down = c.call(json!(5), "shutdown", Value::Null).await;
+        assert_eq!(down["result"], Value::Null, "{down}");
+        let late = c.call(json!(6), "textDocument/didOpen", doc).await;
+        assert_eq!(code(&late), -32600, "{late}");
+        c.notify("exit", Value::Null).await;
+    })
+    .await;
+}
+
 /// The end of the server's input is the third way it gives up on its
 /// `workspace/configuration`.
 #[tokio::test]
