@@ -2396,9 +2396,6 @@ struct Activity {
     shutdown: Option<Shutdown>,
     /// HTTP/2: the connection's [`BodyBudget`], made at its first request.
     bodies: std::sync::OnceLock<ConnectionBodies>,
-    /// HTTP/2: response bodies not done yet (their streams still sending:
-    /// a download, an event stream), each counted by an [`OpenBody`].
-    open_bodies: AtomicUsize,
 }
 
 impl Activity {
@@ -2410,17 +2407,18 @@ impl Activity {
     }
 
     /// Bytes moved on the socket: traffic for the idle timer, except over
-    /// HTTP/2 while no request is being answered, no response body is
-    /// still being sent and its connection holds no body and no reply
-    /// unwritten. Frames then (a client's PINGs and their acks, SETTINGS,
-    /// WINDOW_UPDATEs) kept a connection that asked for nothing open for
-    /// good; HTTP/2's idle time counts from its last stream, as Go's and
-    /// nginx's servers count it.
+    /// HTTP/2 while no request is being answered and its connection holds
+    /// no body and no reply unwritten. Frames then (a client's PINGs and
+    /// their acks, SETTINGS, WINDOW_UPDATEs) kept a connection that asked
+    /// for nothing open for good; HTTP/2's idle time counts from its last
+    /// stream, as Go's and nginx's servers count it, and a response body
+    /// still being sent counts by its own frames ([`BodyProgress`]), so
+    /// that one waiting for an event with PINGs alone going on is idle, as
+    /// over HTTP/1.1.
     #[inline]
     fn touch_io(&self) {
         if self.h2.load(Ordering::Relaxed)
             && self.active.load(Ordering::Relaxed) == 0
-            && self.open_bodies.load(Ordering::Relaxed) == 0
             && self
                 .bodies
                 .get()
@@ -3134,19 +3132,19 @@ where
                     let out = ready!(future.poll(cx));
                     let mut response = match out {
                         Ok(response) => match this.replies.take() {
-                            // HTTP/2: its body counted as open until it is
-                            // done (the request's own count ends here).
+                            // HTTP/2: its body's frames count as traffic
+                            // (the request's own count ends here).
                             Some(budget) => {
-                                let open = this
+                                let progress = this
                                     .active
                                     .as_ref()
-                                    .map(|ActiveGuard(a)| OpenBody::new(Arc::clone(a)));
-                                held_reply(response, budget, open)
+                                    .map(|ActiveGuard(a)| BodyProgress(Arc::clone(a)));
+                                held_reply(response, budget, progress)
                             }
                             None => response.map(|body| Served::Service {
                                 body,
                                 held: BodyShare::default(),
-                                _open: None,
+                                progress: None,
                             }),
                         },
                         Err(_) => service_failed(),
@@ -3192,7 +3190,7 @@ where
 fn held_reply<B: Body>(
     response: Response<B>,
     budget: Arc<BodyBudget>,
-    open: Option<OpenBody>,
+    progress: Option<BodyProgress>,
 ) -> Response<Served<B>> {
     let hint = response.body().size_hint();
     let len = hint.exact().unwrap_or(hint.lower());
@@ -3226,26 +3224,19 @@ fn held_reply<B: Body>(
     response.map(|body| Served::Service {
         body,
         held,
-        _open: open,
+        progress,
     })
 }
 
-/// An HTTP/2 response body not done yet, counted in its connection's
-/// [`Activity::open_bodies`] until hyper drops it (sent whole, or its
-/// stream reset).
-struct OpenBody(Arc<Activity>);
+/// An HTTP/2 response body's connection: each frame the body yields is
+/// traffic for its idle timer (h2 asks for frames as the client's window
+/// lets it send them, so a download or an event stream that sends keeps
+/// the connection busy, and one stalled by its client does not), and so
+/// is its end.
+struct BodyProgress(Arc<Activity>);
 
-impl OpenBody {
-    fn new(activity: Arc<Activity>) -> OpenBody {
-        activity.open_bodies.fetch_add(1, Ordering::Relaxed);
-        OpenBody(activity)
-    }
-}
-
-impl Drop for OpenBody {
+impl Drop for BodyProgress {
     fn drop(&mut self) {
-        self.0.open_bodies.fetch_sub(1, Ordering::Relaxed);
-        // Its last frame may have been written with nothing else open.
         self.0.touch();
     }
 }
@@ -3297,8 +3288,8 @@ pin_project_lite::pin_project! {
             // it goes with the reply's data to h2, given back once that is
             // written or dropped.
             held: BodyShare,
-            // HTTP/2: the body counted as open while hyper holds it.
-            _open: Option<OpenBody>,
+            // HTTP/2: its frames are traffic.
+            progress: Option<BodyProgress>,
         },
         Failed { body: Option<Bytes> },
     }
@@ -3313,8 +3304,15 @@ impl<B: Body> Body for Served<B> {
         cx: &mut TaskContext<'_>,
     ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
         match self.project() {
-            ServedProj::Service { body, held, .. } => {
+            ServedProj::Service {
+                body,
+                held,
+                progress,
+            } => {
                 let frame = ready!(body.poll_frame(cx));
+                if let (Some(BodyProgress(activity)), Some(_)) = (progress.as_ref(), &frame) {
+                    activity.touch();
+                }
                 // The share goes with the first data: hyper hands it to h2,
                 // which keeps it until it is written (for a window the
                 // client may never give).

@@ -331,6 +331,24 @@ async fn h2_graceful_shutdown_finishes_streams() {
     assert_eq!(srv.metrics.connections_open(), 0);
 }
 
+/// An HTTP/2 client that PINGs every 100 ms, busy or not (hyper's
+/// keepalive, as gRPC's): its sender and its connection's future.
+async fn pinging_h2(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    hyper::client::conn::http2::Connection<TokioIo<TcpStream>, Full<Bytes>, TokioExecutor>,
+) {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(100))
+        .keep_alive_while_idle(true)
+        .handshake(TokioIo::new(stream))
+        .await
+        .unwrap()
+}
+
 /// Waits (5 s at most) for the server's connections to close, and checks
 /// that one was closed as idle.
 async fn closed_as_idle(metrics: &Metrics, what: &str) {
@@ -369,14 +387,7 @@ async fn h2_idle_connection_is_closed_and_counted() {
 async fn h2_pings_alone_do_not_keep_a_connection_open() {
     let _s = SERIAL.lock().await;
     let srv = start(small(5000), true).await;
-    let stream = TcpStream::connect(srv.addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .timer(hyper_util::rt::TokioTimer::new())
-        .keep_alive_interval(Duration::from_millis(100))
-        .keep_alive_while_idle(true)
-        .handshake::<_, Full<Bytes>>(TokioIo::new(stream))
-        .await
-        .unwrap();
+    let (mut sender, conn) = pinging_h2(srv.addr).await;
     let ended = tokio::spawn(conn);
     // A call twice the idle timeout (600 ms) long: not idle meanwhile.
     let r = sender
@@ -394,7 +405,7 @@ async fn h2_pings_alone_do_not_keep_a_connection_open() {
 
 /// A response body streamed over HTTP/2 for longer than the idle timeout
 /// (a download, an event stream: here 12 chunks 100 ms apart, the idle
-/// timeout 300 ms), from a service of the user's own, is traffic: the
+/// timeout 600 ms), from a service of the user's own, is traffic: the
 /// connection is not closed as idle under it. The first form of the fix
 /// above counted frames only while a request was being answered, and a
 /// request's count ends with its response's head (found by a review).
@@ -404,7 +415,7 @@ async fn h2_a_streamed_body_keeps_its_connection_busy() {
     let _s = SERIAL.lock().await;
     const CHUNKS: usize = 12;
     let limits = Limits {
-        idle_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(600),
         ..Limits::default()
     };
     let metrics = Arc::new(Metrics::default());
@@ -434,6 +445,41 @@ async fn h2_a_streamed_body_keeps_its_connection_busy() {
     assert_eq!(metrics.limit_count(LimitKind::Idle), 0);
     // Then quiet: closed as idle.
     closed_as_idle(&metrics, "the quiet connection closed").await;
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+}
+
+/// A response body that stays open and sends nothing (an event stream
+/// waiting for an event) while its client PINGs is idle, as it would be
+/// over HTTP/1.1: the frames a body sends count, not the client's PINGs
+/// around an open one (counting every frame while a body was open kept
+/// such a connection for good; found by a review of the mend above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_a_silent_open_body_with_pings_is_idle() {
+    let _s = SERIAL.lock().await;
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let metrics = Arc::new(Metrics::default());
+    let service = tower::service_fn(|_: Request<hyper::body::Incoming>| async {
+        let silent =
+            futures_util::stream::pending::<Result<Frame<Bytes>, std::convert::Infallible>>();
+        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::StreamBody::new(
+            silent,
+        )))
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = Server::new(limits).metrics(metrics.clone());
+    let task = tokio::spawn(server.serve(listener, move |_| service, shutdown.clone()));
+    let (mut sender, conn) = pinging_h2(addr).await;
+    tokio::spawn(conn);
+    let r = sender.send_request(post("")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _open = r.into_body();
+    closed_as_idle(&metrics, "a silent open body with PINGs closed as idle").await;
     shutdown.trigger();
     tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }
