@@ -21,7 +21,9 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use rpcwire::bytes::Bytes;
 use rpcwire::dispatch::WithAsync;
-use rpcwire::http::{Method, Request, Response};
+use rpcwire::http::header::HOST;
+use rpcwire::http::{Method, Request, Response, StatusCode};
+use rpcwire::server::hosts::AllowedHosts;
 use rpcwire::server::http::{HttpService, ResponseBody, serve};
 use rpcwire::server::{Limits, Metrics, Shutdown};
 use rpcwire::{Call, Dispatcher, RpcError};
@@ -40,6 +42,9 @@ struct Node {
 struct WithMetrics {
     rpc: HttpService<Node, WithAsync>,
     metrics: Arc<Metrics>,
+    /// The hosts the JSON-RPC service answers, checked here for `/metrics`
+    /// too (a rebound page could read it).
+    hosts: AllowedHosts,
 }
 
 impl Service<Request<Incoming>> for WithMetrics {
@@ -53,6 +58,17 @@ impl Service<Request<Incoming>> for WithMetrics {
 
     fn call(&mut self, req: Request<Incoming>) -> Self::Future {
         if req.method() == Method::GET && req.uri().path() == "/metrics" {
+            let host = match req.uri().authority() {
+                Some(authority) => Some(authority.as_str().as_bytes()),
+                None => req.headers().get(HOST).map(|h| h.as_bytes()),
+            };
+            if !host.is_some_and(|h| self.hosts.allows(h)) {
+                let response = Response::builder()
+                    .status(StatusCode::FORBIDDEN)
+                    .body(Full::new(Bytes::from_static(b"host not allowed\n")))
+                    .expect("a valid response");
+                return Box::pin(std::future::ready(Ok(response)));
+            }
             let text = self.metrics.render();
             let response = Response::builder()
                 .header("content-type", "text/plain; version=0.0.4")
@@ -96,15 +112,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // of another site that makes its name resolve to 127.0.0.1 (DNS
     // rebinding) calls with same-origin requests, no preflight, which the
     // `Host` it names gives away. List the names a deployment is reached by.
-    let hosts = rpcwire::server::hosts::AllowedHosts::list(["localhost"])?;
-    let rpc = HttpService::new(dispatcher, &limits, Some(metrics.clone())).allowed_hosts(hosts);
+    let hosts = AllowedHosts::list(["localhost"])?;
+    let rpc =
+        HttpService::new(dispatcher, &limits, Some(metrics.clone())).allowed_hosts(hosts.clone());
     let service = WithMetrics {
         rpc,
         metrics: metrics.clone(),
+        hosts,
     };
     let make = move |peer| WithMetrics {
         rpc: service.rpc.clone().with_peer_addr(peer),
-        metrics: service.metrics.clone(),
+        ..service.clone()
     };
     let listener = tokio::net::TcpListener::bind(addr).await?;
     // Before it says where it listens: a stop signal from then on is

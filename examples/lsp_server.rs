@@ -4,8 +4,9 @@
 //! notifications come in, and the server sends its own requests and
 //! notifications out on the same pipes.
 //!
-//! * `initialize` answers the server's capabilities; `initialized` is
-//!   acknowledged with a `window/logMessage`.
+//! * `initialize` answers the server's capabilities (once: a second gets
+//!   -32600); `initialized` after it is acknowledged with a
+//!   `window/logMessage` (before it, dropped as every notification).
 //! * `textDocument/didOpen`, `didChange` (full text) and `didClose` keep
 //!   the documents' text in memory (before `initialize` they are dropped,
 //!   as LSP says, and a `didChange` of a document not open is ignored).
@@ -38,7 +39,8 @@
 //! Requests other than `initialize` before `initialize` get -32002
 //! (`ServerNotInitialized`); requests after `shutdown` (`initialize` and
 //! `shutdown` again among them) get -32600; methods the server does not
-//! have, the same, and -32601 in between.
+//! have, the same, and -32601 in between, as the protocol's notifications
+//! (`initialized`, `didOpen`, …) sent with an id.
 //!
 //! Logs go to stderr: stdout carries only LSP frames.
 //!

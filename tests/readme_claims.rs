@@ -900,6 +900,8 @@ async fn http_server_example_stops_on(signal: &str) {
     let post = "POST / HTTP/1.1\r\nContent-Type: application/json";
     let (status, _) = http1_naming(&addr, "evil.example", post, call).await;
     assert!(status.contains(" 403 "), "{status}");
+    let (status, _) = http1_naming(&addr, "evil.example", "GET /metrics HTTP/1.1", "").await;
+    assert!(status.contains(" 403 "), "/metrics: {status}");
     let port = addr.rsplit_once(':').unwrap().1;
     let (status, _) = http1_naming(&addr, &format!("localhost:{port}"), post, call).await;
     assert!(status.contains(" 200 "), "{status}");

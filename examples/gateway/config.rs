@@ -114,9 +114,10 @@ usage: gateway [options]
                         missing directories are made (0751, as geth).
                         Removed when the gateway exits
   --metrics ADDR        serve GET /metrics (Prometheus text) and GET /health
-                        (200 when an upstream answers eth_chainId or the
-                        built-in chain serves, else 503; a forward answered,
-                        or a probe's outcome, stands for a second, so
+                        (200 when an upstream answers eth_chainId with a
+                        result or the built-in chain serves, else 503; a
+                        forward answered with a result, or a probe's
+                        outcome, stands for a second, so
                         probes ask the upstream at most once a second) on
                         a listener of their own at ADDR (default: off); up
                         through a shutdown's drain (/health then 503,

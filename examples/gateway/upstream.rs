@@ -478,8 +478,8 @@ impl Upstreams {
     /// would be (the healthy upstreams first, failing over), within
     /// `within` (at least the connect deadline and a second more: a first
     /// upstream that takes no connection costs that deadline before the
-    /// next is asked) and the per-request timeout. An upstream that
-    /// answers with an error object of its own answers all the same. `Err`
+    /// next is asked) and the per-request timeout, with a result: an error
+    /// object (a rate limiter's, an expired key's) is no answer. `Err`
     /// says why none did.
     pub async fn probe(&self, within: Duration) -> Result<(), String> {
         let within = within
@@ -637,8 +637,9 @@ impl Upstreams {
             return (answer, true);
         }
         let mut last = None;
-        // The one clock reading of a forwarded call (each costs tens of
-        // nanoseconds on a virtual machine).
+        // The clock read once for the forward (each reading costs tens of
+        // nanoseconds on a virtual machine; `note_answer` reads it again
+        // for an answer, for `/health`).
         let now = Instant::now();
         for i in self.order(now) {
             let up = &self.http[i];

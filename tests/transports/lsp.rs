@@ -821,9 +821,13 @@ async fn unknown_methods_follow_the_lifecycle() {
 #[tokio::test]
 async fn notifications_sent_as_requests_and_a_second_initialize_are_refused() {
     in_process_conversation(async |c| {
+        // Dropped before `initialize`: the first message the client gets
+        // is the answer to 1, not a log.
+        c.notify("initialized", json!({})).await;
         let doc = json!({"textDocument": {"uri": "file:///a", "languageId": "text", "version": 1, "text": "a b c"}});
         let early = c.call(json!(1), "textDocument/didClose", json!({"textDocument": {"uri": "file:///a"}})).await;
         assert_eq!(code(&early), -32002, "{early}");
+        assert!(!c.logs.iter().any(|l| l == "initialized"), "{:?}", c.logs);
         c.call(json!(2), "initialize", configurable()).await;
         let again = c.call(json!(3), "initialize", configurable()).await;
         assert_eq!(code(&again), -32600, "{again}");
