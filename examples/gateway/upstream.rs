@@ -180,6 +180,14 @@ struct HttpUpstream {
     stats: UpstreamStats,
 }
 
+impl HttpUpstream {
+    /// Whether it takes calls at `now` (milliseconds since the epoch of
+    /// [`Upstreams`]): not resting.
+    fn healthy_at(&self, now: u64) -> bool {
+        self.rest_until.load(Ordering::Relaxed) <= now
+    }
+}
+
 /// What went wrong with one upstream, for the metrics endpoint: counted on
 /// the failure paths only (a call answered at once counts nothing here),
 /// with relaxed atomics.
@@ -443,7 +451,7 @@ impl Upstreams {
             .iter()
             .map(|up| UpstreamState {
                 name: &up.name,
-                healthy: up.rest_until.load(Ordering::Relaxed) <= now,
+                healthy: up.healthy_at(now),
                 in_flight: up
                     .ws
                     .is_none()
@@ -459,9 +467,10 @@ impl Upstreams {
     /// first).
     pub fn a_fallback_serves(&self) -> bool {
         let now = self.now_ms();
-        let healthy = |up: &HttpUpstream| up.rest_until.load(Ordering::Relaxed) <= now;
         match self.http.split_first() {
-            Some((first, others)) => !healthy(first) && others.iter().any(healthy),
+            Some((first, others)) => {
+                !first.healthy_at(now) && others.iter().any(|up| up.healthy_at(now))
+            }
             None => false,
         }
     }
@@ -490,24 +499,23 @@ impl Upstreams {
             // A node answers `eth_chainId`: an error object is a rate
             // limiter's, an expired key's, a proxy's in front of a node
             // that is down.
-            Ok(Err(e)) if e.raw_object().is_some() => {
-                let object = e.raw_object().unwrap_or_default();
-                Err(format!(
+            Ok(Err(e)) => Err(match e.raw_object() {
+                Some(object) => format!(
                     "eth_chainId answered with an error: {}",
                     String::from_utf8_lossy(&object[..object.len().min(256)])
-                ))
-            }
-            Ok(Err(e)) => Err(e
-                .data()
-                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-                .and_then(|d| {
-                    let reason = d.get("reason")?.as_str()?;
-                    Some(match d.get("upstream").and_then(|u| u.as_str()) {
-                        Some(up) => format!("{up}: {reason}"),
-                        None => reason.to_string(),
+                ),
+                None => e
+                    .data()
+                    .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+                    .and_then(|d| {
+                        let reason = d.get("reason")?.as_str()?;
+                        Some(match d.get("upstream").and_then(|u| u.as_str()) {
+                            Some(up) => format!("{up}: {reason}"),
+                            None => reason.to_string(),
+                        })
                     })
-                })
-                .unwrap_or_else(|| e.message().to_string())),
+                    .unwrap_or_else(|| e.message().to_string()),
+            }),
             Err(_) => Err(format!(
                 "no upstream answered eth_chainId within {} ms",
                 within.as_millis()
@@ -561,7 +569,7 @@ impl Upstreams {
     /// the order given, then the resting ones.
     fn order(&self, now: Instant) -> impl Iterator<Item = usize> + '_ {
         let now = now.duration_since(self.epoch).as_millis() as u64;
-        let healthy = move |i: &usize| self.http[*i].rest_until.load(Ordering::Relaxed) <= now;
+        let healthy = move |i: &usize| self.http[*i].healthy_at(now);
         let n = self.http.len();
         (0..n)
             .filter(healthy)
@@ -1530,7 +1538,7 @@ impl WsConn {
         subscribe: Option<Sink>,
         timeout: Duration,
     ) -> Result<Bytes, RpcError> {
-        self.call_queued(id, body, subscribe, timeout, true)
+        self.call_queued(id, body, subscribe, timeout)
             .await
             .map_err(WsCallError::into_rpc)
     }
@@ -1544,7 +1552,7 @@ impl WsConn {
         body: Vec<u8>,
         timeout: Duration,
     ) -> Result<Bytes, WsCallError> {
-        self.call_queued(id, body, None, timeout, true).await
+        self.call_queued(id, body, None, timeout).await
     }
 
     /// Unsubscribes the upstream subscription `up` (a client's
@@ -1563,7 +1571,6 @@ impl WsConn {
         body: Vec<u8>,
         subscribe: Option<Sink>,
         timeout: Duration,
-        bounded: bool,
     ) -> Result<Bytes, WsCallError> {
         let (tx, rx) = oneshot::channel();
         let waiter = match subscribe {
@@ -1575,7 +1582,8 @@ impl WsConn {
         let text = String::from_utf8(body)
             .map_err(|_| WsCallError::Failed(RpcError::internal("request not UTF-8")))?;
         let sending = Arc::new(Sending::new());
-        if let Err(why) = self.send(text, bounded, Some(Arc::clone(&sending))) {
+        // Bounded: a call's request waits its turn in the queue.
+        if let Err(why) = self.send(text, true, Some(Arc::clone(&sending))) {
             return Err(WsCallError::Unsent(errors::upstream_failed(
                 &self.name, why,
             )));

@@ -857,9 +857,9 @@ impl Connection {
                 // was written past both).
                 let inner = &dispatcher.inner;
                 let id = Id::from_validated(id);
-                let mut outcome = Some(Outcome::Error(REQUEST_CANCELLED));
-                if by.reply == CancelledReply::Error {
-                    if inner.single_budget(id).is_some() {
+                let outcome = match by.reply {
+                    CancelledReply::Nothing => Some(Outcome::Error(REQUEST_CANCELLED)),
+                    CancelledReply::Error if inner.single_budget(id).is_some() => {
                         let (_, written) = write_error_reply(
                             out,
                             id,
@@ -868,13 +868,14 @@ impl Connection {
                             REQUEST_CANCELLED,
                             |o| write_error_tail(o, REQUEST_CANCELLED, "Request cancelled", None),
                         );
-                        outcome = Some(written);
-                    } else {
+                        Some(written)
+                    }
+                    CancelledReply::Error => {
                         // Reported as it is written.
                         inner.refuse_whole(out);
-                        outcome = None;
+                        None
                     }
-                }
+                };
                 if let (Some(observer), Some(outcome)) = (&inner.observer, outcome) {
                     let method = match inner.parser.parse_incoming(&taken, &self.arena) {
                         Ok(Message::Single(item)) => match item.as_entry() {

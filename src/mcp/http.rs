@@ -1039,12 +1039,12 @@ fn origin_ok(origin: Option<&HeaderValue>, allowed: &[String]) -> bool {
     let Some(origin) = origin else {
         return true;
     };
+    if listed(origin, allowed) {
+        return true;
+    }
     let Ok(origin) = origin.to_str() else {
         return false;
     };
-    if allowed.iter().any(|a| a == origin) {
-        return true;
-    }
     let Some((_, rest)) = origin.split_once("://") else {
         return false;
     };

@@ -414,26 +414,16 @@ async fn h2_a_streamed_body_keeps_its_connection_busy() {
     use futures_util::StreamExt;
     let _s = SERIAL.lock().await;
     const CHUNKS: usize = 12;
-    let limits = Limits {
-        idle_timeout: Duration::from_millis(600),
-        ..Limits::default()
-    };
-    let metrics = Arc::new(Metrics::default());
-    let service = tower::service_fn(|_: Request<hyper::body::Incoming>| async {
+    let srv = serve_streamed(Duration::from_millis(600), || {
         let chunks = futures_util::stream::iter(0..CHUNKS).then(|i| async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(format!("chunk {i}\n"))))
+            Ok(Frame::data(Bytes::from(format!("chunk {i}\n"))))
         });
-        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::StreamBody::new(
-            Box::pin(chunks),
-        )))
-    });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let server = Server::new(limits).metrics(metrics.clone());
-    let task = tokio::spawn(server.serve(listener, move |_| service, shutdown.clone()));
-    let mut sender = h2::<Full<Bytes>>(addr).await;
+        Box::pin(chunks)
+    })
+    .await;
+    let metrics = &srv.metrics;
+    let mut sender = h2::<Full<Bytes>>(srv.addr).await;
     let r = sender.send_request(post("")).await.unwrap();
     assert_eq!(r.status(), 200);
     let body = tokio::time::timeout(HANG, r.into_body().collect())
@@ -444,9 +434,8 @@ async fn h2_a_streamed_body_keeps_its_connection_busy() {
     assert_eq!(body.iter().filter(|&&b| b == b'\n').count(), CHUNKS);
     assert_eq!(metrics.limit_count(LimitKind::Idle), 0);
     // Then quiet: closed as idle.
-    closed_as_idle(&metrics, "the quiet connection closed").await;
-    shutdown.trigger();
-    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+    closed_as_idle(metrics, "the quiet connection closed").await;
+    srv.stop().await;
 }
 
 /// A response body that stays open and sends nothing (an event stream
@@ -457,31 +446,66 @@ async fn h2_a_streamed_body_keeps_its_connection_busy() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn h2_a_silent_open_body_with_pings_is_idle() {
     let _s = SERIAL.lock().await;
+    let srv = serve_streamed(Duration::from_millis(300), || {
+        Box::pin(futures_util::stream::pending())
+    })
+    .await;
+    let (mut sender, conn) = pinging_h2(srv.addr).await;
+    tokio::spawn(conn);
+    let r = sender.send_request(post("")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let _open = r.into_body();
+    closed_as_idle(&srv.metrics, "a silent open body with PINGs closed as idle").await;
+    srv.stop().await;
+}
+
+/// A response body's frames, streamed.
+type Chunks = Pin<
+    Box<dyn futures_util::Stream<Item = Result<Frame<Bytes>, std::convert::Infallible>> + Send>,
+>;
+
+/// A server that is not one of rpcwire's own services: `serve` with a
+/// service of the user's own answering every request with `body()`
+/// streamed, under an idle timeout of `idle`.
+async fn serve_streamed(idle: Duration, body: fn() -> Chunks) -> Streamed {
     let limits = Limits {
-        idle_timeout: Duration::from_millis(300),
+        idle_timeout: idle,
         ..Limits::default()
     };
     let metrics = Arc::new(Metrics::default());
-    let service = tower::service_fn(|_: Request<hyper::body::Incoming>| async {
-        let silent =
-            futures_util::stream::pending::<Result<Frame<Bytes>, std::convert::Infallible>>();
-        Ok::<_, std::convert::Infallible>(hyper::Response::new(http_body_util::StreamBody::new(
-            silent,
-        )))
+    let service = tower::service_fn(move |_: Request<hyper::body::Incoming>| async move {
+        let body = http_body_util::StreamBody::new(body());
+        Ok::<_, std::convert::Infallible>(hyper::Response::new(body))
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let server = Server::new(limits).metrics(metrics.clone());
     let task = tokio::spawn(server.serve(listener, move |_| service, shutdown.clone()));
-    let (mut sender, conn) = pinging_h2(addr).await;
-    tokio::spawn(conn);
-    let r = sender.send_request(post("")).await.unwrap();
-    assert_eq!(r.status(), 200);
-    let _open = r.into_body();
-    closed_as_idle(&metrics, "a silent open body with PINGs closed as idle").await;
-    shutdown.trigger();
-    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
+    Streamed {
+        addr,
+        metrics,
+        shutdown,
+        task,
+    }
+}
+
+/// [`serve_streamed`]'s server.
+struct Streamed {
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Streamed {
+    async fn stop(self) {
+        self.shutdown.trigger();
+        tokio::time::timeout(HANG, self.task)
+            .await
+            .unwrap()
+            .unwrap();
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -449,16 +449,21 @@ async fn lsp_framing_over_a_unix_socket() {
 // ---------------------------------------------------------------------------
 // stdio, through the example, as a child process.
 
-#[tokio::test]
-async fn stdio_server_answers_and_exits_cleanly_when_stdin_closes_mid_call() {
+/// The example started, its stdin and stdout piped.
+fn stdio_server(stderr: std::process::Stdio) -> tokio::process::Child {
     let bin = example_binary("stdio_server", "server");
-    let mut child = tokio::process::Command::new(&bin)
+    tokio::process::Command::new(&bin)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test]
+async fn stdio_server_answers_and_exits_cleanly_when_stdin_closes_mid_call() {
+    let mut child = stdio_server(std::process::Stdio::piped());
     let mut stdin = child.stdin.take().unwrap();
     let mut stdout = Messages::new(child.stdout.take().unwrap(), Framing::Lines);
     let mut stderr = child.stderr.take().unwrap();
@@ -519,14 +524,7 @@ async fn stdio_server_answers_and_exits_cleanly_when_stdin_closes_mid_call() {
 /// stayed open (found by a review of the examples).
 #[tokio::test]
 async fn stdio_server_exits_when_its_output_is_closed() {
-    let bin = example_binary("stdio_server", "server");
-    let mut child = tokio::process::Command::new(&bin)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut child = stdio_server(std::process::Stdio::null());
     let mut stdin = child.stdin.take().unwrap();
     drop(child.stdout.take());
     stdin
