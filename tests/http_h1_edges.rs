@@ -1710,12 +1710,13 @@ async fn a_reply_before_a_close_is_not_cut_by_a_reset() {
     }
 }
 
-/// The lingering close lets a quiet client go after a short wait: a
-/// client that keeps its idle kept-alive connection open, neither reading
-/// nor closing (a connection pool), held every graceful shutdown for the
-/// whole linger (2 s). The bound is far above the quiet wait (200 ms) and
-/// just below the linger: a hang guard for that case, not a measurement. Found
-/// by the review of this session's diff.
+/// A client that keeps its idle kept-alive connection open, neither
+/// reading nor closing (a connection pool), does not hold a graceful
+/// shutdown: on both loops the connection closes through the lingering
+/// close, which lets a quiet client go after 200 ms rather than the
+/// linger's 2 s (measured on a paused clock by the unit test
+/// `a_lingering_close_lets_a_quiet_client_go_early`). The bound here is a
+/// hang guard (the idle timeout is two minutes), not a measurement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_idle_client_does_not_hold_a_shutdown_for_the_linger() {
     let _shared = HEAP.read().await;
@@ -1734,7 +1735,7 @@ async fn a_quiet_idle_client_does_not_hold_a_shutdown_for_the_linger() {
         let took = started.elapsed();
         drop(stream);
         assert!(
-            took < Duration::from_millis(1900),
+            took < Duration::from_secs(15),
             "own loop {own}: the shutdown took {took:?}"
         );
     }

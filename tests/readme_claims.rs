@@ -919,8 +919,8 @@ async fn http_server_example_stops_on(signal: &str) {
 
 // The MCP example over Streamable HTTP (`--http`) stops gracefully on
 // SIGTERM or Ctrl-C (it ran on a future that never ended, so it was
-// killed at once, its calls and event streams cut). Found by a review of
-// the examples.
+// killed at once, its calls and event streams cut), a call in flight
+// answered first. Found by a review of the examples.
 #[cfg(unix)]
 #[tokio::test]
 async fn the_mcp_example_over_http_stops_gracefully_on_sigterm() {
@@ -938,8 +938,80 @@ async fn the_mcp_example_over_http_stops_gracefully_on_sigterm() {
     .await;
     assert!(status.contains(" 200 "), "{status}: {body}");
     assert!(body.contains("rpcwire-mcp-example"), "{body}");
+    // A call in flight when the signal comes is answered before the exit:
+    // its first progress event says it runs, then the signal.
+    let mut call = mcp_wait_call(addr).await;
     let rest = stop_example(child, stderr, "-TERM").await;
     assert!(rest.iter().any(|l| l == "mcp_server: stopped"), "{rest:?}");
+    assert!(
+        !rest.iter().any(|l| l == "mcp_server: wait cancelled"),
+        "{rest:?}"
+    );
+    let mut tail = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut call.0, &mut tail)
+        .await
+        .unwrap();
+    call.1.push_str(&tail);
+    assert!(call.1.contains("waited 1500 ms"), "{}", call.1);
+}
+
+/// Opens a session on the MCP example at `addr` and starts a 1.5 s `wait`
+/// call with a progress token: returns its connection, once what it read
+/// (kept beside it) holds the call's first progress event.
+#[cfg(unix)]
+async fn mcp_wait_call(addr: String) -> (tokio::net::TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let post = |session: &str, body: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-06-18\r\n\
+             {session}Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let exchange = async |request: String| {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        s.write_all(request.as_bytes()).await.unwrap();
+        s
+    };
+    let mut s = exchange(post(
+        "",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+    ))
+    .await;
+    let mut got = String::new();
+    s.read_to_string(&mut got).await.unwrap();
+    let session = got
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .starts_with("mcp-session-id:")
+                .then(|| l[15..].trim().to_string())
+        })
+        .unwrap_or_else(|| panic!("no session id: {got}"));
+    let session = format!("Mcp-Session-Id: {session}\r\n");
+    let mut s = exchange(post(
+        &session,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+    ))
+    .await;
+    s.read_to_string(&mut String::new()).await.unwrap();
+    let mut s = exchange(post(
+        &session,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"ms":1500},"_meta":{"progressToken":"p"}}}"#,
+    ))
+    .await;
+    let mut read = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&read).contains("notifications/progress") {
+        let n = tokio::time::timeout(EXAMPLE_HANG, s.read(&mut buf))
+            .await
+            .expect("hang: no progress")
+            .unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&read));
+        read.extend_from_slice(&buf[..n]);
+    }
+    (s, String::from_utf8(read).unwrap())
 }
 
 // "the response size ... bounds memory as well as bytes sent: ...

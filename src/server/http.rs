@@ -3412,6 +3412,59 @@ pub fn header<'c>(ctx: &'c Context, name: &str) -> Option<&'c HeaderValue> {
 mod tests {
     use super::{AcceptEncoding, is_json_content_type, qvalue_is_zero};
 
+    /// The lingering close on a paused clock: a quiet client is let go
+    /// after [`LINGER_QUIET`](super::LINGER_QUIET), one that keeps sending
+    /// is read for the whole [`LINGER`](super::LINGER), and the hard stop
+    /// ends it at once (virtual time, so the bounds are exact).
+    #[tokio::test(start_paused = true)]
+    async fn a_lingering_close_lets_a_quiet_client_go_early() {
+        use super::{LINGER, LINGER_QUIET, close_lingering};
+        use crate::server::Shutdown;
+        use tokio::io::AsyncWriteExt;
+        use tokio::net::{TcpListener, TcpStream};
+
+        async fn pair() -> (TcpStream, TcpStream) {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let client = TcpStream::connect(listener.local_addr().unwrap())
+                .await
+                .unwrap();
+            (listener.accept().await.unwrap().0, client)
+        }
+
+        // Quiet: 200 ms, not the 2 s linger.
+        let (server, _client) = pair().await;
+        let started = tokio::time::Instant::now();
+        close_lingering(server, &Shutdown::new()).await;
+        assert_eq!(started.elapsed(), LINGER_QUIET);
+
+        // A byte every 150 ms keeps it reading until the linger's end.
+        let (server, mut client) = pair().await;
+        let talker = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(LINGER_QUIET * 3 / 4).await;
+                if client.write_all(b"x").await.is_err() {
+                    return;
+                }
+            }
+        });
+        let started = tokio::time::Instant::now();
+        close_lingering(server, &Shutdown::new()).await;
+        assert_eq!(started.elapsed(), LINGER);
+        talker.abort();
+
+        // The hard stop, triggered while it lingers, ends it then.
+        let (server, _client) = pair().await;
+        let hard = Shutdown::new();
+        let trigger = hard.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER_QUIET / 2).await;
+            trigger.trigger();
+        });
+        let started = tokio::time::Instant::now();
+        close_lingering(server, &hard).await;
+        assert_eq!(started.elapsed(), LINGER_QUIET / 2);
+    }
+
     #[test]
     fn qvalues() {
         for (q, zero) in [

@@ -1557,9 +1557,21 @@ async fn estimate_gas_counts_the_access_list() {
 #[tokio::test]
 async fn trailing_bytes_after_a_raw_transaction_are_refused() {
     let gw = start(config::Config::default()).await;
-    let raw = sign(eip1559(0, Address::repeat_byte(6), 1, 31337), key(0)) + "deadbeef";
-    let r = send(gw.addr, &raw).await;
-    assert!(r["error"].is_object(), "accepted with trailing bytes: {r}");
+    let whole = sign(eip1559(0, Address::repeat_byte(6), 1, 31337), key(0));
+    let r = send(gw.addr, &(whole.clone() + "deadbeef")).await;
+    assert_eq!(
+        r["error"]["code"], -32000,
+        "accepted with trailing bytes: {r}"
+    );
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("transaction could not be decoded")),
+        "{r}"
+    );
+    // The same transaction alone: taken (the bytes behind were the fault).
+    let r = send(gw.addr, &whole).await;
+    assert!(r["result"].is_string(), "{r}");
 }
 
 /// The built-in chain: the priority fee goes to the block's `miner` (it

@@ -857,6 +857,16 @@ async fn the_operations_port_lets_idle_connections_go() {
     // The port still answers.
     let (status, _) = get(ops, "/health").await;
     assert_eq!(status, 200);
+    // And takes 256 at once: past 150 silent ones (accepted first, as
+    // they came), a health check is answered (at 64 places it was closed
+    // unanswered until the idle ones went).
+    let mut held = Vec::new();
+    for _ in 0..150 {
+        held.push(TcpStream::connect(ops).await.unwrap());
+    }
+    let (status, _) = get(ops, "/health").await;
+    assert_eq!(status, 200);
+    drop(held);
 }
 
 /// An upstream that answers every call with an error object (a rate

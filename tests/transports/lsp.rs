@@ -829,11 +829,21 @@ async fn notifications_sent_as_requests_and_a_second_initialize_are_refused() {
         assert_eq!(code(&early), -32002, "{early}");
         assert!(!c.logs.iter().any(|l| l == "initialized"), "{:?}", c.logs);
         c.call(json!(2), "initialize", configurable()).await;
-        let again = c.call(json!(3), "initialize", configurable()).await;
+        // Without the configuration capability: had it replaced the
+        // first, the count below would not ask the client.
+        let again = c
+            .call(json!(3), "initialize", json!({"capabilities": {}}))
+            .await;
         assert_eq!(code(&again), -32600, "{again}");
         let between = c.call(json!(4), "textDocument/didOpen", doc.clone()).await;
         assert_eq!(code(&between), -32601, "{between}");
         assert_eq!(between["error"]["data"]["method"], "textDocument/didOpen");
+        c.notify("textDocument/didOpen", doc.clone()).await;
+        let count = c
+            .call(json!(7), "example/wordCount", json!({"uri": "file:///a"}))
+            .await;
+        assert_eq!(count["result"]["words"], 3, "{count}");
+        assert_eq!(c.config_requests.len(), 1, "the client was not asked");
         let down = c.call(json!(5), "shutdown", Value::Null).await;
         assert_eq!(down["result"], Value::Null, "{down}");
         let late = c.call(json!(6), "textDocument/didOpen", doc).await;
