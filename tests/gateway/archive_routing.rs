@@ -590,7 +590,7 @@ async fn an_archive_that_is_down_fails_only_its_calls() {
 /// second archive never tried (found by a review).
 #[tokio::test]
 async fn an_archive_that_hangs_is_rested_though_the_call_waited_first() {
-    let full = Node::full(Duration::from_millis(500)).await;
+    let full = Node::full(Duration::from_secs(1)).await;
     let hanging = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hanging_addr = hanging.local_addr().unwrap();
     tokio::spawn(async move {
@@ -605,10 +605,11 @@ async fn an_archive_that_hangs_is_rested_though_the_call_waited_first() {
         format!("http://{hanging_addr}"),
         format!("http://{}", archive.addr),
     ];
-    config.timeout = Duration::from_secs(1);
+    config.timeout = Duration::from_secs(4);
     let gw = start(config).await;
-    // The head is asked first (half a second), then the hanging archive
-    // until the deadline.
+    // The head is asked first (a second), then the hanging archive until
+    // the deadline: it has three seconds of the call, past the quarter
+    // that rests it by two.
     let e = balance(gw.addr, json!("0x1")).await;
     assert_eq!(e["code"], -32002, "{e}");
     // Rested: the next old call goes to the second archive.
@@ -648,7 +649,7 @@ async fn slow_node(delay: Duration, answer: Answerer) -> SocketAddr {
 }
 
 /// A call that spent most of its time before it got to the archive (the
-/// full node took 1.8 s of its 2 s to say it lacks the state) and is
+/// full node took 5.1 s of its 6 s to say it lacks the state) and is
 /// dropped at its deadline a moment into a healthy but not instant
 /// archive's answer says nothing of that archive: it is not rested (judged
 /// by the deadline alone it was: under load, healthy upstreams were rested
@@ -656,9 +657,12 @@ async fn slow_node(delay: Duration, answer: Answerer) -> SocketAddr {
 /// fair share of the time is (the test above).
 #[tokio::test]
 async fn a_call_dropped_a_moment_into_its_archive_call_does_not_rest_it() {
-    let full = slow_node(Duration::from_millis(1800), Arc::new(full_answer)).await;
+    // The archive has at most 0.9 s of the call, under the quarter (1.5 s)
+    // that would rest it, and slower than that: the call is dropped in
+    // its answer, and the retry has 0.9 s to begin on a busy host.
+    let full = slow_node(Duration::from_millis(5100), Arc::new(full_answer)).await;
     let slow = slow_node(
-        Duration::from_millis(500),
+        Duration::from_secs(3),
         Arc::new(|_: &str, _: &Value| Ok(json!(ARCHIVE))),
     )
     .await;
@@ -667,7 +671,7 @@ async fn a_call_dropped_a_moment_into_its_archive_call_does_not_rest_it() {
         archives: vec![format!("http://{slow}")],
         state_blocks: KEEP,
         cache_bytes: 0,
-        timeout: Duration::from_secs(2),
+        timeout: Duration::from_secs(6),
         ..Default::default()
     };
     config.deny.clear();
@@ -693,13 +697,14 @@ async fn a_call_dropped_a_moment_into_its_archive_call_does_not_rest_it() {
 /// fallback (found by a review).
 #[tokio::test]
 async fn calls_dropped_while_waiting_for_an_upstream_place_do_not_rest_it() {
-    // The upstream takes 3.5 s of the 4 s timeout: the first call is
+    // The upstream takes 7 s of the 8 s timeout: the first call is
     // answered, the second gets the place then and is dropped at its
-    // deadline half a second later (under a quarter of the timeout with
-    // the upstream), the third never gets it.
+    // deadline a second later (under the quarter of the timeout, 2 s,
+    // with the upstream), the third never gets it; a second of room each
+    // way for a busy host.
     const SLOW: &str = "0x51";
     let slow = slow_node(
-        Duration::from_millis(3500),
+        Duration::from_secs(7),
         Arc::new(|_: &str, _: &Value| Ok(json!(SLOW))),
     )
     .await;
@@ -712,7 +717,7 @@ async fn calls_dropped_while_waiting_for_an_upstream_place_do_not_rest_it() {
         upstreams: vec![format!("http://{slow}"), format!("http://{fallback}")],
         upstream_connections: 1,
         cache_bytes: 0,
-        timeout: Duration::from_secs(4),
+        timeout: Duration::from_secs(8),
         ..Default::default()
     };
     let (gw, ops) = start_with_metrics(config).await;

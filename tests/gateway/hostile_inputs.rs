@@ -17,14 +17,21 @@ use super::*;
 use crate::eventually::eventually;
 use crate::http_request::{post_close as post, read_request};
 
+/// The upstream timeout is 1.5 s (its connect half of it): every ordinary
+/// call, dozens at once in a batch on a busy 2-core host, must finish
+/// within it, and the scripted hangs ([`HANG_MS`]) and late answers
+/// outlast it by seconds.
 fn proxy_config(upstream: SocketAddr, hyper_client: bool) -> config::Config {
     config::Config {
         upstreams: vec![format!("http://{upstream}")],
-        timeout: Duration::from_millis(400),
+        timeout: Duration::from_millis(1500),
         hyper_client,
         ..Default::default()
     }
 }
+
+/// How long a scripted upstream hangs: two seconds past the timeout.
+const HANG_MS: u64 = 3500;
 
 async fn call(addr: SocketAddr, body: &str) -> Value {
     let (status, body) = post(addr, body).await;
@@ -413,15 +420,15 @@ fn misbehave() -> Script {
                 let at = length_at(&b);
                 let digits = ok.len().to_string();
                 b.splice(at..at + digits.len(), (ok.len() + 10).to_string().bytes());
-                vec![Step::Write(b), Step::Sleep(1500)]
+                vec![Step::Write(b), Step::Sleep(HANG_MS)]
             }
             "chunk-short" => vec![
                 Step::Write(chunked(&ok, ok.len() - 2, "\r\n")),
-                Step::Sleep(1500),
+                Step::Sleep(HANG_MS),
             ],
             "chunk-long" => vec![
                 Step::Write(chunked(&ok, ok.len() + 5, "\r\n")),
-                Step::Sleep(1500),
+                Step::Sleep(HANG_MS),
             ],
             "chunk-no-crlf" => w(chunked(&ok, ok.len(), "XX")),
             // Both framings, in either order: chunked rules (RFC 9112
@@ -518,7 +525,10 @@ fn misbehave() -> Script {
                 let b = http("200 OK", &ok);
                 vec![Step::Write(b[..b.len() - 5].to_vec()), Step::Close]
             }
-            "late" => vec![Step::Sleep(900), Step::Write(http("200 OK", &ok))],
+            "late" => vec![
+                Step::Sleep(HANG_MS - 1000),
+                Step::Write(http("200 OK", &ok)),
+            ],
             // A chunk-size line that never ends: 20 KB of extension, no
             // CR, then nothing.
             "chunk-line-endless" => vec![
@@ -529,7 +539,7 @@ fn misbehave() -> Script {
                     )
                     .into_bytes(),
                 ),
-                Step::Sleep(1500),
+                Step::Sleep(HANG_MS),
             ],
             // A transfer coding besides (or instead of) chunked.
             "te-gzip-chunked" | "te-gzip" => {
@@ -540,7 +550,7 @@ fn misbehave() -> Script {
                 };
                 let b = chunked(&ok, ok.len(), "\r\n");
                 let b = String::from_utf8(b).unwrap().replace("chunked", coding);
-                vec![Step::Write(b.into_bytes()), Step::Sleep(1500)]
+                vec![Step::Write(b.into_bytes()), Step::Sleep(HANG_MS)]
             }
             // Interim replies without end before the final one.
             "interim-flood" => {
@@ -551,7 +561,7 @@ fn misbehave() -> Script {
             // A length the upstream never sends (a terabyte), then nothing.
             "cl-huge-hang" => vec![
                 Step::Write(b"HTTP/1.1 200 OK\r\ncontent-length: 1000000000000\r\n\r\n{".to_vec()),
-                Step::Sleep(1500),
+                Step::Sleep(HANG_MS),
             ],
             "head-only-close" => vec![
                 Step::Write(b"HTTP/1.1 200 OK\r\ncontent-type: app".to_vec()),
@@ -1216,7 +1226,7 @@ async fn the_largest_limits_mean_no_limit() {
 }
 
 /// Replies the gateway's own client cannot read are refused as soon as
-/// that is known, not waited on until the call's timeout (400 ms here):
+/// that is known, not waited on until the call's timeout (1.5 s here):
 /// a chunk-size line that never ends (it was buffered without bound), a
 /// transfer coding other than chunked (`gzip, chunked` was read to the
 /// close; hyper's client reads the chunks and hands the coded body on),

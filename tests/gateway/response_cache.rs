@@ -785,7 +785,9 @@ async fn a_finality_ask_never_answered_stops_no_caching() {
     let node = Node::start(0x10).await;
     node.stall_next_finality.store(true, Ordering::SeqCst);
     let (gw, _state) = start_app(config::Config {
-        timeout: Duration::from_millis(500),
+        // Every forward of the test must finish within it too: room for a
+        // busy host.
+        timeout: Duration::from_secs(3),
         finalized_every: Duration::from_millis(100),
         ..config(&[node.addr])
     })

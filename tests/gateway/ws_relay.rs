@@ -94,7 +94,11 @@ async fn subscribed_then_paused(
     let mut ws = client(gw.addr).await;
     let sub = subscribe(&mut ws, 1).await;
     send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Paused once it read `pause` (logged before it sleeps).
+    crate::eventually::eventually("the upstream paused", || {
+        log.lock().unwrap().iter().any(|v| v["method"] == "pause")
+    })
+    .await;
     (gw, ws, sub, log)
 }
 

@@ -391,9 +391,11 @@ async fn a_batch_refused_whole_for_its_response_size_is_counted() {
 
 /// `Limits::max_connections` is "connections open at once": a server told
 /// "no limit" (`usize::MAX`) serves, as the WebSocket and HTTP servers do,
-/// instead of panicking in its accept loop; and one told 0 serves one at a
-/// time, as every server takes 0 (it refused every connection, where the
-/// WebSocket and MCP servers took 0 as 1; found by a review).
+/// instead of panicking in its accept loop (a second connection served
+/// beside the first); and one told 0 serves one at a time, as every server
+/// takes 0 (a second refused while the first is open; it refused every
+/// connection, where the WebSocket and MCP servers took 0 as 1; found by a
+/// review).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tcp_server_with_no_or_a_zero_connection_limit_serves() {
     for max_connections in [usize::MAX, 0] {
@@ -421,6 +423,27 @@ async fn a_tcp_server_serves_with(max_connections: usize) {
         line,
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":\"0x1b4\"}\n"
     );
+    // A second at once, while the first is open: with 0 (one at a time)
+    // closed unanswered and counted, with no limit served.
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    second
+        .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"eth_blockNumber\"}\n")
+        .await
+        .unwrap();
+    let mut line = String::new();
+    let _ = tokio::time::timeout(PATIENCE, BufReader::new(&mut second).read_line(&mut line))
+        .await
+        .expect("an answer or a close in time");
+    let refused = metrics.limit_count(rpcwire::server::LimitKind::Connections);
+    if max_connections == 0 {
+        assert_eq!((line.as_str(), refused), ("", 1));
+    } else {
+        assert_eq!(
+            (line.as_str(), refused),
+            ("{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":\"0x1b4\"}\n", 0)
+        );
+    }
+    drop(w);
     shutdown.trigger();
     tokio::time::timeout(PATIENCE, task)
         .await

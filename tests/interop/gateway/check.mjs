@@ -614,8 +614,13 @@ async function ethersBuiltin(gw) {
     // Polling (HTTP): "block" events as transfers make blocks.
     await step('ethers/on("block") (polling)', async () => {
         const got = [];
+        const mark = payloads.length;
         await g.on("block", (b) => got.push(b));
-        await sleep(300);
+        // Its first poll only learns the head (a block mined before that
+        // answer is never emitted); the second is sent once it did.
+        const polls = () =>
+            payloads.slice(mark).flat().filter((m) => m.method === "eth_blockNumber").length;
+        check('ethers/on("block") polls', await until(() => polls() >= 2), payloads.slice(mark));
         const w = new Wallet(KEY0, g);
         const r = await (await w.sendTransaction({ to: ACCOUNT1, value: 1n })).wait(1, 15_000);
         const seen = await until(() => got.includes(r.blockNumber), 5_000);
