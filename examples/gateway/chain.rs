@@ -106,6 +106,22 @@ pub fn tag_number(tag: BlockTag, head: u64) -> u64 {
     }
 }
 
+/// The key of the dev account `address`, if it is one.
+pub fn dev_key(address: Address) -> Option<B256> {
+    DEV_ACCOUNTS
+        .iter()
+        .find(|(a, _)| a.parse::<Address>().ok() == Some(address))
+        .and_then(|(_, key)| key.parse().ok())
+}
+
+/// The dev accounts' addresses, as `eth_accounts` lists them.
+pub fn dev_addresses() -> Vec<Address> {
+    DEV_ACCOUNTS
+        .iter()
+        .filter_map(|(a, _)| a.parse().ok())
+        .collect()
+}
+
 /// Each dev account's starting balance: 10,000 ETH, as anvil.
 pub const DEV_BALANCE_WEI: u128 = 10_000 * 1_000_000_000_000_000_000;
 /// The base fee of every block (1 gwei, anvil's first base fee); kept

@@ -17,6 +17,10 @@ use rpcwire::{Call, Dispatcher, RpcError};
 
 use crate::chain::{self, Chain, FilterKind, PRIORITY_FEE, calldata_gas, raw};
 use crate::config::Config;
+use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEnvelope, TxLegacy};
+use alloy_eips::eip2718::Encodable2718;
+use alloy_eips::eip2930::{AccessList, AccessListItem};
+use alloy_primitives::{B256, Bytes, TxKind};
 
 type C<'a> = Call<'a, Arc<Chain>>;
 type Answer = Result<Done, RpcError>;
@@ -137,26 +141,36 @@ fn fee_history(c: C<'_>) -> Answer {
     raw(c.reply, &c.state.fee_history(count, newest, &percentiles)?)
 }
 
-/// The storage-key count of each address of a call's access list (each
-/// entry checked: an address, 32-byte keys).
-fn access_list_keys(call: &CallRequest<'_>) -> Result<Vec<usize>, RpcError> {
+/// A call's access list, each entry checked (an address, 32-byte keys);
+/// `None` when it has none.
+fn access_list(call: &CallRequest<'_>) -> Result<Option<AccessList>, RpcError> {
     #[derive(serde::Deserialize)]
     struct Item {
-        // Read to be checked (an address), not used.
-        #[serde(rename = "address")]
-        _address: alloy_primitives::Address,
+        address: alloy_primitives::Address,
         #[serde(rename = "storageKeys", default)]
         storage_keys: Vec<alloy_primitives::B256>,
     }
-    let access_list: Vec<Item> = match call.access_list() {
-        Some(raw) => serde_json::from_slice(raw.as_bytes())
-            .map_err(|e| RpcError::invalid_params(format!("accessList: {e}")))?,
-        None => Vec::new(),
+    let Some(raw) = call.access_list() else {
+        return Ok(None);
     };
-    Ok(access_list
-        .iter()
-        .map(|item| item.storage_keys.len())
-        .collect())
+    let items: Vec<Item> = serde_json::from_slice(raw.as_bytes())
+        .map_err(|e| RpcError::invalid_params(format!("accessList: {e}")))?;
+    Ok(Some(AccessList(
+        items
+            .into_iter()
+            .map(|item| AccessListItem {
+                address: item.address,
+                storage_keys: item.storage_keys,
+            })
+            .collect(),
+    )))
+}
+
+/// The storage-key count of each address of a call's access list.
+fn access_list_keys(call: &CallRequest<'_>) -> Result<Vec<usize>, RpcError> {
+    Ok(access_list(call)?.map_or_else(Vec::new, |list| {
+        list.0.iter().map(|item| item.storage_keys.len()).collect()
+    }))
 }
 
 /// The gas a call to an account without code uses: its intrinsic gas (its
@@ -612,6 +626,115 @@ fn uninstall_filter(c: C<'_>) -> Answer {
     c.reply.bool(c.state.uninstall_filter(id))
 }
 
+/// `eth_sendTransaction` from one of anvil's dev accounts, signed here
+/// with its key as anvil does (what web3.py's `w3.eth.send_transaction`
+/// with `w3.eth.accounts[0]` sends), then taken as a raw transaction is:
+/// the same checks, the same errors. Defaults as geth's: the account's
+/// next nonce, the estimate's gas, and (no `gasPrice`) an EIP-1559
+/// transaction with the suggested tip and a fee cap of twice the base fee
+/// plus it; a `gasPrice` makes it legacy (EIP-155), or EIP-2930 with an
+/// access list or `type` 1. Any other sender is "unknown account".
+fn send_transaction(c: C<'_>) -> Answer {
+    let mut p = EthParams::new(c.params);
+    let call = p.required("transaction")?.call_request()?;
+    p.finish()?;
+    let from = call.from()?.unwrap_or_default();
+    let Some(key) = chain::dev_key(from) else {
+        return Err(server_error("unknown account"));
+    };
+    let Some(to) = call.to()? else {
+        return Err(no_evm());
+    };
+    let chain_id = c.state.chain_id();
+    check_fees(&call, chain_id)?;
+    let nonce = match call.nonce()? {
+        Some(nonce) => nonce,
+        None => c.state.account(from, LATEST)?.1,
+    };
+    let input = call.input_in(c.arena)?.unwrap_or_default();
+    let gas = match call.gas()? {
+        Some(gas) => gas,
+        None => call_gas(&call, input)?,
+    };
+    let value = call.value()?.unwrap_or_default();
+    let list = access_list(&call)?;
+    let kind = match call.tx_type()? {
+        Some(kind) => kind,
+        None if call.gas_price()?.is_none() => 2,
+        None if list.is_some() => 1,
+        None => 0,
+    };
+    let (to, input) = (TxKind::Call(to), Bytes::copy_from_slice(input));
+    let price = call
+        .gas_price()?
+        .unwrap_or(chain::BASE_FEE as u128 + PRIORITY_FEE);
+    let signed: TxEnvelope = match kind {
+        0 => sign(
+            TxLegacy {
+                chain_id: Some(chain_id),
+                nonce,
+                gas_price: price,
+                gas_limit: gas,
+                to,
+                value,
+                input,
+            },
+            key,
+        )?,
+        1 => sign(
+            TxEip2930 {
+                chain_id,
+                nonce,
+                gas_price: price,
+                gas_limit: gas,
+                to,
+                value,
+                access_list: list.unwrap_or_default(),
+                input,
+            },
+            key,
+        )?,
+        2 => {
+            let tip = call.max_priority_fee_per_gas()?.unwrap_or(PRIORITY_FEE);
+            let cap = call
+                .max_fee_per_gas()?
+                .unwrap_or(2 * chain::BASE_FEE as u128 + tip);
+            sign(
+                TxEip1559 {
+                    chain_id,
+                    nonce,
+                    gas_limit: gas,
+                    max_fee_per_gas: cap,
+                    max_priority_fee_per_gas: tip,
+                    to,
+                    value,
+                    access_list: list.unwrap_or_default(),
+                    input,
+                },
+                key,
+            )?
+        }
+        kind => {
+            return Err(server_error(format!(
+                "transaction type not supported by the built-in chain: {kind}"
+            )));
+        }
+    };
+    let hash = c.state.send_raw(&signed.encoded_2718())?;
+    EthReply::hash(c.reply, &hash)
+}
+
+/// `tx` signed with `key` (a dev account's).
+fn sign<T>(tx: T, key: B256) -> Result<TxEnvelope, RpcError>
+where
+    T: SignableTransaction<alloy_primitives::Signature>,
+    alloy_consensus::Signed<T>: Into<TxEnvelope>,
+{
+    let signature = alloy_consensus::crypto::secp256k1::sign_message(key, tx.signature_hash())
+        .map_err(|e| server_error(format!("signing failed: {e}")))?;
+    Ok(tx.into_signed(signature).into())
+}
+
 fn send_raw_transaction(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let bytes = p.required("transaction")?.bytes_in(c.arena)?;
@@ -693,9 +816,10 @@ fn unsubscribe(c: C<'_>) -> Answer {
     c.reply.bool(subs.unsubscribe(id))
 }
 
+/// anvil's dev accounts, whose transactions `eth_sendTransaction` signs.
 fn accounts(c: C<'_>) -> Answer {
     EthParams::new(c.params).finish()?;
-    c.reply.raw(b"[]")
+    c.reply.json(&chain::dev_addresses())
 }
 
 fn syncing(c: C<'_>) -> Answer {
@@ -767,6 +891,7 @@ pub fn dispatcher(
     );
     b = serve(b, deny, "eth_getLogs", get_logs);
     b = serve(b, deny, "eth_sendRawTransaction", send_raw_transaction);
+    b = serve(b, deny, "eth_sendTransaction", send_transaction);
     b = serve(b, deny, "eth_newBlockFilter", new_block_filter);
     b = serve(
         b,

@@ -1340,3 +1340,92 @@ fn full_transaction_filter_changes_are_capped_by_bytes() {
         "none lost or repeated"
     );
 }
+
+/// `eth_accounts` lists anvil's dev accounts, and `eth_sendTransaction`
+/// from one is signed here with its key, as anvil does (web3.py's
+/// `w3.eth.send_transaction({"from": w3.eth.accounts[0], ...})`; it was
+/// -32601): defaults as geth's (the next nonce, the estimate's gas, an
+/// EIP-1559 transaction at the suggested tip with a cap of twice the base
+/// fee plus it), a `gasPrice` makes it legacy with the chain id, and the
+/// raw transaction's checks and errors apply. Any other sender is
+/// "unknown account".
+#[tokio::test]
+async fn dev_accounts_send_unsigned_transactions() {
+    let gw = start(config::Config::default()).await;
+    let listed = rpc(gw.addr, "eth_accounts", json!([])).await;
+    let listed: Vec<Address> = serde_json::from_value(listed["result"].clone()).unwrap();
+    assert_eq!(listed, (0..10).map(address).collect::<Vec<_>>());
+
+    let to = Address::repeat_byte(0x51);
+    let sent = |tx: Value| async move { rpc(gw.addr, "eth_sendTransaction", json!([tx])).await };
+    // Defaults, twice: nonces 0 and 1.
+    for (nonce, value) in [(0u64, 5u128), (1, 7)] {
+        let r = sent(json!({"from": address(0), "to": to, "value": format!("{value:#x}")})).await;
+        let hash = r["result"].as_str().unwrap_or_else(|| panic!("{r}"));
+        let tx = rpc(gw.addr, "eth_getTransactionByHash", json!([hash])).await["result"].clone();
+        assert_eq!(
+            (
+                &tx["from"],
+                &tx["type"],
+                &tx["nonce"],
+                &tx["gas"],
+                &tx["maxPriorityFeePerGas"],
+                &tx["maxFeePerGas"],
+                &tx["chainId"],
+            ),
+            (
+                &json!(format!("{:#x}", address(0)).to_lowercase()),
+                &json!("0x2"),
+                &json!(format!("{nonce:#x}")),
+                &json!("0x5208"),
+                &json!("0x3b9aca00"),
+                &json!("0xb2d05e00"),
+                &json!("0x7a69"),
+            ),
+            "{tx}"
+        );
+        let receipt =
+            rpc(gw.addr, "eth_getTransactionReceipt", json!([hash])).await["result"].clone();
+        assert_eq!(receipt["status"], "0x1", "{receipt}");
+    }
+    assert_eq!(balance(gw.addr, to).await, 12);
+
+    // A gas price: a legacy transaction, replay-protected (EIP-155).
+    let r =
+        sent(json!({"from": address(1), "to": to, "value": "0x1", "gasPrice": "0x77359400"})).await;
+    let hash = r["result"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let tx = rpc(gw.addr, "eth_getTransactionByHash", json!([hash])).await["result"].clone();
+    assert_eq!(
+        (&tx["type"], &tx["gasPrice"], &tx["chainId"]),
+        (&json!("0x0"), &json!("0x77359400"), &json!("0x7a69")),
+        "{tx}"
+    );
+    assert_eq!(balance(gw.addr, to).await, 13);
+
+    // The raw transaction's checks: a nonce already used, more than the
+    // balance; and no EVM, no other sender.
+    let r = sent(json!({"from": address(0), "to": to, "nonce": "0x0"})).await;
+    assert!(error(&r).1.starts_with("nonce too low"), "{r}");
+    let r = sent(json!({"from": address(2), "to": to, "value": "0xffffffffffffffffffffffffffff"}))
+        .await;
+    assert!(
+        error(&r)
+            .1
+            .starts_with("insufficient funds for gas * price + value"),
+        "{r}"
+    );
+    let r = sent(json!({"from": address(2), "data": "0x6000"})).await;
+    assert!(
+        error(&r)
+            .1
+            .starts_with("contract creation and execution are not supported"),
+        "{r}"
+    );
+    for from in [json!(Address::repeat_byte(9)), Value::Null] {
+        let r = sent(json!({"from": from, "to": to})).await;
+        assert_eq!(error(&r), (-32000, "unknown account".to_string()), "{r}");
+    }
+    // Nothing of these was mined: three blocks, three transfers.
+    let head = rpc(gw.addr, "eth_blockNumber", json!([])).await;
+    assert_eq!(head["result"], "0x3", "{head}");
+}

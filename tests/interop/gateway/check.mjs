@@ -611,6 +611,17 @@ async function ethersBuiltin(gw) {
         const t = await g.getTransaction(tx.hash);
         check("ethers/getTransaction", t?.from === ACCOUNT0 && t.blockHash === r.blockHash, t);
     });
+    // The node's accounts: a JsonRpcSigner sends eth_sendTransaction,
+    // which the node signs for its dev accounts (as anvil does).
+    await step("ethers/getSigner().sendTransaction", async () => {
+        const signer = await g.getSigner(0);
+        check("ethers/getSigner(0)", signer.address === ACCOUNT0, signer.address);
+        const before = await g.getBalance(ACCOUNT1);
+        const tx = await signer.sendTransaction({ to: ACCOUNT1, value: 3n });
+        const r = await tx.wait(1, 15_000);
+        check("ethers/getSigner().sendTransaction + wait()", r?.status === 1, r);
+        same("ethers/balance after the signer's", await g.getBalance(ACCOUNT1), before + 3n);
+    });
     // Polling (HTTP): "block" events as transfers make blocks.
     await step('ethers/on("block") (polling)', async () => {
         const got = [];

@@ -284,6 +284,17 @@ def builtin(gw_url):
     check("log filter: get_all_entries (transfers emit none)", events.get_all_entries() == [])
     check("uninstall_filter", g.eth.uninstall_filter(blocks.filter_id) is True)
     check("uninstall_filter again", g.eth.uninstall_filter(blocks.filter_id) is False)
+    # The tutorials' way: the node's accounts, and eth_sendTransaction that
+    # the node signs for them (as anvil does for its dev accounts).
+    check("accounts", g.eth.accounts[:2] == [ACCOUNT0, ACCOUNT1], g.eth.accounts)
+    before = g.eth.get_balance(ACCOUNT1)
+    h = g.eth.send_transaction({"from": g.eth.accounts[0], "to": ACCOUNT1, "value": 7})
+    receipt = g.eth.wait_for_transaction_receipt(h, timeout=30)
+    check("send_transaction", receipt.status == 1, receipt)
+    check("send_transaction: balance", g.eth.get_balance(ACCOUNT1) == before + 7)
+    tx = g.eth.get_transaction(h)
+    check("send_transaction: from the account, its next nonce",
+          tx["from"] == ACCOUNT0 and tx["nonce"] == nonce + 2, tx)
 
 
 def run(part, *args):
