@@ -373,6 +373,64 @@ fn balance_of(
 /// code given to the callee is refused (it would run). Block overrides are
 /// taken and change nothing here.
 fn call(c: C<'_>) -> Answer {
+    checked_call(&c)?;
+    c.reply.data(&[])
+}
+
+/// `eth_createAccessList` for a call that touches no storage and no
+/// account but its sender and callee: the list given (none: an empty
+/// one), each address once with the union of its keys, each key once, as
+/// anvil's tracer starts from it (which keeps the sender, the callee and
+/// precompiles listed; geth leaves them out), and the gas the call uses
+/// with that list; the call checked as `eth_call` checks it (what `cast
+/// access-list`, `cast send --access-list` and viem's `createAccessList`
+/// ask).
+fn create_access_list(c: C<'_>) -> Answer {
+    checked_call(&c)?;
+    let call = EthParams::new(c.params)
+        .required("transaction")?
+        .call_request()?;
+    let mut merged: Vec<AccessListItem> = Vec::new();
+    for item in access_list(&call)?.unwrap_or_default().0 {
+        let at = match merged.iter().position(|m| m.address == item.address) {
+            Some(at) => at,
+            None => {
+                merged.push(AccessListItem {
+                    address: item.address,
+                    storage_keys: Vec::new(),
+                });
+                merged.len() - 1
+            }
+        };
+        for key in item.storage_keys {
+            if !merged[at].storage_keys.contains(&key) {
+                merged[at].storage_keys.push(key);
+            }
+        }
+    }
+    let input = call.input_in(c.arena)?.unwrap_or_default();
+    let keys = merged.iter().map(|item| item.storage_keys.len());
+    let gas = calldata_gas(input, keys).max(chain::floor_gas(input));
+    let mut out = String::from(r#"{"accessList":["#);
+    for (i, item) in merged.iter().enumerate() {
+        let keys: Vec<String> = item
+            .storage_keys
+            .iter()
+            .map(|k| format!("\"{k}\""))
+            .collect();
+        out.push_str(&format!(
+            r#"{}{{"address":"{:#x}","storageKeys":[{}]}}"#,
+            if i > 0 { "," } else { "" },
+            item.address,
+            keys.join(",")
+        ));
+    }
+    out.push_str(&format!(r#"],"gasUsed":"{gas:#x}"}}"#));
+    c.reply.raw(out.as_bytes())
+}
+
+/// The checks of [`call`] on the call in `c`'s params.
+fn checked_call(c: &C<'_>) -> Result<(), RpcError> {
     let mut p = EthParams::new(c.params);
     let call = p.required("transaction")?.call_request()?;
     let block = block_or_latest(&mut p)?;
@@ -414,7 +472,7 @@ fn call(c: C<'_>) -> Answer {
         .and_then(|fee| fee.checked_add(value));
     if cost != Some(U256::ZERO) {
         let from = call.from()?.unwrap_or_default();
-        let balance = balance_of(&c, &overrides, from, block)?;
+        let balance = balance_of(c, &overrides, from, block)?;
         if cost.is_none_or(|cost| balance < cost) {
             let want = cost.map_or_else(|| "more than 2^256".to_string(), |c| c.to_string());
             return Err(server_error(format!(
@@ -422,7 +480,7 @@ fn call(c: C<'_>) -> Answer {
             )));
         }
     }
-    c.reply.data(&[])
+    Ok(())
 }
 
 fn get_code(c: C<'_>) -> Answer {
@@ -878,6 +936,7 @@ pub fn dispatcher(
     b = serve(b, deny, "eth_feeHistory", fee_history);
     b = serve(b, deny, "eth_estimateGas", estimate_gas);
     b = serve(b, deny, "eth_call", call);
+    b = serve(b, deny, "eth_createAccessList", create_access_list);
     b = serve(b, deny, "eth_getCode", get_code);
     b = serve(b, deny, "eth_getStorageAt", get_storage_at);
     b = serve(b, deny, "eth_getBlockByNumber", get_block_by_number);

@@ -1429,3 +1429,87 @@ async fn dev_accounts_send_unsigned_transactions() {
     let head = rpc(gw.addr, "eth_blockNumber", json!([])).await;
     assert_eq!(head["result"], "0x3", "{head}");
 }
+
+/// `eth_createAccessList` (`cast access-list`, viem's `createAccessList`;
+/// it was -32601): an empty list and the call's gas for a transfer, the
+/// list given kept (sender, callee and precompiles too) with its gas, as
+/// anvil answered the same requests (its list in another order); an
+/// address given twice is listed once with both keys (anvil keeps the
+/// last entry's keys, geth the union); the call is checked as `eth_call`.
+#[tokio::test]
+async fn access_lists_are_created_as_anvil_creates_them() {
+    let gw = start(config::Config::default()).await;
+    let ask = |tx: Value| async move {
+        let r = rpc(gw.addr, "eth_createAccessList", json!([tx, "latest"])).await;
+        let result = r["result"].clone();
+        assert!(result.is_object(), "{r}");
+        let mut list: Vec<String> = result["accessList"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| item.to_string())
+            .collect();
+        list.sort();
+        (list, result["gasUsed"].as_str().unwrap().to_string())
+    };
+    let (from, to) = (address(0), address(1));
+    let key = |n: u8| B256::with_last_byte(n);
+    let entry = |a: Address, keys: &[B256]| json!({"address": a, "storageKeys": keys});
+    assert_eq!(
+        ask(json!({"from": from, "to": to, "value": "0x1"})).await,
+        (vec![], "0x5208".to_string())
+    );
+    assert_eq!(
+        ask(json!({"from": from, "to": to, "data": "0x00ff00ff"})).await,
+        (vec![], "0x526c".to_string())
+    );
+    let other = Address::repeat_byte(0x11);
+    let precompile = Address::with_last_byte(1);
+    let given = [
+        entry(other, &[key(1)]),
+        entry(from, &[]),
+        entry(precompile, &[]),
+        entry(to, &[key(5)]),
+    ];
+    let mut want: Vec<String> = given
+        .iter()
+        .map(|e| {
+            json!({"address": format!("{:#x}", e["address"].as_str().unwrap().parse::<Address>().unwrap()), "storageKeys": e["storageKeys"]})
+                .to_string()
+        })
+        .collect();
+    want.sort();
+    assert_eq!(
+        ask(json!({"from": from, "to": to, "data": "0x0001", "accessList": given})).await,
+        (want, "0x8674".to_string())
+    );
+    let twice = [entry(other, &[key(1), key(1)]), entry(other, &[key(2)])];
+    let (list, gas) = ask(json!({"from": from, "to": to, "accessList": twice})).await;
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(gas, format!("{:#x}", 21_000 + 2_400 + 2 * 1_900));
+    // As eth_call: funds, no code.
+    let r = rpc(
+        gw.addr,
+        "eth_createAccessList",
+        json!([{"from": from, "to": to, "value": "0xffffffffffffffffffffffffffffffffff"}]),
+    )
+    .await;
+    assert!(
+        error(&r)
+            .1
+            .starts_with("insufficient funds for gas * price + value"),
+        "{r}"
+    );
+    let r = rpc(
+        gw.addr,
+        "eth_createAccessList",
+        json!([{"from": from, "data": "0x60"}]),
+    )
+    .await;
+    assert!(
+        error(&r)
+            .1
+            .starts_with("contract creation and execution are not supported"),
+        "{r}"
+    );
+}
