@@ -164,10 +164,11 @@ async fn an_unsubscribe_is_answered_without_waiting_for_a_busy_upstream() {
 /// gateway's own unsubscribes do ("a few bytes each, always go").
 #[tokio::test]
 async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
-    // The upstream stops reading for a while; 60 MiB of calls fill the
-    // sockets' buffers and the 16 MiB queue.
+    // The upstream stops reading for a while (8 s: the gateway's debug
+    // build may take seconds to read what follows on a busy host); 60 MiB
+    // of calls fill the sockets' buffers and the 16 MiB queue.
     let (_gw, mut ws, sub, log) =
-        subscribed_then_paused(Duration::from_secs(4), Duration::from_secs(30)).await;
+        subscribed_then_paused(Duration::from_secs(8), Duration::from_secs(30)).await;
     send_big_calls(&mut ws).await;
     // Then calls of 2 MiB, 1 MiB, ... 1 byte of data, each queued if it
     // fits: the room left in the queue ends smaller than the smallest
@@ -204,7 +205,7 @@ async fn a_client_unsubscribe_reaches_the_upstream_past_a_full_queue() {
 /// the client then sent again elsewhere went out twice (found by a review).
 #[tokio::test]
 async fn a_request_whose_caller_left_is_not_sent_later() {
-    let (up, log) = pausing_upstream(Duration::from_secs(4)).await;
+    let (up, log) = pausing_upstream(Duration::from_secs(6)).await;
     let gw = start(config::Config {
         upstreams: vec![format!("ws://{up}")],
         timeout: Duration::from_secs(1),
@@ -212,11 +213,24 @@ async fn a_request_whose_caller_left_is_not_sent_later() {
     })
     .await;
     let mut ws = client(gw.addr).await;
-    // The upstream stops reading for 4 s; 60 MiB of calls fill the
-    // sockets' buffers and the queue, then a small call waits in it.
+    // The upstream stops reading for 6 s; 24 MiB of calls fill the
+    // sockets' buffers (a few MiB) and the queue (16 MiB), then a small
+    // call waits in it. Read by the gateway's debug build on a busy host:
+    // 60 MiB took seconds, and with the marker read late its request was
+    // still queued when the upstream read again (sent, answered).
     send(&mut ws, json!({"jsonrpc":"2.0","id":2,"method":"pause"})).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    send_big_calls(&mut ws).await;
+    crate::eventually::eventually("the upstream paused", || {
+        log.lock().unwrap().iter().any(|v| v["method"] == "pause")
+    })
+    .await;
+    let big = "ab".repeat(3 << 19);
+    for id in 10..18 {
+        send(
+            &mut ws,
+            json!({"jsonrpc":"2.0","id":id,"method":"eth_call","params":[{"data":big}]}),
+        )
+        .await;
+    }
     let marker = format!("0x{}", "5a".repeat(20));
     send(
         &mut ws,
