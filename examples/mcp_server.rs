@@ -13,6 +13,7 @@
 //! stderr.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use rpcwire::mcp::{
@@ -216,6 +217,9 @@ fn lint_check() -> Tool {
     })
 }
 
+/// The `wait` calls running now, in every session.
+static WAITS_RUNNING: AtomicUsize = AtomicUsize::new(0);
+
 fn wait() -> Tool {
     Tool::new(
         "wait",
@@ -226,15 +230,18 @@ fn wait() -> Tool {
         }),
         |args: Value, cx: ToolContext| async move {
             let ms = whole_number(&args["ms"]).unwrap_or(0);
-            // Says on stderr when the call is dropped before it finished.
+            // Counted while it runs; says on stderr when the call is
+            // dropped before it finished.
             struct Guard(bool);
             impl Drop for Guard {
                 fn drop(&mut self) {
+                    WAITS_RUNNING.fetch_sub(1, Ordering::SeqCst);
                     if !self.0 {
                         eprintln!("mcp_server: wait cancelled");
                     }
                 }
             }
+            WAITS_RUNNING.fetch_add(1, Ordering::SeqCst);
             let mut guard = Guard(false);
             let mut waited = 0;
             while waited < ms {
@@ -244,7 +251,12 @@ fn wait() -> Tool {
                 cx.progress(waited as f64, Some(ms as f64), None);
             }
             guard.0 = true;
-            Ok(ToolOutput::text(format!("waited {ms} ms")))
+            // The others still running: a client that cancelled one sees
+            // whether the server stopped it.
+            let others = WAITS_RUNNING.load(Ordering::SeqCst) - 1;
+            Ok(ToolOutput::text(format!(
+                "waited {ms} ms ({others} other waits running)"
+            )))
         },
     )
     .title("Wait")

@@ -331,6 +331,9 @@ pub struct Chain {
     /// How long a filter lives unpolled: [`FILTER_TIMEOUT`], shorter in
     /// tests.
     filter_timeout: Duration,
+    /// Held by `eth_sendTransaction` from the nonce it reads to the send
+    /// (geth's nonce lock): two at once from one account took one nonce.
+    signing: Mutex<()>,
 }
 
 fn now() -> u64 {
@@ -389,6 +392,7 @@ impl Chain {
             tx_budget,
             state: Mutex::new(state),
             filter_timeout: FILTER_TIMEOUT,
+            signing: Mutex::new(()),
         }
     }
 
@@ -397,6 +401,12 @@ impl Chain {
     pub fn with_filter_timeout(mut self, timeout: Duration) -> Chain {
         self.filter_timeout = timeout;
         self
+    }
+
+    /// The lock `eth_sendTransaction` holds from choosing a nonce until
+    /// its transaction is taken or refused.
+    pub fn signing(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.signing.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -20,7 +20,7 @@ use crate::config::Config;
 use alloy_consensus::{SignableTransaction, TxEip1559, TxEip2930, TxEnvelope, TxLegacy};
 use alloy_eips::eip2718::Encodable2718;
 use alloy_eips::eip2930::{AccessList, AccessListItem};
-use alloy_primitives::{B256, Bytes, TxKind};
+use alloy_primitives::{Address, B256, Bytes, TxKind};
 
 type C<'a> = Call<'a, Arc<Chain>>;
 type Answer = Result<Done, RpcError>;
@@ -177,8 +177,13 @@ fn access_list_keys(call: &CallRequest<'_>) -> Result<Vec<usize>, RpcError> {
 /// access list counted too, as in the transaction it stands for), or
 /// Prague's calldata floor when that is more, as the chain charges it.
 fn call_gas(call: &CallRequest<'_>, input: &[u8]) -> Result<u64, RpcError> {
-    let keys = access_list_keys(call)?;
-    Ok(calldata_gas(input, keys).max(chain::floor_gas(input)))
+    Ok(gas_with(input, access_list_keys(call)?))
+}
+
+/// The gas a call with `input` and an access list of `keys` storage keys
+/// per address uses: its intrinsic gas, or the calldata floor when more.
+fn gas_with(input: &[u8], keys: impl IntoIterator<Item = usize>) -> u64 {
+    calldata_gas(input, keys).max(chain::floor_gas(input))
 }
 
 /// geth's checks of a call's fees and chain (`eth_call`,
@@ -379,49 +384,36 @@ fn call(c: C<'_>) -> Answer {
 
 /// `eth_createAccessList` for a call that touches no storage and no
 /// account but its sender and callee: the list given (none: an empty
-/// one), each address once with the union of its keys, each key once, as
-/// anvil's tracer starts from it (which keeps the sender, the callee and
-/// precompiles listed; geth leaves them out), and the gas the call uses
-/// with that list; the call checked as `eth_call` checks it (what `cast
-/// access-list`, `cast send --access-list` and viem's `createAccessList`
-/// ask).
+/// one), each address once with the union of its keys, each key once
+/// (geth's merge; anvil keeps an address's last entry), keeping the
+/// sender, the callee and precompiles listed as anvil's tracer does (geth
+/// leaves them out), and the gas the call uses with that list; the call
+/// checked as `eth_call` checks it (what `cast access-list`, `cast send
+/// --access-list` and viem's `createAccessList` ask).
 fn create_access_list(c: C<'_>) -> Answer {
-    checked_call(&c)?;
-    let call = EthParams::new(c.params)
-        .required("transaction")?
-        .call_request()?;
-    let mut merged: Vec<AccessListItem> = Vec::new();
+    let call = checked_call(&c)?;
+    let mut merged: Vec<(Address, Vec<B256>)> = Vec::new();
+    let mut at: HashMap<Address, usize> = HashMap::new();
+    let mut seen: std::collections::HashSet<(Address, B256)> = Default::default();
     for item in access_list(&call)?.unwrap_or_default().0 {
-        let at = match merged.iter().position(|m| m.address == item.address) {
-            Some(at) => at,
-            None => {
-                merged.push(AccessListItem {
-                    address: item.address,
-                    storage_keys: Vec::new(),
-                });
-                merged.len() - 1
-            }
-        };
+        let i = *at.entry(item.address).or_insert_with(|| {
+            merged.push((item.address, Vec::new()));
+            merged.len() - 1
+        });
         for key in item.storage_keys {
-            if !merged[at].storage_keys.contains(&key) {
-                merged[at].storage_keys.push(key);
+            if seen.insert((item.address, key)) {
+                merged[i].1.push(key);
             }
         }
     }
     let input = call.input_in(c.arena)?.unwrap_or_default();
-    let keys = merged.iter().map(|item| item.storage_keys.len());
-    let gas = calldata_gas(input, keys).max(chain::floor_gas(input));
+    let gas = gas_with(input, merged.iter().map(|(_, keys)| keys.len()));
     let mut out = String::from(r#"{"accessList":["#);
-    for (i, item) in merged.iter().enumerate() {
-        let keys: Vec<String> = item
-            .storage_keys
-            .iter()
-            .map(|k| format!("\"{k}\""))
-            .collect();
+    for (i, (address, keys)) in merged.iter().enumerate() {
+        let keys: Vec<String> = keys.iter().map(|k| format!("\"{k}\"")).collect();
         out.push_str(&format!(
-            r#"{}{{"address":"{:#x}","storageKeys":[{}]}}"#,
+            r#"{}{{"address":"{address:#x}","storageKeys":[{}]}}"#,
             if i > 0 { "," } else { "" },
-            item.address,
             keys.join(",")
         ));
     }
@@ -429,8 +421,8 @@ fn create_access_list(c: C<'_>) -> Answer {
     c.reply.raw(out.as_bytes())
 }
 
-/// The checks of [`call`] on the call in `c`'s params.
-fn checked_call(c: &C<'_>) -> Result<(), RpcError> {
+/// The checks of [`call`] on the call in `c`'s params; the call.
+fn checked_call<'a>(c: &C<'a>) -> Result<CallRequest<'a>, RpcError> {
     let mut p = EthParams::new(c.params);
     let call = p.required("transaction")?.call_request()?;
     let block = block_or_latest(&mut p)?;
@@ -480,7 +472,7 @@ fn checked_call(c: &C<'_>) -> Result<(), RpcError> {
             )));
         }
     }
-    Ok(())
+    Ok(call)
 }
 
 fn get_code(c: C<'_>) -> Answer {
@@ -686,12 +678,15 @@ fn uninstall_filter(c: C<'_>) -> Answer {
 
 /// `eth_sendTransaction` from one of anvil's dev accounts, signed here
 /// with its key as anvil does (what web3.py's `w3.eth.send_transaction`
-/// with `w3.eth.accounts[0]` sends), then taken as a raw transaction is:
-/// the same checks, the same errors. Defaults as geth's: the account's
-/// next nonce, the estimate's gas, and (no `gasPrice`) an EIP-1559
-/// transaction with the suggested tip and a fee cap of twice the base fee
-/// plus it; a `gasPrice` makes it legacy (EIP-155), or EIP-2930 with an
-/// access list or `type` 1. Any other sender is "unknown account".
+/// with `w3.eth.accounts[0]` and ethers' `getSigner()` send), then taken
+/// as a raw transaction is: the same checks, the same errors. The type
+/// follows the fields, as geth's: a `gasPrice` makes it legacy (EIP-155),
+/// or EIP-2930 with an access list; otherwise EIP-1559. A `type` given
+/// must agree with them. Defaults as geth's: the account's next nonce
+/// (chosen under the chain's signing lock, so that two sends at once take
+/// two), the estimate's gas, the suggested tip, a fee cap of twice the
+/// base fee plus the tip, the suggested gas price. Any other sender is
+/// "unknown account".
 fn send_transaction(c: C<'_>) -> Answer {
     let mut p = EthParams::new(c.params);
     let call = p.required("transaction")?.call_request()?;
@@ -704,28 +699,56 @@ fn send_transaction(c: C<'_>) -> Answer {
         return Err(no_evm());
     };
     let chain_id = c.state.chain_id();
-    check_fees(&call, chain_id)?;
-    let nonce = match call.nonce()? {
-        Some(nonce) => nonce,
-        None => c.state.account(from, LATEST)?.1,
+    if let Some(have) = call.chain_id()?
+        && have != chain_id
+    {
+        return Err(server_error(format!(
+            "chainId does not match node's (have={have}, want={chain_id})"
+        )));
+    }
+    let (price, tip, cap) = (
+        call.gas_price()?,
+        call.max_priority_fee_per_gas()?,
+        call.max_fee_per_gas()?,
+    );
+    if price.is_some() && (tip.is_some() || cap.is_some()) {
+        return Err(server_error(
+            "both gasPrice and (maxFeePerGas or maxPriorityFeePerGas) specified",
+        ));
+    }
+    let list = access_list(&call)?;
+    let kind = match call.tx_type()? {
+        None if call.authorization_list().is_some() => 4,
+        None if call.blob_versioned_hashes()?.next().is_some() => 3,
+        None if price.is_none() => 2,
+        None if list.is_some() => 1,
+        None => 0,
+        Some(kind) => kind,
     };
+    let conflict = match kind {
+        0 if list.is_some() => Some("accessList"),
+        0 | 1 if tip.is_some() || cap.is_some() => Some("EIP-1559 fees"),
+        2 if price.is_some() => Some("gasPrice"),
+        _ => None,
+    };
+    if let Some(field) = conflict {
+        return Err(RpcError::invalid_params(format!(
+            "transaction type {kind} does not take {field}"
+        )));
+    }
     let input = call.input_in(c.arena)?.unwrap_or_default();
     let gas = match call.gas()? {
         Some(gas) => gas,
         None => call_gas(&call, input)?,
     };
     let value = call.value()?.unwrap_or_default();
-    let list = access_list(&call)?;
-    let kind = match call.tx_type()? {
-        Some(kind) => kind,
-        None if call.gas_price()?.is_none() => 2,
-        None if list.is_some() => 1,
-        None => 0,
-    };
     let (to, input) = (TxKind::Call(to), Bytes::copy_from_slice(input));
-    let price = call
-        .gas_price()?
-        .unwrap_or(chain::BASE_FEE as u128 + PRIORITY_FEE);
+    let price = price.unwrap_or(chain::BASE_FEE as u128 + PRIORITY_FEE);
+    let _signing = c.state.signing();
+    let nonce = match call.nonce()? {
+        Some(nonce) => nonce,
+        None => c.state.account(from, LATEST)?.1,
+    };
     let signed: TxEnvelope = match kind {
         0 => sign(
             TxLegacy {
@@ -753,10 +776,8 @@ fn send_transaction(c: C<'_>) -> Answer {
             key,
         )?,
         2 => {
-            let tip = call.max_priority_fee_per_gas()?.unwrap_or(PRIORITY_FEE);
-            let cap = call
-                .max_fee_per_gas()?
-                .unwrap_or(2 * chain::BASE_FEE as u128 + tip);
+            let tip = tip.unwrap_or(PRIORITY_FEE);
+            let cap = cap.unwrap_or_else(|| (2 * chain::BASE_FEE as u128).saturating_add(tip));
             sign(
                 TxEip1559 {
                     chain_id,

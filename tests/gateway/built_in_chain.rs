@@ -1402,6 +1402,69 @@ async fn dev_accounts_send_unsigned_transactions() {
     );
     assert_eq!(balance(gw.addr, to).await, 13);
 
+    // An access list with a gas price: EIP-2930.
+    let list = json!([{"address": Address::repeat_byte(0x22), "storageKeys": [B256::ZERO]}]);
+    let r =
+        sent(json!({"from": address(1), "to": to, "gasPrice": "0x77359400", "accessList": list}))
+            .await;
+    let hash = r["result"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let tx = rpc(gw.addr, "eth_getTransactionByHash", json!([hash])).await["result"].clone();
+    assert_eq!(
+        (&tx["type"], &tx["gas"], &tx["accessList"]),
+        (
+            &json!("0x1"),
+            &json!(format!("{:#x}", 21_000 + 2_400 + 1_900)),
+            &list
+        ),
+        "{tx}"
+    );
+    // A tip alone: the cap is twice the base fee plus it.
+    let r = sent(json!({"from": address(3), "to": to, "maxPriorityFeePerGas": "0x2"})).await;
+    let hash = r["result"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let tx = rpc(gw.addr, "eth_getTransactionByHash", json!([hash])).await["result"].clone();
+    assert_eq!(tx["maxFeePerGas"], json!("0x77359402"), "{tx}");
+    // A type that disagrees with the fields, and types it does not take.
+    for (tx, reason) in [
+        (
+            json!({"type": "0x2", "gasPrice": "0x1"}),
+            "transaction type 2 does not take gasPrice",
+        ),
+        (
+            json!({"type": "0x0", "accessList": []}),
+            "transaction type 0 does not take accessList",
+        ),
+        (
+            json!({"type": "0x1", "maxFeePerGas": "0x77359400"}),
+            "transaction type 1 does not take EIP-1559 fees",
+        ),
+    ] {
+        let mut tx = tx;
+        tx["from"] = json!(address(3));
+        tx["to"] = json!(to);
+        let r = sent(tx).await;
+        assert_eq!(error(&r), (-32602, reason.to_string()), "{r}");
+    }
+    let r = sent(json!({"from": address(3), "to": to, "authorizationList": []})).await;
+    assert_eq!(
+        error(&r).1,
+        "transaction type not supported by the built-in chain: 4",
+        "{r}"
+    );
+    // Eight at once from one account: eight nonces (each chosen under
+    // the signing lock), eight blocks.
+    let at_once = (0..8).map(|_| sent(json!({"from": address(4), "to": to, "value": "0x1"})));
+    for r in futures_util::future::join_all(at_once).await {
+        assert!(r["result"].is_string(), "{r}");
+    }
+    let count = rpc(
+        gw.addr,
+        "eth_getTransactionCount",
+        json!([address(4), "latest"]),
+    )
+    .await;
+    assert_eq!(count["result"], "0x8", "{count}");
+    assert_eq!(balance(gw.addr, to).await, 13 + 8);
+
     // The raw transaction's checks: a nonce already used, more than the
     // balance; and no EVM, no other sender.
     let r = sent(json!({"from": address(0), "to": to, "nonce": "0x0"})).await;
@@ -1425,9 +1488,9 @@ async fn dev_accounts_send_unsigned_transactions() {
         let r = sent(json!({"from": from, "to": to})).await;
         assert_eq!(error(&r), (-32000, "unknown account".to_string()), "{r}");
     }
-    // Nothing of these was mined: three blocks, three transfers.
+    // Nothing of these was mined: a block for each transfer taken.
     let head = rpc(gw.addr, "eth_blockNumber", json!([])).await;
-    assert_eq!(head["result"], "0x3", "{head}");
+    assert_eq!(head["result"], format!("{:#x}", 3 + 2 + 8), "{head}");
 }
 
 /// `eth_createAccessList` (`cast access-list`, viem's `createAccessList`;
@@ -1485,7 +1548,10 @@ async fn access_lists_are_created_as_anvil_creates_them() {
     );
     let twice = [entry(other, &[key(1), key(1)]), entry(other, &[key(2)])];
     let (list, gas) = ask(json!({"from": from, "to": to, "accessList": twice})).await;
-    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(
+        list,
+        [json!({"address": format!("{other:#x}"), "storageKeys": [key(1), key(2)]}).to_string()]
+    );
     assert_eq!(gas, format!("{:#x}", 21_000 + 2_400 + 2 * 1_900));
     // As eth_call: funds, no code.
     let r = rpc(
@@ -1512,4 +1578,34 @@ async fn access_lists_are_created_as_anvil_creates_them() {
             .starts_with("contract creation and execution are not supported"),
         "{r}"
     );
+}
+
+/// `eth_sendTransaction`s from one account at once on the gateway's
+/// several workers each take a nonce of their own: the nonce is chosen
+/// under the chain's signing lock (without it two read the same next
+/// nonce and the second was refused "nonce too low", where geth's nonce
+/// lock serialises them; found by a review).
+#[tokio::test]
+async fn sends_at_once_on_several_workers_take_nonces_in_turn() {
+    let gw = crate::gateway_child::GatewayChild::start(2, &[]).await;
+    let addr = gw.listening.expect("listening");
+    let to = Address::repeat_byte(0x52);
+    let sends = (0..32).map(|_| async move {
+        rpc(
+            addr,
+            "eth_sendTransaction",
+            json!([{"from": address(5), "to": to, "value": "0x1"}]),
+        )
+        .await
+    });
+    for r in futures_util::future::join_all(sends).await {
+        assert!(r["result"].is_string(), "{r}");
+    }
+    let count = rpc(
+        addr,
+        "eth_getTransactionCount",
+        json!([address(5), "latest"]),
+    )
+    .await;
+    assert_eq!(count["result"], "0x20", "{count}");
 }

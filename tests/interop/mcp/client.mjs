@@ -139,6 +139,9 @@ r = await expectError(client.callTool({ name: 'wait', arguments: { ms: 20000 } }
 check('slow call cancelled', r.error !== undefined && Date.now() - started < 5000, r);
 const after = await client.callTool({ name: 'wait', arguments: { ms: 10 } });
 check('served after cancel', !after.isError, after);
+// The server stopped the cancelled call (the client only knows it gave
+// up): no other wait runs.
+check('the cancelled call was stopped', after.content?.[0]?.text?.includes('(0 other waits running)'), after);
 
 // The server asks the client's model while a call runs (sampling).
 const asked = await client.callTool({ name: 'ask-model', arguments: { question: 'a name for the app?' } });

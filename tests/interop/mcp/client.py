@@ -167,6 +167,10 @@ async def run(binary, transport, url, mode):
         # The server keeps serving after the cancellation.
         result = await client.call_tool("wait", {"ms": 10})
         check("served after cancel", not result.is_error, result)
+        # The server stopped the cancelled call (the client only knows it
+        # gave up): no other wait runs.
+        text = " ".join(c.text for c in result.content if isinstance(c, TextContent))
+        check("the cancelled call was stopped", "(0 other waits running)" in text, text)
         check("cancel was prompt", time.monotonic() - started < 5)
 
         # The server asks the client's model (sampling): in the initialize
