@@ -292,7 +292,7 @@ async fn example_wait_honours_an_integer_written_as_a_float() {
     };
     assert_eq!(reply["id"], 1, "{reply}");
     assert_eq!(
-        reply["result"]["content"][0]["text"], "waited 300 ms",
+        reply["result"]["content"][0]["text"], "waited 300 ms (0 other waits running)",
         "{reply}"
     );
     assert!(
