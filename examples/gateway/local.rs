@@ -680,9 +680,10 @@ fn uninstall_filter(c: C<'_>) -> Answer {
 /// with its key as anvil does (what web3.py's `w3.eth.send_transaction`
 /// with `w3.eth.accounts[0]` and ethers' `getSigner()` send), then taken
 /// as a raw transaction is: the same checks, the same errors. The type
-/// follows the fields, as geth's: a `gasPrice` makes it legacy (EIP-155),
-/// or EIP-2930 with an access list; otherwise EIP-1559. A `type` given
-/// must agree with them. Defaults as geth's: the account's next nonce
+/// follows the fields, as anvil's (and geth's up to 1.13; geth now makes
+/// every `gasPrice` legacy and has no `type`): a `gasPrice` makes it
+/// legacy (EIP-155), or EIP-2930 with an access list; otherwise EIP-1559.
+/// A `type` given must agree with them. Defaults as geth's: the account's next nonce
 /// (chosen under the chain's signing lock, so that two sends at once take
 /// two), the estimate's gas, the suggested tip, a fee cap of twice the
 /// base fee plus the tip, the suggested gas price. Any other sender is
@@ -717,15 +718,19 @@ fn send_transaction(c: C<'_>) -> Answer {
         ));
     }
     let list = access_list(&call)?;
+    let authorizations = call.authorization_list().is_some();
+    let blobs = call.blob_versioned_hashes()?.next().is_some();
     let kind = match call.tx_type()? {
-        None if call.authorization_list().is_some() => 4,
-        None if call.blob_versioned_hashes()?.next().is_some() => 3,
+        None if authorizations => 4,
+        None if blobs => 3,
         None if price.is_none() => 2,
         None if list.is_some() => 1,
         None => 0,
         Some(kind) => kind,
     };
     let conflict = match kind {
+        _ if authorizations && kind != 4 => Some("authorizationList"),
+        _ if blobs && kind != 3 => Some("blobVersionedHashes"),
         0 if list.is_some() => Some("accessList"),
         0 | 1 if tip.is_some() || cap.is_some() => Some("EIP-1559 fees"),
         2 if price.is_some() => Some("gasPrice"),

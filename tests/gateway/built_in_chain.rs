@@ -1450,8 +1450,32 @@ async fn dev_accounts_send_unsigned_transactions() {
         "transaction type not supported by the built-in chain: 4",
         "{r}"
     );
-    // Eight at once from one account: eight nonces (each chosen under
-    // the signing lock), eight blocks.
+    // A type that would drop them: refused, not signed without them.
+    let r =
+        sent(json!({"from": address(3), "to": to, "type": "0x2", "authorizationList": []})).await;
+    assert_eq!(
+        error(&r),
+        (
+            -32602,
+            "transaction type 2 does not take authorizationList".to_string()
+        ),
+        "{r}"
+    );
+    let r = sent(
+        json!({"from": address(3), "to": to, "type": "0x2", "blobVersionedHashes": [B256::ZERO]}),
+    )
+    .await;
+    assert_eq!(
+        error(&r),
+        (
+            -32602,
+            "transaction type 2 does not take blobVersionedHashes".to_string()
+        ),
+        "{r}"
+    );
+    // Eight sent at once from one account: eight nonces, eight blocks
+    // (this gateway has one worker; two workers racing for a nonce:
+    // `sends_at_once_on_several_workers_take_nonces_in_turn`).
     let at_once = (0..8).map(|_| sent(json!({"from": address(4), "to": to, "value": "0x1"})));
     for r in futures_util::future::join_all(at_once).await {
         assert!(r["result"].is_string(), "{r}");

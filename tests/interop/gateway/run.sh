@@ -20,7 +20,9 @@
 #     default batching), viem's watchBlocks / watchBlockNumber and ethers'
 #     "block" events over WebSocket on the gateway's port;
 #   * the built-in chain (no upstream): the same clients, for what it
-#     supports (no EVM: transfers only);
+#     supports (no EVM: transfers only), with the node signing for its dev
+#     accounts (cast send --unlocked, web3.py's send_transaction, ethers'
+#     getSigner) and cast access-list;
 #   * gzip: the gateway in front of anvil compresses every answer for
 #     clients that accept gzip (--gzip 1), so the clients above read
 #     compressed answers where they ask for them; curl --compressed checks
@@ -290,6 +292,12 @@ r=$(c receipt --json "$tx")
     || fail "builtin/balance after" "$(c balance "$ACCOUNT1")"
 [ "$(c block-number)" = $((start + 2)) ] && ok "builtin/a block per transaction" \
     || fail "builtin/a block per transaction" "$(c block-number)"
+# foundry's unlocked sends (eth_sendTransaction, signed by the node for
+# its dev accounts, as anvil does) and `cast access-list`.
+out=$("$CAST" send --json --unlocked --from "$ACCOUNT0" -r "$CHAIN" "$ACCOUNT1" --value 1 2>&1)
+[ "$(field "$out" status)" = 0x1 ] && ok "builtin/send --unlocked" || fail "builtin/send --unlocked" "$out"
+out=$(c access-list --from "$ACCOUNT0" "$ACCOUNT1")
+echo "$out" | grep -q "gas used: 21000" && ok "builtin/access-list" || fail "builtin/access-list" "$out"
 out=$("$CAST" send --json --private-key "$KEY0" -r "$CHAIN" --create "$EMITTER" 2>&1)
 echo "$out" | grep -q "not supported by the built-in chain" && ok "builtin/deployment refused clearly" \
     || fail "builtin/deployment refused clearly" "$out"
