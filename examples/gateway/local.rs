@@ -186,14 +186,10 @@ fn gas_with(input: &[u8], keys: impl IntoIterator<Item = usize>) -> u64 {
     calldata_gas(input, keys).max(chain::floor_gas(input))
 }
 
-/// geth's checks of a call's fees and chain (`eth_call`,
-/// `eth_estimateGas`), in its order: a gas price and the EIP-1559 fields
-/// are not both given; a `chainId` is this chain's (a call made for
-/// another is refused, not simulated here); and when any fee is given
-/// (geth skips the checks for a call with none), the tip may not exceed
-/// the fee cap and the fee cap (a gas price is both) may not be under the
-/// block's base fee, as a transaction sent would be refused.
-fn check_fees(call: &CallRequest<'_>, chain_id: u64) -> Result<(), RpcError> {
+/// geth's `CallDefaults` checks (`eth_call`, `eth_estimateGas`,
+/// `eth_sendTransaction`): a gas price and the EIP-1559 fields are not
+/// both given, and a `chainId` is this chain's. Returns the fees given.
+fn check_fee_fields(call: &CallRequest<'_>, chain_id: u64) -> Result<Fees, RpcError> {
     let price = call.gas_price()?;
     let (tip, cap) = (call.max_priority_fee_per_gas()?, call.max_fee_per_gas()?);
     if price.is_some() && (tip.is_some() || cap.is_some()) {
@@ -208,6 +204,26 @@ fn check_fees(call: &CallRequest<'_>, chain_id: u64) -> Result<(), RpcError> {
             "chainId does not match node's (have={have}, want={chain_id})"
         )));
     }
+    Ok(Fees { price, tip, cap })
+}
+
+/// A call's fee fields as given: `gasPrice`, `maxPriorityFeePerGas`,
+/// `maxFeePerGas`.
+struct Fees {
+    price: Option<u128>,
+    tip: Option<u128>,
+    cap: Option<u128>,
+}
+
+/// geth's checks of a call's fees and chain (`eth_call`,
+/// `eth_estimateGas`), in its order: a gas price and the EIP-1559 fields
+/// are not both given; a `chainId` is this chain's (a call made for
+/// another is refused, not simulated here); and when any fee is given
+/// (geth skips the checks for a call with none), the tip may not exceed
+/// the fee cap and the fee cap (a gas price is both) may not be under the
+/// block's base fee, as a transaction sent would be refused.
+fn check_fees(call: &CallRequest<'_>, chain_id: u64) -> Result<(), RpcError> {
+    let Fees { price, tip, cap } = check_fee_fields(call, chain_id)?;
     let (tip, cap) = match price {
         Some(price) => (price, price),
         None => (tip.unwrap_or(0), cap.unwrap_or(0)),
@@ -700,23 +716,7 @@ fn send_transaction(c: C<'_>) -> Answer {
         return Err(no_evm());
     };
     let chain_id = c.state.chain_id();
-    if let Some(have) = call.chain_id()?
-        && have != chain_id
-    {
-        return Err(server_error(format!(
-            "chainId does not match node's (have={have}, want={chain_id})"
-        )));
-    }
-    let (price, tip, cap) = (
-        call.gas_price()?,
-        call.max_priority_fee_per_gas()?,
-        call.max_fee_per_gas()?,
-    );
-    if price.is_some() && (tip.is_some() || cap.is_some()) {
-        return Err(server_error(
-            "both gasPrice and (maxFeePerGas or maxPriorityFeePerGas) specified",
-        ));
-    }
+    let Fees { price, tip, cap } = check_fee_fields(&call, chain_id)?;
     let list = access_list(&call)?;
     let authorizations = call.authorization_list().is_some();
     let blobs = call.blob_versioned_hashes()?.next().is_some();
