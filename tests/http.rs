@@ -1645,6 +1645,52 @@ async fn combined_serve_waits_for_upgraded_connections() {
     tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }
 
+/// `combined::serve`'s shutdown closes upgraded connections even when the
+/// WebSocket server was built without it (`WsServer::shutdown` not
+/// called): `serve` once waited for such a client for as long as it
+/// stayed (found by trying the API as a new user).
+#[cfg(feature = "ws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
+    use futures_util::StreamExt;
+    use rpcwire::server::ws::WsServer;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let _shared = HEAP.read().await;
+    let d = dispatcher(Arc::new(Metrics::default()));
+    let limits = Limits::default();
+    let http = HttpService::new(d.clone(), &limits, None);
+    // Its own signal, never triggered by the test.
+    let ws = WsServer::new(d);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let task = tokio::spawn(rpcwire::server::combined::serve(
+        listener,
+        http,
+        ws,
+        limits,
+        None,
+        shutdown.clone(),
+    ));
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    shutdown.trigger();
+    let close = loop {
+        match tokio::time::timeout(HANG, socket.next()).await.unwrap() {
+            Some(Ok(Message::Close(frame))) => break frame,
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!(close.map(|f| f.code), Some(CloseCode::Away));
+    tokio::time::timeout(HANG, task)
+        .await
+        .expect("serve returns once the upgraded connection closed")
+        .unwrap();
+}
+
 /// An upgrade request for another WebSocket version: `426` with the
 /// version the server speaks (RFC 6455 §4.2.2); no key: `400`.
 #[cfg(feature = "ws")]

@@ -48,4 +48,61 @@ fn quiet_panics_skip_the_hook_only_inside_handlers() {
     // And so does any panic outside a handler.
     let _ = std::panic::catch_unwind(|| panic!("elsewhere"));
     assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 2);
+
+    // An MCP tool's panic reaches the hook unless the server asks for
+    // quiet (MCP servers were always quiet, so an operator saw nothing
+    // of a panicking tool but the client's -32603).
+    #[cfg(feature = "mcp")]
+    {
+        assert_eq!(
+            mcp_tool_panic(false)["error"]["data"]["panic"],
+            "tool failed"
+        );
+        assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 3);
+        assert_eq!(
+            mcp_tool_panic(true)["error"]["data"]["panic"],
+            "tool failed"
+        );
+        assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 3);
+    }
+}
+
+/// The answer to a `tools/call` of a tool that panics, on an MCP server
+/// built with `quiet_panics(quiet)`.
+#[cfg(feature = "mcp")]
+fn mcp_tool_panic(quiet: bool) -> serde_json::Value {
+    use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
+    let server = McpServer::builder("panics", "1.0.0")
+        .quiet_panics(quiet)
+        .tool(Tool::new(
+            "boom",
+            serde_json::json!({"type": "object"}),
+            |_, _cx: ToolContext| async move {
+                if true {
+                    panic!("tool failed");
+                }
+                Ok(ToolOutput::text("never"))
+            },
+        ))
+        .build()
+        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut conn = server.connection("memory");
+        let mut out = Vec::new();
+        for message in [
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"boom","arguments":{}}}"#,
+        ] {
+            out.clear();
+            server
+                .handle(&bytes::Bytes::from(message), &mut conn, &mut out)
+                .await;
+        }
+        serde_json::from_slice(&out).unwrap()
+    })
 }

@@ -26,6 +26,7 @@ pub(crate) fn dispatcher(
     inner: ServerInner,
     timeout: Option<Duration>,
     max_in_flight: usize,
+    quiet_panics: bool,
 ) -> Result<Dispatcher<ServerInner, WithAsync>, BuildError> {
     Dispatcher::builder(inner)
         // MCP: "the ID MUST NOT be `null`".
@@ -41,7 +42,7 @@ pub(crate) fn dispatcher(
         .timeout(timeout)
         .timeout_code(REQUEST_TIMEOUT)
         .max_in_flight(max_in_flight)
-        .quiet_panics(true)
+        .quiet_panics(quiet_panics)
         // `notifications/cancelled` is read by its handler (over HTTP the
         // call may run on another request); the same notification tells
         // the client of requests the server gives up on.

@@ -136,10 +136,13 @@ pub use tool::{
 /// The revision of the protocol without `initialize` (per-request `_meta`).
 pub const MODERN_VERSION: &str = "2026-07-28";
 /// The revisions of the `initialize` lifecycle this layer speaks, newest
-/// first.
+/// first (what an `initialize` asking for a revision it does not speak is
+/// told in its -32602's `data.supported`).
 pub const LEGACY_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18"];
-/// Every revision this layer speaks, newest first (what `data.supported`
-/// lists).
+/// Every revision this layer speaks, newest first (what a request whose
+/// `_meta` names a revision it does not speak is told in its -32022's
+/// `data.supported`; `initialize` lists [`LEGACY_VERSIONS`], the ones it
+/// can agree on).
 pub const SUPPORTED_VERSIONS: &[&str] = &["2026-07-28", "2025-11-25", "2025-06-18"];
 
 /// Error codes MCP defines (2026-07-28).
@@ -339,6 +342,7 @@ pub struct McpServerBuilder {
     ttl: Duration,
     timeout: Option<Duration>,
     max_in_flight: usize,
+    quiet_panics: bool,
 }
 
 impl McpServerBuilder {
@@ -388,6 +392,17 @@ impl McpServerBuilder {
         self
     }
 
+    /// Keeps the process's panic hook quiet for tools that panic (default
+    /// `false`: the hook reports them, on stderr by default, which over
+    /// stdio is the log and never the protocol's stdout). Either way the
+    /// call is answered -32603 with the panic's message in `data.panic`
+    /// (keep secrets out of panic messages), and other panics reach the
+    /// hook as usual ([`DispatcherBuilder::quiet_panics`](crate::dispatch::DispatcherBuilder::quiet_panics)).
+    pub fn quiet_panics(mut self, quiet: bool) -> Self {
+        self.quiet_panics = quiet;
+        self
+    }
+
     /// Builds the server; fails if a tool's schema is not a valid JSON
     /// Schema.
     pub fn build(self) -> Result<McpServer, BuildError> {
@@ -403,8 +418,9 @@ impl McpServerBuilder {
             ttl_ms: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
             changes: tokio::sync::broadcast::channel(16).0,
         };
-        let dispatcher = handlers::dispatcher(inner, self.timeout, self.max_in_flight)
-            .map_err(|e| BuildError(e.to_string()))?;
+        let dispatcher =
+            handlers::dispatcher(inner, self.timeout, self.max_in_flight, self.quiet_panics)
+                .map_err(|e| BuildError(e.to_string()))?;
         Ok(McpServer { dispatcher })
     }
 }
@@ -446,6 +462,7 @@ impl McpServer {
             ttl: Duration::ZERO,
             timeout: None,
             max_in_flight: crate::dispatch::DEFAULT_MAX_IN_FLIGHT,
+            quiet_panics: false,
         }
     }
 

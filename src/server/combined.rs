@@ -22,10 +22,11 @@
 //! Once upgraded, a connection is no longer under the HTTP server's limits
 //! (its idle and header timers, [`Limits::max_connections`]): the
 //! [`WsServer`]'s own limits, metrics and shutdown signal apply, its
-//! connection limit included (an upgrade past it is answered `503`). Give
-//! both servers the same [`Shutdown`] to stop them together; [`serve`]
-//! returns once the upgraded connections have closed too (when serving
-//! [`Combined`] with a [`Server`] of your own, await
+//! connection limit included (an upgrade past it is answered `503`).
+//! [`serve`]'s [`Shutdown`] stops both (it triggers the WebSocket
+//! server's own signal as well), and `serve` returns once the upgraded
+//! connections have closed too (when serving [`Combined`] with a
+//! [`Server`] of your own, give both the same signal and await
 //! [`WsServer::closed`] after it).
 //!
 //! Handlers of an upgraded connection see, as over HTTP, the upgrade
@@ -43,7 +44,7 @@
 //!     .unwrap();
 //! let (limits, shutdown) = (Limits::default(), Shutdown::new());
 //! let http = HttpService::new(d.clone(), &limits, None);
-//! let ws = WsServer::new(d).limits(limits.clone()).shutdown(shutdown.clone());
+//! let ws = WsServer::new(d).limits(limits.clone());
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8545").await?;
 //! combined::serve(listener, http, ws, limits, None, shutdown).await;
 //! # Ok(()) }
@@ -241,9 +242,11 @@ fn json_error(status: StatusCode, body: String) -> Response<ResponseBody> {
 
 /// Serves HTTP and WebSocket on `listener` until `shutdown` is triggered:
 /// the HTTP [`Server`] (with `limits` and `metrics`) running [`Combined`].
-/// Share `shutdown` with `ws` (`WsServer::shutdown`) so that upgraded
-/// connections close with the rest: this returns once they have
-/// ([`WsServer::closed`]).
+/// Once `shutdown` is triggered, `ws`'s own signal
+/// ([`WsServer::shutdown_signal`]) is triggered too, so that upgraded
+/// connections close with the rest, and this returns once they have
+/// ([`WsServer::closed`]). Triggering `ws`'s signal alone closes the
+/// WebSocket connections and leaves HTTP served.
 pub async fn serve<S, K>(
     listener: TcpListener,
     http: HttpService<S, K>,
@@ -262,6 +265,10 @@ pub async fn serve<S, K>(
     let combined = Combined::new(http, ws);
     let ws = Arc::clone(&combined.ws);
     server.serve(listener, combined, shutdown).await;
+    // A `ws` built without this signal (`WsServer::shutdown`) would
+    // otherwise keep its connections, and this call, for as long as
+    // their clients stay.
+    ws.shutdown_signal().trigger();
     ws.closed().await;
 }
 
