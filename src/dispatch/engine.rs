@@ -1008,8 +1008,19 @@ impl<S> AsyncCall<S> {
     /// failure is -32602 with the reason and the byte offset in the
     /// message in `data`.
     ///
-    /// For types that borrow (`&'a str` fields), decode inside the future
-    /// from [`OwnedParams::decode_in`] with an arena the future owns:
+    /// For types that borrow (`&'a str` fields), see
+    /// [`decode_in`](Self::decode_in).
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
+        match &self.params {
+            Some(p) => p.decode(),
+            None => crate::de::absent().map_err(|e| super::call::params_error(&e, None)),
+        }
+    }
+
+    /// Decodes the params into a `T` that borrows from them (`&'a str`
+    /// fields), strings with escapes lent from `arena`, an arena the
+    /// future owns; read as [`decode`](Self::decode) reads them, absent
+    /// params included, with the same errors.
     ///
     /// ```
     /// # use rpcwire::dispatch::AsyncCall;
@@ -1017,14 +1028,16 @@ impl<S> AsyncCall<S> {
     /// struct Args<'a> { #[serde(borrow)] name: &'a str }
     /// async fn hello(call: AsyncCall<()>) -> Result<String, rpcwire::RpcError> {
     ///     let arena = rpcwire::bumpalo::Bump::new();
-    ///     let params = call.params.ok_or_else(|| rpcwire::RpcError::invalid_params("missing"))?;
-    ///     let args: Args<'_> = params.decode_in(&arena)?;
+    ///     let args: Args<'_> = call.decode_in(&arena)?;
     ///     Ok(format!("hello, {}", args.name))
     /// }
     /// ```
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<T, RpcError> {
+    pub fn decode_in<'a, T: serde::Deserialize<'a>>(
+        &'a self,
+        arena: &'a bumpalo::Bump,
+    ) -> Result<T, RpcError> {
         match &self.params {
-            Some(p) => p.decode(),
+            Some(p) => p.decode_in(arena),
             None => crate::de::absent().map_err(|e| super::call::params_error(&e, None)),
         }
     }
