@@ -1648,7 +1648,9 @@ async fn combined_serve_waits_for_upgraded_connections() {
 /// `combined::serve`'s shutdown closes upgraded connections even when the
 /// WebSocket server was built without it (`WsServer::shutdown` not
 /// called): `serve` once waited for such a client for as long as it
-/// stayed (found by trying the API as a new user).
+/// stayed (found by trying the API as a new user). They close at once,
+/// while an HTTP call still runs in the HTTP side's grace: the graces run
+/// together.
 #[cfg(feature = "ws")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
@@ -1658,6 +1660,7 @@ async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
     use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
     let _shared = HEAP.read().await;
     let d = dispatcher(Arc::new(Metrics::default()));
+    let d_state = d.state().clone();
     let limits = Limits::default();
     let http = HttpService::new(d.clone(), &limits, None);
     // Its own signal, never triggered by the test.
@@ -1676,6 +1679,14 @@ async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
     let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
         .await
         .unwrap();
+    let state = d_state;
+    let started = state.slow_started.notified();
+    let (mut sender, _) = h1(addr).await;
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"slow","params":[3000,2]}"#;
+    let in_flight = tokio::spawn(async move { send(&mut sender, post(body)).await });
+    tokio::time::timeout(HANG, started)
+        .await
+        .expect("the HTTP call starts");
     shutdown.trigger();
     let close = loop {
         match tokio::time::timeout(HANG, socket.next()).await.unwrap() {
@@ -1685,6 +1696,16 @@ async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
         }
     };
     assert_eq!(close.map(|f| f.code), Some(CloseCode::Away));
+    assert!(
+        !in_flight.is_finished(),
+        "the WebSocket closed only after the HTTP side's grace"
+    );
+    let (status, _, body) = tokio::time::timeout(HANG, in_flight)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json_of(&body)["result"], "yy");
     tokio::time::timeout(HANG, task)
         .await
         .expect("serve returns once the upgraded connection closed")

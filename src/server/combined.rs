@@ -264,10 +264,20 @@ pub async fn serve<S, K>(
     }
     let combined = Combined::new(http, ws);
     let ws = Arc::clone(&combined.ws);
-    server.serve(listener, combined, shutdown).await;
-    // A `ws` built without this signal (`WsServer::shutdown`) would
-    // otherwise keep its connections, and this call, for as long as
-    // their clients stay.
+    // `ws`'s own signal follows this one at once, so that both graces run
+    // together: a `ws` built without it (`WsServer::shutdown` not called)
+    // once kept its connections, and this call, for as long as their
+    // clients stayed.
+    let ws_signal = ws.shutdown_signal().clone();
+    let relay = async {
+        shutdown.triggered().await;
+        ws_signal.trigger();
+        std::future::pending::<()>().await
+    };
+    tokio::select! {
+        () = server.serve(listener, combined, shutdown.clone()) => {}
+        () = relay => {}
+    }
     ws.shutdown_signal().trigger();
     ws.closed().await;
 }
