@@ -174,6 +174,43 @@ async fn params_are_slices_of_the_input_not_copies() {
     assert!(range.contains(&at), "params point into the message");
 }
 
+/// `panic_messages(false)`: a panicking handler's -32603 carries no
+/// message, whether it panics while making its future, while it is
+/// polled, or in a sync handler run by the async path.
+#[tokio::test]
+async fn panic_messages_can_be_kept_from_clients() {
+    let d = Dispatcher::builder(())
+        .panic_messages(false)
+        .quiet_panics(true)
+        .async_method(
+            "before",
+            |_: AsyncCall<()>| -> std::future::Ready<Result<u8, RpcError>> { panic!("secret 1") },
+        )
+        .async_method("during", |_: AsyncCall<()>| async move {
+            if true {
+                panic!("secret 2");
+            }
+            Ok::<u8, RpcError>(1)
+        })
+        .method("sync", |_: Call<'_, ()>| -> Result<u8, RpcError> {
+            panic!("secret 3")
+        })
+        .build()
+        .unwrap();
+    let input = Bytes::from_static(
+        br#"[{"jsonrpc":"2.0","id":1,"method":"before"},{"jsonrpc":"2.0","id":2,"method":"during"},{"jsonrpc":"2.0","id":3,"method":"sync"}]"#,
+    );
+    let mut out = Vec::new();
+    d.handle_async(&input, &mut Connection::new(), &mut out)
+        .await;
+    let bare = json!({"code": -32603, "message": "Internal error"});
+    let r: Value = serde_json::from_slice(&out).unwrap();
+    for entry in r.as_array().unwrap() {
+        assert_eq!(entry["error"], bare, "{r}");
+    }
+    assert!(!String::from_utf8_lossy(&out).contains("secret"));
+}
+
 #[tokio::test]
 async fn panics_and_errors_stay_with_their_entry() {
     let d = dispatcher(4);

@@ -482,6 +482,25 @@ fn a_panic_is_an_internal_error_for_that_request_only() {
     assert_eq!(v[0]["error"]["code"], -32603);
     assert_eq!(v[0]["error"]["data"]["panic"], "kaboom");
     assert_eq!(v[1]["result"], 1);
+    // "(`panic_messages(false)` keeps it out)".
+    let d = Dispatcher::builder(())
+        .quiet_panics(true)
+        .panic_messages(false)
+        .method("boom", |_: Call<'_, ()>| -> Result<u8, RpcError> {
+            panic!("kaboom")
+        })
+        .build()
+        .unwrap();
+    out.clear();
+    d.handle(
+        br#"{"jsonrpc":"2.0","id":1,"method":"boom"}"#,
+        &mut conn,
+        &mut out,
+    );
+    assert_eq!(
+        out,
+        br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error"}}"#
+    );
 }
 
 // "`?` works on `io::Error`, `serde_json::Error`, `ParseIntError` and more,

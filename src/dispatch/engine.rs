@@ -318,6 +318,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
             max_in_flight: self.max_in_flight,
             timeout: self.timeout,
             quiet_panics: self.quiet_panics,
+            panic_messages: self.panic_messages,
             observer: self.observer,
             cancel_by: self.cancel_by,
             cancel_reason: self.cancel_reason,
@@ -2517,7 +2518,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
                     }
                     match made {
                         Ok(call) => call,
-                        Err(panic) => answer_now(panic_error(&*panic)),
+                        Err(panic) => answer_now(panic_error(&*panic, self.panic_messages)),
                     }
                 }
             },
@@ -2635,11 +2636,11 @@ impl<S: Send + Sync + 'static> Shared<S> {
             (gate, seq)
         });
         let call = task.call.fut.as_mut();
-        let quiet = self.quiet;
+        let (quiet, messages) = (self.quiet, self.panic_messages);
         let poll = |sink: &mut Sink<'_>, limit: usize| {
             let mut ready = None;
             let outer = gate.map(|(gate, seq)| gate.enter(seq));
-            let r = guard_panics(quiet, || {
+            let r = guard_panics(quiet, messages, || {
                 match call.poll_reply(&mut cx, sink.reborrow(), limit) {
                     Poll::Ready(r) => {
                         ready = Some(());

@@ -94,6 +94,7 @@ pub struct DispatcherBuilder<S, K = SyncOnly> {
     max_in_flight: usize,
     timeout: Option<Duration>,
     quiet_panics: bool,
+    panic_messages: bool,
     observer: Option<Arc<dyn Observer>>,
     #[cfg(feature = "async")]
     cancel_by: Option<engine::CancelBy>,
@@ -277,13 +278,40 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
     ///
     /// Quiet or not, the -32603 carries the panic's message to the client
     /// (`"data":{"panic":"…"}`, or `"handler panicked"` for a payload that
-    /// is not a string): keep secrets out of panic messages (`expect` texts,
+    /// is not a string) unless [`panic_messages`](Self::panic_messages) is
+    /// turned off: keep secrets out of panic messages (`expect` texts,
     /// `unwrap` on errors that quote them).
     ///
     /// This wraps the hook installed when the first quiet dispatcher is
     /// built (once per process); set your own hook before that.
     pub fn quiet_panics(mut self, quiet: bool) -> Self {
         self.quiet_panics = quiet;
+        self
+    }
+
+    /// Whether the -32603 answering a panicking handler carries the
+    /// panic's message in `data.panic` (default `true`: a client, or the
+    /// developer reading its logs, sees what went wrong). With `false` it
+    /// is a bare `{"code":-32603,"message":"Internal error"}`: for servers
+    /// whose panic messages may hold what clients must not see (an
+    /// `expect` text, an `unwrap` of an error that quotes a path or a
+    /// key). The panic hook still gets the message
+    /// ([`quiet_panics`](Self::quiet_panics) aside).
+    ///
+    /// ```
+    /// use rpcwire::{Call, Connection, Dispatcher, RpcError};
+    /// let d = Dispatcher::builder(())
+    ///     .panic_messages(false)
+    ///     .quiet_panics(true)
+    ///     .method("boom", |_: Call<'_, ()>| -> Result<u8, RpcError> { panic!("key 1234") })
+    ///     .build()
+    ///     .unwrap();
+    /// let mut out = Vec::new();
+    /// d.handle(br#"{"jsonrpc":"2.0","id":1,"method":"boom"}"#, &mut Connection::new(), &mut out);
+    /// assert_eq!(out, br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error"}}"#);
+    /// ```
+    pub fn panic_messages(mut self, send: bool) -> Self {
+        self.panic_messages = send;
         self
     }
 
@@ -329,6 +357,7 @@ impl<S: Send + Sync + 'static, K> DispatcherBuilder<S, K> {
                 timeout: self.timeout,
                 timeout_code: self.timeout_code,
                 quiet: self.quiet_panics,
+                panic_messages: self.panic_messages,
                 observer: self.observer,
                 #[cfg(feature = "async")]
                 cancel_by: self.cancel_by,
@@ -421,6 +450,8 @@ pub(crate) struct Shared<S> {
     #[cfg_attr(not(feature = "async"), allow(dead_code))]
     pub(crate) timeout_code: i32,
     pub(crate) quiet: bool,
+    /// [`DispatcherBuilder::panic_messages`].
+    pub(crate) panic_messages: bool,
     pub(crate) observer: Option<Arc<dyn Observer>>,
     /// The notification that cancels a call, if one does.
     #[cfg(feature = "async")]
@@ -447,6 +478,7 @@ impl<S: Send + Sync + 'static> Dispatcher<S, SyncOnly> {
             max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             timeout: Some(DEFAULT_TIMEOUT),
             quiet_panics: false,
+            panic_messages: true,
             observer: None,
             #[cfg(feature = "async")]
             cancel_by: None,
@@ -1113,7 +1145,7 @@ impl<S: Send + Sync + 'static> Shared<S> {
             id: req.id(),
             message: scope.message,
         };
-        guard_panics(self.quiet, || h(inv, sink, limit))
+        guard_panics(self.quiet, self.panic_messages, || h(inv, sink, limit))
     }
 }
 
@@ -1172,13 +1204,15 @@ fn install_quiet_hook() {
     });
 }
 
-/// Runs `f`, turning a panic into -32603 with the panic's message in `data`.
+/// Runs `f`, turning a panic into -32603, with the panic's message in
+/// `data` if `messages`.
 #[inline(always)]
 pub(crate) fn guard_panics(
     quiet: bool,
+    messages: bool,
     f: impl FnOnce() -> Result<Done, RpcError>,
 ) -> Result<Done, RpcError> {
-    catch_handler_panic(quiet, f).unwrap_or_else(|panic| Err(panic_error(&*panic)))
+    catch_handler_panic(quiet, f).unwrap_or_else(|panic| Err(panic_error(&*panic, messages)))
 }
 
 /// Runs handler code `f`, catching a panic; with `quiet`, the panic hook is
@@ -1196,8 +1230,12 @@ pub(crate) fn catch_handler_panic<R>(quiet: bool, f: impl FnOnce() -> R) -> std:
     outcome
 }
 
-/// The -32603 that answers a panicking handler.
-pub(crate) fn panic_error(payload: &(dyn std::any::Any + Send)) -> RpcError {
+/// The -32603 that answers a panicking handler, with the panic's message
+/// in `data` if `message`.
+pub(crate) fn panic_error(payload: &(dyn std::any::Any + Send), message: bool) -> RpcError {
+    if !message {
+        return RpcError::internal("Internal error");
+    }
     #[derive(serde::Serialize)]
     struct PanicData<'a> {
         panic: &'a str,
