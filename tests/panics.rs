@@ -64,6 +64,11 @@ fn quiet_panics_skip_the_hook_only_inside_handlers() {
             "tool failed"
         );
         assert_eq!(HOOK_CALLS.load(Ordering::SeqCst), 3);
+        // And its message can be kept from the client.
+        assert_eq!(
+            mcp_tool_panic_with(true, false)["error"],
+            serde_json::json!({"code": -32603, "message": "Internal error"})
+        );
     }
 }
 
@@ -71,9 +76,17 @@ fn quiet_panics_skip_the_hook_only_inside_handlers() {
 /// built with `quiet_panics(quiet)`.
 #[cfg(feature = "mcp")]
 fn mcp_tool_panic(quiet: bool) -> serde_json::Value {
+    mcp_tool_panic_with(quiet, true)
+}
+
+/// [`mcp_tool_panic`], the server also built with
+/// `panic_messages(messages)`.
+#[cfg(feature = "mcp")]
+fn mcp_tool_panic_with(quiet: bool, messages: bool) -> serde_json::Value {
     use rpcwire::mcp::{McpServer, Tool, ToolContext, ToolOutput};
     let server = McpServer::builder("panics", "1.0.0")
         .quiet_panics(quiet)
+        .panic_messages(messages)
         .tool(Tool::new(
             "boom",
             serde_json::json!({"type": "object"}),

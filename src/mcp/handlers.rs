@@ -26,7 +26,7 @@ pub(crate) fn dispatcher(
     inner: ServerInner,
     timeout: Option<Duration>,
     max_in_flight: usize,
-    quiet_panics: bool,
+    (quiet_panics, panic_messages): (bool, bool),
 ) -> Result<Dispatcher<ServerInner, WithAsync>, BuildError> {
     Dispatcher::builder(inner)
         // MCP: "the ID MUST NOT be `null`".
@@ -43,6 +43,7 @@ pub(crate) fn dispatcher(
         .timeout_code(REQUEST_TIMEOUT)
         .max_in_flight(max_in_flight)
         .quiet_panics(quiet_panics)
+        .panic_messages(panic_messages)
         // `notifications/cancelled` is read by its handler (over HTTP the
         // call may run on another request); the same notification tells
         // the client of requests the server gives up on.

@@ -343,6 +343,7 @@ pub struct McpServerBuilder {
     timeout: Option<Duration>,
     max_in_flight: usize,
     quiet_panics: bool,
+    panic_messages: bool,
 }
 
 impl McpServerBuilder {
@@ -403,6 +404,14 @@ impl McpServerBuilder {
         self
     }
 
+    /// Whether a panicking tool's -32603 carries the panic's message in
+    /// `data.panic` (default `true`; `false` keeps it from clients, as
+    /// [`DispatcherBuilder::panic_messages`](crate::dispatch::DispatcherBuilder::panic_messages)).
+    pub fn panic_messages(mut self, send: bool) -> Self {
+        self.panic_messages = send;
+        self
+    }
+
     /// Builds the server; fails if a tool's schema is not a valid JSON
     /// Schema.
     pub fn build(self) -> Result<McpServer, BuildError> {
@@ -418,9 +427,13 @@ impl McpServerBuilder {
             ttl_ms: u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX),
             changes: tokio::sync::broadcast::channel(16).0,
         };
-        let dispatcher =
-            handlers::dispatcher(inner, self.timeout, self.max_in_flight, self.quiet_panics)
-                .map_err(|e| BuildError(e.to_string()))?;
+        let dispatcher = handlers::dispatcher(
+            inner,
+            self.timeout,
+            self.max_in_flight,
+            (self.quiet_panics, self.panic_messages),
+        )
+        .map_err(|e| BuildError(e.to_string()))?;
         Ok(McpServer { dispatcher })
     }
 }
@@ -463,6 +476,7 @@ impl McpServer {
             timeout: None,
             max_in_flight: crate::dispatch::DEFAULT_MAX_IN_FLIGHT,
             quiet_panics: false,
+            panic_messages: true,
         }
     }
 
