@@ -1645,27 +1645,17 @@ async fn combined_serve_waits_for_upgraded_connections() {
     tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }
 
-/// `combined::serve`'s shutdown closes upgraded connections even when the
-/// WebSocket server was built without it (`WsServer::shutdown` not
-/// called): `serve` once waited for such a client for as long as it
-/// stayed (found by trying the API as a new user). They close at once,
-/// while an HTTP call still runs in the HTTP side's grace: the graces run
-/// together.
+/// `combined::serve` on a loopback port: `d` over HTTP, `ws` (as the
+/// test built it) for upgrades, a shutdown signal of the port's own; the
+/// task ends when `serve` returns.
 #[cfg(feature = "ws")]
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
-    use futures_util::StreamExt;
-    use rpcwire::server::ws::WsServer;
-    use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-    let _shared = HEAP.read().await;
-    let d = dispatcher(Arc::new(Metrics::default()));
-    let d_state = d.state().clone();
+async fn serve_combined(
+    d: &Dispatcher<State, WithAsync>,
+    ws: rpcwire::server::ws::WsServer<State, WithAsync>,
+) -> (SocketAddr, Shutdown, tokio::task::JoinHandle<()>) {
     let limits = Limits::default();
     let http = HttpService::new(d.clone(), &limits, None);
-    // Its own signal, never triggered by the test.
-    let ws = WsServer::new(d);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = Shutdown::new();
     let task = tokio::spawn(rpcwire::server::combined::serve(
@@ -1676,10 +1666,34 @@ async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
         None,
         shutdown.clone(),
     ));
+    (addr, shutdown, task)
+}
+
+/// `combined::serve`'s shutdown closes upgraded connections even when the
+/// WebSocket server was built without it (`WsServer::shutdown` not
+/// called): `serve` once waited out the grace for such a client and
+/// returned with its connection still open (found by trying the API as a
+/// new user). They close at once, while an HTTP call still runs in the
+/// HTTP side's grace (the graces run together), `serve` returns only
+/// after that call, and the WebSocket server's own signal, which the
+/// caller may share with other servers, is left alone.
+#[cfg(feature = "ws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
+    use futures_util::StreamExt;
+    use rpcwire::server::ws::WsServer;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+    let _shared = HEAP.read().await;
+    let d = dispatcher(Arc::new(Metrics::default()));
+    // Its own signal, never triggered by the test.
+    let ws = WsServer::new(d.clone());
+    let ws_signal = ws.shutdown_signal().clone();
+    let (addr, shutdown, task) = serve_combined(&d, ws).await;
     let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
         .await
         .unwrap();
-    let state = d_state;
+    let state = d.state().clone();
     let started = state.slow_started.notified();
     let (mut sender, _) = h1(addr).await;
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"slow","params":[3000,2]}"#;
@@ -1700,6 +1714,10 @@ async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
         !in_flight.is_finished(),
         "the WebSocket closed only after the HTTP side's grace"
     );
+    assert!(
+        !task.is_finished(),
+        "serve returned with an HTTP call in flight"
+    );
     let (status, _, body) = tokio::time::timeout(HANG, in_flight)
         .await
         .unwrap()
@@ -1710,6 +1728,41 @@ async fn combined_serve_closes_a_websocket_server_with_a_signal_of_its_own() {
         .await
         .expect("serve returns once the upgraded connection closed")
         .unwrap();
+    assert!(!ws_signal.is_triggered());
+}
+
+/// The WebSocket server's own signal closes the connections upgraded on a
+/// `combined::serve` port and leaves HTTP served there, as its docs say.
+#[cfg(feature = "ws")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_websocket_servers_own_signal_closes_its_side_alone() {
+    use futures_util::StreamExt;
+    use rpcwire::server::ws::WsServer;
+    use tokio_tungstenite::tungstenite::Message;
+    let _shared = HEAP.read().await;
+    let d = dispatcher(Arc::new(Metrics::default()));
+    let ws_signal = Shutdown::new();
+    let ws = WsServer::new(d.clone()).shutdown(ws_signal.clone());
+    let (addr, shutdown, task) = serve_combined(&d, ws).await;
+    let (mut socket, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/"))
+        .await
+        .unwrap();
+    ws_signal.trigger();
+    loop {
+        match tokio::time::timeout(HANG, socket.next()).await.unwrap() {
+            Some(Ok(Message::Close(_))) | None => break,
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    let (mut sender, _) = h1(addr).await;
+    let (status, _, body) = send(&mut sender, post(BLOCK_NUMBER)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json_of(&body)["result"], "0x1b4");
+    assert!(!task.is_finished());
+    drop(sender);
+    shutdown.trigger();
+    tokio::time::timeout(HANG, task).await.unwrap().unwrap();
 }
 
 /// An upgrade request for another WebSocket version: `426` with the

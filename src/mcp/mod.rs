@@ -396,8 +396,8 @@ impl McpServerBuilder {
     /// Keeps the process's panic hook quiet for tools that panic (default
     /// `false`: the hook reports them, on stderr by default, which over
     /// stdio is the log and never the protocol's stdout). Either way the
-    /// call is answered -32603 with the panic's message in `data.panic`
-    /// (keep secrets out of panic messages), and other panics reach the
+    /// call is answered -32603, with the panic's message in `data.panic`
+    /// unless [`panic_messages`](Self::panic_messages) is off, and other panics reach the
     /// hook as usual ([`DispatcherBuilder::quiet_panics`](crate::dispatch::DispatcherBuilder::quiet_panics)).
     pub fn quiet_panics(mut self, quiet: bool) -> Self {
         self.quiet_panics = quiet;

@@ -23,8 +23,8 @@
 //! (its idle and header timers, [`Limits::max_connections`]): the
 //! [`WsServer`]'s own limits, metrics and shutdown signal apply, its
 //! connection limit included (an upgrade past it is answered `503`).
-//! [`serve`]'s [`Shutdown`] stops both (it triggers the WebSocket
-//! server's own signal as well), and `serve` returns once the upgraded
+//! [`serve`]'s [`Shutdown`] stops both (the WebSocket server's own
+//! signal stops its side alone), and `serve` returns once the upgraded
 //! connections have closed too (when serving [`Combined`] with a
 //! [`Server`] of your own, give both the same signal and await
 //! [`WsServer::closed`] after it).
@@ -242,11 +242,12 @@ fn json_error(status: StatusCode, body: String) -> Response<ResponseBody> {
 
 /// Serves HTTP and WebSocket on `listener` until `shutdown` is triggered:
 /// the HTTP [`Server`] (with `limits` and `metrics`) running [`Combined`].
-/// Once `shutdown` is triggered, `ws`'s own signal
-/// ([`WsServer::shutdown_signal`]) is triggered too, so that upgraded
-/// connections close with the rest, and this returns once they have
-/// ([`WsServer::closed`]). Triggering `ws`'s signal alone closes the
-/// WebSocket connections and leaves HTTP served.
+/// The connections upgraded here close when `shutdown` is triggered
+/// (their grace running beside the HTTP side's), or when `ws`'s own
+/// signal ([`WsServer::shutdown`]) is, which leaves HTTP served; this
+/// returns once they have closed ([`WsServer::closed`]). Neither signal
+/// is triggered by this call: `ws`'s may be shared with other servers,
+/// or with clones of `ws` serving elsewhere.
 pub async fn serve<S, K>(
     listener: TcpListener,
     http: HttpService<S, K>,
@@ -262,24 +263,30 @@ pub async fn serve<S, K>(
     if let Some(metrics) = metrics {
         server = server.metrics(metrics);
     }
-    let combined = Combined::new(http, ws);
+    // This port's upgraded connections watch a signal of their own, fired
+    // by either: a `ws` not given `shutdown` (`WsServer::shutdown` not
+    // called) once kept them open through this call's return.
+    let caller_ws = ws.shutdown_signal().clone();
+    let port = Shutdown::new();
+    let combined = Combined::new(http, ws.shutdown(port.clone()));
     let ws = Arc::clone(&combined.ws);
-    // `ws`'s own signal follows this one at once, so that both graces run
-    // together: a `ws` built without it (`WsServer::shutdown` not called)
-    // once kept its connections, and this call, for as long as their
-    // clients stayed.
-    let ws_signal = ws.shutdown_signal().clone();
     let relay = async {
-        shutdown.triggered().await;
-        ws_signal.trigger();
+        tokio::select! {
+            () = shutdown.triggered() => {}
+            () = caller_ws.triggered() => {}
+        }
+        port.trigger();
         std::future::pending::<()>().await
     };
+    let run = async {
+        server.serve(listener, combined, shutdown.clone()).await;
+        port.trigger();
+        ws.closed().await;
+    };
     tokio::select! {
-        () = server.serve(listener, combined, shutdown.clone()) => {}
+        () = run => {}
         () = relay => {}
     }
-    ws.shutdown_signal().trigger();
-    ws.closed().await;
 }
 
 impl<S: Send + Sync + 'static, K: 'static> PerConnection for Combined<S, K> {
