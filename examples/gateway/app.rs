@@ -252,7 +252,11 @@ pub fn spawn_workers(
                 runtime.block_on(async move {
                     match TcpListener::from_std(listener) {
                         Ok(listener) => app.run(listener, limits, shutdown).await,
-                        Err(e) => eprintln!("gateway worker {i}: {e}"),
+                        Err(e) => {
+                            // Not `eprintln!`: a closed stderr is no panic.
+                            use std::io::Write as _;
+                            let _ = writeln!(std::io::stderr(), "gateway worker {i}: {e}");
+                        }
                     }
                     all_drained.drained().await;
                 })

@@ -18,6 +18,16 @@
 //! `--archive` nodes), `app` (the server), `ops` (`/metrics` and
 //! `/health`, with `--metrics`), `ipc` (the `--ipc` socket's path).
 
+/// `eprintln!` that never panics: a log line that cannot be written (its
+/// stderr closed, a full disk) is dropped, as the gateway has nowhere
+/// else to say it, and the gateway goes on.
+macro_rules! log {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod app;
 mod archive;
 mod cache;
@@ -42,11 +52,14 @@ fn main() {
         // The usage text asked for goes to standard output (`--help |
         // less`), errors to standard error.
         Err(message) if message.starts_with("rpcwire gateway") => {
-            println!("{message}");
-            std::process::exit(0);
+            // Not `println!`, which panics when the output cannot be
+            // written (`--help > /dev/full`, a closed pipe).
+            use std::io::Write as _;
+            let written = writeln!(std::io::stdout(), "{message}");
+            std::process::exit(if written.is_ok() { 0 } else { 1 });
         }
         Err(message) => {
-            eprintln!("{message}");
+            log!("{message}");
             std::process::exit(2);
         }
     };
@@ -61,7 +74,7 @@ fn main() {
     let runtime = match app::one_thread_runtime() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("gateway: a tokio runtime: {e}");
+            log!("gateway: a tokio runtime: {e}");
             std::process::exit(1);
         }
     };
@@ -104,7 +117,7 @@ fn main() {
         let calls = gateway.clone();
         tokio::spawn(async move {
             let first = signals.next().await;
-            eprintln!(
+            log!(
                 "gateway: {}: stopping; requests in flight have {} ms (a second signal exits at once)",
                 first.name,
                 grace.as_millis()
@@ -114,7 +127,7 @@ fn main() {
             }
             stop.trigger();
             let second = signals.next().await;
-            eprintln!("gateway: {}: exiting at once", second.name);
+            log!("gateway: {}: exiting at once", second.name);
             #[cfg(unix)]
             if let Some(file) = ipc_file.and_then(|f| f.upgrade()) {
                 file.remove();
@@ -138,15 +151,15 @@ fn main() {
             // process's exit closes it.
             tokio::spawn(ops::serve(listener, Arc::clone(ops), Shutdown::new()));
             // Before the line scripts wait for: up when that one is out.
-            eprintln!("gateway metrics on http://{at}/metrics and http://{at}/health");
+            log!("gateway metrics on http://{at}/metrics and http://{at}/health");
         }
         #[cfg(unix)]
         if let Some((file, _)) = &ipc {
             // Before the line scripts wait for, as the metrics line.
-            eprintln!("gateway IPC on {}", file.path().display());
+            log!("gateway IPC on {}", file.path().display());
         }
         // Scripts wait for this line.
-        eprintln!(
+        log!(
             "gateway listening on http://{addr} and ws://{addr} ({mode}; {workers} worker{})",
             if workers == 1 { "" } else { "s" }
         );
@@ -173,7 +186,7 @@ fn main() {
         }
         let abandoned = gateway.map_or(0, |g| g.calls.abandoned());
         if abandoned > 0 {
-            eprintln!(
+            log!(
                 "gateway: the shutdown grace ({} ms) ran out: {abandoned} call{} abandoned unanswered; exiting with status {ABANDONED}",
                 config.shutdown_grace.as_millis(),
                 if abandoned == 1 { "" } else { "s" }
@@ -183,7 +196,7 @@ fn main() {
         Ok::<(), Box<dyn std::error::Error>>(())
     });
     if let Err(e) = outcome {
-        eprintln!("gateway: {e}");
+        log!("gateway: {e}");
         #[cfg(unix)]
         if e.is::<ipc::Refused>() {
             std::process::exit(2);

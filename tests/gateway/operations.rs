@@ -1215,6 +1215,39 @@ fn run_binary(args: &[&str], wait: Duration) -> (Option<i32>, String, String) {
     (status, text(out.stdout), text(out.stderr))
 }
 
+/// Output that cannot be written ends in an exit status, not a panic:
+/// `--help` into a full device (`println!` panicked, status 101, a
+/// backtrace), and a usage error with standard error closed. Found by an
+/// operator's trial.
+#[cfg(target_os = "linux")]
+#[test]
+fn unwritable_output_is_no_panic() {
+    use std::process::{Command, Stdio};
+    let gateway = crate::example_binary::example_binary("gateway", "gateway");
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let out = Command::new(&gateway)
+        .arg("--help")
+        .stdout(full())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let status = Command::new(&gateway)
+        .arg("--no-such-option")
+        .stdout(Stdio::null())
+        .stderr(full())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(2));
+}
+
 /// A command line the gateway cannot serve exits with status 2 and says
 /// why: an upstream URL without a host or with a port out of range (the
 /// first failed the start with status 1, the second started and failed
